@@ -1,0 +1,50 @@
+"""simharness: fast, reproducible federated learning simulation on one machine.
+
+A TFF-style API (`tf_computation`, `federated_computation`, intrinsics) on
+an executor stack whose client executors run in threads or in pinned worker
+processes. Port TFF code by renaming `tff.` to `simharness.`.
+"""
+
+from simharness import errors
+from simharness.context import (ExecutionContext, execution_context, get_context,
+                                set_default_executor)
+from simharness.core.computation import (Computation, ConcreteComputation,
+                                         PolymorphicComputation, federated_computation,
+                                         tf_computation)
+from simharness.core.intrinsics import (federated_aggregate, federated_apply,
+                                        federated_broadcast, federated_collect, federated_eval,
+                                        federated_map, federated_mean,
+                                        federated_secure_modular_sum,
+                                        federated_secure_sum_bitwidth, federated_select,
+                                        federated_sum, federated_value, federated_zip,
+                                        sequence_map, sequence_reduce, sequence_sum)
+from simharness.core.structure import Struct
+from simharness.core.tracing import Value
+from simharness.core.types import (CLIENTS, SERVER, FederatedType, FunctionType,
+                                   PlacementType, SequenceType, StructType, TensorType, Type,
+                                   infer_type, to_type, type_at_clients, type_at_server)
+from simharness.errors import (CardinalityError, SimharnessError, WorkerCrashedError)
+
+__version__ = '0.1.0'
+
+
+def __getattr__(name):
+    # `framework` imports the executors (and TensorFlow): load it on first use.
+    if name == 'framework':
+        import importlib
+        return importlib.import_module('simharness.framework')
+    raise AttributeError(f'module simharness has no attribute {name!r}')
+
+
+__all__ = [
+    'CLIENTS', 'SERVER', 'CardinalityError', 'Computation', 'ConcreteComputation',
+    'ExecutionContext', 'FederatedType', 'FunctionType', 'PlacementType',
+    'PolymorphicComputation', 'SequenceType', 'SimharnessError', 'Struct', 'StructType',
+    'TensorType', 'Type', 'Value', 'WorkerCrashedError', 'errors', 'execution_context',
+    'federated_aggregate', 'federated_apply', 'federated_broadcast', 'federated_collect',
+    'federated_computation', 'federated_eval', 'federated_map', 'federated_mean',
+    'federated_secure_modular_sum', 'federated_secure_sum_bitwidth', 'federated_select',
+    'federated_sum', 'federated_value', 'federated_zip', 'framework', 'get_context',
+    'infer_type', 'sequence_map', 'sequence_reduce', 'sequence_sum', 'set_default_executor',
+    'tf_computation', 'to_type', 'type_at_clients', 'type_at_server',
+]

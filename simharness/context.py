@@ -1,0 +1,238 @@
+"""Execution contexts: synchronous invocation of computations on an executor stack.
+
+`ExecutionContext.invoke` infers the number of clients from the argument,
+asks its factory for a stack, runs the call on the context's own event loop
+(in a thread the context owns, so that it works the same inside Jupyter's
+running loop), and converts the result into numpy values in the Python
+containers of the result type.
+
+The current context is looked up in a `ContextVar` (set by
+`execution_context(...)`), falling back to the process-wide default set by
+`set_default_executor` (a local thread stack until then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import threading
+from typing import Any, Dict, Iterator, Optional
+
+import numpy as np
+
+from simharness.core import types as T
+from simharness.core.structure import Struct, from_container, to_container
+from simharness.errors import (CardinalityError, ExecutorClosedError, RetryableError,
+                               SimharnessTypeError, SimharnessValueError)
+from simharness.executors.base import ExecutorFactory
+
+
+class ExecutionContext:
+    """Runs computations synchronously on stacks made by `factory`.
+
+    Args:
+      factory: the `ExecutorFactory` that builds stacks per cardinality.
+      retries: how many times a computation is run again after a retryable
+        failure (such as `WorkerCrashedError`). Computations are pure, so a
+        retry gives the same answer.
+    """
+
+    def __init__(self, factory: ExecutorFactory, retries: int = 0):
+        if not isinstance(factory, ExecutorFactory):
+            raise SimharnessTypeError(f'factory must be an ExecutorFactory, got '
+                                      f'{type(factory).__name__}')
+        if not isinstance(retries, int) or retries < 0:
+            raise SimharnessValueError(f'retries must be an int >= 0, got {retries!r}')
+        self.factory = factory
+        self.retries = retries
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._closed:
+                raise ExecutorClosedError('this execution context is closed')
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever,
+                                                name='simharness-context', daemon=True)
+                self._thread.start()
+            return self._loop
+
+    def invoke(self, comp: Any, arg: Any = None) -> Any:
+        """Runs `comp` (a `Computation`) on `arg` and returns Python/numpy results."""
+        ft: T.FunctionType = comp.type_signature
+        cardinalities = {}
+        if ft.parameter is not None:
+            n = infer_cardinality(arg, ft.parameter)
+            if n is not None:
+                cardinalities[T.CLIENTS] = n
+        attempt = 0
+        while True:
+            try:
+                executor = self.factory.create_executor(cardinalities)
+                fut = asyncio.run_coroutine_threadsafe(
+                    _run(executor, comp.to_building_block(), ft, arg), self._ensure_loop())
+                value = fut.result()
+                return to_python(value, ft.result)
+            except RetryableError:
+                if attempt >= self.retries:
+                    raise
+                attempt += 1
+
+    def close(self) -> None:
+        """Closes the factory's stacks and stops the context's loop thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            loop, thread = self._loop, self._thread
+        try:
+            self.factory.clean_up_executors()
+        finally:
+            if loop is not None:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(timeout=30)
+                loop.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+async def _run(executor, comp_bb, ft: T.FunctionType, arg: Any) -> Any:
+    fn = await executor.create_value(comp_bb, ft)
+    a = None if ft.parameter is None else await executor.create_value(arg, ft.parameter)
+    result = await executor.create_call(fn, a)
+    return await result.compute()
+
+
+def infer_cardinality(value: Any, t: T.Type, where: str = 'the argument') -> Optional[int]:
+    """The number of clients implied by `value` of type `t` (None if it does not tell).
+
+    Raises:
+      SimharnessTypeError: a `{T}@CLIENTS` value is not a list.
+      CardinalityError: two parts of the argument disagree on the number.
+    """
+    if isinstance(t, T.FederatedType):
+        if t.placement is T.CLIENTS and not t.all_equal:
+            if not isinstance(value, (list, tuple)):
+                raise SimharnessTypeError(
+                    f'{where} has type {t}, which needs a list with one value per client; got '
+                    f'{type(value).__name__}', expected=t, actual=type(value).__name__)
+            return len(value)
+        return None
+    if isinstance(t, T.StructType) and any(T._contains(e, (T.FederatedType,)) for e in t):
+        s = from_container(value, t)
+        found: Optional[int] = None
+        found_at = ''
+        for i, ((name, et), v) in enumerate(zip(t.items(), s)):
+            label = f'{where}[{name or i}]'
+            n = infer_cardinality(v, et, label)
+            if n is None:
+                continue
+            if found is not None and n != found:
+                raise CardinalityError(
+                    f'{label} holds a list of {n} values, but {found_at} holds {found}: every '
+                    f'client-placed value must have one entry per client', expected=found, actual=n)
+            found, found_at = n, label
+        return found
+    return None
+
+
+def to_python(value: Any, t: T.Type) -> Any:
+    """Converts an executor result into numpy values in the result type's containers."""
+    if isinstance(t, T.FederatedType):
+        if t.placement is T.CLIENTS and not t.all_equal:
+            return [to_python(v, t.member) for v in value]
+        return to_python(value, t.member)
+    if isinstance(t, T.StructType):
+        if not isinstance(value, Struct):
+            value = from_container(value, t)
+        return to_container(Struct((n, to_python(v, e)) for (n, e), v in zip(t.items(), value)), t)
+    if isinstance(t, T.SequenceType):
+        if hasattr(value, 'as_numpy_iterator'):
+            return [_from_nest(e) for e in value.as_numpy_iterator()]
+        return [to_python(v, t.element) for v in value]
+    if hasattr(value, 'numpy'):
+        value = value.numpy()
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value[()]
+    return value
+
+
+def _from_nest(e: Any) -> Any:
+    if isinstance(e, np.ndarray) and e.ndim == 0:
+        return e[()]
+    if isinstance(e, dict):
+        return type(e)((k, _from_nest(v)) for k, v in e.items())
+    if isinstance(e, tuple) and hasattr(e, '_fields'):
+        return type(e)(*[_from_nest(v) for v in e])
+    if isinstance(e, (list, tuple)):
+        return type(e)(_from_nest(v) for v in e)
+    return e
+
+
+# ---------------------------------------------------------------- current context
+
+class _DefaultHolder:
+    """Holds the process-wide default context (created on first use)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.context: Optional[ExecutionContext] = None
+
+
+_DEFAULT = _DefaultHolder()
+_CURRENT: contextvars.ContextVar[Optional[ExecutionContext]] = contextvars.ContextVar(
+    'simharness_execution_context', default=None)
+
+
+def get_context() -> ExecutionContext:
+    """The context computations run in: the innermost `execution_context`, else the default."""
+    ctx = _CURRENT.get()
+    if ctx is not None:
+        return ctx
+    with _DEFAULT.lock:
+        if _DEFAULT.context is None:
+            from simharness.stacks import local_executor_factory
+            _DEFAULT.context = ExecutionContext(local_executor_factory())
+        return _DEFAULT.context
+
+
+def set_default_executor(factory: Optional[ExecutorFactory] = None, retries: int = 0) -> None:
+    """Sets the process-wide default stack (None: back to a local thread stack).
+
+    The previous default context is closed.
+    """
+    new = None if factory is None else ExecutionContext(factory, retries=retries)
+    with _DEFAULT.lock:
+        old, _DEFAULT.context = _DEFAULT.context, new
+    if old is not None:
+        old.close()
+
+
+@contextlib.contextmanager
+def execution_context(factory: ExecutorFactory, retries: int = 0,
+                      close: bool = True) -> Iterator[ExecutionContext]:
+    """Runs computations inside the `with` block on stacks of `factory`.
+
+    Args:
+      factory: an `ExecutorFactory` (e.g. `process_executor_factory(...)`).
+      retries: as in `ExecutionContext`.
+      close: close the context (and the factory's stacks) on exit.
+    """
+    ctx = ExecutionContext(factory, retries=retries)
+    token = _CURRENT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _CURRENT.reset(token)
+        if close:
+            ctx.close()

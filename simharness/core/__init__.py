@@ -1,0 +1,1 @@
+"""Types, building blocks, tracing, intrinsics and the canonical reduction."""

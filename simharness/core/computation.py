@@ -1,0 +1,259 @@
+"""Computations and the `tf_computation` / `federated_computation` decorators.
+
+A `ConcreteComputation` wraps one building block (a `CompiledComputation`
+or a `Lambda`) with its `type_signature`. A `PolymorphicComputation` (no
+parameter spec given) traces a concrete one per argument type on call, as
+TFF does. Calling a computation inside a federated computation's tracing
+adds a call to the traced body; calling it elsewhere runs it in the current
+execution context.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import threading
+from typing import Any, Callable, Dict, Optional
+
+from simharness.core import building_blocks as bb
+from simharness.core import tracing
+from simharness.core import types as T
+from simharness.core.structure import Struct
+from simharness.errors import SimharnessTypeError
+
+
+class Computation:
+    """Base class of computations: callable, nestable, typed."""
+
+    name: str = ''
+
+    @property
+    def type_signature(self) -> T.FunctionType:
+        raise NotImplementedError  # abstract; both subclasses override
+
+    def to_building_block(self, param_hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
+        raise NotImplementedError  # abstract; both subclasses override
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if tracing.is_tracing() or _has_traced_value(args, kwargs):
+            return self._trace_call(args, kwargs)
+        from simharness.context import get_context  # context depends on executors
+        concrete = self._concrete_for_call(args, kwargs)
+        return get_context().invoke(concrete, _pack_python_args(concrete.type_signature.parameter,
+                                                                args, kwargs))
+
+    def _concrete_for_call(self, args, kwargs) -> 'ConcreteComputation':
+        return self  # type: ignore[return-value]
+
+    def _trace_call(self, args, kwargs) -> tracing.Value:
+        concrete = self._concrete_for_trace(args, kwargs)
+        ft = concrete.type_signature
+        arg = tracing.pack_args(ft.parameter, args, kwargs)
+        return tracing.Value(tracing.current_scope().bind(bb.Call(concrete.to_building_block(), arg)))
+
+    def _concrete_for_trace(self, args, kwargs) -> 'ConcreteComputation':
+        return self  # type: ignore[return-value]
+
+
+def _has_traced_value(args, kwargs) -> bool:
+    return any(isinstance(a, tracing.Value) for a in list(args) + list(kwargs.values()))
+
+
+def _pack_python_args(param: Optional[T.Type], args: tuple, kwargs: dict) -> Any:
+    if param is None:
+        if args or kwargs:
+            raise SimharnessTypeError(f'this computation takes no argument, got '
+                                      f'{len(args) + len(kwargs)}')
+        return None
+    if len(args) == 1 and not kwargs:
+        return args[0]
+    if not args and not kwargs:
+        raise SimharnessTypeError(f'this computation needs an argument of type {param}')
+    if not isinstance(param, T.StructType):
+        raise SimharnessTypeError(f'expected one argument of type {param}, got '
+                                  f'{len(args) + len(kwargs)}')
+    if kwargs:
+        names = param.names
+        items = list(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise SimharnessTypeError(f'unexpected keyword argument {k!r} for {param}')
+            items.append((k, v))
+        order = {n: i for i, n in enumerate(names)}
+        items.sort(key=lambda kv: order[kv[0]])
+        return Struct(items)
+    return list(args)
+
+
+class ConcreteComputation(Computation):
+    """A computation with a fixed type signature."""
+
+    def __init__(self, comp: bb.ComputationBuildingBlock, name: str = ''):
+        if not isinstance(comp.type_signature, T.FunctionType):
+            raise SimharnessTypeError(f'a computation must be a function, got {comp.type_signature}')
+        self._comp = comp
+        self.name = name
+
+    @property
+    def type_signature(self) -> T.FunctionType:
+        return self._comp.type_signature
+
+    def to_building_block(self, param_hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
+        return self._comp
+
+    def __repr__(self) -> str:
+        return f'<Computation {self.name or "?"}: {self.type_signature}>'
+
+
+class PolymorphicComputation(Computation):
+    """A computation traced per parameter type on first use with that type."""
+
+    def __init__(self, make: Callable[[Optional[T.Type]], ConcreteComputation], name: str = ''):
+        self._make = make
+        self._cache: 'collections.OrderedDict[T.Type, ConcreteComputation]' = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.name = name
+
+    @property
+    def type_signature(self) -> T.FunctionType:
+        raise SimharnessTypeError(
+            f'computation {self.name!r} is polymorphic: it has no type signature until called '
+            'with an argument (or give parameter specs to the decorator)')
+
+    def concrete(self, param_type: T.Type) -> ConcreteComputation:
+        with self._lock:
+            c = self._cache.get(param_type)
+            if c is None:
+                c = self._make(param_type)
+                self._cache[param_type] = c
+                while len(self._cache) > 64:
+                    self._cache.popitem(last=False)
+            return c
+
+    def to_building_block(self, param_hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
+        if param_hint is None:
+            raise SimharnessTypeError(f'polymorphic computation {self.name!r} needs an argument '
+                                      'type before it can be used here')
+        return self.concrete(param_hint).to_building_block()
+
+    def _concrete_for_call(self, args, kwargs) -> ConcreteComputation:
+        if not args and not kwargs:
+            raise SimharnessTypeError(f'polymorphic computation {self.name!r} needs an argument')
+        if kwargs:
+            raise SimharnessTypeError('polymorphic computations take positional arguments only')
+        value = args[0] if len(args) == 1 else list(args)
+        return self.concrete(_strip_container_for_polymorphism(T.infer_type(value), len(args)))
+
+    def _concrete_for_trace(self, args, kwargs) -> ConcreteComputation:
+        if kwargs:
+            raise SimharnessTypeError('polymorphic computations take positional arguments only')
+        if len(args) == 1:
+            t = tracing.to_building_block(args[0]).type_signature
+        else:
+            t = T.StructType([tracing.to_building_block(a).type_signature for a in args])
+        return self.concrete(t)
+
+    def __repr__(self) -> str:
+        return f'<PolymorphicComputation {self.name or "?"}>'
+
+
+def _strip_container_for_polymorphism(t: T.Type, nargs: int) -> T.Type:
+    if nargs > 1 and isinstance(t, T.StructType):
+        return T.StructType(t.items())
+    return t
+
+
+# ---------------------------------------------------------------- decorators
+
+def _is_spec(x: Any) -> bool:
+    if isinstance(x, (T.Type, list, tuple, dict)) or hasattr(x, 'as_numpy_dtype'):
+        return True
+    if isinstance(x, type):
+        return True
+    cls = type(x).__name__
+    return cls in ('TensorSpec', 'DatasetSpec', 'dtype') or isinstance(x, str)
+
+
+def _param_type_and_unpack(fn: Callable, specs: tuple) -> tuple:
+    """(parameter type, unpack?) for the given decorator specs."""
+    from simharness.core.tf_serialization import num_positional_params
+    nparams = num_positional_params(fn)
+    if len(specs) == 0:
+        return None, False
+    if len(specs) == 1:
+        t = T.to_type(specs[0])
+        if nparams is not None and nparams >= 2:
+            if isinstance(t, T.StructType) and len(t) == nparams:
+                return t, True
+            raise SimharnessTypeError(f'{fn.__name__} takes {nparams} parameters but the spec '
+                                      f'{t} does not have {nparams} elements')
+        return t, False
+    import inspect
+    names = [p.name for p in inspect.signature(fn).parameters.values()
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if nparams is not None and nparams != len(specs):
+        raise SimharnessTypeError(f'{fn.__name__} takes {nparams} parameters but {len(specs)} '
+                                  'specs were given')
+    if nparams is None:
+        names = [None] * len(specs)
+    return T.StructType([(n, T.to_type(s)) for n, s in zip(names, specs)]), True
+
+
+def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation]):
+    def decorator(*args: Any) -> Any:
+        if args and callable(args[0]) and not _is_spec(args[0]):
+            fn, specs = args[0], args[1:]
+            return _wrap(fn, specs)
+        specs = args
+        return lambda fn: _wrap(fn, specs)
+
+    def _wrap(fn: Callable, specs: tuple) -> Computation:
+        from simharness.core.tf_serialization import num_positional_params
+        name = getattr(fn, '__name__', '')
+        nparams = num_positional_params(fn)
+        if specs or nparams == 0:
+            param, unpack = _param_type_and_unpack(fn, specs)
+            comp = make_concrete(fn, param, unpack)
+        else:
+            def make(param_type: Optional[T.Type]) -> ConcreteComputation:
+                unpack = (isinstance(param_type, T.StructType) and nparams is not None
+                          and nparams >= 2 and len(param_type) == nparams)
+                return make_concrete(fn, param_type, unpack)
+            comp = PolymorphicComputation(make, name=name)
+        functools.update_wrapper(comp, fn, updated=())
+        return comp
+    return decorator
+
+
+def _make_tf(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteComputation:
+    from simharness.core import tf_serialization
+    name = getattr(fn, '__name__', '')
+    if param is not None and T._contains(param, (T.FederatedType, T.FunctionType)):
+        raise SimharnessTypeError(f'tf_computation {name!r} cannot take a parameter of type '
+                                  f'{param}; federated and functional values belong in '
+                                  'federated_computations')
+    return ConcreteComputation(tf_serialization.serialize_tf_function(fn, param, unpack, name), name)
+
+
+def _make_federated(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteComputation:
+    name = getattr(fn, '__name__', '')
+    with tracing.tracing_scope() as scope:
+        pname = f'{scope._names.__next__()}arg'
+        if param is None:
+            result = fn()
+        else:
+            ref = tracing.Value(bb.Reference(pname, param))
+            result = fn(*list(ref)) if unpack else fn(ref)
+        if result is None:
+            raise SimharnessTypeError(f'federated_computation {name!r} returned None')
+        body = tracing.to_building_block(result)
+        locals_ = list(scope.locals)
+    if locals_:
+        body = bb.Block(locals_, body)
+    return ConcreteComputation(bb.Lambda(pname if param is not None else None, param, body), name)
+
+
+#: `@tf_computation(*specs)`: trace a Python function into a serialized TF graph.
+tf_computation = _decorator(_make_tf)
+#: `@federated_computation(*specs)`: trace a Python function into building blocks.
+federated_computation = _decorator(_make_federated)

@@ -1,0 +1,322 @@
+"""Federated intrinsics with TFF's names and signatures.
+
+Each function checks its arguments' types while tracing (a clear
+`SimharnessTypeError` naming the types) and adds a call of an `Intrinsic`
+building block to the traced body. The federating layer gives them meaning.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from simharness.core import building_blocks as bb
+from simharness.core import tracing
+from simharness.core import types as T
+from simharness.core.computation import Computation, PolymorphicComputation
+from simharness.core.structure import broadcast_static
+from simharness.errors import SimharnessTypeError, SimharnessValueError
+
+
+def _bb(value: Any, hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
+    return tracing.to_building_block(value, hint)
+
+
+def _call(uri: str, param: Optional[T.Type], result: T.Type, arg: Optional[bb.ComputationBuildingBlock],
+          **static: Any) -> tracing.Value:
+    intrinsic = bb.Intrinsic(uri, T.FunctionType(param, result), **static)
+    return tracing.Value(tracing.current_scope().bind(bb.Call(intrinsic, arg)))
+
+
+def _fn(fn: Any, param: Optional[T.Type], what: str) -> bb.ComputationBuildingBlock:
+    """The building block of a function argument, instantiating polymorphic ones."""
+    if isinstance(fn, PolymorphicComputation):
+        if param is None:
+            raise SimharnessTypeError(f'{what}: a polymorphic computation needs a parameter type')
+        return fn.to_building_block(param)
+    if isinstance(fn, (Computation, tracing.Value, bb.ComputationBuildingBlock)):
+        comp = _bb(fn)
+    elif callable(fn):
+        raise SimharnessTypeError(f'{what}: got a plain Python function {fn!r}; decorate it with '
+                                  '@simharness.tf_computation')
+    else:
+        raise SimharnessTypeError(f'{what}: expected a computation, got {type(fn).__name__}')
+    ft = comp.type_signature
+    if not isinstance(ft, T.FunctionType):
+        raise SimharnessTypeError(f'{what}: expected a function, got a value of type {ft}', actual=ft)
+    if param is not None:
+        if ft.parameter is None:
+            raise SimharnessTypeError(f'{what}: function {ft} takes no parameter but will be '
+                                      f'called with {param}')
+        if not ft.parameter.is_assignable_from(param):
+            raise SimharnessTypeError(f'{what}: function parameter type {ft.parameter} is not '
+                                      f'assignable from {param}', expected=ft.parameter, actual=param)
+    return comp
+
+
+def _federated(value: Any, what: str, placement: Optional[T.PlacementLiteral] = None) -> bb.ComputationBuildingBlock:
+    comp = _bb(value)
+    t = comp.type_signature
+    if not isinstance(t, T.FederatedType) or (placement is not None and t.placement is not placement):
+        where = f' placed at {placement.name}' if placement is not None else ''
+        raise SimharnessTypeError(f'{what}: expected a federated value{where}, got a value of '
+                                  f'type {t}', actual=t)
+    return comp
+
+
+def _check_numeric(t: T.Type, what: str, floating: bool = False) -> None:
+    for leaf in T.flatten_type(t):
+        ok = isinstance(leaf, T.TensorType) and T.is_numeric_dtype(leaf.dtype)
+        if ok and floating:
+            ok = np.issubdtype(leaf.dtype, np.floating)
+        if not ok:
+            kind = 'floating-point' if floating else 'numeric'
+            raise SimharnessTypeError(f'{what}: needs {kind} tensors, got a member of type {t}',
+                                      actual=t)
+
+
+def federated_map(fn: Any, arg: Any) -> tracing.Value:
+    """Applies `fn` pointwise to a federated value (at clients or at the server)."""
+    value = _federated(arg, 'federated_map')
+    vt = value.type_signature
+    f = _fn(fn, vt.member, 'federated_map')
+    rt = f.type_signature.result
+    if vt.placement is T.SERVER:
+        result = T.FederatedType(rt, T.SERVER)
+        uri = 'federated_apply'
+    else:
+        result = T.FederatedType(rt, T.CLIENTS, all_equal=False)
+        uri = 'federated_map'
+    args = bb.Struct([(None, f), (None, value)])
+    return _call(uri, args.type_signature, result, args)
+
+
+def federated_apply(fn: Any, arg: Any) -> tracing.Value:
+    """`federated_map` at the server (TFF's older name)."""
+    _federated(arg, 'federated_apply', T.SERVER)
+    return federated_map(fn, arg)
+
+
+def federated_broadcast(value: Any) -> tracing.Value:
+    """`T@SERVER -> T@CLIENTS` (all equal)."""
+    v = _federated(value, 'federated_broadcast', T.SERVER)
+    member = v.type_signature.member
+    return _call('federated_broadcast', v.type_signature, T.FederatedType(member, T.CLIENTS, True), v)
+
+
+def federated_sum(value: Any) -> tracing.Value:
+    """`{T}@CLIENTS -> T@SERVER`, summed in the canonical client order."""
+    v = _federated(value, 'federated_sum', T.CLIENTS)
+    member = v.type_signature.member
+    _check_numeric(member, 'federated_sum')
+    return _call('federated_sum', v.type_signature, T.FederatedType(member, T.SERVER), v)
+
+
+def federated_mean(value: Any, weight: Any = None) -> tracing.Value:
+    """Mean (or weighted mean) of a client value, at the server."""
+    v = _federated(value, 'federated_mean', T.CLIENTS)
+    member = v.type_signature.member
+    _check_numeric(member, 'federated_mean', floating=True)
+    result = T.FederatedType(member, T.SERVER)
+    if weight is None:
+        return _call('federated_mean', v.type_signature, result, v)
+    w = _federated(weight, 'federated_mean weight', T.CLIENTS)
+    wt = w.type_signature.member
+    if not (isinstance(wt, T.TensorType) and wt.shape == () and T.is_numeric_dtype(wt.dtype)):
+        raise SimharnessTypeError(f'federated_mean: the weight must be a numeric scalar at '
+                                  f'clients, got {w.type_signature}', actual=w.type_signature)
+    args = bb.Struct([(None, v), (None, w)])
+    return _call('federated_weighted_mean', args.type_signature, result, args)
+
+
+def federated_aggregate(value: Any, zero: Any, accumulate: Any, merge: Any, report: Any) -> tracing.Value:
+    """Aggregates client values with `accumulate`, `merge` and `report` (TFF semantics).
+
+    Clients are folded with `accumulate` from `zero` in chunks of consecutive
+    clients, chunk accumulators are joined with `merge` in a fixed tree over
+    client indices, and `report` maps the result (see
+    `simharness.core.reduction`).
+    """
+    v = _federated(value, 'federated_aggregate', T.CLIENTS)
+    member = v.type_signature.member
+    z = _bb(zero)
+    zt = z.type_signature
+    if isinstance(zt, T.FederatedType):
+        if zt.placement is not T.SERVER:
+            raise SimharnessTypeError(f'federated_aggregate: zero must be unplaced or at the '
+                                      f'server, got {zt}')
+        zt_member = zt.member
+    else:
+        zt_member = zt
+    acc = _fn(accumulate, T.StructType([zt_member, member]), 'federated_aggregate accumulate')
+    at = acc.type_signature.result
+    if not at.is_assignable_from(zt_member) and not zt_member.is_assignable_from(at):
+        raise SimharnessTypeError(f'federated_aggregate: accumulate returns {at}, which does not '
+                                  f'match the type of zero {zt_member}', expected=zt_member, actual=at)
+    mrg = _fn(merge, T.StructType([at, at]), 'federated_aggregate merge')
+    rep = _fn(report, at, 'federated_aggregate report')
+    args = bb.Struct([(None, v), (None, z), (None, acc), (None, mrg), (None, rep)])
+    return _call('federated_aggregate', args.type_signature,
+                 T.FederatedType(rep.type_signature.result, T.SERVER), args)
+
+
+def federated_value(value: Any, placement: T.PlacementLiteral) -> tracing.Value:
+    """Places an unplaced value at `placement` (all equal)."""
+    if not isinstance(placement, T.PlacementLiteral):
+        raise SimharnessTypeError(f'federated_value: placement must be CLIENTS or SERVER, got '
+                                  f'{placement!r}')
+    v = _bb(value)
+    t = v.type_signature
+    if T._contains(t, (T.FederatedType, T.FunctionType)):
+        raise SimharnessTypeError(f'federated_value: expected an unplaced value, got {t}', actual=t)
+    return _call(f'federated_value_at_{placement.uri}', t, T.FederatedType(t, placement, True), v)
+
+
+def _zip_member(t: T.Type, placement_box: list) -> T.Type:
+    if isinstance(t, T.FederatedType):
+        if placement_box and placement_box[0] is not t.placement:
+            raise SimharnessTypeError('federated_zip: all values must have the same placement')
+        placement_box[:] = [t.placement]
+        return t.member
+    if isinstance(t, T.StructType):
+        return T.StructType([(n, _zip_member(e, placement_box)) for n, e in t.items()],
+                            container=t.container)
+    raise SimharnessTypeError(f'federated_zip: expected a struct of federated values, got {t}')
+
+
+def federated_zip(value: Any) -> tracing.Value:
+    """A (nested) struct of federated values -> a federated struct."""
+    v = _bb(value)
+    t = v.type_signature
+    if isinstance(t, T.FederatedType):
+        return tracing.Value(v)
+    if not isinstance(t, T.StructType) or len(t) == 0:
+        raise SimharnessTypeError(f'federated_zip: expected a non-empty struct of federated '
+                                  f'values, got {t}', actual=t)
+    box: list = []
+    member = _zip_member(t, box)
+    placement = box[0]
+    result = T.FederatedType(member, placement, all_equal=placement is T.SERVER)
+    return _call(f'federated_zip_at_{placement.uri}', t, result, v)
+
+
+def federated_eval(fn: Any, placement: T.PlacementLiteral) -> tracing.Value:
+    """Evaluates a no-parameter computation at `placement` (each client runs it)."""
+    if not isinstance(placement, T.PlacementLiteral):
+        raise SimharnessTypeError(f'federated_eval: placement must be CLIENTS or SERVER, got '
+                                  f'{placement!r}')
+    f = _fn(fn, None, 'federated_eval')
+    ft = f.type_signature
+    if ft.parameter is not None:
+        raise SimharnessTypeError(f'federated_eval: expected a function with no parameter, got {ft}')
+    result = T.FederatedType(ft.result, placement, all_equal=placement is T.SERVER)
+    return _call(f'federated_eval_at_{placement.uri}', ft, result, f)
+
+
+def federated_collect(value: Any) -> tracing.Value:
+    """`{T}@CLIENTS -> T*@SERVER`, in client order."""
+    v = _federated(value, 'federated_collect', T.CLIENTS)
+    member = v.type_signature.member
+    return _call('federated_collect', v.type_signature,
+                 T.FederatedType(T.SequenceType(member), T.SERVER), v)
+
+
+def federated_select(client_keys: Any, max_key: Any, server_val: Any, select_fn: Any) -> tracing.Value:
+    """Each client gets the sequence of `select_fn(server_val, key)` for its keys."""
+    k = _federated(client_keys, 'federated_select client_keys', T.CLIENTS)
+    kt = k.type_signature.member
+    if not (isinstance(kt, T.TensorType) and kt.dtype == np.int32 and kt.rank == 1):
+        raise SimharnessTypeError(f'federated_select: client_keys must be int32 vectors at '
+                                  f'clients, got {k.type_signature}')
+    mk = _bb(max_key)
+    if not isinstance(mk.type_signature, T.FederatedType):
+        mk = federated_value(tracing.Value(mk), T.SERVER).comp
+    sv = _federated(server_val, 'federated_select server_val', T.SERVER)
+    f = _fn(select_fn, T.StructType([sv.type_signature.member, T.TensorType(np.int32)]),
+            'federated_select select_fn')
+    args = bb.Struct([(None, k), (None, mk), (None, sv), (None, f)])
+    result = T.FederatedType(T.SequenceType(f.type_signature.result), T.CLIENTS, False)
+    return _call('federated_select', args.type_signature, result, args)
+
+
+def _secure(uri: str, value: Any, spec: Any, key: str) -> tracing.Value:
+    v = _federated(value, uri, T.CLIENTS)
+    member = v.type_signature.member
+    for leaf in T.flatten_type(member):
+        if not (isinstance(leaf, T.TensorType) and np.issubdtype(leaf.dtype, np.integer)):
+            raise SimharnessTypeError(
+                f'{uri}: secure sums are defined on integers only, got a member of type {member}; '
+                'quantize floats to integers first', actual=member)
+    try:
+        flat = broadcast_static(spec, member)
+    except Exception as e:
+        raise SimharnessTypeError(f'{uri}: {key} {spec!r} does not match the structure of '
+                                  f'{member}') from e
+    for b in flat:
+        if key == 'bitwidth' and not 1 <= b <= 62:
+            raise SimharnessValueError(f'{uri}: bitwidth must be in [1, 62], got {b}')
+        if key == 'modulus' and not 1 <= b <= 2 ** 62:
+            raise SimharnessValueError(f'{uri}: modulus must be in [1, 2**62], got {b}')
+    return _call(uri, v.type_signature, T.FederatedType(member, T.SERVER), v, **{key: spec})
+
+
+def federated_secure_sum_bitwidth(value: Any, bitwidth: Any) -> tracing.Value:
+    """Secure sum of client integers in ``[0, 2**bitwidth - 1]`` (checked per element).
+
+    The sum is exact modulo ``2**(bitwidth + ceil(log2(num_clients)))``, as in
+    the secure aggregation protocol, then cast to the value's dtype with
+    two's-complement wrap-around.
+    """
+    return _secure('federated_secure_sum_bitwidth', value, bitwidth, 'bitwidth')
+
+
+def federated_secure_modular_sum(value: Any, modulus: Any) -> tracing.Value:
+    """``SUM(value mod modulus) mod modulus`` of client integers, at the server."""
+    return _secure('federated_secure_modular_sum', value, modulus, 'modulus')
+
+
+def _seq_arg(value: Any, what: str):
+    v = _bb(value)
+    t = v.type_signature
+    member = t.member if isinstance(t, T.FederatedType) else t
+    if not isinstance(member, T.SequenceType):
+        raise SimharnessTypeError(f'{what}: expected a sequence (or a federated sequence), got {t}',
+                                  actual=t)
+    return v, t, member
+
+
+def _lift(t: T.Type, member: T.Type) -> T.Type:
+    if isinstance(t, T.FederatedType):
+        return T.FederatedType(member, t.placement, t.all_equal and t.placement is T.SERVER)
+    return member
+
+
+def sequence_map(fn: Any, arg: Any) -> tracing.Value:
+    """Maps `fn` over every element of a sequence (also inside federated sequences)."""
+    v, t, seq = _seq_arg(arg, 'sequence_map')
+    f = _fn(fn, seq.element, 'sequence_map')
+    args = bb.Struct([(None, f), (None, v)])
+    return _call('sequence_map', args.type_signature,
+                 _lift(t, T.SequenceType(f.type_signature.result)), args)
+
+
+def sequence_reduce(value: Any, zero: Any, op: Any) -> tracing.Value:
+    """Folds a sequence with `op(accumulator, element)` starting from `zero`."""
+    v, t, seq = _seq_arg(value, 'sequence_reduce')
+    z = _bb(zero)
+    zt = z.type_signature
+    zt_member = zt.member if isinstance(zt, T.FederatedType) else zt
+    f = _fn(op, T.StructType([zt_member, seq.element]), 'sequence_reduce')
+    args = bb.Struct([(None, v), (None, z), (None, f)])
+    return _call('sequence_reduce', args.type_signature, _lift(t, f.type_signature.result), args)
+
+
+def sequence_sum(value: Any) -> tracing.Value:
+    """The sum of a sequence's elements."""
+    v, t, seq = _seq_arg(value, 'sequence_sum')
+    _check_numeric(seq.element, 'sequence_sum')
+    for leaf in T.flatten_type(seq.element):
+        if not leaf.is_fully_defined:
+            raise SimharnessTypeError(f'sequence_sum: element shapes must be fully defined, got {seq}')
+    return _call('sequence_sum', t, _lift(t, seq.element), v)

@@ -1,0 +1,221 @@
+"""The canonical reduction order: results independent of how clients are spread.
+
+Every aggregation over clients (sum, mean, weighted mean, secure sums and
+`federated_aggregate`) follows one fixed tree over the client indices
+``0 .. N-1``, so that its result is bit-identical whatever the number of
+threads or workers and however many clients each takes per batch:
+
+```
+  clients   0 1 2 ... 15 | 16 ... 31 | 32 ... | ... N-1        (CHUNK = 16)
+  chunk c:  acc_c = accumulate(...accumulate(start(v_16c), v_16c+1)..., v_16c+15)
+  tree:     a fixed binary tree over chunk indices; node(l, i) covers chunks
+            [i*2^l, (i+1)*2^l) and equals merge(node(l-1, 2i), node(l-1, 2i+1)),
+            or just its left child when the right one is past the last chunk.
+  result:   node(K, 0) with 2^K >= number of chunks.
+```
+
+A holder of a contiguous block of clients (a worker, a thread) reduces its
+block to a `Partial` without talking to anyone: the raw values of a chunk
+begun in an earlier block (`head`, at most CHUNK-1 values), the tree nodes
+it can close, and the accumulator of a chunk it began but could not finish
+(`open_acc`). `combine` joins the partials of all blocks, in block order,
+into exactly the value the tree defines. Only `Partial`s travel: their size
+depends on the number of blocks and log(N), not on N.
+
+The module is pure Python: callers pass the `start`, `accumulate` and
+`merge` functions (numpy adds for sums, TF computations for
+`federated_aggregate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from simharness.errors import SimharnessValueError
+
+#: Number of consecutive clients folded sequentially before tree merging.
+CHUNK = 16
+
+Node = Tuple[int, int]  # (level, index)
+
+
+@dataclasses.dataclass
+class Partial:
+    """The reduction of the clients ``[start, stop)`` of a block.
+
+    Attributes:
+      start: first client index of the block.
+      stop: one past the last client index.
+      head: raw values of the leading clients that belong to a chunk begun
+        before `start` (the holder of that chunk's beginning folds them in).
+      nodes: closed tree nodes, keyed by (level, index).
+      open_chunk: index of the chunk begun in this block but not finished.
+      open_acc: accumulator of that chunk.
+    """
+
+    start: int
+    stop: int
+    head: List[Any] = dataclasses.field(default_factory=list)
+    nodes: Dict[Node, Any] = dataclasses.field(default_factory=dict)
+    open_chunk: Optional[int] = None
+    open_acc: Any = None
+
+    def values(self) -> List[Any]:
+        """Every value held, for transports that move the arrays separately."""
+        out = list(self.head) + [self.nodes[k] for k in sorted(self.nodes)]
+        if self.open_chunk is not None:
+            out.append(self.open_acc)
+        return out
+
+    def with_values(self, values: Sequence[Any]) -> 'Partial':
+        """A copy whose values are replaced, in the order of `values()`."""
+        it = iter(values)
+        head = [next(it) for _ in self.head]
+        nodes = {k: next(it) for k in sorted(self.nodes)}
+        acc = next(it) if self.open_chunk is not None else None
+        return Partial(self.start, self.stop, head, nodes, self.open_chunk, acc)
+
+
+class Reducer:
+    """Folds values into the canonical tree.
+
+    Args:
+      start: makes a chunk accumulator from the chunk's first value
+        (`accumulate(zero, v)` for aggregates, a copy for sums).
+      accumulate: `(acc, value) -> acc`, folds a value into a chunk.
+      merge: `(left, right) -> merged`, joins two tree nodes.
+      total: the number of clients N in the whole reduction.
+      chunk: the chunk size (tests only; the default is the canonical one).
+    """
+
+    def __init__(self, start: Callable[[Any], Any], accumulate: Callable[[Any, Any], Any],
+                 merge: Callable[[Any, Any], Any], total: int, chunk: int = CHUNK):
+        if total < 0:
+            raise SimharnessValueError(f'total must be >= 0, got {total}')
+        self._start = start
+        self._accumulate = accumulate
+        self._merge = merge
+        self.total = total
+        self.chunk = chunk
+
+    # ------------------------------------------------------------ blocks
+    def begin(self, start: int) -> '_Builder':
+        """Starts the partial of a block beginning at client `start`."""
+        return _Builder(self, start)
+
+    def partial(self, values: Iterable[Any], start: int) -> Partial:
+        """The partial of the block holding `values` for clients from `start`."""
+        b = self.begin(start)
+        b.feed(values)
+        return b.finish()
+
+    # ------------------------------------------------------------ tree
+    def _chunk_end(self, c: int) -> int:
+        return min((c + 1) * self.chunk, self.total)
+
+    def _insert(self, nodes: Dict[Node, Any], level: int, index: int, value: Any) -> None:
+        while True:
+            sib = (level, index ^ 1)
+            if sib not in nodes:
+                nodes[(level, index)] = value
+                return
+            other = nodes.pop(sib)
+            value = self._merge(other, value) if index & 1 else self._merge(value, other)
+            level, index = level + 1, index >> 1
+
+    def _num_chunks(self) -> int:
+        return -(-self.total // self.chunk)
+
+    # ------------------------------------------------------------ combine
+    def combine(self, partials: Sequence[Partial]) -> Any:
+        """Joins the partials of blocks covering ``[0, total)`` into the result.
+
+        Raises:
+          SimharnessValueError: if the blocks do not tile ``[0, total)``.
+        """
+        if self.total == 0:
+            raise SimharnessValueError('cannot reduce zero clients')
+        parts = sorted(partials, key=lambda p: p.start)
+        nodes: Dict[Node, Any] = {}
+        open_chunk: Optional[int] = None
+        open_acc: Any = None
+        pos = 0
+        for p in parts:
+            if p.start != pos:
+                raise SimharnessValueError(
+                    f'partials do not tile the clients: expected a block starting at {pos}, '
+                    f'got one starting at {p.start}')
+            idx = p.start
+            for v in p.head:
+                c = idx // self.chunk
+                if open_chunk != c:
+                    raise SimharnessValueError(f'client {idx} continues chunk {c}, which no '
+                                               'earlier block began')
+                open_acc = self._accumulate(open_acc, v)
+                idx += 1
+                if idx == self._chunk_end(c):
+                    self._insert(nodes, 0, c, open_acc)
+                    open_chunk, open_acc = None, None
+            for (level, index) in sorted(p.nodes):
+                self._insert(nodes, level, index, p.nodes[(level, index)])
+            if p.open_chunk is not None:
+                if open_chunk is not None:
+                    raise SimharnessValueError(f'chunk {open_chunk} was left unfinished')
+                open_chunk, open_acc = p.open_chunk, p.open_acc
+            pos = p.stop
+        if pos != self.total:
+            raise SimharnessValueError(f'partials cover clients [0, {pos}), expected [0, {self.total})')
+        if open_chunk is not None:
+            raise SimharnessValueError(f'chunk {open_chunk} was left unfinished')
+        n = self._num_chunks()
+        top = max(0, (n - 1).bit_length())
+        return self._node_value(nodes, top, 0, n)
+
+    def _node_value(self, nodes: Dict[Node, Any], level: int, index: int, n: int) -> Any:
+        if (level, index) in nodes:
+            return nodes[(level, index)]
+        if level == 0:
+            raise SimharnessValueError(f'chunk {index} is missing from the partials')
+        left = self._node_value(nodes, level - 1, 2 * index, n)
+        if (2 * index + 1) << (level - 1) >= n:
+            return left
+        right = self._node_value(nodes, level - 1, 2 * index + 1, n)
+        return self._merge(left, right)
+
+
+class _Builder:
+    """Incrementally builds the `Partial` of one block (fed in client order)."""
+
+    def __init__(self, reducer: Reducer, start: int):
+        self._r = reducer
+        self._p = Partial(start, start)
+        self._pos = start
+        self._in_head = start % reducer.chunk != 0
+
+    def feed(self, values: Iterable[Any]) -> None:
+        r = self._r
+        p = self._p
+        for v in values:
+            idx = self._pos
+            if idx >= r.total:
+                raise SimharnessValueError(f'client index {idx} is past the total {r.total}')
+            c = idx // r.chunk
+            if self._in_head:
+                p.head.append(v)
+            elif p.open_chunk is None:
+                p.open_chunk, p.open_acc = c, r._start(v)
+            else:
+                p.open_acc = r._accumulate(p.open_acc, v)
+            idx += 1
+            self._pos = idx
+            if idx == r._chunk_end(c):
+                if self._in_head:
+                    self._in_head = False
+                else:
+                    r._insert(p.nodes, 0, c, p.open_acc)
+                    p.open_chunk, p.open_acc = None, None
+        p.stop = self._pos
+
+    def finish(self) -> Partial:
+        return self._p

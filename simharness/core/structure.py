@@ -1,0 +1,224 @@
+"""`Struct`: the runtime container of struct values, and conversions.
+
+A `Struct` is an ordered list of (name or None, value) pairs. Executors keep
+struct values as `Struct`s; the execution context converts results back
+into the Python container recorded on the `StructType` (namedtuple, dict,
+attrs class, list, tuple).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
+
+import attrs
+import numpy as np
+
+from simharness.core import types as T
+from simharness.errors import SimharnessTypeError
+
+
+class Struct:
+    """An ordered struct of optionally named values (TFF's `Struct`)."""
+
+    __slots__ = ('_names', '_values')
+
+    def __init__(self, items: Iterable[Tuple[Optional[str], Any]]):
+        items = list(items)
+        self._names = tuple(n for n, _ in items)
+        self._values = tuple(v for _, v in items)
+
+    @classmethod
+    def unnamed(cls, *values: Any) -> 'Struct':
+        return cls((None, v) for v in values)
+
+    @classmethod
+    def named(cls, **values: Any) -> 'Struct':
+        return cls(values.items())
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return self._values[self.index_of(key)]
+        return self._values[key]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith('_'):
+            raise AttributeError(name)
+        try:
+            return self._values[self._names.index(name)]
+        except ValueError:
+            raise AttributeError(name) from None
+
+    def index_of(self, name: str) -> int:
+        try:
+            return self._names.index(name)
+        except ValueError:
+            raise SimharnessTypeError(f'struct has no element named {name!r}') from None
+
+    @property
+    def names(self) -> Tuple[Optional[str], ...]:
+        return self._names
+
+    def items(self) -> List[Tuple[Optional[str], Any]]:
+        return list(zip(self._names, self._values))
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Struct) and self.items() == other.items()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.items()))
+
+    def __repr__(self) -> str:
+        parts = [repr(v) if n is None else f'{n}={v!r}' for n, v in self.items()]
+        return 'Struct(' + ', '.join(parts) + ')'
+
+    def __reduce__(self):
+        return (Struct, (self.items(),))
+
+
+def map_structure(fn: Callable[..., Any], *structs: Any) -> Any:
+    """Applies `fn` to corresponding leaves of `Struct`s of equal layout."""
+    first = structs[0]
+    if isinstance(first, Struct):
+        return Struct((n, map_structure(fn, *[s[i] for s in structs]))
+                      for i, n in enumerate(first.names))
+    return fn(*structs)
+
+
+def flatten(value: Any) -> list:
+    """Leaves of a nested `Struct`, depth first."""
+    if isinstance(value, Struct):
+        out = []
+        for v in value:
+            out.extend(flatten(v))
+        return out
+    return [value]
+
+
+def pack_as(type_spec: T.Type, leaves: list) -> Any:
+    """Rebuilds a nested `Struct` shaped like `type_spec` from its leaves."""
+    it = iter(leaves)
+
+    def build(t):
+        if isinstance(t, T.StructType):
+            return Struct((n, build(e)) for n, e in t.items())
+        return next(it)
+
+    out = build(type_spec)
+    return out
+
+
+def from_container(value: Any, type_spec: Optional[T.Type] = None) -> Any:
+    """Converts Python containers into `Struct`s, following `type_spec` if given.
+
+    Leaves are left untouched. Unnamed Python sequences match named struct
+    types positionally; dicts are matched by name.
+    """
+    if type_spec is not None and not isinstance(type_spec, T.StructType):
+        return value
+    if isinstance(value, Struct):
+        if type_spec is None:
+            return Struct((n, from_container(v)) for n, v in value.items())
+        _check_len(value, type_spec)
+        return Struct((tn, from_container(v, t)) for (tn, t), v in zip(type_spec.items(), value))
+    if T._is_namedtuple(value) or attrs.has(type(value)):
+        names = value._fields if T._is_namedtuple(value) else [a.name for a in attrs.fields(type(value))]
+        vals = [getattr(value, n) for n in names]
+        items = list(zip(names, vals))
+    elif isinstance(value, collections.abc.Mapping):
+        items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        items = [(None, v) for v in value]
+    elif type_spec is not None:
+        raise SimharnessTypeError(
+            f'value {value!r} ({type(value).__name__}) is not a struct; expected a value of '
+            f'type {type_spec} (a list, tuple, dict, namedtuple or attrs instance)',
+            expected=type_spec, actual=type(value).__name__)
+    else:
+        return value
+    if type_spec is None:
+        return Struct((n, from_container(v)) for n, v in items)
+    if len(items) != len(type_spec):
+        raise SimharnessTypeError(
+            f'value with {len(items)} elements does not match struct type {type_spec} with '
+            f'{len(type_spec)} elements', expected=type_spec)
+    if all(n is not None for n, _ in items) and any(n is not None for n in type_spec.names):
+        # match by name
+        by_name = dict(items)
+        out = []
+        for tn, t in type_spec.items():
+            if tn is None or tn not in by_name:
+                raise SimharnessTypeError(
+                    f'value with names {[n for n, _ in items]} does not match struct type '
+                    f'{type_spec}', expected=type_spec)
+            out.append((tn, from_container(by_name[tn], t)))
+        return Struct(out)
+    return Struct((tn, from_container(v, t)) for (tn, t), (_, v) in zip(type_spec.items(), items))
+
+
+def _check_len(value: Struct, type_spec: T.StructType) -> None:
+    if len(value) != len(type_spec):
+        raise SimharnessTypeError(
+            f'struct with {len(value)} elements does not match type {type_spec}',
+            expected=type_spec)
+
+
+def to_container(value: Any, type_spec: T.Type) -> Any:
+    """Converts a `Struct` into the Python container recorded on `type_spec`."""
+    if not isinstance(type_spec, T.StructType):
+        return value
+    if not isinstance(value, Struct):
+        return value
+    elems = [to_container(v, t) for v, t in zip(value, type_spec)]
+    names = type_spec.names
+    container = type_spec.container
+    if container is not None:
+        if T._is_namedtuple_cls(container):
+            return container(*elems)
+        if attrs.has(container):
+            return container(**dict(zip(names, elems)))
+        if issubclass(container, collections.abc.Mapping):
+            try:
+                return container(zip(names, elems))
+            except TypeError:
+                return dict(zip(names, elems))
+        if issubclass(container, (list, tuple)):
+            return container(elems)
+    if all(n is not None for n in names) and names:
+        return collections.OrderedDict(zip(names, elems))
+    if all(n is None for n in names):
+        return list(elems) if names else []
+    return Struct(zip(names, elems))
+
+
+def to_numpy(value: Any) -> Any:
+    """Converts tensor leaves (eager tensors) to numpy, keeping Structs."""
+    if isinstance(value, Struct):
+        return Struct((n, to_numpy(v)) for n, v in value.items())
+    if hasattr(value, 'numpy') and not isinstance(value, np.ndarray):
+        return value.numpy()
+    return value
+
+
+def broadcast_static(spec: Any, member: T.Type) -> List[int]:
+    """Per-leaf ints from an int or a structure matching `member`."""
+    leaves = T.flatten_type(member)
+    if isinstance(spec, (int, np.integer)):
+        return [int(spec)] * len(leaves)
+    s = from_container(spec, member) if isinstance(member, T.StructType) else spec
+    out = []
+
+    def walk(x, t):
+        if isinstance(t, T.StructType):
+            for xe, te in zip(x, t):
+                walk(xe, te)
+        else:
+            out.append(int(x))
+    walk(s, member)
+    return out

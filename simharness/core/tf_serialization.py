@@ -1,0 +1,200 @@
+"""Traces Python functions into serialized TF graphs (`CompiledComputation`).
+
+The function runs once in a fresh `tf.Graph` with one placeholder per
+parameter leaf (a variant placeholder for each sequence, turned back into a
+`tf.data.Dataset`). Its result leaves become named identity tensors. The
+graph is stored as `GraphDef` bytes plus the input and output tensor names,
+so that any process can run it without the user's Python code.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+from typing import Any, Callable, List, Optional, Tuple
+
+import attrs
+import numpy as np
+import tensorflow as tf
+
+from simharness.core import building_blocks as bb
+from simharness.core import types as T
+from simharness.core.structure import Struct
+from simharness.errors import SimharnessTypeError
+
+
+def tf_dtype(dtype: np.dtype) -> tf.DType:
+    if dtype == np.dtype(object):
+        return tf.string
+    return tf.as_dtype(dtype)
+
+
+def element_spec_for(t: T.Type) -> Any:
+    """A `tf.data` element structure (TensorSpecs in containers) for type `t`."""
+    if isinstance(t, T.TensorType):
+        return tf.TensorSpec(t.shape, tf_dtype(t.dtype))
+    if isinstance(t, T.StructType):
+        elems = [element_spec_for(e) for e in t]
+        names = t.names
+        c = t.container
+        if c is not None:
+            if T._is_namedtuple_cls(c):
+                return c(*elems)
+            if attrs.has(c):
+                return c(**dict(zip(names, elems)))
+            if issubclass(c, collections.abc.Mapping):
+                return collections.OrderedDict(zip(names, elems)) if c is not dict else dict(zip(names, elems))
+            if issubclass(c, list):
+                return tuple(elems)  # tf.data has no list structure
+            if issubclass(c, tuple):
+                return tuple(elems)
+        if names and all(n is not None for n in names):
+            return collections.OrderedDict(zip(names, elems))
+        return tuple(elems)
+    raise SimharnessTypeError(f'{t} cannot be an element of a sequence')
+
+
+def _to_python_struct(value: Any, t: T.Type) -> Any:
+    """Repackages flat-built Structs into the container the user expects."""
+    if not isinstance(t, T.StructType):
+        return value
+    elems = [_to_python_struct(v, e) for v, e in zip(value, t)]
+    c = t.container
+    if c is not None:
+        if T._is_namedtuple_cls(c):
+            return c(*elems)
+        if attrs.has(c):
+            return c(**dict(zip(t.names, elems)))
+        if issubclass(c, collections.abc.Mapping):
+            try:
+                return c(zip(t.names, elems))
+            except TypeError:
+                return dict(zip(t.names, elems))
+        if issubclass(c, (list, tuple)):
+            return c(elems)
+    return Struct(zip(t.names, elems))
+
+
+def _placeholders(t: T.Type, counter: List[int], inputs: List[tf.Tensor]) -> Any:
+    if isinstance(t, T.TensorType):
+        ph = tf.compat.v1.placeholder(tf_dtype(t.dtype), t.shape, name=f'arg_{counter[0]}')
+        counter[0] += 1
+        inputs.append(ph)
+        return ph
+    if isinstance(t, T.SequenceType):
+        ph = tf.compat.v1.placeholder(tf.variant, (), name=f'arg_{counter[0]}')
+        counter[0] += 1
+        inputs.append(ph)
+        return tf.data.experimental.from_variant(ph, element_spec_for(t.element))
+    if isinstance(t, T.StructType):
+        return Struct((n, _placeholders(e, counter, inputs)) for n, e in t.items())
+    raise SimharnessTypeError(f'a tf_computation cannot take a parameter of type {t}; expected '
+                              'tensors, structs and sequences')
+
+
+def _is_dataset(x: Any) -> bool:
+    return isinstance(x, tf.data.Dataset)
+
+
+def _result_type_and_leaves(result: Any) -> Tuple[T.Type, List[Any]]:
+    """Flattens a traced result into (type, leaves); datasets become variants."""
+    if _is_dataset(result):
+        elem = T._from_tf_structure(result.element_spec)
+        return T.SequenceType(elem), [tf.data.experimental.to_variant(result)]
+    if isinstance(result, Struct):
+        items = result.items()
+        container = None
+    elif T._is_namedtuple(result):
+        items = [(f, getattr(result, f)) for f in result._fields]
+        container = type(result)
+    elif attrs.has(type(result)):
+        items = [(a.name, getattr(result, a.name)) for a in attrs.fields(type(result))]
+        container = type(result)
+    elif isinstance(result, collections.abc.Mapping):
+        items = [(str(k), v) for k, v in result.items()]
+        container = type(result)
+    elif isinstance(result, (list, tuple)):
+        items = [(None, v) for v in result]
+        container = type(result)
+    else:
+        if isinstance(result, tf.Variable):
+            result = tf.identity(result)
+        try:
+            t = tf.convert_to_tensor(result)
+        except (TypeError, ValueError) as e:
+            raise SimharnessTypeError(
+                f'a tf_computation returned {result!r} ({type(result).__name__}); expected '
+                'tensors, datasets or containers of these') from e
+        return T.TensorType(t.dtype, t.shape), [t]
+    types, leaves = [], []
+    for name, v in items:
+        t, l = _result_type_and_leaves(v)
+        types.append((name, t))
+        leaves.extend(l)
+    return T.StructType(types, container=container), leaves
+
+
+def num_positional_params(fn: Callable) -> Optional[int]:
+    """Positional parameters of `fn`, or None when it takes *args."""
+    sig = inspect.signature(fn)
+    n = 0
+    for p in sig.parameters.values():
+        if p.kind == p.VAR_POSITIONAL:
+            return None
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            n += 1
+    return n
+
+
+def call_with_param(fn: Callable, param_type: Optional[T.Type], arg: Any, unpack: bool) -> Any:
+    if param_type is None:
+        return fn()
+    if unpack:
+        return fn(*[_to_python_struct(v, t) for v, t in zip(arg, param_type)])
+    return fn(_to_python_struct(arg, param_type))
+
+
+def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bool,
+                          name: str = '') -> bb.CompiledComputation:
+    """Traces `fn` with a parameter of `param_type` into a `CompiledComputation`.
+
+    Raises:
+      SimharnessTypeError: if the parameter or result types are not supported.
+    """
+    graph = tf.Graph()
+    inputs: List[tf.Tensor] = []
+    with graph.as_default():
+        arg = None if param_type is None else _placeholders(param_type, [0], inputs)
+        result = call_with_param(fn, param_type, arg, unpack)
+        if result is None:
+            raise SimharnessTypeError(f'tf_computation {name or fn!r} returned None; it must '
+                                      'return tensors, datasets or containers of these')
+        result_type, leaves = _result_type_and_leaves(result)
+        outputs = [tf.identity(t, name=f'result_{i}') for i, t in enumerate(leaves)]
+        if graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+            raise SimharnessTypeError(
+                f'tf_computation {name or fn!r} creates tf.Variables; computations must be '
+                'functional (pass weights in as tensors and return the new ones)')
+    # Result leaves may have shapes only known at run time; the type keeps what
+    # the graph knows.
+    graph_def = graph.as_graph_def().SerializeToString()
+    compiled = bb.CompiledComputation(
+        bb.TFGraph(graph_def, [t.name for t in inputs], [t.name for t in outputs]),
+        T.FunctionType(param_type, result_type), name=name)
+    return compiled
+
+
+def constant_computation(value: Any, type_spec: Optional[T.Type] = None) -> bb.CompiledComputation:
+    """A no-parameter `CompiledComputation` returning the constant `value`."""
+    from simharness.core.structure import from_container
+
+    def make():
+        def build(v, t):
+            if isinstance(t, T.StructType):
+                return Struct((n, build(x, e)) for (n, e), x in zip(t.items(), v))
+            return tf.constant(np.asarray(v, dtype=t.dtype if t.dtype != np.dtype(object) else None),
+                               dtype=tf_dtype(t.dtype), shape=t.shape)
+        t = type_spec if type_spec is not None else T.infer_type(value)
+        return build(from_container(value, t) if isinstance(t, T.StructType) else value, t)
+
+    return serialize_tf_function(make, None, False, name='constant')

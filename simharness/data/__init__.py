@@ -1,0 +1,27 @@
+"""Federated data sets: in memory, synthetic, scikit-learn digits, from files.
+
+Importing this package imports neither TensorFlow nor scikit-learn; they
+are imported by the functions that need them.
+"""
+
+from simharness.data.client_data import (ArrayClientData, ArraySpec, ClientData,
+                                         sample_clients)
+from simharness.data.digits import (dirichlet_partition, iid_partition,
+                                    load_digits_federated)
+from simharness.data.files import FileClientData, save_npz_dir
+from simharness.data.synthetic import (reference_fedavg_workload,
+                                       synthetic_alpha_beta)
+
+__all__ = [
+    'ArrayClientData',
+    'ArraySpec',
+    'ClientData',
+    'FileClientData',
+    'dirichlet_partition',
+    'iid_partition',
+    'load_digits_federated',
+    'reference_fedavg_workload',
+    'sample_clients',
+    'save_npz_dir',
+    'synthetic_alpha_beta',
+]

@@ -1,0 +1,114 @@
+"""The one error tree of simharness.
+
+Every error raised on purpose by the library derives from `SimharnessError`.
+User mistakes also derive from the matching builtin (`TypeError`,
+`ValueError`) so that ``except TypeError`` keeps working for TFF users.
+Errors carry their facts as attributes and survive pickling (they cross
+process boundaries from the workers).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class SimharnessError(Exception):
+    """Base class of every error raised on purpose by simharness."""
+
+    def __reduce__(self):
+        # Exceptions with keyword-only constructors do not pickle by default;
+        # rebuild from the message and restore the attribute dict.
+        return (_rebuild_error, (type(self), self.args, self.__dict__))
+
+
+def _rebuild_error(cls, args, state):
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
+
+class RetryableError(SimharnessError):
+    """Marker for transient failures: running the computation again may work."""
+
+
+class SimharnessTypeError(SimharnessError, TypeError):
+    """A value or computation does not have the type that was expected."""
+
+    def __init__(self, message: str, *, expected: Any = None, actual: Any = None):
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+
+
+class SimharnessValueError(SimharnessError, ValueError):
+    """A value is of the right type but not acceptable (out of range, ...)."""
+
+
+class CardinalityError(SimharnessValueError):
+    """The number of clients implied by arguments is inconsistent."""
+
+    def __init__(self, message: str, *, expected: Optional[int] = None,
+                              actual: Optional[int] = None):
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+
+
+class ExecutorClosedError(SimharnessError, RuntimeError):
+    """An executor or pool was used after `close()`."""
+
+
+class WorkerError(SimharnessError, RuntimeError):
+    """A worker process reported an error while running a request.
+
+    The worker's traceback text is kept in `remote_traceback` and chained as
+    ``__cause__`` when the error is re-raised in the driver.
+    """
+
+    def __init__(self, message: str, *, worker_id: Optional[int] = None,
+                              pid: Optional[int] = None, remote_traceback: str = ''):
+        super().__init__(message)
+        self.worker_id = worker_id
+        self.pid = pid
+        self.remote_traceback = remote_traceback
+
+
+class WorkerCrashedError(RetryableError, RuntimeError):
+    """A worker process died while the driver waited on it.
+
+    Attributes:
+        worker_id: index of the worker in its pool.
+        pid: process id of the dead worker.
+        exitcode: exit code (>= 0) or minus the signal number (< 0), as in
+            `multiprocessing.Process.exitcode`.
+        likely_cause: a human-readable guess (killed, segfault, out of memory).
+    """
+
+    def __init__(self, message: str, *, worker_id: Optional[int] = None,
+                              pid: Optional[int] = None, exitcode: Optional[int] = None,
+                              likely_cause: str = ''):
+        super().__init__(message)
+        self.worker_id = worker_id
+        self.pid = pid
+        self.exitcode = exitcode
+        self.likely_cause = likely_cause
+
+
+class WorkerStartError(SimharnessError, RuntimeError):
+    """A worker process could not start (bad device, import error, ...)."""
+
+    def __init__(self, message: str, *, worker_id: Optional[int] = None,
+                              remote_traceback: str = ''):
+        super().__init__(message)
+        self.worker_id = worker_id
+        self.remote_traceback = remote_traceback
+
+
+class ConfigError(SimharnessError, ValueError):
+    """A configuration key has a value that is not allowed."""
+
+    def __init__(self, message: str, *, key: str = '', value: Any = None):
+        super().__init__(message)
+        self.key = key
+        self.value = value

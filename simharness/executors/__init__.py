@@ -1,0 +1,1 @@
+"""Executors, one per module (see simharness.framework for the public names)."""

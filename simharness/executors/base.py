@@ -1,0 +1,167 @@
+"""The executor interfaces: `Executor`, `ExecutorValue`, `BatchExecutor`, `ExecutorFactory`.
+
+`Executor` is TFF's interface (`create_value`, `create_call`,
+`create_struct`, `create_selection`, `close`). `BatchExecutor` is our
+addition for the executors that host clients (leaf and delegating ones):
+each method covers a whole block of clients in one operation, which is what
+lets a worker process take one control message per operation instead of
+one per client, and run a block of clients through one TF call.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from simharness.core import types as T
+from simharness.core.reduction import Partial
+
+
+class ExecutorValue(abc.ABC):
+    """A value embedded in an executor."""
+
+    @property
+    @abc.abstractmethod
+    def type_signature(self) -> T.Type:
+        """The type of this value."""
+
+    @abc.abstractmethod
+    async def compute(self) -> Any:
+        """Materializes the value in the calling process (tensors, Structs, lists)."""
+
+
+class Executor(abc.ABC):
+    """Abstract executor, as in TFF's `tff.framework.Executor`."""
+
+    @abc.abstractmethod
+    async def create_value(self, value: Any, type_spec: Any = None) -> ExecutorValue:
+        """Embeds `value` (a Python value or a building block) of `type_spec`."""
+
+    @abc.abstractmethod
+    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ExecutorValue:
+        """Calls the functional value `comp` on `arg`."""
+
+    @abc.abstractmethod
+    async def create_struct(self, elements: Any) -> ExecutorValue:
+        """A struct of embedded values (a list of values or (name, value) pairs)."""
+
+    @abc.abstractmethod
+    async def create_selection(self, source: ExecutorValue, index: int) -> ExecutorValue:
+        """Element `index` of the struct value `source`."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Releases the executor's resources. Idempotent."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def normalize_struct_elements(elements: Any) -> List[Tuple[Optional[str], Any]]:
+    """Accepts a list of values, a list of (name, value) pairs or a Struct."""
+    from simharness.core.structure import Struct
+    if isinstance(elements, Struct):
+        return elements.items()
+    if isinstance(elements, dict):
+        return list(elements.items())
+    out = []
+    for e in elements:
+        if isinstance(e, tuple) and len(e) == 2 and (e[0] is None or isinstance(e[0], str)):
+            out.append(e)
+        else:
+            out.append((None, e))
+    return out
+
+
+class BatchExecutor(Executor):
+    """An executor that hosts clients and works on blocks of them at once.
+
+    All list arguments and results are in client order. Reductions return a
+    `Partial` of the canonical reduction tree (see `simharness.core.reduction`)
+    whose values are numpy arrays (or Structs of them), so that partials can
+    travel between processes.
+    """
+
+    async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[ExecutorValue]:
+        """Embeds many values of one type."""
+        return list(await asyncio.gather(*[self.create_value(v, type_spec) for v in values]))
+
+    async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
+        """Materializes many values."""
+        return list(await asyncio.gather(*[v.compute() for v in values]))
+
+    @abc.abstractmethod
+    async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
+                         count: Optional[int] = None) -> List[ExecutorValue]:
+        """`fn(arg)` for every arg (or `count` calls of a no-parameter `fn`)."""
+
+    @abc.abstractmethod
+    async def create_structs(self, rows: Sequence[Sequence[ExecutorValue]],
+                             names: Sequence[Optional[str]]) -> List[ExecutorValue]:
+        """One struct per row (client), with element `names`."""
+
+    @abc.abstractmethod
+    async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> List[ExecutorValue]:
+        """Element `index` of every struct in `sources`."""
+
+    @abc.abstractmethod
+    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
+                                       total: int, params: Dict[str, Any]) -> Partial:
+        """Reduces the clients ``[start, start + len(values))`` of a reduction over `total`.
+
+        Args:
+          kind: 'sum', 'mean', 'weighted_mean', 'aggregate', 'secure_sum_bitwidth' or
+            'secure_modular_sum'.
+          values: the clients' values (pairs (value, weight) for 'weighted_mean').
+          start: the index of the first client.
+          total: the number of clients of the whole reduction.
+          params: 'zero', 'accumulate', 'merge' values of this executor for
+            'aggregate'; 'bitwidth' or 'modulus' for the secure sums.
+        """
+
+    @abc.abstractmethod
+    async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
+                                      params: Dict[str, Any], result_type: T.Type) -> ExecutorValue:
+        """Combines the partials of all blocks into the reduced value."""
+
+    @abc.abstractmethod
+    async def create_sequence_op(self, op: str, values: Sequence[ExecutorValue],
+                                 params: Dict[str, Any]) -> List[ExecutorValue]:
+        """'sequence_map' (params fn), 'sequence_reduce' (zero, op) or 'sequence_sum'."""
+
+    @abc.abstractmethod
+    async def create_select(self, keys: Sequence[ExecutorValue], server_value: ExecutorValue,
+                            select_fn: ExecutorValue, element_type: T.Type) -> List[ExecutorValue]:
+        """For each client's keys, a sequence of `select_fn(server_value, key)`."""
+
+
+class ExecutorFactory(abc.ABC):
+    """Creates executor stacks for given cardinalities (TFF's ExecutorFactory)."""
+
+    @abc.abstractmethod
+    def create_executor(self, cardinalities: Dict[T.PlacementLiteral, int]) -> Executor:
+        """An executor for `cardinalities` (e.g. ``{CLIENTS: 10}``), possibly cached."""
+
+    @abc.abstractmethod
+    def clean_up_executors(self) -> None:
+        """Closes every executor this factory has created."""
+
+    @property
+    def default_num_clients(self) -> Optional[int]:
+        """The number of clients used when the arguments do not tell."""
+        return None
+
+    def close(self) -> None:
+        self.clean_up_executors()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

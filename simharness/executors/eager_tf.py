@@ -1,0 +1,550 @@
+"""`EagerTFExecutor`: runs serialized TF computations eagerly on one device.
+
+What it does: embeds `CompiledComputation`s as callables (a bounded LRU
+cache keyed by graph fingerprint), keeps values as eager tensors, Structs
+of them, or `tf.data.Dataset`s between calls, validates argument types, and
+implements the `BatchExecutor` block operations: a block of clients whose
+inputs have equal shapes runs through ONE TF call (`tf.map_fn` over the
+stacked per-client inputs, with broadcast inputs passed once), and
+reductions follow the canonical tree of `simharness.core.reduction`.
+
+What it leaves to other layers: placements and intrinsics (the federating
+layer), lambdas and references (the reference-resolving layer), threads and
+processes (the delegating executors).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from simharness.core import building_blocks as bb
+from simharness.core import types as T
+from simharness.core.reduction import Partial, Reducer
+from simharness.core.structure import Struct, flatten, from_container, map_structure, pack_as
+from simharness.core.tf_serialization import element_spec_for, tf_dtype
+from simharness.errors import (ExecutorClosedError, SimharnessTypeError, SimharnessValueError)
+from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
+
+_DEFAULT_CACHE_SIZE = 256
+
+
+class EmbeddedFunction:
+    """A `CompiledComputation` imported into the eager runtime."""
+
+    def __init__(self, comp: bb.CompiledComputation):
+        self.comp = comp
+        self.type_signature: T.FunctionType = comp.type_signature
+        graph = comp.graph
+        graph_def = tf.compat.v1.GraphDef()
+        graph_def.ParseFromString(graph.graph_def)
+
+        def _import():
+            tf.graph_util.import_graph_def(graph_def, name='')
+
+        wrapped = tf.compat.v1.wrap_function(_import, [])
+        g = wrapped.graph
+        self._fn = wrapped.prune(
+            feeds=[g.get_tensor_by_name(n) for n in graph.input_names],
+            fetches=[g.get_tensor_by_name(n) for n in graph.output_names])
+        self._param_leaves = ([] if self.type_signature.parameter is None
+                              else T.flatten_type(self.type_signature.parameter))
+        self._result_leaves = T.flatten_type(self.type_signature.result)
+        self._batched: Dict[Tuple[bool, ...], Any] = {}
+
+    def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
+        out = self._fn(*leaves)
+        if isinstance(out, (list, tuple)):
+            return list(out)
+        return [out]
+
+    def batchable(self) -> bool:
+        """True when every parameter and result leaf is a fully-defined tensor."""
+        return (all(isinstance(t, T.TensorType) for t in self._param_leaves)
+                and all(isinstance(t, T.TensorType) and t.is_fully_defined
+                        for t in self._result_leaves))
+
+    def call_batched(self, shared_mask: Tuple[bool, ...], shared: List[Any],
+                     stacked: List[Any], n: int) -> List[Any]:
+        """Runs `n` clients in one TF call; returns stacked result leaves."""
+        fn = self._batched.get(shared_mask)
+        if fn is None:
+            fn = self._make_batched(shared_mask)
+            self._batched[shared_mask] = fn
+        return list(fn(tuple(shared), tuple(stacked)))
+
+    def _make_batched(self, mask: Tuple[bool, ...]):
+        inner = self._fn
+        out_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._result_leaves)
+
+        @tf.function(autograph=False, reduce_retracing=True)
+        def batched(shared, stacked):
+            def body(xs):
+                it_s, it_x = iter(shared), iter(xs)
+                leaves = [next(it_s) if m else next(it_x) for m in mask]
+                out = inner(*leaves)
+                return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+            if not stacked:
+                raise SimharnessValueError('a batched call needs at least one per-client input')
+            return tf.map_fn(body, stacked, fn_output_signature=out_sig, parallel_iterations=1)
+
+        return batched
+
+
+class EagerValue(ExecutorValue):
+    """A value held by an `EagerTFExecutor`: tensor, Struct, dataset or function."""
+
+    __slots__ = ('_value', '_type')
+
+    def __init__(self, value: Any, type_spec: T.Type):
+        self._value = value
+        self._type = type_spec
+
+    @property
+    def internal(self) -> Any:
+        return self._value
+
+    @property
+    def type_signature(self) -> T.Type:
+        return self._type
+
+    async def compute(self) -> Any:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f'EagerValue({self._type})'
+
+
+def _check_shape(value_shape: Tuple[int, ...], t: T.TensorType, what: Any) -> None:
+    if t.shape is None:
+        return
+    ok = len(value_shape) == len(t.shape) and all(
+        d is None or d == s for d, s in zip(t.shape, value_shape))
+    if not ok:
+        raise SimharnessTypeError(
+            f'value of shape {tuple(value_shape)} is not assignable to {t} ({what!r:.60})',
+            expected=t, actual=tuple(value_shape))
+
+
+def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
+    """Converts one leaf to an eager tensor of type `t`, with clear errors."""
+    if isinstance(value, tf.Tensor):
+        if value.dtype != tf_dtype(t.dtype):
+            raise SimharnessTypeError(f'tensor of dtype {value.dtype.name} is not assignable to {t}',
+                                      expected=t, actual=value.dtype.name)
+        _check_shape(tuple(value.shape), t, value)
+        return value
+    if isinstance(value, (tf.data.Dataset, Struct, dict, list)) and not (
+            isinstance(value, list) and t.shape):
+        raise SimharnessTypeError(f'value {value!r:.80} ({type(value).__name__}) is not assignable '
+                                  f'to tensor type {t}', expected=t, actual=type(value).__name__)
+    if t.dtype == np.dtype(object):
+        arr = np.asarray(value, dtype=object)
+    else:
+        src = np.asarray(value)
+        if src.dtype == object:
+            raise SimharnessTypeError(f'value {value!r:.80} is not assignable to {t}', expected=t)
+        if (np.issubdtype(src.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
+                src.dtype == np.bool_) != (t.dtype == np.bool_) and src.size:
+            raise SimharnessTypeError(
+                f'value of dtype {src.dtype} is not assignable to {t}', expected=t,
+                actual=str(src.dtype))
+        arr = src.astype(t.dtype, copy=False)
+    _check_shape(arr.shape, t, value)
+    return tf.convert_to_tensor(arr)
+
+
+def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
+    if isinstance(value, tf.data.Dataset):
+        actual = T._from_tf_structure(value.element_spec)
+        if not t.element.is_assignable_from(actual):
+            raise SimharnessTypeError(f'dataset of {actual}* is not assignable to {t}',
+                                      expected=t, actual=T.SequenceType(actual))
+        return value
+    if isinstance(value, (list, tuple)):
+        spec = element_spec_for(t.element)
+        elems = [ingest(v, t.element) for v in value]
+        if not elems:
+            return tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(
+                lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec))
+        py = [_struct_to_spec_container(e, spec) for e in elems]
+        stacked = tf.nest.map_structure(lambda *xs: tf.stack(xs), *py)
+        return tf.data.Dataset.from_tensor_slices(stacked)
+    raise SimharnessTypeError(f'value {value!r:.80} ({type(value).__name__}) is not a sequence; '
+                              f'expected a tf.data.Dataset or a list for {t}', expected=t)
+
+
+def _struct_to_spec_container(value: Any, spec: Any) -> Any:
+    if isinstance(value, Struct):
+        elems = [_struct_to_spec_container(v, s) for v, s in zip(value, _spec_children(spec))]
+        if isinstance(spec, collections.abc.Mapping):
+            return type(spec)(zip(spec.keys(), elems))
+        if T._is_namedtuple(spec):
+            return type(spec)(*elems)
+        return tuple(elems)
+    return value
+
+
+def _spec_children(spec: Any) -> list:
+    if isinstance(spec, collections.abc.Mapping):
+        return list(spec.values())
+    return list(spec)
+
+
+def ingest(value: Any, t: T.Type) -> Any:
+    """Converts a Python/numpy/TF value into this executor's representation of type `t`."""
+    if isinstance(t, T.TensorType):
+        return to_tensor(value, t)
+    if isinstance(t, T.StructType):
+        s = from_container(value, t)
+        return Struct((n, ingest(v, e)) for (n, e), v in zip(t.items(), s))
+    if isinstance(t, T.SequenceType):
+        return dataset_from_value(value, t)
+    raise SimharnessTypeError(f'an EagerTFExecutor cannot hold a value of type {t}', actual=t)
+
+
+def _flatten_arg(value: Any) -> List[Any]:
+    leaves = flatten(value)
+    return [tf.data.experimental.to_variant(l) if isinstance(l, tf.data.Dataset) else l
+            for l in leaves]
+
+
+def _pack_result(leaves: List[Any], t: T.Type) -> Any:
+    types = T.flatten_type(t)
+    out = []
+    for leaf, lt in zip(leaves, types):
+        if isinstance(lt, T.SequenceType):
+            out.append(tf.data.experimental.from_variant(leaf, element_spec_for(lt.element)))
+        else:
+            out.append(leaf)
+    return pack_as(t, out)
+
+
+def _np(x: Any) -> Any:
+    return map_structure(lambda v: v.numpy() if hasattr(v, 'numpy') else np.asarray(v), x)
+
+
+def _add(a: Any, b: Any) -> Any:
+    with np.errstate(over='ignore'):
+        return map_structure(lambda x, y: np.add(x, y), a, b)
+
+
+class EagerTFExecutor(BatchExecutor):
+    """Runs serialized TF computations eagerly on `device` (TFF's EagerTFExecutor).
+
+    Args:
+      device: a TF device name ('/CPU:0', '/GPU:1'); None lets TF choose.
+      cache_size: how many embedded functions to keep (least recently used
+        ones are dropped).
+    """
+
+    def __init__(self, device: Optional[str] = None, cache_size: int = _DEFAULT_CACHE_SIZE):
+        if cache_size < 1:
+            raise SimharnessValueError(f'cache_size must be >= 1, got {cache_size}')
+        self._device = device
+        self._cache: 'collections.OrderedDict[str, EmbeddedFunction]' = collections.OrderedDict()
+        self._cache_size = cache_size
+        self._closed = False
+
+    # ------------------------------------------------------------ helpers
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ExecutorClosedError('this EagerTFExecutor is closed')
+
+    def _device_scope(self):
+        return tf.device(self._device) if self._device else _NullScope()
+
+    def embed(self, comp: bb.CompiledComputation) -> EmbeddedFunction:
+        key = comp.fingerprint
+        fn = self._cache.get(key)
+        if fn is not None:
+            self._cache.move_to_end(key)
+            return fn
+        with self._device_scope():
+            fn = EmbeddedFunction(comp)
+        self._cache[key] = fn
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return fn
+
+    @property
+    def cache_info(self) -> Dict[str, int]:
+        return {'size': len(self._cache), 'max_size': self._cache_size}
+
+    def _fn_of(self, v: ExecutorValue) -> EmbeddedFunction:
+        fn = v.internal if isinstance(v, EagerValue) else None
+        if not isinstance(fn, EmbeddedFunction):
+            raise SimharnessTypeError(f'value of type {v.type_signature} is not a function embedded '
+                                      'in this executor', actual=v.type_signature)
+        return fn
+
+    def call(self, fn: EmbeddedFunction, arg: Optional[EagerValue]) -> EagerValue:
+        ft = fn.type_signature
+        if ft.parameter is None:
+            if arg is not None:
+                raise SimharnessTypeError(f'function {ft} takes no argument, got {arg.type_signature}')
+            leaves: List[Any] = []
+        else:
+            if arg is None:
+                raise SimharnessTypeError(f'function {ft} needs an argument of type {ft.parameter}')
+            ft.parameter.check_assignable_from(arg.type_signature, 'argument')
+            leaves = _flatten_arg(arg.internal)
+        with self._device_scope():
+            out = fn.call_flat(leaves)
+        return EagerValue(_pack_result(out, ft.result), ft.result)
+
+    # ------------------------------------------------------------ Executor
+    async def create_value(self, value: Any, type_spec: Any = None) -> EagerValue:
+        self._check_open()
+        if isinstance(value, bb.CompiledComputation):
+            return EagerValue(self.embed(value), value.type_signature)
+        if isinstance(value, EagerValue):
+            return value
+        t = T.to_type(type_spec) if type_spec is not None else T.infer_type(value)
+        if isinstance(t, T.FunctionType):
+            raise SimharnessTypeError(f'a function of type {t} must be given as a compiled '
+                                      f'TF computation, got {type(value).__name__}', expected=t)
+        with self._device_scope():
+            return EagerValue(ingest(value, t), t)
+
+    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> EagerValue:
+        self._check_open()
+        return self.call(self._fn_of(comp), arg)
+
+    async def create_struct(self, elements: Any) -> EagerValue:
+        self._check_open()
+        items = normalize_struct_elements(elements)
+        return EagerValue(Struct((n, v.internal) for n, v in items),
+                          T.StructType([(n, v.type_signature) for n, v in items]))
+
+    async def create_selection(self, source: ExecutorValue, index: int) -> EagerValue:
+        self._check_open()
+        t = source.type_signature
+        if not isinstance(t, T.StructType) or not isinstance(source.internal, Struct):
+            raise SimharnessTypeError(f'cannot select from a value of type {t}', actual=t)
+        return EagerValue(source.internal[index], t[index])
+
+    def close(self) -> None:
+        self._closed = True
+        self._cache.clear()
+
+    # ------------------------------------------------------------ batches
+    async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
+                         count: Optional[int] = None) -> List[EagerValue]:
+        self._check_open()
+        return self.map_sync(self._fn_of(fn), args, count)
+
+    def map_sync(self, f: EmbeddedFunction, args: Optional[Sequence[EagerValue]],
+                 count: Optional[int] = None) -> List[EagerValue]:
+        if args is None:
+            return [self.call(f, None) for _ in range(count or 0)]
+        args = list(args)
+        if len(args) >= 2 and f.type_signature.parameter is not None and f.batchable():
+            for a in args:
+                f.type_signature.parameter.check_assignable_from(a.type_signature, 'argument')
+            per_client = [flatten(a.internal) for a in args]
+            nleaves = len(per_client[0])
+            mask = tuple(all(pc[i] is per_client[0][i] for pc in per_client) for i in range(nleaves))
+            shapes_ok = all(
+                all(pc[i].shape == per_client[0][i].shape for pc in per_client)
+                for i in range(nleaves) if not mask[i])
+            if shapes_ok and not all(mask):
+                with self._device_scope():
+                    shared = [per_client[0][i] for i in range(nleaves) if mask[i]]
+                    stacked = [tf.stack([pc[i] for pc in per_client])
+                               for i in range(nleaves) if not mask[i]]
+                    out = f.call_batched(mask, shared, stacked, len(args))
+                    cols = [tf.unstack(o, num=len(args)) for o in out]
+                rt = f.type_signature.result
+                return [EagerValue(pack_as(rt, [c[j] for c in cols]), rt) for j in range(len(args))]
+        return [self.call(f, a) for a in args]
+
+    async def create_structs(self, rows: Sequence[Sequence[ExecutorValue]],
+                             names: Sequence[Optional[str]]) -> List[EagerValue]:
+        self._check_open()
+        return [await self.create_struct(list(zip(names, row))) for row in rows]
+
+    async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> List[EagerValue]:
+        self._check_open()
+        return [await self.create_selection(s, index) for s in sources]
+
+    async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
+        return [v.internal for v in values]
+
+    # ------------------------------------------------------------ reductions
+    def _reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
+        if kind in ('sum', 'mean'):
+            return Reducer(lambda v: _np(v), _add, _add, total)
+        if kind == 'weighted_mean':
+            return Reducer(lambda v: _np(v), _add, _add, total)
+        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+            moduli = params['moduli']
+
+            def addmod(a, b):
+                return map_structure(lambda x, y, m: (x + y) % np.uint64(m), a, b, moduli)
+            return Reducer(lambda v: v, addmod, addmod, total)
+        if kind == 'aggregate':
+            acc_fn = self._fn_of(params['accumulate'])
+            merge_fn = self._fn_of(params['merge'])
+            zero = params['zero']
+            at = acc_fn.type_signature.result
+
+            def accumulate(acc, v):
+                a = acc if isinstance(acc, EagerValue) else EagerValue(ingest(acc, at), at)
+                return self.call(acc_fn, EagerValue(Struct([(None, a.internal), (None, v.internal)]),
+                                                    T.StructType([a.type_signature, v.type_signature])))
+
+            def merge(x, y):
+                x = x if isinstance(x, EagerValue) else EagerValue(ingest(x, at), at)
+                y = y if isinstance(y, EagerValue) else EagerValue(ingest(y, at), at)
+                return self.call(merge_fn, EagerValue(Struct([(None, x.internal), (None, y.internal)]),
+                                                      T.StructType([at, at])))
+            return Reducer(lambda v: accumulate(zero, v), accumulate, merge, total)
+        raise SimharnessValueError(f'unknown reduction kind {kind!r}')
+
+    def _leaf_values(self, kind: str, values: Sequence[Any], start: int,
+                     params: Dict[str, Any]) -> List[Any]:
+        if kind == 'aggregate':
+            return list(values)
+        if kind == 'weighted_mean':
+            out = []
+            for v, w in values:
+                vv, ww = _np(v.internal), _np(w.internal)
+                out.append(Struct([(None, map_structure(
+                    lambda x: (x * np.asarray(ww).astype(x.dtype)), vv)), (None, ww)]))
+            return out
+        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+            return [self._secure_leaf(kind, _np(v.internal), start + i, params)
+                    for i, v in enumerate(values)]
+        return [_np(v.internal) for v in values]
+
+    def _secure_leaf(self, kind: str, v: Any, index: int, params: Dict[str, Any]) -> Any:
+        def leaf(x, m):
+            x = np.asarray(x)
+            if kind == 'secure_sum_bitwidth':
+                bad = (x < 0) | (x > m - 1)
+                if np.any(bad):
+                    pos = tuple(int(p) for p in np.argwhere(bad)[0])
+                    raise SimharnessValueError(
+                        f'client {index}: element {pos} = {x[pos] if x.ndim else x.item()} is '
+                        f'outside [0, {m - 1}] (bitwidth {int(math.log2(m))})')
+                return x.astype(np.uint64)
+            return np.mod(x.astype(np.int64), np.int64(m)).astype(np.uint64)
+        return map_structure(leaf, v, params['bounds'])
+
+    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
+                                       total: int, params: Dict[str, Any]) -> Partial:
+        self._check_open()
+        reducer = self._reducer(kind, total, params)
+        leaves = self._leaf_values(kind, values, start, params)
+        with self._device_scope():
+            partial = reducer.partial(leaves, start)
+        if kind == 'aggregate':
+            partial = partial.with_values([_np(v.internal) if isinstance(v, EagerValue)
+                                           else _np(v) for v in partial.values()])
+        return partial
+
+    async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
+                                      params: Dict[str, Any], result_type: T.Type) -> EagerValue:
+        self._check_open()
+        reducer = self._reducer(kind, total, params)
+        if kind == 'aggregate':
+            at = self._fn_of(params['accumulate']).type_signature.result
+            partials = [p.with_values([EagerValue(ingest(v, at), at) for v in p.values()])
+                        for p in partials]
+        with self._device_scope():
+            result = reducer.combine(partials)
+        if kind == 'aggregate':
+            return result
+        if kind == 'mean':
+            result = map_structure(lambda x: (x / np.asarray(total, dtype=x.dtype)).astype(x.dtype), result)
+        elif kind == 'weighted_mean':
+            num, den = result[0], result[1]
+            result = map_structure(lambda x: (x / np.asarray(den).astype(x.dtype)).astype(x.dtype), num)
+        elif kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+            dtypes = params['dtypes']
+            result = map_structure(lambda x, d: x.astype(d), result, dtypes)
+        with self._device_scope():
+            return EagerValue(ingest(result, result_type), result_type)
+
+    # ------------------------------------------------------------ sequences
+    async def create_sequence_op(self, op: str, values: Sequence[ExecutorValue],
+                                 params: Dict[str, Any]) -> List[EagerValue]:
+        self._check_open()
+        out = []
+        with self._device_scope():
+            for v in values:
+                out.append(self._sequence_op(op, v, params))
+        return out
+
+    def _sequence_op(self, op: str, v: ExecutorValue, params: Dict[str, Any]) -> EagerValue:
+        t = v.type_signature
+        if not isinstance(t, T.SequenceType) or not isinstance(v.internal, tf.data.Dataset):
+            raise SimharnessTypeError(f'{op} needs a sequence, got {t}', actual=t)
+        ds = v.internal
+        et = t.element
+        if op == 'sequence_map':
+            fn = self._fn_of(params['fn'])
+            rt = fn.type_signature.result
+            spec = element_spec_for(rt)
+
+            def mapper(*elem):
+                elem = elem[0] if len(elem) == 1 else elem
+                leaves = tf.nest.flatten(elem)
+                out = fn.call_flat(leaves)
+                return tf.nest.pack_sequence_as(spec, out)
+            return EagerValue(ds.map(mapper), T.SequenceType(rt))
+        if op == 'sequence_reduce':
+            fn = self._fn_of(params['op'])
+            zero: EagerValue = params['zero']
+            at = fn.type_signature.result
+            zero_leaves = tuple(_flatten_arg(zero.internal))
+
+            def reduce_fn(acc, elem):
+                out = fn.call_flat(list(acc) + tf.nest.flatten(elem))
+                return tuple(out)
+            res = ds.reduce(zero_leaves, reduce_fn)
+            return EagerValue(_pack_result(list(res), at), at)
+        if op == 'sequence_sum':
+            leaves_t = T.flatten_type(et)
+            zero = tuple(tf.zeros(lt.shape, tf_dtype(lt.dtype)) for lt in leaves_t)
+            res = ds.reduce(zero, lambda acc, elem: tuple(
+                a + e for a, e in zip(acc, tf.nest.flatten(elem))))
+            return EagerValue(pack_as(et, list(res)), et)
+        raise SimharnessValueError(f'unknown sequence operation {op!r}')
+
+    async def create_select(self, keys: Sequence[ExecutorValue], server_value: ExecutorValue,
+                            select_fn: ExecutorValue, element_type: T.Type) -> List[EagerValue]:
+        self._check_open()
+        fn = self._fn_of(select_fn)
+        out = []
+        spec = element_spec_for(element_type)
+        with self._device_scope():
+            for k in keys:
+                elems = []
+                for key in tf.reshape(k.internal, [-1]):
+                    arg = EagerValue(Struct([(None, server_value.internal), (None, key)]),
+                                     T.StructType([server_value.type_signature,
+                                                   T.TensorType(np.int32)]))
+                    elems.append(self.call(fn, arg).internal)
+                if elems:
+                    py = [_struct_to_spec_container(e, spec) for e in elems]
+                    ds = tf.data.Dataset.from_tensor_slices(
+                        tf.nest.map_structure(lambda *xs: tf.stack(xs), *py))
+                else:
+                    ds = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(
+                        lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec))
+                out.append(EagerValue(ds, T.SequenceType(element_type)))
+        return out
+
+
+class _NullScope:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,193 @@
+"""`FederatingExecutor` and the `FederatingStrategy` interface.
+
+What it does: gives meaning to placements. Unplaced values and compiled TF
+go to the unplaced child; federated values and intrinsics are handed to a
+`FederatingStrategy`, which decides where client and server values live
+and how each intrinsic runs (see `resolving_strategy`).
+
+What it leaves to other layers: lambdas and references (the layer above),
+running TF (the children), threads and processes (the delegating
+children).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from simharness.core import building_blocks as bb
+from simharness.core import types as T
+from simharness.core.structure import Struct, from_container
+from simharness.errors import ExecutorClosedError, SimharnessTypeError
+from simharness.executors.base import BatchExecutor, Executor, ExecutorValue, normalize_struct_elements
+
+
+class FederatingValue(ExecutorValue):
+    """A value of the federating layer.
+
+    Kinds: 'unplaced' (a value of the unplaced child; `source` keeps the
+    building block of compiled computations so that they can be embedded in
+    other children), 'federated' (a strategy-specific payload), 'struct'
+    (a list of (name, FederatingValue)), 'intrinsic' ((uri, static args)),
+    'placement'.
+    """
+
+    __slots__ = ('kind', 'payload', '_type', 'source', '_executor')
+
+    def __init__(self, kind: str, payload: Any, type_spec: T.Type, executor: 'FederatingExecutor',
+                 source: Optional[bb.ComputationBuildingBlock] = None):
+        self.kind = kind
+        self.payload = payload
+        self._type = type_spec
+        self._executor = executor
+        self.source = source
+
+    @property
+    def type_signature(self) -> T.Type:
+        return self._type
+
+    async def compute(self) -> Any:
+        if self.kind == 'unplaced':
+            return await self.payload.compute()
+        if self.kind == 'federated':
+            return await self._executor.strategy.compute_federated_value(self)
+        if self.kind == 'struct':
+            return Struct([(n, await v.compute()) for n, v in self.payload])
+        raise SimharnessTypeError(f'a value of kind {self.kind} ({self._type}) cannot be computed')
+
+    def __repr__(self) -> str:
+        return f'FederatingValue({self.kind}: {self._type})'
+
+
+class FederatingStrategy(abc.ABC):
+    """How a `FederatingExecutor` places values and runs intrinsics."""
+
+    def __init__(self, executor: 'FederatingExecutor'):
+        self.executor = executor
+
+    @abc.abstractmethod
+    async def ingest_federated(self, value: Any, type_spec: T.FederatedType) -> FederatingValue:
+        """Embeds a Python value of a federated type."""
+
+    @abc.abstractmethod
+    async def compute_federated_value(self, value: FederatingValue) -> Any:
+        """Materializes a federated value (a list for clients)."""
+
+    @abc.abstractmethod
+    async def select_federated(self, value: FederatingValue, index: int) -> FederatingValue:
+        """Element `index` of every member of a federated struct."""
+
+    @abc.abstractmethod
+    async def compute_intrinsic(self, uri: str, static: Dict[str, Any], arg: Optional[FederatingValue],
+                                result_type: T.Type) -> FederatingValue:
+        """Runs the intrinsic `uri` on `arg`."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Closes the children the strategy owns."""
+
+
+class FederatingExecutor(Executor):
+    """Placements and intrinsics, as in TFF's `FederatingExecutor`.
+
+    Args:
+      strategy_factory: called with this executor, returns its strategy.
+      unplaced_executor: runs unplaced values and compiled TF.
+    """
+
+    def __init__(self, strategy_factory: Callable[['FederatingExecutor'], FederatingStrategy],
+                 unplaced_executor: BatchExecutor):
+        self._unplaced = unplaced_executor
+        self.strategy = strategy_factory(self)
+        self._closed = False
+
+    @property
+    def unplaced_executor(self) -> BatchExecutor:
+        return self._unplaced
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ExecutorClosedError('this FederatingExecutor is closed')
+
+    def unplaced(self, value: ExecutorValue, source: Optional[bb.ComputationBuildingBlock] = None) -> FederatingValue:
+        return FederatingValue('unplaced', value, value.type_signature, self, source)
+
+    async def create_value(self, value: Any, type_spec: Any = None) -> FederatingValue:
+        self._check_open()
+        if isinstance(value, FederatingValue):
+            return value
+        if isinstance(value, bb.Intrinsic):
+            return FederatingValue('intrinsic', (value.uri, value.static), value.type_signature, self)
+        if isinstance(value, bb.Placement):
+            return FederatingValue('placement', value.literal, value.type_signature, self)
+        if isinstance(value, bb.CompiledComputation):
+            return self.unplaced(await self._unplaced.create_value(value, value.type_signature), value)
+        if isinstance(value, bb.Lambda):
+            raise SimharnessTypeError(
+                f'a federated_computation lambda of type {value.type_signature} cannot be passed '
+                'to an intrinsic; pass a tf_computation')
+        if isinstance(value, bb.ComputationBuildingBlock):
+            raise SimharnessTypeError(f'the federating layer cannot embed a {type(value).__name__} '
+                                      'building block')
+        t = T.to_type(type_spec) if type_spec is not None else T.infer_type(value)
+        if isinstance(t, T.FederatedType):
+            return await self.strategy.ingest_federated(value, t)
+        if isinstance(t, T.StructType) and any(
+                T._contains(e, (T.FederatedType,)) for e in t):
+            s = from_container(value, t)
+            elems = [(n, await self.create_value(v, e)) for (n, e), v in zip(t.items(), s)]
+            return FederatingValue('struct', elems, t, self)
+        return self.unplaced(await self._unplaced.create_value(value, t))
+
+    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> FederatingValue:
+        self._check_open()
+        if not isinstance(comp, FederatingValue):
+            raise SimharnessTypeError(f'{comp!r} is not a value of this executor')
+        ft = comp.type_signature
+        if not isinstance(ft, T.FunctionType):
+            raise SimharnessTypeError(f'cannot call a value of type {ft}', actual=ft)
+        if ft.parameter is not None and arg is not None:
+            ft.parameter.check_assignable_from(arg.type_signature, 'argument')
+        if comp.kind == 'intrinsic':
+            uri, static = comp.payload
+            return await self.strategy.compute_intrinsic(uri, static, arg, ft.result)
+        if comp.kind == 'unplaced':
+            target_arg = None if arg is None else await self.to_unplaced(arg)
+            return self.unplaced(await self._unplaced.create_call(comp.payload, target_arg))
+        raise SimharnessTypeError(f'cannot call a value of kind {comp.kind}')
+
+    async def to_unplaced(self, v: FederatingValue) -> ExecutorValue:
+        if v.kind == 'unplaced':
+            return v.payload
+        if v.kind == 'struct':
+            return await self._unplaced.create_struct(
+                [(n, await self.to_unplaced(e)) for n, e in v.payload])
+        raise SimharnessTypeError(
+            f'a value of type {v.type_signature} cannot be passed to an unplaced tf_computation; '
+            'use federated_map (or federated_apply at the server)', actual=v.type_signature)
+
+    async def create_struct(self, elements: Any) -> FederatingValue:
+        self._check_open()
+        items = normalize_struct_elements(elements)
+        t = T.StructType([(n, v.type_signature) for n, v in items])
+        return FederatingValue('struct', list(items), t, self)
+
+    async def create_selection(self, source: ExecutorValue, index: int) -> FederatingValue:
+        self._check_open()
+        if not isinstance(source, FederatingValue):
+            raise SimharnessTypeError(f'{source!r} is not a value of this executor')
+        if source.kind == 'struct':
+            return source.payload[index][1]
+        if source.kind == 'unplaced':
+            return self.unplaced(await self._unplaced.create_selection(source.payload, index))
+        if source.kind == 'federated':
+            return await self.strategy.select_federated(source, index)
+        raise SimharnessTypeError(f'cannot select from a value of type {source.type_signature}')
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            try:
+                self.strategy.close()
+            finally:
+                self._unplaced.close()

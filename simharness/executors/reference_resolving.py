@@ -1,0 +1,181 @@
+"""`ReferenceResolvingExecutor`: the lambda calculus layer.
+
+What it does: evaluates lambdas (with closures), blocks (locals in order),
+references, calls of lambdas, structs and selections itself; everything
+else (compiled TF, intrinsics, data, placements, plain values) is created in
+its target executor, and calls of target functions are delegated.
+
+What it leaves to other layers: intrinsics and placements (its target, the
+federating layer), TF execution (the leaves).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from simharness.core import building_blocks as bb
+from simharness.core import types as T
+from simharness.core.structure import Struct, from_container
+from simharness.errors import ExecutorClosedError, SimharnessTypeError
+from simharness.executors.base import Executor, ExecutorValue, normalize_struct_elements
+
+
+class _Scope:
+    __slots__ = ('_name', '_value', '_parent')
+
+    def __init__(self, name: Optional[str], value: Any, parent: Optional['_Scope']):
+        self._name, self._value, self._parent = name, value, parent
+
+    def resolve(self, name: str) -> 'ReferenceResolvingValue':
+        s: Optional[_Scope] = self
+        while s is not None:
+            if s._name == name:
+                return s._value
+            s = s._parent
+        raise SimharnessTypeError(f'reference {name!r} is not bound in this scope')
+
+
+_EMPTY = _Scope(None, None, None)
+
+
+class ReferenceResolvingValue(ExecutorValue):
+    """A delegated target value, a struct of these, or a closure."""
+
+    __slots__ = ('_target_value', '_struct', '_closure', '_type')
+
+    def __init__(self, type_spec: T.Type, target_value: Optional[ExecutorValue] = None,
+                 struct: Optional[List[Tuple[Optional[str], 'ReferenceResolvingValue']]] = None,
+                 closure: Optional[Tuple[bb.Lambda, _Scope]] = None):
+        self._type = type_spec
+        self._target_value = target_value
+        self._struct = struct
+        self._closure = closure
+
+    @property
+    def type_signature(self) -> T.Type:
+        return self._type
+
+    @property
+    def target_value(self) -> Optional[ExecutorValue]:
+        return self._target_value
+
+    async def compute(self) -> Any:
+        if self._target_value is not None:
+            return await self._target_value.compute()
+        if self._struct is not None:
+            return Struct([(n, await v.compute()) for n, v in self._struct])
+        raise SimharnessTypeError(f'a function of type {self._type} cannot be computed; call it')
+
+
+class ReferenceResolvingExecutor(Executor):
+    """Resolves references and lambdas; delegates the rest to `target`.
+
+    Args:
+      target: the executor that runs everything that is not lambda calculus.
+    """
+
+    def __init__(self, target: Executor):
+        self._target = target
+        self._closed = False
+
+    @property
+    def target(self) -> Executor:
+        return self._target
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ExecutorClosedError('this ReferenceResolvingExecutor is closed')
+
+    async def create_value(self, value: Any, type_spec: Any = None) -> ReferenceResolvingValue:
+        self._check_open()
+        if isinstance(value, ReferenceResolvingValue):
+            return value
+        if isinstance(value, bb.ComputationBuildingBlock):
+            return await self._evaluate(value, _EMPTY)
+        t = T.to_type(type_spec) if type_spec is not None else T.infer_type(value)
+        if isinstance(t, T.StructType):
+            s = from_container(value, t)
+            elems = [(n, await self.create_value(v, e)) for (n, e), v in zip(t.items(), s)]
+            return ReferenceResolvingValue(t, struct=elems)
+        return ReferenceResolvingValue(t, target_value=await self._target.create_value(value, t))
+
+    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ReferenceResolvingValue:
+        self._check_open()
+        return await self._call(comp, arg)
+
+    async def create_struct(self, elements: Any) -> ReferenceResolvingValue:
+        self._check_open()
+        items = normalize_struct_elements(elements)
+        return ReferenceResolvingValue(T.StructType([(n, v.type_signature) for n, v in items]),
+                                       struct=list(items))
+
+    async def create_selection(self, source: ExecutorValue, index: int) -> ReferenceResolvingValue:
+        self._check_open()
+        return await self._select(source, index)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._target.close()
+
+    # ------------------------------------------------------------ evaluation
+    async def _to_target(self, v: ReferenceResolvingValue) -> ExecutorValue:
+        if v._target_value is not None:
+            return v._target_value
+        if v._struct is not None:
+            elems = [(n, await self._to_target(e)) for n, e in v._struct]
+            return await self._target.create_struct(elems)
+        lam, scope = v._closure
+        free = bb.free_references(lam)
+        if free:
+            raise SimharnessTypeError(
+                f'a lambda that refers to {sorted(free)} from its enclosing scope cannot be passed '
+                'to the federating layer; pass a tf_computation (or a lambda without free '
+                'references) instead')
+        return await self._target.create_value(lam, lam.type_signature)
+
+    async def _call(self, fn: ReferenceResolvingValue, arg: Optional[ReferenceResolvingValue]) -> ReferenceResolvingValue:
+        ft = fn.type_signature
+        if not isinstance(ft, T.FunctionType):
+            raise SimharnessTypeError(f'cannot call a value of type {ft}', actual=ft)
+        if fn._closure is not None:
+            lam, scope = fn._closure
+            if lam.parameter_name is not None:
+                if arg is None:
+                    raise SimharnessTypeError(f'function {ft} needs an argument')
+                scope = _Scope(lam.parameter_name, arg, scope)
+            return await self._evaluate(lam.result, scope)
+        target_arg = None if arg is None else await self._to_target(arg)
+        result = await self._target.create_call(fn._target_value, target_arg)
+        return ReferenceResolvingValue(ft.result, target_value=result)
+
+    async def _select(self, source: ReferenceResolvingValue, index: int) -> ReferenceResolvingValue:
+        if source._struct is not None:
+            return source._struct[index][1]
+        if source._target_value is None:
+            raise SimharnessTypeError(f'cannot select from a function of type {source.type_signature}')
+        t = bb.selection_type(source.type_signature, index)
+        return ReferenceResolvingValue(
+            t, target_value=await self._target.create_selection(source._target_value, index))
+
+    async def _evaluate(self, comp: bb.ComputationBuildingBlock, scope: _Scope) -> ReferenceResolvingValue:
+        if isinstance(comp, bb.Reference):
+            return scope.resolve(comp.name)
+        if isinstance(comp, bb.Lambda):
+            return ReferenceResolvingValue(comp.type_signature, closure=(comp, scope))
+        if isinstance(comp, bb.Block):
+            for name, value in comp.locals:
+                scope = _Scope(name, await self._evaluate(value, scope), scope)
+            return await self._evaluate(comp.result, scope)
+        if isinstance(comp, bb.Call):
+            fn = await self._evaluate(comp.fn, scope)
+            arg = None if comp.arg is None else await self._evaluate(comp.arg, scope)
+            return await self._call(fn, arg)
+        if isinstance(comp, bb.Struct):
+            elems = [(n, await self._evaluate(e, scope)) for n, e in comp.elements]
+            return ReferenceResolvingValue(comp.type_signature, struct=elems)
+        if isinstance(comp, bb.Selection):
+            return await self._select(await self._evaluate(comp.source, scope), comp.index)
+        # Compiled TF, intrinsics, data and placements belong to the target.
+        return ReferenceResolvingValue(
+            comp.type_signature, target_value=await self._target.create_value(comp, comp.type_signature))

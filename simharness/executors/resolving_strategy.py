@@ -1,0 +1,387 @@
+"""`FederatedResolvingStrategy`: runs every intrinsic on a server child and client groups.
+
+Clients are split into contiguous groups ``[start, start + n)``, each hosted
+by one `BatchExecutor` child (a thread-delegating EagerTF executor, or a
+process-delegating executor whose worker hosts the block). Every intrinsic
+issues ONE batch operation per group, all groups concurrently; reductions
+are computed as per-group partials of the canonical tree and combined on
+the server child, so results do not depend on the grouping.
+
+Payloads of federated values: a server value is one child value of the
+server executor; a clients value is a list (one per group) of lists of
+child values (an all-equal value repeats one child value per group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from simharness.core import building_blocks as bb
+from simharness.core import types as T
+from simharness.core.structure import Struct, broadcast_static, from_container, map_structure
+from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
+from simharness.executors.base import BatchExecutor, ExecutorValue
+from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
+
+ClientsPayload = List[List[ExecutorValue]]
+
+
+class FederatedResolvingStrategy(FederatingStrategy):
+    """Runs intrinsics over a server child and groups of clients.
+
+    Args:
+      executor: the owning `FederatingExecutor`.
+      server: the child that holds server values.
+      client_groups: (child, number of clients) per group, in client order.
+    """
+
+    def __init__(self, executor: FederatingExecutor, server: BatchExecutor,
+                 client_groups: Sequence[Tuple[BatchExecutor, int]]):
+        super().__init__(executor)
+        self._server = server
+        self._groups = [ex for ex, _ in client_groups]
+        self._sizes = [int(n) for _, n in client_groups]
+        self._starts = [sum(self._sizes[:i]) for i in range(len(self._sizes))]
+        self.num_clients = sum(self._sizes)
+
+    @classmethod
+    def factory(cls, server: BatchExecutor, client_groups: Sequence[Tuple[BatchExecutor, int]]):
+        """A strategy factory for `FederatingExecutor`."""
+        return lambda executor: cls(executor, server, client_groups)
+
+    def close(self) -> None:
+        seen = set()
+        for ex in [self._server] + self._groups:
+            if id(ex) not in seen:
+                seen.add(id(ex))
+                ex.close()
+
+    # ------------------------------------------------------------ helpers
+    def _fed(self, payload: Any, t: T.FederatedType) -> FederatingValue:
+        return FederatingValue('federated', payload, t, self.executor)
+
+    async def _gather_groups(self, make) -> List[Any]:
+        return list(await asyncio.gather(*[make(g, ex) for g, ex in enumerate(self._groups)]))
+
+    async def _materialize(self, v: FederatingValue) -> Any:
+        """A Python/tensor form of an unplaced or server value, for moving it."""
+        if v.kind == 'federated':
+            if v.type_signature.placement is not T.SERVER and not v.type_signature.all_equal:
+                raise SimharnessTypeError(f'expected a server value, got {v.type_signature}')
+            if v.type_signature.placement is T.SERVER:
+                return await v.payload.compute()
+            for g, vals in enumerate(v.payload):
+                if vals:
+                    return (await self._groups[g].compute_many(vals[:1]))[0]
+        return await v.compute()
+
+    async def _embed_fn(self, fn: FederatingValue, child: BatchExecutor) -> ExecutorValue:
+        if fn.kind != 'unplaced' or not isinstance(fn.source, bb.CompiledComputation):
+            raise SimharnessTypeError(f'expected a tf_computation, got a value of type '
+                                      f'{fn.type_signature}')
+        return await child.create_value(fn.source, fn.type_signature)
+
+    async def _replicate(self, py: Any, member: T.Type) -> ClientsPayload:
+        async def one(g, ex):
+            if self._sizes[g] == 0:
+                return []
+            v = await ex.create_value(py, member)
+            return [v] * self._sizes[g]
+        return await self._gather_groups(one)
+
+    def _elements(self, arg: FederatingValue, n: int) -> List[FederatingValue]:
+        if arg is None or arg.kind != 'struct' or len(arg.payload) != n:
+            raise SimharnessTypeError(f'expected a struct of {n} arguments, got {arg!r}')
+        return [v for _, v in arg.payload]
+
+    async def _as_clients(self, v: FederatingValue) -> ClientsPayload:
+        t = v.type_signature
+        if v.kind != 'federated' or t.placement is not T.CLIENTS:
+            raise SimharnessTypeError(f'expected a value placed at CLIENTS, got {t}', actual=t)
+        return v.payload
+
+    # ------------------------------------------------------------ values
+    async def ingest_federated(self, value: Any, t: T.FederatedType) -> FederatingValue:
+        if t.placement is T.SERVER:
+            return self._fed(await self._server.create_value(value, t.member), t)
+        if t.all_equal:
+            return self._fed(await self._replicate(value, t.member), t)
+        if not isinstance(value, (list, tuple)):
+            raise SimharnessTypeError(
+                f'a value of type {t} must be a list with one element per client, got '
+                f'{type(value).__name__}', expected=t, actual=type(value).__name__)
+        if len(value) != self.num_clients:
+            raise CardinalityError(
+                f'got a list of {len(value)} values for {self.num_clients} clients ({t})',
+                expected=self.num_clients, actual=len(value))
+
+        async def one(g, ex):
+            s = self._starts[g]
+            return await ex.create_values(list(value[s:s + self._sizes[g]]), t.member)
+        return self._fed(await self._gather_groups(one), t)
+
+    async def compute_federated_value(self, v: FederatingValue) -> Any:
+        t = v.type_signature
+        if t.placement is T.SERVER:
+            return await v.payload.compute()
+        if t.all_equal:
+            return await self._materialize(v)
+
+        async def one(g, ex):
+            return await ex.compute_many(v.payload[g]) if v.payload[g] else []
+        out: List[Any] = []
+        for part in await self._gather_groups(one):
+            out.extend(part)
+        return out
+
+    async def select_federated(self, v: FederatingValue, index: int) -> FederatingValue:
+        t = v.type_signature
+        rt = T.FederatedType(t.member[index], t.placement, t.all_equal)
+        if t.placement is T.SERVER:
+            return self._fed((await self._server.create_selections([v.payload], index))[0], rt)
+
+        async def one(g, ex):
+            vals = v.payload[g]
+            if not vals:
+                return []
+            if t.all_equal:
+                return (await ex.create_selections(vals[:1], index)) * len(vals)
+            return await ex.create_selections(vals, index)
+        return self._fed(await self._gather_groups(one), rt)
+
+    # ------------------------------------------------------------ intrinsics
+    async def compute_intrinsic(self, uri: str, static: Dict[str, Any], arg: Optional[FederatingValue],
+                                result_type: T.Type) -> FederatingValue:
+        method = getattr(self, '_' + uri, None)
+        if method is None:
+            raise SimharnessValueError(f'intrinsic {uri!r} is not supported by '
+                                       f'{type(self).__name__}')
+        return await method(arg, static, result_type)
+
+    async def _federated_map(self, arg, static, rt):
+        fn, value = self._elements(arg, 2)
+        payload = await self._as_clients(value)
+        all_equal = value.type_signature.all_equal
+
+        async def one(g, ex):
+            vals = payload[g]
+            if not vals:
+                return []
+            f = await self._embed_fn(fn, ex)
+            if all_equal:
+                return (await ex.create_map(f, vals[:1])) * len(vals)
+            return await ex.create_map(f, vals)
+        return self._fed(await self._gather_groups(one), rt)
+
+    async def _federated_apply(self, arg, static, rt):
+        fn, value = self._elements(arg, 2)
+        f = await self._embed_fn(fn, self._server)
+        return self._fed((await self._server.create_map(f, [value.payload]))[0], rt)
+
+    async def _federated_broadcast(self, arg, static, rt):
+        py = await self._materialize(arg)
+        return self._fed(await self._replicate(py, rt.member), rt)
+
+    async def _federated_value_at_clients(self, arg, static, rt):
+        return self._fed(await self._replicate(await self._materialize(arg), rt.member), rt)
+
+    async def _federated_value_at_server(self, arg, static, rt):
+        py = await self._materialize(arg)
+        return self._fed(await self._server.create_value(py, rt.member), rt)
+
+    async def _federated_eval_at_clients(self, arg, static, rt):
+        async def one(g, ex):
+            if not self._sizes[g]:
+                return []
+            f = await self._embed_fn(arg, ex)
+            return await ex.create_map(f, None, count=self._sizes[g])
+        return self._fed(await self._gather_groups(one), rt)
+
+    async def _federated_eval_at_server(self, arg, static, rt):
+        f = await self._embed_fn(arg, self._server)
+        return self._fed((await self._server.create_map(f, None, count=1))[0], rt)
+
+    async def _zip_rows(self, v: FederatingValue, g: int) -> List[Any]:
+        """Per-client member values of group g for a (nested) struct of federated values."""
+        if v.kind == 'federated':
+            return v.payload[g]
+        if v.kind != 'struct':
+            raise SimharnessTypeError(f'federated_zip needs federated values, got {v.type_signature}')
+        cols = [await self._zip_rows(e, g) for _, e in v.payload]
+        names = [n for n, _ in v.payload]
+        rows = [list(r) for r in zip(*cols)] if cols else [[] for _ in range(self._sizes[g])]
+        return await self._groups[g].create_structs(rows, names)
+
+    async def _federated_zip_at_clients(self, arg, static, rt):
+        async def one(g, ex):
+            if not self._sizes[g]:
+                return []
+            return await self._zip_rows(arg, g)
+        return self._fed(await self._gather_groups(one), rt)
+
+    async def _federated_zip_at_server(self, arg, static, rt):
+        async def build(v):
+            if v.kind == 'federated':
+                return v.payload
+            names = [n for n, _ in v.payload]
+            row = [await build(e) for _, e in v.payload]
+            return (await self._server.create_structs([row], names))[0]
+        return self._fed(await build(arg), rt)
+
+    async def _reduce(self, kind: str, values_per_group: List[List[Any]], params_for,
+                      server_params: Dict[str, Any], rt: T.FederatedType):
+        n = self.num_clients
+
+        async def one(g, ex):
+            if not self._sizes[g]:
+                return None
+            return await ex.create_partial_reduction(kind, values_per_group[g], self._starts[g], n,
+                                                     await params_for(ex))
+        partials = [p for p in await self._gather_groups(one) if p is not None]
+        return await self._server.create_reduction_result(kind, partials, n, server_params, rt.member)
+
+    async def _zeros_at_server(self, rt: T.FederatedType) -> FederatingValue:
+        def zeros(t):
+            if isinstance(t, T.StructType):
+                return Struct((n, zeros(e)) for n, e in t.items())
+            return np.zeros([d or 0 for d in (t.shape or ())], dtype=t.dtype)
+        return self._fed(await self._server.create_value(zeros(rt.member), rt.member), rt)
+
+    async def _simple_reduce(self, kind: str, value: FederatingValue, rt, params=None):
+        if self.num_clients == 0:
+            if kind in ('mean', 'weighted_mean'):
+                raise SimharnessValueError('federated_mean over zero clients is undefined')
+            return await self._zeros_at_server(rt)
+        params = params or {}
+
+        async def same(ex):
+            return params
+        payload = await self._as_clients(value)
+        return self._fed(await self._reduce(kind, payload, same, params, rt), rt)
+
+    async def _federated_sum(self, arg, static, rt):
+        return await self._simple_reduce('sum', arg, rt)
+
+    async def _federated_mean(self, arg, static, rt):
+        return await self._simple_reduce('mean', arg, rt)
+
+    async def _federated_weighted_mean(self, arg, static, rt):
+        value, weight = self._elements(arg, 2)
+        if self.num_clients == 0:
+            raise SimharnessValueError('federated_mean over zero clients is undefined')
+        vp, wp = await self._as_clients(value), await self._as_clients(weight)
+        pairs = [list(zip(a, b)) for a, b in zip(vp, wp)]
+
+        async def same(ex):
+            return {}
+        return self._fed(await self._reduce('weighted_mean', pairs, same, {}, rt), rt)
+
+    def _secure_params(self, kind: str, static: Dict[str, Any], member: T.Type) -> Dict[str, Any]:
+        leaves = T.flatten_type(member)
+        spec = static['bitwidth'] if kind == 'secure_sum_bitwidth' else static['modulus']
+        flat = broadcast_static(spec, member)
+        extra = max(0, math.ceil(math.log2(max(self.num_clients, 1))))
+        bounds, moduli = [], []
+        for b in flat:
+            if kind == 'secure_sum_bitwidth':
+                bounds.append(2 ** b)
+                moduli.append(2 ** min(b + extra, 63))
+            else:
+                bounds.append(b)
+                moduli.append(b)
+        from simharness.core.structure import pack_as
+        return {'bounds': pack_as(member, bounds), 'moduli': pack_as(member, moduli),
+                'dtypes': pack_as(member, [l.dtype for l in leaves])}
+
+    async def _federated_secure_sum_bitwidth(self, arg, static, rt):
+        return await self._simple_reduce('secure_sum_bitwidth', arg, rt,
+                                         self._secure_params('secure_sum_bitwidth', static, rt.member))
+
+    async def _federated_secure_modular_sum(self, arg, static, rt):
+        return await self._simple_reduce('secure_modular_sum', arg, rt,
+                                         self._secure_params('secure_modular_sum', static, rt.member))
+
+    async def _federated_aggregate(self, arg, static, rt):
+        value, zero, accumulate, merge, report = self._elements(arg, 5)
+        zero_py = await self._materialize(zero)
+        zt = zero.type_signature
+        report_fn = await self._embed_fn(report, self._server)
+        if self.num_clients == 0:
+            z = await self._server.create_value(zero_py, zt)
+            return self._fed(await self._server.create_call(report_fn, z), rt)
+        payload = await self._as_clients(value)
+
+        async def params_for(ex):
+            return {'zero': await ex.create_value(zero_py, zt),
+                    'accumulate': await self._embed_fn(accumulate, ex),
+                    'merge': await self._embed_fn(merge, ex)}
+        server_params = await params_for(self._server)
+        acc = await self._reduce('aggregate', payload, params_for, server_params, rt)
+        return self._fed(await self._server.create_call(report_fn, acc), rt)
+
+    async def _federated_collect(self, arg, static, rt):
+        py = await self.compute_federated_value(arg)
+        return self._fed(await self._server.create_value(list(py), rt.member), rt)
+
+    async def _federated_select(self, arg, static, rt):
+        keys, max_key, server_val, select_fn = self._elements(arg, 4)
+        kp = await self._as_clients(keys)
+        sv_py = await self._materialize(server_val)
+        mk = int(np.asarray(await self._materialize(max_key)))
+        for g, ex in enumerate(self._groups):
+            for i, k in enumerate(await ex.compute_many(kp[g]) if kp[g] else []):
+                arr = np.asarray(k.numpy() if hasattr(k, 'numpy') else k)
+                if arr.size and (arr.min() < 0 or arr.max() >= mk):
+                    raise SimharnessValueError(
+                        f'client {self._starts[g] + i}: keys {arr.tolist()} must lie in '
+                        f'[0, {mk}) (max_key)')
+        st = server_val.type_signature.member
+        et = rt.member.element
+
+        async def one(g, ex):
+            if not self._sizes[g]:
+                return []
+            sv = await ex.create_value(sv_py, st)
+            f = await self._embed_fn(select_fn, ex)
+            return await ex.create_select(kp[g], sv, f, et)
+        return self._fed(await self._gather_groups(one), rt)
+
+    async def _sequence(self, op: str, seq: FederatingValue, params_fvs: Dict[str, FederatingValue], rt):
+        async def params_for(ex):
+            out = {}
+            for k, v in params_fvs.items():
+                if k in ('fn', 'op'):
+                    out[k] = await self._embed_fn(v, ex)
+                else:
+                    out[k] = await ex.create_value(await self._materialize(v), v.type_signature)
+            return out
+        if seq.kind != 'federated':
+            ex = self.executor.unplaced_executor
+            src = await self.executor.to_unplaced(seq)
+            return self.executor.unplaced((await ex.create_sequence_op(op, [src], await params_for(ex)))[0])
+        t = seq.type_signature
+        if t.placement is T.SERVER:
+            res = await self._server.create_sequence_op(op, [seq.payload], await params_for(self._server))
+            return self._fed(res[0], rt)
+
+        async def one(g, ex):
+            vals = seq.payload[g]
+            if not vals:
+                return []
+            return await ex.create_sequence_op(op, vals, await params_for(ex))
+        return self._fed(await self._gather_groups(one), rt)
+
+    async def _sequence_map(self, arg, static, rt):
+        fn, seq = self._elements(arg, 2)
+        return await self._sequence('sequence_map', seq, {'fn': fn}, rt)
+
+    async def _sequence_reduce(self, arg, static, rt):
+        seq, zero, op = self._elements(arg, 3)
+        return await self._sequence('sequence_reduce', seq, {'zero': zero, 'op': op}, rt)
+
+    async def _sequence_sum(self, arg, static, rt):
+        return await self._sequence('sequence_sum', arg, {}, rt)

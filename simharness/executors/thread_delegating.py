@@ -1,0 +1,145 @@
+"""`ThreadDelegatingExecutor`: runs its target on an event loop in a dedicated thread.
+
+What it does: every call is scheduled on the target's own loop (its own
+thread), so that blocking TF work of one client group does not stall the
+driver or the other groups. It owns the thread and the loop: `close()`
+closes the target on that thread, stops the loop and joins the thread.
+
+What it leaves to other layers: everything about values (the target).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Dict, List, Optional, Sequence
+
+from simharness.core import types as T
+from simharness.core.reduction import Partial
+from simharness.errors import ExecutorClosedError
+from simharness.executors.base import BatchExecutor, Executor, ExecutorValue
+
+
+class ThreadDelegatingValue(ExecutorValue):
+    """A target value, computed on the target's thread."""
+
+    __slots__ = ('_value', '_owner')
+
+    def __init__(self, value: ExecutorValue, owner: 'ThreadDelegatingExecutor'):
+        self._value = value
+        self._owner = owner
+
+    @property
+    def internal(self) -> ExecutorValue:
+        return self._value
+
+    @property
+    def type_signature(self) -> T.Type:
+        return self._value.type_signature
+
+    async def compute(self) -> Any:
+        return await self._owner._run(self._value.compute())
+
+
+def _unwrap(v: Any) -> Any:
+    if isinstance(v, ThreadDelegatingValue):
+        return v.internal
+    if isinstance(v, dict):
+        return {k: _unwrap(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_unwrap(x) for x in v)
+    return v
+
+
+class ThreadDelegatingExecutor(BatchExecutor):
+    """Delegates every operation to `target` on a dedicated thread.
+
+    Args:
+      target: the executor to run (usually an `EagerTFExecutor`).
+      name: the thread's name.
+    """
+
+    def __init__(self, target: Executor, name: str = 'simharness-executor'):
+        self._target = target
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+        self._closed = False
+        self._lock = threading.Lock()
+
+    async def _run(self, coro) -> Any:
+        if self._closed:
+            coro.close()
+            raise ExecutorClosedError('this ThreadDelegatingExecutor is closed')
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return await asyncio.wrap_future(fut)
+
+    def _wrap(self, v: ExecutorValue) -> ThreadDelegatingValue:
+        return ThreadDelegatingValue(v, self)
+
+    def _wrap_all(self, vs: Sequence[ExecutorValue]) -> List[ThreadDelegatingValue]:
+        return [ThreadDelegatingValue(v, self) for v in vs]
+
+    async def create_value(self, value: Any, type_spec: Any = None) -> ThreadDelegatingValue:
+        return self._wrap(await self._run(self._target.create_value(value, type_spec)))
+
+    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ThreadDelegatingValue:
+        return self._wrap(await self._run(self._target.create_call(_unwrap(comp), _unwrap(arg))))
+
+    async def create_struct(self, elements: Any) -> ThreadDelegatingValue:
+        return self._wrap(await self._run(self._target.create_struct(_unwrap(list(elements)))))
+
+    async def create_selection(self, source: ExecutorValue, index: int) -> ThreadDelegatingValue:
+        return self._wrap(await self._run(self._target.create_selection(_unwrap(source), index)))
+
+    async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[ThreadDelegatingValue]:
+        return self._wrap_all(await self._run(self._target.create_values(values, type_spec)))
+
+    async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
+        return await self._run(self._target.compute_many(_unwrap(list(values))))
+
+    async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
+                         count: Optional[int] = None) -> List[ThreadDelegatingValue]:
+        return self._wrap_all(await self._run(self._target.create_map(
+            _unwrap(fn), None if args is None else _unwrap(list(args)), count)))
+
+    async def create_structs(self, rows, names) -> List[ThreadDelegatingValue]:
+        return self._wrap_all(await self._run(self._target.create_structs(
+            [_unwrap(list(r)) for r in rows], names)))
+
+    async def create_selections(self, sources, index: int) -> List[ThreadDelegatingValue]:
+        return self._wrap_all(await self._run(self._target.create_selections(
+            _unwrap(list(sources)), index)))
+
+    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
+                                       total: int, params: Dict[str, Any]) -> Partial:
+        return await self._run(self._target.create_partial_reduction(
+            kind, _unwrap(list(values)), start, total, _unwrap(params)))
+
+    async def create_reduction_result(self, kind, partials, total, params, result_type):
+        return self._wrap(await self._run(self._target.create_reduction_result(
+            kind, partials, total, _unwrap(params), result_type)))
+
+    async def create_sequence_op(self, op, values, params):
+        return self._wrap_all(await self._run(self._target.create_sequence_op(
+            op, _unwrap(list(values)), _unwrap(params))))
+
+    async def create_select(self, keys, server_value, select_fn, element_type):
+        return self._wrap_all(await self._run(self._target.create_select(
+            _unwrap(list(keys)), _unwrap(server_value), _unwrap(select_fn), element_type)))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._thread.is_alive():
+            async def _close_target():
+                self._target.close()
+            try:
+                asyncio.run_coroutine_threadsafe(_close_target(), self._loop).result(timeout=60)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=60)
+        if not self._loop.is_running():
+            self._loop.close()

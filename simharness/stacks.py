@@ -1,0 +1,154 @@
+"""The one place that assembles executors into stacks (the factories).
+
+```
+ReferenceResolvingExecutor
+  FederatingExecutor(FederatedResolvingStrategy)
+    server:   ThreadDelegating(EagerTF)
+    unplaced: ThreadDelegating(EagerTF)
+    clients:  ThreadDelegating(EagerTF) x ceil(n / clients_per_thread)
+```
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+from typing import Callable, Dict, List, Optional, Tuple
+
+from simharness.core import types as T
+from simharness.errors import CardinalityError, SimharnessValueError
+from simharness.executors.base import Executor, ExecutorFactory
+from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.federating import FederatingExecutor
+from simharness.executors.reference_resolving import ReferenceResolvingExecutor
+from simharness.executors.resolving_strategy import FederatedResolvingStrategy
+from simharness.executors.thread_delegating import ThreadDelegatingExecutor
+
+#: Stacks kept per factory; older cardinalities are closed (TFF issue #1215).
+DEFAULT_MAX_CACHED_STACKS = 4
+
+
+def _check_positive(name: str, value: Optional[int], allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SimharnessValueError(f'{name} must be a positive int, got {value!r} '
+                                   f'({type(value).__name__})')
+
+
+def split_blocks(n: int, per_block: int) -> List[int]:
+    """Sizes of contiguous blocks of at most `per_block` clients covering n."""
+    if n == 0:
+        return []
+    k = math.ceil(n / per_block)
+    return [min(per_block, n - i * per_block) for i in range(k)]
+
+
+class CachingExecutorFactory(ExecutorFactory):
+    """An `ExecutorFactory` that keeps a bounded LRU cache of stacks per cardinality.
+
+    Args:
+      build: makes a stack for a number of clients.
+      num_clients: the default (or fixed) number of clients; arguments with a
+        different count are an error when set.
+      max_cached_stacks: how many stacks to keep alive.
+    """
+
+    def __init__(self, build: Callable[[int], Executor], num_clients: Optional[int] = None,
+                 max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS):
+        if num_clients is not None and (not isinstance(num_clients, int) or num_clients < 0):
+            raise SimharnessValueError(f'num_clients must be an int >= 0, got {num_clients!r}')
+        _check_positive('max_cached_stacks', max_cached_stacks, allow_none=False)
+        self._build = build
+        self._num_clients = num_clients
+        self._max = max_cached_stacks
+        self._stacks: 'collections.OrderedDict[int, Executor]' = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def default_num_clients(self) -> Optional[int]:
+        return self._num_clients
+
+    def create_executor(self, cardinalities: Dict[T.PlacementLiteral, int]) -> Executor:
+        n = cardinalities.get(T.CLIENTS)
+        if n is None:
+            n = self._num_clients if self._num_clients is not None else 1
+        if self._num_clients is not None and n != self._num_clients:
+            raise CardinalityError(
+                f'the arguments hold values for {n} clients, but this executor factory was '
+                f'configured for num_clients={self._num_clients}',
+                expected=self._num_clients, actual=n)
+        with self._lock:
+            ex = self._stacks.get(n)
+            if ex is not None:
+                self._stacks.move_to_end(n)
+                return ex
+            ex = self._build(n)
+            self._stacks[n] = ex
+            evicted = []
+            while len(self._stacks) > self._max:
+                evicted.append(self._stacks.popitem(last=False)[1])
+        for old in evicted:
+            old.close()
+        return ex
+
+    @property
+    def cached_cardinalities(self) -> List[int]:
+        return list(self._stacks)
+
+    def clean_up_executors(self) -> None:
+        with self._lock:
+            stacks = list(self._stacks.values())
+            self._stacks.clear()
+        for ex in stacks:
+            ex.close()
+
+
+def _thread_eager(name: str, device: Optional[str]) -> ThreadDelegatingExecutor:
+    return ThreadDelegatingExecutor(EagerTFExecutor(device=device), name=name)
+
+
+def _build_thread_stack(n: int, clients_per_thread: int, device: Optional[str]) -> Executor:
+    server = _thread_eager('simharness-server', device)
+    unplaced = _thread_eager('simharness-unplaced', device)
+    groups = [(_thread_eager(f'simharness-clients-{i}', device), size)
+              for i, size in enumerate(split_blocks(n, clients_per_thread))]
+    federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
+    return ReferenceResolvingExecutor(federating)
+
+
+def thread_debugging_executor_factory(num_clients: Optional[int] = None,
+                                      clients_per_thread: int = 1) -> ExecutorFactory:
+    """TFF's debugging stack: one thread (and EagerTF executor) per client group.
+
+    Args:
+      num_clients: the number of clients when the arguments do not tell
+        (and the only one accepted when given).
+      clients_per_thread: clients hosted by each thread's EagerTF executor.
+    """
+    _check_positive('clients_per_thread', clients_per_thread, allow_none=False)
+    return CachingExecutorFactory(lambda n: _build_thread_stack(n, clients_per_thread, None),
+                                  num_clients)
+
+
+def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread: int = 1,
+                           max_fanout: int = 100, device: Optional[str] = None,
+                           max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS) -> ExecutorFactory:
+    """The everyday local stack of threads.
+
+    Args:
+      num_clients: as in `thread_debugging_executor_factory`.
+      clients_per_thread: clients per client thread; raised automatically so
+        that there are at most `max_fanout` client threads.
+      max_fanout: the most client threads a stack may have.
+      device: the TF device of every EagerTF executor (None: TF's choice).
+      max_cached_stacks: how many cardinalities keep a live stack.
+    """
+    _check_positive('clients_per_thread', clients_per_thread, allow_none=False)
+    _check_positive('max_fanout', max_fanout, allow_none=False)
+
+    def build(n: int) -> Executor:
+        per = max(clients_per_thread, math.ceil(n / max_fanout)) if n else clients_per_thread
+        return _build_thread_stack(n, per, device)
+    return CachingExecutorFactory(build, num_clients, max_cached_stacks)
