@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from simharness.core import types as T
 from simharness.errors import CardinalityError, SimharnessValueError
 from simharness.executors.base import Executor, ExecutorFactory
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.eager_tf import EagerTFExecutor, FunctionCache
 from simharness.executors.federating import FederatingExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
 from simharness.executors.resolving_strategy import FederatedResolvingStrategy
@@ -105,14 +105,15 @@ class CachingExecutorFactory(ExecutorFactory):
             ex.close()
 
 
-def _thread_eager(name: str, device: Optional[str]) -> ThreadDelegatingExecutor:
-    return ThreadDelegatingExecutor(EagerTFExecutor(device=device), name=name)
+def _thread_eager(name: str, device: Optional[str], cache: FunctionCache) -> ThreadDelegatingExecutor:
+    return ThreadDelegatingExecutor(EagerTFExecutor(device=device, function_cache=cache), name=name)
 
 
 def _build_thread_stack(n: int, clients_per_thread: int, device: Optional[str]) -> Executor:
-    server = _thread_eager('simharness-server', device)
-    unplaced = _thread_eager('simharness-unplaced', device)
-    groups = [(_thread_eager(f'simharness-clients-{i}', device), size)
+    cache = FunctionCache()
+    server = _thread_eager('simharness-server', device, cache)
+    unplaced = _thread_eager('simharness-unplaced', device, cache)
+    groups = [(_thread_eager(f'simharness-clients-{i}', device, cache), size)
               for i, size in enumerate(split_blocks(n, clients_per_thread))]
     federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
     return ReferenceResolvingExecutor(federating)
@@ -133,7 +134,7 @@ def thread_debugging_executor_factory(num_clients: Optional[int] = None,
 
 
 def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread: int = 1,
-                           max_fanout: int = 100, device: Optional[str] = None,
+                           max_fanout: int = 32, device: Optional[str] = None,
                            max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS) -> ExecutorFactory:
     """The everyday local stack of threads.
 

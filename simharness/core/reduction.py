@@ -217,5 +217,29 @@ class _Builder:
                     p.open_chunk, p.open_acc = None, None
         p.stop = self._pos
 
+    @property
+    def position(self) -> int:
+        """The next client index to feed."""
+        return self._pos
+
+    def feed_chunk_accumulators(self, accs: Sequence[Any]) -> None:
+        """Adds already-folded accumulators of whole consecutive chunks.
+
+        The caller folded each chunk exactly as `feed` would (a vectorized
+        fold over many chunks at once, say); the builder must be at a chunk
+        boundary with no chunk open.
+        """
+        r = self._r
+        p = self._p
+        if self._in_head or p.open_chunk is not None or self._pos % r.chunk:
+            raise SimharnessValueError('chunk accumulators must start at a chunk boundary')
+        for acc in accs:
+            c = self._pos // r.chunk
+            if (c + 1) * r.chunk > r.total:
+                raise SimharnessValueError(f'chunk {c} is not a whole chunk of {r.total} clients')
+            r._insert(p.nodes, 0, c, acc)
+            self._pos += r.chunk
+        p.stop = self._pos
+
     def finish(self) -> Partial:
         return self._p

@@ -243,15 +243,16 @@ class FileClientData(ClientData):
         return dict(self._spec)
 
     def _check_id(self, client_id: Any) -> None:
-        container = self._paths if self._paths is not None else self._arrays
+        container: Mapping[str, Any] = (self._paths if self._paths is not None
+                                        else self._arrays or {})
         if not isinstance(client_id, str) or client_id not in container:
             raise self._unknown_client(client_id)
 
     def client_arrays(self, client_id: str) -> dict[str, np.ndarray]:
         self._check_id(client_id)
-        if self._arrays is not None:
+        if self._paths is None:
             out = {}
-            for k, a in self._arrays[client_id].items():
+            for k, a in (self._arrays or {})[client_id].items():
                 view = a.view()
                 view.flags.writeable = False
                 out[k] = view
@@ -261,16 +262,18 @@ class FileClientData(ClientData):
 
     def client_size(self, client_id: str) -> int:
         self._check_id(client_id)
-        if self._arrays is not None:
-            return int(next(iter(self._arrays[client_id].values())).shape[0])
+        if self._paths is None:
+            arrays = (self._arrays or {})[client_id]
+            return int(next(iter(arrays.values())).shape[0])
         if self._sizes is not None:
             return self._sizes[client_id]
         first = next(iter(self._spec))
-        headers = _npz_headers(self._paths[client_id])
+        path = self._paths[client_id]
+        headers = _npz_headers(path)
         if first not in headers:
             raise SimharnessValueError(
-                f'client {client_id!r} ({self._paths[client_id]}): array '
-                f'{first!r} not found; the file holds {_fmt_keys(list(headers))}')
+                f'client {client_id!r} ({path}): array {first!r} not found; the '
+                f'file holds {_fmt_keys(list(headers))}')
         return int(headers[first][1][0])
 
     def __repr__(self) -> str:
@@ -407,7 +410,7 @@ def save_npz_dir(client_data: ClientData, path: PathLike, *,
         fd, tmp = tempfile.mkstemp(dir=root, prefix=f'.{cid}.', suffix='.tmp')
         try:
             with os.fdopen(fd, 'wb') as f:
-                save(f, **arrays)
+                save(f, **arrays)  # type: ignore[arg-type]
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, root / f'{cid}.npz')

@@ -159,5 +159,6 @@ def reference_fedavg_workload() -> tuple[ArrayClientData, list[np.ndarray]]:
         (shared numpy evaluator) is 2.433921.
     """
     # Imported here: the model functions import TensorFlow.
-    from simharness.learning.models import reference_mlp_init  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from simharness.learning.models import reference_mlp_init
     return synthetic_alpha_beta(), reference_mlp_init()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import math
+import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -95,17 +96,54 @@ class EmbeddedFunction:
         return batched
 
 
+class Block:
+    """The values of n clients stored leaf by leaf: stacked [n, ...] or shared.
+
+    A leaf is ('stacked', tensor with a leading client dimension) or
+    ('shared', one tensor every client sees, e.g. broadcast weights). Block
+    operations (map, zip, select, compute, reduce) work on the leaves
+    directly; a client's own value is sliced out only when asked for.
+    """
+
+    __slots__ = ('type', 'n', 'leaves', '_numpy')
+
+    def __init__(self, type_spec: T.Type, n: int, leaves: List[Tuple[str, Any]]):
+        self.type = type_spec
+        self.n = n
+        self.leaves = leaves
+        self._numpy: Optional[List[Any]] = None
+
+    def values(self) -> List['EagerValue']:
+        return [EagerValue(None, self.type, self, i) for i in range(self.n)]
+
+    def slice(self, i: int) -> Any:
+        return pack_as(self.type, [x if kind == 'shared' else x[i] for kind, x in self.leaves])
+
+    def numpy_leaves(self) -> List[Any]:
+        if self._numpy is None:
+            self._numpy = [(kind, x.numpy()) for kind, x in self.leaves]
+        return self._numpy
+
+
 class EagerValue(ExecutorValue):
-    """A value held by an `EagerTFExecutor`: tensor, Struct, dataset or function."""
+    """A value held by an `EagerTFExecutor`: tensor, Struct, dataset or function.
 
-    __slots__ = ('_value', '_type')
+    A client value made by a block operation refers to its `Block` and index
+    and is sliced out lazily.
+    """
 
-    def __init__(self, value: Any, type_spec: T.Type):
+    __slots__ = ('_value', '_type', '_block', '_index')
+
+    def __init__(self, value: Any, type_spec: T.Type, block: Optional[Block] = None, index: int = 0):
         self._value = value
         self._type = type_spec
+        self._block = block
+        self._index = index
 
     @property
     def internal(self) -> Any:
+        if self._value is None and self._block is not None:
+            self._value = self._block.slice(self._index)
         return self._value
 
     @property
@@ -113,10 +151,24 @@ class EagerValue(ExecutorValue):
         return self._type
 
     async def compute(self) -> Any:
-        return self._value
+        return self.internal
 
     def __repr__(self) -> str:
         return f'EagerValue({self._type})'
+
+
+def whole_block(values: Sequence[Any]) -> Optional[Block]:
+    """The block if `values` are exactly its clients in order, else None."""
+    if not values:
+        return None
+    first = values[0]
+    b = getattr(first, '_block', None)
+    if b is None or b.n != len(values):
+        return None
+    for i, v in enumerate(values):
+        if getattr(v, '_block', None) is not b or v._index != i:
+            return None
+    return b
 
 
 def _check_shape(value_shape: Tuple[int, ...], t: T.TensorType, what: Any) -> None:
@@ -233,21 +285,98 @@ def _add(a: Any, b: Any) -> Any:
         return map_structure(lambda x, y: np.add(x, y), a, b)
 
 
+def _fold_stacked(reducer: Reducer, t: T.Type, leaves: List[np.ndarray], start: int, fold) -> Partial:
+    """`reducer.partial` of rows given leaf by leaf, whole chunks folded vectorized.
+
+    `fold(acc, x, j)` is the elementwise accumulate of leaf j; applied to a
+    [chunks, ...] array it folds many chunks at once with exactly the
+    per-row operations and order, so the bits equal the row-by-row fold.
+    """
+    n = leaves[0].shape[0] if leaves else 0
+    L = reducer.chunk
+    end = start + n
+    is_struct = isinstance(t, T.StructType)
+
+    def row(i):
+        vals = [np.array(x[i - start]) for x in leaves]
+        return pack_as(t, vals) if is_struct else vals[0]
+
+    def fold_struct(acc, x):
+        fa, fx = flatten(acc), flatten(x)
+        out = [fold(a, b, j) for j, (a, b) in enumerate(zip(fa, fx))]
+        return pack_as(t, out) if is_struct else out[0]
+
+    r = Reducer(lambda v: v, fold_struct, reducer._merge, reducer.total, reducer.chunk)
+    b = r.begin(start)
+    h = start if start % L == 0 else min(end, (start // L + 1) * L)
+    with np.errstate(over='ignore'):
+        b.feed(row(i) for i in range(start, h))
+        nfull = (end - h) // L
+        if nfull:
+            accs = []
+            for j, x in enumerate(leaves):
+                seg = x[h - start:h - start + nfull * L].reshape((nfull, L) + x.shape[1:])
+                acc = np.array(seg[:, 0])
+                for k in range(1, L):
+                    acc = fold(acc, seg[:, k], j)
+                accs.append(acc)
+            b.feed_chunk_accumulators(
+                [pack_as(t, [a[c] for a in accs]) if is_struct else accs[0][c] for c in range(nfull)])
+        b.feed(row(i) for i in range(h + nfull * L, end))
+    return b.finish()
+
+
+class FunctionCache:
+    """A bounded, thread-safe LRU cache of embedded functions.
+
+    One cache may be shared by the EagerTF executors of a stack (they run in
+    different threads of one process), so that each computation is imported
+    and traced once per stack rather than once per client group.
+    """
+
+    def __init__(self, max_size: int = _DEFAULT_CACHE_SIZE):
+        if not isinstance(max_size, int) or max_size < 1:
+            raise SimharnessValueError(f'cache size must be an int >= 1, got {max_size!r}')
+        self.max_size = max_size
+        self._items: 'collections.OrderedDict[str, EmbeddedFunction]' = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_embed(self, comp: bb.CompiledComputation, device_scope) -> EmbeddedFunction:
+        key = comp.fingerprint
+        with self._lock:
+            fn = self._items.get(key)
+            if fn is not None:
+                self._items.move_to_end(key)
+                return fn
+            with device_scope():
+                fn = EmbeddedFunction(comp)
+            self._items[key] = fn
+            while len(self._items) > self.max_size:
+                self._items.popitem(last=False)
+            return fn
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
 class EagerTFExecutor(BatchExecutor):
     """Runs serialized TF computations eagerly on `device` (TFF's EagerTFExecutor).
 
     Args:
       device: a TF device name ('/CPU:0', '/GPU:1'); None lets TF choose.
       cache_size: how many embedded functions to keep (least recently used
-        ones are dropped).
+        ones are dropped), when no shared `function_cache` is given.
+      function_cache: a `FunctionCache` shared with other executors.
     """
 
-    def __init__(self, device: Optional[str] = None, cache_size: int = _DEFAULT_CACHE_SIZE):
-        if cache_size < 1:
-            raise SimharnessValueError(f'cache_size must be >= 1, got {cache_size}')
+    def __init__(self, device: Optional[str] = None, cache_size: int = _DEFAULT_CACHE_SIZE,
+                 function_cache: Optional[FunctionCache] = None):
         self._device = device
-        self._cache: 'collections.OrderedDict[str, EmbeddedFunction]' = collections.OrderedDict()
-        self._cache_size = cache_size
+        self._cache = function_cache if function_cache is not None else FunctionCache(cache_size)
         self._closed = False
 
     # ------------------------------------------------------------ helpers
@@ -259,21 +388,11 @@ class EagerTFExecutor(BatchExecutor):
         return tf.device(self._device) if self._device else _NullScope()
 
     def embed(self, comp: bb.CompiledComputation) -> EmbeddedFunction:
-        key = comp.fingerprint
-        fn = self._cache.get(key)
-        if fn is not None:
-            self._cache.move_to_end(key)
-            return fn
-        with self._device_scope():
-            fn = EmbeddedFunction(comp)
-        self._cache[key] = fn
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-        return fn
+        return self._cache.get_or_embed(comp, self._device_scope)
 
     @property
     def cache_info(self) -> Dict[str, int]:
-        return {'size': len(self._cache), 'max_size': self._cache_size}
+        return {'size': len(self._cache), 'max_size': self._cache.max_size}
 
     def _fn_of(self, v: ExecutorValue) -> EmbeddedFunction:
         fn = v.internal if isinstance(v, EagerValue) else None
@@ -330,9 +449,47 @@ class EagerTFExecutor(BatchExecutor):
 
     def close(self) -> None:
         self._closed = True
-        self._cache.clear()
 
     # ------------------------------------------------------------ batches
+    async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[EagerValue]:
+        self._check_open()
+        t = T.to_type(type_spec)
+        values = list(values)
+        if len(values) >= 2 and T.contains_only_tensors(t) and all(
+                l.is_fully_defined and l.dtype != np.dtype(object) for l in T.flatten_type(t)):
+            block = self._stack_python(values, t)
+            if block is not None:
+                return block.values()
+        with self._device_scope():
+            return [EagerValue(ingest(v, t), t) for v in values]
+
+    def _stack_python(self, values: List[Any], t: T.Type) -> Optional[Block]:
+        """Stacks Python/numpy client values leaf by leaf (None: use the slow path)."""
+        if isinstance(t, T.StructType):
+            try:
+                per = [flatten(from_container(v, t)) for v in values]
+            except SimharnessTypeError:
+                return None
+        else:
+            per = [[v] for v in values]
+        leaves = []
+        for j, lt in enumerate(T.flatten_type(t)):
+            col = [p[j] for p in per]
+            if any(isinstance(c, (tf.Tensor, Struct, tf.data.Dataset)) for c in col):
+                return None
+            try:
+                arr = np.asarray(col)
+            except ValueError:
+                return None
+            if arr.dtype == object or arr.shape[1:] != tuple(lt.shape):
+                return None  # the per-value path gives the precise error
+            if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(lt.dtype, np.integer)) or (
+                    (arr.dtype == np.bool_) != (lt.dtype == np.bool_)):
+                return None
+            with self._device_scope():
+                leaves.append(('stacked', tf.convert_to_tensor(arr.astype(lt.dtype, copy=False))))
+        return Block(t, len(values), leaves)
+
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
                          count: Optional[int] = None) -> List[EagerValue]:
         self._check_open()
@@ -343,44 +500,85 @@ class EagerTFExecutor(BatchExecutor):
         if args is None:
             return [self.call(f, None) for _ in range(count or 0)]
         args = list(args)
-        if len(args) >= 2 and f.type_signature.parameter is not None and f.batchable():
-            for a in args:
-                f.type_signature.parameter.check_assignable_from(a.type_signature, 'argument')
-            per_client = [flatten(a.internal) for a in args]
-            nleaves = len(per_client[0])
-            mask = tuple(all(pc[i] is per_client[0][i] for pc in per_client) for i in range(nleaves))
-            shapes_ok = all(
-                all(pc[i].shape == per_client[0][i].shape for pc in per_client)
-                for i in range(nleaves) if not mask[i])
-            if shapes_ok and not all(mask):
+        pt = f.type_signature.parameter
+        if len(args) >= 2 and pt is not None and f.batchable():
+            block = whole_block(args)
+            if block is not None and pt.is_assignable_from(block.type):
+                leaves = block.leaves
+            else:
+                leaves = self._block_leaves(args, pt)
+            if leaves is not None and any(k == 'stacked' for k, _ in leaves):
+                mask = tuple(k == 'shared' for k, _ in leaves)
                 with self._device_scope():
-                    shared = [per_client[0][i] for i in range(nleaves) if mask[i]]
-                    stacked = [tf.stack([pc[i] for pc in per_client])
-                               for i in range(nleaves) if not mask[i]]
-                    out = f.call_batched(mask, shared, stacked, len(args))
-                    cols = [tf.unstack(o, num=len(args)) for o in out]
+                    out = f.call_batched(mask, [x for k, x in leaves if k == 'shared'],
+                                         [x for k, x in leaves if k == 'stacked'], len(args))
                 rt = f.type_signature.result
-                return [EagerValue(pack_as(rt, [c[j] for c in cols]), rt) for j in range(len(args))]
+                return Block(rt, len(args), [('stacked', o) for o in out]).values()
         return [self.call(f, a) for a in args]
+
+    def _block_leaves(self, args: List[EagerValue], pt: T.Type) -> Optional[List[Tuple[str, Any]]]:
+        """Stacks arbitrary same-shaped client values (slow path of a batched map)."""
+        for a in args:
+            pt.check_assignable_from(a.type_signature, 'argument')
+        per_client = [flatten(a.internal) for a in args]
+        out = []
+        for i in range(len(per_client[0])):
+            col = [pc[i] for pc in per_client]
+            if all(c is col[0] for c in col):
+                out.append(('shared', col[0]))
+            elif all(isinstance(c, tf.Tensor) and c.shape == col[0].shape for c in col):
+                with self._device_scope():
+                    out.append(('stacked', tf.stack(col)))
+            else:
+                return None
+        return out
 
     async def create_structs(self, rows: Sequence[Sequence[ExecutorValue]],
                              names: Sequence[Optional[str]]) -> List[EagerValue]:
         self._check_open()
+        rows = [list(r) for r in rows]
+        if len(rows) >= 2 and rows[0]:
+            leaves: List[Tuple[str, Any]] = []
+            types = []
+            ok = True
+            for j in range(len(rows[0])):
+                col = [r[j] for r in rows]
+                types.append(col[0].type_signature)
+                if all(c is col[0] for c in col) and not isinstance(col[0].internal, (tf.data.Dataset, EmbeddedFunction)):
+                    leaves.extend(('shared', x) for x in flatten(col[0].internal))
+                    continue
+                b = whole_block(col)
+                if b is None:
+                    ok = False
+                    break
+                leaves.extend(b.leaves)
+            if ok:
+                t = T.StructType(list(zip(names, types)))
+                return Block(t, len(rows), leaves).values()
         return [await self.create_struct(list(zip(names, row))) for row in rows]
 
     async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> List[EagerValue]:
         self._check_open()
+        b = whole_block(list(sources))
+        if b is not None and isinstance(b.type, T.StructType):
+            counts = [len(T.flatten_type(e)) for e in b.type]
+            lo = sum(counts[:index])
+            return Block(b.type[index], b.n, b.leaves[lo:lo + counts[index]]).values()
         return [await self.create_selection(s, index) for s in sources]
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
-        return [v.internal for v in values]
+        values = list(values)
+        b = whole_block(values)
+        if b is not None:
+            npl = b.numpy_leaves()
+            return [pack_as(b.type, [x if k == 'shared' else x[i] for k, x in npl])
+                    for i in range(b.n)]
+        return [_np(v.internal) for v in values]
 
     # ------------------------------------------------------------ reductions
     def _reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
-        if kind in ('sum', 'mean'):
-            return Reducer(lambda v: _np(v), _add, _add, total)
-        if kind == 'weighted_mean':
-            return Reducer(lambda v: _np(v), _add, _add, total)
+        if kind in ('sum', 'mean', 'weighted_mean'):
+            return Reducer(lambda v: v, _add, _add, total)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             moduli = params['moduli']
 
@@ -393,60 +591,77 @@ class EagerTFExecutor(BatchExecutor):
             zero = params['zero']
             at = acc_fn.type_signature.result
 
+            def as_value(x):
+                return x if isinstance(x, EagerValue) else EagerValue(ingest(x, at), at)
+
             def accumulate(acc, v):
-                a = acc if isinstance(acc, EagerValue) else EagerValue(ingest(acc, at), at)
+                a = as_value(acc)
                 return self.call(acc_fn, EagerValue(Struct([(None, a.internal), (None, v.internal)]),
                                                     T.StructType([a.type_signature, v.type_signature])))
 
             def merge(x, y):
-                x = x if isinstance(x, EagerValue) else EagerValue(ingest(x, at), at)
-                y = y if isinstance(y, EagerValue) else EagerValue(ingest(y, at), at)
+                x, y = as_value(x), as_value(y)
                 return self.call(merge_fn, EagerValue(Struct([(None, x.internal), (None, y.internal)]),
                                                       T.StructType([at, at])))
             return Reducer(lambda v: accumulate(zero, v), accumulate, merge, total)
         raise SimharnessValueError(f'unknown reduction kind {kind!r}')
 
-    def _leaf_values(self, kind: str, values: Sequence[Any], start: int,
-                     params: Dict[str, Any]) -> List[Any]:
-        if kind == 'aggregate':
-            return list(values)
+    def _numpy_rows(self, kind: str, values: Sequence[Any], start: int,
+                    params: Dict[str, Any]) -> Tuple[T.Type, List[np.ndarray]]:
+        """The reduction's leaf arrays [n, ...] for numpy kinds (validated, weighted)."""
         if kind == 'weighted_mean':
-            out = []
-            for v, w in values:
-                vv, ww = _np(v.internal), _np(w.internal)
-                out.append(Struct([(None, map_structure(
-                    lambda x: (x * np.asarray(ww).astype(x.dtype)), vv)), (None, ww)]))
-            return out
+            vals = [v for v, _ in values]
+            ws = [w for _, w in values]
+            vt, vleaves = self._stacked_numpy(vals)
+            _, wleaves = self._stacked_numpy(ws)
+            w = wleaves[0]
+            prods = [x * w.astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1)) for x in vleaves]
+            return T.StructType([vt, T.TensorType(w.dtype)]), prods + [w]
+        t, leaves = self._stacked_numpy(values)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
-            return [self._secure_leaf(kind, _np(v.internal), start + i, params)
-                    for i, v in enumerate(values)]
-        return [_np(v.internal) for v in values]
+            bounds = flatten(params['bounds'])
+            out = []
+            for x, m in zip(leaves, bounds):
+                if kind == 'secure_sum_bitwidth':
+                    bad = (x < 0) | (x > m - 1)
+                    if np.any(bad):
+                        pos = tuple(int(p) for p in np.argwhere(bad)[0])
+                        raise SimharnessValueError(
+                            f'client {start + pos[0]}: element {pos[1:]} = {x[pos]} is outside '
+                            f'[0, {m - 1}] (bitwidth {int(m).bit_length() - 1})')
+                    out.append(x.astype(np.uint64))
+                else:
+                    out.append(np.mod(x.astype(np.int64), np.int64(m)).astype(np.uint64))
+            return t, out
+        return t, leaves
 
-    def _secure_leaf(self, kind: str, v: Any, index: int, params: Dict[str, Any]) -> Any:
-        def leaf(x, m):
-            x = np.asarray(x)
-            if kind == 'secure_sum_bitwidth':
-                bad = (x < 0) | (x > m - 1)
-                if np.any(bad):
-                    pos = tuple(int(p) for p in np.argwhere(bad)[0])
-                    raise SimharnessValueError(
-                        f'client {index}: element {pos} = {x[pos] if x.ndim else x.item()} is '
-                        f'outside [0, {m - 1}] (bitwidth {int(math.log2(m))})')
-                return x.astype(np.uint64)
-            return np.mod(x.astype(np.int64), np.int64(m)).astype(np.uint64)
-        return map_structure(leaf, v, params['bounds'])
+    def _stacked_numpy(self, values: Sequence[Any]) -> Tuple[T.Type, List[np.ndarray]]:
+        values = list(values)
+        b = whole_block(values)
+        t = values[0].type_signature
+        if b is not None:
+            return t, [x if k == 'stacked' else np.broadcast_to(x, (b.n,) + x.shape)
+                       for k, x in b.numpy_leaves()]
+        per = [flatten(_np(v.internal)) for v in values]
+        return t, [np.stack([p[j] for p in per]) for j in range(len(per[0]))]
 
     async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
                                        total: int, params: Dict[str, Any]) -> Partial:
         self._check_open()
         reducer = self._reducer(kind, total, params)
-        leaves = self._leaf_values(kind, values, start, params)
-        with self._device_scope():
-            partial = reducer.partial(leaves, start)
+        values = list(values)
         if kind == 'aggregate':
-            partial = partial.with_values([_np(v.internal) if isinstance(v, EagerValue)
-                                           else _np(v) for v in partial.values()])
-        return partial
+            with self._device_scope():
+                partial = reducer.partial(values, start)
+            return partial.with_values([_np(v.internal) if isinstance(v, EagerValue) else _np(v)
+                                        for v in partial.values()])
+        t, leaves = self._numpy_rows(kind, values, start, params)
+        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+            mods = [np.uint64(m) for m in flatten(params['moduli'])]
+            fold = lambda acc, x, j: (acc + x) % mods[j]
+        else:
+            fold = lambda acc, x, j: _add(acc, x)
+        return _fold_stacked(reducer, t, leaves, start, fold)
 
     async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
                                       params: Dict[str, Any], result_type: T.Type) -> EagerValue:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional, Sequence
+import types
+from typing import Any, Optional, Sequence, cast
 
 import numpy as np
 import tensorflow as tf
@@ -33,17 +34,17 @@ from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueE
 MODEL_NAMES = ('cnn', 'logreg', 'mlp')
 
 # Options of each model (ModelSpec fields beyond name/input_shape/num_classes).
-_OPTIONS = {
+_OPTIONS = types.MappingProxyType({
     'logreg': (),
     'mlp': ('hidden_sizes',),
     'cnn': ('conv_filters', 'kernel_size', 'pool_size'),
-}
-_DEFAULTS = {
+})
+_DEFAULTS = types.MappingProxyType({
     'hidden_sizes': (256, 256),
     'conv_filters': (16, 32),
     'kernel_size': 3,
     'pool_size': 2,
-}
+})
 
 
 def _is_int(value: Any) -> bool:
@@ -130,19 +131,20 @@ class ModelSpec:
                 "model 'mlp' needs at least one hidden layer; use 'logreg' for "
                 'none', key='hidden_sizes', value=self.hidden_sizes)
         if name == 'cnn':
+            filters = cast(tuple, self.conv_filters)
+            pool = cast(int, self.pool_size)
             if len(shape) != 3:
                 raise ConfigError(
                     f"model 'cnn' needs input_shape (H, W, C), got {shape}",
                     key='input_shape', value=shape)
-            if len(self.conv_filters) != 2:
+            if len(filters) != 2:
                 raise ConfigError(
                     "model 'cnn' has two conv layers: conv_filters needs 2 "
-                    f'values, got {self.conv_filters}', key='conv_filters',
-                    value=self.conv_filters)
-            if shape[0] < self.pool_size or shape[1] < self.pool_size:
+                    f'values, got {filters}', key='conv_filters', value=filters)
+            if shape[0] < pool or shape[1] < pool:
                 raise ConfigError(
                     f"model 'cnn': input {shape[:2]} is smaller than the pool "
-                    f'size {self.pool_size}', key='pool_size', value=self.pool_size)
+                    f'size {pool}', key='pool_size', value=pool)
 
     @property
     def num_features(self) -> int:
@@ -156,14 +158,14 @@ class ModelSpec:
         if self.name == 'logreg':
             return [(self.num_features, c), (c,)]
         if self.name == 'mlp':
-            sizes = (self.num_features,) + tuple(self.hidden_sizes) + (c,)
+            sizes = (self.num_features,) + cast(tuple, self.hidden_sizes) + (c,)
             shapes: list[tuple[int, ...]] = []
             for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
                 shapes += [(fan_in, fan_out), (fan_out,)]
             return shapes
         h, w, cin = self.input_shape
-        k, p = self.kernel_size, self.pool_size
-        f0, f1 = self.conv_filters
+        k, p = cast(int, self.kernel_size), cast(int, self.pool_size)
+        f0, f1 = cast(tuple, self.conv_filters)
         flat = (h // p) * (w // p) * f1
         return [(k, k, cin, f0), (f0,), (k, k, f0, f1), (f1,), (flat, c), (c,)]
 
@@ -275,10 +277,11 @@ def _check_weights(spec: ModelSpec, weights: Sequence[Any]) -> list[Any]:
             f'model {spec.name!r} has {len(expected)} weight tensors '
             f'{expected}, got {len(weights)}')
     for i, (w, shape) in enumerate(zip(weights, expected)):
-        if not _shape_of(w).is_compatible_with(shape):
+        actual = _shape_of(w)
+        if not actual.is_compatible_with(shape):
             raise SimharnessValueError(
                 f'model {spec.name!r}: weight {i} must have shape {shape}, got '
-                f'{tuple(_shape_of(w).as_list() if _shape_of(w).rank is not None else ())}')
+                f'{actual}')
         dtype = getattr(w, 'dtype', None)
         if dtype is not None and tf.as_dtype(dtype) != tf.float32:
             raise SimharnessTypeError(
@@ -331,7 +334,7 @@ def forward(spec: ModelSpec, weights: Sequence[Any], x: Any) -> tf.Tensor:
     w = _check_weights(spec, weights)
     h = _flat_input(spec, x)
     if spec.name == 'cnn':
-        p = spec.pool_size
+        p = cast(int, spec.pool_size)
         h = tf.nn.relu(tf.nn.conv2d(h, w[0], strides=1, padding='SAME') + w[1])
         h = tf.nn.max_pool2d(h, ksize=p, strides=p, padding='VALID')
         h = tf.nn.relu(tf.nn.conv2d(h, w[2], strides=1, padding='SAME') + w[3])
@@ -403,7 +406,7 @@ def _np_max_pool(x: np.ndarray, p: int) -> np.ndarray:
 def _np_logits(spec: ModelSpec, w: list[np.ndarray], x: np.ndarray) -> np.ndarray:
     if spec.name == 'cnn':
         h = np.maximum(_np_conv_same(x, w[0]) + w[1], 0)
-        h = _np_max_pool(h, spec.pool_size)
+        h = _np_max_pool(h, cast(int, spec.pool_size))
         h = np.maximum(_np_conv_same(h, w[2]) + w[3], 0)
         return h.reshape(h.shape[0], -1) @ w[4] + w[5]
     h = x

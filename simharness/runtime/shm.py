@@ -245,6 +245,8 @@ class _Segment:
                              offset=offset).reshape(shape)
 
     def copy_prefix_from(self, other: '_Segment', nbytes: int) -> None:
+        if self._mmap is None or other._mmap is None:
+            raise SimharnessValueError('cannot copy between closed segments')
         with memoryview(self._mmap) as dst, memoryview(other._mmap) as src:
             dst[:nbytes] = src[:nbytes]
 
@@ -622,10 +624,10 @@ def _map_tree(tree: Any, pred: Callable[[Any], bool], fn: Callable[[Any], Any]) 
     if isinstance(tree, dict):
         if type(tree) is dict:
             return {k: _map_tree(v, pred, fn) for k, v in tree.items()}
-        out = _copy.copy(tree)  # keeps OrderedDict / defaultdict and the like
+        mapping = _copy.copy(tree)  # keeps OrderedDict / defaultdict and the like
         for k, v in tree.items():
-            out[k] = _map_tree(v, pred, fn)
-        return out
+            mapping[k] = _map_tree(v, pred, fn)
+        return mapping
     return tree
 
 

@@ -331,6 +331,28 @@ def test_child_process_reads_and_does_not_unlink():
         np.testing.assert_array_equal(arena.read(packed['a']), tree['a'])
 
 
+def _child_closes_inherited_arena(arena, conn):
+    arena.close()  # a forked copy: unmaps only
+    conn.send(arena.closed)
+    conn.close()
+
+
+@pytest.mark.skipif(sys.platform != 'linux', reason='uses the fork start method')
+def test_forked_copy_of_arena_does_not_unlink():
+    ctx = multiprocessing.get_context('fork')
+    with ShmArena(4096) as arena:
+        ref = arena.write_array(np.arange(3, dtype=np.int8))
+        recv, send = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_child_closes_inherited_arena, args=(arena, send))
+        child.start()
+        send.close()
+        assert recv.poll(10) and recv.recv() is True
+        child.join(10)
+        assert child.exitcode == 0
+        assert _exists(arena.name) or not HAS_DEV_SHM
+        np.testing.assert_array_equal(arena.read(ref), np.arange(3))
+
+
 # -- trees ---------------------------------------------------------------------
 
 def test_pack_unpack_nested_tree():
