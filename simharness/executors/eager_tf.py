@@ -82,7 +82,12 @@ class EmbeddedFunction:
         inner = self._fn
         out_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._result_leaves)
 
-        @tf.function(autograph=False, reduce_retracing=True)
+        leaf_specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
+        shared_sig = tuple(sp for sp, m in zip(leaf_specs, mask) if m)
+        stacked_sig = tuple(tf.TensorSpec([None] + list(sp.shape), sp.dtype)
+                            for sp, m in zip(leaf_specs, mask) if not m)
+
+        @tf.function(autograph=False, input_signature=(shared_sig, stacked_sig))
         def batched(shared, stacked):
             def body(xs):
                 it_s, it_x = iter(shared), iter(xs)
@@ -123,6 +128,12 @@ class Block:
         if self._numpy is None:
             self._numpy = [(kind, x.numpy()) for kind, x in self.leaves]
         return self._numpy
+
+    def sub_leaves(self, lo: int, hi: int) -> List[Tuple[str, Any]]:
+        """The leaves of clients [lo, hi) (shared leaves unchanged)."""
+        if lo == 0 and hi == self.n:
+            return list(self.leaves)
+        return [(k, x if k == 'shared' else x[lo:hi]) for k, x in self.leaves]
 
 
 class EagerValue(ExecutorValue):
@@ -169,6 +180,29 @@ def whole_block(values: Sequence[Any]) -> Optional[Block]:
         if getattr(v, '_block', None) is not b or v._index != i:
             return None
     return b
+
+
+def runs(values: Sequence[Any]) -> List[Tuple[int, int, Optional[Block], int]]:
+    """Splits `values` into runs of consecutive clients of one block.
+
+    Returns (begin, end, block, first index in block) per run; `block` is
+    None for values that belong to no block (each such value is its own run).
+    """
+    out: List[Tuple[int, int, Optional[Block], int]] = []
+    i, n = 0, len(values)
+    while i < n:
+        b = getattr(values[i], '_block', None)
+        if b is None:
+            out.append((i, i + 1, None, 0))
+            i += 1
+            continue
+        lo = values[i]._index
+        j = i + 1
+        while j < n and getattr(values[j], '_block', None) is b and values[j]._index == lo + (j - i):
+            j += 1
+        out.append((i, j, b, lo))
+        i = j
+    return out
 
 
 def _check_shape(value_shape: Tuple[int, ...], t: T.TensorType, what: Any) -> None:
@@ -277,7 +311,11 @@ def _pack_result(leaves: List[Any], t: T.Type) -> Any:
 
 
 def _np(x: Any) -> Any:
-    return map_structure(lambda v: v.numpy() if hasattr(v, 'numpy') else np.asarray(v), x)
+    def leaf(v):
+        if isinstance(v, tf.data.Dataset):  # datasets are materialized by the context
+            return v
+        return v.numpy() if hasattr(v, 'numpy') else np.asarray(v)
+    return map_structure(leaf, x)
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -371,10 +409,17 @@ class EagerTFExecutor(BatchExecutor):
       cache_size: how many embedded functions to keep (least recently used
         ones are dropped), when no shared `function_cache` is given.
       function_cache: a `FunctionCache` shared with other executors.
+      max_batch_size: the most clients run through one TF call (bounds the
+        memory of a batched map); None: no bound.
     """
 
     def __init__(self, device: Optional[str] = None, cache_size: int = _DEFAULT_CACHE_SIZE,
-                 function_cache: Optional[FunctionCache] = None):
+                 function_cache: Optional[FunctionCache] = None,
+                 max_batch_size: Optional[int] = None):
+        if max_batch_size is not None and (not isinstance(max_batch_size, int) or max_batch_size < 1):
+            raise SimharnessValueError(f'max_batch_size must be None or an int >= 1, got '
+                                       f'{max_batch_size!r}')
+        self._max_batch = max_batch_size
         self._device = device
         self._cache = function_cache if function_cache is not None else FunctionCache(cache_size)
         self._closed = False
@@ -501,20 +546,39 @@ class EagerTFExecutor(BatchExecutor):
             return [self.call(f, None) for _ in range(count or 0)]
         args = list(args)
         pt = f.type_signature.parameter
-        if len(args) >= 2 and pt is not None and f.batchable():
-            block = whole_block(args)
+        if len(args) < 2 or pt is None or not f.batchable():
+            return [self.call(f, a) for a in args]
+        out: List[EagerValue] = []
+        step = self._max_batch or len(args)
+        for begin, end, block, lo in runs(args):
             if block is not None and pt.is_assignable_from(block.type):
-                leaves = block.leaves
+                for a in range(begin, end, step):
+                    b = min(end, a + step)
+                    out.extend(self._map_leaves(f, block.sub_leaves(lo + a - begin, lo + b - begin), b - a)
+                               or [self.call(f, x) for x in args[a:b]])
             else:
-                leaves = self._block_leaves(args, pt)
-            if leaves is not None and any(k == 'stacked' for k, _ in leaves):
-                mask = tuple(k == 'shared' for k, _ in leaves)
-                with self._device_scope():
-                    out = f.call_batched(mask, [x for k, x in leaves if k == 'shared'],
-                                         [x for k, x in leaves if k == 'stacked'], len(args))
-                rt = f.type_signature.result
-                return Block(rt, len(args), [('stacked', o) for o in out]).values()
-        return [self.call(f, a) for a in args]
+                out.extend(self._map_loose(f, args[begin:end], pt, step))
+        return out
+
+    def _map_loose(self, f: EmbeddedFunction, args: List[EagerValue], pt: T.Type,
+                   step: int) -> List[EagerValue]:
+        out: List[EagerValue] = []
+        for a in range(0, len(args), step):
+            chunk = args[a:a + step]
+            leaves = self._block_leaves(chunk, pt) if len(chunk) >= 2 else None
+            res = self._map_leaves(f, leaves, len(chunk)) if leaves is not None else None
+            out.extend(res if res is not None else [self.call(f, x) for x in chunk])
+        return out
+
+    def _map_leaves(self, f: EmbeddedFunction, leaves: List[Tuple[str, Any]],
+                    n: int) -> Optional[List[EagerValue]]:
+        if not any(k == 'stacked' for k, _ in leaves):
+            return None
+        mask = tuple(k == 'shared' for k, _ in leaves)
+        with self._device_scope():
+            res = f.call_batched(mask, [x for k, x in leaves if k == 'shared'],
+                                 [x for k, x in leaves if k == 'stacked'], n)
+        return Block(f.type_signature.result, n, [('stacked', o) for o in res]).values()
 
     def _block_leaves(self, args: List[EagerValue], pt: T.Type) -> Optional[List[Tuple[str, Any]]]:
         """Stacks arbitrary same-shaped client values (slow path of a batched map)."""
@@ -568,12 +632,15 @@ class EagerTFExecutor(BatchExecutor):
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
         values = list(values)
-        b = whole_block(values)
-        if b is not None:
-            npl = b.numpy_leaves()
-            return [pack_as(b.type, [x if k == 'shared' else x[i] for k, x in npl])
-                    for i in range(b.n)]
-        return [_np(v.internal) for v in values]
+        out: List[Any] = []
+        for begin, end, block, lo in runs(values):
+            if block is None:
+                out.append(_np(values[begin].internal))
+                continue
+            npl = block.numpy_leaves()
+            out.extend(pack_as(block.type, [x if k == 'shared' else x[i] for k, x in npl])
+                       for i in range(lo, lo + end - begin))
+        return out
 
     # ------------------------------------------------------------ reductions
     def _reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
@@ -637,13 +704,18 @@ class EagerTFExecutor(BatchExecutor):
 
     def _stacked_numpy(self, values: Sequence[Any]) -> Tuple[T.Type, List[np.ndarray]]:
         values = list(values)
-        b = whole_block(values)
         t = values[0].type_signature
-        if b is not None:
-            return t, [x if k == 'stacked' else np.broadcast_to(x, (b.n,) + x.shape)
-                       for k, x in b.numpy_leaves()]
-        per = [flatten(_np(v.internal)) for v in values]
-        return t, [np.stack([p[j] for p in per]) for j in range(len(per[0]))]
+        parts: List[List[np.ndarray]] = []
+        for begin, end, block, lo in runs(values):
+            if block is not None:
+                hi = lo + end - begin
+                parts.append([x[lo:hi] if k == 'stacked' else np.broadcast_to(x, (hi - lo,) + x.shape)
+                              for k, x in block.numpy_leaves()])
+            else:
+                parts.append([np.asarray(x)[None] for x in flatten(_np(values[begin].internal))])
+        if len(parts) == 1:
+            return t, parts[0]
+        return t, [np.concatenate([p[j] for p in parts]) for j in range(len(parts[0]))]
 
     async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
                                        total: int, params: Dict[str, Any]) -> Partial:
