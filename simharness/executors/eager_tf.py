@@ -56,6 +56,7 @@ class EmbeddedFunction:
                               else T.flatten_type(self.type_signature.parameter))
         self._result_leaves = T.flatten_type(self.type_signature.result)
         self._batched: Dict[Tuple[bool, ...], Any] = {}
+        self._lock = threading.Lock()
 
     def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
         out = self._fn(*leaves)
@@ -74,8 +75,15 @@ class EmbeddedFunction:
         """Runs `n` clients in one TF call; returns stacked result leaves."""
         fn = self._batched.get(shared_mask)
         if fn is None:
-            fn = self._make_batched(shared_mask)
-            self._batched[shared_mask] = fn
+            # The first call traces; executors of a stack share this object
+            # from several threads, so trace once under the lock.
+            with self._lock:
+                fn = self._batched.get(shared_mask)
+                if fn is None:
+                    fn = self._make_batched(shared_mask)
+                    out = list(fn(tuple(shared), tuple(stacked)))
+                    self._batched[shared_mask] = fn
+                    return out
         return list(fn(tuple(shared), tuple(stacked)))
 
     def _make_batched(self, mask: Tuple[bool, ...]):
