@@ -11,14 +11,17 @@ from simharness.executors.federating import FederatingExecutor, FederatingStrate
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
 from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
-from simharness.stacks import (CachingExecutorFactory, local_executor_factory,
+from simharness.executors.process_delegating import ProcessDelegatingExecutor
+from simharness.stacks import (CachingExecutorFactory, ProcessExecutorFactory,
+                               local_executor_factory, process_executor_factory,
                                thread_debugging_executor_factory)
 
 __all__ = [
     'AGGREGATION_CHUNK', 'BatchExecutor', 'Block', 'CachingExecutorFactory', 'Call',
     'CompiledComputation', 'ComputationBuildingBlock', 'Data', 'EagerTFExecutor', 'Executor',
     'ExecutorFactory', 'ExecutorValue', 'FederatedResolvingStrategy', 'FederatingExecutor',
-    'FederatingStrategy', 'Intrinsic', 'Lambda', 'Placement', 'Reference',
+    'FederatingStrategy', 'Intrinsic', 'ProcessDelegatingExecutor', 'ProcessExecutorFactory',
+    'process_executor_factory', 'Lambda', 'Placement', 'Reference',
     'ReferenceResolvingExecutor', 'Selection', 'StructBlock', 'ThreadDelegatingExecutor',
     'local_executor_factory', 'thread_debugging_executor_factory',
 ]

@@ -153,3 +153,100 @@ def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread
         per = max(clients_per_thread, math.ceil(n / max_fanout)) if n else clients_per_thread
         return _build_thread_stack(n, per, device)
     return CachingExecutorFactory(build, num_clients, max_cached_stacks)
+
+
+# ---------------------------------------------------------------- process stacks
+
+def split_even(n: int, parts: int) -> List[int]:
+    """Sizes of `parts` contiguous blocks covering n as evenly as possible."""
+    base, extra = divmod(n, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+class ProcessExecutorFactory(CachingExecutorFactory):
+    """Stacks whose client groups are worker processes of one warm pool.
+
+    ```
+    ReferenceResolvingExecutor
+      FederatingExecutor(FederatedResolvingStrategy)
+        server, unplaced: ThreadDelegating(EagerTF) in the driver
+        clients:          ProcessDelegating(worker k) x num_workers, worker k
+                          hosting the k-th contiguous block of clients
+    ```
+    The factory owns the pool: `close()` stops every worker; stacks for
+    other cardinalities reuse the same workers.
+    """
+
+    def __init__(self, pool, num_clients: Optional[int], max_cached_stacks: int):
+        self.pool = pool
+        super().__init__(self._build_process_stack, num_clients, max_cached_stacks)
+
+    def _build_process_stack(self, n: int) -> Executor:
+        from simharness.executors.process_delegating import ProcessDelegatingExecutor
+        if not self.pool._started:
+            self.pool.start()
+        cache = FunctionCache()
+        server = _thread_eager('simharness-server', None, cache)
+        unplaced = _thread_eager('simharness-unplaced', None, cache)
+        w = min(self.pool.num_workers, n) if n else 0
+        groups = [(ProcessDelegatingExecutor(self.pool.handles[k]), size)
+                  for k, size in enumerate(split_even(n, w) if w else [])]
+        federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
+        return ReferenceResolvingExecutor(federating)
+
+    def stats(self) -> Dict[str, object]:
+        """Pool counters (requests, shared-memory bytes) and per-worker RSS and CPU time."""
+        out: Dict[str, object] = dict(self.pool.stats())
+        out['workers'] = self.pool.resource_usage()
+        return out
+
+    def close(self) -> None:
+        try:
+            self.clean_up_executors()
+        finally:
+            self.pool.close()
+
+
+def process_executor_factory(num_clients: Optional[int] = None, num_workers: Optional[int] = None,
+                             clients_per_worker: Optional[int] = 256, cpu_affinity: bool = True,
+                             devices: object = None, workers_per_gpu: int = 1,
+                             max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+                             arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
+                             start: bool = False, worker_options: Optional[dict] = None,
+                             ) -> ProcessExecutorFactory:
+    """Stacks whose client executors live in pinned worker processes.
+
+    Args:
+      num_clients: as in `local_executor_factory`.
+      num_workers: worker processes (default: usable CPU cores, or
+        GPUs x `workers_per_gpu` when `devices` names GPUs).
+      clients_per_worker: the most clients a worker runs through one TF call
+        (bounds its memory); None: no bound.
+      cpu_affinity: pin each worker to its own core set.
+      devices: GPUs to use ('cuda:0', [0, 1], ...); None: CPU only.
+      workers_per_gpu: workers sharing each GPU (memory growth on).
+      max_cached_stacks: cardinalities that keep a live stack.
+      arena_bytes: initial size of each shared-memory arena (they grow).
+      start_timeout: seconds to wait for a worker to start.
+      start: start the workers now rather than on first use.
+      worker_options: advanced/testing options passed to the workers.
+
+    Returns:
+      A `ProcessExecutorFactory`; close it (or use it as a context manager)
+      to stop the workers.
+    """
+    from simharness.runtime import pinning
+    from simharness.runtime.pool import WorkerPool
+    from simharness.runtime.resources import detect_gpus
+    _check_positive('num_workers', num_workers)
+    _check_positive('clients_per_worker', clients_per_worker)
+    _check_positive('workers_per_gpu', workers_per_gpu, allow_none=False)
+    gpus = pinning.parse_devices(devices)
+    placements = pinning.plan_workers(num_workers, pinning.usable_cpus(), gpus or None,
+                                      workers_per_gpu, cpu_affinity)
+    pool = WorkerPool(placements, clients_per_worker=clients_per_worker, arena_bytes=arena_bytes,
+                      start_timeout=start_timeout, worker_options=worker_options)
+    factory = ProcessExecutorFactory(pool, num_clients, max_cached_stacks)
+    if start:
+        pool.start()
+    return factory

@@ -357,6 +357,11 @@ def _looks_like_type_spec(x: Any) -> bool:
             or isinstance(x, collections.abc.Mapping))
 
 
+def _is_name_type_pair(x: Any) -> bool:
+    return (isinstance(x, tuple) and not _is_namedtuple(x) and len(x) == 2
+            and isinstance(x[0], str) and _looks_like_type_spec(x[1]))
+
+
 def _is_namedtuple(x: Any) -> bool:
     return isinstance(x, tuple) and hasattr(type(x), '_fields')
 
@@ -388,7 +393,7 @@ def to_type(spec: Any) -> Type:
     if _is_dtype_like(spec):
         return TensorType(spec)
     if isinstance(spec, str):
-        return TensorType(np.dtype(spec))
+        return TensorType(spec)
     if (isinstance(spec, tuple) and not _is_namedtuple(spec) and len(spec) == 2
             and _is_dtype_like(spec[0]) and (spec[1] is None or isinstance(spec[1], (list, tuple, int))
                                              or hasattr(spec[1], 'as_list'))
@@ -405,6 +410,9 @@ def to_type(spec: Any) -> Type:
     if isinstance(spec, collections.abc.Mapping):
         return StructType([(str(k), to_type(v)) for k, v in spec.items()], container=type(spec))
     if isinstance(spec, (list, tuple)):
+        if any(_is_name_type_pair(v) for v in spec):
+            # (name, type) pairs: a named struct with no Python container, as in TFF
+            return StructType(spec)
         return StructType([to_type(v) for v in spec], container=type(spec))
     raise SimharnessTypeError(
         f'cannot convert {spec!r} ({cls_name}) to a type; expected a dtype, a (dtype, shape) '

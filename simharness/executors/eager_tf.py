@@ -34,6 +34,18 @@ from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_st
 _DEFAULT_CACHE_SIZE = 256
 
 
+#: Ops whose results are exactly rounded per element (IEEE-754 add, multiply,
+#: divide, sqrt, ...), so that computing many clients at once with
+#: `tf.vectorized_map` gives the same bits as one call per client.
+EXACT_ELEMENTWISE_OPS = frozenset({
+    'Placeholder', 'Const', 'Identity', 'IdentityN', 'NoOp', 'Add', 'AddV2', 'Sub', 'Mul',
+    'RealDiv', 'Neg', 'Abs', 'Sqrt', 'Maximum', 'Minimum', 'Relu', 'Cast', 'Square',
+    'Select', 'SelectV2', 'Greater', 'GreaterEqual', 'Less', 'LessEqual', 'Equal', 'NotEqual',
+    'LogicalAnd', 'LogicalOr', 'LogicalNot', 'ZerosLike', 'OnesLike', 'Floor', 'Ceil', 'Round',
+    'Sign', 'FloorDiv', 'FloorMod', 'TruncateDiv', 'BitwiseAnd', 'BitwiseOr', 'BitwiseXor',
+})
+
+
 class EmbeddedFunction:
     """A `CompiledComputation` imported into the eager runtime."""
 
@@ -52,6 +64,11 @@ class EmbeddedFunction:
         self._fn = wrapped.prune(
             feeds=[g.get_tensor_by_name(n) for n in graph.input_names],
             fetches=[g.get_tensor_by_name(n) for n in graph.output_names])
+        ops = {node.op for node in graph_def.node}
+        for f in graph_def.library.function:
+            ops.update(n.op for n in f.node_def)
+        #: True when every op is exactly rounded per element (see EXACT_ELEMENTWISE_OPS).
+        self.exact_elementwise = ops <= EXACT_ELEMENTWISE_OPS
         self._param_leaves = ([] if self.type_signature.parameter is None
                               else T.flatten_type(self.type_signature.parameter))
         self._result_leaves = T.flatten_type(self.type_signature.result)
@@ -88,6 +105,7 @@ class EmbeddedFunction:
 
     def _make_batched(self, mask: Tuple[bool, ...]):
         inner = self._fn
+        exact = self.exact_elementwise
         out_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._result_leaves)
 
         leaf_specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
@@ -104,6 +122,8 @@ class EmbeddedFunction:
                 return tuple(out) if isinstance(out, (list, tuple)) else (out,)
             if not stacked:
                 raise SimharnessValueError('a batched call needs at least one per-client input')
+            if exact:
+                return tf.vectorized_map(body, stacked, fallback_to_while_loop=False)
             return tf.map_fn(body, stacked, fn_output_signature=out_sig, parallel_iterations=1)
 
         return batched
@@ -190,6 +210,40 @@ def whole_block(values: Sequence[Any]) -> Optional[Block]:
     return b
 
 
+def stack_python_values(values: List[Any], t: T.Type) -> Optional[List[np.ndarray]]:
+    """Client values (Python/numpy) stacked leaf by leaf into arrays [n, ...] of `t`'s dtypes.
+
+    Returns None when they cannot be stacked exactly (ragged shapes, tensors,
+    lossy casts): the per-value path then gives the precise error.
+    """
+    if isinstance(t, T.StructType):
+        try:
+            per = [flatten(from_container(v, t)) for v in values]
+        except SimharnessTypeError:
+            return None
+    else:
+        per = [[v] for v in values]
+    out = []
+    for j, lt in enumerate(T.flatten_type(t)):
+        if not isinstance(lt, T.TensorType) or not lt.is_fully_defined or lt.dtype == np.dtype(object):
+            return None
+        col = [p[j] for p in per]
+        if any(isinstance(c, (Struct, dict, list, tuple)) or hasattr(c, 'element_spec')
+               or (hasattr(c, 'numpy') and not isinstance(c, np.ndarray)) for c in col):
+            return None
+        try:
+            arr = np.asarray(col)
+        except ValueError:
+            return None
+        if arr.dtype == object or arr.shape[1:] != tuple(lt.shape):
+            return None
+        if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(lt.dtype, np.integer)) or (
+                (arr.dtype == np.bool_) != (lt.dtype == np.bool_)):
+            return None
+        out.append(np.ascontiguousarray(arr.astype(lt.dtype, copy=False)))
+    return out
+
+
 def runs(values: Sequence[Any]) -> List[Tuple[int, int, Optional[Block], int]]:
     """Splits `values` into runs of consecutive clients of one block.
 
@@ -224,6 +278,14 @@ def _check_shape(value_shape: Tuple[int, ...], t: T.TensorType, what: Any) -> No
             expected=t, actual=tuple(value_shape))
 
 
+def _ints_fit(src: np.ndarray, dtype: np.dtype) -> bool:
+    """False when integer `src` holds values outside the range of integer `dtype`."""
+    if not (src.size and np.issubdtype(src.dtype, np.integer) and np.issubdtype(dtype, np.integer)):
+        return True
+    info = np.iinfo(dtype)
+    return int(src.min()) >= info.min and int(src.max()) <= info.max
+
+
 def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
     """Converts one leaf to an eager tensor of type `t`, with clear errors."""
     if isinstance(value, tf.Tensor):
@@ -240,13 +302,18 @@ def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
         arr = np.asarray(value, dtype=object)
     else:
         src = np.asarray(value)
-        if src.dtype == object:
-            raise SimharnessTypeError(f'value {value!r:.80} is not assignable to {t}', expected=t)
+        if src.dtype == object or src.dtype.kind in 'USV':
+            raise SimharnessTypeError(f'value {value!r:.80} ({src.dtype}) is not assignable to {t}',
+                                      expected=t, actual=str(src.dtype))
         if (np.issubdtype(src.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
                 src.dtype == np.bool_) != (t.dtype == np.bool_) and src.size:
             raise SimharnessTypeError(
                 f'value of dtype {src.dtype} is not assignable to {t}', expected=t,
                 actual=str(src.dtype))
+        if not _ints_fit(src, t.dtype):
+            info = np.iinfo(t.dtype)
+            raise SimharnessValueError(
+                f'value {value!r:.80} is out of the range [{info.min}, {info.max}] of {t}')
         arr = src.astype(t.dtype, copy=False)
     _check_shape(arr.shape, t, value)
     return tf.convert_to_tensor(arr)
@@ -516,6 +583,19 @@ class EagerTFExecutor(BatchExecutor):
         with self._device_scope():
             return [EagerValue(ingest(v, t), t) for v in values]
 
+    async def create_values_stacked(self, leaves: Sequence[np.ndarray], type_spec: Any) -> List[EagerValue]:
+        """Embeds n client values given leaf by leaf as arrays [n, ...] (already validated)."""
+        self._check_open()
+        t = T.to_type(type_spec)
+        types = T.flatten_type(t)
+        if len(leaves) != len(types) or not leaves:
+            raise SimharnessTypeError(f'{len(leaves)} stacked leaves do not match {t}')
+        n = leaves[0].shape[0]
+        with self._device_scope():
+            block = Block(t, n, [('stacked', tf.convert_to_tensor(np.asarray(x, dtype=lt.dtype)))
+                                 for x, lt in zip(leaves, types)])
+        return block.values()
+
     def _stack_python(self, values: List[Any], t: T.Type) -> Optional[Block]:
         """Stacks Python/numpy client values leaf by leaf (None: use the slow path)."""
         if isinstance(t, T.StructType):
@@ -534,7 +614,8 @@ class EagerTFExecutor(BatchExecutor):
                 arr = np.asarray(col)
             except ValueError:
                 return None
-            if arr.dtype == object or arr.shape[1:] != tuple(lt.shape):
+            if (arr.dtype == object or arr.dtype.kind in 'USV' or arr.shape[1:] != tuple(lt.shape)
+                    or not _ints_fit(arr, lt.dtype)):
                 return None  # the per-value path gives the precise error
             if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(lt.dtype, np.integer)) or (
                     (arr.dtype == np.bool_) != (lt.dtype == np.bool_)):
@@ -748,9 +829,17 @@ class EagerTFExecutor(BatchExecutor):
         self._check_open()
         reducer = self._reducer(kind, total, params)
         if kind == 'aggregate':
-            at = self._fn_of(params['accumulate']).type_signature.result
-            partials = [p.with_values([EagerValue(ingest(v, at), at) for v in p.values()])
-                        for p in partials]
+            acc_type = self._fn_of(params['accumulate']).type_signature
+            # heads hold raw client values (the member type), the rest accumulators
+            at, vt = acc_type.result, acc_type.parameter[1]
+
+            def wrap(v, t):
+                return EagerValue(ingest(v, t), t)
+            with self._device_scope():
+                partials = [Partial(p.start, p.stop, [wrap(v, vt) for v in p.head],
+                                    {k: wrap(v, at) for k, v in p.nodes.items()}, p.open_chunk,
+                                    None if p.open_chunk is None else wrap(p.open_acc, at))
+                            for p in partials]
         with self._device_scope():
             result = reducer.combine(partials)
         if kind == 'aggregate':

@@ -309,6 +309,8 @@ class FederatedResolvingStrategy(FederatingStrategy):
         value, zero, accumulate, merge, report = self._elements(arg, 5)
         zero_py = await self._materialize(zero)
         zt = zero.type_signature
+        if isinstance(zt, T.FederatedType):  # a zero placed at the server
+            zt = zt.member
         report_fn = await self._embed_fn(report, self._server)
         if self.num_clients == 0:
             z = await self._server.create_value(zero_py, zt)

@@ -1,0 +1,227 @@
+"""The worker process: hosts an `EagerTFExecutor` for a block of clients.
+
+```
+forkserver (imported TF, ran no op)
+   └─ fork → worker_main(conn, worker_id, placement, options)
+        1. ignore SIGINT (the driver owns shutdown), pin itself: CPU affinity,
+           TF thread counts, visible GPU -- before its first TF op
+        2. create its output arena; send ('ready', pid, arena name)
+        3. loop: Request → resolve Refs/SlotRefs → EagerTFExecutor.<op> →
+           store result values by id / pack result arrays → Response
+        4. on EOF (driver gone) or ('close'): close arena (unlink), exit
+```
+
+The only module of `runtime/` that imports the executors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import signal
+import sys
+import traceback
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from simharness.runtime.protocol import (DatasetBlob, Ref, RefRange, Request, Response,
+                                         is_numeric_array, map_leaves, pack_arrays)
+
+#: Arrays smaller than this travel inside the pickled control message.
+INLINE_BYTES = 1024
+
+
+def _round64(n: int) -> int:
+    return (n + 63) // 64 * 64
+
+
+def write_tree(arena: Any, tree: Any) -> tuple:
+    """Packs the big numeric arrays of `tree` into `arena` (reset first)."""
+    need = [0]
+
+    def size(x):
+        if is_numeric_array(x) and x.nbytes >= INLINE_BYTES:
+            need[0] += _round64(x.nbytes)
+        return x
+    map_leaves(tree, size)
+    arena.reset()
+    if need[0]:
+        arena.ensure_capacity(need[0])
+
+    def write(x):
+        if x.nbytes < INLINE_BYTES:
+            return x
+        return arena.write_array(np.ascontiguousarray(x))
+    return pack_arrays(tree, write)
+
+
+def read_tree(attachment: Any, tree: Any, copy: bool = True) -> Any:
+    """Replaces SlotRefs by arrays read from `attachment` (copies by default)."""
+    from simharness.runtime.shm import SlotRef
+
+    def leaf(x):
+        if isinstance(x, SlotRef):
+            v = attachment.read(x)
+            return np.array(v) if copy else v
+        return x
+    return map_leaves(tree, leaf)
+
+
+def _drive(coro):
+    """Runs a coroutine that never really suspends (EagerTF's methods) to completion."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    # It suspended after all: finish it on a private loop.
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+class WorkerState:
+    """The values and executor of one worker process."""
+
+    def __init__(self, executor: Any):
+        self.executor = executor
+        self.values: Dict[int, Any] = {}
+
+    def resolve(self, tree: Any, attachment: Any) -> Any:
+        from simharness.runtime.shm import SlotRef
+
+        def leaf(x):
+            if isinstance(x, Ref):
+                try:
+                    return self.values[x.id]
+                except KeyError:
+                    raise KeyError(f'value id {x.id} is not held by this worker') from None
+            if isinstance(x, RefRange):
+                try:
+                    return [self.values[i] for i in range(x.start, x.start + x.count)]
+                except KeyError as e:
+                    raise KeyError(f'value id {e.args[0]} is not held by this worker') from None
+            if isinstance(x, SlotRef):
+                return np.array(attachment.read(x))
+            if isinstance(x, DatasetBlob):
+                return _dataset_from_blob(x)
+            return x
+        return map_leaves(tree, leaf)
+
+    def handle(self, req: Request, attachment: Any, arena: Any) -> Response:
+        for first, count in req.free:
+            for i in range(first, first + count):
+                self.values.pop(i, None)
+        if req.arena:
+            attachment.attach(req.arena)
+        args = self.resolve(req.args, attachment)
+        method = getattr(self.executor, req.op)
+        result = _drive(method(*args))
+        from simharness.executors.eager_tf import EagerValue
+        if isinstance(result, EagerValue):
+            result = [result]
+            single = True
+        else:
+            single = False
+        if isinstance(result, list) and (not result or isinstance(result[0], EagerValue)):
+            for k, v in enumerate(result):
+                self.values[req.out_base + k] = v
+            types = [v.type_signature for v in result]
+            if types and all(t is types[0] or t == types[0] for t in types):
+                types = types[0]
+            return Response(True, 'values', count=len(result), types=types,
+                            result=single, arena=arena.name)
+        packed, nbytes = write_tree(arena, _to_numpy(result))
+        return Response(True, 'data', result=packed, arena=arena.name, nbytes=nbytes)
+
+
+def _to_numpy(tree: Any) -> Any:
+    def leaf(x):
+        if hasattr(x, 'numpy') and not isinstance(x, np.ndarray):
+            return x.numpy()
+        if hasattr(x, 'element_spec') and hasattr(x, '_as_serialized_graph'):
+            return dataset_to_blob(x)
+        return x
+    return map_leaves(tree, leaf)
+
+
+def dataset_to_blob(ds: Any) -> DatasetBlob:
+    """Serializes a `tf.data.Dataset` into a `DatasetBlob`."""
+    import tensorflow as tf
+    from simharness.core import types as T
+    graph = ds._as_serialized_graph(
+        external_state_policy=tf.data.experimental.ExternalStatePolicy.FAIL).numpy()
+    return DatasetBlob(graph, T._from_tf_structure(ds.element_spec))
+
+
+def _dataset_from_blob(blob: DatasetBlob) -> Any:
+    import tensorflow as tf
+    from simharness.core.tf_serialization import element_spec_for
+    variant = tf.raw_ops.DatasetFromGraph(graph_def=blob.graph)
+    return tf.data.experimental.from_variant(variant, element_spec_for(blob.element_type))
+
+
+def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, Any]) -> None:
+    """Entry point of a worker process (started from the forkserver)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    arena = None
+    attachment = None
+    try:
+        try:
+            from simharness.runtime.pinning import apply_placement
+            apply_placement(placement)
+            fail = options.get('fail_on_start')
+            if fail:
+                raise RuntimeError(fail)
+            from simharness.executors.eager_tf import EagerTFExecutor
+            from simharness.runtime.shm import ShmArena, ShmAttachment
+            device = '/GPU:0' if placement.gpu is not None else None
+            executor = EagerTFExecutor(device=device,
+                                       max_batch_size=options.get('clients_per_worker'))
+            arena = ShmArena(options.get('arena_bytes', 1 << 20))
+            attachment = ShmAttachment()
+        except BaseException as e:  # report, then exit
+            conn.send(('start_error', f'{type(e).__name__}: {e}', traceback.format_exc()))
+            return
+        conn.send(('ready', os.getpid(), arena.name))
+        state = WorkerState(executor)
+        while True:
+            try:
+                raw = conn.recv_bytes()
+            except (EOFError, OSError):
+                return  # the driver is gone
+            msg = pickle.loads(raw)
+            if msg == 'close':
+                return
+            if isinstance(msg, tuple) and msg and msg[0] == 'crash_for_test':
+                os.kill(os.getpid(), signal.SIGKILL)
+            try:
+                resp = state.handle(msg, attachment, arena)
+            except BaseException as e:
+                resp = Response(False, error=_picklable(e), traceback=traceback.format_exc(),
+                                arena=arena.name)
+            try:
+                conn.send_bytes(pickle.dumps(resp, protocol=pickle.HIGHEST_PROTOCOL))
+            except (EOFError, OSError, BrokenPipeError):
+                return
+    finally:
+        if attachment is not None:
+            attachment.close()
+        if arena is not None:
+            arena.close()
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+
+def _picklable(e: BaseException) -> BaseException:
+    import pickle
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        return RuntimeError(f'{type(e).__name__}: {e}')
