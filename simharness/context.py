@@ -73,9 +73,10 @@ class ExecutionContext:
         attempt = 0
         while True:
             try:
+                loop = self._ensure_loop()  # first: a closed context builds no stack
                 executor = self.factory.create_executor(cardinalities)
                 fut = asyncio.run_coroutine_threadsafe(
-                    _run(executor, comp.to_building_block(), ft, arg), self._ensure_loop())
+                    _run(executor, comp.to_building_block(), ft, arg), loop)
                 value = fut.result()
                 return to_python(value, ft.result)
             except RetryableError:

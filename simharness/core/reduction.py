@@ -241,5 +241,26 @@ class _Builder:
             self._pos += r.chunk
         p.stop = self._pos
 
+    def feed_folded(self, acc: Any, count: int) -> None:
+        """Adds the accumulator of the next `count` clients, folded by the caller.
+
+        The builder must be at a chunk boundary with no chunk open, and the
+        clients must lie in one chunk: `acc` is `start` of the first one then
+        `accumulate` of the others, as `feed` would compute.
+        """
+        r = self._r
+        p = self._p
+        c = self._pos // r.chunk
+        if self._in_head or p.open_chunk is not None or self._pos % r.chunk:
+            raise SimharnessValueError('folded accumulators must start at a chunk boundary')
+        if count < 1 or self._pos + count > r._chunk_end(c):
+            raise SimharnessValueError(f'{count} clients from {self._pos} do not fit in chunk {c}')
+        self._pos += count
+        if self._pos == r._chunk_end(c):
+            r._insert(p.nodes, 0, c, acc)
+        else:
+            p.open_chunk, p.open_acc = c, acc
+        p.stop = self._pos
+
     def finish(self) -> Partial:
         return self._p

@@ -27,6 +27,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.reduction import Partial, Reducer
 from simharness.core.structure import Struct, flatten, from_container, map_structure, pack_as
+from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import (ExecutorClosedError, SimharnessTypeError, SimharnessValueError)
 from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
@@ -102,6 +103,50 @@ class EmbeddedFunction:
                     self._batched[shared_mask] = fn
                     return out
         return list(fn(tuple(shared), tuple(stacked)))
+
+    def fold_rows(self, zero: List[Any], rows: List[Any], chunk: Optional[int]) -> List[Any]:
+        """Folds rows with this (accumulate) function in ONE TF call.
+
+        With `chunk` None: ``acc = f(zero, r0); acc = f(acc, r1); ...`` over the
+        k rows. With `chunk` L: rows are [c * L, ...]; the same fold runs for
+        the c chunks at once (vectorized, so only for exactly-rounded
+        elementwise functions) and the result has a leading c dimension.
+        """
+        k = int(rows[0].shape[0])
+        key = ('fold', k, chunk)
+        fn = self._batched.get(key)
+        if fn is None:
+            with self._lock:
+                fn = self._batched.get(key)
+                if fn is None:
+                    fn = self._make_fold(k, chunk, len(zero))
+                    self._batched[key] = fn
+        return list(fn(tuple(zero), tuple(rows)))
+
+    def _make_fold(self, k: int, chunk: Optional[int], nzero: int):
+        inner = self._fn
+
+        def call(leaves):
+            out = inner(*leaves)
+            return list(out) if isinstance(out, (list, tuple)) else [out]
+
+        @tf.function(autograph=False)
+        def fold(zero, rows):
+            if chunk is None:
+                acc = list(zero)
+                for i in range(k):
+                    acc = call(acc + [r[i] for r in rows])
+                return tuple(acc)
+            c = k // chunk
+            seg = [tf.reshape(r, tf.concat([[c, chunk], tf.shape(r)[1:]], 0)) for r in rows]
+            acc = tf.vectorized_map(lambda x: tuple(call(list(zero) + list(x))),
+                                    tuple(s[:, 0] for s in seg), fallback_to_while_loop=False)
+            for i in range(1, chunk):
+                acc = tf.vectorized_map(lambda ax: tuple(call(list(ax[0]) + list(ax[1]))),
+                                        (tuple(acc), tuple(s[:, i] for s in seg)),
+                                        fallback_to_while_loop=False)
+            return tuple(acc)
+        return fold
 
     def _make_batched(self, mask: Tuple[bool, ...]):
         inner = self._fn
@@ -208,40 +253,6 @@ def whole_block(values: Sequence[Any]) -> Optional[Block]:
         if getattr(v, '_block', None) is not b or v._index != i:
             return None
     return b
-
-
-def stack_python_values(values: List[Any], t: T.Type) -> Optional[List[np.ndarray]]:
-    """Client values (Python/numpy) stacked leaf by leaf into arrays [n, ...] of `t`'s dtypes.
-
-    Returns None when they cannot be stacked exactly (ragged shapes, tensors,
-    lossy casts): the per-value path then gives the precise error.
-    """
-    if isinstance(t, T.StructType):
-        try:
-            per = [flatten(from_container(v, t)) for v in values]
-        except SimharnessTypeError:
-            return None
-    else:
-        per = [[v] for v in values]
-    out = []
-    for j, lt in enumerate(T.flatten_type(t)):
-        if not isinstance(lt, T.TensorType) or not lt.is_fully_defined or lt.dtype == np.dtype(object):
-            return None
-        col = [p[j] for p in per]
-        if any(isinstance(c, (Struct, dict, list, tuple)) or hasattr(c, 'element_spec')
-               or (hasattr(c, 'numpy') and not isinstance(c, np.ndarray)) for c in col):
-            return None
-        try:
-            arr = np.asarray(col)
-        except ValueError:
-            return None
-        if arr.dtype == object or arr.shape[1:] != tuple(lt.shape):
-            return None
-        if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(lt.dtype, np.integer)) or (
-                (arr.dtype == np.bool_) != (lt.dtype == np.bool_)):
-            return None
-        out.append(np.ascontiguousarray(arr.astype(lt.dtype, copy=False)))
-    return out
 
 
 def runs(values: Sequence[Any]) -> List[Tuple[int, int, Optional[Block], int]]:
@@ -398,45 +409,61 @@ def _add(a: Any, b: Any) -> Any:
         return map_structure(lambda x, y: np.add(x, y), a, b)
 
 
-def _fold_stacked(reducer: Reducer, t: T.Type, leaves: List[np.ndarray], start: int, fold) -> Partial:
-    """`reducer.partial` of rows given leaf by leaf, whole chunks folded vectorized.
+def fold_rows_into(builder: Any, t: T.Type, leaves: List[Any], start: int,
+                   start_rows, fold_rows) -> None:
+    """Feeds clients given leaf by leaf (arrays [n, ...]) into a reduction builder.
 
-    `fold(acc, x, j)` is the elementwise accumulate of leaf j; applied to a
-    [chunks, ...] array it folds many chunks at once with exactly the
-    per-row operations and order, so the bits equal the row-by-row fold.
+    `start_rows(x)` makes chunk accumulators from rows and `fold_rows(acc, x)`
+    folds rows into accumulators, both on leaf lists with a leading row
+    dimension and both elementwise across rows. Whole chunks are folded for
+    many chunks at once (one call per position within the chunk); the
+    other rows go one by one. Since every row sees exactly the operations,
+    in the order, of `Reducer.partial`, the bits are the same.
     """
     n = leaves[0].shape[0] if leaves else 0
-    L = reducer.chunk
+    L = builder._r.chunk
     end = start + n
     is_struct = isinstance(t, T.StructType)
 
-    def row(i):
-        vals = [np.array(x[i - start]) for x in leaves]
-        return pack_as(t, vals) if is_struct else vals[0]
+    def pack_row(row_leaves):
+        return pack_as(t, row_leaves) if is_struct else row_leaves[0]
 
-    def fold_struct(acc, x):
-        fa, fx = flatten(acc), flatten(x)
-        out = [fold(a, b, j) for j, (a, b) in enumerate(zip(fa, fx))]
-        return pack_as(t, out) if is_struct else out[0]
+    def rows(lo, hi):
+        return [x[lo - start:hi - start] for x in leaves]
 
-    r = Reducer(lambda v: v, fold_struct, reducer._merge, reducer.total, reducer.chunk)
-    b = r.begin(start)
-    h = start if start % L == 0 else min(end, (start // L + 1) * L)
-    with np.errstate(over='ignore'):
-        b.feed(row(i) for i in range(start, h))
+    # Row-by-row: acc values are leaf lists with one row.
+    row_builder_start = lambda v: start_rows(v)
+    r = builder._r
+    saved = (r._start, r._accumulate)
+    r._start, r._accumulate = row_builder_start, fold_rows
+    try:
+        h = start if start % L == 0 else min(end, (start // L + 1) * L)
+        builder.feed(rows(i, i + 1) for i in range(start, h))
         nfull = (end - h) // L
         if nfull:
-            accs = []
-            for j, x in enumerate(leaves):
-                seg = x[h - start:h - start + nfull * L].reshape((nfull, L) + x.shape[1:])
-                acc = np.array(seg[:, 0])
-                for k in range(1, L):
-                    acc = fold(acc, seg[:, k], j)
-                accs.append(acc)
-            b.feed_chunk_accumulators(
-                [pack_as(t, [a[c] for a in accs]) if is_struct else accs[0][c] for c in range(nfull)])
-        b.feed(row(i) for i in range(h + nfull * L, end))
-    return b.finish()
+            seg = [x.reshape((nfull, L) + tuple(x.shape[1:])) for x in rows(h, h + nfull * L)]
+            acc = start_rows([x[:, 0] for x in seg])
+            for k in range(1, L):
+                acc = fold_rows(acc, [x[:, k] for x in seg])
+            acc = [np.asarray(a) for a in acc]
+            builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
+        builder.feed(rows(i, i + 1) for i in range(h + nfull * L, end))
+    finally:
+        r._start, r._accumulate = saved
+
+
+def _as_tensors(xs: Sequence[Any]) -> List[Any]:
+    return [x if isinstance(x, tf.Tensor) else tf.convert_to_tensor(x) for x in xs]
+
+
+def _rows_to_values(partial: Partial, head_type: T.Type, acc_type: T.Type) -> Partial:
+    """Turns the one-row leaf lists of a partial into numpy values of their types."""
+    def value(leaf_list, t):
+        vals = [np.asarray(x)[0] for x in leaf_list]
+        return pack_as(t, vals) if isinstance(t, T.StructType) else vals[0]
+    return Partial(partial.start, partial.stop, [value(v, head_type) for v in partial.head],
+                   {k: value(v, acc_type) for k, v in partial.nodes.items()}, partial.open_chunk,
+                   None if partial.open_chunk is None else value(partial.open_acc, acc_type))
 
 
 class FunctionCache:
@@ -732,7 +759,8 @@ class EagerTFExecutor(BatchExecutor):
         return out
 
     # ------------------------------------------------------------ reductions
-    def _reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
+    def _combine_reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
+        """The reducer that joins partials (values: numpy for numpy kinds, EagerValues else)."""
         if kind in ('sum', 'mean', 'weighted_mean'):
             return Reducer(lambda v: v, _add, _add, total)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
@@ -744,22 +772,14 @@ class EagerTFExecutor(BatchExecutor):
         if kind == 'aggregate':
             acc_fn = self._fn_of(params['accumulate'])
             merge_fn = self._fn_of(params['merge'])
-            zero = params['zero']
             at = acc_fn.type_signature.result
 
-            def as_value(x):
-                return x if isinstance(x, EagerValue) else EagerValue(ingest(x, at), at)
-
-            def accumulate(acc, v):
-                a = as_value(acc)
-                return self.call(acc_fn, EagerValue(Struct([(None, a.internal), (None, v.internal)]),
-                                                    T.StructType([a.type_signature, v.type_signature])))
-
-            def merge(x, y):
-                x, y = as_value(x), as_value(y)
-                return self.call(merge_fn, EagerValue(Struct([(None, x.internal), (None, y.internal)]),
-                                                      T.StructType([at, at])))
-            return Reducer(lambda v: accumulate(zero, v), accumulate, merge, total)
+            def pair(x, y):
+                return EagerValue(Struct([(None, x.internal), (None, y.internal)]),
+                                  T.StructType([x.type_signature, y.type_signature]))
+            return Reducer(lambda v: self.call(acc_fn, pair(params['zero'], v)),
+                           lambda acc, v: self.call(acc_fn, pair(acc, v)),
+                           lambda x, y: self.call(merge_fn, pair(x, y)), total)
         raise SimharnessValueError(f'unknown reduction kind {kind!r}')
 
     def _numpy_rows(self, kind: str, values: Sequence[Any], start: int,
@@ -806,41 +826,96 @@ class EagerTFExecutor(BatchExecutor):
             return t, parts[0]
         return t, [np.concatenate([p[j] for p in parts]) for j in range(len(parts[0]))]
 
+    def _row_fns(self, kind: str, params: Dict[str, Any]):
+        """(start_rows, fold_rows, merge) on leaf lists with a leading row dimension."""
+        if kind == 'aggregate':
+            acc_fn = self._fn_of(params['accumulate'])
+            merge_fn = self._fn_of(params['merge'])
+            zero = flatten(params['zero'].internal)
+            at = acc_fn.type_signature.result
+            vectorize = acc_fn.exact_elementwise and acc_fn.batchable()
+
+            def call_rows(shared, stacked):
+                k = stacked[0].shape[0]
+                if vectorize or k == 1:
+                    if k == 1 and not vectorize:
+                        ins = [s for s in shared] + [x[0] for x in stacked]
+                        return [o.numpy()[None] for o in acc_fn.call_flat(_as_tensors(ins))]
+                    mask = tuple([True] * len(shared) + [False] * len(stacked))
+                    return [o.numpy() for o in acc_fn.call_batched(
+                        mask, _as_tensors(shared), _as_tensors(stacked), k)]
+                out = [call_rows(shared, [x[i:i + 1] for x in stacked]) for i in range(k)]
+                return [np.concatenate([o[j] for o in out]) for j in range(len(out[0]))]
+
+            def merge(a, b):
+                ins = [x[0] for x in a] + [x[0] for x in b]
+                return [o.numpy()[None] for o in merge_fn.call_flat(_as_tensors(ins))]
+            return (lambda x: call_rows(zero, x), lambda acc, x: call_rows([], acc + x), merge)
+        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+            mods = [np.uint64(m) for m in flatten(params['moduli'])]
+            fold = lambda acc, x: [(a + b) % m for a, b, m in zip(acc, x, mods)]
+            return (lambda x: [np.array(v) for v in x], fold, fold)
+        fold = lambda acc, x: [np.add(a, b) for a, b in zip(acc, x)]
+        return (lambda x: [np.array(v) for v in x], fold, fold)
+
     async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
                                        total: int, params: Dict[str, Any]) -> Partial:
         self._check_open()
-        reducer = self._reducer(kind, total, params)
         values = list(values)
         if kind == 'aggregate':
-            with self._device_scope():
-                partial = reducer.partial(values, start)
-            return partial.with_values([_np(v.internal) if isinstance(v, EagerValue) else _np(v)
-                                        for v in partial.values()])
-        t, leaves = self._numpy_rows(kind, values, start, params)
-        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
-            mods = [np.uint64(m) for m in flatten(params['moduli'])]
-            fold = lambda acc, x, j: (acc + x) % mods[j]
+            t, leaves = self._stacked_numpy(values)
+            at = self._fn_of(params['accumulate']).type_signature.result
         else:
-            fold = lambda acc, x, j: _add(acc, x)
-        return _fold_stacked(reducer, t, leaves, start, fold)
+            t, leaves = self._numpy_rows(kind, values, start, params)
+            at = t
+        start_rows, fold_rows, merge = self._row_fns(kind, params)
+        builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
+        with self._device_scope(), np.errstate(over='ignore'):
+            if kind == 'aggregate' and leaves:
+                self._aggregate_rows(builder, leaves, start, params)
+            else:
+                fold_rows_into(builder, t, leaves, start, start_rows, fold_rows)
+        return _rows_to_values(builder.finish(), t, at)
+
+    def _aggregate_rows(self, builder: Any, leaves: List[np.ndarray], start: int,
+                        params: Dict[str, Any]) -> None:
+        """Feeds an aggregate's rows with a few TF calls: whole chunks at once, then the tail."""
+        acc_fn = self._fn_of(params['accumulate'])
+        zero = _as_tensors(flatten(params['zero'].internal))
+        L = builder._r.chunk
+        n = leaves[0].shape[0]
+        end = start + n
+        h = start if start % L == 0 else min(end, (start // L + 1) * L)
+        builder.feed([x[i - start:i - start + 1] for x in leaves] for i in range(start, h))
+        pos = h
+        nfull = (end - h) // L
+        if nfull and acc_fn.exact_elementwise and acc_fn.batchable():
+            rows = _as_tensors([x[h - start:h - start + nfull * L] for x in leaves])
+            acc = [o.numpy() for o in acc_fn.fold_rows(zero, rows, L)]
+            builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
+            pos = h + nfull * L
+        while pos < end:  # one chunk (or its beginning) per TF call
+            stop = min(end, (pos // L + 1) * L)
+            rows = _as_tensors([x[pos - start:stop - start] for x in leaves])
+            acc = [o.numpy()[None] for o in acc_fn.fold_rows(zero, rows, None)]
+            builder.feed_folded(acc, stop - pos)
+            pos = stop
 
     async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
                                       params: Dict[str, Any], result_type: T.Type) -> EagerValue:
         self._check_open()
-        reducer = self._reducer(kind, total, params)
+        reducer = self._combine_reducer(kind, total, params)
         if kind == 'aggregate':
-            acc_type = self._fn_of(params['accumulate']).type_signature
-            # heads hold raw client values (the member type), the rest accumulators
-            at, vt = acc_type.result, acc_type.parameter[1]
-
-            def wrap(v, t):
-                return EagerValue(ingest(v, t), t)
-            with self._device_scope():
-                partials = [Partial(p.start, p.stop, [wrap(v, vt) for v in p.head],
-                                    {k: wrap(v, at) for k, v in p.nodes.items()}, p.open_chunk,
-                                    None if p.open_chunk is None else wrap(p.open_acc, at))
-                            for p in partials]
-        with self._device_scope():
+            ft = self._fn_of(params['accumulate']).type_signature
+            at, vt = ft.result, ft.parameter[1]
+            partials = [Partial(p.start, p.stop, [EagerValue(ingest(v, vt), vt) for v in p.head],
+                                {k: EagerValue(ingest(v, at), at) for k, v in p.nodes.items()},
+                                p.open_chunk,
+                                None if p.open_chunk is None else EagerValue(ingest(p.open_acc, at), at))
+                        for p in partials]
+        elif kind == 'weighted_mean':
+            pass
+        with self._device_scope(), np.errstate(over='ignore'):
             result = reducer.combine(partials)
         if kind == 'aggregate':
             return result

@@ -22,17 +22,12 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
+from simharness.core.batching import stack_python_values
 from simharness.core.reduction import Partial
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
 from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
 from simharness.runtime.protocol import Ref, RefRange, map_leaves
 
-
-def stack_python_values(values, t):
-    # The stacking rule must be the worker's; it lives with the EagerTF executor
-    # (imported lazily: this module must not pull TF into processes that do not run it).
-    from simharness.executors.eager_tf import stack_python_values as stack
-    return stack(values, t)
 
 
 class _Lease:

@@ -21,6 +21,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 import traceback
 from typing import Any, Dict, List, Optional
 
@@ -199,7 +200,11 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
             if isinstance(msg, tuple) and msg and msg[0] == 'crash_for_test':
                 os.kill(os.getpid(), signal.SIGKILL)
             try:
+                t0 = time.perf_counter()
                 resp = state.handle(msg, attachment, arena)
+                if options.get('profile'):
+                    print(f'[worker {worker_id}] {msg.op} {1e3 * (time.perf_counter() - t0):.1f} ms '
+                          f'cpu_threads={len(os.sched_getaffinity(0))}', file=sys.stderr, flush=True)
             except BaseException as e:
                 resp = Response(False, error=_picklable(e), traceback=traceback.format_exc(),
                                 arena=arena.name)

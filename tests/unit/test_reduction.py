@@ -1,0 +1,188 @@
+"""Unit tests of simharness.core.reduction: the canonical reduction order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simharness.core.reduction import CHUNK, Partial, Reducer
+from simharness.errors import SimharnessValueError
+
+SIZES = [1, 3, 15, 16, 17, 100, 1000]
+
+
+def _tree_reference(values, chunk, start, accumulate, merge):
+    """The tree of the module docstring, written out directly."""
+    accs = []
+    for c in range(0, len(values), chunk):
+        acc = start(values[c])
+        for v in values[c + 1:c + chunk]:
+            acc = accumulate(acc, v)
+        accs.append(acc)
+    n = len(accs)
+
+    def node(level, index):
+        if level == 0:
+            return accs[index]
+        left = node(level - 1, 2 * index)
+        if (2 * index + 1) << (level - 1) >= n:
+            return left
+        return merge(left, node(level - 1, 2 * index + 1))
+    return node(max(0, (n - 1).bit_length()), 0)
+
+
+def _text_reducer(total, chunk):
+    # Non-associative, non-commutative: the result spells out the exact order.
+    return Reducer(lambda v: f'{v}', lambda a, v: f'({a}+{v})', lambda a, b: f'[{a}|{b}]',
+                   total, chunk)
+
+
+def _float_reducer(total, chunk):
+    return Reducer(lambda v: np.float32(v), np.add, np.add, total, chunk)
+
+
+def _random_blocks(rng, n):
+    cuts = sorted(set(rng.integers(1, n, size=rng.integers(0, min(n, 12))).tolist())) if n > 1 else []
+    bounds = [0] + cuts + [n]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _partials(reducer, values, blocks, rng):
+    partials = []
+    for lo, hi in blocks:
+        b = reducer.begin(lo)
+        pos = lo
+        while pos < hi:  # feed in random pieces
+            step = int(rng.integers(1, hi - pos + 1))
+            b.feed(values[pos:pos + step])
+            pos += step
+        assert b.position == hi
+        partials.append(b.finish())
+    rng.shuffle(partials)  # combine sorts by start
+    return partials
+
+
+def _float_values(rng, n):
+    signs = rng.choice(np.array([-1.0, 1.0]), n)
+    return list((signs * 10.0 ** rng.uniform(-8, 8, n)).astype(np.float32))
+
+
+@pytest.mark.parametrize('n', SIZES)
+def test_text_order_matches_the_documented_tree(n):
+    rng = np.random.default_rng(n)
+    values = list(range(n))
+    for chunk in (1, 2, 3, CHUNK):
+        expected = _tree_reference(values, chunk, lambda v: f'{v}', lambda a, v: f'({a}+{v})',
+                                   lambda a, b: f'[{a}|{b}]')
+        r = _text_reducer(n, chunk)
+        assert r.combine([r.partial(values, 0)]) == expected
+        for _ in range(4):
+            blocks = _random_blocks(rng, n)
+            assert r.combine(_partials(r, values, blocks, rng)) == expected, (chunk, blocks)
+
+
+@pytest.mark.parametrize('n', SIZES)
+def test_float_sums_bit_identical_for_any_partition(n):
+    rng = np.random.default_rng(1000 + n)
+    values = _float_values(rng, n)
+    for chunk in (int(rng.integers(1, 8)), CHUNK):
+        r = _float_reducer(n, chunk)
+        single = r.combine([r.partial(values, 0)])
+        assert single.dtype == np.float32
+        for _ in range(4):
+            got = r.combine(_partials(r, values, _random_blocks(rng, n), rng))
+            assert got.tobytes() == single.tobytes()
+
+
+def test_a_wrong_order_would_show():
+    # The float data above is order-sensitive: a sequential fold differs.
+    rng = np.random.default_rng(7)
+    values = _float_values(rng, 1000)
+    r = _float_reducer(1000, CHUNK)
+    canonical = r.combine([r.partial(values, 0)])
+    sequential = np.float32(0)
+    for v in values:
+        sequential = sequential + v
+    assert canonical.tobytes() != sequential.tobytes()
+
+
+def test_chunk_accumulators_fed_in_bulk_give_the_same_result():
+    n, chunk = 70, 8
+    values = list(range(n))
+    r = _text_reducer(n, chunk)
+    expected = r.combine([r.partial(values, 0)])
+    # Block [5, 70): a head up to 8, whole chunks [8, 64) folded elsewhere, a tail.
+    first = r.partial(values[:5], 0)
+    b = r.begin(5)
+    b.feed(values[5:8])
+    accs = []
+    for c in range(8, 64, chunk):
+        acc = f'{values[c]}'
+        for v in values[c + 1:c + chunk]:
+            acc = f'({acc}+{v})'
+        accs.append(acc)
+    b.feed_chunk_accumulators(accs)
+    b.feed(values[64:])
+    assert r.combine([first, b.finish()]) == expected
+
+
+def test_partial_values_round_trip():
+    r = _text_reducer(40, 8)
+    p = r.partial(list(range(3, 30)), 3)
+    assert p.head == [3, 4, 5, 6, 7] and p.open_chunk == 3
+    vals = p.values()
+    q = p.with_values([f'<{v}>' for v in vals])
+    assert q.values() == [f'<{v}>' for v in vals]
+    assert (q.start, q.stop, q.open_chunk, sorted(q.nodes)) == (p.start, p.stop, p.open_chunk,
+                                                                sorted(p.nodes))
+
+
+class TestErrors:
+
+    def test_gap(self):
+        r = _text_reducer(10, 4)
+        with pytest.raises(SimharnessValueError, match='starting at 5'):
+            r.combine([r.partial(range(4), 0), r.partial(range(5, 10), 5)])
+
+    def test_overlap(self):
+        r = _text_reducer(10, 4)
+        with pytest.raises(SimharnessValueError, match='do not tile'):
+            r.combine([r.partial(range(6), 0), r.partial(range(4, 10), 4)])
+
+    def test_short_cover(self):
+        r = _text_reducer(10, 4)
+        with pytest.raises(SimharnessValueError, match=r'cover clients \[0, 8\), expected \[0, 10\)'):
+            r.combine([r.partial(range(8), 0)])
+
+    def test_missing_first_block(self):
+        r = _text_reducer(10, 4)
+        with pytest.raises(SimharnessValueError, match='starting at 0'):
+            r.combine([r.partial(range(2, 10), 2)])
+
+    def test_zero_clients_and_negative_total(self):
+        with pytest.raises(SimharnessValueError, match='zero clients'):
+            _text_reducer(0, 4).combine([])
+        with pytest.raises(SimharnessValueError, match='total must be >= 0'):
+            _text_reducer(-1, 4)
+
+    def test_feeding_past_the_total(self):
+        r = _text_reducer(3, 4)
+        with pytest.raises(SimharnessValueError, match='past the total 3'):
+            r.partial(range(4), 0)
+
+    def test_chunk_accumulators_off_a_boundary(self):
+        r = _text_reducer(16, 4)
+        b = r.begin(0)
+        b.feed([0, 1])
+        with pytest.raises(SimharnessValueError, match='chunk boundary'):
+            b.feed_chunk_accumulators(['x'])
+        b2 = r.begin(12)
+        with pytest.raises(SimharnessValueError, match='not a whole chunk'):
+            _text_reducer(14, 4).begin(12).feed_chunk_accumulators(['x'])
+        assert b2.position == 12
+
+    def test_unfinished_chunk(self):
+        r = _text_reducer(8, 4)
+        broken = Partial(0, 8, open_chunk=1, open_acc='x')
+        with pytest.raises(SimharnessValueError, match='chunk 1 was left unfinished'):
+            r.combine([broken])

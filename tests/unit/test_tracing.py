@@ -1,0 +1,260 @@
+"""Unit tests of tracing: the building blocks of traced computations, and trace-time type errors."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import simharness as sh
+from simharness.core import building_blocks as bb
+from simharness.core import tracing
+from simharness.core import types as T
+from simharness.errors import SimharnessTypeError
+
+F32_AT_C = sh.type_at_clients(tf.float32)
+F32_AT_S = sh.type_at_server(tf.float32)
+
+
+@sh.tf_computation(tf.float32)
+def add_one(x):
+    return x + 1.0
+
+
+@sh.tf_computation(tf.int32)
+def int_plus_one(x):
+    return x + 1
+
+
+@sh.tf_computation(tf.float32, tf.float32)
+def add(a, b):
+    return a + b
+
+
+@sh.federated_computation(F32_AT_C)
+def fed_sum(xs):
+    return sh.federated_sum(xs)
+
+
+@sh.federated_computation(F32_AT_C)
+def map_then_mean(xs):
+    ys = sh.federated_map(add_one, xs)
+    return [sh.federated_mean(ys), ys]
+
+
+def test_federated_computation_is_a_lambda_over_a_block():
+    comp = fed_sum.to_building_block()
+    assert isinstance(comp, bb.Lambda)
+    assert comp.parameter_type == F32_AT_C
+    assert str(comp.type_signature) == '({float32}@CLIENTS -> float32@SERVER)'
+    block = comp.result
+    assert isinstance(block, bb.Block) and len(block.locals) == 1
+    name, call = block.locals[0]
+    assert isinstance(call, bb.Call) and isinstance(call.fn, bb.Intrinsic)
+    assert call.fn.uri == 'federated_sum'
+    assert str(call.fn.type_signature) == '({float32}@CLIENTS -> float32@SERVER)'
+    assert isinstance(call.arg, bb.Reference) and call.arg.name == comp.parameter_name
+    assert isinstance(block.result, bb.Reference) and block.result.name == name
+    assert bb.free_references(comp) == set()
+
+
+def test_locals_in_program_order_and_results_refer_to_them():
+    comp = map_then_mean.to_building_block()
+    locals_ = comp.result.locals
+    assert [c.fn.uri for _, c in locals_] == ['federated_map', 'federated_mean']
+    map_name = locals_[0][0]
+    fn, value = locals_[0][1].arg.elements
+    assert isinstance(fn[1], bb.CompiledComputation)
+    assert fn[1].type_signature == add_one.type_signature
+    assert locals_[1][1].arg.name == map_name  # the mean reads the map's local
+    result = comp.result.result
+    assert isinstance(result, bb.Struct)
+    assert [e.name for _, e in result.elements] == [locals_[1][0], map_name]
+    assert str(map_then_mean.type_signature.result) == '<float32@SERVER,{float32}@CLIENTS>'
+
+
+def test_nested_federated_computation_is_called_once():
+    @sh.federated_computation(F32_AT_C)
+    def outer(xs):
+        m = fed_sum(xs)
+        return [m, m]
+    comp = outer.to_building_block()
+    (name, call), = comp.result.locals
+    assert isinstance(call.fn, bb.Lambda) and call.fn is fed_sum.to_building_block()
+    assert [e.name for _, e in comp.result.result.elements] == [name, name]
+    assert 'federated_sum' in comp.compact()
+
+
+def test_closures_leave_free_references_in_the_inner_lambda():
+    @sh.federated_computation(F32_AT_C)
+    def outer(xs):
+        @sh.federated_computation(F32_AT_S)
+        def inner(s):
+            return sh.federated_zip([s, sh.federated_sum(xs)])
+        return inner(sh.federated_sum(xs))
+    comp = outer.to_building_block()
+    inner = comp.result.locals[-1][1].fn
+    assert isinstance(inner, bb.Lambda)
+    assert bb.free_references(inner) == {comp.parameter_name}
+    assert bb.free_references(comp) == set()
+
+
+def test_python_constants_become_no_parameter_tf_calls():
+    @sh.federated_computation
+    def value():
+        return sh.federated_value(np.float32(2.5), sh.SERVER)
+    comp = value.to_building_block()
+    assert comp.parameter_name is None and comp.type_signature.parameter is None
+    const_name, const = comp.result.locals[0]
+    assert isinstance(const, bb.Call) and const.arg is None
+    assert isinstance(const.fn, bb.CompiledComputation)
+    assert str(const.fn.type_signature) == '( -> float32)'
+    assert comp.result.locals[1][1].fn.uri == 'federated_value_at_server'
+    assert comp.result.locals[1][1].arg.name == const_name
+
+
+def test_static_arguments_of_intrinsics():
+    @sh.federated_computation(sh.type_at_clients(tf.int32))
+    def secure(xs):
+        return sh.federated_secure_sum_bitwidth(xs, 6)
+    intrinsic = secure.to_building_block().result.locals[0][1].fn
+    assert intrinsic.uri == 'federated_secure_sum_bitwidth' and intrinsic.static == {'bitwidth': 6}
+
+
+def test_multiple_parameters_become_a_named_struct():
+    @sh.federated_computation(F32_AT_C, F32_AT_S)
+    def two(xs, s):
+        return [s, xs]
+    assert str(two.type_signature) == '(<xs={float32}@CLIENTS,s=float32@SERVER> -> <float32@SERVER,{float32}@CLIENTS>)'
+    result = two.to_building_block().result
+    assert isinstance(result, bb.Struct)
+    assert [e.index for _, e in result.elements] == [1, 0]
+    assert all(isinstance(e, bb.Selection) for _, e in result.elements)
+
+
+def test_tf_computation_is_a_serialized_graph():
+    comp = add.to_building_block()
+    assert isinstance(comp, bb.CompiledComputation)
+    assert str(comp.type_signature) == '(<a=float32,b=float32> -> float32)'
+    assert isinstance(comp.graph.graph_def, bytes) and len(comp.graph.input_names) == 2
+    assert len(comp.graph.output_names) == 1
+    assert comp.fingerprint != add_one.to_building_block().fingerprint
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString(comp.graph.graph_def)
+    names = {n.name for n in graph_def.node}
+    assert {n.split(':')[0] for n in comp.graph.input_names + comp.graph.output_names} <= names
+
+
+def test_traced_values():
+    seen = {}
+
+    @sh.federated_computation(sh.type_at_clients(collections.OrderedDict(a=tf.float32, b=tf.int32)))
+    def select(xs):
+        assert tracing.is_tracing()
+        seen['len'] = len(xs)
+        seen['dir'] = dir(xs)
+        seen['a'] = xs.a
+        seen['items'] = list(xs)
+        with pytest.raises(SimharnessTypeError, match='no truth value'):
+            bool(xs)
+        with pytest.raises(AttributeError, match="no element 'c'"):
+            xs.c
+        return xs['b']
+    assert not tracing.is_tracing()
+    assert seen['len'] == 2 and seen['dir'] == ['a', 'b']
+    assert isinstance(seen['a'].comp, bb.Selection) and seen['a'].comp.index == 0
+    assert str(seen['a'].type_signature) == '{float32}@CLIENTS'
+    assert len(seen['items']) == 2
+    assert str(select.type_signature.result) == '{int32}@CLIENTS'
+
+
+# ---------------------------------------------------------------- trace-time type errors
+
+def _trace(param, body):
+    return sh.federated_computation(param)(body)
+
+
+def test_map_parameter_mismatch_names_both_types():
+    with pytest.raises(SimharnessTypeError, match='int32 is not assignable from float32') as e:
+        _trace(F32_AT_C, lambda xs: sh.federated_map(int_plus_one, xs))
+    assert e.value.expected == T.TensorType(tf.int32) and e.value.actual == T.TensorType(tf.float32)
+
+
+def test_call_argument_mismatch_names_both_types():
+    with pytest.raises(SimharnessTypeError, match=r'\{float32\}@CLIENTS is not assignable to the expected type float32'):
+        _trace(F32_AT_C, lambda xs: add_one(xs))
+    with pytest.raises(SimharnessTypeError, match=r'float32@SERVER is not assignable .* \{float32\}@CLIENTS'):
+        _trace(F32_AT_S, lambda s: fed_sum(s))
+
+
+def test_aggregate_type_errors():
+    with pytest.raises(SimharnessTypeError, match='accumulate.*int32'):
+        _trace(F32_AT_C, lambda xs: sh.federated_aggregate(xs, 0, int_plus_one, add, add_one))
+    with pytest.raises(SimharnessTypeError, match='zero must be unplaced or at the server.*CLIENTS'):
+        _trace(F32_AT_C, lambda xs: sh.federated_aggregate(xs, xs, add, add, add_one))
+
+
+@pytest.mark.parametrize('param, body, message', [
+    (F32_AT_C, lambda xs: sh.federated_broadcast(xs), r'federated_broadcast.*SERVER.*\{float32\}@CLIENTS'),
+    (F32_AT_S, lambda s: sh.federated_collect(s), r'federated_collect.*CLIENTS.*float32@SERVER'),
+    (F32_AT_C, lambda xs: sh.federated_value(xs, sh.SERVER), r'federated_value.*unplaced.*\{float32\}@CLIENTS'),
+    (F32_AT_C, lambda xs: sh.federated_value(1.0, 'server'), 'placement must be CLIENTS or SERVER'),
+    (F32_AT_C, lambda xs: sh.federated_eval(add_one, sh.CLIENTS), r'takes no parameter|no parameter'),
+    ([F32_AT_C, F32_AT_S], lambda p: sh.federated_zip([p[0], p[1]]), 'same placement'),
+    (F32_AT_C, lambda xs: sh.federated_zip([]), 'non-empty struct'),
+    (sh.type_at_clients(tf.bool), lambda xs: sh.federated_sum(xs), 'numeric tensors.*bool'),
+    (sh.SequenceType(tf.string), lambda s: sh.sequence_sum(s), 'numeric tensors.*string'),
+    (F32_AT_C, lambda xs: sh.sequence_sum(xs), r'expected a sequence .*\{float32\}@CLIENTS'),
+    (F32_AT_C, lambda xs: None, 'returned None'),
+])
+def test_intrinsic_type_errors(param, body, message):
+    with pytest.raises(SimharnessTypeError, match=message):
+        _trace(param, body)
+
+
+def test_weighted_mean_needs_a_numeric_scalar_weight():
+    with pytest.raises(SimharnessTypeError, match=r'weight must be a numeric scalar.*float32\[2\]'):
+        _trace([F32_AT_C, sh.type_at_clients((tf.float32, [2]))],
+               lambda p: sh.federated_mean(p[0], p[1]))
+
+
+def test_select_keys_must_be_int32_vectors():
+    @sh.tf_computation(tf.float32, tf.int32)
+    def pick(s, k):
+        return s
+    with pytest.raises(SimharnessTypeError, match=r'int32 vectors.*\{int64\[\?\]\}@CLIENTS'):
+        _trace([sh.type_at_clients((tf.int64, [None])), F32_AT_S],
+               lambda p: sh.federated_select(p[0], 3, p[1], pick))
+
+
+def test_tf_computation_errors():
+    with pytest.raises(SimharnessTypeError, match='cannot take a parameter of type'):
+        sh.tf_computation(F32_AT_C)(lambda x: x)
+    with pytest.raises(SimharnessTypeError, match='returned None'):
+        sh.tf_computation(tf.float32)(lambda x: None)
+    with pytest.raises(SimharnessTypeError, match='creates tf.Variables'):
+        sh.tf_computation(tf.float32)(lambda x: tf.Variable(1.0) + x)
+    with pytest.raises(SimharnessTypeError, match='takes 2 parameters but 3 specs'):
+        sh.tf_computation(tf.float32, tf.float32, tf.float32)(lambda a, b: a)
+
+
+def test_polymorphic_computations_trace_per_type():
+    @sh.tf_computation
+    def double(x):
+        return x * 2
+    assert isinstance(double, sh.PolymorphicComputation)
+    with pytest.raises(SimharnessTypeError, match='polymorphic'):
+        double.type_signature
+
+    @sh.federated_computation(sh.type_at_clients(tf.int32))
+    def ints(xs):
+        return sh.federated_map(double, xs)
+
+    @sh.federated_computation(sh.type_at_clients((tf.float64, [3])))
+    def floats(xs):
+        return sh.federated_map(double, xs)
+    assert str(ints.type_signature.result) == '{int32}@CLIENTS'
+    assert str(floats.type_signature.result) == '{float64[3]}@CLIENTS'
+    assert double.concrete(T.TensorType(tf.int32)) is double.concrete(T.TensorType(np.int32))

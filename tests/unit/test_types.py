@@ -1,0 +1,278 @@
+"""Unit tests of simharness.core.types (no executor, no process)."""
+
+from __future__ import annotations
+
+import collections
+import pickle
+
+import attrs
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from simharness.core import types as T
+from simharness.core.types import (CLIENTS, SERVER, FederatedType, FunctionType, PlacementType,
+                                   SequenceType, StructType, TensorType, to_type)
+from simharness.errors import SimharnessTypeError
+
+Point = collections.namedtuple('Point', ['x', 'y'])
+
+
+@attrs.define
+class Pair:
+    a: object
+    b: object
+
+
+class TestTensorType:
+
+    def test_construction_from_tf_and_numpy_dtypes(self):
+        t = TensorType(tf.float32, [2, None])
+        assert t.dtype == np.dtype(np.float32) and t.shape == (2, None)
+        assert t == TensorType(np.float32, (2, None)) == TensorType('float32', [2, None])
+        assert TensorType(tf.int64, tf.TensorShape([3])).shape == (3,)
+        assert TensorType(tf.float32, tf.TensorShape(None)).shape is None
+        assert TensorType(tf.int32, 4).shape == (4,)
+        assert TensorType(tf.string).dtype == np.dtype(object)
+
+    def test_str(self):
+        assert str(TensorType(tf.float32)) == 'float32'
+        assert str(TensorType(tf.float32, [None, 3])) == 'float32[?,3]'
+        assert str(TensorType(tf.int32, None)) == 'int32[?*]'
+        assert str(TensorType(tf.string)) == 'string'
+        assert repr(TensorType(tf.bool, [1])) == 'TensorType(bool[1])'
+
+    def test_equality_and_hash(self):
+        a, b = TensorType(tf.float32, [2]), TensorType(np.float32, (2,))
+        assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+        assert a != TensorType(tf.float32, [3]) and a != TensorType(tf.float64, [2])
+        assert a != TensorType(tf.float32, [None])
+
+    def test_properties(self):
+        assert TensorType(tf.float32, [2, 3]).rank == 2
+        assert TensorType(tf.float32, None).rank is None
+        assert TensorType(tf.float32, [2, 3]).is_fully_defined
+        assert not TensorType(tf.float32, [2, None]).is_fully_defined
+
+    def test_bad_specs(self):
+        with pytest.raises(SimharnessTypeError, match='negative dimension'):
+            TensorType(tf.float32, [-1])
+        with pytest.raises(TypeError, match="'notadtype'"):
+            TensorType('notadtype')
+
+    def test_assignability_with_unknown_dimensions(self):
+        assert TensorType(tf.float32, [None]).is_assignable_from(TensorType(tf.float32, [3]))
+        assert not TensorType(tf.float32, [3]).is_assignable_from(TensorType(tf.float32, [None]))
+        assert TensorType(tf.float32, None).is_assignable_from(TensorType(tf.float32, [2, 3]))
+        assert not TensorType(tf.float32, [2]).is_assignable_from(TensorType(tf.float32, None))
+        assert not TensorType(tf.float32, [None]).is_assignable_from(TensorType(tf.float32, [2, 2]))
+        assert not TensorType(tf.float32).is_assignable_from(TensorType(tf.float64))
+        assert not TensorType(tf.float32).is_assignable_from(StructType([tf.float32]))
+
+
+class TestStructType:
+
+    def test_construction(self):
+        t = StructType([('a', tf.float32), tf.int32])
+        assert len(t) == 2 and t.names == ('a', None)
+        assert t[0] == t['a'] == t.a == TensorType(tf.float32)
+        assert t[1] == TensorType(tf.int32)
+        assert t.items() == [('a', TensorType(tf.float32)), (None, TensorType(tf.int32))]
+        assert str(t) == '<a=float32,int32>'
+        assert str(StructType([])) == '<>'
+
+    def test_errors(self):
+        with pytest.raises(SimharnessTypeError, match="duplicate element name 'a'"):
+            StructType([('a', tf.float32), ('a', tf.int32)])
+        with pytest.raises(SimharnessTypeError, match="no element named 'z'"):
+            StructType([('a', tf.float32)]).index_of('z')
+        with pytest.raises(AttributeError):
+            StructType([('a', tf.float32)]).z
+
+    def test_equality_and_hash_ignore_the_container(self):
+        a = to_type(Point(tf.float32, tf.int32))
+        b = StructType([('x', tf.float32), ('y', tf.int32)])
+        assert a == b and hash(a) == hash(b)
+        assert a.container is Point and b.container is None
+        assert a != StructType([('y', tf.float32), ('x', tf.int32)])
+        assert a != StructType([tf.float32, tf.int32])
+
+    def test_pickles_with_its_container(self):
+        t = pickle.loads(pickle.dumps(to_type(Point(tf.float32, (tf.int32, [2])))))
+        assert t == StructType([('x', tf.float32), ('y', (tf.int32, [2]))]) and t.container is Point
+
+    def test_unnamed_source_elements_match_named_targets_not_vice_versa(self):
+        named = StructType([('a', tf.float32), ('b', tf.int32)])
+        unnamed = StructType([tf.float32, tf.int32])
+        assert named.is_assignable_from(unnamed)
+        assert not unnamed.is_assignable_from(named)
+        assert not named.is_assignable_from(StructType([('b', tf.float32), ('a', tf.int32)]))
+        assert not named.is_assignable_from(StructType([tf.float32]))
+        assert not named.is_assignable_from(StructType([tf.float32, tf.float32]))
+        assert StructType([('a', (tf.float32, [None]))]).is_assignable_from(
+            StructType([('a', (tf.float32, [5]))]))
+
+    def test_check_assignable_names_both_types(self):
+        with pytest.raises(SimharnessTypeError, match=r'<int32> is not assignable .* <a=float32>') as e:
+            StructType([('a', tf.float32)]).check_assignable_from(StructType([tf.int32]))
+        assert e.value.expected == StructType([('a', tf.float32)])
+        assert e.value.actual == StructType([tf.int32])
+
+
+class TestOtherTypes:
+
+    def test_sequence_type(self):
+        t = SequenceType(tf.float32)
+        assert str(t) == 'float32*' and t.element == TensorType(tf.float32)
+        assert t == SequenceType(np.float32) and hash(t) == hash(SequenceType(np.float32))
+        assert str(SequenceType([('a', tf.int32)])) == '<a=int32>*'
+        assert SequenceType((tf.float32, [None])).is_assignable_from(SequenceType((tf.float32, [2])))
+        assert not SequenceType(tf.float32).is_assignable_from(TensorType(tf.float32))
+        with pytest.raises(SimharnessTypeError, match='sequence elements may not be'):
+            SequenceType(T.type_at_clients(tf.float32))
+        with pytest.raises(SimharnessTypeError, match='sequence elements may not be'):
+            SequenceType(SequenceType(tf.float32))
+
+    def test_function_type(self):
+        t = FunctionType(tf.int32, tf.float32)
+        assert str(t) == '(int32 -> float32)' and str(FunctionType(None, tf.float32)) == '( -> float32)'
+        assert t == FunctionType(np.int32, np.float32) and hash(t) == hash(FunctionType(np.int32, np.float32))
+        # Parameters are contravariant, results covariant.
+        wide = FunctionType((tf.float32, [None]), tf.float32)
+        narrow = FunctionType((tf.float32, [3]), tf.float32)
+        assert narrow.is_assignable_from(wide) and not wide.is_assignable_from(narrow)
+        assert FunctionType(tf.int32, (tf.float32, [None])).is_assignable_from(
+            FunctionType(tf.int32, (tf.float32, [3])))
+        assert not FunctionType(None, tf.int32).is_assignable_from(FunctionType(tf.int32, tf.int32))
+
+    def test_placement_type(self):
+        assert str(PlacementType()) == 'placement'
+        assert PlacementType().is_assignable_from(PlacementType())
+        assert pickle.loads(pickle.dumps(CLIENTS)) is CLIENTS
+        assert T.placement_from_uri('server') is SERVER
+        with pytest.raises(ValueError, match='unknown placement'):
+            T.placement_from_uri('edge')
+
+
+class TestFederatedType:
+
+    def test_construction_and_str(self):
+        assert str(T.type_at_clients(tf.float32)) == '{float32}@CLIENTS'
+        assert str(T.type_at_clients(tf.float32, all_equal=True)) == 'float32@CLIENTS'
+        assert str(T.type_at_server(tf.float32)) == 'float32@SERVER'
+        assert FederatedType(tf.float32, SERVER).all_equal
+        assert not FederatedType(tf.float32, CLIENTS).all_equal
+        t = T.type_at_clients([('a', tf.int32)])
+        assert t.member == StructType([('a', tf.int32)]) and t.placement is CLIENTS
+
+    def test_equality_hash_and_pickle(self):
+        a = T.type_at_clients(tf.float32)
+        assert a == FederatedType(np.float32, CLIENTS) and hash(a) == hash(FederatedType(np.float32, CLIENTS))
+        assert a != T.type_at_clients(tf.float32, all_equal=True)
+        assert a != T.type_at_server(tf.float32)
+        assert pickle.loads(pickle.dumps(a)) == a
+
+    def test_all_equal_is_not_assignable_from_per_client_values(self):
+        all_equal = T.type_at_clients(tf.float32, all_equal=True)
+        per_client = T.type_at_clients(tf.float32)
+        assert not all_equal.is_assignable_from(per_client)
+        assert per_client.is_assignable_from(all_equal)
+        assert not per_client.is_assignable_from(T.type_at_server(tf.float32))
+        assert T.type_at_clients((tf.float32, [None])).is_assignable_from(
+            T.type_at_clients((tf.float32, [2])))
+
+    @pytest.mark.parametrize('member', [
+        T.type_at_server(tf.float32),
+        FunctionType(None, tf.float32),
+        [tf.int32, T.type_at_clients(tf.float32)],
+    ], ids=['federated', 'function', 'struct-with-federated'])
+    def test_members_may_not_be_federated_or_functional(self, member):
+        with pytest.raises(SimharnessTypeError, match='may not be federated or functional'):
+            FederatedType(member, CLIENTS)
+
+    def test_placement_must_be_a_literal(self):
+        with pytest.raises(SimharnessTypeError, match="'clients' \\(str\\) is not a placement"):
+            FederatedType(tf.float32, 'clients')
+
+
+class TestToType:
+
+    @pytest.mark.parametrize('spec, expected', [
+        (tf.float32, 'float32'),
+        (np.int32, 'int32'),
+        (np.dtype('int16'), 'int16'),
+        (float, 'float64'),
+        (bool, 'bool'),
+        (tf.string, 'string'),
+        ((tf.float32, [2, None]), 'float32[2,?]'),
+        ((np.float32, 3), 'float32[3]'),
+        ((tf.int32, None), 'int32[?*]'),
+        (tf.TensorSpec([None, 2], tf.float32), 'float32[?,2]'),
+        (tf.data.DatasetSpec(tf.TensorSpec([2], tf.int32)), 'int32[2]*'),
+        ([tf.float32, tf.int32], '<float32,int32>'),
+        ((tf.int32, tf.int32), '<int32,int32>'),
+        ([('a', tf.float32), ('b', (tf.int32, [2]))], '<a=float32,b=int32[2]>'),
+        ({'a': tf.float32}, '<a=float32>'),
+        (collections.OrderedDict(a=tf.float32, b=[tf.int32]), '<a=float32,b=<int32>>'),
+        (Point(tf.float32, tf.int32), '<x=float32,y=int32>'),
+        (Pair(a=tf.float32, b=tf.bool), '<a=float32,b=bool>'),
+    ])
+    def test_specs(self, spec, expected):
+        assert str(to_type(spec)) == expected
+
+    @pytest.mark.parametrize('spec, container', [
+        ([tf.float32], list), ((tf.float32,), tuple), ({'a': tf.float32}, dict),
+        (collections.OrderedDict(a=tf.float32), collections.OrderedDict),
+        (Point(tf.float32, tf.int32), Point), (Pair(a=tf.float32, b=tf.int32), Pair),
+    ])
+    def test_containers_are_remembered(self, spec, container):
+        assert to_type(spec).container is container
+
+    def test_name_type_pairs_make_a_named_struct_without_container(self):
+        t = to_type([('a', tf.float32), ('b', tf.int32)])
+        assert t.names == ('a', 'b') and t.container is None
+
+    def test_types_pass_through(self):
+        t = TensorType(tf.float32)
+        assert to_type(t) is t
+
+    @pytest.mark.parametrize('spec, message', [
+        (None, 'None is not a type spec'),
+        (object(), r'cannot convert .* \(object\) to a type'),
+        (Pair, 'attrs class, not a type spec'),
+        ('notadtype', "'notadtype'"),
+    ])
+    def test_bad_specs(self, spec, message):
+        with pytest.raises(SimharnessTypeError, match=message):
+            to_type(spec)
+
+
+class TestInferType:
+
+    @pytest.mark.parametrize('value, expected', [
+        (1, 'int32'), (1.0, 'float32'), (True, 'bool'), ('abc', 'string'),
+        (np.float64(2), 'float64'), (np.zeros((2, 3), np.int8), 'int8[2,3]'),
+        ([1, 2.0], '<int32,float32>'), ({'a': 1}, '<a=int32>'),
+        (Point(1, 2.0), '<x=int32,y=float32>'), (tf.constant([1.0, 2.0]), 'float32[2]'),
+    ])
+    def test_values(self, value, expected):
+        assert str(T.infer_type(value)) == expected
+
+    def test_dataset(self):
+        ds = tf.data.Dataset.from_tensor_slices({'x': np.zeros((4, 2), np.float32)})
+        assert str(T.infer_type(ds)) == '<x=float32[2]>*'
+
+    def test_errors(self):
+        with pytest.raises(SimharnessTypeError, match='is a type, not a value'):
+            T.infer_type(TensorType(tf.float32))
+        with pytest.raises(SimharnessTypeError, match='cannot infer a type'):
+            T.infer_type(object())
+
+
+def test_flatten_type_and_helpers():
+    t = StructType([('a', tf.float32), ('b', [tf.int32, SequenceType(tf.float32)])])
+    assert [str(x) for x in T.flatten_type(t)] == ['float32', 'int32', 'float32*']
+    assert not T.contains_only_tensors(t)
+    assert T.contains_only_tensors(StructType([tf.float32, (tf.int32, [2])]))
+    assert T.is_numeric_dtype(np.dtype(np.int8)) and not T.is_numeric_dtype(np.dtype(np.bool_))
+    assert not T.is_numeric_dtype(np.dtype(np.complex64))
