@@ -177,8 +177,10 @@ class ProcessExecutorFactory(CachingExecutorFactory):
     other cardinalities reuse the same workers.
     """
 
-    def __init__(self, pool, num_clients: Optional[int], max_cached_stacks: int):
+    def __init__(self, pool, num_clients: Optional[int], max_cached_stacks: int,
+                 owns_pool: bool = True):
         self.pool = pool
+        self.owns_pool = owns_pool
         super().__init__(self._build_process_stack, num_clients, max_cached_stacks)
 
     def _build_process_stack(self, n: int) -> Executor:
@@ -201,10 +203,32 @@ class ProcessExecutorFactory(CachingExecutorFactory):
         return out
 
     def close(self) -> None:
+        """Closes the stacks, and the pool when this factory created it."""
         try:
             self.clean_up_executors()
         finally:
-            self.pool.close()
+            if self.owns_pool:
+                self.pool.close()
+
+
+def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Optional[int] = 256,
+                       cpu_affinity: bool = True, devices: object = None, workers_per_gpu: int = 1,
+                       arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
+                       worker_options: Optional[dict] = None):
+    """A `WorkerPool` of pinned workers (not started; see `WorkerPool.start`).
+
+    Args are those of `process_executor_factory`.
+    """
+    from simharness.runtime import pinning
+    from simharness.runtime.pool import WorkerPool
+    _check_positive('num_workers', num_workers)
+    _check_positive('clients_per_worker', clients_per_worker)
+    _check_positive('workers_per_gpu', workers_per_gpu, allow_none=False)
+    gpus = pinning.parse_devices(devices)
+    placements = pinning.plan_workers(num_workers, pinning.usable_cpus(), gpus or None,
+                                      workers_per_gpu, cpu_affinity)
+    return WorkerPool(placements, clients_per_worker=clients_per_worker, arena_bytes=arena_bytes,
+                      start_timeout=start_timeout, worker_options=worker_options)
 
 
 def process_executor_factory(num_clients: Optional[int] = None, num_workers: Optional[int] = None,
@@ -213,7 +237,7 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
                              max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
                              arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
                              start: bool = False, worker_options: Optional[dict] = None,
-                             ) -> ProcessExecutorFactory:
+                             pool: object = None) -> ProcessExecutorFactory:
     """Stacks whose client executors live in pinned worker processes.
 
     Args:
@@ -229,24 +253,20 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
       arena_bytes: initial size of each shared-memory arena (they grow).
       start_timeout: seconds to wait for a worker to start.
       start: start the workers now rather than on first use.
-      worker_options: advanced/testing options passed to the workers.
+      worker_options: advanced options passed to the workers ('profile': log
+        each request's time to stderr).
+      pool: an existing `WorkerPool` to share (then the pool arguments above
+        are ignored and closing the factory leaves the pool running).
 
     Returns:
       A `ProcessExecutorFactory`; close it (or use it as a context manager)
-      to stop the workers.
+      to stop the workers it started.
     """
-    from simharness.runtime import pinning
-    from simharness.runtime.pool import WorkerPool
-    from simharness.runtime.resources import detect_gpus
-    _check_positive('num_workers', num_workers)
-    _check_positive('clients_per_worker', clients_per_worker)
-    _check_positive('workers_per_gpu', workers_per_gpu, allow_none=False)
-    gpus = pinning.parse_devices(devices)
-    placements = pinning.plan_workers(num_workers, pinning.usable_cpus(), gpus or None,
-                                      workers_per_gpu, cpu_affinity)
-    pool = WorkerPool(placements, clients_per_worker=clients_per_worker, arena_bytes=arena_bytes,
-                      start_timeout=start_timeout, worker_options=worker_options)
-    factory = ProcessExecutorFactory(pool, num_clients, max_cached_stacks)
+    owns = pool is None
+    if pool is None:
+        pool = create_worker_pool(num_workers, clients_per_worker, cpu_affinity, devices,
+                                  workers_per_gpu, arena_bytes, start_timeout, worker_options)
+    factory = ProcessExecutorFactory(pool, num_clients, max_cached_stacks, owns_pool=owns)
     if start:
         pool.start()
     return factory

@@ -58,11 +58,34 @@ def _local_stack(_resource: Any, num_clients: Optional[int]) -> Any:
     return local_executor_factory(num_clients=num_clients, max_fanout=2)
 
 
+def _process_pool(num_workers: int, clients_per_worker: int) -> Callable[[], Any]:
+    def start() -> Any:
+        from simharness.stacks import create_worker_pool
+        pool = create_worker_pool(num_workers=num_workers, clients_per_worker=clients_per_worker)
+        pool.start()
+        return pool
+    return start
+
+
+def _process_stack(pool: Any, num_clients: Optional[int]) -> Any:
+    from simharness.stacks import process_executor_factory
+    return process_executor_factory(num_clients=num_clients, pool=pool)
+
+
+def _process_marks() -> Tuple[Any, ...]:
+    import pytest
+    return (pytest.mark.process,)
+
+
 #: name -> entry. Conformance tests run on every entry.
 STACKS: Dict[str, StackEntry] = {
     'thread-1': StackEntry(_thread_stack(1)),
     'thread-2': StackEntry(_thread_stack(2)),
     'local': StackEntry(_local_stack),
+    # One warm pool per entry for the whole session; clients_per_worker=3
+    # makes the workers cut their blocks into several TF calls.
+    'process-1': StackEntry(_process_stack, start=_process_pool(1, 256), marks=_process_marks()),
+    'process-2': StackEntry(_process_stack, start=_process_pool(2, 3), marks=_process_marks()),
 }
 
 

@@ -36,10 +36,14 @@ def stack_python_values(values: List[Any], t: T.Type) -> Optional[List[np.ndarra
             arr = np.asarray(col)
         except ValueError:
             return None
-        if arr.dtype == object or arr.shape[1:] != tuple(lt.shape):
+        if arr.dtype.kind not in 'biuf' or arr.shape[1:] != tuple(lt.shape):
             return None
         if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(lt.dtype, np.integer)) or (
                 (arr.dtype == np.bool_) != (lt.dtype == np.bool_)):
             return None
+        if arr.dtype.kind in 'iu' and lt.dtype.kind in 'iu' and arr.size:
+            info = np.iinfo(lt.dtype)
+            if arr.min() < info.min or arr.max() > info.max:
+                return None  # out of range: the per-value path names the value
         out.append(np.ascontiguousarray(arr.astype(lt.dtype, copy=False)))
     return out

@@ -855,6 +855,8 @@ class EagerTFExecutor(BatchExecutor):
             mods = [np.uint64(m) for m in flatten(params['moduli'])]
             fold = lambda acc, x: [(a + b) % m for a, b, m in zip(acc, x, mods)]
             return (lambda x: [np.array(v) for v in x], fold, fold)
+        if kind not in ('sum', 'mean', 'weighted_mean'):
+            raise SimharnessValueError(f'unknown reduction kind {kind!r}')
         fold = lambda acc, x: [np.add(a, b) for a, b in zip(acc, x)]
         return (lambda x: [np.array(v) for v in x], fold, fold)
 

@@ -26,8 +26,16 @@ from simharness.core.batching import stack_python_values
 from simharness.core.reduction import Partial
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
 from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
-from simharness.runtime.protocol import Ref, RefRange, map_leaves
+from simharness.runtime.protocol import DatasetBlob, Ref, RefRange, map_leaves
 
+
+
+def _revive(x: Any) -> Any:
+    """Datasets come back from workers as serialized graphs: rebuild them."""
+    if isinstance(x, DatasetBlob):
+        from simharness.runtime.worker import dataset_from_blob
+        return dataset_from_blob(x)
+    return x
 
 
 class _Lease:
@@ -203,7 +211,8 @@ class ProcessDelegatingExecutor(BatchExecutor):
         return await self._values('create_values', values, t, n=len(values))
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
-        return await self._request('compute_many', list(values))
+        out = await self._request('compute_many', list(values))
+        return map_leaves(out, _revive)
 
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
                          count: Optional[int] = None) -> List[ProcessValue]:

@@ -108,7 +108,7 @@ class WorkerState:
             if isinstance(x, SlotRef):
                 return np.array(attachment.read(x))
             if isinstance(x, DatasetBlob):
-                return _dataset_from_blob(x)
+                return dataset_from_blob(x)
             return x
         return map_leaves(tree, leaf)
 
@@ -158,7 +158,7 @@ def dataset_to_blob(ds: Any) -> DatasetBlob:
     return DatasetBlob(graph, T._from_tf_structure(ds.element_spec))
 
 
-def _dataset_from_blob(blob: DatasetBlob) -> Any:
+def dataset_from_blob(blob: DatasetBlob) -> Any:
     import tensorflow as tf
     from simharness.core.tf_serialization import element_spec_for
     variant = tf.raw_ops.DatasetFromGraph(graph_def=blob.graph)
