@@ -1,0 +1,873 @@
+"""Experiment configurations: one TOML file, parsed and validated in one place.
+
+::
+
+    TOML file --load_config--> raw dict --config_from_dict--> ExperimentConfig (frozen tree)
+    ExperimentConfig --apply_overrides(['key=value', ...])--> ExperimentConfig
+    ExperimentConfig --expand_sweep--> [(run_id, ExperimentConfig without [sweep]), ...]
+    ExperimentConfig --to_dict / to_toml--> the resolved config (every default filled in)
+
+A file has a top-level ``name`` and the tables ``[data]``, ``[model]``,
+``[algorithm]``, ``[training]``, ``[stack]`` and ``[sweep]``; every table
+and key is optional except that ``[data] dataset = 'files'`` needs a
+``path``. Unknown tables or keys, values of the wrong type or out of range,
+and options that the chosen dataset / model / stack kind does not take are
+`ConfigError` s that name the dotted key and the allowed values.
+
+Some tables have a *discriminator* (``data.dataset``, ``model.name``,
+``stack.kind``) that decides which other keys the table takes. When an
+override or a sweep point changes a discriminator, the keys of the base
+config that the new choice does not take are dropped (so
+``--set stack.kind=thread`` works on a config that sets
+``stack.num_workers``); keys set explicitly in the same override must fit.
+
+Importing this module imports neither TensorFlow nor numpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from simharness.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+PathLike = Union[str, Path]
+
+#: Run id of an experiment without a sweep grid (and without overrides).
+DEFAULT_RUN_ID = 'default'
+
+DATASETS = ('digits', 'files', 'reference', 'synthetic')
+PARTITIONS = ('dirichlet', 'iid')
+MODEL_NAMES = ('cnn', 'logreg', 'mlp')
+ALGORITHMS = ('fedavg',)
+COHORTS = ('random', 'reference')
+STACK_KINDS = ('process', 'thread')
+
+#: Number of clients of the reference workload (fedavg-synthetic-mlp.md).
+REFERENCE_NUM_CLIENTS = 1000
+
+_RUN_ID_SAFE = re.compile(r'[^A-Za-z0-9._=,+-]')
+_BARE_KEY = re.compile(r'^[A-Za-z0-9_-]+$')
+_NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._+-]*$')
+
+
+# ----------------------------------------------------------------- validators
+
+def _fmt_allowed(allowed: Iterable[str]) -> str:
+    return ', '.join(repr(a) for a in allowed)
+
+
+def _check_int(key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f'{key} must be an int >= {minimum}, got {value!r}', key=key, value=value)
+    if value < minimum:
+        raise ConfigError(f'{key} must be an int >= {minimum}, got {value}', key=key, value=value)
+    return int(value)
+
+
+def _check_float(key: str, value: Any, *, minimum: float, inclusive: bool = True,
+                 below: Optional[float] = None) -> float:
+    bounds = f'{">=" if inclusive else ">"} {minimum:g}' + (f' and < {below:g}' if below is not None
+                                                            else '')
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f'{key} must be a number {bounds}, got {value!r}', key=key, value=value)
+    v = float(value)
+    ok = math.isfinite(v) and (v >= minimum if inclusive else v > minimum)
+    if below is not None:
+        ok = ok and v < below
+    if not ok:
+        raise ConfigError(f'{key} must be a number {bounds}, got {value!r}', key=key, value=value)
+    return v
+
+
+def _check_bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f'{key} must be true or false, got {value!r}', key=key, value=value)
+    return value
+
+
+def _check_choice(key: str, value: Any, allowed: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f'{key} must be one of {_fmt_allowed(allowed)}, got {value!r}',
+                          key=key, value=value)
+    return value
+
+
+def _check_str(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f'{key} must be a non-empty string, got {value!r}', key=key, value=value)
+    return value
+
+
+def _check_int_tuple(key: str, value: Any, length: Optional[int] = None) -> Tuple[int, ...]:
+    what = (f'a list of {length} ints >= 1' if length is not None
+            else 'a non-empty list of ints >= 1')
+    if not isinstance(value, (list, tuple)) or not value or (
+            length is not None and len(value) != length) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+        raise ConfigError(f'{key} must be {what}, got {value!r}', key=key, value=value)
+    return tuple(int(v) for v in value)
+
+
+def _apply_variant(obj: Any, table: str, discriminator: str,
+                   options: Mapping[str, Mapping[str, Any]]) -> None:
+    """Checks that only the options of the chosen variant are set; fills their defaults.
+
+    `options` maps each value of the discriminator to ``{field: default}``
+    (a default of None: optional, stays None when not given).
+    """
+    choice = getattr(obj, discriminator)
+    allowed = options[choice]
+    for f in dataclasses.fields(obj):
+        if f.name == discriminator:
+            continue
+        value = getattr(obj, f.name)
+        if f.name not in allowed:
+            if value is not None:
+                takers = [c for c in sorted(options) if f.name in options[c]]
+                raise ConfigError(
+                    f'{table}.{f.name} does not apply to {table}.{discriminator} = {choice!r} '
+                    f'(its options: {", ".join(sorted(allowed)) or "none"}; {f.name} is an option '
+                    f'of {discriminator} {_fmt_allowed(takers)})',
+                    key=f'{table}.{f.name}', value=value)
+            continue
+        if value is None and allowed[f.name] is not None:
+            object.__setattr__(obj, f.name, allowed[f.name])
+
+
+# ---------------------------------------------------------------------- tables
+
+_DATA_OPTIONS: Mapping[str, Mapping[str, Any]] = {
+    'synthetic': {'num_clients': 20, 'alpha': 1.0, 'beta': 1.0, 'samples_per_client': 50,
+                  'dim': 60, 'num_classes': 10, 'iid': False, 'seed': 0},
+    'digits': {'num_clients': 20, 'partition': 'dirichlet', 'dirichlet_alpha': 0.5,
+               'test_fraction': 0.2, 'min_size': 5, 'seed': 0},
+    'files': {'path': None, 'x_key': 'x', 'y_key': 'y', 'client_id_key': 'client_id',
+              'num_classes': None},
+    'reference': {},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """``[data]``: the federated data set.
+
+    Attributes:
+        dataset: ``'synthetic'`` (Synthetic(alpha, beta) of FedProx),
+            ``'digits'`` (scikit-learn digits split over clients, with a
+            held-out test set), ``'files'`` (a directory of
+            ``<client_id>.npz`` files, or one .npz / .csv file with a client
+            id column) or ``'reference'`` (exactly the 1000-client
+            Synthetic(1, 1) of benchmarks/fedavg-synthetic-mlp.md; no
+            options).
+        num_clients: synthetic, digits: number of clients (default 20).
+        alpha: synthetic: std of the per-client model mean (default 1.0).
+        beta: synthetic: std of the per-client input mean (default 1.0).
+        samples_per_client: synthetic: samples per client (default 50).
+        dim: synthetic: input dimension (default 60).
+        num_classes: synthetic: number of classes (default 10); files:
+            optional (default: largest label + 1).
+        iid: synthetic: the FedProx "Synthetic IID" variant (default false).
+        partition: digits: ``'dirichlet'`` (label skew, default) or ``'iid'``.
+        dirichlet_alpha: digits: Dirichlet concentration (default 0.5; used
+            by the 'dirichlet' partition only).
+        test_fraction: digits: held-out test fraction (default 0.2).
+        min_size: digits: smallest client (default 5).
+        seed: synthetic, digits: data seed (default 0).
+        path: files: the directory or file (relative paths are relative to
+            the config file when loaded with `load_config`).
+        x_key: files: feature array / column name (default 'x').
+        y_key: files: label array / column name (default 'y').
+        client_id_key: files: client id array / column of a single file
+            (default 'client_id').
+    """
+
+    dataset: str = 'synthetic'
+    num_clients: Optional[int] = None
+    alpha: Optional[float] = None
+    beta: Optional[float] = None
+    samples_per_client: Optional[int] = None
+    dim: Optional[int] = None
+    num_classes: Optional[int] = None
+    iid: Optional[bool] = None
+    partition: Optional[str] = None
+    dirichlet_alpha: Optional[float] = None
+    test_fraction: Optional[float] = None
+    min_size: Optional[int] = None
+    seed: Optional[int] = None
+    path: Optional[str] = None
+    x_key: Optional[str] = None
+    y_key: Optional[str] = None
+    client_id_key: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        _check_choice('data.dataset', self.dataset, DATASETS)
+        _apply_variant(self, 'data', 'dataset', _DATA_OPTIONS)
+        s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        if self.num_clients is not None:
+            s('num_clients', _check_int('data.num_clients', self.num_clients, 1))
+        for key in ('alpha', 'beta'):
+            if getattr(self, key) is not None:
+                s(key, _check_float(f'data.{key}', getattr(self, key), minimum=0.0))
+        for key, minimum in (('samples_per_client', 1), ('dim', 1), ('num_classes', 2),
+                             ('min_size', 1), ('seed', 0)):
+            if getattr(self, key) is not None:
+                s(key, _check_int(f'data.{key}', getattr(self, key), minimum))
+        if self.iid is not None:
+            _check_bool('data.iid', self.iid)
+        if self.partition is not None:
+            _check_choice('data.partition', self.partition, PARTITIONS)
+        if self.dirichlet_alpha is not None:
+            s('dirichlet_alpha', _check_float('data.dirichlet_alpha', self.dirichlet_alpha,
+                                              minimum=0.0, inclusive=False))
+        if self.test_fraction is not None:
+            s('test_fraction', _check_float('data.test_fraction', self.test_fraction,
+                                            minimum=0.0, below=1.0))
+        for key in ('x_key', 'y_key', 'client_id_key'):
+            if getattr(self, key) is not None:
+                _check_str(f'data.{key}', getattr(self, key))
+        if self.dataset == 'files':
+            if self.path is None:
+                raise ConfigError("data.path is required for data.dataset = 'files' (a directory "
+                                  'of <client_id>.npz files, or one .npz / .csv file)',
+                                  key='data.path', value=None)
+            _check_str('data.path', self.path)
+            if len({self.x_key, self.y_key, self.client_id_key}) != 3:
+                raise ConfigError(
+                    f'data.x_key, data.y_key and data.client_id_key must differ, got '
+                    f'{self.x_key!r}, {self.y_key!r}, {self.client_id_key!r}',
+                    key='data.y_key', value=self.y_key)
+
+    @property
+    def known_num_clients(self) -> Optional[int]:
+        """The number of clients if the config tells it (not for 'files')."""
+        if self.dataset == 'reference':
+            return REFERENCE_NUM_CLIENTS
+        return self.num_clients
+
+
+_MODEL_OPTIONS: Mapping[str, Mapping[str, Any]] = {
+    'logreg': {},
+    'mlp': {'hidden_sizes': (256, 256)},
+    'cnn': {'conv_filters': (16, 32), 'kernel_size': 3, 'pool_size': 2},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """``[model]``: the architecture (see `simharness.learning.models`).
+
+    The input shape and number of classes come from the data. Initial
+    weights are ``init_weights(model, training.seed)``; for the reference
+    dataset they are the benchmark's (``init_weights(model, 1)``, which is
+    ``reference_mlp_init()`` for the default mlp).
+
+    Attributes:
+        name: ``'mlp'`` (default), ``'logreg'`` or ``'cnn'`` (digits only:
+            8x8x1 images).
+        hidden_sizes: mlp: widths of the hidden layers (default [256, 256]).
+        conv_filters: cnn: filters of the two conv layers (default [16, 32]).
+        kernel_size: cnn: conv kernel side (default 3).
+        pool_size: cnn: max-pool side (default 2).
+    """
+
+    name: str = 'mlp'
+    hidden_sizes: Optional[Tuple[int, ...]] = None
+    conv_filters: Optional[Tuple[int, ...]] = None
+    kernel_size: Optional[int] = None
+    pool_size: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _check_choice('model.name', self.name, MODEL_NAMES)
+        _apply_variant(self, 'model', 'name', _MODEL_OPTIONS)
+        if self.hidden_sizes is not None:
+            object.__setattr__(self, 'hidden_sizes',
+                               _check_int_tuple('model.hidden_sizes', self.hidden_sizes))
+        if self.conv_filters is not None:
+            object.__setattr__(self, 'conv_filters',
+                               _check_int_tuple('model.conv_filters', self.conv_filters, 2))
+        for key in ('kernel_size', 'pool_size'):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, _check_int(f'model.{key}', getattr(self, key), 1))
+
+    def options(self) -> Dict[str, Any]:
+        """The keyword options of `simharness.learning.get_model` for this model."""
+        return {k: getattr(self, k) for k in _MODEL_OPTIONS[self.name]}
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmConfig:
+    """``[algorithm]``: the federated algorithm and its hyper-parameters.
+
+    Attributes:
+        name: ``'fedavg'`` (the only one so far).
+        client_learning_rate: local SGD step (> 0; default 0.05).
+        local_epochs: passes over the client data per round (>= 1; default 1).
+        batch_size: examples per local step (>= 1; default 10).
+        server_learning_rate: server step (> 0; default 1.0).
+        server_momentum: server SGD momentum in [0, 1) (default 0).
+    """
+
+    name: str = 'fedavg'
+    client_learning_rate: float = 0.05
+    local_epochs: int = 1
+    batch_size: int = 10
+    server_learning_rate: float = 1.0
+    server_momentum: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_choice('algorithm.name', self.name, ALGORITHMS)
+        s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        for key in ('client_learning_rate', 'server_learning_rate'):
+            s(key, _check_float(f'algorithm.{key}', getattr(self, key), minimum=0.0,
+                                inclusive=False))
+        for key in ('local_epochs', 'batch_size'):
+            s(key, _check_int(f'algorithm.{key}', getattr(self, key), 1))
+        s('server_momentum', _check_float('algorithm.server_momentum', self.server_momentum,
+                                          minimum=0.0, below=1.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """``[training]``: rounds, cohorts, seed and evaluation schedule.
+
+    Attributes:
+        rounds: number of rounds (>= 1; default 10). Rounds are numbered
+            from 0.
+        clients_per_round: cohort size (>= 1, at most the number of
+            clients; default 10).
+        seed: seed of the cohort sampling and of the initial weights
+            (>= 0; default 0).
+        eval_every: central evaluation after every this many rounds, and
+            always after the last one (0: only after the last; default 1).
+        cohort: ``'random'`` (``sample_clients(ids, k, round, seed)``,
+            default) or ``'reference'`` (round r takes the clients
+            ``(r * k + i) mod N``, i < k, in client-id order: the rule of
+            the reference benchmark).
+    """
+
+    rounds: int = 10
+    clients_per_round: int = 10
+    seed: int = 0
+    eval_every: int = 1
+    cohort: str = 'random'
+
+    def __post_init__(self) -> None:
+        _check_int('training.rounds', self.rounds, 1)
+        _check_int('training.clients_per_round', self.clients_per_round, 1)
+        _check_int('training.seed', self.seed, 0)
+        _check_int('training.eval_every', self.eval_every, 0)
+        _check_choice('training.cohort', self.cohort, COHORTS)
+
+    def evaluates_after(self, round_num: int) -> bool:
+        """Whether central evaluation runs after round `round_num` (0-based)."""
+        if round_num == self.rounds - 1:
+            return True
+        return self.eval_every > 0 and (round_num + 1) % self.eval_every == 0
+
+
+_STACK_OPTIONS: Mapping[str, Mapping[str, Any]] = {
+    'thread': {'clients_per_thread': 1},
+    'process': {'num_workers': None, 'clients_per_worker': 256, 'cpu_affinity': True,
+                'devices': None, 'workers_per_gpu': 1},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class StackConfig:
+    """``[stack]``: where the clients run.
+
+    Attributes:
+        kind: ``'thread'`` (`local_executor_factory`, default) or
+            ``'process'`` (`process_executor_factory`: pinned worker
+            processes).
+        clients_per_thread: thread: clients per client thread (default 1).
+        num_workers: process: worker processes (default: one per usable
+            core, or per GPU slot when `devices` names GPUs).
+        clients_per_worker: process: most clients per TF call in a worker
+            (default 256).
+        cpu_affinity: process: pin each worker to its own cores (default
+            true).
+        devices: process: GPUs to use ('cuda:0', [0, 1], ...; default: CPU).
+        workers_per_gpu: process: workers sharing a GPU (default 1).
+    """
+
+    kind: str = 'thread'
+    clients_per_thread: Optional[int] = None
+    num_workers: Optional[int] = None
+    clients_per_worker: Optional[int] = None
+    cpu_affinity: Optional[bool] = None
+    devices: Optional[Union[str, Tuple[Union[int, str], ...]]] = None
+    workers_per_gpu: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _check_choice('stack.kind', self.kind, STACK_KINDS)
+        _apply_variant(self, 'stack', 'kind', _STACK_OPTIONS)
+        for key in ('clients_per_thread', 'num_workers', 'clients_per_worker', 'workers_per_gpu'):
+            if getattr(self, key) is not None:
+                _check_int(f'stack.{key}', getattr(self, key), 1)
+        if self.cpu_affinity is not None:
+            _check_bool('stack.cpu_affinity', self.cpu_affinity)
+        d = self.devices
+        if d is not None:
+            if isinstance(d, (list, tuple)):
+                if not d or not all((isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+                                    or (isinstance(v, str) and v) for v in d):
+                    raise ConfigError(
+                        f'stack.devices must be a string like "cuda:0" or a non-empty list of GPU '
+                        f'ids (ints >= 0) or device strings, got {d!r}', key='stack.devices',
+                        value=d)
+                object.__setattr__(self, 'devices', tuple(d))
+            elif not isinstance(d, str) or not d:
+                raise ConfigError(
+                    f'stack.devices must be a string like "cuda:0" or a list of GPU ids, got '
+                    f'{d!r}', key='stack.devices', value=d)
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """``[sweep]``: a grid of overrides; each point is one run.
+
+    Attributes:
+        grid: pairs ``(dotted key, values)`` in file order, e.g.
+            ``(('stack.num_workers', (1, 2)), ('training.clients_per_round',
+            (10, 100)))``. In TOML: ``[sweep.grid]`` with quoted dotted
+            keys (``"stack.num_workers" = [1, 2]``) or nested tables.
+    """
+
+    grid: Tuple[Tuple[str, Tuple[Any, ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        grid = self.grid
+        if isinstance(grid, Mapping):
+            grid = tuple(_flatten_grid(grid))
+        if not isinstance(grid, (list, tuple)):
+            raise ConfigError(f'sweep.grid must be a table of dotted keys to lists, got {grid!r}',
+                              key='sweep.grid', value=grid)
+        out = []
+        seen = set()
+        valid = valid_keys(include_sweep=False)
+        for item in grid:
+            if not (isinstance(item, (list, tuple)) and len(item) == 2):
+                raise ConfigError(f'sweep.grid entries must be (key, values) pairs, got {item!r}',
+                                  key='sweep.grid', value=item)
+            key, values = item
+            if key not in valid:
+                raise ConfigError(
+                    f'sweep.grid: unknown key {key!r}; valid keys: {", ".join(valid)}',
+                    key=f'sweep.grid.{key}', value=values)
+            if key in seen:
+                raise ConfigError(f'sweep.grid: key {key!r} appears twice',
+                                  key=f'sweep.grid.{key}', value=values)
+            seen.add(key)
+            if not isinstance(values, (list, tuple)) or not values:
+                raise ConfigError(
+                    f'sweep.grid.{key} must be a non-empty list of values, got {values!r}',
+                    key=f'sweep.grid.{key}', value=values)
+            out.append((key, tuple(_freeze(v) for v in values)))
+        object.__setattr__(self, 'grid', tuple(out))
+
+
+def _freeze(v: Any) -> Any:
+    return tuple(_freeze(x) for x in v) if isinstance(v, list) else v
+
+
+def _flatten_grid(grid: Mapping[str, Any], prefix: str = '') -> Iterable[Tuple[str, Any]]:
+    """Nested tables ``{stack: {num_workers: [..]}}`` -> ``('stack.num_workers', [..])``."""
+    for k, v in grid.items():
+        key = f'{prefix}{k}'
+        if isinstance(v, Mapping):
+            yield from _flatten_grid(v, key + '.')
+        else:
+            yield key, v
+
+
+_TABLES: Mapping[str, type] = {
+    'data': DataConfig, 'model': ModelConfig, 'algorithm': AlgorithmConfig,
+    'training': TrainingConfig, 'stack': StackConfig, 'sweep': SweepConfig,
+}
+_DISCRIMINATORS = {'data': 'dataset', 'model': 'name', 'stack': 'kind'}
+_VARIANT_OPTIONS = {'data': _DATA_OPTIONS, 'model': _MODEL_OPTIONS, 'stack': _STACK_OPTIONS}
+_TOP_KEYS = ('name',) + tuple(_TABLES)
+
+
+def valid_keys(include_sweep: bool = True) -> List[str]:
+    """Every dotted key a config (or an override) may set, in table order."""
+    keys = ['name']
+    for table, cls in _TABLES.items():
+        if table == 'sweep' and not include_sweep:
+            continue
+        keys += [f'{table}.{f.name}' for f in dataclasses.fields(cls)]
+    return keys
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """One experiment: what to train, where, for how long; and an optional sweep.
+
+    Attributes:
+        name: the experiment name; results go to ``<results>/<name>/<run-id>/``.
+            Letters, digits and ``. _ + -``.
+        data: ``[data]``.
+        model: ``[model]``.
+        algorithm: ``[algorithm]``.
+        training: ``[training]``.
+        stack: ``[stack]``.
+        sweep: ``[sweep]`` (an empty grid: a single run).
+    """
+
+    name: str
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = dataclasses.field(default_factory=AlgorithmConfig)
+    training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+    stack: StackConfig = dataclasses.field(default_factory=StackConfig)
+    sweep: SweepConfig = dataclasses.field(default_factory=SweepConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise ConfigError(
+                f'name must be a non-empty string of letters, digits and ". _ + -" (it names a '
+                f'results directory), got {self.name!r}', key='name', value=self.name)
+        for table, cls in _TABLES.items():
+            if not isinstance(getattr(self, table), cls):
+                raise ConfigError(f'[{table}] must be a {cls.__name__}, got '
+                                  f'{type(getattr(self, table)).__name__}', key=table)
+        n = self.data.known_num_clients
+        k = self.training.clients_per_round
+        if n is not None and k > n:
+            raise ConfigError(
+                f'training.clients_per_round = {k} is more than the {n} clients of the data '
+                f'(data.num_clients)', key='training.clients_per_round', value=k)
+        if self.model.name == 'cnn' and self.data.dataset in ('synthetic', 'reference'):
+            raise ConfigError(
+                f"model.name = 'cnn' needs image data (data.dataset 'digits' or 'files' with "
+                f"[H, W, C] examples), not data.dataset = {self.data.dataset!r}",
+                key='model.name', value='cnn')
+
+    # ------------------------------------------------------------ views
+    @property
+    def init_seed(self) -> int:
+        """Seed of the initial weights: 1 for the reference dataset, else training.seed."""
+        return 1 if self.data.dataset == 'reference' else self.training.seed
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The resolved config as nested dicts of TOML values (None values left out)."""
+        out: Dict[str, Any] = {'name': self.name}
+        for table in _TABLES:
+            obj = getattr(self, table)
+            if table == 'sweep':
+                if obj.grid:
+                    out['sweep'] = {'grid': {k: _thaw(v) for k, v in obj.grid}}
+                continue
+            out[table] = {f.name: _thaw(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                          if getattr(obj, f.name) is not None}
+        return out
+
+    def to_toml(self) -> str:
+        """The resolved config as TOML text (`load_config` reads it back)."""
+        return dumps_toml(self.to_dict())
+
+    def replace(self, **changes: Any) -> 'ExperimentConfig':
+        """A copy with some top-level fields replaced (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _thaw(v: Any) -> Any:
+    return [_thaw(x) for x in v] if isinstance(v, tuple) else v
+
+
+# ------------------------------------------------------------------- parsing
+
+def config_from_dict(raw: Mapping[str, Any], default_name: Optional[str] = None
+                     ) -> ExperimentConfig:
+    """Builds and validates an `ExperimentConfig` from nested dicts (parsed TOML).
+
+    Args:
+        raw: ``{'name': ..., 'data': {...}, ...}``.
+        default_name: the name when `raw` has none (e.g. the file stem).
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: unknown tables or keys (listing the allowed ones), a
+            table that is not a table, or any invalid value.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f'a config must be a table, got {type(raw).__name__}', key='')
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise ConfigError(
+                f'unknown top-level key or table {key!r}; allowed: {_fmt_allowed(_TOP_KEYS)}',
+                key=str(key), value=raw[key])
+    name = raw.get('name', default_name)
+    if name is None:
+        raise ConfigError('the config needs a top-level name = "..."', key='name')
+    tables = {}
+    for table, cls in _TABLES.items():
+        body = raw.get(table, {})
+        if not isinstance(body, Mapping):
+            raise ConfigError(f'[{table}] must be a table, got {body!r}', key=table, value=body)
+        allowed = [f.name for f in dataclasses.fields(cls)]
+        for key in body:
+            if key not in allowed:
+                raise ConfigError(
+                    f'unknown key {table}.{key}; allowed keys in [{table}]: '
+                    f'{", ".join(allowed)}', key=f'{table}.{key}', value=body[key])
+        if table == 'sweep':
+            tables[table] = SweepConfig(grid=body.get('grid', {}))
+            continue
+        kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in body.items()}
+        tables[table] = cls(**kwargs)
+    return ExperimentConfig(name=name, **tables)
+
+
+def _resolve_data_path(raw: Dict[str, Any], base: Path) -> None:
+    data = raw.get('data')
+    if isinstance(data, dict) and isinstance(data.get('path'), str) and data['path']:
+        p = Path(data['path']).expanduser()
+        if not p.is_absolute():
+            data['path'] = str((base / p).resolve())
+
+
+def load_config(path: PathLike) -> ExperimentConfig:
+    """Reads and validates a TOML experiment file (the one place files are parsed).
+
+    The experiment name defaults to the file stem. A relative ``data.path``
+    is taken relative to the file's directory.
+
+    Args:
+        path: the .toml file.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: the file is missing or not valid TOML, or its content
+            is invalid (see `config_from_dict`).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding='utf-8')
+    except FileNotFoundError:
+        raise ConfigError(f'config file {p} does not exist', key='', value=str(p)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f'cannot read config file {p}: {e}', key='', value=str(p)) from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f'{p}: invalid TOML: {e}', key='', value=str(p)) from None
+    _resolve_data_path(raw, p.resolve().parent)
+    try:
+        return config_from_dict(raw, default_name=p.stem)
+    except ConfigError as e:
+        raise ConfigError(f'{p}: {e}', key=e.key, value=e.value) from None
+
+
+# ----------------------------------------------------------------- overrides
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: a TOML literal (``2``, ``0.1``, ``true``, ``[1, 2]``,
+    ``"a"``, ``{...}``), or else the text itself as a string (``process``)."""
+    try:
+        return tomllib.loads(f'v = {text}')['v']
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_override(item: str) -> Tuple[str, Any]:
+    """Splits ``'key=value'`` and parses the value (see `parse_value`).
+
+    Raises:
+        ConfigError: no ``=``, or an unknown key (listing the valid keys).
+    """
+    if not isinstance(item, str) or '=' not in item:
+        raise ConfigError(f'an override must look like key=value, got {item!r}',
+                          key='', value=item)
+    key, text = item.split('=', 1)
+    key = key.strip()
+    valid = valid_keys()
+    if key not in valid:
+        raise ConfigError(f'unknown key {key!r} in override {item!r}; valid keys: '
+                          f'{", ".join(valid)}', key=key, value=text)
+    return key, parse_value(text.strip())
+
+
+def _assign(config: ExperimentConfig, assignments: Sequence[Tuple[str, Any]]
+            ) -> ExperimentConfig:
+    """Applies (dotted key, value) pairs to the resolved config and validates it."""
+    d = config.to_dict()
+    explicit: Dict[str, set] = {}
+    for key, value in assignments:
+        if key == 'name':
+            d['name'] = value
+            continue
+        table, field = key.split('.', 1)
+        if table == 'sweep':
+            d['sweep'] = {'grid': value}
+            continue
+        d.setdefault(table, {})[field] = value
+        explicit.setdefault(table, set()).add(field)
+    for table, disc in _DISCRIMINATORS.items():
+        old = getattr(getattr(config, table), disc)
+        new = d.get(table, {}).get(disc, old)
+        if new != old and isinstance(new, str) and new in _VARIANT_OPTIONS[table]:
+            keep = set(_VARIANT_OPTIONS[table][new]) | explicit.get(table, set()) | {disc}
+            d[table] = {k: v for k, v in d[table].items() if k in keep}
+    return config_from_dict(d)
+
+
+def apply_overrides(config: ExperimentConfig, overrides: Sequence[str]) -> ExperimentConfig:
+    """Applies ``--set key=value`` overrides.
+
+    Values are TOML literals (a bare word is a string). Changing a
+    discriminator (``data.dataset``, ``model.name``, ``stack.kind``) drops
+    the keys that the new choice does not take, unless they are set in the
+    same overrides. ``sweep.grid`` takes an inline table
+    (``sweep.grid={"training.seed"=[0, 1]}``) and replaces the grid.
+
+    Args:
+        config: the base config.
+        overrides: ``'key=value'`` strings, applied in order.
+
+    Returns:
+        The new, validated config.
+
+    Raises:
+        ConfigError: malformed override, unknown key (listing the valid
+            ones) or an invalid resulting config.
+    """
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    pairs = [parse_override(o) for o in overrides]
+    return _assign(config, pairs) if pairs else config
+
+
+def _fmt_run_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return 'true' if v else 'false'
+    if isinstance(v, (list, tuple)):
+        return '-'.join(_fmt_run_value(x) for x in v)
+    if isinstance(v, Mapping):
+        return '-'.join(f'{k}-{_fmt_run_value(x)}' for k, x in v.items())
+    return str(v)
+
+
+def run_id_for(assignments: Sequence[Tuple[str, Any]]) -> str:
+    """The run id of a set of (dotted key, value) assignments.
+
+    ``[('stack.num_workers', 2), ('training.seed', 0)]`` ->
+    ``'num_workers=2,seed=0'``: the last part of each key, or the whole key
+    when two keys share their last part; characters other than letters,
+    digits and ``. _ = , + -`` become ``_``. No assignments:
+    `DEFAULT_RUN_ID`.
+    """
+    if not assignments:
+        return DEFAULT_RUN_ID
+    lasts = [k.rsplit('.', 1)[-1] for k, _ in assignments]
+    parts = []
+    for (key, value), last in zip(assignments, lasts):
+        label = last if lasts.count(last) == 1 else key
+        parts.append(f'{label}={_fmt_run_value(value)}')
+    return _RUN_ID_SAFE.sub('_', ','.join(parts))
+
+
+def expand_sweep(config: ExperimentConfig) -> List[Tuple[str, ExperimentConfig]]:
+    """The runs of a config: one per point of the sweep grid (itertools.product order).
+
+    Each run's config is the base config with the point's values assigned
+    (see `apply_overrides` for discriminators) and an empty sweep. A config
+    without a grid gives ``[(DEFAULT_RUN_ID, config)]``.
+
+    Returns:
+        ``[(run_id, config), ...]`` with deterministic, distinct run ids like
+        ``'num_workers=2,clients_per_round=100,seed=0'``.
+
+    Raises:
+        ConfigError: a point gives an invalid config (the message names the
+            run id), or two points give the same run id.
+    """
+    base = config.replace(sweep=SweepConfig())
+    grid = config.sweep.grid
+    if not grid:
+        return [(DEFAULT_RUN_ID, base)]
+    keys = [k for k, _ in grid]
+    runs: List[Tuple[str, ExperimentConfig]] = []
+    seen: Dict[str, Tuple[Any, ...]] = {}
+    for point in itertools.product(*(values for _, values in grid)):
+        assignments = list(zip(keys, point))
+        run_id = run_id_for(assignments)
+        if run_id in seen:
+            raise ConfigError(f'sweep points {seen[run_id]} and {point} both get the run id '
+                              f'{run_id!r}; make the values distinct', key='sweep.grid',
+                              value=run_id)
+        seen[run_id] = point
+        try:
+            runs.append((run_id, _assign(base, [(k, _thaw(v)) for k, v in assignments])))
+        except ConfigError as e:
+            raise ConfigError(f'sweep point {run_id}: {e}', key=e.key, value=e.value) from None
+    return runs
+
+
+# ------------------------------------------------------------------- writing
+
+def _toml_key(k: str) -> str:
+    return k if _BARE_KEY.match(k) else json.dumps(k)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return 'true' if v else 'false'
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return 'nan'
+        if math.isinf(v):
+            return 'inf' if v > 0 else '-inf'
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (list, tuple)):
+        return '[' + ', '.join(_toml_value(x) for x in v) + ']'
+    if isinstance(v, Mapping):
+        return '{' + ', '.join(f'{_toml_key(str(k))} = {_toml_value(x)}'
+                               for k, x in v.items()) + '}'
+    raise ConfigError(f'cannot write {v!r} ({type(v).__name__}) as TOML', key='', value=v)
+
+
+def dumps_toml(doc: Mapping[str, Any]) -> str:
+    """Writes nested dicts of TOML values as TOML text.
+
+    Scalars and lists of a table come first, then its sub-tables as
+    ``[a.b]`` sections. Enough for experiment configs; not a general TOML
+    writer (no arrays of tables).
+    """
+    lines: List[str] = []
+
+    def table(body: Mapping[str, Any], path: List[str]) -> None:
+        scalars = [(k, v) for k, v in body.items() if not isinstance(v, Mapping)]
+        subs = [(k, v) for k, v in body.items() if isinstance(v, Mapping)]
+        if path and (scalars or not subs):
+            if lines:
+                lines.append('')
+            lines.append('[' + '.'.join(_toml_key(p) for p in path) + ']')
+        for k, v in scalars:
+            lines.append(f'{_toml_key(str(k))} = {_toml_value(v)}')
+        for k, v in subs:
+            table(v, path + [str(k)])
+
+    table(doc, [])
+    return '\n'.join(lines) + '\n'

@@ -1,0 +1,38 @@
+"""Fixtures of the process-runtime tests: leak checks after every test."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+
+def _segments() -> set:
+    from simharness.runtime.shm import list_leaked_segments
+    return set(list_leaked_segments())
+
+
+def _worker_children() -> list:
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmd = ' '.join(p.cmdline())
+            # The forkserver and the resource tracker are per-process singletons of multiprocess.
+            if p.status() != psutil.STATUS_ZOMBIE and 'forkserver' not in cmd and 'resource_tracker' not in cmd:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Each test closes what it starts: no worker process and no segment survive it."""
+    procs_before = {p.pid for p in _worker_children()}
+    segs_before = _segments()
+    yield
+    leaked = [p for p in _worker_children() if p.pid not in procs_before]
+    for p in leaked:
+        p.kill()
+    assert not leaked, f'worker processes left running: {leaked}'
+    new_segments = _segments() - segs_before
+    assert not new_segments, f'shared-memory segments left: {sorted(new_segments)}'

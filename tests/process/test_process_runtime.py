@@ -1,0 +1,216 @@
+"""The process runtime: bit-identity across layouts, faults, large values, batching."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import simharness as sh
+from simharness.errors import WorkerCrashedError, WorkerStartError
+from simharness.stacks import (create_worker_pool, process_executor_factory,
+                               thread_debugging_executor_factory)
+
+pytestmark = pytest.mark.process
+
+F32 = tf.float32
+
+
+@sh.tf_computation(F32)
+def wobble(x):
+    # Not exactly-rounded elementwise ops (sin, exp): runs per client through tf.map_fn.
+    return tf.sin(x) * tf.exp(-tf.abs(x) * 1e-3) + x
+
+
+@sh.tf_computation(F32)
+def triple(x):
+    return x * 3.0 + 0.1  # exactly rounded: vectorized
+
+
+@sh.tf_computation(F32, F32)
+def add(a, b):
+    return a + b
+
+
+@sh.tf_computation(F32)
+def ident(a):
+    return a
+
+
+@sh.federated_computation(sh.type_at_clients(F32))
+def many_reductions(xs):
+    w = sh.federated_map(wobble, xs)
+    t = sh.federated_map(triple, xs)
+    return (sh.federated_sum(w), sh.federated_mean(t), sh.federated_mean(w, sh.federated_map(triple, w)),
+            sh.federated_aggregate(w, 0.0, add, add, ident), sh.federated_sum(t))
+
+
+def _values(n: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    mags = 10.0 ** rng.uniform(-6, 6, size=n)
+    signs = rng.choice([-1.0, 1.0], size=n)
+    return list((mags * signs).astype(np.float32))
+
+
+def _bits(result) -> tuple:
+    return tuple(np.asarray(v, np.float32).tobytes() for v in result)
+
+
+def test_bit_identical_across_thread_and_process_layouts():
+    data = _values(1000)
+    with sh.execution_context(thread_debugging_executor_factory(clients_per_thread=1000)):
+        expected = _bits(many_reductions(data))
+    with sh.execution_context(thread_debugging_executor_factory(clients_per_thread=7)):
+        assert _bits(many_reductions(data)) == expected
+    for workers, per_worker in [(1, 256), (2, 1), (2, 7), (3, 256), (3, 50)]:
+        with process_executor_factory(num_workers=workers, clients_per_worker=per_worker) as factory:
+            with sh.execution_context(factory):
+                got = [_bits(many_reductions(data)) for _ in range(2)]
+        assert got == [expected, expected], (workers, per_worker)
+
+
+def test_one_request_per_worker_per_operation():
+    @sh.federated_computation(sh.type_at_clients(F32))
+    def map_sum(xs):
+        return sh.federated_sum(sh.federated_map(triple, xs))
+
+    with process_executor_factory(num_workers=2, clients_per_worker=64) as factory:
+        with sh.execution_context(factory):
+            counts = []
+            for n in (100, 1000):
+                map_sum(_values(n))  # warm up (ships the computation once)
+                before = factory.stats()['requests']
+                map_sum(_values(n))
+                counts.append(factory.stats()['requests'] - before)
+        stats = factory.stats()
+    assert counts[0] == counts[1], counts  # messages grow with workers, not clients
+    assert counts[0] <= 2 * 4, counts     # ingest, map, reduce (+ at most one more) per worker
+    assert stats['bytes_to_workers'] > 0
+    assert [w['alive'] for w in stats['workers']] == [True, True]
+    assert all(w['rss_bytes'] > 0 and w['cpu_seconds'] >= 0 for w in stats['workers'])
+
+
+def test_killed_worker_raises_then_retry_gives_the_answer():
+    @sh.tf_computation(F32)
+    def slow(x):
+        m = tf.fill([300, 300], x * 1e-6)
+        def body(i, a):
+            return i + 1, tf.matmul(a, m) * 1e-3 + m
+        _, a = tf.while_loop(lambda i, a: i < 60, body, (0, m))
+        return tf.reduce_sum(a) * 0.0 + x
+
+    @sh.federated_computation(sh.type_at_clients(F32))
+    def total(xs):
+        return sh.federated_sum(sh.federated_map(slow, xs))
+
+    data = [np.float32(i) for i in range(40)]
+    factory = process_executor_factory(num_workers=2, clients_per_worker=4, start=True)
+    try:
+        pool = factory.pool
+        with sh.execution_context(factory):
+            total(data[:4])  # warm up
+            killer = threading.Timer(0.3, pool.handles[1].kill_for_test)
+            killer.start()
+            with pytest.raises(WorkerCrashedError) as e:
+                total(data)
+            killer.join()
+            err = e.value
+            assert err.worker_id == 1 and err.exitcode == -9 and 'SIGKILL' in err.likely_cause
+            assert err.pid is not None
+            # The pool replaced the worker: the next call works.
+            assert total(data) == sum(range(40))
+        with sh.execution_context(factory, retries=2):
+            killer = threading.Timer(0.3, pool.handles[0].kill_for_test)
+            killer.start()
+            assert total(data) == sum(range(40))
+            killer.join()
+    finally:
+        factory.close()
+
+
+def test_worker_that_cannot_start_gives_a_clear_error():
+    with pytest.raises(WorkerStartError, match='could not start: RuntimeError: no such device'):
+        with process_executor_factory(num_workers=1,
+                                      worker_options={'fail_on_start': 'no such device'},
+                                      start=True):
+            pass
+
+
+def test_large_model_round_trip_and_broadcast():
+    n = 32 * 1024 * 1024  # 128 MB of float32
+    spec = sh.TensorType(np.float32, (n,))
+
+    @sh.tf_computation(spec)
+    def scale(w):
+        return w * 2.0
+
+    @sh.federated_computation(sh.type_at_server(spec))
+    def round_trip(w):
+        return sh.federated_mean(sh.federated_map(scale, sh.federated_broadcast(w)))
+
+    w = np.arange(n, dtype=np.float32) % 1000
+    with process_executor_factory(num_workers=2) as factory:
+        with sh.execution_context(factory):
+            out = round_trip(w)
+    np.testing.assert_array_equal(out, w * 2.0)
+
+
+def test_struct_of_many_small_tensors():
+    spec = collections.OrderedDict((f't{i}', sh.TensorType(np.float32, (3,))) for i in range(1000))
+    st = sh.to_type(spec)
+
+    @sh.tf_computation(st)
+    def bump(s):
+        return collections.OrderedDict((k, v + 1.0) for k, v in s.items())
+
+    @sh.federated_computation(sh.type_at_clients(st))
+    def go(xs):
+        return sh.federated_sum(sh.federated_map(bump, xs))
+
+    value = collections.OrderedDict((f't{i}', np.full(3, i, np.float32)) for i in range(1000))
+    with process_executor_factory(num_workers=2) as factory:
+        with sh.execution_context(factory):
+            out = go([value, value, value])
+    assert list(out) == list(value)
+    np.testing.assert_array_equal(out['t999'], np.full(3, 3 * 1000.0, np.float32))
+
+
+def test_pool_is_shared_across_cardinalities_and_closes():
+    @sh.federated_computation(sh.type_at_clients(F32))
+    def s(xs):
+        return sh.federated_sum(xs)
+
+    factory = process_executor_factory(num_workers=2, max_cached_stacks=2)
+    with sh.execution_context(factory):
+        pids = None
+        for n in (1, 2, 3, 5, 1):
+            assert s([np.float32(1)] * n) == n
+            now = [h.pid for h in factory.pool.handles]
+            pids = pids or now
+            assert now == pids  # the same warm workers serve every cardinality
+        assert len(factory.cached_cardinalities) == 2
+    factory.close()
+    factory.close()  # idempotent
+    assert all(not h.alive for h in factory.pool.handles)
+
+
+def test_values_stay_in_workers_until_computed():
+    @sh.federated_computation(sh.type_at_clients(F32))
+    def chain(xs):
+        a = sh.federated_map(triple, xs)
+        b = sh.federated_map(triple, a)
+        return sh.federated_map(triple, b)
+
+    with process_executor_factory(num_workers=2) as factory:
+        with sh.execution_context(factory):
+            chain(_values(10))
+            before = factory.stats()
+            out = chain(_values(10))
+            after = factory.stats()
+    # The two intermediate results never came back to the driver: only the final values did.
+    assert after['bytes_from_workers'] - before['bytes_from_workers'] == 0  # 10 scalars travel inline
+    assert len(out) == 10
