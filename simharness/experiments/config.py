@@ -457,7 +457,7 @@ class SweepConfig:
                               key='sweep.grid', value=grid)
         out = []
         seen = set()
-        valid = valid_keys(include_sweep=False)
+        valid = [k for k in valid_keys(include_sweep=False) if k != 'name']
         for item in grid:
             if not (isinstance(item, (list, tuple)) and len(item) == 2):
                 raise ConfigError(f'sweep.grid entries must be (key, values) pairs, got {item!r}',

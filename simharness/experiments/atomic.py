@@ -1,0 +1,105 @@
+"""Atomic file writes: a reader (or a crash) never sees half a file.
+
+::
+
+    write_text / write_bytes / write_json(path, ...)
+        -> hidden temp file '.<name>.<random>.tmp' in the same directory
+        -> write, flush, fsync
+        -> os.replace(temp, path)          (atomic on POSIX and Windows)
+        on any exception (KeyboardInterrupt included) the temp file is removed
+
+Every file of a results directory is written through these functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator, Union
+
+PathLike = Union[str, 'os.PathLike[str]']
+
+#: Suffix of the temporary files (`is_temp_file` recognises them).
+TEMP_SUFFIX = '.tmp'
+
+
+@contextlib.contextmanager
+def atomic_open(path: PathLike, mode: str = 'w') -> Iterator[IO[Any]]:
+    """Opens a temporary file that replaces `path` when the block exits normally.
+
+    Args:
+        path: the final path; its directory must exist.
+        mode: ``'w'`` (text, UTF-8) or ``'wb'``.
+
+    Yields:
+        The open temporary file.
+    """
+    if mode not in ('w', 'wb'):
+        raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.', suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, mode, **({'encoding': 'utf-8'} if mode == 'w' else {})) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: PathLike, text: str) -> Path:
+    """Writes `text` (UTF-8) to `path` atomically; returns the path."""
+    with atomic_open(path, 'w') as f:
+        f.write(text)
+    return Path(path)
+
+
+def write_bytes(path: PathLike, data: bytes) -> Path:
+    """Writes `data` to `path` atomically; returns the path."""
+    with atomic_open(path, 'wb') as f:
+        f.write(data)
+    return Path(path)
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with non-finite floats as None and numpy scalars as Python ones."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, 'item') and callable(value.item) and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            pass
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dumps_json(value: Any, indent: Union[int, None] = 2) -> str:
+    """Strict JSON (no NaN) of `value` after `jsonable`."""
+    return json.dumps(jsonable(value), indent=indent, allow_nan=False, sort_keys=False)
+
+
+def write_json(path: PathLike, value: Any) -> Path:
+    """Writes `value` as indented JSON to `path` atomically; returns the path."""
+    return write_text(path, dumps_json(value) + '\n')
+
+
+def write_jsonl(path: PathLike, rows: Any) -> Path:
+    """Writes one compact JSON object per line to `path` atomically; returns the path."""
+    return write_text(path, ''.join(dumps_json(r, indent=None) + '\n' for r in rows))
+
+
+def is_temp_file(path: PathLike) -> bool:
+    """Whether `path` is a temporary file left by `atomic_open`."""
+    name = Path(path).name
+    return name.startswith('.') and name.endswith(TEMP_SUFFIX)
