@@ -20,6 +20,8 @@ import threading
 import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
+import numpy as np
+
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.batching import stack_python_values
@@ -28,6 +30,21 @@ from simharness.errors import ExecutorClosedError, SimharnessTypeError
 from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
 from simharness.runtime.protocol import DatasetBlob, Ref, RefRange, map_leaves
 
+
+
+#: Values at least this big go through the pool's broadcast arena (written once).
+BROADCAST_MIN_BYTES = 1 << 16
+
+
+def _array_bytes(tree: Any) -> int:
+    total = [0]
+
+    def leaf(x):
+        if isinstance(x, np.ndarray):
+            total[0] += x.nbytes
+        return x
+    map_leaves(tree, leaf)
+    return total[0]
 
 
 def _revive(x: Any) -> Any:
@@ -184,7 +201,17 @@ class ProcessDelegatingExecutor(BatchExecutor):
                 self._embedded[key] = v
             return v
         t = None if type_spec is None else T.to_type(type_spec)
-        return (await self._values('create_value', value, t, n=1))[0]
+        plain = self._refs((value,))[0]
+        if _array_bytes(plain) >= BROADCAST_MIN_BYTES:
+            # Large values (a broadcast model, say) are written once into the
+            # pool's broadcast arena and read from there by every worker.
+            bc = self._handle.pool.broadcast
+            packed = await asyncio.to_thread(bc.acquire, value, plain)
+            try:
+                return (await self._values('create_value', packed, t, n=1))[0]
+            finally:
+                bc.release()
+        return (await self._values('create_value', plain, t, n=1))[0]
 
     async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ProcessValue:
         return (await self._values('create_call', comp, arg, n=1))[0]

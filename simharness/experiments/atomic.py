@@ -43,6 +43,7 @@ def atomic_open(path: PathLike, mode: str = 'w') -> Iterator[IO[Any]]:
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.', suffix=TEMP_SUFFIX)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give a normal file's mode
         with os.fdopen(fd, mode, **({'encoding': 'utf-8'} if mode == 'w' else {})) as f:
             yield f
             f.flush()
@@ -52,6 +53,18 @@ def atomic_open(path: PathLike, mode: str = 'w') -> Iterator[IO[Any]]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (Linux), else the usual 022."""
+    try:
+        with open('/proc/self/status', encoding='ascii') as f:
+            for line in f:
+                if line.startswith('Umask:'):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def write_text(path: PathLike, text: str) -> Path:

@@ -30,7 +30,7 @@ from simharness.errors import (ExecutorClosedError, WorkerCrashedError, WorkerEr
                                WorkerStartError)
 from simharness.runtime import pinning
 from simharness.runtime.protocol import Request, Response
-from simharness.runtime.shm import ShmArena, ShmAttachment
+from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
 from simharness.runtime.worker import read_tree, worker_main, write_tree
 
 DEFAULT_START_TIMEOUT = 120.0
@@ -89,6 +89,49 @@ class _NoMainReimport:
     def __exit__(self, *exc):
         self._spawn.get_preparation_data = self._orig
         return False
+
+
+class BroadcastArena:
+    """A driver-owned arena holding ONE value that every worker reads (broadcast).
+
+    `acquire(key, value)` writes `value` once (unless it already holds `key`)
+    and counts a reader; `release()` ends a read. Concurrent requests of one
+    broadcast share the write; a new value waits until no request still
+    reads the old one, so every reader sees complete bytes.
+    """
+
+    def __init__(self, capacity: int):
+        self._arena = ShmArena(capacity)
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._key: Any = None
+        self._packed: Any = None
+        self.bytes_written = 0
+
+    def acquire(self, key: Any, value: Any) -> Any:
+        with self._cond:
+            if self._key is not key:
+                while self._readers:
+                    self._cond.wait()
+                self._packed, nbytes = write_tree(self._arena, value)
+                self._key = key
+                self.bytes_written += nbytes
+            self._readers += 1
+            return self._packed
+
+    def release(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                # Forget the key: a later broadcast of the same (possibly since
+                # mutated) object is written again.
+                self._key = None
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._key = self._packed = None
+        self._arena.close()
 
 
 class WorkerStats:
@@ -193,8 +236,13 @@ class WorkerHandle:
             self._arena.close()
             self._arena = None
         # A worker unlinks its own arena when it exits cleanly; after a crash
-        # the driver does it.
-        for name in self._worker_arenas:
+        # (or a kill during a growth) the driver does it: segment names carry
+        # their creator's pid.
+        names = set(self._worker_arenas)
+        if self.pid is not None:
+            prefix = f'{SEGMENT_PREFIX}{self.pid}_'
+            names.update(n for n in list_leaked_segments() if n.startswith(prefix))
+        for name in names:
             try:
                 os.unlink(os.path.join('/dev/shm', name))
             except FileNotFoundError:
@@ -235,7 +283,11 @@ class WorkerHandle:
                 if self._proc.sentinel in ready:
                     self._crashed()
             if resp.arena and resp.arena not in self._worker_arenas:
-                self._worker_arenas.add(resp.arena)
+                # The worker re-created its arena bigger (and unlinked the old one).
+                for old in self._worker_arenas:
+                    if old in self._attachment.names:
+                        self._attachment.release(old)
+                self._worker_arenas = {resp.arena}
             if not resp.ok:
                 err = resp.error
                 if isinstance(err, BaseException):
@@ -305,10 +357,11 @@ class WorkerPool:
         self.worker_options.setdefault('clients_per_worker', clients_per_worker)
         self.worker_options.setdefault('arena_bytes', arena_bytes)
         self.handles = [WorkerHandle(self, p.worker_id, p) for p in self.placements]
+        self.broadcast = BroadcastArena(arena_bytes)
         self.closed = False
         self._started = False
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _warn_unclosed, list(self.handles))
+        self._finalizer = weakref.finalize(self, _warn_unclosed, list(self.handles), self.broadcast)
 
     @property
     def num_workers(self) -> int:
@@ -337,12 +390,14 @@ class WorkerPool:
 
     def stats(self) -> Dict[str, int]:
         return {'requests': sum(h.stats.requests for h in self.handles),
-                'bytes_to_workers': sum(h.stats.bytes_to_worker for h in self.handles),
+                'bytes_to_workers': (sum(h.stats.bytes_to_worker for h in self.handles)
+                                     + self.broadcast.bytes_written),
                 'bytes_from_workers': sum(h.stats.bytes_from_worker for h in self.handles)}
 
     def _close_all(self) -> None:
         for h in self.handles:
             h.close()
+        self.broadcast.close()
 
     def close(self) -> None:
         """Stops every worker and frees every segment. Idempotent."""
@@ -361,10 +416,11 @@ class WorkerPool:
         return False
 
 
-def _warn_unclosed(handles: List[WorkerHandle]) -> None:
+def _warn_unclosed(handles: List[WorkerHandle], broadcast: BroadcastArena) -> None:
     import warnings
     if any(h._proc is not None for h in handles):
         warnings.warn('a simharness WorkerPool was not closed; reaping its workers',
                       ResourceWarning, stacklevel=2)
     for h in handles:
         h.close()
+    broadcast.close()

@@ -90,6 +90,7 @@ class WorkerState:
     def __init__(self, executor: Any):
         self.executor = executor
         self.values: Dict[int, Any] = {}
+        self.driver_arena = ''
 
     def resolve(self, tree: Any, attachment: Any) -> Any:
         from simharness.runtime.shm import SlotRef
@@ -116,8 +117,11 @@ class WorkerState:
         for first, count in req.free:
             for i in range(first, first + count):
                 self.values.pop(i, None)
-        if req.arena:
+        if req.arena and req.arena != self.driver_arena:
+            if self.driver_arena:  # the driver re-created its arena bigger: unmap the old one
+                attachment.release(self.driver_arena)
             attachment.attach(req.arena)
+            self.driver_arena = req.arena
         args = self.resolve(req.args, attachment)
         method = getattr(self.executor, req.op)
         result = _drive(method(*args))
@@ -168,6 +172,8 @@ def dataset_from_blob(blob: DatasetBlob) -> Any:
 def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, Any]) -> None:
     """Entry point of a worker process (started from the forkserver)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # terminate() from the driver: leave through the `finally` that unlinks the arena.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     arena = None
     attachment = None
     try:

@@ -1,0 +1,567 @@
+"""Runs an `ExperimentConfig`: data, model, FedAvg and a stack, round by round.
+
+::
+
+    run_sweep(config) -- for each (run_id, cfg) of expand_sweep(config):
+        finished (summary.json status 'complete', same config.toml)? -> skip
+        else run_experiment(cfg, run_id=run_id)
+
+    run_experiment(cfg) -> <results>/<name>/<run_id>/
+        config.toml       resolved config                     written first
+        environment.json  versions, CPU, GPUs, git             written first
+        summary.json      status 'running' ... then 'complete' | 'interrupted' | 'failed'
+        metrics.jsonl     one line per finished round          rewritten after each round
+
+    one round (timed: the FedAvg call only):
+        cohort (sample_clients or the reference rule) -> pad -> FedAvg.next on the stack
+        -> central numpy evaluation (every eval_every rounds and after the last)
+
+Every file is replaced atomically (`simharness.experiments.atomic`), so a
+crash or Ctrl-C leaves whole files: metrics.jsonl holds exactly the rounds
+that finished. The stack is closed in a ``finally``; on KeyboardInterrupt
+the summary says 'interrupted' and the exception propagates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import importlib.metadata
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
+from simharness.experiments import atomic
+from simharness.experiments.config import (DEFAULT_RUN_ID, ExperimentConfig, expand_sweep,
+                                           tomllib)
+
+PathLike = Union[str, Path]
+
+#: Files of a run directory.
+CONFIG_FILE = 'config.toml'
+ENVIRONMENT_FILE = 'environment.json'
+METRICS_FILE = 'metrics.jsonl'
+SUMMARY_FILE = 'summary.json'
+
+#: Metric fields that depend on the machine, not on the math (left out when
+#: comparing runs for reproducibility).
+TIMING_FIELDS = ('round_seconds', 'eval_seconds', 'clients_per_second', 'bytes_moved',
+                 'driver_rss_bytes', 'worker_rss_bytes')
+
+# Files a run writes (and removes before running again from scratch).
+_RUN_FILES = (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, SUMMARY_FILE, 'report.md',
+              'accuracy.png', 'loss.png', 'round_time.png', 'clients_per_second.png')
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """The outcome of one run.
+
+    Attributes:
+        run_id: the run id (directory name).
+        run_dir: ``<results>/<experiment name>/<run_id>``.
+        status: ``'complete'``, ``'interrupted'`` or ``'failed'``.
+        summary: the content of summary.json.
+        skipped: True if `run_sweep` found the run finished and did not run it.
+    """
+
+    run_id: str
+    run_dir: Path
+    status: str
+    summary: Mapping[str, Any]
+    skipped: bool = False
+
+
+# --------------------------------------------------------------- environment
+
+def _cpu_model() -> Optional[str]:
+    try:
+        with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as f:
+            for line in f:
+                if line.lower().startswith(('model name', 'hardware', 'cpu model')):
+                    return line.split(':', 1)[1].strip() or None
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _git_info(where: Path) -> Optional[Dict[str, Any]]:
+    git = shutil.which('git')
+    if git is None:
+        return None
+    try:
+        commit = subprocess.run([git, '-C', str(where), 'rev-parse', 'HEAD'], capture_output=True,
+                                text=True, timeout=10, check=False)
+        if commit.returncode != 0:
+            return None
+        status = subprocess.run([git, '-C', str(where), 'status', '--porcelain',
+                                 '--untracked-files=no'], capture_output=True, text=True,
+                                timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
+    return {'commit': commit.stdout.strip(), 'dirty': dirty}
+
+
+def _version(pkg: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def collect_environment() -> Dict[str, Any]:
+    """Facts about the software and machine a run used (for environment.json).
+
+    Returns:
+        ``packages`` (simharness, tensorflow, numpy versions or None),
+        ``python``, ``platform``, ``cpu_model``, ``cpu_count_logical``,
+        ``cpu_count_physical``, ``cpu_count_usable`` (the affinity mask),
+        ``gpus`` (ids from `simharness.runtime.resources.detect_gpus`) and
+        ``git`` (``{'commit', 'dirty'}`` of the simharness source tree, or
+        None when git or the repository is not there).
+    """
+    import psutil  # pylint: disable=import-outside-toplevel
+    from simharness.runtime.resources import detect_gpus  # pylint: disable=import-outside-toplevel
+    try:
+        usable: Optional[int] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    source = Path(__file__).resolve().parents[2]
+    return {
+        'packages': {p: _version(p) for p in ('simharness', 'tensorflow', 'numpy')},
+        'python': {'version': platform.python_version(),
+                   'implementation': platform.python_implementation(),
+                   'executable': sys.executable},
+        'platform': {'system': platform.system(), 'release': platform.release(),
+                     'machine': platform.machine(), 'platform': platform.platform()},
+        'cpu_model': _cpu_model(),
+        'cpu_count_logical': os.cpu_count(),
+        'cpu_count_physical': psutil.cpu_count(logical=False),
+        'cpu_count_usable': usable,
+        'gpus': detect_gpus(),
+        'git': _git_info(source),
+    }
+
+
+# ------------------------------------------------------------------ workload
+
+@dataclasses.dataclass
+class _Workload:
+    client_data: Any
+    x_key: str
+    y_key: str
+    eval_x: Any
+    eval_y: Any
+    eval_on: str
+    input_shape: Tuple[int, ...]
+    num_classes: int
+
+
+def _stack_clients(cd: Any, key: str) -> Any:
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    return np.concatenate([cd.client_arrays(c)[key] for c in cd.client_ids])
+
+
+def _build_workload(config: ExperimentConfig) -> _Workload:
+    """Loads the data of `config`; data-layer errors become ConfigErrors."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from simharness import data as D  # pylint: disable=import-outside-toplevel
+    d = config.data
+    x_key, y_key = 'x', 'y'
+    test = None
+    try:
+        if d.dataset == 'synthetic':
+            cd = D.synthetic_alpha_beta(alpha=d.alpha, beta=d.beta, num_clients=d.num_clients,
+                                        samples_per_client=d.samples_per_client, dim=d.dim,
+                                        num_classes=d.num_classes, seed=d.seed, iid=d.iid)
+        elif d.dataset == 'reference':
+            cd, _ = D.reference_fedavg_workload()
+        elif d.dataset == 'digits':
+            cd, test = D.load_digits_federated(
+                num_clients=d.num_clients, partition=d.partition, alpha=d.dirichlet_alpha,
+                test_fraction=d.test_fraction, seed=d.seed, min_size=d.min_size,
+                as_images=config.model.name == 'cnn')
+            if len(test[1]) == 0:
+                test = None
+        else:
+            x_key, y_key = d.x_key, d.y_key
+            path = Path(d.path)
+            if path.is_dir():
+                cd = D.FileClientData.from_npz_dir(path, x_key=x_key, y_key=y_key)
+            else:
+                cd = D.FileClientData.from_single_file(path, client_id_key=d.client_id_key,
+                                                       x_key=x_key, y_key=y_key)
+    except (SimharnessValueError, SimharnessTypeError) as e:
+        raise ConfigError(f'[data] {d.dataset}: {e}', key='data', value=d.dataset) from e
+    spec = cd.array_spec
+    if not np.issubdtype(spec[y_key][0], np.integer) or spec[y_key][1] != ():
+        raise ConfigError(f'[data]: labels {y_key!r} must be integer class ids of shape [n], got '
+                          f'{spec[y_key][0]} {list(spec[y_key][1])}', key='data.y_key',
+                          value=y_key)
+    if test is not None:
+        eval_x, eval_y, eval_on = test[0], test[1], 'test set'
+    else:
+        eval_x, eval_y, eval_on = _stack_clients(cd, x_key), _stack_clients(cd, y_key), \
+            'all clients'
+    num_classes = d.num_classes
+    if num_classes is None:
+        num_classes = max(2, int(np.max(eval_y if test is None
+                                        else _stack_clients(cd, y_key))) + 1)
+    return _Workload(cd, x_key, y_key, eval_x, eval_y, eval_on, tuple(spec[x_key][1]),
+                     int(num_classes))
+
+
+def _cohort(config: ExperimentConfig, ids: Sequence[str], round_num: int) -> List[str]:
+    from simharness.data import sample_clients  # pylint: disable=import-outside-toplevel
+    k, n = config.training.clients_per_round, len(ids)
+    if k > n:
+        raise ConfigError(f'training.clients_per_round = {k} is more than the {n} clients of '
+                          'the data', key='training.clients_per_round', value=k)
+    if config.training.cohort == 'reference':
+        return [ids[(round_num * k + i) % n] for i in range(k)]
+    return sample_clients(ids, k, round_num, config.training.seed)
+
+
+def _make_factory(config: ExperimentConfig) -> Any:
+    from simharness import stacks  # pylint: disable=import-outside-toplevel
+    s = config.stack
+    if s.kind == 'thread':
+        return stacks.local_executor_factory(clients_per_thread=s.clients_per_thread)
+    devices = list(s.devices) if isinstance(s.devices, tuple) else s.devices
+    return stacks.process_executor_factory(
+        num_workers=s.num_workers, clients_per_worker=s.clients_per_worker,
+        cpu_affinity=s.cpu_affinity, devices=devices, workers_per_gpu=s.workers_per_gpu,
+        start=False)
+
+
+def _close_factory(factory: Any) -> None:
+    close = getattr(factory, 'close', None)
+    if close is not None:
+        close()
+    else:
+        factory.clean_up_executors()
+
+
+def _stats(factory: Any) -> Tuple[int, List[Optional[int]]]:
+    """(shared-memory bytes moved so far, worker RSS list) of a factory."""
+    stats = getattr(factory, 'stats', None)
+    if stats is None:
+        return 0, []
+    s = stats()
+    moved = int(s.get('bytes_to_workers', 0)) + int(s.get('bytes_from_workers', 0))
+    return moved, [w.get('rss_bytes') for w in s.get('workers', [])]
+
+
+def weights_digest(weights: Sequence[Any]) -> str:
+    """SHA-256 of the weights' shapes, dtypes and bytes (bit-identity check)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    h = hashlib.sha256()
+    for w in weights:
+        a = np.ascontiguousarray(np.asarray(w))
+        h.update(f'{a.dtype.str}{a.shape};'.encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _progress_enabled(progress: bool) -> bool:
+    if not progress or os.environ.get('CI'):
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+
+
+def _clean_run_dir(run_dir: Path) -> None:
+    """Removes the files of an earlier attempt (and only those)."""
+    if not run_dir.is_dir():
+        return
+    for p in run_dir.iterdir():
+        if p.is_file() and (p.name in _RUN_FILES or atomic.is_temp_file(p)):
+            p.unlink()
+
+
+def _summary(config: ExperimentConfig, run_id: str, status: str, metrics: List[Dict[str, Any]],
+             extra: Mapping[str, Any]) -> Dict[str, Any]:
+    times = [m['round_seconds'] for m in metrics]
+    later = times[1:] or times
+    median = statistics.median(later) if later else None
+    last = metrics[-1] if metrics else {}
+    evaluated = [m for m in metrics if m.get('eval_loss') is not None]
+    last_eval = evaluated[-1] if evaluated else {}
+    worker_rss = [r for m in metrics for r in m.get('worker_rss_bytes', []) if r is not None]
+    return {
+        'status': status,
+        'experiment': config.name,
+        'run_id': run_id,
+        'stack': config.stack.kind,
+        'num_workers': extra.get('num_workers'),
+        'clients_per_round': config.training.clients_per_round,
+        'rounds': config.training.rounds,
+        'rounds_completed': len(metrics),
+        'final_loss': last_eval.get('eval_loss'),
+        'final_accuracy': last_eval.get('eval_accuracy'),
+        'final_eval_round': last_eval.get('round'),
+        'final_train_loss': last.get('loss'),
+        'final_train_accuracy': last.get('accuracy'),
+        'initial_eval_loss': extra.get('initial_eval_loss'),
+        'initial_eval_accuracy': extra.get('initial_eval_accuracy'),
+        'eval_on': extra.get('eval_on'),
+        'final_weights_sha256': last.get('weights_sha256'),
+        'first_round_seconds': times[0] if times else None,
+        'median_round_seconds': median,
+        'clients_per_second': (config.training.clients_per_round / median
+                               if median else None),
+        'setup_seconds': extra.get('setup_seconds'),
+        'stack_start_seconds': extra.get('stack_start_seconds'),
+        'total_seconds': extra.get('total_seconds'),
+        'bytes_moved': sum(m['bytes_moved'] for m in metrics),
+        'peak_driver_rss_bytes': max((m['driver_rss_bytes'] for m in metrics), default=None),
+        'peak_worker_rss_bytes': max(worker_rss, default=None),
+        'started_at': extra.get('started_at'),
+        'finished_at': extra.get('finished_at'),
+        'error': extra.get('error'),
+    }
+
+
+def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
+                   progress: bool = True, run_id: str = DEFAULT_RUN_ID) -> RunResult:
+    """Runs one experiment and writes ``<results_root>/<config.name>/<run_id>/``.
+
+    An existing run directory is run again from scratch (its run files are
+    replaced). See the module docstring for the files; per round,
+    metrics.jsonl has ``round`` (0-based), ``loss``, ``accuracy`` and
+    ``num_examples`` (FedAvg's training metrics over the cohort),
+    ``eval_loss`` / ``eval_accuracy`` (central numpy evaluation of the new
+    weights on the digits test set, or on all clients' data; None in
+    rounds without evaluation), ``weights_sha256``, ``round_seconds``,
+    ``eval_seconds``, ``clients_per_second``, ``bytes_moved``
+    (shared-memory bytes to and from workers during the round; 0 on the
+    thread stack), ``driver_rss_bytes`` and ``worker_rss_bytes`` (a list;
+    empty on the thread stack).
+
+    Args:
+        config: the experiment (without a sweep grid; see `run_sweep`).
+        results_root: the results root directory.
+        progress: show a tqdm bar (also off when stderr is not a TTY or
+            the ``CI`` environment variable is set).
+        run_id: the run directory's name.
+
+    Returns:
+        The `RunResult` (status 'complete').
+
+    Raises:
+        ConfigError: the config has a sweep grid, or the data cannot be
+            loaded as configured.
+        KeyboardInterrupt: after closing the stack and writing summary.json
+            with status 'interrupted'.
+    """
+    if config.sweep.grid:
+        raise ConfigError(f'experiment {config.name!r} has a [sweep] grid; run it with '
+                          'run_sweep (simharness sweep)', key='sweep.grid')
+    if not isinstance(run_id, str) or not run_id or run_id in ('.', '..') or '/' in run_id \
+            or os.sep in run_id:
+        raise ConfigError(f'run_id must be a plain directory name, got {run_id!r}',
+                          key='run_id', value=run_id)
+    run_dir = Path(results_root) / config.name / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _clean_run_dir(run_dir)
+
+    t_start = time.perf_counter()
+    extra: Dict[str, Any] = {'started_at': _now()}
+    metrics: List[Dict[str, Any]] = []
+    status = 'running'
+    try:
+        atomic.write_text(run_dir / CONFIG_FILE, config.to_toml())
+        atomic.write_json(run_dir / ENVIRONMENT_FILE, collect_environment())
+        atomic.write_json(run_dir / SUMMARY_FILE, _summary(config, run_id, status, [], extra))
+        status = _run_rounds(config, run_dir, run_id, metrics, extra, progress, t_start)
+    except KeyboardInterrupt:
+        status = 'interrupted'
+        raise
+    except BaseException as e:
+        status = 'failed'
+        extra['error'] = f'{type(e).__name__}: {e}'
+        raise
+    finally:
+        extra['total_seconds'] = time.perf_counter() - t_start
+        extra['finished_at'] = _now()
+        summary = _summary(config, run_id, status, metrics, extra)
+        atomic.write_json(run_dir / SUMMARY_FILE, summary)
+    return RunResult(run_id, run_dir, status, summary)
+
+
+def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
+                metrics: List[Dict[str, Any]], extra: Dict[str, Any], progress: bool,
+                t_start: float) -> str:
+    """Builds everything, runs the rounds (appending to `metrics`); returns 'complete'."""
+    # pylint: disable=import-outside-toplevel
+    import numpy as np
+    import psutil
+    from tqdm.auto import tqdm
+
+    import simharness
+    from simharness.learning.fedavg import FedAvg, FedAvgConfig
+    from simharness.learning.models import get_model, init_weights, numpy_evaluate
+
+    work = _build_workload(config)
+    cd = work.client_data
+    ids = cd.client_ids
+    try:
+        spec = get_model(config.model.name, work.input_shape, work.num_classes,
+                         **config.model.options())
+    except (SimharnessValueError, SimharnessTypeError) as e:  # ConfigError included
+        raise ConfigError(f'[model] {config.model.name}: {e}', key='model',
+                          value=config.model.name) from e
+    a = config.algorithm
+    algorithm = FedAvgConfig(client_learning_rate=a.client_learning_rate,
+                             local_epochs=a.local_epochs, batch_size=a.batch_size,
+                             server_learning_rate=a.server_learning_rate,
+                             server_momentum=a.server_momentum)
+    max_examples = max(cd.client_size(c) for c in ids)
+    fedavg = FedAvg(spec, algorithm, max_examples)
+    state = fedavg.initialize(init_weights(spec, config.init_seed))
+    extra['eval_on'] = work.eval_on
+    loss0, acc0 = numpy_evaluate(spec, state['weights'], work.eval_x, work.eval_y)
+    extra['initial_eval_loss'], extra['initial_eval_accuracy'] = loss0, acc0
+    driver = psutil.Process()
+    t_setup = time.perf_counter()
+    extra['setup_seconds'] = t_setup - t_start
+
+    factory = _make_factory(config)
+    bar = None
+    try:
+        pool = getattr(factory, 'pool', None)
+        if pool is not None:
+            extra['stack_start_seconds'] = pool.start()
+            extra['num_workers'] = pool.num_workers
+        else:
+            extra['stack_start_seconds'] = 0.0
+        bar = tqdm(total=config.training.rounds, desc=f'{config.name}/{run_id}', unit='round',
+                   disable=not _progress_enabled(progress), dynamic_ncols=True, leave=True)
+        k = config.training.clients_per_round
+        with simharness.execution_context(factory):
+            for r in range(config.training.rounds):
+                cohort = _cohort(config, ids, r)
+                batch = fedavg.pad([cd.client_arrays(c) for c in cohort], work.x_key, work.y_key)
+                moved_before, _ = _stats(factory)
+                t0 = time.perf_counter()
+                state, train = fedavg.next(state, batch)
+                seconds = time.perf_counter() - t0
+                moved_after, worker_rss = _stats(factory)
+                weights = [np.asarray(w) for w in state['weights']]
+                row: Dict[str, Any] = {
+                    'round': r, 'loss': train['loss'], 'accuracy': train['accuracy'],
+                    'num_examples': train['num_examples'], 'eval_loss': None,
+                    'eval_accuracy': None, 'weights_sha256': weights_digest(weights),
+                }
+                t_eval = time.perf_counter()
+                if config.training.evaluates_after(r):
+                    row['eval_loss'], row['eval_accuracy'] = numpy_evaluate(
+                        spec, weights, work.eval_x, work.eval_y)
+                row.update({
+                    'round_seconds': seconds,
+                    'eval_seconds': time.perf_counter() - t_eval,
+                    'clients_per_second': k / seconds if seconds > 0 else None,
+                    'bytes_moved': moved_after - moved_before,
+                    'driver_rss_bytes': driver.memory_info().rss,
+                    'worker_rss_bytes': worker_rss,
+                })
+                metrics.append(row)
+                atomic.write_jsonl(run_dir / METRICS_FILE, metrics)
+                post = {'loss': f'{train["loss"]:.4f}', 'acc': f'{train["accuracy"]:.3f}'}
+                if row['eval_accuracy'] is not None:
+                    post['eval_acc'] = f'{row["eval_accuracy"]:.3f}'
+                post['clients/s'] = f'{row["clients_per_second"] or 0:.0f}'
+                bar.set_postfix(post, refresh=False)
+                bar.update(1)
+    finally:
+        try:
+            if bar is not None:
+                bar.close()
+        finally:
+            _close_factory(factory)
+    return 'complete'
+
+
+# --------------------------------------------------------------------- sweep
+
+def read_json(path: PathLike) -> Optional[Any]:
+    """The parsed JSON file, or None if it is missing or unreadable."""
+    import json  # pylint: disable=import-outside-toplevel
+    try:
+        return json.loads(Path(path).read_text(encoding='utf-8'))
+    except (OSError, ValueError):
+        return None
+
+
+def is_finished(run_dir: PathLike, config: Optional[ExperimentConfig] = None) -> bool:
+    """Whether `run_dir` holds a complete run (of `config`, when given).
+
+    Complete: summary.json says ``status = 'complete'`` and, if `config`
+    is given, config.toml is that config (so a changed experiment runs
+    again).
+    """
+    run_dir = Path(run_dir)
+    summary = read_json(run_dir / SUMMARY_FILE)
+    if not isinstance(summary, dict) or summary.get('status') != 'complete':
+        return False
+    if config is None:
+        return True
+    try:
+        stored = tomllib.loads((run_dir / CONFIG_FILE).read_text(encoding='utf-8'))
+    except (OSError, ValueError):
+        return False
+    return stored == config.to_dict()
+
+
+def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
+              progress: bool = True, log: Optional[Callable[[str], None]] = None
+              ) -> List[RunResult]:
+    """Runs every point of the config's sweep grid; finished runs are skipped.
+
+    A run whose directory holds a complete run of the same resolved config
+    is skipped (resume); any other run (missing, interrupted, failed, or of
+    a changed config) is run from scratch. Runs go one after another, each
+    with its own stack.
+
+    Args:
+        config: the experiment (a config without a grid is one run).
+        results_root: the results root directory.
+        progress: show progress bars (see `run_experiment`).
+        log: called with one line per run ("skip ..." / "run ...").
+
+    Returns:
+        One `RunResult` per run, in sweep order.
+
+    Raises:
+        ConfigError: an invalid sweep point (before anything runs).
+        KeyboardInterrupt: from the interrupted run (its summary says so).
+    """
+    runs = expand_sweep(config)
+    results = []
+    for i, (run_id, cfg) in enumerate(runs, 1):
+        run_dir = Path(results_root) / cfg.name / run_id
+        if is_finished(run_dir, cfg):
+            if log:
+                log(f'[{i}/{len(runs)}] skip {run_id} (complete)')
+            summary = read_json(run_dir / SUMMARY_FILE) or {}
+            results.append(RunResult(run_id, run_dir, 'complete', summary, skipped=True))
+            continue
+        if log:
+            log(f'[{i}/{len(runs)}] run {run_id}')
+        results.append(run_experiment(cfg, results_root, progress=progress, run_id=run_id))
+    return results

@@ -1,0 +1,1 @@
+"""Benchmarks of simharness' stacks (pytest-benchmark); see docs/benchmarks.md."""

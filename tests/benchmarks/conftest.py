@@ -1,0 +1,33 @@
+"""Fixtures of the benchmarks.
+
+The stacks come from simharness' own pytest plugin (`simharness.pytest_plugin`,
+loaded through its ``pytest11`` entry point): each case is parametrized over
+`helpers.STACKS` with ``simharness_stack`` (warm worker pools shared by the
+session, one per worker count) and times with ``simharness_benchmark``, which
+records the stack's configuration in ``extra_info['simharness_stack']``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .helpers import Baselines
+
+
+def pytest_collection_modifyitems(config, items):
+    # The plugin must be active (it is, unless run with -p no:simharness).
+    if not config.pluginmanager.hasplugin('simharness'):
+        raise pytest.UsageError('the benchmarks need the simharness pytest plugin '
+                                '(pip install -e . registers it; do not pass -p no:simharness)')
+
+
+@pytest.fixture(scope='session')
+def timing_disabled(pytestconfig) -> bool:
+    """True with ``--benchmark-disable`` (CI mode: each body runs once; big sizes shrink or skip)."""
+    return bool(pytestconfig.getoption('benchmark_disable', default=False))
+
+
+@pytest.fixture(scope='session')
+def baselines() -> Baselines:
+    """Baseline medians of the session (see `helpers.Baselines`)."""
+    return Baselines()

@@ -1,0 +1,201 @@
+"""One FedAvg round of the reference workload: 100 clients, reference MLP, compute-bound.
+
+The workload is ``shared/benchmarks/fedavg-synthetic-mlp.md`` (round 0:
+clients 0..99 of Synthetic(1, 1), the MLP 60-256-256-10, 5 local SGD steps
+per client). Each call is one round from the same initial state.
+
+Baselines (plain TensorFlow, no simharness; see `plain_tf_worker.py`):
+
+* ``plain_tf_1proc``: a `tf.function` client update called per client in one
+  process pinned to one CPU, 1 TF thread: the limit for one core.
+* ``plain_tf_2proc``: the same in 2 pinned processes, 50 clients each, each
+  sending back one partial sum: the limit for 2 cores.
+
+In extra_info: ``ratio_to_single_process_tf`` and ``ratio_to_two_process_tf``
+(stack median / baseline median; below 1 is faster than the baseline),
+``clients_per_second``, ``ms_per_client``. Correctness: the new weights
+match the plain-TF round to 1e-5 and the round saw 5,000 examples.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+from .helpers import STACKS, check_then_time, median_seconds, time_median
+
+NUM_CLIENTS = 100
+ROUNDS = 5
+ATOL = 1e-5
+GROUP = 'fedavg round (100 clients, reference MLP)'
+WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'plain_tf_worker.py')
+
+on_stacks = pytest.mark.parametrize('simharness_stack', STACKS, indirect=True)
+
+
+class PlainTF:
+    """One plain-TF worker process (`plain_tf_worker.py`), pinned to `cpu`."""
+
+    def __init__(self, cpu: int):
+        self._log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, WORKER_SCRIPT, str(cpu)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._log)
+        self.cpu = cpu
+
+    def send(self, *msg) -> None:
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        self.proc.stdin.write(struct.pack('<Q', len(data)) + data)
+        self.proc.stdin.flush()
+
+    def recv(self):
+        header = self.proc.stdout.read(8)
+        if len(header) < 8:
+            self._log.seek(0)
+            raise RuntimeError('plain TF worker died:\n'
+                               + self._log.read().decode(errors='replace')[-4000:])
+        (n,) = struct.unpack('<Q', header)
+        return pickle.loads(self.proc.stdout.read(n))
+
+    def close(self) -> None:
+        try:
+            self.send('close')
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            f.close()
+        self._log.close()
+
+
+@pytest.fixture(scope='module')
+def workload():
+    from simharness.data import reference_fedavg_workload
+    from simharness.learning import FedAvg, FedAvgConfig
+    from simharness.learning.models import reference_mlp_spec
+    cd, w0 = reference_fedavg_workload()
+    arrays = [cd.client_arrays(cid) for cid in cd.client_ids[:NUM_CLIENTS]]
+    fedavg = FedAvg(reference_mlp_spec(), FedAvgConfig(), 50)
+    x = np.stack([a['x'] for a in arrays])
+    y = np.stack([a['y'] for a in arrays])
+    return {'fedavg': fedavg, 'padded': fedavg.pad(arrays), 'state': fedavg.initialize(w0),
+            'w0': [np.asarray(v, np.float32) for v in w0], 'x': x, 'y': y}
+
+
+@pytest.fixture(scope='module')
+def plain_tf(workload):
+    """Two plain-TF processes, pinned to the first two usable CPUs (one if there is one)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else [0]
+    procs = [PlainTF(cpus[i % len(cpus)]) for i in range(2)]
+    try:
+        for p in procs:
+            assert p.recv()[0] == 'ready'
+        x, y, half = workload['x'], workload['y'], NUM_CLIENTS // 2
+        # 'all': the one-process baseline; 'half': each process's share in the two-process one.
+        procs[0].send('load', 'all', x, y)
+        procs[0].recv()
+        procs[0].send('load', 'half', x[:half], y[:half])
+        procs[1].send('load', 'half', x[half:], y[half:])
+        for p in procs:
+            assert p.recv() == 'ok'
+        yield procs
+    finally:
+        for p in procs:
+            p.close()
+
+
+def _finish(w0, partials):
+    acc = [sum(p[0][i] for p in partials) for i in range(len(w0))]
+    total = sum(p[1] for p in partials)
+    return [w + a / np.float32(total) for w, a in zip(w0, acc)]
+
+
+def _round_1proc(procs, w0):
+    procs[0].send('round', 'all', w0)
+    return _finish(w0, [procs[0].recv()])
+
+
+def _round_2proc(procs, w0):
+    for p in procs:
+        p.send('round', 'half', w0)
+    return _finish(w0, [p.recv() for p in procs])
+
+
+@pytest.fixture(scope='module')
+def reference_weights(plain_tf, workload):
+    """The new weights after the round, by the plain-TF loop (one process)."""
+    return _round_1proc(plain_tf, workload['w0'])
+
+
+def _check_weights(reference):
+    def check(weights) -> None:
+        diff = max(float(np.max(np.abs(np.asarray(a) - b))) for a, b in zip(weights, reference))
+        assert diff <= ATOL, f'weights differ from the plain-TF round by {diff}'
+    return check
+
+
+def _record_plain(benchmark, baselines, key):
+    t = median_seconds(benchmark)
+    baselines.put(key, t)
+    if t is not None:
+        benchmark.extra_info.update(clients_per_second=NUM_CLIENTS / t,
+                                    ms_per_client=1e3 * t / NUM_CLIENTS)
+
+
+def test_fedavg_round_plain_tf_1proc(benchmark, baselines, plain_tf, workload, reference_weights):
+    """Baseline: plain TF, one pinned process, 1 TF thread, tf.function per client."""
+    benchmark.group = GROUP
+    check_then_time(benchmark, _round_1proc, (plain_tf, workload['w0']),
+                    _check_weights(reference_weights), rounds=ROUNDS)
+    _record_plain(benchmark, baselines, 'fedavg_plain_tf_1proc')
+
+
+def test_fedavg_round_plain_tf_2proc(benchmark, baselines, plain_tf, workload, reference_weights):
+    """Baseline: plain TF, two pinned processes, each sends back one partial sum."""
+    benchmark.group = GROUP
+    check_then_time(benchmark, _round_2proc, (plain_tf, workload['w0']),
+                    _check_weights(reference_weights), rounds=ROUNDS)
+    _record_plain(benchmark, baselines, 'fedavg_plain_tf_2proc')
+
+
+@on_stacks
+def test_fedavg_round(simharness_benchmark, simharness_stack, baselines, plain_tf, workload,
+                      reference_weights):
+    """One FedAvg round (FedAvg.next) on the stack."""
+    bench = simharness_benchmark
+    bench.group = GROUP
+    fedavg, state, padded = workload['fedavg'], workload['state'], workload['padded']
+    weights_ok = _check_weights(reference_weights)
+
+    def check(result) -> None:
+        new_state, metrics = result
+        assert metrics['num_examples'] == NUM_CLIENTS * 50, metrics
+        assert np.isfinite(metrics['loss']), metrics
+        weights_ok(new_state['weights'])
+        assert int(new_state['round_num']) == 1
+
+    check_then_time(bench, fedavg.next, (state, padded), check, rounds=ROUNDS)
+    t = median_seconds(bench)
+    if t is None:
+        return
+    w0 = workload['w0']
+    one = baselines.get('fedavg_plain_tf_1proc', lambda: time_median(
+        lambda: _round_1proc(plain_tf, w0), ROUNDS))
+    two = baselines.get('fedavg_plain_tf_2proc', lambda: time_median(
+        lambda: _round_2proc(plain_tf, w0), ROUNDS))
+    bench.extra_info.update(
+        num_clients=NUM_CLIENTS, clients_per_second=NUM_CLIENTS / t,
+        ms_per_client=1e3 * t / NUM_CLIENTS,
+        plain_tf_1proc_seconds=one, plain_tf_2proc_seconds=two,
+        ratio_to_single_process_tf=t / one, ratio_to_two_process_tf=t / two)
