@@ -7,8 +7,20 @@ import pytest
 
 
 def _segments() -> set:
+    """Segments made by this process, or by a process that no longer exists.
+
+    Segment names carry their creator's pid; other live processes (tests
+    running in parallel on the machine) are not ours to judge.
+    """
+    import os
     from simharness.runtime.shm import list_leaked_segments
-    return set(list_leaked_segments())
+    out = set()
+    for name in list_leaked_segments():
+        parts = name.split('_')
+        pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
+        if pid is None or pid == os.getpid() or not psutil.pid_exists(pid):
+            out.add(name)
+    return out
 
 
 def _worker_children() -> list:
