@@ -135,7 +135,8 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from simharness.experiments.report import write_report  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from simharness.experiments.report import write_report
     try:
         paths = write_report(args.results_dir)
     except SimharnessValueError as e:

@@ -57,14 +57,21 @@ class EmbeddedFunction:
         graph_def = tf.compat.v1.GraphDef()
         graph_def.ParseFromString(graph.graph_def)
 
-        def _import():
-            tf.graph_util.import_graph_def(graph_def, name='')
+        param_leaves = ([] if comp.type_signature.parameter is None
+                        else T.flatten_type(comp.type_signature.parameter))
+        specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) if isinstance(t, T.TensorType)
+                 else tf.TensorSpec([], tf.variant) for t in param_leaves]
+        input_names, output_names = list(graph.input_names), list(graph.output_names)
 
-        wrapped = tf.compat.v1.wrap_function(_import, [])
-        g = wrapped.graph
-        self._fn = wrapped.prune(
-            feeds=[g.get_tensor_by_name(n) for n in graph.input_names],
-            fetches=[g.get_tensor_by_name(n) for n in graph.output_names])
+        def _import(*args):
+            return tf.graph_util.import_graph_def(
+                graph_def, input_map=dict(zip(input_names, args)),
+                return_elements=output_names, name='imported')
+
+        # A function with a real positional signature: calls bind directly
+        # (a pruned function would fail structured binding on every call and
+        # format the arguments into an error message before falling back).
+        self._fn = tf.compat.v1.wrap_function(_import, specs)
         ops = {node.op for node in graph_def.node}
         for f in graph_def.library.function:
             ops.update(n.op for n in f.node_def)

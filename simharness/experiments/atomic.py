@@ -44,7 +44,9 @@ def atomic_open(path: PathLike, mode: str = 'w') -> Iterator[IO[Any]]:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.', suffix=TEMP_SUFFIX)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give a normal file's mode
-        with os.fdopen(fd, mode, **({'encoding': 'utf-8'} if mode == 'w' else {})) as f:
+        f: IO[Any] = (os.fdopen(fd, 'w', encoding='utf-8') if mode == 'w'
+                      else os.fdopen(fd, 'wb'))
+        with f:
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -615,7 +615,7 @@ def config_from_dict(raw: Mapping[str, Any], default_name: Optional[str] = None
     name = raw.get('name', default_name)
     if name is None:
         raise ConfigError('the config needs a top-level name = "..."', key='name')
-    tables = {}
+    tables: Dict[str, Any] = {}
     for table, cls in _TABLES.items():
         body = raw.get(table, {})
         if not isinstance(body, Mapping):

@@ -7,8 +7,8 @@
               (results_dir may be one run, one experiment, or a root of several)
       writes  results_dir/accuracy.png            accuracy vs round, one line per run
               results_dir/loss.png                loss vs round, one line per run
-              results_dir/round_time.png          median round s vs workers   } when runs differ in
-              results_dir/clients_per_second.png  clients/s vs workers        } workers or clients/round
+              results_dir/round_time.png          median round s vs workers  } if runs differ in
+              results_dir/clients_per_second.png  clients/s vs workers       } workers or cohort
               results_dir/report.md               one table row per run, links to the plots
 
 Plots use matplotlib's Agg canvas directly (no pyplot, no global backend
@@ -67,7 +67,7 @@ def find_runs(results_dir: PathLike) -> List[Path]:
 
 
 def _read_metrics(path: Path) -> List[Dict[str, Any]]:
-    rows = []
+    rows: List[Dict[str, Any]] = []
     try:
         text = path.read_text(encoding='utf-8')
     except OSError:
@@ -152,13 +152,13 @@ def _worker_order(label: str) -> Tuple[int, int]:
 def _scaling_plots(runs: Sequence[RunRecord], out_dir: Path) -> List[Path]:
     done = [r for r in runs if r.summary.get('median_round_seconds')]
     workers = sorted({r.workers_label for r in done}, key=_worker_order)
-    cohorts = sorted({r.summary.get('clients_per_round') for r in done
-                      if r.summary.get('clients_per_round') is not None})
+    cohorts: List[int] = sorted({int(r.summary['clients_per_round']) for r in done
+                                 if r.summary.get('clients_per_round') is not None})
     if len(workers) < 2 and len(cohorts) < 2:
         return []
     groups: Dict[Tuple[str, int], List[float]] = {}
     for r in done:
-        key = (r.workers_label, r.summary.get('clients_per_round'))
+        key = (r.workers_label, int(r.summary.get('clients_per_round') or 0))
         groups.setdefault(key, []).append(float(r.summary['median_round_seconds']))
     paths = []
     for name, ylabel, fn in (

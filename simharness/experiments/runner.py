@@ -175,9 +175,11 @@ def _build_workload(config: ExperimentConfig) -> _Workload:
     """Loads the data of `config`; data-layer errors become ConfigErrors."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     from simharness import data as D  # pylint: disable=import-outside-toplevel
-    d = config.data
+    # The variant's options are filled in (not None) once the config validated.
+    d: Any = config.data
     x_key, y_key = 'x', 'y'
     test = None
+    cd: Any
     try:
         if d.dataset == 'synthetic':
             cd = D.synthetic_alpha_beta(alpha=d.alpha, beta=d.beta, num_clients=d.num_clients,
@@ -233,7 +235,7 @@ def _cohort(config: ExperimentConfig, ids: Sequence[str], round_num: int) -> Lis
 
 def _make_factory(config: ExperimentConfig) -> Any:
     from simharness import stacks  # pylint: disable=import-outside-toplevel
-    s = config.stack
+    s: Any = config.stack  # the kind's options are filled in (not None)
     if s.kind == 'thread':
         return stacks.local_executor_factory(clients_per_thread=s.clients_per_thread)
     devices = list(s.devices) if isinstance(s.devices, tuple) else s.devices
@@ -431,6 +433,7 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                              local_epochs=a.local_epochs, batch_size=a.batch_size,
                              server_learning_rate=a.server_learning_rate,
                              server_momentum=a.server_momentum)
+    _cohort(config, ids, 0)  # checks clients_per_round against the data before any start-up
     max_examples = max(cd.client_size(c) for c in ids)
     fedavg = FedAvg(spec, algorithm, max_examples)
     state = fedavg.initialize(init_weights(spec, config.init_seed))
@@ -441,7 +444,11 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     t_setup = time.perf_counter()
     extra['setup_seconds'] = t_setup - t_start
 
-    factory = _make_factory(config)
+    try:
+        factory = _make_factory(config)
+    except (SimharnessValueError, SimharnessTypeError) as e:  # e.g. devices naming no GPU
+        raise ConfigError(f'[stack] {config.stack.kind}: {e}', key='stack',
+                          value=config.stack.kind) from e
     bar = None
     try:
         pool = getattr(factory, 'pool', None)
@@ -453,6 +460,7 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
         bar = tqdm(total=config.training.rounds, desc=f'{config.name}/{run_id}', unit='round',
                    disable=not _progress_enabled(progress), dynamic_ncols=True, leave=True)
         k = config.training.clients_per_round
+        last_eval = '-'
         with simharness.execution_context(factory):
             for r in range(config.training.rounds):
                 cohort = _cohort(config, ids, r)
@@ -482,10 +490,11 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 })
                 metrics.append(row)
                 atomic.write_jsonl(run_dir / METRICS_FILE, metrics)
-                post = {'loss': f'{train["loss"]:.4f}', 'acc': f'{train["accuracy"]:.3f}'}
                 if row['eval_accuracy'] is not None:
-                    post['eval_acc'] = f'{row["eval_accuracy"]:.3f}'
-                post['clients/s'] = f'{row["clients_per_second"] or 0:.0f}'
+                    last_eval = f'{row["eval_accuracy"]:.3f}'
+                post = {'loss': f'{train["loss"]:.4f}', 'acc': f'{train["accuracy"]:.3f}',
+                        'eval_acc': last_eval,
+                        'clients/s': f'{row["clients_per_second"] or 0:.0f}'}
                 bar.set_postfix(post, refresh=False)
                 bar.update(1)
     finally:

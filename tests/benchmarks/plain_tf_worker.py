@@ -46,20 +46,9 @@ def _write(stream, obj) -> None:
     stream.flush()
 
 
-def main() -> None:
-    cpu = int(sys.argv[1]) if len(sys.argv) > 1 else -1
-    if cpu >= 0 and hasattr(os, 'sched_setaffinity'):
-        os.sched_setaffinity(0, {cpu})
-    os.environ.setdefault('CUDA_VISIBLE_DEVICES', '')
-    # Our messages use the original stdout; anything printed goes to stderr.
-    out = os.fdopen(os.dup(1), 'wb')
-    os.dup2(2, 1)
-    inp = sys.stdin.buffer
-
-    import numpy as np
+def build_client_update():
+    """The client update as a `tf.function` ``(weights, x [50, 60], y [50]) -> delta``."""
     import tensorflow as tf
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
 
     def forward(w, x):
         h = tf.nn.relu(tf.matmul(x, w[0]) + w[1])
@@ -79,6 +68,38 @@ def main() -> None:
             grads = tape.gradient(loss, w)
             w = [v - LEARNING_RATE * g for v, g in zip(w, grads)]
         return [a - b for a, b in zip(w, w0)]
+    return client_update
+
+
+def run_clients(client_update, clients, weights):
+    """``(sum_k n_k * delta_k, sum_k n_k)`` over `clients` (a list of (x, y) tensors)."""
+    import numpy as np
+    import tensorflow as tf
+    w = [tf.constant(v) for v in weights]
+    acc = [np.zeros(np.shape(v), np.float32) for v in weights]
+    total = 0.0
+    for x, y in clients:
+        n = float(x.shape[0])
+        for a, d in zip(acc, client_update(w, x, y)):
+            a += n * d.numpy()
+        total += n
+    return acc, total
+
+
+def main() -> None:
+    cpu = int(sys.argv[1]) if len(sys.argv) > 1 else -1
+    if cpu >= 0 and hasattr(os, 'sched_setaffinity'):
+        os.sched_setaffinity(0, {cpu})
+    os.environ.setdefault('CUDA_VISIBLE_DEVICES', '')
+    # Our messages use the original stdout; anything printed goes to stderr.
+    out = os.fdopen(os.dup(1), 'wb')
+    os.dup2(2, 1)
+    inp = sys.stdin.buffer
+
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    client_update = build_client_update()
 
     client_sets = {}
     _write(out, ('ready', os.getpid()))
@@ -92,15 +113,7 @@ def main() -> None:
             _write(out, 'ok')
         elif msg[0] == 'round':
             _, key, weights = msg
-            w = [tf.constant(v) for v in weights]
-            acc = [np.zeros(v.shape, np.float32) for v in weights]
-            total = 0.0
-            for x, y in client_sets[key]:
-                n = float(x.shape[0])
-                for a, d in zip(acc, client_update(w, x, y)):
-                    a += n * d.numpy()
-                total += n
-            _write(out, (acc, total))
+            _write(out, run_clients(client_update, client_sets[key], weights))
         else:
             _write(out, ('error', f'unknown message {msg[0]!r}'))
 

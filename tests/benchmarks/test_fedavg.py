@@ -14,7 +14,9 @@ Baselines (plain TensorFlow, no simharness; see `plain_tf_worker.py`):
 In extra_info: ``ratio_to_single_process_tf`` and ``ratio_to_two_process_tf``
 (stack median / baseline median; below 1 is faster than the baseline),
 ``clients_per_second``, ``ms_per_client``. Correctness: the new weights
-match the plain-TF round to 1e-5 and the round saw 5,000 examples.
+match the plain-TF round (its client update run in this process) to 1e-5
+and the round saw 5,000 examples. With ``--benchmark-disable`` the
+2-process baseline is skipped (it would start a second TF process).
 """
 
 from __future__ import annotations
@@ -93,26 +95,43 @@ def workload():
             'w0': [np.asarray(v, np.float32) for v in w0], 'x': x, 'y': y}
 
 
+class PlainTFProcesses:
+    """Plain-TF worker processes, started on first use, pinned to the usable CPUs in turn."""
+
+    def __init__(self, workload):
+        self._workload = workload
+        self._procs = []
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else [0]
+        self._cpus = cpus
+
+    def get(self, count: int):
+        """The first `count` processes; each holds 'all' clients and its 'half' of them."""
+        x, y, half = self._workload['x'], self._workload['y'], NUM_CLIENTS // 2
+        new = [PlainTF(self._cpus[i % len(self._cpus)]) for i in range(len(self._procs), count)]
+        self._procs.extend(new)
+        for p in new:
+            assert p.recv()[0] == 'ready'
+        for p in new:
+            i = self._procs.index(p)
+            lo, hi = (0, half) if i == 0 else (half, NUM_CLIENTS)
+            p.send('load', 'all', x, y)
+            assert p.recv() == 'ok'
+            p.send('load', 'half', x[lo:hi], y[lo:hi])
+            assert p.recv() == 'ok'
+        return self._procs[:count]
+
+    def close(self) -> None:
+        while self._procs:
+            self._procs.pop().close()
+
+
 @pytest.fixture(scope='module')
 def plain_tf(workload):
-    """Two plain-TF processes, pinned to the first two usable CPUs (one if there is one)."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else [0]
-    procs = [PlainTF(cpus[i % len(cpus)]) for i in range(2)]
+    procs = PlainTFProcesses(workload)
     try:
-        for p in procs:
-            assert p.recv()[0] == 'ready'
-        x, y, half = workload['x'], workload['y'], NUM_CLIENTS // 2
-        # 'all': the one-process baseline; 'half': each process's share in the two-process one.
-        procs[0].send('load', 'all', x, y)
-        procs[0].recv()
-        procs[0].send('load', 'half', x[:half], y[:half])
-        procs[1].send('load', 'half', x[half:], y[half:])
-        for p in procs:
-            assert p.recv() == 'ok'
         yield procs
     finally:
-        for p in procs:
-            p.close()
+        procs.close()
 
 
 def _finish(w0, partials):
@@ -133,9 +152,12 @@ def _round_2proc(procs, w0):
 
 
 @pytest.fixture(scope='module')
-def reference_weights(plain_tf, workload):
-    """The new weights after the round, by the plain-TF loop (one process)."""
-    return _round_1proc(plain_tf, workload['w0'])
+def reference_weights(workload):
+    """The new weights after the round, by the plain-TF client update run in this process."""
+    import tensorflow as tf
+    from .plain_tf_worker import build_client_update, run_clients
+    clients = [(tf.constant(x), tf.constant(y)) for x, y in zip(workload['x'], workload['y'])]
+    return _finish(workload['w0'], [run_clients(build_client_update(), clients, workload['w0'])])
 
 
 def _check_weights(reference):
@@ -156,15 +178,16 @@ def _record_plain(benchmark, baselines, key):
 def test_fedavg_round_plain_tf_1proc(benchmark, baselines, plain_tf, workload, reference_weights):
     """Baseline: plain TF, one pinned process, 1 TF thread, tf.function per client."""
     benchmark.group = GROUP
-    check_then_time(benchmark, _round_1proc, (plain_tf, workload['w0']),
+    check_then_time(benchmark, _round_1proc, (plain_tf.get(1), workload['w0']),
                     _check_weights(reference_weights), rounds=ROUNDS)
     _record_plain(benchmark, baselines, 'fedavg_plain_tf_1proc')
 
 
+@pytest.mark.timing_only
 def test_fedavg_round_plain_tf_2proc(benchmark, baselines, plain_tf, workload, reference_weights):
     """Baseline: plain TF, two pinned processes, each sends back one partial sum."""
     benchmark.group = GROUP
-    check_then_time(benchmark, _round_2proc, (plain_tf, workload['w0']),
+    check_then_time(benchmark, _round_2proc, (plain_tf.get(2), workload['w0']),
                     _check_weights(reference_weights), rounds=ROUNDS)
     _record_plain(benchmark, baselines, 'fedavg_plain_tf_2proc')
 
@@ -191,9 +214,9 @@ def test_fedavg_round(simharness_benchmark, simharness_stack, baselines, plain_t
         return
     w0 = workload['w0']
     one = baselines.get('fedavg_plain_tf_1proc', lambda: time_median(
-        lambda: _round_1proc(plain_tf, w0), ROUNDS))
+        lambda: _round_1proc(plain_tf.get(1), w0), ROUNDS))
     two = baselines.get('fedavg_plain_tf_2proc', lambda: time_median(
-        lambda: _round_2proc(plain_tf, w0), ROUNDS))
+        lambda: _round_2proc(plain_tf.get(2), w0), ROUNDS))
     bench.extra_info.update(
         num_clients=NUM_CLIENTS, clients_per_second=NUM_CLIENTS / t,
         ms_per_client=1e3 * t / NUM_CLIENTS,

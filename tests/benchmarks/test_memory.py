@@ -11,7 +11,7 @@ with the forkserver (TF's code) in each worker.
 
 The round is timed once and its result checked (500,000 examples, finite
 new weights); a round this size is too long to run twice. With
-``--benchmark-disable`` it runs 1,000 clients.
+``--benchmark-disable`` it runs 300 clients.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from .helpers import MB, STACKS, RssSampler, median_seconds
 
 NUM_CLIENTS = 10_000
-CI_NUM_CLIENTS = 1_000
+CI_NUM_CLIENTS = 300
 
 
 @pytest.fixture(scope='module')

@@ -23,8 +23,7 @@ import pytest
 
 from .helpers import MB, STACKS, check_then_time, median_seconds, time_median
 
-SIZES_MB = [1, 16, 128]
-CI_SKIP_MB = 128
+SIZES_MB = [1, 16, pytest.param(128, marks=pytest.mark.timing_only)]
 NUM_CLIENTS = 2
 
 on_stacks = pytest.mark.parametrize('simharness_stack', STACKS, indirect=True)
@@ -58,10 +57,8 @@ def _broadcast_aggregate(num_floats: int):
 
 
 @pytest.mark.parametrize('mb', SIZES_MB)
-def test_memcpy(benchmark, baselines, timing_disabled, mb):
+def test_memcpy(benchmark, baselines, mb):
     """Baseline: np.copyto of the model's bytes into a preallocated array."""
-    if timing_disabled and mb == CI_SKIP_MB:
-        pytest.skip(f'{mb} MB only with timing on')
     benchmark.group = f'broadcast+aggregate {mb} MB'
     w = _model(mb)
     dst = np.empty_like(w)
@@ -77,11 +74,8 @@ def test_memcpy(benchmark, baselines, timing_disabled, mb):
 
 @on_stacks
 @pytest.mark.parametrize('mb', SIZES_MB)
-def test_broadcast_aggregate(simharness_benchmark, simharness_stack, baselines, timing_disabled,
-                             mb):
+def test_broadcast_aggregate(simharness_benchmark, simharness_stack, baselines, mb):
     """Broadcast + aggregate of an `mb` MB model with 2 clients."""
-    if timing_disabled and mb == CI_SKIP_MB:
-        pytest.skip(f'{mb} MB only with timing on')
     bench = simharness_benchmark
     bench.group = f'broadcast+aggregate {mb} MB'
     w = _model(mb)

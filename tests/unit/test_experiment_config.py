@@ -9,7 +9,7 @@ import pytest
 
 from simharness.errors import ConfigError
 from simharness.experiments import config as C
-from simharness.experiments.config import (DEFAULT_RUN_ID, ExperimentConfig, apply_overrides,
+from simharness.experiments.config import (DEFAULT_RUN_ID, apply_overrides,
                                            config_from_dict, expand_sweep, load_config,
                                            run_id_for, tomllib, valid_keys)
 

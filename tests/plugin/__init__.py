@@ -1,0 +1,1 @@
+"""Tests of simharness' pytest plugin (`simharness.pytest_plugin`)."""

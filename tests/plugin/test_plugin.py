@@ -1,0 +1,172 @@
+"""The pytest plugin: stacks from --simharness-stacks, simharness_benchmark, the saved JSON.
+
+Each test runs a user's test file with pytester, in this process
+(``runpytest_inprocess``): the plugin comes in through its ``pytest11``
+entry point, as it does for users.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+pytest_plugins = ['pytester']
+
+
+@pytest.fixture(autouse=True)
+def _tensorflow_stays_imported():
+    """Imports TF (and the stacks) before pytester's in-process runs.
+
+    runpytest_inprocess removes the modules a run imported when it ends;
+    TensorFlow cannot be imported a second time in one process (its native
+    registrations abort), so it must be imported outside the runs.
+    """
+    import tensorflow  # noqa: F401
+    import simharness.framework  # noqa: F401
+
+USER_TESTS = '''
+import pytest
+import tensorflow as tf
+import simharness as sh
+
+
+@sh.tf_computation(tf.float32)
+def double(x):
+    return x * 2.0
+
+
+@sh.federated_computation(sh.type_at_clients(tf.float32))
+def total(xs):
+    return sh.federated_sum(sh.federated_map(double, xs))
+
+
+@sh.federated_computation(sh.type_at_server(tf.float32))
+def broadcast_sum(x):
+    return sh.federated_sum(sh.federated_map(double, sh.federated_broadcast(x)))
+
+
+def test_runs_inside_the_stack(simharness_stack):
+    assert sh.get_context().factory is simharness_stack.factory
+    assert simharness_stack.config['name'] == simharness_stack.name
+    assert float(total([1.0, 2.0, 3.0])) == 12.0
+
+
+def test_fixed_number_of_clients(simharness_stack):
+    with simharness_stack.clients(3):
+        assert float(broadcast_sum(1.5)) == 9.0
+
+
+def test_round(simharness_benchmark):
+    calls = []
+
+    def one_round(xs):
+        calls.append(1)
+        return total(xs)
+
+    assert float(simharness_benchmark.round(one_round, [1.0, 2.0], rounds=3)) == 6.0
+    assert len(calls) == (1 if simharness_benchmark.disabled else 1 + 3)
+    assert simharness_benchmark.extra_info['simharness_stack']['name'] == \\
+        simharness_benchmark.stack.name
+
+
+@pytest.mark.parametrize('simharness_stack', ['thread-debug'], indirect=True)
+def test_user_parametrization_wins(simharness_stack):
+    assert simharness_stack.name == 'thread-debug'
+    assert float(total([1.0])) == 2.0
+'''
+
+
+def _benchmarks(path) -> dict:
+    with open(path) as f:
+        data = json.load(f)
+    return {b['fullname'].split('::')[-1]: b for b in data['benchmarks']}
+
+
+def test_default_stack_is_thread(pytester):
+    pytester.makepyfile(test_user=USER_TESTS)
+    result = pytester.runpytest_inprocess('-v', '-p', 'no:cacheprovider', '--benchmark-disable')
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(['*test_runs_inside_the_stack[[]thread[]] PASSED*',
+                                 '*test_round[[]thread[]] PASSED*',
+                                 '*test_user_parametrization_wins[[]thread-debug[]] PASSED*'])
+
+
+@pytest.mark.process
+def test_stacks_and_saved_json(pytester):
+    pytester.makepyfile(test_user=USER_TESTS)
+    store = pytester.path / 'store'
+    result = pytester.runpytest_inprocess(
+        '-v', '-p', 'no:cacheprovider', '--simharness-stacks=thread,process-1',
+        '--simharness-rounds=2', '--benchmark-json=out.json', '--benchmark-save=mine',
+        f'--benchmark-storage=file://{store}')
+    result.assert_outcomes(passed=7)
+    result.stdout.fnmatch_lines(['*test_runs_inside_the_stack[[]process-1[]] PASSED*',
+                                 '*test_fixed_number_of_clients[[]process-1[]] PASSED*'])
+
+    benches = _benchmarks(pytester.path / 'out.json')
+    assert set(benches) == {'test_round[thread]', 'test_round[process-1]'}
+    thread = benches['test_round[thread]']['extra_info']
+    assert thread['simharness_stack']['name'] == 'thread'
+    assert thread['simharness_stack']['factory'] == 'local_executor_factory'
+    assert thread['simharness_rounds'] == 3 and thread['simharness_warmup_rounds'] == 1
+    assert benches['test_round[thread]']['stats']['rounds'] == 3
+    process = benches['test_round[process-1]']['extra_info']
+    config = process['simharness_stack']
+    assert config['kind'] == 'process' and config['num_workers'] == 1
+    assert config['factory'] == 'process_executor_factory'
+    assert len(config['workers']) == 1 and config['workers'][0]['cpus']
+    assert process['simharness_per_round']['requests'] > 0
+
+    saved = glob.glob(str(store / '*' / '0001_mine.json'))
+    assert len(saved) == 1, saved
+    assert _benchmarks(saved[0])['test_round[process-1]']['extra_info']['simharness_stack'] == config
+
+
+def test_unknown_stack_is_a_usage_error(pytester):
+    pytester.makepyfile(test_user=USER_TESTS)
+    result = pytester.runpytest_inprocess('-p', 'no:cacheprovider', '--simharness-stacks=gpu-9')
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(['*unknown simharness stack*gpu-9*'])
+
+
+def test_help_and_ini_option(pytester):
+    result = pytester.runpytest_inprocess('--help')
+    result.stdout.fnmatch_lines(['*--simharness-stacks=*', '*--simharness-rounds=*'])
+    pytester.makeini('[pytest]\nsimharness_stacks = thread-debug\n')
+    pytester.makepyfile(test_one='''
+def test_one(simharness_stack):
+    assert simharness_stack.name == 'thread-debug'
+''')
+    result = pytester.runpytest_inprocess('-v', '-p', 'no:cacheprovider')
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(['*test_one[[]thread-debug[]] PASSED*'])
+
+
+def test_registered_as_pytest11_entry_point():
+    eps = {ep.name: ep.value for ep in metadata.entry_points(group='pytest11')}
+    assert eps.get('simharness') == 'simharness.pytest_plugin'
+
+
+def test_plugin_import_is_light():
+    # pytest loads the plugin in every run of every project with simharness installed.
+    code = ('import sys, simharness.pytest_plugin; '
+            'print(sorted(m for m in ("tensorflow", "multiprocess", "simharness.stacks", '
+            '"simharness.runtime", "simharness.learning") if m in sys.modules))')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == '[]', out.stdout + out.stderr
+
+
+def test_parse_stacks():
+    from simharness.pytest_plugin import StackSpec, parse_stacks
+    assert parse_stacks(' thread, process-2,thread ') == [
+        StackSpec('thread', 'thread'), StackSpec('process-2', 'process', 2)]
+    assert parse_stacks('process') == [StackSpec('process', 'process', None)]
+    for bad in ('process-0', 'thread-2', 'gpu', ',', 'process-x'):
+        with pytest.raises(ValueError):
+            parse_stacks(bad)
