@@ -77,7 +77,11 @@ class ExecutionContext:
                 executor = self.factory.create_executor(cardinalities)
                 fut = asyncio.run_coroutine_threadsafe(
                     _run(executor, comp.to_building_block(), ft, arg), loop)
-                value = fut.result()
+                try:
+                    value = fut.result()
+                except KeyboardInterrupt:
+                    fut.cancel()  # Ctrl-C: stop the computation; the caller closes the stack
+                    raise
                 return to_python(value, ft.result)
             except RetryableError:
                 if attempt >= self.retries:

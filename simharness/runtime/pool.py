@@ -250,8 +250,24 @@ class WorkerHandle:
         self._worker_arenas = set()
 
     def close(self) -> None:
-        with self._lock:
+        """Stops the worker and frees its resources, even during a request.
+
+        A request in flight holds the lock: the worker is killed first, so
+        that the waiting request returns (with `WorkerCrashedError`) and
+        releases it.
+        """
+        if not self._lock.acquire(timeout=0.2):
+            proc = self._proc
+            if proc is not None and proc.pid:
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self._lock.acquire()
+        try:
             self._reap()
+        finally:
+            self._lock.release()
 
     # ------------------------------------------------------------ requests
     def request(self, op: str, args: tuple, out_base: int = 0, free: Sequence[int] = ()) -> Response:

@@ -214,3 +214,35 @@ def test_values_stay_in_workers_until_computed():
     # The two intermediate results never came back to the driver: only the final values did.
     assert after['bytes_from_workers'] - before['bytes_from_workers'] == 0  # 10 scalars travel inline
     assert len(out) == 10
+
+
+def test_close_during_a_running_computation_returns_promptly():
+    @sh.tf_computation(F32)
+    def very_slow(x):
+        m = tf.fill([400, 400], x * 1e-6)
+        _, a = tf.while_loop(lambda i, a: i < 100000, lambda i, a: (i + 1, tf.matmul(a, m)), (0, m))
+        return tf.reduce_sum(a) + x
+
+    @sh.federated_computation(sh.type_at_clients(F32))
+    def total(xs):
+        return sh.federated_sum(sh.federated_map(very_slow, xs))
+
+    factory = process_executor_factory(num_workers=2, start=True)
+    errors = []
+
+    def run():
+        try:
+            with sh.execution_context(factory):
+                total([np.float32(1)] * 4)
+        except Exception as e:  # the workers die under it
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    factory.close()
+    t.join(60)
+    assert not t.is_alive()
+    assert time.monotonic() - t0 < 30
+    assert errors and isinstance(errors[0], (WorkerCrashedError, sh.errors.ExecutorClosedError))
