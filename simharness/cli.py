@@ -36,11 +36,17 @@ _SET_HELP = ('override a config value: a dotted key and a TOML literal, e.g. '
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog='simharness',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description='Run reproducible federated learning experiments from TOML configs.',
-        epilog='Results go to RESULTS/<experiment name>/<run id>/: config.toml (resolved), '
-               'environment.json, metrics.jsonl (one line per round), summary.json; reports '
-               'add report.md and PNG plots. Exit codes: 0 ok, 2 invalid config or arguments, '
-               '130 interrupted.')
+        epilog='examples:\n'
+               '  simharness run configs/quickstart.toml\n'
+               '  simharness run configs/quickstart.toml --set stack.kind=thread\n'
+               '  simharness sweep experiments/scaling.toml\n'
+               '  simharness report results/scaling\n\n'
+               'Results go to RESULTS/<experiment name>/<run id>/: config.toml (resolved),\n'
+               'environment.json, metrics.jsonl (one line per round), summary.json; reports\n'
+               'add report.md and PNG plots. Exit codes: 0 ok, 2 invalid config or\n'
+               'arguments, 130 interrupted (Ctrl-C).')
     sub = p.add_subparsers(dest='command', metavar='{run,sweep,report}')
     sub.required = True
 

@@ -14,6 +14,7 @@ The current context is looked up in a `ContextVar` (set by
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import contextlib
 import contextvars
 import threading
@@ -127,7 +128,7 @@ def infer_cardinality(value: Any, t: T.Type, where: str = 'the argument') -> Opt
     """
     if isinstance(t, T.FederatedType):
         if t.placement is T.CLIENTS and not t.all_equal:
-            if not isinstance(value, (list, tuple)):
+            if not isinstance(value, collections.abc.Sequence) or isinstance(value, (str, bytes)):
                 raise SimharnessTypeError(
                     f'{where} has type {t}, which needs a list with one value per client; got '
                     f'{type(value).__name__}', expected=t, actual=type(value).__name__)

@@ -47,6 +47,11 @@ def _array_bytes(tree: Any) -> int:
     return total[0]
 
 
+def _is_sourced(values: Any) -> bool:
+    from simharness.data.sourced import SourcedClients
+    return isinstance(values, SourcedClients)
+
+
 def _revive(x: Any) -> Any:
     """Datasets come back from workers as serialized graphs: rebuild them."""
     if isinstance(x, DatasetBlob):
@@ -116,6 +121,7 @@ class ProcessDelegatingExecutor(BatchExecutor):
         self._garbage: List[int] = []
         self._garbage_lock = threading.Lock()
         self._embedded: Dict[tuple, ProcessValue] = {}
+        self._sources: set = set()
         self._closed = False
 
     @property
@@ -230,6 +236,14 @@ class ProcessDelegatingExecutor(BatchExecutor):
     # ------------------------------------------------------------ batches
     async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[ProcessValue]:
         t = T.to_type(type_spec)
+        if _is_sourced(values):
+            # The worker loads its clients itself; the source travels once per worker.
+            key = (self._handle.generation, values.token)
+            source = None if key in self._sources else values.source
+            out = await self._values('load_sourced', values.token, source, values.client_ids,
+                                     values.transform, t, n=len(values))
+            self._sources.add(key)
+            return out
         values = list(values)
         if len(values) >= 2 and T.contains_only_tensors(t):
             arrays = stack_python_values(values, t)

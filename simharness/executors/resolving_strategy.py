@@ -15,6 +15,7 @@ child values (an all-equal value repeats one child value per group).
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -110,7 +111,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
             return self._fed(await self._server.create_value(value, t.member), t)
         if t.all_equal:
             return self._fed(await self._replicate(value, t.member), t)
-        if not isinstance(value, (list, tuple)):
+        if not isinstance(value, collections.abc.Sequence) or isinstance(value, (str, bytes)):
             raise SimharnessTypeError(
                 f'a value of type {t} must be a list with one element per client, got '
                 f'{type(value).__name__}', expected=t, actual=type(value).__name__)
@@ -121,7 +122,11 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
         async def one(g, ex):
             s = self._starts[g]
-            return await ex.create_values(list(value[s:s + self._sizes[g]]), t.member)
+            # A slice, not a list: lazy sequences (SourcedClients) stay lazy, so
+            # that a worker can load its own clients.
+            part = value[s:s + self._sizes[g]]
+            return await ex.create_values(part if not isinstance(part, tuple) else list(part),
+                                          t.member)
         return self._fed(await self._gather_groups(one), t)
 
     async def compute_federated_value(self, v: FederatingValue) -> Any:

@@ -176,7 +176,8 @@ def _scaling_plots(runs: Sequence[RunRecord], out_dir: Path) -> List[Path]:
                 ax.plot(xs, ys, marker='o', label=f'{k} clients/round')
         ax.set_xticks(range(len(workers)))
         ax.set_xticklabels(workers)
-        ax.set_xlabel('workers (process stack) / thread stack')
+        ax.set_xlabel('workers (process stack)' + (' / thread stack' if 'thread' in workers
+                                                    else ''))
         ax.set_ylabel(ylabel)
         if name == 'round_time.png' and len(cohorts) > 1:
             ax.set_yscale('log')

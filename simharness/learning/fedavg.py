@@ -69,21 +69,24 @@ class FedAvgConfig:
                               key='server_momentum', value=m)
 
 
+def pad_client(a: Mapping[str, np.ndarray], max_examples: int, x_key: str = 'x',
+               y_key: str = 'y') -> Dict[str, Any]:
+    """One client's ``{'x', 'y', 'n'}`` padded with zeros to `max_examples` rows."""
+    x, y = np.asarray(a[x_key], np.float32), np.asarray(a[y_key], np.int32)
+    n = x.shape[0]
+    if n > max_examples:
+        raise ConfigError(f'a client has {n} examples, more than max_examples={max_examples}',
+                          key='max_examples', value=max_examples)
+    xp = np.zeros((max_examples,) + x.shape[1:], np.float32)
+    yp = np.zeros((max_examples,), np.int32)
+    xp[:n], yp[:n] = x, y
+    return collections.OrderedDict(x=xp, y=yp, n=np.int32(n))
+
+
 def pad_clients(arrays: Sequence[Mapping[str, np.ndarray]], max_examples: int,
                 x_key: str = 'x', y_key: str = 'y') -> List[Dict[str, Any]]:
     """Per-client dicts ``{'x', 'y', 'n'}`` padded with zeros to `max_examples` rows."""
-    out = []
-    for a in arrays:
-        x, y = np.asarray(a[x_key], np.float32), np.asarray(a[y_key], np.int32)
-        n = x.shape[0]
-        if n > max_examples:
-            raise ConfigError(f'a client has {n} examples, more than max_examples={max_examples}',
-                              key='max_examples', value=max_examples)
-        xp = np.zeros((max_examples,) + x.shape[1:], np.float32)
-        yp = np.zeros((max_examples,), np.int32)
-        xp[:n], yp[:n] = x, y
-        out.append(collections.OrderedDict(x=xp, y=yp, n=np.int32(n)))
-    return out
+    return [pad_client(a, max_examples, x_key, y_key) for a in arrays]
 
 
 #: Local training is unrolled into straight-line TF up to this many steps
@@ -237,16 +240,35 @@ class FedAvg:
             y_key: str = 'y') -> List[Dict[str, Any]]:
         return pad_clients(arrays, self.max_examples, x_key, y_key)
 
+    def sourced(self, client_data: Any, client_ids: Sequence[str], x_key: str = 'x',
+                y_key: str = 'y') -> Any:
+        """Client data that each executor loads itself from `client_data` by id, padded.
+
+        Pass the result to `next` or `evaluate` instead of `pad(...)`: on the
+        process stack every worker loads only its own clients (see
+        `simharness.data.SourcedClients`).
+        """
+        import functools
+        from simharness.data.sourced import SourcedClients
+        return SourcedClients(client_data, client_ids,
+                              functools.partial(pad_client, max_examples=self.max_examples,
+                                                x_key=x_key, y_key=y_key))
+
     def next(self, state: Mapping[str, Any], client_data: Sequence[Mapping[str, Any]]
              ) -> Tuple[Dict[str, Any], Dict[str, float]]:
         """One round on padded client data (see `pad`); returns (state, metrics)."""
-        new_state, m = self.round_computation(state, list(client_data))
+        new_state, m = self.round_computation(state, _as_clients(client_data))
         return new_state, _summarize(m)
 
     def evaluate(self, weights: Sequence[np.ndarray], client_data: Sequence[Mapping[str, Any]]
                  ) -> Dict[str, float]:
         """Federated evaluation of `weights` on padded client data."""
-        return _summarize(self.evaluate_computation(list(weights), list(client_data)))
+        return _summarize(self.evaluate_computation(list(weights), _as_clients(client_data)))
+
+
+def _as_clients(client_data: Any) -> Any:
+    from simharness.data.sourced import SourcedClients
+    return client_data if isinstance(client_data, SourcedClients) else list(client_data)
 
 
 def _summarize(m: Mapping[str, Any]) -> Dict[str, float]:

@@ -90,7 +90,22 @@ class WorkerState:
     def __init__(self, executor: Any):
         self.executor = executor
         self.values: Dict[int, Any] = {}
+        self.sources: Dict[int, Any] = {}
         self.driver_arena = ''
+
+    def load_sourced(self, token: int, source: Any, client_ids: List[str], transform: Any) -> List[Any]:
+        """Loads this worker's clients from a data source (kept by token for later calls)."""
+        if source is not None:
+            self.sources[token] = source
+        try:
+            src = self.sources[token]
+        except KeyError:
+            raise KeyError(f'data source {token} was never sent to this worker') from None
+        out = []
+        for cid in client_ids:
+            arrays = src.client_arrays(cid)
+            out.append(transform(arrays) if transform is not None else arrays)
+        return out
 
     def resolve(self, tree: Any, attachment: Any) -> Any:
         from simharness.runtime.shm import SlotRef
@@ -123,8 +138,11 @@ class WorkerState:
             attachment.attach(req.arena)
             self.driver_arena = req.arena
         args = self.resolve(req.args, attachment)
-        method = getattr(self.executor, req.op)
-        result = _drive(method(*args))
+        if req.op == 'load_sourced':
+            result = _drive(self.executor.create_values(self.load_sourced(*args[:4]), args[4]))
+        else:
+            method = getattr(self.executor, req.op)
+            result = _drive(method(*args))
         from simharness.executors.eager_tf import EagerValue
         if isinstance(result, EagerValue):
             result = [result]
