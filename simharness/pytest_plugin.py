@@ -388,12 +388,13 @@ def simharness_stack(request: Any, simharness_pools: WorkerPools) -> Iterator[Si
 
 
 @pytest.fixture
-def simharness_benchmark(request: Any, simharness_stack: SimharnessStack) -> SimharnessBenchmark:
-    """pytest-benchmark's `benchmark` with the stack's config recorded and ``.round(fn, *args)``."""
-    try:
-        benchmark = request.getfixturevalue('benchmark')
-    except pytest.FixtureLookupError:
-        pytest.fail('simharness_benchmark needs pytest-benchmark: pip install pytest-benchmark',
-                    pytrace=False)
+def simharness_benchmark(request: Any, benchmark: Any,
+                         simharness_stack: SimharnessStack) -> SimharnessBenchmark:
+    """pytest-benchmark's `benchmark` with the stack's config recorded and ``.round(fn, *args)``.
+
+    Needs pytest-benchmark (``pip install pytest-benchmark``). It takes
+    `benchmark` directly, so ``--benchmark-only`` and ``--benchmark-skip``
+    select the tests that use it.
+    """
     rounds = request.config.getoption('simharness_rounds') or DEFAULT_ROUNDS
     return SimharnessBenchmark(benchmark, simharness_stack, rounds)

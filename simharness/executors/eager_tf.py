@@ -120,7 +120,7 @@ class EmbeddedFunction:
         elementwise functions) and the result has a leading c dimension.
         """
         k = int(rows[0].shape[0])
-        key = ('fold', k, chunk)
+        key = ('fold', k, None) if chunk is None else ('fold', None, chunk)
         fn = self._batched.get(key)
         if fn is None:
             with self._lock:
@@ -137,15 +137,19 @@ class EmbeddedFunction:
             out = inner(*leaves)
             return list(out) if isinstance(out, (list, tuple)) else [out]
 
-        @tf.function(autograph=False)
+        leaves = self._param_leaves
+        zero_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in leaves[:nzero])
+        row_sig = tuple(tf.TensorSpec([None] + list(t.shape), tf_dtype(t.dtype))
+                        for t in leaves[nzero:])
+
+        @tf.function(autograph=False, input_signature=(zero_sig, row_sig))
         def fold(zero, rows):
             if chunk is None:
                 acc = list(zero)
                 for i in range(k):
                     acc = call(acc + [r[i] for r in rows])
                 return tuple(acc)
-            c = k // chunk
-            seg = [tf.reshape(r, tf.concat([[c, chunk], tf.shape(r)[1:]], 0)) for r in rows]
+            seg = [tf.reshape(r, tf.concat([[-1, chunk], tf.shape(r)[1:]], 0)) for r in rows]
             acc = tf.vectorized_map(lambda x: tuple(call(list(zero) + list(x))),
                                     tuple(s[:, 0] for s in seg), fallback_to_while_loop=False)
             for i in range(1, chunk):
