@@ -101,6 +101,7 @@ class ExecutionContext:
         finally:
             if loop is not None:
                 loop.call_soon_threadsafe(loop.stop)
+                assert thread is not None  # started together with the loop
                 thread.join(timeout=30)
                 loop.close()
 
@@ -190,7 +191,7 @@ def _from_nest(e: Any) -> Any:
 class _DefaultHolder:
     """Holds the process-wide default context (created on first use)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.context: Optional[ExecutionContext] = None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import math
 import threading
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from simharness.core import types as T
 from simharness.errors import CardinalityError, SimharnessValueError
@@ -24,6 +24,9 @@ from simharness.executors.federating import FederatingExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
 from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
+
+if TYPE_CHECKING:
+    from simharness.runtime.pool import WorkerPool
 
 #: Stacks kept per factory; older cardinalities are closed (TFF issue #1215).
 DEFAULT_MAX_CACHED_STACKS = 4
@@ -214,7 +217,7 @@ class ProcessExecutorFactory(CachingExecutorFactory):
 def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Optional[int] = 256,
                        cpu_affinity: bool = True, devices: object = None, workers_per_gpu: int = 1,
                        arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
-                       worker_options: Optional[dict] = None):
+                       worker_options: Optional[dict] = None) -> WorkerPool:
     """A `WorkerPool` of pinned workers (not started; see `WorkerPool.start`).
 
     Args are those of `process_executor_factory`.
@@ -237,7 +240,7 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
                              max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
                              arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
                              start: bool = False, worker_options: Optional[dict] = None,
-                             pool: object = None) -> ProcessExecutorFactory:
+                             pool: Optional[WorkerPool] = None) -> ProcessExecutorFactory:
     """Stacks whose client executors live in pinned worker processes.
 
     Args:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, List, Optional, cast
 
 import numpy as np
 
@@ -36,7 +36,7 @@ def stack_python_values(values: List[Any], t: T.Type) -> Optional[List[np.ndarra
             arr = np.asarray(col)
         except ValueError:
             return None
-        if arr.dtype.kind not in 'biuf' or arr.shape[1:] != tuple(lt.shape):
+        if arr.dtype.kind not in 'biuf' or arr.shape[1:] != tuple(cast(tuple, lt.shape)):
             return None
         if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(lt.dtype, np.integer)) or (
                 (arr.dtype == np.bool_) != (lt.dtype == np.bool_)):

@@ -206,6 +206,8 @@ class TFGraph:
 class CompiledComputation(ComputationBuildingBlock):
     """A TF computation, kept as a serialized graph (no Python code)."""
 
+    type_signature: T.FunctionType
+
     def __init__(self, graph: TFGraph, type_spec: T.FunctionType, name: str = ''):
         self.graph = graph
         self.type_signature = type_spec

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import functools
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, cast
 
 from simharness.core import building_blocks as bb
 from simharness.core import tracing
@@ -96,7 +96,7 @@ class ConcreteComputation(Computation):
 
     @property
     def type_signature(self) -> T.FunctionType:
-        return self._comp.type_signature
+        return cast(T.FunctionType, self._comp.type_signature)  # checked in __init__
 
     def to_building_block(self, param_hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
         return self._comp
@@ -189,8 +189,8 @@ def _param_type_and_unpack(fn: Callable, specs: tuple) -> tuple:
                                       f'{t} does not have {nparams} elements')
         return t, False
     import inspect
-    names = [p.name for p in inspect.signature(fn).parameters.values()
-             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names: List[Optional[str]] = [p.name for p in inspect.signature(fn).parameters.values()
+                                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if nparams is not None and nparams != len(specs):
         raise SimharnessTypeError(f'{fn.__name__} takes {nparams} parameters but {len(specs)} '
                                   'specs were given')
@@ -211,6 +211,7 @@ def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], Concr
         from simharness.core.tf_serialization import num_positional_params
         name = getattr(fn, '__name__', '')
         nparams = num_positional_params(fn)
+        comp: Computation
         if specs or nparams == 0:
             param, unpack = _param_type_and_unpack(fn, specs)
             comp = make_concrete(fn, param, unpack)

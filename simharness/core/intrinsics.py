@@ -7,7 +7,7 @@ building block to the traced body. The federating layer gives them meaning.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 
@@ -55,6 +55,16 @@ def _fn(fn: Any, param: Optional[T.Type], what: str) -> bb.ComputationBuildingBl
     return comp
 
 
+def _fn_type(comp: bb.ComputationBuildingBlock) -> T.FunctionType:
+    """The type of a block returned by `_fn` (which checked that it is a function type)."""
+    return cast(T.FunctionType, comp.type_signature)
+
+
+def _fed_type(comp: bb.ComputationBuildingBlock) -> T.FederatedType:
+    """The type of a block returned by `_federated` (which checked that it is federated)."""
+    return cast(T.FederatedType, comp.type_signature)
+
+
 def _federated(value: Any, what: str, placement: Optional[T.PlacementLiteral] = None) -> bb.ComputationBuildingBlock:
     comp = _bb(value)
     t = comp.type_signature
@@ -79,9 +89,9 @@ def _check_numeric(t: T.Type, what: str, floating: bool = False) -> None:
 def federated_map(fn: Any, arg: Any) -> tracing.Value:
     """Applies `fn` pointwise to a federated value (at clients or at the server)."""
     value = _federated(arg, 'federated_map')
-    vt = value.type_signature
+    vt = _fed_type(value)
     f = _fn(fn, vt.member, 'federated_map')
-    rt = f.type_signature.result
+    rt = _fn_type(f).result
     if vt.placement is T.SERVER:
         result = T.FederatedType(rt, T.SERVER)
         uri = 'federated_apply'
@@ -101,14 +111,14 @@ def federated_apply(fn: Any, arg: Any) -> tracing.Value:
 def federated_broadcast(value: Any) -> tracing.Value:
     """`T@SERVER -> T@CLIENTS` (all equal)."""
     v = _federated(value, 'federated_broadcast', T.SERVER)
-    member = v.type_signature.member
+    member = _fed_type(v).member
     return _call('federated_broadcast', v.type_signature, T.FederatedType(member, T.CLIENTS, True), v)
 
 
 def federated_sum(value: Any) -> tracing.Value:
     """`{T}@CLIENTS -> T@SERVER`, summed in the canonical client order."""
     v = _federated(value, 'federated_sum', T.CLIENTS)
-    member = v.type_signature.member
+    member = _fed_type(v).member
     _check_numeric(member, 'federated_sum')
     return _call('federated_sum', v.type_signature, T.FederatedType(member, T.SERVER), v)
 
@@ -116,13 +126,13 @@ def federated_sum(value: Any) -> tracing.Value:
 def federated_mean(value: Any, weight: Any = None) -> tracing.Value:
     """Mean (or weighted mean) of a client value, at the server."""
     v = _federated(value, 'federated_mean', T.CLIENTS)
-    member = v.type_signature.member
+    member = _fed_type(v).member
     _check_numeric(member, 'federated_mean', floating=True)
     result = T.FederatedType(member, T.SERVER)
     if weight is None:
         return _call('federated_mean', v.type_signature, result, v)
     w = _federated(weight, 'federated_mean weight', T.CLIENTS)
-    wt = w.type_signature.member
+    wt = _fed_type(w).member
     if not (isinstance(wt, T.TensorType) and wt.shape == () and T.is_numeric_dtype(wt.dtype)):
         raise SimharnessTypeError(f'federated_mean: the weight must be a numeric scalar at '
                                   f'clients, got {w.type_signature}', actual=w.type_signature)
@@ -139,7 +149,7 @@ def federated_aggregate(value: Any, zero: Any, accumulate: Any, merge: Any, repo
     `simharness.core.reduction`).
     """
     v = _federated(value, 'federated_aggregate', T.CLIENTS)
-    member = v.type_signature.member
+    member = _fed_type(v).member
     z = _bb(zero)
     zt = z.type_signature
     if isinstance(zt, T.FederatedType):
@@ -150,7 +160,7 @@ def federated_aggregate(value: Any, zero: Any, accumulate: Any, merge: Any, repo
     else:
         zt_member = zt
     acc = _fn(accumulate, T.StructType([zt_member, member]), 'federated_aggregate accumulate')
-    at = acc.type_signature.result
+    at = _fn_type(acc).result
     if not at.is_assignable_from(zt_member) and not zt_member.is_assignable_from(at):
         raise SimharnessTypeError(f'federated_aggregate: accumulate returns {at}, which does not '
                                   f'match the type of zero {zt_member}', expected=zt_member, actual=at)
@@ -158,7 +168,7 @@ def federated_aggregate(value: Any, zero: Any, accumulate: Any, merge: Any, repo
     rep = _fn(report, at, 'federated_aggregate report')
     args = bb.Struct([(None, v), (None, z), (None, acc), (None, mrg), (None, rep)])
     return _call('federated_aggregate', args.type_signature,
-                 T.FederatedType(rep.type_signature.result, T.SERVER), args)
+                 T.FederatedType(_fn_type(rep).result, T.SERVER), args)
 
 
 def federated_value(value: Any, placement: T.PlacementLiteral) -> tracing.Value:
@@ -207,7 +217,7 @@ def federated_eval(fn: Any, placement: T.PlacementLiteral) -> tracing.Value:
         raise SimharnessTypeError(f'federated_eval: placement must be CLIENTS or SERVER, got '
                                   f'{placement!r}')
     f = _fn(fn, None, 'federated_eval')
-    ft = f.type_signature
+    ft = _fn_type(f)
     if ft.parameter is not None:
         raise SimharnessTypeError(f'federated_eval: expected a function with no parameter, got {ft}')
     result = T.FederatedType(ft.result, placement, all_equal=placement is T.SERVER)
@@ -217,7 +227,7 @@ def federated_eval(fn: Any, placement: T.PlacementLiteral) -> tracing.Value:
 def federated_collect(value: Any) -> tracing.Value:
     """`{T}@CLIENTS -> T*@SERVER`, in client order."""
     v = _federated(value, 'federated_collect', T.CLIENTS)
-    member = v.type_signature.member
+    member = _fed_type(v).member
     return _call('federated_collect', v.type_signature,
                  T.FederatedType(T.SequenceType(member), T.SERVER), v)
 
@@ -225,7 +235,7 @@ def federated_collect(value: Any) -> tracing.Value:
 def federated_select(client_keys: Any, max_key: Any, server_val: Any, select_fn: Any) -> tracing.Value:
     """Each client gets the sequence of `select_fn(server_val, key)` for its keys."""
     k = _federated(client_keys, 'federated_select client_keys', T.CLIENTS)
-    kt = k.type_signature.member
+    kt = _fed_type(k).member
     if not (isinstance(kt, T.TensorType) and kt.dtype == np.int32 and kt.rank == 1):
         raise SimharnessTypeError(f'federated_select: client_keys must be int32 vectors at '
                                   f'clients, got {k.type_signature}')
@@ -233,16 +243,16 @@ def federated_select(client_keys: Any, max_key: Any, server_val: Any, select_fn:
     if not isinstance(mk.type_signature, T.FederatedType):
         mk = federated_value(tracing.Value(mk), T.SERVER).comp
     sv = _federated(server_val, 'federated_select server_val', T.SERVER)
-    f = _fn(select_fn, T.StructType([sv.type_signature.member, T.TensorType(np.int32)]),
+    f = _fn(select_fn, T.StructType([_fed_type(sv).member, T.TensorType(np.int32)]),
             'federated_select select_fn')
     args = bb.Struct([(None, k), (None, mk), (None, sv), (None, f)])
-    result = T.FederatedType(T.SequenceType(f.type_signature.result), T.CLIENTS, False)
+    result = T.FederatedType(T.SequenceType(_fn_type(f).result), T.CLIENTS, False)
     return _call('federated_select', args.type_signature, result, args)
 
 
 def _secure(uri: str, value: Any, spec: Any, key: str) -> tracing.Value:
     v = _federated(value, uri, T.CLIENTS)
-    member = v.type_signature.member
+    member = _fed_type(v).member
     for leaf in T.flatten_type(member):
         if not (isinstance(leaf, T.TensorType) and np.issubdtype(leaf.dtype, np.integer)):
             raise SimharnessTypeError(
@@ -298,7 +308,7 @@ def sequence_map(fn: Any, arg: Any) -> tracing.Value:
     f = _fn(fn, seq.element, 'sequence_map')
     args = bb.Struct([(None, f), (None, v)])
     return _call('sequence_map', args.type_signature,
-                 _lift(t, T.SequenceType(f.type_signature.result)), args)
+                 _lift(t, T.SequenceType(_fn_type(f).result)), args)
 
 
 def sequence_reduce(value: Any, zero: Any, op: Any) -> tracing.Value:
@@ -309,7 +319,7 @@ def sequence_reduce(value: Any, zero: Any, op: Any) -> tracing.Value:
     zt_member = zt.member if isinstance(zt, T.FederatedType) else zt
     f = _fn(op, T.StructType([zt_member, seq.element]), 'sequence_reduce')
     args = bb.Struct([(None, v), (None, z), (None, f)])
-    return _call('sequence_reduce', args.type_signature, _lift(t, f.type_signature.result), args)
+    return _call('sequence_reduce', args.type_signature, _lift(t, _fn_type(f).result), args)
 
 
 def sequence_sum(value: Any) -> tracing.Value:

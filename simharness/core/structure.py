@@ -9,7 +9,7 @@ attrs class, list, tuple).
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple, cast
 
 import attrs
 import numpy as np
@@ -177,12 +177,13 @@ def to_container(value: Any, type_spec: T.Type) -> Any:
         return value
     elems = [to_container(v, t) for v, t in zip(value, type_spec)]
     names = type_spec.names
-    container = type_spec.container
+    container: Any = type_spec.container  # a user class: its constructor is not typed
     if container is not None:
         if T._is_namedtuple_cls(container):
             return container(*elems)
         if attrs.has(container):
-            return container(**dict(zip(names, elems)))
+            # an attrs container's element names are its field names, all str
+            return container(**dict(zip(cast(Tuple[str, ...], names), elems)))
         if issubclass(container, collections.abc.Mapping):
             try:
                 return container(zip(names, elems))

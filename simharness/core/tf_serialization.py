@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import inspect
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple, cast
 
 import attrs
 import numpy as np
@@ -36,12 +36,13 @@ def element_spec_for(t: T.Type) -> Any:
     if isinstance(t, T.StructType):
         elems = [element_spec_for(e) for e in t]
         names = t.names
-        c = t.container
+        c: Any = t.container  # a user class: its constructor is not typed
         if c is not None:
             if T._is_namedtuple_cls(c):
                 return c(*elems)
             if attrs.has(c):
-                return c(**dict(zip(names, elems)))
+                # an attrs container's element names are its field names, all str
+                return c(**dict(zip(cast(Tuple[str, ...], names), elems)))
             if issubclass(c, collections.abc.Mapping):
                 return collections.OrderedDict(zip(names, elems)) if c is not dict else dict(zip(names, elems))
             if issubclass(c, list):
@@ -59,12 +60,13 @@ def _to_python_struct(value: Any, t: T.Type) -> Any:
     if not isinstance(t, T.StructType):
         return value
     elems = [_to_python_struct(v, e) for v, e in zip(value, t)]
-    c = t.container
+    c: Any = t.container  # a user class: its constructor is not typed
     if c is not None:
         if T._is_namedtuple_cls(c):
             return c(*elems)
         if attrs.has(c):
-            return c(**dict(zip(t.names, elems)))
+            # an attrs container's element names are its field names, all str
+            return c(**dict(zip(cast(Tuple[str, ...], t.names), elems)))
         if issubclass(c, collections.abc.Mapping):
             try:
                 return c(zip(t.names, elems))
@@ -150,7 +152,8 @@ def call_with_param(fn: Callable, param_type: Optional[T.Type], arg: Any, unpack
     if param_type is None:
         return fn()
     if unpack:
-        return fn(*[_to_python_struct(v, t) for v, t in zip(arg, param_type)])
+        # unpack is only set for a struct parameter (see computation._param_type_and_unpack)
+        return fn(*[_to_python_struct(v, t) for v, t in zip(arg, cast(T.StructType, param_type))])
     return fn(_to_python_struct(arg, param_type))
 
 

@@ -68,6 +68,7 @@ class Value:
     """A traced value inside a federated computation (TFF's `tff.Value`)."""
 
     __slots__ = ('_comp',)
+    _comp: bb.ComputationBuildingBlock  # declared so that __getattr__ does not type it
 
     def __init__(self, comp: bb.ComputationBuildingBlock):
         object.__setattr__(self, '_comp', comp)

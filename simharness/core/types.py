@@ -94,7 +94,7 @@ class Type:
         return f'{type(self).__name__}({self})'
 
 
-@attrs.frozen(repr=False, eq=True, hash=True)
+@attrs.frozen(repr=False, eq=True, hash=True, init=False)  # own __init__ below
 class TensorType(Type):
     """A tensor of `dtype` and `shape` (None entries are unknown dimensions)."""
 
@@ -271,7 +271,8 @@ class FunctionType(Type):
             return False
         if (self.parameter is None) != (source.parameter is None):
             return False
-        if self.parameter is not None and not source.parameter.is_assignable_from(self.parameter):
+        if (self.parameter is not None and source.parameter is not None
+                and not source.parameter.is_assignable_from(self.parameter)):
             return False
         return self.result.is_assignable_from(source.result)
 

@@ -87,7 +87,7 @@ class BatchExecutor(Executor):
     travel between processes.
     """
 
-    async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[ExecutorValue]:
+    async def create_values(self, values: Sequence[Any], type_spec: Any) -> Sequence[ExecutorValue]:
         """Embeds many values of one type."""
         return list(await asyncio.gather(*[self.create_value(v, type_spec) for v in values]))
 
@@ -97,16 +97,16 @@ class BatchExecutor(Executor):
 
     @abc.abstractmethod
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
-                         count: Optional[int] = None) -> List[ExecutorValue]:
+                         count: Optional[int] = None) -> Sequence[ExecutorValue]:
         """`fn(arg)` for every arg (or `count` calls of a no-parameter `fn`)."""
 
     @abc.abstractmethod
     async def create_structs(self, rows: Sequence[Sequence[ExecutorValue]],
-                             names: Sequence[Optional[str]]) -> List[ExecutorValue]:
+                             names: Sequence[Optional[str]]) -> Sequence[ExecutorValue]:
         """One struct per row (client), with element `names`."""
 
     @abc.abstractmethod
-    async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> List[ExecutorValue]:
+    async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> Sequence[ExecutorValue]:
         """Element `index` of every struct in `sources`."""
 
     @abc.abstractmethod
@@ -131,12 +131,12 @@ class BatchExecutor(Executor):
 
     @abc.abstractmethod
     async def create_sequence_op(self, op: str, values: Sequence[ExecutorValue],
-                                 params: Dict[str, Any]) -> List[ExecutorValue]:
+                                 params: Dict[str, Any]) -> Sequence[ExecutorValue]:
         """'sequence_map' (params fn), 'sequence_reduce' (zero, op) or 'sequence_sum'."""
 
     @abc.abstractmethod
     async def create_select(self, keys: Sequence[ExecutorValue], server_value: ExecutorValue,
-                            select_fn: ExecutorValue, element_type: T.Type) -> List[ExecutorValue]:
+                            select_fn: ExecutorValue, element_type: T.Type) -> Sequence[ExecutorValue]:
         """For each client's keys, a sequence of `select_fn(server_value, key)`."""
 
 

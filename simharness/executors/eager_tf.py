@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 import math
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 import tensorflow as tf
@@ -80,7 +80,8 @@ class EmbeddedFunction:
         self._param_leaves = ([] if self.type_signature.parameter is None
                               else T.flatten_type(self.type_signature.parameter))
         self._result_leaves = T.flatten_type(self.type_signature.result)
-        self._batched: Dict[Tuple[bool, ...], Any] = {}
+        # keys: a shared mask (tuple of bools), or ('fold', k, chunk)
+        self._batched: Dict[Tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
 
     def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
@@ -119,18 +120,17 @@ class EmbeddedFunction:
         the c chunks at once (vectorized, so only for exactly-rounded
         elementwise functions) and the result has a leading c dimension.
         """
-        k = int(rows[0].shape[0])
-        key = ('fold', k, None) if chunk is None else ('fold', None, chunk)
+        key = ('fold', chunk)
         fn = self._batched.get(key)
         if fn is None:
             with self._lock:
                 fn = self._batched.get(key)
                 if fn is None:
-                    fn = self._make_fold(k, chunk, len(zero))
+                    fn = self._make_fold(chunk, len(zero))
                     self._batched[key] = fn
         return list(fn(tuple(zero), tuple(rows)))
 
-    def _make_fold(self, k: int, chunk: Optional[int], nzero: int):
+    def _make_fold(self, chunk: Optional[int], nzero: int) -> Any:
         inner = self._fn
 
         def call(leaves):
@@ -142,20 +142,31 @@ class EmbeddedFunction:
         row_sig = tuple(tf.TensorSpec([None] + list(t.shape), tf_dtype(t.dtype))
                         for t in leaves[nzero:])
 
+        # Each fold step is one iteration of a tf.while_loop whose body is ONE
+        # call of the function: the graph optimizer sees the body alone (as in
+        # a standalone call) and cannot re-associate a chain of steps (it
+        # would turn ((a + b) + c) + d into an AddN of another order).
         @tf.function(autograph=False, input_signature=(zero_sig, row_sig))
         def fold(zero, rows):
             if chunk is None:
-                acc = list(zero)
-                for i in range(k):
-                    acc = call(acc + [r[i] for r in rows])
+                n = tf.shape(rows[0])[0]
+
+                def body(i, acc):
+                    return i + 1, tuple(call(list(acc) + [r[i] for r in rows]))
+                _, acc = tf.while_loop(lambda i, acc: i < n, body, (tf.constant(0), tuple(zero)),
+                                       parallel_iterations=1)
                 return tuple(acc)
             seg = [tf.reshape(r, tf.concat([[-1, chunk], tf.shape(r)[1:]], 0)) for r in rows]
             acc = tf.vectorized_map(lambda x: tuple(call(list(zero) + list(x))),
                                     tuple(s[:, 0] for s in seg), fallback_to_while_loop=False)
-            for i in range(1, chunk):
-                acc = tf.vectorized_map(lambda ax: tuple(call(list(ax[0]) + list(ax[1]))),
-                                        (tuple(acc), tuple(s[:, i] for s in seg)),
-                                        fallback_to_while_loop=False)
+
+            def vbody(i, acc):
+                step = tf.vectorized_map(lambda ax: tuple(call(list(ax[0]) + list(ax[1]))),
+                                         (tuple(acc), tuple(s[:, i] for s in seg)),
+                                         fallback_to_while_loop=False)
+                return i + 1, tuple(step)
+            _, acc = tf.while_loop(lambda i, acc: i < chunk, vbody, (tf.constant(1), tuple(acc)),
+                                   parallel_iterations=1)
             return tuple(acc)
         return fold
 
@@ -365,7 +376,7 @@ def _struct_to_spec_container(value: Any, spec: Any) -> Any:
     if isinstance(value, Struct):
         elems = [_struct_to_spec_container(v, s) for v, s in zip(value, _spec_children(spec))]
         if isinstance(spec, collections.abc.Mapping):
-            return type(spec)(zip(spec.keys(), elems))
+            return cast(Any, type(spec))(zip(spec.keys(), elems))  # a concrete Mapping class
         if T._is_namedtuple(spec):
             return type(spec)(*elems)
         return tuple(elems)
@@ -590,7 +601,7 @@ class EagerTFExecutor(BatchExecutor):
 
     async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> EagerValue:
         self._check_open()
-        return self.call(self._fn_of(comp), arg)
+        return self.call(self._fn_of(comp), cast(Optional[EagerValue], arg))  # a value of ours
 
     async def create_struct(self, elements: Any) -> EagerValue:
         self._check_open()
@@ -600,6 +611,7 @@ class EagerTFExecutor(BatchExecutor):
 
     async def create_selection(self, source: ExecutorValue, index: int) -> EagerValue:
         self._check_open()
+        source = cast(EagerValue, source)  # a value of this executor
         t = source.type_signature
         if not isinstance(t, T.StructType) or not isinstance(source.internal, Struct):
             raise SimharnessTypeError(f'cannot select from a value of type {t}', actual=t)
@@ -665,7 +677,7 @@ class EagerTFExecutor(BatchExecutor):
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
                          count: Optional[int] = None) -> List[EagerValue]:
         self._check_open()
-        return self.map_sync(self._fn_of(fn), args, count)
+        return self.map_sync(self._fn_of(fn), cast(Optional[Sequence[EagerValue]], args), count)
 
     def map_sync(self, f: EmbeddedFunction, args: Optional[Sequence[EagerValue]],
                  count: Optional[int] = None) -> List[EagerValue]:
@@ -733,7 +745,7 @@ class EagerTFExecutor(BatchExecutor):
             types = []
             ok = True
             for j in range(len(rows[0])):
-                col = [r[j] for r in rows]
+                col = cast(List[EagerValue], [r[j] for r in rows])  # values of this executor
                 types.append(col[0].type_signature)
                 if all(c is col[0] for c in col) and not isinstance(col[0].internal, (tf.data.Dataset, EmbeddedFunction)):
                     leaves.extend(('shared', x) for x in flatten(col[0].internal))
@@ -758,7 +770,7 @@ class EagerTFExecutor(BatchExecutor):
         return [await self.create_selection(s, index) for s in sources]
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
-        values = list(values)
+        values = cast(List[EagerValue], list(values))  # values of this executor
         out: List[Any] = []
         for begin, end, block, lo in runs(values):
             if block is None:
@@ -920,7 +932,7 @@ class EagerTFExecutor(BatchExecutor):
         reducer = self._combine_reducer(kind, total, params)
         if kind == 'aggregate':
             ft = self._fn_of(params['accumulate']).type_signature
-            at, vt = ft.result, ft.parameter[1]
+            at, vt = ft.result, cast(T.StructType, ft.parameter)[1]  # <accumulator, value>
             partials = [Partial(p.start, p.stop, [EagerValue(ingest(v, vt), vt) for v in p.head],
                                 {k: EagerValue(ingest(v, at), at) for k, v in p.nodes.items()},
                                 p.open_chunk,
@@ -949,11 +961,11 @@ class EagerTFExecutor(BatchExecutor):
         self._check_open()
         out = []
         with self._device_scope():
-            for v in values:
+            for v in cast(Sequence[EagerValue], values):  # values of this executor
                 out.append(self._sequence_op(op, v, params))
         return out
 
-    def _sequence_op(self, op: str, v: ExecutorValue, params: Dict[str, Any]) -> EagerValue:
+    def _sequence_op(self, op: str, v: EagerValue, params: Dict[str, Any]) -> EagerValue:
         t = v.type_signature
         if not isinstance(t, T.SequenceType) or not isinstance(v.internal, tf.data.Dataset):
             raise SimharnessTypeError(f'{op} needs a sequence, got {t}', actual=t)
@@ -983,8 +995,8 @@ class EagerTFExecutor(BatchExecutor):
             return EagerValue(_pack_result(list(res), at), at)
         if op == 'sequence_sum':
             leaves_t = T.flatten_type(et)
-            zero = tuple(tf.zeros(lt.shape, tf_dtype(lt.dtype)) for lt in leaves_t)
-            res = ds.reduce(zero, lambda acc, elem: tuple(
+            zeros = tuple(tf.zeros(lt.shape, tf_dtype(lt.dtype)) for lt in leaves_t)
+            res = ds.reduce(zeros, lambda acc, elem: tuple(
                 a + e for a, e in zip(acc, tf.nest.flatten(elem))))
             return EagerValue(pack_as(et, list(res)), et)
         raise SimharnessValueError(f'unknown sequence operation {op!r}')
@@ -993,10 +1005,11 @@ class EagerTFExecutor(BatchExecutor):
                             select_fn: ExecutorValue, element_type: T.Type) -> List[EagerValue]:
         self._check_open()
         fn = self._fn_of(select_fn)
+        server_value = cast(EagerValue, server_value)  # a value of this executor
         out = []
         spec = element_spec_for(element_type)
         with self._device_scope():
-            for k in keys:
+            for k in cast(Sequence[EagerValue], keys):  # values of this executor
                 elems = []
                 for key in tf.reshape(k.internal, [-1]):
                     arg = EagerValue(Struct([(None, server_value.internal), (None, key)]),

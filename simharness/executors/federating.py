@@ -13,7 +13,7 @@ children).
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
@@ -150,9 +150,11 @@ class FederatingExecutor(Executor):
             ft.parameter.check_assignable_from(arg.type_signature, 'argument')
         if comp.kind == 'intrinsic':
             uri, static = comp.payload
-            return await self.strategy.compute_intrinsic(uri, static, arg, ft.result)
+            # values passed to this executor are its own (FederatingValues)
+            return await self.strategy.compute_intrinsic(
+                uri, static, cast(Optional[FederatingValue], arg), ft.result)
         if comp.kind == 'unplaced':
-            target_arg = None if arg is None else await self.to_unplaced(arg)
+            target_arg = None if arg is None else await self.to_unplaced(cast(FederatingValue, arg))
             return self.unplaced(await self._unplaced.create_call(comp.payload, target_arg))
         raise SimharnessTypeError(f'cannot call a value of kind {comp.kind}')
 

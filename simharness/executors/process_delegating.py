@@ -18,7 +18,7 @@ import asyncio
 import itertools
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypeGuard, cast
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from simharness.core.reduction import Partial
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
 from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
 from simharness.runtime.protocol import DatasetBlob, Ref, RefRange, map_leaves
+
+if TYPE_CHECKING:
+    from simharness.data.sourced import SourcedClients
 
 
 
@@ -47,7 +50,7 @@ def _array_bytes(tree: Any) -> int:
     return total[0]
 
 
-def _is_sourced(values: Any) -> bool:
+def _is_sourced(values: Any) -> TypeGuard[SourcedClients]:
     from simharness.data.sourced import SourcedClients
     return isinstance(values, SourcedClients)
 
@@ -118,7 +121,7 @@ class ProcessDelegatingExecutor(BatchExecutor):
     def __init__(self, handle: Any):
         self._handle = handle
         self._ids = itertools.count(1)
-        self._garbage: List[int] = []
+        self._garbage: List[Tuple[int, int]] = []  # (first id, count) ranges to free
         self._garbage_lock = threading.Lock()
         self._embedded: Dict[tuple, ProcessValue] = {}
         self._sources: set = set()
@@ -257,7 +260,8 @@ class ProcessDelegatingExecutor(BatchExecutor):
 
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
                          count: Optional[int] = None) -> List[ProcessValue]:
-        n = count if args is None else len(args)
+        # without args, `count` says how many calls (the BatchExecutor contract)
+        n = cast(int, count) if args is None else len(args)
         return await self._values('create_map', fn, None if args is None else list(args), count, n=n)
 
     async def create_structs(self, rows: Sequence[Sequence[ExecutorValue]],

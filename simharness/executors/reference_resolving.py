@@ -11,7 +11,7 @@ federating layer), TF execution (the leaves).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
@@ -101,7 +101,9 @@ class ReferenceResolvingExecutor(Executor):
 
     async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ReferenceResolvingValue:
         self._check_open()
-        return await self._call(comp, arg)
+        # values passed to this executor are its own (ReferenceResolvingValues)
+        return await self._call(cast(ReferenceResolvingValue, comp),
+                                cast(Optional[ReferenceResolvingValue], arg))
 
     async def create_struct(self, elements: Any) -> ReferenceResolvingValue:
         self._check_open()
@@ -111,7 +113,7 @@ class ReferenceResolvingExecutor(Executor):
 
     async def create_selection(self, source: ExecutorValue, index: int) -> ReferenceResolvingValue:
         self._check_open()
-        return await self._select(source, index)
+        return await self._select(cast(ReferenceResolvingValue, source), index)
 
     def close(self) -> None:
         if not self._closed:
@@ -125,7 +127,8 @@ class ReferenceResolvingExecutor(Executor):
         if v._struct is not None:
             elems = [(n, await self._to_target(e)) for n, e in v._struct]
             return await self._target.create_struct(elems)
-        lam, scope = v._closure
+        # neither a target value nor a struct: a closure
+        lam, scope = cast(Tuple[bb.Lambda, _Scope], v._closure)
         free = bb.free_references(lam)
         if free:
             raise SimharnessTypeError(
@@ -146,7 +149,8 @@ class ReferenceResolvingExecutor(Executor):
                 scope = _Scope(lam.parameter_name, arg, scope)
             return await self._evaluate(lam.result, scope)
         target_arg = None if arg is None else await self._to_target(arg)
-        result = await self._target.create_call(fn._target_value, target_arg)
+        # a function value that is not a closure is a target value
+        result = await self._target.create_call(cast(ExecutorValue, fn._target_value), target_arg)
         return ReferenceResolvingValue(ft.result, target_value=result)
 
     async def _select(self, source: ReferenceResolvingValue, index: int) -> ReferenceResolvingValue:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -71,9 +71,10 @@ class FederatedResolvingStrategy(FederatingStrategy):
     async def _materialize(self, v: FederatingValue) -> Any:
         """A Python/tensor form of an unplaced or server value, for moving it."""
         if v.kind == 'federated':
-            if v.type_signature.placement is not T.SERVER and not v.type_signature.all_equal:
+            ft = cast(T.FederatedType, v.type_signature)  # the type of a federated value
+            if ft.placement is not T.SERVER and not ft.all_equal:
                 raise SimharnessTypeError(f'expected a server value, got {v.type_signature}')
-            if v.type_signature.placement is T.SERVER:
+            if ft.placement is T.SERVER:
                 return await v.payload.compute()
             for g, vals in enumerate(v.payload):
                 if vals:
@@ -101,7 +102,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
     async def _as_clients(self, v: FederatingValue) -> ClientsPayload:
         t = v.type_signature
-        if v.kind != 'federated' or t.placement is not T.CLIENTS:
+        if v.kind != 'federated' or cast(T.FederatedType, t).placement is not T.CLIENTS:
             raise SimharnessTypeError(f'expected a value placed at CLIENTS, got {t}', actual=t)
         return v.payload
 
@@ -130,7 +131,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return self._fed(await self._gather_groups(one), t)
 
     async def compute_federated_value(self, v: FederatingValue) -> Any:
-        t = v.type_signature
+        t = cast(T.FederatedType, v.type_signature)  # the type of a federated value
         if t.placement is T.SERVER:
             return await v.payload.compute()
         if t.all_equal:
@@ -144,8 +145,8 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return out
 
     async def select_federated(self, v: FederatingValue, index: int) -> FederatingValue:
-        t = v.type_signature
-        rt = T.FederatedType(t.member[index], t.placement, t.all_equal)
+        t = cast(T.FederatedType, v.type_signature)  # the type of a federated value
+        rt = T.FederatedType(cast(T.StructType, t.member)[index], t.placement, t.all_equal)
         if t.placement is T.SERVER:
             return self._fed((await self._server.create_selections([v.payload], index))[0], rt)
 
@@ -210,7 +211,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         f = await self._embed_fn(arg, self._server)
         return self._fed((await self._server.create_map(f, None, count=1))[0], rt)
 
-    async def _zip_rows(self, v: FederatingValue, g: int) -> List[Any]:
+    async def _zip_rows(self, v: FederatingValue, g: int) -> Sequence[Any]:
         """Per-client member values of group g for a (nested) struct of federated values."""
         if v.kind == 'federated':
             return v.payload[g]
@@ -370,7 +371,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
             ex = self.executor.unplaced_executor
             src = await self.executor.to_unplaced(seq)
             return self.executor.unplaced((await ex.create_sequence_op(op, [src], await params_for(ex)))[0])
-        t = seq.type_signature
+        t = cast(T.FederatedType, seq.type_signature)  # the type of a federated value
         if t.placement is T.SERVER:
             res = await self._server.create_sequence_op(op, [seq.payload], await params_for(self._server))
             return self._fed(res[0], rt)

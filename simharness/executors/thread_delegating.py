@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from simharness.core import types as T
 from simharness.core.reduction import Partial
 from simharness.errors import ExecutorClosedError
-from simharness.executors.base import BatchExecutor, Executor, ExecutorValue
+from simharness.executors.base import BatchExecutor, ExecutorValue
 
 
 class ThreadDelegatingValue(ExecutorValue):
@@ -59,7 +59,7 @@ class ThreadDelegatingExecutor(BatchExecutor):
       name: the thread's name.
     """
 
-    def __init__(self, target: Executor, name: str = 'simharness-executor'):
+    def __init__(self, target: BatchExecutor, name: str = 'simharness-executor'):
         self._target = target
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)

@@ -2,7 +2,8 @@
 
 ::
 
-    TOML file --load_config--> raw dict --config_from_dict--> ExperimentConfig (frozen tree)
+    TOML file --read_toml (the one parser)--> raw dict --config_from_dict--> ExperimentConfig
+              (load_config = read_toml + relative data.path + config_from_dict)
     ExperimentConfig --apply_overrides(['key=value', ...])--> ExperimentConfig
     ExperimentConfig --expand_sweep--> [(run_id, ExperimentConfig without [sweep]), ...]
     ExperimentConfig --to_dict / to_toml--> the resolved config (every default filled in)
@@ -642,6 +643,25 @@ def _resolve_data_path(raw: Dict[str, Any], base: Path) -> None:
             data['path'] = str((base / p).resolve())
 
 
+def read_toml(path: PathLike) -> Dict[str, Any]:
+    """Parses a TOML file into dicts (the one place TOML files are read).
+
+    Raises:
+        ConfigError: the file is missing, unreadable or not valid TOML.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding='utf-8')
+    except FileNotFoundError:
+        raise ConfigError(f'config file {p} does not exist', key='', value=str(p)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f'cannot read config file {p}: {e}', key='', value=str(p)) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f'{p}: invalid TOML: {e}', key='', value=str(p)) from None
+
+
 def load_config(path: PathLike) -> ExperimentConfig:
     """Reads and validates a TOML experiment file (the one place files are parsed).
 
@@ -659,16 +679,7 @@ def load_config(path: PathLike) -> ExperimentConfig:
             is invalid (see `config_from_dict`).
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding='utf-8')
-    except FileNotFoundError:
-        raise ConfigError(f'config file {p} does not exist', key='', value=str(p)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f'cannot read config file {p}: {e}', key='', value=str(p)) from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f'{p}: invalid TOML: {e}', key='', value=str(p)) from None
+    raw = read_toml(p)
     _resolve_data_path(raw, p.resolve().parent)
     try:
         return config_from_dict(raw, default_name=p.stem)

@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
 from simharness.experiments import atomic
 from simharness.experiments.config import (DEFAULT_RUN_ID, ExperimentConfig, expand_sweep,
-                                           tomllib)
+                                           read_toml)
 
 PathLike = Union[str, Path]
 
@@ -531,8 +531,8 @@ def is_finished(run_dir: PathLike, config: Optional[ExperimentConfig] = None) ->
     if config is None:
         return True
     try:
-        stored = tomllib.loads((run_dir / CONFIG_FILE).read_text(encoding='utf-8'))
-    except (OSError, ValueError):
+        stored = read_toml(run_dir / CONFIG_FILE)
+    except ConfigError:
         return False
     return stored == config.to_dict()
 

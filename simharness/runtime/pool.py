@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from multiprocessing.connection import wait as mp_wait
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple, cast
 
 from simharness.errors import (ExecutorClosedError, WorkerCrashedError, WorkerError,
                                WorkerStartError)
@@ -153,8 +153,8 @@ class WorkerHandle:
         self.generation = 0
         self.stats = WorkerStats()
         self._lock = threading.Lock()
-        self._proc = None
-        self._conn = None
+        self._proc: Any = None  # a multiprocess Process (untyped library)
+        self._conn: Any = None  # its multiprocess Connection (driver end)
         self._arena: Optional[ShmArena] = None
         self._attachment: Optional[ShmAttachment] = None
         self._worker_arenas: set = set()
@@ -270,7 +270,8 @@ class WorkerHandle:
             self._lock.release()
 
     # ------------------------------------------------------------ requests
-    def request(self, op: str, args: tuple, out_base: int = 0, free: Sequence[int] = ()) -> Response:
+    def request(self, op: str, args: tuple, out_base: int = 0,
+                free: Sequence[Tuple[int, int]] = ()) -> Response:
         """Sends one request and waits for its response (thread-safe)."""
         with self._lock:
             if self.pool.closed:
@@ -278,7 +279,8 @@ class WorkerHandle:
             if not self.alive:
                 self._reap()
                 self.start()
-            arena = self._arena
+            arena = cast(ShmArena, self._arena)  # set by start()
+            attachment = cast(ShmAttachment, self._attachment)  # set by start()
             packed, nbytes = write_tree(arena, args)
             req = Request(op, packed, out_base, tuple(free), arena.name)
             self.stats.requests += 1
@@ -301,8 +303,8 @@ class WorkerHandle:
             if resp.arena and resp.arena not in self._worker_arenas:
                 # The worker re-created its arena bigger (and unlinked the old one).
                 for old in self._worker_arenas:
-                    if old in self._attachment.names:
-                        self._attachment.release(old)
+                    if old in attachment.names:
+                        attachment.release(old)
                 self._worker_arenas = {resp.arena}
             if not resp.ok:
                 err = resp.error
@@ -314,12 +316,12 @@ class WorkerHandle:
                 raise WorkerError(f'worker {self.worker_id} failed', worker_id=self.worker_id,
                                   pid=self.pid, remote_traceback=resp.traceback)
             if resp.kind == 'data':
-                self._attachment.attach(resp.arena)
-                resp.result = read_tree(self._attachment, resp.result, copy=True)
+                attachment.attach(resp.arena)
+                resp.result = read_tree(attachment, resp.result, copy=True)
                 self.stats.bytes_from_worker += resp.nbytes
             return resp
 
-    def _crashed(self):
+    def _crashed(self) -> NoReturn:
         proc = self._proc
         proc.join(2)
         exitcode = proc.exitcode

@@ -69,13 +69,3 @@ def math_only(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def temp_files(root: Path) -> List[Path]:
     return [p for p in Path(root).rglob('*') if atomic.is_temp_file(p)]
 
-
-#: Known bug outside this layer (reported): EagerTF's vectorized chunk fold for
-#: federated_aggregate (`fold_rows` with a chunk) runs 16 chained adds in one
-#: tf.function, which Grappler's arithmetic optimizer rewrites into AddN with a
-#: different summation order, so the aggregated training loss can differ in the
-#: last bits when a worker holds a whole chunk of 16 clients. Weights and
-#: evaluation (federated_mean, numpy adds) are not affected.
-AGGREGATE_FOLD_BUG = pytest.mark.xfail(
-    strict=False, reason='vectorized federated_aggregate fold is reordered by Grappler '
-                         '(simharness/executors/eager_tf.py EmbeddedFunction._make_fold)')

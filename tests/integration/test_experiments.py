@@ -21,7 +21,7 @@ from simharness.experiments.report import write_report
 from simharness.experiments.runner import is_finished, run_experiment, run_sweep
 from simharness.learning.fedavg import FedAvg
 
-from experiment_helpers import (AGGREGATE_FOLD_BUG, REPRO, TINY, make_config, math_only,
+from experiment_helpers import (REPRO, TINY, make_config, math_only,
                                 read_json, read_metrics, temp_files)
 
 RUN_FILES = {'config.toml', 'environment.json', 'metrics.jsonl', 'summary.json'}
@@ -443,7 +443,6 @@ def test_process_stack_gives_the_same_weights_and_evaluation(thread_repro, proce
     assert [{k: r[k] for k in fields} for r in b] == [{k: r[k] for k in fields} for r in a]
 
 
-@AGGREGATE_FOLD_BUG
 def test_process_stack_gives_bit_identical_metrics(thread_repro, process_repro):
     assert math_only(read_metrics(process_repro[0].run_dir)) == \
         math_only(read_metrics(thread_repro.run_dir))

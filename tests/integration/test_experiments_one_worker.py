@@ -10,7 +10,7 @@ import pytest
 
 from simharness.experiments.runner import run_experiment
 
-from experiment_helpers import AGGREGATE_FOLD_BUG, REPRO, make_config, math_only, read_metrics
+from experiment_helpers import REPRO, make_config, math_only, read_metrics
 
 
 @pytest.fixture(scope='module')
@@ -37,7 +37,6 @@ def test_one_worker_gives_the_same_weights_and_evaluation(runs):
     assert [{k: r[k] for k in fields} for r in b] == [{k: r[k] for k in fields} for r in a]
 
 
-@AGGREGATE_FOLD_BUG
 def test_one_worker_gives_bit_identical_metrics(runs):
     thread, process = runs
     assert math_only(read_metrics(process.run_dir)) == math_only(read_metrics(thread.run_dir))
