@@ -740,34 +740,59 @@ class EagerTFExecutor(BatchExecutor):
                              names: Sequence[Optional[str]]) -> List[EagerValue]:
         self._check_open()
         rows = [list(r) for r in rows]
-        if len(rows) >= 2 and rows[0]:
-            leaves: List[Tuple[str, Any]] = []
-            types = []
-            ok = True
-            for j in range(len(rows[0])):
-                col = cast(List[EagerValue], [r[j] for r in rows])  # values of this executor
-                types.append(col[0].type_signature)
-                if all(c is col[0] for c in col) and not isinstance(col[0].internal, (tf.data.Dataset, EmbeddedFunction)):
-                    leaves.extend(('shared', x) for x in flatten(col[0].internal))
-                    continue
-                b = whole_block(col)
-                if b is None:
-                    ok = False
-                    break
-                leaves.extend(b.leaves)
-            if ok:
-                t = T.StructType(list(zip(names, types)))
-                return Block(t, len(rows), leaves).values()
+        out = self._zip_blocks(rows, names) if len(rows) >= 2 and rows[0] else None
+        if out is not None:
+            return out
         return [await self.create_struct(list(zip(names, row))) for row in rows]
+
+    def _zip_blocks(self, rows: List[List[Any]], names: Sequence[Optional[str]]) -> Optional[List[EagerValue]]:
+        """Zips columns of block values run by run (None when they are not block-aligned)."""
+        cols = [cast(List[EagerValue], [r[j] for r in rows]) for j in range(len(rows[0]))]
+        types = [c[0].type_signature for c in cols]
+        t = T.StructType(list(zip(names, types)))
+        shared: Dict[int, List[Tuple[str, Any]]] = {}
+        col_runs: Dict[int, List[Tuple[int, int, Optional[Block], int]]] = {}
+        bounds = None
+        for j, col in enumerate(cols):
+            if all(c is col[0] for c in col) and not isinstance(
+                    col[0].internal, (tf.data.Dataset, EmbeddedFunction)):
+                shared[j] = [('shared', x) for x in flatten(col[0].internal)]
+                continue
+            rs = runs(col)
+            if any(block is None for _, _, block, _ in rs):
+                return None
+            b = [(begin, end) for begin, end, _, _ in rs]
+            if bounds is not None and b != bounds:
+                return None
+            bounds = b
+            col_runs[j] = rs
+        if bounds is None:
+            return None  # every column shared: nothing per client to stack
+        out: List[EagerValue] = []
+        for k, (begin, end) in enumerate(bounds):
+            leaves: List[Tuple[str, Any]] = []
+            for j in range(len(cols)):
+                if j in shared:
+                    leaves.extend(shared[j])
+                else:
+                    _, _, block, lo = col_runs[j][k]
+                    leaves.extend(block.sub_leaves(lo, lo + end - begin))
+            out.extend(Block(t, end - begin, leaves).values())
+        return out
 
     async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> List[EagerValue]:
         self._check_open()
-        b = whole_block(list(sources))
-        if b is not None and isinstance(b.type, T.StructType):
-            counts = [len(T.flatten_type(e)) for e in b.type]
-            lo = sum(counts[:index])
-            return Block(b.type[index], b.n, b.leaves[lo:lo + counts[index]]).values()
-        return [await self.create_selection(s, index) for s in sources]
+        sources = list(sources)
+        out: List[EagerValue] = []
+        for begin, end, block, lo in runs(sources):
+            if block is not None and isinstance(block.type, T.StructType):
+                counts = [len(T.flatten_type(e)) for e in block.type]
+                first = sum(counts[:index])
+                leaves = block.sub_leaves(lo, lo + end - begin)[first:first + counts[index]]
+                out.extend(Block(block.type[index], end - begin, leaves).values())
+            else:
+                out.extend([await self.create_selection(s, index) for s in sources[begin:end]])
+        return out
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
         values = cast(List[EagerValue], list(values))  # values of this executor

@@ -2,14 +2,13 @@
 
 One FedAvg round of the reference MLP over 10,000 clients: client k holds
 the data of reference client k mod 1000 (distinct padded arrays, 120 MB in
-all). To keep the round short, each client takes one local step over its 50
-examples (batch size 50) instead of the reference's five: the data, the
-model and the deltas, hence the memory, are those of the reference round. Each stack gets a fresh pool (process stacks) so that the workers'
+all). Each stack gets a fresh pool (process stacks) so that the workers'
 RSS is this simulation's alone. A thread samples the RSS (psutil) of the
 driver and of every worker every 20 ms; extra_info holds the before and
 peak values in MB (``peak_total_rss_mb`` = the largest driver + workers sum
 at one instant) and ``client_data_mb``. RSS counts the pages workers share
-with the forkserver (TF's code) in each worker.
+with the forkserver (TF's code) in each worker. Mind the machine's memory:
+this round peaked at about 11-12 GB on every stack when first measured.
 
 The round is timed once and its result checked (500,000 examples, finite
 new weights); a round this size is too long to run twice. With
@@ -34,7 +33,7 @@ def reference():
     from simharness.learning.models import reference_mlp_spec
     cd, w0 = reference_fedavg_workload()
     arrays = [cd.client_arrays(cid) for cid in cd.client_ids]
-    fedavg = FedAvg(reference_mlp_spec(), FedAvgConfig(batch_size=50), 50)
+    fedavg = FedAvg(reference_mlp_spec(), FedAvgConfig(), 50)
     return fedavg, arrays, fedavg.initialize(w0)
 
 

@@ -1,0 +1,83 @@
+"""Prints the results tables of docs/benchmarks.md from a saved pytest-benchmark JSON.
+
+    python tests/benchmarks/report.py tests/benchmarks/baselines/<platform>/NNNN_<machine>.json
+
+Medians, and the ratios the benchmarks put in extra_info. Missing cases print as '—'.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Dict, Optional
+
+STACKS = ('thread', 'process-1', 'process-2')
+
+
+def _load(path: str) -> Dict[str, Dict[str, Any]]:
+    with open(path) as f:
+        data = json.load(f)
+    return {b['name']: b for b in data['benchmarks']}
+
+
+def _fmt(value: Optional[float], spec: str) -> str:
+    return '—' if value is None else format(value, spec)
+
+
+def tables(b: Dict[str, Dict[str, Any]]) -> str:
+    def median(name: str) -> Optional[float]:
+        return b[name]['stats']['median'] if name in b else None
+
+    def extra(name: str, key: str) -> Optional[float]:
+        return b[name]['extra_info'].get(key) if name in b else None
+
+    out = ['| case | size | baseline | thread | process-1 | process-2 |', '|---|---|---|---|---|---|']
+    for n in (10, 100, 1000, 10_000):
+        cells = [f'{_fmt(extra(f"test_map_sum[{n}-{s}]", "ms_per_client"), ".3f")} '
+                 f'({_fmt(extra(f"test_map_sum[{n}-{s}]", "ratio_to_single_process_tf"), ".3f")})'
+                 for s in STACKS]
+        out.append(f'| map_sum: ms per client (ratio to plain TF) | {n:,} clients | '
+                   f'{_fmt(extra(f"test_map_sum_plain_tf[{n}]", "ms_per_client"), ".3f")} | '
+                   + ' | '.join(cells) + ' |')
+    for mb in (1, 16, 128):
+        memcpy = median(f'test_memcpy[{mb}]')
+        cells = []
+        for s in STACKS:
+            name = f'test_broadcast_aggregate[{mb}-{s}]'
+            t = median(name)
+            cells.append(f'{_fmt(t and t * 1e3, ".1f")} '
+                         f'({_fmt(extra(name, "fraction_of_memcpy_bandwidth"), ".3f")})')
+        out.append(f'| broadcast + aggregate: ms (fraction of memcpy bandwidth) | {mb} MB | '
+                   f'{_fmt(memcpy and memcpy * 1e3, ".2f")} | ' + ' | '.join(cells) + ' |')
+    one, two = median('test_fedavg_round_plain_tf_1proc'), median('test_fedavg_round_plain_tf_2proc')
+    cells = [f'{_fmt(median(f"test_fedavg_round[{s}]"), ".3f")} '
+             f'({_fmt(extra(f"test_fedavg_round[{s}]", "ratio_to_single_process_tf"), ".2f")} / '
+             f'{_fmt(extra(f"test_fedavg_round[{s}]", "ratio_to_two_process_tf"), ".2f")})'
+             for s in STACKS]
+    out.append('| FedAvg round: s (ratio to plain TF 1 proc / 2 procs) | 100 clients | '
+               f'{_fmt(one, ".3f")} / {_fmt(two, ".3f")} | ' + ' | '.join(cells) + ' |')
+    cells = [f'{_fmt(extra(f"test_peak_memory[{s}]", "peak_total_rss_mb"), ",.0f")} '
+             f'({_fmt(median(f"test_peak_memory[{s}]"), ".0f")} s)' for s in STACKS]
+    data_mb = next((extra(f'test_peak_memory[{s}]', 'client_data_mb') for s in STACKS
+                    if f'test_peak_memory[{s}]' in b), None)
+    out.append('| peak RSS, driver + workers: MB (round time) | 10,000 clients | '
+               f'{_fmt(data_mb, ",.0f")} MB of data | ' + ' | '.join(cells) + ' |')
+    out += ['', '| worker pool start-up | 1 worker | 2 workers | 8 workers | first pool, with forkserver |',
+            '|---|---|---|---|---|']
+    first = next((extra(f'test_pool_startup[{n}]', 'first_pool_start_seconds_with_forkserver')
+                  for n in (1, 2, 8) if f'test_pool_startup[{n}]' in b), None)
+    out.append('| s | ' + ' | '.join(_fmt(median(f'test_pool_startup[{n}]'), '.2f')
+                                     for n in (1, 2, 8)) + f' | {_fmt(first, ".2f")} |')
+    return '\n'.join(out)
+
+
+def main(argv: list) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(tables(_load(argv[1])))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
