@@ -745,7 +745,8 @@ class EagerTFExecutor(BatchExecutor):
             return out
         return [await self.create_struct(list(zip(names, row))) for row in rows]
 
-    def _zip_blocks(self, rows: List[List[Any]], names: Sequence[Optional[str]]) -> Optional[List[EagerValue]]:
+    def _zip_blocks(self, rows: Sequence[Sequence[Any]],
+                    names: Sequence[Optional[str]]) -> Optional[List[EagerValue]]:
         """Zips columns of block values run by run (None when they are not block-aligned)."""
         cols = [cast(List[EagerValue], [r[j] for r in rows]) for j in range(len(rows[0]))]
         types = [c[0].type_signature for c in cols]
@@ -776,7 +777,8 @@ class EagerTFExecutor(BatchExecutor):
                     leaves.extend(shared[j])
                 else:
                     _, _, block, lo = col_runs[j][k]
-                    leaves.extend(block.sub_leaves(lo, lo + end - begin))
+                    # columns with a run outside a block were rejected above
+                    leaves.extend(cast(Block, block).sub_leaves(lo, lo + end - begin))
             out.extend(Block(t, end - begin, leaves).values())
         return out
 

@@ -261,7 +261,9 @@ class ProcessDelegatingExecutor(BatchExecutor):
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
                          count: Optional[int] = None) -> List[ProcessValue]:
         # without args, `count` says how many calls (the BatchExecutor contract)
-        n = cast(int, count) if args is None else len(args)
+        n = (count or 0) if args is None else len(args)
+        if n == 0:
+            return []
         return await self._values('create_map', fn, None if args is None else list(args), count, n=n)
 
     async def create_structs(self, rows: Sequence[Sequence[ExecutorValue]],
