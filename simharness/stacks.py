@@ -17,6 +17,7 @@ import threading
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from simharness.core import types as T
+from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
 from simharness.errors import CardinalityError, SimharnessValueError
 from simharness.executors.base import Executor, ExecutorFactory
 from simharness.executors.eager_tf import EagerTFExecutor, FunctionCache
@@ -160,6 +161,24 @@ def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread
 
 # ---------------------------------------------------------------- process stacks
 
+def split_for_workers(n: int, parts: int, chunk: int = AGGREGATION_CHUNK) -> List[int]:
+    """Block sizes for `parts` workers: even, with boundaries on multiples of `chunk`.
+
+    A block that starts inside a reduction chunk must send that chunk's first
+    clients raw to the driver (see `simharness.core.reduction`); aligned
+    boundaries avoid it. Alignment is used only when each worker has at least
+    two chunks, so that the imbalance it costs stays small.
+    """
+    if parts < 1 or n < 2 * chunk * parts:
+        return split_even(n, parts)
+    bounds = [0]
+    for k in range(1, parts):
+        b = int(round(k * n / parts / chunk)) * chunk
+        bounds.append(min(max(b, bounds[-1]), n))
+    bounds.append(n)
+    return [bounds[i + 1] - bounds[i] for i in range(parts)]
+
+
 def split_even(n: int, parts: int) -> List[int]:
     """Sizes of `parts` contiguous blocks covering n as evenly as possible."""
     base, extra = divmod(n, parts)
@@ -195,7 +214,7 @@ class ProcessExecutorFactory(CachingExecutorFactory):
         unplaced = _thread_eager('simharness-unplaced', None, cache)
         w = min(self.pool.num_workers, n) if n else 0
         groups = [(ProcessDelegatingExecutor(self.pool.handles[k]), size)
-                  for k, size in enumerate(split_even(n, w) if w else [])]
+                  for k, size in enumerate(split_for_workers(n, w) if w else [])]
         federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
         return ReferenceResolvingExecutor(federating)
 

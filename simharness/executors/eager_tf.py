@@ -648,31 +648,11 @@ class EagerTFExecutor(BatchExecutor):
 
     def _stack_python(self, values: List[Any], t: T.Type) -> Optional[Block]:
         """Stacks Python/numpy client values leaf by leaf (None: use the slow path)."""
-        if isinstance(t, T.StructType):
-            try:
-                per = [flatten(from_container(v, t)) for v in values]
-            except SimharnessTypeError:
-                return None
-        else:
-            per = [[v] for v in values]
-        leaves = []
-        for j, lt in enumerate(T.flatten_type(t)):
-            col = [p[j] for p in per]
-            if any(isinstance(c, (tf.Tensor, Struct, tf.data.Dataset)) for c in col):
-                return None
-            try:
-                arr = np.asarray(col)
-            except ValueError:
-                return None
-            if (arr.dtype == object or arr.dtype.kind in 'USV' or arr.shape[1:] != tuple(lt.shape)
-                    or not _ints_fit(arr, lt.dtype)):
-                return None  # the per-value path gives the precise error
-            if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(lt.dtype, np.integer)) or (
-                    (arr.dtype == np.bool_) != (lt.dtype == np.bool_)):
-                return None
-            with self._device_scope():
-                leaves.append(('stacked', tf.convert_to_tensor(arr.astype(lt.dtype, copy=False))))
-        return Block(t, len(values), leaves)
+        arrays = stack_python_values(values, t)
+        if arrays is None:
+            return None  # the per-value path gives the precise error
+        with self._device_scope():
+            return Block(t, len(values), [('stacked', tf.convert_to_tensor(a)) for a in arrays])
 
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
                          count: Optional[int] = None) -> List[EagerValue]:
