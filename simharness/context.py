@@ -168,10 +168,20 @@ def to_python(value: Any, t: T.Type) -> Any:
             return [_from_nest(e) for e in value.as_numpy_iterator()]
         return [to_python(v, t.element) for v in value]
     if hasattr(value, 'numpy'):
-        value = value.numpy()
+        value = _tensor_to_numpy(value)
     if isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]
     return value
+
+
+def _tensor_to_numpy(t: Any) -> Any:
+    """An owned numpy copy of a tensor (dlpack + memcpy: faster than `.numpy()` when big)."""
+    if hasattr(t, '__dlpack__') and 'CPU' in str(getattr(t, 'device', '')).upper():
+        try:
+            return np.array(np.from_dlpack(t))
+        except (TypeError, RuntimeError, BufferError):
+            pass
+    return t.numpy()
 
 
 def _from_nest(e: Any) -> Any:

@@ -196,6 +196,40 @@ class EmbeddedFunction:
         return batched
 
 
+#: Arrays at least this big move between numpy and TF through dlpack.
+DLPACK_MIN_BYTES = 1 << 18
+
+
+def fast_tensor(arr: np.ndarray) -> tf.Tensor:
+    """A tensor holding a private copy of `arr`.
+
+    Large numeric arrays are copied once into a 64-byte-aligned buffer that
+    the tensor then adopts through dlpack (TF's own conversion is several
+    times slower than a memcpy); small ones use `tf.convert_to_tensor`.
+    """
+    if arr.nbytes < DLPACK_MIN_BYTES or arr.dtype.kind not in 'fiu':
+        return tf.convert_to_tensor(arr)
+    buf = np.empty(arr.nbytes + 64, np.uint8)
+    off = (-buf.ctypes.data) % 64  # a misaligned dlpack view would abort the process
+    out = buf[off:off + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    np.copyto(out, arr)
+    return tf.experimental.dlpack.from_dlpack(out.__dlpack__())
+
+
+def fast_numpy(t: Any) -> np.ndarray:
+    """A read-only numpy view of a CPU tensor (no copy for large ones)."""
+    if isinstance(t, np.ndarray):
+        return t
+    if not hasattr(t, 'numpy'):
+        return np.asarray(t)
+    if t.dtype.size * t.shape.num_elements() >= DLPACK_MIN_BYTES and t.dtype.is_numpy_compatible \
+            and t.dtype.as_numpy_dtype().dtype.kind in 'fiu' and 'CPU' in t.device.upper():
+        view = np.from_dlpack(t)
+        view.flags.writeable = False
+        return view
+    return t.numpy()
+
+
 class Block:
     """The values of n clients stored leaf by leaf: stacked [n, ...] or shared.
 
@@ -221,7 +255,7 @@ class Block:
 
     def numpy_leaves(self) -> List[Any]:
         if self._numpy is None:
-            self._numpy = [(kind, x.numpy()) for kind, x in self.leaves]
+            self._numpy = [(kind, fast_numpy(x)) for kind, x in self.leaves]
         return self._numpy
 
     def sub_leaves(self, lo: int, hi: int) -> List[Tuple[str, Any]]:
@@ -349,7 +383,7 @@ def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
                 f'value {value!r:.80} is out of the range [{info.min}, {info.max}] of {t}')
         arr = src.astype(t.dtype, copy=False)
     _check_shape(arr.shape, t, value)
-    return tf.convert_to_tensor(arr)
+    return fast_tensor(arr)
 
 
 def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
@@ -422,7 +456,7 @@ def _np(x: Any) -> Any:
     def leaf(v):
         if isinstance(v, tf.data.Dataset):  # datasets are materialized by the context
             return v
-        return v.numpy() if hasattr(v, 'numpy') else np.asarray(v)
+        return fast_numpy(v)
     return map_structure(leaf, x)
 
 
@@ -475,7 +509,7 @@ def fold_rows_into(builder: Any, t: T.Type, leaves: List[Any], start: int,
 
 
 def _as_tensors(xs: Sequence[Any]) -> List[Any]:
-    return [x if isinstance(x, tf.Tensor) else tf.convert_to_tensor(x) for x in xs]
+    return [x if isinstance(x, tf.Tensor) else fast_tensor(np.asarray(x)) for x in xs]
 
 
 def _rows_to_values(partial: Partial, head_type: T.Type, acc_type: T.Type) -> Partial:
@@ -642,7 +676,7 @@ class EagerTFExecutor(BatchExecutor):
             raise SimharnessTypeError(f'{len(leaves)} stacked leaves do not match {t}')
         n = leaves[0].shape[0]
         with self._device_scope():
-            block = Block(t, n, [('stacked', tf.convert_to_tensor(np.asarray(x, dtype=lt.dtype)))
+            block = Block(t, n, [('stacked', fast_tensor(np.asarray(x, dtype=lt.dtype)))
                                  for x, lt in zip(leaves, types)])
         return block.values()
 
@@ -652,7 +686,7 @@ class EagerTFExecutor(BatchExecutor):
         if arrays is None:
             return None  # the per-value path gives the precise error
         with self._device_scope():
-            return Block(t, len(values), [('stacked', tf.convert_to_tensor(a)) for a in arrays])
+            return Block(t, len(values), [('stacked', fast_tensor(a)) for a in arrays])
 
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
                          count: Optional[int] = None) -> List[EagerValue]:
@@ -884,11 +918,11 @@ class EagerTFExecutor(BatchExecutor):
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             mods = [np.uint64(m) for m in flatten(params['moduli'])]
             fold = lambda acc, x: [(a + b) % m for a, b, m in zip(acc, x, mods)]
-            return (lambda x: [np.array(v) for v in x], fold, fold)
+            return (lambda x: list(x), fold, fold)
         if kind not in ('sum', 'mean', 'weighted_mean'):
             raise SimharnessValueError(f'unknown reduction kind {kind!r}')
         fold = lambda acc, x: [np.add(a, b) for a, b in zip(acc, x)]
-        return (lambda x: [np.array(v) for v in x], fold, fold)
+        return (lambda x: list(x), fold, fold)
 
     async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
                                        total: int, params: Dict[str, Any]) -> Partial:

@@ -50,6 +50,16 @@ def _array_bytes(tree: Any) -> int:
     return total[0]
 
 
+def _host_array(x: Any) -> np.ndarray:
+    """A numpy view of a driver-side tensor, to be written into shared memory."""
+    if hasattr(x, '__dlpack__') and 'CPU' in str(getattr(x, 'device', '')).upper():
+        try:
+            return np.from_dlpack(x)
+        except (TypeError, RuntimeError, BufferError):
+            pass
+    return x.numpy()
+
+
 def _is_sourced(values: Any) -> TypeGuard[SourcedClients]:
     from simharness.data.sourced import SourcedClients
     return isinstance(values, SourcedClients)
@@ -168,7 +178,7 @@ class ProcessDelegatingExecutor(BatchExecutor):
             if isinstance(x, ExecutorValue):
                 raise SimharnessTypeError(f'{x!r} is not a value of a worker process')
             if hasattr(x, 'numpy') and not hasattr(x, 'element_spec'):
-                return x.numpy()
+                return _host_array(x)
             if hasattr(x, 'element_spec') and hasattr(x, '_as_serialized_graph'):
                 from simharness.runtime.worker import dataset_to_blob
                 return dataset_to_blob(x)

@@ -122,7 +122,10 @@ class WorkerState:
                 except KeyError as e:
                     raise KeyError(f'value id {e.args[0]} is not held by this worker') from None
             if isinstance(x, SlotRef):
-                return np.array(attachment.read(x))
+                # A read-only view into the driver's arena, valid for this request
+                # only: the executor copies what it keeps (into tensors) and
+                # computes new arrays from the rest before the request ends.
+                return attachment.read(x)
             if isinstance(x, DatasetBlob):
                 return dataset_from_blob(x)
             return x
@@ -164,7 +167,8 @@ class WorkerState:
 def _to_numpy(tree: Any) -> Any:
     def leaf(x):
         if hasattr(x, 'numpy') and not isinstance(x, np.ndarray):
-            return x.numpy()
+            from simharness.executors.eager_tf import fast_numpy
+            return fast_numpy(x)
         if hasattr(x, 'element_spec') and hasattr(x, '_as_serialized_graph'):
             return dataset_to_blob(x)
         return x
