@@ -15,16 +15,9 @@ import numpy as np
 
 from simharness.data.client_data import ArrayClientData
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.validation import check_int as _check_int
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise SimharnessTypeError(
-            f'{name} must be an int, got {value!r} ({type(value).__name__})',
-            expected=int, actual=type(value))
-    if value < minimum:
-        raise SimharnessValueError(f'{name} must be >= {minimum}, got {value}')
-    return int(value)
 
 
 def _check_std(name: str, value: Any) -> float:

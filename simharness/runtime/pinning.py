@@ -25,6 +25,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError, WorkerStartError
+from simharness.validation import check_int as _check_int
 
 
 def usable_cpus() -> List[int]:
@@ -39,14 +40,6 @@ def usable_cpus() -> List[int]:
     return list(range(os.cpu_count() or 1))
 
 
-def _check_int(what: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise SimharnessTypeError(
-            f'{what} must be an int, got {value!r} of type {type(value).__name__}',
-            expected=int, actual=type(value))
-    if value < minimum:
-        raise SimharnessValueError(f'{what} must be >= {minimum}, got {value}')
-    return int(value)
 
 
 def _check_ids(what: str, ids: Any) -> Tuple[int, ...]:
