@@ -148,9 +148,8 @@ class WorkerPools:
     def __enter__(self) -> 'WorkerPools':
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
-        return False
 
 
 def make_factory(spec: StackSpec, pools: Optional[WorkerPools] = None,
