@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterator, Optional
 import numpy as np
 
 from simharness.core import types as T
-from simharness.core.structure import Struct, from_container, to_container
+from simharness.core.structure import Struct, from_container, tensor_to_numpy, to_container
 from simharness.errors import (CardinalityError, ExecutorClosedError, RetryableError,
                                SimharnessTypeError, SimharnessValueError)
 from simharness.executors.base import ExecutorFactory
@@ -168,20 +168,10 @@ def to_python(value: Any, t: T.Type) -> Any:
             return [_from_nest(e) for e in value.as_numpy_iterator()]
         return [to_python(v, t.element) for v in value]
     if hasattr(value, 'numpy'):
-        value = _tensor_to_numpy(value)
+        value = tensor_to_numpy(value, copy=True)  # the caller owns the result
     if isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]
     return value
-
-
-def _tensor_to_numpy(t: Any) -> Any:
-    """An owned numpy copy of a tensor (dlpack + memcpy: faster than `.numpy()` when big)."""
-    if hasattr(t, '__dlpack__') and 'CPU' in str(getattr(t, 'device', '')).upper():
-        try:
-            return np.array(np.from_dlpack(t))
-        except (TypeError, RuntimeError, BufferError):
-            pass
-    return t.numpy()
 
 
 def _from_nest(e: Any) -> Any:

@@ -198,13 +198,24 @@ def to_container(value: Any, type_spec: T.Type) -> Any:
     return Struct(zip(names, elems))
 
 
-def to_numpy(value: Any) -> Any:
-    """Converts tensor leaves (eager tensors) to numpy, keeping Structs."""
-    if isinstance(value, Struct):
-        return Struct((n, to_numpy(v)) for n, v in value.items())
-    if hasattr(value, 'numpy') and not isinstance(value, np.ndarray):
-        return value.numpy()
-    return value
+def tensor_to_numpy(t: Any, copy: bool = False) -> Any:
+    """A numpy array of an eager tensor, without TF's slow conversion when possible.
+
+    A CPU tensor with a numeric dtype is read through dlpack: a read-only
+    view (no copy), or an owned copy when `copy`. Anything else goes through
+    `.numpy()`.
+    """
+    if hasattr(t, '__dlpack__') and 'CPU' in str(getattr(t, 'device', '')).upper():
+        try:
+            view = np.from_dlpack(t)
+        except (TypeError, ValueError, RuntimeError, BufferError):
+            view = None
+        if view is not None:
+            if copy:
+                return np.array(view)
+            view.flags.writeable = False
+            return view
+    return t.numpy()
 
 
 def broadcast_static(spec: Any, member: T.Type) -> List[int]:

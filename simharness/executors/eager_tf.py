@@ -26,7 +26,7 @@ import tensorflow as tf
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.reduction import Partial, Reducer
-from simharness.core.structure import Struct, flatten, from_container, map_structure, pack_as
+from simharness.core.structure import tensor_to_numpy, Struct, flatten, from_container, map_structure, pack_as
 from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import (ExecutorClosedError, SimharnessTypeError, SimharnessValueError)
@@ -222,11 +222,8 @@ def fast_numpy(t: Any) -> np.ndarray:
         return t
     if not hasattr(t, 'numpy'):
         return np.asarray(t)
-    if t.dtype.size * t.shape.num_elements() >= DLPACK_MIN_BYTES and t.dtype.is_numpy_compatible \
-            and t.dtype.as_numpy_dtype().dtype.kind in 'fiu' and 'CPU' in t.device.upper():
-        view = np.from_dlpack(t)
-        view.flags.writeable = False
-        return view
+    if t.dtype.size * t.shape.num_elements() >= DLPACK_MIN_BYTES:
+        return tensor_to_numpy(t)
     return t.numpy()
 
 
@@ -295,20 +292,6 @@ class EagerValue(ExecutorValue):
 
     def __repr__(self) -> str:
         return f'EagerValue({self._type})'
-
-
-def whole_block(values: Sequence[Any]) -> Optional[Block]:
-    """The block if `values` are exactly its clients in order, else None."""
-    if not values:
-        return None
-    first = values[0]
-    b = getattr(first, '_block', None)
-    if b is None or b.n != len(values):
-        return None
-    for i, v in enumerate(values):
-        if getattr(v, '_block', None) is not b or v._index != i:
-            return None
-    return b
 
 
 def runs(values: Sequence[Any]) -> List[Tuple[int, int, Optional[Block], int]]:
@@ -465,47 +448,34 @@ def _add(a: Any, b: Any) -> Any:
         return map_structure(lambda x, y: np.add(x, y), a, b)
 
 
-def fold_rows_into(builder: Any, t: T.Type, leaves: List[Any], start: int,
-                   start_rows, fold_rows) -> None:
+def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold_rows) -> None:
     """Feeds clients given leaf by leaf (arrays [n, ...]) into a reduction builder.
 
-    `start_rows(x)` makes chunk accumulators from rows and `fold_rows(acc, x)`
-    folds rows into accumulators, both on leaf lists with a leading row
-    dimension and both elementwise across rows. Whole chunks are folded for
-    many chunks at once (one call per position within the chunk); the
-    other rows go one by one. Since every row sees exactly the operations,
-    in the order, of `Reducer.partial`, the bits are the same.
+    The builder's reducer must use `start_rows(x)` (chunk accumulators from
+    rows) and `fold_rows(acc, x)` (rows folded into accumulators), both on
+    leaf lists with a leading row dimension and elementwise across rows.
+    Whole chunks are folded for many chunks at once (one call per position
+    within the chunk); the other rows go one by one. Every row sees exactly
+    the operations, in the order, of `Reducer.partial`: the bits are the same.
     """
     n = leaves[0].shape[0] if leaves else 0
     L = builder._r.chunk
     end = start + n
-    is_struct = isinstance(t, T.StructType)
-
-    def pack_row(row_leaves):
-        return pack_as(t, row_leaves) if is_struct else row_leaves[0]
 
     def rows(lo, hi):
         return [x[lo - start:hi - start] for x in leaves]
 
-    # Row-by-row: acc values are leaf lists with one row.
-    row_builder_start = lambda v: start_rows(v)
-    r = builder._r
-    saved = (r._start, r._accumulate)
-    r._start, r._accumulate = row_builder_start, fold_rows
-    try:
-        h = start if start % L == 0 else min(end, (start // L + 1) * L)
-        builder.feed(rows(i, i + 1) for i in range(start, h))
-        nfull = (end - h) // L
-        if nfull:
-            seg = [x.reshape((nfull, L) + tuple(x.shape[1:])) for x in rows(h, h + nfull * L)]
-            acc = start_rows([x[:, 0] for x in seg])
-            for k in range(1, L):
-                acc = fold_rows(acc, [x[:, k] for x in seg])
-            acc = [np.asarray(a) for a in acc]
-            builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
-        builder.feed(rows(i, i + 1) for i in range(h + nfull * L, end))
-    finally:
-        r._start, r._accumulate = saved
+    h = start if start % L == 0 else min(end, (start // L + 1) * L)
+    builder.feed(rows(i, i + 1) for i in range(start, h))
+    nfull = (end - h) // L
+    if nfull:
+        seg = [x.reshape((nfull, L) + tuple(x.shape[1:])) for x in rows(h, h + nfull * L)]
+        acc = start_rows([x[:, 0] for x in seg])
+        for k in range(1, L):
+            acc = fold_rows(acc, [x[:, k] for x in seg])
+        acc = [np.asarray(a) for a in acc]
+        builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
+    builder.feed(rows(i, i + 1) for i in range(h + nfull * L, end))
 
 
 def _as_tensors(xs: Sequence[Any]) -> List[Any]:
@@ -893,28 +863,19 @@ class EagerTFExecutor(BatchExecutor):
     def _row_fns(self, kind: str, params: Dict[str, Any]):
         """(start_rows, fold_rows, merge) on leaf lists with a leading row dimension."""
         if kind == 'aggregate':
+            # Only single rows come this way (see `_aggregate_rows`): fold them in order.
             acc_fn = self._fn_of(params['accumulate'])
             merge_fn = self._fn_of(params['merge'])
             zero = flatten(params['zero'].internal)
-            at = acc_fn.type_signature.result
-            vectorize = acc_fn.exact_elementwise and acc_fn.batchable()
 
-            def call_rows(shared, stacked):
-                k = stacked[0].shape[0]
-                if vectorize or k == 1:
-                    if k == 1 and not vectorize:
-                        ins = [s for s in shared] + [x[0] for x in stacked]
-                        return [o.numpy()[None] for o in acc_fn.call_flat(_as_tensors(ins))]
-                    mask = tuple([True] * len(shared) + [False] * len(stacked))
-                    return [o.numpy() for o in acc_fn.call_batched(
-                        mask, _as_tensors(shared), _as_tensors(stacked), k)]
-                out = [call_rows(shared, [x[i:i + 1] for x in stacked]) for i in range(k)]
-                return [np.concatenate([o[j] for o in out]) for j in range(len(out[0]))]
+            def fold(acc, x):
+                out = acc_fn.fold_rows(_as_tensors(acc), _as_tensors(x), None)
+                return [o.numpy()[None] for o in out]
 
             def merge(a, b):
                 ins = [x[0] for x in a] + [x[0] for x in b]
                 return [o.numpy()[None] for o in merge_fn.call_flat(_as_tensors(ins))]
-            return (lambda x: call_rows(zero, x), lambda acc, x: call_rows([], acc + x), merge)
+            return (lambda x: fold(zero, x), lambda acc, x: fold([a[0] for a in acc], x), merge)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             mods = [np.uint64(m) for m in flatten(params['moduli'])]
             fold = lambda acc, x: [(a + b) % m for a, b, m in zip(acc, x, mods)]
@@ -937,10 +898,10 @@ class EagerTFExecutor(BatchExecutor):
         start_rows, fold_rows, merge = self._row_fns(kind, params)
         builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
         with self._device_scope(), np.errstate(over='ignore'):
-            if kind == 'aggregate' and leaves:
+            if kind == 'aggregate':
                 self._aggregate_rows(builder, leaves, start, params)
             else:
-                fold_rows_into(builder, t, leaves, start, start_rows, fold_rows)
+                fold_rows_into(builder, leaves, start, start_rows, fold_rows)
         return _rows_to_values(builder.finish(), t, at)
 
     def _aggregate_rows(self, builder: Any, leaves: List[np.ndarray], start: int,
@@ -949,7 +910,7 @@ class EagerTFExecutor(BatchExecutor):
         acc_fn = self._fn_of(params['accumulate'])
         zero = _as_tensors(flatten(params['zero'].internal))
         L = builder._r.chunk
-        n = leaves[0].shape[0]
+        n = leaves[0].shape[0] if leaves else 0
         end = start + n
         h = start if start % L == 0 else min(end, (start // L + 1) * L)
         builder.feed([x[i - start:i - start + 1] for x in leaves] for i in range(start, h))
@@ -979,8 +940,6 @@ class EagerTFExecutor(BatchExecutor):
                                 p.open_chunk,
                                 None if p.open_chunk is None else EagerValue(ingest(p.open_acc, at), at))
                         for p in partials]
-        elif kind == 'weighted_mean':
-            pass
         with self._device_scope(), np.errstate(over='ignore'):
             result = reducer.combine(partials)
         if kind == 'aggregate':

@@ -15,7 +15,6 @@ intrinsics (the federating layer).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypeGuard, cast
@@ -26,6 +25,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.batching import stack_python_values
 from simharness.core.reduction import Partial
+from simharness.core.structure import tensor_to_numpy
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
 from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
 from simharness.runtime.protocol import DatasetBlob, Ref, RefRange, map_leaves
@@ -48,16 +48,6 @@ def _array_bytes(tree: Any) -> int:
         return x
     map_leaves(tree, leaf)
     return total[0]
-
-
-def _host_array(x: Any) -> np.ndarray:
-    """A numpy view of a driver-side tensor, to be written into shared memory."""
-    if hasattr(x, '__dlpack__') and 'CPU' in str(getattr(x, 'device', '')).upper():
-        try:
-            return np.from_dlpack(x)
-        except (TypeError, RuntimeError, BufferError):
-            pass
-    return x.numpy()
 
 
 def _is_sourced(values: Any) -> TypeGuard[SourcedClients]:
@@ -130,7 +120,7 @@ class ProcessDelegatingExecutor(BatchExecutor):
 
     def __init__(self, handle: Any):
         self._handle = handle
-        self._ids = itertools.count(1)
+        self._next_id = 1
         self._garbage: List[Tuple[int, int]] = []  # (first id, count) ranges to free
         self._garbage_lock = threading.Lock()
         self._embedded: Dict[tuple, ProcessValue] = {}
@@ -178,7 +168,7 @@ class ProcessDelegatingExecutor(BatchExecutor):
             if isinstance(x, ExecutorValue):
                 raise SimharnessTypeError(f'{x!r} is not a value of a worker process')
             if hasattr(x, 'numpy') and not hasattr(x, 'element_spec'):
-                return _host_array(x)
+                return tensor_to_numpy(x)
             if hasattr(x, 'element_spec') and hasattr(x, '_as_serialized_graph'):
                 from simharness.runtime.worker import dataset_to_blob
                 return dataset_to_blob(x)
@@ -189,13 +179,10 @@ class ProcessDelegatingExecutor(BatchExecutor):
         if self._closed:
             raise ExecutorClosedError('this ProcessDelegatingExecutor is closed')
         packed = self._refs(args)
-        base = next(self._ids)
-        if n_out > 1:
-            # reserve ids base .. base + n_out - 1
-            self._ids = itertools.count(base + n_out)
+        base = self._next_id  # ids base .. base + n_out - 1 are this request's
+        self._next_id += max(n_out, 1)
         with self._garbage_lock:
             free, self._garbage = self._garbage, []
-        generation = self._handle.generation
         resp = await asyncio.to_thread(self._handle.request, op, packed, base, free)
         if resp.kind == 'values':
             gen = self._handle.generation
@@ -207,8 +194,7 @@ class ProcessDelegatingExecutor(BatchExecutor):
         return resp.result
 
     async def _values(self, op: str, *args: Any, n: int) -> List[ProcessValue]:
-        out = await self._request(op, *args, n_out=max(n, 1))
-        return out
+        return await self._request(op, *args, n_out=n)
 
     # ------------------------------------------------------------ Executor
     async def create_value(self, value: Any, type_spec: Any = None) -> ProcessValue:

@@ -149,17 +149,13 @@ class WorkerState:
         from simharness.executors.eager_tf import EagerValue
         if isinstance(result, EagerValue):
             result = [result]
-            single = True
-        else:
-            single = False
         if isinstance(result, list) and (not result or isinstance(result[0], EagerValue)):
             for k, v in enumerate(result):
                 self.values[req.out_base + k] = v
             types = [v.type_signature for v in result]
             if types and all(t is types[0] or t == types[0] for t in types):
                 types = types[0]
-            return Response(True, 'values', count=len(result), types=types,
-                            result=single, arena=arena.name)
+            return Response(True, 'values', count=len(result), types=types, arena=arena.name)
         packed, nbytes = write_tree(arena, _to_numpy(result))
         return Response(True, 'data', result=packed, arena=arena.name, nbytes=nbytes)
 
