@@ -45,6 +45,25 @@ class SimharnessValueError(SimharnessError, ValueError):
     """A value is of the right type but not acceptable (out of range, ...)."""
 
 
+class DeviceNotFoundError(SimharnessValueError):
+    """A device was asked for that this machine does not have.
+
+    Attributes:
+        requested: the user's device choice, as given.
+        missing: the GPU ids asked for but not found.
+        found: the GPU ids found.
+        checked: how they were looked for (environment, nvidia-smi, ...).
+    """
+
+    def __init__(self, message: str, *, requested: Any = None, missing: Any = (),
+                 found: Any = (), checked: str = ''):
+        super().__init__(message)
+        self.requested = requested
+        self.missing = tuple(missing)
+        self.found = tuple(found)
+        self.checked = checked
+
+
 class CardinalityError(SimharnessValueError):
     """The number of clients implied by arguments is inconsistent."""
 
@@ -112,3 +131,46 @@ class ConfigError(SimharnessError, ValueError):
         super().__init__(message)
         self.key = key
         self.value = value
+
+
+class ProtocolError(SimharnessError, RuntimeError):
+    """A message on the worker seam is malformed, of another protocol version, or refused."""
+
+
+class WorkerLostError(RetryableError, RuntimeError):
+    """A worker no longer holds what a request needs (it was restarted, or its session is gone).
+
+    Running the computation again rebuilds the worker's state.
+    """
+
+    def __init__(self, message: str, *, worker_id: Optional[int] = None,
+                 pid: Optional[int] = None):
+        super().__init__(message)
+        self.worker_id = worker_id
+        self.pid = pid
+
+
+class WorkerTimeoutError(RetryableError, RuntimeError):
+    """A worker did not answer in time, or made no progress (stopped, deadlocked).
+
+    The worker is killed (and replaced on next use).
+
+    Attributes:
+        worker_id: index of the worker in its pool.
+        pid: its process id.
+        op: the operation it was running.
+        seconds: how long the driver waited.
+        reason: 'timeout' (the request deadline passed), 'stopped' (the
+            process was stopped, e.g. SIGSTOP) or 'no progress' (no CPU time
+            used while the request was in flight).
+    """
+
+    def __init__(self, message: str, *, worker_id: Optional[int] = None,
+                 pid: Optional[int] = None, op: str = '', seconds: float = 0.0,
+                 reason: str = ''):
+        super().__init__(message)
+        self.worker_id = worker_id
+        self.pid = pid
+        self.op = op
+        self.seconds = seconds
+        self.reason = reason

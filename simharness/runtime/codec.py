@@ -1,0 +1,345 @@
+"""The codec of the worker seam: a message becomes a small header plus raw tensor buffers.
+
+```
+encode(obj) -> (header: bytes, buffers: [ndarray, ...])      msgpack header; big numeric
+decode(header, buffers) -> obj                                arrays travel as raw buffers
+```
+
+Only a closed set of kinds can be encoded; anything else (a user's class, a
+function, a lock, ...) is refused with `CodecError`, and decoding never
+runs code from the peer (no pickle anywhere):
+
+- plain data: None, bool, int (64-bit), float, str, bytes, list, tuple, dict;
+- numpy arrays of any memcpy-able dtype (bool, ints, floats, complex,
+  float16, bfloat16 and the other ml_dtypes) and numpy scalars; arrays of
+  strings/bytes (TF's `tf.string`) travel as lists of bytes in the header;
+- the project's own message parts: `Struct`, `Partial`, `Ref`, `RefRange`,
+  `DatasetBlob`, types (`simharness.core.types`), `CompiledComputation`
+  (a serialized graph), `ErrorRecord`, and the protocol dataclasses
+  registered with `register_message`.
+
+Numeric arrays of at least `BUFFER_MIN_BYTES` (and large `bytes`) are
+returned as separate buffers, so that a transport can move them through
+shared memory (local), chunks (gRPC) or object refs (Ray) without copying
+them into the header.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, List, Sequence, Tuple
+
+import msgpack
+import numpy as np
+
+from simharness.core import types as T
+from simharness.core.reduction import Partial
+from simharness.core.structure import Struct
+from simharness.errors import SimharnessTypeError
+
+#: Numeric arrays at least this big travel as buffers, smaller ones inline.
+BUFFER_MIN_BYTES = 1024
+#: `bytes` values at least this big (serialized graphs) travel as buffers.
+BYTES_BUFFER_MIN = 1 << 16
+
+# Extension codes (msgpack ext types 1..127).
+_ARRAY = 1        # [dtype, shape, buffer index]
+_INLINE = 2       # [dtype, shape, raw bytes]
+_STRARRAY = 3     # [kind, shape, flat list of bytes/str]
+_SCALAR = 4       # [dtype, raw bytes]
+_TUPLE = 5        # [items]
+_STRUCT = 6       # [names, values]
+_PARTIAL = 7      # [start, stop, head, [[level, index, value], ...], open_chunk, open_acc]
+_REF = 8          # id
+_REFRANGE = 9     # [start, count]
+_TYPE = 10        # see _enc_type
+_COMPUTATION = 11  # [graph_def, input names, output names, type, name]
+_DATASET = 12     # [graph, element type]
+_BYTESBUF = 13    # buffer index of a big bytes value
+_DICT = 14        # [[key, value], ...] (non-str keys)
+_MESSAGE = 15     # [message name, field values]
+
+
+class CodecError(SimharnessTypeError):
+    """A value cannot cross the worker seam (or a message is malformed)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    """A reference to a value stored in a worker session, by id."""
+
+    id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RefRange:
+    """References to the values with ids ``start .. start + count - 1``, as a list."""
+
+    start: int
+    count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetBlob:
+    """A `tf.data.Dataset` shipped as its serialized graph (no Python code)."""
+
+    graph: bytes
+    element_type: Any  # simharness Type of the elements
+
+
+_MESSAGES: Dict[str, type] = {}
+
+
+def register_message(cls: type) -> type:
+    """Registers a dataclass as a message kind the codec may carry (by name)."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f'{cls!r} is not a dataclass')
+    _MESSAGES[cls.__name__] = cls
+    return cls
+
+
+def _dtype_token(dt: np.dtype) -> str:
+    if dt.kind in 'biufc':
+        return dt.str
+    if dt.kind == 'V' and dt.names is None and not dt.shape:
+        return dt.name  # ml_dtypes (bfloat16, float8_*, int4 ...): their name
+    raise CodecError(f'arrays of dtype {dt} cannot cross the worker seam')
+
+
+def _dtype_from(token: str) -> np.dtype:
+    try:
+        return np.dtype(token)
+    except TypeError:
+        import ml_dtypes
+        try:
+            return np.dtype(getattr(ml_dtypes, token))
+        except AttributeError:
+            raise CodecError(f'unknown dtype {token!r} in a message') from None
+
+
+def _is_string_array(a: np.ndarray) -> bool:
+    return a.dtype.kind in 'SU' or a.dtype == object
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self.buffers: List[np.ndarray] = []
+
+    def pack(self, obj: Any) -> bytes:
+        try:
+            return msgpack.packb(obj, default=self.default, use_bin_type=True, strict_types=True)
+        except CodecError:
+            raise
+        except (OverflowError, ValueError, TypeError) as e:
+            raise CodecError(f'cannot encode a message part: {e}') from None
+
+    def ext(self, code: int, payload: Any) -> msgpack.ExtType:
+        return msgpack.ExtType(code, self.pack(payload))
+
+    def array(self, a: np.ndarray) -> msgpack.ExtType:
+        if _is_string_array(a):
+            flat = a.reshape(-1).tolist()
+            for x in flat:
+                if not isinstance(x, (bytes, str)):
+                    raise CodecError(f'an object array holds a {type(x).__name__}; only arrays of '
+                                     'numbers, bytes or str can cross the worker seam')
+            return self.ext(_STRARRAY, [a.dtype.kind, list(a.shape), flat])
+        token = _dtype_token(a.dtype)
+        if a.nbytes >= BUFFER_MIN_BYTES:
+            self.buffers.append(a)
+            return self.ext(_ARRAY, [token, list(a.shape), len(self.buffers) - 1])
+        return self.ext(_INLINE, [token, list(a.shape), np.ascontiguousarray(a).tobytes()])
+
+    def default(self, obj: Any) -> Any:
+        if isinstance(obj, np.ndarray):
+            return self.array(obj)
+        if isinstance(obj, np.generic):
+            if isinstance(obj, np.bytes_):
+                return bytes(obj)
+            if isinstance(obj, np.str_):
+                return str(obj)
+            return self.ext(_SCALAR, [_dtype_token(obj.dtype), obj.tobytes()])
+        if isinstance(obj, Struct):
+            return self.ext(_STRUCT, [list(obj.names), list(obj)])
+        if isinstance(obj, Partial):
+            nodes = [[lvl, idx, v] for (lvl, idx), v in sorted(obj.nodes.items())]
+            return self.ext(_PARTIAL, [obj.start, obj.stop, list(obj.head), nodes,
+                                       obj.open_chunk, obj.open_acc])
+        if isinstance(obj, Ref):
+            return self.ext(_REF, obj.id)
+        if isinstance(obj, RefRange):
+            return self.ext(_REFRANGE, [obj.start, obj.count])
+        if isinstance(obj, T.Type):
+            return self.ext(_TYPE, _enc_type(obj))
+        if isinstance(obj, DatasetBlob):
+            return self.ext(_DATASET, [self.maybe_buffer(obj.graph), obj.element_type])
+        from simharness.core.building_blocks import CompiledComputation
+        if isinstance(obj, CompiledComputation):
+            g = obj.graph
+            return self.ext(_COMPUTATION, [self.maybe_buffer(g.graph_def), list(g.input_names),
+                                           list(g.output_names), obj.type_signature, obj.name])
+        if isinstance(obj, tuple) and not hasattr(type(obj), '_fields'):
+            return self.ext(_TUPLE, list(obj))
+        if isinstance(obj, dict):  # OrderedDict and other dict subclasses: as a dict
+            return self.ext(_DICT, [[k, v] for k, v in obj.items()])
+        if dataclasses.is_dataclass(obj) and _MESSAGES.get(type(obj).__name__) is type(obj):
+            return self.ext(_MESSAGE, [type(obj).__name__,
+                                       [getattr(obj, f.name) for f in dataclasses.fields(obj)]])
+        if isinstance(obj, (bool, int, float, str, list)) or obj is None:
+            # Subclasses of plain types (IntEnum, a str subclass, ...): their plain value.
+            for base in (bool, int, float, str, list):
+                if isinstance(obj, base):
+                    return base(obj)
+        raise CodecError(
+            f'a value of type {type(obj).__module__}.{type(obj).__qualname__} cannot cross the '
+            'worker seam: only numbers, strings, bytes, lists, tuples, dicts, numpy arrays and '
+            "simharness' own values (Struct, types, computations) can")
+
+    def maybe_buffer(self, b: bytes) -> Any:
+        if len(b) >= BYTES_BUFFER_MIN:
+            self.buffers.append(np.frombuffer(b, np.uint8))
+            return msgpack.ExtType(_BYTESBUF, msgpack.packb(len(self.buffers) - 1))
+        return b
+
+
+def _enc_type(t: T.Type) -> list:
+    if isinstance(t, T.TensorType):
+        return ['T', _dtype_token(np.dtype(t.dtype)) if np.dtype(t.dtype).kind != 'O' else 'string',
+                None if t.shape is None else list(t.shape)]
+    if isinstance(t, T.StructType):
+        container = None if t.container is None else t.container.__qualname__
+        return ['S', list(t.names), [_enc_type(e) for e in t], container]
+    if isinstance(t, T.SequenceType):
+        return ['Q', _enc_type(t.element)]
+    if isinstance(t, T.FunctionType):
+        return ['F', None if t.parameter is None else _enc_type(t.parameter), _enc_type(t.result)]
+    if isinstance(t, T.FederatedType):
+        return ['D', _enc_type(t.member), t.placement.uri, t.all_equal]
+    if isinstance(t, T.PlacementType):
+        return ['P']
+    raise CodecError(f'type {t!r} cannot cross the worker seam')
+
+
+def _dec_type(x: list) -> T.Type:
+    kind = x[0]
+    if kind == 'T':
+        dtype = np.dtype(object) if x[1] == 'string' else _dtype_from(x[1])
+        return T.TensorType(dtype, None if x[2] is None else tuple(x[2]))
+    if kind == 'S':
+        # The Python container (a user class) stays on the sending side.
+        return T.StructType(list(zip(x[1], [_dec_type(e) for e in x[2]])))
+    if kind == 'Q':
+        return T.SequenceType(_dec_type(x[1]))
+    if kind == 'F':
+        return T.FunctionType(None if x[1] is None else _dec_type(x[1]), _dec_type(x[2]))
+    if kind == 'D':
+        return T.FederatedType(_dec_type(x[1]), T.placement_from_uri(x[2]), x[3])
+    if kind == 'P':
+        return T.PlacementType()
+    raise CodecError(f'unknown type kind {kind!r} in a message')
+
+
+class _Decoder:
+    def __init__(self, buffers: Sequence[Any]):
+        self.buffers = buffers
+
+    def unpack(self, data: bytes) -> Any:
+        return msgpack.unpackb(data, ext_hook=self.ext_hook, raw=False, strict_map_key=False,
+                               use_list=True)
+
+    def buffer(self, i: int) -> Any:
+        try:
+            return self.buffers[i]
+        except (IndexError, TypeError):
+            raise CodecError(f'a message names buffer {i}, but {len(self.buffers)} came with it') \
+                from None
+
+    def ext_hook(self, code: int, data: bytes) -> Any:
+        p = self.unpack(data)
+        if code == _ARRAY:
+            dt = _dtype_from(p[0])
+            buf = self.buffer(p[2])
+            arr = buf if isinstance(buf, np.ndarray) and buf.dtype == dt else \
+                np.frombuffer(buf, dtype=dt)
+            return arr.reshape(p[1])
+        if code == _INLINE:
+            return np.frombuffer(p[2], dtype=_dtype_from(p[0])).reshape(p[1])
+        if code == _STRARRAY:
+            kind, shape, flat = p
+            if kind == 'O':
+                out = np.empty(len(flat), dtype=object)
+                out[:] = flat
+                return out.reshape(shape)
+            return np.array(flat, dtype=kind).reshape(shape) if flat else \
+                np.zeros(shape, dtype=kind)
+        if code == _SCALAR:
+            return np.frombuffer(p[1], dtype=_dtype_from(p[0]))[0]
+        if code == _TUPLE:
+            return tuple(p)
+        if code == _STRUCT:
+            return Struct(zip(p[0], p[1]))
+        if code == _PARTIAL:
+            return Partial(p[0], p[1], list(p[2]), {(a, b): v for a, b, v in p[3]}, p[4], p[5])
+        if code == _REF:
+            return Ref(p)
+        if code == _REFRANGE:
+            return RefRange(p[0], p[1])
+        if code == _TYPE:
+            return _dec_type(p)
+        if code == _BYTESBUF:
+            return bytes(memoryview(self.buffer(p)).cast('B'))
+        if code == _DATASET:
+            return DatasetBlob(p[0], p[1])
+        if code == _COMPUTATION:
+            from simharness.core.building_blocks import CompiledComputation
+            from simharness.core.building_blocks import TFGraph
+            return CompiledComputation(TFGraph(p[0], p[1], p[2]), p[3], p[4])
+        if code == _DICT:
+            return {k: v for k, v in p}
+        if code == _MESSAGE:
+            cls = _MESSAGES.get(p[0])
+            if cls is None:
+                raise CodecError(f'unknown message kind {p[0]!r}')
+            return cls(*p[1])
+        raise CodecError(f'unknown extension code {code} in a message')
+
+
+def encode(obj: Any) -> Tuple[bytes, List[np.ndarray]]:
+    """Encodes `obj` into a header and the numeric buffers it refers to (not copied)."""
+    enc = _Encoder()
+    return _pack_top(enc, obj), enc.buffers
+
+
+def _pack_top(enc: _Encoder, obj: Any) -> bytes:
+    # Big bytes values become buffers: msgpack calls `default` only for
+    # unknown types, so they are swapped out before packing.
+    return enc.pack(_swap_big_bytes(enc, obj))
+
+
+def _swap_big_bytes(enc: _Encoder, obj: Any) -> Any:
+    if isinstance(obj, bytes) and len(obj) >= BYTES_BUFFER_MIN:
+        return enc.maybe_buffer(obj)
+    if type(obj) is list:
+        return [_swap_big_bytes(enc, v) for v in obj]
+    if type(obj) is dict:
+        return {k: _swap_big_bytes(enc, v) for k, v in obj.items()}
+    return obj
+
+
+def decode(header: bytes, buffers: Sequence[Any] = ()) -> Any:
+    """Decodes a header made by `encode`; arrays are views of `buffers` (not copied)."""
+    try:
+        return _Decoder(buffers).unpack(header)
+    except CodecError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, msgpack.UnpackException) as e:
+        raise CodecError(f'malformed message: {type(e).__name__}: {e}') from None
+
+
+def roundtrip(obj: Any) -> Any:
+    """`decode(*encode(obj))` (tests and in-process transports)."""
+    header, buffers = encode(obj)
+    return decode(header, buffers)
+
+
+Encoder = Callable[[Any], Tuple[bytes, List[np.ndarray]]]
