@@ -9,24 +9,146 @@
     simharness report RESULTS_DIR
         report.md and PNG plots for every run under RESULTS_DIR
 
-Exit codes: 0 done, 2 invalid config / arguments (``error: <message>``, no
-traceback), 130 interrupted (Ctrl-C; the run's summary says
-'interrupted').
+Exit codes: 0 done, 1 results could not be written (a full disk, a
+read-only or unwritable directory: one ``error: <path>: <reason>`` line, the
+summary says 'failed' when it can still be written), 2 invalid config /
+arguments (``error: <message>``, no traceback), 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM; SIGHUP gives 129). Interrupted and terminated runs
+stop the same way: the worker pool is closed, the run's summary says
+'interrupted'. ``--verbose`` (or ``SIMHARNESS_TRACEBACK=1``) adds the
+traceback and INFO logs.
+
+::
+
+    main(argv)
+      log handler on the 'simharness' logger    (removed on return)
+      SIGTERM, SIGHUP -> raise Terminated        (a KeyboardInterrupt; old handlers restored on return)
+      run / sweep: reap_orphaned_segments()      (segments of dead simharness processes)
+                   -> run_experiment / run_sweep -> report
+
+The library installs no signal handler: only `main` does, while it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import logging
 import os
+import signal
 import sys
+import threading
+import traceback
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence
 
 from simharness.errors import ConfigError, SimharnessValueError
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+"""Ctrl-C. A signal the CLI stops on exits with 128 + its number (SIGTERM 143, SIGHUP 129)."""
+
+#: Signals that stop a run as Ctrl-C does (handled only while `main` runs).
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ('SIGTERM', 'SIGHUP') if hasattr(signal, n))
+
+#: Set to a non-empty value other than 0 to get tracebacks (as with --verbose).
+TRACEBACK_ENV = 'SIMHARNESS_TRACEBACK'
+
+_log = logging.getLogger(__name__)
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread when the CLI receives SIGTERM or SIGHUP.
+
+    A `KeyboardInterrupt`, so everything that stops cleanly on Ctrl-C (the
+    runner's 'interrupted' summary, closing the stack) does so on it too.
+
+    Attributes:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals(signums: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
+    """Turns `signums` into `Terminated` in the main thread, for the block.
+
+    Only the first signal raises: later ones are ignored, so that the
+    clean-up it started (closing workers, writing the summary) is not cut
+    short; SIGKILL is there for a stop that must not wait. The previous
+    handlers are restored at the end. Outside the main thread (where
+    Python cannot install handlers) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: List[int] = []
+
+    def handler(signum: int, frame: Any) -> None:  # pylint: disable=unused-argument
+        if received:
+            return
+        received.append(signum)
+        raise Terminated(signum)
+
+    previous = {}
+    try:
+        for signum in signums:
+            previous[signum] = signal.signal(signum, handler)
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, signal.SIG_DFL if old is None else old)
+
+
+@contextlib.contextmanager
+def _cli_logging(verbose: bool) -> Iterator[None]:
+    """Shows simharness log records on stderr for the block (INFO with --verbose)."""
+    logger = logging.getLogger('simharness')
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter('%(levelname)s %(name)s: %(message)s'))
+    handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    old_level = logger.level
+    logger.addHandler(handler)
+    if verbose and (old_level == logging.NOTSET or old_level > logging.INFO):
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def _traceback_wanted(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, 'verbose', False)) or \
+        os.environ.get(TRACEBACK_ENV, '') not in ('', '0')
+
+
+def _os_error(e: OSError, verbose: bool) -> int:
+    """One line for an OSError (a full disk, an unwritable results directory)."""
+    if verbose:
+        traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    reason = e.strerror or str(e)
+    if e.errno is not None and e.errno in errno.errorcode:
+        reason += f' ({errno.errorcode[e.errno]})'
+    where = f'{e.filename}: ' if e.filename else ''
+    notes = ''.join(f'; {n}' for n in getattr(e, '__notes__', ()))
+    print(f'error: {where}{reason}{notes}', file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _reap_segments() -> None:
+    """Removes the shared-memory segments earlier runs left when they were killed."""
+    # pylint: disable-next=import-outside-toplevel
+    from simharness.runtime.shm import reap_orphaned_segments
+    reaped = reap_orphaned_segments()
+    _log.info('reclaimed %d orphaned shared-memory segment(s) of dead simharness processes%s',
+              len(reaped), f': {", ".join(reaped)}' if reaped else '')
 
 _SET_HELP = ('override a config value: a dotted key and a TOML literal, e.g. '
              '--set stack.num_workers=2 --set training.rounds=5 --set stack.kind=process '
@@ -45,8 +167,14 @@ def _parser() -> argparse.ArgumentParser:
                '  simharness report results/scaling\n\n'
                'Results go to RESULTS/<experiment name>/<run id>/: config.toml (resolved),\n'
                'environment.json, metrics.jsonl (one line per round), summary.json; reports\n'
-               'add report.md and PNG plots. Exit codes: 0 ok, 2 invalid config or\n'
-               'arguments, 130 interrupted (Ctrl-C).')
+               'add report.md and PNG plots.\n\n'
+               'Exit codes: 0 ok; 1 results could not be written (disk full, read-only or\n'
+               'unwritable directory: one "error: <path>: <reason>" line, summary status\n'
+               '"failed"); 2 invalid config or arguments; 130 interrupted (Ctrl-C); 143\n'
+               'terminated (SIGTERM; 129 for SIGHUP). SIGTERM and SIGHUP stop a run as Ctrl-C\n'
+               'does: workers stopped, summary status "interrupted". Each run or sweep first\n'
+               'removes shared-memory segments (/dev/shm/simharness_<pid>_*) left by killed\n'
+               f'simharness processes. Tracebacks: --verbose, or {TRACEBACK_ENV}=1.')
     sub = p.add_subparsers(dest='command', metavar='{run,sweep,report}')
     sub.required = True
 
@@ -55,7 +183,9 @@ def _parser() -> argparse.ArgumentParser:
         description='Run one experiment (a config without [sweep]) and write its results and '
                     'report. The run id is "default", or built from the --set overrides '
                     '(e.g. num_workers=2,rounds=5). An existing run with that id is run again '
-                    'from scratch.')
+                    'from scratch. Ctrl-C, SIGTERM and SIGHUP stop it cleanly (summary status '
+                    '"interrupted"; exit 130, 143, 129); a results write that fails (disk full, '
+                    'unwritable directory) exits 1 with summary status "failed".')
     sweep = sub.add_parser(
         'sweep', help='run every point of a config\'s [sweep.grid] (resumable)',
         description='Run every point of the [sweep.grid] of a config, one after another, each '
@@ -63,7 +193,7 @@ def _parser() -> argparse.ArgumentParser:
                     'num_workers=2,clients_per_round=100,seed=0. Runs already complete with the '
                     'same resolved config are skipped, so an interrupted sweep resumes where it '
                     'stopped; unfinished runs start again from scratch. Writes '
-                    'RESULTS/<name>/report.md at the end.')
+                    'RESULTS/<name>/report.md at the end. Stops and exit codes as for run.')
     for sp in (run, sweep):
         sp.add_argument('config', metavar='CONFIG', help='the experiment TOML file')
         sp.add_argument('--set', dest='overrides', action='append', default=[],
@@ -73,6 +203,10 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument('--no-progress', action='store_true',
                         help='no progress bar (it is also off when stderr is not a terminal or '
                              'the CI environment variable is set)')
+        sp.add_argument('-v', '--verbose', action='store_true',
+                        help='INFO logs (e.g. shared-memory segments of killed runs reclaimed) '
+                             'and full tracebacks for errors (also: '
+                             f'{TRACEBACK_ENV}=1)')
 
     report = sub.add_parser(
         'report', help='write report.md and plots for finished runs',
@@ -82,6 +216,8 @@ def _parser() -> argparse.ArgumentParser:
                     'time and clients/s vs workers when the runs differ in workers or '
                     'clients per round.')
     report.add_argument('results_dir', metavar='RESULTS_DIR', help='directory to report on')
+    report.add_argument('-v', '--verbose', action='store_true',
+                        help=f'full tracebacks for errors (also: {TRACEBACK_ENV}=1)')
     return p
 
 
@@ -108,6 +244,7 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
     from simharness.experiments.report import write_report
     from simharness.experiments.runner import run_experiment, run_sweep
 
+    _reap_segments()
     config = C.load_config(args.config)
     pairs = [C.parse_override(o) for o in args.overrides]
     config = C.apply_overrides(config, args.overrides)
@@ -154,27 +291,40 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs the command line.
 
+    While it runs, SIGTERM and SIGHUP stop a run as Ctrl-C does (the
+    previous handlers are restored on return) and simharness log records go
+    to stderr.
+
     Args:
         argv: the arguments without the program name (default: sys.argv[1:]).
 
     Returns:
-        The exit code: 0 ok, 2 invalid config or arguments, 130 interrupted.
-        (`--help` and argparse usage errors exit through `SystemExit` with
-        0 and 2.)
+        The exit code: 0 ok, 1 results could not be written, 2 invalid
+        config or arguments, 130 interrupted (Ctrl-C), 128 + the signal's
+        number when stopped by SIGTERM (143) or SIGHUP (129). (`--help` and
+        argparse usage errors exit through `SystemExit` with 0 and 2.)
     """
     args = _parser().parse_args(argv)
+    verbose = _traceback_wanted(args)
     # TensorFlow's C++ start-up chatter (CUDA probing on CPU-only machines)
     # is noise on a command line; the user's own setting wins.
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-    try:
-        if args.command == 'report':
-            return _cmd_report(args)
-        return _cmd_run(args, sweep=args.command == 'sweep')
-    except ConfigError as e:
-        return _err(str(e))
-    except KeyboardInterrupt:
-        print('interrupted', file=sys.stderr)
-        return EXIT_INTERRUPTED
+    with _cli_logging(verbose):
+        try:
+            with _stop_on_signals():
+                if args.command == 'report':
+                    return _cmd_report(args)
+                return _cmd_run(args, sweep=args.command == 'sweep')
+        except ConfigError as e:
+            return _err(str(e))
+        except Terminated as e:
+            print(f'interrupted ({signal.Signals(e.signum).name})', file=sys.stderr)
+            return 128 + e.signum
+        except KeyboardInterrupt:
+            print('interrupted', file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except OSError as e:
+            return _os_error(e, verbose)
 
 
 if __name__ == '__main__':  # pragma: no cover

@@ -8,7 +8,11 @@
         -> os.replace(temp, path)          (atomic on POSIX and Windows)
         on any exception (KeyboardInterrupt included) the temp file is removed
 
-Every file of a results directory is written through these functions.
+Every file of a results directory is written through these functions. An
+`OSError` on the way (a full disk: ENOSPC, a read-only or unwritable
+directory: EROFS, EACCES) is raised again with the *final* path as its
+``filename``, e.g. ``[Errno 28] No space left on device: '.../metrics.jsonl'``;
+the previous file at that path, if any, is left as it was.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator, Union
+from typing import IO, Any, Iterator, NoReturn, Union
 
 PathLike = Union[str, 'os.PathLike[str]']
 
@@ -41,20 +45,37 @@ def atomic_open(path: PathLike, mode: str = 'w') -> Iterator[IO[Any]]:
     if mode not in ('w', 'wb'):
         raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.', suffix=TEMP_SUFFIX)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give a normal file's mode
-        f: IO[Any] = (os.fdopen(fd, 'w', encoding='utf-8') if mode == 'w'
-                      else os.fdopen(fd, 'wb'))
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.',
+                                   suffix=TEMP_SUFFIX)
+    except OSError as e:
+        _raise_naming(e, target)
+    try:
+        try:
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give a normal file's mode
+            f: IO[Any] = (os.fdopen(fd, 'w', encoding='utf-8') if mode == 'w'
+                          else os.fdopen(fd, 'wb'))
+        except BaseException:
+            os.close(fd)
+            raise
         with f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as e:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            _raise_naming(e, target)
         raise
+
+
+def _raise_naming(error: OSError, target: Path) -> NoReturn:
+    """Raises `error` again naming `target` (same errno, so the same OSError subclass)."""
+    if error.errno is None or error.filename == str(target):
+        raise error
+    raise OSError(error.errno, error.strerror or str(error), str(target)) from error
 
 
 def _umask() -> int:

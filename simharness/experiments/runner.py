@@ -19,7 +19,12 @@
 Every file is replaced atomically (`simharness.experiments.atomic`), so a
 crash or Ctrl-C leaves whole files: metrics.jsonl holds exactly the rounds
 that finished. The stack is closed in a ``finally``; on KeyboardInterrupt
-the summary says 'interrupted' and the exception propagates.
+(Ctrl-C; the CLI turns SIGTERM and SIGHUP into a subclass of it) the summary
+says 'interrupted', on any other exception 'failed' with the error text, and
+the exception propagates. A write that fails (a full disk, an unwritable
+results directory) is an `OSError` naming the file: the run fails, and when
+even the final summary cannot be written the stale 'running' one is removed
+(the error gets a note saying so), so no summary claims a dead run is running.
 """
 
 from __future__ import annotations
@@ -370,6 +375,11 @@ def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
             loaded as configured.
         KeyboardInterrupt: after closing the stack and writing summary.json
             with status 'interrupted'.
+        OSError: a results file could not be written (``filename`` names
+            it); summary.json says 'failed' if it could still be written,
+            else it is removed and the error has a note (``__notes__``).
+        Exception: any other failure, after writing summary.json with
+            status 'failed' and the error text.
     """
     if config.sweep.grid:
         raise ConfigError(f'experiment {config.name!r} has a [sweep] grid; run it with '
@@ -386,24 +396,48 @@ def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
     extra: Dict[str, Any] = {'started_at': _now()}
     metrics: List[Dict[str, Any]] = []
     status = 'running'
+    error: Optional[BaseException] = None
     try:
         atomic.write_text(run_dir / CONFIG_FILE, config.to_toml())
         atomic.write_json(run_dir / ENVIRONMENT_FILE, collect_environment())
         atomic.write_json(run_dir / SUMMARY_FILE, _summary(config, run_id, status, [], extra))
         status = _run_rounds(config, run_dir, run_id, metrics, extra, progress, t_start)
-    except KeyboardInterrupt:
-        status = 'interrupted'
-        raise
-    except BaseException as e:
-        status = 'failed'
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM / SIGHUP through the CLI
+        status, error = 'interrupted', e
+    except BaseException as e:  # pylint: disable=broad-exception-caught  # raised again below
+        status, error = 'failed', e
         extra['error'] = f'{type(e).__name__}: {e}'
-        raise
-    finally:
-        extra['total_seconds'] = time.perf_counter() - t_start
-        extra['finished_at'] = _now()
-        summary = _summary(config, run_id, status, metrics, extra)
+    extra['total_seconds'] = time.perf_counter() - t_start
+    extra['finished_at'] = _now()
+    summary = _summary(config, run_id, status, metrics, extra)
+    try:
         atomic.write_json(run_dir / SUMMARY_FILE, summary)
+    except OSError as e:
+        if error is None:
+            raise
+        _drop_stale_summary(run_dir, error, e)
+    if error is not None:
+        raise error
     return RunResult(run_id, run_dir, status, summary)
+
+
+def _drop_stale_summary(run_dir: Path, error: BaseException, write_error: OSError) -> None:
+    """The final summary could not be written (a full disk): a summary.json
+    saying 'running' would lie, so it goes; `error` (the run's own) gets a note."""
+    path = run_dir / SUMMARY_FILE
+    try:
+        path.unlink()
+        what = 'the earlier one was removed'
+    except FileNotFoundError:
+        what = 'there is none'
+    except OSError:
+        what = 'the earlier one (status "running") is stale'
+    reason = write_error.strerror or str(write_error)
+    note = f'{path} could not be written either ({reason}); {what}'
+    if hasattr(error, 'add_note'):  # Python >= 3.11
+        error.add_note(note)
+    else:
+        error.__notes__ = [*getattr(error, '__notes__', []), note]  # type: ignore[attr-defined]
 
 
 def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,

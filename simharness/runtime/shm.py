@@ -15,7 +15,9 @@ One process creates a segment; it alone writes it and unlinks it (on
 `close()`, when a ``with`` block exits, or -- as a safety net that warns --
 when the arena is garbage collected or the interpreter exits). Readers
 attach by name and only ever unmap. The control message carries the
-`SlotRef`s; the arrays themselves never get pickled.
+`SlotRef`s; the arrays themselves never get pickled. A creator killed
+before it could clean up (SIGKILL, OOM) leaves its segments behind;
+`reap_orphaned_segments` unlinks those whose creator pid is gone.
 
 Synchronisation is the caller's business: a reader must be done with its
 views (or have asked for copies) before the creator `reset()`s and
@@ -696,3 +698,87 @@ def list_leaked_segments(prefix: str = SEGMENT_PREFIX) -> List[str]:
     except OSError:
         return []
     return sorted(n for n in entries if n.startswith(prefix))
+
+
+#: Seconds of clock slack when comparing a process' start time with a
+#: segment's timestamps: psutil derives start times from the boot time,
+#: which /proc gives to the second only.
+_CLOCK_SLACK_SECONDS = 2.0
+
+
+def _creator_pid(name: str) -> Optional[int]:
+    """The pid in ``simharness_<pid>_<hex>``, or None for another name."""
+    if not name.startswith(SEGMENT_PREFIX):
+        return None
+    pid_text, sep, rest = name[len(SEGMENT_PREFIX):].partition('_')
+    if not sep or not rest or not pid_text.isdigit():
+        return None
+    pid = int(pid_text)
+    return pid if pid > 0 else None
+
+
+def _creator_gone(pid: int, segment_time: float) -> bool:
+    """Whether process `pid` cannot be the (living) creator of a segment
+    last changed at `segment_time` (seconds since the epoch).
+
+    Gone: no such process, a zombie (it exited and maps nothing any more),
+    or a process started after the segment existed (the pid was reused).
+    Anything uncertain (no permission to look) counts as alive.
+    """
+    import psutil  # pylint: disable=import-outside-toplevel
+    if not psutil.pid_exists(pid):
+        return True
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return True
+        return proc.create_time() > segment_time + _CLOCK_SLACK_SECONDS
+    except psutil.NoSuchProcess:  # exited meanwhile (ZombieProcess included)
+        return True
+    except (psutil.AccessDenied, OSError):
+        return False
+
+
+def reap_orphaned_segments() -> List[str]:
+    """Unlinks the segments of this library whose creator process is gone.
+
+    A creator that dies without running its cleanup (SIGKILL, the OOM
+    killer, a crash in native code) leaves its segments in /dev/shm, and
+    nothing else would remove them. Segment names carry the creator's pid
+    (``simharness_<pid>_<hex>``): this removes every such segment owned by
+    the current user whose pid is not running, is a zombie, or belongs to a
+    process started after the segment was last changed (a reused pid).
+    A segment of a live process is never removed. Unlinking only removes the
+    name: processes that still map a segment keep their mapping.
+
+    Safe to call from several processes at once (a segment that vanished
+    meanwhile is skipped). Limitation: it trusts this pid namespace, so
+    containers that share /dev/shm (``--ipc=host``) but not pids, under one
+    uid, would see each other's live segments as orphans.
+
+    Returns:
+        The names removed, sorted; [] where /dev/shm does not exist.
+    """
+    uid = os.getuid() if hasattr(os, 'getuid') else None
+    removed = []
+    for name in list_leaked_segments():
+        pid = _creator_pid(name)
+        if pid is None:
+            continue
+        try:
+            st = os.stat(os.path.join(_SHM_DIR, name))
+        except OSError:  # removed meanwhile
+            continue
+        if uid is not None and st.st_uid != uid:
+            continue
+        if not _creator_gone(pid, max(st.st_mtime, st.st_ctime)):
+            continue
+        try:
+            if _posixshmem is not None:
+                _posixshmem.shm_unlink('/' + name)
+            else:  # pragma: no cover - Linux always has _posixshmem
+                os.unlink(os.path.join(_SHM_DIR, name))
+        except (FileNotFoundError, PermissionError):
+            continue
+        removed.append(name)
+    return removed

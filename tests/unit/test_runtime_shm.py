@@ -11,6 +11,7 @@ import os
 import pickle
 import stat
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -18,7 +19,8 @@ import pytest
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.runtime import shm
 from simharness.runtime.shm import (ALIGNMENT, ShmArena, ShmAttachment, SlotRef,
-                                    list_leaked_segments, pack_tree, unpack_tree)
+                                    list_leaked_segments, pack_tree, reap_orphaned_segments,
+                                    unpack_tree)
 
 HAS_DEV_SHM = os.path.isdir('/dev/shm')
 needs_dev_shm = pytest.mark.skipif(not HAS_DEV_SHM, reason='no /dev/shm')
@@ -351,6 +353,114 @@ def test_forked_copy_of_arena_does_not_unlink():
         assert child.exitcode == 0
         assert _exists(arena.name) or not HAS_DEV_SHM
         np.testing.assert_array_equal(arena.read(ref), np.arange(3))
+
+
+# -- reaping segments of dead creators ------------------------------------------
+
+def _dead_pid() -> int:
+    """A pid no process can have: above the kernel's pid_max."""
+    try:
+        with open('/proc/sys/kernel/pid_max', encoding='ascii') as f:
+            return int(f.read()) + 1
+    except (OSError, ValueError):  # pragma: no cover - not Linux
+        return 2 ** 22 + 1
+
+
+def _make_segment(pid, uid=None) -> str:
+    """Creates ``simharness_<pid>_<hex>`` as a crashed creator would leave it."""
+    import _posixshmem
+    name = f'simharness_{pid}_test{os.urandom(4).hex()}'
+    fd = _posixshmem.shm_open('/' + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    try:
+        os.ftruncate(fd, 4096)
+        if uid is not None:
+            os.fchown(fd, uid, -1)
+    finally:
+        os.close(fd)
+    return name
+
+
+@pytest.fixture
+def made_segments():
+    """Names of test segments; whatever is left of them is removed afterwards."""
+    names = []
+    yield names
+    for name in names:
+        try:
+            os.unlink(os.path.join('/dev/shm', name))
+        except FileNotFoundError:
+            pass
+
+
+@needs_dev_shm
+def test_reap_removes_segments_of_dead_pids_only(made_segments):
+    dead = [_make_segment(_dead_pid()), _make_segment(_dead_pid())]
+    live = [_make_segment(os.getpid()), _make_segment(1)]  # this process, and init
+    made_segments += dead + live
+    with ShmArena(100) as arena:  # a real segment of this (live) process
+        removed = reap_orphaned_segments()
+        assert set(dead) <= set(removed)
+        assert not set(live) & set(removed) and arena.name not in removed
+        assert not any(_exists(n) for n in dead)
+        assert all(_exists(n) for n in live) and _exists(arena.name)
+        assert not set(dead) & set(reap_orphaned_segments())  # idempotent
+
+
+@needs_dev_shm
+def test_reap_treats_a_reused_pid_as_dead(made_segments, monkeypatch):
+    import psutil
+    name = _make_segment(1)
+    made_segments.append(name)
+    # pid 1 "started" an hour after the segment was made: it is not its creator.
+    real = psutil.Process.create_time
+    monkeypatch.setattr(psutil.Process, 'create_time',
+                        lambda self: (time.time() + 3600 if self.pid == 1 else real(self)))
+    assert name in reap_orphaned_segments()
+    assert not _exists(name)
+
+
+@needs_dev_shm
+def test_reap_keeps_a_segment_made_just_after_its_creator_started(made_segments, monkeypatch):
+    # psutil's start times are exact to the second only: a fresh creator is not a reuse.
+    import psutil
+    name = _make_segment(1)
+    made_segments.append(name)
+    monkeypatch.setattr(psutil.Process, 'create_time', lambda self: time.time() + 0.5)
+    assert name not in reap_orphaned_segments()
+    assert _exists(name)
+
+
+@needs_dev_shm
+def test_reap_keeps_a_creator_it_may_not_inspect(made_segments, monkeypatch):
+    import psutil
+    name = _make_segment(1)
+    made_segments.append(name)
+
+    def denied(self):
+        raise psutil.AccessDenied(self.pid)
+    monkeypatch.setattr(psutil.Process, 'create_time', denied)
+    assert name not in reap_orphaned_segments()
+    assert _exists(name)
+
+
+@needs_dev_shm
+@pytest.mark.skipif(os.geteuid() != 0, reason='only root can give a segment to another user')
+def test_reap_leaves_other_users_segments(made_segments):
+    name = _make_segment(_dead_pid(), uid=os.getuid() + 4242)
+    made_segments.append(name)
+    assert name not in reap_orphaned_segments()
+    assert _exists(name)
+
+
+@needs_dev_shm
+def test_reap_ignores_names_without_a_pid(made_segments):
+    import _posixshmem
+    name = f'simharness_notapid_{os.urandom(4).hex()}'
+    fd = _posixshmem.shm_open('/' + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    os.close(fd)
+    made_segments.append(name)
+    assert name not in reap_orphaned_segments()
+    assert _exists(name)
 
 
 # -- trees ---------------------------------------------------------------------
