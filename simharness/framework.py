@@ -11,7 +11,8 @@ from simharness.executors.federating import FederatingExecutor, FederatingStrate
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
 from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
-from simharness.executors.process_delegating import ProcessDelegatingExecutor
+from simharness.executors.worker_delegating import (ProcessDelegatingExecutor,
+                                                    WorkerDelegatingExecutor)
 from simharness.stacks import (CachingExecutorFactory, ProcessExecutorFactory,
                                local_executor_factory, process_executor_factory,
                                thread_debugging_executor_factory)
@@ -22,6 +23,6 @@ __all__ = [
     'ExecutorFactory', 'ExecutorValue', 'FederatedResolvingStrategy', 'FederatingExecutor',
     'FederatingStrategy', 'Intrinsic', 'ProcessDelegatingExecutor', 'ProcessExecutorFactory',
     'process_executor_factory', 'Lambda', 'Placement', 'Reference',
-    'ReferenceResolvingExecutor', 'Selection', 'StructBlock', 'ThreadDelegatingExecutor',
+    'ReferenceResolvingExecutor', 'Selection', 'StructBlock', 'ThreadDelegatingExecutor', 'WorkerDelegatingExecutor',
     'local_executor_factory', 'thread_debugging_executor_factory',
 ]

@@ -18,27 +18,21 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from simharness.core import types as T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
-from simharness.errors import CardinalityError, SimharnessValueError
+from simharness.errors import CardinalityError, SimharnessTypeError
 from simharness.executors.base import Executor, ExecutorFactory
 from simharness.executors.eager_tf import EagerTFExecutor, FunctionCache
 from simharness.executors.federating import FederatingExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
 from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
+from simharness.runtime import pinning
+from simharness.validation import check_bool, check_int, check_number
 
 if TYPE_CHECKING:
     from simharness.runtime.pool import WorkerPool
 
 #: Stacks kept per factory; older cardinalities are closed (TFF issue #1215).
 DEFAULT_MAX_CACHED_STACKS = 4
-
-
-def _check_positive(name: str, value: Optional[int], allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SimharnessValueError(f'{name} must be a positive int, got {value!r} '
-                                   f'({type(value).__name__})')
 
 
 def split_blocks(n: int, per_block: int) -> List[int]:
@@ -61,9 +55,8 @@ class CachingExecutorFactory(ExecutorFactory):
 
     def __init__(self, build: Callable[[int], Executor], num_clients: Optional[int] = None,
                  max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS):
-        if num_clients is not None and (not isinstance(num_clients, int) or num_clients < 0):
-            raise SimharnessValueError(f'num_clients must be an int >= 0, got {num_clients!r}')
-        _check_positive('max_cached_stacks', max_cached_stacks, allow_none=False)
+        num_clients = check_int('num_clients', num_clients, 0, allow_none=True)
+        max_cached_stacks = check_int('max_cached_stacks', max_cached_stacks, 1)
         self._build = build
         self._num_clients = num_clients
         self._max = max_cached_stacks
@@ -132,7 +125,8 @@ def thread_debugging_executor_factory(num_clients: Optional[int] = None,
         (and the only one accepted when given).
       clients_per_thread: clients hosted by each thread's EagerTF executor.
     """
-    _check_positive('clients_per_thread', clients_per_thread, allow_none=False)
+    check_int('num_clients', num_clients, 0, allow_none=True)
+    check_int('clients_per_thread', clients_per_thread, 1)
     return CachingExecutorFactory(lambda n: _build_thread_stack(n, clients_per_thread, None),
                                   num_clients)
 
@@ -150,8 +144,11 @@ def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread
       device: the TF device of every EagerTF executor (None: TF's choice).
       max_cached_stacks: how many cardinalities keep a live stack.
     """
-    _check_positive('clients_per_thread', clients_per_thread, allow_none=False)
-    _check_positive('max_fanout', max_fanout, allow_none=False)
+    check_int('num_clients', num_clients, 0, allow_none=True)
+    check_int('clients_per_thread', clients_per_thread, 1)
+    check_int('max_fanout', max_fanout, 1)
+    pinning.check_tf_device('device', device)
+    check_int('max_cached_stacks', max_cached_stacks, 1)
 
     def build(n: int) -> Executor:
         per = max(clients_per_thread, math.ceil(n / max_fanout)) if n else clients_per_thread
@@ -192,7 +189,7 @@ class ProcessExecutorFactory(CachingExecutorFactory):
     ReferenceResolvingExecutor
       FederatingExecutor(FederatedResolvingStrategy)
         server, unplaced: ThreadDelegating(EagerTF) in the driver
-        clients:          ProcessDelegating(worker k) x num_workers, worker k
+        clients:          WorkerDelegating(worker k) x num_workers, worker k
                           hosting the k-th contiguous block of clients
     ```
     The factory owns the pool: `close()` stops every worker; stacks for
@@ -206,14 +203,14 @@ class ProcessExecutorFactory(CachingExecutorFactory):
         super().__init__(self._build_process_stack, num_clients, max_cached_stacks)
 
     def _build_process_stack(self, n: int) -> Executor:
-        from simharness.executors.process_delegating import ProcessDelegatingExecutor
+        from simharness.executors.worker_delegating import WorkerDelegatingExecutor
         if not self.pool._started:
             self.pool.start()
         cache = FunctionCache()
         server = _thread_eager('simharness-server', None, cache)
         unplaced = _thread_eager('simharness-unplaced', None, cache)
         w = min(self.pool.num_workers, n) if n else 0
-        groups = [(ProcessDelegatingExecutor(self.pool.handles[k]), size)
+        groups = [(WorkerDelegatingExecutor(self.pool.handles[k]), size)
                   for k, size in enumerate(split_for_workers(n, w) if w else [])]
         federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
         return ReferenceResolvingExecutor(federating)
@@ -233,6 +230,14 @@ class ProcessExecutorFactory(CachingExecutorFactory):
                 self.pool.close()
 
 
+def _check_worker_options(worker_options: object) -> None:
+    if worker_options is not None and not isinstance(worker_options, dict):
+        raise SimharnessTypeError(
+            f'worker_options must be a dict or None, got {worker_options!r} of type '
+            f'{type(worker_options).__name__}', expected='Optional[dict]',
+            actual=type(worker_options))
+
+
 def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Optional[int] = 256,
                        cpu_affinity: bool = True, devices: object = None, workers_per_gpu: int = 1,
                        arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
@@ -241,14 +246,18 @@ def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Op
 
     Args are those of `process_executor_factory`.
     """
-    from simharness.runtime import pinning
-    from simharness.runtime.pool import WorkerPool
-    _check_positive('num_workers', num_workers)
-    _check_positive('clients_per_worker', clients_per_worker)
-    _check_positive('workers_per_gpu', workers_per_gpu, allow_none=False)
+    check_int('num_workers', num_workers, 1, allow_none=True)
+    check_int('clients_per_worker', clients_per_worker, 1, allow_none=True)
+    check_bool('cpu_affinity', cpu_affinity)
+    check_int('workers_per_gpu', workers_per_gpu, 1)
+    check_int('arena_bytes', arena_bytes, 1)
+    check_number('start_timeout', start_timeout, greater_than=0)
+    _check_worker_options(worker_options)
     gpus = pinning.parse_devices(devices)
+    pinning.check_gpus_exist(devices, gpus or ())
     placements = pinning.plan_workers(num_workers, pinning.usable_cpus(), gpus or None,
                                       workers_per_gpu, cpu_affinity)
+    from simharness.runtime.pool import WorkerPool
     return WorkerPool(placements, clients_per_worker=clients_per_worker, arena_bytes=arena_bytes,
                       start_timeout=start_timeout, worker_options=worker_options)
 
@@ -284,6 +293,10 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
       A `ProcessExecutorFactory`; close it (or use it as a context manager)
       to stop the workers it started.
     """
+    # Every check runs before the pool exists: a bad argument starts nothing.
+    check_int('num_clients', num_clients, 0, allow_none=True)
+    check_int('max_cached_stacks', max_cached_stacks, 1)
+    check_bool('start', start)
     owns = pool is None
     if pool is None:
         pool = create_worker_pool(num_workers, clients_per_worker, cpu_affinity, devices,

@@ -198,14 +198,21 @@ def to_container(value: Any, type_spec: T.Type) -> Any:
     return Struct(zip(names, elems))
 
 
+#: TF dtypes that dlpack must never see: a string tensor through `np.from_dlpack`
+#: aborts the process (a failed `DataTypeCanUseMemcpy` check in TF).
+_NOT_MEMCPY_DTYPES = frozenset({'string', 'resource', 'variant'})
+
+
 def tensor_to_numpy(t: Any, copy: bool = False) -> Any:
     """A numpy array of an eager tensor, without TF's slow conversion when possible.
 
-    A CPU tensor with a numeric dtype is read through dlpack: a read-only
+    A CPU tensor with a memcpy-able dtype is read through dlpack: a read-only
     view (no copy), or an owned copy when `copy`. Anything else goes through
     `.numpy()`.
     """
-    if hasattr(t, '__dlpack__') and 'CPU' in str(getattr(t, 'device', '')).upper():
+    dtype_name = getattr(getattr(t, 'dtype', None), 'name', '')
+    if (hasattr(t, '__dlpack__') and dtype_name not in _NOT_MEMCPY_DTYPES
+            and 'CPU' in str(getattr(t, 'device', '')).upper()):
         try:
             view = np.from_dlpack(t)
         except (TypeError, ValueError, RuntimeError, BufferError):

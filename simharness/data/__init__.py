@@ -9,7 +9,7 @@ from simharness.data.client_data import (ArrayClientData, ArraySpec, ClientData,
 from simharness.data.digits import (dirichlet_partition, iid_partition,
                                     load_digits_federated)
 from simharness.data.files import FileClientData, save_npz_dir
-from simharness.data.sourced import SourcedClients
+from simharness.data.sourced import Pad, SourcedClients
 from simharness.data.synthetic import (reference_fedavg_workload,
                                        synthetic_alpha_beta)
 
@@ -18,7 +18,7 @@ __all__ = [
     'ArraySpec',
     'ClientData',
     'FileClientData',
-    'SourcedClients',
+    'Pad', 'SourcedClients',
     'dirichlet_partition',
     'iid_partition',
     'load_digits_federated',

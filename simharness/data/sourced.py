@@ -4,25 +4,36 @@ A `{T}@CLIENTS` argument is normally a list of values that the driver
 ingests (and, on the process stack, ships to the workers every call). A
 `SourcedClients` is a lazy sequence instead: the data source (a
 `ClientData`, e.g. `FileClientData` over one `.npz` per client), the client
-ids and a picklable `transform` (padding, say). On the thread stack its
-items are loaded where they are ingested; on the process stack each worker
-receives the source once and loads only its own clients, so the driver
-never streams client data through itself.
+ids and a declarative `transform` (`Pad`). On the thread stack its items are
+loaded where they are ingested; on the process stack each worker receives a
+*description* of the source once (file paths and array specs: plain data,
+never a pickled object) and loads only its own clients, so the driver never
+streams client data through itself.
 
 ```
-driver: SourcedClients(source, ids[0:1000], transform)
-   ├─ worker 0: ("load", source token, ids[0:500])    source shipped once per worker
-   └─ worker 1: ("load", source token, ids[500:1000])
+driver: SourcedClients(files, ids[0:1000], Pad(64))
+   ├─ worker 0: LOAD_SOURCED(token, source spec (first time), ids[0:500], pad spec)
+   └─ worker 1: LOAD_SOURCED(token, source spec (first time), ids[500:1000], pad spec)
 ```
+
+Sources that cannot be described as plain data (in-memory arrays,
+preprocessed with a Python function) and Python-function transforms are
+loaded by the driver and shipped as values: nothing from the user's Python
+crosses a process boundary.
 """
 
 from __future__ import annotations
 
+import collections
 import collections.abc
+import dataclasses
 import itertools
-from typing import Any, Callable, List, Optional, Sequence
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from simharness.errors import SimharnessTypeError
+import numpy as np
+
+from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
 
 _TOKENS = itertools.count(1)
 
@@ -32,11 +43,12 @@ class SourcedClients(collections.abc.Sequence):
 
     Args:
       source: anything with `client_arrays(client_id) -> dict of arrays`
-        (every `ClientData`); it must pickle (it travels to the workers).
+        (every `ClientData`). A `FileClientData` over a directory of files
+        is loaded by the workers themselves; others by the driver.
       client_ids: the clients, in order (one value per client).
-      transform: a picklable function `arrays dict -> client value` (a
-        module-level function or a `functools.partial` of one); None keeps
-        the arrays dict.
+      transform: None (keep the arrays dict), a `Pad`, or any function
+        `arrays dict -> client value` (then the driver loads the clients
+        itself on process stacks: a Python function never crosses).
     """
 
     def __init__(self, source: Any, client_ids: Sequence[str],
@@ -68,3 +80,76 @@ class SourcedClients(collections.abc.Sequence):
 
     def __repr__(self) -> str:
         return f'SourcedClients({type(self.source).__name__}, {len(self)} clients)'
+
+
+def pad_client(a: Mapping[str, np.ndarray], max_examples: int, x_key: str = 'x',
+               y_key: str = 'y') -> Dict[str, Any]:
+    """One client's ``{'x', 'y', 'n'}`` padded with zeros to `max_examples` rows."""
+    x, y = np.asarray(a[x_key], np.float32), np.asarray(a[y_key], np.int32)
+    n = x.shape[0]
+    if n > max_examples:
+        raise ConfigError(f'a client has {n} examples, more than max_examples={max_examples}',
+                          key='max_examples', value=max_examples)
+    xp = np.zeros((max_examples,) + x.shape[1:], np.float32)
+    yp = np.zeros((max_examples,), np.int32)
+    xp[:n], yp[:n] = x, y
+    return collections.OrderedDict(x=xp, y=yp, n=np.int32(n))
+
+
+@dataclasses.dataclass(frozen=True)
+class Pad:
+    """A declarative transform: ``{'x', 'y', 'n'}`` padded to `max_examples` rows.
+
+    Plain data, so that a worker can apply it to the clients it loads.
+    """
+
+    max_examples: int
+    x_key: str = 'x'
+    y_key: str = 'y'
+
+    def __call__(self, arrays: Mapping[str, np.ndarray]) -> Dict[str, Any]:
+        return pad_client(arrays, self.max_examples, self.x_key, self.y_key)
+
+    def to_spec(self) -> Dict[str, Any]:
+        return {'kind': 'pad', 'max_examples': self.max_examples, 'x_key': self.x_key,
+                'y_key': self.y_key}
+
+
+def transform_spec(transform: Any) -> Optional[Dict[str, Any]]:
+    """The plain-data description of `transform` ({'kind': 'none'} for None), or None."""
+    if transform is None:
+        return {'kind': 'none'}
+    if isinstance(transform, Pad):
+        return transform.to_spec()
+    return None
+
+
+def transform_from_spec(spec: Mapping[str, Any]) -> Callable[[Any], Any]:
+    kind = spec.get('kind')
+    if kind == 'none':
+        return lambda arrays: arrays
+    if kind == 'pad':
+        return Pad(int(spec['max_examples']), str(spec['x_key']), str(spec['y_key']))
+    raise SimharnessValueError(f'unknown client transform {kind!r}')
+
+
+def source_spec(source: Any) -> Optional[Dict[str, Any]]:
+    """A plain-data description of a file-backed source, or None (the driver loads it)."""
+    from simharness.data.files import FileClientData
+    if type(source) is not FileClientData or getattr(source, '_paths', None) is None:
+        return None
+    return {'kind': 'npz_files', 'ids': list(source.client_ids),
+            'paths': {cid: str(p) for cid, p in source._paths.items()},
+            'spec': {k: [np.dtype(dt).str, list(shape)] for k, (dt, shape) in source._spec.items()},
+            'sizes': None if source._sizes is None else dict(source._sizes)}
+
+
+def source_from_spec(spec: Mapping[str, Any]) -> Any:
+    """The `ClientData` a `source_spec` describes."""
+    if spec.get('kind') != 'npz_files':
+        raise SimharnessValueError(f'unknown client data source kind {spec.get("kind")!r}')
+    from simharness.data.files import FileClientData
+    return FileClientData(spec['ids'],
+                          {k: (np.dtype(dt), tuple(shape)) for k, (dt, shape) in spec['spec'].items()},
+                          paths={cid: Path(p) for cid, p in spec['paths'].items()},
+                          sizes=spec['sizes'])

@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from simharness.core import building_blocks as bb
+from simharness.core import determinism
 from simharness.core import types as T
 from simharness.core.reduction import Partial, Reducer
 from simharness.core.structure import tensor_to_numpy, Struct, flatten, from_container, map_structure, pack_as
@@ -547,6 +548,9 @@ class EagerTFExecutor(BatchExecutor):
         if max_batch_size is not None and (not isinstance(max_batch_size, int) or max_batch_size < 1):
             raise SimharnessValueError(f'max_batch_size must be None or an int >= 1, got '
                                        f'{max_batch_size!r}')
+        # Bit-identical results on every stack: ops run on a fixed number of
+        # intra-op threads in every process (see simharness.core.determinism).
+        determinism.pin_tensorflow_threads()
         self._max_batch = max_batch_size
         self._device = device
         self._cache = function_cache if function_cache is not None else FunctionCache(cache_size)

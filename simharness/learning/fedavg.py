@@ -34,6 +34,7 @@ from simharness.core.computation import federated_computation, tf_computation
 from simharness.core import intrinsics as I
 from simharness.errors import ConfigError
 from simharness.learning import models as M
+from simharness.data.sourced import pad_client  # noqa: F401  (public here too)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,20 +68,6 @@ class FedAvgConfig:
         if not isinstance(m, (int, float)) or isinstance(m, bool) or not 0 <= m < 1:
             raise ConfigError(f'server_momentum must be a number in [0, 1), got {m!r}',
                               key='server_momentum', value=m)
-
-
-def pad_client(a: Mapping[str, np.ndarray], max_examples: int, x_key: str = 'x',
-               y_key: str = 'y') -> Dict[str, Any]:
-    """One client's ``{'x', 'y', 'n'}`` padded with zeros to `max_examples` rows."""
-    x, y = np.asarray(a[x_key], np.float32), np.asarray(a[y_key], np.int32)
-    n = x.shape[0]
-    if n > max_examples:
-        raise ConfigError(f'a client has {n} examples, more than max_examples={max_examples}',
-                          key='max_examples', value=max_examples)
-    xp = np.zeros((max_examples,) + x.shape[1:], np.float32)
-    yp = np.zeros((max_examples,), np.int32)
-    xp[:n], yp[:n] = x, y
-    return collections.OrderedDict(x=xp, y=yp, n=np.int32(n))
 
 
 def pad_clients(arrays: Sequence[Mapping[str, np.ndarray]], max_examples: int,
@@ -248,11 +235,8 @@ class FedAvg:
         process stack every worker loads only its own clients (see
         `simharness.data.SourcedClients`).
         """
-        import functools
-        from simharness.data.sourced import SourcedClients
-        return SourcedClients(client_data, client_ids,
-                              functools.partial(pad_client, max_examples=self.max_examples,
-                                                x_key=x_key, y_key=y_key))
+        from simharness.data.sourced import Pad, SourcedClients
+        return SourcedClients(client_data, client_ids, Pad(self.max_examples, x_key, y_key))
 
     def next(self, state: Mapping[str, Any], client_data: Sequence[Mapping[str, Any]]
              ) -> Tuple[Dict[str, Any], Dict[str, float]]:

@@ -24,7 +24,10 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from simharness.errors import SimharnessTypeError, SimharnessValueError, WorkerStartError
+from simharness.core.determinism import INTRA_OP_THREADS
+from simharness.errors import (DeviceNotFoundError, SimharnessTypeError, SimharnessValueError,
+                               WorkerStartError)
+from simharness.runtime import resources
 from simharness.validation import check_int as _check_int
 
 
@@ -65,7 +68,9 @@ class WorkerPlacement:
         worker_id: index of the worker in its pool (>= 0).
         cpus: the CPU ids the worker is pinned to (non-empty).
         gpu: the physical GPU id the worker sees (as its only GPU), or None.
-        intra_op_threads: TF threads inside one op (>= 1).
+        intra_op_threads: TF threads inside one op (>= 1); `plan_workers`
+            gives `simharness.core.determinism.INTRA_OP_THREADS` (1), which
+            results bit-identical across layouts depend on.
         inter_op_threads: TF ops run concurrently (>= 1).
         env: environment variables the worker sets before importing or
             initialising CUDA.
@@ -107,15 +112,18 @@ def plan_workers(num_workers: Optional[int], cpus: Sequence[int],
     `num_workers` contiguous, disjoint sets whose sizes differ by at most one
     (the first ones get the extra CPU). With more workers than CPUs, worker
     i gets the single CPU ``cpus[i % len(cpus)]``. Without `cpu_affinity`,
-    every worker may run on all `cpus`, with ``len(cpus) // num_workers``
-    intra-op threads (at least 1).
+    every worker may run on all `cpus`.
 
     Each worker runs one client computation at a time and the clients are
     spread over the workers, so the parallelism across clients comes from
-    the workers themselves: `intra_op_threads` is the size of the worker's
-    own CPU set (no more threads than cores) and `inter_op_threads` is 1,
-    since a second pool of threads running independent ops would only
-    compete for the same pinned cores.
+    the workers themselves. `intra_op_threads` is
+    `simharness.core.determinism.INTRA_OP_THREADS` (1) whatever the size of
+    the CPU set: some CPU kernels (conv filter gradients, fused batch norm,
+    large reductions) give other bits with another thread count, and results
+    must not depend on the layout. `inter_op_threads` is 1, since a second
+    pool of threads running independent ops would only compete for the same
+    pinned cores. (Give a worker several cores only for its data loading or
+    a GPU; for CPU speed, use one worker per core, the default.)
 
     With GPUs, worker k uses ``gpus[k // workers_per_gpu]`` and sees it alone
     (``CUDA_VISIBLE_DEVICES``, so inside the worker it is GPU 0), with memory
@@ -161,10 +169,8 @@ def plan_workers(num_workers: Optional[int], cpus: Sequence[int],
 
     if not cpu_affinity:
         cpu_sets = [cpu_ids] * num_workers
-        threads = [max(1, len(cpu_ids) // num_workers)] * num_workers
     else:
         cpu_sets = _split_cpus(cpu_ids, num_workers)
-        threads = [len(s) for s in cpu_sets]
 
     placements = []
     for k in range(num_workers):
@@ -175,7 +181,7 @@ def plan_workers(num_workers: Optional[int], cpus: Sequence[int],
             gpu = None
             env = {'CUDA_VISIBLE_DEVICES': ''}
         placements.append(WorkerPlacement(
-            worker_id=k, cpus=cpu_sets[k], gpu=gpu, intra_op_threads=threads[k],
+            worker_id=k, cpus=cpu_sets[k], gpu=gpu, intra_op_threads=INTRA_OP_THREADS,
             inter_op_threads=1, env=env))
     return placements
 
@@ -264,6 +270,80 @@ def _parse_device_string(text: str, devices: Any) -> List[int]:
         raise SimharnessValueError(
             f'device {text!r} needs an index, e.g. "{kind}:0"')
     return [int(index)]
+
+
+def check_gpus_exist(devices: Any, gpus: Sequence[int],
+                     inventory: Optional[resources.GpuInventory] = None, *,
+                     name: str = 'devices') -> None:
+    """Raises unless every GPU id in `gpus` is on this machine.
+
+    Args:
+        devices: the user's choice, as given (for the message).
+        gpus: the physical GPU ids asked for (``parse_devices(devices)``).
+        inventory: the GPUs found; None: `resources.discover_gpus()` (which
+            does not import TensorFlow).
+        name: the argument or config key to name in the message.
+
+    Raises:
+        DeviceNotFoundError: naming the missing GPUs, the GPUs found and
+            what was checked.
+    """
+    if not gpus:
+        return
+    if inventory is None:
+        inventory = resources.discover_gpus()
+    missing = [g for g in gpus if g not in inventory.ids]
+    if missing:
+        what = ', '.join(str(g) for g in missing)
+        found = ', '.join(str(g) for g in inventory.ids) or 'none'
+        raise DeviceNotFoundError(
+            f'{name}={devices!r}: this machine has no GPU {what} (found: {found}; checked '
+            f'{inventory.checked}); GPU ids are physical ids, as nvidia-smi -L lists them; '
+            f'use "cpu" (or no devices) for CPU only',
+            requested=devices, missing=missing, found=inventory.ids, checked=inventory.checked)
+
+
+def check_tf_device(name: str, device: Any,
+                    inventory: Optional[resources.GpuInventory] = None) -> Optional[str]:
+    """Checks a TensorFlow device name for an executor in this process.
+
+    A GPU index counts the GPUs this process sees (TF's numbering: with
+    ``CUDA_VISIBLE_DEVICES='2,3'``, '/GPU:1' is physical GPU 3). Names that
+    `parse_devices` does not understand are left to TensorFlow.
+
+    Args:
+        name: the argument's name, for the message.
+        device: None or a device name such as '/CPU:0' or '/GPU:1'.
+        inventory: the GPUs found; None: `resources.discover_gpus()`.
+
+    Returns:
+        `device`.
+
+    Raises:
+        SimharnessTypeError: `device` is neither None nor a string.
+        DeviceNotFoundError: it names a GPU this process does not have.
+    """
+    if device is None:
+        return None
+    if not isinstance(device, str):
+        raise SimharnessTypeError(
+            f'{name} must be None or a TensorFlow device name like "/GPU:0", got {device!r} '
+            f'of type {type(device).__name__}', expected='Optional[str]', actual=type(device))
+    try:
+        gpus = parse_devices(device)
+    except SimharnessValueError:
+        return device  # a form we do not parse; TensorFlow judges it
+    if gpus:
+        if inventory is None:
+            inventory = resources.discover_gpus()
+        count = len(inventory.ids)
+        if any(g >= count for g in gpus):
+            raise DeviceNotFoundError(
+                f'{name}={device!r}: this process has no GPU {gpus[0]} (it sees {count} '
+                f'GPU{"" if count == 1 else "s"}; checked {inventory.checked})',
+                requested=device, missing=[g for g in gpus if g >= count],
+                found=range(count), checked=inventory.checked)
+    return device
 
 
 def apply_placement(placement: WorkerPlacement, *, configure_tf: bool = True) -> None:

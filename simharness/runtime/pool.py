@@ -1,39 +1,57 @@
-"""The worker pool: pinned worker processes, their pipes and arenas.
+"""The worker pool: pinned worker processes, and one reactor thread that talks to all of them.
 
 ```
-WorkerPool (owned by a process_executor_factory)
+WorkerPool (owned by a process_executor_factory, or shared by several)
   forkserver context (preload: tensorflow, imported but no op run)
-  WorkerHandle k  (one per worker; replaced after a crash)
-    process k           pinned per plan_workers(...)
-    pipe (driver end)   Request → / ← Response, one request in flight
-    driver arena k      created by the driver; the driver writes, worker k reads
-    worker arena k      created by worker k; worker k writes, the driver reads
-                        (unlinked by the driver if worker k dies)
+  reactor thread      ONE for all workers: a selector over every worker's socket
+                      and process sentinel; writes queued requests (non-blocking),
+                      reads responses, resolves the callers' futures, checks
+                      deadlines and liveness
+  broadcast arena     one big value (a model) written once, read by every worker
+  WorkerHandle k      (one per worker; its process is replaced after a crash)
+    process k         pinned per plan_workers(...)
+    socket (driver end, non-blocking, used only by the reactor)
+    queue / inflight  requests not yet sent / sent and not yet answered (FIFO)
+    driver arena k    created by the driver; the reactor writes request buffers,
+                      worker k reads them (one request with buffers in flight)
+    worker arena k    created by worker k; the reactor copies responses out and
+                      ACKs (unlinked by the driver if worker k dies)
 ```
 
-Every resource has one owner: the pool owns the handles; a handle owns its
-process, pipe end and driver arena. `close()` is idempotent and reaps all.
+Callers (any thread, any event loop) call `WorkerHandle.submit(...)`, which
+returns a `concurrent.futures.Future`; nothing blocks a thread per worker,
+and requests to different workers are in flight together. Every resource
+has one owner: the pool owns the reactor, the broadcast arena and the
+handles; a handle owns its process, socket and driver arena. `close()` is
+idempotent and reaps all.
 """
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import itertools
+import logging
 import os
-import pickle
+import selectors
 import signal
 import threading
 import time
 import weakref
-from multiprocessing.connection import wait as mp_wait
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
-from simharness.errors import (ExecutorClosedError, WorkerCrashedError, WorkerError,
-                               WorkerStartError)
+from simharness.errors import (ExecutorClosedError, WorkerCrashedError, WorkerStartError,
+                               WorkerTimeoutError)
+from simharness.runtime import local_transport as L
 from simharness.runtime import pinning
-from simharness.runtime.protocol import Request, Response
+from simharness.runtime import protocol as P
 from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
-from simharness.runtime.worker import read_tree, worker_main, write_tree
 
 DEFAULT_START_TIMEOUT = 120.0
+#: Seconds a request may run while its worker is stopped or uses no CPU.
+DEFAULT_LIVENESS_TIMEOUT = 60.0
+
+log = logging.getLogger(__name__)
 
 
 def _likely_cause(exitcode: Optional[int]) -> str:
@@ -41,6 +59,9 @@ def _likely_cause(exitcode: Optional[int]) -> str:
         return 'unknown'
     if exitcode == -signal.SIGKILL:
         return 'killed with SIGKILL (kill -9, or the kernel OOM killer: check dmesg)'
+    if exitcode == -signal.SIGTERM:
+        return ('terminated by SIGTERM (an OOM killer such as earlyoom or systemd-oomd, '
+                'systemctl stop, Slurm scancel, or kill)')
     if exitcode == -signal.SIGSEGV:
         return 'segmentation fault in native code'
     if exitcode == -signal.SIGABRT:
@@ -48,7 +69,10 @@ def _likely_cause(exitcode: Optional[int]) -> str:
     if exitcode == -signal.SIGBUS:
         return 'bus error (shared memory exhausted?)'
     if exitcode < 0:
-        return f'killed by signal {-exitcode}'
+        try:
+            return f'killed by signal {signal.Signals(-exitcode).name}'
+        except ValueError:
+            return f'killed by signal {-exitcode}'
     return f'exited with code {exitcode}'
 
 
@@ -92,32 +116,38 @@ class _NoMainReimport:
 
 
 class BroadcastArena:
-    """A driver-owned arena holding ONE value that every worker reads (broadcast).
+    """A driver-owned arena holding ONE value's buffers that every worker reads.
 
-    `acquire(key, value)` writes `value` once (unless it already holds `key`)
-    and counts a reader; `release()` ends a read. Concurrent requests of one
-    broadcast share the write; a new value waits until no request still
+    `acquire(key, buffers)` writes the buffers once (unless it already holds
+    `key`) and counts a reader; `release()` ends a read (the reactor calls it
+    when the worker answered). A new value waits until no request still
     reads the old one, so every reader sees complete bytes.
     """
 
     def __init__(self, capacity: int):
-        self._arena = ShmArena(capacity)
+        self._capacity = capacity
+        self._arena: Optional[ShmArena] = None
         self._cond = threading.Condition()
         self._readers = 0
         self._key: Any = None
-        self._packed: Any = None
+        self._locs: List[Any] = []
+        self._closed = False
         self.bytes_written = 0
 
-    def acquire(self, key: Any, value: Any) -> Any:
+    def acquire(self, key: Any, buffers: Sequence[Any]) -> List[Any]:
         with self._cond:
+            if self._closed:
+                raise ExecutorClosedError('the worker pool is closed')
             if self._key is not key:
                 while self._readers:
                     self._cond.wait()
-                self._packed, nbytes = write_tree(self._arena, value)
+                if self._arena is None:
+                    self._arena = ShmArena(self._capacity)
+                self._locs = L.write_buffers(self._arena, buffers)
                 self._key = key
-                self.bytes_written += nbytes
+                self.bytes_written += sum(b.nbytes for b in buffers)
             self._readers += 1
-            return self._packed
+            return self._locs
 
     def release(self) -> None:
         with self._cond:
@@ -130,8 +160,12 @@ class BroadcastArena:
 
     def close(self) -> None:
         with self._cond:
-            self._key = self._packed = None
-        self._arena.close()
+            self._closed = True
+            self._key = None
+            self._locs = []
+            self._cond.notify_all()
+        if self._arena is not None:
+            self._arena.close()
 
 
 class WorkerStats:
@@ -143,8 +177,48 @@ class WorkerStats:
         self.bytes_from_worker = 0
 
 
+class _Call:
+    """One request on its way: what the reactor needs to send it and answer the caller."""
+
+    __slots__ = ('header', 'buffers', 'locs', 'future', 'op', 'on_done', 'uses_arena',
+                 'sent_at', 'nbytes')
+
+    def __init__(self, header: bytes, buffers: List[Any], locs: Optional[List[Any]], op: str,
+                 on_done: Optional[Callable[[], None]]):
+        self.header = header
+        self.buffers = buffers
+        self.locs = locs
+        self.future: concurrent.futures.Future = concurrent.futures.Future()
+        self.op = op
+        self.on_done = on_done
+        self.uses_arena = locs is None and L.arena_bytes_needed(buffers) > 0
+        self.sent_at = 0.0
+        self.nbytes = sum(b.nbytes for b in buffers)
+
+    def finish(self, result: Any = None, error: Optional[BaseException] = None) -> None:
+        if self.on_done is not None:
+            cb, self.on_done = self.on_done, None
+            try:
+                cb()
+            except Exception:  # pragma: no cover - release never fails
+                log.exception('broadcast release failed')
+        if self.future.done():  # cancelled by the caller (Ctrl-C)
+            return
+        try:
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
+        except concurrent.futures.InvalidStateError:
+            pass
+
+
 class WorkerHandle:
-    """The driver side of one worker process. Requests are serialized by a lock."""
+    """The driver side of one worker process.
+
+    `submit` may be called from any thread; the pool's reactor does all
+    I/O. `ensure_started` (re)starts the process when it is not running.
+    """
 
     def __init__(self, pool: 'WorkerPool', worker_id: int, placement: pinning.WorkerPlacement):
         self.pool = pool
@@ -152,16 +226,43 @@ class WorkerHandle:
         self.placement = placement
         self.generation = 0
         self.stats = WorkerStats()
-        self._lock = threading.Lock()
-        self._proc: Any = None  # a multiprocess Process (untyped library)
-        self._conn: Any = None  # its multiprocess Connection (driver end)
+        self.pid: Optional[int] = None
+        self._lock = threading.Lock()        # short sections: queue, inflight, state
+        self._start_lock = threading.Lock()  # one start at a time
+        self._proc: Any = None
+        self._conn: Any = None
+        self._fd: Optional[int] = None
+        self._live = False
         self._arena: Optional[ShmArena] = None
         self._attachment: Optional[ShmAttachment] = None
         self._worker_arenas: set = set()
-        self.pid: Optional[int] = None
+        self.queue: Deque[_Call] = collections.deque()
+        self.inflight: Deque[_Call] = collections.deque()
+        self._out = bytearray()
+        self._reader = L.FrameReader()
+        self._arena_busy = False
+        self._kill_error: Optional[BaseException] = None
+        self._progress = (0.0, 0.0)  # (cpu seconds, when they last advanced)
+        self._start_error: Optional[BaseException] = None
 
     # ------------------------------------------------------------ lifecycle
-    def start(self, timeout: float = DEFAULT_START_TIMEOUT) -> None:
+    @property
+    def alive(self) -> bool:
+        return self._live and self._proc is not None and self._proc.is_alive()
+
+    def ensure_started(self, timeout: Optional[float] = None) -> None:
+        """Starts the worker process unless it runs (blocking: a fresh one takes ~0.1-3 s)."""
+        with self._start_lock:
+            if self.pool.closed:
+                raise ExecutorClosedError('the worker pool is closed')
+            if self._live:
+                return
+            self._reap()
+            self._start(self.pool.start_timeout if timeout is None else timeout)
+
+    def _start(self, timeout: float) -> None:
+        from multiprocess.connection import wait as mp_wait
+        from simharness.runtime.worker import worker_main
         ctx = self.pool.context
         parent, child = ctx.Pipe(duplex=True)
         proc = ctx.Process(target=worker_main,
@@ -170,56 +271,73 @@ class WorkerHandle:
         with _START_LOCK, _NoMainReimport():
             proc.start()
         child.close()
-        self._proc, self._conn = proc, parent
+        with self._lock:
+            self._proc, self._conn = proc, parent
         deadline = time.monotonic() + timeout
+        frame: Optional[list] = None
         while True:
             ready = mp_wait([parent, proc.sentinel], timeout=max(0.0, deadline - time.monotonic()))
             if parent in ready:
                 try:
-                    msg = parent.recv()
-                except EOFError:
-                    msg = None
+                    frame = L.unpack_frame(parent.recv_bytes())
+                except (EOFError, OSError):
+                    frame = None
                 break
             if proc.sentinel in ready:
-                proc.join(1)
-                self._reap()
-                raise WorkerStartError(
-                    f'worker {self.worker_id} died while starting ({_likely_cause(proc.exitcode)})',
-                    worker_id=self.worker_id)
+                break
             if time.monotonic() >= deadline:
+                pid = proc.pid
                 self._reap()
-                raise WorkerStartError(f'worker {self.worker_id} did not start within {timeout} s',
-                                       worker_id=self.worker_id)
-        if not msg or msg[0] != 'ready':
-            text = msg[1] if msg else 'no message'
-            tb = msg[2] if msg and len(msg) > 2 else ''
+                raise WorkerStartError(f'worker {self.worker_id} (pid {pid}) did not start within '
+                                       f'{timeout} s', worker_id=self.worker_id)
+        if not frame or frame[0] != L.F_READY:
+            pid = proc.pid
+            proc.join(5)
+            cause = _likely_cause(proc.exitcode)
+            if frame and frame[0] == L.F_START_ERROR:
+                text, tb = frame[1], frame[2]
+            else:
+                text, tb = f'it died while starting ({cause})', ''
             self._reap()
-            raise WorkerStartError(f'worker {self.worker_id} could not start: {text}',
+            raise WorkerStartError(f'worker {self.worker_id} (pid {pid}) could not start: {text}',
                                    worker_id=self.worker_id, remote_traceback=tb)
-        self.pid = msg[1]
-        self._worker_arenas = {msg[2]}
-        self._arena = ShmArena(self.pool.arena_bytes)
-        self._attachment = ShmAttachment()
-        self.generation += 1
-
-    @property
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.is_alive()
+        arena = ShmArena(self.pool.arena_bytes)
+        with self._lock:
+            self.pid = frame[1]
+            self._worker_arenas = {frame[2]}
+            self._arena = arena
+            self._attachment = ShmAttachment()
+            self._fd = parent.fileno()
+            os.set_blocking(self._fd, False)
+            self._out = bytearray()
+            self._reader = L.FrameReader()
+            self._arena_busy = False
+            self._kill_error = None
+            self._progress = (0.0, time.monotonic())
+            self.generation += 1
+            self._live = True
+        self.pool._reactor.register(self)
 
     def _reap(self) -> None:
-        """Stops the process (if any) and frees everything this handle owns."""
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
+        """Stops the process (if any) and frees everything this handle owns (idempotent)."""
+        with self._lock:
+            proc, conn = self._proc, self._conn
+            self._proc = self._conn = None
+            self._fd = None
+            self._live = False
+            attachment, self._attachment = self._attachment, None
+            arena, self._arena = self._arena, None
+            names = set(self._worker_arenas)
+            self._worker_arenas = set()
+            pid = self.pid
         if conn is not None:
             try:
-                conn.send_bytes(pickle.dumps('close'))
+                os.set_blocking(conn.fileno(), True)
+                conn.send_bytes(L.pack_frame(L.F_CLOSE))
             except (OSError, EOFError, BrokenPipeError, ValueError):
                 pass
         if proc is not None:
             proc.join(5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5)
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
@@ -229,127 +347,416 @@ class WorkerHandle:
                 pass
         if conn is not None:
             conn.close()
-        if self._attachment is not None:
-            self._attachment.close()
-            self._attachment = None
-        if self._arena is not None:
-            self._arena.close()
-            self._arena = None
+        if attachment is not None:
+            attachment.close()
+        if arena is not None:
+            arena.close()
         # A worker unlinks its own arena when it exits cleanly; after a crash
-        # (or a kill during a growth) the driver does it: segment names carry
-        # their creator's pid.
-        names = set(self._worker_arenas)
-        if self.pid is not None:
-            prefix = f'{SEGMENT_PREFIX}{self.pid}_'
+        # the driver does it: segment names carry their creator's pid.
+        if pid is not None:
+            prefix = f'{SEGMENT_PREFIX}{pid}_'
             names.update(n for n in list_leaked_segments() if n.startswith(prefix))
         for name in names:
             try:
                 os.unlink(os.path.join('/dev/shm', name))
             except FileNotFoundError:
                 pass
-        self._worker_arenas = set()
 
     def close(self) -> None:
-        """Stops the worker and frees its resources, even during a request.
-
-        A request in flight holds the lock: the worker is killed first, so
-        that the waiting request returns (with `WorkerCrashedError`) and
-        releases it.
-        """
-        if not self._lock.acquire(timeout=0.2):
+        """Stops the worker: at once (SIGKILL) when a request is in flight, else cleanly."""
+        with self._lock:
+            busy = bool(self.inflight or self.queue)
             proc = self._proc
-            if proc is not None and proc.pid:
-                try:
-                    os.kill(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self._lock.acquire()
-        try:
-            self._reap()
-        finally:
-            self._lock.release()
+            calls = list(self.inflight) + list(self.queue)
+            self.inflight.clear()
+            self.queue.clear()
+            self._live = False
+        if busy and proc is not None and proc.pid:
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for c in calls:
+            c.finish(error=ExecutorClosedError(
+                f'the worker pool was closed while worker {self.worker_id} ran {c.op}'))
+        self.pool._reactor.unregister(self)
+        self._reap()
 
     # ------------------------------------------------------------ requests
-    def request(self, op: str, args: tuple, out_base: int = 0,
-                free: Sequence[Tuple[int, int]] = ()) -> Response:
-        """Sends one request and waits for its response (thread-safe)."""
+    def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
+               locs: Optional[List[Any]] = None,
+               on_done: Optional[Callable[[], None]] = None) -> concurrent.futures.Future:
+        """Queues one encoded request; the future resolves to its decoded `Response`.
+
+        Args:
+          header, buffers: the encoded `Request`.
+          op: its operation's name (for error messages).
+          generation: the worker generation the request was made for: if the
+            worker was replaced since, the request fails with
+            `WorkerCrashedError` (its session is gone).
+          locs: where `buffers` already are (the broadcast arena), if placed.
+          on_done: called once the worker answered (or the request failed).
+        """
+        call = _Call(header, buffers, locs, op, on_done)
         with self._lock:
             if self.pool.closed:
-                raise ExecutorClosedError('the worker pool is closed')
-            if not self.alive:
-                self._reap()
-                self.start()
-            arena = cast(ShmArena, self._arena)  # set by start()
-            attachment = cast(ShmAttachment, self._attachment)  # set by start()
-            packed, nbytes = write_tree(arena, args)
-            req = Request(op, packed, out_base, tuple(free), arena.name)
-            self.stats.requests += 1
-            self.stats.bytes_to_worker += nbytes
-            try:
-                # The stdlib pickler (C): multiprocess' dill-based one is slow.
-                self._conn.send_bytes(pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL))
-            except (OSError, BrokenPipeError, EOFError):
-                self._crashed()
-            while True:
-                ready = mp_wait([self._conn, self._proc.sentinel], timeout=1.0)
-                if self._conn in ready:
-                    try:
-                        resp: Response = pickle.loads(self._conn.recv_bytes())
-                    except (EOFError, OSError):
-                        self._crashed()
-                    break
-                if self._proc.sentinel in ready:
-                    self._crashed()
-            if resp.arena and resp.arena not in self._worker_arenas:
-                # The worker re-created its arena bigger (and unlinked the old one).
-                for old in self._worker_arenas:
-                    if old in attachment.names:
-                        attachment.release(old)
-                self._worker_arenas = {resp.arena}
-            if not resp.ok:
-                err = resp.error
-                if isinstance(err, BaseException):
-                    err.__cause__ = WorkerError(
-                        f'worker {self.worker_id} (pid {self.pid}) traceback:\n{resp.traceback}',
-                        worker_id=self.worker_id, pid=self.pid, remote_traceback=resp.traceback)
-                    raise err
-                raise WorkerError(f'worker {self.worker_id} failed', worker_id=self.worker_id,
-                                  pid=self.pid, remote_traceback=resp.traceback)
-            if resp.kind == 'data':
-                attachment.attach(resp.arena)
-                resp.result = read_tree(attachment, resp.result, copy=True)
-                self.stats.bytes_from_worker += resp.nbytes
-            return resp
-
-    def _crashed(self) -> NoReturn:
-        proc = self._proc
-        proc.join(2)
-        exitcode = proc.exitcode
-        pid = self.pid
-        self._reap()
-        cause = _likely_cause(exitcode)
-        raise WorkerCrashedError(
-            f'worker {self.worker_id} (pid {pid}) died: {cause}; it will be replaced on next use',
-            worker_id=self.worker_id, pid=pid, exitcode=exitcode, likely_cause=cause)
+                err: Optional[BaseException] = ExecutorClosedError('the worker pool is closed')
+            elif not self._live or generation != self.generation:
+                err = WorkerCrashedError(
+                    f'worker {self.worker_id} was replaced after a crash; its values are gone: run '
+                    'the computation again', worker_id=self.worker_id, pid=self.pid)
+            else:
+                err = None
+                self.queue.append(call)
+                self.stats.requests += 1
+                self.stats.bytes_to_worker += call.nbytes
+        if err is not None:
+            call.finish(error=err)
+        else:
+            self.pool._reactor.wake(self)
+        return call.future
 
     def kill_for_test(self) -> None:
         """Sends SIGKILL to the worker process (fault-injection in tests)."""
-        if self._proc is not None and self._proc.pid:
-            os.kill(self._proc.pid, signal.SIGKILL)
+        proc = self._proc
+        if proc is not None and proc.pid:
+            os.kill(proc.pid, signal.SIGKILL)
 
     def resource_usage(self) -> Dict[str, Any]:
         """RSS (bytes) and CPU seconds of the worker process (psutil)."""
         import psutil
-        if not self.alive:
+        proc = self._proc
+        if not self.alive or proc is None:
             return {'worker_id': self.worker_id, 'alive': False}
-        p = psutil.Process(self._proc.pid)
-        with p.oneshot():
-            mem = p.memory_info()
-            cpu = p.cpu_times()
-        return {'worker_id': self.worker_id, 'alive': True, 'pid': self._proc.pid,
+        try:
+            p = psutil.Process(proc.pid)
+            with p.oneshot():
+                mem = p.memory_info()
+                cpu = p.cpu_times()
+        except psutil.Error:
+            return {'worker_id': self.worker_id, 'alive': False}
+        return {'worker_id': self.worker_id, 'alive': True, 'pid': proc.pid,
                 'rss_bytes': mem.rss, 'cpu_seconds': cpu.user + cpu.system,
                 'requests': self.stats.requests, 'bytes_to_worker': self.stats.bytes_to_worker,
                 'bytes_from_worker': self.stats.bytes_from_worker}
+
+    # ------------------------------------------------------------ reactor side
+    def _pump(self) -> None:
+        """Moves queued requests into the output buffer (reactor thread)."""
+        with self._lock:
+            while self.queue and self._live:
+                call = self.queue[0]
+                if call.uses_arena and self._arena_busy:
+                    break  # the worker still reads the driver arena
+                self.queue.popleft()
+                try:
+                    locs = call.locs
+                    if locs is None:
+                        locs = L.write_buffers(self._arena, call.buffers)
+                except Exception as e:
+                    call.finish(error=e)
+                    continue
+                if call.uses_arena:
+                    self._arena_busy = True
+                call.buffers = []
+                self._out += L.frame_with_length(L.pack_frame(L.F_REQUEST, call.header, locs))
+                call.header = b''
+                call.sent_at = time.monotonic()
+                self.inflight.append(call)
+
+    def _flush(self) -> bool:
+        """Writes what it can; True when everything was written."""
+        fd = self._fd
+        if fd is None:
+            return True
+        while self._out:
+            try:
+                n = os.write(fd, self._out)
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True  # the worker is gone: its sentinel tells
+            del self._out[:n]
+        return True
+
+    def _read(self) -> bool:
+        """Reads and dispatches responses; False on EOF (reactor thread)."""
+        fd = self._fd
+        if fd is None:
+            return False
+        while True:
+            try:
+                data = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            for raw in self._reader.feed(data):
+                self._on_frame(L.unpack_frame(raw))
+
+    def _on_frame(self, frame: list) -> None:
+        if frame[0] != L.F_RESPONSE:
+            return
+        with self._lock:
+            if not self.inflight:
+                return
+            call = self.inflight.popleft()
+            if call.uses_arena:
+                self._arena_busy = False
+            attachment = self._attachment
+        locs = frame[2]
+        try:
+            for loc in locs:
+                if isinstance(loc, list) and loc[0] not in self._worker_arenas:
+                    # The worker re-created its arena bigger (and unlinked the old one).
+                    for old in self._worker_arenas:
+                        if attachment is not None and old in attachment.names:
+                            attachment.release(old)
+                    self._worker_arenas = {loc[0]}
+            buffers = L.read_buffers(attachment, locs, copy=True)
+            if any(isinstance(loc, list) for loc in locs):
+                self._out += L.frame_with_length(L.pack_frame(L.F_ACK))
+            self.stats.bytes_from_worker += sum(len(b) if isinstance(b, bytes) else b.nbytes
+                                                for b in buffers)
+            resp = P.decode_message(frame[1], buffers)
+        except Exception as e:
+            call.finish(error=e)
+            return
+        call.finish(resp)
+
+    def _fail_all(self, error_for: Callable[[_Call], BaseException]) -> None:
+        with self._lock:
+            calls = list(self.inflight) + list(self.queue)
+            self.inflight.clear()
+            self.queue.clear()
+            self._live = False
+        for c in calls:
+            c.finish(error=error_for(c))
+
+    def _died(self) -> None:
+        """The process exited (reactor thread): fail its requests, free its resources."""
+        with self._start_lock:  # not while a caller restarts it
+            self._died_locked()
+
+    def _died_locked(self) -> None:
+        proc = self._proc
+        if proc is not None:
+            proc.join(2)
+        exitcode = proc.exitcode if proc is not None else None
+        pid = self.pid
+        kill_error = self._kill_error
+        cause = _likely_cause(exitcode)
+
+        def error(c: _Call) -> BaseException:
+            if kill_error is not None:
+                return kill_error
+            return WorkerCrashedError(
+                f'worker {self.worker_id} (pid {pid}) died while running {c.op}: {cause}; it will '
+                'be replaced on next use', worker_id=self.worker_id, pid=pid, exitcode=exitcode,
+                likely_cause=cause)
+        self._fail_all(error)
+        self._reap()
+
+    def _check_liveness(self, now: float) -> None:
+        """Kills a worker whose oldest request is past its deadline or makes no progress."""
+        with self._lock:
+            call = self.inflight[0] if self.inflight else None
+            proc = self._proc
+        if call is None or proc is None or self._kill_error is not None:
+            return
+        age = now - call.sent_at
+        timeout = self.pool.request_timeout
+        reason = ''
+        if timeout is not None and age > timeout:
+            reason = 'timeout'
+            what = f'did not answer {call.op} within request_timeout={timeout} s'
+        elif age > self.pool.liveness_timeout:
+            import psutil
+            try:
+                p = psutil.Process(proc.pid)
+                status = p.status()
+                cpu = sum(p.cpu_times()[:2])
+            except psutil.Error:
+                return
+            last_cpu, since = self._progress
+            if cpu > last_cpu + 1e-3:
+                self._progress = (cpu, now)
+            if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                if now - since > self.pool.liveness_timeout:
+                    reason = 'stopped'
+                    what = (f'has been stopped (SIGSTOP?) for {now - since:.0f} s while running '
+                            f'{call.op}')
+            elif cpu <= last_cpu + 1e-3 and now - max(since, call.sent_at) > self.pool.liveness_timeout:
+                reason = 'no progress'
+                what = (f'used no CPU for {self.pool.liveness_timeout} s while running {call.op} '
+                        '(deadlocked?)')
+        if not reason:
+            return
+        self._kill_error = WorkerTimeoutError(
+            f'worker {self.worker_id} (pid {proc.pid}) {what}; it was killed and will be '
+            'replaced on next use', worker_id=self.worker_id, pid=proc.pid, op=call.op,
+            seconds=round(age, 3), reason=reason)
+        log.warning('%s', self._kill_error)
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class _Reactor:
+    """The pool's I/O thread: a selector over every worker's socket and sentinel."""
+
+    def __init__(self, pool: 'WorkerPool'):
+        self._pool_ref = weakref.ref(pool)
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._dirty: set = set()
+        self._register: List[WorkerHandle] = []
+        self._unregister: List[WorkerHandle] = []
+        self._registered: Dict[WorkerHandle, tuple] = {}
+        self._stopping = False
+        self._thread: Optional[threading.Thread] = None
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name='simharness-pool-reactor',
+                                            daemon=True)
+            self._thread.start()
+
+    def wake(self, handle: Optional[WorkerHandle] = None) -> None:
+        with self._lock:
+            if handle is not None:
+                self._dirty.add(handle)
+            self._ensure_thread()
+        try:
+            os.write(self._wake_w, b'x')
+        except (BlockingIOError, OSError):
+            pass  # a wake-up is already pending (or we are closing)
+
+    def register(self, handle: WorkerHandle) -> None:
+        with self._lock:
+            self._register.append(handle)
+        self.wake(handle)
+
+    def unregister(self, handle: WorkerHandle) -> None:
+        """Forgets `handle` (waits until the reactor has let go of its fds)."""
+        done = threading.Event()
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._drop(handle)
+                return
+            self._unregister.append((handle, done))  # type: ignore[arg-type]
+        self.wake()
+        if threading.current_thread() is not self._thread:
+            done.wait(10)
+
+    def _drop(self, handle: WorkerHandle) -> None:
+        keys = self._registered.pop(handle, None)
+        if keys:
+            for fd in keys:
+                try:
+                    self._sel.unregister(fd)
+                except (KeyError, ValueError):
+                    pass
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            thread = self._thread
+        try:
+            os.write(self._wake_w, b'x')
+        except OSError:
+            pass
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(10)
+        self._sel.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception:  # pragma: no cover - a bug: fail every request rather than hang
+            log.exception('simharness pool reactor failed')
+            pool = self._pool_ref()
+            if pool is not None:
+                for h in pool.handles:
+                    h._fail_all(lambda c: ExecutorClosedError(
+                        'the worker pool reactor failed (see the log)'))
+
+    def _loop(self) -> None:
+        last_check = time.monotonic()
+        while True:
+            with self._lock:
+                if self._stopping:
+                    return
+                registering, self._register = self._register, []
+                unregistering, self._unregister = self._unregister, []
+            for h, done in unregistering:  # type: ignore[misc]
+                self._drop(h)
+                done.set()
+            for h in registering:
+                self._drop(h)
+                fd, proc = h._fd, h._proc
+                if fd is None or proc is None:
+                    continue
+                self._sel.register(fd, selectors.EVENT_READ, (h, 'io'))
+                self._sel.register(proc.sentinel, selectors.EVENT_READ, (h, 'sentinel'))
+                self._registered[h] = (fd, proc.sentinel)
+            with self._lock:
+                dirty, self._dirty = self._dirty, set()
+            for h in dirty:
+                if h in self._registered:
+                    h._pump()
+                    self._flush(h)
+            busy = any(h.inflight for h in self._registered)
+            events = self._sel.select(0.25 if busy else 1.0)
+            for key, mask in events:
+                if key.data is None:
+                    try:
+                        while os.read(self._wake_r, 4096):
+                            pass
+                    except (BlockingIOError, OSError):
+                        pass
+                    continue
+                h, what = key.data
+                if h not in self._registered:
+                    continue
+                if what == 'sentinel':
+                    self._drop(h)
+                    h._died()
+                    continue
+                if mask & selectors.EVENT_READ:
+                    if not h._read():
+                        continue  # EOF: the sentinel follows
+                    h._pump()  # answers free the driver arena for queued requests
+                self._flush(h)
+            now = time.monotonic()
+            if now - last_check >= 0.25:
+                last_check = now
+                for h in list(self._registered):
+                    h._check_liveness(now)
+
+    def _flush(self, h: WorkerHandle) -> None:
+        keys = self._registered.get(h)
+        if not keys:
+            return
+        done = h._flush()
+        events = selectors.EVENT_READ | (0 if done else selectors.EVENT_WRITE)
+        try:
+            if self._sel.get_key(keys[0]).events != events:
+                self._sel.modify(keys[0], events, (h, 'io'))
+        except (KeyError, ValueError):
+            pass
 
 
 class WorkerPool:
@@ -361,44 +768,68 @@ class WorkerPool:
       arena_bytes: initial size of each shared-memory arena (they grow).
       start_timeout: seconds to wait for a worker to report ready.
       context: a multiprocess context (default: forkserver preloading TF).
+      request_timeout: seconds a request may take before its worker is
+        killed and the call fails with `WorkerTimeoutError` (None: no limit).
+      liveness_timeout: seconds a request may wait on a worker that is
+        stopped (SIGSTOP) or uses no CPU, before the same.
     """
 
     def __init__(self, placements: Sequence[pinning.WorkerPlacement],
                  clients_per_worker: Optional[int] = None, arena_bytes: int = 1 << 20,
                  start_timeout: float = DEFAULT_START_TIMEOUT, context: Any = None,
-                 worker_options: Optional[Dict[str, Any]] = None):
+                 worker_options: Optional[Dict[str, Any]] = None,
+                 request_timeout: Optional[float] = None,
+                 liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT):
         self.placements = list(placements)
         self.arena_bytes = arena_bytes
         self.start_timeout = start_timeout
+        self.request_timeout = request_timeout
+        self.liveness_timeout = liveness_timeout
         self.context = context if context is not None else get_forkserver_context()
         self.worker_options = dict(worker_options or {})
         self.worker_options.setdefault('clients_per_worker', clients_per_worker)
         self.worker_options.setdefault('arena_bytes', arena_bytes)
+        self._reactor = _Reactor(self)
         self.handles = [WorkerHandle(self, p.worker_id, p) for p in self.placements]
         self.broadcast = BroadcastArena(arena_bytes)
         self.closed = False
         self._started = False
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _warn_unclosed, list(self.handles), self.broadcast)
+        self._sessions = itertools.count(1)
+        self._finalizer = weakref.finalize(self, _warn_unclosed, list(self.handles),
+                                           self.broadcast, self._reactor)
 
     @property
     def num_workers(self) -> int:
         return len(self.handles)
 
+    def new_session_id(self) -> int:
+        """A session id unique in this pool (sessions scope value ids in the workers)."""
+        return next(self._sessions)
+
     def start(self) -> float:
-        """Starts every worker that is not running; returns the seconds it took."""
+        """Starts every worker that is not running; returns the seconds it took.
+
+        Also removes shared-memory segments left by dead processes (a driver
+        killed with SIGKILL cannot clean up after itself).
+        """
         with self._lock:
             if self.closed:
                 raise ExecutorClosedError('the worker pool is closed')
             t0 = time.perf_counter()
+            if not self._started:
+                from simharness.runtime.shm import reap_orphaned_segments
+                removed = reap_orphaned_segments()
+                if removed:
+                    log.info('removed %d shared-memory segments left by dead processes',
+                             len(removed))
             try:
                 for h in self.handles:
-                    with h._lock:
-                        if not h.alive:
-                            h._reap()
-                            h.start(self.start_timeout)
+                    h.ensure_started(self.start_timeout)
             except BaseException:
-                self._close_all()
+                # Stop what did start; the pool stays usable (a later call retries).
+                for h in self.handles:
+                    h.close()
                 raise
             self._started = True
             return time.perf_counter() - t0
@@ -412,18 +843,18 @@ class WorkerPool:
                                      + self.broadcast.bytes_written),
                 'bytes_from_workers': sum(h.stats.bytes_from_worker for h in self.handles)}
 
-    def _close_all(self) -> None:
-        for h in self.handles:
-            h.close()
-        self.broadcast.close()
-
     def close(self) -> None:
         """Stops every worker and frees every segment. Idempotent."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
-            self._close_all()
+        try:
+            for h in self.handles:
+                h.close()
+        finally:
+            self._reactor.stop()
+            self.broadcast.close()
             self._finalizer.detach()
 
     def __enter__(self):
@@ -434,11 +865,13 @@ class WorkerPool:
         return False
 
 
-def _warn_unclosed(handles: List[WorkerHandle], broadcast: BroadcastArena) -> None:
+def _warn_unclosed(handles: List[WorkerHandle], broadcast: BroadcastArena,
+                   reactor: _Reactor) -> None:
     import warnings
     if any(h._proc is not None for h in handles):
         warnings.warn('a simharness WorkerPool was not closed; reaping its workers',
                       ResourceWarning, stacklevel=2)
     for h in handles:
         h.close()
+    reactor.stop()
     broadcast.close()

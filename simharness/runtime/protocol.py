@@ -1,107 +1,276 @@
-"""The worker protocol: requests, responses and value references.
+"""The worker protocol: a closed set of operations with typed requests and responses.
 
 ```
-driver (ProcessDelegatingExecutor)                  worker k (worker.py)
-  Request(op, args, out_base, free) --pipe------->  resolve Refs -> EagerValues
-     arrays in args: SlotRefs into the driver's       arrays: copied out of the
-     arena for worker k (driver writes, worker        driver's arena (it is reused
-     reads)                                           by the next request)
-                                                    run EagerTFExecutor.<op>(*args)
-  Response(ok, result, types, ...) <--pipe-------   results: values stored under
-     arrays in result: SlotRefs into worker k's       ids out_base..; arrays written
-     arena (worker writes, driver copies out)         into the worker's own arena
+driver (WorkerDelegatingExecutor, one session per stack)      worker (WorkerService)
+  Request(seq, session, op, args, out_base, free) ──codec──▶  resolve Refs in the session
+                                                               run the Op on its executor
+  Response(seq, ok, kind, count, types, result, error) ◀────  store results under ids
+                                                               out_base .. out_base+count-1
 ```
 
-This module is transport-independent and imports no TensorFlow: another
-transport (gRPC, Ray) carries the same `Request`/`Response` objects and
-only replaces the pipe and the arenas with its own byte channel.
+- `Op` names every operation; `OP_ARGS` gives each one's argument names
+  (checked on both sides), and `RESULT` what it answers: `VALUES` (ids
+  stored in the session, with their types), `DATA` (numpy trees, `Partial`s,
+  `DatasetBlob`s) or `NONE`.
+- Value ids are scoped to a session: every stack opens its own session on
+  each worker, and closing it disposes of the session's values.
+- Errors travel as an `ErrorRecord` (type name, message, remote traceback,
+  plain fields) and are rebuilt as the project's error classes (or the
+  builtin / TensorFlow class of the same name); nothing is unpickled.
+- `PROTOCOL_VERSION` is checked by the worker on every request.
+
+This module is transport-independent and imports no TensorFlow: the local
+transport (pipe + shared memory), gRPC and Ray carry the same bytes.
 """
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
-from typing import Any, Callable, List, Optional, Tuple
+import enum
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from simharness import errors as E
 from simharness.core.reduction import Partial
 from simharness.core.structure import Struct
+from simharness.runtime import codec
+from simharness.runtime.codec import DatasetBlob, Ref, RefRange  # noqa: F401  (re-exported)
+
+PROTOCOL_VERSION = 2
 
 
-@dataclasses.dataclass(frozen=True)
-class Ref:
-    """A reference to a value stored in a worker, by id."""
+class Op(enum.IntEnum):
+    """Every operation a worker service runs."""
 
-    id: int
+    OPEN_SESSION = 1
+    CLOSE_SESSION = 2
+    FREE = 3
+    CREATE_VALUE = 10
+    CREATE_CALL = 11
+    CREATE_STRUCT = 12
+    CREATE_SELECTION = 13
+    CREATE_VALUES = 20
+    CREATE_VALUES_STACKED = 21
+    LOAD_SOURCED = 22
+    CREATE_MAP = 30
+    CREATE_STRUCTS = 31
+    CREATE_SELECTIONS = 32
+    COMPUTE_MANY = 40
+    PARTIAL_REDUCTION = 50
+    REDUCTION_RESULT = 51
+    SEQUENCE_OP = 60
+    SELECT = 61
+    PING = 90
 
 
-@dataclasses.dataclass(frozen=True)
-class RefRange:
-    """References to the values with ids ``start .. start + count - 1``, as a list."""
-
-    start: int
-    count: int
+class Result(enum.IntEnum):
+    NONE = 0
+    VALUES = 1
+    DATA = 2
 
 
-@dataclasses.dataclass(frozen=True)
-class DatasetBlob:
-    """A `tf.data.Dataset` shipped as its serialized graph (no Python code)."""
+#: Argument names of each operation, in order.
+OP_ARGS: Dict[Op, Tuple[str, ...]] = {
+    Op.OPEN_SESSION: (),
+    Op.CLOSE_SESSION: (),
+    Op.FREE: (),
+    Op.CREATE_VALUE: ('value', 'type'),
+    Op.CREATE_CALL: ('fn', 'arg'),
+    Op.CREATE_STRUCT: ('elements',),
+    Op.CREATE_SELECTION: ('source', 'index'),
+    Op.CREATE_VALUES: ('values', 'type'),
+    Op.CREATE_VALUES_STACKED: ('leaves', 'type'),
+    Op.LOAD_SOURCED: ('token', 'source', 'client_ids', 'transform', 'type'),
+    Op.CREATE_MAP: ('fn', 'args', 'count'),
+    Op.CREATE_STRUCTS: ('rows', 'names'),
+    Op.CREATE_SELECTIONS: ('sources', 'index'),
+    Op.COMPUTE_MANY: ('values',),
+    Op.PARTIAL_REDUCTION: ('kind', 'values', 'start', 'total', 'params'),
+    Op.REDUCTION_RESULT: ('kind', 'partials', 'total', 'params', 'result_type'),
+    Op.SEQUENCE_OP: ('op', 'values', 'params'),
+    Op.SELECT: ('keys', 'server_value', 'select_fn', 'element_type'),
+    Op.PING: (),
+}
 
-    graph: bytes
-    element_type: Any  # simharness Type of the elements
+RESULT: Dict[Op, Result] = {op: Result.VALUES for op in Op}
+RESULT.update({Op.OPEN_SESSION: Result.NONE, Op.CLOSE_SESSION: Result.NONE, Op.FREE: Result.NONE,
+               Op.PING: Result.DATA, Op.COMPUTE_MANY: Result.DATA,
+               Op.PARTIAL_REDUCTION: Result.DATA})
 
 
+@codec.register_message
+@dataclasses.dataclass
+class ErrorRecord:
+    """An exception as plain data: what crosses the seam instead of a pickled exception."""
+
+    type_name: str
+    message: str
+    traceback: str = ''
+    fields: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    retryable: bool = False
+
+
+@codec.register_message
 @dataclasses.dataclass
 class Request:
-    """One operation for one worker, covering all of its clients.
+    """One operation for one worker session, covering all of its clients.
 
     Attributes:
-      op: the name of the `EagerTFExecutor` batch method to run ('create_map', ...).
-      args: positional arguments, with `Ref`s for worker values and
-        `SlotRef`s for arrays.
+      op: the operation.
+      session: the session id (scopes value ids).
+      args: positional arguments (`OP_ARGS[op]`), with `Ref`/`RefRange` for
+        session values.
       out_base: the first id under which the worker stores result values.
-      free: (first id, count) ranges of values the driver no longer needs.
-      arena: the name of the driver's current arena for this worker (it may
-        be re-created bigger).
+      out_count: how many result values the driver expects (ids it reserved).
+      free: (first id, count) ranges of session values the driver dropped.
+      seq: a number the transport uses to match the response.
+      version: `PROTOCOL_VERSION` of the sender.
     """
 
-    op: str
-    args: tuple
+    op: int
+    session: int
+    args: list
     out_base: int = 0
-    free: Tuple[Tuple[int, int], ...] = ()
-    arena: str = ''
+    out_count: int = 0
+    free: list = dataclasses.field(default_factory=list)
+    seq: int = 0
+    version: int = PROTOCOL_VERSION
 
 
+@codec.register_message
 @dataclasses.dataclass
 class Response:
-    """The result of a `Request`.
+    """The answer to a `Request`.
 
     Attributes:
-      ok: False when the operation raised; `error` then holds the exception
-        (pickled with its message) and `traceback` the worker's traceback.
-      kind: 'values' (`count` values stored from `out_base`, with `types`
-        one type for all or one per value), 'data' (`result` is a tree
-        with SlotRefs into the worker's arena) or 'none'.
-      arena: the worker's current arena name (it may grow).
-      nbytes: bytes written into shared memory by the worker for this response.
+      ok: False when the operation raised (`error` says what).
+      kind: a `Result`.
+      count: VALUES: how many values were stored from `out_base`.
+      types: VALUES: one type for all values, or a list with one per value.
+      result: DATA: the data (numpy arrays, Structs, Partials, DatasetBlobs).
+      error: the `ErrorRecord` when not ok.
+      seq: the request's `seq`.
     """
 
     ok: bool
-    kind: str = 'none'
-    result: Any = None
+    kind: int = Result.NONE
     count: int = 0
     types: Any = None
-    error: Optional[BaseException] = None
-    traceback: str = ''
-    arena: str = ''
-    nbytes: int = 0
+    result: Any = None
+    error: Optional[ErrorRecord] = None
+    seq: int = 0
 
+
+def check_request(req: Any) -> Request:
+    """Validates a decoded request (version, op, arity); raises `ProtocolError`."""
+    if not isinstance(req, Request):
+        raise E.ProtocolError(f'expected a Request, got {type(req).__name__}')
+    if req.version != PROTOCOL_VERSION:
+        raise E.ProtocolError(f'protocol version {req.version} is not supported (this worker '
+                              f'speaks {PROTOCOL_VERSION}); use the same simharness version on '
+                              'both sides')
+    try:
+        op = Op(req.op)
+    except ValueError:
+        raise E.ProtocolError(f'unknown operation {req.op!r}') from None
+    if len(req.args) != len(OP_ARGS[op]):
+        raise E.ProtocolError(f'{op.name} takes {len(OP_ARGS[op])} arguments '
+                              f'{OP_ARGS[op]}, got {len(req.args)}')
+    req.op = op
+    return req
+
+
+def encode_message(msg: Any) -> Tuple[bytes, List[np.ndarray]]:
+    """A `Request` or `Response` as (header, buffers)."""
+    return codec.encode(msg)
+
+
+def decode_message(header: bytes, buffers: Any = ()) -> Any:
+    return codec.decode(header, buffers)
+
+
+# ---------------------------------------------------------------- errors
+
+def _plain(x: Any) -> Any:
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    return str(x)
+
+
+def error_to_record(exc: BaseException, traceback_text: str = '') -> ErrorRecord:
+    """An exception as an `ErrorRecord` (fields: its plain attributes)."""
+    t = type(exc)
+    fields = {k: _plain(v) for k, v in vars(exc).items()
+              if not k.startswith('_')} if hasattr(exc, '__dict__') else {}
+    if isinstance(exc, E.SimharnessError) or t.__module__ == 'builtins':
+        message = str(exc.args[0]) if len(exc.args) == 1 else str(exc)
+    else:
+        message = str(getattr(exc, 'message', None) or exc)
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        message = str(exc.args[0])
+    for k in ('node_def', 'op'):  # TF errors: not plain, not needed
+        fields.pop(k, None)
+    return ErrorRecord(f'{t.__module__}.{t.__qualname__}', message, traceback_text, fields,
+                       isinstance(exc, E.RetryableError))
+
+
+def _error_class(type_name: str) -> Optional[type]:
+    module, _, name = type_name.rpartition('.')
+    if module == 'builtins':
+        cls = getattr(builtins, name, None)
+        return cls if isinstance(cls, type) and issubclass(cls, Exception) else None
+    if module == 'simharness.errors' or module.startswith('simharness.'):
+        cls = getattr(E, name, None)
+        return cls if isinstance(cls, type) and issubclass(cls, Exception) else None
+    if module.startswith('tensorflow.'):
+        import sys
+        tf_errors = sys.modules.get('tensorflow.python.framework.errors_impl')
+        cls = getattr(tf_errors, name, None) if tf_errors is not None else None
+        return cls if isinstance(cls, type) and issubclass(cls, Exception) else None
+    return None
+
+
+def record_to_error(rec: ErrorRecord, worker_id: Optional[int] = None,
+                    pid: Optional[int] = None) -> BaseException:
+    """Rebuilds the exception of `rec` in the driver, the remote traceback as `__cause__`.
+
+    Known classes (the project's errors, builtins, TensorFlow's errors) are
+    rebuilt as themselves; any other is a `WorkerError` naming the remote type.
+    """
+    cls = _error_class(rec.type_name)
+    err: Optional[BaseException] = None
+    if cls is not None:
+        try:
+            if cls.__module__.startswith('tensorflow'):
+                err = cls(None, None, rec.message)
+            else:
+                err = cls.__new__(cls)
+                Exception.__init__(err, rec.message)
+                for k, v in rec.fields.items():
+                    try:
+                        setattr(err, k, v)
+                    except AttributeError:
+                        pass
+        except Exception:
+            err = None
+    if err is None:
+        err = E.WorkerError(f'{rec.type_name}: {rec.message}', worker_id=worker_id, pid=pid,
+                            remote_traceback=rec.traceback)
+    if rec.traceback:
+        where = f'worker {worker_id}' + (f' (pid {pid})' if pid is not None else '')
+        err.__cause__ = E.WorkerError(f'{where} traceback:\n{rec.traceback}', worker_id=worker_id,
+                                      pid=pid, remote_traceback=rec.traceback)
+    return err
+
+
+# ---------------------------------------------------------------- trees
 
 def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
     """Rebuilds `obj` with every non-container leaf replaced by `fn(leaf)`.
 
-    Containers: Struct, Partial, list, tuple (not namedtuples' fields order
-    lost: namedtuples are rebuilt), dict.
+    Containers: Struct, Partial, list, tuple, namedtuple, dict.
     """
     if isinstance(obj, Struct):
         return Struct((n, map_leaves(v, fn)) for n, v in obj.items())
@@ -116,24 +285,3 @@ def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(obj, dict):
         return type(obj)((k, map_leaves(v, fn)) for k, v in obj.items())
     return fn(obj)
-
-
-def is_numeric_array(x: Any) -> bool:
-    return isinstance(x, np.ndarray) and x.dtype != object and x.dtype.kind in 'biufc'
-
-
-def pack_arrays(obj: Any, write: Callable[[np.ndarray], Any]) -> Tuple[Any, int]:
-    """Replaces numeric numpy arrays (and scalars) by `write(array)` results.
-
-    Returns the new tree and the number of bytes written.
-    """
-    total = [0]
-
-    def leaf(x):
-        if isinstance(x, np.generic) and x.dtype.kind in 'biufc':
-            return x  # scalars pickle small
-        if is_numeric_array(x):
-            total[0] += x.nbytes
-            return write(x)
-        return x
-    return map_leaves(obj, leaf), total[0]

@@ -1,0 +1,468 @@
+"""`WorkerDelegatingExecutor`: hosts a block of clients in a worker, through a session.
+
+What it does: forwards every (batch) operation to one worker as ONE protocol
+request covering all of the worker's clients. It opens its own *session* on
+the worker (value ids are scoped to it, so any number of stacks and
+factories can share a pool), and closing it disposes of the session's values
+in the worker. Values stay in the worker; the driver holds `WorkerValue`
+handles (ids) until `compute()` or an intrinsic moves them.
+
+Requests are pipelined: an operation whose result type the driver knows
+(maps, selections, structs, embedded computations ...) returns its handles
+at once, without waiting for the worker; only operations that bring data
+back (`compute_many`, partial reductions) wait. The worker runs a session's
+requests in order, and a failed operation poisons its result ids, so an
+error surfaces (as the original error) at the next wait. A round of
+zip → map → select → partial reduction is one wait, not four.
+
+What it leaves to other layers: the transport (`WorkerHandle.submit`: pipe
++ shared memory here; gRPC or Ray elsewhere), the TF work (the worker's
+`WorkerService` and EagerTF executor), placements and intrinsics (the
+federating layer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from simharness.core import building_blocks as bb
+from simharness.core import types as T
+from simharness.core.batching import stack_python_values
+from simharness.core.reduction import Partial
+from simharness.core.structure import Struct, from_container, tensor_to_numpy
+from simharness.errors import ExecutorClosedError, SimharnessTypeError, WorkerCrashedError
+from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
+from simharness.runtime import protocol as P
+from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
+
+#: Values at least this big go through the pool's broadcast arena (written once).
+BROADCAST_MIN_BYTES = 1 << 16
+
+Types = Union[T.Type, List[T.Type]]
+
+
+def _array_bytes(tree: Any) -> int:
+    total = [0]
+
+    def leaf(x):
+        if isinstance(x, np.ndarray):
+            total[0] += x.nbytes
+        return x
+    map_leaves(tree, leaf)
+    return total[0]
+
+
+def _is_dataset(x: Any) -> bool:
+    return hasattr(x, 'element_spec') and hasattr(x, '_as_serialized_graph')
+
+
+def _revive(x: Any) -> Any:
+    """Datasets come back from workers as serialized graphs: rebuild them."""
+    if isinstance(x, DatasetBlob):
+        from simharness.runtime.datasets import dataset_from_blob
+        return dataset_from_blob(x)
+    return x
+
+
+def wire_value(value: Any, t: Optional[T.Type]) -> Any:
+    """`value` (of type `t`) as plain data the codec carries: Structs, numpy, lists, blobs.
+
+    Python containers (namedtuples, attrs classes, OrderedDicts) become
+    `Struct`s, tensors numpy arrays, datasets serialized graphs; a user's
+    object that is none of these is refused by the codec.
+    """
+    if _is_dataset(value):
+        from simharness.runtime.datasets import dataset_to_blob
+        return dataset_to_blob(value)
+    if hasattr(value, 'numpy') and not isinstance(value, np.ndarray):
+        return tensor_to_numpy(value)
+    if isinstance(t, T.StructType):
+        s = from_container(value, t)
+        return Struct((n, wire_value(v, et)) for (n, et), v in zip(t.items(), s))
+    if isinstance(t, T.SequenceType) and isinstance(value, (list, tuple)):
+        return [wire_value(v, t.element) for v in value]
+    if t is None:
+        if isinstance(value, Struct):
+            return Struct((n, wire_value(v, None)) for n, v in value.items())
+        if isinstance(value, (list, tuple)) and not hasattr(type(value), '_fields'):
+            return type(value)(wire_value(v, None) for v in value)
+        if isinstance(value, dict) or T._is_namedtuple(value):
+            return wire_value(value, T.infer_type(value))
+    return value
+
+
+class _Lease:
+    """The driver's claim on a range of value ids in one session generation.
+
+    Shared by the `WorkerValue`s of one result block; when the last of them
+    is gone, the ids are freed in the worker with the next request.
+    """
+
+    __slots__ = ('__weakref__',)
+
+    def __init__(self, owner: 'WorkerDelegatingExecutor', start: int, count: int, generation: int):
+        weakref.finalize(self, owner._release, start, count, generation)
+
+
+class WorkerValue(ExecutorValue):
+    """A handle to a value held in a worker session."""
+
+    __slots__ = ('_owner', '_id', '_type', '_generation', '_lease')
+
+    def __init__(self, owner: 'WorkerDelegatingExecutor', value_id: int, type_spec: T.Type,
+                 generation: int, lease: _Lease):
+        self._owner = owner
+        self._id = value_id
+        self._type = type_spec
+        self._generation = generation
+        self._lease = lease
+
+    @property
+    def type_signature(self) -> T.Type:
+        return self._type
+
+    def _check_generation(self) -> None:
+        h = self._owner._handle
+        if self._generation != h.generation or self._generation != self._owner._generation:
+            raise WorkerCrashedError(
+                f'value {self._id} lived in worker {h.worker_id}, which was replaced after a '
+                'crash; run the computation again', worker_id=h.worker_id)
+
+    @property
+    def ref(self) -> Ref:
+        self._check_generation()
+        return Ref(self._id)
+
+    async def compute(self) -> Any:
+        return (await self._owner.compute_many([self]))[0]
+
+    def __repr__(self) -> str:
+        return f'WorkerValue(worker={self._owner.worker_id}, id={self._id}, type={self._type})'
+
+
+class WorkerDelegatingExecutor(BatchExecutor):
+    """Delegates a block of clients to one worker, in a session of its own.
+
+    Args:
+      handle: the worker's handle (owned by its pool, not by this executor:
+        `close()` disposes of this executor's session and leaves the worker
+        running for other stacks). It provides `submit(header, buffers, op,
+        generation, locs, on_done) -> concurrent Future[Response]`,
+        `ensure_started()`, `alive`, `generation`, `worker_id`, `pid` and
+        `pool` (`new_session_id()`, `broadcast`).
+    """
+
+    def __init__(self, handle: Any):
+        self._handle = handle
+        self._session = handle.pool.new_session_id()
+        self._generation: Optional[int] = None  # where the session is open
+        self._next_id = 1
+        self._garbage: List[Tuple[int, int]] = []  # (first id, count) ranges to free
+        self._lock = threading.Lock()
+        self._embedded: Dict[str, WorkerValue] = {}
+        self._sources: set = set()
+        self._pending: List[concurrent.futures.Future] = []  # answers nobody waited for yet
+        self._closed = False
+
+    @property
+    def worker_id(self) -> int:
+        return self._handle.worker_id
+
+    @property
+    def session_id(self) -> int:
+        return self._session
+
+    def _release(self, start: int, count: int, generation: int) -> None:
+        if generation == self._generation and not self._closed:
+            with self._lock:
+                self._garbage.append((start, count))
+
+    # ------------------------------------------------------------ plumbing
+    async def _ready(self) -> int:
+        if self._closed:
+            raise ExecutorClosedError('this WorkerDelegatingExecutor is closed')
+        h = self._handle
+        if not h.alive:
+            await asyncio.to_thread(h.ensure_started)
+        gen = h.generation
+        if self._generation != gen:
+            # A new worker process (first use, or a replacement after a crash):
+            # open the session there; what the old one held is gone.
+            with self._lock:
+                self._generation = gen
+                self._garbage = []
+                self._embedded.clear()
+                self._sources.clear()
+                self._pending = []
+            self._submit(Op.OPEN_SESSION, [], 0, 0, gen)
+        return gen
+
+    def _submit(self, op: Op, args: list, out_base: int, n_out: int, gen: int,
+                broadcast: Any = None) -> concurrent.futures.Future:
+        with self._lock:
+            free, self._garbage = self._garbage, []
+        req = P.Request(int(op), self._session, args, out_base, n_out, [list(f) for f in free])
+        header, buffers = P.encode_message(req)
+        if broadcast is not None:
+            locs, release = broadcast
+            return self._handle.submit(header, buffers, op.name, gen, locs, release)
+        return self._handle.submit(header, buffers, op.name, gen)
+
+    def _refs(self, tree: Any) -> Any:
+        """Executor values → Refs (runs of consecutive ids → RefRange); tensors → numpy."""
+        def as_range(xs: list) -> Optional[RefRange]:
+            first = xs[0]
+            if len(xs) < 2 or not isinstance(first, WorkerValue) or first._owner is not self:
+                return None
+            start = first._id
+            for k, x in enumerate(xs):
+                if not isinstance(x, WorkerValue) or x._owner is not self or x._id != start + k:
+                    return None
+            first._check_generation()
+            return RefRange(start, len(xs))
+
+        def walk(x: Any) -> Any:
+            if isinstance(x, list):
+                r = as_range(x) if x else None
+                return r if r is not None else [walk(v) for v in x]
+            if isinstance(x, tuple) and not hasattr(type(x), '_fields'):
+                return tuple(walk(v) for v in x)
+            if isinstance(x, dict):
+                return {k: walk(v) for k, v in x.items()}
+            if isinstance(x, WorkerValue):
+                if x._owner is not self:
+                    raise SimharnessTypeError(
+                        f'{x!r} belongs to another worker session; values cannot move between '
+                        'workers without going through the driver')
+                return x.ref
+            if isinstance(x, ExecutorValue):
+                raise SimharnessTypeError(f'{x!r} is not a value of a worker')
+            return wire_value(x, None) if not isinstance(x, (T.Type, bb.CompiledComputation,
+                                                             Partial)) else x
+        return walk(tree)
+
+    def _raise_failed_pending(self) -> None:
+        """Raises the first error of an earlier request nobody waited for (if any)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        keep = []
+        first_error: Optional[BaseException] = None
+        for f in pending:
+            if not f.done():
+                keep.append(f)
+                continue
+            if first_error is not None:
+                continue
+            exc = f.exception()
+            if exc is not None:
+                first_error = exc
+            else:
+                resp = f.result()
+                if not resp.ok:
+                    first_error = self._error(resp)
+        if keep:
+            with self._lock:
+                self._pending = keep + self._pending
+        if first_error is not None:
+            raise first_error
+
+    def _error(self, resp: P.Response) -> BaseException:
+        return P.record_to_error(resp.error, self._handle.worker_id, self._handle.pid)
+
+    async def _request(self, op: Op, *args: Any, n_out: int = 0, types: Any = None,
+                       wait: bool = False, broadcast: Any = None) -> Any:
+        gen = await self._ready()
+        packed = self._refs(list(args))
+        base = self._next_id  # ids base .. base + n_out - 1 are this request's
+        self._next_id += max(n_out, 1)
+        fut = self._submit(op, packed, base, n_out, gen, broadcast)
+        if not wait and types is not None:
+            with self._lock:
+                self._pending.append(fut)
+            return self._handles(base, n_out, types, gen)
+        try:
+            resp = await asyncio.wrap_future(fut)
+        finally:
+            pass
+        if not resp.ok:
+            raise self._error(resp)
+        self._raise_failed_pending()
+        if resp.kind == P.Result.VALUES:
+            return self._handles(base, resp.count, types if types is not None else resp.types, gen)
+        return resp.result
+
+    def _handles(self, base: int, n: int, types: Types, gen: int) -> List[WorkerValue]:
+        lease = _Lease(self, base, n, gen)
+        if isinstance(types, list):
+            return [WorkerValue(self, base + k, t, gen, lease) for k, t in enumerate(types)]
+        return [WorkerValue(self, base + k, types, gen, lease) for k in range(n)]
+
+    # ------------------------------------------------------------ Executor
+    async def create_value(self, value: Any, type_spec: Any = None) -> WorkerValue:
+        if isinstance(value, bb.CompiledComputation):
+            key = value.fingerprint
+            v = self._embedded.get(key)
+            if v is None or v._generation != self._handle.generation:
+                v = (await self._request(Op.CREATE_VALUE, value, value.type_signature, n_out=1,
+                                         types=value.type_signature))[0]
+                self._embedded[key] = v
+            return v
+        if isinstance(value, ExecutorValue):
+            raise SimharnessTypeError(f'{value!r} is an executor value; expected a Python value')
+        t = None if type_spec is None else T.to_type(type_spec)
+        plain = wire_value(value, t)
+        if _array_bytes(plain) >= BROADCAST_MIN_BYTES:
+            # Large values (a broadcast model, say) are written once into the
+            # pool's broadcast arena and read from there by every worker.
+            return (await self._broadcast_value(value, plain, t))[0]
+        return (await self._request(Op.CREATE_VALUE, plain, t, n_out=1, types=t))[0]
+
+    async def _broadcast_value(self, key: Any, plain: Any, t: Optional[T.Type]) -> List[WorkerValue]:
+        gen = await self._ready()
+        bc = self._handle.pool.broadcast
+        # The buffers of the value, in the order the codec emits them for the request.
+        _, buffers = P.encode_message(P.Request(int(Op.CREATE_VALUE), self._session, [plain, t]))
+        locs = await asyncio.to_thread(bc.acquire, key, buffers)
+        base = self._next_id
+        self._next_id += 1
+        try:
+            fut = self._submit(Op.CREATE_VALUE, [plain, t], base, 1, gen, (locs, bc.release))
+        except BaseException:
+            bc.release()
+            raise
+        if t is not None:
+            with self._lock:
+                self._pending.append(fut)
+            return self._handles(base, 1, t, gen)
+        resp = await asyncio.wrap_future(fut)
+        if not resp.ok:
+            raise self._error(resp)
+        return self._handles(base, resp.count, resp.types, gen)
+
+    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> WorkerValue:
+        ft = comp.type_signature
+        rt = ft.result if isinstance(ft, T.FunctionType) else None
+        return (await self._request(Op.CREATE_CALL, comp, arg, n_out=1, types=rt))[0]
+
+    async def create_struct(self, elements: Any) -> WorkerValue:
+        items = normalize_struct_elements(elements)
+        st = T.StructType([(n, v.type_signature) for n, v in items]) \
+            if all(isinstance(v, ExecutorValue) for _, v in items) else None
+        return (await self._request(Op.CREATE_STRUCT, list(items), n_out=1, types=st))[0]
+
+    async def create_selection(self, source: ExecutorValue, index: int) -> WorkerValue:
+        st = source.type_signature
+        rt = st[index] if isinstance(st, T.StructType) else None
+        return (await self._request(Op.CREATE_SELECTION, source, index, n_out=1, types=rt))[0]
+
+    def close(self) -> None:
+        """Disposes of this executor's session in the worker (values and sources). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._embedded.clear()
+        gen = self._generation
+        if gen is not None and gen == self._handle.generation and self._handle.alive:
+            try:
+                req = P.Request(int(Op.CLOSE_SESSION), self._session, [])
+                header, buffers = P.encode_message(req)
+                self._handle.submit(header, buffers, Op.CLOSE_SESSION.name, gen)
+            except Exception:  # the worker or pool is gone: nothing left to dispose of
+                pass
+
+    # ------------------------------------------------------------ batches
+    async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[WorkerValue]:
+        t = T.to_type(type_spec)
+        from simharness.data.sourced import SourcedClients, source_spec, transform_spec
+        if isinstance(values, SourcedClients):
+            src, tr = source_spec(values.source), transform_spec(values.transform)
+            if src is not None and tr is not None:
+                # The worker loads its clients itself; the source description
+                # (file paths, array specs: plain data) travels once per session.
+                first = values.token not in self._sources
+                out = await self._request(Op.LOAD_SOURCED, values.token, src if first else None,
+                                          list(values.client_ids), tr, t, n_out=len(values),
+                                          types=t)
+                self._sources.add(values.token)
+                return out
+            values = values.load()  # not describable as plain data: the driver loads it
+        values = list(values)
+        if len(values) >= 2 and T.contains_only_tensors(t):
+            arrays = stack_python_values(values, t)
+            if arrays is not None:  # one array per leaf, through shared memory
+                return await self._request(Op.CREATE_VALUES_STACKED, arrays, t, n_out=len(values),
+                                           types=t)
+        plain = [wire_value(v, t) for v in values]
+        return await self._request(Op.CREATE_VALUES, plain, t, n_out=len(values), types=t)
+
+    async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
+        out = await self._request(Op.COMPUTE_MANY, list(values), wait=True)
+        return map_leaves(out, _revive)
+
+    async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
+                         count: Optional[int] = None) -> List[WorkerValue]:
+        # without args, `count` says how many calls (the BatchExecutor contract)
+        n = (count or 0) if args is None else len(args)
+        if n == 0:
+            return []
+        ft = fn.type_signature
+        rt = ft.result if isinstance(ft, T.FunctionType) else None
+        return await self._request(Op.CREATE_MAP, fn, None if args is None else list(args), count,
+                                   n_out=n, types=rt)
+
+    async def create_structs(self, rows: Sequence[Sequence[ExecutorValue]],
+                             names: Sequence[Optional[str]]) -> List[WorkerValue]:
+        rows = [list(r) for r in rows]
+        types: Optional[List[T.Type]] = None
+        if all(isinstance(v, ExecutorValue) for r in rows for v in r):
+            types = [T.StructType(list(zip(names, [v.type_signature for v in r]))) for r in rows]
+        return await self._request(Op.CREATE_STRUCTS, rows, list(names), n_out=len(rows),
+                                   types=types)
+
+    async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> List[WorkerValue]:
+        sources = list(sources)
+        types: Optional[List[T.Type]] = None
+        if all(isinstance(s.type_signature, T.StructType) for s in sources):
+            types = [s.type_signature[index] for s in sources]
+        return await self._request(Op.CREATE_SELECTIONS, sources, index, n_out=len(sources),
+                                   types=types)
+
+    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
+                                       total: int, params: Dict[str, Any]) -> Partial:
+        return await self._request(Op.PARTIAL_REDUCTION, kind, list(values), start, total,
+                                   dict(params), wait=True)
+
+    async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
+                                      params: Dict[str, Any], result_type: T.Type) -> WorkerValue:
+        return (await self._request(Op.REDUCTION_RESULT, kind, list(partials), total,
+                                    dict(params), result_type, n_out=1, types=result_type))[0]
+
+    async def create_sequence_op(self, op: str, values: Sequence[ExecutorValue],
+                                 params: Dict[str, Any]) -> List[WorkerValue]:
+        values = list(values)
+        rt: Optional[T.Type] = None
+        if op == 'sequence_map' and isinstance(params.get('fn'), ExecutorValue):
+            rt = T.SequenceType(params['fn'].type_signature.result)
+        elif op == 'sequence_reduce' and isinstance(params.get('op'), ExecutorValue):
+            rt = params['op'].type_signature.result
+        elif op == 'sequence_sum' and values and isinstance(values[0].type_signature,
+                                                            T.SequenceType):
+            rt = values[0].type_signature.element
+        return await self._request(Op.SEQUENCE_OP, op, values, dict(params), n_out=len(values),
+                                   types=rt)
+
+    async def create_select(self, keys: Sequence[ExecutorValue], server_value: ExecutorValue,
+                            select_fn: ExecutorValue, element_type: T.Type) -> List[WorkerValue]:
+        return await self._request(Op.SELECT, list(keys), server_value, select_fn, element_type,
+                                   n_out=len(keys), types=T.SequenceType(element_type))
+
+
+#: TFF-era name (a worker *process* is the local transport's worker).
+ProcessDelegatingExecutor = WorkerDelegatingExecutor
+ProcessValue = WorkerValue

@@ -1,0 +1,130 @@
+"""The local transport: protocol messages over a pipe, their buffers through shared memory.
+
+```
+driver (pool reactor thread)                          worker process
+  [REQUEST, header, locs] ──pipe──────────────────▶  buffers = views of locs
+     locs[i]: bytes (small, inline) or                 (driver arena k / broadcast
+     [segment, offset, nbytes] in the driver's         arena: read-only, valid for
+     arena k or the pool's broadcast arena             this request only)
+  [RESPONSE, header, locs] ◀──pipe────────────────   big buffers written into the
+     the driver copies them out, then sends            worker's own arena, which it
+  [ACK] ──────────────────────────────────────────▶  reuses only after that ACK
+  [CLOSE] ────────────────────────────────────────▶  leave (unlink own arena)
+```
+
+Frames are msgpack arrays; the pipe framing is that of
+`multiprocessing.Connection` (a 4-byte big-endian length), so the driver can
+read and write the socket without blocking while the worker uses a plain
+`Connection`. Shared-memory names and offsets live only here, never in the
+protocol.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, List, Sequence
+
+import msgpack
+import numpy as np
+
+F_READY = 1
+F_START_ERROR = 2
+F_REQUEST = 3
+F_RESPONSE = 4
+F_ACK = 5
+F_CLOSE = 6
+F_HELLO_ERROR = 7
+
+#: Buffers smaller than this travel inside the frame.
+INLINE_BYTES = 4096
+
+_ALIGN = 64
+
+
+def _round64(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def as_bytes_view(buf: Any) -> np.ndarray:
+    """A flat uint8 view of a buffer (copies only if it is not contiguous)."""
+    a = np.ascontiguousarray(buf)
+    return a.reshape(-1).view(np.uint8)
+
+
+def arena_bytes_needed(buffers: Sequence[Any]) -> int:
+    return sum(_round64(b.nbytes) for b in buffers if b.nbytes >= INLINE_BYTES)
+
+
+def write_buffers(arena: Any, buffers: Sequence[Any]) -> List[Any]:
+    """Places `buffers`: small ones inline (bytes), big ones into `arena` (reset first)."""
+    need = arena_bytes_needed(buffers)
+    if need:
+        arena.reset()
+        arena.ensure_capacity(need)
+    locs: List[Any] = []
+    for b in buffers:
+        raw = as_bytes_view(b)
+        if raw.nbytes < INLINE_BYTES:
+            locs.append(raw.tobytes())
+            continue
+        off = arena.alloc(raw.nbytes)
+        if raw.nbytes:
+            np.copyto(arena.view(off, np.uint8, (raw.nbytes,)), raw, casting='no')
+        locs.append([arena.name, off, raw.nbytes])
+    return locs
+
+
+def read_buffers(attachment: Any, locs: Sequence[Any], copy: bool) -> List[Any]:
+    """The buffers of a frame: inline bytes, or views (copies if `copy`) of shared memory."""
+    from simharness.runtime.shm import SlotRef
+    out: List[Any] = []
+    for loc in locs:
+        if isinstance(loc, (bytes, bytearray)):
+            out.append(loc)
+            continue
+        name, off, nbytes = loc
+        view = attachment.read(SlotRef(name, off, '|u1', (nbytes,)))
+        out.append(np.array(view) if copy else view)
+    return out
+
+
+def pack_frame(*parts: Any) -> bytes:
+    return msgpack.packb(list(parts), use_bin_type=True)
+
+
+def unpack_frame(data: Any) -> list:
+    return msgpack.unpackb(data, raw=False, use_list=True)
+
+
+def frame_with_length(payload: bytes) -> bytes:
+    """`payload` with the length prefix of `multiprocessing.Connection.send_bytes`."""
+    n = len(payload)
+    if n > 0x7fffffff:
+        return struct.pack('!i', -1) + struct.pack('!Q', n) + payload
+    return struct.pack('!i', n) + payload
+
+
+class FrameReader:
+    """Splits a byte stream into frames (the `Connection` framing), incrementally."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> List[bytes]:
+        self._buf += data
+        frames = []
+        while True:
+            if len(self._buf) < 4:
+                break
+            n = struct.unpack('!i', self._buf[:4])[0]
+            head = 4
+            if n == -1:
+                if len(self._buf) < 12:
+                    break
+                n = struct.unpack('!Q', self._buf[4:12])[0]
+                head = 12
+            if len(self._buf) < head + n:
+                break
+            frames.append(bytes(self._buf[head:head + n]))
+            del self._buf[:head + n]
+        return frames

@@ -1,0 +1,246 @@
+"""`WorkerService`: the worker role as a pure state machine (sessions, values by id, ops).
+
+```
+transport (pipe+shm | gRPC | Ray)        WorkerService
+  bytes ──decode──▶ Request ──────────▶  check version/op/arity
+                                         session = sessions[req.session]
+                                         free req.free ids; resolve Refs → values
+                                         run Op on the executor (EagerTF)
+  bytes ◀─encode── Response ◀──────────  store VALUES under out_base.. / return DATA
+```
+
+Reads and writes only its own state: `sessions` (id → `Session`: values by
+id, poisoned id ranges, data sources). It starts no process, opens no pipe
+and maps no shared memory, so it is tested in-process. A failed operation
+poisons its result ids: a later request that uses them fails with the
+original error (which lets the driver pipeline requests without waiting).
+
+The only module of `runtime/` (with the worker bootstrap) that imports the
+executors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from simharness import errors as E
+from simharness.runtime import protocol as P
+from simharness.runtime.protocol import DatasetBlob, ErrorRecord, Op, Ref, RefRange, Request, Response
+
+
+class _Poisoned(Exception):
+    """A request used a value whose operation failed: re-raise that failure."""
+
+    def __init__(self, record: ErrorRecord):
+        super().__init__(record.message)
+        self.record = record
+
+
+def drive(coro: Any) -> Any:
+    """Runs a coroutine that never really suspends (EagerTF's methods) to completion."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    loop = asyncio.new_event_loop()  # it suspended after all: finish it on a private loop
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+class Session:
+    """The values of one driver-side stack on this worker."""
+
+    def __init__(self, session_id: int):
+        self.id = session_id
+        self.values: Dict[int, Any] = {}
+        self.poisoned: List[Tuple[int, int, ErrorRecord]] = []
+        self.sources: Dict[int, Any] = {}
+
+    def free(self, ranges: List[Any]) -> None:
+        for first, count in ranges:
+            for i in range(first, first + count):
+                self.values.pop(i, None)
+            self.poisoned = [p for p in self.poisoned
+                             if not (first <= p[0] and p[0] + p[1] <= first + count)]
+
+    def get(self, value_id: int, worker_id: Optional[int]) -> Any:
+        try:
+            return self.values[value_id]
+        except KeyError:
+            pass
+        for first, count, rec in self.poisoned:
+            if first <= value_id < first + count:
+                raise _Poisoned(rec)
+        raise E.WorkerLostError(
+            f'value {value_id} of session {self.id} is not held by worker {worker_id} (its state '
+            'was lost, or the value was already freed); run the computation again',
+            worker_id=worker_id)
+
+
+class WorkerService:
+    """Runs protocol requests against an executor, keeping values per session.
+
+    Args:
+      executor: a `BatchExecutor` holding values in this process (an
+        `EagerTFExecutor`).
+      worker_id: for error messages.
+      dataset_from_blob / dataset_to_blob: how datasets cross (the TF
+        functions of `worker.py`; injectable for tests).
+    """
+
+    def __init__(self, executor: Any, worker_id: Optional[int] = None,
+                 dataset_from_blob: Optional[Callable[[DatasetBlob], Any]] = None,
+                 dataset_to_blob: Optional[Callable[[Any], DatasetBlob]] = None):
+        self.executor = executor
+        self.worker_id = worker_id
+        self.sessions: Dict[int, Session] = {}
+        self.requests = 0
+        if dataset_from_blob is None or dataset_to_blob is None:
+            from simharness.runtime.datasets import dataset_from_blob as fb, dataset_to_blob as tb
+            dataset_from_blob, dataset_to_blob = dataset_from_blob or fb, dataset_to_blob or tb
+        self._from_blob = dataset_from_blob
+        self._to_blob = dataset_to_blob
+
+    # ------------------------------------------------------------ entry point
+    def handle(self, req: Any) -> Response:
+        """Runs one request; never raises for a failing operation (the Response says)."""
+        self.requests += 1
+        seq = getattr(req, 'seq', 0)
+        try:
+            req = P.check_request(req)
+            return self._handle(req)
+        except _Poisoned as p:
+            self._poison(req, p.record)
+            return Response(False, error=p.record, seq=seq)
+        except Exception as e:  # the operation failed: report it, keep serving
+            rec = P.error_to_record(e, traceback.format_exc())
+            self._poison(req, rec)
+            return Response(False, error=rec, seq=seq)
+
+    def _poison(self, req: Any, rec: ErrorRecord) -> None:
+        session = self.sessions.get(getattr(req, 'session', None))
+        if session is not None and isinstance(req, Request) and P.RESULT.get(req.op) == P.Result.VALUES:
+            session.poisoned.append((req.out_base, max(req.out_count, 1), rec))
+
+    def _session(self, req: Request) -> Session:
+        s = self.sessions.get(req.session)
+        if s is None:
+            raise E.WorkerLostError(
+                f'session {req.session} is not open on worker {self.worker_id} (the worker was '
+                'restarted, or the stack was closed); run the computation again',
+                worker_id=self.worker_id)
+        return s
+
+    def _handle(self, req: Request) -> Response:
+        op = req.op
+        if op == Op.OPEN_SESSION:
+            self.sessions.setdefault(req.session, Session(req.session))
+            return Response(True, seq=req.seq)
+        if op == Op.CLOSE_SESSION:
+            self.sessions.pop(req.session, None)
+            return Response(True, seq=req.seq)
+        if op == Op.PING:
+            return Response(True, P.Result.DATA, result={'requests': self.requests,
+                                                          'sessions': len(self.sessions)},
+                            seq=req.seq)
+        session = self._session(req)
+        session.free(req.free)
+        if op == Op.FREE:
+            return Response(True, seq=req.seq)
+        args = self._resolve(req.args, session)
+        result = self._run(op, args, session)
+        if P.RESULT[op] == P.Result.VALUES:
+            if not isinstance(result, list):
+                result = [result]
+            for k, v in enumerate(result):
+                session.values[req.out_base + k] = v
+            types = [v.type_signature for v in result]
+            if types and all(t is types[0] or t == types[0] for t in types):
+                types = types[0]
+            return Response(True, P.Result.VALUES, count=len(result), types=types, seq=req.seq)
+        return Response(True, P.Result.DATA, result=self._plain(result), seq=req.seq)
+
+    # ------------------------------------------------------------ operations
+    def _run(self, op: Op, a: List[Any], session: Session) -> Any:
+        ex = self.executor
+        if op == Op.CREATE_VALUE:
+            return drive(ex.create_value(a[0], a[1]))
+        if op == Op.CREATE_CALL:
+            return drive(ex.create_call(a[0], a[1]))
+        if op == Op.CREATE_STRUCT:
+            return drive(ex.create_struct(a[0]))
+        if op == Op.CREATE_SELECTION:
+            return drive(ex.create_selection(a[0], a[1]))
+        if op == Op.CREATE_VALUES:
+            return drive(ex.create_values(a[0], a[1]))
+        if op == Op.CREATE_VALUES_STACKED:
+            return drive(ex.create_values_stacked(a[0], a[1]))
+        if op == Op.LOAD_SOURCED:
+            return drive(ex.create_values(self._load_sourced(session, *a[:4]), a[4]))
+        if op == Op.CREATE_MAP:
+            return drive(ex.create_map(a[0], a[1], a[2]))
+        if op == Op.CREATE_STRUCTS:
+            return drive(ex.create_structs(a[0], a[1]))
+        if op == Op.CREATE_SELECTIONS:
+            return drive(ex.create_selections(a[0], a[1]))
+        if op == Op.COMPUTE_MANY:
+            return drive(ex.compute_many(a[0]))
+        if op == Op.PARTIAL_REDUCTION:
+            return drive(ex.create_partial_reduction(a[0], a[1], a[2], a[3], a[4]))
+        if op == Op.REDUCTION_RESULT:
+            return drive(ex.create_reduction_result(a[0], a[1], a[2], a[3], a[4]))
+        if op == Op.SEQUENCE_OP:
+            return drive(ex.create_sequence_op(a[0], a[1], a[2]))
+        if op == Op.SELECT:
+            return drive(ex.create_select(a[0], a[1], a[2], a[3]))
+        raise E.ProtocolError(f'operation {op.name} is not run by WorkerService')
+
+    def _load_sourced(self, session: Session, token: int, source: Any, client_ids: List[str],
+                      transform: Any) -> List[Any]:
+        from simharness.data.sourced import source_from_spec, transform_from_spec
+        if source is not None:
+            session.sources[token] = source_from_spec(source)
+        try:
+            src = session.sources[token]
+        except KeyError:
+            raise E.WorkerLostError(f'data source {token} was never sent to worker '
+                                    f'{self.worker_id} in session {session.id}',
+                                    worker_id=self.worker_id) from None
+        fn = transform_from_spec(transform)
+        return [fn(src.client_arrays(cid)) for cid in client_ids]
+
+    # ------------------------------------------------------------ trees
+    def _resolve(self, tree: Any, session: Session) -> Any:
+        wid = self.worker_id
+
+        def leaf(x: Any) -> Any:
+            if isinstance(x, Ref):
+                return session.get(x.id, wid)
+            if isinstance(x, RefRange):
+                return [session.get(i, wid) for i in range(x.start, x.start + x.count)]
+            if isinstance(x, DatasetBlob):
+                return self._from_blob(x)
+            return x
+        return P.map_leaves(tree, leaf)
+
+    def _plain(self, tree: Any) -> Any:
+        to_blob = self._to_blob
+
+        def leaf(x: Any) -> Any:
+            if hasattr(x, 'element_spec') and hasattr(x, '_as_serialized_graph'):
+                return to_blob(x)
+            if hasattr(x, 'numpy') and not isinstance(x, np.ndarray):
+                from simharness.core.structure import tensor_to_numpy
+                return tensor_to_numpy(x)
+            return x
+        return P.map_leaves(tree, leaf)
+
+    def close(self) -> None:
+        self.sessions.clear()
+        self.executor.close()
