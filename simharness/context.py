@@ -25,8 +25,18 @@ import numpy as np
 from simharness.core import types as T
 from simharness.core.structure import Struct, from_container, tensor_to_numpy, to_container
 from simharness.errors import (CardinalityError, ExecutorClosedError, RetryableError,
-                               SimharnessTypeError, SimharnessValueError)
+                               SimharnessTypeError)
 from simharness.executors.base import ExecutorFactory
+from simharness.validation import check_bool, check_int
+
+
+def _check_factory(factory: Any) -> None:
+    if not isinstance(factory, ExecutorFactory):
+        raise SimharnessTypeError(
+            f'factory must be an ExecutorFactory, got {type(factory).__name__} {factory!r}; '
+            f'make one with local_executor_factory() or process_executor_factory()',
+            expected=ExecutorFactory,
+            actual=type(factory))
 
 
 class ExecutionContext:
@@ -40,11 +50,8 @@ class ExecutionContext:
     """
 
     def __init__(self, factory: ExecutorFactory, retries: int = 0):
-        if not isinstance(factory, ExecutorFactory):
-            raise SimharnessTypeError(f'factory must be an ExecutorFactory, got '
-                                      f'{type(factory).__name__}')
-        if not isinstance(retries, int) or retries < 0:
-            raise SimharnessValueError(f'retries must be an int >= 0, got {retries!r}')
+        _check_factory(factory)
+        retries = check_int('retries', retries, 0)
         self.factory = factory
         self.retries = retries
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -217,7 +224,15 @@ def set_default_executor(factory: Optional[ExecutorFactory] = None, retries: int
     """Sets the process-wide default stack (None: back to a local thread stack).
 
     The previous default context is closed.
+
+    Raises:
+      SimharnessTypeError: `factory` is not an `ExecutorFactory` or None, or
+        `retries` is not an int.
+      SimharnessValueError: `retries` < 0.
     """
+    if factory is not None:
+        _check_factory(factory)
+    retries = check_int('retries', retries, 0)
     new = None if factory is None else ExecutionContext(factory, retries=retries)
     with _DEFAULT.lock:
         old, _DEFAULT.context = _DEFAULT.context, new
@@ -234,7 +249,12 @@ def execution_context(factory: ExecutorFactory, retries: int = 0,
       factory: an `ExecutorFactory` (e.g. `process_executor_factory(...)`).
       retries: as in `ExecutionContext`.
       close: close the context (and the factory's stacks) on exit.
+
+    Raises:
+      SimharnessTypeError: a wrong type (`close` must be a bool).
+      SimharnessValueError: `retries` < 0.
     """
+    check_bool('close', close)
     ctx = ExecutionContext(factory, retries=retries)
     token = _CURRENT.set(ctx)
     try:

@@ -7,6 +7,7 @@ building block to the traced body. The federating layer gives them meaning.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Optional, cast
 
 import numpy as np
@@ -15,7 +16,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import tracing
 from simharness.core import types as T
 from simharness.core.computation import Computation, PolymorphicComputation
-from simharness.core.structure import broadcast_static
+from simharness.core.structure import Struct, from_container
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 
@@ -250,6 +251,55 @@ def federated_select(client_keys: Any, max_key: Any, server_val: Any, select_fn:
     return _call('federated_select', args.type_signature, result, args)
 
 
+#: The allowed range of each leaf of a secure sum's bitwidth / modulus.
+_SECURE_RANGES = {'bitwidth': (1, 62, '[1, 62]'), 'modulus': (1, 2 ** 62, '[1, 2**62]')}
+
+
+def _check_secure_spec(uri: str, key: str, spec: Any, member: T.Type) -> None:
+    """Checks a bitwidth or modulus: one int, or a structure of ints matching `member`.
+
+    Each int must lie in `_SECURE_RANGES[key]`; bools, floats and numpy
+    arrays are refused (``int(2.5)`` would silently be 2).
+    """
+    low, high, text = _SECURE_RANGES[key]
+
+    def leaf(path: str, x: Any) -> None:
+        # The range is phrased 'must be in [...]' for the value errors TFF users know.
+        name, got = f'{uri}: {key}{path}', f'got {x!r} of type {type(x).__name__}'
+        if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+            raise SimharnessTypeError(f'{name} must be an int in {text}, {got}',
+                                      expected=int, actual=type(x))
+        if not low <= int(x) <= high:
+            raise SimharnessValueError(f'{name} must be in {text}, {got}')
+
+    if isinstance(spec, (numbers.Number, np.generic, np.ndarray, str, bytes)):
+        leaf('', spec)
+        return
+    if not isinstance(member, T.StructType):
+        raise SimharnessTypeError(
+            f'{uri}: {key} must be an int in {text} for a value of type {member}, got '
+            f'{spec!r} of type {type(spec).__name__}', expected=int, actual=type(spec))
+    try:
+        struct = from_container(spec, member)
+    except SimharnessTypeError as e:
+        raise SimharnessTypeError(
+            f'{uri}: {key} must be an int in {text} or a structure of such ints '
+            f'matching {member}, got {spec!r} of type {type(spec).__name__} ({e})',
+            expected=member, actual=type(spec)) from e
+
+    def walk(path: str, x: Any, t: T.Type) -> None:
+        if isinstance(t, T.StructType):
+            if not isinstance(x, Struct):
+                raise SimharnessTypeError(
+                    f'{uri}: {key}{path} must be a structure matching {t}, got {x!r} of type '
+                    f'{type(x).__name__}', expected=t, actual=type(x))
+            for i, ((name, te), xe) in enumerate(zip(t.items(), x)):
+                walk(f'{path}[{name!r}]' if name is not None else f'{path}[{i}]', xe, te)
+        else:
+            leaf(path, x)
+    walk('', struct, member)
+
+
 def _secure(uri: str, value: Any, spec: Any, key: str) -> tracing.Value:
     v = _federated(value, uri, T.CLIENTS)
     member = _fed_type(v).member
@@ -258,16 +308,7 @@ def _secure(uri: str, value: Any, spec: Any, key: str) -> tracing.Value:
             raise SimharnessTypeError(
                 f'{uri}: secure sums are defined on integers only, got a member of type {member}; '
                 'quantize floats to integers first', actual=member)
-    try:
-        flat = broadcast_static(spec, member)
-    except Exception as e:
-        raise SimharnessTypeError(f'{uri}: {key} {spec!r} does not match the structure of '
-                                  f'{member}') from e
-    for b in flat:
-        if key == 'bitwidth' and not 1 <= b <= 62:
-            raise SimharnessValueError(f'{uri}: bitwidth must be in [1, 62], got {b}')
-        if key == 'modulus' and not 1 <= b <= 2 ** 62:
-            raise SimharnessValueError(f'{uri}: modulus must be in [1, 2**62], got {b}')
+    _check_secure_spec(uri, key, spec, member)
     return _call(uri, v.type_signature, T.FederatedType(member, T.SERVER), v, **{key: spec})
 
 

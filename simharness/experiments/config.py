@@ -36,7 +36,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from simharness.errors import ConfigError
+from simharness.errors import ConfigError, SimharnessError
+from simharness.runtime import pinning
+from simharness.runtime.resources import GpuInventory
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -434,6 +436,36 @@ class StackConfig:
                 raise ConfigError(
                     f'stack.devices must be a string like "cuda:0" or a list of GPU ids, got '
                     f'{d!r}', key='stack.devices', value=d)
+            try:
+                pinning.parse_devices(list(self.devices) if isinstance(self.devices, tuple)
+                                      else self.devices)
+            except SimharnessError as e:
+                raise ConfigError(f'stack.devices: {e}', key='stack.devices', value=d) from e
+
+
+def check_stack_devices(stack: StackConfig, inventory: Optional[GpuInventory] = None) -> None:
+    """Checks that the GPUs `stack.devices` names are on this machine.
+
+    Not part of validating a config (a config may be written on one machine
+    and run on another): the runner calls it before it builds the stack.
+
+    Args:
+        stack: the ``[stack]`` table.
+        inventory: the GPUs found; None: `resources.discover_gpus()` (no
+            TensorFlow import).
+
+    Raises:
+        ConfigError: naming ``stack.devices``, the GPUs asked for, the GPUs
+            found and what was checked.
+    """
+    if stack.kind != 'process' or stack.devices is None:
+        return
+    devices = list(stack.devices) if isinstance(stack.devices, tuple) else stack.devices
+    try:
+        pinning.check_gpus_exist(devices, pinning.parse_devices(devices) or (), inventory,
+                                 name='stack.devices')
+    except SimharnessError as e:
+        raise ConfigError(str(e), key='stack.devices', value=stack.devices) from e
 
 
 @dataclasses.dataclass(frozen=True)

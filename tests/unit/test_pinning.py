@@ -10,7 +10,8 @@ import types
 
 import pytest
 
-from simharness.errors import SimharnessTypeError, SimharnessValueError, WorkerStartError
+from simharness.errors import (DeviceNotFoundError, SimharnessTypeError, SimharnessValueError,
+                               WorkerStartError)
 from simharness.runtime import pinning, resources
 from simharness.runtime.pinning import (WorkerPlacement, apply_placement,
                                         configure_tensorflow, parse_devices,
@@ -112,18 +113,20 @@ def test_empty_gpu_list_means_cpu_only():
 # -- plan_workers: validation -------------------------------------------------------
 
 @pytest.mark.parametrize('kwargs, error, match', [
-    (dict(num_workers=0, cpus=[0]), SimharnessValueError, 'num_workers must be >= 1, got 0'),
-    (dict(num_workers=-2, cpus=[0]), SimharnessValueError, 'num_workers must be >= 1, got -2'),
+    (dict(num_workers=0, cpus=[0]), SimharnessValueError, 'num_workers must be an int >= 1, got 0'),
+    (dict(num_workers=-2, cpus=[0]), SimharnessValueError,
+     'num_workers must be an int >= 1, got -2'),
     (dict(num_workers=1, cpus=[0], workers_per_gpu=0), SimharnessValueError,
-     'workers_per_gpu must be >= 1, got 0'),
+     'workers_per_gpu must be an int >= 1, got 0'),
     (dict(num_workers=1, cpus=[]), SimharnessValueError, 'cpus must name at least one'),
     (dict(num_workers=None, cpus=[]), SimharnessValueError, 'cpus must name at least one'),
     (dict(num_workers=1, cpus=[0], gpus=[0, 0]), SimharnessValueError,
      r'gpus must not repeat an id, got 0 twice'),
     (dict(num_workers=1, cpus=[0, 0]), SimharnessValueError, 'cpus must not repeat'),
-    (dict(num_workers=1, cpus=[0, -1]), SimharnessValueError, r'cpus\[1\] must be >= 0, got -1'),
+    (dict(num_workers=1, cpus=[0, -1]), SimharnessValueError,
+     r'cpus\[1\] must be an int >= 0, got -1'),
     (dict(num_workers=1, cpus=[0], gpus=[-1]), SimharnessValueError,
-     r'gpus\[0\] must be >= 0, got -1'),
+     r'gpus\[0\] must be an int >= 0, got -1'),
     (dict(num_workers=5, cpus=[0], gpus=[0, 1], workers_per_gpu=2), SimharnessValueError,
      'num_workers=5 .* expected num_workers <= 4'),
     (dict(num_workers='2', cpus=[0]), SimharnessTypeError, 'num_workers must be an int'),
@@ -326,9 +329,10 @@ def test_detect_gpus_prefers_cuda_visible_devices(monkeypatch):
     assert resources.detect_gpus() == []
 
 
-def test_detect_gpus_without_nvidia_smi(monkeypatch):
+def test_detect_gpus_without_nvidia_smi(monkeypatch, tmp_path):
     monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
     monkeypatch.setattr(resources.shutil, 'which', lambda name: None)
+    monkeypatch.setattr(resources, 'PROC_NVIDIA_GPUS', str(tmp_path / 'absent'))
     monkeypatch.setattr(resources.subprocess, 'run', _no_subprocess)
     assert resources.detect_gpus() == []
 
@@ -356,9 +360,99 @@ def test_detect_gpus_with_nvidia_smi(monkeypatch, outcome, expected):
     assert seen['cmd'] == ['/usr/bin/nvidia-smi', '-L'] and seen['timeout'] == 5.0
 
 
-def test_detect_gpus_imports_no_tensorflow(monkeypatch):
+def test_detect_gpus_imports_no_tensorflow(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, 'tensorflow', None)  # importing it would fail
     monkeypatch.setattr(resources.shutil, 'which', lambda name: None)
+    monkeypatch.setattr(resources, 'PROC_NVIDIA_GPUS', str(tmp_path / 'absent'))
     monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
     assert resources.detect_gpus() == []
     assert pinning.parse_devices('cpu') == []
+
+
+# -- resources.discover_gpus: what was checked -------------------------------------------
+
+def test_discover_gpus_says_what_it_checked(monkeypatch, tmp_path):
+    monkeypatch.setattr(resources.subprocess, 'run', _no_subprocess)
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '2,3')
+    assert resources.discover_gpus() == resources.GpuInventory((2, 3), "CUDA_VISIBLE_DEVICES='2,3'")
+    monkeypatch.delenv('CUDA_VISIBLE_DEVICES')
+    monkeypatch.setattr(resources.shutil, 'which', lambda name: None)
+    monkeypatch.setattr(resources, 'PROC_NVIDIA_GPUS', str(tmp_path / 'absent'))
+    inv = resources.discover_gpus()
+    assert inv.ids == () and inv.checked == (
+        f'CUDA_VISIBLE_DEVICES (unset), nvidia-smi (not on PATH), {tmp_path / "absent"} (absent)')
+
+
+def test_discover_gpus_counts_proc_entries_without_nvidia_smi(monkeypatch, tmp_path):
+    for bus in ('0000:3b:00.0', '0000:af:00.0'):
+        (tmp_path / bus).mkdir()
+    monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
+    monkeypatch.setattr(resources.shutil, 'which', lambda name: None)
+    monkeypatch.setattr(resources.subprocess, 'run', _no_subprocess)
+    monkeypatch.setattr(resources, 'PROC_NVIDIA_GPUS', str(tmp_path))
+    assert resources.discover_gpus().ids == (0, 1)
+    assert resources.detect_gpus() == [0, 1]
+
+
+def test_discover_gpus_reports_a_failing_nvidia_smi(monkeypatch):
+    monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
+    monkeypatch.setattr(resources.shutil, 'which', lambda name: '/usr/bin/nvidia-smi')
+    monkeypatch.setattr(resources.subprocess, 'run', lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 9, '', 'NVIDIA-SMI has failed because it could not talk to the driver\n'))
+    inv = resources.discover_gpus()
+    assert inv.ids == () and 'nvidia-smi -L (exit 9: NVIDIA-SMI has failed' in inv.checked
+
+
+# -- check_gpus_exist / check_tf_device (fake discovery) ---------------------------------
+
+NO_GPU = resources.GpuInventory((), 'CUDA_VISIBLE_DEVICES (unset), nvidia-smi (not on PATH)')
+TWO_GPUS = resources.GpuInventory((0, 1), 'CUDA_VISIBLE_DEVICES (unset), nvidia-smi -L')
+
+
+@pytest.mark.parametrize('devices, inventory', [
+    ('cpu', NO_GPU), (None, NO_GPU), ([], NO_GPU), ('cuda:1', TWO_GPUS), ([1, 'gpu:0'], TWO_GPUS),
+])
+def test_check_gpus_exist_passes(devices, inventory):
+    pinning.check_gpus_exist(devices, parse_devices(devices) or (), inventory)
+
+
+@pytest.mark.parametrize('devices, inventory, missing, fragments', [
+    ('cuda:7', NO_GPU, (7,), ["devices='cuda:7': this machine has no GPU 7 (found: none; checked "
+                              'CUDA_VISIBLE_DEVICES (unset), nvidia-smi (not on PATH))']),
+    ([0, 2, 3], TWO_GPUS, (2, 3), ['devices=[0, 2, 3]', 'no GPU 2, 3 (found: 0, 1;',
+                                   'nvidia-smi -L']),
+    (0, NO_GPU, (0,), ['devices=0', 'no GPU 0']),
+])
+def test_check_gpus_exist_names_the_device_and_what_was_found(devices, inventory, missing,
+                                                              fragments):
+    with pytest.raises(DeviceNotFoundError) as e:
+        pinning.check_gpus_exist(devices, parse_devices(devices), inventory)
+    assert isinstance(e.value, SimharnessValueError)
+    for fragment in fragments:
+        assert fragment in str(e.value)
+    assert (e.value.requested, e.value.missing, e.value.found) == (devices, missing,
+                                                                   inventory.ids)
+    assert pickle.loads(pickle.dumps(e.value)).missing == missing
+
+
+def test_check_gpus_exist_discovers_when_not_told(monkeypatch):
+    monkeypatch.setattr(resources, 'discover_gpus', lambda: NO_GPU)
+    with pytest.raises(DeviceNotFoundError, match='stack.devices=.cuda:7.: this machine has no'):
+        pinning.check_gpus_exist('cuda:7', [7], name='stack.devices')
+
+
+def test_check_tf_device(monkeypatch):
+    monkeypatch.setattr(resources, 'discover_gpus', lambda: pytest.fail('must not discover'))
+    assert pinning.check_tf_device('device', None) is None
+    assert pinning.check_tf_device('device', '/CPU:0') == '/CPU:0'
+    # A form parse_devices does not know is left to TensorFlow.
+    assert pinning.check_tf_device('device', '/job:a/device:CPU:0') == '/job:a/device:CPU:0'
+    assert pinning.check_tf_device('device', '/GPU:1', TWO_GPUS) == '/GPU:1'
+    with pytest.raises(DeviceNotFoundError, match=r"device='/GPU:2': this process has no GPU 2 "
+                                                  r'\(it sees 2 GPUs; checked'):
+        pinning.check_tf_device('device', '/GPU:2', TWO_GPUS)
+    with pytest.raises(DeviceNotFoundError, match='sees 0 GPUs'):
+        pinning.check_tf_device('device', 'gpu:0', NO_GPU)
+    with pytest.raises(SimharnessTypeError, match='device must be None or a TensorFlow device '
+                                                  'name .*got 0 of type int'):
+        pinning.check_tf_device('device', 0)
