@@ -24,6 +24,7 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from simharness.core.determinism import INTRA_OP_THREADS
 from simharness.errors import (DeviceNotFoundError, SimharnessTypeError, SimharnessValueError,
                                WorkerStartError)
 from simharness.runtime import resources
@@ -67,7 +68,9 @@ class WorkerPlacement:
         worker_id: index of the worker in its pool (>= 0).
         cpus: the CPU ids the worker is pinned to (non-empty).
         gpu: the physical GPU id the worker sees (as its only GPU), or None.
-        intra_op_threads: TF threads inside one op (>= 1).
+        intra_op_threads: TF threads inside one op (>= 1); `plan_workers`
+            gives `simharness.core.determinism.INTRA_OP_THREADS` (1), which
+            results bit-identical across layouts depend on.
         inter_op_threads: TF ops run concurrently (>= 1).
         env: environment variables the worker sets before importing or
             initialising CUDA.
@@ -109,15 +112,18 @@ def plan_workers(num_workers: Optional[int], cpus: Sequence[int],
     `num_workers` contiguous, disjoint sets whose sizes differ by at most one
     (the first ones get the extra CPU). With more workers than CPUs, worker
     i gets the single CPU ``cpus[i % len(cpus)]``. Without `cpu_affinity`,
-    every worker may run on all `cpus`, with ``len(cpus) // num_workers``
-    intra-op threads (at least 1).
+    every worker may run on all `cpus`.
 
     Each worker runs one client computation at a time and the clients are
     spread over the workers, so the parallelism across clients comes from
-    the workers themselves: `intra_op_threads` is the size of the worker's
-    own CPU set (no more threads than cores) and `inter_op_threads` is 1,
-    since a second pool of threads running independent ops would only
-    compete for the same pinned cores.
+    the workers themselves. `intra_op_threads` is
+    `simharness.core.determinism.INTRA_OP_THREADS` (1) whatever the size of
+    the CPU set: some CPU kernels (conv filter gradients, fused batch norm,
+    large reductions) give other bits with another thread count, and results
+    must not depend on the layout. `inter_op_threads` is 1, since a second
+    pool of threads running independent ops would only compete for the same
+    pinned cores. (Give a worker several cores only for its data loading or
+    a GPU; for CPU speed, use one worker per core, the default.)
 
     With GPUs, worker k uses ``gpus[k // workers_per_gpu]`` and sees it alone
     (``CUDA_VISIBLE_DEVICES``, so inside the worker it is GPU 0), with memory
@@ -163,10 +169,8 @@ def plan_workers(num_workers: Optional[int], cpus: Sequence[int],
 
     if not cpu_affinity:
         cpu_sets = [cpu_ids] * num_workers
-        threads = [max(1, len(cpu_ids) // num_workers)] * num_workers
     else:
         cpu_sets = _split_cpus(cpu_ids, num_workers)
-        threads = [len(s) for s in cpu_sets]
 
     placements = []
     for k in range(num_workers):
@@ -177,7 +181,7 @@ def plan_workers(num_workers: Optional[int], cpus: Sequence[int],
             gpu = None
             env = {'CUDA_VISIBLE_DEVICES': ''}
         placements.append(WorkerPlacement(
-            worker_id=k, cpus=cpu_sets[k], gpu=gpu, intra_op_threads=threads[k],
+            worker_id=k, cpus=cpu_sets[k], gpu=gpu, intra_op_threads=INTRA_OP_THREADS,
             inter_op_threads=1, env=env))
     return placements
 
