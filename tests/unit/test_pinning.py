@@ -10,6 +10,7 @@ import types
 
 import pytest
 
+from simharness.core.determinism import INTRA_OP_THREADS
 from simharness.errors import (DeviceNotFoundError, SimharnessTypeError, SimharnessValueError,
                                WorkerStartError)
 from simharness.runtime import pinning, resources
@@ -56,7 +57,8 @@ def test_two_cpus_three_workers_share_round_robin():
 def test_eight_cpus_three_workers_contiguous_disjoint_balanced():
     plan = plan_workers(3, list(range(8)))
     assert _cpu_sets(plan) == [(0, 1, 2), (3, 4, 5), (6, 7)]
-    assert [p.intra_op_threads for p in plan] == [3, 3, 2]
+    # One TF thread per op whatever the CPU set (simharness.core.determinism).
+    assert [p.intra_op_threads for p in plan] == [INTRA_OP_THREADS] * 3 == [1, 1, 1]
     assert [p.inter_op_threads for p in plan] == [1, 1, 1]
 
 
@@ -73,7 +75,7 @@ def test_default_num_workers_is_one_per_cpu():
 def test_no_cpu_affinity_shares_all_cpus():
     plan = plan_workers(3, list(range(8)), cpu_affinity=False)
     assert _cpu_sets(plan) == [tuple(range(8))] * 3
-    assert [p.intra_op_threads for p in plan] == [2, 2, 2]
+    assert [p.intra_op_threads for p in plan] == [INTRA_OP_THREADS] * 3
     plan = plan_workers(4, [0, 1], cpu_affinity=False)
     assert [p.intra_op_threads for p in plan] == [1] * 4
 
@@ -93,7 +95,7 @@ def test_two_gpus_two_workers_per_gpu():
     assert [p.env['CUDA_VISIBLE_DEVICES'] for p in plan] == ['0', '0', '1', '1']
     assert all(p.env['TF_FORCE_GPU_ALLOW_GROWTH'] == 'true' for p in plan)
     assert _cpu_sets(plan) == [(0, 1), (2, 3), (4, 5), (6, 7)]
-    assert [p.intra_op_threads for p in plan] == [2, 2, 2, 2]
+    assert [p.intra_op_threads for p in plan] == [INTRA_OP_THREADS] * 4
 
 
 def test_gpu_ids_are_physical_ids():
@@ -245,7 +247,7 @@ def test_configure_tensorflow_cpu(monkeypatch):
     fake = _FakeTF(gpus=['GPU:0'])
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
     configure_tensorflow(plan_workers(2, [0, 1, 2, 3])[1])
-    assert fake.calls == [('intra', 2), ('inter', 1)]
+    assert fake.calls == [('intra', INTRA_OP_THREADS), ('inter', 1)]
 
 
 def test_configure_tensorflow_gpu_sets_memory_growth(monkeypatch):
