@@ -1,0 +1,81 @@
+"""What is pinned so that a client computation gives the same bits on every stack.
+
+::
+
+    driver process                              worker process k
+    --------------                              ----------------
+    EagerTFExecutor() --> pin_tensorflow_threads()   pinning.plan_workers: intra_op_threads =
+      (TF not initialized yet: intra-op = 1;          INTRA_OP_THREADS
+       already initialized otherwise: warn once)   pinning.apply_placement --> TF intra-op = 1
+
+The canonical reduction order (`simharness.core.reduction`) fixes how client
+values are combined; this module fixes the other thing that can differ
+between layouts: the number of threads ONE TF op may use. Several CPU
+kernels split their work by that number and add the pieces in an order that
+depends on it, so their results differ in the last bits from one thread count
+to another (measured on TF 2.21, x86, oneDNN on): the filter gradient of
+``Conv2D`` (``Conv2DBackpropFilter``: every count from 1 to 4 gives other
+bits, with or without oneDNN), ``FusedBatchNorm``, and full reductions
+(``reduce_sum`` / ``reduce_mean`` over ~1M elements differ at 3 threads).
+``tf.config.experimental.enable_op_determinism()`` does not change any of
+them (it makes each op repeatable for a given thread count, which CPU ops
+already are), and neither does ``TF_ENABLE_ONEDNN_OPTS=0``.
+
+The thread count of the driver's TF is the number of cores by default and a
+worker's was its number of pinned cores, so the same computation gave
+different bits on a thread stack, on 1 worker and on 2 workers. Every
+process that runs client computations therefore runs each op on
+`INTRA_OP_THREADS` = 1 thread: the only count that is the same for every
+layout and every machine. Parallelism comes from running clients
+side by side (worker processes, client threads), not from splitting one op.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+#: TF intra-op threads of every process that runs client computations.
+INTRA_OP_THREADS = 1
+
+
+def _effective(configured: int) -> int:
+    """The intra-op thread count TF uses for a configured value (0: TF's choice)."""
+    if configured:
+        return configured
+    if hasattr(os, 'sched_getaffinity'):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def pin_tensorflow_threads() -> bool:
+    """Sets TF's intra-op threads of this process to `INTRA_OP_THREADS`, if still possible.
+
+    Idempotent and cheap once pinned. TF accepts a thread count only before
+    its first op (eager context initialization). If this process already ran
+    a TF op with another count, it warns (once per process, `RuntimeWarning`)
+    that computations run here -- thread stacks, the server side of process
+    stacks -- may differ in the last bits from the same computations in
+    worker processes, and leaves TF as it is.
+
+    Returns:
+        True when TF runs ops on `INTRA_OP_THREADS` threads in this process.
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    configured = tf.config.threading.get_intra_op_parallelism_threads()
+    if _effective(configured) == INTRA_OP_THREADS:
+        return True
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(INTRA_OP_THREADS)
+        return True
+    except RuntimeError:
+        warnings.warn(
+            f'TensorFlow ran its first op in this process with {_effective(configured)} intra-op '
+            f'threads, before simharness could pin them to {INTRA_OP_THREADS}: computations run '
+            f'in this process (thread stacks, the server side of process stacks) may differ in '
+            f'the last bits from worker processes for convolutions, batch norm and large '
+            f'reductions. Call tf.config.threading.set_intra_op_parallelism_threads('
+            f'{INTRA_OP_THREADS}) before your first TF op (or build the execution context '
+            f'first) to keep results bit-identical across stacks.', RuntimeWarning, stacklevel=3)
+        return False
