@@ -14,7 +14,7 @@ closes it (with `close()`) at the end of the session. For example::
         build=lambda pool, n: process_executor_factory(pool=pool, num_clients=n),
         start=lambda: WorkerPool(num_workers=2),
         marks=(pytest.mark.process,),
-        resident_threads=('simharness-worker-',)),
+        resident_threads=('simharness-pool-reactor',)),
 
 This module must not import TensorFlow at import time (unit tests of pure
 modules stay light): builders import simharness' stacks lazily.
@@ -84,8 +84,10 @@ STACKS: Dict[str, StackEntry] = {
     'local': StackEntry(_local_stack),
     # One warm pool per entry for the whole session; clients_per_worker=3
     # makes the workers cut their blocks into several TF calls.
-    'process-1': StackEntry(_process_stack, start=_process_pool(1, 256), marks=_process_marks()),
-    'process-2': StackEntry(_process_stack, start=_process_pool(2, 3), marks=_process_marks()),
+    'process-1': StackEntry(_process_stack, start=_process_pool(1, 256), marks=_process_marks(),
+                            resident_threads=('simharness-pool-reactor',)),
+    'process-2': StackEntry(_process_stack, start=_process_pool(2, 3), marks=_process_marks(),
+                            resident_threads=('simharness-pool-reactor',)),
 }
 
 

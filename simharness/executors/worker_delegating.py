@@ -272,6 +272,10 @@ class WorkerDelegatingExecutor(BatchExecutor):
         if first_error is not None:
             raise first_error
 
+    def _drop_done_pending(self) -> None:
+        with self._lock:
+            self._pending = [f for f in self._pending if not f.done()]
+
     def _error(self, resp: P.Response) -> BaseException:
         return P.record_to_error(resp.error, self._handle.worker_id, self._handle.pid)
 
@@ -286,11 +290,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
             with self._lock:
                 self._pending.append(fut)
             return self._handles(base, n_out, types, gen)
-        try:
-            resp = await asyncio.wrap_future(fut)
-        finally:
-            pass
+        resp = await asyncio.wrap_future(fut)
         if not resp.ok:
+            self._drop_done_pending()  # answered before this one: the same error, or stale
             raise self._error(resp)
         self._raise_failed_pending()
         if resp.kind == P.Result.VALUES:

@@ -10,7 +10,7 @@ function, a lock, ...) is refused with `CodecError`, and decoding never
 runs code from the peer (no pickle anywhere):
 
 - plain data: None, bool, int (64-bit), float, str, bytes, list, tuple, dict;
-- numpy arrays of any memcpy-able dtype (bool, ints, floats, complex,
+- numpy dtypes, and numpy arrays of any memcpy-able dtype (bool, ints, floats, complex,
   float16, bfloat16 and the other ml_dtypes) and numpy scalars; arrays of
   strings/bytes (TF's `tf.string`) travel as lists of bytes in the header;
 - the project's own message parts: `Struct`, `Partial`, `Ref`, `RefRange`,
@@ -58,6 +58,7 @@ _DATASET = 12     # [graph, element type]
 _BYTESBUF = 13    # buffer index of a big bytes value
 _DICT = 14        # [[key, value], ...] (non-str keys)
 _MESSAGE = 15     # [message name, field values]
+_DTYPE = 16       # a numpy dtype: its token
 
 
 class CodecError(SimharnessTypeError):
@@ -159,6 +160,8 @@ class _Encoder:
             if isinstance(obj, np.str_):
                 return str(obj)
             return self.ext(_SCALAR, [_dtype_token(obj.dtype), obj.tobytes()])
+        if isinstance(obj, np.dtype):
+            return self.ext(_DTYPE, 'object' if obj == np.dtype(object) else _dtype_token(obj))
         if isinstance(obj, Struct):
             return self.ext(_STRUCT, [list(obj.names), list(obj)])
         if isinstance(obj, Partial):
@@ -276,6 +279,8 @@ class _Decoder:
             return np.frombuffer(p[1], dtype=_dtype_from(p[0]))[0]
         if code == _TUPLE:
             return tuple(p)
+        if code == _DTYPE:
+            return np.dtype(object) if p == 'object' else _dtype_from(p)
         if code == _STRUCT:
             return Struct(zip(p[0], p[1]))
         if code == _PARTIAL:
