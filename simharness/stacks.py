@@ -241,7 +241,9 @@ def _check_worker_options(worker_options: object) -> None:
 def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Optional[int] = 256,
                        cpu_affinity: bool = True, devices: object = None, workers_per_gpu: int = 1,
                        arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
-                       worker_options: Optional[dict] = None) -> WorkerPool:
+                       worker_options: Optional[dict] = None,
+                       request_timeout: Optional[float] = None,
+                       liveness_timeout: float = 60.0) -> WorkerPool:
     """A `WorkerPool` of pinned workers (not started; see `WorkerPool.start`).
 
     Args are those of `process_executor_factory`.
@@ -252,6 +254,9 @@ def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Op
     check_int('workers_per_gpu', workers_per_gpu, 1)
     check_int('arena_bytes', arena_bytes, 1)
     check_number('start_timeout', start_timeout, greater_than=0)
+    if request_timeout is not None:
+        check_number('request_timeout', request_timeout, greater_than=0)
+    check_number('liveness_timeout', liveness_timeout, greater_than=0)
     _check_worker_options(worker_options)
     gpus = pinning.parse_devices(devices)
     pinning.check_gpus_exist(devices, gpus or ())
@@ -259,7 +264,8 @@ def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Op
                                       workers_per_gpu, cpu_affinity)
     from simharness.runtime.pool import WorkerPool
     return WorkerPool(placements, clients_per_worker=clients_per_worker, arena_bytes=arena_bytes,
-                      start_timeout=start_timeout, worker_options=worker_options)
+                      start_timeout=start_timeout, worker_options=worker_options,
+                      request_timeout=request_timeout, liveness_timeout=liveness_timeout)
 
 
 def process_executor_factory(num_clients: Optional[int] = None, num_workers: Optional[int] = None,
@@ -268,7 +274,9 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
                              max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
                              arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
                              start: bool = False, worker_options: Optional[dict] = None,
-                             pool: Optional[WorkerPool] = None) -> ProcessExecutorFactory:
+                             pool: Optional[WorkerPool] = None,
+                             request_timeout: Optional[float] = None,
+                             liveness_timeout: float = 60.0) -> ProcessExecutorFactory:
     """Stacks whose client executors live in pinned worker processes.
 
     Args:
@@ -287,7 +295,14 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
       worker_options: advanced options passed to the workers ('profile': log
         each request's time to stderr).
       pool: an existing `WorkerPool` to share (then the pool arguments above
-        are ignored and closing the factory leaves the pool running).
+        are ignored and closing the factory leaves the pool running). Any
+        number of factories and stacks may share one pool: each stack has
+        its own session in every worker.
+      request_timeout: seconds one worker request may take; past it the
+        worker is killed and the call fails with `WorkerTimeoutError`
+        (retryable; None: no limit).
+      liveness_timeout: seconds a request may wait on a worker that is
+        stopped (SIGSTOP) or uses no CPU (deadlocked) before the same.
 
     Returns:
       A `ProcessExecutorFactory`; close it (or use it as a context manager)
@@ -300,7 +315,8 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
     owns = pool is None
     if pool is None:
         pool = create_worker_pool(num_workers, clients_per_worker, cpu_affinity, devices,
-                                  workers_per_gpu, arena_bytes, start_timeout, worker_options)
+                                  workers_per_gpu, arena_bytes, start_timeout, worker_options,
+                                  request_timeout, liveness_timeout)
     factory = ProcessExecutorFactory(pool, num_clients, max_cached_stacks, owns_pool=owns)
     if start:
         pool.start()
