@@ -837,6 +837,25 @@ class WorkerPool:
     def resource_usage(self) -> List[Dict[str, Any]]:
         return [h.resource_usage() for h in self.handles]
 
+    def ping(self, timeout: float = 30.0) -> List[Optional[Dict[str, Any]]]:
+        """Asks every running worker for its state: requests served, open sessions, values held.
+
+        A worker that is not running gives None. Requests queue behind those
+        already sent, so this also waits until the workers have caught up.
+        """
+        futures = []
+        for h in self.handles:
+            if not h.alive:
+                futures.append(None)
+                continue
+            header, buffers = P.encode_message(P.Request(int(P.Op.PING), 0, []))
+            futures.append(h.submit(header, buffers, 'PING', h.generation))
+        out: List[Optional[Dict[str, Any]]] = []
+        for f in futures:
+            resp = None if f is None else f.result(timeout)
+            out.append(None if resp is None or not resp.ok else resp.result)
+        return out
+
     def stats(self) -> Dict[str, int]:
         return {'requests': sum(h.stats.requests for h in self.handles),
                 'bytes_to_workers': (sum(h.stats.bytes_to_worker for h in self.handles)

@@ -146,9 +146,9 @@ class WorkerService:
             self.sessions.pop(req.session, None)
             return Response(True, seq=req.seq)
         if op == Op.PING:
-            return Response(True, P.Result.DATA, result={'requests': self.requests,
-                                                          'sessions': len(self.sessions)},
-                            seq=req.seq)
+            return Response(True, P.Result.DATA, result={
+                'requests': self.requests, 'sessions': len(self.sessions),
+                'values': sum(len(s.values) for s in self.sessions.values())}, seq=req.seq)
         session = self._session(req)
         session.free(req.free)
         if op == Op.FREE:

@@ -48,9 +48,11 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
         try:
             from simharness.runtime.pinning import apply_placement
             apply_placement(placement)
-            fail = options.get('fail_on_start')
+            fail = options.get('fail_on_start')  # fault injection (tests)
             if fail:
                 raise RuntimeError(fail)
+            if options.get('crash_on_start'):  # fault injection (tests): die before READY
+                os.kill(os.getpid(), signal.SIGKILL)
             from simharness.executors.eager_tf import EagerTFExecutor
             from simharness.runtime.service import WorkerService
             from simharness.runtime.shm import ShmArena, ShmAttachment
