@@ -52,11 +52,12 @@ def pin_tensorflow_threads() -> bool:
     """Sets TF's intra-op threads of this process to `INTRA_OP_THREADS`, if still possible.
 
     Idempotent and cheap once pinned. TF accepts a thread count only before
-    its first op (eager context initialization). If this process already ran
-    a TF op with another count, it warns (once per process, `RuntimeWarning`)
-    that computations run here -- thread stacks, the server side of process
-    stacks -- may differ in the last bits from the same computations in
-    worker processes, and leaves TF as it is.
+    its first op (eager context initialization; tracing a gradient or a
+    dataset counts). If this process already ran a TF op with another count,
+    it leaves TF as it is and warns (a `RuntimeWarning`, which Python's
+    default filter shows once) that computations run here -- thread stacks,
+    the server side of process stacks -- may differ in the last bits from
+    the same computations in worker processes.
 
     Returns:
         True when TF runs ops on `INTRA_OP_THREADS` threads in this process.
@@ -75,7 +76,8 @@ def pin_tensorflow_threads() -> bool:
             f'threads, before simharness could pin them to {INTRA_OP_THREADS}: computations run '
             f'in this process (thread stacks, the server side of process stacks) may differ in '
             f'the last bits from worker processes for convolutions, batch norm and large '
-            f'reductions. Call tf.config.threading.set_intra_op_parallelism_threads('
-            f'{INTRA_OP_THREADS}) before your first TF op (or build the execution context '
-            f'first) to keep results bit-identical across stacks.', RuntimeWarning, stacklevel=3)
+            f'reductions. To keep results bit-identical across stacks, call '
+            f'tf.config.threading.set_intra_op_parallelism_threads({INTRA_OP_THREADS}) at the '
+            f'start of the program, before any TF op (tracing a tf_computation that takes '
+            f'gradients or builds a dataset runs TF).', RuntimeWarning, stacklevel=3)
         return False

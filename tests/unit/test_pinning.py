@@ -219,6 +219,55 @@ def test_parse_devices_errors(devices, error, match):
         parse_devices(devices)
 
 
+# -- determinism.pin_tensorflow_threads (fake TF, no real one) ------------------------
+
+class _FakeThreadingTF(types.ModuleType):
+    """A TF whose intra-op thread count is `configured`; `initialized`: it refuses changes."""
+
+    def __init__(self, configured=0, initialized=False):
+        super().__init__('tensorflow')
+        self.configured, self.sets = configured, []
+
+        def set_intra(n):
+            if initialized and n != self.configured:
+                raise RuntimeError('Intra op parallelism cannot be modified after initialization.')
+            self.sets.append(n)
+            self.configured = n
+
+        self.config = types.SimpleNamespace(threading=types.SimpleNamespace(
+            get_intra_op_parallelism_threads=lambda: self.configured,
+            set_intra_op_parallelism_threads=set_intra))
+
+
+def test_pin_tensorflow_threads_before_the_first_op(monkeypatch, recwarn):
+    from simharness.core import determinism
+    fake = _FakeThreadingTF(configured=0)
+    monkeypatch.setitem(sys.modules, 'tensorflow', fake)
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3}, raising=False)
+    assert determinism.pin_tensorflow_threads() is True
+    assert fake.sets == [INTRA_OP_THREADS] == [1]
+    assert determinism.pin_tensorflow_threads() is True  # idempotent: no second set
+    assert fake.sets == [1] and not recwarn.list
+
+
+def test_pin_tensorflow_threads_default_on_one_cpu_is_pinned(monkeypatch):
+    from simharness.core import determinism
+    fake = _FakeThreadingTF(configured=0, initialized=True)
+    monkeypatch.setitem(sys.modules, 'tensorflow', fake)
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {3}, raising=False)
+    assert determinism.pin_tensorflow_threads() is True and fake.sets == []
+
+
+def test_pin_tensorflow_threads_too_late_warns(monkeypatch):
+    from simharness.core import determinism
+    fake = _FakeThreadingTF(configured=4, initialized=True)
+    monkeypatch.setitem(sys.modules, 'tensorflow', fake)
+    with pytest.warns(RuntimeWarning, match=r'with 4 intra-op threads.*'
+                      r'set_intra_op_parallelism_threads\(1\) at the start of the program'):
+        assert determinism.pin_tensorflow_threads() is False
+    assert fake.configured == 4
+
+
 # -- apply_placement / configure_tensorflow (fake TF, no real one) ---------------------
 
 class _FakeTF(types.ModuleType):
