@@ -87,13 +87,18 @@ class Reducer:
       merge: `(left, right) -> merged`, joins two tree nodes.
       total: the number of clients N in the whole reduction.
       chunk: the chunk size (tests only; the default is the canonical one).
+      accumulate_many: optional `(acc, [v1, v2, ...]) -> acc`, the same as
+        folding the values one by one with `accumulate` (in one call: `combine`
+        uses it for the raw head values of a block).
     """
 
     def __init__(self, start: Callable[[Any], Any], accumulate: Callable[[Any, Any], Any],
-                 merge: Callable[[Any, Any], Any], total: int, chunk: int = CHUNK):
+                 merge: Callable[[Any, Any], Any], total: int, chunk: int = CHUNK,
+                 accumulate_many: Optional[Callable[[Any, List[Any]], Any]] = None):
         if total < 0:
             raise SimharnessValueError(f'total must be >= 0, got {total}')
         self._start = start
+        self._accumulate_many = accumulate_many
         self._accumulate = accumulate
         self._merge = merge
         self.total = total
@@ -147,13 +152,20 @@ class Reducer:
                     f'partials do not tile the clients: expected a block starting at {pos}, '
                     f'got one starting at {p.start}')
             idx = p.start
-            for v in p.head:
+            if p.head:
                 c = idx // self.chunk
                 if open_chunk != c:
                     raise SimharnessValueError(f'client {idx} continues chunk {c}, which no '
                                                'earlier block began')
-                open_acc = self._accumulate(open_acc, v)
-                idx += 1
+                if idx + len(p.head) > self._chunk_end(c):
+                    raise SimharnessValueError(f'the head of the block at {idx} runs past the end '
+                                               f'of chunk {c}')
+                if self._accumulate_many is not None and len(p.head) > 1:
+                    open_acc = self._accumulate_many(open_acc, list(p.head))
+                else:
+                    for v in p.head:
+                        open_acc = self._accumulate(open_acc, v)
+                idx += len(p.head)
                 if idx == self._chunk_end(c):
                     self._insert(nodes, 0, c, open_acc)
                     open_chunk, open_acc = None, None

@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 import tensorflow as tf
 
+from simharness.core import determinism
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.structure import Struct
@@ -164,6 +165,9 @@ def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bo
     Raises:
       SimharnessTypeError: if the parameter or result types are not supported.
     """
+    # Tracing may run TF's first op in this process (gradients, datasets): pin
+    # its thread count before, so that driver-side results match the workers'.
+    determinism.pin_tensorflow_threads()
     graph = tf.Graph()
     inputs: List[tf.Tensor] = []
     with graph.as_default():

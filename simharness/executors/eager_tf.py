@@ -812,12 +812,35 @@ class EagerTFExecutor(BatchExecutor):
             merge_fn = self._fn_of(params['merge'])
             at = acc_fn.type_signature.result
 
+            vt = cast(T.StructType, acc_fn.type_signature.parameter)[1]  # <accumulator, value>
+            vleaves = T.flatten_type(vt)
+
+            def value(v):  # raw head values arrive as numpy: embed them on first use
+                return v if isinstance(v, EagerValue) else EagerValue(ingest(v, vt), vt)
+
             def pair(x, y):
+                y = value(y)
                 return EagerValue(Struct([(None, x.internal), (None, y.internal)]),
                                   T.StructType([x.type_signature, y.type_signature]))
+
+            def accumulate_many(acc, vs):
+                # The raw head values of a block, folded in ONE TF call (the same
+                # while-loop fold the workers use, so the same bits as one call each).
+                if any(l.dtype == np.dtype(object) for l in vleaves) or \
+                        any(isinstance(v, EagerValue) for v in vs):
+                    for v in vs:
+                        acc = self.call(acc_fn, pair(acc, v))
+                    return acc
+                flat = [flatten(v) for v in vs]
+                rows = [fast_tensor(np.ascontiguousarray(np.stack([f[j] for f in flat]),
+                                                         dtype=l.dtype))
+                        for j, l in enumerate(vleaves)]
+                out = acc_fn.fold_rows(_as_tensors(flatten(acc.internal)), rows, None)
+                return EagerValue(_pack_result(list(out), at), at)
             return Reducer(lambda v: self.call(acc_fn, pair(params['zero'], v)),
                            lambda acc, v: self.call(acc_fn, pair(acc, v)),
-                           lambda x, y: self.call(merge_fn, pair(x, y)), total)
+                           lambda x, y: self.call(merge_fn, pair(x, y)), total,
+                           accumulate_many=accumulate_many)
         raise SimharnessValueError(f'unknown reduction kind {kind!r}')
 
     def _numpy_rows(self, kind: str, values: Sequence[Any], start: int,
@@ -939,7 +962,7 @@ class EagerTFExecutor(BatchExecutor):
         if kind == 'aggregate':
             ft = self._fn_of(params['accumulate']).type_signature
             at, vt = ft.result, cast(T.StructType, ft.parameter)[1]  # <accumulator, value>
-            partials = [Partial(p.start, p.stop, [EagerValue(ingest(v, vt), vt) for v in p.head],
+            partials = [Partial(p.start, p.stop, list(p.head),  # numpy: see accumulate_many
                                 {k: EagerValue(ingest(v, at), at) for k, v in p.nodes.items()},
                                 p.open_chunk,
                                 None if p.open_chunk is None else EagerValue(ingest(p.open_acc, at), at))

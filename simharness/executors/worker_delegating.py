@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -101,13 +100,21 @@ class _Lease:
     """The driver's claim on a range of value ids in one session generation.
 
     Shared by the `WorkerValue`s of one result block; when the last of them
-    is gone, the ids are freed in the worker with the next request.
+    is gone, the ids are freed in the worker with the next request. (Id
+    bookkeeping, not a resource: `__del__` is the cheap hook CPython calls
+    when the last handle goes; `weakref.finalize` costs ~10x more per block.)
     """
 
-    __slots__ = ('__weakref__',)
+    __slots__ = ('_owner', '_start', '_count', '_generation')
 
     def __init__(self, owner: 'WorkerDelegatingExecutor', start: int, count: int, generation: int):
-        weakref.finalize(self, owner._release, start, count, generation)
+        self._owner = owner
+        self._start = start
+        self._count = count
+        self._generation = generation
+
+    def __del__(self) -> None:
+        self._owner._release(self._start, self._count, self._generation)
 
 
 class WorkerValue(ExecutorValue):
@@ -204,10 +211,11 @@ class WorkerDelegatingExecutor(BatchExecutor):
         return gen
 
     def _submit(self, op: Op, args: list, out_base: int, n_out: int, gen: int,
-                broadcast: Any = None) -> concurrent.futures.Future:
+                broadcast: Any = None, want_types: bool = True) -> concurrent.futures.Future:
         with self._lock:
             free, self._garbage = self._garbage, []
-        req = P.Request(int(op), self._session, args, out_base, n_out, [list(f) for f in free])
+        req = P.Request(int(op), self._session, args, out_base, n_out, [list(f) for f in free],
+                        want_types=want_types)
         header, buffers = P.encode_message(req)
         if broadcast is not None:
             locs, release = broadcast
@@ -285,8 +293,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
         packed = self._refs(list(args))
         base = self._next_id  # ids base .. base + n_out - 1 are this request's
         self._next_id += max(n_out, 1)
-        fut = self._submit(op, packed, base, n_out, gen, broadcast)
-        if not wait and types is not None:
+        pipelined = not wait and types is not None
+        fut = self._submit(op, packed, base, n_out, gen, broadcast, want_types=not pipelined)
+        if pipelined:
             with self._lock:
                 self._pending.append(fut)
             return self._handles(base, n_out, types, gen)
@@ -330,11 +339,14 @@ class WorkerDelegatingExecutor(BatchExecutor):
         bc = self._handle.pool.broadcast
         # The buffers of the value, in the order the codec emits them for the request.
         _, buffers = P.encode_message(P.Request(int(Op.CREATE_VALUE), self._session, [plain, t]))
-        locs = await asyncio.to_thread(bc.acquire, key, buffers)
+        locs = bc.acquire(key, buffers, wait=False)  # held already, or free: no wait
+        if locs is None:  # another value is still being read: wait off the event loop
+            locs = await asyncio.to_thread(bc.acquire, key, buffers)
         base = self._next_id
         self._next_id += 1
         try:
-            fut = self._submit(Op.CREATE_VALUE, [plain, t], base, 1, gen, (locs, bc.release))
+            fut = self._submit(Op.CREATE_VALUE, [plain, t], base, 1, gen, (locs, bc.release),
+                               want_types=t is None)
         except BaseException:
             bc.release()
             raise

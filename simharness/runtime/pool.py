@@ -134,11 +134,14 @@ class BroadcastArena:
         self._closed = False
         self.bytes_written = 0
 
-    def acquire(self, key: Any, buffers: Sequence[Any]) -> List[Any]:
+    def acquire(self, key: Any, buffers: Sequence[Any], wait: bool = True) -> Optional[List[Any]]:
+        """The locations of `key`'s buffers (written now unless held); None if it would wait."""
         with self._cond:
             if self._closed:
                 raise ExecutorClosedError('the worker pool is closed')
             if self._key is not key:
+                if self._readers and not wait:
+                    return None
                 while self._readers:
                     self._cond.wait()
                 if self._arena is None:

@@ -127,6 +127,8 @@ class Request:
       free: (first id, count) ranges of session values the driver dropped.
       seq: a number the transport uses to match the response.
       version: `PROTOCOL_VERSION` of the sender.
+      want_types: whether the response should carry the result types (a
+        pipelining driver knows them already).
     """
 
     op: int
@@ -137,6 +139,7 @@ class Request:
     free: list = dataclasses.field(default_factory=list)
     seq: int = 0
     version: int = PROTOCOL_VERSION
+    want_types: bool = True
 
 
 @codec.register_message

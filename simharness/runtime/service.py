@@ -160,9 +160,11 @@ class WorkerService:
                 result = [result]
             for k, v in enumerate(result):
                 session.values[req.out_base + k] = v
-            types = [v.type_signature for v in result]
-            if types and all(t is types[0] or t == types[0] for t in types):
-                types = types[0]
+            types: Any = None
+            if req.want_types:
+                types = [v.type_signature for v in result]
+                if types and all(t is types[0] or t == types[0] for t in types):
+                    types = types[0]
             return Response(True, P.Result.VALUES, count=len(result), types=types, seq=req.seq)
         return Response(True, P.Result.DATA, result=self._plain(result), seq=req.seq)
 

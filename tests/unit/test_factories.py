@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
-from simharness.errors import CardinalityError, ExecutorClosedError, SimharnessValueError
+from simharness.errors import (CardinalityError, ExecutorClosedError, SimharnessTypeError,
+                               SimharnessValueError)
 from simharness.stacks import (CachingExecutorFactory, local_executor_factory, split_blocks,
                                thread_debugging_executor_factory)
 
@@ -133,5 +134,6 @@ def test_unknown_number_of_clients_defaults_to_one():
     (lambda: CachingExecutorFactory(lambda n: None, num_clients=1.5), r'num_clients .* got 1.5'),
 ])
 def test_bad_arguments(make, message):
-    with pytest.raises(SimharnessValueError, match=message):
+    # A wrong type (True, 1.5) is a TypeError, a bad value a ValueError: both name the argument.
+    with pytest.raises((SimharnessValueError, SimharnessTypeError), match=message):
         make()

@@ -1,0 +1,180 @@
+"""Scaling with workers: FedAvg rounds next to a hand-written N-process TF loop, and driver CPU.
+
+Cases (issue: "the driver caps scaling"):
+
+* ``test_scaling_handwritten[W-N]``: the hand-written baseline: W plain-TF
+  processes (`plain_tf_worker.py`, pinned to CPU ``i % cores``), each holding
+  a contiguous W-th of the N clients of the cohort and sending back one
+  partial sum per round.
+* ``test_scaling_fedavg[W-N]``: `learning.FedAvg.next` on
+  ``process_executor_factory(num_workers=W)`` over the same N clients. In
+  extra_info: ``clients_per_second``, ``handwritten_clients_per_second`` and
+  ``speed_vs_handwritten`` (handwritten seconds / our seconds: above 1 is
+  faster than the hand-written loop; the goal is >= 0.9), and
+  ``driver_cpu_ms_per_round`` (CPU time of the whole driver process, all
+  threads, per round).
+* ``test_driver_cpu_trivial[W]``: map + sum of a trivial function over 1,000
+  clients on W workers: ``driver_cpu_ms_per_round_per_worker`` is the
+  driver's own cost of talking to one more worker.
+
+With more workers than cores (this 2-core machine at 4-16 workers) the rows
+show the driver's own cost, not parallel speed-up. Under
+``--benchmark-disable`` only the 1- and 2-worker rows of 100 clients run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from .helpers import check_then_time, median_seconds, time_median
+from .test_fedavg import PlainTF, _finish
+
+WORKERS = (1, 2, 4, 8, 16)
+COHORTS = (100, 1000)
+ROUNDS = 5
+timing_only = pytest.mark.timing_only
+
+
+def _cases():
+    for n in COHORTS:
+        for w in WORKERS:
+            marks = () if (n == 100 and w <= 2) else (timing_only,)
+            yield pytest.param(w, n, id=f'{w}w-{n}c', marks=marks)
+
+
+@pytest.fixture(scope='module')
+def cohort_workload():
+    from simharness.data import reference_fedavg_workload
+    from simharness.learning import FedAvg, FedAvgConfig
+    from simharness.learning.models import reference_mlp_spec
+    cd, w0 = reference_fedavg_workload()
+    arrays = [cd.client_arrays(cid) for cid in cd.client_ids[:max(COHORTS)]]
+    fedavg = FedAvg(reference_mlp_spec(), FedAvgConfig(), 50)
+    return {'fedavg': fedavg, 'padded': fedavg.pad(arrays), 'state': fedavg.initialize(w0),
+            'w0': [np.asarray(v, np.float32) for v in w0],
+            'x': np.stack([a['x'] for a in arrays]), 'y': np.stack([a['y'] for a in arrays])}
+
+
+class HandWritten:
+    """W plain-TF processes holding contiguous parts of the cohort; one partial sum each."""
+
+    def __init__(self, workload):
+        self._workload = workload
+        self._procs: list = []
+        self._loaded: set = set()
+        self._cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else [0]
+
+    def procs(self, w: int, n: int) -> list:
+        while len(self._procs) < w:
+            p = PlainTF(self._cpus[len(self._procs) % len(self._cpus)])
+            assert p.recv()[0] == 'ready'
+            self._procs.append(p)
+        if (w, n) not in self._loaded:
+            bounds = np.linspace(0, n, w + 1).astype(int)
+            x, y = self._workload['x'], self._workload['y']
+            for i in range(w):
+                self._procs[i].send('load', f'{w}-{n}', x[bounds[i]:bounds[i + 1]],
+                                    y[bounds[i]:bounds[i + 1]])
+            for i in range(w):
+                assert self._procs[i].recv() == 'ok'
+            self._loaded.add((w, n))
+        return self._procs[:w]
+
+    def round(self, w: int, n: int):
+        procs = self.procs(w, n)
+        w0 = self._workload['w0']
+        for p in procs:
+            p.send('round', f'{w}-{n}', w0)
+        return _finish(w0, [p.recv() for p in procs])
+
+    def close(self) -> None:
+        while self._procs:
+            self._procs.pop().close()
+
+
+@pytest.fixture(scope='module')
+def handwritten(cohort_workload):
+    hw = HandWritten(cohort_workload)
+    try:
+        yield hw
+    finally:
+        hw.close()
+
+
+GROUP = 'scaling: FedAvg round vs hand-written N-process TF'
+
+
+@timing_only
+@pytest.mark.parametrize('workers,cohort', list(_cases()))
+def test_scaling_handwritten(benchmark, baselines, handwritten, workers, cohort):
+    benchmark.group = f'{GROUP} ({cohort} clients)'
+    check_then_time(benchmark, handwritten.round, (workers, cohort), rounds=ROUNDS)
+    t = median_seconds(benchmark)
+    baselines.put(f'scaling_hand_{workers}_{cohort}', t)
+    if t is not None:
+        benchmark.extra_info.update(workers=workers, num_clients=cohort,
+                                    clients_per_second=cohort / t)
+
+
+@pytest.mark.parametrize('workers,cohort', list(_cases()))
+def test_scaling_fedavg(benchmark, baselines, handwritten, cohort_workload, workers, cohort):
+    import simharness as sh
+    benchmark.group = f'{GROUP} ({cohort} clients)'
+    fedavg, state = cohort_workload['fedavg'], cohort_workload['state']
+    data = cohort_workload['padded'][:cohort]
+
+    def check(result) -> None:
+        new_state, metrics = result
+        assert metrics['num_examples'] == cohort * 50, metrics
+        assert np.isfinite(metrics['loss']) and int(new_state['round_num']) == 1
+
+    with sh.framework.process_executor_factory(num_workers=workers, start=True) as factory:
+        with sh.execution_context(factory):
+            cpu0 = time.process_time()
+            check_then_time(benchmark, fedavg.next, (state, data), check, rounds=ROUNDS)
+            cpu = time.process_time() - cpu0
+    t = median_seconds(benchmark)
+    if t is None:
+        return
+    hand = baselines.get(f'scaling_hand_{workers}_{cohort}', lambda: time_median(
+        lambda: handwritten.round(workers, cohort), ROUNDS))
+    benchmark.extra_info.update(
+        workers=workers, num_clients=cohort, clients_per_second=cohort / t,
+        handwritten_seconds=hand, handwritten_clients_per_second=cohort / hand,
+        speed_vs_handwritten=hand / t,
+        driver_cpu_ms_per_round=1e3 * cpu / (ROUNDS + 1))
+
+
+@pytest.mark.parametrize('workers', [pytest.param(w, marks=() if w <= 2 else (timing_only,))
+                                     for w in WORKERS])
+def test_driver_cpu_trivial(benchmark, workers):
+    import tensorflow as tf
+    import simharness as sh
+
+    @sh.tf_computation(tf.float32)
+    def add_one(x):
+        return x + 1.0
+
+    @sh.federated_computation(sh.type_at_clients(tf.float32))
+    def map_sum(xs):
+        return sh.federated_sum(sh.federated_map(add_one, xs))
+
+    data = list(np.ones(1000, np.float32))
+    benchmark.group = 'driver CPU per round: map+sum over 1000 clients'
+    with sh.framework.process_executor_factory(num_workers=workers, start=True) as factory:
+        with sh.execution_context(factory):
+            map_sum(data)  # warm up
+            cpu0 = time.process_time()
+            result = benchmark.pedantic(map_sum, args=(data,), rounds=20, warmup_rounds=0,
+                                        iterations=1) if not getattr(benchmark, 'disabled', False) \
+                else benchmark(map_sum, data)
+            cpu = time.process_time() - cpu0
+    assert result == 2000.0
+    rounds = 1 if getattr(benchmark, 'disabled', False) else 20
+    benchmark.extra_info.update(
+        workers=workers, driver_cpu_ms_per_round=1e3 * cpu / rounds,
+        driver_cpu_ms_per_round_per_worker=1e3 * cpu / rounds / workers)
