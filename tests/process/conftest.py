@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import psutil
 import pytest
 
@@ -36,12 +39,22 @@ def _worker_children() -> list:
     return out
 
 
+def _reactors() -> list:
+    return [t for t in threading.enumerate() if t.name == 'simharness-pool-reactor' and t.is_alive()]
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
     """Each test closes what it starts: no worker process and no segment survive it."""
     procs_before = {p.pid for p in _worker_children()}
     segs_before = _segments()
+    reactors_before = {t.ident for t in _reactors()}
     yield
+    deadline = time.monotonic() + 5
+    while [t for t in _reactors() if t.ident not in reactors_before] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reactors = [t for t in _reactors() if t.ident not in reactors_before]
+    assert not reactors, f'pool reactor threads left running (a pool was not closed): {reactors}'
     leaked = [p for p in _worker_children() if p.pid not in procs_before]
     for p in leaked:
         p.kill()
