@@ -243,6 +243,8 @@ def _make_factory(config: ExperimentConfig) -> Any:
     s: Any = config.stack  # the kind's options are filled in (not None)
     if s.kind == 'thread':
         return stacks.local_executor_factory(clients_per_thread=s.clients_per_thread)
+    from simharness.experiments.config import check_stack_devices
+    check_stack_devices(s)  # a GPU that is not here: a config error naming stack.devices
     devices = list(s.devices) if isinstance(s.devices, tuple) else s.devices
     return stacks.process_executor_factory(
         num_workers=s.num_workers, clients_per_worker=s.clients_per_worker,

@@ -328,5 +328,5 @@ def test_cli_run_with_a_missing_gpu_exits_2(tmp_path, capsys):
     code = main(['run', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress'])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "devices='cuda:7': this machine has no GPU 7 (found: none" in err
+    assert "stack.devices='cuda:7': this machine has no GPU 7 (found: none" in err
     assert 'Traceback' not in err
