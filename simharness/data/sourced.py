@@ -136,10 +136,11 @@ def transform_from_spec(spec: Mapping[str, Any]) -> Callable[[Any], Any]:
 def source_spec(source: Any) -> Optional[Dict[str, Any]]:
     """A plain-data description of a file-backed source, or None (the driver loads it)."""
     from simharness.data.files import FileClientData
-    if type(source) is not FileClientData or getattr(source, '_paths', None) is None:
+    paths = getattr(source, '_paths', None) if type(source) is FileClientData else None
+    if paths is None:
         return None
     return {'kind': 'npz_files', 'ids': list(source.client_ids),
-            'paths': {cid: str(p) for cid, p in source._paths.items()},
+            'paths': {cid: str(p) for cid, p in paths.items()},
             'spec': {k: [np.dtype(dt).str, list(shape)] for k, (dt, shape) in source._spec.items()},
             'sizes': None if source._sizes is None else dict(source._sizes)}
 

@@ -285,7 +285,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
             self._pending = [f for f in self._pending if not f.done()]
 
     def _error(self, resp: P.Response) -> BaseException:
-        return P.record_to_error(resp.error, self._handle.worker_id, self._handle.pid)
+        rec = resp.error or P.ErrorRecord('simharness.errors.ProtocolError',
+                                          'the worker reported a failure without an error')
+        return P.record_to_error(rec, self._handle.worker_id, self._handle.pid)
 
     async def _request(self, op: Op, *args: Any, n_out: int = 0, types: Any = None,
                        wait: bool = False, broadcast: Any = None) -> Any:
@@ -441,11 +443,10 @@ class WorkerDelegatingExecutor(BatchExecutor):
 
     async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> List[WorkerValue]:
         sources = list(sources)
-        types: Optional[List[T.Type]] = None
-        if all(isinstance(s.type_signature, T.StructType) for s in sources):
-            types = [s.type_signature[index] for s in sources]
+        sts = [s.type_signature for s in sources]
+        known = [st[index] for st in sts if isinstance(st, T.StructType)]
         return await self._request(Op.CREATE_SELECTIONS, sources, index, n_out=len(sources),
-                                   types=types)
+                                   types=known if len(known) == len(sts) else None)
 
     async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
                                        total: int, params: Dict[str, Any]) -> Partial:

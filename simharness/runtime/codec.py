@@ -188,11 +188,17 @@ class _Encoder:
         if dataclasses.is_dataclass(obj) and _MESSAGES.get(type(obj).__name__) is type(obj):
             return self.ext(_MESSAGE, [type(obj).__name__,
                                        [getattr(obj, f.name) for f in dataclasses.fields(obj)]])
-        if isinstance(obj, (bool, int, float, str, list)) or obj is None:
-            # Subclasses of plain types (IntEnum, a str subclass, ...): their plain value.
-            for base in (bool, int, float, str, list):
-                if isinstance(obj, base):
-                    return base(obj)
+        # Subclasses of plain types (IntEnum, a str subclass, ...): their plain value.
+        if isinstance(obj, bool):
+            return bool(obj)
+        if isinstance(obj, int):
+            return int(obj)
+        if isinstance(obj, float):
+            return float(obj)
+        if isinstance(obj, str):
+            return str(obj)
+        if isinstance(obj, list):
+            return list(obj)
         raise CodecError(
             f'a value of type {type(obj).__module__}.{type(obj).__qualname__} cannot cross the '
             'worker seam: only numbers, strings, bytes, lists, tuples, dicts, numpy arrays and '

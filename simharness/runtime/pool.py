@@ -38,7 +38,7 @@ import signal
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from simharness.errors import (ExecutorClosedError, WorkerCrashedError, WorkerStartError,
                                WorkerTimeoutError)
@@ -621,7 +621,7 @@ class _Reactor:
         self._lock = threading.Lock()
         self._dirty: set = set()
         self._register: List[WorkerHandle] = []
-        self._unregister: List[WorkerHandle] = []
+        self._unregister: List[Tuple[WorkerHandle, threading.Event]] = []
         self._registered: Dict[WorkerHandle, tuple] = {}
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
@@ -654,7 +654,7 @@ class _Reactor:
             if self._thread is None or not self._thread.is_alive():
                 self._drop(handle)
                 return
-            self._unregister.append((handle, done))  # type: ignore[arg-type]
+            self._unregister.append((handle, done))
         self.wake()
         if threading.current_thread() is not self._thread:
             done.wait(10)
@@ -704,7 +704,7 @@ class _Reactor:
                     return
                 registering, self._register = self._register, []
                 unregistering, self._unregister = self._unregister, []
-            for h, done in unregistering:  # type: ignore[misc]
+            for h, done in unregistering:
                 self._drop(h)
                 done.set()
             for h in registering:
@@ -846,7 +846,7 @@ class WorkerPool:
         A worker that is not running gives None. Requests queue behind those
         already sent, so this also waits until the workers have caught up.
         """
-        futures = []
+        futures: List[Optional[concurrent.futures.Future]] = []
         for h in self.handles:
             if not h.alive:
                 futures.append(None)

@@ -249,7 +249,7 @@ def record_to_error(rec: ErrorRecord, worker_id: Optional[int] = None,
             if cls.__module__.startswith('tensorflow'):
                 err = cls(None, None, rec.message)
             else:
-                err = cls.__new__(cls)
+                err = Exception.__new__(cls)  # no __init__: keyword-only fields are set below
                 Exception.__init__(err, rec.message)
                 for k, v in rec.fields.items():
                     try:

@@ -124,8 +124,14 @@ class WorkerService:
             return Response(False, error=rec, seq=seq)
 
     def _poison(self, req: Any, rec: ErrorRecord) -> None:
-        session = self.sessions.get(getattr(req, 'session', None))
-        if session is not None and isinstance(req, Request) and P.RESULT.get(req.op) == P.Result.VALUES:
+        if not isinstance(req, Request):
+            return
+        session = self.sessions.get(req.session)
+        try:
+            kind = P.RESULT[Op(req.op)]
+        except ValueError:
+            return
+        if session is not None and kind == P.Result.VALUES:
             session.poisoned.append((req.out_base, max(req.out_count, 1), rec))
 
     def _session(self, req: Request) -> Session:
@@ -138,7 +144,7 @@ class WorkerService:
         return s
 
     def _handle(self, req: Request) -> Response:
-        op = req.op
+        op = Op(req.op)
         if op == Op.OPEN_SESSION:
             self.sessions.setdefault(req.session, Session(req.session))
             return Response(True, seq=req.seq)
