@@ -251,8 +251,9 @@ def federated_select(client_keys: Any, max_key: Any, server_val: Any, select_fn:
     return _call('federated_select', args.type_signature, result, args)
 
 
-#: The allowed range of each leaf of a secure sum's bitwidth / modulus.
-_SECURE_RANGES = {'bitwidth': (1, 62, '[1, 62]'), 'modulus': (1, 2 ** 62, '[1, 2**62]')}
+#: The allowed range of each leaf of a secure sum's bitwidth / modulus / max_input.
+_SECURE_RANGES = {'bitwidth': (1, 62, '[1, 62]'), 'modulus': (1, 2 ** 62, '[1, 2**62]'),
+                  'max_input': (0, 2 ** 62 - 1, '[0, 2**62 - 1]')}
 
 
 def _check_secure_spec(uri: str, key: str, spec: Any, member: T.Type) -> None:
@@ -310,6 +311,29 @@ def _secure(uri: str, value: Any, spec: Any, key: str) -> tracing.Value:
                 'quantize floats to integers first', actual=member)
     _check_secure_spec(uri, key, spec, member)
     return _call(uri, v.type_signature, T.FederatedType(member, T.SERVER), v, **{key: spec})
+
+
+def federated_secure_sum(value: Any, max_input: Any = None, *, bitwidth: Any = None) -> tracing.Value:
+    """Secure sum of client integers in ``[0, max_input]`` (checked per element), at the server.
+
+    TFF's `federated_secure_sum(value, max_input)`: `max_input` is one int or
+    a structure of ints matching the value's. The sum is exact (computed as
+    `federated_secure_sum_bitwidth` with ``bitwidth = max_input.bit_length()``,
+    whose modulus no sum of in-range values reaches), then cast to the
+    value's dtype with two's-complement wrap-around.
+
+    TFF 0.17-0.19 named the bitwidth variant `federated_secure_sum(value,
+    bitwidth)`: code that passes ``bitwidth=`` by keyword gets that variant;
+    a positional second argument is `max_input`, as in later TFF.
+    """
+    if bitwidth is not None:
+        if max_input is not None:
+            raise SimharnessTypeError('federated_secure_sum: pass max_input or bitwidth, not both')
+        return federated_secure_sum_bitwidth(value, bitwidth)
+    if max_input is None:
+        raise SimharnessTypeError('federated_secure_sum: missing argument max_input (the '
+                                  'largest value a client may contribute)')
+    return _secure('federated_secure_sum', value, max_input, 'max_input')
 
 
 def federated_secure_sum_bitwidth(value: Any, bitwidth: Any) -> tracing.Value:

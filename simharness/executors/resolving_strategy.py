@@ -287,13 +287,24 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return self._fed(await self._reduce('weighted_mean', pairs, same, {}, rt), rt)
 
     def _secure_params(self, kind: str, static: Dict[str, Any], member: T.Type) -> Dict[str, Any]:
+        """Per-leaf bounds (exclusive), moduli and dtypes of a secure sum.
+
+        ``kind`` is 'secure_sum_bitwidth' (`static['bitwidth']`, or
+        `static['max_input']` for `federated_secure_sum`: the bitwidth
+        ``max_input.bit_length()`` with the tighter bound ``max_input + 1``)
+        or 'secure_modular_sum' (`static['modulus']`).
+        """
         leaves = T.flatten_type(member)
-        spec = static['bitwidth'] if kind == 'secure_sum_bitwidth' else static['modulus']
-        flat = broadcast_static(spec, member)
+        key = ('modulus' if kind == 'secure_modular_sum'
+               else 'max_input' if 'max_input' in static else 'bitwidth')
+        flat = broadcast_static(static[key], member)
         extra = max(0, math.ceil(math.log2(max(self.num_clients, 1))))
         bounds, moduli = [], []
         for b in flat:
-            if kind == 'secure_sum_bitwidth':
+            if key == 'max_input':
+                bounds.append(b + 1)
+                moduli.append(2 ** min(b.bit_length() + extra, 63))
+            elif key == 'bitwidth':
                 bounds.append(2 ** b)
                 moduli.append(2 ** min(b + extra, 63))
             else:
@@ -304,6 +315,11 @@ class FederatedResolvingStrategy(FederatingStrategy):
                 'dtypes': pack_as(member, [l.dtype for l in leaves])}
 
     async def _federated_secure_sum_bitwidth(self, arg, static, rt):
+        return await self._simple_reduce('secure_sum_bitwidth', arg, rt,
+                                         self._secure_params('secure_sum_bitwidth', static, rt.member))
+
+    async def _federated_secure_sum(self, arg, static, rt):
+        # Values in [0, max_input]: the bitwidth machinery with a per-element bound check.
         return await self._simple_reduce('secure_sum_bitwidth', arg, rt,
                                          self._secure_params('secure_sum_bitwidth', static, rt.member))
 
