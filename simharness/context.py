@@ -26,7 +26,7 @@ from simharness.core import types as T
 from simharness.core.structure import Struct, from_container, tensor_to_numpy, to_container
 from simharness.errors import (CardinalityError, ExecutorClosedError, RetryableError,
                                SimharnessTypeError)
-from simharness.executors.base import ExecutorFactory
+from simharness.executors.base import CURRENT_INVOCATION, ExecutorFactory
 from simharness.validation import check_bool, check_int
 
 
@@ -121,6 +121,7 @@ class ExecutionContext:
 
 
 async def _run(executor, comp_bb, ft: T.FunctionType, arg: Any) -> Any:
+    CURRENT_INVOCATION.set(object())  # this task's own context: one token per call
     fn = await executor.create_value(comp_bb, ft)
     a = None if ft.parameter is None else await executor.create_value(arg, ft.parameter)
     result = await executor.create_call(fn, a)

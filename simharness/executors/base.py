@@ -12,10 +12,18 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextvars
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from simharness.core import types as T
 from simharness.core.reduction import Partial
+
+
+#: The invocation (one `ExecutionContext.invoke`) the current task works for: a
+#: token the context sets, so that an executor shared by calls running at once
+#: (several threads on one context) can tell their requests apart.
+CURRENT_INVOCATION: contextvars.ContextVar[Optional[object]] = contextvars.ContextVar(
+    'simharness_invocation', default=None)
 
 
 class ExecutorValue(abc.ABC):

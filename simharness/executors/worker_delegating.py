@@ -36,7 +36,8 @@ from simharness.core.batching import stack_python_values
 from simharness.core.reduction import Partial
 from simharness.core.structure import Struct, from_container, tensor_to_numpy
 from simharness.errors import ExecutorClosedError, SimharnessTypeError, WorkerCrashedError
-from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
+from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, ExecutorValue,
+                                       normalize_struct_elements)
 from simharness.runtime import protocol as P
 from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
 
@@ -44,6 +45,9 @@ from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leav
 BROADCAST_MIN_BYTES = 1 << 16
 
 Types = Union[T.Type, List[T.Type]]
+
+#: Unanswered (or failed, unreported) requests kept per session at most.
+_MAX_PENDING = 4096
 
 
 def _array_bytes(tree: Any) -> int:
@@ -114,7 +118,10 @@ class _Lease:
         self._generation = generation
 
     def __del__(self) -> None:
-        self._owner._release(self._start, self._count, self._generation)
+        try:
+            self._owner._release(self._start, self._count, self._generation)
+        except Exception:  # interpreter shutdown: nothing left to free
+            pass
 
 
 class WorkerValue(ExecutorValue):
@@ -174,7 +181,8 @@ class WorkerDelegatingExecutor(BatchExecutor):
         self._lock = threading.Lock()
         self._embedded: Dict[str, WorkerValue] = {}
         self._sources: set = set()
-        self._pending: List[concurrent.futures.Future] = []  # answers nobody waited for yet
+        # Answers nobody waited for yet, with the invocation that sent them.
+        self._pending: List[Tuple[Any, concurrent.futures.Future]] = []
         self._closed = False
 
     @property
@@ -222,6 +230,13 @@ class WorkerDelegatingExecutor(BatchExecutor):
             return self._handle.submit(header, buffers, op.name, gen, locs, release)
         return self._handle.submit(header, buffers, op.name, gen)
 
+    def _reserve_ids(self, n: int) -> int:
+        """The first of `n` fresh ids of this session (a stack may serve several threads)."""
+        with self._lock:
+            base = self._next_id
+            self._next_id += max(n, 1)
+            return base
+
     def _refs(self, tree: Any) -> Any:
         """Executor values → Refs (runs of consecutive ids → RefRange); tensors → numpy."""
         def as_range(xs: list) -> Optional[RefRange]:
@@ -256,14 +271,19 @@ class WorkerDelegatingExecutor(BatchExecutor):
         return walk(tree)
 
     def _raise_failed_pending(self) -> None:
-        """Raises the first error of an earlier request nobody waited for (if any)."""
+        """Raises the first error of an earlier request of this invocation nobody waited for."""
+        me = CURRENT_INVOCATION.get()
         with self._lock:
             pending, self._pending = self._pending, []
         keep = []
         first_error: Optional[BaseException] = None
-        for f in pending:
+        for owner, f in pending:
             if not f.done():
-                keep.append(f)
+                keep.append((owner, f))
+                continue
+            if owner is not me:  # another call's failure is that call's to report
+                if f.exception() is not None or not f.result().ok:
+                    keep.append((owner, f))
                 continue
             if first_error is not None:
                 continue
@@ -276,13 +296,15 @@ class WorkerDelegatingExecutor(BatchExecutor):
                     first_error = self._error(resp)
         if keep:
             with self._lock:
-                self._pending = keep + self._pending
+                # Bounded: failures of calls that ended without waiting again are dropped.
+                self._pending = (keep + self._pending)[-_MAX_PENDING:]
         if first_error is not None:
             raise first_error
 
     def _drop_done_pending(self) -> None:
+        me = CURRENT_INVOCATION.get()
         with self._lock:
-            self._pending = [f for f in self._pending if not f.done()]
+            self._pending = [(o, f) for o, f in self._pending if not (o is me and f.done())]
 
     def _error(self, resp: P.Response) -> BaseException:
         rec = resp.error or P.ErrorRecord('simharness.errors.ProtocolError',
@@ -293,13 +315,12 @@ class WorkerDelegatingExecutor(BatchExecutor):
                        wait: bool = False, broadcast: Any = None) -> Any:
         gen = await self._ready()
         packed = self._refs(list(args))
-        base = self._next_id  # ids base .. base + n_out - 1 are this request's
-        self._next_id += max(n_out, 1)
+        base = self._reserve_ids(n_out)  # ids base .. base + n_out - 1 are this request's
         pipelined = not wait and types is not None
         fut = self._submit(op, packed, base, n_out, gen, broadcast, want_types=not pipelined)
         if pipelined:
             with self._lock:
-                self._pending.append(fut)
+                self._pending.append((CURRENT_INVOCATION.get(), fut))
             return self._handles(base, n_out, types, gen)
         resp = await asyncio.wrap_future(fut)
         if not resp.ok:
@@ -344,8 +365,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         locs = bc.acquire(key, buffers, wait=False)  # held already, or free: no wait
         if locs is None:  # another value is still being read: wait off the event loop
             locs = await asyncio.to_thread(bc.acquire, key, buffers)
-        base = self._next_id
-        self._next_id += 1
+        base = self._reserve_ids(1)
         try:
             fut = self._submit(Op.CREATE_VALUE, [plain, t], base, 1, gen, (locs, bc.release),
                                want_types=t is None)
@@ -354,7 +374,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             raise
         if t is not None:
             with self._lock:
-                self._pending.append(fut)
+                self._pending.append((CURRENT_INVOCATION.get(), fut))
             return self._handles(base, 1, t, gen)
         resp = await asyncio.wrap_future(fut)
         if not resp.ok:

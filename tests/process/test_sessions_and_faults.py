@@ -264,3 +264,38 @@ def test_a_worker_killed_while_starting_is_reported_with_pid_and_signal():
 def re_search(pattern: str, text: str):
     import re
     return re.search(pattern, text)
+
+
+@sh.tf_computation(F32)
+def must_be_positive(x):
+    with tf.control_dependencies([tf.debugging.assert_positive(x, message='must be positive')]):
+        return tf.identity(x)
+
+
+@sh.federated_computation(sh.type_at_clients(F32))
+def checked_sum(xs):
+    return sh.federated_sum(sh.federated_map(must_be_positive, xs))
+
+
+def test_a_failing_call_does_not_leak_its_error_into_a_concurrent_one():
+    good = [np.float32(i + 1) for i in range(12)]
+    bad = [np.float32(1.0)] * 11 + [np.float32(-1.0)]
+    outcomes: dict = {'good': [], 'bad': []}
+    with process_executor_factory(num_workers=2, clients_per_worker=3) as factory:
+        with sh.execution_context(factory) as ctx:
+            def run(kind, data):
+                for _ in range(8):
+                    try:
+                        outcomes[kind].append(ctx.invoke(checked_sum, data))
+                    except Exception as e:
+                        outcomes[kind].append(e)
+            threads = [threading.Thread(target=run, args=('good', good)),
+                       threading.Thread(target=run, args=('bad', bad))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+    assert outcomes['good'] == [78.0] * 8, outcomes['good']
+    assert len(outcomes['bad']) == 8
+    assert all(isinstance(e, tf.errors.InvalidArgumentError) and 'must be positive' in str(e)
+               for e in outcomes['bad']), outcomes['bad']
