@@ -15,6 +15,8 @@ import functools
 import threading
 from typing import Any, Callable, Dict, List, Optional, cast
 
+import attrs
+
 from simharness.core import building_blocks as bb
 from simharness.core import tracing
 from simharness.core import types as T
@@ -180,6 +182,11 @@ def _param_type_and_unpack(fn: Callable, specs: tuple) -> tuple:
     nparams = num_positional_params(fn)
     if len(specs) == 0:
         return None, False
+    if nparams == 0:
+        given = ', '.join(str(T.to_type(s)) for s in specs)
+        raise SimharnessTypeError(
+            f'{getattr(fn, "__name__", fn)} takes no parameters, but the parameter type(s) '
+            f'{given} were given', actual=specs)
     if len(specs) == 1:
         t = T.to_type(specs[0])
         if nparams is not None and nparams >= 2:
@@ -199,16 +206,23 @@ def _param_type_and_unpack(fn: Callable, specs: tuple) -> tuple:
     return T.StructType([(n, T.to_type(s)) for n, s in zip(names, specs)]), True
 
 
-def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation]):
+def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation],
+               kind: str):
     def decorator(*args: Any) -> Any:
         if args and callable(args[0]) and not _is_spec(args[0]):
             fn, specs = args[0], args[1:]
             return _wrap(fn, specs)
         specs = args
+        for s in specs:
+            T.to_type(s)  # a bad spec fails here, as in TFF, not when a function is decorated
         return lambda fn: _wrap(fn, specs)
 
     def _wrap(fn: Callable, specs: tuple) -> Computation:
         from simharness.core.tf_serialization import num_positional_params
+        if not callable(fn) or isinstance(fn, type):
+            raise SimharnessTypeError(
+                f'{kind} decorates a Python function, got {fn!r} of type {type(fn).__name__}',
+                expected='function', actual=type(fn))
         name = getattr(fn, '__name__', '')
         nparams = num_positional_params(fn)
         comp: Computation
@@ -255,6 +269,73 @@ def _make_federated(fn: Callable, param: Optional[T.Type], unpack: bool) -> Conc
 
 
 #: `@tf_computation(*specs)`: trace a Python function into a serialized TF graph.
-tf_computation = _decorator(_make_tf)
+tf_computation = _decorator(_make_tf, 'tf_computation')
 #: `@federated_computation(*specs)`: trace a Python function into building blocks.
-federated_computation = _decorator(_make_federated)
+federated_computation = _decorator(_make_federated, 'federated_computation')
+
+
+# ---------------------------------------------------------------- check_returns_type
+
+def _result_type(value: Any) -> T.Type:
+    """The type of what a traced function returned (traced values, tensors, containers)."""
+    if isinstance(value, tracing.Value):
+        return value.type_signature
+    if isinstance(value, Computation):
+        return value.type_signature
+    if hasattr(value, 'element_spec') and hasattr(value, 'reduce'):  # tf.data.Dataset
+        return T.infer_type(value)
+    if (hasattr(value, 'dtype') and hasattr(value, 'shape')
+            and not isinstance(value, (list, tuple, dict))):  # tensors, variables, arrays
+        return T.TensorType(value.dtype, value.shape)
+    if isinstance(value, Struct):
+        return T.StructType([(n, _result_type(v)) for n, v in value.items()])
+    if T._is_namedtuple(value):
+        return T.StructType([(f, _result_type(getattr(value, f))) for f in value._fields],
+                            container=type(value))
+    if attrs.has(type(value)):
+        return T.StructType([(a.name, _result_type(getattr(value, a.name)))
+                             for a in attrs.fields(type(value))], container=type(value))
+    if isinstance(value, collections.abc.Mapping):
+        return T.StructType([(str(k), _result_type(v)) for k, v in value.items()],
+                            container=type(value))
+    if isinstance(value, (list, tuple)):
+        return T.StructType([_result_type(v) for v in value], container=type(value))
+    return T.infer_type(value)
+
+
+def check_returns_type(type_spec: Any) -> Callable[[Callable], Callable]:
+    """Checks that the decorated function returns a value of exactly `type_spec` (TFF's).
+
+    Use it under `tf_computation` / `federated_computation`: the check runs
+    while the function is traced.
+
+    ```python
+    @simharness.tf_computation(tf.int32)
+    @simharness.check_returns_type(tf.int32)
+    def add_one(x):
+        return x + 1
+    ```
+
+    Raises:
+      SimharnessTypeError: `type_spec` is not a type spec (at decoration), or
+        the function returns a value of another type (when it runs).
+    """
+    expected = T.to_type(type_spec)
+
+    def decorator(fn: Callable) -> Callable:
+        if not callable(fn):
+            raise SimharnessTypeError(f'check_returns_type decorates a function, got {fn!r} of '
+                                      f'type {type(fn).__name__}', actual=type(fn))
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            actual = _result_type(result)
+            if not expected.is_identical_to(actual):
+                raise SimharnessTypeError(
+                    f'{getattr(fn, "__name__", "the function")} returned a value of type '
+                    f'{actual}, but check_returns_type asserts {expected}',
+                    expected=expected, actual=actual)
+            return result
+        return wrapper
+    return decorator

@@ -9,18 +9,23 @@ TensorFlow; `tf.DType` objects are recognised by duck typing
 from __future__ import annotations
 
 import collections
+import numbers
 from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
 
 import attrs
 import numpy as np
 
-from simharness.errors import SimharnessTypeError
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 
 # ---------------------------------------------------------------- placements
 
 class PlacementLiteral:
-    """A placement: `CLIENTS` or `SERVER`."""
+    """A placement: `CLIENTS` or `SERVER`.
+
+    Prints as TFF's: ``str(CLIENTS) == 'CLIENTS'``,
+    ``repr(CLIENTS) == "PlacementLiteral('clients')"``; `uri` is ``'clients'``.
+    """
 
     __slots__ = ('name', 'uri', 'default_all_equal')
 
@@ -30,10 +35,10 @@ class PlacementLiteral:
         self.default_all_equal = default_all_equal
 
     def __repr__(self) -> str:
-        return self.name
+        return f"PlacementLiteral('{self.uri}')"
 
     def __str__(self) -> str:
-        return self.uri
+        return self.name
 
     def __reduce__(self):
         return (placement_from_uri, (self.uri,))
@@ -44,16 +49,29 @@ SERVER = PlacementLiteral('SERVER', 'server', True)
 
 
 def placement_from_uri(uri: str) -> PlacementLiteral:
+    """The placement of `uri` ('clients' or 'server').
+
+    Raises:
+      SimharnessValueError: an unknown uri.
+    """
     for p in (CLIENTS, SERVER):
         if p.uri == uri:
             return p
-    raise ValueError(f'unknown placement {uri!r}; expected "clients" or "server"')
+    raise SimharnessValueError(f'unknown placement {uri!r}; expected "clients" or "server"')
 
 
 # ---------------------------------------------------------------- dtypes
 
 def to_numpy_dtype(dtype: Any) -> np.dtype:
-    """Converts a TF dtype, numpy dtype, Python type or name to a numpy dtype."""
+    """Converts a TF dtype, numpy dtype, Python type or name to a numpy dtype.
+
+    Raises:
+      SimharnessTypeError: `dtype` is not a dtype (None is not: numpy would
+        read it as float64).
+    """
+    if dtype is None:
+        raise SimharnessTypeError('None is not a dtype; expected a tf.DType, a numpy dtype or a '
+                                  'Python scalar type', actual=None)
     if hasattr(dtype, 'as_numpy_dtype'):  # tf.DType
         if getattr(dtype, 'name', '') == 'string':
             return np.dtype(object)
@@ -62,7 +80,7 @@ def to_numpy_dtype(dtype: Any) -> np.dtype:
         return np.dtype(object)
     try:
         return np.dtype(dtype)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise SimharnessTypeError(
             f'{dtype!r} ({type(dtype).__name__}) is not a dtype; expected a '
             'tf.DType, a numpy dtype or a Python scalar type') from e
@@ -90,6 +108,18 @@ class Type:
     def is_equivalent_to(self, other: 'Type') -> bool:
         return self.is_assignable_from(other) and other.is_assignable_from(self)
 
+    def is_identical_to(self, other: 'Type') -> bool:
+        """Equal types (TFF's `is_identical_to`; a struct's Python container is not compared)."""
+        return self == other
+
+    def compact_representation(self) -> str:
+        """TFF's one-line string form, e.g. ``{float32}@CLIENTS`` (the same as `str`)."""
+        return str(self)
+
+    def formatted_representation(self) -> str:
+        """TFF's multi-line form; here the one-line form (`compact_representation`)."""
+        return str(self)
+
     def __repr__(self) -> str:
         return f'{type(self).__name__}({self})'
 
@@ -102,17 +132,7 @@ class TensorType(Type):
     shape: Optional[Tuple[Optional[int], ...]] = attrs.field(default=())
 
     def __init__(self, dtype: Any, shape: Any = ()):
-        if shape is not None:
-            if hasattr(shape, 'as_list'):  # tf.TensorShape
-                shape = None if shape.rank is None else shape.as_list()
-            if shape is not None:
-                if isinstance(shape, (int, np.integer)):
-                    shape = (int(shape),)
-                shape = tuple(None if d is None else int(d) for d in shape)
-                for d in shape:
-                    if d is not None and d < 0:
-                        raise SimharnessTypeError(f'negative dimension in shape {shape}')
-        self.__attrs_init__(dtype, shape)
+        self.__attrs_init__(dtype, _to_shape(shape))
 
     @property
     def rank(self) -> Optional[int]:
@@ -141,6 +161,40 @@ class TensorType(Type):
         return f'{name}[{dims}]'
 
 
+def _to_shape(shape: Any) -> Optional[Tuple[Optional[int], ...]]:
+    """A shape as a tuple of ints and Nones (None: unknown rank), as `tf.TensorShape` takes it.
+
+    Raises:
+      SimharnessTypeError: not an int, a sequence of ints / None or a
+        `tf.TensorShape` (a float or bool dimension is not silently truncated).
+      SimharnessValueError: a negative dimension.
+    """
+    if shape is None:
+        return None
+    if hasattr(shape, 'as_list'):  # tf.TensorShape
+        return None if shape.rank is None else tuple(shape.as_list())
+    dims = [shape] if isinstance(shape, (numbers.Integral, np.integer)) else shape
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, collections.abc.Iterable):
+        raise SimharnessTypeError(
+            f'shape {shape!r} ({type(shape).__name__}) is not a shape; expected None, an int, a '
+            'sequence of ints and Nones, or a tf.TensorShape', actual=shape)
+    out: list = []
+    for d in dims:
+        if hasattr(d, 'value') and not isinstance(d, (numbers.Number, np.generic)):
+            d = d.value  # tf.compat.v1.Dimension
+        if d is None:
+            out.append(None)
+            continue
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (numbers.Integral, np.integer)):
+            raise SimharnessTypeError(
+                f'dimension {d!r} ({type(d).__name__}) in shape {shape!r} is not an int or None',
+                actual=d)
+        if d < 0:
+            raise SimharnessValueError(f'negative dimension {int(d)} in shape {shape!r}')
+        out.append(int(d))
+    return tuple(out)
+
+
 class StructType(Type):
     """An ordered struct of (optionally named) elements.
 
@@ -154,6 +208,10 @@ class StructType(Type):
     def __init__(self, elements: Iterable[Any], container: Optional[type] = None):
         if isinstance(elements, collections.abc.Mapping):
             items = list(elements.items())
+        elif isinstance(elements, (str, bytes)) or not isinstance(elements, collections.abc.Iterable):
+            raise SimharnessTypeError(
+                f'StructType needs an iterable of types or (name, type) pairs, got {elements!r} '
+                f'of type {type(elements).__name__}', actual=elements)
         else:
             items = list(elements)
         names, types = [], []
@@ -307,6 +365,10 @@ class FederatedType(Type):
         if _contains(member, (FederatedType, FunctionType)):
             raise SimharnessTypeError(
                 f'the member of a federated type may not be federated or functional; got {member}')
+        if all_equal is not None and not isinstance(all_equal, (bool, np.bool_)):
+            raise SimharnessTypeError(
+                f'all_equal must be a bool or None, got {all_equal!r} of type '
+                f'{type(all_equal).__name__}', expected=bool, actual=type(all_equal))
         self.member = member
         self.placement = placement
         self.all_equal = placement.default_all_equal if all_equal is None else bool(all_equal)

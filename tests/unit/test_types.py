@@ -13,7 +13,7 @@ import tensorflow as tf
 from simharness.core import types as T
 from simharness.core.types import (CLIENTS, SERVER, FederatedType, FunctionType, PlacementType,
                                    SequenceType, StructType, TensorType, to_type)
-from simharness.errors import SimharnessTypeError
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 Point = collections.namedtuple('Point', ['x', 'y'])
 
@@ -55,8 +55,13 @@ class TestTensorType:
         assert not TensorType(tf.float32, [2, None]).is_fully_defined
 
     def test_bad_specs(self):
-        with pytest.raises(SimharnessTypeError, match='negative dimension'):
+        # as tf.TensorShape: a negative dimension is a ValueError, a non-int one a TypeError
+        with pytest.raises(SimharnessValueError, match='negative dimension'):
             TensorType(tf.float32, [-1])
+        with pytest.raises(SimharnessTypeError, match=r'dimension 1.5 \(float\)'):
+            TensorType(tf.float32, [1.5])
+        with pytest.raises(SimharnessTypeError, match='None is not a dtype'):
+            TensorType(None)
         with pytest.raises(TypeError, match="'notadtype'"):
             TensorType('notadtype')
 
