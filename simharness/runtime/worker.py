@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any, Deque, Dict, List
+from typing import Any, Deque, Dict, List, Optional
 
 from simharness.runtime import local_transport as L
 from simharness.runtime import protocol as P
@@ -70,7 +70,8 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
                                          traceback.format_exc()))
             return
         conn.send_bytes(L.pack_frame(L.F_READY, os.getpid(), arena.name))
-        _serve(conn, service, arena, attachment, worker_id, bool(options.get('profile')))
+        hang = options.get('hang_on_op')  # fault injection (tests): an op that never returns
+        _serve(conn, service, arena, attachment, worker_id, bool(options.get('profile')), hang)
     except _Terminated:
         terminated = True
     finally:
@@ -91,7 +92,7 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
 
 
 def _serve(conn: Any, service: Any, arena: Any, attachment: Any, worker_id: int,
-           profile: bool) -> None:
+           profile: bool, hang_on: Optional[str] = None) -> None:
     pending: Deque[list] = collections.deque()
     unacked = False  # the driver has not yet copied our last arena buffers
 
@@ -118,6 +119,9 @@ def _serve(conn: Any, service: Any, arena: Any, attachment: Any, worker_id: int,
             req = None
             resp = P.Response(False, error=P.error_to_record(e, traceback.format_exc()))
         if req is not None:
+            if hang_on is not None and getattr(req, 'op', None) == P.Op[hang_on]:
+                while True:  # fault injection (tests): an operation that never returns
+                    time.sleep(3600)
             resp = service.handle(req)
         try:
             header, buffers = P.encode_message(resp)

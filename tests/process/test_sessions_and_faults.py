@@ -299,3 +299,18 @@ def test_a_failing_call_does_not_leak_its_error_into_a_concurrent_one():
     assert len(outcomes['bad']) == 8
     assert all(isinstance(e, tf.errors.InvalidArgumentError) and 'must be positive' in str(e)
                for e in outcomes['bad']), outcomes['bad']
+
+
+@pytest.mark.timeout(120)
+def test_a_deadlocked_worker_fails_the_call_after_the_liveness_timeout():
+    data = _data(6, 5)
+    with process_executor_factory(num_workers=2, liveness_timeout=1.5, start=True,
+                                  worker_options={'hang_on_op': 'PARTIAL_REDUCTION'}) as factory:
+        with sh.execution_context(factory):
+            t0 = time.monotonic()
+            with pytest.raises(WorkerTimeoutError) as e:
+                summary(data)
+            err = e.value
+            assert err.reason == 'no progress' and err.op == 'PARTIAL_REDUCTION'
+            assert 'used no CPU' in str(err) and f'worker {err.worker_id}' in str(err)
+            assert time.monotonic() - t0 < 30
