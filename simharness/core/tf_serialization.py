@@ -5,6 +5,17 @@ parameter leaf (a variant placeholder for each sequence, turned back into a
 `tf.data.Dataset`). Its result leaves become named identity tensors. The
 graph is stored as `GraphDef` bytes plus the input and output tensor names,
 so that any process can run it without the user's Python code.
+
+State (`tf.Variable`s, Keras weights, `tf.lookup` tables) lives inside one
+call, as in TFF (whose runtime runs a computation's initializer before each
+call and clears its resource container after): the function is traced under
+automatic control dependencies (as in `tf.function`), so that initializers,
+assignments and reads run in program order and every stateful op runs before
+the results; then each variable handle and table of the graph becomes an
+anonymous resource, created afresh by every execution and freed with it. A
+`tf_computation` thus stays a pure function (``v = tf.Variable(1.0);
+v.assign_add(x)`` gives ``1 + x`` on every call), concurrent calls share no
+state, and the graph needs no separate initializer.
 """
 
 from __future__ import annotations
@@ -16,6 +27,8 @@ from typing import Any, Callable, List, Optional, Tuple, cast
 import attrs
 import numpy as np
 import tensorflow as tf
+# tf.function's automatic control dependencies, on a plain graph (no public API)
+from tensorflow.python.framework import auto_control_deps
 
 from simharness.core import determinism
 from simharness.core import building_blocks as bb
@@ -158,6 +171,51 @@ def call_with_param(fn: Callable, param_type: Optional[T.Type], arg: Any, unpack
     return fn(_to_python_struct(arg, param_type))
 
 
+#: Ops creating a named (shared) resource -> the op creating the same resource
+#: anonymously: a fresh one per execution, owned by its handle.
+_ANONYMOUS_RESOURCE_OPS = {
+    'HashTableV2': 'AnonymousHashTable',
+    'MutableHashTableV2': 'AnonymousMutableHashTable',
+    'MutableHashTableOfTensorsV2': 'AnonymousMutableHashTableOfTensors',
+    'MutableDenseHashTableV2': 'AnonymousMutableDenseHashTable',
+}
+#: `shared_name` that makes a `VarHandleOp` create a fresh variable per
+#: execution (`ResourceHandle::ANONYMOUS_NAME`, as eager variables use).
+_ANONYMOUS_NAME = b'cd2c89b7-88b7-44c8-ad83-06c2a9158347'
+_NAMED_RESOURCE_ATTRS = ('container', 'shared_name', 'use_node_name_sharing')
+
+
+def _state_per_call(nodes: Any) -> None:
+    """Makes the variables and tables created by `nodes` anonymous (per execution)."""
+    for node in nodes:
+        if node.op == 'VarHandleOp':
+            node.attr['shared_name'].s = _ANONYMOUS_NAME
+        elif node.op in _ANONYMOUS_RESOURCE_OPS:
+            node.op = _ANONYMOUS_RESOURCE_OPS[node.op]
+            for a in _NAMED_RESOURCE_ATTRS:
+                if a in node.attr:
+                    del node.attr[a]
+
+
+def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
+    """Rewrites a traced graph for import: state per call, no control edges from inputs.
+
+    The importer feeds the inputs through ``input_map``, which remaps data
+    edges only: a control edge from a placeholder (``tf.control_dependencies``
+    on an argument, or on Keras' ``assign`` that returns its argument) would
+    run the unfed placeholder. An input is ready before any op, so the edge
+    is dropped.
+    """
+    for node in graph_def.node:
+        if any(i.startswith('^') and i[1:] in input_ops for i in node.input):
+            kept = [i for i in node.input if not (i.startswith('^') and i[1:] in input_ops)]
+            del node.input[:]
+            node.input.extend(kept)
+    _state_per_call(graph_def.node)
+    for f in graph_def.library.function:
+        _state_per_call(f.node_def)
+
+
 def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bool,
                           name: str = '') -> bb.CompiledComputation:
     """Traces `fn` with a parameter of `param_type` into a `CompiledComputation`.
@@ -172,19 +230,21 @@ def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bo
     inputs: List[tf.Tensor] = []
     with graph.as_default():
         arg = None if param_type is None else _placeholders(param_type, [0], inputs)
-        result = call_with_param(fn, param_type, arg, unpack)
-        if result is None:
-            raise SimharnessTypeError(f'tf_computation {name or fn!r} returned None; it must '
-                                      'return tensors, datasets or containers of these')
-        result_type, leaves = _result_type_and_leaves(result)
+        # Stateful ops run in program order and all before the results (the
+        # results are read inside the scope: reads of variables come last).
+        with auto_control_deps.AutomaticControlDependencies() as deps:
+            result = call_with_param(fn, param_type, arg, unpack)
+            if result is None:
+                raise SimharnessTypeError(f'tf_computation {name or fn!r} returned None; it must '
+                                          'return tensors, datasets or containers of these')
+            result_type, leaves = _result_type_and_leaves(result)
+            leaves = [deps.mark_as_return(t) for t in leaves]
         outputs = [tf.identity(t, name=f'result_{i}') for i, t in enumerate(leaves)]
-        if graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
-            raise SimharnessTypeError(
-                f'tf_computation {name or fn!r} creates tf.Variables; computations must be '
-                'functional (pass weights in as tensors and return the new ones)')
     # Result leaves may have shapes only known at run time; the type keeps what
     # the graph knows.
-    graph_def = graph.as_graph_def().SerializeToString()
+    proto = graph.as_graph_def()
+    _finish_graph_def(proto, {t.op.name for t in inputs})
+    graph_def = proto.SerializeToString()
     compiled = bb.CompiledComputation(
         bb.TFGraph(graph_def, [t.name for t in inputs], [t.name for t in outputs]),
         T.FunctionType(param_type, result_type), name=name)

@@ -234,10 +234,50 @@ def test_tf_computation_errors():
         sh.tf_computation(F32_AT_C)(lambda x: x)
     with pytest.raises(SimharnessTypeError, match='returned None'):
         sh.tf_computation(tf.float32)(lambda x: None)
-    with pytest.raises(SimharnessTypeError, match='creates tf.Variables'):
-        sh.tf_computation(tf.float32)(lambda x: tf.Variable(1.0) + x)
     with pytest.raises(SimharnessTypeError, match='takes 2 parameters but 3 specs'):
         sh.tf_computation(tf.float32, tf.float32, tf.float32)(lambda a, b: a)
+
+
+def _graph_def(comp):
+    g = tf.compat.v1.GraphDef()
+    g.ParseFromString(comp.to_building_block().graph.graph_def)
+    return g
+
+
+def test_variables_and_tables_are_created_afresh_by_every_call():
+    @sh.tf_computation(tf.string)
+    def f(k):
+        v = tf.Variable(1.0)
+        v.assign_add(2.0)
+        table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(['a'], [1.0]), -1.0)
+        return table.lookup(k) + v
+    assert str(f.type_signature) == '(string -> float32)'
+    nodes = {n.name: n for n in _graph_def(f).node}
+    handles = [n for n in nodes.values() if n.op == 'VarHandleOp']
+    assert len(handles) == 1
+    # ResourceHandle::ANONYMOUS_NAME: a new variable per execution, owned by its handle
+    assert handles[0].attr['shared_name'].s == b'cd2c89b7-88b7-44c8-ad83-06c2a9158347'
+    assert not [n for n in nodes.values() if n.op == 'HashTableV2']
+    assert len([n for n in nodes.values() if n.op == 'AnonymousHashTable']) == 1
+    # Automatic control dependencies: the assignment runs before the result
+    assign = next(n for n in nodes.values() if n.op == 'AssignAddVariableOp')
+    ancestors, todo = set(), ['result_0']
+    while todo:
+        name = todo.pop().lstrip('^').split(':')[0]
+        if name not in ancestors:
+            ancestors.add(name)
+            todo.extend(nodes[name].input)
+    assert assign.name in ancestors
+
+
+def test_control_dependencies_on_arguments_are_dropped():
+    @sh.tf_computation(tf.float32, tf.float32)
+    def f(a, b):
+        with tf.control_dependencies([a, b]):
+            return tf.identity(a) + 1.0
+    assert all(not i.startswith('^arg_') for n in _graph_def(f).node for i in n.input)
+    assert f(1.0, 2.0) == 2.0
 
 
 def test_polymorphic_computations_trace_per_type():
