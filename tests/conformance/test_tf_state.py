@@ -223,6 +223,23 @@ def test_dataset_reduce_updates_a_variable(stack):
     assert fed_reduce_into_variable(CLIENT_SEQS, 0.5) == out
 
 
+@sh.tf_computation(tf.float32)
+def dataset_of_a_variable(x):
+    v = tf.Variable([1.0, 2.0, 3.0])
+    v.assign_add(tf.fill([3], x))
+    ds = tf.data.Dataset.from_tensor_slices(v)  # reads the variable here, in program order
+    v.assign(tf.zeros([3]))
+
+    def add(a, b):
+        return a + b
+    return ds.reduce(0.0, add) + tf.reduce_sum(v)
+
+
+def test_dataset_of_a_variable(stack):
+    assert dataset_of_a_variable(1.0) == 9.0
+    assert dataset_of_a_variable(1.0) == 9.0
+
+
 # ---------------------------------------------------------------- aggregation with state
 
 @sh.tf_computation(tf.float32, tf.float32)
@@ -252,3 +269,63 @@ def test_aggregation_functions_with_variables(stack):
     out = fed_aggregate_with_variables(xs)
     np.testing.assert_allclose(out, sum(xs), rtol=1e-5)
     _same_on_every_stack('fed_aggregate_with_variables', out)
+
+
+# ---------------------------------------------------------------- the TFF tutorial's client update
+
+BATCH = sh.StructType([('x', (tf.float32, [None, 3])), ('y', (tf.float32, [None, 1]))])
+W1_TYPE = [(tf.float32, [3, 1]), (tf.float32, [1])]
+
+
+@tf.function
+def _client_update(model, dataset, server_weights, optimizer):
+    weights = model.trainable_variables
+    tf.nest.map_structure(lambda v, t: v.assign(t), weights, server_weights)
+    for batch in dataset:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(batch['x']) - batch['y']) ** 2)
+        optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
+    return [tf.identity(v) for v in weights]
+
+
+@sh.tf_computation(sh.SequenceType(BATCH), W1_TYPE)
+def client_update(dataset, server_weights):
+    model = tf.keras.Sequential([tf.keras.layers.Input((3,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(learning_rate=0.1)
+    return _client_update(model, dataset, list(server_weights), optimizer)
+
+
+@sh.federated_computation(sh.type_at_clients(sh.SequenceType(BATCH)), sh.type_at_server(W1_TYPE))
+def fed_client_update(datasets, weights):
+    return sh.federated_map(client_update,
+                            sh.federated_zip([datasets, sh.federated_broadcast(weights)]))
+
+
+def _sgd_reference(batches, w, b):
+    w, b = w.astype(np.float64), b.astype(np.float64)
+    for x, y in batches:
+        err = x @ w + b - y
+        gw, gb = 2 * x.T @ err / len(x), 2 * err.mean(0)
+        w, b = w - 0.1 * gw, b - 0.1 * gb
+    return w, b
+
+
+def test_keras_model_and_optimizer_in_a_client_update(stack):
+    rng = np.random.default_rng(5)
+    clients = []
+    for n in (8, 4, 6):
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        clients.append([{'x': x[i:i + 4], 'y': x[i:i + 4].sum(1, keepdims=True)}
+                        for i in range(0, n, 4)])
+    datasets = [tf.data.Dataset.from_tensor_slices(
+        {k: np.concatenate([b[k] for b in c]) for k in ('x', 'y')}).batch(4) for c in clients]
+    weights = [np.full((3, 1), 0.5, np.float32), np.zeros(1, np.float32)]
+    out = fed_client_update(datasets, weights)
+    for c, (w, b) in zip(clients, out):
+        ref_w, ref_b = _sgd_reference([(d['x'], d['y']) for d in c], weights[0], weights[1])
+        np.testing.assert_allclose(w, ref_w, rtol=1e-5)
+        np.testing.assert_allclose(b, ref_b, rtol=1e-5, atol=1e-6)
+    again = fed_client_update(datasets, weights)  # the optimizer's state does not carry over
+    for a, b in zip(tf.nest.flatten(again), tf.nest.flatten(out)):
+        np.testing.assert_array_equal(a, b)
+    _same_on_every_stack('fed_client_update', out)
