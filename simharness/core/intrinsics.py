@@ -8,7 +8,7 @@ building block to the traced body. The federating layer gives them meaning.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional, cast
+from typing import Any, Dict, Optional, Tuple, cast
 
 import numpy as np
 
@@ -53,7 +53,67 @@ def _fn(fn: Any, param: Optional[T.Type], what: str) -> bb.ComputationBuildingBl
         if not ft.parameter.is_assignable_from(param):
             raise SimharnessTypeError(f'{what}: function parameter type {ft.parameter} is not '
                                       f'assignable from {param}', expected=ft.parameter, actual=param)
+    return _compiled(comp, what)
+
+
+def _compiled(comp: bb.ComputationBuildingBlock, what: str) -> bb.ComputationBuildingBlock:
+    """`comp`, compiled into one TF computation when it is a lambda with no free references.
+
+    A lambda that refers to its enclosing scope (a nested federated_computation
+    capturing an outer parameter) is returned as it is: `federated_map` and the
+    sequence intrinsics pass its captures as arguments (`_captures`).
+    """
+    if isinstance(comp, bb.CompiledComputation) or bb.free_references(comp):
+        return comp
+    from simharness.core import transformations  # imports TensorFlow
+    return transformations.compile_function(comp, what)
+
+
+def _only_compiled(comp: bb.ComputationBuildingBlock, what: str) -> bb.ComputationBuildingBlock:
+    if not isinstance(comp, bb.CompiledComputation):
+        free = sorted(bb.free_references(comp))
+        raise SimharnessTypeError(
+            f'{what}: the function refers to {free} of the enclosing federated_computation; '
+            'here only federated_map and the sequence intrinsics accept such a function: pass '
+            'those values as arguments instead')
     return comp
+
+
+def _captures(comp: bb.ComputationBuildingBlock, what: str
+              ) -> Tuple[bb.ComputationBuildingBlock, Dict[str, T.Type], bb.Struct]:
+    """What `comp` uses of its enclosing scope, as parameters.
+
+    Returns:
+      (`comp` with each use replaced by a fresh reference, {fresh name: type},
+      the struct of the used values to pass in, valid in the enclosing scope).
+
+    Raises:
+      SimharnessTypeError: if a used value is not an unplaced value a TF graph
+        can take.
+    """
+    from simharness.core import transformations  # imports TensorFlow
+    rewritten, caps = transformations.abstract_captures(comp)
+    for c in caps.values():
+        t = c.type_signature
+        if not transformations.is_local_type(t):
+            raise SimharnessTypeError(
+                f'{what}: the function refers to {c.compact()!r} of type {t} in its enclosing '
+                'federated_computation; a function run on clients (or on elements of a '
+                'sequence) may capture unplaced values only', actual=t)
+    types = {n: c.type_signature for n, c in caps.items()}
+    return rewritten, types, bb.Struct([(None, c) for c in caps.values()])
+
+
+def _lift_local(call: bb.Call, what: str) -> tracing.Value:
+    """Binds `call` (a local computation that refers to its enclosing scope) compiled into TF.
+
+    The call is closed over what it uses of its enclosing scope, compiled
+    into one TF computation, and called with those values.
+    """
+    from simharness.core import transformations  # imports TensorFlow
+    body, caps, arg = _captures(call, what)
+    compiled = transformations.compile_function(transformations.close_over(body, caps), what)
+    return tracing.Value(tracing.current_scope().bind(bb.Call(compiled, arg)))
 
 
 def _fn_type(comp: bb.ComputationBuildingBlock) -> T.FunctionType:
@@ -66,9 +126,24 @@ def _fed_type(comp: bb.ComputationBuildingBlock) -> T.FederatedType:
     return cast(T.FederatedType, comp.type_signature)
 
 
-def _federated(value: Any, what: str, placement: Optional[T.PlacementLiteral] = None) -> bb.ComputationBuildingBlock:
+def _federated(value: Any, what: str, placement: Optional[T.PlacementLiteral] = None,
+               implicit_zip: bool = True) -> bb.ComputationBuildingBlock:
+    """The building block of a federated argument.
+
+    As in TFF, a (nested) list, tuple, dict or struct of federated values
+    with one placement is zipped first (`federated_zip`) unless
+    `implicit_zip` is False.
+    """
     comp = _bb(value)
     t = comp.type_signature
+    if implicit_zip and isinstance(t, T.StructType) and _all_federated(t):
+        placements = {leaf.placement for leaf in _federated_leaves(t)}
+        if len(placements) > 1:
+            raise SimharnessTypeError(
+                f'{what}: cannot zip a value of type {t} implicitly: its federated values must '
+                'all have the same placement', actual=t)
+        comp = federated_zip(tracing.Value(comp)).comp
+        t = comp.type_signature
     if not isinstance(t, T.FederatedType) or (placement is not None and t.placement is not placement):
         where = f' placed at {placement.name}' if placement is not None else ''
         raise SimharnessTypeError(f'{what}: expected a federated value{where}, got a value of '
@@ -93,6 +168,18 @@ def federated_map(fn: Any, arg: Any) -> tracing.Value:
     vt = _fed_type(value)
     f = _fn(fn, vt.member, 'federated_map')
     rt = _fn_type(f).result
+    if not isinstance(f, bb.CompiledComputation):
+        # A function that captures unplaced values of the enclosing computation:
+        # it is compiled over <member, captures>, and the captures travel with
+        # the value, placed alongside it.
+        from simharness.core import transformations  # imports TensorFlow
+        f, caps, captured = _captures(f, 'federated_map')
+        member = transformations.fresh_name(f, '_member')
+        body = bb.Call(f, bb.Reference(member, vt.member))
+        f = transformations.compile_function(
+            transformations.close_over(body, caps, (member, vt.member)), 'federated_map')
+        placed = federated_value(tracing.Value(captured), vt.placement)
+        value = federated_zip(tracing.Value(bb.Struct([(None, value), (None, placed.comp)]))).comp
     if vt.placement is T.SERVER:
         result = T.FederatedType(rt, T.SERVER)
         uri = 'federated_apply'
@@ -160,13 +247,16 @@ def federated_aggregate(value: Any, zero: Any, accumulate: Any, merge: Any, repo
         zt_member = zt.member
     else:
         zt_member = zt
-    acc = _fn(accumulate, T.StructType([zt_member, member]), 'federated_aggregate accumulate')
+    acc = _only_compiled(_fn(accumulate, T.StructType([zt_member, member]),
+                             'federated_aggregate accumulate'), 'federated_aggregate accumulate')
     at = _fn_type(acc).result
     if not at.is_assignable_from(zt_member) and not zt_member.is_assignable_from(at):
         raise SimharnessTypeError(f'federated_aggregate: accumulate returns {at}, which does not '
                                   f'match the type of zero {zt_member}', expected=zt_member, actual=at)
-    mrg = _fn(merge, T.StructType([at, at]), 'federated_aggregate merge')
-    rep = _fn(report, at, 'federated_aggregate report')
+    mrg = _only_compiled(_fn(merge, T.StructType([at, at]), 'federated_aggregate merge'),
+                         'federated_aggregate merge')
+    rep = _only_compiled(_fn(report, at, 'federated_aggregate report'),
+                         'federated_aggregate report')
     args = bb.Struct([(None, v), (None, z), (None, acc), (None, mrg), (None, rep)])
     return _call('federated_aggregate', args.type_signature,
                  T.FederatedType(_fn_type(rep).result, T.SERVER), args)
@@ -182,6 +272,19 @@ def federated_value(value: Any, placement: T.PlacementLiteral) -> tracing.Value:
     if T._contains(t, (T.FederatedType, T.FunctionType)):
         raise SimharnessTypeError(f'federated_value: expected an unplaced value, got {t}', actual=t)
     return _call(f'federated_value_at_{placement.uri}', t, T.FederatedType(t, placement, True), v)
+
+
+def _all_federated(t: T.Type) -> bool:
+    """True when `t` is federated, or a non-empty (nested) struct of federated values."""
+    if isinstance(t, T.FederatedType):
+        return True
+    return isinstance(t, T.StructType) and len(t) > 0 and all(_all_federated(e) for e in t)
+
+
+def _federated_leaves(t: T.Type) -> list:
+    if isinstance(t, T.StructType):
+        return [leaf for e in t for leaf in _federated_leaves(e)]
+    return [t]
 
 
 def _zip_member(t: T.Type, placement_box: list) -> T.Type:
@@ -217,7 +320,7 @@ def federated_eval(fn: Any, placement: T.PlacementLiteral) -> tracing.Value:
     if not isinstance(placement, T.PlacementLiteral):
         raise SimharnessTypeError(f'federated_eval: placement must be CLIENTS or SERVER, got '
                                   f'{placement!r}')
-    f = _fn(fn, None, 'federated_eval')
+    f = _only_compiled(_fn(fn, None, 'federated_eval'), 'federated_eval')
     ft = _fn_type(f)
     if ft.parameter is not None:
         raise SimharnessTypeError(f'federated_eval: expected a function with no parameter, got {ft}')
@@ -235,7 +338,7 @@ def federated_collect(value: Any) -> tracing.Value:
 
 def federated_select(client_keys: Any, max_key: Any, server_val: Any, select_fn: Any) -> tracing.Value:
     """Each client gets the sequence of `select_fn(server_val, key)` for its keys."""
-    k = _federated(client_keys, 'federated_select client_keys', T.CLIENTS)
+    k = _federated(client_keys, 'federated_select client_keys', T.CLIENTS, implicit_zip=False)
     kt = _fed_type(k).member
     if not (isinstance(kt, T.TensorType) and kt.dtype == np.int32 and kt.rank == 1):
         raise SimharnessTypeError(f'federated_select: client_keys must be int32 vectors at '
@@ -243,9 +346,9 @@ def federated_select(client_keys: Any, max_key: Any, server_val: Any, select_fn:
     mk = _bb(max_key)
     if not isinstance(mk.type_signature, T.FederatedType):
         mk = federated_value(tracing.Value(mk), T.SERVER).comp
-    sv = _federated(server_val, 'federated_select server_val', T.SERVER)
-    f = _fn(select_fn, T.StructType([_fed_type(sv).member, T.TensorType(np.int32)]),
-            'federated_select select_fn')
+    sv = _federated(server_val, 'federated_select server_val', T.SERVER, implicit_zip=False)
+    f = _only_compiled(_fn(select_fn, T.StructType([_fed_type(sv).member, T.TensorType(np.int32)]),
+                           'federated_select select_fn'), 'federated_select select_fn')
     args = bb.Struct([(None, k), (None, mk), (None, sv), (None, f)])
     result = T.FederatedType(T.SequenceType(_fn_type(f).result), T.CLIENTS, False)
     return _call('federated_select', args.type_signature, result, args)
@@ -367,24 +470,69 @@ def _lift(t: T.Type, member: T.Type) -> T.Type:
     return member
 
 
+def _local_sequence_call(uri: str, args: bb.Struct, result: T.Type) -> bb.Call:
+    return bb.Call(bb.Intrinsic(uri, T.FunctionType(args.type_signature, result)), args)
+
+
 def sequence_map(fn: Any, arg: Any) -> tracing.Value:
-    """Maps `fn` over every element of a sequence (also inside federated sequences)."""
+    """Maps `fn` over every element of a sequence (also inside federated sequences).
+
+    `fn` may be a federated_computation that refers to (unplaced) values of
+    the enclosing computation: the map is then compiled into one TF
+    computation that takes them as arguments.
+    """
     v, t, seq = _seq_arg(arg, 'sequence_map')
     f = _fn(fn, seq.element, 'sequence_map')
-    args = bb.Struct([(None, f), (None, v)])
-    return _call('sequence_map', args.type_signature,
-                 _lift(t, T.SequenceType(_fn_type(f).result)), args)
+    rt = T.SequenceType(_fn_type(f).result)
+    if isinstance(f, bb.CompiledComputation):
+        args = bb.Struct([(None, f), (None, v)])
+        return _call('sequence_map', args.type_signature, _lift(t, rt), args)
+    if not isinstance(t, T.FederatedType):
+        return _lift_local(_local_sequence_call('sequence_map', bb.Struct([(None, f), (None, v)]), rt),
+                           'sequence_map')
+    # A federated sequence: as TFF, federated_map(s -> sequence_map(fn, s), value).
+    from simharness.core import transformations  # imports TensorFlow
+    s = transformations.fresh_name(f, '_seq')
+    body = _local_sequence_call('sequence_map', bb.Struct([(None, f), (None, bb.Reference(s, seq))]), rt)
+    return federated_map(bb.Lambda(s, seq, body), tracing.Value(v))
 
 
 def sequence_reduce(value: Any, zero: Any, op: Any) -> tracing.Value:
-    """Folds a sequence with `op(accumulator, element)` starting from `zero`."""
+    """Folds a sequence with `op(accumulator, element)` starting from `zero`.
+
+    `op` may be a federated_computation that refers to (unplaced) values of
+    the enclosing computation (see `sequence_map`).
+    """
     v, t, seq = _seq_arg(value, 'sequence_reduce')
     z = _bb(zero)
     zt = z.type_signature
     zt_member = zt.member if isinstance(zt, T.FederatedType) else zt
     f = _fn(op, T.StructType([zt_member, seq.element]), 'sequence_reduce')
-    args = bb.Struct([(None, v), (None, z), (None, f)])
-    return _call('sequence_reduce', args.type_signature, _lift(t, _fn_type(f).result), args)
+    at = _fn_type(f).result
+    if isinstance(f, bb.CompiledComputation):
+        args = bb.Struct([(None, v), (None, z), (None, f)])
+        return _call('sequence_reduce', args.type_signature, _lift(t, at), args)
+    if not isinstance(t, T.FederatedType):
+        if isinstance(zt, T.FederatedType):
+            raise SimharnessTypeError(f'sequence_reduce: a sequence that is not federated needs '
+                                      f'an unplaced zero, got {zt}', actual=zt)
+        return _lift_local(_local_sequence_call(
+            'sequence_reduce', bb.Struct([(None, v), (None, z), (None, f)]), at), 'sequence_reduce')
+    # A federated sequence: as TFF, federated_map(s -> sequence_reduce(s, zero, op), value),
+    # zipping a federated zero with the value.
+    from simharness.core import transformations  # imports TensorFlow
+    s = transformations.fresh_name(bb.Struct([(None, f), (None, z)]), '_seq')
+    if isinstance(zt, T.FederatedType):
+        pt = T.StructType([seq, zt_member])
+        ref = bb.Reference(s, pt)
+        args = bb.Struct([(None, bb.Selection(ref, index=0)), (None, bb.Selection(ref, index=1)),
+                          (None, f)])
+        mapped: Any = tracing.Value(bb.Struct([(None, v), (None, z)]))
+    else:
+        pt = seq
+        args = bb.Struct([(None, bb.Reference(s, seq)), (None, z), (None, f)])
+        mapped = tracing.Value(v)
+    return federated_map(bb.Lambda(s, pt, _local_sequence_call('sequence_reduce', args, at)), mapped)
 
 
 def sequence_sum(value: Any) -> tracing.Value:
