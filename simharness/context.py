@@ -173,7 +173,9 @@ def to_python(value: Any, t: T.Type) -> Any:
         return to_container(Struct((n, to_python(v, e)) for (n, e), v in zip(t.items(), value)), t)
     if isinstance(t, T.SequenceType):
         if hasattr(value, 'as_numpy_iterator'):
-            return [_from_nest(e) for e in value.as_numpy_iterator()]
+            # Elements in the containers of the element type (a dataset that came
+            # back from a worker has lost a namedtuple's class, say).
+            return [to_python(_from_nest(e), t.element) for e in value.as_numpy_iterator()]
         return [to_python(v, t.element) for v in value]
     if hasattr(value, 'numpy'):
         value = tensor_to_numpy(value, copy=True)  # the caller owns the result

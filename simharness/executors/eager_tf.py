@@ -16,8 +16,10 @@ processes (the delegating executors).
 from __future__ import annotations
 
 import collections
+import inspect
 import math
 import threading
+import types
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
@@ -25,6 +27,7 @@ import tensorflow as tf
 
 from simharness.core import building_blocks as bb
 from simharness.core import determinism
+from simharness.core.computation import Computation
 from simharness.core import types as T
 from simharness.core.reduction import Partial, Reducer
 from simharness.core.structure import tensor_to_numpy, Struct, flatten, from_container, map_structure, pack_as
@@ -337,6 +340,16 @@ def _ints_fit(src: np.ndarray, dtype: np.dtype) -> bool:
     return int(src.min()) >= info.min and int(src.max()) <= info.max
 
 
+def _is_ml_dtype(dt: np.dtype) -> bool:
+    """True for the plain numeric dtypes of `ml_dtypes` (bfloat16, float8_*, int4, ...).
+
+    numpy gives them kind 'V', as it does structured and raw void dtypes,
+    which are not numbers.
+    """
+    return (dt.kind == 'V' and dt.names is None and not dt.shape
+            and dt.type.__module__.startswith('ml_dtypes'))
+
+
 def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
     """Converts one leaf to an eager tensor of type `t`, with clear errors."""
     if isinstance(value, tf.Tensor):
@@ -353,7 +366,8 @@ def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
         arr = np.asarray(value, dtype=object)
     else:
         src = np.asarray(value)
-        if src.dtype == object or src.dtype.kind in 'USV':
+        if src.dtype == object or src.dtype.kind in 'US' or (
+                src.dtype.kind == 'V' and not _is_ml_dtype(src.dtype)):
             raise SimharnessTypeError(f'value {value!r:.80} ({src.dtype}) is not assignable to {t}',
                                       expected=t, actual=str(src.dtype))
         if (np.issubdtype(src.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
@@ -371,6 +385,13 @@ def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
 
 
 def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
+    """A dataset of `t` from a dataset, a list of elements or a generator (function).
+
+    A generator function (or generator) is drained into a list of elements,
+    so that the dataset holds no Python state (it can then move to other
+    executors and processes as a serialized graph).
+    """
+    value = elements_of_generator(value)
     if isinstance(value, tf.data.Dataset):
         actual = T._from_tf_structure(value.element_spec)
         if not t.element.is_assignable_from(actual):
@@ -388,6 +409,17 @@ def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
         return tf.data.Dataset.from_tensor_slices(stacked)
     raise SimharnessTypeError(f'value {value!r:.80} ({type(value).__name__}) is not a sequence; '
                               f'expected a tf.data.Dataset or a list for {t}', expected=t)
+
+
+def elements_of_generator(value: Any) -> Any:
+    """The elements of a generator function or generator, as a list; anything else unchanged."""
+    if isinstance(value, types.GeneratorType):
+        return list(value)
+    if inspect.isgeneratorfunction(value) or (
+            callable(value) and not isinstance(value, (tf.data.Dataset, type))
+            and not hasattr(value, 'type_signature')):
+        return list(value())
+    return value
 
 
 def _struct_to_spec_container(value: Any, spec: Any) -> Any:
@@ -553,8 +585,9 @@ class EagerTFExecutor(BatchExecutor):
         determinism.pin_tensorflow_threads()
         self._max_batch = max_batch_size
         self._device = device
+        self._owns_cache = function_cache is None
         self._cache = function_cache if function_cache is not None else FunctionCache(cache_size)
-        self._closed = False
+        self._closed = False  # never set: close() releases resources, the next use rebuilds them
 
     # ------------------------------------------------------------ helpers
     def _check_open(self) -> None:
@@ -596,6 +629,9 @@ class EagerTFExecutor(BatchExecutor):
     # ------------------------------------------------------------ Executor
     async def create_value(self, value: Any, type_spec: Any = None) -> EagerValue:
         self._check_open()
+        if isinstance(value, Computation):  # a tf_computation given as is (TFF's raw API)
+            hint = type_spec.parameter if isinstance(type_spec, T.FunctionType) else None
+            value = value.to_building_block(hint)
         if isinstance(value, bb.CompiledComputation):
             return EagerValue(self.embed(value), value.type_signature)
         if isinstance(value, EagerValue):
@@ -626,7 +662,14 @@ class EagerTFExecutor(BatchExecutor):
         return EagerValue(source.internal[index], t[index])
 
     def close(self) -> None:
-        self._closed = True
+        """Releases the embedded functions of a private cache; the executor stays usable.
+
+        As in TFF, using an executor after `close()` re-initializes it: the
+        next computation is embedded again. A cache shared with other
+        executors (`function_cache`) is left to its owner.
+        """
+        if self._owns_cache:
+            self._cache.clear()
 
     # ------------------------------------------------------------ batches
     async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[EagerValue]:

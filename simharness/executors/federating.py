@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
+from simharness.core.computation import Computation
 from simharness.core.structure import Struct, from_container
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
 from simharness.executors.base import BatchExecutor, Executor, ExecutorValue, normalize_struct_elements
@@ -116,6 +117,11 @@ class FederatingExecutor(Executor):
         self._check_open()
         if isinstance(value, FederatingValue):
             return value
+        if isinstance(value, Computation):  # a computation given as is (TFF's raw API)
+            hint = type_spec.parameter if isinstance(type_spec, T.FunctionType) else None
+            value = value.to_building_block(hint)
+        if isinstance(value, T.PlacementLiteral):  # simharness.SERVER / CLIENTS
+            value = bb.Placement(value)
         if isinstance(value, bb.Intrinsic):
             return FederatingValue('intrinsic', (value.uri, value.static), value.type_signature, self)
         if isinstance(value, bb.Placement):

@@ -13,8 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple, cast
 
+import collections.abc
+import inspect
+import types
+
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
+from simharness.core.computation import Computation
 from simharness.core.structure import Struct, from_container
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
 from simharness.executors.base import Executor, ExecutorValue, normalize_struct_elements
@@ -67,6 +72,44 @@ class ReferenceResolvingValue(ExecutorValue):
         raise SimharnessTypeError(f'a function of type {self._type} cannot be computed; call it')
 
 
+def _is_generator(value: Any) -> bool:
+    return isinstance(value, types.GeneratorType) or inspect.isgeneratorfunction(value) or (
+        callable(value) and not isinstance(value, type) and not hasattr(value, 'element_spec')
+        and not hasattr(value, 'type_signature'))
+
+
+def _has_sequence(t: T.Type) -> bool:
+    if isinstance(t, T.SequenceType):
+        return True
+    if isinstance(t, T.FederatedType):
+        return _has_sequence(t.member)
+    return isinstance(t, T.StructType) and any(_has_sequence(e) for e in t)
+
+
+def _drain_generators(value: Any, t: T.Type) -> Any:
+    """`value` with every sequence given as a generator (function) replaced by its elements.
+
+    A list of elements can go to any executor (a worker process too); a
+    generator is Python state that only this process has. Lazy client lists
+    (not a list or tuple) are left alone.
+    """
+    if isinstance(t, T.SequenceType):
+        if _is_generator(value):
+            return list(value if isinstance(value, types.GeneratorType) else value())
+        return value
+    if isinstance(t, T.FederatedType):
+        if t.placement is T.CLIENTS and not t.all_equal:
+            if isinstance(value, (list, tuple)):
+                return [_drain_generators(v, t.member) for v in value]
+            return value
+        return _drain_generators(value, t.member)
+    if isinstance(t, T.StructType) and isinstance(
+            value, (Struct, collections.abc.Mapping, list, tuple)):
+        s = from_container(value, t)
+        return Struct((n, _drain_generators(v, e)) for (n, e), v in zip(t.items(), s))
+    return value
+
+
 class ReferenceResolvingExecutor(Executor):
     """Resolves references and lambdas; delegates the rest to `target`.
 
@@ -87,12 +130,20 @@ class ReferenceResolvingExecutor(Executor):
             raise ExecutorClosedError('this ReferenceResolvingExecutor is closed')
 
     async def create_value(self, value: Any, type_spec: Any = None) -> ReferenceResolvingValue:
+        """Embeds a Python value, a building block, a computation or a placement literal."""
         self._check_open()
         if isinstance(value, ReferenceResolvingValue):
             return value
+        if isinstance(value, Computation):  # a computation given as is (TFF's raw API)
+            hint = type_spec.parameter if isinstance(type_spec, T.FunctionType) else None
+            value = value.to_building_block(hint)
+        if isinstance(value, T.PlacementLiteral):  # simharness.SERVER / CLIENTS
+            value = bb.Placement(value)
         if isinstance(value, bb.ComputationBuildingBlock):
             return await self._evaluate(value, _EMPTY)
         t = T.to_type(type_spec) if type_spec is not None else T.infer_type(value)
+        if _has_sequence(t):
+            value = _drain_generators(value, t)
         if isinstance(t, T.StructType):
             s = from_container(value, t)
             elems = [(n, await self.create_value(v, e)) for (n, e), v in zip(t.items(), s)]

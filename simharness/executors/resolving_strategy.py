@@ -31,6 +31,49 @@ from simharness.executors.federating import FederatingExecutor, FederatingStrate
 ClientsPayload = List[List[ExecutorValue]]
 
 
+def _targets_from_mapping(targets: Any) -> Tuple[Any, List[Tuple[Any, int]]]:
+    """(server, client groups) from TFF's ``{SERVER: ex, CLIENTS: [ex, ...]}``."""
+    server, clients = None, None
+    for key, ex in targets.items():
+        literal = T.placement_from_uri(key.lower()) if isinstance(key, str) else key
+        if literal is T.SERVER:
+            server = ex
+        elif literal is T.CLIENTS:
+            clients = ex
+        else:
+            raise SimharnessValueError(f'unknown placement {key!r} in the target executors; '
+                                       'expected simharness.SERVER and simharness.CLIENTS')
+    if server is None:
+        raise SimharnessValueError('the target executors have no SERVER executor: '
+                                   '{SERVER: ex, CLIENTS: [ex, ...]}')
+    if clients is None:
+        return server, []
+    if not isinstance(clients, (list, tuple)):
+        return server, [(clients, 1)]
+    groups: List[Tuple[Any, int]] = []
+    for c in clients:
+        if isinstance(c, tuple) and len(c) == 2 and isinstance(c[1], int):
+            groups.append((c[0], c[1]))
+        else:
+            groups.append((c, 1))
+    return server, groups
+
+
+def _hosting_child(ex: Any, what: str) -> BatchExecutor:
+    """`ex`, or the target of the (reference-resolving) wrappers around it, as a BatchExecutor."""
+    seen = ex
+    for _ in range(8):
+        if isinstance(seen, BatchExecutor):
+            return seen
+        seen = getattr(seen, 'target', None)
+        if seen is None:
+            break
+    raise SimharnessTypeError(
+        f'{what} is a {type(ex).__name__}; expected an executor that hosts values '
+        '(EagerTFExecutor, ThreadDelegatingExecutor, WorkerDelegatingExecutor), possibly '
+        'wrapped in a ReferenceResolvingExecutor', actual=type(ex).__name__)
+
+
 class FederatedResolvingStrategy(FederatingStrategy):
     """Runs intrinsics over a server child and groups of clients.
 
@@ -50,9 +93,33 @@ class FederatedResolvingStrategy(FederatingStrategy):
         self.num_clients = sum(self._sizes)
 
     @classmethod
-    def factory(cls, server: BatchExecutor, client_groups: Sequence[Tuple[BatchExecutor, int]]):
-        """A strategy factory for `FederatingExecutor`."""
-        return lambda executor: cls(executor, server, client_groups)
+    def factory(cls, server: Any, client_groups: Optional[Sequence[Tuple[BatchExecutor, int]]] = None):
+        """A strategy factory for `FederatingExecutor`.
+
+        Either ``factory(server, [(child, number of clients), ...])`` or TFF's
+        ``factory({SERVER: ex, CLIENTS: [ex, ...]})``: one client per `CLIENTS`
+        executor (a single executor is one client; a pair ``(ex, n)`` is a group
+        of n clients), no `CLIENTS` entry means no clients. A child may be
+        wrapped in a `ReferenceResolvingExecutor`, as in TFF's stacks: its
+        target is used.
+
+        Raises:
+          ValueError: the mapping has no `SERVER` executor or an unknown key.
+          TypeError: a child is not an executor that can host clients.
+        """
+        if isinstance(server, collections.abc.Mapping):
+            if client_groups is not None:
+                raise SimharnessTypeError('give either a mapping {SERVER: ..., CLIENTS: [...]} or '
+                                          'a server and client groups, not both')
+            server, client_groups = _targets_from_mapping(server)
+        elif client_groups is None:
+            raise SimharnessTypeError('FederatedResolvingStrategy.factory needs client groups '
+                                      '[(executor, number of clients), ...] after the server '
+                                      'executor, or one mapping {SERVER: ex, CLIENTS: [ex, ...]}')
+        server = _hosting_child(server, 'the SERVER executor')
+        groups = [(_hosting_child(ex, f'client executor {i}'), n)
+                  for i, (ex, n) in enumerate(client_groups)]
+        return lambda executor: cls(executor, server, groups)
 
     def close(self) -> None:
         seen = set()
@@ -315,15 +382,21 @@ class FederatedResolvingStrategy(FederatingStrategy):
                 'dtypes': pack_as(member, [l.dtype for l in leaves])}
 
     async def _federated_secure_sum_bitwidth(self, arg, static, rt):
+        if not T.flatten_type(rt.member):  # an empty struct: nothing to sum
+            return await self._zeros_at_server(rt)
         return await self._simple_reduce('secure_sum_bitwidth', arg, rt,
                                          self._secure_params('secure_sum_bitwidth', static, rt.member))
 
     async def _federated_secure_sum(self, arg, static, rt):
+        if not T.flatten_type(rt.member):
+            return await self._zeros_at_server(rt)
         # Values in [0, max_input]: the bitwidth machinery with a per-element bound check.
         return await self._simple_reduce('secure_sum_bitwidth', arg, rt,
                                          self._secure_params('secure_sum_bitwidth', static, rt.member))
 
     async def _federated_secure_modular_sum(self, arg, static, rt):
+        if not T.flatten_type(rt.member):
+            return await self._zeros_at_server(rt)
         return await self._simple_reduce('secure_modular_sum', arg, rt,
                                          self._secure_params('secure_modular_sum', static, rt.member))
 

@@ -3,7 +3,10 @@
 What it does: every call is scheduled on the target's own loop (its own
 thread), so that blocking TF work of one client group does not stall the
 driver or the other groups. It owns the thread and the loop: `close()`
-closes the target on that thread, stops the loop and joins the thread.
+closes the target on that thread, stops the loop and joins the thread. As in
+TFF, an executor used after `close()` re-initializes itself: the next
+operation starts a new thread and loop (closed by the next `close()`; a
+finalizer stops them if the executor is dropped unclosed).
 
 What it leaves to other layers: everything about values (the target).
 """
@@ -12,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 from simharness.core import types as T
 from simharness.core.reduction import Partial
-from simharness.errors import ExecutorClosedError
-from simharness.executors.base import BatchExecutor, ExecutorValue
+from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
 
 
 class ThreadDelegatingValue(ExecutorValue):
@@ -61,17 +64,38 @@ class ThreadDelegatingExecutor(BatchExecutor):
 
     def __init__(self, target: BatchExecutor, name: str = 'simharness-executor'):
         self._target = target
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-        self._closed = False
+        self._name = name
         self._lock = threading.Lock()
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread: Optional[threading.Thread] = None
+        self._finalizer: Optional[weakref.finalize] = None
+        with self._lock:
+            self._start()
+
+    def _start(self) -> asyncio.AbstractEventLoop:
+        """Starts the thread and its loop (the caller holds the lock)."""
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name=self._name, daemon=True)
+        thread.start()
+        self._loop, self._thread = loop, thread
+        # A safety net only: close() is the mechanism. The finalizer must not
+        # refer to self, or the executor would never be collected.
+        self._finalizer = weakref.finalize(self, _stop_loop, loop, thread)
+        return loop
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:  # closed: re-initialize, as TFF's executors do
+                return self._start()
+            return self._loop
 
     async def _run(self, coro) -> Any:
-        if self._closed:
+        try:
+            loop = self._running_loop()
+        except BaseException:
             coro.close()
-            raise ExecutorClosedError('this ThreadDelegatingExecutor is closed')
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            raise
+        fut = asyncio.run_coroutine_threadsafe(coro, loop)
         return await asyncio.wrap_future(fut)
 
     def _wrap(self, v: ExecutorValue) -> ThreadDelegatingValue:
@@ -87,7 +111,9 @@ class ThreadDelegatingExecutor(BatchExecutor):
         return self._wrap(await self._run(self._target.create_call(_unwrap(comp), _unwrap(arg))))
 
     async def create_struct(self, elements: Any) -> ThreadDelegatingValue:
-        return self._wrap(await self._run(self._target.create_struct(_unwrap(list(elements)))))
+        # A list of values, of (name, value) pairs, a dict or a Struct: by name and value.
+        items = [(n, _unwrap(v)) for n, v in normalize_struct_elements(elements)]
+        return self._wrap(await self._run(self._target.create_struct(items)))
 
     async def create_selection(self, source: ExecutorValue, index: int) -> ThreadDelegatingValue:
         return self._wrap(await self._run(self._target.create_selection(_unwrap(source), index)))
@@ -129,17 +155,32 @@ class ThreadDelegatingExecutor(BatchExecutor):
             _unwrap(list(keys)), _unwrap(server_value), _unwrap(select_fn), element_type)))
 
     def close(self) -> None:
+        """Closes the target on the thread, stops the loop and joins the thread.
+
+        Idempotent; a later operation re-initializes the executor.
+        """
         with self._lock:
-            if self._closed:
+            loop, thread, finalizer = self._loop, self._thread, self._finalizer
+            if loop is None or thread is None:
                 return
-            self._closed = True
-        if self._thread.is_alive():
+            self._loop = self._thread = self._finalizer = None
+        if finalizer is not None:
+            finalizer.detach()
+        if thread.is_alive():
             async def _close_target():
                 self._target.close()
             try:
-                asyncio.run_coroutine_threadsafe(_close_target(), self._loop).result(timeout=60)
+                asyncio.run_coroutine_threadsafe(_close_target(), loop).result(timeout=60)
             finally:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join(timeout=60)
-        if not self._loop.is_running():
-            self._loop.close()
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(timeout=60)
+        if not loop.is_running():
+            loop.close()
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """Stops an unclosed executor's loop when the executor is collected."""
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
+    if thread is not threading.current_thread():
+        thread.join(timeout=10)
