@@ -13,7 +13,7 @@ import simharness as sh
 from simharness.core import types as T
 from simharness.core.reduction import Partial
 from simharness.core.structure import Struct
-from simharness.errors import ExecutorClosedError, SimharnessTypeError, SimharnessValueError
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.executors.eager_tf import EagerTFExecutor, EagerValue, FunctionCache
 
 
@@ -154,12 +154,14 @@ class TestTypeValidation:
         with pytest.raises(SimharnessTypeError, match='compiled TF computation'):
             run(ex.create_value(lambda x: x, T.FunctionType(tf.float32, tf.float32)))
 
-    def test_closed_executor(self):
+    def test_closed_executor_is_reinitialized_on_use(self):
+        # As TFF's executors: close() frees what the executor holds; the next use starts afresh.
         executor = EagerTFExecutor()
         executor.close()
         executor.close()  # idempotent
-        with pytest.raises(ExecutorClosedError):
-            run(executor.create_value(1.0, tf.float32))
+        v = run(executor.create_value(1.0, tf.float32))
+        assert float(run(v.compute()).numpy()) == 1.0
+        executor.close()
 
 
 class TestFunctionCache:
