@@ -8,9 +8,10 @@ processes. Port TFF code by renaming `tff.` to `simharness.`.
 from simharness import errors
 from simharness.context import (ExecutionContext, execution_context, get_context,
                                 set_default_executor)
+from simharness import structure, templates
 from simharness.core.computation import (Computation, ConcreteComputation,
-                                         PolymorphicComputation, federated_computation,
-                                         tf_computation)
+                                         PolymorphicComputation, check_returns_type,
+                                         federated_computation, tf_computation)
 from simharness.core.intrinsics import (federated_aggregate, federated_apply,
                                         federated_broadcast, federated_collect, federated_eval,
                                         federated_map, federated_mean,
@@ -28,11 +29,15 @@ from simharness.errors import (CardinalityError, SimharnessError, WorkerCrashedE
 __version__ = '0.1.0'
 
 
+#: Subpackages that import TensorFlow: loaded on first use as attributes
+#: (``simharness.learning.FedAvg`` works after a plain ``import simharness``).
+_LAZY_SUBMODULES = frozenset({'framework', 'learning', 'data'})
+
+
 def __getattr__(name):
-    # `framework` imports the executors (and TensorFlow): load it on first use.
-    if name == 'framework':
+    if name in _LAZY_SUBMODULES:
         import importlib
-        return importlib.import_module('simharness.framework')
+        return importlib.import_module(f'simharness.{name}')
     raise AttributeError(f'module simharness has no attribute {name!r}')
 
 
@@ -40,12 +45,14 @@ __all__ = [
     'CLIENTS', 'SERVER', 'CardinalityError', 'Computation', 'ConcreteComputation',
     'ExecutionContext', 'FederatedType', 'FunctionType', 'PlacementType',
     'PolymorphicComputation', 'SequenceType', 'SimharnessError', 'Struct', 'StructType',
-    'TensorType', 'Type', 'Value', 'WorkerCrashedError', 'errors', 'execution_context',
+    'TensorType', 'Type', 'Value', 'WorkerCrashedError', 'check_returns_type', 'data', 'errors',
+    'execution_context',
     'federated_aggregate', 'federated_apply', 'federated_broadcast', 'federated_collect',
     'federated_computation', 'federated_eval', 'federated_map', 'federated_mean',
     'federated_secure_modular_sum', 'federated_secure_sum', 'federated_secure_sum_bitwidth',
     'federated_select',
     'federated_sum', 'federated_value', 'federated_zip', 'framework', 'get_context',
-    'infer_type', 'sequence_map', 'sequence_reduce', 'sequence_sum', 'set_default_executor',
-    'tf_computation', 'to_type', 'type_at_clients', 'type_at_server',
+    'infer_type', 'learning', 'sequence_map', 'sequence_reduce', 'sequence_sum',
+    'set_default_executor', 'structure', 'templates', 'tf_computation', 'to_type',
+    'type_at_clients', 'type_at_server',
 ]

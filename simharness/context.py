@@ -7,8 +7,9 @@ running loop), and converts the result into numpy values in the Python
 containers of the result type.
 
 The current context is looked up in a `ContextVar` (set by
-`execution_context(...)`), falling back to the process-wide default set by
-`set_default_executor` (a local thread stack until then).
+`execution_context(...)` or `get_context_stack().install(ctx)`), falling
+back to the process-wide default set by `set_default_executor` or
+`set_default_context` (a local thread stack until then).
 """
 
 from __future__ import annotations
@@ -199,11 +200,17 @@ def _from_nest(e: Any) -> Any:
 # ---------------------------------------------------------------- current context
 
 class _DefaultHolder:
-    """Holds the process-wide default context (created on first use)."""
+    """Holds the process-wide default context (created on first use).
+
+    `owned`: simharness made the context (first use, `set_default_executor`),
+    so it closes it when it is replaced; a context the user passed to
+    `set_default_context` is left open.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.context: Optional[ExecutionContext] = None
+        self.owned = True
 
 
 _DEFAULT = _DefaultHolder()
@@ -220,6 +227,7 @@ def get_context() -> ExecutionContext:
         if _DEFAULT.context is None:
             from simharness.stacks import local_executor_factory
             _DEFAULT.context = ExecutionContext(local_executor_factory())
+            _DEFAULT.owned = True
         return _DEFAULT.context
 
 
@@ -237,10 +245,75 @@ def set_default_executor(factory: Optional[ExecutorFactory] = None, retries: int
         _check_factory(factory)
     retries = check_int('retries', retries, 0)
     new = None if factory is None else ExecutionContext(factory, retries=retries)
+    _replace_default(new, owned=True)
+
+
+def _replace_default(new: Optional[ExecutionContext], owned: bool) -> None:
     with _DEFAULT.lock:
-        old, _DEFAULT.context = _DEFAULT.context, new
-    if old is not None:
+        old, old_owned = _DEFAULT.context, _DEFAULT.owned
+        _DEFAULT.context, _DEFAULT.owned = new, owned
+    if old is not None and old is not new and old_owned:
         old.close()
+
+
+def _check_context(ctx: Any) -> None:
+    if not isinstance(ctx, ExecutionContext):
+        raise SimharnessTypeError(
+            f'ctx must be an ExecutionContext, got {type(ctx).__name__} {ctx!r}; make one with '
+            f'ExecutionContext(factory)', expected=ExecutionContext, actual=type(ctx))
+
+
+def set_default_context(ctx: Optional[ExecutionContext] = None) -> None:
+    """Makes `ctx` the process-wide default context (TFF's `set_default_context`).
+
+    None: back to a local thread stack (made on first use). A previous
+    default that simharness made is closed; one you passed here is left
+    open (close it yourself).
+
+    Raises:
+      SimharnessTypeError: `ctx` is not an `ExecutionContext` or None.
+    """
+    if ctx is not None:
+        _check_context(ctx)
+    _replace_default(ctx, owned=False)
+
+
+class ContextStack:
+    """TFF's context stack, over simharness's current and default contexts.
+
+    `current` is the context computations run in; `install(ctx)` makes
+    `ctx` current inside a `with` block (in this thread or task) and leaves
+    it open on exit; `set_default_context(ctx)` replaces the bottom of the
+    stack. It holds no state of its own.
+    """
+
+    @property
+    def current(self) -> ExecutionContext:
+        """The innermost installed context, else the default one."""
+        return get_context()
+
+    @contextlib.contextmanager
+    def install(self, ctx: ExecutionContext) -> Iterator[ExecutionContext]:
+        """Makes `ctx` current inside the `with` block.
+
+        Raises:
+          SimharnessTypeError: `ctx` is not an `ExecutionContext`.
+        """
+        _check_context(ctx)
+        token = _CURRENT.set(ctx)
+        try:
+            yield ctx
+        finally:
+            _CURRENT.reset(token)
+
+    def set_default_context(self, ctx: Optional[ExecutionContext] = None) -> None:
+        """As the module-level `set_default_context`."""
+        set_default_context(ctx)
+
+
+def get_context_stack() -> ContextStack:
+    """TFF's `get_context_stack()`: `.current`, `.install(ctx)`, `.set_default_context(ctx)`."""
+    return ContextStack()
 
 
 @contextlib.contextmanager

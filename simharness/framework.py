@@ -1,10 +1,16 @@
-"""`simharness.framework`: executors and factories, named as in `tff.framework`."""
+"""`simharness.framework`: executors, factories and contexts, named as in `tff.framework`."""
+
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from simharness.core.building_blocks import (Block, Call, CompiledComputation,
                                              ComputationBuildingBlock, Data, Intrinsic, Lambda,
                                              Placement, Reference, Selection)
 from simharness.core.building_blocks import Struct as StructBlock
+from simharness.context import ContextStack, get_context_stack, set_default_context
+from simharness.context import ExecutionContext as _ExecutionContext
+from simharness.core import types as _T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory, ExecutorValue
 from simharness.executors.eager_tf import EagerTFExecutor
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy
@@ -13,16 +19,93 @@ from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import (ProcessDelegatingExecutor,
                                                     WorkerDelegatingExecutor)
-from simharness.stacks import (CachingExecutorFactory, ProcessExecutorFactory,
-                               local_executor_factory, process_executor_factory,
-                               thread_debugging_executor_factory)
+from simharness.stacks import (DEFAULT_MAX_CACHED_STACKS, CachingExecutorFactory,
+                               ProcessExecutorFactory, local_executor_factory,
+                               process_executor_factory, thread_debugging_executor_factory)
+
+
+class ExecutionContext(_ExecutionContext):
+    """`simharness.ExecutionContext` with TFF's argument names.
+
+    ``ExecutionContext(executor_fn=factory)`` as in `tff.framework`; a
+    `compiler_fn` other than None is refused (simharness runs computations
+    as traced, with no compiler pass).
+
+    Raises:
+      SimharnessTypeError: no factory, or one that is not an `ExecutorFactory`.
+      SimharnessValueError: a `compiler_fn` was given.
+    """
+
+    def __init__(self, executor_fn: Optional[ExecutorFactory] = None,
+                 compiler_fn: Optional[Callable[..., Any]] = None, *, retries: int = 0,
+                 factory: Optional[ExecutorFactory] = None):
+        if compiler_fn is not None:
+            raise SimharnessValueError(
+                f'compiler_fn={compiler_fn!r} is not supported: simharness runs computations as '
+                'traced; leave it out')
+        if executor_fn is not None and factory is not None:
+            raise SimharnessTypeError('give executor_fn or factory, not both')
+        chosen = executor_fn if executor_fn is not None else factory
+        if chosen is None:
+            raise SimharnessTypeError('ExecutionContext needs an executor factory (executor_fn=)')
+        super().__init__(chosen, retries=retries)
+
+
+class ResourceManagingExecutorFactory(CachingExecutorFactory):
+    """TFF's factory around a function that builds a stack for cardinalities.
+
+    Args:
+      executor_stack_fn: called as ``executor_stack_fn({CLIENTS: n})``; returns
+        an `Executor` for n clients.
+      ensure_closed: executors the stacks share, closed by
+        `clean_up_executors` (TFF's argument).
+      max_cached_stacks: stacks kept alive (older cardinalities are closed).
+
+    Raises:
+      SimharnessTypeError: `executor_stack_fn` is not callable, or returns
+        something other than an `Executor`.
+    """
+
+    def __init__(self, executor_stack_fn: Callable[[Dict[Any, int]], Executor],
+                 ensure_closed: Optional[Sequence[Executor]] = None,
+                 max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS):
+        if not callable(executor_stack_fn):
+            raise SimharnessTypeError(
+                f'executor_stack_fn must be a callable of cardinalities, got '
+                f'{executor_stack_fn!r} of type {type(executor_stack_fn).__name__}',
+                expected='callable', actual=type(executor_stack_fn))
+        closers = list(ensure_closed or ())
+        for ex in closers:
+            if not isinstance(ex, Executor):
+                raise SimharnessTypeError(f'ensure_closed holds {ex!r}, not an Executor',
+                                          expected=Executor, actual=type(ex))
+        self._executor_stack_fn = executor_stack_fn
+        self._ensure_closed = closers
+        super().__init__(self._build_from_fn, None, max_cached_stacks)
+
+    def _build_from_fn(self, n: int) -> Executor:
+        ex = self._executor_stack_fn({_T.CLIENTS: n})
+        if not isinstance(ex, Executor):
+            raise SimharnessTypeError(
+                f'executor_stack_fn returned {ex!r} of type {type(ex).__name__}, not an Executor',
+                expected=Executor, actual=type(ex))
+        return ex
+
+    def clean_up_executors(self) -> None:
+        try:
+            super().clean_up_executors()
+        finally:
+            for ex in self._ensure_closed:
+                ex.close()
 
 __all__ = [
     'AGGREGATION_CHUNK', 'BatchExecutor', 'Block', 'CachingExecutorFactory', 'Call',
-    'CompiledComputation', 'ComputationBuildingBlock', 'Data', 'EagerTFExecutor', 'Executor',
-    'ExecutorFactory', 'ExecutorValue', 'FederatedResolvingStrategy', 'FederatingExecutor',
-    'FederatingStrategy', 'Intrinsic', 'ProcessDelegatingExecutor', 'ProcessExecutorFactory',
-    'process_executor_factory', 'Lambda', 'Placement', 'Reference',
-    'ReferenceResolvingExecutor', 'Selection', 'StructBlock', 'ThreadDelegatingExecutor', 'WorkerDelegatingExecutor',
-    'local_executor_factory', 'thread_debugging_executor_factory',
+    'CompiledComputation', 'ComputationBuildingBlock', 'ContextStack', 'Data',
+    'EagerTFExecutor', 'ExecutionContext', 'Executor', 'ExecutorFactory', 'ExecutorValue',
+    'FederatedResolvingStrategy', 'FederatingExecutor', 'FederatingStrategy', 'Intrinsic',
+    'Lambda', 'Placement', 'ProcessDelegatingExecutor', 'ProcessExecutorFactory', 'Reference',
+    'ReferenceResolvingExecutor', 'ResourceManagingExecutorFactory', 'Selection', 'StructBlock',
+    'ThreadDelegatingExecutor', 'WorkerDelegatingExecutor', 'get_context_stack',
+    'local_executor_factory', 'process_executor_factory', 'set_default_context',
+    'thread_debugging_executor_factory',
 ]

@@ -12,14 +12,15 @@ ReferenceResolvingExecutor
 from __future__ import annotations
 
 import collections
+import inspect
 import math
 import threading
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from simharness.core import types as T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
-from simharness.errors import CardinalityError, SimharnessTypeError
-from simharness.executors.base import Executor, ExecutorFactory
+from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
+from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory
 from simharness.executors.eager_tf import EagerTFExecutor, FunctionCache
 from simharness.executors.federating import FederatingExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
@@ -48,29 +49,40 @@ class CachingExecutorFactory(ExecutorFactory):
 
     Args:
       build: makes a stack for a number of clients.
-      num_clients: the default (or fixed) number of clients; arguments with a
-        different count are an error when set.
+      num_clients: the fixed number of clients; arguments with a different
+        count are an error when set.
       max_cached_stacks: how many stacks to keep alive.
+      default_num_clients: the number of clients when the arguments do not
+        tell (TFF's `default_num_clients`); None: `num_clients`, else 1.
+
+    Raises:
+      SimharnessValueError: `num_clients` and `default_num_clients` are both
+        set and differ.
     """
 
     def __init__(self, build: Callable[[int], Executor], num_clients: Optional[int] = None,
-                 max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS):
+                 max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+                 default_num_clients: Optional[int] = None):
         num_clients = check_int('num_clients', num_clients, 0, allow_none=True)
         max_cached_stacks = check_int('max_cached_stacks', max_cached_stacks, 1)
+        default_num_clients = _check_default_num_clients(num_clients, default_num_clients)
         self._build = build
         self._num_clients = num_clients
+        self._default_num_clients = default_num_clients
         self._max = max_cached_stacks
         self._stacks: 'collections.OrderedDict[int, Executor]' = collections.OrderedDict()
         self._lock = threading.Lock()
 
     @property
     def default_num_clients(self) -> Optional[int]:
-        return self._num_clients
+        return self._num_clients if self._num_clients is not None else self._default_num_clients
 
     def create_executor(self, cardinalities: Dict[T.PlacementLiteral, int]) -> Executor:
         n = cardinalities.get(T.CLIENTS)
         if n is None:
-            n = self._num_clients if self._num_clients is not None else 1
+            n = self.default_num_clients
+            if n is None:
+                n = 1
         if self._num_clients is not None and n != self._num_clients:
             raise CardinalityError(
                 f'the arguments hold values for {n} clients, but this executor factory was '
@@ -102,42 +114,107 @@ class CachingExecutorFactory(ExecutorFactory):
             ex.close()
 
 
-def _thread_eager(name: str, device: Optional[str], cache: FunctionCache) -> ThreadDelegatingExecutor:
-    return ThreadDelegatingExecutor(EagerTFExecutor(device=device, function_cache=cache), name=name)
+def _check_default_num_clients(num_clients: Optional[int],
+                               default_num_clients: Optional[int]) -> Optional[int]:
+    default_num_clients = check_int('default_num_clients', default_num_clients, 0,
+                                    allow_none=True)
+    if (num_clients is not None and default_num_clients is not None
+            and num_clients != default_num_clients):
+        raise SimharnessValueError(
+            f'num_clients={num_clients} fixes the number of clients, so default_num_clients='
+            f'{default_num_clients} cannot differ; give one of them')
+    return default_num_clients
 
 
-def _build_thread_stack(n: int, clients_per_thread: int, device: Optional[str]) -> Executor:
+#: Makes the leaf executor of a thread: TFF's `leaf_executor_fn`, called as
+#: ``fn(device=...)`` when it takes a `device` argument, else as ``fn()``.
+LeafExecutorFn = Callable[..., BatchExecutor]
+
+
+def _check_leaf_executor_fn(leaf_executor_fn: Optional[LeafExecutorFn]) -> None:
+    if leaf_executor_fn is not None and not callable(leaf_executor_fn):
+        raise SimharnessTypeError(
+            f'leaf_executor_fn must be a callable returning an executor (e.g. '
+            f'EagerTFExecutor), got {leaf_executor_fn!r} of type '
+            f'{type(leaf_executor_fn).__name__}', expected='callable',
+            actual=type(leaf_executor_fn))
+
+
+def _takes_device(fn: Callable[..., object]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+    return any(p.name == 'device' or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _leaf(device: Optional[str], cache: FunctionCache,
+          leaf_executor_fn: Optional[LeafExecutorFn]) -> BatchExecutor:
+    if leaf_executor_fn is None:
+        return EagerTFExecutor(device=device, function_cache=cache)
+    leaf = leaf_executor_fn(device=device) if _takes_device(leaf_executor_fn) else leaf_executor_fn()
+    if not isinstance(leaf, BatchExecutor):
+        if isinstance(leaf, Executor):
+            leaf.close()
+        raise SimharnessTypeError(
+            f'leaf_executor_fn returned {leaf!r} of type {type(leaf).__name__}; a leaf executor '
+            f'must be a BatchExecutor such as EagerTFExecutor', expected=BatchExecutor,
+            actual=type(leaf))
+    return leaf
+
+
+def _thread_eager(name: str, device: Optional[str], cache: FunctionCache,
+                  leaf_executor_fn: Optional[LeafExecutorFn] = None) -> ThreadDelegatingExecutor:
+    return ThreadDelegatingExecutor(_leaf(device, cache, leaf_executor_fn), name=name)
+
+
+def _build_thread_stack(n: int, clients_per_thread: int, device: Optional[str],
+                        leaf_executor_fn: Optional[LeafExecutorFn] = None) -> Executor:
     cache = FunctionCache()
-    server = _thread_eager('simharness-server', device, cache)
-    unplaced = _thread_eager('simharness-unplaced', device, cache)
-    groups = [(_thread_eager(f'simharness-clients-{i}', device, cache), size)
+    server = _thread_eager('simharness-server', device, cache, leaf_executor_fn)
+    unplaced = _thread_eager('simharness-unplaced', device, cache, leaf_executor_fn)
+    groups = [(_thread_eager(f'simharness-clients-{i}', device, cache, leaf_executor_fn), size)
               for i, size in enumerate(split_blocks(n, clients_per_thread))]
     federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
     return ReferenceResolvingExecutor(federating)
 
 
 def thread_debugging_executor_factory(num_clients: Optional[int] = None,
-                                      clients_per_thread: int = 1) -> ExecutorFactory:
+                                      clients_per_thread: int = 1, *,
+                                      default_num_clients: Optional[int] = None,
+                                      leaf_executor_fn: Optional[LeafExecutorFn] = None
+                                      ) -> ExecutorFactory:
     """TFF's debugging stack: one thread (and EagerTF executor) per client group.
 
     Args:
       num_clients: the number of clients when the arguments do not tell
         (and the only one accepted when given).
       clients_per_thread: clients hosted by each thread's EagerTF executor.
+      default_num_clients: the number of clients when the arguments do not
+        tell, without fixing it (TFF's; default 1).
+      leaf_executor_fn: makes each thread's leaf executor (TFF's; default
+        `EagerTFExecutor`), called with ``device=`` when it takes one.
     """
     check_int('num_clients', num_clients, 0, allow_none=True)
     check_int('clients_per_thread', clients_per_thread, 1)
-    return CachingExecutorFactory(lambda n: _build_thread_stack(n, clients_per_thread, None),
-                                  num_clients)
+    _check_default_num_clients(num_clients, default_num_clients)
+    _check_leaf_executor_fn(leaf_executor_fn)
+    return CachingExecutorFactory(
+        lambda n: _build_thread_stack(n, clients_per_thread, None, leaf_executor_fn),
+        num_clients, default_num_clients=default_num_clients)
 
 
 def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread: int = 1,
                            max_fanout: int = 32, device: Optional[str] = None,
-                           max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS) -> ExecutorFactory:
+                           max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS, *,
+                           default_num_clients: Optional[int] = None,
+                           leaf_executor_fn: Optional[LeafExecutorFn] = None) -> ExecutorFactory:
     """The everyday local stack of threads.
 
     Args:
       num_clients: as in `thread_debugging_executor_factory`.
+      default_num_clients, leaf_executor_fn: as in
+        `thread_debugging_executor_factory`.
       clients_per_thread: clients per client thread; raised automatically so
         that there are at most `max_fanout` client threads.
       max_fanout: the most client threads a stack may have.
@@ -149,11 +226,14 @@ def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread
     check_int('max_fanout', max_fanout, 1)
     pinning.check_tf_device('device', device)
     check_int('max_cached_stacks', max_cached_stacks, 1)
+    _check_default_num_clients(num_clients, default_num_clients)
+    _check_leaf_executor_fn(leaf_executor_fn)
 
     def build(n: int) -> Executor:
         per = max(clients_per_thread, math.ceil(n / max_fanout)) if n else clients_per_thread
-        return _build_thread_stack(n, per, device)
-    return CachingExecutorFactory(build, num_clients, max_cached_stacks)
+        return _build_thread_stack(n, per, device, leaf_executor_fn)
+    return CachingExecutorFactory(build, num_clients, max_cached_stacks,
+                                  default_num_clients=default_num_clients)
 
 
 # ---------------------------------------------------------------- process stacks
@@ -197,10 +277,11 @@ class ProcessExecutorFactory(CachingExecutorFactory):
     """
 
     def __init__(self, pool, num_clients: Optional[int], max_cached_stacks: int,
-                 owns_pool: bool = True):
+                 owns_pool: bool = True, default_num_clients: Optional[int] = None):
         self.pool = pool
         self.owns_pool = owns_pool
-        super().__init__(self._build_process_stack, num_clients, max_cached_stacks)
+        super().__init__(self._build_process_stack, num_clients, max_cached_stacks,
+                         default_num_clients)
 
     def _build_process_stack(self, n: int) -> Executor:
         from simharness.executors.worker_delegating import WorkerDelegatingExecutor
@@ -276,11 +357,15 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
                              start: bool = False, worker_options: Optional[dict] = None,
                              pool: Optional[WorkerPool] = None,
                              request_timeout: Optional[float] = None,
-                             liveness_timeout: float = 60.0) -> ProcessExecutorFactory:
+                             liveness_timeout: float = 60.0, *,
+                             default_num_clients: Optional[int] = None) -> ProcessExecutorFactory:
     """Stacks whose client executors live in pinned worker processes.
 
     Args:
       num_clients: as in `local_executor_factory`.
+      default_num_clients: as in `local_executor_factory` (there is no
+        `leaf_executor_fn`: the workers' leaf executors are built in the
+        workers, which run none of the driver's Python code).
       num_workers: worker processes (default: usable CPU cores, or
         GPUs x `workers_per_gpu` when `devices` names GPUs).
       clients_per_worker: the most clients a worker runs through one TF call
@@ -312,12 +397,14 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
     check_int('num_clients', num_clients, 0, allow_none=True)
     check_int('max_cached_stacks', max_cached_stacks, 1)
     check_bool('start', start)
+    _check_default_num_clients(num_clients, default_num_clients)
     owns = pool is None
     if pool is None:
         pool = create_worker_pool(num_workers, clients_per_worker, cpu_affinity, devices,
                                   workers_per_gpu, arena_bytes, start_timeout, worker_options,
                                   request_timeout, liveness_timeout)
-    factory = ProcessExecutorFactory(pool, num_clients, max_cached_stacks, owns_pool=owns)
+    factory = ProcessExecutorFactory(pool, num_clients, max_cached_stacks, owns_pool=owns,
+                                     default_num_clients=default_num_clients)
     if start:
         pool.start()
     return factory
