@@ -192,8 +192,7 @@ def federated_map(fn: Any, arg: Any) -> tracing.Value:
 
 def federated_apply(fn: Any, arg: Any) -> tracing.Value:
     """`federated_map` at the server (TFF's older name)."""
-    _federated(arg, 'federated_apply', T.SERVER)
-    return federated_map(fn, arg)
+    return federated_map(fn, tracing.Value(_federated(arg, 'federated_apply', T.SERVER)))
 
 
 def federated_broadcast(value: Any) -> tracing.Value:
