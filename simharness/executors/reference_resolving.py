@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple, cast
 
+import asyncio
 import collections.abc
 import inspect
 import types
@@ -118,6 +119,10 @@ class ReferenceResolvingExecutor(Executor):
     """
 
     def __init__(self, target: Executor):
+        """Raises a `TypeError` naming `target` unless it is an `Executor`."""
+        from simharness.validation import check_instance  # local: keeps this change to __init__
+        check_instance('ReferenceResolvingExecutor target', target, Executor,
+                       'an Executor (e.g. a FederatingExecutor or an EagerTFExecutor)')
         self._target = target
         self._closed = False
 
@@ -204,6 +209,37 @@ class ReferenceResolvingExecutor(Executor):
         result = await self._target.create_call(cast(ExecutorValue, fn._target_value), target_arg)
         return ReferenceResolvingValue(ft.result, target_value=result)
 
+    async def _evaluate_block(self, comp: bb.Block, scope: _Scope) -> ReferenceResolvingValue:
+        """Evaluates a block's locals as a dataflow: each starts at once, and waits only
+        for the locals it references (so independent intrinsics, such as a round's two
+        aggregations, are in flight together). Every local is evaluated, used or not,
+        and its error is raised, as when they ran one after the other.
+        """
+        tasks: List[asyncio.Future] = []
+        for name, value in comp.locals:
+            task = asyncio.ensure_future(self._evaluate(value, scope))
+            tasks.append(task)
+            scope = _Scope(name, task, scope)
+        try:
+            result = await self._evaluate(comp.result, scope)
+        except asyncio.CancelledError:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        except Exception:
+            self._raise_first(await asyncio.gather(*tasks, return_exceptions=True))
+            raise
+        # The error of the first failing local in program order, as sequential evaluation.
+        self._raise_first(await asyncio.gather(*tasks, return_exceptions=True))
+        return result
+
+    @staticmethod
+    def _raise_first(outcomes: List[Any]) -> None:
+        for o in outcomes:
+            if isinstance(o, Exception):
+                raise o
+
     async def _select(self, source: ReferenceResolvingValue, index: int) -> ReferenceResolvingValue:
         if source._struct is not None:
             return source._struct[index][1]
@@ -215,19 +251,23 @@ class ReferenceResolvingExecutor(Executor):
 
     async def _evaluate(self, comp: bb.ComputationBuildingBlock, scope: _Scope) -> ReferenceResolvingValue:
         if isinstance(comp, bb.Reference):
-            return scope.resolve(comp.name)
+            value = scope.resolve(comp.name)
+            if isinstance(value, asyncio.Future):  # a Block local still being evaluated
+                return await asyncio.shield(value)
+            return value
         if isinstance(comp, bb.Lambda):
             return ReferenceResolvingValue(comp.type_signature, closure=(comp, scope))
         if isinstance(comp, bb.Block):
-            for name, value in comp.locals:
-                scope = _Scope(name, await self._evaluate(value, scope), scope)
-            return await self._evaluate(comp.result, scope)
+            return await self._evaluate_block(comp, scope)
         if isinstance(comp, bb.Call):
-            fn = await self._evaluate(comp.fn, scope)
-            arg = None if comp.arg is None else await self._evaluate(comp.arg, scope)
+            if comp.arg is None:
+                return await self._call(await self._evaluate(comp.fn, scope), None)
+            fn, arg = await asyncio.gather(self._evaluate(comp.fn, scope),
+                                           self._evaluate(comp.arg, scope))
             return await self._call(fn, arg)
         if isinstance(comp, bb.Struct):
-            elems = [(n, await self._evaluate(e, scope)) for n, e in comp.elements]
+            values = await asyncio.gather(*[self._evaluate(e, scope) for _, e in comp.elements])
+            elems = [(n, v) for (n, _), v in zip(comp.elements, values)]
             return ReferenceResolvingValue(comp.type_signature, struct=elems)
         if isinstance(comp, bb.Selection):
             return await self._select(await self._evaluate(comp.source, scope), comp.index)
