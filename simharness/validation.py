@@ -4,15 +4,28 @@ Every check names the argument, the value it got, the value's type and what
 was expected, e.g. ``arena_bytes must be an int >= 1, got 0 of type int``.
 Wrong types raise `SimharnessTypeError` (a bool is not an int nor a number);
 values of the right type out of range raise `SimharnessValueError`.
+
+Two more classes of TFF's builtin errors live here, with the checks that
+raise them: `SimharnessAttributeError` (a missing struct element, so that
+``hasattr`` works) and `EagerModeError` (a `RuntimeError`: an eager-only
+object built inside a TF graph).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional
+from typing import Any, Optional, Tuple, Union
 
-from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.errors import SimharnessError, SimharnessTypeError, SimharnessValueError
+
+
+class SimharnessAttributeError(SimharnessError, AttributeError):
+    """A struct (type, value or traced value) has no element of that name (TFF: AttributeError)."""
+
+
+class EagerModeError(SimharnessError, RuntimeError):
+    """An eager-only object was created outside eager mode (TFF: RuntimeError)."""
 
 
 def _got(value: Any) -> str:
@@ -114,3 +127,112 @@ def check_bool(name: str, value: Any) -> bool:
         raise SimharnessTypeError(f'{name} must be a bool (True or False), {_got(value)}',
                                   expected=bool, actual=type(value))
     return value
+
+
+def check_instance(name: str, value: Any, cls: Union[type, Tuple[type, ...]],
+                   expected: str) -> Any:
+    """`value` if it is an instance of `cls`, else a `SimharnessTypeError` naming `name`.
+
+    Args:
+      name: the argument's name.
+      value: the value to check.
+      cls: the class (or classes) accepted.
+      expected: what was expected, in words (``'an Executor'``).
+    """
+    if not isinstance(value, cls):
+        raise SimharnessTypeError(f'{name} must be {expected}, {_got(value)}',
+                                  expected=cls, actual=type(value))
+    return value
+
+
+def check_callable(name: str, value: Any, expected: str) -> Any:
+    """`value` if it is callable (a class too), else a `SimharnessTypeError` naming `name`."""
+    if not callable(value):
+        raise SimharnessTypeError(f'{name} must be {expected}, {_got(value)}',
+                                  expected='callable', actual=type(value))
+    return value
+
+
+def check_type_spec_matches(type_spec: Any, actual: Any, what: str) -> None:
+    """Raises unless an explicit `type_spec` can hold a value of type `actual` (TFF's rule).
+
+    Args:
+      type_spec: the type the caller gave (anything `to_type` takes), or None.
+      actual: the value's own type (a `simharness.core.types.Type`).
+      what: the value, in words (``'computation'``, ``'intrinsic federated_sum'``).
+
+    Raises:
+      SimharnessTypeError: `actual` is not assignable to `type_spec`.
+    """
+    if type_spec is None:
+        return
+    from simharness.core import types as T  # local: types imports this module
+    t = T.to_type(type_spec)
+    if not t.is_assignable_from(actual):
+        raise SimharnessTypeError(
+            f'the {what} of type {actual} is not assignable to the type_spec {t} given '
+            f'with it', expected=t, actual=actual)
+
+
+def check_constant(value: Any, type_spec: Any, what: str = 'constant') -> Any:
+    """`value` as a numpy array of the tensor type `type_spec`, or a `SimharnessTypeError`.
+
+    TFF refuses a constant whose type is not assignable to the parameter's;
+    here, as there, nothing is silently truncated, wrapped or parsed: a float
+    for an integer type, an int out of the integer type's range, a finite
+    float that overflows to infinity, a string for a number (or a number for
+    a string) and a shape that does not match are refused. Ints are accepted
+    for float types and bools for numbers (exact conversions).
+
+    Args:
+      value: a Python or numpy constant (or a nested list of them).
+      type_spec: the expected `TensorType`.
+      what: the value, in words, for the message.
+
+    Returns:
+      a numpy array of ``type_spec.dtype`` (an object array of str/bytes for
+      a string type).
+
+    Raises:
+      SimharnessTypeError: `value` does not fit `type_spec`.
+    """
+    import numpy as np  # local: this module stays free of heavy imports
+
+    def refuse(reason: str) -> SimharnessTypeError:
+        return SimharnessTypeError(
+            f'{what} {value!r} of type {type(value).__name__} does not fit the expected type '
+            f'{type_spec}: {reason}', expected=type_spec, actual=type(value))
+
+    want = np.dtype(type_spec.dtype)
+    try:
+        a = np.asarray(value)
+    except (ValueError, OverflowError) as e:  # a ragged nested list
+        raise refuse(f'it is not an array ({e})') from None
+    is_text = a.dtype.kind in 'US' or (a.dtype.kind == 'O' and a.size > 0 and all(
+        isinstance(x, (str, bytes)) for x in a.reshape(-1)))
+    if want == np.dtype(object):  # a string tensor
+        if not (is_text or (a.dtype.kind == 'O' and a.size == 0)):
+            raise refuse('expected a str or bytes')
+        out = a
+    else:
+        if is_text or a.dtype.kind == 'O':
+            reason = ('an int outside int64' if a.dtype.kind == 'O' and not is_text
+                      else 'a string is not a number')
+            raise refuse(f'{reason}; expected a value of dtype {want.name}')
+        if a.dtype.kind in 'iu' and want.kind in 'iu':
+            info = np.iinfo(want)
+            if a.size and (a.min() < info.min or a.max() > info.max):
+                raise refuse(f'outside the range [{info.min}, {info.max}] of {want.name}')
+        elif not np.can_cast(a.dtype, want, 'same_kind'):
+            raise refuse(f'a {a.dtype.name} value would be truncated or changed in '
+                         f'{want.name}; convert it explicitly')
+        with np.errstate(over='ignore', invalid='ignore'):
+            out = a.astype(want)
+        if want.kind in 'fc' and a.dtype.kind in 'fc' and np.any(
+                np.isfinite(a) & ~np.isfinite(out)):
+            raise refuse(f'it overflows {want.name}')
+    shape = type_spec.shape
+    if shape is not None and (len(shape) != a.ndim or any(
+            d is not None and d != s for d, s in zip(shape, a.shape))):
+        raise refuse(f'its shape {list(a.shape)} is not {list(shape)}')
+    return out

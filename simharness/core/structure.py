@@ -15,7 +15,8 @@ import attrs
 import numpy as np
 
 from simharness.core import types as T
-from simharness.errors import SimharnessTypeError
+from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.validation import SimharnessAttributeError
 
 
 class Struct:
@@ -27,6 +28,12 @@ class Struct:
         items = list(items)
         self._names = tuple(n for n, _ in items)
         self._values = tuple(v for _, v in items)
+        named = [n for n in self._names if n is not None]
+        if len(set(named)) != len(named):  # TFF: ValueError, names must be unique
+            dups = sorted({n for n in named if named.count(n) > 1})
+            raise SimharnessValueError(
+                f'Struct element names must be unique, got {list(self._names)} '
+                f'(repeated: {dups})')
 
     @classmethod
     def unnamed(cls, *values: Any) -> 'Struct':
@@ -43,8 +50,8 @@ class Struct:
         return iter(self._values)
 
     def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, str):
-            return self._values[self.index_of(key)]
+        if isinstance(key, str):  # by name, as TFF's: an AttributeError when missing
+            return self.__getattr__(key)
         return self._values[key]
 
     def __getattr__(self, name: str) -> Any:
@@ -53,7 +60,9 @@ class Struct:
         try:
             return self._values[self._names.index(name)]
         except ValueError:
-            raise AttributeError(name) from None
+            raise SimharnessAttributeError(
+                f'Struct has no element named {name!r}; its names are '
+                f'{list(self._names)}') from None
 
     def index_of(self, name: str) -> int:
         try:

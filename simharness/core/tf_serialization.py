@@ -252,16 +252,33 @@ def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bo
 
 
 def constant_computation(value: Any, type_spec: Optional[T.Type] = None) -> bb.CompiledComputation:
-    """A no-parameter `CompiledComputation` returning the constant `value`."""
+    """A no-parameter `CompiledComputation` returning the constant `value`.
+
+    Raises:
+      SimharnessTypeError: `value` does not fit `type_spec` (a float for an
+        int, an int out of range, a string for a number, another shape).
+      SimharnessValueError: without `type_spec`, a Python int beyond int64.
+    """
     from simharness.core.structure import from_container
+    from simharness.validation import check_constant
+
+    def check(v, t):  # eagerly, before tracing: errors name the value, not a graph op
+        if isinstance(t, T.StructType):
+            return Struct((n, check(x, e)) for (n, e), x in zip(t.items(), v))
+        if not isinstance(t, T.TensorType):
+            raise SimharnessTypeError(f'constant {v!r} of type {type(v).__name__} cannot have '
+                                      f'the type {t}; expected a tensor type', expected=t,
+                                      actual=type(v))
+        return check_constant(v, t)
+
+    t = type_spec if type_spec is not None else T.infer_type(value)
+    arrays = check(from_container(value, t) if isinstance(t, T.StructType) else value, t)
 
     def make():
-        def build(v, t):
+        def build(a, t):
             if isinstance(t, T.StructType):
-                return Struct((n, build(x, e)) for (n, e), x in zip(t.items(), v))
-            return tf.constant(np.asarray(v, dtype=t.dtype if t.dtype != np.dtype(object) else None),
-                               dtype=tf_dtype(t.dtype), shape=t.shape)
-        t = type_spec if type_spec is not None else T.infer_type(value)
-        return build(from_container(value, t) if isinstance(t, T.StructType) else value, t)
+                return Struct((n, build(x, e)) for (n, e), x in zip(t.items(), a))
+            return tf.constant(a, dtype=tf_dtype(t.dtype))
+        return build(arrays, t)
 
     return serialize_tf_function(make, None, False, name='constant')

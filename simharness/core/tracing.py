@@ -22,6 +22,7 @@ import attrs
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError
+from simharness.validation import SimharnessAttributeError
 
 
 class _Scope:
@@ -91,17 +92,25 @@ class Value:
         return t
 
     def __getattr__(self, name: str) -> 'Value':
+        # An AttributeError (so that `hasattr` works), as TFF's `Value`, for a
+        # missing element and for a value that is not a struct at all.
         if name.startswith('__'):
             raise AttributeError(name)
-        st = self._struct_type()
+        t = self.type_signature
+        st = t.member if isinstance(t, T.FederatedType) else t
+        if not isinstance(st, T.StructType):
+            raise SimharnessAttributeError(
+                f'a value of non-struct type {t} has no attribute {name!r}')
         if name not in st.names:
-            raise AttributeError(f'value of type {self.type_signature} has no element {name!r}')
+            raise SimharnessAttributeError(
+                f'value of type {t} has no element {name!r}; its names are '
+                f'{[n for n in st.names if n is not None]}')
         return Value(bb.Selection(self._comp, name=name))
 
     def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):  # by name: as attribute access (TFF's rule)
+            return self.__getattr__(key)
         st = self._struct_type()
-        if isinstance(key, str):
-            return Value(bb.Selection(self._comp, name=key))
         if isinstance(key, slice):
             return [self[i] for i in range(len(st))[key]]
         return Value(bb.Selection(self._comp, index=int(key)))

@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.validation import SimharnessAttributeError
 
 
 # ---------------------------------------------------------------- placements
@@ -229,8 +230,9 @@ class StructType(Type):
         seen = set()
         for n in names:
             if n is not None:
-                if n in seen:
-                    raise SimharnessTypeError(f'duplicate element name {n!r} in struct')
+                if n in seen:  # TFF: ValueError (its StructType is a Struct)
+                    raise SimharnessValueError(
+                        f'duplicate element name {n!r} in struct type elements {names}')
                 seen.add(n)
         self._names = tuple(names)
         self._elements = tuple(types)
@@ -244,17 +246,18 @@ class StructType(Type):
         return iter(self._elements)
 
     def __getitem__(self, key: Union[int, str]) -> Type:
-        if isinstance(key, str):
-            return self._elements[self.index_of(key)]
+        if isinstance(key, str):  # by name, as TFF's: an AttributeError when missing
+            return self.__getattr__(key)
         return self._elements[key]
 
     def __getattr__(self, name: str) -> Type:
         if name.startswith('_'):
             raise AttributeError(name)
         try:
-            return self._elements[self.index_of(name)]
-        except (KeyError, SimharnessTypeError):
-            raise AttributeError(name) from None
+            return self._elements[self._names.index(name)]
+        except ValueError:
+            raise SimharnessAttributeError(
+                f'struct type {self} has no element named {name!r}') from None
 
     def index_of(self, name: str) -> int:
         try:
@@ -507,6 +510,10 @@ def type_at_server(member: Any) -> FederatedType:
     return FederatedType(member, SERVER, True)
 
 
+_INT32_MIN, _INT32_MAX = -2 ** 31, 2 ** 31 - 1
+_INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
 def infer_type(value: Any) -> Type:
     """The type of a Python/numpy/TF value, as the execution context sees it."""
     cls_name = type(value).__name__
@@ -522,7 +529,14 @@ def infer_type(value: Any) -> Type:
     if isinstance(value, bool):
         return TensorType(np.bool_)
     if isinstance(value, int):
-        return TensorType(np.int32)
+        # As `tf.constant`: int32 when it fits, else int64; beyond int64 an error.
+        if _INT32_MIN <= value <= _INT32_MAX:
+            return TensorType(np.int32)
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return TensorType(np.int64)
+        raise SimharnessValueError(
+            f'the Python int {value} does not fit int64 (the widest TF integer a Python int '
+            f'converts to); pass a numpy array of an explicit dtype or a float')
     if isinstance(value, float):
         return TensorType(np.float32)
     if isinstance(value, (str, bytes)):

@@ -35,6 +35,7 @@ from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import (ExecutorClosedError, SimharnessTypeError, SimharnessValueError)
 from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
+from simharness.validation import EagerModeError, check_int, check_type_spec_matches
 
 _DEFAULT_CACHE_SIZE = 256
 
@@ -451,6 +452,37 @@ def ingest(value: Any, t: T.Type) -> Any:
     raise SimharnessTypeError(f'an EagerTFExecutor cannot hold a value of type {t}', actual=t)
 
 
+def _secure_bound_text(params: Dict[str, Any], bound: int) -> str:
+    """What set a secure sum's bound, for its range error: max_input or bitwidth."""
+    if params.get('bound_from') == 'max_input':
+        return f' (max_input {int(bound) - 1})'
+    if params.get('bound_from') == 'bitwidth':
+        return f' (bitwidth {int(bound).bit_length() - 1})'
+    return ''
+
+
+def _element_leaves(elem: Any, t: T.Type) -> List[Any]:
+    """The leaves of a dataset element in the order of its type `t`.
+
+    Not `tf.nest.flatten`, which sorts dict keys: an element
+    ``OrderedDict(y=..., x=...)`` has the leaves (y, x), as its type says.
+    """
+    if not isinstance(t, T.StructType):
+        return [elem]
+    names = t.names
+    if isinstance(elem, collections.abc.Mapping) and all(n is not None for n in names):
+        parts = [elem[n] for n in names]
+    elif isinstance(elem, Struct) or not all(n is not None for n in names) or isinstance(
+            elem, (list, tuple)) and not T._is_namedtuple(elem):
+        parts = list(elem)
+    else:  # a namedtuple or an attrs class: by name
+        parts = [getattr(elem, cast(str, n)) for n in names]
+    out: List[Any] = []
+    for p, e in zip(parts, t):
+        out.extend(_element_leaves(p, e))
+    return out
+
+
 def _flatten_arg(value: Any) -> List[Any]:
     leaves = flatten(value)
     return [tf.data.experimental.to_variant(l) if isinstance(l, tf.data.Dataset) else l
@@ -562,27 +594,73 @@ class FunctionCache:
             self._items.clear()
 
 
+def _check_device(device: str) -> None:
+    """Raises a `SimharnessValueError` unless TF has a logical device matching `device`."""
+    try:
+        spec = tf.DeviceSpec.from_string(device)
+    except ValueError as e:
+        raise SimharnessValueError(
+            f'device {device!r} is not a TF device name (such as \'/CPU:0\' or \'/GPU:1\'): '
+            f'{e}') from None
+    devices = tf.config.list_logical_devices()
+    for d in devices:
+        have = tf.DeviceSpec.from_string(d.name)
+        if ((spec.device_type is None or spec.device_type.upper() == have.device_type.upper())
+                and (spec.device_index is None or spec.device_index == have.device_index)):
+            return
+    raise SimharnessValueError(
+        f'device {device!r} is not on this machine; its logical devices are '
+        f'{[d.name for d in devices]} (tf.config.list_logical_devices())')
+
+
 class EagerTFExecutor(BatchExecutor):
     """Runs serialized TF computations eagerly on `device` (TFF's EagerTFExecutor).
 
     Args:
-      device: a TF device name ('/CPU:0', '/GPU:1'); None lets TF choose.
+      device: a TF device name ('/CPU:0', '/GPU:1') or a
+        `tf.config.LogicalDevice` (TFF's spelling); None lets TF choose.
       cache_size: how many embedded functions to keep (least recently used
         ones are dropped), when no shared `function_cache` is given.
       function_cache: a `FunctionCache` shared with other executors.
       max_batch_size: the most clients run through one TF call (bounds the
         memory of a batched map); None: no bound.
+
+    Raises:
+      RuntimeError: not executing eagerly (inside a `tf.Graph().as_default()`
+        block or a `tf.function`), as TFF's.
+      TypeError: `device` is neither a str nor a `tf.config.LogicalDevice`.
+      ValueError: this machine has no such device (see
+        `tf.config.list_logical_devices()`).
     """
 
-    def __init__(self, device: Optional[str] = None, cache_size: int = _DEFAULT_CACHE_SIZE,
+    def __init__(self, device: Optional[Any] = None, cache_size: int = _DEFAULT_CACHE_SIZE,
                  function_cache: Optional[FunctionCache] = None,
                  max_batch_size: Optional[int] = None):
-        if max_batch_size is not None and (not isinstance(max_batch_size, int) or max_batch_size < 1):
-            raise SimharnessValueError(f'max_batch_size must be None or an int >= 1, got '
-                                       f'{max_batch_size!r}')
+        if not tf.executing_eagerly():
+            raise EagerModeError(
+                'EagerTFExecutor can only be constructed in eager mode; it was constructed '
+                'inside a TF graph (a `tf.Graph().as_default()` block or a `tf.function`)')
+        max_batch_size = check_int('max_batch_size', max_batch_size, 1, allow_none=True)
+        if function_cache is None:
+            check_int('cache_size', cache_size, 1)
+        elif not isinstance(function_cache, FunctionCache):
+            raise SimharnessTypeError(
+                f'function_cache must be a FunctionCache or None, got {function_cache!r} of '
+                f'type {type(function_cache).__name__}', expected=FunctionCache,
+                actual=type(function_cache))
+        if isinstance(device, tf.config.LogicalDevice):
+            device = device.name
+        elif device is not None and not isinstance(device, str):
+            raise SimharnessTypeError(
+                f'device must be a TF device name (a str such as \'/CPU:0\'), a '
+                f'tf.config.LogicalDevice or None, got {device!r} of type {type(device).__name__}',
+                expected=str, actual=type(device))
         # Bit-identical results on every stack: ops run on a fixed number of
         # intra-op threads in every process (see simharness.core.determinism).
+        # Before the device check: listing devices starts the TF runtime.
         determinism.pin_tensorflow_threads()
+        if device:
+            _check_device(device)
         self._max_batch = max_batch_size
         self._device = device
         self._owns_cache = function_cache is None
@@ -633,9 +711,17 @@ class EagerTFExecutor(BatchExecutor):
             hint = type_spec.parameter if isinstance(type_spec, T.FunctionType) else None
             value = value.to_building_block(hint)
         if isinstance(value, bb.CompiledComputation):
+            check_type_spec_matches(type_spec, value.type_signature, 'computation')
             return EagerValue(self.embed(value), value.type_signature)
         if isinstance(value, EagerValue):
+            check_type_spec_matches(type_spec, value.type_signature, 'value')
             return value
+        if isinstance(value, bb.ComputationBuildingBlock):
+            raise SimharnessTypeError(
+                f'an EagerTFExecutor embeds compiled TF computations, not a '
+                f'{type(value).__name__} building block (of type {value.type_signature}); '
+                'put a ReferenceResolvingExecutor (and a FederatingExecutor) above it',
+                actual=value.type_signature)
         t = T.to_type(type_spec) if type_spec is not None else T.infer_type(value)
         if isinstance(t, T.FunctionType):
             raise SimharnessTypeError(f'a function of type {t} must be given as a compiled '
@@ -908,7 +994,7 @@ class EagerTFExecutor(BatchExecutor):
                         pos = tuple(int(p) for p in np.argwhere(bad)[0])
                         raise SimharnessValueError(
                             f'client {start + pos[0]}: element {pos[1:]} = {x[pos]} is outside '
-                            f'[0, {m - 1}] (bitwidth {int(m).bit_length() - 1})')
+                            f'[0, {m - 1}]{_secure_bound_text(params, m)}')
                     out.append(x.astype(np.uint64))
                 else:
                     out.append(np.mod(x.astype(np.int64), np.int64(m)).astype(np.uint64))
@@ -1048,8 +1134,7 @@ class EagerTFExecutor(BatchExecutor):
 
             def mapper(*elem):
                 elem = elem[0] if len(elem) == 1 else elem
-                leaves = tf.nest.flatten(elem)
-                out = fn.call_flat(leaves)
+                out = fn.call_flat(_element_leaves(elem, et))
                 return tf.nest.pack_sequence_as(spec, out)
             return EagerValue(ds.map(mapper), T.SequenceType(rt))
         if op == 'sequence_reduce':
@@ -1059,7 +1144,7 @@ class EagerTFExecutor(BatchExecutor):
             zero_leaves = tuple(_flatten_arg(zero.internal))
 
             def reduce_fn(acc, elem):
-                out = fn.call_flat(list(acc) + tf.nest.flatten(elem))
+                out = fn.call_flat(list(acc) + _element_leaves(elem, et))
                 return tuple(out)
             res = ds.reduce(zero_leaves, reduce_fn)
             return EagerValue(_pack_result(list(res), at), at)
@@ -1067,7 +1152,7 @@ class EagerTFExecutor(BatchExecutor):
             leaves_t = T.flatten_type(et)
             zeros = tuple(tf.zeros(lt.shape, tf_dtype(lt.dtype)) for lt in leaves_t)
             res = ds.reduce(zeros, lambda acc, elem: tuple(
-                a + e for a, e in zip(acc, tf.nest.flatten(elem))))
+                a + e for a, e in zip(acc, _element_leaves(elem, et))))
             return EagerValue(pack_as(et, list(res)), et)
         raise SimharnessValueError(f'unknown sequence operation {op!r}')
 

@@ -21,6 +21,7 @@ from simharness.core.computation import Computation
 from simharness.core.structure import Struct, from_container
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
 from simharness.executors.base import BatchExecutor, Executor, ExecutorValue, normalize_struct_elements
+from simharness.validation import check_callable, check_instance, check_type_spec_matches
 
 
 class FederatingValue(ExecutorValue):
@@ -92,15 +93,32 @@ class FederatingExecutor(Executor):
     """Placements and intrinsics, as in TFF's `FederatingExecutor`.
 
     Args:
-      strategy_factory: called with this executor, returns its strategy.
+      strategy_factory: called with this executor, returns its strategy
+        (e.g. ``FederatedResolvingStrategy.factory({...})``).
       unplaced_executor: runs unplaced values and compiled TF.
+
+    Raises:
+      TypeError: `strategy_factory` is not callable or does not return a
+        `FederatingStrategy`; `unplaced_executor` is not an `Executor`.
     """
 
     def __init__(self, strategy_factory: Callable[['FederatingExecutor'], FederatingStrategy],
                  unplaced_executor: BatchExecutor):
+        check_callable('FederatingExecutor strategy_factory', strategy_factory,
+                       'a strategy factory: a callable taking the FederatingExecutor and '
+                       'returning a FederatingStrategy (e.g. FederatedResolvingStrategy.factory('
+                       '{SERVER: ..., CLIENTS: [...]}))')
+        check_instance('FederatingExecutor unplaced_executor', unplaced_executor, Executor,
+                       'an Executor (e.g. an EagerTFExecutor)')
         self._unplaced = unplaced_executor
-        self.strategy = strategy_factory(self)
         self._closed = False
+        strategy = strategy_factory(self)
+        if not isinstance(strategy, FederatingStrategy):
+            raise SimharnessTypeError(
+                f'FederatingExecutor strategy_factory must return a FederatingStrategy, '
+                f'{strategy_factory!r} returned {strategy!r} of type {type(strategy).__name__}',
+                expected=FederatingStrategy, actual=type(strategy))
+        self.strategy = strategy
 
     @property
     def unplaced_executor(self) -> BatchExecutor:
@@ -116,6 +134,7 @@ class FederatingExecutor(Executor):
     async def create_value(self, value: Any, type_spec: Any = None) -> FederatingValue:
         self._check_open()
         if isinstance(value, FederatingValue):
+            check_type_spec_matches(type_spec, value.type_signature, 'value')
             return value
         if isinstance(value, Computation):  # a computation given as is (TFF's raw API)
             hint = type_spec.parameter if isinstance(type_spec, T.FunctionType) else None
@@ -123,10 +142,13 @@ class FederatingExecutor(Executor):
         if isinstance(value, T.PlacementLiteral):  # simharness.SERVER / CLIENTS
             value = bb.Placement(value)
         if isinstance(value, bb.Intrinsic):
+            check_type_spec_matches(type_spec, value.type_signature, f'intrinsic {value.uri}')
             return FederatingValue('intrinsic', (value.uri, value.static), value.type_signature, self)
         if isinstance(value, bb.Placement):
+            check_type_spec_matches(type_spec, value.type_signature, f'placement {value.literal}')
             return FederatingValue('placement', value.literal, value.type_signature, self)
         if isinstance(value, bb.CompiledComputation):
+            check_type_spec_matches(type_spec, value.type_signature, 'computation')
             return self.unplaced(await self._unplaced.create_value(value, value.type_signature), value)
         if isinstance(value, bb.Lambda):
             raise SimharnessTypeError(

@@ -379,7 +379,8 @@ class FederatedResolvingStrategy(FederatingStrategy):
                 moduli.append(b)
         from simharness.core.structure import pack_as
         return {'bounds': pack_as(member, bounds), 'moduli': pack_as(member, moduli),
-                'dtypes': pack_as(member, [l.dtype for l in leaves])}
+                'dtypes': pack_as(member, [l.dtype for l in leaves]),
+                'bound_from': key}  # what the range error names: max_input or bitwidth
 
     async def _federated_secure_sum_bitwidth(self, arg, static, rt):
         if not T.flatten_type(rt.member):  # an empty struct: nothing to sum

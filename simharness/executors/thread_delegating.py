@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from simharness.core import types as T
 from simharness.core.reduction import Partial
-from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
+from simharness.executors.base import BatchExecutor, Executor, ExecutorValue, normalize_struct_elements
+from simharness.validation import check_instance
 
 
 class ThreadDelegatingValue(ExecutorValue):
@@ -58,11 +59,18 @@ class ThreadDelegatingExecutor(BatchExecutor):
     """Delegates every operation to `target` on a dedicated thread.
 
     Args:
-      target: the executor to run (usually an `EagerTFExecutor`).
+      target: the executor to run (usually an `EagerTFExecutor`; the block
+        operations of a `BatchExecutor` need a `BatchExecutor` target).
       name: the thread's name.
+
+    Raises:
+      TypeError: `target` is not an `Executor`, or `name` not a str.
     """
 
     def __init__(self, target: BatchExecutor, name: str = 'simharness-executor'):
+        check_instance('ThreadDelegatingExecutor target', target, Executor,
+                       'an Executor (e.g. an EagerTFExecutor)')
+        check_instance('ThreadDelegatingExecutor name', name, str, 'a str (the thread name)')
         self._target = target
         self._name = name
         self._lock = threading.Lock()
