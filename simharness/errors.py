@@ -174,3 +174,11 @@ class WorkerTimeoutError(RetryableError, RuntimeError):
         self.op = op
         self.seconds = seconds
         self.reason = reason
+
+
+class SimharnessAttributeError(SimharnessError, AttributeError):
+    """A struct (type, value or traced value) has no element of that name (TFF: AttributeError)."""
+
+
+class EagerModeError(SimharnessError, RuntimeError):
+    """An eager-only object was created outside eager mode (TFF: RuntimeError)."""

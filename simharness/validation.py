@@ -5,10 +5,8 @@ was expected, e.g. ``arena_bytes must be an int >= 1, got 0 of type int``.
 Wrong types raise `SimharnessTypeError` (a bool is not an int nor a number);
 values of the right type out of range raise `SimharnessValueError`.
 
-Two more classes of TFF's builtin errors live here, with the checks that
-raise them: `SimharnessAttributeError` (a missing struct element, so that
-``hasattr`` works) and `EagerModeError` (a `RuntimeError`: an eager-only
-object built inside a TF graph).
+`SimharnessAttributeError` and `EagerModeError` (in `simharness.errors`) are
+re-exported here for the modules that raise them.
 """
 
 from __future__ import annotations
@@ -17,15 +15,8 @@ import math
 import numbers
 from typing import Any, Optional, Tuple, Union
 
-from simharness.errors import SimharnessError, SimharnessTypeError, SimharnessValueError
-
-
-class SimharnessAttributeError(SimharnessError, AttributeError):
-    """A struct (type, value or traced value) has no element of that name (TFF: AttributeError)."""
-
-
-class EagerModeError(SimharnessError, RuntimeError):
-    """An eager-only object was created outside eager mode (TFF: RuntimeError)."""
+from simharness.errors import (EagerModeError, SimharnessAttributeError,  # noqa: F401
+                               SimharnessError, SimharnessTypeError, SimharnessValueError)
 
 
 def _got(value: Any) -> str:

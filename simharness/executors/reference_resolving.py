@@ -24,6 +24,7 @@ from simharness.core.computation import Computation
 from simharness.core.structure import Struct, from_container
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
 from simharness.executors.base import Executor, ExecutorValue, normalize_struct_elements
+from simharness.validation import check_instance, check_type_spec_matches
 
 
 class _Scope:
@@ -120,7 +121,6 @@ class ReferenceResolvingExecutor(Executor):
 
     def __init__(self, target: Executor):
         """Raises a `TypeError` naming `target` unless it is an `Executor`."""
-        from simharness.validation import check_instance  # local: keeps this change to __init__
         check_instance('ReferenceResolvingExecutor target', target, Executor,
                        'an Executor (e.g. a FederatingExecutor or an EagerTFExecutor)')
         self._target = target
@@ -145,6 +145,7 @@ class ReferenceResolvingExecutor(Executor):
         if isinstance(value, T.PlacementLiteral):  # simharness.SERVER / CLIENTS
             value = bb.Placement(value)
         if isinstance(value, bb.ComputationBuildingBlock):
+            check_type_spec_matches(type_spec, value.type_signature, 'computation')
             return await self._evaluate(value, _EMPTY)
         t = T.to_type(type_spec) if type_spec is not None else T.infer_type(value)
         if _has_sequence(t):

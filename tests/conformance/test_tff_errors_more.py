@@ -99,6 +99,8 @@ WRONG = T.FunctionType(T.TensorType(np.float32), T.TensorType(np.float32))
 
 def _raw_stacks():
     yield 'eager', EagerTFExecutor()
+    from simharness.executors.reference_resolving import ReferenceResolvingExecutor
+    yield 'reference-resolving', ReferenceResolvingExecutor(EagerTFExecutor())
     yield 'federating', FederatingExecutor(
         FederatedResolvingStrategy.factory({sh.SERVER: EagerTFExecutor(),
                                             sh.CLIENTS: [EagerTFExecutor()]}),
