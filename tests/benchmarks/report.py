@@ -68,6 +68,27 @@ def tables(b: Dict[str, Dict[str, Any]]) -> str:
                   for n in (1, 2, 8) if f'test_pool_startup[{n}]' in b), None)
     out.append('| s | ' + ' | '.join(_fmt(median(f'test_pool_startup[{n}]'), '.2f')
                                      for n in (1, 2, 8)) + f' | {_fmt(first, ".2f")} |')
+    out += ['', '| FedAvg clients/s: ours / hand-written N-process TF (speed ratio), driver CPU ms per '
+            'round | 1 worker | 2 | 4 | 8 | 16 |', '|---|---|---|---|---|---|']
+    for n in (100, 1000):
+        cells = []
+        for w in (1, 2, 4, 8, 16):
+            name = f'test_scaling_fedavg[{w}w-{n}c]'
+            cells.append(f'{_fmt(extra(name, "clients_per_second"), ".0f")} / '
+                         f'{_fmt(extra(name, "handwritten_clients_per_second"), ".0f")} '
+                         f'({_fmt(extra(name, "speed_vs_handwritten"), ".2f")}x), '
+                         f'{_fmt(extra(name, "driver_cpu_ms_per_round"), ".0f")} ms')
+        out.append(f'| {n:,} clients per round | ' + ' | '.join(cells) + ' |')
+    cells = [_fmt(extra(f'test_driver_cpu_trivial[{w}]', 'driver_cpu_ms_per_round_per_worker'), '.2f')
+             for w in (1, 2, 4, 8, 16)]
+    out.append('| driver CPU ms per round per worker, trivial map+sum of 1,000 clients | '
+               + ' | '.join(cells) + ' |')
+    soak = 'test_soak_fedavg_rss'
+    if soak in b:
+        out += ['', f'Soak, 300 FedAvg rounds on 2 workers: driver RSS '
+                    f'{_fmt(extra(soak, "driver_rss_growth_pct"), "+.2f")} %, worker RSS (largest) '
+                    f'{_fmt(extra(soak, "worker_rss_growth_pct"), "+.2f")} %, '
+                    f'{_fmt(extra(soak, "seconds_per_round"), ".3f")} s per round.']
     return '\n'.join(out)
 
 
