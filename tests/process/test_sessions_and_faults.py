@@ -314,3 +314,19 @@ def test_a_deadlocked_worker_fails_the_call_after_the_liveness_timeout():
             assert err.reason == 'no progress' and err.op == 'PARTIAL_REDUCTION'
             assert 'used no CPU' in str(err) and f'worker {err.worker_id}' in str(err)
             assert time.monotonic() - t0 < 30
+
+
+def test_pool_start_removes_segments_left_by_a_dead_driver():
+    import _posixshmem
+    with open('/proc/sys/kernel/pid_max', encoding='ascii') as f:
+        dead_pid = int(f.read()) + 1  # no process can have it
+    name = f'simharness_{dead_pid}_test{os.urandom(4).hex()}'
+    fd = _posixshmem.shm_open('/' + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    os.close(fd)
+    try:
+        with create_worker_pool(num_workers=1) as pool:
+            pool.start()
+        assert not os.path.exists(os.path.join('/dev/shm', name))
+    finally:
+        if os.path.exists(os.path.join('/dev/shm', name)):
+            os.unlink(os.path.join('/dev/shm', name))
