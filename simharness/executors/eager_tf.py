@@ -29,7 +29,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import determinism
 from simharness.core.computation import Computation
 from simharness.core import types as T
-from simharness.core.reduction import Partial, Reducer
+from simharness.core.reduction import CHUNK, Partial, Reducer
 from simharness.core.structure import tensor_to_numpy, Struct, flatten, from_container, map_structure, pack_as
 from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
@@ -200,6 +200,10 @@ class EmbeddedFunction:
 
         return batched
 
+
+#: Clients a worker reduces at a time (a multiple of the reduction chunk): bounds the
+#: memory of a partial reduction over a big block.
+REDUCTION_SLICE = 16 * CHUNK  # 256 clients
 
 #: Arrays at least this big move between numpy and TF through dlpack.
 DLPACK_MIN_BYTES = 1 << 18
@@ -1045,20 +1049,26 @@ class EagerTFExecutor(BatchExecutor):
                                        total: int, params: Dict[str, Any]) -> Partial:
         self._check_open()
         values = list(values)
+        start_rows, fold_rows, merge = self._row_fns(kind, params)
+        builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
         if kind == 'aggregate':
             t, leaves = self._stacked_numpy(values)
             at = self._fn_of(params['accumulate']).type_signature.result
-        else:
-            t, leaves = self._numpy_rows(kind, values, start, params)
-            at = t
-        start_rows, fold_rows, merge = self._row_fns(kind, params)
-        builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
-        with self._device_scope(), np.errstate(over='ignore'):
-            if kind == 'aggregate':
+            with self._device_scope(), np.errstate(over='ignore'):
                 self._aggregate_rows(builder, leaves, start, params)
-            else:
-                fold_rows_into(builder, leaves, start, start_rows, fold_rows)
-        return _rows_to_values(builder.finish(), t, at)
+            return _rows_to_values(builder.finish(), t, at)
+        # Numpy kinds: in slices of REDUCTION_SLICE clients on absolute multiples of it
+        # (whole chunks), so that a big block is never stacked (and weighted) at once.
+        # The builder sees the same rows in the same order: the same bits.
+        row_type: Any = None
+        pos, i, end = start, 0, start + len(values)
+        with self._device_scope(), np.errstate(over='ignore'):
+            while i < len(values):
+                stop = min(end, (pos // REDUCTION_SLICE + 1) * REDUCTION_SLICE)
+                row_type, leaves = self._numpy_rows(kind, values[i:i + stop - pos], pos, params)
+                fold_rows_into(builder, leaves, pos, start_rows, fold_rows)
+                i, pos = i + stop - pos, stop
+        return _rows_to_values(builder.finish(), row_type, row_type)
 
     def _aggregate_rows(self, builder: Any, leaves: List[np.ndarray], start: int,
                         params: Dict[str, Any]) -> None:
