@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from simharness.core import types as T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
-from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
+from simharness.errors import (CardinalityError, ExecutorClosedError, SimharnessTypeError,
+                               SimharnessValueError)
 from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory
 from simharness.executors.eager_tf import EagerTFExecutor, FunctionCache
 from simharness.executors.federating import FederatingExecutor
@@ -285,6 +286,9 @@ class ProcessExecutorFactory(CachingExecutorFactory):
 
     def _build_process_stack(self, n: int) -> Executor:
         from simharness.executors.worker_delegating import WorkerDelegatingExecutor
+        if self.pool.closed:
+            raise ExecutorClosedError('the worker pool of this factory is closed; make a new '
+                                      'process_executor_factory (or pool)')
         if not self.pool._started:
             self.pool.start()
         cache = FunctionCache()

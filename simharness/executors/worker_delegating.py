@@ -203,6 +203,8 @@ class WorkerDelegatingExecutor(BatchExecutor):
         if self._closed:
             raise ExecutorClosedError('this WorkerDelegatingExecutor is closed')
         h = self._handle
+        if h.pool.closed:
+            raise ExecutorClosedError('the worker pool is closed')
         if not h.alive:
             await asyncio.to_thread(h.ensure_started)
         gen = h.generation
