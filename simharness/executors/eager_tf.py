@@ -293,6 +293,11 @@ class EagerValue(ExecutorValue):
         return self._value
 
     @property
+    def internal_representation(self) -> Any:
+        """TFF's name of `internal`: the tensor, `Struct`, dataset or function held."""
+        return self.internal
+
+    @property
     def type_signature(self) -> T.Type:
         return self._type
 

@@ -66,6 +66,15 @@ class ReferenceResolvingValue(ExecutorValue):
     def target_value(self) -> Optional[ExecutorValue]:
         return self._target_value
 
+    @property
+    def internal_representation(self) -> Any:
+        """As in TFF: the target value, a `Struct` of these values, or the closure."""
+        if self._target_value is not None:
+            return self._target_value
+        if self._struct is not None:
+            return Struct(list(self._struct))
+        return self._closure
+
     async def compute(self) -> Any:
         if self._target_value is not None:
             return await self._target_value.compute()

@@ -38,6 +38,11 @@ class ThreadDelegatingValue(ExecutorValue):
         return self._value
 
     @property
+    def internal_representation(self) -> ExecutorValue:
+        """TFF's name of `internal`: the target executor's value."""
+        return self._value
+
+    @property
     def type_signature(self) -> T.Type:
         return self._value.type_signature
 
