@@ -55,8 +55,9 @@ class Executor(abc.ABC):
         """A struct of embedded values (a list of values or (name, value) pairs)."""
 
     @abc.abstractmethod
-    async def create_selection(self, source: ExecutorValue, index: int) -> ExecutorValue:
-        """Element `index` of the struct value `source`."""
+    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
+                               name: Optional[str] = None) -> ExecutorValue:
+        """Element `index` (or the element named `name`, as in TFF) of the struct value `source`."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -68,6 +69,27 @@ class Executor(abc.ABC):
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def selection_index(source: ExecutorValue, index: Optional[int], name: Optional[str]) -> int:
+    """The index a `create_selection(source, index=..., name=...)` call selects (TFF's API).
+
+    Raises:
+      SimharnessTypeError: neither or both of `index` and `name` given, or no element
+        named `name` in the struct (or federated struct) type of `source`.
+    """
+    from simharness.errors import SimharnessTypeError
+    if (index is None) == (name is None):
+        raise SimharnessTypeError(f'create_selection takes exactly one of index and name, got '
+                                  f'index={index!r}, name={name!r}')
+    if name is None:
+        return index  # type: ignore[return-value]  # not None: checked above
+    t = source.type_signature
+    if isinstance(t, T.FederatedType):
+        t = t.member
+    if not isinstance(t, T.StructType):
+        raise SimharnessTypeError(f'cannot select {name!r} from a value of type {t}', actual=t)
+    return t.index_of(name)
 
 
 def normalize_struct_elements(elements: Any) -> List[Tuple[Optional[str], Any]]:

@@ -34,7 +34,8 @@ from simharness.core.structure import tensor_to_numpy, Struct, flatten, from_con
 from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import (ExecutorClosedError, SimharnessTypeError, SimharnessValueError)
-from simharness.executors.base import BatchExecutor, ExecutorValue, normalize_struct_elements
+from simharness.executors.base import (BatchExecutor, ExecutorValue, normalize_struct_elements,
+                                       selection_index)
 from simharness.validation import EagerModeError, check_int, check_type_spec_matches
 
 _DEFAULT_CACHE_SIZE = 256
@@ -748,8 +749,10 @@ class EagerTFExecutor(BatchExecutor):
         return EagerValue(Struct((n, v.internal) for n, v in items),
                           T.StructType([(n, v.type_signature) for n, v in items]))
 
-    async def create_selection(self, source: ExecutorValue, index: int) -> EagerValue:
+    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
+                               name: Optional[str] = None) -> EagerValue:
         self._check_open()
+        index = selection_index(source, index, name)
         source = cast(EagerValue, source)  # a value of this executor
         t = source.type_signature
         if not isinstance(t, T.StructType) or not isinstance(source.internal, Struct):

@@ -20,7 +20,8 @@ from simharness.core import types as T
 from simharness.core.computation import Computation
 from simharness.core.structure import Struct, from_container
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
-from simharness.executors.base import BatchExecutor, Executor, ExecutorValue, normalize_struct_elements
+from simharness.executors.base import (BatchExecutor, Executor, ExecutorValue,
+                                       normalize_struct_elements, selection_index)
 from simharness.validation import check_callable, check_instance, check_type_spec_matches
 
 
@@ -202,8 +203,10 @@ class FederatingExecutor(Executor):
         t = T.StructType([(n, v.type_signature) for n, v in items])
         return FederatingValue('struct', list(items), t, self)
 
-    async def create_selection(self, source: ExecutorValue, index: int) -> FederatingValue:
+    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
+                               name: Optional[str] = None) -> FederatingValue:
         self._check_open()
+        index = selection_index(source, index, name)
         if not isinstance(source, FederatingValue):
             raise SimharnessTypeError(f'{source!r} is not a value of this executor')
         if source.kind == 'struct':

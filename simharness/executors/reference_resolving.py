@@ -23,7 +23,8 @@ from simharness.core import types as T
 from simharness.core.computation import Computation
 from simharness.core.structure import Struct, from_container
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
-from simharness.executors.base import Executor, ExecutorValue, normalize_struct_elements
+from simharness.executors.base import (Executor, ExecutorValue, normalize_struct_elements,
+                                       selection_index)
 from simharness.validation import check_instance, check_type_spec_matches
 
 
@@ -177,8 +178,10 @@ class ReferenceResolvingExecutor(Executor):
         return ReferenceResolvingValue(T.StructType([(n, v.type_signature) for n, v in items]),
                                        struct=list(items))
 
-    async def create_selection(self, source: ExecutorValue, index: int) -> ReferenceResolvingValue:
+    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
+                               name: Optional[str] = None) -> ReferenceResolvingValue:
         self._check_open()
+        index = selection_index(source, index, name)
         return await self._select(cast(ReferenceResolvingValue, source), index)
 
     def close(self) -> None:

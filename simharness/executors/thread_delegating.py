@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from simharness.core import types as T
 from simharness.core.reduction import Partial
-from simharness.executors.base import BatchExecutor, Executor, ExecutorValue, normalize_struct_elements
+from simharness.executors.base import (BatchExecutor, Executor, ExecutorValue,
+                                       normalize_struct_elements, selection_index)
 from simharness.validation import check_instance
 
 
@@ -128,7 +129,9 @@ class ThreadDelegatingExecutor(BatchExecutor):
         items = [(n, _unwrap(v)) for n, v in normalize_struct_elements(elements)]
         return self._wrap(await self._run(self._target.create_struct(items)))
 
-    async def create_selection(self, source: ExecutorValue, index: int) -> ThreadDelegatingValue:
+    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
+                               name: Optional[str] = None) -> ThreadDelegatingValue:
+        index = selection_index(source, index, name)
         return self._wrap(await self._run(self._target.create_selection(_unwrap(source), index)))
 
     async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[ThreadDelegatingValue]:

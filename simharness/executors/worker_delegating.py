@@ -37,7 +37,7 @@ from simharness.core.reduction import Partial
 from simharness.core.structure import Struct, from_container, tensor_to_numpy
 from simharness.errors import ExecutorClosedError, SimharnessTypeError, WorkerCrashedError
 from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, ExecutorValue,
-                                       normalize_struct_elements)
+                                       normalize_struct_elements, selection_index)
 from simharness.runtime import protocol as P
 from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
 
@@ -394,7 +394,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
             if all(isinstance(v, ExecutorValue) for _, v in items) else None
         return (await self._request(Op.CREATE_STRUCT, list(items), n_out=1, types=st))[0]
 
-    async def create_selection(self, source: ExecutorValue, index: int) -> WorkerValue:
+    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
+                               name: Optional[str] = None) -> WorkerValue:
+        index = selection_index(source, index, name)
         st = source.type_signature
         rt = st[index] if isinstance(st, T.StructType) else None
         return (await self._request(Op.CREATE_SELECTION, source, index, n_out=1, types=rt))[0]

@@ -10,6 +10,7 @@ import asyncio
 import collections
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import simharness as sh
@@ -122,3 +123,22 @@ def test_mapreduce_temperature_sensor_example(stack):
         want = np.mean([max(d) > 32.0 + r for d in data])
         np.testing.assert_allclose(metrics['ratio_over_threshold'], want, rtol=1e-6)
         assert state['num_rounds'] == r + 1
+
+
+def test_create_selection_by_name_on_every_executor(stack):
+    # TFF 0.17's executors take create_selection(source, index=None, name=None).
+    from simharness.errors import SimharnessTypeError
+    ex = stack.factory.create_executor({sh.CLIENTS: 2})
+    t = [('a', tf.int32), ('b', tf.float32)]
+    server = run(ex.create_value(collections.OrderedDict(a=1, b=2.5), sh.type_at_server(t)))
+    b = run(ex.create_selection(server, name='b'))
+    assert str(b.type_signature) == 'float32@SERVER' and float(run(b.compute())) == 2.5
+    assert int(run(run(ex.create_selection(server, index=0)).compute())) == 1
+    with pytest.raises(SimharnessTypeError, match='exactly one of index and name'):
+        run(ex.create_selection(server, 0, name='a'))
+    raw = EagerTFExecutor()
+    v = run(raw.create_value(collections.OrderedDict(a=1, b=2.5), t))
+    assert float(run(run(raw.create_selection(v, name='b')).compute())) == 2.5
+    with pytest.raises(TypeError, match="no element named 'c'"):
+        run(raw.create_selection(v, name='c'))
+    raw.close()
