@@ -14,7 +14,7 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory, ExecutorValue
 from simharness.executors.eager_tf import EagerTFExecutor
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy
-from simharness.executors.reference_resolving import ReferenceResolvingExecutor
+from simharness.executors.reference_resolving import LambdaExecutor, ReferenceResolvingExecutor
 from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import (ProcessDelegatingExecutor,
@@ -104,7 +104,7 @@ __all__ = [
     'EagerTFExecutor', 'ExecutionContext', 'Executor', 'ExecutorFactory', 'ExecutorValue',
     'FederatedResolvingStrategy', 'FederatingExecutor', 'FederatingStrategy', 'Intrinsic',
     'Lambda', 'Placement', 'ProcessDelegatingExecutor', 'ProcessExecutorFactory', 'Reference',
-    'ReferenceResolvingExecutor', 'ResourceManagingExecutorFactory', 'Selection', 'StructBlock',
+    'LambdaExecutor', 'ReferenceResolvingExecutor', 'ResourceManagingExecutorFactory', 'Selection', 'StructBlock',
     'ThreadDelegatingExecutor', 'WorkerDelegatingExecutor', 'get_context_stack',
     'local_executor_factory', 'process_executor_factory', 'set_default_context',
     'thread_debugging_executor_factory',

@@ -75,13 +75,14 @@ def selection_index(source: ExecutorValue, index: Optional[int], name: Optional[
     """The index a `create_selection(source, index=..., name=...)` call selects (TFF's API).
 
     Raises:
-      SimharnessTypeError: neither or both of `index` and `name` given, or no element
-        named `name` in the struct (or federated struct) type of `source`.
+      SimharnessValueError: neither or both of `index` and `name` given, or no element
+        named `name` in the struct (or federated struct) type of `source` (as TFF).
+      SimharnessTypeError: `source` is not a struct.
     """
-    from simharness.errors import SimharnessTypeError
+    from simharness.errors import SimharnessTypeError, SimharnessValueError
     if (index is None) == (name is None):
-        raise SimharnessTypeError(f'create_selection takes exactly one of index and name, got '
-                                  f'index={index!r}, name={name!r}')
+        raise SimharnessValueError(f'create_selection takes exactly one of index and name, got '
+                                   f'index={index!r}, name={name!r}')
     if name is None:
         return index  # type: ignore[return-value]  # not None: checked above
     t = source.type_signature
@@ -89,7 +90,10 @@ def selection_index(source: ExecutorValue, index: Optional[int], name: Optional[
         t = t.member
     if not isinstance(t, T.StructType):
         raise SimharnessTypeError(f'cannot select {name!r} from a value of type {t}', actual=t)
-    return t.index_of(name)
+    if name not in t.names:
+        raise SimharnessValueError(f'a value of type {t} has no element named {name!r}; its '
+                                   f'names are {[n for n in t.names if n is not None]}')
+    return t.names.index(name)
 
 
 def normalize_struct_elements(elements: Any) -> List[Tuple[Optional[str], Any]]:

@@ -178,6 +178,10 @@ class ReferenceResolvingExecutor(Executor):
         return ReferenceResolvingValue(T.StructType([(n, v.type_signature) for n, v in items]),
                                        struct=list(items))
 
+    async def create_tuple(self, elements: Any) -> ReferenceResolvingValue:
+        """TFF's earlier name of `create_struct`."""
+        return await self.create_struct(elements)
+
     async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
                                name: Optional[str] = None) -> ReferenceResolvingValue:
         self._check_open()
@@ -287,3 +291,7 @@ class ReferenceResolvingExecutor(Executor):
         # Compiled TF, intrinsics, data and placements belong to the target.
         return ReferenceResolvingValue(
             comp.type_signature, target_value=await self._target.create_value(comp, comp.type_signature))
+
+
+#: TFF's earlier name of the reference-resolving executor.
+LambdaExecutor = ReferenceResolvingExecutor

@@ -127,18 +127,33 @@ def test_mapreduce_temperature_sensor_example(stack):
 
 def test_create_selection_by_name_on_every_executor(stack):
     # TFF 0.17's executors take create_selection(source, index=None, name=None).
-    from simharness.errors import SimharnessTypeError
     ex = stack.factory.create_executor({sh.CLIENTS: 2})
     t = [('a', tf.int32), ('b', tf.float32)]
     server = run(ex.create_value(collections.OrderedDict(a=1, b=2.5), sh.type_at_server(t)))
     b = run(ex.create_selection(server, name='b'))
     assert str(b.type_signature) == 'float32@SERVER' and float(run(b.compute())) == 2.5
     assert int(run(run(ex.create_selection(server, index=0)).compute())) == 1
-    with pytest.raises(SimharnessTypeError, match='exactly one of index and name'):
+    with pytest.raises(ValueError, match='exactly one of index and name'):
         run(ex.create_selection(server, 0, name='a'))
+    with pytest.raises(ValueError, match='exactly one of index and name'):
+        run(ex.create_selection(server))
     raw = EagerTFExecutor()
     v = run(raw.create_value(collections.OrderedDict(a=1, b=2.5), t))
     assert float(run(run(raw.create_selection(v, name='b')).compute())) == 2.5
-    with pytest.raises(TypeError, match="no element named 'c'"):
+    with pytest.raises(ValueError, match="no element named 'c'"):
         run(raw.create_selection(v, name='c'))
     raw.close()
+
+
+def test_lambda_executor_is_tffs_earlier_name_with_create_tuple():
+    from simharness.framework import LambdaExecutor
+    assert LambdaExecutor is ReferenceResolvingExecutor
+    ex = LambdaExecutor(EagerTFExecutor())
+    try:
+        a = run(ex.create_value(1, tf.int32))
+        b = run(ex.create_value(2.0, tf.float32))
+        t = run(ex.create_tuple([('a', a), ('b', b)]))
+        assert str(t.type_signature) == '<a=int32,b=float32>'
+        assert float(run(run(ex.create_selection(t, name='b')).compute())) == 2.0
+    finally:
+        ex.close()
