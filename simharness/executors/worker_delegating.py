@@ -217,20 +217,27 @@ class WorkerDelegatingExecutor(BatchExecutor):
                 self._embedded.clear()
                 self._sources.clear()
                 self._pending = []
-            self._submit(Op.OPEN_SESSION, [], 0, 0, gen)
+            header, buffers = self._encode(Op.OPEN_SESSION, [], 0, 0, want_types=False)
+            h.submit(header, buffers, Op.OPEN_SESSION.name, gen)
         return gen
 
-    def _submit(self, op: Op, args: list, out_base: int, n_out: int, gen: int,
-                broadcast: Any = None, want_types: bool = True) -> concurrent.futures.Future:
+    def _encode(self, op: Op, args: list, out_base: int, n_out: int,
+                want_types: bool) -> Tuple[bytes, List[np.ndarray]]:
+        """The request, with the ids dropped since the last one to free, as (header, buffers)."""
         with self._lock:
             free, self._garbage = self._garbage, []
-        req = P.Request(int(op), self._session, args, out_base, n_out, [list(f) for f in free],
-                        want_types=want_types)
-        header, buffers = P.encode_message(req)
-        if broadcast is not None:
-            locs, release = broadcast
-            return self._handle.submit(header, buffers, op.name, gen, locs, release)
-        return self._handle.submit(header, buffers, op.name, gen)
+        return P.encode_message(P.Request(int(op), self._session, args, out_base, n_out,
+                                          [list(f) for f in free], want_types=want_types))
+
+    async def _submit_broadcast(self, key: Any, header: bytes, buffers: List[np.ndarray], op: Op,
+                                gen: int) -> concurrent.futures.Future:
+        """Submits with the buffers in the pool's broadcast arena (written once for `key`)."""
+        bc = self._handle.pool.broadcast
+        locs = bc.acquire(key, buffers, wait=False)  # held already, or free: no wait
+        if locs is None:  # another value is still being read: wait off the event loop
+            locs = await asyncio.to_thread(bc.acquire, key, buffers)
+        # The handle releases the read when the worker answered (or the request failed).
+        return self._handle.submit(header, buffers, op.name, gen, locs, bc.release)
 
     def _reserve_ids(self, n: int) -> int:
         """The first of `n` fresh ids of this session (a stack may serve several threads)."""
@@ -314,12 +321,16 @@ class WorkerDelegatingExecutor(BatchExecutor):
         return P.record_to_error(rec, self._handle.worker_id, self._handle.pid)
 
     async def _request(self, op: Op, *args: Any, n_out: int = 0, types: Any = None,
-                       wait: bool = False, broadcast: Any = None) -> Any:
+                       wait: bool = False, broadcast_key: Any = None) -> Any:
         gen = await self._ready()
         packed = self._refs(list(args))
         base = self._reserve_ids(n_out)  # ids base .. base + n_out - 1 are this request's
         pipelined = not wait and types is not None
-        fut = self._submit(op, packed, base, n_out, gen, broadcast, want_types=not pipelined)
+        header, buffers = self._encode(op, packed, base, n_out, want_types=not pipelined)
+        if broadcast_key is None:
+            fut = self._handle.submit(header, buffers, op.name, gen)
+        else:
+            fut = await self._submit_broadcast(broadcast_key, header, buffers, op, gen)
         if pipelined:
             with self._lock:
                 self._pending.append((CURRENT_INVOCATION.get(), fut))
@@ -356,32 +367,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
         if _array_bytes(plain) >= BROADCAST_MIN_BYTES:
             # Large values (a broadcast model, say) are written once into the
             # pool's broadcast arena and read from there by every worker.
-            return (await self._broadcast_value(value, plain, t))[0]
+            return (await self._request(Op.CREATE_VALUE, plain, t, n_out=1, types=t,
+                                        broadcast_key=value))[0]
         return (await self._request(Op.CREATE_VALUE, plain, t, n_out=1, types=t))[0]
-
-    async def _broadcast_value(self, key: Any, plain: Any, t: Optional[T.Type]) -> List[WorkerValue]:
-        gen = await self._ready()
-        bc = self._handle.pool.broadcast
-        # The buffers of the value, in the order the codec emits them for the request.
-        _, buffers = P.encode_message(P.Request(int(Op.CREATE_VALUE), self._session, [plain, t]))
-        locs = bc.acquire(key, buffers, wait=False)  # held already, or free: no wait
-        if locs is None:  # another value is still being read: wait off the event loop
-            locs = await asyncio.to_thread(bc.acquire, key, buffers)
-        base = self._reserve_ids(1)
-        try:
-            fut = self._submit(Op.CREATE_VALUE, [plain, t], base, 1, gen, (locs, bc.release),
-                               want_types=t is None)
-        except BaseException:
-            bc.release()
-            raise
-        if t is not None:
-            with self._lock:
-                self._pending.append((CURRENT_INVOCATION.get(), fut))
-            return self._handles(base, 1, t, gen)
-        resp = await asyncio.wrap_future(fut)
-        if not resp.ok:
-            raise self._error(resp)
-        return self._handles(base, resp.count, resp.types, gen)
 
     async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> WorkerValue:
         ft = comp.type_signature

@@ -6,8 +6,9 @@ decode(header, buffers) -> obj                                arrays travel as r
 ```
 
 Only a closed set of kinds can be encoded; anything else (a user's class, a
-function, a lock, ...) is refused with `CodecError`, and decoding never
-runs code from the peer (no pickle anywhere):
+function, a lock, ...) is refused with `CodecError`. Decoding only builds
+values of the kinds below from msgpack data, so bytes from a peer can never
+make it run code or import a module:
 
 - plain data: None, bool, int (64-bit), float, str, bytes, list, tuple, dict;
 - numpy dtypes, and numpy arrays of any memcpy-able dtype (bool, ints, floats, complex,
@@ -27,7 +28,7 @@ them into the header.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import msgpack
 import numpy as np
@@ -352,5 +353,3 @@ def roundtrip(obj: Any) -> Any:
     header, buffers = encode(obj)
     return decode(header, buffers)
 
-
-Encoder = Callable[[Any], Tuple[bytes, List[np.ndarray]]]

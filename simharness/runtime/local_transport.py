@@ -33,7 +33,6 @@ F_REQUEST = 3
 F_RESPONSE = 4
 F_ACK = 5
 F_CLOSE = 6
-F_HELLO_ERROR = 7
 
 #: Buffers smaller than this travel inside the frame.
 INLINE_BYTES = 4096

@@ -196,7 +196,9 @@ class _Call:
         self.on_done = on_done
         self.uses_arena = locs is None and L.arena_bytes_needed(buffers) > 0
         self.sent_at = 0.0
-        self.nbytes = sum(b.nbytes for b in buffers)
+        # Bytes this request writes: none when its buffers are already placed (a
+        # broadcast, counted once by the broadcast arena).
+        self.nbytes = 0 if locs is not None else sum(b.nbytes for b in buffers)
 
     def finish(self, result: Any = None, error: Optional[BaseException] = None) -> None:
         if self.on_done is not None:
@@ -246,7 +248,6 @@ class WorkerHandle:
         self._arena_busy = False
         self._kill_error: Optional[BaseException] = None
         self._progress = (0.0, 0.0)  # (cpu seconds, when they last advanced)
-        self._start_error: Optional[BaseException] = None
 
     # ------------------------------------------------------------ lifecycle
     @property

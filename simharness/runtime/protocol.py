@@ -16,7 +16,8 @@ driver (WorkerDelegatingExecutor, one session per stack)      worker (WorkerServ
   each worker, and closing it disposes of the session's values.
 - Errors travel as an `ErrorRecord` (type name, message, remote traceback,
   plain fields) and are rebuilt as the project's error classes (or the
-  builtin / TensorFlow class of the same name); nothing is unpickled.
+  builtin / TensorFlow class of the same name, looked up in a fixed set of
+  modules; no other class is ever built from the peer's bytes).
 - `PROTOCOL_VERSION` is checked by the worker on every request.
 
 This module is transport-independent and imports no TensorFlow: the local

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from simharness import errors as E
+from simharness.core.structure import tensor_to_numpy
 from simharness.runtime import protocol as P
 from simharness.runtime.protocol import DatasetBlob, ErrorRecord, Op, Ref, RefRange, Request, Response
 
@@ -244,7 +245,6 @@ class WorkerService:
             if hasattr(x, 'element_spec') and hasattr(x, '_as_serialized_graph'):
                 return to_blob(x)
             if hasattr(x, 'numpy') and not isinstance(x, np.ndarray):
-                from simharness.core.structure import tensor_to_numpy
                 return tensor_to_numpy(x)
             return x
         return P.map_leaves(tree, leaf)

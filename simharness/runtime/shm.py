@@ -1,4 +1,4 @@
-"""Shared-memory arenas: tensor bytes cross process boundaries without pickling.
+"""Shared-memory arenas: tensor bytes cross process boundaries without serialization.
 
 ::
 
@@ -8,14 +8,15 @@
       reset / alloc / write_array / pack_tree            |
           |                                              | maps it (never unlinks)
           |  SlotRef(segment_name, offset, dtype, shape) v
-          +------ small pickled control message ---> ShmAttachment
+          +------ small control message -----------> ShmAttachment
                   (pipe, socket ...)                   read / unpack_tree -> views
 
 One process creates a segment; it alone writes it and unlinks it (on
 `close()`, when a ``with`` block exits, or -- as a safety net that warns --
 when the arena is garbage collected or the interpreter exits). Readers
 attach by name and only ever unmap. The control message carries the
-`SlotRef`s; the arrays themselves never get pickled. A creator killed
+`SlotRef`s (the local transport sends segment, offset and size in its
+msgpack frames); the arrays themselves are never serialized. A creator killed
 before it could clean up (SIGKILL, OOM) leaves its segments behind;
 `reap_orphaned_segments` unlinks those whose creator pid is gone.
 
@@ -72,7 +73,7 @@ _SHM_DIR = '/dev/shm'
 _SEGMENT_MODE = 0o600
 # numpy dtype kinds that travel through shared memory: bool, signed and
 # unsigned ints, floats, complex, timedelta, datetime. Others (object,
-# str, bytes, void) stay in the pickled control message.
+# str, bytes, void) stay in the control message.
 _SHM_KINDS = frozenset('biufcmM')
 
 
@@ -639,8 +640,8 @@ def pack_tree(arena: ShmArena, tree: Any) -> Tuple[Any, int]:
     `tree` is nested lists, tuples (namedtuples too) and dicts. Numeric numpy
     arrays (bool, int, float, complex, datetime; 0-d and empty included)
     become `SlotRef`s; anything else -- Python scalars, str, bytes, numpy
-    scalars, object or string arrays -- is left as it is, to be pickled with
-    the message. Slots are appended after those already in use (call
+    scalars, object or string arrays -- is left as it is, to travel in the
+    message. Slots are appended after those already in use (call
     `arena.reset()` first to reuse the space); the arena grows first if
     needed, so every `SlotRef` of one call names the same segment.
 
