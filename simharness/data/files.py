@@ -18,6 +18,7 @@ import csv
 import os
 import re
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
@@ -29,6 +30,12 @@ from simharness.data.client_data import (ArraySpec, ClientData, array_spec_of,
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 PathLike = Union[str, os.PathLike]
+
+# numpy parses .npy headers with `ast.literal_eval`; CPython 3.11's parser
+# is not safe to call from two threads at once ("AST constructor recursion
+# depth mismatch", CPython gh-106905), and the thread stack loads clients
+# from several threads. Every header read here holds this lock.
+_HEADER_LOCK = threading.Lock()
 
 
 def _natural_key(text: str) -> list:
@@ -45,7 +52,7 @@ def _npz_headers(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
     """(dtype, full shape) of every array in an .npz, reading headers only."""
     out = {}
     try:
-        with zipfile.ZipFile(path) as zf:
+        with _HEADER_LOCK, zipfile.ZipFile(path) as zf:
             for name in zf.namelist():
                 if not name.endswith('.npy'):
                     continue
@@ -69,7 +76,7 @@ def _load_npz(path: Path, keys: Sequence[str], client_id: str) -> dict[str, np.n
     try:
         if not zipfile.is_zipfile(path):  # np.load would try to unpickle it
             raise SimharnessValueError(f'{path}: not a readable .npz file (not a zip)')
-        with np.load(path, allow_pickle=False) as npz:
+        with _HEADER_LOCK, np.load(path, allow_pickle=False) as npz:
             present = list(npz.files)
             for key in keys:
                 if key not in present:
