@@ -189,14 +189,15 @@ def thread_debugging_executor_factory(num_clients: Optional[int] = None,
 
     Args:
       num_clients: the number of clients when the arguments do not tell
-        (and the only one accepted when given).
+        (and the only one accepted when given); one or larger.
       clients_per_thread: clients hosted by each thread's EagerTF executor.
       default_num_clients: the number of clients when the arguments do not
         tell, without fixing it (TFF's; default 1).
       leaf_executor_fn: makes each thread's leaf executor (TFF's; default
         `EagerTFExecutor`), called with ``device=`` when it takes one.
     """
-    check_int('num_clients', num_clients, 0, allow_none=True)
+    # As in TFF: num_clients, when given, must be one or larger (ValueError).
+    check_int('num_clients', num_clients, 1, allow_none=True)
     check_int('clients_per_thread', clients_per_thread, 1)
     _check_default_num_clients(num_clients, default_num_clients)
     _check_leaf_executor_fn(leaf_executor_fn)
