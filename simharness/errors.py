@@ -114,6 +114,29 @@ class WorkerCrashedError(RetryableError, RuntimeError):
         self.likely_cause = likely_cause
 
 
+class ServiceUnavailableError(WorkerCrashedError):
+    """A remote executor service is unreachable, or its stream broke (retryable).
+
+    Attributes:
+        address: the service's address (``host:port``).
+        status: the gRPC status code's name (``UNAVAILABLE``, ...).
+    """
+
+    def __init__(self, message: str, *, address: str = '', status: str = '',
+                 worker_id: Optional[Any] = None):
+        super().__init__(message, worker_id=worker_id)
+        self.address = address
+        self.status = status
+
+
+class ServiceAuthenticationError(SimharnessError, PermissionError):
+    """A remote executor service refused the driver's token (or TLS identity)."""
+
+    def __init__(self, message: str, *, address: str = ''):
+        super().__init__(message)
+        self.address = address
+
+
 class WorkerStartError(SimharnessError, RuntimeError):
     """A worker process could not start (bad device, import error, ...)."""
 
