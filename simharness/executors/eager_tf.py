@@ -34,6 +34,10 @@ from simharness.core.structure import tensor_to_numpy, Struct, flatten, from_con
 from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import (ExecutorClosedError, SimharnessTypeError, SimharnessValueError)
+from simharness.core.sequences import TensorBatches
+from simharness.executors import sequence_lowering as lowering
+from simharness.executors import tensor_sequences as tseq
+from simharness.executors.tensor_sequences import element_leaves as _element_leaves
 from simharness.executors.base import (BatchExecutor, ExecutorValue, normalize_struct_elements,
                                        selection_index)
 from simharness.validation import EagerModeError, check_int, check_type_spec_matches
@@ -89,6 +93,54 @@ class EmbeddedFunction:
         # keys: a shared mask (tuple of bools), or ('fold', k, chunk)
         self._batched: Dict[Tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
+        #: Positions of the parameter leaves that are sequences.
+        self.sequence_params = tuple(i for i, t in enumerate(self._param_leaves)
+                                     if isinstance(t, T.SequenceType))
+        # lowering key -> the lowered function, or None (not lowerable)
+        self._lowered: Dict[Tuple[Any, ...], Optional['EmbeddedFunction']] = {}
+
+    def lowered(self, sources: Dict[int, TensorBatches]) -> Optional['EmbeddedFunction']:
+        """This function with the sequence leaves `sources` (by position) fed as components.
+
+        The `tf.data` loops over those sequences become tensor loops (see
+        `sequence_lowering`); the function takes their components in place of
+        each of them. None when the graph uses a sequence otherwise.
+        """
+        specs = {i: tseq.source_spec(tb) for i, tb in sources.items()}
+        key = tuple(sorted((i, sp.key()) for i, sp in specs.items()))
+        if key in self._lowered:
+            return self._lowered[key]
+        with self._lock:
+            if key not in self._lowered:
+                self._lowered[key] = self._lower(specs, sources)
+        return self._lowered[key]
+
+    def _lower(self, specs: Dict[int, 'lowering.SourceSpec'],
+               sources: Dict[int, TensorBatches]) -> Optional['EmbeddedFunction']:
+        graph = self.comp.graph
+        gd = tf.compat.v1.GraphDef()
+        gd.ParseFromString(graph.graph_def)
+        input_names: List[Any] = [[n] for n in graph.input_names]
+        leaves: List[Any] = [[t] for t in self._param_leaves]
+        try:
+            for i, spec in sorted(specs.items()):
+                types = tseq.component_types(cast(T.SequenceType, self._param_leaves[i]),
+                                             spec.batch_size is not None)
+                if types is None:
+                    return None
+                gd, names = lowering.lower_graph(gd, graph.input_names[i], spec,
+                                                 graph.output_names)
+                input_names[i], leaves[i] = names, types
+        except lowering.NotLowerable:
+            return None
+        flat_names = [n for group in input_names for n in group]
+        flat_types = [t for group in leaves for t in group]
+        comp = bb.CompiledComputation(
+            bb.TFGraph(gd.SerializeToString(), flat_names, graph.output_names),
+            T.FunctionType(T.StructType([(None, t) for t in flat_types]),
+                           self.type_signature.result),
+            self.comp.name)
+        return EmbeddedFunction(comp)
 
     def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
         out = self._fn(*leaves)
@@ -422,6 +474,38 @@ def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
                               f'expected a tf.data.Dataset or a list for {t}', expected=t)
 
 
+def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
+    """What an executor holds for a sequence: `TensorBatches` when its elements are
+    slices of in-memory tensors (a list of elements, ``from_tensor_slices``,
+    ``.batch``), else a `tf.data.Dataset`."""
+    if isinstance(value, TensorBatches):
+        return tseq.checked(value, t, to_tensor)
+    if isinstance(value, tf.data.Dataset):
+        tb = tseq.recognize(value, t)
+        if tb is not None:
+            try:
+                out = tseq.checked(tb, t, to_tensor)
+            except (SimharnessTypeError, SimharnessValueError):
+                return dataset_from_value(value, t)  # the dataset path says what is wrong
+            out._dataset = value  # the user's own object, if it is asked for
+            return out
+        return dataset_from_value(value, t)
+    value = elements_of_generator(value)
+    if isinstance(value, (list, tuple)) and value:
+        types = tseq.component_types(t, batched=False)
+        if types is not None and all(l.is_fully_defined for l in T.flatten_type(t.element)):
+            elems = [ingest(v, t.element) for v in value]
+            leaves = [flatten(e) for e in elems]
+            comps = [tf.stack([row[j] for row in leaves]) for j in range(len(types))]
+            return TensorBatches(comps, None, False, t.element)
+    return dataset_from_value(value, t)
+
+
+def as_dataset(x: Any) -> Any:
+    """A `tf.data.Dataset` for a `TensorBatches`; anything else unchanged."""
+    return tseq.to_dataset(x) if isinstance(x, TensorBatches) else x
+
+
 def elements_of_generator(value: Any) -> Any:
     """The elements of a generator function or generator, as a list; anything else unchanged."""
     if isinstance(value, types.GeneratorType):
@@ -458,7 +542,7 @@ def ingest(value: Any, t: T.Type) -> Any:
         s = from_container(value, t)
         return Struct((n, ingest(v, e)) for (n, e), v in zip(t.items(), s))
     if isinstance(t, T.SequenceType):
-        return dataset_from_value(value, t)
+        return sequence_from_value(value, t)
     raise SimharnessTypeError(f'an EagerTFExecutor cannot hold a value of type {t}', actual=t)
 
 
@@ -471,32 +555,48 @@ def _secure_bound_text(params: Dict[str, Any], bound: int) -> str:
     return ''
 
 
-def _element_leaves(elem: Any, t: T.Type) -> List[Any]:
-    """The leaves of a dataset element in the order of its type `t`.
-
-    Not `tf.nest.flatten`, which sorts dict keys: an element
-    ``OrderedDict(y=..., x=...)`` has the leaves (y, x), as its type says.
-    """
-    if not isinstance(t, T.StructType):
-        return [elem]
-    names = t.names
-    if isinstance(elem, collections.abc.Mapping) and all(n is not None for n in names):
-        parts = [elem[n] for n in names]
-    elif isinstance(elem, Struct) or not all(n is not None for n in names) or isinstance(
-            elem, (list, tuple)) and not T._is_namedtuple(elem):
-        parts = list(elem)
-    else:  # a namedtuple or an attrs class: by name
-        parts = [getattr(elem, cast(str, n)) for n in names]
-    out: List[Any] = []
-    for p, e in zip(parts, t):
-        out.extend(_element_leaves(p, e))
-    return out
-
-
 def _flatten_arg(value: Any) -> List[Any]:
-    leaves = flatten(value)
+    leaves = [as_dataset(l) for l in flatten(value)]
     return [tf.data.experimental.to_variant(l) if isinstance(l, tf.data.Dataset) else l
             for l in leaves]
+
+
+def _lowered_leaves(fn: 'EmbeddedFunction',
+                    leaves: List[Any]) -> Optional[Tuple['EmbeddedFunction', List[Any]]]:
+    """`fn` lowered for the in-memory sequences among `leaves`, and the leaves it takes."""
+    sources = {i: leaves[i] for i in fn.sequence_params if isinstance(leaves[i], TensorBatches)}
+    if not sources:
+        return None
+    lowered = fn.lowered(sources)
+    if lowered is None:
+        return None
+    flat: List[Any] = []
+    for i, leaf in enumerate(leaves):
+        if i in sources:
+            flat.extend(sources[i].components)
+        elif isinstance(leaf, (tf.data.Dataset, TensorBatches)):
+            flat.append(tf.data.experimental.to_variant(as_dataset(leaf)))
+        else:
+            flat.append(leaf)
+    return lowered, flat
+
+
+def _stack_columns(rows: List[List[Any]], device_scope) -> Optional[List[Tuple[str, Any]]]:
+    """Leaves of several clients as block leaves: shared (one object) or stacked."""
+    out: List[Tuple[str, Any]] = []
+    for j in range(len(rows[0])):
+        col = [r[j] for r in rows]
+        if all(c is col[0] for c in col):
+            out.append(('shared', col[0]))
+        elif all(isinstance(c, tf.Tensor) and c.dtype != tf.variant and c.shape == col[0].shape
+                 for c in col):
+            with device_scope():
+                out.append(('stacked', tf.stack(col)))
+        else:
+            return None
+    if not any(k == 'stacked' for k, _ in out):
+        return None
+    return out
 
 
 def _pack_result(leaves: List[Any], t: T.Type) -> Any:
@@ -512,6 +612,8 @@ def _pack_result(leaves: List[Any], t: T.Type) -> Any:
 
 def _np(x: Any) -> Any:
     def leaf(v):
+        if isinstance(v, TensorBatches):
+            v = as_dataset(v)
         if isinstance(v, tf.data.Dataset):  # datasets are materialized by the context
             return v
         return fast_numpy(v)
@@ -709,6 +811,12 @@ class EagerTFExecutor(BatchExecutor):
             if arg is None:
                 raise SimharnessTypeError(f'function {ft} needs an argument of type {ft.parameter}')
             ft.parameter.check_assignable_from(arg.type_signature, 'argument')
+            if fn.sequence_params:
+                lowered = _lowered_leaves(fn, flatten(arg.internal))
+                if lowered is not None:
+                    with self._device_scope():
+                        out = lowered[0].call_flat(lowered[1])
+                    return EagerValue(_pack_result(out, ft.result), ft.result)
             leaves = _flatten_arg(arg.internal)
         with self._device_scope():
             out = fn.call_flat(leaves)
@@ -814,6 +922,8 @@ class EagerTFExecutor(BatchExecutor):
             return [self.call(f, None) for _ in range(count or 0)]
         args = list(args)
         pt = f.type_signature.parameter
+        if len(args) >= 2 and pt is not None and f.sequence_params:
+            return self._map_lowered(f, args)
         if len(args) < 2 or pt is None or not f.batchable():
             return [self.call(f, a) for a in args]
         out: List[EagerValue] = []
@@ -826,6 +936,47 @@ class EagerTFExecutor(BatchExecutor):
                                or [self.call(f, x) for x in args[a:b]])
             else:
                 out.extend(self._map_loose(f, args[begin:end], pt, step))
+        return out
+
+    def _map_lowered(self, f: EmbeddedFunction, args: List[EagerValue]) -> List[EagerValue]:
+        """A map of a function over sequences, the sequences' loops lowered where they can be.
+
+        Consecutive clients whose sequences lower the same way and whose
+        components have the same shapes run in one batched TF call (as any
+        map over tensors); others one call each.
+        """
+        pt = cast(T.Type, f.type_signature.parameter)
+        rows: List[Optional[Tuple[EmbeddedFunction, List[Any]]]] = []
+        for a in args:
+            pt.check_assignable_from(a.type_signature, 'argument')
+            rows.append(_lowered_leaves(f, flatten(a.internal)))
+        out: List[EagerValue] = []
+        step = self._max_batch or len(args)
+        i = 0
+        while i < len(args):
+            low = rows[i]
+            if low is None:
+                out.append(self.call(f, args[i]))
+                i += 1
+                continue
+            j = i + 1
+            while j < len(args) and j - i < step and rows[j] is not None and \
+                    cast(Tuple, rows[j])[0] is low[0]:
+                j += 1
+            lf = low[0]
+            group = [cast(Tuple, r)[1] for r in rows[i:j]]
+            leaves = _stack_columns(group, self._device_scope) if (
+                j - i >= 2 and lf.batchable()) else None
+            res = self._map_leaves(lf, leaves, j - i) if leaves is not None else None
+            if res is None:
+                res = []
+                for r in group:
+                    with self._device_scope():
+                        o = lf.call_flat(r)
+                    res.append(EagerValue(_pack_result(o, f.type_signature.result),
+                                          f.type_signature.result))
+            out.extend(res)
+            i = j
         return out
 
     def _map_loose(self, f: EmbeddedFunction, args: List[EagerValue], pt: T.Type,
@@ -885,7 +1036,7 @@ class EagerTFExecutor(BatchExecutor):
         bounds = None
         for j, col in enumerate(cols):
             if all(c is col[0] for c in col) and not isinstance(
-                    col[0].internal, (tf.data.Dataset, EmbeddedFunction)):
+                    col[0].internal, (tf.data.Dataset, TensorBatches, EmbeddedFunction)):
                 shared[j] = [('shared', x) for x in flatten(col[0].internal)]
                 continue
             rs = runs(col)
@@ -1141,9 +1292,9 @@ class EagerTFExecutor(BatchExecutor):
 
     def _sequence_op(self, op: str, v: EagerValue, params: Dict[str, Any]) -> EagerValue:
         t = v.type_signature
-        if not isinstance(t, T.SequenceType) or not isinstance(v.internal, tf.data.Dataset):
+        ds = as_dataset(v.internal)
+        if not isinstance(t, T.SequenceType) or not isinstance(ds, tf.data.Dataset):
             raise SimharnessTypeError(f'{op} needs a sequence, got {t}', actual=t)
-        ds = v.internal
         et = t.element
         if op == 'sequence_map':
             fn = self._fn_of(params['fn'])

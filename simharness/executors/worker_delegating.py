@@ -77,12 +77,13 @@ def wire_value(value: Any, t: Optional[T.Type]) -> Any:
     """`value` (of type `t`) as plain data the codec carries: Structs, numpy, lists, blobs.
 
     Python containers (namedtuples, attrs classes, OrderedDicts) become
-    `Struct`s, tensors numpy arrays, datasets serialized graphs; a user's
+    `Struct`s, tensors numpy arrays, datasets their arrays (`TensorBatches`,
+    when they are slices of in-memory tensors) or serialized graphs; a user's
     object that is none of these is refused by the codec.
     """
     if _is_dataset(value):
-        from simharness.runtime.datasets import dataset_to_blob
-        return dataset_to_blob(value)
+        from simharness.runtime.datasets import dataset_to_wire
+        return dataset_to_wire(value, t)
     if hasattr(value, 'numpy') and not isinstance(value, np.ndarray):
         return tensor_to_numpy(value)
     if isinstance(t, T.StructType):

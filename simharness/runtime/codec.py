@@ -35,6 +35,7 @@ import numpy as np
 
 from simharness.core import types as T
 from simharness.core.reduction import Partial
+from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct
 from simharness.errors import SimharnessTypeError
 
@@ -98,6 +99,10 @@ def register_message(cls: type) -> type:
         raise TypeError(f'{cls!r} is not a dataclass')
     _MESSAGES[cls.__name__] = cls
     return cls
+
+
+# In-memory client datasets travel as their arrays and how they are cut.
+register_message(TensorBatches)
 
 
 def _dtype_token(dt: np.dtype) -> str:

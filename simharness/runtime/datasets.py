@@ -7,6 +7,9 @@ from typing import Any
 import tensorflow as tf
 
 from simharness.core import types as T
+from simharness.core.sequences import TensorBatches
+from simharness.core.structure import tensor_to_numpy
+from simharness.core.tf_sequences import recognize
 from simharness.core.tf_serialization import element_spec_for
 from simharness.runtime.codec import DatasetBlob
 
@@ -16,6 +19,15 @@ def dataset_to_blob(ds: Any) -> DatasetBlob:
     graph = ds._as_serialized_graph(
         external_state_policy=tf.data.experimental.ExternalStatePolicy.FAIL).numpy()
     return DatasetBlob(graph, T._from_tf_structure(ds.element_spec))
+
+
+def dataset_to_wire(ds: Any, t: Any = None) -> Any:
+    """A dataset as plain data: its arrays (`TensorBatches`) when it is slices of
+    in-memory tensors, else its serialized graph (`DatasetBlob`)."""
+    tb = recognize(ds, t if isinstance(t, T.SequenceType) else None)
+    if tb is not None:
+        return tb.with_components([tensor_to_numpy(c) for c in tb.components])
+    return dataset_to_blob(ds)
 
 
 def dataset_from_blob(blob: DatasetBlob) -> Any:

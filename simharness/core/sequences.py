@@ -1,0 +1,64 @@
+"""Sequences held as in-memory tensors: the plain-data form of a sliced, batched dataset.
+
+Most client datasets of a simulation are ``from_tensor_slices(arrays)``,
+maybe ``.batch(b)``: arrays in memory, cut into elements. `TensorBatches`
+records exactly that (the arrays and how they are cut), so that
+
+* it crosses to a worker or a service as plain arrays (no dataset graph),
+* a client update that iterates it (``dataset.reduce``, ``for batch in
+  dataset``) runs as a tensor loop over the arrays (see
+  `simharness.executors.sequence_lowering`), and
+* anything else gets the very same elements from the `tf.data.Dataset` it
+  stands for (`simharness.executors.tensor_sequences.to_dataset`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, List, Optional
+
+from simharness.core import types as T
+
+__all__ = ['TensorBatches']
+
+
+@dataclasses.dataclass(eq=False)
+class TensorBatches:
+    """A sequence whose elements are rows, or batches of rows, of in-memory arrays.
+
+    Attributes:
+      components: one array (numpy, or a tensor inside an executor) per leaf
+        of the element type, in the type's leaf order, all with the same
+        number of rows.
+      batch_size: None when element i is row i of every component (a dataset
+        from ``from_tensor_slices``); b when element i holds rows
+        ``[i * b, (i + 1) * b)`` (``.batch(b)``).
+      drop_remainder: with a batch size, whether a last partial batch is dropped.
+      element_type: the element type of the sequence.
+    """
+
+    components: List[Any]
+    batch_size: Optional[int]
+    drop_remainder: bool
+    element_type: Any
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.components[0].shape[0])
+
+    @property
+    def num_elements(self) -> int:
+        rows, b = self.num_rows, self.batch_size
+        if b is None:
+            return rows
+        return rows // b if self.drop_remainder else -(-rows // b)
+
+    def with_components(self, components: List[Any]) -> 'TensorBatches':
+        """The same sequence over other arrays (e.g. tensors in place of numpy)."""
+        return TensorBatches(list(components), self.batch_size, self.drop_remainder,
+                             self.element_type)
+
+    def __repr__(self) -> str:
+        how = 'rows' if self.batch_size is None else f'batches of {self.batch_size}'
+        return (f'TensorBatches({T.SequenceType(self.element_type)}, {self.num_rows} rows, '
+                f'{how})')

@@ -1,0 +1,96 @@
+"""`TensorBatches` in the TF runtime: checked, fed to lowered functions, turned back into datasets."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from simharness.core import types as T
+from simharness.core.sequences import TensorBatches
+from simharness.core.tf_sequences import element_leaves, recognize
+from simharness.core.tf_serialization import element_spec_for, tf_dtype
+from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.executors.sequence_lowering import SourceSpec
+
+__all__ = ['element_leaves', 'recognize', 'to_dataset', 'checked', 'source_spec', 'component_types']
+
+
+def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
+    """The `tf.data.Dataset` `tb` stands for (built once per object)."""
+    ds = getattr(tb, '_dataset', None)
+    if ds is None:
+        spec = element_spec_for(tb.element_type)
+        flat = tf.nest.flatten(spec)
+        # element_spec_for's containers and the type's leaf order can differ (dicts)
+        order = element_leaves(tf.nest.pack_sequence_as(spec, list(range(len(flat)))),
+                                      tb.element_type)
+        by_flat = [None] * len(flat)
+        for comp, pos in zip(tb.components, order):
+            by_flat[pos] = comp
+        ds = tf.data.Dataset.from_tensor_slices(tf.nest.pack_sequence_as(spec, by_flat))
+        if tb.batch_size is not None:
+            ds = ds.batch(tb.batch_size, drop_remainder=tb.drop_remainder)
+        tb._dataset = ds
+    return ds
+
+
+def component_types(t: T.SequenceType, batched: bool) -> Optional[List[T.TensorType]]:
+    """The tensor types of the components of a `TensorBatches` of `t` (None: not expressible)."""
+    out = []
+    for leaf in T.flatten_type(t.element):
+        if not isinstance(leaf, T.TensorType) or leaf.shape is None:
+            return None
+        shape = list(leaf.shape)
+        if batched:
+            if not shape:
+                return None
+            shape = shape[1:]
+        out.append(T.TensorType(leaf.dtype, [None] + shape))
+    return out
+
+
+def checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
+    """`tb` (e.g. decoded from a peer) checked against `t`, its components as tensors."""
+    if not isinstance(tb, TensorBatches):
+        raise SimharnessTypeError(f'{type(tb).__name__} is not a TensorBatches', expected=t)
+    b = tb.batch_size
+    if b is not None and (isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1):
+        raise SimharnessValueError(f'batch size {b!r} of a sequence must be a positive int')
+    if not isinstance(tb.drop_remainder, (bool, np.bool_)):
+        raise SimharnessTypeError(f'drop_remainder {tb.drop_remainder!r} must be a bool')
+    types = component_types(t, b is not None)
+    comps = list(tb.components) if isinstance(tb.components, (list, tuple)) else None
+    if types is None or comps is None or len(comps) != len(types) or not comps:
+        raise SimharnessTypeError(f'{tb!r:.200} does not hold the components of {t}',
+                                  expected=t)
+    out = []
+    rows = None
+    for c, ct in zip(comps, types):
+        x = c if isinstance(c, tf.Tensor) else to_tensor(np.asarray(c), ct)
+        if x.dtype != tf_dtype(ct.dtype) or x.shape.rank != len(ct.shape) or any(
+                d is not None and d != s for d, s in zip(ct.shape[1:], x.shape[1:])):
+            raise SimharnessTypeError(
+                f'component of dtype {x.dtype.name} and shape {x.shape} does not fit {ct} '
+                f'(sequence of {t.element})', expected=t)
+        if rows is None:
+            rows = x.shape[0]
+        elif x.shape[0] != rows:
+            raise SimharnessValueError(f'components of a sequence have {rows} and {x.shape[0]} rows')
+        out.append(x)
+    if b is not None and tb.drop_remainder:
+        # a fixed batch dimension in the type needs batches of exactly that size
+        first = [l.shape[0] for l in T.flatten_type(t.element) if isinstance(l, T.TensorType)]
+        if any(d is not None and d != b for d in first):
+            raise SimharnessTypeError(f'batches of {b} do not fit {t}', expected=t)
+    elif b is not None:
+        first = [l.shape[0] for l in T.flatten_type(t.element) if isinstance(l, T.TensorType)]
+        if any(d is not None for d in first) and rows % b != 0:
+            raise SimharnessTypeError(f'a last batch of {rows % b} rows does not fit {t}',
+                                      expected=t)
+    return TensorBatches(out, None if b is None else int(b), bool(tb.drop_remainder), t.element)
+
+
+def source_spec(tb: TensorBatches) -> SourceSpec:
+    return SourceSpec([c.dtype for c in tb.components], tb.batch_size, tb.drop_remainder)
