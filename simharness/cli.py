@@ -175,7 +175,7 @@ def _parser() -> argparse.ArgumentParser:
                'does: workers stopped, summary status "interrupted". Each run or sweep first\n'
                'removes shared-memory segments (/dev/shm/simharness_<pid>_*) left by killed\n'
                f'simharness processes. Tracebacks: --verbose, or {TRACEBACK_ENV}=1.')
-    sub = p.add_subparsers(dest='command', metavar='{run,sweep,report}')
+    sub = p.add_subparsers(dest='command', metavar='{run,sweep,report,serve}')
     sub.required = True
 
     run = sub.add_parser(
@@ -216,6 +216,8 @@ def _parser() -> argparse.ArgumentParser:
                     'time and clients/s vs workers when the runs differ in workers or '
                     'clients per round.')
     report.add_argument('results_dir', metavar='RESULTS_DIR', help='directory to report on')
+    from simharness import serve as _serve  # pylint: disable=import-outside-toplevel
+    _serve.add_parser(sub)
     report.add_argument('-v', '--verbose', action='store_true',
                         help=f'full tracebacks for errors (also: {TRACEBACK_ENV}=1)')
     return p
@@ -314,6 +316,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             with _stop_on_signals():
                 if args.command == 'report':
                     return _cmd_report(args)
+                if args.command == 'serve':
+                    from simharness import serve  # pylint: disable=import-outside-toplevel
+                    return serve.main(args)
                 return _cmd_run(args, sweep=args.command == 'sweep')
         except ConfigError as e:
             return _err(str(e))

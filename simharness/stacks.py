@@ -413,3 +413,123 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
     if start:
         pool.start()
     return factory
+
+
+# ---------------------------------------------------------------- remote stacks
+
+class RemoteExecutorFactory(CachingExecutorFactory):
+    """Stacks whose client groups live in executor services reached over gRPC.
+
+    ```
+    ReferenceResolvingExecutor
+      FederatingExecutor(FederatedResolvingStrategy)
+        server, unplaced: ThreadDelegating(EagerTF) in the driver
+        clients:          RemoteExecutor(service s, worker slot k) for every slot of
+                          every service, each hosting a contiguous block of clients
+    ```
+    The factory owns its `RemoteServices` (streams, and the channels it made)
+    unless it was given one: `close()` ends them; `stats()` asks the
+    services what they hold.
+    """
+
+    def __init__(self, services, num_clients: Optional[int], max_cached_stacks: int,
+                 owns_services: bool, default_num_clients: Optional[int],
+                 dispose_batch_size: int, stream_structs: bool):
+        self.services = services
+        self.owns_services = owns_services
+        self._dispose_batch_size = dispose_batch_size
+        self._stream_structs = stream_structs
+        super().__init__(self._build_remote_stack, num_clients, max_cached_stacks,
+                         default_num_clients)
+
+    def _build_remote_stack(self, n: int) -> Executor:
+        from simharness.executors.remote import RemoteExecutor
+        if self.services.closed:
+            raise ExecutorClosedError('the remote services of this factory are closed; make a '
+                                      'new remote_executor_factory')
+        self.services.start()
+        cache = FunctionCache()
+        server = _thread_eager('simharness-server', None, cache)
+        unplaced = _thread_eager('simharness-unplaced', None, cache)
+        handles = self.services.handles
+        w = min(len(handles), n) if n else 0
+        groups = []
+        for k, size in enumerate(split_for_workers(n, w) if w else []):
+            ex = RemoteExecutor.on_handle(handles[k], self._dispose_batch_size,
+                                          self._stream_structs)
+            ex.set_cardinalities({T.CLIENTS: size})
+            groups.append((ex, size))
+        federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
+        return ReferenceResolvingExecutor(federating)
+
+    def stats(self) -> Dict[str, object]:
+        """What every service holds: requests served, open streams, sessions, values."""
+        return {'services': self.services.info()}
+
+    def close(self) -> None:
+        """Closes the stacks, and the connections when this factory made them."""
+        try:
+            self.clean_up_executors()
+        finally:
+            if self.owns_services:
+                self.services.close()
+
+
+def remote_executor_factory(addresses_or_channels=None, num_clients: Optional[int] = None, *,
+                            default_num_clients: Optional[int] = None,
+                            max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+                            token: Optional[str] = None, token_file: Optional[str] = None,
+                            root_certificates: Optional[bytes] = None,
+                            dispose_batch_size: int = 20, stream_structs: bool = False,
+                            max_inflight: int = 32, connect_timeout: float = 30.0,
+                            services=None) -> RemoteExecutorFactory:
+    """Stacks whose clients are spread over executor services (TFF's remote stack).
+
+    Clients are cut into contiguous blocks, one per worker slot of every
+    service (a service started with ``--num-workers N`` has N slots, else 1),
+    in the order given; results are bit-identical to the thread stack.
+
+    Args:
+      addresses_or_channels: the services: addresses ``'host:port'``,
+        `grpc.Channel`s or ``ExecutorServiceStub``s (one or a list).
+      num_clients, default_num_clients, max_cached_stacks: as in
+        `local_executor_factory`.
+      token / token_file: the services' token (call metadata).
+      root_certificates: PEM bytes: reach addresses over TLS.
+      dispose_batch_size, stream_structs: as in `RemoteExecutor`.
+      max_inflight: requests in flight per stream (bounds driver memory).
+      connect_timeout: seconds a (re)connect waits for a service; with
+        ``execution_context(factory, retries=N)`` a computation whose
+        service died is re-run once the service is back within it.
+      services: an existing `RemoteServices` to share (then the connection
+        arguments above are ignored and closing the factory leaves it open).
+
+    Returns:
+      A `RemoteExecutorFactory`; close it (or use it as a context manager).
+    """
+    check_int('num_clients', num_clients, 0, allow_none=True)
+    check_int('max_cached_stacks', max_cached_stacks, 1)
+    check_int('dispose_batch_size', dispose_batch_size, 1)
+    check_bool('stream_structs', stream_structs)
+    check_int('max_inflight', max_inflight, 1)
+    check_number('connect_timeout', connect_timeout, greater_than=0)
+    _check_default_num_clients(num_clients, default_num_clients)
+    owns = services is None
+    if services is None:
+        from simharness.runtime.grpc_transport import RemoteServices, read_token_file
+        if addresses_or_channels is None:
+            raise SimharnessTypeError('remote_executor_factory needs the services: addresses '
+                                      "'host:port' or grpc channels")
+        targets = (list(addresses_or_channels)
+                   if isinstance(addresses_or_channels, (list, tuple))
+                   else [addresses_or_channels])
+        if not targets:
+            raise SimharnessValueError('remote_executor_factory needs at least one service')
+        if token is not None and token_file is not None:
+            raise SimharnessValueError('give token or token_file, not both')
+        if token_file is not None:
+            token = read_token_file(token_file)
+        services = RemoteServices(targets, token=token, root_certificates=root_certificates,
+                                  max_inflight=max_inflight, connect_timeout=connect_timeout)
+    return RemoteExecutorFactory(services, num_clients, max_cached_stacks, owns,
+                                 default_num_clients, dispose_batch_size, stream_structs)
