@@ -135,6 +135,30 @@ def write_jsonl(path: PathLike, rows: Any) -> Path:
     return write_text(path, ''.join(dumps_json(r, indent=None) + '\n' for r in rows))
 
 
+def append_jsonl(path: PathLike, row: Any) -> Path:
+    """Appends one compact JSON line to `path` and syncs it to disk; returns the path.
+
+    The line is written with one ``write`` call and fsynced: a crash leaves
+    whole lines before it, at worst a torn last line, which readers of
+    metrics.jsonl skip (a resumed run rewrites the file from its checkpoint).
+    """
+    p = Path(path)
+    line = (dumps_json(row, indent=None) + '\n').encode('utf-8')
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    except OSError as e:
+        _raise_naming(e, p)
+    try:
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        except OSError as e:
+            _raise_naming(e, p)
+    finally:
+        os.close(fd)
+    return p
+
+
 def is_temp_file(path: PathLike) -> bool:
     """Whether `path` is a temporary file left by `atomic_open`."""
     name = Path(path).name

@@ -52,9 +52,11 @@ DEFAULT_RUN_ID = 'default'
 
 DATASETS = ('digits', 'files', 'reference', 'synthetic')
 PARTITIONS = ('dirichlet', 'iid')
-MODEL_NAMES = ('cnn', 'logreg', 'mlp')
-ALGORITHMS = ('fedavg',)
-COHORTS = ('random', 'reference')
+MODEL_NAMES = ('cnn', 'keras', 'logreg', 'mlp')
+#: As `simharness.learning.algorithms.ALGORITHM_NAMES` (not imported: no numpy here).
+ALGORITHMS = ('fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', 'fedsgd', 'fedyogi')
+OPTIMIZERS = ('adagrad', 'adam', 'sgd', 'yogi')
+COHORTS = ('random', 'reference', 'weighted', 'with_replacement')
 STACK_KINDS = ('process', 'thread')
 
 #: Number of clients of the reference workload (fedavg-synthetic-mlp.md).
@@ -264,6 +266,7 @@ _MODEL_OPTIONS: Mapping[str, Mapping[str, Any]] = {
     'logreg': {},
     'mlp': {'hidden_sizes': (256, 256)},
     'cnn': {'conv_filters': (16, 32), 'kernel_size': 3, 'pool_size': 2},
+    'keras': {'keras': None},
 }
 
 
@@ -283,6 +286,11 @@ class ModelConfig:
         conv_filters: cnn: filters of the two conv layers (default [16, 32]).
         kernel_size: cnn: conv kernel side (default 3).
         pool_size: cnn: max-pool side (default 2).
+        keras: keras: ``"package.module:function"``, a function
+            ``(input_shape, num_classes) -> keras.Model`` (its compiled
+            loss, else sparse categorical cross-entropy from logits; metric:
+            accuracy); initial weights: ``keras.utils.set_random_seed(seed)``
+            then a fresh build. Required for name = 'keras'.
     """
 
     name: str = 'mlp'
@@ -290,10 +298,20 @@ class ModelConfig:
     conv_filters: Optional[Tuple[int, ...]] = None
     kernel_size: Optional[int] = None
     pool_size: Optional[int] = None
+    keras: Optional[str] = None
 
     def __post_init__(self) -> None:
         _check_choice('model.name', self.name, MODEL_NAMES)
         _apply_variant(self, 'model', 'name', _MODEL_OPTIONS)
+        if self.name == 'keras':
+            if self.keras is None:
+                raise ConfigError('model.keras is required for model.name = "keras" (a '
+                                  '"package.module:function" building the keras.Model)',
+                                  key='model.keras', value=None)
+            if not isinstance(self.keras, str) or self.keras.count(':') != 1 or not all(
+                    self.keras.split(':')):
+                raise ConfigError(f'model.keras must look like "package.module:function", got '
+                                  f'{self.keras!r}', key='model.keras', value=self.keras)
         if self.hidden_sizes is not None:
             object.__setattr__(self, 'hidden_sizes',
                                _check_int_tuple('model.hidden_sizes', self.hidden_sizes))
@@ -314,12 +332,22 @@ class AlgorithmConfig:
     """``[algorithm]``: the federated algorithm and its hyper-parameters.
 
     Attributes:
-        name: ``'fedavg'`` (the only one so far).
-        client_learning_rate: local SGD step (> 0; default 0.05).
+        name: ``'fedavg'`` (default), ``'fedavgm'`` (server SGD with
+            momentum, 0.9 unless server_momentum is set), ``'fedadam'``,
+            ``'fedyogi'``, ``'fedadagrad'`` (adaptive server optimizers),
+            ``'fedprox'`` or ``'fedsgd'`` (see
+            `simharness.learning.algorithms.build_algorithm`).
+        client_learning_rate: local step (> 0; default 0.05).
         local_epochs: passes over the client data per round (>= 1; default 1).
         batch_size: examples per local step (>= 1; default 10).
         server_learning_rate: server step (> 0; default 1.0).
         server_momentum: server SGD momentum in [0, 1) (default 0).
+        client_optimizer: ``'sgd'`` (default), ``'adam'``, ``'yogi'``, ``'adagrad'``.
+        client_momentum: momentum of a client SGD in [0, 1) (default 0).
+        server_optimizer: overrides the one the name implies (optional).
+        beta_1, beta_2, epsilon: of adam / yogi (defaults 0.9, 0.999, and
+            1e-7 for adam, 1e-3 for yogi, 1e-7 for adagrad).
+        proximal_strength: FedProx's mu (> 0; default 0.01).
     """
 
     name: str = 'fedavg'
@@ -328,9 +356,27 @@ class AlgorithmConfig:
     batch_size: int = 10
     server_learning_rate: float = 1.0
     server_momentum: float = 0.0
+    client_optimizer: str = 'sgd'
+    client_momentum: float = 0.0
+    server_optimizer: Optional[str] = None
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: Optional[float] = None
+    proximal_strength: float = 0.01
 
     def __post_init__(self) -> None:
         _check_choice('algorithm.name', self.name, ALGORITHMS)
+        _check_choice('algorithm.client_optimizer', self.client_optimizer, OPTIMIZERS)
+        if self.server_optimizer is not None:
+            _check_choice('algorithm.server_optimizer', self.server_optimizer, OPTIMIZERS)
+        for key in ('client_momentum', 'beta_1', 'beta_2'):
+            object.__setattr__(self, key, _check_float(f'algorithm.{key}', getattr(self, key),
+                                                       minimum=0.0, below=1.0))
+        if self.epsilon is not None:
+            object.__setattr__(self, 'epsilon', _check_float('algorithm.epsilon', self.epsilon,
+                                                             minimum=0.0, inclusive=False))
+        object.__setattr__(self, 'proximal_strength', _check_float(
+            'algorithm.proximal_strength', self.proximal_strength, minimum=0.0, inclusive=False))
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
         for key in ('client_learning_rate', 'server_learning_rate'):
             s(key, _check_float(f'algorithm.{key}', getattr(self, key), minimum=0.0,
@@ -357,7 +403,22 @@ class TrainingConfig:
         cohort: ``'random'`` (``sample_clients(ids, k, round, seed)``,
             default) or ``'reference'`` (round r takes the clients
             ``(r * k + i) mod N``, i < k, in client-id order: the rule of
-            the reference benchmark).
+            the reference benchmark), ``'weighted'`` (without replacement,
+            with probability proportional to the client's size) or
+            ``'with_replacement'`` (uniform, a client may appear twice).
+        availability: each round each client is available with this
+            probability (independently, seeded by seed and round); the
+            cohort is drawn from the available ones (default 1.0).
+        checkpoint_every: save the server state every this many rounds
+            (and after the last); an interrupted run resumes from its last
+            checkpoint (0: never; default 10).
+        early_stopping_metric: the metric watched by early stopping and
+            best-model tracking (default 'eval_loss'; names with "loss"
+            are minimized, others maximized).
+        early_stopping_patience: stop after this many evaluations without
+            improvement (0: never; default 0).
+        tensorboard: write TensorBoard scalars to <run>/tensorboard
+            (default true).
     """
 
     rounds: int = 10
@@ -365,6 +426,11 @@ class TrainingConfig:
     seed: int = 0
     eval_every: int = 1
     cohort: str = 'random'
+    availability: float = 1.0
+    checkpoint_every: int = 10
+    early_stopping_metric: str = 'eval_loss'
+    early_stopping_patience: int = 0
+    tensorboard: bool = True
 
     def __post_init__(self) -> None:
         _check_int('training.rounds', self.rounds, 1)
@@ -372,12 +438,83 @@ class TrainingConfig:
         _check_int('training.seed', self.seed, 0)
         _check_int('training.eval_every', self.eval_every, 0)
         _check_choice('training.cohort', self.cohort, COHORTS)
+        a = _check_float('training.availability', self.availability, minimum=0.0,
+                         inclusive=False)
+        if a > 1.0:
+            raise ConfigError(f'training.availability must be in (0, 1], got {a}',
+                              key='training.availability', value=a)
+        object.__setattr__(self, 'availability', a)
+        _check_int('training.checkpoint_every', self.checkpoint_every, 0)
+        _check_str('training.early_stopping_metric', self.early_stopping_metric)
+        _check_int('training.early_stopping_patience', self.early_stopping_patience, 0)
+        _check_bool('training.tensorboard', self.tensorboard)
 
     def evaluates_after(self, round_num: int) -> bool:
         """Whether central evaluation runs after round `round_num` (0-based)."""
         if round_num == self.rounds - 1:
             return True
         return self.eval_every > 0 and (round_num + 1) % self.eval_every == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class AggregatorConfig:
+    """``[aggregator]``: how client updates are combined (`simharness.learning.aggregators`).
+
+    Attributes:
+        weighted: mean weighted by client example counts (default true;
+            Gaussian DP and secure sums need false).
+        clip: L2 clip norm of each client update (the initial norm when
+            adaptive_clip); unset: no clipping.
+        adaptive_clip: adapt the clip norm to target_quantile (default false).
+        target_quantile: of the adaptive clipping (default 0.5).
+        clip_learning_rate: of the adaptive clipping (default 0.2).
+        noise_multiplier: central Gaussian DP noise / clip norm (default 0:
+            off); the mean divides by training.clients_per_round.
+        clipped_count_stddev: adaptive DP: noise on the unclipped count
+            (default 0.05 * clients_per_round).
+        dp_delta: the delta of the reported epsilon (default 1e-5).
+        quantize_bits: stochastic quantization to this many bits (1..16).
+        quantize_range: the quantization range [-R, R] (default: clip).
+        secure: sum the quantized updates with federated_secure_sum_bitwidth.
+        seed: seed of the DP noise (default 0).
+    """
+
+    weighted: bool = True
+    clip: Optional[float] = None
+    adaptive_clip: bool = False
+    target_quantile: float = 0.5
+    clip_learning_rate: float = 0.2
+    noise_multiplier: float = 0.0
+    clipped_count_stddev: Optional[float] = None
+    dp_delta: float = 1e-5
+    quantize_bits: Optional[int] = None
+    quantize_range: Optional[float] = None
+    secure: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for key in ('weighted', 'adaptive_clip', 'secure'):
+            _check_bool(f'aggregator.{key}', getattr(self, key))
+        _check_float('aggregator.dp_delta', self.dp_delta, minimum=0.0, inclusive=False,
+                     below=1.0)
+        _check_int('aggregator.seed', self.seed, 0)
+        self.build(clients_per_round=1)  # every other check (names the key)
+
+    def build(self, clients_per_round: int) -> Any:
+        """The `simharness.learning.aggregators.Aggregator` of this table."""
+        # pylint: disable-next=import-outside-toplevel
+        from simharness.learning.aggregators import Aggregator
+        try:
+            return Aggregator(
+                weighted=self.weighted, clip=self.clip, adaptive=self.adaptive_clip,
+                target_quantile=self.target_quantile, clip_learning_rate=self.clip_learning_rate,
+                noise_multiplier=self.noise_multiplier,
+                clients_per_round=clients_per_round if self.noise_multiplier > 0 else None,
+                clipped_count_stddev=self.clipped_count_stddev, quantize_bits=self.quantize_bits,
+                quantize_range=self.quantize_range, secure=self.secure, seed=self.seed)
+        except ConfigError as e:
+            key = f'aggregator.{e.key}' if e.key else 'aggregator'
+            raise ConfigError(f'{key}: {e}', key=key, value=e.value) from None
 
 
 _STACK_OPTIONS: Mapping[str, Mapping[str, Any]] = {
@@ -528,7 +665,8 @@ def _flatten_grid(grid: Mapping[str, Any], prefix: str = '') -> Iterable[Tuple[s
 
 _TABLES: Mapping[str, type] = {
     'data': DataConfig, 'model': ModelConfig, 'algorithm': AlgorithmConfig,
-    'training': TrainingConfig, 'stack': StackConfig, 'sweep': SweepConfig,
+    'aggregator': AggregatorConfig, 'training': TrainingConfig, 'stack': StackConfig,
+    'sweep': SweepConfig,
 }
 _DISCRIMINATORS = {'data': 'dataset', 'model': 'name', 'stack': 'kind'}
 _VARIANT_OPTIONS = {'data': _DATA_OPTIONS, 'model': _MODEL_OPTIONS, 'stack': _STACK_OPTIONS}
@@ -555,6 +693,7 @@ class ExperimentConfig:
         data: ``[data]``.
         model: ``[model]``.
         algorithm: ``[algorithm]``.
+        aggregator: ``[aggregator]``.
         training: ``[training]``.
         stack: ``[stack]``.
         sweep: ``[sweep]`` (an empty grid: a single run).
@@ -564,6 +703,7 @@ class ExperimentConfig:
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = dataclasses.field(default_factory=AlgorithmConfig)
+    aggregator: AggregatorConfig = dataclasses.field(default_factory=AggregatorConfig)
     training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
     stack: StackConfig = dataclasses.field(default_factory=StackConfig)
     sweep: SweepConfig = dataclasses.field(default_factory=SweepConfig)

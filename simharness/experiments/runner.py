@@ -33,6 +33,7 @@ import dataclasses
 import datetime
 import hashlib
 import importlib.metadata
+import logging
 import os
 import platform
 import shutil
@@ -45,6 +46,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
 from simharness.experiments import atomic
+from simharness.experiments import checkpoints as CK
 from simharness.experiments.config import (DEFAULT_RUN_ID, ExperimentConfig, expand_sweep,
                                            read_toml)
 
@@ -55,6 +57,12 @@ CONFIG_FILE = 'config.toml'
 ENVIRONMENT_FILE = 'environment.json'
 METRICS_FILE = 'metrics.jsonl'
 SUMMARY_FILE = 'summary.json'
+LOG_FILE = 'run.log'
+FINAL_WEIGHTS_FILE = 'final_weights.npz'
+BEST_WEIGHTS_FILE = 'best_weights.npz'
+TENSORBOARD_DIR = 'tensorboard'
+
+_log = logging.getLogger(__name__)
 
 #: Metric fields that depend on the machine, not on the math (left out when
 #: comparing runs for reproducibility).
@@ -62,8 +70,11 @@ TIMING_FIELDS = ('round_seconds', 'eval_seconds', 'clients_per_second', 'bytes_m
                  'driver_rss_bytes', 'worker_rss_bytes')
 
 # Files a run writes (and removes before running again from scratch).
-_RUN_FILES = (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, SUMMARY_FILE, 'report.md',
+_RUN_FILES = (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, SUMMARY_FILE, LOG_FILE,
+              FINAL_WEIGHTS_FILE, BEST_WEIGHTS_FILE, 'report.md', 'runs.csv', 'rounds.csv',
               'accuracy.png', 'loss.png', 'round_time.png', 'clients_per_second.png')
+# Directories a run writes (removed with it).
+_RUN_DIRS = (CK.CHECKPOINT_DIR, TENSORBOARD_DIR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,6 +312,8 @@ def _clean_run_dir(run_dir: Path) -> None:
     for p in run_dir.iterdir():
         if p.is_file() and (p.name in _RUN_FILES or atomic.is_temp_file(p)):
             p.unlink()
+        elif p.is_dir() and p.name in _RUN_DIRS:
+            shutil.rmtree(p)
 
 
 def _summary(config: ExperimentConfig, run_id: str, status: str, metrics: List[Dict[str, Any]],
@@ -320,7 +333,7 @@ def _summary(config: ExperimentConfig, run_id: str, status: str, metrics: List[D
         'num_workers': extra.get('num_workers'),
         'clients_per_round': config.training.clients_per_round,
         'rounds': config.training.rounds,
-        'rounds_completed': len(metrics),
+        'rounds_completed': len(metrics),  # rounds with a metrics row
         'final_loss': last_eval.get('eval_loss'),
         'final_accuracy': last_eval.get('eval_accuracy'),
         'final_eval_round': last_eval.get('round'),
@@ -343,31 +356,61 @@ def _summary(config: ExperimentConfig, run_id: str, status: str, metrics: List[D
         'started_at': extra.get('started_at'),
         'finished_at': extra.get('finished_at'),
         'error': extra.get('error'),
+        'algorithm': config.algorithm.name,
+        'dp_epsilon': last.get('dp_epsilon'),
+        'resumed_from_round': extra.get('resumed_from_round'),
+        'stopped_early_after_round': extra.get('stopped_early'),
+        'best_round': extra.get('best_round'),
+        'best_value': extra.get('best_value'),
     }
 
 
+def _resumable(run_dir: Path, config: ExperimentConfig) -> bool:
+    """An unfinished run of the same config with a checkpoint."""
+    summary = read_json(run_dir / SUMMARY_FILE)
+    if not isinstance(summary, dict) or summary.get('status') not in (
+            'interrupted', 'failed', 'running'):
+        return False
+    try:
+        if read_toml(run_dir / CONFIG_FILE) != config.to_dict():
+            return False
+    except ConfigError:
+        return False
+    return bool(CK.list_checkpoints(run_dir))
+
+
 def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
-                   progress: bool = True, run_id: str = DEFAULT_RUN_ID) -> RunResult:
+                   progress: bool = True, run_id: str = DEFAULT_RUN_ID, *,
+                   resume: bool = True, callbacks: Sequence[CK.Callback] = ()) -> RunResult:
     """Runs one experiment and writes ``<results_root>/<config.name>/<run_id>/``.
 
-    An existing run directory is run again from scratch (its run files are
-    replaced). See the module docstring for the files; per round,
-    metrics.jsonl has ``round`` (0-based), ``loss``, ``accuracy`` and
-    ``num_examples`` (FedAvg's training metrics over the cohort),
-    ``eval_loss`` / ``eval_accuracy`` (central numpy evaluation of the new
-    weights on the digits test set, or on all clients' data; None in
-    rounds without evaluation), ``weights_sha256``, ``round_seconds``,
-    ``eval_seconds``, ``clients_per_second``, ``bytes_moved``
-    (shared-memory bytes to and from workers during the round; 0 on the
-    thread stack), ``driver_rss_bytes`` and ``worker_rss_bytes`` (a list;
-    empty on the thread stack).
+    An unfinished run of the same config (summary 'interrupted', 'failed'
+    or 'running', same config.toml) with a checkpoint resumes from its last
+    checkpoint when `resume` is true: the metrics of the rounds after the
+    checkpoint are dropped and computed again, with the same bits. Any
+    other existing run directory is run again from scratch (its run files
+    are replaced). See the module docstring for the files; per round,
+    metrics.jsonl has ``round`` (0-based), ``loss``, ``accuracy`` (the
+    model's metrics over the cohort's training examples), ``num_examples``,
+    ``clients``, the aggregator's measurements and ``dp_epsilon`` (when
+    configured), ``eval_loss`` / ``eval_accuracy`` (central evaluation of
+    the new weights on the held-out test set, or on all clients' data;
+    None in rounds without evaluation), ``weights_sha256``, ``round_seconds``,
+    ``eval_seconds``, ``clients_per_second``, ``bytes_moved`` (shared-memory
+    bytes to and from workers during the round; 0 on the thread stack),
+    ``driver_rss_bytes`` and ``worker_rss_bytes`` (a list; empty on the
+    thread stack).
 
     Args:
         config: the experiment (without a sweep grid; see `run_sweep`).
         results_root: the results root directory.
-        progress: show a tqdm bar (also off when stderr is not a TTY or
-            the ``CI`` environment variable is set).
+        progress: show a tqdm bar (when stderr is a TTY and ``CI`` is not
+            set; otherwise one log line per round on stderr).
         run_id: the run directory's name.
+        resume: resume an unfinished run from its last checkpoint.
+        callbacks: `simharness.experiments.checkpoints.Callback` s called
+            after every round (besides the config's early stopping and
+            best-model tracking).
 
     Returns:
         The `RunResult` (status 'complete').
@@ -392,35 +435,71 @@ def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
                           key='run_id', value=run_id)
     run_dir = Path(results_root) / config.name / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    _clean_run_dir(run_dir)
+    resuming = resume and _resumable(run_dir, config)
+    if not resuming:
+        _clean_run_dir(run_dir)
 
     t_start = time.perf_counter()
     extra: Dict[str, Any] = {'started_at': _now()}
     metrics: List[Dict[str, Any]] = []
     status = 'running'
     error: Optional[BaseException] = None
+    log_handler = _open_run_log(run_dir)
     try:
+        if resuming:
+            _log.info('%s/%s: resuming the unfinished run', config.name, run_id)
         atomic.write_text(run_dir / CONFIG_FILE, config.to_toml())
         atomic.write_json(run_dir / ENVIRONMENT_FILE, collect_environment())
         atomic.write_json(run_dir / SUMMARY_FILE, _summary(config, run_id, status, [], extra))
-        status = _run_rounds(config, run_dir, run_id, metrics, extra, progress, t_start)
+        status = _run_rounds(config, run_dir, run_id, metrics, extra, progress, t_start,
+                             resuming, list(callbacks))
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM / SIGHUP through the CLI
         status, error = 'interrupted', e
+        _log.warning('%s/%s: interrupted after %d rounds', config.name, run_id, len(metrics))
     except BaseException as e:  # pylint: disable=broad-exception-caught  # raised again below
         status, error = 'failed', e
         extra['error'] = f'{type(e).__name__}: {e}'
+        _log.error('%s/%s: failed: %s', config.name, run_id, extra['error'])
     extra['total_seconds'] = time.perf_counter() - t_start
     extra['finished_at'] = _now()
     summary = _summary(config, run_id, status, metrics, extra)
     try:
-        atomic.write_json(run_dir / SUMMARY_FILE, summary)
-    except OSError as e:
-        if error is None:
-            raise
-        _drop_stale_summary(run_dir, error, e)
+        try:
+            atomic.write_json(run_dir / SUMMARY_FILE, summary)
+        except OSError as e:
+            if error is None:
+                raise
+            _drop_stale_summary(run_dir, error, e)
+    finally:
+        _close_run_log(log_handler)
     if error is not None:
         raise error
     return RunResult(run_id, run_dir, status, summary)
+
+
+def _open_run_log(run_dir: Path) -> Optional[logging.Handler]:
+    """A log file per run: records of the 'simharness' loggers at INFO and above."""
+    try:
+        handler = logging.FileHandler(run_dir / LOG_FILE, mode='a', encoding='utf-8')
+    except OSError:
+        return None
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter('%(asctime)s %(levelname)s %(name)s: %(message)s'))
+    logger = logging.getLogger('simharness')
+    handler.old_level = logger.level  # type: ignore[attr-defined]
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    return handler
+
+
+def _close_run_log(handler: Optional[logging.Handler]) -> None:
+    if handler is None:
+        return
+    logger = logging.getLogger('simharness')
+    logger.removeHandler(handler)
+    logger.setLevel(getattr(handler, 'old_level', logging.NOTSET))
+    handler.close()
 
 
 def _drop_stale_summary(run_dir: Path, error: BaseException, write_error: OSError) -> None:
@@ -442,9 +521,70 @@ def _drop_stale_summary(run_dir: Path, error: BaseException, write_error: OSErro
         error.__notes__ = [*getattr(error, '__notes__', []), note]  # type: ignore[attr-defined]
 
 
+@dataclasses.dataclass
+class _Model:
+    """The model of a run: the `FunctionalModel` and its central evaluator."""
+
+    functional: Any
+    evaluate: Callable[[Sequence[Any]], Tuple[float, float]]
+
+
+def _build_model(config: ExperimentConfig, work: _Workload) -> _Model:
+    # pylint: disable=import-outside-toplevel
+    from simharness.learning import functional as F
+    from simharness.learning.models import get_model, numpy_evaluate
+    if config.model.name == 'keras':
+        from simharness.core.determinism import pin_tensorflow_threads
+        pin_tensorflow_threads()  # before Keras runs its first op: same bits as the workers
+        try:
+            fm = F.from_keras_builder(config.model.keras, work.input_shape, work.num_classes)
+        except (SimharnessValueError, SimharnessTypeError) as e:
+            raise ConfigError(f'[model] keras {config.model.keras}: {e}', key='model.keras',
+                              value=config.model.keras) from e
+        acc = next((m.name for m in fm.metrics if 'acc' in m.name), None)
+
+        def evaluate(weights: Sequence[Any]) -> Tuple[float, float]:
+            out = fm.evaluate(weights, work.eval_x, work.eval_y)
+            return out['loss'], out.get(acc, float('nan')) if acc else float('nan')
+        return _Model(fm, evaluate)
+    try:
+        spec = get_model(config.model.name, work.input_shape, work.num_classes,
+                         **config.model.options())
+    except (SimharnessValueError, SimharnessTypeError) as e:  # ConfigError included
+        raise ConfigError(f'[model] {config.model.name}: {e}', key='model',
+                          value=config.model.name) from e
+    return _Model(F.from_model_spec(spec),
+                  lambda w: numpy_evaluate(spec, w, work.eval_x, work.eval_y))
+
+
+def _build_process(config: ExperimentConfig, model: Any, max_examples: int) -> Any:
+    from simharness.learning.algorithms import build_algorithm  # pylint: disable=import-outside-toplevel
+    a = config.algorithm
+    return build_algorithm(
+        a.name, model, max_examples=max_examples, client_learning_rate=a.client_learning_rate,
+        local_epochs=a.local_epochs, batch_size=a.batch_size,
+        server_learning_rate=a.server_learning_rate, server_momentum=a.server_momentum,
+        client_optimizer=a.client_optimizer, client_momentum=a.client_momentum,
+        server_optimizer=a.server_optimizer, beta_1=a.beta_1, beta_2=a.beta_2,
+        epsilon=a.epsilon, proximal_strength=a.proximal_strength,
+        aggregator=config.aggregator.build(config.training.clients_per_round))
+
+
+def _round_line(config: ExperimentConfig, row: Mapping[str, Any]) -> str:
+    parts = [f'round {row["round"] + 1}/{config.training.rounds}',
+             f'loss {row["loss"]:.4f}', f'accuracy {row["accuracy"]:.4f}']
+    if row.get('eval_loss') is not None:
+        parts += [f'eval_loss {row["eval_loss"]:.4f}', f'eval_accuracy {row["eval_accuracy"]:.4f}']
+    if row.get('dp_epsilon') is not None:
+        parts.append(f'epsilon {row["dp_epsilon"]:.3f}')
+    parts.append(f'{row["round_seconds"]:.3f} s')
+    return ', '.join(parts)
+
+
 def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 metrics: List[Dict[str, Any]], extra: Dict[str, Any], progress: bool,
-                t_start: float) -> str:
+                t_start: float, resuming: bool = False,
+                callbacks: Optional[List[CK.Callback]] = None) -> str:
     """Builds everything, runs the rounds (appending to `metrics`); returns 'complete'."""
     # pylint: disable=import-outside-toplevel
     import numpy as np
@@ -452,30 +592,43 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     from tqdm.auto import tqdm
 
     import simharness
-    from simharness.learning.fedavg import FedAvg, FedAvgConfig
-    from simharness.learning.models import get_model, init_weights, numpy_evaluate
+    from simharness.data.sampling import sample_cohort
+    from simharness.learning.aggregators import dp_epsilon
 
     work = _build_workload(config)
     cd = work.client_data
     ids = cd.client_ids
-    try:
-        spec = get_model(config.model.name, work.input_shape, work.num_classes,
-                         **config.model.options())
-    except (SimharnessValueError, SimharnessTypeError) as e:  # ConfigError included
-        raise ConfigError(f'[model] {config.model.name}: {e}', key='model',
-                          value=config.model.name) from e
-    a = config.algorithm
-    algorithm = FedAvgConfig(client_learning_rate=a.client_learning_rate,
-                             local_epochs=a.local_epochs, batch_size=a.batch_size,
-                             server_learning_rate=a.server_learning_rate,
-                             server_momentum=a.server_momentum)
+    t = config.training
+    model = _build_model(config, work)
     _cohort(config, ids, 0)  # checks clients_per_round against the data before any start-up
-    max_examples = max(cd.client_size(c) for c in ids)
-    fedavg = FedAvg(spec, algorithm, max_examples)
-    state = fedavg.initialize(init_weights(spec, config.init_seed))
+    sizes = [cd.client_size(c) for c in ids]
+    process = _build_process(config, model.functional, max(sizes))
+    state = process.initialize(model.functional.initial_weights(config.init_seed))
+    agg = config.aggregator
+    callbacks = list(callbacks or [])
+    best = CK.BestModel(run_dir / BEST_WEIGHTS_FILE, t.early_stopping_metric)
+    own: List[CK.Callback] = [best]
+    if t.early_stopping_patience > 0:
+        own.append(CK.EarlyStopping(t.early_stopping_metric, t.early_stopping_patience))
+    start_round = 0
     extra['eval_on'] = work.eval_on
-    loss0, acc0 = numpy_evaluate(spec, state['weights'], work.eval_x, work.eval_y)
-    extra['initial_eval_loss'], extra['initial_eval_accuracy'] = loss0, acc0
+    checkpoint = CK.latest_checkpoint(run_dir) if resuming else None
+    if checkpoint is not None:
+        state, meta = checkpoint
+        start_round = int(meta['rounds_done'])
+        for cb, s in zip(own + callbacks, meta.get('callbacks', [])):
+            cb.restore(s)
+        extra['initial_eval_loss'] = meta.get('initial_eval_loss')
+        extra['initial_eval_accuracy'] = meta.get('initial_eval_accuracy')
+        extra['resumed_from_round'] = start_round
+        old = [r for r in _read_rows(run_dir / METRICS_FILE) if r.get('round', -1) < start_round]
+        metrics.extend(old)
+        atomic.write_jsonl(run_dir / METRICS_FILE, metrics)
+        _log.info('%s/%s: resumed from the checkpoint after round %d', config.name, run_id,
+                  start_round)
+    else:
+        loss0, acc0 = model.evaluate(state['weights'])
+        extra['initial_eval_loss'], extra['initial_eval_accuracy'] = loss0, acc0
     driver = psutil.Process()
     t_setup = time.perf_counter()
     extra['setup_seconds'] = t_setup - t_start
@@ -486,6 +639,7 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
         raise ConfigError(f'[stack] {config.stack.kind}: {e}', key='stack',
                           value=config.stack.kind) from e
     bar = None
+    writer = None
     try:
         pool = getattr(factory, 'pool', None)
         if pool is not None:
@@ -493,53 +647,105 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
             extra['num_workers'] = pool.num_workers
         else:
             extra['stack_start_seconds'] = 0.0
-        bar = tqdm(total=config.training.rounds, desc=f'{config.name}/{run_id}', unit='round',
-                   disable=not _progress_enabled(progress), dynamic_ncols=True, leave=True)
-        k = config.training.clients_per_round
+        show_bar = _progress_enabled(progress)
+        bar = tqdm(total=t.rounds, initial=start_round, desc=f'{config.name}/{run_id}',
+                   unit='round', disable=not show_bar, dynamic_ncols=True, leave=True)
+        if t.tensorboard:
+            writer = CK.ScalarWriter(run_dir / TENSORBOARD_DIR)
+        k = t.clients_per_round
         last_eval = '-'
         with simharness.execution_context(factory):
-            for r in range(config.training.rounds):
-                cohort = _cohort(config, ids, r)
-                batch = fedavg.pad([cd.client_arrays(c) for c in cohort], work.x_key, work.y_key)
+            for r in range(start_round, t.rounds):
+                if t.cohort == 'reference':
+                    cohort = _cohort(config, ids, r)
+                else:
+                    cohort = sample_cohort(ids, k, r, t.seed, mode=t.cohort, sizes=sizes,
+                                           availability=t.availability)
+                batch = process.pad([cd.client_arrays(c) for c in cohort], work.x_key,
+                                    work.y_key)
                 moved_before, _ = _stats(factory)
                 t0 = time.perf_counter()
-                state, train = fedavg.next(state, batch)
+                state, train = process.next(state, batch)
                 seconds = time.perf_counter() - t0
                 moved_after, worker_rss = _stats(factory)
                 weights = [np.asarray(w) for w in state['weights']]
-                row: Dict[str, Any] = {
-                    'round': r, 'loss': train['loss'], 'accuracy': train['accuracy'],
-                    'num_examples': train['num_examples'], 'eval_loss': None,
-                    'eval_accuracy': None, 'weights_sha256': weights_digest(weights),
-                }
+                row: Dict[str, Any] = {'round': r}
+                row.update(train)
+                row.setdefault('accuracy', None)
+                if agg.noise_multiplier > 0:
+                    row['dp_epsilon'] = dp_epsilon(agg.noise_multiplier, k, len(ids), r + 1,
+                                                   agg.dp_delta)
+                row.update({'eval_loss': None, 'eval_accuracy': None,
+                            'weights_sha256': weights_digest(weights)})
                 t_eval = time.perf_counter()
-                if config.training.evaluates_after(r):
-                    row['eval_loss'], row['eval_accuracy'] = numpy_evaluate(
-                        spec, weights, work.eval_x, work.eval_y)
+                if t.evaluates_after(r):
+                    row['eval_loss'], row['eval_accuracy'] = model.evaluate(weights)
                 row.update({
                     'round_seconds': seconds,
                     'eval_seconds': time.perf_counter() - t_eval,
-                    'clients_per_second': k / seconds if seconds > 0 else None,
+                    'clients_per_second': len(cohort) / seconds if seconds > 0 else None,
                     'bytes_moved': moved_after - moved_before,
                     'driver_rss_bytes': driver.memory_info().rss,
                     'worker_rss_bytes': worker_rss,
                 })
                 metrics.append(row)
-                atomic.write_jsonl(run_dir / METRICS_FILE, metrics)
+                atomic.append_jsonl(run_dir / METRICS_FILE, row)
+                if writer is not None:
+                    writer.write(r, {key: v for key, v in row.items()
+                                     if key not in ('round', 'worker_rss_bytes')})
+                stop = False
+                for cb in own + callbacks:
+                    stop = bool(cb.on_round_end(r, row, weights)) or stop
+                last = stop or r == t.rounds - 1
+                if t.checkpoint_every and ((r + 1) % t.checkpoint_every == 0 or last):
+                    CK.save_checkpoint(run_dir, state, r + 1, {
+                        'callbacks': [cb.state() for cb in own + callbacks],
+                        'initial_eval_loss': extra.get('initial_eval_loss'),
+                        'initial_eval_accuracy': extra.get('initial_eval_accuracy')})
+                line = _round_line(config, row)
+                _log.info('%s/%s: %s', config.name, run_id, line)
+                if progress and not show_bar:
+                    print(f'{config.name}/{run_id}: {line}', file=sys.stderr, flush=True)
                 if row['eval_accuracy'] is not None:
                     last_eval = f'{row["eval_accuracy"]:.3f}'
-                post = {'loss': f'{train["loss"]:.4f}', 'acc': f'{train["accuracy"]:.3f}',
-                        'eval_acc': last_eval,
+                post = {'loss': f'{row["loss"]:.4f}', 'eval_acc': last_eval,
                         'clients/s': f'{row["clients_per_second"] or 0:.0f}'}
                 bar.set_postfix(post, refresh=False)
                 bar.update(1)
+                if stop:
+                    extra['stopped_early'] = r
+                    _log.info('%s/%s: stopped early after round %d (%s)', config.name, run_id,
+                              r, t.early_stopping_metric)
+                    break
+        CK.save_weights(run_dir / FINAL_WEIGHTS_FILE, state['weights'])
+        extra['best_round'], extra['best_value'] = best.best_round, best.best
     finally:
         try:
             if bar is not None:
                 bar.close()
+            if writer is not None:
+                writer.close()
         finally:
             _close_factory(factory)
     return 'complete'
+
+
+def _read_rows(path: Path) -> List[Dict[str, Any]]:
+    """The parseable rows of a metrics.jsonl (a torn last line is dropped)."""
+    import json  # pylint: disable=import-outside-toplevel
+    rows: List[Dict[str, Any]] = []
+    try:
+        text = path.read_text(encoding='utf-8')
+    except OSError:
+        return rows
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
 
 
 # --------------------------------------------------------------------- sweep

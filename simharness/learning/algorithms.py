@@ -31,9 +31,8 @@ takes ``ceil(n / batch_size)`` steps per epoch in stored order.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,9 +51,8 @@ ALGORITHM_NAMES = ('fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', 'fed
 UNROLL_LIMIT = 64
 
 
-@dataclasses.dataclass(frozen=True)
-class LearningProcessOutput:
-    """What `LearningProcess.next` returns (TFF's name)."""
+class LearningProcessOutput(NamedTuple):
+    """What `LearningProcess.next` returns (TFF's name; unpacks as ``state, metrics``)."""
 
     state: Any
     metrics: Dict[str, float]

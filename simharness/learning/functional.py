@@ -262,11 +262,8 @@ def _keras_loss(loss: Any) -> Callable[[Any, Any], Any]:
             loss = keras.losses.get(loss)
         except (ValueError, TypeError) as e:
             raise SimharnessValueError(f'unknown Keras loss {loss!r}: {e}') from None
-    if isinstance(loss, keras.losses.LossFunctionWrapper):
-        fn, kwargs = loss.fn, dict(getattr(loss, '_fn_kwargs', {}) or {})
-        return lambda y, p: fn(y, p, **kwargs)
     if isinstance(loss, keras.losses.Loss):
-        return loss.call
+        return loss.call  # unreduced: one value per example (per position of a sequence)
     if callable(loss):
         return loss
     raise SimharnessTypeError(f'loss must be a Keras loss (object, name or function), got '

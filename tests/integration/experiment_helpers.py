@@ -33,8 +33,8 @@ REPRO: Dict[str, Any] = {
 }
 
 #: Every metric that depends only on the math (not on timing or memory).
-MATH_FIELDS = ('round', 'loss', 'accuracy', 'num_examples', 'eval_loss', 'eval_accuracy',
-               'weights_sha256')
+MATH_FIELDS = ('round', 'loss', 'accuracy', 'num_examples', 'clients', 'eval_loss',
+               'eval_accuracy', 'weights_sha256')
 
 
 def make_config(base: Dict[str, Any] = TINY, **tables: Any) -> ExperimentConfig:

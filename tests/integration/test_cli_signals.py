@@ -22,7 +22,7 @@ import pytest
 
 from simharness.experiments import atomic
 from simharness.experiments.config import dumps_toml
-from simharness.learning.fedavg import FedAvg
+from simharness.learning.algorithms import LearningProcess
 from simharness.runtime.shm import list_leaked_segments, reap_orphaned_segments
 
 from experiment_helpers import TINY, read_json, temp_files
@@ -37,8 +37,8 @@ def _write_config(tmp_path: Path, raw, name: str = 'exp.toml') -> Path:
 
 
 def _signal_at_round(signum: int, at: int = 1):
-    """A FedAvg.next that sends `signum` to this process on call number `at`."""
-    real = FedAvg.next
+    """A LearningProcess.next that sends `signum` to this process on call number `at`."""
+    real = LearningProcess.next
     calls = []
 
     def next_(fedavg, state, data):
@@ -56,7 +56,7 @@ def _signal_at_round(signum: int, at: int = 1):
 def test_signal_stops_like_ctrl_c_and_restores_handlers(tmp_path, capsys, monkeypatch,
                                                         signum, code):
     from simharness.cli import main
-    monkeypatch.setattr(FedAvg, 'next', _signal_at_round(signum, at=1))
+    monkeypatch.setattr(LearningProcess, 'next', _signal_at_round(signum, at=1))
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     cfg = _write_config(tmp_path, {**TINY, 'training': {**TINY['training'], 'rounds': 5}})
     t0 = time.monotonic()
@@ -133,12 +133,12 @@ def test_when_even_the_summary_cannot_be_written_no_stale_running_summary_is_lef
     from simharness.cli import main
     monkeypatch.delenv('SIMHARNESS_TRACEBACK', raising=False)
     cfg = _write_config(tmp_path, TINY)
-    real_next = FedAvg.next
+    real_next = LearningProcess.next
 
     def next_then_disk_full(fedavg, state, data):  # the first summary ('running') is written
         _fail_writes(monkeypatch, errno.ENOSPC, ['metrics.jsonl', 'summary.json'])
         return real_next(fedavg, state, data)
-    monkeypatch.setattr(FedAvg, 'next', next_then_disk_full)
+    monkeypatch.setattr(LearningProcess, 'next', next_then_disk_full)
     assert main(['run', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress']) == 1
     run_dir = tmp_path / 'r' / 'tiny' / 'default'
     err_lines = capsys.readouterr().err.strip().splitlines()

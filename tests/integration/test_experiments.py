@@ -19,12 +19,13 @@ from simharness.experiments import atomic, runner
 from simharness.experiments.config import expand_sweep, load_config, tomllib
 from simharness.experiments.report import write_report
 from simharness.experiments.runner import is_finished, run_experiment, run_sweep
-from simharness.learning.fedavg import FedAvg
+from simharness.learning.algorithms import LearningProcess
 
 from experiment_helpers import (REPRO, TINY, make_config, math_only,
                                 read_json, read_metrics, temp_files)
 
-RUN_FILES = {'config.toml', 'environment.json', 'metrics.jsonl', 'summary.json'}
+RUN_FILES = {'config.toml', 'environment.json', 'metrics.jsonl', 'summary.json', 'run.log',
+             'final_weights.npz', 'best_weights.npz', 'checkpoints', 'tensorboard'}
 PNG = b'\x89PNG\r\n\x1a\n'
 
 
@@ -60,8 +61,8 @@ def process_repro(tmp_path_factory):
 
 
 def _Interrupt(exc, at):
-    """A replacement of FedAvg.next that raises `exc` on call number `at` (0-based)."""
-    real = FedAvg.next
+    """A replacement of LearningProcess.next that raises `exc` on call number `at` (0-based)."""
+    real = LearningProcess.next
     calls = []
 
     def next_(fedavg, state, data):
@@ -201,7 +202,7 @@ def test_keyboard_interrupt_closes_the_stack_and_marks_the_run(tmp_path, monkeyp
     real_close = runner._close_factory
     monkeypatch.setattr(runner, '_close_factory',
                         lambda f: (closed.append(f), real_close(f)))
-    monkeypatch.setattr(FedAvg, 'next', _Interrupt(KeyboardInterrupt(), at=1))
+    monkeypatch.setattr(LearningProcess, 'next', _Interrupt(KeyboardInterrupt(), at=1))
     with pytest.raises(KeyboardInterrupt):
         run_experiment(make_config(training={'rounds': 4}), tmp_path, progress=False)
     run_dir = tmp_path / 'tiny' / 'default'
@@ -220,7 +221,8 @@ def test_interrupt_while_writing_metrics_leaves_whole_files(tmp_path, monkeypatc
     calls = {'n': 0}
 
     def fsync(fd):
-        # Metrics of round 0 are the 4th atomic write (config, env, summary, metrics).
+        # Metrics of round 0 are the 4th synced write (config, env, summary, metrics line),
+        # appended to metrics.jsonl; the interrupt comes while it is synced.
         calls['n'] += 1
         if calls['n'] == 4:
             raise KeyboardInterrupt
@@ -231,12 +233,12 @@ def test_interrupt_while_writing_metrics_leaves_whole_files(tmp_path, monkeypatc
         run_experiment(make_config(), tmp_path, progress=False)
     run_dir = tmp_path / 'tiny' / 'default'
     assert temp_files(tmp_path) == []
-    assert not (run_dir / 'metrics.jsonl').exists()
+    assert [r['round'] for r in read_metrics(run_dir)] == [0]  # whole lines only
     assert read_json(run_dir / 'summary.json')['status'] == 'interrupted'
 
 
 def test_other_errors_mark_the_run_failed(tmp_path, monkeypatch):
-    monkeypatch.setattr(FedAvg, 'next', _Interrupt(RuntimeError('boom'), at=0))
+    monkeypatch.setattr(LearningProcess, 'next', _Interrupt(RuntimeError('boom'), at=0))
     with pytest.raises(RuntimeError, match='boom'):
         run_experiment(make_config(), tmp_path, progress=False)
     s = read_json(tmp_path / 'tiny' / 'default' / 'summary.json')
@@ -386,7 +388,7 @@ def test_cli_bad_toml_exits_2(tmp_path, capsys):
 
 def test_cli_interrupt_exits_130(tmp_path, capsys, monkeypatch):
     from simharness.cli import main
-    monkeypatch.setattr(FedAvg, 'next', _Interrupt(KeyboardInterrupt(), at=0))
+    monkeypatch.setattr(LearningProcess, 'next', _Interrupt(KeyboardInterrupt(), at=0))
     cfg = _write_config(tmp_path, TINY)
     assert main(['run', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress']) == 130
     assert 'interrupted' in capsys.readouterr().err
