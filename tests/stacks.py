@@ -77,6 +77,21 @@ def _process_marks() -> Tuple[Any, ...]:
     return (pytest.mark.process,)
 
 
+def _remote_pair() -> Any:
+    from remote_services import ServicePair  # tests/remote_services.py
+    return ServicePair(2)
+
+
+def _remote_stack(pair: Any, num_clients: Optional[int]) -> Any:
+    from simharness.stacks import remote_executor_factory
+    return remote_executor_factory(services=pair.services, num_clients=num_clients)
+
+
+def _remote_marks() -> Tuple[Any, ...]:
+    import pytest
+    return (pytest.mark.remote,)
+
+
 #: name -> entry. Conformance tests run on every entry.
 STACKS: Dict[str, StackEntry] = {
     'thread-1': StackEntry(_thread_stack(1)),
@@ -88,6 +103,9 @@ STACKS: Dict[str, StackEntry] = {
                             resident_threads=('simharness-pool-reactor',)),
     'process-2': StackEntry(_process_stack, start=_process_pool(2, 3), marks=_process_marks(),
                             resident_threads=('simharness-pool-reactor',)),
+    # Two executor services on loopback, started as subprocesses once per session.
+    'remote-2': StackEntry(_remote_stack, start=_remote_pair, marks=_remote_marks(),
+                           resident_threads=('simharness-grpc',)),
 }
 
 
