@@ -47,7 +47,6 @@ import pytest
 __all__ = ['SimharnessStack', 'StackSpec', 'WorkerPools', 'parse_stacks']
 
 DEFAULT_STACKS = 'thread'
-DEFAULT_ROUNDS = 5
 DEFAULT_CLIENTS_PER_WORKER = 256
 _NAME = re.compile(r'^(thread|thread-debug|process)(?:-([1-9][0-9]*))?$')
 
@@ -196,6 +195,86 @@ def stack_config(spec: StackSpec, factory: Any) -> Dict[str, Any]:
     return config
 
 
+# ------------------------------------------------------------------ interleaved A/B sessions
+
+#: Set by ``simharness bench ab`` for its two pytest sessions (JSON: the two
+#: FIFOs, this session's side, the pair's id): their timed rounds take turns.
+INTERLEAVE_ENV = 'SIMHARNESS_BENCH_INTERLEAVE'
+#: JSON commit_info for runs of a checked-out revision outside a git work tree.
+COMMIT_INFO_ENV = 'SIMHARNESS_BENCH_COMMIT_INFO'
+#: Seconds to wait for the other session's turn before running on alone.
+TURN_TIMEOUT = 120.0
+
+
+class _Turns:
+    """Round-by-round turn taking between two pytest sessions (``simharness bench ab``).
+
+    Each session reads a token from its own FIFO before a timed (or warm-up)
+    round and writes it to the other's after it, so that the baseline's and
+    the candidate's rounds alternate and meet the same machine load. ``D``
+    (done) from the other side, or no token for `TURN_TIMEOUT` seconds,
+    lets this side run on alone. Without the environment variable this is a
+    no-op.
+    """
+
+    def __init__(self) -> None:
+        self.info: Optional[Dict[str, Any]] = None
+        self._mine = self._other = -1
+        self._alone = True
+        self.turns = 0
+        self.broken: Optional[str] = None
+
+    def open(self, spec: str) -> None:
+        import json
+        try:
+            info = json.loads(spec)
+            mine, other = str(info['mine']), str(info['other'])
+            side, session = str(info['side']), str(info['session'])
+        except (ValueError, KeyError, TypeError) as e:
+            raise pytest.UsageError(f'{INTERLEAVE_ENV}={spec!r} is not valid: expected JSON with '
+                                    f'mine, other, side and session ({e})') from None
+        # O_RDWR: opening a FIFO this way never blocks, and writes never fail
+        # for want of a reader when the other session has ended.
+        self._mine = os.open(mine, os.O_RDWR)
+        self._other = os.open(other, os.O_RDWR)
+        self.info = {'side': side, 'session': session}
+        self._alone = False
+
+    def __enter__(self) -> '_Turns':
+        if self._alone:
+            return self
+        import select
+        ready, _, _ = select.select([self._mine], [], [], TURN_TIMEOUT)
+        if not ready:
+            self.broken = f'no turn from the other session for {TURN_TIMEOUT:.0f} s'
+            self._alone = True
+            return self
+        token = os.read(self._mine, 1)
+        if token != b'G':  # b'D': the other session is done
+            self._alone = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._alone:
+            self.turns += 1
+            os.write(self._other, b'G')
+
+    def close(self) -> None:
+        if self._other >= 0:
+            try:
+                os.write(self._other, b'D')
+            except OSError:
+                pass
+        for fd in (self._mine, self._other):
+            if fd >= 0:
+                os.close(fd)
+        self._mine = self._other = -1
+        self._alone = True
+
+
+_TURNS = _Turns()
+
+
 # ------------------------------------------------------------------ what tests get
 
 class SimharnessStack:
@@ -252,9 +331,13 @@ class SimharnessBenchmark:
 
     Anything not defined here (``pedantic``, ``extra_info``, ``stats``,
     ``group``, calling it) is the wrapped fixture's.
+
+    Attributes:
+      stack: the `SimharnessStack` timed.
+      rounds: ``--simharness-rounds`` (None: pytest-benchmark's own rule).
     """
 
-    def __init__(self, benchmark: Any, stack: SimharnessStack, rounds: int):
+    def __init__(self, benchmark: Any, stack: SimharnessStack, rounds: Optional[int]):
         self._benchmark = benchmark
         self.stack = stack
         self.rounds = rounds
@@ -277,31 +360,210 @@ class SimharnessBenchmark:
         """True with ``--benchmark-disable`` (the body runs once, untimed)."""
         return bool(getattr(self._benchmark, 'disabled', False))
 
-    def round(self, fn: Any, *args: Any, rounds: Optional[int] = None, warmup_rounds: int = 1,
-              **kwargs: Any) -> Any:
-        """Times ``fn(*args, **kwargs)``: `warmup_rounds` untimed calls, then `rounds` timed ones.
+    def _option(self, name: str) -> Any:
+        try:
+            return getattr(self._benchmark, name)
+        except AttributeError:
+            raise RuntimeError(
+                f'simharness_benchmark.round needs pytest-benchmark >= 4 (its fixture has no '
+                f'{name}); got {type(self._benchmark).__module__}') from None
+
+    def _worker_pids(self) -> List[int]:
+        stats = self.stack.stats()
+        if not stats:
+            return []
+        return [w['pid'] for w in stats.get('workers', ()) if w.get('alive') and w.get('pid')]
+
+    def round(self, fn: Any, *args: Any, rounds: Optional[int] = None,
+              warmup_rounds: Optional[int] = None, iterations: Optional[int] = None,
+              clients: Optional[int] = None, fingerprint: Any = True, **kwargs: Any) -> Any:
+        """Times ``fn(*args, **kwargs)``, one simulation round per call, in this (the driver) process.
+
+        The first call (tracing, shipping the computation to the workers,
+        growing shared memory) is timed apart, as ``first_round_seconds``;
+        then come the timed, steady-state rounds. Each timed round is
+        preceded by the calibration workload (`simharness.bench.probe`),
+        so that the saved run carries the machine's speed and noise at the
+        time. Peak RSS of the driver and the workers over the timed rounds
+        and a SHA-256 of the last result are saved too (all in
+        ``extra_info['simharness']``).
+
+        pytest-benchmark's options are honoured: ``--benchmark-disable``
+        (one untimed call), ``--benchmark-min-rounds`` and
+        ``--benchmark-max-time`` (at least min-rounds timed rounds, and more
+        until max-time seconds of them: pytest-benchmark's rule, applied as
+        the rounds run), ``--benchmark-warmup`` / ``--benchmark-warmup-iterations``
+        (more untimed rounds after the first, up to warmup-iterations calls
+        or max-time seconds), ``--benchmark-min-time`` and
+        ``--benchmark-calibration-precision`` (calls per round, for rounds
+        shorter than that), ``--benchmark-precision`` / ``--benchmark-confidence``
+        (stop once the mean is that precise), ``--benchmark-timer`` and
+        ``--benchmark-disable-gc``.
 
         Args:
           fn: one round (e.g. ``fedavg.next``).
-          rounds: timed calls (default: ``--simharness-rounds``, 5).
-          warmup_rounds: untimed calls first (tracing, shipping the
-            computation to the workers, growing shared memory).
+          rounds: timed rounds, overriding the options (default:
+            ``--simharness-rounds`` when given, else pytest-benchmark's rule).
+          warmup_rounds: untimed calls before the timed ones (default: 1, the
+            first round, plus ``--benchmark-warmup``'s); 0: none, and no
+            ``first_round_seconds``.
+          iterations: calls per timed round (default: 1, or more when a
+            call is shorter than ``--benchmark-min-time``).
+          clients: clients per round; saves ``clients_per_second``.
+          fingerprint: True: hash the last result; a function: hash
+            ``fingerprint(result)`` (e.g. ``lambda r: r[0]`` for the state
+            of ``(state, metrics)``); False: none.
 
         Returns:
           The last call's result.
         """
-        rounds = self.rounds if rounds is None else rounds
-        extra = self._benchmark.extra_info
-        extra['simharness_rounds'] = rounds
-        extra['simharness_warmup_rounds'] = warmup_rounds
+        from simharness.bench import probe
+        if rounds is None:
+            rounds = self.rounds
+        for name, value, low in (('rounds', rounds, 1), ('warmup_rounds', warmup_rounds, 0),
+                                 ('iterations', iterations, 1), ('clients', clients, 1)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value < low):
+                raise (TypeError if not isinstance(value, int) or isinstance(value, bool)
+                       else ValueError)(
+                    f'simharness_benchmark.round: {name} must be an int >= {low} or None, '
+                    f'got {value!r} of type {type(value).__name__}')
+        if not (fingerprint in (True, False) or callable(fingerprint)):
+            raise TypeError(f'simharness_benchmark.round: fingerprint must be True, False or a '
+                            f'function, got {fingerprint!r} of type {type(fingerprint).__name__}')
+        bench = self._benchmark
+        extra = bench.extra_info
+        if self.disabled:
+            return bench.pedantic(fn, args=args, kwargs=kwargs, rounds=1, iterations=1)
+        if getattr(bench, '_mode', None):
+            bench.has_error = True
+            raise RuntimeError(f'the benchmark fixture was already used in {bench._mode} mode '
+                               '(one benchmark per test)')
+        bench._mode = 'simharness_benchmark.round(...)'
+        try:
+            return self._round(probe, fn, args, kwargs, rounds, warmup_rounds, iterations,
+                               clients, fingerprint, extra)
+        except BaseException:
+            bench.has_error = True
+            raise
+
+    def _round(self, probe: Any, fn: Any, args: Any, kwargs: Any, rounds: Optional[int],
+               warmup_rounds: Optional[int], iterations: Optional[int], clients: Optional[int],
+               fingerprint: Any, extra: Dict[str, Any]) -> Any:
+        import gc
+        import math
+        import time
+        bench = self._benchmark
+        timer = self._option('_timer')
+        disable_gc = bool(self._option('_disable_gc'))
+        min_rounds = int(self._option('_min_rounds'))
+        max_time = float(self._option('_max_time'))
+        warmup_calls = int(self._option('_warmup') or 0)
+        precision = getattr(bench, '_precision', None)
+        confidence = getattr(bench, '_confidence', None)
+
+        def call() -> Any:
+            return fn(*args, **kwargs)
+
+        def timed(n: int, gate: bool = False) -> Any:
+            if gate:
+                with _TURNS:
+                    return timed(n)
+            enabled = gc.isenabled()
+            if disable_gc:
+                gc.disable()
+            try:
+                t0 = timer()
+                for _ in range(n - 1):
+                    call()
+                out = call()
+                return timer() - t0, out
+            finally:
+                if enabled:
+                    gc.enable()
+
+        # warm-up: the first round (timed apart), then pytest-benchmark's warm-up, if on
+        first = last = None
+        result: Any = None
+        wall0 = time.perf_counter()
+        if warmup_rounds is None:
+            warmup_rounds = 1
+            if warmup_calls:
+                first, result = timed(1, gate=True)
+                last = first
+                while (time.perf_counter() - wall0 < max_time + first
+                       and warmup_rounds < 1 + warmup_calls):
+                    last, result = timed(1, gate=True)
+                    warmup_rounds += 1
+        if first is None:
+            for i in range(warmup_rounds):
+                last, result = timed(1, gate=True)
+                if i == 0:
+                    first = last
+        if iterations is None:
+            iterations = 1
+            if last is not None:
+                floor = max(float(self._option('_min_time')),
+                            bench._get_precision(timer) * self._option('_calibration_precision'))
+                if last < floor:
+                    iterations = max(1, math.ceil(floor / max(last, 1e-9)))
         before = self.stack.stats()
-        result = self._benchmark.pedantic(fn, args=args, kwargs=kwargs, rounds=rounds,
-                                          warmup_rounds=warmup_rounds, iterations=1)
+        stats = bench._make_stats(iterations)
+        times: List[float] = []
+        calibration: List[float] = []
+        z = None
+        if precision and confidence:
+            import statistics
+            z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+        turns = _TURNS
+        with probe.PeakRss(self._worker_pids) as peak:
+            spent = 0.0
+            while True:
+                with turns:
+                    calibration.append(probe.time_calibration(timer))
+                    duration, result = timed(iterations)
+                stats.update(duration)
+                times.append(duration / iterations)
+                spent += duration
+                n = len(times)
+                if rounds is not None:
+                    if n >= rounds:
+                        break
+                    continue
+                if n >= min_rounds:
+                    if z is not None and n >= 2:
+                        mean = sum(times) / n
+                        sd = (sum((t - mean) ** 2 for t in times) / (n - 1)) ** 0.5
+                        if mean > 0 and z * sd / n ** 0.5 / mean <= precision:
+                            break
+                    if spent >= max_time:
+                        break
         after = self.stack.stats()
-        if before is not None and after is not None and not self.disabled:
-            calls = rounds + warmup_rounds
+        info: Dict[str, Any] = {
+            'version': 1, 'times': times, 'first_round_seconds': first,
+            'warmup_rounds': warmup_rounds, 'rounds': len(times), 'iterations': iterations,
+            'calibration': {'workload': probe.CALIBRATION_WORKLOAD, 'times': calibration},
+            'memory': peak.as_dict(), 'clients': clients}
+        median = sorted(times)[len(times) // 2] if len(times) % 2 else \
+            sum(sorted(times)[len(times) // 2 - 1:len(times) // 2 + 1]) / 2
+        if clients is not None and median > 0:
+            info['clients_per_second'] = clients / median
+            extra.setdefault('clients_per_second', clients / median)
+        if fingerprint is not False:
+            try:
+                info['fingerprint'] = probe.fingerprint(
+                    fingerprint(result) if callable(fingerprint) else result)
+            except TypeError as e:
+                info['fingerprint'] = None
+                info['fingerprint_error'] = str(e)
+        extra['simharness'] = info
+        extra['simharness_rounds'] = len(times)
+        extra['simharness_warmup_rounds'] = warmup_rounds
+        if first is not None:
+            extra['simharness_first_round_seconds'] = first
+        if before is not None and after is not None:
             extra['simharness_per_round'] = {
-                key: (after[key] - before[key]) / calls
+                key: (after[key] - before[key]) / (len(times) * iterations)
                 for key in ('requests', 'bytes_to_workers', 'bytes_from_workers')
                 if key in before and key in after}
         return result
@@ -316,12 +578,51 @@ def pytest_addoption(parser: Any) -> None:
                          'fixture run on: thread, thread-debug, process, process-N '
                          f'(default: ini simharness_stacks, else {DEFAULT_STACKS})')
     group.addoption('--simharness-rounds', dest='simharness_rounds', type=int, default=None,
-                    help=f'timed rounds of simharness_benchmark.round (default {DEFAULT_ROUNDS})')
+                    help='timed rounds of simharness_benchmark.round, overriding '
+                         'pytest-benchmark\'s --benchmark-min-rounds / --benchmark-max-time rule '
+                         '(default: that rule)')
     group.addoption('--simharness-clients-per-worker', dest='simharness_clients_per_worker',
                     type=int, default=None,
                     help='clients a worker runs through one TF call on process stacks '
                          f'(default {DEFAULT_CLIENTS_PER_WORKER})')
     parser.addini('simharness_stacks', 'default of --simharness-stacks', default=DEFAULT_STACKS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: Any, machine_info: Dict[str, Any]) -> None:
+    """Adds ``machine_info['simharness']``: the machine fingerprint, usable CPUs, memory, load."""
+    from simharness.bench.results import _fingerprint_of
+    own: Dict[str, Any] = {}
+    try:
+        import psutil
+        own['memory_total_bytes'] = int(psutil.virtual_memory().total)
+    except Exception:  # pylint: disable=broad-except
+        pass
+    if hasattr(os, 'sched_getaffinity'):
+        own['usable_cpus'] = len(os.sched_getaffinity(0))
+    if hasattr(os, 'getloadavg'):
+        own['load_average'] = list(os.getloadavg())
+    own['fingerprint'] = _fingerprint_of(machine_info, own.get('memory_total_bytes'))
+    machine_info['simharness'] = own
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_benchmark_generate_commit_info(config: Any) -> Optional[Dict[str, Any]]:
+    """The commit of a revision run outside its git work tree (``simharness bench``)."""
+    import json
+    spec = os.environ.get(COMMIT_INFO_ENV)
+    return json.loads(spec) if spec else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config: Any, benchmarks: Any, output_json: Dict[str, Any]) -> None:
+    """Adds ``simharness``: the interleaved session this run belongs to, if any."""
+    own: Dict[str, Any] = {}
+    if _TURNS.info is not None:
+        own['interleave'] = dict(_TURNS.info, turns=_TURNS.turns, broken=_TURNS.broken)
+    if hasattr(os, 'getloadavg'):
+        own['load_average_end'] = list(os.getloadavg())
+    output_json['simharness'] = own
 
 
 def _stacks(config: Any) -> List[StackSpec]:
@@ -340,6 +641,13 @@ def pytest_configure(config: Any) -> None:
     cpw = config.getoption('simharness_clients_per_worker')
     if cpw is not None and cpw < 1:
         raise pytest.UsageError(f'--simharness-clients-per-worker must be >= 1, got {cpw}')
+    spec = os.environ.get(INTERLEAVE_ENV)
+    if spec and _TURNS.info is None:
+        _TURNS.open(spec)
+
+
+def pytest_unconfigure(config: Any) -> None:
+    _TURNS.close()
 
 
 def _parametrized_by_user(metafunc: Any, name: str) -> bool:
@@ -395,5 +703,5 @@ def simharness_benchmark(request: Any, benchmark: Any,
     `benchmark` directly, so ``--benchmark-only`` and ``--benchmark-skip``
     select the tests that use it.
     """
-    rounds = request.config.getoption('simharness_rounds') or DEFAULT_ROUNDS
-    return SimharnessBenchmark(benchmark, simharness_stack, rounds)
+    return SimharnessBenchmark(benchmark, simharness_stack,
+                               request.config.getoption('simharness_rounds'))
