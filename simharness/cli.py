@@ -246,6 +246,8 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
     from simharness.experiments.report import write_report
     from simharness.experiments.runner import run_experiment, run_sweep
 
+    from simharness.tfquiet import initialize_devices
+    initialize_devices()  # TensorFlow's C++ start-up lines filtered out (real errors still show)
     _reap_segments()
     config = C.load_config(args.config)
     pairs = [C.parse_override(o) for o in args.overrides]

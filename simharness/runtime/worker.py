@@ -47,7 +47,10 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
     try:
         try:
             from simharness.runtime.pinning import apply_placement
-            apply_placement(placement)
+            from simharness.tfquiet import quiet_stderr
+            with quiet_stderr():  # TF's device probing (cuInit) is noise, other lines show
+                apply_placement(placement)
+                __import__('tensorflow').config.list_physical_devices()
             fail = options.get('fail_on_start')  # fault injection (tests)
             if fail:
                 raise RuntimeError(fail)

@@ -1,0 +1,9 @@
+"""The worker pool's forkserver preload: TensorFlow, imported without start-up noise.
+
+Its only purpose is this side effect (``set_forkserver_preload`` takes
+module names): see `simharness.tfquiet`.
+"""
+
+from simharness.tfquiet import import_tensorflow
+
+import_tensorflow()
