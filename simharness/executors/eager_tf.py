@@ -347,15 +347,26 @@ class EagerValue(ExecutorValue):
 
     @property
     def internal_representation(self) -> Any:
-        """TFF's name of `internal`: the tensor, `Struct`, dataset or function held."""
-        return self.internal
+        """TFF's name of `internal`: the tensor, `Struct`, dataset or function held.
+
+        A sequence held as in-memory tensors (`TensorBatches`) shows as the
+        `tf.data.Dataset` it stands for, as in TFF.
+        """
+        return self._public()
+
+    def _public(self) -> Any:
+        v = self.internal
+        if isinstance(v, TensorBatches) or (isinstance(v, Struct) and any(
+                isinstance(t, T.SequenceType) for t in T.flatten_type(self._type))):
+            return map_structure(as_dataset, v)
+        return v
 
     @property
     def type_signature(self) -> T.Type:
         return self._type
 
     async def compute(self) -> Any:
-        return self.internal
+        return self._public()  # sequences leave as datasets
 
     def __repr__(self) -> str:
         return f'EagerValue({self._type})'

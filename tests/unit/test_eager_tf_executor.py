@@ -251,7 +251,7 @@ class TestDatasets:
         seq = sh.SequenceType(tf.float32)
         fn = run(ex.create_value(compiled(dataset_sum)))
         from_list = run(ex.create_value([1.0, 2.0, 3.5], seq))
-        assert isinstance(from_list.internal, tf.data.Dataset)
+        assert isinstance(from_list.internal_representation, tf.data.Dataset)
         assert run(run(ex.create_call(fn, from_list)).compute()).numpy() == 6.5
         ds = tf.data.Dataset.from_tensor_slices(np.array([1.0, 2.0], np.float32))
         assert run(run(ex.create_call(fn, run(ex.create_value(ds, seq)))).compute()).numpy() == 3.0
