@@ -182,8 +182,9 @@ def _parser() -> argparse.ArgumentParser:
         'run', help='run one experiment',
         description='Run one experiment (a config without [sweep]) and write its results and '
                     'report. The run id is "default", or built from the --set overrides '
-                    '(e.g. num_workers=2,rounds=5). An existing run with that id is run again '
-                    'from scratch. Ctrl-C, SIGTERM and SIGHUP stop it cleanly (summary status '
+                    '(e.g. num_workers=2,rounds=5). An interrupted or failed run of the same '
+                    'config resumes from its last checkpoint ([training] checkpoint_every; '
+                    '--restart: from round 0); a finished run is run again from scratch. Ctrl-C, SIGTERM and SIGHUP stop it cleanly (summary status '
                     '"interrupted"; exit 130, 143, 129); a results write that fails (disk full, '
                     'unwritable directory) exits 1 with summary status "failed".')
     sweep = sub.add_parser(
@@ -200,6 +201,9 @@ def _parser() -> argparse.ArgumentParser:
                         metavar='KEY=VALUE', help=_SET_HELP)
         sp.add_argument('--results', default='results', metavar='DIR',
                         help='results root directory (default: ./results)')
+        sp.add_argument('--restart', action='store_true',
+                        help='run unfinished runs again from round 0 (default: an interrupted or '
+                             'failed run of the same config resumes from its last checkpoint)')
         sp.add_argument('--no-progress', action='store_true',
                         help='no progress bar (it is also off when stderr is not a terminal or '
                              'the CI environment variable is set)')
@@ -259,7 +263,8 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
             return _err(f'{args.config} has a [sweep] grid ({len(C.expand_sweep(config))} runs); '
                         'run it with: simharness sweep ' + args.config)
         run_id = C.run_id_for([(k, v) for k, v in pairs if not k.startswith('sweep.')])
-        result = run_experiment(config, results, progress=progress, run_id=run_id)
+        result = run_experiment(config, results, progress=progress, run_id=run_id,
+                                resume=not args.restart)
         s = result.summary
         print(f'{config.name}/{run_id}: {s["rounds_completed"]} rounds, final loss '
               f'{_fmt(s["final_loss"], ".6f")}, final accuracy {_fmt(s["final_accuracy"], ".4f")}'
@@ -269,7 +274,7 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
         print(f'results: {result.run_dir}')
         _print_outputs(write_report(result.run_dir))
         return EXIT_OK
-    runs = run_sweep(config, results, progress=progress, log=print)
+    runs = run_sweep(config, results, progress=progress, log=print, resume=not args.restart)
     for r in runs:
         s = r.summary
         print(f'  {r.run_id}: {s.get("status")}{" (skipped)" if r.skipped else ""}, final loss '

@@ -780,20 +780,22 @@ def is_finished(run_dir: PathLike, config: Optional[ExperimentConfig] = None) ->
 
 
 def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
-              progress: bool = True, log: Optional[Callable[[str], None]] = None
-              ) -> List[RunResult]:
+              progress: bool = True, log: Optional[Callable[[str], None]] = None,
+              resume: bool = True) -> List[RunResult]:
     """Runs every point of the config's sweep grid; finished runs are skipped.
 
     A run whose directory holds a complete run of the same resolved config
-    is skipped (resume); any other run (missing, interrupted, failed, or of
-    a changed config) is run from scratch. Runs go one after another, each
-    with its own stack.
+    is skipped; an interrupted or failed run of the same config resumes from
+    its last checkpoint (unless `resume` is false); any other run (missing,
+    or of a changed config) is run from scratch. Runs go one after another,
+    each with its own stack.
 
     Args:
         config: the experiment (a config without a grid is one run).
         results_root: the results root directory.
         progress: show progress bars (see `run_experiment`).
         log: called with one line per run ("skip ..." / "run ...").
+        resume: resume unfinished runs from their checkpoints.
 
     Returns:
         One `RunResult` per run, in sweep order.
@@ -814,5 +816,9 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
             continue
         if log:
             log(f'[{i}/{len(runs)}] run {run_id}')
-        results.append(run_experiment(cfg, results_root, progress=progress, run_id=run_id))
+        if resume:
+            results.append(run_experiment(cfg, results_root, progress=progress, run_id=run_id))
+        else:
+            results.append(run_experiment(cfg, results_root, progress=progress, run_id=run_id,
+                                          resume=False))
     return results
