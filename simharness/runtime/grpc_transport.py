@@ -655,13 +655,13 @@ class RemoteServices:
         self._started = False
         self._lock = threading.Lock()
         self.targets: List[_Target] = []
+        self.handles: List[RemoteWorkerHandle] = []
         try:
             for t in targets:
                 self.targets.append(stub_for(t, token, root_certificates))
         except BaseException:
             self.close()
             raise
-        self.handles: List[RemoteWorkerHandle] = []
         self._finalizer = weakref.finalize(self, _close_all, self.handles, self.targets)
 
     @property
