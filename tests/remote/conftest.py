@@ -32,3 +32,11 @@ def start_service() -> Iterator:
     yield start
     for p in started:
         p.stop()
+
+
+@pytest.fixture(scope='module')
+def module_service() -> Iterator[ServiceProcess]:
+    """One `simharness serve` subprocess for the tests of a module."""
+    p = ServiceProcess()
+    yield p
+    p.stop()

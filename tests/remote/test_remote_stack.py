@@ -119,10 +119,10 @@ def _double(x):
     return x * 2.0
 
 
-def test_remote_executor_tff_methods(start_service):
+def test_remote_executor_tff_methods(module_service):
     import grpc
     from simharness.runtime.proto.executor_service_pb2_grpc import ExecutorServiceStub
-    svc = start_service()
+    svc = module_service
     channel = grpc.insecure_channel(svc.address)
     ex = RemoteExecutor(ExecutorServiceStub(channel))
     try:
@@ -146,8 +146,8 @@ def test_remote_executor_tff_methods(start_service):
     channel.close()
 
 
-def test_remote_executor_set_cardinalities_bounds_block_operations(start_service):
-    svc = start_service()
+def test_remote_executor_set_cardinalities_bounds_block_operations(module_service):
+    svc = module_service
     ex = RemoteExecutor(svc.address)
     try:
         ex.set_cardinalities({sh.CLIENTS: 2})
@@ -159,8 +159,8 @@ def test_remote_executor_set_cardinalities_bounds_block_operations(start_service
         ex.close()
 
 
-def test_stream_structs_sends_element_by_element(start_service):
-    svc = start_service()
+def test_stream_structs_sends_element_by_element(module_service):
+    svc = module_service
     big = collections.OrderedDict(w=np.arange(300_000, dtype=np.float32),
                                   b=np.ones(3, np.float32),
                                   inner=[np.full(10, 2, np.int32), np.float32(5)])
@@ -203,9 +203,9 @@ def _eventually(fn, timeout=20.0):
         time.sleep(0.05)
 
 
-def test_dispose_batch_size_frees_dropped_values_in_batches(start_service):
+def test_dispose_batch_size_frees_dropped_values_in_batches(module_service):
     import time
-    svc = start_service()
+    svc = module_service
     ex = RemoteExecutor(svc.address, dispose_batch_size=5)
     held = lambda: _values_held(svc.address)  # noqa: E731
     try:
