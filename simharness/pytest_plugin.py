@@ -207,19 +207,20 @@ TURN_TIMEOUT = 120.0
 
 
 class _Turns:
-    """Round-by-round turn taking between two pytest sessions (``simharness bench ab``).
+    """Round-by-round turn taking between benchmark sessions (``simharness bench ab``).
 
-    Each session reads a token from its own FIFO before a timed (or warm-up)
-    round and writes it to the other's after it, so that the baseline's and
-    the candidate's rounds alternate and meet the same machine load. ``D``
-    (done) from the other side, or no token for `TURN_TIMEOUT` seconds,
-    lets this side run on alone. Without the environment variable this is a
-    no-op.
+    Before a timed (or warm-up) round, a session reads its token from its own
+    FIFO; after it, it tells the coordinator (the ``simharness bench ab``
+    process), which hands the token to the next session in rotation. So the
+    rounds of the baseline and of the candidate(s) alternate and meet the
+    same machine load. With no token for `TURN_TIMEOUT` seconds (the
+    coordinator is gone), the session runs on alone and its saved run says
+    so. Without the environment variable this is a no-op.
     """
 
     def __init__(self) -> None:
         self.info: Optional[Dict[str, Any]] = None
-        self._mine = self._other = -1
+        self._mine = self._done = -1
         self._alone = True
         self.turns = 0
         self.broken: Optional[str] = None
@@ -228,15 +229,15 @@ class _Turns:
         import json
         try:
             info = json.loads(spec)
-            mine, other = str(info['mine']), str(info['other'])
+            mine, done = str(info['mine']), str(info['done'])
             side, session = str(info['side']), str(info['session'])
         except (ValueError, KeyError, TypeError) as e:
             raise pytest.UsageError(f'{INTERLEAVE_ENV}={spec!r} is not valid: expected JSON with '
-                                    f'mine, other, side and session ({e})') from None
-        # O_RDWR: opening a FIFO this way never blocks, and writes never fail
-        # for want of a reader when the other session has ended.
+                                    f'mine, done, side and session ({e})') from None
+        # O_RDWR: opening a FIFO this way never blocks, and a write never fails
+        # for want of a reader.
         self._mine = os.open(mine, os.O_RDWR)
-        self._other = os.open(other, os.O_RDWR)
+        self._done = os.open(done, os.O_RDWR)
         self.info = {'side': side, 'session': session}
         self._alone = False
 
@@ -246,29 +247,22 @@ class _Turns:
         import select
         ready, _, _ = select.select([self._mine], [], [], TURN_TIMEOUT)
         if not ready:
-            self.broken = f'no turn from the other session for {TURN_TIMEOUT:.0f} s'
+            self.broken = f'no turn from the coordinator for {TURN_TIMEOUT:.0f} s'
             self._alone = True
             return self
-        token = os.read(self._mine, 1)
-        if token != b'G':  # b'D': the other session is done
-            self._alone = True
+        os.read(self._mine, 1)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if not self._alone:
             self.turns += 1
-            os.write(self._other, b'G')
+            os.write(self._done, b'R')
 
     def close(self) -> None:
-        if self._other >= 0:
-            try:
-                os.write(self._other, b'D')
-            except OSError:
-                pass
-        for fd in (self._mine, self._other):
+        for fd in (self._mine, self._done):
             if fd >= 0:
                 os.close(fd)
-        self._mine = self._other = -1
+        self._mine = self._done = -1
         self._alone = True
 
 
@@ -510,6 +504,7 @@ class SimharnessBenchmark:
         before = self.stack.stats()
         stats = bench._make_stats(iterations)
         times: List[float] = []
+        starts: List[float] = []
         calibration: List[float] = []
         z = None
         if precision and confidence:
@@ -520,6 +515,7 @@ class SimharnessBenchmark:
             spent = 0.0
             while True:
                 with turns:
+                    starts.append(time.time())
                     calibration.append(probe.time_calibration(timer))
                     duration, result = timed(iterations)
                 stats.update(duration)
@@ -540,7 +536,7 @@ class SimharnessBenchmark:
                         break
         after = self.stack.stats()
         info: Dict[str, Any] = {
-            'version': 1, 'times': times, 'first_round_seconds': first,
+            'version': 1, 'times': times, 'starts': starts, 'first_round_seconds': first,
             'warmup_rounds': warmup_rounds, 'rounds': len(times), 'iterations': iterations,
             'calibration': {'workload': probe.CALIBRATION_WORKLOAD, 'times': calibration},
             'memory': peak.as_dict(), 'clients': clients}

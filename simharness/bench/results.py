@@ -43,6 +43,7 @@ class Measurement:
       fingerprint: the last result's ``sha256:...`` (None: not taken).
       clients_per_second: from the plugin or the benchmark's own extra_info.
       extra_info: everything the benchmark saved there.
+      starts: when each timed round started (Unix time; None: not saved).
     """
 
     name: str
@@ -60,6 +61,7 @@ class Measurement:
     fingerprint: Optional[str] = None
     clients_per_second: Optional[float] = None
     extra_info: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    starts: Optional[np.ndarray] = None
 
     @property
     def peak_rss_bytes(self) -> Optional[int]:
@@ -82,6 +84,8 @@ class Run:
       machine: the machine fingerprint (see `machine_fingerprint`).
       machine_info: pytest-benchmark's machine_info.
       benchmarks: name -> `Measurement`.
+      interleave: for a run of ``simharness bench ab``: its ``session`` (shared
+        with the run it took turns with), ``side`` ('A' or 'B') and ``turns``.
     """
 
     path: str
@@ -93,6 +97,7 @@ class Run:
     machine: str
     machine_info: Dict[str, Any]
     benchmarks: Dict[str, Measurement]
+    interleave: Optional[Dict[str, Any]] = None
 
     @property
     def label(self) -> str:
@@ -153,7 +158,8 @@ def _measurement(b: Dict[str, Any]) -> Measurement:
         first_round_seconds=own.get('first_round_seconds',
                                     extra.get('simharness_first_round_seconds')),
         memory=dict(own.get('memory') or {}), fingerprint=own.get('fingerprint'),
-        clients_per_second=None if cps is None else float(cps), extra_info=extra)
+        clients_per_second=None if cps is None else float(cps), extra_info=extra,
+        starts=_array(own.get('starts')) if own else None)
 
 
 def run_from_dict(data: Dict[str, Any], path: str = '') -> Run:
@@ -172,7 +178,9 @@ def run_from_dict(data: Dict[str, Any], path: str = '') -> Run:
     for b in data['benchmarks']:
         m = _measurement(b)
         benchmarks[m.name] = m
-    return Run(path=path, datetime=str(data.get('datetime', '')),
+    own = data.get('simharness') or {}
+    interleave = own.get('interleave') if isinstance(own, dict) else None
+    return Run(path=path, datetime=str(data.get('datetime', '')), interleave=interleave,
                commit=None if cid in (None, 'unknown', 'unversioned') else str(cid),
                commit_time=commit.get('time'), dirty=bool(commit.get('dirty')),
                branch=commit.get('branch'), machine=machine_fingerprint(machine_info),
