@@ -224,6 +224,8 @@ def _parser() -> argparse.ArgumentParser:
     _serve.add_parser(sub)
     report.add_argument('-v', '--verbose', action='store_true',
                         help=f'full tracebacks for errors (also: {TRACEBACK_ENV}=1)')
+    from simharness.bench import cli as bench_cli  # pylint: disable=import-outside-toplevel
+    bench_cli.add_parser(sub)  # simharness bench run|ab|compare|history
     return p
 
 
@@ -323,6 +325,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             with _stop_on_signals():
                 if args.command == 'report':
                     return _cmd_report(args)
+                if args.command == 'bench':
+                    from simharness.bench import cli as bench_cli  # pylint: disable=import-outside-toplevel
+                    return bench_cli.run(args)
                 if args.command == 'serve':
                     from simharness import serve  # pylint: disable=import-outside-toplevel
                     return serve.main(args)

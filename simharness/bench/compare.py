@@ -500,7 +500,8 @@ def format_comparisons(comparisons: Sequence[Comparison], a_label: str = 'A',
         flags = [f for f in c.flags if f != 'RESULTS CHANGED']
         lines.append(
             f'| {c.name} | {_time(c.a_median)} | {_time(c.b_median)} | {c.ratio:.3f} '
-            f'[{c.ci_low:.3f}, {c.ci_high:.3f}] {c.method} {c.runs[0]}/{c.runs[1]} | '
+            + (f'[{c.ci_low:.3f}, {c.ci_high:.3f}]' if math.isfinite(c.ci_low) else '[-]')
+            + f' {c.method} {c.runs[0]}/{c.runs[1]} | '
             f'{"-" if c.machine is None else format(c.machine, ".3f")} | {verdict}'
             f'{"".join(" **" + f + "**" for f in flags)} | {_mb(c.memory_a)} -> '
             f'{_mb(c.memory_b)} | {results} |')

@@ -1,0 +1,385 @@
+"""Benchmark history across commits, as asv keeps it, from pytest-benchmark's saved JSON.
+
+Runs are grouped per machine (fingerprint) and per commit (sha and dirty
+flag; runs of ``simharness bench ab`` sessions and runs without a commit are
+left out), and commits are ordered by commit time. For each benchmark:
+
+* the median round time of every commit (the median of its runs' medians),
+  the spread of its runs, clients/s, peak RSS (driver + workers) and the
+  result fingerprint;
+* **steps**: the commits are cut into segments of one level, left to right:
+  each commit is compared (`simharness.bench.compare`, run by run, with the
+  between-run noise of repeated runs of one commit) with the runs of the
+  current segment; a ``slower`` or ``faster`` verdict starts a new segment
+  there, marked with its ratio and probability. Noise alone (within the
+  tolerance, or not beyond what repeated runs scatter) never makes a step.
+
+`write_history` renders ``history.md`` (an overview table, then a table per
+benchmark) and PNG plots: one per benchmark (time, clients/s, peak RSS per
+commit, steps marked) and ``overview.png`` (every benchmark relative to its
+first commit).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as _dt
+import math
+import os
+import re
+import tempfile
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from simharness.bench.compare import (DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE, Comparison,
+                                      between_run_noise, compare_measurements)
+from simharness.bench.results import Run, find_runs
+from simharness.errors import SimharnessValueError
+
+__all__ = ['CommitPoint', 'History', 'Step', 'build_history', 'write_history']
+
+MB = 1 << 20
+
+
+@dataclasses.dataclass
+class CommitPoint:
+    """The runs of one commit (one sha and dirty flag) on one machine."""
+
+    commit: str
+    dirty: bool
+    commit_time: Optional[str]
+    runs: List[Run]
+
+    @property
+    def label(self) -> str:
+        return self.commit[:8] + ('+' if self.dirty else '')
+
+    def median(self, name: str) -> Optional[float]:
+        values = [float(np.median(r.benchmarks[name].times)) if r.benchmarks[name].times
+                  is not None else r.benchmarks[name].median
+                  for r in self.runs if name in r.benchmarks]
+        return float(np.median(values)) if values else None
+
+    def run_medians(self, name: str) -> List[float]:
+        return [float(np.median(r.benchmarks[name].times)) if r.benchmarks[name].times
+                is not None else r.benchmarks[name].median
+                for r in self.runs if name in r.benchmarks]
+
+
+@dataclasses.dataclass
+class Step:
+    """A change of level of benchmark `name` at commit number `index` (0-based)."""
+
+    name: str
+    index: int
+    comparison: Comparison
+
+
+@dataclasses.dataclass
+class History:
+    """The commits of one machine, their benchmarks and the steps found."""
+
+    machine: str
+    points: List[CommitPoint]
+    names: List[str]
+    steps: Dict[str, List[Step]]
+    noise: Dict[str, Optional[Tuple[float, int]]]
+    other_machines: Dict[str, int]
+
+
+def _time_key(point: CommitPoint) -> Tuple[float, str]:
+    t = point.commit_time
+    try:
+        ts = _dt.datetime.fromisoformat(t).timestamp() if t else float('inf')
+    except ValueError:
+        ts = float('inf')
+    return ts, min(r.datetime for r in point.runs)
+
+
+def build_history(runs: Sequence[Run], machine: Optional[str] = None,
+                  tolerance: float = DEFAULT_TOLERANCE, confidence: float = DEFAULT_CONFIDENCE,
+                  names: Optional[Sequence[str]] = None) -> History:
+    """Groups `runs` per commit on one machine (default: the one with most runs) and finds steps.
+
+    Raises:
+      SimharnessValueError: no run with a commit (on that machine).
+    """
+    usable = [r for r in runs if r.commit and not r.interleave]
+    per_machine = collections.Counter(r.machine for r in usable)
+    if not per_machine:
+        raise SimharnessValueError(f'no benchmark run with a git commit among {len(runs)} runs '
+                                   '(runs of interleaved A/B sessions are not history)')
+    if machine is None:
+        machine = per_machine.most_common(1)[0][0]
+    elif machine not in per_machine:
+        raise SimharnessValueError(f'no runs of machine {machine!r}; machines: '
+                                   f'{dict(per_machine)}')
+    mine = [r for r in usable if r.machine == machine]
+    groups: Dict[Tuple[str, bool], List[Run]] = collections.OrderedDict()
+    for r in mine:
+        groups.setdefault((r.commit, r.dirty), []).append(r)
+    points = sorted((CommitPoint(c, d, rs[0].commit_time, rs) for (c, d), rs in groups.items()),
+                    key=_time_key)
+    all_names: List[str] = []
+    for p in points:
+        for r in p.runs:
+            for n in r.benchmarks:
+                if n not in all_names:
+                    all_names.append(n)
+    if names is not None:
+        all_names = [n for n in all_names if any(re.search(k, n) for k in names)]
+    steps: Dict[str, List[Step]] = {}
+    noise: Dict[str, Optional[Tuple[float, int]]] = {}
+    for name in all_names:
+        noise[name] = between_run_noise(mine, name)
+        steps[name] = _steps(points, name, mine, tolerance, confidence)
+    return History(machine, points, all_names, steps, noise,
+                   {m: n for m, n in per_machine.items() if m != machine})
+
+
+def _steps(points: Sequence[CommitPoint], name: str, runs_of_machine: Sequence[Run],
+           tolerance: float, confidence: float) -> List[Step]:
+    out: List[Step] = []
+    segment: List[Run] = []
+    for i, p in enumerate(points):
+        runs = [r for r in p.runs if name in r.benchmarks]
+        if not runs:
+            continue
+        if segment:
+            # The noise: repeated runs of one commit, less this comparison's own runs
+            # (their scatter is counted by the comparison itself).
+            noise = between_run_noise(runs_of_machine, name, exclude=[*segment, *runs])
+            c = compare_measurements(name, [r.benchmarks[name] for r in segment],
+                                     [r.benchmarks[name] for r in runs], tolerance, confidence,
+                                     noise=noise)
+            if c.verdict in ('slower', 'faster'):
+                out.append(Step(name, i, c))
+                segment = []
+        segment.extend(runs)
+    return out
+
+
+# ------------------------------------------------------------------ rendering
+
+def _fmt_time(seconds: Optional[float]) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return '-'
+    if seconds >= 1:
+        return f'{seconds:.3f} s'
+    if seconds >= 1e-3:
+        return f'{seconds * 1e3:.2f} ms'
+    return f'{seconds * 1e6:.1f} us'
+
+
+def _step_mark(step: Optional[Step]) -> str:
+    if step is None:
+        return ''
+    c = step.comparison
+    arrow = '▲ slower' if c.verdict == 'slower' else '▼ faster'
+    return f'{arrow} x{c.ratio:.2f} ({c.probability:.0%})'
+
+
+def _points_with(history: History, name: str) -> List[Tuple[int, CommitPoint]]:
+    return [(i, p) for i, p in enumerate(history.points) if any(name in r.benchmarks
+                                                                  for r in p.runs)]
+
+
+def _cps(p: CommitPoint, name: str) -> Optional[float]:
+    values = [r.benchmarks[name].clients_per_second for r in p.runs if name in r.benchmarks
+              and r.benchmarks[name].clients_per_second is not None]
+    return float(np.median(values)) if values else None
+
+
+def _rss(p: CommitPoint, name: str) -> Optional[float]:
+    values = [r.benchmarks[name].peak_rss_bytes for r in p.runs if name in r.benchmarks
+              and r.benchmarks[name].peak_rss_bytes is not None]
+    return float(np.median(values)) if values else None
+
+
+def _first_round(p: CommitPoint, name: str) -> Optional[float]:
+    values = [r.benchmarks[name].first_round_seconds for r in p.runs if name in r.benchmarks
+              and r.benchmarks[name].first_round_seconds is not None]
+    return float(np.median(values)) if values else None
+
+
+def _prints(p: CommitPoint, name: str) -> List[str]:
+    return sorted({r.benchmarks[name].fingerprint for r in p.runs if name in r.benchmarks
+                   and r.benchmarks[name].fingerprint})
+
+
+def render_markdown(history: History, plots_dir: Optional[str] = None,
+                    rel_plots: str = 'plots') -> str:
+    """history.md: the overview (commits x benchmarks, medians, steps marked), then per benchmark."""
+    pts = history.points
+    step_at = {(s.name, s.index): s for name in history.names for s in history.steps[name]}
+    lines = ['# Benchmark history', '',
+             f'Machine `{history.machine}`; {len(pts)} commits, {len(history.names)} benchmarks, '
+             f'{sum(len(p.runs) for p in pts)} runs. Generated by `simharness bench history` '
+             'from pytest-benchmark\'s saved JSON. A step (▲ slower, ▼ faster, with B/A and its '
+             'probability) is a commit whose runs differ from the runs of the commits since '
+             'the previous step by more than the tolerance, beyond the scatter of repeated '
+             'runs of one commit.']
+    if history.other_machines:
+        lines.append(f'Other machines (not shown): {history.other_machines}.')
+    if plots_dir:
+        lines += ['', f'![overview]({rel_plots}/overview.png)']
+    lines += ['', '## Overview: median round time per commit', '']
+    head = '| commit | date | runs | ' + ' | '.join(f'`{n}`' for n in history.names) + ' |'
+    lines += [head, '|' + '---|' * (3 + len(history.names))]
+    for i, p in enumerate(pts):
+        cells = []
+        for n in history.names:
+            med = p.median(n)
+            mark = _step_mark(step_at.get((n, i)))
+            cells.append(_fmt_time(med) + (f' {mark}' if mark else ''))
+        date = (p.commit_time or '')[:16].replace('T', ' ')
+        lines.append(f'| `{p.label}` | {date} | {len(p.runs)} | ' + ' | '.join(cells) + ' |')
+    for n in history.names:
+        noise = history.noise.get(n)
+        lines += ['', f'## `{n}`', '']
+        lines.append('Between-run scatter of one commit: '
+                     + ('unknown (no commit with 2 runs)' if noise is None else
+                        f'{math.expm1(noise[0]):.1%} (sd of log medians, {noise[1]} degrees of '
+                        'freedom)') + '.')
+        if plots_dir:
+            lines += ['', f'![{n}]({rel_plots}/{_slug(n)}.png)']
+        lines += ['', '| commit | runs | median | run medians | clients/s | peak RSS MB | '
+                      'first round | result | step |', '|---|---|---|---|---|---|---|---|---|']
+        prev_prints: Optional[List[str]] = None
+        for i, p in _points_with(history, n):
+            prints = _prints(p, n)
+            result = ', '.join(x[7:15] for x in prints) or '-'
+            if prev_prints is not None and prints and prev_prints and prints != prev_prints:
+                result += ' **changed**'
+            prev_prints = prints or prev_prints
+            cps = _cps(p, n)
+            rss = _rss(p, n)
+            lines.append(
+                f'| `{p.label}` | {len(p.runs)} | {_fmt_time(p.median(n))} | '
+                + ', '.join(_fmt_time(v) for v in p.run_medians(n)) + ' | '
+                + ('-' if cps is None else f'{cps:,.0f}') + ' | '
+                + ('-' if rss is None else f'{rss / MB:,.0f}') + ' | '
+                + _fmt_time(_first_round(p, n)) + f' | {result} | '
+                + _step_mark(step_at.get((n, i))) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+def _slug(name: str) -> str:
+    return re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_')[:120]
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix='.' + os.path.basename(path) + '.')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _save_figure(fig: object, path: str) -> None:
+    import io
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png', dpi=90, bbox_inches='tight')  # type: ignore[attr-defined]
+    _atomic_write(path, buf.getvalue())
+
+
+def plot_history(history: History, plots_dir: str) -> List[str]:
+    """PNG plots: ``overview.png`` and one per benchmark (time, clients/s, peak RSS). Returns paths."""
+    import matplotlib
+    matplotlib.use('Agg', force=False)
+    from matplotlib import pyplot as plt
+    out = []
+    labels = [p.label for p in history.points]
+    x_all = np.arange(len(labels))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(labels) + 3), 4.5))
+    try:
+        for n in history.names:
+            pts = _points_with(history, n)
+            base = pts[0][1].median(n) if pts else None
+            if not base:
+                continue
+            xs = [i for i, _ in pts]
+            ys = [p.median(n) / base for _, p in pts]
+            line, = ax.plot(xs, ys, marker='o', label=n)
+            for s in history.steps[n]:
+                ax.plot([s.index], [history.points[s.index].median(n) / base],
+                        marker='^' if s.comparison.verdict == 'slower' else 'v', markersize=13,
+                        color=line.get_color(), markeredgecolor='black')
+        ax.axhline(1.0, color='grey', linewidth=0.8)
+        ax.set_yscale('log')
+        ax.set_xticks(x_all, labels, rotation=45, ha='right', fontsize=8)
+        ax.set_ylabel('median round time / first commit')
+        ax.set_title(f'Benchmark history ({history.machine}); ▲▼ detected steps')
+        ax.legend(fontsize=7, loc='best')
+        path = os.path.join(plots_dir, 'overview.png')
+        _save_figure(fig, path)
+        out.append(path)
+    finally:
+        plt.close(fig)
+    for n in history.names:
+        pts = _points_with(history, n)
+        xs = [i for i, _ in pts]
+        fig, axes = plt.subplots(3, 1, figsize=(max(6.0, 0.8 * len(labels) + 3), 8), sharex=True)
+        try:
+            ax = axes[0]
+            for i, p in pts:
+                meds = p.run_medians(n)
+                ax.scatter([i] * len(meds), [m * 1e3 for m in meds], color='grey', s=12,
+                           zorder=2)
+            ax.plot(xs, [p.median(n) * 1e3 for _, p in pts], marker='o', zorder=3)
+            ax.set_ylabel('median round (ms)')
+            cps = [(i, _cps(p, n)) for i, p in pts]
+            cps = [(i, v) for i, v in cps if v is not None]
+            if cps:
+                axes[1].plot([i for i, _ in cps], [v for _, v in cps], marker='o', color='C2')
+            axes[1].set_ylabel('clients/s')
+            rss = [(i, _rss(p, n)) for i, p in pts]
+            rss = [(i, v) for i, v in rss if v is not None]
+            if rss:
+                axes[2].plot([i for i, _ in rss], [v / MB for _, v in rss], marker='o',
+                             color='C3')
+            axes[2].set_ylabel('peak RSS (MB)')
+            for s in history.steps[n]:
+                color = 'red' if s.comparison.verdict == 'slower' else 'green'
+                for a in axes:
+                    a.axvline(s.index, color=color, linestyle='--', linewidth=1)
+                axes[0].annotate(_step_mark(s), (s.index, history.points[s.index].median(n) * 1e3),
+                                 fontsize=8, color=color, xytext=(4, 4),
+                                 textcoords='offset points')
+            axes[2].set_xticks(x_all, labels, rotation=45, ha='right', fontsize=8)
+            axes[0].set_title(n)
+            path = os.path.join(plots_dir, _slug(n) + '.png')
+            _save_figure(fig, path)
+            out.append(path)
+        finally:
+            plt.close(fig)
+    return out
+
+
+def write_history(storage: str, out_dir: str, machine: Optional[str] = None,
+                  tolerance: float = DEFAULT_TOLERANCE, confidence: float = DEFAULT_CONFIDENCE,
+                  names: Optional[Sequence[str]] = None, plots: bool = True) -> Tuple[str, History]:
+    """Reads the runs under `storage`, writes ``out_dir/history.md`` and ``out_dir/plots/*.png``.
+
+    Returns:
+      The path of history.md and the `History`.
+    """
+    history = build_history(find_runs(storage), machine, tolerance, confidence, names)
+    plots_dir = os.path.join(out_dir, 'plots') if plots else None
+    if plots_dir:
+        plot_history(history, plots_dir)
+    path = os.path.join(out_dir, 'history.md')
+    _atomic_write(path, render_markdown(history, plots_dir).encode())
+    return path, history
