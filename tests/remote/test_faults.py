@@ -1,0 +1,180 @@
+"""Faults of the remote stack: a service killed mid-round, restarted, unreachable; a vanished driver."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import simharness as sh
+from simharness.errors import RetryableError, ServiceUnavailableError, WorkerCrashedError
+from simharness.executors.remote import RemoteExecutor
+from simharness.runtime.grpc_transport import RemoteServices
+from simharness.stacks import remote_executor_factory
+
+pytestmark = pytest.mark.remote
+
+
+@sh.tf_computation(tf.float32, tf.int32)
+def slow_square(x, n):
+    # About n loop steps of TF work per client: long enough to kill a service mid-round.
+    def body(i, acc):
+        return i + 1, acc * 1.0000001
+    _, acc = tf.while_loop(lambda i, a: i < n, body, [tf.constant(0), x])
+    return acc * 0.0 + x * x
+
+
+@sh.federated_computation(sh.type_at_clients(tf.float32), sh.type_at_server(tf.int32))
+def sum_of_squares(xs, n):
+    return sh.federated_sum(sh.federated_map(slow_square, [xs, sh.federated_broadcast(n)]))
+
+
+XS = [1.0, 2.0, 3.0, 4.0]
+EXPECTED = np.float32(30.0)
+
+
+def _info(address):
+    with RemoteServices([address], connect_timeout=10) as s:
+        return s.info()[0]
+
+
+def _wait_until(fn, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not fn():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _kill_when_busy(svc, requests_before):
+    """Kills `svc` with SIGKILL once it has received the round's map request."""
+    _wait_until(lambda: _info(svc.address)['requests'] >= requests_before + 3)
+    time.sleep(0.3)
+    svc.kill()
+
+
+def test_kill_9_mid_round_is_a_retryable_error_naming_the_address(start_service):
+    a, b = start_service(), start_service()
+    factory = remote_executor_factory([a.address, b.address], connect_timeout=2)
+    with factory, sh.execution_context(factory):
+        assert sum_of_squares(XS, 10) == EXPECTED
+        before = _info(b.address)['requests']
+        killer = threading.Thread(target=_kill_when_busy, args=(b, before))
+        killer.start()
+        try:
+            with pytest.raises(ServiceUnavailableError) as e:
+                sum_of_squares(XS, 3_000_000)
+        finally:
+            killer.join()
+        assert isinstance(e.value, RetryableError)
+        assert b.address in str(e.value) and e.value.address == b.address
+        # While it is down, a new call fails the same way (after connect_timeout), naming it.
+        with pytest.raises(ServiceUnavailableError, match=b.address.replace('.', r'\.')):
+            sum_of_squares(XS, 10)
+        # Restarted on the same port: the next call works, on fresh sessions.
+        b.restart()
+        assert sum_of_squares(XS, 10) == EXPECTED
+    assert b.proc is not None and b.proc.poll() is None
+
+
+def test_retries_rerun_the_computation_once_the_service_is_back(start_service):
+    a, b = start_service(), start_service()
+    factory = remote_executor_factory([a.address, b.address], connect_timeout=60)
+    with factory, sh.execution_context(factory, retries=2):
+        assert sum_of_squares(XS, 10) == EXPECTED
+        before = _info(b.address)['requests']
+
+        def kill_then_restart():
+            _kill_when_busy(b, before)
+            time.sleep(0.5)
+            b.restart()
+        t = threading.Thread(target=kill_then_restart)
+        t.start()
+        try:
+            assert sum_of_squares(XS, 300_000) == EXPECTED
+        finally:
+            t.join()
+        assert _info(b.address)['incarnation']  # the new process serves
+
+
+def test_values_of_a_restarted_service_are_reported_lost(start_service):
+    svc = start_service()
+    ex = RemoteExecutor(svc.address)
+    try:
+        async def make():
+            v = await ex.create_value(2.0, tf.float32)
+            assert await v.compute() == 2.0
+            return v
+        v = asyncio.run(make())
+        svc.kill()
+        svc.restart()
+        with pytest.raises(WorkerCrashedError, match='run the computation again'):
+            asyncio.run(v.compute())
+        # new values work on the new service
+        assert asyncio.run(_compute_new(ex)) == 5.0
+    finally:
+        ex.close()
+
+
+async def _compute_new(ex):
+    v = await ex.create_value(5.0, tf.float32)
+    return await v.compute()
+
+
+def test_unreachable_service_is_a_clear_retryable_error():
+    import socket
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()  # nobody listens there now
+    factory = remote_executor_factory([f'127.0.0.1:{port}'], connect_timeout=0.5)
+    with factory:
+        with pytest.raises(ServiceUnavailableError,
+                           match=rf'127\.0\.0\.1:{port} is unreachable.*simharness serve') as e:
+            with sh.execution_context(factory):
+                sum_of_squares(XS, 1)
+        assert isinstance(e.value, RetryableError)
+
+
+DRIVER = textwrap.dedent('''
+    import asyncio, sys, time
+    import tensorflow as tf
+    from simharness.executors.remote import RemoteExecutor
+    ex = RemoteExecutor(sys.argv[1])
+    async def make():
+        vs = [await ex.create_value(float(i), tf.float32) for i in range(5)]
+        await vs[-1].compute()
+        return vs
+    vs = asyncio.run(make())
+    print('holding', flush=True)
+    time.sleep(600)
+''')
+
+
+def test_a_vanished_driver_does_not_leave_its_values_in_the_service(start_service):
+    svc = start_service('--session-timeout', '2')
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+    driver = subprocess.Popen([sys.executable, '-c', DRIVER, svc.address], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=env)
+    try:
+        assert driver.stdout.readline().strip() == b'holding'
+        info = _info(svc.address)
+        assert info['values'] == 5 and info['sessions'] == 1
+        driver.kill()  # kill -9: no close(), no goodbye
+        driver.wait(10)
+        assert _wait_until(lambda: _info(svc.address)['sessions'] == 0, timeout=30)
+        assert _info(svc.address)['values'] == 0
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(10)
+        driver.stdout.close()
