@@ -1,18 +1,25 @@
-"""Reports over finished runs: PNG plots and a Markdown table.
+"""Reports over finished runs: tidy CSVs, tables over seeds, and the plots that fit.
 
 ::
 
     write_report(results_dir)
-      reads   every <run>/summary.json and <run>/metrics.jsonl under results_dir
+      reads   every <run>/summary.json, config.toml and metrics.jsonl under results_dir
               (results_dir may be one run, one experiment, or a root of several)
-      writes  results_dir/accuracy.png            accuracy vs round, one line per run
-              results_dir/loss.png                loss vs round, one line per run
-              results_dir/round_time.png          median round s vs workers  } if runs differ in
-              results_dir/clients_per_second.png  clients/s vs workers       } workers or cohort
-              results_dir/report.md               one table row per run, links to the plots
+      writes  results_dir/report.md     one row per run (hyper-parameters that vary as columns),
+                                        then, when runs differ only in training.seed / data.seed,
+                                        one row per setting: mean +- std over seeds, sorted
+                                        numerically by the hyper-parameters
+              results_dir/accuracy.png  accuracy vs round, one line per setting, a band of
+              results_dir/loss.png      +- one std over its seeds
+              results_dir/round_time.png, clients_per_second.png   only when the runs vary
+                                        the stack (kind, workers) or the cohort size
+              results_dir/runs.csv      tidy: one row per run, every resolved config key
+                                        ("algorithm.client_learning_rate", ...) and summary field
+              results_dir/rounds.csv    tidy: one row per run and round, the run's config keys
+                                        and the round's metrics
 
-Plots use matplotlib's Agg canvas directly (no pyplot, no global backend
-switch). Every file is written atomically.
+Tables are pandas DataFrames; plots use matplotlib's Agg canvas directly (no
+pyplot, no global backend switch). Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -97,6 +104,82 @@ def load_runs(results_dir: PathLike) -> List[RunRecord]:
     return out
 
 
+
+#: Config keys that only repeat a setting (grouped over in the tables and bands).
+SEED_KEYS = ('training.seed', 'data.seed')
+#: Config keys whose variation makes the scaling plots meaningful.
+SCALING_KEYS = ('stack.kind', 'stack.num_workers', 'stack.clients_per_worker',
+                'stack.clients_per_thread', 'training.clients_per_round')
+CSV_RUNS = 'runs.csv'
+CSV_ROUNDS = 'rounds.csv'
+
+
+def _flat_config(run_dir: Path) -> Dict[str, Any]:
+    from simharness.experiments.config import read_toml  # pylint: disable=import-outside-toplevel
+    from simharness.errors import ConfigError  # pylint: disable=import-outside-toplevel
+    try:
+        raw = read_toml(run_dir / 'config.toml')
+    except ConfigError:
+        return {}
+    out: Dict[str, Any] = {}
+    for table, body in raw.items():
+        if isinstance(body, dict):
+            for k, v in body.items():
+                if not isinstance(v, dict):
+                    out[f'{table}.{k}'] = ', '.join(map(str, v)) if isinstance(v, list) else v
+        else:
+            out[table] = body
+    return out
+
+
+def run_table(runs: Sequence[RunRecord]) -> Any:
+    """One row per run: ``run``, every config key, every scalar summary field (pandas)."""
+    import pandas as pd  # pylint: disable=import-outside-toplevel
+    rows = []
+    for r in runs:
+        row: Dict[str, Any] = {'run': r.label}
+        row.update(_flat_config(r.run_dir))
+        row.update({f'summary.{k}': v for k, v in r.summary.items()
+                    if v is None or isinstance(v, (int, float, str, bool))})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def round_table(runs: Sequence[RunRecord]) -> Any:
+    """One row per run and round: ``run``, the config keys and the round's metrics (pandas)."""
+    import pandas as pd  # pylint: disable=import-outside-toplevel
+    rows = []
+    for r in runs:
+        cfg = _flat_config(r.run_dir)
+        for m in r.metrics:
+            row: Dict[str, Any] = {'run': r.label, **cfg}
+            row.update({k: v for k, v in m.items() if not isinstance(v, (list, dict))})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def varied_keys(table: Any) -> List[str]:
+    """Config columns (``table.key``) whose value differs between runs, in column order."""
+    out = []
+    for c in table.columns:
+        if '.' not in c or c.startswith('summary.') or c in ('name',):
+            continue
+        values = table[c].map(lambda v: repr(v)).nunique(dropna=False)
+        if values > 1:
+            out.append(c)
+    return out
+
+
+def _sort_key(series: Any) -> Any:
+    import pandas as pd  # pylint: disable=import-outside-toplevel
+    numeric = pd.to_numeric(series, errors='coerce')
+    return numeric if numeric.notna().all() else series.astype(str)
+
+
+def _setting_label(row: Any, keys: Sequence[str]) -> str:
+    return ', '.join(f'{k.rsplit(".", 1)[-1]}={row[k]}' for k in keys) or 'all runs'
+
+
 # ------------------------------------------------------------------- plots
 
 def _figure() -> Tuple[Any, Any]:
@@ -120,26 +203,34 @@ def _legend(ax: Any, n: int) -> None:
         ax.legend(fontsize='small' if n <= 8 else 'x-small', loc='best')
 
 
-def _curve_plot(runs: Sequence[RunRecord], path: Path, what: str) -> Optional[Path]:
-    """accuracy / loss vs round: central evaluation where there is one, else training."""
-    fig, ax = _figure()
-    use_eval = any(m.get(f'eval_{what}') is not None for r in runs for m in r.metrics)
-    key = f'eval_{what}' if use_eval else what
-    drawn = 0
-    for r in runs:
-        pts = [(m['round'], m[key]) for m in r.metrics
-               if m.get(key) is not None and m.get('round') is not None]
-        if not pts:
-            continue
-        xs, ys = zip(*pts)
-        ax.plot(xs, ys, marker='o' if len(pts) <= 30 else None, markersize=3, label=r.label)
-        drawn += 1
-    if not drawn:
+def _band_plot(rounds: Any, groups: Sequence[str], path: Path, what: str) -> Optional[Path]:
+    """`what` vs round, one line per setting with a +-1 std band over its seeds."""
+    if rounds.empty:
         return None
+    use_eval = f'eval_{what}' in rounds and rounds[f'eval_{what}'].notna().any()
+    key = f'eval_{what}' if use_eval else what
+    if key not in rounds or not rounds[key].notna().any():
+        return None
+    fig, ax = _figure()
+    data = rounds[rounds[key].notna()]
+    drawn = 0
+    for label, part in data.groupby('setting', sort=False):
+        stats = part.groupby('round')[key].agg(['mean', 'std', 'count']).sort_index()
+        xs = stats.index.to_numpy()
+        ax.plot(xs, stats['mean'], marker='o' if len(xs) <= 30 else None, markersize=3,
+                label=str(label) + (f' ({int(stats["count"].max())} seeds)'
+                                    if stats['count'].max() > 1 else ''))
+        if stats['count'].max() > 1:
+            sd = stats['std'].fillna(0.0)
+            ax.fill_between(xs, stats['mean'] - sd, stats['mean'] + sd, alpha=0.2)
+        drawn += 1
     source = 'central evaluation' if use_eval else 'training, over the cohort'
+    from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel('round')
     ax.set_ylabel(f'{what} ({source})')
-    ax.set_title(f'{what.capitalize()} vs round')
+    ax.set_title(f'{what.capitalize()} vs round' + (' (mean ± std over seeds)'
+                                                    if groups else ''))
     ax.grid(True, alpha=0.3)
     _legend(ax, drawn)
     return _save(fig, path)
@@ -188,43 +279,108 @@ def _scaling_plots(runs: Sequence[RunRecord], out_dir: Path) -> List[Path]:
     return paths
 
 
-# ------------------------------------------------------------------ table
+# ------------------------------------------------------------------ tables
 
 def _fmt(value: Any, spec: str) -> str:
-    if value is None:
-        return '–'
     try:
+        if value is None or value != value:  # None or NaN
+            return '–'
         return format(value, spec)
     except (TypeError, ValueError):
         return str(value)
 
 
-def _table(runs: Sequence[RunRecord]) -> List[str]:
-    lines = ['| run | status | stack | workers | clients/round | rounds | final loss | '
-             'final accuracy | median round s | clients/s |',
-             '|---|---|---|---:|---:|---:|---:|---:|---:|---:|']
-    for r in runs:
+def _markdown(frame: Any, align_right: Sequence[bool]) -> List[str]:
+    head = '| ' + ' | '.join(str(c) for c in frame.columns) + ' |'
+    rule = '|' + '|'.join('---:' if r else '---' for r in align_right) + '|'
+    body = ['| ' + ' | '.join(str(v) for v in row) + ' |'
+            for row in frame.itertuples(index=False)]
+    return [head, rule] + body
+
+
+def _runs_markdown(runs: Sequence[RunRecord], table: Any, varied: Sequence[str]) -> List[str]:
+    import pandas as pd  # pylint: disable=import-outside-toplevel
+    rows = []
+    for r, (_, cfg) in zip(runs, table.iterrows()):
         s = r.summary
         workers = s.get('num_workers') if s.get('stack') == 'process' else None
-        rounds = f'{s.get("rounds_completed", "?")}/{s.get("rounds", "?")}'
-        lines.append(
-            f'| {r.label} | {s.get("status", "?")} | {s.get("stack", "?")} | '
-            f'{_fmt(workers, "d")} | {_fmt(s.get("clients_per_round"), "d")} | {rounds} | '
-            f'{_fmt(s.get("final_loss"), ".6f")} | {_fmt(s.get("final_accuracy"), ".4f")} | '
-            f'{_fmt(s.get("median_round_seconds"), ".4f")} | '
-            f'{_fmt(s.get("clients_per_second"), ".1f")} |')
-    return lines
+        row = {'run': r.label, 'status': s.get('status', '?'), 'stack': s.get('stack', '?'),
+               'workers': _fmt(workers, 'd'),
+               'clients/round': _fmt(s.get('clients_per_round'), 'd')}
+        row.update({k.rsplit('.', 1)[-1]: cfg.get(k) for k in varied
+                    if k.rsplit('.', 1)[-1] not in row})
+        row.update({
+            'rounds': f'{s.get("rounds_completed", "?")}/{s.get("rounds", "?")}',
+            'final loss': _fmt(s.get('final_loss'), '.6f'),
+            'final accuracy': _fmt(s.get('final_accuracy'), '.4f'),
+            'median round s': _fmt(s.get('median_round_seconds'), '.4f'),
+            'clients/s': _fmt(s.get('clients_per_second'), '.1f')})
+        if s.get('dp_epsilon') is not None:
+            row['epsilon'] = _fmt(s.get('dp_epsilon'), '.3g')
+        rows.append(row)
+    frame = pd.DataFrame(rows).fillna('–')
+    right = [c not in ('run', 'status', 'stack') for c in frame.columns]
+    return _markdown(frame, right)
+
+
+def seed_table(table: Any, varied: Sequence[str]) -> Any:
+    """Mean ± std over seeds of each setting's final metrics, sorted by the settings.
+
+    Returns a DataFrame with the setting keys, ``seeds`` and
+    ``<metric> mean`` / ``<metric> std`` columns (float; std NaN for one seed).
+    """
+    import pandas as pd  # pylint: disable=import-outside-toplevel
+    keys = [k for k in varied if k not in SEED_KEYS]
+    metrics = [m for m in ('summary.final_loss', 'summary.final_accuracy',
+                           'summary.median_round_seconds', 'summary.dp_epsilon')
+               if m in table and pd.to_numeric(table[m], errors='coerce').notna().any()]
+    frame = table.copy()
+    for m in metrics:
+        frame[m] = pd.to_numeric(frame[m], errors='coerce')
+    if keys:
+        grouped = frame.groupby(keys, sort=False, dropna=False)
+        out = grouped[metrics].agg(['mean', 'std'])
+        out.columns = [f'{m.split(".", 1)[1]} {stat}' for m, stat in out.columns]
+        out.insert(0, 'seeds', grouped.size())
+        out = out.reset_index()
+        out = out.sort_values(keys, key=_sort_key, kind='stable').reset_index(drop=True)
+    else:
+        out = pd.DataFrame({'seeds': [len(frame)]})
+        for m in metrics:
+            name = m.split('.', 1)[1]
+            out[f'{name} mean'] = [frame[m].mean()]
+            out[f'{name} std'] = [frame[m].std()]
+    return out
+
+
+def _seed_markdown(stats: Any, varied: Sequence[str]) -> List[str]:
+    import pandas as pd  # pylint: disable=import-outside-toplevel
+    keys = [k for k in varied if k not in SEED_KEYS]
+    rows = []
+    specs = {'final_loss': '.4f', 'final_accuracy': '.4f', 'median_round_seconds': '.4f',
+             'dp_epsilon': '.3g'}
+    for _, r in stats.iterrows():
+        row = {k.rsplit('.', 1)[-1]: r[k] for k in keys}
+        row['seeds'] = int(r['seeds'])
+        for name, spec in specs.items():
+            if f'{name} mean' in r:
+                sd = r[f'{name} std']
+                row[name.replace('_', ' ')] = _fmt(r[f'{name} mean'], spec) + (
+                    f' ± {_fmt(sd, spec)}' if sd == sd else '')
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return _markdown(frame, [True] * len(frame.columns))
 
 
 def write_report(results_dir: PathLike) -> List[Path]:
-    """Writes the plots and report.md for every run under `results_dir`.
+    """Writes report.md, the plots that fit the runs, runs.csv and rounds.csv.
 
     Args:
         results_dir: one run directory, one experiment's directory, or a
             results root holding several experiments.
 
     Returns:
-        The paths written: report.md first, then the PNGs.
+        The paths written: report.md first, then the PNGs, then the CSVs.
 
     Raises:
         SimharnessValueError: `results_dir` does not exist or holds no runs.
@@ -235,22 +391,52 @@ def write_report(results_dir: PathLike) -> List[Path]:
     runs = load_runs(root)
     if not runs:
         raise SimharnessValueError(f'no runs (directories with a {SUMMARY_FILE}) under {root}')
-    plots = [p for p in (_curve_plot(runs, root / 'accuracy.png', 'accuracy'),
-                         _curve_plot(runs, root / 'loss.png', 'loss')) if p is not None]
-    plots += _scaling_plots(runs, root)
+    table = run_table(runs)
+    varied = varied_keys(table)
+    if varied:  # runs in numeric order of the hyper-parameters that vary
+        order = table.sort_values(varied, key=_sort_key, kind='stable').index
+        runs = [runs[i] for i in order]
+        table = table.loc[order].reset_index(drop=True)
+    rounds = round_table(runs)
+    setting_keys = [k for k in varied if k not in SEED_KEYS]
+    seeds_vary = any(k in SEED_KEYS for k in varied)
+    labels = {r.label: (_setting_label(row, setting_keys) if (setting_keys or seeds_vary)
+                        else r.label) for r, (_, row) in zip(runs, table.iterrows())}
+    if not setting_keys and not seeds_vary:
+        labels = {r.label: r.label for r in runs}
+    if not rounds.empty:
+        rounds['setting'] = rounds['run'].map(labels)
+    group = [k for k in varied if k in SEED_KEYS]
+    plots = [p for p in (_band_plot(rounds, group, root / 'accuracy.png', 'accuracy'),
+                         _band_plot(rounds, group, root / 'loss.png', 'loss')) if p is not None]
+    scaling_varied = any(k in SCALING_KEYS for k in varied) or (
+        len({r.workers_label for r in runs}) > 1)
+    if scaling_varied:
+        plots += _scaling_plots(runs, root)
     complete = sum(1 for r in runs if r.summary.get('status') == 'complete')
     when = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
     eval_on = sorted({str(r.summary.get('eval_on')) for r in runs if r.summary.get('eval_on')})
     title = runs[0].label if len(runs) == 1 and runs[0].run_dir == root else root.resolve().name
     lines = [f'# Report: {title}', '',
              f'{len(runs)} run{"s" if len(runs) != 1 else ""} ({complete} complete), '
-             f'generated {when}.', '',
+             f'generated {when}.'
+             + (f' Hyper-parameters that vary: {", ".join(varied)}.' if varied else ''), '',
              'Final loss and accuracy: central evaluation after the last finished round'
              + (f' (on {", ".join(eval_on)})' if eval_on else '')
              + '. Median round s: median over the rounds after the first; clients/s = '
                'clients per round / median round s.', '']
-    lines += _table(runs)
+    lines += _runs_markdown(runs, table, varied)
+    if seeds_vary:
+        lines += ['', '## Over seeds', '',
+                  'Mean ± sample std over the seeds of each setting, sorted by the setting.', '']
+        lines += _seed_markdown(seed_table(table, varied), varied)
     for p in plots:
         lines += ['', f'![{p.stem}]({p.name})']
+    lines += ['', f'Tidy data: [{CSV_RUNS}]({CSV_RUNS}) (one row per run), '
+                  f'[{CSV_ROUNDS}]({CSV_ROUNDS}) (one row per run and round).']
     report = atomic.write_text(root / REPORT_FILE, '\n'.join(lines) + '\n')
-    return [report] + plots
+    csvs = [atomic.write_text(root / CSV_RUNS, table.to_csv(index=False))]
+    if not rounds.empty:
+        csvs.append(atomic.write_text(root / CSV_ROUNDS,
+                                      rounds.drop(columns=['setting']).to_csv(index=False)))
+    return [report] + plots + csvs

@@ -216,3 +216,32 @@ def test_metrics_are_appended_not_rewritten(tmp_path, monkeypatch):
     assert written == [] and len(read_metrics(result.run_dir)) == 3
     lines = (result.run_dir / 'metrics.jsonl').read_text().splitlines()
     assert [json.loads(x)['round'] for x in lines] == [0, 1, 2]
+
+
+# --------------------------------------------------------------------- reports
+
+def test_report_groups_seeds_sorts_numerically_and_plots_only_what_fits(tmp_path):
+    import pandas as pd
+    from simharness.experiments.report import write_report
+    config = make_config(training={'rounds': 2, 'tensorboard': False}, sweep={'grid': {
+        'algorithm.client_learning_rate': [0.2, 0.05, 0.1], 'training.seed': [0, 1]}})
+    runs = run_sweep(config, tmp_path, progress=False)
+    paths = write_report(tmp_path / 'tiny')
+    # A learning-rate sweep: no plot against workers.
+    assert [p.name for p in paths] == ['report.md', 'accuracy.png', 'loss.png', 'runs.csv',
+                                       'rounds.csv']
+    table = pd.read_csv(tmp_path / 'tiny' / 'runs.csv')
+    assert len(table) == 6 and list(table['algorithm.client_learning_rate']) == [
+        0.05, 0.05, 0.1, 0.1, 0.2, 0.2]  # numeric order, not the sweep's or the text's
+    rounds = pd.read_csv(tmp_path / 'tiny' / 'rounds.csv')
+    assert len(rounds) == 12 and {'run', 'round', 'loss', 'training.seed'} <= set(rounds)
+    md = paths[0].read_text(encoding='utf-8')
+    section = md.split('## Over seeds', 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith('| 0.')]
+    assert [r.split(' | ')[0] for r in rows] == ['| 0.05', '| 0.1', '| 0.2']
+    by_lr = {}
+    for r in runs:
+        lr = r.run_id.split(',')[0].split('=')[1]
+        by_lr.setdefault(lr, []).append(r.summary['final_loss'])
+    mean, sd = np.mean(by_lr['0.1']), np.std(by_lr['0.1'], ddof=1)
+    assert f'{mean:.4f} ± {sd:.4f}' in rows[1]

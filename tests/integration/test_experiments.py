@@ -290,20 +290,21 @@ def test_report_writes_pngs_and_table(tmp_path):
     paths = write_report(tmp_path / 'tiny')
     names = [p.name for p in paths]
     assert names == ['report.md', 'accuracy.png', 'loss.png', 'round_time.png',
-                     'clients_per_second.png']
-    for p in paths[1:]:
+                     'clients_per_second.png', 'runs.csv', 'rounds.csv']
+    for p in paths[1:-2]:
         assert p.read_bytes().startswith(PNG) and p.stat().st_size > 1000
     md = paths[0].read_text(encoding='utf-8')
     rows = [line for line in md.splitlines() if line.startswith('| clients_per_round=')]
     assert len(rows) == 2
     assert f'{runs[0].summary["final_loss"]:.6f}' in rows[0] and '| thread |' in rows[0]
-    for name in names[1:]:
+    for name in names[1:-2]:
         assert f']({name})' in md
     assert temp_files(tmp_path) == []
 
     # A run directory alone: no scaling plots. A root of several experiments: all runs.
     single = write_report(runs[0].run_dir)
-    assert [p.name for p in single] == ['report.md', 'accuracy.png', 'loss.png']
+    assert [p.name for p in single] == ['report.md', 'accuracy.png', 'loss.png', 'runs.csv',
+                                        'rounds.csv']
     run_experiment(make_config(name='other'), tmp_path, progress=False)
     md = write_report(tmp_path)[0].read_text(encoding='utf-8')
     assert 'other/default' in md and 'tiny/clients_per_round=2' in md
