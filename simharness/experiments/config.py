@@ -50,7 +50,11 @@ PathLike = Union[str, Path]
 #: Run id of an experiment without a sweep grid (and without overrides).
 DEFAULT_RUN_ID = 'default'
 
-DATASETS = ('digits', 'files', 'reference', 'synthetic')
+DATASETS = ('cifar100', 'digits', 'emnist', 'files', 'hf', 'reference', 'shakespeare',
+            'stackoverflow', 'synthetic')
+HF_PARTITIONS = ('dirichlet', 'natural')
+#: Data sets whose labels are sequences (next-token prediction): Keras models only.
+SEQUENCE_DATASETS = ('shakespeare', 'stackoverflow')
 PARTITIONS = ('dirichlet', 'iid')
 MODEL_NAMES = ('cnn', 'keras', 'logreg', 'mlp')
 #: As `simharness.learning.algorithms.ALGORITHM_NAMES` (not imported: no numpy here).
@@ -161,6 +165,14 @@ _DATA_OPTIONS: Mapping[str, Mapping[str, Any]] = {
     'files': {'path': None, 'x_key': 'x', 'y_key': 'y', 'client_id_key': 'client_id',
               'num_classes': None},
     'reference': {},
+    'emnist': {'cache_dir': None, 'only_digits': False, 'max_clients': None},
+    'cifar100': {'cache_dir': None, 'max_clients': None},
+    'shakespeare': {'cache_dir': None, 'sequence_length': 80, 'max_clients': None},
+    'stackoverflow': {'cache_dir': None, 'sequence_length': 20, 'vocab_size': 10000,
+                      'max_clients': None},
+    'hf': {'path': None, 'x_key': 'x', 'y_key': 'y', 'client_id_key': None, 'hf_split': None,
+           'partition': 'natural', 'num_clients': 20, 'dirichlet_alpha': 0.5, 'min_size': 1,
+           'seed': 0, 'cache_dir': None, 'num_classes': None},
 }
 
 
@@ -195,7 +207,21 @@ class DataConfig:
         x_key: files: feature array / column name (default 'x').
         y_key: files: label array / column name (default 'y').
         client_id_key: files: client id array / column of a single file
-            (default 'client_id').
+            (default 'client_id'); hf: the natural client id column.
+        cache_dir: emnist, cifar100, shakespeare, stackoverflow: the
+            directory holding TFF's published file (SQLite or HDF5; see
+            `simharness.data.benchmarks`; nothing is downloaded); hf: the
+            Hugging Face cache directory (optional).
+        only_digits: emnist: the 10-class digits-only variant (default false).
+        max_clients: emnist, cifar100, shakespeare, stackoverflow: keep the
+            first N clients (sorted ids) of the train split (default: all).
+        sequence_length: shakespeare (80), stackoverflow (20): tokens per example.
+        vocab_size: stackoverflow: most frequent words kept (default 10000).
+        hf_split: hf: the split of a saved DatasetDict (e.g. 'train').
+        partition (hf): 'natural' (one client per client_id_key value,
+            default) or 'dirichlet' (num_clients, dirichlet_alpha, min_size, seed).
+        path (hf): a directory written by save_to_disk, or a data set name in
+            the local Hugging Face cache.
     """
 
     dataset: str = 'synthetic'
@@ -215,6 +241,12 @@ class DataConfig:
     x_key: Optional[str] = None
     y_key: Optional[str] = None
     client_id_key: Optional[str] = None
+    cache_dir: Optional[str] = None
+    only_digits: Optional[bool] = None
+    max_clients: Optional[int] = None
+    sequence_length: Optional[int] = None
+    vocab_size: Optional[int] = None
+    hf_split: Optional[str] = None
 
     def __post_init__(self) -> None:
         _check_choice('data.dataset', self.dataset, DATASETS)
@@ -232,7 +264,30 @@ class DataConfig:
         if self.iid is not None:
             _check_bool('data.iid', self.iid)
         if self.partition is not None:
-            _check_choice('data.partition', self.partition, PARTITIONS)
+            _check_choice('data.partition', self.partition,
+                          HF_PARTITIONS if self.dataset == 'hf' else PARTITIONS)
+        for key in ('max_clients', 'sequence_length', 'vocab_size'):
+            if getattr(self, key) is not None:
+                s(key, _check_int(f'data.{key}', getattr(self, key), 1))
+        if self.only_digits is not None:
+            _check_bool('data.only_digits', self.only_digits)
+        for key in ('cache_dir', 'hf_split'):
+            if getattr(self, key) is not None:
+                _check_str(f'data.{key}', getattr(self, key))
+        if self.dataset in ('emnist', 'cifar100', 'shakespeare', 'stackoverflow') and \
+                self.cache_dir is None:
+            raise ConfigError(f'data.cache_dir is required for data.dataset = {self.dataset!r} '
+                              "(the directory with TFF's published file; nothing is downloaded)",
+                              key='data.cache_dir', value=None)
+        if self.dataset == 'hf':
+            if self.path is None:
+                raise ConfigError("data.path is required for data.dataset = 'hf' (a "
+                                  'save_to_disk directory or a locally cached data set name)',
+                                  key='data.path', value=None)
+            if self.partition == 'natural' and self.client_id_key is None:
+                raise ConfigError("data.client_id_key is required for data.partition = "
+                                  "'natural' (the column naming each example's client)",
+                                  key='data.client_id_key', value=None)
         if self.dirichlet_alpha is not None:
             s('dirichlet_alpha', _check_float('data.dirichlet_alpha', self.dirichlet_alpha,
                                               minimum=0.0, inclusive=False))
@@ -259,6 +314,8 @@ class DataConfig:
         """The number of clients if the config tells it (not for 'files')."""
         if self.dataset == 'reference':
             return REFERENCE_NUM_CLIENTS
+        if self.dataset == 'hf' and self.partition == 'natural':
+            return None
         return self.num_clients
 
 
@@ -723,6 +780,11 @@ class ExperimentConfig:
             raise ConfigError(
                 f'training.clients_per_round = {k} is more than the {n} clients of the data '
                 f'(data.num_clients)', key='training.clients_per_round', value=k)
+        if self.data.dataset in SEQUENCE_DATASETS and self.model.name != 'keras':
+            raise ConfigError(
+                f'data.dataset = {self.data.dataset!r} is next-token prediction (sequence '
+                f'labels): it needs model.name = "keras" with a sequence model, not '
+                f'{self.model.name!r}', key='model.name', value=self.model.name)
         if self.model.name == 'cnn' and self.data.dataset in ('synthetic', 'reference'):
             raise ConfigError(
                 f"model.name = 'cnn' needs image data (data.dataset 'digits' or 'files' with "
@@ -809,10 +871,16 @@ def config_from_dict(raw: Mapping[str, Any], default_name: Optional[str] = None
 
 def _resolve_data_path(raw: Dict[str, Any], base: Path) -> None:
     data = raw.get('data')
-    if isinstance(data, dict) and isinstance(data.get('path'), str) and data['path']:
-        p = Path(data['path']).expanduser()
-        if not p.is_absolute():
-            data['path'] = str((base / p).resolve())
+    if not isinstance(data, dict):
+        return
+    for key in ('path', 'cache_dir'):
+        if isinstance(data.get(key), str) and data[key]:
+            p = Path(data[key]).expanduser()
+            if not p.is_absolute():
+                resolved = (base / p).resolve()
+                # An hf path may also name a data set in the Hugging Face cache.
+                if not (data.get('dataset') == 'hf' and key == 'path' and not resolved.exists()):
+                    data[key] = str(resolved)
 
 
 def read_toml(path: PathLike) -> Dict[str, Any]:

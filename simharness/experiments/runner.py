@@ -180,6 +180,7 @@ class _Workload:
     eval_on: str
     input_shape: Tuple[int, ...]
     num_classes: int
+    label_shape: Tuple[int, ...] = ()
 
 
 def _stack_clients(cd: Any, key: str) -> Any:
@@ -203,6 +204,15 @@ def _build_workload(config: ExperimentConfig) -> _Workload:
                                         num_classes=d.num_classes, seed=d.seed, iid=d.iid)
         elif d.dataset == 'reference':
             cd, _ = D.reference_fedavg_workload()
+        elif d.dataset in ('emnist', 'cifar100', 'shakespeare', 'stackoverflow'):
+            cd, test = _load_benchmark(d)
+        elif d.dataset == 'hf':
+            from simharness.data.benchmarks import load_hf_dataset
+            x_key, y_key = 'x', 'y'
+            cd = load_hf_dataset(d.path, d.x_key, d.y_key, split=d.hf_split,
+                                 partition=d.partition, client_id_column=d.client_id_key,
+                                 num_clients=d.num_clients, alpha=d.dirichlet_alpha,
+                                 seed=d.seed, min_size=d.min_size, cache_dir=d.cache_dir)
         elif d.dataset == 'digits':
             cd, test = D.load_digits_federated(
                 num_clients=d.num_clients, partition=d.partition, alpha=d.dirichlet_alpha,
@@ -221,7 +231,8 @@ def _build_workload(config: ExperimentConfig) -> _Workload:
     except (SimharnessValueError, SimharnessTypeError) as e:
         raise ConfigError(f'[data] {d.dataset}: {e}', key='data', value=d.dataset) from e
     spec = cd.array_spec
-    if not np.issubdtype(spec[y_key][0], np.integer) or spec[y_key][1] != ():
+    sequence = d.dataset in ('shakespeare', 'stackoverflow')
+    if not np.issubdtype(spec[y_key][0], np.integer) or (spec[y_key][1] != () and not sequence):
         raise ConfigError(f'[data]: labels {y_key!r} must be integer class ids of shape [n], got '
                           f'{spec[y_key][0]} {list(spec[y_key][1])}', key='data.y_key',
                           value=y_key)
@@ -230,12 +241,44 @@ def _build_workload(config: ExperimentConfig) -> _Workload:
     else:
         eval_x, eval_y, eval_on = _stack_clients(cd, x_key), _stack_clients(cd, y_key), \
             'all clients'
-    num_classes = d.num_classes
+    num_classes = _BENCHMARK_CLASSES.get(d.dataset, d.num_classes)
+    if d.dataset == 'emnist' and d.only_digits:
+        num_classes = 10
+    if d.dataset == 'stackoverflow':
+        num_classes = d.vocab_size + 4
     if num_classes is None:
         num_classes = max(2, int(np.max(eval_y if test is None
                                         else _stack_clients(cd, y_key))) + 1)
     return _Workload(cd, x_key, y_key, eval_x, eval_y, eval_on, tuple(spec[x_key][1]),
-                     int(num_classes))
+                     int(num_classes), tuple(spec[y_key][1]))
+
+
+#: Classes of the benchmark data sets (shakespeare: 86 characters + pad, oov, bos, eos).
+_BENCHMARK_CLASSES = {'emnist': 62, 'cifar100': 100, 'shakespeare': 90}
+
+
+def _load_benchmark(d: Any) -> Tuple[Any, Any]:
+    """(train clients, (test x, test y)) of a TFF benchmark from d.cache_dir."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from simharness.data import benchmarks as B  # pylint: disable=import-outside-toplevel
+    from simharness.data.client_data import ArrayClientData  # pylint: disable=import-outside-toplevel
+    loaders = {
+        'emnist': lambda split: B.load_emnist(d.cache_dir, d.only_digits, split),
+        'cifar100': lambda split: B.load_cifar100(d.cache_dir, split),
+        'shakespeare': lambda split: B.load_shakespeare(d.cache_dir, split, d.sequence_length),
+        'stackoverflow': lambda split: B.load_stackoverflow(
+            d.cache_dir, split, d.vocab_size, d.sequence_length, d.max_clients),
+    }
+    train = loaders[d.dataset]('train')
+    ids = train.client_ids[:d.max_clients] if d.max_clients else train.client_ids
+    if len(ids) < len(train.client_ids):
+        train = ArrayClientData({c: train.client_arrays(c) for c in ids})
+    if d.dataset == 'stackoverflow':  # its vocabulary comes from the train clients
+        return train, None
+    test = loaders[d.dataset]('test')
+    keep = [c for c in test.client_ids if c in set(ids)] or test.client_ids
+    return train, (np.concatenate([test.client_arrays(c)['x'] for c in keep]),
+                   np.concatenate([test.client_arrays(c)['y'] for c in keep]))
 
 
 def _cohort(config: ExperimentConfig, ids: Sequence[str], round_num: int) -> List[str]:
@@ -537,7 +580,8 @@ def _build_model(config: ExperimentConfig, work: _Workload) -> _Model:
         from simharness.core.determinism import pin_tensorflow_threads
         pin_tensorflow_threads()  # before Keras runs its first op: same bits as the workers
         try:
-            fm = F.from_keras_builder(config.model.keras, work.input_shape, work.num_classes)
+            fm = F.from_keras_builder(config.model.keras, work.input_shape, work.num_classes,
+                                      y_shape=work.label_shape)
         except (SimharnessValueError, SimharnessTypeError) as e:
             raise ConfigError(f'[model] keras {config.model.keras}: {e}', key='model.keras',
                               value=config.model.keras) from e

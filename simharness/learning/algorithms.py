@@ -165,7 +165,7 @@ class LearningProcess:
                 with tf.GradientTape() as tape:
                     tape.watch(tw0)
                     loss, pred, _, count = batch_loss(tw0 + ntw, x, y, mask, True)
-                grads = tape.gradient(loss, tw0)
+                grads = _dense(tape.gradient(loss, tw0), tw0)
                 update = [-g for g in grads]
                 loss_sum, ex = loss * count, count
                 mstates = update_metrics(mstates, y, pred, mask)
@@ -187,7 +187,7 @@ class LearningProcess:
                         if mu > 0:
                             loss = loss + 0.5 * mu * tf.add_n(
                                 [tf.reduce_sum(tf.square(a - b)) for a, b in zip(tw, tw0)])
-                    grads = tape.gradient(loss, tw)
+                    grads = _dense(tape.gradient(loss, tw), tw)
                     new_opt, new_tw = copt.next(opt, tw, grads)
                     active = count > 0
                     # A step past the client's data has an all-zero mask: it leaves the
@@ -368,6 +368,13 @@ class LearningProcess:
             out[metric.name] = metric.result([np.asarray(v) for v in m[f'm{i}']])
         out['num_examples'] = n
         return out
+
+
+def _dense(grads: Sequence[Any], weights: Sequence[Any]) -> List[Any]:
+    """Gradients as dense tensors (an embedding's IndexedSlices; zeros for unused weights)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return [tf.zeros_like(w) if g is None else tf.convert_to_tensor(g)
+            for g, w in zip(grads, weights)]
 
 
 def _plain_state(state: Mapping[str, Any]) -> Dict[str, Any]:

@@ -42,3 +42,15 @@ def small_cnn(input_shape: Sequence[int], num_classes: int) -> Any:
                keras.layers.MaxPooling2D(2), keras.layers.Flatten(),
                keras.layers.Dense(num_classes)]
     return keras.Sequential(layers, name='small_cnn')
+
+
+def next_token(input_shape: Sequence[int], num_classes: int) -> Any:
+    """For sequences of token ids (shakespeare, stackoverflow): Embedding(16) -> Dense(32,
+    relu) -> Dense(num_classes) at every position (logits [B, L, num_classes])."""
+    import keras  # pylint: disable=import-outside-toplevel
+    return keras.Sequential([
+        keras.Input(tuple(input_shape)),
+        keras.layers.Embedding(num_classes, 16),
+        keras.layers.Dense(32, activation='relu'),
+        keras.layers.Dense(num_classes),
+    ], name='next_token')
