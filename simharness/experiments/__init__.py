@@ -5,15 +5,19 @@
     configs/*.toml, experiments/*.toml
         -> load_config / apply_overrides / expand_sweep      (config.py; no TensorFlow)
         -> run_experiment / run_sweep                        (runner.py)
-             results/<name>/<run-id>/{config.toml, environment.json, metrics.jsonl, summary.json}
+             results/<name>/<run-id>/{config.toml, environment.json, metrics.jsonl, summary.json,
+                                      run.log, checkpoints/, tensorboard/, final_weights.npz}
         -> write_report                                      (report.py)
-             report.md + PNG plots
+             report.md + PNG plots + runs.csv / rounds.csv (pandas)
+    checkpoints.py: checkpoints, saved weights, callbacks (EarlyStopping, BestModel), TensorBoard
 
 The command line (`simharness run | sweep | report`) is `simharness.cli`.
 Importing this package imports neither TensorFlow nor matplotlib.
 """
 
-from simharness.experiments.config import (DEFAULT_RUN_ID, AlgorithmConfig, DataConfig,
+from simharness.experiments.checkpoints import BestModel, Callback, EarlyStopping
+from simharness.experiments.config import (DEFAULT_RUN_ID, AggregatorConfig, AlgorithmConfig,
+                                           DataConfig,
                                            ExperimentConfig, ModelConfig, StackConfig,
                                            SweepConfig, TrainingConfig, apply_overrides,
                                            config_from_dict, expand_sweep, load_config,
@@ -23,6 +27,7 @@ from simharness.experiments.runner import (RunResult, collect_environment, is_fi
                                            run_experiment, run_sweep)
 
 __all__ = [
+    'AggregatorConfig', 'BestModel', 'Callback', 'EarlyStopping',
     'DEFAULT_RUN_ID', 'AlgorithmConfig', 'DataConfig', 'ExperimentConfig', 'ModelConfig',
     'RunResult', 'StackConfig', 'SweepConfig', 'TrainingConfig', 'apply_overrides',
     'collect_environment', 'config_from_dict', 'expand_sweep', 'is_finished', 'load_config',
