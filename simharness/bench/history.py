@@ -209,6 +209,21 @@ def _prints(p: CommitPoint, name: str) -> List[str]:
                    and r.benchmarks[name].fingerprint})
 
 
+def render_overview(history: History) -> str:
+    """The overview table: a row per commit, a column per benchmark (median round time, steps)."""
+    step_at = {(s.name, s.index): s for name in history.names for s in history.steps[name]}
+    lines = ['| commit | date | runs | ' + ' | '.join(f'`{n}`' for n in history.names) + ' |',
+             '|' + '---|' * (3 + len(history.names))]
+    for i, p in enumerate(history.points):
+        cells = []
+        for n in history.names:
+            mark = _step_mark(step_at.get((n, i)))
+            cells.append(_fmt_time(p.median(n)) + (f' {mark}' if mark else ''))
+        date = (p.commit_time or '')[:16].replace('T', ' ')
+        lines.append(f'| `{p.label}` | {date} | {len(p.runs)} | ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
 def render_markdown(history: History, plots_dir: Optional[str] = None,
                     rel_plots: str = 'plots') -> str:
     """history.md: the overview (commits x benchmarks, medians, steps marked), then per benchmark."""
@@ -225,17 +240,7 @@ def render_markdown(history: History, plots_dir: Optional[str] = None,
         lines.append(f'Other machines (not shown): {history.other_machines}.')
     if plots_dir:
         lines += ['', f'![overview]({rel_plots}/overview.png)']
-    lines += ['', '## Overview: median round time per commit', '']
-    head = '| commit | date | runs | ' + ' | '.join(f'`{n}`' for n in history.names) + ' |'
-    lines += [head, '|' + '---|' * (3 + len(history.names))]
-    for i, p in enumerate(pts):
-        cells = []
-        for n in history.names:
-            med = p.median(n)
-            mark = _step_mark(step_at.get((n, i)))
-            cells.append(_fmt_time(med) + (f' {mark}' if mark else ''))
-        date = (p.commit_time or '')[:16].replace('T', ' ')
-        lines.append(f'| `{p.label}` | {date} | {len(p.runs)} | ' + ' | '.join(cells) + ' |')
+    lines += ['', '## Overview: median round time per commit', '', render_overview(history)]
     for n in history.names:
         noise = history.noise.get(n)
         lines += ['', f'## `{n}`', '']

@@ -1,6 +1,10 @@
 """Prints the results tables of docs/benchmarks.md from a saved pytest-benchmark JSON.
 
     python tests/benchmarks/report.py tests/benchmarks/baselines/<platform>/NNNN_<machine>.json
+    python tests/benchmarks/report.py --history [tests/benchmarks/history/runs]
+
+The second form prints the history overview of the project's benchmarks (a row per commit, the
+median round time per benchmark, detected steps marked; see `simharness bench history`).
 
 Medians, and the ratios the benchmarks put in extra_info. Missing cases print as '—'.
 """
@@ -12,6 +16,7 @@ import sys
 from typing import Any, Dict, Optional
 
 STACKS = ('thread', 'process-1', 'process-2')
+HISTORY = 'tests/benchmarks/history/runs'
 
 
 def _load(path: str) -> Dict[str, Dict[str, Any]]:
@@ -92,7 +97,17 @@ def tables(b: Dict[str, Dict[str, Any]]) -> str:
     return '\n'.join(out)
 
 
+def history_table(storage: str) -> str:
+    """The history overview of the runs saved under `storage`."""
+    from simharness.bench.history import build_history, render_overview
+    from simharness.bench.results import find_runs
+    return render_overview(build_history(find_runs(storage)))
+
+
 def main(argv: list) -> int:
+    if len(argv) in (2, 3) and argv[1] == '--history':
+        print(history_table(argv[2] if len(argv) == 3 else HISTORY))
+        return 0
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
