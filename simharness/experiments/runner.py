@@ -498,11 +498,12 @@ def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
                              resuming, list(callbacks))
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM / SIGHUP through the CLI
         status, error = 'interrupted', e
-        _log.warning('%s/%s: interrupted after %d rounds', config.name, run_id, len(metrics))
+        # INFO: the run's log file records it; the CLI says "interrupted" itself.
+        _log.info('%s/%s: interrupted after %d rounds', config.name, run_id, len(metrics))
     except BaseException as e:  # pylint: disable=broad-exception-caught  # raised again below
         status, error = 'failed', e
         extra['error'] = f'{type(e).__name__}: {e}'
-        _log.error('%s/%s: failed: %s', config.name, run_id, extra['error'])
+        _log.info('%s/%s: failed: %s', config.name, run_id, extra['error'])  # (as above)
     extra['total_seconds'] = time.perf_counter() - t_start
     extra['finished_at'] = _now()
     summary = _summary(config, run_id, status, metrics, extra)

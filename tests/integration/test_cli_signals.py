@@ -10,6 +10,7 @@ SIGKILLs it and checks that `reap_orphaned_segments` reclaims what it left.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -83,8 +84,9 @@ def test_signal_handlers_are_installed_only_while_main_runs(tmp_path):
 # ---------------------------------------------------------- a full results disk
 
 def _fail_writes(monkeypatch, err: int, names, where: str = 'fsync'):
-    """Makes atomic writes of files named in `names` fail with `err` at `where`."""
-    real_fsync, real_mkstemp = os.fsync, atomic.tempfile.mkstemp
+    """Makes writes of files named in `names` fail with `err` at `where` ('fsync', 'mkstemp'
+    of an atomic write, or 'open' of an append)."""
+    real_fsync, real_mkstemp, real_open = os.fsync, atomic.tempfile.mkstemp, os.open
     failed = []
 
     def matches(path: str) -> bool:
@@ -103,13 +105,20 @@ def _fail_writes(monkeypatch, err: int, names, where: str = 'fsync'):
             raise OSError(err, os.strerror(err), str(kwargs.get('dir')) + '/' + prefix + 'x')
         return real_mkstemp(*args, prefix=prefix, **kwargs)
 
+    def open_(path, flags, *args, **kwargs):
+        if where == 'open' and flags & os.O_APPEND and matches(str(path)):
+            failed.append(path)
+            raise OSError(err, os.strerror(err), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
     monkeypatch.setattr(atomic.os, 'fsync', fsync)
     monkeypatch.setattr(atomic.tempfile, 'mkstemp', mkstemp)
+    monkeypatch.setattr(atomic.os, 'open', open_)
     return failed
 
 
-@pytest.mark.parametrize('err,where', [(errno.ENOSPC, 'fsync'), (errno.EROFS, 'mkstemp'),
-                                       (errno.EACCES, 'mkstemp')])
+@pytest.mark.parametrize('err,where', [(errno.ENOSPC, 'fsync'), (errno.EROFS, 'open'),
+                                       (errno.EACCES, 'open')])
 def test_unwritable_metrics_fail_with_one_line_and_a_failed_summary(
         tmp_path, capsys, monkeypatch, err, where):
     from simharness.cli import main
@@ -125,7 +134,11 @@ def test_unwritable_metrics_fail_with_one_line_and_a_failed_summary(
     s = read_json(run_dir / 'summary.json')
     assert s['status'] == 'failed' and os.strerror(err) in s['error']
     assert str(run_dir / 'metrics.jsonl') in s['error']
-    assert not (run_dir / 'metrics.jsonl').exists() and not temp_files(tmp_path)
+    # metrics.jsonl is appended to: at most whole lines (written, not synced) are there.
+    path = run_dir / 'metrics.jsonl'
+    if path.exists():
+        assert all(json.loads(line)['round'] == 0 for line in path.read_text().splitlines())
+    assert not temp_files(tmp_path)
 
 
 def test_when_even_the_summary_cannot_be_written_no_stale_running_summary_is_left(

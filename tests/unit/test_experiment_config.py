@@ -184,10 +184,12 @@ def test_table_must_be_a_table(table):
 
 
 @pytest.mark.parametrize('key,value,fragment', [
-    ('data.dataset', 'mnist', "'digits', 'files', 'reference', 'synthetic'"),
-    ('model.name', 'resnet', "'cnn', 'logreg', 'mlp'"),
-    ('algorithm.name', 'fedprox', "'fedavg'"),
-    ('training.cohort', 'all', "'random', 'reference'"),
+    ('data.dataset', 'mnist', "'cifar100', 'digits', 'emnist', 'files', 'hf', 'reference', "
+                              "'shakespeare', 'stackoverflow', 'synthetic'"),
+    ('model.name', 'resnet', "'cnn', 'keras', 'logreg', 'mlp'"),
+    ('algorithm.name', 'fedfoo', "'fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', "
+                                 "'fedsgd', 'fedyogi'"),
+    ('training.cohort', 'all', "'random', 'reference', 'weighted', 'with_replacement'"),
     ('stack.kind', 'gpu', "'process', 'thread'"),
 ])
 def test_choices_list_allowed_values(key, value, fragment):
