@@ -12,10 +12,21 @@ them.
                         sh.execution_context(stack.factory)
   simharness_benchmark  pytest-benchmark's `benchmark`, with the stack's
                         configuration in extra_info['simharness_stack'] and
-                        .round(fn, *args): warm-up 1, then N timed rounds
+                        .round(fn, *args): the first round timed apart, then
+                        timed rounds by pytest-benchmark's options (or
+                        --simharness-rounds); every round, a calibration
+                        workload, peak RSS and a result fingerprint go to
+                        extra_info['simharness'] (see simharness.bench)
   simharness_pools      session-scoped warm worker pools, one per worker count,
                         closed at the end of the session
 ```
+
+Under ``simharness bench ab`` (environment variable
+``SIMHARNESS_BENCH_INTERLEAVE``) the timed rounds of several sessions take
+turns (`_Turns`); ``SIMHARNESS_BENCH_COMMIT_INFO`` replaces
+pytest-benchmark's commit_info (a revision run from a checkout). The saved
+JSON gets ``machine_info['simharness']`` (machine fingerprint, CPUs, memory,
+load) and ``simharness`` (the interleaved session, the load at the end).
 
 Example (``test_my_fedavg.py``)::
 
@@ -264,6 +275,7 @@ class _Turns:
                 os.close(fd)
         self._mine = self._done = -1
         self._alone = True
+        self.info = None
 
 
 _TURNS = _Turns()

@@ -187,6 +187,34 @@ def _side(rev: str, tmp: str, pytest_args: Sequence[str], env: Dict[str, str]) -
     return Session(cwd, pytest_args, env, code_path=dest, commit=info)
 
 
+def _save_into(storage: str, json_path: str, name: str,
+               commit: Any = None) -> str:
+    """Copies a session's JSON into pytest-benchmark storage as <platform>/NNNN_<name>.json.
+
+    `commit` (the revision's commit_info) replaces what the session saved
+    (a checkout outside git, or an old plugin, saves 'unversioned').
+    """
+    import json
+    import re
+    from simharness.bench.history import _atomic_write
+    with open(json_path, encoding='utf-8') as f:
+        data = json.load(f)
+    if commit:
+        data['commit_info'] = dict(commit)
+    mi = data.get('machine_info') or {}
+    folder = '{}-{}-{}-{}bit'.format(mi.get('system', 'unknown'),
+                                      mi.get('python_implementation', 'unknown'),
+                                      '.'.join(str(mi.get('python_version', '')).split('.')[:2]),
+                                      (mi.get('cpu') or {}).get('bits', 64))
+    target = os.path.join(storage, folder)
+    os.makedirs(target, exist_ok=True)
+    numbers = [int(m.group(1)) for f in os.listdir(target)
+               if (m := re.match(r'^([0-9]{4})_.*\.json$', f))]
+    path = os.path.join(target, f'{max(numbers, default=0) + 1:04d}_{name}.json')
+    _atomic_write(path, json.dumps(data, indent=2).encode())
+    return path
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from simharness.bench.runner import run_session
     storage = os.path.abspath(args.storage)
@@ -198,9 +226,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 name = (sess.commit['id'][:12] if sess.commit else 'worktree')
                 out = os.path.join(tmp, f'{name}-{rep}.json')
                 print(f'run {rep + 1}/{args.repeat} of {rev} ({name}) ...', flush=True)
-                run_session(sess, out, [f'--benchmark-storage=file://{storage}',
-                                        f'--benchmark-save={name}'], timeout=args.timeout)
-    print(f'saved into {storage}')
+                run_session(sess, out, timeout=args.timeout)
+                print(f'  saved {_save_into(storage, out, name, sess.commit)}', flush=True)
     return 0
 
 
