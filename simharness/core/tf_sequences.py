@@ -47,10 +47,31 @@ def element_leaves(elem: Any, t: T.Type) -> List[Any]:
     return out
 
 
+_CACHE_ATTR = '_simharness_tensor_batches'
+
+
 def recognize(ds: Any, t: Optional[T.SequenceType] = None) -> Optional[TensorBatches]:
-    """The `TensorBatches` behind `ds`, or None when it is not slices of in-memory tensors."""
+    """The `TensorBatches` behind `ds`, or None when it is not slices of in-memory tensors.
+
+    The answer is kept on the dataset object (datasets are immutable), so a
+    program that passes the same datasets every round pays once.
+    """
     if not isinstance(ds, tf.data.Dataset):
         return None
+    cache = getattr(ds, _CACHE_ATTR, None)
+    if cache is None:
+        cache = {}
+        try:
+            setattr(ds, _CACHE_ATTR, cache)
+        except AttributeError:  # a dataset class with slots: no cache
+            pass
+    if t in cache:
+        return cache[t]
+    out = cache[t] = _recognize(ds, t)
+    return out
+
+
+def _recognize(ds: Any, t: Optional[T.SequenceType]) -> Optional[TensorBatches]:
     try:
         node = ds
         while type(node).__name__ in _PASS_THROUGH:

@@ -106,12 +106,13 @@ class EmbeddedFunction:
         `sequence_lowering`); the function takes their components in place of
         each of them. None when the graph uses a sequence otherwise.
         """
-        specs = {i: tseq.source_spec(tb) for i, tb in sources.items()}
-        key = tuple(sorted((i, sp.key()) for i, sp in specs.items()))
-        if key in self._lowered:
-            return self._lowered[key]
+        key = tuple((i, tseq.lowering_key(tb)) for i, tb in sorted(sources.items()))
+        found = self._lowered.get(key, self)
+        if found is not self:
+            return found
         with self._lock:
             if key not in self._lowered:
+                specs = {i: tseq.source_spec(tb) for i, tb in sources.items()}
                 self._lowered[key] = self._lower(specs, sources)
         return self._lowered[key]
 
@@ -578,6 +579,10 @@ def _lowered_leaves(fn: 'EmbeddedFunction',
     sources = {i: leaves[i] for i in fn.sequence_params if isinstance(leaves[i], TensorBatches)}
     if not sources:
         return None
+    if len(sources) == len(leaves):  # the function takes only these sequences
+        lowered = fn.lowered(sources)
+        return None if lowered is None else (
+            lowered, [c for i in range(len(leaves)) for c in sources[i].components])
     lowered = fn.lowered(sources)
     if lowered is None:
         return None
@@ -958,8 +963,12 @@ class EagerTFExecutor(BatchExecutor):
         """
         pt = cast(T.Type, f.type_signature.parameter)
         rows: List[Optional[Tuple[EmbeddedFunction, List[Any]]]] = []
+        checked_types: List[T.Type] = []  # argument types known to fit (zipped rows share one)
         for a in args:
-            pt.check_assignable_from(a.type_signature, 'argument')
+            at = a.type_signature
+            if not any(at is c for c in checked_types):
+                pt.check_assignable_from(at, 'argument')
+                checked_types.append(at)
             rows.append(_lowered_leaves(f, flatten(a.internal)))
         out: List[EagerValue] = []
         step = self._max_batch or len(args)
@@ -1034,6 +1043,12 @@ class EagerTFExecutor(BatchExecutor):
         out = self._zip_blocks(rows, names) if len(rows) >= 2 and rows[0] else None
         if out is not None:
             return out
+        if rows and rows[0] and all(len(r) == len(rows[0]) for r in rows):
+            first = [v.type_signature for v in rows[0]]
+            if all(all(v.type_signature is t for v, t in zip(r, first)) for r in rows):
+                t = T.StructType(list(zip(names, first)))  # one type for all rows
+                return [EagerValue(Struct(zip(names, [cast(EagerValue, v).internal for v in r])), t)
+                        for r in rows]
         return [await self.create_struct(list(zip(names, row))) for row in rows]
 
     def _zip_blocks(self, rows: Sequence[Sequence[Any]],

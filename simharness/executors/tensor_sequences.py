@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+import functools
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -38,6 +39,12 @@ def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
 
 def component_types(t: T.SequenceType, batched: bool) -> Optional[List[T.TensorType]]:
     """The tensor types of the components of a `TensorBatches` of `t` (None: not expressible)."""
+    types = _component_types(t, batched)
+    return None if types is None else list(types)
+
+
+@functools.lru_cache(maxsize=256)
+def _component_types(t: T.SequenceType, batched: bool) -> Optional[Tuple[T.TensorType, ...]]:
     out = []
     for leaf in T.flatten_type(t.element):
         if not isinstance(leaf, T.TensorType) or leaf.shape is None:
@@ -48,11 +55,21 @@ def component_types(t: T.SequenceType, batched: bool) -> Optional[List[T.TensorT
                 return None
             shape = shape[1:]
         out.append(T.TensorType(leaf.dtype, [None] + shape))
-    return out
+    return tuple(out)
 
 
 def checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
     """`tb` (e.g. decoded from a peer) checked against `t`, its components as tensors."""
+    done = getattr(tb, '_checked', None)
+    if done is not None and done[0] == t:
+        return done[1]
+    out = _checked(tb, t, to_tensor)
+    if isinstance(tb, TensorBatches) and tb is not out:
+        tb._checked = (t, out)  # e.g. kept with a dataset's recognized arrays
+    return out
+
+
+def _checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
     if not isinstance(tb, TensorBatches):
         raise SimharnessTypeError(f'{type(tb).__name__} is not a TensorBatches', expected=t)
     b = tb.batch_size
@@ -94,3 +111,8 @@ def checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
 
 def source_spec(tb: TensorBatches) -> SourceSpec:
     return SourceSpec([c.dtype for c in tb.components], tb.batch_size, tb.drop_remainder)
+
+
+def lowering_key(tb: TensorBatches) -> Tuple:
+    """What a function lowered for `tb` depends on (equal to `source_spec(tb).key()`)."""
+    return (tuple(c.dtype.name for c in tb.components), tb.batch_size, tb.drop_remainder)
