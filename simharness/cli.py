@@ -242,8 +242,12 @@ def _print_outputs(paths: Sequence[Path]) -> None:
     if not paths:
         return
     print(f'report:  {paths[0]}')
-    if len(paths) > 1:
-        print('plots:   ' + ', '.join(str(p) for p in paths[1:]))
+    plots = [p for p in paths[1:] if p.suffix == '.png']
+    tables = [p for p in paths[1:] if p.suffix != '.png']
+    if plots:
+        print('plots:   ' + ', '.join(str(p) for p in plots))
+    if tables:
+        print('tables:  ' + ', '.join(str(p) for p in tables))
 
 
 def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
