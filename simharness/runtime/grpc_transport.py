@@ -114,8 +114,13 @@ def check_token(token: Any, what: str = 'token') -> str:
 
 
 def channel_options(max_message: int = GRPC_MAX_MESSAGE) -> List[Tuple[str, Any]]:
+    # Reconnect backoff capped at 1 s (gRPC's default grows to 120 s): a restarted
+    # service is found again within a second.
     return [('grpc.max_send_message_length', max_message),
-            ('grpc.max_receive_message_length', max_message)]
+            ('grpc.max_receive_message_length', max_message),
+            ('grpc.initial_reconnect_backoff_ms', 100),
+            ('grpc.min_reconnect_backoff_ms', 100),
+            ('grpc.max_reconnect_backoff_ms', 1000)]
 
 
 # ---------------------------------------------------------------- framing

@@ -37,6 +37,20 @@ def sum_of_squares(xs, n):
     return sh.federated_sum(sh.federated_map(slow_square, [xs, sh.federated_broadcast(n)]))
 
 
+@pytest.fixture(scope='module')
+def pair():
+    """Two services for the module's tests; a test that kills one restarts it."""
+    from remote_services import ServiceProcess
+    procs = []
+    try:
+        procs.append(ServiceProcess())
+        procs.append(ServiceProcess())
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()  # SIGKILL: these tests are about faults; clean stops are tested elsewhere
+
+
 XS = [1.0, 2.0, 3.0, 4.0]
 EXPECTED = np.float32(30.0)
 
@@ -62,36 +76,57 @@ def _kill_when_busy(svc, requests_before):
     svc.kill()
 
 
-def test_kill_9_mid_round_is_a_retryable_error_naming_the_address(start_service):
-    a, b = start_service(), start_service()
+def test_kill_9_mid_round_is_a_retryable_error_naming_the_address(pair):
+    a, b = pair
     factory = remote_executor_factory([a.address, b.address], connect_timeout=2)
-    with factory, sh.execution_context(factory):
-        assert sum_of_squares(XS, 10) == EXPECTED
-        before = _info(b.address)['requests']
-        killer = threading.Thread(target=_kill_when_busy, args=(b, before))
-        killer.start()
-        try:
-            with pytest.raises(ServiceUnavailableError) as e:
-                sum_of_squares(XS, 3_000_000)
-        finally:
-            killer.join()
-        assert isinstance(e.value, RetryableError)
-        assert b.address in str(e.value) and e.value.address == b.address
-        # While it is down, a new call fails the same way (after connect_timeout), naming it.
-        with pytest.raises(ServiceUnavailableError, match=b.address.replace('.', r'\.')):
-            sum_of_squares(XS, 10)
-        # Restarted on the same port: the next call works, on fresh sessions.
-        b.restart()
-        assert sum_of_squares(XS, 10) == EXPECTED
-    assert b.proc is not None and b.proc.poll() is None
+    lone = RemoteExecutor(b.address)  # a value held in b before it dies
+    try:
+        held = asyncio.run(_create(lone, 2.0))
+        with factory, sh.execution_context(factory):
+            assert sum_of_squares(XS, 10) == EXPECTED
+            before = _info(b.address)['requests']
+            killer = threading.Thread(target=_kill_when_busy, args=(b, before))
+            killer.start()
+            try:
+                with pytest.raises(ServiceUnavailableError) as e:
+                    sum_of_squares(XS, 300_000)
+            finally:
+                killer.join()
+            assert isinstance(e.value, RetryableError)
+            assert b.address in str(e.value) and e.value.address == b.address
+            # While it is down, a new call fails the same way (after connect_timeout), naming it.
+            with pytest.raises(ServiceUnavailableError, match=b.address.replace('.', r'\.')):
+                sum_of_squares(XS, 10)
+            # Restarted on the same port: the next call works, on fresh sessions.
+            b.restart()
+            assert sum_of_squares(XS, 10) == EXPECTED
+        # A value of the dead service is reported lost, never reused; new values work.
+        with pytest.raises(WorkerCrashedError, match='run the computation again'):
+            asyncio.run(held.compute())
+        assert asyncio.run(_create(lone, 5.0)).type_signature == sh.TensorType(tf.float32)
+        assert asyncio.run(_compute_new(lone)) == 5.0
+    finally:
+        lone.close()
 
 
-def test_retries_rerun_the_computation_once_the_service_is_back(start_service):
-    a, b = start_service(), start_service()
+async def _create(ex, x):
+    v = await ex.create_value(x, tf.float32)
+    assert await v.compute() == x
+    return v
+
+
+async def _compute_new(ex):
+    v = await ex.create_value(5.0, tf.float32)
+    return await v.compute()
+
+
+def test_retries_rerun_the_computation_once_the_service_is_back(pair):
+    a, b = pair
     factory = remote_executor_factory([a.address, b.address], connect_timeout=60)
     with factory, sh.execution_context(factory, retries=2):
         assert sum_of_squares(XS, 10) == EXPECTED
         before = _info(b.address)['requests']
+        incarnation = _info(b.address)['incarnation']
 
         def kill_then_restart():
             _kill_when_busy(b, before)
@@ -103,31 +138,7 @@ def test_retries_rerun_the_computation_once_the_service_is_back(start_service):
             assert sum_of_squares(XS, 300_000) == EXPECTED
         finally:
             t.join()
-        assert _info(b.address)['incarnation']  # the new process serves
-
-
-def test_values_of_a_restarted_service_are_reported_lost(start_service):
-    svc = start_service()
-    ex = RemoteExecutor(svc.address)
-    try:
-        async def make():
-            v = await ex.create_value(2.0, tf.float32)
-            assert await v.compute() == 2.0
-            return v
-        v = asyncio.run(make())
-        svc.kill()
-        svc.restart()
-        with pytest.raises(WorkerCrashedError, match='run the computation again'):
-            asyncio.run(v.compute())
-        # new values work on the new service
-        assert asyncio.run(_compute_new(ex)) == 5.0
-    finally:
-        ex.close()
-
-
-async def _compute_new(ex):
-    v = await ex.create_value(5.0, tf.float32)
-    return await v.compute()
+        assert _info(b.address)['incarnation'] != incarnation  # a new process answered
 
 
 def test_unreachable_service_is_a_clear_retryable_error():
@@ -160,15 +171,15 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
-def test_a_vanished_driver_does_not_leave_its_values_in_the_service(start_service):
-    svc = start_service('--session-timeout', '2')
+def test_a_vanished_driver_does_not_leave_its_values_in_the_service(pair):
+    svc = pair[0]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
     driver = subprocess.Popen([sys.executable, '-c', DRIVER, svc.address], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, env=env)
     try:
         assert driver.stdout.readline().strip() == b'holding'
         info = _info(svc.address)
-        assert info['values'] == 5 and info['sessions'] == 1
+        assert info['values'] == 5 and info['sessions'] == 1, info
         driver.kill()  # kill -9: no close(), no goodbye
         driver.wait(10)
         assert _wait_until(lambda: _info(svc.address)['sessions'] == 0, timeout=30)
