@@ -213,26 +213,31 @@ def stack_config(spec: StackSpec, factory: Any) -> Dict[str, Any]:
 INTERLEAVE_ENV = 'SIMHARNESS_BENCH_INTERLEAVE'
 #: JSON commit_info for runs of a checked-out revision outside a git work tree.
 COMMIT_INFO_ENV = 'SIMHARNESS_BENCH_COMMIT_INFO'
-#: Seconds to wait for the other session's turn before running on alone.
-TURN_TIMEOUT = 120.0
+#: Seconds to wait for a turn before running on alone (the coordinator is gone).
+TURN_TIMEOUT = 900.0
 
 
 class _Turns:
-    """Round-by-round turn taking between benchmark sessions (``simharness bench ab``).
+    """Turn taking between benchmark sessions (``simharness bench ab``): one round per turn.
 
-    Before a timed (or warm-up) round, a session reads its token from its own
-    FIFO; after it, it tells the coordinator (the ``simharness bench ab``
-    process), which hands the token to the next session in rotation. So the
-    rounds of the baseline and of the candidate(s) alternate and meet the
-    same machine load. With no token for `TURN_TIMEOUT` seconds (the
-    coordinator is gone), the session runs on alone and its saved run says
-    so. Without the environment variable this is a no-op.
+    A session runs only while it holds the token: from its start (it waits
+    for its first turn when pytest is configured) to its end, it hands the
+    token over before each timed or warm-up round but the first of its
+    turn, and waits for the next turn (its own FIFO). The coordinator (the
+    ``simharness bench ab`` process) passes the token in rotation, and when a
+    session says it is done it waits for that process to exit before passing
+    it on. So exactly one session works at any time (imports, set-up,
+    rounds, teardown), and the rounds of the baseline and of the candidate
+    alternate under the same machine load. With no token for `TURN_TIMEOUT`
+    seconds (the coordinator is gone) a session runs on alone and its saved
+    run says so. Without the environment variable this is a no-op.
     """
 
     def __init__(self) -> None:
         self.info: Optional[Dict[str, Any]] = None
         self._mine = self._done = -1
         self._alone = True
+        self._used = False
         self.turns = 0
         self.broken: Optional[str] = None
 
@@ -251,25 +256,34 @@ class _Turns:
         self._done = os.open(done, os.O_RDWR)
         self.info = {'side': side, 'session': session}
         self._alone = False
+        self._used = False
+        self.turns = 0
+        self.broken = None
+        self._wait()
 
-    def __enter__(self) -> '_Turns':
-        if self._alone:
-            return self
+    def _wait(self) -> None:
         import select
         ready, _, _ = select.select([self._mine], [], [], TURN_TIMEOUT)
         if not ready:
             self.broken = f'no turn from the coordinator for {TURN_TIMEOUT:.0f} s'
             self._alone = True
-            return self
+            return
         os.read(self._mine, 1)
+
+    def __enter__(self) -> '_Turns':
+        if not self._alone and self._used:  # one round per turn: hand over, wait for the next
+            os.write(self._done, b'R')
+            self._wait()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if not self._alone:
+            self._used = True
             self.turns += 1
-            os.write(self._done, b'R')
 
     def close(self) -> None:
+        if self._done >= 0 and not self._alone:
+            os.write(self._done, b'X')  # done: the coordinator waits for this process to exit
         for fd in (self._mine, self._done):
             if fd >= 0:
                 os.close(fd)

@@ -35,6 +35,8 @@ __all__ = ['Session', 'checkout', 'commit_info', 'run_interleaved', 'run_session
 
 INTERLEAVE_ENV = 'SIMHARNESS_BENCH_INTERLEAVE'
 COMMIT_INFO_ENV = 'SIMHARNESS_BENCH_COMMIT_INFO'
+#: Seconds the coordinator waits for a finished session to exit.
+EXIT_WAIT = 120.0
 
 
 def _git(args: Sequence[str], cwd: str, binary: bool = False) -> Any:
@@ -175,10 +177,11 @@ def run_interleaved(sessions: Sequence[Session], out_dir: str, extra: Sequence[s
                     labels: Optional[Sequence[str]] = None) -> List[str]:
     """Runs several sessions at once, their timed rounds taking turns in rotation.
 
-    This process is the coordinator: each session reads a token from its own
-    FIFO before a timed or warm-up round and reports on a shared FIFO after
-    it; the token then goes to the next session still running. A session
-    that has finished drops out of the rotation.
+    This process is the coordinator: a session works only while it holds the
+    token (from its start to its end; see `simharness.pytest_plugin._Turns`),
+    hands it back (``R`` on a shared FIFO) after each round, and says ``X``
+    when it is done; the token goes to the next session still running, after
+    a finished one has exited. So exactly one session works at any time.
 
     Args:
       sessions: two or more (typically A, the baseline, and B, the candidate).
@@ -228,10 +231,16 @@ def run_interleaved(sessions: Sequence[Session], out_dir: str, extra: Sequence[s
                 raise SimharnessValueError(
                     f'interleaved benchmark sessions ran past {timeout} s (logs: '
                     + ', '.join(o + '.log' for o in outs) + ')')
-            released = bool(select.select([done], [], [], 0.2)[0])
-            if released:
-                os.read(done, 1)
-            if released or not live[holder]:
+            message = b''
+            if select.select([done], [], [], 0.2)[0]:
+                message = os.read(done, 1)
+            if message == b'X':  # the holder is done: nothing else runs until it has exited
+                try:
+                    procs[holder][0].wait(timeout=EXIT_WAIT)
+                except subprocess.TimeoutExpired:
+                    pass
+                live[holder] = False
+            if message or not live[holder]:
                 # the next running session in rotation gets the token
                 for step in range(1, len(procs) + 1):
                     nxt = (holder + step) % len(procs)
