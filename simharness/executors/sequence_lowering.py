@@ -431,5 +431,48 @@ def lower_graph(graph_def: graph_pb2.GraphDef, placeholder: str, source: SourceS
         if name not in have:
             gd.library.function.add().CopyFrom(f)
             have.add(name)
+    _prune_library(gd)
     return gd, [c + ':0' for c in comp_names]
+
+
+def _functions_named_in(attrs, out: set) -> None:
+    for value in attrs.values():
+        if value.HasField('func'):
+            out.add(value.func.name)
+            _functions_named_in(value.func.attr, out)
+        elif value.HasField('list'):
+            for f in value.list.func:
+                out.add(f.name)
+                _functions_named_in(f.attr, out)
+
+
+def _prune_library(gd: graph_pb2.GraphDef) -> None:
+    """Drops the library functions no op can reach any more (the originals of
+    specialized functions, the dataset functions of lowered pipelines)."""
+    by_name = {f.signature.name: f for f in gd.library.function}
+    reach: set = set()
+    todo: set = set()
+    for node in gd.node:
+        _functions_named_in(node.attr, todo)
+        if node.op in by_name:  # a function called as an op
+            todo.add(node.op)
+    while todo:
+        name = todo.pop()
+        if name in reach or name not in by_name:
+            continue
+        reach.add(name)
+        f = by_name[name]
+        found: set = set()
+        for node in f.node_def:
+            _functions_named_in(node.attr, found)
+            if node.op in by_name:  # a function called as an op
+                found.add(node.op)
+        _functions_named_in(f.attr, found)
+        todo |= found - reach
+    keep = [f for f in gd.library.function if f.signature.name in reach]
+    gradients = [g for g in gd.library.gradient if g.function_name in reach]
+    del gd.library.function[:]
+    gd.library.function.extend(keep)
+    del gd.library.gradient[:]
+    gd.library.gradient.extend(gradients)
 

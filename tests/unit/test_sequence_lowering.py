@@ -1,0 +1,176 @@
+"""The graph rewrite that turns `tf.data` loops over in-memory data into tensor loops.
+
+These tests look at what is lowered (the conformance tests check that the
+numbers do not change): a client update written with ``dataset.reduce``,
+``for batch in dataset`` (with or without ``break``), ``map`` / ``filter``
+before the loop, or a Keras model inside, must come out with no dataset op
+left; uses the rewrite does not cover must be refused, not mis-lowered.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import simharness as sh
+from simharness.core.sequences import TensorBatches
+from simharness.core.tf_sequences import recognize
+from simharness.executors.eager_tf import EmbeddedFunction
+from simharness.executors.sequence_lowering import NotLowerable, SourceSpec, lower_graph
+
+BATCH = sh.to_type((sh.TensorType(tf.float32, [None, 2]), sh.TensorType(tf.int32, [None])))
+SEQ = sh.SequenceType(BATCH)
+X = np.arange(14, dtype=np.float32).reshape(7, 2)
+Y = np.arange(7, dtype=np.int32)
+
+
+def _batches(b=3, drop=False):
+    return TensorBatches([tf.constant(X), tf.constant(Y)], b, drop, BATCH)
+
+
+def _embedded(comp):
+    return EmbeddedFunction(comp.to_building_block())
+
+
+def _dataset_ops(graph_def) -> set:
+    ops = {n.op for n in graph_def.node}
+    for f in graph_def.library.function:
+        ops.update(n.op for n in f.node_def)
+    return {o for o in ops if 'Dataset' in o}
+
+
+def _lowered_graph_ops(fn):
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(fn.comp.graph.graph_def)
+    return _dataset_ops(gd)
+
+
+@sh.tf_computation(SEQ)
+def total_by_reduce(ds):
+    return ds.reduce(tf.constant(0.0), lambda acc, b: acc + tf.reduce_sum(b[0]))
+
+
+@tf.function
+def _loop_with_break(ds):
+    acc = tf.constant(0.0)
+    for x, _ in ds:
+        if acc > 20.0:
+            break
+        acc += tf.reduce_sum(x)
+    return acc
+
+
+@sh.tf_computation(SEQ)
+def total_with_break(ds):
+    return _loop_with_break(ds)
+
+
+@sh.tf_computation(SEQ)
+def total_after_map_filter(ds):
+    ds = ds.map(lambda x, y: (x + 1.0, y)).filter(lambda x, y: tf.reduce_min(y) > 0)
+    return ds.reduce(tf.constant(0.0), lambda acc, b: acc + tf.reduce_sum(b[0]))
+
+
+@sh.tf_computation(SEQ)
+def total_by_take(ds):
+    return ds.take(2).reduce(tf.constant(0.0), lambda acc, b: acc + tf.reduce_sum(b[0]))
+
+
+@tf.function
+def _first_batch_sum(ds):
+    return tf.reduce_sum(next(iter(ds))[0])
+
+
+@sh.tf_computation(SEQ)
+def first_batch_sum(ds):
+    return _first_batch_sum(ds)
+
+
+@tf.function
+def _sum_in_function(ds):
+    return ds.reduce(tf.constant(0.0), lambda acc, b: acc + tf.reduce_sum(b[0]))
+
+
+@sh.tf_computation(SEQ, SEQ)
+def two_datasets(a, b):
+    return _sum_in_function(a) - _sum_in_function(b)
+
+
+@pytest.mark.parametrize('comp', [total_by_reduce, total_with_break, total_after_map_filter])
+def test_loops_lower_to_no_dataset_op(comp):
+    fn = _embedded(comp)
+    lowered = fn.lowered({0: _batches()})
+    assert lowered is not None
+    assert _lowered_graph_ops(lowered) == set()
+    # the lowered function takes the components where the dataset was
+    assert [str(t) for t in sh.core.types.flatten_type(lowered.type_signature.parameter)] == [
+        'float32[?,2]', 'int32[?]']
+
+
+@pytest.mark.parametrize('b, drop', [(3, False), (3, True), (7, False), (10, False), (1, True)])
+def test_lowered_loop_sees_the_batches_tf_data_gives(b, drop):
+    fn = _embedded(total_with_break)
+    tb = _batches(b, drop)
+    lowered = fn.lowered({0: tb})
+    got = lowered.call_flat(tb.components)[0]
+    ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(b, drop_remainder=drop)
+    want = fn.call_flat([tf.data.experimental.to_variant(ds)])[0]
+    assert got.numpy().tobytes() == want.numpy().tobytes()
+
+
+def test_only_the_lowered_sequence_changes():
+    fn = _embedded(two_datasets)
+    lowered = fn.lowered({1: _batches()})
+    assert lowered is not None
+    types = [str(t) for t in sh.core.types.flatten_type(lowered.type_signature.parameter)]
+    assert types[0].startswith('<') and types[1:] == ['float32[?,2]', 'int32[?]']
+    both = fn.lowered({0: _batches(2), 1: _batches()})
+    assert both is not None and _lowered_graph_ops(both) == set()
+
+
+@pytest.mark.parametrize('comp', [total_by_take, first_batch_sum])
+def test_other_uses_are_refused(comp):
+    assert _embedded(comp).lowered({0: _batches()}) is None
+
+
+def test_a_returned_dataset_is_refused():
+    @sh.tf_computation(SEQ)
+    def identity(ds):
+        return ds
+
+    assert _embedded(identity).lowered({0: _batches()}) is None
+
+
+def test_lower_graph_checks_its_placeholder():
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(total_by_reduce.to_building_block().graph.graph_def)
+    with pytest.raises(NotLowerable, match='not a dataset placeholder'):
+        lower_graph(gd, 'no_such_node:0', SourceSpec([tf.float32], None, False), [])
+
+
+def test_recognize_reads_slices_batches_and_prefetch():
+    ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(4, drop_remainder=True).prefetch(1)
+    tb = recognize(ds, SEQ)
+    assert tb is not None and tb.batch_size == 4 and tb.drop_remainder
+    np.testing.assert_array_equal(tb.components[0], X)
+    assert tb.num_elements == 1
+    assert recognize(ds, SEQ) is tb  # kept on the dataset object
+    rows = recognize(tf.data.Dataset.from_tensor_slices((X, Y)))
+    assert rows is not None and rows.batch_size is None and rows.num_elements == 7
+    # pipelines with other transformations are left to tf.data
+    assert recognize(tf.data.Dataset.from_tensor_slices((X, Y)).shuffle(3, seed=1).batch(2)) is None
+    assert recognize(tf.data.Dataset.range(3)) is None
+    assert recognize([1, 2]) is None
+
+
+def test_recognize_gives_dict_components_in_type_order():
+    # tf.nest orders dict leaves by key (x, y); the element type says (y, x)
+    t = sh.SequenceType(sh.to_type(__import__('collections').OrderedDict(
+        y=sh.TensorType(tf.int32, [None]), x=sh.TensorType(tf.float32, [None, 2]))))
+    ds = tf.data.Dataset.from_tensor_slices({'y': Y, 'x': X}).batch(2)
+    tb = recognize(ds, t)
+    assert tb is not None
+    assert [c.dtype for c in tb.components] == [tf.int32, tf.float32]
+    # a dataset whose elements do not fit the type is left to the dataset path's error
+    assert recognize(ds, SEQ) is None
