@@ -22,6 +22,11 @@ from simharness.executors.worker_delegating import (ProcessDelegatingExecutor,
 from simharness.stacks import (DEFAULT_MAX_CACHED_STACKS, CachingExecutorFactory,
                                ProcessExecutorFactory, local_executor_factory,
                                process_executor_factory, thread_debugging_executor_factory)
+from simharness.executors.remote import RemoteExecutor
+from simharness.runtime.grpc_service import (ExecutorServer, ExecutorService,
+                                             start_executor_service)
+from simharness.runtime.grpc_transport import RemoteServices
+from simharness.stacks import RemoteExecutorFactory, remote_executor_factory
 
 
 class ExecutionContext(_ExecutionContext):
@@ -108,4 +113,6 @@ __all__ = [
     'ThreadDelegatingExecutor', 'WorkerDelegatingExecutor', 'get_context_stack',
     'local_executor_factory', 'process_executor_factory', 'set_default_context',
     'thread_debugging_executor_factory',
+    'RemoteExecutor', 'ExecutorService', 'ExecutorServer', 'start_executor_service',
+    'RemoteServices', 'RemoteExecutorFactory', 'remote_executor_factory',
 ]
