@@ -548,6 +548,14 @@ def _spec_children(spec: Any) -> list:
 
 def ingest(value: Any, t: T.Type) -> Any:
     """Converts a Python/numpy/TF value into this executor's representation of type `t`."""
+    if isinstance(value, bb.Data):  # external data: read here (see simharness.data.uri)
+        from simharness.data.uri import resolve as resolve_data_uri
+        if not t.is_assignable_from(value.type_signature):
+            raise SimharnessTypeError(f'Data {value.uri!r} of type {value.type_signature} is not '
+                                      f'assignable to {t}', expected=t, actual=value.type_signature)
+        value = resolve_data_uri(value.uri, value.type_signature)
+        if isinstance(t, T.SequenceType):
+            value = tf.data.Dataset.from_tensor_slices(value)
     if isinstance(t, T.TensorType):
         return to_tensor(value, t)
     if isinstance(t, T.StructType):
@@ -850,7 +858,9 @@ class EagerTFExecutor(BatchExecutor):
         if isinstance(value, EagerValue):
             check_type_spec_matches(type_spec, value.type_signature, 'value')
             return value
-        if isinstance(value, bb.ComputationBuildingBlock):
+        if isinstance(value, bb.Data) and type_spec is None:
+            type_spec = value.type_signature
+        if isinstance(value, bb.ComputationBuildingBlock) and not isinstance(value, bb.Data):
             raise SimharnessTypeError(
                 f'an EagerTFExecutor embeds compiled TF computations, not a '
                 f'{type(value).__name__} building block (of type {value.type_signature}); '
