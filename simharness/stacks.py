@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import inspect
 import math
+import os
 import threading
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
@@ -206,8 +207,14 @@ def thread_debugging_executor_factory(num_clients: Optional[int] = None,
         num_clients, default_num_clients=default_num_clients)
 
 
+def default_max_fanout() -> int:
+    """`local_executor_factory`'s client threads when not given: 2 per usable CPU, at most 32."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    return max(2, min(32, 2 * cpus))
+
+
 def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread: int = 1,
-                           max_fanout: int = 32, device: Optional[str] = None,
+                           max_fanout: Optional[int] = None, device: Optional[str] = None,
                            max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS, *,
                            default_num_clients: Optional[int] = None,
                            leaf_executor_fn: Optional[LeafExecutorFn] = None) -> ExecutorFactory:
@@ -219,13 +226,18 @@ def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread
         `thread_debugging_executor_factory`.
       clients_per_thread: clients per client thread; raised automatically so
         that there are at most `max_fanout` client threads.
-      max_fanout: the most client threads a stack may have.
+      max_fanout: the most client threads a stack may have; None: twice the
+        CPUs this process may use, at most 32 (TF releases the GIL, so two
+        threads per core keep the cores busy; more threads only add per-call
+        overhead: a block of clients runs in one TF call per thread).
       device: the TF device of every EagerTF executor (None: TF's choice).
       max_cached_stacks: how many cardinalities keep a live stack.
     """
     check_int('num_clients', num_clients, 0, allow_none=True)
     check_int('clients_per_thread', clients_per_thread, 1)
-    check_int('max_fanout', max_fanout, 1)
+    check_int('max_fanout', max_fanout, 1, allow_none=True)
+    if max_fanout is None:
+        max_fanout = default_max_fanout()
     pinning.check_tf_device('device', device)
     check_int('max_cached_stacks', max_cached_stacks, 1)
     _check_default_num_clients(num_clients, default_num_clients)
