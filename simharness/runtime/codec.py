@@ -16,7 +16,8 @@ make it run code or import a module:
   strings/bytes (TF's `tf.string`) travel as lists of bytes in the header;
 - the project's own message parts: `Struct`, `Partial`, `Ref`, `RefRange`,
   `DatasetBlob`, types (`simharness.core.types`), `CompiledComputation`
-  (a serialized graph), `ErrorRecord`, and the protocol dataclasses
+  (a serialized graph), `Data` (a URI and a type: external data the
+  receiving executor reads itself), `ErrorRecord`, and the protocol dataclasses
   registered with `register_message`.
 
 Numeric arrays of at least `BUFFER_MIN_BYTES` (and large `bytes`) are
@@ -61,6 +62,7 @@ _BYTESBUF = 13    # buffer index of a big bytes value
 _DICT = 14        # [[key, value], ...] (non-str keys)
 _MESSAGE = 15     # [message name, field values]
 _DTYPE = 16       # a numpy dtype: its token
+_DATA = 17        # [uri, type]: a Data building block (external data, read where it lands)
 
 
 class CodecError(SimharnessTypeError):
@@ -182,7 +184,9 @@ class _Encoder:
             return self.ext(_TYPE, _enc_type(obj))
         if isinstance(obj, DatasetBlob):
             return self.ext(_DATASET, [self.maybe_buffer(obj.graph), obj.element_type])
-        from simharness.core.building_blocks import CompiledComputation
+        from simharness.core.building_blocks import CompiledComputation, Data
+        if isinstance(obj, Data):
+            return self.ext(_DATA, [obj.uri, obj.type_signature])
         if isinstance(obj, CompiledComputation):
             g = obj.graph
             return self.ext(_COMPUTATION, [self.maybe_buffer(g.graph_def), list(g.input_names),
@@ -311,6 +315,11 @@ class _Decoder:
             from simharness.core.building_blocks import CompiledComputation
             from simharness.core.building_blocks import TFGraph
             return CompiledComputation(TFGraph(p[0], p[1], p[2]), p[3], p[4])
+        if code == _DATA:
+            from simharness.core.building_blocks import Data
+            if not isinstance(p[0], str) or not isinstance(p[1], T.Type):
+                raise CodecError('malformed Data reference in a message')
+            return Data(p[0], p[1])
         if code == _DICT:
             return {k: v for k, v in p}
         if code == _MESSAGE:
