@@ -112,16 +112,10 @@ class LearningProcess:
         train_shapes = shapes[:nt]
         opt_state0 = self.server_optimizer.initialize(train_shapes)
         metric_states = [m.initial_state() for m in model.metrics]
-        self._metric_names = [m.name for m in model.metrics]
         data_type = T.StructType([('x', _tensor((N,) + spec.x_shape, spec.x_dtype)),
                                   ('y', _tensor((N,) + spec.y_shape, spec.y_dtype)),
                                   ('n', T.TensorType(np.int32))],
                                  container=collections.OrderedDict)
-        metrics_type = T.StructType(
-            [('loss_sum', np.float32), ('num_examples', np.float32)]
-            + [(f'm{i}', _list_type(s)) for i, s in enumerate(metric_states)],
-            container=collections.OrderedDict)
-        self._metric_states0 = metric_states
         state_type = T.StructType([
             ('weights', w_type), ('optimizer', _list_type(opt_state0)),
             ('aggregator', T.StructType([np.float32], container=list)),
@@ -291,7 +285,6 @@ class LearningProcess:
                                   I.federated_zip([I.federated_broadcast(weights), data]))
             return I.federated_sum(out)
 
-        del metrics_type
         self.client_update = client_update
         self.round_computation = round_fn
         self.evaluate_computation = eval_fn

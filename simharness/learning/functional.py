@@ -348,6 +348,14 @@ def from_keras_model(keras_model: Any, loss: Any, input_spec: Any,
                            _keras_metrics(metrics), name=keras_model.name)
 
 
+def functional_model_from_keras(keras_model: Any, loss_fn: Any, input_spec: Any,
+                                 metrics_constructor: Optional[Any] = None) -> FunctionalModel:
+    """TFF's ``functional_model_from_keras`` spelling of `from_keras_model`
+    (`metrics_constructor`: a callable returning the metrics, or the metrics)."""
+    metrics = metrics_constructor() if callable(metrics_constructor) else metrics_constructor
+    return from_keras_model(keras_model, loss_fn, input_spec, metrics)
+
+
 def keras_builder(ref: str) -> Callable[..., Any]:
     """The function ``'package.module:function'`` names (``[model] keras = ...``).
 
@@ -411,4 +419,5 @@ def from_keras_builder(ref: str, input_shape: Sequence[int], num_classes: int,
 
 
 __all__ = ['FunctionalModel', 'InputSpec', 'KerasMetric', 'Metric', 'SparseAccuracy',
-           'from_keras_builder', 'from_keras_model', 'from_model_spec', 'keras_builder']
+           'from_keras_builder', 'from_keras_model', 'from_model_spec',
+           'functional_model_from_keras', 'keras_builder']
