@@ -107,16 +107,19 @@ def _stop_on_signals(signums: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _cli_logging(verbose: bool) -> Iterator[None]:
-    """Shows simharness log records on stderr for the block (INFO with --verbose)."""
+def _cli_logging(verbose: bool, level: Optional[str] = None) -> Iterator[None]:
+    """Shows simharness log records on stderr for the block (INFO with --verbose, or
+    `level`: 'debug', 'info', 'warning', 'error')."""
     logger = logging.getLogger('simharness')
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter('%(levelname)s %(name)s: %(message)s'))
-    handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    threshold = getattr(logging, level.upper()) if level else (
+        logging.INFO if verbose else logging.WARNING)
+    handler.setLevel(threshold)
     old_level = logger.level
     logger.addHandler(handler)
-    if verbose and (old_level == logging.NOTSET or old_level > logging.INFO):
-        logger.setLevel(logging.INFO)
+    if old_level == logging.NOTSET or old_level > threshold:
+        logger.setLevel(threshold)
     try:
         yield
     finally:
@@ -207,6 +210,10 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument('--no-progress', action='store_true',
                         help='no progress bar (it is also off when stderr is not a terminal or '
                              'the CI environment variable is set)')
+        sp.add_argument('--log-level', choices=('debug', 'info', 'warning', 'error'),
+                        help='simharness log records shown on stderr (default: warning; info '
+                             'with --verbose); every run also logs at INFO to '
+                             '<run dir>/run.log')
         sp.add_argument('-v', '--verbose', action='store_true',
                         help='INFO logs (e.g. shared-memory segments of killed runs reclaimed) '
                              'and full tracebacks for errors (also: '
@@ -324,7 +331,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     # TensorFlow's C++ start-up chatter (CUDA probing on CPU-only machines)
     # is noise on a command line; the user's own setting wins.
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-    with _cli_logging(verbose):
+    with _cli_logging(verbose, getattr(args, 'log_level', None)):
         try:
             with _stop_on_signals():
                 if args.command == 'report':

@@ -669,6 +669,8 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
         old = [r for r in _read_rows(run_dir / METRICS_FILE) if r.get('round', -1) < start_round]
         metrics.extend(old)
         atomic.write_jsonl(run_dir / METRICS_FILE, metrics)
+        # TensorBoard: written again up to the checkpoint, so no round appears twice.
+        shutil.rmtree(run_dir / TENSORBOARD_DIR, ignore_errors=True)
         _log.info('%s/%s: resumed from the checkpoint after round %d', config.name, run_id,
                   start_round)
     else:
@@ -697,6 +699,8 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                    unit='round', disable=not show_bar, dynamic_ncols=True, leave=True)
         if t.tensorboard:
             writer = CK.ScalarWriter(run_dir / TENSORBOARD_DIR)
+            for old_row in metrics:  # a resumed run's rounds before its checkpoint
+                writer.write(old_row['round'], _scalars(old_row))
         k = t.clients_per_round
         last_eval = '-'
         with simharness.execution_context(factory):
@@ -736,8 +740,7 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 metrics.append(row)
                 atomic.append_jsonl(run_dir / METRICS_FILE, row)
                 if writer is not None:
-                    writer.write(r, {key: v for key, v in row.items()
-                                     if key not in ('round', 'worker_rss_bytes')})
+                    writer.write(r, _scalars(row))
                 stop = False
                 for cb in own + callbacks:
                     stop = bool(cb.on_round_end(r, row, weights)) or stop
@@ -773,6 +776,11 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
         finally:
             _close_factory(factory)
     return 'complete'
+
+
+def _scalars(row: Mapping[str, Any]) -> Dict[str, Any]:
+    """The TensorBoard scalars of a metrics row."""
+    return {k: v for k, v in row.items() if k not in ('round', 'worker_rss_bytes')}
 
 
 def _read_rows(path: Path) -> List[Dict[str, Any]]:

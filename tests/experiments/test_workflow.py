@@ -79,6 +79,20 @@ def test_interrupted_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_
     assert rows[-1]['dp_epsilon'] > rows[0]['dp_epsilon'] > 0
     assert rows[-1]['clip_norm'] != rows[0]['clip_norm']  # adaptive clipping state restored
     assert 'resumed from the checkpoint after round 2' in (run_dir / 'run.log').read_text()
+    steps = _tensorboard(run_dir)
+    assert sorted(s for tag, s in steps if tag == 'loss') == list(range(6))  # none twice
+    assert steps[('loss', 3)] == pytest.approx(rows[3]['loss'])
+
+
+def _tensorboard(run_dir):
+    import tensorflow as tf
+    seen = {}
+    for path in glob.glob(str(run_dir / 'tensorboard' / 'events.out.tfevents.*')):
+        for e in tf.compat.v1.train.summary_iterator(path):
+            for v in e.summary.value:
+                assert (v.tag, e.step) not in seen
+                seen[(v.tag, e.step)] = float(tf.make_ndarray(v.tensor))
+    return seen
 
 
 @pytest.mark.process
@@ -154,12 +168,7 @@ def test_early_stopping_best_model_tensorboard_and_log(tmp_path, capsys):
     assert log.count(' INFO simharness.experiments.runner: tiny/default: round ') == len(rows)
     assert 'stopped early' in log
 
-    import tensorflow as tf
-    events = glob.glob(str(result.run_dir / 'tensorboard' / 'events.out.tfevents.*'))
-    seen = {}
-    for e in tf.compat.v1.train.summary_iterator(events[0]):
-        for v in e.summary.value:
-            seen[(v.tag, e.step)] = float(tf.make_ndarray(v.tensor))
+    seen = _tensorboard(result.run_dir)
     assert seen[('loss', 0)] == pytest.approx(rows[0]['loss'])
     assert seen[('eval_accuracy', rows[-1]['round'])] == pytest.approx(accs[-1])
 
