@@ -220,23 +220,26 @@ TURN_TIMEOUT = 900.0
 class _Turns:
     """Turn taking between benchmark sessions (``simharness bench ab``): one round per turn.
 
-    A session runs only while it holds the token: from its start (it waits
-    for its first turn when pytest is configured) to its end, it hands the
-    token over before each timed or warm-up round but the first of its
-    turn, and waits for the next turn (its own FIFO). The coordinator (the
-    ``simharness bench ab`` process) passes the token in rotation, and when a
-    session says it is done it waits for that process to exit before passing
-    it on. So exactly one session works at any time (imports, set-up,
-    rounds, teardown), and the rounds of the baseline and of the candidate
-    alternate under the same machine load. With no token for `TURN_TIMEOUT`
-    seconds (the coordinator is gone) a session runs on alone and its saved
-    run says so. Without the environment variable this is a no-op.
+    Sessions start (import, collect, set up) side by side. At its first timed
+    or warm-up round a session says it is ready (``S``) and waits; once every
+    session is ready the coordinator (the ``simharness bench ab`` process)
+    hands one token round in rotation. From then on a session works only while
+    it holds the token: it hands it back (``R``) before each further round and
+    waits for its next turn, and says ``X`` at its end, when the coordinator
+    waits for the process to exit before passing the token on. So from the
+    first round on exactly one session works at any time, and the rounds of
+    the baseline and of the candidate alternate under the same machine load.
+    With no token for `TURN_TIMEOUT` seconds (the coordinator is gone) a
+    session runs on alone and its saved run says so. Without the environment
+    variable this is a no-op.
     """
 
     def __init__(self) -> None:
         self.info: Optional[Dict[str, Any]] = None
         self._mine = self._done = -1
+        self._index = 0
         self._alone = True
+        self._started = False
         self._used = False
         self.turns = 0
         self.broken: Optional[str] = None
@@ -246,20 +249,24 @@ class _Turns:
         try:
             info = json.loads(spec)
             mine, done = str(info['mine']), str(info['done'])
-            side, session = str(info['side']), str(info['session'])
+            side, session, index = str(info['side']), str(info['session']), int(info['index'])
+            if not 0 <= index < 256:
+                raise ValueError(f'index {index} is not in [0, 256)')
         except (ValueError, KeyError, TypeError) as e:
             raise pytest.UsageError(f'{INTERLEAVE_ENV}={spec!r} is not valid: expected JSON with '
-                                    f'mine, done, side and session ({e})') from None
+                                    f'mine, done, side, session and index ({e})') from None
         # O_RDWR: opening a FIFO this way never blocks, and a write never fails
         # for want of a reader.
         self._mine = os.open(mine, os.O_RDWR)
         self._done = os.open(done, os.O_RDWR)
+        self._index = index
         self.info = {'side': side, 'session': session}
-        self._alone = False
-        self._used = False
+        self._alone = self._started = self._used = False
         self.turns = 0
         self.broken = None
-        self._wait()
+
+    def _say(self, kind: bytes) -> None:
+        os.write(self._done, kind + bytes([self._index]))
 
     def _wait(self) -> None:
         import select
@@ -271,8 +278,14 @@ class _Turns:
         os.read(self._mine, 1)
 
     def __enter__(self) -> '_Turns':
-        if not self._alone and self._used:  # one round per turn: hand over, wait for the next
-            os.write(self._done, b'R')
+        if self._alone:
+            return self
+        if not self._started:  # ready: wait for every session, then for this one's turn
+            self._started = True
+            self._say(b'S')
+            self._wait()
+        elif self._used:  # one round per turn: hand over, wait for the next
+            self._say(b'R')
             self._wait()
         return self
 
@@ -283,7 +296,9 @@ class _Turns:
 
     def close(self) -> None:
         if self._done >= 0 and not self._alone:
-            os.write(self._done, b'X')  # done: the coordinator waits for this process to exit
+            # X: done, holding the token (the coordinator waits for this process to exit);
+            # Q: done without a round
+            self._say(b'X' if self._started else b'Q')
         for fd in (self._mine, self._done):
             if fd >= 0:
                 os.close(fd)
@@ -424,6 +439,8 @@ class SimharnessBenchmark:
           fn: one round (e.g. ``fedavg.next``).
           rounds: timed rounds, overriding the options (default:
             ``--simharness-rounds`` when given, else pytest-benchmark's rule).
+            Under ``simharness bench ab``, ``--simharness-rounds`` overrides
+            this too, so that the sessions taking turns run equal rounds.
           warmup_rounds: untimed calls before the timed ones (default: 1, the
             first round, plus ``--benchmark-warmup``'s); 0: none, and no
             ``first_round_seconds``.
@@ -438,7 +455,9 @@ class SimharnessBenchmark:
           The last call's result.
         """
         from simharness.bench import probe
-        if rounds is None:
+        if rounds is None or (_TURNS.info is not None and self.rounds is not None):
+            # under `simharness bench ab`, --simharness-rounds wins: every session runs the
+            # same rounds, so that their turns stay in step
             rounds = self.rounds
         for name, value, low in (('rounds', rounds, 1), ('warmup_rounds', warmup_rounds, 0),
                                  ('iterations', iterations, 1), ('clients', clients, 1)):

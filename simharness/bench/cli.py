@@ -122,6 +122,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     help='environment variable for B only (repeatable)')
     ab.add_argument('--repeat', type=_positive, default=1, metavar='N',
                     help='sessions per side, all in one rotation A, B, A, B, ... (default 1)')
+    ab.add_argument('--rounds', type=_positive, default=30, metavar='N',
+                    help='timed rounds of every simharness_benchmark.round in every session '
+                         '(--simharness-rounds; equal rounds keep the turns in step; default 30)')
     ab.add_argument('--save', default=None, metavar='DIR',
                     help='keep the sessions\' JSON files in DIR (default: a temporary folder)')
     ab.add_argument('--timeout', type=float, default=None, metavar='S',
@@ -242,7 +245,8 @@ def _cmd_ab(args: argparse.Namespace) -> int:
     from simharness.bench.compare import compare_runs
     from simharness.bench.results import load_run
     from simharness.bench.runner import run_interleaved
-    pytest_args = args.pytest_args or DEFAULT_PYTEST_ARGS
+    pytest_args = [*(args.pytest_args or DEFAULT_PYTEST_ARGS),
+                   f'--simharness-rounds={args.rounds}']
     with tempfile.TemporaryDirectory(prefix='simharness-ab-') as tmp:
         a = _side(args.baseline, tmp, pytest_args, _env(args.env_a))
         b = _side(args.candidate, tmp, pytest_args, _env(args.env_b))

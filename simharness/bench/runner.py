@@ -177,11 +177,13 @@ def run_interleaved(sessions: Sequence[Session], out_dir: str, extra: Sequence[s
                     labels: Optional[Sequence[str]] = None) -> List[str]:
     """Runs several sessions at once, their timed rounds taking turns in rotation.
 
-    This process is the coordinator: a session works only while it holds the
-    token (from its start to its end; see `simharness.pytest_plugin._Turns`),
-    hands it back (``R`` on a shared FIFO) after each round, and says ``X``
-    when it is done; the token goes to the next session still running, after
-    a finished one has exited. So exactly one session works at any time.
+    This process is the coordinator (see `simharness.pytest_plugin._Turns`):
+    sessions start side by side and say ``S`` (on a shared FIFO) at their
+    first round; once all have, one token goes round: a session works only
+    while it holds it, hands it back (``R``) before each further round and
+    says ``X`` when it is done, and the token goes to the next session still
+    running (after a finished one has exited). So from the first round on
+    exactly one session works at any time.
 
     Args:
       sessions: two or more (typically A, the baseline, and B, the candidate).
@@ -218,11 +220,12 @@ def run_interleaved(sessions: Sequence[Session], out_dir: str, extra: Sequence[s
         fds.append(done)
         for i, sess in enumerate(sessions):
             spec = json.dumps({'mine': paths[i], 'done': done_path, 'side': labels[i],
-                               'session': session_id})
+                               'session': session_id, 'index': i})
             procs.append(_start(sess, outs[i], outs[i] + '.log', extra, {INTERLEAVE_ENV: spec}))
         deadline = None if timeout is None else time.monotonic() + timeout
-        holder = 0
-        os.write(fds[0], b'G')
+        ready: set = set()
+        holder: Optional[int] = None  # None: not started (waiting for every session's S)
+        pending = b''
         while True:
             live = [p.poll() is None for p, _ in procs]
             if not any(live):
@@ -231,20 +234,35 @@ def run_interleaved(sessions: Sequence[Session], out_dir: str, extra: Sequence[s
                 raise SimharnessValueError(
                     f'interleaved benchmark sessions ran past {timeout} s (logs: '
                     + ', '.join(o + '.log' for o in outs) + ')')
-            message = b''
             if select.select([done], [], [], 0.2)[0]:
-                message = os.read(done, 1)
-            if message == b'X':  # the holder is done: nothing else runs until it has exited
-                try:
-                    procs[holder][0].wait(timeout=EXIT_WAIT)
-                except subprocess.TimeoutExpired:
-                    pass
-                live[holder] = False
-            if message or not live[holder]:
+                pending += os.read(done, 64)
+            passed = False
+            while len(pending) >= 2:
+                kind, who = pending[:1], pending[1]
+                pending = pending[2:]
+                if kind == b'S':
+                    ready.add(who)
+                elif kind == b'Q':
+                    ready.discard(who)
+                elif kind in (b'R', b'X') and who == holder:
+                    if kind == b'X':  # nothing else runs until the finished session has exited
+                        try:
+                            procs[who][0].wait(timeout=EXIT_WAIT)
+                        except subprocess.TimeoutExpired:
+                            pass
+                        live[who] = False
+                        ready.discard(who)
+                    passed = True
+            if holder is None:
+                waiting = [i for i in range(len(procs)) if live[i] and i not in ready]
+                if ready and not waiting:  # every running session is ready: start
+                    holder = min(ready)
+                    os.write(fds[holder], b'G')
+            elif passed or not live[holder]:
                 # the next running session in rotation gets the token
                 for step in range(1, len(procs) + 1):
                     nxt = (holder + step) % len(procs)
-                    if live[nxt]:
+                    if live[nxt] and nxt in ready:
                         holder = nxt
                         os.write(fds[holder], b'G')
                         break

@@ -401,31 +401,37 @@ def test_untouched(simharness_benchmark):
 
 @pytest.mark.process
 @pytest.mark.slow
-def test_30_percent_slowdown_detected_and_rerun_not(pytester):
-    """Four sessions take turns: A and A2 (the unchanged code, run twice), B and B2 (one
-    benchmark 30 % slower). A2 against A is the re-run; B, B2 against A, A2 the slow-down.
+def test_30_percent_slowdown_detected_and_rerun_not(tmp_path, monkeypatch, capsys):
+    """``simharness bench ab --repeat 2``: four sessions take turns, A1 and A2 (HEAD, run
+    twice), B1 and B2 (the work tree, with one benchmark 30 % slower). A2 against A1 is the
+    re-run; B1, B2 against A1, A2 the slow-down.
 
-    Two sessions a side because a session has a lasting effect of its own (about 3-5 %
+    Two sessions a side because a session has a lasting effect of its own (a few percent
     here, which interleaving cannot remove; see docs/benchmarks.md).
     """
-    from simharness.bench.runner import Session, run_interleaved
-    pytester.makepyfile(test_tracked=TRACKED)
-    args = ['test_tracked.py', '--simharness-stacks=process-1', '--benchmark-max-time=1.5',
-            '--benchmark-min-rounds=20']
-    cwd = str(pytester.path)
-    slow_env = {'TRACKING_SLOWDOWN': '0.3'}
-    paths = run_interleaved([Session(cwd, args), Session(cwd, args),
-                             Session(cwd, args, env=slow_env), Session(cwd, args, env=slow_env)],
-                            str(pytester.path / 'runs'), timeout=280,
-                            labels=['A', 'A2', 'B', 'B2'])
-    a, rerun, slow, slow2 = (load_run(p) for p in paths)
-    for r in (a, rerun, slow, slow2):
-        assert r.interleave['turns'] >= 40 and not r.interleave['broken']
+    from simharness.cli import main
+    repo = tmp_path / 'repo'
+    repo.mkdir()
+    _git_repo(repo, {'test_tracked.py': TRACKED})
+    monkeypatch.chdir(repo)
+    out = tmp_path / 'ab'
+    assert main(['bench', 'ab', '--repeat', '2', '--env-b', 'TRACKING_SLOWDOWN=0.3',
+                 '--rounds', '100', '--save', str(out), '--timeout', '280', '--',
+                 'test_tracked.py', '--simharness-stacks=process-1']) == 0
+    table = capsys.readouterr().out
+    runs = {r.interleave['side']: r for r in (load_run(str(p)) for p in out.glob('*.json'))}
+    assert sorted(runs) == ['A1', 'A2', 'B1', 'B2']
+    for r in runs.values():
+        assert r.interleave['turns'] == 2 * (1 + 100) and not r.interleave['broken']
         assert set(r.benchmarks) == {'test_tracked[process-1]', 'test_untouched[process-1]'}
+    # one round per turn, in rotation A1, B1, A2, B2
+    starts = sorted((s, side) for side, r in runs.items()
+                    for s in r.benchmarks['test_tracked[process-1]'].starts)
+    assert [side for _, side in starts] == ['A1', 'B1', 'A2', 'B2'] * 100
     verdicts = collections.defaultdict(dict)
-    report = []
-    for label, base, cand in (('rerun', [a], [rerun]), ('slow', [a, rerun], [slow, slow2])):
-        for c in C.compare_runs(base, cand):
+    report = [table]
+    for label, base, cand in (('rerun', ['A1'], ['A2']), ('slow', ['A1', 'A2'], ['B1', 'B2'])):
+        for c in C.compare_runs([runs[k] for k in base], [runs[k] for k in cand]):
             assert c.method == 'interleaved'
             verdicts[label][c.name.split('[')[0]] = c.verdict
             report.append(f'{label}: {c.describe()}')
@@ -434,9 +440,9 @@ def test_30_percent_slowdown_detected_and_rerun_not(pytester):
     assert verdicts['slow']['test_untouched'] not in ('slower', 'faster'), report
     assert verdicts['rerun']['test_tracked'] not in ('slower', 'faster'), report
     assert verdicts['rerun']['test_untouched'] not in ('slower', 'faster'), report
+    assert '| test_tracked[process-1] |' in table and '1 regression(s): test_tracked' in table
     # the same results, whatever the speed
-    prints = {r.benchmarks['test_tracked[process-1]'].fingerprint
-              for r in (a, rerun, slow, slow2)}
+    prints = {r.benchmarks['test_tracked[process-1]'].fingerprint for r in runs.values()}
     assert len(prints) == 1 and None not in prints
     print(report)
 
@@ -473,25 +479,3 @@ def test_bench_run_saves_each_revision_from_its_checkout(tmp_path, monkeypatch, 
     assert all(r.commit == sha and not r.dirty and 'test_b' in r.benchmarks for r in runs)
     assert main(['bench', 'run', '--rev', 'no-such-rev', '--', 'test_b.py']) == 2
     assert 'no-such-rev' in capsys.readouterr().err
-
-
-@pytest.mark.process
-def test_bench_ab_takes_turns(tmp_path, monkeypatch, capsys):
-    from simharness.cli import main
-    repo = tmp_path / 'repo'
-    repo.mkdir()
-    _git_repo(repo, {'test_r.py': 'def test_r(simharness_benchmark):\n'
-                                  '    simharness_benchmark.round(sum, range(1000), rounds=30)\n'})
-    monkeypatch.chdir(repo)
-    out = tmp_path / 'ab'
-    assert main(['bench', 'ab', '--save', str(out), '--env-b', 'X=1', '--timeout', '240',
-                 '--', 'test_r.py']) == 0
-    text = capsys.readouterr().out
-    assert '| test_r[thread] |' in text and 'interleaved 1/1' in text
-    runs = [load_run(str(p)) for p in sorted(out.glob('*.json'))]
-    assert sorted(r.interleave['side'] for r in runs) == ['A1', 'B1']
-    assert all(r.interleave['turns'] == 31 and not r.interleave['broken'] for r in runs)
-    starts = sorted((s, r.interleave['side']) for r in runs
-                    for s in r.benchmarks['test_r[thread]'].starts)
-    sides = [side for _, side in starts]
-    assert sides == ['A1', 'B1'] * 30  # strictly alternating
