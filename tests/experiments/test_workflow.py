@@ -254,3 +254,20 @@ def test_report_groups_seeds_sorts_numerically_and_plots_only_what_fits(tmp_path
         by_lr.setdefault(lr, []).append(r.summary['final_loss'])
     mean, sd = np.mean(by_lr['0.1']), np.std(by_lr['0.1'], ddof=1)
     assert f'{mean:.4f} ± {sd:.4f}' in rows[1]
+
+
+def test_a_custom_callback_sees_every_round_and_can_stop_the_run(tmp_path):
+    class StopAtRound(CK.Callback):
+        def __init__(self):
+            self.seen = []
+
+        def on_round_end(self, round_num, row, weights):
+            self.seen.append((round_num, row['loss'], len(weights)))
+            return round_num == 1
+
+    cb = StopAtRound()
+    result = run_experiment(make_config(training={'rounds': 5}), tmp_path, progress=False,
+                            callbacks=[cb])
+    assert [r for r, _, _ in cb.seen] == [0, 1] and cb.seen[0][2] == 4  # mlp [8]: 4 tensors
+    assert result.summary['stopped_early_after_round'] == 1
+    assert result.summary['rounds_completed'] == 2
