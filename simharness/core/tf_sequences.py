@@ -18,7 +18,7 @@ from simharness.core import types as T
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct
 
-__all__ = ['element_leaves', 'recognize']
+__all__ = ['element_leaves', 'materialize', 'recognize']
 
 # Dataset classes that pass elements through unchanged.
 _PASS_THROUGH = ('_PrefetchDataset', '_OptionsDataset', 'PrefetchDataset', '_ModelDataset',
@@ -103,3 +103,66 @@ def _recognize(ds: Any, t: Optional[T.SequenceType]) -> Optional[TensorBatches]:
         return TensorBatches(comps, batch_size, drop, t.element if t is not None else element)
     except (AttributeError, TypeError, ValueError):  # a TF version with other fields
         return None
+
+
+#: Most elements / bytes a dataset may have to be read into a `TensorBatches`.
+MATERIALIZE_MAX_ELEMENTS = 4096
+MATERIALIZE_MAX_BYTES = 64 << 20
+
+
+def materialize(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
+    """The elements of a small finite dataset, read once, as a `TensorBatches`.
+
+    For pipelines `recognize` cannot read without running them (``repeat``,
+    ``shuffle``, ``map``, ``batch`` after them, as TFF's tutorials build
+    client data): the dataset is iterated once, as the computation would, and
+    its elements become components. Batches of one size b (the last may be
+    smaller) become batches of b; elements of one shape become rows. Each call
+    reads the dataset afresh, so a pipeline with randomness gives new draws
+    per call as it would under `tf.data`.
+
+    None when the dataset is infinite, of unknown or large size (more than
+    `MATERIALIZE_MAX_ELEMENTS` elements or `MATERIALIZE_MAX_BYTES` bytes),
+    empty, not of element type ``t.element``, or has elements that fit
+    neither layout.
+    """
+    if not isinstance(ds, tf.data.Dataset) or not isinstance(t, T.SequenceType):
+        return None
+    try:
+        count = int(ds.cardinality())
+        if count < 1 or count > MATERIALIZE_MAX_ELEMENTS:
+            return None  # empty, infinite (-1) or unknown (-2): left to tf.data
+        if not t.element.is_assignable_from(T._from_tf_structure(ds.element_spec)):
+            return None
+        leaf_types = T.flatten_type(t.element)
+        if not all(isinstance(l, T.TensorType) and l.shape is not None for l in leaf_types):
+            return None
+        rows: List[List[Any]] = []
+        nbytes = 0
+        for elem in ds:
+            leaves = element_leaves(elem, t.element)
+            nbytes += sum(int(x.shape.num_elements() or 0) * x.dtype.size for x in leaves)
+            if nbytes > MATERIALIZE_MAX_BYTES or any(x.dtype == tf.variant for x in leaves):
+                return None
+            rows.append(leaves)
+    except (tf.errors.OpError, TypeError, ValueError):
+        return None  # the dataset path reports what is wrong, when it runs
+    if not rows:
+        return None
+    nleaves = len(rows[0])
+    # batches of b: every leaf of an element has the same leading size; all b but the last
+    if all(len(l.shape) >= 1 for l in leaf_types) and all(x.shape.rank >= 1 for x in rows[0]):
+        sizes = []
+        for r in rows:
+            lead = {int(x.shape[0]) for x in r}
+            sizes.append(lead.pop() if len(lead) == 1 else -1)
+        b = sizes[0]
+        if b >= 1 and all(s == b for s in sizes[:-1]) and 1 <= sizes[-1] <= b and all(
+                r[j].shape[1:] == rows[0][j].shape[1:] for r in rows for j in range(nleaves)):
+            comps = [tf.concat([r[j] for r in rows], 0) if len(rows) > 1 else rows[0][j]
+                     for j in range(nleaves)]
+            return TensorBatches(comps, b, False, t.element)
+    if all(r[j].shape == rows[0][j].shape for r in rows for j in range(nleaves)):
+        return TensorBatches([tf.stack([r[j] for r in rows]) for j in range(nleaves)], None,
+                             False, t.element)
+    return None

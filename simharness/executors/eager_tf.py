@@ -37,6 +37,7 @@ from simharness.errors import (ExecutorClosedError, SimharnessTypeError, Simharn
 from simharness.core.sequences import TensorBatches
 from simharness.executors import sequence_lowering as lowering
 from simharness.executors import tensor_sequences as tseq
+from simharness.core.tf_sequences import materialize
 from simharness.executors.tensor_sequences import element_leaves as _element_leaves
 from simharness.executors.base import (BatchExecutor, ExecutorValue, normalize_struct_elements,
                                        selection_index)
@@ -501,6 +502,9 @@ def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
                 return dataset_from_value(value, t)  # the dataset path says what is wrong
             out._dataset = value  # the user's own object, if it is asked for
             return out
+        tb = materialize(value, t)  # a small finite pipeline: its elements, read once
+        if tb is not None:
+            return tseq.checked(tb, t, to_tensor)
         return dataset_from_value(value, t)
     value = elements_of_generator(value)
     if isinstance(value, (list, tuple)) and value:

@@ -23,7 +23,9 @@ def dataset_to_blob(ds: Any) -> DatasetBlob:
 
 def dataset_to_wire(ds: Any, t: Any = None) -> Any:
     """A dataset as plain data: its arrays (`TensorBatches`) when it is slices of
-    in-memory tensors, else its serialized graph (`DatasetBlob`)."""
+    in-memory tensors, else its serialized graph (`DatasetBlob`; the worker
+    reads a small finite one into arrays itself, in parallel with the others:
+    reading a pipeline costs milliseconds of `tf.data` set-up per dataset)."""
     tb = recognize(ds, t if isinstance(t, T.SequenceType) else None)
     if tb is not None:
         return tb.with_components([tensor_to_numpy(c) for c in tb.components])

@@ -174,3 +174,23 @@ def test_recognize_gives_dict_components_in_type_order():
     assert [c.dtype for c in tb.components] == [tf.int32, tf.float32]
     # a dataset whose elements do not fit the type is left to the dataset path's error
     assert recognize(ds, SEQ) is None
+
+
+def test_materialize_reads_small_finite_pipelines():
+    from simharness.core.tf_sequences import materialize
+    ds = tf.data.Dataset.from_tensor_slices((X, Y)).map(lambda x, y: (x + 1.0, y)).batch(3)
+    tb = materialize(ds, SEQ)
+    assert tb is not None and tb.batch_size == 3 and not tb.drop_remainder
+    np.testing.assert_array_equal(tb.components[0], X + 1.0)
+    rows = materialize(tf.data.Dataset.from_tensor_slices(X).map(lambda x: x * 2.0),
+                       sh.SequenceType(sh.TensorType(tf.float32, [2])))
+    assert rows is not None and rows.batch_size is None
+    np.testing.assert_array_equal(rows.components[0], X * 2.0)
+    # infinite, unknown size, empty, or batches of several sizes: left to tf.data
+    assert materialize(ds.repeat(), SEQ) is None
+    assert materialize(ds.filter(lambda x, y: True), SEQ) is None
+    assert materialize(ds.take(0), SEQ) is None
+    uneven = tf.data.Dataset.from_tensor_slices((X, Y)).batch(2).concatenate(
+        tf.data.Dataset.from_tensor_slices((X, Y)).batch(3))
+    assert materialize(uneven, SEQ) is None
+    assert materialize(ds, sh.SequenceType(sh.TensorType(tf.int32, [None]))) is None
