@@ -150,8 +150,10 @@ def materialize(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
     if not rows:
         return None
     nleaves = len(rows[0])
-    # batches of b: every leaf of an element has the same leading size; all b but the last
-    if all(len(l.shape) >= 1 for l in leaf_types) and all(x.shape.rank >= 1 for x in rows[0]):
+    # batches of b (the type leaves the batch size open): every leaf of an element has
+    # the same leading size; all b but the last
+    if all(len(l.shape) >= 1 and l.shape[0] is None for l in leaf_types) and all(
+            x.shape.rank >= 1 for x in rows[0]):
         sizes = []
         for r in rows:
             lead = {int(x.shape[0]) for x in r}
