@@ -248,3 +248,31 @@ def test_bad_inputs_are_clear_errors():
         O.build('rmsprop', 0.1)
     with pytest.raises(ConfigError, match='beta_1'):
         O.Adam(0.1, beta_1=1.5)
+
+
+def test_yogi_follows_its_update_rule():
+    opt = O.Yogi(0.1, beta_1=0.9, beta_2=0.99, epsilon=1e-3, initial_accumulator=1e-6)
+    w = np.array([1.0, -2.0], np.float32)
+    m, v = np.zeros(2), np.full(2, 1e-6)
+    state, weights = [tf.constant(s) for s in opt.initialize([(2,)])], [tf.constant(w)]
+    x = w.astype(np.float64)
+    for t, g in enumerate([np.array([0.5, -1.0]), np.array([2.0, 0.1])], start=1):
+        state, weights = opt.next(state, weights, [tf.constant(g, tf.float32)])
+        m = 0.9 * m + 0.1 * g
+        v = v - 0.01 * np.sign(v - g * g) * g * g
+        lr = 0.1 * np.sqrt(1 - 0.99 ** t) / (1 - 0.9 ** t)
+        x = x - lr * m / (np.sqrt(v) + 1e-3)
+    np.testing.assert_allclose(weights[0].numpy(), x, rtol=1e-5)
+
+
+def test_adaptive_clip_norm_moves_geometrically_towards_the_target_quantile():
+    fm = F.from_model_spec(SPEC)
+    p = A.build_algorithm('fedavg', fm, max_examples=12, batch_size=5,
+                          aggregator=G.clipping(0.05, adaptive=True, target_quantile=0.5,
+                                                learning_rate=0.2))
+    state = p.initialize()
+    new, m = p.next(state, p.pad(ARRAYS))
+    frac = m['unclipped_fraction']
+    assert m['clip_norm'] == pytest.approx(0.05)
+    assert float(new['aggregator'][0]) == pytest.approx(0.05 * math.exp(-0.2 * (frac - 0.5)),
+                                                        rel=1e-6)
