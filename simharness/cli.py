@@ -196,7 +196,8 @@ def _parser() -> argparse.ArgumentParser:
                     'in RESULTS/<name>/<run id>/ with run ids like '
                     'num_workers=2,clients_per_round=100,seed=0. Runs already complete with the '
                     'same resolved config are skipped, so an interrupted sweep resumes where it '
-                    'stopped; unfinished runs start again from scratch. Writes '
+                    'stopped; interrupted or failed runs resume from their last checkpoint '
+                    '(--restart: from round 0). Writes '
                     'RESULTS/<name>/report.md at the end. Stops and exit codes as for run.')
     for sp in (run, sweep):
         sp.add_argument('config', metavar='CONFIG', help='the experiment TOML file')

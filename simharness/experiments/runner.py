@@ -1,30 +1,40 @@
-"""Runs an `ExperimentConfig`: data, model, FedAvg and a stack, round by round.
+"""Runs an `ExperimentConfig`: data, model, algorithm, aggregator and a stack, round by round.
 
 ::
 
     run_sweep(config) -- for each (run_id, cfg) of expand_sweep(config):
         finished (summary.json status 'complete', same config.toml)? -> skip
-        else run_experiment(cfg, run_id=run_id)
+        else run_experiment(cfg, run_id=run_id)      (resumes an unfinished run)
 
     run_experiment(cfg) -> <results>/<name>/<run_id>/
         config.toml       resolved config                     written first
         environment.json  versions, CPU, GPUs, git             written first
         summary.json      status 'running' ... then 'complete' | 'interrupted' | 'failed'
-        metrics.jsonl     one line per finished round          rewritten after each round
+        metrics.jsonl     one line per finished round          appended after each round
+        run.log           the run's log records (INFO)         appended
+        checkpoints/      server state every training.checkpoint_every rounds and at the end
+        tensorboard/      scalars per round
+        final_weights.npz, best_weights.npz
 
-    one round (timed: the FedAvg call only):
-        cohort (sample_clients or the reference rule) -> pad -> FedAvg.next on the stack
-        -> central numpy evaluation (every eval_every rounds and after the last)
+    unfinished run of the same config with a checkpoint (and resume=True):
+        state, callbacks <- last checkpoint; metrics.jsonl cut back to it; go on from there
 
-Every file is replaced atomically (`simharness.experiments.atomic`), so a
-crash or Ctrl-C leaves whole files: metrics.jsonl holds exactly the rounds
-that finished. The stack is closed in a ``finally``; on KeyboardInterrupt
-(Ctrl-C; the CLI turns SIGTERM and SIGHUP into a subclass of it) the summary
-says 'interrupted', on any other exception 'failed' with the error text, and
-the exception propagates. A write that fails (a full disk, an unwritable
-results directory) is an `OSError` naming the file: the run fails, and when
-even the final summary cannot be written the stale 'running' one is removed
-(the error gets a note saying so), so no summary claims a dead run is running.
+    one round (timed: the process call only):
+        cohort (sample_cohort or the reference rule) -> pad -> process.next on the stack
+        -> central evaluation (every eval_every rounds and after the last)
+        -> append metrics, TensorBoard, callbacks (early stopping, best model), checkpoint
+
+Files other than the appended ones are replaced atomically
+(`simharness.experiments.atomic`); an appended line is one write and an
+fsync, so a crash leaves whole lines (a torn last line is skipped by
+readers and cut on resume). The stack is closed in a ``finally``; on
+KeyboardInterrupt (Ctrl-C; the CLI turns SIGTERM and SIGHUP into a subclass
+of it) the summary says 'interrupted', on any other exception 'failed' with
+the error text, and the exception propagates. A write that fails (a full
+disk, an unwritable results directory) is an `OSError` naming the file: the
+run fails, and when even the final summary cannot be written the stale
+'running' one is removed (the error gets a note saying so), so no summary
+claims a dead run is running.
 """
 
 from __future__ import annotations
