@@ -108,27 +108,24 @@ class Run:
 
 
 def machine_fingerprint(machine_info: Dict[str, Any]) -> str:
-    """A short hash of what makes timings comparable: host, CPU model and count, memory, OS, Python.
+    """``<host>-<hash>``: what makes timings comparable: host, architecture, OS, Python
+    version, CPU model and count.
 
-    The plugin saves it as ``machine_info['simharness']['fingerprint']``;
-    for other files it is computed from pytest-benchmark's machine_info
-    (without the memory size, which only the plugin records).
+    Computed from pytest-benchmark's own machine_info, so files saved with or without
+    simharness' plugin (which also saves it as ``machine_info['simharness']['fingerprint']``)
+    agree.
     """
-    own = machine_info.get('simharness') or {}
-    if own.get('fingerprint'):
-        return str(own['fingerprint'])
-    return _fingerprint_of(machine_info, memory=None)
+    return _fingerprint_of(machine_info)
 
 
-def _fingerprint_of(machine_info: Dict[str, Any], memory: Optional[int]) -> str:
+def _fingerprint_of(machine_info: Dict[str, Any], memory: Optional[int] = None) -> str:
     cpu = machine_info.get('cpu') or {}
     key = {'node': machine_info.get('node'), 'machine': machine_info.get('machine'),
            'system': machine_info.get('system'),
-           'python': machine_info.get('python_implementation', '') + ' '
+           'python': str(machine_info.get('python_implementation', '')) + ' '
            + '.'.join(str(machine_info.get('python_version', '')).split('.')[:2]),
            'cpu': cpu.get('brand_raw'), 'cpus': cpu.get('count')}
-    if memory is not None:
-        key['memory_gib'] = round(memory / (1 << 30))
+    del memory  # recorded apart (machine_info['simharness']['memory_total_bytes'])
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return f'{key["node"]}-{digest}'
 
