@@ -363,6 +363,8 @@ def plot_history(history: History, plots_dir: str) -> List[str]:
                 axes[0].annotate(_step_mark(s), (s.index, history.points[s.index].median(n) * 1e3),
                                  fontsize=8, color=color, xytext=(4, 4),
                                  textcoords='offset points')
+            for a in axes:  # from zero: small changes look small
+                a.set_ylim(bottom=0)
             axes[2].set_xticks(x_all, labels, rotation=45, ha='right', fontsize=8)
             axes[0].set_title(n)
             path = os.path.join(plots_dir, _slug(n) + '.png')
