@@ -209,7 +209,9 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         gen = self.backend.generation(slot)
         out: 'queue.Queue[Any]' = queue.Queue()
         sessions: Set[int] = set()
-        reader = threading.Thread(target=self._read, args=(request_iterator, slot, out, sessions),
+        as_objects = [False]  # the peer's frames came as `Frame` objects: answer likewise
+        reader = threading.Thread(target=self._read,
+                                  args=(request_iterator, slot, out, sessions, as_objects),
                                   name='simharness-service-stream', daemon=True)
         with self._lock:
             self._streams += 1
@@ -228,21 +230,41 @@ class ExecutorService(pbg.ExecutorServiceServicer):
                     context.abort(grpc.StatusCode.UNAVAILABLE,
                                   f'worker {slot} of the executor service at {self.name} died '
                                   'and was replaced; its values are gone')
-                yield from G.frames_of(seq, header, buffers, self.chunk_bytes)
+                frames = G.encoded_frames(seq, header, buffers, self.chunk_bytes)
+                if as_objects[0]:
+                    frames = (pb.Frame.FromString(b) for b in frames)
+                yield from frames
         finally:
             with self._lock:
                 self._streams -= 1
             self._close_sessions(slot, sessions)
 
+    def add_to_server(self, server: Any) -> None:
+        """Registers this servicer on a `grpc.Server`: Execute carries serialized Frames as raw
+        bytes (parsed by hand, one copy); `add_ExecutorServiceServicer_to_server` works too,
+        through `Frame` objects."""
+        import grpc
+        handlers = {
+            'GetServiceInfo': grpc.unary_unary_rpc_method_handler(
+                self.GetServiceInfo, request_deserializer=pb.ServiceInfoRequest.FromString,
+                response_serializer=pb.ServiceInfo.SerializeToString),
+            'Execute': grpc.stream_stream_rpc_method_handler(self.Execute),
+        }
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(G.SERVICE_NAME, handlers),))
+
     # ------------------------------------------------------------ helpers
-    def _read(self, frames: Any, slot: int, out: 'queue.Queue[Any]', sessions: Set[int]) -> None:
+    def _read(self, frames: Any, slot: int, out: 'queue.Queue[Any]', sessions: Set[int],
+              as_objects: List[bool]) -> None:
         """Reads one stream's requests and submits them, in order (a thread per stream)."""
         import grpc
         asm = G.MessageAssembler(self.max_message_bytes, 'the driver')
         try:
-            for frame in frames:
+            for raw in frames:
+                if isinstance(raw, pb.Frame):  # registered through the generated servicer code
+                    as_objects[0] = True
                 try:
-                    msg = asm.feed(frame)
+                    msg = asm.feed(G.decode_frame(raw))
                 except E.ProtocolError as e:
                     code = (grpc.StatusCode.RESOURCE_EXHAUSTED if 'limit' in str(e)
                             else grpc.StatusCode.INVALID_ARGUMENT)
@@ -432,7 +454,7 @@ def start_executor_service(port: int = 0, host: str = '127.0.0.1', *,
         server = grpc.server(concurrent.futures.ThreadPoolExecutor(
             max_workers=max_streams + 4, thread_name_prefix='simharness-grpc-server'),
             interceptors=interceptors, options=options, maximum_concurrent_rpcs=max_streams + 4)
-        pbg.add_ExecutorServiceServicer_to_server(service, server)
+        service.add_to_server(server)
         bind = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
         try:
             if tls_cert is not None:

@@ -70,6 +70,7 @@ DEFAULT_MAX_INFLIGHT = 32
 DEFAULT_CONNECT_TIMEOUT = 30.0
 
 SERVICE_NAME = 'simharness.remote.v1.ExecutorService'
+EXECUTE_PATH = f'/{SERVICE_NAME}/Execute'
 WORKER_METADATA = 'simharness-worker'
 TOKEN_METADATA = 'authorization'
 
@@ -138,26 +139,50 @@ def _spec(buf: Any) -> Any:
     return pb.TensorSpec(dtype=codec._dtype_token(a.dtype), shape=list(a.shape), nbytes=a.nbytes)
 
 
-def frames_of(seq: int, header: bytes, buffers: Sequence[Any],
-              chunk: int = CHUNK_BYTES) -> Iterator[Any]:
-    """The Frames of one message (`header` plus `buffers`), each with at most `chunk` data bytes."""
-    parts = [np.frombuffer(header, np.uint8)] + [_flat_bytes(b) for b in buffers]
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7f
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+#: The tag of `Frame.data` (field 6, length-delimited).
+_DATA_TAG = bytes([(6 << 3) | 2])
+
+
+def encoded_frames(seq: int, header: bytes, buffers: Sequence[Any],
+                   chunk: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The Frames of one message (`header` plus `buffers`), serialized, <= `chunk` data bytes each.
+
+    The bytes are the protobuf encoding of `Frame` (its small fields through
+    the generated class, the data field appended by hand), so a frame's data
+    is copied once, into the message, instead of three times through
+    protobuf objects.
+    """
+    parts = [memoryview(header).cast('B')] + [memoryview(_flat_bytes(b)) for b in buffers]
     specs = [_spec(b) for b in buffers]
     pieces: List[Any] = []
     size = 0
     pending_specs: List[Any] = []
     first = True
 
-    def frame(last: bool) -> Any:
+    def frame(last: bool) -> bytes:
         nonlocal first, pieces, size, pending_specs
-        f = pb.Frame(seq=seq, tensors=pending_specs, data=b''.join(pieces), last=last)
+        f = pb.Frame(seq=seq, tensors=pending_specs, last=last)
         if first:
             f.first = True
             f.header_size = len(header)
             f.num_buffers = len(buffers)
             first = False
+        out = b''.join([f.SerializeToString(), _DATA_TAG, _varint(size), *pieces]) if size \
+            else f.SerializeToString()
         pieces, size, pending_specs = [], 0, []
-        return f
+        return out
 
     for i, part in enumerate(parts):
         if i:
@@ -167,12 +192,95 @@ def frames_of(seq: int, header: bytes, buffers: Sequence[Any],
         off, n = 0, part.nbytes
         while off < n:
             take = min(n - off, chunk - size)
-            pieces.append(part[off:off + take].data)
+            pieces.append(part[off:off + take])
             size += take
             off += take
             if size >= chunk:
                 yield frame(False)
     yield frame(True)
+
+
+def frames_of(seq: int, header: bytes, buffers: Sequence[Any],
+              chunk: int = CHUNK_BYTES) -> Iterator[Any]:
+    """The Frames of one message as `Frame` objects (for a generated stub)."""
+    for raw in encoded_frames(seq, header, buffers, chunk):
+        yield pb.Frame.FromString(raw)
+
+
+class WireFrame:
+    """A `Frame` parsed from its bytes by hand: `data` is a view of them (not copied)."""
+
+    __slots__ = ('seq', 'first', 'header_size', 'num_buffers', 'tensors', 'data', 'last')
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.first = False
+        self.header_size = 0
+        self.num_buffers = 0
+        self.tensors: List[Any] = []
+        self.data: Any = b''
+        self.last = False
+
+
+def _read_varint(b: Any, i: int, n: int) -> Tuple[int, int]:
+    shift = 0
+    value = 0
+    while True:
+        if i >= n or shift > 63:
+            raise E.ProtocolError('malformed frame: a truncated or overlong varint')
+        c = b[i]
+        i += 1
+        value |= (c & 0x7f) << shift
+        if not c & 0x80:
+            return value, i
+        shift += 7
+
+
+_VARINT_FIELDS = {1: 'seq', 2: 'first', 3: 'header_size', 4: 'num_buffers', 7: 'last'}
+
+
+def decode_frame(raw: Any) -> Any:
+    """A `WireFrame` from the protobuf bytes of a `Frame` (a `Frame` object passes as is).
+
+    Raises:
+      ProtocolError: the bytes are not a `Frame`.
+    """
+    if isinstance(raw, pb.Frame):
+        return raw
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        raise E.ProtocolError(f'malformed frame: {type(raw).__name__}, not bytes')
+    mv = memoryview(raw).cast('B')
+    f = WireFrame()
+    i, n = 0, len(mv)
+    while i < n:
+        key, i = _read_varint(mv, i, n)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            v, i = _read_varint(mv, i, n)
+            name = _VARINT_FIELDS.get(field)
+            if name is not None:
+                setattr(f, name, bool(v) if name in ('first', 'last') else v)
+        elif wire == 2:
+            ln, i = _read_varint(mv, i, n)
+            if i + ln > n:
+                raise E.ProtocolError('malformed frame: a field runs past its end')
+            if field == 5:
+                try:
+                    f.tensors.append(pb.TensorSpec.FromString(mv[i:i + ln].tobytes()))
+                except Exception:
+                    raise E.ProtocolError('malformed frame: a TensorSpec does not parse') from None
+            elif field == 6:
+                f.data = mv[i:i + ln]
+            i += ln
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            raise E.ProtocolError(f'malformed frame: wire type {wire}')
+    if i != n:
+        raise E.ProtocolError('malformed frame: a field runs past its end')
+    return f
 
 
 class MessageAssembler:
@@ -367,7 +475,7 @@ class _Stream:
                 self.inflight.append(call)
                 header, buffers = call.header, call.buffers
                 call.header, call.buffers = b'', []
-            yield from frames_of(next(seq), header, buffers, chunk)
+            yield from encoded_frames(next(seq), header, buffers, chunk)
 
     def read(self) -> None:
         """The reader thread: answers calls in order; on a broken stream, fails them all."""
@@ -376,7 +484,7 @@ class _Stream:
         error_for: Optional[Callable[[_Call], BaseException]] = None
         try:
             for frame in self.call:
-                msg = asm.feed(frame)
+                msg = asm.feed(decode_frame(frame))
                 if msg is None:
                     continue
                 _, header, buffers = msg
@@ -510,7 +618,7 @@ class RemoteWorkerHandle:
             gen = self.generation + 1
             stream = _Stream(self, gen)
             md = ((WORKER_METADATA, str(self.slot)),) + token_metadata(self.services.token)
-            stream.call = self.target.stub.Execute(stream.requests(), metadata=md)
+            stream.call = self.target.execute(stream.requests(), metadata=md)
             stream.reader = threading.Thread(
                 target=stream.read, name=f'simharness-grpc-{self.worker_id}', daemon=True)
             with self._lock:
@@ -561,13 +669,40 @@ class RemoteWorkerHandle:
 
 
 class _Target:
-    """One service: its address, stub, and the channel when it was made here."""
+    """One service: its address, stub, and the channel when it was made here.
 
-    def __init__(self, address: str, stub: Any, channel: Any = None):
+    `execute(frames, metadata)` opens an Execute stream of serialized Frames:
+    raw bytes both ways when the channel is known, else through the stub's
+    `Frame` objects (a stub given by the caller).
+    """
+
+    def __init__(self, address: str, stub: Any, channel: Any = None, owned: bool = False):
         self.address = address
         self.stub = stub
-        self.channel = channel  # owned (closed by RemoteServices.close) when not None
+        self.channel = channel if owned else None  # closed by RemoteServices.close
         self.num_workers = 1
+        if channel is not None:
+            self.execute = channel.stream_stream(EXECUTE_PATH)  # bytes in, bytes out
+        else:
+            self.execute = self._execute_through_stub
+
+    def _execute_through_stub(self, frames: Iterator[bytes], metadata: Any = None) -> Any:
+        return _StubCall(self.stub.Execute((pb.Frame.FromString(b) for b in frames),
+                                           metadata=metadata))
+
+
+class _StubCall:
+    """A stub's Execute call seen as a stream of serialized Frames."""
+
+    def __init__(self, call: Any):
+        self._call = call
+
+    def __iter__(self) -> Iterator[bytes]:
+        for f in self._call:
+            yield f.SerializeToString()
+
+    def cancel(self) -> bool:
+        return self._call.cancel()
 
 
 def stub_for(target: Any, token: Optional[str] = None,
@@ -589,11 +724,11 @@ def stub_for(target: Any, token: Optional[str] = None,
                 log.warning('sending a token to %s over a plaintext channel; give '
                             'root_certificates= to use TLS', target)
             channel = grpc.insecure_channel(target, options=opts)
-        return _Target(target, pbg.ExecutorServiceStub(channel), channel)
+        return _Target(target, pbg.ExecutorServiceStub(channel), channel, owned=True)
     if isinstance(target, pbg.ExecutorServiceStub):
         return _Target(_stub_address(target), target)
     if isinstance(target, grpc.Channel):
-        return _Target(_channel_address(target), pbg.ExecutorServiceStub(target))
+        return _Target(_channel_address(target), pbg.ExecutorServiceStub(target), target)
     raise E.SimharnessTypeError(
         f"a service must be an address 'host:port', a grpc.Channel or an ExecutorServiceStub, "
         f'got {target!r} of type {type(target).__name__}', expected='str | grpc.Channel',
