@@ -40,6 +40,7 @@ _CALL_OPS = frozenset({'StatefulPartitionedCall', 'PartitionedCall'})
 _IDENTITY_OPS = frozenset({'Identity'})
 _MAP_OPS = frozenset({'MapDataset', 'ParallelMapDatasetV2', 'ParallelMapDataset'})
 _PREDICATE_OPS = frozenset({'FilterDataset', 'TakeWhileDataset'})
+_COUNT_OPS = {'TakeDataset': 'take', 'SkipDataset': 'skip'}
 # Inputs of these ops after the dataset and the function's captured arguments
 # that are not function arguments (``num_parallel_calls``).
 _TRAILING_NON_ARGS = {'ParallelMapDatasetV2': 1, 'ParallelMapDataset': 1}
@@ -76,7 +77,7 @@ class _Stage:
     def __init__(self, kind: str, fn: str, nstate: int, arg_types: List[int],
                  out_types: List[int], refs: List[str], controls: Sequence[str] = ()):
         self.controls = list(controls)  # control inputs of the removed node
-        self.kind = kind          # 'map' | 'scan' | 'filter' | 'take_while'
+        self.kind = kind          # 'map' | 'scan' | 'filter' | 'take_while' | 'take' | 'skip'
         self.fn = fn
         self.nstate = nstate      # scan: number of state tensors (first refs)
         self.arg_types = arg_types  # DataType enums of `refs`
@@ -149,7 +150,8 @@ class _Rewriter:
                 scope.deleted.add(node.name)
                 self.lower_ref(scope, scope.out_ref(node, 'output', 0), comps, stages,
                                list(controls) + own)
-            elif idx == 0 and (op in _MAP_OPS or op in _PREDICATE_OPS or op == 'ScanDataset'):
+            elif idx == 0 and (op in _MAP_OPS or op in _PREDICATE_OPS or op in _COUNT_OPS
+                               or op == 'ScanDataset'):
                 scope.deleted.add(node.name)
                 stage = self._stage(node)
                 stage.controls.extend(controls)
@@ -174,6 +176,9 @@ class _Rewriter:
         controls = [i for i in node.input if i.startswith('^')]
         attr = node.attr
         out_types = list(attr['output_types'].list.type)
+        if node.op in _COUNT_OPS:  # input: the count (int64)
+            return _Stage(_COUNT_OPS[node.op], '', 0, [types_pb2.DT_INT64], out_types,
+                          inputs[:1], controls)
         targs = list(attr['Targuments'].list.type)
         if node.op == 'ScanDataset':
             tstate = list(attr['Tstate'].list.type)
@@ -256,8 +261,14 @@ class _Rewriter:
                 count = rows // b
             else:
                 count = (rows + b - 1) // b
-            scan0 = [r for st, refs in zip(stages, stage_refs) if st.kind == 'scan'
-                     for r in refs[:st.nstate]]
+            # Loop-carried state of the stages: a scan's states, a take's or
+            # skip's count of the elements it has seen.
+            carried0: List[tf.Tensor] = []
+            for st, refs in zip(stages, stage_refs):
+                if st.kind == 'scan':
+                    carried0.extend(refs[:st.nstate])
+                elif st.kind in ('take', 'skip'):
+                    carried0.append(tf.constant(0, tf.int64))
 
             def element(i):
                 if b is None:
@@ -266,42 +277,70 @@ class _Rewriter:
                 hi = tf.minimum(lo + b, rows)
                 return [c[lo:hi] for c in comps]
 
-            def body(i, go, scans, state):
-                elem = element(i)
-                keep = tf.constant(True)
-                scans = list(scans)
-                new_scans: List[tf.Tensor] = []
-                k = 0
-                for st, refs in zip(stages, stage_refs):
-                    if st.kind == 'map':
-                        elem = call(st.fn, elem + refs, st.out_types)
-                    elif st.kind == 'scan':
-                        cur = scans[k:k + st.nstate]
-                        k += st.nstate
-                        out = call(st.fn, cur + elem + refs[st.nstate:],
-                                   st.arg_types[:st.nstate] + st.out_types)
-                        new_scans.extend(out[:st.nstate])
-                        elem = out[st.nstate:]
-                    else:
-                        pred = tf.reshape(call(st.fn, elem + refs, [types_pb2.DT_BOOL])[0], [])
-                        keep = tf.logical_and(keep, pred)
-                        if st.kind == 'take_while':
-                            go = tf.logical_and(go, pred)
-                if not stages or all(st.kind in ('map', 'scan') for st in stages):
-                    new_state = call(reduce_fn, list(state) + elem + captured, out_types)
-                else:
-                    new_state = tf.cond(
-                        keep, lambda: call(reduce_fn, list(state) + elem + captured, out_types),
-                        lambda: [tf.identity(s) for s in state])
-                for t, s in zip(new_state, out_shapes):
-                    t.set_shape(s)
-                return i + 1, go, tuple(new_scans), tuple(new_state)
+            def carried_size(st: _Stage) -> int:
+                return st.nstate if st.kind == 'scan' else 1 if st.kind in ('take', 'skip') else 0
 
-            init = (tf.constant(0, tf.int64), tf.constant(True), tuple(scan0), tuple(state0))
+            def run(k: int, elem: List[tf.Tensor], carried: List[tf.Tensor],
+                    state: List[tf.Tensor]):
+                """Stages k.. and the reduce on one element: (carried, state, stop).
+
+                A stage that drops the element (filter, take_while, take,
+                skip) skips everything after it, as tf.data does: later
+                stages never see the element.
+                """
+                if k == len(stages):
+                    new = call(reduce_fn, list(state) + elem + captured, out_types)
+                    for t, shp in zip(new, out_shapes):
+                        t.set_shape(shp)
+                    return [], new, tf.constant(False)
+                st, refs = stages[k], stage_refs[k]
+                n = carried_size(st)
+                mine, rest = carried[:n], carried[n:]
+                unchanged = lambda: (list(carried), [tf.identity(x) for x in state],  # noqa: E731
+                                     tf.constant(False))
+                if st.kind == 'map':
+                    return run(k + 1, call(st.fn, elem + refs, st.out_types), carried, state)
+                if st.kind == 'scan':
+                    out = call(st.fn, mine + elem + refs[st.nstate:],
+                               st.arg_types[:st.nstate] + st.out_types)
+                    c2, s2, stop = run(k + 1, out[st.nstate:], rest, state)
+                    return out[:st.nstate] + c2, s2, stop
+                if st.kind in ('filter', 'take_while'):
+                    pred = tf.reshape(call(st.fn, elem + refs, [types_pb2.DT_BOOL])[0], [])
+                    if st.kind == 'filter':
+                        otherwise = unchanged
+                    else:
+                        def otherwise():
+                            c, s_, _ = unchanged()
+                            return c, s_, tf.constant(True)
+                    return _cond(pred, lambda: _prefixed(mine, run(k + 1, elem, rest, state)),
+                                 otherwise)
+                seen = mine[0]
+                limit = tf.cast(refs[0], tf.int64)
+                if st.kind == 'take':
+                    def passes():
+                        return _prefixed([seen + 1], run(k + 1, elem, rest, state))
+
+                    def ends():
+                        c, s_, _ = unchanged()
+                        return c, s_, tf.constant(True)
+                    return _cond(tf.logical_or(limit < 0, seen < limit), passes, ends)
+                # skip: the first `limit` elements are dropped (all when limit < 0)
+                def dropped():
+                    return [seen + 1] + list(rest), [tf.identity(x) for x in state], \
+                        tf.constant(False)
+                return _cond(tf.logical_or(limit < 0, seen < limit), dropped,
+                             lambda: _prefixed([seen], run(k + 1, elem, rest, state)))
+
+            def body(i, go, carried, state):
+                c2, s2, stop = run(0, element(i), list(carried), list(state))
+                return i + 1, tf.logical_and(go, tf.logical_not(stop)), tuple(c2), tuple(s2)
+
+            init = (tf.constant(0, tf.int64), tf.constant(True), tuple(carried0), tuple(state0))
             invariants = (tf.TensorShape([]), tf.TensorShape([]),
-                          tuple(tf.TensorShape(None) for _ in scan0), tuple(out_shapes))
+                          tuple(tf.TensorShape(None) for _ in carried0), tuple(out_shapes))
             _, _, _, final = tf.while_loop(
-                lambda i, go, scans, state: tf.logical_and(i < count, go), body, init,
+                lambda i, go, carried, state: tf.logical_and(i < count, go), body, init,
                 shape_invariants=invariants, parallel_iterations=1)
             return list(final)
 
@@ -378,6 +417,22 @@ class _Rewriter:
         del node.attr['Tin'].list.type[:]
         node.attr['Tin'].list.type.extend(tin)
         node.attr['f'].func.name = new_name
+
+
+def _prefixed(head: List[tf.Tensor], result):
+    carried, state, stop = result
+    return list(head) + list(carried), state, stop
+
+
+def _cond(pred, true_fn, false_fn):
+    """`tf.cond` over two branches that give (carried list, state list, stop)."""
+    def wrap(fn):
+        def branch():
+            carried, state, stop = fn()
+            return tuple(carried), tuple(state), stop
+        return branch
+    carried, state, stop = tf.cond(pred, wrap(true_fn), wrap(false_fn))
+    return list(carried), list(state), stop
 
 
 def _digest(fdef: function_pb2.FunctionDef) -> str:

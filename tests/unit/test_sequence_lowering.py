@@ -74,7 +74,20 @@ def total_after_map_filter(ds):
 
 @sh.tf_computation(SEQ)
 def total_by_take(ds):
-    return ds.take(2).reduce(tf.constant(0.0), lambda acc, b: acc + tf.reduce_sum(b[0]))
+    return ds.skip(1).take(2).reduce(tf.constant(0.0), lambda acc, b: acc + tf.reduce_sum(b[0]))
+
+
+@sh.tf_computation(SEQ)
+def filter_then_scan(ds):
+    # a scan after a filter must see only the elements the filter keeps
+    kept = ds.filter(lambda x, y: tf.reduce_max(y) % 2 == 0)
+    running = kept.scan(tf.constant(0.0), lambda s, b: (s + tf.reduce_sum(b[0]), s))
+    return running.take(3).reduce(tf.constant(0.0), lambda acc, s: acc * 2.0 + s)
+
+
+@sh.tf_computation(SEQ)
+def rebatched(ds):  # not lowered (batch inside the computation): runs through tf.data
+    return ds.unbatch().batch(2).reduce(tf.constant(0.0), lambda a, b: a + tf.reduce_sum(b[0]))
 
 
 @tf.function
@@ -97,7 +110,8 @@ def two_datasets(a, b):
     return _sum_in_function(a) - _sum_in_function(b)
 
 
-@pytest.mark.parametrize('comp', [total_by_reduce, total_with_break, total_after_map_filter])
+@pytest.mark.parametrize('comp', [total_by_reduce, total_with_break, total_after_map_filter,
+                                  total_by_take, filter_then_scan])
 def test_loops_lower_to_no_dataset_op(comp):
     fn = _embedded(comp)
     lowered = fn.lowered({0: _batches()})
@@ -108,9 +122,10 @@ def test_loops_lower_to_no_dataset_op(comp):
         'float32[?,2]', 'int32[?]']
 
 
+@pytest.mark.parametrize('comp', [total_with_break, total_by_take, filter_then_scan])
 @pytest.mark.parametrize('b, drop', [(3, False), (3, True), (7, False), (10, False), (1, True)])
-def test_lowered_loop_sees_the_batches_tf_data_gives(b, drop):
-    fn = _embedded(total_with_break)
+def test_lowered_loop_sees_the_batches_tf_data_gives(comp, b, drop):
+    fn = _embedded(comp)
     tb = _batches(b, drop)
     lowered = fn.lowered({0: tb})
     got = lowered.call_flat(tb.components)[0]
@@ -129,7 +144,7 @@ def test_only_the_lowered_sequence_changes():
     assert both is not None and _lowered_graph_ops(both) == set()
 
 
-@pytest.mark.parametrize('comp', [total_by_take, first_batch_sum])
+@pytest.mark.parametrize('comp', [rebatched, first_batch_sum])
 def test_other_uses_are_refused(comp):
     assert _embedded(comp).lowered({0: _batches()}) is None
 
