@@ -106,8 +106,7 @@ class LearningProcess:
         self.fed_sgd = fed_sgd
         nt = model.num_trainable
         shapes = [s for s, _ in model.weight_specs]
-        w0 = model.initial_weights(0)
-        w_type = _list_type(w0)
+        w_type = T.StructType([_tensor(s, d) for s, d in model.weight_specs], container=list)
         self.weights_type = w_type
         train_shapes = shapes[:nt]
         opt_state0 = self.server_optimizer.initialize(train_shapes)
@@ -123,7 +122,6 @@ class LearningProcess:
         self.state_type, self.data_type = state_type, data_type
         sent_type = T.StructType([('weights', w_type), ('clip', np.float32),
                                   ('round_num', np.int32)], container=collections.OrderedDict)
-        update_dtype = np.int32 if agg.secure else np.float32
         epochs, mu = local_epochs, float(proximal_strength)
         copt = self.client_optimizer
         sopt = self.server_optimizer
@@ -219,8 +217,9 @@ class LearningProcess:
                                            counts=collections.OrderedDict(
                                                clients=tf.constant(1.0), unclipped=unclipped))
 
-        update_type = T.StructType([_tensor(s, update_dtype) for s in train_shapes],
-                                   container=list)
+        update_type = T.StructType(
+            [_tensor(s, np.int32 if agg.secure else d) for s, d in model.weight_specs[:nt]],
+            container=list)
         counts_type = T.StructType([('clients', np.float32), ('unclipped', np.float32)],
                                    container=collections.OrderedDict)
 
