@@ -865,6 +865,8 @@ def config_from_dict(raw: Mapping[str, Any], default_name: Optional[str] = None
             tables[table] = SweepConfig(grid=body.get('grid', {}))
             continue
         kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in body.items()}
+        if table == 'model' and 'keras' in kwargs and 'name' not in kwargs:
+            kwargs['name'] = 'keras'  # [model] keras = "module:function" alone names a Keras model
         tables[table] = cls(**kwargs)
     return ExperimentConfig(name=name, **tables)
 

@@ -179,6 +179,8 @@ def test_keras_model_from_config_runs_and_bad_references_are_config_errors(tmp_p
                          training={'rounds': 2})
     result = run_experiment(config, tmp_path, progress=False)
     assert result.status == 'complete' and 0 <= result.summary['final_accuracy'] <= 1
+    alone = config_from_dict({**TINY, 'model': {'keras': 'simharness.learning.keras_examples:dense'}})
+    assert alone.model.name == 'keras'
     with pytest.raises(ConfigError, match='model.keras is required'):
         make_config(model={'name': 'keras'})
     with pytest.raises(ConfigError, match='package.module:function'):
