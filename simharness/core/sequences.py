@@ -15,7 +15,7 @@ records exactly that (the arrays and how they are cut), so that
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from simharness.core import types as T
 
@@ -41,6 +41,11 @@ class TensorBatches:
     batch_size: Optional[int]
     drop_remainder: bool
     element_type: Any
+
+    def __post_init__(self) -> None:
+        # Derived views (the dataset it stands for, its checked form): not
+        # fields, so never encoded.
+        self._cache: Dict[str, Any] = {}
 
     @property
     def num_rows(self) -> int:

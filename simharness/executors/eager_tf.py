@@ -500,7 +500,7 @@ def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
                 out = tseq.checked(tb, t, to_tensor)
             except (SimharnessTypeError, SimharnessValueError):
                 return dataset_from_value(value, t)  # the dataset path says what is wrong
-            out._dataset = value  # the user's own object, if it is asked for
+            out._cache['dataset'] = value  # the user's own object, if it is asked for
             return out
         tb = materialize(value, t)  # a small finite pipeline: its elements, read once
         if tb is not None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.core.framework import function_pb2, graph_pb2, types_pb2
@@ -89,8 +89,10 @@ class _Stage:
 class _Scope:
     """The nodes of the top-level graph or of one function body, with ref helpers."""
 
-    def __init__(self, nodes, is_function: bool, outputs: Sequence[str]):
-        self.nodes = nodes
+    def __init__(self, nodes: Any, is_function: bool, outputs: Sequence[str],
+                 ret: Any = None):
+        self.nodes = nodes  # a repeated NodeDef field
+        self.ret = ret  # a function's result map (name -> ref), or None
         self.is_function = is_function
         self.outputs = list(outputs)
         self.deleted: set = set()
@@ -107,7 +109,7 @@ class _Scope:
             return f'{node.name}:{arg}:{index}'
         return f'{node.name}:{index}'
 
-    def consumers(self, ref: str) -> List[Tuple[object, int]]:
+    def consumers(self, ref: str) -> List[Tuple[Any, int]]:
         want = self.canon(ref)
         out = []
         for node in self.nodes:
@@ -222,7 +224,7 @@ class _Rewriter:
                 for i, inp in enumerate(other.input):
                     if inp.startswith(prefix):
                         other.input[i] = old_name + ':output:' + inp[len(prefix):]
-            ret = getattr(scope, 'ret', None)
+            ret = scope.ret
             if ret is not None:
                 for k, v in list(ret.items()):
                     if v.startswith(prefix):
@@ -397,8 +399,7 @@ class _Rewriter:
                     new.arg_attr[key].CopyFrom(v)
                 else:
                     new.resource_arg_unique_id[key] = v
-        inner = _Scope(new.node_def, True, list(new.ret.values()))
-        inner.ret = new.ret
+        inner = _Scope(new.node_def, True, list(new.ret.values()), new.ret)
         self.lower_ref(inner, base, [nm for nm, _ in new_args], [])
         _drop_deleted(inner)
         new_name = f'{fname}__sh_lowered_{_digest(new)}'

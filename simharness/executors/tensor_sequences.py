@@ -20,7 +20,7 @@ __all__ = ['element_leaves', 'recognize', 'to_dataset', 'checked', 'source_spec'
 
 def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
     """The `tf.data.Dataset` `tb` stands for (built once per object)."""
-    ds = getattr(tb, '_dataset', None)
+    ds = tb._cache.get('dataset')
     if ds is None:
         spec = element_spec_for(tb.element_type)
         flat = tf.nest.flatten(spec)
@@ -33,7 +33,7 @@ def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
         ds = tf.data.Dataset.from_tensor_slices(tf.nest.pack_sequence_as(spec, by_flat))
         if tb.batch_size is not None:
             ds = ds.batch(tb.batch_size, drop_remainder=tb.drop_remainder)
-        tb._dataset = ds
+        tb._cache['dataset'] = ds
     return ds
 
 
@@ -60,12 +60,12 @@ def _component_types(t: T.SequenceType, batched: bool) -> Optional[Tuple[T.Tenso
 
 def checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
     """`tb` (e.g. decoded from a peer) checked against `t`, its components as tensors."""
-    done = getattr(tb, '_checked', None)
+    done = tb._cache.get('checked') if isinstance(tb, TensorBatches) else None
     if done is not None and done[0] == t:
         return done[1]
     out = _checked(tb, t, to_tensor)
     if isinstance(tb, TensorBatches) and tb is not out:
-        tb._checked = (t, out)  # e.g. kept with a dataset's recognized arrays
+        tb._cache['checked'] = (t, out)  # e.g. kept with a dataset's recognized arrays
     return out
 
 
@@ -83,26 +83,29 @@ def _checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
         raise SimharnessTypeError(f'{tb!r:.200} does not hold the components of {t}',
                                   expected=t)
     out = []
-    rows = None
-    for c, ct in zip(comps, types):
+    rows = 0
+    for j, (c, ct) in enumerate(zip(comps, types)):
         x = c if isinstance(c, tf.Tensor) else to_tensor(np.asarray(c), ct)
-        if x.dtype != tf_dtype(ct.dtype) or x.shape.rank != len(ct.shape) or any(
-                d is not None and d != s for d, s in zip(ct.shape[1:], x.shape[1:])):
+        want = tuple(ct.shape or ())  # component types have known ranks
+        if x.dtype != tf_dtype(ct.dtype) or x.shape.rank != len(want) or any(
+                d is not None and d != s for d, s in zip(want[1:], x.shape[1:])):
             raise SimharnessTypeError(
                 f'component of dtype {x.dtype.name} and shape {x.shape} does not fit {ct} '
                 f'(sequence of {t.element})', expected=t)
-        if rows is None:
-            rows = x.shape[0]
+        if j == 0:
+            rows = int(x.shape[0])
         elif x.shape[0] != rows:
             raise SimharnessValueError(f'components of a sequence have {rows} and {x.shape[0]} rows')
         out.append(x)
     if b is not None and tb.drop_remainder:
         # a fixed batch dimension in the type needs batches of exactly that size
-        first = [l.shape[0] for l in T.flatten_type(t.element) if isinstance(l, T.TensorType)]
+        first = [l.shape[0] for l in T.flatten_type(t.element)
+                 if isinstance(l, T.TensorType) and l.shape]
         if any(d is not None and d != b for d in first):
             raise SimharnessTypeError(f'batches of {b} do not fit {t}', expected=t)
     elif b is not None:
-        first = [l.shape[0] for l in T.flatten_type(t.element) if isinstance(l, T.TensorType)]
+        first = [l.shape[0] for l in T.flatten_type(t.element)
+                 if isinstance(l, T.TensorType) and l.shape]
         if any(d is not None for d in first) and rows % b != 0:
             raise SimharnessTypeError(f'a last batch of {rows % b} rows does not fit {t}',
                                       expected=t)
