@@ -9,23 +9,44 @@
 * `aggregators`: mean, clipping (fixed, adaptive), Gaussian central DP with
   `dp_epsilon`, quantization, secure sum.
 * `FedAvg` / `FedAvgConfig`: the original FedAvg of the benchmarks.
+
+Names load on first use (PEP 562): importing the package, or
+`simharness.learning.aggregators` (which configs validate with), imports no
+TensorFlow.
 """
 
-from simharness.learning import aggregators, optimizers
-from simharness.learning.aggregators import Aggregator, dp_epsilon
-from simharness.learning.algorithms import (ALGORITHM_NAMES, LearningProcess,
-                                            LearningProcessOutput, build_algorithm,
-                                            build_fed_eval, build_fed_prox, build_fed_sgd,
-                                            build_weighted_fed_avg)
-from simharness.learning.fedavg import FedAvg, FedAvgConfig, pad_clients
-from simharness.learning.functional import (FunctionalModel, InputSpec, from_keras_model,
-                                            from_model_spec)
-from simharness.learning.models import (MODEL_NAMES, ModelSpec, accuracy, forward, get_model,
-                                        init_weights, loss, numpy_evaluate)
+import importlib
+from typing import Any
 
-__all__ = ['ALGORITHM_NAMES', 'Aggregator', 'FedAvg', 'FedAvgConfig', 'FunctionalModel',
-           'InputSpec', 'LearningProcess', 'LearningProcessOutput', 'MODEL_NAMES', 'ModelSpec',
-           'accuracy', 'aggregators', 'build_algorithm', 'build_fed_eval', 'build_fed_prox',
-           'build_fed_sgd', 'build_weighted_fed_avg', 'dp_epsilon', 'forward',
-           'from_keras_model', 'from_model_spec', 'get_model', 'init_weights', 'loss',
-           'numpy_evaluate', 'optimizers', 'pad_clients']
+_WHERE = {
+    'Aggregator': 'aggregators', 'dp_epsilon': 'aggregators',
+    'ALGORITHM_NAMES': 'algorithms', 'LearningProcess': 'algorithms',
+    'LearningProcessOutput': 'algorithms', 'build_algorithm': 'algorithms',
+    'build_fed_eval': 'algorithms', 'build_fed_prox': 'algorithms',
+    'build_fed_sgd': 'algorithms', 'build_weighted_fed_avg': 'algorithms',
+    'FedAvg': 'fedavg', 'FedAvgConfig': 'fedavg', 'pad_clients': 'fedavg',
+    'FunctionalModel': 'functional', 'InputSpec': 'functional',
+    'from_keras_model': 'functional', 'from_model_spec': 'functional',
+    'functional_model_from_keras': 'functional',
+    'MODEL_NAMES': 'models', 'ModelSpec': 'models', 'accuracy': 'models', 'forward': 'models',
+    'get_model': 'models', 'init_weights': 'models', 'loss': 'models',
+    'numpy_evaluate': 'models',
+}
+_MODULES = ('aggregators', 'algorithms', 'fedavg', 'functional', 'keras_examples', 'models',
+            'optimizers')
+
+__all__ = sorted(_WHERE) + ['aggregators', 'algorithms', 'optimizers']
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module(f'{__name__}.{name}')
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f'{__name__}.{_WHERE[name]}'), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))
