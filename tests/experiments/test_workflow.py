@@ -273,3 +273,15 @@ def test_a_custom_callback_sees_every_round_and_can_stop_the_run(tmp_path):
     assert [r for r, _, _ in cb.seen] == [0, 1] and cb.seen[0][2] == 4  # mlp [8]: 4 tensors
     assert result.summary['stopped_early_after_round'] == 1
     assert result.summary['rounds_completed'] == 2
+
+
+def test_validating_a_full_config_imports_no_tensorflow():
+    import subprocess
+    code = ('import sys; from simharness.experiments.config import config_from_dict; '
+            "config_from_dict({'name': 'x', 'aggregator': {'clip': 1.0, 'noise_multiplier': 1.0, "
+            "'weighted': False}, 'algorithm': {'name': 'fedyogi'}, 'model': {'keras': 'a.b:c'}, "
+            "'data': {'dataset': 'emnist', 'cache_dir': '/nowhere'}}); "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout.split()
+    assert out == ['False']
