@@ -31,7 +31,6 @@ Every loader returns an `ArrayClientData` with arrays ``x`` and ``y``.
 from __future__ import annotations
 
 import collections
-import os
 import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -299,8 +298,13 @@ def load_hf_dataset(path: str, x_column: str, y_column: str, *, split: Optional[
     if p.is_dir():
         ds = datasets.load_from_disk(str(p))
     else:
-        old = os.environ.get('HF_DATASETS_OFFLINE')
-        os.environ['HF_DATASETS_OFFLINE'] = '1'
+        # Offline for this call: the libraries read these flags at import, so both
+        # their module constants are set (and restored), not only the environment.
+        import huggingface_hub.constants as hub  # pylint: disable=import-outside-toplevel
+        saved = (datasets.config.HF_HUB_OFFLINE, datasets.config.HF_DATASETS_OFFLINE,
+                 hub.HF_HUB_OFFLINE)
+        datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = True
+        hub.HF_HUB_OFFLINE = True
         try:
             ds = datasets.load_dataset(path, cache_dir=None if cache_dir is None
                                        else str(cache_dir))
@@ -308,10 +312,8 @@ def load_hf_dataset(path: str, x_column: str, y_column: str, *, split: Optional[
             raise SimharnessValueError(f'Hugging Face data set {path!r} is neither a saved '
                                        f'directory nor in the local cache: {e}') from e
         finally:
-            if old is None:
-                os.environ.pop('HF_DATASETS_OFFLINE', None)
-            else:
-                os.environ['HF_DATASETS_OFFLINE'] = old
+            (datasets.config.HF_HUB_OFFLINE, datasets.config.HF_DATASETS_OFFLINE,
+             hub.HF_HUB_OFFLINE) = saved
     if isinstance(ds, datasets.DatasetDict):
         if split is None or split not in ds:
             raise SimharnessValueError(f'{path}: choose a split, one of {sorted(ds)}; got '

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -151,6 +152,12 @@ def test_hf_dataset_natural_and_dirichlet_partitions(tmp_path):
     dirichlet = B.load_hf_dataset(str(tmp_path / 'saved'), 'features', 'label', split='train',
                                   partition='dirichlet', num_clients=4, alpha=0.3, seed=1)
     assert sum(dirichlet.client_size(c) for c in dirichlet.client_ids) == 40
+    # A name that is not in the local cache: an error, and no download (offline).
+    with pytest.raises(SimharnessValueError, match='nor in the local cache'):
+        B.load_hf_dataset('no-such-user/no-such-dataset', 'x', 'y',
+                          cache_dir=str(tmp_path / 'hf-cache'))
+    import datasets.config
+    assert datasets.config.HF_HUB_OFFLINE is not True or os.environ.get('HF_HUB_OFFLINE')
     with pytest.raises(SimharnessValueError, match='choose a split'):
         B.load_hf_dataset(str(tmp_path / 'saved'), 'features', 'label')
     with pytest.raises(SimharnessValueError, match="no column 'nope'"):
