@@ -227,3 +227,17 @@ def test_dispose_batch_size_frees_dropped_values_in_batches(module_service):
         assert _eventually(lambda: held() == 1)
     finally:
         ex.close()
+
+
+def test_a_service_with_local_worker_processes_hosts_one_block_per_worker(start_service):
+    svc = start_service('--num-workers', '2')
+    args = _data(100)
+    factory = remote_executor_factory([svc.address])
+    with factory:
+        assert factory.services.num_workers == 0  # asked on first use
+        remote = _run(factory, args)
+        assert factory.services.num_workers == 2
+        info = factory.stats()['services'][0]
+        assert info['num_workers'] == 2 and info['streams'] == 2
+    thread = _run(local_executor_factory(), args)
+    assert all(np.asarray(a).tobytes() == np.asarray(b).tobytes() for a, b in zip(thread, remote))
