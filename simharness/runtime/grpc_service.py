@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, cast
 
 from simharness import errors as E
 from simharness.runtime import grpc_transport as G
@@ -64,7 +64,8 @@ class _InProcessBackend:
     def __init__(self, name: str, clients_per_worker: Optional[int]):
         from simharness.executors.eager_tf import EagerTFExecutor
         from simharness.runtime.service import WorkerService
-        self._service = WorkerService(EagerTFExecutor(max_batch_size=clients_per_worker), name)
+        self._service = WorkerService(EagerTFExecutor(max_batch_size=clients_per_worker),
+                                      cast(Any, name))
         self._queue: 'queue.Queue[Any]' = queue.Queue()
         self._thread = threading.Thread(target=self._run, name='simharness-service', daemon=True)
         self._thread.start()
@@ -386,9 +387,8 @@ class ExecutorServer:
     def __enter__(self) -> 'ExecutorServer':
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         self.stop()
-        return False
 
 
 def start_executor_service(port: int = 0, host: str = '127.0.0.1', *,

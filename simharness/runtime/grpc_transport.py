@@ -43,7 +43,7 @@ import logging
 import secrets
 import threading
 import weakref
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -164,7 +164,7 @@ def encoded_frames(seq: int, header: bytes, buffers: Sequence[Any],
     is copied once, into the message, instead of three times through
     protobuf objects.
     """
-    parts = [memoryview(header).cast('B')] + [memoryview(_flat_bytes(b)) for b in buffers]
+    parts = [memoryview(header).cast('B')] + [_flat_bytes(b).data for b in buffers]
     specs = [_spec(b) for b in buffers]
     pieces: List[Any] = []
     size = 0
@@ -645,7 +645,7 @@ class RemoteWorkerHandle:
             err = E.WorkerCrashedError(
                 f'the stream to the executor service at {self.address} was replaced (the '
                 'service was unreachable or restarted); its values are gone: run the '
-                'computation again', worker_id=self.worker_id, pid=self.pid)
+                'computation again', worker_id=cast(Any, self.worker_id), pid=self.pid)
         else:
             with stream.cond:
                 if stream.failed is not None:
@@ -848,7 +848,7 @@ class RemoteServices:
                 raise E.ExecutorClosedError('the remote executor services are closed')
             if self._started:
                 return
-            handles = []
+            handles: List[RemoteWorkerHandle] = []
             for t in self.targets:
                 info = self.service_info(t)
                 t.num_workers = max(1, int(info.num_workers))
@@ -884,9 +884,8 @@ class RemoteServices:
     def __enter__(self) -> 'RemoteServices':
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
-        return False
 
 
 def _close_all(handles: List[RemoteWorkerHandle], targets: List[_Target]) -> None:
