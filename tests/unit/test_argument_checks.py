@@ -116,7 +116,7 @@ CASES = [
      ['clients_per_thread must be an int >= 1, got 0']),
     ('debugging num_clients str',
      lambda: stacks.thread_debugging_executor_factory(num_clients='4'), TYPE,
-     ["num_clients must be an int >= 0 or None, got '4' of type str"]),
+     ["num_clients must be an int >= 1 or None, got '4' of type str"]),
     # -- contexts
     ('ExecutionContext retries bool',
      lambda: sh.ExecutionContext(stacks.local_executor_factory(), retries=True), TYPE,
