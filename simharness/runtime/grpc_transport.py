@@ -516,6 +516,11 @@ class _Stream:
             else:
                 error_for = (lambda c, e=e: e)
                 log.warning('stream to %s failed: %s', h.address, e)
+        if error_for is not None and self.call is not None:
+            try:
+                self.call.cancel()  # a broken or malformed stream: stop reading it
+            except Exception:  # pragma: no cover - cancelling an ended call
+                pass
         self.fail(error_for or (lambda c: E.ExecutorClosedError(
             f'the stream to {h.address} was closed while it ran {c.op}')))
 
