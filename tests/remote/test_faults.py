@@ -41,14 +41,19 @@ def sum_of_squares(xs, n):
 def pair():
     """Two services for the module's tests; a test that kills one restarts it."""
     from remote_services import ServiceProcess
+    import psutil
     procs = []
     try:
         procs.append(ServiceProcess())
         procs.append(ServiceProcess())
         yield procs
     finally:
+        pids = [p.pid for p in procs if p.pid is not None]
         for p in procs:
             p.kill()  # SIGKILL: these tests are about faults; clean stops are tested elsewhere
+        # Nothing left running (the killed and restarted services included).
+        assert not [q for q in pids if psutil.pid_exists(q)
+                    and psutil.Process(q).status() != psutil.STATUS_ZOMBIE]
 
 
 XS = [1.0, 2.0, 3.0, 4.0]
