@@ -192,7 +192,8 @@ def stack_config(spec: StackSpec, factory: Any) -> Dict[str, Any]:
     if hasattr(os, 'sched_getaffinity'):
         config['usable_cpus'] = sorted(os.sched_getaffinity(0))
     if spec.kind == 'thread':
-        config.update(factory='local_executor_factory', max_fanout=32)
+        from simharness.stacks import default_max_fanout
+        config.update(factory='local_executor_factory', max_fanout=default_max_fanout())
     elif spec.kind == 'thread-debug':
         config.update(factory='thread_debugging_executor_factory', clients_per_thread=1)
     else:

@@ -100,8 +100,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                      help='a git revision to run (repeatable; default: the work tree as it is)')
     run.add_argument('--repeat', type=_positive, default=1, metavar='N',
                      help='sessions per revision (default 1)')
+    run.add_argument('--interleave', action='store_true',
+                     help='run the revisions of each repetition at once, taking turns round by '
+                          'round (as bench ab): their rounds meet the same load, and the history '
+                          'compares neighbouring commits round by round')
+    run.add_argument('--rounds', type=_positive, default=30, metavar='N',
+                     help='with --interleave: timed rounds of every benchmark in every session '
+                          '(default 30)')
     run.add_argument('--timeout', type=float, default=None, metavar='S',
-                     help='seconds per session (default: none)')
+                     help='seconds per session, or per rotation with --interleave '
+                          '(default: none)')
     run.add_argument('pytest_args', nargs='*', metavar='PYTEST_ARGS',
                      help=f'after --: test paths and options (default {DEFAULT_PYTEST_ARGS[0]})')
     run.add_argument('-v', '--verbose', action='store_true', help='tracebacks for errors')
@@ -191,7 +199,7 @@ def _side(rev: str, tmp: str, pytest_args: Sequence[str], env: Dict[str, str]) -
 
 
 def _save_into(storage: str, json_path: str, name: str,
-               commit: Any = None) -> str:
+               commit: Any = None, history: bool = False) -> str:
     """Copies a session's JSON into pytest-benchmark storage as <platform>/NNNN_<name>.json.
 
     `commit` (the revision's commit_info) replaces what the session saved
@@ -204,6 +212,9 @@ def _save_into(storage: str, json_path: str, name: str,
         data = json.load(f)
     if commit:
         data['commit_info'] = dict(commit)
+    inter = (data.get('simharness') or {}).get('interleave')
+    if history and inter:  # a history rotation (bench run --interleave), not an A/B experiment
+        inter['history'] = True
     mi = data.get('machine_info') or {}
     folder = '{}-{}-{}-{}bit'.format(mi.get('system', 'unknown'),
                                       mi.get('python_implementation', 'unknown'),
@@ -219,14 +230,27 @@ def _save_into(storage: str, json_path: str, name: str,
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from simharness.bench.runner import run_session
+    from simharness.bench.runner import run_interleaved, run_session
     storage = os.path.abspath(args.storage)
-    pytest_args = args.pytest_args or DEFAULT_PYTEST_ARGS
+    pytest_args = list(args.pytest_args or DEFAULT_PYTEST_ARGS)
+    if args.interleave:
+        pytest_args.append(f'--simharness-rounds={args.rounds}')
     with tempfile.TemporaryDirectory(prefix='simharness-bench-') as tmp:
         sides = [(rev, _side(rev, tmp, pytest_args, {})) for rev in (args.rev or ['.'])]
+        names = [sess.commit['id'][:12] if sess.commit else 'worktree' for _, sess in sides]
+        if args.interleave and len(set(names)) != len(names):
+            raise SimharnessValueError(f'--interleave needs distinct revisions, got {names}')
         for rep in range(args.repeat):
-            for rev, sess in sides:
-                name = (sess.commit['id'][:12] if sess.commit else 'worktree')
+            if args.interleave:
+                print(f'rotation {rep + 1}/{args.repeat}: {", ".join(names)} taking turns ...',
+                      flush=True)
+                paths = run_interleaved([sess for _, sess in sides], os.path.join(tmp, str(rep)),
+                                        timeout=args.timeout, labels=names)
+                for path, name, (_, sess) in zip(paths, names, sides):
+                    print(f'  saved {_save_into(storage, path, name, sess.commit, True)}',
+                          flush=True)
+                continue
+            for (rev, sess), name in zip(sides, names):
                 out = os.path.join(tmp, f'{name}-{rep}.json')
                 print(f'run {rep + 1}/{args.repeat} of {rev} ({name}) ...', flush=True)
                 run_session(sess, out, timeout=args.timeout)

@@ -106,7 +106,7 @@ def build_history(runs: Sequence[Run], machine: Optional[str] = None,
     Raises:
       SimharnessValueError: no run with a commit (on that machine).
     """
-    usable = [r for r in runs if r.commit and not r.interleave]
+    usable = [r for r in runs if r.commit and (not r.interleave or r.interleave.get('history'))]
     per_machine = collections.Counter(r.machine for r in usable)
     if not per_machine:
         raise SimharnessValueError(f'no benchmark run with a git commit among {len(runs)} runs '
@@ -139,13 +139,41 @@ def build_history(runs: Sequence[Run], machine: Optional[str] = None,
                    {m: n for m, n in per_machine.items() if m != machine})
 
 
+def _interleaved_with(before: Sequence[Run],
+                      runs: Sequence[Run]) -> Optional[Tuple[List[Run], List[Run]]]:
+    """The runs of two commits that took turns in the same rotations, matched, or None."""
+    sessions = {r.interleave['session']: r for r in before
+                if r.interleave and not r.interleave.get('broken')}
+    a, b = [], []
+    for r in runs:
+        if r.interleave and not r.interleave.get('broken') and r.interleave['session'] in sessions:
+            a.append(sessions[r.interleave['session']])
+            b.append(r)
+    return (a, b) if a else None
+
+
 def _steps(points: Sequence[CommitPoint], name: str, runs_of_machine: Sequence[Run],
            tolerance: float, confidence: float) -> List[Step]:
     out: List[Step] = []
     segment: List[Run] = []
+    previous: List[Run] = []
+    compared = sum(1 for p in points if any(name in r.benchmarks for r in p.runs)) - 1
+    # every commit is a test: the confidence is split among them (Bonferroni), so that a
+    # history of n commits cries wolf no more often than one comparison
+    confidence = 1.0 - (1.0 - confidence) / max(1, compared)
     for i, p in enumerate(points):
         runs = [r for r in p.runs if name in r.benchmarks]
         if not runs:
+            continue
+        pair = _interleaved_with(previous, runs)
+        previous = runs
+        if pair is not None:  # took turns with the commit before: compare round by round
+            c = compare_measurements(name, [r.benchmarks[name] for r in pair[0]],
+                                     [r.benchmarks[name] for r in pair[1]], tolerance,
+                                     confidence, interleaved=True)
+            if c.verdict in ('slower', 'faster'):
+                out.append(Step(name, i, c))
+            segment = list(runs)
             continue
         if segment:
             # The noise: repeated runs of one commit, less this comparison's own runs

@@ -222,6 +222,29 @@ def test_history_finds_the_step_and_only_it(tmp_path):
     assert '| `33333333` | 2 |' in md
 
 
+def test_history_compares_commits_that_took_turns_round_by_round():
+    rng = np.random.default_rng(7)
+    n = 40
+    runs = []
+    for rot in range(2):  # two rotations of three commits; the third is 30 % slower
+        load = np.exp(rng.normal(0, 0.4, n))  # shared by the rounds of a rotation
+        t0 = 1.8e9 + rot * 1000
+        for i in range(3):
+            factor = 1.3 if i == 2 else 1.0
+            times = 0.01 * factor * load * np.exp(rng.normal(0, 0.02, n))
+            runs.append(_run([_bench('t', times, starts=t0 + np.arange(n) * 0.1 + i * 0.01)],
+                             commit=f'{i + 1:x}' * 40, ctime=f'2026-11-23T0{i}:00:00+00:00',
+                             when=f'2026-11-23T0{i}:{rot}0:00',
+                             interleave={'session': f'rot{rot}', 'side': str(i),
+                                         'history': True}))
+    h = H.build_history(runs)
+    assert len(h.points) == 3 and all(len(p.runs) == 2 for p in h.points)
+    (step,) = h.steps['t']
+    assert step.index == 2 and step.comparison.verdict == 'slower'
+    assert step.comparison.method == 'interleaved'
+    assert step.comparison.ratio == pytest.approx(1.3, rel=0.03)
+
+
 def test_write_history_and_cli(tmp_path, capsys):
     from simharness.cli import main
     storage = tmp_path / 'runs' / 'Linux-CPython-3.11-64bit'
@@ -461,6 +484,12 @@ def _git_repo(path, files):
                           capture_output=True, text=True).stdout.strip()
 
 
+def _head(repo):
+    import subprocess
+    return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
 def test_bench_run_saves_each_revision_from_its_checkout(tmp_path, monkeypatch, capsys):
     from simharness.cli import main
     repo = tmp_path / 'repo'
@@ -479,3 +508,16 @@ def test_bench_run_saves_each_revision_from_its_checkout(tmp_path, monkeypatch, 
     assert all(r.commit == sha and not r.dirty and 'test_b' in r.benchmarks for r in runs)
     assert main(['bench', 'run', '--rev', 'no-such-rev', '--', 'test_b.py']) == 2
     assert 'no-such-rev' in capsys.readouterr().err
+    # --interleave: the revisions of a repetition run at once; saved as history runs
+    import subprocess
+    (repo / 'test_b.py').write_text('def test_b(benchmark):\n    benchmark(sum, range(200))\n')
+    subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-am',
+                    'y'], cwd=repo, check=True)
+    assert main(['bench', 'run', '--storage', str(storage), '--interleave', '--rev', 'HEAD~1',
+                 '--rev', 'HEAD', '--', 'test_b.py', '--benchmark-max-time=0.01']) == 0
+    new = find_runs(str(storage))[2:]
+    assert [r.commit for r in new] == [sha, _head(repo)]
+    assert all(r.interleave['history'] and r.interleave['session'] == new[0].interleave['session']
+               for r in new)
+    assert [p.label for p in H.build_history(find_runs(str(storage))).points] == \
+        [sha[:8], _head(repo)[:8]]
