@@ -476,6 +476,10 @@ class TrainingConfig:
             improvement (0: never; default 0).
         tensorboard: write TensorBoard scalars to <run>/tensorboard
             (default true).
+        federated_eval: besides the central evaluation, evaluate the new
+            weights federatedly (the process's ``evaluate`` on the stack, over
+            every client's data) when evaluating: ``fed_eval_loss``,
+            ``fed_eval_accuracy`` (default false).
     """
 
     rounds: int = 10
@@ -488,6 +492,7 @@ class TrainingConfig:
     early_stopping_metric: str = 'eval_loss'
     early_stopping_patience: int = 0
     tensorboard: bool = True
+    federated_eval: bool = False
 
     def __post_init__(self) -> None:
         _check_int('training.rounds', self.rounds, 1)
@@ -505,6 +510,7 @@ class TrainingConfig:
         _check_str('training.early_stopping_metric', self.early_stopping_metric)
         _check_int('training.early_stopping_patience', self.early_stopping_patience, 0)
         _check_bool('training.tensorboard', self.tensorboard)
+        _check_bool('training.federated_eval', self.federated_eval)
 
     def evaluates_after(self, round_num: int) -> bool:
         """Whether central evaluation runs after round `round_num` (0-based)."""

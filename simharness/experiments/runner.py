@@ -739,6 +739,12 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 t_eval = time.perf_counter()
                 if t.evaluates_after(r):
                     row['eval_loss'], row['eval_accuracy'] = model.evaluate(weights)
+                    if t.federated_eval:
+                        fed = process.evaluate(weights, process.pad(
+                            [cd.client_arrays(c) for c in ids], work.x_key, work.y_key))
+                        row['fed_eval_loss'] = fed['loss']
+                        row['fed_eval_accuracy'] = next(
+                            (v for k, v in fed.items() if 'acc' in k), None)
                 row.update({
                     'round_seconds': seconds,
                     'eval_seconds': time.perf_counter() - t_eval,

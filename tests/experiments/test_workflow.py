@@ -285,3 +285,11 @@ def test_validating_a_full_config_imports_no_tensorflow():
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                          check=True, timeout=120).stdout.split()
     assert out == ['False']
+
+
+def test_federated_evaluation_from_the_config_matches_the_central_one(tmp_path):
+    config = make_config(training={'rounds': 2, 'federated_eval': True, 'eval_every': 1})
+    rows = read_metrics(run_experiment(config, tmp_path, progress=False).run_dir)
+    for r in rows:  # TINY evaluates centrally on all clients' data: the same examples
+        assert r['fed_eval_loss'] == pytest.approx(r['eval_loss'], rel=1e-5)
+        assert r['fed_eval_accuracy'] == pytest.approx(r['eval_accuracy'])
