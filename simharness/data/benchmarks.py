@@ -238,7 +238,9 @@ def load_stackoverflow(cache_dir: PathLike, split: str = 'train', vocab_size: in
 
     Files: ``stackoverflow.sqlite`` (splits ``train``, ``heldout``,
     ``test``) or ``stackoverflow_{train,held_out,test}.h5`` (feature
-    ``tokens``: space-separated words). The vocabulary is the
+    ``tokens``: space-separated words). The vocabulary is the first
+    `vocab_size` words of TFF's ``stackoverflow.word_count`` file (``word
+    count`` per line, most frequent first) when it is in `cache_dir`, else the
     `vocab_size` most frequent words of the loaded clients (ties by word);
     ids: 0 pad, 1..vocab_size words, then oov, bos, eos.
     """
@@ -255,9 +257,14 @@ def load_stackoverflow(cache_dir: PathLike, split: str = 'train', vocab_size: in
             per_client[c] = [e['tokens'][0].decode() for e in ex]
     if max_clients is not None:
         per_client = collections.OrderedDict(list(per_client.items())[:max_clients])
-    counts: Dict[str, int] = collections.Counter(
-        w for texts in per_client.values() for t in texts for w in t.split())
-    words = sorted(counts, key=lambda w: (-counts[w], w))[:vocab_size]
+    word_count = Path(cache_dir).expanduser() / 'stackoverflow.word_count'
+    if word_count.is_file():
+        with open(word_count, encoding='utf-8') as f:
+            words = [line.split()[0] for line, _ in zip(f, range(vocab_size)) if line.split()]
+    else:
+        counts: Dict[str, int] = collections.Counter(
+            w for texts in per_client.values() for t in texts for w in t.split())
+        words = sorted(counts, key=lambda w: (-counts[w], w))[:vocab_size]
     table = {w: i + 1 for i, w in enumerate(words)}
     oov, bos, eos = vocab_size + 1, vocab_size + 2, vocab_size + 3
     return _clients({c: _sequences(([table.get(w, oov) for w in t.split()] for t in texts),

@@ -133,6 +133,10 @@ def test_stackoverflow_vocabulary_by_frequency(tmp_path):
     # vocabulary: 'a' (3 uses) -> 1, 'sort' (2) -> 2; the rest oov = 3; bos 4, eos 5.
     assert x.tolist() == [4, 3, 3, 2, 1, 3, 5, 0]
     assert cd.client_arrays('u1')['y'][0].tolist()[:6] == [3, 3, 2, 1, 3, 5]
+    # TFF's word-count file, when present, fixes the vocabulary.
+    (tmp_path / 'stackoverflow.word_count').write_text('list 9\nhow 5\na 1\n')
+    x = B.load_stackoverflow(tmp_path, vocab_size=2, sequence_length=8).client_arrays('u1')['x']
+    assert x[0].tolist() == [4, 2, 3, 3, 3, 1, 5, 0]  # list -> 1, how -> 2
 
 
 def test_hf_dataset_natural_and_dirichlet_partitions(tmp_path):
