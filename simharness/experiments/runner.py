@@ -592,7 +592,8 @@ def _build_model(config: ExperimentConfig, work: _Workload) -> _Model:
         pin_tensorflow_threads()  # before Keras runs its first op: same bits as the workers
         try:
             fm = F.from_keras_builder(config.model.keras, work.input_shape, work.num_classes,
-                                      y_shape=work.label_shape)
+                                      y_shape=work.label_shape,
+                                      ignore_label=0 if work.label_shape else None)
         except (SimharnessValueError, SimharnessTypeError) as e:
             raise ConfigError(f'[model] keras {config.model.keras}: {e}', key='model.keras',
                               value=config.model.keras) from e

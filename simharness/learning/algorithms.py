@@ -129,16 +129,14 @@ class LearningProcess:
 
         def batch_loss(w, xb, yb, mask, training):
             pred, new_nt = model.predict(w, xb, training)
-            per = model.loss(yb, pred)
-            if per.shape.rank is not None and per.shape.rank > 1:
-                per = tf.reduce_mean(per, axis=list(range(1, per.shape.rank)))
-            per = tf.cast(per, tf.float32)
+            per = model.per_example_loss(yb, pred)
             count = tf.reduce_sum(mask)
             loss = tf.reduce_sum(per * mask) / tf.maximum(count, 1.0)
             return loss, pred, new_nt, count
 
         def update_metrics(mstates, yb, pred, mask):
-            return [m.update(s, yb, pred, mask) for m, s in zip(model.metrics, mstates)]
+            weights = model.label_weights(yb, mask)
+            return [m.update(s, yb, pred, weights) for m, s in zip(model.metrics, mstates)]
 
         def zero_metrics():
             return [[tf.constant(a) for a in s] for s in metric_states]

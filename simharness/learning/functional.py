@@ -62,8 +62,9 @@ class Metric(abc.ABC):
         """The additive state before any example."""
 
     @abc.abstractmethod
-    def update(self, state: List[Any], y: Any, predictions: Any, mask: Any) -> List[Any]:
-        """TF: the state after a batch (``mask`` [B] in {0, 1}: real examples)."""
+    def update(self, state: List[Any], y: Any, predictions: Any, weights: Any) -> List[Any]:
+        """TF: the state after a batch (`weights`: 1 for the labels that count, 0 for
+        padding; shape [B], or the labels' shape for a sequence model)."""
 
     @abc.abstractmethod
     def result(self, state: Sequence[np.ndarray]) -> float:
@@ -78,15 +79,11 @@ class SparseAccuracy(Metric):
     def initial_state(self) -> List[np.ndarray]:
         return [np.zeros((), np.float32), np.zeros((), np.float32)]
 
-    def update(self, state: List[Any], y: Any, predictions: Any, mask: Any) -> List[Any]:
+    def update(self, state: List[Any], y: Any, predictions: Any, weights: Any) -> List[Any]:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         pred = tf.argmax(predictions, axis=-1, output_type=tf.int32)
         hit = tf.cast(tf.equal(pred, tf.cast(y, tf.int32)), tf.float32)
-        if hit.shape.rank > 1:  # a sequence: every position counts
-            m = tf.reshape(mask, [-1] + [1] * (hit.shape.rank - 1)) * tf.ones_like(hit)
-        else:
-            m = mask
-        return [state[0] + tf.reduce_sum(hit * m), state[1] + tf.reduce_sum(m)]
+        return [state[0] + tf.reduce_sum(hit * weights), state[1] + tf.reduce_sum(weights)]
 
     def result(self, state: Sequence[np.ndarray]) -> float:
         n = float(state[1])
@@ -108,14 +105,9 @@ class KerasMetric(Metric):
     def initial_state(self) -> List[np.ndarray]:
         return [np.asarray(v.numpy()) for v in self.metric.variables]
 
-    def update(self, state: List[Any], y: Any, predictions: Any, mask: Any) -> List[Any]:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        sw = mask
-        if predictions.shape.rank > 2 and y.shape.rank >= 2:  # a sequence model
-            sw = tf.reshape(mask, [-1] + [1] * (y.shape.rank - 1)) * tf.ones(tf.shape(y),
-                                                                              tf.float32)
+    def update(self, state: List[Any], y: Any, predictions: Any, weights: Any) -> List[Any]:
         return list(self.metric.stateless_update_state(list(state), y, predictions,
-                                                       sample_weight=sw))
+                                                       sample_weight=weights))
 
     def result(self, state: Sequence[np.ndarray]) -> float:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -136,12 +128,16 @@ class FunctionalModel:
       input_spec: `InputSpec` of one example.
       metrics: `Metric` s besides the loss.
       name: a label for logs.
+      ignore_label: for sequence labels, the label of padding positions (e.g. 0):
+        left out of the loss and the metrics (None: every position counts).
     """
 
     def __init__(self, initial_weights: Callable[[int], List[np.ndarray]],
                  weight_specs: Sequence[Tuple[Tuple[int, ...], Any]], num_trainable: int,
                  predict: Callable[..., Any], loss: Callable[[Any, Any], Any],
-                 input_spec: InputSpec, metrics: Sequence[Metric] = (), name: str = 'model'):
+                 input_spec: InputSpec, metrics: Sequence[Metric] = (), name: str = 'model',
+                 ignore_label: Optional[int] = None):
+        self.ignore_label = ignore_label
         self._initial_weights = initial_weights
         self.weight_specs = [(tuple(int(d) for d in s), np.dtype(d)) for s, d in weight_specs]
         self.num_trainable = int(num_trainable)
@@ -163,6 +159,31 @@ class FunctionalModel:
                                        f'the weight specs {self.weight_specs}')
         return w
 
+    def per_example_loss(self, y: Any, predictions: Any) -> Any:
+        """TF: [B] losses; a sequence's positions are averaged (its padding left out
+        when `ignore_label` is set)."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        losses = tf.cast(self.loss(y, predictions), tf.float32)
+        if losses.shape.rank is None or losses.shape.rank <= 1:
+            return losses
+        axes = list(range(1, losses.shape.rank))
+        if self.ignore_label is None:
+            return tf.reduce_mean(losses, axis=axes)
+        w = tf.cast(tf.not_equal(y, tf.cast(self.ignore_label, y.dtype)), tf.float32)
+        return tf.reduce_sum(losses * w, axis=axes) / tf.maximum(tf.reduce_sum(w, axis=axes),
+                                                                 1.0)
+
+    def label_weights(self, y: Any, mask: Any) -> Any:
+        """TF: the metrics' weights: `mask` [B] (1: a real example), broadcast over a
+        sequence's positions, 0 at padding positions when `ignore_label` is set."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        if y.shape.rank is None or y.shape.rank <= 1:
+            return mask
+        w = tf.reshape(mask, [-1] + [1] * (y.shape.rank - 1)) * tf.ones(tf.shape(y), tf.float32)
+        if self.ignore_label is not None:
+            w = w * tf.cast(tf.not_equal(y, tf.cast(self.ignore_label, y.dtype)), tf.float32)
+        return w
+
     @property
     def num_parameters(self) -> int:
         return int(sum(np.prod(s, dtype=np.int64) for s, _ in self.weight_specs))
@@ -179,24 +200,16 @@ class FunctionalModel:
                 xb = tf.constant(x[start:start + batch_size], self.input_spec.x_dtype)
                 yb = tf.constant(y[start:start + batch_size], self.input_spec.y_dtype)
                 pred, _ = self.predict(w, xb, False)
-                per = _per_example(self.loss(yb, pred))
+                per = self.per_example_loss(yb, pred)
                 loss_sum += float(np.sum(per.numpy().astype(np.float64)))
                 count += int(per.shape[0])
-                mask = tf.ones([tf.shape(yb)[0]], tf.float32)
+                weights = self.label_weights(yb, tf.ones([tf.shape(yb)[0]], tf.float32))
                 states = [[np.asarray(t) for t in m.update([tf.constant(s) for s in st], yb,
-                                                           pred, mask)]
+                                                           pred, weights)]
                           for m, st in zip(self.metrics, states)]
         out = {'loss': loss_sum / count if count else float('nan')}
         out.update({m.name: m.result(st) for m, st in zip(self.metrics, states)})
         return out
-
-
-def _per_example(losses: Any) -> Any:
-    """[B] losses: the mean over every axis but the first (a sequence's positions)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    if losses.shape.rank is not None and losses.shape.rank > 1:
-        return tf.reduce_mean(losses, axis=list(range(1, losses.shape.rank)))
-    return losses
 
 
 # ------------------------------------------------------------ built-in models
@@ -295,8 +308,8 @@ def _keras_metrics(metrics: Any) -> List[Metric]:
 
 def from_keras_model(keras_model: Any, loss: Any, input_spec: Any,
                      metrics: Optional[Sequence[Any]] = None,
-                     initial_weights: Optional[Callable[[int], List[np.ndarray]]] = None
-                     ) -> FunctionalModel:
+                     initial_weights: Optional[Callable[[int], List[np.ndarray]]] = None,
+                     ignore_label: Optional[int] = None) -> FunctionalModel:
     """Wraps a built Keras 3 model, as ``tff.learning.models.from_keras_model``.
 
     The forward pass is ``keras_model.stateless_call(trainable, non_trainable,
@@ -313,6 +326,8 @@ def from_keras_model(keras_model: Any, loss: Any, input_spec: Any,
       metrics: Keras metrics (or names such as ``'accuracy'``).
       initial_weights: ``seed -> weights``; default: the model's current
         variable values (for every seed).
+      ignore_label: sequence labels equal to it (padding) count in neither the
+        loss nor the metrics (see `FunctionalModel`).
 
     Returns:
       A `FunctionalModel`.
@@ -345,7 +360,8 @@ def from_keras_model(keras_model: Any, loss: Any, input_spec: Any,
 
     init = initial_weights or (lambda seed: [a.copy() for a in current])
     return FunctionalModel(init, specs, n_train, predict, loss_fn, spec,
-                           _keras_metrics(metrics), name=keras_model.name)
+                           _keras_metrics(metrics), name=keras_model.name,
+                           ignore_label=ignore_label)
 
 
 def functional_model_from_keras(keras_model: Any, loss_fn: Any, input_spec: Any,
@@ -381,7 +397,8 @@ def keras_builder(ref: str) -> Callable[..., Any]:
 
 def from_keras_builder(ref: str, input_shape: Sequence[int], num_classes: int,
                        y_shape: Sequence[int] = (), x_dtype: Any = np.float32,
-                       y_dtype: Any = np.int32) -> FunctionalModel:
+                       y_dtype: Any = np.int32, ignore_label: Optional[int] = None
+                       ) -> FunctionalModel:
     """A `FunctionalModel` from a builder ``fn(input_shape, num_classes)``.
 
     The builder returns a `keras.Model` (compiled or not: the loss is then
@@ -415,7 +432,8 @@ def from_keras_builder(ref: str, input_shape: Sequence[int], num_classes: int,
         m = build(seed)
         return [np.array(v.numpy()) for v in m.trainable_variables + m.non_trainable_variables]
 
-    return from_keras_model(model, loss, spec, metrics=['accuracy'], initial_weights=init)
+    return from_keras_model(model, loss, spec, metrics=['accuracy'], initial_weights=init,
+                            ignore_label=ignore_label)
 
 
 __all__ = ['FunctionalModel', 'InputSpec', 'KerasMetric', 'Metric', 'SparseAccuracy',

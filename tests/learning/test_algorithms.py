@@ -276,3 +276,27 @@ def test_adaptive_clip_norm_moves_geometrically_towards_the_target_quantile():
     assert m['clip_norm'] == pytest.approx(0.05)
     assert float(new['aggregator'][0]) == pytest.approx(0.05 * math.exp(-0.2 * (frac - 0.5)),
                                                         rel=1e-6)
+
+
+def test_sequence_padding_counts_in_neither_loss_nor_accuracy():
+    from simharness.learning.keras_examples import next_token
+    keras.utils.set_random_seed(0)
+    km = next_token((4,), 6)
+    spec = (tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None, 4], tf.int32))
+    masked = F.from_keras_model(km, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                                spec, metrics=['accuracy'], ignore_label=0)
+    x = np.array([[5, 1, 2, 0], [3, 4, 0, 0]], np.float32)
+    y = np.array([[1, 2, 3, 0], [4, 5, 0, 0]], np.int32)
+    out = masked.evaluate(masked.initial_weights(0), x, y)
+    logits = km(x).numpy().astype(np.float64)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(logp, y[..., None], -1)[..., 0]
+    real = y != 0
+    expected = np.mean([nll[i][real[i]].mean() for i in range(2)])
+    assert out['loss'] == pytest.approx(expected, rel=1e-5)
+    hits = (logits.argmax(-1) == y) & real
+    assert out['accuracy'] == pytest.approx(hits.sum() / real.sum())
+    p = A.build_algorithm('fedavg', masked, max_examples=2, batch_size=2)
+    fed = p.evaluate(masked.initial_weights(0), p.pad([{'x': x, 'y': y}]))
+    assert fed['loss'] == pytest.approx(expected, rel=1e-5)
+    assert fed['accuracy'] == pytest.approx(out['accuracy'])
