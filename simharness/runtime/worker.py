@@ -32,7 +32,16 @@ class _Terminated(BaseException):
     """SIGTERM arrived: leave the loop (not an operation error: never sent as a response)."""
 
 
+#: Set by the SIGTERM handler. The exception it raises can be replaced on
+#: its way out (TF's graph-building context managers turn an exception
+#: crossing them into "Nesting violated" AssertionErrors), so the loop checks
+#: this flag before it answers: an operation cut short by SIGTERM is never
+#: answered as an operation error.
+_SIGTERM_SEEN: List[bool] = []
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
+    _SIGTERM_SEEN.append(True)
     raise _Terminated()
 
 
@@ -126,6 +135,8 @@ def _serve(conn: Any, service: Any, arena: Any, attachment: Any, worker_id: int,
                 while True:  # fault injection (tests): an operation that never returns
                     time.sleep(3600)
             resp = service.handle(req)
+        if _SIGTERM_SEEN:
+            raise _Terminated()
         try:
             header, buffers = P.encode_message(resp)
         except Exception as e:
