@@ -223,6 +223,23 @@ def _paired_log_ratios(a: Sequence[Measurement], b: Sequence[Measurement],
     return np.concatenate(out) if out else None
 
 
+def _per_session_ratios(a: Sequence[Measurement], b: Sequence[Measurement],
+                        normalize: bool) -> List[float]:
+    """Paired B/A of each session of a side against all sessions of the other side."""
+    out = []
+    if len(b) > 1:
+        for m in b:
+            r = _paired_log_ratios(a, [m], normalize)
+            if r is not None and r.size:
+                out.append(float(np.exp(np.median(r))))
+    if len(a) > 1:
+        for m in a:
+            r = _paired_log_ratios([m], b, normalize)
+            if r is not None and r.size:
+                out.append(float(np.exp(np.median(r))))
+    return out
+
+
 def bootstrap_paired(log_ratios: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
                      n_resamples: int = DEFAULT_RESAMPLES,
                      seed: int = 0) -> Tuple[float, float, float, np.ndarray]:
@@ -355,11 +372,22 @@ def compare_measurements(name: str, a: Sequence[Measurement], b: Sequence[Measur
         p_slower = float(np.mean(dist > upper))
         p_faster = float(np.mean(dist < 1.0 / upper))
         verdict, prob = _verdict(p_slower, p_faster, confidence)
+        note = None
+        if verdict in ('slower', 'faster') and (len(a) > 1 or len(b) > 1):
+            # Sessions have lasting effects of their own: a change must show in every
+            # session of each side (each against the other side's sessions), not in the pool only.
+            per_session = _per_session_ratios(a, b, normalize)
+            beyond = [r > upper if verdict == 'slower' else r < 1.0 / upper
+                      for r in per_session]
+            if per_session and not all(beyond):
+                note = (f'{verdict} in the pool but not in every session (per-session B/A: '
+                        + ', '.join(f'{r:.3f}' for r in per_session) + ')')
+                verdict = 'uncertain'
         return Comparison(a_rounds=na, b_rounds=nb, ratio=ratio,
                           ci_low=low, ci_high=high, verdict=verdict, probability=prob,
                           p_slower=p_slower, p_faster=p_faster,
                           p_same=1.0 - p_slower - p_faster, method=method,
-                          runs=(len(a), len(b)), **common)
+                          runs=(len(a), len(b)), note=note, **common)
     ref = None
     if normalize:
         ref = float(np.median(np.concatenate([m.calibration for m in [*a, *b]])))
