@@ -520,3 +520,11 @@ def test_bench_run_saves_each_revision_from_its_checkout(tmp_path, monkeypatch, 
                for r in new)
     assert [p.label for p in H.build_history(find_runs(str(storage))).points] == \
         [sha[:8], _head(repo)[:8]]
+    # bench ab: HEAD~1 against the work tree (pytest-benchmark's plain fixture: no turns)
+    out = tmp_path / 'ab'
+    assert main(['bench', 'ab', '--baseline', 'HEAD~1', '--repeat', '2', '--save', str(out),
+                 '--env-b', 'X=1', '--', 'test_b.py', '--benchmark-max-time=0.01']) == 0
+    text = capsys.readouterr().out
+    assert 'A = HEAD~1, B = .: 4 sessions' in text and '| test_b |' in text
+    sides = sorted(load_run(str(p)).interleave['side'] for p in out.glob('*.json'))
+    assert sides == ['A1', 'A2', 'B1', 'B2']
