@@ -144,3 +144,22 @@ class ServicePair:
         for p in self.procs:
             p.stop()
         self.procs = []
+
+
+def stop_and_check(procs: List[ServiceProcess]) -> None:
+    """Stops the services; then neither they nor any process they started may be running."""
+    import psutil
+    pids = []
+    for p in procs:
+        if p.pid is not None:
+            pids.append(p.pid)
+            try:
+                pids.extend(c.pid for c in psutil.Process(p.pid).children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+    for p in procs:
+        p.stop()
+    _, alive = psutil.wait_procs([psutil.Process(q) for q in pids if psutil.pid_exists(q)],
+                                 timeout=15)
+    alive = [q for q in alive if q.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f'processes of a stopped service still run: {alive}'

@@ -119,11 +119,12 @@ def _double(x):
     return x * 2.0
 
 
-def test_remote_executor_tff_methods(module_service):
+def test_remote_executor_tff_methods(remote_pair):
     import grpc
     from simharness.runtime.proto.executor_service_pb2_grpc import ExecutorServiceStub
-    svc = module_service
-    channel = grpc.insecure_channel(svc.address)
+    address = remote_pair.addresses[1]
+    base = _values_held(address)  # other tests' stacks are closed: nothing else changes it
+    channel = grpc.insecure_channel(address)
     ex = RemoteExecutor(ExecutorServiceStub(channel))
     try:
         async def body():
@@ -138,17 +139,16 @@ def test_remote_executor_tff_methods(module_service):
             return await a.compute(), await b.compute()
         a, b = asyncio.run(body())
         assert a == np.float32(6.0) and b == np.float32(3.0)
-        assert _values_held(svc.address) > 0
+        assert _values_held(address) > base
     finally:
         ex.close()
     # close() released everything it held in the service; the user's channel stays open.
-    assert _values_held(svc.address) == 0
+    assert _eventually(lambda: _values_held(address) == base)
     channel.close()
 
 
-def test_remote_executor_set_cardinalities_bounds_block_operations(module_service):
-    svc = module_service
-    ex = RemoteExecutor(svc.address)
+def test_remote_executor_set_cardinalities_bounds_block_operations(remote_pair):
+    ex = RemoteExecutor(remote_pair.addresses[1])
     try:
         ex.set_cardinalities({sh.CLIENTS: 2})
         with pytest.raises(ValueError, match='3 clients.*set_cardinalities fixed 2'):
@@ -159,8 +159,8 @@ def test_remote_executor_set_cardinalities_bounds_block_operations(module_servic
         ex.close()
 
 
-def test_stream_structs_sends_element_by_element(module_service):
-    svc = module_service
+def test_stream_structs_sends_element_by_element(remote_pair):
+    address = remote_pair.addresses[1]
     big = collections.OrderedDict(w=np.arange(300_000, dtype=np.float32),
                                   b=np.ones(3, np.float32),
                                   inner=[np.full(10, 2, np.int32), np.float32(5)])
@@ -169,11 +169,11 @@ def test_stream_structs_sends_element_by_element(module_service):
         inner=[sh.TensorType(tf.int32, [10]), tf.float32]))
     requests = {}
     for stream in (False, True):
-        ex = RemoteExecutor(svc.address, stream_structs=stream)
+        ex = RemoteExecutor(address, stream_structs=stream)
         try:
-            before = _requests(svc.address)
+            before = _requests(address)
             out = asyncio.run(_create_and_compute(ex, big, t))
-            requests[stream] = _requests(svc.address) - before
+            requests[stream] = _requests(address) - before
             assert np.array_equal(out['w'], big['w']) and out['inner'][1] == 5
             assert out['inner'][0].dtype == np.int32
         finally:
@@ -203,11 +203,12 @@ def _eventually(fn, timeout=20.0):
         time.sleep(0.05)
 
 
-def test_dispose_batch_size_frees_dropped_values_in_batches(module_service):
+def test_dispose_batch_size_frees_dropped_values_in_batches(remote_pair):
     import time
-    svc = module_service
-    ex = RemoteExecutor(svc.address, dispose_batch_size=5)
-    held = lambda: _values_held(svc.address)  # noqa: E731
+    address = remote_pair.addresses[1]
+    base = _values_held(address)
+    ex = RemoteExecutor(address, dispose_batch_size=5)
+    held = lambda: _values_held(address) - base  # noqa: E731
     try:
         async def make(n):
             out = [await ex.create_value(float(i), tf.float32) for i in range(n)]
@@ -227,17 +228,3 @@ def test_dispose_batch_size_frees_dropped_values_in_batches(module_service):
         assert _eventually(lambda: held() == 1)
     finally:
         ex.close()
-
-
-def test_a_service_with_local_worker_processes_hosts_one_block_per_worker(start_service):
-    svc = start_service('--num-workers', '2')
-    args = _data(100)
-    factory = remote_executor_factory([svc.address])
-    with factory:
-        assert factory.services.num_workers == 0  # asked on first use
-        remote = _run(factory, args)
-        assert factory.services.num_workers == 2
-        info = factory.stats()['services'][0]
-        assert info['num_workers'] == 2 and info['streams'] == 2
-    thread = _run(local_executor_factory(), args)
-    assert all(np.asarray(a).tobytes() == np.asarray(b).tobytes() for a, b in zip(thread, remote))

@@ -73,7 +73,8 @@ def test_bad_tokens_are_refused_before_anything_starts(tmp_path):
 
 @pytest.fixture(scope='module')
 def secured(tmp_path_factory):
-    """A service on 0.0.0.0 with a token and TLS (a self-signed cert for localhost)."""
+    """A service on 0.0.0.0 with a token and TLS (a self-signed cert for localhost), hosting
+    its clients in 2 local worker processes."""
     if shutil.which('openssl') is None:
         pytest.skip('openssl is needed to make a test certificate')
     from remote_services import ServiceProcess
@@ -84,17 +85,39 @@ def secured(tmp_path_factory):
                     '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1'],
                    check=True, capture_output=True)
     token.write_text(TOKEN + '\n')
+    # With 2 local worker processes: the pool-backed service is tested here too.
     p = ServiceProcess(args=['--host', '0.0.0.0', '--token-file', str(token),
-                             '--tls-cert', str(cert), '--tls-key', str(key)])
+                             '--tls-cert', str(cert), '--tls-key', str(key), '--num-workers', '2'])
     try:
         yield f'localhost:{p.port}', cert.read_bytes(), str(token)
     finally:
-        p.stop()
+        from remote_services import stop_and_check
+        stop_and_check([p])
 
 
 def test_the_right_token_over_tls_is_served(secured):
     address, cert, token_file = secured
     assert _serves(address, token_file=token_file, root_certificates=cert)
+
+
+@sh.federated_computation(sh.type_at_clients(tf.float32))
+def _mean(xs):
+    return sh.federated_mean(xs)
+
+
+def test_a_service_with_local_worker_processes_hosts_one_block_per_worker(secured):
+    from simharness.stacks import local_executor_factory
+    address, cert, token_file = secured
+    xs = list(np.random.default_rng(0).normal(size=100).astype(np.float32))
+    factory = remote_executor_factory([address], token_file=token_file, root_certificates=cert)
+    with factory:
+        with sh.execution_context(factory):
+            remote = _mean(xs)
+        assert factory.services.num_workers == 2  # two worker slots, one block each
+        info = factory.stats()['services'][0]
+        assert info['num_workers'] == 2 and info['streams'] == 2
+    with sh.execution_context(local_executor_factory()):
+        assert np.asarray(_mean(xs)).tobytes() == np.asarray(remote).tobytes()
 
 
 @pytest.mark.parametrize('token', [None, 'wrong-token-0123456789', TOKEN[:-1] + 'X'])
