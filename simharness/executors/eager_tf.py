@@ -591,17 +591,18 @@ def _lowered_leaves(fn: 'EmbeddedFunction',
     sources = {i: leaves[i] for i in fn.sequence_params if isinstance(leaves[i], TensorBatches)}
     if not sources:
         return None
-    if len(sources) == len(leaves):  # the function takes only these sequences
-        lowered = fn.lowered(sources)
-        return None if lowered is None else (
-            lowered, [c for i in range(len(leaves)) for c in sources[i].components])
     lowered = fn.lowered(sources)
     if lowered is None:
         return None
     flat: List[Any] = []
     for i, leaf in enumerate(leaves):
         if i in sources:
-            flat.extend(sources[i].components)
+            tb = sources[i]
+            rows = tb._cache.get('rows')
+            if rows is None:
+                flat.extend(tb.components)
+            else:  # slices of stacked components: the stacked tensor rides along
+                flat.extend(_Row(c, x, rows[1]) for c, x in zip(tb.components, rows[0]))
         elif isinstance(leaf, (tf.data.Dataset, TensorBatches)):
             flat.append(tf.data.experimental.to_variant(as_dataset(leaf)))
         else:
@@ -609,11 +610,32 @@ def _lowered_leaves(fn: 'EmbeddedFunction',
     return lowered, flat
 
 
+class _Row:
+    """Row `index` of the stacked tensor `stacked` (which is `tensor`)."""
+
+    __slots__ = ('tensor', 'stacked', 'index')
+
+    def __init__(self, tensor: Any, stacked: Any, index: int):
+        self.tensor, self.stacked, self.index = tensor, stacked, index
+
+
+def _plain_leaves(leaves: List[Any]) -> List[Any]:
+    return [x.tensor if isinstance(x, _Row) else x for x in leaves]
+
+
 def _stack_columns(rows: List[List[Any]], device_scope) -> Optional[List[Tuple[str, Any]]]:
     """Leaves of several clients as block leaves: shared (one object) or stacked."""
     out: List[Tuple[str, Any]] = []
     for j in range(len(rows[0])):
         col = [r[j] for r in rows]
+        if isinstance(col[0], _Row) and all(
+                isinstance(c, _Row) and c.stacked is col[0].stacked
+                and c.index == col[0].index + k for k, c in enumerate(col)):
+            lo, whole = col[0].index, col[0].stacked
+            out.append(('stacked', whole if lo == 0 and len(col) == whole.shape[0]
+                        else whole[lo:lo + len(col)]))
+            continue
+        col = _plain_leaves(col)
         if all(c is col[0] for c in col):
             out.append(('shared', col[0]))
         elif all(isinstance(c, tf.Tensor) and c.dtype != tf.variant and c.shape == col[0].shape
@@ -843,7 +865,7 @@ class EagerTFExecutor(BatchExecutor):
                 lowered = _lowered_leaves(fn, flatten(arg.internal))
                 if lowered is not None:
                     with self._device_scope():
-                        out = lowered[0].call_flat(lowered[1])
+                        out = lowered[0].call_flat(_plain_leaves(lowered[1]))
                     return EagerValue(_pack_result(out, ft.result), ft.result)
             leaves = _flatten_arg(arg.internal)
         with self._device_scope():
@@ -917,8 +939,42 @@ class EagerTFExecutor(BatchExecutor):
             block = self._stack_python(values, t)
             if block is not None:
                 return block.values()
+        if len(values) >= 2 and isinstance(t, T.SequenceType):
+            stacked = self._stack_sequences(values, t)
+            if stacked is not None:
+                return stacked
         with self._device_scope():
             return [EagerValue(ingest(v, t), t) for v in values]
+
+    def _stack_sequences(self, values: List[Any], t: T.SequenceType) -> Optional[List[EagerValue]]:
+        """Many clients' in-memory sequences of one layout (as they come from the driver):
+        each component converted once for all clients, and the clients' rows kept
+        as slices of it, so that a batched map takes the stacked tensor as it is."""
+        first = values[0]
+        if not all(isinstance(v, TensorBatches) for v in values) or not isinstance(
+                first.components, (list, tuple)):
+            return None
+        m = len(first.components)
+        for v in values:
+            if (v.batch_size != first.batch_size or v.drop_remainder != first.drop_remainder
+                    or not isinstance(v.components, (list, tuple)) or len(v.components) != m
+                    or not all(isinstance(c, np.ndarray) and c.dtype == f.dtype
+                               and c.shape == f.shape
+                               for c, f in zip(v.components, first.components))):
+                return None
+        with self._device_scope():
+            checked = tseq.checked(first, t, to_tensor)  # one layout: one check
+            stacked = [fast_tensor(np.stack([v.components[j] for v in values]))
+                       for j in range(m)]
+            rows = [tf.unstack(x) for x in stacked]
+        out = []
+        for i in range(len(values)):
+            tb = TensorBatches([r[i] for r in rows], checked.batch_size, checked.drop_remainder,
+                               t.element)
+            tb._cache['checked'] = (t, tb)
+            tb._cache['rows'] = (stacked, i)
+            out.append(EagerValue(tb, t))
+        return out
 
     async def create_values_stacked(self, leaves: Sequence[np.ndarray], type_spec: Any) -> List[EagerValue]:
         """Embeds n client values given leaf by leaf as arrays [n, ...] (already validated)."""
@@ -1006,7 +1062,7 @@ class EagerTFExecutor(BatchExecutor):
                 res = []
                 for r in group:
                     with self._device_scope():
-                        o = lf.call_flat(r)
+                        o = lf.call_flat(_plain_leaves(r))
                     res.append(EagerValue(_pack_result(o, f.type_signature.result),
                                           f.type_signature.result))
             out.extend(res)
