@@ -105,6 +105,15 @@ class ExecutionContext:
             self._closed = True
             loop, thread = self._loop, self._thread
         try:
+            if loop is not None and not loop.is_closed():
+                # Tasks of a computation stopped by Ctrl-C or a signal (and the
+                # shielded evaluations it started) are cancelled and run to
+                # their end: none is left pending to be destroyed with the loop.
+                try:
+                    asyncio.run_coroutine_threadsafe(_cancel_pending(), loop).result(
+                        timeout=_CANCEL_WAIT + 5)
+                except Exception:  # a loop that cannot run it: nothing more to do here
+                    pass
             self.factory.clean_up_executors()
         finally:
             if loop is not None:
@@ -119,6 +128,19 @@ class ExecutionContext:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+#: Seconds `close()` waits for cancelled tasks to finish.
+_CANCEL_WAIT = 5.0
+
+
+async def _cancel_pending() -> None:
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=_CANCEL_WAIT)
 
 
 async def _run(executor, comp_bb, ft: T.FunctionType, arg: Any) -> Any:

@@ -514,7 +514,9 @@ def test_bench_run_saves_each_revision_from_its_checkout(tmp_path, monkeypatch, 
                     'y'], cwd=repo, check=True)
     assert main(['bench', 'run', '--storage', str(storage), '--interleave', '--rev', 'HEAD~1',
                  '--rev', 'HEAD', '--', 'test_b.py', '--benchmark-max-time=0.01']) == 0
-    new = find_runs(str(storage))[2:]
+    # saved in the order of --rev (their numbers); sessions that ran side by side can
+    # start in either order, so their datetimes do not order them
+    new = sorted(find_runs(str(storage)), key=lambda r: os.path.basename(r.path))[2:]
     assert [r.commit for r in new] == [sha, _head(repo)]
     assert all(r.interleave['history'] and r.interleave['session'] == new[0].interleave['session']
                for r in new)
