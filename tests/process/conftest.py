@@ -59,5 +59,10 @@ def no_leaks():
     for p in leaked:
         p.kill()
     assert not leaked, f'worker processes left running: {leaked}'
+    # A worker that is leaving unlinks its own arena as it exits, and the pool
+    # unlinks a dead worker's: give both the same grace as the reactor threads.
+    deadline = time.monotonic() + 5
+    while _segments() - segs_before and time.monotonic() < deadline:
+        time.sleep(0.05)
     new_segments = _segments() - segs_before
     assert not new_segments, f'shared-memory segments left: {sorted(new_segments)}'
