@@ -18,8 +18,9 @@ msgpack header plus raw buffers) travels as one logical byte stream
 ``[header][buffer 0][buffer 1]...`` cut into `Frame`s of at most
 `CHUNK_BYTES` data (see `proto/executor_service.proto`); each buffer's dtype,
 shape and size travel as a `TensorSpec`. No gRPC message comes near gRPC's
-4 MiB limit, whatever the tensors. Nothing is pickled; the receiver checks
-every size against its limits before it allocates.
+4 MiB limit, whatever the tensors. Only the codec decodes a message (no
+Python object is rebuilt from a peer's bytes); the receiver checks every
+size against its limits before it allocates.
 
 A handle's *generation* counts its streams: the sessions a stream opened
 live (in the service) as long as the stream does, so when a stream breaks

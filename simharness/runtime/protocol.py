@@ -104,7 +104,7 @@ RESULT.update({Op.OPEN_SESSION: Result.NONE, Op.CLOSE_SESSION: Result.NONE, Op.F
 @codec.register_message
 @dataclasses.dataclass
 class ErrorRecord:
-    """An exception as plain data: what crosses the seam instead of a pickled exception."""
+    """An exception as plain data: what crosses the seam instead of the exception object."""
 
     type_name: str
     message: str
