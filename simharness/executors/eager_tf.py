@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import inspect
-import math
 import threading
 import types
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast

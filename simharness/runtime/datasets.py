@@ -7,7 +7,6 @@ from typing import Any
 import tensorflow as tf
 
 from simharness.core import types as T
-from simharness.core.sequences import TensorBatches
 from simharness.core.structure import tensor_to_numpy
 from simharness.core.tf_sequences import recognize
 from simharness.core.tf_serialization import element_spec_for
