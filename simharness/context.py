@@ -6,10 +6,11 @@ asks its factory for a stack, runs the call on the context's own event loop
 running loop), and converts the result into numpy values in the Python
 containers of the result type.
 
-The current context is looked up in a `ContextVar` (set by
-`execution_context(...)` or `get_context_stack().install(ctx)`), falling
-back to the process-wide default set by `set_default_executor` or
-`set_default_context` (a local thread stack until then).
+The current context is looked up in core's context stack
+(`simharness.core.context_stack`: set by `execution_context(...)` or
+`get_context_stack().install(ctx)`), falling back to the process-wide
+default set by `set_default_executor` or `set_default_context` (a local
+thread stack until then, whose maker this module installs on import).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import contextlib
-import contextvars
 import threading
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Iterator, Optional, cast
 
 import numpy as np
 
+from simharness.core import context_stack
 from simharness.core import types as T
 from simharness.core.structure import Struct, from_container, tensor_to_numpy, to_container
 from simharness.errors import (CardinalityError, ExecutorClosedError, RetryableError,
@@ -220,37 +221,22 @@ def _from_nest(e: Any) -> Any:
 
 
 # ---------------------------------------------------------------- current context
-
-class _DefaultHolder:
-    """Holds the process-wide default context (created on first use).
-
-    `owned`: simharness made the context (first use, `set_default_executor`),
-    so it closes it when it is replaced; a context the user passed to
-    `set_default_context` is left open.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.context: Optional[ExecutionContext] = None
-        self.owned = True
+# The current and default contexts live in core's context stack
+# (`simharness.core.context_stack`); this layer makes the contexts and installs them.
 
 
-_DEFAULT = _DefaultHolder()
-_CURRENT: contextvars.ContextVar[Optional[ExecutionContext]] = contextvars.ContextVar(
-    'simharness_execution_context', default=None)
+def _make_local_context() -> ExecutionContext:
+    # Imported on first use: the stacks import TensorFlow (a plain `import simharness` does not).
+    from simharness.stacks import local_executor_factory
+    return ExecutionContext(local_executor_factory())
+
+
+context_stack.set_default_maker(_make_local_context)
 
 
 def get_context() -> ExecutionContext:
     """The context computations run in: the innermost `execution_context`, else the default."""
-    ctx = _CURRENT.get()
-    if ctx is not None:
-        return ctx
-    with _DEFAULT.lock:
-        if _DEFAULT.context is None:
-            from simharness.stacks import local_executor_factory
-            _DEFAULT.context = ExecutionContext(local_executor_factory())
-            _DEFAULT.owned = True
-        return _DEFAULT.context
+    return cast(ExecutionContext, context_stack.get_context())
 
 
 def set_default_executor(factory: Optional[ExecutorFactory] = None, retries: int = 0) -> None:
@@ -267,15 +253,7 @@ def set_default_executor(factory: Optional[ExecutorFactory] = None, retries: int
         _check_factory(factory)
     retries = check_int('retries', retries, 0)
     new = None if factory is None else ExecutionContext(factory, retries=retries)
-    _replace_default(new, owned=True)
-
-
-def _replace_default(new: Optional[ExecutionContext], owned: bool) -> None:
-    with _DEFAULT.lock:
-        old, old_owned = _DEFAULT.context, _DEFAULT.owned
-        _DEFAULT.context, _DEFAULT.owned = new, owned
-    if old is not None and old is not new and old_owned:
-        old.close()
+    context_stack.replace_default(new, owned=True)
 
 
 def _check_context(ctx: Any) -> None:
@@ -297,7 +275,7 @@ def set_default_context(ctx: Optional[ExecutionContext] = None) -> None:
     """
     if ctx is not None:
         _check_context(ctx)
-    _replace_default(ctx, owned=False)
+    context_stack.replace_default(ctx, owned=False)
 
 
 class ContextStack:
@@ -322,11 +300,8 @@ class ContextStack:
           SimharnessTypeError: `ctx` is not an `ExecutionContext`.
         """
         _check_context(ctx)
-        token = _CURRENT.set(ctx)
-        try:
+        with context_stack.install(ctx):
             yield ctx
-        finally:
-            _CURRENT.reset(token)
 
     def set_default_context(self, ctx: Optional[ExecutionContext] = None) -> None:
         """As the module-level `set_default_context`."""
@@ -354,10 +329,9 @@ def execution_context(factory: ExecutorFactory, retries: int = 0,
     """
     check_bool('close', close)
     ctx = ExecutionContext(factory, retries=retries)
-    token = _CURRENT.set(ctx)
     try:
-        yield ctx
+        with context_stack.install(ctx):
+            yield ctx
     finally:
-        _CURRENT.reset(token)
         if close:
             ctx.close()

@@ -5,8 +5,12 @@ was expected, e.g. ``arena_bytes must be an int >= 1, got 0 of type int``.
 Wrong types raise `SimharnessTypeError` (a bool is not an int nor a number);
 values of the right type out of range raise `SimharnessValueError`.
 
-`SimharnessAttributeError` and `EagerModeError` (in `simharness.errors`) are
-re-exported here for the modules that raise them.
+`EagerModeError` (in `simharness.errors`) is re-exported here for the
+executor that raises it.
+
+Layering: this module sits above `simharness.core` (it checks type specs with
+`core.types`), so core never imports it; core's own value-vs-type rules
+(`types.check_constant`, `types.array_refusal`) live in `core.types`.
 """
 
 from __future__ import annotations
@@ -15,8 +19,11 @@ import math
 import numbers
 from typing import Any, Optional, Tuple, Union
 
-from simharness.errors import (EagerModeError, SimharnessAttributeError,  # noqa: F401
-                               SimharnessError, SimharnessTypeError, SimharnessValueError)
+from simharness.core import types as T
+from simharness.errors import EagerModeError, SimharnessTypeError, SimharnessValueError
+
+__all__ = ['EagerModeError', 'check_bool', 'check_callable', 'check_instance', 'check_int',
+           'check_number', 'check_type_spec_matches']
 
 
 def _got(value: Any) -> str:
@@ -157,73 +164,8 @@ def check_type_spec_matches(type_spec: Any, actual: Any, what: str) -> None:
     """
     if type_spec is None:
         return
-    from simharness.core import types as T  # local: types imports this module
     t = T.to_type(type_spec)
     if not t.is_assignable_from(actual):
         raise SimharnessTypeError(
             f'the {what} of type {actual} is not assignable to the type_spec {t} given '
             f'with it', expected=t, actual=actual)
-
-
-def check_constant(value: Any, type_spec: Any, what: str = 'constant') -> Any:
-    """`value` as a numpy array of the tensor type `type_spec`, or a `SimharnessTypeError`.
-
-    TFF refuses a constant whose type is not assignable to the parameter's;
-    here, as there, nothing is silently truncated, wrapped or parsed: a float
-    for an integer type, an int out of the integer type's range, a finite
-    float that overflows to infinity, a string for a number (or a number for
-    a string) and a shape that does not match are refused. Ints are accepted
-    for float types and bools for numbers (exact conversions).
-
-    Args:
-      value: a Python or numpy constant (or a nested list of them).
-      type_spec: the expected `TensorType`.
-      what: the value, in words, for the message.
-
-    Returns:
-      a numpy array of ``type_spec.dtype`` (an object array of str/bytes for
-      a string type).
-
-    Raises:
-      SimharnessTypeError: `value` does not fit `type_spec`.
-    """
-    import numpy as np  # local: this module stays free of heavy imports
-
-    def refuse(reason: str) -> SimharnessTypeError:
-        return SimharnessTypeError(
-            f'{what} {value!r} of type {type(value).__name__} does not fit the expected type '
-            f'{type_spec}: {reason}', expected=type_spec, actual=type(value))
-
-    want = np.dtype(type_spec.dtype)
-    try:
-        a = np.asarray(value)
-    except (ValueError, OverflowError) as e:  # a ragged nested list
-        raise refuse(f'it is not an array ({e})') from None
-    is_text = a.dtype.kind in 'US' or (a.dtype.kind == 'O' and a.size > 0 and all(
-        isinstance(x, (str, bytes)) for x in a.reshape(-1)))
-    if want == np.dtype(object):  # a string tensor
-        if not (is_text or (a.dtype.kind == 'O' and a.size == 0)):
-            raise refuse('expected a str or bytes')
-        out = a
-    else:
-        if is_text or a.dtype.kind == 'O':
-            reason = ('an int outside int64' if a.dtype.kind == 'O' and not is_text
-                      else 'a string is not a number')
-            raise refuse(f'{reason}; expected a value of dtype {want.name}')
-        if a.dtype.kind in 'iu' and want.kind in 'iu':
-            info = np.iinfo(want)
-            if a.size and (a.min() < info.min or a.max() > info.max):
-                raise refuse(f'outside the range [{info.min}, {info.max}] of {want.name}')
-        elif not np.can_cast(a.dtype, want, 'same_kind'):
-            raise refuse(f'a {a.dtype.name} value would be truncated or changed in '
-                         f'{want.name}; convert it explicitly')
-        with np.errstate(over='ignore', invalid='ignore'):
-            out = a.astype(want)
-        if want.kind in 'fc' and a.dtype.kind in 'fc' and np.any(
-                np.isfinite(a) & ~np.isfinite(out)):
-            raise refuse(f'it overflows {want.name}')
-    shape = type_spec.shape
-    if shape is not None and (len(shape) != a.ndim or any(
-            d is not None and d != s for d, s in zip(shape, a.shape))):
-        raise refuse(f'its shape {list(a.shape)} is not {list(shape)}')
-    return out

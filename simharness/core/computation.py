@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
 import threading
-from typing import Any, Callable, Dict, List, Optional, cast
+from typing import Any, Callable, List, Optional, cast
 
 import attrs
 
 from simharness.core import building_blocks as bb
+from simharness.core import context_stack
 from simharness.core import tracing
 from simharness.core import types as T
 from simharness.core.structure import Struct
 from simharness.errors import SimharnessTypeError
 
 
-class Computation:
+class Computation(tracing.Traceable):
     """Base class of computations: callable, nestable, typed."""
 
     name: str = ''
@@ -39,10 +41,9 @@ class Computation:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if tracing.is_tracing() or _has_traced_value(args, kwargs):
             return self._trace_call(args, kwargs)
-        from simharness.context import get_context  # context depends on executors
         concrete = self._concrete_for_call(args, kwargs)
-        return get_context().invoke(concrete, _pack_python_args(concrete.type_signature.parameter,
-                                                                args, kwargs))
+        arg = _pack_python_args(concrete.type_signature.parameter, args, kwargs)
+        return context_stack.get_context().invoke(concrete, arg)
 
     def _concrete_for_call(self, args, kwargs) -> 'ConcreteComputation':
         return self  # type: ignore[return-value]
@@ -176,9 +177,20 @@ def _is_spec(x: Any) -> bool:
     return cls in ('TensorSpec', 'DatasetSpec', 'dtype') or isinstance(x, str)
 
 
+def num_positional_params(fn: Callable) -> Optional[int]:
+    """Positional parameters of `fn`, or None when it takes *args."""
+    sig = inspect.signature(fn)
+    n = 0
+    for p in sig.parameters.values():
+        if p.kind == p.VAR_POSITIONAL:
+            return None
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            n += 1
+    return n
+
+
 def _param_type_and_unpack(fn: Callable, specs: tuple) -> tuple:
     """(parameter type, unpack?) for the given decorator specs."""
-    from simharness.core.tf_serialization import num_positional_params
     nparams = num_positional_params(fn)
     if len(specs) == 0:
         return None, False
@@ -195,7 +207,6 @@ def _param_type_and_unpack(fn: Callable, specs: tuple) -> tuple:
             raise SimharnessTypeError(f'{fn.__name__} takes {nparams} parameters but the spec '
                                       f'{t} does not have {nparams} elements')
         return t, False
-    import inspect
     names: List[Optional[str]] = [p.name for p in inspect.signature(fn).parameters.values()
                                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if nparams is not None and nparams != len(specs):
@@ -218,7 +229,6 @@ def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], Concr
         return lambda fn: _wrap(fn, specs)
 
     def _wrap(fn: Callable, specs: tuple) -> Computation:
-        from simharness.core.tf_serialization import num_positional_params
         if not callable(fn) or isinstance(fn, type):
             raise SimharnessTypeError(
                 f'{kind} decorates a Python function, got {fn!r} of type {type(fn).__name__}',
@@ -253,7 +263,7 @@ def _make_tf(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteCom
 def _make_federated(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteComputation:
     name = getattr(fn, '__name__', '')
     with tracing.tracing_scope() as scope:
-        pname = f'{scope._names.__next__()}arg'
+        pname = f'{scope.fresh_name()}arg'
         if param is None:
             result = fn()
         else:

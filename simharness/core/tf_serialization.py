@@ -21,7 +21,6 @@ state, and the graph needs no separate initializer.
 from __future__ import annotations
 
 import collections
-import inspect
 from typing import Any, Callable, List, Optional, Tuple, cast
 
 import attrs
@@ -33,7 +32,7 @@ from tensorflow.python.framework import auto_control_deps
 from simharness.core import determinism
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.core.structure import Struct
+from simharness.core.structure import Struct, from_container
 from simharness.errors import SimharnessTypeError
 
 
@@ -150,18 +149,6 @@ def _result_type_and_leaves(result: Any) -> Tuple[T.Type, List[Any]]:
     return T.StructType(types, container=container), leaves
 
 
-def num_positional_params(fn: Callable) -> Optional[int]:
-    """Positional parameters of `fn`, or None when it takes *args."""
-    sig = inspect.signature(fn)
-    n = 0
-    for p in sig.parameters.values():
-        if p.kind == p.VAR_POSITIONAL:
-            return None
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            n += 1
-    return n
-
-
 def call_with_param(fn: Callable, param_type: Optional[T.Type], arg: Any, unpack: bool) -> Any:
     if param_type is None:
         return fn()
@@ -259,9 +246,6 @@ def constant_computation(value: Any, type_spec: Optional[T.Type] = None) -> bb.C
         int, an int out of range, a string for a number, another shape).
       SimharnessValueError: without `type_spec`, a Python int beyond int64.
     """
-    from simharness.core.structure import from_container
-    from simharness.validation import check_constant
-
     def check(v, t):  # eagerly, before tracing: errors name the value, not a graph op
         if isinstance(t, T.StructType):
             return Struct((n, check(x, e)) for (n, e), x in zip(t.items(), v))
@@ -269,7 +253,7 @@ def constant_computation(value: Any, type_spec: Optional[T.Type] = None) -> bb.C
             raise SimharnessTypeError(f'constant {v!r} of type {type(v).__name__} cannot have '
                                       f'the type {t}; expected a tensor type', expected=t,
                                       actual=type(v))
-        return check_constant(v, t)
+        return T.check_constant(v, t)
 
     t = type_spec if type_spec is not None else T.infer_type(value)
     arrays = check(from_container(value, t) if isinstance(t, T.StructType) else value, t)

@@ -21,8 +21,20 @@ import attrs
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.errors import SimharnessTypeError
-from simharness.validation import SimharnessAttributeError
+from simharness.errors import SimharnessAttributeError, SimharnessTypeError
+
+
+class Traceable:
+    """What a traced body may call or embed besides traced values: a computation.
+
+    `simharness.core.computation.Computation` subclasses it; tracing needs
+    only its building block, so it does not import the computation module
+    (which imports tracing).
+    """
+
+    def to_building_block(self, param_hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
+        """The building block to embed, for a parameter of type `param_hint` if given."""
+        raise NotImplementedError  # abstract; Computation's subclasses override
 
 
 class _Scope:
@@ -30,8 +42,12 @@ class _Scope:
         self.locals: List[Tuple[str, bb.ComputationBuildingBlock]] = []
         self._names = (f'{prefix}{i}' for i in itertools.count())
 
+    def fresh_name(self) -> str:
+        """A name not used before in this scope."""
+        return next(self._names)
+
     def bind(self, comp: bb.ComputationBuildingBlock) -> bb.Reference:
-        name = next(self._names)
+        name = self.fresh_name()
         self.locals.append((name, comp))
         return bb.Reference(name, comp.type_signature)
 
@@ -145,12 +161,11 @@ class Value:
 
 def to_building_block(value: Any, type_hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
     """Converts a Python value met during tracing into a building block."""
-    from simharness.core.computation import Computation  # cycle: computation uses tracing
     if isinstance(value, Value):
         return value.comp
     if isinstance(value, bb.ComputationBuildingBlock):
         return value
-    if isinstance(value, Computation):
+    if isinstance(value, Traceable):
         return value.to_building_block(type_hint)
     if isinstance(value, T.PlacementLiteral):
         return bb.Placement(value)

@@ -15,8 +15,8 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
 import attrs
 import numpy as np
 
-from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.validation import SimharnessAttributeError
+from simharness.core.struct import Struct
+from simharness.errors import SimharnessAttributeError, SimharnessTypeError, SimharnessValueError
 
 
 # ---------------------------------------------------------------- placements
@@ -552,7 +552,6 @@ def infer_type(value: Any) -> Type:
                           container=type(value))
     if isinstance(value, (list, tuple)):
         return StructType([infer_type(v) for v in value], container=type(value))
-    from simharness.core.structure import Struct  # local: structure imports nothing heavy
     if isinstance(value, Struct):
         return StructType([(n, infer_type(v)) for n, v in value.items()])
     raise SimharnessTypeError(
@@ -587,3 +586,65 @@ __all__: Sequence[str] = (
 
 def _is_namedtuple_cls(cls: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, '_fields')
+
+
+def check_constant(value: Any, type_spec: Any, what: str = 'constant') -> Any:
+    """`value` as a numpy array of the tensor type `type_spec`, or a `SimharnessTypeError`.
+
+    TFF refuses a constant whose type is not assignable to the parameter's;
+    here, as there, nothing is silently truncated, wrapped or parsed: a float
+    for an integer type, an int out of the integer type's range, a finite
+    float that overflows to infinity, a string for a number (or a number for
+    a string) and a shape that does not match are refused. Ints are accepted
+    for float types and bools for numbers (exact conversions).
+
+    Args:
+      value: a Python or numpy constant (or a nested list of them).
+      type_spec: the expected `TensorType`.
+      what: the value, in words, for the message.
+
+    Returns:
+      a numpy array of ``type_spec.dtype`` (an object array of str/bytes for
+      a string type).
+
+    Raises:
+      SimharnessTypeError: `value` does not fit `type_spec`.
+    """
+    def refuse(reason: str) -> SimharnessTypeError:
+        return SimharnessTypeError(
+            f'{what} {value!r} of type {type(value).__name__} does not fit the expected type '
+            f'{type_spec}: {reason}', expected=type_spec, actual=type(value))
+
+    want = np.dtype(type_spec.dtype)
+    try:
+        a = np.asarray(value)
+    except (ValueError, OverflowError) as e:  # a ragged nested list
+        raise refuse(f'it is not an array ({e})') from None
+    is_text = a.dtype.kind in 'US' or (a.dtype.kind == 'O' and a.size > 0 and all(
+        isinstance(x, (str, bytes)) for x in a.reshape(-1)))
+    if want == np.dtype(object):  # a string tensor
+        if not (is_text or (a.dtype.kind == 'O' and a.size == 0)):
+            raise refuse('expected a str or bytes')
+        out = a
+    else:
+        if is_text or a.dtype.kind == 'O':
+            reason = ('an int outside int64' if a.dtype.kind == 'O' and not is_text
+                      else 'a string is not a number')
+            raise refuse(f'{reason}; expected a value of dtype {want.name}')
+        if a.dtype.kind in 'iu' and want.kind in 'iu':
+            info = np.iinfo(want)
+            if a.size and (a.min() < info.min or a.max() > info.max):
+                raise refuse(f'outside the range [{info.min}, {info.max}] of {want.name}')
+        elif not np.can_cast(a.dtype, want, 'same_kind'):
+            raise refuse(f'a {a.dtype.name} value would be truncated or changed in '
+                         f'{want.name}; convert it explicitly')
+        with np.errstate(over='ignore', invalid='ignore'):
+            out = a.astype(want)
+        if want.kind in 'fc' and a.dtype.kind in 'fc' and np.any(
+                np.isfinite(a) & ~np.isfinite(out)):
+            raise refuse(f'it overflows {want.name}')
+    shape = type_spec.shape
+    if shape is not None and (len(shape) != a.ndim or any(
+            d is not None and d != s for d, s in zip(shape, a.shape))):
+        raise refuse(f'its shape {list(a.shape)} is not {list(shape)}')
+    return out

@@ -1,0 +1,101 @@
+"""The context stack: where a computation called outside tracing runs.
+
+Core knows only that a context has ``invoke(comp, arg)``; the execution
+layer (`simharness.context`) makes contexts and installs them here, as TFF's
+execution layer installs into ``tff.framework.get_context_stack()``::
+
+    core/computation: Computation.__call__ ──get_context()──▶ current context.invoke(...)
+    simharness.context: execution_context(f)  ──install(ctx)──▶ current (this thread/task)
+                        set_default_executor ──replace_default──▶ default (process-wide)
+                        (import)             ──set_default_maker──▶ how the first default is made
+
+The current context is a `ContextVar` (so threads and asyncio tasks see their
+own); the default is process-wide, made on first use by the installed maker
+(a local thread stack) and closed when replaced if simharness made it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from typing import Any, Callable, Iterator, Optional, Protocol
+
+from simharness.errors import ExecutorClosedError
+
+__all__ = ['SyncContext', 'get_context', 'install', 'replace_default', 'set_default_maker']
+
+
+class SyncContext(Protocol):
+    """What core needs of a context: run a computation on an argument, synchronously."""
+
+    def invoke(self, comp: Any, arg: Any = None) -> Any:
+        """Runs `comp` on `arg` and returns its result as Python/numpy values."""
+
+    def close(self) -> None:
+        """Releases the context's stacks; idempotent."""
+
+
+class _Default:
+    """The process-wide default context and how to make one (one instance, below).
+
+    `owned`: simharness made the context (first use, `set_default_executor`),
+    so it is closed when replaced; a context the user passed in is left open.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.context: Optional[SyncContext] = None
+        self.owned = True
+        self.maker: Optional[Callable[[], SyncContext]] = None
+
+
+_DEFAULT = _Default()
+_CURRENT: contextvars.ContextVar[Optional[SyncContext]] = contextvars.ContextVar(
+    'simharness_execution_context', default=None)
+
+
+def set_default_maker(maker: Callable[[], SyncContext]) -> None:
+    """Installs how the default context is made on first use (the execution layer calls it)."""
+    with _DEFAULT.lock:
+        _DEFAULT.maker = maker
+
+
+def get_context() -> SyncContext:
+    """The innermost installed context, else the default one (made on first use).
+
+    Raises:
+      ExecutorClosedError: no context is installed and no default maker was
+        installed (the execution layer, `simharness.context`, was not imported).
+    """
+    ctx = _CURRENT.get()
+    if ctx is not None:
+        return ctx
+    with _DEFAULT.lock:
+        if _DEFAULT.context is None:
+            if _DEFAULT.maker is None:
+                raise ExecutorClosedError(
+                    'no execution context is installed; import simharness (its execution '
+                    'layer installs the default local context) or use execution_context(...)')
+            _DEFAULT.context = _DEFAULT.maker()
+            _DEFAULT.owned = True
+        return _DEFAULT.context
+
+
+def replace_default(new: Optional[SyncContext], owned: bool) -> None:
+    """Makes `new` the default (None: made again on next use); closes an owned previous one."""
+    with _DEFAULT.lock:
+        old, old_owned = _DEFAULT.context, _DEFAULT.owned
+        _DEFAULT.context, _DEFAULT.owned = new, owned
+    if old is not None and old is not new and old_owned:
+        old.close()
+
+
+@contextlib.contextmanager
+def install(ctx: SyncContext) -> Iterator[SyncContext]:
+    """Makes `ctx` current inside the `with` block (this thread or task); leaves it open."""
+    token = _CURRENT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _CURRENT.reset(token)

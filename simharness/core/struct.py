@@ -1,0 +1,85 @@
+"""`Struct`: the runtime container of struct values (TFF's `Struct`).
+
+Its own module, below `types` and `structure`: `types.infer_type` knows a
+`Struct` value, and `structure`'s conversions follow `StructType`s.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, List, Optional, Tuple
+
+from simharness.errors import SimharnessAttributeError, SimharnessTypeError, SimharnessValueError
+
+__all__ = ['Struct']
+
+
+class Struct:
+    """An ordered struct of optionally named values (TFF's `Struct`)."""
+
+    __slots__ = ('_names', '_values')
+
+    def __init__(self, items: Iterable[Tuple[Optional[str], Any]]):
+        items = list(items)
+        self._names = tuple(n for n, _ in items)
+        self._values = tuple(v for _, v in items)
+        named = [n for n in self._names if n is not None]
+        if len(set(named)) != len(named):  # TFF: ValueError, names must be unique
+            dups = sorted({n for n in named if named.count(n) > 1})
+            raise SimharnessValueError(
+                f'Struct element names must be unique, got {list(self._names)} '
+                f'(repeated: {dups})')
+
+    @classmethod
+    def unnamed(cls, *values: Any) -> 'Struct':
+        return cls((None, v) for v in values)
+
+    @classmethod
+    def named(cls, **values: Any) -> 'Struct':
+        return cls(values.items())
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):  # by name, as TFF's: an AttributeError when missing
+            return self.__getattr__(key)
+        return self._values[key]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith('_'):
+            raise AttributeError(name)
+        try:
+            return self._values[self._names.index(name)]
+        except ValueError:
+            raise SimharnessAttributeError(
+                f'Struct has no element named {name!r}; its names are '
+                f'{list(self._names)}') from None
+
+    def index_of(self, name: str) -> int:
+        try:
+            return self._names.index(name)
+        except ValueError:
+            raise SimharnessTypeError(f'struct has no element named {name!r}') from None
+
+    @property
+    def names(self) -> Tuple[Optional[str], ...]:
+        return self._names
+
+    def items(self) -> List[Tuple[Optional[str], Any]]:
+        return list(zip(self._names, self._values))
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Struct) and self.items() == other.items()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.items()))
+
+    def __repr__(self) -> str:
+        parts = [repr(v) if n is None else f'{n}={v!r}' for n, v in self.items()]
+        return 'Struct(' + ', '.join(parts) + ')'
+
+    def __reduce__(self):
+        return (Struct, (self.items(),))
