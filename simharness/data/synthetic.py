@@ -141,17 +141,15 @@ def synthetic_alpha_beta(alpha: float = 1.0, beta: float = 1.0,
 
 
 def reference_fedavg_workload() -> tuple[ArrayClientData, list[np.ndarray]]:
-    """The FedAvg reference workload (``benchmarks/fedavg-synthetic-mlp.md``).
+    """`simharness.learning.reference_fedavg_workload` (data and model weights), kept here.
 
-    Returns:
-        ``(client_data, initial_weights)``: Synthetic(1, 1) with 1000 clients
-        of 50 samples (x float32 [50, 60], y int32 [50]; ids '0'..'999'), and
-        the MLP 60-256-256-10 initial weights as float32 arrays in the order
-        W0, b0, W1, b1, W2, b2 (Glorot uniform from ``default_rng(1)`` in the
-        order W0, W1, W2; zero biases). Their mean CE over all 50,000 samples
-        (shared numpy evaluator) is 2.433921.
+    Deprecated location: the workload pairs data with a model's initial
+    weights, so it lives in `simharness.learning` (learning uses data, data
+    does not import learning). This alias stays until its last caller,
+    ``experiments/runner.py``, imports it from there (issue 17).
     """
-    # Imported here: the model functions import TensorFlow.
+    # The one data -> learning import, an ignored import of the
+    # learning-above-data contract (pyproject.toml); lazy: learning imports TensorFlow.
     # pylint: disable-next=import-outside-toplevel
-    from simharness.learning.models import reference_mlp_init
-    return synthetic_alpha_beta(), reference_mlp_init()
+    from simharness.learning.fedavg import reference_fedavg_workload as workload
+    return workload()

@@ -25,6 +25,7 @@ _WHERE = {
     'build_fed_eval': 'algorithms', 'build_fed_prox': 'algorithms',
     'build_fed_sgd': 'algorithms', 'build_weighted_fed_avg': 'algorithms',
     'FedAvg': 'fedavg', 'FedAvgConfig': 'fedavg', 'pad_clients': 'fedavg',
+    'reference_fedavg_workload': 'fedavg',
     'FunctionalModel': 'functional', 'InputSpec': 'functional',
     'from_keras_model': 'functional', 'from_model_spec': 'functional',
     'functional_model_from_keras': 'functional',

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simharness.data import reference_fedavg_workload
+from simharness.learning import reference_fedavg_workload
 from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
 from simharness.learning import models as m
 
