@@ -27,6 +27,7 @@ from simharness.runtime.grpc_service import (ExecutorServer, ExecutorService,
                                              start_executor_service)
 from simharness.runtime.grpc_transport import RemoteServices
 from simharness.stacks import RemoteExecutorFactory, remote_executor_factory
+from simharness.stacks import RayExecutorFactory, ray_executor_factory  # Ray itself: on first use
 
 
 class ExecutionContext(_ExecutionContext):
@@ -115,4 +116,5 @@ __all__ = [
     'thread_debugging_executor_factory',
     'RemoteExecutor', 'ExecutorService', 'ExecutorServer', 'start_executor_service',
     'RemoteServices', 'RemoteExecutorFactory', 'remote_executor_factory',
+    'RayExecutorFactory', 'ray_executor_factory',
 ]

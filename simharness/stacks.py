@@ -545,3 +545,152 @@ def remote_executor_factory(addresses_or_channels=None, num_clients: Optional[in
                                   max_inflight=max_inflight, connect_timeout=connect_timeout)
     return RemoteExecutorFactory(services, num_clients, max_cached_stacks, owns,
                                  default_num_clients, dispose_batch_size, stream_structs)
+
+
+# ---------------------------------------------------------------- Ray stacks
+
+class RayExecutorFactory(CachingExecutorFactory):
+    """Stacks whose client groups are Ray actors (one long-lived actor per worker slot).
+
+    ```
+    ReferenceResolvingExecutor
+      FederatingExecutor(FederatedResolvingStrategy)
+        server, unplaced: ThreadDelegating(EagerTF) in the driver
+        clients:          WorkerDelegating(Ray actor k) x workers, actor k hosting
+                          the k-th contiguous block of clients
+    ```
+    The factory owns its `RayWorkers` (actors, placement group, and Ray when
+    it started it) unless it was given one: `close()` ends them; stacks for
+    other cardinalities reuse the same actors, each in a session of its own.
+    """
+
+    def __init__(self, workers, num_clients: Optional[int], max_cached_stacks: int,
+                 owns_workers: bool = True, default_num_clients: Optional[int] = None):
+        self.workers = workers
+        self.owns_workers = owns_workers
+        super().__init__(self._build_ray_stack, num_clients, max_cached_stacks,
+                         default_num_clients)
+
+    def _build_ray_stack(self, n: int) -> Executor:
+        from simharness.executors.worker_delegating import WorkerDelegatingExecutor
+        if self.workers.closed:
+            raise ExecutorClosedError('the Ray workers of this factory are closed; make a new '
+                                      'ray_executor_factory')
+        self.workers.start()
+        cache = FunctionCache()
+        server = _thread_eager('simharness-server', None, cache)
+        unplaced = _thread_eager('simharness-unplaced', None, cache)
+        handles = self.workers.handles
+        w = min(len(handles), n) if n else 0
+        groups = [(WorkerDelegatingExecutor(handles[k]), size)
+                  for k, size in enumerate(split_for_workers(n, w) if w else [])]
+        federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
+        return ReferenceResolvingExecutor(federating)
+
+    def stats(self) -> Dict[str, object]:
+        """Requests and bytes moved, broadcast puts, and per-actor node, pid, RSS and CPU time."""
+        out: Dict[str, object] = dict(self.workers.stats())
+        out['workers'] = self.workers.info()
+        return out
+
+    def cluster(self) -> Dict[str, object]:
+        """The Ray cluster's nodes and resources, and where each actor runs."""
+        return self.workers.cluster()
+
+    def close(self) -> None:
+        """Closes the stacks, and the actors (and Ray) when this factory started them."""
+        try:
+            self.clean_up_executors()
+        finally:
+            if self.owns_workers:
+                self.workers.close()
+
+
+def ray_executor_factory(address: Optional[str] = None, num_workers: Optional[int] = None,
+                         num_cpus_per_worker: float = 1, num_gpus_per_worker: float = 0,
+                         clients_per_worker: Optional[int] = 256,
+                         placement_strategy: str = 'PACK', *,
+                         num_clients: Optional[int] = None,
+                         default_num_clients: Optional[int] = None,
+                         max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+                         ready_timeout: float = 120.0, max_restarts: int = 3,
+                         call_timeout: Optional[float] = None, cpu_affinity: bool = True,
+                         ray_init_args: Optional[dict] = None, start: bool = False,
+                         workers=None, worker_options: Optional[dict] = None
+                         ) -> RayExecutorFactory:
+    """Stacks whose clients run in Ray actors: from one machine to a cluster.
+
+    One long-lived actor per worker slot (an actor imports TensorFlow once),
+    all in one placement group; clients are cut into contiguous blocks, one
+    per actor, and every operation is one call per actor covering its block.
+    Results are bit-identical to the thread and process stacks. Needs the
+    extra: ``pip install "simharness[ray]"``.
+
+    Args:
+      address: None starts a local Ray; ``'auto'`` joins the cluster of this
+        machine, ``'ray://head:10001'`` (Ray Client) or ``'head:6379'`` a
+        remote one. Unused when Ray is already initialised in this process.
+      num_workers: actors (default: the cluster's CPUs / `num_cpus_per_worker`,
+        or GPUs / `num_gpus_per_worker` when `num_gpus_per_worker` > 0).
+      num_cpus_per_worker: Ray CPUs reserved per actor (> 0).
+      num_gpus_per_worker: Ray GPUs per actor, in [0, 1] (0.5: two actors
+        share a GPU, with memory growth on); Ray sets the actor's
+        ``CUDA_VISIBLE_DEVICES``.
+      clients_per_worker: the most clients an actor runs through one TF call.
+      placement_strategy: of the placement group: 'PACK' (default),
+        'SPREAD', 'STRICT_PACK' or 'STRICT_SPREAD'.
+      num_clients, default_num_clients, max_cached_stacks: as in
+        `local_executor_factory`.
+      ready_timeout: seconds to wait for the placement group and the actors;
+        an unsatisfiable group is a `WorkerStartError` naming the resources.
+      max_restarts: Ray restarts of a dead actor (-1: no limit). Calls are
+        never retried by Ray (``max_task_retries=0``): a call to a dead actor
+        is a `WorkerLostError` (retryable: ``execution_context(factory,
+        retries=N)`` runs the computation again on the restarted actor).
+      call_timeout: seconds one call may run (None: no limit): a straggler
+        past it is killed (and restarted) and the call fails with
+        `WorkerTimeoutError` (retryable).
+      cpu_affinity: pin every actor to node-local cores of its own (from the
+        placement group table; see `ray_transport.plan_ray_placements`).
+      ray_init_args: more keyword arguments of ``ray.init`` (e.g.
+        ``{'num_cpus': 4}`` for a local Ray).
+      start: start Ray and the actors now rather than on first use.
+      workers: an existing `simharness.runtime.ray_transport.RayWorkers` to
+        share (the arguments above that describe workers are then ignored,
+        and closing the factory leaves the actors running).
+      worker_options: advanced options passed to the actors (tests).
+
+    Returns:
+      A `RayExecutorFactory`; close it (or use it as a context manager).
+    """
+    check_int('num_clients', num_clients, 0, allow_none=True)
+    check_int('max_cached_stacks', max_cached_stacks, 1)
+    check_bool('start', start)
+    _check_default_num_clients(num_clients, default_num_clients)
+    from simharness.runtime.ray_transport import RayWorkers, check_ray_arguments
+    owns = workers is None
+    if workers is None:
+        check_ray_arguments(num_workers, num_cpus_per_worker, num_gpus_per_worker,
+                            clients_per_worker, placement_strategy, ready_timeout, max_restarts,
+                            call_timeout, cpu_affinity, address)
+        workers = RayWorkers(num_workers, address=address,
+                             num_cpus_per_worker=num_cpus_per_worker,
+                             num_gpus_per_worker=num_gpus_per_worker,
+                             clients_per_worker=clients_per_worker,
+                             placement_strategy=placement_strategy, ready_timeout=ready_timeout,
+                             max_restarts=max_restarts, call_timeout=call_timeout,
+                             cpu_affinity=cpu_affinity, ray_init_args=ray_init_args,
+                             worker_options=worker_options)
+    elif not isinstance(workers, RayWorkers):
+        raise SimharnessTypeError(f'workers must be a RayWorkers, got {workers!r} of type '
+                                  f'{type(workers).__name__}', expected=RayWorkers,
+                                  actual=type(workers))
+    factory = RayExecutorFactory(workers, num_clients, max_cached_stacks, owns_workers=owns,
+                                 default_num_clients=default_num_clients)
+    if start:
+        try:
+            workers.start()
+        except BaseException:
+            factory.close()
+            raise
+    return factory

@@ -1,0 +1,130 @@
+"""Unit tests of the Ray backend's pure parts: the pinning plan and argument checks (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.runtime.ray_transport import (check_ray_arguments, placement_from_dict,
+                                              placement_to_dict, plan_ray_placements)
+
+A, B = 'node-a', 'node-b'
+
+
+def _cpus(plan):
+    return [p.cpus for p in plan]
+
+
+def test_actors_on_one_node_get_disjoint_cores_in_bundle_order():
+    plan = plan_ray_placements([A, A, A], {A: [4, 5, 6, 7]}, 1)
+    assert _cpus(plan) == [(4,), (5,), (6,)]
+    assert [p.worker_id for p in plan] == [0, 1, 2]
+    assert all(p.intra_op_threads == 1 and p.inter_op_threads == 1 for p in plan)
+    assert all(p.gpu is None and p.env == {'CUDA_VISIBLE_DEVICES': ''} for p in plan)
+
+
+def test_cores_are_node_local():
+    # Bundles interleaved over two nodes: each node's actors count from its own first core.
+    plan = plan_ray_placements([A, B, A, B], {A: [0, 1], B: [8, 9]}, 1)
+    assert _cpus(plan) == [(0,), (8,), (1,), (9,)]
+
+
+def test_several_cpus_per_worker():
+    plan = plan_ray_placements([A, A], {A: [0, 1, 2, 3, 4]}, 2)
+    assert _cpus(plan) == [(0, 1), (2, 3)]
+
+
+def test_fractional_cpus_share_cores():
+    plan = plan_ray_placements([A, A, A, A], {A: [0, 1]}, 0.5)
+    assert _cpus(plan) == [(0,), (0,), (1,), (1,)]
+    plan = plan_ray_placements([A, A], {A: [0, 1, 2]}, 1.5)
+    assert _cpus(plan) == [(0, 1), (1, 2)]
+
+
+def test_more_logical_cpus_than_cores_wrap_around():
+    plan = plan_ray_placements([A, A, A], {A: [2, 3]}, 1)
+    assert _cpus(plan) == [(2,), (3,), (2,)]
+
+
+def test_without_affinity_every_actor_may_use_its_nodes_cores():
+    plan = plan_ray_placements([A, B], {A: [1, 0], B: [5]}, 1, cpu_affinity=False)
+    assert _cpus(plan) == [(0, 1), (5,)]
+
+
+def test_gpus_come_from_ray_and_shared_gpus_grow_memory():
+    plan = plan_ray_placements([A, A], {A: [0, 1]}, 1, 0.5, gpu_ids=[3, 3])
+    assert [p.gpu for p in plan] == [3, 3]
+    # Ray sets CUDA_VISIBLE_DEVICES itself: the plan does not override it.
+    assert all(p.env == {'TF_FORCE_GPU_ALLOW_GROWTH': 'true'} for p in plan)
+    whole = plan_ray_placements([A], {A: [0]}, 1, 1, gpu_ids=[0])
+    assert whole[0].gpu == 0 and whole[0].env == {}
+
+
+def test_plan_errors_name_the_problem():
+    with pytest.raises(SimharnessValueError, match="node 'node-b'"):
+        plan_ray_placements([A, B], {A: [0]}, 1)
+    with pytest.raises(SimharnessValueError, match='no usable cores'):
+        plan_ray_placements([A], {A: []}, 1)
+    with pytest.raises(SimharnessValueError, match='Ray gave it none'):
+        plan_ray_placements([A], {A: [0]}, 1, 1, gpu_ids=[None])
+    with pytest.raises(SimharnessValueError, match='2 bundles'):
+        plan_ray_placements([A, A], {A: [0]}, 1, 0, gpu_ids=[None])
+    with pytest.raises(SimharnessValueError, match='num_cpus_per_worker'):
+        plan_ray_placements([A], {A: [0]}, 0)
+
+
+def test_placement_round_trips_as_plain_data():
+    p = plan_ray_placements([A, A], {A: [0, 1]}, 1, 0.25, gpu_ids=[1, 2])[1]
+    d = placement_to_dict(p)
+    assert all(isinstance(v, (int, list, dict, type(None))) for v in d.values())
+    assert placement_from_dict(d) == p
+
+
+_GOOD = dict(num_workers=2, num_cpus_per_worker=1, num_gpus_per_worker=0, clients_per_worker=8,
+             placement_strategy='PACK', ready_timeout=10.0, max_restarts=3, call_timeout=None,
+             cpu_affinity=True, address=None)
+
+
+def test_good_arguments_pass_and_the_strategy_is_normalised():
+    assert check_ray_arguments(**_GOOD) == 'PACK'
+    assert check_ray_arguments(**dict(_GOOD, placement_strategy='spread')) == 'SPREAD'
+    check_ray_arguments(**dict(_GOOD, num_workers=None, clients_per_worker=None,
+                               num_cpus_per_worker=0.5, num_gpus_per_worker=0.25,
+                               max_restarts=-1, call_timeout=30, address='auto'))
+
+
+@pytest.mark.parametrize('key, value, error, words', [
+    ('num_workers', 0, SimharnessValueError, 'num_workers'),
+    ('num_workers', 1.5, SimharnessTypeError, 'num_workers'),
+    ('num_workers', True, SimharnessTypeError, 'num_workers'),
+    ('num_cpus_per_worker', 0, SimharnessValueError, 'num_cpus_per_worker'),
+    ('num_cpus_per_worker', '1', SimharnessTypeError, 'num_cpus_per_worker'),
+    ('num_gpus_per_worker', -1, SimharnessValueError, 'num_gpus_per_worker'),
+    ('num_gpus_per_worker', 2, SimharnessValueError, 'one GPU'),
+    ('clients_per_worker', 0, SimharnessValueError, 'clients_per_worker'),
+    ('placement_strategy', 'DENSE', SimharnessValueError, 'STRICT_SPREAD'),
+    ('placement_strategy', 1, SimharnessTypeError, 'placement_strategy'),
+    ('ready_timeout', 0, SimharnessValueError, 'ready_timeout'),
+    ('max_restarts', -2, SimharnessValueError, 'max_restarts'),
+    ('max_restarts', 1.0, SimharnessTypeError, 'max_restarts'),
+    ('call_timeout', -1, SimharnessValueError, 'call_timeout'),
+    ('cpu_affinity', 1, SimharnessTypeError, 'cpu_affinity'),
+    ('address', 6379, SimharnessTypeError, 'address'),
+    ('address', '', SimharnessTypeError, 'address'),
+])
+def test_bad_arguments_name_the_argument(key, value, error, words):
+    with pytest.raises(error, match=words):
+        check_ray_arguments(**dict(_GOOD, **{key: value}))
+
+
+def test_factory_checks_arguments_before_anything_starts():
+    import simharness as sh
+    with pytest.raises(SimharnessValueError, match='placement_strategy'):
+        sh.framework.ray_executor_factory(placement_strategy='NOPE')
+    with pytest.raises(SimharnessTypeError, match='workers must be a RayWorkers'):
+        sh.framework.ray_executor_factory(workers=object())
+    # A valid factory starts nothing until it is used (Ray is not even initialised).
+    f = sh.framework.ray_executor_factory(num_workers=1)
+    assert not f.workers.started
+    f.close()
+    f.close()  # idempotent
