@@ -166,6 +166,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog='examples:\n'
                '  simharness run configs/quickstart.toml\n'
                '  simharness run configs/quickstart.toml --set stack.kind=thread\n'
+               '  simharness run configs/quickstart.toml --set stack.kind=ray \\\n'
+               '      --set stack.address=auto          # on the Ray cluster of this machine\n'
                '  simharness sweep experiments/scaling.toml\n'
                '  simharness report results/scaling\n\n'
                'Results go to RESULTS/<experiment name>/<run id>/: config.toml (resolved),\n'

@@ -92,6 +92,25 @@ def _remote_marks() -> Tuple[Any, ...]:
     return (pytest.mark.remote,)
 
 
+def _ray_resource() -> Any:
+    from ray_cluster import RayStackResource  # tests/ray_cluster.py
+    return RayStackResource()
+
+
+def _ray_stack(resource: Any, num_clients: Optional[int]) -> Any:
+    from simharness.stacks import ray_executor_factory
+    return ray_executor_factory(workers=resource.workers, num_clients=num_clients)
+
+
+def _ray_marks() -> Tuple[Any, ...]:
+    import importlib.util
+
+    import pytest
+    return (pytest.mark.ray, pytest.mark.skipif(importlib.util.find_spec('ray') is None,
+                                                reason='Ray is not installed (pip install '
+                                                '"simharness[ray]")'))
+
+
 #: name -> entry. Conformance tests run on every entry.
 STACKS: Dict[str, StackEntry] = {
     'thread-1': StackEntry(_thread_stack(1)),
@@ -106,6 +125,10 @@ STACKS: Dict[str, StackEntry] = {
     # Two executor services on loopback, started as subprocesses once per session.
     'remote-2': StackEntry(_remote_stack, start=_remote_pair, marks=_remote_marks(),
                            resident_threads=('simharness-grpc',)),
+    # Two Ray nodes on loopback (127.0.0.2, 127.0.0.3), one actor on each, started once
+    # per session (tests/ray_cluster.py).
+    'ray-2': StackEntry(_ray_stack, start=_ray_resource, marks=_ray_marks(),
+                        resident_threads=('simharness-ray',)),
 }
 
 

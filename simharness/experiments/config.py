@@ -61,7 +61,9 @@ MODEL_NAMES = ('cnn', 'keras', 'logreg', 'mlp')
 ALGORITHMS = ('fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', 'fedsgd', 'fedyogi')
 OPTIMIZERS = ('adagrad', 'adam', 'sgd', 'yogi')
 COHORTS = ('random', 'reference', 'weighted', 'with_replacement')
-STACK_KINDS = ('process', 'thread')
+STACK_KINDS = ('process', 'ray', 'thread')
+#: Placement strategies of ``[stack] kind = 'ray'`` (Ray's placement groups).
+RAY_PLACEMENT_STRATEGIES = ('PACK', 'SPREAD', 'STRICT_PACK', 'STRICT_SPREAD')
 
 #: Number of clients of the reference workload (fedavg-synthetic-mlp.md).
 REFERENCE_NUM_CLIENTS = 1000
@@ -584,6 +586,8 @@ _STACK_OPTIONS: Mapping[str, Mapping[str, Any]] = {
     'thread': {'clients_per_thread': 1},
     'process': {'num_workers': None, 'clients_per_worker': 256, 'cpu_affinity': True,
                 'devices': None, 'workers_per_gpu': 1},
+    'ray': {'address': None, 'num_workers': None, 'clients_per_worker': 256, 'cpu_affinity': True,
+            'num_cpus_per_worker': 1, 'num_gpus_per_worker': 0, 'placement_strategy': 'PACK'},
 }
 
 
@@ -592,9 +596,12 @@ class StackConfig:
     """``[stack]``: where the clients run.
 
     Attributes:
-        kind: ``'thread'`` (`local_executor_factory`, default) or
+        kind: ``'thread'`` (`local_executor_factory`, default),
             ``'process'`` (`process_executor_factory`: pinned worker
-            processes).
+            processes) or ``'ray'`` (`ray_executor_factory`: Ray actors, on
+            this machine or a cluster).
+        address: ray: the cluster to join (``'auto'``, ``'host:6379'``,
+            ``'ray://host:10001'``; default: start a local Ray).
         clients_per_thread: thread: clients per client thread (default 1).
         num_workers: process: worker processes (default: one per usable
             core, or per GPU slot when `devices` names GPUs).
@@ -604,6 +611,10 @@ class StackConfig:
             true).
         devices: process: GPUs to use ('cuda:0', [0, 1], ...; default: CPU).
         workers_per_gpu: process: workers sharing a GPU (default 1).
+        num_cpus_per_worker: ray: CPUs reserved per actor (default 1).
+        num_gpus_per_worker: ray: GPUs per actor, 0 .. 1 (default 0).
+        placement_strategy: ray: 'PACK' (default), 'SPREAD', 'STRICT_PACK'
+            or 'STRICT_SPREAD'.
     """
 
     kind: str = 'thread'
@@ -613,10 +624,29 @@ class StackConfig:
     cpu_affinity: Optional[bool] = None
     devices: Optional[Union[str, Tuple[Union[int, str], ...]]] = None
     workers_per_gpu: Optional[int] = None
+    address: Optional[str] = None
+    num_cpus_per_worker: Optional[float] = None
+    num_gpus_per_worker: Optional[float] = None
+    placement_strategy: Optional[str] = None
 
     def __post_init__(self) -> None:
         _check_choice('stack.kind', self.kind, STACK_KINDS)
         _apply_variant(self, 'stack', 'kind', _STACK_OPTIONS)
+        if self.address is not None:
+            _check_str('stack.address', self.address)
+        if self.num_cpus_per_worker is not None:
+            _check_float('stack.num_cpus_per_worker', self.num_cpus_per_worker, minimum=0,
+                         inclusive=False)
+        if self.num_gpus_per_worker is not None:
+            _check_float('stack.num_gpus_per_worker', self.num_gpus_per_worker, minimum=0)
+            if self.num_gpus_per_worker > 1:
+                raise ConfigError('stack.num_gpus_per_worker must be a number in [0, 1] (a '
+                                  f'worker uses one GPU), got {self.num_gpus_per_worker!r}',
+                                  key='stack.num_gpus_per_worker',
+                                  value=self.num_gpus_per_worker)
+        if self.placement_strategy is not None:
+            _check_choice('stack.placement_strategy', self.placement_strategy,
+                          RAY_PLACEMENT_STRATEGIES)
         for key in ('clients_per_thread', 'num_workers', 'clients_per_worker', 'workers_per_gpu'):
             if getattr(self, key) is not None:
                 _check_int(f'stack.{key}', getattr(self, key), 1)

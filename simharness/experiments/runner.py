@@ -307,6 +307,11 @@ def _make_factory(config: ExperimentConfig) -> Any:
     s: Any = config.stack  # the kind's options are filled in (not None)
     if s.kind == 'thread':
         return stacks.local_executor_factory(clients_per_thread=s.clients_per_thread)
+    if s.kind == 'ray':
+        return stacks.ray_executor_factory(
+            address=s.address, num_workers=s.num_workers, num_cpus_per_worker=s.num_cpus_per_worker,
+            num_gpus_per_worker=s.num_gpus_per_worker, clients_per_worker=s.clients_per_worker,
+            placement_strategy=s.placement_strategy, cpu_affinity=s.cpu_affinity)
     from simharness.experiments.config import check_stack_devices
     check_stack_devices(s)  # a GPU that is not here: a config error naming stack.devices
     devices = list(s.devices) if isinstance(s.devices, tuple) else s.devices
@@ -314,6 +319,18 @@ def _make_factory(config: ExperimentConfig) -> Any:
         num_workers=s.num_workers, clients_per_worker=s.clients_per_worker,
         cpu_affinity=s.cpu_affinity, devices=devices, workers_per_gpu=s.workers_per_gpu,
         start=False)
+
+
+def _record_cluster(run_dir: Path, cluster: Mapping[str, Any]) -> None:
+    """Adds the Ray cluster (nodes, resources, where each actor runs) to environment.json."""
+    import json  # pylint: disable=import-outside-toplevel
+    path = run_dir / ENVIRONMENT_FILE
+    try:
+        env = json.loads(path.read_text(encoding='utf-8'))
+    except (OSError, ValueError):
+        env = {}
+    env['ray'] = dict(cluster)
+    atomic.write_json(path, env)
 
 
 def _close_factory(factory: Any) -> None:
@@ -700,9 +717,16 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     writer = None
     try:
         pool = getattr(factory, 'pool', None)
+        ray_workers = getattr(factory, 'workers', None)  # stack.kind = 'ray': the actors
         if pool is not None:
             extra['stack_start_seconds'] = pool.start()
             extra['num_workers'] = pool.num_workers
+        elif ray_workers is not None:
+            t_ray = time.perf_counter()
+            ray_workers.start()
+            extra['stack_start_seconds'] = time.perf_counter() - t_ray
+            extra['num_workers'] = ray_workers.num_workers
+            _record_cluster(run_dir, factory.cluster())
         else:
             extra['stack_start_seconds'] = 0.0
         show_bar = _progress_enabled(progress)
