@@ -132,6 +132,55 @@ class Reducer:
     def _num_chunks(self) -> int:
         return -(-self.total // self.chunk)
 
+    def join(self, left: Partial, right: Partial) -> Partial:
+        """The partial of two adjacent blocks, ``left`` then ``right``, as one block.
+
+        Exactly the partial that `partial` would give for the union block:
+        `right`'s head values are folded into `left`'s open chunk (or kept as
+        head when `left` is all head), then `right`'s tree nodes are inserted,
+        merging with `left`'s where the tree says so. This is what lets a
+        holder reduce its block slice by slice (streaming) and still give
+        every bit of the one-piece partial.
+
+        Raises:
+          SimharnessValueError: the blocks are not adjacent.
+        """
+        if left.stop != right.start:
+            raise SimharnessValueError(f'cannot join the partial of [{left.start}, {left.stop}) '
+                                       f'with one starting at {right.start}')
+        head = list(left.head)
+        nodes = dict(left.nodes)
+        open_chunk, open_acc = left.open_chunk, left.open_acc
+        pos = right.start
+        if right.head:
+            c = pos // self.chunk
+            if open_chunk is None:
+                # `left` holds no beginning of this chunk: it is all head so far.
+                if left.nodes or (left.start // self.chunk) != c:
+                    raise SimharnessValueError(f'client {pos} continues chunk {c}, which the '
+                                               'left block did not begin')
+                head.extend(right.head)
+            else:
+                if open_chunk != c:
+                    raise SimharnessValueError(f'client {pos} continues chunk {c}, but the left '
+                                               f'block left chunk {open_chunk} open')
+                if self._accumulate_many is not None and len(right.head) > 1:
+                    open_acc = self._accumulate_many(open_acc, list(right.head))
+                else:
+                    for v in right.head:
+                        open_acc = self._accumulate(open_acc, v)
+            pos += len(right.head)
+            if pos == self._chunk_end(c) and open_chunk is not None:
+                self._insert(nodes, 0, c, open_acc)
+                open_chunk, open_acc = None, None
+        if open_chunk is not None and (right.nodes or right.open_chunk is not None):
+            raise SimharnessValueError(f'chunk {open_chunk} was left unfinished before client {pos}')
+        for (level, index) in sorted(right.nodes):
+            self._insert(nodes, level, index, right.nodes[(level, index)])
+        if right.open_chunk is not None:
+            open_chunk, open_acc = right.open_chunk, right.open_acc
+        return Partial(left.start, right.stop, head, nodes, open_chunk, open_acc)
+
     # ------------------------------------------------------------ combine
     def combine(self, partials: Sequence[Partial]) -> Any:
         """Joins the partials of blocks covering ``[0, total)`` into the result.

@@ -13,6 +13,7 @@ children).
 from __future__ import annotations
 
 import abc
+import contextlib
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from simharness.core import building_blocks as bb
@@ -89,6 +90,11 @@ class FederatingStrategy(abc.ABC):
     def close(self) -> None:
         """Closes the children the strategy owns."""
 
+    def busy(self) -> Any:
+        """A context manager around each operation of the executor (the strategy may track
+        what is running, e.g. to batch work); by default it does nothing."""
+        return contextlib.nullcontext()
+
 
 class FederatingExecutor(Executor):
     """Placements and intrinsics, as in TFF's `FederatingExecutor`.
@@ -132,7 +138,7 @@ class FederatingExecutor(Executor):
     def unplaced(self, value: ExecutorValue, source: Optional[bb.ComputationBuildingBlock] = None) -> FederatingValue:
         return FederatingValue('unplaced', value, value.type_signature, self, source)
 
-    async def create_value(self, value: Any, type_spec: Any = None) -> FederatingValue:
+    async def _create_value(self, value: Any, type_spec: Any = None) -> FederatingValue:
         self._check_open()
         if isinstance(value, FederatingValue):
             check_type_spec_matches(type_spec, value.type_signature, 'value')
@@ -168,7 +174,7 @@ class FederatingExecutor(Executor):
             return FederatingValue('struct', elems, t, self)
         return self.unplaced(await self._unplaced.create_value(value, t))
 
-    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> FederatingValue:
+    async def _create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> FederatingValue:
         self._check_open()
         if not isinstance(comp, FederatingValue):
             raise SimharnessTypeError(f'{comp!r} is not a value of this executor')
@@ -197,13 +203,13 @@ class FederatingExecutor(Executor):
             f'a value of type {v.type_signature} cannot be passed to an unplaced tf_computation; '
             'use federated_map (or federated_apply at the server)', actual=v.type_signature)
 
-    async def create_struct(self, elements: Any) -> FederatingValue:
+    async def _create_struct(self, elements: Any) -> FederatingValue:
         self._check_open()
         items = normalize_struct_elements(elements)
         t = T.StructType([(n, v.type_signature) for n, v in items])
         return FederatingValue('struct', list(items), t, self)
 
-    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
+    async def _create_selection(self, source: ExecutorValue, index: Optional[int] = None,
                                name: Optional[str] = None) -> FederatingValue:
         self._check_open()
         index = selection_index(source, index, name)
@@ -216,6 +222,23 @@ class FederatingExecutor(Executor):
         if source.kind == 'federated':
             return await self.strategy.select_federated(source, index)
         raise SimharnessTypeError(f'cannot select from a value of type {source.type_signature}')
+
+    async def create_value(self, value: Any, type_spec: Any = None) -> FederatingValue:
+        with self.strategy.busy():
+            return await self._create_value(value, type_spec)
+
+    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> FederatingValue:
+        with self.strategy.busy():
+            return await self._create_call(comp, arg)
+
+    async def create_struct(self, elements: Any) -> FederatingValue:
+        with self.strategy.busy():
+            return await self._create_struct(elements)
+
+    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
+                               name: Optional[str] = None) -> FederatingValue:
+        with self.strategy.busy():
+            return await self._create_selection(source, index, name)
 
     def close(self) -> None:
         if not self._closed:

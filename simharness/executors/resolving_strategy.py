@@ -9,7 +9,27 @@ the server child, so results do not depend on the grouping.
 
 Payloads of federated values: a server value is one child value of the
 server executor; a clients value is a list (one per group) of lists of
-child values (an all-equal value repeats one child value per group).
+child values (an all-equal value repeats one child value per group), or a
+`_Lazy` plan not computed yet.
+
+Streaming (map -> reduce in bounded memory):
+
+```
+  federated_map / federated_zip / selections at CLIENTS  ->  _Lazy plan (nothing runs)
+  federated_sum / mean / weighted mean / aggregate / secure sums of a _Lazy
+      -> joins the invocation's stream batch (every reduction asked for while the
+         event loop turns a few times: a round's mean and sums of one map)
+      -> per group ONE create_streamed_reductions(plan, reductions): the group's
+         holder computes the plan slice by slice (<= clients_per_worker clients,
+         whole chunks) and folds each slice into every reduction's partial
+      -> partials combined on the server as before: the same bits
+  anything else (compute, sequence ops, select, collect) materializes the plan
+      with the block operations of before, once (cached)
+```
+
+A plan that a stream batch consumed and something else needs later is
+computed again (counted in `stream_stats['recomputed']`): client
+computations are pure functions, so the bits are the same.
 """
 
 from __future__ import annotations
@@ -29,6 +49,65 @@ from simharness.executors.base import BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
 
 ClientsPayload = List[List[ExecutorValue]]
+
+#: Event-loop turns without a new reduction after which a stream batch runs.
+_STREAM_QUIET_TURNS = 8
+
+
+class _Lazy:
+    """Client values described, not computed: a map, a selection, a zip, or clients by reference.
+
+    `op` is 'map' (`fn`, `srcs[0]`), 'select' (`index`, `srcs[0]`), 'zip' (`names`,
+    `srcs`) or 'sourced' (`sourced`, a `SourcedClients`, of `member` type). A source is
+    another `_Lazy` or a `_Leaf`. `payload` caches the materialized values.
+    """
+
+    __slots__ = ('op', 'fn', 'index', 'names', 'srcs', 'sourced', 'member', 'payload',
+                 'streamed', '_lock')
+
+    def __init__(self, op: str, srcs: Sequence[Any] = (), fn: Any = None, index: int = 0,
+                 names: Sequence[Optional[str]] = (), sourced: Any = None, member: Any = None):
+        self.op = op
+        self.srcs = list(srcs)
+        self.fn = fn
+        self.index = index
+        self.names = list(names)
+        self.sourced = sourced
+        self.member = member
+        self.payload: Optional[ClientsPayload] = None
+        self.streamed = False
+        self._lock: Optional[asyncio.Lock] = None
+
+
+class _Leaf:
+    """Materialized client values inside a plan (`all_equal`: one value per group, repeated)."""
+
+    __slots__ = ('payload', 'all_equal')
+
+    def __init__(self, payload: ClientsPayload, all_equal: bool):
+        self.payload = payload
+        self.all_equal = all_equal
+
+
+class _Busy:
+    __slots__ = ('_strategy', '_key')
+
+    def __init__(self, strategy: 'FederatedResolvingStrategy', key: Any):
+        self._strategy, self._key = strategy, key
+
+    def __enter__(self) -> None:
+        self._strategy._enter(self._key)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._strategy._leave(self._key)
+
+
+class _StreamBatch:
+    """The reductions of one invocation that stream together (one pass over the clients)."""
+
+    def __init__(self) -> None:
+        self.requests: List[Tuple[str, List[Any], Any]] = []
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
 
 
 def _targets_from_mapping(targets: Any) -> Tuple[Any, List[Tuple[Any, int]]]:
@@ -91,6 +170,19 @@ class FederatedResolvingStrategy(FederatingStrategy):
         self._sizes = [int(n) for _, n in client_groups]
         self._starts = [sum(self._sizes[:i]) for i in range(len(self._sizes))]
         self.num_clients = sum(self._sizes)
+        #: Whether reductions of client values made by maps, zips and selections stream
+        #: (computed and folded slice by slice in each group) instead of materializing them.
+        self.stream = True
+        #: Clients per streamed slice (None: each holder's batch bound, in whole chunks).
+        self.stream_slice: Optional[int] = None
+        #: Counters: reductions streamed, stream batches run, plans computed again.
+        self.stream_stats = {'reductions': 0, 'batches': 0, 'recomputed': 0}
+        self._batches: Dict[Any, _StreamBatch] = {}
+        # Per invocation: intrinsics running now (not waiting for a stream batch), and an
+        # event set whenever none is; a batch runs only then, so that the reductions of a
+        # round whose arguments still need a round trip (a zero to materialize) join it.
+        self._busy: Dict[Any, int] = {}
+        self._idle: Dict[Any, asyncio.Event] = {}
 
     @classmethod
     def factory(cls, server: Any, client_groups: Optional[Sequence[Tuple[BatchExecutor, int]]] = None):
@@ -148,10 +240,14 @@ class FederatedResolvingStrategy(FederatingStrategy):
                     return (await self._groups[g].compute_many(vals[:1]))[0]
         return await v.compute()
 
-    async def _embed_fn(self, fn: FederatingValue, child: BatchExecutor) -> ExecutorValue:
+    @staticmethod
+    def _check_fn(fn: FederatingValue) -> None:
         if fn.kind != 'unplaced' or not isinstance(fn.source, bb.CompiledComputation):
             raise SimharnessTypeError(f'expected a tf_computation, got a value of type '
                                       f'{fn.type_signature}')
+
+    async def _embed_fn(self, fn: FederatingValue, child: BatchExecutor) -> ExecutorValue:
+        self._check_fn(fn)
         return await child.create_value(fn.source, fn.type_signature)
 
     async def _replicate(self, py: Any, member: T.Type) -> ClientsPayload:
@@ -167,11 +263,187 @@ class FederatedResolvingStrategy(FederatingStrategy):
             raise SimharnessTypeError(f'expected a struct of {n} arguments, got {arg!r}')
         return [v for _, v in arg.payload]
 
-    async def _as_clients(self, v: FederatingValue) -> ClientsPayload:
+    def _check_clients(self, v: FederatingValue) -> None:
         t = v.type_signature
         if v.kind != 'federated' or cast(T.FederatedType, t).placement is not T.CLIENTS:
             raise SimharnessTypeError(f'expected a value placed at CLIENTS, got {t}', actual=t)
+
+    async def _as_clients(self, v: FederatingValue) -> ClientsPayload:
+        """The per-group values of a clients value (a lazy plan is computed first)."""
+        self._check_clients(v)
+        if isinstance(v.payload, _Lazy):
+            return await self._force(v.payload)
         return v.payload
+
+    def _source(self, v: FederatingValue) -> Any:
+        """A clients value as a plan source: its `_Lazy`, or a `_Leaf` of its values."""
+        if isinstance(v.payload, _Lazy):
+            return v.payload
+        return _Leaf(v.payload, bool(cast(T.FederatedType, v.type_signature).all_equal))
+
+    # ------------------------------------------------------------ lazy plans
+    async def _force(self, lazy: '_Lazy') -> ClientsPayload:
+        """Computes a plan with the block operations (once; the result is cached)."""
+        if lazy.payload is not None:
+            return lazy.payload
+        if lazy._lock is None:
+            lazy._lock = asyncio.Lock()
+        async with lazy._lock:
+            if lazy.payload is None:
+                if lazy.streamed:
+                    self.stream_stats['recomputed'] += 1
+                lazy.payload = await self._compute_plan(lazy)
+        return lazy.payload
+
+    async def _leaf_values(self, src: Any) -> Tuple[ClientsPayload, bool]:
+        if isinstance(src, _Leaf):
+            return src.payload, src.all_equal
+        return await self._force(src), False
+
+    async def _compute_plan(self, lazy: '_Lazy') -> ClientsPayload:
+        if lazy.op == 'sourced':
+            sc, member = lazy.sourced, lazy.member
+
+            async def load(g, ex):
+                s, n = self._starts[g], self._sizes[g]
+                return await ex.create_values(sc[s:s + n], member) if n else []
+            return await self._gather_groups(load)
+        if lazy.op == 'zip':
+            cols = [await self._leaf_values(src) for src in lazy.srcs]
+
+            async def zip_group(g, ex):
+                if not self._sizes[g]:
+                    return []
+                vals = [c[g] for c, _ in cols]
+                rows = [list(r) for r in zip(*vals)] if vals else [[] for _ in range(self._sizes[g])]
+                return await ex.create_structs(rows, lazy.names)
+            return await self._gather_groups(zip_group)
+        payload, all_equal = await self._leaf_values(lazy.srcs[0])
+        if lazy.op == 'select':
+            async def select_group(g, ex):
+                vals = payload[g]
+                if not vals:
+                    return []
+                if all_equal:
+                    return (await ex.create_selections(vals[:1], lazy.index)) * len(vals)
+                return await ex.create_selections(vals, lazy.index)
+            return await self._gather_groups(select_group)
+
+        async def map_group(g, ex):
+            vals = payload[g]
+            if not vals:
+                return []
+            f = await self._embed_fn(lazy.fn, ex)
+            if all_equal:
+                return (await ex.create_map(f, vals[:1])) * len(vals)
+            return await ex.create_map(f, vals)
+        return await self._gather_groups(map_group)
+
+    def _streams(self, *values: FederatingValue) -> bool:
+        """Whether a reduction of `values` streams: some is an uncomputed plan, and every
+        client group can stream."""
+        return self.stream and any(isinstance(v.payload, _Lazy) and v.payload.payload is None
+                                   for v in values) and all(
+            hasattr(ex, 'create_streamed_reductions') for ex in self._groups)
+
+    async def _plan_for_group(self, g: int, ex: BatchExecutor, srcs: Sequence[Any],
+                              nodes: List[List[Any]], index: Dict[int, int]) -> List[int]:
+        """Appends group g's plan nodes for `srcs` (deduplicated) to `nodes`; their indices."""
+        async def add(src: Any) -> int:
+            key = id(src)
+            if key in index:
+                return index[key]
+            node: List[Any]
+            if isinstance(src, _Leaf):
+                vals = src.payload[g]
+                node = ['same', vals[0]] if src.all_equal else ['values', list(vals)]
+            elif src.payload is not None:  # computed already (another consumer needed it)
+                node = ['values', list(src.payload[g])]
+            elif src.op == 'sourced':
+                s, n = self._starts[g], self._sizes[g]
+                node = ['sourced_clients', src.sourced[s:s + n], src.member]
+            elif src.op == 'map':
+                node = ['map', await self._embed_fn(src.fn, ex), await add(src.srcs[0])]
+            elif src.op == 'select':
+                node = ['select', src.index, await add(src.srcs[0])]
+            else:
+                node = ['zip', list(src.names), [await add(x) for x in src.srcs]]
+            nodes.append(node)
+            index[key] = len(nodes) - 1
+            return index[key]
+        return [await add(src) for src in srcs]
+
+    async def _stream_partials(self, kind: str, values: Sequence[FederatingValue],
+                               params_for: Any) -> List[Any]:
+        """The per-group partials of a streamed reduction (joined with the invocation's batch)."""
+        key = self._invocation()
+        batch = self._batches.get(key)
+        if batch is None:
+            batch = self._batches[key] = _StreamBatch()
+            asyncio.ensure_future(self._run_batch(key, batch))
+        k = len(batch.requests)
+        batch.requests.append((kind, [self._source(v) for v in values], params_for))
+        self._leave(key)  # waiting for the batch: not what the batch waits for
+        try:
+            return (await asyncio.shield(batch.done))[k]
+        finally:
+            self._enter(key)
+
+    async def _run_batch(self, key: Any, batch: '_StreamBatch') -> None:
+        try:
+            seen = -1
+            while seen != len(batch.requests) or self._busy.get(key, 0):
+                # Wait for the round's other reductions: until no intrinsic of this
+                # invocation runs and the loop turned a few times without a new one.
+                if self._busy.get(key, 0):
+                    ev = self._idle.get(key)
+                    if ev is None:
+                        ev = self._idle[key] = asyncio.Event()
+                    await ev.wait()
+                seen = len(batch.requests)
+                for _ in range(_STREAM_QUIET_TURNS):
+                    await asyncio.sleep(0)
+        finally:
+            if self._batches.get(key) is batch:
+                del self._batches[key]
+        try:
+            for _, srcs, _ in batch.requests:
+                for src in srcs:
+                    self._mark_streamed(src)
+            self.stream_stats['batches'] += 1
+            self.stream_stats['reductions'] += len(batch.requests)
+            n = self.num_clients
+
+            async def one(g, ex):
+                if not self._sizes[g]:
+                    return None
+                nodes: List[List[Any]] = []
+                index: Dict[int, int] = {}
+                reductions = []
+                for kind, srcs, params_for in batch.requests:
+                    ids = await self._plan_for_group(g, ex, srcs, nodes, index)
+                    reductions.append([kind, ids if kind == 'weighted_mean' else ids[0],
+                                       await params_for(ex)])
+                return await ex.create_streamed_reductions(nodes, reductions, self._starts[g],
+                                                           self._sizes[g], n, self.stream_slice)
+            per_group = await self._gather_groups(one)
+            out = [[parts[r] for parts in per_group if parts is not None]
+                   for r in range(len(batch.requests))]
+        except BaseException as e:  # every reduction of the batch reports it
+            if not batch.done.done():
+                batch.done.set_exception(e)
+            if not isinstance(e, Exception):
+                raise
+            return
+        if not batch.done.done():
+            batch.done.set_result(out)
+
+    @staticmethod
+    def _mark_streamed(src: Any) -> None:
+        if isinstance(src, _Lazy) and src.payload is None:
+            src.streamed = True
+            for x in src.srcs:
+                FederatedResolvingStrategy._mark_streamed(x)
 
     # ------------------------------------------------------------ values
     async def ingest_federated(self, value: Any, t: T.FederatedType) -> FederatingValue:
@@ -187,6 +459,11 @@ class FederatedResolvingStrategy(FederatingStrategy):
             raise CardinalityError(
                 f'got a list of {len(value)} values for {self.num_clients} clients ({t})',
                 expected=self.num_clients, actual=len(value))
+        from simharness.data.sourced import SourcedClients
+        if self.stream and isinstance(value, SourcedClients) and self.num_clients:
+            # Clients by reference stay a reference until something needs them: a
+            # streamed reduction loads them slice by slice where they are computed.
+            return self._fed(_Lazy('sourced', sourced=value, member=t.member), t)
 
         async def one(g, ex):
             s = self._starts[g]
@@ -204,8 +481,10 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if t.all_equal:
             return await self._materialize(v)
 
+        payload = await self._as_clients(v)
+
         async def one(g, ex):
-            return await ex.compute_many(v.payload[g]) if v.payload[g] else []
+            return await ex.compute_many(payload[g]) if payload[g] else []
         out: List[Any] = []
         for part in await self._gather_groups(one):
             out.extend(part)
@@ -216,9 +495,12 @@ class FederatedResolvingStrategy(FederatingStrategy):
         rt = T.FederatedType(cast(T.StructType, t.member)[index], t.placement, t.all_equal)
         if t.placement is T.SERVER:
             return self._fed((await self._server.create_selections([v.payload], index))[0], rt)
+        if self.stream and not t.all_equal:
+            return self._fed(_Lazy('select', [self._source(v)], index=index), rt)
+        payload = await self._as_clients(v)
 
         async def one(g, ex):
-            vals = v.payload[g]
+            vals = payload[g]
             if not vals:
                 return []
             if t.all_equal:
@@ -235,10 +517,44 @@ class FederatedResolvingStrategy(FederatingStrategy):
                                        f'{type(self).__name__}')
         return await method(arg, static, result_type)
 
+    def busy(self) -> Any:
+        """Marks the calling invocation as working in the federating layer (a context manager).
+
+        The `FederatingExecutor` wraps each of its operations in it: a stream batch
+        waits until none of the invocation's operations runs, so that every
+        reduction of a round whose arguments are still being made joins it.
+        """
+        return _Busy(self, self._invocation())
+
+    @staticmethod
+    def _invocation() -> Any:
+        from simharness.executors.base import CURRENT_INVOCATION
+        return CURRENT_INVOCATION.get()
+
+    def _enter(self, key: Any) -> None:
+        self._busy[key] = self._busy.get(key, 0) + 1
+        ev = self._idle.get(key)
+        if ev is not None:
+            ev.clear()
+
+    def _leave(self, key: Any) -> None:
+        left = self._busy.get(key, 1) - 1
+        if left > 0:
+            self._busy[key] = left
+            return
+        self._busy.pop(key, None)
+        ev = self._idle.pop(key, None)
+        if ev is not None:
+            ev.set()
+
     async def _federated_map(self, arg, static, rt):
         fn, value = self._elements(arg, 2)
-        payload = await self._as_clients(value)
+        self._check_clients(value)
         all_equal = value.type_signature.all_equal
+        if self.stream and not all_equal:
+            self._check_fn(fn)
+            return self._fed(_Lazy('map', [self._source(value)], fn=fn), rt)
+        payload = await self._as_clients(value)
 
         async def one(g, ex):
             vals = payload[g]
@@ -278,10 +594,20 @@ class FederatedResolvingStrategy(FederatingStrategy):
         f = await self._embed_fn(arg, self._server)
         return self._fed((await self._server.create_map(f, None, count=1))[0], rt)
 
+    def _zip_plan(self, v: FederatingValue) -> Any:
+        """A (nested) struct of clients values as a lazy zip plan."""
+        if v.kind == 'federated':
+            self._check_clients(v)
+            return self._source(v)
+        if v.kind != 'struct':
+            raise SimharnessTypeError(f'federated_zip needs federated values, got {v.type_signature}')
+        return _Lazy('zip', [self._zip_plan(e) for _, e in v.payload],
+                     names=[n for n, _ in v.payload])
+
     async def _zip_rows(self, v: FederatingValue, g: int) -> Sequence[Any]:
         """Per-client member values of group g for a (nested) struct of federated values."""
         if v.kind == 'federated':
-            return v.payload[g]
+            return (await self._as_clients(v))[g]
         if v.kind != 'struct':
             raise SimharnessTypeError(f'federated_zip needs federated values, got {v.type_signature}')
         cols = [await self._zip_rows(e, g) for _, e in v.payload]
@@ -290,6 +616,9 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return await self._groups[g].create_structs(rows, names)
 
     async def _federated_zip_at_clients(self, arg, static, rt):
+        if self.stream and not rt.all_equal and self.num_clients:
+            return self._fed(self._zip_plan(arg), rt)
+
         async def one(g, ex):
             if not self._sizes[g]:
                 return []
@@ -333,6 +662,10 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
         async def same(ex):
             return params
+        if self._streams(value):
+            partials = await self._stream_partials(kind, [value], same)
+            return self._fed(await self._server.create_reduction_result(
+                kind, partials, self.num_clients, params, rt.member), rt)
         payload = await self._as_clients(value)
         return self._fed(await self._reduce(kind, payload, same, params, rt), rt)
 
@@ -346,11 +679,17 @@ class FederatedResolvingStrategy(FederatingStrategy):
         value, weight = self._elements(arg, 2)
         if self.num_clients == 0:
             raise SimharnessValueError('federated_mean over zero clients is undefined')
-        vp, wp = await self._as_clients(value), await self._as_clients(weight)
-        pairs = [list(zip(a, b)) for a, b in zip(vp, wp)]
 
         async def same(ex):
             return {}
+        self._check_clients(value)
+        self._check_clients(weight)
+        if self._streams(value, weight):
+            partials = await self._stream_partials('weighted_mean', [value, weight], same)
+            return self._fed(await self._server.create_reduction_result(
+                'weighted_mean', partials, self.num_clients, {}, rt.member), rt)
+        vp, wp = await self._as_clients(value), await self._as_clients(weight)
+        pairs = [list(zip(a, b)) for a, b in zip(vp, wp)]
         return self._fed(await self._reduce('weighted_mean', pairs, same, {}, rt), rt)
 
     def _secure_params(self, kind: str, static: Dict[str, Any], member: T.Type) -> Dict[str, Any]:
@@ -411,12 +750,20 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if self.num_clients == 0:
             z = await self._server.create_value(zero_py, zt)
             return self._fed(await self._server.create_call(report_fn, z), rt)
-        payload = await self._as_clients(value)
 
         async def params_for(ex):
             return {'zero': await ex.create_value(zero_py, zt),
                     'accumulate': await self._embed_fn(accumulate, ex),
                     'merge': await self._embed_fn(merge, ex)}
+        self._check_clients(value)
+        if self._streams(value):
+            server_params = await params_for(self._server)
+            partials = await self._stream_partials('aggregate', [value], params_for)
+            acc = await self._server.create_reduction_result('aggregate', partials,
+                                                             self.num_clients, server_params,
+                                                             rt.member)
+            return self._fed(await self._server.create_call(report_fn, acc), rt)
+        payload = await self._as_clients(value)
         server_params = await params_for(self._server)
         acc = await self._reduce('aggregate', payload, params_for, server_params, rt)
         return self._fed(await self._server.create_call(report_fn, acc), rt)
@@ -466,8 +813,10 @@ class FederatedResolvingStrategy(FederatingStrategy):
             res = await self._server.create_sequence_op(op, [seq.payload], await params_for(self._server))
             return self._fed(res[0], rt)
 
+        payload = await self._as_clients(seq)
+
         async def one(g, ex):
-            vals = seq.payload[g]
+            vals = payload[g]
             if not vals:
                 return []
             return await ex.create_sequence_op(op, vals, await params_for(ex))

@@ -158,6 +158,12 @@ class ThreadDelegatingExecutor(BatchExecutor):
         return await self._run(self._target.create_partial_reduction(
             kind, _unwrap(list(values)), start, total, _unwrap(params)))
 
+    async def create_streamed_reductions(self, nodes, reductions, start: int, count: int,
+                                         total: int, slice_size: Optional[int] = None) -> List[Partial]:
+        """Streams map -> reduce on the target's thread (see `EagerTFExecutor`)."""
+        return await self._run(self._target.create_streamed_reductions(
+            _unwrap(list(nodes)), _unwrap(list(reductions)), start, count, total, slice_size))
+
     async def create_reduction_result(self, kind, partials, total, params, result_type):
         return self._wrap(await self._run(self._target.create_reduction_result(
             kind, partials, total, _unwrap(params), result_type)))

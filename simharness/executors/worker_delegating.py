@@ -466,6 +466,32 @@ class WorkerDelegatingExecutor(BatchExecutor):
         return await self._request(Op.PARTIAL_REDUCTION, kind, list(values), start, total,
                                    dict(params), wait=True)
 
+    async def create_streamed_reductions(self, nodes: Sequence[Sequence[Any]],
+                                         reductions: Sequence[Sequence[Any]], start: int,
+                                         count: int, total: int,
+                                         slice_size: Optional[int] = None) -> List[Partial]:
+        """The worker computes the plan slice by slice, folding each slice into the
+        reductions (`EagerTFExecutor.create_streamed_reductions`): one request, one wait.
+        Clients given by reference (``['sourced_clients', SourcedClients, type]``) are
+        loaded by the worker, slice by slice, when their source is describable."""
+        from simharness.data.sourced import source_spec, transform_spec
+        wire: List[Any] = []
+        for node in nodes:
+            if node[0] == 'sourced_clients':
+                sc, t = node[1], node[2]
+                src, tr = source_spec(sc.source), transform_spec(sc.transform)
+                if src is not None and tr is not None:
+                    first = sc.token not in self._sources
+                    wire.append(['sourced', sc.token, src if first else None,
+                                 list(sc.client_ids), tr, t])
+                    self._sources.add(sc.token)
+                else:  # not describable as plain data: the driver loads and ships it
+                    wire.append(['values', await self.create_values(sc, t)])
+            else:
+                wire.append(list(node))
+        return await self._request(Op.STREAM_REDUCE, wire, [list(r) for r in reductions], start,
+                                   count, total, slice_size, wait=True)
+
     async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
                                       params: Dict[str, Any], result_type: T.Type) -> WorkerValue:
         return (await self._request(Op.REDUCTION_RESULT, kind, list(partials), total,

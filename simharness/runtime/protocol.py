@@ -39,7 +39,7 @@ from simharness.core.structure import Struct
 from simharness.runtime import codec
 from simharness.runtime.codec import DatasetBlob, Ref, RefRange  # noqa: F401  (re-exported)
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 class Op(enum.IntEnum):
@@ -61,6 +61,7 @@ class Op(enum.IntEnum):
     COMPUTE_MANY = 40
     PARTIAL_REDUCTION = 50
     REDUCTION_RESULT = 51
+    STREAM_REDUCE = 52
     SEQUENCE_OP = 60
     SELECT = 61
     PING = 90
@@ -90,6 +91,7 @@ OP_ARGS: Dict[Op, Tuple[str, ...]] = {
     Op.COMPUTE_MANY: ('values',),
     Op.PARTIAL_REDUCTION: ('kind', 'values', 'start', 'total', 'params'),
     Op.REDUCTION_RESULT: ('kind', 'partials', 'total', 'params', 'result_type'),
+    Op.STREAM_REDUCE: ('nodes', 'reductions', 'start', 'count', 'total', 'slice_size'),
     Op.SEQUENCE_OP: ('op', 'values', 'params'),
     Op.SELECT: ('keys', 'server_value', 'select_fn', 'element_type'),
     Op.PING: (),
@@ -98,7 +100,7 @@ OP_ARGS: Dict[Op, Tuple[str, ...]] = {
 RESULT: Dict[Op, Result] = {op: Result.VALUES for op in Op}
 RESULT.update({Op.OPEN_SESSION: Result.NONE, Op.CLOSE_SESSION: Result.NONE, Op.FREE: Result.NONE,
                Op.PING: Result.DATA, Op.COMPUTE_MANY: Result.DATA,
-               Op.PARTIAL_REDUCTION: Result.DATA})
+               Op.PARTIAL_REDUCTION: Result.DATA, Op.STREAM_REDUCE: Result.DATA})
 
 
 @codec.register_message

@@ -202,6 +202,9 @@ class WorkerService:
             return drive(ex.compute_many(a[0]))
         if op == Op.PARTIAL_REDUCTION:
             return drive(ex.create_partial_reduction(a[0], a[1], a[2], a[3], a[4]))
+        if op == Op.STREAM_REDUCE:
+            nodes = [self._loader_node(session, n) for n in a[0]]
+            return drive(ex.create_streamed_reductions(nodes, a[1], a[2], a[3], a[4], a[5]))
         if op == Op.REDUCTION_RESULT:
             return drive(ex.create_reduction_result(a[0], a[1], a[2], a[3], a[4]))
         if op == Op.SEQUENCE_OP:
@@ -209,6 +212,18 @@ class WorkerService:
         if op == Op.SELECT:
             return drive(ex.create_select(a[0], a[1], a[2], a[3]))
         raise E.ProtocolError(f'operation {op.name} is not run by WorkerService')
+
+    def _loader_node(self, session: Session, node: Any) -> Any:
+        """A streaming plan's ``['sourced', token, source, client_ids, transform, type]`` node
+        as ``['load', loader, type]``: the worker loads each slice's clients when it needs them."""
+        if not (isinstance(node, list) and node and node[0] == 'sourced'):
+            return node
+        _, token, source, client_ids, transform, t = node
+        ids = list(client_ids)
+        if source is not None:  # registered now, so that a slice's loader finds it
+            self._load_sourced(session, token, source, [], transform)
+        return ['load', lambda lo, hi: self._load_sourced(session, token, None, ids[lo:hi],
+                                                          transform), t]
 
     def _load_sourced(self, session: Session, token: int, source: Any, client_ids: List[str],
                       transform: Any) -> List[Any]:

@@ -186,3 +186,33 @@ class TestErrors:
         broken = Partial(0, 8, open_chunk=1, open_acc='x')
         with pytest.raises(SimharnessValueError, match='chunk 1 was left unfinished'):
             r.combine([broken])
+
+
+@pytest.mark.parametrize('n', SIZES)
+def test_join_of_adjacent_slices_is_the_partial_of_the_whole_block(n):
+    # Streaming reduces a block slice by slice and joins the slices' partials:
+    # the joined partial must be the one-piece partial, node for node (text
+    # values spell the exact order of every fold and merge).
+    rng = np.random.default_rng(2000 + n)
+    values = list(range(n))
+    for chunk in (1, 3, CHUNK):
+        r = _text_reducer(n, chunk)
+        for _ in range(6):
+            lo = int(rng.integers(0, n))
+            hi = int(rng.integers(lo + 1, n + 1))
+            whole = r.partial(values[lo:hi], lo)
+            cuts = sorted(set(rng.integers(lo + 1, hi, size=3).tolist())) if hi - lo > 1 else []
+            bounds = [lo] + cuts + [hi]
+            joined = None
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                p = r.partial(values[a:b], a)
+                joined = p if joined is None else r.join(joined, p)
+            assert (joined.start, joined.stop) == (whole.start, whole.stop)
+            assert joined.head == whole.head and joined.nodes == whole.nodes, (chunk, bounds)
+            assert (joined.open_chunk, joined.open_acc) == (whole.open_chunk, whole.open_acc)
+
+
+def test_join_refuses_blocks_that_are_not_adjacent():
+    r = _text_reducer(40, 4)
+    with pytest.raises(SimharnessValueError, match='cannot join'):
+        r.join(r.partial(range(0, 5), 0), r.partial(range(6, 9), 6))
