@@ -167,7 +167,7 @@ def infer_cardinality(value: Any, t: T.Type, where: str = 'the argument') -> Opt
                     f'{type(value).__name__}', expected=t, actual=type(value).__name__)
             return len(value)
         return None
-    if isinstance(t, T.StructType) and any(T._contains(e, (T.FederatedType,)) for e in t):
+    if isinstance(t, T.StructType) and any(T.contains(e, (T.FederatedType,)) for e in t):
         s = from_container(value, t)
         found: Optional[int] = None
         found_at = ''

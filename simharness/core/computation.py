@@ -253,7 +253,7 @@ def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], Concr
 def _make_tf(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteComputation:
     from simharness.core import tf_serialization
     name = getattr(fn, '__name__', '')
-    if param is not None and T._contains(param, (T.FederatedType, T.FunctionType)):
+    if param is not None and T.contains(param, (T.FederatedType, T.FunctionType)):
         raise SimharnessTypeError(f'tf_computation {name!r} cannot take a parameter of type '
                                   f'{param}; federated and functional values belong in '
                                   'federated_computations')
@@ -299,7 +299,7 @@ def _result_type(value: Any) -> T.Type:
         return T.TensorType(value.dtype, value.shape)
     if isinstance(value, Struct):
         return T.StructType([(n, _result_type(v)) for n, v in value.items()])
-    if T._is_namedtuple(value):
+    if T.is_namedtuple(value):
         return T.StructType([(f, _result_type(getattr(value, f))) for f in value._fields],
                             container=type(value))
     if attrs.has(type(value)):

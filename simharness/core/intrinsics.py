@@ -8,6 +8,7 @@ building block to the traced body. The federating layer gives them meaning.
 from __future__ import annotations
 
 import numbers
+import types
 from typing import Any, Dict, Optional, Tuple, cast
 
 import numpy as np
@@ -56,6 +57,13 @@ def _fn(fn: Any, param: Optional[T.Type], what: str) -> bb.ComputationBuildingBl
     return _compiled(comp, what)
 
 
+def _transformations() -> types.ModuleType:
+    """`core.transformations`, imported on first use: it imports TensorFlow, which
+    `import simharness` does not (the one lazy import of this module)."""
+    import simharness.core.transformations as transformations  # lazy: TensorFlow
+    return transformations
+
+
 def _compiled(comp: bb.ComputationBuildingBlock, what: str) -> bb.ComputationBuildingBlock:
     """`comp`, compiled into one TF computation when it is a lambda with no free references.
 
@@ -65,7 +73,7 @@ def _compiled(comp: bb.ComputationBuildingBlock, what: str) -> bb.ComputationBui
     """
     if isinstance(comp, bb.CompiledComputation) or bb.free_references(comp):
         return comp
-    from simharness.core import transformations  # imports TensorFlow
+    transformations = _transformations()
     return transformations.compile_function(comp, what)
 
 
@@ -91,7 +99,7 @@ def _captures(comp: bb.ComputationBuildingBlock, what: str
       SimharnessTypeError: if a used value is not an unplaced value a TF graph
         can take.
     """
-    from simharness.core import transformations  # imports TensorFlow
+    transformations = _transformations()
     rewritten, caps = transformations.abstract_captures(comp)
     for c in caps.values():
         t = c.type_signature
@@ -110,7 +118,7 @@ def _lift_local(call: bb.Call, what: str) -> tracing.Value:
     The call is closed over what it uses of its enclosing scope, compiled
     into one TF computation, and called with those values.
     """
-    from simharness.core import transformations  # imports TensorFlow
+    transformations = _transformations()
     body, caps, arg = _captures(call, what)
     compiled = transformations.compile_function(transformations.close_over(body, caps), what)
     return tracing.Value(tracing.current_scope().bind(bb.Call(compiled, arg)))
@@ -172,7 +180,7 @@ def federated_map(fn: Any, arg: Any) -> tracing.Value:
         # A function that captures unplaced values of the enclosing computation:
         # it is compiled over <member, captures>, and the captures travel with
         # the value, placed alongside it.
-        from simharness.core import transformations  # imports TensorFlow
+        transformations = _transformations()
         f, caps, captured = _captures(f, 'federated_map')
         member = transformations.fresh_name(f, '_member')
         body = bb.Call(f, bb.Reference(member, vt.member))
@@ -268,7 +276,7 @@ def federated_value(value: Any, placement: T.PlacementLiteral) -> tracing.Value:
                                   f'{placement!r}')
     v = _bb(value)
     t = v.type_signature
-    if T._contains(t, (T.FederatedType, T.FunctionType)):
+    if T.contains(t, (T.FederatedType, T.FunctionType)):
         raise SimharnessTypeError(f'federated_value: expected an unplaced value, got {t}', actual=t)
     return _call(f'federated_value_at_{placement.uri}', t, T.FederatedType(t, placement, True), v)
 
@@ -490,7 +498,7 @@ def sequence_map(fn: Any, arg: Any) -> tracing.Value:
         return _lift_local(_local_sequence_call('sequence_map', bb.Struct([(None, f), (None, v)]), rt),
                            'sequence_map')
     # A federated sequence: as TFF, federated_map(s -> sequence_map(fn, s), value).
-    from simharness.core import transformations  # imports TensorFlow
+    transformations = _transformations()
     s = transformations.fresh_name(f, '_seq')
     body = _local_sequence_call('sequence_map', bb.Struct([(None, f), (None, bb.Reference(s, seq))]), rt)
     return federated_map(bb.Lambda(s, seq, body), tracing.Value(v))
@@ -519,7 +527,7 @@ def sequence_reduce(value: Any, zero: Any, op: Any) -> tracing.Value:
             'sequence_reduce', bb.Struct([(None, v), (None, z), (None, f)]), at), 'sequence_reduce')
     # A federated sequence: as TFF, federated_map(s -> sequence_reduce(s, zero, op), value),
     # zipping a federated zero with the value.
-    from simharness.core import transformations  # imports TensorFlow
+    transformations = _transformations()
     s = transformations.fresh_name(bb.Struct([(None, f), (None, z)]), '_seq')
     if isinstance(zt, T.FederatedType):
         pt = T.StructType([seq, zt_member])

@@ -64,8 +64,8 @@ def from_container(value: Any, type_spec: Optional[T.Type] = None) -> Any:
             return Struct((n, from_container(v)) for n, v in value.items())
         _check_len(value, type_spec)
         return Struct((tn, from_container(v, t)) for (tn, t), v in zip(type_spec.items(), value))
-    if T._is_namedtuple(value) or attrs.has(type(value)):
-        names = value._fields if T._is_namedtuple(value) else [a.name for a in attrs.fields(type(value))]
+    if T.is_namedtuple(value) or attrs.has(type(value)):
+        names = value._fields if T.is_namedtuple(value) else [a.name for a in attrs.fields(type(value))]
         vals = [getattr(value, n) for n in names]
         items = list(zip(names, vals))
     elif isinstance(value, collections.abc.Mapping):
@@ -116,7 +116,7 @@ def to_container(value: Any, type_spec: T.Type) -> Any:
     names = type_spec.names
     container: Any = type_spec.container  # a user class: its constructor is not typed
     if container is not None:
-        if T._is_namedtuple_cls(container):
+        if T.is_namedtuple_class(container):
             return container(*elems)
         if attrs.has(container):
             # an attrs container's element names are its field names, all str

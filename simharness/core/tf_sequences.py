@@ -37,7 +37,7 @@ def element_leaves(elem: Any, t: T.Type) -> List[Any]:
     if isinstance(elem, collections.abc.Mapping) and all(n is not None for n in names):
         parts = [elem[n] for n in names]
     elif isinstance(elem, Struct) or not all(n is not None for n in names) or isinstance(
-            elem, (list, tuple)) and not T._is_namedtuple(elem):
+            elem, (list, tuple)) and not T.is_namedtuple(elem):
         parts = list(elem)
     else:  # a namedtuple or an attrs class: by name
         parts = [getattr(elem, cast(str, n)) for n in names]
@@ -92,7 +92,7 @@ def _recognize(ds: Any, t: Optional[T.SequenceType]) -> Optional[TensorBatches]:
         tensors = list(node._tensors)
         if not tensors or not all(hasattr(x, 'numpy') for x in tensors):
             return None
-        element = T._from_tf_structure(ds.element_spec)
+        element = T.from_tf_structure(ds.element_spec)
         if t is not None and not t.element.is_assignable_from(element):
             return None  # the caller reports the type error
         nested = tf.nest.pack_sequence_as(node._structure, tensors)
@@ -132,7 +132,7 @@ def materialize(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
         count = int(ds.cardinality())
         if count < 1 or count > MATERIALIZE_MAX_ELEMENTS:
             return None  # empty, infinite (-1) or unknown (-2): left to tf.data
-        if not t.element.is_assignable_from(T._from_tf_structure(ds.element_spec)):
+        if not t.element.is_assignable_from(T.from_tf_structure(ds.element_spec)):
             return None
         leaf_types = T.flatten_type(t.element)
         if not all(isinstance(l, T.TensorType) and l.shape is not None for l in leaf_types):

@@ -51,7 +51,7 @@ def element_spec_for(t: T.Type) -> Any:
         names = t.names
         c: Any = t.container  # a user class: its constructor is not typed
         if c is not None:
-            if T._is_namedtuple_cls(c):
+            if T.is_namedtuple_class(c):
                 return c(*elems)
             if attrs.has(c):
                 # an attrs container's element names are its field names, all str
@@ -75,7 +75,7 @@ def _to_python_struct(value: Any, t: T.Type) -> Any:
     elems = [_to_python_struct(v, e) for v, e in zip(value, t)]
     c: Any = t.container  # a user class: its constructor is not typed
     if c is not None:
-        if T._is_namedtuple_cls(c):
+        if T.is_namedtuple_class(c):
             return c(*elems)
         if attrs.has(c):
             # an attrs container's element names are its field names, all str
@@ -114,12 +114,12 @@ def _is_dataset(x: Any) -> bool:
 def _result_type_and_leaves(result: Any) -> Tuple[T.Type, List[Any]]:
     """Flattens a traced result into (type, leaves); datasets become variants."""
     if _is_dataset(result):
-        elem = T._from_tf_structure(result.element_spec)
+        elem = T.from_tf_structure(result.element_spec)
         return T.SequenceType(elem), [tf.data.experimental.to_variant(result)]
     if isinstance(result, Struct):
         items = result.items()
         container = None
-    elif T._is_namedtuple(result):
+    elif T.is_namedtuple(result):
         items = [(f, getattr(result, f)) for f in result._fields]
         container = type(result)
     elif attrs.has(type(result)):

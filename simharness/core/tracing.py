@@ -169,7 +169,7 @@ def to_building_block(value: Any, type_hint: Optional[T.Type] = None) -> bb.Comp
         return value.to_building_block(type_hint)
     if isinstance(value, T.PlacementLiteral):
         return bb.Placement(value)
-    if T._is_namedtuple(value):
+    if T.is_namedtuple(value):
         return bb.Struct([(f, to_building_block(getattr(value, f))) for f in value._fields],
                          container=type(value))
     if attrs.has(type(value)):

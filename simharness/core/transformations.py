@@ -42,7 +42,7 @@ SEQUENCE_INTRINSICS = frozenset({'sequence_map', 'sequence_reduce', 'sequence_su
 
 def is_local_type(t: Optional[T.Type]) -> bool:
     """True for types a TF graph can take or return (no federated, functional or placement parts)."""
-    return t is None or not T._contains(t, (T.FederatedType, T.FunctionType, T.PlacementType))
+    return t is None or not T.contains(t, (T.FederatedType, T.FunctionType, T.PlacementType))
 
 
 def free_reference_types(comp: bb.ComputationBuildingBlock) -> Dict[str, T.Type]:
@@ -196,7 +196,7 @@ def _from_elem(elem: Any, t: T.Type) -> Any:
     for i, (n, e) in enumerate(t.items()):
         if isinstance(elem, collections.abc.Mapping):
             child = elem[n]
-        elif n is not None and (T._is_namedtuple(elem) or attrs.has(type(elem))):
+        elif n is not None and (T.is_namedtuple(elem) or attrs.has(type(elem))):
             child = getattr(elem, n)
         else:
             child = elem[i]
@@ -213,14 +213,14 @@ def _to_elem(value: Any, t: T.Type, spec: Any) -> Any:
     cls: Any = type(spec)  # a container class: its constructor is not typed
     if isinstance(spec, collections.abc.Mapping):
         specs = [spec[n] for n in names]
-    elif T._is_namedtuple(spec) or attrs.has(cls):
+    elif T.is_namedtuple(spec) or attrs.has(cls):
         specs = [getattr(spec, n) for n in names]
     else:
         specs = list(spec)
     elems = [_to_elem(value[i], e, s) for i, (e, s) in enumerate(zip(t, specs))]
     if isinstance(spec, collections.abc.Mapping):
         return cls(zip(names, elems))
-    if T._is_namedtuple(spec):
+    if T.is_namedtuple(spec):
         return cls(*elems)
     if attrs.has(cls):
         return cls(**dict(zip(names, elems)))

@@ -308,7 +308,7 @@ class SequenceType(Type):
     element: Type = attrs.field(converter=lambda t: to_type(t))
 
     def __attrs_post_init__(self):
-        if _contains(self.element, (FederatedType, FunctionType, SequenceType)):
+        if contains(self.element, (FederatedType, FunctionType, SequenceType)):
             raise SimharnessTypeError(
                 f'sequence elements may not be federated, functional or sequences; '
                 f'got {self.element}')
@@ -365,7 +365,7 @@ class FederatedType(Type):
                 f'placement {placement!r} ({type(placement).__name__}) is not a placement; '
                 'expected simharness.CLIENTS or simharness.SERVER')
         member = to_type(member)
-        if _contains(member, (FederatedType, FunctionType)):
+        if contains(member, (FederatedType, FunctionType)):
             raise SimharnessTypeError(
                 f'the member of a federated type may not be federated or functional; got {member}')
         if all_equal is not None and not isinstance(all_equal, (bool, np.bool_)):
@@ -401,11 +401,12 @@ class FederatedType(Type):
 
 # ---------------------------------------------------------------- helpers
 
-def _contains(t: Type, kinds: tuple) -> bool:
+def contains(t: Type, kinds: tuple) -> bool:
+    """Whether `t` is, or (in a struct, at any depth) holds, a type of one of `kinds`."""
     if isinstance(t, kinds):
         return True
     if isinstance(t, StructType):
-        return any(_contains(e, kinds) for e in t)
+        return any(contains(e, kinds) for e in t)
     return False
 
 
@@ -424,11 +425,12 @@ def _looks_like_type_spec(x: Any) -> bool:
 
 
 def _is_name_type_pair(x: Any) -> bool:
-    return (isinstance(x, tuple) and not _is_namedtuple(x) and len(x) == 2
+    return (isinstance(x, tuple) and not is_namedtuple(x) and len(x) == 2
             and isinstance(x[0], str) and _looks_like_type_spec(x[1]))
 
 
-def _is_namedtuple(x: Any) -> bool:
+def is_namedtuple(x: Any) -> bool:
+    """Whether `x` is a namedtuple instance."""
     return isinstance(x, tuple) and hasattr(type(x), '_fields')
 
 
@@ -451,7 +453,7 @@ def to_type(spec: Any) -> Type:
     if cls_name == 'TensorSpec' or cls_name == 'BoundedTensorSpec':
         return TensorType(spec.dtype, spec.shape)
     if cls_name == 'DatasetSpec':
-        return SequenceType(_from_tf_structure(spec.element_spec))
+        return SequenceType(from_tf_structure(spec.element_spec))
     if isinstance(spec, type) and attrs.has(spec):
         raise SimharnessTypeError(
             f'{spec.__name__} is an attrs class, not a type spec; pass an instance whose '
@@ -460,14 +462,14 @@ def to_type(spec: Any) -> Type:
         return TensorType(spec)
     if isinstance(spec, str):
         return TensorType(spec)
-    if (isinstance(spec, tuple) and not _is_namedtuple(spec) and len(spec) == 2
+    if (isinstance(spec, tuple) and not is_namedtuple(spec) and len(spec) == 2
             and _is_dtype_like(spec[0]) and (spec[1] is None or isinstance(spec[1], (list, tuple, int))
                                              or hasattr(spec[1], 'as_list'))
             and not _is_dtype_like(spec[1])
             and (not isinstance(spec[1], (list, tuple))
                  or all(d is None or isinstance(d, (int, np.integer)) for d in spec[1]))):
         return TensorType(spec[0], spec[1])
-    if _is_namedtuple(spec):
+    if is_namedtuple(spec):
         return StructType([(f, to_type(getattr(spec, f))) for f in spec._fields],
                           container=type(spec))
     if attrs.has(type(spec)):
@@ -485,18 +487,19 @@ def to_type(spec: Any) -> Type:
         'pair, a Type or a container of these', actual=spec)
 
 
-def _from_tf_structure(spec: Any) -> Type:
+def from_tf_structure(spec: Any) -> Type:
+    """The type of a TF structure of specs (a dataset's ``element_spec``, say)."""
     cls_name = type(spec).__name__
     if cls_name in ('TensorSpec', 'DatasetSpec'):
         return to_type(spec)
-    if _is_namedtuple(spec):
-        return StructType([(f, _from_tf_structure(getattr(spec, f))) for f in spec._fields],
+    if is_namedtuple(spec):
+        return StructType([(f, from_tf_structure(getattr(spec, f))) for f in spec._fields],
                           container=type(spec))
     if isinstance(spec, collections.abc.Mapping):
-        return StructType([(str(k), _from_tf_structure(v)) for k, v in spec.items()],
+        return StructType([(str(k), from_tf_structure(v)) for k, v in spec.items()],
                           container=type(spec))
     if isinstance(spec, (list, tuple)):
-        return StructType([_from_tf_structure(v) for v in spec], container=type(spec))
+        return StructType([from_tf_structure(v) for v in spec], container=type(spec))
     return to_type(spec)
 
 
@@ -520,7 +523,7 @@ def infer_type(value: Any) -> Type:
     if isinstance(value, Type):
         raise SimharnessTypeError(f'{value} is a type, not a value')
     if hasattr(value, 'element_spec') and hasattr(value, 'reduce'):  # tf.data.Dataset
-        return SequenceType(_from_tf_structure(value.element_spec))
+        return SequenceType(from_tf_structure(value.element_spec))
     if hasattr(value, 'dtype') and hasattr(value, 'shape') and not isinstance(value, np.ndarray) \
             and cls_name not in ('ndarray',) and hasattr(value, 'numpy'):
         return TensorType(value.dtype, value.shape)
@@ -541,7 +544,7 @@ def infer_type(value: Any) -> Type:
         return TensorType(np.float32)
     if isinstance(value, (str, bytes)):
         return TensorType(np.dtype(object))
-    if _is_namedtuple(value):
+    if is_namedtuple(value):
         return StructType([(f, infer_type(getattr(value, f))) for f in value._fields],
                           container=type(value))
     if attrs.has(type(value)):
@@ -584,8 +587,17 @@ __all__: Sequence[str] = (
     'type_at_server', 'infer_type', 'flatten_type')
 
 
-def _is_namedtuple_cls(cls: Any) -> bool:
+def is_namedtuple_class(cls: Any) -> bool:
+    """Whether `cls` is a namedtuple class."""
     return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, '_fields')
+
+
+# The old private names, for modules owned elsewhere that still use them (issue 17):
+# executors/eager_tf.py, executors/worker_delegating.py, executors/federating.py,
+# runtime/datasets.py.
+_contains = contains
+_is_namedtuple = is_namedtuple
+_from_tf_structure = from_tf_structure
 
 
 def check_constant(value: Any, type_spec: Any, what: str = 'constant') -> Any:

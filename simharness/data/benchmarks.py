@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import numpy as np
 
 from simharness.data.client_data import ArrayClientData
+from simharness.data.digits import dirichlet_partition
 from simharness.errors import SimharnessValueError
 
 PathLike = Union[str, Path]
@@ -300,7 +301,6 @@ def load_hf_dataset(path: str, x_column: str, y_column: str, *, split: Optional[
       SimharnessValueError: a missing path, split or column, or a bad partition.
     """
     import datasets  # pylint: disable=import-outside-toplevel
-    from simharness.data.digits import dirichlet_partition  # pylint: disable=import-outside-toplevel
     p = Path(path).expanduser()
     if p.is_dir():
         ds = datasets.load_from_disk(str(p))

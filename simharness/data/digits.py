@@ -9,7 +9,6 @@ with the Dirichlet label-skew partition.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 

@@ -27,15 +27,15 @@ import numpy as np
 
 from simharness.data.client_data import (ArraySpec, ClientData, array_spec_of,
                                          check_client_arrays)
-from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.errors import SimharnessValueError
 
 PathLike = Union[str, os.PathLike]
 
 # numpy parses .npy headers with `ast.literal_eval`; CPython 3.11's parser
 # is not safe to call from two threads at once ("AST constructor recursion
 # depth mismatch", CPython gh-106905), and the thread stack loads clients
-# from several threads. Every header read here holds this lock.
-_HEADER_LOCK = threading.Lock()
+# from several threads. Every header read (here and in data/uri.py) holds this lock.
+HEADER_LOCK = threading.Lock()
 
 
 def _natural_key(text: str) -> list:
@@ -52,7 +52,7 @@ def _npz_headers(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
     """(dtype, full shape) of every array in an .npz, reading headers only."""
     out = {}
     try:
-        with _HEADER_LOCK, zipfile.ZipFile(path) as zf:
+        with HEADER_LOCK, zipfile.ZipFile(path) as zf:
             for name in zf.namelist():
                 if not name.endswith('.npy'):
                     continue
@@ -76,7 +76,7 @@ def _load_npz(path: Path, keys: Sequence[str], client_id: str) -> dict[str, np.n
     try:
         if not zipfile.is_zipfile(path):  # np.load would try to unpickle it
             raise SimharnessValueError(f'{path}: not a readable .npz file (not a zip)')
-        with _HEADER_LOCK, np.load(path, allow_pickle=False) as npz:
+        with HEADER_LOCK, np.load(path, allow_pickle=False) as npz:
             present = list(npz.files)
             for key in keys:
                 if key not in present:
@@ -248,6 +248,16 @@ class FileClientData(ClientData):
     @property
     def array_spec(self) -> dict[str, ArraySpec]:
         return dict(self._spec)
+
+    @property
+    def paths(self) -> Optional[dict[str, Path]]:
+        """Each client's .npz file (None for data read from one file into memory)."""
+        return None if self._paths is None else dict(self._paths)
+
+    @property
+    def sizes(self) -> Optional[dict[str, int]]:
+        """Each client's number of examples, where known without reading its file."""
+        return None if self._sizes is None else dict(self._sizes)
 
     def _check_id(self, client_id: Any) -> None:
         container: Mapping[str, Any] = (self._paths if self._paths is not None

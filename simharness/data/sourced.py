@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from simharness.data.files import FileClientData
 from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
 
 _TOKENS = itertools.count(1)
@@ -135,21 +136,20 @@ def transform_from_spec(spec: Mapping[str, Any]) -> Callable[[Any], Any]:
 
 def source_spec(source: Any) -> Optional[Dict[str, Any]]:
     """A plain-data description of a file-backed source, or None (the driver loads it)."""
-    from simharness.data.files import FileClientData
-    paths = getattr(source, '_paths', None) if type(source) is FileClientData else None
+    paths = source.paths if type(source) is FileClientData else None
     if paths is None:
         return None
     return {'kind': 'npz_files', 'ids': list(source.client_ids),
             'paths': {cid: str(p) for cid, p in paths.items()},
-            'spec': {k: [np.dtype(dt).str, list(shape)] for k, (dt, shape) in source._spec.items()},
-            'sizes': None if source._sizes is None else dict(source._sizes)}
+            'spec': {k: [np.dtype(dt).str, list(shape)]
+                     for k, (dt, shape) in source.array_spec.items()},
+            'sizes': source.sizes}
 
 
 def source_from_spec(spec: Mapping[str, Any]) -> Any:
     """The `ClientData` a `source_spec` describes."""
     if spec.get('kind') != 'npz_files':
         raise SimharnessValueError(f'unknown client data source kind {spec.get("kind")!r}')
-    from simharness.data.files import FileClientData
     return FileClientData(spec['ids'],
                           {k: (np.dtype(dt), tuple(shape)) for k, (dt, shape) in spec['spec'].items()},
                           paths={cid: Path(p) for cid, p in spec['paths'].items()},

@@ -44,6 +44,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from simharness.core import types as T
+from simharness.core.building_blocks import Data
+from simharness.data.files import HEADER_LOCK
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 SCHEME = 'npz'
@@ -94,15 +96,13 @@ def client_data_blocks(directory: Any, client_ids: Sequence[str], type_spec: Any
                        keys: Optional[Sequence[str]] = None) -> List[Any]:
     """``Data`` blocks of ``<directory>/<client id>.npz``, one per client (relative paths stay
     relative: each executor resolves them against its own data directory)."""
-    from simharness.core.building_blocks import Data
     t = T.to_type(type_spec)
     return [Data(make_uri(Path(directory) / f'{cid}.npz', keys), t) for cid in client_ids]
 
 
 def _load(uri: str, path: Path, keys: Optional[List[str]]) -> 'collections.OrderedDict[str, np.ndarray]':
-    from simharness.data.files import _HEADER_LOCK
     try:
-        with _HEADER_LOCK, np.load(path, allow_pickle=False) as z:
+        with HEADER_LOCK, np.load(path, allow_pickle=False) as z:
             names = list(z.files)
             wanted = keys if keys is not None else names
             missing = [k for k in wanted if k not in names]

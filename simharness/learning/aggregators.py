@@ -26,6 +26,8 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from simharness.errors import ConfigError
 
 AGGREGATORS = ('dp_adaptive', 'dp_fixed', 'mean', 'secure', 'unweighted_mean')
@@ -121,7 +123,6 @@ class Aggregator:
 
     def initial_state(self) -> List[Any]:
         """Server state: ``[clip norm (float32 scalar)]`` (0 when there is no clipping)."""
-        import numpy as np  # pylint: disable=import-outside-toplevel
         return [np.float32(self.clip or 0.0)]
 
     @property
