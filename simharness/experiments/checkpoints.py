@@ -28,6 +28,7 @@ import numpy as np
 
 from simharness.errors import SimharnessValueError
 from simharness.experiments import atomic
+from simharness.validation import check_int
 
 PathLike = Union[str, Path]
 CHECKPOINT_DIR = 'checkpoints'
@@ -173,8 +174,7 @@ class EarlyStopping(Callback):
 
     def __init__(self, metric: str = 'eval_loss', patience: int = 3, mode: Optional[str] = None,
                  min_delta: float = 0.0):
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
-            raise SimharnessValueError(f'patience must be an int >= 1, got {patience!r}')
+        patience = check_int('patience', patience, 1)
         self.metric, self.patience, self.min_delta = metric, patience, float(min_delta)
         self.mode = mode or _mode_for(metric)
         self.best: Optional[float] = None

@@ -38,6 +38,7 @@ from simharness.data.sourced import pad_client  # noqa: F401  (public here too)
 from simharness.data.synthetic import synthetic_alpha_beta
 from simharness.errors import ConfigError
 from simharness.learning import models as M
+from simharness.validation import check_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +65,7 @@ class FedAvgConfig:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
                 raise ConfigError(f'{key} must be a number > 0, got {v!r}', key=key, value=v)
         for key in ('local_epochs', 'batch_size'):
-            v = getattr(self, key)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f'{key} must be an int >= 1, got {v!r}', key=key, value=v)
+            check_int(key, getattr(self, key), 1)
         m = self.server_momentum
         if not isinstance(m, (int, float)) or isinstance(m, bool) or not 0 <= m < 1:
             raise ConfigError(f'server_momentum must be a number in [0, 1), got {m!r}',
@@ -96,9 +95,7 @@ class FedAvg:
 
     def __init__(self, model: M.ModelSpec, config: FedAvgConfig, max_examples: int):
         import tensorflow as tf
-        if not isinstance(max_examples, int) or max_examples < 1:
-            raise ConfigError(f'max_examples must be an int >= 1, got {max_examples!r}',
-                              key='max_examples', value=max_examples)
+        max_examples = check_int('max_examples', max_examples, 1)
         self.model = model
         self.config = config
         B = config.batch_size

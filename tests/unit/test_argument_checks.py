@@ -21,6 +21,8 @@ from simharness import stacks, validation
 from simharness.core import types as T
 from simharness.errors import (ConfigError, DeviceNotFoundError, SimharnessTypeError,
                                SimharnessValueError)
+from simharness.experiments.checkpoints import EarlyStopping
+from simharness.learning.fedavg import FedAvgConfig
 from simharness.runtime import resources
 
 NO_GPU = resources.GpuInventory((), 'CUDA_VISIBLE_DEVICES (unset), nvidia-smi (not on PATH)')
@@ -143,6 +145,15 @@ CASES = [
      ["retries must be an int >= 0, got '1' of type str"]),
     ('set_default_executor factory', lambda: sh.set_default_executor(3), TYPE,
      ['factory must be an ExecutorFactory, got int 3']),
+    # -- "an int >= 1" everywhere through validation.check_int (issue 17)
+    ('FedAvgConfig local_epochs 0', lambda: FedAvgConfig(local_epochs=0), VALUE,
+     ['local_epochs must be an int >= 1, got 0 of type int']),
+    ('FedAvgConfig batch_size bool', lambda: FedAvgConfig(batch_size=True), TYPE,
+     ['batch_size must be an int >= 1, got True of type bool']),
+    ('EarlyStopping patience 0', lambda: EarlyStopping(patience=0), VALUE,
+     ['patience must be an int >= 1, got 0 of type int']),
+    ('EarlyStopping patience float', lambda: EarlyStopping(patience=2.0), TYPE,
+     ['patience must be an int >= 1, got 2.0 of type float']),
 ]
 
 # Pool arguments: both process_executor_factory and create_worker_pool check them.
