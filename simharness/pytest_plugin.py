@@ -17,6 +17,9 @@ them.
                         --simharness-rounds); every round, a calibration
                         workload, peak RSS and a result fingerprint go to
                         extra_info['simharness'] (see simharness.bench)
+  (any benchmark)       a test using pytest-benchmark's `benchmark` gets the
+                        peak RSS of the driver and its child processes over
+                        its call in extra_info['peak_rss']
   simharness_pools      session-scoped warm worker pools, one per worker count,
                         closed at the end of the session
 ```
@@ -665,6 +668,38 @@ def pytest_benchmark_update_json(config: Any, benchmarks: Any, output_json: Dict
     if hasattr(os, 'getloadavg'):
         own['load_average_end'] = list(os.getloadavg())
     output_json['simharness'] = own
+
+
+def _descendant_pids() -> List[int]:
+    """The pids of this process' children, recursively (worker processes, their forkserver)."""
+    try:
+        import psutil
+        return [c.pid for c in psutil.Process().children(recursive=True)]
+    except Exception:  # psutil missing, or a child left meanwhile  # pylint: disable=broad-except
+        return []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: Any) -> Iterator[None]:
+    """Records the peak RSS of every benchmark that `simharness_benchmark.round` does not time.
+
+    For a test that uses pytest-benchmark's ``benchmark`` fixture, the peak
+    RSS of the driver (this process) and of its child processes (worker
+    processes, the forkserver) over the test's call goes to
+    ``extra_info['peak_rss']`` (`simharness.bench.probe.PeakRss.as_dict`), so
+    that every saved benchmark carries its memory next to its time.
+    ``simharness_benchmark.round`` records its own, over the timed rounds.
+    """
+    names = getattr(item, 'fixturenames', ())
+    if 'benchmark' not in names or 'simharness_benchmark' in names:
+        yield
+        return
+    from simharness.bench import probe
+    with probe.PeakRss(_descendant_pids, include_new=True) as peak:
+        outcome = yield
+    bench = getattr(item, 'funcargs', {}).get('benchmark')
+    if outcome.excinfo is None and bench is not None and not getattr(bench, 'disabled', False):
+        bench.extra_info['peak_rss'] = peak.as_dict()
 
 
 def _stacks(config: Any) -> List[StackSpec]:

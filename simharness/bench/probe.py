@@ -89,14 +89,18 @@ class PeakRss:
     Args:
       worker_pids: called at the start and the end of the block (workers
         may have been replaced in between; a pid present at both is read).
+      include_new: also read the pids that appear only at the end (processes
+        started inside the block: their whole life's peak is the block's).
 
     After the block: `driver_bytes`, `worker_bytes` (pid -> bytes), `method`
     (``'VmHWM'``: the kernel's exact peak since the block started;
     ``'rss-after'``: the RSS at the end, where the peak cannot be reset).
     """
 
-    def __init__(self, worker_pids: Callable[[], Iterable[int]] = lambda: ()):
+    def __init__(self, worker_pids: Callable[[], Iterable[int]] = lambda: (),
+                 include_new: bool = False):
         self._worker_pids = worker_pids
+        self._include_new = include_new
         self._pids: List[int] = []
         self._reset_ok = False
         self.driver_bytes: Optional[int] = None
@@ -109,7 +113,10 @@ class PeakRss:
         return self
 
     def __exit__(self, *exc: Any) -> bool:
-        pids_now = {int(p) for p in self._worker_pids()}
+        now = [int(p) for p in self._worker_pids()]
+        pids_now = set(now)
+        if self._include_new:
+            self._pids += [p for p in now if p not in self._pids]
         read = _read_hwm if self._reset_ok else _rss
         self.method = 'VmHWM' if self._reset_ok else 'rss-after'
         self.driver_bytes = read(os.getpid())
