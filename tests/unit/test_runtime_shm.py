@@ -19,8 +19,8 @@ import pytest
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.runtime import shm
 from simharness.runtime.shm import (ALIGNMENT, ShmArena, ShmAttachment, SlotRef,
-                                    list_leaked_segments, pack_tree, reap_orphaned_segments,
-                                    unpack_tree)
+                                    list_leaked_segments, reap_orphaned_segments)
+from shm_trees import pack_tree, unpack_tree
 
 HAS_DEV_SHM = os.path.isdir('/dev/shm')
 needs_dev_shm = pytest.mark.skipif(not HAS_DEV_SHM, reason='no /dev/shm')
