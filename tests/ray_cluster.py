@@ -253,7 +253,9 @@ class RayStackResource:
     """The 'ray-2' stack's session resource: the loopback cluster and two shared actors."""
 
     def __init__(self) -> None:
-        self.cluster = LoopbackCluster(2)
+        # 2 Ray CPUs per node: the shared actors take one on each node, tests that
+        # make actors of their own (timeouts, experiments) get the others.
+        self.cluster = LoopbackCluster(2, cpus_per_node=2)
         try:
             from simharness.runtime.ray_transport import RayWorkers
             # SPREAD: one actor per node; clients_per_worker=3 makes the actors cut

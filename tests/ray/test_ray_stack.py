@@ -1,0 +1,281 @@
+"""The Ray stack on a cluster of two loopback nodes: bit-identity, placement, data, faults."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import simharness as sh
+from simharness.data import ArrayClientData, FileClientData, SourcedClients, save_npz_dir
+from simharness.errors import (RetryableError, SimharnessTypeError, WorkerLostError,
+                               WorkerStartError, WorkerTimeoutError)
+from simharness.learning import FedAvg, FedAvgConfig, get_model
+from simharness.stacks import local_executor_factory, ray_executor_factory
+
+pytestmark = [pytest.mark.ray, pytest.mark.skipif(
+    importlib.util.find_spec('ray') is None, reason='Ray is not installed (pip install '
+    '"simharness[ray]")')]
+
+DIM = 16
+
+
+@sh.tf_computation(sh.TensorType(tf.float32, [DIM]), tf.float32)
+def client_update(x, w):
+    # Not exactly rounded (sin, matmul, reductions): stacks agree only if they fold alike.
+    m = tf.reshape(tf.range(DIM * DIM, dtype=tf.float32), [DIM, DIM]) / 97.0
+    y = tf.linalg.matvec(m, tf.sin(x) * w)
+    return y / (1.0 + tf.reduce_sum(tf.abs(y)))
+
+
+@sh.tf_computation(sh.TensorType(tf.float32, [DIM]))
+def norm(x):
+    return tf.sqrt(tf.reduce_sum(x * x))
+
+
+@sh.federated_computation(sh.type_at_clients(sh.TensorType(tf.float32, [DIM])),
+                          sh.type_at_clients(tf.float32), sh.type_at_server(tf.float32))
+def round_fn(xs, ws, scale):
+    updates = sh.federated_map(client_update, [xs, sh.federated_broadcast(scale)])
+    mean = sh.federated_mean(updates, weight=ws)
+    total = sh.federated_sum(sh.federated_map(norm, updates))
+    return mean, total, sh.federated_sum(ws)
+
+
+def _data(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    xs = list(rng.normal(size=(n, DIM)).astype(np.float32))
+    ws = list(rng.uniform(0.5, 2.0, size=n).astype(np.float32))
+    return xs, ws, np.float32(1.7)
+
+
+def _run(factory, args, retries=0):
+    with sh.execution_context(factory, retries=retries):
+        return round_fn(*args)
+
+
+def _bits(results):
+    return [np.asarray(r).tobytes() for r in results]
+
+
+def test_bit_identical_to_the_thread_and_process_stacks(ray_stack, make_factory):
+    args = _data(1000)
+    thread = _bits(_run(local_executor_factory(), args))
+    ray_ = _bits(_run(ray_executor_factory(workers=ray_stack.workers), args))
+    process = _bits(_run(make_factory('process-2'), args))
+    assert ray_ == thread
+    assert ray_ == process
+    # Not a trivial agreement: another client order gives other bits.
+    xs, ws, s = args
+    assert _bits(_run(local_executor_factory(), (xs[::-1], ws[::-1], s)))[0] != thread[0]
+
+
+def _clients(n, seed):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k in range(n):
+        m = int(rng.integers(4, 15))
+        out[f'c{k}'] = {'x': rng.normal(size=(m, 6)).astype(np.float32),
+                        'y': rng.integers(0, 3, size=m).astype(np.int32)}
+    return out
+
+
+def test_fedavg_on_ray_is_bit_identical_to_the_process_stack(ray_stack, make_factory):
+    clients = list(_clients(9, seed=5).values())
+    model = get_model('mlp', (6,), 3, hidden_sizes=(8,))
+    fa = FedAvg(model, FedAvgConfig(client_learning_rate=0.1, batch_size=4), 20)
+    data = fa.pad(clients)
+
+    def rounds(factory):
+        with sh.execution_context(factory):
+            state = fa.initialize(seed=1)
+            out = []
+            for _ in range(2):
+                state, m = fa.next(state, data)
+                out.append(sorted(m.items()))
+            return [w.tobytes() for w in state['weights']], out
+
+    assert rounds(ray_executor_factory(workers=ray_stack.workers)) == \
+        rounds(make_factory('process-2'))
+
+
+def test_one_actor_per_node_pinned_to_its_nodes_core(ray_stack):
+    factory = ray_executor_factory(workers=ray_stack.workers)
+    cluster = factory.cluster()
+    assert sorted(n['address'] for n in cluster['nodes'] if n['alive']) == ['127.0.0.2',
+                                                                            '127.0.0.3']
+    assert cluster['resources']['CPU'] == 4
+    workers = cluster['workers']
+    assert sorted(w['node_ip'] for w in workers) == ['127.0.0.2', '127.0.0.3']
+    # The nodes run on cores of their own; each actor pinned itself to its node's core.
+    assert sorted(tuple(w['cpus']) for w in workers) == sorted(
+        (c,) for c in (sorted(os.sched_getaffinity(0)) * 2)[:2])
+    before = [w['requests'] for w in factory.stats()['workers']]
+    _run(factory, _data(40))
+    stats = factory.stats()
+    assert all(w['alive'] and w['rss_bytes'] > 0 for w in stats['workers'])
+    assert all(w['requests'] > b for w, b in zip(stats['workers'], before))
+    for w in stats['workers']:  # the actor process really is pinned
+        assert tuple(sorted(os.sched_getaffinity(w['pid']))) == tuple(w['cpus'])
+
+
+def test_broadcast_is_put_once_per_value(ray_stack):
+    @sh.federated_computation(sh.type_at_server(sh.TensorType(tf.float32, [50_000])),
+                              sh.type_at_clients(tf.float32))
+    def scaled_sums(model, xs):
+        @sh.tf_computation(sh.TensorType(tf.float32, [50_000]), tf.float32)
+        def fn(m, x):
+            return tf.reduce_sum(m) * x
+        return sh.federated_sum(sh.federated_map(fn, [sh.federated_broadcast(model), xs]))
+
+    factory = ray_executor_factory(workers=ray_stack.workers)
+    model = np.linspace(0, 1, 50_000, dtype=np.float32)
+    with sh.execution_context(factory):
+        puts = ray_stack.workers.broadcast.puts
+        got = scaled_sums(model, [1.0, 2.0, 3.0, 4.0])
+        assert ray_stack.workers.broadcast.puts - puts <= 1  # both actors read one object
+    with sh.execution_context(local_executor_factory()):
+        assert np.asarray(got).tobytes() == np.asarray(scaled_sums(model, [1.0, 2.0, 3.0, 4.0])
+                                                      ).tobytes()
+
+
+def test_client_data_is_loaded_inside_the_actors(ray_stack, tmp_path):
+    cd = ArrayClientData(_clients(8, seed=0))
+    save_npz_dir(cd, tmp_path / 'clients')
+    files = FileClientData.from_npz_dir(tmp_path / 'clients')
+    model = get_model('mlp', (6,), 3, hidden_sizes=(8,))
+    fa = FedAvg(model, FedAvgConfig(client_learning_rate=0.1, batch_size=4), 20)
+    ids = cd.client_ids
+    shipped = fa.pad([cd.client_arrays(c) for c in ids])
+    sourced = fa.sourced(files, ids)
+    assert isinstance(sourced, SourcedClients)
+
+    def one_round(data):
+        state = fa.initialize(seed=3)
+        state, m = fa.next(state, data)
+        return [w.tobytes() for w in state['weights']], m
+
+    with sh.execution_context(local_executor_factory()):
+        expected = one_round(shipped)
+    factory = ray_executor_factory(workers=ray_stack.workers)
+    with sh.execution_context(factory):
+        assert one_round(shipped) == expected  # the computations travel once per session
+        before = factory.stats()['bytes_to_workers']
+        assert one_round(sourced) == expected
+        sourced_bytes = factory.stats()['bytes_to_workers'] - before
+        before = factory.stats()['bytes_to_workers']
+        assert one_round(shipped) == expected
+        shipped_bytes = factory.stats()['bytes_to_workers'] - before
+    # Sourced data never travels through the driver: only ids and the model do.
+    assert sourced_bytes < shipped_bytes
+
+
+@sh.tf_computation(tf.float32, tf.int32)
+def slow_square(x, n):
+    # About n loop steps of TF work per client: long enough to kill an actor mid-round.
+    def body(i, acc):
+        return i + 1, acc * 1.0000001
+    _, acc = tf.while_loop(lambda i, a: i < n, body, [tf.constant(0), x])
+    return acc * 0.0 + x * x
+
+
+@sh.federated_computation(sh.type_at_clients(tf.float32), sh.type_at_server(tf.int32))
+def sum_of_squares(xs, n):
+    return sh.federated_sum(sh.federated_map(slow_square, [xs, sh.federated_broadcast(n)]))
+
+
+def _kill_when_busy(handle, requests_before, killed):
+    deadline = time.monotonic() + 60
+    while handle.requests < requests_before + 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)
+    killed.append(handle.pid)
+    os.kill(handle.pid, signal.SIGKILL)
+
+
+def test_kill_9_an_actor_mid_round_and_the_retry_gives_the_right_answer(ray_stack):
+    workers = ray_stack.workers
+    factory = ray_executor_factory(workers=workers)
+    xs = [1.0, 2.0, 3.0, 4.0]
+    h = workers.handles[1]
+    generation = h.generation
+    killed = []
+    killer = threading.Thread(target=_kill_when_busy, args=(h, h.requests, killed))
+    killer.start()
+    try:
+        got = _run_sum(factory, xs, 300_000, retries=2)
+    finally:
+        killer.join()
+    assert got == np.float32(30.0)
+    assert killed and h.pid != killed[0]  # a new actor process (Ray restarted it)
+    assert h.generation > generation
+    # Without retries the loss reaches the caller as a retryable error.
+    killed.clear()
+    killer = threading.Thread(target=_kill_when_busy, args=(h, h.requests, killed))
+    killer.start()
+    try:
+        with pytest.raises(WorkerLostError) as info:
+            _run_sum(factory, xs, 300_000, retries=0)
+    finally:
+        killer.join()
+    assert isinstance(info.value, RetryableError)
+    assert 'run the computation again' in str(info.value)
+    assert _run_sum(factory, xs, 10, retries=0) == np.float32(30.0)  # and it is back
+
+
+def _run_sum(factory, xs, n, retries):
+    with sh.execution_context(factory, retries=retries):
+        return sum_of_squares(xs, n)
+
+
+def test_a_straggler_past_call_timeout_is_killed_and_retryable(ray_stack):
+    from simharness.runtime.ray_transport import RayWorkers
+    with RayWorkers(1, call_timeout=2.0, clients_per_worker=4) as workers:
+        factory = ray_executor_factory(workers=workers)
+        with pytest.raises(WorkerTimeoutError, match='call_timeout') as info:
+            _run_sum(factory, [1.0, 2.0], 50_000_000, retries=0)
+        assert isinstance(info.value, RetryableError) and info.value.seconds == 2.0
+        assert _run_sum(factory, [1.0, 2.0], 10, retries=0) == np.float32(5.0)
+    assert workers.closed and not workers.handles[0].alive
+
+
+def test_an_unsatisfiable_placement_group_is_an_error_naming_the_resources(ray_stack):
+    import ray
+    factory = ray_executor_factory(num_workers=2, num_cpus_per_worker=64, ready_timeout=1.0)
+    with pytest.raises(WorkerStartError, match=r'64\.0.*ready_timeout.*4 CPU'):
+        factory.workers.start()
+    factory.close()
+    # Nothing left behind: no placement group waiting for resources, Ray still up.
+    from ray.util.placement_group import placement_group_table
+    pending = [pg for pg in placement_group_table().values()
+               if pg['state'] not in ('REMOVED', 'CREATED')]
+    assert not pending and ray.is_initialized()
+
+
+def test_shared_workers_must_be_ray_workers():
+    with pytest.raises(SimharnessTypeError, match='RayWorkers'):
+        ray_executor_factory(workers='127.0.0.2:6379')
+
+
+def test_an_experiment_runs_on_ray_with_the_same_numbers(ray_stack, tmp_path):
+    # The runner builds its own factory from [stack] kind = 'ray' (joining the session's
+    # Ray), and records the cluster in environment.json.
+    import json
+
+    from integration.experiment_helpers import REPRO, make_config, math_only, read_metrics
+    from simharness.experiments.runner import run_experiment
+    thread = run_experiment(make_config(REPRO), tmp_path / 'thread', progress=False)
+    ray_run = run_experiment(make_config(REPRO, stack={'kind': 'ray', 'num_workers': 2}),
+                             tmp_path / 'ray', progress=False)
+    assert math_only(read_metrics(ray_run.run_dir)) == math_only(read_metrics(thread.run_dir))
+    env = json.loads((ray_run.run_dir / 'environment.json').read_text())
+    assert sorted(n['address'] for n in env['ray']['nodes'] if n['alive']) == ['127.0.0.2',
+                                                                               '127.0.0.3']
+    assert env['ray']['resources']['CPU'] == 4 and len(env['ray']['workers']) == 2
+    assert 'ray' not in json.loads((thread.run_dir / 'environment.json').read_text())
