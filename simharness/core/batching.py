@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, cast
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -15,7 +15,8 @@ def stack_python_values(values: List[Any], t: T.Type) -> Optional[List[np.ndarra
     """Client values (Python/numpy) stacked leaf by leaf into arrays [n, ...] of `t`'s dtypes.
 
     Returns None when they cannot be stacked exactly (ragged shapes, tensors,
-    lossy casts): the per-value path then gives the precise error.
+    or values `types.array_refusal` refuses: lossy casts, out of range, another
+    shape): the per-value path then gives the precise error.
     """
     if isinstance(t, T.StructType):
         try:
@@ -36,14 +37,7 @@ def stack_python_values(values: List[Any], t: T.Type) -> Optional[List[np.ndarra
             arr = np.asarray(col)
         except ValueError:
             return None
-        if arr.dtype.kind not in 'biuf' or arr.shape[1:] != tuple(cast(tuple, lt.shape)):
-            return None
-        if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(lt.dtype, np.integer)) or (
-                (arr.dtype == np.bool_) != (lt.dtype == np.bool_)):
-            return None
-        if arr.dtype.kind in 'iu' and lt.dtype.kind in 'iu' and arr.size:
-            info = np.iinfo(lt.dtype)
-            if arr.min() < info.min or arr.max() > info.max:
-                return None  # out of range: the per-value path names the value
+        if arr.dtype.kind not in 'biuf' or T.array_refusal(arr, lt, batched=True) is not None:
+            return None  # the per-value path names the value and the reason
         out.append(np.ascontiguousarray(arr.astype(lt.dtype, copy=False)))
     return out

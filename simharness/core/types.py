@@ -584,7 +584,8 @@ TypeSpec = Union[Type, Any]
 __all__: Sequence[str] = (
     'Type', 'TensorType', 'StructType', 'SequenceType', 'FunctionType', 'FederatedType',
     'PlacementType', 'PlacementLiteral', 'CLIENTS', 'SERVER', 'to_type', 'type_at_clients',
-    'type_at_server', 'infer_type', 'flatten_type')
+    'type_at_server', 'infer_type', 'flatten_type', 'contains', 'is_namedtuple',
+    'is_namedtuple_class', 'from_tf_structure', 'check_constant', 'array_refusal')
 
 
 def is_namedtuple_class(cls: Any) -> bool:
@@ -660,3 +661,34 @@ def check_constant(value: Any, type_spec: Any, what: str = 'constant') -> Any:
             d is not None and d != s for d, s in zip(shape, a.shape))):
         raise refuse(f'its shape {list(a.shape)} is not {list(shape)}')
     return out
+
+
+def array_refusal(arr: np.ndarray, t: TensorType, *, batched: bool = False) -> Optional[str]:
+    """Why the numeric array `arr` is not exactly a value of tensor type `t` (None: it is).
+
+    The rule for client values (no silent truncation, as in TFF): a float
+    array for an integer type, a bool array for a non-bool type or the
+    reverse (unless empty), integers outside the range of `t`'s integer
+    dtype, and a shape `t` does not allow are refused; ints for floats are
+    exact and accepted. Strings and objects are the caller's to refuse.
+
+    Args:
+      arr: the value as a numpy array.
+      t: the tensor type it should have.
+      batched: `arr` holds many values along its first axis (one per client).
+
+    Returns:
+      None, or the reason, in words that complete "value ... is refused: ".
+    """
+    if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
+            (arr.dtype == np.bool_) != (t.dtype == np.bool_) and arr.size):
+        return f'a value of dtype {arr.dtype} is not assignable to {t}'
+    if arr.dtype.kind in 'iu' and t.dtype.kind in 'iu' and arr.size:
+        info = np.iinfo(t.dtype)
+        if int(arr.min()) < info.min or int(arr.max()) > info.max:
+            return f'out of the range [{info.min}, {info.max}] of {t}'
+    shape = arr.shape[1:] if batched else arr.shape
+    if t.shape is not None and (len(shape) != len(t.shape) or any(
+            d is not None and d != s for d, s in zip(t.shape, shape))):
+        return f'a value of shape {tuple(shape)} is not assignable to {t}'
+    return None

@@ -281,3 +281,33 @@ def test_flatten_type_and_helpers():
     assert T.contains_only_tensors(StructType([tf.float32, (tf.int32, [2])]))
     assert T.is_numeric_dtype(np.dtype(np.int8)) and not T.is_numeric_dtype(np.dtype(np.bool_))
     assert not T.is_numeric_dtype(np.dtype(np.complex64))
+
+
+@pytest.mark.parametrize('arr, t, batched, reason', [
+    (np.array([1, 2], np.int64), TensorType(np.float32, [2]), False, None),  # ints for floats: exact
+    (np.array([1.5]), TensorType(np.int32, [1]), False, 'dtype float64 is not assignable'),
+    (np.array([True]), TensorType(np.int32, [1]), False, 'dtype bool is not assignable'),
+    (np.array([1]), TensorType(np.bool_, [1]), False, 'dtype int64 is not assignable'),
+    (np.zeros((0,), np.bool_), TensorType(np.int32, [None]), False, None),  # empty: nothing lost
+    (np.array([300]), TensorType(np.uint8, [1]), False, 'out of the range [0, 255] of uint8[1]'),
+    (np.zeros((2, 3), np.float32), TensorType(np.float32, [2]), False, 'shape (2, 3)'),
+    (np.zeros((5, 3), np.float32), TensorType(np.float32, [3]), True, None),  # 5 clients of [3]
+    (np.zeros((5, 2), np.float32), TensorType(np.float32, [3]), True, 'shape (2,)'),
+    (np.zeros((5, 2), np.float32), TensorType(np.float32, [None]), True, None),
+])
+def test_array_refusal_is_the_one_rule_for_client_values(arr, t, batched, reason):
+    got = T.array_refusal(arr, t, batched=batched)
+    if reason is None:
+        assert got is None
+    else:
+        assert got is not None and reason in got, got
+
+
+def test_stacking_follows_the_refusal_rule():
+    from simharness.core.batching import stack_python_values
+    t = TensorType(np.int32, [2])
+    a = np.array
+    assert [x.dtype for x in stack_python_values([a([1, 2]), a([3, 4])], t)] == [np.int32]
+    assert stack_python_values([a([1.5, 2]), a([3, 4])], t) is None  # float for int: per value
+    assert stack_python_values([a([1, 2]), a([3, 2 ** 40])], t) is None  # out of int32's range
+    assert stack_python_values([a([1, 2, 3]), a([3, 4, 5])], t) is None  # another shape
