@@ -340,10 +340,11 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return await self._gather_groups(map_group)
 
     def _streams(self, *values: FederatingValue) -> bool:
-        """Whether a reduction of `values` streams: some is an uncomputed plan, and every
-        client group can stream."""
-        return self.stream and any(isinstance(v.payload, _Lazy) and v.payload.payload is None
-                                   for v in values) and all(
+        """Whether a reduction of `values` goes through a stream batch: streaming is on and
+        every client group can stream. Reductions of values computed already join the
+        batch too (as plain values): one request per worker for all of a round's
+        reductions, which fail or succeed together."""
+        return self.stream and self.num_clients > 0 and all(
             hasattr(ex, 'create_streamed_reductions') for ex in self._groups)
 
     async def _plan_for_group(self, g: int, ex: BatchExecutor, srcs: Sequence[Any],

@@ -143,7 +143,9 @@ def test_worker_killed_between_two_requests_of_one_call_is_retryable(monkeypatch
     data = _data(40, 3)
     want = _expected(summary, data)
     killed = []
-    original = WorkerDelegatingExecutor.create_partial_reduction
+    # The clients' values are the call's first request to each worker (its reductions
+    # then run in one streamed request): kill worker 1 right after it.
+    original = WorkerDelegatingExecutor.create_values
 
     async def kill_after_first_reduction(self, *args, **kwargs):
         out = await original(self, *args, **kwargs)
@@ -154,8 +156,7 @@ def test_worker_killed_between_two_requests_of_one_call_is_retryable(monkeypatch
             while self._handle._live:  # let the pool notice, as it would in real life
                 time.sleep(0.01)
         return out
-    monkeypatch.setattr(WorkerDelegatingExecutor, 'create_partial_reduction',
-                        kill_after_first_reduction)
+    monkeypatch.setattr(WorkerDelegatingExecutor, 'create_values', kill_after_first_reduction)
     with process_executor_factory(num_workers=2, clients_per_worker=7) as factory:
         with sh.execution_context(factory):
             with pytest.raises(WorkerCrashedError) as e:
@@ -305,13 +306,13 @@ def test_a_failing_call_does_not_leak_its_error_into_a_concurrent_one():
 def test_a_deadlocked_worker_fails_the_call_after_the_liveness_timeout():
     data = _data(6, 5)
     with process_executor_factory(num_workers=2, liveness_timeout=1.5, start=True,
-                                  worker_options={'hang_on_op': 'PARTIAL_REDUCTION'}) as factory:
+                                  worker_options={'hang_on_op': 'STREAM_REDUCE'}) as factory:
         with sh.execution_context(factory):
             t0 = time.monotonic()
             with pytest.raises(WorkerTimeoutError) as e:
                 summary(data)
             err = e.value
-            assert err.reason == 'no progress' and err.op == 'PARTIAL_REDUCTION'
+            assert err.reason == 'no progress' and err.op == 'STREAM_REDUCE'
             assert 'used no CPU' in str(err) and f'worker {err.worker_id}' in str(err)
             assert time.monotonic() - t0 < 30
 
