@@ -658,7 +658,8 @@ def ray_executor_factory(address: Optional[str] = None, num_workers: Optional[in
       workers: an existing `simharness.runtime.ray_transport.RayWorkers` to
         share (the arguments above that describe workers are then ignored,
         and closing the factory leaves the actors running).
-      worker_options: advanced options passed to the actors (tests).
+      worker_options: advanced options passed to the actors ('profile': log each
+        request's operation and time to stderr).
 
     Returns:
       A `RayExecutorFactory`; close it (or use it as a context manager).

@@ -50,6 +50,7 @@ import logging
 import math
 import os
 import secrets
+import sys
 import threading
 import time
 import traceback
@@ -241,7 +242,7 @@ class RayWorker:
     Args:
       slot: the worker slot (for error messages).
       options: ``clients_per_worker`` (most clients per TF call) and
-        ``fault`` (fault injection for tests: ``{'crash_on': OP name}``).
+        ``profile`` (log each request's op and time to stderr).
     """
 
     def __init__(self, slot: int, options: Dict[str, Any]):
@@ -295,21 +296,23 @@ class RayWorker:
         """
         if self.service is None or incarnation != self.incarnation:
             return None
+        t0 = time.perf_counter()
         try:
             req: Any = P.decode_message(header, buffers)
         except Exception as e:
             resp = P.Response(False, error=P.error_to_record(e, traceback.format_exc()))
         else:
-            fault = self.options.get('fault') or {}
-            if fault.get('crash_on') is not None and getattr(req, 'op', None) == \
-                    P.Op[fault['crash_on']]:
-                os._exit(9)  # fault injection (tests): die in the middle of a round
-            resp = self.service.handle(req)
+                resp = self.service.handle(req)
         try:
-            return P.encode_message(resp)
+            out = P.encode_message(resp)
         except Exception as e:
-            return P.encode_message(P.Response(
+            out = P.encode_message(P.Response(
                 False, error=P.error_to_record(e, traceback.format_exc()), seq=resp.seq))
+        if self.options.get('profile'):
+            op = getattr(req, 'op', None)
+            print(f'[ray worker {self.slot}] {getattr(op, "name", op)} '
+                  f'{1e3 * (time.perf_counter() - t0):.1f} ms', file=sys.stderr, flush=True)
+        return out
 
     def usage(self) -> Dict[str, Any]:
         """RSS bytes, CPU seconds and requests served by this actor's process."""
@@ -501,7 +504,6 @@ class RayWorkerHandle:
         if call.future.done():  # failed already (timeout, close)
             call.finish()
             return
-        ray = self.workers.ray
         try:
             out = f.result()
         except Exception as e:  # noqa: BLE001 - mapped below
@@ -523,7 +525,6 @@ class RayWorkerHandle:
         except Exception as e:
             call.finish(error=e)
             return
-        del ray
         call.finish(resp)
 
     def _ray_error(self, e: BaseException, call: _Call) -> BaseException:
@@ -605,7 +606,8 @@ class RayWorkers:
         actor is killed and the call fails with `WorkerTimeoutError`.
       cpu_affinity: pin each actor to node-local cores (`plan_ray_placements`).
       ray_init_args: more keyword arguments of ``ray.init`` (``num_cpus``, ...).
-      worker_options: passed to the actors (tests: fault injection).
+      worker_options: passed to the actors (``{'profile': True}``: each actor logs
+        every request's operation and time to stderr).
     """
 
     def __init__(self, num_workers: Optional[int] = None, *, address: Optional[str] = None,
@@ -759,18 +761,17 @@ class RayWorkers:
                                    self.num_gpus_per_worker, gpu_ids, self.cpu_affinity)
 
     def _start_all(self) -> None:
-        ray = self.ray
         deadline = time.monotonic() + self.ready_timeout
         infos = self._get([h.actor.describe.remote() for h in self.handles], deadline,
                           'report where they run')
         plans = self._plan(infos)
         for h, p in zip(self.handles, plans):
             h.placement = p
-        started = self._get([h.actor.start.remote(placement_to_dict(h.placement))
-                             for h in self.handles], deadline, 'start (import TensorFlow)')
+        started = self._get([h.actor.start.remote(placement_to_dict(p))
+                             for h, p in zip(self.handles, plans)], deadline,
+                            'start (import TensorFlow)')
         for h, info in zip(self.handles, started):
             h._set_started(info)
-        del ray
 
     def _get(self, refs: List[Any], deadline: float, what: str) -> List[Any]:
         ray = self.ray
