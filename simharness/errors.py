@@ -205,3 +205,7 @@ class SimharnessAttributeError(SimharnessError, AttributeError):
 
 class EagerModeError(SimharnessError, RuntimeError):
     """An eager-only object was created outside eager mode (TFF: RuntimeError)."""
+
+
+class MissingDependencyError(SimharnessError, ImportError):
+    """An optional dependency (an extra such as ``simharness[ray]``) is not installed."""

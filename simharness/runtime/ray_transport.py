@@ -76,19 +76,13 @@ DEFAULT_MAX_RESTARTS = 3
 _INSTALL_HINT = 'install it with: pip install "simharness[ray]"'
 
 
-def ray_available() -> bool:
-    """Whether Ray can be imported (without importing it)."""
-    import importlib.util
-    return importlib.util.find_spec('ray') is not None
-
-
 def import_ray() -> Any:
     """The `ray` module; a clear error naming the extra when it is missing."""
     try:
         import ray
     except ImportError as e:
-        raise E.SimharnessError(f'the Ray backend needs Ray, which is not installed ({e}); '
-                                f'{_INSTALL_HINT}') from None
+        raise E.MissingDependencyError(f'the Ray backend needs Ray, which is not installed '
+                                       f'({e}); {_INSTALL_HINT}') from None
     return ray
 
 

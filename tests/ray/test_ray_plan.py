@@ -128,3 +128,16 @@ def test_factory_checks_arguments_before_anything_starts():
     assert not f.workers.started
     f.close()
     f.close()  # idempotent
+
+
+def test_without_ray_the_error_names_the_extra(monkeypatch):
+    import sys
+
+    from simharness.errors import MissingDependencyError
+    from simharness.runtime.ray_transport import RayWorkers
+    monkeypatch.setitem(sys.modules, 'ray', None)  # as if Ray were not installed
+    workers = RayWorkers(1)
+    with pytest.raises(MissingDependencyError, match=r'pip install "simharness\[ray\]"') as info:
+        workers.start()
+    assert isinstance(info.value, ImportError)
+    workers.close()
