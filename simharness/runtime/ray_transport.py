@@ -675,8 +675,11 @@ class RayWorkers:
         ray = import_ray()
         self.ray = ray
         if not ray.is_initialized():
+            # Quiet by default: Ray's own daemons' log lines stay in its session
+            # logs, unless the actors are asked to profile (their lines go to stderr).
             args = {'address': self.address, 'include_dashboard': False,
-                    'logging_level': logging.WARNING, 'configure_logging': True}
+                    'logging_level': logging.WARNING, 'configure_logging': True,
+                    'log_to_driver': bool(self.worker_options.get('profile'))}
             args.update(self.ray_init_args)
             ray.init(**args)
             self._owns_ray = True
@@ -866,11 +869,10 @@ class RayWorkers:
             return {}
         nodes = [{'node_id': n.get('NodeID'), 'address': n.get('NodeManagerAddress'),
                   'hostname': n.get('NodeManagerHostname'), 'alive': bool(n.get('Alive')),
-                  'resources': {k: v for k, v in (n.get('Resources') or {}).items()
-                                if not k.startswith('node:')}}
+                  'resources': _plain_resources(n.get('Resources') or {})}
                  for n in ray.nodes()]
         return {'ray_version': getattr(ray, '__version__', None),
-                'nodes': nodes, 'resources': dict(ray.cluster_resources()),
+                'nodes': nodes, 'resources': _plain_resources(ray.cluster_resources()),
                 'workers': [{'worker_id': h.slot, 'node_ip': h.node_ip, 'node_id': h.node_id,
                              'cpus': None if h.placement is None else list(h.placement.cpus),
                              'gpu': None if h.placement is None else h.placement.gpu}
@@ -934,6 +936,12 @@ def _close_resources(stop: threading.Event, handles: List[RayWorkerHandle], pg: 
             ray.shutdown()
         except Exception:  # pragma: no cover
             log.exception('ray.shutdown failed')
+
+
+def _plain_resources(res: Mapping[str, float]) -> Dict[str, float]:
+    """Resources without Ray's bookkeeping entries (``node:<ip>``, placement group shares)."""
+    return {k: float(v) for k, v in res.items()
+            if not k.startswith('node:') and '_group_' not in k}
 
 
 def _resources_text(res: Mapping[str, float]) -> str:
