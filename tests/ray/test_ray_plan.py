@@ -141,3 +141,45 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
         workers.start()
     assert isinstance(info.value, ImportError)
     workers.close()
+
+
+def test_stack_config_of_kind_ray():
+    from simharness.errors import ConfigError
+    from simharness.experiments.config import StackConfig, apply_overrides, config_from_dict
+    s = StackConfig(kind='ray')
+    assert (s.address, s.num_workers, s.num_cpus_per_worker, s.num_gpus_per_worker,
+            s.placement_strategy, s.clients_per_worker, s.cpu_affinity) == \
+        (None, None, 1, 0, 'PACK', 256, True)
+    c = config_from_dict({'name': 'x', 'stack': {'kind': 'ray', 'address': 'auto',
+                                                 'num_workers': 4, 'num_gpus_per_worker': 0.5,
+                                                 'placement_strategy': 'SPREAD'}})
+    assert 'address = "auto"' in c.to_toml()
+    # Switching the kind drops the options the new kind does not take.
+    assert apply_overrides(c, ['stack.kind=thread']).stack.address is None
+    for bad, key in [({'num_gpus_per_worker': 2}, 'num_gpus_per_worker'),
+                     ({'num_cpus_per_worker': 0}, 'num_cpus_per_worker'),
+                     ({'placement_strategy': 'pack'}, 'placement_strategy'),
+                     ({'address': ''}, 'address'), ({'devices': 'cuda:0'}, 'devices')]:
+        with pytest.raises(ConfigError, match=key) as info:
+            StackConfig(kind='ray', **bad)
+        assert info.value.key == f'stack.{key}'
+    with pytest.raises(ConfigError, match="address is an option of kind 'ray'"):
+        StackConfig(kind='process', address='auto')
+
+
+def test_the_runner_builds_a_ray_factory_from_the_config():
+    from simharness.experiments.config import config_from_dict
+    from simharness.experiments.runner import _make_factory
+    from simharness.stacks import RayExecutorFactory
+    c = config_from_dict({'name': 'x', 'stack': {'kind': 'ray', 'address': '10.0.0.1:6379',
+                                                 'num_workers': 3, 'num_cpus_per_worker': 2,
+                                                 'placement_strategy': 'SPREAD',
+                                                 'clients_per_worker': 7}})
+    f = _make_factory(c)
+    try:
+        assert isinstance(f, RayExecutorFactory) and not f.workers.started  # nothing started
+        w = f.workers
+        assert (w.address, w.requested_workers, w.num_cpus_per_worker, w.placement_strategy,
+                w.clients_per_worker) == ('10.0.0.1:6379', 3, 2, 'SPREAD', 7)
+    finally:
+        f.close()

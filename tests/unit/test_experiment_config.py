@@ -190,7 +190,7 @@ def test_table_must_be_a_table(table):
     ('algorithm.name', 'fedfoo', "'fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', "
                                  "'fedsgd', 'fedyogi'"),
     ('training.cohort', 'all', "'random', 'reference', 'weighted', 'with_replacement'"),
-    ('stack.kind', 'gpu', "'process', 'thread'"),
+    ('stack.kind', 'gpu', "'process', 'ray', 'thread'"),
 ])
 def test_choices_list_allowed_values(key, value, fragment):
     table, field = key.split('.')
