@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import logging
 import math
 import os
@@ -412,6 +413,7 @@ class RayWorkerHandle:
         self.node_ip: Optional[str] = None
         self.incarnation = ''
         self.placement: Optional[WorkerPlacement] = None
+        self.node_cpus: List[int] = []  # the usable cores of its node, as the actor saw them
         self.actor: Any = None
         self.requests = 0
         self.bytes_to_worker = 0
@@ -757,13 +759,28 @@ class RayWorkers:
         return plan_ray_placements(bundle_nodes, node_cpus, self.num_cpus_per_worker,
                                    self.num_gpus_per_worker, gpu_ids, self.cpu_affinity)
 
+    def _replan(self, h: RayWorkerHandle, where: Dict[str, Any]) -> WorkerPlacement:
+        """Slot `h`'s placement on the node it now runs on: the cores after those of the
+        slots already there (which keep their placements)."""
+        order = [o for o in self.handles if o is not h] + [h]  # the moved slot last
+        bundle_nodes = [where['node_id'] if o is h else (o.node_id or '') for o in order]
+        node_cpus = {(o.node_id or ''): list(o.node_cpus) for o in order if o is not h}
+        node_cpus[where['node_id']] = list(where['cpus'])
+        gpu_ids = [(where['gpu_ids'] or [None])[0] if o is h
+                   else (None if o.placement is None else o.placement.gpu) for o in order]
+        h.node_cpus = list(where['cpus'])
+        p = plan_ray_placements(bundle_nodes, node_cpus, self.num_cpus_per_worker,
+                                self.num_gpus_per_worker, gpu_ids, self.cpu_affinity)[-1]
+        return dataclasses.replace(p, worker_id=h.slot)
+
     def _start_all(self) -> None:
         deadline = time.monotonic() + self.ready_timeout
         infos = self._get([h.actor.describe.remote() for h in self.handles], deadline,
                           'report where they run')
         plans = self._plan(infos)
-        for h, p in zip(self.handles, plans):
+        for h, p, info in zip(self.handles, plans, infos):
             h.placement = p
+            h.node_cpus = list(info['cpus'])
         started = self._get([h.actor.start.remote(placement_to_dict(p))
                              for h, p in zip(self.handles, plans)], deadline,
                             'start (import TensorFlow)')
@@ -795,11 +812,15 @@ class RayWorkers:
         deadline = time.monotonic() + timeout
         if h.placement is None:  # never planned: the first start failed
             raise E.WorkerStartError(f'Ray worker {h.slot} was never started', worker_id=h.slot)
-        placement = placement_to_dict(h.placement)
         last: Optional[BaseException] = None
         for attempt in range(2):
             try:
-                info = ray.get(h.actor.start.remote(placement),
+                where = ray.get(h.actor.describe.remote(),
+                                timeout=max(0.1, deadline - time.monotonic()))
+                if where['node_id'] != h.node_id:
+                    # Ray moved the bundle to another node (its node died): plan again.
+                    h.placement = self._replan(h, where)
+                info = ray.get(h.actor.start.remote(placement_to_dict(h.placement)),
                                timeout=max(0.1, deadline - time.monotonic()))
                 h._set_started(info)
                 return

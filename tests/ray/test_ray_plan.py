@@ -183,3 +183,19 @@ def test_the_runner_builds_a_ray_factory_from_the_config():
                 w.clients_per_worker) == ('10.0.0.1:6379', 3, 2, 'SPREAD', 7)
     finally:
         f.close()
+
+
+def test_a_slot_moved_to_another_node_is_planned_again_there():
+    # Ray reschedules a bundle whose node died: the restarted actor gets cores of its new
+    # node, disjoint from the actors already there; the other slots keep their placements.
+    from simharness.runtime.ray_transport import RayWorkerHandle, RayWorkers
+    workers = RayWorkers(3)
+    handles = [RayWorkerHandle(workers, k) for k in range(3)]
+    plan = plan_ray_placements([A, B, B], {A: [0, 1], B: [4, 5, 6]}, 1)
+    for h, p, node, cpus in zip(handles, plan, [A, B, B], [[0, 1], [4, 5, 6], [4, 5, 6]]):
+        h.placement, h.node_id, h.node_cpus = p, node, cpus
+    workers.handles.extend(handles)
+    moved = workers._replan(handles[0], {'node_id': B, 'cpus': [4, 5, 6], 'gpu_ids': []})
+    assert moved.cpus == (6,) and moved.worker_id == 0
+    assert [h.placement.cpus for h in handles[1:]] == [(4,), (5,)]
+    workers.close()
