@@ -43,8 +43,9 @@ import numpy as np
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.core.structure import Struct, broadcast_static, from_container, map_structure
+from simharness.core.structure import Struct, broadcast_static
 from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
+from simharness.core.reduction import CHUNK
 from simharness.executors.base import BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
 
@@ -52,6 +53,11 @@ ClientsPayload = List[List[ExecutorValue]]
 
 #: Event-loop turns without a new reduction after which a stream batch runs.
 _STREAM_QUIET_TURNS = 8
+
+#: Clients whose values may be alive at once in THIS process while client groups that
+#: run here (threads) stream together: their slices split it (whole chunks, at least one).
+#: A group in a worker process streams in slices of the worker's own batch bound.
+IN_PROCESS_STREAM_CLIENTS = 512
 
 
 class _Lazy:
@@ -426,7 +432,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
                     reductions.append([kind, ids if kind == 'weighted_mean' else ids[0],
                                        await params_for(ex)])
                 return await ex.create_streamed_reductions(nodes, reductions, self._starts[g],
-                                                           self._sizes[g], n, self.stream_slice)
+                                                           self._sizes[g], n, self._slice_for(ex))
             per_group = await self._gather_groups(one)
             out = [[parts[r] for parts in per_group if parts is not None]
                    for r in range(len(batch.requests))]
@@ -438,6 +444,16 @@ class FederatedResolvingStrategy(FederatingStrategy):
             return
         if not batch.done.done():
             batch.done.set_result(out)
+
+    def _slice_for(self, ex: BatchExecutor) -> Optional[int]:
+        """The streamed slice of a group: `stream_slice` if set; for groups in this process
+        (no `worker_id`), their share of `IN_PROCESS_STREAM_CLIENTS`; else the holder's own."""
+        if self.stream_slice is not None:
+            return self.stream_slice
+        if getattr(ex, 'worker_id', None) is not None:
+            return None
+        local = sum(1 for e in self._groups if getattr(e, 'worker_id', None) is None)
+        return max(CHUNK, IN_PROCESS_STREAM_CLIENTS // max(local, 1) // CHUNK * CHUNK)
 
     @staticmethod
     def _mark_streamed(src: Any) -> None:

@@ -161,7 +161,8 @@ class ThreadDelegatingExecutor(BatchExecutor):
     async def create_streamed_reductions(self, nodes, reductions, start: int, count: int,
                                          total: int, slice_size: Optional[int] = None) -> List[Partial]:
         """Streams map -> reduce on the target's thread (see `EagerTFExecutor`)."""
-        return await self._run(self._target.create_streamed_reductions(
+        target: Any = self._target  # an EagerTFExecutor (it streams); not in BatchExecutor
+        return await self._run(target.create_streamed_reductions(
             _unwrap(list(nodes)), _unwrap(list(reductions)), start, count, total, slice_size))
 
     async def create_reduction_result(self, kind, partials, total, params, result_type):
