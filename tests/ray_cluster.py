@@ -2,8 +2,9 @@
 
 ```
 LoopbackCluster(2)
-  head:   ray start --head --node-ip-address=127.0.0.2 --block   (own process group, core 0)
+  head:   ray start --head --node-ip-address=127.0.0.2 --block   (own session, core 0)
   node 1: ray start --address=127.0.0.2:P --node-ip-address=127.0.0.3 --block   (core 1)
+          (each detached: no child of the test process, whose tests check their children)
   driver: ray.init(address=127.0.0.2:P, _node_ip_address=127.0.0.2)   (this process)
 close(): ray.shutdown(); SIGTERM to each node's process group, SIGKILL after a grace;
          then no process of the cluster may be left (`leftover_processes`)
@@ -74,8 +75,8 @@ class LoopbackCluster:
         self.temp_dir = tempfile.mkdtemp(prefix='shray', dir='/tmp')  # short: socket paths
         self.env = dict(os.environ, RAY_AUTH_MODE='disabled', RAY_USAGE_STATS_ENABLED='0',
                         TF_CPP_MIN_LOG_LEVEL='3')
-        self.procs: List[subprocess.Popen] = []
-        self.logs: List[Any] = []
+        self.pgids: List[int] = []  # one process group (and session) per node
+        self.logs: List[str] = []
         self.port = _free_port(self.ips[0])
         self.address = f'{self.ips[0]}:{self.port}'
         self._saved_env: Dict[str, Optional[str]] = {}
@@ -112,25 +113,41 @@ class LoopbackCluster:
         def pin() -> None:
             if core is not None:
                 os.sched_setaffinity(0, {core})
-        log = tempfile.TemporaryFile()
+        log = os.path.join(self.temp_dir, f'node{k}.log')
         self.logs.append(log)
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                start_new_session=True, preexec_fn=pin)
-        self.procs.append(proc)
+        # Detached (a shell starts it in the background and exits): the node's processes
+        # are no children of this process, whose other tests check their own children.
+        sh = subprocess.Popen(['/bin/sh', '-c', 'exec "$@" </dev/null >"$0" 2>&1 &', log] + args,
+                              env=self.env, start_new_session=True, preexec_fn=pin)
+        sh.wait()
+        self.pgids.append(sh.pid)  # the group outlives its leader
         deadline = time.monotonic() + self.start_timeout
         while True:
             text = self._log_text(k)
             if _STARTED in text:
                 return
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f'Ray node {k} ({ip}) did not start (exit {proc.poll()}):\n'
-                                   f'{text[-3000:]}')
+            if not self._members(sh.pid) or time.monotonic() > deadline:
+                raise RuntimeError(f'Ray node {k} ({ip}) did not start:\n{text[-3000:]}')
             time.sleep(0.2)
 
     def _log_text(self, k: int) -> str:
-        f = self.logs[k]
-        f.seek(0)
-        return f.read().decode(errors='replace')
+        try:
+            with open(self.logs[k], 'rb') as f:
+                return f.read().decode(errors='replace')
+        except OSError:
+            return ''
+
+    @staticmethod
+    def _members(pgid: int) -> List[int]:
+        import psutil
+        out = []
+        for p in psutil.process_iter(['pid', 'status']):
+            try:
+                if p.info['status'] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                    out.append(p.pid)
+            except (ProcessLookupError, psutil.Error, OSError):
+                pass
+        return out
 
     def connect(self) -> None:
         """Connects this process as the cluster's driver (``ray.init``)."""
@@ -155,18 +172,19 @@ class LoopbackCluster:
         """Live processes started by the nodes (Ray's daemons, and workers in their own groups)."""
         import psutil
         out = []
-        for proc in self.procs:
-            try:
-                out.append(proc.pid)
-                out.extend(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
-            except psutil.Error:
-                pass
-        return out
+        for pgid in self.pgids:
+            for pid in self._members(pgid):
+                try:
+                    out.append(pid)
+                    out.extend(c.pid for c in psutil.Process(pid).children(recursive=True))
+                except psutil.Error:
+                    pass
+        return sorted(set(out))
 
     def pids(self) -> List[int]:
         """Live processes of the cluster: its process groups and every process it started."""
         import psutil
-        groups = {p.pid for p in self.procs}
+        groups = set(self.pgids)
         known = set(self._seen)
         out = []
         for p in psutil.process_iter(['pid', 'status']):
@@ -207,22 +225,17 @@ class LoopbackCluster:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        for proc in reversed(self.procs):  # worker nodes first, the head last
+        for pgid in reversed(self.pgids):  # worker nodes first, the head last
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(pgid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         while self.pids() and time.monotonic() < deadline:
             time.sleep(0.2)
-        for proc in self.procs:
+        for pgid in self.pgids:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         for pid in self.pids():  # started by the nodes in groups of their own
@@ -230,15 +243,9 @@ class LoopbackCluster:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
         deadline = time.monotonic() + 5
         while self.pids() and time.monotonic() < deadline:
             time.sleep(0.1)
-        for log in self.logs:
-            log.close()
         import shutil
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
