@@ -102,13 +102,22 @@ def _ray_stack(resource: Any, num_clients: Optional[int]) -> Any:
     return ray_executor_factory(workers=resource.workers, num_clients=num_clients)
 
 
-def _ray_marks() -> Tuple[Any, ...]:
-    import importlib.util
+def have_ray() -> bool:
+    """Whether Ray is installed (without importing it).
 
+    Not just ``find_spec('ray')``: with ``tests/`` on ``sys.path``, the
+    ``tests/ray`` directory is found as a namespace package ``ray`` when Ray
+    itself is missing.
+    """
+    import importlib.util
+    spec = importlib.util.find_spec('ray')
+    return spec is not None and spec.origin not in (None, 'namespace')
+
+
+def _ray_marks() -> Tuple[Any, ...]:
     import pytest
-    return (pytest.mark.ray, pytest.mark.skipif(importlib.util.find_spec('ray') is None,
-                                                reason='Ray is not installed (pip install '
-                                                '"simharness[ray]")'))
+    return (pytest.mark.ray, pytest.mark.skipif(not have_ray(), reason='Ray is not installed '
+                                                '(pip install "simharness[ray]")'))
 
 
 #: name -> entry. Conformance tests run on every entry.

@@ -84,6 +84,10 @@ def import_ray() -> Any:
     except ImportError as e:
         raise E.MissingDependencyError(f'the Ray backend needs Ray, which is not installed '
                                        f'({e}); {_INSTALL_HINT}') from None
+    if not hasattr(ray, 'init'):  # a directory named ray on sys.path, not Ray
+        raise E.MissingDependencyError(
+            f'the Ray backend needs Ray; "import ray" found {list(getattr(ray, "__path__", []))}, '
+            f'which is not Ray; {_INSTALL_HINT}')
     return ray
 
 

@@ -32,7 +32,6 @@ installed, or already initialised in this process.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
 import sys
@@ -46,10 +45,10 @@ from .helpers import disabled, median_seconds
 _TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+from stacks import have_ray  # noqa: E402  (tests/stacks.py)
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(
-    importlib.util.find_spec('ray') is None, reason='Ray is not installed (pip install '
-    '"simharness[ray]")')]
+    not have_ray(), reason='Ray is not installed (pip install "simharness[ray]")')]
 
 RAY_STACKS = ['ray-1node', pytest.param('ray-2node', marks=pytest.mark.timing_only)]
 FEDAVG_CLIENTS = 100

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import threading
@@ -18,10 +17,10 @@ from simharness.errors import (RetryableError, SimharnessTypeError, WorkerLostEr
                                WorkerStartError, WorkerTimeoutError)
 from simharness.learning import FedAvg, FedAvgConfig, get_model
 from simharness.stacks import local_executor_factory, ray_executor_factory
+from stacks import have_ray  # tests/stacks.py
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(
-    importlib.util.find_spec('ray') is None, reason='Ray is not installed (pip install '
-    '"simharness[ray]")')]
+    not have_ray(), reason='Ray is not installed (pip install "simharness[ray]")')]
 
 DIM = 16
 
