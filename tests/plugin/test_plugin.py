@@ -127,6 +127,40 @@ def test_stacks_and_saved_json(pytester):
     assert _benchmarks(saved[0])['test_round[process-1]']['extra_info']['simharness_stack'] == config
 
 
+PLAIN_BENCHMARK_TESTS = """
+import subprocess, sys
+import pytest
+
+@pytest.fixture
+def child():
+    code = ('import sys; b = bytearray(64 << 20); b[::4096] = b"x" * (64 << 8); '
+            'print("ready", flush=True); sys.stdin.read()')
+    p = subprocess.Popen([sys.executable, '-c', code], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE)
+    p.stdout.readline()
+    yield p
+    p.communicate(b'')
+
+def test_plain(benchmark, child):
+    benchmark.pedantic(lambda: bytearray(32 << 20), rounds=1)
+"""
+
+
+def test_plain_benchmarks_record_peak_rss(pytester):
+    # A test using pytest-benchmark's own fixture gets the peak RSS of the driver
+    # and of its child processes over its call (here a child holding 64 MB).
+    pytester.makepyfile(test_plain=PLAIN_BENCHMARK_TESTS)
+    result = pytester.runpytest_inprocess('-p', 'no:cacheprovider', '--benchmark-json=out.json')
+    result.assert_outcomes(passed=1)
+    peak = _benchmarks(pytester.path / 'out.json')['test_plain']['extra_info']['peak_rss']
+    assert peak['driver_peak_rss_bytes'] >= 32 << 20
+    assert len(peak['workers_peak_rss_bytes']) == 1
+    assert peak['workers_peak_rss_bytes'][0] >= 64 << 20
+    assert peak['method'] in ('VmHWM', 'rss-after')
+    assert peak['total_peak_rss_bytes'] == peak['driver_peak_rss_bytes'] + sum(
+        peak['workers_peak_rss_bytes'])
+
+
 def test_unknown_stack_is_a_usage_error(pytester):
     pytester.makepyfile(test_user=USER_TESTS)
     result = pytester.runpytest_inprocess('-p', 'no:cacheprovider', '--simharness-stacks=gpu-9')
