@@ -351,7 +351,8 @@ class FederatedResolvingStrategy(FederatingStrategy):
         batch too (as plain values): one request per worker for all of a round's
         reductions, which fail or succeed together."""
         return self.stream and self.num_clients > 0 and all(
-            hasattr(ex, 'create_streamed_reductions') for ex in self._groups)
+            hasattr(ex, 'create_streamed_reductions') and getattr(ex, 'can_stream', True)
+            for ex in self._groups)
 
     async def _plan_for_group(self, g: int, ex: BatchExecutor, srcs: Sequence[Any],
                               nodes: List[List[Any]], index: Dict[int, int]) -> List[int]:

@@ -158,6 +158,11 @@ class ThreadDelegatingExecutor(BatchExecutor):
         return await self._run(self._target.create_partial_reduction(
             kind, _unwrap(list(values)), start, total, _unwrap(params)))
 
+    @property
+    def can_stream(self) -> bool:
+        """Whether the target streams map -> reduce (`create_streamed_reductions`)."""
+        return hasattr(self._target, 'create_streamed_reductions')
+
     async def create_streamed_reductions(self, nodes, reductions, start: int, count: int,
                                          total: int, slice_size: Optional[int] = None) -> List[Partial]:
         """Streams map -> reduce on the target's thread (see `EagerTFExecutor`)."""
