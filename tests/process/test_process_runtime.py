@@ -11,13 +11,15 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
+from fault_injection import blocking_computation, kill_mid_computation  # tests/fault_injection.py
 from simharness.errors import WorkerCrashedError, WorkerStartError
-from simharness.stacks import (create_worker_pool, process_executor_factory,
-                               thread_debugging_executor_factory)
+from simharness.stacks import process_executor_factory, thread_debugging_executor_factory
 
 pytestmark = pytest.mark.process
 
 F32 = tf.float32
+VEC_LEN = 2048  # float32[2048]: 8 KiB, above the transport's 4 KiB inline limit
+VEC = sh.TensorType(np.float32, [VEC_LEN])
 
 
 @sh.tf_computation(F32)
@@ -94,39 +96,32 @@ def test_one_request_per_worker_per_operation():
     assert all(w['rss_bytes'] > 0 and w['cpu_seconds'] >= 0 for w in stats['workers'])
 
 
-def test_killed_worker_raises_then_retry_gives_the_answer():
-    @sh.tf_computation(F32)
-    def slow(x):
-        m = tf.fill([300, 300], x * 1e-6)
-        def body(i, a):
-            return i + 1, tf.matmul(a, m) * 1e-3 + m
-        _, a = tf.while_loop(lambda i, a: i < 60, body, (0, m))
-        return tf.reduce_sum(a) * 0.0 + x
-
-    @sh.federated_computation(sh.type_at_clients(F32))
-    def total(xs):
-        return sh.federated_sum(sh.federated_map(slow, xs))
-
-    data = [np.float32(i) for i in range(40)]
-    factory = process_executor_factory(num_workers=2, clients_per_worker=4, start=True)
+def test_killed_worker_raises_then_retry_gives_the_answer(tmp_path):
+    # One client per worker: while both clients' computations run, both workers are inside
+    # the computation; the kill lands there, not before or after it (no timer).
+    first, second = tmp_path / 'first', tmp_path / 'second'
+    first.mkdir()
+    second.mkdir()
+    data = [np.float32(1), np.float32(2)]
+    factory = process_executor_factory(num_workers=2, clients_per_worker=1, start=True)
     try:
         pool = factory.pool
         with sh.execution_context(factory):
-            total(data[:4])  # warm up
-            killer = threading.Timer(0.3, pool.handles[1].kill_for_test)
+            killer = threading.Thread(target=kill_mid_computation, args=(pool, 1, first, data))
             killer.start()
             with pytest.raises(WorkerCrashedError) as e:
-                total(data)
+                blocking_computation(first)(data)
             killer.join()
             err = e.value
             assert err.worker_id == 1 and err.exitcode == -9 and 'SIGKILL' in err.likely_cause
             assert err.pid is not None
-            # The pool replaced the worker: the next call works.
-            assert total(data) == sum(range(40))
+            # The pool replaced the worker: the next call works (`release` exists now).
+            assert blocking_computation(first)(data) == 3.0
         with sh.execution_context(factory, retries=2):
-            killer = threading.Timer(0.3, pool.handles[0].kill_for_test)
+            killer = threading.Thread(target=kill_mid_computation, args=(pool, 0, second, data))
             killer.start()
-            assert total(data) == sum(range(40))
+            # The first attempt cannot finish (worker 0 dies inside it): the answer is the retry's.
+            assert blocking_computation(second)(data) == 3.0
             killer.join()
     finally:
         factory.close()
@@ -199,21 +194,42 @@ def test_pool_is_shared_across_cardinalities_and_closes():
 
 
 def test_values_stay_in_workers_until_computed():
-    @sh.federated_computation(sh.type_at_clients(F32))
-    def chain(xs):
-        a = sh.federated_map(triple, xs)
-        b = sh.federated_map(triple, a)
-        return sh.federated_map(triple, b)
+    @sh.tf_computation(VEC)
+    def triple_vec(x):
+        return x * 3.0 + 0.1
 
+    @sh.federated_computation(sh.type_at_clients(VEC))
+    def chain(xs):
+        a = sh.federated_map(triple_vec, xs)
+        b = sh.federated_map(triple_vec, a)
+        return sh.federated_map(triple_vec, b)
+
+    @sh.federated_computation(sh.type_at_clients(VEC))
+    def chain_with_steps(xs):
+        a = sh.federated_map(triple_vec, xs)
+        b = sh.federated_map(triple_vec, a)
+        return a, b, sh.federated_map(triple_vec, b)
+
+    # Tensors above the inline limit: every value that comes back is counted in shared memory.
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(VEC_LEN).astype(np.float32) for _ in range(10)]
+    value_bytes = 10 * VEC_LEN * 4
     with process_executor_factory(num_workers=2) as factory:
         with sh.execution_context(factory):
-            chain(_values(10))
+            chain(xs)
             before = factory.stats()
-            out = chain(_values(10))
+            out = chain(xs)
             after = factory.stats()
-    # The two intermediate results never came back to the driver: only the final values did.
-    assert after['bytes_from_workers'] - before['bytes_from_workers'] == 0  # 10 scalars travel inline
+            steps = chain_with_steps(xs)
+            last = factory.stats()
+    # The two intermediate results never came back to the driver: only the final values did
+    # (and when they are asked for, they do: the count sees them).
+    assert after['bytes_from_workers'] - before['bytes_from_workers'] == value_bytes
+    assert last['bytes_from_workers'] - after['bytes_from_workers'] == 3 * value_bytes
+    want = [((x * 3.0 + 0.1) * 3.0 + 0.1) * 3.0 + 0.1 for x in xs]
     assert len(out) == 10
+    np.testing.assert_allclose(np.stack(out), np.stack(want), rtol=1e-6)
+    np.testing.assert_allclose(np.stack(steps[2]), np.stack(want), rtol=1e-6)
 
 
 def test_close_during_a_running_computation_returns_promptly():

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
+from fault_injection import blocking_computation, kill_mid_computation  # tests/fault_injection.py
 from simharness.errors import WorkerCrashedError, WorkerStartError, WorkerTimeoutError
 from simharness.stacks import (create_worker_pool, process_executor_factory,
                                thread_debugging_executor_factory)
@@ -169,29 +170,24 @@ def test_worker_killed_between_two_requests_of_one_call_is_retryable(monkeypatch
         assert [np.float32(v).tobytes() for v in got] == [np.float32(v).tobytes() for v in want]
 
 
-def _signal_worker_later(pool, worker: int, sig: int, delay: float) -> threading.Timer:
-    def send():
-        os.kill(pool.handles[worker].pid, sig)
-    t = threading.Timer(delay, send)
-    t.start()
-    return t
-
-
 @pytest.mark.timeout(120)
-def test_sigterm_to_a_busy_worker_fails_the_call_cleanly():
-    data = [np.float32(i) for i in range(8)]
-    with process_executor_factory(num_workers=2, clients_per_worker=2, start=True) as factory:
+def test_sigterm_to_a_busy_worker_fails_the_call_cleanly(tmp_path):
+    data = [np.float32(1), np.float32(2)]
+    with process_executor_factory(num_workers=2, clients_per_worker=1, start=True) as factory:
         with sh.execution_context(factory):
-            slow_total(data[:2])  # warm up (traced, embedded)
-            t = _signal_worker_later(factory.pool, 0, signal.SIGTERM, 0.3)
+            # The signal lands while both workers are inside the computation (no timer);
+            # worker 0's SIGTERM handler runs as the op returns, before it answers.
+            t = threading.Thread(target=kill_mid_computation,
+                                 args=(factory.pool, 0, tmp_path, data, signal.SIGTERM, False))
+            t.start()
             with pytest.raises(WorkerCrashedError) as e:
-                slow_total(data)
+                blocking_computation(tmp_path)(data)
             t.join()
             err = e.value
             assert err.worker_id == 0 and err.exitcode == -signal.SIGTERM
             assert 'SIGTERM' in err.likely_cause and 'OOM' in err.likely_cause
             # The worker is replaced on next use.
-            assert slow_total(data[:2]) == 1.0
+            assert slow_total([np.float32(0), np.float32(1)]) == 1.0
 
 
 @pytest.mark.timeout(120)

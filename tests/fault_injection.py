@@ -1,0 +1,82 @@
+"""Fault injection that lands mid-computation without timers (process and remote tests).
+
+`blocking_computation(dir)` is a federated sum whose client computation writes
+``dir/started-<x>`` and then waits (TF ops only) for ``dir/release``;
+`kill_mid_computation` waits for the started files, signals a worker, waits for
+its death and writes ``release``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import time
+from typing import Any, Sequence
+
+import psutil
+import tensorflow as tf
+
+import simharness as sh
+
+F32 = tf.float32
+
+
+def blocking_computation(directory: pathlib.Path) -> Any:
+    """A federated sum whose client computation waits for ``release`` in `directory`.
+
+    Each client writes ``started-<x>`` when its computation is running, then spins
+    (TF ops only: the graph travels serialized) until the test creates ``release``.
+    A worker killed between the two is killed mid-computation, every time.
+    Clients' values must be distinct integers (they name the files).
+    """
+    started = str(directory / 'started-')
+    release = str(directory / 'release')
+
+    @sh.tf_computation(F32)
+    def wait_for_release(x):
+        with tf.control_dependencies([tf.io.write_file(
+                tf.strings.join([started, tf.strings.as_string(x, precision=0)]), 'running')]):
+            # The pattern depends on the loop counter (an empty suffix), so that no graph
+            # optimization treats the file check as loop-invariant.
+            (i,) = tf.while_loop(
+                lambda i: tf.equal(tf.size(tf.io.matching_files(tf.strings.join(
+                    [release, tf.strings.substr(tf.strings.as_string(i), 0, 0)]))), 0),
+                lambda i: i + 1, [tf.constant(0)])
+        return x + tf.cast(i, F32) * 0.0
+
+    @sh.federated_computation(sh.type_at_clients(F32))
+    def total(xs):
+        return sh.federated_sum(sh.federated_map(wait_for_release, xs))
+
+    return total
+
+
+def kill_mid_computation(pool: Any, worker_id: int, directory: pathlib.Path, data: Sequence[Any],
+                         sig: int = signal.SIGKILL, wait_for_death: bool = True) -> None:
+    """Waits until every client's computation runs, sends `sig` to `worker_id`, waits
+    for its death, then releases the other workers' computations (also if a step fails).
+
+    With one client per worker, every worker is inside the computation when all
+    ``started-<x>`` files exist: the signal lands mid-computation, every time.
+    `wait_for_death=False` is for a signal the worker handles in Python (SIGTERM):
+    its handler runs when the blocking op returns, before the worker answers.
+    """
+    deadline = time.monotonic() + 120
+    want = {f'started-{int(x)}' for x in data}
+    try:
+        while not want <= {p.name for p in directory.iterdir()}:
+            assert time.monotonic() < deadline, 'the computations did not start'
+            time.sleep(0.01)
+        pid = pool.handles[worker_id].pid
+        os.kill(pid, sig)
+        while wait_for_death:  # dead (gone, or a zombie until the forkserver reaps it)
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            assert time.monotonic() < deadline, f'worker {worker_id} did not die'
+            time.sleep(0.01)
+    finally:
+        (directory / 'release').write_text('go')
