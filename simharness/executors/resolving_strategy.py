@@ -46,7 +46,8 @@ from simharness.core import types as T
 from simharness.core.structure import Struct, broadcast_static
 from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
 from simharness.core.reduction import CHUNK
-from simharness.executors.base import BatchExecutor, ExecutorValue
+from simharness.data.sourced import SourcedClients
+from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
 
 ClientsPayload = List[List[ExecutorValue]]
@@ -477,7 +478,6 @@ class FederatedResolvingStrategy(FederatingStrategy):
             raise CardinalityError(
                 f'got a list of {len(value)} values for {self.num_clients} clients ({t})',
                 expected=self.num_clients, actual=len(value))
-        from simharness.data.sourced import SourcedClients
         if self.stream and isinstance(value, SourcedClients) and self.num_clients:
             # Clients by reference stay a reference until something needs them: a
             # streamed reduction loads them slice by slice where they are computed.
@@ -546,7 +546,6 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
     @staticmethod
     def _invocation() -> Any:
-        from simharness.executors.base import CURRENT_INVOCATION
         return CURRENT_INVOCATION.get()
 
     def _enter(self, key: Any) -> None:
