@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import tomli_w
 
 from simharness.errors import ConfigError, SimharnessError
 from simharness.runtime import pinning
@@ -69,7 +70,6 @@ RAY_PLACEMENT_STRATEGIES = ('PACK', 'SPREAD', 'STRICT_PACK', 'STRICT_SPREAD')
 REFERENCE_NUM_CLIENTS = 1000
 
 _RUN_ID_SAFE = re.compile(r'[^A-Za-z0-9._=,+-]')
-_BARE_KEY = re.compile(r'^[A-Za-z0-9_-]+$')
 _NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._+-]*$')
 
 
@@ -1112,51 +1112,13 @@ def expand_sweep(config: ExperimentConfig) -> List[Tuple[str, ExperimentConfig]]
 
 # ------------------------------------------------------------------- writing
 
-def _toml_key(k: str) -> str:
-    return k if _BARE_KEY.match(k) else json.dumps(k)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return 'true' if v else 'false'
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return 'nan'
-        if math.isinf(v):
-            return 'inf' if v > 0 else '-inf'
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, (list, tuple)):
-        return '[' + ', '.join(_toml_value(x) for x in v) + ']'
-    if isinstance(v, Mapping):
-        return '{' + ', '.join(f'{_toml_key(str(k))} = {_toml_value(x)}'
-                               for k, x in v.items()) + '}'
-    raise ConfigError(f'cannot write {v!r} ({type(v).__name__}) as TOML', key='', value=v)
-
-
 def dumps_toml(doc: Mapping[str, Any]) -> str:
-    """Writes nested dicts of TOML values as TOML text.
+    """Writes nested dicts of TOML values as TOML text (tomli-w; `read_toml` reads it back).
 
-    Scalars and lists of a table come first, then its sub-tables as
-    ``[a.b]`` sections. Enough for experiment configs; not a general TOML
-    writer (no arrays of tables).
+    Raises:
+      ConfigError: a value TOML cannot hold (None, an object).
     """
-    lines: List[str] = []
-
-    def table(body: Mapping[str, Any], path: List[str]) -> None:
-        scalars = [(k, v) for k, v in body.items() if not isinstance(v, Mapping)]
-        subs = [(k, v) for k, v in body.items() if isinstance(v, Mapping)]
-        if path and (scalars or not subs):
-            if lines:
-                lines.append('')
-            lines.append('[' + '.'.join(_toml_key(p) for p in path) + ']')
-        for k, v in scalars:
-            lines.append(f'{_toml_key(str(k))} = {_toml_value(v)}')
-        for k, v in subs:
-            table(v, path + [str(k)])
-
-    table(doc, [])
-    return '\n'.join(lines) + '\n'
+    try:
+        return tomli_w.dumps(doc)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f'cannot write the config as TOML: {e}', key='', value=None) from None

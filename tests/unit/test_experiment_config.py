@@ -137,7 +137,8 @@ def test_dumps_toml_quotes_and_escapes():
            'sweep': {'grid': {'training.seed': [0, 1], 'model.hidden_sizes': [[8], [8, 8]]}}}
     text = C.dumps_toml(doc)
     assert tomllib.loads(text) == doc
-    assert '[sweep.grid]' in text and '"training.seed" = [0, 1]' in text
+    # tomli-w writes an array one item per line: the dotted key is quoted, its list follows.
+    assert '[sweep.grid]' in text and '"training.seed" = [' in text
     assert C.dumps_toml({'a': {'b': float('inf'), 'c': True}}) == '[a]\nb = inf\nc = true\n'
 
 
