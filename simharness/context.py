@@ -25,7 +25,8 @@ import numpy as np
 
 from simharness.core import context_stack
 from simharness.core import types as T
-from simharness.core.structure import Struct, from_container, tensor_to_numpy, to_container
+from simharness.core.structure import (Struct, from_container, map_nest, tensor_to_numpy,
+                                       to_container)
 from simharness.errors import (CardinalityError, ExecutorClosedError, RetryableError,
                                SimharnessTypeError)
 from simharness.executors.base import CURRENT_INVOCATION, ExecutorFactory
@@ -199,7 +200,7 @@ def to_python(value: Any, t: T.Type) -> Any:
         if hasattr(value, 'as_numpy_iterator'):
             # Elements in the containers of the element type (a dataset that came
             # back from a worker has lost a namedtuple's class, say).
-            return [to_python(_from_nest(e), t.element) for e in value.as_numpy_iterator()]
+            return [to_python(map_nest(_scalar, e), t.element) for e in value.as_numpy_iterator()]
         return [to_python(v, t.element) for v in value]
     if hasattr(value, 'numpy'):
         value = tensor_to_numpy(value, copy=True)  # the caller owns the result
@@ -208,16 +209,8 @@ def to_python(value: Any, t: T.Type) -> Any:
     return value
 
 
-def _from_nest(e: Any) -> Any:
-    if isinstance(e, np.ndarray) and e.ndim == 0:
-        return e[()]
-    if isinstance(e, dict):
-        return type(e)((k, _from_nest(v)) for k, v in e.items())
-    if isinstance(e, tuple) and hasattr(e, '_fields'):
-        return type(e)(*[_from_nest(v) for v in e])
-    if isinstance(e, (list, tuple)):
-        return type(e)(_from_nest(v) for v in e)
-    return e
+def _scalar(e: Any) -> Any:
+    return e[()] if isinstance(e, np.ndarray) and e.ndim == 0 else e
 
 
 # ---------------------------------------------------------------- current context

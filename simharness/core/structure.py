@@ -28,6 +28,21 @@ def map_structure(fn: Callable[..., Any], *structs: Any) -> Any:
     return fn(*structs)
 
 
+def map_nest(fn: Callable[[Any], Any], value: Any) -> Any:
+    """`fn` applied to the leaves of Python containers, the containers rebuilt.
+
+    Dicts (any mapping type built from pairs), namedtuples, lists and
+    tuples nest; anything else (a `Struct` too) is a leaf.
+    """
+    if isinstance(value, dict):
+        return type(value)((k, map_nest(fn, v)) for k, v in value.items())
+    if T.is_namedtuple(value):
+        return type(value)(*[map_nest(fn, v) for v in value])
+    if isinstance(value, (list, tuple)):
+        return type(value)(map_nest(fn, v) for v in value)
+    return fn(value)
+
+
 def flatten(value: Any) -> list:
     """Leaves of a nested `Struct`, depth first."""
     if isinstance(value, Struct):

@@ -311,3 +311,13 @@ def test_stacking_follows_the_refusal_rule():
     assert stack_python_values([a([1.5, 2]), a([3, 4])], t) is None  # float for int: per value
     assert stack_python_values([a([1, 2]), a([3, 2 ** 40])], t) is None  # out of int32's range
     assert stack_python_values([a([1, 2, 3]), a([3, 4, 5])], t) is None  # another shape
+
+
+def test_map_nest_rebuilds_python_containers():
+    from simharness.core.structure import Struct, map_nest
+    P = collections.namedtuple('P', 'a b')
+    value = collections.OrderedDict(x=[1, (2, P(3, {'y': 4}))], s=Struct.unnamed(5))
+    out = map_nest(lambda v: v * 10 if isinstance(v, int) else v, value)
+    assert type(out) is collections.OrderedDict and type(out['x'][1][1]) is P
+    assert out['x'] == [10, (20, P(30, {'y': 40}))]
+    assert out['s'] == Struct.unnamed(5)  # a Struct is a leaf here
