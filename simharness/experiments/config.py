@@ -38,6 +38,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import tomli_w
 
 from simharness.errors import ConfigError, SimharnessError
+from simharness.learning.aggregators import Aggregator
 from simharness.runtime import pinning
 from simharness.runtime.resources import GpuInventory
 
@@ -567,8 +568,6 @@ class AggregatorConfig:
 
     def build(self, clients_per_round: int) -> Any:
         """The `simharness.learning.aggregators.Aggregator` of this table."""
-        # pylint: disable-next=import-outside-toplevel
-        from simharness.learning.aggregators import Aggregator
         try:
             return Aggregator(
                 weighted=self.weighted, clip=self.clip, adaptive=self.adaptive_clip,
