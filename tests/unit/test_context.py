@@ -136,3 +136,31 @@ class TestExecutionContext:
         finally:
             sh.set_default_executor(None)
         assert default_factory.cached_cardinalities == []  # the old default was closed
+
+
+def test_core_calls_go_to_the_context_installed_in_the_core_stack():
+    # Core knows only "something with invoke": the execution layer installs into it.
+    from simharness.core import context_stack
+
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def invoke(self, comp, arg=None):
+            self.calls.append((comp, arg))
+            return 'recorded'
+
+        def close(self):
+            pass
+
+    @sh.tf_computation(tf.int32)
+    def inc(x):
+        return x + 1
+
+    rec = Recorder()
+    with context_stack.install(rec):
+        assert inc(np.int32(4)) == 'recorded'
+        assert context_stack.get_context() is rec
+    assert rec.calls == [(inc, np.int32(4))]
+    assert inc(np.int32(4)) == 5  # outside: the default context the execution layer made
+    assert isinstance(context_stack.get_context(), sh.ExecutionContext)
