@@ -32,6 +32,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
+
+from simharness.core.structure import map_structure
 from simharness.errors import SimharnessValueError
 
 #: Number of consecutive clients folded sequentially before tree merging.
@@ -325,3 +328,47 @@ class _Builder:
 
     def finish(self) -> Partial:
         return self._p
+
+
+# ------------------------------------------------------------ numpy folds
+# The folds of the numpy kinds (sums, means, secure sums), shared by every holder.
+
+def add_trees(a: Any, b: Any) -> Any:
+    """Elementwise ``a + b`` of two numpy trees (integer overflow wraps, silently)."""
+    with np.errstate(over='ignore'):
+        return map_structure(lambda x, y: np.add(x, y), a, b)
+
+
+def add_trees_mod(a: Any, b: Any, moduli: Any) -> Any:
+    """Elementwise ``(a + b) mod m`` of two uint64 trees, `moduli` a tree of ints like them."""
+    return map_structure(lambda x, y, m: (x + y) % np.uint64(m), a, b, moduli)
+
+
+def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold_rows) -> None:
+    """Feeds clients given leaf by leaf (arrays [n, ...]) into a reduction builder.
+
+    The builder's reducer must use `start_rows(x)` (chunk accumulators from
+    rows) and `fold_rows(acc, x)` (rows folded into accumulators), both on
+    leaf lists with a leading row dimension and elementwise across rows.
+    Whole chunks are folded for many chunks at once (one call per position
+    within the chunk); the other rows go one by one. Every row sees exactly
+    the operations, in the order, of `Reducer.partial`: the bits are the same.
+    """
+    n = leaves[0].shape[0] if leaves else 0
+    L = builder._r.chunk
+    end = start + n
+
+    def rows(lo, hi):
+        return [x[lo - start:hi - start] for x in leaves]
+
+    h = start if start % L == 0 else min(end, (start // L + 1) * L)
+    builder.feed(rows(i, i + 1) for i in range(start, h))
+    nfull = (end - h) // L
+    if nfull:
+        seg = [x.reshape((nfull, L) + tuple(x.shape[1:])) for x in rows(h, h + nfull * L)]
+        acc = start_rows([x[:, 0] for x in seg])
+        for k in range(1, L):
+            acc = fold_rows(acc, [x[:, k] for x in seg])
+        acc = [np.asarray(a) for a in acc]
+        builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
+    builder.feed(rows(i, i + 1) for i in range(h + nfull * L, end))

@@ -28,7 +28,8 @@ from simharness.core import building_blocks as bb
 from simharness.core import determinism
 from simharness.core.computation import Computation
 from simharness.core import types as T
-from simharness.core.reduction import CHUNK, Partial, Reducer
+from simharness.core.reduction import (CHUNK, Partial, Reducer, add_trees, add_trees_mod,
+                                       fold_rows_into)
 from simharness.core.structure import tensor_to_numpy, Struct, flatten, from_container, map_structure, pack_as
 from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
@@ -669,41 +670,6 @@ def _np(x: Any) -> Any:
     return map_structure(leaf, x)
 
 
-def _add(a: Any, b: Any) -> Any:
-    with np.errstate(over='ignore'):
-        return map_structure(lambda x, y: np.add(x, y), a, b)
-
-
-def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold_rows) -> None:
-    """Feeds clients given leaf by leaf (arrays [n, ...]) into a reduction builder.
-
-    The builder's reducer must use `start_rows(x)` (chunk accumulators from
-    rows) and `fold_rows(acc, x)` (rows folded into accumulators), both on
-    leaf lists with a leading row dimension and elementwise across rows.
-    Whole chunks are folded for many chunks at once (one call per position
-    within the chunk); the other rows go one by one. Every row sees exactly
-    the operations, in the order, of `Reducer.partial`: the bits are the same.
-    """
-    n = leaves[0].shape[0] if leaves else 0
-    L = builder._r.chunk
-    end = start + n
-
-    def rows(lo, hi):
-        return [x[lo - start:hi - start] for x in leaves]
-
-    h = start if start % L == 0 else min(end, (start // L + 1) * L)
-    builder.feed(rows(i, i + 1) for i in range(start, h))
-    nfull = (end - h) // L
-    if nfull:
-        seg = [x.reshape((nfull, L) + tuple(x.shape[1:])) for x in rows(h, h + nfull * L)]
-        acc = start_rows([x[:, 0] for x in seg])
-        for k in range(1, L):
-            acc = fold_rows(acc, [x[:, k] for x in seg])
-        acc = [np.asarray(a) for a in acc]
-        builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
-    builder.feed(rows(i, i + 1) for i in range(h + nfull * L, end))
-
-
 def _as_tensors(xs: Sequence[Any]) -> List[Any]:
     return [x if isinstance(x, tf.Tensor) else fast_tensor(np.asarray(x)) for x in xs]
 
@@ -1187,12 +1153,12 @@ class EagerTFExecutor(BatchExecutor):
     def _combine_reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
         """The reducer that joins partials (values: numpy for numpy kinds, EagerValues else)."""
         if kind in ('sum', 'mean', 'weighted_mean'):
-            return Reducer(lambda v: v, _add, _add, total)
+            return Reducer(lambda v: v, add_trees, add_trees, total)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             moduli = params['moduli']
 
             def addmod(a, b):
-                return map_structure(lambda x, y, m: (x + y) % np.uint64(m), a, b, moduli)
+                return add_trees_mod(a, b, moduli)
             return Reducer(lambda v: v, addmod, addmod, total)
         if kind == 'aggregate':
             acc_fn = self._fn_of(params['accumulate'])
@@ -1292,12 +1258,14 @@ class EagerTFExecutor(BatchExecutor):
             return (lambda x: fold(zero, x), lambda acc, x: fold([a[0] for a in acc], x), merge)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             mods = [np.uint64(m) for m in flatten(params['moduli'])]
-            fold = lambda acc, x: [(a + b) % m for a, b, m in zip(acc, x, mods)]
-            return (lambda x: list(x), fold, fold)
+            def fold_mod(acc, x):
+                return [(a + b) % m for a, b, m in zip(acc, x, mods)]
+            return (lambda x: list(x), fold_mod, fold_mod)
         if kind not in ('sum', 'mean', 'weighted_mean'):
             raise SimharnessValueError(f'unknown reduction kind {kind!r}')
-        fold = lambda acc, x: [np.add(a, b) for a, b in zip(acc, x)]
-        return (lambda x: list(x), fold, fold)
+        def fold_add(acc, x):
+            return [np.add(a, b) for a, b in zip(acc, x)]
+        return (lambda x: list(x), fold_add, fold_add)
 
     async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
                                        total: int, params: Dict[str, Any]) -> Partial:
@@ -1354,7 +1322,7 @@ class EagerTFExecutor(BatchExecutor):
         reducer = self._combine_reducer(kind, total, params)
         if kind == 'aggregate':
             ft = self._fn_of(params['accumulate']).type_signature
-            at, vt = ft.result, cast(T.StructType, ft.parameter)[1]  # <accumulator, value>
+            at = ft.result
             partials = [Partial(p.start, p.stop, list(p.head),  # numpy: see accumulate_many
                                 {k: EagerValue(ingest(v, at), at) for k, v in p.nodes.items()},
                                 p.open_chunk,
@@ -1456,10 +1424,10 @@ class EagerTFExecutor(BatchExecutor):
     def _node_merge(self, kind: str, params: Dict[str, Any]) -> Any:
         """Merges two tree nodes of a partial (numpy values), as `create_reduction_result` does."""
         if kind in ('sum', 'mean', 'weighted_mean'):
-            return _add
+            return add_trees
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             moduli = params['moduli']
-            return lambda a, b: map_structure(lambda x, y, m: (x + y) % np.uint64(m), a, b, moduli)
+            return lambda a, b: add_trees_mod(a, b, moduli)
         if kind == 'aggregate':
             merge_fn = self._fn_of(params['merge'])
             at = merge_fn.type_signature.result
