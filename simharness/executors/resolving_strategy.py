@@ -115,6 +115,7 @@ class _StreamBatch:
     def __init__(self) -> None:
         self.requests: List[Tuple[str, List[Any], Any]] = []
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.task: Optional[asyncio.Future] = None  # the runner (a strong reference to it)
 
 
 def _targets_from_mapping(targets: Any) -> Tuple[Any, List[Tuple[Any, int]]]:
@@ -389,7 +390,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         batch = self._batches.get(key)
         if batch is None:
             batch = self._batches[key] = _StreamBatch()
-            asyncio.ensure_future(self._run_batch(key, batch))
+            batch.task = asyncio.ensure_future(self._run_batch(key, batch))
         k = len(batch.requests)
         batch.requests.append((kind, [self._source(v) for v in values], params_for))
         self._leave(key)  # waiting for the batch: not what the batch waits for
