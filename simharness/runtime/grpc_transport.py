@@ -51,6 +51,7 @@ import numpy as np
 from simharness import errors as E
 from simharness.runtime import codec
 from simharness.runtime import protocol as P
+from simharness.runtime.inflight import InFlight
 from simharness.runtime.proto import executor_service_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -393,30 +394,14 @@ class MessageAssembler:
 
 # ---------------------------------------------------------------- driver side
 
-class _Call:
-    __slots__ = ('header', 'buffers', 'op', 'future', 'on_done')
+class _Call(InFlight):
+    __slots__ = ('header', 'buffers')
 
     def __init__(self, header: bytes, buffers: List[Any], op: str,
                  on_done: Optional[Callable[[], None]]):
+        super().__init__(op, on_done)
         self.header = header
         self.buffers = buffers
-        self.op = op
-        self.future: concurrent.futures.Future = concurrent.futures.Future()
-        self.on_done = on_done
-
-    def finish(self, result: Any = None, error: Optional[BaseException] = None) -> None:
-        if self.on_done is not None:
-            cb, self.on_done = self.on_done, None
-            cb()
-        if self.future.done():
-            return
-        try:
-            if error is not None:
-                self.future.set_exception(error)
-            else:
-                self.future.set_result(result)
-        except concurrent.futures.InvalidStateError:
-            pass
 
 
 class _Passthrough:

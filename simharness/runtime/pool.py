@@ -45,6 +45,7 @@ from simharness.errors import (ExecutorClosedError, WorkerCrashedError, WorkerSt
 from simharness.runtime import local_transport as L
 from simharness.runtime import pinning
 from simharness.runtime import protocol as P
+from simharness.runtime.inflight import InFlight
 from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
 
 DEFAULT_START_TIMEOUT = 120.0
@@ -180,42 +181,22 @@ class WorkerStats:
         self.bytes_from_worker = 0
 
 
-class _Call:
+class _Call(InFlight):
     """One request on its way: what the reactor needs to send it and answer the caller."""
 
-    __slots__ = ('header', 'buffers', 'locs', 'future', 'op', 'on_done', 'uses_arena',
-                 'sent_at', 'nbytes')
+    __slots__ = ('header', 'buffers', 'locs', 'uses_arena', 'sent_at', 'nbytes')
 
     def __init__(self, header: bytes, buffers: List[Any], locs: Optional[List[Any]], op: str,
                  on_done: Optional[Callable[[], None]]):
+        super().__init__(op, on_done)
         self.header = header
         self.buffers = buffers
         self.locs = locs
-        self.future: concurrent.futures.Future = concurrent.futures.Future()
-        self.op = op
-        self.on_done = on_done
         self.uses_arena = locs is None and L.arena_bytes_needed(buffers) > 0
         self.sent_at = 0.0
         # Bytes this request writes: none when its buffers are already placed (a
         # broadcast, counted once by the broadcast arena).
         self.nbytes = 0 if locs is not None else sum(b.nbytes for b in buffers)
-
-    def finish(self, result: Any = None, error: Optional[BaseException] = None) -> None:
-        if self.on_done is not None:
-            cb, self.on_done = self.on_done, None
-            try:
-                cb()
-            except Exception:  # pragma: no cover - release never fails
-                log.exception('broadcast release failed')
-        if self.future.done():  # cancelled by the caller (Ctrl-C)
-            return
-        try:
-            if error is not None:
-                self.future.set_exception(error)
-            else:
-                self.future.set_result(result)
-        except concurrent.futures.InvalidStateError:
-            pass
 
 
 class WorkerHandle:

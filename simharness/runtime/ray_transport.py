@@ -63,6 +63,7 @@ import numpy as np
 from simharness import errors as E
 from simharness.core.determinism import INTRA_OP_THREADS
 from simharness.runtime import protocol as P
+from simharness.runtime.inflight import InFlight
 from simharness.runtime.pinning import WorkerPlacement
 from simharness.validation import check_bool, check_int, check_number
 
@@ -363,31 +364,14 @@ class RayBroadcast:
                 self._refs = []
 
 
-class _Call:
-    __slots__ = ('op', 'future', 'on_done', 'started', 'generation', 'nbytes')
+class _Call(InFlight):
+    __slots__ = ('started', 'generation', 'nbytes')
 
     def __init__(self, op: str, on_done: Any, generation: int, nbytes: int):
-        self.op = op
-        self.future: concurrent.futures.Future = concurrent.futures.Future()
-        self.on_done = on_done
+        super().__init__(op, on_done)
         self.started: Optional[float] = None  # when the actor began it (head of the queue)
         self.generation = generation
         self.nbytes = nbytes
-
-    def finish(self, result: Any = None, error: Optional[BaseException] = None) -> bool:
-        if self.on_done is not None:
-            cb, self.on_done = self.on_done, None
-            cb()
-        if self.future.done():
-            return False
-        try:
-            if error is not None:
-                self.future.set_exception(error)
-            else:
-                self.future.set_result(result)
-        except concurrent.futures.InvalidStateError:
-            return False
-        return True
 
 
 def _owned(buf: Any) -> Any:
