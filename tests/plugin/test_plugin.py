@@ -149,8 +149,9 @@ def test_plain(benchmark, child):
 def test_plain_benchmarks_record_peak_rss(pytester):
     # A test using pytest-benchmark's own fixture gets the peak RSS of the driver
     # and of its child processes over its call (here a child holding 64 MB).
+    # In a process of its own: in this one, other tests' warm pools are children too.
     pytester.makepyfile(test_plain=PLAIN_BENCHMARK_TESTS)
-    result = pytester.runpytest_inprocess('-p', 'no:cacheprovider', '--benchmark-json=out.json')
+    result = pytester.runpytest_subprocess('-p', 'no:cacheprovider', '--benchmark-json=out.json')
     result.assert_outcomes(passed=1)
     peak = _benchmarks(pytester.path / 'out.json')['test_plain']['extra_info']['peak_rss']
     assert peak['driver_peak_rss_bytes'] >= 32 << 20
