@@ -43,9 +43,10 @@ class TensorBatches:
     element_type: Any
 
     def __post_init__(self) -> None:
-        # Derived views (the dataset it stands for, its checked form): not
-        # fields, so never encoded.
-        self._cache: Dict[str, Any] = {}
+        #: Views derived from this sequence by the executor that holds it, by name
+        #: ('dataset': the dataset it stands for; 'checked': its checked form;
+        #: 'rows': the stacked tensor it is a row of). Not a field: never encoded.
+        self.derived: Dict[str, Any] = {}
 
     @property
     def num_rows(self) -> int:

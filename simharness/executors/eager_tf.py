@@ -11,14 +11,16 @@ reductions follow the canonical tree of `simharness.core.reduction`.
 What it leaves to other layers: placements and intrinsics (the federating
 layer), lambdas and references (the reference-resolving layer), threads and
 processes (the delegating executors).
+
+Its helpers, each in a module of its own: `embedded_function` (graph import,
+batched calls and folds, the function cache), `tf_values` (values into and
+out of tensors, with type checks; dlpack), `client_blocks` (a block of
+clients' values and the values that refer to it); numpy folds of partial
+reductions live with the canonical reduction order in `core.reduction`.
 """
 
 from __future__ import annotations
 
-import collections
-import inspect
-import threading
-import types
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
@@ -30,545 +32,31 @@ from simharness.core.computation import Computation
 from simharness.core import types as T
 from simharness.core.reduction import (CHUNK, Partial, Reducer, add_trees, add_trees_mod,
                                        fold_rows_into)
-from simharness.core.structure import tensor_to_numpy, Struct, flatten, from_container, map_structure, pack_as
+from simharness.core.structure import Struct, flatten, map_structure, pack_as
 from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import (ExecutorClosedError, SimharnessTypeError, SimharnessValueError)
 from simharness.core.sequences import TensorBatches
-from simharness.executors import sequence_lowering as lowering
 from simharness.executors import tensor_sequences as tseq
-from simharness.core.tf_sequences import materialize
 from simharness.executors.tensor_sequences import element_leaves as _element_leaves
 from simharness.executors.base import (BatchExecutor, ExecutorValue, normalize_struct_elements,
                                        selection_index)
+from simharness.executors.client_blocks import (ClientBlock, EagerValue, plain_leaves,
+                                                rows_to_values, runs, stack_columns)
+from simharness.executors.embedded_function import (DEFAULT_CACHE_SIZE, EmbeddedFunction,
+                                                    FunctionCache, flatten_arg, lowered_leaves,
+                                                    pack_result)
+from simharness.executors.tf_values import (as_dataset, as_tensors, fast_tensor, ingest,
+                                            numpy_tree, struct_to_spec_container, to_tensor)
 from simharness.validation import EagerModeError, check_int, check_type_spec_matches
 
-_DEFAULT_CACHE_SIZE = 256
-
-
-#: Ops whose results are exactly rounded per element (IEEE-754 add, multiply,
-#: divide, sqrt, ...), so that computing many clients at once with
-#: `tf.vectorized_map` gives the same bits as one call per client.
-EXACT_ELEMENTWISE_OPS = frozenset({
-    'Placeholder', 'Const', 'Identity', 'IdentityN', 'NoOp', 'Add', 'AddV2', 'Sub', 'Mul',
-    'RealDiv', 'Neg', 'Abs', 'Sqrt', 'Maximum', 'Minimum', 'Relu', 'Cast', 'Square',
-    'Select', 'SelectV2', 'Greater', 'GreaterEqual', 'Less', 'LessEqual', 'Equal', 'NotEqual',
-    'LogicalAnd', 'LogicalOr', 'LogicalNot', 'ZerosLike', 'OnesLike', 'Floor', 'Ceil', 'Round',
-    'Sign', 'FloorDiv', 'FloorMod', 'TruncateDiv', 'BitwiseAnd', 'BitwiseOr', 'BitwiseXor',
-})
-
-
-class EmbeddedFunction:
-    """A `CompiledComputation` imported into the eager runtime."""
-
-    def __init__(self, comp: bb.CompiledComputation):
-        self.comp = comp
-        self.type_signature: T.FunctionType = comp.type_signature
-        graph = comp.graph
-        graph_def = tf.compat.v1.GraphDef()
-        graph_def.ParseFromString(graph.graph_def)
-
-        param_leaves = ([] if comp.type_signature.parameter is None
-                        else T.flatten_type(comp.type_signature.parameter))
-        specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) if isinstance(t, T.TensorType)
-                 else tf.TensorSpec([], tf.variant) for t in param_leaves]
-        input_names, output_names = list(graph.input_names), list(graph.output_names)
-
-        def _import(*args):
-            return tf.graph_util.import_graph_def(
-                graph_def, input_map=dict(zip(input_names, args)),
-                return_elements=output_names, name='imported')
-
-        # A function with a real positional signature: calls bind directly
-        # (a pruned function would fail structured binding on every call and
-        # format the arguments into an error message before falling back).
-        self._fn = tf.compat.v1.wrap_function(_import, specs)
-        ops = {node.op for node in graph_def.node}
-        for f in graph_def.library.function:
-            ops.update(n.op for n in f.node_def)
-        #: True when every op is exactly rounded per element (see EXACT_ELEMENTWISE_OPS).
-        self.exact_elementwise = ops <= EXACT_ELEMENTWISE_OPS
-        self._param_leaves = ([] if self.type_signature.parameter is None
-                              else T.flatten_type(self.type_signature.parameter))
-        self._result_leaves = T.flatten_type(self.type_signature.result)
-        # keys: a shared mask (tuple of bools), or ('fold', k, chunk)
-        self._batched: Dict[Tuple[Any, ...], Any] = {}
-        self._lock = threading.Lock()
-        #: Positions of the parameter leaves that are sequences.
-        self.sequence_params = tuple(i for i, t in enumerate(self._param_leaves)
-                                     if isinstance(t, T.SequenceType))
-        # lowering key -> the lowered function, or None (not lowerable)
-        self._lowered: Dict[Tuple[Any, ...], Optional['EmbeddedFunction']] = {}
-
-    def lowered(self, sources: Dict[int, TensorBatches]) -> Optional['EmbeddedFunction']:
-        """This function with the sequence leaves `sources` (by position) fed as components.
-
-        The `tf.data` loops over those sequences become tensor loops (see
-        `sequence_lowering`); the function takes their components in place of
-        each of them. None when the graph uses a sequence otherwise.
-        """
-        key = tuple((i, tseq.lowering_key(tb)) for i, tb in sorted(sources.items()))
-        found = self._lowered.get(key, self)
-        if found is not self:
-            return found
-        with self._lock:
-            if key not in self._lowered:
-                specs = {i: tseq.source_spec(tb) for i, tb in sources.items()}
-                self._lowered[key] = self._lower(specs, sources)
-        return self._lowered[key]
-
-    def _lower(self, specs: Dict[int, 'lowering.SourceSpec'],
-               sources: Dict[int, TensorBatches]) -> Optional['EmbeddedFunction']:
-        graph = self.comp.graph
-        gd = tf.compat.v1.GraphDef()
-        gd.ParseFromString(graph.graph_def)
-        input_names: List[Any] = [[n] for n in graph.input_names]
-        leaves: List[Any] = [[t] for t in self._param_leaves]
-        try:
-            for i, spec in sorted(specs.items()):
-                types = tseq.component_types(cast(T.SequenceType, self._param_leaves[i]),
-                                             spec.batch_size is not None)
-                if types is None:
-                    return None
-                gd, names = lowering.lower_graph(gd, graph.input_names[i], spec,
-                                                 graph.output_names)
-                input_names[i], leaves[i] = names, types
-        except lowering.NotLowerable:
-            return None
-        flat_names = [n for group in input_names for n in group]
-        flat_types = [t for group in leaves for t in group]
-        comp = bb.CompiledComputation(
-            bb.TFGraph(gd.SerializeToString(), flat_names, graph.output_names),
-            T.FunctionType(T.StructType([(None, t) for t in flat_types]),
-                           self.type_signature.result),
-            self.comp.name)
-        return EmbeddedFunction(comp)
-
-    def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
-        out = self._fn(*leaves)
-        if isinstance(out, (list, tuple)):
-            return list(out)
-        return [out]
-
-    def batchable(self) -> bool:
-        """True when every parameter and result leaf is a fully-defined tensor."""
-        return (all(isinstance(t, T.TensorType) for t in self._param_leaves)
-                and all(isinstance(t, T.TensorType) and t.is_fully_defined
-                        for t in self._result_leaves))
-
-    def call_batched(self, shared_mask: Tuple[bool, ...], shared: List[Any],
-                     stacked: List[Any], n: int) -> List[Any]:
-        """Runs `n` clients in one TF call; returns stacked result leaves."""
-        fn = self._batched.get(shared_mask)
-        if fn is None:
-            # The first call traces; executors of a stack share this object
-            # from several threads, so trace once under the lock.
-            with self._lock:
-                fn = self._batched.get(shared_mask)
-                if fn is None:
-                    fn = self._make_batched(shared_mask)
-                    out = list(fn(tuple(shared), tuple(stacked)))
-                    self._batched[shared_mask] = fn
-                    return out
-        return list(fn(tuple(shared), tuple(stacked)))
-
-    def fold_rows(self, zero: List[Any], rows: List[Any], chunk: Optional[int]) -> List[Any]:
-        """Folds rows with this (accumulate) function in ONE TF call.
-
-        With `chunk` None: ``acc = f(zero, r0); acc = f(acc, r1); ...`` over the
-        k rows. With `chunk` L: rows are [c * L, ...]; the same fold runs for
-        the c chunks at once (vectorized, so only for exactly-rounded
-        elementwise functions) and the result has a leading c dimension.
-        """
-        key = ('fold', chunk)
-        fn = self._batched.get(key)
-        if fn is None:
-            with self._lock:
-                fn = self._batched.get(key)
-                if fn is None:
-                    fn = self._make_fold(chunk, len(zero))
-                    self._batched[key] = fn
-        return list(fn(tuple(zero), tuple(rows)))
-
-    def _make_fold(self, chunk: Optional[int], nzero: int) -> Any:
-        inner = self._fn
-
-        def call(leaves):
-            out = inner(*leaves)
-            return list(out) if isinstance(out, (list, tuple)) else [out]
-
-        leaves = self._param_leaves
-        zero_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in leaves[:nzero])
-        row_sig = tuple(tf.TensorSpec([None] + list(t.shape), tf_dtype(t.dtype))
-                        for t in leaves[nzero:])
-
-        # Each fold step is one iteration of a tf.while_loop whose body is ONE
-        # call of the function: the graph optimizer sees the body alone (as in
-        # a standalone call) and cannot re-associate a chain of steps (it
-        # would turn ((a + b) + c) + d into an AddN of another order).
-        @tf.function(autograph=False, input_signature=(zero_sig, row_sig))
-        def fold(zero, rows):
-            if chunk is None:
-                n = tf.shape(rows[0])[0]
-
-                def body(i, acc):
-                    return i + 1, tuple(call(list(acc) + [r[i] for r in rows]))
-                _, acc = tf.while_loop(lambda i, acc: i < n, body, (tf.constant(0), tuple(zero)),
-                                       parallel_iterations=1)
-                return tuple(acc)
-            seg = [tf.reshape(r, tf.concat([[-1, chunk], tf.shape(r)[1:]], 0)) for r in rows]
-            acc = tf.vectorized_map(lambda x: tuple(call(list(zero) + list(x))),
-                                    tuple(s[:, 0] for s in seg), fallback_to_while_loop=False)
-
-            def vbody(i, acc):
-                step = tf.vectorized_map(lambda ax: tuple(call(list(ax[0]) + list(ax[1]))),
-                                         (tuple(acc), tuple(s[:, i] for s in seg)),
-                                         fallback_to_while_loop=False)
-                return i + 1, tuple(step)
-            _, acc = tf.while_loop(lambda i, acc: i < chunk, vbody, (tf.constant(1), tuple(acc)),
-                                   parallel_iterations=1)
-            return tuple(acc)
-        return fold
-
-    def _make_batched(self, mask: Tuple[bool, ...]):
-        inner = self._fn
-        exact = self.exact_elementwise
-        out_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._result_leaves)
-
-        leaf_specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
-        shared_sig = tuple(sp for sp, m in zip(leaf_specs, mask) if m)
-        stacked_sig = tuple(tf.TensorSpec([None] + list(sp.shape), sp.dtype)
-                            for sp, m in zip(leaf_specs, mask) if not m)
-
-        @tf.function(autograph=False, input_signature=(shared_sig, stacked_sig))
-        def batched(shared, stacked):
-            def body(xs):
-                it_s, it_x = iter(shared), iter(xs)
-                leaves = [next(it_s) if m else next(it_x) for m in mask]
-                out = inner(*leaves)
-                return tuple(out) if isinstance(out, (list, tuple)) else (out,)
-            if not stacked:
-                raise SimharnessValueError('a batched call needs at least one per-client input')
-            if exact:
-                return tf.vectorized_map(body, stacked, fallback_to_while_loop=False)
-            return tf.map_fn(body, stacked, fn_output_signature=out_sig, parallel_iterations=1)
-
-        return batched
+__all__ = ['EagerTFExecutor', 'EagerValue', 'ClientBlock', 'EmbeddedFunction', 'FunctionCache',
+           'REDUCTION_SLICE']
 
 
 #: Clients a worker reduces at a time (a multiple of the reduction chunk): bounds the
 #: memory of a partial reduction over a big block.
 REDUCTION_SLICE = 16 * CHUNK  # 256 clients
-
-#: Arrays at least this big move between numpy and TF through dlpack.
-DLPACK_MIN_BYTES = 1 << 18
-
-
-def fast_tensor(arr: np.ndarray) -> tf.Tensor:
-    """A tensor holding a private copy of `arr`.
-
-    Large numeric arrays are copied once into a 64-byte-aligned buffer that
-    the tensor then adopts through dlpack (TF's own conversion is several
-    times slower than a memcpy); small ones use `tf.convert_to_tensor`.
-    """
-    if arr.nbytes < DLPACK_MIN_BYTES or arr.dtype.kind not in 'fiu':
-        return tf.convert_to_tensor(arr)
-    buf = np.empty(arr.nbytes + 64, np.uint8)
-    off = (-buf.ctypes.data) % 64  # a misaligned dlpack view would abort the process
-    out = buf[off:off + arr.nbytes].view(arr.dtype).reshape(arr.shape)
-    np.copyto(out, arr)
-    return tf.experimental.dlpack.from_dlpack(out.__dlpack__())
-
-
-def fast_numpy(t: Any) -> np.ndarray:
-    """A read-only numpy view of a CPU tensor (no copy for large ones)."""
-    if isinstance(t, np.ndarray):
-        return t
-    if not hasattr(t, 'numpy'):
-        return np.asarray(t)
-    if t.dtype.size * t.shape.num_elements() >= DLPACK_MIN_BYTES:
-        return tensor_to_numpy(t)
-    return t.numpy()
-
-
-class Block:
-    """The values of n clients stored leaf by leaf: stacked [n, ...] or shared.
-
-    A leaf is ('stacked', tensor with a leading client dimension) or
-    ('shared', one tensor every client sees, e.g. broadcast weights). Block
-    operations (map, zip, select, compute, reduce) work on the leaves
-    directly; a client's own value is sliced out only when asked for.
-    """
-
-    __slots__ = ('type', 'n', 'leaves', '_numpy')
-
-    def __init__(self, type_spec: T.Type, n: int, leaves: List[Tuple[str, Any]]):
-        self.type = type_spec
-        self.n = n
-        self.leaves = leaves
-        self._numpy: Optional[List[Any]] = None
-
-    def values(self) -> List['EagerValue']:
-        return [EagerValue(None, self.type, self, i) for i in range(self.n)]
-
-    def slice(self, i: int) -> Any:
-        return pack_as(self.type, [x if kind == 'shared' else x[i] for kind, x in self.leaves])
-
-    def numpy_leaves(self) -> List[Any]:
-        if self._numpy is None:
-            self._numpy = [(kind, fast_numpy(x)) for kind, x in self.leaves]
-        return self._numpy
-
-    def sub_leaves(self, lo: int, hi: int) -> List[Tuple[str, Any]]:
-        """The leaves of clients [lo, hi) (shared leaves unchanged)."""
-        if lo == 0 and hi == self.n:
-            return list(self.leaves)
-        return [(k, x if k == 'shared' else x[lo:hi]) for k, x in self.leaves]
-
-
-class EagerValue(ExecutorValue):
-    """A value held by an `EagerTFExecutor`: tensor, Struct, dataset or function.
-
-    A client value made by a block operation refers to its `Block` and index
-    and is sliced out lazily.
-    """
-
-    __slots__ = ('_value', '_type', '_block', '_index')
-
-    def __init__(self, value: Any, type_spec: T.Type, block: Optional[Block] = None, index: int = 0):
-        self._value = value
-        self._type = type_spec
-        self._block = block
-        self._index = index
-
-    @property
-    def internal(self) -> Any:
-        if self._value is None and self._block is not None:
-            self._value = self._block.slice(self._index)
-        return self._value
-
-    @property
-    def internal_representation(self) -> Any:
-        """TFF's name of `internal`: the tensor, `Struct`, dataset or function held.
-
-        A sequence held as in-memory tensors (`TensorBatches`) shows as the
-        `tf.data.Dataset` it stands for, as in TFF.
-        """
-        return self._public()
-
-    def _public(self) -> Any:
-        v = self.internal
-        if isinstance(v, TensorBatches) or (isinstance(v, Struct) and any(
-                isinstance(t, T.SequenceType) for t in T.flatten_type(self._type))):
-            return map_structure(as_dataset, v)
-        return v
-
-    @property
-    def type_signature(self) -> T.Type:
-        return self._type
-
-    async def compute(self) -> Any:
-        return self._public()  # sequences leave as datasets
-
-    def __repr__(self) -> str:
-        return f'EagerValue({self._type})'
-
-
-def runs(values: Sequence[Any]) -> List[Tuple[int, int, Optional[Block], int]]:
-    """Splits `values` into runs of consecutive clients of one block.
-
-    Returns (begin, end, block, first index in block) per run; `block` is
-    None for values that belong to no block (each such value is its own run).
-    """
-    out: List[Tuple[int, int, Optional[Block], int]] = []
-    i, n = 0, len(values)
-    while i < n:
-        b = getattr(values[i], '_block', None)
-        if b is None:
-            out.append((i, i + 1, None, 0))
-            i += 1
-            continue
-        lo = values[i]._index
-        j = i + 1
-        while j < n and getattr(values[j], '_block', None) is b and values[j]._index == lo + (j - i):
-            j += 1
-        out.append((i, j, b, lo))
-        i = j
-    return out
-
-
-def _check_shape(value_shape: Tuple[int, ...], t: T.TensorType, what: Any) -> None:
-    if t.shape is None:
-        return
-    ok = len(value_shape) == len(t.shape) and all(
-        d is None or d == s for d, s in zip(t.shape, value_shape))
-    if not ok:
-        raise SimharnessTypeError(
-            f'value of shape {tuple(value_shape)} is not assignable to {t} ({what!r:.60})',
-            expected=t, actual=tuple(value_shape))
-
-
-def _ints_fit(src: np.ndarray, dtype: np.dtype) -> bool:
-    """False when integer `src` holds values outside the range of integer `dtype`."""
-    if not (src.size and np.issubdtype(src.dtype, np.integer) and np.issubdtype(dtype, np.integer)):
-        return True
-    info = np.iinfo(dtype)
-    return int(src.min()) >= info.min and int(src.max()) <= info.max
-
-
-def _is_ml_dtype(dt: np.dtype) -> bool:
-    """True for the plain numeric dtypes of `ml_dtypes` (bfloat16, float8_*, int4, ...).
-
-    numpy gives them kind 'V', as it does structured and raw void dtypes,
-    which are not numbers.
-    """
-    return (dt.kind == 'V' and dt.names is None and not dt.shape
-            and dt.type.__module__.startswith('ml_dtypes'))
-
-
-def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
-    """Converts one leaf to an eager tensor of type `t`, with clear errors."""
-    if isinstance(value, tf.Tensor):
-        if value.dtype != tf_dtype(t.dtype):
-            raise SimharnessTypeError(f'tensor of dtype {value.dtype.name} is not assignable to {t}',
-                                      expected=t, actual=value.dtype.name)
-        _check_shape(tuple(value.shape), t, value)
-        return value
-    if isinstance(value, (tf.data.Dataset, Struct, dict, list)) and not (
-            isinstance(value, list) and t.shape):
-        raise SimharnessTypeError(f'value {value!r:.80} ({type(value).__name__}) is not assignable '
-                                  f'to tensor type {t}', expected=t, actual=type(value).__name__)
-    if t.dtype == np.dtype(object):
-        arr = np.asarray(value, dtype=object)
-    else:
-        src = np.asarray(value)
-        if src.dtype == object or src.dtype.kind in 'US' or (
-                src.dtype.kind == 'V' and not _is_ml_dtype(src.dtype)):
-            raise SimharnessTypeError(f'value {value!r:.80} ({src.dtype}) is not assignable to {t}',
-                                      expected=t, actual=str(src.dtype))
-        if (np.issubdtype(src.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
-                src.dtype == np.bool_) != (t.dtype == np.bool_) and src.size:
-            raise SimharnessTypeError(
-                f'value of dtype {src.dtype} is not assignable to {t}', expected=t,
-                actual=str(src.dtype))
-        if not _ints_fit(src, t.dtype):
-            info = np.iinfo(t.dtype)
-            raise SimharnessValueError(
-                f'value {value!r:.80} is out of the range [{info.min}, {info.max}] of {t}')
-        arr = src.astype(t.dtype, copy=False)
-    _check_shape(arr.shape, t, value)
-    return fast_tensor(arr)
-
-
-def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
-    """A dataset of `t` from a dataset, a list of elements or a generator (function).
-
-    A generator function (or generator) is drained into a list of elements,
-    so that the dataset holds no Python state (it can then move to other
-    executors and processes as a serialized graph).
-    """
-    value = elements_of_generator(value)
-    if isinstance(value, tf.data.Dataset):
-        actual = T._from_tf_structure(value.element_spec)
-        if not t.element.is_assignable_from(actual):
-            raise SimharnessTypeError(f'dataset of {actual}* is not assignable to {t}',
-                                      expected=t, actual=T.SequenceType(actual))
-        return value
-    if isinstance(value, (list, tuple)):
-        spec = element_spec_for(t.element)
-        elems = [ingest(v, t.element) for v in value]
-        if not elems:
-            return tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(
-                lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec))
-        py = [_struct_to_spec_container(e, spec) for e in elems]
-        stacked = tf.nest.map_structure(lambda *xs: tf.stack(xs), *py)
-        return tf.data.Dataset.from_tensor_slices(stacked)
-    raise SimharnessTypeError(f'value {value!r:.80} ({type(value).__name__}) is not a sequence; '
-                              f'expected a tf.data.Dataset or a list for {t}', expected=t)
-
-
-def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
-    """What an executor holds for a sequence: `TensorBatches` when its elements are
-    slices of in-memory tensors (a list of elements, ``from_tensor_slices``,
-    ``.batch``), else a `tf.data.Dataset`."""
-    if isinstance(value, TensorBatches):
-        return tseq.checked(value, t, to_tensor)
-    if isinstance(value, tf.data.Dataset):
-        tb = tseq.recognize(value, t)
-        if tb is not None:
-            try:
-                out = tseq.checked(tb, t, to_tensor)
-            except (SimharnessTypeError, SimharnessValueError):
-                return dataset_from_value(value, t)  # the dataset path says what is wrong
-            out._cache['dataset'] = value  # the user's own object, if it is asked for
-            return out
-        tb = materialize(value, t)  # a small finite pipeline: its elements, read once
-        if tb is not None:
-            return tseq.checked(tb, t, to_tensor)
-        return dataset_from_value(value, t)
-    value = elements_of_generator(value)
-    if isinstance(value, (list, tuple)) and value:
-        types = tseq.component_types(t, batched=False)
-        if types is not None and all(l.is_fully_defined for l in T.flatten_type(t.element)):
-            elems = [ingest(v, t.element) for v in value]
-            leaves = [flatten(e) for e in elems]
-            comps = [tf.stack([row[j] for row in leaves]) for j in range(len(types))]
-            return TensorBatches(comps, None, False, t.element)
-    return dataset_from_value(value, t)
-
-
-def as_dataset(x: Any) -> Any:
-    """A `tf.data.Dataset` for a `TensorBatches`; anything else unchanged."""
-    return tseq.to_dataset(x) if isinstance(x, TensorBatches) else x
-
-
-def elements_of_generator(value: Any) -> Any:
-    """The elements of a generator function or generator, as a list; anything else unchanged."""
-    if isinstance(value, types.GeneratorType):
-        return list(value)
-    if inspect.isgeneratorfunction(value) or (
-            callable(value) and not isinstance(value, (tf.data.Dataset, type))
-            and not hasattr(value, 'type_signature')):
-        return list(value())
-    return value
-
-
-def _struct_to_spec_container(value: Any, spec: Any) -> Any:
-    if isinstance(value, Struct):
-        elems = [_struct_to_spec_container(v, s) for v, s in zip(value, _spec_children(spec))]
-        if isinstance(spec, collections.abc.Mapping):
-            return cast(Any, type(spec))(zip(spec.keys(), elems))  # a concrete Mapping class
-        if T._is_namedtuple(spec):
-            return type(spec)(*elems)
-        return tuple(elems)
-    return value
-
-
-def _spec_children(spec: Any) -> list:
-    if isinstance(spec, collections.abc.Mapping):
-        return list(spec.values())
-    return list(spec)
-
-
-def ingest(value: Any, t: T.Type) -> Any:
-    """Converts a Python/numpy/TF value into this executor's representation of type `t`."""
-    if isinstance(value, bb.Data):  # external data: read here (see simharness.data.uri)
-        from simharness.data.uri import resolve as resolve_data_uri
-        if not t.is_assignable_from(value.type_signature):
-            raise SimharnessTypeError(f'Data {value.uri!r} of type {value.type_signature} is not '
-                                      f'assignable to {t}', expected=t, actual=value.type_signature)
-        value = resolve_data_uri(value.uri, value.type_signature)
-        if isinstance(t, T.SequenceType):
-            value = tf.data.Dataset.from_tensor_slices(value)
-    if isinstance(t, T.TensorType):
-        return to_tensor(value, t)
-    if isinstance(t, T.StructType):
-        s = from_container(value, t)
-        return Struct((n, ingest(v, e)) for (n, e), v in zip(t.items(), s))
-    if isinstance(t, T.SequenceType):
-        return sequence_from_value(value, t)
-    raise SimharnessTypeError(f'an EagerTFExecutor cannot hold a value of type {t}', actual=t)
-
 
 def _secure_bound_text(params: Dict[str, Any], bound: int) -> str:
     """What set a secure sum's bound, for its range error: max_input or bitwidth."""
@@ -577,148 +65,6 @@ def _secure_bound_text(params: Dict[str, Any], bound: int) -> str:
     if params.get('bound_from') == 'bitwidth':
         return f' (bitwidth {int(bound).bit_length() - 1})'
     return ''
-
-
-def _flatten_arg(value: Any) -> List[Any]:
-    leaves = [as_dataset(l) for l in flatten(value)]
-    return [tf.data.experimental.to_variant(l) if isinstance(l, tf.data.Dataset) else l
-            for l in leaves]
-
-
-def _lowered_leaves(fn: 'EmbeddedFunction',
-                    leaves: List[Any]) -> Optional[Tuple['EmbeddedFunction', List[Any]]]:
-    """`fn` lowered for the in-memory sequences among `leaves`, and the leaves it takes."""
-    sources = {i: leaves[i] for i in fn.sequence_params if isinstance(leaves[i], TensorBatches)}
-    if not sources:
-        return None
-    lowered = fn.lowered(sources)
-    if lowered is None:
-        return None
-    flat: List[Any] = []
-    for i, leaf in enumerate(leaves):
-        if i in sources:
-            tb = sources[i]
-            rows = tb._cache.get('rows')
-            if rows is None:
-                flat.extend(tb.components)
-            else:  # slices of stacked components: the stacked tensor rides along
-                flat.extend(_Row(c, x, rows[1]) for c, x in zip(tb.components, rows[0]))
-        elif isinstance(leaf, (tf.data.Dataset, TensorBatches)):
-            flat.append(tf.data.experimental.to_variant(as_dataset(leaf)))
-        else:
-            flat.append(leaf)
-    return lowered, flat
-
-
-class _Row:
-    """Row `index` of the stacked tensor `stacked` (which is `tensor`)."""
-
-    __slots__ = ('tensor', 'stacked', 'index')
-
-    def __init__(self, tensor: Any, stacked: Any, index: int):
-        self.tensor, self.stacked, self.index = tensor, stacked, index
-
-
-def _plain_leaves(leaves: List[Any]) -> List[Any]:
-    return [x.tensor if isinstance(x, _Row) else x for x in leaves]
-
-
-def _stack_columns(rows: List[List[Any]], device_scope) -> Optional[List[Tuple[str, Any]]]:
-    """Leaves of several clients as block leaves: shared (one object) or stacked."""
-    out: List[Tuple[str, Any]] = []
-    for j in range(len(rows[0])):
-        col = [r[j] for r in rows]
-        if isinstance(col[0], _Row) and all(
-                isinstance(c, _Row) and c.stacked is col[0].stacked
-                and c.index == col[0].index + k for k, c in enumerate(col)):
-            lo, whole = col[0].index, col[0].stacked
-            out.append(('stacked', whole if lo == 0 and len(col) == whole.shape[0]
-                        else whole[lo:lo + len(col)]))
-            continue
-        col = _plain_leaves(col)
-        if all(c is col[0] for c in col):
-            out.append(('shared', col[0]))
-        elif all(isinstance(c, tf.Tensor) and c.dtype != tf.variant and c.shape == col[0].shape
-                 for c in col):
-            with device_scope():
-                out.append(('stacked', tf.stack(col)))
-        else:
-            return None
-    if not any(k == 'stacked' for k, _ in out):
-        return None
-    return out
-
-
-def _pack_result(leaves: List[Any], t: T.Type) -> Any:
-    types = T.flatten_type(t)
-    out = []
-    for leaf, lt in zip(leaves, types):
-        if isinstance(lt, T.SequenceType):
-            out.append(tf.data.experimental.from_variant(leaf, element_spec_for(lt.element)))
-        else:
-            out.append(leaf)
-    return pack_as(t, out)
-
-
-def _np(x: Any) -> Any:
-    def leaf(v):
-        if isinstance(v, TensorBatches):
-            v = as_dataset(v)
-        if isinstance(v, tf.data.Dataset):  # datasets are materialized by the context
-            return v
-        return fast_numpy(v)
-    return map_structure(leaf, x)
-
-
-def _as_tensors(xs: Sequence[Any]) -> List[Any]:
-    return [x if isinstance(x, tf.Tensor) else fast_tensor(np.asarray(x)) for x in xs]
-
-
-def _rows_to_values(partial: Partial, head_type: T.Type, acc_type: T.Type) -> Partial:
-    """Turns the one-row leaf lists of a partial into numpy values of their types."""
-    def value(leaf_list, t):
-        vals = [np.asarray(x)[0] for x in leaf_list]
-        return pack_as(t, vals) if isinstance(t, T.StructType) else vals[0]
-    return Partial(partial.start, partial.stop, [value(v, head_type) for v in partial.head],
-                   {k: value(v, acc_type) for k, v in partial.nodes.items()}, partial.open_chunk,
-                   None if partial.open_chunk is None else value(partial.open_acc, acc_type))
-
-
-class FunctionCache:
-    """A bounded, thread-safe LRU cache of embedded functions.
-
-    One cache may be shared by the EagerTF executors of a stack (they run in
-    different threads of one process), so that each computation is imported
-    and traced once per stack rather than once per client group.
-    """
-
-    def __init__(self, max_size: int = _DEFAULT_CACHE_SIZE):
-        if not isinstance(max_size, int) or max_size < 1:
-            raise SimharnessValueError(f'cache size must be an int >= 1, got {max_size!r}')
-        self.max_size = max_size
-        self._items: 'collections.OrderedDict[str, EmbeddedFunction]' = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def get_or_embed(self, comp: bb.CompiledComputation, device_scope) -> EmbeddedFunction:
-        key = comp.fingerprint
-        with self._lock:
-            fn = self._items.get(key)
-            if fn is not None:
-                self._items.move_to_end(key)
-                return fn
-            with device_scope():
-                fn = EmbeddedFunction(comp)
-            self._items[key] = fn
-            while len(self._items) > self.max_size:
-                self._items.popitem(last=False)
-            return fn
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
 
 
 def _check_device(device: str) -> None:
@@ -760,7 +106,7 @@ class EagerTFExecutor(BatchExecutor):
         `tf.config.list_logical_devices()`).
     """
 
-    def __init__(self, device: Optional[Any] = None, cache_size: int = _DEFAULT_CACHE_SIZE,
+    def __init__(self, device: Optional[Any] = None, cache_size: int = DEFAULT_CACHE_SIZE,
                  function_cache: Optional[FunctionCache] = None,
                  max_batch_size: Optional[int] = None):
         if not tf.executing_eagerly():
@@ -827,15 +173,15 @@ class EagerTFExecutor(BatchExecutor):
                 raise SimharnessTypeError(f'function {ft} needs an argument of type {ft.parameter}')
             ft.parameter.check_assignable_from(arg.type_signature, 'argument')
             if fn.sequence_params:
-                lowered = _lowered_leaves(fn, flatten(arg.internal))
+                lowered = lowered_leaves(fn, flatten(arg.internal))
                 if lowered is not None:
                     with self._device_scope():
-                        out = lowered[0].call_flat(_plain_leaves(lowered[1]))
-                    return EagerValue(_pack_result(out, ft.result), ft.result)
-            leaves = _flatten_arg(arg.internal)
+                        out = lowered[0].call_flat(plain_leaves(lowered[1]))
+                    return EagerValue(pack_result(out, ft.result), ft.result)
+            leaves = flatten_arg(arg.internal)
         with self._device_scope():
             out = fn.call_flat(leaves)
-        return EagerValue(_pack_result(out, ft.result), ft.result)
+        return EagerValue(pack_result(out, ft.result), ft.result)
 
     # ------------------------------------------------------------ Executor
     async def create_value(self, value: Any, type_spec: Any = None) -> EagerValue:
@@ -936,8 +282,8 @@ class EagerTFExecutor(BatchExecutor):
         for i in range(len(values)):
             tb = TensorBatches([r[i] for r in rows], checked.batch_size, checked.drop_remainder,
                                t.element)
-            tb._cache['checked'] = (t, tb)
-            tb._cache['rows'] = (stacked, i)
+            tb.derived['checked'] = (t, tb)
+            tb.derived['rows'] = (stacked, i)
             out.append(EagerValue(tb, t))
         return out
 
@@ -950,17 +296,17 @@ class EagerTFExecutor(BatchExecutor):
             raise SimharnessTypeError(f'{len(leaves)} stacked leaves do not match {t}')
         n = leaves[0].shape[0]
         with self._device_scope():
-            block = Block(t, n, [('stacked', fast_tensor(np.asarray(x, dtype=lt.dtype)))
+            block = ClientBlock(t, n, [('stacked', fast_tensor(np.asarray(x, dtype=lt.dtype)))
                                  for x, lt in zip(leaves, types)])
         return block.values()
 
-    def _stack_python(self, values: List[Any], t: T.Type) -> Optional[Block]:
+    def _stack_python(self, values: List[Any], t: T.Type) -> Optional[ClientBlock]:
         """Stacks Python/numpy client values leaf by leaf (None: use the slow path)."""
         arrays = stack_python_values(values, t)
         if arrays is None:
             return None  # the per-value path gives the precise error
         with self._device_scope():
-            return Block(t, len(values), [('stacked', fast_tensor(a)) for a in arrays])
+            return ClientBlock(t, len(values), [('stacked', fast_tensor(a)) for a in arrays])
 
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
                          count: Optional[int] = None) -> List[EagerValue]:
@@ -1004,7 +350,7 @@ class EagerTFExecutor(BatchExecutor):
             if not any(at is c for c in checked_types):
                 pt.check_assignable_from(at, 'argument')
                 checked_types.append(at)
-            rows.append(_lowered_leaves(f, flatten(a.internal)))
+            rows.append(lowered_leaves(f, flatten(a.internal)))
         out: List[EagerValue] = []
         step = self._max_batch or len(args)
         i = 0
@@ -1020,15 +366,15 @@ class EagerTFExecutor(BatchExecutor):
                 j += 1
             lf = low[0]
             group = [cast(Tuple, r)[1] for r in rows[i:j]]
-            leaves = _stack_columns(group, self._device_scope) if (
+            leaves = stack_columns(group, self._device_scope) if (
                 j - i >= 2 and lf.batchable()) else None
             res = self._map_leaves(lf, leaves, j - i) if leaves is not None else None
             if res is None:
                 res = []
                 for r in group:
                     with self._device_scope():
-                        o = lf.call_flat(_plain_leaves(r))
-                    res.append(EagerValue(_pack_result(o, f.type_signature.result),
+                        o = lf.call_flat(plain_leaves(r))
+                    res.append(EagerValue(pack_result(o, f.type_signature.result),
                                           f.type_signature.result))
             out.extend(res)
             i = j
@@ -1052,7 +398,7 @@ class EagerTFExecutor(BatchExecutor):
         with self._device_scope():
             res = f.call_batched(mask, [x for k, x in leaves if k == 'shared'],
                                  [x for k, x in leaves if k == 'stacked'], n)
-        return Block(f.type_signature.result, n, [('stacked', o) for o in res]).values()
+        return ClientBlock(f.type_signature.result, n, [('stacked', o) for o in res]).values()
 
     def _block_leaves(self, args: List[EagerValue], pt: T.Type) -> Optional[List[Tuple[str, Any]]]:
         """Stacks arbitrary same-shaped client values (slow path of a batched map)."""
@@ -1093,7 +439,7 @@ class EagerTFExecutor(BatchExecutor):
         types = [c[0].type_signature for c in cols]
         t = T.StructType(list(zip(names, types)))
         shared: Dict[int, List[Tuple[str, Any]]] = {}
-        col_runs: Dict[int, List[Tuple[int, int, Optional[Block], int]]] = {}
+        col_runs: Dict[int, List[Tuple[int, int, Optional[ClientBlock], int]]] = {}
         bounds = None
         for j, col in enumerate(cols):
             if all(c is col[0] for c in col) and not isinstance(
@@ -1119,8 +465,8 @@ class EagerTFExecutor(BatchExecutor):
                 else:
                     _, _, block, lo = col_runs[j][k]
                     # columns with a run outside a block were rejected above
-                    leaves.extend(cast(Block, block).sub_leaves(lo, lo + end - begin))
-            out.extend(Block(t, end - begin, leaves).values())
+                    leaves.extend(cast(ClientBlock, block).sub_leaves(lo, lo + end - begin))
+            out.extend(ClientBlock(t, end - begin, leaves).values())
         return out
 
     async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> List[EagerValue]:
@@ -1132,7 +478,7 @@ class EagerTFExecutor(BatchExecutor):
                 counts = [len(T.flatten_type(e)) for e in block.type]
                 first = sum(counts[:index])
                 leaves = block.sub_leaves(lo, lo + end - begin)[first:first + counts[index]]
-                out.extend(Block(block.type[index], end - begin, leaves).values())
+                out.extend(ClientBlock(block.type[index], end - begin, leaves).values())
             else:
                 out.extend([await self.create_selection(s, index) for s in sources[begin:end]])
         return out
@@ -1142,7 +488,7 @@ class EagerTFExecutor(BatchExecutor):
         out: List[Any] = []
         for begin, end, block, lo in runs(values):
             if block is None:
-                out.append(_np(values[begin].internal))
+                out.append(numpy_tree(values[begin].internal))
                 continue
             npl = block.numpy_leaves()
             out.extend(pack_as(block.type, [x if k == 'shared' else x[i] for k, x in npl])
@@ -1188,8 +534,8 @@ class EagerTFExecutor(BatchExecutor):
                 rows = [fast_tensor(np.ascontiguousarray(np.stack([f[j] for f in flat]),
                                                          dtype=l.dtype))
                         for j, l in enumerate(vleaves)]
-                out = acc_fn.fold_rows(_as_tensors(flatten(acc.internal)), rows, None)
-                return EagerValue(_pack_result(list(out), at), at)
+                out = acc_fn.fold_rows(as_tensors(flatten(acc.internal)), rows, None)
+                return EagerValue(pack_result(list(out), at), at)
             return Reducer(lambda v: self.call(acc_fn, pair(params['zero'], v)),
                            lambda acc, v: self.call(acc_fn, pair(acc, v)),
                            lambda x, y: self.call(merge_fn, pair(x, y)), total,
@@ -1235,7 +581,7 @@ class EagerTFExecutor(BatchExecutor):
                 parts.append([x[lo:hi] if k == 'stacked' else np.broadcast_to(x, (hi - lo,) + x.shape)
                               for k, x in block.numpy_leaves()])
             else:
-                parts.append([np.asarray(x)[None] for x in flatten(_np(values[begin].internal))])
+                parts.append([np.asarray(x)[None] for x in flatten(numpy_tree(values[begin].internal))])
         if len(parts) == 1:
             return t, parts[0]
         return t, [np.concatenate([p[j] for p in parts]) for j in range(len(parts[0]))]
@@ -1249,12 +595,12 @@ class EagerTFExecutor(BatchExecutor):
             zero = flatten(params['zero'].internal)
 
             def fold(acc, x):
-                out = acc_fn.fold_rows(_as_tensors(acc), _as_tensors(x), None)
+                out = acc_fn.fold_rows(as_tensors(acc), as_tensors(x), None)
                 return [o.numpy()[None] for o in out]
 
             def merge(a, b):
                 ins = [x[0] for x in a] + [x[0] for x in b]
-                return [o.numpy()[None] for o in merge_fn.call_flat(_as_tensors(ins))]
+                return [o.numpy()[None] for o in merge_fn.call_flat(as_tensors(ins))]
             return (lambda x: fold(zero, x), lambda acc, x: fold([a[0] for a in acc], x), merge)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             mods = [np.uint64(m) for m in flatten(params['moduli'])]
@@ -1278,7 +624,7 @@ class EagerTFExecutor(BatchExecutor):
             at = self._fn_of(params['accumulate']).type_signature.result
             with self._device_scope(), np.errstate(over='ignore'):
                 self._aggregate_rows(builder, leaves, start, params)
-            return _rows_to_values(builder.finish(), t, at)
+            return rows_to_values(builder.finish(), t, at)
         # Numpy kinds: in slices of REDUCTION_SLICE clients on absolute multiples of it
         # (whole chunks), so that a big block is never stacked (and weighted) at once.
         # The builder sees the same rows in the same order: the same bits.
@@ -1290,13 +636,13 @@ class EagerTFExecutor(BatchExecutor):
                 row_type, leaves = self._numpy_rows(kind, values[i:i + stop - pos], pos, params)
                 fold_rows_into(builder, leaves, pos, start_rows, fold_rows)
                 i, pos = i + stop - pos, stop
-        return _rows_to_values(builder.finish(), row_type, row_type)
+        return rows_to_values(builder.finish(), row_type, row_type)
 
     def _aggregate_rows(self, builder: Any, leaves: List[np.ndarray], start: int,
                         params: Dict[str, Any]) -> None:
         """Feeds an aggregate's rows with a few TF calls: whole chunks at once, then the tail."""
         acc_fn = self._fn_of(params['accumulate'])
-        zero = _as_tensors(flatten(params['zero'].internal))
+        zero = as_tensors(flatten(params['zero'].internal))
         L = builder._r.chunk
         n = leaves[0].shape[0] if leaves else 0
         end = start + n
@@ -1305,13 +651,13 @@ class EagerTFExecutor(BatchExecutor):
         pos = h
         nfull = (end - h) // L
         if nfull and acc_fn.exact_elementwise and acc_fn.batchable():
-            rows = _as_tensors([x[h - start:h - start + nfull * L] for x in leaves])
+            rows = as_tensors([x[h - start:h - start + nfull * L] for x in leaves])
             acc = [o.numpy() for o in acc_fn.fold_rows(zero, rows, L)]
             builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
             pos = h + nfull * L
         while pos < end:  # one chunk (or its beginning) per TF call
             stop = min(end, (pos // L + 1) * L)
-            rows = _as_tensors([x[pos - start:stop - start] for x in leaves])
+            rows = as_tensors([x[pos - start:stop - start] for x in leaves])
             acc = [o.numpy()[None] for o in acc_fn.fold_rows(zero, rows, None)]
             builder.feed_folded(acc, stop - pos)
             pos = stop
@@ -1434,8 +780,8 @@ class EagerTFExecutor(BatchExecutor):
 
             def merge(a, b):
                 with self._device_scope():
-                    out = merge_fn.call_flat(_as_tensors(flatten(a) + flatten(b)))
-                return _np(_pack_result(list(out), at))
+                    out = merge_fn.call_flat(as_tensors(flatten(a) + flatten(b)))
+                return numpy_tree(pack_result(list(out), at))
             return merge
         raise SimharnessValueError(f'unknown reduction kind {kind!r}')
 
@@ -1469,13 +815,13 @@ class EagerTFExecutor(BatchExecutor):
             fn = self._fn_of(params['op'])
             zero: EagerValue = params['zero']
             at = fn.type_signature.result
-            zero_leaves = tuple(_flatten_arg(zero.internal))
+            zero_leaves = tuple(flatten_arg(zero.internal))
 
             def reduce_fn(acc, elem):
                 out = fn.call_flat(list(acc) + _element_leaves(elem, et))
                 return tuple(out)
             res = ds.reduce(zero_leaves, reduce_fn)
-            return EagerValue(_pack_result(list(res), at), at)
+            return EagerValue(pack_result(list(res), at), at)
         if op == 'sequence_sum':
             leaves_t = T.flatten_type(et)
             zeros = tuple(tf.zeros(lt.shape, tf_dtype(lt.dtype)) for lt in leaves_t)
@@ -1500,7 +846,7 @@ class EagerTFExecutor(BatchExecutor):
                                                    T.TensorType(np.int32)]))
                     elems.append(self.call(fn, arg).internal)
                 if elems:
-                    py = [_struct_to_spec_container(e, spec) for e in elems]
+                    py = [struct_to_spec_container(e, spec) for e in elems]
                     ds = tf.data.Dataset.from_tensor_slices(
                         tf.nest.map_structure(lambda *xs: tf.stack(xs), *py))
                 else:

@@ -20,7 +20,7 @@ __all__ = ['element_leaves', 'recognize', 'to_dataset', 'checked', 'source_spec'
 
 def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
     """The `tf.data.Dataset` `tb` stands for (built once per object)."""
-    ds = tb._cache.get('dataset')
+    ds = tb.derived.get('dataset')
     if ds is None:
         spec = element_spec_for(tb.element_type)
         flat = tf.nest.flatten(spec)
@@ -33,7 +33,7 @@ def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
         ds = tf.data.Dataset.from_tensor_slices(tf.nest.pack_sequence_as(spec, by_flat))
         if tb.batch_size is not None:
             ds = ds.batch(tb.batch_size, drop_remainder=tb.drop_remainder)
-        tb._cache['dataset'] = ds
+        tb.derived['dataset'] = ds
     return ds
 
 
@@ -60,12 +60,12 @@ def _component_types(t: T.SequenceType, batched: bool) -> Optional[Tuple[T.Tenso
 
 def checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
     """`tb` (e.g. decoded from a peer) checked against `t`, its components as tensors."""
-    done = tb._cache.get('checked') if isinstance(tb, TensorBatches) else None
+    done = tb.derived.get('checked') if isinstance(tb, TensorBatches) else None
     if done is not None and done[0] == t:
         return done[1]
     out = _checked(tb, t, to_tensor)
     if isinstance(tb, TensorBatches) and tb is not out:
-        tb._cache['checked'] = (t, out)  # e.g. kept with a dataset's recognized arrays
+        tb.derived['checked'] = (t, out)  # e.g. kept with a dataset's recognized arrays
     return out
 
 

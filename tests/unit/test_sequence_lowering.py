@@ -16,7 +16,7 @@ import tensorflow as tf
 import simharness as sh
 from simharness.core.sequences import TensorBatches
 from simharness.core.tf_sequences import recognize
-from simharness.executors.eager_tf import EmbeddedFunction
+from simharness.executors.embedded_function import EmbeddedFunction
 from simharness.executors.sequence_lowering import NotLowerable, SourceSpec, lower_graph
 
 BATCH = sh.to_type((sh.TensorType(tf.float32, [None, 2]), sh.TensorType(tf.int32, [None])))

@@ -1,0 +1,321 @@
+"""Serialized TF computations imported into the eager runtime, and a cache of them.
+
+`EmbeddedFunction` wraps one `CompiledComputation` as a callable: called on
+flat leaves, batched over a block of clients (`tf.vectorized_map` for
+exactly-rounded elementwise graphs, else `tf.map_fn`), folded over rows in
+one TF call, or lowered so that in-memory sequences are fed as tensors
+(`sequence_lowering`). `FunctionCache` is the bounded, thread-safe LRU cache
+the EagerTF executors of a stack share.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+
+import tensorflow as tf
+
+from simharness.core import building_blocks as bb
+from simharness.core import types as T
+from simharness.core.sequences import TensorBatches
+from simharness.core.structure import flatten, pack_as
+from simharness.core.tf_serialization import element_spec_for, tf_dtype
+from simharness.errors import SimharnessValueError
+from simharness.executors import sequence_lowering as lowering
+from simharness.executors import tensor_sequences as tseq
+from simharness.executors.client_blocks import Row
+from simharness.executors.tf_values import as_dataset
+
+DEFAULT_CACHE_SIZE = 256
+
+
+
+
+#: Ops whose results are exactly rounded per element (IEEE-754 add, multiply,
+#: divide, sqrt, ...), so that computing many clients at once with
+#: `tf.vectorized_map` gives the same bits as one call per client.
+EXACT_ELEMENTWISE_OPS = frozenset({
+    'Placeholder', 'Const', 'Identity', 'IdentityN', 'NoOp', 'Add', 'AddV2', 'Sub', 'Mul',
+    'RealDiv', 'Neg', 'Abs', 'Sqrt', 'Maximum', 'Minimum', 'Relu', 'Cast', 'Square',
+    'Select', 'SelectV2', 'Greater', 'GreaterEqual', 'Less', 'LessEqual', 'Equal', 'NotEqual',
+    'LogicalAnd', 'LogicalOr', 'LogicalNot', 'ZerosLike', 'OnesLike', 'Floor', 'Ceil', 'Round',
+    'Sign', 'FloorDiv', 'FloorMod', 'TruncateDiv', 'BitwiseAnd', 'BitwiseOr', 'BitwiseXor',
+})
+
+
+class EmbeddedFunction:
+    """A `CompiledComputation` imported into the eager runtime."""
+
+    def __init__(self, comp: bb.CompiledComputation):
+        self.comp = comp
+        self.type_signature: T.FunctionType = comp.type_signature
+        graph = comp.graph
+        graph_def = tf.compat.v1.GraphDef()
+        graph_def.ParseFromString(graph.graph_def)
+
+        param_leaves = ([] if comp.type_signature.parameter is None
+                        else T.flatten_type(comp.type_signature.parameter))
+        specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) if isinstance(t, T.TensorType)
+                 else tf.TensorSpec([], tf.variant) for t in param_leaves]
+        input_names, output_names = list(graph.input_names), list(graph.output_names)
+
+        def _import(*args):
+            return tf.graph_util.import_graph_def(
+                graph_def, input_map=dict(zip(input_names, args)),
+                return_elements=output_names, name='imported')
+
+        # A function with a real positional signature: calls bind directly
+        # (a pruned function would fail structured binding on every call and
+        # format the arguments into an error message before falling back).
+        self._fn = tf.compat.v1.wrap_function(_import, specs)
+        ops = {node.op for node in graph_def.node}
+        for f in graph_def.library.function:
+            ops.update(n.op for n in f.node_def)
+        #: True when every op is exactly rounded per element (see EXACT_ELEMENTWISE_OPS).
+        self.exact_elementwise = ops <= EXACT_ELEMENTWISE_OPS
+        self._param_leaves = ([] if self.type_signature.parameter is None
+                              else T.flatten_type(self.type_signature.parameter))
+        self._result_leaves = T.flatten_type(self.type_signature.result)
+        # keys: a shared mask (tuple of bools), or ('fold', k, chunk)
+        self._batched: Dict[Tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
+        #: Positions of the parameter leaves that are sequences.
+        self.sequence_params = tuple(i for i, t in enumerate(self._param_leaves)
+                                     if isinstance(t, T.SequenceType))
+        # lowering key -> the lowered function, or None (not lowerable)
+        self._lowered: Dict[Tuple[Any, ...], Optional['EmbeddedFunction']] = {}
+
+    def lowered(self, sources: Dict[int, TensorBatches]) -> Optional['EmbeddedFunction']:
+        """This function with the sequence leaves `sources` (by position) fed as components.
+
+        The `tf.data` loops over those sequences become tensor loops (see
+        `sequence_lowering`); the function takes their components in place of
+        each of them. None when the graph uses a sequence otherwise.
+        """
+        key = tuple((i, tseq.lowering_key(tb)) for i, tb in sorted(sources.items()))
+        found = self._lowered.get(key, self)
+        if found is not self:
+            return found
+        with self._lock:
+            if key not in self._lowered:
+                specs = {i: tseq.source_spec(tb) for i, tb in sources.items()}
+                self._lowered[key] = self._lower(specs, sources)
+        return self._lowered[key]
+
+    def _lower(self, specs: Dict[int, 'lowering.SourceSpec'],
+               sources: Dict[int, TensorBatches]) -> Optional['EmbeddedFunction']:
+        graph = self.comp.graph
+        gd = tf.compat.v1.GraphDef()
+        gd.ParseFromString(graph.graph_def)
+        input_names: List[Any] = [[n] for n in graph.input_names]
+        leaves: List[Any] = [[t] for t in self._param_leaves]
+        try:
+            for i, spec in sorted(specs.items()):
+                types = tseq.component_types(cast(T.SequenceType, self._param_leaves[i]),
+                                             spec.batch_size is not None)
+                if types is None:
+                    return None
+                gd, names = lowering.lower_graph(gd, graph.input_names[i], spec,
+                                                 graph.output_names)
+                input_names[i], leaves[i] = names, types
+        except lowering.NotLowerable:
+            return None
+        flat_names = [n for group in input_names for n in group]
+        flat_types = [t for group in leaves for t in group]
+        comp = bb.CompiledComputation(
+            bb.TFGraph(gd.SerializeToString(), flat_names, graph.output_names),
+            T.FunctionType(T.StructType([(None, t) for t in flat_types]),
+                           self.type_signature.result),
+            self.comp.name)
+        return EmbeddedFunction(comp)
+
+    def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
+        out = self._fn(*leaves)
+        if isinstance(out, (list, tuple)):
+            return list(out)
+        return [out]
+
+    def batchable(self) -> bool:
+        """True when every parameter and result leaf is a fully-defined tensor."""
+        return (all(isinstance(t, T.TensorType) for t in self._param_leaves)
+                and all(isinstance(t, T.TensorType) and t.is_fully_defined
+                        for t in self._result_leaves))
+
+    def call_batched(self, shared_mask: Tuple[bool, ...], shared: List[Any],
+                     stacked: List[Any], n: int) -> List[Any]:
+        """Runs `n` clients in one TF call; returns stacked result leaves."""
+        fn = self._batched.get(shared_mask)
+        if fn is None:
+            # The first call traces; executors of a stack share this object
+            # from several threads, so trace once under the lock.
+            with self._lock:
+                fn = self._batched.get(shared_mask)
+                if fn is None:
+                    fn = self._make_batched(shared_mask)
+                    out = list(fn(tuple(shared), tuple(stacked)))
+                    self._batched[shared_mask] = fn
+                    return out
+        return list(fn(tuple(shared), tuple(stacked)))
+
+    def fold_rows(self, zero: List[Any], rows: List[Any], chunk: Optional[int]) -> List[Any]:
+        """Folds rows with this (accumulate) function in ONE TF call.
+
+        With `chunk` None: ``acc = f(zero, r0); acc = f(acc, r1); ...`` over the
+        k rows. With `chunk` L: rows are [c * L, ...]; the same fold runs for
+        the c chunks at once (vectorized, so only for exactly-rounded
+        elementwise functions) and the result has a leading c dimension.
+        """
+        key = ('fold', chunk)
+        fn = self._batched.get(key)
+        if fn is None:
+            with self._lock:
+                fn = self._batched.get(key)
+                if fn is None:
+                    fn = self._make_fold(chunk, len(zero))
+                    self._batched[key] = fn
+        return list(fn(tuple(zero), tuple(rows)))
+
+    def _make_fold(self, chunk: Optional[int], nzero: int) -> Any:
+        inner = self._fn
+
+        def call(leaves):
+            out = inner(*leaves)
+            return list(out) if isinstance(out, (list, tuple)) else [out]
+
+        leaves = self._param_leaves
+        zero_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in leaves[:nzero])
+        row_sig = tuple(tf.TensorSpec([None] + list(t.shape), tf_dtype(t.dtype))
+                        for t in leaves[nzero:])
+
+        # Each fold step is one iteration of a tf.while_loop whose body is ONE
+        # call of the function: the graph optimizer sees the body alone (as in
+        # a standalone call) and cannot re-associate a chain of steps (it
+        # would turn ((a + b) + c) + d into an AddN of another order).
+        @tf.function(autograph=False, input_signature=(zero_sig, row_sig))
+        def fold(zero, rows):
+            if chunk is None:
+                n = tf.shape(rows[0])[0]
+
+                def body(i, acc):
+                    return i + 1, tuple(call(list(acc) + [r[i] for r in rows]))
+                _, acc = tf.while_loop(lambda i, acc: i < n, body, (tf.constant(0), tuple(zero)),
+                                       parallel_iterations=1)
+                return tuple(acc)
+            seg = [tf.reshape(r, tf.concat([[-1, chunk], tf.shape(r)[1:]], 0)) for r in rows]
+            acc = tf.vectorized_map(lambda x: tuple(call(list(zero) + list(x))),
+                                    tuple(s[:, 0] for s in seg), fallback_to_while_loop=False)
+
+            def vbody(i, acc):
+                step = tf.vectorized_map(lambda ax: tuple(call(list(ax[0]) + list(ax[1]))),
+                                         (tuple(acc), tuple(s[:, i] for s in seg)),
+                                         fallback_to_while_loop=False)
+                return i + 1, tuple(step)
+            _, acc = tf.while_loop(lambda i, acc: i < chunk, vbody, (tf.constant(1), tuple(acc)),
+                                   parallel_iterations=1)
+            return tuple(acc)
+        return fold
+
+    def _make_batched(self, mask: Tuple[bool, ...]):
+        inner = self._fn
+        exact = self.exact_elementwise
+        out_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._result_leaves)
+
+        leaf_specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
+        shared_sig = tuple(sp for sp, m in zip(leaf_specs, mask) if m)
+        stacked_sig = tuple(tf.TensorSpec([None] + list(sp.shape), sp.dtype)
+                            for sp, m in zip(leaf_specs, mask) if not m)
+
+        @tf.function(autograph=False, input_signature=(shared_sig, stacked_sig))
+        def batched(shared, stacked):
+            def body(xs):
+                it_s, it_x = iter(shared), iter(xs)
+                leaves = [next(it_s) if m else next(it_x) for m in mask]
+                out = inner(*leaves)
+                return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+            if not stacked:
+                raise SimharnessValueError('a batched call needs at least one per-client input')
+            if exact:
+                return tf.vectorized_map(body, stacked, fallback_to_while_loop=False)
+            return tf.map_fn(body, stacked, fn_output_signature=out_sig, parallel_iterations=1)
+
+        return batched
+
+
+def flatten_arg(value: Any) -> List[Any]:
+    leaves = [as_dataset(l) for l in flatten(value)]
+    return [tf.data.experimental.to_variant(l) if isinstance(l, tf.data.Dataset) else l
+            for l in leaves]
+
+
+def lowered_leaves(fn: 'EmbeddedFunction',
+                    leaves: List[Any]) -> Optional[Tuple['EmbeddedFunction', List[Any]]]:
+    """`fn` lowered for the in-memory sequences among `leaves`, and the leaves it takes."""
+    sources = {i: leaves[i] for i in fn.sequence_params if isinstance(leaves[i], TensorBatches)}
+    if not sources:
+        return None
+    lowered = fn.lowered(sources)
+    if lowered is None:
+        return None
+    flat: List[Any] = []
+    for i, leaf in enumerate(leaves):
+        if i in sources:
+            tb = sources[i]
+            rows = tb.derived.get('rows')
+            if rows is None:
+                flat.extend(tb.components)
+            else:  # slices of stacked components: the stacked tensor rides along
+                flat.extend(Row(c, x, rows[1]) for c, x in zip(tb.components, rows[0]))
+        elif isinstance(leaf, (tf.data.Dataset, TensorBatches)):
+            flat.append(tf.data.experimental.to_variant(as_dataset(leaf)))
+        else:
+            flat.append(leaf)
+    return lowered, flat
+
+
+def pack_result(leaves: List[Any], t: T.Type) -> Any:
+    types = T.flatten_type(t)
+    out = []
+    for leaf, lt in zip(leaves, types):
+        if isinstance(lt, T.SequenceType):
+            out.append(tf.data.experimental.from_variant(leaf, element_spec_for(lt.element)))
+        else:
+            out.append(leaf)
+    return pack_as(t, out)
+
+
+class FunctionCache:
+    """A bounded, thread-safe LRU cache of embedded functions.
+
+    One cache may be shared by the EagerTF executors of a stack (they run in
+    different threads of one process), so that each computation is imported
+    and traced once per stack rather than once per client group.
+    """
+
+    def __init__(self, max_size: int = DEFAULT_CACHE_SIZE):
+        if not isinstance(max_size, int) or max_size < 1:
+            raise SimharnessValueError(f'cache size must be an int >= 1, got {max_size!r}')
+        self.max_size = max_size
+        self._items: 'collections.OrderedDict[str, EmbeddedFunction]' = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_embed(self, comp: bb.CompiledComputation, device_scope) -> EmbeddedFunction:
+        key = comp.fingerprint
+        with self._lock:
+            fn = self._items.get(key)
+            if fn is not None:
+                self._items.move_to_end(key)
+                return fn
+            with device_scope():
+                fn = EmbeddedFunction(comp)
+            self._items[key] = fn
+            while len(self._items) > self.max_size:
+                self._items.popitem(last=False)
+            return fn
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()

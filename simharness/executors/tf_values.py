@@ -1,0 +1,245 @@
+"""Values into and out of the eager runtime: numpy/Python/TF values as tensors of a type.
+
+`ingest` turns a user's or a peer's value into what an `EagerTFExecutor`
+holds for a type (eager tensors, `Struct`s of them, `TensorBatches` or
+`tf.data.Dataset`s), checking it against the type with clear errors;
+`fast_tensor` / `fast_numpy` move large arrays between numpy and TF through
+dlpack (one copy in, none out).
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import types
+from typing import Any, List, Sequence, Tuple, cast
+
+import numpy as np
+import tensorflow as tf
+
+from simharness.core import building_blocks as bb
+from simharness.core import types as T
+from simharness.core.sequences import TensorBatches
+from simharness.core.structure import Struct, flatten, from_container, map_structure, tensor_to_numpy
+from simharness.core.tf_serialization import element_spec_for, tf_dtype
+from simharness.core.tf_sequences import materialize
+from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.executors import tensor_sequences as tseq
+
+
+#: Arrays at least this big move between numpy and TF through dlpack.
+DLPACK_MIN_BYTES = 1 << 18
+
+
+def fast_tensor(arr: np.ndarray) -> tf.Tensor:
+    """A tensor holding a private copy of `arr`.
+
+    Large numeric arrays are copied once into a 64-byte-aligned buffer that
+    the tensor then adopts through dlpack (TF's own conversion is several
+    times slower than a memcpy); small ones use `tf.convert_to_tensor`.
+    """
+    if arr.nbytes < DLPACK_MIN_BYTES or arr.dtype.kind not in 'fiu':
+        return tf.convert_to_tensor(arr)
+    buf = np.empty(arr.nbytes + 64, np.uint8)
+    off = (-buf.ctypes.data) % 64  # a misaligned dlpack view would abort the process
+    out = buf[off:off + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    np.copyto(out, arr)
+    return tf.experimental.dlpack.from_dlpack(out.__dlpack__())
+
+
+def fast_numpy(t: Any) -> np.ndarray:
+    """A read-only numpy view of a CPU tensor (no copy for large ones)."""
+    if isinstance(t, np.ndarray):
+        return t
+    if not hasattr(t, 'numpy'):
+        return np.asarray(t)
+    if t.dtype.size * t.shape.num_elements() >= DLPACK_MIN_BYTES:
+        return tensor_to_numpy(t)
+    return t.numpy()
+
+
+def _check_shape(value_shape: Tuple[int, ...], t: T.TensorType, what: Any) -> None:
+    if t.shape is None:
+        return
+    ok = len(value_shape) == len(t.shape) and all(
+        d is None or d == s for d, s in zip(t.shape, value_shape))
+    if not ok:
+        raise SimharnessTypeError(
+            f'value of shape {tuple(value_shape)} is not assignable to {t} ({what!r:.60})',
+            expected=t, actual=tuple(value_shape))
+
+
+def _ints_fit(src: np.ndarray, dtype: np.dtype) -> bool:
+    """False when integer `src` holds values outside the range of integer `dtype`."""
+    if not (src.size and np.issubdtype(src.dtype, np.integer) and np.issubdtype(dtype, np.integer)):
+        return True
+    info = np.iinfo(dtype)
+    return int(src.min()) >= info.min and int(src.max()) <= info.max
+
+
+def _is_ml_dtype(dt: np.dtype) -> bool:
+    """True for the plain numeric dtypes of `ml_dtypes` (bfloat16, float8_*, int4, ...).
+
+    numpy gives them kind 'V', as it does structured and raw void dtypes,
+    which are not numbers.
+    """
+    return (dt.kind == 'V' and dt.names is None and not dt.shape
+            and dt.type.__module__.startswith('ml_dtypes'))
+
+
+def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
+    """Converts one leaf to an eager tensor of type `t`, with clear errors."""
+    if isinstance(value, tf.Tensor):
+        if value.dtype != tf_dtype(t.dtype):
+            raise SimharnessTypeError(f'tensor of dtype {value.dtype.name} is not assignable to {t}',
+                                      expected=t, actual=value.dtype.name)
+        _check_shape(tuple(value.shape), t, value)
+        return value
+    if isinstance(value, (tf.data.Dataset, Struct, dict, list)) and not (
+            isinstance(value, list) and t.shape):
+        raise SimharnessTypeError(f'value {value!r:.80} ({type(value).__name__}) is not assignable '
+                                  f'to tensor type {t}', expected=t, actual=type(value).__name__)
+    if t.dtype == np.dtype(object):
+        arr = np.asarray(value, dtype=object)
+    else:
+        src = np.asarray(value)
+        if src.dtype == object or src.dtype.kind in 'US' or (
+                src.dtype.kind == 'V' and not _is_ml_dtype(src.dtype)):
+            raise SimharnessTypeError(f'value {value!r:.80} ({src.dtype}) is not assignable to {t}',
+                                      expected=t, actual=str(src.dtype))
+        if (np.issubdtype(src.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
+                src.dtype == np.bool_) != (t.dtype == np.bool_) and src.size:
+            raise SimharnessTypeError(
+                f'value of dtype {src.dtype} is not assignable to {t}', expected=t,
+                actual=str(src.dtype))
+        if not _ints_fit(src, t.dtype):
+            info = np.iinfo(t.dtype)
+            raise SimharnessValueError(
+                f'value {value!r:.80} is out of the range [{info.min}, {info.max}] of {t}')
+        arr = src.astype(t.dtype, copy=False)
+    _check_shape(arr.shape, t, value)
+    return fast_tensor(arr)
+
+
+def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
+    """A dataset of `t` from a dataset, a list of elements or a generator (function).
+
+    A generator function (or generator) is drained into a list of elements,
+    so that the dataset holds no Python state (it can then move to other
+    executors and processes as a serialized graph).
+    """
+    value = elements_of_generator(value)
+    if isinstance(value, tf.data.Dataset):
+        actual = T.from_tf_structure(value.element_spec)
+        if not t.element.is_assignable_from(actual):
+            raise SimharnessTypeError(f'dataset of {actual}* is not assignable to {t}',
+                                      expected=t, actual=T.SequenceType(actual))
+        return value
+    if isinstance(value, (list, tuple)):
+        spec = element_spec_for(t.element)
+        elems = [ingest(v, t.element) for v in value]
+        if not elems:
+            return tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(
+                lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec))
+        py = [struct_to_spec_container(e, spec) for e in elems]
+        stacked = tf.nest.map_structure(lambda *xs: tf.stack(xs), *py)
+        return tf.data.Dataset.from_tensor_slices(stacked)
+    raise SimharnessTypeError(f'value {value!r:.80} ({type(value).__name__}) is not a sequence; '
+                              f'expected a tf.data.Dataset or a list for {t}', expected=t)
+
+
+def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
+    """What an executor holds for a sequence: `TensorBatches` when its elements are
+    slices of in-memory tensors (a list of elements, ``from_tensor_slices``,
+    ``.batch``), else a `tf.data.Dataset`."""
+    if isinstance(value, TensorBatches):
+        return tseq.checked(value, t, to_tensor)
+    if isinstance(value, tf.data.Dataset):
+        tb = tseq.recognize(value, t)
+        if tb is not None:
+            try:
+                out = tseq.checked(tb, t, to_tensor)
+            except (SimharnessTypeError, SimharnessValueError):
+                return dataset_from_value(value, t)  # the dataset path says what is wrong
+            out.derived['dataset'] = value  # the user's own object, if it is asked for
+            return out
+        tb = materialize(value, t)  # a small finite pipeline: its elements, read once
+        if tb is not None:
+            return tseq.checked(tb, t, to_tensor)
+        return dataset_from_value(value, t)
+    value = elements_of_generator(value)
+    if isinstance(value, (list, tuple)) and value:
+        types = tseq.component_types(t, batched=False)
+        if types is not None and all(l.is_fully_defined for l in T.flatten_type(t.element)):
+            elems = [ingest(v, t.element) for v in value]
+            leaves = [flatten(e) for e in elems]
+            comps = [tf.stack([row[j] for row in leaves]) for j in range(len(types))]
+            return TensorBatches(comps, None, False, t.element)
+    return dataset_from_value(value, t)
+
+
+def as_dataset(x: Any) -> Any:
+    """A `tf.data.Dataset` for a `TensorBatches`; anything else unchanged."""
+    return tseq.to_dataset(x) if isinstance(x, TensorBatches) else x
+
+
+def elements_of_generator(value: Any) -> Any:
+    """The elements of a generator function or generator, as a list; anything else unchanged."""
+    if isinstance(value, types.GeneratorType):
+        return list(value)
+    if inspect.isgeneratorfunction(value) or (
+            callable(value) and not isinstance(value, (tf.data.Dataset, type))
+            and not hasattr(value, 'type_signature')):
+        return list(value())
+    return value
+
+
+def struct_to_spec_container(value: Any, spec: Any) -> Any:
+    if isinstance(value, Struct):
+        elems = [struct_to_spec_container(v, s) for v, s in zip(value, _spec_children(spec))]
+        if isinstance(spec, collections.abc.Mapping):
+            return cast(Any, type(spec))(zip(spec.keys(), elems))  # a concrete Mapping class
+        if T.is_namedtuple(spec):
+            return type(spec)(*elems)
+        return tuple(elems)
+    return value
+
+
+def _spec_children(spec: Any) -> list:
+    if isinstance(spec, collections.abc.Mapping):
+        return list(spec.values())
+    return list(spec)
+
+
+def ingest(value: Any, t: T.Type) -> Any:
+    """Converts a Python/numpy/TF value into this executor's representation of type `t`."""
+    if isinstance(value, bb.Data):  # external data: read here (see simharness.data.uri)
+        from simharness.data.uri import resolve as resolve_data_uri
+        if not t.is_assignable_from(value.type_signature):
+            raise SimharnessTypeError(f'Data {value.uri!r} of type {value.type_signature} is not '
+                                      f'assignable to {t}', expected=t, actual=value.type_signature)
+        value = resolve_data_uri(value.uri, value.type_signature)
+        if isinstance(t, T.SequenceType):
+            value = tf.data.Dataset.from_tensor_slices(value)
+    if isinstance(t, T.TensorType):
+        return to_tensor(value, t)
+    if isinstance(t, T.StructType):
+        s = from_container(value, t)
+        return Struct((n, ingest(v, e)) for (n, e), v in zip(t.items(), s))
+    if isinstance(t, T.SequenceType):
+        return sequence_from_value(value, t)
+    raise SimharnessTypeError(f'an EagerTFExecutor cannot hold a value of type {t}', actual=t)
+
+
+def numpy_tree(x: Any) -> Any:
+    def leaf(v):
+        if isinstance(v, TensorBatches):
+            v = as_dataset(v)
+        if isinstance(v, tf.data.Dataset):  # datasets are materialized by the context
+            return v
+        return fast_numpy(v)
+    return map_structure(leaf, x)
+
+
+def as_tensors(xs: Sequence[Any]) -> List[Any]:
+    return [x if isinstance(x, tf.Tensor) else fast_tensor(np.asarray(x)) for x in xs]
