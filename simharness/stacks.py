@@ -16,7 +16,7 @@ import inspect
 import math
 import os
 import threading
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
 from simharness.core import types as T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
@@ -29,10 +29,8 @@ from simharness.executors.reference_resolving import ReferenceResolvingExecutor
 from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.runtime import pinning
+from simharness.runtime.pool import WorkerPool, create_worker_pool
 from simharness.validation import check_bool, check_int, check_number
-
-if TYPE_CHECKING:
-    from simharness.runtime.pool import WorkerPool
 
 #: Stacks kept per factory; older cardinalities are closed (TFF issue #1215).
 DEFAULT_MAX_CACHED_STACKS = 4
@@ -326,44 +324,6 @@ class ProcessExecutorFactory(CachingExecutorFactory):
         finally:
             if self.owns_pool:
                 self.pool.close()
-
-
-def _check_worker_options(worker_options: object) -> None:
-    if worker_options is not None and not isinstance(worker_options, dict):
-        raise SimharnessTypeError(
-            f'worker_options must be a dict or None, got {worker_options!r} of type '
-            f'{type(worker_options).__name__}', expected='Optional[dict]',
-            actual=type(worker_options))
-
-
-def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Optional[int] = 256,
-                       cpu_affinity: bool = True, devices: object = None, workers_per_gpu: int = 1,
-                       arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
-                       worker_options: Optional[dict] = None,
-                       request_timeout: Optional[float] = None,
-                       liveness_timeout: float = 60.0) -> WorkerPool:
-    """A `WorkerPool` of pinned workers (not started; see `WorkerPool.start`).
-
-    Args are those of `process_executor_factory`.
-    """
-    check_int('num_workers', num_workers, 1, allow_none=True)
-    check_int('clients_per_worker', clients_per_worker, 1, allow_none=True)
-    check_bool('cpu_affinity', cpu_affinity)
-    check_int('workers_per_gpu', workers_per_gpu, 1)
-    check_int('arena_bytes', arena_bytes, 1)
-    check_number('start_timeout', start_timeout, greater_than=0)
-    if request_timeout is not None:
-        check_number('request_timeout', request_timeout, greater_than=0)
-    check_number('liveness_timeout', liveness_timeout, greater_than=0)
-    _check_worker_options(worker_options)
-    gpus = pinning.parse_devices(devices)
-    pinning.check_gpus_exist(devices, gpus or ())
-    placements = pinning.plan_workers(num_workers, pinning.usable_cpus(), gpus or None,
-                                      workers_per_gpu, cpu_affinity)
-    from simharness.runtime.pool import WorkerPool
-    return WorkerPool(placements, clients_per_worker=clients_per_worker, arena_bytes=arena_bytes,
-                      start_timeout=start_timeout, worker_options=worker_options,
-                      request_timeout=request_timeout, liveness_timeout=liveness_timeout)
 
 
 def process_executor_factory(num_clients: Optional[int] = None, num_workers: Optional[int] = None,

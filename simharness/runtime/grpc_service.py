@@ -30,7 +30,6 @@ import logging
 import os
 import queue
 import threading
-import time
 import traceback
 import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, cast
@@ -38,6 +37,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, ca
 from simharness import errors as E
 from simharness.runtime import grpc_transport as G
 from simharness.runtime import protocol as P
+from simharness.runtime.pool import create_worker_pool
 from simharness.runtime.proto import executor_service_pb2 as pb
 from simharness.runtime.proto import executor_service_pb2_grpc as pbg
 
@@ -110,7 +110,6 @@ class _PoolBackend:
     """A local `WorkerPool`: slot k is worker process k."""
 
     def __init__(self, num_workers: int, clients_per_worker: Optional[int]):
-        from simharness.stacks import create_worker_pool
         self._pool = create_worker_pool(num_workers=num_workers,
                                         clients_per_worker=clients_per_worker)
         self._pool.start()

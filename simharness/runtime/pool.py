@@ -40,12 +40,13 @@ import time
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
-from simharness.errors import (ExecutorClosedError, WorkerCrashedError, WorkerStartError,
-                               WorkerTimeoutError)
+from simharness.errors import (ExecutorClosedError, SimharnessTypeError, WorkerCrashedError,
+                               WorkerStartError, WorkerTimeoutError)
 from simharness.runtime import local_transport as L
 from simharness.runtime import pinning
 from simharness.runtime import protocol as P
 from simharness.runtime.inflight import InFlight
+from simharness.validation import check_bool, check_int, check_number
 from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
 
 DEFAULT_START_TIMEOUT = 120.0
@@ -879,3 +880,42 @@ def _warn_unclosed(handles: List[WorkerHandle], broadcast: BroadcastArena,
         h.close()
     reactor.stop()
     broadcast.close()
+
+
+def check_worker_options(worker_options: object) -> None:
+    """Raises `SimharnessTypeError` unless `worker_options` is a dict or None."""
+    if worker_options is not None and not isinstance(worker_options, dict):
+        raise SimharnessTypeError(
+            f'worker_options must be a dict or None, got {worker_options!r} of type '
+            f'{type(worker_options).__name__}', expected='Optional[dict]',
+            actual=type(worker_options))
+
+
+def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Optional[int] = 256,
+                       cpu_affinity: bool = True, devices: object = None, workers_per_gpu: int = 1,
+                       arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
+                       worker_options: Optional[dict] = None,
+                       request_timeout: Optional[float] = None,
+                       liveness_timeout: float = 60.0) -> WorkerPool:
+    """A `WorkerPool` of pinned workers (not started; see `WorkerPool.start`).
+
+    Args are those of `simharness.stacks.process_executor_factory`, checked
+    before anything starts.
+    """
+    check_int('num_workers', num_workers, 1, allow_none=True)
+    check_int('clients_per_worker', clients_per_worker, 1, allow_none=True)
+    check_bool('cpu_affinity', cpu_affinity)
+    check_int('workers_per_gpu', workers_per_gpu, 1)
+    check_int('arena_bytes', arena_bytes, 1)
+    check_number('start_timeout', start_timeout, greater_than=0)
+    if request_timeout is not None:
+        check_number('request_timeout', request_timeout, greater_than=0)
+    check_number('liveness_timeout', liveness_timeout, greater_than=0)
+    check_worker_options(worker_options)
+    gpus = pinning.parse_devices(devices)
+    pinning.check_gpus_exist(devices, gpus or ())
+    placements = pinning.plan_workers(num_workers, pinning.usable_cpus(), gpus or None,
+                                      workers_per_gpu, cpu_affinity)
+    return WorkerPool(placements, clients_per_worker=clients_per_worker, arena_bytes=arena_bytes,
+                      start_timeout=start_timeout, worker_options=worker_options,
+                      request_timeout=request_timeout, liveness_timeout=liveness_timeout)

@@ -9,9 +9,7 @@ start no process (`no_pool` makes building a `WorkerPool` fail the test).
 from __future__ import annotations
 
 import multiprocessing
-import sys
 import textwrap
-import types
 
 import numpy as np
 import pytest
@@ -30,10 +28,9 @@ TWO_GPUS = resources.GpuInventory((0, 1), 'CUDA_VISIBLE_DEVICES (unset), nvidia-
 
 
 def _fake_pool_module(monkeypatch, pool_class):
-    """Makes ``from simharness.runtime.pool import WorkerPool`` give `pool_class`."""
-    module = types.ModuleType('simharness.runtime.pool')
-    module.WorkerPool = pool_class  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, 'simharness.runtime.pool', module)
+    """Makes `create_worker_pool` (simharness.runtime.pool) build `pool_class` in place of WorkerPool."""
+    from simharness.runtime import pool as pool_module
+    monkeypatch.setattr(pool_module, 'WorkerPool', pool_class)
 
 
 @pytest.fixture(autouse=True)
