@@ -636,7 +636,7 @@ def pytest_addoption(parser: Any) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: Any, machine_info: Dict[str, Any]) -> None:
     """Adds ``machine_info['simharness']``: the machine fingerprint, usable CPUs, memory, load."""
-    from simharness.bench.results import _fingerprint_of
+    from simharness.bench.results import fingerprint_of
     own: Dict[str, Any] = {}
     try:
         import psutil
@@ -647,7 +647,7 @@ def pytest_benchmark_update_machine_info(config: Any, machine_info: Dict[str, An
         own['usable_cpus'] = len(os.sched_getaffinity(0))
     if hasattr(os, 'getloadavg'):
         own['load_average'] = list(os.getloadavg())
-    own['fingerprint'] = _fingerprint_of(machine_info, own.get('memory_total_bytes'))
+    own['fingerprint'] = fingerprint_of(machine_info, own.get('memory_total_bytes'))
     machine_info['simharness'] = own
 
 

@@ -300,7 +300,7 @@ class ProcessExecutorFactory(CachingExecutorFactory):
         if self.pool.closed:
             raise ExecutorClosedError('the worker pool of this factory is closed; make a new '
                                       'process_executor_factory (or pool)')
-        if not self.pool._started:
+        if not self.pool.started:
             self.pool.start()
         cache = FunctionCache()
         server = _thread_eager('simharness-server', None, cache)

@@ -183,8 +183,8 @@ def _env(pairs: Sequence[str]) -> Dict[str, str]:
 
 
 def _repo_root() -> str:
-    from simharness.bench.runner import _git
-    return _git(['rev-parse', '--show-toplevel'], os.getcwd())
+    from simharness.bench.runner import git
+    return git(['rev-parse', '--show-toplevel'], os.getcwd())
 
 
 def _side(rev: str, tmp: str, pytest_args: Sequence[str], env: Dict[str, str]) -> Any:
@@ -207,7 +207,7 @@ def _save_into(storage: str, json_path: str, name: str,
     """
     import json
     import re
-    from simharness.bench.history import _atomic_write
+    from simharness.bench.history import atomic_write
     with open(json_path, encoding='utf-8') as f:
         data = json.load(f)
     if commit:
@@ -225,7 +225,7 @@ def _save_into(storage: str, json_path: str, name: str,
     numbers = [int(m.group(1)) for f in os.listdir(target)
                if (m := re.match(r'^([0-9]{4})_.*\.json$', f))]
     path = os.path.join(target, f'{max(numbers, default=0) + 1:04d}_{name}.json')
-    _atomic_write(path, json.dumps(data, indent=2).encode())
+    atomic_write(path, json.dumps(data, indent=2).encode())
     return path
 
 

@@ -303,7 +303,7 @@ def _slug(name: str) -> str:
     return re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_')[:120]
 
 
-def _atomic_write(path: str, data: bytes) -> None:
+def atomic_write(path: str, data: bytes) -> None:
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=d, prefix='.' + os.path.basename(path) + '.')
@@ -325,7 +325,7 @@ def _save_figure(fig: object, path: str) -> None:
     import io
     buf = io.BytesIO()
     fig.savefig(buf, format='png', dpi=90, bbox_inches='tight')  # type: ignore[attr-defined]
-    _atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
 def plot_history(history: History, plots_dir: str) -> List[str]:
@@ -416,5 +416,5 @@ def write_history(storage: str, out_dir: str, machine: Optional[str] = None,
     if plots_dir:
         plot_history(history, plots_dir)
     path = os.path.join(out_dir, 'history.md')
-    _atomic_write(path, render_markdown(history, plots_dir).encode())
+    atomic_write(path, render_markdown(history, plots_dir).encode())
     return path, history

@@ -115,10 +115,10 @@ def machine_fingerprint(machine_info: Dict[str, Any]) -> str:
     simharness' plugin (which also saves it as ``machine_info['simharness']['fingerprint']``)
     agree.
     """
-    return _fingerprint_of(machine_info)
+    return fingerprint_of(machine_info)
 
 
-def _fingerprint_of(machine_info: Dict[str, Any], memory: Optional[int] = None) -> str:
+def fingerprint_of(machine_info: Dict[str, Any], memory: Optional[int] = None) -> str:
     cpu = machine_info.get('cpu') or {}
     key = {'node': machine_info.get('node'), 'machine': machine_info.get('machine'),
            'system': machine_info.get('system'),

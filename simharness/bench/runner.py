@@ -39,7 +39,7 @@ COMMIT_INFO_ENV = 'SIMHARNESS_BENCH_COMMIT_INFO'
 EXIT_WAIT = 120.0
 
 
-def _git(args: Sequence[str], cwd: str, binary: bool = False) -> Any:
+def git(args: Sequence[str], cwd: str, binary: bool = False) -> Any:
     try:
         out = subprocess.run(['git', *args], cwd=cwd, capture_output=True, check=True)
     except FileNotFoundError:
@@ -52,9 +52,9 @@ def _git(args: Sequence[str], cwd: str, binary: bool = False) -> Any:
 
 def commit_info(rev: str, repo: str = '.') -> Dict[str, Any]:
     """pytest-benchmark's commit_info for `rev` of the repository at `repo` (never dirty)."""
-    sha, ctime, atime = _git(['show', '-s', '--format=%H%n%cI%n%aI', rev, '--'], repo).split('\n')
+    sha, ctime, atime = git(['show', '-s', '--format=%H%n%cI%n%aI', rev, '--'], repo).split('\n')
     return {'id': sha, 'time': ctime, 'author_time': atime, 'dirty': False,
-            'project': os.path.basename(os.path.abspath(_git(['rev-parse', '--show-toplevel'],
+            'project': os.path.basename(os.path.abspath(git(['rev-parse', '--show-toplevel'],
                                                               repo))),
             'branch': '(revision)'}
 
@@ -66,7 +66,7 @@ def checkout(rev: str, dest: str, repo: str = '.') -> Dict[str, Any]:
       SimharnessValueError: `rev` is not a commit of `repo`.
     """
     info = commit_info(rev, repo)
-    data = _git(['archive', '--format=tar', info['id']], repo, binary=True)
+    data = git(['archive', '--format=tar', info['id']], repo, binary=True)
     os.makedirs(dest, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         if sys.version_info >= (3, 12):

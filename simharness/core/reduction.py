@@ -282,6 +282,11 @@ class _Builder:
         p.stop = self._pos
 
     @property
+    def chunk(self) -> int:
+        """The reducer's chunk size: clients whose accumulator is folded before the tree."""
+        return self._r.chunk
+
+    @property
     def position(self) -> int:
         """The next client index to feed."""
         return self._pos
@@ -355,7 +360,7 @@ def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold
     the operations, in the order, of `Reducer.partial`: the bits are the same.
     """
     n = leaves[0].shape[0] if leaves else 0
-    L = builder._r.chunk
+    L = builder.chunk
     end = start + n
 
     def rows(lo, hi):

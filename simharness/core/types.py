@@ -593,14 +593,6 @@ def is_namedtuple_class(cls: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, '_fields')
 
 
-# The old private names, for modules owned elsewhere that still use them (issue 17):
-# executors/eager_tf.py, executors/worker_delegating.py, executors/federating.py,
-# runtime/datasets.py.
-_contains = contains
-_is_namedtuple = is_namedtuple
-_from_tf_structure = from_tf_structure
-
-
 def check_constant(value: Any, type_spec: Any, what: str = 'constant') -> Any:
     """`value` as a numpy array of the tensor type `type_spec`, or a `SimharnessTypeError`.
 

@@ -643,7 +643,7 @@ class EagerTFExecutor(BatchExecutor):
         """Feeds an aggregate's rows with a few TF calls: whole chunks at once, then the tail."""
         acc_fn = self._fn_of(params['accumulate'])
         zero = as_tensors(flatten(params['zero'].internal))
-        L = builder._r.chunk
+        L = builder.chunk
         n = leaves[0].shape[0] if leaves else 0
         end = start + n
         h = start if start % L == 0 else min(end, (start // L + 1) * L)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Any, Callable, Dict, List, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Optional, cast
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
@@ -168,7 +168,7 @@ class FederatingExecutor(Executor):
         if isinstance(t, T.FederatedType):
             return await self.strategy.ingest_federated(value, t)
         if isinstance(t, T.StructType) and any(
-                T._contains(e, (T.FederatedType,)) for e in t):
+                T.contains(e, (T.FederatedType,)) for e in t):
             s = from_container(value, t)
             elems = [(n, await self.create_value(v, e)) for (n, e), v in zip(t.items(), s)]
             return FederatingValue('struct', elems, t, self)

@@ -96,7 +96,7 @@ def wire_value(value: Any, t: Optional[T.Type]) -> Any:
             return Struct((n, wire_value(v, None)) for n, v in value.items())
         if isinstance(value, (list, tuple)) and not hasattr(type(value), '_fields'):
             return type(value)(wire_value(v, None) for v in value)
-        if isinstance(value, dict) or T._is_namedtuple(value):
+        if isinstance(value, dict) or T.is_namedtuple(value):
             return wire_value(value, T.infer_type(value))
     return value
 

@@ -107,7 +107,7 @@ def register_message(cls: type) -> type:
 register_message(TensorBatches)
 
 
-def _dtype_token(dt: np.dtype) -> str:
+def dtype_token(dt: np.dtype) -> str:
     if dt.kind in 'biufc':
         return dt.str
     if dt.kind == 'V' and dt.names is None and not dt.shape:
@@ -115,7 +115,7 @@ def _dtype_token(dt: np.dtype) -> str:
     raise CodecError(f'arrays of dtype {dt} cannot cross the worker seam')
 
 
-def _dtype_from(token: str) -> np.dtype:
+def dtype_from(token: str) -> np.dtype:
     try:
         return np.dtype(token)
     except TypeError:
@@ -153,7 +153,7 @@ class _Encoder:
                     raise CodecError(f'an object array holds a {type(x).__name__}; only arrays of '
                                      'numbers, bytes or str can cross the worker seam')
             return self.ext(_STRARRAY, [a.dtype.kind, list(a.shape), flat])
-        token = _dtype_token(a.dtype)
+        token = dtype_token(a.dtype)
         if a.nbytes >= BUFFER_MIN_BYTES:
             self.buffers.append(a)
             return self.ext(_ARRAY, [token, list(a.shape), len(self.buffers) - 1])
@@ -167,9 +167,9 @@ class _Encoder:
                 return bytes(obj)
             if isinstance(obj, np.str_):
                 return str(obj)
-            return self.ext(_SCALAR, [_dtype_token(obj.dtype), obj.tobytes()])
+            return self.ext(_SCALAR, [dtype_token(obj.dtype), obj.tobytes()])
         if isinstance(obj, np.dtype):
-            return self.ext(_DTYPE, 'object' if obj == np.dtype(object) else _dtype_token(obj))
+            return self.ext(_DTYPE, 'object' if obj == np.dtype(object) else dtype_token(obj))
         if isinstance(obj, Struct):
             return self.ext(_STRUCT, [list(obj.names), list(obj)])
         if isinstance(obj, Partial):
@@ -223,7 +223,7 @@ class _Encoder:
 
 def _enc_type(t: T.Type) -> list:
     if isinstance(t, T.TensorType):
-        return ['T', _dtype_token(np.dtype(t.dtype)) if np.dtype(t.dtype).kind != 'O' else 'string',
+        return ['T', dtype_token(np.dtype(t.dtype)) if np.dtype(t.dtype).kind != 'O' else 'string',
                 None if t.shape is None else list(t.shape)]
     if isinstance(t, T.StructType):
         container = None if t.container is None else t.container.__qualname__
@@ -242,7 +242,7 @@ def _enc_type(t: T.Type) -> list:
 def _dec_type(x: list) -> T.Type:
     kind = x[0]
     if kind == 'T':
-        dtype = np.dtype(object) if x[1] == 'string' else _dtype_from(x[1])
+        dtype = np.dtype(object) if x[1] == 'string' else dtype_from(x[1])
         return T.TensorType(dtype, None if x[2] is None else tuple(x[2]))
     if kind == 'S':
         # The Python container (a user class) stays on the sending side.
@@ -276,13 +276,13 @@ class _Decoder:
     def ext_hook(self, code: int, data: bytes) -> Any:
         p = self.unpack(data)
         if code == _ARRAY:
-            dt = _dtype_from(p[0])
+            dt = dtype_from(p[0])
             buf = self.buffer(p[2])
             arr = buf if isinstance(buf, np.ndarray) and buf.dtype == dt else \
                 np.frombuffer(buf, dtype=dt)
             return arr.reshape(p[1])
         if code == _INLINE:
-            return np.frombuffer(p[2], dtype=_dtype_from(p[0])).reshape(p[1])
+            return np.frombuffer(p[2], dtype=dtype_from(p[0])).reshape(p[1])
         if code == _STRARRAY:
             kind, shape, flat = p
             if kind == 'O':
@@ -292,11 +292,11 @@ class _Decoder:
             return np.array(flat, dtype=kind).reshape(shape) if flat else \
                 np.zeros(shape, dtype=kind)
         if code == _SCALAR:
-            return np.frombuffer(p[1], dtype=_dtype_from(p[0]))[0]
+            return np.frombuffer(p[1], dtype=dtype_from(p[0]))[0]
         if code == _TUPLE:
             return tuple(p)
         if code == _DTYPE:
-            return np.dtype(object) if p == 'object' else _dtype_from(p)
+            return np.dtype(object) if p == 'object' else dtype_from(p)
         if code == _STRUCT:
             return Struct(zip(p[0], p[1]))
         if code == _PARTIAL:

@@ -17,7 +17,7 @@ def dataset_to_blob(ds: Any) -> DatasetBlob:
     """Serializes a dataset (its graph; fails on datasets with Python state)."""
     graph = ds._as_serialized_graph(
         external_state_policy=tf.data.experimental.ExternalStatePolicy.FAIL).numpy()
-    return DatasetBlob(graph, T._from_tf_structure(ds.element_spec))
+    return DatasetBlob(graph, T.from_tf_structure(ds.element_spec))
 
 
 def dataset_to_wire(ds: Any, t: Any = None) -> Any:

@@ -138,7 +138,7 @@ def _spec(buf: Any) -> Any:
     if isinstance(buf, (bytes, bytearray, memoryview)):
         return pb.TensorSpec(dtype='|u1', shape=[len(buf)], nbytes=len(buf))
     a = np.asarray(buf)
-    return pb.TensorSpec(dtype=codec._dtype_token(a.dtype), shape=list(a.shape), nbytes=a.nbytes)
+    return pb.TensorSpec(dtype=codec.dtype_token(a.dtype), shape=list(a.shape), nbytes=a.nbytes)
 
 
 def _varint(n: int) -> bytes:
@@ -368,7 +368,7 @@ class MessageAssembler:
         if len(self._bufs) >= self._nbuf:
             self._fail(f'more than the {self._nbuf} declared buffers')
         try:
-            dt = codec._dtype_from(spec.dtype)
+            dt = codec.dtype_from(spec.dtype)
         except (codec.CodecError, TypeError, ValueError):
             self._fail(f'unknown dtype {spec.dtype!r}')
         if dt.kind not in 'biufcV' or dt.itemsize == 0 or dt.names is not None:

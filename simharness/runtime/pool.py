@@ -47,7 +47,8 @@ from simharness.runtime import pinning
 from simharness.runtime import protocol as P
 from simharness.runtime.inflight import InFlight
 from simharness.validation import check_bool, check_int, check_number
-from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
+from simharness.runtime.shm import (SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments,
+                                    reap_orphaned_segments)
 
 DEFAULT_START_TIMEOUT = 120.0
 #: Seconds a request may run while its worker is stopped or uses no CPU.
@@ -789,6 +790,11 @@ class WorkerPool:
     def num_workers(self) -> int:
         return len(self.handles)
 
+    @property
+    def started(self) -> bool:
+        """True once `start` has succeeded (workers that died since restart on their next use)."""
+        return self._started
+
     def new_session_id(self) -> int:
         """A session id unique in this pool (sessions scope value ids in the workers)."""
         return next(self._sessions)
@@ -804,7 +810,6 @@ class WorkerPool:
                 raise ExecutorClosedError('the worker pool is closed')
             t0 = time.perf_counter()
             if not self._started:
-                from simharness.runtime.shm import reap_orphaned_segments
                 removed = reap_orphaned_segments()
                 if removed:
                     log.info('removed %d shared-memory segments left by dead processes',
