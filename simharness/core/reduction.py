@@ -64,20 +64,11 @@ class Partial:
     open_chunk: Optional[int] = None
     open_acc: Any = None
 
-    def values(self) -> List[Any]:
-        """Every value held, for transports that move the arrays separately."""
-        out = list(self.head) + [self.nodes[k] for k in sorted(self.nodes)]
-        if self.open_chunk is not None:
-            out.append(self.open_acc)
-        return out
-
-    def with_values(self, values: Sequence[Any]) -> 'Partial':
-        """A copy whose values are replaced, in the order of `values()`."""
-        it = iter(values)
-        head = [next(it) for _ in self.head]
-        nodes = {k: next(it) for k in sorted(self.nodes)}
-        acc = next(it) if self.open_chunk is not None else None
-        return Partial(self.start, self.stop, head, nodes, self.open_chunk, acc)
+    def map(self, fn: Callable[[Any], Any]) -> 'Partial':
+        """A copy with `fn` applied to every value held (head values, tree nodes, open accumulator)."""
+        return Partial(self.start, self.stop, [fn(v) for v in self.head],
+                       {k: fn(v) for k, v in self.nodes.items()}, self.open_chunk,
+                       None if self.open_chunk is None else fn(self.open_acc))
 
 
 class Reducer:

@@ -28,18 +28,20 @@ def map_structure(fn: Callable[..., Any], *structs: Any) -> Any:
     return fn(*structs)
 
 
-def map_nest(fn: Callable[[Any], Any], value: Any) -> Any:
+def map_nest(fn: Callable[[Any], Any], value: Any, structs: bool = False) -> Any:
     """`fn` applied to the leaves of Python containers, the containers rebuilt.
 
     Dicts (any mapping type built from pairs), namedtuples, lists and
-    tuples nest; anything else (a `Struct` too) is a leaf.
+    tuples nest, and with `structs` `Struct`s too; anything else is a leaf.
     """
+    if structs and isinstance(value, Struct):
+        return Struct((n, map_nest(fn, v, structs)) for n, v in value.items())
     if isinstance(value, dict):
-        return type(value)((k, map_nest(fn, v)) for k, v in value.items())
+        return type(value)((k, map_nest(fn, v, structs)) for k, v in value.items())
     if T.is_namedtuple(value):
-        return type(value)(*[map_nest(fn, v) for v in value])
+        return type(value)(*[map_nest(fn, v, structs) for v in value])
     if isinstance(value, (list, tuple)):
-        return type(value)(map_nest(fn, v) for v in value)
+        return type(value)(map_nest(fn, v, structs) for v in value)
     return fn(value)
 
 

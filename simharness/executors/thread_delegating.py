@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from simharness.core import types as T
 from simharness.core.reduction import Partial
+from simharness.core.structure import map_nest
 from simharness.executors.base import (BatchExecutor, Executor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
 from simharness.validation import check_instance
@@ -52,13 +53,7 @@ class ThreadDelegatingValue(ExecutorValue):
 
 
 def _unwrap(v: Any) -> Any:
-    if isinstance(v, ThreadDelegatingValue):
-        return v.internal
-    if isinstance(v, dict):
-        return {k: _unwrap(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return type(v)(_unwrap(x) for x in v)
-    return v
+    return map_nest(lambda x: x.internal if isinstance(x, ThreadDelegatingValue) else x, v)
 
 
 class ThreadDelegatingExecutor(BatchExecutor):

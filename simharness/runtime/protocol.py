@@ -35,7 +35,7 @@ import numpy as np
 
 from simharness import errors as E
 from simharness.core.reduction import Partial
-from simharness.core.structure import Struct
+from simharness.core.structure import map_nest
 from simharness.runtime import codec
 from simharness.runtime.codec import DatasetBlob, Ref, RefRange  # noqa: F401  (re-exported)
 
@@ -278,16 +278,6 @@ def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
 
     Containers: Struct, Partial, list, tuple, namedtuple, dict.
     """
-    if isinstance(obj, Struct):
-        return Struct((n, map_leaves(v, fn)) for n, v in obj.items())
-    if isinstance(obj, Partial):
-        return Partial(obj.start, obj.stop, [map_leaves(v, fn) for v in obj.head],
-                       {k: map_leaves(v, fn) for k, v in obj.nodes.items()}, obj.open_chunk,
-                       None if obj.open_chunk is None else map_leaves(obj.open_acc, fn))
-    if isinstance(obj, tuple) and hasattr(type(obj), '_fields'):
-        return type(obj)(*[map_leaves(v, fn) for v in obj])
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(map_leaves(v, fn) for v in obj)
-    if isinstance(obj, dict):
-        return type(obj)((k, map_leaves(v, fn)) for k, v in obj.items())
-    return fn(obj)
+    def leaf(x: Any) -> Any:
+        return x.map(lambda v: map_leaves(v, fn)) if isinstance(x, Partial) else fn(x)
+    return map_nest(leaf, obj, structs=True)

@@ -29,9 +29,13 @@ def _same(a, b):
             _same(x, y)
     elif isinstance(a, Partial):
         assert (a.start, a.stop, a.open_chunk) == (b.start, b.stop, b.open_chunk)
-        assert sorted(a.nodes) == sorted(b.nodes)
-        for x, y in zip(a.values(), b.values()):
+        assert sorted(a.nodes) == sorted(b.nodes) and len(a.head) == len(b.head)
+        for x, y in zip(a.head, b.head):
             _same(x, y)
+        for k in a.nodes:
+            _same(a.nodes[k], b.nodes[k])
+        if a.open_chunk is not None:
+            _same(a.open_acc, b.open_acc)
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b)
         for x, y in zip(a, b):

@@ -126,15 +126,17 @@ def test_chunk_accumulators_fed_in_bulk_give_the_same_result():
     assert r.combine([first, b.finish()]) == expected
 
 
-def test_partial_values_round_trip():
+def test_partial_map_applies_to_every_value_and_keeps_the_layout():
     r = _text_reducer(40, 8)
     p = r.partial(list(range(3, 30)), 3)
-    assert p.head == [3, 4, 5, 6, 7] and p.open_chunk == 3
-    vals = p.values()
-    q = p.with_values([f'<{v}>' for v in vals])
-    assert q.values() == [f'<{v}>' for v in vals]
-    assert (q.start, q.stop, q.open_chunk, sorted(q.nodes)) == (p.start, p.stop, p.open_chunk,
-                                                                sorted(p.nodes))
+    assert p.head == [3, 4, 5, 6, 7] and p.open_chunk == 3 and p.nodes
+    q = p.map(lambda v: f'<{v}>')
+    assert q.head == [f'<{v}>' for v in p.head]
+    assert q.nodes == {k: f'<{v}>' for k, v in p.nodes.items()}
+    assert q.open_acc == f'<{p.open_acc}>'
+    assert (q.start, q.stop, q.open_chunk) == (p.start, p.stop, p.open_chunk)
+    closed = r.partial(list(range(0, 16)), 0)
+    assert closed.open_chunk is None and closed.map(str).open_acc is None
 
 
 class TestErrors:
