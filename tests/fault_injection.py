@@ -80,3 +80,27 @@ def kill_mid_computation(pool: Any, worker_id: int, directory: pathlib.Path, dat
             time.sleep(0.01)
     finally:
         (directory / 'release').write_text('go')
+
+
+# ------------------------------------------------------------------ workers that cannot start
+# Worker entry points for `WorkerPool.worker_target`: they run `worker_main` itself, with
+# the worker's placement step (the first thing it does) made to fail in the given way.
+
+def worker_failing_on_start(conn: Any, worker_id: int, placement: Any, options: Any) -> None:
+    """A worker whose placement raises ``RuntimeError('no such device')`` before READY."""
+    from simharness.runtime import pinning, worker
+
+    def no_such_device(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError('no such device')
+    pinning.apply_placement = no_such_device
+    worker.worker_main(conn, worker_id, placement, options)
+
+
+def worker_killed_on_start(conn: Any, worker_id: int, placement: Any, options: Any) -> None:
+    """A worker that is killed with SIGKILL while it places itself, before READY."""
+    from simharness.runtime import pinning, worker
+
+    def killed(*args: Any, **kwargs: Any) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+    pinning.apply_placement = killed
+    worker.worker_main(conn, worker_id, placement, options)

@@ -252,7 +252,7 @@ class WorkerHandle:
         from simharness.runtime.worker import worker_main
         ctx = self.pool.context
         parent, child = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=worker_main,
+        proc = ctx.Process(target=self.pool.worker_target or worker_main,
                            args=(child, self.worker_id, self.placement, self.pool.worker_options),
                            name=f'simharness-worker-{self.worker_id}', daemon=True)
         with _START_LOCK, _NoMainReimport():
@@ -402,12 +402,6 @@ class WorkerHandle:
         else:
             self.pool._reactor.wake(self)
         return call.future
-
-    def kill_for_test(self) -> None:
-        """Sends SIGKILL to the worker process (fault-injection in tests)."""
-        proc = self._proc
-        if proc is not None and proc.pid:
-            os.kill(proc.pid, signal.SIGKILL)
 
     def resource_usage(self) -> Dict[str, Any]:
         """RSS (bytes) and CPU seconds of the worker process (psutil)."""
@@ -759,6 +753,11 @@ class WorkerPool:
         killed and the call fails with `WorkerTimeoutError` (None: no limit).
       liveness_timeout: seconds a request may wait on a worker that is
         stopped (SIGSTOP) or uses no CPU, before the same.
+
+    Attribute `worker_target` (None: `simharness.runtime.worker.worker_main`) is
+    the function a worker process runs, ``(conn, worker_id, placement,
+    options)``; fault-injection tests set it (before `start`) to a function of
+    their own that wraps `worker_main`.
     """
 
     def __init__(self, placements: Sequence[pinning.WorkerPlacement],
@@ -776,6 +775,7 @@ class WorkerPool:
         self.worker_options = dict(worker_options or {})
         self.worker_options.setdefault('clients_per_worker', clients_per_worker)
         self.worker_options.setdefault('arena_bytes', arena_bytes)
+        self.worker_target: Optional[Callable[..., None]] = None
         self._reactor = _Reactor(self)
         self.handles = [WorkerHandle(self, p.worker_id, p) for p in self.placements]
         self.broadcast = BroadcastArena(arena_bytes)

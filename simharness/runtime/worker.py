@@ -60,11 +60,6 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
             with quiet_stderr():  # TF's device probing (cuInit) is noise, other lines show
                 apply_placement(placement)
                 __import__('tensorflow').config.list_physical_devices()
-            fail = options.get('fail_on_start')  # fault injection (tests)
-            if fail:
-                raise RuntimeError(fail)
-            if options.get('crash_on_start'):  # fault injection (tests): die before READY
-                os.kill(os.getpid(), signal.SIGKILL)
             from simharness.executors.eager_tf import EagerTFExecutor
             from simharness.runtime.service import WorkerService
             from simharness.runtime.shm import ShmArena, ShmAttachment

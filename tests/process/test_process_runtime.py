@@ -11,9 +11,11 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
-from fault_injection import blocking_computation, kill_mid_computation  # tests/fault_injection.py
+from fault_injection import (blocking_computation, kill_mid_computation,  # tests/fault_injection.py
+                             worker_failing_on_start)
 from simharness.errors import WorkerCrashedError, WorkerStartError
-from simharness.stacks import process_executor_factory, thread_debugging_executor_factory
+from simharness.stacks import (create_worker_pool, process_executor_factory,
+                               thread_debugging_executor_factory)
 
 pytestmark = pytest.mark.process
 
@@ -128,11 +130,11 @@ def test_killed_worker_raises_then_retry_gives_the_answer(tmp_path):
 
 
 def test_worker_that_cannot_start_gives_a_clear_error():
-    with pytest.raises(WorkerStartError, match='could not start: RuntimeError: no such device'):
-        with process_executor_factory(num_workers=1,
-                                      worker_options={'fail_on_start': 'no such device'},
-                                      start=True):
-            pass
+    with create_worker_pool(num_workers=1) as pool:
+        pool.worker_target = worker_failing_on_start
+        with pytest.raises(WorkerStartError, match='could not start: RuntimeError: no such device'):
+            with process_executor_factory(pool=pool, start=True):
+                pass
 
 
 def test_large_model_round_trip_and_broadcast():

@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
-from fault_injection import blocking_computation, kill_mid_computation  # tests/fault_injection.py
+from fault_injection import (blocking_computation, kill_mid_computation,  # tests/fault_injection.py
+                             worker_killed_on_start)
 from simharness.errors import WorkerCrashedError, WorkerStartError, WorkerTimeoutError
 from simharness.stacks import (create_worker_pool, process_executor_factory,
                                thread_debugging_executor_factory)
@@ -249,10 +250,11 @@ def test_after_a_failed_start_the_pool_recovers_and_broadcasts_work():
 
 
 def test_a_worker_killed_while_starting_is_reported_with_pid_and_signal():
-    with pytest.raises(WorkerStartError) as e:
-        with process_executor_factory(num_workers=1, worker_options={'crash_on_start': True},
-                                      start=True):
-            pass
+    with create_worker_pool(num_workers=1) as pool:
+        pool.worker_target = worker_killed_on_start
+        with pytest.raises(WorkerStartError) as e:
+            with process_executor_factory(pool=pool, start=True):
+                pass
     msg = str(e.value)
     assert re_search(r'worker 0 \(pid \d+\) could not start', msg), msg
     assert 'SIGKILL' in msg, msg
