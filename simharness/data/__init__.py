@@ -13,8 +13,7 @@ from simharness.data.digits import (dirichlet_partition, iid_partition,
                                     load_digits_federated)
 from simharness.data.files import FileClientData, save_npz_dir
 from simharness.data.sourced import Pad, SourcedClients
-from simharness.data.synthetic import (reference_fedavg_workload,
-                                       synthetic_alpha_beta)
+from simharness.data.synthetic import synthetic_alpha_beta
 
 __all__ = [
     'ArrayClientData',
@@ -32,7 +31,6 @@ __all__ = [
     'load_shakespeare',
     'load_stackoverflow',
     'sample_cohort',
-    'reference_fedavg_workload',
     'sample_clients',
     'save_npz_dir',
     'synthetic_alpha_beta',

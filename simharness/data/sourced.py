@@ -29,7 +29,7 @@ import collections.abc
 import dataclasses
 import itertools
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -86,15 +86,7 @@ class SourcedClients(collections.abc.Sequence):
 def pad_client(a: Mapping[str, np.ndarray], max_examples: int, x_key: str = 'x',
                y_key: str = 'y') -> Dict[str, Any]:
     """One client's ``{'x', 'y', 'n'}`` padded with zeros to `max_examples` rows."""
-    x, y = np.asarray(a[x_key], np.float32), np.asarray(a[y_key], np.int32)
-    n = x.shape[0]
-    if n > max_examples:
-        raise ConfigError(f'a client has {n} examples, more than max_examples={max_examples}',
-                          key='max_examples', value=max_examples)
-    xp = np.zeros((max_examples,) + x.shape[1:], np.float32)
-    yp = np.zeros((max_examples,), np.int32)
-    xp[:n], yp[:n] = x, y
-    return collections.OrderedDict(x=xp, y=yp, n=np.int32(n))
+    return Pad(max_examples, x_key, y_key)(a)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,18 +94,45 @@ class Pad:
     """A declarative transform: ``{'x', 'y', 'n'}`` padded to `max_examples` rows.
 
     Plain data, so that a worker can apply it to the clients it loads.
+    ``x`` and ``y`` are cast to `x_dtype` / `y_dtype` and reshaped to
+    ``[n] + x_shape`` / ``[n] + y_shape`` (`x_shape` None: as loaded).
     """
 
     max_examples: int
     x_key: str = 'x'
     y_key: str = 'y'
+    x_dtype: str = 'float32'
+    y_dtype: str = 'int32'
+    x_shape: Optional[Tuple[int, ...]] = None
+    y_shape: Tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'x_dtype', np.dtype(self.x_dtype).str)
+        object.__setattr__(self, 'y_dtype', np.dtype(self.y_dtype).str)
+        if self.x_shape is not None:
+            object.__setattr__(self, 'x_shape', tuple(int(d) for d in self.x_shape))
+        object.__setattr__(self, 'y_shape', tuple(int(d) for d in self.y_shape))
 
     def __call__(self, arrays: Mapping[str, np.ndarray]) -> Dict[str, Any]:
-        return pad_client(arrays, self.max_examples, self.x_key, self.y_key)
+        x = np.asarray(arrays[self.x_key]).astype(self.x_dtype, copy=False)
+        y = np.asarray(arrays[self.y_key]).astype(self.y_dtype, copy=False)
+        n = x.shape[0]
+        if n > self.max_examples:
+            raise ConfigError(f'a client has {n} examples, more than max_examples='
+                              f'{self.max_examples}', key='max_examples', value=n)
+        if self.x_shape is not None:
+            x = x.reshape((n,) + self.x_shape)
+        y = y.reshape((n,) + self.y_shape)
+        xp = np.zeros((self.max_examples,) + x.shape[1:], self.x_dtype)
+        yp = np.zeros((self.max_examples,) + self.y_shape, self.y_dtype)
+        xp[:n], yp[:n] = x, y
+        return collections.OrderedDict(x=xp, y=yp, n=np.int32(n))
 
     def to_spec(self) -> Dict[str, Any]:
         return {'kind': 'pad', 'max_examples': self.max_examples, 'x_key': self.x_key,
-                'y_key': self.y_key}
+                'y_key': self.y_key, 'x_dtype': self.x_dtype, 'y_dtype': self.y_dtype,
+                'x_shape': None if self.x_shape is None else list(self.x_shape),
+                'y_shape': list(self.y_shape)}
 
 
 def transform_spec(transform: Any) -> Optional[Dict[str, Any]]:
@@ -130,7 +149,10 @@ def transform_from_spec(spec: Mapping[str, Any]) -> Callable[[Any], Any]:
     if kind == 'none':
         return lambda arrays: arrays
     if kind == 'pad':
-        return Pad(int(spec['max_examples']), str(spec['x_key']), str(spec['y_key']))
+        x_shape = spec.get('x_shape')
+        return Pad(int(spec['max_examples']), str(spec['x_key']), str(spec['y_key']),
+                   str(spec.get('x_dtype', '<f4')), str(spec.get('y_dtype', '<i4')),
+                   None if x_shape is None else tuple(x_shape), tuple(spec.get('y_shape', ())))
     raise SimharnessValueError(f'unknown client transform {kind!r}')
 
 

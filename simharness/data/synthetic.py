@@ -1,4 +1,4 @@
-"""Synthetic(alpha, beta) of the FedProx paper, and the FedAvg reference workload.
+"""Synthetic(alpha, beta) of the FedProx paper (the data of the FedAvg reference workload).
 
 With a fixed number of samples per client, `synthetic_alpha_beta` follows
 the recipe of ``benchmarks/fedavg-synthetic-mlp.md`` section 1 exactly (one
@@ -139,17 +139,3 @@ def synthetic_alpha_beta(alpha: float = 1.0, beta: float = 1.0,
         data[str(k)] = {'x': x.astype(np.float32), 'y': y.astype(np.int32)}
     return ArrayClientData(data)
 
-
-def reference_fedavg_workload() -> tuple[ArrayClientData, list[np.ndarray]]:
-    """`simharness.learning.reference_fedavg_workload` (data and model weights), kept here.
-
-    Deprecated location: the workload pairs data with a model's initial
-    weights, so it lives in `simharness.learning` (learning uses data, data
-    does not import learning). This alias stays until its last caller,
-    ``experiments/runner.py``, imports it from there (issue 17).
-    """
-    # The one data -> learning import, an ignored import of the
-    # learning-above-data contract (pyproject.toml); lazy: learning imports TensorFlow.
-    # pylint: disable-next=import-outside-toplevel
-    from simharness.learning.fedavg import reference_fedavg_workload as workload
-    return workload()

@@ -20,7 +20,8 @@
         state, callbacks <- last checkpoint; metrics.jsonl cut back to it; go on from there
 
     one round (timed: the process call only):
-        cohort (sample_cohort or the reference rule) -> pad -> process.next on the stack
+        cohort (sample_cohort or the reference rule) -> process.next on the stack, the
+        clients by reference (process.sourced: the stack loads them where it computes them)
         -> central evaluation (every eval_every rounds and after the last)
         -> append metrics, TensorBoard, callbacks (early stopping, best model), checkpoint
 
@@ -202,6 +203,7 @@ def _build_workload(config: ExperimentConfig) -> _Workload:
     """Loads the data of `config`; data-layer errors become ConfigErrors."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     from simharness import data as D  # pylint: disable=import-outside-toplevel
+    from simharness.learning import reference_fedavg_workload  # pylint: disable=import-outside-toplevel
     # The variant's options are filled in (not None) once the config validated.
     d: Any = config.data
     x_key, y_key = 'x', 'y'
@@ -213,7 +215,7 @@ def _build_workload(config: ExperimentConfig) -> _Workload:
                                         samples_per_client=d.samples_per_client, dim=d.dim,
                                         num_classes=d.num_classes, seed=d.seed, iid=d.iid)
         elif d.dataset == 'reference':
-            cd, _ = D.reference_fedavg_workload()
+            cd, _ = reference_fedavg_workload()
         elif d.dataset in ('emnist', 'cifar100', 'shakespeare', 'stackoverflow'):
             cd, test = _load_benchmark(d)
         elif d.dataset == 'hf':
@@ -745,8 +747,9 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 else:
                     cohort = sample_cohort(ids, k, r, t.seed, mode=t.cohort, sizes=sizes,
                                            availability=t.availability)
-                batch = process.pad([cd.client_arrays(c) for c in cohort], work.x_key,
-                                    work.y_key)
+                # By reference: the stack loads each client where it computes it (on the
+                # process and Ray stacks a file-backed source is read by the workers).
+                batch = process.sourced(cd, cohort, work.x_key, work.y_key)
                 moved_before, _ = _stats(factory)
                 t0 = time.perf_counter()
                 state, train = process.next(state, batch)
@@ -765,8 +768,8 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 if t.evaluates_after(r):
                     row['eval_loss'], row['eval_accuracy'] = model.evaluate(weights)
                     if t.federated_eval:
-                        fed = process.evaluate(weights, process.pad(
-                            [cd.client_arrays(c) for c in ids], work.x_key, work.y_key))
+                        fed = process.evaluate(weights, process.sourced(
+                            cd, ids, work.x_key, work.y_key))
                         row['fed_eval_loss'] = fed['loss']
                         row['fed_eval_accuracy'] = next(
                             (v for k, v in fed.items() if 'acc' in k), None)

@@ -39,6 +39,7 @@ import numpy as np
 from simharness.core import intrinsics as I
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
+from simharness.data.sourced import Pad, SourcedClients
 from simharness.errors import ConfigError, SimharnessValueError
 from simharness.learning import optimizers as O
 from simharness.learning.aggregators import Aggregator
@@ -313,35 +314,40 @@ class LearningProcess:
                           zip(weights, self.get_model_weights(state))]
         return new
 
+    def padding(self, x_key: str = 'x', y_key: str = 'y') -> Pad:
+        """The declarative transform of one client's arrays into this process's ``{'x', 'y', 'n'}``."""
+        spec = self.model.input_spec
+        return Pad(self.max_examples, x_key, y_key, np.dtype(spec.x_dtype).str,
+                   np.dtype(spec.y_dtype).str, tuple(spec.x_shape), tuple(spec.y_shape))
+
     def pad(self, arrays: Sequence[Mapping[str, np.ndarray]], x_key: str = 'x',
             y_key: str = 'y') -> List[Dict[str, Any]]:
         """Per-client ``{'x', 'y', 'n'}`` padded with zeros to `max_examples` rows."""
-        spec = self.model.input_spec
-        out = []
-        for a in arrays:
-            x = np.asarray(a[x_key]).astype(spec.x_dtype, copy=False)
-            y = np.asarray(a[y_key]).astype(spec.y_dtype, copy=False)
-            n = len(x)
-            if n > self.max_examples:
-                raise ConfigError(f'a client has {n} examples, more than max_examples='
-                                  f'{self.max_examples}', key='max_examples', value=n)
-            x = x.reshape((n,) + spec.x_shape)
-            y = y.reshape((n,) + spec.y_shape)
-            xp = np.zeros((self.max_examples,) + spec.x_shape, spec.x_dtype)
-            yp = np.zeros((self.max_examples,) + spec.y_shape, spec.y_dtype)
-            xp[:n], yp[:n] = x, y
-            out.append(collections.OrderedDict(x=xp, y=yp, n=np.int32(n)))
-        return out
+        pad = self.padding(x_key, y_key)
+        return [pad(a) for a in arrays]
+
+    def sourced(self, client_data: Any, client_ids: Sequence[str], x_key: str = 'x',
+                y_key: str = 'y') -> SourcedClients:
+        """The clients `client_ids` of `client_data` by reference, padded as `pad` pads them.
+
+        Pass the result to `next` or `evaluate` instead of `pad(...)`: the
+        stack loads each client where it is computed (on the process stack
+        each worker loads its own clients from a file-backed source; see
+        `simharness.data.SourcedClients`), with the same bits as `pad`.
+        """
+        return SourcedClients(client_data, client_ids, self.padding(x_key, y_key))
 
     def next(self, state: Mapping[str, Any], client_data: Sequence[Mapping[str, Any]]
              ) -> LearningProcessOutput:
-        """One round on padded client data; returns the new state and the round's metrics.
+        """One round on padded client data (`pad`, or `sourced` by reference).
+
+        Returns the new state and the round's metrics.
 
         Metrics: ``loss`` and each model metric over the cohort's training
         examples, ``num_examples``, ``clients``, and the aggregator's
         measurements (``clip_norm``, ``unclipped_fraction``, ``dp_noise_stddev``).
         """
-        new_state, m, measured = self.round_computation(state, list(client_data))
+        new_state, m, measured = self.round_computation(state, _as_clients(client_data))
         out = self._summarize(m)
         out.update({k: float(v) for k, v in measured.items()})
         return LearningProcessOutput(_plain_state(new_state), out)
@@ -349,7 +355,8 @@ class LearningProcess:
     def evaluate(self, weights: Sequence[np.ndarray], client_data: Sequence[Mapping[str, Any]]
                  ) -> Dict[str, float]:
         """Federated evaluation of `weights` on padded client data (loss and metrics)."""
-        return self._summarize(self.evaluate_computation(list(weights), list(client_data)))
+        data = _as_clients(client_data)
+        return self._summarize(self.evaluate_computation(list(weights), data))
 
     def _summarize(self, m: Mapping[str, Any]) -> Dict[str, float]:
         n = float(m['num_examples'])
@@ -358,6 +365,11 @@ class LearningProcess:
             out[metric.name] = metric.result([np.asarray(v) for v in m[f'm{i}']])
         out['num_examples'] = n
         return out
+
+
+def _as_clients(client_data: Any) -> Any:
+    """Clients by reference (`SourcedClients`) stay a reference; anything else becomes a list."""
+    return client_data if isinstance(client_data, SourcedClients) else list(client_data)
 
 
 def _dense(grads: Sequence[Any], weights: Sequence[Any]) -> List[Any]:

@@ -83,7 +83,7 @@ class PlainTF:
 
 @pytest.fixture(scope='module')
 def workload():
-    from simharness.data import reference_fedavg_workload
+    from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
     cd, w0 = reference_fedavg_workload()

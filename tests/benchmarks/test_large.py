@@ -50,7 +50,7 @@ def _large_enabled() -> bool:
 @pytest.fixture(scope='module')
 def reference_files(tmp_path_factory):
     """The reference workload as one .npz file per client, and the FedAvg process."""
-    from simharness.data import reference_fedavg_workload
+    from simharness.learning import reference_fedavg_workload
     from simharness.data.files import FileClientData, save_npz_dir
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec

@@ -32,7 +32,7 @@ REQUIRED_FREE_BYTES = 18 << 30
 
 @pytest.fixture(scope='module')
 def reference():
-    from simharness.data import reference_fedavg_workload
+    from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
     cd, w0 = reference_fedavg_workload()

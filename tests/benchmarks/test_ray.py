@@ -163,7 +163,7 @@ def test_map_sum_1000_clients(benchmark, process_2, ray_stack):
 
 @pytest.fixture(scope='module')
 def workload():
-    from simharness.data import reference_fedavg_workload
+    from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
     cd, w0 = reference_fedavg_workload()

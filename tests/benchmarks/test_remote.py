@@ -232,7 +232,7 @@ def test_broadcast_aggregate_through_2_services(benchmark, factories, medians, m
 
 @pytest.fixture(scope='module')
 def workload():
-    from simharness.data import reference_fedavg_workload
+    from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
     cd, w0 = reference_fedavg_workload()

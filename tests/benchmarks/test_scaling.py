@@ -48,7 +48,7 @@ def _cases():
 
 @pytest.fixture(scope='module')
 def cohort_workload():
-    from simharness.data import reference_fedavg_workload
+    from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
     cd, w0 = reference_fedavg_workload()

@@ -26,7 +26,7 @@ ROUNDS = 300 - WARMUP
 @pytest.mark.timing_only
 def test_soak_fedavg_rss(benchmark):
     import simharness as sh
-    from simharness.data import reference_fedavg_workload
+    from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
     cd, w0 = reference_fedavg_workload()

@@ -180,7 +180,7 @@ def tff_style(tf_pinned, workload):  # noqa: F811 (the fixture imported above)
     """The programs, the server weights and the datasets of all 1000 clients (built once)."""
     import tensorflow as tf
 
-    from simharness.data import reference_fedavg_workload
+    from simharness.learning import reference_fedavg_workload
     cd, _ = reference_fedavg_workload()
     arrays = [cd.client_arrays(c) for c in cd.client_ids]
     datasets = [tf.data.Dataset.from_tensor_slices((a['x'], a['y'])).batch(BATCH)

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from simharness.data import (ArrayClientData, FileClientData, dirichlet_partition,
-                             iid_partition, load_digits_federated,
-                             reference_fedavg_workload, sample_clients,
+                             iid_partition, load_digits_federated, sample_clients,
                              save_npz_dir, synthetic_alpha_beta)
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
@@ -39,6 +38,7 @@ def _reference_recipe():
 
 @pytest.fixture(scope='module')
 def reference():
+    from simharness.learning import reference_fedavg_workload  # imports TensorFlow
     return reference_fedavg_workload()
 
 

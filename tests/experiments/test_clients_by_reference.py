@@ -1,0 +1,120 @@
+"""The runner passes each cohort by reference (`LearningProcess.sourced`), issue 15.
+
+A round by reference gives the same bits as the same round by value (the
+padded arrays built in the driver, the path before), on the thread and the
+process stack; and on the process stack a file-backed cohort is read by the
+workers, never by the driver.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simharness.data import FileClientData, SourcedClients, save_npz_dir, synthetic_alpha_beta
+from simharness.experiments import runner
+from simharness.experiments.runner import TIMING_FIELDS, run_experiment
+from simharness.learning.algorithms import LearningProcess
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
+from experiment_helpers import make_config, read_metrics  # noqa: E402
+
+ROUNDS, K = 3, 12
+
+
+@pytest.fixture(scope='module')
+def npz_dir(tmp_path_factory):
+    """20 clients of 8..12 examples, one .npz file each."""
+    root = tmp_path_factory.mktemp('npz') / 'clients'
+    cd = synthetic_alpha_beta(alpha=1.0, beta=1.0, num_clients=20, samples_per_client=10,
+                              dim=6, num_classes=3, seed=2)
+    save_npz_dir(cd, root)
+    return root
+
+
+def _config(npz_dir, stack):
+    return make_config({
+        'name': 'byref',
+        'data': {'dataset': 'files', 'path': str(npz_dir)},
+        'model': {'name': 'mlp', 'hidden_sizes': [8]},
+        'algorithm': {'batch_size': 5, 'client_learning_rate': 0.1},
+        'training': {'rounds': ROUNDS, 'clients_per_round': K, 'seed': 1, 'eval_every': 1,
+                     'federated_eval': True},
+        'stack': {'kind': 'thread'},
+    }, stack=stack)
+
+
+def _by_value(process, client_data, client_ids, x_key='x', y_key='y'):
+    """`LearningProcess.sourced` as the runner did before: padded in the driver."""
+    return process.pad([client_data.client_arrays(c) for c in client_ids], x_key, y_key)
+
+
+def _math(rows):
+    """The rows without timing, bytes and RSS (federated evaluation included)."""
+    assert {'weights_sha256', 'loss', 'fed_eval_loss', 'fed_eval_accuracy'} <= set(rows[0])
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in rows]
+
+
+def _run(config, root, monkeypatch, by_value=False):
+    with monkeypatch.context() as mp:
+        if by_value:
+            mp.setattr(LearningProcess, 'sourced', _by_value)
+        result = run_experiment(config, root, progress=False)
+    assert result.status == 'complete'
+    return read_metrics(result.run_dir)
+
+
+@pytest.mark.parametrize('stack', [{'kind': 'thread'},
+                                   {'kind': 'process', 'num_workers': 2}],
+                         ids=['thread', 'process-2'])
+def test_a_round_by_reference_gives_the_bits_of_a_round_by_value(npz_dir, tmp_path, monkeypatch,
+                                                                  stack):
+    config = _config(npz_dir, stack)
+    by_ref = _run(config, tmp_path / 'ref', monkeypatch)
+    by_val = _run(config, tmp_path / 'val', monkeypatch, by_value=True)
+    assert len(by_ref) == ROUNDS
+    assert _math(by_ref) == _math(by_val)
+    assert all(np.isfinite(r['fed_eval_loss']) for r in by_ref)
+
+
+def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch):
+    """The driver reads every file once while it sets up (central evaluation on all
+    clients); from then on only the workers read clients, when the cohort goes by
+    reference. By value (the path before) the driver reads each cohort."""
+    config = _config(npz_dir, {'kind': 'process', 'num_workers': 2})
+    for by_value in (False, True):
+        loads, at_setup, passed = [], [], []
+        real_load, real_factory, real_next = (FileClientData.client_arrays, runner._make_factory,
+                                              LearningProcess.next)
+
+        def load(cd, client_id):
+            loads.append(client_id)
+            return real_load(cd, client_id)
+
+        def make_factory(cfg):
+            at_setup.append(len(loads))  # everything before the stack starts is setup
+            return real_factory(cfg)
+
+        def next_(process, state, data):
+            passed.append(type(data))
+            return real_next(process, state, data)
+
+        with monkeypatch.context() as mp:
+            mp.setattr(FileClientData, 'client_arrays', load)
+            mp.setattr(runner, '_make_factory', make_factory)
+            mp.setattr(LearningProcess, 'next', next_)
+            if by_value:
+                mp.setattr(LearningProcess, 'sourced', _by_value)
+            result = run_experiment(config, tmp_path / str(by_value), progress=False)
+        assert result.status == 'complete'
+        assert at_setup and at_setup[0] >= 20  # the counter sees the driver's reads
+        after_setup = len(loads) - at_setup[0]
+        if by_value:
+            # each round's cohort, and every client for each federated evaluation
+            assert after_setup == ROUNDS * K + ROUNDS * 20
+        else:
+            assert passed == [SourcedClients] * ROUNDS
+            assert after_setup == 0
