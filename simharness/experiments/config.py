@@ -15,8 +15,12 @@ and key is optional except that ``[data] dataset = 'files'`` needs a
 and options that the chosen dataset / model / stack kind does not take are
 `ConfigError` s that name the dotted key and the allowed values.
 
-Some tables have a *discriminator* (``data.dataset``, ``model.name``,
-``stack.kind``) that decides which other keys the table takes. When an
+Three tables are tagged unions: a *discriminator* (``data.dataset``,
+``model.name``, ``stack.kind``) picks the table's class, one frozen
+dataclass per choice holding exactly that choice's options with their
+defaults (``[stack] kind = 'process'`` is a `ProcessStack`;
+``StackConfig(kind='process', num_workers=2)`` builds one). Every field
+checks itself with the shared ``_check_*`` functions (`_Table`). When an
 override or a sweep point changes a discriminator, the keys of the base
 config that the new choice does not take are dropped (so
 ``--set stack.kind=thread`` works on a config that sets
@@ -28,12 +32,14 @@ Importing this module imports neither TensorFlow nor numpy.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 import tomli_w
 
@@ -52,18 +58,14 @@ PathLike = Union[str, Path]
 #: Run id of an experiment without a sweep grid (and without overrides).
 DEFAULT_RUN_ID = 'default'
 
-DATASETS = ('cifar100', 'digits', 'emnist', 'files', 'hf', 'reference', 'shakespeare',
-            'stackoverflow', 'synthetic')
 HF_PARTITIONS = ('dirichlet', 'natural')
 #: Data sets whose labels are sequences (next-token prediction): Keras models only.
 SEQUENCE_DATASETS = ('shakespeare', 'stackoverflow')
 PARTITIONS = ('dirichlet', 'iid')
-MODEL_NAMES = ('cnn', 'keras', 'logreg', 'mlp')
 #: As `simharness.learning.algorithms.ALGORITHM_NAMES` (not imported: no numpy here).
 ALGORITHMS = ('fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', 'fedsgd', 'fedyogi')
 OPTIMIZERS = ('adagrad', 'adam', 'sgd', 'yogi')
 COHORTS = ('random', 'reference', 'weighted', 'with_replacement')
-STACK_KINDS = ('process', 'ray', 'thread')
 #: Placement strategies of ``[stack] kind = 'ray'`` (Ray's placement groups).
 RAY_PLACEMENT_STRATEGIES = ('PACK', 'SPREAD', 'STRICT_PACK', 'STRICT_SPREAD')
 
@@ -132,263 +134,424 @@ def _check_int_tuple(key: str, value: Any, length: Optional[int] = None) -> Tupl
     return tuple(int(v) for v in value)
 
 
-def _apply_variant(obj: Any, table: str, discriminator: str,
-                   options: Mapping[str, Mapping[str, Any]]) -> None:
-    """Checks that only the options of the chosen variant are set; fills their defaults.
+Check = Callable[[str, Any], Any]
 
-    `options` maps each value of the discriminator to ``{field: default}``
-    (a default of None: optional, stays None when not given).
+
+def _as_given(check: Check) -> Check:
+    """`check`, keeping the value as given (an int stays an int in the resolved TOML)."""
+    def keep(key: str, value: Any) -> Any:
+        check(key, value)
+        return value
+    return keep
+
+
+def _int(minimum: int) -> Check:
+    return lambda key, value: _check_int(key, value, minimum)
+
+
+def _num(minimum: float = 0.0, *, inclusive: bool = True, below: Optional[float] = None) -> Check:
+    return lambda key, value: _check_float(key, value, minimum=minimum, inclusive=inclusive,
+                                           below=below)
+
+
+def _choice(allowed: Sequence[str]) -> Check:
+    return lambda key, value: _check_choice(key, value, allowed)
+
+
+def _ints(length: Optional[int] = None) -> Check:
+    return lambda key, value: _check_int_tuple(key, value, length)
+
+
+def _opt(default: Any, check: Optional[Check] = None) -> Any:
+    """A table field: its default and its check ``(dotted key, value) -> value to keep``.
+
+    A field whose default is None is optional: None means "not set" and is
+    not checked.
     """
-    choice = getattr(obj, discriminator)
-    allowed = options[choice]
-    for f in dataclasses.fields(obj):
-        if f.name == discriminator:
-            continue
-        value = getattr(obj, f.name)
-        if f.name not in allowed:
-            if value is not None:
-                takers = [c for c in sorted(options) if f.name in options[c]]
-                raise ConfigError(
-                    f'{table}.{f.name} does not apply to {table}.{discriminator} = {choice!r} '
-                    f'(its options: {", ".join(sorted(allowed)) or "none"}; {f.name} is an option '
-                    f'of {discriminator} {_fmt_allowed(takers)})',
-                    key=f'{table}.{f.name}', value=value)
-            continue
-        if value is None and allowed[f.name] is not None:
-            object.__setattr__(obj, f.name, allowed[f.name])
+    return dataclasses.field(default=default, metadata={'check': check})
+
+
+def _require(obj: Any, key: str, why: str) -> None:
+    if getattr(obj, key) is None:
+        raise ConfigError(f'{obj.TABLE}.{key} is required for {why}', key=f'{obj.TABLE}.{key}',
+                          value=None)
 
 
 # ---------------------------------------------------------------------- tables
 
-_DATA_OPTIONS: Mapping[str, Mapping[str, Any]] = {
-    'synthetic': {'num_clients': 20, 'alpha': 1.0, 'beta': 1.0, 'samples_per_client': 50,
-                  'dim': 60, 'num_classes': 10, 'iid': False, 'seed': 0},
-    'digits': {'num_clients': 20, 'partition': 'dirichlet', 'dirichlet_alpha': 0.5,
-               'test_fraction': 0.2, 'min_size': 5, 'seed': 0},
-    'files': {'path': None, 'x_key': 'x', 'y_key': 'y', 'client_id_key': 'client_id',
-              'num_classes': None},
-    'reference': {},
-    'emnist': {'cache_dir': None, 'only_digits': False, 'max_clients': None},
-    'cifar100': {'cache_dir': None, 'max_clients': None},
-    'shakespeare': {'cache_dir': None, 'sequence_length': 80, 'max_clients': None},
-    'stackoverflow': {'cache_dir': None, 'sequence_length': 20, 'vocab_size': 10000,
-                      'max_clients': None},
-    'hf': {'path': None, 'x_key': 'x', 'y_key': 'y', 'client_id_key': None, 'hf_split': None,
-           'partition': 'natural', 'num_clients': 20, 'dirichlet_alpha': 0.5, 'min_size': 1,
-           'seed': 0, 'cache_dir': None, 'num_classes': None},
-}
+class _Table:
+    """Base of the frozen dataclasses of the TOML tables: each field checks itself.
 
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    """``[data]``: the federated data set.
-
-    Attributes:
-        dataset: ``'synthetic'`` (Synthetic(alpha, beta) of FedProx),
-            ``'digits'`` (scikit-learn digits split over clients, with a
-            held-out test set), ``'files'`` (a directory of
-            ``<client_id>.npz`` files, or one .npz / .csv file with a client
-            id column) or ``'reference'`` (exactly the 1000-client
-            Synthetic(1, 1) of benchmarks/fedavg-synthetic-mlp.md; no
-            options).
-        num_clients: synthetic, digits: number of clients (default 20).
-        alpha: synthetic: std of the per-client model mean (default 1.0).
-        beta: synthetic: std of the per-client input mean (default 1.0).
-        samples_per_client: synthetic: samples per client (default 50).
-        dim: synthetic: input dimension (default 60).
-        num_classes: synthetic: number of classes (default 10); files:
-            optional (default: largest label + 1).
-        iid: synthetic: the FedProx "Synthetic IID" variant (default false).
-        partition: digits: ``'dirichlet'`` (label skew, default) or ``'iid'``.
-        dirichlet_alpha: digits: Dirichlet concentration (default 0.5; used
-            by the 'dirichlet' partition only).
-        test_fraction: digits: held-out test fraction (default 0.2).
-        min_size: digits: smallest client (default 5).
-        seed: synthetic, digits: data seed (default 0).
-        path: files: the directory or file (relative paths are relative to
-            the config file when loaded with `load_config`).
-        x_key: files: feature array / column name (default 'x').
-        y_key: files: label array / column name (default 'y').
-        client_id_key: files: client id array / column of a single file
-            (default 'client_id'); hf: the natural client id column.
-        cache_dir: emnist, cifar100, shakespeare, stackoverflow: the
-            directory holding TFF's published file (SQLite or HDF5; see
-            `simharness.data.benchmarks`; nothing is downloaded); hf: the
-            Hugging Face cache directory (optional).
-        only_digits: emnist: the 10-class digits-only variant (default false).
-        max_clients: emnist, cifar100, shakespeare, stackoverflow: keep the
-            first N clients (sorted ids) of the train split (default: all).
-        sequence_length: shakespeare (80), stackoverflow (20): tokens per example.
-        vocab_size: stackoverflow: most frequent words kept (default 10000).
-        hf_split: hf: the split of a saved DatasetDict (e.g. 'train').
-        partition (hf): 'natural' (one client per client_id_key value,
-            default) or 'dirichlet' (num_clients, dirichlet_alpha, min_size, seed).
-        path (hf): a directory written by save_to_disk, or a data set name in
-            the local Hugging Face cache.
+    After ``__init__``, every field's ``metadata['check']`` (see `_opt`) gets
+    the dotted key and the value and returns the value to keep; then
+    `_validate` checks what spans fields. A subclass given ``tag=...`` is a
+    *variant* of a tagged union (`_Union`): it gets the union's tag field
+    (``dataset``, ``name``, ``kind``; first, fixed to `tag`) and is
+    registered under `tag`.
     """
 
-    dataset: str = 'synthetic'
-    num_clients: Optional[int] = None
-    alpha: Optional[float] = None
-    beta: Optional[float] = None
-    samples_per_client: Optional[int] = None
-    dim: Optional[int] = None
-    num_classes: Optional[int] = None
-    iid: Optional[bool] = None
-    partition: Optional[str] = None
-    dirichlet_alpha: Optional[float] = None
-    test_fraction: Optional[float] = None
-    min_size: Optional[int] = None
-    seed: Optional[int] = None
-    path: Optional[str] = None
-    x_key: Optional[str] = None
-    y_key: Optional[str] = None
-    client_id_key: Optional[str] = None
-    cache_dir: Optional[str] = None
-    only_digits: Optional[bool] = None
-    max_clients: Optional[int] = None
-    sequence_length: Optional[int] = None
-    vocab_size: Optional[int] = None
-    hf_split: Optional[str] = None
+    TABLE: ClassVar[str] = ''
+
+    def __init_subclass__(cls, tag: Optional[str] = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if tag is None:
+            return
+        union = next(base for base in cls.__mro__ if isinstance(base, _Union))
+        cls.__annotations__ = {union.TAG: 'str', **inspect.get_annotations(cls)}
+        setattr(cls, union.TAG, dataclasses.field(default=tag, init=False))
+        union.VARIANTS[tag] = cls
 
     def __post_init__(self) -> None:
-        _check_choice('data.dataset', self.dataset, DATASETS)
-        _apply_variant(self, 'data', 'dataset', _DATA_OPTIONS)
-        s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
-        if self.num_clients is not None:
-            s('num_clients', _check_int('data.num_clients', self.num_clients, 1))
-        for key in ('alpha', 'beta'):
-            if getattr(self, key) is not None:
-                s(key, _check_float(f'data.{key}', getattr(self, key), minimum=0.0))
-        for key, minimum in (('samples_per_client', 1), ('dim', 1), ('num_classes', 2),
-                             ('min_size', 1), ('seed', 0)):
-            if getattr(self, key) is not None:
-                s(key, _check_int(f'data.{key}', getattr(self, key), minimum))
-        if self.iid is not None:
-            _check_bool('data.iid', self.iid)
-        if self.partition is not None:
-            _check_choice('data.partition', self.partition,
-                          HF_PARTITIONS if self.dataset == 'hf' else PARTITIONS)
-        for key in ('max_clients', 'sequence_length', 'vocab_size'):
-            if getattr(self, key) is not None:
-                s(key, _check_int(f'data.{key}', getattr(self, key), 1))
-        if self.only_digits is not None:
-            _check_bool('data.only_digits', self.only_digits)
-        for key in ('cache_dir', 'hf_split'):
-            if getattr(self, key) is not None:
-                _check_str(f'data.{key}', getattr(self, key))
-        if self.dataset in ('emnist', 'cifar100', 'shakespeare', 'stackoverflow') and \
-                self.cache_dir is None:
-            raise ConfigError(f'data.cache_dir is required for data.dataset = {self.dataset!r} '
-                              "(the directory with TFF's published file; nothing is downloaded)",
-                              key='data.cache_dir', value=None)
-        if self.dataset == 'hf':
-            if self.path is None:
-                raise ConfigError("data.path is required for data.dataset = 'hf' (a "
-                                  'save_to_disk directory or a locally cached data set name)',
-                                  key='data.path', value=None)
-            if self.partition == 'natural' and self.client_id_key is None:
-                raise ConfigError("data.client_id_key is required for data.partition = "
-                                  "'natural' (the column naming each example's client)",
-                                  key='data.client_id_key', value=None)
-        if self.dirichlet_alpha is not None:
-            s('dirichlet_alpha', _check_float('data.dirichlet_alpha', self.dirichlet_alpha,
-                                              minimum=0.0, inclusive=False))
-        if self.test_fraction is not None:
-            s('test_fraction', _check_float('data.test_fraction', self.test_fraction,
-                                            minimum=0.0, below=1.0))
-        for key in ('x_key', 'y_key', 'client_id_key'):
-            if getattr(self, key) is not None:
-                _check_str(f'data.{key}', getattr(self, key))
-        if self.dataset == 'files':
-            if self.path is None:
-                raise ConfigError("data.path is required for data.dataset = 'files' (a directory "
-                                  'of <client_id>.npz files, or one .npz / .csv file)',
-                                  key='data.path', value=None)
-            _check_str('data.path', self.path)
-            if len({self.x_key, self.y_key, self.client_id_key}) != 3:
-                raise ConfigError(
-                    f'data.x_key, data.y_key and data.client_id_key must differ, got '
-                    f'{self.x_key!r}, {self.y_key!r}, {self.client_id_key!r}',
-                    key='data.y_key', value=self.y_key)
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            check, value = f.metadata.get('check'), getattr(self, f.name)
+            if check is not None and not (value is None and f.default is None):
+                object.__setattr__(self, f.name, check(f'{self.TABLE}.{f.name}', value))
+        self._validate()
+
+    def _validate(self) -> None:
+        """Checks that span fields (none by default)."""
+
+
+class _Union(type):
+    """The metaclass of a tagged union's base (`DataConfig`, `ModelConfig`, `StackConfig`).
+
+    ``DataConfig(dataset='files', path=...)`` builds the variant class that the
+    tag names (`build_variant`); the variants (``class FilesData(DataConfig,
+    tag='files')``) are frozen dataclasses holding exactly their options.
+    """
+
+    TABLE: str
+    TAG: str
+    DEFAULT: str
+    VARIANTS: Dict[str, type]
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if 'VARIANTS' in cls.__dict__ and not args:
+            return build_variant(cls, kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+def _own_keys(cls: type) -> List[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def table_keys(cls: type) -> List[str]:
+    """The keys of a table: a union's are its tag and every variant's options, in order."""
+    if isinstance(cls, _Union):
+        keys = [cls.TAG]
+        for variant in cls.VARIANTS.values():
+            keys += [k for k in _own_keys(variant) if k not in keys]
+        return keys
+    return _own_keys(cls)
+
+
+def _check_keys(table: str, body: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    for key in body:
+        if key not in allowed:
+            raise ConfigError(f'unknown key {table}.{key}; allowed keys in [{table}]: '
+                              f'{", ".join(allowed)}', key=f'{table}.{key}', value=body[key])
+
+
+def build_variant(union: _Union, body: Mapping[str, Any]) -> Any:
+    """The variant of `union` that ``body[union.TAG]`` (default: ``union.DEFAULT``) names.
+
+    The other keys of `body` are the variant's options (None: not set, the
+    default). An option of another variant is an error naming the variants
+    that take it.
+    """
+    table, tag = union.TABLE, union.TAG
+    _check_keys(table, body, table_keys(union))
+    choice = _check_choice(f'{table}.{tag}', body[tag] if tag in body else union.DEFAULT,
+                           sorted(union.VARIANTS))
+    cls = union.VARIANTS[choice]
+    own = [k for k in _own_keys(cls) if k != tag]
+    for key, value in body.items():
+        if key != tag and key not in own and value is not None:
+            takers = [c for c, v in sorted(union.VARIANTS.items()) if key in _own_keys(v)]
+            raise ConfigError(
+                f'{table}.{key} does not apply to {table}.{tag} = {choice!r} (its options: '
+                f'{", ".join(sorted(own)) or "none"}; {key} is an option of {tag} '
+                f'{_fmt_allowed(takers)})', key=f'{table}.{key}', value=value)
+    return cls(**{k: v for k, v in body.items() if k != tag and v is not None})
+
+
+# [data] ---------------------------------------------------------------------
+
+class DataConfig(_Table, metaclass=_Union):
+    """``[data]``: the federated data set, one variant class per ``dataset``.
+
+    ``DataConfig(dataset=..., **options)`` builds the variant:
+    `SyntheticData`, `DigitsData`, `FilesData`, `ReferenceData`,
+    `EmnistData`, `Cifar100Data`, `ShakespeareData`, `StackOverflowData`,
+    `HfData`. ``dataset`` is the tag (default ``'synthetic'``).
+    """
+
+    TABLE, TAG, DEFAULT = 'data', 'dataset', 'synthetic'
+    VARIANTS: ClassVar[Dict[str, type]] = {}
+    dataset: str  # the tag: a field of each variant
 
     @property
     def known_num_clients(self) -> Optional[int]:
         """The number of clients if the config tells it (not for 'files')."""
-        if self.dataset == 'reference':
-            return REFERENCE_NUM_CLIENTS
-        if self.dataset == 'hf' and self.partition == 'natural':
-            return None
-        return self.num_clients
-
-
-_MODEL_OPTIONS: Mapping[str, Mapping[str, Any]] = {
-    'logreg': {},
-    'mlp': {'hidden_sizes': (256, 256)},
-    'cnn': {'conv_filters': (16, 32), 'kernel_size': 3, 'pool_size': 2},
-    'keras': {'keras': None},
-}
+        return getattr(self, 'num_clients', None)
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """``[model]``: the architecture (see `simharness.learning.models`).
-
-    The input shape and number of classes come from the data. Initial
-    weights are ``init_weights(model, training.seed)``; for the reference
-    dataset they are the benchmark's (``init_weights(model, 1)``, which is
-    ``reference_mlp_init()`` for the default mlp).
+class SyntheticData(DataConfig, tag='synthetic'):
+    """Synthetic(alpha, beta) of FedProx.
 
     Attributes:
-        name: ``'mlp'`` (default), ``'logreg'`` or ``'cnn'`` (digits only:
-            8x8x1 images).
-        hidden_sizes: mlp: widths of the hidden layers (default [256, 256]).
-        conv_filters: cnn: filters of the two conv layers (default [16, 32]).
-        kernel_size: cnn: conv kernel side (default 3).
-        pool_size: cnn: max-pool side (default 2).
-        keras: keras: ``"package.module:function"``, a function
-            ``(input_shape, num_classes) -> keras.Model`` (its compiled
-            loss, else sparse categorical cross-entropy from logits; metric:
-            accuracy); initial weights: ``keras.utils.set_random_seed(seed)``
-            then a fresh build. Required for name = 'keras'.
+        num_clients: number of clients.
+        alpha: std of the per-client model mean.
+        beta: std of the per-client input mean.
+        samples_per_client: samples per client.
+        dim: input dimension.
+        num_classes: number of classes.
+        iid: the FedProx "Synthetic IID" variant.
+        seed: data seed.
     """
 
-    name: str = 'mlp'
-    hidden_sizes: Optional[Tuple[int, ...]] = None
-    conv_filters: Optional[Tuple[int, ...]] = None
-    kernel_size: Optional[int] = None
-    pool_size: Optional[int] = None
-    keras: Optional[str] = None
+    num_clients: int = _opt(20, _int(1))
+    alpha: float = _opt(1.0, _num(0.0))
+    beta: float = _opt(1.0, _num(0.0))
+    samples_per_client: int = _opt(50, _int(1))
+    dim: int = _opt(60, _int(1))
+    num_classes: int = _opt(10, _int(2))
+    iid: bool = _opt(False, _check_bool)
+    seed: int = _opt(0, _int(0))
 
-    def __post_init__(self) -> None:
-        _check_choice('model.name', self.name, MODEL_NAMES)
-        _apply_variant(self, 'model', 'name', _MODEL_OPTIONS)
-        if self.name == 'keras':
-            if self.keras is None:
-                raise ConfigError('model.keras is required for model.name = "keras" (a '
-                                  '"package.module:function" building the keras.Model)',
-                                  key='model.keras', value=None)
-            if not isinstance(self.keras, str) or self.keras.count(':') != 1 or not all(
-                    self.keras.split(':')):
-                raise ConfigError(f'model.keras must look like "package.module:function", got '
-                                  f'{self.keras!r}', key='model.keras', value=self.keras)
-        if self.hidden_sizes is not None:
-            object.__setattr__(self, 'hidden_sizes',
-                               _check_int_tuple('model.hidden_sizes', self.hidden_sizes))
-        if self.conv_filters is not None:
-            object.__setattr__(self, 'conv_filters',
-                               _check_int_tuple('model.conv_filters', self.conv_filters, 2))
-        for key in ('kernel_size', 'pool_size'):
-            if getattr(self, key) is not None:
-                object.__setattr__(self, key, _check_int(f'model.{key}', getattr(self, key), 1))
+
+@dataclasses.dataclass(frozen=True)
+class DigitsData(DataConfig, tag='digits'):
+    """scikit-learn digits split over clients, with a held-out test set.
+
+    Attributes:
+        num_clients: number of clients.
+        partition: ``'dirichlet'`` (label skew) or ``'iid'``.
+        dirichlet_alpha: Dirichlet concentration (the 'dirichlet' partition only).
+        test_fraction: held-out test fraction.
+        min_size: smallest client.
+        seed: data seed.
+    """
+
+    num_clients: int = _opt(20, _int(1))
+    partition: str = _opt('dirichlet', _choice(PARTITIONS))
+    dirichlet_alpha: float = _opt(0.5, _num(0.0, inclusive=False))
+    test_fraction: float = _opt(0.2, _num(0.0, below=1.0))
+    min_size: int = _opt(5, _int(1))
+    seed: int = _opt(0, _int(0))
+
+
+@dataclasses.dataclass(frozen=True)
+class FilesData(DataConfig, tag='files'):
+    """A directory of ``<client_id>.npz`` files, or one .npz / .csv file with a client id column.
+
+    Attributes:
+        num_classes: optional (default: largest label + 1).
+        path: the directory or file (required; relative paths are relative to
+            the config file when loaded with `load_config`).
+        x_key: feature array / column name.
+        y_key: label array / column name.
+        client_id_key: client id array / column of a single file.
+    """
+
+    num_classes: Optional[int] = _opt(None, _int(2))
+    path: Optional[str] = _opt(None, _check_str)
+    x_key: str = _opt('x', _check_str)
+    y_key: str = _opt('y', _check_str)
+    client_id_key: str = _opt('client_id', _check_str)
+
+    def _validate(self) -> None:
+        _require(self, 'path', "data.dataset = 'files' (a directory of <client_id>.npz files, "
+                 'or one .npz / .csv file)')
+        if len({self.x_key, self.y_key, self.client_id_key}) != 3:
+            raise ConfigError(
+                f'data.x_key, data.y_key and data.client_id_key must differ, got '
+                f'{self.x_key!r}, {self.y_key!r}, {self.client_id_key!r}',
+                key='data.y_key', value=self.y_key)
+
+    @property
+    def known_num_clients(self) -> Optional[int]:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceData(DataConfig, tag='reference'):
+    """Exactly the 1000-client Synthetic(1, 1) of benchmarks/fedavg-synthetic-mlp.md (no options)."""
+
+    @property
+    def known_num_clients(self) -> Optional[int]:
+        return REFERENCE_NUM_CLIENTS
+
+
+class _NeedsCacheDir:
+    """A TFF benchmark data set: ``cache_dir`` (the directory holding TFF's published
+    SQLite or HDF5 file, see `simharness.data.benchmarks`) is required;
+    ``max_clients`` keeps the first N clients (sorted ids) of the train split."""
+
+    def _validate(self) -> None:
+        _require(self, 'cache_dir', f'data.dataset = {getattr(self, "dataset")!r} '
+                 "(the directory with TFF's published file; nothing is downloaded)")
+
+
+@dataclasses.dataclass(frozen=True)
+class EmnistData(_NeedsCacheDir, DataConfig, tag='emnist'):
+    """TFF's federated EMNIST; ``only_digits``: the 10-class digits-only variant."""
+
+    cache_dir: Optional[str] = _opt(None, _check_str)
+    only_digits: bool = _opt(False, _check_bool)
+    max_clients: Optional[int] = _opt(None, _int(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Cifar100Data(_NeedsCacheDir, DataConfig, tag='cifar100'):
+    """TFF's federated CIFAR-100."""
+
+    cache_dir: Optional[str] = _opt(None, _check_str)
+    max_clients: Optional[int] = _opt(None, _int(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class ShakespeareData(_NeedsCacheDir, DataConfig, tag='shakespeare'):
+    """TFF's Shakespeare (next-character prediction); ``sequence_length`` tokens per example."""
+
+    cache_dir: Optional[str] = _opt(None, _check_str)
+    max_clients: Optional[int] = _opt(None, _int(1))
+    sequence_length: int = _opt(80, _int(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class StackOverflowData(_NeedsCacheDir, DataConfig, tag='stackoverflow'):
+    """TFF's Stack Overflow (next-word prediction); ``sequence_length`` tokens per example,
+    ``vocab_size`` most frequent words kept."""
+
+    cache_dir: Optional[str] = _opt(None, _check_str)
+    max_clients: Optional[int] = _opt(None, _int(1))
+    sequence_length: int = _opt(20, _int(1))
+    vocab_size: int = _opt(10000, _int(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class HfData(DataConfig, tag='hf'):
+    """A Hugging Face data set (`simharness.data.benchmarks.load_hf_dataset`).
+
+    Attributes:
+        num_clients, dirichlet_alpha, min_size, seed: of the 'dirichlet' partition.
+        num_classes: optional (default: largest label + 1).
+        partition: ``'natural'`` (one client per client_id_key value) or ``'dirichlet'``.
+        path: a directory written by save_to_disk, or a data set name in the
+            local Hugging Face cache (required).
+        x_key, y_key: feature and label columns.
+        client_id_key: the natural client id column (required for 'natural').
+        cache_dir: the Hugging Face cache directory (optional).
+        hf_split: the split of a saved DatasetDict (e.g. 'train').
+    """
+
+    num_clients: int = _opt(20, _int(1))
+    num_classes: Optional[int] = _opt(None, _int(2))
+    partition: str = _opt('natural', _choice(HF_PARTITIONS))
+    dirichlet_alpha: float = _opt(0.5, _num(0.0, inclusive=False))
+    min_size: int = _opt(1, _int(1))
+    seed: int = _opt(0, _int(0))
+    path: Optional[str] = _opt(None, _check_str)
+    x_key: str = _opt('x', _check_str)
+    y_key: str = _opt('y', _check_str)
+    client_id_key: Optional[str] = _opt(None, _check_str)
+    cache_dir: Optional[str] = _opt(None, _check_str)
+    hf_split: Optional[str] = _opt(None, _check_str)
+
+    def _validate(self) -> None:
+        _require(self, 'path', "data.dataset = 'hf' (a save_to_disk directory or a locally "
+                 'cached data set name)')
+        if self.partition == 'natural':
+            _require(self, 'client_id_key', "data.partition = 'natural' (the column naming "
+                     "each example's client)")
+
+    @property
+    def known_num_clients(self) -> Optional[int]:
+        return None if self.partition == 'natural' else self.num_clients
+
+
+# [model] --------------------------------------------------------------------
+
+class ModelConfig(_Table, metaclass=_Union):
+    """``[model]``: the architecture (see `simharness.learning.models`), one class per ``name``.
+
+    ``ModelConfig(name=..., **options)`` builds `MlpModel` (default),
+    `LogregModel`, `CnnModel` or `KerasModel`. The input shape and number of
+    classes come from the data. Initial weights are ``init_weights(model,
+    training.seed)``; for the reference dataset they are the benchmark's
+    (``init_weights(model, 1)``, which is ``reference_mlp_init()`` for the
+    default mlp).
+    """
+
+    TABLE, TAG, DEFAULT = 'model', 'name', 'mlp'
+    VARIANTS: ClassVar[Dict[str, type]] = {}
+    name: str  # the tag: a field of each variant
 
     def options(self) -> Dict[str, Any]:
         """The keyword options of `simharness.learning.get_model` for this model."""
-        return {k: getattr(self, k) for k in _MODEL_OPTIONS[self.name]}
+        return {k: getattr(self, k) for k in _own_keys(type(self)) if k != self.TAG}
 
 
 @dataclasses.dataclass(frozen=True)
-class AlgorithmConfig:
+class LogregModel(ModelConfig, tag='logreg'):
+    """Logistic regression (no options)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MlpModel(ModelConfig, tag='mlp'):
+    """A multi-layer perceptron.
+
+    Attributes:
+        hidden_sizes: widths of the hidden layers.
+    """
+
+    hidden_sizes: Tuple[int, ...] = _opt((256, 256), _ints())
+
+
+@dataclasses.dataclass(frozen=True)
+class CnnModel(ModelConfig, tag='cnn'):
+    """Two conv + max-pool layers and a dense layer (image data: [H, W, C] examples).
+
+    Attributes:
+        conv_filters: filters of the two conv layers.
+        kernel_size: conv kernel side.
+        pool_size: max-pool side.
+    """
+
+    conv_filters: Tuple[int, ...] = _opt((16, 32), _ints(2))
+    kernel_size: int = _opt(3, _int(1))
+    pool_size: int = _opt(2, _int(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class KerasModel(ModelConfig, tag='keras'):
+    """A Keras model.
+
+    Attributes:
+        keras: ``"package.module:function"``, a function ``(input_shape,
+            num_classes) -> keras.Model`` (its compiled loss, else sparse
+            categorical cross-entropy from logits; metric: accuracy); initial
+            weights: ``keras.utils.set_random_seed(seed)`` then a fresh build.
+            Required.
+    """
+
+    keras: Optional[str] = None
+
+    def _validate(self) -> None:
+        _require(self, 'keras', 'model.name = "keras" (a "package.module:function" building '
+                 'the keras.Model)')
+        if not isinstance(self.keras, str) or self.keras.count(':') != 1 or not all(
+                self.keras.split(':')):
+            raise ConfigError(f'model.keras must look like "package.module:function", got '
+                              f'{self.keras!r}', key='model.keras', value=self.keras)
+
+
+# [algorithm] [training] [aggregator] -----------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmConfig(_Table):
     """``[algorithm]``: the federated algorithm and its hyper-parameters.
 
     Attributes:
@@ -410,45 +573,31 @@ class AlgorithmConfig:
         proximal_strength: FedProx's mu (> 0; default 0.01).
     """
 
-    name: str = 'fedavg'
-    client_learning_rate: float = 0.05
-    local_epochs: int = 1
-    batch_size: int = 10
-    server_learning_rate: float = 1.0
-    server_momentum: float = 0.0
-    client_optimizer: str = 'sgd'
-    client_momentum: float = 0.0
-    server_optimizer: Optional[str] = None
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    epsilon: Optional[float] = None
-    proximal_strength: float = 0.01
+    TABLE: ClassVar[str] = 'algorithm'
+    name: str = _opt('fedavg', _choice(ALGORITHMS))
+    client_learning_rate: float = _opt(0.05, _num(0.0, inclusive=False))
+    local_epochs: int = _opt(1, _int(1))
+    batch_size: int = _opt(10, _int(1))
+    server_learning_rate: float = _opt(1.0, _num(0.0, inclusive=False))
+    server_momentum: float = _opt(0.0, _num(0.0, below=1.0))
+    client_optimizer: str = _opt('sgd', _choice(OPTIMIZERS))
+    client_momentum: float = _opt(0.0, _num(0.0, below=1.0))
+    server_optimizer: Optional[str] = _opt(None, _choice(OPTIMIZERS))
+    beta_1: float = _opt(0.9, _num(0.0, below=1.0))
+    beta_2: float = _opt(0.999, _num(0.0, below=1.0))
+    epsilon: Optional[float] = _opt(None, _num(0.0, inclusive=False))
+    proximal_strength: float = _opt(0.01, _num(0.0, inclusive=False))
 
-    def __post_init__(self) -> None:
-        _check_choice('algorithm.name', self.name, ALGORITHMS)
-        _check_choice('algorithm.client_optimizer', self.client_optimizer, OPTIMIZERS)
-        if self.server_optimizer is not None:
-            _check_choice('algorithm.server_optimizer', self.server_optimizer, OPTIMIZERS)
-        for key in ('client_momentum', 'beta_1', 'beta_2'):
-            object.__setattr__(self, key, _check_float(f'algorithm.{key}', getattr(self, key),
-                                                       minimum=0.0, below=1.0))
-        if self.epsilon is not None:
-            object.__setattr__(self, 'epsilon', _check_float('algorithm.epsilon', self.epsilon,
-                                                             minimum=0.0, inclusive=False))
-        object.__setattr__(self, 'proximal_strength', _check_float(
-            'algorithm.proximal_strength', self.proximal_strength, minimum=0.0, inclusive=False))
-        s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
-        for key in ('client_learning_rate', 'server_learning_rate'):
-            s(key, _check_float(f'algorithm.{key}', getattr(self, key), minimum=0.0,
-                                inclusive=False))
-        for key in ('local_epochs', 'batch_size'):
-            s(key, _check_int(f'algorithm.{key}', getattr(self, key), 1))
-        s('server_momentum', _check_float('algorithm.server_momentum', self.server_momentum,
-                                          minimum=0.0, below=1.0))
+
+def _check_availability(key: str, value: Any) -> float:
+    a = _check_float(key, value, minimum=0.0, inclusive=False)
+    if a > 1.0:
+        raise ConfigError(f'{key} must be in (0, 1], got {a}', key=key, value=a)
+    return a
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingConfig:
+class TrainingConfig(_Table):
     """``[training]``: rounds, cohorts, seed and evaluation schedule.
 
     Attributes:
@@ -485,35 +634,18 @@ class TrainingConfig:
             ``fed_eval_accuracy`` (default false).
     """
 
-    rounds: int = 10
-    clients_per_round: int = 10
-    seed: int = 0
-    eval_every: int = 1
-    cohort: str = 'random'
-    availability: float = 1.0
-    checkpoint_every: int = 10
-    early_stopping_metric: str = 'eval_loss'
-    early_stopping_patience: int = 0
-    tensorboard: bool = True
-    federated_eval: bool = False
-
-    def __post_init__(self) -> None:
-        _check_int('training.rounds', self.rounds, 1)
-        _check_int('training.clients_per_round', self.clients_per_round, 1)
-        _check_int('training.seed', self.seed, 0)
-        _check_int('training.eval_every', self.eval_every, 0)
-        _check_choice('training.cohort', self.cohort, COHORTS)
-        a = _check_float('training.availability', self.availability, minimum=0.0,
-                         inclusive=False)
-        if a > 1.0:
-            raise ConfigError(f'training.availability must be in (0, 1], got {a}',
-                              key='training.availability', value=a)
-        object.__setattr__(self, 'availability', a)
-        _check_int('training.checkpoint_every', self.checkpoint_every, 0)
-        _check_str('training.early_stopping_metric', self.early_stopping_metric)
-        _check_int('training.early_stopping_patience', self.early_stopping_patience, 0)
-        _check_bool('training.tensorboard', self.tensorboard)
-        _check_bool('training.federated_eval', self.federated_eval)
+    TABLE: ClassVar[str] = 'training'
+    rounds: int = _opt(10, _int(1))
+    clients_per_round: int = _opt(10, _int(1))
+    seed: int = _opt(0, _int(0))
+    eval_every: int = _opt(1, _int(0))
+    cohort: str = _opt('random', _choice(COHORTS))
+    availability: float = _opt(1.0, _check_availability)
+    checkpoint_every: int = _opt(10, _int(0))
+    early_stopping_metric: str = _opt('eval_loss', _check_str)
+    early_stopping_patience: int = _opt(0, _int(0))
+    tensorboard: bool = _opt(True, _check_bool)
+    federated_eval: bool = _opt(False, _check_bool)
 
     def evaluates_after(self, round_num: int) -> bool:
         """Whether central evaluation runs after round `round_num` (0-based)."""
@@ -523,7 +655,7 @@ class TrainingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class AggregatorConfig:
+class AggregatorConfig(_Table):
     """``[aggregator]``: how client updates are combined (`simharness.learning.aggregators`).
 
     Attributes:
@@ -543,27 +675,25 @@ class AggregatorConfig:
         quantize_range: the quantization range [-R, R] (default: clip).
         secure: sum the quantized updates with federated_secure_sum_bitwidth.
         seed: seed of the DP noise (default 0).
+
+    The options without a check here are checked by `Aggregator` (`build`).
     """
 
-    weighted: bool = True
+    TABLE: ClassVar[str] = 'aggregator'
+    weighted: bool = _opt(True, _check_bool)
     clip: Optional[float] = None
-    adaptive_clip: bool = False
+    adaptive_clip: bool = _opt(False, _check_bool)
     target_quantile: float = 0.5
     clip_learning_rate: float = 0.2
     noise_multiplier: float = 0.0
     clipped_count_stddev: Optional[float] = None
-    dp_delta: float = 1e-5
+    dp_delta: float = _opt(1e-5, _as_given(_num(0.0, inclusive=False, below=1.0)))
     quantize_bits: Optional[int] = None
     quantize_range: Optional[float] = None
-    secure: bool = False
-    seed: int = 0
+    secure: bool = _opt(False, _check_bool)
+    seed: int = _opt(0, _int(0))
 
-    def __post_init__(self) -> None:
-        for key in ('weighted', 'adaptive_clip', 'secure'):
-            _check_bool(f'aggregator.{key}', getattr(self, key))
-        _check_float('aggregator.dp_delta', self.dp_delta, minimum=0.0, inclusive=False,
-                     below=1.0)
-        _check_int('aggregator.seed', self.seed, 0)
+    def _validate(self) -> None:
         self.build(clients_per_round=1)  # every other check (names the key)
 
     def build(self, clients_per_round: int) -> Any:
@@ -581,95 +711,99 @@ class AggregatorConfig:
             raise ConfigError(f'{key}: {e}', key=key, value=e.value) from None
 
 
-_STACK_OPTIONS: Mapping[str, Mapping[str, Any]] = {
-    'thread': {'clients_per_thread': 1},
-    'process': {'num_workers': None, 'clients_per_worker': 256, 'cpu_affinity': True,
-                'devices': None, 'workers_per_gpu': 1},
-    'ray': {'address': None, 'num_workers': None, 'clients_per_worker': 256, 'cpu_affinity': True,
-            'num_cpus_per_worker': 1, 'num_gpus_per_worker': 0, 'placement_strategy': 'PACK'},
-}
+# [stack] --------------------------------------------------------------------
+
+class StackConfig(_Table, metaclass=_Union):
+    """``[stack]``: where the clients run, one class per ``kind``.
+
+    ``StackConfig(kind=..., **options)`` builds `ThreadStack` (default:
+    `local_executor_factory`), `ProcessStack` (`process_executor_factory`:
+    pinned worker processes) or `RayStack` (`ray_executor_factory`: Ray
+    actors, on this machine or a cluster).
+    """
+
+    TABLE, TAG, DEFAULT = 'stack', 'kind', 'thread'
+    VARIANTS: ClassVar[Dict[str, type]] = {}
+    kind: str  # the tag: a field of each variant
 
 
 @dataclasses.dataclass(frozen=True)
-class StackConfig:
-    """``[stack]``: where the clients run.
+class ThreadStack(StackConfig, tag='thread'):
+    """Client threads in this process.
 
     Attributes:
-        kind: ``'thread'`` (`local_executor_factory`, default),
-            ``'process'`` (`process_executor_factory`: pinned worker
-            processes) or ``'ray'`` (`ray_executor_factory`: Ray actors, on
-            this machine or a cluster).
-        address: ray: the cluster to join (``'auto'``, ``'host:6379'``,
-            ``'ray://host:10001'``; default: start a local Ray).
-        clients_per_thread: thread: clients per client thread (default 1).
-        num_workers: process: worker processes (default: one per usable
-            core, or per GPU slot when `devices` names GPUs).
-        clients_per_worker: process: most clients per TF call in a worker
-            (default 256).
-        cpu_affinity: process: pin each worker to its own cores (default
-            true).
-        devices: process: GPUs to use ('cuda:0', [0, 1], ...; default: CPU).
-        workers_per_gpu: process: workers sharing a GPU (default 1).
-        num_cpus_per_worker: ray: CPUs reserved per actor (default 1).
-        num_gpus_per_worker: ray: GPUs per actor, 0 .. 1 (default 0).
-        placement_strategy: ray: 'PACK' (default), 'SPREAD', 'STRICT_PACK'
-            or 'STRICT_SPREAD'.
+        clients_per_thread: clients per client thread.
     """
 
-    kind: str = 'thread'
-    clients_per_thread: Optional[int] = None
-    num_workers: Optional[int] = None
-    clients_per_worker: Optional[int] = None
-    cpu_affinity: Optional[bool] = None
-    devices: Optional[Union[str, Tuple[Union[int, str], ...]]] = None
-    workers_per_gpu: Optional[int] = None
-    address: Optional[str] = None
-    num_cpus_per_worker: Optional[float] = None
-    num_gpus_per_worker: Optional[float] = None
-    placement_strategy: Optional[str] = None
+    clients_per_thread: int = _opt(1, _int(1))
 
-    def __post_init__(self) -> None:
-        _check_choice('stack.kind', self.kind, STACK_KINDS)
-        _apply_variant(self, 'stack', 'kind', _STACK_OPTIONS)
-        if self.address is not None:
-            _check_str('stack.address', self.address)
-        if self.num_cpus_per_worker is not None:
-            _check_float('stack.num_cpus_per_worker', self.num_cpus_per_worker, minimum=0,
-                         inclusive=False)
-        if self.num_gpus_per_worker is not None:
-            _check_float('stack.num_gpus_per_worker', self.num_gpus_per_worker, minimum=0)
-            if self.num_gpus_per_worker > 1:
-                raise ConfigError('stack.num_gpus_per_worker must be a number in [0, 1] (a '
-                                  f'worker uses one GPU), got {self.num_gpus_per_worker!r}',
-                                  key='stack.num_gpus_per_worker',
-                                  value=self.num_gpus_per_worker)
-        if self.placement_strategy is not None:
-            _check_choice('stack.placement_strategy', self.placement_strategy,
-                          RAY_PLACEMENT_STRATEGIES)
-        for key in ('clients_per_thread', 'num_workers', 'clients_per_worker', 'workers_per_gpu'):
-            if getattr(self, key) is not None:
-                _check_int(f'stack.{key}', getattr(self, key), 1)
-        if self.cpu_affinity is not None:
-            _check_bool('stack.cpu_affinity', self.cpu_affinity)
-        d = self.devices
-        if d is not None:
-            if isinstance(d, (list, tuple)):
-                if not d or not all((isinstance(v, int) and not isinstance(v, bool) and v >= 0)
-                                    or (isinstance(v, str) and v) for v in d):
-                    raise ConfigError(
-                        f'stack.devices must be a string like "cuda:0" or a non-empty list of GPU '
-                        f'ids (ints >= 0) or device strings, got {d!r}', key='stack.devices',
-                        value=d)
-                object.__setattr__(self, 'devices', tuple(d))
-            elif not isinstance(d, str) or not d:
-                raise ConfigError(
-                    f'stack.devices must be a string like "cuda:0" or a list of GPU ids, got '
-                    f'{d!r}', key='stack.devices', value=d)
-            try:
-                pinning.parse_devices(list(self.devices) if isinstance(self.devices, tuple)
-                                      else self.devices)
-            except SimharnessError as e:
-                raise ConfigError(f'stack.devices: {e}', key='stack.devices', value=d) from e
+
+def _check_devices(key: str, d: Any) -> Union[str, Tuple[Union[int, str], ...]]:
+    if isinstance(d, (list, tuple)):
+        if not d or not all((isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+                            or (isinstance(v, str) and v) for v in d):
+            raise ConfigError(
+                f'{key} must be a string like "cuda:0" or a non-empty list of GPU ids (ints '
+                f'>= 0) or device strings, got {d!r}', key=key, value=d)
+        d = tuple(d)
+    elif not isinstance(d, str) or not d:
+        raise ConfigError(f'{key} must be a string like "cuda:0" or a list of GPU ids, got '
+                          f'{d!r}', key=key, value=d)
+    try:
+        pinning.parse_devices(list(d) if isinstance(d, tuple) else d)
+    except SimharnessError as e:
+        raise ConfigError(f'{key}: {e}', key=key, value=d) from e
+    return d
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessStack(StackConfig, tag='process'):
+    """Pinned worker processes on this machine.
+
+    Attributes:
+        num_workers: worker processes (default: one per usable core, or per
+            GPU slot when `devices` names GPUs).
+        clients_per_worker: most clients per TF call in a worker.
+        cpu_affinity: pin each worker to its own cores.
+        devices: GPUs to use ('cuda:0', [0, 1], ...; default: CPU).
+        workers_per_gpu: workers sharing a GPU.
+    """
+
+    num_workers: Optional[int] = _opt(None, _int(1))
+    clients_per_worker: int = _opt(256, _int(1))
+    cpu_affinity: bool = _opt(True, _check_bool)
+    devices: Optional[Union[str, Tuple[Union[int, str], ...]]] = _opt(None, _check_devices)
+    workers_per_gpu: int = _opt(1, _int(1))
+
+
+def _check_gpu_share(key: str, value: Any) -> Any:
+    _check_float(key, value, minimum=0)
+    if value > 1:
+        raise ConfigError(f'{key} must be a number in [0, 1] (a worker uses one GPU), got '
+                          f'{value!r}', key=key, value=value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class RayStack(StackConfig, tag='ray'):
+    """Ray actors (`ray_executor_factory`), on this machine or a cluster.
+
+    Attributes:
+        num_workers, clients_per_worker, cpu_affinity: as for the process stack.
+        address: the cluster to join (``'auto'``, ``'host:6379'``,
+            ``'ray://host:10001'``; default: start a local Ray).
+        num_cpus_per_worker: CPUs reserved per actor.
+        num_gpus_per_worker: GPUs per actor, 0 .. 1.
+        placement_strategy: 'PACK', 'SPREAD', 'STRICT_PACK' or 'STRICT_SPREAD'.
+    """
+
+    num_workers: Optional[int] = _opt(None, _int(1))
+    clients_per_worker: int = _opt(256, _int(1))
+    cpu_affinity: bool = _opt(True, _check_bool)
+    address: Optional[str] = _opt(None, _check_str)
+    num_cpus_per_worker: float = _opt(1, _as_given(_num(0, inclusive=False)))
+    num_gpus_per_worker: float = _opt(0, _check_gpu_share)
+    placement_strategy: str = _opt('PACK', _choice(RAY_PLACEMENT_STRATEGIES))
 
 
 def check_stack_devices(stack: StackConfig, inventory: Optional[GpuInventory] = None) -> None:
@@ -687,13 +821,16 @@ def check_stack_devices(stack: StackConfig, inventory: Optional[GpuInventory] = 
         ConfigError: naming ``stack.devices``, the GPUs asked for, the GPUs
             found and what was checked.
     """
-    if stack.kind != 'process' or stack.devices is None:
+    if not isinstance(stack, ProcessStack) or stack.devices is None:
         return
     devices = list(stack.devices) if isinstance(stack.devices, tuple) else stack.devices
     try:
         pinning.check_gpus_exist(devices, pinning.parse_devices(devices) or (), inventory,
                                  name='stack.devices')
     except SimharnessError as e:
+        raise ConfigError(str(e), key='stack.devices', value=stack.devices) from e
+
+
         raise ConfigError(str(e), key='stack.devices', value=stack.devices) from e
 
 
@@ -760,9 +897,11 @@ _TABLES: Mapping[str, type] = {
     'aggregator': AggregatorConfig, 'training': TrainingConfig, 'stack': StackConfig,
     'sweep': SweepConfig,
 }
-_DISCRIMINATORS = {'data': 'dataset', 'model': 'name', 'stack': 'kind'}
-_VARIANT_OPTIONS = {'data': _DATA_OPTIONS, 'model': _MODEL_OPTIONS, 'stack': _STACK_OPTIONS}
+_UNIONS: Mapping[str, _Union] = {'data': DataConfig, 'model': ModelConfig, 'stack': StackConfig}
 _TOP_KEYS = ('name',) + tuple(_TABLES)
+DATASETS = tuple(sorted(DataConfig.VARIANTS))
+MODEL_NAMES = tuple(sorted(ModelConfig.VARIANTS))
+STACK_KINDS = tuple(sorted(StackConfig.VARIANTS))
 
 
 def valid_keys(include_sweep: bool = True) -> List[str]:
@@ -771,7 +910,7 @@ def valid_keys(include_sweep: bool = True) -> List[str]:
     for table, cls in _TABLES.items():
         if table == 'sweep' and not include_sweep:
             continue
-        keys += [f'{table}.{f.name}' for f in dataclasses.fields(cls)]
+        keys += [f'{table}.{k}' for k in table_keys(cls)]
     return keys
 
 
@@ -890,12 +1029,7 @@ def config_from_dict(raw: Mapping[str, Any], default_name: Optional[str] = None
         body = raw.get(table, {})
         if not isinstance(body, Mapping):
             raise ConfigError(f'[{table}] must be a table, got {body!r}', key=table, value=body)
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        for key in body:
-            if key not in allowed:
-                raise ConfigError(
-                    f'unknown key {table}.{key}; allowed keys in [{table}]: '
-                    f'{", ".join(allowed)}', key=f'{table}.{key}', value=body[key])
+        _check_keys(table, body, table_keys(cls))
         if table == 'sweep':
             tables[table] = SweepConfig(grid=body.get('grid', {}))
             continue
@@ -1008,11 +1142,11 @@ def _assign(config: ExperimentConfig, assignments: Sequence[Tuple[str, Any]]
             continue
         d.setdefault(table, {})[field] = value
         explicit.setdefault(table, set()).add(field)
-    for table, disc in _DISCRIMINATORS.items():
-        old = getattr(getattr(config, table), disc)
-        new = d.get(table, {}).get(disc, old)
-        if new != old and isinstance(new, str) and new in _VARIANT_OPTIONS[table]:
-            keep = set(_VARIANT_OPTIONS[table][new]) | explicit.get(table, set()) | {disc}
+    for table, union in _UNIONS.items():
+        old = getattr(getattr(config, table), union.TAG)
+        new = d.get(table, {}).get(union.TAG, old)
+        if new != old and isinstance(new, str) and new in union.VARIANTS:
+            keep = set(_own_keys(union.VARIANTS[new])) | explicit.get(table, set())
             d[table] = {k: v for k, v in d[table].items() if k in keep}
     return config_from_dict(d)
 

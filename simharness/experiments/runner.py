@@ -58,8 +58,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
 from simharness.experiments import atomic
 from simharness.experiments import checkpoints as CK
-from simharness.experiments.config import (DEFAULT_RUN_ID, ExperimentConfig, expand_sweep,
-                                           read_toml)
+from simharness.experiments.config import (DEFAULT_RUN_ID, ExperimentConfig, KerasModel,
+                                           expand_sweep, read_toml)
 
 PathLike = Union[str, Path]
 
@@ -204,7 +204,7 @@ def _build_workload(config: ExperimentConfig) -> _Workload:
     import numpy as np  # pylint: disable=import-outside-toplevel
     from simharness import data as D  # pylint: disable=import-outside-toplevel
     from simharness.learning import reference_fedavg_workload  # pylint: disable=import-outside-toplevel
-    # The variant's options are filled in (not None) once the config validated.
+    # The variant class of data.dataset (config.FilesData, ...): exactly its options.
     d: Any = config.data
     x_key, y_key = 'x', 'y'
     test = None
@@ -253,7 +253,7 @@ def _build_workload(config: ExperimentConfig) -> _Workload:
     else:
         eval_x, eval_y, eval_on = _stack_clients(cd, x_key), _stack_clients(cd, y_key), \
             'all clients'
-    num_classes = _BENCHMARK_CLASSES.get(d.dataset, d.num_classes)
+    num_classes = _BENCHMARK_CLASSES.get(d.dataset, getattr(d, 'num_classes', None))
     if d.dataset == 'emnist' and d.only_digits:
         num_classes = 10
     if d.dataset == 'stackoverflow':
@@ -306,7 +306,7 @@ def _cohort(config: ExperimentConfig, ids: Sequence[str], round_num: int) -> Lis
 
 def _make_factory(config: ExperimentConfig) -> Any:
     from simharness import stacks  # pylint: disable=import-outside-toplevel
-    s: Any = config.stack  # the kind's options are filled in (not None)
+    s: Any = config.stack  # ThreadStack, ProcessStack or RayStack: exactly its options
     if s.kind == 'thread':
         return stacks.local_executor_factory(clients_per_thread=s.clients_per_thread)
     if s.kind == 'ray':
@@ -606,16 +606,17 @@ def _build_model(config: ExperimentConfig, work: _Workload) -> _Model:
     # pylint: disable=import-outside-toplevel
     from simharness.learning import functional as F
     from simharness.learning.models import get_model, numpy_evaluate
-    if config.model.name == 'keras':
+    if isinstance(config.model, KerasModel):
         from simharness.core.determinism import pin_tensorflow_threads
         pin_tensorflow_threads()  # before Keras runs its first op: same bits as the workers
+        builder = str(config.model.keras)  # required: the config checked it
         try:
-            fm = F.from_keras_builder(config.model.keras, work.input_shape, work.num_classes,
+            fm = F.from_keras_builder(builder, work.input_shape, work.num_classes,
                                       y_shape=work.label_shape,
                                       ignore_label=0 if work.label_shape else None)
         except (SimharnessValueError, SimharnessTypeError) as e:
-            raise ConfigError(f'[model] keras {config.model.keras}: {e}', key='model.keras',
-                              value=config.model.keras) from e
+            raise ConfigError(f'[model] keras {builder}: {e}', key='model.keras',
+                              value=builder) from e
         acc = next((m.name for m in fm.metrics if 'acc' in m.name), None)
 
         def evaluate(weights: Sequence[Any]) -> Tuple[float, float]:

@@ -155,7 +155,7 @@ def test_stack_config_of_kind_ray():
                                                  'placement_strategy': 'SPREAD'}})
     assert 'address = "auto"' in c.to_toml()
     # Switching the kind drops the options the new kind does not take.
-    assert apply_overrides(c, ['stack.kind=thread']).stack.address is None
+    assert not hasattr(apply_overrides(c, ['stack.kind=thread']).stack, 'address')
     for bad, key in [({'num_gpus_per_worker': 2}, 'num_gpus_per_worker'),
                      ({'num_cpus_per_worker': 0}, 'num_cpus_per_worker'),
                      ({'placement_strategy': 'pack'}, 'placement_strategy'),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -80,15 +81,17 @@ def test_load_full_config(tmp_path):
     assert c.data.dataset == 'digits' and c.data.num_clients == 10
     assert c.data.partition == 'iid' and c.data.test_fraction == 0.25 and c.data.seed == 3
     assert c.data.dirichlet_alpha == 0.5 and c.data.min_size == 5       # defaults filled
-    assert c.data.alpha is None and c.data.path is None                  # other datasets' options
+    assert type(c.data) is C.DigitsData and isinstance(c.data, C.DataConfig)
+    assert not hasattr(c.data, 'alpha') and not hasattr(c.data, 'path')  # other datasets' options
     assert c.model.name == 'cnn' and c.model.conv_filters == (4, 8)
-    assert c.model.kernel_size == 5 and c.model.pool_size == 2 and c.model.hidden_sizes is None
+    assert c.model.kernel_size == 5 and c.model.pool_size == 2
+    assert type(c.model) is C.CnnModel and not hasattr(c.model, 'hidden_sizes')
     assert c.algorithm.server_learning_rate == 1.0
     assert isinstance(c.algorithm.server_learning_rate, float)
     assert c.training == C.TrainingConfig(rounds=7, clients_per_round=5, seed=11, eval_every=3,
                                           cohort='reference')
     assert c.stack.kind == 'process' and c.stack.num_workers == 2
-    assert c.stack.devices == (0, 'cuda:1') and c.stack.clients_per_thread is None
+    assert c.stack.devices == (0, 'cuda:1') and not hasattr(c.stack, 'clients_per_thread')
     assert c.sweep.grid == (('stack.num_workers', (1, 2)),
                             ('training.clients_per_round', (2, 5)))
     assert c.init_seed == 11
@@ -295,6 +298,51 @@ def test_configs_are_frozen():
         c.training.rounds = 3  # type: ignore[misc]
 
 
+@pytest.mark.parametrize('union,tag,variants', [
+    (C.DataConfig, 'dataset', {'synthetic': C.SyntheticData, 'digits': C.DigitsData,
+                               'files': C.FilesData, 'reference': C.ReferenceData,
+                               'emnist': C.EmnistData, 'cifar100': C.Cifar100Data,
+                               'shakespeare': C.ShakespeareData,
+                               'stackoverflow': C.StackOverflowData, 'hf': C.HfData}),
+    (C.ModelConfig, 'name', {'logreg': C.LogregModel, 'mlp': C.MlpModel, 'cnn': C.CnnModel,
+                             'keras': C.KerasModel}),
+    (C.StackConfig, 'kind', {'thread': C.ThreadStack, 'process': C.ProcessStack,
+                             'ray': C.RayStack}),
+])
+def test_one_class_per_variant(union, tag, variants):
+    """The tag picks the class; a variant holds its tag (first, fixed) and its options only."""
+    assert union.VARIANTS == variants
+    every = set()
+    for value, cls in variants.items():
+        assert issubclass(cls, union)
+        names = [f.name for f in dataclasses.fields(cls)]
+        assert names[0] == tag and names.count(tag) == 1
+        every |= set(names)
+        with pytest.raises(TypeError):
+            cls(**{tag: value})  # the tag is not an argument: the class is the tag
+    assert set(C.table_keys(union)) == every
+    default = union()
+    assert type(default) is variants[union.DEFAULT] and getattr(default, tag) == union.DEFAULT
+
+
+def test_union_constructor_builds_the_variant_and_checks_its_keys():
+    assert C.StackConfig(kind='process', num_workers=2) == C.ProcessStack(num_workers=2)
+    assert C.DataConfig(num_clients=None) == C.SyntheticData()  # None: not set
+    assert C.DataConfig(dataset='files', path='p').known_num_clients is None
+    with pytest.raises(ConfigError, match='unknown key stack.foo; allowed keys in'):
+        C.StackConfig(kind='thread', foo=1)
+    with pytest.raises(ConfigError, match="num_workers is an option of kind 'process', 'ray'"):
+        C.StackConfig(kind='thread', num_workers=2)
+    with pytest.raises(ConfigError) as info:
+        C.FilesData()
+    assert info.value.key == 'data.path' and 'required' in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        C.SyntheticData(num_clients=None)  # a variant's own defaults are not optional
+    assert info.value.key == 'data.num_clients'
+    with pytest.raises(ValueError):
+        dataclasses.replace(C.ThreadStack(), kind='process')
+
+
 # ------------------------------------------------------------------- overrides
 
 def test_override_values_are_toml_literals_or_bare_strings():
@@ -334,7 +382,8 @@ def test_changing_a_discriminator_drops_options_it_does_not_take():
     t = apply_overrides(c, ['stack.kind=thread'])
     assert t.stack == C.StackConfig(kind='thread', clients_per_thread=1)
     d = apply_overrides(c, ['data.dataset=digits'])
-    assert d.data.alpha is None and d.data.num_clients == 30 and d.data.partition == 'dirichlet'
+    assert not hasattr(d.data, 'alpha') and d.data.num_clients == 30
+    assert d.data == C.DigitsData(num_clients=30)
     p = apply_overrides(t, ['stack.kind=process', 'stack.num_workers=3'])
     assert p.stack.num_workers == 3 and p.stack.clients_per_worker == 256
     with pytest.raises(ConfigError) as info:
@@ -397,7 +446,7 @@ def test_sweep_over_a_discriminator():
                           'sweep': {'grid': {'stack.kind': ['thread', 'process']}}}, 'x')
     (tid, t), (pid, p) = expand_sweep(c)
     assert (tid, pid) == ('kind=thread', 'kind=process')
-    assert t.stack.num_workers is None and p.stack.num_workers == 2
+    assert t.stack == C.ThreadStack() and p.stack.num_workers == 2
 
 
 def test_invalid_sweep_point_names_the_run():
