@@ -20,8 +20,10 @@ them.
   (any benchmark)       a test using pytest-benchmark's `benchmark` gets the
                         peak RSS of the driver and its child processes over
                         its call in extra_info['peak_rss']
-  simharness_pools      session-scoped warm worker pools, one per worker count,
+  simharness_registry   the session's StackRegistry: every stack by name, each
+                        with its session resource (warm worker pools, services),
                         closed at the end of the session
+  simharness_pools      the registry's warm worker pools, one per layout
 ```
 
 Under ``simharness bench ab`` (environment variable
@@ -45,7 +47,22 @@ ran on.
 Stack names: ``thread`` (`local_executor_factory`: client threads in this
 process), ``thread-debug`` (`thread_debugging_executor_factory`: one thread
 per client), ``process`` (`process_executor_factory` with one worker per
-usable CPU) and ``process-N`` (N pinned worker processes).
+usable CPU) and ``process-N`` (N pinned worker processes), and those a
+``conftest.py`` registers (`StackRegistry`, `StackEntry`, `process_stack`)::
+
+    # conftest.py
+    import pytest
+    from simharness.pytest_plugin import StackEntry, process_stack
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_simharness_register_stacks(registry):
+        registry.register('process-2-small', process_stack(2, clients_per_worker=8))
+        registry.register('my-services', StackEntry(
+            build=lambda services, n: my_factory(services, num_clients=n),
+            start=start_my_services,   # once per session, closed at its end
+            kind='remote', marks=(pytest.mark.slow,)))
+
+``--simharness-stacks=thread,process-2-small`` then runs on both.
 """
 
 from __future__ import annotations
@@ -54,11 +71,13 @@ import contextlib
 import dataclasses
 import os
 import re
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-__all__ = ['SimharnessStack', 'StackSpec', 'WorkerPools', 'parse_stacks']
+__all__ = ['SimharnessBenchmark', 'SimharnessStack', 'StackEntry', 'StackRegistry', 'StackSpec',
+           'WorkerPools', 'is_builtin_stack', 'parametrize_stacks', 'parse_stacks',
+           'process_stack', 'stack_config', 'stack_registry']
 
 DEFAULT_STACKS = 'thread'
 DEFAULT_CLIENTS_PER_WORKER = 256
@@ -109,16 +128,30 @@ def parse_stacks(text: str) -> List[StackSpec]:
     return specs
 
 
+def is_builtin_stack(name: str) -> bool:
+    """Whether `name` is a built-in stack name (``thread``, ``thread-debug``, ``process[-N]``)."""
+    try:
+        StackSpec.parse(name)
+    except ValueError:
+        return False
+    return True
+
+
 # ------------------------------------------------------------------ pools
 
+#: Name of the thread each `WorkerPool` runs its I/O on (alive while the pool is).
+REACTOR_THREAD = 'simharness-pool-reactor'
+
+
 class WorkerPools:
-    """Warm worker pools shared by a session, one per worker count.
+    """Warm worker pools shared by a session, one per layout (workers, clients per worker).
 
     Pools start on first use (the first one also starts the TF-preloading
-    forkserver) and stay warm until `close()`.
+    forkserver) and stay warm until `close()`. A `StackRegistry` keeps one
+    (`StackRegistry.pools`): every process stack of a layout runs on its pool.
 
     Args:
-      clients_per_worker: as in `process_executor_factory`.
+      clients_per_worker: the default of `get` (as in `process_executor_factory`).
       cpu_affinity: pin each worker to its own CPUs.
     """
 
@@ -126,27 +159,44 @@ class WorkerPools:
                  cpu_affinity: bool = True):
         self.clients_per_worker = clients_per_worker
         self.cpu_affinity = cpu_affinity
-        self._pools: Dict[Optional[int], Any] = {}
-        #: Seconds each pool took to start, by worker count.
-        self.start_seconds: Dict[Optional[int], float] = {}
+        self._pools: Dict[Tuple[Optional[int], Optional[int]], Any] = {}
+        #: Seconds each pool took to start, by ``(num_workers, clients_per_worker)``.
+        self.start_seconds: Dict[Tuple[Optional[int], Optional[int]], float] = {}
         self._closed = False
 
-    def get(self, num_workers: Optional[int]) -> Any:
-        """The started `WorkerPool` with `num_workers` workers (None: one per usable CPU)."""
+    def get(self, num_workers: Optional[int], clients_per_worker: Optional[int] = None) -> Any:
+        """The started `WorkerPool` of this layout.
+
+        Args:
+          num_workers: worker processes (None: one per usable CPU).
+          clients_per_worker: the most clients a worker runs through one TF
+            call (None: this object's `clients_per_worker`).
+        """
         if self._closed:
             raise RuntimeError('the simharness worker pools are closed')
-        pool = self._pools.get(num_workers)
+        cpw = self.clients_per_worker if clients_per_worker is None else clients_per_worker
+        key = (num_workers, cpw)
+        pool = self._pools.get(key)
         if pool is None:
             from simharness.stacks import create_worker_pool
-            pool = create_worker_pool(num_workers=num_workers,
-                                      clients_per_worker=self.clients_per_worker,
+            pool = create_worker_pool(num_workers=num_workers, clients_per_worker=cpw,
                                       cpu_affinity=self.cpu_affinity)
-            self._pools[num_workers] = pool
-            self.start_seconds[num_workers] = pool.start()
+            try:
+                seconds = pool.start()
+            except BaseException:
+                pool.close()
+                raise
+            self._pools[key] = pool
+            self.start_seconds[key] = seconds
         return pool
 
+    @property
+    def started(self) -> List[Any]:
+        """The pools started so far, oldest first."""
+        return list(self._pools.values())
+
     def close(self) -> None:
-        """Stops every pool. Idempotent."""
+        """Stops every pool, newest first. Idempotent."""
         self._closed = True
         errors = []
         while self._pools:
@@ -167,25 +217,21 @@ class WorkerPools:
 
 def make_factory(spec: StackSpec, pools: Optional[WorkerPools] = None,
                  num_clients: Optional[int] = None) -> Any:
-    """A new `ExecutorFactory` of stack `spec` (process stacks share the warm pool of `pools`).
+    """A new `ExecutorFactory` of built-in stack `spec` (process stacks share the warm pool of `pools`).
 
     Closing the factory closes its stacks, never a shared pool.
     """
-    from simharness import stacks
-    if spec.kind == 'thread':
-        return stacks.local_executor_factory(num_clients=num_clients)
-    if spec.kind == 'thread-debug':
-        return stacks.thread_debugging_executor_factory(num_clients=num_clients)
+    entry = _builtin_entry(spec)
+    if entry.pool is None:
+        return entry.build(None, num_clients)
     if pools is None:
         raise ValueError(f'stack {spec.name!r} needs WorkerPools')
-    return stacks.process_executor_factory(num_clients=num_clients,
-                                           pool=pools.get(spec.num_workers))
+    return entry.build(pools.get(*entry.pool), num_clients)
 
 
-def stack_config(spec: StackSpec, factory: Any) -> Dict[str, Any]:
-    """The stack's configuration as JSON-friendly data (saved in benchmark JSON)."""
+def _common_config(name: str, kind: str) -> Dict[str, Any]:
     import simharness
-    config: Dict[str, Any] = {'name': spec.name, 'kind': spec.kind,
+    config: Dict[str, Any] = {'name': name, 'kind': kind,
                               'simharness_version': simharness.__version__}
     try:
         import tensorflow as tf
@@ -194,20 +240,356 @@ def stack_config(spec: StackSpec, factory: Any) -> Dict[str, Any]:
         pass
     if hasattr(os, 'sched_getaffinity'):
         config['usable_cpus'] = sorted(os.sched_getaffinity(0))
-    if spec.kind == 'thread':
-        from simharness.stacks import default_max_fanout
-        config.update(factory='local_executor_factory', max_fanout=default_max_fanout())
-    elif spec.kind == 'thread-debug':
-        config.update(factory='thread_debugging_executor_factory', clients_per_thread=1)
-    else:
-        pool = factory.pool
-        config.update(
-            factory='process_executor_factory', num_workers=pool.num_workers,
-            clients_per_worker=pool.worker_options.get('clients_per_worker'),
-            workers=[{'worker_id': p.worker_id, 'cpus': list(p.cpus), 'gpu': p.gpu,
-                      'intra_op_threads': p.intra_op_threads,
-                      'inter_op_threads': p.inter_op_threads} for p in pool.placements])
     return config
+
+
+def stack_config(spec: StackSpec, factory: Any) -> Dict[str, Any]:
+    """The built-in stack's configuration as JSON-friendly data (saved in benchmark JSON)."""
+    entry = _builtin_entry(spec)
+    assert entry.describe is not None
+    return dict(_common_config(spec.name, spec.kind), **entry.describe(factory))
+
+
+# ------------------------------------------------------------------ the stack registry
+
+@dataclasses.dataclass(frozen=True)
+class StackEntry:
+    """How to build one named stack; register it with `StackRegistry.register`.
+
+    Attributes:
+      build: ``(resource, num_clients) -> ExecutorFactory``: a new factory on
+        the stack's session resource (None if it has none), fixed to
+        `num_clients` clients (None: the factory infers them from the
+        arguments). Closing the factory must leave the resource running.
+      start: ``() -> resource``: makes the stack's session resource (anything
+        with ``close()``: executor services, a cluster) on first use; the
+        registry closes it at the end of the session. None: no resource of its own.
+      pool: ``(num_workers, clients_per_worker)``: the resource is the
+        session's warm `WorkerPool` of that layout (`StackRegistry.pools`,
+        shared by every stack of the layout; None workers: one per usable
+        CPU; None clients per worker: ``--simharness-clients-per-worker``).
+        Not with `start`. `process_stack` makes such entries.
+      kind: ``simharness_stack['kind']`` in the benchmark JSON.
+      describe: ``factory -> dict``: what the benchmark JSON's
+        ``simharness_stack`` records of the factory (default: its class).
+      marks: pytest marks of the tests that run on the stack (e.g.
+        ``pytest.mark.slow``).
+      resident_threads: name prefixes of threads the resource keeps alive
+        for the whole session (for thread-leak checks).
+    """
+
+    build: Callable[[Any, Optional[int]], Any]
+    start: Optional[Callable[[], Any]] = None
+    pool: Optional[Tuple[Optional[int], Optional[int]]] = None
+    kind: str = 'custom'
+    describe: Optional[Callable[[Any], Dict[str, Any]]] = None
+    marks: Tuple[Any, ...] = ()
+    resident_threads: Tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not callable(self.build):
+            raise TypeError(f'StackEntry.build must be callable, got {self.build!r}')
+        for name in ('start', 'describe'):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f'StackEntry.{name} must be callable or None, got {value!r}')
+        if self.pool is not None:
+            if self.start is not None:
+                raise ValueError('a StackEntry has a start or a pool, not both')
+            pool = tuple(self.pool)
+            if len(pool) != 2 or not all(
+                    v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+                    for v in pool):
+                raise ValueError('StackEntry.pool must be (num_workers, clients_per_worker), '
+                                 f'each an int >= 1 or None, got {self.pool!r}')
+            object.__setattr__(self, 'pool', pool)
+        if not isinstance(self.kind, str) or not self.kind:
+            raise TypeError(f'StackEntry.kind must be a non-empty str, got {self.kind!r}')
+        object.__setattr__(self, 'marks', tuple(self.marks))
+        threads = tuple(self.resident_threads)
+        if not all(isinstance(t, str) and t for t in threads):
+            raise TypeError('StackEntry.resident_threads must be non-empty strs, '
+                            f'got {self.resident_threads!r}')
+        object.__setattr__(self, 'resident_threads', threads)
+
+
+def _build_thread(_resource: Any, num_clients: Optional[int]) -> Any:
+    from simharness.stacks import local_executor_factory
+    return local_executor_factory(num_clients=num_clients)
+
+
+def _describe_thread(_factory: Any) -> Dict[str, Any]:
+    from simharness.stacks import default_max_fanout
+    return {'factory': 'local_executor_factory', 'max_fanout': default_max_fanout()}
+
+
+def _build_thread_debug(_resource: Any, num_clients: Optional[int]) -> Any:
+    from simharness.stacks import thread_debugging_executor_factory
+    return thread_debugging_executor_factory(num_clients=num_clients)
+
+
+def _describe_thread_debug(_factory: Any) -> Dict[str, Any]:
+    return {'factory': 'thread_debugging_executor_factory', 'clients_per_thread': 1}
+
+
+def _build_process(pool: Any, num_clients: Optional[int]) -> Any:
+    from simharness.stacks import process_executor_factory
+    return process_executor_factory(num_clients=num_clients, pool=pool)
+
+
+def _describe_process(factory: Any) -> Dict[str, Any]:
+    pool = factory.pool
+    return {'factory': 'process_executor_factory', 'num_workers': pool.num_workers,
+            'clients_per_worker': pool.worker_options.get('clients_per_worker'),
+            'workers': [{'worker_id': p.worker_id, 'cpus': list(p.cpus), 'gpu': p.gpu,
+                         'intra_op_threads': p.intra_op_threads,
+                         'inter_op_threads': p.inter_op_threads} for p in pool.placements]}
+
+
+def _describe_any(factory: Any) -> Dict[str, Any]:
+    return {'factory': f'{type(factory).__module__}.{type(factory).__qualname__}'}
+
+
+def process_stack(num_workers: Optional[int] = None, clients_per_worker: Optional[int] = None,
+                  *, marks: Tuple[Any, ...] = ()) -> StackEntry:
+    """An entry of `process_executor_factory` stacks on the session's warm pool of this layout.
+
+    Args:
+      num_workers: worker processes (None: one per usable CPU).
+      clients_per_worker: the most clients a worker runs through one TF call
+        (None: ``--simharness-clients-per-worker``, default 256).
+      marks: pytest marks of the tests that run on it.
+    """
+    return StackEntry(_build_process, pool=(num_workers, clients_per_worker), kind='process',
+                      describe=_describe_process, marks=marks, resident_threads=(REACTOR_THREAD,))
+
+
+def _builtin_entry(spec: StackSpec) -> StackEntry:
+    if spec.kind == 'thread':
+        return StackEntry(_build_thread, kind='thread', describe=_describe_thread)
+    if spec.kind == 'thread-debug':
+        return StackEntry(_build_thread_debug, kind='thread-debug', describe=_describe_thread_debug)
+    return process_stack(spec.num_workers)
+
+
+class StackRegistry:
+    """The stacks of a pytest session by name, and their session resources.
+
+    Built-in names (``thread``, ``thread-debug``, ``process``, ``process-N``)
+    are always known; `register` adds others. A stack's session resource (its
+    warm worker pool, executor services, ...) starts when a factory of it is
+    first made and stays up until `close()`; its factories share it.
+
+    The plugin keeps one per session (`stack_registry(config)`, the
+    ``simharness_registry`` fixture) and closes it when the session ends.
+    A ``conftest.py`` adds stacks with the hook::
+
+        from simharness.pytest_plugin import StackEntry, process_stack
+
+        def pytest_simharness_register_stacks(registry):
+            registry.register('process-4-small', process_stack(4, clients_per_worker=8))
+            registry.register('my-remote', StackEntry(build=..., start=..., kind='remote'))
+
+    Args:
+      clients_per_worker: the default batch of the warm pools (`WorkerPools`).
+      cpu_affinity: pin pool workers to their own CPUs.
+    """
+
+    def __init__(self, clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+                 cpu_affinity: bool = True):
+        #: The session's warm worker pools (the resource of every process stack).
+        self.pools = WorkerPools(clients_per_worker, cpu_affinity)
+        self._entries: Dict[str, StackEntry] = {}
+        self._builtin: Dict[str, StackEntry] = {}
+        self._resources: Dict[str, Any] = {}
+        self._used: Dict[str, None] = {}
+        self._closed = False
+
+    # -- names and entries
+
+    def register(self, name: str, entry: StackEntry) -> None:
+        """Adds stack `name`.
+
+        Raises:
+          ValueError: a built-in or already registered name, or one that
+            cannot be given on the command line (empty, a comma, whitespace).
+          TypeError: `entry` is not a `StackEntry`.
+        """
+        if not isinstance(name, str) or not name or name != name.strip() or \
+                any(c.isspace() or c == ',' for c in name):
+            raise ValueError(f'a stack name must be a non-empty str without commas or '
+                             f'whitespace, got {name!r}')
+        if not isinstance(entry, StackEntry):
+            raise TypeError(f'register({name!r}, ...) needs a StackEntry, got {entry!r} of type '
+                            f'{type(entry).__name__}')
+        if is_builtin_stack(name):
+            raise ValueError(f'{name!r} is a built-in simharness stack: register another name')
+        if name in self._entries:
+            raise ValueError(f'simharness stack {name!r} is already registered')
+        self._entries[name] = entry
+
+    def add_marks(self, name: str, *marks: Any) -> None:
+        """Gives the tests that run on stack `name` (built-in or registered) more pytest marks."""
+        entry = self.entry(name)
+        entry = dataclasses.replace(entry, marks=entry.marks + tuple(marks))
+        if name in self._entries:
+            self._entries[name] = entry
+        else:
+            self._builtin[name] = entry
+
+    @property
+    def names(self) -> List[str]:
+        """The registered names (built-in ones are not listed)."""
+        return list(self._entries)
+
+    def spec(self, name: str) -> Optional[StackSpec]:
+        """The `StackSpec` of a built-in name; None for a registered one."""
+        return None if name in self._entries else StackSpec.parse(name)
+
+    def entry(self, name: str) -> StackEntry:
+        """The entry of stack `name`.
+
+        Raises:
+          ValueError: an unknown name.
+        """
+        if name in self._entries:
+            return self._entries[name]
+        if name not in self._builtin:
+            try:
+                spec = StackSpec.parse(name)
+            except ValueError:
+                raise ValueError(
+                    f'unknown simharness stack {name!r}: expected thread, thread-debug, process, '
+                    'process-N (N >= 1 workers)'
+                    + (f' or a registered stack ({", ".join(self._entries)})'
+                       if self._entries else '')) from None
+            self._builtin[name] = _builtin_entry(spec)
+        return self._builtin[name]
+
+    def parse(self, text: str) -> List[str]:
+        """Stack names from a comma-separated list, checked (duplicates dropped, order kept)."""
+        names: List[str] = []
+        for part in str(text).split(','):
+            name = part.strip()
+            if name:
+                self.entry(name)
+                if name not in names:
+                    names.append(name)
+        if not names:
+            raise ValueError(f'no simharness stack named in {text!r}')
+        return names
+
+    def params(self, names: Any) -> List[Any]:
+        """``pytest.param(name, marks=..., id=name)`` for each name (for ``metafunc.parametrize``)."""
+        return [pytest.param(n, marks=self.entry(n).marks, id=n) for n in names]
+
+    # -- resources and factories
+
+    def resource(self, name: str) -> Any:
+        """The session resource of stack `name`, started on first use (None if it has none)."""
+        if self._closed:
+            raise RuntimeError('the simharness stack registry is closed')
+        entry = self.entry(name)
+        if entry.pool is not None:
+            resource = self.pools.get(*entry.pool)
+        elif entry.start is None:
+            resource = None
+        else:
+            if name not in self._resources:
+                self._resources[name] = entry.start()
+            resource = self._resources[name]
+        self._used[name] = None
+        return resource
+
+    def make_factory(self, name: str, num_clients: Optional[int] = None) -> Any:
+        """A new `ExecutorFactory` of stack `name` (on the stack's session resource); close it."""
+        entry = self.entry(name)
+        return entry.build(self.resource(name), num_clients)
+
+    def config(self, name: str, factory: Any) -> Dict[str, Any]:
+        """Stack `name`'s configuration with `factory`, JSON-friendly (the benchmark JSON's)."""
+        entry = self.entry(name)
+        describe = entry.describe or _describe_any
+        return dict(_common_config(name, entry.kind), **describe(factory))
+
+    @contextlib.contextmanager
+    def open(self, name: str, num_clients: Optional[int] = None) -> Iterator['SimharnessStack']:
+        """A new factory of stack `name` installed with ``sh.execution_context``; closed after.
+
+        Yields:
+          The `SimharnessStack` (what the ``simharness_stack`` fixture gives).
+        """
+        import simharness as sh
+        factory = self.make_factory(name, num_clients)
+        try:
+            config = self.config(name, factory)
+            with sh.execution_context(factory) as ctx:
+                yield SimharnessStack(name, factory, ctx, config, self)
+        finally:
+            factory.close()
+
+    def resident_thread_prefixes(self) -> Tuple[str, ...]:
+        """Name prefixes of the threads kept alive by the resources started so far."""
+        out: Tuple[str, ...] = (REACTOR_THREAD,) if self.pools.started else ()
+        for name in self._used:
+            out += tuple(t for t in self.entry(name).resident_threads if t not in out)
+        return out
+
+    def close(self) -> None:
+        """Closes every started resource (newest first), then the pools. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        errors = []
+        for name in reversed(list(self._resources)):
+            try:
+                self._resources.pop(name).close()
+            except Exception as e:  # close the others, then report
+                errors.append(e)
+        try:
+            self.pools.close()
+        except Exception as e:  # pylint: disable=broad-except
+            errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> 'StackRegistry':
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+_REGISTRY = pytest.StashKey[StackRegistry]()
+
+
+def stack_registry(config: Any) -> StackRegistry:
+    """The `StackRegistry` of the pytest session of `config` (made on first call)."""
+    registry = config.stash.get(_REGISTRY, None)
+    if registry is None:
+        cpw = (config.getoption('simharness_clients_per_worker', None)
+               or DEFAULT_CLIENTS_PER_WORKER)
+        registry = config.stash[_REGISTRY] = StackRegistry(clients_per_worker=cpw)
+    return registry
+
+
+def parametrize_stacks(metafunc: Any, argname: str, names: Any) -> bool:
+    """Parametrizes fixture `argname` (indirectly) with stacks `names`, their marks and ids.
+
+    A test that parametrizes `argname` itself is left alone.
+
+    Returns:
+      Whether it parametrized.
+    """
+    for mark in metafunc.definition.iter_markers('parametrize'):
+        argnames = mark.args[0] if mark.args else mark.kwargs.get('argnames', ())
+        if isinstance(argnames, str):
+            argnames = [n.strip() for n in argnames.split(',')]
+        if argname in argnames:
+            return False
+    registry = stack_registry(metafunc.config)
+    metafunc.parametrize(argname, registry.params(names), indirect=True)
+    return True
 
 
 # ------------------------------------------------------------------ interleaved A/B sessions
@@ -317,29 +699,30 @@ _TURNS = _Turns()
 # ------------------------------------------------------------------ what tests get
 
 class SimharnessStack:
-    """What the `simharness_stack` fixture gives a test.
+    """What the `simharness_stack` fixture gives a test (`StackRegistry.open` makes it).
 
     Attributes:
-      name: the stack's name (``'thread'``, ``'process-2'``, ...).
-      spec: its `StackSpec`.
+      name: the stack's name (``'thread'``, ``'process-2'``, a registered name, ...).
+      spec: its `StackSpec` (None for a registered stack).
       factory: the `ExecutorFactory` the test runs on (already installed with
         ``sh.execution_context``).
       context: the installed `ExecutionContext`.
       config: the stack's configuration (JSON-friendly dict).
+      registry: the session's `StackRegistry`.
     """
 
-    def __init__(self, spec: StackSpec, factory: Any, context: Any, config: Dict[str, Any],
-                 pools: WorkerPools):
-        self.spec = spec
-        self.name = spec.name
+    def __init__(self, name: str, factory: Any, context: Any, config: Dict[str, Any],
+                 registry: StackRegistry):
+        self.name = name
+        self.spec = registry.spec(name)
         self.factory = factory
         self.context = context
         self.config = config
-        self._pools = pools
+        self.registry = registry
 
     def make_factory(self, num_clients: Optional[int] = None) -> Any:
-        """A new factory of this stack (sharing its warm pool); close it when done."""
-        return make_factory(self.spec, self._pools, num_clients)
+        """A new factory of this stack (sharing its session resource); close it when done."""
+        return self.registry.make_factory(self.name, num_clients)
 
     @contextlib.contextmanager
     def clients(self, num_clients: int) -> Iterator[Any]:
@@ -702,22 +1085,46 @@ def pytest_runtest_call(item: Any) -> Iterator[None]:
         bench.extra_info['peak_rss'] = peak.as_dict()
 
 
-def _stacks(config: Any) -> List[StackSpec]:
+class _HookSpecs:
+    """The plugin's own hook."""
+
+    @pytest.hookspec(historic=True)
+    def pytest_simharness_register_stacks(self, registry: StackRegistry, config: Any) -> None:
+        """Register named stacks: ``registry.register(name, StackEntry(...))``.
+
+        Called once per session, at configure time (for a ``conftest.py``
+        found later in collection, when it is loaded). Names to be given to
+        ``--simharness-stacks`` must be registered by a plugin or by a
+        ``conftest.py`` loaded at start-up (the root directory's, or one on
+        the way to the paths given on the command line). Implement it with
+        ``@pytest.hookimpl(optionalhook=True)`` if the plugin may be off
+        (``-p no:simharness``).
+        """
+
+
+def pytest_addhooks(pluginmanager: Any) -> None:
+    pluginmanager.add_hookspecs(_HookSpecs)
+
+
+def _stack_names(config: Any) -> List[str]:
     text = config.getoption('simharness_stacks') or config.getini('simharness_stacks')
-    return parse_stacks(str(text or DEFAULT_STACKS))
+    return stack_registry(config).parse(str(text or DEFAULT_STACKS))
 
 
 def pytest_configure(config: Any) -> None:
-    try:
-        _stacks(config)
-    except ValueError as e:
-        raise pytest.UsageError(f'--simharness-stacks: {e}') from None
     rounds = config.getoption('simharness_rounds')
     if rounds is not None and rounds < 1:
         raise pytest.UsageError(f'--simharness-rounds must be >= 1, got {rounds}')
     cpw = config.getoption('simharness_clients_per_worker')
     if cpw is not None and cpw < 1:
         raise pytest.UsageError(f'--simharness-clients-per-worker must be >= 1, got {cpw}')
+    registry = stack_registry(config)
+    config.hook.pytest_simharness_register_stacks.call_historic(
+        kwargs={'registry': registry, 'config': config})
+    try:
+        _stack_names(config)
+    except ValueError as e:
+        raise pytest.UsageError(f'--simharness-stacks: {e}') from None
     spec = os.environ.get(INTERLEAVE_ENV)
     if spec and _TURNS.info is None:
         _TURNS.open(spec)
@@ -725,50 +1132,42 @@ def pytest_configure(config: Any) -> None:
 
 def pytest_unconfigure(config: Any) -> None:
     _TURNS.close()
-
-
-def _parametrized_by_user(metafunc: Any, name: str) -> bool:
-    for mark in metafunc.definition.iter_markers('parametrize'):
-        names = mark.args[0] if mark.args else mark.kwargs.get('argnames', ())
-        if isinstance(names, str):
-            names = [n.strip() for n in names.split(',')]
-        if name in names:
-            return True
-    return False
+    registry = config.stash.get(_REGISTRY, None)
+    if registry is not None:  # the simharness_registry fixture closed it, unless never used
+        registry.close()
 
 
 def pytest_generate_tests(metafunc: Any) -> None:
-    if ('simharness_stack' in metafunc.fixturenames
-            and not _parametrized_by_user(metafunc, 'simharness_stack')):
-        names = [s.name for s in _stacks(metafunc.config)]
-        metafunc.parametrize('simharness_stack', names, indirect=True, ids=names)
+    if 'simharness_stack' in metafunc.fixturenames:
+        parametrize_stacks(metafunc, 'simharness_stack', _stack_names(metafunc.config))
 
 
 # ------------------------------------------------------------------ fixtures
 
 @pytest.fixture(scope='session')
-def simharness_pools(pytestconfig: Any) -> Iterator[WorkerPools]:
-    """Warm worker pools for the session, one per worker count; closed at the end."""
-    cpw = pytestconfig.getoption('simharness_clients_per_worker') or DEFAULT_CLIENTS_PER_WORKER
-    with WorkerPools(clients_per_worker=cpw) as pools:
-        yield pools
+def simharness_registry(pytestconfig: Any) -> Iterator[StackRegistry]:
+    """The session's `StackRegistry`: stacks by name; their resources close at the session's end."""
+    registry = stack_registry(pytestconfig)
+    try:
+        yield registry
+    finally:
+        registry.close()
+
+
+@pytest.fixture(scope='session')
+def simharness_pools(simharness_registry: StackRegistry) -> WorkerPools:
+    """The session's warm worker pools, one per layout (the registry's); closed at the end."""
+    return simharness_registry.pools
 
 
 @pytest.fixture
-def simharness_stack(request: Any, simharness_pools: WorkerPools) -> Iterator[SimharnessStack]:
+def simharness_stack(request: Any, simharness_registry: StackRegistry) -> Iterator[SimharnessStack]:
     """Runs the test inside ``sh.execution_context`` of each stack of ``--simharness-stacks``."""
-    import simharness as sh
     name = getattr(request, 'param', None)
     if name is None:  # requested without parametrization: the first configured stack
-        name = _stacks(request.config)[0].name
-    spec = StackSpec.parse(name)
-    factory = make_factory(spec, simharness_pools)
-    try:
-        config = stack_config(spec, factory)
-        with sh.execution_context(factory) as ctx:
-            yield SimharnessStack(spec, factory, ctx, config, simharness_pools)
-    finally:
-        factory.close()
+        name = _stack_names(request.config)[0]
+    with simharness_registry.open(name) as stack:
+        yield stack
 
 
 @pytest.fixture

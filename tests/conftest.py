@@ -1,33 +1,52 @@
 """Shared fixtures: the stack registry, the `stack` fixture and the thread-leak check.
 
-No TensorFlow (and no executor) is imported at import time: unit tests of
-pure modules stay light. Fixtures import what they need when they run.
+The stacks are simharness' pytest plugin's (`simharness.pytest_plugin`): one
+`StackRegistry` per session, to which `stacks.register` adds the suite's own
+(tests/stacks.py). No TensorFlow (and no executor) is imported at import
+time: unit tests of pure modules stay light. Fixtures import what they need
+when they run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
 import time
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # the prepend import mode adds it already; importlib mode does not
     sys.path.insert(0, _HERE)
-import stacks as stack_registry_module  # noqa: E402  (tests/stacks.py)
+import stacks as suite_stacks  # noqa: E402  (tests/stacks.py)
+from simharness.pytest_plugin import (SimharnessStack, StackRegistry,  # noqa: E402
+                                      parametrize_stacks)
 
 THREAD_PREFIX = 'simharness-'
 
 
+def pytest_configure(config):
+    if not config.pluginmanager.hasplugin('simharness'):
+        raise pytest.UsageError('the tests need the simharness pytest plugin (pip install -e . '
+                                'registers it; do not pass -p no:simharness)')
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_simharness_register_stacks(registry: StackRegistry) -> None:
+    suite_stacks.register(registry)
+
+
+def pytest_generate_tests(metafunc):
+    if 'stack' in metafunc.fixturenames:
+        parametrize_stacks(metafunc, 'stack', suite_stacks.CONFORMANCE)
+
+
 @pytest.fixture(scope='session')
-def stack_registry() -> Iterator[stack_registry_module.StackRegistry]:
-    """The session's `StackRegistry`: starts stack resources lazily, closes them at the end."""
-    with stack_registry_module.StackRegistry() as registry:
-        yield registry
+def stack_registry(simharness_registry) -> StackRegistry:
+    """The session's `StackRegistry` (the plugin's): resources start lazily, close at the end."""
+    return simharness_registry
 
 
 @pytest.fixture
@@ -36,34 +55,11 @@ def make_factory(stack_registry):
     return stack_registry.make_factory
 
 
-class StackHandle:
-    """What the `stack` fixture gives a test: the stack's name, factory and context."""
-
-    def __init__(self, name: str, factory: Any, context: Any, registry: Any):
-        self.name = name
-        self.factory = factory
-        self.context = context
-        self._registry = registry
-
-    @contextlib.contextmanager
-    def clients(self, num_clients: int) -> Iterator[Any]:
-        """Runs the `with` body on this kind of stack fixed to `num_clients` clients."""
-        import simharness as sh
-        with sh.execution_context(self._registry.make_factory(self.name, num_clients)) as ctx:
-            yield ctx
-
-    def __repr__(self) -> str:
-        return f'StackHandle({self.name})'
-
-
-@pytest.fixture(params=[pytest.param(name, marks=entry.marks, id=name)
-                        for name, entry in stack_registry_module.STACKS.items()])
-def stack(request, stack_registry) -> Iterator[StackHandle]:
-    """Runs the test inside ``simharness.execution_context`` of every registered stack."""
-    import simharness as sh
-    factory = stack_registry.make_factory(request.param)
-    with sh.execution_context(factory) as ctx:
-        yield StackHandle(request.param, factory, ctx, stack_registry)
+@pytest.fixture
+def stack(request, stack_registry) -> Iterator[SimharnessStack]:
+    """Runs the test inside ``simharness.execution_context`` of every stack of `CONFORMANCE`."""
+    with stack_registry.open(request.param) as handle:
+        yield handle
 
 
 def _simharness_threads(exempt: tuple = ()) -> list:
@@ -87,9 +83,9 @@ def no_leaked_simharness_threads(stack_registry):
     ctx_module = sys.modules.get('simharness.context')
     if ctx_module is not None:
         ctx_module.set_default_executor(None)
-    # Pools of the session (the registry's, the pytest plugin's) keep their reactor
-    # thread; a pool leaked by a test is caught by the process tests' own checks
-    # (worker processes and segments).
+    # Pools of the session (the registry's) keep their reactor thread; so may a pool that
+    # a test closed a moment ago. A pool leaked by a test is caught by the process tests'
+    # own checks (worker processes and segments).
     exempt = stack_registry.resident_thread_prefixes() + ('simharness-pool-reactor',)
     deadline = time.monotonic() + 10
     while True:

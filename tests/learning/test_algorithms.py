@@ -1,7 +1,7 @@
 """Algorithms, Keras models, optimizers and aggregators on every stack (issue 16).
 
 Each case runs a few rounds of a small problem on the `stack` fixture
-(thread-1, thread-2, local, process-1, process-2) and must give the bits of
+(thread-1, thread-2, local, process-1, process-2-cpw3) and must give the bits of
 the thread-1 stack; the single-stack tests check the math against numpy.
 """
 
@@ -94,7 +94,7 @@ def reference():
         return {c: _run(c) for c in CASES}
 
 
-#: Run on every stack; the other cases on process-2 (2 workers, blocks of 3 clients).
+#: Run on every stack; the other cases on process-2-cpw3 (2 workers, blocks of 3 clients).
 EVERY_STACK = ('fedadam-keras-dp', 'fedyogi-adaptive-clip', 'fedsgd-secure')
 
 
@@ -115,7 +115,7 @@ def test_algorithms_give_the_same_bits_on_every_stack(stack, reference):
 @pytest.mark.process
 def test_every_algorithm_gives_the_same_bits_on_worker_processes(make_factory, reference):
     import simharness
-    with simharness.execution_context(make_factory('process-2')):
+    with simharness.execution_context(make_factory('process-2-cpw3')):
         for case in CASES:
             if case not in EVERY_STACK:
                 _same(case, reference)

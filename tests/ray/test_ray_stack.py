@@ -67,7 +67,7 @@ def test_bit_identical_to_the_thread_and_process_stacks(ray_stack, make_factory)
     args = _data(1000)
     thread = _bits(_run(local_executor_factory(), args))
     ray_ = _bits(_run(ray_executor_factory(workers=ray_stack.workers), args))
-    process = _bits(_run(make_factory('process-2'), args))
+    process = _bits(_run(make_factory('process-2-cpw3'), args))
     assert ray_ == thread
     assert ray_ == process
     # Not a trivial agreement: another client order gives other bits.
@@ -101,7 +101,7 @@ def test_fedavg_on_ray_is_bit_identical_to_the_process_stack(ray_stack, make_fac
             return [w.tobytes() for w in state['weights']], out
 
     assert rounds(ray_executor_factory(workers=ray_stack.workers)) == \
-        rounds(make_factory('process-2'))
+        rounds(make_factory('process-2-cpw3'))
 
 
 def test_one_actor_per_node_pinned_to_its_nodes_core(ray_stack):

@@ -80,7 +80,7 @@ def test_data_blocks_on_the_thread_stack(tmp_path, monkeypatch):
         federated_total([Data(make_uri(tmp_path / 'c0.npz'), sh.SequenceType(tf.float32))] * 2)
 
 
-@pytest.mark.parametrize('stack', [pytest.param('process-2', marks=pytest.mark.process),
+@pytest.mark.parametrize('stack', [pytest.param('process-2-cpw3', marks=pytest.mark.process),
                                    pytest.param('remote-2', marks=pytest.mark.remote)])
 def test_data_blocks_are_read_where_the_clients_live(tmp_path, make_factory, stack, monkeypatch):
     ids = _write_clients(tmp_path, 40)
