@@ -64,25 +64,32 @@ def _bits(result) -> tuple:
     return tuple(np.asarray(v, np.float32).tobytes() for v in result)
 
 
-def test_bit_identical_across_thread_and_process_layouts():
+def test_bit_identical_across_thread_and_process_layouts(warm_pool, warm_pool_1):
     data = _values(1000)
     with sh.execution_context(thread_debugging_executor_factory(clients_per_thread=1000)):
         expected = _bits(many_reductions(data))
     with sh.execution_context(thread_debugging_executor_factory(clients_per_thread=7)):
         assert _bits(many_reductions(data)) == expected
-    for workers, per_worker in [(1, 256), (2, 1), (2, 7), (3, 256), (3, 50)]:
-        with process_executor_factory(num_workers=workers, clients_per_worker=per_worker) as factory:
+    # The session's warm pools (1 x 256, 2 x 3), then private pools of other layouts.
+    warm = {(1, 256): warm_pool_1, (2, 3): warm_pool}
+    for workers, per_worker in [(1, 256), (2, 3), (2, 1), (2, 7), (3, 256), (3, 50)]:
+        pool = warm.get((workers, per_worker))
+        with process_executor_factory(num_workers=workers, clients_per_worker=per_worker,
+                                      pool=pool) as factory:
+            assert (factory.pool.num_workers,
+                    factory.pool.worker_options['clients_per_worker']) == (workers, per_worker)
             with sh.execution_context(factory):
                 got = [_bits(many_reductions(data)) for _ in range(2)]
         assert got == [expected, expected], (workers, per_worker)
 
 
-def test_one_request_per_worker_per_operation():
+def test_one_request_per_worker_per_operation(warm_pool):
     @sh.federated_computation(sh.type_at_clients(F32))
     def map_sum(xs):
         return sh.federated_sum(sh.federated_map(triple, xs))
 
-    with process_executor_factory(num_workers=2, clients_per_worker=64) as factory:
+    # 2 workers of at most 3 clients per TF call: many calls per worker, still one request.
+    with process_executor_factory(pool=warm_pool) as factory:
         with sh.execution_context(factory):
             counts = []
             for n in (100, 1000):
@@ -150,13 +157,14 @@ def test_large_model_round_trip_and_broadcast():
         return sh.federated_mean(sh.federated_map(scale, sh.federated_broadcast(w)))
 
     w = np.arange(n, dtype=np.float32) % 1000
+    # A pool of its own: the warm pool's arenas would keep this test's 128 MB for the session.
     with process_executor_factory(num_workers=2) as factory:
         with sh.execution_context(factory):
             out = round_trip(w)
     np.testing.assert_array_equal(out, w * 2.0)
 
 
-def test_struct_of_many_small_tensors():
+def test_struct_of_many_small_tensors(warm_pool):
     spec = collections.OrderedDict((f't{i}', sh.TensorType(np.float32, (3,))) for i in range(1000))
     st = sh.to_type(spec)
 
@@ -169,7 +177,7 @@ def test_struct_of_many_small_tensors():
         return sh.federated_sum(sh.federated_map(bump, xs))
 
     value = collections.OrderedDict((f't{i}', np.full(3, i, np.float32)) for i in range(1000))
-    with process_executor_factory(num_workers=2) as factory:
+    with process_executor_factory(pool=warm_pool) as factory:
         with sh.execution_context(factory):
             out = go([value, value, value])
     assert list(out) == list(value)
@@ -195,7 +203,7 @@ def test_pool_is_shared_across_cardinalities_and_closes():
     assert all(not h.alive for h in factory.pool.handles)
 
 
-def test_values_stay_in_workers_until_computed():
+def test_values_stay_in_workers_until_computed(warm_pool):
     @sh.tf_computation(VEC)
     def triple_vec(x):
         return x * 3.0 + 0.1
@@ -216,7 +224,7 @@ def test_values_stay_in_workers_until_computed():
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal(VEC_LEN).astype(np.float32) for _ in range(10)]
     value_bytes = 10 * VEC_LEN * 4
-    with process_executor_factory(num_workers=2) as factory:
+    with process_executor_factory(pool=warm_pool) as factory:
         with sh.execution_context(factory):
             chain(xs)
             before = factory.stats()

@@ -84,43 +84,45 @@ def _expected(fn, data):
         return fn(data)
 
 
-def test_stacks_of_many_cardinalities_and_factories_share_one_pool():
+def test_stacks_of_many_cardinalities_and_factories_share_one_pool(warm_pool):
     """Train on 4 / evaluate on 6 / train on 4 / 9 ...: every call gets its own right answer."""
     sizes = [4, 6, 4, 9, 1, 6, 33, 4, 9, 2]
     ref = {}
     for n in sizes:
         d = _data(n, n)
         ref[n] = (_expected(summary, d), _expected(per_client, d))
-    with create_worker_pool(num_workers=2, clients_per_worker=3) as pool:
-        pool.start()
-        # Two factories on the pool; a small stack cache, so that stacks are evicted and rebuilt.
-        fa = process_executor_factory(pool=pool, max_cached_stacks=2)
-        fb = process_executor_factory(pool=pool, max_cached_stacks=3)
-        ca, cb = sh.ExecutionContext(fa), sh.ExecutionContext(fb)
-        for k, n in enumerate(sizes):
-            d = _data(n, n)
-            c = ca if k % 2 else cb
-            s, c = c.invoke(summary, d), c.invoke(per_client, d)
-            assert [np.float32(v).tobytes() for v in s] == \
-                [np.float32(v).tobytes() for v in ref[n][0]], n
-            assert [np.float32(v).tobytes() for v in c] == \
-                [np.float32(v).tobytes() for v in ref[n][1]], n
-        assert any(st and st['sessions'] > 0 for st in pool.ping())
-        ca.close()
-        cb.close()
-        fa.close()
-        fb.close()
-        # Closing the stacks disposed of their sessions: no value is left in any worker.
-        states = pool.ping()
-        assert all(st is not None for st in states)
-        assert [(st['sessions'], st['values']) for st in states] == [(0, 0), (0, 0)], states
+    # The session's warm pool (2 workers, 3 clients per worker).
+    pool = warm_pool
+    assert [(st['sessions'], st['values']) for st in pool.ping()] == [(0, 0), (0, 0)]
+    # Two factories on the pool; a small stack cache, so that stacks are evicted and rebuilt.
+    fa = process_executor_factory(pool=pool, max_cached_stacks=2)
+    fb = process_executor_factory(pool=pool, max_cached_stacks=3)
+    ca, cb = sh.ExecutionContext(fa), sh.ExecutionContext(fb)
+    for k, n in enumerate(sizes):
+        d = _data(n, n)
+        c = ca if k % 2 else cb
+        s, c = c.invoke(summary, d), c.invoke(per_client, d)
+        assert [np.float32(v).tobytes() for v in s] == \
+            [np.float32(v).tobytes() for v in ref[n][0]], n
+        assert [np.float32(v).tobytes() for v in c] == \
+            [np.float32(v).tobytes() for v in ref[n][1]], n
+    assert any(st and st['sessions'] > 0 for st in pool.ping())
+    ca.close()
+    cb.close()
+    fa.close()
+    fb.close()
+    # Closing the stacks disposed of their sessions: no value is left in any worker.
+    states = pool.ping()
+    assert all(st is not None for st in states)
+    assert [(st['sessions'], st['values']) for st in states] == [(0, 0), (0, 0)], states
+    assert all(h.alive for h in pool.handles)  # closing the factories left the pool running
 
 
-def test_calls_from_several_threads_on_one_context_are_all_right():
+def test_calls_from_several_threads_on_one_context_are_all_right(warm_pool):
     d50, d70 = _data(50, 1), _data(70, 2)
     want = {50: _expected(summary, d50), 70: _expected(summary, d70)}
     errors: list = []
-    with process_executor_factory(num_workers=2, clients_per_worker=7) as factory:
+    with process_executor_factory(pool=warm_pool) as factory:
         with sh.execution_context(factory) as ctx:
             def worker(data, n):
                 try:
@@ -276,11 +278,11 @@ def checked_sum(xs):
     return sh.federated_sum(sh.federated_map(must_be_positive, xs))
 
 
-def test_a_failing_call_does_not_leak_its_error_into_a_concurrent_one():
+def test_a_failing_call_does_not_leak_its_error_into_a_concurrent_one(warm_pool):
     good = [np.float32(i + 1) for i in range(12)]
     bad = [np.float32(1.0)] * 11 + [np.float32(-1.0)]
     outcomes: dict = {'good': [], 'bad': []}
-    with process_executor_factory(num_workers=2, clients_per_worker=3) as factory:
+    with process_executor_factory(pool=warm_pool) as factory:
         with sh.execution_context(factory) as ctx:
             def run(kind, data):
                 for _ in range(8):

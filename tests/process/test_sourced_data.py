@@ -23,7 +23,7 @@ def _client_data(num_clients=12, seed=0):
     return ArrayClientData(data)
 
 
-def test_sourced_clients_match_shipped_values_on_every_stack(tmp_path):
+def test_sourced_clients_match_shipped_values_on_every_stack(tmp_path, warm_pool):
     cd = _client_data()
     save_npz_dir(cd, tmp_path / 'clients')
     files = FileClientData.from_npz_dir(tmp_path / 'clients')
@@ -45,7 +45,7 @@ def test_sourced_clients_match_shipped_values_on_every_stack(tmp_path):
     with sh.execution_context(local_executor_factory()):
         expected = two_rounds(shipped)
         assert two_rounds(sourced) == expected
-    with process_executor_factory(num_workers=2, clients_per_worker=5) as factory:
+    with process_executor_factory(pool=warm_pool) as factory:
         with sh.execution_context(factory):
             assert two_rounds(shipped) == expected
             before = factory.stats()['bytes_to_workers']
