@@ -585,7 +585,8 @@ __all__: Sequence[str] = (
     'Type', 'TensorType', 'StructType', 'SequenceType', 'FunctionType', 'FederatedType',
     'PlacementType', 'PlacementLiteral', 'CLIENTS', 'SERVER', 'to_type', 'type_at_clients',
     'type_at_server', 'infer_type', 'flatten_type', 'contains', 'is_namedtuple',
-    'is_namedtuple_class', 'from_tf_structure', 'check_constant', 'array_refusal')
+    'is_namedtuple_class', 'from_tf_structure', 'check_constant', 'array_refusal', 'check_array',
+    'shape_refusal')
 
 
 def is_namedtuple_class(cls: Any) -> bool:
@@ -672,15 +673,44 @@ def array_refusal(arr: np.ndarray, t: TensorType, *, batched: bool = False) -> O
     Returns:
       None, or the reason, in words that complete "value ... is refused: ".
     """
-    if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
-            (arr.dtype == np.bool_) != (t.dtype == np.bool_) and arr.size):
-        return f'a value of dtype {arr.dtype} is not assignable to {t}'
-    if arr.dtype.kind in 'iu' and t.dtype.kind in 'iu' and arr.size:
-        info = np.iinfo(t.dtype)
-        if int(arr.min()) < info.min or int(arr.max()) > info.max:
-            return f'out of the range [{info.min}, {info.max}] of {t}'
-    shape = arr.shape[1:] if batched else arr.shape
+    found = _array_refusal(arr, t, batched)
+    return None if found is None else found[1]
+
+
+def check_array(arr: np.ndarray, t: TensorType, what: Any) -> None:
+    """Raises unless the numeric array `arr` is exactly a value of `t` (the rule of `array_refusal`).
+
+    Raises:
+      SimharnessTypeError: a lossy dtype (float for int, bool for non-bool or
+        the reverse) or a shape `t` does not allow.
+      SimharnessValueError: integers outside the range of `t`'s dtype.
+    """
+    found = _array_refusal(arr, t, False)
+    if found is None:
+        return
+    out_of_range, reason = found
+    message = f'value {what!r:.80} is refused: {reason}'
+    if out_of_range:
+        raise SimharnessValueError(message)
+    raise SimharnessTypeError(message, expected=t, actual=f'{arr.dtype}{list(arr.shape)}')
+
+
+def shape_refusal(shape: Sequence[int], t: TensorType) -> Optional[str]:
+    """Why a value of `shape` is not of tensor type `t` (None: its shape is allowed)."""
     if t.shape is not None and (len(shape) != len(t.shape) or any(
             d is not None and d != s for d, s in zip(t.shape, shape))):
         return f'a value of shape {tuple(shape)} is not assignable to {t}'
     return None
+
+
+def _array_refusal(arr: np.ndarray, t: TensorType, batched: bool) -> Optional[Tuple[bool, str]]:
+    """(out of range?, reason) for an array `array_refusal` refuses; None otherwise."""
+    if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
+            (arr.dtype == np.bool_) != (t.dtype == np.bool_) and arr.size):
+        return False, f'a value of dtype {arr.dtype} is not assignable to {t}'
+    if arr.dtype.kind in 'iu' and t.dtype.kind in 'iu' and arr.size:
+        info = np.iinfo(t.dtype)
+        if int(arr.min()) < info.min or int(arr.max()) > info.max:
+            return True, f'out of the range [{info.min}, {info.max}] of {t}'
+    reason = shape_refusal(arr.shape[1:] if batched else arr.shape, t)
+    return None if reason is None else (False, reason)

@@ -26,6 +26,7 @@ from simharness.executors import sequence_lowering as lowering
 from simharness.executors import tensor_sequences as tseq
 from simharness.executors.client_blocks import Row
 from simharness.executors.tf_values import as_dataset
+from simharness.validation import check_int
 
 DEFAULT_CACHE_SIZE = 256
 
@@ -293,9 +294,7 @@ class FunctionCache:
     """
 
     def __init__(self, max_size: int = DEFAULT_CACHE_SIZE):
-        if not isinstance(max_size, int) or max_size < 1:
-            raise SimharnessValueError(f'cache size must be an int >= 1, got {max_size!r}')
-        self.max_size = max_size
+        self.max_size: int = check_int('cache size (max_size)', max_size, 1)
         self._items: 'collections.OrderedDict[str, EmbeddedFunction]' = collections.OrderedDict()
         self._lock = threading.Lock()
 

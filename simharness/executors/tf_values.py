@@ -59,22 +59,10 @@ def fast_numpy(t: Any) -> np.ndarray:
 
 
 def _check_shape(value_shape: Tuple[int, ...], t: T.TensorType, what: Any) -> None:
-    if t.shape is None:
-        return
-    ok = len(value_shape) == len(t.shape) and all(
-        d is None or d == s for d, s in zip(t.shape, value_shape))
-    if not ok:
-        raise SimharnessTypeError(
-            f'value of shape {tuple(value_shape)} is not assignable to {t} ({what!r:.60})',
-            expected=t, actual=tuple(value_shape))
-
-
-def _ints_fit(src: np.ndarray, dtype: np.dtype) -> bool:
-    """False when integer `src` holds values outside the range of integer `dtype`."""
-    if not (src.size and np.issubdtype(src.dtype, np.integer) and np.issubdtype(dtype, np.integer)):
-        return True
-    info = np.iinfo(dtype)
-    return int(src.min()) >= info.min and int(src.max()) <= info.max
+    reason = T.shape_refusal(value_shape, t)
+    if reason is not None:
+        raise SimharnessTypeError(f'value {what!r:.80} is refused: {reason}', expected=t,
+                                  actual=tuple(value_shape))
 
 
 def _is_ml_dtype(dt: np.dtype) -> bool:
@@ -107,16 +95,8 @@ def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
                 src.dtype.kind == 'V' and not _is_ml_dtype(src.dtype)):
             raise SimharnessTypeError(f'value {value!r:.80} ({src.dtype}) is not assignable to {t}',
                                       expected=t, actual=str(src.dtype))
-        if (np.issubdtype(src.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
-                src.dtype == np.bool_) != (t.dtype == np.bool_) and src.size:
-            raise SimharnessTypeError(
-                f'value of dtype {src.dtype} is not assignable to {t}', expected=t,
-                actual=str(src.dtype))
-        if not _ints_fit(src, t.dtype):
-            info = np.iinfo(t.dtype)
-            raise SimharnessValueError(
-                f'value {value!r:.80} is out of the range [{info.min}, {info.max}] of {t}')
-        arr = src.astype(t.dtype, copy=False)
+        T.check_array(src, t, value)  # the rule for client values: no lossy cast, no wrap
+        return fast_tensor(src.astype(t.dtype, copy=False))
     _check_shape(arr.shape, t, value)
     return fast_tensor(arr)
 

@@ -192,9 +192,15 @@ class TestFunctionCache:
         cache.clear()
         assert len(cache) == 0
 
-    @pytest.mark.parametrize('size', [0, -1, 1.5])
+    @pytest.mark.parametrize('size', [0, -1])
     def test_size_must_be_positive(self, size):
-        with pytest.raises(SimharnessValueError, match='cache size'):
+        with pytest.raises(SimharnessValueError, match=r'cache size \(max_size\) must be an int >= 1'):
+            FunctionCache(size)
+
+    @pytest.mark.parametrize('size', [1.5, '8', True, None])
+    def test_size_must_be_an_int(self, size):
+        # The same rule, and error types, as every other "int >= 1" argument (validation.check_int).
+        with pytest.raises(SimharnessTypeError, match=r'cache size \(max_size\) must be an int'):
             FunctionCache(size)
 
 
