@@ -236,13 +236,17 @@ def _own_keys(cls: type) -> List[str]:
 
 
 def table_keys(cls: type) -> List[str]:
-    """The keys of a table: a union's are its tag and every variant's options, in order."""
-    if isinstance(cls, _Union):
-        keys = [cls.TAG]
-        for variant in cls.VARIANTS.values():
-            keys += [k for k in _own_keys(variant) if k not in keys]
-        return keys
-    return _own_keys(cls)
+    """The keys of a table: a union's are its tag and every variant's options, in an
+    order that keeps each variant's (the first variant's first where they leave a choice)."""
+    if not isinstance(cls, _Union):
+        return _own_keys(cls)
+    orders = [_own_keys(v) for v in cls.VARIANTS.values()]
+    keys: List[str] = []
+    while any(orders):
+        key = next(o[0] for o in orders if o and all(o[0] not in other[1:] for other in orders))
+        keys.append(key)
+        orders = [[k for k in o if k != key] for o in orders]
+    return keys
 
 
 def _check_keys(table: str, body: Mapping[str, Any], allowed: Sequence[str]) -> None:
