@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Any, Optional
 
+from simharness.errors import SimharnessError
+
 SERVE_HELP = (
     'Serve a block of clients to remote drivers over gRPC (TFF\'s executor service): drivers '
     'connect with simharness.framework.remote_executor_factory(["HOST:PORT", ...]) or '
@@ -54,7 +56,6 @@ def _read(path: Optional[str], what: str) -> Optional[bytes]:
 
 def main(args: argparse.Namespace) -> int:
     """Runs the service until SIGTERM / SIGINT; 0 then, 2 for bad arguments, 1 if it cannot bind."""
-    from simharness.errors import SimharnessError
     from simharness.runtime.grpc_service import start_executor_service
     from simharness.runtime.grpc_transport import read_token_file
     if args.data_dir is not None:

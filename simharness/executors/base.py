@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from simharness.core import types as T
 from simharness.core.reduction import Partial
+from simharness.core.structure import Struct
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 
 #: The invocation (one `ExecutionContext.invoke`) the current task works for: a
@@ -79,7 +81,6 @@ def selection_index(source: ExecutorValue, index: Optional[int], name: Optional[
         named `name` in the struct (or federated struct) type of `source` (as TFF).
       SimharnessTypeError: `source` is not a struct.
     """
-    from simharness.errors import SimharnessTypeError, SimharnessValueError
     if (index is None) == (name is None):
         raise SimharnessValueError(f'create_selection takes exactly one of index and name, got '
                                    f'index={index!r}, name={name!r}')
@@ -98,7 +99,6 @@ def selection_index(source: ExecutorValue, index: Optional[int], name: Optional[
 
 def normalize_struct_elements(elements: Any) -> List[Tuple[Optional[str], Any]]:
     """Accepts a list of values, a list of (name, value) pairs or a Struct."""
-    from simharness.core.structure import Struct
     if isinstance(elements, Struct):
         return elements.items()
     if isinstance(elements, dict):

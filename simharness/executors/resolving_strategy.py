@@ -43,7 +43,7 @@ import numpy as np
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.core.structure import Struct, broadcast_static
+from simharness.core.structure import Struct, broadcast_static, pack_as
 from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
 from simharness.core.reduction import CHUNK
 from simharness.data.sourced import SourcedClients
@@ -590,8 +590,22 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return self._fed((await self._server.create_map(f, [value.payload]))[0], rt)
 
     async def _federated_broadcast(self, arg, static, rt):
+        shared = self._shareable_server_value(arg)
+        if shared is not None:  # every group uses the server's value itself (one tensor)
+            return self._fed(await self._replicate(shared, rt.member), rt)
         py = await self._materialize(arg)
         return self._fed(await self._replicate(py, rt.member), rt)
+
+    def _shareable_server_value(self, arg: FederatingValue) -> Optional[ExecutorValue]:
+        """The server value of `arg` when every client group can use it without a copy."""
+        if arg.kind != 'federated' or cast(T.FederatedType, arg.type_signature).placement \
+                is not T.SERVER or not isinstance(arg.payload, ExecutorValue):
+            return None
+        for g, ex in enumerate(self._groups):
+            share = getattr(ex, 'can_share', None)
+            if self._sizes[g] and (share is None or not share(arg.payload)):
+                return None
+        return arg.payload
 
     async def _federated_value_at_clients(self, arg, static, rt):
         return self._fed(await self._replicate(await self._materialize(arg), rt.member), rt)
@@ -734,7 +748,6 @@ class FederatedResolvingStrategy(FederatingStrategy):
             else:
                 bounds.append(b)
                 moduli.append(b)
-        from simharness.core.structure import pack_as
         return {'bounds': pack_as(member, bounds), 'moduli': pack_as(member, moduli),
                 'dtypes': pack_as(member, [l.dtype for l in leaves]),
                 'bound_from': key}  # what the range error names: max_input or bitwidth

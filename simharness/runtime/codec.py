@@ -35,6 +35,7 @@ import msgpack
 import numpy as np
 
 from simharness.core import types as T
+from simharness.core.building_blocks import CompiledComputation, Data, TFGraph
 from simharness.core.reduction import Partial
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct
@@ -184,7 +185,6 @@ class _Encoder:
             return self.ext(_TYPE, _enc_type(obj))
         if isinstance(obj, DatasetBlob):
             return self.ext(_DATASET, [self.maybe_buffer(obj.graph), obj.element_type])
-        from simharness.core.building_blocks import CompiledComputation, Data
         if isinstance(obj, Data):
             return self.ext(_DATA, [obj.uri, obj.type_signature])
         if isinstance(obj, CompiledComputation):
@@ -312,11 +312,8 @@ class _Decoder:
         if code == _DATASET:
             return DatasetBlob(p[0], p[1])
         if code == _COMPUTATION:
-            from simharness.core.building_blocks import CompiledComputation
-            from simharness.core.building_blocks import TFGraph
             return CompiledComputation(TFGraph(p[0], p[1], p[2]), p[3], p[4])
         if code == _DATA:
-            from simharness.core.building_blocks import Data
             if not isinstance(p[0], str) or not isinstance(p[1], T.Type):
                 raise CodecError('malformed Data reference in a message')
             return Data(p[0], p[1])

@@ -38,6 +38,7 @@ from simharness import errors as E
 from simharness.runtime import grpc_transport as G
 from simharness.runtime import protocol as P
 from simharness.runtime.pool import create_worker_pool
+from simharness.validation import check_int, check_number
 from simharness.runtime.proto import executor_service_pb2 as pb
 from simharness.runtime.proto import executor_service_pb2_grpc as pbg
 
@@ -413,7 +414,6 @@ def start_executor_service(port: int = 0, host: str = '127.0.0.1', *,
       SimharnessValueError: a non-loopback `host` without token or TLS, a
         lone cert or key, a port out of range, or a port already in use.
     """
-    from simharness.validation import check_int, check_number
     check_int('port', port, 0, 65535)
     check_int('num_workers', num_workers, 0)
     check_int('clients_per_worker', clients_per_worker, 1, allow_none=True)

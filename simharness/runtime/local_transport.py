@@ -27,6 +27,8 @@ from typing import Any, List, Sequence
 import msgpack
 import numpy as np
 
+from simharness.runtime.shm import SlotRef
+
 F_READY = 1
 F_START_ERROR = 2
 F_REQUEST = 3
@@ -75,7 +77,6 @@ def write_buffers(arena: Any, buffers: Sequence[Any]) -> List[Any]:
 
 def read_buffers(attachment: Any, locs: Sequence[Any], copy: bool) -> List[Any]:
     """The buffers of a frame: inline bytes, or views (copies if `copy`) of shared memory."""
-    from simharness.runtime.shm import SlotRef
     out: List[Any] = []
     for loc in locs:
         if isinstance(loc, (bytes, bytearray)):
