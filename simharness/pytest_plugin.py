@@ -1111,6 +1111,7 @@ def _stack_names(config: Any) -> List[str]:
     return stack_registry(config).parse(str(text or DEFAULT_STACKS))
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own (marks made by the register hook need them)
 def pytest_configure(config: Any) -> None:
     rounds = config.getoption('simharness_rounds')
     if rounds is not None and rounds < 1:

@@ -205,3 +205,211 @@ def test_parse_stacks():
     for bad in ('process-0', 'thread-2', 'gpu', ',', 'process-x'):
         with pytest.raises(ValueError):
             parse_stacks(bad)
+
+
+# ------------------------------------------------------------------ the registration API
+
+REGISTERING_CONFTEST = '''
+import json, os
+import pytest
+from simharness.pytest_plugin import StackEntry, process_stack
+
+LOG = os.path.join(os.path.dirname(__file__), 'resource.log')
+
+
+class Resource:
+    """A session resource that logs its start and close."""
+
+    def __init__(self):
+        with open(LOG, 'a') as f:
+            f.write('start\\n')
+        self.factories = 0
+
+    def close(self):
+        with open(LOG, 'a') as f:
+            f.write(f'close after {self.factories} factories\\n')
+
+
+def build(resource, num_clients):
+    from simharness.stacks import thread_debugging_executor_factory
+    resource.factories += 1
+    return thread_debugging_executor_factory(num_clients=num_clients, clients_per_thread=2)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_simharness_register_stacks(registry, config):
+    config.addinivalue_line('markers', 'slowish: a registered stack')
+    registry.register('logged-2', StackEntry(
+        build, start=Resource, kind='thread-debug', marks=(pytest.mark.slowish,),
+        describe=lambda factory: {'factory': 'thread_debugging_executor_factory',
+                                  'clients_per_thread': 2}))
+    registry.register('pool-1x2', process_stack(1, clients_per_worker=2))
+'''
+
+REGISTERED_TESTS = '''
+import tensorflow as tf
+import simharness as sh
+
+
+@sh.tf_computation(tf.float32)
+def double(x):
+    return x * 2.0
+
+
+@sh.federated_computation(sh.type_at_clients(tf.float32))
+def total(xs):
+    return sh.federated_sum(sh.federated_map(double, xs))
+
+
+def test_sum(simharness_stack):
+    assert sh.get_context().factory is simharness_stack.factory
+    assert float(total([1.0, 2.0, 3.0])) == 12.0
+    registered = simharness_stack.name in simharness_stack.registry.names
+    assert (simharness_stack.spec is None) == registered
+
+
+def test_clients(simharness_stack):
+    with simharness_stack.clients(2):
+        assert simharness_stack.config['name'] == simharness_stack.name
+
+
+def test_round(simharness_benchmark):
+    assert float(simharness_benchmark.round(total, [1.0, 2.0], rounds=2)) == 6.0
+'''
+
+
+def test_a_conftest_registers_stacks_with_resources_and_marks(pytester):
+    pytester.makeconftest(REGISTERING_CONFTEST)
+    pytester.makepyfile(test_reg=REGISTERED_TESTS)
+    result = pytester.runpytest_inprocess(
+        '-v', '-p', 'no:cacheprovider', '--simharness-stacks=thread,logged-2',
+        '--simharness-rounds=1', '--benchmark-json=out.json')
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(['*test_sum[[]thread[]] PASSED*', '*test_sum[[]logged-2[]] PASSED*'])
+    # One resource for the session (3 tests, 4 factories: clients() makes one more), closed
+    # at its end.
+    log = (pytester.path / 'resource.log').read_text().splitlines()
+    assert log == ['start', 'close after 4 factories'], log
+    config = _benchmarks(pytester.path / 'out.json')['test_round[logged-2]']['extra_info'][
+        'simharness_stack']
+    assert config['name'] == 'logged-2' and config['kind'] == 'thread-debug'
+    assert config['factory'] == 'thread_debugging_executor_factory'
+    assert config['clients_per_thread'] == 2 and 'simharness_version' in config
+    thread = _benchmarks(pytester.path / 'out.json')['test_round[thread]']['extra_info']
+    assert thread['simharness_stack']['factory'] == 'local_executor_factory'
+
+    # The entry's marks select its tests; an unused resource never starts.
+    (pytester.path / 'resource.log').unlink()
+    result = pytester.runpytest_inprocess('-v', '-p', 'no:cacheprovider', '-m', 'not slowish',
+                                          '--simharness-stacks=thread,logged-2',
+                                          '--benchmark-disable')
+    result.assert_outcomes(passed=3, deselected=3)
+    assert not (pytester.path / 'resource.log').exists()
+
+
+def test_unknown_stack_names_the_registered_ones(pytester):
+    pytester.makeconftest(REGISTERING_CONFTEST)
+    pytester.makepyfile(test_reg=REGISTERED_TESTS)
+    result = pytester.runpytest_inprocess('-p', 'no:cacheprovider', '--simharness-stacks=logged-3')
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown simharness stack 'logged-3'*logged-2, pool-1x2*"])
+
+
+def test_a_conftest_below_registers_for_its_tests(pytester):
+    # A conftest loaded during collection registers too (the hook is historic); its
+    # tests can parametrize simharness_stack with the name.
+    sub = pytester.mkpydir('sub')
+    (sub / 'conftest.py').write_text(REGISTERING_CONFTEST)
+    (sub / 'test_sub.py').write_text('''
+import pytest
+
+@pytest.mark.parametrize('simharness_stack', ['logged-2'], indirect=True)
+def test_on_logged(simharness_stack):
+    assert simharness_stack.name == 'logged-2' and simharness_stack.spec is None
+    assert simharness_stack.config['clients_per_thread'] == 2
+''')
+    result = pytester.runpytest_inprocess('-v', '-p', 'no:cacheprovider')
+    result.assert_outcomes(passed=1)
+    assert (sub / 'resource.log').read_text().splitlines() == ['start', 'close after 1 factories']
+
+
+@pytest.mark.process
+def test_process_stacks_share_one_warm_pool_per_layout(pytester):
+    pytester.makeconftest(REGISTERING_CONFTEST)
+    pytester.makepyfile(test_pools='''
+def test_one(simharness_stack, simharness_pools):
+    pool = simharness_stack.factory.pool
+    assert pool in simharness_pools.started
+    cpw = {'process-1': 256, 'pool-1x2': 2}[simharness_stack.name]
+    assert simharness_stack.config['clients_per_worker'] == cpw
+    assert simharness_stack.config['kind'] == 'process' and simharness_stack.config['num_workers'] == 1
+
+
+def test_two(simharness_stack, simharness_pools):
+    # The same warm pool as test_one's, and another for the other layout.
+    assert simharness_stack.factory.pool in simharness_pools.started
+    assert len(simharness_pools.started) == 2
+    assert sorted(simharness_pools.start_seconds) == [(1, 2), (1, 256)]
+''')
+    result = pytester.runpytest_inprocess('-v', '-p', 'no:cacheprovider', '-p', 'no:randomly',
+                                          '--simharness-stacks=process-1,pool-1x2')
+    result.assert_outcomes(passed=4)
+
+
+def test_registry_rules():
+    from simharness.pytest_plugin import StackEntry, StackRegistry, process_stack
+
+    def build(resource, num_clients):
+        return ('factory', resource, num_clients)
+
+    class Resource:
+        closed = 0
+
+        def close(self):
+            Resource.closed += 1
+
+    with StackRegistry() as registry:
+        entry = StackEntry(build, start=Resource, resident_threads=('my-thread',))
+        registry.register('mine', entry)
+        for bad in ('thread', 'process-3', 'thread-debug'):
+            with pytest.raises(ValueError, match='built-in'):
+                registry.register(bad, entry)
+        with pytest.raises(ValueError, match='already registered'):
+            registry.register('mine', entry)
+        for bad in ('', 'a,b', 'a b', ' a'):
+            with pytest.raises(ValueError, match='without commas or whitespace'):
+                registry.register(bad, entry)
+        with pytest.raises(TypeError, match='needs a StackEntry'):
+            registry.register('other', build)
+        with pytest.raises(ValueError, match="unknown simharness stack 'gpu'.*mine"):
+            registry.entry('gpu')
+        assert registry.names == ['mine']
+        assert registry.parse(' mine,thread,mine ') == ['mine', 'thread']
+        assert registry.spec('mine') is None and registry.spec('process-2').num_workers == 2
+        assert registry.resident_thread_prefixes() == ()
+        # The resource starts once, on first use; factories share it.
+        first, second = registry.make_factory('mine'), registry.make_factory('mine', 3)
+        assert first[1] is second[1] and isinstance(first[1], Resource)
+        assert second[2] == 3 and Resource.closed == 0
+        assert registry.resident_thread_prefixes() == ('my-thread',)
+        registry.add_marks('mine', pytest.mark.slow)
+        registry.add_marks('process-2', pytest.mark.slow)
+        assert [m.name for m in registry.entry('mine').marks] == ['slow']
+        assert [m.name for m in registry.entry('process-2').marks] == ['slow']
+        assert registry.entry('process-2').pool == (2, None)
+        assert [p.id for p in registry.params(['mine', 'thread'])] == ['mine', 'thread']
+    assert Resource.closed == 1
+    with pytest.raises(RuntimeError, match='closed'):
+        registry.resource('mine')
+    registry.close()  # idempotent
+    assert Resource.closed == 1
+
+    with pytest.raises(ValueError, match='start or a pool'):
+        StackEntry(build, start=Resource, pool=(1, None))
+    with pytest.raises(ValueError, match='num_workers, clients_per_worker'):
+        StackEntry(build, pool=(0, 3))
+    with pytest.raises(TypeError, match='build must be callable'):
+        StackEntry('build')
+    entry = process_stack(2, clients_per_worker=3)
+    assert entry.pool == (2, 3) and entry.kind == 'process'
+    assert entry.resident_threads == ('simharness-pool-reactor',)
