@@ -2,8 +2,9 @@
 
 The stacks come from simharness' own pytest plugin (`simharness.pytest_plugin`,
 loaded through its ``pytest11`` entry point): each case is parametrized over
-`helpers.STACKS` with ``simharness_stack`` (warm worker pools shared by the
-session, one per worker count) and times with ``simharness_benchmark``, which
+`helpers.STACKS` with ``simharness_stack`` (built-in stacks of the session's
+one stack registry, whose warm worker pools, one per layout, the rest of the
+suite shares) and times with ``simharness_benchmark``, which
 records the stack's configuration in ``extra_info['simharness_stack']``.
 """
 
