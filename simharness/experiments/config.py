@@ -226,9 +226,12 @@ class _Union(type):
     VARIANTS: Dict[str, type]
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if 'VARIANTS' in cls.__dict__ and not args:
-            return build_variant(cls, kwargs)
-        return super().__call__(*args, **kwargs)
+        if 'VARIANTS' not in cls.__dict__:  # a variant class
+            return super().__call__(*args, **kwargs)
+        if args:
+            raise TypeError(f'{cls.__name__}() takes keyword arguments only ({cls.TAG}=..., '
+                            'options)')
+        return build_variant(cls, kwargs)
 
 
 def _own_keys(cls: type) -> List[str]:
