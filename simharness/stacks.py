@@ -28,6 +28,7 @@ from simharness.executors.federating import FederatingExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
 from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
+from simharness.executors.worker_delegating import WorkerDelegatingExecutor
 from simharness.runtime import pinning
 from simharness.runtime.pool import WorkerPool, create_worker_pool
 from simharness.validation import check_bool, check_int, check_number
@@ -296,7 +297,6 @@ class ProcessExecutorFactory(CachingExecutorFactory):
                          default_num_clients)
 
     def _build_process_stack(self, n: int) -> Executor:
-        from simharness.executors.worker_delegating import WorkerDelegatingExecutor
         if self.pool.closed:
             raise ExecutorClosedError('the worker pool of this factory is closed; make a new '
                                       'process_executor_factory (or pool)')
@@ -532,7 +532,6 @@ class RayExecutorFactory(CachingExecutorFactory):
                          default_num_clients)
 
     def _build_ray_stack(self, n: int) -> Executor:
-        from simharness.executors.worker_delegating import WorkerDelegatingExecutor
         if self.workers.closed:
             raise ExecutorClosedError('the Ray workers of this factory are closed; make a new '
                                       'ray_executor_factory')

@@ -35,6 +35,7 @@ from simharness.core import types as T
 from simharness.core.batching import stack_python_values
 from simharness.core.reduction import Partial
 from simharness.core.structure import Struct, from_container, tensor_to_numpy
+from simharness.data.sourced import SourcedClients, source_spec, transform_spec
 from simharness.errors import ExecutorClosedError, SimharnessTypeError, WorkerCrashedError
 from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
@@ -408,7 +409,6 @@ class WorkerDelegatingExecutor(BatchExecutor):
     # ------------------------------------------------------------ batches
     async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[WorkerValue]:
         t = T.to_type(type_spec)
-        from simharness.data.sourced import SourcedClients, source_spec, transform_spec
         if isinstance(values, SourcedClients):
             src, tr = source_spec(values.source), transform_spec(values.transform)
             if src is not None and tr is not None:
@@ -474,7 +474,6 @@ class WorkerDelegatingExecutor(BatchExecutor):
         reductions (`EagerTFExecutor.create_streamed_reductions`): one request, one wait.
         Clients given by reference (``['sourced_clients', SourcedClients, type]``) are
         loaded by the worker, slice by slice, when their source is describable."""
-        from simharness.data.sourced import source_spec, transform_spec
         wire: List[Any] = []
         for node in nodes:
             if node[0] == 'sourced_clients':

@@ -29,6 +29,7 @@ import numpy as np
 
 from simharness import errors as E
 from simharness.core.structure import tensor_to_numpy
+from simharness.data.sourced import source_from_spec, transform_from_spec
 from simharness.runtime import protocol as P
 from simharness.runtime.protocol import DatasetBlob, ErrorRecord, Op, Ref, RefRange, Request, Response
 
@@ -227,7 +228,6 @@ class WorkerService:
 
     def _load_sourced(self, session: Session, token: int, source: Any, client_ids: List[str],
                       transform: Any) -> List[Any]:
-        from simharness.data.sourced import source_from_spec, transform_from_spec
         if source is not None:
             session.sources[token] = source_from_spec(source)
         try:
