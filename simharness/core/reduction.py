@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
+from simharness.core.buffers import POOL
 from simharness.core.structure import map_structure
 from simharness.errors import SimharnessValueError
 
@@ -329,10 +330,34 @@ class _Builder:
 # ------------------------------------------------------------ numpy folds
 # The folds of the numpy kinds (sums, means, secure sums), shared by every holder.
 
+def add_arrays(x: Any, y: Any) -> Any:
+    """``np.add(x, y)``; big arrays of one shape and dtype sum into a reused aligned buffer.
+
+    The same bits as ``np.add``. The result is the caller's alone (a fresh or
+    a free pooled buffer), 64-byte aligned when pooled, so that it can become
+    a tensor without a copy.
+    """
+    if (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.shape == y.shape
+            and x.dtype == y.dtype and x.nbytes >= POOL.min_bytes):
+        return np.add(x, y, out=POOL.empty(x.shape, x.dtype))
+    return np.add(x, y)
+
+
+def concatenate_rows(parts: List[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)`` (along rows), into a reused buffer when big."""
+    first = parts[0]
+    if all(isinstance(p, np.ndarray) and p.dtype == first.dtype and p.shape[1:] == first.shape[1:]
+           for p in parts):
+        rows = sum(p.shape[0] for p in parts)
+        if rows * (first.nbytes // max(1, first.shape[0])) >= POOL.min_bytes:
+            return np.concatenate(parts, out=POOL.empty((rows,) + first.shape[1:], first.dtype))
+    return np.concatenate(parts)
+
+
 def add_trees(a: Any, b: Any) -> Any:
     """Elementwise ``a + b`` of two numpy trees (integer overflow wraps, silently)."""
     with np.errstate(over='ignore'):
-        return map_structure(lambda x, y: np.add(x, y), a, b)
+        return map_structure(add_arrays, a, b)
 
 
 def add_trees_mod(a: Any, b: Any, moduli: Any) -> Any:

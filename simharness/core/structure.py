@@ -65,6 +65,7 @@ def pack_as(type_spec: T.Type, leaves: list) -> Any:
         return next(it)
 
     out = build(type_spec)
+    del build  # it refers to itself: the cycle would keep `leaves` alive until a GC run
     return out
 
 

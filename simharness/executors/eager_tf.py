@@ -30,8 +30,8 @@ from simharness.core import building_blocks as bb
 from simharness.core import determinism
 from simharness.core.computation import Computation
 from simharness.core import types as T
-from simharness.core.reduction import (CHUNK, Partial, Reducer, add_trees, add_trees_mod,
-                                       fold_rows_into)
+from simharness.core.reduction import (CHUNK, Partial, Reducer, add_arrays, add_trees,
+                                       add_trees_mod, concatenate_rows, fold_rows_into)
 from simharness.core.structure import Struct, flatten, map_structure, pack_as
 from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
@@ -47,7 +47,8 @@ from simharness.executors.embedded_function import (DEFAULT_CACHE_SIZE, Embedded
                                                     FunctionCache, flatten_arg, lowered_leaves,
                                                     pack_result)
 from simharness.executors.tf_values import (as_dataset, as_tensors, fast_tensor, ingest,
-                                            numpy_tree, struct_to_spec_container, to_tensor)
+                                            ingest_owned, numpy_tree, struct_to_spec_container,
+                                            to_tensor)
 from simharness.validation import EagerModeError, check_int, check_type_spec_matches
 
 __all__ = ['EagerTFExecutor', 'EagerValue', 'ClientBlock', 'EmbeddedFunction', 'FunctionCache',
@@ -141,6 +142,11 @@ class EagerTFExecutor(BatchExecutor):
         self._closed = False  # never set: close() releases resources, the next use rebuilds them
 
     # ------------------------------------------------------------ helpers
+    def can_share(self, other: Any) -> bool:
+        """Whether `other`'s values can be used here as they are (no copy): both are
+        EagerTF executors of this process on the same device (tensors are immutable)."""
+        return isinstance(other, EagerTFExecutor) and other._device == self._device
+
     def _check_open(self) -> None:
         if self._closed:
             raise ExecutorClosedError('this EagerTFExecutor is closed')
@@ -584,7 +590,7 @@ class EagerTFExecutor(BatchExecutor):
                 parts.append([np.asarray(x)[None] for x in flatten(numpy_tree(values[begin].internal))])
         if len(parts) == 1:
             return t, parts[0]
-        return t, [np.concatenate([p[j] for p in parts]) for j in range(len(parts[0]))]
+        return t, [concatenate_rows([p[j] for p in parts]) for j in range(len(parts[0]))]
 
     def _row_fns(self, kind: str, params: Dict[str, Any]):
         """(start_rows, fold_rows, merge) on leaf lists with a leading row dimension."""
@@ -610,7 +616,7 @@ class EagerTFExecutor(BatchExecutor):
         if kind not in ('sum', 'mean', 'weighted_mean'):
             raise SimharnessValueError(f'unknown reduction kind {kind!r}')
         def fold_add(acc, x):
-            return [np.add(a, b) for a, b in zip(acc, x)]
+            return [add_arrays(a, b) for a, b in zip(acc, x)]
         return (lambda x: list(x), fold_add, fold_add)
 
     async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
@@ -686,8 +692,8 @@ class EagerTFExecutor(BatchExecutor):
         elif kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             dtypes = params['dtypes']
             result = map_structure(lambda x, d: x.astype(d), result, dtypes)
-        with self._device_scope():
-            return EagerValue(ingest(result, result_type), result_type)
+        with self._device_scope():  # a fresh result of ours: no copy into the tensor
+            return EagerValue(ingest_owned(result, result_type), result_type)
 
     # ------------------------------------------------------------ streaming
     def stream_slice(self, slice_size: Optional[int] = None) -> int:

@@ -381,7 +381,12 @@ class FederatedResolvingStrategy(FederatingStrategy):
             nodes.append(node)
             index[key] = len(nodes) - 1
             return index[key]
-        return [await add(src) for src in srcs]
+        try:
+            return [await add(src) for src in srcs]
+        finally:
+            # `add` refers to itself: without this, the cycle would keep the plan's
+            # values (a round's client tensors) alive until the garbage collector runs.
+            del add
 
     async def _stream_partials(self, kind: str, values: Sequence[FederatingValue],
                                params_for: Any) -> List[Any]:

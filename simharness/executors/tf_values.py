@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
+from simharness.core.buffers import POOL
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct, flatten, from_container, map_structure, tensor_to_numpy
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
@@ -40,11 +41,27 @@ def fast_tensor(arr: np.ndarray) -> tf.Tensor:
     """
     if arr.nbytes < DLPACK_MIN_BYTES or arr.dtype.kind not in 'fiu':
         return tf.convert_to_tensor(arr)
-    buf = np.empty(arr.nbytes + 64, np.uint8)
-    off = (-buf.ctypes.data) % 64  # a misaligned dlpack view would abort the process
-    out = buf[off:off + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    # A pooled buffer: no fresh pages to fault in when the same size comes again
+    # (the tensor keeps the buffer referenced, so it is not reused while it lives).
+    out = POOL.empty(arr.shape, arr.dtype)  # 64-byte aligned: a misaligned view aborts
     np.copyto(out, arr)
     return tf.experimental.dlpack.from_dlpack(out.__dlpack__())
+
+
+def adopt_tensor(arr: np.ndarray) -> tf.Tensor:
+    """A tensor of `arr` that shares its memory (no copy) when it can; else `fast_tensor`.
+
+    Only for arrays that nobody will write again: results the caller just
+    computed (a sum into a pooled buffer, a copy out of shared memory). Shares
+    when `arr` is big, of a memcpy-able numeric dtype ('fiu': dlpack of a
+    string or object array aborts the process), C-contiguous, writable (numpy
+    exports no read-only array) and 64-byte aligned; the tensor keeps `arr`
+    alive.
+    """
+    if (isinstance(arr, np.ndarray) and arr.nbytes >= DLPACK_MIN_BYTES and arr.dtype.kind in 'fiu'
+            and arr.flags.c_contiguous and arr.flags.writeable and arr.ctypes.data % 64 == 0):
+        return tf.experimental.dlpack.from_dlpack(arr.__dlpack__())
+    return fast_tensor(np.asarray(arr))
 
 
 def fast_numpy(t: Any) -> np.ndarray:
@@ -209,6 +226,23 @@ def ingest(value: Any, t: T.Type) -> Any:
     if isinstance(t, T.SequenceType):
         return sequence_from_value(value, t)
     raise SimharnessTypeError(f'an EagerTFExecutor cannot hold a value of type {t}', actual=t)
+
+
+def ingest_owned(value: Any, t: T.Type) -> Any:
+    """`ingest` of a value the caller just computed and gives away (a reduction's result).
+
+    Tensor leaves that are numpy arrays of exactly the leaf's dtype and a
+    fitting shape become tensors without a copy (`adopt_tensor`); the rest
+    goes through `ingest`, with its checks.
+    """
+    if isinstance(t, T.TensorType):
+        if (isinstance(value, np.ndarray) and t.dtype != np.dtype(object)
+                and value.dtype == np.dtype(t.dtype) and T.shape_refusal(value.shape, t) is None):
+            return adopt_tensor(value)
+        return ingest(value, t)
+    if isinstance(t, T.StructType) and isinstance(value, Struct) and len(value) == len(t):
+        return Struct((n, ingest_owned(v, e)) for (n, e), v in zip(t.items(), value))
+    return ingest(value, t)
 
 
 def numpy_tree(x: Any) -> Any:

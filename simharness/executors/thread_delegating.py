@@ -113,7 +113,18 @@ class ThreadDelegatingExecutor(BatchExecutor):
     def _wrap_all(self, vs: Sequence[ExecutorValue]) -> List[ThreadDelegatingValue]:
         return [ThreadDelegatingValue(v, self) for v in vs]
 
+    def can_share(self, value: Any) -> bool:
+        """Whether `value`, another thread executor's value, can be used here without a
+        copy (`create_value(value)`): the targets say they share values (EagerTF
+        executors of this process on one device: a broadcast is one tensor for all)."""
+        if not isinstance(value, ThreadDelegatingValue):
+            return False
+        share = getattr(self._target, 'can_share', None)
+        return share is not None and bool(share(value._owner._target))
+
     async def create_value(self, value: Any, type_spec: Any = None) -> ThreadDelegatingValue:
+        if isinstance(value, ThreadDelegatingValue) and self.can_share(value):
+            value = value.internal  # the target takes its own kind of value as it is
         return self._wrap(await self._run(self._target.create_value(value, type_spec)))
 
     async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ThreadDelegatingValue:

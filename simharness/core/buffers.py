@@ -1,0 +1,152 @@
+"""Reused, 64-byte-aligned numpy buffers for big arrays: no fresh page-faulting memory per call.
+
+A big numpy allocation (glibc serves anything above 32 MB with a fresh
+``mmap``) costs a page fault and the zeroing of every page on first touch,
+about as much again as the copy that fills it. The hot path of a round
+(a model ingested as a tensor, partials copied out of shared memory, sums)
+allocates the same sizes call after call, so `BufferPool` keeps those
+buffers and hands one out again once nothing refers to it any more.
+
+"Nothing refers to it" is read from CPython's reference count: every
+array made from a buffer (a view, a reshape, a dlpack export to TF, which
+keeps the exporting array alive until the tensor is freed) holds a
+reference to it. A buffer is reused only when the pool's own references
+are the only ones left, so a value still in use -- held by a tensor, a
+`Partial`, or by the user -- is never overwritten. Nothing has to be given
+back by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from typing import Any, Dict, List
+
+import numpy as np
+
+#: Alignment of every buffer handed out (a cache line; what dlpack needs).
+ALIGNMENT = 64
+#: Arrays smaller than this come from numpy directly (malloc reuses small blocks well).
+MIN_POOLED_BYTES = 1 << 20
+#: Bytes of buffers a pool keeps at most (in use or free).
+DEFAULT_MAX_BYTES = 1 << 30
+
+
+def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
+    off = (-raw.ctypes.data) % ALIGNMENT
+    return raw[off:off + nbytes]
+
+
+def aligned_empty(shape: Any, dtype: Any) -> np.ndarray:
+    """A fresh, uninitialized, C-contiguous array whose data is 64-byte aligned."""
+    dt = np.dtype(dtype)
+    shape = tuple(shape)
+    nbytes = math.prod(shape) * dt.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    return _aligned(raw, nbytes).view(dt).reshape(shape)
+
+
+class BufferPool:
+    """Aligned buffers of exact sizes, reused once unreferenced (thread-safe).
+
+    Args:
+      max_bytes: the pool keeps buffers (in use or free) of at most this
+        many bytes in all; beyond it, `empty` gives unpooled arrays.
+      min_bytes: smaller requests are not pooled.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, min_bytes: int = MIN_POOLED_BYTES):
+        self.max_bytes = int(max_bytes)
+        self.min_bytes = int(min_bytes)
+        self._lock = threading.Lock()
+        self._by_size: Dict[int, List[np.ndarray]] = {}
+        self._bytes = 0
+        self.reused = 0
+        self.allocated = 0
+
+    @property
+    def pooled_bytes(self) -> int:
+        """Bytes of the buffers the pool holds (in use or free)."""
+        return self._bytes
+
+    def empty(self, shape: Any, dtype: Any) -> np.ndarray:
+        """An uninitialized, C-contiguous, 64-byte-aligned array (a pooled buffer when big).
+
+        Its contents are whatever the buffer held last: write every element.
+        """
+        dt = np.dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        nbytes = math.prod(shape) * dt.itemsize
+        if nbytes < self.min_bytes:
+            return aligned_empty(shape, dt)
+        raw = self._take(nbytes)
+        return _aligned(raw, nbytes).view(dt).reshape(shape)
+
+    def empty_like(self, a: np.ndarray) -> np.ndarray:
+        """`empty` of `a`'s shape and dtype."""
+        return self.empty(a.shape, a.dtype)
+
+    def _take(self, nbytes: int) -> np.ndarray:
+        size = nbytes + ALIGNMENT
+        with self._lock:
+            bufs = self._by_size.get(size)
+            if bufs:
+                for i in range(len(bufs)):
+                    if sys.getrefcount(bufs[i]) <= 2:  # the list, the argument: free
+                        raw = bufs.pop(i)
+                        bufs.append(raw)  # most recently used last
+                        self.reused += 1
+                        return raw
+            self._make_room(size)
+            raw = np.empty(size, np.uint8)
+            self.allocated += 1
+            if self._bytes + size <= self.max_bytes:
+                self._by_size.setdefault(size, []).append(raw)
+                self._bytes += size
+            return raw
+
+    def _make_room(self, size: int) -> None:
+        """Drops free buffers (least recently used first) until `size` more bytes fit."""
+        if self._bytes + size <= self.max_bytes:
+            return
+        for key in list(self._by_size):
+            bufs = self._by_size[key]
+            i = 0
+            while i < len(bufs) and self._bytes + size > self.max_bytes:
+                if sys.getrefcount(bufs[i]) <= 2:  # the list, the argument: free
+                    del bufs[i]
+                    self._bytes -= key
+                else:
+                    i += 1
+            if not bufs:
+                del self._by_size[key]
+
+    def clear(self) -> None:
+        """Forgets every buffer (those in use live on with their users)."""
+        with self._lock:
+            self._by_size.clear()
+            self._bytes = 0
+
+    def stats(self) -> Dict[str, int]:
+        """Counters: buffers reused and allocated, bytes pooled, buffers free now."""
+        with self._lock:
+            free = sum(1 for bufs in self._by_size.values() for i in range(len(bufs))
+                       if sys.getrefcount(bufs[i]) <= 2)
+            held = sum(len(b) for b in self._by_size.values())
+        return {'reused': self.reused, 'allocated': self.allocated,
+                'pooled_bytes': self._bytes, 'buffers': held, 'free_buffers': free}
+
+
+#: The process' pool (driver, or a worker).
+POOL = BufferPool()
+
+
+def pooled_copy(a: np.ndarray) -> np.ndarray:
+    """A private, writable, C-contiguous copy of `a` (in a pooled, aligned buffer when big)."""
+    if a.dtype.kind not in 'biufc' or a.nbytes < POOL.min_bytes:
+        return np.array(a)  # small, or not plain numbers (objects, strings): numpy's own
+    out = POOL.empty(a.shape, a.dtype)
+    np.copyto(out, a, casting='no')
+    return out
+
