@@ -669,7 +669,10 @@ class FederatedResolvingStrategy(FederatingStrategy):
             names = [n for n, _ in v.payload]
             row = [await build(e) for _, e in v.payload]
             return (await self._server.create_structs([row], names))[0]
-        return self._fed(await build(arg), rt)
+        try:
+            return self._fed(await build(arg), rt)
+        finally:
+            del build  # it refers to itself: no cycle left for the garbage collector
 
     async def _reduce(self, kind: str, values_per_group: List[List[Any]], params_for,
                       server_params: Dict[str, Any], rt: T.FederatedType):

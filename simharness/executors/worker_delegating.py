@@ -279,7 +279,10 @@ class WorkerDelegatingExecutor(BatchExecutor):
                 raise SimharnessTypeError(f'{x!r} is not a value of a worker')
             return wire_value(x, None) if not isinstance(x, (T.Type, bb.CompiledComputation,
                                                              Partial)) else x
-        return walk(tree)
+        try:
+            return walk(tree)
+        finally:
+            del walk  # it refers to itself: no cycle per request for the garbage collector
 
     def _raise_failed_pending(self) -> None:
         """Raises the first error of an earlier request of this invocation nobody waited for."""
