@@ -19,6 +19,7 @@ back by hand.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 from typing import Any, Dict, List
@@ -29,8 +30,19 @@ import numpy as np
 ALIGNMENT = 64
 #: Arrays smaller than this come from numpy directly (malloc reuses small blocks well).
 MIN_POOLED_BYTES = 1 << 20
+
+
+def _default_max_bytes() -> int:
+    """An eighth of physical memory, between 256 MiB and 4 GiB."""
+    try:
+        ram = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows)
+        ram = 8 << 30
+    return max(256 << 20, min(4 << 30, ram // 8))
+
+
 #: Bytes of buffers a pool keeps at most (in use or free).
-DEFAULT_MAX_BYTES = 1 << 30
+DEFAULT_MAX_BYTES = _default_max_bytes()
 
 
 def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
