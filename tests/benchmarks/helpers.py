@@ -27,15 +27,13 @@ def adaptive_rounds(first_call_seconds: float, target_seconds: float = 1.5,
 
 def check_then_time(benchmark: Any, fn: Callable[..., Any], args: Sequence[Any] = (),
                     check: Optional[Callable[[Any], None]] = None, rounds: Optional[int] = None,
-                    target_seconds: float = 1.5, max_rounds: int = 50, warmup: int = 0) -> Any:
+                    target_seconds: float = 1.5, max_rounds: int = 50) -> Any:
     """Checks ``fn(*args)`` once, then times it (never asserting a time).
 
     With timing on: one untimed call whose result `check` asserts (it is
     also the warm-up: tracing, shipping the computation, growing shared
     memory), then `rounds` timed calls (default: enough for about
-    `target_seconds`). `warmup` more untimed calls come between the two
-    (a steady state that takes a few calls to reach). With
-    ``--benchmark-disable``: one call, checked.
+    `target_seconds`). With ``--benchmark-disable``: one call, checked.
 
     Works with pytest-benchmark's ``benchmark`` and with ``simharness_benchmark``.
     """
@@ -49,10 +47,6 @@ def check_then_time(benchmark: Any, fn: Callable[..., Any], args: Sequence[Any] 
     first = time.perf_counter() - t0
     if check is not None:
         check(result)
-    for _ in range(warmup):
-        t0 = time.perf_counter()
-        fn(*args)
-        first = min(first, time.perf_counter() - t0)
     if rounds is None:
         rounds = adaptive_rounds(first, target_seconds, hi=max_rounds)
     if hasattr(benchmark, 'round'):  # simharness_benchmark: also records per-round transport

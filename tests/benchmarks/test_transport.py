@@ -13,9 +13,7 @@ In extra_info:
   memcpy median): 1.0 would be memcpy speed.
 * ``ratio_to_memcpy``: median / memcpy median of one model.
 
-The timed rounds follow the checked call and `WARMUP_CALLS` untimed ones:
-they measure the steady state of many rounds. With ``--benchmark-disable``
-the 128 MB size is skipped.
+With ``--benchmark-disable`` the 128 MB size is skipped.
 """
 
 from __future__ import annotations
@@ -27,11 +25,6 @@ from .helpers import MB, STACKS, check_then_time, median_seconds, time_median
 
 SIZES_MB = [1, 16, pytest.param(128, marks=pytest.mark.timing_only)]
 NUM_CLIENTS = 2
-#: Untimed calls after the checked one. The per-round steady state takes 2-3
-#: calls: TF's allocator pool grows on first use, shared-memory arenas grow to
-#: the model, and the driver's buffer pool needs a second result buffer while
-#: the caller still holds the previous result (see docs/benchmarks.md).
-WARMUP_CALLS = 2
 
 on_stacks = pytest.mark.parametrize('simharness_stack', STACKS, indirect=True)
 
@@ -93,7 +86,7 @@ def test_broadcast_aggregate(simharness_benchmark, simharness_stack, baselines, 
 
     with simharness_stack.clients(NUM_CLIENTS):
         before = simharness_stack.stats()
-        check_then_time(bench, comp, (w,), check, target_seconds=2.0, warmup=WARMUP_CALLS)
+        check_then_time(bench, comp, (w,), check, target_seconds=2.0)
         after = simharness_stack.stats()
     t = median_seconds(bench)
     if t is None:
