@@ -69,10 +69,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
+import json
+import math
 import os
 import re
+import select
+import statistics
+import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+import psutil
 import pytest
 
 __all__ = ['SimharnessBenchmark', 'SimharnessStack', 'StackEntry', 'StackRegistry', 'StackSpec',
@@ -631,7 +638,6 @@ class _Turns:
         self.broken: Optional[str] = None
 
     def open(self, spec: str) -> None:
-        import json
         try:
             info = json.loads(spec)
             mine, done = str(info['mine']), str(info['done'])
@@ -655,7 +661,6 @@ class _Turns:
         os.write(self._done, kind + bytes([self._index]))
 
     def _wait(self) -> None:
-        import select
         ready, _, _ = select.select([self._mine], [], [], TURN_TIMEOUT)
         if not ready:
             self.broken = f'no turn from the coordinator for {TURN_TIMEOUT:.0f} s'
@@ -876,9 +881,6 @@ class SimharnessBenchmark:
     def _round(self, probe: Any, fn: Any, args: Any, kwargs: Any, rounds: Optional[int],
                warmup_rounds: Optional[int], iterations: Optional[int], clients: Optional[int],
                fingerprint: Any, extra: Dict[str, Any]) -> Any:
-        import gc
-        import math
-        import time
         bench = self._benchmark
         timer = self._option('_timer')
         disable_gc = bool(self._option('_disable_gc'))
@@ -940,7 +942,6 @@ class SimharnessBenchmark:
         calibration: List[float] = []
         z = None
         if precision and confidence:
-            import statistics
             z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
         turns = _TURNS
         with probe.PeakRss(self._worker_pids) as peak:
@@ -1022,7 +1023,6 @@ def pytest_benchmark_update_machine_info(config: Any, machine_info: Dict[str, An
     from simharness.bench.results import fingerprint_of
     own: Dict[str, Any] = {}
     try:
-        import psutil
         own['memory_total_bytes'] = int(psutil.virtual_memory().total)
     except Exception:  # pylint: disable=broad-except
         pass
@@ -1037,7 +1037,6 @@ def pytest_benchmark_update_machine_info(config: Any, machine_info: Dict[str, An
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_benchmark_generate_commit_info(config: Any) -> Optional[Dict[str, Any]]:
     """The commit of a revision run outside its git work tree (``simharness bench``)."""
-    import json
     spec = os.environ.get(COMMIT_INFO_ENV)
     return json.loads(spec) if spec else None
 
@@ -1056,7 +1055,6 @@ def pytest_benchmark_update_json(config: Any, benchmarks: Any, output_json: Dict
 def _descendant_pids() -> List[int]:
     """The pids of this process' children, recursively (worker processes, their forkserver)."""
     try:
-        import psutil
         return [c.pid for c in psutil.Process().children(recursive=True)]
     except Exception:  # psutil missing, or a child left meanwhile  # pylint: disable=broad-except
         return []

@@ -22,7 +22,9 @@ more memory), 2 bad arguments or input (``error: ...``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 import tempfile
 from typing import Any, Dict, List, Sequence
@@ -205,8 +207,6 @@ def _save_into(storage: str, json_path: str, name: str,
     `commit` (the revision's commit_info) replaces what the session saved
     (a checkout outside git, or an old plugin, saves 'unversioned').
     """
-    import json
-    import re
     from simharness.bench.history import atomic_write
     with open(json_path, encoding='utf-8') as f:
         data = json.load(f)
@@ -304,7 +304,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     history = find_runs(args.storage) if args.storage else []
     names = None
     if args.names:
-        import re
         from simharness.bench.results import common_names
         names = [n for n in common_names(*sides) if any(re.search(k, n) for k in args.names)]
         if not names:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as _dt
+import io
 import math
 import os
 import re
@@ -322,7 +323,6 @@ def atomic_write(path: str, data: bytes) -> None:
 
 
 def _save_figure(fig: object, path: str) -> None:
-    import io
     buf = io.BytesIO()
     fig.savefig(buf, format='png', dpi=90, bbox_inches='tight')  # type: ignore[attr-defined]
     atomic_write(path, buf.getvalue())

@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import numpy as np
+import psutil
 
 __all__ = ['CALIBRATION_WORKLOAD', 'PeakRss', 'calibration_workload', 'fingerprint',
            'time_calibration']
@@ -77,7 +78,6 @@ def _reset_hwm(pid: int) -> bool:
 
 def _rss(pid: int) -> Optional[int]:
     try:
-        import psutil
         return int(psutil.Process(pid).memory_info().rss)
     except Exception:  # psutil missing or the process is gone  # pylint: disable=broad-except
         return None

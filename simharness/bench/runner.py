@@ -20,12 +20,14 @@ import dataclasses
 import io
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import uuid
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -197,8 +199,6 @@ def run_interleaved(sessions: Sequence[Session], out_dir: str, extra: Sequence[s
       SimharnessValueError: fewer than two sessions, a session failed, or
         they ran past `timeout` (all are stopped).
     """
-    import select
-    import time
     if len(sessions) < 2:
         raise SimharnessValueError(f'interleaving needs two sessions or more, got {len(sessions)}')
     labels = list(labels or [chr(ord('A') + i) for i in range(len(sessions))])

@@ -44,6 +44,7 @@ import dataclasses
 import datetime
 import hashlib
 import importlib.metadata
+import json
 import logging
 import os
 import platform
@@ -54,6 +55,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import psutil
 
 from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
 from simharness.experiments import atomic
@@ -156,7 +160,6 @@ def collect_environment() -> Dict[str, Any]:
         ``git`` (``{'commit', 'dirty'}`` of the simharness source tree, or
         None when git or the repository is not there).
     """
-    import psutil  # pylint: disable=import-outside-toplevel
     from simharness.runtime.resources import detect_gpus  # pylint: disable=import-outside-toplevel
     try:
         usable: Optional[int] = len(os.sched_getaffinity(0))
@@ -195,13 +198,11 @@ class _Workload:
 
 
 def _stack_clients(cd: Any, key: str) -> Any:
-    import numpy as np  # pylint: disable=import-outside-toplevel
     return np.concatenate([cd.client_arrays(c)[key] for c in cd.client_ids])
 
 
 def _build_workload(config: ExperimentConfig) -> _Workload:
     """Loads the data of `config`; data-layer errors become ConfigErrors."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
     from simharness import data as D  # pylint: disable=import-outside-toplevel
     from simharness.learning import reference_fedavg_workload  # pylint: disable=import-outside-toplevel
     # The variant class of data.dataset (config.FilesData, ...): exactly its options.
@@ -271,7 +272,6 @@ _BENCHMARK_CLASSES = {'emnist': 62, 'cifar100': 100, 'shakespeare': 90}
 
 def _load_benchmark(d: Any) -> Tuple[Any, Any]:
     """(train clients, (test x, test y)) of a TFF benchmark from d.cache_dir."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
     from simharness.data import benchmarks as B  # pylint: disable=import-outside-toplevel
     from simharness.data.client_data import ArrayClientData  # pylint: disable=import-outside-toplevel
     loaders = {
@@ -325,7 +325,6 @@ def _make_factory(config: ExperimentConfig) -> Any:
 
 def _record_cluster(run_dir: Path, cluster: Mapping[str, Any]) -> None:
     """Adds the Ray cluster (nodes, resources, where each actor runs) to environment.json."""
-    import json  # pylint: disable=import-outside-toplevel
     path = run_dir / ENVIRONMENT_FILE
     try:
         env = json.loads(path.read_text(encoding='utf-8'))
@@ -355,7 +354,6 @@ def _stats(factory: Any) -> Tuple[int, List[Optional[int]]]:
 
 def weights_digest(weights: Sequence[Any]) -> str:
     """SHA-256 of the weights' shapes, dtypes and bytes (bit-identity check)."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
     h = hashlib.sha256()
     for w in weights:
         a = np.ascontiguousarray(np.asarray(w))
@@ -663,8 +661,6 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 callbacks: Optional[List[CK.Callback]] = None) -> str:
     """Builds everything, runs the rounds (appending to `metrics`); returns 'complete'."""
     # pylint: disable=import-outside-toplevel
-    import numpy as np
-    import psutil
     from tqdm.auto import tqdm
 
     import simharness
@@ -830,7 +826,6 @@ def _scalars(row: Mapping[str, Any]) -> Dict[str, Any]:
 
 def _read_rows(path: Path) -> List[Dict[str, Any]]:
     """The parseable rows of a metrics.jsonl (a torn last line is dropped)."""
-    import json  # pylint: disable=import-outside-toplevel
     rows: List[Dict[str, Any]] = []
     try:
         text = path.read_text(encoding='utf-8')
@@ -850,7 +845,6 @@ def _read_rows(path: Path) -> List[Dict[str, Any]]:
 
 def read_json(path: PathLike) -> Optional[Any]:
     """The parsed JSON file, or None if it is missing or unreadable."""
-    import json  # pylint: disable=import-outside-toplevel
     try:
         return json.loads(Path(path).read_text(encoding='utf-8'))
     except (OSError, ValueError):

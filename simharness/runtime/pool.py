@@ -37,10 +37,12 @@ import selectors
 import signal
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import psutil
 
 from simharness.core.buffers import pooled_copy
 from simharness.errors import (ExecutorClosedError, SimharnessTypeError, WorkerCrashedError,
@@ -408,7 +410,6 @@ class WorkerHandle:
 
     def resource_usage(self) -> Dict[str, Any]:
         """RSS (bytes) and CPU seconds of the worker process (psutil)."""
-        import psutil
         proc = self._proc
         if not self.alive or proc is None:
             return {'worker_id': self.worker_id, 'alive': False}
@@ -560,7 +561,6 @@ class WorkerHandle:
             reason = 'timeout'
             what = f'did not answer {call.op} within request_timeout={timeout} s'
         elif age > self.pool.liveness_timeout:
-            import psutil
             try:
                 p = psutil.Process(proc.pid)
                 status = p.status()
@@ -883,7 +883,6 @@ class WorkerPool:
 
 def _warn_unclosed(handles: List[WorkerHandle], broadcast: BroadcastArena,
                    reactor: _Reactor) -> None:
-    import warnings
     if any(h._proc is not None for h in handles):
         warnings.warn('a simharness WorkerPool was not closed; reaping its workers',
                       ResourceWarning, stacklevel=2)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import enum
+import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -231,7 +232,6 @@ def _error_class(type_name: str) -> Optional[type]:
         cls = getattr(E, name, None)
         return cls if isinstance(cls, type) and issubclass(cls, Exception) else None
     if module.startswith('tensorflow.'):
-        import sys
         tf_errors = sys.modules.get('tensorflow.python.framework.errors_impl')
         cls = getattr(tf_errors, name, None) if tf_errors is not None else None
         return cls if isinstance(cls, type) and issubclass(cls, Exception) else None

@@ -51,6 +51,7 @@ import logging
 import math
 import os
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -59,6 +60,7 @@ import weakref
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
+import psutil
 
 from simharness import errors as E
 from simharness.core.determinism import INTRA_OP_THREADS
@@ -255,7 +257,6 @@ class RayWorker:
 
     def describe(self) -> Dict[str, Any]:
         """Where this actor runs: node id and address, pid, usable cores, GPUs Ray gave it."""
-        import socket
 
         import ray
         ctx = ray.get_runtime_context()
@@ -316,7 +317,6 @@ class RayWorker:
 
     def usage(self) -> Dict[str, Any]:
         """RSS bytes, CPU seconds and requests served by this actor's process."""
-        import psutil
         p = psutil.Process()
         with p.oneshot():
             mem, cpu = p.memory_info(), p.cpu_times()

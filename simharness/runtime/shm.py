@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+import psutil
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
@@ -627,7 +628,6 @@ def _creator_gone(pid: int, segment_time: float) -> bool:
     or a process started after the segment existed (the pid was reused).
     Anything uncertain (no permission to look) counts as alive.
     """
-    import psutil  # pylint: disable=import-outside-toplevel
     if not psutil.pid_exists(pid):
         return True
     try:
