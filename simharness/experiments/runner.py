@@ -19,7 +19,7 @@
     unfinished run of the same config with a checkpoint (and resume=True):
         state, callbacks <- last checkpoint; metrics.jsonl cut back to it; go on from there
 
-    one round (timed: the process call only):
+    one round (timed: the process call only, loading the cohort's clients included):
         cohort (sample_cohort or the reference rule) -> process.next on the stack, the
         clients by reference (process.sourced: the stack loads them where it computes them)
         -> central evaluation (every eval_every rounds and after the last)
