@@ -446,7 +446,13 @@ class FederatedResolvingStrategy(FederatingStrategy):
                    for r in range(len(batch.requests))]
         except BaseException as e:  # every reduction of the batch reports it
             if not batch.done.done():
-                batch.done.set_exception(e)
+                if isinstance(e, asyncio.CancelledError):
+                    # Cancelled (Ctrl-C, SIGTERM, a closing context): cancel the waiters'
+                    # future too. A future holding a CancelledError that nobody awaits
+                    # any more is logged as "exception was never retrieved" at exit.
+                    batch.done.cancel()
+                else:
+                    batch.done.set_exception(e)
             if not isinstance(e, Exception):
                 raise
             return
