@@ -57,16 +57,15 @@ def flatten(value: Any) -> list:
 
 def pack_as(type_spec: T.Type, leaves: list) -> Any:
     """Rebuilds a nested `Struct` shaped like `type_spec` from its leaves."""
-    it = iter(leaves)
+    return _pack_from(type_spec, iter(leaves))
 
-    def build(t):
-        if isinstance(t, T.StructType):
-            return Struct((n, build(e)) for n, e in t.items())
-        return next(it)
 
-    out = build(type_spec)
-    del build  # it refers to itself: the cycle would keep `leaves` alive until a GC run
-    return out
+def _pack_from(t: T.Type, it: Any) -> Any:
+    # A module-level function, not a closure that refers to itself: such a cycle
+    # would keep `leaves` (a call's tensors) alive until the garbage collector runs.
+    if isinstance(t, T.StructType):
+        return Struct((n, _pack_from(e, it)) for n, e in t.items())
+    return next(it)
 
 
 def from_container(value: Any, type_spec: Optional[T.Type] = None) -> Any:

@@ -359,34 +359,35 @@ class FederatedResolvingStrategy(FederatingStrategy):
     async def _plan_for_group(self, g: int, ex: BatchExecutor, srcs: Sequence[Any],
                               nodes: List[List[Any]], index: Dict[int, int]) -> List[int]:
         """Appends group g's plan nodes for `srcs` (deduplicated) to `nodes`; their indices."""
-        async def add(src: Any) -> int:
-            key = id(src)
-            if key in index:
-                return index[key]
-            node: List[Any]
-            if isinstance(src, _Leaf):
-                vals = src.payload[g]
-                node = ['same', vals[0]] if src.all_equal else ['values', list(vals)]
-            elif src.payload is not None:  # computed already (another consumer needed it)
-                node = ['values', list(src.payload[g])]
-            elif src.op == 'sourced':
-                s, n = self._starts[g], self._sizes[g]
-                node = ['sourced_clients', src.sourced[s:s + n], src.member]
-            elif src.op == 'map':
-                node = ['map', await self._embed_fn(src.fn, ex), await add(src.srcs[0])]
-            elif src.op == 'select':
-                node = ['select', src.index, await add(src.srcs[0])]
-            else:
-                node = ['zip', list(src.names), [await add(x) for x in src.srcs]]
-            nodes.append(node)
-            index[key] = len(nodes) - 1
+        return [await self._plan_node(g, ex, src, nodes, index) for src in srcs]
+
+    async def _plan_node(self, g: int, ex: BatchExecutor, src: Any, nodes: List[List[Any]],
+                         index: Dict[int, int]) -> int:
+        # A method, not a closure that refers to itself: such a cycle would keep the
+        # plan's values (a round's client tensors) alive until the garbage collector runs.
+        key = id(src)
+        if key in index:
             return index[key]
-        try:
-            return [await add(src) for src in srcs]
-        finally:
-            # `add` refers to itself: without this, the cycle would keep the plan's
-            # values (a round's client tensors) alive until the garbage collector runs.
-            del add
+        node: List[Any]
+        if isinstance(src, _Leaf):
+            vals = src.payload[g]
+            node = ['same', vals[0]] if src.all_equal else ['values', list(vals)]
+        elif src.payload is not None:  # computed already (another consumer needed it)
+            node = ['values', list(src.payload[g])]
+        elif src.op == 'sourced':
+            s, n = self._starts[g], self._sizes[g]
+            node = ['sourced_clients', src.sourced[s:s + n], src.member]
+        elif src.op == 'map':
+            node = ['map', await self._embed_fn(src.fn, ex),
+                    await self._plan_node(g, ex, src.srcs[0], nodes, index)]
+        elif src.op == 'select':
+            node = ['select', src.index, await self._plan_node(g, ex, src.srcs[0], nodes, index)]
+        else:
+            node = ['zip', list(src.names),
+                    [await self._plan_node(g, ex, x, nodes, index) for x in src.srcs]]
+        nodes.append(node)
+        index[key] = len(nodes) - 1
+        return index[key]
 
     async def _stream_partials(self, kind: str, values: Sequence[FederatingValue],
                                params_for: Any) -> List[Any]:
@@ -669,16 +670,15 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return self._fed(await self._gather_groups(one), rt)
 
     async def _federated_zip_at_server(self, arg, static, rt):
-        async def build(v):
-            if v.kind == 'federated':
-                return v.payload
-            names = [n for n, _ in v.payload]
-            row = [await build(e) for _, e in v.payload]
-            return (await self._server.create_structs([row], names))[0]
-        try:
-            return self._fed(await build(arg), rt)
-        finally:
-            del build  # it refers to itself: no cycle left for the garbage collector
+        return self._fed(await self._zip_server_struct(arg), rt)
+
+    async def _zip_server_struct(self, v: FederatingValue) -> Any:
+        # A method, not a self-referencing closure (a cycle the garbage collector frees).
+        if v.kind == 'federated':
+            return v.payload
+        names = [n for n, _ in v.payload]
+        row = [await self._zip_server_struct(e) for _, e in v.payload]
+        return (await self._server.create_structs([row], names))[0]
 
     async def _reduce(self, kind: str, values_per_group: List[List[Any]], params_for,
                       server_params: Dict[str, Any], rt: T.FederatedType):

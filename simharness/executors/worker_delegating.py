@@ -250,39 +250,39 @@ class WorkerDelegatingExecutor(BatchExecutor):
 
     def _refs(self, tree: Any) -> Any:
         """Executor values → Refs (runs of consecutive ids → RefRange); tensors → numpy."""
-        def as_range(xs: list) -> Optional[RefRange]:
-            first = xs[0]
-            if len(xs) < 2 or not isinstance(first, WorkerValue) or first._owner is not self:
-                return None
-            start = first._id
-            for k, x in enumerate(xs):
-                if not isinstance(x, WorkerValue) or x._owner is not self or x._id != start + k:
-                    return None
-            first._check_generation()
-            return RefRange(start, len(xs))
+        # Methods, not a closure that refers to itself (a cycle per request that only the
+        # garbage collector would free).
+        return self._ref_walk(tree)
 
-        def walk(x: Any) -> Any:
-            if isinstance(x, list):
-                r = as_range(x) if x else None
-                return r if r is not None else [walk(v) for v in x]
-            if isinstance(x, tuple) and not hasattr(type(x), '_fields'):
-                return tuple(walk(v) for v in x)
-            if isinstance(x, dict):
-                return {k: walk(v) for k, v in x.items()}
-            if isinstance(x, WorkerValue):
-                if x._owner is not self:
-                    raise SimharnessTypeError(
-                        f'{x!r} belongs to another worker session; values cannot move between '
-                        'workers without going through the driver')
-                return x.ref
-            if isinstance(x, ExecutorValue):
-                raise SimharnessTypeError(f'{x!r} is not a value of a worker')
-            return wire_value(x, None) if not isinstance(x, (T.Type, bb.CompiledComputation,
-                                                             Partial)) else x
-        try:
-            return walk(tree)
-        finally:
-            del walk  # it refers to itself: no cycle per request for the garbage collector
+    def _ref_range(self, xs: list) -> Optional[RefRange]:
+        first = xs[0]
+        if len(xs) < 2 or not isinstance(first, WorkerValue) or first._owner is not self:
+            return None
+        start = first._id
+        for k, x in enumerate(xs):
+            if not isinstance(x, WorkerValue) or x._owner is not self or x._id != start + k:
+                return None
+        first._check_generation()
+        return RefRange(start, len(xs))
+
+    def _ref_walk(self, x: Any) -> Any:
+        if isinstance(x, list):
+            r = self._ref_range(x) if x else None
+            return r if r is not None else [self._ref_walk(v) for v in x]
+        if isinstance(x, tuple) and not hasattr(type(x), '_fields'):
+            return tuple(self._ref_walk(v) for v in x)
+        if isinstance(x, dict):
+            return {k: self._ref_walk(v) for k, v in x.items()}
+        if isinstance(x, WorkerValue):
+            if x._owner is not self:
+                raise SimharnessTypeError(
+                    f'{x!r} belongs to another worker session; values cannot move between '
+                    'workers without going through the driver')
+            return x.ref
+        if isinstance(x, ExecutorValue):
+            raise SimharnessTypeError(f'{x!r} is not a value of a worker')
+        return wire_value(x, None) if not isinstance(x, (T.Type, bb.CompiledComputation,
+                                                         Partial)) else x
 
     def _raise_failed_pending(self) -> None:
         """Raises the first error of an earlier request of this invocation nobody waited for."""
