@@ -1,0 +1,72 @@
+"""Big models on the process stacks (issue 15): reused buffers, exact results, nothing left to the GC."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+import simharness as sh
+from simharness.core.buffers import POOL
+from simharness.stacks import process_executor_factory
+
+N = (8 << 20) // 4  # an 8 MB float32 model: above the buffer pool's minimum
+
+
+def _broadcast_aggregate():
+    spec = sh.TensorType(np.float32, (N,))
+
+    @sh.tf_computation(spec)
+    def half(x):
+        return x * 0.5
+
+    @sh.federated_computation(sh.type_at_server(spec))
+    def broadcast_aggregate(w):
+        return sh.federated_sum(sh.federated_map(half, sh.federated_broadcast(w)))
+    return broadcast_aggregate
+
+
+def test_results_held_by_the_caller_are_never_overwritten(warm_pool):
+    comp = _broadcast_aggregate()
+    rng = np.random.default_rng(0)
+    models = [rng.standard_normal(N).astype(np.float32) for _ in range(4)]
+    with process_executor_factory(num_clients=2, pool=warm_pool) as factory:
+        with sh.execution_context(factory):
+            results = [comp(w) for w in models]  # all held while later calls reuse buffers
+            again = comp(models[0])
+    for w, r in zip(models, results):
+        assert np.array_equal(r, w)  # 2 clients x (w * 0.5): exactly w
+    assert np.array_equal(again, models[0])
+    assert all(r.flags.writeable for r in results)
+    results[0][:] = 0  # the caller owns its result: writing it changes no other
+    assert np.array_equal(results[1], models[1]) and np.array_equal(again, models[0])
+
+
+def test_steady_rounds_reuse_buffers_and_leave_no_garbage(warm_pool):
+    comp = _broadcast_aggregate()
+    w = np.arange(N, dtype=np.float32)
+    with process_executor_factory(num_clients=2, pool=warm_pool) as factory:
+        with sh.execution_context(factory):
+            for _ in range(3):  # warm: tracing, arenas, the pool's buffers
+                assert np.array_equal(comp(w), w)
+            before = POOL.stats()
+            was_enabled = gc.isenabled()
+            gc.collect()
+            gc.disable()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                for _ in range(3):
+                    assert np.array_equal(comp(w), w)
+                gc.collect()
+                garbage = len(gc.garbage)
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+                if was_enabled:
+                    gc.enable()
+            after = POOL.stats()
+    assert garbage == 0
+    # The driver's big buffers (the model's tensor, the workers' partials copied out of
+    # shared memory, their sum, the caller's result) come from the pool, not fresh memory.
+    assert after['allocated'] == before['allocated']
+    assert after['reused'] - before['reused'] >= 3 * 4
