@@ -18,6 +18,7 @@ back by hand.
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import sys
@@ -43,6 +44,8 @@ def _default_max_bytes() -> int:
 
 #: Bytes of buffers a pool keeps at most (in use or free).
 DEFAULT_MAX_BYTES = _default_max_bytes()
+#: Sizes whose free buffers a pool keeps (the most recently asked for).
+DEFAULT_MAX_SIZES = 8
 
 
 def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
@@ -66,13 +69,18 @@ class BufferPool:
       max_bytes: the pool keeps buffers (in use or free) of at most this
         many bytes in all; beyond it, `empty` gives unpooled arrays.
       min_bytes: smaller requests are not pooled.
+      max_sizes: the free buffers of at most this many sizes are kept (the
+        most recently asked for): sizes that stop coming (the last, shorter
+        slice of a cohort, a model of another run) do not pile up.
     """
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, min_bytes: int = MIN_POOLED_BYTES):
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, min_bytes: int = MIN_POOLED_BYTES,
+                 max_sizes: int = DEFAULT_MAX_SIZES):
         self.max_bytes = int(max_bytes)
         self.min_bytes = int(min_bytes)
+        self.max_sizes = int(max_sizes)
         self._lock = threading.Lock()
-        self._by_size: Dict[int, List[np.ndarray]] = {}
+        self._by_size: 'collections.OrderedDict[int, List[np.ndarray]]' = collections.OrderedDict()
         self._bytes = 0
         self.reused = 0
         self.allocated = 0
@@ -103,7 +111,8 @@ class BufferPool:
         size = nbytes + ALIGNMENT
         with self._lock:
             bufs = self._by_size.get(size)
-            if bufs:
+            if bufs is not None:
+                self._by_size.move_to_end(size)  # most recently asked for last
                 for i in range(len(bufs)):
                     if sys.getrefcount(bufs[i]) <= 2:  # the list, the argument: free
                         raw = bufs.pop(i)
@@ -115,8 +124,24 @@ class BufferPool:
             self.allocated += 1
             if self._bytes + size <= self.max_bytes:
                 self._by_size.setdefault(size, []).append(raw)
+                self._by_size.move_to_end(size)
                 self._bytes += size
+                self._drop_old_sizes()
             return raw
+
+    def _drop_old_sizes(self) -> None:
+        """Drops the free buffers of the least recently asked sizes beyond `max_sizes`."""
+        for key in list(self._by_size)[:max(0, len(self._by_size) - self.max_sizes)]:
+            bufs = self._by_size[key]
+            i = 0
+            while i < len(bufs):
+                if sys.getrefcount(bufs[i]) <= 2:  # the list, the argument: free
+                    del bufs[i]
+                    self._bytes -= key
+                else:
+                    i += 1
+            if not bufs:
+                del self._by_size[key]
 
     def _make_room(self, size: int) -> None:
         """Drops free buffers (least recently used first) until `size` more bytes fit."""

@@ -186,3 +186,17 @@ def test_thread_groups_share_the_broadcast_tensor(tf):
     finally:
         for ex in (a, b, other):
             ex.close()
+
+
+def test_pool_forgets_sizes_that_stop_coming():
+    pool = BufferPool(max_bytes=1 << 30, max_sizes=3)
+    for k in range(10):  # ten sizes, one after the other (say, shorter last slices)
+        pool.empty((MB + 64 * k,), np.uint8)
+    assert pool.stats()['buffers'] == 3
+    assert pool.pooled_bytes == sum(MB + 64 * k + ALIGNMENT for k in (7, 8, 9))
+    held = [pool.empty((MB + 64 * k,), np.uint8) for k in range(5)]  # in use: never dropped
+    pool.empty((2 * MB,), np.uint8)
+    assert pool.stats()['buffers'] >= 5 and all(h.sum() >= 0 for h in held)
+    del held
+    pool.empty((3 * MB,), np.uint8)
+    assert pool.stats()['buffers'] <= 3 + 1
