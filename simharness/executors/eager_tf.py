@@ -34,6 +34,7 @@ from simharness.core.reduction import (CHUNK, Partial, Reducer, add_arrays, add_
                                        add_trees_mod, concatenate_rows, fold_rows_into)
 from simharness.core.structure import Struct, flatten, map_structure, pack_as
 from simharness.core.batching import stack_python_values
+from simharness.core.buffers import POOL
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import (ExecutorClosedError, SimharnessTypeError, SimharnessValueError)
 from simharness.core.sequences import TensorBatches
@@ -639,10 +640,26 @@ class EagerTFExecutor(BatchExecutor):
         with self._device_scope(), np.errstate(over='ignore'):
             while i < len(values):
                 stop = min(end, (pos // REDUCTION_SLICE + 1) * REDUCTION_SLICE)
-                row_type, leaves = self._numpy_rows(kind, values[i:i + stop - pos], pos, params)
-                fold_rows_into(builder, leaves, pos, start_rows, fold_rows)
+                for lo, hi in self._row_runs(kind, values, i, i + stop - pos):
+                    row_type, leaves = self._numpy_rows(kind, values[lo:hi], pos + lo - i, params)
+                    fold_rows_into(builder, leaves, pos + lo - i, start_rows, fold_rows)
                 i, pos = i + stop - pos, stop
         return rows_to_values(builder.finish(), row_type, row_type)
+
+    @staticmethod
+    def _row_runs(kind: str, values: Sequence[Any], lo: int, hi: int) -> List[Tuple[int, int]]:
+        """How `values[lo:hi]` is fed to a sum: at once (stacked into one array), or -- for
+        big clients (>= 1 MB each) of several runs -- run by run, which feeds the same rows
+        in the same order (the same bits) without copying them into one array first."""
+        t = getattr(values[lo], 'type_signature', None)
+        if kind not in ('sum', 'mean') or hi - lo < 2 or t is None:
+            return [(lo, hi)]
+        row_bytes = sum(np.dtype(l.dtype).itemsize * int(np.prod(l.shape or ()))
+                        for l in T.flatten_type(t)
+                        if isinstance(l, T.TensorType) and l.is_fully_defined)
+        if row_bytes < POOL.min_bytes:
+            return [(lo, hi)]
+        return [(lo + b, lo + e) for b, e, _, _ in runs(values[lo:hi])]
 
     def _aggregate_rows(self, builder: Any, leaves: List[np.ndarray], start: int,
                         params: Dict[str, Any]) -> None:

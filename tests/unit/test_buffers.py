@@ -200,3 +200,37 @@ def test_pool_forgets_sizes_that_stop_coming():
     del held
     pool.empty((3 * MB,), np.uint8)
     assert pool.stats()['buffers'] <= 3 + 1
+
+
+@pytest.mark.parametrize('start', [0, 5, 16])
+def test_big_client_sums_fed_run_by_run_give_the_stacked_bits(tf, monkeypatch, start):
+    """Big clients of several runs are summed run by run (no stacking copy): same partial."""
+    import asyncio
+    from simharness.core import buffers
+    from simharness.executors.eager_tf import EagerTFExecutor
+    ex = EagerTFExecutor()
+    t = np.float32
+    rng = np.random.default_rng(start)
+    rows = [(rng.standard_normal(MB // 4) * 10.0 ** rng.integers(-3, 4)).astype(t)
+            for _ in range(21)]
+
+    async def partial():
+        loose = [await ex.create_value(r, None) for r in rows[:7]]
+        block = await ex.create_values(rows[7:19], loose[0].type_signature)  # one stacked run
+        tail = [await ex.create_value(r, None) for r in rows[19:]]
+        return await ex.create_partial_reduction('sum', loose + block + tail, start, 64, {})
+
+    by_runs = asyncio.run(partial())
+    monkeypatch.setattr(buffers.POOL, 'min_bytes', 1 << 40)  # rows "small": stacked at once
+    stacked = asyncio.run(partial())
+    assert by_runs.head == [] or len(by_runs.head) == len(stacked.head)
+    for a, b in zip(by_runs.head, stacked.head):
+        assert np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
+    assert sorted(by_runs.nodes) == sorted(stacked.nodes)
+    for k in by_runs.nodes:
+        assert np.array_equal(np.asarray(by_runs.nodes[k]).view(np.uint32),
+                              np.asarray(stacked.nodes[k]).view(np.uint32)), k
+    assert by_runs.open_chunk == stacked.open_chunk
+    if by_runs.open_chunk is not None:
+        assert np.array_equal(np.asarray(by_runs.open_acc).view(np.uint32),
+                              np.asarray(stacked.open_acc).view(np.uint32))
