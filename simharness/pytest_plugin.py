@@ -1056,7 +1056,7 @@ def _descendant_pids() -> List[int]:
     """The pids of this process' children, recursively (worker processes, their forkserver)."""
     try:
         return [c.pid for c in psutil.Process().children(recursive=True)]
-    except Exception:  # psutil missing, or a child left meanwhile  # pylint: disable=broad-except
+    except psutil.Error:  # a child left meanwhile
         return []
 
 
