@@ -132,32 +132,27 @@ class BufferPool:
     def _drop_old_sizes(self) -> None:
         """Drops the free buffers of the least recently asked sizes beyond `max_sizes`."""
         for key in list(self._by_size)[:max(0, len(self._by_size) - self.max_sizes)]:
-            bufs = self._by_size[key]
-            i = 0
-            while i < len(bufs):
-                if sys.getrefcount(bufs[i]) <= 2:  # the list, the argument: free
-                    del bufs[i]
-                    self._bytes -= key
-                else:
-                    i += 1
-            if not bufs:
-                del self._by_size[key]
+            self._drop_free(key)
 
     def _make_room(self, size: int) -> None:
         """Drops free buffers (least recently used first) until `size` more bytes fit."""
         if self._bytes + size <= self.max_bytes:
             return
         for key in list(self._by_size):
-            bufs = self._by_size[key]
-            i = 0
-            while i < len(bufs) and self._bytes + size > self.max_bytes:
-                if sys.getrefcount(bufs[i]) <= 2:  # the list, the argument: free
-                    del bufs[i]
-                    self._bytes -= key
-                else:
-                    i += 1
-            if not bufs:
-                del self._by_size[key]
+            self._drop_free(key, lambda: self._bytes + size <= self.max_bytes)
+
+    def _drop_free(self, key: int, enough: Any = None) -> None:
+        """Drops the free buffers of size `key`: all of them, or until `enough()` holds."""
+        bufs = self._by_size[key]
+        i = 0
+        while i < len(bufs) and not (enough is not None and enough()):
+            if sys.getrefcount(bufs[i]) <= 2:  # the list, the argument: free
+                del bufs[i]
+                self._bytes -= key
+            else:
+                i += 1
+        if not bufs:
+            del self._by_size[key]
 
     def clear(self) -> None:
         """Forgets every buffer (those in use live on with their users)."""
