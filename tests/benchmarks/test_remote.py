@@ -32,6 +32,8 @@ import threading
 import numpy as np
 import pytest
 
+from computations import broadcast_aggregate  # noqa: E402  (tests/computations.py)
+
 from .helpers import MB, check_then_time, median_seconds
 
 _TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -202,15 +204,7 @@ def test_broadcast_aggregate_through_2_services(benchmark, factories, medians, m
     import simharness as sh
     benchmark.group = f'remote: broadcast+aggregate {mb} MB'
     w = _model(mb)
-    spec = sh.TensorType(np.float32, (w.size,))
-
-    @sh.tf_computation(spec)
-    def half(x):
-        return x * 0.5
-
-    @sh.federated_computation(sh.type_at_server(spec))
-    def broadcast_aggregate(v):
-        return sh.federated_sum(sh.federated_map(half, sh.federated_broadcast(v)))
+    comp = broadcast_aggregate(w.size)
 
     def check(result):
         assert np.array_equal(np.asarray(result), w)
@@ -218,7 +212,7 @@ def test_broadcast_aggregate_through_2_services(benchmark, factories, medians, m
     factory = sh.framework.remote_executor_factory(services=factories['remote-2'].services,
                                                    num_clients=2)
     with factory, sh.execution_context(factory):
-        check_then_time(benchmark, broadcast_aggregate, (w,), check, target_seconds=2.0)
+        check_then_time(benchmark, comp, (w,), check, target_seconds=2.0)
     t = median_seconds(benchmark)
     if t is None:
         return

@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from computations import broadcast_aggregate  # noqa: E402  (tests/computations.py)
+
 from .helpers import MB, STACKS, check_then_time, median_seconds, time_median
 
 SIZES_MB = [1, 16, pytest.param(128, marks=pytest.mark.timing_only)]
@@ -40,20 +42,6 @@ def _memcpy_key(mb: int) -> str:
 def _memcpy_seconds(w: np.ndarray) -> float:
     dst = np.empty_like(w)
     return time_median(lambda: np.copyto(dst, w), repeat=9)
-
-
-def _broadcast_aggregate(num_floats: int):
-    import simharness as sh
-    spec = sh.TensorType(np.float32, (num_floats,))
-
-    @sh.tf_computation(spec)
-    def half(x):
-        return x * 0.5
-
-    @sh.federated_computation(sh.type_at_server(spec))
-    def broadcast_aggregate(w):
-        return sh.federated_sum(sh.federated_map(half, sh.federated_broadcast(w)))
-    return broadcast_aggregate
 
 
 @pytest.mark.parametrize('mb', SIZES_MB)
@@ -79,7 +67,7 @@ def test_broadcast_aggregate(simharness_benchmark, simharness_stack, baselines, 
     bench = simharness_benchmark
     bench.group = f'broadcast+aggregate {mb} MB'
     w = _model(mb)
-    comp = _broadcast_aggregate(w.size)
+    comp = broadcast_aggregate(w.size)
 
     def check(result):
         assert np.array_equal(np.asarray(result), w)

@@ -9,25 +9,13 @@ import numpy as np
 import simharness as sh
 from simharness.core.buffers import POOL
 from simharness.stacks import process_executor_factory
+from computations import broadcast_aggregate  # tests/computations.py
 
 N = (8 << 20) // 4  # an 8 MB float32 model: above the buffer pool's minimum
 
 
-def _broadcast_aggregate():
-    spec = sh.TensorType(np.float32, (N,))
-
-    @sh.tf_computation(spec)
-    def half(x):
-        return x * 0.5
-
-    @sh.federated_computation(sh.type_at_server(spec))
-    def broadcast_aggregate(w):
-        return sh.federated_sum(sh.federated_map(half, sh.federated_broadcast(w)))
-    return broadcast_aggregate
-
-
 def test_results_held_by_the_caller_are_never_overwritten(warm_pool):
-    comp = _broadcast_aggregate()
+    comp = broadcast_aggregate(N)
     rng = np.random.default_rng(0)
     models = [rng.standard_normal(N).astype(np.float32) for _ in range(4)]
     with process_executor_factory(num_clients=2, pool=warm_pool) as factory:
@@ -43,7 +31,7 @@ def test_results_held_by_the_caller_are_never_overwritten(warm_pool):
 
 
 def test_steady_rounds_reuse_buffers_and_leave_no_garbage(warm_pool):
-    comp = _broadcast_aggregate()
+    comp = broadcast_aggregate(N)
     w = np.arange(N, dtype=np.float32)
     with process_executor_factory(num_clients=2, pool=warm_pool) as factory:
         with sh.execution_context(factory):

@@ -134,27 +134,20 @@ def test_thread_stack_frees_a_rounds_values_without_the_garbage_collector(tf):
     """No reference cycle keeps a call's tensors: big models reuse memory from the first call."""
     import simharness as sh
     from simharness import stacks
-    spec = sh.TensorType(np.float32, (MB // 4,))
-
-    @sh.tf_computation(spec)
-    def half(x):
-        return x * 0.5
-
-    @sh.federated_computation(sh.type_at_server(spec))
-    def broadcast_aggregate(w):
-        return sh.federated_sum(sh.federated_map(half, sh.federated_broadcast(w)))
+    from computations import broadcast_aggregate  # tests/computations.py
+    comp = broadcast_aggregate(MB // 4)
 
     w = np.arange(MB // 4, dtype=np.float32)
     factory = stacks.local_executor_factory(num_clients=2)
     was_enabled = gc.isenabled()
     try:
         with sh.execution_context(factory):
-            assert np.array_equal(broadcast_aggregate(w), w)  # warm: tracing, caches
+            assert np.array_equal(comp(w), w)  # warm: tracing, caches
             gc.collect()
             gc.disable()
             gc.set_debug(gc.DEBUG_SAVEALL)
             for _ in range(2):
-                assert np.array_equal(broadcast_aggregate(w), w)
+                assert np.array_equal(comp(w), w)
             gc.collect()
             leaked = [o for o in gc.garbage if isinstance(o, tf.Tensor)]
             gc.set_debug(0)
