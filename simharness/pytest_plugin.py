@@ -150,6 +150,18 @@ def is_builtin_stack(name: str) -> bool:
 REACTOR_THREAD = 'simharness-pool-reactor'
 
 
+def _close_all(resources: List[Any]) -> None:
+    """Closes every one of `resources` in order (also after one fails), then raises the first error."""
+    errors = []
+    for r in resources:
+        try:
+            r.close()
+        except Exception as e:  # close the others, then report  # pylint: disable=broad-except
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
 class WorkerPools:
     """Warm worker pools shared by a session, one per layout (workers, clients per worker).
 
@@ -205,15 +217,7 @@ class WorkerPools:
     def close(self) -> None:
         """Stops every pool, newest first. Idempotent."""
         self._closed = True
-        errors = []
-        while self._pools:
-            _, pool = self._pools.popitem()
-            try:
-                pool.close()
-            except Exception as e:  # close the others, then report
-                errors.append(e)
-        if errors:
-            raise errors[0]
+        _close_all([self._pools.pop(k) for k in reversed(list(self._pools))])
 
     def __enter__(self) -> 'WorkerPools':
         return self
@@ -547,18 +551,8 @@ class StackRegistry:
         if self._closed:
             return
         self._closed = True
-        errors = []
-        for name in reversed(list(self._resources)):
-            try:
-                self._resources.pop(name).close()
-            except Exception as e:  # close the others, then report
-                errors.append(e)
-        try:
-            self.pools.close()
-        except Exception as e:  # pylint: disable=broad-except
-            errors.append(e)
-        if errors:
-            raise errors[0]
+        _close_all([self._resources.pop(n) for n in reversed(list(self._resources))]
+                   + [self.pools])
 
     def __enter__(self) -> 'StackRegistry':
         return self

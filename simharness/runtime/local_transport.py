@@ -27,6 +27,7 @@ from typing import Any, List, Sequence
 import msgpack
 import numpy as np
 
+from simharness.core.buffers import pooled_copy
 from simharness.runtime.shm import SlotRef
 
 F_READY = 1
@@ -76,7 +77,12 @@ def write_buffers(arena: Any, buffers: Sequence[Any]) -> List[Any]:
 
 
 def read_buffers(attachment: Any, locs: Sequence[Any], copy: bool) -> List[Any]:
-    """The buffers of a frame: inline bytes, or views (copies if `copy`) of shared memory."""
+    """The buffers of a frame: inline bytes, or views of shared memory.
+
+    With `copy`, each view is copied out (the sender reuses its arena once
+    acknowledged) into a reused 64-byte-aligned buffer (`core.buffers`): no
+    fresh pages per response, and a tensor can adopt it without a copy.
+    """
     out: List[Any] = []
     for loc in locs:
         if isinstance(loc, (bytes, bytearray)):
@@ -84,7 +90,7 @@ def read_buffers(attachment: Any, locs: Sequence[Any], copy: bool) -> List[Any]:
             continue
         name, off, nbytes = loc
         view = attachment.read(SlotRef(name, off, '|u1', (nbytes,)))
-        out.append(np.array(view) if copy else view)
+        out.append(pooled_copy(view) if copy else view)
     return out
 
 

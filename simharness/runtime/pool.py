@@ -41,10 +41,8 @@ import warnings
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 import psutil
 
-from simharness.core.buffers import pooled_copy
 from simharness.errors import (ExecutorClosedError, SimharnessTypeError, WorkerCrashedError,
                                WorkerStartError, WorkerTimeoutError)
 from simharness.runtime import local_transport as L
@@ -500,10 +498,7 @@ class WorkerHandle:
                         if attachment is not None and old in attachment.names:
                             attachment.release(old)
                     self._worker_arenas = {loc[0]}
-            # Copied out before the ACK (the worker reuses its arena), into reused
-            # aligned buffers: no fresh pages per response, and a tensor can adopt them.
-            buffers = [pooled_copy(b) if isinstance(b, np.ndarray) else b
-                       for b in L.read_buffers(attachment, locs, copy=False)]
+            buffers = L.read_buffers(attachment, locs, copy=True)  # before the ACK
             if any(isinstance(loc, list) for loc in locs):
                 self._out += L.frame_with_length(L.pack_frame(L.F_ACK))
             self.stats.bytes_from_worker += sum(len(b) if isinstance(b, bytes) else b.nbytes
