@@ -56,6 +56,9 @@ class Partial:
       nodes: closed tree nodes, keyed by (level, index).
       open_chunk: index of the chunk begun in this block but not finished.
       open_acc: accumulator of that chunk.
+      loans: when its arrays are views of memory lent by a worker (read in
+        place, not copied), the loans that hold that memory; `release` hands
+        it back. Not part of the value: not compared, not sent.
     """
 
     start: int
@@ -64,12 +67,20 @@ class Partial:
     nodes: Dict[Node, Any] = dataclasses.field(default_factory=dict)
     open_chunk: Optional[int] = None
     open_acc: Any = None
+    loans: Tuple[Any, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     def map(self, fn: Callable[[Any], Any]) -> 'Partial':
         """A copy with `fn` applied to every value held (head values, tree nodes, open accumulator)."""
         return Partial(self.start, self.stop, [fn(v) for v in self.head],
                        {k: fn(v) for k, v in self.nodes.items()}, self.open_chunk,
-                       None if self.open_chunk is None else fn(self.open_acc))
+                       None if self.open_chunk is None else fn(self.open_acc), self.loans)
+
+    def release(self) -> None:
+        """Hands back the lent memory its arrays view (see `loans`): call it once nothing
+        made from them refers to it any more. Idempotent; nothing to do for a partial of
+        its own arrays."""
+        for loan in self.loans:
+            loan.release()
 
 
 class Reducer:
@@ -174,7 +185,8 @@ class Reducer:
             self._insert(nodes, level, index, right.nodes[(level, index)])
         if right.open_chunk is not None:
             open_chunk, open_acc = right.open_chunk, right.open_acc
-        return Partial(left.start, right.stop, head, nodes, open_chunk, open_acc)
+        return Partial(left.start, right.stop, head, nodes, open_chunk, open_acc,
+                       left.loans + right.loans)
 
     # ------------------------------------------------------------ combine
     def combine(self, partials: Sequence[Partial]) -> Any:

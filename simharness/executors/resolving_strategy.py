@@ -45,7 +45,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.structure import Struct, broadcast_static, pack_as
 from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
-from simharness.core.reduction import CHUNK
+from simharness.core.reduction import CHUNK, Partial
 from simharness.data.sourced import SourcedClients
 from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
@@ -690,7 +690,18 @@ class FederatedResolvingStrategy(FederatingStrategy):
             return await ex.create_partial_reduction(kind, values_per_group[g], self._starts[g], n,
                                                      await params_for(ex))
         partials = [p for p in await self._gather_groups(one) if p is not None]
-        return await self._server.create_reduction_result(kind, partials, n, server_params, rt.member)
+        return await self._reduction_result(kind, partials, server_params, rt.member)
+
+    async def _reduction_result(self, kind: str, partials: List[Partial],
+                                server_params: Dict[str, Any], member: T.Type) -> Any:
+        """The server's value of the reduction of `partials`; then their lent memory (views
+        of workers' arenas, `Partial.loans`) goes back: the result never refers to it."""
+        try:
+            return await self._server.create_reduction_result(kind, partials, self.num_clients,
+                                                              server_params, member)
+        finally:
+            for p in partials:
+                p.release()
 
     async def _zeros_at_server(self, rt: T.FederatedType) -> FederatingValue:
         def zeros(t):
@@ -710,8 +721,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
             return params
         if self._streams(value):
             partials = await self._stream_partials(kind, [value], same)
-            return self._fed(await self._server.create_reduction_result(
-                kind, partials, self.num_clients, params, rt.member), rt)
+            return self._fed(await self._reduction_result(kind, partials, params, rt.member), rt)
         payload = await self._as_clients(value)
         return self._fed(await self._reduce(kind, payload, same, params, rt), rt)
 
@@ -732,8 +742,8 @@ class FederatedResolvingStrategy(FederatingStrategy):
         self._check_clients(weight)
         if self._streams(value, weight):
             partials = await self._stream_partials('weighted_mean', [value, weight], same)
-            return self._fed(await self._server.create_reduction_result(
-                'weighted_mean', partials, self.num_clients, {}, rt.member), rt)
+            return self._fed(await self._reduction_result('weighted_mean', partials, {}, rt.member),
+                             rt)
         vp, wp = await self._as_clients(value), await self._as_clients(weight)
         pairs = [list(zip(a, b)) for a, b in zip(vp, wp)]
         return self._fed(await self._reduce('weighted_mean', pairs, same, {}, rt), rt)
@@ -804,9 +814,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if self._streams(value):
             server_params = await params_for(self._server)
             partials = await self._stream_partials('aggregate', [value], params_for)
-            acc = await self._server.create_reduction_result('aggregate', partials,
-                                                             self.num_clients, server_params,
-                                                             rt.member)
+            acc = await self._reduction_result('aggregate', partials, server_params, rt.member)
             return self._fed(await self._server.create_call(report_fn, acc), rt)
         payload = await self._as_clients(value)
         server_params = await params_for(self._server)

@@ -33,6 +33,7 @@ import numpy as np
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.batching import stack_python_values
+from simharness.core.buffers import pooled_copy
 from simharness.core.reduction import Partial
 from simharness.core.structure import Struct, from_container, tensor_to_numpy
 from simharness.data.sourced import SourcedClients, source_spec, transform_spec
@@ -60,6 +61,27 @@ def _array_bytes(tree: Any) -> int:
         return x
     map_leaves(tree, leaf)
     return total[0]
+
+
+def _lent_partials(result: Any, loan: Any) -> Any:
+    """A partial reduction's answer, whose arrays are views lent by the worker (`loan`).
+
+    Partials carry the loan: whoever combines them releases it once the
+    combined value no longer refers to their arrays (`Partial.release`), and
+    it is released anyway when the last of them is freed. Anything else is
+    copied out, and the loan released at once.
+    """
+    if loan is None:
+        return result
+    parts = result if isinstance(result, list) else [result]
+    if all(isinstance(p, Partial) for p in parts):
+        for p in parts:
+            p.loans = (loan,)
+        return result
+    try:
+        return map_leaves(result, lambda x: pooled_copy(x) if isinstance(x, np.ndarray) else x)
+    finally:
+        loan.release()
 
 
 def _is_dataset(x: Any) -> bool:
@@ -326,12 +348,26 @@ class WorkerDelegatingExecutor(BatchExecutor):
         return P.record_to_error(rec, self._handle.worker_id, self._handle.pid)
 
     async def _request(self, op: Op, *args: Any, n_out: int = 0, types: Any = None,
-                       wait: bool = False, broadcast_key: Any = None) -> Any:
+                       wait: bool = False, broadcast_key: Any = None,
+                       partials: bool = False) -> Any:
+        """Sends one request; `partials`: its answer is Partials, read in place when the
+        transport lends (`_lent_partials`)."""
         gen = await self._ready()
         packed = self._refs(list(args))
         base = self._reserve_ids(n_out)  # ids base .. base + n_out - 1 are this request's
         pipelined = not wait and types is not None
         header, buffers = self._encode(op, packed, base, n_out, want_types=not pipelined)
+        lend = partials and getattr(self._handle, 'lends', False)
+        if lend:
+            resp, loan = await asyncio.wrap_future(
+                self._handle.submit(header, buffers, op.name, gen, lend=True))
+            if not resp.ok:
+                if loan is not None:
+                    loan.release()
+                self._drop_done_pending()
+                raise self._error(resp)
+            self._raise_failed_pending()
+            return _lent_partials(resp.result, loan)
         if broadcast_key is None:
             fut = self._handle.submit(header, buffers, op.name, gen)
         else:
@@ -467,7 +503,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
     async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
                                        total: int, params: Dict[str, Any]) -> Partial:
         return await self._request(Op.PARTIAL_REDUCTION, kind, list(values), start, total,
-                                   dict(params), wait=True)
+                                   dict(params), wait=True, partials=True)
 
     async def create_streamed_reductions(self, nodes: Sequence[Sequence[Any]],
                                          reductions: Sequence[Sequence[Any]], start: int,
@@ -492,7 +528,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             else:
                 wire.append(list(node))
         return await self._request(Op.STREAM_REDUCE, wire, [list(r) for r in reductions], start,
-                                   count, total, slice_size, wait=True)
+                                   count, total, slice_size, wait=True, partials=True)
 
     async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
                                       params: Dict[str, Any], result_type: T.Type) -> WorkerValue:

@@ -6,11 +6,18 @@ driver (pool reactor thread)                          worker process
      locs[i]: bytes (small, inline) or                 (driver arena k / broadcast
      [segment, offset, nbytes] in the driver's         arena: read-only, valid for
      arena k or the pool's broadcast arena             this request only)
-  [RESPONSE, header, locs] ◀──pipe────────────────   big buffers written into the
-     the driver copies them out, then sends            worker's own arena, which it
-  [ACK] ──────────────────────────────────────────▶  reuses only after that ACK
-  [CLOSE] ────────────────────────────────────────▶  leave (unlink own arena)
+  [RESPONSE, header, locs, retired] ◀──pipe──────   big buffers written into a free
+     the driver copies them out, or reads them         arena of the worker's (a new one
+     in place until it is done with them (a            when every one is still read);
+     partial reduction), then sends                    `retired`: its segments it
+  [ACK, segment, ...] ────────────────────────────▶  unlinked; an arena is reused only
+  [CLOSE] ────────────────────────────────────────▶  after its ACK; leave (unlink all)
 ```
+
+A response read in place holds its arena until the driver is done with it,
+so a worker that answers again meanwhile writes into another arena rather
+than wait: the driver may be waiting for that very answer (another worker's
+partial, another thread's request) before it lets go of the first.
 
 Frames are msgpack arrays; the pipe framing is that of
 `multiprocessing.Connection` (a 4-byte big-endian length), so the driver can
@@ -28,7 +35,7 @@ import msgpack
 import numpy as np
 
 from simharness.core.buffers import pooled_copy
-from simharness.runtime.shm import SlotRef
+from simharness.runtime.shm import ShmArena, SlotRef
 
 F_READY = 1
 F_START_ERROR = 2
@@ -92,6 +99,78 @@ def read_buffers(attachment: Any, locs: Sequence[Any], copy: bool) -> List[Any]:
         view = attachment.read(SlotRef(name, off, '|u1', (nbytes,)))
         out.append(pooled_copy(view) if copy else view)
     return out
+
+
+def segment_names(locs: Sequence[Any]) -> List[str]:
+    """The shared-memory segments a frame's buffers lie in (in order, once each)."""
+    names: List[str] = []
+    for loc in locs:
+        if isinstance(loc, list) and loc[0] not in names:
+            names.append(loc[0])
+    return names
+
+
+class ResponseArenas:
+    """A worker's arenas for its responses' big buffers, each busy until the driver ACKs it.
+
+    `write` places a response in a free arena, making a new one when all are
+    busy (never waiting: see the module docstring). Free arenas beyond
+    `keep` are closed once their ACK comes. Segments closed or replaced
+    (an arena grows under a new name) are collected for the next response's
+    `retired` list, so that the driver unmaps them.
+
+    Args:
+      capacity: the first size of a new arena, in bytes.
+      keep: free arenas kept for reuse.
+    """
+
+    def __init__(self, capacity: int, keep: int = 2):
+        self._capacity = capacity
+        self._keep = keep
+        self._arenas: List[ShmArena] = [ShmArena(capacity)]
+        self._busy: set = set()
+        self._retired: List[str] = []
+
+    @property
+    def names(self) -> List[str]:
+        return [a.name for a in self._arenas]
+
+    def write(self, buffers: Sequence[Any]) -> List[Any]:
+        """`write_buffers` into a free arena, which stays busy until acknowledged."""
+        if not arena_bytes_needed(buffers):
+            return write_buffers(self._arenas[0], buffers)  # all inline: no arena used
+        arena = next((a for a in self._arenas if a.name not in self._busy), None)
+        if arena is None:
+            arena = ShmArena(self._capacity)
+            self._arenas.append(arena)
+        before = arena.name
+        locs = write_buffers(arena, buffers)
+        if arena.name != before:  # grown under a new name; the old one is unlinked
+            self._retired.append(before)
+        self._busy.add(arena.name)
+        return locs
+
+    def ack(self, names: Sequence[str]) -> None:
+        """The driver is done with these segments (none named: with all of them)."""
+        if names:
+            self._busy.difference_update(names)
+        else:
+            self._busy.clear()
+        free = [a for a in self._arenas if a.name not in self._busy]
+        for arena in free[self._keep:]:
+            self._arenas.remove(arena)
+            self._retired.append(arena.name)
+            arena.close()
+
+    def take_retired(self) -> List[str]:
+        retired, self._retired = self._retired, []
+        return retired
+
+    def close(self) -> None:
+        """Closes (unlinks) every arena. Idempotent."""
+        arenas, self._arenas = self._arenas, []
+        for arena in arenas:
+            arena.close()
 
 
 def pack_frame(*parts: Any) -> bytes:

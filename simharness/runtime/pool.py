@@ -186,14 +186,47 @@ class WorkerStats:
         self.bytes_from_worker = 0
 
 
+class ResponseLoan:
+    """The driver's hold on the worker arenas a response lies in, while it reads them in place.
+
+    `release()` (once; again is a no-op) tells the worker it may reuse them.
+    A loan nobody released is released when it is freed, so the worker's
+    arenas never stay busy for a dropped response; but the views read
+    through it must not be used after its release.
+    """
+
+    __slots__ = ('_handle', '_generation', '_names')
+
+    def __init__(self, handle: 'WorkerHandle', generation: int, names: List[str]):
+        self._handle = handle
+        self._generation = generation
+        self._names = [names]  # popped once: release is exactly-once across threads
+
+    def release(self) -> None:
+        try:
+            names = self._names.pop()
+        except IndexError:
+            return
+        self._handle.acknowledge(names, self._generation)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: the worker is gone too
+            pass
+
+
 class _Call(InFlight):
     """One request on its way: what the reactor needs to send it and answer the caller."""
 
-    __slots__ = ('header', 'buffers', 'locs', 'uses_arena', 'sent_at', 'nbytes')
+    __slots__ = ('header', 'buffers', 'locs', 'uses_arena', 'sent_at', 'nbytes', 'lend',
+                 'generation')
 
     def __init__(self, header: bytes, buffers: List[Any], locs: Optional[List[Any]], op: str,
-                 on_done: Optional[Callable[[], None]]):
+                 on_done: Optional[Callable[[], None]], lend: bool = False, generation: int = 0):
         super().__init__(op, on_done)
+        self.lend = lend
+        self.generation = generation
         self.header = header
         self.buffers = buffers
         self.locs = locs
@@ -210,6 +243,9 @@ class WorkerHandle:
     `submit` may be called from any thread; the pool's reactor does all
     I/O. `ensure_started` (re)starts the process when it is not running.
     """
+
+    #: `submit(..., lend=True)` answers with views of the worker's memory and a loan.
+    lends = True
 
     def __init__(self, pool: 'WorkerPool', worker_id: int, placement: pinning.WorkerPlacement):
         self.pool = pool
@@ -230,6 +266,7 @@ class WorkerHandle:
         self.queue: Deque[_Call] = collections.deque()
         self.inflight: Deque[_Call] = collections.deque()
         self._out = bytearray()
+        self._acks: List[str] = []  # worker arenas to acknowledge with the next pump
         self._reader = L.FrameReader()
         self._arena_busy = False
         self._kill_error: Optional[BaseException] = None
@@ -300,6 +337,7 @@ class WorkerHandle:
             self._fd = parent.fileno()
             os.set_blocking(self._fd, False)
             self._out = bytearray()
+            self._acks = []
             self._reader = L.FrameReader()
             self._arena_busy = False
             self._kill_error = None
@@ -375,7 +413,8 @@ class WorkerHandle:
     # ------------------------------------------------------------ requests
     def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
                locs: Optional[List[Any]] = None,
-               on_done: Optional[Callable[[], None]] = None) -> concurrent.futures.Future:
+               on_done: Optional[Callable[[], None]] = None,
+               lend: bool = False) -> concurrent.futures.Future:
         """Queues one encoded request; the future resolves to its decoded `Response`.
 
         Args:
@@ -386,8 +425,12 @@ class WorkerHandle:
             `WorkerCrashedError` (its session is gone).
           locs: where `buffers` already are (the broadcast arena), if placed.
           on_done: called once the worker answered (or the request failed).
+          lend: the future resolves to ``(response, loan)``: the response's
+            big arrays are read-only views of the worker's arena, valid until
+            ``loan.release()`` (None when nothing is lent), instead of copies.
+            For answers the caller reads once and drops (partial reductions).
         """
-        call = _Call(header, buffers, locs, op, on_done)
+        call = _Call(header, buffers, locs, op, on_done, lend, generation)
         with self._lock:
             if self.pool.closed:
                 err: Optional[BaseException] = ExecutorClosedError('the worker pool is closed')
@@ -423,10 +466,21 @@ class WorkerHandle:
                 'requests': self.stats.requests, 'bytes_to_worker': self.stats.bytes_to_worker,
                 'bytes_from_worker': self.stats.bytes_from_worker}
 
+    def acknowledge(self, names: List[str], generation: int) -> None:
+        """The driver is done with these arenas of the worker (any thread; see `ResponseLoan`)."""
+        with self._lock:
+            if generation != self.generation or not self._live:
+                return  # a worker since replaced: its arenas are gone
+            self._acks.extend(names)
+        self.pool._reactor.wake(self)
+
     # ------------------------------------------------------------ reactor side
     def _pump(self) -> None:
-        """Moves queued requests into the output buffer (reactor thread)."""
+        """Moves ACKs and queued requests into the output buffer (reactor thread)."""
         with self._lock:
+            if self._acks:
+                self._out += L.frame_with_length(L.pack_frame(L.F_ACK, *self._acks))
+                self._acks = []
             while self.queue and self._live:
                 call = self.queue[0]
                 if call.uses_arena and self._arena_busy:
@@ -490,24 +544,34 @@ class WorkerHandle:
                 self._arena_busy = False
             attachment = self._attachment
         locs = frame[2]
+        for name in (frame[3] if len(frame) > 3 else ()):
+            # Arenas the worker closed or re-created bigger (under a new name): unmap.
+            self._worker_arenas.discard(name)
+            if attachment is not None and name in attachment.names:
+                attachment.release(name)
+        names = L.segment_names(locs)
+        self._worker_arenas.update(names)
+        loan: Optional[ResponseLoan] = None
         try:
-            for loc in locs:
-                if isinstance(loc, list) and loc[0] not in self._worker_arenas:
-                    # The worker re-created its arena bigger (and unlinked the old one).
-                    for old in self._worker_arenas:
-                        if attachment is not None and old in attachment.names:
-                            attachment.release(old)
-                    self._worker_arenas = {loc[0]}
-            buffers = L.read_buffers(attachment, locs, copy=True)  # before the ACK
-            if any(isinstance(loc, list) for loc in locs):
-                self._out += L.frame_with_length(L.pack_frame(L.F_ACK))
+            if call.lend and names:
+                buffers = L.read_buffers(attachment, locs, copy=False)
+                loan = ResponseLoan(self, call.generation, names)
+            else:
+                buffers = L.read_buffers(attachment, locs, copy=True)
+                if names:
+                    self._out += L.frame_with_length(L.pack_frame(L.F_ACK, *names))
             self.stats.bytes_from_worker += sum(len(b) if isinstance(b, bytes) else b.nbytes
                                                 for b in buffers)
             resp = P.decode_message(frame[1], buffers)
         except Exception as e:
+            if loan is not None:
+                loan.release()
             call.finish(error=e)
             return
-        call.finish(resp)
+        if not call.lend:
+            call.finish(resp)
+        elif not call.finish((resp, loan)) and loan is not None:
+            loan.release()  # nobody waits for it any more (cancelled)
 
     def _fail_all(self, error_for: Callable[[_Call], BaseException]) -> None:
         with self._lock:

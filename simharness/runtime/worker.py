@@ -8,21 +8,20 @@ forkserver (imported TF, ran no op)
            affinity, TF thread counts, visible GPU -- before its first TF op
         2. create its output arena; send [READY, pid, arena name]
         3. loop: [REQUEST] → decode → WorkerService.handle → encode → big
-           buffers into its arena (after the driver ACKed the previous ones)
-           → [RESPONSE]
-        4. on EOF (driver gone), [CLOSE] or SIGTERM: close arena (unlink), exit
+           buffers into a free arena of its own (one the driver ACKed; a new
+           one if none is) → [RESPONSE]; [ACK, names] frees arenas
+        4. on EOF (driver gone), [CLOSE] or SIGTERM: close arenas (unlink), exit
 ```
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import sys
 import time
 import traceback
-from typing import Any, Deque, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from simharness.runtime import local_transport as L
 from simharness.runtime import protocol as P
@@ -62,12 +61,12 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
                 __import__('tensorflow').config.list_physical_devices()
             from simharness.executors.eager_tf import EagerTFExecutor
             from simharness.runtime.service import WorkerService
-            from simharness.runtime.shm import ShmArena, ShmAttachment
+            from simharness.runtime.shm import ShmAttachment
             device = '/GPU:0' if placement.gpu is not None else None
             executor = EagerTFExecutor(device=device,
                                        max_batch_size=options.get('clients_per_worker'))
             service = WorkerService(executor, worker_id)
-            arena = ShmArena(options.get('arena_bytes', 1 << 20))
+            arena = L.ResponseArenas(options.get('arena_bytes', 1 << 20))
             attachment = ShmAttachment()
         except _Terminated:
             terminated = True
@@ -76,7 +75,7 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
             conn.send_bytes(L.pack_frame(L.F_START_ERROR, f'{type(e).__name__}: {e}',
                                          traceback.format_exc()))
             return
-        conn.send_bytes(L.pack_frame(L.F_READY, os.getpid(), arena.name))
+        conn.send_bytes(L.pack_frame(L.F_READY, os.getpid(), arena.names[0]))
         hang = options.get('hang_on_op')  # fault injection (tests): an op that never returns
         _serve(conn, service, arena, attachment, worker_id, bool(options.get('profile')), hang)
     except _Terminated:
@@ -98,23 +97,17 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _serve(conn: Any, service: Any, arena: Any, attachment: Any, worker_id: int,
+def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int,
            profile: bool, hang_on: Optional[str] = None) -> None:
-    pending: Deque[list] = collections.deque()
-    unacked = False  # the driver has not yet copied our last arena buffers
-
-    def recv() -> Any:
-        try:
-            return L.unpack_frame(conn.recv_bytes())
-        except (EOFError, OSError):
-            return None  # the driver is gone
-
     while True:
-        frame = pending.popleft() if pending else recv()
-        if frame is None or frame[0] == L.F_CLOSE:
+        try:
+            frame = L.unpack_frame(conn.recv_bytes())
+        except (EOFError, OSError):
+            return  # the driver is gone
+        if frame[0] == L.F_CLOSE:
             return
         if frame[0] == L.F_ACK:
-            unacked = False
+            arenas.ack(frame[1:])
             continue
         if frame[0] != L.F_REQUEST:
             continue
@@ -138,21 +131,9 @@ def _serve(conn: Any, service: Any, arena: Any, attachment: Any, worker_id: int,
             resp = P.Response(False, error=P.error_to_record(e, traceback.format_exc()),
                               seq=resp.seq)
             header, buffers = P.encode_message(resp)
-        big = L.arena_bytes_needed(buffers) > 0
-        while big and unacked:  # wait until the driver has copied our previous buffers
-            f = recv()
-            if f is None:
-                return
-            if f[0] == L.F_ACK:
-                unacked = False
-            elif f[0] == L.F_CLOSE:
-                return
-            else:
-                pending.append(f)
-        locs = L.write_buffers(arena, buffers)
-        unacked = unacked or big
+        locs = arenas.write(buffers)
         try:
-            conn.send_bytes(L.pack_frame(L.F_RESPONSE, header, locs))
+            conn.send_bytes(L.pack_frame(L.F_RESPONSE, header, locs, arenas.take_retired()))
         except (EOFError, OSError, BrokenPipeError):
             return
         if profile:

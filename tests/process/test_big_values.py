@@ -71,7 +71,8 @@ def test_steady_rounds_reuse_buffers_and_leave_no_garbage(warm_pool):
                     gc.enable()
             after = POOL.stats()
     assert garbage == []
-    # The driver's big buffers (the model's tensor, the workers' partials copied out of
-    # shared memory, their sum, the caller's result) come from the pool, not fresh memory.
+    # The driver's big buffers (the model's tensor, the sum of the workers' partials,
+    # which it reads in place in their arenas, the caller's result) come from the pool,
+    # not fresh memory.
     assert after['allocated'] == before['allocated']
-    assert after['reused'] - before['reused'] >= 3 * 4
+    assert after['reused'] - before['reused'] >= 3 * 3
