@@ -26,8 +26,8 @@ import numpy as np
 from simharness.core import context_stack
 from simharness.core import types as T
 from simharness.core.buffers import pooled_copy
-from simharness.core.structure import (Struct, from_container, map_nest, tensor_to_numpy,
-                                       to_container)
+from simharness.core.structure import (Struct, claim_adopted, from_container, map_nest,
+                                       tensor_to_numpy, to_container)
 from simharness.errors import (CardinalityError, ExecutorClosedError, RetryableError,
                                SimharnessTypeError)
 from simharness.executors.base import CURRENT_INVOCATION, ExecutorFactory
@@ -204,10 +204,15 @@ def to_python(value: Any, t: T.Type) -> Any:
             return [to_python(map_nest(_scalar, e), t.element) for e in value.as_numpy_iterator()]
         return [to_python(v, t.element) for v in value]
     if hasattr(value, 'numpy'):
-        value = tensor_to_numpy(value)  # a read-only view of the tensor, or `.numpy()`'s own
-        if isinstance(value, np.ndarray) and not value.flags.writeable:
-            # The caller owns the result: a copy, into a reused buffer when big (core.buffers).
-            value = pooled_copy(value)
+        adopted = claim_adopted(value)
+        if adopted is not None:
+            # A reduction's result, a fresh array the tensor shares: the caller gets it, no copy.
+            value = adopted
+        else:
+            value = tensor_to_numpy(value)  # a read-only view of the tensor, or `.numpy()`'s own
+            if isinstance(value, np.ndarray) and not value.flags.writeable:
+                # The caller owns the result: a copy, into a reused buffer when big (core.buffers).
+                value = pooled_copy(value)
     if isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]
     return value

@@ -173,12 +173,71 @@ class BufferPool:
 #: The process' pool (driver, or a worker).
 POOL = BufferPool()
 
+#: Elementwise copies and sums at least this big are split across the CPUs this process
+#: may use (one memcpy thread does not use all of a machine's memory bandwidth).
+SPLIT_MIN_BYTES = 16 << 20
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity API (macOS)
+        return os.cpu_count() or 1
+
+
+def split_elementwise(fn: Any, out: np.ndarray, *ins: np.ndarray) -> None:
+    """``fn(*ins, out=out)`` for an elementwise numpy `fn`, split over up to 4 threads when big.
+
+    Every element is computed exactly as in one call (each element's
+    operation does not depend on the others), so the bits are the same. Arrays
+    must be C-contiguous and of `out`'s shape; otherwise, or when small, or
+    with one CPU (a pinned worker), it is one call in this thread. The extra
+    threads live for this call only.
+    """
+    parts = min(4, _cpus(), out.nbytes // (SPLIT_MIN_BYTES // 2))
+    if (parts < 2 or out.ndim == 0 or not out.flags.c_contiguous
+            or not all(isinstance(a, np.ndarray) and a.shape == out.shape and a.flags.c_contiguous
+                       for a in ins)):
+        fn(*ins, out=out)
+        return
+    flat_out = out.reshape(-1)
+    flat_ins = [a.reshape(-1) for a in ins]
+    bounds = np.linspace(0, flat_out.size, parts + 1).astype(np.int64)
+    errors: List[BaseException] = []
+
+    def run(lo: int, hi: int) -> None:
+        try:
+            fn(*(a[lo:hi] for a in flat_ins), out=flat_out[lo:hi])
+        except BaseException as e:  # re-raised in the caller
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(int(bounds[k]), int(bounds[k + 1])),
+                                name='simharness-split', daemon=True) for k in range(1, parts)]
+    for t in threads:
+        t.start()
+    run(int(bounds[0]), int(bounds[1]))
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def fast_copyto(dst: np.ndarray, src: np.ndarray) -> None:
+    """``np.copyto(dst, src)`` of arrays of one shape and dtype (split when big)."""
+    if dst.dtype != src.dtype:
+        np.copyto(dst, src)
+        return
+    split_elementwise(_copy, dst, src)
+
+
+def _copy(src: np.ndarray, out: np.ndarray) -> None:
+    np.copyto(out, src, casting='no')
+
 
 def pooled_copy(a: np.ndarray) -> np.ndarray:
     """A private, writable, C-contiguous copy of `a` (in a pooled, aligned buffer when big)."""
     if a.dtype.kind not in 'biufc' or a.nbytes < POOL.min_bytes:
         return np.array(a)  # small, or not plain numbers (objects, strings): numpy's own
     out = POOL.empty(a.shape, a.dtype)
-    np.copyto(out, a, casting='no')
+    fast_copyto(out, a)
     return out
 

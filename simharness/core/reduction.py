@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from simharness.core.buffers import POOL
+from simharness.core.buffers import POOL, split_elementwise
 from simharness.core.structure import map_structure
 from simharness.errors import SimharnessValueError
 
@@ -351,7 +351,9 @@ def add_arrays(x: Any, y: Any) -> Any:
     """
     if (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.shape == y.shape
             and x.dtype == y.dtype and x.nbytes >= POOL.min_bytes):
-        return np.add(x, y, out=POOL.empty(x.shape, x.dtype))
+        out = POOL.empty(x.shape, x.dtype)
+        split_elementwise(np.add, out, x, y)
+        return out
     return np.add(x, y)
 
 

@@ -179,6 +179,30 @@ def tensor_to_numpy(t: Any, copy: bool = False) -> Any:
     return t.numpy()
 
 
+#: The attribute of a tensor that shares a numpy array's memory (made without a copy
+#: from an array given away to it: a reduction's fresh result) naming that array.
+_ADOPTED = '_simharness_adopted'
+
+
+def mark_adopted(t: Any, arr: np.ndarray) -> None:
+    """Records that tensor `t` was made from `arr`, given away to it, without a copy."""
+    try:
+        setattr(t, _ADOPTED, arr)
+    except AttributeError:  # a tensor type without instance attributes: nothing to hand out
+        pass
+
+
+def claim_adopted(t: Any) -> Optional[np.ndarray]:
+    """The array tensor `t` was made from without a copy (`mark_adopted`), at most once.
+
+    The first caller owns the array from then on: the context hands a
+    reduction's result to the user this way instead of copying it. Later
+    callers (the same tensor twice in one result) get None and copy.
+    """
+    d = getattr(t, '__dict__', None)
+    return None if d is None else d.pop(_ADOPTED, None)
+
+
 def broadcast_static(spec: Any, member: T.Type) -> List[int]:
     """Per-leaf ints from an int or a structure matching `member`."""
     leaves = T.flatten_type(member)

@@ -19,9 +19,10 @@ import tensorflow as tf
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.core.buffers import POOL
+from simharness.core.buffers import POOL, fast_copyto
 from simharness.core.sequences import TensorBatches
-from simharness.core.structure import Struct, flatten, from_container, map_structure, tensor_to_numpy
+from simharness.core.structure import (Struct, flatten, from_container, map_structure, mark_adopted,
+                                       tensor_to_numpy)
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.core.tf_sequences import materialize
 from simharness.errors import SimharnessTypeError, SimharnessValueError
@@ -44,7 +45,7 @@ def fast_tensor(arr: np.ndarray) -> tf.Tensor:
     # A pooled buffer: no fresh pages to fault in when the same size comes again
     # (the tensor keeps the buffer referenced, so it is not reused while it lives).
     out = POOL.empty(arr.shape, arr.dtype)  # 64-byte aligned: a misaligned view aborts
-    np.copyto(out, arr)
+    fast_copyto(out, arr)
     return tf.experimental.dlpack.from_dlpack(out.__dlpack__())
 
 
@@ -60,7 +61,9 @@ def adopt_tensor(arr: np.ndarray) -> tf.Tensor:
     """
     if (isinstance(arr, np.ndarray) and arr.nbytes >= DLPACK_MIN_BYTES and arr.dtype.kind in 'fiu'
             and arr.flags.c_contiguous and arr.flags.writeable and arr.ctypes.data % 64 == 0):
-        return tf.experimental.dlpack.from_dlpack(arr.__dlpack__())
+        t = tf.experimental.dlpack.from_dlpack(arr.__dlpack__())
+        mark_adopted(t, arr)  # a result: the context may hand `arr` out instead of a copy
+        return t
     return fast_tensor(np.asarray(arr))
 
 

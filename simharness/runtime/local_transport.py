@@ -34,7 +34,7 @@ from typing import Any, List, Sequence
 import msgpack
 import numpy as np
 
-from simharness.core.buffers import pooled_copy
+from simharness.core.buffers import fast_copyto, pooled_copy
 from simharness.runtime.shm import ShmArena, SlotRef
 
 F_READY = 1
@@ -78,7 +78,7 @@ def write_buffers(arena: Any, buffers: Sequence[Any]) -> List[Any]:
             continue
         off = arena.alloc(raw.nbytes)
         if raw.nbytes:
-            np.copyto(arena.view(off, np.uint8, (raw.nbytes,)), raw, casting='no')
+            fast_copyto(arena.view(off, np.uint8, (raw.nbytes,)), raw)
         locs.append([arena.name, off, raw.nbytes])
     return locs
 

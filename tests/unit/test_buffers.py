@@ -227,3 +227,39 @@ def test_big_client_sums_fed_run_by_run_give_the_stacked_bits(tf, monkeypatch, s
     if by_runs.open_chunk is not None:
         assert np.array_equal(np.asarray(by_runs.open_acc).view(np.uint32),
                               np.asarray(stacked.open_acc).view(np.uint32))
+
+
+def test_split_elementwise_gives_one_calls_bits_and_falls_back(monkeypatch):
+    from simharness.core import buffers
+    monkeypatch.setattr(buffers, '_cpus', lambda: 4)  # split even on a 1-CPU runner
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(20 * MB // 4 + 13).astype(np.float32)
+    y = rng.standard_normal(x.size).astype(np.float32)
+    out = np.empty_like(x)
+    buffers.split_elementwise(np.add, out, x, y)
+    assert np.array_equal(out, np.add(x, y))
+    dst = np.empty_like(x)
+    buffers.fast_copyto(dst, x)
+    assert np.array_equal(dst, x)
+    # Strided inputs and small arrays: one plain call, the same result.
+    strided = np.empty(2 * x.size, np.float32)[::2]
+    buffers.fast_copyto(strided, x)
+    assert np.array_equal(strided, x)
+    with pytest.raises(ValueError):  # errors of a split call reach the caller
+        buffers.split_elementwise(np.add, out, x, y[:-1])
+
+
+def test_split_elementwise_reraises_an_error_of_a_helper_thread(monkeypatch):
+    from simharness.core import buffers
+    monkeypatch.setattr(buffers, '_cpus', lambda: 2)
+    calls = []
+
+    def fail_second(a, out):
+        calls.append(a.size)
+        if len(calls) == 2:
+            raise RuntimeError('helper failed')
+        np.copyto(out, a)
+    x = np.ones(20 * MB // 4, np.float32)
+    with pytest.raises(RuntimeError, match='helper failed'):
+        buffers.split_elementwise(fail_second, np.empty_like(x), x)
+    assert len(calls) == 2
