@@ -23,6 +23,7 @@ import math
 import os
 import sys
 import threading
+import weakref
 from typing import Any, Dict, List
 
 import numpy as np
@@ -241,3 +242,77 @@ def pooled_copy(a: np.ndarray) -> np.ndarray:
     fast_copyto(out, a)
     return out
 
+
+
+class SharedReads:
+    """Memory another process wrote for this one to read (a broadcast), held in place.
+
+    A worker offers the buffers of a request that the driver placed in its
+    broadcast arena (`offer(token, views)`, writable views of that shared
+    memory). While the request runs, `pin(arr)` turns an array lying in
+    them into a view that a tensor may adopt without a copy; the driver
+    then keeps those bytes as they are until every such view is freed. When
+    the request is done, `close_offer(token)` says whether anything stayed
+    pinned; the tokens whose last pinned view died since are collected by
+    `take_unpinned()`, for the worker to tell the driver. Thread-safe: a
+    view can be freed in any thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: Dict[Any, List[Any]] = {}  # token -> [(start, stop, writable uint8 view)]
+        self._pins: Dict[Any, int] = {}
+        self._unpinned: List[Any] = []
+
+    def offer(self, token: Any, views: List[np.ndarray]) -> None:
+        ranges = [(v.ctypes.data, v.ctypes.data + v.nbytes, v) for v in views]
+        with self._lock:
+            self._open[token] = ranges
+            self._pins[token] = 0
+
+    def pin(self, arr: np.ndarray) -> Any:
+        """A writable view of the offered memory `arr` lies in, pinned while it lives; or None."""
+        if not (isinstance(arr, np.ndarray) and arr.flags.c_contiguous and arr.nbytes):
+            return None
+        lo = arr.ctypes.data
+        hi = lo + arr.nbytes
+        with self._lock:
+            for token, ranges in self._open.items():
+                for start, stop, view in ranges:
+                    if start <= lo and hi <= stop:
+                        out = view[lo - start:hi - start].view(arr.dtype).reshape(arr.shape)
+                        self._pins[token] += 1
+                        weakref.finalize(out, self._unpin, token)
+                        return out
+        return None
+
+    def _unpin(self, token: Any) -> None:
+        with self._lock:
+            self._pins[token] -= 1
+            if not self._pins[token] and token not in self._open:
+                del self._pins[token]
+                self._unpinned.append(token)
+
+    def close_offer(self, token: Any) -> bool:
+        """Ends the offer of `token`: True if views of it are still pinned (then reported
+        by `take_unpinned` once they are all freed)."""
+        with self._lock:
+            self._open.pop(token, None)
+            if self._pins.get(token):
+                return True
+            self._pins.pop(token, None)
+            return False
+
+    def take_unpinned(self) -> List[Any]:
+        with self._lock:
+            out, self._unpinned = self._unpinned, []
+        return out
+
+    def pinned(self) -> int:
+        """Tokens whose memory is still pinned (offers closed or not)."""
+        with self._lock:
+            return sum(1 for n in self._pins.values() if n)
+
+
+#: This process' shared reads (a worker's view of the driver's broadcasts).
+SHARED_READS = SharedReads()

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.core.buffers import POOL, fast_copyto
+from simharness.core.buffers import POOL, SHARED_READS, fast_copyto
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import (Struct, flatten, from_container, map_structure, mark_adopted,
                                        tensor_to_numpy)
@@ -116,7 +116,13 @@ def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
             raise SimharnessTypeError(f'value {value!r:.80} ({src.dtype}) is not assignable to {t}',
                                       expected=t, actual=str(src.dtype))
         T.check_array(src, t, value)  # the rule for client values: no lossy cast, no wrap
-        return fast_tensor(src.astype(t.dtype, copy=False))
+        src = src.astype(t.dtype, copy=False)
+        if (src.nbytes >= DLPACK_MIN_BYTES and src.dtype.kind in 'fiu'
+                and src.ctypes.data % 64 == 0):
+            shared = SHARED_READS.pin(src)
+            if shared is not None:  # a broadcast in shared memory: read in place, no copy
+                return tf.experimental.dlpack.from_dlpack(shared.__dlpack__())
+        return fast_tensor(src)
     _check_shape(arr.shape, t, value)
     return fast_tensor(arr)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -257,11 +258,13 @@ class WorkerDelegatingExecutor(BatchExecutor):
                                 gen: int) -> concurrent.futures.Future:
         """Submits with the buffers in the pool's broadcast arena (written once for `key`)."""
         bc = self._handle.pool.broadcast
-        locs = bc.acquire(key, buffers, wait=False)  # held already, or free: no wait
-        if locs is None:  # another value is still being read: wait off the event loop
-            locs = await asyncio.to_thread(bc.acquire, key, buffers)
-        # The handle releases the read when the worker answered (or the request failed).
-        return self._handle.submit(header, buffers, op.name, gen, locs, bc.release)
+        locs = bc.acquire(key, buffers, wait=False)  # held already, or written now
+        if locs is None:  # every broadcast slot is being read: the bytes go with the request
+            return self._handle.submit(header, buffers, op.name, gen)
+        # The handle ends the read when the worker answered (or the request failed), or
+        # when it freed the tensors it made of the bytes in place.
+        return self._handle.submit(header, buffers, op.name, gen, locs,
+                                   functools.partial(bc.release, locs))
 
     def _reserve_ids(self, n: int) -> int:
         """The first of `n` fresh ids of this session (a stack may serve several threads)."""

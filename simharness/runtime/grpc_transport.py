@@ -413,7 +413,7 @@ class _Passthrough:
     def acquire(self, key: Any, buffers: Sequence[Any], wait: bool = True) -> List[Any]:
         return []
 
-    def release(self) -> None:
+    def release(self, locs: Optional[List[Any]] = None) -> None:
         pass
 
 

@@ -121,60 +121,88 @@ class _NoMainReimport:
         return False
 
 
-class BroadcastArena:
-    """A driver-owned arena holding ONE value's buffers that every worker reads.
+class _Slot:
+    __slots__ = ('arena', 'key', 'locs', 'readers')
 
-    `acquire(key, buffers)` writes the buffers once (unless it already holds
-    `key`) and counts a reader; `release()` ends a read (the reactor calls it
-    when the worker answered). A new value waits until no request still
-    reads the old one, so every reader sees complete bytes.
+    def __init__(self) -> None:
+        self.arena: Optional[ShmArena] = None
+        self.key: Any = None
+        self.locs: List[Any] = []
+        self.readers = 0
+
+
+class BroadcastArena:
+    """Driver-owned arenas each holding ONE value's buffers that every worker reads.
+
+    `acquire(key, buffers)` writes the buffers once into a slot nobody reads
+    (unless a slot holds `key` already) and counts a reader; `release(locs)`
+    ends a read. A read lasts until the worker answered, or, when the worker
+    made tensors of the bytes in place, until it freed them (it says so in a
+    later answer). A new value takes a free slot, or a new one up to
+    `max_slots`; when every slot is read, `acquire` returns None and the
+    caller sends the bytes with the request instead: it never waits (a
+    worker's tensors may hold a slot until the driver's next request).
     """
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, max_slots: int = 4):
         self._capacity = capacity
-        self._arena: Optional[ShmArena] = None
+        self._max_slots = max_slots
+        self._slots: List[_Slot] = []
         self._cond = threading.Condition()
-        self._readers = 0
-        self._key: Any = None
-        self._locs: List[Any] = []
         self._closed = False
         self.bytes_written = 0
 
-    def acquire(self, key: Any, buffers: Sequence[Any], wait: bool = True) -> Optional[List[Any]]:
-        """The locations of `key`'s buffers (written now unless held); None if it would wait."""
+    def acquire(self, key: Any, buffers: Sequence[Any], wait: bool = False) -> Optional[List[Any]]:
+        """The locations of `key`'s buffers (written now unless held); None if every slot is read.
+
+        `wait` is accepted for the handle protocol; this arena never waits.
+        """
         with self._cond:
             if self._closed:
                 raise ExecutorClosedError('the worker pool is closed')
-            if self._key is not key:
-                if self._readers and not wait:
+            for slot in self._slots:
+                if slot.readers and slot.key is key:
+                    slot.readers += 1
+                    return slot.locs
+            free = next((s for s in self._slots if not s.readers), None)
+            if free is None:
+                if len(self._slots) >= self._max_slots:
                     return None
-                while self._readers:
-                    self._cond.wait()
-                if self._arena is None:
-                    self._arena = ShmArena(self._capacity)
-                self._locs = L.write_buffers(self._arena, buffers)
-                self._key = key
-                self.bytes_written += sum(b.nbytes for b in buffers)
-            self._readers += 1
-            return self._locs
+                free = _Slot()
+                self._slots.append(free)
+            if free.arena is None:
+                free.arena = ShmArena(self._capacity)
+            free.locs = L.write_buffers(free.arena, buffers)
+            free.key = key
+            free.readers = 1
+            self.bytes_written += sum(b.nbytes for b in buffers)
+            return free.locs
 
-    def release(self) -> None:
+    def release(self, locs: Optional[List[Any]] = None) -> None:
+        """Ends one read of the slot whose locations `acquire` gave as `locs`."""
         with self._cond:
-            self._readers -= 1
-            if not self._readers:
-                # Forget the key: a later broadcast of the same (possibly since
-                # mutated) object is written again.
-                self._key = None
-                self._cond.notify_all()
+            for slot in self._slots:
+                if slot.locs is locs and slot.readers:
+                    slot.readers -= 1
+                    if not slot.readers:
+                        # Forget the key: a later broadcast of the same (possibly since
+                        # mutated) object is written again.
+                        slot.key = None
+                    return
+
+    @property
+    def readers(self) -> int:
+        """Reads not yet ended, over all slots."""
+        with self._cond:
+            return sum(s.readers for s in self._slots)
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            self._key = None
-            self._locs = []
-            self._cond.notify_all()
-        if self._arena is not None:
-            self._arena.close()
+            slots, self._slots = self._slots, []
+        for slot in slots:
+            if slot.arena is not None:
+                slot.arena.close()
 
 
 class WorkerStats:
@@ -220,13 +248,14 @@ class _Call(InFlight):
     """One request on its way: what the reactor needs to send it and answer the caller."""
 
     __slots__ = ('header', 'buffers', 'locs', 'uses_arena', 'sent_at', 'nbytes', 'lend',
-                 'generation')
+                 'generation', 'token')
 
     def __init__(self, header: bytes, buffers: List[Any], locs: Optional[List[Any]], op: str,
                  on_done: Optional[Callable[[], None]], lend: bool = False, generation: int = 0):
         super().__init__(op, on_done)
         self.lend = lend
         self.generation = generation
+        self.token: Optional[int] = None  # placed (broadcast) buffers: the worker may pin them
         self.header = header
         self.buffers = buffers
         self.locs = locs
@@ -267,6 +296,10 @@ class WorkerHandle:
         self.inflight: Deque[_Call] = collections.deque()
         self._out = bytearray()
         self._acks: List[str] = []  # worker arenas to acknowledge with the next pump
+        self._tokens = itertools.count()
+        # Broadcast reads the worker still holds in place (token -> release), until it
+        # reports them unpinned or dies.
+        self._pins: Dict[int, Callable[[], None]] = {}
         self._reader = L.FrameReader()
         self._arena_busy = False
         self._kill_error: Optional[BaseException] = None
@@ -348,6 +381,10 @@ class WorkerHandle:
 
     def _reap(self) -> None:
         """Stops the process (if any) and frees everything this handle owns (idempotent)."""
+        with self._lock:
+            pins, self._pins = self._pins, {}
+        for release in pins.values():  # its tensors of our broadcasts are gone with it
+            release()
         with self._lock:
             proc, conn = self._proc, self._conn
             self._proc = self._conn = None
@@ -431,6 +468,8 @@ class WorkerHandle:
             For answers the caller reads once and drops (partial reductions).
         """
         call = _Call(header, buffers, locs, op, on_done, lend, generation)
+        if locs is not None:
+            call.token = next(self._tokens)
         with self._lock:
             if self.pool.closed:
                 err: Optional[BaseException] = ExecutorClosedError('the worker pool is closed')
@@ -496,7 +535,8 @@ class WorkerHandle:
                 if call.uses_arena:
                     self._arena_busy = True
                 call.buffers = []
-                self._out += L.frame_with_length(L.pack_frame(L.F_REQUEST, call.header, locs))
+                self._out += L.frame_with_length(L.pack_frame(L.F_REQUEST, call.header, locs,
+                                                              call.token))
                 call.header = b''
                 call.sent_at = time.monotonic()
                 self.inflight.append(call)
@@ -551,6 +591,15 @@ class WorkerHandle:
                 attachment.release(name)
         names = L.segment_names(locs)
         self._worker_arenas.update(names)
+        if len(frame) > 5:
+            with self._lock:
+                if frame[4] and call.token is not None and call.on_done is not None:
+                    # The worker holds the broadcast in place (tensors of it live on): the
+                    # read ends when it reports the token unpinned, not now.
+                    self._pins[call.token], call.on_done = call.on_done, None
+                ended = [self._pins.pop(t) for t in frame[5] if t in self._pins]
+            for release in ended:
+                release()
         loan: Optional[ResponseLoan] = None
         try:
             if call.lend and names:

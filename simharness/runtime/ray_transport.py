@@ -356,7 +356,8 @@ class RayBroadcast:
             self._readers += 1
             return list(self._refs)
 
-    def release(self) -> None:
+    def release(self, locs: Optional[List[Any]] = None) -> None:
+        """Ends a read (of the one value held: `locs` names it for the handle protocol)."""
         with self._lock:
             self._readers = max(0, self._readers - 1)
             if not self._readers:

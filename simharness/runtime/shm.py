@@ -539,11 +539,13 @@ class ShmAttachment:
         """
         self._segment(name)
 
-    def read(self, ref: SlotRef) -> np.ndarray:
-        """A read-only zero-copy view of the slot `ref`.
+    def read(self, ref: SlotRef, writable: bool = False) -> np.ndarray:
+        """A read-only zero-copy view of the slot `ref` (`writable`: a writable one).
 
         The view keeps its mapping alive while it lives. Its contents change
         if the creator reuses the slot: copy what must outlive the message.
+        A writable view is for a consumer that needs one to hold the bytes
+        in place (dlpack exports no read-only array) and never writes.
 
         Raises:
             SimharnessTypeError: if `ref` is not a `SlotRef`.
@@ -556,7 +558,7 @@ class ShmAttachment:
                 expected=SlotRef, actual=type(ref))
         arr = self._segment(ref.segment_name).ndarray(
             ref.offset, ref.dtype, tuple(ref.shape))
-        arr.flags.writeable = False
+        arr.flags.writeable = bool(writable)
         return arr
 
     def release(self, name: str) -> None:

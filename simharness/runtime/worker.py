@@ -23,8 +23,10 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional
 
+from simharness.core.buffers import SHARED_READS
 from simharness.runtime import local_transport as L
 from simharness.runtime import protocol as P
+from simharness.runtime.shm import SlotRef
 
 
 class _Terminated(BaseException):
@@ -113,6 +115,13 @@ def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int
             continue
         t0 = time.perf_counter()
         _release_stale(attachment, frame[2])
+        token = frame[3] if len(frame) > 3 else None
+        if token is not None:
+            # The driver's broadcast: tensors made of it hold it in place (no copy) while
+            # they live; the driver keeps it until we report the token unpinned.
+            SHARED_READS.offer(token, [attachment.read(SlotRef(loc[0], loc[1], '|u1', (loc[2],)),
+                                                       writable=True)
+                                       for loc in frame[2] if isinstance(loc, list)])
         try:
             req: Any = P.decode_message(frame[1], L.read_buffers(attachment, frame[2], copy=False))
         except Exception as e:
@@ -132,12 +141,17 @@ def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int
                               seq=resp.seq)
             header, buffers = P.encode_message(resp)
         locs = arenas.write(buffers)
+        op = getattr(req, 'op', None)
+        # Drop what this request held (its views, tensors it answered with): what stays
+        # pinned now is what the session's values keep.
+        req = resp = buffers = None
+        pinned = token is not None and SHARED_READS.close_offer(token)
         try:
-            conn.send_bytes(L.pack_frame(L.F_RESPONSE, header, locs, arenas.take_retired()))
+            conn.send_bytes(L.pack_frame(L.F_RESPONSE, header, locs, arenas.take_retired(),
+                                         pinned, SHARED_READS.take_unpinned()))
         except (EOFError, OSError, BrokenPipeError):
             return
         if profile:
-            op = getattr(req, 'op', None)
             print(f'[worker {worker_id}] {getattr(op, "name", op)} '
                   f'{1e3 * (time.perf_counter() - t0):.1f} ms', file=sys.stderr, flush=True)
 
