@@ -178,14 +178,15 @@ class RemoteExecutor(WorkerDelegatingExecutor):
         return super()._encode(op, args, out_base, n_out, want_types)
 
     async def _request(self, op: Op, *args: Any, n_out: int = 0, types: Any = None,
-                       wait: bool = False, broadcast_key: Any = None) -> Any:
+                       wait: bool = False, broadcast_key: Any = None,
+                       partials: bool = False) -> Any:
         limit = self._cardinalities.get(T.CLIENTS)
         if limit is not None and op in _BLOCK_OPS and n_out > limit:
             raise CardinalityError(
                 f'{op.name} over {n_out} clients, but set_cardinalities fixed {limit} clients '
                 f'for the executor at {self.address}', expected=limit, actual=n_out)
         return await super()._request(op, *args, n_out=n_out, types=types, wait=wait,
-                                      broadcast_key=broadcast_key)
+                                      broadcast_key=broadcast_key, partials=partials)
 
     def close(self) -> None:
         """Releases everything this executor holds in the service (its session). Idempotent."""

@@ -7,15 +7,19 @@ WorkerPool (owned by a process_executor_factory, or shared by several)
                       and process sentinel; writes queued requests (non-blocking),
                       reads responses, resolves the callers' futures, checks
                       deadlines and liveness
-  broadcast arena     one big value (a model) written once, read by every worker
+  broadcast arena     up to 4 slots, each one big value (a model) written once and
+                      read in place by every worker (a worker's tensors of it hold
+                      the slot until they are freed: "pinned", then "unpinned")
   WorkerHandle k      (one per worker; its process is replaced after a crash)
     process k         pinned per plan_workers(...)
     socket (driver end, non-blocking, used only by the reactor)
     queue / inflight  requests not yet sent / sent and not yet answered (FIFO)
     driver arena k    created by the driver; the reactor writes request buffers,
                       worker k reads them (one request with buffers in flight)
-    worker arena k    created by worker k; the reactor copies responses out and
-                      ACKs (unlinked by the driver if worker k dies)
+    worker arenas k   created by worker k (one per answer the driver still reads); the
+                      reactor copies an answer out and ACKs at once, or lends a
+                      partial reduction's views to the caller (`ResponseLoan`), who
+                      ACKs after combining it (unlinked by the driver if worker k dies)
 ```
 
 Callers (any thread, any event loop) call `WorkerHandle.submit(...)`, which

@@ -27,13 +27,16 @@ def adaptive_rounds(first_call_seconds: float, target_seconds: float = 1.5,
 
 def check_then_time(benchmark: Any, fn: Callable[..., Any], args: Sequence[Any] = (),
                     check: Optional[Callable[[Any], None]] = None, rounds: Optional[int] = None,
-                    target_seconds: float = 1.5, max_rounds: int = 50) -> Any:
+                    target_seconds: float = 1.5, max_rounds: int = 50,
+                    min_rounds: int = 3) -> Any:
     """Checks ``fn(*args)`` once, then times it (never asserting a time).
 
     With timing on: one untimed call whose result `check` asserts (it is
     also the warm-up: tracing, shipping the computation, growing shared
     memory), then `rounds` timed calls (default: enough for about
-    `target_seconds`). With ``--benchmark-disable``: one call, checked.
+    `target_seconds`, at least `min_rounds`). With ``--benchmark-disable``:
+    one call, checked. The checked result is dropped before the timed
+    calls, as a user's loop drops a round's result it is done with.
 
     Works with pytest-benchmark's ``benchmark`` and with ``simharness_benchmark``.
     """
@@ -47,8 +50,9 @@ def check_then_time(benchmark: Any, fn: Callable[..., Any], args: Sequence[Any] 
     first = time.perf_counter() - t0
     if check is not None:
         check(result)
+    del result
     if rounds is None:
-        rounds = adaptive_rounds(first, target_seconds, hi=max_rounds)
+        rounds = adaptive_rounds(first, target_seconds, lo=min_rounds, hi=max(max_rounds, min_rounds))
     if hasattr(benchmark, 'round'):  # simharness_benchmark: also records per-round transport
         return benchmark.round(fn, *args, rounds=rounds, warmup_rounds=0)
     return benchmark.pedantic(fn, args=tuple(args), rounds=rounds, warmup_rounds=0, iterations=1)
