@@ -50,7 +50,7 @@ def fast_tensor(arr: np.ndarray) -> tf.Tensor:
 
 
 def adopt_tensor(arr: np.ndarray) -> tf.Tensor:
-    """A tensor of `arr` that shares its memory (no copy) when it can; else `fast_tensor`.
+    """A tensor of `arr` that shares its memory (no copy) when it can; else of a private copy.
 
     Only for arrays that nobody will write again: results the caller just
     computed (a sum into a pooled buffer, a copy out of shared memory). Shares
@@ -64,7 +64,16 @@ def adopt_tensor(arr: np.ndarray) -> tf.Tensor:
         t = tf.experimental.dlpack.from_dlpack(arr.__dlpack__())
         mark_adopted(t, arr)  # a result: the context may hand `arr` out instead of a copy
         return t
-    return fast_tensor(np.asarray(arr))
+    arr = np.asarray(arr)
+    if arr.nbytes >= DLPACK_MIN_BYTES and arr.dtype.kind in 'fiu':
+        # Not shareable (read-only: a partial read in place in a worker's arena): one private
+        # copy, which the tensor adopts and the context may hand out as it is.
+        own = POOL.empty(arr.shape, arr.dtype)
+        fast_copyto(own, arr)
+        t = tf.experimental.dlpack.from_dlpack(own.__dlpack__())
+        mark_adopted(t, own)
+        return t
+    return fast_tensor(arr)
 
 
 def fast_numpy(t: Any) -> np.ndarray:

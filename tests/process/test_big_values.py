@@ -6,6 +6,7 @@ import gc
 import types
 
 import numpy as np
+import pytest
 
 import simharness as sh
 from simharness.core.buffers import POOL
@@ -15,11 +16,15 @@ from computations import broadcast_aggregate  # tests/computations.py
 N = (8 << 20) // 4  # an 8 MB float32 model: above the buffer pool's minimum
 
 
-def test_results_held_by_the_caller_are_never_overwritten(warm_pool):
+@pytest.mark.parametrize('workers', [2, 1])
+def test_results_held_by_the_caller_are_never_overwritten(warm_pool, warm_pool_1, workers):
+    """On 2 workers the result is the driver's sum of the partials; on 1 worker, a copy of the
+    one partial it read in place in the worker's arena. Either is the caller's own."""
+    pool = warm_pool if workers == 2 else warm_pool_1
     comp = broadcast_aggregate(N)
     rng = np.random.default_rng(0)
     models = [rng.standard_normal(N).astype(np.float32) for _ in range(4)]
-    with process_executor_factory(num_clients=2, pool=warm_pool) as factory:
+    with process_executor_factory(num_clients=2, pool=pool) as factory:
         with sh.execution_context(factory):
             results = [comp(w) for w in models]  # all held while later calls reuse buffers
             again = comp(models[0])
