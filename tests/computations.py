@@ -9,9 +9,10 @@ import numpy as np
 import simharness as sh
 
 
-def broadcast_aggregate(num_floats: int) -> Any:
+def broadcast_aggregate(num_floats: int, twice: bool = False) -> Any:
     """``federated_sum(federated_map(x * 0.5, federated_broadcast(w)))`` for a float32[num_floats]
-    model at the server: with 2 clients the result is exactly ``w``."""
+    model at the server: with 2 clients the result is exactly ``w``. `twice`: the
+    computation returns that one sum twice, as ``(s, s)``."""
     spec = sh.TensorType(np.float32, (num_floats,))
 
     @sh.tf_computation(spec)
@@ -20,5 +21,6 @@ def broadcast_aggregate(num_floats: int) -> Any:
 
     @sh.federated_computation(sh.type_at_server(spec))
     def broadcast_aggregate(w):
-        return sh.federated_sum(sh.federated_map(half, sh.federated_broadcast(w)))
+        s = sh.federated_sum(sh.federated_map(half, sh.federated_broadcast(w)))
+        return (s, s) if twice else s
     return broadcast_aggregate

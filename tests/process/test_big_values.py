@@ -86,16 +86,7 @@ def test_steady_rounds_reuse_buffers_and_leave_no_garbage(warm_pool):
 def test_one_result_twice_in_a_struct_gives_two_arrays(warm_pool):
     """The caller gets a reduction's own buffer without a copy, once: a second place of the
     same value in the result is a copy, so writing one leaves the other."""
-    spec = sh.TensorType(np.float32, (N,))
-
-    @sh.tf_computation(spec)
-    def half(x):
-        return x * 0.5
-
-    @sh.federated_computation(sh.type_at_server(spec))
-    def twice(w):
-        s = sh.federated_sum(sh.federated_map(half, sh.federated_broadcast(w)))
-        return s, s
+    twice = broadcast_aggregate(N, twice=True)
     w = np.arange(N, dtype=np.float32)
     with process_executor_factory(num_clients=2, pool=warm_pool) as factory:
         with sh.execution_context(factory):
