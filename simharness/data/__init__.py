@@ -7,7 +7,7 @@ are imported by the functions that need them.
 from simharness.data.benchmarks import (load_cifar100, load_emnist, load_hf_dataset,
                                         load_shakespeare, load_stackoverflow)
 from simharness.data.client_data import (ArrayClientData, ArraySpec, ClientData,
-                                         sample_clients)
+                                         StackedRows, sample_clients)
 from simharness.data.sampling import available_clients, sample_cohort
 from simharness.data.digits import (dirichlet_partition, iid_partition,
                                     load_digits_federated)
@@ -20,7 +20,7 @@ __all__ = [
     'ArraySpec',
     'ClientData',
     'FileClientData',
-    'Pad', 'SourcedClients',
+    'Pad', 'SourcedClients', 'StackedRows',
     'dirichlet_partition',
     'iid_partition',
     'available_clients',

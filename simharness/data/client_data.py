@@ -222,6 +222,68 @@ def _tf_compatible(dtype: np.dtype) -> Any:
     return dtype
 
 
+class StackedRows:
+    """One array of every client, in client order, as if concatenated, read a slice at a time.
+
+    What a central evaluation over all clients' data needs without holding
+    it all: ``rows[lo:hi]`` reads only the clients those rows belong to (from
+    their files, for `FileClientData`) and concatenates their parts. `shape`,
+    `dtype`, `ndim` and ``len()`` are those of the concatenation;
+    ``np.asarray(rows)`` builds it whole.
+
+    Args:
+        client_data: the `ClientData`.
+        key: which array of each client (e.g. ``'x'``).
+
+    Raises:
+        SimharnessValueError: `key` is not one of the data set's arrays.
+    """
+
+    def __init__(self, client_data: 'ClientData', key: str):
+        spec = client_data.array_spec
+        if key not in spec:
+            raise SimharnessValueError(f'no array {key!r} in this data set; it has '
+                                       f'{", ".join(map(repr, spec))}')
+        self._cd = client_data
+        self._key = key
+        self._ids = client_data.client_ids
+        self._ends = np.cumsum([client_data.client_size(c) for c in self._ids], dtype=np.int64)
+        dtype, trailing = spec[key]
+        self.dtype = np.dtype(dtype)
+        self.shape = (int(self._ends[-1]) if len(self._ends) else 0,) + tuple(trailing)
+        self.ndim = len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        if not isinstance(index, slice):
+            raise SimharnessTypeError(f'StackedRows reads slices of rows, got '
+                                      f'{type(index).__name__}', expected=slice,
+                                      actual=type(index))
+        lo, hi, step = index.indices(len(self))
+        if step != 1:
+            raise SimharnessValueError(f'StackedRows reads contiguous rows, got step {step}')
+        parts = []
+        k = int(np.searchsorted(self._ends, lo, side='right'))
+        while lo < hi and k < len(self._ids):
+            start = int(self._ends[k - 1]) if k else 0
+            a = self._cd.client_arrays(self._ids[k])[self._key]
+            parts.append(a[lo - start:min(hi, int(self._ends[k])) - start])
+            lo = int(self._ends[k])
+            k += 1
+        if not parts:
+            return np.empty((0,) + self.shape[1:], self.dtype)
+        return np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = self[:]
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return f'StackedRows({self._key!r} of {len(self._ids)} clients, shape {self.shape})'
+
+
 class ArrayClientData(ClientData):
     """A `ClientData` held in memory as numpy arrays.
 

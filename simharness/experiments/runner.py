@@ -46,6 +46,7 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import math
 import os
 import platform
 import shutil
@@ -201,6 +202,18 @@ def _stack_clients(cd: Any, key: str) -> Any:
     return np.concatenate([cd.client_arrays(c)[key] for c in cd.client_ids])
 
 
+#: All clients' examples up to this size are held by the driver for the central evaluation;
+#: beyond it they are read from the clients a batch at a time, at each evaluation.
+EVAL_IN_MEMORY_BYTES = 256 << 20
+
+
+def _eval_rows(rows: Any) -> Any:
+    """The examples of a central evaluation on all clients: held if small, else read lazily."""
+    if math.prod(rows.shape) * rows.dtype.itemsize <= EVAL_IN_MEMORY_BYTES:
+        return np.asarray(rows)
+    return rows
+
+
 def _build_workload(config: ExperimentConfig) -> _Workload:
     """Loads the data of `config`; data-layer errors become ConfigErrors."""
     from simharness import data as D  # pylint: disable=import-outside-toplevel
@@ -252,8 +265,8 @@ def _build_workload(config: ExperimentConfig) -> _Workload:
     if test is not None:
         eval_x, eval_y, eval_on = test[0], test[1], 'test set'
     else:
-        eval_x, eval_y, eval_on = _stack_clients(cd, x_key), _stack_clients(cd, y_key), \
-            'all clients'
+        eval_x, eval_y, eval_on = _eval_rows(D.StackedRows(cd, x_key)), \
+            _stack_clients(cd, y_key), 'all clients'
     num_classes = _BENCHMARK_CLASSES.get(d.dataset, getattr(d, 'num_classes', None))
     if d.dataset == 'emnist' and d.only_digits:
         num_classes = 10

@@ -428,7 +428,8 @@ def numpy_evaluate(spec: ModelSpec, weights: Sequence[Any], x: Any, y: Any,
     Args:
         spec: the model.
         weights: arrays (or eager tensors) with `spec.weight_shapes`.
-        x: examples ``[N, *input_shape]`` or ``[N, F]``.
+        x: examples ``[N, *input_shape]`` or ``[N, F]``: an array, or anything with a
+            `shape` that gives rows by slices (`simharness.data.client_data.StackedRows`).
         y: integer labels ``[N]`` in ``[0, num_classes)``.
         batch_size: chunk size (>= 1).
 
@@ -442,7 +443,8 @@ def numpy_evaluate(spec: ModelSpec, weights: Sequence[Any], x: Any, y: Any,
     """
     w = [np.asarray(v) for v in _check_weights(spec, weights)]
     w = [v.astype(np.float32, copy=False) for v in w]
-    x = np.asarray(x)
+    if not (hasattr(x, 'shape') and hasattr(x, '__getitem__')):
+        x = np.asarray(x)  # else an array, or rows read a batch at a time (`StackedRows`)
     y = np.asarray(y)
     if not np.issubdtype(y.dtype, np.integer):
         raise SimharnessTypeError(f'labels must be integers, got {y.dtype}',
@@ -465,12 +467,12 @@ def numpy_evaluate(spec: ModelSpec, weights: Sequence[Any], x: Any, y: Any,
             f'[{y.min()}, {y.max()}]')
     if not _is_int(batch_size) or batch_size < 1:
         raise SimharnessValueError(f'batch_size must be an int >= 1, got {batch_size!r}')
-    x = x.astype(np.float32, copy=False)
-    x = x.reshape((n,) + spec.input_shape if spec.name == 'cnn' else (n, -1))
     total = 0.0
     correct = 0
     for start in range(0, n, batch_size):
-        xb, yb = x[start:start + batch_size], y[start:start + batch_size]
+        xb = np.asarray(x[start:start + batch_size]).astype(np.float32, copy=False)
+        xb = xb.reshape((-1,) + spec.input_shape if spec.name == 'cnn' else (len(xb), -1))
+        yb = y[start:start + batch_size]
         logits32 = _np_logits(spec, w, xb)
         correct += int(np.count_nonzero(np.argmax(logits32, axis=1) == yb))
         logits = logits32.astype(np.float64)

@@ -118,3 +118,33 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
         else:
             assert passed == [SourcedClients] * ROUNDS
             assert after_setup == 0
+
+
+def test_a_central_evaluation_read_lazily_gives_the_bits_of_one_held(npz_dir, tmp_path,
+                                                                     monkeypatch):
+    """All clients' examples bigger than `EVAL_IN_MEMORY_BYTES` are read from the files a
+    batch at a time at each evaluation, never held whole: the same metrics as held."""
+    config = _config(npz_dir, {'kind': 'thread'})
+    held = _run(config, tmp_path / 'held', monkeypatch)
+    loads = []
+    real_load = FileClientData.client_arrays
+
+    def load(cd, client_id):
+        loads.append(client_id)
+        return real_load(cd, client_id)
+    with monkeypatch.context() as mp:
+        mp.setattr(runner, 'EVAL_IN_MEMORY_BYTES', 0)
+        mp.setattr(runner, '_stack_clients', _labels_only(runner._stack_clients))
+        mp.setattr(FileClientData, 'client_arrays', load)
+        lazy = _run(config, tmp_path / 'lazy', monkeypatch)
+    assert [(r['eval_loss'], r['eval_accuracy']) for r in lazy] == \
+        [(r['eval_loss'], r['eval_accuracy']) for r in held]
+    assert _math(lazy) == _math(held)
+    assert loads.count('0') >= ROUNDS  # read again at each evaluation
+
+
+def _labels_only(stack_clients):
+    def only_y(cd, key):
+        assert key == 'y', 'the examples of all clients were stacked in the driver'
+        return stack_clients(cd, key)
+    return only_y
