@@ -490,3 +490,24 @@ class TestFiles:
             FileClientData.from_single_file(path)
         with pytest.raises(SimharnessValueError, match='must differ'):
             FileClientData.from_single_file(path, x_key='client_id')
+
+
+def test_stacked_rows_read_slices_across_clients_as_the_concatenation():
+    from simharness.data import ArrayClientData, StackedRows
+    rng = np.random.default_rng(4)
+    arrays = {f'c{k}': {'x': rng.standard_normal((n, 3)).astype(np.float32),
+                        'y': np.arange(n, dtype=np.int32)}
+              for k, n in enumerate([4, 1, 0, 7, 2])}
+    cd = ArrayClientData(arrays)
+    whole = np.concatenate([arrays[c]['x'] for c in cd.client_ids])
+    rows = StackedRows(cd, 'x')
+    assert rows.shape == whole.shape and rows.dtype == whole.dtype and len(rows) == 14
+    for lo, hi in [(0, 14), (0, 4), (3, 6), (4, 5), (5, 12), (13, 20), (6, 6), (-3, None)]:
+        assert np.array_equal(rows[lo:hi], whole[lo:hi])
+    assert np.array_equal(np.asarray(rows), whole)
+    with pytest.raises(SimharnessValueError, match='step'):
+        rows[::2]
+    with pytest.raises(SimharnessTypeError, match='slices'):
+        rows[3]
+    with pytest.raises(SimharnessValueError, match="no array 'z'"):
+        StackedRows(cd, 'z')
