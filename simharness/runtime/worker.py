@@ -144,7 +144,7 @@ def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int
         op = getattr(req, 'op', None)
         # Drop what this request held (its views, tensors it answered with): what stays
         # pinned now is what the session's values keep.
-        req = resp = buffers = None
+        del req, resp, buffers
         pinned = token is not None and SHARED_READS.close_offer(token)
         try:
             conn.send_bytes(L.pack_frame(L.F_RESPONSE, header, locs, arenas.take_retired(),
