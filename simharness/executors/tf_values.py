@@ -40,13 +40,24 @@ def fast_tensor(arr: np.ndarray) -> tf.Tensor:
     the tensor then adopts through dlpack (TF's own conversion is several
     times slower than a memcpy); small ones use `tf.convert_to_tensor`.
     """
-    if arr.nbytes < DLPACK_MIN_BYTES or arr.dtype.kind not in 'fiu':
+    if not _dlpack_size(arr):
         return tf.convert_to_tensor(arr)
+    return _tensor_of_copy(arr)[0]
+
+
+def _dlpack_size(arr: np.ndarray) -> bool:
+    """Big enough for dlpack to pay, and of a memcpy-able numeric dtype ('fiu': dlpack of a
+    string or object array aborts the process)."""
+    return arr.nbytes >= DLPACK_MIN_BYTES and arr.dtype.kind in 'fiu'
+
+
+def _tensor_of_copy(arr: np.ndarray) -> Tuple[tf.Tensor, np.ndarray]:
+    """A tensor adopting a private copy of `arr`, and that copy."""
     # A pooled buffer: no fresh pages to fault in when the same size comes again
     # (the tensor keeps the buffer referenced, so it is not reused while it lives).
-    out = POOL.empty(arr.shape, arr.dtype)  # 64-byte aligned: a misaligned view aborts
-    fast_copyto(out, arr)
-    return tf.experimental.dlpack.from_dlpack(out.__dlpack__())
+    own = POOL.empty(arr.shape, arr.dtype)  # 64-byte aligned: a misaligned view aborts
+    fast_copyto(own, arr)
+    return tf.experimental.dlpack.from_dlpack(own.__dlpack__()), own
 
 
 def adopt_tensor(arr: np.ndarray) -> tf.Tensor:
@@ -59,21 +70,15 @@ def adopt_tensor(arr: np.ndarray) -> tf.Tensor:
     exports no read-only array) and 64-byte aligned; the tensor keeps `arr`
     alive.
     """
-    if (isinstance(arr, np.ndarray) and arr.nbytes >= DLPACK_MIN_BYTES and arr.dtype.kind in 'fiu'
-            and arr.flags.c_contiguous and arr.flags.writeable and arr.ctypes.data % 64 == 0):
-        t = tf.experimental.dlpack.from_dlpack(arr.__dlpack__())
-        mark_adopted(t, arr)  # a result: the context may hand `arr` out instead of a copy
-        return t
     arr = np.asarray(arr)
-    if arr.nbytes >= DLPACK_MIN_BYTES and arr.dtype.kind in 'fiu':
-        # Not shareable (read-only: a partial read in place in a worker's arena): one private
-        # copy, which the tensor adopts and the context may hand out as it is.
-        own = POOL.empty(arr.shape, arr.dtype)
-        fast_copyto(own, arr)
-        t = tf.experimental.dlpack.from_dlpack(own.__dlpack__())
-        mark_adopted(t, own)
-        return t
-    return fast_tensor(arr)
+    if not _dlpack_size(arr):
+        return tf.convert_to_tensor(arr)
+    if arr.flags.c_contiguous and arr.flags.writeable and arr.ctypes.data % 64 == 0:
+        t, own = tf.experimental.dlpack.from_dlpack(arr.__dlpack__()), arr
+    else:  # not shareable (read-only: a partial read in place in a worker's arena)
+        t, own = _tensor_of_copy(arr)
+    mark_adopted(t, own)  # a result: the context may hand `own` out instead of a copy
+    return t
 
 
 def fast_numpy(t: Any) -> np.ndarray:
@@ -126,8 +131,7 @@ def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
                                       expected=t, actual=str(src.dtype))
         T.check_array(src, t, value)  # the rule for client values: no lossy cast, no wrap
         src = src.astype(t.dtype, copy=False)
-        if (src.nbytes >= DLPACK_MIN_BYTES and src.dtype.kind in 'fiu'
-                and src.ctypes.data % 64 == 0):
+        if _dlpack_size(src) and src.ctypes.data % 64 == 0:
             shared = SHARED_READS.pin(src)
             if shared is not None:  # a broadcast in shared memory: read in place, no copy
                 return tf.experimental.dlpack.from_dlpack(shared.__dlpack__())

@@ -34,11 +34,11 @@ import numpy as np
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.batching import stack_python_values
-from simharness.core.buffers import pooled_copy
 from simharness.core.reduction import Partial
 from simharness.core.structure import Struct, from_container, tensor_to_numpy
 from simharness.data.sourced import SourcedClients, source_spec, transform_spec
-from simharness.errors import ExecutorClosedError, SimharnessTypeError, WorkerCrashedError
+from simharness.errors import (ExecutorClosedError, ProtocolError, SimharnessTypeError,
+                               WorkerCrashedError)
 from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
 from simharness.runtime import protocol as P
@@ -67,22 +67,20 @@ def _array_bytes(tree: Any) -> int:
 def _lent_partials(result: Any, loan: Any) -> Any:
     """A partial reduction's answer, whose arrays are views lent by the worker (`loan`).
 
-    Partials carry the loan: whoever combines them releases it once the
+    The Partials carry the loan: whoever combines them releases it once the
     combined value no longer refers to their arrays (`Partial.release`), and
-    it is released anyway when the last of them is freed. Anything else is
-    copied out, and the loan released at once.
+    it is released anyway when the last of them is freed.
     """
-    if loan is None:
-        return result
     parts = result if isinstance(result, list) else [result]
-    if all(isinstance(p, Partial) for p in parts):
+    if not all(isinstance(p, Partial) for p in parts):
+        if loan is not None:
+            loan.release()
+        raise ProtocolError(f'a partial reduction was answered with {type(result).__name__}, '
+                            'not Partials')
+    if loan is not None:
         for p in parts:
             p.loans = (loan,)
-        return result
-    try:
-        return map_leaves(result, lambda x: pooled_copy(x) if isinstance(x, np.ndarray) else x)
-    finally:
-        loan.release()
+    return result
 
 
 def _is_dataset(x: Any) -> bool:
@@ -258,7 +256,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
                                 gen: int) -> concurrent.futures.Future:
         """Submits with the buffers in the pool's broadcast arena (written once for `key`)."""
         bc = self._handle.pool.broadcast
-        locs = bc.acquire(key, buffers, wait=False)  # held already, or written now
+        locs = bc.acquire(key, buffers)  # held already, or written now: never waits
         if locs is None:  # every broadcast slot is being read: the bytes go with the request
             return self._handle.submit(header, buffers, op.name, gen)
         # The handle ends the read when the worker answered (or the request failed), or
@@ -362,16 +360,8 @@ class WorkerDelegatingExecutor(BatchExecutor):
         header, buffers = self._encode(op, packed, base, n_out, want_types=not pipelined)
         lend = partials and getattr(self._handle, 'lends', False)
         if lend:
-            resp, loan = await asyncio.wrap_future(
-                self._handle.submit(header, buffers, op.name, gen, lend=True))
-            if not resp.ok:
-                if loan is not None:
-                    loan.release()
-                self._drop_done_pending()
-                raise self._error(resp)
-            self._raise_failed_pending()
-            return _lent_partials(resp.result, loan)
-        if broadcast_key is None:
+            fut = self._handle.submit(header, buffers, op.name, gen, lend=True)
+        elif broadcast_key is None:
             fut = self._handle.submit(header, buffers, op.name, gen)
         else:
             fut = await self._submit_broadcast(broadcast_key, header, buffers, op, gen)
@@ -379,11 +369,16 @@ class WorkerDelegatingExecutor(BatchExecutor):
             with self._lock:
                 self._pending.append((CURRENT_INVOCATION.get(), fut))
             return self._handles(base, n_out, types, gen)
-        resp = await asyncio.wrap_future(fut)
+        answer = await asyncio.wrap_future(fut)
+        resp, loan = answer if lend else (answer, None)  # a lent answer comes with its loan
         if not resp.ok:
+            if loan is not None:
+                loan.release()
             self._drop_done_pending()  # answered before this one: the same error, or stale
             raise self._error(resp)
         self._raise_failed_pending()
+        if lend:
+            return _lent_partials(resp.result, loan)
         if resp.kind == P.Result.VALUES:
             return self._handles(base, resp.count, types if types is not None else resp.types, gen)
         return resp.result

@@ -410,7 +410,7 @@ class _Passthrough:
 
     bytes_written = 0
 
-    def acquire(self, key: Any, buffers: Sequence[Any], wait: bool = True) -> List[Any]:
+    def acquire(self, key: Any, buffers: Sequence[Any]) -> List[Any]:
         return []
 
     def release(self, locs: Optional[List[Any]] = None) -> None:

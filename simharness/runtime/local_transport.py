@@ -151,11 +151,8 @@ class ResponseArenas:
         return locs
 
     def ack(self, names: Sequence[str]) -> None:
-        """The driver is done with these segments (none named: with all of them)."""
-        if names:
-            self._busy.difference_update(names)
-        else:
-            self._busy.clear()
+        """The driver is done with these segments."""
+        self._busy.difference_update(names)
         free = [a for a in self._arenas if a.name not in self._busy]
         for arena in free[self._keep:]:
             self._arenas.remove(arena)

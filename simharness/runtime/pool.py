@@ -152,16 +152,13 @@ class BroadcastArena:
         self._capacity = capacity
         self._max_slots = max_slots
         self._slots: List[_Slot] = []
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._closed = False
         self.bytes_written = 0
 
-    def acquire(self, key: Any, buffers: Sequence[Any], wait: bool = False) -> Optional[List[Any]]:
-        """The locations of `key`'s buffers (written now unless held); None if every slot is read.
-
-        `wait` is accepted for the handle protocol; this arena never waits.
-        """
-        with self._cond:
+    def acquire(self, key: Any, buffers: Sequence[Any]) -> Optional[List[Any]]:
+        """The locations of `key`'s buffers (written now unless held); None if every slot is read."""
+        with self._lock:
             if self._closed:
                 raise ExecutorClosedError('the worker pool is closed')
             for slot in self._slots:
@@ -184,7 +181,7 @@ class BroadcastArena:
 
     def release(self, locs: Optional[List[Any]] = None) -> None:
         """Ends one read of the slot whose locations `acquire` gave as `locs`."""
-        with self._cond:
+        with self._lock:
             for slot in self._slots:
                 if slot.locs is locs and slot.readers:
                     slot.readers -= 1
@@ -197,11 +194,11 @@ class BroadcastArena:
     @property
     def readers(self) -> int:
         """Reads not yet ended, over all slots."""
-        with self._cond:
+        with self._lock:
             return sum(s.readers for s in self._slots)
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self._closed = True
             slots, self._slots = self._slots, []
         for slot in slots:
@@ -587,23 +584,22 @@ class WorkerHandle:
             if call.uses_arena:
                 self._arena_busy = False
             attachment = self._attachment
-        locs = frame[2]
-        for name in (frame[3] if len(frame) > 3 else ()):
+        _, header, locs, retired, pinned, unpinned = frame
+        for name in retired:
             # Arenas the worker closed or re-created bigger (under a new name): unmap.
             self._worker_arenas.discard(name)
             if attachment is not None and name in attachment.names:
                 attachment.release(name)
         names = L.segment_names(locs)
         self._worker_arenas.update(names)
-        if len(frame) > 5:
-            with self._lock:
-                if frame[4] and call.token is not None and call.on_done is not None:
-                    # The worker holds the broadcast in place (tensors of it live on): the
-                    # read ends when it reports the token unpinned, not now.
-                    self._pins[call.token], call.on_done = call.on_done, None
-                ended = [self._pins.pop(t) for t in frame[5] if t in self._pins]
-            for release in ended:
-                release()
+        with self._lock:
+            if pinned and call.token is not None and call.on_done is not None:
+                # The worker holds the broadcast in place (tensors of it live on): the
+                # read ends when it reports the token unpinned, not now.
+                self._pins[call.token], call.on_done = call.on_done, None
+            ended = [self._pins.pop(t) for t in unpinned if t in self._pins]
+        for release in ended:
+            release()
         loan: Optional[ResponseLoan] = None
         try:
             if call.lend and names:
@@ -615,7 +611,7 @@ class WorkerHandle:
                     self._out += L.frame_with_length(L.pack_frame(L.F_ACK, *names))
             self.stats.bytes_from_worker += sum(len(b) if isinstance(b, bytes) else b.nbytes
                                                 for b in buffers)
-            resp = P.decode_message(frame[1], buffers)
+            resp = P.decode_message(header, buffers)
         except Exception as e:
             if loan is not None:
                 loan.release()

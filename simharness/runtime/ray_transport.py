@@ -346,7 +346,7 @@ class RayBroadcast:
         self.bytes_written = 0
         self.puts = 0
 
-    def acquire(self, key: Any, buffers: Sequence[Any], wait: bool = True) -> List[Any]:
+    def acquire(self, key: Any, buffers: Sequence[Any]) -> List[Any]:
         with self._lock:
             if self._key is not key or not self._refs:
                 self._refs = [self._ray.put(list(buffers))]

@@ -115,7 +115,7 @@ def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int
             continue
         t0 = time.perf_counter()
         _release_stale(attachment, frame[2])
-        token = frame[3] if len(frame) > 3 else None
+        token = frame[3]
         if token is not None:
             # The driver's broadcast: tensors made of it hold it in place (no copy) while
             # they live; the driver keeps it until we report the token unpinned.
