@@ -62,7 +62,7 @@ HF_PARTITIONS = ('dirichlet', 'natural')
 #: Data sets whose labels are sequences (next-token prediction): Keras models only.
 SEQUENCE_DATASETS = ('shakespeare', 'stackoverflow')
 PARTITIONS = ('dirichlet', 'iid')
-#: As `simharness.learning.algorithms.ALGORITHM_NAMES` (not imported: no numpy here).
+#: As `simharness.learning.padded.ALGORITHM_NAMES` (not imported: no numpy here).
 ALGORITHMS = ('fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', 'fedsgd', 'fedyogi')
 OPTIMIZERS = ('adagrad', 'adam', 'sgd', 'yogi')
 COHORTS = ('random', 'reference', 'weighted', 'with_replacement')
@@ -566,7 +566,7 @@ class AlgorithmConfig(_Table):
             momentum, 0.9 unless server_momentum is set), ``'fedadam'``,
             ``'fedyogi'``, ``'fedadagrad'`` (adaptive server optimizers),
             ``'fedprox'`` or ``'fedsgd'`` (see
-            `simharness.learning.algorithms.build_algorithm`).
+            `simharness.learning.padded.build_algorithm`).
         client_learning_rate: local step (> 0; default 0.05).
         local_epochs: passes over the client data per round (>= 1; default 1).
         batch_size: examples per local step (>= 1; default 10).

@@ -645,7 +645,7 @@ def _build_model(config: ExperimentConfig, work: _Workload) -> _Model:
 
 
 def _build_process(config: ExperimentConfig, model: Any, max_examples: int) -> Any:
-    from simharness.learning.algorithms import build_algorithm  # pylint: disable=import-outside-toplevel
+    from simharness.learning.padded import build_algorithm  # pylint: disable=import-outside-toplevel
     a = config.algorithm
     return build_algorithm(
         a.name, model, max_examples=max_examples, client_learning_rate=a.client_learning_rate,

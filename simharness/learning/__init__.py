@@ -20,10 +20,11 @@ from typing import Any
 
 _WHERE = {
     'Aggregator': 'aggregators', 'dp_epsilon': 'aggregators',
-    'ALGORITHM_NAMES': 'algorithms', 'LearningProcess': 'algorithms',
-    'LearningProcessOutput': 'algorithms', 'build_algorithm': 'algorithms',
-    'build_fed_eval': 'algorithms', 'build_fed_prox': 'algorithms',
-    'build_fed_sgd': 'algorithms', 'build_weighted_fed_avg': 'algorithms',
+    # The padded-array processes (moved from `algorithms`, which is now TFF's package).
+    'ALGORITHM_NAMES': 'padded', 'LearningProcess': 'padded',
+    'LearningProcessOutput': 'padded', 'build_algorithm': 'padded',
+    'build_fed_eval': 'padded', 'build_fed_prox': 'padded',
+    'build_fed_sgd': 'padded', 'build_weighted_fed_avg': 'padded',
     'FedAvg': 'fedavg', 'FedAvgConfig': 'fedavg', 'pad_clients': 'fedavg',
     'reference_fedavg_workload': 'fedavg',
     'FunctionalModel': 'functional', 'InputSpec': 'functional',
@@ -34,7 +35,7 @@ _WHERE = {
     'numpy_evaluate': 'models',
 }
 _MODULES = ('aggregators', 'algorithms', 'fedavg', 'functional', 'keras_examples', 'models',
-            'optimizers')
+            'optimizers', 'padded')
 
 __all__ = sorted(_WHERE) + ['aggregators', 'algorithms', 'optimizers']
 

@@ -17,7 +17,7 @@ import pytest
 from simharness.data import FileClientData, SourcedClients, save_npz_dir, synthetic_alpha_beta
 from simharness.experiments import runner
 from simharness.experiments.runner import TIMING_FIELDS, run_experiment
-from simharness.learning.algorithms import LearningProcess
+from simharness.learning.padded import LearningProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
 from experiment_helpers import make_config, read_metrics  # noqa: E402

@@ -15,7 +15,7 @@ from simharness.errors import ConfigError
 from simharness.experiments import checkpoints as CK
 from simharness.experiments.config import config_from_dict
 from simharness.experiments.runner import run_experiment, run_sweep
-from simharness.learning.algorithms import LearningProcess
+from simharness.learning.padded import LearningProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
 from experiment_helpers import TINY, make_config, read_json, read_metrics  # noqa: E402

@@ -23,7 +23,7 @@ import pytest
 
 from simharness.experiments import atomic
 from simharness.experiments.config import dumps_toml
-from simharness.learning.algorithms import LearningProcess
+from simharness.learning.padded import LearningProcess
 from simharness.runtime.shm import list_leaked_segments, reap_orphaned_segments
 
 from experiment_helpers import TINY, read_json, temp_files

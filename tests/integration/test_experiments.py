@@ -19,7 +19,7 @@ from simharness.experiments import atomic, runner
 from simharness.experiments.config import expand_sweep, load_config, tomllib
 from simharness.experiments.report import write_report
 from simharness.experiments.runner import is_finished, run_experiment, run_sweep
-from simharness.learning.algorithms import LearningProcess
+from simharness.learning.padded import LearningProcess
 
 from experiment_helpers import (REPRO, TINY, make_config, math_only,
                                 read_json, read_metrics, temp_files)

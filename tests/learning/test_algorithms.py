@@ -15,7 +15,7 @@ import pytest
 from simharness.data import synthetic_alpha_beta
 from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
 from simharness.learning import aggregators as G
-from simharness.learning import algorithms as A
+from simharness.learning import padded as A
 from simharness.learning import functional as F
 from simharness.learning import optimizers as O
 from simharness.learning import models as M

@@ -12,7 +12,7 @@ import pytest
 
 from simharness.data import FileClientData, SourcedClients, save_npz_dir, synthetic_alpha_beta
 from simharness.data.sourced import Pad, transform_from_spec, transform_spec
-from simharness.learning import algorithms as A
+from simharness.learning import padded as A
 from simharness.learning import functional as F
 from simharness.learning import models as M
 

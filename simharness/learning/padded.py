@@ -1,4 +1,9 @@
-"""Federated learning algorithms as processes (TFF's ``tff.learning.algorithms``).
+"""The padded-array learning processes (formerly ``simharness.learning.algorithms``).
+
+Superseded by TFF's shapes in `simharness.learning.algorithms` (datasets per
+client, ``model_fn``, optimizer ``build_*`` functions); the config layer and
+the CLI still build these until they move onto TFF's builders, then this
+module goes.
 
 Every builder returns a `LearningProcess` with ``initialize()``,
 ``next(state, client_data) -> LearningProcessOutput(state, metrics)`` and
