@@ -1,4 +1,4 @@
-"""`simharness.templates`: TFF's `IterativeProcess` and `MeasuredProcess`.
+"""TFF's `IterativeProcess` and `is_stateful` (``core/templates/iterative_process.py``).
 
 ```
 process = IterativeProcess(initialize_fn, next_fn)   # both computations
@@ -7,70 +7,38 @@ for _ in range(rounds):
     state, metrics = process.next(state, data)      # state first, in and out
 ```
 
-The constructors check the types as TFF does: `initialize_fn` takes no
+The constructor checks the types as TFF does: `initialize_fn` takes no
 parameter; its result (the state type) is assignable to `next_fn`'s whole
 parameter or to its first element; `next_fn`'s result (or its first
-element) is assignable to the state type. A `MeasuredProcess`'s `next_fn`
-returns `<state=S,result=O,measurements=M>` (a `MeasuredProcessOutput`).
-Violations raise TFF's error classes (all `TypeError`s).
+element) is assignable to the state type.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-import attrs
-
 from simharness.core import types as T
 from simharness.core.computation import Computation
 from simharness.errors import SimharnessTypeError
+from simharness.templates.errors import (TemplateInitFnParamNotEmptyError,
+                                             TemplateNextFnNumArgsError,
+                                             TemplateStateNotAssignableError)
 
-__all__ = [
-    'IterativeProcess', 'MeasuredProcess', 'MeasuredProcessOutput',
-    'TemplateInitFnParamNotEmptyError', 'TemplateNextFnNumArgsError',
-    'TemplateNotMeasuredProcessOutputError', 'TemplateStateNotAssignableError', 'is_stateful',
-]
-
-
-class TemplateInitFnParamNotEmptyError(SimharnessTypeError):
-    """`initialize_fn` takes a parameter (TFF's class of that name; a `TypeError`)."""
+__all__ = ['IterativeProcess', 'is_stateful']
 
 
-class TemplateStateNotAssignableError(SimharnessTypeError):
-    """A state type is not assignable where the state goes (a `TypeError`)."""
-
-
-class TemplateNextFnNumArgsError(SimharnessTypeError):
-    """`next_fn` does not take the number of arguments expected (a `TypeError`)."""
-
-
-class TemplateNotMeasuredProcessOutputError(SimharnessTypeError):
-    """A `MeasuredProcess`'s `next_fn` does not return `<state,result,measurements>`."""
-
-
-@attrs.frozen
-class MeasuredProcessOutput:
-    """What a `MeasuredProcess`'s `next` returns: the new state, a result, measurements."""
-
-    state: Any
-    result: Any
-    measurements: Any
-
-
-_MEASURED_NAMES = tuple(a.name for a in attrs.fields(MeasuredProcessOutput))
-
-
-def _check_computation(fn: Any, what: str) -> Computation:
+def check_computation(fn: Any, what: str) -> Computation:
+    """`fn` if it is a concrete computation, else TFF's `TypeError` ("Expected ...Computation")."""
     if not isinstance(fn, Computation):
         raise SimharnessTypeError(
-            f'{what} must be a computation (decorated with tf_computation or '
-            f'federated_computation), got {fn!r} of type {type(fn).__name__}',
+            f'Expected simharness.Computation, found {type(fn).__name__}: {what} must be a '
+            f'computation (decorated with tf_computation or federated_computation), got {fn!r}',
             expected=Computation, actual=type(fn))
     fn.type_signature  # a polymorphic computation raises: it has no type yet
     return fn
 
 
-def _first(t: Optional[T.Type]) -> Optional[T.Type]:
+def first_element(t: Optional[T.Type]) -> Optional[T.Type]:
     """The first element of a non-empty struct type, else None."""
     return t[0] if isinstance(t, T.StructType) and len(t) > 0 else None
 
@@ -81,7 +49,7 @@ def _state_type(init_result: T.Type, next_param: Optional[T.Type],
     if next_param is None:
         raise TemplateNextFnNumArgsError(
             f'next_fn takes no argument; it must take the state (of type {init_result}) first')
-    first = _first(next_param)
+    first = first_element(next_param)
     whole_ok = next_param.is_assignable_from(init_result)
     first_ok = first is not None and first.is_assignable_from(init_result)
     if next_is_multi_arg is None:
@@ -93,8 +61,8 @@ def _state_type(init_result: T.Type, next_param: Optional[T.Type],
     elif next_is_multi_arg:
         if first is None:
             raise TemplateNextFnNumArgsError(
-                f'next_is_multi_arg=True needs next_fn to take a struct of at least one '
-                f'argument, but its parameter type is {next_param}')
+                f'Expected `next_parameter_type` to be a structure type of at least length '
+                f'one (next_is_multi_arg=True), but found type: {next_param}')
         if first_ok:
             return first
         where = 'the first argument'
@@ -133,17 +101,17 @@ class IterativeProcess:
                 f'next_is_multi_arg must be a bool or None, got {next_is_multi_arg!r} of type '
                 f'{type(next_is_multi_arg).__name__}', expected=bool,
                 actual=type(next_is_multi_arg))
-        _check_computation(initialize_fn, 'initialize_fn')
+        check_computation(initialize_fn, 'initialize_fn')
         init_type = initialize_fn.type_signature
         if init_type.parameter is not None:
             raise TemplateInitFnParamNotEmptyError(
                 f'initialize_fn must take no parameter, but takes {init_type.parameter}',
                 actual=init_type.parameter)
-        _check_computation(next_fn, 'next_fn')
+        check_computation(next_fn, 'next_fn')
         next_type = next_fn.type_signature
         state_type = _state_type(init_type.result, next_type.parameter, next_is_multi_arg)
         result = next_type.result
-        first_result = _first(result)
+        first_result = first_element(result)
         if not (state_type.is_assignable_from(result)
                 or (first_result is not None and state_type.is_assignable_from(first_result))):
             raise TemplateStateNotAssignableError(
@@ -169,32 +137,22 @@ class IterativeProcess:
         return self._state_type
 
 
-class MeasuredProcess(IterativeProcess):
-    """An `IterativeProcess` whose `next` returns `<state=S,result=O,measurements=M>`.
+def is_stateful(process: IterativeProcess) -> bool:
+    """Whether the process's state holds any value (not only empty structs).
 
-    Args are those of `IterativeProcess`.
+    Args:
+      process: an `IterativeProcess`.
+
+    Returns:
+      False when the state type (unplaced) contains only struct types.
 
     Raises:
-      TemplateNotMeasuredProcessOutputError: `next_fn` does not return a
-        struct named (state, result, measurements), such as a
-        `MeasuredProcessOutput`; and the errors of `IterativeProcess`.
+      SimharnessTypeError: `process` is not an `IterativeProcess`.
     """
-
-    def __init__(self, initialize_fn: Computation, next_fn: Computation,
-                 next_is_multi_arg: Optional[bool] = None):
-        super().__init__(initialize_fn, next_fn, next_is_multi_arg)
-        result = next_fn.type_signature.result
-        if not (isinstance(result, T.StructType) and result.names == _MEASURED_NAMES):
-            raise TemplateNotMeasuredProcessOutputError(
-                f'the next_fn of a MeasuredProcess must return <state=S,result=O,'
-                f'measurements=M> (a MeasuredProcessOutput), but returns {result}', actual=result)
-
-
-def is_stateful(process: IterativeProcess) -> bool:
-    """Whether the process's state holds any value (not only empty structs)."""
     if not isinstance(process, IterativeProcess):
         raise SimharnessTypeError(f'process must be an IterativeProcess, got '
-                                  f'{type(process).__name__}', actual=type(process))
+                                  f'{type(process).__name__}', expected=IterativeProcess,
+                                  actual=type(process))
     t = process.state_type
     if isinstance(t, T.FederatedType):
         t = t.member
