@@ -7,7 +7,8 @@ are imported by the functions that need them.
 from simharness.data.benchmarks import (load_cifar100, load_emnist, load_hf_dataset,
                                         load_shakespeare, load_stackoverflow)
 from simharness.data.client_data import (ArrayClientData, ArraySpec, ClientData,
-                                         StackedRows, sample_clients)
+                                         ConcreteClientData, PreprocessClientData, StackedRows,
+                                         TestClientData, sample_clients)
 from simharness.data.sampling import available_clients, sample_cohort
 from simharness.data.digits import (dirichlet_partition, iid_partition,
                                     load_digits_federated)
@@ -18,7 +19,7 @@ from simharness.data.synthetic import synthetic_alpha_beta
 __all__ = [
     'ArrayClientData',
     'ArraySpec',
-    'ClientData',
+    'ClientData', 'ConcreteClientData', 'PreprocessClientData', 'TestClientData',
     'FileClientData',
     'Pad', 'SourcedClients', 'StackedRows',
     'dirichlet_partition',

@@ -1,225 +1,242 @@
-"""Federated data sets: one array dict per client, as in `tff.simulation.datasets`.
+"""In-memory federated data sets: `TestClientData` (TFF's) and `ArrayClientData`.
 
-A `ClientData` maps string client ids to the raw per-client arrays
-(``{'x': ..., 'y': ...}``, equal leading length) and builds `tf.data`
-datasets from them on request. The raw arrays are what the runtime moves
-around (shared memory, tensors); `tf.data` is only a convenience view.
+Both are `ClientData` (data/client_base.py: TFF's whole API) over per-client
+numpy arrays:
 
-TensorFlow is imported lazily, only by the methods that build `tf.data`
-objects or TF specs, so that importing this module stays cheap.
+* `TestClientData` is `tff.simulation.datasets.TestClientData`: a dict from
+  client id to tensor slices (a list, a tuple or a dict, as
+  ``tf.data.Dataset.from_tensor_slices`` takes them; TF's dtype inference:
+  Python ints are int32, floats float32).
+* `ArrayClientData` takes ``{client_id: {key: array}}`` as is (no copy,
+  validated), the shape our runtime moves around (`client_arrays`).
+
+Their `serializable_dataset_fn` (and so `dataset_computation`) holds every
+client's data in the traced graph (as TFF's TestClientData): concatenated
+per leaf, one slice per client, found by id at run time. That suits small and
+medium data sets (up to `MAX_EMBEDDED_BYTES`); a large one is better read by
+its workers from files (`FileClientData`, `FilePerUserClientData`,
+`SqlClientData`).
+
+TensorFlow is imported lazily, by the methods that build `tf.data` objects or
+TF specs, so that importing this module stays cheap.
 """
 
 from __future__ import annotations
 
-import abc
+import copy
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from simharness.data.client_base import (ArraySpec, ClientData, ConcreteClientData,
+                                         IncompatiblePreprocessFnError, InvalidRandomSeedError,
+                                         PreprocessClientData, _readonly, array_spec_of,
+                                         check_client_arrays, check_numpy_random_seed,
+                                         element_spec_of, tf_compatible_dtype)
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
+__all__ = [
+    'ArrayClientData', 'ArraySpec', 'ClientData', 'ConcreteClientData',
+    'IncompatiblePreprocessFnError', 'InvalidRandomSeedError', 'MAX_EMBEDDED_BYTES',
+    'PreprocessClientData', 'StackedRows', 'TestClientData', 'array_spec_of',
+    'check_client_arrays', 'check_numpy_random_seed', 'sample_clients', 'slices_dataset_fn',
+]
 
-# ArraySpec of one key: (numpy dtype, trailing shape). Plain tuples keep the
-# spec picklable and TensorFlow-free.
-ArraySpec = tuple[np.dtype, tuple[int, ...]]
+#: The most bytes of client data `slices_dataset_fn` puts into a graph (a
+#: serialized TF graph is limited to 2 GB).
+MAX_EMBEDDED_BYTES = 1 << 30
 
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    """Returns a read-only view of `a` (the caller cannot corrupt our data)."""
-    view = a.view()
-    view.flags.writeable = False
-    return view
-
-
-def _fmt_ids(ids: Sequence[str], limit: int = 5) -> str:
-    shown = ', '.join(repr(i) for i in list(ids)[:limit])
-    return shown + (', ...' if len(ids) > limit else '')
+# Kept for callers of the old private name.
+_tf_compatible = tf_compatible_dtype
 
 
-def check_client_arrays(client_id: str, arrays: Mapping[str, Any],
-                        expected: Optional[Mapping[str, ArraySpec]] = None
-                        ) -> dict[str, np.ndarray]:
-    """Validates one client's arrays and returns them as a dict of ndarrays.
+def slices_dataset_fn(client_ids: Sequence[str], per_client_leaves: Sequence[Sequence[np.ndarray]],
+                      pack: Callable[[list], Any]) -> Callable[[Any], Any]:
+    """A TF-traceable function from client id to the dataset of that client's slices.
 
     Args:
-        client_id: the client's id, used in error messages.
-        arrays: mapping from key to array-like; every array has at least one
-            dimension and all share the same leading length.
-        expected: if given, the keys, dtypes and trailing shapes the arrays
-            must have (from another client).
+        client_ids: the ids, in order.
+        per_client_leaves: for each client, its leaves (same count and
+            trailing shapes for all clients; a common leading length per client).
+        pack: builds the element structure from a list of leaf tensors.
 
     Returns:
-        A new dict (same key order) of `np.ndarray` (not copied when the
-        inputs already are arrays).
+        ``fn(client_id) -> tf.data.Dataset``: every leaf concatenated over the
+        clients and held as a constant; the id is looked up at run time
+        (``InvalidArgumentError`` 'No data found for client' when absent).
 
     Raises:
-        SimharnessTypeError: an array has object dtype or a dtype other than
-            the expected one.
-        SimharnessValueError: no arrays, 0-d arrays, unequal lengths, or keys
-            or trailing shapes that differ from `expected`.
+        SimharnessValueError: more than `MAX_EMBEDDED_BYTES` of data.
     """
-    if not isinstance(arrays, Mapping):
-        raise SimharnessTypeError(
-            f'client {client_id!r}: expected a mapping from key to array, got '
-            f'{type(arrays).__name__}', expected='Mapping[str, array]',
-            actual=type(arrays))
-    if not arrays:
-        raise SimharnessValueError(f'client {client_id!r} has no arrays')
-    out: dict[str, np.ndarray] = {}
-    length = None
-    for key, value in arrays.items():
-        if not isinstance(key, str):
-            raise SimharnessTypeError(
-                f'client {client_id!r}: array keys must be str, got {key!r} '
-                f'({type(key).__name__})', expected=str, actual=type(key))
-        a = np.asarray(value)
-        if a.dtype == object:
-            raise SimharnessTypeError(
-                f'client {client_id!r}, array {key!r}: object arrays are not '
-                'supported; use numeric or fixed-width string dtypes',
-                expected='numeric dtype', actual=a.dtype)
-        if a.ndim == 0:
-            raise SimharnessValueError(
-                f'client {client_id!r}, array {key!r}: needs at least one '
-                'dimension (the example axis), got a scalar')
-        if length is None:
-            length = a.shape[0]
-        elif a.shape[0] != length:
-            lengths = {k: np.shape(v)[0] if np.ndim(v) else None
-                       for k, v in arrays.items()}
-            raise SimharnessValueError(
-                f'client {client_id!r}: arrays must have the same leading '
-                f'length (number of examples), got {lengths}')
-        out[key] = a
-    if expected is not None:
-        if list(out) != list(expected):
-            raise SimharnessValueError(
-                f'client {client_id!r} has arrays {sorted(out)}, expected '
-                f'{sorted(expected)} like the other clients')
-        for key, a in out.items():
-            dtype, shape = expected[key]
-            if a.dtype != dtype:
-                raise SimharnessTypeError(
-                    f'client {client_id!r}, array {key!r}: dtype {a.dtype} '
-                    f'differs from {dtype} of the other clients',
-                    expected=dtype, actual=a.dtype)
-            if a.shape[1:] != shape:
-                raise SimharnessValueError(
-                    f'client {client_id!r}, array {key!r}: trailing shape '
-                    f'{a.shape[1:]} differs from {shape} of the other clients')
-    return out
+    total = sum(int(np.asarray(a).nbytes) for leaves in per_client_leaves for a in leaves)
+    if total > MAX_EMBEDDED_BYTES:
+        raise SimharnessValueError(
+            f'this data set holds {total} bytes; a dataset_computation of in-memory data puts '
+            f'all of it into the graph, and at most {MAX_EMBEDDED_BYTES} bytes fit. Read large '
+            'data from files on the clients (FileClientData.from_npz_dir, '
+            'FilePerUserClientData, SqlClientData), or pass datasets instead of ids')
+    ids = list(client_ids)
+    num_leaves = len(per_client_leaves[0])
+    sizes = np.asarray([len(leaves[0]) if num_leaves else 0 for leaves in per_client_leaves],
+                       np.int64)
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    columns = [np.concatenate([np.asarray(leaves[i]) for leaves in per_client_leaves])
+               for i in range(num_leaves)]
 
-
-def array_spec_of(arrays: Mapping[str, np.ndarray]) -> dict[str, ArraySpec]:
-    """The (dtype, trailing shape) of each array, in key order."""
-    return {k: (a.dtype, tuple(a.shape[1:])) for k, a in arrays.items()}
-
-
-class ClientData(abc.ABC):
-    """A federated data set: per-client arrays addressed by string client ids.
-
-    Subclasses implement `client_ids` and `client_arrays`; everything else
-    has a default built on those two. Client ids keep their given order
-    (not sorted), so index ``k`` of `client_ids` is a stable client index.
-
-    Like `tff.simulation.datasets.ClientData`, but the raw arrays are first
-    class: `client_arrays` returns them without going through `tf.data`.
-    """
-
-    @property
-    @abc.abstractmethod
-    def client_ids(self) -> list[str]:
-        """The client ids, in a fixed order (a new list on each call)."""
-
-    @abc.abstractmethod
-    def client_arrays(self, client_id: str) -> dict[str, np.ndarray]:
-        """The raw arrays of one client, e.g. ``{'x': [n, ...], 'y': [n]}``.
-
-        Args:
-            client_id: one of `client_ids`.
-
-        Returns:
-            A dict of arrays with a common leading length (the examples).
-            The arrays may be read-only views of the stored data.
-
-        Raises:
-            SimharnessValueError: unknown client id.
-        """
-
-    @property
-    def array_spec(self) -> dict[str, ArraySpec]:
-        """Per key: (numpy dtype, trailing shape) shared by all clients."""
-        return array_spec_of(self.client_arrays(self.client_ids[0]))
-
-    @property
-    def element_spec(self) -> Any:
-        """The `tf.TensorSpec` structure of one element of a client dataset."""
+    def dataset_fn(client_id: Any) -> Any:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        return {k: tf.TensorSpec(shape, tf.as_dtype(_tf_compatible(dtype)))
-                for k, (dtype, shape) in self.array_spec.items()}
+        match = tf.equal(tf.constant(ids), client_id)
+        check = tf.debugging.Assert(tf.reduce_any(match), ['No data found for client ', client_id])
+        with tf.control_dependencies([check]):
+            index = tf.argmax(tf.cast(match, tf.int32), output_type=tf.int32)
+        lo = tf.gather(tf.constant(starts), index)
+        hi = tf.gather(tf.constant(ends), index)
+        leaves = [tf.constant(col)[lo:hi] for col in columns]
+        return tf.data.Dataset.from_tensor_slices(pack(leaves))
 
-    def client_size(self, client_id: str) -> int:
-        """The number of examples (leading length of the arrays) of a client."""
-        arrays = self.client_arrays(client_id)
-        return int(next(iter(arrays.values())).shape[0])
+    return dataset_fn
+
+
+def _isnamedtuple(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(x, '_fields')
+
+
+def _normalize_slices(client_id: str, slices: Any) -> Any:
+    """Dicts and tuples stay structure; anything else becomes one numpy leaf (TF's dtypes)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if isinstance(slices, Mapping):
+        return type(slices)((k, _normalize_slices(client_id, v)) for k, v in slices.items())
+    if isinstance(slices, tuple) and not _isnamedtuple(slices):
+        return tuple(_normalize_slices(client_id, v) for v in slices)
+    if tf.is_tensor(slices):
+        raise SimharnessTypeError(
+            f'client {client_id!r}: Tensor slices must not be TF tensors. Consider converting '
+            'them to numpy values instead.', expected='list or numpy array',
+            actual=type(slices))
+    try:
+        return np.asarray(tf.convert_to_tensor(slices).numpy())
+    except (TypeError, ValueError) as e:
+        raise SimharnessTypeError(
+            f'client {client_id!r}: cannot make tensor slices of {type(slices).__name__} '
+            f'({e})', expected='list, numpy array, tuple or dict of these',
+            actual=type(slices)) from e
+
+
+class TestClientData(ClientData):
+    """TFF's `tff.simulation.datasets.TestClientData`: in-memory tensor slices per client.
+
+    Args:
+        tensor_slices_dict: ``{client_id: slices}`` where every ``slices`` is
+            of one kind: a list (or array), a tuple (not a namedtuple) or a
+            dict of these, as `tf.data.Dataset.from_tensor_slices` takes it.
+            Leaves must not be `tf.Tensor`. Every client needs data. The
+            input is not modified (it is copied).
+
+    Raises:
+        SimharnessTypeError: not a dict, namedtuples, clients of different
+            kinds, or tensor leaves.
+        SimharnessValueError: a client with no data, or clients whose element
+            structures differ.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, tensor_slices_dict: dict):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        if not isinstance(tensor_slices_dict, dict):
+            raise SimharnessTypeError(
+                f'TestClientData expects a dict client_id -> tensor slices, got '
+                f'{type(tensor_slices_dict).__name__}', expected=dict,
+                actual=type(tensor_slices_dict))
+        if not tensor_slices_dict:
+            raise SimharnessValueError('TestClientData needs at least one client')
+        structures = list(tensor_slices_dict.values())
+        example = structures[0]
+        if _isnamedtuple(example):
+            raise SimharnessTypeError(
+                'The tensor slices in the client data dictionary must be strictly lists, '
+                'tuples (not namedtuples), or dictionaries, but the provided data was a '
+                'namedtuple. Suggest using ._asdict() to convert the namedtuples to '
+                'dictionaries to work with this class.', expected='list, tuple or dict',
+                actual=type(example))
+        kind = type(example)
+        if not isinstance(example, (list, tuple, dict, np.ndarray)):
+            raise SimharnessTypeError(
+                f'tensor slices must be lists, tuples or dicts, got {kind.__name__}',
+                expected='list, tuple or dict', actual=kind)
+        for cid, s in tensor_slices_dict.items():
+            if not isinstance(cid, str):
+                raise SimharnessTypeError(f'client ids must be str, got {cid!r} '
+                                          f'({type(cid).__name__})', expected=str,
+                                          actual=type(cid))
+            if not isinstance(s, kind):
+                raise SimharnessTypeError(
+                    f'client {cid!r}: tensor slices of type {type(s).__name__}; the first client '
+                    f'has {kind.__name__} and all must be alike', expected=kind, actual=type(s))
+        for leaf in tf.nest.flatten(tensor_slices_dict):
+            if tf.is_tensor(leaf):
+                raise SimharnessTypeError(
+                    'Tensor slices must not be TF tensors. Consider converting them to numpy '
+                    'values instead.', expected='numpy or Python values', actual=type(leaf))
+        self._slices: dict[str, Any] = {}
+        self._leaves: dict[str, list[np.ndarray]] = {}
+        for cid, s in tensor_slices_dict.items():
+            norm = _normalize_slices(cid, copy.deepcopy(s))
+            leaves = tf.nest.flatten(norm)
+            if not leaves or any(np.ndim(a) == 0 for a in leaves) or len(leaves[0]) == 0:
+                raise SimharnessValueError(f'No data found for client {cid}')
+            self._slices[cid] = norm
+            self._leaves[cid] = leaves
+        self._element_type_structure = self.create_tf_dataset_for_client(
+            self.client_ids[0]).element_spec
+        for cid in self._slices:
+            spec = tf.data.Dataset.from_tensor_slices(self._slices[cid]).element_spec
+            if spec != self._element_type_structure:
+                raise SimharnessValueError(
+                    f'client {cid!r} has elements {spec}, the first client '
+                    f'{self._element_type_structure}; all clients need one element structure')
+        self._dataset_fn: Optional[Callable[[Any], Any]] = None
+
+    @property
+    def client_ids(self) -> list[str]:
+        return list(self._slices)
+
+    @property
+    def serializable_dataset_fn(self) -> Callable[[Any], Any]:
+        if self._dataset_fn is None:
+            import tensorflow as tf  # pylint: disable=import-outside-toplevel
+            template = self._slices[self.client_ids[0]]
+            self._dataset_fn = slices_dataset_fn(
+                self.client_ids, [self._leaves[c] for c in self._slices],
+                lambda leaves: tf.nest.pack_sequence_as(template, leaves))
+        return self._dataset_fn
 
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
-        """A `tf.data.Dataset` over one client's examples, in stored order.
-
-        Args:
-            client_id: one of `client_ids`.
-
-        Returns:
-            A dataset whose elements are dicts of tensors (one example each).
-        """
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        return tf.data.Dataset.from_tensor_slices(self.client_arrays(client_id))
+        if not isinstance(client_id, str) or client_id not in self._slices:
+            raise self._unknown_client(client_id)
+        return tf.data.Dataset.from_tensor_slices(self._slices[client_id])
 
-    def create_tf_dataset_from_all_clients(self) -> Any:
-        """All clients' datasets concatenated in `client_ids` order."""
-        ids = self.client_ids
-        ds = self.create_tf_dataset_for_client(ids[0])
-        for cid in ids[1:]:
-            ds = ds.concatenate(self.create_tf_dataset_for_client(cid))
-        return ds
+    @property
+    def element_type_structure(self) -> Any:
+        return self._element_type_structure
 
-    def preprocess(self, fn: Callable[[Any], Any]) -> 'ClientData':
-        """Returns a new ClientData whose client datasets are ``fn(dataset)``.
+    def client_arrays(self, client_id: str) -> dict[str, np.ndarray]:
+        if not isinstance(client_id, str) or client_id not in self._slices:
+            raise self._unknown_client(client_id)
+        s = self._slices[client_id]
+        if isinstance(s, Mapping) and all(isinstance(v, np.ndarray) for v in s.values()):
+            return {str(k): _readonly(v) for k, v in s.items()}
+        return super().client_arrays(client_id)
 
-        As in TFF, `fn` maps a `tf.data.Dataset` to a `tf.data.Dataset`
-        (map, batch, ...). The new data set materializes `client_arrays` by
-        iterating the preprocessed dataset (its elements must be dicts of
-        tensors of equal shape; a batched dataset with a ragged last batch
-        cannot be materialized). `client_size` then counts elements of the
-        preprocessed dataset (batches, if `fn` batches).
+    def client_size(self, client_id: str) -> int:
+        if not isinstance(client_id, str) or client_id not in self._leaves:
+            raise self._unknown_client(client_id)
+        return int(len(self._leaves[client_id][0]))
 
-        Args:
-            fn: a function from `tf.data.Dataset` to `tf.data.Dataset`.
-
-        Returns:
-            A `ClientData` with the same client ids.
-
-        Raises:
-            SimharnessTypeError: `fn` is not callable.
-        """
-        if not callable(fn):
-            raise SimharnessTypeError(
-                f'preprocess expects a callable dataset -> dataset, got '
-                f'{type(fn).__name__}', expected='callable', actual=type(fn))
-        return _PreprocessedClientData(self, fn)
-
-    def _unknown_client(self, client_id: Any) -> SimharnessValueError:
-        ids = self.client_ids
-        return SimharnessValueError(
-            f'unknown client id {client_id!r}; this data set has {len(ids)} '
-            f'clients: {_fmt_ids(ids)}')
-
-
-def _tf_compatible(dtype: np.dtype) -> Any:
-    """Maps numpy string dtypes to `tf.string`'s numpy twin (object)."""
-    if dtype.kind in ('U', 'S'):
-        return np.object_
-    return dtype
+    def __repr__(self) -> str:
+        return f'TestClientData({len(self._slices)} clients; {self._element_type_structure})'
 
 
 class StackedRows:
@@ -285,9 +302,12 @@ class StackedRows:
 
 
 class ArrayClientData(ClientData):
-    """A `ClientData` held in memory as numpy arrays.
+    """A `ClientData` held in memory as numpy arrays: ``{client_id: {key: array}}``.
 
     The arrays are not copied; `client_arrays` returns read-only views.
+    Client datasets are ``tf.data.Dataset.from_tensor_slices`` of a client's
+    dict of arrays; `element_type_structure` is the dict of their
+    `tf.TensorSpec` (numpy string arrays become ``tf.string``).
     """
 
     def __init__(self, data: Mapping[str, Mapping[str, Any]]):
@@ -322,6 +342,7 @@ class ArrayClientData(ClientData):
                 spec = array_spec_of(checked)
             self._data[cid] = checked
         self._spec: dict[str, ArraySpec] = spec or {}
+        self._dataset_fn: Optional[Callable[[Any], Any]] = None
 
     @classmethod
     def from_stacked(cls, x: Any, y: Any, client_ids: Optional[Sequence[str]] = None,
@@ -371,6 +392,23 @@ class ArrayClientData(ClientData):
     def array_spec(self) -> dict[str, ArraySpec]:
         return dict(self._spec)
 
+    @property
+    def element_type_structure(self) -> dict[str, Any]:
+        return element_spec_of(self._spec)
+
+    @property
+    def serializable_dataset_fn(self) -> Callable[[Any], Any]:
+        if self._dataset_fn is None:
+            keys = list(self._spec)
+            self._dataset_fn = slices_dataset_fn(
+                list(self._data), [[a[k] for k in keys] for a in self._data.values()],
+                lambda leaves: dict(zip(keys, leaves)))
+        return self._dataset_fn
+
+    def create_tf_dataset_for_client(self, client_id: str) -> Any:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return tf.data.Dataset.from_tensor_slices(self.client_arrays(client_id))
+
     def client_arrays(self, client_id: str) -> dict[str, np.ndarray]:
         try:
             arrays = self._data[client_id]
@@ -388,85 +426,6 @@ class ArrayClientData(ClientData):
     def __repr__(self) -> str:
         spec = ', '.join(f'{k}: {d}{list(s)}' for k, (d, s) in self._spec.items())
         return f'ArrayClientData({len(self._data)} clients; {spec})'
-
-
-class _PreprocessedClientData(ClientData):
-    """The result of `ClientData.preprocess`: datasets pass through `fn`."""
-
-    def __init__(self, base: ClientData, fn: Callable[[Any], Any]):
-        self._base = base
-        self._fn = fn
-
-    @property
-    def client_ids(self) -> list[str]:
-        return self._base.client_ids
-
-    def create_tf_dataset_for_client(self, client_id: str) -> Any:
-        return self._fn(self._base.create_tf_dataset_for_client(client_id))
-
-    @property
-    def element_spec(self) -> Any:
-        # Apply fn to an empty dataset with the base spec: no client is loaded.
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        empty = {k: np.zeros((0,) + shape, dtype)
-                 for k, (dtype, shape) in self._base.array_spec.items()}
-        return self._fn(tf.data.Dataset.from_tensor_slices(empty)).element_spec
-
-    @property
-    def array_spec(self) -> dict[str, ArraySpec]:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        spec = self.element_spec
-        if not isinstance(spec, Mapping) or not all(
-                isinstance(s, tf.TensorSpec) for s in spec.values()):
-            raise SimharnessTypeError(
-                'preprocessed elements must be dicts of tensors to have an '
-                f'array spec, got {spec}', expected='dict[str, TensorSpec]',
-                actual=spec)
-        out = {}
-        for k, s in spec.items():
-            if not s.shape.is_fully_defined():
-                raise SimharnessValueError(
-                    f'preprocessed element {k!r} has shape {s.shape} with an '
-                    'unknown dimension (a ragged batch?); cannot give an array spec')
-            out[k] = (np.dtype(s.dtype.as_numpy_dtype), tuple(s.shape.as_list()))
-        return out
-
-    def client_arrays(self, client_id: str) -> dict[str, np.ndarray]:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        if client_id not in set(self._base.client_ids):
-            raise self._unknown_client(client_id)
-        ds = self.create_tf_dataset_for_client(client_id)
-        if int(ds.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
-            raise SimharnessValueError(
-                f'client {client_id!r}: the preprocessed dataset is infinite '
-                '(repeat() without a count?); cannot materialize its arrays')
-        if not isinstance(ds.element_spec, Mapping):
-            raise SimharnessTypeError(
-                f'client {client_id!r}: preprocessed elements must be dicts of '
-                f'tensors to give arrays, got {ds.element_spec}; map them to a '
-                "dict such as {'x': x, 'y': y}",
-                expected='dict[str, TensorSpec]', actual=ds.element_spec)
-        keys = list(ds.element_spec)
-        columns: dict[str, list] = {k: [] for k in keys}
-        for element in ds.as_numpy_iterator():
-            for k in keys:
-                columns[k].append(element[k])
-        out = {}
-        for k in keys:
-            s = ds.element_spec[k]
-            if not columns[k]:
-                shape = tuple(d or 0 for d in s.shape.as_list())
-                out[k] = np.zeros((0,) + shape, s.dtype.as_numpy_dtype)
-                continue
-            try:
-                out[k] = np.stack(columns[k])
-            except ValueError as e:
-                raise SimharnessValueError(
-                    f'client {client_id!r}, element {k!r}: elements of the '
-                    'preprocessed dataset have different shapes (a ragged last '
-                    'batch? use batch(..., drop_remainder=True)); cannot stack '
-                    'them into one array') from e
-        return out
 
 
 def sample_clients(client_ids: Sequence[str], num_clients: int, round_num: int,

@@ -17,16 +17,18 @@ from __future__ import annotations
 import csv
 import os
 import re
+import struct
 import tempfile
 import threading
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from simharness.data.client_data import (ArraySpec, ClientData, array_spec_of,
-                                         check_client_arrays)
+                                         check_client_arrays, element_spec_of,
+                                         slices_dataset_fn)
 from simharness.errors import SimharnessValueError
 
 PathLike = Union[str, os.PathLike]
@@ -293,10 +295,124 @@ class FileClientData(ClientData):
                 f'file holds {_fmt_keys(list(headers))}')
         return int(headers[first][1][0])
 
+    @property
+    def element_type_structure(self) -> dict[str, Any]:
+        return element_spec_of(self._spec)
+
+    def create_tf_dataset_for_client(self, client_id: str) -> Any:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return tf.data.Dataset.from_tensor_slices(self.client_arrays(client_id))
+
+    @property
+    def serializable_dataset_fn(self) -> Callable[[Any], Any]:
+        """A TF-traceable function from client id to its dataset.
+
+        For a directory of .npz files written uncompressed (``np.savez``,
+        `save_npz_dir`) the graph reads the client's file itself (the arrays'
+        byte ranges were found from the headers): nothing but paths and
+        offsets is in the graph, and a worker reads only its clients. Data
+        held in memory, or compressed files, go into the graph whole (as
+        `ArrayClientData`).
+        """
+        fn = getattr(self, '_dataset_fn', None)
+        if fn is None:
+            layouts = None
+            if self._paths is not None:
+                layouts = [_npz_layout(self._paths[c], list(self._spec)) for c in self._ids]
+            if layouts is not None and all(lay is not None for lay in layouts):
+                fn = _npz_reading_fn(self._ids, [str(self._paths[c]) for c in self._ids],
+                                     layouts, self._spec)  # type: ignore[index, arg-type]
+            else:
+                keys = list(self._spec)
+                arrays = [self.client_arrays(c) for c in self._ids]
+                fn = slices_dataset_fn(self._ids, [[a[k] for k in keys] for a in arrays],
+                                       lambda leaves: dict(zip(keys, leaves)))
+            self._dataset_fn = fn
+        return fn
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop('_dataset_fn', None)
+        state.pop('_cached_dataset_computation', None)
+        return state
+
     def __repr__(self) -> str:
         where = 'npz dir' if self._paths is not None else 'in memory'
         spec = ', '.join(f'{k}: {d}{list(s)}' for k, (d, s) in self._spec.items())
         return f'FileClientData({len(self._ids)} clients, {where}; {spec})'
+
+
+# The dtypes TF's decode_raw reads.
+_DECODE_RAW_DTYPES = frozenset({'float16', 'float32', 'float64', 'int8', 'int16', 'int32',
+                                'int64', 'uint8', 'uint16', 'bool'})
+# (byte offset of the array data in the file, byte count, rows) of each key.
+_Layout = dict[str, tuple[int, int, int]]
+
+
+def _npz_layout(path: Path, keys: Sequence[str]) -> Optional[_Layout]:
+    """Where each array's raw bytes lie in an .npz, or None when TF cannot read them.
+
+    None for compressed members, Fortran order, big-endian or non-numeric
+    dtypes (TF's ``decode_raw`` reads little-endian numbers).
+    """
+    out: _Layout = {}
+    try:
+        with HEADER_LOCK, zipfile.ZipFile(path) as zf, open(path, 'rb') as raw:
+            for key in keys:
+                info = zf.getinfo(key + '.npy')
+                if info.compress_type != zipfile.ZIP_STORED:
+                    return None
+                raw.seek(info.header_offset)
+                local = raw.read(30)
+                name_len, extra_len = struct.unpack('<HH', local[26:30])
+                data_start = info.header_offset + 30 + name_len + extra_len
+                with zf.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    if version == (1, 0):
+                        shape, fortran, dtype = np.lib.format.read_array_header_1_0(member)
+                    elif version == (2, 0):
+                        shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
+                    else:
+                        return None
+                    header_len = member.tell()
+                dtype = np.dtype(dtype)
+                if (fortran and len(shape) > 1) or dtype.byteorder == '>' or not shape or \
+                        dtype.newbyteorder('=').name not in _DECODE_RAW_DTYPES:
+                    return None
+                out[key] = (data_start + header_len, int(np.prod(shape)) * dtype.itemsize,
+                            int(shape[0]))
+    except (KeyError, zipfile.BadZipFile, OSError, ValueError):
+        return None
+    return out
+
+
+def _npz_reading_fn(ids: Sequence[str], paths: Sequence[str], layouts: Sequence[_Layout],
+                    spec: Mapping[str, ArraySpec]) -> Callable[[Any], Any]:
+    """``fn(client_id) -> tf.data.Dataset`` reading the client's .npz file in the graph."""
+    keys = list(spec)
+    offsets = np.asarray([[lay[k][0] for k in keys] for lay in layouts], np.int64)
+    nbytes = np.asarray([[lay[k][1] for k in keys] for lay in layouts], np.int64)
+    rows = np.asarray([lay[keys[0]][2] for lay in layouts], np.int64)
+    id_list, path_list = list(ids), list(paths)
+
+    def dataset_fn(client_id: Any) -> Any:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        match = tf.equal(tf.constant(id_list), client_id)
+        check = tf.debugging.Assert(tf.reduce_any(match), ['No data found for client ', client_id])
+        with tf.control_dependencies([check]):
+            index = tf.argmax(tf.cast(match, tf.int32), output_type=tf.int32)
+        content = tf.io.read_file(tf.gather(tf.constant(path_list), index))
+        n = tf.gather(tf.constant(rows), index)
+        out = {}
+        for j, key in enumerate(keys):
+            dtype, trailing = spec[key]
+            part = tf.strings.substr(content, tf.gather(tf.constant(offsets[:, j]), index),
+                                     tf.gather(tf.constant(nbytes[:, j]), index))
+            flat = tf.io.decode_raw(part, tf.as_dtype(np.dtype(dtype)), little_endian=True)
+            out[key] = tf.reshape(flat, tf.concat([[n], tf.constant(trailing, tf.int64)], 0))
+        return tf.data.Dataset.from_tensor_slices(out)
+
+    return dataset_fn
 
 
 def _read_single_npz(p: Path, client_id_key: str, keys: Sequence[str]
