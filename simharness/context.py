@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import concurrent.futures
 import contextlib
 import threading
-from typing import Any, Iterator, Optional, cast
+import weakref
+from typing import Any, Callable, Iterator, Optional, cast
 
 import numpy as np
 
@@ -51,13 +53,46 @@ class ExecutionContext:
       retries: how many times a computation is run again after a retryable
         failure (such as `WorkerCrashedError`). Computations are pure, so a
         retry gives the same answer.
+      max_concurrent_calls: at most this many computations run at once (from
+        several threads or tasks); more calls wait. None: no limit.
+      transform_args: applied to every argument before it is embedded (TFF's
+        ``transform_args``, e.g. ``simharness.tensorflow.transform_args``).
+      transform_result: applied to every result (TFF's ``transform_result``).
+      owns_factory: `close()` closes the factory itself (a process factory's
+        workers stop), not only its stacks: for a factory made for this
+        context alone.
+
+    Raises:
+      SimharnessTypeError: a wrong type (`factory` not an `ExecutorFactory`,
+        a transform not callable).
+      SimharnessValueError: `retries` < 0 or `max_concurrent_calls` < 1.
     """
 
-    def __init__(self, factory: ExecutorFactory, retries: int = 0):
+    def __init__(self, factory: ExecutorFactory, retries: int = 0, *,
+                 max_concurrent_calls: Optional[int] = None,
+                 transform_args: Optional[Callable[[Any], Any]] = None,
+                 transform_result: Optional[Callable[[Any], Any]] = None,
+                 owns_factory: bool = False):
         _check_factory(factory)
+        check_bool('owns_factory', owns_factory)
+        self._owns_factory = owns_factory
         retries = check_int('retries', retries, 0)
+        max_concurrent_calls = check_int('max_concurrent_calls', max_concurrent_calls, 1,
+                                         allow_none=True)
+        for what, fn in (('transform_args', transform_args),
+                         ('transform_result', transform_result)):
+            if fn is not None and not callable(fn):
+                raise SimharnessTypeError(f'{what} must be callable or None, got {fn!r} of type '
+                                          f'{type(fn).__name__}', expected='callable',
+                                          actual=type(fn))
         self.factory = factory
         self.retries = retries
+        #: At most this many computations run at once (None: no limit); more calls wait.
+        self.max_concurrent_calls = max_concurrent_calls
+        self._transform_args = transform_args
+        self._transform_result = transform_result
+        self._calls = (None if max_concurrent_calls is None
+                       else threading.BoundedSemaphore(max_concurrent_calls))
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
@@ -74,31 +109,47 @@ class ExecutionContext:
                 self._thread.start()
             return self._loop
 
-    def invoke(self, comp: Any, arg: Any = None) -> Any:
-        """Runs `comp` (a `Computation`) on `arg` and returns Python/numpy results."""
+    def _cardinalities(self, comp: Any, arg: Any) -> dict:
         ft: T.FunctionType = comp.type_signature
         cardinalities = {}
         if ft.parameter is not None:
             n = infer_cardinality(arg, ft.parameter)
             if n is not None:
                 cardinalities[T.CLIENTS] = n
+        return cardinalities
+
+    def _submit(self, comp: Any, arg: Any, cardinalities: dict) -> 'concurrent.futures.Future':
+        """Starts `comp` on `arg` on the context's loop; the future of its executor value."""
+        ft: T.FunctionType = comp.type_signature
+        loop = self._ensure_loop()  # first: a closed context builds no stack
+        executor = self.factory.create_executor(cardinalities)
+        return asyncio.run_coroutine_threadsafe(
+            _run(executor, comp.to_building_block(), ft, arg), loop)
+
+    def _result(self, comp: Any, value: Any) -> Any:
+        out = to_python(value, comp.type_signature.result)
+        return out if self._transform_result is None else self._transform_result(out)
+
+    def invoke(self, comp: Any, arg: Any = None) -> Any:
+        """Runs `comp` (a `Computation`) on `arg` and returns Python/numpy results."""
+        if self._transform_args is not None:
+            arg = self._transform_args(arg)
+        cardinalities = self._cardinalities(comp, arg)
         attempt = 0
-        while True:
-            try:
-                loop = self._ensure_loop()  # first: a closed context builds no stack
-                executor = self.factory.create_executor(cardinalities)
-                fut = asyncio.run_coroutine_threadsafe(
-                    _run(executor, comp.to_building_block(), ft, arg), loop)
+        with (self._calls if self._calls is not None else contextlib.nullcontext()):
+            while True:
                 try:
-                    value = fut.result()
-                except KeyboardInterrupt:
-                    fut.cancel()  # Ctrl-C: stop the computation; the caller closes the stack
-                    raise
-                return to_python(value, ft.result)
-            except RetryableError:
-                if attempt >= self.retries:
-                    raise
-                attempt += 1
+                    fut = self._submit(comp, arg, cardinalities)
+                    try:
+                        value = fut.result()
+                    except KeyboardInterrupt:
+                        fut.cancel()  # Ctrl-C: stop the computation; the caller closes the stack
+                        raise
+                    return self._result(comp, value)
+                except RetryableError:
+                    if attempt >= self.retries:
+                        raise
+                    attempt += 1
 
     def close(self) -> None:
         """Closes the factory's stacks and stops the context's loop thread."""
@@ -117,7 +168,11 @@ class ExecutionContext:
                         timeout=_CANCEL_WAIT + 5)
                 except Exception:  # a loop that cannot run it: nothing more to do here
                     pass
-            self.factory.clean_up_executors()
+            closer = getattr(self.factory, 'close', None) if self._owns_factory else None
+            if callable(closer):
+                closer()  # the stacks, then what the factory owns (a worker pool)
+            else:
+                self.factory.clean_up_executors()
         finally:
             if loop is not None:
                 loop.call_soon_threadsafe(loop.stop)
@@ -131,6 +186,60 @@ class ExecutionContext:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class AsyncExecutionContext(ExecutionContext):
+    """An `ExecutionContext` whose `invoke` is a coroutine (TFF's `AsyncExecutionContext`).
+
+    A computation called while this context is current returns an awaitable:
+    ``result = await comp(arg)``. The computation runs on the context's own
+    loop thread, so the caller's event loop keeps turning meanwhile; calls
+    awaited together run concurrently (up to `max_concurrent_calls`).
+    Arguments as in `ExecutionContext`.
+    """
+
+    def __init__(self, factory: ExecutorFactory, retries: int = 0, *,
+                 max_concurrent_calls: Optional[int] = None,
+                 transform_args: Optional[Callable[[Any], Any]] = None,
+                 transform_result: Optional[Callable[[Any], Any]] = None,
+                 owns_factory: bool = False):
+        super().__init__(factory, retries, max_concurrent_calls=max_concurrent_calls,
+                         transform_args=transform_args, transform_result=transform_result,
+                         owns_factory=owns_factory)
+        # event loop -> its semaphore (an asyncio semaphore belongs to one loop)
+        self._async_calls: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+
+    def _semaphore(self) -> Optional[asyncio.Semaphore]:
+        if self.max_concurrent_calls is None:
+            return None
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            sem = self._async_calls.get(loop)
+            if sem is None:
+                sem = self._async_calls[loop] = asyncio.Semaphore(self.max_concurrent_calls)
+            return sem
+
+    async def invoke(self, comp: Any, arg: Any = None) -> Any:  # type: ignore[override]
+        """Runs `comp` on `arg`; awaits its Python/numpy result."""
+        if self._transform_args is not None:
+            arg = self._transform_args(arg)
+        cardinalities = self._cardinalities(comp, arg)
+        sem = self._semaphore()
+        async with (sem if sem is not None else contextlib.nullcontext()):
+            attempt = 0
+            while True:
+                try:
+                    fut = self._submit(comp, arg, cardinalities)
+                    try:
+                        value = await asyncio.wrap_future(fut)
+                    except asyncio.CancelledError:
+                        fut.cancel()
+                        raise
+                    return self._result(comp, value)
+                except RetryableError:
+                    if attempt >= self.retries:
+                        raise
+                    attempt += 1
 
 
 #: Seconds `close()` waits for cancelled tasks to finish.
