@@ -1,0 +1,20 @@
+"""Datasets for simulations: TFF's `tff.simulation.datasets`.
+
+One `ClientData` family (simharness.data): `TestClientData` in memory,
+`FilePerUserClientData` and `SqlClientData` from files, and the loaders of
+TFF's published data sets (`emnist`, `cifar100`, `shakespeare`,
+`stackoverflow`), which read TFF's files from a local directory and never
+download; each has `get_synthetic()` with the same element structure.
+"""
+
+from simharness.simulation.datasets import cifar100, emnist, shakespeare, stackoverflow
+from simharness.simulation.datasets.client_data import ClientData
+from simharness.simulation.datasets.download import DatasetFileNotFoundError
+from simharness.simulation.datasets.file_per_user_client_data import FilePerUserClientData
+from simharness.simulation.datasets.from_tensor_slices_client_data import TestClientData
+from simharness.simulation.datasets.sql_client_data import SqlClientData
+from simharness.simulation.datasets.transforming_client_data import TransformingClientData
+
+__all__ = ['ClientData', 'DatasetFileNotFoundError', 'FilePerUserClientData', 'SqlClientData',
+           'TestClientData', 'TransformingClientData', 'cifar100', 'emnist', 'shakespeare',
+           'stackoverflow']

@@ -1,0 +1,63 @@
+"""Federated Shakespeare (TFF's `tff.simulation.datasets.shakespeare`), from a local file.
+
+Elements: ``OrderedDict(snippets=tf.string scalar)``; a client is a speaking
+role of a play.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Optional
+
+import tensorflow as tf
+
+from simharness.data.client_base import ClientData
+from simharness.data.client_data import TestClientData
+from simharness.simulation.datasets import download, sql_client_data
+
+__all__ = ['get_synthetic', 'load_data']
+
+FILENAME = 'shakespeare.sqlite'
+
+
+def _add_parsing(dataset: Any) -> Any:
+    def parse(serialized: Any) -> Any:
+        fields = tf.io.parse_example(
+            serialized, {'snippets': tf.io.FixedLenFeature(shape=(), dtype=tf.string)})
+        return collections.OrderedDict(snippets=fields['snippets'])
+
+    return dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def load_data(cache_dir: Optional[str] = None) -> tuple[ClientData, ClientData]:
+    """The (train, test) Shakespeare `ClientData` from ``shakespeare.sqlite`` in `cache_dir`.
+
+    Raises:
+        download.DatasetFileNotFoundError: the file is not there (nothing is downloaded).
+    """
+    path = download.get_local_file(FILENAME, cache_dir)
+    train = sql_client_data.SqlClientData(path, split_name='train').preprocess(_add_parsing)
+    test = sql_client_data.SqlClientData(path, split_name='test').preprocess(_add_parsing)
+    return train, test
+
+
+def get_synthetic() -> ClientData:
+    """Three roles with a few lines each, in `load_data`'s element structure."""
+    return TestClientData({
+        'THE_TRAGEDY_OF_KING_LEAR_KING': collections.OrderedDict(snippets=[
+            b'Nothing will come of nothing: speak again.',
+            b'Blow, winds, and crack your cheeks! rage! blow!',
+            b'I am a man more sinn\'d against than sinning.',
+            b'Come, let\'s away to prison.',
+        ]),
+        'THE_TRAGEDY_OF_MACBETH_MACBETH': collections.OrderedDict(snippets=[
+            b'So foul and fair a day I have not seen.',
+            b'Is this a dagger which I see before me?',
+            b'To-morrow, and to-morrow, and to-morrow,',
+            b'Lay on, Macduff.',
+            b'I have almost forgot the taste of fears.',
+        ]),
+        'MUCH_ADO_ABOUT_NOTHING_BEATRICE': collections.OrderedDict(snippets=[
+            b'I had rather hear my dog bark at a crow than a man swear he loves me.',
+        ]),
+    })
