@@ -1,8 +1,12 @@
-"""Stateless optimizers (TFF's ``tff.learning.optimizers``): state in, state out.
+"""The padded-array learning path's optimizers (flat list states).
 
-An optimizer is a small frozen object with two functions::
+They follow TFF's `Optimizer` contract (`simharness.learning.optimizers.
+optimizer`) with a flat list for the state, as the padded path
+(`simharness.learning.padded`) carries it; TFF's own optimizers are the
+``build_*`` functions of this package. An optimizer here is a small frozen
+object with two functions::
 
-    initialize(weight_shapes)            -> state: a list of float32 arrays (numpy)
+    initialize(weight_shapes or specs)   -> state: a list of float32 arrays (numpy)
     next(state, weights, gradients)      -> (state, weights)       TF ops only
 
 so that its state is part of the server state (checkpointed, carried
@@ -27,6 +31,7 @@ from typing import Any, List, Sequence, Tuple
 import numpy as np
 
 from simharness.errors import ConfigError
+from simharness.learning.optimizers import optimizer as base
 
 OPTIMIZERS = ('adagrad', 'adam', 'sgd', 'yogi')
 
@@ -42,16 +47,21 @@ def _positive(name: str, key: str, v: Any, below: float = math.inf, zero_ok: boo
 
 
 @dataclasses.dataclass(frozen=True)
-class Optimizer:
-    """Base of the stateless optimizers (see the module docstring)."""
+class LegacyOptimizer(base.Optimizer):
+    """Base of the flat-state optimizers (see the module docstring)."""
 
     learning_rate: float
 
     def slots(self) -> int:  # accumulators per weight
         return 0
 
-    def initialize(self, shapes: Sequence[Tuple[int, ...]]) -> List[np.ndarray]:
-        """Zero accumulators (`slots` per weight) and a zero step counter."""
+    def initialize(self, shapes: Sequence[Any]) -> List[np.ndarray]:
+        """Zero accumulators (`slots` per weight) and a zero step counter.
+
+        Args:
+          shapes: the weights' shapes, or their `tf.TensorSpec` s (a flat list).
+        """
+        shapes = [tuple(getattr(s, 'shape', s)) for s in shapes]
         return [np.zeros(s, np.float32) for _ in range(self.slots()) for s in shapes] + [
             np.zeros((), np.float32)]
 
@@ -72,7 +82,7 @@ class Optimizer:
 
 
 @dataclasses.dataclass(frozen=True)
-class SGD(Optimizer):
+class SGD(LegacyOptimizer):
     """SGD with heavy-ball momentum (``momentum = 0``: plain SGD, no slot)."""
 
     momentum: float = 0.0
@@ -93,7 +103,7 @@ class SGD(Optimizer):
 
 
 @dataclasses.dataclass(frozen=True)
-class Adam(Optimizer):
+class Adam(LegacyOptimizer):
     """Adam (bias-corrected step size, epsilon outside the square root, as Keras)."""
 
     beta_1: float = 0.9
@@ -119,7 +129,7 @@ class Adam(Optimizer):
 
 
 @dataclasses.dataclass(frozen=True)
-class Yogi(Optimizer):
+class Yogi(LegacyOptimizer):
     """Yogi: Adam with an additive, sign-controlled second-moment update."""
 
     beta_1: float = 0.9
@@ -138,6 +148,7 @@ class Yogi(Optimizer):
         return 2
 
     def initialize(self, shapes):
+        shapes = [tuple(getattr(s, 'shape', s)) for s in shapes]
         state = super().initialize(shapes)
         n = len(shapes)
         for i in range(n, 2 * n):
@@ -154,7 +165,7 @@ class Yogi(Optimizer):
 
 
 @dataclasses.dataclass(frozen=True)
-class Adagrad(Optimizer):
+class Adagrad(LegacyOptimizer):
     """Adagrad: ``acc += g^2; w -= lr * g / (sqrt(acc) + epsilon)``."""
 
     initial_accumulator: float = 0.1
@@ -169,6 +180,7 @@ class Adagrad(Optimizer):
         return 1
 
     def initialize(self, shapes):
+        shapes = [tuple(getattr(s, 'shape', s)) for s in shapes]
         state = super().initialize(shapes)
         for i, s in enumerate(shapes):
             state[i] = np.full(s, self.initial_accumulator, np.float32)
@@ -182,7 +194,7 @@ class Adagrad(Optimizer):
 
 
 def build(name: str, learning_rate: float, *, momentum: float = 0.0, beta_1: float = 0.9,
-          beta_2: float = 0.999, epsilon: float | None = None) -> Optimizer:
+          beta_2: float = 0.999, epsilon: float | None = None) -> LegacyOptimizer:
     """An optimizer by name (one of `OPTIMIZERS`).
 
     Raises:
