@@ -220,8 +220,28 @@ class CompiledComputation(ComputationBuildingBlock):
     def compact(self) -> str:
         return f'comp#{self.graph.fingerprint[:8]}'
 
+    @property
+    def may_be_random(self) -> bool:
+        """Whether the graph may hold a stateful random op (fresh values on every run).
+
+        A conservative scan of the graph's bytes for the names of TF's stateful
+        random ops (a node merely named so counts too): True means each client
+        must run the computation itself, even on a value that is equal on all
+        clients; False means every run on the same input gives the same value.
+        """
+        return any(op in self.graph.graph_def for op in STATEFUL_RANDOM_OP_NAMES)
+
     def __reduce__(self):
         return (CompiledComputation, (self.graph, self.type_signature, self.name))
+
+
+#: Names of TF's stateful random ops, as bytes (substrings of the op names they cover).
+STATEFUL_RANDOM_OP_NAMES = (
+    b'RandomStandardNormal', b'RandomUniform', b'TruncatedNormal', b'RandomGamma',
+    b'RandomPoisson', b'RandomShuffle', b'Multinomial', b'RandomBinomial', b'RandomCrop',
+    b'StatefulStandardNormal', b'StatefulUniform', b'StatefulTruncatedNormal',
+    b'NonDeterministicInts', b'RngReadAndSkip', b'RngSkip', b'RandomIndexShuffle',
+)
 
 
 class Data(ComputationBuildingBlock):

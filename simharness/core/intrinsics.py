@@ -198,6 +198,24 @@ def federated_map(fn: Any, arg: Any) -> tracing.Value:
     return _call(uri, args.type_signature, result, args)
 
 
+def federated_map_all_equal(fn: Any, arg: Any) -> tracing.Value:
+    """`federated_map` at clients whose result is equal on all clients (``U@CLIENTS``).
+
+    TFF's `federated_map_all_equal`: `fn` runs once and every client gets
+    its result (so a random `fn` gives every client the same draw).
+
+    Raises:
+      SimharnessTypeError: `arg` is not a federated value at clients, or `fn`
+        does not take its member.
+    """
+    value = _federated(arg, 'federated_map_all_equal', T.CLIENTS)
+    vt = _fed_type(value)
+    f = _only_compiled(_fn(fn, vt.member, 'federated_map_all_equal'), 'federated_map_all_equal')
+    args = bb.Struct([(None, f), (None, value)])
+    return _call('federated_map_all_equal', args.type_signature,
+                 T.FederatedType(_fn_type(f).result, T.CLIENTS, all_equal=True), args)
+
+
 def federated_apply(fn: Any, arg: Any) -> tracing.Value:
     """`federated_map` at the server (TFF's older name)."""
     return federated_map(fn, tracing.Value(_federated(arg, 'federated_apply', T.SERVER)))
@@ -233,6 +251,49 @@ def federated_mean(value: Any, weight: Any = None) -> tracing.Value:
                                   f'clients, got {w.type_signature}', actual=w.type_signature)
     args = bb.Struct([(None, v), (None, w)])
     return _call('federated_weighted_mean', args.type_signature, result, args)
+
+
+def _extremum(uri: str, value: Any) -> tracing.Value:
+    v = _federated(value, uri, T.CLIENTS)
+    member = _fed_type(v).member
+    for leaf in T.flatten_type(member):
+        if not (isinstance(leaf, T.TensorType) and (np.issubdtype(leaf.dtype, np.integer)
+                                                    or np.issubdtype(leaf.dtype, np.floating))):
+            op = 'min' if uri == 'federated_min' else 'max'
+            # TFF: a ValueError naming the type
+            raise SimharnessValueError(
+                f'{uri}: the value type {v.type_signature} is not compatible with the {op} '
+                'operator: every member leaf must be an integer or floating-point tensor')
+    return _call(uri, v.type_signature, T.FederatedType(member, T.SERVER), v)
+
+
+def federated_min(value: Any) -> tracing.Value:
+    """The elementwise minimum over clients of a client value, at the server.
+
+    As TFF (which lowers it to `federated_aggregate` with `tf.minimum`), the
+    fold starts from the largest finite value of each leaf's dtype, which is
+    also the result over zero clients. Clients are folded in the canonical
+    order (`simharness.core.reduction`), so signed zeros and NaNs give the
+    same bits on every stack.
+
+    Raises:
+      SimharnessTypeError: `value` is not a federated value at clients.
+      SimharnessValueError: a member leaf is not an integer or float tensor.
+    """
+    return _extremum('federated_min', value)
+
+
+def federated_max(value: Any) -> tracing.Value:
+    """The elementwise maximum over clients of a client value, at the server.
+
+    The fold starts from the smallest finite value of each leaf's dtype (as
+    TFF); see `federated_min`.
+
+    Raises:
+      SimharnessTypeError: `value` is not a federated value at clients.
+      SimharnessValueError: a member leaf is not an integer or float tensor.
+    """
+    return _extremum('federated_max', value)
 
 
 def federated_aggregate(value: Any, zero: Any, accumulate: Any, merge: Any, report: Any) -> tracing.Value:
@@ -343,22 +404,43 @@ def federated_collect(value: Any) -> tracing.Value:
                  T.FederatedType(T.SequenceType(member), T.SERVER), v)
 
 
+def federated_secure_select(client_keys: Any, max_key: Any, server_val: Any,
+                            select_fn: Any) -> tracing.Value:
+    """`federated_select` where the server must not learn the keys (TFF's intrinsic).
+
+    A simulation has no server to hide the keys from: the clients get the
+    same values as with `federated_select`. Arguments and errors as there.
+    """
+    return _select('federated_secure_select', client_keys, max_key, server_val, select_fn)
+
+
 def federated_select(client_keys: Any, max_key: Any, server_val: Any, select_fn: Any) -> tracing.Value:
     """Each client gets the sequence of `select_fn(server_val, key)` for its keys."""
-    k = _federated(client_keys, 'federated_select client_keys', T.CLIENTS, implicit_zip=False)
+    return _select('federated_select', client_keys, max_key, server_val, select_fn)
+
+
+def _select(uri: str, client_keys: Any, max_key: Any, server_val: Any,
+            select_fn: Any) -> tracing.Value:
+    k = _federated(client_keys, f'{uri} client_keys', T.CLIENTS, implicit_zip=False)
     kt = _fed_type(k).member
-    if not (isinstance(kt, T.TensorType) and kt.dtype == np.int32 and kt.rank == 1):
-        raise SimharnessTypeError(f'federated_select: client_keys must be int32 vectors at '
-                                  f'clients, got {k.type_signature}')
+    if not (isinstance(kt, T.TensorType) and kt.dtype == np.int32 and kt.rank == 1
+            and cast(tuple, kt.shape)[0] is not None):
+        raise SimharnessTypeError(f'{uri}: client_keys must be int32 vectors of a statically '
+                                  f'known length at clients, got {k.type_signature}',
+                                  expected='{int32[N]}@CLIENTS', actual=k.type_signature)
     mk = _bb(max_key)
     if not isinstance(mk.type_signature, T.FederatedType):
         mk = federated_value(tracing.Value(mk), T.SERVER).comp
-    sv = _federated(server_val, 'federated_select server_val', T.SERVER, implicit_zip=False)
+    want = T.FederatedType(np.int32, T.SERVER)
+    if not want.is_assignable_from(mk.type_signature):
+        raise SimharnessTypeError(f'{uri}: max_key must be an int32 placed at the server, got '
+                                  f'{mk.type_signature}', expected=want, actual=mk.type_signature)
+    sv = _federated(server_val, f'{uri} server_val', T.SERVER, implicit_zip=False)
     f = _only_compiled(_fn(select_fn, T.StructType([_fed_type(sv).member, T.TensorType(np.int32)]),
-                           'federated_select select_fn'), 'federated_select select_fn')
+                           f'{uri} select_fn'), f'{uri} select_fn')
     args = bb.Struct([(None, k), (None, mk), (None, sv), (None, f)])
     result = T.FederatedType(T.SequenceType(_fn_type(f).result), T.CLIENTS, False)
-    return _call('federated_select', args.type_signature, result, args)
+    return _call(uri, args.type_signature, result, args)
 
 
 #: The allowed range of each leaf of a secure sum's bitwidth / modulus / max_input.
@@ -550,3 +632,34 @@ def sequence_sum(value: Any) -> tracing.Value:
         if not leaf.is_fully_defined:
             raise SimharnessTypeError(f'sequence_sum: element shapes must be fully defined, got {seq}')
     return _call('sequence_sum', t, _lift(t, seq.element), v)
+
+
+def to_value(arg: Any, type_spec: Any = None, *, parameter_type_hint: Any = None,
+             zip_if_needed: bool = False) -> tracing.Value:
+    """`arg` as a traced `Value` of the computation being traced (federated_language's).
+
+    Args:
+      arg: a Python or numpy constant, a container of values, a computation,
+        a placement or a `Value`.
+      type_spec: the type `arg` must have (checked: a `SimharnessTypeError`
+        names both types when it is not assignable).
+      parameter_type_hint: the parameter type to instantiate a polymorphic
+        computation with.
+      zip_if_needed: a struct of federated values that `type_spec` wants as
+        one federated value is zipped (`federated_zip`).
+
+    Raises:
+      SimharnessTypeError: `arg` does not have `type_spec`.
+    """
+    want = None if type_spec is None else T.to_type(type_spec)
+    hint = T.to_type(parameter_type_hint) if parameter_type_hint is not None else want
+    comp = tracing.to_building_block(arg, hint)
+    t = comp.type_signature
+    if want is not None and not want.is_assignable_from(t):
+        if zip_if_needed and isinstance(want, T.FederatedType) and isinstance(t, T.StructType):
+            zipped = federated_zip(tracing.Value(comp))
+            if want.is_assignable_from(zipped.type_signature):
+                return zipped
+        raise SimharnessTypeError(f'the value {comp.compact()!r} has type {t}, which is not '
+                                  f'assignable to {want}', expected=want, actual=t)
+    return tracing.Value(comp)

@@ -1,7 +1,7 @@
 """The canonical reduction order: results independent of how clients are spread.
 
-Every aggregation over clients (sum, mean, weighted mean, secure sums and
-`federated_aggregate`) follows one fixed tree over the client indices
+Every aggregation over clients (sum, mean, weighted mean, min, max, secure
+sums and `federated_aggregate`) follows one fixed tree over the client indices
 ``0 .. N-1``, so that its result is bit-identical whatever the number of
 threads or workers and however many clients each takes per batch:
 
@@ -372,6 +372,32 @@ def add_trees(a: Any, b: Any) -> Any:
     """Elementwise ``a + b`` of two numpy trees (integer overflow wraps, silently)."""
     with np.errstate(over='ignore'):
         return map_structure(add_arrays, a, b)
+
+
+def min_trees(a: Any, b: Any) -> Any:
+    """Elementwise ``np.minimum(a, b)`` of two numpy trees (`federated_min`'s fold)."""
+    return map_structure(np.minimum, a, b)
+
+
+def max_trees(a: Any, b: Any) -> Any:
+    """Elementwise ``np.maximum(a, b)`` of two numpy trees (`federated_max`'s fold)."""
+    return map_structure(np.maximum, a, b)
+
+
+#: The fold of each order-statistic reduction kind.
+EXTREMUM_FOLDS = {'min': min_trees, 'max': max_trees}
+
+
+def extremum_identity(kind: str, dtype: Any) -> Any:
+    """The start value TFF gives `federated_min` / `federated_max` for `dtype`.
+
+    TFF lowers them to `federated_aggregate` with this zero: the largest
+    finite value of the dtype for a min, the smallest for a max (not
+    infinities); it is also the result over zero clients.
+    """
+    dt = np.dtype(dtype)
+    info = np.iinfo(dt) if np.issubdtype(dt, np.integer) else np.finfo(dt)
+    return np.asarray(info.max if kind == 'min' else info.min, dtype=dt)
 
 
 def add_trees_mod(a: Any, b: Any, moduli: Any) -> Any:

@@ -184,8 +184,79 @@ def _state_per_call(nodes: Any) -> None:
                     del node.attr[a]
 
 
+#: Seeded stateful random ops -> (their stateless op, the stateful op's inputs in the
+#: stateless op's order with 'seed' where the seed goes, {stateless attr: stateful attr}).
+_STATELESS_RANDOM = {
+    'RandomStandardNormal': ('StatelessRandomNormal', ('shape', 'seed'),
+                             {'dtype': 'dtype', 'T': 'T'}),
+    'RandomUniform': ('StatelessRandomUniform', ('shape', 'seed'), {'dtype': 'dtype', 'T': 'T'}),
+    'TruncatedNormal': ('StatelessTruncatedNormal', ('shape', 'seed'),
+                        {'dtype': 'dtype', 'T': 'T'}),
+    'RandomUniformInt': ('StatelessRandomUniformInt', ('shape', 'seed', 'minval', 'maxval'),
+                         {'dtype': 'Tout', 'T': 'T'}),
+    'Multinomial': ('StatelessMultinomial', ('logits', 'num_samples', 'seed'),
+                    {'T': 'T', 'output_dtype': 'output_dtype'}),
+}
+#: The stateful op's data inputs, in order.
+_STATEFUL_INPUTS = {'RandomStandardNormal': ('shape',), 'RandomUniform': ('shape',),
+                    'TruncatedNormal': ('shape',), 'RandomUniformInt': ('shape', 'minval', 'maxval'),
+                    'Multinomial': ('logits', 'num_samples')}
+
+
+def _seeded_random_stateless(nodes: Any, in_function: bool) -> list:
+    """Turns seeded stateful random ops into their stateless twins; the seed constants to add.
+
+    TFF's semantics (its random noise tutorial): an op given a seed (an op
+    seed, or a graph seed set inside the computation) draws the same values on
+    every call and every client, as a fresh TF1 session of the graph does;
+    unseeded ops (seed = seed2 = 0) draw fresh values every time. An eager
+    runtime keeps a stateful kernel alive between calls, so a seeded op would
+    go on drawing new values (and which ones would depend on how clients are
+    spread over threads and workers). The stateless op with the seed pair
+    ``(seed, seed2)`` draws the same values every time, on every stack.
+    Gamma, Poisson and shuffle ops have no stateless twin of the same shape
+    semantics and are left as they are.
+
+    Returns:
+      the `NodeDef`s of the seed constants the rewritten nodes now read.
+    """
+    added = []
+    for node in nodes:
+        spec = _STATELESS_RANDOM.get(node.op)
+        if spec is None:
+            continue
+        seed, seed2 = node.attr['seed'].i, node.attr['seed2'].i
+        if seed == 0 and seed2 == 0:
+            continue  # unseeded: fresh values on every run, as in TFF
+        op, order, attr_map = spec
+        const = tf.compat.v1.NodeDef()
+        const.name = f'{node.name}/simharness_seed'
+        const.op = 'Const'
+        const.attr['dtype'].type = tf.int64.as_datatype_enum
+        const.attr['value'].tensor.CopyFrom(
+            tf.make_tensor_proto(np.array([seed, seed2], dtype=np.int64)))
+        if node.device:
+            const.device = node.device
+        added.append(const)
+        data = [i for i in node.input if not i.startswith('^')]
+        control = [i for i in node.input if i.startswith('^')]
+        by_name = dict(zip(_STATEFUL_INPUTS[node.op], data))
+        by_name['seed'] = f'{const.name}:output:0' if in_function else const.name
+        attrs_ = {new: node.attr[old] for new, old in attr_map.items()}
+        node.op = op
+        del node.input[:]
+        node.input.extend([by_name[n] for n in order] + control)
+        for key in list(node.attr):
+            del node.attr[key]
+        for key, value in attrs_.items():
+            node.attr[key].CopyFrom(value)
+        node.attr['Tseed'].type = tf.int64.as_datatype_enum
+    return added
+
+
 def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
-    """Rewrites a traced graph for import: state per call, no control edges from inputs.
+    """Rewrites a traced graph for import: state per call, seeded random ops stateless
+    (`_seeded_random_stateless`), no control edges from inputs.
 
     The importer feeds the inputs through ``input_map``, which remaps data
     edges only: a control edge from a placeholder (``tf.control_dependencies``
@@ -199,8 +270,10 @@ def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
             del node.input[:]
             node.input.extend(kept)
     _state_per_call(graph_def.node)
+    graph_def.node.extend(_seeded_random_stateless(graph_def.node, in_function=False))
     for f in graph_def.library.function:
         _state_per_call(f.node_def)
+        f.node_def.extend(_seeded_random_stateless(f.node_def, in_function=True))
 
 
 def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bool,

@@ -218,3 +218,4 @@ def pack_args(param_type: Optional[T.Type], args: tuple, kwargs: dict) -> Option
             raise SimharnessTypeError(f'unexpected keyword argument {e.args[0]!r} for parameter '
                                       f'type {param_type}') from None
     return bb.Struct(elems)
+

@@ -77,10 +77,11 @@ def to_numpy_dtype(dtype: Any) -> np.dtype:
         if getattr(dtype, 'name', '') == 'string':
             return np.dtype(object)
         return np.dtype(dtype.as_numpy_dtype)
-    if dtype is str or dtype is bytes:
-        return np.dtype(object)
+    if dtype is str or dtype is bytes or dtype is np.str_ or dtype is np.bytes_:
+        return np.dtype(object)  # TFF's string type (federated_language: np.str_)
     try:
-        return np.dtype(dtype)
+        out = np.dtype(dtype)
+        return np.dtype(object) if out.kind in ('U', 'S') else out
     except (TypeError, ValueError) as e:
         raise SimharnessTypeError(
             f'{dtype!r} ({type(dtype).__name__}) is not a dtype; expected a '
@@ -299,6 +300,57 @@ class StructType(Type):
     def __str__(self) -> str:
         parts = [str(t) if n is None else f'{n}={t}' for n, t in self.items()]
         return '<' + ','.join(parts) + '>'
+
+    @property
+    def python_container(self) -> Optional[type]:
+        """TFF's name of `container`: the Python container values convert into (or None)."""
+        return self.container
+
+
+def StructWithPythonType(elements: Any, container_type: type) -> StructType:  # noqa: N802
+    """TFF's `StructWithPythonType`: a `StructType` whose values convert into `container_type`.
+
+    Raises:
+      SimharnessTypeError: `container_type` is not a class.
+    """
+    if not isinstance(container_type, type):
+        raise SimharnessTypeError(
+            f'container_type must be a class (list, tuple, dict, a namedtuple or attrs class), '
+            f'got {container_type!r} of type {type(container_type).__name__}',
+            expected=type, actual=type(container_type))
+    return StructType(elements, container=container_type)
+
+
+class AbstractType(Type):
+    """A type variable (TFF's `AbstractType`), as in intrinsics' generic signatures.
+
+    It stands for a concrete type in a signature; no value has it, and
+    assignability with it is undefined (TFF raises `TypeError`).
+    """
+
+    __slots__ = ('label',)
+
+    def __init__(self, label: str):
+        if not isinstance(label, str) or not label:
+            raise SimharnessTypeError(f'an AbstractType label must be a non-empty str, got '
+                                      f'{label!r}', expected=str, actual=type(label))
+        self.label = label
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, AbstractType) and other.label == self.label
+
+    def __hash__(self) -> int:
+        return hash(('abstract', self.label))
+
+    def __reduce__(self):
+        return (AbstractType, (self.label,))
+
+    def is_assignable_from(self, source: Type) -> bool:
+        raise SimharnessTypeError(f'abstract type {self.label} cannot be compared for '
+                                  'assignability; substitute a concrete type first')
+
+    def __str__(self) -> str:
+        return self.label
 
 
 @attrs.frozen(repr=False)
@@ -583,6 +635,7 @@ def contains_only_tensors(t: Type) -> bool:
 TypeSpec = Union[Type, Any]
 __all__: Sequence[str] = (
     'Type', 'TensorType', 'StructType', 'SequenceType', 'FunctionType', 'FederatedType',
+    'AbstractType', 'StructWithPythonType',
     'PlacementType', 'PlacementLiteral', 'CLIENTS', 'SERVER', 'to_type', 'type_at_clients',
     'type_at_server', 'infer_type', 'flatten_type', 'contains', 'is_namedtuple',
     'is_namedtuple_class', 'from_tf_structure', 'check_constant', 'array_refusal', 'check_array',

@@ -30,8 +30,9 @@ from simharness.core import building_blocks as bb
 from simharness.core import determinism
 from simharness.core.computation import Computation
 from simharness.core import types as T
-from simharness.core.reduction import (CHUNK, Partial, Reducer, add_arrays, add_trees,
-                                       add_trees_mod, concatenate_rows, fold_rows_into)
+from simharness.core.reduction import (CHUNK, EXTREMUM_FOLDS, Partial, Reducer, add_arrays,
+                                       add_trees, add_trees_mod, concatenate_rows,
+                                       extremum_identity, fold_rows_into)
 from simharness.core.structure import Struct, flatten, map_structure, pack_as
 from simharness.core.batching import stack_python_values
 from simharness.core.buffers import POOL
@@ -507,6 +508,8 @@ class EagerTFExecutor(BatchExecutor):
         """The reducer that joins partials (values: numpy for numpy kinds, EagerValues else)."""
         if kind in ('sum', 'mean', 'weighted_mean'):
             return Reducer(lambda v: v, add_trees, add_trees, total)
+        if kind in EXTREMUM_FOLDS:
+            return Reducer(lambda v: v, EXTREMUM_FOLDS[kind], EXTREMUM_FOLDS[kind], total)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             moduli = params['moduli']
 
@@ -614,6 +617,12 @@ class EagerTFExecutor(BatchExecutor):
             def fold_mod(acc, x):
                 return [(a + b) % m for a, b, m in zip(acc, x, mods)]
             return (lambda x: list(x), fold_mod, fold_mod)
+        if kind in EXTREMUM_FOLDS:
+            op = np.minimum if kind == 'min' else np.maximum
+
+            def fold_extremum(acc, x):
+                return [op(a, b) for a, b in zip(acc, x)]
+            return (lambda x: list(x), fold_extremum, fold_extremum)
         if kind not in ('sum', 'mean', 'weighted_mean'):
             raise SimharnessValueError(f'unknown reduction kind {kind!r}')
         def fold_add(acc, x):
@@ -709,6 +718,10 @@ class EagerTFExecutor(BatchExecutor):
         elif kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             dtypes = params['dtypes']
             result = map_structure(lambda x, d: x.astype(d), result, dtypes)
+        elif kind in EXTREMUM_FOLDS:
+            # TFF folds from the dtype's largest (min) or smallest (max) finite value.
+            result = EXTREMUM_FOLDS[kind](
+                map_structure(lambda x: extremum_identity(kind, x.dtype), result), result)
         with self._device_scope():  # a fresh result of ours: no copy into the tensor
             return EagerValue(ingest_owned(result, result_type), result_type)
 
@@ -794,6 +807,8 @@ class EagerTFExecutor(BatchExecutor):
         """Merges two tree nodes of a partial (numpy values), as `create_reduction_result` does."""
         if kind in ('sum', 'mean', 'weighted_mean'):
             return add_trees
+        if kind in EXTREMUM_FOLDS:
+            return EXTREMUM_FOLDS[kind]
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             moduli = params['moduli']
             return lambda a, b: add_trees_mod(a, b, moduli)

@@ -45,7 +45,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.structure import Struct, broadcast_static, pack_as
 from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
-from simharness.core.reduction import CHUNK, Partial
+from simharness.core.reduction import CHUNK, Partial, extremum_identity
 from simharness.data.sourced import SourcedClients
 from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
@@ -585,16 +585,33 @@ class FederatedResolvingStrategy(FederatingStrategy):
             self._check_fn(fn)
             return self._fed(_Lazy('map', [self._source(value)], fn=fn), rt)
         payload = await self._as_clients(value)
+        # A value equal on all clients is mapped once per group, unless the function
+        # draws fresh random values: then, as in TFF, each client runs it.
+        once = all_equal and not (isinstance(fn.source, bb.CompiledComputation)
+                                  and fn.source.may_be_random)
 
         async def one(g, ex):
             vals = payload[g]
             if not vals:
                 return []
             f = await self._embed_fn(fn, ex)
-            if all_equal:
+            if once:
                 return (await ex.create_map(f, vals[:1])) * len(vals)
             return await ex.create_map(f, vals)
         return self._fed(await self._gather_groups(one), rt)
+
+    async def _federated_map_all_equal(self, arg, static, rt):
+        # The result is equal on all clients: computed once (on the server child,
+        # so that it does not depend on how clients are grouped), then placed.
+        fn, value = self._elements(arg, 2)
+        self._check_clients(value)
+        if not self.num_clients:
+            return self._fed([[] for _ in self._groups], rt)
+        member = cast(T.FederatedType, value.type_signature).member
+        f = await self._embed_fn(fn, self._server)
+        src = await self._server.create_value(await self._materialize(value), member)
+        out = (await self._server.create_map(f, [src]))[0]
+        return self._fed(await self._replicate(await out.compute(), rt.member), rt)
 
     async def _federated_apply(self, arg, static, rt):
         fn, value = self._elements(arg, 2)
@@ -703,18 +720,24 @@ class FederatedResolvingStrategy(FederatingStrategy):
             for p in partials:
                 p.release()
 
-    async def _zeros_at_server(self, rt: T.FederatedType) -> FederatingValue:
+    async def _zeros_at_server(self, rt: T.FederatedType,
+                               fill: Optional[str] = None) -> FederatingValue:
+        """Zeros of the result type at the server (a reduction over no clients); with
+        `fill` 'min' or 'max', the start value TFF gives that reduction instead."""
         def zeros(t):
             if isinstance(t, T.StructType):
                 return Struct((n, zeros(e)) for n, e in t.items())
-            return np.zeros([d or 0 for d in (t.shape or ())], dtype=t.dtype)
+            shape = [d or 0 for d in (t.shape or ())]
+            if fill is not None:
+                return np.full(shape, extremum_identity(fill, t.dtype), dtype=t.dtype)
+            return np.zeros(shape, dtype=t.dtype)
         return self._fed(await self._server.create_value(zeros(rt.member), rt.member), rt)
 
     async def _simple_reduce(self, kind: str, value: FederatingValue, rt, params=None):
         if self.num_clients == 0:
             if kind in ('mean', 'weighted_mean'):
                 raise SimharnessValueError('federated_mean over zero clients is undefined')
-            return await self._zeros_at_server(rt)
+            return await self._zeros_at_server(rt, kind if kind in ('min', 'max') else None)
         params = params or {}
 
         async def same(ex):
@@ -730,6 +753,12 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
     async def _federated_mean(self, arg, static, rt):
         return await self._simple_reduce('mean', arg, rt)
+
+    async def _federated_min(self, arg, static, rt):
+        return await self._simple_reduce('min', arg, rt)
+
+    async def _federated_max(self, arg, static, rt):
+        return await self._simple_reduce('max', arg, rt)
 
     async def _federated_weighted_mean(self, arg, static, rt):
         value, weight = self._elements(arg, 2)
@@ -824,6 +853,11 @@ class FederatedResolvingStrategy(FederatingStrategy):
     async def _federated_collect(self, arg, static, rt):
         py = await self.compute_federated_value(arg)
         return self._fed(await self._server.create_value(list(py), rt.member), rt)
+
+    async def _federated_secure_select(self, arg, static, rt):
+        # The same values as federated_select: what is secure is what the server
+        # learns of the keys, which a simulation does not model.
+        return await self._federated_select(arg, static, rt)
 
     async def _federated_select(self, arg, static, rt):
         keys, max_key, server_val, select_fn = self._elements(arg, 4)
