@@ -217,7 +217,11 @@ class ClientData(abc.ABC):
     # ------------------------------------------------------------- TFF's API
 
     def _check_client_id(self, client_id: Any) -> None:
-        if not isinstance(client_id, str) or client_id not in self.client_ids:
+        try:
+            known = client_id in self.client_ids
+        except TypeError:  # an unhashable or incomparable id
+            known = False
+        if not known:
             raise self._unknown_client(client_id)
 
     def _unknown_client(self, client_id: Any) -> SimharnessValueError:
@@ -238,7 +242,7 @@ class ClientData(abc.ABC):
 
     @property
     def dataset_computation(self) -> Computation:
-        """A `tf_computation` from a client id (``tf.string``) to that client's dataset.
+        """A `tf_computation` from a client id (``np.str_``) to that client's dataset.
 
         The dataset is built where the computation runs (on a worker, for the
         process stack): ``federated_map(cd.dataset_computation, client_ids)``
@@ -246,13 +250,12 @@ class ClientData(abc.ABC):
         """
         cached = getattr(self, '_cached_dataset_computation', None)
         if cached is None:
-            import tensorflow as tf  # pylint: disable=import-outside-toplevel
             fn = self.serializable_dataset_fn
 
             def dataset_computation(client_id: Any) -> Any:
                 return fn(client_id)
 
-            cached = tf_computation(dataset_computation, tf.string)
+            cached = tf_computation(dataset_computation, np.str_)
             self._cached_dataset_computation = cached
         return cached
 
