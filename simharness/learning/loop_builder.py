@@ -1,0 +1,59 @@
+"""How a client iterates its dataset (TFF's ``tff.learning.LoopImplementation``).
+
+Both loops reach the same tensor loop on our runtime: when a client's dataset
+is in-memory tensors, the graph's ``ReduceDataset`` (from ``dataset.reduce``,
+or from autograph's ``for batch in dataset``) is lowered to a
+``tf.while_loop`` over batches (`simharness.executors.sequence_lowering`).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Callable
+
+__all__ = ['LoopImplementation', 'build_training_loop']
+
+
+@enum.unique
+class LoopImplementation(enum.Enum):
+    """The loop of a client's training.
+
+    Attributes:
+      DATASET_ITERATOR: ``for batch in iter(dataset)`` (a Python loop that
+        autograph converts inside a `tf.function`).
+      DATASET_REDUCE: ``dataset.reduce(initial_state, reduce_fn)``.
+    """
+
+    DATASET_ITERATOR = enum.auto()
+    DATASET_REDUCE = enum.auto()
+
+
+def _zero() -> Any:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.constant(0)
+
+
+def _dataset_reduce_fn(reduce_fn: Callable[[Any, Any], Any], dataset: Any,
+                       initial_state_fn: Callable[[], Any] = _zero) -> Any:
+    return dataset.reduce(initial_state=initial_state_fn(), reduce_func=reduce_fn)
+
+
+def _for_iter_dataset_fn(reduce_fn: Callable[[Any, Any], Any], dataset: Any,
+                         initial_state_fn: Callable[[], Any] = _zero) -> Any:
+    update_state = initial_state_fn()
+    for batch in iter(dataset):
+        update_state = reduce_fn(update_state, batch)
+    return update_state
+
+
+def build_training_loop(loop_implementation: LoopImplementation) -> Callable[..., Any]:
+    """The loop ``fn(reduce_fn, dataset, initial_state_fn) -> final state``.
+
+    Raises:
+      NotImplementedError: an unknown `loop_implementation` (TFF's error).
+    """
+    if loop_implementation == LoopImplementation.DATASET_ITERATOR:
+        return _for_iter_dataset_fn
+    if loop_implementation == LoopImplementation.DATASET_REDUCE:
+        return _dataset_reduce_fn
+    raise NotImplementedError(f'Unknown implementation requested: {loop_implementation}')

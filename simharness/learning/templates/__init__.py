@@ -1,0 +1,50 @@
+"""Learning process templates (``tff.learning.templates``): the parts of a round and their composition.
+
+```
+LearningProcess(initialize, next, get_model_weights, set_model_weights, get_hparams, set_hparams)
+  next(state, [client datasets]) -> LearningProcessOutput(state, metrics)
+compose_learning_process(initial_model_weights_fn, distributor, client_work, aggregator, finalizer)
+  DistributionProcess   build_broadcast_process(weights_type)
+  ClientWorkProcess     build_model_delta_client_work(model_fn, optimizer, client_weighting)
+                        build_functional_model_delta_client_work(model=, optimizer=, ...)
+  AggregationProcess    (simharness.aggregators factories)
+  FinalizerProcess      build_apply_optimizer_finalizer(optimizer, weights_type)
+state: LearningAlgorithmState(global_model_weights, distributor, client_work, aggregator, finalizer)
+```
+
+Names load on first use (PEP 562).
+"""
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    'build_apply_optimizer_finalizer': 'apply_optimizer_finalizer',
+    'reject_non_finite_update': 'apply_optimizer_finalizer',
+    'ClientResult': 'client_works', 'ClientWorkProcess': 'client_works',
+    'compose_learning_process': 'composers', 'LearningAlgorithmState': 'composers',
+    'build_broadcast_process': 'distributors', 'DistributionProcess': 'distributors',
+    'FinalizerProcess': 'finalizers',
+    'LearningProcess': 'learning_process', 'LearningProcessOutput': 'learning_process',
+    'build_functional_model_delta_client_work': 'model_delta_client_work',
+    'build_model_delta_client_work': 'model_delta_client_work',
+}
+_MODULES = ('apply_optimizer_finalizer', 'client_works', 'composers', 'distributors',
+            'finalizers', 'hparams_base', 'learning_process', 'model_delta_client_work',
+            'proximal_client_work', 'type_checks')
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module(f'{__name__}.{name}')
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f'{__name__}.{_WHERE[name]}'), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))
