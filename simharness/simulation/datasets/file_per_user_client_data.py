@@ -34,8 +34,8 @@ class FilePerUserClientData(ClientData):
                  dataset_fn: Callable[[Any], Any]):
         if not isinstance(client_ids_to_files, Mapping):
             raise SimharnessTypeError(
-                f'client_ids_to_files must be a mapping client id -> path, got '
-                f'{type(client_ids_to_files).__name__}', expected='Mapping[str, str]',
+                f'Expected collections.abc.Mapping (client id -> path) for '
+                f'client_ids_to_files, found {type(client_ids_to_files).__name__}', expected='Mapping[str, str]',
                 actual=type(client_ids_to_files))
         if not client_ids_to_files:
             raise SimharnessValueError('`client_ids` must have at least one client ID')
