@@ -21,12 +21,13 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from simharness.core import types as T
-from simharness.errors import SimharnessTypeError
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.templates import AggregationProcess
 
 __all__ = [
     'AggregationFactory', 'UnweightedAggregationFactory', 'ValueType',
-    'WeightedAggregationFactory', 'check_factory', 'check_value_type', 'is_structure_of_floats',
+    'WeightedAggregationFactory', 'check_factory', 'check_float_nonnegative',
+    'check_float_positive', 'check_float_probability', 'check_value_type', 'is_structure_of_floats',
     'is_structure_of_integers', 'is_structure_of_tensors',
 ]
 
@@ -127,3 +128,32 @@ def check_is_structure_of_floats(value_type: Any) -> ValueType:
             f'All values in provided value_type must be of floating dtype. Provided '
             f'value_type: {value_type}', actual=value_type)
     return value_type
+
+
+def _check_float(value: Any, label: str) -> None:
+    if not isinstance(value, float):
+        raise SimharnessTypeError(f'Expected {label} to be a float, found '
+                                  f'{_type_name(value)} ({value!r})', expected=float,
+                                  actual=type(value))
+
+
+def check_float_positive(value: Any, label: str) -> None:
+    """A `TypeError` unless `value` is a float; a `ValueError` unless it is > 0."""
+    _check_float(value, label)
+    if value <= 0:
+        raise SimharnessValueError(f'{label} must be positive. Found {value}.')
+
+
+def check_float_nonnegative(value: Any, label: str) -> None:
+    """A `TypeError` unless `value` is a float; a `ValueError` unless it is >= 0."""
+    _check_float(value, label)
+    if value < 0:
+        raise SimharnessValueError(f'{label} must be nonnegative. Found {value}.')
+
+
+def check_float_probability(value: Any, label: str) -> None:
+    """A `TypeError` unless `value` is a float; a `ValueError` unless it is in [0, 1]."""
+    _check_float(value, label)
+    if not 0 <= value <= 1:
+        raise SimharnessValueError(
+            f'{label} must be between 0 and 1 (inclusive). Found {value}.')

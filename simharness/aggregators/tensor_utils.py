@@ -15,7 +15,7 @@ import tensorflow as tf
 from simharness.core import types as T
 from simharness.core.struct import Struct
 
-__all__ = ['flatten', 'map_structure', 'pack_sequence_as', 'global_l1_norm', 'global_l2_norm',
+__all__ = ['cond', 'flatten', 'map_structure', 'pack_sequence_as', 'global_l1_norm', 'global_l2_norm',
            'global_inf_norm', 'tensor_specs']
 
 
@@ -68,6 +68,12 @@ def pack_sequence_as(structure: Any, leaves: List[Any]) -> Any:
             return next(it)
         return _rebuild(s, [build(c) for c in _children(s)])
     return build(structure)
+
+
+def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any], like: Any) -> Any:
+    """`tf.cond` of two functions returning structures laid out as `like` (Structs too)."""
+    leaves = tf.cond(pred, lambda: flatten(true_fn()), lambda: flatten(false_fn()))
+    return pack_sequence_as(like, list(leaves) if isinstance(leaves, (list, tuple)) else [leaves])
 
 
 def global_l2_norm(value: Any) -> tf.Tensor:
