@@ -209,3 +209,8 @@ class EagerModeError(SimharnessError, RuntimeError):
 
 class MissingDependencyError(SimharnessError, ImportError):
     """An optional dependency (an extra such as ``simharness[ray]``) is not installed."""
+
+
+class ContextError(SimharnessTypeError, RuntimeError):
+    """An intrinsic was called outside a federated computation (TFF: `ContextError`, a
+    RuntimeError; a TypeError here too, as simharness raised before)."""

@@ -18,10 +18,12 @@ from simharness.core import tracing
 from simharness.core import types as T
 from simharness.core.computation import Computation, PolymorphicComputation
 from simharness.core.structure import Struct, from_container
-from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.errors import ContextError, SimharnessTypeError, SimharnessValueError
 
 
 def _bb(value: Any, hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
+    if not tracing.is_tracing():  # first, as TFF: before any check of the arguments
+        raise ContextError('intrinsics can only be used inside a federated_computation')
     return tracing.to_building_block(value, hint)
 
 
@@ -373,7 +375,10 @@ def federated_zip(value: Any) -> tracing.Value:
     t = v.type_signature
     if isinstance(t, T.FederatedType):
         return tracing.Value(v)
-    if not isinstance(t, T.StructType) or len(t) == 0:
+    if not isinstance(t, T.StructType):  # TFF: a ValueError
+        raise SimharnessValueError(f'federated_zip: expected a struct of federated values, got '
+                                   f'a value of type {t}')
+    if len(t) == 0:
         raise SimharnessTypeError(f'federated_zip: expected a non-empty struct of federated '
                                   f'values, got {t}', actual=t)
     box: list = []
@@ -429,13 +434,15 @@ def _select(uri: str, client_keys: Any, max_key: Any, server_val: Any,
                                   f'known length at clients, got {k.type_signature}',
                                   expected='{int32[N]}@CLIENTS', actual=k.type_signature)
     mk = _bb(max_key)
-    if not isinstance(mk.type_signature, T.FederatedType):
+    if not isinstance(max_key, (tracing.Value, bb.ComputationBuildingBlock)) and \
+            not isinstance(mk.type_signature, T.FederatedType):
+        # A Python constant is placed at the server for you (a traced value must be).
         mk = federated_value(tracing.Value(mk), T.SERVER).comp
     want = T.FederatedType(np.int32, T.SERVER)
     if not want.is_assignable_from(mk.type_signature):
         raise SimharnessTypeError(f'{uri}: max_key must be an int32 placed at the server, got '
                                   f'{mk.type_signature}', expected=want, actual=mk.type_signature)
-    sv = _federated(server_val, f'{uri} server_val', T.SERVER, implicit_zip=False)
+    sv = _federated(server_val, f'{uri} server_val', T.SERVER)
     f = _only_compiled(_fn(select_fn, T.StructType([_fed_type(sv).member, T.TensorType(np.int32)]),
                            f'{uri} select_fn'), f'{uri} select_fn')
     args = bb.Struct([(None, k), (None, mk), (None, sv), (None, f)])

@@ -21,7 +21,7 @@ import attrs
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.errors import SimharnessAttributeError, SimharnessTypeError
+from simharness.errors import ContextError, SimharnessAttributeError, SimharnessTypeError
 
 
 class Traceable:
@@ -64,7 +64,7 @@ def is_tracing() -> bool:
 def current_scope() -> _Scope:
     scopes = _SCOPES.get()
     if not scopes:
-        raise SimharnessTypeError('intrinsics can only be used inside a federated_computation')
+        raise ContextError('intrinsics can only be used inside a federated_computation')
     return scopes[-1]
 
 
