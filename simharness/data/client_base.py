@@ -469,8 +469,12 @@ class PreprocessClientData(ClientData):
                 expected=ClientData, actual=type(underlying_client_data))
         self._underlying_client_data = underlying_client_data
         self._preprocess_fn = preprocess_fn
-        example = preprocess_fn(underlying_client_data.create_tf_dataset_for_client(
-            next(iter(underlying_client_data.client_ids))))
+        ids = underlying_client_data.client_ids
+        if not ids:
+            raise SimharnessValueError(
+                f'cannot preprocess {underlying_client_data!r}: it has no clients (the element '
+                'structure comes from the first client)')
+        example = preprocess_fn(underlying_client_data.create_tf_dataset_for_client(ids[0]))
         self._element_type_structure = example.element_spec
 
         def serializable_dataset_fn(client_id: Any) -> Any:

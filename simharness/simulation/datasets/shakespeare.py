@@ -41,23 +41,27 @@ def load_data(cache_dir: Optional[str] = None) -> tuple[ClientData, ClientData]:
     return train, test
 
 
+# A few lines of three roles (our own choice of lines; TFF's synthetic set has other roles).
+_SYNTHETIC_SHAKESPEARE_DATA = {
+    'THE_TRAGEDY_OF_KING_LEAR_KING': collections.OrderedDict(snippets=[
+        b'Nothing will come of nothing: speak again.',
+        b'Blow, winds, and crack your cheeks! rage! blow!',
+        b'I am a man more sinn\'d against than sinning.',
+        b'Come, let\'s away to prison.',
+    ]),
+    'THE_TRAGEDY_OF_MACBETH_MACBETH': collections.OrderedDict(snippets=[
+        b'So foul and fair a day I have not seen.',
+        b'Is this a dagger which I see before me?',
+        b'To-morrow, and to-morrow, and to-morrow,',
+        b'Lay on, Macduff.',
+        b'I have almost forgot the taste of fears.',
+    ]),
+    'MUCH_ADO_ABOUT_NOTHING_BEATRICE': collections.OrderedDict(snippets=[
+        b'I had rather hear my dog bark at a crow than a man swear he loves me.',
+    ]),
+}
+
+
 def get_synthetic() -> ClientData:
     """Three roles with a few lines each, in `load_data`'s element structure."""
-    return TestClientData({
-        'THE_TRAGEDY_OF_KING_LEAR_KING': collections.OrderedDict(snippets=[
-            b'Nothing will come of nothing: speak again.',
-            b'Blow, winds, and crack your cheeks! rage! blow!',
-            b'I am a man more sinn\'d against than sinning.',
-            b'Come, let\'s away to prison.',
-        ]),
-        'THE_TRAGEDY_OF_MACBETH_MACBETH': collections.OrderedDict(snippets=[
-            b'So foul and fair a day I have not seen.',
-            b'Is this a dagger which I see before me?',
-            b'To-morrow, and to-morrow, and to-morrow,',
-            b'Lay on, Macduff.',
-            b'I have almost forgot the taste of fears.',
-        ]),
-        'MUCH_ADO_ABOUT_NOTHING_BEATRICE': collections.OrderedDict(snippets=[
-            b'I had rather hear my dog bark at a crow than a man swear he loves me.',
-        ]),
-    })
+    return TestClientData(_SYNTHETIC_SHAKESPEARE_DATA)

@@ -18,7 +18,7 @@ from simharness.data.client_data import TestClientData
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.simulation.datasets import download, sql_client_data
 
-__all__ = ['get_synthetic', 'get_synthetic_tag_counts', 'get_synthetic_word_counts',
+__all__ = ['create_synthetic_data_dictionary', 'get_synthetic', 'get_synthetic_tag_counts', 'get_synthetic_word_counts',
            'load_data', 'load_tag_counts', 'load_word_counts']
 
 FILENAME = 'stackoverflow.sqlite'
@@ -121,9 +121,14 @@ def _synthetic_client(rows: list) -> collections.OrderedDict:
     return out
 
 
+def create_synthetic_data_dictionary() -> dict:
+    """The tensor slices of `get_synthetic`: client id -> OrderedDict of columns."""
+    return {cid: _synthetic_client(rows) for cid, rows in _SYNTHETIC.items()}
+
+
 def get_synthetic() -> ClientData:
     """Three clients with 2-3 posts each, in `load_data`'s element structure."""
-    return TestClientData({cid: _synthetic_client(rows) for cid, rows in _SYNTHETIC.items()})
+    return TestClientData(create_synthetic_data_dictionary())
 
 
 def get_synthetic_word_counts() -> collections.OrderedDict:
