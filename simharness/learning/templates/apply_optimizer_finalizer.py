@@ -1,0 +1,142 @@
+"""A finalizer that applies an optimizer to the weights (TFF's ``apply_optimizer_finalizer.py``).
+
+```
+state:        the optimizer's state (initialize(specs of the trainable weights))
+next:         new_state, new_trainable = optimizer.next(state, trainable, update)
+              rejected (by should_reject_update; default: a non-finite update):
+              state and weights unchanged
+result:       ModelWeights(new_trainable, non_trainable)
+measurements: OrderedDict(update_non_finite=0|1) (of the default rejection)
+hparams:      optimizer.get_hparams(state) / set_hparams(state, hparams)
+```
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Optional, Tuple, Union
+
+import tensorflow as tf
+
+from simharness.core import intrinsics as I
+from simharness.core import types as T
+from simharness.core.computation import Computation, federated_computation, tf_computation
+from simharness.errors import SimharnessTypeError
+from simharness.learning.models.model_weights import ModelWeights
+from simharness.learning.optimizers.optimizer import Optimizer
+from simharness.learning.templates import finalizers
+from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
+from simharness.templates.measured_process import MeasuredProcessOutput
+
+__all__ = ['build_apply_optimizer_finalizer', 'reject_non_finite_update']
+
+RejectFn = Callable[[Any, Any], Tuple[Union[bool, tf.Tensor], Optional[Any]]]
+
+
+def reject_non_finite_update(state: Any, update: Any) -> Tuple[tf.Tensor, Any]:
+    """Rejects an update with a NaN or Inf; measures ``update_non_finite`` (0 or 1)."""
+    del state
+    _, has_non_finite = zero_all_if_any_non_finite(update)
+    return tf.equal(has_non_finite, 1), collections.OrderedDict(update_non_finite=has_non_finite)
+
+
+def _tensor_specs(t: T.Type) -> Any:
+    """`tf.TensorSpec`s in the Python containers of `t` (lists where the struct has none)."""
+    if isinstance(t, T.TensorType):
+        return tf.TensorSpec(t.shape, tf.as_dtype(t.dtype))
+    if isinstance(t, T.StructType):
+        items = [_tensor_specs(e) for e in t]
+        container = t.container
+        if container is None or container is list:
+            return items
+        if container is tuple:
+            return tuple(items)
+        if issubclass(container, dict):
+            return container(zip(t.names, items))
+        return container(*items)
+    raise SimharnessTypeError(f'model weights must hold only tensors, found {t}', actual=t)
+
+
+def _is_model_weights_type(t: Any) -> bool:
+    def federated_inside(x: T.Type) -> bool:
+        return isinstance(x, T.FederatedType) or (
+            isinstance(x, T.StructType) and any(federated_inside(e) for e in x))
+    return (isinstance(t, T.StructType) and t.container is ModelWeights
+            and not federated_inside(t))
+
+
+def _build_tff_optimizer_initialize_and_next(
+        model_weights_type: T.StructType, optimizer: Optimizer,
+        should_reject_update: RejectFn) -> Tuple[Computation, Computation]:
+    trainable_type = model_weights_type.trainable
+
+    @tf_computation()
+    def init_fn() -> Any:
+        return optimizer.initialize(_tensor_specs(trainable_type))
+
+    @tf_computation(init_fn.type_signature.result, trainable_type, trainable_type)
+    @tf.function
+    def next_fn(optimizer_state: Any, trainable_weights: Any, update: Any) -> Any:
+        new_state, new_weights = optimizer.next(optimizer_state, trainable_weights, update)
+        # Autograph turns this `if` (on a tensor) into a `tf.cond`, as in TFF.
+        should_reject, measurements = should_reject_update(new_state, update)
+        if should_reject:
+            return optimizer_state, trainable_weights, measurements
+        return new_state, new_weights, measurements
+
+    return init_fn, next_fn
+
+
+def build_apply_optimizer_finalizer(
+        optimizer_fn: Optimizer, model_weights_type: T.StructType,
+        should_reject_update: RejectFn = reject_non_finite_update) -> finalizers.FinalizerProcess:
+    """A `FinalizerProcess` that applies `optimizer_fn` to the trainable weights.
+
+    Args:
+      optimizer_fn: a `simharness.learning.optimizers.Optimizer`.
+      model_weights_type: the `StructType` of a `ModelWeights` (no federated
+        types inside).
+      should_reject_update: ``(optimizer state, update) -> (reject, measurements)``.
+
+    Raises:
+      SimharnessTypeError: `model_weights_type` is not a `ModelWeights` type,
+        or `optimizer_fn` is not an `Optimizer`.
+    """
+    if not _is_model_weights_type(model_weights_type):
+        raise SimharnessTypeError(
+            'Provided value_type must be a StructType with its python container being '
+            'tff.learning.models.ModelWeights, not containing a FederatedType, but found: '
+            f'{model_weights_type}', expected=ModelWeights, actual=model_weights_type)
+    if not isinstance(optimizer_fn, Optimizer):
+        raise SimharnessTypeError(
+            f'optimizer_fn must be a tff.learning.optimizers.Optimizer, got {optimizer_fn!r} '
+            f'of type {type(optimizer_fn).__name__}', expected=Optimizer,
+            actual=type(optimizer_fn))
+    init_tf, next_tf = _build_tff_optimizer_initialize_and_next(
+        model_weights_type, optimizer_fn, should_reject_update)
+
+    @federated_computation()
+    def init_fn() -> Any:
+        return I.federated_eval(init_tf, T.SERVER)
+
+    @federated_computation(init_fn.type_signature.result,
+                           T.FederatedType(model_weights_type, T.SERVER),
+                           T.FederatedType(model_weights_type.trainable, T.SERVER))
+    def next_fn(state: Any, weights: Any, update: Any) -> Any:
+        optimizer_state, new_trainable, measurements = I.federated_map(
+            next_tf, (state, weights.trainable, update))
+        new_weights = I.federated_zip(ModelWeights(new_trainable, weights.non_trainable))
+        return MeasuredProcessOutput(optimizer_state, new_weights, measurements)
+
+    state_type = init_fn.type_signature.result.member
+
+    @tf_computation(state_type)
+    def get_hparams_fn(state: Any) -> Any:
+        return optimizer_fn.get_hparams(state)
+
+    @tf_computation(state_type, get_hparams_fn.type_signature.result)
+    def set_hparams_fn(state: Any, hparams: Any) -> Any:
+        return optimizer_fn.set_hparams(state, hparams)
+
+    return finalizers.FinalizerProcess(init_fn, next_fn, get_hparams_fn=get_hparams_fn,
+                                       set_hparams_fn=set_hparams_fn)
