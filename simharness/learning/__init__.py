@@ -34,10 +34,10 @@ _WHERE = {
     'get_model': 'models', 'init_weights': 'models', 'loss': 'models',
     'numpy_evaluate': 'models',
 }
-_MODULES = ('aggregators', 'algorithms', 'fedavg', 'functional', 'keras_examples', 'models',
-            'optimizers', 'padded')
+_MODULES = ('aggregators', 'algorithms', 'fedavg', 'functional', 'keras_examples', 'metrics',
+            'models', 'optimizers', 'padded')
 
-__all__ = sorted(_WHERE) + ['aggregators', 'algorithms', 'optimizers']
+__all__ = sorted(_WHERE) + ['aggregators', 'algorithms', 'metrics', 'models', 'optimizers']
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,6 @@
-"""Models as pure TensorFlow functions of a flat list of weights.
+"""The built-in architectures (``ModelSpec``): pure TensorFlow functions of a weights list.
+
+(``simharness.learning.models`` re-exports these names beside TFF's model API.)
 
 A model is a `ModelSpec` (a frozen dataclass: architecture name, input
 shape, number of classes and a few sizes) plus module functions that take

@@ -1,0 +1,18 @@
+"""Metrics (``tff.learning.metrics``): counters, finalizers, functional metrics.
+
+* `NumExamplesCounter`, `NumBatchesCounter`: Keras metrics every model reports.
+* `create_keras_metric_finalizer`: a Keras metric's finalizer (unfinalized
+  values, i.e. its variables' values, -> its result).
+* `create_functional_metric_fns`: Keras metrics as ``(initialize, update,
+  finalize)`` for `tff.learning.models.FunctionalModel`.
+"""
+
+from simharness.learning.metrics.counters import NumBatchesCounter, NumExamplesCounter
+from simharness.learning.metrics.keras_finalizer import create_keras_metric_finalizer
+from simharness.learning.metrics.keras_utils import create_functional_metric_fns
+from simharness.learning.metrics.types import (FunctionalMetricFinalizersType,
+                                               MetricFinalizersType, MetricsAggregatorType)
+
+__all__ = ['FunctionalMetricFinalizersType', 'MetricFinalizersType', 'MetricsAggregatorType',
+           'NumBatchesCounter', 'NumExamplesCounter', 'create_functional_metric_fns',
+           'create_keras_metric_finalizer']

@@ -1,0 +1,109 @@
+"""Finalizers of Keras metrics (TFF's ``learning/metrics/keras_finalizer.py``).
+
+A finalizer maps a metric's unfinalized values (the values of its
+variables, summed over clients) to its result. With Keras 3 it is the
+metric's ``stateless_result``: no variable is created or assigned, so it
+traces into any `tf_computation`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Union
+
+import keras
+import tensorflow as tf
+
+from simharness.errors import SimharnessTypeError, SimharnessValueError
+
+KerasMetricFinalizer = Callable[[list], Any]
+
+
+def _check_keras_metric_config_constructable(metric: Any) -> None:
+    """Raises TypeError if `metric` cannot be rebuilt from its ``get_config()``."""
+    if not isinstance(metric, keras.metrics.Metric):
+        raise SimharnessTypeError(
+            f'Metric {type(metric)} is not a `keras.metrics.Metric` to be constructable from '
+            'the `get_config()` method.', expected=keras.metrics.Metric, actual=type(metric))
+    name = type(metric).__name__
+    if getattr(keras.metrics, name, None) is type(metric):
+        return
+    params = [p for p in inspect.signature(type(metric).__init__).parameters.values()
+              if p.name != 'self' and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    config = metric.get_config()
+    extra = [p.name for p in params if p.name not in config]
+    if extra:
+        raise SimharnessTypeError(
+            f'Metric {name} is not constructable from the `get_config()` method, because '
+            f'`__init__` takes extra arguments that are not included in the `get_config()`: '
+            f'{extra}. Pass the metric constructor instead, or update the `get_config()` in '
+            'the metric class to include these extra arguments.', actual=type(metric))
+
+
+def create_keras_metric(metric: Union[Any, Callable[[], Any]]) -> Any:
+    """A new Keras metric: a copy of `metric` (from its config) or ``metric()``.
+
+    Raises:
+      TypeError: `metric` is neither a Keras metric nor a no-argument callable
+        returning one (or cannot be rebuilt from its config).
+    """
+    if isinstance(metric, keras.metrics.Metric):
+        _check_keras_metric_config_constructable(metric)
+        return type(metric).from_config(metric.get_config())
+    if callable(metric):
+        made = metric()
+        if not isinstance(made, keras.metrics.Metric):
+            raise SimharnessTypeError(
+                'Expected input `metric` to be either a `keras.metrics.Metric` or a no-arg '
+                f'callable that creates a `keras.metrics.Metric`, found a callable that returns '
+                f'a {type(made).__name__}.', expected=keras.metrics.Metric, actual=type(made))
+        return made
+    raise SimharnessTypeError(
+        'Expected input `metric` to be either a `keras.metrics.Metric` or a no-arg callable '
+        f'that constructs a `keras.metrics.Metric`, found a non-callable '
+        f'{type(metric).__name__}.', expected=keras.metrics.Metric, actual=type(metric))
+
+
+def create_keras_metric_finalizer(metric: Union[Any, Callable[[], Any]]) -> KerasMetricFinalizer:
+    """A finalizer for `metric`: ``list of variable values -> metric.result()``.
+
+    Args:
+      metric: a Keras metric, or a no-argument callable that makes one.
+
+    Returns:
+      A callable taking a list of tensors (one per variable of the metric, in
+      order) and returning the metric's result; TF ops only.
+
+    Raises:
+      TypeError: `metric` is neither (at creation), or the values are not a list
+        (at call).
+      ValueError: (at call) the values do not match the metric's variables.
+    """
+    keras_metric = create_keras_metric(metric)
+
+    def finalizer(unfinalized_metric_values: list) -> Any:
+        if not isinstance(unfinalized_metric_values, (list, tuple)):
+            raise SimharnessTypeError(
+                f'The input to the finalizer of {keras_metric.name} must be a list of tensors, '
+                f'got {type(unfinalized_metric_values).__name__}', expected=list,
+                actual=type(unfinalized_metric_values))
+        variables = keras_metric.variables
+        if len(variables) != len(unfinalized_metric_values):
+            raise SimharnessValueError(
+                'The input to the finalizer should be a list of `tf.Tensor`s matching the '
+                f'variables of the Keras metric {keras_metric.name}. Expected a list of '
+                f'`tf.Tensor`s of length {len(variables)}, found a list of length '
+                f'{len(unfinalized_metric_values)}.')
+        values = []
+        for v, a in zip(variables, unfinalized_metric_values):
+            a = tf.convert_to_tensor(a)
+            if tuple(v.shape) != tuple(a.shape) or tf.as_dtype(v.dtype) != a.dtype:
+                raise SimharnessValueError(
+                    'The input to the finalizer should be a list of `tf.Tensor`s matching the '
+                    f'variables of the Keras metric {keras_metric.name}. Expected a '
+                    f'`tf.Tensor` of shape {tuple(v.shape)} and dtype {v.dtype!r}, found a '
+                    f'`tf.Tensor` of shape {tuple(a.shape)} and dtype {a.dtype.name!r}.')
+            values.append(a)
+        return keras_metric.stateless_result(values)
+
+    return finalizer

@@ -1,0 +1,271 @@
+"""A Keras model as a `VariableModel`: ``tff.learning.models.from_keras_model``.
+
+Call it inside ``model_fn`` (TFF traces ``model_fn`` into each computation
+that uses the model): the Keras model's variables and the metrics' variables
+are then made in that computation's graph.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+import warnings
+
+import keras
+import tensorflow as tf
+
+from simharness.core import types as T
+from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning.metrics import counters, keras_finalizer
+from simharness.learning.models import variable
+
+Loss = Union[Any, Sequence[Any]]
+
+
+def _spec_from_type(t: T.Type) -> Any:
+    """`tf.TensorSpec` s of a structure of tensor types (containers kept)."""
+    if isinstance(t, T.TensorType):
+        return tf.TensorSpec(t.shape, t.dtype)
+    if isinstance(t, T.StructType):
+        names = [n for n, _ in t.items()]
+        values = [_spec_from_type(e) for _, e in t.items()]
+        if all(names):
+            return collections.OrderedDict(zip(names, values))
+        return tuple(values)
+    raise SimharnessTypeError(
+        'Expected a type with all the leaf nodes being tensor types, found an input spec '
+        f'{t}.', expected=T.TensorType, actual=t)
+
+
+def from_keras_model(keras_model: Any, loss: Loss, input_spec: Any,
+                     loss_weights: Optional[list] = None,
+                     metrics: Optional[list] = None) -> variable.VariableModel:
+    """A `VariableModel` running `keras_model` (TFF's ``from_keras_model``).
+
+    Besides `metrics` the model reports ``loss`` (the example-weighted mean
+    loss), and ``num_examples`` and ``num_batches`` unless `metrics` has
+    metrics of those names.
+
+    Args:
+      keras_model: a `keras.Model` (functional or Sequential).
+      loss: a Keras loss, or a list of losses, one per model output.
+      input_spec: ``(x, y)`` or ``{'x': ..., 'y': ...}`` of `tf.TensorSpec`
+        (batch dimension first), or a simharness type of that structure.
+      loss_weights: with a list of losses, the weight of each (floats).
+      metrics: Keras metrics, or no-argument callables each making one (not
+        both); callables let the server rebuild them for finalizing.
+
+    Raises:
+      TypeError: a bad model, loss, loss weight, input spec or metric.
+      ValueError: mismatched numbers of losses / outputs / weights, loss
+        weights without a list of losses, or an input spec without x and y.
+    """
+    if not isinstance(keras_model, keras.Model):
+        raise SimharnessTypeError(f'keras_model must be a keras.Model, got '
+                                  f'{type(keras_model).__name__}', expected=keras.Model,
+                                  actual=type(keras_model))
+    if not isinstance(loss, list):
+        if not isinstance(loss, keras.losses.Loss):
+            raise SimharnessTypeError(f'loss must be a keras.losses.Loss or a list of them, got '
+                                      f'{type(loss).__name__}', expected=keras.losses.Loss,
+                                      actual=type(loss))
+        if loss_weights is not None:
+            raise SimharnessValueError('`loss_weights` cannot be used if `loss` is not a list.')
+        loss, loss_weights = [loss], [1.0]
+    else:
+        if len(loss) != len(keras_model.outputs):
+            raise SimharnessValueError(
+                'If a loss list is provided, `keras_model` must have equal number of outputs '
+                f'to the losses.\nloss: {loss}\nof length: {len(loss)}.\noutputs: '
+                f'{keras_model.outputs}\nof length: {len(keras_model.outputs)}.')
+        for fn in loss:
+            if not isinstance(fn, keras.losses.Loss):
+                raise SimharnessTypeError(f'every loss must be a keras.losses.Loss, got '
+                                          f'{type(fn).__name__}', expected=keras.losses.Loss,
+                                          actual=type(fn))
+        if loss_weights is None:
+            loss_weights = [1.0] * len(loss)
+        else:
+            if len(loss) != len(loss_weights):
+                raise SimharnessValueError(
+                    '`keras_model` must have equal number of losses and loss_weights.\nloss: '
+                    f'{loss}\nof length: {len(loss)}.\nloss_weights: {loss_weights}\nof '
+                    f'length: {len(loss_weights)}.')
+            for w in loss_weights:
+                if not isinstance(w, float):
+                    raise SimharnessTypeError(f'loss weights must be floats, got {w!r}',
+                                              expected=float, actual=type(w))
+    if len(input_spec) != 2:
+        raise SimharnessValueError(
+            'The top-level structure in `input_spec` must contain exactly two top-level '
+            'elements, as it must specify type information for both inputs to and predictions '
+            f'from the model. You passed input spec {input_spec}.')
+    if isinstance(input_spec, T.Type):
+        input_spec = _spec_from_type(input_spec)
+    else:
+        def check(s: Any) -> None:
+            if not isinstance(s, (tf.TensorSpec, tf.RaggedTensorSpec)):
+                raise SimharnessTypeError(f'input spec member must be a tf.TensorSpec, got '
+                                          f'{type(s).__name__}', expected=tf.TensorSpec,
+                                          actual=type(s))
+        tf.nest.map_structure(check, input_spec)
+    if isinstance(input_spec, Mapping):
+        for key, what in ((variable.MODEL_ARG_NAME, 'the input(s) to the Keras model'),
+                          (variable.MODEL_LABEL_NAME, 'the label(s) to be used in the Keras '
+                                                      'loss(es)')):
+            if key not in input_spec:
+                raise SimharnessValueError(
+                    'The `input_spec` is a collections.abc.Mapping (e.g., a dict), so it must '
+                    f"contain an entry with key `'{key}'`, representing {what}.")
+    if metrics is None:
+        metrics = []
+    elif not isinstance(metrics, list):
+        raise SimharnessTypeError(f'metrics must be a list, got {type(metrics).__name__}',
+                                  expected=list, actual=type(metrics))
+    if any(isinstance(layer, keras.layers.BatchNormalization) for layer in keras_model.layers):
+        warnings.warn("Batch Normalization contains non-trainable variables that won't be "
+                      'updated during the training. Consider using Group Normalization '
+                      'instead.', UserWarning)
+    return _KerasModel(keras_model, input_spec, loss, loss_weights, metrics)
+
+
+def _weighted_mean_loss_metric(loss_fns: list, loss_weights: list) -> type:
+    """A Keras ``Mean`` of the batch losses weighted by batch size (TFF's loss metric)."""
+
+    class _WeightedMeanLossMetric(keras.metrics.Mean):
+        def __init__(self, name: str = 'loss', dtype: Any = tf.float32):
+            super().__init__(name=name, dtype=dtype)
+
+        def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+            batch_size = tf.shape(tf.nest.flatten(y_pred)[0])[0]
+            if len(loss_fns) == 1:
+                batch_loss = loss_fns[0](y_true, y_pred)
+            else:
+                batch_loss = tf.zeros(())
+                for i, fn in enumerate(loss_fns):
+                    batch_loss += loss_weights[i] * fn(y_true[i], y_pred[i])
+            return super().update_state(batch_loss, batch_size)
+
+    return _WeightedMeanLossMetric
+
+
+class _KerasModel(variable.VariableModel):
+    """A `VariableModel` over a Keras model (see `from_keras_model`)."""
+
+    def __init__(self, keras_model: Any, input_spec: Any, loss_fns: list, loss_weights: list,
+                 metrics: list):
+        self._keras_model = keras_model
+        self._input_spec = input_spec
+        self._loss_fns = loss_fns
+        self._loss_weights = loss_weights
+        self._metrics: list = []
+        self._metric_constructors: collections.OrderedDict = collections.OrderedDict()
+        names = set()
+        has_metric = has_constructor = False
+        for metric in metrics:
+            if isinstance(metric, keras.metrics.Metric):
+                self._metrics.append(metric)
+                names.add(metric.name)
+                has_metric = True
+            elif callable(metric):
+                made = metric()
+                if not isinstance(made, keras.metrics.Metric):
+                    raise SimharnessTypeError(
+                        f'Metric constructor {metric} is not a no-arg callable that creates a '
+                        f'`keras.metrics.Metric`, it created a {type(made).__name__}.',
+                        expected=keras.metrics.Metric, actual=type(made))
+                names.add(made.name)
+                self._metric_constructors[made.name] = metric
+                self._metrics.append(made)
+                has_constructor = True
+            else:
+                raise SimharnessTypeError(
+                    'Expected the input metric to be either a `keras.metrics.Metric` or a no-arg '
+                    'callable that constructs a `keras.metrics.Metric`, found a non-callable '
+                    f'{type(metric).__name__}.', expected=keras.metrics.Metric,
+                    actual=type(metric))
+        if has_metric and has_constructor:
+            raise SimharnessTypeError(
+                'Expected the input `metrics` to be either a list of `keras.metrics.Metric` '
+                'objects or a list of no-arg callables that each constructs a '
+                f'`keras.metrics.Metric`, found both types in the `metrics`: {metrics}.')
+        extra: list = [_weighted_mean_loss_metric(loss_fns, loss_weights)]
+        if 'num_examples' not in names:
+            logging.info('Adding default num_examples metric to model')
+            extra.append(counters.NumExamplesCounter)
+        if 'num_batches' not in names:
+            logging.info('Adding default num_batches metric to model')
+            extra.append(counters.NumBatchesCounter)
+        made_extra = [m() for m in extra]
+        self._metrics.extend(made_extra)
+        if not metrics or self._metric_constructors:
+            for ctor, made in zip(extra, made_extra):
+                self._metric_constructors[made.name] = ctor
+
+    @property
+    def trainable_variables(self) -> list:
+        return self._keras_model.trainable_variables
+
+    @property
+    def non_trainable_variables(self) -> list:
+        return self._keras_model.non_trainable_variables
+
+    @property
+    def local_variables(self) -> list:
+        return [v for m in self._metrics for v in m.variables]
+
+    def get_metrics(self) -> list:
+        """The Keras metrics (the user's, then loss, num_examples, num_batches)."""
+        return self._metrics
+
+    def reset_metrics(self) -> None:
+        for metric in self._metrics:
+            metric.reset_state()
+
+    @property
+    def input_spec(self) -> Any:
+        return self._input_spec
+
+    def predict_on_batch(self, x: Any, training: bool = True) -> Any:
+        return self._keras_model(x, training=training)
+
+    def forward_pass(self, batch_input: Any, training: bool = True) -> variable.BatchOutput:
+        if isinstance(batch_input, Mapping):
+            inputs, y_true = batch_input.get('x'), batch_input.get('y')
+        else:
+            inputs, y_true = batch_input
+        if inputs is None:
+            raise KeyError('Received a batch_input that is missing required key `x`. Instead '
+                           f'have keys {list(batch_input.keys())}')
+        predictions = self.predict_on_batch(inputs, training)
+        if y_true is not None:
+            # Layer regularization losses are added, as Keras' own training step does.
+            if len(self._loss_fns) == 1:
+                terms = [self._loss_fns[0](y_true, predictions)]
+            else:
+                terms = [self._loss_weights[i] * fn(y_true[i], predictions[i])
+                         for i, fn in enumerate(self._loss_fns)]
+            batch_loss = tf.add_n(terms + list(self._keras_model.losses))
+        else:
+            batch_loss = None
+        for metric in self._metrics:
+            metric.update_state(y_true=y_true, y_pred=predictions)
+        first = tf.nest.flatten(inputs)[0]
+        num = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
+        return variable.BatchOutput(loss=batch_loss, predictions=predictions, num_examples=num)
+
+    def report_local_unfinalized_metrics(self) -> 'collections.OrderedDict[str, list]':
+        """Metric name -> the values of its variables (tensors)."""
+        return collections.OrderedDict(
+            (m.name, [tf.identity(v.value if isinstance(v, keras.Variable) else v)
+                      for v in m.variables]) for m in self._metrics)
+
+    def metric_finalizers(self) -> 'collections.OrderedDict[str, Callable]':
+        """Metric name -> `keras_finalizer.create_keras_metric_finalizer` of the metric."""
+        if self._metric_constructors:
+            return collections.OrderedDict(
+                (name, keras_finalizer.create_keras_metric_finalizer(ctor))
+                for name, ctor in self._metric_constructors.items())
+        return collections.OrderedDict(
+            (m.name, keras_finalizer.create_keras_metric_finalizer(m)) for m in self._metrics)
