@@ -1,5 +1,7 @@
 """Metrics (``tff.learning.metrics``): counters, finalizers, functional metrics.
 
+* `sum_then_finalize(metric_finalizers)`: the default metrics aggregator
+  (federated sum of the clients' unfinalized metrics, finalized at the server).
 * `NumExamplesCounter`, `NumBatchesCounter`: Keras metrics every model reports.
 * `create_keras_metric_finalizer`: a Keras metric's finalizer (unfinalized
   values, i.e. its variables' values, -> its result).
@@ -7,6 +9,7 @@
   finalize)`` for `tff.learning.models.FunctionalModel`.
 """
 
+from simharness.learning.metrics.aggregator import sum_then_finalize
 from simharness.learning.metrics.counters import NumBatchesCounter, NumExamplesCounter
 from simharness.learning.metrics.keras_finalizer import create_keras_metric_finalizer
 from simharness.learning.metrics.keras_utils import create_functional_metric_fns
@@ -15,4 +18,4 @@ from simharness.learning.metrics.types import (FunctionalMetricFinalizersType,
 
 __all__ = ['FunctionalMetricFinalizersType', 'MetricFinalizersType', 'MetricsAggregatorType',
            'NumBatchesCounter', 'NumExamplesCounter', 'create_functional_metric_fns',
-           'create_keras_metric_finalizer']
+           'create_keras_metric_finalizer', 'sum_then_finalize']
