@@ -8,7 +8,7 @@ ClientWorkProcess:
                 measurements=M@SERVER>)
   get_hparams: (S -> H)     set_hparams: (<S, H> -> S)
 ```
-D is a sequence (a client's dataset), a tensor, or a structure of these.
+D is a sequence (a client's dataset) or a structure of sequences.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class ClientResult(NamedTuple):
 
 
 class ClientDataTypeError(TypeError):
-    """The client data argument is not a sequence, tensor or structure of these (TFF's class)."""
+    """The client data argument is not a sequence or structure of sequences (TFF's class)."""
 
 
 class ClientResultTypeError(TypeError):
@@ -45,8 +45,6 @@ class ClientResultTypeError(TypeError):
 
 
 def _is_allowed_client_data_type(t: T.Type) -> bool:
-    if isinstance(t, T.TensorType):
-        return True
     if isinstance(t, T.SequenceType):
         return is_tensorflow_compatible_type(t.element)
     if isinstance(t, T.StructType):
@@ -67,7 +65,7 @@ class ClientWorkProcess(MeasuredProcess):
     Raises:
       TemplateNotFederatedError, TemplatePlacementError,
       TemplateNextFnNumArgsError: as TFF.
-      ClientDataTypeError: D is not a sequence, tensor or structure of these.
+      ClientDataTypeError: D is not a sequence or a structure of sequences.
       ClientResultTypeError: the result is not a `ClientResult`.
       GetHparamsTypeError, SetHparamsTypeError: the hparams functions do not
         fit the state.
