@@ -15,7 +15,7 @@ import collections
 import concurrent.futures
 import logging
 import time
-from typing import Any, Awaitable, Callable, Iterable, MutableMapping, Optional
+from typing import Any, Awaitable, Callable, Iterable, Mapping, MutableMapping, Optional
 
 from simharness.core.structure import Struct
 
@@ -56,7 +56,9 @@ def _state_and_metrics(output: Any) -> tuple[Any, Any]:
     """``(state, metrics)`` of a `next` result: an output with those attributes, or a pair."""
     if hasattr(output, 'state') and hasattr(output, 'metrics'):
         return output.state, output.metrics
-    if isinstance(output, Struct):
+    if isinstance(output, Mapping):
+        output = list(output.values())
+    elif isinstance(output, Struct):
         output = list(output)
     state, metrics = output
     return state, metrics

@@ -1,0 +1,150 @@
+"""`FileProgramStateManager`: program state saved in versioned directories (TFF's, with .npz files).
+
+::
+
+    root_dir/
+      program_state_0/state.npz     leaf_0, leaf_1, ... (the state's leaves in
+      program_state_3/state.npz     structure_utils.flatten order)
+
+TFF writes a SavedModel per version; we write the leaves as one ``.npz``
+(written to a temporary name, then renamed: a crash never leaves half a
+version). `load` packs them into the `structure` it is given, as TFF's does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.program import structure_utils
+from simharness.program.program_state_manager import (ProgramStateExistsError,
+                                                      ProgramStateManager,
+                                                      ProgramStateNotFoundError)
+
+__all__ = ['FileProgramStateManager']
+
+_LOG = logging.getLogger(__name__)
+_FILE = 'state.npz'
+
+
+def _to_array(leaf: Any) -> np.ndarray:
+    if hasattr(leaf, 'numpy'):
+        leaf = leaf.numpy()
+    a = np.asarray(leaf)
+    if a.dtype == object:
+        try:
+            a = a.astype(bytes)
+        except (TypeError, ValueError) as e:
+            raise SimharnessTypeError(
+                f'cannot save a program state leaf of type {type(leaf).__name__}: {leaf!r:.80}',
+                expected='numbers, arrays, strings', actual=type(leaf)) from e
+    return a
+
+
+def _from_array(a: np.ndarray) -> Any:
+    if a.dtype.kind == 'S':
+        a = a.astype(object)
+    return a[()] if a.ndim == 0 else a
+
+
+class FileProgramStateManager(ProgramStateManager):
+    """Saves program state under `root_dir`, one directory per version.
+
+    Args:
+        root_dir: the directory (created if missing).
+        prefix: the version directories' name prefix.
+        keep_total: how many versions to keep (<= 0: no limit).
+        keep_first: always keep the first version.
+        keep_every_k: keep only versions divisible by k (and the latest).
+
+    Raises:
+        SimharnessValueError: an empty `root_dir`.
+    """
+
+    def __init__(self, root_dir: Union[str, os.PathLike], prefix: str = 'program_state_',
+                 keep_total: int = 5, keep_first: bool = True, keep_every_k: int = 1):
+        if not root_dir:
+            raise SimharnessValueError('Expected `root_dir` to not be an empty string.')
+        if not prefix:
+            raise SimharnessValueError('Expected `prefix` to not be an empty string.')
+        if keep_every_k < 1:
+            raise SimharnessValueError(f'Expected `keep_every_k` to be >= 1, got {keep_every_k}.')
+        os.makedirs(root_dir, exist_ok=True)
+        self._root_dir = os.fspath(root_dir)
+        self._prefix = prefix
+        self._keep_total = keep_total
+        self._keep_first = keep_first
+        self._keep_every_k = keep_every_k
+
+    def _path(self, version: int) -> str:
+        return os.path.join(self._root_dir, f'{self._prefix}{version}')
+
+    def _version_of(self, name: str) -> Optional[int]:
+        if not name.startswith(self._prefix):
+            return None
+        try:
+            return int(name[len(self._prefix):])
+        except ValueError:
+            return None
+
+    async def get_versions(self) -> Optional[list[int]]:
+        if not os.path.isdir(self._root_dir):
+            return None
+        versions = [v for v in (self._version_of(n) for n in os.listdir(self._root_dir))
+                    if v is not None
+                    and os.path.isfile(os.path.join(self._path(v), _FILE))]
+        return sorted(versions) or None
+
+    async def load(self, version: int, structure: Any) -> Any:
+        path = os.path.join(self._path(version), _FILE)
+        if not os.path.isfile(path):
+            raise ProgramStateNotFoundError(version)
+        with np.load(path, allow_pickle=False) as npz:
+            leaves = [_from_array(npz[f'leaf_{i}']) for i in range(len(npz.files))]
+        _LOG.info('Program state loaded: %s', path)
+        return structure_utils.pack_as(structure, leaves)
+
+    async def save(self, program_state: Any, version: int) -> None:
+        path = self._path(version)
+        if os.path.exists(path):
+            raise ProgramStateExistsError(version=version, path=self._root_dir)
+        arrays = {f'leaf_{i}': _to_array(leaf)
+                  for i, leaf in enumerate(structure_utils.flatten(program_state))}
+        tmp = tempfile.mkdtemp(dir=self._root_dir, prefix='.tmp_')
+        try:
+            np.savez(os.path.join(tmp, _FILE), **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _LOG.info('Program state saved: %s', path)
+        await self._remove_old_program_state()
+
+    async def _remove(self, version: int) -> None:
+        path = self._path(version)
+        if os.path.exists(path):
+            shutil.rmtree(path)
+            _LOG.info('Program state removed: %s', path)
+
+    async def _remove_old_program_state(self) -> None:
+        if self._keep_every_k == 1 and self._keep_total <= 0:
+            return
+        versions = await self.get_versions() or []
+        keep = [v for i, v in enumerate(versions)
+                if v % self._keep_every_k == 0 or i == len(versions) - 1
+                or (self._keep_first and i == 0)]
+        if 0 < self._keep_total < len(keep):
+            start = 1 if self._keep_first else 0
+            del keep[start:len(keep) - (self._keep_total - start)]
+        await asyncio.gather(*[self._remove(v) for v in versions if v not in keep])
+
+    async def remove_all(self) -> None:
+        """Removes every saved version."""
+        await asyncio.gather(*[self._remove(v) for v in (await self.get_versions() or [])])

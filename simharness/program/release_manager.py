@@ -1,0 +1,43 @@
+"""`ReleaseManager`: federated_language's interface for releasing values (metrics) of a program."""
+
+from __future__ import annotations
+
+import abc
+import collections
+import logging
+from typing import Any, Hashable
+
+__all__ = ['LoggingReleaseManager', 'MemoryReleaseManager', 'ReleaseManager']
+
+_LOG = logging.getLogger(__name__)
+
+
+class ReleaseManager(abc.ABC):
+    """Releases values of a program, each under a key (a round number, say)."""
+
+    @abc.abstractmethod
+    async def release(self, value: Any, key: Any) -> None:
+        """Releases `value` under `key`."""
+
+
+class MemoryReleaseManager(ReleaseManager):
+    """Keeps released values in memory: `values()` is ``{key: value}`` in release order."""
+
+    def __init__(self) -> None:
+        self._values: collections.OrderedDict = collections.OrderedDict()
+
+    async def release(self, value: Any, key: Hashable) -> None:
+        self._values[key] = value
+
+    def remove_all(self) -> None:
+        self._values.clear()
+
+    def values(self) -> collections.OrderedDict:
+        return collections.OrderedDict(self._values)
+
+
+class LoggingReleaseManager(ReleaseManager):
+    """Logs released values (Python `logging`, level INFO)."""
+
+    async def release(self, value: Any, key: Any = None) -> None:
+        _LOG.info('Released value (key %s): %s', key, value)
