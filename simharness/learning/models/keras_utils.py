@@ -34,8 +34,9 @@ def _spec_from_type(t: T.Type) -> Any:
             return collections.OrderedDict(zip(names, values))
         return tuple(values)
     raise SimharnessTypeError(
-        'Expected a type with all the leaf nodes being tensor types, found an input spec '
-        f'{t}.', expected=T.TensorType, actual=t)
+        'Expected a `federated_language.Type` with all the leaf nodes being '
+        f'`federated_language.TensorType`s, found an input spec {t}.', expected=T.TensorType,
+        actual=t)
 
 
 def from_keras_model(keras_model: Any, loss: Loss, input_spec: Any,
@@ -106,9 +107,9 @@ def from_keras_model(keras_model: Any, loss: Loss, input_spec: Any,
     else:
         def check(s: Any) -> None:
             if not isinstance(s, (tf.TensorSpec, tf.RaggedTensorSpec)):
-                raise SimharnessTypeError(f'input spec member must be a tf.TensorSpec, got '
-                                          f'{type(s).__name__}', expected=tf.TensorSpec,
-                                          actual=type(s))
+                raise SimharnessTypeError(f'Expected input spec member to be of type '
+                                          f'tf.TensorSpec, found {type(s).__name__}',
+                                          expected=tf.TensorSpec, actual=type(s))
         tf.nest.map_structure(check, input_spec)
     if isinstance(input_spec, Mapping):
         for key, what in ((variable.MODEL_ARG_NAME, 'the input(s) to the Keras model'),
