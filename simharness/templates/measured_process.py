@@ -72,7 +72,7 @@ def _check_processes(measured_processes: Mapping[str, MeasuredProcess]) -> None:
             f'measured_processes must be a non-empty OrderedDict of name -> MeasuredProcess, '
             f'got {measured_processes!r}', actual=type(measured_processes))
     for name, p in measured_processes.items():
-        if not isinstance(p, MeasuredProcess):
+        if not isinstance(p, IterativeProcess):
             raise SimharnessTypeError(
                 f'measured_processes[{name!r}] must be a MeasuredProcess, got '
                 f'{type(p).__name__}', expected=MeasuredProcess, actual=type(p))
@@ -97,9 +97,11 @@ def _server_state_type(measured_processes: Mapping[str, MeasuredProcess]) -> T.F
     for name, p in measured_processes.items():
         st = p.state_type
         if not isinstance(st, T.FederatedType) or st.placement is not T.SERVER:
+            states = {n: str(q.state_type) for n, q in measured_processes.items()}
             raise SimharnessTypeError(
-                f'the state of measured process {name!r} must be placed at SERVER to be '
-                f'composed, but its type is {st}', actual=st)
+                'Cannot concatenate the initialization functions as not all '
+                f'MeasuredProcesses have the same placement of the state: {states} (the state '
+                f'of {name!r} must be placed at SERVER)', actual=st)
         members.append((name, st.member))
     return T.FederatedType(T.StructType(members, container=collections.OrderedDict), T.SERVER)
 
