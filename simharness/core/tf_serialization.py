@@ -254,6 +254,57 @@ def _seeded_random_stateless(nodes: Any, in_function: bool) -> list:
     return added
 
 
+def _called_functions(f: Any) -> set:
+    """The names of the functions the body of the FunctionDef `f` refers to."""
+    out = set()
+    for node in f.node_def:
+        out.add(node.op)
+        for attr in node.attr.values():
+            if attr.HasField('func'):
+                out.add(attr.func.name)
+            if attr.HasField('list'):
+                out.update(fn.name for fn in attr.list.func)
+    return out
+
+
+def _rename_callers(graph_def: Any, renamed: dict) -> None:
+    """Adds to `renamed` every function that calls a renamed one (its body changes too)."""
+    changed = True
+    while changed:
+        changed = False
+        for f in graph_def.library.function:
+            name = f.signature.name
+            if name in renamed.values() or name in renamed:
+                continue
+            if _called_functions(f) & set(renamed):
+                renamed[name] = name + '_simharness_stateless'
+                f.signature.name = renamed[name]
+                changed = True
+
+
+def _rename_functions(graph_def: Any, renamed: dict) -> None:
+    """Points every reference to a function of `renamed` (old -> new name) at its new name."""
+    def fix(attr: Any) -> None:
+        if attr.HasField('func') and attr.func.name in renamed:
+            attr.func.name = renamed[attr.func.name]
+        if attr.HasField('list'):
+            for fn in attr.list.func:
+                if fn.name in renamed:
+                    fn.name = renamed[fn.name]
+
+    nodes = list(graph_def.node)
+    for f in graph_def.library.function:
+        nodes.extend(f.node_def)
+    for node in nodes:
+        if node.op in renamed:  # a function called as an op
+            node.op = renamed[node.op]
+        for attr in node.attr.values():
+            fix(attr)
+    for g in graph_def.library.gradient:
+        if g.function_name in renamed:
+            g.function_name = renamed[g.function_name]
+
+
 def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
     """Rewrites a traced graph for import: state per call, seeded random ops stateless
     (`_seeded_random_stateless`), no control edges from inputs.
@@ -271,9 +322,19 @@ def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
             node.input.extend(kept)
     _state_per_call(graph_def.node)
     graph_def.node.extend(_seeded_random_stateless(graph_def.node, in_function=False))
+    renamed = {}
     for f in graph_def.library.function:
         _state_per_call(f.node_def)
-        f.node_def.extend(_seeded_random_stateless(f.node_def, in_function=True))
+        seeds = _seeded_random_stateless(f.node_def, in_function=True)
+        if seeds:
+            f.node_def.extend(seeds)
+            # A new name: the process that traced the graph may hold the original
+            # function under its name, and TF refuses two definitions of one name.
+            renamed[f.signature.name] = f.signature.name + '_simharness_stateless'
+            f.signature.name = renamed[f.signature.name]
+    if renamed:
+        _rename_callers(graph_def, renamed)
+        _rename_functions(graph_def, renamed)
 
 
 def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bool,
