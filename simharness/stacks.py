@@ -16,7 +16,7 @@ import inspect
 import math
 import os
 import threading
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, cast
 
 from simharness.core import types as T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
@@ -26,11 +26,13 @@ from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory
 from simharness.executors.eager_tf import EagerTFExecutor, FunctionCache
 from simharness.executors.federating import FederatingExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
+from simharness.executors.remote import RemoteExecutor
 from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import WorkerDelegatingExecutor
 from simharness.runtime import pinning
 from simharness.runtime.pool import WorkerPool, create_worker_pool
+from simharness.runtime.seam import WorkerGroup, WorkerHandle
 from simharness.validation import check_bool, check_int, check_number
 
 #: Stacks kept per factory; older cardinalities are closed (TFF issue #1215).
@@ -275,55 +277,102 @@ def split_even(n: int, parts: int) -> List[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-class ProcessExecutorFactory(CachingExecutorFactory):
-    """Stacks whose client groups are worker processes of one warm pool.
+class WorkerGroupExecutorFactory(CachingExecutorFactory):
+    """Stacks whose client groups are the workers of one worker group (any transport).
 
     ```
     ReferenceResolvingExecutor
       FederatingExecutor(FederatedResolvingStrategy)
         server, unplaced: ThreadDelegating(EagerTF) in the driver
-        clients:          WorkerDelegating(worker k) x num_workers, worker k
-                          hosting the k-th contiguous block of clients
+        clients:          client_executor(worker k, size) x min(workers, clients),
+                          worker k hosting the k-th contiguous block of clients
     ```
-    The factory owns the pool: `close()` stops every worker; stacks for
-    other cardinalities reuse the same workers.
+    One assembly for every transport: a local `WorkerPool`, gRPC
+    `RemoteServices`, `RayWorkers` (or the loopback group of the tests), all
+    `runtime.seam.WorkerGroup`s. Stacks for other cardinalities reuse the
+    same workers, each stack in sessions of its own.
+
+    Args:
+      group: the workers.
+      num_clients, max_cached_stacks, default_num_clients: as in
+        `CachingExecutorFactory`.
+      owns_group: `close()` closes the group too.
+      client_executor: makes the executor of a block of `size` clients on a
+        handle (default: `WorkerDelegatingExecutor(handle)`).
+      closed_message: the `ExecutorClosedError` message when the group is closed.
     """
 
-    def __init__(self, pool, num_clients: Optional[int], max_cached_stacks: int,
-                 owns_pool: bool = True, default_num_clients: Optional[int] = None):
-        self.pool = pool
-        self.owns_pool = owns_pool
-        super().__init__(self._build_process_stack, num_clients, max_cached_stacks,
+    def __init__(self, group: WorkerGroup, num_clients: Optional[int] = None,
+                 max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS, owns_group: bool = True,
+                 default_num_clients: Optional[int] = None,
+                 client_executor: Optional[Callable[[WorkerHandle, int], BatchExecutor]] = None,
+                 closed_message: str = 'the worker group of this factory is closed'):
+        self.group = group
+        self.owns_group = owns_group
+        self._client_executor = client_executor or _worker_delegating
+        self._closed_message = closed_message
+        super().__init__(self._build_worker_stack, num_clients, max_cached_stacks,
                          default_num_clients)
 
-    def _build_process_stack(self, n: int) -> Executor:
-        if self.pool.closed:
-            raise ExecutorClosedError('the worker pool of this factory is closed; make a new '
-                                      'process_executor_factory (or pool)')
-        if not self.pool.started:
-            self.pool.start()
+    def _build_worker_stack(self, n: int) -> Executor:
+        if self.group.closed:
+            raise ExecutorClosedError(self._closed_message)
+        if not self.group.started:
+            self.group.start()
         cache = FunctionCache()
         server = _thread_eager('simharness-server', None, cache)
         unplaced = _thread_eager('simharness-unplaced', None, cache)
-        w = min(self.pool.num_workers, n) if n else 0
-        groups = [(WorkerDelegatingExecutor(self.pool.handles[k]), size)
+        handles = self.group.handles
+        w = min(len(handles), n) if n else 0
+        groups = [(self._client_executor(handles[k], size), size)
                   for k, size in enumerate(split_for_workers(n, w) if w else [])]
         federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
         return ReferenceResolvingExecutor(federating)
+
+    def stats(self) -> Dict[str, object]:
+        """The group's counters (`WorkerGroup.stats`)."""
+        return dict(self.group.stats())
+
+    def close(self) -> None:
+        """Closes the stacks, and the group when this factory owns it."""
+        try:
+            self.clean_up_executors()
+        finally:
+            if self.owns_group:
+                self.group.close()
+
+
+def _worker_delegating(handle: WorkerHandle, size: int) -> BatchExecutor:
+    return WorkerDelegatingExecutor(handle)
+
+
+class ProcessExecutorFactory(WorkerGroupExecutorFactory):
+    """Stacks whose client groups are worker processes of one warm pool.
+
+    A `WorkerGroupExecutorFactory` over a `WorkerPool`: the factory owns the
+    pool (unless given one): `close()` stops every worker; stacks for other
+    cardinalities reuse the same workers.
+    """
+
+    def __init__(self, pool: WorkerPool, num_clients: Optional[int], max_cached_stacks: int,
+                 owns_pool: bool = True, default_num_clients: Optional[int] = None):
+        super().__init__(pool, num_clients, max_cached_stacks, owns_pool, default_num_clients,
+                         closed_message='the worker pool of this factory is closed; make a new '
+                                        'process_executor_factory (or pool)')
+
+    @property
+    def pool(self) -> WorkerPool:
+        return cast(WorkerPool, self.group)
+
+    @property
+    def owns_pool(self) -> bool:
+        return self.owns_group
 
     def stats(self) -> Dict[str, object]:
         """Pool counters (requests, shared-memory bytes) and per-worker RSS and CPU time."""
         out: Dict[str, object] = dict(self.pool.stats())
         out['workers'] = self.pool.resource_usage()
         return out
-
-    def close(self) -> None:
-        """Closes the stacks, and the pool when this factory created it."""
-        try:
-            self.clean_up_executors()
-        finally:
-            if self.owns_pool:
-                self.pool.close()
 
 
 def process_executor_factory(num_clients: Optional[int] = None, num_workers: Optional[int] = None,
@@ -389,62 +438,39 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
 
 # ---------------------------------------------------------------- remote stacks
 
-class RemoteExecutorFactory(CachingExecutorFactory):
+class RemoteExecutorFactory(WorkerGroupExecutorFactory):
     """Stacks whose client groups live in executor services reached over gRPC.
 
-    ```
-    ReferenceResolvingExecutor
-      FederatingExecutor(FederatedResolvingStrategy)
-        server, unplaced: ThreadDelegating(EagerTF) in the driver
-        clients:          RemoteExecutor(service s, worker slot k) for every slot of
-                          every service, each hosting a contiguous block of clients
-    ```
-    The factory owns its `RemoteServices` (streams, and the channels it made)
+    A `WorkerGroupExecutorFactory` over `RemoteServices` whose client
+    executors are `RemoteExecutor`s (one per worker slot of every service,
+    each hosting a contiguous block of clients, its cardinality fixed). The
+    factory owns its `RemoteServices` (streams, and the channels it made)
     unless it was given one: `close()` ends them; `stats()` asks the
     services what they hold.
     """
 
-    def __init__(self, services, num_clients: Optional[int], max_cached_stacks: int,
+    def __init__(self, services: Any, num_clients: Optional[int], max_cached_stacks: int,
                  owns_services: bool, default_num_clients: Optional[int],
                  dispose_batch_size: int, stream_structs: bool):
-        self.services = services
-        self.owns_services = owns_services
         self._dispose_batch_size = dispose_batch_size
         self._stream_structs = stream_structs
-        super().__init__(self._build_remote_stack, num_clients, max_cached_stacks,
-                         default_num_clients)
+        super().__init__(services, num_clients, max_cached_stacks, owns_services,
+                         default_num_clients, client_executor=self._remote_executor,
+                         closed_message='the remote services of this factory are closed; make '
+                                        'a new remote_executor_factory')
 
-    def _build_remote_stack(self, n: int) -> Executor:
-        from simharness.executors.remote import RemoteExecutor
-        if self.services.closed:
-            raise ExecutorClosedError('the remote services of this factory are closed; make a '
-                                      'new remote_executor_factory')
-        self.services.start()
-        cache = FunctionCache()
-        server = _thread_eager('simharness-server', None, cache)
-        unplaced = _thread_eager('simharness-unplaced', None, cache)
-        handles = self.services.handles
-        w = min(len(handles), n) if n else 0
-        groups = []
-        for k, size in enumerate(split_for_workers(n, w) if w else []):
-            ex = RemoteExecutor.on_handle(handles[k], self._dispose_batch_size,
-                                          self._stream_structs)
-            ex.set_cardinalities({T.CLIENTS: size})
-            groups.append((ex, size))
-        federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
-        return ReferenceResolvingExecutor(federating)
+    @property
+    def services(self) -> Any:
+        return self.group
 
-    def stats(self) -> Dict[str, object]:
-        """What every service holds: requests served, open streams, sessions, values."""
-        return {'services': self.services.info()}
+    @property
+    def owns_services(self) -> bool:
+        return self.owns_group
 
-    def close(self) -> None:
-        """Closes the stacks, and the connections when this factory made them."""
-        try:
-            self.clean_up_executors()
-        finally:
-            if self.owns_services:
-                self.services.close()
+    def _remote_executor(self, handle: WorkerHandle, size: int) -> BatchExecutor:
+        ex = RemoteExecutor.on_handle(handle, self._dispose_batch_size, self._stream_structs)
+        ex.set_cardinalities({T.CLIENTS: size})
+        return ex
 
 
 def remote_executor_factory(addresses_or_channels=None, num_clients: Optional[int] = None, *,
@@ -509,42 +535,29 @@ def remote_executor_factory(addresses_or_channels=None, num_clients: Optional[in
 
 # ---------------------------------------------------------------- Ray stacks
 
-class RayExecutorFactory(CachingExecutorFactory):
+class RayExecutorFactory(WorkerGroupExecutorFactory):
     """Stacks whose client groups are Ray actors (one long-lived actor per worker slot).
 
-    ```
-    ReferenceResolvingExecutor
-      FederatingExecutor(FederatedResolvingStrategy)
-        server, unplaced: ThreadDelegating(EagerTF) in the driver
-        clients:          WorkerDelegating(Ray actor k) x workers, actor k hosting
-                          the k-th contiguous block of clients
-    ```
-    The factory owns its `RayWorkers` (actors, placement group, and Ray when
-    it started it) unless it was given one: `close()` ends them; stacks for
-    other cardinalities reuse the same actors, each in a session of its own.
+    A `WorkerGroupExecutorFactory` over `RayWorkers`. The factory owns them
+    (actors, placement group, and Ray when it started it) unless it was
+    given them: `close()` ends them; stacks for other cardinalities reuse the
+    same actors, each in a session of its own.
     """
 
-    def __init__(self, workers, num_clients: Optional[int], max_cached_stacks: int,
+    def __init__(self, workers: Any, num_clients: Optional[int], max_cached_stacks: int,
                  owns_workers: bool = True, default_num_clients: Optional[int] = None):
-        self.workers = workers
-        self.owns_workers = owns_workers
-        super().__init__(self._build_ray_stack, num_clients, max_cached_stacks,
-                         default_num_clients)
+        super().__init__(workers, num_clients, max_cached_stacks, owns_workers,
+                         default_num_clients,
+                         closed_message='the Ray workers of this factory are closed; make a new '
+                                        'ray_executor_factory')
 
-    def _build_ray_stack(self, n: int) -> Executor:
-        if self.workers.closed:
-            raise ExecutorClosedError('the Ray workers of this factory are closed; make a new '
-                                      'ray_executor_factory')
-        self.workers.start()
-        cache = FunctionCache()
-        server = _thread_eager('simharness-server', None, cache)
-        unplaced = _thread_eager('simharness-unplaced', None, cache)
-        handles = self.workers.handles
-        w = min(len(handles), n) if n else 0
-        groups = [(WorkerDelegatingExecutor(handles[k]), size)
-                  for k, size in enumerate(split_for_workers(n, w) if w else [])]
-        federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
-        return ReferenceResolvingExecutor(federating)
+    @property
+    def workers(self) -> Any:
+        return self.group
+
+    @property
+    def owns_workers(self) -> bool:
+        return self.owns_group
 
     def stats(self) -> Dict[str, object]:
         """Requests and bytes moved, broadcast puts, and per-actor node, pid, RSS and CPU time."""
@@ -555,14 +568,6 @@ class RayExecutorFactory(CachingExecutorFactory):
     def cluster(self) -> Dict[str, object]:
         """The Ray cluster's nodes and resources, and where each actor runs."""
         return self.workers.cluster()
-
-    def close(self) -> None:
-        """Closes the stacks, and the actors (and Ray) when this factory started them."""
-        try:
-            self.clean_up_executors()
-        finally:
-            if self.owns_workers:
-                self.workers.close()
 
 
 def ray_executor_factory(address: Optional[str] = None, num_workers: Optional[int] = None,

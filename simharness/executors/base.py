@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextvars
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from simharness.core import types as T
 from simharness.core.reduction import Partial
@@ -119,7 +119,46 @@ class BatchExecutor(Executor):
     `Partial` of the canonical reduction tree (see `simharness.core.reduction`)
     whose values are numpy arrays (or Structs of them), so that partials can
     travel between processes.
+
+    Optional abilities are methods with defaults here (callers ask, never probe
+    with `hasattr`): `worker_id` (None: the executor runs in this process),
+    `can_share` (False: values are copied between executors), `can_stream`
+    (True when a subclass implements `create_streamed_reductions`).
     """
+
+    @property
+    def worker_id(self) -> Optional[Union[int, str]]:
+        """The worker that holds this executor's values; None when they live in this process."""
+        return None
+
+    def can_share(self, other: Any) -> bool:
+        """Whether `other` can be used here as it is, without a copy.
+
+        `other` is a value of another executor of this kind (delegating
+        executors) or another executor (leaf executors: their values are
+        interchangeable). The default: never (values are copied).
+        """
+        return False
+
+    @property
+    def can_stream(self) -> bool:
+        """Whether this executor computes map -> reduce plans (`create_streamed_reductions`)."""
+        return type(self).create_streamed_reductions is not BatchExecutor.create_streamed_reductions
+
+    async def create_streamed_reductions(self, nodes: Sequence[Sequence[Any]],
+                                         reductions: Sequence[Sequence[Any]], start: int,
+                                         count: int, total: int,
+                                         slice_size: Optional[int] = None) -> List[Partial]:
+        """Computes the plan `nodes` slice by slice, folding every slice into `reductions`.
+
+        Only executors whose `can_stream` is True implement it (see
+        `EagerTFExecutor.create_streamed_reductions` for the plan).
+
+        Raises:
+          NotImplementedError: this executor does not stream.
+        """
+        raise NotImplementedError(f'{type(self).__name__} does not stream map -> reduce plans '
+                                  '(can_stream is False)')
 
     async def create_values(self, values: Sequence[Any], type_spec: Any) -> Sequence[ExecutorValue]:
         """Embeds many values of one type."""

@@ -119,8 +119,8 @@ class ThreadDelegatingExecutor(BatchExecutor):
         executors of this process on one device: a broadcast is one tensor for all)."""
         if not isinstance(value, ThreadDelegatingValue):
             return False
-        share = getattr(self._target, 'can_share', None)
-        return share is not None and bool(share(value._owner._target))
+        return isinstance(self._target, BatchExecutor) and \
+            bool(self._target.can_share(value._owner._target))
 
     async def create_value(self, value: Any, type_spec: Any = None) -> ThreadDelegatingValue:
         if isinstance(value, ThreadDelegatingValue) and self.can_share(value):
@@ -167,13 +167,12 @@ class ThreadDelegatingExecutor(BatchExecutor):
     @property
     def can_stream(self) -> bool:
         """Whether the target streams map -> reduce (`create_streamed_reductions`)."""
-        return hasattr(self._target, 'create_streamed_reductions')
+        return isinstance(self._target, BatchExecutor) and self._target.can_stream
 
     async def create_streamed_reductions(self, nodes, reductions, start: int, count: int,
                                          total: int, slice_size: Optional[int] = None) -> List[Partial]:
         """Streams map -> reduce on the target's thread (see `EagerTFExecutor`)."""
-        target: Any = self._target  # an EagerTFExecutor (it streams); not in BatchExecutor
-        return await self._run(target.create_streamed_reductions(
+        return await self._run(self._target.create_streamed_reductions(
             _unwrap(list(nodes)), _unwrap(list(reductions)), start, count, total, slice_size))
 
     async def create_reduction_result(self, kind, partials, total, params, result_type):

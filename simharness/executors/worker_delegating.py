@@ -15,8 +15,8 @@ requests in order, and a failed operation poisons its result ids, so an
 error surfaces (as the original error) at the next wait. A round of
 zip → map → select → partial reduction is one wait, not four.
 
-What it leaves to other layers: the transport (`WorkerHandle.submit`: pipe
-+ shared memory here; gRPC or Ray elsewhere), the TF work (the worker's
+What it leaves to other layers: the transport (`runtime.seam.WorkerHandle`:
+pipe + shared memory, gRPC, Ray, or the in-process loopback), the TF work (the worker's
 `WorkerService` and EagerTF executor), placements and intrinsics (the
 federating layer).
 """
@@ -27,7 +27,7 @@ import asyncio
 import concurrent.futures
 import functools
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, Execut
                                        normalize_struct_elements, selection_index)
 from simharness.runtime import protocol as P
 from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
+from simharness.runtime.seam import WorkerHandle, WorkerId
 
 #: Values at least this big go through the pool's broadcast arena (written once).
 BROADCAST_MIN_BYTES = 1 << 16
@@ -169,7 +170,7 @@ class WorkerValue(ExecutorValue):
         if self._generation != h.generation or self._generation != self._owner._generation:
             raise WorkerCrashedError(
                 f'value {self._id} lived in worker {h.worker_id}, which was replaced after a '
-                'crash; run the computation again', worker_id=h.worker_id)
+                'crash; run the computation again', worker_id=cast(Any, h.worker_id))
 
     @property
     def ref(self) -> Ref:
@@ -187,15 +188,12 @@ class WorkerDelegatingExecutor(BatchExecutor):
     """Delegates a block of clients to one worker, in a session of its own.
 
     Args:
-      handle: the worker's handle (owned by its pool, not by this executor:
+      handle: the worker's handle (owned by its group, not by this executor:
         `close()` disposes of this executor's session and leaves the worker
-        running for other stacks). It provides `submit(header, buffers, op,
-        generation, locs, on_done) -> concurrent Future[Response]`,
-        `ensure_started()`, `alive`, `generation`, `worker_id`, `pid` and
-        `pool` (`new_session_id()`, `broadcast`).
+        running for other stacks): the `runtime.seam.WorkerHandle` protocol.
     """
 
-    def __init__(self, handle: Any):
+    def __init__(self, handle: WorkerHandle):
         self._handle = handle
         self._session = handle.pool.new_session_id()
         self._generation: Optional[int] = None  # where the session is open
@@ -209,7 +207,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         self._closed = False
 
     @property
-    def worker_id(self) -> int:
+    def worker_id(self) -> WorkerId:
         return self._handle.worker_id
 
     @property
@@ -270,12 +268,6 @@ class WorkerDelegatingExecutor(BatchExecutor):
             base = self._next_id
             self._next_id += max(n, 1)
             return base
-
-    def _refs(self, tree: Any) -> Any:
-        """Executor values → Refs (runs of consecutive ids → RefRange); tensors → numpy."""
-        # Methods, not a closure that refers to itself (a cycle per request that only the
-        # garbage collector would free).
-        return self._ref_walk(tree)
 
     def _ref_range(self, xs: list) -> Optional[RefRange]:
         first = xs[0]
@@ -354,11 +346,13 @@ class WorkerDelegatingExecutor(BatchExecutor):
         """Sends one request; `partials`: its answer is Partials, read in place when the
         transport lends (`_lent_partials`)."""
         gen = await self._ready()
-        packed = self._refs(list(args))
+        # Argument by argument: the argument list itself is never a run of ids (a call
+        # of value k on value k + 1 would become one RefRange the worker cannot read).
+        packed = [self._ref_walk(a) for a in args]
         base = self._reserve_ids(n_out)  # ids base .. base + n_out - 1 are this request's
         pipelined = not wait and types is not None
         header, buffers = self._encode(op, packed, base, n_out, want_types=not pipelined)
-        lend = partials and getattr(self._handle, 'lends', False)
+        lend = partials and self._handle.lends
         if lend:
             fut = self._handle.submit(header, buffers, op.name, gen, lend=True)
         elif broadcast_key is None:

@@ -543,6 +543,9 @@ class RemoteWorkerHandle:
     `worker_id`, `pid`, `pool`.
     """
 
+    #: Answers are never lent (`submit(..., lend=True)` is a plain request).
+    lends = False
+
     def __init__(self, services: 'RemoteServices', target: '_Target', slot: int):
         self.services = services
         self.pool = services  # the handle protocol's name for the owner
@@ -625,8 +628,10 @@ class RemoteWorkerHandle:
 
     def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
                locs: Optional[List[Any]] = None,
-               on_done: Optional[Callable[[], None]] = None) -> concurrent.futures.Future:
-        """Queues one encoded request; the future resolves to its decoded `Response`."""
+               on_done: Optional[Callable[[], None]] = None,
+               lend: bool = False) -> concurrent.futures.Future:
+        """Queues one encoded request; the future resolves to its decoded `Response`
+        (`lend` is ignored: answers arrive as copies over the stream)."""
         call = _Call(header, list(buffers), op, on_done)
         stream = self._stream
         err: Optional[BaseException] = None
@@ -861,6 +866,10 @@ class RemoteServices:
                         'streams': int(i.streams), 'sessions': int(i.sessions),
                         'values': int(i.values)})
         return out
+
+    def stats(self) -> Dict[str, Any]:
+        """The group's counters: what every service holds (``{'services': info()}``)."""
+        return {'services': self.info()}
 
     def close(self) -> None:
         """Closes every stream and the channels made here. Idempotent."""

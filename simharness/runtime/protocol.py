@@ -30,7 +30,7 @@ import builtins
 import dataclasses
 import enum
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union, cast
 
 import numpy as np
 
@@ -238,7 +238,7 @@ def _error_class(type_name: str) -> Optional[type]:
     return None
 
 
-def record_to_error(rec: ErrorRecord, worker_id: Optional[int] = None,
+def record_to_error(rec: ErrorRecord, worker_id: Optional[Union[int, str]] = None,
                     pid: Optional[int] = None) -> BaseException:
     """Rebuilds the exception of `rec` in the driver, the remote traceback as `__cause__`.
 
@@ -261,12 +261,14 @@ def record_to_error(rec: ErrorRecord, worker_id: Optional[int] = None,
                         pass
         except Exception:
             err = None
+    # A gRPC worker's id is its address (errors keep it as given).
+    wid = cast(Optional[int], worker_id)
     if err is None:
-        err = E.WorkerError(f'{rec.type_name}: {rec.message}', worker_id=worker_id, pid=pid,
+        err = E.WorkerError(f'{rec.type_name}: {rec.message}', worker_id=wid, pid=pid,
                             remote_traceback=rec.traceback)
     if rec.traceback:
         where = f'worker {worker_id}' + (f' (pid {pid})' if pid is not None else '')
-        err.__cause__ = E.WorkerError(f'{where} traceback:\n{rec.traceback}', worker_id=worker_id,
+        err.__cause__ = E.WorkerError(f'{where} traceback:\n{rec.traceback}', worker_id=wid,
                                       pid=pid, remote_traceback=rec.traceback)
     return err
 

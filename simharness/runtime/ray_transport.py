@@ -391,6 +391,9 @@ class RayWorkerHandle:
     `worker_id`, `pid`, `pool`.
     """
 
+    #: Answers are never lent (`submit(..., lend=True)` is a plain request).
+    lends = False
+
     def __init__(self, workers: 'RayWorkers', slot: int):
         self.workers = workers
         self.pool = workers  # the handle protocol's name for the owner
@@ -443,8 +446,9 @@ class RayWorkerHandle:
     # ------------------------------------------------------------ calls
     def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
                locs: Optional[List[Any]] = None,
-               on_done: Optional[Any] = None) -> concurrent.futures.Future:
-        """Sends one encoded request; the future resolves to its decoded `Response`."""
+               on_done: Optional[Any] = None, lend: bool = False) -> concurrent.futures.Future:
+        """Sends one encoded request; the future resolves to its decoded `Response`
+        (`lend` is ignored: answers are Ray's objects, never views lent by the actor)."""
         nbytes = len(header) + sum(int(getattr(b, 'nbytes', 0)) for b in buffers)
         call = _Call(op, on_done, generation, 0 if locs else nbytes)
         err: Optional[BaseException] = None

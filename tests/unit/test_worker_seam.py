@@ -1,0 +1,238 @@
+"""The driver side of the worker seam on the in-process loopback transport (no process).
+
+`WorkerDelegatingExecutor` over `runtime.loopback.LoopbackGroup`: every request
+goes through the codec both ways to a `WorkerService` on a thread of its own,
+so pipelining, poisoned ids, generation changes, leases and frees are tested
+without starting a worker process; `WorkerGroupExecutorFactory` builds a
+stack over the same group.
+"""
+
+import asyncio
+import gc
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import simharness as sh
+from simharness.core import types as T
+from simharness.errors import ExecutorClosedError, WorkerCrashedError
+from simharness.executors.base import BatchExecutor
+from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.thread_delegating import ThreadDelegatingExecutor
+from simharness.executors.worker_delegating import BROADCAST_MIN_BYTES, WorkerDelegatingExecutor
+from simharness.runtime import protocol as P
+from simharness.runtime.loopback import LoopbackGroup
+from simharness.runtime.seam import WorkerGroup, WorkerHandle
+from simharness.runtime.service import WorkerService
+from simharness.stacks import WorkerGroupExecutorFactory, thread_debugging_executor_factory
+
+F32 = T.TensorType(np.float32)
+
+
+@sh.tf_computation(tf.float32)
+def add_one(x):
+    return x + 1.0
+
+
+@sh.tf_computation(tf.float32)
+def check_positive(x):
+    with tf.control_dependencies([tf.debugging.assert_positive(x, message='must be positive')]):
+        return tf.identity(x)
+
+
+class GatedService(WorkerService):
+    """A service that answers only once `gate` is set (the worker is busy until then)."""
+
+    def __init__(self, gate: threading.Event):
+        super().__init__(EagerTFExecutor(), worker_id=0)
+        self.gate = gate
+
+    def handle(self, req):
+        assert self.gate.wait(60), 'the test never opened the gate'
+        return super().handle(req)
+
+
+@pytest.fixture
+def group():
+    g = LoopbackGroup(lambda k: WorkerService(EagerTFExecutor(), worker_id=k), num_workers=2)
+    yield g
+    g.close()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def ops(handle):
+    return [P.Op(r.op).name for r in handle.requests]
+
+
+def test_loopback_classes_implement_the_seam(group):
+    assert isinstance(group, WorkerGroup)
+    assert all(isinstance(h, WorkerHandle) for h in group.handles)
+
+
+def test_pipelined_requests_return_before_the_worker_answers():
+    gate = threading.Event()
+    with LoopbackGroup(lambda k: GatedService(gate)) as g:
+        ex = WorkerDelegatingExecutor(g.handles[0])
+
+        async def main():
+            fn = await ex.create_value(add_one.to_building_block())
+            xs = await ex.create_values([np.float32(1), np.float32(2)], F32)
+            ys = await ex.create_map(fn, xs)  # the worker has answered nothing yet
+            assert not g.handles[0].answered
+            assert [y.type_signature for y in ys] == [F32, F32]
+            gate.set()
+            return await ex.compute_many(ys)
+        assert [float(v) for v in run(main())] == [2.0, 3.0]
+        # One request per operation, in order, with one wait (COMPUTE_MANY).
+        assert ops(g.handles[0]) == ['OPEN_SESSION', 'CREATE_VALUE', 'CREATE_VALUES_STACKED',
+                                     'CREATE_MAP', 'COMPUTE_MANY']
+        ex.close()
+
+
+def test_a_failed_pipelined_request_poisons_its_ids(group):
+    ex = WorkerDelegatingExecutor(group.handles[0])
+
+    async def main():
+        fn = await ex.create_value(check_positive.to_building_block())
+        bad = await ex.create_call(fn, await ex.create_value(np.float32(-1), F32))
+        good = await ex.create_call(fn, await ex.create_value(np.float32(2), F32))
+        # The failure of an earlier pipelined request surfaces at the next wait ...
+        with pytest.raises(tf.errors.InvalidArgumentError, match='must be positive'):
+            await ex.compute_many([good])
+        # ... once: the session goes on, and the failed request's ids stay poisoned.
+        assert float((await ex.compute_many([good]))[0]) == 2.0
+        with pytest.raises(tf.errors.InvalidArgumentError, match='must be positive'):
+            await ex.compute_many([bad])
+    run(main())
+    ex.close()
+
+
+def test_a_replaced_worker_makes_old_values_fail_and_new_ones_work(group):
+    ex = WorkerDelegatingExecutor(group.handles[0])
+    h = group.handles[0]
+    old = run(ex.create_value(np.float32(5), F32))
+    assert h.generation == 1
+    h.crash()
+    with pytest.raises(WorkerCrashedError, match='replaced after a crash'):
+        run(ex.compute_many([old]))  # the next use restarts the worker: generation 2
+    assert h.generation == 2
+    new = run(ex.create_value(np.float32(7), F32))
+    assert float(run(ex.compute_many([new]))[0]) == 7.0
+    # The session was opened again on the new worker.
+    assert ops(h)[0] == 'OPEN_SESSION'
+    ex.close()
+
+
+def test_a_crash_fails_the_requests_in_flight():
+    gate = threading.Event()
+    with LoopbackGroup(lambda k: GatedService(gate)) as g:
+        ex = WorkerDelegatingExecutor(g.handles[0])
+        v = run(ex.create_value(np.float32(1), F32))
+
+        async def main():
+            task = asyncio.ensure_future(ex.compute_many([v]))
+            await asyncio.sleep(0)  # the request is submitted
+            g.handles[0].crash()
+            gate.set()
+            return await task
+        with pytest.raises(WorkerCrashedError, match='died'):
+            run(main())
+        ex.close()
+
+
+def test_dropped_values_are_freed_with_the_next_request(group):
+    ex = WorkerDelegatingExecutor(group.handles[0])
+    h = group.handles[0]
+    xs = run(ex.create_values([np.float32(k) for k in range(4)], F32))
+    run(ex.compute_many(xs[:1]))
+    session = h.service.sessions[ex.session_id]
+    assert len(session.values) == 4
+    del xs
+    gc.collect()
+    keep = run(ex.create_value(np.float32(9), F32))
+    assert h.requests[-1].free == [[1, 4]]  # the lease of the block: one range
+    assert list(session.values) == [6]  # (id 5 was the compute's)
+    assert float(run(ex.compute_many([keep]))[0]) == 9.0
+    ex.close()
+    header, buffers = P.encode_message(P.Request(int(P.Op.PING), 0, []))
+    assert h.submit(header, buffers, 'PING', h.generation).result(60).ok  # in order: after it
+    assert ex.session_id not in h.service.sessions  # CLOSE_SESSION disposed of the session
+
+
+def test_broadcasts_go_through_the_arena_and_every_read_ends():
+    gate = threading.Event()
+    with LoopbackGroup(lambda k: GatedService(gate), num_workers=2) as g:
+        g.start()
+        ex = [WorkerDelegatingExecutor(h) for h in g.handles]
+        w = np.arange(BROADCAST_MIN_BYTES // 4, dtype=np.float32)
+
+        async def main():
+            # Pipelined: both workers' requests are out before either answers.
+            vals = [await e.create_value(w, T.TensorType(np.float32, w.shape)) for e in ex]
+            assert g.broadcast.readers == 2
+            gate.set()
+            return await asyncio.gather(*[e.compute_many([v]) for e, v in zip(ex, vals)])
+        for o in run(main()):
+            np.testing.assert_array_equal(o[0], w)
+        assert g.broadcast.bytes_written == w.nbytes  # one copy for both workers
+        assert g.broadcast.readers == 0
+        for e in ex:
+            e.close()
+
+
+def test_a_closed_group_refuses_requests(group):
+    ex = WorkerDelegatingExecutor(group.handles[0])
+    group.close()
+    with pytest.raises(ExecutorClosedError, match='pool is closed'):
+        run(ex.create_value(np.float32(1), F32))
+
+
+def test_executors_say_their_abilities_without_probing():
+    leaf = EagerTFExecutor()
+    thread = ThreadDelegatingExecutor(leaf)
+    try:
+        assert leaf.can_stream and thread.can_stream
+        assert thread.worker_id is None and leaf.worker_id is None
+        with LoopbackGroup(lambda k: WorkerService(EagerTFExecutor(), worker_id=k)) as g:
+            ex = WorkerDelegatingExecutor(g.handles[0])
+            assert ex.can_stream and ex.worker_id == 0 and not ex.can_share(object())
+            ex.close()
+
+        class NoStream(ThreadDelegatingExecutor):
+            create_streamed_reductions = BatchExecutor.create_streamed_reductions
+            can_stream = BatchExecutor.can_stream
+        plain = NoStream(EagerTFExecutor())
+        try:
+            assert plain.can_stream is False
+            with pytest.raises(NotImplementedError, match='NoStream does not stream'):
+                run(plain.create_streamed_reductions([], [], 0, 0, 0))
+        finally:
+            plain.close()
+    finally:
+        thread.close()
+
+
+def test_one_stack_factory_over_a_loopback_group_gives_the_thread_stack_bits():
+    @sh.tf_computation(tf.float32)
+    def scale(x):
+        return x * 0.1 + 0.3
+
+    @sh.federated_computation(sh.type_at_clients(tf.float32))
+    def mean_of_scaled(xs):
+        return sh.federated_mean(sh.federated_map(scale, xs))
+    data = [np.float32(k) / 7 for k in range(5)]
+    with sh.execution_context(thread_debugging_executor_factory()):
+        expected = mean_of_scaled(data)
+    group = LoopbackGroup(lambda k: WorkerService(EagerTFExecutor(), worker_id=k), num_workers=2)
+    factory = WorkerGroupExecutorFactory(group)
+    with sh.execution_context(factory):
+        got = mean_of_scaled(data)
+    factory.close()
+    assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()
+    assert group.closed  # the factory owned the group
+    assert all(h.requests for h in group.handles)  # both workers hosted clients
