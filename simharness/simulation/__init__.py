@@ -6,7 +6,7 @@ a dataset computation with a computation, an iterative process or a
 learning process.
 """
 
-from simharness.simulation import datasets
+from simharness.simulation import datasets, models
 from simharness.simulation.iterative_process_compositions import (
     SequenceTypeNotAssignableError, SequenceTypeNotFoundError,
     compose_dataset_computation_with_computation,
@@ -22,5 +22,6 @@ __all__ = [
     'SequenceTypeNotAssignableError', 'SequenceTypeNotFoundError', 'TRAINING_TIME_KEY',
     'build_uniform_sampling_fn', 'compose_dataset_computation_with_computation',
     'compose_dataset_computation_with_iterative_process',
-    'compose_dataset_computation_with_learning_process', 'datasets', 'run_training_process',
+    'compose_dataset_computation_with_learning_process', 'datasets', 'models',
+    'run_training_process',
 ]
