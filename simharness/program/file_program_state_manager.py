@@ -35,22 +35,31 @@ _FILE = 'state.npz'
 
 
 def _to_array(leaf: Any) -> np.ndarray:
+    """A leaf as an array, with TF's dtypes for Python scalars (int32, float32, bytes)."""
     if hasattr(leaf, 'numpy'):
         leaf = leaf.numpy()
+    if isinstance(leaf, bool):
+        return np.asarray(leaf, np.bool_)
+    if isinstance(leaf, int):
+        return np.asarray(leaf, np.int32)
+    if isinstance(leaf, float):
+        return np.asarray(leaf, np.float32)
+    if isinstance(leaf, str):
+        leaf = leaf.encode('utf-8')
     a = np.asarray(leaf)
-    if a.dtype == object:
+    if a.dtype == object or a.dtype.kind == 'U':
         try:
             a = a.astype(bytes)
         except (TypeError, ValueError) as e:
             raise SimharnessTypeError(
                 f'cannot save a program state leaf of type {type(leaf).__name__}: {leaf!r:.80}',
-                expected='numbers, arrays, strings', actual=type(leaf)) from e
+                expected='numbers, arrays, strings or None', actual=type(leaf)) from e
     return a
 
 
 def _from_array(a: np.ndarray) -> Any:
     if a.dtype.kind == 'S':
-        a = a.astype(object)
+        return a.item() if a.ndim == 0 else a.astype(object)
     return a[()] if a.ndim == 0 else a
 
 
@@ -83,10 +92,13 @@ class FileProgramStateManager(ProgramStateManager):
         self._keep_first = keep_first
         self._keep_every_k = keep_every_k
 
-    def _path(self, version: int) -> str:
+    def _get_path_for_version(self, version: int) -> str:
         return os.path.join(self._root_dir, f'{self._prefix}{version}')
 
-    def _version_of(self, name: str) -> Optional[int]:
+    _path = _get_path_for_version
+
+    def _get_version_for_path(self, path: Union[str, os.PathLike]) -> Optional[int]:
+        name = os.path.basename(os.fspath(path))
         if not name.startswith(self._prefix):
             return None
         try:
@@ -97,9 +109,8 @@ class FileProgramStateManager(ProgramStateManager):
     async def get_versions(self) -> Optional[list[int]]:
         if not os.path.isdir(self._root_dir):
             return None
-        versions = [v for v in (self._version_of(n) for n in os.listdir(self._root_dir))
-                    if v is not None
-                    and os.path.isfile(os.path.join(self._path(v), _FILE))]
+        versions = [v for v in (self._get_version_for_path(n)
+                                for n in os.listdir(self._root_dir)) if v is not None]
         return sorted(versions) or None
 
     async def load(self, version: int, structure: Any) -> Any:
@@ -107,7 +118,8 @@ class FileProgramStateManager(ProgramStateManager):
         if not os.path.isfile(path):
             raise ProgramStateNotFoundError(version)
         with np.load(path, allow_pickle=False) as npz:
-            leaves = [_from_array(npz[f'leaf_{i}']) for i in range(len(npz.files))]
+            leaves = [None if f'none_{i}' in npz.files else _from_array(npz[f'leaf_{i}'])
+                      for i in range(len(npz.files))]
         _LOG.info('Program state loaded: %s', path)
         return structure_utils.pack_as(structure, leaves)
 
@@ -115,7 +127,8 @@ class FileProgramStateManager(ProgramStateManager):
         path = self._path(version)
         if os.path.exists(path):
             raise ProgramStateExistsError(version=version, path=self._root_dir)
-        arrays = {f'leaf_{i}': _to_array(leaf)
+        arrays = {(f'none_{i}' if leaf is None else f'leaf_{i}'):
+                  (np.zeros(0, np.int8) if leaf is None else _to_array(leaf))
                   for i, leaf in enumerate(structure_utils.flatten(program_state))}
         tmp = tempfile.mkdtemp(dir=self._root_dir, prefix='.tmp_')
         try:
