@@ -405,7 +405,8 @@ def add_trees_mod(a: Any, b: Any, moduli: Any) -> Any:
     return map_structure(lambda x, y, m: (x + y) % np.uint64(m), a, b, moduli)
 
 
-def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold_rows) -> None:
+def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold_rows,
+                   count: Optional[int] = None) -> None:
     """Feeds clients given leaf by leaf (arrays [n, ...]) into a reduction builder.
 
     The builder's reducer must use `start_rows(x)` (chunk accumulators from
@@ -414,8 +415,10 @@ def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold
     Whole chunks are folded for many chunks at once (one call per position
     within the chunk); the other rows go one by one. Every row sees exactly
     the operations, in the order, of `Reducer.partial`: the bits are the same.
+    `count` is the number of clients, needed when there are no leaves (an
+    empty structure: each client still counts).
     """
-    n = leaves[0].shape[0] if leaves else 0
+    n = leaves[0].shape[0] if leaves else (count or 0)
     L = builder.chunk
     end = start + n
 

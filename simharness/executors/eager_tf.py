@@ -651,7 +651,8 @@ class EagerTFExecutor(BatchExecutor):
                 stop = min(end, (pos // REDUCTION_SLICE + 1) * REDUCTION_SLICE)
                 for lo, hi in self._row_runs(kind, values, i, i + stop - pos):
                     row_type, leaves = self._numpy_rows(kind, values[lo:hi], pos + lo - i, params)
-                    fold_rows_into(builder, leaves, pos + lo - i, start_rows, fold_rows)
+                    fold_rows_into(builder, leaves, pos + lo - i, start_rows, fold_rows,
+                                   count=hi - lo)
                 i, pos = i + stop - pos, stop
         return rows_to_values(builder.finish(), row_type, row_type)
 
