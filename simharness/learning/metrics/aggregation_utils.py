@@ -37,13 +37,14 @@ def check_metric_finalizers(metric_finalizers: Any) -> None:
         return
     if not isinstance(metric_finalizers, collections.OrderedDict):
         raise SimharnessTypeError(
-            'metric_finalizers must be a collections.OrderedDict of str -> finalizer or a '
-            f'callable, got {type(metric_finalizers).__name__}',
+            'Expected `metric_finalizers` to be a collections.OrderedDict of str -> finalizer '
+            f'or a callable, found {type(metric_finalizers).__name__}',
             expected=collections.OrderedDict, actual=type(metric_finalizers))
     for key in metric_finalizers:
         if not isinstance(key, str):
-            raise SimharnessTypeError(f'metric_finalizers key {key!r} must be a str, got '
-                                      f'{type(key).__name__}', expected=str, actual=type(key))
+            raise SimharnessTypeError(f'Expected metric_finalizers key {key!r} to be a str, '
+                                      f'found {type(key).__name__}', expected=str,
+                                      actual=type(key))
 
 
 def check_local_unfinalized_metrics_type(local_unfinalized_metrics_type: Any) -> None:

@@ -1,9 +1,10 @@
 """Finalizers of Keras metrics (TFF's ``learning/metrics/keras_finalizer.py``).
 
 A finalizer maps a metric's unfinalized values (the values of its
-variables, summed over clients) to its result. With Keras 3 it is the
-metric's ``stateless_result``: no variable is created or assigned, so it
-traces into any `tf_computation`.
+variables, summed over clients) to its result. With Keras 3 it runs the
+metric's ``result()`` in a ``keras.StatelessScope`` that maps its variables to
+the values: no variable is created or assigned, so it traces into any
+`tf_computation`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import inspect
 from typing import Any, Callable, Union
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
@@ -84,9 +86,9 @@ def create_keras_metric_finalizer(metric: Union[Any, Callable[[], Any]]) -> Kera
     def finalizer(unfinalized_metric_values: list) -> Any:
         if not isinstance(unfinalized_metric_values, (list, tuple)):
             raise SimharnessTypeError(
-                f'The input to the finalizer of {keras_metric.name} must be a list of tensors, '
-                f'got {type(unfinalized_metric_values).__name__}', expected=list,
-                actual=type(unfinalized_metric_values))
+                f'Expected list of tensors as the input to the finalizer of '
+                f'{keras_metric.name}, found {type(unfinalized_metric_values).__name__}.',
+                expected=list, actual=type(unfinalized_metric_values))
         variables = keras_metric.variables
         if len(variables) != len(unfinalized_metric_values):
             raise SimharnessValueError(
@@ -96,14 +98,25 @@ def create_keras_metric_finalizer(metric: Union[Any, Callable[[], Any]]) -> Kera
                 f'{len(unfinalized_metric_values)}.')
         values = []
         for v, a in zip(variables, unfinalized_metric_values):
+            if not (tf.is_tensor(a) or isinstance(a, (np.ndarray, np.generic, int, float))):
+                raise SimharnessTypeError(
+                    f'Expected tf.Tensor values in the input to the finalizer of '
+                    f'{keras_metric.name}, found {type(a).__name__}.', expected=tf.Tensor,
+                    actual=type(a))
             a = tf.convert_to_tensor(a)
             if tuple(v.shape) != tuple(a.shape) or tf.as_dtype(v.dtype) != a.dtype:
                 raise SimharnessValueError(
                     'The input to the finalizer should be a list of `tf.Tensor`s matching the '
                     f'variables of the Keras metric {keras_metric.name}. Expected a '
-                    f'`tf.Tensor` of shape {tuple(v.shape)} and dtype {v.dtype!r}, found a '
-                    f'`tf.Tensor` of shape {tuple(a.shape)} and dtype {a.dtype.name!r}.')
+                    f'`tf.Tensor` of shape {tuple(v.shape)} and dtype '
+                    f'{tf.as_dtype(v.dtype)!r}, found a `tf.Tensor` of shape '
+                    f'{tuple(a.shape)} and dtype {a.dtype!r}.')
             values.append(a)
-        return keras_metric.stateless_result(values)
+        # Keras' stateless_result, with the result read inside the scope (a metric whose
+        # result is one of its variables would otherwise hand back the variable itself).
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return tf.nest.map_structure(
+                lambda r: tf.convert_to_tensor(r.value if isinstance(r, keras.Variable) else r),
+                keras_metric.result())
 
     return finalizer

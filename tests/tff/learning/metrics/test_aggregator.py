@@ -1,0 +1,146 @@
+"""TFF's learning/metrics/aggregator_test.py (SumThenFinalizeTest), renamed. Left out:
+SecureSumThenFinalizeTest and FinalizeThenSampleTest (`secure_sum_then_finalize` and
+`finalize_then_sample` are not ported yet)."""
+
+import collections
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import simharness as tff
+from simharness.learning.metrics import keras_finalizer
+
+_UNUSED_METRICS_FINALIZERS = collections.OrderedDict(
+    accuracy=tf.function(func=lambda x: x[0] / x[1]))
+_UNUSED_UNFINALIZED_METRICS_TYPE = tff.StructType(
+    [('accuracy', tff.TensorType(np.float32, [2]))], container=collections.OrderedDict)
+
+
+class CustomSumMetric(keras.metrics.Sum):
+    """A custom metric whose result is total + extra scalar and vector values."""
+
+    def __init__(self, name='custom_sum_metric'):
+        super().__init__(name=name, dtype='int32')
+        self.scalar = self.add_weight(name='scalar', shape=(), initializer='zeros',
+                                      dtype='int32')
+        self.vector = self.add_weight(name='vector', shape=(2,), initializer='zeros',
+                                      dtype='int32')
+
+    def result(self):
+        return self.total + self.scalar + tf.reduce_sum(self.vector)
+
+
+def _keras_clients():
+    return [collections.OrderedDict(accuracy=[np.float32(1.0), np.float32(2.0)],
+                                    custom_sum=[np.int32(1), np.int32(1),
+                                                np.array([1, 1], np.int32)]),
+            collections.OrderedDict(accuracy=[np.float32(3.0), np.float32(6.0)],
+                                    custom_sum=[np.int32(1), np.int32(1),
+                                                np.array([1, 1], np.int32)])]
+
+
+_KERAS_TYPE = tff.to_type(collections.OrderedDict(
+    accuracy=[tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.float32)],
+    custom_sum=[tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32),
+                tf.TensorSpec([2], tf.int32)]))
+
+
+def _test_finalize_metrics(unfinalized):
+    return collections.OrderedDict(
+        accuracy=keras_finalizer.create_keras_metric_finalizer(
+            keras.metrics.SparseCategoricalAccuracy)(unfinalized['accuracy']),
+        custom_sum=keras_finalizer.create_keras_metric_finalizer(CustomSumMetric)(
+            unfinalized['custom_sum']))
+
+
+_CASES = {
+    'keras_metrics': (
+        collections.OrderedDict(
+            accuracy=keras_finalizer.create_keras_metric_finalizer(
+                keras.metrics.SparseCategoricalAccuracy),
+            custom_sum=keras_finalizer.create_keras_metric_finalizer(CustomSumMetric)),
+        _keras_clients(), _KERAS_TYPE,
+        collections.OrderedDict(accuracy=(1.0 + 3.0) / (2.0 + 6.0), custom_sum=8)),
+    'keras_metrics_callable_finalizers': (
+        _test_finalize_metrics, _keras_clients(), _KERAS_TYPE,
+        collections.OrderedDict(accuracy=(1.0 + 3.0) / (2.0 + 6.0), custom_sum=8)),
+    'non_keras_metrics': (
+        collections.OrderedDict(divide=tf.function(func=lambda x: x[0] / x[1]),
+                                sum=tf.function(func=lambda x: x['count_1'] + x['count_2'])),
+        [collections.OrderedDict(divide=[np.float32(1.0), np.float32(2.0)],
+                                 sum=collections.OrderedDict(count_1=np.int32(1),
+                                                             count_2=np.int32(1))),
+         collections.OrderedDict(divide=[np.float32(3.0), np.float32(6.0)],
+                                 sum=collections.OrderedDict(count_1=np.int32(1),
+                                                             count_2=np.int32(1)))],
+        tff.to_type(collections.OrderedDict(
+            divide=[tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.float32)],
+            sum=collections.OrderedDict(count_1=tf.TensorSpec([], tf.int32),
+                                        count_2=tf.TensorSpec([], tf.int32)))),
+        collections.OrderedDict(divide=(1.0 + 3.0) / (2.0 + 6.0), sum=4)),
+    'metrics_mixed_dtypes': (
+        collections.OrderedDict(
+            divide=tf.function(func=lambda x: x[0] / tf.cast(x[1], tf.float32)),
+            sum=tf.function(func=lambda x: tf.cast(x['count_1'], tf.float32) + x['count_2'])),
+        [collections.OrderedDict(divide=[np.float32(1.0), np.int32(2)],
+                                 sum=collections.OrderedDict(count_1=np.int32(1),
+                                                             count_2=np.float32(1.0))),
+         collections.OrderedDict(divide=[np.float32(3.0), np.int32(6)],
+                                 sum=collections.OrderedDict(count_1=np.int32(1),
+                                                             count_2=np.float32(1.0)))],
+        tff.to_type(collections.OrderedDict(
+            divide=[tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)],
+            sum=collections.OrderedDict(count_1=tf.TensorSpec([], tf.int32),
+                                        count_2=tf.TensorSpec([], tf.float32)))),
+        collections.OrderedDict(divide=(1.0 + 3.0) / (2.0 + 6.0), sum=4.0)),
+}
+
+
+@pytest.mark.parametrize('finalizers, clients, metrics_type, expected', list(_CASES.values()),
+                         ids=list(_CASES))
+def test_returns_correct_results(tff_stack, finalizers, clients, metrics_type, expected):
+    aggregator = tff.learning.metrics.sum_then_finalize(
+        metric_finalizers=finalizers, local_unfinalized_metrics_type=metrics_type)
+
+    @tff.federated_computation(tff.type_at_clients(metrics_type))
+    def wrapped(unfinalized_metrics):
+        return aggregator(unfinalized_metrics)
+
+    result = wrapped(clients)
+    assert list(result) == list(expected)
+    for k in expected:
+        np.testing.assert_allclose(result[k], expected[k], rtol=1e-7)
+
+
+_INVALID = {
+    'metric_finalizers_not_ordereddict': (
+        {'accuracy': tf.function(func=lambda x: x[0] / x[1])}, _UNUSED_UNFINALIZED_METRICS_TYPE,
+        TypeError, 'Expected .*collections.OrderedDict'),
+    'metric_finalizers_key_not_string': (
+        collections.OrderedDict([(1, tf.function(func=lambda x: x))]),
+        _UNUSED_UNFINALIZED_METRICS_TYPE, TypeError, 'Expected .*str'),
+    'unfinalized_metrics_not_structure_type': (
+        _UNUSED_METRICS_FINALIZERS, tff.TensorType(np.float32), TypeError,
+        'Expected .*`StructWithPythonType`'),
+    'unfinalized_metrics_not_ordereddict': (
+        _UNUSED_METRICS_FINALIZERS,
+        tff.StructType([tff.TensorType(np.float32), tff.TensorType(np.float32)], container=list),
+        TypeError, 'with `collections.OrderedDict` as the Python container'),
+    'unmatched_metric_names': (
+        collections.OrderedDict(accuracy=tf.function(func=lambda x: x[0] / x[1])),
+        tff.StructType([('loss', tff.TensorType(np.float32, [2]))],
+                       container=collections.OrderedDict),
+        ValueError, 'The metric names in `metric_finalizers` do not match'),
+}
+
+
+@pytest.mark.parametrize('finalizers, metrics_type, error_type, message', list(_INVALID.values()),
+                         ids=list(_INVALID))
+def test_fails_with_invalid_inputs(finalizers, metrics_type, error_type, message):
+    with pytest.raises(error_type, match=message):
+        @tff.federated_computation(tff.type_at_clients(metrics_type))
+        def _aggregator_computation(unfinalized_metrics):
+            return tff.learning.metrics.sum_then_finalize(
+                metric_finalizers=finalizers)(unfinalized_metrics)
