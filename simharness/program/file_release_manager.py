@@ -14,6 +14,7 @@ import os
 import tempfile
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
+import attrs
 import numpy as np
 
 from simharness.errors import SimharnessValueError
@@ -40,6 +41,8 @@ class CSVSaveMode(enum.Enum):
 
 
 def _normalize(value: Any) -> Any:
+    if attrs.has(type(value)):
+        return value  # written as its repr, as TFF
     if hasattr(value, 'element_spec') and hasattr(value, 'reduce'):  # a tf.data.Dataset
         value = list(value)
     if hasattr(value, 'numpy'):
@@ -104,21 +107,21 @@ class CSVFileReleaseManager(ReleaseManager):
                 os.unlink(tmp)
             raise
 
-    def _write_value(self, value: Mapping[str, Any]) -> None:
+    async def _write_value(self, value: Mapping[str, Any]) -> None:
         fieldnames, values = self._read_values()
         fieldnames.extend(k for k in value if k not in fieldnames)
         values.append(dict(value))
         self._write_values(fieldnames, values)
 
-    def _append_value(self, value: Mapping[str, Any]) -> None:
+    async def _append_value(self, value: Mapping[str, Any]) -> None:
         fieldnames, _ = self._read_values()
         if all(k in fieldnames for k in value):
             with open(self._file_path, 'a', newline='', encoding='utf-8') as f:
                 csv.DictWriter(f, fieldnames=fieldnames).writerow(value)
         else:
-            self._write_value(value)
+            await self._write_value(value)
 
-    def _remove_values_greater_than_key(self, key: int) -> None:
+    async def _remove_values_greater_than_key(self, key: int) -> None:
         if self._latest_key is None or key > self._latest_key:
             return
         if key < 0:
@@ -136,12 +139,12 @@ class CSVFileReleaseManager(ReleaseManager):
 
     async def release(self, value: Any, key: int) -> None:
         """Writes `value` (flattened by key paths) as the row of `key`, after dropping keys >= `key`."""
-        self._remove_values_greater_than_key(key - 1)
+        await self._remove_values_greater_than_key(key - 1)
         row = collections.OrderedDict([(self._key_fieldname, key)])
-        for name, leaf in structure_utils.flatten_with_name(value):
+        for name, leaf in structure_utils.flatten_with_name(value, attrs_as_leaves=True):
             row[name] = _normalize(leaf)
         if self._save_mode == CSVSaveMode.APPEND:
-            self._append_value(row)
+            await self._append_value(row)
         else:
-            self._write_value(row)
+            await self._write_value(row)
         self._latest_key = key

@@ -21,13 +21,13 @@ def _is_namedtuple(x: Any) -> bool:
     return isinstance(x, tuple) and hasattr(x, '_fields')
 
 
-def _children(value: Any) -> Iterator[tuple[str, Any]] | None:
+def _children(value: Any, attrs_as_leaves: bool = False) -> Iterator[tuple[str, Any]] | None:
     if isinstance(value, Struct):
         return iter([(n if n is not None else str(i), v)
                      for i, (n, v) in enumerate(value.items())])
     if isinstance(value, collections.abc.Mapping):
         return iter([(str(k), value[k]) for k in sorted(value)])
-    if attrs.has(type(value)):
+    if attrs.has(type(value)) and not attrs_as_leaves:
         return iter([(a.name, getattr(value, a.name)) for a in attrs.fields(type(value))])
     if _is_namedtuple(value):
         return iter(list(zip(value._fields, value)))
@@ -36,14 +36,20 @@ def _children(value: Any) -> Iterator[tuple[str, Any]] | None:
     return None
 
 
-def flatten_with_name(value: Any, prefix: str = '') -> list[tuple[str, Any]]:
-    """``[(path, leaf)]`` of `value`, depth first (path ``'a/b/0'``; a bare leaf has path '')."""
-    children = _children(value)
+def flatten_with_name(value: Any, prefix: str = '', attrs_as_leaves: bool = False
+                      ) -> list[tuple[str, Any]]:
+    """``[(path, leaf)]`` of `value`, depth first (path ``'a/b/0'``; a bare leaf has path '').
+
+    With `attrs_as_leaves`, attrs instances are leaves (as TFF's release
+    managers see them); else their fields are visited.
+    """
+    children = _children(value, attrs_as_leaves)
     if children is None:
         return [(prefix, value)]
     out: list[tuple[str, Any]] = []
     for name, child in children:
-        out.extend(flatten_with_name(child, f'{prefix}/{name}' if prefix else name))
+        out.extend(flatten_with_name(child, f'{prefix}/{name}' if prefix else name,
+                                     attrs_as_leaves))
     return out
 
 
