@@ -11,17 +11,22 @@ from simharness.aggregators.factory import (AggregationFactory, UnweightedAggreg
 from simharness.aggregators.factory_utils import as_weighted_aggregator
 from simharness.aggregators.mean import MeanFactory, UnweightedMeanFactory
 from simharness.aggregators.measurements import add_measurements
+from simharness.aggregators.deterministic_discretization import DeterministicDiscretizationFactory
 from simharness.aggregators.differential_privacy import DifferentiallyPrivateFactory
 from simharness.aggregators.primitives import secure_quantized_sum
 from simharness.aggregators.quantile_estimation import PrivateQuantileEstimationProcess
 from simharness.aggregators.robust import clipping_factory, zeroing_factory
+from simharness.aggregators.rotation import (DiscreteFourierTransformFactory,
+                                             HadamardTransformFactory)
 from simharness.aggregators.secure import SecureModularSumFactory, SecureSumFactory
+from simharness.aggregators.stochastic_discretization import StochasticDiscretizationFactory
 from simharness.aggregators.sum_factory import SumFactory
 
 __all__ = [
-    'AggregationFactory', 'DifferentiallyPrivateFactory', 'MeanFactory',
+    'AggregationFactory', 'DeterministicDiscretizationFactory', 'DifferentiallyPrivateFactory',
+    'DiscreteFourierTransformFactory', 'HadamardTransformFactory', 'MeanFactory',
     'PrivateQuantileEstimationProcess', 'SecureModularSumFactory', 'SecureSumFactory',
-    'SumFactory', 'UnweightedAggregationFactory', 'UnweightedMeanFactory',
+    'StochasticDiscretizationFactory', 'SumFactory', 'UnweightedAggregationFactory', 'UnweightedMeanFactory',
     'WeightedAggregationFactory', 'add_measurements', 'as_weighted_aggregator',
     'clipping_factory', 'secure_quantized_sum', 'zeroing_factory',
 ]
