@@ -92,7 +92,7 @@ def create_functional_metric_fns(
                 'attribute, such as when feeding in a `tff.learning.models.BatchOutput` '
                 'structure.')
         predictions = batch_output.predictions
-        return pack([tuple(m.stateless_update_state(list(s), labels, predictions,
+        return pack([tuple(m.stateless_update_state(list(s), y_true=labels, y_pred=predictions,
                                                     sample_weight=sample_weight))
                      for m, s in zip(leaves, unpack(state))])
 
