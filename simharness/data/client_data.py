@@ -106,7 +106,8 @@ def _normalize_slices(client_id: str, slices: Any) -> Any:
     """Dicts and tuples stay structure; anything else becomes one numpy leaf (TF's dtypes)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     if isinstance(slices, Mapping):
-        return type(slices)((k, _normalize_slices(client_id, v)) for k, v in slices.items())
+        return type(slices)(  # type: ignore[call-arg]
+            (k, _normalize_slices(client_id, v)) for k, v in slices.items())
     if isinstance(slices, tuple) and not _isnamedtuple(slices):
         return tuple(_normalize_slices(client_id, v) for v in slices)
     if tf.is_tensor(slices):

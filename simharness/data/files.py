@@ -319,9 +319,10 @@ class FileClientData(ClientData):
             layouts = None
             if self._paths is not None:
                 layouts = [_npz_layout(self._paths[c], list(self._spec)) for c in self._ids]
-            if layouts is not None and all(lay is not None for lay in layouts):
+            if self._paths is not None and layouts is not None and all(
+                    lay is not None for lay in layouts):
                 fn = _npz_reading_fn(self._ids, [str(self._paths[c]) for c in self._ids],
-                                     layouts, self._spec)  # type: ignore[index, arg-type]
+                                     layouts, self._spec)  # type: ignore[arg-type]
             else:
                 keys = list(self._spec)
                 arrays = [self.client_arrays(c) for c in self._ids]

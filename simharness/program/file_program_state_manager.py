@@ -132,7 +132,7 @@ class FileProgramStateManager(ProgramStateManager):
                   for i, leaf in enumerate(structure_utils.flatten(program_state))}
         tmp = tempfile.mkdtemp(dir=self._root_dir, prefix='.tmp_')
         try:
-            np.savez(os.path.join(tmp, _FILE), **arrays)
+            np.savez(os.path.join(tmp, _FILE), **arrays)  # type: ignore[arg-type]
             os.replace(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

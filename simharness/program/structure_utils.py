@@ -72,7 +72,7 @@ def pack_as(structure: Any, leaves: list[Any]) -> Any:
             return Struct((n, pack(v)) for n, v in s.items())
         if isinstance(s, collections.abc.Mapping):
             packed = {k: pack(s[k]) for k in sorted(s)}
-            return type(s)((k, packed[k]) for k in s)
+            return type(s)((k, packed[k]) for k in s)  # type: ignore[call-arg]
         if attrs.has(type(s)):
             return attrs.evolve(s, **{a.name: pack(getattr(s, a.name))
                                       for a in attrs.fields(type(s)) if a.init})

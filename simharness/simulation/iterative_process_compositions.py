@@ -113,7 +113,7 @@ def compose_dataset_computation_with_computation(dataset_computation: Computatio
     sequence_types: list[T.Type] = []
 
     def new_struct_type(struct: T.StructType, path: list[int]) -> T.StructType:
-        elements = []
+        elements: list[tuple[Any, T.Type]] = []
         for i, (name, elem) in enumerate(struct.items()):
             if isinstance(elem, T.FederatedType) and isinstance(elem.member, T.SequenceType):
                 sequence_types.append(elem.member)

@@ -42,7 +42,8 @@ def build_uniform_sampling_fn(sample_range: Sequence[T], replace: bool = False,
         random_state = (np.random.RandomState(get_pseudo_random_int(round_num)) if seeded
                         else np.random.RandomState())
         try:
-            return random_state.choice(sample_range, size=size, replace=replace).tolist()
+            return random_state.choice(sample_range, size=size,  # type: ignore[arg-type]
+                                       replace=replace).tolist()
         except ValueError as e:
             raise SimharnessValueError(
                 f'Failed to sample {size} clients from population of size '
