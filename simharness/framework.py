@@ -7,10 +7,12 @@ from simharness.core.building_blocks import (Block, Call, CompiledComputation,
                                              Placement, Reference, Selection)
 from simharness.core.building_blocks import Struct as StructBlock
 from simharness.context import ContextStack, get_context_stack, set_default_context
+from simharness.context import AsyncExecutionContext as _AsyncExecutionContext
 from simharness.context import ExecutionContext as _ExecutionContext
 from simharness.core import types as _T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
-from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.errors import ContextError, SimharnessTypeError, SimharnessValueError
+from simharness.validation import check_bool, check_int
 from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory, ExecutorValue
 from simharness.executors.eager_tf import EagerTFExecutor
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy
@@ -55,6 +57,78 @@ class ExecutionContext(_ExecutionContext):
         if chosen is None:
             raise SimharnessTypeError('ExecutionContext needs an executor factory (executor_fn=)')
         super().__init__(chosen, retries=retries)
+
+
+class SyncExecutionContext(ExecutionContext):
+    """TFF's `SyncExecutionContext(executor_fn, compiler_fn=None, *, transform_args=None,
+    transform_result=None)`: `ExecutionContext` with TFF's keyword arguments.
+
+    Raises:
+      SimharnessTypeError: no factory, or a transform that is not callable.
+      SimharnessValueError: a `compiler_fn` was given.
+    """
+
+    def __init__(self, executor_fn: Optional[ExecutorFactory] = None,
+                 compiler_fn: Optional[Callable[..., Any]] = None, *,
+                 transform_args: Optional[Callable[[Any], Any]] = None,
+                 transform_result: Optional[Callable[[Any], Any]] = None, retries: int = 0,
+                 factory: Optional[ExecutorFactory] = None):
+        _check_compiler_fn(compiler_fn)
+        _ExecutionContext.__init__(self, _chosen_factory(executor_fn, factory), retries,
+                                   transform_args=transform_args,
+                                   transform_result=transform_result)
+
+
+class AsyncExecutionContext(_AsyncExecutionContext):
+    """TFF's `AsyncExecutionContext`: a computation called in it returns an awaitable.
+
+    Arguments as in `SyncExecutionContext`.
+    """
+
+    def __init__(self, executor_fn: Optional[ExecutorFactory] = None,
+                 compiler_fn: Optional[Callable[..., Any]] = None, *,
+                 transform_args: Optional[Callable[[Any], Any]] = None,
+                 transform_result: Optional[Callable[[Any], Any]] = None, retries: int = 0,
+                 factory: Optional[ExecutorFactory] = None):
+        _check_compiler_fn(compiler_fn)
+        super().__init__(_chosen_factory(executor_fn, factory), retries,
+                         transform_args=transform_args, transform_result=transform_result)
+
+
+def _check_compiler_fn(compiler_fn: Any) -> None:
+    if compiler_fn is not None:
+        raise SimharnessValueError(
+            f'compiler_fn={compiler_fn!r} is not supported: simharness runs computations as '
+            'traced; leave it out')
+
+
+def _chosen_factory(executor_fn: Any, factory: Any) -> ExecutorFactory:
+    if executor_fn is not None and factory is not None:
+        raise SimharnessTypeError('give executor_fn or factory, not both')
+    chosen = executor_fn if executor_fn is not None else factory
+    if chosen is None:
+        raise SimharnessTypeError('an execution context needs an executor factory (executor_fn=)')
+    return chosen
+
+
+def local_cpp_executor_factory(default_num_clients: int = 0,
+                               max_concurrent_computation_calls: int = -1,
+                               stream_structs: bool = False) -> ProcessExecutorFactory:
+    """TFF's local C++ executor factory, as `simharness.backends.native` maps it: a process
+    stack (one worker per usable core) with `default_num_clients`.
+
+    `max_concurrent_computation_calls` is a context's limit in simharness (see
+    `backends.native`); here it is checked and otherwise unused, as is
+    `stream_structs`.
+
+    Raises:
+      SimharnessTypeError: an argument of the wrong type.
+      SimharnessValueError: `default_num_clients` < 0.
+    """
+    check_int('max_concurrent_computation_calls', max_concurrent_computation_calls)
+    check_bool('stream_structs', stream_structs)
+    n = check_int('default_num_clients', default_num_clients, 0)
+    return process_executor_factory(default_num_clients=n)
 
 
 class ResourceManagingExecutorFactory(CachingExecutorFactory):
@@ -105,6 +179,7 @@ class ResourceManagingExecutorFactory(CachingExecutorFactory):
                 ex.close()
 
 __all__ = [
+    'AsyncExecutionContext', 'ContextError', 'SyncExecutionContext', 'local_cpp_executor_factory',
     'AGGREGATION_CHUNK', 'BatchExecutor', 'Block', 'CachingExecutorFactory', 'Call',
     'CompiledComputation', 'ComputationBuildingBlock', 'ContextStack', 'Data',
     'EagerTFExecutor', 'ExecutionContext', 'Executor', 'ExecutorFactory', 'ExecutorValue',
