@@ -28,5 +28,5 @@ __all__ = [
     'PrivateQuantileEstimationProcess', 'SecureModularSumFactory', 'SecureSumFactory',
     'StochasticDiscretizationFactory', 'SumFactory', 'UnweightedAggregationFactory', 'UnweightedMeanFactory',
     'WeightedAggregationFactory', 'add_measurements', 'as_weighted_aggregator',
-    'clipping_factory', 'secure_quantized_sum', 'zeroing_factory',
+    'clipping_factory', 'concat_factory', 'secure_quantized_sum', 'zeroing_factory',
 ]
