@@ -41,7 +41,10 @@ def _dataset_reduce_fn(reduce_fn: Callable[[Any, Any], Any], dataset: Any,
 def _for_iter_dataset_fn(reduce_fn: Callable[[Any, Any], Any], dataset: Any,
                          initial_state_fn: Callable[[], Any] = _zero) -> Any:
     update_state = initial_state_fn()
-    for batch in iter(dataset):
+    # `for batch in dataset` (TFF writes `iter(dataset)`: the same elements in
+    # the same order). Autograph makes it a reduction over the dataset, which
+    # the runtime lowers to a tensor loop; an explicit iterator it cannot.
+    for batch in dataset:
         update_state = reduce_fn(update_state, batch)
     return update_state
 

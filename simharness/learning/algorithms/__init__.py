@@ -1,0 +1,49 @@
+"""Federated learning algorithms (``tff.learning.algorithms``), TFF 0.88's builders.
+
+```
+build_weighted_fed_avg(model_fn, client_optimizer_fn, server_optimizer_fn=SGD(1.0), *,
+                       client_weighting=NUM_EXAMPLES, model_distributor=None,
+                       model_aggregator=None, metrics_aggregator=None, loop_implementation=...)
+build_unweighted_fed_avg(...)        build_weighted_fed_prox / build_unweighted_fed_prox(...)
+build_fed_sgd(model_fn, server_optimizer_fn=SGD(0.1), ...)
+build_fed_eval(model_fn, model_distributor=None, metrics_aggregation_process=None, ...)
+build_weighted_fed_avg_with_optimizer_schedule(model_fn, client_learning_rate_fn, ...)
+build_weighted_mime_lite / build_unweighted_mime_lite / build_mime_lite_with_optimizer_schedule
+```
+Every builder returns a `tff.learning.templates.LearningProcess`:
+``state = process.initialize(); state, metrics = process.next(state, client_datasets)``.
+
+The padded-array processes that were here (``build_algorithm``, ...) moved to
+`simharness.learning.padded`. Names load on first use (PEP 562).
+"""
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    'build_unweighted_fed_avg': 'fed_avg', 'build_weighted_fed_avg': 'fed_avg',
+    'build_weighted_fed_avg_with_optimizer_schedule': 'fed_avg_with_optimizer_schedule',
+    'build_fed_eval': 'fed_eval',
+    'build_unweighted_fed_prox': 'fed_prox', 'build_weighted_fed_prox': 'fed_prox',
+    'build_fed_sgd': 'fed_sgd',
+    'build_mime_lite_with_optimizer_schedule': 'mime', 'build_unweighted_mime_lite': 'mime',
+    'build_weighted_mime_lite': 'mime',
+}
+_MODULES = ('fed_avg', 'fed_avg_with_optimizer_schedule', 'fed_eval', 'fed_prox', 'fed_sgd',
+            'mime')
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module(f'{__name__}.{name}')
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f'{__name__}.{_WHERE[name]}'), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,220 @@
+"""Composing a learning process of its five parts (TFF's ``learning/templates/composers.py``).
+
+```
+state = LearningAlgorithmState(global_model_weights, distributor, client_work, aggregator,
+                               finalizer)@SERVER
+next(state, client_data):
+  distributor:  weights@CLIENTS = distributor.next(state.distributor, state.global_model_weights)
+  client_work:  ClientResult(update, update_weight)@CLIENTS
+                  = client_work.next(state.client_work, weights, client_data)
+  aggregator:   update@SERVER = aggregator.next(state.aggregator, update, update_weight)
+  finalizer:    new weights@SERVER = finalizer.next(state.finalizer, state.global_model_weights,
+                                                    update)
+  metrics = OrderedDict(distributor=..., client_work=..., aggregator=..., finalizer=...)
+```
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, NamedTuple
+
+from simharness.core import intrinsics as I
+from simharness.core import types as T
+from simharness.core.computation import Computation, federated_computation, tf_computation
+from simharness.aggregators import mean
+from simharness.errors import SimharnessTypeError
+from simharness.learning.client_weight_lib import ClientWeighting
+from simharness.learning.models.model_weights import ModelWeights
+from simharness.learning.optimizers import sgdm
+from simharness.learning.templates import (apply_optimizer_finalizer, client_works, distributors,
+                                           finalizers, model_delta_client_work, type_checks)
+from simharness.learning.templates.learning_process import LearningProcess, LearningProcessOutput
+from simharness.templates.aggregation_process import AggregationProcess
+from simharness.templates.iterative_process import check_computation
+
+__all__ = ['LearningAlgorithmState', 'build_basic_fedavg_process', 'compose_learning_process']
+
+
+class LearningAlgorithmState(NamedTuple):
+    """The server state of a composed learning process.
+
+    Attributes:
+      global_model_weights: the model weights (a `ModelWeights` as built by
+        the algorithms).
+      distributor, client_work, aggregator, finalizer: the states of the parts.
+    """
+
+    global_model_weights: Any
+    distributor: Any
+    client_work: Any
+    aggregator: Any
+    finalizer: Any
+
+
+def _check_type(value: Any, cls: type, name: str) -> None:
+    if not isinstance(value, cls):
+        raise SimharnessTypeError(
+            f'{name} must be a {cls.__name__}, got {value!r} of type {type(value).__name__}',
+            expected=cls, actual=type(value))
+
+
+def _validate_args(initial_model_weights_fn: Computation, distributor: Any, client_work: Any,
+                   aggregator: Any, finalizer: Any) -> None:
+    check_computation(initial_model_weights_fn, 'initial_model_weights_fn')
+    sig = initial_model_weights_fn.type_signature
+    if sig.parameter is not None:
+        raise SimharnessTypeError(
+            'Provided initial_model_weights_fn must be a no-arg Computation.\nFound input '
+            f'parameter: {sig.parameter}', actual=sig.parameter)
+    if isinstance(sig.result, T.FederatedType):
+        raise SimharnessTypeError(
+            'Provided initial_model_weights_fn must be a Computation with unplaced return '
+            f'type.\nReturn type found: {sig.result}', actual=sig.result)
+    weights_type = T.FederatedType(sig.result, T.SERVER)
+    _check_type(distributor, distributors.DistributionProcess, 'model_weights_distributor')
+    _check_type(client_work, client_works.ClientWorkProcess, 'client_work')
+    _check_type(aggregator, AggregationProcess, 'model_update_aggregator')
+    if not aggregator.is_weighted:
+        raise SimharnessTypeError('Provided model_update_aggregator must be weighted.')
+    _check_type(finalizer, finalizers.FinalizerProcess, 'model_finalizer')
+    dist = distributor.next.type_signature
+    work = client_work.next.type_signature
+    agg = aggregator.next.type_signature
+    fin = finalizer.next.type_signature
+    dist.parameter[1].check_assignable_from(weights_type)
+    work.parameter[1].check_assignable_from(dist.result.result)
+    agg.parameter[1].member.check_assignable_from(work.result.result.member.update)
+    agg.parameter[2].member.check_assignable_from(work.result.result.member.update_weight)
+    fin.parameter[1].check_assignable_from(weights_type)
+    fin.parameter[2].check_assignable_from(agg.result.result)
+    weights_type.check_assignable_from(fin.result.result)
+
+
+def compose_learning_process(initial_model_weights_fn: Computation,
+                             model_weights_distributor: distributors.DistributionProcess,
+                             client_work: client_works.ClientWorkProcess,
+                             model_update_aggregator: AggregationProcess,
+                             model_finalizer: finalizers.FinalizerProcess) -> LearningProcess:
+    """Composes the five parts into a `LearningProcess` (TFF's function).
+
+    Args:
+      initial_model_weights_fn: a no-arg `tf_computation` returning the
+        initial (unplaced) model weights.
+      model_weights_distributor: a `DistributionProcess` of the weights.
+      client_work: a `ClientWorkProcess` taking the distributed weights.
+      model_update_aggregator: a weighted `AggregationProcess` of the updates.
+      model_finalizer: a `FinalizerProcess` making the new weights.
+
+    Returns:
+      A `LearningProcess` whose state is a `LearningAlgorithmState` and whose
+      metrics are ``OrderedDict(distributor=, client_work=, aggregator=,
+      finalizer=)``, each the part's measurements.
+
+    Raises:
+      SimharnessTypeError: an argument has the wrong type, or the parts'
+        types do not fit together.
+    """
+    _validate_args(initial_model_weights_fn, model_weights_distributor, client_work,
+                   model_update_aggregator, model_finalizer)
+    client_data_type = client_work.next.type_signature.parameter[2]
+
+    @federated_computation()
+    def init_fn() -> Any:
+        initial_model_weights = I.federated_eval(initial_model_weights_fn, T.SERVER)
+        return I.federated_zip(LearningAlgorithmState(
+            initial_model_weights, model_weights_distributor.initialize(),
+            client_work.initialize(), model_update_aggregator.initialize(),
+            model_finalizer.initialize()))
+
+    @federated_computation(init_fn.type_signature.result, client_data_type)
+    def next_fn(state: Any, client_data: Any) -> Any:
+        distributor_output = model_weights_distributor.next(state.distributor,
+                                                            state.global_model_weights)
+        client_work_output = client_work.next(state.client_work, distributor_output.result,
+                                              client_data)
+        aggregator_output = model_update_aggregator.next(
+            state.aggregator, client_work_output.result.update,
+            client_work_output.result.update_weight)
+        finalizer_output = model_finalizer.next(state.finalizer, state.global_model_weights,
+                                                aggregator_output.result)
+        new_state = I.federated_zip(LearningAlgorithmState(
+            finalizer_output.result, distributor_output.state, client_work_output.state,
+            aggregator_output.state, finalizer_output.state))
+        metrics = I.federated_zip(collections.OrderedDict(
+            distributor=distributor_output.measurements,
+            client_work=client_work_output.measurements,
+            aggregator=aggregator_output.measurements,
+            finalizer=finalizer_output.measurements))
+        return LearningProcessOutput(new_state, metrics)
+
+    state_type = next_fn.type_signature.parameter[0].member
+
+    @tf_computation(state_type)
+    def get_model_weights_fn(state: Any) -> Any:
+        return state.global_model_weights
+
+    @tf_computation(state_type, state_type.global_model_weights)
+    def set_model_weights_fn(state: Any, model_weights: Any) -> Any:
+        return LearningAlgorithmState(
+            global_model_weights=model_weights, distributor=state.distributor,
+            client_work=state.client_work, aggregator=state.aggregator,
+            finalizer=state.finalizer)
+
+    # The parts' hparams functions are computations: an unplaced federated
+    # computation calls them (a tf_computation cannot call another one here).
+    @federated_computation(state_type)
+    def get_hparams_fn(state: Any) -> Any:
+        return collections.OrderedDict(
+            client_work=client_work.get_hparams(state.client_work),
+            finalizer=model_finalizer.get_hparams(state.finalizer))
+
+    @federated_computation(state_type, get_hparams_fn.type_signature.result)
+    def set_hparams_fn(state: Any, hparams: Any) -> Any:
+        return LearningAlgorithmState(
+            global_model_weights=state.global_model_weights, distributor=state.distributor,
+            client_work=client_work.set_hparams(state.client_work, hparams['client_work']),
+            aggregator=state.aggregator,
+            finalizer=model_finalizer.set_hparams(state.finalizer, hparams['finalizer']))
+
+    process = LearningProcess(init_fn, next_fn, get_model_weights_fn, set_model_weights_fn,
+                              get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn)
+    try:
+        type_checks.check_is_client_placed_structure_of_sequences(
+            process.next.type_signature.parameter[1])
+    except type_checks.ClientSequenceTypeError as e:
+        raise SimharnessTypeError(
+            'The learning process composition produced a `next` function with type signature '
+            f'{process.next.type_signature}. However, the second arg of `next` must be a '
+            'CLIENTS-placed structure of sequences.') from e
+    return process
+
+
+def build_basic_fedavg_process(model_fn: Callable[[], Any], client_learning_rate: float,
+                               server_learning_rate: float = 1.0) -> LearningProcess:
+    """FedAvg of the composed parts (TFF's example of composition).
+
+    Clients run SGD at `client_learning_rate`, updates are averaged weighted by
+    the clients' example counts, the server applies SGD at `server_learning_rate`.
+    """
+    if not isinstance(client_learning_rate, float):
+        raise SimharnessTypeError(
+            f'client_learning_rate must be a float, got {client_learning_rate!r} of type '
+            f'{type(client_learning_rate).__name__}', expected=float,
+            actual=type(client_learning_rate))
+
+    @tf_computation()
+    def initial_model_weights_fn() -> Any:
+        return ModelWeights.from_model(model_fn())
+
+    weights_type = initial_model_weights_fn.type_signature.result
+    distributor = distributors.build_broadcast_process(weights_type)
+    client_work = model_delta_client_work.build_model_delta_client_work(
+        model_fn, sgdm.build_sgdm(client_learning_rate),
+        client_weighting=ClientWeighting.NUM_EXAMPLES)
+    result = client_work.next.type_signature.result.result.member
+    aggregator = mean.MeanFactory().create(result.update, result.update_weight)
+    finalizer = apply_optimizer_finalizer.build_apply_optimizer_finalizer(
+        sgdm.build_sgdm(server_learning_rate), weights_type)
+    return compose_learning_process(initial_model_weights_fn, distributor, client_work,
+                                    aggregator, finalizer)

@@ -1,0 +1,316 @@
+"""Client work that trains locally and reports the model delta (TFF's ``model_delta_client_work.py``).
+
+```
+client_update(state=optimizer hparams, weights W, dataset):
+  model weights := W
+  for batch in dataset (loop_implementation: dataset.reduce | for ... in iter(dataset)):
+      gradients of forward_pass(batch).loss; optimizer.next(...)
+  update        = W.trainable - trained weights        (zeros if any is non-finite)
+  update_weight = num_examples | 1.0                   (client_weighting; 0.0 if non-finite)
+  metrics       = the model's local unfinalized metrics (reset if non-finite)
+measurements: OrderedDict(train=metrics_aggregator(finalizers)(client metrics))
+```
+
+The client computation is one `tf_computation` over ``SequenceType(batch)``:
+its dataset loop is lowered to a tensor loop on our runtime when the client's
+data are in-memory tensors (`simharness.executors.sequence_lowering`).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from simharness.core import intrinsics as I
+from simharness.core import types as T
+from simharness.core.computation import federated_computation, tf_computation
+from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning import loop_builder
+from simharness.learning.client_weight_lib import ClientWeighting
+from simharness.learning.metrics import aggregator as metrics_aggregators
+from simharness.learning.models import functional, variable
+from simharness.learning.models import model_weights as model_weights_lib
+from simharness.learning.optimizers.optimizer import Optimizer
+from simharness.learning.templates import client_works
+from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
+from simharness.templates.measured_process import MeasuredProcessOutput
+
+__all__ = ['build_functional_model_delta_client_work', 'build_functional_model_delta_update',
+           'build_model_delta_client_work', 'build_model_delta_update_with_tff_optimizer']
+
+def choose_client_weight(weighting: ClientWeighting, has_non_finite_delta: Any,
+                         num_examples: Any) -> tf.Tensor:
+    """The client's weight: 0 if its update was non-finite, else by `weighting` (float32)."""
+    if weighting == ClientWeighting.NUM_EXAMPLES:
+        weight = tf.cast(num_examples, tf.float32)
+    elif weighting == ClientWeighting.UNIFORM:
+        weight = tf.constant(1.0, tf.float32)
+    else:
+        raise SimharnessValueError(f'Unexpected weighting argument: {weighting}')
+    return tf.where(has_non_finite_delta > 0, tf.constant(0.0, tf.float32), weight)
+
+
+def _check_weighting(client_weighting: Any) -> None:
+    if not isinstance(client_weighting, ClientWeighting):
+        raise SimharnessTypeError(
+            f'client_weighting must be a tff.learning.ClientWeighting, got {client_weighting!r} '
+            f'of type {type(client_weighting).__name__}', expected=ClientWeighting,
+            actual=type(client_weighting))
+
+
+def build_model_delta_update_with_tff_optimizer(
+        model_fn: Callable[[], variable.VariableModel], *, weighting: ClientWeighting,
+        loop_implementation: loop_builder.LoopImplementation) -> Callable[..., Any]:
+    """The client update of a `VariableModel` (build it inside a `tf_computation`).
+
+    Returns:
+      ``client_update(optimizer, initial_weights, data, optimizer_hparams=None)
+      -> (ClientResult, unfinalized metrics)``, a `tf.function`.
+    """
+    model = model_fn()
+    dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
+
+    @tf.function
+    def client_update(optimizer: Optimizer, initial_weights: Any, data: Any,
+                      optimizer_hparams: Any = None) -> Any:
+        model_weights = model_weights_lib.ModelWeights.from_model(model)
+        tf.nest.map_structure(lambda a, b: a.assign(b), model_weights, initial_weights)
+
+        def reduce_fn(state: Any, batch: Any) -> Any:
+            num_examples_sum, optimizer_state = state
+            with tf.GradientTape() as tape:
+                output = model.forward_pass(batch, training=True)
+            gradients = tape.gradient(output.loss, model_weights.trainable)
+            optimizer_state, updated_weights = optimizer.next(
+                optimizer_state, tuple(tf.nest.flatten(model_weights.trainable)),
+                tuple(tf.nest.flatten(gradients)))
+            updated_weights = tf.nest.pack_sequence_as(model_weights.trainable, updated_weights)
+            tf.nest.map_structure(lambda a, b: a.assign(b), model_weights.trainable,
+                                  updated_weights)
+            if output.num_examples is None:
+                num_examples_sum += tf.shape(output.predictions, out_type=tf.int64)[0]
+            else:
+                num_examples_sum += tf.cast(output.num_examples, tf.int64)
+            return num_examples_sum, optimizer_state
+
+        def initial_state_for_reduce_fn() -> Any:
+            specs = tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype),
+                                          tuple(tf.nest.flatten(model_weights.trainable)))
+            optimizer_state = optimizer.initialize(specs)
+            if optimizer_hparams is not None:
+                optimizer_state = optimizer.set_hparams(optimizer_state, optimizer_hparams)
+            return tf.zeros(shape=[], dtype=tf.int64), optimizer_state
+
+        num_examples, _ = dataset_reduce_fn(reduce_fn, data, initial_state_for_reduce_fn)
+        update = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
+                                       model_weights.trainable)
+        update, has_non_finite_delta = zero_all_if_any_non_finite(update)
+        client_weight = choose_client_weight(weighting, has_non_finite_delta, num_examples)
+        if has_non_finite_delta > 0:
+            model.reset_metrics()
+        model_output = model.report_local_unfinalized_metrics()
+        return client_works.ClientResult(update=update, update_weight=client_weight), model_output
+
+    return client_update
+
+
+def build_model_delta_client_work(
+        model_fn: Callable[[], variable.VariableModel], optimizer: Optimizer,
+        client_weighting: ClientWeighting, metrics_aggregator: Optional[Callable[..., Any]] = None,
+        *, loop_implementation: loop_builder.LoopImplementation = (
+            loop_builder.LoopImplementation.DATASET_REDUCE)) -> client_works.ClientWorkProcess:
+    """A `ClientWorkProcess` training a `VariableModel` and reporting its delta.
+
+    The state is the optimizer's hyperparameters (``get_hparams`` of a state
+    initialized for a scalar), broadcast to the clients each round.
+
+    Args:
+      model_fn: a no-arg callable returning a `VariableModel` (it must build
+        new variables each call).
+      optimizer: a `simharness.learning.optimizers.Optimizer`.
+      client_weighting: a `ClientWeighting`.
+      metrics_aggregator: ``(metric_finalizers) -> (unfinalized@CLIENTS ->
+        metrics@SERVER)``; default `sum_then_finalize`.
+      loop_implementation: a `LoopImplementation`.
+
+    Raises:
+      SimharnessTypeError: `client_weighting` or `optimizer` has the wrong type.
+    """
+    _check_weighting(client_weighting)
+    if not isinstance(optimizer, Optimizer):
+        raise SimharnessTypeError(
+            f'optimizer must be a tff.learning.optimizers.Optimizer, got {optimizer!r} of type '
+            f'{type(optimizer).__name__}', expected=Optimizer, actual=type(optimizer))
+    if metrics_aggregator is None:
+        metrics_aggregator = metrics_aggregators.sum_then_finalize
+    with tf.Graph().as_default():
+        model = model_fn()
+        metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
+        element_type = T.to_type(model.input_spec)
+        weights_type = model_weights_lib.weights_type_from_model(model)
+    data_type = T.SequenceType(element_type)
+    initial_hparams = optimizer.get_hparams(
+        optimizer.initialize(tf.TensorSpec(shape=(), dtype=tf.float32)))
+    initial_hparams = tf.nest.map_structure(lambda v: v.numpy() if tf.is_tensor(v) else v,
+                                            initial_hparams)
+
+    @federated_computation()
+    def init_fn() -> Any:
+        return I.federated_value(initial_hparams, T.SERVER)
+
+    state_type = init_fn.type_signature.result.member
+
+    @tf_computation(state_type)
+    def get_hparams_fn(state: Any) -> Any:
+        return state
+
+    @tf_computation(state_type, state_type)
+    def set_hparams_fn(state: Any, hparams: Any) -> Any:
+        del state
+        return hparams
+
+    @tf_computation(state_type, weights_type, data_type)
+    def client_update_computation(state: Any, initial_model_weights: Any, dataset: Any) -> Any:
+        client_update = build_model_delta_update_with_tff_optimizer(
+            model_fn=model_fn, weighting=client_weighting,
+            loop_implementation=loop_implementation)
+        return client_update(optimizer, initial_model_weights, dataset, state)
+
+    @federated_computation(init_fn.type_signature.result, T.FederatedType(weights_type, T.CLIENTS),
+                           T.FederatedType(data_type, T.CLIENTS))
+    def next_fn(state: Any, weights: Any, client_data: Any) -> Any:
+        state_at_clients = I.federated_broadcast(state)
+        client_result, model_outputs = I.federated_map(
+            client_update_computation, (state_at_clients, weights, client_data))
+        train_metrics = metrics_aggregation_fn(model_outputs)
+        measurements = I.federated_zip(collections.OrderedDict(train=train_metrics))
+        return MeasuredProcessOutput(state, client_result, measurements)
+
+    return client_works.ClientWorkProcess(init_fn, next_fn, get_hparams_fn=get_hparams_fn,
+                                          set_hparams_fn=set_hparams_fn)
+
+
+def split_batch(batch: Any) -> Any:
+    if isinstance(batch, Mapping):
+        return batch['x'], batch['y']
+    x, y = batch
+    return x, y
+
+
+def build_functional_model_delta_update(
+        model: functional.FunctionalModel, *, weighting: ClientWeighting,
+        loop_implementation: loop_builder.LoopImplementation) -> Callable[..., Any]:
+    """The client update of a `FunctionalModel`.
+
+    Returns:
+      ``client_update_fn(optimizer, (trainable, non_trainable), dataset) ->
+      (ClientResult, unfinalized metrics)``, a `tf.function`.
+    """
+
+    @tf.function
+    def client_update_fn(optimizer: Optimizer, initial_weights: Any, dataset: Any) -> Any:
+        initial_trainable_weights = initial_weights[0]
+        trainable_specs = tf.nest.map_structure(
+            tf.TensorSpec.from_tensor, tuple(tf.nest.flatten(initial_trainable_weights)))
+
+        def reduce_func(training_state: Any, batch: Any) -> Any:
+            model_weights, optimizer_state, metrics_state, num_examples = training_state
+            trainable_weights, non_trainable_weights = model_weights
+            x, y = split_batch(batch)
+            with tf.GradientTape() as tape:
+                tape.watch(trainable_weights)
+                batch_output = model.predict_on_batch(model_weights, x, training=True)
+                batch_loss = model.loss(output=batch_output, label=y)
+            gradients = tape.gradient(batch_loss, trainable_weights)
+            optimizer_state, trainable_weights = optimizer.next(optimizer_state,
+                                                                trainable_weights, gradients)
+            predictions = tf.nest.flatten(batch_output)[0]
+            batch_num_examples = tf.shape(predictions)[0]
+            num_examples += tf.cast(batch_num_examples, tf.int64)
+            metrics_state = model.update_metrics_state(
+                metrics_state,
+                batch_output=variable.BatchOutput(loss=batch_loss, predictions=batch_output,
+                                                  num_examples=batch_num_examples),
+                labels=y)
+            return ((trainable_weights, non_trainable_weights), optimizer_state, metrics_state,
+                    num_examples)
+
+        def initial_training_state() -> Any:
+            return (initial_weights, optimizer.initialize(trainable_specs),
+                    model.initialize_metrics_state(), tf.constant(0, tf.int64))
+
+        loop = loop_builder.build_training_loop(loop_implementation=loop_implementation)
+        model_weights, _, metrics_state, num_examples = loop(reduce_func, dataset,
+                                                             initial_training_state)
+        trainable_weights, _ = model_weights
+        update = tf.nest.map_structure(tf.subtract, initial_trainable_weights, trainable_weights)
+        update, has_non_finite_delta = zero_all_if_any_non_finite(update)
+        client_weight = choose_client_weight(weighting, has_non_finite_delta, num_examples)
+        unfinalized = tf.cond(has_non_finite_delta > 0, model.initialize_metrics_state,
+                              lambda: metrics_state)
+        return client_works.ClientResult(update=update, update_weight=client_weight), unfinalized
+
+    return client_update_fn
+
+
+def functional_weights_type(model: functional.FunctionalModel) -> T.Type:
+    """The `ModelWeights` type of a `FunctionalModel`'s ``initial_weights``."""
+    def spec(a: Any) -> tf.TensorSpec:
+        a = np.asarray(a)
+        return tf.TensorSpec(shape=a.shape, dtype=tf.as_dtype(a.dtype))
+    return T.to_type(model_weights_lib.ModelWeights(
+        tuple(spec(w) for w in model.initial_weights[0]),
+        tuple(spec(w) for w in model.initial_weights[1])))
+
+
+def build_functional_model_delta_client_work(
+        *, model: functional.FunctionalModel, optimizer: Optimizer,
+        client_weighting: ClientWeighting, metrics_aggregator: Optional[Callable[..., Any]] = None,
+        loop_implementation: loop_builder.LoopImplementation = (
+            loop_builder.LoopImplementation.DATASET_REDUCE)) -> client_works.ClientWorkProcess:
+    """A stateless `ClientWorkProcess` training a `FunctionalModel` and reporting its delta.
+
+    Raises:
+      SimharnessTypeError: an argument has the wrong type.
+    """
+    if not isinstance(model, functional.FunctionalModel):
+        raise SimharnessTypeError(
+            f'model must be a tff.learning.models.FunctionalModel, got {type(model).__name__}',
+            expected=functional.FunctionalModel, actual=type(model))
+    if not isinstance(optimizer, Optimizer):
+        raise SimharnessTypeError(
+            f'optimizer must be a tff.learning.optimizers.Optimizer, got {optimizer!r} of type '
+            f'{type(optimizer).__name__}', expected=Optimizer, actual=type(optimizer))
+    _check_weighting(client_weighting)
+    data_type = T.SequenceType(T.to_type(model.input_spec))
+    weights_type = functional_weights_type(model)
+
+    @tf_computation(weights_type, data_type)
+    def client_update_computation(initial_model_weights: Any, dataset: Any) -> Any:
+        client_update = build_functional_model_delta_update(
+            model=model, weighting=client_weighting, loop_implementation=loop_implementation)
+        return client_update(optimizer, (initial_model_weights.trainable,
+                                         initial_model_weights.non_trainable), dataset)
+
+    @federated_computation()
+    def init_fn() -> Any:
+        return I.federated_value((), T.SERVER)
+
+    if metrics_aggregator is None:
+        metrics_aggregator = metrics_aggregators.sum_then_finalize
+
+    @federated_computation(T.FederatedType(T.StructType([]), T.SERVER),
+                           T.FederatedType(weights_type, T.CLIENTS),
+                           T.FederatedType(data_type, T.CLIENTS))
+    def next_fn(state: Any, weights: Any, client_data: Any) -> Any:
+        client_result, unfinalized_metrics = I.federated_map(client_update_computation,
+                                                             (weights, client_data))
+        aggregation_fn = metrics_aggregator(model.finalize_metrics)
+        measurements = I.federated_zip(collections.OrderedDict(
+            train=aggregation_fn(unfinalized_metrics)))
+        return MeasuredProcessOutput(state, client_result, measurements)
+
+    return client_works.ClientWorkProcess(init_fn, next_fn)
