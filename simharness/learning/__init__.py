@@ -33,11 +33,17 @@ _WHERE = {
     'MODEL_NAMES': 'models', 'ModelSpec': 'models', 'accuracy': 'models', 'forward': 'models',
     'get_model': 'models', 'init_weights': 'models', 'loss': 'models',
     'numpy_evaluate': 'models',
+    # TFF's tff.learning names.
+    'ClientWeighting': 'client_weight_lib', 'LoopImplementation': 'loop_builder',
+    'dp_aggregator': 'model_update_aggregator', 'robust_aggregator': 'model_update_aggregator',
+    'secure_aggregator': 'model_update_aggregator',
 }
-_MODULES = ('aggregators', 'algorithms', 'fedavg', 'functional', 'keras_examples', 'metrics',
-            'models', 'optimizers', 'padded')
+_MODULES = ('aggregators', 'algorithms', 'client_weight_lib', 'fedavg', 'functional',
+            'keras_examples', 'loop_builder', 'metrics', 'model_update_aggregator', 'models',
+            'optimizers', 'padded', 'templates')
 
-__all__ = sorted(_WHERE) + ['aggregators', 'algorithms', 'metrics', 'models', 'optimizers']
+__all__ = sorted(_WHERE) + ['aggregators', 'algorithms', 'metrics', 'model_update_aggregator',
+                            'models', 'optimizers', 'templates']
 
 
 def __getattr__(name: str) -> Any:
