@@ -9,6 +9,9 @@ download; each has `get_synthetic()` with the same element structure.
 
 from simharness.simulation.datasets import cifar100, emnist, shakespeare, stackoverflow
 from simharness.simulation.datasets.client_data import ClientData
+from simharness.simulation.datasets.dataset_utils import (build_dataset_mixture,
+                                                          build_single_label_dataset,
+                                                          build_synthethic_iid_datasets)
 from simharness.simulation.datasets.download import DatasetFileNotFoundError
 from simharness.simulation.datasets.file_per_user_client_data import FilePerUserClientData
 from simharness.simulation.datasets.from_tensor_slices_client_data import TestClientData
@@ -16,5 +19,6 @@ from simharness.simulation.datasets.sql_client_data import SqlClientData
 from simharness.simulation.datasets.transforming_client_data import TransformingClientData
 
 __all__ = ['ClientData', 'DatasetFileNotFoundError', 'FilePerUserClientData', 'SqlClientData',
-           'TestClientData', 'TransformingClientData', 'cifar100', 'emnist', 'shakespeare',
-           'stackoverflow']
+           'TestClientData', 'TransformingClientData', 'build_dataset_mixture',
+           'build_single_label_dataset', 'build_synthethic_iid_datasets', 'cifar100', 'emnist',
+           'shakespeare', 'stackoverflow']

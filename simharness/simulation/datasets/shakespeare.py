@@ -41,7 +41,7 @@ def load_data(cache_dir: Optional[str] = None) -> tuple[ClientData, ClientData]:
     return train, test
 
 
-# A few lines of three roles (our own choice of lines; TFF's synthetic set has other roles).
+# A few lines of some roles (our own choice of lines; TFF's synthetic set has other roles).
 _SYNTHETIC_SHAKESPEARE_DATA = {
     'THE_TRAGEDY_OF_KING_LEAR_KING': collections.OrderedDict(snippets=[
         b'Nothing will come of nothing: speak again.',
@@ -59,9 +59,21 @@ _SYNTHETIC_SHAKESPEARE_DATA = {
     'MUCH_ADO_ABOUT_NOTHING_BEATRICE': collections.OrderedDict(snippets=[
         b'I had rather hear my dog bark at a crow than a man swear he loves me.',
     ]),
+    # The two roles TFF's text generation tutorial reads.
+    'ALL_S_WELL_THAT_ENDS_WELL_CELIA': collections.OrderedDict(snippets=[
+        b'Love all, trust a few, do wrong to none.',
+        b'Our remedies oft in ourselves do lie.',
+        b'It is like a barber\'s chair that fits all buttocks.',
+    ]),
+    'MUCH_ADO_ABOUT_NOTHING_OTHELLO': collections.OrderedDict(snippets=[
+        b'Sigh no more, ladies, sigh no more.',
+        b'Men were deceivers ever.',
+        b'Speak low, if you speak love.',
+    ]),
 }
 
 
 def get_synthetic() -> ClientData:
-    """Three roles with a few lines each, in `load_data`'s element structure."""
+    """A few roles with a few lines each, in `load_data`'s element structure (including the
+    two roles TFF's text generation tutorial reads and King Lear's king)."""
     return TestClientData(_SYNTHETIC_SHAKESPEARE_DATA)

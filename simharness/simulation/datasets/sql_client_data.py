@@ -94,6 +94,7 @@ class SqlClientData(ClientData):
         self._filepath = database_filepath
         self._split_name = split_name
         self._client_ids = sorted(_fetch_client_ids(database_filepath, split_name))
+        self._id_set = frozenset(self._client_ids)
         _LOG.info('Loaded %d client ids from SQL database.', len(self._client_ids))
         self._element_type_structure = tf.TensorSpec(dtype=tf.string, shape=())
 
@@ -108,6 +109,10 @@ class SqlClientData(ClientData):
         return tf.data.experimental.SqlDataset(
             driver_name='sqlite', data_source_name=self._filepath,
             query=tf.strings.join(parts), output_types=tf.string)
+
+    def _check_client_id(self, client_id: Any) -> None:
+        if not isinstance(client_id, str) or client_id not in self._id_set:
+            raise self._unknown_client(client_id)
 
     @property
     def serializable_dataset_fn(self) -> Callable[[Any], Any]:
