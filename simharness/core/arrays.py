@@ -17,6 +17,7 @@ import operator
 import warnings
 from typing import Any, Optional, Tuple, Union
 
+import ml_dtypes
 import numpy as np
 
 from simharness.core import types as T
@@ -31,7 +32,8 @@ ArrayShape = Optional[Tuple[Optional[int], ...]]
 #: The dtypes federated_language's types allow.
 _VALID_DTYPES = frozenset(np.dtype(d) for d in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-    np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128, np.str_))
+    np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128, np.str_,
+    ml_dtypes.bfloat16))
 
 
 def array_shape_is_fully_defined(shape: ArrayShape) -> bool:
