@@ -13,6 +13,7 @@ from simharness.aggregators.mean import MeanFactory, UnweightedMeanFactory
 from simharness.aggregators.measurements import add_measurements
 from simharness.aggregators.deterministic_discretization import DeterministicDiscretizationFactory
 from simharness.aggregators.differential_privacy import DifferentiallyPrivateFactory
+from simharness.aggregators.modular_clipping import ModularClippingSumFactory
 from simharness.aggregators.primitives import secure_quantized_sum
 from simharness.aggregators.quantile_estimation import PrivateQuantileEstimationProcess
 from simharness.aggregators.robust import clipping_factory, zeroing_factory
@@ -24,7 +25,7 @@ from simharness.aggregators.sum_factory import SumFactory
 
 __all__ = [
     'AggregationFactory', 'DeterministicDiscretizationFactory', 'DifferentiallyPrivateFactory',
-    'DiscreteFourierTransformFactory', 'HadamardTransformFactory', 'MeanFactory',
+    'DiscreteFourierTransformFactory', 'HadamardTransformFactory', 'MeanFactory', 'ModularClippingSumFactory',
     'PrivateQuantileEstimationProcess', 'SecureModularSumFactory', 'SecureSumFactory',
     'StochasticDiscretizationFactory', 'SumFactory', 'UnweightedAggregationFactory', 'UnweightedMeanFactory',
     'WeightedAggregationFactory', 'add_measurements', 'as_weighted_aggregator',
