@@ -16,9 +16,12 @@ from simharness.simulation.datasets.download import DatasetFileNotFoundError
 from simharness.simulation.datasets.file_per_user_client_data import FilePerUserClientData
 from simharness.simulation.datasets.from_tensor_slices_client_data import TestClientData
 from simharness.simulation.datasets.sql_client_data import SqlClientData
+from simharness.simulation.datasets.sql_client_data_utils import (load_and_parse_sql_client_data,
+                                                                  save_to_sql_client_data)
 from simharness.simulation.datasets.transforming_client_data import TransformingClientData
 
 __all__ = ['ClientData', 'DatasetFileNotFoundError', 'FilePerUserClientData', 'SqlClientData',
            'TestClientData', 'TransformingClientData', 'build_dataset_mixture',
            'build_single_label_dataset', 'build_synthethic_iid_datasets', 'cifar100', 'emnist',
-           'shakespeare', 'stackoverflow']
+           'load_and_parse_sql_client_data', 'save_to_sql_client_data', 'shakespeare',
+           'stackoverflow']
