@@ -157,6 +157,7 @@ def _build_functional_client_update(model: functional.FunctionalModel,
 def _build_functional_fed_sgd_client_work(
         model: functional.FunctionalModel, metrics_aggregator: Callable[..., Any],
         loop_implementation: loop_builder.LoopImplementation) -> client_works.ClientWorkProcess:
+    _common.check_instance(model, functional.FunctionalModel, 'model')
     data_type = T.SequenceType(T.to_type(model.input_spec))
     weights_type = functional_weights_type(model)
 

@@ -142,3 +142,51 @@ def assert_same_bits_on_stacks(stack_registry: Any, run: Any,
         for a, b in zip(first, leaves):
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (stacks[0], name, a, b)
     return results[0]
+
+
+def build_functional_linear_regression(feature_dim: int = 2,
+                                       has_unconnected: bool = False) -> Any:
+    """TFF's ``test_models.build_functional_linear_regression``: ``x @ kernel + bias``.
+
+    Loss: the mean squared error; metrics ``loss`` (sum of squares over
+    examples, finalized as the mean) and ``num_examples``.
+    """
+    import simharness as tff  # pylint: disable=import-outside-toplevel
+
+    n_trainable = 3 if has_unconnected else 2
+    initial_trainable = (np.zeros([feature_dim, 1], np.float32),
+                         *[np.zeros([1], np.float32)] * (n_trainable - 1))
+
+    @tf.function
+    def predict_on_batch(weights, x, training=True):
+        del training
+        kernel, bias = weights[0][0], weights[0][1]
+        return x @ kernel + bias
+
+    def loss(output, label, sample_weight=None):
+        del sample_weight
+        return tf.math.reduce_mean(tf.math.pow(output - label, 2.0))
+
+    @tf.function
+    def initialize_metrics():
+        return collections.OrderedDict(loss=tf.constant(0.0, tf.float32),
+                                       num_examples=tf.constant(0, tf.int32))
+
+    @tf.function
+    def update_metrics_state(state, labels, batch_output, sample_weight=None):
+        del sample_weight
+        squares = tf.math.reduce_sum(tf.math.pow(batch_output.predictions - labels, 2.0))
+        return collections.OrderedDict(loss=state['loss'] + squares,
+                                       num_examples=state['num_examples'] + tf.shape(labels)[0])
+
+    @tf.function
+    def finalize_metrics(state):
+        return collections.OrderedDict(
+            loss=tf.math.divide_no_nan(state['loss'], tf.cast(state['num_examples'], tf.float32)),
+            num_examples=state['num_examples'])
+
+    return tff.learning.models.FunctionalModel(
+        initial_weights=(initial_trainable, ()), predict_on_batch_fn=predict_on_batch,
+        loss_fn=loss, metrics_fns=(initialize_metrics, update_metrics_state, finalize_metrics),
+        input_spec=(tf.TensorSpec([None, feature_dim], tf.float32),
+                    tf.TensorSpec([None, 1], tf.float32)))
