@@ -217,6 +217,10 @@ class ClientData(abc.ABC):
     # ------------------------------------------------------------- TFF's API
 
     def _check_client_id(self, client_id: Any) -> None:
+        """Raises the unknown-client error unless `client_id` is one of `client_ids`.
+
+        Subclasses with many clients override it with a set lookup.
+        """
         try:
             known = client_id in self.client_ids
         except TypeError:  # an unhashable or incomparable id
@@ -490,6 +494,9 @@ class PreprocessClientData(ClientData):
     def client_ids(self) -> list[str]:
         return self._underlying_client_data.client_ids
 
+    def _check_client_id(self, client_id: Any) -> None:
+        self._underlying_client_data._check_client_id(client_id)  # pylint: disable=protected-access
+
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
         return self._preprocess_fn(
             self._underlying_client_data.create_tf_dataset_for_client(client_id))
@@ -514,6 +521,7 @@ class ConcreteClientData(ClientData):
         self._client_ids = list(client_ids)
         if not self._client_ids:
             raise SimharnessValueError('At least one client_id is required.')
+        self._id_set: Optional[frozenset] = None
         self._serializable_dataset_fn = serializable_dataset_fn
         self._element_type_structure = serializable_dataset_fn(
             self._client_ids[0]).element_spec
@@ -521,6 +529,20 @@ class ConcreteClientData(ClientData):
     @property
     def client_ids(self) -> list[str]:
         return list(self._client_ids)
+
+    def _check_client_id(self, client_id: Any) -> None:
+        if self._id_set is None:
+            try:
+                self._id_set = frozenset(self._client_ids)
+            except TypeError:  # unhashable ids: the list's own test
+                super()._check_client_id(client_id)
+                return
+        try:
+            known = client_id in self._id_set
+        except TypeError:
+            known = False
+        if not known:
+            raise self._unknown_client(client_id)
 
     @property
     def serializable_dataset_fn(self) -> Callable[[Any], Any]:

@@ -51,6 +51,7 @@ class TransformingClientData(ClientData):
             ids = [e for cid in raw_ids for e in expand_client_id(cid)]
             self._reduce_client_id = reduce_client_id  # type: ignore[assignment]
         self._client_ids = sorted(ids)
+        self._id_set = frozenset(self._client_ids)
         self._element_type_structure = self._create_dataset(self._client_ids[0]).element_spec
 
     def _create_dataset(self, client_id: Any) -> Any:
@@ -60,6 +61,10 @@ class TransformingClientData(ClientData):
     @property
     def client_ids(self) -> list[str]:
         return list(self._client_ids)
+
+    def _check_client_id(self, client_id: Any) -> None:
+        if not isinstance(client_id, str) or client_id not in self._id_set:
+            raise self._unknown_client(client_id)
 
     @property
     def serializable_dataset_fn(self) -> Callable[[Any], Any]:
