@@ -428,11 +428,12 @@ def _select(uri: str, client_keys: Any, max_key: Any, server_val: Any,
             select_fn: Any) -> tracing.Value:
     k = _federated(client_keys, f'{uri} client_keys', T.CLIENTS, implicit_zip=False)
     kt = _fed_type(k).member
-    if not (isinstance(kt, T.TensorType) and kt.dtype == np.int32 and kt.rank == 1
-            and cast(tuple, kt.shape)[0] is not None):
-        raise SimharnessTypeError(f'{uri}: client_keys must be int32 vectors of a statically '
-                                  f'known length at clients, got {k.type_signature}',
-                                  expected='{int32[N]}@CLIENTS', actual=k.type_signature)
+    # TFF wants a statically known length; clients holding different numbers of keys
+    # ({int32[?]}@CLIENTS) work here too.
+    if not (isinstance(kt, T.TensorType) and kt.dtype == np.int32 and kt.rank == 1):
+        raise SimharnessTypeError(f'{uri}: client_keys must be int32 vectors at clients, got '
+                                  f'{k.type_signature}', expected='{int32[N]}@CLIENTS',
+                                  actual=k.type_signature)
     mk = _bb(max_key)
     if not isinstance(max_key, (tracing.Value, bb.ComputationBuildingBlock)) and \
             not isinstance(mk.type_signature, T.FederatedType):
