@@ -1,0 +1,159 @@
+"""FedAvg with a client learning-rate schedule (TFF's ``fed_avg_with_optimizer_schedule.py``).
+
+```
+client_work state: the round number (int32, from 0)
+round r:  client optimizer = client_optimizer_fn(client_learning_rate_fn(r)); local training
+          as FedAvg (weight: num_examples); state r + 1
+measurements: OrderedDict(train=<model metrics>, client_learning_rate=client_learning_rate_fn(r))
+```
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from simharness.aggregators import factory, mean
+from simharness.core import intrinsics as I
+from simharness.core import types as T
+from simharness.core.computation import federated_computation, tf_computation
+from simharness.errors import SimharnessTypeError
+from simharness.learning import loop_builder
+from simharness.learning.algorithms import _common, fed_avg
+from simharness.learning.client_weight_lib import ClientWeighting
+from simharness.learning.metrics import aggregator as metric_aggregator
+from simharness.learning.models import functional
+from simharness.learning.models import model_weights as model_weights_lib
+from simharness.learning.optimizers.optimizer import Optimizer
+from simharness.learning.templates import (apply_optimizer_finalizer, client_works, composers,
+                                           distributors, learning_process,
+                                           model_delta_client_work)
+from simharness.templates.measured_process import MeasuredProcessOutput
+
+__all__ = ['build_scheduled_client_work', 'build_weighted_fed_avg_with_optimizer_schedule']
+
+
+def build_scheduled_client_work(
+        model_fn: _common.ModelFn, learning_rate_fn: Callable[[Any], Any],
+        optimizer_fn: Callable[[Any], Optimizer], metrics_aggregator: Callable[..., Any],
+        loop_implementation: loop_builder.LoopImplementation = (
+            loop_builder.LoopImplementation.DATASET_REDUCE),
+) -> client_works.ClientWorkProcess:
+    """A `ClientWorkProcess` whose optimizer's learning rate follows the round number.
+
+    Args:
+      model_fn: a no-arg callable returning a `VariableModel`, or a `FunctionalModel`.
+      learning_rate_fn: round number (an int32 tensor) -> learning rate.
+      optimizer_fn: learning rate -> a `tff.learning.optimizers.Optimizer`.
+      metrics_aggregator: e.g. ``sum_then_finalize``.
+      loop_implementation: the clients' dataset loop.
+
+    Raises:
+      SimharnessTypeError: `optimizer_fn` does not build a TFF `Optimizer`.
+    """
+    is_functional = isinstance(model_fn, functional.FunctionalModel)
+    with tf.Graph().as_default():
+        if is_functional:
+            model = model_fn
+            weights_type = model_delta_client_work.functional_weights_type(model)
+            metrics_aggregation_fn = metrics_aggregator(model.finalize_metrics)
+        else:
+            model = model_fn()
+            weights_type = model_weights_lib.weights_type_from_model(model)
+            metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
+        whimsy_optimizer = optimizer_fn(1.0)
+        data_type = T.SequenceType(T.to_type(model.input_spec))
+    if not isinstance(whimsy_optimizer, Optimizer):
+        raise SimharnessTypeError(
+            '`optimizer_fn` must build a tff.learning.optimizers.Optimizer (Keras optimizers '
+            f'are not supported), got {type(whimsy_optimizer).__name__} from {optimizer_fn!r}',
+            expected=Optimizer, actual=type(whimsy_optimizer))
+
+    @tf_computation(weights_type, data_type, np.int32)
+    def client_update_computation(initial_model_weights: Any, dataset: Any,
+                                  round_num: Any) -> Any:
+        optimizer = optimizer_fn(learning_rate_fn(round_num))
+        if is_functional:
+            update = model_delta_client_work.build_functional_model_delta_update(
+                model_fn, weighting=ClientWeighting.NUM_EXAMPLES,
+                loop_implementation=loop_implementation)
+            return update(optimizer, (initial_model_weights.trainable,
+                                      initial_model_weights.non_trainable), dataset)
+        update = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
+            model_fn, weighting=ClientWeighting.NUM_EXAMPLES,
+            loop_implementation=loop_implementation)
+        return update(optimizer, initial_model_weights, dataset)
+
+    @federated_computation()
+    def init_fn() -> Any:
+        return I.federated_value(0, T.SERVER)
+
+    @tf_computation(np.int32)
+    @tf.function
+    def add_one(x: Any) -> Any:
+        return x + 1
+
+    @tf_computation(np.int32)
+    @tf.function
+    def tf_learning_rate_fn(x: Any) -> Any:
+        return learning_rate_fn(x)
+
+    @federated_computation(init_fn.type_signature.result, T.FederatedType(weights_type, T.CLIENTS),
+                           T.FederatedType(data_type, T.CLIENTS))
+    def next_fn(state: Any, weights: Any, client_data: Any) -> Any:
+        round_num_at_clients = I.federated_broadcast(state)
+        learning_rate = I.federated_map(tf_learning_rate_fn, state)
+        client_result, model_outputs = I.federated_map(
+            client_update_computation, (weights, client_data, round_num_at_clients))
+        measurements = I.federated_zip(collections.OrderedDict(
+            train=metrics_aggregation_fn(model_outputs), client_learning_rate=learning_rate))
+        return MeasuredProcessOutput(I.federated_map(add_one, state), client_result,
+                                     measurements)
+
+    return client_works.ClientWorkProcess(init_fn, next_fn)
+
+
+def build_weighted_fed_avg_with_optimizer_schedule(
+        model_fn: _common.ModelFn, client_learning_rate_fn: Callable[[Any], Any],
+        client_optimizer_fn: Callable[[Any], Optimizer],
+        server_optimizer_fn: Optional[Optimizer] = None,
+        model_distributor: Optional[distributors.DistributionProcess] = None,
+        model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
+        metrics_aggregator: Optional[Callable[..., Any]] = None,
+        loop_implementation: loop_builder.LoopImplementation = (
+            loop_builder.LoopImplementation.DATASET_REDUCE),
+) -> learning_process.LearningProcess:
+    """FedAvg (weighted by examples) whose client learning rate is scheduled by round.
+
+    Args:
+      model_fn: a no-arg callable returning a `VariableModel`, or a `FunctionalModel`.
+      client_learning_rate_fn: round number -> client learning rate.
+      client_optimizer_fn: learning rate -> the clients' `Optimizer`
+        (e.g. ``lambda lr: build_sgdm(lr)``).
+      server_optimizer_fn, model_distributor, model_aggregator,
+      metrics_aggregator, loop_implementation: as `build_weighted_fed_avg`.
+    """
+    if server_optimizer_fn is None:
+        server_optimizer_fn = fed_avg.DEFAULT_SERVER_OPTIMIZER_FN()
+    initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
+    model_weights_type = initial_model_weights_fn.type_signature.result
+    if model_distributor is None:
+        model_distributor = distributors.build_broadcast_process(model_weights_type)
+    if model_aggregator is None:
+        model_aggregator = mean.MeanFactory()
+    _common.check_instance(model_aggregator, factory.WeightedAggregationFactory,
+                           'model_aggregator')
+    aggregator = model_aggregator.create(model_weights_type.trainable, T.TensorType(np.float32))
+    _common.check_aggregator_keeps_type(aggregator)
+    if metrics_aggregator is None:
+        metrics_aggregator = metric_aggregator.sum_then_finalize
+    client_work = build_scheduled_client_work(model_fn, client_learning_rate_fn,
+                                              client_optimizer_fn, metrics_aggregator,
+                                              loop_implementation)
+    finalizer = apply_optimizer_finalizer.build_apply_optimizer_finalizer(server_optimizer_fn,
+                                                                          model_weights_type)
+    return composers.compose_learning_process(initial_model_weights_fn, model_distributor,
+                                              client_work, aggregator, finalizer)
