@@ -61,8 +61,9 @@ def _to_numpy(value: Any) -> Any:
                                       for a in attrs.fields(type(value)) if a.init})
     if isinstance(value, collections.abc.Mapping):
         items = [(k, _to_numpy(v)) for k, v in value.items()]
+        mapping_class: Any = type(value)  # a user class: its constructor is not typed
         try:
-            return type(value)(items)
+            return mapping_class(items)
         except TypeError:
             return dict(items)
     if isinstance(value, (list, tuple)):
@@ -84,7 +85,7 @@ def transform_result(result: Any) -> Any:
 
 
 def _build_container(t: T.StructType, pairs: list) -> Any:
-    container = t.container
+    container: Any = t.container  # a user class: its constructor is not typed
     if container is None:
         if pairs and pairs[0][0] is not None:
             return collections.OrderedDict(pairs)

@@ -10,13 +10,13 @@ the server child, so results do not depend on the grouping.
 Payloads of federated values: a server value is one child value of the
 server executor; a clients value is a list (one per group) of lists of
 child values (an all-equal value repeats one child value per group), or a
-`_Lazy` plan not computed yet.
+`Lazy` plan not computed yet.
 
 Streaming (map -> reduce in bounded memory):
 
 ```
-  federated_map / federated_zip / selections at CLIENTS  ->  _Lazy plan (nothing runs)
-  federated_sum / mean / weighted mean / aggregate / secure sums of a _Lazy
+  federated_map / federated_zip / selections at CLIENTS  ->  Lazy plan (nothing runs)
+  federated_sum / mean / weighted mean / aggregate / secure sums of a Lazy
       -> joins the invocation's stream batch (every reduction asked for while the
          event loop turns a few times: a round's mean and sums of one map)
       -> per group ONE create_streamed_reductions(plan, reductions): the group's
@@ -36,21 +36,21 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
-import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.core.structure import Struct, broadcast_static, pack_as
+from simharness.core.structure import Struct
 from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
 from simharness.core.reduction import CHUNK, Partial, extremum_identity
 from simharness.data.sourced import SourcedClients
 from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
-
-ClientsPayload = List[List[ExecutorValue]]
+from simharness.executors.strategy_plans import (Busy, ClientsPayload, Lazy, Leaf, StreamBatch,
+                                                 hosting_child, secure_params,
+                                                 targets_from_mapping)
 
 #: Event-loop turns without a new reduction after which a stream batch runs.
 _STREAM_QUIET_TURNS = 8
@@ -59,106 +59,6 @@ _STREAM_QUIET_TURNS = 8
 #: run here (threads) stream together: their slices split it (whole chunks, at least one).
 #: A group in a worker process streams in slices of the worker's own batch bound.
 IN_PROCESS_STREAM_CLIENTS = 512
-
-
-class _Lazy:
-    """Client values described, not computed: a map, a selection, a zip, or clients by reference.
-
-    `op` is 'map' (`fn`, `srcs[0]`), 'select' (`index`, `srcs[0]`), 'zip' (`names`,
-    `srcs`) or 'sourced' (`sourced`, a `SourcedClients`, of `member` type). A source is
-    another `_Lazy` or a `_Leaf`. `payload` caches the materialized values.
-    """
-
-    __slots__ = ('op', 'fn', 'index', 'names', 'srcs', 'sourced', 'member', 'payload',
-                 'streamed', '_lock')
-
-    def __init__(self, op: str, srcs: Sequence[Any] = (), fn: Any = None, index: int = 0,
-                 names: Sequence[Optional[str]] = (), sourced: Any = None, member: Any = None):
-        self.op = op
-        self.srcs = list(srcs)
-        self.fn = fn
-        self.index = index
-        self.names = list(names)
-        self.sourced = sourced
-        self.member = member
-        self.payload: Optional[ClientsPayload] = None
-        self.streamed = False
-        self._lock: Optional[asyncio.Lock] = None
-
-
-class _Leaf:
-    """Materialized client values inside a plan (`all_equal`: one value per group, repeated)."""
-
-    __slots__ = ('payload', 'all_equal')
-
-    def __init__(self, payload: ClientsPayload, all_equal: bool):
-        self.payload = payload
-        self.all_equal = all_equal
-
-
-class _Busy:
-    __slots__ = ('_strategy', '_key')
-
-    def __init__(self, strategy: 'FederatedResolvingStrategy', key: Any):
-        self._strategy, self._key = strategy, key
-
-    def __enter__(self) -> None:
-        self._strategy._enter(self._key)
-
-    def __exit__(self, *exc: Any) -> None:
-        self._strategy._leave(self._key)
-
-
-class _StreamBatch:
-    """The reductions of one invocation that stream together (one pass over the clients)."""
-
-    def __init__(self) -> None:
-        self.requests: List[Tuple[str, List[Any], Any]] = []
-        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.task: Optional[asyncio.Future] = None  # the runner (a strong reference to it)
-
-
-def _targets_from_mapping(targets: Any) -> Tuple[Any, List[Tuple[Any, int]]]:
-    """(server, client groups) from TFF's ``{SERVER: ex, CLIENTS: [ex, ...]}``."""
-    server, clients = None, None
-    for key, ex in targets.items():
-        literal = T.placement_from_uri(key.lower()) if isinstance(key, str) else key
-        if literal is T.SERVER:
-            server = ex
-        elif literal is T.CLIENTS:
-            clients = ex
-        else:
-            raise SimharnessValueError(f'unknown placement {key!r} in the target executors; '
-                                       'expected simharness.SERVER and simharness.CLIENTS')
-    if server is None:
-        raise SimharnessValueError('the target executors have no SERVER executor: '
-                                   '{SERVER: ex, CLIENTS: [ex, ...]}')
-    if clients is None:
-        return server, []
-    if not isinstance(clients, (list, tuple)):
-        return server, [(clients, 1)]
-    groups: List[Tuple[Any, int]] = []
-    for c in clients:
-        if isinstance(c, tuple) and len(c) == 2 and isinstance(c[1], int):
-            groups.append((c[0], c[1]))
-        else:
-            groups.append((c, 1))
-    return server, groups
-
-
-def _hosting_child(ex: Any, what: str) -> BatchExecutor:
-    """`ex`, or the target of the (reference-resolving) wrappers around it, as a BatchExecutor."""
-    seen = ex
-    for _ in range(8):
-        if isinstance(seen, BatchExecutor):
-            return seen
-        seen = getattr(seen, 'target', None)
-        if seen is None:
-            break
-    raise SimharnessTypeError(
-        f'{what} is a {type(ex).__name__}; expected an executor that hosts values '
-        '(EagerTFExecutor, ThreadDelegatingExecutor, WorkerDelegatingExecutor), possibly '
-        'wrapped in a ReferenceResolvingExecutor', actual=type(ex).__name__)
 
 
 class FederatedResolvingStrategy(FederatingStrategy):
@@ -185,7 +85,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         self.stream_slice: Optional[int] = None
         #: Counters: reductions streamed, stream batches run, plans computed again.
         self.stream_stats = {'reductions': 0, 'batches': 0, 'recomputed': 0}
-        self._batches: Dict[Any, _StreamBatch] = {}
+        self._batches: Dict[Any, StreamBatch] = {}
         # Per invocation: intrinsics running now (not waiting for a stream batch), and an
         # event set whenever none is; a batch runs only then, so that the reductions of a
         # round whose arguments still need a round trip (a zero to materialize) join it.
@@ -211,13 +111,13 @@ class FederatedResolvingStrategy(FederatingStrategy):
             if client_groups is not None:
                 raise SimharnessTypeError('give either a mapping {SERVER: ..., CLIENTS: [...]} or '
                                           'a server and client groups, not both')
-            server, client_groups = _targets_from_mapping(server)
+            server, client_groups = targets_from_mapping(server)
         elif client_groups is None:
             raise SimharnessTypeError('FederatedResolvingStrategy.factory needs client groups '
                                       '[(executor, number of clients), ...] after the server '
                                       'executor, or one mapping {SERVER: ex, CLIENTS: [ex, ...]}')
-        server = _hosting_child(server, 'the SERVER executor')
-        groups = [(_hosting_child(ex, f'client executor {i}'), n)
+        server = hosting_child(server, 'the SERVER executor')
+        groups = [(hosting_child(ex, f'client executor {i}'), n)
                   for i, (ex, n) in enumerate(client_groups)]
         return lambda executor: cls(executor, server, groups)
 
@@ -279,18 +179,18 @@ class FederatedResolvingStrategy(FederatingStrategy):
     async def _as_clients(self, v: FederatingValue) -> ClientsPayload:
         """The per-group values of a clients value (a lazy plan is computed first)."""
         self._check_clients(v)
-        if isinstance(v.payload, _Lazy):
+        if isinstance(v.payload, Lazy):
             return await self._force(v.payload)
         return v.payload
 
     def _source(self, v: FederatingValue) -> Any:
-        """A clients value as a plan source: its `_Lazy`, or a `_Leaf` of its values."""
-        if isinstance(v.payload, _Lazy):
+        """A clients value as a plan source: its `Lazy`, or a `Leaf` of its values."""
+        if isinstance(v.payload, Lazy):
             return v.payload
-        return _Leaf(v.payload, bool(cast(T.FederatedType, v.type_signature).all_equal))
+        return Leaf(v.payload, bool(cast(T.FederatedType, v.type_signature).all_equal))
 
     # ------------------------------------------------------------ lazy plans
-    async def _force(self, lazy: '_Lazy') -> ClientsPayload:
+    async def _force(self, lazy: 'Lazy') -> ClientsPayload:
         """Computes a plan with the block operations (once; the result is cached)."""
         if lazy.payload is not None:
             return lazy.payload
@@ -304,11 +204,11 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return lazy.payload
 
     async def _leaf_values(self, src: Any) -> Tuple[ClientsPayload, bool]:
-        if isinstance(src, _Leaf):
+        if isinstance(src, Leaf):
             return src.payload, src.all_equal
         return await self._force(src), False
 
-    async def _compute_plan(self, lazy: '_Lazy') -> ClientsPayload:
+    async def _compute_plan(self, lazy: 'Lazy') -> ClientsPayload:
         if lazy.op == 'sourced':
             sc, member = lazy.sourced, lazy.member
 
@@ -369,7 +269,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if key in index:
             return index[key]
         node: List[Any]
-        if isinstance(src, _Leaf):
+        if isinstance(src, Leaf):
             vals = src.payload[g]
             node = ['same', vals[0]] if src.all_equal else ['values', list(vals)]
         elif src.payload is not None:  # computed already (another consumer needed it)
@@ -395,7 +295,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         key = self._invocation()
         batch = self._batches.get(key)
         if batch is None:
-            batch = self._batches[key] = _StreamBatch()
+            batch = self._batches[key] = StreamBatch()
             batch.task = asyncio.ensure_future(self._run_batch(key, batch))
         k = len(batch.requests)
         batch.requests.append((kind, [self._source(v) for v in values], params_for))
@@ -405,7 +305,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         finally:
             self._enter(key)
 
-    async def _run_batch(self, key: Any, batch: '_StreamBatch') -> None:
+    async def _run_batch(self, key: Any, batch: 'StreamBatch') -> None:
         try:
             seen = -1
             while seen != len(batch.requests) or self._busy.get(key, 0):
@@ -472,7 +372,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
     @staticmethod
     def _mark_streamed(src: Any) -> None:
-        if isinstance(src, _Lazy) and src.payload is None:
+        if isinstance(src, Lazy) and src.payload is None:
             src.streamed = True
             for x in src.srcs:
                 FederatedResolvingStrategy._mark_streamed(x)
@@ -494,7 +394,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if self.stream and isinstance(value, SourcedClients) and self.num_clients:
             # Clients by reference stay a reference until something needs them: a
             # streamed reduction loads them slice by slice where they are computed.
-            return self._fed(_Lazy('sourced', sourced=value, member=t.member), t)
+            return self._fed(Lazy('sourced', sourced=value, member=t.member), t)
 
         async def one(g, ex):
             s = self._starts[g]
@@ -527,7 +427,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if t.placement is T.SERVER:
             return self._fed((await self._server.create_selections([v.payload], index))[0], rt)
         if self.stream and not t.all_equal:
-            return self._fed(_Lazy('select', [self._source(v)], index=index), rt)
+            return self._fed(Lazy('select', [self._source(v)], index=index), rt)
         payload = await self._as_clients(v)
 
         async def one(g, ex):
@@ -555,7 +455,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         waits until none of the invocation's operations runs, so that every
         reduction of a round whose arguments are still being made joins it.
         """
-        return _Busy(self, self._invocation())
+        return Busy(self, self._invocation())
 
     @staticmethod
     def _invocation() -> Any:
@@ -583,7 +483,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         all_equal = value.type_signature.all_equal
         if self.stream and not all_equal:
             self._check_fn(fn)
-            return self._fed(_Lazy('map', [self._source(value)], fn=fn), rt)
+            return self._fed(Lazy('map', [self._source(value)], fn=fn), rt)
         payload = await self._as_clients(value)
         # A value equal on all clients is mapped once per group, unless the function
         # draws fresh random values: then, as in TFF, each client runs it.
@@ -662,7 +562,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
             return self._source(v)
         if v.kind != 'struct':
             raise SimharnessTypeError(f'federated_zip needs federated values, got {v.type_signature}')
-        return _Lazy('zip', [self._zip_plan(e) for _, e in v.payload],
+        return Lazy('zip', [self._zip_plan(e) for _, e in v.payload],
                      names=[n for n, _ in v.payload])
 
     async def _zip_rows(self, v: FederatingValue, g: int) -> Sequence[Any]:
@@ -777,52 +677,24 @@ class FederatedResolvingStrategy(FederatingStrategy):
         pairs = [list(zip(a, b)) for a, b in zip(vp, wp)]
         return self._fed(await self._reduce('weighted_mean', pairs, same, {}, rt), rt)
 
-    def _secure_params(self, kind: str, static: Dict[str, Any], member: T.Type) -> Dict[str, Any]:
-        """Per-leaf bounds (exclusive), moduli and dtypes of a secure sum.
-
-        ``kind`` is 'secure_sum_bitwidth' (`static['bitwidth']`, or
-        `static['max_input']` for `federated_secure_sum`: the bitwidth
-        ``max_input.bit_length()`` with the tighter bound ``max_input + 1``)
-        or 'secure_modular_sum' (`static['modulus']`).
-        """
-        leaves = T.flatten_type(member)
-        key = ('modulus' if kind == 'secure_modular_sum'
-               else 'max_input' if 'max_input' in static else 'bitwidth')
-        flat = broadcast_static(static[key], member)
-        extra = max(0, math.ceil(math.log2(max(self.num_clients, 1))))
-        bounds, moduli = [], []
-        for b in flat:
-            if key == 'max_input':
-                bounds.append(b + 1)
-                moduli.append(2 ** min(b.bit_length() + extra, 63))
-            elif key == 'bitwidth':
-                bounds.append(2 ** b)
-                moduli.append(2 ** min(b + extra, 63))
-            else:
-                bounds.append(b)
-                moduli.append(b)
-        return {'bounds': pack_as(member, bounds), 'moduli': pack_as(member, moduli),
-                'dtypes': pack_as(member, [l.dtype for l in leaves]),
-                'bound_from': key}  # what the range error names: max_input or bitwidth
-
     async def _federated_secure_sum_bitwidth(self, arg, static, rt):
         if not T.flatten_type(rt.member):  # an empty struct: nothing to sum
             return await self._zeros_at_server(rt)
         return await self._simple_reduce('secure_sum_bitwidth', arg, rt,
-                                         self._secure_params('secure_sum_bitwidth', static, rt.member))
+                                         secure_params('secure_sum_bitwidth', static, rt.member, self.num_clients))
 
     async def _federated_secure_sum(self, arg, static, rt):
         if not T.flatten_type(rt.member):
             return await self._zeros_at_server(rt)
         # Values in [0, max_input]: the bitwidth machinery with a per-element bound check.
         return await self._simple_reduce('secure_sum_bitwidth', arg, rt,
-                                         self._secure_params('secure_sum_bitwidth', static, rt.member))
+                                         secure_params('secure_sum_bitwidth', static, rt.member, self.num_clients))
 
     async def _federated_secure_modular_sum(self, arg, static, rt):
         if not T.flatten_type(rt.member):
             return await self._zeros_at_server(rt)
         return await self._simple_reduce('secure_modular_sum', arg, rt,
-                                         self._secure_params('secure_modular_sum', static, rt.member))
+                                         secure_params('secure_modular_sum', static, rt.member, self.num_clients))
 
     async def _federated_aggregate(self, arg, static, rt):
         value, zero, accumulate, merge, report = self._elements(arg, 5)

@@ -1,0 +1,152 @@
+"""Plans and helpers of `FederatedResolvingStrategy` (see `resolving_strategy`).
+
+`Lazy` describes client values not computed yet (a map, a selection, a zip, or
+clients by reference), `Leaf` wraps computed ones inside a plan, `StreamBatch`
+gathers the reductions of one invocation that stream together, `Busy` marks an
+invocation working in the federating layer; `targets_from_mapping` and
+`hosting_child` read TFF's ``{SERVER: ex, CLIENTS: [...]}`` strategy targets;
+`secure_params` gives a secure sum's per-leaf bounds and moduli.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from simharness.core import types as T
+from simharness.core.structure import broadcast_static, pack_as
+from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.executors.base import BatchExecutor, ExecutorValue
+
+ClientsPayload = List[List[ExecutorValue]]
+
+
+class Lazy:
+    """Client values described, not computed: a map, a selection, a zip, or clients by reference.
+
+    `op` is 'map' (`fn`, `srcs[0]`), 'select' (`index`, `srcs[0]`), 'zip' (`names`,
+    `srcs`) or 'sourced' (`sourced`, a `SourcedClients`, of `member` type). A source is
+    another `Lazy` or a `Leaf`. `payload` caches the materialized values.
+    """
+
+    __slots__ = ('op', 'fn', 'index', 'names', 'srcs', 'sourced', 'member', 'payload',
+                 'streamed', '_lock')
+
+    def __init__(self, op: str, srcs: Sequence[Any] = (), fn: Any = None, index: int = 0,
+                 names: Sequence[Optional[str]] = (), sourced: Any = None, member: Any = None):
+        self.op = op
+        self.srcs = list(srcs)
+        self.fn = fn
+        self.index = index
+        self.names = list(names)
+        self.sourced = sourced
+        self.member = member
+        self.payload: Optional[ClientsPayload] = None
+        self.streamed = False
+        self._lock: Optional[asyncio.Lock] = None
+
+
+class Leaf:
+    """Materialized client values inside a plan (`all_equal`: one value per group, repeated)."""
+
+    __slots__ = ('payload', 'all_equal')
+
+    def __init__(self, payload: ClientsPayload, all_equal: bool):
+        self.payload = payload
+        self.all_equal = all_equal
+
+
+class Busy:
+    __slots__ = ('_strategy', '_key')
+
+    def __init__(self, strategy: Any, key: Any):
+        self._strategy, self._key = strategy, key
+
+    def __enter__(self) -> None:
+        self._strategy._enter(self._key)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._strategy._leave(self._key)
+
+
+class StreamBatch:
+    """The reductions of one invocation that stream together (one pass over the clients)."""
+
+    def __init__(self) -> None:
+        self.requests: List[Tuple[str, List[Any], Any]] = []
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.task: Optional[asyncio.Future] = None  # the runner (a strong reference to it)
+
+
+def targets_from_mapping(targets: Any) -> Tuple[Any, List[Tuple[Any, int]]]:
+    """(server, client groups) from TFF's ``{SERVER: ex, CLIENTS: [ex, ...]}``."""
+    server, clients = None, None
+    for key, ex in targets.items():
+        literal = T.placement_from_uri(key.lower()) if isinstance(key, str) else key
+        if literal is T.SERVER:
+            server = ex
+        elif literal is T.CLIENTS:
+            clients = ex
+        else:
+            raise SimharnessValueError(f'unknown placement {key!r} in the target executors; '
+                                       'expected simharness.SERVER and simharness.CLIENTS')
+    if server is None:
+        raise SimharnessValueError('the target executors have no SERVER executor: '
+                                   '{SERVER: ex, CLIENTS: [ex, ...]}')
+    if clients is None:
+        return server, []
+    if not isinstance(clients, (list, tuple)):
+        return server, [(clients, 1)]
+    groups: List[Tuple[Any, int]] = []
+    for c in clients:
+        if isinstance(c, tuple) and len(c) == 2 and isinstance(c[1], int):
+            groups.append((c[0], c[1]))
+        else:
+            groups.append((c, 1))
+    return server, groups
+
+
+def hosting_child(ex: Any, what: str) -> BatchExecutor:
+    """`ex`, or the target of the (reference-resolving) wrappers around it, as a BatchExecutor."""
+    seen = ex
+    for _ in range(8):
+        if isinstance(seen, BatchExecutor):
+            return seen
+        seen = getattr(seen, 'target', None)
+        if seen is None:
+            break
+    raise SimharnessTypeError(
+        f'{what} is a {type(ex).__name__}; expected an executor that hosts values '
+        '(EagerTFExecutor, ThreadDelegatingExecutor, WorkerDelegatingExecutor), possibly '
+        'wrapped in a ReferenceResolvingExecutor', actual=type(ex).__name__)
+
+
+def secure_params(kind: str, static: Dict[str, Any], member: T.Type,
+                  num_clients: int) -> Dict[str, Any]:
+    """Per-leaf bounds (exclusive), moduli and dtypes of a secure sum.
+
+    ``kind`` is 'secure_sum_bitwidth' (`static['bitwidth']`, or
+    `static['max_input']` for `federated_secure_sum`: the bitwidth
+    ``max_input.bit_length()`` with the tighter bound ``max_input + 1``)
+    or 'secure_modular_sum' (`static['modulus']`).
+    """
+    leaves = T.flatten_type(member)
+    key = ('modulus' if kind == 'secure_modular_sum'
+           else 'max_input' if 'max_input' in static else 'bitwidth')
+    flat = broadcast_static(static[key], member)
+    extra = max(0, math.ceil(math.log2(max(num_clients, 1))))
+    bounds, moduli = [], []
+    for b in flat:
+        if key == 'max_input':
+            bounds.append(b + 1)
+            moduli.append(2 ** min(b.bit_length() + extra, 63))
+        elif key == 'bitwidth':
+            bounds.append(2 ** b)
+            moduli.append(2 ** min(b + extra, 63))
+        else:
+            bounds.append(b)
+            moduli.append(b)
+    return {'bounds': pack_as(member, bounds), 'moduli': pack_as(member, moduli),
+            'dtypes': pack_as(member, [l.dtype for l in leaves]),
+            'bound_from': key}  # what the range error names: max_input or bitwidth
