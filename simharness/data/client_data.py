@@ -39,7 +39,8 @@ __all__ = [
     'ArrayClientData', 'ArraySpec', 'ClientData', 'ConcreteClientData',
     'IncompatiblePreprocessFnError', 'InvalidRandomSeedError', 'MAX_EMBEDDED_BYTES',
     'PreprocessClientData', 'StackedRows', 'TestClientData', 'array_spec_of',
-    'check_client_arrays', 'check_numpy_random_seed', 'sample_clients', 'slices_dataset_fn',
+    'check_client_arrays', 'check_numpy_random_seed', 'concatenated_dataset', 'sample_clients',
+    'shuffled_ids', 'slices_dataset_fn',
 ]
 
 #: The most bytes of client data `slices_dataset_fn` puts into a graph (a
@@ -96,6 +97,27 @@ def slices_dataset_fn(client_ids: Sequence[str], per_client_leaves: Sequence[Seq
         return tf.data.Dataset.from_tensor_slices(pack(leaves))
 
     return dataset_fn
+
+
+def shuffled_ids(client_ids: Sequence[str], seed: Any) -> list[str]:
+    """`client_ids` in TFF's order for `create_tf_dataset_from_all_clients` (RandomState(seed))."""
+    check_numpy_random_seed(seed)
+    ids = list(client_ids)
+    np.random.RandomState(seed=seed).shuffle(ids)
+    return ids
+
+
+def concatenated_dataset(leaves_in_order: Sequence[Sequence[np.ndarray]],
+                         pack: Callable[[list], Any]) -> Any:
+    """``from_tensor_slices`` of each leaf concatenated over the given clients (in that order).
+
+    The same elements in the same order as ``flat_map`` over the clients'
+    datasets, without putting every client's data into a traced function.
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    columns = [np.concatenate([np.asarray(leaves[i]) for leaves in leaves_in_order])
+               for i in range(len(leaves_in_order[0]))]
+    return tf.data.Dataset.from_tensor_slices(pack(columns))
 
 
 def _isnamedtuple(x: Any) -> bool:
@@ -222,6 +244,13 @@ class TestClientData(ClientData):
     @property
     def element_type_structure(self) -> Any:
         return self._element_type_structure
+
+    def create_tf_dataset_from_all_clients(self, seed: Any = None) -> Any:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        template = self._slices[self.client_ids[0]]
+        return concatenated_dataset(
+            [self._leaves[c] for c in shuffled_ids(self.client_ids, seed)],
+            lambda leaves: tf.nest.pack_sequence_as(template, leaves))
 
     def client_arrays(self, client_id: str) -> dict[str, np.ndarray]:
         if not isinstance(client_id, str) or client_id not in self._slices:
@@ -409,6 +438,12 @@ class ArrayClientData(ClientData):
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         return tf.data.Dataset.from_tensor_slices(self.client_arrays(client_id))
+
+    def create_tf_dataset_from_all_clients(self, seed: Any = None) -> Any:
+        keys = list(self._spec)
+        return concatenated_dataset(
+            [[self._data[c][k] for k in keys] for c in shuffled_ids(self.client_ids, seed)],
+            lambda leaves: dict(zip(keys, leaves)))
 
     def client_arrays(self, client_id: str) -> dict[str, np.ndarray]:
         try:

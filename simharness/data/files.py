@@ -27,8 +27,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from simharness.data.client_data import (ArraySpec, ClientData, array_spec_of,
-                                         check_client_arrays, element_spec_of,
-                                         slices_dataset_fn)
+                                         check_client_arrays, concatenated_dataset,
+                                         element_spec_of, shuffled_ids, slices_dataset_fn)
 from simharness.errors import SimharnessValueError
 
 PathLike = Union[str, os.PathLike]
@@ -302,6 +302,15 @@ class FileClientData(ClientData):
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         return tf.data.Dataset.from_tensor_slices(self.client_arrays(client_id))
+
+    def create_tf_dataset_from_all_clients(self, seed: Any = None) -> Any:
+        if self._paths is not None:  # read by the graph, file by file
+            return super().create_tf_dataset_from_all_clients(seed)
+        keys = list(self._spec)
+        arrays = self._arrays or {}
+        return concatenated_dataset(
+            [[arrays[c][k] for k in keys] for c in shuffled_ids(self._ids, seed)],
+            lambda leaves: dict(zip(keys, leaves)))
 
     @property
     def serializable_dataset_fn(self) -> Callable[[Any], Any]:
