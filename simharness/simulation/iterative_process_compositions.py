@@ -197,7 +197,8 @@ def compose_dataset_computation_with_learning_process(
         dataset_computation: Computation, process: Any) -> Any:
     """As `compose_dataset_computation_with_iterative_process`, keeping a `LearningProcess`'s
     `get_model_weights`, `set_model_weights`, `get_hparams` and `set_hparams`."""
-    # simharness.learning sits beside simulation; loaded when a learning process is composed.
+    # reason: simharness.learning (Keras) is loaded only when a learning process is composed,
+    # so that importing simharness.simulation stays light.
     learning_process = importlib.import_module('simharness.learning.templates.learning_process')
     composed = compose_dataset_computation_with_iterative_process(dataset_computation, process)
     return learning_process.LearningProcess(

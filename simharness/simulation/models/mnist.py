@@ -17,7 +17,8 @@ def create_simple_keras_model(learning_rate: float = 0.1) -> Any:
 
     Metrics: sparse categorical accuracy and `tff.learning.metrics.NumExamplesCounter`.
     """
-    # simharness.learning sits beside simulation: its counters are loaded on use.
+    # reason: simharness.learning (Keras) is loaded only when this model is built, so that
+    # importing simharness.simulation stays light.
     counters = importlib.import_module('simharness.learning.metrics.counters')
     model = tf.keras.models.Sequential([
         tf.keras.layers.Input(shape=(784,)),
