@@ -19,6 +19,7 @@ from simharness.aggregators.quantile_estimation import PrivateQuantileEstimation
 from simharness.aggregators.robust import clipping_factory, zeroing_factory
 from simharness.aggregators.rotation import (DiscreteFourierTransformFactory,
                                              HadamardTransformFactory)
+from simharness.aggregators.sampling import UnweightedReservoirSamplingFactory
 from simharness.aggregators.secure import SecureModularSumFactory, SecureSumFactory
 from simharness.aggregators.stochastic_discretization import StochasticDiscretizationFactory
 from simharness.aggregators.sum_factory import SumFactory
@@ -27,7 +28,8 @@ __all__ = [
     'AggregationFactory', 'DeterministicDiscretizationFactory', 'DifferentiallyPrivateFactory',
     'DiscreteFourierTransformFactory', 'HadamardTransformFactory', 'MeanFactory', 'ModularClippingSumFactory',
     'PrivateQuantileEstimationProcess', 'SecureModularSumFactory', 'SecureSumFactory',
-    'StochasticDiscretizationFactory', 'SumFactory', 'UnweightedAggregationFactory', 'UnweightedMeanFactory',
+    'StochasticDiscretizationFactory', 'SumFactory', 'UnweightedAggregationFactory',
+    'UnweightedMeanFactory', 'UnweightedReservoirSamplingFactory',
     'WeightedAggregationFactory', 'add_measurements', 'as_weighted_aggregator',
     'clipping_factory', 'concat_factory', 'secure_quantized_sum', 'zeroing_factory',
 ]
