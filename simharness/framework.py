@@ -25,9 +25,9 @@ from simharness.stacks import (DEFAULT_MAX_CACHED_STACKS, CachingExecutorFactory
                                ProcessExecutorFactory, local_executor_factory,
                                process_executor_factory, thread_debugging_executor_factory)
 from simharness.executors.remote import RemoteExecutor
-from simharness.runtime.grpc_service import (ExecutorServer, ExecutorService,
-                                             start_executor_service)
-from simharness.runtime.grpc_transport import RemoteServices
+from simharness.hosts.grpc_service import (ExecutorServer, ExecutorService,
+                                           start_executor_service)
+from simharness.runtime.grpc.client import RemoteServices
 from simharness.stacks import RemoteExecutorFactory, remote_executor_factory
 from simharness.stacks import RayExecutorFactory, ray_executor_factory  # Ray itself: on first use
 

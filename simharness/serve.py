@@ -56,8 +56,8 @@ def _read(path: Optional[str], what: str) -> Optional[bytes]:
 
 def main(args: argparse.Namespace) -> int:
     """Runs the service until SIGTERM / SIGINT; 0 then, 2 for bad arguments, 1 if it cannot bind."""
-    from simharness.runtime.grpc_service import start_executor_service
-    from simharness.runtime.grpc_transport import read_token_file
+    from simharness.hosts.grpc_service import start_executor_service
+    from simharness.runtime.grpc.auth import read_token_file
     if args.data_dir is not None:
         os.environ['SIMHARNESS_DATA_DIR'] = os.path.abspath(args.data_dir)
     try:

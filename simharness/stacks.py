@@ -31,7 +31,13 @@ from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import WorkerDelegatingExecutor
 from simharness.runtime import pinning
-from simharness.runtime.pool import WorkerPool, create_worker_pool
+from simharness.hosts.local_worker import create_worker_pool
+from simharness.hosts.ray_actor import RayWorker
+from simharness.runtime.grpc.auth import read_token_file
+from simharness.runtime.grpc.client import RemoteServices, RemoteWorkerHandle
+from simharness.runtime.local.pool import WorkerPool
+from simharness.runtime.ray.placement import check_ray_arguments
+from simharness.runtime.ray.workers import RayWorkers
 from simharness.runtime.seam import WorkerGroup, WorkerHandle
 from simharness.validation import check_bool, check_int, check_number
 
@@ -468,7 +474,8 @@ class RemoteExecutorFactory(WorkerGroupExecutorFactory):
         return self.owns_group
 
     def _remote_executor(self, handle: WorkerHandle, size: int) -> BatchExecutor:
-        ex = RemoteExecutor.on_handle(handle, self._dispose_batch_size, self._stream_structs)
+        ex = RemoteExecutor.on_handle(cast(RemoteWorkerHandle, handle), self._dispose_batch_size,
+                                      self._stream_structs)
         ex.set_cardinalities({T.CLIENTS: size})
         return ex
 
@@ -514,7 +521,6 @@ def remote_executor_factory(addresses_or_channels=None, num_clients: Optional[in
     _check_default_num_clients(num_clients, default_num_clients)
     owns = services is None
     if services is None:
-        from simharness.runtime.grpc_transport import RemoteServices, read_token_file
         if addresses_or_channels is None:
             raise SimharnessTypeError('remote_executor_factory needs the services: addresses '
                                       "'host:port' or grpc channels")
@@ -632,7 +638,6 @@ def ray_executor_factory(address: Optional[str] = None, num_workers: Optional[in
     check_int('max_cached_stacks', max_cached_stacks, 1)
     check_bool('start', start)
     _check_default_num_clients(num_clients, default_num_clients)
-    from simharness.runtime.ray_transport import RayWorkers, check_ray_arguments
     owns = workers is None
     if workers is None:
         check_ray_arguments(num_workers, num_cpus_per_worker, num_gpus_per_worker,
@@ -645,7 +650,7 @@ def ray_executor_factory(address: Optional[str] = None, num_workers: Optional[in
                              placement_strategy=placement_strategy, ready_timeout=ready_timeout,
                              max_restarts=max_restarts, call_timeout=call_timeout,
                              cpu_affinity=cpu_affinity, ray_init_args=ray_init_args,
-                             worker_options=worker_options)
+                             worker_options=worker_options, actor=RayWorker)
     elif not isinstance(workers, RayWorkers):
         raise SimharnessTypeError(f'workers must be a RayWorkers, got {workers!r} of type '
                                   f'{type(workers).__name__}', expected=RayWorkers,

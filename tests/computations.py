@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List, Tuple
 
 import numpy as np
+import tensorflow as tf
 
 import simharness as sh
 
@@ -24,3 +25,47 @@ def broadcast_aggregate(num_floats: int, twice: bool = False) -> Any:
         s = sh.federated_sum(sh.federated_map(half, sh.federated_broadcast(w)))
         return (s, s) if twice else s
     return broadcast_aggregate
+
+
+# ------------------------------------------------------------------ a weighted round
+# One FedAvg-like round (broadcast, map, weighted mean, sums) whose client math is not
+# exactly rounded (sin, matmul, reductions): stacks agree bit for bit only if they fold
+# alike. The remote and Ray stacks are checked against the thread stack with it.
+
+DIM = 16
+
+
+@sh.tf_computation(sh.TensorType(tf.float32, [DIM]), tf.float32)
+def client_update(x, w):
+    m = tf.reshape(tf.range(DIM * DIM, dtype=tf.float32), [DIM, DIM]) / 97.0
+    y = tf.linalg.matvec(m, tf.sin(x) * w)
+    return y / (1.0 + tf.reduce_sum(tf.abs(y)))
+
+
+@sh.tf_computation(sh.TensorType(tf.float32, [DIM]))
+def norm(x):
+    return tf.sqrt(tf.reduce_sum(x * x))
+
+
+@sh.federated_computation(sh.type_at_clients(sh.TensorType(tf.float32, [DIM])),
+                          sh.type_at_clients(tf.float32), sh.type_at_server(tf.float32))
+def round_fn(xs, ws, scale):
+    """``(weighted mean of the updates, sum of their norms, sum of the weights)``."""
+    updates = sh.federated_map(client_update, [xs, sh.federated_broadcast(scale)])
+    mean = sh.federated_mean(updates, weight=ws)
+    total = sh.federated_sum(sh.federated_map(norm, updates))
+    return mean, total, sh.federated_sum(ws)
+
+
+def round_data(n: int, seed: int = 0) -> Tuple[List[np.ndarray], List[np.float32], np.float32]:
+    """`round_fn`'s arguments for `n` clients: (xs, weights, scale)."""
+    rng = np.random.default_rng(seed)
+    xs = list(rng.normal(size=(n, DIM)).astype(np.float32))
+    ws = list(rng.uniform(0.5, 2.0, size=n).astype(np.float32))
+    return xs, ws, np.float32(1.7)
+
+
+def run_round(factory: Any, args: Any, retries: int = 0) -> Any:
+    """`round_fn(*args)` on stacks of `factory`."""
+    with sh.execution_context(factory, retries=retries):
+        return round_fn(*args)

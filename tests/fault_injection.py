@@ -2,8 +2,8 @@
 
 `blocking_computation(dir)` is a federated sum whose client computation writes
 ``dir/started-<x>`` and then waits (TF ops only) for ``dir/release``;
-`kill_mid_computation` waits for the started files, signals a worker, waits for
-its death and writes ``release``.
+`when_started` waits for the started files, injects a fault and writes
+``release``; `kill_mid_computation` is that with a worker of a pool killed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import pathlib
 import signal
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import psutil
 import tensorflow as tf
@@ -52,15 +52,12 @@ def blocking_computation(directory: pathlib.Path) -> Any:
     return total
 
 
-def kill_mid_computation(pool: Any, worker_id: int, directory: pathlib.Path, data: Sequence[Any],
-                         sig: int = signal.SIGKILL, wait_for_death: bool = True) -> None:
-    """Waits until every client's computation runs, sends `sig` to `worker_id`, waits
-    for its death, then releases the other workers' computations (also if a step fails).
+def when_started(directory: pathlib.Path, data: Sequence[Any], then: Callable[[], None]) -> None:
+    """Waits until every client's computation runs (its ``started-<x>`` file exists), calls
+    `then` (the fault), then writes ``release`` (also if a step fails).
 
     With one client per worker, every worker is inside the computation when all
-    ``started-<x>`` files exist: the signal lands mid-computation, every time.
-    `wait_for_death=False` is for a signal the worker handles in Python (SIGTERM):
-    its handler runs when the blocking op returns, before the worker answers.
+    ``started-<x>`` files exist: the fault lands mid-computation, every time.
     """
     deadline = time.monotonic() + 120
     want = {f'started-{int(x)}' for x in data}
@@ -68,18 +65,35 @@ def kill_mid_computation(pool: Any, worker_id: int, directory: pathlib.Path, dat
         while not want <= {p.name for p in directory.iterdir()}:
             assert time.monotonic() < deadline, 'the computations did not start'
             time.sleep(0.01)
-        pid = pool.handles[worker_id].pid
-        os.kill(pid, sig)
-        while wait_for_death:  # dead (gone, or a zombie until the forkserver reaps it)
-            try:
-                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                    break
-            except psutil.NoSuchProcess:
-                break
-            assert time.monotonic() < deadline, f'worker {worker_id} did not die'
-            time.sleep(0.01)
+        then()
     finally:
         (directory / 'release').write_text('go')
+
+
+def kill_pid(pid: int, sig: int = signal.SIGKILL, wait_for_death: bool = True) -> None:
+    """Sends `sig` to `pid` and waits for its death (gone, or a zombie until reaped)."""
+    deadline = time.monotonic() + 120
+    os.kill(pid, sig)
+    while wait_for_death:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        assert time.monotonic() < deadline, f'process {pid} did not die'
+        time.sleep(0.01)
+
+
+def kill_mid_computation(pool: Any, worker_id: int, directory: pathlib.Path, data: Sequence[Any],
+                         sig: int = signal.SIGKILL, wait_for_death: bool = True) -> None:
+    """Waits until every client's computation runs, sends `sig` to `worker_id`, waits
+    for its death, then releases the other workers' computations (also if a step fails).
+
+    `wait_for_death=False` is for a signal the worker handles in Python (SIGTERM):
+    its handler runs when the blocking op returns, before the worker answers.
+    """
+    when_started(directory, data,
+                 lambda: kill_pid(pool.handles[worker_id].pid, sig, wait_for_death))
 
 
 # ------------------------------------------------------------------ workers that cannot start
@@ -88,7 +102,8 @@ def kill_mid_computation(pool: Any, worker_id: int, directory: pathlib.Path, dat
 
 def worker_failing_on_start(conn: Any, worker_id: int, placement: Any, options: Any) -> None:
     """A worker whose placement raises ``RuntimeError('no such device')`` before READY."""
-    from simharness.runtime import pinning, worker
+    from simharness.hosts import local_worker as worker
+    from simharness.runtime import pinning
 
     def no_such_device(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError('no such device')
@@ -98,7 +113,8 @@ def worker_failing_on_start(conn: Any, worker_id: int, placement: Any, options: 
 
 def worker_killed_on_start(conn: Any, worker_id: int, placement: Any, options: Any) -> None:
     """A worker that is killed with SIGKILL while it places itself, before READY."""
-    from simharness.runtime import pinning, worker
+    from simharness.hosts import local_worker as worker
+    from simharness.runtime import pinning
 
     def killed(*args: Any, **kwargs: Any) -> None:
         os.kill(os.getpid(), signal.SIGKILL)

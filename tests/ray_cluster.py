@@ -264,7 +264,7 @@ class RayStackResource:
         # make actors of their own (timeouts, experiments) get the others.
         self.cluster = LoopbackCluster(2, cpus_per_node=2)
         try:
-            from simharness.runtime.ray_transport import RayWorkers
+            from simharness.runtime.ray.workers import RayWorkers
             # SPREAD: one actor per node; clients_per_worker=3 makes the actors cut
             # their blocks into several TF calls (as the process-2 stack does).
             self.workers = RayWorkers(2, placement_strategy='SPREAD', clients_per_worker=3)

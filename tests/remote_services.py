@@ -126,7 +126,7 @@ class ServicePair:
         try:
             for _ in range(n):
                 self.procs.append(ServiceProcess(args=args))
-            from simharness.runtime.grpc_transport import RemoteServices
+            from simharness.runtime.grpc.client import RemoteServices
             self.services = RemoteServices(self.addresses)
             self.services.start()
         except BaseException:

@@ -1,6 +1,6 @@
 """Packing nested trees of numpy arrays into a shared-memory arena (test helpers).
 
-The transports move a message's buffers themselves (`runtime/local_transport.py`);
+The transports move a message's buffers themselves (`runtime/local/transport.py`);
 these helpers, once part of `simharness.runtime.shm`, are used only by the
 arena tests, which pack and unpack trees to check slots, alignment and views.
 """

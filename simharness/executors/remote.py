@@ -12,7 +12,7 @@ It is the worker-delegating executor with another transport, so it extends
 that class rather than wrapping it (a different executor would duplicate the
 block protocol).
 
-What it leaves to other layers: the transport (`runtime/grpc_transport.py`),
+What it leaves to other layers: the transport (`runtime/grpc/`),
 the TF work (the service's `WorkerService`), placements and intrinsics (the
 federating layer, in the driver).
 """
@@ -27,6 +27,7 @@ from simharness.core.structure import Struct, from_container
 from simharness.errors import CardinalityError, SimharnessTypeError
 from simharness.executors.base import ExecutorValue
 from simharness.executors.worker_delegating import WorkerDelegatingExecutor, WorkerValue
+from simharness.runtime.grpc.client import RemoteServices, RemoteWorkerHandle
 from simharness.runtime.protocol import Op
 from simharness.validation import check_bool, check_int
 
@@ -60,7 +61,6 @@ class RemoteExecutor(WorkerDelegatingExecutor):
     def __init__(self, stub: Any, dispose_batch_size: int = 20, stream_structs: bool = False, *,
                  worker: int = 0, token: Optional[str] = None,
                  root_certificates: Optional[bytes] = None):
-        from simharness.runtime.grpc_transport import RemoteServices
         check_int('dispose_batch_size', dispose_batch_size, 1)
         check_bool('stream_structs', stream_structs)
         check_int('worker', worker, 0)
@@ -79,7 +79,7 @@ class RemoteExecutor(WorkerDelegatingExecutor):
         self._init(services.handles[worker], dispose_batch_size, stream_structs)
 
     @classmethod
-    def on_handle(cls, handle: Any, dispose_batch_size: int = 20,
+    def on_handle(cls, handle: RemoteWorkerHandle, dispose_batch_size: int = 20,
                   stream_structs: bool = False) -> 'RemoteExecutor':
         """A `RemoteExecutor` on a worker slot of a shared `RemoteServices` (factories use it)."""
         self = cls.__new__(cls)
@@ -87,8 +87,10 @@ class RemoteExecutor(WorkerDelegatingExecutor):
         self._init(handle, dispose_batch_size, stream_structs)
         return self
 
-    def _init(self, handle: Any, dispose_batch_size: int, stream_structs: bool) -> None:
+    def _init(self, handle: RemoteWorkerHandle, dispose_batch_size: int,
+              stream_structs: bool) -> None:
         WorkerDelegatingExecutor.__init__(self, handle)
+        self._remote_handle = handle
         self._dispose_batch_size = dispose_batch_size
         self._stream_structs = stream_structs
         self._dropped = 0
@@ -97,7 +99,7 @@ class RemoteExecutor(WorkerDelegatingExecutor):
 
     @property
     def address(self) -> str:
-        return self._handle.address
+        return self._remote_handle.address
 
     @property
     def dispose_batch_size(self) -> int:
@@ -198,7 +200,7 @@ class RemoteExecutor(WorkerDelegatingExecutor):
                 services.close()
 
     def __repr__(self) -> str:
-        return f'RemoteExecutor({self.address}, worker={self._handle.slot})'
+        return f'RemoteExecutor({self.address}, worker={self._remote_handle.slot})'
 
 
 __all__ = ['RemoteExecutor']

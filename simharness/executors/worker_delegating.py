@@ -91,6 +91,7 @@ def _is_dataset(x: Any) -> bool:
 def _revive(x: Any) -> Any:
     """Datasets come back from workers as serialized graphs: rebuild them."""
     if isinstance(x, DatasetBlob):
+        # reason: datasets.py imports TensorFlow; only a dataset value needs it
         from simharness.runtime.datasets import dataset_from_blob
         return dataset_from_blob(x)
     return x
@@ -105,6 +106,7 @@ def wire_value(value: Any, t: Optional[T.Type]) -> Any:
     object that is none of these is refused by the codec.
     """
     if _is_dataset(value):
+        # reason: datasets.py imports TensorFlow; only a dataset value needs it
         from simharness.runtime.datasets import dataset_to_wire
         return dataset_to_wire(value, t)
     if hasattr(value, 'numpy') and not isinstance(value, np.ndarray):

@@ -15,8 +15,7 @@ and maps no shared memory, so it is tested in-process. A failed operation
 poisons its result ids: a later request that uses them fails with the
 original error (which lets the driver pipeline requests without waiting).
 
-The only module of `runtime/` (with the worker bootstrap) that imports the
-executors.
+It imports no executor: a host (`simharness.hosts.leaf`) gives it one.
 """
 
 from __future__ import annotations
@@ -93,7 +92,7 @@ class WorkerService:
         `EagerTFExecutor`).
       worker_id: for error messages.
       dataset_from_blob / dataset_to_blob: how datasets cross (the TF
-        functions of `worker.py`; injectable for tests).
+        functions of `runtime.datasets`; injectable for tests).
     """
 
     def __init__(self, executor: Any, worker_id: Optional[int] = None,
@@ -104,6 +103,7 @@ class WorkerService:
         self.sessions: Dict[int, Session] = {}
         self.requests = 0
         if dataset_from_blob is None or dataset_to_blob is None:
+            # reason: datasets.py imports TensorFlow (a service without datasets needs none)
             from simharness.runtime.datasets import dataset_from_blob as fb, dataset_to_blob as tb
             dataset_from_blob, dataset_to_blob = dataset_from_blob or fb, dataset_to_blob or tb
         self._from_blob = dataset_from_blob

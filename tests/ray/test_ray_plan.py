@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.runtime.ray_transport import (check_ray_arguments, placement_from_dict,
+from simharness.runtime.ray.placement import (check_ray_arguments, placement_from_dict,
                                               placement_to_dict, plan_ray_placements)
 
 A, B = 'node-a', 'node-b'
@@ -188,7 +188,7 @@ def test_the_runner_builds_a_ray_factory_from_the_config():
 def test_a_slot_moved_to_another_node_is_planned_again_there():
     # Ray reschedules a bundle whose node died: the restarted actor gets cores of its new
     # node, disjoint from the actors already there; the other slots keep their placements.
-    from simharness.runtime.ray_transport import RayWorkerHandle, RayWorkers
+    from simharness.runtime.ray.workers import RayWorkerHandle, RayWorkers
     workers = RayWorkers(3)
     handles = [RayWorkerHandle(workers, k) for k in range(3)]
     plan = plan_ray_placements([A, B, B], {A: [0, 1], B: [4, 5, 6]}, 1)

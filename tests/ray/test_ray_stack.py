@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import signal
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -19,60 +17,26 @@ from simharness.learning import FedAvg, FedAvgConfig, get_model
 from simharness.stacks import local_executor_factory, ray_executor_factory
 from stacks import have_ray  # tests/stacks.py
 
+from computations import round_data, run_round  # tests/computations.py
+
+from fault_injection import blocking_computation, kill_pid, when_started  # tests/fault_injection.py
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(
     not have_ray(), reason='Ray is not installed (pip install "simharness[ray]")')]
-
-DIM = 16
-
-
-@sh.tf_computation(sh.TensorType(tf.float32, [DIM]), tf.float32)
-def client_update(x, w):
-    # Not exactly rounded (sin, matmul, reductions): stacks agree only if they fold alike.
-    m = tf.reshape(tf.range(DIM * DIM, dtype=tf.float32), [DIM, DIM]) / 97.0
-    y = tf.linalg.matvec(m, tf.sin(x) * w)
-    return y / (1.0 + tf.reduce_sum(tf.abs(y)))
-
-
-@sh.tf_computation(sh.TensorType(tf.float32, [DIM]))
-def norm(x):
-    return tf.sqrt(tf.reduce_sum(x * x))
-
-
-@sh.federated_computation(sh.type_at_clients(sh.TensorType(tf.float32, [DIM])),
-                          sh.type_at_clients(tf.float32), sh.type_at_server(tf.float32))
-def round_fn(xs, ws, scale):
-    updates = sh.federated_map(client_update, [xs, sh.federated_broadcast(scale)])
-    mean = sh.federated_mean(updates, weight=ws)
-    total = sh.federated_sum(sh.federated_map(norm, updates))
-    return mean, total, sh.federated_sum(ws)
-
-
-def _data(n: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    xs = list(rng.normal(size=(n, DIM)).astype(np.float32))
-    ws = list(rng.uniform(0.5, 2.0, size=n).astype(np.float32))
-    return xs, ws, np.float32(1.7)
-
-
-def _run(factory, args, retries=0):
-    with sh.execution_context(factory, retries=retries):
-        return round_fn(*args)
-
 
 def _bits(results):
     return [np.asarray(r).tobytes() for r in results]
 
 
 def test_bit_identical_to_the_thread_and_process_stacks(ray_stack, make_factory):
-    args = _data(1000)
-    thread = _bits(_run(local_executor_factory(), args))
-    ray_ = _bits(_run(ray_executor_factory(workers=ray_stack.workers), args))
-    process = _bits(_run(make_factory('process-2-cpw3'), args))
+    args = round_data(1000)
+    thread = _bits(run_round(local_executor_factory(), args))
+    ray_ = _bits(run_round(ray_executor_factory(workers=ray_stack.workers), args))
+    process = _bits(run_round(make_factory('process-2-cpw3'), args))
     assert ray_ == thread
     assert ray_ == process
     # Not a trivial agreement: another client order gives other bits.
     xs, ws, s = args
-    assert _bits(_run(local_executor_factory(), (xs[::-1], ws[::-1], s)))[0] != thread[0]
+    assert _bits(run_round(local_executor_factory(), (xs[::-1], ws[::-1], s)))[0] != thread[0]
 
 
 def _clients(n, seed):
@@ -116,7 +80,7 @@ def test_one_actor_per_node_pinned_to_its_nodes_core(ray_stack):
     assert sorted(tuple(w['cpus']) for w in workers) == sorted(
         (c,) for c in (sorted(os.sched_getaffinity(0)) * 2)[:2])
     before = [w['requests'] for w in factory.stats()['workers']]
-    _run(factory, _data(40))
+    run_round(factory, round_data(40))
     stats = factory.stats()
     assert all(w['alive'] and w['rss_bytes'] > 0 for w in stats['workers'])
     assert all(w['requests'] > b for w, b in zip(stats['workers'], before))
@@ -189,43 +153,51 @@ def sum_of_squares(xs, n):
     return sh.federated_sum(sh.federated_map(slow_square, [xs, sh.federated_broadcast(n)]))
 
 
-def _kill_when_busy(handle, requests_before, killed):
-    deadline = time.monotonic() + 60
-    while handle.requests < requests_before + 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.3)
-    killed.append(handle.pid)
-    os.kill(handle.pid, signal.SIGKILL)
+def _kill_mid_round(directory, handle, killed):
+    """A thread that kills `handle`'s actor (SIGKILL) once both actors run the blocking
+    round's clients (one each), then releases them."""
+    def kill():
+        killed.append(handle.pid)
+        kill_pid(handle.pid)
+    return threading.Thread(target=when_started, args=(directory, BLOCKING_DATA, kill))
 
 
-def test_kill_9_an_actor_mid_round_and_the_retry_gives_the_right_answer(ray_stack):
+#: One client per actor: both are inside the blocking computation when all have started.
+BLOCKING_DATA = [1.0, 2.0]
+
+
+def test_kill_9_an_actor_mid_round_and_the_retry_gives_the_right_answer(ray_stack, tmp_path):
     workers = ray_stack.workers
     factory = ray_executor_factory(workers=workers)
-    xs = [1.0, 2.0, 3.0, 4.0]
     h = workers.handles[1]
     generation = h.generation
     killed = []
-    killer = threading.Thread(target=_kill_when_busy, args=(h, h.requests, killed))
+    first, second = tmp_path / 'first', tmp_path / 'second'
+    first.mkdir()
+    second.mkdir()
+    killer = _kill_mid_round(first, h, killed)
     killer.start()
     try:
-        got = _run_sum(factory, xs, 300_000, retries=2)
+        with sh.execution_context(factory, retries=2):
+            got = blocking_computation(first)(BLOCKING_DATA)
     finally:
         killer.join()
-    assert got == np.float32(30.0)
+    assert got == np.float32(3.0)
     assert killed and h.pid != killed[0]  # a new actor process (Ray restarted it)
     assert h.generation > generation
     # Without retries the loss reaches the caller as a retryable error.
     killed.clear()
-    killer = threading.Thread(target=_kill_when_busy, args=(h, h.requests, killed))
+    killer = _kill_mid_round(second, h, killed)
     killer.start()
     try:
         with pytest.raises(WorkerLostError) as info:
-            _run_sum(factory, xs, 300_000, retries=0)
+            with sh.execution_context(factory):
+                blocking_computation(second)(BLOCKING_DATA)
     finally:
         killer.join()
     assert isinstance(info.value, RetryableError)
     assert 'run the computation again' in str(info.value)
-    assert _run_sum(factory, xs, 10, retries=0) == np.float32(30.0)  # and it is back
+    assert _run_sum(factory, [1.0, 2.0, 3.0, 4.0], 10, retries=0) == np.float32(30.0)  # back
 
 
 def _run_sum(factory, xs, n, retries):
@@ -234,7 +206,7 @@ def _run_sum(factory, xs, n, retries):
 
 
 def test_a_straggler_past_call_timeout_is_killed_and_retryable(ray_stack):
-    from simharness.runtime.ray_transport import RayWorkers
+    from simharness.runtime.ray.workers import RayWorkers
     with RayWorkers(1, call_timeout=2.0, clients_per_worker=4) as workers:
         factory = ray_executor_factory(workers=workers)
         with pytest.raises(WorkerTimeoutError, match='call_timeout') as info:

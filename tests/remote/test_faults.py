@@ -17,8 +17,10 @@ import tensorflow as tf
 import simharness as sh
 from simharness.errors import RetryableError, ServiceUnavailableError, WorkerCrashedError
 from simharness.executors.remote import RemoteExecutor
-from simharness.runtime.grpc_transport import RemoteServices
+from simharness.runtime.grpc.client import RemoteServices
 from simharness.stacks import remote_executor_factory
+
+from fault_injection import blocking_computation, when_started  # tests/fault_injection.py
 
 pytestmark = pytest.mark.remote
 
@@ -74,27 +76,29 @@ def _wait_until(fn, timeout=30.0):
     return True
 
 
-def _kill_when_busy(svc, requests_before):
-    """Kills `svc` with SIGKILL once it has received the round's map request."""
-    _wait_until(lambda: _info(svc.address)['requests'] >= requests_before + 3)
-    time.sleep(0.3)
-    svc.kill()
+#: One client per service: both are inside the blocking computation when all have started.
+BLOCKING_DATA = [1.0, 2.0]
 
 
-def test_kill_9_mid_round_is_a_retryable_error_naming_the_address(pair):
+def _fault_mid_round(directory, fault):
+    """A thread that injects `fault` once both services run the blocking round's clients."""
+    return threading.Thread(target=when_started, args=(directory, BLOCKING_DATA, fault))
+
+
+def test_kill_9_mid_round_is_a_retryable_error_naming_the_address(pair, tmp_path):
     a, b = pair
     factory = remote_executor_factory([a.address, b.address], connect_timeout=2)
     lone = RemoteExecutor(b.address)  # a value held in b before it dies
+    blocking = blocking_computation(tmp_path)
     try:
         held = asyncio.run(_create(lone, 2.0))
         with factory, sh.execution_context(factory):
             assert sum_of_squares(XS, 10) == EXPECTED
-            before = _info(b.address)['requests']
-            killer = threading.Thread(target=_kill_when_busy, args=(b, before))
+            killer = _fault_mid_round(tmp_path, b.kill)  # SIGKILL, then reaped
             killer.start()
             try:
                 with pytest.raises(ServiceUnavailableError) as e:
-                    sum_of_squares(XS, 300_000)
+                    blocking(BLOCKING_DATA)
             finally:
                 killer.join()
             assert isinstance(e.value, RetryableError)
@@ -125,22 +129,22 @@ async def _compute_new(ex):
     return await v.compute()
 
 
-def test_retries_rerun_the_computation_once_the_service_is_back(pair):
+def test_retries_rerun_the_computation_once_the_service_is_back(pair, tmp_path):
     a, b = pair
     factory = remote_executor_factory([a.address, b.address], connect_timeout=60)
+    blocking = blocking_computation(tmp_path)
     with factory, sh.execution_context(factory, retries=2):
         assert sum_of_squares(XS, 10) == EXPECTED
-        before = _info(b.address)['requests']
         incarnation = _info(b.address)['incarnation']
 
         def kill_then_restart():
-            _kill_when_busy(b, before)
-            time.sleep(0.5)
+            b.kill()
             b.restart()
-        t = threading.Thread(target=kill_then_restart)
+        t = _fault_mid_round(tmp_path, kill_then_restart)
         t.start()
         try:
-            assert sum_of_squares(XS, 300_000) == EXPECTED
+            # The retry runs once `release` exists: it does not block again.
+            assert blocking(BLOCKING_DATA) == np.float32(3.0)
         finally:
             t.join()
         assert _info(b.address)['incarnation'] != incarnation  # a new process answered

@@ -13,62 +13,27 @@ import simharness as sh
 from simharness.executors.remote import RemoteExecutor
 from simharness.stacks import local_executor_factory, remote_executor_factory
 
+from computations import round_data, run_round  # tests/computations.py
+
 pytestmark = pytest.mark.remote
 
-DIM = 16
-
-
-@sh.tf_computation(sh.TensorType(tf.float32, [DIM]), tf.float32)
-def client_update(x, w):
-    # Not exactly rounded (sin, matmul, reductions): stacks agree only if they fold alike.
-    m = tf.reshape(tf.range(DIM * DIM, dtype=tf.float32), [DIM, DIM]) / 97.0
-    y = tf.linalg.matvec(m, tf.sin(x) * w)
-    return y / (1.0 + tf.reduce_sum(tf.abs(y)))
-
-
-@sh.tf_computation(sh.TensorType(tf.float32, [DIM]))
-def norm(x):
-    return tf.sqrt(tf.reduce_sum(x * x))
-
-
-@sh.federated_computation(sh.type_at_clients(sh.TensorType(tf.float32, [DIM])),
-                          sh.type_at_clients(tf.float32), sh.type_at_server(tf.float32))
-def round_fn(xs, ws, scale):
-    updates = sh.federated_map(client_update, [xs, sh.federated_broadcast(scale)])
-    mean = sh.federated_mean(updates, weight=ws)
-    total = sh.federated_sum(sh.federated_map(norm, updates))
-    return mean, total, sh.federated_sum(ws)
-
-
-def _data(n: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    xs = list(rng.normal(size=(n, DIM)).astype(np.float32))
-    ws = list(rng.uniform(0.5, 2.0, size=n).astype(np.float32))
-    return xs, ws, np.float32(1.7)
-
-
-def _run(factory, args):
-    with sh.execution_context(factory):
-        return round_fn(*args)
-
-
 def test_bit_identical_to_the_thread_stack_over_1000_clients(remote_pair):
-    args = _data(1000)
-    thread = _run(local_executor_factory(), args)
-    remote = _run(remote_executor_factory(services=remote_pair.services), args)
+    args = round_data(1000)
+    thread = run_round(local_executor_factory(), args)
+    remote = run_round(remote_executor_factory(services=remote_pair.services), args)
     for a, b in zip(thread, remote):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype and a.shape == b.shape
         assert a.tobytes() == b.tobytes(), (a, b)
     # Not a trivial agreement: another client order gives other bits.
     xs, ws, s = args
-    shuffled = _run(local_executor_factory(), (xs[::-1], ws[::-1], s))
+    shuffled = run_round(local_executor_factory(), (xs[::-1], ws[::-1], s))
     assert np.asarray(shuffled[0]).tobytes() != np.asarray(thread[0]).tobytes()
 
 
 def test_clients_are_spread_over_both_services(remote_pair):
     before = [i['requests'] for i in remote_pair.services.info()]
-    _run(remote_executor_factory(services=remote_pair.services), _data(40))
+    run_round(remote_executor_factory(services=remote_pair.services), round_data(40))
     after = [i['requests'] for i in remote_pair.services.info()]
     assert all(a > b for a, b in zip(after, before)), (before, after)
 
@@ -109,7 +74,7 @@ def test_remote_executor_factory_checks_its_arguments():
 # ---------------------------------------------------------------- RemoteExecutor, as in TFF
 
 def _values_held(address):
-    from simharness.runtime.grpc_transport import RemoteServices
+    from simharness.runtime.grpc.client import RemoteServices
     with RemoteServices([address]) as s:
         return s.info()[0]['values']
 
@@ -183,7 +148,7 @@ def test_stream_structs_sends_element_by_element(remote_pair):
 
 
 def _requests(address):
-    from simharness.runtime.grpc_transport import RemoteServices
+    from simharness.runtime.grpc.client import RemoteServices
     with RemoteServices([address]) as s:
         return s.info()[0]['requests']
 

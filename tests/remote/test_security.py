@@ -18,8 +18,9 @@ import tensorflow as tf
 import simharness as sh
 from simharness.errors import ServiceAuthenticationError
 from simharness.runtime import protocol as P
-from simharness.runtime.grpc_service import start_executor_service
-from simharness.runtime.grpc_transport import (GRPC_MAX_MESSAGE, RemoteServices, frames_of)
+from simharness.hosts.grpc_service import start_executor_service
+from simharness.runtime.grpc.client import RemoteServices
+from simharness.runtime.grpc.framing import GRPC_MAX_MESSAGE, frames_of
 from simharness.runtime.proto import executor_service_pb2 as pb
 from simharness.runtime.proto.executor_service_pb2_grpc import ExecutorServiceStub
 from simharness.stacks import remote_executor_factory
@@ -159,7 +160,7 @@ def _execute(address, frames, raw=False, timeout=30):
 
 
 def _responses(frames_out):
-    from simharness.runtime.grpc_transport import MessageAssembler
+    from simharness.runtime.grpc.framing import MessageAssembler
     asm = MessageAssembler()
     msgs = []
     for f in frames_out:

@@ -28,8 +28,8 @@ TWO_GPUS = resources.GpuInventory((0, 1), 'CUDA_VISIBLE_DEVICES (unset), nvidia-
 
 
 def _fake_pool_module(monkeypatch, pool_class):
-    """Makes `create_worker_pool` (simharness.runtime.pool) build `pool_class` in place of WorkerPool."""
-    from simharness.runtime import pool as pool_module
+    """Makes `create_worker_pool` (simharness.runtime.local.pool) build `pool_class` in place of WorkerPool."""
+    from simharness.runtime.local import pool as pool_module
     monkeypatch.setattr(pool_module, 'WorkerPool', pool_class)
 
 

@@ -1,0 +1,394 @@
+"""The local wing: supervision of a worker process (start, liveness, death, reaping).
+
+A worker process is started from a forkserver that preloaded TensorFlow, runs the
+pool's `worker_target` (a host: `simharness.hosts.local_worker.worker_main`),
+reports READY, and is reaped (its segments unlinked) when it dies or is closed.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional
+
+import psutil
+
+from simharness.errors import (ExecutorClosedError, WorkerCrashedError, WorkerStartError,
+                               WorkerTimeoutError)
+from simharness.runtime import pinning
+from simharness.runtime.inflight import InFlight
+from simharness.runtime.local import transport as L
+from simharness.runtime.local.arenas import WorkerStats
+from simharness.runtime.seam import LOCAL_WORKER_MAIN, load_host
+from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
+
+
+#: The `pool.WorkerPool` that owns the process (pool.py imports this module).
+_WorkerPool = Any
+
+
+DEFAULT_START_TIMEOUT = 120.0
+#: Seconds a request may run while its worker is stopped or uses no CPU.
+DEFAULT_LIVENESS_TIMEOUT = 60.0
+
+log = logging.getLogger(__name__)
+
+
+def _likely_cause(exitcode: Optional[int]) -> str:
+    if exitcode is None:
+        return 'unknown'
+    if exitcode == -signal.SIGKILL:
+        return 'killed with SIGKILL (kill -9, or the kernel OOM killer: check dmesg)'
+    if exitcode == -signal.SIGTERM:
+        return ('terminated by SIGTERM (an OOM killer such as earlyoom or systemd-oomd, '
+                'systemctl stop, Slurm scancel, or kill)')
+    if exitcode == -signal.SIGSEGV:
+        return 'segmentation fault in native code'
+    if exitcode == -signal.SIGABRT:
+        return 'aborted (a native assertion, or a misaligned dlpack view)'
+    if exitcode == -signal.SIGBUS:
+        return 'bus error (shared memory exhausted?)'
+    if exitcode < 0:
+        try:
+            return f'killed by signal {signal.Signals(-exitcode).name}'
+        except ValueError:
+            return f'killed by signal {-exitcode}'
+    return f'exited with code {exitcode}'
+
+
+def get_forkserver_context():
+    """A `multiprocess` forkserver context that preloads TensorFlow."""
+    import multiprocess as mp
+    ctx = mp.get_context('forkserver')
+    ctx.set_forkserver_preload(['simharness._tf_preload'])  # TF, without start-up noise
+    return ctx
+
+
+_START_LOCK = threading.Lock()
+
+
+class _NoMainReimport:
+    """While starting a worker, keep the child from re-running the user's __main__.
+
+    A forkserver child normally imports the parent's main script (so that
+    pickled functions defined there resolve); a script without an
+    ``if __name__ == '__main__'`` guard would then start workers again. The
+    worker entry point lives in this package, so the child needs no main.
+    """
+
+    def __enter__(self):
+        import multiprocess.spawn as spawn
+        self._spawn = spawn
+        self._orig = spawn.get_preparation_data
+        orig = self._orig
+
+        def prep(name):
+            d = orig(name)
+            d.pop('init_main_from_path', None)
+            d.pop('init_main_from_name', None)
+            return d
+        spawn.get_preparation_data = prep
+        return self
+
+    def __exit__(self, *exc):
+        self._spawn.get_preparation_data = self._orig
+        return False
+
+
+class _Call(InFlight):
+    """One request on its way: what the reactor needs to send it and answer the caller."""
+
+    __slots__ = ('header', 'buffers', 'locs', 'uses_arena', 'sent_at', 'nbytes', 'lend',
+                 'generation', 'token')
+
+    def __init__(self, header: bytes, buffers: List[Any], locs: Optional[List[Any]], op: str,
+                 on_done: Optional[Callable[[], None]], lend: bool = False, generation: int = 0):
+        super().__init__(op, on_done)
+        self.lend = lend
+        self.generation = generation
+        self.token: Optional[int] = None  # placed (broadcast) buffers: the worker may pin them
+        self.header = header
+        self.buffers = buffers
+        self.locs = locs
+        self.uses_arena = locs is None and L.arena_bytes_needed(buffers) > 0
+        self.sent_at = 0.0
+        # Bytes this request writes: none when its buffers are already placed (a
+        # broadcast, counted once by the broadcast arena).
+        self.nbytes = 0 if locs is not None else sum(b.nbytes for b in buffers)
+
+
+class WorkerProcess:
+    """Supervision of one worker process: start, liveness, death, reaping (no requests).
+
+    `WorkerHandle` adds the requests; the state is one object's (the reactor reads
+    both halves), the jobs are apart.
+    """
+
+    def __init__(self, pool: _WorkerPool, worker_id: int, placement: pinning.WorkerPlacement):
+        self.pool = pool
+        self.worker_id = worker_id
+        self.placement = placement
+        self.generation = 0
+        self.stats = WorkerStats()
+        self.pid: Optional[int] = None
+        self._lock = threading.Lock()        # short sections: queue, inflight, state
+        self._start_lock = threading.Lock()  # one start at a time
+        self._proc: Any = None
+        self._conn: Any = None
+        self._fd: Optional[int] = None
+        self._live = False
+        self._arena: Optional[ShmArena] = None
+        self._attachment: Optional[ShmAttachment] = None
+        self._worker_arenas: set = set()
+        self.queue: Deque[_Call] = collections.deque()
+        self.inflight: Deque[_Call] = collections.deque()
+        self._out = bytearray()
+        self._acks: List[str] = []  # worker arenas to acknowledge with the next pump
+        self._tokens = itertools.count()
+        # Broadcast reads the worker still holds in place (token -> release), until it
+        # reports them unpinned or dies.
+        self._pins: Dict[int, Callable[[], None]] = {}
+        self._reader = L.FrameReader()
+        self._arena_busy = False
+        self._kill_error: Optional[BaseException] = None
+        self._progress = (0.0, 0.0)  # (cpu seconds, when they last advanced)
+
+    @property
+    def alive(self) -> bool:
+        return self._live and self._proc is not None and self._proc.is_alive()
+
+    def ensure_started(self, timeout: Optional[float] = None) -> None:
+        """Starts the worker process unless it runs (blocking: a fresh one takes ~0.1-3 s)."""
+        with self._start_lock:
+            if self.pool.closed:
+                raise ExecutorClosedError('the worker pool is closed')
+            if self._live:
+                return
+            self._reap()
+            self._start(self.pool.start_timeout if timeout is None else timeout)
+
+    def _start(self, timeout: float) -> None:
+        from multiprocess.connection import wait as mp_wait
+        target = self.pool.worker_target or load_host(LOCAL_WORKER_MAIN)
+        ctx = self.pool.context
+        parent, child = ctx.Pipe(duplex=True)
+        proc = ctx.Process(target=target,
+                           args=(child, self.worker_id, self.placement, self.pool.worker_options),
+                           name=f'simharness-worker-{self.worker_id}', daemon=True)
+        with _START_LOCK, _NoMainReimport():
+            proc.start()
+        child.close()
+        with self._lock:
+            self._proc, self._conn = proc, parent
+        deadline = time.monotonic() + timeout
+        frame: Optional[list] = None
+        while True:
+            ready = mp_wait([parent, proc.sentinel], timeout=max(0.0, deadline - time.monotonic()))
+            if parent in ready:
+                try:
+                    frame = L.unpack_frame(parent.recv_bytes())
+                except (EOFError, OSError):
+                    frame = None
+                break
+            if proc.sentinel in ready:
+                break
+            if time.monotonic() >= deadline:
+                pid = proc.pid
+                self._reap()
+                raise WorkerStartError(f'worker {self.worker_id} (pid {pid}) did not start within '
+                                       f'{timeout} s', worker_id=self.worker_id)
+        if not frame or frame[0] != L.F_READY:
+            pid = proc.pid
+            proc.join(5)
+            cause = _likely_cause(proc.exitcode)
+            if frame and frame[0] == L.F_START_ERROR:
+                text, tb = frame[1], frame[2]
+            else:
+                text, tb = f'it died while starting ({cause})', ''
+            self._reap()
+            raise WorkerStartError(f'worker {self.worker_id} (pid {pid}) could not start: {text}',
+                                   worker_id=self.worker_id, remote_traceback=tb)
+        arena = ShmArena(self.pool.arena_bytes)
+        with self._lock:
+            self.pid = frame[1]
+            self._worker_arenas = {frame[2]}
+            self._arena = arena
+            self._attachment = ShmAttachment()
+            self._fd = parent.fileno()
+            os.set_blocking(self._fd, False)
+            self._out = bytearray()
+            self._acks = []
+            self._reader = L.FrameReader()
+            self._arena_busy = False
+            self._kill_error = None
+            self._progress = (0.0, time.monotonic())
+            self.generation += 1
+            self._live = True
+        self.pool._reactor.register(self)
+
+    def _reap(self) -> None:
+        """Stops the process (if any) and frees everything this handle owns (idempotent)."""
+        with self._lock:
+            pins, self._pins = self._pins, {}
+        for release in pins.values():  # its tensors of our broadcasts are gone with it
+            release()
+        with self._lock:
+            proc, conn = self._proc, self._conn
+            self._proc = self._conn = None
+            self._fd = None
+            self._live = False
+            attachment, self._attachment = self._attachment, None
+            arena, self._arena = self._arena, None
+            names = set(self._worker_arenas)
+            self._worker_arenas = set()
+            pid = self.pid
+        if conn is not None:
+            try:
+                os.set_blocking(conn.fileno(), True)
+                conn.send_bytes(L.pack_frame(L.F_CLOSE))
+            except (OSError, EOFError, BrokenPipeError, ValueError):
+                pass
+        if proc is not None:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+            try:
+                proc.close()
+            except ValueError:
+                pass
+        if conn is not None:
+            conn.close()
+        if attachment is not None:
+            attachment.close()
+        if arena is not None:
+            arena.close()
+        # A worker unlinks its own arena when it exits cleanly; after a crash
+        # the driver does it: segment names carry their creator's pid.
+        if pid is not None:
+            prefix = f'{SEGMENT_PREFIX}{pid}_'
+            names.update(n for n in list_leaked_segments() if n.startswith(prefix))
+        for name in names:
+            try:
+                os.unlink(os.path.join('/dev/shm', name))
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        """Stops the worker: at once (SIGKILL) when a request is in flight, else cleanly."""
+        with self._lock:
+            busy = bool(self.inflight or self.queue)
+            proc = self._proc
+            calls = list(self.inflight) + list(self.queue)
+            self.inflight.clear()
+            self.queue.clear()
+            self._live = False
+        if busy and proc is not None and proc.pid:
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for c in calls:
+            c.finish(error=ExecutorClosedError(
+                f'the worker pool was closed while worker {self.worker_id} ran {c.op}'))
+        self.pool._reactor.unregister(self)
+        self._reap()
+
+    def resource_usage(self) -> Dict[str, Any]:
+        """RSS (bytes) and CPU seconds of the worker process (psutil)."""
+        proc = self._proc
+        if not self.alive or proc is None:
+            return {'worker_id': self.worker_id, 'alive': False}
+        try:
+            p = psutil.Process(proc.pid)
+            with p.oneshot():
+                mem = p.memory_info()
+                cpu = p.cpu_times()
+        except psutil.Error:
+            return {'worker_id': self.worker_id, 'alive': False}
+        return {'worker_id': self.worker_id, 'alive': True, 'pid': proc.pid,
+                'rss_bytes': mem.rss, 'cpu_seconds': cpu.user + cpu.system,
+                'requests': self.stats.requests, 'bytes_to_worker': self.stats.bytes_to_worker,
+                'bytes_from_worker': self.stats.bytes_from_worker}
+
+    def _fail_all(self, error_for: Callable[[_Call], BaseException]) -> None:
+        with self._lock:
+            calls = list(self.inflight) + list(self.queue)
+            self.inflight.clear()
+            self.queue.clear()
+            self._live = False
+        for c in calls:
+            c.finish(error=error_for(c))
+
+    def _died(self) -> None:
+        """The process exited (reactor thread): fail its requests, free its resources."""
+        with self._start_lock:  # not while a caller restarts it
+            self._died_locked()
+
+    def _died_locked(self) -> None:
+        proc = self._proc
+        if proc is not None:
+            proc.join(2)
+        exitcode = proc.exitcode if proc is not None else None
+        pid = self.pid
+        kill_error = self._kill_error
+        cause = _likely_cause(exitcode)
+
+        def error(c: _Call) -> BaseException:
+            if kill_error is not None:
+                return kill_error
+            return WorkerCrashedError(
+                f'worker {self.worker_id} (pid {pid}) died while running {c.op}: {cause}; it will '
+                'be replaced on next use', worker_id=self.worker_id, pid=pid, exitcode=exitcode,
+                likely_cause=cause)
+        self._fail_all(error)
+        self._reap()
+
+    def _check_liveness(self, now: float) -> None:
+        """Kills a worker whose oldest request is past its deadline or makes no progress."""
+        with self._lock:
+            call = self.inflight[0] if self.inflight else None
+            proc = self._proc
+        if call is None or proc is None or self._kill_error is not None:
+            return
+        age = now - call.sent_at
+        timeout = self.pool.request_timeout
+        reason = ''
+        if timeout is not None and age > timeout:
+            reason = 'timeout'
+            what = f'did not answer {call.op} within request_timeout={timeout} s'
+        elif age > self.pool.liveness_timeout:
+            try:
+                p = psutil.Process(proc.pid)
+                status = p.status()
+                cpu = sum(p.cpu_times()[:2])
+            except psutil.Error:
+                return
+            last_cpu, since = self._progress
+            if cpu > last_cpu + 1e-3:
+                self._progress = (cpu, now)
+            if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                if now - since > self.pool.liveness_timeout:
+                    reason = 'stopped'
+                    what = (f'has been stopped (SIGSTOP?) for {now - since:.0f} s while running '
+                            f'{call.op}')
+            elif cpu <= last_cpu + 1e-3 and now - max(since, call.sent_at) > self.pool.liveness_timeout:
+                reason = 'no progress'
+                what = (f'used no CPU for {self.pool.liveness_timeout} s while running {call.op} '
+                        '(deadlocked?)')
+        if not reason:
+            return
+        self._kill_error = WorkerTimeoutError(
+            f'worker {self.worker_id} (pid {proc.pid}) {what}; it was killed and will be '
+            'replaced on next use', worker_id=self.worker_id, pid=proc.pid, op=call.op,
+            seconds=round(age, 3), reason=reason)
+        log.warning('%s', self._kill_error)
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,716 @@
+"""The Ray transport, driver side: `RayWorkers` and a handle per actor (the worker seam).
+
+The actor itself is a host: `simharness.hosts.ray_actor.RayWorker`.
+
+```
+driver                                                      Ray cluster (any number of nodes)
+  RayWorkers (owned by a ray_executor_factory, or shared)
+    ray.init (address=None: a local Ray; 'auto' / 'ray://..' / 'host:port': join)
+    one placement group: a bundle {CPU: c, GPU: g} per worker slot (waits <= ready_timeout)
+    RayWorkerHandle k ─ actor k ═════════════════════════▶  RayWorker k (bundle k, its node)
+      ensure_started: describe → plan_ray_placements          describe(): node, pid, cores, GPUs
+                      → start(placement)                      start(): pin cores, TF threads,
+                                                                 EagerTF + WorkerService
+      submit(header, buffers | broadcast ref) ─ call.remote ─▶ call(): decode → handle → encode
+      Future[Response] ◀─ ObjectRef.future() ◀═══════════════  (header, buffers)
+    RayBroadcast: ray.put(buffers) once per broadcast value,
+                  passed as a top-level ObjectRef (read zero-copy, fetched once per node)
+    watchdog thread (call_timeout): a call running too long → kill the actor,
+                  WorkerTimeoutError (retryable)
+```
+
+What crosses to an actor is the codec's output only: the msgpack header
+(bytes) and the raw buffers (numpy arrays of plain dtypes); Ray serializes
+those, and no user object or TF object is ever handed to Ray. The actor
+decodes with the codec (a closed set of kinds), exactly as a worker process
+or an executor service does.
+
+Faults: actors run with ``max_task_retries=0`` (Ray never re-runs a call
+silently) and ``max_restarts`` (Ray restarts a dead actor in its bundle). A
+call to a dead or restarted actor fails with `WorkerLostError` (retryable):
+the handle is marked lost, and its next use starts the actor again (a new
+*generation*: the values of the old one are reported lost, never reused), or
+makes a new actor in the same bundle when Ray gave up on the old one, so
+``execution_context(factory, retries=N)`` re-runs the computation.
+
+Pinning: Ray reserves logical CPUs but pins nothing. Every actor reports its
+node and the cores it may run on; `plan_ray_placements` (pure) turns the
+placement group table into node-local core sets, one per actor, and each
+actor pins itself (affinity, TF thread counts) before its first TF op.
+
+Ownership: `RayWorkers` owns its actors, its placement group, its watchdog
+thread, and Ray itself when it called ``ray.init`` (then `close()` shuts Ray
+down). `close()` is idempotent. Ray is imported only when a `RayWorkers`
+starts: this module imports without Ray.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import secrets
+import threading
+import time
+import weakref
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from simharness import errors as E
+from simharness.runtime import protocol as P
+from simharness.runtime.inflight import InFlight
+from simharness.runtime.pinning import WorkerPlacement
+
+log = logging.getLogger(__name__)
+
+#: Placement strategies of Ray placement groups.
+from simharness.runtime.ray.placement import (DEFAULT_MAX_RESTARTS, DEFAULT_READY_TIMEOUT,
+                                              check_ray_arguments, import_ray,
+                                              placement_to_dict, plan_ray_placements)
+from simharness.runtime.seam import RAY_ACTOR, load_host
+
+
+class RayBroadcast:
+    """The handle protocol's broadcast arena for Ray: ``ray.put`` once per broadcast value.
+
+    `acquire(key, buffers)` puts the buffers into the object store once for
+    `key` (the value object being broadcast) and returns ``[ObjectRef]``; each
+    worker's request passes it as a top-level argument, so Ray fetches it
+    once per node and actors read it zero-copy. When the last reader is
+    done the key is forgotten (a later broadcast of the same, possibly
+    mutated, object is put again) and Ray frees the object.
+    """
+
+    def __init__(self, ray: Any):
+        self._ray = ray
+        self._lock = threading.Lock()
+        self._key: Any = None
+        self._refs: List[Any] = []
+        self._readers = 0
+        self.bytes_written = 0
+        self.puts = 0
+
+    def acquire(self, key: Any, buffers: Sequence[Any]) -> List[Any]:
+        with self._lock:
+            if self._key is not key or not self._refs:
+                self._refs = [self._ray.put(list(buffers))]
+                self._key = key
+                self.puts += 1
+                self.bytes_written += sum(int(np.asarray(b).nbytes) for b in buffers)
+            self._readers += 1
+            return list(self._refs)
+
+    def release(self, locs: Optional[List[Any]] = None) -> None:
+        """Ends a read (of the one value held: `locs` names it for the handle protocol)."""
+        with self._lock:
+            self._readers = max(0, self._readers - 1)
+            if not self._readers:
+                self._key = None
+                self._refs = []
+
+
+class _Call(InFlight):
+    __slots__ = ('started', 'generation', 'nbytes')
+
+    def __init__(self, op: str, on_done: Any, generation: int, nbytes: int):
+        super().__init__(op, on_done)
+        self.started: Optional[float] = None  # when the actor began it (head of the queue)
+        self.generation = generation
+        self.nbytes = nbytes
+
+
+def _owned(buf: Any) -> Any:
+    """A buffer the driver may keep: arrays read from Ray's object store are read-only views."""
+    if isinstance(buf, np.ndarray) and not buf.flags.writeable:
+        return buf.copy()
+    return buf
+
+
+class RayWorkerHandle:
+    """The driver side of one worker slot (the `WorkerHandle` protocol).
+
+    `WorkerDelegatingExecutor` drives it as a local worker process:
+    `submit(header, buffers, op, generation, locs, on_done) ->
+    Future[Response]`, `ensure_started()`, `alive`, `generation`,
+    `worker_id`, `pid`, `pool`.
+    """
+
+    #: Answers are never lent (`submit(..., lend=True)` is a plain request).
+    lends = False
+
+    def __init__(self, workers: 'RayWorkers', slot: int):
+        self.workers = workers
+        self.pool = workers  # the handle protocol's name for the owner
+        self.worker_id = slot
+        self.slot = slot
+        self.generation = 0
+        self.pid: Optional[int] = None
+        self.node_id: Optional[str] = None
+        self.node_ip: Optional[str] = None
+        self.incarnation = ''
+        self.placement: Optional[WorkerPlacement] = None
+        self.node_cpus: List[int] = []  # the usable cores of its node, as the actor saw them
+        self.actor: Any = None
+        self.requests = 0
+        self.bytes_to_worker = 0
+        self.bytes_from_worker = 0
+        self._alive = False
+        self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._inflight: Deque[_Call] = collections.deque()
+
+    @property
+    def alive(self) -> bool:
+        return self._alive and not self.workers.closed
+
+    # ------------------------------------------------------------ lifecycle
+    def ensure_started(self, timeout: Optional[float] = None) -> None:
+        """(Re)starts the actor in its bundle: a new generation of this worker slot."""
+        with self._start_lock:
+            if self.workers.closed:
+                raise E.ExecutorClosedError('the Ray workers are closed')
+            if self.alive:
+                return
+            self.workers._start_slot(self, timeout)
+
+    def _set_started(self, info: Dict[str, Any]) -> None:
+        with self._lock:
+            self.generation += 1
+            self.incarnation = info['incarnation']
+            self.pid = info['pid']
+            self.node_id = info['node_id']
+            self.node_ip = info['node_ip']
+            self._alive = True
+
+    def _mark_lost(self, generation: int) -> None:
+        with self._lock:
+            if generation == self.generation:
+                self._alive = False
+
+    # ------------------------------------------------------------ calls
+    def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
+               locs: Optional[List[Any]] = None,
+               on_done: Optional[Any] = None, lend: bool = False) -> concurrent.futures.Future:
+        """Sends one encoded request; the future resolves to its decoded `Response`
+        (`lend` is ignored: answers are Ray's objects, never views lent by the actor)."""
+        nbytes = len(header) + sum(int(getattr(b, 'nbytes', 0)) for b in buffers)
+        call = _Call(op, on_done, generation, 0 if locs else nbytes)
+        err: Optional[BaseException] = None
+        if self.workers.closed:
+            err = E.ExecutorClosedError('the Ray workers are closed')
+        elif generation != self.generation or not self._alive:
+            err = E.WorkerLostError(
+                f'Ray worker {self.slot} was lost (its actor died or was restarted); its values '
+                'are gone: run the computation again', worker_id=self.slot, pid=self.pid)
+        if err is not None:
+            call.finish(error=err)
+            return call.future
+        payload = locs[0] if locs else list(buffers)
+        with self._lock:
+            self.requests += 1
+            self.bytes_to_worker += call.nbytes
+            if not self._inflight:
+                call.started = time.monotonic()
+            self._inflight.append(call)
+        try:
+            ref = self.actor.call.remote(self.incarnation, header, payload)
+            ref.future().add_done_callback(lambda f, c=call: self._done(c, f))
+        except Exception as e:  # Ray refused the call (shut down, ...)
+            self._forget(call)
+            self._mark_lost(generation)
+            call.finish(error=E.WorkerLostError(
+                f'Ray worker {self.slot}: the call could not be sent ({type(e).__name__}: {e}); '
+                'run the computation again', worker_id=self.slot, pid=self.pid))
+        return call.future
+
+    def _forget(self, call: _Call) -> None:
+        with self._lock:
+            try:
+                self._inflight.remove(call)
+            except ValueError:
+                return
+            if self._inflight and self._inflight[0].started is None:
+                self._inflight[0].started = time.monotonic()
+
+    def _done(self, call: _Call, f: concurrent.futures.Future) -> None:
+        self._forget(call)
+        if call.future.done():  # failed already (timeout, close)
+            call.finish()
+            return
+        try:
+            out = f.result()
+        except Exception as e:  # noqa: BLE001 - mapped below
+            call.finish(error=self._ray_error(e, call))
+            return
+        if out is None:
+            self._mark_lost(call.generation)
+            call.finish(error=E.WorkerLostError(
+                f'Ray worker {self.slot} was restarted by Ray while this driver used it (a '
+                f'new incarnation answered {call.op}); its values are gone: run the '
+                'computation again', worker_id=self.slot, pid=self.pid))
+            return
+        try:
+            header, bufs = out
+            bufs = [_owned(b) for b in bufs]
+            with self._lock:
+                self.bytes_from_worker += len(header) + sum(int(b.nbytes) for b in bufs)
+            resp = P.decode_message(header, bufs)
+        except Exception as e:
+            call.finish(error=e)
+            return
+        call.finish(resp)
+
+    def _ray_error(self, e: BaseException, call: _Call) -> BaseException:
+        ray = self.workers.ray
+        exc = ray.exceptions
+        lost_types = tuple(t for t in (getattr(exc, 'RayActorError', None),
+                                       getattr(exc, 'ActorUnavailableError', None),
+                                       getattr(exc, 'ObjectLostError', None),
+                                       getattr(exc, 'OwnerDiedError', None),
+                                       getattr(exc, 'WorkerCrashedError', None),
+                                       getattr(exc, 'NodeDiedError', None))
+                           if isinstance(t, type))
+        if isinstance(e, lost_types):
+            self._mark_lost(call.generation)
+            where = f' on {self.node_ip}' if self.node_ip else ''
+            err: BaseException = E.WorkerLostError(
+                f'Ray worker {self.slot} (pid {self.pid}{where}) died while it ran {call.op} '
+                f'({type(e).__name__}); its values are gone: run the computation again '
+                '(execution_context(factory, retries=N) does)', worker_id=self.slot, pid=self.pid)
+            err.__cause__ = e
+            return err
+        if isinstance(e, getattr(exc, 'RayTaskError', ())):
+            err = E.WorkerError(f'Ray worker {self.slot} failed while it ran {call.op}: {e}',
+                                worker_id=self.slot, pid=self.pid)
+            return err
+        return e
+
+    def _fail_inflight(self, first: BaseException, others: BaseException) -> None:
+        with self._lock:
+            calls = list(self._inflight)
+            self._inflight.clear()
+        for k, c in enumerate(calls):
+            c.finish(error=first if k == 0 else others)
+
+    def _check_deadline(self, timeout: float, now: float) -> None:
+        with self._lock:
+            head = self._inflight[0] if self._inflight else None
+            if head is None or head.started is None or now - head.started <= timeout:
+                return
+            self._alive = False
+        log.warning('Ray worker %d ran %s for more than %g s: killing its actor', self.slot,
+                    head.op, timeout)
+        try:
+            self.workers.ray.kill(self.actor, no_restart=False)
+        except Exception:  # already dead
+            pass
+        self._fail_inflight(
+            E.WorkerTimeoutError(
+                f'Ray worker {self.slot} (pid {self.pid}) ran {head.op} for more than '
+                f'{timeout:g} s (call_timeout); it was killed and restarts: run the computation '
+                'again', worker_id=self.slot, pid=self.pid, op=head.op, seconds=timeout,
+                reason='timeout'),
+            E.WorkerLostError(f'Ray worker {self.slot} was killed after a call timed out; its '
+                              'values are gone', worker_id=self.slot, pid=self.pid))
+
+    def close(self) -> None:
+        self._alive = False
+        self._fail_inflight(*(2 * [E.ExecutorClosedError(
+            f'the Ray workers were closed while worker {self.slot} ran a request')]))
+
+
+class RayWorkers:
+    """Worker slots as Ray actors, in one placement group (the factory's shared resource).
+
+    Args:
+      num_workers: actors (None: the cluster's CPUs / `num_cpus_per_worker`,
+        or its GPUs / `num_gpus_per_worker` when GPUs are asked for).
+      address: None starts a local Ray (``ray.init()``); ``'auto'``,
+        ``'ray://host:10001'`` or ``'host:6379'`` joins a running cluster.
+        Ignored when Ray is already initialised in this process.
+      num_cpus_per_worker / num_gpus_per_worker: each actor's bundle.
+      clients_per_worker: the most clients an actor runs through one TF call.
+      placement_strategy: of the placement group ('PACK', 'SPREAD',
+        'STRICT_PACK', 'STRICT_SPREAD').
+      ready_timeout: seconds to wait for the placement group (an
+        unsatisfiable one waits forever otherwise) and for the actors to start.
+      max_restarts: Ray restarts of a dead actor (-1: no limit).
+      call_timeout: seconds one call may run (None: no limit); past it the
+        actor is killed and the call fails with `WorkerTimeoutError`.
+      cpu_affinity: pin each actor to node-local cores (`plan_ray_placements`).
+      ray_init_args: more keyword arguments of ``ray.init`` (``num_cpus``, ...).
+      worker_options: passed to the actors (``{'profile': True}``: each actor logs
+        every request's operation and time to stderr).
+      actor: the actor class (default: `simharness.hosts.ray_actor.RayWorker`, named
+        by `seam.RAY_ACTOR`); it is constructed as ``actor(slot, options)``.
+    """
+
+    def __init__(self, num_workers: Optional[int] = None, *, address: Optional[str] = None,
+                 num_cpus_per_worker: float = 1, num_gpus_per_worker: float = 0,
+                 clients_per_worker: Optional[int] = 256, placement_strategy: str = 'PACK',
+                 ready_timeout: float = DEFAULT_READY_TIMEOUT,
+                 max_restarts: int = DEFAULT_MAX_RESTARTS, call_timeout: Optional[float] = None,
+                 cpu_affinity: bool = True, ray_init_args: Optional[Dict[str, Any]] = None,
+                 worker_options: Optional[Dict[str, Any]] = None, actor: Any = None):
+        self.placement_strategy = check_ray_arguments(
+            num_workers, num_cpus_per_worker, num_gpus_per_worker, clients_per_worker,
+            placement_strategy, ready_timeout, max_restarts, call_timeout, cpu_affinity, address)
+        for name, d in (('ray_init_args', ray_init_args), ('worker_options', worker_options)):
+            if d is not None and not isinstance(d, dict):
+                raise E.SimharnessTypeError(f'{name} must be a dict or None, got {d!r} of type '
+                                            f'{type(d).__name__}', expected='Optional[dict]',
+                                            actual=type(d))
+        self.requested_workers = num_workers
+        self.address = address
+        self.num_cpus_per_worker = num_cpus_per_worker
+        self.num_gpus_per_worker = num_gpus_per_worker
+        self.clients_per_worker = clients_per_worker
+        self.ready_timeout = float(ready_timeout)
+        self.max_restarts = max_restarts
+        self.call_timeout = call_timeout
+        self.cpu_affinity = cpu_affinity
+        self.ray_init_args = dict(ray_init_args or {})
+        self.worker_options = dict(worker_options or {})
+        self.ray: Any = None
+        self.broadcast: Any = None
+        self.handles: List[RayWorkerHandle] = []
+        self.closed = False
+        self._started = False
+        self._owns_ray = False
+        self._pg: Any = None
+        # The actor class (a host: it builds the leaf executor); by name when not given,
+        # so that the runtime imports no executor (`simharness.stacks` gives the class).
+        self._actor = actor
+        self._actor_class: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watchdog: Optional[threading.Thread] = None
+        self._finalizer = weakref.finalize(self, _close_resources, self._stop, [], None, False)
+
+    # ------------------------------------------------------------ properties
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.handles)
+
+    def new_session_id(self) -> int:
+        """A session id unique across drivers (random: several drivers may share actors)."""
+        return secrets.randbits(62) + 1
+
+    # ------------------------------------------------------------ start
+    def start(self) -> None:
+        """Joins or starts Ray, reserves the placement group, starts every actor. Idempotent."""
+        with self._lock:
+            if self.closed:
+                raise E.ExecutorClosedError('the Ray workers are closed')
+            if self._started:
+                return
+            try:
+                self._start()
+            except BaseException:
+                self._release()
+                raise
+            self._started = True
+
+    def _start(self) -> None:
+        ray = import_ray()
+        self.ray = ray
+        if not ray.is_initialized():
+            # Quiet by default: Ray's own daemons' log lines stay in its session
+            # logs, unless the actors are asked to profile (their lines go to stderr).
+            args = {'address': self.address, 'include_dashboard': False,
+                    'logging_level': logging.WARNING, 'configure_logging': True,
+                    'log_to_driver': bool(self.worker_options.get('profile'))}
+            args.update(self.ray_init_args)
+            ray.init(**args)
+            self._owns_ray = True
+        elif self.address is not None:
+            log.info('Ray is already initialised in this process: address=%r is not used',
+                     self.address)
+        self.broadcast = RayBroadcast(ray)
+        n = self.requested_workers
+        if n is None:
+            n = self._default_workers(ray.cluster_resources())
+        from ray.util.placement_group import placement_group
+        bundle: Dict[str, float] = {'CPU': float(self.num_cpus_per_worker)}
+        if self.num_gpus_per_worker:
+            bundle['GPU'] = float(self.num_gpus_per_worker)
+        self._pg = placement_group([dict(bundle) for _ in range(n)],
+                                   strategy=self.placement_strategy)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _close_resources, self._stop, self.handles,
+                                           self._pg, self._owns_ray)
+        try:
+            ray.get(self._pg.ready(), timeout=self.ready_timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise E.WorkerStartError(
+                f'the Ray cluster could not place {n} workers of {bundle} '
+                f'(placement_strategy={self.placement_strategy!r}) within {self.ready_timeout:g} s '
+                f'(ready_timeout); the cluster has {_resources_text(ray.cluster_resources())} '
+                f'in all, {_resources_text(ray.available_resources())} free: ask for fewer '
+                'workers or resources, or add nodes') from None
+        self._actor_class = ray.remote(self._actor if self._actor is not None
+                                       else load_host(RAY_ACTOR))
+        self.handles.extend(RayWorkerHandle(self, k) for k in range(n))
+        for h in self.handles:
+            h.actor = self._new_actor(h.slot)
+        self._start_all()
+        if self.call_timeout is not None:
+            self._watchdog = threading.Thread(target=self._watch, name='simharness-ray-watchdog',
+                                              daemon=True)
+            self._watchdog.start()
+
+    def _default_workers(self, resources: Mapping[str, float]) -> int:
+        if self.num_gpus_per_worker:
+            n = int(resources.get('GPU', 0) // self.num_gpus_per_worker)
+            what = f"{resources.get('GPU', 0):g} GPUs"
+        else:
+            n = int(resources.get('CPU', 0) // self.num_cpus_per_worker)
+            what = f"{resources.get('CPU', 0):g} CPUs"
+        if n < 1:
+            raise E.WorkerStartError(
+                f'the Ray cluster has {what}: not enough for one worker of '
+                f'{self.num_cpus_per_worker} CPU / {self.num_gpus_per_worker} GPU; give num_workers '
+                'or smaller per-worker resources')
+        return n
+
+    def _new_actor(self, slot: int) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        opts = {'clients_per_worker': self.clients_per_worker}
+        opts.update(self.worker_options)
+        return self._actor_class.options(
+            num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker,
+            max_restarts=self.max_restarts, max_task_retries=0, max_concurrency=1,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self._pg, placement_group_bundle_index=slot,
+                placement_group_capture_child_tasks=False),
+        ).remote(slot, opts)
+
+    def _plan(self, infos: Sequence[Dict[str, Any]]) -> List[WorkerPlacement]:
+        from ray.util.placement_group import placement_group_table
+        table = placement_group_table(self._pg)
+        b2n = table.get('bundles_to_node_id') or {}
+        bundle_nodes = [b2n.get(k, b2n.get(str(k), infos[k]['node_id']))
+                        for k in range(len(infos))]
+        node_cpus: Dict[str, List[int]] = {}
+        for info, node in zip(infos, bundle_nodes):
+            node_cpus.setdefault(node, info['cpus'])
+        gpu_ids = [info['gpu_ids'][0] if info['gpu_ids'] else None for info in infos]
+        return plan_ray_placements(bundle_nodes, node_cpus, self.num_cpus_per_worker,
+                                   self.num_gpus_per_worker, gpu_ids, self.cpu_affinity)
+
+    def _replan(self, h: RayWorkerHandle, where: Dict[str, Any]) -> WorkerPlacement:
+        """Slot `h`'s placement on the node it now runs on: the cores after those of the
+        slots already there (which keep their placements)."""
+        order = [o for o in self.handles if o is not h] + [h]  # the moved slot last
+        bundle_nodes = [where['node_id'] if o is h else (o.node_id or '') for o in order]
+        node_cpus = {(o.node_id or ''): list(o.node_cpus) for o in order if o is not h}
+        node_cpus[where['node_id']] = list(where['cpus'])
+        gpu_ids = [(where['gpu_ids'] or [None])[0] if o is h
+                   else (None if o.placement is None else o.placement.gpu) for o in order]
+        h.node_cpus = list(where['cpus'])
+        p = plan_ray_placements(bundle_nodes, node_cpus, self.num_cpus_per_worker,
+                                self.num_gpus_per_worker, gpu_ids, self.cpu_affinity)[-1]
+        return dataclasses.replace(p, worker_id=h.slot)
+
+    def _start_all(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        infos = self._get([h.actor.describe.remote() for h in self.handles], deadline,
+                          'report where they run')
+        plans = self._plan(infos)
+        for h, p, info in zip(self.handles, plans, infos):
+            h.placement = p
+            h.node_cpus = list(info['cpus'])
+        started = self._get([h.actor.start.remote(placement_to_dict(p))
+                             for h, p in zip(self.handles, plans)], deadline,
+                            'start (import TensorFlow)')
+        for h, info in zip(self.handles, started):
+            h._set_started(info)
+
+    def _get(self, refs: List[Any], deadline: float, what: str) -> List[Any]:
+        ray = self.ray
+        try:
+            return ray.get(refs, timeout=max(0.1, deadline - time.monotonic()))
+        except ray.exceptions.GetTimeoutError:
+            raise E.WorkerStartError(
+                f'the Ray workers did not {what} within {self.ready_timeout:g} s '
+                '(ready_timeout)') from None
+        except ray.exceptions.RayTaskError as e:
+            raise E.WorkerStartError(f'a Ray worker failed to {what}: {e}',
+                                     remote_traceback=str(e)) from None
+        except ray.exceptions.RayActorError as e:
+            raise E.WorkerStartError(f'a Ray worker died before it could {what}: {e}') from None
+
+    def _start_slot(self, h: RayWorkerHandle, timeout: Optional[float] = None) -> None:
+        """Starts slot `h` again (after a loss): the same actor once Ray restarted it, else a new one."""
+        if not self._started:
+            self.start()
+            if h.alive:
+                return
+        ray = self.ray
+        timeout = self.ready_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        if h.placement is None:  # never planned: the first start failed
+            raise E.WorkerStartError(f'Ray worker {h.slot} was never started', worker_id=h.slot)
+        last: Optional[BaseException] = None
+        for attempt in range(2):
+            try:
+                where = ray.get(h.actor.describe.remote(),
+                                timeout=max(0.1, deadline - time.monotonic()))
+                if where['node_id'] != h.node_id:
+                    # Ray moved the bundle to another node (its node died): plan again.
+                    h.placement = self._replan(h, where)
+                info = ray.get(h.actor.start.remote(placement_to_dict(h.placement)),
+                               timeout=max(0.1, deadline - time.monotonic()))
+                h._set_started(info)
+                return
+            except ray.exceptions.GetTimeoutError:
+                raise E.WorkerStartError(
+                    f'Ray worker {h.slot} did not start again within {timeout:g} s',
+                    worker_id=h.slot) from None
+            except ray.exceptions.RayTaskError as e:
+                raise E.WorkerStartError(f'Ray worker {h.slot} failed to start again: {e}',
+                                         worker_id=h.slot) from None
+            except ray.exceptions.RayActorError as e:
+                # Ray gave up on the actor (restarts used up, killed for good): a new one
+                # in the same bundle, on the same node, so the plan still holds.
+                last = e
+                if attempt == 0:
+                    log.warning('Ray worker %d is dead (%s); starting a new actor in its bundle',
+                                h.slot, type(e).__name__)
+                    h.actor = self._new_actor(h.slot)
+        raise E.WorkerStartError(f'Ray worker {h.slot} could not be started again: {last}',
+                                 worker_id=h.slot)
+
+    # ------------------------------------------------------------ watchdog
+    def _watch(self) -> None:
+        timeout = float(self.call_timeout or 0)
+        tick = min(1.0, max(0.05, timeout / 4))
+        while not self._stop.wait(tick):
+            now = time.monotonic()
+            for h in list(self.handles):
+                try:
+                    h._check_deadline(timeout, now)
+                except Exception:  # pragma: no cover - never stop watching
+                    log.exception('the Ray watchdog failed')
+
+    # ------------------------------------------------------------ info
+    def info(self, timeout: float = 30.0) -> List[Dict[str, Any]]:
+        """Each actor's node, pid, cores, RSS, CPU seconds and requests served."""
+        if not self._started or self.closed:
+            return []
+        ray = self.ray
+        refs = [h.actor.usage.remote() if h.alive else None for h in self.handles]
+        out = []
+        for h, ref in zip(self.handles, refs):
+            row: Dict[str, Any] = {'worker_id': h.slot, 'alive': h.alive, 'node_ip': h.node_ip,
+                                   'node_id': h.node_id, 'pid': h.pid,
+                                   'cpus': None if h.placement is None else list(h.placement.cpus),
+                                   'requests': h.requests, 'bytes_to_worker': h.bytes_to_worker,
+                                   'bytes_from_worker': h.bytes_from_worker}
+            if ref is not None:
+                try:
+                    row.update(ray.get(ref, timeout=timeout))
+                except Exception:  # lost meanwhile
+                    row['alive'] = False
+            out.append(row)
+        return out
+
+    def stats(self) -> Dict[str, Any]:
+        return {'requests': sum(h.requests for h in self.handles),
+                'bytes_to_workers': sum(h.bytes_to_worker for h in self.handles)
+                + (self.broadcast.bytes_written if self.broadcast is not None else 0),
+                'bytes_from_workers': sum(h.bytes_from_worker for h in self.handles),
+                'broadcast_puts': self.broadcast.puts if self.broadcast is not None else 0}
+
+    def cluster(self) -> Dict[str, Any]:
+        """The cluster's nodes and resources (for the environment record)."""
+        ray = self.ray if self.ray is not None else import_ray()
+        if not ray.is_initialized():
+            return {}
+        nodes = [{'node_id': n.get('NodeID'), 'address': n.get('NodeManagerAddress'),
+                  'hostname': n.get('NodeManagerHostname'), 'alive': bool(n.get('Alive')),
+                  'resources': _plain_resources(n.get('Resources') or {})}
+                 for n in ray.nodes()]
+        return {'ray_version': getattr(ray, '__version__', None),
+                'nodes': nodes, 'resources': _plain_resources(ray.cluster_resources()),
+                'workers': [{'worker_id': h.slot, 'node_ip': h.node_ip, 'node_id': h.node_id,
+                             'cpus': None if h.placement is None else list(h.placement.cpus),
+                             'gpu': None if h.placement is None else h.placement.gpu}
+                            for h in self.handles],
+                'placement_strategy': self.placement_strategy,
+                'num_cpus_per_worker': self.num_cpus_per_worker,
+                'num_gpus_per_worker': self.num_gpus_per_worker}
+
+    # ------------------------------------------------------------ close
+    def _release(self) -> None:
+        _close_resources(self._stop, self.handles, self._pg, self._owns_ray)
+        self._finalizer.detach()
+        self._pg = None
+        self._owns_ray = False
+
+    def close(self) -> None:
+        """Kills the actors, removes the placement group, shuts Ray down if it started it.
+
+        Idempotent.
+        """
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        watchdog = self._watchdog
+        self._stop.set()
+        if watchdog is not None and watchdog is not threading.current_thread():
+            watchdog.join(5)
+        self._release()
+
+    def __enter__(self) -> 'RayWorkers':
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _close_resources(stop: threading.Event, handles: List[RayWorkerHandle], pg: Any,
+                     owns_ray: bool) -> None:
+    stop.set()
+    ray = None
+    for h in handles:
+        ray = h.workers.ray if ray is None else ray
+        h.close()
+        if h.actor is not None and ray is not None:
+            try:
+                ray.kill(h.actor, no_restart=True)
+            except Exception:  # already gone
+                pass
+            h.actor = None
+    if ray is None and (pg is not None or owns_ray):
+        import ray  # noqa: F811 - it was imported by whoever started the workers
+    if pg is not None and ray is not None:
+        try:
+            from ray.util.placement_group import remove_placement_group
+            remove_placement_group(pg)
+        except Exception:  # Ray is shut down already
+            pass
+    if owns_ray and ray is not None:
+        try:
+            ray.shutdown()
+        except Exception:  # pragma: no cover
+            log.exception('ray.shutdown failed')
+
+
+def _plain_resources(res: Mapping[str, float]) -> Dict[str, float]:
+    """Resources without Ray's bookkeeping entries (``node:<ip>``, placement group shares)."""
+    return {k: float(v) for k, v in res.items()
+            if not k.startswith('node:') and '_group_' not in k}
+
+
+def _resources_text(res: Mapping[str, float]) -> str:
+    keys = [k for k in ('CPU', 'GPU') if k in res] or sorted(k for k in res
+                                                             if not k.startswith('node:'))[:3]
+    return ', '.join(f'{res[k]:g} {k}' for k in keys) or 'no resources'
