@@ -2,6 +2,10 @@
 
 * `sum_then_finalize(metric_finalizers)`: the default metrics aggregator
   (federated sum of the clients' unfinalized metrics, finalized at the server).
+* `secure_sum_then_finalize(metric_finalizers, metric_value_ranges=...)`: the
+  same over secure summation (values clipped into ranges), with
+  ``secure_sum_measurements``; `SecureSumFactory` and
+  `create_default_secure_sum_quantization_ranges` build it.
 * `SumThenFinalizeFactory`: the same as an aggregation factory whose process
   also accumulates the metrics over rounds (``result``: this round's and all
   rounds' finalized metrics).
@@ -12,14 +16,18 @@
   finalize)`` for `tff.learning.models.FunctionalModel`.
 """
 
-from simharness.learning.metrics.aggregator import sum_then_finalize
+from simharness.learning.metrics.aggregator import secure_sum_then_finalize, sum_then_finalize
 from simharness.learning.metrics.counters import NumBatchesCounter, NumExamplesCounter
 from simharness.learning.metrics.keras_finalizer import create_keras_metric_finalizer
 from simharness.learning.metrics.keras_utils import create_functional_metric_fns
+from simharness.learning.metrics.secure_sum_factory import (
+    SecureSumFactory, create_default_secure_sum_quantization_ranges)
 from simharness.learning.metrics.sum_aggregation_factory import SumThenFinalizeFactory
 from simharness.learning.metrics.types import (FunctionalMetricFinalizersType,
                                                MetricFinalizersType, MetricsAggregatorType)
 
 __all__ = ['FunctionalMetricFinalizersType', 'MetricFinalizersType', 'MetricsAggregatorType',
-           'NumBatchesCounter', 'NumExamplesCounter', 'SumThenFinalizeFactory', 'create_functional_metric_fns',
+           'NumBatchesCounter', 'NumExamplesCounter', 'SecureSumFactory',
+           'SumThenFinalizeFactory', 'create_default_secure_sum_quantization_ranges',
+           'secure_sum_then_finalize', 'create_functional_metric_fns',
            'create_keras_metric_finalizer', 'sum_then_finalize']

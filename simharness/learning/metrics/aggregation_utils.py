@@ -64,7 +64,7 @@ def check_local_unfinalized_metrics_type(local_unfinalized_metrics_type: Any) ->
             expected=collections.OrderedDict, actual=container)
 
 
-def _as_python(value: Any) -> Any:
+def as_python(value: Any) -> Any:
     """A traced struct as Python containers (finalizers take lists of tensors)."""
     return structure.to_odict_or_tuple(value) if isinstance(value, Struct) else value
 
@@ -73,12 +73,12 @@ def build_finalizer_computation(metric_finalizers: Any,
                                 local_unfinalized_metrics_type: Any) -> Any:
     """A `tf_computation` ``unfinalized metrics -> finalized metrics``."""
     if callable(metric_finalizers):
-        return tf_computation(lambda m: metric_finalizers(_as_python(m)),
+        return tf_computation(lambda m: metric_finalizers(as_python(m)),
                               local_unfinalized_metrics_type)
 
     @tf_computation(local_unfinalized_metrics_type)
     def finalizer_computation(unfinalized_metrics: Any) -> collections.OrderedDict:
-        unfinalized_metrics = _as_python(unfinalized_metrics)
+        unfinalized_metrics = as_python(unfinalized_metrics)
         return collections.OrderedDict(
             (name, finalizer(unfinalized_metrics[name]))
             for name, finalizer in metric_finalizers.items())

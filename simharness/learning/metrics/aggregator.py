@@ -1,4 +1,6 @@
-"""Metric aggregators (TFF's ``learning/metrics/aggregator.py``): `sum_then_finalize`.
+"""Metric aggregators (TFF's ``learning/metrics/aggregator.py``).
+
+`sum_then_finalize` and `secure_sum_then_finalize`.
 
 An aggregator is a federated computation ``unfinalized metrics@CLIENTS ->
 finalized metrics@SERVER``; learning processes call it on what each client's
@@ -7,11 +9,17 @@ model reports (`VariableModel.report_local_unfinalized_metrics`).
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Optional
 
 from simharness.core import intrinsics
-from simharness.core.computation import federated_computation
-from simharness.learning.metrics import aggregation_utils
+from simharness.core.computation import federated_computation, tf_computation
+from simharness.errors import SimharnessTypeError
+from simharness.learning.metrics import aggregation_utils, secure_sum_factory
+from simharness.templates import is_stateful
+
+DEFAULT_SECURE_LOWER_BOUND = 0
+DEFAULT_SECURE_UPPER_BOUND = 2**20 - 1
 
 
 def sum_then_finalize(metric_finalizers: Any,
@@ -47,5 +55,75 @@ def sum_then_finalize(metric_finalizers: Any,
         summed = intrinsics.federated_sum(client_local_unfinalized_metrics)
         finalize = aggregation_utils.build_finalizer_computation(metric_finalizers, metrics_type)
         return intrinsics.federated_map(finalize, summed)
+
+    return aggregator_computation
+
+
+def secure_sum_then_finalize(metric_finalizers: Any,
+                             local_unfinalized_metrics_type: Optional[Any] = None,
+                             metric_value_ranges: Optional[Any] = None) -> Any:
+    """Sums the clients' unfinalized metrics securely, then finalizes them at the server.
+
+    Every tensor is clipped into its range (default ``[0, 2**20 - 1]``; floats
+    are quantized) and summed with `tff.aggregators.SecureSumFactory`, tensors
+    of one range and dtype together. The result holds the finalized metrics
+    and ``secure_sum_measurements`` (per group: clipped counts, thresholds).
+
+    Args:
+      metric_finalizers: as `sum_then_finalize`.
+      local_unfinalized_metrics_type: unused (as in TFF).
+      metric_value_ranges: an optional partial tree of ``(lower, upper)`` ranges
+        matching the unfinalized metrics (None: the default range).
+
+    Returns:
+      A polymorphic federated computation ``OrderedDict@CLIENTS -> OrderedDict@SERVER``.
+
+    Raises:
+      TypeError: bad finalizers or ranges.
+    """
+    del local_unfinalized_metrics_type
+    aggregation_utils.check_metric_finalizers(metric_finalizers)
+
+    def create_secure_sum_process(metrics_type: Any) -> Any:
+        aggregation_utils.check_local_unfinalized_metrics_type(metrics_type)
+        if not callable(metric_finalizers):
+            aggregation_utils.check_finalizers_matches_unfinalized_metrics(metric_finalizers,
+                                                                           metrics_type)
+        defaults = secure_sum_factory.create_default_secure_sum_quantization_ranges(
+            metrics_type, lower_bound=DEFAULT_SECURE_LOWER_BOUND,
+            upper_bound=DEFAULT_SECURE_UPPER_BOUND,
+            use_auto_tuned_bounds_for_float_values=False)
+        try:
+            ranges = secure_sum_factory.fill_missing_values_with_defaults(defaults,
+                                                                          metric_value_ranges)
+        except TypeError as e:
+            raise SimharnessTypeError(
+                f'Failed to create encoding value range from: {metric_value_ranges}') from e
+        process = secure_sum_factory.SecureSumFactory(ranges).create(metrics_type)
+        if is_stateful(process):  # fixed ranges: no state to carry
+            raise SimharnessTypeError('internal: the secure metric sum must be stateless')
+        return process
+
+    @federated_computation
+    def aggregator_computation(client_local_unfinalized_metrics: Any) -> Any:
+        metrics_type = client_local_unfinalized_metrics.type_signature.member
+        process = create_secure_sum_process(metrics_type)
+        output = process.next(process.initialize(), client_local_unfinalized_metrics)
+        measurements_type = output.measurements.type_signature.member
+        unfinalized_type = output.result.type_signature.member
+
+        def finalize(unfinalized_metrics: Any, secure_sum_measurements: Any) -> Any:
+            unfinalized_metrics = aggregation_utils.as_python(unfinalized_metrics)
+            finalized = collections.OrderedDict(secure_sum_measurements=secure_sum_measurements)
+            if callable(metric_finalizers):
+                finalized.update(metric_finalizers(unfinalized_metrics))
+            else:
+                for name, finalizer in metric_finalizers.items():
+                    finalized[name] = finalizer(unfinalized_metrics[name])
+            return finalized
+
+        finalizer_computation = tf_computation(finalize, unfinalized_type, measurements_type)
+        return intrinsics.federated_map(
+            finalizer_computation, intrinsics.federated_zip((output.result, output.measurements)))
 
     return aggregator_computation

@@ -20,6 +20,11 @@ from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.errors import SimharnessTypeError
 from simharness.learning.metrics import aggregation_utils
+# TFF keeps these in this module; they live in `secure_sum_factory` here.
+from simharness.learning.metrics.secure_sum_factory import (  # noqa: F401
+    DEFAULT_FIXED_SECURE_LOWER_BOUND, DEFAULT_FIXED_SECURE_UPPER_BOUND, SecureSumFactory,
+    UnquantizableDTypeError, create_default_secure_sum_quantization_ranges, create_factory_key,
+    fill_missing_values_with_defaults)
 from simharness.templates import AggregationProcess, MeasuredProcessOutput
 
 
