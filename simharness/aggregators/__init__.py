@@ -14,7 +14,7 @@ from simharness.aggregators.measurements import add_measurements
 from simharness.aggregators.deterministic_discretization import DeterministicDiscretizationFactory
 from simharness.aggregators.differential_privacy import DifferentiallyPrivateFactory
 from simharness.aggregators.modular_clipping import ModularClippingSumFactory
-from simharness.aggregators.primitives import secure_quantized_sum
+from simharness.aggregators.primitives import federated_sample, secure_quantized_sum
 from simharness.aggregators.quantile_estimation import PrivateQuantileEstimationProcess
 from simharness.aggregators.robust import clipping_factory, zeroing_factory
 from simharness.aggregators.rotation import (DiscreteFourierTransformFactory,
@@ -26,10 +26,12 @@ from simharness.aggregators.sum_factory import SumFactory
 
 __all__ = [
     'AggregationFactory', 'DeterministicDiscretizationFactory', 'DifferentiallyPrivateFactory',
-    'DiscreteFourierTransformFactory', 'HadamardTransformFactory', 'MeanFactory', 'ModularClippingSumFactory',
+    'DiscreteFourierTransformFactory', 'HadamardTransformFactory', 'MeanFactory',
+    'ModularClippingSumFactory',
     'PrivateQuantileEstimationProcess', 'SecureModularSumFactory', 'SecureSumFactory',
     'StochasticDiscretizationFactory', 'SumFactory', 'UnweightedAggregationFactory',
     'UnweightedMeanFactory', 'UnweightedReservoirSamplingFactory',
     'WeightedAggregationFactory', 'add_measurements', 'as_weighted_aggregator',
-    'clipping_factory', 'concat_factory', 'secure_quantized_sum', 'zeroing_factory',
+    'clipping_factory', 'concat_factory', 'federated_sample', 'secure_quantized_sum',
+    'zeroing_factory',
 ]

@@ -5,12 +5,16 @@ client: v -> clip to [lower, upper] -> int64 in [0, 2**32 - 1]   (floats: unifor
         federated_secure_sum_bitwidth(.., 32), count = secure sum of ones
 server: the inverse shift, scaled by the count, back to v's dtype
 ```
-`federated_sample` is not ported yet.
+`federated_sample`: at most N client values, by reservoir sampling in a
+`federated_aggregate`. As TFF, each value's random key comes from an unseeded
+`tf.random.uniform`: a fresh sample on every call (so not the same bits on
+two stacks; a key seeded by the value would make equal values share keys and
+skew the sample).
 """
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -25,7 +29,7 @@ from simharness.errors import SimharnessTypeError
 __all__ = ['BoundsDifferentSignaturesError', 'BoundsDifferentTypesError',
            'BoundsNotPlacedAtServerError', 'ScalarBoundSimpleValueDTypeError',
            'ScalarBoundStructValueDTypeError', 'StructuredBoundsTypeMismatchError',
-           'UnsupportedDTypeError', 'secure_quantized_sum']
+           'UnsupportedDTypeError', 'federated_sample', 'secure_quantized_sum']
 
 _SECAGG_MAX = 2 ** 32 - 1
 _ALLOWED_DTYPES = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32),
@@ -207,3 +211,70 @@ def secure_quantized_sum(client_value: Any, lower_bound: Any, upper_bound: Any) 
     value = intrinsics.federated_secure_sum_bitwidth(value, bitwidth=32)
     return intrinsics.federated_map(server_shift, (value, lower_bound, upper_bound,
                                                    num_summands))
+
+
+class _Samples(NamedTuple):
+    """The accumulator of `federated_sample`: parallel lists of values and random keys."""
+
+    accumulators: Any
+    rands: Any
+
+
+def federated_sample(value: Any, max_num_samples: int = 100) -> Any:
+    """At most `max_num_samples` of the client values, sampled uniformly (reservoir sampling).
+
+    Args:
+      value: a value placed at CLIENTS.
+      max_num_samples: the most values kept (fewer clients: all of them).
+
+    Returns:
+      The sampled values, stacked along a new first dimension, at SERVER.
+
+    Raises:
+      TypeError: `value` is not placed at CLIENTS.
+    """
+    vt = getattr(value, 'type_signature', None)
+    if not (isinstance(vt, T.FederatedType) and vt.placement is T.CLIENTS):
+        raise SimharnessTypeError(
+            f'`value` argument must be a federated value placed at CLIENTS. Got: {vt}',
+            actual=vt)
+    member = vt.member
+    specs = tu.tensor_specs(member)
+    accumulator_type = T.to_type(_Samples(
+        accumulators=_with_unknown_first_dim(member),
+        rands=T.TensorType(np.float32, [None])))
+
+    @tf_computation
+    def zeros():
+        return _Samples(tu.map_structure(lambda s: tf.zeros([0] + s.shape.as_list(), s.dtype),
+                                         specs), tf.zeros([0], tf.float32))
+
+    def apply_sampling(leaves, rands):
+        k = tf.minimum(tf.shape(rands)[0], max_num_samples)
+        indices = tf.math.top_k(rands, k=k).indices
+        return [tf.gather(v, indices) for v in leaves], tf.gather(rands, indices)
+
+    @tf_computation(accumulator_type, member)
+    def accumulate(current, new):
+        rands = tf.concat([current.rands, tf.random.uniform([1])], 0)
+        leaves = [tf.concat([a, tf.expand_dims(b, 0)], 0)
+                  for a, b in zip(tu.flatten(current.accumulators), tu.flatten(new))]
+        leaves, rands = apply_sampling(leaves, rands)
+        return _Samples(tu.pack_sequence_as(current.accumulators, leaves), rands)
+
+    @tf_computation(accumulator_type, accumulator_type)
+    def merge(a, b):
+        leaves = [tf.concat([x, y], 0) for x, y in zip(tu.flatten(a.accumulators),
+                                                       tu.flatten(b.accumulators))]
+        leaves, rands = apply_sampling(leaves, tf.concat([a.rands, b.rands], 0))
+        return _Samples(tu.pack_sequence_as(a.accumulators, leaves), rands)
+
+    report = tf_computation(lambda acc: acc.accumulators, accumulator_type)
+    return intrinsics.federated_aggregate(value, zeros(), accumulate, merge, report)
+
+
+def _with_unknown_first_dim(t: T.Type) -> T.Type:
+    if isinstance(t, T.TensorType):
+        return T.TensorType(t.dtype, (None,) + tuple(t.shape))
+    return T.StructType([(n, _with_unknown_first_dim(e)) for n, e in t.items()],
+                        container=t.container)
