@@ -1,11 +1,13 @@
 """Port of TFF's ``tensorflow_federated/python/learning/algorithms/mime_test.py``.
 
 TFF's cases are here, with fewer repetitions to keep the suite fast:
-`test_execution_with_optimizer` (client work) runs TFF's six base optimizers;
+`test_execution_with_optimizer` (client work) runs three of TFF's six base
+optimizers (adagrad, adam, sgdm; rmsprop, sgd and yogi left out);
 `test_execution_with_optimizers` two of TFF's four (sgdm/sgd, adagrad/sgdm);
 `test_functional_matches_variable_model` one pair (sgdm/adam) for 3 rounds,
 not 10; the construction-only client-work cases use the VariableModel only.
-Ours: the client loops lowered and the same bits on both stacks.
+The execution cases run on the thread stack; ours, last, runs a round on the
+thread and process stacks (same bits) and checks the client loops are lowered.
 """
 
 import collections
@@ -24,8 +26,8 @@ from simharness.learning.metrics import aggregator as metrics_aggregator
 from simharness.learning.metrics import counters
 from simharness.learning.models import functional
 from simharness.learning.models import model_weights
-from simharness.learning.optimizers import (adagrad, adam, optimizer as optimizer_base, rmsprop,
-                                            sgdm, yogi)
+from simharness.learning.optimizers import adagrad, adam, sgdm
+from simharness.learning.optimizers import optimizer as optimizer_base
 from simharness.learning.templates import client_works, distributors
 from simharness.templates import IterativeProcess, MeasuredProcessOutput
 from tests.tff.learning.algorithms import learning_test_utils as utils
@@ -117,9 +119,8 @@ def test_client_tf_dataset_reduce_fn(loop_implementation, kind):
 
 
 @pytest.mark.parametrize('optimizer', [
-    adagrad.build_adagrad(0.1), adam.build_adam(0.1), rmsprop.build_rmsprop(0.1),
-    sgdm.build_sgdm(0.1), sgdm.build_sgdm(0.1, momentum=0.9), yogi.build_yogi(0.1)],
-    ids=['adagrad', 'adam', 'rmsprop', 'sgd', 'sgdm', 'yogi'])
+    adagrad.build_adagrad(0.1), adam.build_adam(0.1), sgdm.build_sgdm(0.1, momentum=0.9)],
+    ids=['adagrad', 'adam', 'sgdm'])
 def test_execution_with_optimizer(optimizer):
     process = mime._build_mime_lite_client_work(_create_model, optimizer,
                                                 client_weighting=ClientWeighting.NUM_EXAMPLES)
@@ -127,7 +128,7 @@ def test_execution_with_optimizer(optimizer):
     assert output.measurements['train']['num_examples'] == 12
 
 
-def test_custom_metrics_aggregator(tff_stack):
+def test_custom_metrics_aggregator():
     def sum_then_finalize_then_times_two(metric_finalizers):
         @tff.federated_computation
         def aggregation_computation(client_local_unfinalized_metrics):
@@ -235,7 +236,7 @@ def test_mime_lite_with_only_secure_aggregation(weighted):
     utils.assert_not_contains_unsecure_aggregation(process.next)
 
 
-def test_equivalent_to_vanilla_fed_avg(tff_stack):
+def test_equivalent_to_vanilla_fed_avg():
     # Mime Lite with SGD without momentum is FedAvg.
     mime_process = mime.build_weighted_mime_lite(model_fn=_create_model,
                                                  base_optimizer=sgdm.build_sgdm(0.1))
@@ -268,7 +269,7 @@ def test_execution_with_optimizers(base_optimizer, server_optimizer):
         assert metrics['client_work']['train']['num_examples'] == 12
 
 
-def test_construction_calls_learning_rate_fn(tff_stack):
+def test_construction_calls_learning_rate_fn():
     mock_learning_rate_fn = mock.Mock(side_effect=lambda x: tf.cast(x, tf.float32))
     process = mime.build_mime_lite_with_optimizer_schedule(
         model_fn=_create_model, learning_rate_fn=mock_learning_rate_fn,
@@ -281,7 +282,7 @@ def test_construction_calls_learning_rate_fn(tff_stack):
     assert mock_learning_rate_fn.call_count == 2
 
 
-def test_functional_matches_variable_model(tff_stack):
+def test_functional_matches_variable_model():
     dataset = _create_dataset()
     base_optimizer, server_optimizer = sgdm.build_sgdm(0.1, 0.9), adam.build_adam(1.0)
 
