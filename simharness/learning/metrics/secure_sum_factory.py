@@ -171,7 +171,7 @@ def fill_missing_values_with_defaults(default_values: Any, user_values: Any) -> 
     """
     if isinstance(default_values, Mapping):
         user_values = user_values or {}
-        return type(default_values)(
+        return collections.OrderedDict(
             (k, fill_missing_values_with_defaults(v, user_values.get(k)))
             for k, v in default_values.items())
     if isinstance(default_values, list):
@@ -219,9 +219,10 @@ class SecureSumFactory(factory.UnweightedAggregationFactory):
                 actual=type(metric_value_ranges))
         self._metric_value_ranges = metric_value_ranges
 
-    def create(self, local_unfinalized_metrics_type: T.StructType) -> AggregationProcess:
+    def create(self, local_unfinalized_metrics_type: factory.ValueType) -> AggregationProcess:
         metrics_type = local_unfinalized_metrics_type
         aggregation_utils.check_local_unfinalized_metrics_type(metrics_type)
+        assert isinstance(metrics_type, T.StructType)  # checked above
         defaults = create_default_secure_sum_quantization_ranges(metrics_type)
         try:
             ranges = fill_missing_values_with_defaults(defaults, self._metric_value_ranges)

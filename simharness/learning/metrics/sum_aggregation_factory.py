@@ -32,17 +32,19 @@ def _zeros_of(t: T.Type) -> Any:
     """Zeros of the tensor types of `t`, in `t`'s containers."""
     if isinstance(t, T.TensorType):
         return tf.zeros(t.shape, t.dtype)
+    assert isinstance(t, T.StructType)  # checked by check_local_unfinalized_metrics_type
     items = [(n, _zeros_of(e)) for n, e in t.items()]
     container = t.python_container
     if container is None:
         if all(n for n, _ in items):
             return collections.OrderedDict(items)
         return tuple(v for _, v in items)
+    make: Any = container
     if issubclass(container, dict):
-        return container(items)
+        return make(items)
     if hasattr(container, '_fields'):
-        return container(*[v for _, v in items])
-    return container(v for _, v in items)
+        return make(*[v for _, v in items])
+    return make(v for _, v in items)
 
 
 def _initialize_accumulators(metrics_type: T.StructType, initial: Optional[Any]) -> Any:
@@ -97,7 +99,7 @@ class SumThenFinalizeFactory(factory.UnweightedAggregationFactory):
                 actual=type(inner_summation_factory))
         self._inner_summation_factory = inner_summation_factory
 
-    def create(self, local_unfinalized_metrics_type: T.StructType) -> AggregationProcess:
+    def create(self, local_unfinalized_metrics_type: factory.ValueType) -> AggregationProcess:
         """The metrics' `AggregationProcess` for one client's unfinalized metrics type.
 
         Raises:

@@ -108,4 +108,6 @@ def weights_type_from_model(model: Union[variable.VariableModel,
     specs = tf.nest.map_structure(
         lambda v: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)),
         ModelWeights(list(weights.trainable), list(weights.non_trainable)))
-    return T.to_type(specs)
+    result = T.to_type(specs)
+    assert isinstance(result, T.StructType)  # a ModelWeights of lists
+    return result
