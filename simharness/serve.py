@@ -56,6 +56,8 @@ def _read(path: Optional[str], what: str) -> Optional[bytes]:
 
 def main(args: argparse.Namespace) -> int:
     """Runs the service until SIGTERM / SIGINT; 0 then, 2 for bad arguments, 1 if it cannot bind."""
+    # reason: the command line imports this module for its arguments; gRPC and the
+    # service (TensorFlow, for an in-process backend) load only when it serves
     from simharness.hosts.grpc_service import start_executor_service
     from simharness.runtime.grpc.auth import read_token_file
     if args.data_dir is not None:

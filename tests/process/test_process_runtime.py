@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import simharness as sh
 from fault_injection import (blocking_computation, kill_mid_computation,  # tests/fault_injection.py
-                             worker_failing_on_start)
+                             when_started, worker_failing_on_start)
 from simharness.errors import WorkerCrashedError, WorkerStartError
 from simharness.stacks import (create_worker_pool, process_executor_factory,
                                thread_debugging_executor_factory)
@@ -242,33 +242,31 @@ def test_values_stay_in_workers_until_computed(warm_pool):
     np.testing.assert_allclose(np.stack(steps[2]), np.stack(want), rtol=1e-6)
 
 
-def test_close_during_a_running_computation_returns_promptly():
-    @sh.tf_computation(F32)
-    def very_slow(x):
-        m = tf.fill([400, 400], x * 1e-6)
-        _, a = tf.while_loop(lambda i, a: i < 100000, lambda i, a: (i + 1, tf.matmul(a, m)), (0, m))
-        return tf.reduce_sum(a) + x
-
-    @sh.federated_computation(sh.type_at_clients(F32))
-    def total(xs):
-        return sh.federated_sum(sh.federated_map(very_slow, xs))
-
+def test_close_during_a_running_computation_returns_promptly(tmp_path):
+    # One client per worker: both run the blocking computation when all have started, so
+    # the close lands during the run, every time (the file barrier, not a sleep).
+    total = blocking_computation(tmp_path)
+    data = [np.float32(1), np.float32(2)]
     factory = process_executor_factory(num_workers=2, start=True)
     errors = []
 
     def run():
         try:
             with sh.execution_context(factory):
-                total([np.float32(1)] * 4)
+                total(data)
         except Exception as e:  # the workers die under it
             errors.append(e)
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(1.0)
-    t0 = time.monotonic()
-    factory.close()
+    took = []
+
+    def close():
+        t0 = time.monotonic()
+        factory.close()
+        took.append(time.monotonic() - t0)
+    when_started(tmp_path, data, close)
     t.join(60)
     assert not t.is_alive()
-    assert time.monotonic() - t0 < 30
+    assert took and took[0] < 30  # a hang check: the close does not wait for the run
     assert errors and isinstance(errors[0], (WorkerCrashedError, sh.errors.ExecutorClosedError))

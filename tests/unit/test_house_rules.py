@@ -29,7 +29,7 @@ MAX_LINES = 800
 #: Where function-level imports of simharness modules must state their reason.
 REASONED_IMPORTS = ['runtime', 'hosts', 'executors/worker_delegating.py', 'executors/remote.py',
                     'executors/thread_delegating.py', 'executors/base.py', 'stacks.py',
-                    'pytest_plugin.py', 'testing']
+                    'pytest_plugin.py', 'testing', 'serve.py', 'framework.py']
 
 
 def _long_modules_listed():
@@ -70,6 +70,19 @@ def _files_with_reasoned_imports():
             yield p
 
 
+def _has_reason(lines, first: int, end: int) -> bool:
+    """Whether the import at lines[first:end], or the run of comments and imports right
+    above it, says its reason."""
+    if any('reason:' in line for line in lines[first:end]):
+        return True
+    k = first - 1
+    while k >= 0 and lines[k].strip().startswith(('#', 'from ', 'import ')):
+        if 'reason:' in lines[k]:
+            return True
+        k -= 1
+    return False
+
+
 def _function_level_own_imports(path: pathlib.Path):
     tree = ast.parse(path.read_text())
     lines = path.read_text().splitlines()
@@ -85,8 +98,7 @@ def _function_level_own_imports(path: pathlib.Path):
                 continue
             if not any(n == 'simharness' or n.startswith('simharness.') for n in names):
                 continue
-            around = ' '.join(lines[max(0, node.lineno - 3):node.end_lineno])
-            if 'reason' not in around:
+            if not _has_reason(lines, node.lineno - 1, node.end_lineno):
                 yield f'{_name(path)}:{node.lineno}: {lines[node.lineno - 1].strip()}'
 
 
