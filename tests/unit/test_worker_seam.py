@@ -236,3 +236,25 @@ def test_one_stack_factory_over_a_loopback_group_gives_the_thread_stack_bits():
     assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()
     assert group.closed  # the factory owned the group
     assert all(h.requests for h in group.handles)  # both workers hosted clients
+
+
+def test_the_local_grpc_and_ray_transports_implement_the_seam():
+    # Nothing is started: the classes are checked, not the workers.
+    from simharness.runtime.grpc.client import RemoteServices
+    from simharness.runtime.ray.workers import RayWorkerHandle, RayWorkers
+    from simharness.stacks import create_worker_pool
+    with create_worker_pool(num_workers=1) as pool:
+        assert isinstance(pool, WorkerGroup) and isinstance(pool.handles[0], WorkerHandle)
+        assert pool.handles[0].lends
+    workers = RayWorkers(1)
+    try:
+        assert isinstance(workers, WorkerGroup)
+        handle = RayWorkerHandle(workers, 0)
+        assert isinstance(handle, WorkerHandle) and not handle.lends
+    finally:
+        workers.close()
+    services = RemoteServices(['127.0.0.1:1'])
+    try:
+        assert isinstance(services, WorkerGroup) and not services.started
+    finally:
+        services.close()
