@@ -1,9 +1,10 @@
 """TFF's learning/metrics/sum_aggregation_factory_test.py (SumThenFinalizeFactory), renamed.
 
-Left out: the SecureSumFactory, create_default_secure_sum_quantization_ranges and
-fill_missing_values_with_defaults cases, and test_type_properties_with_inner_secure_sum_process
-/ test_secure_sum_then_finalize_metrics (`SecureSumFactory` is not ported yet); the
-initial-values mismatch case checks the error type only (the message is ours).
+Also CreateDefaultSecureSumQuantizationRangesTest and FillMissingMetricValueRangesTest
+(condensed into table-driven cases). Left out: SecureSumFactoryTest and the secure variants of
+the SumThenFinalizeFactory cases (secure summation is exercised by test_aggregator.py's
+secure_sum_then_finalize cases; each costs seconds of tracing); the initial-values mismatch
+case checks the error type only (the message is ours).
 """
 
 import collections
@@ -146,3 +147,80 @@ def test_sum_then_finalize_metrics_with_initial_values():
     _assert_equal(output.result[0], collections.OrderedDict(num_examples=2.0, loss=2.0))
     _assert_equal(output.result[1], collections.OrderedDict(num_examples=4.0, loss=1.75))
     assert S.SumThenFinalizeFactory is tff.learning.metrics.SumThenFinalizeFactory
+
+
+# CreateDefaultSecureSumQuantizationRangesTest and FillMissingMetricValueRangesTest.
+
+_INT = (0, 2**20 - 1)
+_FIXED_FLOAT = (0.0, float(2**20 - 1))
+_AUTO = 'auto'
+
+
+def _nested_type():
+    return tff.to_type(collections.OrderedDict(
+        a=tf.TensorSpec([], tf.int64),
+        b=collections.OrderedDict(c=tf.TensorSpec([], tf.float32),
+                                  d=[tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32)])))
+
+
+def _check_ranges(got, expected):
+    if expected == _AUTO:
+        assert got[0] is None and isinstance(got[1], tff.templates.EstimationProcess)
+    elif isinstance(expected, dict):
+        assert list(got) == list(expected)
+        for k in expected:
+            _check_ranges(got[k], expected[k])
+    elif isinstance(expected, list):
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            _check_ranges(g, e)
+    else:
+        assert got == expected and [type(v) for v in got] == [type(v) for v in expected]
+
+
+@pytest.mark.parametrize('type_spec, auto, bounds, expected', [
+    (tff.TensorType(np.float32, [3]), True, (), _AUTO),
+    (tff.TensorType(np.int64, [3]), True, (), _INT),
+    (tff.TensorType(np.float64, [1]), False, (), _FIXED_FLOAT),
+    (tff.StructType([tff.TensorType(np.int64), tff.TensorType(np.float32)], container=list),
+     True, (), [_INT, _AUTO]),
+    (_nested_type(), True, (), collections.OrderedDict(
+        a=_INT, b=collections.OrderedDict(c=_AUTO, d=[_INT, _INT]))),
+    (_nested_type(), False, (1, 5), collections.OrderedDict(
+        a=(1, 5), b=collections.OrderedDict(c=(1.0, 5.0), d=[(1, 5), (1, 5)]))),
+    (tff.TensorType(np.int32, [1]), True, (1.5, 5.5), (2, 5)),
+    (tff.TensorType(np.float32, [3]), False, (0.1, 0.5), (0.1, 0.5)),
+], ids=['float32', 'int64', 'float64_fixed', 'list', 'nested', 'nested_user_fixed',
+        'int_truncated', 'float_user_fixed'])
+def test_default_range_construction(type_spec, auto, bounds, expected):
+    got = S.create_default_secure_sum_quantization_ranges(
+        type_spec, *bounds, use_auto_tuned_bounds_for_float_values=auto)
+    _check_ranges(got, expected)
+
+
+def test_default_range_errors():
+    with pytest.raises(S.UnquantizableDTypeError):
+        S.create_default_secure_sum_quantization_ranges(tff.TensorType(np.str_))
+    with pytest.raises(ValueError, match='not wide enough'):
+        S.create_default_secure_sum_quantization_ranges(tff.TensorType(np.int32), 1.5, 1.9)
+    with pytest.raises(ValueError, match='greater than'):
+        S.create_default_secure_sum_quantization_ranges(tff.TensorType(np.int32), 5, 1)
+
+
+def test_fill_user_ranges_returns_correct_results():
+    defaults = collections.OrderedDict(a=(0, 10), b=[(0.0, 1.0), (0.0, 2.0)])
+    got = S.fill_missing_values_with_defaults(
+        defaults, collections.OrderedDict(b=[None, (1.0, 3.0)]))
+    assert got == collections.OrderedDict(a=S._MetricRange(0, 10),
+                                          b=[S._MetricRange(0.0, 1.0), S._MetricRange(1.0, 3.0)])
+
+
+@pytest.mark.parametrize('user, error', [
+    (collections.OrderedDict(a=[0, 1]), TypeError),
+    (collections.OrderedDict(a=(0, 1.0)), TypeError),
+    (collections.OrderedDict(a=('x', 'y')), TypeError),
+    (collections.OrderedDict(a=(0, 1, 2)), ValueError),
+], ids=['list', 'mixed_types', 'strings', 'three'])
+def test_invalid_user_ranges_raise(user, error):
+    with pytest.raises(error):
+        S.fill_missing_values_with_defaults(collections.OrderedDict(a=(0, 10)), user)
