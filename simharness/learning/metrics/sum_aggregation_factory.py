@@ -23,8 +23,8 @@ from simharness.learning.metrics import aggregation_utils
 # TFF keeps these in this module; they live in `secure_sum_factory` here.
 from simharness.learning.metrics.secure_sum_factory import (  # noqa: F401
     DEFAULT_FIXED_SECURE_LOWER_BOUND, DEFAULT_FIXED_SECURE_UPPER_BOUND, SecureSumFactory,
-    UnquantizableDTypeError, _MetricRange, create_default_secure_sum_quantization_ranges, create_factory_key,
-    fill_missing_values_with_defaults)
+    UnquantizableDTypeError, _MetricRange, create_default_secure_sum_quantization_ranges,
+    create_factory_key, fill_missing_values_with_defaults)
 from simharness.templates import AggregationProcess, MeasuredProcessOutput
 
 
