@@ -45,29 +45,29 @@ def to_type(obj: Any) -> T.Type:
     return T.to_type(obj)
 
 
-def _to_numpy(value: Any) -> Any:
+def _to_numpy(value: Any, datasets: bool = True) -> Any:
     if isinstance(value, tf.Variable):
         return value.read_value().numpy()
     if isinstance(value, tf.Tensor):
         return value if tf.is_symbolic_tensor(value) else value.numpy()
     if isinstance(value, tf.data.Dataset):
-        return list(value.as_numpy_iterator())
+        return list(value.as_numpy_iterator()) if datasets else value
     if isinstance(value, Struct):
-        return Struct((n, _to_numpy(v)) for n, v in value.items())
+        return Struct((n, _to_numpy(v, datasets)) for n, v in value.items())
     if T.is_namedtuple(value):
-        return type(value)(*[_to_numpy(v) for v in value])
+        return type(value)(*[_to_numpy(v, datasets) for v in value])
     if attrs.has(type(value)):
-        return attrs.evolve(value, **{a.name: _to_numpy(getattr(value, a.name))
+        return attrs.evolve(value, **{a.name: _to_numpy(getattr(value, a.name), datasets)
                                       for a in attrs.fields(type(value)) if a.init})
     if isinstance(value, collections.abc.Mapping):
-        items = [(k, _to_numpy(v)) for k, v in value.items()]
+        items = [(k, _to_numpy(v, datasets)) for k, v in value.items()]
         mapping_class: Any = type(value)  # a user class: its constructor is not typed
         try:
             return mapping_class(items)
         except TypeError:
             return dict(items)
     if isinstance(value, (list, tuple)):
-        return type(value)(_to_numpy(v) for v in value)
+        return type(value)(_to_numpy(v, datasets) for v in value)
     return value
 
 
@@ -77,6 +77,17 @@ def transform_args(args: Any) -> Any:
     Datasets become lists of their elements (as TFF's `transform_args`).
     """
     return _to_numpy(args)
+
+
+def eager_values_to_numpy(value: Any) -> Any:
+    """`transform_args` that leaves datasets as they are: what simharness's contexts apply.
+
+    simharness runs a `tf.data.Dataset` argument as a dataset (a worker process
+    gets its serialized graph), which is faster than TFF's list of elements for
+    big client data; a dataset that cannot be serialized (``from_generator``)
+    then runs on a thread stack only.
+    """
+    return _to_numpy(value, datasets=False)
 
 
 def transform_result(result: Any) -> Any:
@@ -150,5 +161,5 @@ def structure_from_tensor_type_tree(fn: Callable[[T.TensorType], Any], type_spec
     return to_container(_from_tree(fn, t), t)
 
 
-__all__ = ['computation', 'structure_from_tensor_type_tree', 'to_type', 'transform_args',
-           'transform_result', 'type_to_tf_tensor_specs']
+__all__ = ['computation', 'eager_values_to_numpy', 'structure_from_tensor_type_tree', 'to_type',
+           'transform_args', 'transform_result', 'type_to_tf_tensor_specs']

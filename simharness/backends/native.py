@@ -30,7 +30,7 @@ from simharness.context import AsyncExecutionContext, ExecutionContext
 from simharness.core import context_stack
 from simharness.errors import SimharnessValueError
 from simharness.stacks import local_executor_factory, process_executor_factory
-from simharness.tensorflow import transform_args, transform_result
+from simharness.tensorflow import eager_values_to_numpy, transform_result
 from simharness.validation import check_bool, check_int
 
 
@@ -76,7 +76,7 @@ def create_sync_local_cpp_execution_context(
     n = check_local_args(default_num_clients, stream_structs)
     limit = concurrency_limit(max_concurrent_computation_calls)
     return ExecutionContext(_process_factory(n), max_concurrent_calls=limit,
-                            transform_args=transform_args, transform_result=transform_result,
+                            transform_args=eager_values_to_numpy, transform_result=transform_result,
                             owns_factory=True)
 
 
@@ -90,7 +90,7 @@ def create_async_local_cpp_execution_context(
     n = check_local_args(default_num_clients, stream_structs)
     limit = concurrency_limit(max_concurrent_computation_calls)
     return AsyncExecutionContext(_process_factory(n), max_concurrent_calls=limit,
-                                 transform_args=transform_args,
+                                 transform_args=eager_values_to_numpy,
                                  transform_result=transform_result, owns_factory=True)
 
 
@@ -149,7 +149,7 @@ def create_local_python_execution_context(
             'local_executor_factory(device=...) or process_executor_factory(devices=...)')
     factory = local_executor_factory(clients_per_thread=clients_per_thread,
                                      max_fanout=max_fanout, default_num_clients=n)
-    return ExecutionContext(factory, transform_args=transform_args,
+    return ExecutionContext(factory, transform_args=eager_values_to_numpy,
                             transform_result=transform_result)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from simharness.backends.native import check_local_args, concurrency_limit, set_default
 from simharness.context import AsyncExecutionContext, ExecutionContext
 from simharness.stacks import local_executor_factory
-from simharness.tensorflow import transform_args, transform_result
+from simharness.tensorflow import eager_values_to_numpy, transform_result
 
 
 def create_sync_test_cpp_execution_context(
@@ -28,7 +28,7 @@ def create_sync_test_cpp_execution_context(
     n = check_local_args(default_num_clients, stream_structs)
     return ExecutionContext(local_executor_factory(default_num_clients=n),
                             max_concurrent_calls=concurrency_limit(max_concurrent_computation_calls),
-                            transform_args=transform_args, transform_result=transform_result,
+                            transform_args=eager_values_to_numpy, transform_result=transform_result,
                             owns_factory=True)
 
 
@@ -40,7 +40,7 @@ def create_async_test_cpp_execution_context(
     return AsyncExecutionContext(
         local_executor_factory(default_num_clients=n),
         max_concurrent_calls=concurrency_limit(max_concurrent_computation_calls),
-        transform_args=transform_args, transform_result=transform_result,
+        transform_args=eager_values_to_numpy, transform_result=transform_result,
                             owns_factory=True)
 
 

@@ -130,6 +130,8 @@ def test_transform_args_and_result():
     assert out['d'] == [0, 1, 2]
     assert out['nested'][0] == 4 and out['nested'][1][0] is np.True_
     assert tff.tensorflow.transform_result([tf.constant(1.5)])[0] == np.float32(1.5)
+    kept = tff.tensorflow.eager_values_to_numpy(value)  # what the contexts apply
+    assert isinstance(kept['d'], tf.data.Dataset) and isinstance(kept['t'], np.ndarray)
 
 
 def test_computation_is_the_tf_computation_decorator():
