@@ -180,7 +180,8 @@ def _check_secure_default_value_ranges(finalizers, clients, metrics_type, expect
     measurements = result.pop('secure_sum_measurements')
     assert list(measurements) == list(factory_keys)
     for m in measurements.values():
-        assert (int(m['secure_upper_clipped_count']), int(m['secure_lower_clipped_count'])) == (0, 0)
+        assert int(m['secure_upper_clipped_count']) == 0
+        assert int(m['secure_lower_clipped_count']) == 0
         assert float(m['secure_upper_threshold']) == aggregator_lib.DEFAULT_SECURE_UPPER_BOUND
         assert float(m['secure_lower_threshold']) == aggregator_lib.DEFAULT_SECURE_LOWER_BOUND
     for k in expected:
