@@ -1,0 +1,253 @@
+"""The config layer's algorithm table, built through TFF's learning API (issue 25).
+
+::
+
+    [model]       logreg / mlp / cnn  -> model_from_spec: a tff.learning.models.FunctionalModel
+                  keras = "mod:fn"    -> model_from_keras_builder: functional_model_from_keras
+    [algorithm]   fedavg fedavgm fedadam fedyogi fedadagrad
+                                      -> learning.algorithms.build_weighted_fed_avg
+                                         (build_unweighted_fed_avg when aggregator.weighted = false)
+                  fedprox             -> build_weighted_fed_prox / build_unweighted_fed_prox
+                  fedsgd              -> build_fed_sgd
+                  client_optimizer / server_optimizer
+                                      -> learning.optimizers.build_sgdm / build_adam /
+                                         build_yogi / build_adagrad
+    [aggregator]  (nothing)           -> aggregators.MeanFactory / UnweightedMeanFactory
+                  clip [adaptive_clip]-> aggregators.clipping_factory (fixed norm, or a
+                                         PrivateQuantileEstimationProcess.no_noise)
+                  noise_multiplier    -> DifferentiallyPrivateFactory.gaussian_fixed /
+                                         gaussian_adaptive (noise_seed = aggregator.seed)
+                  secure + quantize_bits
+                                      -> UnweightedMeanFactory over SecureSumFactory(range)
+    clients       client_datasets: from_tensor_slices((x, y)).repeat(local_epochs).batch(b)
+
+`build_learning_process(config, model)` returns a
+``tff.learning.templates.LearningProcess``: ``state = process.initialize()``,
+``state, metrics = process.next(state, datasets)``; `round_metrics` flattens
+TFF's nested metrics into the runner's row (``loss``, ``accuracy``,
+``num_examples`` and the aggregator's measurements).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Dict, List, Mapping, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from simharness import aggregators
+from simharness.errors import ConfigError
+from simharness.learning import algorithms, metrics, optimizers
+from simharness.learning.models import specs
+from simharness.learning.models.functional import FunctionalModel, functional_model_from_keras
+
+__all__ = ['build_learning_process', 'build_model_aggregator', 'build_optimizer',
+           'client_datasets', 'model_from_keras_builder', 'model_from_spec', 'round_metrics']
+
+#: ``[algorithm] name`` -> the server optimizer it implies.
+_SERVER_OPTIMIZER = {'fedadam': 'adam', 'fedyogi': 'yogi', 'fedadagrad': 'adagrad'}
+#: The default epsilon of each optimizer (TFF's builders' defaults, yogi's 1e-3).
+_EPSILON = {'adam': 1e-7, 'yogi': 1e-3, 'adagrad': 1e-7}
+
+
+def _metric_constructors() -> 'collections.OrderedDict[str, Callable[[], Any]]':
+    """The metrics every config model reports (as ``from_keras_model`` adds them)."""
+    return collections.OrderedDict(
+        loss=lambda: keras.metrics.SparseCategoricalCrossentropy(name='loss', from_logits=True),
+        accuracy=lambda: keras.metrics.SparseCategoricalAccuracy(name='accuracy'),
+        num_examples=metrics.NumExamplesCounter,
+        num_batches=metrics.NumBatchesCounter)
+
+
+def model_from_spec(spec: specs.ModelSpec, seed: int) -> FunctionalModel:
+    """A built-in architecture (logreg / mlp / cnn) as TFF's `FunctionalModel`.
+
+    Args:
+      spec: the architecture (`simharness.learning.models.get_model`).
+      seed: seed of the initial weights (`init_weights(spec, seed)`).
+
+    Returns:
+      A `FunctionalModel`: weights ``(trainable, ())``, predictions the
+      logits, loss the batch mean of the sparse softmax cross-entropy,
+      metrics ``loss``, ``accuracy``, ``num_examples``, ``num_batches``.
+    """
+    weights = tuple(np.asarray(w, np.float32) for w in specs.init_weights(spec, seed))
+
+    @tf.function
+    def predict_on_batch(model_weights: Any, x: Any, training: bool = True) -> Any:
+        del training
+        return specs.forward(spec, list(model_weights[0]), x)
+
+    def loss(output: Any, label: Any, sample_weight: Any = None) -> Any:
+        del sample_weight
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.cast(label, tf.int32), logits=output))
+
+    input_spec = (tf.TensorSpec([None] + list(spec.input_shape), tf.float32),
+                  tf.TensorSpec([None], tf.int32))
+    return FunctionalModel(initial_weights=(weights, ()), predict_on_batch_fn=predict_on_batch,
+                           loss_fn=loss,
+                           metrics_fns=metrics.create_functional_metric_fns(
+                               _metric_constructors()),
+                           input_spec=input_spec)
+
+
+def model_from_keras_builder(builder: Callable[..., Any], input_shape: Sequence[int],
+                             num_classes: int, seed: int) -> FunctionalModel:
+    """A ``[model] keras = "module:function"`` model as TFF's `FunctionalModel`.
+
+    The builder ``fn(input_shape, num_classes) -> keras.Model`` runs after
+    ``keras.utils.set_random_seed(seed)``; the loss is the model's compiled
+    loss, else sparse categorical cross-entropy from logits.
+
+    Raises:
+      ConfigError: the builder does not return a `keras.Model`.
+    """
+    keras.utils.set_random_seed(int(seed))
+    model = builder(tuple(input_shape), int(num_classes))
+    if not isinstance(model, keras.Model):
+        raise ConfigError(f'model.keras returned {type(model).__name__}, not a keras.Model',
+                          key='model.keras', value=type(model).__name__)
+    if not model.built:
+        model(np.zeros((1,) + tuple(input_shape), np.float32))
+    loss = getattr(model, 'loss', None) or keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True)
+    input_spec = (tf.TensorSpec([None] + list(input_shape), tf.float32),
+                  tf.TensorSpec([None], tf.int32))
+    return functional_model_from_keras(model, loss, input_spec,
+                                       metrics_constructor=_metric_constructors())
+
+
+def build_optimizer(name: str, learning_rate: float, *, momentum: float = 0.0,
+                    beta_1: float = 0.9, beta_2: float = 0.999,
+                    epsilon: Any = None) -> optimizers.Optimizer:
+    """``'sgd'`` / ``'adam'`` / ``'yogi'`` / ``'adagrad'`` as TFF's ``build_*`` optimizer.
+
+    Raises:
+      ConfigError: an unknown name.
+    """
+    if name == 'sgd':
+        return optimizers.build_sgdm(learning_rate, momentum=momentum or None)
+    eps = _EPSILON.get(name) if epsilon is None else epsilon
+    if name == 'adam':
+        return optimizers.build_adam(learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=eps)
+    if name == 'yogi':
+        return optimizers.build_yogi(learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=eps)
+    if name == 'adagrad':
+        return optimizers.build_adagrad(learning_rate, epsilon=eps)
+    raise ConfigError(f"unknown optimizer {name!r}; allowed: 'adagrad', 'adam', 'sgd', 'yogi'",
+                      key='algorithm.client_optimizer', value=name)
+
+
+def build_model_aggregator(aggregator: Any, clients_per_round: int) -> Any:
+    """The ``[aggregator]`` table as a TFF aggregation factory (weighted or unweighted).
+
+    Args:
+      aggregator: an `AggregatorConfig`.
+      clients_per_round: the DP mean's denominator.
+
+    Raises:
+      ConfigError: ``quantize_bits`` without ``secure`` (no TFF aggregator
+        quantizes a mean without summing it securely: set ``secure = true``).
+    """
+    a = aggregator
+    if a.quantize_bits is not None and not a.secure:
+        raise ConfigError(
+            'aggregator.quantize_bits without aggregator.secure has no TFF aggregator: set '
+            'secure = true (SecureSumFactory quantizes within quantize_range) or drop '
+            'quantize_bits', key='aggregator.quantize_bits', value=a.quantize_bits)
+    if a.noise_multiplier > 0:
+        if a.adaptive_clip:
+            return aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+                a.noise_multiplier, clients_per_round, initial_l2_norm_clip=a.clip,
+                target_unclipped_quantile=a.target_quantile, learning_rate=a.clip_learning_rate,
+                clipped_count_stddev=a.clipped_count_stddev, noise_seed=a.seed)
+        return aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+            a.noise_multiplier, clients_per_round, a.clip, noise_seed=a.seed)
+    if a.secure:
+        bound = float(a.quantize_range if a.quantize_range is not None else a.clip)
+        inner: Any = aggregators.UnweightedMeanFactory(
+            value_sum_factory=aggregators.SecureSumFactory(bound))
+    elif a.weighted:
+        inner = aggregators.MeanFactory()
+    else:
+        inner = aggregators.UnweightedMeanFactory()
+    if a.clip is None:
+        return inner
+    norm: Any = float(a.clip)
+    if a.adaptive_clip:
+        norm = aggregators.PrivateQuantileEstimationProcess.no_noise(
+            initial_estimate=float(a.clip), target_quantile=a.target_quantile,
+            learning_rate=a.clip_learning_rate)
+    return aggregators.clipping_factory(norm, inner)
+
+
+def build_learning_process(config: Any, model: FunctionalModel) -> Any:
+    """The ``tff.learning`` process of an `ExperimentConfig`'s algorithm and aggregator.
+
+    Args:
+      config: the `ExperimentConfig`.
+      model: its model (`model_from_spec` / `model_from_keras_builder`).
+
+    Returns:
+      A ``tff.learning.templates.LearningProcess``.
+    """
+    a = config.algorithm
+    sname = a.server_optimizer or _SERVER_OPTIMIZER.get(a.name, 'sgd')
+    momentum = 0.9 if a.name == 'fedavgm' and a.server_momentum == 0 else a.server_momentum
+    server = build_optimizer(sname, a.server_learning_rate, momentum=momentum, beta_1=a.beta_1,
+                             beta_2=a.beta_2, epsilon=a.epsilon)
+    client = build_optimizer(a.client_optimizer, a.client_learning_rate,
+                             momentum=a.client_momentum)
+    agg = build_model_aggregator(config.aggregator, config.training.clients_per_round)
+    weighted = isinstance(agg, aggregators.WeightedAggregationFactory)
+    if a.name == 'fedsgd':
+        if not weighted:
+            agg = aggregators.as_weighted_aggregator(agg)
+        return algorithms.build_fed_sgd(model, server_optimizer_fn=server, model_aggregator=agg)
+    if a.name == 'fedprox':
+        build = (algorithms.build_weighted_fed_prox if weighted
+                 else algorithms.build_unweighted_fed_prox)
+        return build(model, a.proximal_strength, client, server, model_aggregator=agg)
+    build = (algorithms.build_weighted_fed_avg if weighted
+             else algorithms.build_unweighted_fed_avg)
+    return build(model, client, server, model_aggregator=agg)
+
+
+def client_datasets(arrays: Sequence[Mapping[str, np.ndarray]], batch_size: int,
+                    local_epochs: int = 1, x_key: str = 'x', y_key: str = 'y') -> List[Any]:
+    """Each client's ``tf.data`` dataset: its examples in stored order, ``local_epochs``
+    passes, batches of ``batch_size`` (as TFF's tutorials preprocess)."""
+    out = []
+    for a in arrays:
+        ds = tf.data.Dataset.from_tensor_slices((np.asarray(a[x_key], np.float32),
+                                                 np.asarray(a[y_key], np.int32)))
+        if local_epochs > 1:
+            ds = ds.repeat(local_epochs)
+        out.append(ds.batch(batch_size))
+    return out
+
+
+def round_metrics(process_metrics: Mapping[str, Any]) -> Dict[str, Any]:
+    """TFF's nested round metrics as the runner's flat row.
+
+    ``client_work/train/{loss, accuracy, num_examples}`` become ``loss``,
+    ``accuracy``, ``num_examples``; the aggregator's scalar measurements keep
+    their (``/``-joined) names.
+    """
+    train = process_metrics['client_work']['train']
+    row: Dict[str, Any] = {'loss': float(train['loss']),
+                           'accuracy': float(train['accuracy']) if 'accuracy' in train else None,
+                           'num_examples': float(train['num_examples'])}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(f'{prefix}/{k}' if prefix else str(k), v)
+        elif np.ndim(value) == 0:
+            row[prefix] = float(value)
+
+    walk('', process_metrics.get('aggregator', {}))
+    return row

@@ -1,0 +1,114 @@
+"""The config layer's algorithm table built through TFF's learning API (`experiments.processes`).
+
+Each ``[algorithm] name`` of a tiny config builds a ``tff.learning`` process
+(``build_weighted_fed_avg`` / ``fed_prox`` / ``fed_sgd`` with ``build_*``
+optimizers) that runs a round on ``tf.data`` client datasets and reaches the
+weights of the padded-array process of the same config (bit for bit for
+FedAvg's SGD, within float rounding where TFF's optimizer formulas differ);
+the ``[aggregator]`` table maps to TFF's factories.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simharness import aggregators
+from simharness.errors import ConfigError
+from simharness.experiments import processes as P
+from simharness.learning import padded
+from simharness.learning.functional import from_model_spec
+from simharness.learning.models import get_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
+from experiment_helpers import TINY, make_config  # noqa: E402
+
+#: Max |w_tff - w_padded| after one round: FedAvg/FedAvgM/FedSGD (SGD) are the same math; the
+#: adaptive server optimizers follow TFF's formulas (bias correction, epsilon placement), and
+#: TFF's FedProx adds the proximal gradient to the loss gradient outside the tape.
+TOLERANCE = {'fedavg': 0.0, 'fedavgm': 0.0, 'fedsgd': 1e-6, 'fedadagrad': 1e-6,
+             'fedadam': 1e-4, 'fedyogi': 1e-4, 'fedprox': 1e-3}
+
+
+@pytest.fixture(scope='module')
+def tiny():
+    from simharness import data as D
+    cd = D.synthetic_alpha_beta(num_clients=6, samples_per_client=10, dim=5, num_classes=3,
+                                seed=0)
+    return {'arrays': [cd.client_arrays(c) for c in cd.client_ids[:4]],
+            'spec': get_model('mlp', (5,), 3, hidden_sizes=(8,))}
+
+
+@pytest.mark.parametrize('name', sorted(TOLERANCE))
+def test_every_algorithm_builds_a_tff_process_with_the_padded_path_s_weights(tiny, name):
+    config = make_config(TINY, algorithm={'name': name})
+    process = P.build_learning_process(config, P.model_from_spec(tiny['spec'], 0))
+    state = process.initialize()
+    new_state, metrics = process.next(state, P.client_datasets(tiny['arrays'], 5))
+    row = P.round_metrics(metrics)
+    assert row['num_examples'] == 40.0 and np.isfinite(row['loss'])
+    assert 0.0 <= row['accuracy'] <= 1.0
+    weights = [np.asarray(w) for w in process.get_model_weights(new_state).trainable]
+
+    old = padded.build_algorithm(name, from_model_spec(tiny['spec']), max_examples=10,
+                                 batch_size=5, client_learning_rate=0.1)
+    old_state, old_metrics = old.next(old.initialize(seed=0), old.pad(tiny['arrays']))
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(weights, old_state['weights']))
+    assert diff <= TOLERANCE[name], diff
+    assert diff < float(np.max(np.abs(weights[0] - old.initialize(seed=0)['weights'][0])))
+    if name != 'fedprox':  # TFF's FedProx reports the loss without the proximal term
+        assert row['loss'] == pytest.approx(old_metrics['loss'], rel=1e-6)
+        assert row['accuracy'] == pytest.approx(old_metrics['accuracy'])
+
+
+def _aggregator(**table):
+    return make_config(TINY, aggregator=table).aggregator
+
+
+def test_the_aggregator_table_maps_to_tff_factories():
+    assert isinstance(P.build_model_aggregator(_aggregator(), 4), aggregators.MeanFactory)
+    assert isinstance(P.build_model_aggregator(_aggregator(weighted=False), 4),
+                      aggregators.UnweightedMeanFactory)
+    clipped = P.build_model_aggregator(_aggregator(clip=0.5), 4)
+    assert isinstance(clipped, aggregators.WeightedAggregationFactory)
+    dp = P.build_model_aggregator(_aggregator(weighted=False, clip=0.5, noise_multiplier=0.3), 4)
+    assert isinstance(dp, aggregators.DifferentiallyPrivateFactory)
+    adaptive = P.build_model_aggregator(_aggregator(weighted=False, clip=0.5, adaptive_clip=True,
+                                                    noise_multiplier=0.01), 4)
+    assert isinstance(adaptive, aggregators.DifferentiallyPrivateFactory)
+    secure = P.build_model_aggregator(_aggregator(weighted=False, quantize_bits=8,
+                                                  quantize_range=1.0, secure=True), 4)
+    assert isinstance(secure, aggregators.UnweightedAggregationFactory)
+    with pytest.raises(ConfigError, match='secure = true') as e:
+        P.build_model_aggregator(_aggregator(quantize_bits=8, clip=1.0), 4)
+    assert e.value.key == 'aggregator.quantize_bits'
+
+
+def test_dp_and_clipping_configs_run_and_report_tff_measurements(tiny):
+    model = P.model_from_spec(tiny['spec'], 0)
+    data = P.client_datasets(tiny['arrays'], 5)
+    dp = make_config(TINY, aggregator={'weighted': False, 'clip': 0.5, 'noise_multiplier': 0.3})
+    process = P.build_learning_process(dp, model)
+    _, metrics = process.next(process.initialize(), data)
+    assert isinstance(metrics['aggregator'], collections.OrderedDict)
+    row = P.round_metrics(metrics)
+    assert row['num_examples'] == 40.0
+    clip = make_config(TINY, aggregator={'clip': 0.01})
+    process = P.build_learning_process(clip, model)
+    _, metrics = process.next(process.initialize(), data)
+    row = P.round_metrics(metrics)
+    assert row['clipping_norm'] == pytest.approx(0.01)
+    assert row['clipped_count'] == 4.0  # every update is longer than 0.01
+
+
+def test_local_epochs_repeat_each_client_s_data(tiny):
+    ds = P.client_datasets(tiny['arrays'][:1], batch_size=4, local_epochs=2)[0]
+    sizes = [int(x.shape[0]) for x, _ in ds]
+    assert sizes == [4, 4, 4, 4, 4]  # 20 examples: 2 passes over 10, in stored order
+    xs = np.concatenate([x.numpy() for x, _ in ds])
+    np.testing.assert_array_equal(xs[:10], tiny['arrays'][0]['x'])
+    np.testing.assert_array_equal(xs[10:], tiny['arrays'][0]['x'])
