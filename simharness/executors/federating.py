@@ -161,6 +161,12 @@ class FederatingExecutor(Executor):
             raise SimharnessTypeError(
                 f'a federated_computation lambda of type {value.type_signature} cannot be passed '
                 'to an intrinsic; pass a tf_computation')
+        if isinstance(value, (bb.Struct, bb.Selection, bb.Call)):
+            # TFF's raw API: a closed expression of intrinsics, compiled computations,
+            # placements and data, evaluated here part by part.
+            check_type_spec_matches(type_spec, value.type_signature,
+                                    f'{type(value).__name__} building block')
+            return await self._embed_expression(value)
         if isinstance(value, bb.ComputationBuildingBlock):
             raise SimharnessTypeError(f'the federating layer cannot embed a {type(value).__name__} '
                                       'building block')
@@ -173,6 +179,30 @@ class FederatingExecutor(Executor):
             elems = [(n, await self.create_value(v, e)) for (n, e), v in zip(t.items(), s)]
             return FederatingValue('struct', elems, t, self)
         return self.unplaced(await self._unplaced.create_value(value, t))
+
+    async def _embed_expression(self, comp: bb.ComputationBuildingBlock) -> FederatingValue:
+        """A struct, selection or call building block, its parts embedded and combined.
+
+        Raises:
+          SimharnessTypeError: it refers to a name (a `Reference`): only a
+            `ReferenceResolvingExecutor` above this one binds names.
+        """
+        if isinstance(comp, bb.Struct):
+            return await self._create_struct(
+                [(n, await self._embed_expression(e)) for n, e in comp.elements])
+        if isinstance(comp, bb.Selection):
+            return await self._create_selection(await self._embed_expression(comp.source),
+                                                comp.index)
+        if isinstance(comp, bb.Call):
+            fn = await self._embed_expression(comp.fn)
+            arg = None if comp.arg is None else await self._embed_expression(comp.arg)
+            return await self._create_call(fn, arg)
+        if isinstance(comp, bb.Reference):
+            raise SimharnessTypeError(
+                f'the building block refers to {comp.name!r} of type {comp.type_signature}, which '
+                'the federating layer cannot resolve; embed it through a '
+                'ReferenceResolvingExecutor', actual=comp.type_signature)
+        return await self._create_value(comp, comp.type_signature)
 
     async def _create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> FederatingValue:
         self._check_open()
