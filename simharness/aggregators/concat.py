@@ -25,7 +25,7 @@ from simharness.templates import AggregationProcess, MeasuredProcessOutput
 __all__ = ['concat_factory', 'create_concat_fns']
 
 
-def create_concat_fns(value_type: factory.ValueType) -> Tuple[Computation, Computation]:
+def create_concat_fns(value_type: Any) -> Tuple[Any, Any]:
     """The (concat, unconcat) tf_computations of `value_type` (one dtype, ints or floats).
 
     Raises:

@@ -207,7 +207,8 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
                                     derive_sample_params.type_signature.result, value_type)
         record_agg_process = self._record_aggregation_factory.create(
             get_record.type_signature.result)
-        agg_output_type = record_agg_process.next.type_signature.result.result.member
+        agg_next_result: Any = record_agg_process.next.type_signature.result
+        agg_output_type = agg_next_result.result.member
         seed_type = T.TensorType(np.int64, [2])
 
         @tf_computation(agg_output_type, query_state_type, seed_type)

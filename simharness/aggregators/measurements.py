@@ -85,7 +85,7 @@ def add_measurements(
                 dict_update, (measurements, server_measurement_fn(result)))
         return measurements
 
-    if weighted:
+    if isinstance(inner_agg_factory, factory.WeightedAggregationFactory):
         return _WeightedWrapped(inner_agg_factory, add)
     return _UnweightedWrapped(inner_agg_factory, add)
 

@@ -273,8 +273,10 @@ def federated_sample(value: Any, max_num_samples: int = 100) -> Any:
     return intrinsics.federated_aggregate(value, zeros(), accumulate, merge, report)
 
 
-def _with_unknown_first_dim(t: T.Type) -> T.Type:
+def _with_unknown_first_dim(t: Any) -> T.Type:
     if isinstance(t, T.TensorType):
-        return T.TensorType(t.dtype, (None,) + tuple(t.shape))
-    return T.StructType([(n, _with_unknown_first_dim(e)) for n, e in t.items()],
-                        container=t.container)
+        shape: Any = t.shape
+        return T.TensorType(t.dtype, (None,) + tuple(shape))
+    struct: Any = t
+    return T.StructType([(n, _with_unknown_first_dim(e)) for n, e in struct.items()],
+                        container=struct.container)

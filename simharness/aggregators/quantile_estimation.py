@@ -114,7 +114,8 @@ class PrivateQuantileEstimationProcess(EstimationProcess):
                                     derive_sample_params.type_signature.result, np.float32)
         record_type = get_record.type_signature.result
         agg_process = record_aggregation_factory.create(record_type)
-        agg_result_type = agg_process.next.type_signature.result.result.member
+        agg_next_result: Any = agg_process.next.type_signature.result
+        agg_result_type = agg_next_result.result.member
 
         if seeded:
             seed_fn = initial_noise_seed(noise_seed)

@@ -98,7 +98,7 @@ def _check_value_type(value_type: Any) -> None:
                                       actual=leaf)
 
 
-def _num_elements(t: T.TensorType) -> int:
+def _num_elements(t: Any) -> int:
     return int(np.prod(t.shape)) if t.shape else 1
 
 

@@ -10,6 +10,8 @@ Difference from TFF: TFF seeds each accumulator from a timestamp (different
 samples on every call). Here an empty reservoir's seed is a fingerprint of
 the first value it receives, and the reduction order is canonical, so the
 sample is a function of the client values: the same bits on every stack.
+The price: reduction chunks holding identical values draw identical keys, so
+the proportions of equal values in a sample vary more than TFF's.
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ def _tensors_or_containers(t: T.Type) -> bool:
             and all(_tensors_or_containers(e) for e in t))
 
 
-def _with_leading_dim(t: T.Type, dim: Any) -> T.Type:
+def _with_leading_dim(t: Any, dim: Any) -> T.Type:
     if isinstance(t, T.TensorType):
-        return T.TensorType(t.dtype, (dim,) + tuple(t.shape))
-    return T.StructType([(n, _with_leading_dim(e, dim)) for n, e in t.items()],
-                        container=t.container)
+        shape: Any = t.shape
+        return T.TensorType(t.dtype, (dim,) + tuple(shape))
+    struct: Any = t
+    return T.StructType([(n, _with_leading_dim(e, dim)) for n, e in struct.items()],
+                        container=struct.container)
 
 
 def build_reservoir_type(sample_value_type: T.Type) -> T.Type:

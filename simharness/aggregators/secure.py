@@ -102,20 +102,21 @@ class SecureModularSumFactory(factory.UnweightedAggregationFactory):
 def _check_bound_process(process: Any, name: str) -> None:
     """TFF's checks: ``next: <S, float32@CLIENTS> -> S``, ``report`` gives the estimate."""
     factory.check_factory(process, EstimationProcess, name)
-    param = process.next.type_signature.parameter
+    param: Any = process.next.type_signature.parameter
     if not isinstance(param, T.StructType) or len(param) != 2:
         raise SimharnessTypeError(f'`{name}.next` must take two arguments but found:\n{param}')
     float_at_clients = T.FederatedType(NORM_TYPE, T.CLIENTS)
     if not param[1].is_assignable_from(float_at_clients):
         raise SimharnessTypeError(f'Second argument of `{name}.next` must be assignable from '
                                   f'{float_at_clients} but found {param[1]}')
-    result = process.next.type_signature.result
+    result: Any = process.next.type_signature.result
     if not process.state_type.is_assignable_from(result):
         raise SimharnessTypeError(
             f'Result type of `{name}.next` must consist of state only but found result type:'
             f'\n{result}\nwhile the state type is:\n{process.state_type}')
-    report = process.report.type_signature.result
-    estimate_at_server = T.FederatedType(param[1].member, T.SERVER)
+    report: Any = process.report.type_signature.result
+    value_t: Any = param[1]
+    estimate_at_server = T.FederatedType(value_t.member, T.SERVER)
     if not report.is_assignable_from(estimate_at_server):
         raise SimharnessTypeError(f'Report type of `{name}.report` must be assignable from '
                                   f'{estimate_at_server} but found {report}.')
@@ -176,21 +177,17 @@ class SecureSumFactory(factory.UnweightedAggregationFactory):
         upper bound not above the lower one.
     """
 
-    def __init__(self, upper_bound_threshold: ThresholdEstType,
-                 lower_bound_threshold: Optional[ThresholdEstType] = None):
-        if isinstance(upper_bound_threshold, bool) or not isinstance(
-                upper_bound_threshold, (int, float, np.integer, np.floating, EstimationProcess)):
-            raise SimharnessTypeError(
-                f'Expected upper_bound_threshold to be an int, a float or an EstimationProcess, '
-                f'found {type(upper_bound_threshold).__name__}', actual=upper_bound_threshold)
+    def __init__(self, upper_bound_threshold: Any,
+                 lower_bound_threshold: Optional[Any] = None):
+        _check_threshold(upper_bound_threshold)
         if lower_bound_threshold is not None and not isinstance(lower_bound_threshold,
                                                                 type(upper_bound_threshold)):
             raise SimharnessTypeError(
                 'Provided upper_bound_threshold and lower_bound_threshold must have the same '
                 f'types, but found:\ntype(upper_bound_threshold): {upper_bound_threshold}\n'
                 f'type(lower_bound_threshold): {lower_bound_threshold}')
-        self._upper = upper_bound_threshold
-        self._lower = lower_bound_threshold
+        self._upper: Any = upper_bound_threshold
+        self._lower: Any = lower_bound_threshold
         self._update_state: Callable[..., Any] = lambda _, __, ___: _empty_state()
         self._init_fn: Computation = _empty_state
         if _is_integer(upper_bound_threshold):
@@ -292,6 +289,14 @@ class SecureSumFactory(factory.UnweightedAggregationFactory):
                 f'\nProvided value_type: {value_type}', actual=value_type)
 
 
+def _check_threshold(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(
+            value, (int, float, np.integer, np.floating, EstimationProcess)):
+        raise SimharnessTypeError(
+            f'Expected upper_bound_threshold to be an int, a float or an EstimationProcess, '
+            f'found {type(value).__name__}', actual=value)
+
+
 def _check_positive(value: Any) -> None:
     if value <= 0:
         raise SimharnessValueError(
@@ -309,7 +314,8 @@ def _check_upper_larger_than_lower(upper: Any, lower: Any) -> None:
 
 
 def _update_state_single_process(process: EstimationProcess) -> Callable[..., Any]:
-    dtype = process.next.type_signature.parameter[1].member.dtype
+    param: Any = process.next.type_signature.parameter
+    dtype = param[1].member.dtype
     abs_max = tf_computation(lambda x, y: tf.cast(tf.maximum(tf.abs(x), tf.abs(y)), dtype))
 
     def update_state(state, value_min, value_max):
@@ -319,8 +325,10 @@ def _update_state_single_process(process: EstimationProcess) -> Callable[..., An
 
 def _update_state_two_processes(upper: EstimationProcess,
                                 lower: EstimationProcess) -> Callable[..., Any]:
-    max_dtype = upper.next.type_signature.parameter[1].member.dtype
-    min_dtype = lower.next.type_signature.parameter[1].member.dtype
+    upper_param: Any = upper.next.type_signature.parameter
+    lower_param: Any = lower.next.type_signature.parameter
+    max_dtype = upper_param[1].member.dtype
+    min_dtype = lower_param[1].member.dtype
 
     def update_state(state, value_min, value_max):
         value_min = intrinsics.federated_map(tf_computation(lambda x: tf.cast(x, min_dtype)),

@@ -102,7 +102,7 @@ def tensor_specs(value_type: T.Type) -> Any:
     if isinstance(value_type, T.StructType):
         kids = [tensor_specs(e) for e in value_type]
         names = value_type.names
-        container = value_type.container
+        container: Any = value_type.container
         if container is None:
             if any(n is not None for n in names):
                 return Struct(zip(names, kids))

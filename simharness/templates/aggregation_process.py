@@ -9,6 +9,8 @@ next:       (<S@SERVER, V@CLIENTS, *@CLIENTS> -> <state=S@SERVER, result=V'@SERV
 
 from __future__ import annotations
 
+from typing import Any
+
 from simharness.core import types as T
 from simharness.core.computation import Computation
 from simharness.errors import SimharnessTypeError
@@ -59,7 +61,7 @@ class AggregationProcess(MeasuredProcess):
                 f'Provided `initialize_fn` must return a federated type, but found return type: '
                 f'{init_result}. Tip: if you see a collection of federated types, wrap the '
                 'returned value in federated_zip before returning it.', actual=init_result)
-        next_type = next_fn.type_signature
+        next_type: Any = next_fn.type_signature
         leaves = _flatten_struct(next_type.parameter) + _flatten_struct(next_type.result)
         unfederated = [t for t in leaves if not isinstance(t, T.FederatedType)]
         if unfederated:
@@ -72,7 +74,8 @@ class AggregationProcess(MeasuredProcess):
             raise AggregationPlacementError(
                 f'The state controlled by an AggregationProcess must be placed at the SERVER, '
                 f'but found type: {init_result}.', actual=init_result)
-        param, result = next_type.parameter, next_type.result
+        param: Any = next_type.parameter
+        result: Any = next_type.result
         if len(param) < 2:
             raise TemplateNextFnNumArgsError(
                 f'The `next_fn` must have at least two input arguments, but found the following '
@@ -93,4 +96,5 @@ class AggregationProcess(MeasuredProcess):
     @property
     def is_weighted(self) -> bool:
         """True if `next` takes a third argument (the weights)."""
-        return len(self.next.type_signature.parameter) == 3
+        param: Any = self.next.type_signature.parameter
+        return len(param) == 3

@@ -10,7 +10,7 @@ concatenate_measured_processes({F, G}):  <F=F(x_F), G=G(x_G)>
 from __future__ import annotations
 
 import collections
-from typing import Mapping, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from simharness.core import intrinsics as I
 from simharness.core import types as T
@@ -64,6 +64,11 @@ class MeasuredProcess(IterativeProcess):
                 f'the state of the MeasuredProcessOutput that next_fn returns ({result.state}) '
                 f'must be assignable to its first argument, {self.state_type}',
                 expected=self.state_type, actual=result.state)
+
+
+def _value_param(process: MeasuredProcess) -> T.Type:
+    param: Any = process.next.type_signature.parameter
+    return param[1]
 
 
 def _check_processes(measured_processes: Mapping[str, MeasuredProcess]) -> None:
@@ -127,14 +132,16 @@ def chain_measured_processes(
     _check_processes(measured_processes)
     initialize = _zipped_initialize(measured_processes)
     first = next(iter(measured_processes.values()))
-    value_type = first.next.type_signature.parameter[1]
+    first_param: Any = first.next.type_signature.parameter
+    value_type = first_param[1]
     state_type = _server_state_type(measured_processes)
 
     @federated_computation(state_type, value_type)
     def next_fn(state, values):
         new_states, measurements = collections.OrderedDict(), collections.OrderedDict()
         for name, process in measured_processes.items():
-            expected = process.next.type_signature.parameter[1]
+            param: Any = process.next.type_signature.parameter
+            expected = param[1]
             if not values.type_signature.is_assignable_from(expected):
                 raise SimharnessTypeError(
                     f'Cannot call function {name} of type {process.next.type_signature} with '
@@ -171,7 +178,7 @@ def concatenate_measured_processes(
     initialize = _zipped_initialize(measured_processes)
     state_type = _server_state_type(measured_processes)
     values_type = T.StructType(
-        [(name, p.next.type_signature.parameter[1]) for name, p in measured_processes.items()],
+        [(name, _value_param(p)) for name, p in measured_processes.items()],
         container=collections.OrderedDict)
 
     @federated_computation(state_type, values_type)
