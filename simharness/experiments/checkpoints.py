@@ -3,8 +3,9 @@
 ::
 
     <run>/checkpoints/ckpt-<rounds done>.npz   server state (weights, optimizer and aggregator
-                                               state, round number) + JSON meta (rounds done,
-                                               callback state); the last two are kept
+                                               state, round number; or the leaves of a
+                                               tff.learning process's nested state) + JSON meta
+                                               (rounds done, callback state); the last two kept
     <run>/final_weights.npz, best_weights.npz  w0, w1, ... (float arrays)
     <run>/tensorboard/                         one scalar per metric per round
 
@@ -37,6 +38,31 @@ _NAME = re.compile(r'^ckpt-(\d+)\.npz$')
 _PARTS = ('weights', 'optimizer', 'aggregator')
 
 
+_LEAF = 'leaf'
+
+
+def _is_padded_state(state: Any) -> bool:
+    return isinstance(state, Mapping) and all(k in state for k in _PARTS + ('round_num',))
+
+
+def _flatten(state: Any) -> List[Any]:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.nest.flatten(state)
+
+
+def _pack(like: Any, leaves: List[np.ndarray], path: PathLike) -> Any:
+    """`leaves` in the structure of `like` (a state of the same process)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if like is None:
+        raise SimharnessValueError(f'{path} holds a nested state: load it with like= a state of '
+                                   'the same process (process.initialize())')
+    template = tf.nest.flatten(like)
+    if len(template) != len(leaves):
+        raise SimharnessValueError(f'{path} holds {len(leaves)} state leaves, the process\'s '
+                                   f'state has {len(template)}: not a checkpoint of this process')
+    return tf.nest.pack_sequence_as(like, leaves)
+
+
 def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
@@ -55,16 +81,27 @@ def load_weights(path: PathLike) -> List[np.ndarray]:
         return [z[f'w{i}'] for i in range(n)]
 
 
-def save_checkpoint(run_dir: PathLike, state: Mapping[str, Any], rounds_done: int,
+def save_checkpoint(run_dir: PathLike, state: Any, rounds_done: int,
                     meta: Optional[Mapping[str, Any]] = None) -> Path:
-    """Saves the server state after `rounds_done` rounds; keeps the newest `KEEP`."""
+    """Saves the server state after `rounds_done` rounds; keeps the newest `KEEP`.
+
+    `state` is a padded-array process's ``{'weights', 'optimizer',
+    'aggregator', 'round_num'}``, or any nested structure of arrays (a
+    ``tff.learning`` process's state), saved as its leaves in
+    ``tf.nest.flatten`` order (`load_checkpoint` packs them into the
+    structure of a state given as ``like``).
+    """
     d = Path(run_dir) / CHECKPOINT_DIR
     d.mkdir(parents=True, exist_ok=True)
     arrays: Dict[str, Any] = {}
-    for part in _PARTS:
-        for i, a in enumerate(state[part]):
-            arrays[f'{part}/{i}'] = np.asarray(a)
-    arrays['round_num'] = np.asarray(state['round_num'], np.int32)
+    if _is_padded_state(state):
+        for part in _PARTS:
+            for i, a in enumerate(state[part]):
+                arrays[f'{part}/{i}'] = np.asarray(a)
+        arrays['round_num'] = np.asarray(state['round_num'], np.int32)
+    else:  # any nested state (a tff.learning LearningAlgorithmState): its leaves in order
+        for i, a in enumerate(_flatten(state)):
+            arrays[f'{_LEAF}/{i}'] = np.asarray(a)
     arrays['meta'] = np.asarray(json.dumps({'rounds_done': int(rounds_done), **(meta or {})},
                                            allow_nan=True))
     path = atomic.write_bytes(d / f'ckpt-{rounds_done:06d}.npz', _npz_bytes(arrays))
@@ -82,14 +119,27 @@ def list_checkpoints(run_dir: PathLike) -> List[Path]:
     return [p for _, p in sorted(found)]
 
 
-def load_checkpoint(path: PathLike) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def load_checkpoint(path: PathLike, like: Any = None) -> Tuple[Any, Dict[str, Any]]:
     """(server state, meta) of a checkpoint file.
 
+    Args:
+      path: the checkpoint.
+      like: for a checkpoint of a nested state, a state of the same
+        structure (``process.initialize()``): the leaves are packed into it,
+        each with the dtype of the saved array.
+
     Raises:
-      SimharnessValueError: the file is not a checkpoint (named in the message).
+      SimharnessValueError: the file is not a checkpoint, or a nested
+        state's checkpoint without `like` or with another number of leaves
+        (named in the message).
     """
     try:
         with np.load(path, allow_pickle=False) as z:
+            leaves = sorted((k for k in z.files if k.startswith(_LEAF + '/')),
+                            key=lambda k: int(k.split('/')[1]))
+            if leaves:
+                meta = json.loads(str(z['meta']))
+                return _pack(like, [z[k] for k in leaves], path), meta
             state: Dict[str, Any] = collections.OrderedDict()
             for part in _PARTS:
                 keys = sorted((k for k in z.files if k.startswith(part + '/')),
@@ -102,11 +152,12 @@ def load_checkpoint(path: PathLike) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     return state, meta
 
 
-def latest_checkpoint(run_dir: PathLike) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
-    """The newest readable checkpoint of a run, or None."""
+def latest_checkpoint(run_dir: PathLike, like: Any = None
+                      ) -> Optional[Tuple[Any, Dict[str, Any]]]:
+    """The newest readable checkpoint of a run (nested states packed like `like`), or None."""
     for p in reversed(list_checkpoints(run_dir)):
         try:
-            return load_checkpoint(p)
+            return load_checkpoint(p, like)
         except SimharnessValueError:
             continue
     return None
