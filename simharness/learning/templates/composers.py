@@ -197,6 +197,10 @@ def build_basic_fedavg_process(model_fn: Callable[[], Any], client_learning_rate
     Clients run SGD at `client_learning_rate`, updates are averaged weighted by
     the clients' example counts, the server applies SGD at `server_learning_rate`.
     """
+    if not callable(model_fn):
+        raise SimharnessTypeError(
+            f'model_fn must be a no-arg callable returning a VariableModel, got {model_fn!r} of '
+            f'type {type(model_fn).__name__}', actual=type(model_fn))
     if not isinstance(client_learning_rate, float):
         raise SimharnessTypeError(
             f'client_learning_rate must be a float, got {client_learning_rate!r} of type '
