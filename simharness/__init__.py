@@ -19,7 +19,7 @@ from simharness.core.arrays import (Array, ArrayShape, Serializable, TypedObject
                                     is_valid_dtype, num_elements_in_array_shape)
 from simharness.core.intrinsics import (federated_aggregate, federated_apply,
                                         federated_broadcast, federated_collect, federated_eval,
-                                        federated_map, federated_map_all_equal, federated_max,
+                                        federated_map, federated_max,
                                         federated_mean, federated_min,
                                         federated_secure_modular_sum, federated_secure_select,
                                         federated_secure_sum, federated_secure_sum_bitwidth,
@@ -55,7 +55,7 @@ __all__ = [
     'StructWithPythonType', 'TypedObject', 'array_is_compatible_dtype',
     'array_is_compatible_shape', 'array_shape_is_compatible_with',
     'array_shape_is_fully_defined', 'array_shape_is_scalar', 'backends', 'can_cast_dtype',
-    'federated_map_all_equal', 'federated_max', 'federated_min', 'federated_secure_select',
+    'federated_max', 'federated_min', 'federated_secure_select',
     'infer_dtype', 'is_valid_dtype', 'num_elements_in_array_shape', 'tensorflow', 'to_value',
     'CLIENTS', 'SERVER', 'CardinalityError', 'Computation', 'ConcreteComputation',
     'ExecutionContext', 'FederatedType', 'FunctionType', 'PlacementType',
