@@ -20,6 +20,8 @@
                   secure + quantize_bits
                                       -> UnweightedMeanFactory over SecureSumFactory(range)
     clients       client_datasets: from_tensor_slices((x, y)).repeat(local_epochs).batch(b)
+                  by id: compose_with_client_data (ClientData.preprocess(...).dataset_computation
+                  composed with the process: ids travel, each executor builds its datasets)
 
 `build_learning_process(config, model)` returns a
 ``tff.learning.templates.LearningProcess``: ``state = process.initialize()``,
@@ -38,13 +40,14 @@ import numpy as np
 import tensorflow as tf
 
 from simharness import aggregators
+from simharness.simulation import iterative_process_compositions
 from simharness.errors import ConfigError
 from simharness.learning import algorithms, metrics, optimizers
 from simharness.learning.models import specs
 from simharness.learning.models.functional import FunctionalModel, functional_model_from_keras
 
 __all__ = ['build_learning_process', 'build_model_aggregator', 'build_optimizer',
-           'client_datasets', 'model_from_keras_builder', 'model_from_spec', 'round_metrics']
+           'client_datasets', 'compose_with_client_data', 'model_from_keras_builder', 'model_from_spec', 'round_metrics']
 
 #: ``[algorithm] name`` -> the server optimizer it implies.
 _SERVER_OPTIMIZER = {'fedadam': 'adam', 'fedyogi': 'yogi', 'fedadagrad': 'adagrad'}
@@ -228,6 +231,27 @@ def client_datasets(arrays: Sequence[Mapping[str, np.ndarray]], batch_size: int,
             ds = ds.repeat(local_epochs)
         out.append(ds.batch(batch_size))
     return out
+
+
+def compose_with_client_data(process: Any, client_data: Any, batch_size: int,
+                             local_epochs: int = 1, x_key: str = 'x', y_key: str = 'y') -> Any:
+    """`process` taking client ids: each executor builds its clients' datasets itself.
+
+    ``client_data.preprocess`` makes each client's dataset as `client_datasets`
+    does (``(x, y)`` in stored order, ``local_epochs`` passes, batches of
+    `batch_size`); its ``dataset_computation`` is composed with the process
+    (``tff.simulation.compose_dataset_computation_with_learning_process``),
+    so ``next(state, client_ids)`` ships ids, not examples.
+    """
+    def preprocess(ds: Any) -> Any:
+        ds = ds.map(lambda e: (tf.cast(e[x_key], tf.float32), tf.cast(e[y_key], tf.int32)))
+        if local_epochs > 1:
+            ds = ds.repeat(local_epochs)
+        return ds.batch(batch_size)
+
+    by_id = client_data.preprocess(preprocess)
+    return iterative_process_compositions.compose_dataset_computation_with_learning_process(
+        by_id.dataset_computation, process)
 
 
 def round_metrics(process_metrics: Mapping[str, Any]) -> Dict[str, Any]:

@@ -138,3 +138,18 @@ def test_a_tff_state_checkpoint_resumes_with_the_bits_of_an_uninterrupted_run(ti
         assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
     with pytest.raises(Exception, match='like='):
         CK.load_checkpoint(CK.list_checkpoints(tmp_path)[-1])
+
+
+def test_a_process_by_client_ids_gives_the_bits_of_datasets_built_in_the_driver(tiny):
+    from simharness.data.client_data import ArrayClientData
+    cd = ArrayClientData({str(i): a for i, a in enumerate(tiny['arrays'])})
+    config = make_config(TINY)
+    process = P.build_learning_process(config, P.model_from_spec(tiny['spec'], 0))
+    by_id = P.compose_with_client_data(process, cd, batch_size=5)
+    state = process.initialize()
+    direct, m1 = process.next(state, P.client_datasets(tiny['arrays'], 5))
+    ids, m2 = by_id.next(state, ['0', '1', '2', '3'])
+    assert P.round_metrics(m1) == P.round_metrics(m2)
+    for x, y in zip(process.get_model_weights(direct).trainable,
+                    by_id.get_model_weights(ids).trainable):
+        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
