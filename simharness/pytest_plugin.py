@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Generator, Iterator, List, Optional
 
 import psutil
 import pytest
@@ -156,7 +156,7 @@ def _descendant_pids() -> List[int]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: Any) -> Iterator[None]:
+def pytest_runtest_call(item: Any) -> Generator[None, Any, None]:
     """Records the peak RSS of every benchmark that `simharness_benchmark.round` does not time.
 
     For a test that uses pytest-benchmark's ``benchmark`` fixture, the peak
