@@ -6,13 +6,14 @@ are federated computations with TFF's state and measurement structures.
 See docs/tff/aggregators.md for what is supported and how it differs.
 """
 
+from simharness.aggregators.concat import concat_factory
+from simharness.aggregators.deterministic_discretization import DeterministicDiscretizationFactory
+from simharness.aggregators.differential_privacy import DifferentiallyPrivateFactory
 from simharness.aggregators.factory import (AggregationFactory, UnweightedAggregationFactory,
                                             WeightedAggregationFactory)
 from simharness.aggregators.factory_utils import as_weighted_aggregator
 from simharness.aggregators.mean import MeanFactory, UnweightedMeanFactory
 from simharness.aggregators.measurements import add_measurements
-from simharness.aggregators.deterministic_discretization import DeterministicDiscretizationFactory
-from simharness.aggregators.differential_privacy import DifferentiallyPrivateFactory
 from simharness.aggregators.modular_clipping import ModularClippingSumFactory
 from simharness.aggregators.primitives import federated_sample, secure_quantized_sum
 from simharness.aggregators.quantile_estimation import PrivateQuantileEstimationProcess
