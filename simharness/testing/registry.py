@@ -22,7 +22,6 @@ DEFAULT_CLIENTS_PER_WORKER = 256
 _NAME = re.compile(r'^(thread|thread-debug|process)(?:-([1-9][0-9]*))?$')
 
 
-
 # ------------------------------------------------------------------ stack names
 
 @dataclasses.dataclass(frozen=True)
