@@ -19,6 +19,9 @@
                                          gaussian_adaptive (noise_seed = aggregator.seed)
                   secure + quantize_bits
                                       -> UnweightedMeanFactory over SecureSumFactory(range)
+    [training] federated_eval
+                  federated_evaluation: learning.algorithms.build_fed_eval(model), the weights
+                  set with set_model_weights, current_round_metrics of client_work/eval
     clients       client_datasets: from_tensor_slices((x, y)).repeat(local_epochs).batch(b)
                   by id: compose_with_client_data (ClientData.preprocess(...).dataset_computation
                   composed with the process: ids travel, each executor builds its datasets)
@@ -47,7 +50,7 @@ from simharness.learning.models import specs
 from simharness.learning.models.functional import FunctionalModel, functional_model_from_keras
 
 __all__ = ['build_learning_process', 'build_model_aggregator', 'build_optimizer',
-           'client_datasets', 'compose_with_client_data', 'model_from_keras_builder', 'model_from_spec', 'round_metrics']
+           'client_datasets', 'compose_with_client_data', 'federated_evaluation', 'model_from_keras_builder', 'model_from_spec', 'round_metrics']
 
 #: ``[algorithm] name`` -> the server optimizer it implies.
 _SERVER_OPTIMIZER = {'fedadam': 'adam', 'fedyogi': 'yogi', 'fedadagrad': 'adagrad'}
@@ -252,6 +255,26 @@ def compose_with_client_data(process: Any, client_data: Any, batch_size: int,
     by_id = client_data.preprocess(preprocess)
     return iterative_process_compositions.compose_dataset_computation_with_learning_process(
         by_id.dataset_computation, process)
+
+
+def federated_evaluation(eval_process: Any, model_weights: Any, client_data: Any) -> Dict[str, Any]:
+    """The metrics of `model_weights` over `client_data` by a ``build_fed_eval`` process.
+
+    Args:
+      eval_process: ``learning.algorithms.build_fed_eval(model)`` (composed
+        with a dataset computation when `client_data` are ids).
+      model_weights: a ``tff.learning.models.ModelWeights`` (e.g.
+        ``process.get_model_weights(state)`` of the training process).
+      client_data: the clients' evaluation datasets (batched), or their ids.
+
+    Returns:
+      ``current_round_metrics`` of ``client_work/eval`` as floats (``loss``,
+      ``accuracy``, ``num_examples``, ...).
+    """
+    state = eval_process.set_model_weights(eval_process.initialize(), model_weights)
+    _, out = eval_process.next(state, client_data)
+    current = out['client_work']['eval']['current_round_metrics']
+    return {k: float(v) for k, v in current.items()}
 
 
 def round_metrics(process_metrics: Mapping[str, Any]) -> Dict[str, Any]:

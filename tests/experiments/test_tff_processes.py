@@ -153,3 +153,22 @@ def test_a_process_by_client_ids_gives_the_bits_of_datasets_built_in_the_driver(
     for x, y in zip(process.get_model_weights(direct).trainable,
                     by_id.get_model_weights(ids).trainable):
         assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
+
+
+def test_federated_evaluation_matches_the_central_one(tiny):
+    from simharness.learning import algorithms
+    from simharness.learning.models import numpy_evaluate
+    config = make_config(TINY)
+    model = P.model_from_spec(tiny['spec'], 0)
+    process = P.build_learning_process(config, model)
+    state, _ = process.next(process.initialize(), P.client_datasets(tiny['arrays'], 5))
+    weights = process.get_model_weights(state)
+    fed = P.federated_evaluation(algorithms.build_fed_eval(model), weights,
+                                 P.client_datasets(tiny['arrays'], 5))
+    x = np.concatenate([a['x'] for a in tiny['arrays']])
+    y = np.concatenate([a['y'] for a in tiny['arrays']])
+    loss, accuracy = numpy_evaluate(tiny['spec'], [np.asarray(w) for w in weights.trainable],
+                                    x, y)
+    assert fed['num_examples'] == 40.0
+    assert fed['loss'] == pytest.approx(loss, rel=1e-5)
+    assert fed['accuracy'] == pytest.approx(accuracy)
