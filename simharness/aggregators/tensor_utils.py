@@ -1,8 +1,8 @@
 """Helpers for the TF bodies of the aggregators: nested structures, norms.
 
 A client value of a struct type reaches a `tf_computation` as a Python
-container (list, tuple, dict, namedtuple) or, for a struct type with no
-container, a `Struct`; `map_structure` and `flatten` handle both, as
+container (list, tuple, dict, namedtuple, attrs class) or, for a struct type
+with no container, a `Struct`; `map_structure` and `flatten` handle both, as
 `tf.nest` does for the containers.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, List
 
+import attrs
 import tensorflow as tf
 
 from simharness.core import types as T
@@ -20,6 +21,8 @@ __all__ = ['cond', 'flatten', 'map_structure', 'pack_sequence_as', 'global_l1_no
 
 
 def _children(v: Any) -> List[Any]:
+    if attrs.has(type(v)):
+        return [getattr(v, a.name) for a in attrs.fields(type(v))]
     if isinstance(v, Struct):
         return list(v)
     if isinstance(v, dict):
@@ -30,7 +33,7 @@ def _children(v: Any) -> List[Any]:
 
 
 def _is_nest(v: Any) -> bool:
-    return isinstance(v, (Struct, dict, list, tuple))
+    return isinstance(v, (Struct, dict, list, tuple)) or attrs.has(type(v))
 
 
 def flatten(value: Any) -> List[Any]:
@@ -41,6 +44,8 @@ def flatten(value: Any) -> List[Any]:
 
 
 def _rebuild(like: Any, children: List[Any]) -> Any:
+    if attrs.has(type(like)):
+        return type(like)(*children)
     if isinstance(like, Struct):
         return Struct(zip(like.names, children))
     if isinstance(like, dict):
