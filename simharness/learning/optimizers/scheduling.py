@@ -40,20 +40,14 @@ class _ScheduledLROptimizer(base.Optimizer):
         optimizer_state[base.LEARNING_RATE_KEY] = self._schedule_fn(round_num)
         return collections.OrderedDict(round_num=round_num, optimizer=optimizer_state), weights
 
-    def get_hparams(self, state: Any) -> collections.OrderedDict:
-        return self._optimizer.get_hparams(state['optimizer'])
-
-    def set_hparams(self, state: Any, hparams: Any) -> Any:
-        return collections.OrderedDict(
-            round_num=state['round_num'],
-            optimizer=self._optimizer.set_hparams(state['optimizer'], hparams))
-
 
 def schedule_learning_rate(optimizer: base.Optimizer,
                            schedule_fn: Callable[[base.Int], base.Float]) -> base.Optimizer:
     """`optimizer` with learning rate ``schedule_fn(i)`` at its ``i``-th `next` (from 0).
 
-    State: ``OrderedDict(round_num=int32, optimizer=<optimizer's state>)``.
+    State: ``OrderedDict(round_num=int32, optimizer=<optimizer's state>)``. As in TFF,
+    `get_hparams` / `set_hparams` are the base class' (no hyper-parameters: the
+    schedule sets the learning rate).
 
     Args:
       optimizer: an `Optimizer` whose state keeps ``'learning_rate'``.

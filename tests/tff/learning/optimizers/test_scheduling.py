@@ -50,3 +50,10 @@ def test_scheduling_scheduled_optimizer_raises():
         O.schedule_learning_rate(O.build_sgdm(1.0), _example_schedule_fn), _example_schedule_fn)
     with pytest.raises(KeyError, match='must have learning rate'):
         twice.initialize(tf.TensorSpec((), tf.float32))
+
+
+def test_scheduled_optimizer_has_no_hparams_as_tff():
+    scheduled = O.schedule_learning_rate(O.build_sgdm(1.0), _example_schedule_fn)
+    state = scheduled.initialize(tf.TensorSpec((), tf.float32))
+    assert scheduled.get_hparams(state) == {}
+    assert scheduled.set_hparams(state, {'learning_rate': 0.5}) is state
