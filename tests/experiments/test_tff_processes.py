@@ -172,3 +172,32 @@ def test_federated_evaluation_matches_the_central_one(tiny):
     assert fed['num_examples'] == 40.0
     assert fed['loss'] == pytest.approx(loss, rel=1e-5)
     assert fed['accuracy'] == pytest.approx(accuracy)
+
+
+@pytest.mark.process
+def test_by_ids_on_worker_processes_gives_the_thread_stack_s_bits(tiny, make_factory):
+    """DP + adaptive clipping + FedAdam, clients by id (each worker builds its datasets)."""
+    import tensorflow as tf
+
+    import simharness
+    from simharness.data.client_data import ArrayClientData
+    cd = ArrayClientData({str(i): a for i, a in enumerate(tiny['arrays'])})
+    config = make_config(TINY, algorithm={'name': 'fedadam'},
+                         aggregator={'weighted': False, 'clip': 0.5, 'adaptive_clip': True,
+                                     'noise_multiplier': 0.05})
+    process = P.build_learning_process(config, P.model_from_spec(tiny['spec'], 0))
+    by_id = P.compose_with_client_data(process, cd, batch_size=5)
+    ids = ['0', '1', '2', '3']
+
+    def two_rounds():
+        state = by_id.initialize()
+        for _ in range(2):
+            state, metrics = by_id.next(state, ids)
+        return tf.nest.flatten(state), P.round_metrics(metrics)
+
+    thread = two_rounds()
+    with simharness.execution_context(make_factory('process-2')):
+        process2 = two_rounds()
+    assert thread[1] == process2[1]
+    assert [np.asarray(a).tobytes() for a in thread[0]] == \
+        [np.asarray(b).tobytes() for b in process2[0]]
