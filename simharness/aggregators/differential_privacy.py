@@ -39,7 +39,7 @@ from simharness.aggregators.privacy import query as dp_query
 from simharness.core import intrinsics
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
-from simharness.errors import SimharnessValueError
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.templates import AggregationProcess, MeasuredProcessOutput
 
 __all__ = ['DPAggregatorState', 'DifferentiallyPrivateFactory',
@@ -47,6 +47,10 @@ __all__ = ['DPAggregatorState', 'DifferentiallyPrivateFactory',
            'extract_dp_event_from_state']
 
 _LOG = logging.getLogger(__name__)
+
+#: What `DifferentiallyPrivateFactory` calls on its query.
+_QUERY_METHODS = ('initial_global_state', 'derive_sample_params', 'initial_sample_state',
+                  'preprocess_record', 'get_noised_result', 'derive_metrics')
 
 
 class ExtractingDpEventFromInitialStateError(SimharnessValueError):
@@ -185,7 +189,12 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
                  record_aggregation_factory: Optional[
                      factory.UnweightedAggregationFactory] = None,
                  noise_seed: Optional[int] = None):
-        factory.check_factory(query, dp_query.DPQuery, 'query')
+        missing = [m for m in _QUERY_METHODS if not callable(getattr(query, m, None))]
+        if missing:  # duck-typed, as TFF (a tensorflow_privacy query works too)
+            raise SimharnessTypeError(
+                f'query must be a DPQuery (privacy.query.DPQuery or a tensorflow_privacy '
+                f'query), got {query!r} of type {type(query).__name__} without {missing}',
+                expected=dp_query.DPQuery, actual=type(query))
         if record_aggregation_factory is None:
             record_aggregation_factory = sum_factory.SumFactory()
         factory.check_factory(record_aggregation_factory, factory.UnweightedAggregationFactory,
@@ -197,7 +206,7 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
     def create(self, value_type: factory.ValueType) -> AggregationProcess:
         factory.check_value_type(value_type)
         q = self._query
-        seeded = q.needs_noise_seed()
+        seeded = bool(getattr(q, 'needs_noise_seed', lambda: False)())
         initial_state_fn = tf_computation(q.initial_global_state)
         specs = tu.tensor_specs(value_type)
         sample_state_fn = tf_computation(lambda: q.initial_sample_state(specs))

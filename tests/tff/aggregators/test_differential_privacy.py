@@ -58,6 +58,8 @@ def test_type_properties(value_type, inner):
 def test_init_non_agg_factory_raises():
     with pytest.raises(TypeError):
         DPF(_test_dp_query, 'not an agg factory')
+    with pytest.raises(TypeError, match='DPQuery'):
+        DPF('not a query')
 
 
 @pytest.mark.parametrize('bad_value_type', [
