@@ -160,6 +160,13 @@ def build_model_delta_client_work(
                         metrics_aggregation_fn)
 
 
+def _build_functional_model_delta_update(*, model: functional.FunctionalModel,
+                                         weighting: ClientWeighting,
+                                         delta_l2_regularizer: float) -> Callable[..., Any]:
+    """The proximal client update of a `FunctionalModel` (TFF's private name)."""
+    return _build_functional_update(model, weighting, delta_l2_regularizer)
+
+
 def _build_functional_update(model: functional.FunctionalModel, weighting: ClientWeighting,
                              delta_l2_regularizer: float) -> Callable[..., Any]:
     loop = loop_builder.build_training_loop(
