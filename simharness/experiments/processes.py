@@ -101,12 +101,25 @@ def model_from_spec(spec: specs.ModelSpec, seed: int) -> FunctionalModel:
 
 
 def model_from_keras_builder(builder: Callable[..., Any], input_shape: Sequence[int],
-                             num_classes: int, seed: int) -> FunctionalModel:
+                             num_classes: int, seed: int, *, y_shape: Sequence[int] = (),
+                             x_dtype: Any = np.float32,
+                             ignore_label: Any = None) -> FunctionalModel:
     """A ``[model] keras = "module:function"`` model as TFF's `FunctionalModel`.
 
     The builder ``fn(input_shape, num_classes) -> keras.Model`` runs after
     ``keras.utils.set_random_seed(seed)``; the loss is the model's compiled
     loss, else sparse categorical cross-entropy from logits.
+
+    Args:
+      builder: the function.
+      input_shape, num_classes: of the data.
+      seed: seed of the initial weights.
+      y_shape: the label shape of one example (``(T,)`` for next-token
+        prediction).
+      x_dtype: the inputs' dtype (int32 for token ids).
+      ignore_label: sequence labels equal to it (padding) count in neither
+        the loss (each example's loss is the mean over its other positions)
+        nor the metrics.
 
     Raises:
       ConfigError: the builder does not return a `keras.Model`.
@@ -117,13 +130,48 @@ def model_from_keras_builder(builder: Callable[..., Any], input_shape: Sequence[
         raise ConfigError(f'model.keras returned {type(model).__name__}, not a keras.Model',
                           key='model.keras', value=type(model).__name__)
     if not model.built:
-        model(np.zeros((1,) + tuple(input_shape), np.float32))
+        model(np.zeros((1,) + tuple(input_shape), np.dtype(x_dtype)))
     loss = getattr(model, 'loss', None) or keras.losses.SparseCategoricalCrossentropy(
         from_logits=True)
-    input_spec = (tf.TensorSpec([None] + list(input_shape), tf.float32),
-                  tf.TensorSpec([None], tf.int32))
-    return functional_model_from_keras(model, loss, input_spec,
-                                       metrics_constructor=_metric_constructors())
+    input_spec = (tf.TensorSpec([None] + list(input_shape), tf.as_dtype(np.dtype(x_dtype))),
+                  tf.TensorSpec([None] + list(y_shape), tf.int32))
+    fm = functional_model_from_keras(model, loss, input_spec,
+                                     metrics_constructor=_metric_constructors())
+    if ignore_label is None:
+        return fm
+    return _masked(fm, loss, ignore_label)
+
+
+def _masked(fm: FunctionalModel, loss: Any, ignore_label: Any) -> FunctionalModel:
+    """`fm` with labels equal to `ignore_label` left out of its loss and metrics."""
+    initialize, update, finalize = metrics.create_functional_metric_fns(_metric_constructors())
+
+    def mask_of(label: Any) -> Any:
+        return tf.cast(tf.not_equal(label, tf.cast(ignore_label, label.dtype)), tf.float32)
+
+    @tf.function
+    def predict_on_batch(model_weights: Any, x: Any, training: bool = True) -> Any:
+        return fm.predict_on_batch(model_weights, x, training)
+
+    def masked_loss(output: Any, label: Any, sample_weight: Any = None) -> Any:
+        del sample_weight
+        per_position = tf.cast(loss.call(label, output), tf.float32)
+        w = mask_of(label)
+        axes = list(range(1, per_position.shape.rank))
+        per_example = tf.reduce_sum(per_position * w, axis=axes) / tf.maximum(
+            tf.reduce_sum(w, axis=axes), 1.0)
+        return tf.reduce_mean(per_example)
+
+    def masked_update(state: Any, labels: Any, batch_output: Any, sample_weight: Any = None) -> Any:
+        w = mask_of(labels)
+        if sample_weight is not None:
+            w = w * tf.cast(sample_weight, tf.float32)
+        return update(state, labels, batch_output, sample_weight=w)
+
+    return FunctionalModel(initial_weights=fm.initial_weights,
+                           predict_on_batch_fn=predict_on_batch, loss_fn=masked_loss,
+                           metrics_fns=(initialize, masked_update, finalize),
+                           input_spec=fm.input_spec)
 
 
 def build_optimizer(name: str, learning_rate: float, *, momentum: float = 0.0,
@@ -223,12 +271,13 @@ def build_learning_process(config: Any, model: FunctionalModel) -> Any:
 
 
 def client_datasets(arrays: Sequence[Mapping[str, np.ndarray]], batch_size: int,
-                    local_epochs: int = 1, x_key: str = 'x', y_key: str = 'y') -> List[Any]:
+                    local_epochs: int = 1, x_key: str = 'x', y_key: str = 'y',
+                    x_dtype: Any = np.float32) -> List[Any]:
     """Each client's ``tf.data`` dataset: its examples in stored order, ``local_epochs``
     passes, batches of ``batch_size`` (as TFF's tutorials preprocess)."""
     out = []
     for a in arrays:
-        ds = tf.data.Dataset.from_tensor_slices((np.asarray(a[x_key], np.float32),
+        ds = tf.data.Dataset.from_tensor_slices((np.asarray(a[x_key], x_dtype),
                                                  np.asarray(a[y_key], np.int32)))
         if local_epochs > 1:
             ds = ds.repeat(local_epochs)
@@ -237,7 +286,8 @@ def client_datasets(arrays: Sequence[Mapping[str, np.ndarray]], batch_size: int,
 
 
 def compose_with_client_data(process: Any, client_data: Any, batch_size: int,
-                             local_epochs: int = 1, x_key: str = 'x', y_key: str = 'y') -> Any:
+                             local_epochs: int = 1, x_key: str = 'x', y_key: str = 'y',
+                             x_dtype: Any = np.float32) -> Any:
     """`process` taking client ids: each executor builds its clients' datasets itself.
 
     ``client_data.preprocess`` makes each client's dataset as `client_datasets`
@@ -247,7 +297,8 @@ def compose_with_client_data(process: Any, client_data: Any, batch_size: int,
     so ``next(state, client_ids)`` ships ids, not examples.
     """
     def preprocess(ds: Any) -> Any:
-        ds = ds.map(lambda e: (tf.cast(e[x_key], tf.float32), tf.cast(e[y_key], tf.int32)))
+        x_tf = tf.as_dtype(np.dtype(x_dtype))
+        ds = ds.map(lambda e: (tf.cast(e[x_key], x_tf), tf.cast(e[y_key], tf.int32)))
         if local_epochs > 1:
             ds = ds.repeat(local_epochs)
         return ds.batch(batch_size)

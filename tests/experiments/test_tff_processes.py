@@ -201,3 +201,44 @@ def test_by_ids_on_worker_processes_gives_the_thread_stack_s_bits(tiny, make_fac
     assert thread[1] == process2[1]
     assert [np.asarray(a).tobytes() for a in thread[0]] == \
         [np.asarray(b).tobytes() for b in process2[0]]
+
+
+def _sequence_model(input_shape, num_classes):
+    import keras
+    return keras.Sequential([keras.layers.Input(input_shape, dtype='int32'),
+                             keras.layers.Embedding(num_classes, 4),
+                             keras.layers.Dense(num_classes)])
+
+
+def test_sequence_models_leave_padding_labels_out_as_the_padded_path_does():
+    from simharness.learning.functional import from_keras_model
+    rng = np.random.default_rng(0)
+    arrays = []
+    for _ in range(4):
+        y = rng.integers(1, 8, size=(10, 6)).astype(np.int32)
+        y[:, 4:] = 0  # padding positions
+        arrays.append({'x': rng.integers(0, 8, size=(10, 6)).astype(np.int32), 'y': y})
+    model = P.model_from_keras_builder(_sequence_model, (6,), 8, seed=0, y_shape=(6,),
+                                       x_dtype=np.int32, ignore_label=0)
+    config = make_config(TINY)
+    process = P.build_learning_process(config, model)
+    state, metrics = process.next(process.initialize(),
+                                  P.client_datasets(arrays, 5, x_dtype=np.int32))
+    row = P.round_metrics(metrics)
+    weights = [np.asarray(w) for w in process.get_model_weights(state).trainable]
+
+    import keras
+    import tensorflow as tf
+    keras_model = _sequence_model((6,), 8)
+    keras_model.set_weights([np.asarray(w) for w in model.initial_weights[0]])
+    old_model = from_keras_model(
+        keras_model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        (tf.TensorSpec([None, 6], tf.int32), tf.TensorSpec([None, 6], tf.int32)),
+        metrics=['accuracy'], ignore_label=0)
+    old = padded.build_algorithm('fedavg', old_model, max_examples=10, batch_size=5,
+                                 client_learning_rate=0.1)
+    old_state, old_metrics = old.next(old.initialize(), old.pad(arrays))
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(weights, old_state['weights']))
+    assert diff <= 1e-6, diff
+    assert row['accuracy'] == pytest.approx(old_metrics['accuracy'])  # padding not counted
+    assert row['num_examples'] == 40.0
