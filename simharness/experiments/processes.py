@@ -48,9 +48,11 @@ from simharness.errors import ConfigError
 from simharness.learning import algorithms, metrics, optimizers
 from simharness.learning.models import specs
 from simharness.learning.models.functional import FunctionalModel, functional_model_from_keras
+from simharness.learning.models.variable import BatchOutput
 
 __all__ = ['build_learning_process', 'build_model_aggregator', 'build_optimizer',
-           'client_datasets', 'compose_with_client_data', 'federated_evaluation', 'model_from_keras_builder', 'model_from_spec', 'round_metrics']
+           'central_evaluation', 'client_datasets', 'compose_with_client_data',
+           'federated_evaluation', 'model_from_keras_builder', 'model_from_spec', 'round_metrics']
 
 #: ``[algorithm] name`` -> the server optimizer it implies.
 _SERVER_OPTIMIZER = {'fedadam': 'adam', 'fedyogi': 'yogi', 'fedadagrad': 'adagrad'}
@@ -326,6 +328,43 @@ def federated_evaluation(eval_process: Any, model_weights: Any, client_data: Any
     _, out = eval_process.next(state, client_data)
     current = out['client_work']['eval']['current_round_metrics']
     return {k: float(v) for k, v in current.items()}
+
+
+def central_evaluation(model: FunctionalModel, model_weights: Any, x: Any, y: Any,
+                       batch_size: int = 1024) -> Dict[str, float]:
+    """The model's loss and metrics on held-out examples, in the driver (eager, in batches).
+
+    Args:
+      model: a `FunctionalModel` (`model_from_spec`, `model_from_keras_builder`).
+      model_weights: ``(trainable, non_trainable)`` or a ``ModelWeights``.
+      x, y: the examples (arrays, or anything sliceable into arrays).
+      batch_size: examples per forward pass.
+
+    Returns:
+      ``loss`` (the mean of the model's batch losses weighted by the batch
+      sizes) and the model's finalized metrics (``accuracy``, ...).
+    """
+    if hasattr(model_weights, 'trainable'):
+        model_weights = (model_weights.trainable, model_weights.non_trainable)
+    weights = (tuple(tf.constant(w) for w in model_weights[0]),
+               tuple(tf.constant(w) for w in model_weights[1]))
+    x_dtype, y_dtype = (s.dtype for s in model.input_spec)
+    state = model.initialize_metrics_state()
+    loss_sum, count = 0.0, 0
+    with tf.device('/CPU:0'):
+        for start in range(0, len(y), batch_size):
+            xb = tf.constant(np.asarray(x[start:start + batch_size]), x_dtype)
+            yb = tf.constant(np.asarray(y[start:start + batch_size]), y_dtype)
+            out = model.predict_on_batch(weights, xb, training=False)
+            n = int(yb.shape[0])
+            loss_sum += float(model.loss(output=out, label=yb)) * n
+            count += n
+            state = model.update_metrics_state(state, labels=yb, batch_output=BatchOutput(
+                loss=None, predictions=out, num_examples=n))
+        finalized = model.finalize_metrics(state)
+    result = {k: float(v) for k, v in finalized.items() if k not in ('loss', 'num_batches')}
+    result['loss'] = loss_sum / count if count else float('nan')
+    return result
 
 
 def round_metrics(process_metrics: Mapping[str, Any]) -> Dict[str, Any]:

@@ -242,3 +242,15 @@ def test_sequence_models_leave_padding_labels_out_as_the_padded_path_does():
     assert diff <= 1e-6, diff
     assert row['accuracy'] == pytest.approx(old_metrics['accuracy'])  # padding not counted
     assert row['num_examples'] == 40.0
+
+
+def test_central_evaluation_matches_the_numpy_evaluator(tiny):
+    from simharness.learning.models import numpy_evaluate
+    model = P.model_from_spec(tiny['spec'], 3)
+    x = np.concatenate([a['x'] for a in tiny['arrays']])
+    y = np.concatenate([a['y'] for a in tiny['arrays']])
+    out = P.central_evaluation(model, model.initial_weights, x, y, batch_size=16)
+    loss, accuracy = numpy_evaluate(tiny['spec'], list(model.initial_weights[0]), x, y)
+    assert out['loss'] == pytest.approx(loss, rel=1e-5)
+    assert out['accuracy'] == pytest.approx(accuracy)
+    assert out['num_examples'] == 40.0
