@@ -94,7 +94,8 @@ def robust_aggregator(*, zeroing: bool = True, clipping: bool = True, weighted: 
     Returns:
       A `WeightedAggregationFactory` (weighted) or an `UnweightedAggregationFactory`.
     """
-    aggregation_factory = mean.MeanFactory() if weighted else mean.UnweightedMeanFactory()
+    aggregation_factory: Any = (
+        mean.MeanFactory() if weighted else mean.UnweightedMeanFactory())
     aggregation_factory = _apply_debug(aggregation_factory, weighted, debug_measurements_fn)
     if clipping:
         aggregation_factory = _default_clipping(aggregation_factory)
@@ -115,8 +116,9 @@ def dp_aggregator(noise_multiplier: float, clients_per_round: float,
     Returns:
       An `UnweightedAggregationFactory`.
     """
-    aggregation_factory = differential_privacy.DifferentiallyPrivateFactory.gaussian_adaptive(
-        noise_multiplier, clients_per_round)
+    aggregation_factory: Any = (
+        differential_privacy.DifferentiallyPrivateFactory.gaussian_adaptive(
+            noise_multiplier, clients_per_round))
     if zeroing:
         aggregation_factory = _default_zeroing(aggregation_factory)
     return aggregation_factory
@@ -133,7 +135,7 @@ def compression_aggregator(*, zeroing: bool = True, clipping: bool = True,
       **kwargs: passed to ``EncodedSumFactory.quantize_above_threshold``.
     """
     encoded = _aggregators_module('encoded')
-    aggregation_factory = encoded.EncodedSumFactory.quantize_above_threshold(
+    aggregation_factory: Any = encoded.EncodedSumFactory.quantize_above_threshold(
         quantization_bits=8, threshold=20000, **kwargs)
     aggregation_factory = (mean.MeanFactory(aggregation_factory) if weighted
                            else mean.UnweightedMeanFactory(aggregation_factory))
@@ -154,7 +156,7 @@ def secure_aggregator(*, zeroing: bool = True, clipping: bool = True,
     secure_clip_bound = quantile_estimation.PrivateQuantileEstimationProcess.no_noise(
         initial_estimate=50.0, target_quantile=0.95, learning_rate=1.0, multiplier=2.0,
         secure_estimation=True)
-    aggregation_factory = secure.SecureSumFactory(secure_clip_bound)
+    aggregation_factory: Any = secure.SecureSumFactory(secure_clip_bound)
     if weighted:
         aggregation_factory = mean.MeanFactory(
             value_sum_factory=aggregation_factory,
@@ -183,7 +185,7 @@ def ddp_secure_aggregator(noise_multiplier: float, expected_clients_per_round: i
       rotation_type: 'hd' (randomized Hadamard) or 'dft'.
     """
     distributed_dp = _aggregators_module('distributed_dp')
-    aggregation_factory = distributed_dp.DistributedDpSumFactory(
+    aggregation_factory: Any = distributed_dp.DistributedDpSumFactory(
         noise_multiplier=noise_multiplier, expected_clients_per_round=expected_clients_per_round,
         bits=bits, l2_clip=0.1, mechanism='distributed_skellam', rotation_type=rotation_type,
         auto_l2_clip=True)

@@ -62,7 +62,7 @@ def check_instance(value: Any, cls: Any, name: str) -> None:
 
 def check_aggregator_keeps_type(aggregator: AggregationProcess) -> None:
     """The aggregator's server result has the type of its client value (TFF's check)."""
-    sig = aggregator.next.type_signature
+    sig: Any = aggregator.next.type_signature
     client_value = sig.parameter[1].member
     server_value = sig.result[1].member
     if not client_value.is_equivalent_to(server_value):
@@ -72,6 +72,6 @@ def check_aggregator_keeps_type(aggregator: AggregationProcess) -> None:
             f'{client_value} != {server_value}.', expected=client_value, actual=server_value)
 
 
-def model_update_type(model_fn: ModelFn, model_weights_type: T.StructType) -> T.Type:
+def model_update_type(model_fn: ModelFn, model_weights_type: Any) -> Any:
     """The type of a model update: the trainable weights."""
     return model_weights_type.trainable if callable(model_fn) else model_weights_type[0]

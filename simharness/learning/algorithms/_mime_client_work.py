@@ -182,13 +182,15 @@ def build_mime_lite_client_work(
     if metrics_aggregator is None:
         metrics_aggregator = metric_aggregator.sum_then_finalize
     is_functional = not callable(model_fn)
+    model: Any
+    weights_type: Any
     if is_functional:
         model = model_fn
         weights_type = functional_weights_type(model)
         metrics_aggregation_fn = None
     else:
         with tf.Graph().as_default():
-            model = model_fn()
+            model = model_fn()  # type: ignore[operator]
             metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
             weights_type = model_weights_lib.weights_type_from_model(model)
     data_type = T.SequenceType(T.to_type(model.input_spec))
@@ -214,7 +216,8 @@ def build_mime_lite_client_work(
                                                loop_implementation)
             return update(global_optimizer_state, (weights.trainable, weights.non_trainable),
                           data)
-        update = _variable_client_update(model_fn(), optimizer, client_weighting,
+        variable_model_fn: Any = model_fn
+        update = _variable_client_update(variable_model_fn(), optimizer, client_weighting,
                                          loop_implementation, trainable_specs)
         return update(global_optimizer_state, weights, data)
 

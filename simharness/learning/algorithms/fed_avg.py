@@ -43,7 +43,7 @@ def DEFAULT_SERVER_OPTIMIZER_FN() -> Optimizer:  # noqa: N802 (TFF's name)
 def build_weighted_fed_avg(
         model_fn: _common.ModelFn, client_optimizer_fn: Optimizer,
         server_optimizer_fn: Optional[Optimizer] = None, *,
-        client_weighting: Optional[ClientWeighting] = ClientWeighting.NUM_EXAMPLES,
+        client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
         metrics_aggregator: Optional[Callable[..., Any]] = None,
@@ -84,7 +84,7 @@ def build_weighted_fed_avg(
                     f'`{name}` must be an instance of `tff.learning.optimizers.Optimizer`. '
                     f'Got {type(opt)}', expected=Optimizer, actual=type(opt))
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type = initial_model_weights_fn.type_signature.result
+    model_weights_type: Any = initial_model_weights_fn.type_signature.result
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:

@@ -55,13 +55,15 @@ def build_scheduled_client_work(
       SimharnessTypeError: `optimizer_fn` does not build a TFF `Optimizer`.
     """
     is_functional = isinstance(model_fn, functional.FunctionalModel)
+    model: Any
+    weights_type: Any
     with tf.Graph().as_default():
         if is_functional:
             model = model_fn
             weights_type = model_delta_client_work.functional_weights_type(model)
             metrics_aggregation_fn = metrics_aggregator(model.finalize_metrics)
         else:
-            model = model_fn()
+            model = model_fn()  # type: ignore[operator]
             weights_type = model_weights_lib.weights_type_from_model(model)
             metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
         whimsy_optimizer = optimizer_fn(1.0)
@@ -78,12 +80,13 @@ def build_scheduled_client_work(
         optimizer = optimizer_fn(learning_rate_fn(round_num))
         if is_functional:
             update = model_delta_client_work.build_functional_model_delta_update(
-                model_fn, weighting=ClientWeighting.NUM_EXAMPLES,
+                model, weighting=ClientWeighting.NUM_EXAMPLES,
                 loop_implementation=loop_implementation)
             return update(optimizer, (initial_model_weights.trainable,
                                       initial_model_weights.non_trainable), dataset)
+        variable_model_fn: Any = model_fn
         update = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-            model_fn, weighting=ClientWeighting.NUM_EXAMPLES,
+            variable_model_fn, weighting=ClientWeighting.NUM_EXAMPLES,
             loop_implementation=loop_implementation)
         return update(optimizer, initial_model_weights, dataset)
 
@@ -139,7 +142,7 @@ def build_weighted_fed_avg_with_optimizer_schedule(
     if server_optimizer_fn is None:
         server_optimizer_fn = fed_avg.DEFAULT_SERVER_OPTIMIZER_FN()
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type = initial_model_weights_fn.type_signature.result
+    model_weights_type: Any = initial_model_weights_fn.type_signature.result
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:

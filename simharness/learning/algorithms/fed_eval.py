@@ -119,7 +119,7 @@ def _build_fed_eval_client_work(model_fn: Callable[[], variable.VariableModel],
         model = model_fn()
         batch_type = T.to_type(model.input_spec)
         if metrics_aggregation_process is None:
-            metrics_type = _unfinalized_metrics_type(model)
+            metrics_type: Any = _unfinalized_metrics_type(model)
             factory = sum_aggregation_factory.SumThenFinalizeFactory(model.metric_finalizers())
             metrics_aggregation_process = factory.create(metrics_type)
     _common.check_instance(metrics_aggregation_process, AggregationProcess,
@@ -147,7 +147,7 @@ def _build_functional_fed_eval_client_work(model: functional.FunctionalModel,
                                                AggregationProcess],
                                            model_weights_type: T.StructType
                                            ) -> client_works.ClientWorkProcess:
-    weights_type = functional_weights_type(model)
+    weights_type: Any = functional_weights_type(model)
     tuple_weights_type = T.StructType([weights_type.trainable, weights_type.non_trainable],
                                       container=tuple)
     batch_type = T.to_type(model.input_spec)
@@ -155,7 +155,7 @@ def _build_functional_fed_eval_client_work(model: functional.FunctionalModel,
     if metrics_aggregation_process is None:
         # TFF makes local_eval a tf_computation and calls it from the client's one; here it
         # stays a tf.function (called inside), traced once on its own for its result type.
-        metrics_type = tf_computation(tuple_weights_type, T.SequenceType(batch_type))(
+        metrics_type: Any = tf_computation(tuple_weights_type, T.SequenceType(batch_type))(
             local_eval).type_signature.result
         metrics_aggregation_process = sum_aggregation_factory.SumThenFinalizeFactory(
             model.finalize_metrics).create(metrics_type)
@@ -204,7 +204,7 @@ def build_fed_eval(
       SimharnessTypeError: an argument has the wrong type.
     """
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type = initial_model_weights_fn.type_signature.result
+    model_weights_type: Any = initial_model_weights_fn.type_signature.result
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     else:
@@ -216,9 +216,10 @@ def build_fed_eval(
     else:
         client_work = _build_fed_eval_client_work(model_fn, metrics_aggregation_process,
                                                   model_weights_type, loop_implementation)
-    result_type = T.to_type(client_works.ClientResult(update=(), update_weight=()))
+    result_type: Any = T.to_type(client_works.ClientResult(update=(), update_weight=()))
     model_aggregator = mean.MeanFactory().create(result_type.update, result_type.update_weight)
-    finalizer = finalizers.build_identity_finalizer(
-        model_weights_type, model_aggregator.next.type_signature.result.result.member)
+    aggregated: Any = model_aggregator.next.type_signature.result
+    finalizer = finalizers.build_identity_finalizer(model_weights_type,
+                                                    aggregated.result.member)
     return composers.compose_learning_process(initial_model_weights_fn, model_distributor,
                                               client_work, model_aggregator, finalizer)

@@ -35,7 +35,7 @@ DEFAULT_SERVER_OPTIMIZER_FN = sgdm.build_sgdm(learning_rate=1.0)
 def build_weighted_fed_prox(
         model_fn: _common.ModelFn, proximal_strength: float, client_optimizer_fn: Optimizer,
         server_optimizer_fn: Optimizer = DEFAULT_SERVER_OPTIMIZER_FN,
-        client_weighting: Optional[ClientWeighting] = ClientWeighting.NUM_EXAMPLES,
+        client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
         metrics_aggregator: Optional[Callable[..., Any]] = None,
@@ -70,7 +70,7 @@ def build_weighted_fed_prox(
             f'Got {type(client_optimizer_fn)}.', expected=Optimizer,
             actual=type(client_optimizer_fn))
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type = initial_model_weights_fn.type_signature.result
+    model_weights_type: Any = initial_model_weights_fn.type_signature.result
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:

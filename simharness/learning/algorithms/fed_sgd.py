@@ -203,7 +203,7 @@ def build_fed_sgd(
       loop_implementation: the clients' dataset loop.
     """
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type = initial_model_weights_fn.type_signature.result
+    model_weights_type: Any = initial_model_weights_fn.type_signature.result
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:

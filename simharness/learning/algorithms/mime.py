@@ -46,8 +46,8 @@ def _build_scheduled_client_work(model_fn: _common.ModelFn,
     client_work = build_mime_lite_client_work(model_fn, optimizer, client_weighting,
                                               full_gradient_aggregator, metrics_aggregator,
                                               loop_implementation)
-    mime_state_type, weights_type, data_type = (
-        t.member for t in client_work.next.type_signature.parameter)
+    params: Any = client_work.next.type_signature.parameter
+    mime_state_type, weights_type, data_type = (t.member for t in params)
 
     def with_learning_rate(mime_state: Any, learning_rate: Any) -> Any:
         optimizer_state, aggregator_state = mime_state
@@ -107,7 +107,7 @@ def _compose(model_fn: _common.ModelFn, server_optimizer: Optimizer,
              build_client_work: Callable[[Any], client_works.ClientWorkProcess]
              ) -> learning_process.LearningProcess:
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type = initial_model_weights_fn.type_signature.result
+    model_weights_type: Any = initial_model_weights_fn.type_signature.result
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:
@@ -135,7 +135,7 @@ def _check(base_optimizer: Any, server_optimizer: Any, client_weighting: Any) ->
 def build_weighted_mime_lite(
         model_fn: _common.ModelFn, base_optimizer: Optimizer,
         server_optimizer: Optimizer = sgdm.build_sgdm(1.0),
-        client_weighting: Optional[ClientWeighting] = ClientWeighting.NUM_EXAMPLES,
+        client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
         full_gradient_aggregator: Optional[factory.WeightedAggregationFactory] = None,
@@ -196,7 +196,7 @@ def build_unweighted_mime_lite(
 def build_mime_lite_with_optimizer_schedule(
         model_fn: _common.ModelFn, learning_rate_fn: Callable[[Any], Any],
         base_optimizer: Optimizer, server_optimizer: Optimizer = sgdm.build_sgdm(1.0),
-        client_weighting: Optional[ClientWeighting] = ClientWeighting.NUM_EXAMPLES,
+        client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
         full_gradient_aggregator: Optional[factory.WeightedAggregationFactory] = None,

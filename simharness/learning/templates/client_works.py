@@ -77,21 +77,21 @@ class ClientWorkProcess(MeasuredProcess):
         super().__init__(initialize_fn, next_fn, next_is_multi_arg=True)
         _checks.check_initialize_at_server(initialize_fn, 'ClientWorkProcess')
         _checks.check_next_is_federated(next_fn)
-        param = _checks.next_params(next_fn, 3)
+        param: Any = _checks.next_params(next_fn, 3)
         _checks.check_param_placement(param, 1, T.CLIENTS)
         _checks.check_param_placement(param, 2, T.CLIENTS)
         if not _is_allowed_client_data_type(param[2].member):
             raise ClientDataTypeError(
                 'The third input argument of `next_fn` must be a sequence or a structure of '
                 f'sequences, but found {param[2]}.')
-        result = _checks.check_output_placement(next_fn, 'result', T.CLIENTS)
+        result: Any = _checks.check_output_placement(next_fn, 'result', T.CLIENTS)
         if not (isinstance(result.member, T.StructType)
                 and result.member.container is ClientResult):
             raise ClientResultTypeError(
                 'The "result" attribute of the return type of `next_fn` must have the '
                 f'`ClientResult` container, but found {result}.')
         _checks.check_output_placement(next_fn, 'measurements', T.SERVER)
-        state_type = initialize_fn.type_signature.result.member
+        state_type = initialize_fn.type_signature.result.member  # type: ignore[attr-defined]
         self._get_hparams_fn, self._set_hparams_fn = hparams_base.hparams_pair(
             state_type, get_hparams_fn, set_hparams_fn)
 

@@ -62,7 +62,7 @@ def _check_type(value: Any, cls: type, name: str) -> None:
 def _validate_args(initial_model_weights_fn: Computation, distributor: Any, client_work: Any,
                    aggregator: Any, finalizer: Any) -> None:
     check_computation(initial_model_weights_fn, 'initial_model_weights_fn')
-    sig = initial_model_weights_fn.type_signature
+    sig: Any = initial_model_weights_fn.type_signature
     if sig.parameter is not None:
         raise SimharnessTypeError(
             'Provided initial_model_weights_fn must be a no-arg Computation.\nFound input '
@@ -78,10 +78,10 @@ def _validate_args(initial_model_weights_fn: Computation, distributor: Any, clie
     if not aggregator.is_weighted:
         raise SimharnessTypeError('Provided model_update_aggregator must be weighted.')
     _check_type(finalizer, finalizers.FinalizerProcess, 'model_finalizer')
-    dist = distributor.next.type_signature
-    work = client_work.next.type_signature
-    agg = aggregator.next.type_signature
-    fin = finalizer.next.type_signature
+    dist: Any = distributor.next.type_signature
+    work: Any = client_work.next.type_signature
+    agg: Any = aggregator.next.type_signature
+    fin: Any = finalizer.next.type_signature
     dist.parameter[1].check_assignable_from(weights_type)
     work.parameter[1].check_assignable_from(dist.result.result)
     agg.parameter[1].member.check_assignable_from(work.result.result.member.update)
@@ -117,7 +117,7 @@ def compose_learning_process(initial_model_weights_fn: Computation,
     """
     _validate_args(initial_model_weights_fn, model_weights_distributor, client_work,
                    model_update_aggregator, model_finalizer)
-    client_data_type = client_work.next.type_signature.parameter[2]
+    client_data_type = client_work.next.type_signature.parameter[2]  # type: ignore[index]
 
     @federated_computation()
     def init_fn() -> Any:
@@ -148,7 +148,7 @@ def compose_learning_process(initial_model_weights_fn: Computation,
             finalizer=finalizer_output.measurements))
         return LearningProcessOutput(new_state, metrics)
 
-    state_type = next_fn.type_signature.parameter[0].member
+    state_type: Any = next_fn.type_signature.parameter[0].member  # type: ignore[index]
 
     @tf_computation(state_type)
     def get_model_weights_fn(state: Any) -> Any:
@@ -180,8 +180,8 @@ def compose_learning_process(initial_model_weights_fn: Computation,
     process = LearningProcess(init_fn, next_fn, get_model_weights_fn, set_model_weights_fn,
                               get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn)
     try:
-        type_checks.check_is_client_placed_structure_of_sequences(
-            process.next.type_signature.parameter[1])
+        next_param: Any = process.next.type_signature.parameter
+        type_checks.check_is_client_placed_structure_of_sequences(next_param[1])
     except type_checks.ClientSequenceTypeError as e:
         raise SimharnessTypeError(
             'The learning process composition produced a `next` function with type signature '
@@ -216,7 +216,7 @@ def build_basic_fedavg_process(model_fn: Callable[[], Any], client_learning_rate
     client_work = model_delta_client_work.build_model_delta_client_work(
         model_fn, sgdm.build_sgdm(client_learning_rate),
         client_weighting=ClientWeighting.NUM_EXAMPLES)
-    result = client_work.next.type_signature.result.result.member
+    result: Any = client_work.next.type_signature.result.result.member  # type: ignore[attr-defined]
     aggregator = mean.MeanFactory().create(result.update, result.update_weight)
     finalizer = apply_optimizer_finalizer.build_apply_optimizer_finalizer(
         sgdm.build_sgdm(server_learning_rate), weights_type)

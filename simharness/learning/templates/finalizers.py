@@ -51,17 +51,17 @@ class FinalizerProcess(MeasuredProcess):
         super().__init__(initialize_fn, next_fn, next_is_multi_arg=True)
         _checks.check_initialize_at_server(initialize_fn, 'FinalizerProcess')
         _checks.check_next_is_federated(next_fn)
-        param = _checks.next_params(next_fn, 3)
+        param: Any = _checks.next_params(next_fn, 3)
         _checks.check_param_placement(param, 1, T.SERVER)
         _checks.check_param_placement(param, 2, T.SERVER)
-        result = _checks.check_output_placement(next_fn, 'result', T.SERVER)
+        result: Any = _checks.check_output_placement(next_fn, 'result', T.SERVER)
         if not param[1].member.is_assignable_from(result.member):
             raise FinalizerResultTypeError(
                 'The second input argument of `next_fn` must match the "result" attribute of '
                 f'the return type of `next_fn`. Found:\nSecond input argument: '
                 f'{param[1].member}\nResult attribute: {result.member}.')
         _checks.check_output_placement(next_fn, 'measurements', T.SERVER)
-        state_type = initialize_fn.type_signature.result.member
+        state_type = initialize_fn.type_signature.result.member  # type: ignore[attr-defined]
         self._get_hparams_fn, self._set_hparams_fn = hparams_base.hparams_pair(
             state_type, get_hparams_fn, set_hparams_fn)
 

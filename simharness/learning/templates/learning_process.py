@@ -11,7 +11,7 @@ get_hparams:       (S -> H)           set_hparams:       (<S, H> -> S)
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, cast
 
 from simharness.core import types as T
 from simharness.core.computation import Computation
@@ -94,18 +94,18 @@ class LearningProcess(IterativeProcess):
                  get_hparams_fn: Optional[Computation] = None,
                  set_hparams_fn: Optional[Computation] = None):
         super().__init__(initialize_fn, next_fn)
-        init_result = initialize_fn.type_signature.result
+        init_result: Any = initialize_fn.type_signature.result
         if _placement(init_result) is not T.SERVER:
             raise LearningProcessPlacementError(
                 'The result of `initialize_fn` must be placed at `SERVER` but found placement '
                 f'{_placement(init_result)}.')
-        next_result = next_fn.type_signature.result
+        next_result: Any = next_fn.type_signature.result
         if not (isinstance(next_result, T.StructType)
                 and next_result.container is LearningProcessOutput):
             raise LearningProcessOutputError(
                 'The `next_fn` of a `LearningProcess` must return a `LearningProcessOutput` '
                 f'object, but returns {next_result!r}')
-        next_param = next_fn.type_signature.parameter
+        next_param: Any = next_fn.type_signature.parameter
         if not isinstance(next_param, T.StructType) or len(next_param) != 2:
             raise TemplateNextFnNumArgsError(
                 f'The `next_fn` must have two input arguments, but found an input of type '
@@ -118,7 +118,7 @@ class LearningProcess(IterativeProcess):
             raise LearningProcessPlacementError(
                 'The result of `next_fn` must be placed at `SERVER` but found placement '
                 f'{_placement(next_result.metrics)} for `metrics`.')
-        state_member = next_param[0].member
+        state_member = cast(T.FederatedType, next_param[0]).member
 
         check_computation(get_model_weights, 'get_model_weights')
         get_param = get_model_weights.type_signature.parameter

@@ -118,7 +118,8 @@ def test_raises_on_non_callable_or_functional_model(constructor):
 @utils.NEEDS_SECURE_METRICS
 def test_functional_fed_avg_with_only_secure_aggregation(constructor):
     process = constructor(
-        model_fn=linear_functional_model(), client_optimizer_fn=sgdm.build_sgdm(learning_rate=0.1),
+        model_fn=utils.build_functional_linear_regression(),
+        client_optimizer_fn=sgdm.build_sgdm(learning_rate=0.1),
         server_optimizer_fn=sgdm.build_sgdm(),
         model_aggregator=model_update_aggregator.secure_aggregator(
             weighted=constructor is fed_avg.build_weighted_fed_avg),
