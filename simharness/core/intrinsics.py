@@ -444,8 +444,11 @@ def _select(uri: str, client_keys: Any, max_key: Any, server_val: Any,
         raise SimharnessTypeError(f'{uri}: max_key must be an int32 placed at the server, got '
                                   f'{mk.type_signature}', expected=want, actual=mk.type_signature)
     sv = _federated(server_val, f'{uri} server_val', T.SERVER)
+    # A struct of server values is zipped, as today's TFF does (TFF 0.19 did not): the
+    # error of a select_fn that does not fit names the zipped server_val's type.
+    what = f'{uri} select_fn (server_val has type {sv.type_signature})'
     f = _only_compiled(_fn(select_fn, T.StructType([_fed_type(sv).member, T.TensorType(np.int32)]),
-                           f'{uri} select_fn'), f'{uri} select_fn')
+                           what), what)
     args = bb.Struct([(None, k), (None, mk), (None, sv), (None, f)])
     result = T.FederatedType(T.SequenceType(_fn_type(f).result), T.CLIENTS, False)
     return _call(uri, args.type_signature, result, args)
