@@ -10,9 +10,6 @@ the initial one, and a round equals the average of the clients' local
 training (FedAvg by hand).
 """
 
-import numpy as np
-
-
 def test_building_your_own_federated_learning_algorithm_tutorial():
     # cell 5
     import collections

@@ -8,11 +8,6 @@ values the tutorial shows (client_work and finalizer state, the metrics'
 structure) are asserted. Left out: ``!pip``.
 """
 
-import collections
-
-import numpy as np
-
-
 def test_composing_learning_algorithms_tutorial():
     # cell 6
     import collections
