@@ -7,6 +7,17 @@ its target executor, and calls of target functions are delegated.
 
 What it leaves to other layers: intrinsics and placements (its target, the
 federating layer), TF execution (the leaves).
+
+Structs are evaluated element by element as a dataflow, like a block's
+locals: a struct's elements start at once and a selection waits only for the
+element it selects. So a round composed of processes (TFF's
+`compose_learning_process`: the client work returns its result at CLIENTS and
+its metrics' sum at SERVER in one struct; the aggregator then reduces the
+result) issues both reductions of the one client map together, and the
+federating layer streams them in one batch instead of computing the map
+twice. Every element is still evaluated and its error raised: each
+invocation (`create_call`, `create_value` of a building block) waits for all
+the elements it started before it returns, and raises the first error.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 
 import asyncio
 import collections.abc
+import contextvars
 import inspect
 import types
 
@@ -45,6 +57,21 @@ class _Scope:
 
 _EMPTY = _Scope(None, None, None)
 
+#: The struct-element tasks an invocation started (a list per `create_call` /
+#: `create_value`): it waits for all of them before it returns.
+_PENDING: contextvars.ContextVar[Optional[List[asyncio.Future]]] = contextvars.ContextVar(
+    'simharness_rre_pending', default=None)
+
+
+def _done(v: Any) -> 'ReferenceResolvingValue':
+    """A struct element: a value, or the result of the finished task evaluating it."""
+    return v.result() if isinstance(v, asyncio.Future) else v
+
+
+async def _element(v: Any) -> 'ReferenceResolvingValue':
+    """A struct element, waiting for the task evaluating it when it is one."""
+    return await asyncio.shield(v) if isinstance(v, asyncio.Future) else v
+
 
 class ReferenceResolvingValue(ExecutorValue):
     """A delegated target value, a struct of these, or a closure."""
@@ -73,14 +100,14 @@ class ReferenceResolvingValue(ExecutorValue):
         if self._target_value is not None:
             return self._target_value
         if self._struct is not None:
-            return Struct(list(self._struct))
+            return Struct([(n, _done(v)) for n, v in self._struct])
         return self._closure
 
     async def compute(self) -> Any:
         if self._target_value is not None:
             return await self._target_value.compute()
         if self._struct is not None:
-            return Struct([(n, await v.compute()) for n, v in self._struct])
+            return Struct([(n, await (await _element(v)).compute()) for n, v in self._struct])
         raise SimharnessTypeError(f'a function of type {self._type} cannot be computed; call it')
 
 
@@ -156,7 +183,7 @@ class ReferenceResolvingExecutor(Executor):
             value = bb.Placement(value)
         if isinstance(value, bb.ComputationBuildingBlock):
             check_type_spec_matches(type_spec, value.type_signature, 'computation')
-            return await self._evaluate(value, _EMPTY)
+            return await self._invocation(self._evaluate(value, _EMPTY))
         t = T.to_type(type_spec) if type_spec is not None else T.infer_type(value)
         if _has_sequence(t):
             value = _drain_generators(value, t)
@@ -169,8 +196,30 @@ class ReferenceResolvingExecutor(Executor):
     async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ReferenceResolvingValue:
         self._check_open()
         # values passed to this executor are its own (ReferenceResolvingValues)
-        return await self._call(cast(ReferenceResolvingValue, comp),
-                                cast(Optional[ReferenceResolvingValue], arg))
+        return await self._invocation(self._call(cast(ReferenceResolvingValue, comp),
+                                                 cast(Optional[ReferenceResolvingValue], arg)))
+
+    @staticmethod
+    async def _invocation(evaluation: Any) -> ReferenceResolvingValue:
+        """Runs `evaluation`, then waits for every struct element it started (and raises the
+        first error, after all have finished), as when they were evaluated in turn."""
+        if _PENDING.get() is not None:  # nested in an invocation: that one waits
+            return await evaluation
+        pending: List[asyncio.Future] = []
+        token = _PENDING.set(pending)
+        try:
+            try:
+                result = await evaluation
+            except BaseException:
+                await _settle(pending, cancel=True)
+                raise
+            await _settle(pending, cancel=False)
+            return result
+        finally:
+            _PENDING.reset(token)
+            # Each task holds a copy of the context, which holds this list: clearing it
+            # breaks that cycle, so a round's values are freed without the garbage collector.
+            pending.clear()
 
     async def create_struct(self, elements: Any) -> ReferenceResolvingValue:
         self._check_open()
@@ -198,7 +247,7 @@ class ReferenceResolvingExecutor(Executor):
         if v._target_value is not None:
             return v._target_value
         if v._struct is not None:
-            elems = [(n, await self._to_target(e)) for n, e in v._struct]
+            elems = [(n, await self._to_target(await _element(e))) for n, e in v._struct]
             return await self._target.create_struct(elems)
         # neither a target value nor a struct: a closure
         lam, scope = cast(Tuple[bb.Lambda, _Scope], v._closure)
@@ -230,7 +279,8 @@ class ReferenceResolvingExecutor(Executor):
         """Evaluates a block's locals as a dataflow: each starts at once, and waits only
         for the locals it references (so independent intrinsics, such as a round's two
         aggregations, are in flight together). Every local is evaluated, used or not,
-        and its error is raised, as when they ran one after the other.
+        and its error is raised, as when they ran one after the other (inside an
+        invocation, the invocation waits for the locals, not the block).
         """
         tasks: List[asyncio.Future] = []
         for name, value in comp.locals:
@@ -247,6 +297,13 @@ class ReferenceResolvingExecutor(Executor):
         except Exception:
             self._raise_first(await asyncio.gather(*tasks, return_exceptions=True))
             raise
+        pending = _PENDING.get()
+        if pending is not None:
+            # Inside an invocation: the result goes on while locals it does not use still
+            # run (a client work's metrics sum waits for the stream batch that the
+            # aggregator's reductions join); the invocation waits for them all.
+            pending.extend(tasks)
+            return result
         # The error of the first failing local in program order, as sequential evaluation.
         self._raise_first(await asyncio.gather(*tasks, return_exceptions=True))
         return result
@@ -259,7 +316,7 @@ class ReferenceResolvingExecutor(Executor):
 
     async def _select(self, source: ReferenceResolvingValue, index: int) -> ReferenceResolvingValue:
         if source._struct is not None:
-            return source._struct[index][1]
+            return await _element(source._struct[index][1])
         if source._target_value is None:
             raise SimharnessTypeError(f'cannot select from a function of type {source.type_signature}')
         t = bb.selection_type(source.type_signature, index)
@@ -283,14 +340,49 @@ class ReferenceResolvingExecutor(Executor):
                                            self._evaluate(comp.arg, scope))
             return await self._call(fn, arg)
         if isinstance(comp, bb.Struct):
-            values = await asyncio.gather(*[self._evaluate(e, scope) for _, e in comp.elements])
-            elems = [(n, v) for (n, _), v in zip(comp.elements, values)]
+            pending = _PENDING.get()
+            if pending is None:  # outside an invocation: nobody would wait for the elements
+                values = await asyncio.gather(*[self._evaluate(e, scope)
+                                                for _, e in comp.elements])
+                return ReferenceResolvingValue(
+                    comp.type_signature,
+                    struct=[(n, v) for (n, _), v in zip(comp.elements, values)])
+            elems: List[Tuple[Optional[str], Any]] = []
+            for n, e in comp.elements:
+                if isinstance(e, bb.Reference):  # a value, or the task of a block local
+                    value = scope.resolve(e.name)
+                    elems.append((n, value if isinstance(value, asyncio.Future) and
+                                  not value.done() else await self._evaluate(e, scope)))
+                elif isinstance(e, bb.Lambda):  # nothing to wait for
+                    elems.append((n, await self._evaluate(e, scope)))
+                else:
+                    task = asyncio.ensure_future(self._evaluate(e, scope))
+                    pending.append(task)
+                    elems.append((n, task))
             return ReferenceResolvingValue(comp.type_signature, struct=elems)
         if isinstance(comp, bb.Selection):
             return await self._select(await self._evaluate(comp.source, scope), comp.index)
         # Compiled TF, intrinsics, data and placements belong to the target.
         return ReferenceResolvingValue(
             comp.type_signature, target_value=await self._target.create_value(comp, comp.type_signature))
+
+
+async def _settle(tasks: List[asyncio.Future], cancel: bool) -> None:
+    """Waits for `tasks` (and those they add meanwhile); raises the first error unless
+    `cancel` (an error is being raised already: the tasks are cancelled instead)."""
+    first: Optional[BaseException] = None
+    seen = 0
+    while seen < len(tasks):
+        batch = tasks[seen:]
+        seen = len(tasks)
+        if cancel:
+            for t in batch:
+                t.cancel()
+        for outcome in await asyncio.gather(*batch, return_exceptions=True):
+            if first is None and isinstance(outcome, Exception) and not cancel:
+                first = outcome
+    if first is not None:
+        raise first
 
 
 #: TFF's earlier name of the reference-resolving executor.

@@ -57,6 +57,26 @@ def fedavg_like(w, data):
     return new_w, loss, mean_n
 
 
+@sh.federated_computation(sh.type_at_server(W_TYPE), sh.type_at_clients(DATA_TYPE))
+def client_work(w, data):
+    """As TFF's client work: its result stays at CLIENTS, its metrics are summed inside."""
+    out = sh.federated_map(local_step, sh.federated_zip([sh.federated_broadcast(w), data]))
+    return (out[0], out[1]), sh.federated_sum(out[2])
+
+
+@sh.federated_computation(sh.type_at_clients(W_TYPE), sh.type_at_clients(F32))
+def aggregator(update, weight):
+    return sh.federated_mean(update, weight=weight)
+
+
+@sh.federated_computation(sh.type_at_server(W_TYPE), sh.type_at_clients(DATA_TYPE))
+def composed_round(w, data):
+    """TFF's composed learning process: the aggregator reduces the client work's result."""
+    result, metrics = client_work(w, data)
+    delta = aggregator(result[0], result[1])
+    return sh.federated_map(apply_delta, sh.federated_zip([w, delta])), metrics
+
+
 @sh.tf_computation(F32)
 def scaled(x):
     return x * 1.37 + 0.1
@@ -166,3 +186,14 @@ def test_a_map_error_surfaces_from_the_streamed_reduction(stack):
     xs[N - 3] = np.float32(-1.0)
     with pytest.raises(tf.errors.InvalidArgumentError, match='negative client value'):
         total(xs)
+
+
+def test_composed_round_reduces_the_client_work_in_one_pass(stack):
+    """The client work's metrics sum and the aggregator's mean, made by two nested
+    computations, stream in one batch: the clients' updates are computed once."""
+    w = np.array([0.5, -0.25, 1.0], np.float32)
+    streamed, materialized, stats = _run_both(stack, N, composed_round, w, _data(N))
+    assert _bits(streamed) == _bits(materialized)
+    assert stats == {'reductions': 2, 'batches': 1, 'recomputed': 0}
+    flat, _, _ = _run_both(stack, N, fedavg_like, w, _data(N))
+    assert _bits(streamed[0]) == _bits(flat[0]) and _bits(streamed[1]) == _bits(flat[1])
