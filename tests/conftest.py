@@ -38,6 +38,21 @@ def pytest_simharness_register_stacks(registry: StackRegistry) -> None:
     suite_stacks.register(registry)
 
 
+#: Tests that share a session resource too heavy to start twice run on one pytest-xdist
+#: worker (``-n 2 --dist loadgroup``): a Ray cluster of two nodes, two gRPC services.
+_XDIST_GROUPS = (('ray', ('tests/ray/', '[ray-2', '-ray-2')),
+                 ('remote', ('tests/remote/', '[remote-2', '-remote-2')))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for group, keys in _XDIST_GROUPS:
+            if any(k in item.nodeid for k in keys):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
 def pytest_generate_tests(metafunc):
     if 'stack' in metafunc.fixturenames:
         parametrize_stacks(metafunc, 'stack', suite_stacks.CONFORMANCE)
