@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
+import sys
 import threading
 from typing import Any, Callable, List, Optional, cast
 
@@ -38,7 +39,13 @@ class Computation(tracing.Traceable):
     def to_building_block(self, param_hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
         raise NotImplementedError  # abstract; both subclasses override
 
+    #: For a `tf_computation`: its Python function, which a call made while another
+    #: TF function is traced runs inline (TFF inlines a TF computation's graph there).
+    _inline_tf: Optional[Callable[..., Any]] = None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._inline_tf is not None and _inside_tf_function():
+            return self._inline_tf(*args, **kwargs)
         if tracing.is_tracing() or _has_traced_value(args, kwargs):
             return self._trace_call(args, kwargs)
         concrete = self._concrete_for_call(args, kwargs)
@@ -86,6 +93,15 @@ def _pack_python_args(param: Optional[T.Type], args: tuple, kwargs: dict) -> Any
         items.sort(key=lambda kv: order[kv[0]])
         return Struct(items)
     return list(args)
+
+
+def _inside_tf_function() -> bool:
+    """Whether a TF graph is being built now (a `tf_computation` or a `tf.function` traced).
+
+    TensorFlow is looked up, not imported: no graph is built before it is.
+    """
+    tf = sys.modules.get('tensorflow')
+    return tf is not None and not tf.executing_eagerly()
 
 
 class ConcreteComputation(Computation):
@@ -246,6 +262,8 @@ def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], Concr
                 return make_concrete(fn, param_type, unpack)
             comp = PolymorphicComputation(make, name=name)
         functools.update_wrapper(comp, fn, updated=())
+        if kind == 'tf_computation':
+            comp._inline_tf = fn
         return comp
     return decorator
 
