@@ -192,7 +192,9 @@ def test_keras_model_aggregated_metrics(tff_stack):
 
 
 def test_metric_finalizers_work_with_report_local_unfinalized_metrics():
-    model = _model_fn(metrics=[keras.metrics.MeanAbsoluteError(), keras.metrics.FalseNegatives()])
+    # Named: Keras 3 numbers a default name (false_negatives_1, ...) when the process made one before.
+    model = _model_fn(metrics=[keras.metrics.MeanAbsoluteError(name='mean_absolute_error'),
+                               keras.metrics.FalseNegatives(name='false_negatives')])
     model.forward_pass(_test_batch(3))
     unfinalized = model.report_local_unfinalized_metrics()
     finalizers = model.metric_finalizers()
