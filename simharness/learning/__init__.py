@@ -37,8 +37,11 @@ _WHERE = {
     'ClientWeighting': 'client_weight_lib', 'LoopImplementation': 'loop_builder',
     'dp_aggregator': 'model_update_aggregator', 'robust_aggregator': 'model_update_aggregator',
     'secure_aggregator': 'model_update_aggregator',
+    'add_debug_measurements': 'debug_measurements',
+    'add_debug_measurements_with_mixed_dtype': 'debug_measurements',
 }
-_MODULES = ('aggregators', 'algorithms', 'client_weight_lib', 'fedavg', 'functional',
+_MODULES = ('aggregators', 'algorithms', 'client_weight_lib', 'debug_measurements', 'fedavg',
+            'functional',
             'keras_examples', 'loop_builder', 'metrics', 'model_update_aggregator', 'models',
             'optimizers', 'padded', 'templates')
 
