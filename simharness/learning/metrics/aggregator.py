@@ -1,6 +1,6 @@
 """Metric aggregators (TFF's ``learning/metrics/aggregator.py``).
 
-`sum_then_finalize` and `secure_sum_then_finalize`.
+`sum_then_finalize`, `secure_sum_then_finalize` and `finalize_then_sample`.
 
 An aggregator is a federated computation ``unfinalized metrics@CLIENTS ->
 finalized metrics@SERVER``; learning processes call it on what each client's
@@ -15,7 +15,8 @@ from typing import Any, Optional
 from simharness.core import intrinsics
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.errors import SimharnessTypeError
-from simharness.learning.metrics import aggregation_utils, secure_sum_factory
+from simharness.learning.metrics import (aggregation_utils, sampling_aggregation_factory,
+                                         secure_sum_factory)
 from simharness.templates import is_stateful
 
 DEFAULT_SECURE_LOWER_BOUND = 0
@@ -125,5 +126,50 @@ def secure_sum_then_finalize(metric_finalizers: Any,
         finalizer_computation = tf_computation(finalize, unfinalized_type, measurements_type)
         return intrinsics.federated_map(
             finalizer_computation, intrinsics.federated_zip((output.result, output.measurements)))
+
+    return aggregator_computation
+
+
+def finalize_then_sample(metric_finalizers: Any,
+                         local_unfinalized_metrics_type: Optional[Any] = None,
+                         sample_size: int = 100) -> Any:
+    """Finalizes each client's metrics, then samples up to `sample_size` clients' at the server.
+
+    The result has the metrics' keys, each leaf a list of the sampled clients'
+    finalized values (a sampled client gives all its metrics; all clients when
+    there are at most `sample_size`): the current round's samples of
+    `sampling_aggregation_factory.FinalizeThenSampleFactory`.
+
+    Args:
+      metric_finalizers: as `sum_then_finalize`.
+      local_unfinalized_metrics_type: unused (as in TFF, which will remove it).
+      sample_size: the most clients sampled (default 100).
+
+    Returns:
+      A polymorphic federated computation ``OrderedDict@CLIENTS -> OrderedDict@SERVER``.
+
+    Raises:
+      TypeError: bad finalizers; (when traced) the metrics are not an
+        `OrderedDict`, or `sample_size` is not an int.
+      ValueError: (when traced) the names of finalizers and metrics differ, or
+        `sample_size` is not positive.
+    """
+    del local_unfinalized_metrics_type
+    aggregation_utils.check_metric_finalizers(metric_finalizers)
+
+    @federated_computation
+    def aggregator_computation(client_local_unfinalized_metrics: Any) -> Any:
+        metrics_type = client_local_unfinalized_metrics.type_signature.member
+        aggregation_utils.check_local_unfinalized_metrics_type(metrics_type)
+        if not callable(metric_finalizers):
+            aggregation_utils.check_finalizers_matches_unfinalized_metrics(metric_finalizers,
+                                                                           metrics_type)
+        sampling_aggregation_factory.check_sample_size(sample_size)
+        process = sampling_aggregation_factory.FinalizeThenSampleFactory(
+            sample_size=sample_size).create(metric_finalizers=metric_finalizers,
+                                            local_unfinalized_metrics_type=metrics_type)
+        output = process.next(process.initialize(), client_local_unfinalized_metrics)
+        current_round_samples, _ = output.result
+        return current_round_samples
 
     return aggregator_computation

@@ -1,5 +1,5 @@
-"""TFF's learning/metrics/aggregator_test.py (SumThenFinalizeTest, SecureSumThenFinalizeTest),
-renamed. Left out: FinalizeThenSampleTest (`finalize_then_sample` is not ported) and the
+"""TFF's learning/metrics/aggregator_test.py (SumThenFinalizeTest, SecureSumThenFinalizeTest,
+FinalizeThenSampleTest), renamed. Left out: the
 check that the secure computation contains no unsecure aggregation (no such analysis here);
 the secure 'non_keras_metrics' case (the same finalizer path as 'keras_metrics'; each secure
 case costs seconds of tracing, and CI time is tight)."""
@@ -221,3 +221,53 @@ def test_secure_bad_value_ranges_raise():
         @tff.federated_computation(tff.type_at_clients(_UNUSED_UNFINALIZED_METRICS_TYPE))
         def _aggregator_computation(unfinalized_metrics):
             return polymorphic(unfinalized_metrics)
+
+
+# FinalizeThenSampleTest.
+
+_SAMPLE_TYPE = tff.to_type(collections.OrderedDict(
+    accuracy=[tff.TensorType(np.float32), tff.TensorType(np.float32)]))
+
+
+@pytest.mark.parametrize('bad_sample_size, error_type, message', [
+    (0, ValueError, 'must be positive'), (-1, ValueError, 'must be positive'),
+    (None, TypeError, 'sample_size'), ('5', TypeError, 'sample_size'),
+], ids=['zero', 'negative', 'none', 'string'])
+def test_finalize_then_sample_fails_with_invalid_sample_size(bad_sample_size, error_type,
+                                                             message):
+    with pytest.raises(error_type, match=message):
+        @tff.federated_computation(tff.type_at_clients(_SAMPLE_TYPE))
+        def _aggregator_computation(unfinalized_metrics):
+            return aggregator_lib.finalize_then_sample(
+                metric_finalizers=_UNUSED_METRICS_FINALIZERS,
+                sample_size=bad_sample_size)(unfinalized_metrics)
+
+
+@pytest.mark.parametrize('finalizers, metrics_type, error_type, message', list(_INVALID.values()),
+                         ids=list(_INVALID))
+def test_finalize_then_sample_fails_with_invalid_inputs(finalizers, metrics_type, error_type,
+                                                        message):
+    with pytest.raises(error_type, match=message):
+        @tff.federated_computation(tff.type_at_clients(metrics_type))
+        def _aggregator_computation(unfinalized_metrics):
+            return aggregator_lib.finalize_then_sample(
+                metric_finalizers=finalizers)(unfinalized_metrics)
+
+
+@pytest.mark.parametrize('sample_size, num_clients, expected_num_samples', [
+    (4, 3, 3), (2, 2, 2), (2, 5, 2),
+], ids=['sample_size_larger_then_num_clients', 'sample_size_equal_num_clients',
+        'sample_size_smaller_than_num_clients'])
+def test_finalize_then_sample_returns_correct_num_samples(tff_stack, sample_size, num_clients,
+                                                          expected_num_samples):
+    polymorphic_aggregator_computation = tff.learning.metrics.finalize_then_sample(
+        metric_finalizers=_UNUSED_METRICS_FINALIZERS, sample_size=sample_size)
+
+    @tff.federated_computation(tff.type_at_clients(_SAMPLE_TYPE))
+    def aggregator_computation(unfinalized_metrics):
+        return polymorphic_aggregator_computation(unfinalized_metrics)
+
+    local_metrics_at_clients = [collections.OrderedDict(accuracy=[1.0, 2.0])] * num_clients
+    aggregated_metrics = aggregator_computation(local_metrics_at_clients)
+    assert list(aggregated_metrics) == ['accuracy']
+    np.testing.assert_allclose(aggregated_metrics['accuracy'], [0.5] * expected_num_samples)
