@@ -9,6 +9,7 @@ build_fed_sgd(model_fn, server_optimizer_fn=SGD(0.1), ...)
 build_fed_eval(model_fn, model_distributor=None, metrics_aggregation_process=None, ...)
 build_weighted_fed_avg_with_optimizer_schedule(model_fn, client_learning_rate_fn, ...)
 build_weighted_mime_lite / build_unweighted_mime_lite / build_mime_lite_with_optimizer_schedule
+build_fed_kmeans(num_clusters, data_shape, random_seed=None, distributor=None, sum_aggregator=None)
 ```
 Every builder returns a `tff.learning.templates.LearningProcess`:
 ``state = process.initialize(); state, metrics = process.next(state, client_datasets)``.
@@ -26,11 +27,12 @@ _WHERE = {
     'build_fed_eval': 'fed_eval',
     'build_unweighted_fed_prox': 'fed_prox', 'build_weighted_fed_prox': 'fed_prox',
     'build_fed_sgd': 'fed_sgd',
+    'build_fed_kmeans': 'kmeans_clustering',
     'build_mime_lite_with_optimizer_schedule': 'mime', 'build_unweighted_mime_lite': 'mime',
     'build_weighted_mime_lite': 'mime',
 }
 _MODULES = ('fed_avg', 'fed_avg_with_optimizer_schedule', 'fed_eval', 'fed_prox', 'fed_sgd',
-            'mime')
+            'kmeans_clustering', 'mime')
 
 __all__ = sorted(_WHERE)
 
