@@ -368,7 +368,11 @@ def set_default_executor(factory: Optional[ExecutorFactory] = None, retries: int
 
 
 def _check_context(ctx: Any) -> None:
-    if not isinstance(ctx, ExecutionContext):
+    # A `simharness.program.FederatedContext` (a program's context) is one too:
+    # anything with `invoke` and `close` methods, as core's context stack needs.
+    if not isinstance(ctx, ExecutionContext) and not (
+            not isinstance(ctx, type) and callable(getattr(ctx, 'invoke', None))
+            and callable(getattr(ctx, 'close', None))):
         raise SimharnessTypeError(
             f'ctx must be an ExecutionContext, got {type(ctx).__name__} {ctx!r}; make one with '
             f'ExecutionContext(factory)', expected=ExecutionContext, actual=type(ctx))

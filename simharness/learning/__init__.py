@@ -43,10 +43,10 @@ _WHERE = {
 _MODULES = ('aggregators', 'algorithms', 'client_weight_lib', 'debug_measurements', 'fedavg',
             'functional',
             'keras_examples', 'loop_builder', 'metrics', 'model_update_aggregator', 'models',
-            'optimizers', 'padded', 'templates')
+            'optimizers', 'padded', 'programs', 'templates')
 
 __all__ = sorted(_WHERE) + ['aggregators', 'algorithms', 'metrics', 'model_update_aggregator',
-                            'models', 'optimizers', 'templates']
+                            'models', 'optimizers', 'programs', 'templates']
 
 
 def __getattr__(name: str) -> Any:

@@ -1,24 +1,57 @@
-"""Federated programs: TFF's `tff.program` parts that simulations use.
+"""Federated programs: TFF's `tff.program`.
 
-The interfaces (`ProgramStateManager`, `ReleaseManager`, from
-federated_language.program) and TFF's file managers: `FileProgramStateManager`
-(state saved per version, .npz instead of TFF's SavedModel),
-`CSVFileReleaseManager` and `TensorBoardReleaseManager` (metrics), plus
-`MemoryReleaseManager` and `LoggingReleaseManager`. `run_training_process`
-(simharness.simulation) saves and releases through them.
+* Contexts: `FederatedContext` (`check_in_federated_context`,
+  `contains_only_server_placed_data`) and `NativeFederatedContext` over an
+  `AsyncExecutionContext`, whose results are `NativeValueReference` s
+  (`MaterializableValueReference`, awaited with `materialize_value`).
+* Data: `FederatedDataSource` / `FederatedDataSourceIterator`, and
+  `DatasetDataSource` (one `tf.data.Dataset` per client).
+* State: `ProgramStateManager` and `FileProgramStateManager` (state saved per
+  version, .npz instead of TFF's SavedModel; `Serializable` leaves as bytes).
+* Releases: `ReleaseManager`, `CSVFileReleaseManager`,
+  `TensorBoardReleaseManager`, `MemoryReleaseManager`, `LoggingReleaseManager`.
+
+`run_training_process` (simharness.simulation) and
+`simharness.learning.programs.train_model` save and release through them.
+Modules that import TensorFlow load on first use of their names (PEP 562).
 """
 
-from simharness.program.file_program_state_manager import FileProgramStateManager
-from simharness.program.file_release_manager import (CSVFileReleaseManager,
-                                                     CSVKeyFieldnameNotFoundError, CSVSaveMode)
-from simharness.program.program_state_manager import (ProgramStateExistsError,
-                                                      ProgramStateManager,
-                                                      ProgramStateNotFoundError)
-from simharness.program.release_manager import (LoggingReleaseManager, MemoryReleaseManager,
-                                                ReleaseManager)
-from simharness.program.tensorboard_release_manager import TensorBoardReleaseManager
+import importlib
+from typing import Any
 
-__all__ = ['CSVFileReleaseManager', 'CSVKeyFieldnameNotFoundError', 'CSVSaveMode',
-           'FileProgramStateManager', 'LoggingReleaseManager', 'MemoryReleaseManager',
-           'ProgramStateExistsError', 'ProgramStateManager', 'ProgramStateNotFoundError',
-           'ReleaseManager', 'TensorBoardReleaseManager']
+_WHERE = {
+    'DatasetDataSource': 'dataset_data_source',
+    'DatasetDataSourceIterator': 'dataset_data_source',
+    'FederatedDataSource': 'data_source', 'FederatedDataSourceIterator': 'data_source',
+    'FederatedContext': 'federated_context',
+    'check_in_federated_context': 'federated_context',
+    'contains_only_server_placed_data': 'federated_context',
+    'FileProgramStateManager': 'file_program_state_manager',
+    'CSVFileReleaseManager': 'file_release_manager',
+    'CSVKeyFieldnameNotFoundError': 'file_release_manager', 'CSVSaveMode': 'file_release_manager',
+    'NativeFederatedContext': 'native_platform', 'NativeValueReference': 'native_platform',
+    'ProgramStateExistsError': 'program_state_manager',
+    'ProgramStateManager': 'program_state_manager',
+    'ProgramStateNotFoundError': 'program_state_manager',
+    'LoggingReleaseManager': 'release_manager', 'MemoryReleaseManager': 'release_manager',
+    'ReleaseManager': 'release_manager',
+    'TensorBoardReleaseManager': 'tensorboard_release_manager',
+    'MaterializableStructure': 'value_reference',
+    'MaterializableTypeSignature': 'value_reference', 'MaterializableValue': 'value_reference',
+    'MaterializableValueReference': 'value_reference', 'MaterializedStructure': 'value_reference',
+    'MaterializedValue': 'value_reference', 'materialize_value': 'value_reference',
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f'{__name__}.{_WHERE[name]}'), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

@@ -22,8 +22,9 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from simharness.core.arrays import Serializable
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.program import structure_utils
+from simharness.program import structure_utils, value_reference
 from simharness.program.program_state_manager import (ProgramStateExistsError,
                                                       ProgramStateManager,
                                                       ProgramStateNotFoundError)
@@ -61,6 +62,27 @@ def _from_array(a: np.ndarray) -> Any:
     if a.dtype.kind == 'S':
         return a.item() if a.ndim == 0 else a.astype(object)
     return a[()] if a.ndim == 0 else a
+
+
+def _save_leaf(i: int, leaf: Any) -> tuple[str, np.ndarray]:
+    if leaf is None:
+        return f'none_{i}', np.zeros(0, np.int8)
+    if isinstance(leaf, Serializable):
+        return f'serialized_{i}', np.frombuffer(leaf.to_bytes(), np.uint8)
+    return f'leaf_{i}', _to_array(leaf)
+
+
+def _load_leaf(npz: Any, i: int, templates: list) -> Any:
+    if f'none_{i}' in npz.files:
+        return None
+    if f'serialized_{i}' in npz.files:
+        template = templates[i] if i < len(templates) else None
+        if not isinstance(template, Serializable):
+            raise SimharnessTypeError(
+                f'program state leaf {i} was saved as a Serializable, but the structure given '
+                f'to load has {template!r} there', expected=Serializable, actual=type(template))
+        return type(template).from_bytes(npz[f'serialized_{i}'].tobytes())
+    return _from_array(npz[f'leaf_{i}'])
 
 
 class FileProgramStateManager(ProgramStateManager):
@@ -117,19 +139,29 @@ class FileProgramStateManager(ProgramStateManager):
         path = os.path.join(self._path(version), _FILE)
         if not os.path.isfile(path):
             raise ProgramStateNotFoundError(version)
+        templates = structure_utils.flatten(structure)
         with np.load(path, allow_pickle=False) as npz:
-            leaves = [None if f'none_{i}' in npz.files else _from_array(npz[f'leaf_{i}'])
-                      for i in range(len(npz.files))]
+            leaves = [_load_leaf(npz, i, templates) for i in range(len(npz.files))]
         _LOG.info('Program state loaded: %s', path)
         return structure_utils.pack_as(structure, leaves)
 
     async def save(self, program_state: Any, version: int) -> None:
+        """Saves `program_state` (value references materialized first) as `version`.
+
+        `Serializable` leaves (a data source iterator, say) are saved as their
+        `to_bytes`; `load` rebuilds them with the `from_bytes` of the class of
+        the structure's leaf.
+
+        Raises:
+            ProgramStateExistsError: `version` is already saved.
+            SimharnessTypeError: a leaf that cannot be saved.
+        """
         path = self._path(version)
         if os.path.exists(path):
             raise ProgramStateExistsError(version=version, path=self._root_dir)
-        arrays = {(f'none_{i}' if leaf is None else f'leaf_{i}'):
-                  (np.zeros(0, np.int8) if leaf is None else _to_array(leaf))
-                  for i, leaf in enumerate(structure_utils.flatten(program_state))}
+        program_state = await value_reference.materialize_value(program_state)
+        arrays = dict(_save_leaf(i, leaf)
+                      for i, leaf in enumerate(structure_utils.flatten(program_state)))
         tmp = tempfile.mkdtemp(dir=self._root_dir, prefix='.tmp_')
         try:
             np.savez(os.path.join(tmp, _FILE), **arrays)  # type: ignore[arg-type]

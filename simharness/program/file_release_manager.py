@@ -20,6 +20,7 @@ import numpy as np
 from simharness.errors import SimharnessValueError
 from simharness.program import structure_utils
 from simharness.program.release_manager import ReleaseManager
+from simharness.program.value_reference import materialize_value
 
 __all__ = ['CSVFileReleaseManager', 'CSVKeyFieldnameNotFoundError', 'CSVSaveMode']
 
@@ -139,6 +140,7 @@ class CSVFileReleaseManager(ReleaseManager):
 
     async def release(self, value: Any, key: int) -> None:
         """Writes `value` (flattened by key paths) as the row of `key`, after dropping keys >= `key`."""
+        value = await materialize_value(value)
         await self._remove_values_greater_than_key(key - 1)
         row = collections.OrderedDict([(self._key_fieldname, key)])
         for name, leaf in structure_utils.flatten_with_name(value, attrs_as_leaves=True):

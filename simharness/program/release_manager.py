@@ -7,6 +7,8 @@ import collections
 import logging
 from typing import Any, Hashable
 
+from simharness.program.value_reference import materialize_value
+
 __all__ = ['LoggingReleaseManager', 'MemoryReleaseManager', 'ReleaseManager']
 
 _LOG = logging.getLogger(__name__)
@@ -27,7 +29,7 @@ class MemoryReleaseManager(ReleaseManager):
         self._values: collections.OrderedDict = collections.OrderedDict()
 
     async def release(self, value: Any, key: Hashable) -> None:
-        self._values[key] = value
+        self._values[key] = await materialize_value(value)
 
     def remove_all(self) -> None:
         self._values.clear()
@@ -40,4 +42,5 @@ class LoggingReleaseManager(ReleaseManager):
     """Logs released values (Python `logging`, level INFO)."""
 
     async def release(self, value: Any, key: Any = None) -> None:
+        value = await materialize_value(value)
         _LOG.info('Released value (key %s): %s', key, value)

@@ -11,6 +11,7 @@ import tensorflow as tf
 from simharness.errors import SimharnessValueError
 from simharness.program import structure_utils
 from simharness.program.release_manager import ReleaseManager
+from simharness.program.value_reference import materialize_value
 
 __all__ = ['TensorBoardReleaseManager']
 
@@ -36,6 +37,7 @@ class TensorBoardReleaseManager(ReleaseManager):
         self._writer = tf.summary.create_file_writer(self._summary_dir)
 
     async def release(self, value: Any, key: int) -> None:
+        value = await materialize_value(value)
         with self._writer.as_default():
             for name, leaf in structure_utils.flatten_with_name(value, attrs_as_leaves=True):
                 if isinstance(leaf, tf.data.Dataset):
