@@ -11,6 +11,7 @@ build_weighted_fed_avg_with_optimizer_schedule(model_fn, client_learning_rate_fn
 build_weighted_mime_lite / build_unweighted_mime_lite / build_mime_lite_with_optimizer_schedule
 build_fed_kmeans(num_clusters, data_shape, random_seed=None, distributor=None, sum_aggregator=None)
 build_fed_multi_model_eval(model_fns, ...) / build_fed_multi_model_eval_from_processes(...)
+build_personalization_eval_computation(model_fn, personalize_fn_dict, baseline_evaluate_fn, ...)
 ```
 Every builder returns a `tff.learning.templates.LearningProcess`:
 ``state = process.initialize(); state, metrics = process.next(state, client_datasets)``.
@@ -31,11 +32,12 @@ _WHERE = {
     'build_fed_kmeans': 'kmeans_clustering',
     'build_fed_multi_model_eval': 'fed_multi_model_eval',
     'build_fed_multi_model_eval_from_processes': 'fed_multi_model_eval',
+    'build_personalization_eval_computation': 'personalization_eval',
     'build_mime_lite_with_optimizer_schedule': 'mime', 'build_unweighted_mime_lite': 'mime',
     'build_weighted_mime_lite': 'mime',
 }
 _MODULES = ('fed_avg', 'fed_avg_with_optimizer_schedule', 'fed_eval', 'fed_multi_model_eval',
-            'fed_prox', 'fed_sgd', 'kmeans_clustering', 'mime')
+            'fed_prox', 'fed_sgd', 'kmeans_clustering', 'mime', 'personalization_eval')
 
 __all__ = sorted(_WHERE)
 
