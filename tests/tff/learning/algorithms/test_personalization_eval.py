@@ -1,8 +1,8 @@
 """Port of TFF's ``tensorflow_federated/python/learning/algorithms/personalization_eval_test.py``.
 
 No case left out. `_evaluate_fn` resets a variable without ``initial_value``
-(Keras 3's, of the Keras model's metrics) to zeros. The ``tff_struct_type`` Keras case (an input spec of a
-struct type with no container) runs as TFF's. The samples come in the order
+(Keras 3's, of the Keras model's metrics) to zeros. The ``tff_struct_type``
+Keras case (an input spec of a struct type with no container) runs as TFF's. The samples come in the order
 of our reservoir sampling (a function of the client values); as in TFF, the
 assertions do not depend on it. The computations are traced once for the
 module. Ours after TFF's: the types, the same bits on both stacks.
