@@ -18,8 +18,9 @@ from simharness.core import types as T
 from simharness.errors import SimharnessTypeError
 from simharness.runtime import codec
 
-__all__ = ['pack_dataset', 'pack_sequence', 'pack_str', 'pack_type_spec', 'unpack_dataset_from',
-           'unpack_sequence_from', 'unpack_str_from', 'unpack_type_spec_from']
+__all__ = ['pack_codec_value', 'pack_dataset', 'pack_sequence', 'pack_str', 'pack_type_spec',
+           'unpack_codec_value_from', 'unpack_dataset_from', 'unpack_sequence_from',
+           'unpack_str_from', 'unpack_type_spec_from']
 
 _LENGTH = '!Q'
 _LENGTH_SIZE = struct.calcsize(_LENGTH)
@@ -42,6 +43,21 @@ def _unpack_bytes_from(buffer: bytes, offset: int = 0) -> tuple[bytes, int]:
     length, size = _unpack_length_from(buffer, offset)
     start = offset + size
     return bytes(buffer[start:start + length]), size + length
+
+
+def pack_codec_value(obj: Any) -> bytes:
+    """A value of the kinds the worker seam's codec encodes (types, computations' building
+    blocks, arrays, plain data) as bytes (simharness's own; TFF packs protos).
+
+    Raises:
+        CodecError: `obj` holds a kind the codec does not encode.
+    """
+    return _pack_encoded(obj)
+
+
+def unpack_codec_value_from(buffer: bytes, offset: int = 0) -> tuple[Any, int]:
+    """The value `pack_codec_value` packed at `offset`, and its size."""
+    return _unpack_encoded_from(buffer, offset)
 
 
 def _pack_encoded(obj: Any) -> bytes:

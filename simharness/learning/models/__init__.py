@@ -12,6 +12,8 @@ TFF's model API, with TFF's names and shapes:
   `weights_type_from_model`.
 * `FunctionalModel`, `functional_model_from_keras`, `model_from_functional`:
   models as functions of their weights.
+* `save` / `load`, `save_functional_model` / `load_functional_model`: models
+  as TensorFlow SavedModels (module `serialization`).
 
 Beside them (module `specs`), the built-in architectures of the benchmarks and
 configs: `ModelSpec`, `get_model`, `init_weights`, `forward`, `loss`,
@@ -22,6 +24,8 @@ from simharness.learning.models.functional import (FunctionalModel, functional_m
                                                    model_from_functional)
 from simharness.learning.models.keras_utils import from_keras_model
 from simharness.learning.models.model_weights import ModelWeights, weights_type_from_model
+from simharness.learning.models.serialization import (load, load_functional_model, save,
+                                                      save_functional_model)
 from simharness.learning.models.specs import (MODEL_NAMES, ModelSpec, accuracy, forward,
                                               get_model, init_weights, loss, numpy_evaluate,
                                               reference_mlp_init, reference_mlp_spec)
@@ -29,7 +33,8 @@ from simharness.learning.models.variable import BatchOutput, VariableModel
 
 __all__ = [
     'BatchOutput', 'FunctionalModel', 'ModelWeights', 'VariableModel', 'from_keras_model',
-    'functional_model_from_keras', 'model_from_functional', 'weights_type_from_model',
+    'functional_model_from_keras', 'load', 'load_functional_model', 'model_from_functional',
+    'save', 'save_functional_model', 'weights_type_from_model',
     # the built-in architectures (module `specs`)
     'MODEL_NAMES', 'ModelSpec', 'accuracy', 'forward', 'get_model', 'init_weights', 'loss',
     'numpy_evaluate', 'reference_mlp_init', 'reference_mlp_spec',
