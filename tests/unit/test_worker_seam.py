@@ -145,9 +145,6 @@ def test_a_crash_fails_the_requests_in_flight():
         ex.close()
 
 
-@pytest.mark.xfail(strict=False, reason='flaky: which request carries the frees, and when the '
-                   'session drops the values, varies between runs (failed 3 of ~9 runs, once in CI); '
-                   'to be made deterministic (issue 28)')
 def test_dropped_values_are_freed_with_the_next_request(group):
     ex = WorkerDelegatingExecutor(group.handles[0])
     h = group.handles[0]
@@ -159,11 +156,15 @@ def test_dropped_values_are_freed_with_the_next_request(group):
     gc.collect()
     sent = len(h.requests)
     keep = run(ex.create_value(np.float32(9), F32))
-    # The lease of the block, one range, rides on the next request. (Not `requests[-1]`: the
-    # release of the compute's lent answer may be recorded after it.)
-    assert [r.free for r in h.requests[sent:] if r.free] == [[[1, 4]]]
-    assert list(session.values) == [6]  # (id 5 was the compute's)
+    # The create_value is pipelined: it returns before the worker has even decoded it. A
+    # worker serves a session's requests in order, so once the compute (which waits) is
+    # answered, the worker has run the create_value too: that is the barrier the checks
+    # below need (they used to race with the worker's thread).
     assert float(run(ex.compute_many([keep]))[0]) == 9.0
+    # The lease of the block, one range, rode on the first request after the drop.
+    assert [(P.Op(r.op).name, r.free) for r in h.requests[sent:]] == [
+        ('CREATE_VALUE', [[1, 4]]), ('COMPUTE_MANY', [])]
+    assert list(session.values) == [6]  # (ids 5 and 7 were the computes')
     ex.close()
     header, buffers = P.encode_message(P.Request(int(P.Op.PING), 0, []))
     assert h.submit(header, buffers, 'PING', h.generation).result(60).ok  # in order: after it
