@@ -2,9 +2,9 @@
 
 ::
 
-    <run>/checkpoints/ckpt-<rounds done>.npz   server state (weights, optimizer and aggregator
-                                               state, round number; or the leaves of a
-                                               tff.learning process's nested state) + JSON meta
+    <run>/checkpoints/ckpt-<rounds done>.npz   server state (the leaves of a tff.learning
+                                               process's nested state: weights, optimizer and
+                                               aggregator state, noise seeds) + JSON meta
                                                (rounds done, callback state); the last two kept
     <run>/final_weights.npz, best_weights.npz  w0, w1, ... (float arrays)
     <run>/tensorboard/                         one scalar per metric per round
@@ -17,7 +17,6 @@ checkpoint continues with exactly the bits of an uninterrupted one.
 
 from __future__ import annotations
 
-import collections
 import io
 import json
 import math
@@ -35,14 +34,7 @@ PathLike = Union[str, Path]
 CHECKPOINT_DIR = 'checkpoints'
 KEEP = 2
 _NAME = re.compile(r'^ckpt-(\d+)\.npz$')
-_PARTS = ('weights', 'optimizer', 'aggregator')
-
-
 _LEAF = 'leaf'
-
-
-def _is_padded_state(state: Any) -> bool:
-    return isinstance(state, Mapping) and all(k in state for k in _PARTS + ('round_num',))
 
 
 def _flatten(state: Any) -> List[Any]:
@@ -85,23 +77,16 @@ def save_checkpoint(run_dir: PathLike, state: Any, rounds_done: int,
                     meta: Optional[Mapping[str, Any]] = None) -> Path:
     """Saves the server state after `rounds_done` rounds; keeps the newest `KEEP`.
 
-    `state` is a padded-array process's ``{'weights', 'optimizer',
-    'aggregator', 'round_num'}``, or any nested structure of arrays (a
-    ``tff.learning`` process's state), saved as its leaves in
-    ``tf.nest.flatten`` order (`load_checkpoint` packs them into the
-    structure of a state given as ``like``).
+    `state` is any nested structure of arrays (a ``tff.learning``
+    process's state), saved as its leaves in ``tf.nest.flatten`` order
+    (`load_checkpoint` packs them into the structure of a state given as
+    ``like``).
     """
     d = Path(run_dir) / CHECKPOINT_DIR
     d.mkdir(parents=True, exist_ok=True)
     arrays: Dict[str, Any] = {}
-    if _is_padded_state(state):
-        for part in _PARTS:
-            for i, a in enumerate(state[part]):
-                arrays[f'{part}/{i}'] = np.asarray(a)
-        arrays['round_num'] = np.asarray(state['round_num'], np.int32)
-    else:  # any nested state (a tff.learning LearningAlgorithmState): its leaves in order
-        for i, a in enumerate(_flatten(state)):
-            arrays[f'{_LEAF}/{i}'] = np.asarray(a)
+    for i, a in enumerate(_flatten(state)):  # its leaves in order
+        arrays[f'{_LEAF}/{i}'] = np.asarray(a)
     arrays['meta'] = np.asarray(json.dumps({'rounds_done': int(rounds_done), **(meta or {})},
                                            allow_nan=True))
     path = atomic.write_bytes(d / f'ckpt-{rounds_done:06d}.npz', _npz_bytes(arrays))
@@ -124,32 +109,31 @@ def load_checkpoint(path: PathLike, like: Any = None) -> Tuple[Any, Dict[str, An
 
     Args:
       path: the checkpoint.
-      like: for a checkpoint of a nested state, a state of the same
-        structure (``process.initialize()``): the leaves are packed into it,
-        each with the dtype of the saved array.
+      like: a state of the same structure (``process.initialize()``): the
+        leaves are packed into it, each with the dtype of the saved array.
 
     Raises:
-      SimharnessValueError: the file is not a checkpoint, or a nested
-        state's checkpoint without `like` or with another number of leaves
-        (named in the message).
+      SimharnessValueError: the file is not a checkpoint (or one of the
+        padded-array processes the runner used before tff.learning's, which
+        has no leaves),
+        or `like` is missing or has another number of leaves (named in the
+        message).
     """
     try:
         with np.load(path, allow_pickle=False) as z:
             leaves = sorted((k for k in z.files if k.startswith(_LEAF + '/')),
                             key=lambda k: int(k.split('/')[1]))
-            if leaves:
-                meta = json.loads(str(z['meta']))
-                return _pack(like, [z[k] for k in leaves], path), meta
-            state: Dict[str, Any] = collections.OrderedDict()
-            for part in _PARTS:
-                keys = sorted((k for k in z.files if k.startswith(part + '/')),
-                              key=lambda k: int(k.split('/')[1]))
-                state[part] = [z[k] for k in keys]
-            state['round_num'] = np.int32(z['round_num'])
+            if not leaves and 'weights/0' in z.files:
+                raise SimharnessValueError(
+                    f'{path} is a checkpoint of the padded-array processes that simharness no '
+                    'longer has: run again from round 0 (simharness run --restart)')
             meta = json.loads(str(z['meta']))
+            arrays = [z[k] for k in leaves]
+    except SimharnessValueError:
+        raise
     except (OSError, KeyError, ValueError) as e:
         raise SimharnessValueError(f'{path} is not a readable checkpoint: {e}') from e
-    return state, meta
+    return _pack(like, arrays, path), meta
 
 
 def latest_checkpoint(run_dir: PathLike, like: Any = None

@@ -44,7 +44,6 @@ from typing import (Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Opti
 import tomli_w
 
 from simharness.errors import ConfigError, SimharnessError
-from simharness.learning.aggregators import Aggregator
 from simharness.runtime import pinning
 from simharness.runtime.resources import GpuInventory
 
@@ -62,7 +61,7 @@ HF_PARTITIONS = ('dirichlet', 'natural')
 #: Data sets whose labels are sequences (next-token prediction): Keras models only.
 SEQUENCE_DATASETS = ('shakespeare', 'stackoverflow')
 PARTITIONS = ('dirichlet', 'iid')
-#: As `simharness.learning.padded.ALGORITHM_NAMES` (not imported: no numpy here).
+#: ``[algorithm] name`` (`simharness.experiments.processes.build_learning_process`).
 ALGORITHMS = ('fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', 'fedsgd', 'fedyogi')
 OPTIMIZERS = ('adagrad', 'adam', 'sgd', 'yogi')
 COHORTS = ('random', 'reference', 'weighted', 'with_replacement')
@@ -566,7 +565,7 @@ class AlgorithmConfig(_Table):
             momentum, 0.9 unless server_momentum is set), ``'fedadam'``,
             ``'fedyogi'``, ``'fedadagrad'`` (adaptive server optimizers),
             ``'fedprox'`` or ``'fedsgd'`` (see
-            `simharness.learning.padded.build_algorithm`).
+            `simharness.experiments.processes.build_learning_process`).
         client_learning_rate: local step (> 0; default 0.05).
         local_epochs: passes over the client data per round (>= 1; default 1).
         batch_size: examples per local step (>= 1; default 10).
@@ -661,9 +660,30 @@ class TrainingConfig(_Table):
         return self.eval_every > 0 and (round_num + 1) % self.eval_every == 0
 
 
+def _agg_num(key: str, v: Any, *, low: float = 0.0, strict: bool = True,
+             high: float = math.inf) -> float:
+    """A number of the ``[aggregator]`` table (the error names ``aggregator.<key>``)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (
+            v <= low if strict else v < low) or v >= high:
+        raise ConfigError(f'aggregator.{key}: aggregator {key} must be a number '
+                          f'{">" if strict else ">="} {low:g}'
+                          + (f' and < {high:g}' if high < math.inf else '') + f', got {v!r}',
+                          key=f'aggregator.{key}', value=v)
+    return float(v)
+
+
+def _agg_error(key: str, message: str, value: Any = None) -> ConfigError:
+    return ConfigError(f'aggregator.{key}: {message}', key=f'aggregator.{key}', value=value)
+
+
 @dataclasses.dataclass(frozen=True)
 class AggregatorConfig(_Table):
-    """``[aggregator]``: how client updates are combined (`simharness.learning.aggregators`).
+    """``[aggregator]``: how client updates are combined (TFF's ``tff.aggregators``).
+
+    `simharness.experiments.processes.build_model_aggregator` builds the
+    factory: the (weighted) mean, `clipping_factory` (fixed or adaptive
+    norm), `DifferentiallyPrivateFactory.gaussian_fixed / gaussian_adaptive`,
+    or an unweighted mean over `SecureSumFactory`.
 
     Attributes:
         weighted: mean weighted by client example counts (default true;
@@ -678,12 +698,14 @@ class AggregatorConfig(_Table):
         clipped_count_stddev: adaptive DP: noise on the unclipped count
             (default 0.05 * clients_per_round).
         dp_delta: the delta of the reported epsilon (default 1e-5).
-        quantize_bits: stochastic quantization to this many bits (1..16).
-        quantize_range: the quantization range [-R, R] (default: clip).
-        secure: sum the quantized updates with federated_secure_sum_bitwidth.
+        quantize_bits: with secure: the updates are summed as integers
+            (SecureSumFactory quantizes within quantize_range); required by
+            secure.
+        quantize_range: the secure sum's range [-R, R] (default: clip).
+        secure: sum the updates with a secure sum (unweighted).
         seed: seed of the DP noise (default 0).
 
-    The options without a check here are checked by `Aggregator` (`build`).
+    Every option is checked here (pure Python, no TensorFlow).
     """
 
     TABLE: ClassVar[str] = 'aggregator'
@@ -701,21 +723,41 @@ class AggregatorConfig(_Table):
     seed: int = _opt(0, _int(0))
 
     def _validate(self) -> None:
-        self.build(clients_per_round=1)  # every other check (names the key)
-
-    def build(self, clients_per_round: int) -> Any:
-        """The `simharness.learning.aggregators.Aggregator` of this table."""
-        try:
-            return Aggregator(
-                weighted=self.weighted, clip=self.clip, adaptive=self.adaptive_clip,
-                target_quantile=self.target_quantile, clip_learning_rate=self.clip_learning_rate,
-                noise_multiplier=self.noise_multiplier,
-                clients_per_round=clients_per_round if self.noise_multiplier > 0 else None,
-                clipped_count_stddev=self.clipped_count_stddev, quantize_bits=self.quantize_bits,
-                quantize_range=self.quantize_range, secure=self.secure, seed=self.seed)
-        except ConfigError as e:
-            key = f'aggregator.{e.key}' if e.key else 'aggregator'
-            raise ConfigError(f'{key}: {e}', key=key, value=e.value) from None
+        if self.clip is not None:
+            _agg_num('clip', self.clip)
+        if self.adaptive_clip and self.clip is None:
+            raise _agg_error('clip', 'adaptive clipping needs an initial clip norm')
+        _agg_num('target_quantile', self.target_quantile, high=1.0)
+        _agg_num('clip_learning_rate', self.clip_learning_rate, strict=False)
+        _agg_num('noise_multiplier', self.noise_multiplier, strict=False)
+        if (self.noise_multiplier > 0 or self.secure) and self.weighted:
+            raise _agg_error('weighted', 'Gaussian DP and secure sums aggregate unweighted: '
+                             'set weighted = false', True)
+        if self.noise_multiplier > 0 and self.clip is None:
+            raise _agg_error('clip', 'Gaussian DP needs a clip norm (the sensitivity)')
+        if self.clipped_count_stddev is not None:
+            _agg_num('clipped_count_stddev', self.clipped_count_stddev)
+        if self.quantize_bits is not None:
+            b = self.quantize_bits
+            if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= 16:
+                raise _agg_error('quantize_bits',
+                                 f'quantize_bits must be an int in [1, 16], got {b!r}', b)
+            if not self.secure:
+                raise ConfigError(
+                    'aggregator.quantize_bits without aggregator.secure has no TFF aggregator: '
+                    'set secure = true (SecureSumFactory quantizes within quantize_range) or '
+                    'drop quantize_bits', key='aggregator.quantize_bits', value=b)
+            if self.quantize_range is None and self.clip is None:
+                raise _agg_error('quantize_range',
+                                 'quantization needs quantize_range or a clip norm')
+        if self.quantize_range is not None:
+            _agg_num('quantize_range', self.quantize_range)
+        if self.secure and self.quantize_bits is None:
+            raise _agg_error('quantize_bits', 'a secure sum adds integers: set quantize_bits')
+        if self.secure and self.noise_multiplier > 0:
+            raise _agg_error('secure', 'secure sums with central DP noise are not combined here '
+                             '(the server would add noise to the securely summed update): '
+                             'choose one', True)
 
 
 # [stack] --------------------------------------------------------------------

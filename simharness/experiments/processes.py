@@ -36,6 +36,7 @@ TFF's nested metrics into the runner's row (``loss``, ``accuracy``,
 from __future__ import annotations
 
 import collections
+import importlib
 from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 import keras
@@ -52,7 +53,8 @@ from simharness.learning.models.variable import BatchOutput
 
 __all__ = ['build_learning_process', 'build_model_aggregator', 'build_optimizer',
            'central_evaluation', 'client_datasets', 'compose_with_client_data',
-           'federated_evaluation', 'model_from_keras_builder', 'model_from_spec', 'round_metrics']
+           'federated_evaluation', 'keras_builder', 'model_from_keras_builder', 'model_from_spec',
+           'round_metrics']
 
 #: ``[algorithm] name`` -> the server optimizer it implies.
 _SERVER_OPTIMIZER = {'fedadam': 'adam', 'fedyogi': 'yogi', 'fedadagrad': 'adagrad'}
@@ -102,6 +104,29 @@ def model_from_spec(spec: specs.ModelSpec, seed: int) -> FunctionalModel:
                            input_spec=input_spec)
 
 
+def keras_builder(ref: str) -> Callable[..., Any]:
+    """The function ``'package.module:function'`` names (``[model] keras = ...``).
+
+    Raises:
+      ConfigError: a malformed reference, a module that cannot be imported,
+        or a missing / non-callable attribute.
+    """
+    if not isinstance(ref, str) or ref.count(':') != 1 or not all(ref.split(':')):
+        raise ConfigError(f'model.keras must look like "package.module:function", got {ref!r}',
+                          key='model.keras', value=ref)
+    mod_name, attr = ref.split(':')
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise ConfigError(f'model.keras = {ref!r}: cannot import {mod_name!r} ({e})',
+                          key='model.keras', value=ref) from None
+    fn = getattr(mod, attr, None)
+    if not callable(fn):
+        raise ConfigError(f'model.keras = {ref!r}: {mod_name} has no function {attr!r}',
+                          key='model.keras', value=ref)
+    return fn
+
+
 def model_from_keras_builder(builder: Callable[..., Any], input_shape: Sequence[int],
                              num_classes: int, seed: int, *, y_shape: Sequence[int] = (),
                              x_dtype: Any = np.float32,
@@ -123,14 +148,22 @@ def model_from_keras_builder(builder: Callable[..., Any], input_shape: Sequence[
         the loss (each example's loss is the mean over its other positions)
         nor the metrics.
 
+    A builder that returns a ready ``tff.learning.models.FunctionalModel``
+    is taken as it is.
+
     Raises:
-      ConfigError: the builder does not return a `keras.Model`.
+      ConfigError: the builder returns neither a `keras.Model` nor a
+        `FunctionalModel`.
     """
     keras.utils.set_random_seed(int(seed))
     model = builder(tuple(input_shape), int(num_classes))
+    if isinstance(model, FunctionalModel):
+        return model
     if not isinstance(model, keras.Model):
-        raise ConfigError(f'model.keras returned {type(model).__name__}, not a keras.Model',
-                          key='model.keras', value=type(model).__name__)
+        name = getattr(builder, '__qualname__', repr(builder))
+        raise ConfigError(f'model.keras ({name}) returned {type(model).__name__}, not a '
+                          'keras.Model or FunctionalModel', key='model.keras',
+                          value=type(model).__name__)
     if not model.built:
         model(np.zeros((1,) + tuple(input_shape), np.dtype(x_dtype)))
     loss = getattr(model, 'loss', None) or keras.losses.SparseCategoricalCrossentropy(

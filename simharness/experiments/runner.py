@@ -19,9 +19,14 @@
     unfinished run of the same config with a checkpoint (and resume=True):
         state, callbacks <- last checkpoint; metrics.jsonl cut back to it; go on from there
 
-    one round (timed: the process call only, loading the cohort's clients included):
-        cohort (sample_cohort or the reference rule) -> process.next on the stack, the
-        clients by reference (process.sourced: the stack loads them where it computes them)
+    the process: `simharness.experiments.processes` builds the config's tff.learning
+        LearningProcess (build_weighted_fed_avg / fed_prox / fed_sgd, TFF's optimizers and
+        aggregators) and composes it with the data's dataset computation, so `next` takes
+        client ids
+
+    one round (timed: the process call only, building the cohort's datasets included):
+        cohort (sample_cohort or the reference rule) -> process.next(state, cohort ids) on
+        the stack (each executor builds its clients' tf.data datasets from the ids)
         -> central evaluation (every eval_every rounds and after the last)
         -> append metrics, TensorBoard, callbacks (early stopping, best model), checkpoint
 
@@ -196,6 +201,7 @@ class _Workload:
     input_shape: Tuple[int, ...]
     num_classes: int
     label_shape: Tuple[int, ...] = ()
+    x_dtype: Any = np.float32
 
 
 def _stack_clients(cd: Any, key: str) -> Any:
@@ -275,8 +281,9 @@ def _build_workload(config: ExperimentConfig) -> _Workload:
     if num_classes is None:
         num_classes = max(2, int(np.max(eval_y if test is None
                                         else _stack_clients(cd, y_key))) + 1)
+    x_dtype = np.int32 if np.issubdtype(spec[x_key][0], np.integer) else np.float32
     return _Workload(cd, x_key, y_key, eval_x, eval_y, eval_on, tuple(spec[x_key][1]),
-                     int(num_classes), tuple(spec[y_key][1]))
+                     int(num_classes), tuple(spec[y_key][1]), x_dtype)
 
 
 #: Classes of the benchmark data sets (shakespeare: 86 characters + pad, oov, bos, eos).
@@ -607,7 +614,8 @@ def _drop_stale_summary(run_dir: Path, error: BaseException, write_error: OSErro
 
 @dataclasses.dataclass
 class _Model:
-    """The model of a run: the `FunctionalModel` and its central evaluator."""
+    """The model of a run: the `FunctionalModel` and its central evaluator (of a weights list,
+    trainable then non-trainable)."""
 
     functional: Any
     evaluate: Callable[[Sequence[Any]], Tuple[float, float]]
@@ -615,24 +623,27 @@ class _Model:
 
 def _build_model(config: ExperimentConfig, work: _Workload) -> _Model:
     # pylint: disable=import-outside-toplevel
-    from simharness.learning import functional as F
+    from simharness.experiments import processes as P
     from simharness.learning.models import get_model, numpy_evaluate
     if isinstance(config.model, KerasModel):
         from simharness.core.determinism import pin_tensorflow_threads
         pin_tensorflow_threads()  # before Keras runs its first op: same bits as the workers
         builder = str(config.model.keras)  # required: the config checked it
+        fn = P.keras_builder(builder)
         try:
-            fm = F.from_keras_builder(builder, work.input_shape, work.num_classes,
-                                      y_shape=work.label_shape,
-                                      ignore_label=0 if work.label_shape else None)
+            fm = P.model_from_keras_builder(fn, work.input_shape, work.num_classes,
+                                            config.init_seed, y_shape=work.label_shape,
+                                            x_dtype=work.x_dtype,
+                                            ignore_label=0 if work.label_shape else None)
         except (SimharnessValueError, SimharnessTypeError) as e:
             raise ConfigError(f'[model] keras {builder}: {e}', key='model.keras',
                               value=builder) from e
-        acc = next((m.name for m in fm.metrics if 'acc' in m.name), None)
+        nt = len(fm.initial_weights[0])
 
         def evaluate(weights: Sequence[Any]) -> Tuple[float, float]:
-            out = fm.evaluate(weights, work.eval_x, work.eval_y)
-            return out['loss'], out.get(acc, float('nan')) if acc else float('nan')
+            out = P.central_evaluation(fm, (weights[:nt], weights[nt:]), work.eval_x,
+                                       work.eval_y)
+            return out['loss'], out.get('accuracy', float('nan'))
         return _Model(fm, evaluate)
     try:
         spec = get_model(config.model.name, work.input_shape, work.num_classes,
@@ -640,21 +651,53 @@ def _build_model(config: ExperimentConfig, work: _Workload) -> _Model:
     except (SimharnessValueError, SimharnessTypeError) as e:  # ConfigError included
         raise ConfigError(f'[model] {config.model.name}: {e}', key='model',
                           value=config.model.name) from e
-    return _Model(F.from_model_spec(spec),
+    return _Model(P.model_from_spec(spec, config.init_seed),
                   lambda w: numpy_evaluate(spec, w, work.eval_x, work.eval_y))
 
 
-def _build_process(config: ExperimentConfig, model: Any, max_examples: int) -> Any:
-    from simharness.learning.padded import build_algorithm  # pylint: disable=import-outside-toplevel
+def _build_process(config: ExperimentConfig, model: Any, work: _Workload,
+                   evaluation: bool = False) -> Any:
+    """The config's tff.learning process (or, with `evaluation`, its ``build_fed_eval``
+    process) composed with the data: ``next(state, client_ids)``."""
+    # pylint: disable=import-outside-toplevel
+    from simharness.experiments import processes as P
+    from simharness.learning import algorithms
     a = config.algorithm
-    return build_algorithm(
-        a.name, model, max_examples=max_examples, client_learning_rate=a.client_learning_rate,
-        local_epochs=a.local_epochs, batch_size=a.batch_size,
-        server_learning_rate=a.server_learning_rate, server_momentum=a.server_momentum,
-        client_optimizer=a.client_optimizer, client_momentum=a.client_momentum,
-        server_optimizer=a.server_optimizer, beta_1=a.beta_1, beta_2=a.beta_2,
-        epsilon=a.epsilon, proximal_strength=a.proximal_strength,
-        aggregator=config.aggregator.build(config.training.clients_per_round))
+    if evaluation:
+        process, epochs = algorithms.build_fed_eval(model), 1
+    else:
+        try:
+            process = P.build_learning_process(config, model)
+        except (SimharnessValueError, SimharnessTypeError, ValueError) as e:
+            # e.g. a DP noise_multiplier >= 2 * clipped_count_stddev (TFF's limit)
+            raise ConfigError(f'[algorithm] / [aggregator]: {e}', key='aggregator',
+                              value=config.aggregator.noise_multiplier) from e
+        epochs = 1 if a.name == 'fedsgd' else a.local_epochs  # one gradient per client
+    return P.compose_with_client_data(process, work.client_data, a.batch_size, epochs,
+                                      work.x_key, work.y_key, work.x_dtype)
+
+
+def run_round(process: Any, state: Any, client_ids: Sequence[str]) -> Tuple[Any, Any]:
+    """One training round: ``process.next(state, client_ids)`` (tests wrap this seam)."""
+    return tuple(process.next(state, list(client_ids)))  # type: ignore[return-value]
+
+
+def _weights(state: Any) -> List[np.ndarray]:
+    """The model weights of a process state (trainable, then non-trainable) as arrays."""
+    mw = state.global_model_weights
+    return [np.asarray(w) for w in list(mw.trainable) + list(mw.non_trainable)]
+
+
+def _row(round_num: int, process_metrics: Any, cohort: Sequence[str]) -> Dict[str, Any]:
+    """The metrics row of a round: `processes.round_metrics` and the cohort size."""
+    from simharness.experiments.processes import round_metrics  # pylint: disable=import-outside-toplevel
+    flat = round_metrics(process_metrics)
+    row: Dict[str, Any] = {'round': round_num}
+    for k in ('loss', 'accuracy', 'num_examples'):
+        row[k] = flat.pop(k)
+    row['clients'] = float(len(cohort))
+    row.update(flat)
+    return row
 
 
 def _round_line(config: ExperimentConfig, row: Mapping[str, Any]) -> str:
@@ -678,7 +721,8 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
 
     import simharness
     from simharness.data.sampling import sample_cohort
-    from simharness.learning.aggregators import dp_epsilon
+    from simharness.aggregators.accounting import dp_epsilon
+    from simharness.experiments.processes import federated_evaluation
 
     work = _build_workload(config)
     cd = work.client_data
@@ -687,8 +731,10 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     model = _build_model(config, work)
     _cohort(config, ids, 0)  # checks clients_per_round against the data before any start-up
     sizes = [cd.client_size(c) for c in ids]
-    process = _build_process(config, model.functional, max(sizes))
-    state = process.initialize(model.functional.initial_weights(config.init_seed))
+    process = _build_process(config, model.functional, work)
+    eval_process = _build_process(config, model.functional, work, evaluation=True) \
+        if t.federated_eval else None
+    state = process.initialize()
     agg = config.aggregator
     callbacks = list(callbacks or [])
     best = CK.BestModel(run_dir / BEST_WEIGHTS_FILE, t.early_stopping_metric)
@@ -697,7 +743,11 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
         own.append(CK.EarlyStopping(t.early_stopping_metric, t.early_stopping_patience))
     start_round = 0
     extra['eval_on'] = work.eval_on
-    checkpoint = CK.latest_checkpoint(run_dir) if resuming else None
+    checkpoint = CK.latest_checkpoint(run_dir, like=state) if resuming else None
+    if resuming and checkpoint is None:  # none readable (e.g. of an older format): from round 0
+        _log.info('%s/%s: no readable checkpoint; running from round 0', config.name, run_id)
+        atomic.write_jsonl(run_dir / METRICS_FILE, [])
+        shutil.rmtree(run_dir / TENSORBOARD_DIR, ignore_errors=True)
     if checkpoint is not None:
         state, meta = checkpoint
         start_round = int(meta['rounds_done'])
@@ -714,7 +764,7 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
         _log.info('%s/%s: resumed from the checkpoint after round %d', config.name, run_id,
                   start_round)
     else:
-        loss0, acc0 = model.evaluate(state['weights'])
+        loss0, acc0 = model.evaluate(_weights(state))
         extra['initial_eval_loss'], extra['initial_eval_accuracy'] = loss0, acc0
     driver = psutil.Process()
     t_setup = time.perf_counter()
@@ -757,18 +807,15 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 else:
                     cohort = sample_cohort(ids, k, r, t.seed, mode=t.cohort, sizes=sizes,
                                            availability=t.availability)
-                # By reference: the stack loads each client where it computes it (on the
-                # process and Ray stacks a file-backed source is read by the workers).
-                batch = process.sourced(cd, cohort, work.x_key, work.y_key)
+                # By id: each executor builds its clients' datasets (on the process and Ray
+                # stacks a file-backed source is read by the workers).
                 moved_before, _ = _stats(factory)
                 t0 = time.perf_counter()
-                state, train = process.next(state, batch)
+                state, train = run_round(process, state, cohort)
                 seconds = time.perf_counter() - t0
                 moved_after, worker_rss = _stats(factory)
-                weights = [np.asarray(w) for w in state['weights']]
-                row: Dict[str, Any] = {'round': r}
-                row.update(train)
-                row.setdefault('accuracy', None)
+                weights = _weights(state)
+                row = _row(r, train, cohort)
                 if agg.noise_multiplier > 0:
                     row['dp_epsilon'] = dp_epsilon(agg.noise_multiplier, k, len(ids), r + 1,
                                                    agg.dp_delta)
@@ -777,9 +824,9 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 t_eval = time.perf_counter()
                 if t.evaluates_after(r):
                     row['eval_loss'], row['eval_accuracy'] = model.evaluate(weights)
-                    if t.federated_eval:
-                        fed = process.evaluate(weights, process.sourced(
-                            cd, ids, work.x_key, work.y_key))
+                    if eval_process is not None:
+                        fed = federated_evaluation(eval_process, state.global_model_weights,
+                                                   list(ids))
                         row['fed_eval_loss'] = fed['loss']
                         row['fed_eval_accuracy'] = next(
                             (v for k, v in fed.items() if 'acc' in k), None)
@@ -819,7 +866,7 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                     _log.info('%s/%s: stopped early after round %d (%s)', config.name, run_id,
                               r, t.early_stopping_metric)
                     break
-        CK.save_weights(run_dir / FINAL_WEIGHTS_FILE, state['weights'])
+        CK.save_weights(run_dir / FINAL_WEIGHTS_FILE, _weights(state))
         extra['best_round'], extra['best_value'] = best.best_round, best.best
     finally:
         try:

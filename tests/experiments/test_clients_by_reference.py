@@ -1,9 +1,12 @@
-"""The runner passes each cohort by reference (`LearningProcess.sourced`), issue 15.
+"""The runner passes each cohort by reference (issues 15 and 25).
 
-A round by reference gives the same bits as the same round by value (the
-padded arrays built in the driver, the path before), on the thread and the
-process stack; and on the process stack a file-backed cohort is read by the
-workers, never by the driver.
+The runner's tff.learning process is composed with the data's dataset
+computation (`processes.compose_with_client_data`): ``next`` takes client
+ids and each executor builds its clients' datasets. A round by id gives the
+same bits as the same round by value (the clients' ``tf.data`` datasets
+built in the driver), on the thread and the process stack; and on the
+process stack a file-backed cohort is read by the workers, never by the
+driver.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simharness.data import FileClientData, SourcedClients, save_npz_dir, synthetic_alpha_beta
+from simharness.data import FileClientData, save_npz_dir, synthetic_alpha_beta
+from simharness.experiments import processes as P
 from simharness.experiments import runner
 from simharness.experiments.runner import TIMING_FIELDS, run_experiment
-from simharness.learning.padded import LearningProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
 from experiment_helpers import make_config, read_metrics  # noqa: E402
@@ -47,9 +50,21 @@ def _config(npz_dir, stack):
     }, stack=stack)
 
 
-def _by_value(process, client_data, client_ids, x_key='x', y_key='y'):
-    """`LearningProcess.sourced` as the runner did before: padded in the driver."""
-    return process.pad([client_data.client_arrays(c) for c in client_ids], x_key, y_key)
+class _ByValue:
+    """A process whose ``next(state, client_ids)`` builds the clients' datasets in the
+    driver and passes them by value (the process not composed with the data)."""
+
+    def __init__(self, process, client_data, batch_size, local_epochs=1, x_key='x',
+                 y_key='y', x_dtype=np.float32):
+        self._process, self._cd = process, client_data
+        self._args = (batch_size, local_epochs, x_key, y_key, x_dtype)
+
+    def __getattr__(self, name):
+        return getattr(self._process, name)
+
+    def next(self, state, client_ids):
+        arrays = [self._cd.client_arrays(c) for c in client_ids]
+        return self._process.next(state, P.client_datasets(arrays, *self._args))
 
 
 def _math(rows):
@@ -61,7 +76,7 @@ def _math(rows):
 def _run(config, root, monkeypatch, by_value=False):
     with monkeypatch.context() as mp:
         if by_value:
-            mp.setattr(LearningProcess, 'sourced', _by_value)
+            mp.setattr(P, 'compose_with_client_data', _ByValue)
         result = run_experiment(config, root, progress=False)
     assert result.status == 'complete'
     return read_metrics(result.run_dir)
@@ -88,7 +103,7 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
     for by_value in (False, True):
         loads, at_setup, passed = [], [], []
         real_load, real_factory, real_next = (FileClientData.client_arrays, runner._make_factory,
-                                              LearningProcess.next)
+                                              runner.run_round)
 
         def load(cd, client_id):
             loads.append(client_id)
@@ -99,15 +114,15 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
             return real_factory(cfg)
 
         def next_(process, state, data):
-            passed.append(type(data))
+            passed.append(sorted({type(c) for c in data}))
             return real_next(process, state, data)
 
         with monkeypatch.context() as mp:
             mp.setattr(FileClientData, 'client_arrays', load)
             mp.setattr(runner, '_make_factory', make_factory)
-            mp.setattr(LearningProcess, 'next', next_)
+            mp.setattr(runner, 'run_round', next_)
             if by_value:
-                mp.setattr(LearningProcess, 'sourced', _by_value)
+                mp.setattr(P, 'compose_with_client_data', _ByValue)
             result = run_experiment(config, tmp_path / str(by_value), progress=False)
         assert result.status == 'complete'
         assert at_setup and at_setup[0] >= 20  # the counter sees the driver's reads
@@ -116,7 +131,7 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
             # each round's cohort, and every client for each federated evaluation
             assert after_setup == ROUNDS * K + ROUNDS * 20
         else:
-            assert passed == [SourcedClients] * ROUNDS
+            assert passed == [[str]] * ROUNDS  # client ids
             assert after_setup == 0
 
 

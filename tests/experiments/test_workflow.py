@@ -15,13 +15,14 @@ from simharness.errors import ConfigError
 from simharness.experiments import checkpoints as CK
 from simharness.experiments.config import config_from_dict
 from simharness.experiments.runner import run_experiment, run_sweep
-from simharness.learning.padded import LearningProcess
+from simharness.experiments import runner as seam  # the module of the run_round seam
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
 from experiment_helpers import TINY, make_config, read_json, read_metrics  # noqa: E402
 
 MATH = ('round', 'loss', 'accuracy', 'num_examples', 'clients', 'eval_loss', 'eval_accuracy',
-        'weights_sha256', 'dp_epsilon', 'clip_norm', 'unclipped_fraction', 'dp_noise_stddev')
+        'weights_sha256', 'dp_epsilon', 'dp_query_metrics/clip', 'clipping_norm',
+        'clipped_count')
 
 
 def math_rows(run_dir):
@@ -29,12 +30,12 @@ def math_rows(run_dir):
 
 
 class _InterruptAt:
-    """A LearningProcess.next raising KeyboardInterrupt on call number `at` (0-based);
-    `calls` counts the calls. Install with ``setattr(LearningProcess, 'next', x.next)``."""
+    """A runner.run_round raising KeyboardInterrupt on call number `at` (0-based);
+    `calls` counts the calls. Install with ``setattr(seam, 'run_round', x.next)``."""
 
     def __init__(self, at):
         self.at, self.calls = at, 0
-        real = LearningProcess.next
+        real = seam.run_round
 
         def next_(process, state, data):
             self.calls += 1
@@ -57,7 +58,7 @@ def test_interrupted_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_
     config = _dp_config()
     whole = run_experiment(config, tmp_path / 'a', progress=False)
     with monkeypatch.context() as m:
-        m.setattr(LearningProcess, 'next', _InterruptAt(3).next)  # during round 3
+        m.setattr(seam, 'run_round', _InterruptAt(3).next)  # during round 3
         with pytest.raises(KeyboardInterrupt):
             run_experiment(config, tmp_path / 'b', progress=False)
     run_dir = tmp_path / 'b' / 'tiny' / 'default'
@@ -66,7 +67,7 @@ def test_interrupted_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_
     assert [p.name for p in CK.list_checkpoints(run_dir)] == ['ckpt-000002.npz']
 
     calls = _InterruptAt(-1)
-    monkeypatch.setattr(LearningProcess, 'next', calls.next)
+    monkeypatch.setattr(seam, 'run_round', calls.next)
     resumed = run_experiment(config, tmp_path / 'b', progress=False)
     assert calls.calls == 4  # rounds 2..5, not 0..5
     assert resumed.summary['resumed_from_round'] == 2
@@ -77,7 +78,8 @@ def test_interrupted_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     rows = read_metrics(run_dir)
     assert rows[-1]['dp_epsilon'] > rows[0]['dp_epsilon'] > 0
-    assert rows[-1]['clip_norm'] != rows[0]['clip_norm']  # adaptive clipping state restored
+    # the adaptive clip estimate (DP query state) restored
+    assert rows[-1]['dp_query_metrics/clip'] != rows[0]['dp_query_metrics/clip']
     assert 'resumed from the checkpoint after round 2' in (run_dir / 'run.log').read_text()
     steps = _tensorboard(run_dir)
     assert sorted(s for tag, s in steps if tag == 'loss') == list(range(6))  # none twice
@@ -111,7 +113,7 @@ def test_keras_fedadam_dp_interrupted_on_processes_resumes_to_the_thread_stack_b
         training={'rounds': 4, 'checkpoint_every': 2, 'eval_every': 2},
         stack={'kind': 'process', 'num_workers': 2, 'cpu_affinity': False})
     with monkeypatch.context() as m:
-        m.setattr(LearningProcess, 'next', _InterruptAt(3).next)
+        m.setattr(seam, 'run_round', _InterruptAt(3).next)
         with pytest.raises(KeyboardInterrupt):
             run_experiment(on_processes, tmp_path / 'b', progress=False)
     resumed = run_experiment(on_processes, tmp_path / 'b', progress=False)
@@ -122,11 +124,11 @@ def test_keras_fedadam_dp_interrupted_on_processes_resumes_to_the_thread_stack_b
 def test_restart_and_finished_runs_start_from_round_0(tmp_path, monkeypatch):
     config = make_config(training={'rounds': 3, 'checkpoint_every': 1})
     with monkeypatch.context() as m:
-        m.setattr(LearningProcess, 'next', _InterruptAt(2).next)
+        m.setattr(seam, 'run_round', _InterruptAt(2).next)
         with pytest.raises(KeyboardInterrupt):
             run_experiment(config, tmp_path, progress=False)
     calls = _InterruptAt(-1)
-    monkeypatch.setattr(LearningProcess, 'next', calls.next)
+    monkeypatch.setattr(seam, 'run_round', calls.next)
     run_experiment(config, tmp_path, progress=False, resume=False)
     assert calls.calls == 3
     run_experiment(config, tmp_path, progress=False)  # complete: again from scratch
@@ -140,11 +142,11 @@ def test_sweep_resumes_an_interrupted_point(tmp_path, monkeypatch):
     config = make_config(training={'rounds': 4, 'checkpoint_every': 2},
                          sweep={'grid': {'training.seed': [0, 1]}})
     with monkeypatch.context() as m:
-        m.setattr(LearningProcess, 'next', _InterruptAt(7).next)  # second run, its round 3
+        m.setattr(seam, 'run_round', _InterruptAt(7).next)  # second run, its round 3
         with pytest.raises(KeyboardInterrupt):
             run_sweep(config, tmp_path, progress=False)
     calls = _InterruptAt(-1)
-    monkeypatch.setattr(LearningProcess, 'next', calls.next)
+    monkeypatch.setattr(seam, 'run_round', calls.next)
     runs = run_sweep(config, tmp_path, progress=False)
     assert [r.skipped for r in runs] == [True, False] and calls.calls == 2
 

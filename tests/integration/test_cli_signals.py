@@ -23,7 +23,7 @@ import pytest
 
 from simharness.experiments import atomic
 from simharness.experiments.config import dumps_toml
-from simharness.learning.padded import LearningProcess
+from simharness.experiments import runner as seam  # the module of the run_round seam
 from simharness.runtime.shm import list_leaked_segments, reap_orphaned_segments
 
 from experiment_helpers import TINY, read_json, temp_files
@@ -38,8 +38,8 @@ def _write_config(tmp_path: Path, raw, name: str = 'exp.toml') -> Path:
 
 
 def _signal_at_round(signum: int, at: int = 1):
-    """A LearningProcess.next that sends `signum` to this process on call number `at`."""
-    real = LearningProcess.next
+    """A runner.run_round that sends `signum` to this process on call number `at`."""
+    real = seam.run_round
     calls = []
 
     def next_(fedavg, state, data):
@@ -57,7 +57,7 @@ def _signal_at_round(signum: int, at: int = 1):
 def test_signal_stops_like_ctrl_c_and_restores_handlers(tmp_path, capsys, monkeypatch,
                                                         signum, code):
     from simharness.cli import main
-    monkeypatch.setattr(LearningProcess, 'next', _signal_at_round(signum, at=1))
+    monkeypatch.setattr(seam, 'run_round', _signal_at_round(signum, at=1))
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     cfg = _write_config(tmp_path, {**TINY, 'training': {**TINY['training'], 'rounds': 5}})
     t0 = time.monotonic()
@@ -146,12 +146,12 @@ def test_when_even_the_summary_cannot_be_written_no_stale_running_summary_is_lef
     from simharness.cli import main
     monkeypatch.delenv('SIMHARNESS_TRACEBACK', raising=False)
     cfg = _write_config(tmp_path, TINY)
-    real_next = LearningProcess.next
+    real_next = seam.run_round
 
     def next_then_disk_full(fedavg, state, data):  # the first summary ('running') is written
         _fail_writes(monkeypatch, errno.ENOSPC, ['metrics.jsonl', 'summary.json'])
         return real_next(fedavg, state, data)
-    monkeypatch.setattr(LearningProcess, 'next', next_then_disk_full)
+    monkeypatch.setattr(seam, 'run_round', next_then_disk_full)
     assert main(['run', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress']) == 1
     run_dir = tmp_path / 'r' / 'tiny' / 'default'
     err_lines = capsys.readouterr().err.strip().splitlines()

@@ -19,7 +19,7 @@ from simharness.experiments import atomic, runner
 from simharness.experiments.config import expand_sweep, load_config, tomllib
 from simharness.experiments.report import write_report
 from simharness.experiments.runner import is_finished, run_experiment, run_sweep
-from simharness.learning.padded import LearningProcess
+from simharness.experiments import runner as seam  # the module of the run_round seam
 
 from experiment_helpers import (REPRO, TINY, make_config, math_only,
                                 read_json, read_metrics, temp_files)
@@ -61,8 +61,8 @@ def process_repro(tmp_path_factory):
 
 
 def _Interrupt(exc, at):
-    """A replacement of LearningProcess.next that raises `exc` on call number `at` (0-based)."""
-    real = LearningProcess.next
+    """A replacement of runner.run_round that raises `exc` on call number `at` (0-based)."""
+    real = seam.run_round
     calls = []
 
     def next_(fedavg, state, data):
@@ -202,7 +202,7 @@ def test_keyboard_interrupt_closes_the_stack_and_marks_the_run(tmp_path, monkeyp
     real_close = runner._close_factory
     monkeypatch.setattr(runner, '_close_factory',
                         lambda f: (closed.append(f), real_close(f)))
-    monkeypatch.setattr(LearningProcess, 'next', _Interrupt(KeyboardInterrupt(), at=1))
+    monkeypatch.setattr(seam, 'run_round', _Interrupt(KeyboardInterrupt(), at=1))
     with pytest.raises(KeyboardInterrupt):
         run_experiment(make_config(training={'rounds': 4}), tmp_path, progress=False)
     run_dir = tmp_path / 'tiny' / 'default'
@@ -238,7 +238,7 @@ def test_interrupt_while_writing_metrics_leaves_whole_files(tmp_path, monkeypatc
 
 
 def test_other_errors_mark_the_run_failed(tmp_path, monkeypatch):
-    monkeypatch.setattr(LearningProcess, 'next', _Interrupt(RuntimeError('boom'), at=0))
+    monkeypatch.setattr(seam, 'run_round', _Interrupt(RuntimeError('boom'), at=0))
     with pytest.raises(RuntimeError, match='boom'):
         run_experiment(make_config(), tmp_path, progress=False)
     s = read_json(tmp_path / 'tiny' / 'default' / 'summary.json')
@@ -389,7 +389,7 @@ def test_cli_bad_toml_exits_2(tmp_path, capsys):
 
 def test_cli_interrupt_exits_130(tmp_path, capsys, monkeypatch):
     from simharness.cli import main
-    monkeypatch.setattr(LearningProcess, 'next', _Interrupt(KeyboardInterrupt(), at=0))
+    monkeypatch.setattr(seam, 'run_round', _Interrupt(KeyboardInterrupt(), at=0))
     cfg = _write_config(tmp_path, TINY)
     assert main(['run', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress']) == 130
     assert 'interrupted' in capsys.readouterr().err
