@@ -94,6 +94,9 @@ class LoopbackHandle:
         self._lock = threading.Lock()
         self._thread: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._inflight: List['concurrent.futures.Future[Any]'] = []
+        # Threads of crashed generations, still finishing the request they were in
+        # (a crashed worker is not waited for); `close` joins them.
+        self._dying: List[concurrent.futures.ThreadPoolExecutor] = []
 
     @property
     def pool(self) -> 'LoopbackGroup':
@@ -170,23 +173,36 @@ class LoopbackHandle:
                 on_done()
 
     def crash(self) -> None:
-        """The worker dies: unanswered requests fail, its sessions are gone."""
+        """The worker dies: unanswered requests fail at once, its sessions are gone.
+
+        As with a killed process, the caller does not wait for the request the
+        worker was in: its thread finishes that request (the answer is dropped),
+        then closes the dead generation's service; `close` joins it.
+        """
         with self._lock:
             service, self.service = self.service, None
             thread, self._thread = self._thread, None
             inflight, self._inflight = self._inflight, []
+            if thread is not None:
+                self._dying.append(thread)
         for f in inflight:
             if not f.done():
                 f.set_exception(WorkerCrashedError(
                     f'worker {self.worker_id} (pid {self.pid}) died; it will be replaced on '
                     'next use', worker_id=self.worker_id, pid=self.pid))
         if thread is not None:
-            thread.shutdown(wait=True)
-        if service is not None:
+            if service is not None:
+                thread.submit(service.close)  # after the request it is in, in its thread
+            thread.shutdown(wait=False)
+        elif service is not None:
             service.close()
 
     def close(self) -> None:
         self.crash()
+        with self._lock:
+            dying, self._dying = self._dying, []
+        for thread in dying:
+            thread.shutdown(wait=True)
 
 
 class LoopbackGroup:
