@@ -1,17 +1,19 @@
-"""Models, algorithms, optimizers and aggregators, built on the public intrinsics.
+"""Models, algorithms, optimizers and aggregators (``tff.learning``), built on the public
+intrinsics.
 
-* `FunctionalModel`: `from_keras_model` (TFF's signature), `from_model_spec`
-  (the built-in logreg / mlp / cnn of `models`).
-* Algorithms as processes (`algorithms`): `build_weighted_fed_avg` (FedAvg,
-  FedAvgM, FedAdam, FedYogi, FedAdagrad through the server optimizer),
-  `build_fed_prox`, `build_fed_sgd`, `build_fed_eval`, `build_algorithm`.
-* `optimizers`: stateless sgd / adam / yogi / adagrad.
-* `aggregators`: mean, clipping (fixed, adaptive), Gaussian central DP with
-  `dp_epsilon`, quantization, secure sum.
-* `FedAvg` / `FedAvgConfig`: the original FedAvg of the benchmarks.
+* `models`: TFF's `FunctionalModel`, `functional_model_from_keras`,
+  `from_keras_model`, `ModelWeights`; the built-in logreg / mlp / cnn specs
+  (`get_model`, `init_weights`, `numpy_evaluate`).
+* `algorithms`: TFF's builders (`build_weighted_fed_avg`, `build_fed_prox`,
+  `build_fed_sgd`, `build_fed_eval`, ...) returning `templates.LearningProcess`.
+* `optimizers`: TFF's ``build_sgdm`` / ``build_adam`` / ... family.
+* `dp_aggregator`, `robust_aggregator`, `secure_aggregator`; the factories
+  themselves are `simharness.aggregators` (``tff.aggregators``), DP
+  accounting `simharness.aggregators.accounting.dp_epsilon`.
+* `FedAvg` / `FedAvgConfig`: the benchmarks' reference FedAvg over the core
+  intrinsics (padded client tensors).
 
-Names load on first use (PEP 562): importing the package, or
-`simharness.learning.aggregators` (which configs validate with), imports no
+Names load on first use (PEP 562): importing the package imports no
 TensorFlow.
 """
 
@@ -19,17 +21,8 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    'Aggregator': 'aggregators', 'dp_epsilon': 'aggregators',
-    # The padded-array processes (moved from `algorithms`, which is now TFF's package).
-    'ALGORITHM_NAMES': 'padded', 'LearningProcess': 'padded',
-    'LearningProcessOutput': 'padded', 'build_algorithm': 'padded',
-    'build_fed_eval': 'padded', 'build_fed_prox': 'padded',
-    'build_fed_sgd': 'padded', 'build_weighted_fed_avg': 'padded',
     'FedAvg': 'fedavg', 'FedAvgConfig': 'fedavg', 'pad_clients': 'fedavg',
     'reference_fedavg_workload': 'fedavg',
-    'FunctionalModel': 'functional', 'InputSpec': 'functional',
-    'from_keras_model': 'functional', 'from_model_spec': 'functional',
-    'functional_model_from_keras': 'functional',
     'MODEL_NAMES': 'models', 'ModelSpec': 'models', 'accuracy': 'models', 'forward': 'models',
     'get_model': 'models', 'init_weights': 'models', 'loss': 'models',
     'numpy_evaluate': 'models',
@@ -40,13 +33,12 @@ _WHERE = {
     'add_debug_measurements': 'debug_measurements',
     'add_debug_measurements_with_mixed_dtype': 'debug_measurements',
 }
-_MODULES = ('aggregators', 'algorithms', 'client_weight_lib', 'debug_measurements', 'fedavg',
-            'functional',
+_MODULES = ('algorithms', 'client_weight_lib', 'debug_measurements', 'fedavg',
             'keras_examples', 'loop_builder', 'metrics', 'model_update_aggregator', 'models',
-            'optimizers', 'padded', 'programs', 'templates')
+            'optimizers', 'templates')
 
-__all__ = sorted(_WHERE) + ['aggregators', 'algorithms', 'metrics', 'model_update_aggregator',
-                            'models', 'optimizers', 'programs', 'templates']
+__all__ = sorted(_WHERE) + ['algorithms', 'metrics', 'model_update_aggregator',
+                            'models', 'optimizers', 'templates']
 
 
 def __getattr__(name: str) -> Any:

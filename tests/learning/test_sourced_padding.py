@@ -1,4 +1,4 @@
-"""`LearningProcess.sourced`: clients by reference, with the bits of `LearningProcess.pad`.
+"""`FedAvg.sourced`: clients by reference, with the bits of `FedAvg.pad`.
 
 `next` and `evaluate` keep a `SourcedClients` lazy (the stack loads each
 client where it computes it; on process stacks the workers read a file-backed
@@ -12,9 +12,8 @@ import pytest
 
 from simharness.data import FileClientData, SourcedClients, save_npz_dir, synthetic_alpha_beta
 from simharness.data.sourced import Pad, transform_from_spec, transform_spec
-from simharness.learning import padded as A
-from simharness.learning import functional as F
 from simharness.learning import models as M
+from simharness.learning.fedavg import FedAvg, FedAvgConfig
 
 DATA = synthetic_alpha_beta(num_clients=7, samples_per_client=9, dim=5, num_classes=3, seed=4)
 
@@ -22,8 +21,7 @@ DATA = synthetic_alpha_beta(num_clients=7, samples_per_client=9, dim=5, num_clas
 @pytest.fixture(scope='module')
 def process():
     spec = M.get_model('mlp', (5,), 3, hidden_sizes=(8,))
-    return A.build_algorithm('fedavg', F.from_model_spec(spec), max_examples=12, batch_size=5,
-                             client_learning_rate=0.1)
+    return FedAvg(spec, FedAvgConfig(batch_size=5, client_learning_rate=0.1), 12)
 
 
 @pytest.fixture(scope='module')
@@ -64,10 +62,10 @@ def test_next_and_evaluate_by_reference_give_the_bits_by_value(stack, process, f
     s_val, m_val = process.next(state, process.pad([files.client_arrays(c) for c in ids]))
     s_ref, m_ref = process.next(state, process.sourced(files, ids))
     assert m_ref == m_val
-    for part in ('weights', 'optimizer'):
+    for part in ('weights', 'momentum'):
         for a, b in zip(s_ref[part], s_val[part]):
             assert np.array_equal(a, b), part
-    w = process.get_model_weights(s_ref)
+    w = s_ref['weights']
     every = files.client_ids
     assert process.evaluate(w, process.sourced(files, every)) == \
         process.evaluate(w, process.pad([files.client_arrays(c) for c in every]))

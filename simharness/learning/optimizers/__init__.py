@@ -9,10 +9,6 @@ Every optimizer follows TFF's contract (`optimizer.Optimizer`)::
 with TFF's state structures (``OrderedDict(learning_rate=..., ...)``) and math:
 `build_sgdm`, `build_adam`, `build_adamw`, `build_yogi`, `build_adagrad`,
 `build_rmsprop`, `build_adafactor`, and `schedule_learning_rate`.
-
-`SGD`, `Adam`, `Yogi`, `Adagrad` and `build` (module `legacy`) are the
-padded-array learning path's optimizers (flat list states); they stay until
-that path moves onto this API.
 """
 
 from simharness.learning.optimizers.adafactor import build_adafactor
@@ -21,7 +17,6 @@ from simharness.learning.optimizers.adam import build_adam
 from simharness.learning.optimizers.adamw import build_adamw
 from simharness.learning.optimizers.keras_optimizer import (KerasOptimizer,
                                                             build_or_verify_tff_optimizer)
-from simharness.learning.optimizers.legacy import OPTIMIZERS, SGD, Adagrad, Adam, Yogi, build
 from simharness.learning.optimizers.optimizer import (LEARNING_RATE_KEY, Optimizer,
                                                       check_weights_gradients_match,
                                                       handle_indexed_slices_gradients)
@@ -35,6 +30,4 @@ __all__ = [
     'build_adam', 'build_adamw', 'build_or_verify_tff_optimizer', 'build_rmsprop', 'build_sgdm',
     'build_yogi', 'check_weights_gradients_match', 'handle_indexed_slices_gradients',
     'schedule_learning_rate',
-    # the padded-array path's optimizers (module `legacy`)
-    'OPTIMIZERS', 'SGD', 'Adam', 'Adagrad', 'Yogi', 'build',
 ]

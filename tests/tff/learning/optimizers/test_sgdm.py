@@ -4,7 +4,6 @@ reference of test_match_keras)."""
 import collections
 
 import keras
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -126,11 +125,3 @@ def test_set_hparams_unknown_key_raises():
 def test_lr_with_different_weight_dtypes():
     u.check_different_weight_dtypes(lambda lr: tff.learning.optimizers.build_sgdm(lr))
 
-
-def test_legacy_names_stay_importable():
-    from simharness.learning.optimizers import SGD, Adagrad, Adam, Yogi, build
-    assert isinstance(SGD(0.1), tff.learning.optimizers.Optimizer)
-    state = Adam(0.1).initialize([tf.TensorSpec([3])])
-    assert [np.shape(s) for s in state] == [(3,), (3,), ()]
-    assert {type(build(n, 0.1)) for n in ('sgd', 'adam', 'yogi', 'adagrad')} == {
-        SGD, Adam, Yogi, Adagrad}
