@@ -4,9 +4,10 @@ Ported: init, get_versions, the version <-> path helpers, load/save round
 trips of materialized values and structures (Python scalars come back with
 TF's dtypes: int32, bool, bytes), not-found and already-exists errors,
 removing old program state (keep_total, keep_first, keep_every_k), remove_all
-and load_latest. Left out: materializable value references and
-`federated_language.Serializable` values (our program states are
-materialized values), and the SavedModel file format (we write .npz).
+and load_latest; value references (materialized on save) and `Serializable`
+values (saved as their bytes, rebuilt with the structure's class; more in
+test_dataset_data_source.py). Left out: the SavedModel file format (we
+write .npz).
 """
 
 import asyncio
@@ -19,7 +20,10 @@ import attrs
 import numpy as np
 import pytest
 
+import simharness as tff
+from simharness.core.arrays import Serializable
 from simharness.program import file_program_state_manager, program_state_manager
+from simharness.program import value_reference
 
 FileProgramStateManager = file_program_state_manager.FileProgramStateManager
 
@@ -202,3 +206,35 @@ def test_remove_all(tmp_path):
     _ten_states(tmp_path)
     run(mngr.remove_all())
     assert os.listdir(tmp_path) == []
+
+
+class _Reference(value_reference.MaterializableValueReference):
+    def __init__(self, value):
+        self._value = value
+
+    @property
+    def type_signature(self):
+        return tff.TensorType(np.int32)
+
+    async def get_value(self):
+        return self._value
+
+
+class _Serializable(Serializable):
+    def __init__(self, a):
+        self.a = a
+
+    @classmethod
+    def from_bytes(cls, buffer):
+        return cls(int.from_bytes(buffer, 'big'))
+
+    def to_bytes(self):
+        return self.a.to_bytes(2, 'big')
+
+
+def test_save_materializes_references_and_serializes_serializables(tmp_path):
+    manager = FileProgramStateManager(tmp_path)
+    run(manager.save([_Reference(np.int32(7)), _Serializable(300)], 1))
+    value, serializable = run(manager.load(1, [0, _Serializable(0)]))
+    assert value == 7
+    assert isinstance(serializable, _Serializable) and serializable.a == 300
