@@ -9,7 +9,9 @@
 * State: `ProgramStateManager` and `FileProgramStateManager` (state saved per
   version, .npz instead of TFF's SavedModel; `Serializable` leaves as bytes).
 * Releases: `ReleaseManager`, `CSVFileReleaseManager`,
-  `TensorBoardReleaseManager`, `MemoryReleaseManager`, `LoggingReleaseManager`.
+  `TensorBoardReleaseManager`, `MemoryReleaseManager`, `LoggingReleaseManager`,
+  and the wrappers `FilteringReleaseManager`, `GroupingReleaseManager`,
+  `PeriodicReleaseManager`, `DelayedReleaseManager`.
 
 `run_training_process` (simharness.simulation) and
 `simharness.learning.programs.train_model` save and release through them.
@@ -34,7 +36,13 @@ _WHERE = {
     'ProgramStateManager': 'program_state_manager',
     'ProgramStateNotFoundError': 'program_state_manager',
     'LoggingReleaseManager': 'release_manager', 'MemoryReleaseManager': 'release_manager',
-    'ReleaseManager': 'release_manager',
+    'ReleaseManager': 'release_manager', 'ReleasableStructure': 'release_manager',
+    'ReleasableValue': 'release_manager',
+    'DelayedReleaseManager': 'wrapping_release_managers',
+    'FilteringReleaseManager': 'wrapping_release_managers',
+    'GroupingReleaseManager': 'wrapping_release_managers',
+    'NotFilterableError': 'wrapping_release_managers',
+    'PeriodicReleaseManager': 'wrapping_release_managers',
     'TensorBoardReleaseManager': 'tensorboard_release_manager',
     'MaterializableStructure': 'value_reference',
     'MaterializableTypeSignature': 'value_reference', 'MaterializableValue': 'value_reference',

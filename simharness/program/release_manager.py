@@ -5,17 +5,28 @@ from __future__ import annotations
 import abc
 import collections
 import logging
-from typing import Any, Hashable
+from typing import Any, Generic, Hashable, TypeVar, Union
 
-from simharness.program.value_reference import materialize_value
+from simharness.program.value_reference import MaterializableValue, materialize_value
 
-__all__ = ['LoggingReleaseManager', 'MemoryReleaseManager', 'ReleaseManager']
+__all__ = ['Key', 'LoggingReleaseManager', 'MemoryReleaseManager', 'ReleasableStructure',
+           'ReleasableValue', 'ReleaseManager']
+
+#: A value a release manager releases.
+ReleasableValue = Union[object, MaterializableValue]
+#: A structure (nested containers) of releasable values.
+ReleasableStructure = TypeVar('ReleasableStructure')
+#: The key a value is released under.
+Key = TypeVar('Key')
 
 _LOG = logging.getLogger(__name__)
 
 
-class ReleaseManager(abc.ABC):
-    """Releases values of a program, each under a key (a round number, say)."""
+class ReleaseManager(abc.ABC, Generic[ReleasableStructure, Key]):
+    """Releases values of a program, each under a key (a round number, say).
+
+    Generic as TFF's: ``ReleaseManager[ReleasableStructure, int]`` in annotations.
+    """
 
     @abc.abstractmethod
     async def release(self, value: Any, key: Any) -> None:
