@@ -20,16 +20,48 @@ TFF 0.19-era programs call `set_local_python_execution_context` (TFF's
 Python thread stack): it maps onto simharness's thread stack
 (`local_executor_factory`), as its arguments (`max_fanout`,
 `clients_per_thread`) describe threads.
+
+Contexts over executor services, and TFF's older local names:
+
+```
+create_localhost_cpp_execution_context(default_num_clients=0, max_concurrent_computation_calls=0)
+  -> ExecutionContext(LocalhostExecutorFactory)
+       first create_executor: start_executor_service('127.0.0.1', port 0, num_workers=<usable
+       cores>, a random token) -> remote_executor_factory(service address, same token)
+       close(): the stacks, the gRPC streams, then the service and its worker processes
+create_{sync,async}_remote_cpp_execution_context(channels, default_num_clients=0)
+create_remote{,_async}_python_execution_context(channels, thread_pool_executor=None,
+                                                dispose_batch_size=20, max_fanout=100,
+                                                default_num_clients=0)
+  -> ExecutionContext(remote_executor_factory(channels, ...))  (services run `simharness serve`)
+create_local_async_python_execution_context(...)   -> the thread stack, awaitable calls
+create_thread_debugging_execution_context(...)     -> thread_debugging_executor_factory
+```
+
+TFF's localhost C++ context (TFF 0.30-0.44; renamed `set_sync_local_cpp_execution_context`
+in 0.45) started TFF's C++ worker binary on a free local port on the first call and
+talked to it through a remote executor. Here the worker is simharness's executor
+service, started in this process on a loopback port, its clients run by one worker
+process per usable core; only this process knows its token. The remote contexts take
+what `remote_executor_factory` takes as services: `grpc.Channel`s (TFF's argument),
+addresses ``'host:port'`` or stubs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import secrets
+import threading
+from typing import Any, Dict, Optional, Sequence
 
 from simharness.context import AsyncExecutionContext, ExecutionContext
 from simharness.core import context_stack
-from simharness.errors import SimharnessValueError
-from simharness.stacks import local_executor_factory, process_executor_factory
+from simharness.core import types as T
+from simharness.errors import ExecutorClosedError, SimharnessTypeError, SimharnessValueError
+from simharness.executors.base import Executor, ExecutorFactory
+from simharness.runtime.pinning import usable_cpus
+from simharness.stacks import (RemoteExecutorFactory, local_executor_factory,
+                               process_executor_factory, remote_executor_factory,
+                               thread_debugging_executor_factory)
 from simharness.tensorflow import eager_values_to_numpy, transform_result
 from simharness.validation import check_bool, check_int
 
@@ -168,7 +200,265 @@ def set_local_execution_context(*args: Any, **kwargs: Any) -> None:
     set_local_python_execution_context(*args, **kwargs)
 
 
+class LocalhostExecutorFactory(ExecutorFactory):
+    """Stacks on an executor service this factory starts on a loopback port (TFF's localhost
+    C++ worker).
+
+    The service starts on the first `create_executor` (as TFF started its worker binary),
+    with `num_workers` worker processes (default: one per usable core) and a random token
+    only this factory knows; `close()` ends the stacks, the connection, then the service.
+
+    Args:
+      default_num_clients: the number of clients when the arguments do not tell.
+      num_workers: the service's worker processes (default: one per usable core; 0: the
+        clients run in this process, on the service's one thread).
+
+    Attributes:
+      server: the running `ExecutorServer` (None before the first call and after `close()`).
+    """
+
+    def __init__(self, default_num_clients: int = 0, num_workers: Optional[int] = None):
+        self._default = check_int('default_num_clients', default_num_clients, 0)
+        self.num_workers = (len(usable_cpus()) if num_workers is None
+                            else check_int('num_workers', num_workers, 0))
+        self.server: Any = None
+        self._remote: Optional[RemoteExecutorFactory] = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def default_num_clients(self) -> Optional[int]:
+        return self._default
+
+    def _started(self) -> RemoteExecutorFactory:
+        with self._lock:
+            if self._closed:
+                raise ExecutorClosedError('this localhost executor factory is closed; make a '
+                                          'new execution context')
+            if self._remote is None:
+                from simharness.hosts.grpc_service import start_executor_service
+                token = secrets.token_urlsafe(32)
+                server = start_executor_service(0, '127.0.0.1', token=token,
+                                                num_workers=self.num_workers)
+                try:
+                    self._remote = remote_executor_factory(
+                        server.address, default_num_clients=self._default, token=token)
+                except BaseException:
+                    server.stop()
+                    raise
+                self.server = server
+            return self._remote
+
+    def create_executor(self, cardinalities: Dict[T.PlacementLiteral, int]) -> Executor:
+        return self._started().create_executor(cardinalities)
+
+    def clean_up_executors(self) -> None:
+        with self._lock:
+            remote = self._remote
+        if remote is not None:
+            remote.clean_up_executors()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            remote, server = self._remote, self.server
+            self._remote = self.server = None
+        try:
+            if remote is not None:
+                remote.close()
+        finally:
+            if server is not None:
+                server.stop()
+
+
+def _context(factory: ExecutorFactory, asynchronous: bool, limit: Optional[int] = None,
+             owns: bool = True) -> ExecutionContext:
+    cls = AsyncExecutionContext if asynchronous else ExecutionContext
+    return cls(factory, max_concurrent_calls=limit, transform_args=eager_values_to_numpy,
+               transform_result=transform_result, owns_factory=owns)
+
+
+def create_localhost_cpp_execution_context(
+        default_num_clients: int = 0,
+        max_concurrent_computation_calls: int = 0) -> ExecutionContext:
+    """TFF 0.30-0.44's context on a local worker service (see the module docstring).
+
+    Args:
+      default_num_clients: the number of clients when the arguments do not tell.
+      max_concurrent_computation_calls: at most this many computations run at once;
+        nonpositive or None: no limit.
+
+    Returns:
+      An `ExecutionContext`; `close()` it to stop its service (a context set as the
+      default is closed when replaced).
+
+    Raises:
+      SimharnessTypeError: an argument of the wrong type.
+      SimharnessValueError: `default_num_clients` < 0.
+    """
+    n = check_int('default_num_clients', default_num_clients, 0)
+    limit = concurrency_limit(max_concurrent_computation_calls)
+    return _context(LocalhostExecutorFactory(n), False, limit)
+
+
+def set_localhost_cpp_execution_context(default_num_clients: int = 0,
+                                        max_concurrent_computation_calls: int = 1) -> None:
+    """Makes `create_localhost_cpp_execution_context(...)` the default context (TFF's
+    default here is one computation at a time)."""
+    set_default(create_localhost_cpp_execution_context(
+        default_num_clients, max_concurrent_computation_calls))
+
+
+def _check_channels(channels: Any) -> list:
+    if isinstance(channels, (str, bytes)) or not isinstance(channels, Sequence):
+        raise SimharnessTypeError(
+            f'channels must be a sequence of grpc.Channels (or addresses \'host:port\'), got '
+            f'{channels!r} of type {type(channels).__name__}', expected=Sequence,
+            actual=type(channels))
+    return list(channels)
+
+
+def _remote_factory(channels: Any, default_num_clients: Any, dispose_batch_size: Any = 20,
+                    stream_structs: bool = False) -> RemoteExecutorFactory:
+    targets = _check_channels(channels)
+    n = check_int('default_num_clients', default_num_clients, 0)
+    return remote_executor_factory(targets, default_num_clients=n,
+                                   dispose_batch_size=dispose_batch_size,
+                                   stream_structs=stream_structs)
+
+
+def create_sync_remote_cpp_execution_context(channels: Sequence[Any],
+                                             default_num_clients: int = 0) -> ExecutionContext:
+    """A synchronous context whose clients run on the executor services at `channels`.
+
+    Args:
+      channels: `grpc.Channel`s (or addresses ``'host:port'``) of running services
+        (``simharness serve``); clients are cut into contiguous blocks, one per
+        worker slot of every service, in this order.
+      default_num_clients: the number of clients when the arguments do not tell.
+
+    Raises:
+      SimharnessTypeError: `channels` not a sequence, or an argument of the wrong type.
+      SimharnessValueError: no channels, or `default_num_clients` < 0.
+    """
+    return _context(_remote_factory(channels, default_num_clients), False)
+
+
+def create_async_remote_cpp_execution_context(
+        channels: Sequence[Any], default_num_clients: int = 0) -> AsyncExecutionContext:
+    """As `create_sync_remote_cpp_execution_context`, with an awaitable `invoke`."""
+    ctx = _context(_remote_factory(channels, default_num_clients), True)
+    assert isinstance(ctx, AsyncExecutionContext)
+    return ctx
+
+
+def set_sync_remote_cpp_execution_context(channels: Sequence[Any],
+                                          default_num_clients: int = 0) -> None:
+    """Makes `create_sync_remote_cpp_execution_context(...)` the default context."""
+    set_default(create_sync_remote_cpp_execution_context(channels, default_num_clients))
+
+
+def _remote_python(channels: Any, thread_pool_executor: Any, dispose_batch_size: Any,
+                   max_fanout: Any, default_num_clients: Any,
+                   asynchronous: bool) -> ExecutionContext:
+    # TFF's thread pool waited on its streams' replies and its fanout built aggregator
+    # tiers; simharness's streams have their own threads and aggregate in one tier.
+    del thread_pool_executor
+    check_int('max_fanout', max_fanout, 2)
+    return _context(_remote_factory(channels, default_num_clients, dispose_batch_size),
+                    asynchronous)
+
+
+def create_remote_python_execution_context(channels: Sequence[Any], thread_pool_executor: Any = None,
+                                           dispose_batch_size: int = 20, max_fanout: int = 100,
+                                           default_num_clients: int = 0) -> ExecutionContext:
+    """TFF 0.19-0.44's remote context: clients on the executor services at `channels`.
+
+    `dispose_batch_size` is the `RemoteExecutor`'s; `thread_pool_executor` (TFF waited
+    on its gRPC replies there) and `max_fanout` (>= 2; TFF's aggregator tiers) are
+    accepted and change nothing.
+    """
+    return _remote_python(channels, thread_pool_executor, dispose_batch_size, max_fanout,
+                          default_num_clients, False)
+
+
+def set_remote_python_execution_context(channels: Sequence[Any], thread_pool_executor: Any = None,
+                                        dispose_batch_size: int = 20, max_fanout: int = 100,
+                                        default_num_clients: int = 0) -> None:
+    """Makes `create_remote_python_execution_context(...)` the default context."""
+    set_default(create_remote_python_execution_context(
+        channels, thread_pool_executor, dispose_batch_size, max_fanout, default_num_clients))
+
+
+def create_remote_async_python_execution_context(
+        channels: Sequence[Any], thread_pool_executor: Any = None, dispose_batch_size: int = 20,
+        max_fanout: int = 100, default_num_clients: int = 0) -> AsyncExecutionContext:
+    """As `create_remote_python_execution_context`, with an awaitable `invoke`."""
+    ctx = _remote_python(channels, thread_pool_executor, dispose_batch_size, max_fanout,
+                         default_num_clients, True)
+    assert isinstance(ctx, AsyncExecutionContext)
+    return ctx
+
+
+def set_remote_async_python_execution_context(
+        channels: Sequence[Any], thread_pool_executor: Any = None, dispose_batch_size: int = 20,
+        max_fanout: int = 100, default_num_clients: int = 0) -> None:
+    """Makes `create_remote_async_python_execution_context(...)` the default context."""
+    set_default(create_remote_async_python_execution_context(
+        channels, thread_pool_executor, dispose_batch_size, max_fanout, default_num_clients))
+
+
+def create_local_async_python_execution_context(
+        default_num_clients: int = 0, max_fanout: int = 100, clients_per_thread: int = 1,
+        server_tf_device: Any = None, client_tf_devices: Sequence[Any] = (),
+        reference_resolving_clients: bool = False) -> AsyncExecutionContext:
+    """TFF 0.2x-0.44's async local Python context: the thread stack, awaitable calls
+    (arguments as in `create_local_python_execution_context`)."""
+    sync = create_local_python_execution_context(
+        default_num_clients, max_fanout, clients_per_thread, server_tf_device,
+        client_tf_devices, reference_resolving_clients)  # its checks; its factory is reused
+    ctx = _context(sync.factory, True)
+    assert isinstance(ctx, AsyncExecutionContext)
+    return ctx
+
+
+def set_local_async_python_execution_context(
+        default_num_clients: int = 0, max_fanout: int = 100, clients_per_thread: int = 1,
+        server_tf_device: Any = None, client_tf_devices: Sequence[Any] = (),
+        reference_resolving_clients: bool = False) -> None:
+    """Makes `create_local_async_python_execution_context(...)` the default context."""
+    set_default(create_local_async_python_execution_context(
+        default_num_clients, max_fanout, clients_per_thread, server_tf_device,
+        client_tf_devices, reference_resolving_clients))
+
+
+def create_thread_debugging_execution_context(default_num_clients: int = 0,
+                                              clients_per_thread: int = 1) -> ExecutionContext:
+    """TFF's thread-debugging context: `thread_debugging_executor_factory`'s stack
+    (every step on one thread, in order)."""
+    n = check_int('default_num_clients', default_num_clients, 0)
+    factory = thread_debugging_executor_factory(default_num_clients=n,
+                                                clients_per_thread=clients_per_thread)
+    return _context(factory, False)
+
+
+def set_thread_debugging_execution_context(default_num_clients: int = 0,
+                                           clients_per_thread: int = 1) -> None:
+    """Makes `create_thread_debugging_execution_context(...)` the default context."""
+    set_default(create_thread_debugging_execution_context(default_num_clients,
+                                                          clients_per_thread))
+
+
 __all__ = [
+    'LocalhostExecutorFactory', 'create_async_remote_cpp_execution_context',
+    'create_local_async_python_execution_context', 'create_localhost_cpp_execution_context',
+    'create_remote_async_python_execution_context', 'create_remote_python_execution_context',
+    'create_sync_remote_cpp_execution_context', 'create_thread_debugging_execution_context',
+    'set_local_async_python_execution_context', 'set_localhost_cpp_execution_context',
+    'set_remote_async_python_execution_context', 'set_remote_python_execution_context',
+    'set_sync_remote_cpp_execution_context', 'set_thread_debugging_execution_context',
     'create_async_local_cpp_execution_context', 'create_local_python_execution_context',
     'create_sync_local_cpp_execution_context', 'set_async_local_cpp_execution_context',
     'set_local_execution_context', 'set_local_python_execution_context',

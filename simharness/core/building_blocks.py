@@ -13,7 +13,7 @@ import itertools
 from typing import Any, List, Optional, Sequence, Tuple
 
 from simharness.core import types as T
-from simharness.errors import SimharnessTypeError
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 
 class ComputationBuildingBlock:
@@ -74,7 +74,7 @@ class Selection(ComputationBuildingBlock):
         if name is not None:
             index = st.index_of(name)
         if index is None:
-            raise SimharnessTypeError('a selection needs an index or a name')
+            raise SimharnessValueError('a selection needs an index or a name')
         if not -len(st) <= index < len(st):
             raise SimharnessTypeError(f'index {index} is out of range for {source.type_signature}')
         self.source = source
@@ -290,3 +290,52 @@ def free_references(comp: ComputationBuildingBlock) -> set:
     for c in comp.children():
         out |= free_references(c)
     return out
+
+
+class IntrinsicDef:
+    """An intrinsic by URI, as TFF 0.19's ``intrinsic_defs.IntrinsicDef``: what an executor's
+    ``create_value(intrinsic_def, type_spec)`` embeds with the concrete `type_spec` given.
+
+    Constructing one registers its URI (TFF's: a test defines an intrinsic that the
+    executors then recognize and refuse to run with `NotImplementedError`).
+
+    Args:
+      name: TFF's constant name (``'FEDERATED_SUM'``).
+      uri: the intrinsic's URI (``'federated_sum'``).
+      type_signature: its (possibly abstract) type; informational.
+    """
+
+    def __init__(self, name: str, uri: str, type_signature: Any = None):
+        for what, s in (('name', name), ('uri', uri)):
+            if not isinstance(s, str) or not s:
+                raise SimharnessTypeError(f'IntrinsicDef {what} must be a non-empty str, got '
+                                          f'{s!r}', expected=str, actual=type(s))
+        self.name = name
+        self.uri = uri
+        self.type_signature = type_signature
+        _INTRINSIC_DEFS[uri] = self
+
+    def __repr__(self) -> str:
+        return f"IntrinsicDef('{self.name}', '{self.uri}')"
+
+
+_INTRINSIC_DEFS: dict = {}
+
+for _uri in (
+        'federated_aggregate', 'federated_apply', 'federated_broadcast', 'federated_collect',
+        'federated_eval_at_clients', 'federated_eval_at_server', 'federated_map',
+        'federated_map_all_equal', 'federated_max', 'federated_mean', 'federated_min',
+        'federated_secure_modular_sum', 'federated_secure_select', 'federated_secure_sum',
+        'federated_secure_sum_bitwidth', 'federated_select', 'federated_sum',
+        'federated_value_at_clients', 'federated_value_at_server', 'federated_weighted_mean',
+        'federated_zip_at_clients', 'federated_zip_at_server', 'generic_divide',
+        'generic_multiply', 'generic_plus', 'generic_zero', 'sequence_map', 'sequence_reduce',
+        'sequence_sum'):
+    IntrinsicDef(_uri.upper(), _uri)
+IntrinsicDef('GENERIC_ZERO', 'generic_zero', T.AbstractType('T'))  # a value, not a function
+
+
+def uri_to_intrinsic_def(uri: str) -> Optional[IntrinsicDef]:
+    """The registered intrinsic of `uri` (TFF's known intrinsics and any defined since), or
+    None."""
+    return _INTRINSIC_DEFS.get(uri)

@@ -23,7 +23,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import context_stack
 from simharness.core import tracing
 from simharness.core import types as T
-from simharness.core.structure import Struct
+from simharness.core.structure import Struct, call_unpacked
 from simharness.errors import SimharnessTypeError
 
 
@@ -215,22 +215,40 @@ def _param_type_and_unpack(fn: Callable, specs: tuple) -> tuple:
         raise SimharnessTypeError(
             f'{getattr(fn, "__name__", fn)} takes no parameters, but the parameter type(s) '
             f'{given} were given', actual=specs)
+    names: List[Optional[str]] = [p.name for p in inspect.signature(fn).parameters.values()
+                                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(specs) == 1:
         t = T.to_type(specs[0])
         if nparams is not None and nparams >= 2:
             if isinstance(t, T.StructType) and len(t) == nparams:
-                return t, True
+                return _named_for_params(fn, t, cast(List[str], names)), True
             raise SimharnessTypeError(f'{fn.__name__} takes {nparams} parameters but the spec '
                                       f'{t} does not have {nparams} elements')
         return t, False
-    names: List[Optional[str]] = [p.name for p in inspect.signature(fn).parameters.values()
-                                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if nparams is not None and nparams != len(specs):
         raise SimharnessTypeError(f'{fn.__name__} takes {nparams} parameters but {len(specs)} '
                                   'specs were given')
     if nparams is None:
         names = [None] * len(specs)
     return T.StructType([(n, T.to_type(s)) for n, s in zip(names, specs)]), True
+
+
+def _named_for_params(fn: Callable, t: T.StructType, params: List[str]) -> T.StructType:
+    """One struct type for several parameters, as federated_language bundles it: unnamed
+    elements take the parameters' names; named ones must be the parameters' names."""
+    given = [n for n, _ in t.items() if n is not None]
+    if not given:
+        return T.StructType(list(zip(params, t)), container=collections.OrderedDict)
+    if len(given) != len(t):
+        raise SimharnessTypeError(
+            'Types with both named and unnamed fields cannot be unpacked into argument lists. '
+            f'Found parameter type {t}.', actual=t)
+    if set(given) != set(params):
+        raise SimharnessTypeError(
+            f'Function argument names must match field names of parameter type. Found '
+            f'argument names {params} of {getattr(fn, "__name__", fn)}, which do not match '
+            f'{given}, the top-level fields of the parameter type {t}.', actual=t)
+    return t
 
 
 def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation],
@@ -286,7 +304,8 @@ def _make_federated(fn: Callable, param: Optional[T.Type], unpack: bool) -> Conc
             result = fn()
         else:
             ref = tracing.Value(bb.Reference(pname, param))
-            result = fn(*list(ref)) if unpack else fn(ref)
+            result = (call_unpacked(fn, cast(T.StructType, param), list(ref)) if unpack
+                      else fn(ref))
         if result is None:
             raise SimharnessTypeError(f'federated_computation {name!r} returned None')
         body = tracing.to_building_block(result)

@@ -81,5 +81,8 @@ class Struct:
         parts = [repr(v) if n is None else f'{n}={v!r}' for n, v in self.items()]
         return 'Struct(' + ', '.join(parts) + ')'
 
+    def __str__(self) -> str:  # TFF's: <a=1,2>
+        return '<' + ','.join(str(v) if n is None else f'{n}={v}' for n, v in self.items()) + '>'
+
     def __reduce__(self):
         return (Struct, (self.items(),))

@@ -9,6 +9,7 @@ attrs class, list, tuple).
 from __future__ import annotations
 
 import collections
+import inspect
 from typing import Any, Callable, List, Optional, Tuple, cast
 
 import attrs
@@ -219,3 +220,18 @@ def broadcast_static(spec: Any, member: T.Type) -> List[int]:
             out.append(int(x))
     walk(s, member)
     return out
+
+
+def call_unpacked(fn: Callable, param_type: T.StructType, values: List[Any]) -> Any:
+    """`fn` called with the elements of a struct argument: by name when the struct's names
+    are `fn`'s parameter names in another order (federated_language binds them by name),
+    else in order."""
+    names = [n for n, _ in param_type.items()]
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind == p.POSITIONAL_OR_KEYWORD]
+    except (TypeError, ValueError):  # no signature to bind names to
+        return fn(*values)
+    if None not in names and names != params and sorted(names) == sorted(params):
+        return fn(**dict(zip(cast(List[str], names), values)))
+    return fn(*values)

@@ -32,7 +32,7 @@ from tensorflow.python.framework import auto_control_deps
 from simharness.core import determinism
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.core.structure import Struct, from_container
+from simharness.core.structure import Struct, call_unpacked, from_container
 from simharness.errors import SimharnessTypeError
 
 
@@ -154,7 +154,8 @@ def call_with_param(fn: Callable, param_type: Optional[T.Type], arg: Any, unpack
         return fn()
     if unpack:
         # unpack is only set for a struct parameter (see computation._param_type_and_unpack)
-        return fn(*[_to_python_struct(v, t) for v, t in zip(arg, cast(T.StructType, param_type))])
+        st = cast(T.StructType, param_type)
+        return call_unpacked(fn, st, [_to_python_struct(v, t) for v, t in zip(arg, st)])
     return fn(_to_python_struct(arg, param_type))
 
 

@@ -89,7 +89,7 @@ def to_numpy_dtype(dtype: Any) -> np.dtype:
 
 
 def _dtype_name(dtype: np.dtype) -> str:
-    return 'string' if dtype == np.dtype(object) else dtype.name
+    return 'str' if dtype == np.dtype(object) else dtype.name  # federated_language's name
 
 
 # ---------------------------------------------------------------- types

@@ -20,7 +20,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.computation import Computation
 from simharness.core.structure import Struct, from_container
-from simharness.errors import ExecutorClosedError, SimharnessTypeError
+from simharness.errors import ExecutorClosedError, SimharnessTypeError, SimharnessValueError
 from simharness.executors.base import (BatchExecutor, Executor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
 from simharness.validation import check_callable, check_instance, check_type_spec_matches
@@ -33,7 +33,7 @@ class FederatingValue(ExecutorValue):
     building block of compiled computations so that they can be embedded in
     other children), 'federated' (a strategy-specific payload), 'struct'
     (a list of (name, FederatingValue)), 'intrinsic' ((uri, static args)),
-    'placement'.
+    'placement', 'lambda' (the `Lambda` block, embedded as is).
     """
 
     __slots__ = ('kind', 'payload', '_type', 'source', '_executor')
@@ -139,38 +139,70 @@ class FederatingExecutor(Executor):
         return FederatingValue('unplaced', value, value.type_signature, self, source)
 
     async def _create_value(self, value: Any, type_spec: Any = None) -> FederatingValue:
+        """TFF 0.19's kinds: an `IntrinsicDef` with its concrete type, a placement literal,
+        compiled computations, intrinsics and lambdas (blocks or `Computation`s), and Python
+        values of a given type.
+
+        Raises:
+          SimharnessTypeError: `value` does not match `type_spec`, or a Python value (or an
+            `IntrinsicDef`) without a `type_spec`.
+          SimharnessValueError: an unrecognized intrinsic URI, or a building block of another
+            kind (references, calls, selections, structs, blocks, placements: only a
+            `ReferenceResolvingExecutor` above evaluates those).
+        """
         self._check_open()
         if isinstance(value, FederatingValue):
             check_type_spec_matches(type_spec, value.type_signature, 'value')
             return value
-        if isinstance(value, Computation):  # a computation given as is (TFF's raw API)
-            hint = type_spec.parameter if isinstance(type_spec, T.FunctionType) else None
-            value = value.to_building_block(hint)
+        t = None if type_spec is None else T.to_type(type_spec)
+        if isinstance(value, bb.IntrinsicDef):
+            if t is None:
+                raise SimharnessTypeError(
+                    f'{value!r} is embedded with its concrete type: pass type_spec (e.g. the '
+                    'FunctionType of this use)', expected=T.Type, actual=None)
+            a_value = (value.type_signature is not None
+                       and not isinstance(value.type_signature, T.FunctionType))  # generic_zero
+            if not a_value and not isinstance(t, T.FunctionType):
+                raise SimharnessTypeError(f'{value!r} is a function; type_spec {t} is not a '
+                                          'function type', expected=T.FunctionType, actual=t)
+            return FederatingValue('intrinsic', (value.uri, {}), t, self)
         if isinstance(value, T.PlacementLiteral):  # simharness.SERVER / CLIENTS
-            value = bb.Placement(value)
-        if isinstance(value, bb.Intrinsic):
-            check_type_spec_matches(type_spec, value.type_signature, f'intrinsic {value.uri}')
-            return FederatingValue('intrinsic', (value.uri, value.static), value.type_signature, self)
-        if isinstance(value, bb.Placement):
-            check_type_spec_matches(type_spec, value.type_signature, f'placement {value.literal}')
-            return FederatingValue('placement', value.literal, value.type_signature, self)
-        if isinstance(value, bb.CompiledComputation):
-            check_type_spec_matches(type_spec, value.type_signature, 'computation')
-            return self.unplaced(await self._unplaced.create_value(value, value.type_signature), value)
-        if isinstance(value, bb.Lambda):
-            raise SimharnessTypeError(
-                f'a federated_computation lambda of type {value.type_signature} cannot be passed '
-                'to an intrinsic; pass a tf_computation')
-        if isinstance(value, (bb.Struct, bb.Selection, bb.Call)):
-            # TFF's raw API: a closed expression of intrinsics, compiled computations,
-            # placements and data, evaluated here part by part.
-            check_type_spec_matches(type_spec, value.type_signature,
-                                    f'{type(value).__name__} building block')
-            return await self._embed_expression(value)
+            t = T.PlacementType() if t is None else t
+            if not isinstance(t, T.PlacementType):
+                raise SimharnessTypeError(f'placement {value} has type placement, not {t}',
+                                          expected=T.PlacementType(), actual=t)
+            return FederatingValue('placement', value, t, self)
+        if isinstance(value, Computation):  # a computation given as is (TFF's raw API)
+            hint = t.parameter if isinstance(t, T.FunctionType) else None
+            value = value.to_building_block(hint)
         if isinstance(value, bb.ComputationBuildingBlock):
-            raise SimharnessTypeError(f'the federating layer cannot embed a {type(value).__name__} '
-                                      'building block')
-        t = T.to_type(type_spec) if type_spec is not None else T.infer_type(value)
+            check_type_spec_matches(t, value.type_signature,
+                                    f'{type(value).__name__} building block')
+            if isinstance(value, bb.Intrinsic):
+                if bb.uri_to_intrinsic_def(value.uri) is None:
+                    raise SimharnessValueError(f'Encountered an unrecognized intrinsic '
+                                               f'{value.uri!r}')
+                return FederatingValue('intrinsic', (value.uri, value.static),
+                                       value.type_signature, self)
+            if isinstance(value, bb.CompiledComputation):
+                return self.unplaced(
+                    await self._unplaced.create_value(value, value.type_signature), value)
+            if isinstance(value, bb.Lambda):
+                # Embedded as is (TFF's); an intrinsic given it asks for a tf_computation.
+                return FederatingValue('lambda', value, value.type_signature, self, value)
+            raise SimharnessValueError(
+                f'Unsupported computation building block of type {type(value).__name__} '
+                f'({value.type_signature}): the federating layer embeds compiled computations, '
+                'intrinsics and lambdas; a ReferenceResolvingExecutor above it evaluates the '
+                'others')
+        if isinstance(value, ExecutorValue):
+            raise SimharnessTypeError(f'{value!r} is a value of another executor, not of this '
+                                      'FederatingExecutor', actual=type(value))
+        if t is None:
+            raise SimharnessTypeError(
+                f'create_value needs the type of {value!r} ({type(value).__name__}): the '
+                'federating layer embeds Python values of a given type_spec', expected=T.Type,
+                actual=None)
         if isinstance(t, T.FederatedType):
             return await self.strategy.ingest_federated(value, t)
         if isinstance(t, T.StructType) and any(
@@ -180,48 +212,39 @@ class FederatingExecutor(Executor):
             return FederatingValue('struct', elems, t, self)
         return self.unplaced(await self._unplaced.create_value(value, t))
 
-    async def _embed_expression(self, comp: bb.ComputationBuildingBlock) -> FederatingValue:
-        """A struct, selection or call building block, its parts embedded and combined.
-
-        Raises:
-          SimharnessTypeError: it refers to a name (a `Reference`): only a
-            `ReferenceResolvingExecutor` above this one binds names.
-        """
-        if isinstance(comp, bb.Struct):
-            return await self._create_struct(
-                [(n, await self._embed_expression(e)) for n, e in comp.elements])
-        if isinstance(comp, bb.Selection):
-            return await self._create_selection(await self._embed_expression(comp.source),
-                                                comp.index)
-        if isinstance(comp, bb.Call):
-            fn = await self._embed_expression(comp.fn)
-            arg = None if comp.arg is None else await self._embed_expression(comp.arg)
-            return await self._create_call(fn, arg)
-        if isinstance(comp, bb.Reference):
-            raise SimharnessTypeError(
-                f'the building block refers to {comp.name!r} of type {comp.type_signature}, which '
-                'the federating layer cannot resolve; embed it through a '
-                'ReferenceResolvingExecutor', actual=comp.type_signature)
-        return await self._create_value(comp, comp.type_signature)
-
     async def _create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> FederatingValue:
+        """Raises:
+          SimharnessTypeError: `comp` or `arg` is not a value of this executor, or `arg`
+            does not match the parameter of `comp`'s function type.
+          SimharnessValueError: `comp` is not a compiled computation or an intrinsic.
+          NotImplementedError: the strategy does not run the intrinsic.
+        """
         self._check_open()
         if not isinstance(comp, FederatingValue):
-            raise SimharnessTypeError(f'{comp!r} is not a value of this executor')
+            raise SimharnessTypeError(f'{comp!r} is not a value of this FederatingExecutor',
+                                      expected=FederatingValue, actual=type(comp))
         ft = comp.type_signature
-        if not isinstance(ft, T.FunctionType):
-            raise SimharnessTypeError(f'cannot call a value of type {ft}', actual=ft)
-        if ft.parameter is not None and arg is not None:
+        if arg is not None:
+            if not isinstance(arg, FederatingValue):
+                raise SimharnessTypeError(f'the argument {arg!r} is not a value of this '
+                                          'FederatingExecutor', expected=FederatingValue,
+                                          actual=type(arg))
+            if not isinstance(ft, T.FunctionType) or ft.parameter is None:
+                raise SimharnessTypeError(f'cannot call a value of type {ft} with an argument '
+                                          f'of type {arg.type_signature}', actual=ft)
             ft.parameter.check_assignable_from(arg.type_signature, 'argument')
         if comp.kind == 'intrinsic':
             uri, static = comp.payload
+            rt = ft.result if isinstance(ft, T.FunctionType) else ft
             # values passed to this executor are its own (FederatingValues)
             return await self.strategy.compute_intrinsic(
-                uri, static, cast(Optional[FederatingValue], arg), ft.result)
-        if comp.kind == 'unplaced':
+                uri, static, cast(Optional[FederatingValue], arg), rt)
+        if comp.kind == 'unplaced' and isinstance(ft, T.FunctionType):
             target_arg = None if arg is None else await self.to_unplaced(cast(FederatingValue, arg))
             return self.unplaced(await self._unplaced.create_call(comp.payload, target_arg))
-        raise SimharnessTypeError(f'cannot call a value of kind {comp.kind}')
+        raise SimharnessValueError(
+            f'Directly calling a {comp.kind} value of type {ft} is unsupported: the federating '
+            'layer calls compiled computations and intrinsics')
 
     async def to_unplaced(self, v: FederatingValue) -> ExecutorValue:
         if v.kind == 'unplaced':
@@ -236,6 +259,11 @@ class FederatingExecutor(Executor):
     async def _create_struct(self, elements: Any) -> FederatingValue:
         self._check_open()
         items = normalize_struct_elements(elements)
+        for n, v in items:
+            if not isinstance(v, FederatingValue):
+                raise SimharnessTypeError(
+                    f'struct element {n if n is not None else ""!s} {v!r} is not a value of this '
+                    'FederatingExecutor', expected=FederatingValue, actual=type(v))
         t = T.StructType([(n, v.type_signature) for n, v in items])
         return FederatingValue('struct', list(items), t, self)
 
@@ -251,7 +279,8 @@ class FederatingExecutor(Executor):
             return self.unplaced(await self._unplaced.create_selection(source.payload, index))
         if source.kind == 'federated':
             return await self.strategy.select_federated(source, index)
-        raise SimharnessTypeError(f'cannot select from a value of type {source.type_signature}')
+        raise SimharnessValueError(f'cannot select from a {source.kind} value of type '
+                                   f'{source.type_signature}')
 
     async def create_value(self, value: Any, type_spec: Any = None) -> FederatingValue:
         with self.strategy.busy():

@@ -40,6 +40,11 @@ from simharness.executors.base import (Executor, ExecutorValue, normalize_struct
 from simharness.validation import check_instance, check_type_spec_matches
 
 
+class CapturedReferenceError(SimharnessTypeError, RuntimeError):
+    """A lambda that refers to names of its enclosing scope was passed on (a TypeError, and
+    TFF's RuntimeError)."""
+
+
 class _Scope:
     __slots__ = ('_name', '_value', '_parent')
 
@@ -195,7 +200,18 @@ class ReferenceResolvingExecutor(Executor):
 
     async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ReferenceResolvingValue:
         self._check_open()
-        # values passed to this executor are its own (ReferenceResolvingValues)
+        for what, v in (('function', comp), ('argument', arg)):
+            if v is not None and not isinstance(v, ReferenceResolvingValue):
+                raise SimharnessTypeError(
+                    f'the {what} {v!r} is not a value of this ReferenceResolvingExecutor',
+                    expected=ReferenceResolvingValue, actual=type(v))
+        ft = comp.type_signature
+        if arg is not None and isinstance(ft, T.FunctionType) and not (
+                ft.parameter is not None and ft.parameter.is_assignable_from(arg.type_signature)):
+            raise SimharnessTypeError(
+                f'the argument of type {arg.type_signature} is incompatible with the parameter '
+                f'type {ft.parameter} of the function {ft}', expected=ft.parameter,
+                actual=arg.type_signature)
         return await self._invocation(self._call(cast(ReferenceResolvingValue, comp),
                                                  cast(Optional[ReferenceResolvingValue], arg)))
 
@@ -253,9 +269,10 @@ class ReferenceResolvingExecutor(Executor):
         lam, scope = cast(Tuple[bb.Lambda, _Scope], v._closure)
         free = bb.free_references(lam)
         if free:
-            raise SimharnessTypeError(
-                f'a lambda that refers to {sorted(free)} from its enclosing scope cannot be passed '
-                'to the federating layer; pass a tf_computation (or a lambda without free '
+            raise CapturedReferenceError(
+                f'lambda passed to intrinsic contains references to captured variables '
+                f'{sorted(free)}: a lambda that refers to names of its enclosing scope cannot be '
+                'passed to the federating layer; pass a tf_computation (or a lambda without free '
                 'references) instead')
         return await self._target.create_value(lam, lam.type_signature)
 
@@ -362,9 +379,11 @@ class ReferenceResolvingExecutor(Executor):
             return ReferenceResolvingValue(comp.type_signature, struct=elems)
         if isinstance(comp, bb.Selection):
             return await self._select(await self._evaluate(comp.source, scope), comp.index)
-        # Compiled TF, intrinsics, data and placements belong to the target.
+        # Compiled TF, intrinsics, data and placements belong to the target (a placement as
+        # its literal, as TFF's reference-resolving layer passes it on).
+        value = comp.literal if isinstance(comp, bb.Placement) else comp
         return ReferenceResolvingValue(
-            comp.type_signature, target_value=await self._target.create_value(comp, comp.type_signature))
+            comp.type_signature, target_value=await self._target.create_value(value, comp.type_signature))
 
 
 async def _settle(tasks: List[asyncio.Future], cancel: bool) -> None:

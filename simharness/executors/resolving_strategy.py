@@ -444,8 +444,9 @@ class FederatedResolvingStrategy(FederatingStrategy):
                                 result_type: T.Type) -> FederatingValue:
         method = getattr(self, '_' + uri, None)
         if method is None:
-            raise SimharnessValueError(f'intrinsic {uri!r} is not supported by '
-                                       f'{type(self).__name__}')
+            # TFF's error for an intrinsic a strategy does not implement
+            raise NotImplementedError(f'intrinsic {uri!r} is not supported by '
+                                      f'{type(self).__name__}')
         return await method(arg, static, result_type)
 
     def busy(self) -> Any:
@@ -739,10 +740,10 @@ class FederatedResolvingStrategy(FederatingStrategy):
         for g, ex in enumerate(self._groups):
             for i, k in enumerate(await ex.compute_many(kp[g]) if kp[g] else []):
                 arr = np.asarray(k.numpy() if hasattr(k, 'numpy') else k)
-                if arr.size and (arr.min() < 0 or arr.max() >= mk):
+                if arr.size and (arr.min() < 0 or arr.max() > mk):  # inclusive, as TFF's
                     raise SimharnessValueError(
                         f'client {self._starts[g] + i}: keys {arr.tolist()} must lie in '
-                        f'[0, {mk}) (max_key)')
+                        f'[0, {mk}] (max_key)')
         st = server_val.type_signature.member
         et = rt.member.element
 

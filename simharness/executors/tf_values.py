@@ -123,6 +123,11 @@ def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
                                   f'to tensor type {t}', expected=t, actual=type(value).__name__)
     if t.dtype == np.dtype(object):
         arr = np.asarray(value, dtype=object)
+        bad = next((x for x in arr.flat if not isinstance(x, (str, bytes))), None)
+        if bad is not None:
+            raise SimharnessTypeError(f'value {value!r:.80} is not assignable to {t}: '
+                                      f'{bad!r} ({type(bad).__name__}) is not a str or bytes',
+                                      expected=t, actual=type(bad).__name__)
     else:
         src = np.asarray(value)
         if src.dtype == object or src.dtype.kind in 'US' or (

@@ -125,11 +125,13 @@ def test_kinds_of_embedded_values():
     assert comp.kind == 'unplaced' and comp.source is add_one.to_building_block()
     intrinsic = bb.Intrinsic('federated_sum', T.FunctionType(F32_AT_C, F32_AT_S))
     assert run(fed.create_value(intrinsic)).kind == 'intrinsic'
-    assert run(fed.create_value(bb.Placement(sh.CLIENTS))).kind == 'placement'
-    with pytest.raises(SimharnessTypeError, match='lambda .* cannot be passed to an intrinsic'):
-        run(fed.create_value(bb.Lambda('x', F32, bb.Reference('x', F32))))
-    with pytest.raises(SimharnessTypeError, match='cannot embed a Reference'):
-        run(fed.create_value(bb.Reference('x', F32)))
+    assert run(fed.create_value(sh.CLIENTS)).kind == 'placement'
+    # TFF 0.19's: a lambda is embedded as is; other blocks are the reference-resolving
+    # layer's to evaluate (ValueError).
+    assert run(fed.create_value(bb.Lambda('x', F32, bb.Reference('x', F32)))).kind == 'lambda'
+    for block in (bb.Reference('x', F32), bb.Placement(sh.CLIENTS)):
+        with pytest.raises(SimharnessValueError, match='Unsupported computation building block'):
+            run(fed.create_value(block))
     struct = run(fed.create_value([[1.0], 3.0], T.StructType([F32_AT_C, F32])))
     assert struct.kind == 'struct' and [e.kind for _, e in struct.payload] == ['federated', 'unplaced']
 
@@ -142,8 +144,12 @@ def test_intrinsic_called_directly():
     assert out.type_signature == F32_AT_S and float(run(out.compute())) == 10.0
     with pytest.raises(SimharnessTypeError, match=r'float32@SERVER is not assignable .* \{float32\}@CLIENTS'):
         run(fed.create_call(fn, out))
-    bad = run(fed.create_value(bb.Intrinsic('federated_median', T.FunctionType(F32_AT_C, F32_AT_S))))
-    with pytest.raises(SimharnessValueError, match="intrinsic 'federated_median' is not supported"):
+    median = T.FunctionType(F32_AT_C, F32_AT_S)
+    with pytest.raises(SimharnessValueError, match="unrecognized intrinsic 'federated_median'"):
+        run(fed.create_value(bb.Intrinsic('federated_median', median)))
+    bb.IntrinsicDef('FEDERATED_MEDIAN_TEST', 'federated_median_test')  # registered, not run
+    bad = run(fed.create_value(bb.Intrinsic('federated_median_test', median)))
+    with pytest.raises(NotImplementedError, match="'federated_median_test' is not supported"):
         run(fed.create_call(bad, arg))
 
 

@@ -205,7 +205,7 @@ def test_aggregate_type_errors():
     ([F32_AT_C, F32_AT_S], lambda p: sh.federated_zip([p[0], p[1]]), 'same placement'),
     (F32_AT_C, lambda xs: sh.federated_zip([]), 'non-empty struct'),
     (sh.type_at_clients(tf.bool), lambda xs: sh.federated_sum(xs), 'numeric tensors.*bool'),
-    (sh.SequenceType(tf.string), lambda s: sh.sequence_sum(s), 'numeric tensors.*string'),
+    (sh.SequenceType(tf.string), lambda s: sh.sequence_sum(s), 'numeric tensors.*str'),
     (F32_AT_C, lambda xs: sh.sequence_sum(xs), r'expected a sequence .*\{float32\}@CLIENTS'),
     (F32_AT_C, lambda xs: None, 'returned None'),
 ])
@@ -252,7 +252,7 @@ def test_variables_and_tables_are_created_afresh_by_every_call():
         table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(['a'], [1.0]), -1.0)
         return table.lookup(k) + v
-    assert str(f.type_signature) == '(string -> float32)'
+    assert str(f.type_signature) == '(str -> float32)'
     nodes = {n.name: n for n in _graph_def(f).node}
     handles = [n for n in nodes.values() if n.op == 'VarHandleOp']
     assert len(handles) == 1

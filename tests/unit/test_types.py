@@ -39,7 +39,7 @@ class TestTensorType:
         assert str(TensorType(tf.float32)) == 'float32'
         assert str(TensorType(tf.float32, [None, 3])) == 'float32[?,3]'
         assert str(TensorType(tf.int32, None)) == 'int32[?*]'
-        assert str(TensorType(tf.string)) == 'string'
+        assert str(TensorType(tf.string)) == 'str'
         assert repr(TensorType(tf.bool, [1])) == 'TensorType(bool[1])'
 
     def test_equality_and_hash(self):
@@ -208,7 +208,7 @@ class TestToType:
         (np.dtype('int16'), 'int16'),
         (float, 'float64'),
         (bool, 'bool'),
-        (tf.string, 'string'),
+        (tf.string, 'str'),
         ((tf.float32, [2, None]), 'float32[2,?]'),
         ((np.float32, 3), 'float32[3]'),
         ((tf.int32, None), 'int32[?*]'),
@@ -255,7 +255,7 @@ class TestToType:
 class TestInferType:
 
     @pytest.mark.parametrize('value, expected', [
-        (1, 'int32'), (1.0, 'float32'), (True, 'bool'), ('abc', 'string'),
+        (1, 'int32'), (1.0, 'float32'), (True, 'bool'), ('abc', 'str'),
         (np.float64(2), 'float64'), (np.zeros((2, 3), np.int8), 'int8[2,3]'),
         ([1, 2.0], '<int32,float32>'), ({'a': 1}, '<a=int32>'),
         (Point(1, 2.0), '<x=int32,y=float32>'), (tf.constant([1.0, 2.0]), 'float32[2]'),

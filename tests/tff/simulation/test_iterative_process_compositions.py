@@ -1,12 +1,7 @@
 """Port of TFF's ``tensorflow_federated/python/simulation/iterative_process_compositions_test.py``.
 
 No case left out. Added: the composed processes run (datasets built from ids
-where each client runs) on every stack of `tff_stack`. One expected type
-differs: a ``federated_computation`` declared with one struct type but several
-Python arguments gets parameter names from them in TFF
-(``<server_state=...,client_data=...>``); our core leaves the struct unnamed,
-so ``test_mutates_iterproc_accepting_dataset_in_second_index_of_next`` expects
-the unnamed struct (a core difference, not of the composition).
+where each client runs) on every stack of `tff_stack`.
 """
 
 import collections
@@ -241,10 +236,9 @@ class TestConstructDatasetsOnClientsIterativeProcess:
 
     def test_mutates_iterproc_accepting_dataset_in_second_index_of_next(self):
         iterproc = _create_stateless_int_dataset_reduction_iterative_process()
-        # TFF names the elements of a struct parameter after the Python arguments
-        # (server_state, client_data); our core leaves them unnamed (see the docstring).
         expected = tff.FunctionType(
-            [tff.FederatedType(np.int64, tff.SERVER), tff.FederatedType(np.str_, tff.CLIENTS)],
+            collections.OrderedDict(server_state=tff.FederatedType(np.int64, tff.SERVER),
+                                    client_data=tff.FederatedType(np.str_, tff.CLIENTS)),
             tff.FederatedType(np.int64, tff.SERVER))
         new = ipc.compose_dataset_computation_with_iterative_process(int_dataset_computation,
                                                                      iterproc)

@@ -167,9 +167,9 @@ def test_working_with_client_data_tutorial():
 
 
     # Checks (not in the tutorial).
-    assert str(client_data.dataset_computation.type_signature) == '(string -> <label=int32,pixels=float32[28,28]>*)'
+    assert str(client_data.dataset_computation.type_signature) == '(str -> <label=int32,pixels=float32[28,28]>*)'
     assert str(preprocessed_and_shuffled.dataset_computation.type_signature) == (
-        '(string -> <x=float32[?,784],y=int64[?,1]>*)')
+        '(str -> <x=float32[?,784],y=int64[?,1]>*)')
     assert (trainer_accepting_ids.next.type_signature.result
             == manual_trainer_with_preprocessing.next.type_signature.result)
     start = trainer.initialize()
