@@ -14,6 +14,8 @@ TFF's model API, with TFF's names and shapes:
   models as functions of their weights.
 * `save` / `load`, `save_functional_model` / `load_functional_model`: models
   as TensorFlow SavedModels (module `serialization`).
+* `ReconstructionModel`, `ReconstructionDatasetSplitFn`: models of global and
+  local variables for federated reconstruction.
 
 Beside them (module `specs`), the built-in architectures of the benchmarks and
 configs: `ModelSpec`, `get_model`, `init_weights`, `forward`, `loss`,
@@ -24,6 +26,8 @@ from simharness.learning.models.functional import (FunctionalModel, functional_m
                                                    model_from_functional)
 from simharness.learning.models.keras_utils import from_keras_model
 from simharness.learning.models.model_weights import ModelWeights, weights_type_from_model
+from simharness.learning.models.reconstruction_model import (ReconstructionDatasetSplitFn,
+                                                              ReconstructionModel)
 from simharness.learning.models.serialization import (load, load_functional_model, save,
                                                       save_functional_model)
 from simharness.learning.models.specs import (MODEL_NAMES, ModelSpec, accuracy, forward,
@@ -32,7 +36,8 @@ from simharness.learning.models.specs import (MODEL_NAMES, ModelSpec, accuracy, 
 from simharness.learning.models.variable import BatchOutput, VariableModel
 
 __all__ = [
-    'BatchOutput', 'FunctionalModel', 'ModelWeights', 'VariableModel', 'from_keras_model',
+    'BatchOutput', 'FunctionalModel', 'ModelWeights', 'ReconstructionDatasetSplitFn',
+    'ReconstructionModel', 'VariableModel', 'from_keras_model',
     'functional_model_from_keras', 'load', 'load_functional_model', 'model_from_functional',
     'save', 'save_functional_model', 'weights_type_from_model',
     # the built-in architectures (module `specs`)
