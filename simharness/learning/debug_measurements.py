@@ -1,4 +1,4 @@
-"""Debugging measurements of a learning process's aggregator (TFF's ``learning/debug_measurements.py``).
+"""Debugging measurements of an aggregator (TFF's ``learning/debug_measurements.py``).
 
 ``add_debug_measurements(factory)`` wraps an aggregation factory (weighted or
 unweighted) with `simharness.aggregators.add_measurements`; the aggregation is

@@ -1,4 +1,4 @@
-"""Federated evaluation of several models at once (TFF's ``learning/algorithms/fed_multi_model_eval.py``).
+"""Several models evaluated at once (TFF's ``learning/algorithms/fed_multi_model_eval.py``).
 
 The models are named ``'a'``, ``'b'``, ... in the order given; every client
 evaluates each on the same data.
@@ -124,6 +124,7 @@ def build_fed_multi_model_eval(
         processes = list(metrics_aggregation_processes)
 
     client_work_processes: Dict[str, client_works.ClientWorkProcess] = {}
+    model_weights_type: Any
     for model_id, model_fn, model_weights_type, process in zip(
             string.ascii_lowercase, model_fns, multi_model_weights_type, processes):
         if callable(model_fn):
@@ -139,7 +140,8 @@ def build_fed_multi_model_eval(
                                 for model_id, work in client_work_processes.items()})
 
     # All the models have one input spec: the first model's client data type.
-    client_data_type = client_work_processes['a'].next.type_signature.parameter[2]  # type: ignore[index]
+    first_next: Any = client_work_processes['a'].next.type_signature
+    client_data_type = first_next.parameter[2]
 
     @federated_computation(multi_init.type_signature.result,
                            T.FederatedType(multi_model_weights_type, T.CLIENTS), client_data_type)
@@ -210,9 +212,9 @@ def build_fed_multi_model_eval_from_processes(
                                    f'got {len(eval_processes)}.')
     for i, process in enumerate(eval_processes):
         _common.check_instance(process, learning_process.LearningProcess, f'eval_processes[{i}]')
-    dataset_type = eval_processes[0].next.type_signature.parameter[1]  # type: ignore[index]
-    if not all(p.next.type_signature.parameter[1].is_equivalent_to(dataset_type)  # type: ignore[index]
-               for p in eval_processes[1:]):
+    signatures: Any = [p.next.type_signature for p in eval_processes]
+    dataset_type = signatures[0].parameter[1]
+    if not all(sig.parameter[1].is_equivalent_to(dataset_type) for sig in signatures[1:]):
         raise SimharnessValueError('All evaluation processes must have the same dataset type.')
     named = list(zip(string.ascii_letters, eval_processes))
 

@@ -228,8 +228,9 @@ def build_fed_kmeans(
         sum_aggregator = sum_factory.SumFactory()
     # As a weighted aggregator (empty weights), for the composer.
     weighted_aggregator = factory_utils.as_weighted_aggregator(sum_aggregator)
-    aggregator = weighted_aggregator.create(T.to_type((centroids_type, weights_type)),
-                                            T.to_type(()))
+    value_type: Any = T.to_type((centroids_type, weights_type))
+    empty_weight_type: Any = T.to_type(())
+    aggregator = weighted_aggregator.create(value_type, empty_weight_type)
     finalizer = _build_kmeans_finalizer(centroids_type, num_clusters)
     return composers.compose_learning_process(initialize_centers, distributor, client_work,
                                               aggregator, finalizer)

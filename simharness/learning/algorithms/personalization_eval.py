@@ -106,8 +106,9 @@ def build_personalization_eval_computation(
     client_computation = _build_client_computation(model_weights_type, client_input_type,
                                                    model_fn, personalize_fn_dict,
                                                    baseline_evaluate_fn)
+    metrics_type: Any = client_computation.type_signature.result
     aggregation_process = sampling.UnweightedReservoirSamplingFactory(
-        sample_size=max_num_clients).create(client_computation.type_signature.result)
+        sample_size=max_num_clients).create(metrics_type)
 
     @federated_computation(T.FederatedType(model_weights_type, T.SERVER),
                            T.FederatedType(client_input_type, T.CLIENTS))

@@ -1,10 +1,13 @@
-"""Port of TFF's ``tensorflow_federated/python/learning/debug_measurements_test.py``. No case left out.
+"""Port of TFF's ``tensorflow_federated/python/learning/debug_measurements_test.py``.
 
-The int32 case expects TypeError or ValueError, as TFF's; ours raises a
-`SimharnessTypeError` (a TypeError) while tracing ``tf.norm`` of an int32.
+No case left out. The computations are traced once per type for the module.
+The int32 case expects TypeError or ValueError, as TFF's;
+ours raises a `SimharnessTypeError` (a TypeError) while tracing ``tf.norm``
+of an int32.
 """
 
 import collections
+import functools
 
 import numpy as np
 import pytest
@@ -127,8 +130,10 @@ def test_correctness_unbiased_std_dev_unweighted(distribution):
     assert abs(float(unbiased_std_dev) - float(correct)) <= 1e-6
 
 
-def _client_statistics_comp(client_dtype, fn=None):
-    fn = fn or debug_measurements._calculate_client_update_statistics
+@functools.lru_cache(maxsize=None)
+def _client_statistics_comp(client_dtype, mixed=False):
+    fn = (debug_measurements._calculate_client_update_statistics_mixed_dtype if mixed
+          else debug_measurements._calculate_client_update_statistics)
 
     @tff.federated_computation(tff.FederatedType(client_dtype, tff.CLIENTS),
                                tff.FederatedType(np.float32, tff.CLIENTS))
@@ -192,15 +197,13 @@ def test_correctness_of_weighted_client_update_statistics(tff_stack, float32_sta
 ], ids=['distribution_float16', 'distribution_float64'])
 def test_correctness_of_weighted_client_update_statistics_mixed_dtype(
         tff_stack, client_updates, client_weights, client_type_spec):
-    comp = _client_statistics_comp(
-        client_type_spec, debug_measurements._calculate_client_update_statistics_mixed_dtype)
+    comp = _client_statistics_comp(client_type_spec, mixed=True)
     actual = comp(client_updates, client_weights)
     _close(actual, _expected_weighted(client_updates, client_weights), tol=1e-5)
 
 
 def test_inf_error_in_client_update_statistics(tff_stack):
-    comp = _client_statistics_comp(
-        np.float64, debug_measurements._calculate_client_update_statistics_mixed_dtype)
+    comp = _client_statistics_comp(np.float64, mixed=True)
     actual = comp([np.float64(2 ** 63 - 1), np.float64(2 ** 63), np.float64(2 ** 63 + 1)],
                   [2.0, 3.0, 1.0])
     assert np.isinf(actual['std_dev_client_norm'])
@@ -208,8 +211,7 @@ def test_inf_error_in_client_update_statistics(tff_stack):
 
 def test_type_error_in_client_update_statistics_with_int32():
     with pytest.raises((TypeError, ValueError)):
-        comp = _client_statistics_comp(
-            np.int32, debug_measurements._calculate_client_update_statistics_mixed_dtype)
+        comp = _client_statistics_comp(np.int32, mixed=True)
         comp([np.int32(123), np.int32(234), np.int32(345)], [2.0, 3.0, 1.0])
 
 
@@ -281,7 +283,8 @@ def test_add_measurements_to_weighted_aggregation_factory_output(tff_stack, weig
 def test_add_measurements_to_unweighted_aggregation_factory_output(tff_stack, unweighted_pair):
     mean_aggregator, debug_aggregator = unweighted_pair
     state = mean_aggregator.initialize()
-    _check_outputs(mean_aggregator.next(state, [2.0, 4.0]), debug_aggregator.next(state, [2.0, 4.0]))
+    _check_outputs(mean_aggregator.next(state, [2.0, 4.0]),
+                   debug_aggregator.next(state, [2.0, 4.0]))
 
 
 # Ours after TFF's.

@@ -3,8 +3,8 @@
 Every case of TFF's module is here (``skip_test_for_*gpu`` does not apply: no
 GPU). `TestModel`, the custom metrics aggregation process, the client data
 and the functional datasets are those of our port of ``fed_eval_test.py``
-(TFF's two test modules define them identically). The two-model processes
-are traced once for the module. Ours after TFF's: bad argument counts, and
+(TFF's two test modules define them identically). The processes are traced
+once for the module. Ours after TFF's: bad argument counts, and
 the process built from two processes gives each model's metrics of
 `build_fed_eval` alone.
 """
@@ -157,7 +157,8 @@ def test_fed_multi_model_eval_with_model_distributor():
         dist.next.type_signature.result.measurements.member)
 
 
-def test_fed_multi_model_eval_with_metrics_aggregation_process(tff_stack):
+@pytest.fixture(scope='module')
+def custom_metrics_process():
     test_model = TestModel()
     metrics_aggregation_process = _custom_metrics_aggregation_process(
         test_model.metric_finalizers(),
@@ -166,6 +167,11 @@ def test_fed_multi_model_eval_with_metrics_aggregation_process(tff_stack):
         (TestModel, TestModel),
         metrics_aggregation_processes=(metrics_aggregation_process,
                                        metrics_aggregation_process))
+    return eval_process
+
+
+def test_fed_multi_model_eval_with_metrics_aggregation_process(tff_stack, custom_metrics_process):
+    eval_process = custom_metrics_process
     state = eval_process.initialize()
     assert state.client_work == {'a': collections.OrderedDict([('num_over', 0.0)]),
                                  'b': collections.OrderedDict([('num_over', 0.0)])}
@@ -206,9 +212,9 @@ def test_raises_on_non_callable_or_functional_model():
         fed_multi_model_eval.build_fed_multi_model_eval(model_fns=(0,))
 
 
-def test_functional_evaluation_matches_non_functional(tff_stack):
-    datasets = _functional_test_datasets()
-    batch_type = tff.to_type(datasets[0].element_spec)
+@pytest.fixture(scope='module')
+def keras_and_functional_processes():
+    batch_type = tff.to_type(_functional_test_datasets()[0].element_spec)
     loss_fn = tf.keras.losses.MeanSquaredError
 
     def tff_model_fn():
@@ -216,7 +222,6 @@ def test_functional_evaluation_matches_non_functional(tff_stack):
                                                     input_spec=batch_type)
 
     eval_process = fed_multi_model_eval.build_fed_multi_model_eval((tff_model_fn,))
-    eval_output = eval_process.next(eval_process.initialize(), datasets)
 
     def build_metrics_fn():
         return collections.OrderedDict(loss=tf.keras.metrics.MeanSquaredError(),
@@ -228,6 +233,13 @@ def test_functional_evaluation_matches_non_functional(tff_stack):
         metrics_constructor=build_metrics_fn)
     functional_eval_process = fed_multi_model_eval.build_fed_multi_model_eval(
         (functional_model,))
+    return eval_process, functional_eval_process
+
+
+def test_functional_evaluation_matches_non_functional(tff_stack, keras_and_functional_processes):
+    datasets = _functional_test_datasets()
+    eval_process, functional_eval_process = keras_and_functional_processes
+    eval_output = eval_process.next(eval_process.initialize(), datasets)
     functional_eval_output = functional_eval_process.next(
         functional_eval_process.initialize(), datasets)
     assert eval_output.metrics == functional_eval_output.metrics

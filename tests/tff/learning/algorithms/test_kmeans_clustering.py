@@ -2,7 +2,8 @@
 
 No case left out. ``check_equivalent_to`` is ``assert ...is_equivalent_to``.
 The processes of the FederatedKmeansTest cases share one traced process per
-configuration (module scope). Ours after TFF's: the types, bad arguments, a two-cluster run, the same bits on both stacks.
+configuration (module scope). Ours after TFF's: the types, bad arguments, a
+two-cluster run, the same bits on both stacks.
 """
 
 import collections

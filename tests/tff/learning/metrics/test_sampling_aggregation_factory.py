@@ -41,6 +41,7 @@ _METRICS_TYPE = tff.StructWithPythonType(
     collections.OrderedDict)
 
 
+@functools.lru_cache(maxsize=None)
 def _create_random_unfinalized_metrics(seed):
     metrics = collections.OrderedDict(
         accuracy=tf.random.stateless_uniform(shape=(), seed=[seed, seed]).numpy(),
@@ -54,16 +55,29 @@ def _create_finalized_clients_metrics(metric_finalizers, list_clients_unfinalize
     total = collections.OrderedDict({name: [] for name in metric_finalizers})
     for unfinalized_metrics in list_clients_unfinalized_metrics:
         for name in metric_finalizers:
-            total[name].append(np.asarray(metric_finalizers[name](unfinalized_metrics[name])))
+            total[name].append(_finalized(metric_finalizers[name], unfinalized_metrics, name))
     return total
+
+
+_FINALIZED = {}
+
+
+def _finalized(finalizer, unfinalized_metrics, name):
+    # Each client's finalized metrics once (the rounds repeat clients).
+    key = (id(finalizer), id(unfinalized_metrics), name)
+    if key not in _FINALIZED:
+        value = finalizer(unfinalized_metrics) if name is None else finalizer(
+            unfinalized_metrics[name])
+        _FINALIZED[key] = (finalizer, unfinalized_metrics, tf.nest.map_structure(np.asarray, value))
+    return _FINALIZED[key][2]
 
 
 def _create_functional_finalized_clients_metrics(metric_finalizers,
                                                  list_clients_unfinalized_metrics):
     total = collections.OrderedDict({name: [] for name in list_clients_unfinalized_metrics[0]})
     for unfinalized_metrics in list_clients_unfinalized_metrics:
-        for name, metric in metric_finalizers(unfinalized_metrics).items():
-            total[name].append(np.asarray(metric))
+        for name, metric in _finalized(metric_finalizers, unfinalized_metrics, None).items():
+            total[name].append(metric)
     return total
 
 
