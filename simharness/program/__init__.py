@@ -4,8 +4,9 @@
   `contains_only_server_placed_data`) and `NativeFederatedContext` over an
   `AsyncExecutionContext`, whose results are `NativeValueReference` s
   (`MaterializableValueReference`, awaited with `materialize_value`).
-* Data: `FederatedDataSource` / `FederatedDataSourceIterator`, and
-  `DatasetDataSource` (one `tf.data.Dataset` per client).
+* Data: `FederatedDataSource` / `FederatedDataSourceIterator`,
+  `DatasetDataSource` (one `tf.data.Dataset` per client) and
+  `ClientIdDataSource` (client ids).
 * State: `ProgramStateManager` and `FileProgramStateManager` (state saved per
   version, .npz instead of TFF's SavedModel; `Serializable` leaves as bytes).
 * Releases: `ReleaseManager`, `CSVFileReleaseManager`,
@@ -22,6 +23,8 @@ import importlib
 from typing import Any
 
 _WHERE = {
+    'ClientIdDataSource': 'client_id_data_source',
+    'ClientIdDataSourceIterator': 'client_id_data_source',
     'DatasetDataSource': 'dataset_data_source',
     'DatasetDataSourceIterator': 'dataset_data_source',
     'FederatedDataSource': 'data_source', 'FederatedDataSourceIterator': 'data_source',
