@@ -1,8 +1,11 @@
 """Port of TFF's ``tensorflow_federated/python/learning/metrics/sampling_aggregation_factory_test.py``.
 
-No case left out. The processes are traced once per (sample size, finalizer
-kind) for the module (`_process`). Ours after TFF's: the samples are the same
-bits on both stacks, and a sample's entries come from one client.
+No case left out. The bad-type message is matched as
+``Expected .*`StructWithPythonType``` (ours does not name the
+``federated_language`` module). The processes are traced once per (sample
+size, finalizer kind) for the module (`_process`). Ours after TFF's: the
+samples are the same bits on both stacks, and a sample's entries come from
+one client.
 """
 
 import collections
