@@ -10,7 +10,8 @@
 * State: `ProgramStateManager` and `FileProgramStateManager` (state saved per
   version, .npz instead of TFF's SavedModel; `Serializable` leaves as bytes).
 * Releases: `ReleaseManager`, `CSVFileReleaseManager`,
-  `TensorBoardReleaseManager`, `MemoryReleaseManager`, `LoggingReleaseManager`,
+  `TensorBoardReleaseManager`, `SavedModelFileReleaseManager`,
+  `MemoryReleaseManager`, `LoggingReleaseManager`,
   and the wrappers `FilteringReleaseManager`, `GroupingReleaseManager`,
   `PeriodicReleaseManager`, `DelayedReleaseManager`.
 
@@ -40,7 +41,8 @@ _WHERE = {
     'ProgramStateNotFoundError': 'program_state_manager',
     'LoggingReleaseManager': 'release_manager', 'MemoryReleaseManager': 'release_manager',
     'ReleaseManager': 'release_manager', 'ReleasableStructure': 'release_manager',
-    'ReleasableValue': 'release_manager',
+    'ReleasableValue': 'release_manager', 'ReleasedValueNotFoundError': 'release_manager',
+    'SavedModelFileReleaseManager': 'saved_model_release_manager',
     'DelayedReleaseManager': 'wrapping_release_managers',
     'FilteringReleaseManager': 'wrapping_release_managers',
     'GroupingReleaseManager': 'wrapping_release_managers',

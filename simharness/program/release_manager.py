@@ -7,10 +7,11 @@ import collections
 import logging
 from typing import Any, Generic, Hashable, TypeVar, Union
 
+from simharness.errors import SimharnessError
 from simharness.program.value_reference import MaterializableValue, materialize_value
 
 __all__ = ['Key', 'LoggingReleaseManager', 'MemoryReleaseManager', 'ReleasableStructure',
-           'ReleasableValue', 'ReleaseManager']
+           'ReleasableValue', 'ReleaseManager', 'ReleasedValueNotFoundError']
 
 #: A value a release manager releases.
 ReleasableValue = Union[object, MaterializableValue]
@@ -20,6 +21,14 @@ ReleasableStructure = TypeVar('ReleasableStructure')
 Key = TypeVar('Key')
 
 _LOG = logging.getLogger(__name__)
+
+
+class ReleasedValueNotFoundError(SimharnessError, LookupError):
+    """No value was released under this key."""
+
+    def __init__(self, key: Any):
+        super().__init__(f'No released value found for key: {key}.')
+        self.key = key
 
 
 class ReleaseManager(abc.ABC, Generic[ReleasableStructure, Key]):
