@@ -39,6 +39,7 @@ _WHERE = {
     'ProgramStateExistsError': 'program_state_manager',
     'ProgramStateManager': 'program_state_manager',
     'ProgramStateNotFoundError': 'program_state_manager',
+    'ProgramStateStructure': 'program_state_manager', 'ProgramStateValue': 'program_state_manager',
     'LoggingReleaseManager': 'release_manager', 'MemoryReleaseManager': 'release_manager',
     'ReleaseManager': 'release_manager', 'ReleasableStructure': 'release_manager',
     'ReleasableValue': 'release_manager', 'ReleasedValueNotFoundError': 'release_manager',

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import abc
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar, Union
 
+from simharness.core.arrays import Serializable
 from simharness.errors import SimharnessError, SimharnessValueError
+from simharness.program.value_reference import MaterializableValue
 
-__all__ = ['ProgramStateExistsError', 'ProgramStateManager', 'ProgramStateNotFoundError']
+__all__ = ['ProgramStateExistsError', 'ProgramStateManager', 'ProgramStateNotFoundError',
+           'ProgramStateStructure', 'ProgramStateValue']
+
+#: A value of a program state (a `Serializable` is saved as its bytes).
+ProgramStateValue = Union[object, MaterializableValue, Serializable]
+#: A structure (nested containers) of program state values.
+ProgramStateStructure = TypeVar('ProgramStateStructure')
 
 
 class ProgramStateExistsError(SimharnessValueError):
