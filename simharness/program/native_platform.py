@@ -55,12 +55,13 @@ class NativeValueReference(value_reference.MaterializableValueReference):
         return f'NativeValueReference({self._type_signature})'
 
 
-def _as_struct(value: Any, t: T.StructType) -> Struct:
+async def _as_struct(task: asyncio.Future, t: T.StructType) -> Struct:
+    value = await task
     return value if isinstance(value, Struct) else from_container(value, t)
 
 
-async def _element(task: asyncio.Future, t: T.StructType, index: int) -> Any:
-    return _as_struct(await task, t)[index]
+async def _element(task: asyncio.Future, index: int) -> Any:
+    return (await task)[index]
 
 
 def _create_structure_of_references(task: asyncio.Future, t: T.Type) -> Any:
@@ -71,9 +72,10 @@ def _create_structure_of_references(task: asyncio.Future, t: T.Type) -> Any:
             values, sequences and tensors.
     """
     if isinstance(t, T.StructType):
+        struct_task = asyncio.create_task(_as_struct(task, t))  # converted once for all
         elements = []
         for index, (name, element_type) in enumerate(t.items()):
-            element_task = asyncio.create_task(_element(task, t, index))
+            element_task = asyncio.create_task(_element(struct_task, index))
             elements.append((name, _create_structure_of_references(element_task, element_type)))
         return Struct(elements)
     if isinstance(t, T.FederatedType) and t.placement is T.SERVER:
