@@ -155,20 +155,46 @@ class ResourceManagingExecutorFactory(CachingExecutorFactory):
                 f'{executor_stack_fn!r} of type {type(executor_stack_fn).__name__}',
                 expected='callable', actual=type(executor_stack_fn))
         closers = list(ensure_closed or ())
-        for ex in closers:
-            if not isinstance(ex, Executor):
-                raise SimharnessTypeError(f'ensure_closed holds {ex!r}, not an Executor',
+        for ex in closers:  # duck-typed, as TFF: anything with a close()
+            if not callable(getattr(ex, 'close', None)):
+                raise SimharnessTypeError(f'ensure_closed holds {ex!r}, which has no close()',
                                           expected=Executor, actual=type(ex))
         self._executor_stack_fn = executor_stack_fn
         self._ensure_closed = closers
         super().__init__(self._build_from_fn, None, max_cached_stacks)
 
-    def _build_from_fn(self, n: int) -> Executor:
-        ex = self._executor_stack_fn({_T.CLIENTS: n})
+    def _build_from_fn(self, cardinalities: Dict[Any, int]) -> Executor:
+        ex = self._executor_stack_fn(cardinalities)
         if not isinstance(ex, Executor):
             raise SimharnessTypeError(
                 f'executor_stack_fn returned {ex!r} of type {type(ex).__name__}, not an Executor',
                 expected=Executor, actual=type(ex))
+        return ex
+
+    def create_executor(self, cardinalities: Dict[Any, int]) -> Executor:
+        """The stack for `cardinalities` (all placements, as TFF keys its cache), made by
+        ``executor_stack_fn`` on the first request; CLIENTS defaults to
+        `default_num_clients` (else 1)."""
+        if not isinstance(cardinalities, dict):
+            raise SimharnessTypeError(f'cardinalities must be a dict, got {cardinalities!r}',
+                                      expected=dict, actual=type(cardinalities))
+        full = dict(cardinalities)
+        if full.get(_T.CLIENTS) is None:
+            default = self.default_num_clients
+            full[_T.CLIENTS] = 1 if default is None else default
+        key = tuple(sorted((getattr(k, 'uri', str(k)), v) for k, v in full.items()))
+        with self._lock:
+            ex = self._stacks.get(key)
+            if ex is not None:
+                self._stacks.move_to_end(key)
+                return ex
+            ex = self._build_from_fn(full)
+            self._stacks[key] = ex
+            evicted = []
+            while len(self._stacks) > self._max:
+                evicted.append(self._stacks.popitem(last=False)[1])
+        for old in evicted:
+            old.close()
         return ex
 
     def clean_up_executors(self) -> None:

@@ -157,19 +157,71 @@ def _takes_device(fn: Callable[..., object]) -> bool:
     return any(p.name == 'device' or p.kind is p.VAR_KEYWORD for p in params)
 
 
+class _ExecutorLeaf(BatchExecutor):
+    """A leaf that has only the `Executor` API (TFF's: any executor, a mock included):
+    block operations that the API spells out (maps, structs, selections) run value by
+    value; reductions, sequence operations and selects need a `BatchExecutor`."""
+
+    def __init__(self, target: Executor):
+        self.target = target
+
+    async def create_value(self, value, type_spec=None):
+        return await self.target.create_value(value, type_spec)
+
+    async def create_call(self, comp, arg=None):
+        return await self.target.create_call(comp, arg)
+
+    async def create_struct(self, elements):
+        return await self.target.create_struct(elements)
+
+    async def create_selection(self, source, index=None, name=None):
+        return await self.target.create_selection(source, index, name)
+
+    def close(self):
+        self.target.close()
+
+    async def create_map(self, fn, args, count=None):
+        calls = [self.create_call(fn, a) for a in args] if args is not None else [
+            self.create_call(fn) for _ in range(count or 0)]
+        return [await c for c in calls]
+
+    async def create_structs(self, rows, names):
+        return [await self.create_struct(list(zip(names, row))) for row in rows]
+
+    async def create_selections(self, sources, index):
+        return [await self.create_selection(s, index) for s in sources]
+
+    def _needs_batch(self, what: str):
+        raise SimharnessTypeError(
+            f'the leaf executor {type(self.target).__name__} has only the Executor API; {what} '
+            'needs a BatchExecutor leaf (such as EagerTFExecutor)', expected=BatchExecutor,
+            actual=type(self.target))
+
+    async def create_partial_reduction(self, kind, values, start, total, params):
+        self._needs_batch(f'a {kind} reduction')
+
+    async def create_reduction_result(self, kind, partials, total, params, result_type):
+        self._needs_batch(f'a {kind} reduction')
+
+    async def create_sequence_op(self, op, values, params):
+        self._needs_batch(op)
+
+    async def create_select(self, keys, server_value, select_fn, element_type):
+        self._needs_batch('federated_select')
+
+
 def _leaf(device: Optional[str], cache: FunctionCache,
           leaf_executor_fn: Optional[LeafExecutorFn]) -> BatchExecutor:
     if leaf_executor_fn is None:
         return EagerTFExecutor(device=device, function_cache=cache)
     leaf = leaf_executor_fn(device=device) if _takes_device(leaf_executor_fn) else leaf_executor_fn()
-    if not isinstance(leaf, BatchExecutor):
-        if isinstance(leaf, Executor):
-            leaf.close()
-        raise SimharnessTypeError(
-            f'leaf_executor_fn returned {leaf!r} of type {type(leaf).__name__}; a leaf executor '
-            f'must be a BatchExecutor such as EagerTFExecutor', expected=BatchExecutor,
-            actual=type(leaf))
-    return leaf
+    if isinstance(leaf, BatchExecutor):
+        return leaf
+    if isinstance(leaf, Executor):  # duck-typed, as TFF takes any executor
+        return _ExecutorLeaf(leaf)
+    raise SimharnessTypeError(
+        f'leaf_executor_fn returned {leaf!r} of type {type(leaf).__name__}; a leaf executor '
+        f'must be an Executor such as EagerTFExecutor', expected=Executor, actual=type(leaf))
 
 
 def _thread_eager(name: str, device: Optional[str], cache: FunctionCache,
@@ -233,8 +285,8 @@ def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread
         `thread_debugging_executor_factory`.
       clients_per_thread: clients per client thread; raised automatically so
         that there are at most `max_fanout` client threads.
-      max_fanout: the most client threads a stack may have; None: twice the
-        CPUs this process may use, at most 32 (TF releases the GIL, so two
+      max_fanout: the most client threads a stack may have (two or more, as in TFF);
+        None: twice the CPUs this process may use, at most 32 (TF releases the GIL, so two
         threads per core keep the cores busy; more threads only add per-call
         overhead: a block of clients runs in one TF call per thread).
       device: the TF device of every EagerTF executor (None: TF's choice).
@@ -242,7 +294,7 @@ def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread
     """
     check_int('num_clients', num_clients, 0, allow_none=True)
     check_int('clients_per_thread', clients_per_thread, 1)
-    check_int('max_fanout', max_fanout, 1, allow_none=True)
+    check_int('max_fanout', max_fanout, 2, allow_none=True)  # TFF's: at least 2
     if max_fanout is None:
         max_fanout = default_max_fanout()
     pinning.check_tf_device('device', device)

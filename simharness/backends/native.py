@@ -371,9 +371,9 @@ def _remote_python(channels: Any, thread_pool_executor: Any, dispose_batch_size:
                     asynchronous)
 
 
-def create_remote_python_execution_context(channels: Sequence[Any], thread_pool_executor: Any = None,
-                                           dispose_batch_size: int = 20, max_fanout: int = 100,
-                                           default_num_clients: int = 0) -> ExecutionContext:
+def create_remote_python_execution_context(
+        channels: Sequence[Any], thread_pool_executor: Any = None, dispose_batch_size: int = 20,
+        max_fanout: int = 100, default_num_clients: int = 0) -> ExecutionContext:
     """TFF 0.19-0.44's remote context: clients on the executor services at `channels`.
 
     `dispose_batch_size` is the `RemoteExecutor`'s; `thread_pool_executor` (TFF waited

@@ -81,6 +81,9 @@ class Struct:
         parts = [repr(v) if n is None else f'{n}={v!r}' for n, v in self.items()]
         return 'Struct(' + ', '.join(parts) + ')'
 
+    def __dir__(self) -> List[str]:  # TFF's: the element names
+        return [n for n, _ in self.items() if n is not None]
+
     def __str__(self) -> str:  # TFF's: <a=1,2>
         return '<' + ','.join(str(v) if n is None else f'{n}={v}' for n, v in self.items()) + '>'
 

@@ -131,6 +131,12 @@ class EmbeddedFunction:
             self.comp.name)
         return EmbeddedFunction(comp)
 
+    def __call__(self, arg: Any = None) -> Any:
+        """TFF's embedded function: called with the structured argument (tensors and
+        `Struct`s), returns the structured result."""
+        leaves = [] if self.type_signature.parameter is None else flatten_arg(arg)
+        return pack_result(self.call_flat(leaves), self.type_signature.result)
+
     def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
         out = self._fn(*leaves)
         if isinstance(out, (list, tuple)):

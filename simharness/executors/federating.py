@@ -20,7 +20,8 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.computation import Computation
 from simharness.core.structure import Struct, from_container
-from simharness.errors import ExecutorClosedError, SimharnessTypeError, SimharnessValueError
+from simharness.errors import (ExecutorClosedError, SimharnessError, SimharnessTypeError,
+                               SimharnessValueError)
 from simharness.executors.base import (BatchExecutor, Executor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
 from simharness.validation import check_callable, check_instance, check_type_spec_matches
@@ -52,8 +53,13 @@ class FederatingValue(ExecutorValue):
 
     async def compute(self) -> Any:
         if self.kind == 'unplaced':
+            if not isinstance(self.payload, ExecutorValue):
+                raise SimharnessRuntimeError(
+                    f'an unplaced value of type {self._type} holds {self.payload!r:.80} '
+                    f'({type(self.payload).__name__}), not a value of the unplaced executor')
             return await self.payload.compute()
         if self.kind == 'federated':
+            _check_embedded(self.payload, self._type)
             return await self._executor.strategy.compute_federated_value(self)
         if self.kind == 'struct':
             return Struct([(n, await v.compute()) for n, v in self.payload])
@@ -61,6 +67,23 @@ class FederatingValue(ExecutorValue):
 
     def __repr__(self) -> str:
         return f'FederatingValue({self.kind}: {self._type})'
+
+
+class SimharnessRuntimeError(SimharnessError, RuntimeError):
+    """A value of the federating layer whose contents are not embedded (TFF's RuntimeError)."""
+
+
+def _check_embedded(payload: Any, t: T.Type) -> None:
+    """A federated payload of client groups (lists) holds embedded values, not Python
+    numbers or strings (TFF's TypeError); other payloads are the strategy's to read."""
+    if not isinstance(payload, list):
+        return
+    for group in payload:
+        for x in (group if isinstance(group, list) else [group]):
+            if isinstance(x, (int, float, complex, str, bytes)):
+                raise SimharnessTypeError(
+                    f'a federated value of type {t} holds {x!r:.80} ({type(x).__name__}), not '
+                    'an embedded value', expected=ExecutorValue, actual=type(x))
 
 
 class FederatingStrategy(abc.ABC):
