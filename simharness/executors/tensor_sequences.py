@@ -13,7 +13,7 @@ from simharness.core.sequences import TensorBatches
 from simharness.core.tf_sequences import element_leaves, recognize
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.executors.sequence_lowering import SourceSpec
+from simharness.executors.sequence_lowering import UNROLL_LIMIT, SourceSpec
 
 __all__ = ['element_leaves', 'recognize', 'to_dataset', 'checked', 'source_spec', 'component_types']
 
@@ -112,10 +112,22 @@ def _checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
     return TensorBatches(out, None if b is None else int(b), bool(tb.drop_remainder), t.element)
 
 
+def _unrolled_elements(tb: TensorBatches) -> Optional[int]:
+    """`tb`'s number of elements when its loop is unrolled (at most `UNROLL_LIMIT`), else None.
+
+    It depends on the sequence alone (never on the clients it is batched
+    with), so that a client runs the same graph on every stack.
+    """
+    n = tb.num_elements
+    return n if n <= UNROLL_LIMIT else None
+
+
 def source_spec(tb: TensorBatches) -> SourceSpec:
-    return SourceSpec([c.dtype for c in tb.components], tb.batch_size, tb.drop_remainder)
+    return SourceSpec([c.dtype for c in tb.components], tb.batch_size, tb.drop_remainder,
+                      _unrolled_elements(tb))
 
 
 def lowering_key(tb: TensorBatches) -> Tuple:
     """What a function lowered for `tb` depends on (equal to `source_spec(tb).key()`)."""
-    return (tuple(c.dtype.name for c in tb.components), tb.batch_size, tb.drop_remainder)
+    return (tuple(c.dtype.name for c in tb.components), tb.batch_size, tb.drop_remainder,
+            _unrolled_elements(tb))

@@ -17,7 +17,8 @@ import simharness as sh
 from simharness.core.sequences import TensorBatches
 from simharness.core.tf_sequences import recognize
 from simharness.executors.embedded_function import EmbeddedFunction
-from simharness.executors.sequence_lowering import NotLowerable, SourceSpec, lower_graph
+from simharness.executors.sequence_lowering import (UNROLL_LIMIT, NotLowerable, SourceSpec,
+                                                   lower_graph)
 
 BATCH = sh.to_type((sh.TensorType(tf.float32, [None, 2]), sh.TensorType(tf.int32, [None])))
 SEQ = sh.SequenceType(BATCH)
@@ -59,6 +60,14 @@ def _loop_with_break(ds):
             break
         acc += tf.reduce_sum(x)
     return acc
+
+
+ROW = sh.to_type((sh.TensorType(tf.float32, [2]), sh.TensorType(tf.int32, [])))
+
+
+@sh.tf_computation(sh.SequenceType(ROW))
+def total_by_rows(ds):
+    return ds.reduce(tf.constant(0.0), lambda acc, r: acc + tf.reduce_sum(r[0]))
 
 
 @sh.tf_computation(SEQ)
@@ -132,6 +141,39 @@ def test_lowered_loop_sees_the_batches_tf_data_gives(comp, b, drop):
     ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(b, drop_remainder=drop)
     want = fn.call_flat([tf.data.experimental.to_variant(ds)])[0]
     assert got.numpy().tobytes() == want.numpy().tobytes()
+
+
+def _graph_ops(fn) -> set:
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(fn.comp.graph.graph_def)
+    return {n.op for n in gd.node} | {n.op for f in gd.library.function for n in f.node_def}
+
+
+@pytest.mark.parametrize('rows, b, loop', [(7, 3, False), (7, None, False),
+                                           (2 * UNROLL_LIMIT + 2, 2, True)])
+def test_short_sources_unroll_long_sources_loop(rows, b, loop):
+    x = np.arange(2 * rows, dtype=np.float32).reshape(rows, 2)
+    y = np.arange(rows, dtype=np.int32)
+    fn = _embedded(total_by_reduce if b is not None else total_by_rows)
+    tb = TensorBatches([tf.constant(x), tf.constant(y)], b, False,
+                       BATCH if b is not None else ROW)
+    lowered = fn.lowered({0: tb})
+    assert ('While' in _graph_ops(lowered)) == loop
+    got = lowered.call_flat(tb.components)[0]
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    if b is not None:
+        ds = ds.batch(b)
+    want = fn.call_flat([tf.data.experimental.to_variant(ds)])[0]
+    assert got.numpy().tobytes() == want.numpy().tobytes()
+
+
+def test_unrolled_functions_are_kept_per_number_of_elements():
+    fn = _embedded(total_by_reduce)
+    three = fn.lowered({0: _batches(3)})  # 7 rows: 3 batches
+    assert fn.lowered({0: _batches(3)}) is three
+    assert fn.lowered({0: _batches(4, True)}) is not three  # 1 batch
+    # a filter may drop elements: its loop stays a loop
+    assert 'While' in _graph_ops(_embedded(total_after_map_filter).lowered({0: _batches(3)}))
 
 
 def test_only_the_lowered_sequence_changes():
