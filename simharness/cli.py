@@ -267,11 +267,12 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
     from simharness.experiments.runner import run_experiment, run_sweep
 
     from simharness.tfquiet import initialize_devices
-    initialize_devices()  # TensorFlow's C++ start-up lines filtered out (real errors still show)
-    _reap_segments()
+    # The config first: a config error is reported before TensorFlow loads (fast).
     config = C.load_config(args.config)
     pairs = [C.parse_override(o) for o in args.overrides]
     config = C.apply_overrides(config, args.overrides)
+    initialize_devices()  # TensorFlow's C++ start-up lines filtered out (real errors still show)
+    _reap_segments()
     results = Path(args.results)
     progress = not args.no_progress
     if not sweep:

@@ -3,8 +3,11 @@
 ::
 
     configs/*.toml, experiments/*.toml
-        -> load_config / apply_overrides / expand_sweep      (config.py; no TensorFlow)
-        -> run_experiment / run_sweep                        (runner.py)
+        -> load_config / apply_overrides / expand_sweep      (config/: one module per table,
+                                                              experiment, overrides; no TensorFlow)
+        -> run_experiment / run_sweep                        (runner/: rundir, environment,
+                                                              workload, rounds)
+             the config's tff.learning process                (processes.py)
              results/<name>/<run-id>/{config.toml, environment.json, metrics.jsonl, summary.json,
                                       run.log, checkpoints/, tensorboard/, final_weights.npz}
         -> write_report                                      (report.py)

@@ -19,7 +19,7 @@ import pytest
 
 from simharness.data import FileClientData, save_npz_dir, synthetic_alpha_beta
 from simharness.experiments import processes as P
-from simharness.experiments import runner
+from simharness.experiments.runner import rounds, workload
 from simharness.experiments.runner import TIMING_FIELDS, run_experiment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
@@ -102,8 +102,8 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
     config = _config(npz_dir, {'kind': 'process', 'num_workers': 2})
     for by_value in (False, True):
         loads, at_setup, passed = [], [], []
-        real_load, real_factory, real_next = (FileClientData.client_arrays, runner._make_factory,
-                                              runner.run_round)
+        real_load, real_factory, real_next = (FileClientData.client_arrays, rounds._make_factory,
+                                              rounds.run_round)
 
         def load(cd, client_id):
             loads.append(client_id)
@@ -119,8 +119,8 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
 
         with monkeypatch.context() as mp:
             mp.setattr(FileClientData, 'client_arrays', load)
-            mp.setattr(runner, '_make_factory', make_factory)
-            mp.setattr(runner, 'run_round', next_)
+            mp.setattr(rounds, '_make_factory', make_factory)
+            mp.setattr(rounds, 'run_round', next_)
             if by_value:
                 mp.setattr(P, 'compose_with_client_data', _ByValue)
             result = run_experiment(config, tmp_path / str(by_value), progress=False)
@@ -148,8 +148,8 @@ def test_a_central_evaluation_read_lazily_gives_the_bits_of_one_held(npz_dir, tm
         loads.append(client_id)
         return real_load(cd, client_id)
     with monkeypatch.context() as mp:
-        mp.setattr(runner, 'EVAL_IN_MEMORY_BYTES', 0)
-        mp.setattr(runner, '_stack_clients', _labels_only(runner._stack_clients))
+        mp.setattr(workload, 'EVAL_IN_MEMORY_BYTES', 0)
+        mp.setattr(workload, '_stack_clients', _labels_only(workload._stack_clients))
         mp.setattr(FileClientData, 'client_arrays', load)
         lazy = _run(config, tmp_path / 'lazy', monkeypatch)
     assert [(r['eval_loss'], r['eval_accuracy']) for r in lazy] == \

@@ -15,7 +15,7 @@ from simharness.errors import ConfigError
 from simharness.experiments import checkpoints as CK
 from simharness.experiments.config import config_from_dict
 from simharness.experiments.runner import run_experiment, run_sweep
-from simharness.experiments import runner as seam  # the module of the run_round seam
+from simharness.experiments.runner import rounds as seam  # the module of the run_round seam
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
 from experiment_helpers import TINY, make_config, read_json, read_metrics  # noqa: E402
