@@ -29,11 +29,11 @@ import io
 import math
 import os
 import re
-import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from simharness.atomic import write_bytes
 from simharness.bench.compare import (DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE, Comparison,
                                       between_run_noise, compare_measurements)
 from simharness.bench.results import Run, find_runs
@@ -305,21 +305,9 @@ def _slug(name: str) -> str:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix='.' + os.path.basename(path) + '.')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Writes `data` to `path` atomically (`simharness.atomic`), making its directory."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_bytes(path, data)
 
 
 def _save_figure(fig: object, path: str) -> None:

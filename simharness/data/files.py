@@ -18,7 +18,6 @@ import csv
 import os
 import re
 import struct
-import tempfile
 import threading
 import zipfile
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from simharness.atomic import atomic_open
 from simharness.data.client_data import (ArraySpec, ClientData, array_spec_of,
                                          check_client_arrays, concatenated_dataset,
                                          element_spec_of, shuffled_ids, slices_dataset_fn)
@@ -514,9 +514,9 @@ def save_npz_dir(client_data: ClientData, path: PathLike, *,
                  overwrite: bool = False, compressed: bool = False) -> None:
     """Writes one ``<client_id>.npz`` per client (the `from_npz_dir` layout).
 
-    Each file is written to a hidden temporary file in the same directory
-    and moved into place with ``os.replace``, so a reader never sees a
-    partial file. The directory is created if needed.
+    Each file is written atomically (`simharness.atomic`: a hidden temporary
+    file in the same directory, moved into place with ``os.replace``), so a
+    reader never sees a partial file. The directory is created if needed.
 
     Args:
         client_data: any `ClientData`; its `client_arrays` are saved under
@@ -550,19 +550,8 @@ def save_npz_dir(client_data: ClientData, path: PathLike, *,
     save = np.savez_compressed if compressed else np.savez
     for cid in ids:
         arrays = client_data.client_arrays(cid)
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=f'.{cid}.', suffix='.tmp')
-        try:
-            with os.fdopen(fd, 'wb') as f:
-                save(f, **arrays)  # type: ignore[arg-type]
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, root / f'{cid}.npz')
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        with atomic_open(root / f'{cid}.npz', 'wb') as f:
+            save(f, **arrays)  # type: ignore[arg-type]
     keep = {f'{cid}.npz' for cid in ids}
     for p in existing:
         if p.name not in keep:

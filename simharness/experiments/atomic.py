@@ -1,108 +1,27 @@
-"""Atomic file writes: a reader (or a crash) never sees half a file.
+"""The results directory's file writes: JSON documents, JSON lines, appended lines.
 
-::
-
-    write_text / write_bytes / write_json(path, ...)
-        -> hidden temp file '.<name>.<random>.tmp' in the same directory
-        -> write, flush, fsync
-        -> os.replace(temp, path)          (atomic on POSIX and Windows)
-        on any exception (KeyboardInterrupt included) the temp file is removed
-
-Every file of a results directory is written through these functions. An
-`OSError` on the way (a full disk: ENOSPC, a read-only or unwritable
-directory: EROFS, EACCES) is raised again with the *final* path as its
-``filename``, e.g. ``[Errno 28] No space left on device: '.../metrics.jsonl'``;
-the previous file at that path, if any, is left as it was.
+Every file of a results directory is written atomically through the one
+writer of the project, `simharness.atomic` (temp file, fsync, ``os.replace``;
+an `OSError` names the final path; the old file is kept), re-exported here
+(`atomic_open`, `write_text`, `write_bytes`, `is_temp_file`). This module adds
+strict JSON (`jsonable`, `dumps_json`, `write_json`, `write_jsonl`) and
+`append_jsonl`, the one write that appends instead of replacing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
+import tempfile  # noqa: F401  (the module the writer's temp files come from; tests patch it here)
 from pathlib import Path
-from typing import IO, Any, Iterator, NoReturn, Union
+from typing import Any, Union
 
-PathLike = Union[str, 'os.PathLike[str]']
+from simharness.atomic import (TEMP_SUFFIX, PathLike, atomic_open, is_temp_file,  # noqa: F401
+                               raise_naming, write_bytes, write_text)
 
-#: Suffix of the temporary files (`is_temp_file` recognises them).
-TEMP_SUFFIX = '.tmp'
-
-
-@contextlib.contextmanager
-def atomic_open(path: PathLike, mode: str = 'w') -> Iterator[IO[Any]]:
-    """Opens a temporary file that replaces `path` when the block exits normally.
-
-    Args:
-        path: the final path; its directory must exist.
-        mode: ``'w'`` (text, UTF-8) or ``'wb'``.
-
-    Yields:
-        The open temporary file.
-    """
-    if mode not in ('w', 'wb'):
-        raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.',
-                                   suffix=TEMP_SUFFIX)
-    except OSError as e:
-        _raise_naming(e, target)
-    try:
-        try:
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give a normal file's mode
-            f: IO[Any] = (os.fdopen(fd, 'w', encoding='utf-8') if mode == 'w'
-                          else os.fdopen(fd, 'wb'))
-        except BaseException:
-            os.close(fd)
-            raise
-        with f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            _raise_naming(e, target)
-        raise
-
-
-def _raise_naming(error: OSError, target: Path) -> NoReturn:
-    """Raises `error` again naming `target` (same errno, so the same OSError subclass)."""
-    if error.errno is None or error.filename == str(target):
-        raise error
-    raise OSError(error.errno, error.strerror or str(error), str(target)) from error
-
-
-def _umask() -> int:
-    """The process umask, read without changing it (Linux), else the usual 022."""
-    try:
-        with open('/proc/self/status', encoding='ascii') as f:
-            for line in f:
-                if line.startswith('Umask:'):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
-def write_text(path: PathLike, text: str) -> Path:
-    """Writes `text` (UTF-8) to `path` atomically; returns the path."""
-    with atomic_open(path, 'w') as f:
-        f.write(text)
-    return Path(path)
-
-
-def write_bytes(path: PathLike, data: bytes) -> Path:
-    """Writes `data` to `path` atomically; returns the path."""
-    with atomic_open(path, 'wb') as f:
-        f.write(data)
-    return Path(path)
-
+__all__ = ['TEMP_SUFFIX', 'append_jsonl', 'atomic_open', 'dumps_json', 'is_temp_file', 'jsonable',
+           'write_bytes', 'write_json', 'write_jsonl', 'write_text']
 
 def jsonable(value: Any) -> Any:
     """`value` with non-finite floats as None and numpy scalars as Python ones."""
@@ -147,19 +66,13 @@ def append_jsonl(path: PathLike, row: Any) -> Path:
     try:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
     except OSError as e:
-        _raise_naming(e, p)
+        raise_naming(e, p)
     try:
         try:
             os.write(fd, line)
             os.fsync(fd)
         except OSError as e:
-            _raise_naming(e, p)
+            raise_naming(e, p)
     finally:
         os.close(fd)
     return p
-
-
-def is_temp_file(path: PathLike) -> bool:
-    """Whether `path` is a temporary file left by `atomic_open`."""
-    name = Path(path).name
-    return name.startswith('.') and name.endswith(TEMP_SUFFIX)

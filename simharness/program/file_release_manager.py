@@ -11,12 +11,12 @@ import collections
 import csv
 import enum
 import os
-import tempfile
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import attrs
 import numpy as np
 
+from simharness.atomic import atomic_open
 from simharness.errors import SimharnessValueError
 from simharness.program import structure_utils
 from simharness.program.release_manager import ReleaseManager
@@ -95,18 +95,10 @@ class CSVFileReleaseManager(ReleaseManager):
 
     def _write_values(self, fieldnames: Sequence[str], values: Iterable[Mapping[str, Any]]
                       ) -> None:
-        directory = os.path.dirname(self._file_path) or '.'
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix='.csv_tmp_')
-        try:
-            with os.fdopen(fd, 'w', newline='', encoding='utf-8') as f:
-                writer = csv.DictWriter(f, fieldnames=list(fieldnames))
-                writer.writeheader()
-                writer.writerows(values)
-            os.replace(tmp, self._file_path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_open(self._file_path, 'w', newline='') as f:
+            writer = csv.DictWriter(f, fieldnames=list(fieldnames))
+            writer.writeheader()
+            writer.writerows(values)
 
     async def _write_value(self, value: Mapping[str, Any]) -> None:
         fieldnames, values = self._read_values()

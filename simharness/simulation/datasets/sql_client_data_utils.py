@@ -13,11 +13,11 @@ import collections
 import logging
 import os
 import sqlite3
-import tempfile
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
+from simharness.atomic import atomic_path
 from simharness.data.client_base import ClientData
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.simulation.datasets import sql_client_data
@@ -127,9 +127,7 @@ def save_to_sql_client_data(client_ids: Sequence[str], dataset_fn: Callable[[str
     serializer = _build_serializer(example_spec)
     directory = os.path.dirname(os.path.abspath(database_filepath))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.sql_tmp_')
-    os.close(fd)
-    try:
+    with atomic_path(database_filepath) as tmp:
         with sqlite3.connect(tmp) as con:
             con.execute('CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT '
                         'NULL, serialized_example_proto BLOB NOT NULL);')
@@ -159,10 +157,6 @@ def save_to_sql_client_data(client_ids: Sequence[str], dataset_fn: Callable[[str
                 con.execute('INSERT INTO client_metadata (client_id, split_name, num_examples) '
                             'VALUES (?, ?, ?);', (client_id, split_name, count))
         con.close()
-        os.replace(tmp, database_filepath)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     _LOG.info('SQL database saved at %s', database_filepath)
 
 
