@@ -19,6 +19,7 @@ from simharness.core import types as T
 from simharness.core.reduction import Partial
 from simharness.core.structure import Struct
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.runtime.stream_plan import PlanNode, PlanReduction
 
 
 #: The invocation (one `ExecutionContext.invoke`) the current task works for: a
@@ -145,14 +146,15 @@ class BatchExecutor(Executor):
         """Whether this executor computes map -> reduce plans (`create_streamed_reductions`)."""
         return type(self).create_streamed_reductions is not BatchExecutor.create_streamed_reductions
 
-    async def create_streamed_reductions(self, nodes: Sequence[Sequence[Any]],
-                                         reductions: Sequence[Sequence[Any]], start: int,
+    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
+                                         reductions: Sequence[PlanReduction], start: int,
                                          count: int, total: int,
                                          slice_size: Optional[int] = None) -> List[Partial]:
         """Computes the plan `nodes` slice by slice, folding every slice into `reductions`.
 
+        The plan's node kinds and `PlanReduction` are `simharness.runtime.stream_plan`'s.
         Only executors whose `can_stream` is True implement it (see
-        `EagerTFExecutor.create_streamed_reductions` for the plan).
+        `EagerTFExecutor.create_streamed_reductions`).
 
         Raises:
           NotImplementedError: this executor does not stream.

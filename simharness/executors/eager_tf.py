@@ -48,9 +48,11 @@ from simharness.executors.client_blocks import (ClientBlock, EagerValue, plain_l
 from simharness.executors.embedded_function import (DEFAULT_CACHE_SIZE, EmbeddedFunction,
                                                     FunctionCache, flatten_arg, lowered_leaves,
                                                     pack_result)
+from simharness.executors.stream_eval import node_merge, stream_reductions
 from simharness.executors.tf_values import (as_dataset, as_tensors, fast_tensor, ingest,
                                             ingest_owned, numpy_tree, struct_to_spec_container,
                                             to_tensor)
+from simharness.runtime.stream_plan import PlanNode, PlanReduction
 from simharness.validation import EagerModeError, check_int, check_type_spec_matches
 
 __all__ = ['EagerTFExecutor', 'EagerValue', 'ClientBlock', 'EmbeddedFunction', 'FunctionCache',
@@ -732,97 +734,22 @@ class EagerTFExecutor(BatchExecutor):
         n = slice_size or self._max_batch or REDUCTION_SLICE
         return max(CHUNK, n // CHUNK * CHUNK)
 
-    async def create_streamed_reductions(self, nodes: Sequence[Sequence[Any]],
-                                         reductions: Sequence[Sequence[Any]], start: int,
+    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
+                                         reductions: Sequence[PlanReduction], start: int,
                                          count: int, total: int,
                                          slice_size: Optional[int] = None) -> List[Partial]:
         """Computes client values slice by slice and folds each slice into the reductions.
 
-        The values of the clients ``[start, start + count)`` are described by
-        `nodes`, a plan evaluated per slice of at most `stream_slice()`
-        clients (slices end on absolute multiples of it, so every slice but
-        the first starts a chunk): ``['values', [v, ...]]`` (one value per
-        client), ``['same', v]`` (one value for all), ``['load', loader,
-        type]`` (``loader(lo, hi)`` gives the Python values of clients
-        ``lo .. hi-1`` of the block), ``['map', fn, i]``, ``['select', index,
-        i]``, ``['zip', names, [i, ...]]`` (``i``: an earlier node). Each
-        reduction ``[kind, i, params]`` (``[kind, [i, j], params]`` for a
-        weighted mean: values, weights) folds node ``i``'s slice into its
-        partial, and the slice's values are dropped before the next slice is
-        computed: at most one slice of client values is alive. The partials
-        are those `create_partial_reduction` gives for the whole block, bit
-        for bit (`Reducer.join`).
+        The values of the clients ``[start, start + count)`` are the plan `nodes`
+        (`runtime.stream_plan`), evaluated per slice of at most `stream_slice()`
+        clients; each `PlanReduction` folds its nodes' slice into its partial.
+        The partials are those `create_partial_reduction` gives for the whole
+        block, bit for bit (see `stream_eval.stream_reductions`).
         """
         self._check_open()
-        step = self.stream_slice(slice_size)
-        parts: List[Optional[Partial]] = [None] * len(reductions)
-        joiners = [Reducer(lambda v: v, self._node_merge(r[0], r[2]),
-                           self._node_merge(r[0], r[2]), total) for r in reductions]
-        lo = 0
-        while lo < count:
-            hi = min(count, (start + lo) // step * step + step - start)
-            cache: Dict[int, List[Any]] = {}
-            for r, (kind, src, params) in enumerate(reductions):
-                if kind == 'weighted_mean':
-                    vs = list(zip(await self._plan_slice(nodes, src[0], lo, hi, cache),
-                                  await self._plan_slice(nodes, src[1], lo, hi, cache)))
-                else:
-                    vs = await self._plan_slice(nodes, src, lo, hi, cache)
-                p = await self.create_partial_reduction(kind, vs, start + lo, total, params)
-                prev = parts[r]
-                parts[r] = p if prev is None else joiners[r].join(prev, p)
-            del cache
-            lo = hi
-        return [cast(Partial, p) for p in parts]
-
-    async def _plan_slice(self, nodes: Sequence[Sequence[Any]], i: int, lo: int, hi: int,
-                          cache: Dict[int, List[Any]]) -> List[Any]:
-        """The values of plan node `i` for the clients ``lo .. hi-1`` of the block (memoized)."""
-        got = cache.get(i)
-        if got is not None:
-            return got
-        node = nodes[i]
-        op = node[0]
-        if op == 'values':
-            out: List[Any] = list(node[1][lo:hi])
-        elif op == 'same':
-            out = [node[1]] * (hi - lo)
-        elif op == 'load':
-            out = await self.create_values(node[1](lo, hi), node[2])
-        elif op == 'sourced_clients':  # a lazy SourcedClients: load this slice only
-            out = await self.create_values(node[1][lo:hi], node[2])
-        elif op == 'map':
-            out = await self.create_map(node[1], await self._plan_slice(nodes, node[2], lo, hi, cache))
-        elif op == 'select':
-            out = await self.create_selections(await self._plan_slice(nodes, node[2], lo, hi, cache),
-                                               int(node[1]))
-        elif op == 'zip':
-            cols = [await self._plan_slice(nodes, j, lo, hi, cache) for j in node[2]]
-            out = await self.create_structs([list(r) for r in zip(*cols)], list(node[1]))
-        else:
-            raise SimharnessValueError(f'unknown streaming plan node {op!r}')
-        cache[i] = out
-        return out
-
-    def _node_merge(self, kind: str, params: Dict[str, Any]) -> Any:
-        """Merges two tree nodes of a partial (numpy values), as `create_reduction_result` does."""
-        if kind in ('sum', 'mean', 'weighted_mean'):
-            return add_trees
-        if kind in EXTREMUM_FOLDS:
-            return EXTREMUM_FOLDS[kind]
-        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
-            moduli = params['moduli']
-            return lambda a, b: add_trees_mod(a, b, moduli)
-        if kind == 'aggregate':
-            merge_fn = self._fn_of(params['merge'])
-            at = merge_fn.type_signature.result
-
-            def merge(a, b):
-                with self._device_scope():
-                    out = merge_fn.call_flat(as_tensors(flatten(a) + flatten(b)))
-                return numpy_tree(pack_result(list(out), at))
-            return merge
-        raise SimharnessValueError(f'unknown reduction kind {kind!r}')
+        return await stream_reductions(self, nodes, reductions, start, count, total,
+                                       self.stream_slice(slice_size),
+                                       lambda kind, params: node_merge(self, kind, params))
 
     # ------------------------------------------------------------ sequences
     async def create_sequence_op(self, op: str, values: Sequence[ExecutorValue],

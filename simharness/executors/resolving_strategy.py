@@ -19,7 +19,7 @@ Streaming (map -> reduce in bounded memory):
   federated_sum / mean / weighted mean / aggregate / secure sums of a Lazy
       -> joins the invocation's stream batch (every reduction asked for while the
          event loop turns a few times: a round's mean and sums of one map)
-      -> per group ONE create_streamed_reductions(plan, reductions): the group's
+      -> per group ONE create_streamed_reductions(plan nodes, PlanReductions): the group's
          holder computes the plan slice by slice (<= clients_per_worker clients,
          whole chunks) and folds each slice into every reduction's partial
       -> partials combined on the server as before: the same bits
@@ -29,7 +29,9 @@ Streaming (map -> reduce in bounded memory):
 
 A plan that a stream batch consumed and something else needs later is
 computed again (counted in `stream_stats['recomputed']`): client
-computations are pure functions, so the bits are the same.
+computations are pure functions, so the bits are the same. The Lazy graph,
+its translation into a typed stream plan (`runtime.stream_plan`) and the
+stream batches are `resolving_streams.StreamingStrategy`, a base of this class.
 """
 
 from __future__ import annotations
@@ -44,24 +46,17 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.structure import Struct
 from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
-from simharness.core.reduction import CHUNK, Partial, extremum_identity
+from simharness.core.reduction import Partial, extremum_identity
 from simharness.data.sourced import SourcedClients
-from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor, ExecutorValue
+from simharness.executors.base import BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
-from simharness.executors.strategy_plans import (Busy, ClientsPayload, Lazy, Leaf, StreamBatch,
-                                                 hosting_child, secure_params,
-                                                 targets_from_mapping)
+from simharness.executors.resolving_streams import IN_PROCESS_STREAM_CLIENTS  # noqa: F401
+from simharness.executors.resolving_streams import StreamingStrategy
+from simharness.executors.strategy_plans import (ClientsPayload, Lazy, LazyMap, LazySelect,
+                                                 LazySourced, LazyZip, StreamBatch, hosting_child,
+                                                 secure_params, targets_from_mapping)
 
-#: Event-loop turns without a new reduction after which a stream batch runs.
-_STREAM_QUIET_TURNS = 8
-
-#: Clients whose values may be alive at once in THIS process while client groups that
-#: run here (threads) stream together: their slices split it (whole chunks, at least one).
-#: A group in a worker process streams in slices of the worker's own batch bound.
-IN_PROCESS_STREAM_CLIENTS = 512
-
-
-class FederatedResolvingStrategy(FederatingStrategy):
+class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
     """Runs intrinsics over a server child and groups of clients.
 
     Args:
@@ -183,200 +178,6 @@ class FederatedResolvingStrategy(FederatingStrategy):
             return await self._force(v.payload)
         return v.payload
 
-    def _source(self, v: FederatingValue) -> Any:
-        """A clients value as a plan source: its `Lazy`, or a `Leaf` of its values."""
-        if isinstance(v.payload, Lazy):
-            return v.payload
-        return Leaf(v.payload, bool(cast(T.FederatedType, v.type_signature).all_equal))
-
-    # ------------------------------------------------------------ lazy plans
-    async def _force(self, lazy: 'Lazy') -> ClientsPayload:
-        """Computes a plan with the block operations (once; the result is cached)."""
-        if lazy.payload is not None:
-            return lazy.payload
-        if lazy._lock is None:
-            lazy._lock = asyncio.Lock()
-        async with lazy._lock:
-            if lazy.payload is None:
-                if lazy.streamed:
-                    self.stream_stats['recomputed'] += 1
-                lazy.payload = await self._compute_plan(lazy)
-        return lazy.payload
-
-    async def _leaf_values(self, src: Any) -> Tuple[ClientsPayload, bool]:
-        if isinstance(src, Leaf):
-            return src.payload, src.all_equal
-        return await self._force(src), False
-
-    async def _compute_plan(self, lazy: 'Lazy') -> ClientsPayload:
-        if lazy.op == 'sourced':
-            sc, member = lazy.sourced, lazy.member
-
-            async def load(g, ex):
-                s, n = self._starts[g], self._sizes[g]
-                return await ex.create_values(sc[s:s + n], member) if n else []
-            return await self._gather_groups(load)
-        if lazy.op == 'zip':
-            cols = [await self._leaf_values(src) for src in lazy.srcs]
-
-            async def zip_group(g, ex):
-                if not self._sizes[g]:
-                    return []
-                vals = [c[g] for c, _ in cols]
-                rows = [list(r) for r in zip(*vals)] if vals else [[] for _ in range(self._sizes[g])]
-                return await ex.create_structs(rows, lazy.names)
-            return await self._gather_groups(zip_group)
-        payload, all_equal = await self._leaf_values(lazy.srcs[0])
-        if lazy.op == 'select':
-            async def select_group(g, ex):
-                vals = payload[g]
-                if not vals:
-                    return []
-                if all_equal:
-                    return (await ex.create_selections(vals[:1], lazy.index)) * len(vals)
-                return await ex.create_selections(vals, lazy.index)
-            return await self._gather_groups(select_group)
-
-        async def map_group(g, ex):
-            vals = payload[g]
-            if not vals:
-                return []
-            f = await self._embed_fn(lazy.fn, ex)
-            if all_equal:
-                return (await ex.create_map(f, vals[:1])) * len(vals)
-            return await ex.create_map(f, vals)
-        return await self._gather_groups(map_group)
-
-    def _streams(self, *values: FederatingValue) -> bool:
-        """Whether a reduction of `values` goes through a stream batch: streaming is on and
-        every client group can stream. Reductions of values computed already join the
-        batch too (as plain values): one request per worker for all of a round's
-        reductions, which fail or succeed together."""
-        return self.stream and self.num_clients > 0 and all(
-            hasattr(ex, 'create_streamed_reductions') and getattr(ex, 'can_stream', True)
-            for ex in self._groups)
-
-    async def _plan_for_group(self, g: int, ex: BatchExecutor, srcs: Sequence[Any],
-                              nodes: List[List[Any]], index: Dict[int, int]) -> List[int]:
-        """Appends group g's plan nodes for `srcs` (deduplicated) to `nodes`; their indices."""
-        return [await self._plan_node(g, ex, src, nodes, index) for src in srcs]
-
-    async def _plan_node(self, g: int, ex: BatchExecutor, src: Any, nodes: List[List[Any]],
-                         index: Dict[int, int]) -> int:
-        # A method, not a closure that refers to itself: such a cycle would keep the
-        # plan's values (a round's client tensors) alive until the garbage collector runs.
-        key = id(src)
-        if key in index:
-            return index[key]
-        node: List[Any]
-        if isinstance(src, Leaf):
-            vals = src.payload[g]
-            node = ['same', vals[0]] if src.all_equal else ['values', list(vals)]
-        elif src.payload is not None:  # computed already (another consumer needed it)
-            node = ['values', list(src.payload[g])]
-        elif src.op == 'sourced':
-            s, n = self._starts[g], self._sizes[g]
-            node = ['sourced_clients', src.sourced[s:s + n], src.member]
-        elif src.op == 'map':
-            node = ['map', await self._embed_fn(src.fn, ex),
-                    await self._plan_node(g, ex, src.srcs[0], nodes, index)]
-        elif src.op == 'select':
-            node = ['select', src.index, await self._plan_node(g, ex, src.srcs[0], nodes, index)]
-        else:
-            node = ['zip', list(src.names),
-                    [await self._plan_node(g, ex, x, nodes, index) for x in src.srcs]]
-        nodes.append(node)
-        index[key] = len(nodes) - 1
-        return index[key]
-
-    async def _stream_partials(self, kind: str, values: Sequence[FederatingValue],
-                               params_for: Any) -> List[Any]:
-        """The per-group partials of a streamed reduction (joined with the invocation's batch)."""
-        key = self._invocation()
-        batch = self._batches.get(key)
-        if batch is None:
-            batch = self._batches[key] = StreamBatch()
-            batch.task = asyncio.ensure_future(self._run_batch(key, batch))
-        k = len(batch.requests)
-        batch.requests.append((kind, [self._source(v) for v in values], params_for))
-        self._leave(key)  # waiting for the batch: not what the batch waits for
-        try:
-            return (await asyncio.shield(batch.done))[k]
-        finally:
-            self._enter(key)
-
-    async def _run_batch(self, key: Any, batch: 'StreamBatch') -> None:
-        try:
-            seen = -1
-            while seen != len(batch.requests) or self._busy.get(key, 0):
-                # Wait for the round's other reductions: until no intrinsic of this
-                # invocation runs and the loop turned a few times without a new one.
-                if self._busy.get(key, 0):
-                    ev = self._idle.get(key)
-                    if ev is None:
-                        ev = self._idle[key] = asyncio.Event()
-                    await ev.wait()
-                seen = len(batch.requests)
-                for _ in range(_STREAM_QUIET_TURNS):
-                    await asyncio.sleep(0)
-        finally:
-            if self._batches.get(key) is batch:
-                del self._batches[key]
-        try:
-            for _, srcs, _ in batch.requests:
-                for src in srcs:
-                    self._mark_streamed(src)
-            self.stream_stats['batches'] += 1
-            self.stream_stats['reductions'] += len(batch.requests)
-            n = self.num_clients
-
-            async def one(g, ex):
-                if not self._sizes[g]:
-                    return None
-                nodes: List[List[Any]] = []
-                index: Dict[int, int] = {}
-                reductions = []
-                for kind, srcs, params_for in batch.requests:
-                    ids = await self._plan_for_group(g, ex, srcs, nodes, index)
-                    reductions.append([kind, ids if kind == 'weighted_mean' else ids[0],
-                                       await params_for(ex)])
-                return await ex.create_streamed_reductions(nodes, reductions, self._starts[g],
-                                                           self._sizes[g], n, self._slice_for(ex))
-            per_group = await self._gather_groups(one)
-            out = [[parts[r] for parts in per_group if parts is not None]
-                   for r in range(len(batch.requests))]
-        except BaseException as e:  # every reduction of the batch reports it
-            if not batch.done.done():
-                if isinstance(e, asyncio.CancelledError):
-                    # Cancelled (Ctrl-C, SIGTERM, a closing context): cancel the waiters'
-                    # future too. A future holding a CancelledError that nobody awaits
-                    # any more is logged as "exception was never retrieved" at exit.
-                    batch.done.cancel()
-                else:
-                    batch.done.set_exception(e)
-            if not isinstance(e, Exception):
-                raise
-            return
-        if not batch.done.done():
-            batch.done.set_result(out)
-
-    def _slice_for(self, ex: BatchExecutor) -> Optional[int]:
-        """The streamed slice of a group: `stream_slice` if set; for groups in this process
-        (no `worker_id`), their share of `IN_PROCESS_STREAM_CLIENTS`; else the holder's own."""
-        if self.stream_slice is not None:
-            return self.stream_slice
-        if getattr(ex, 'worker_id', None) is not None:
-            return None
-        local = sum(1 for e in self._groups if getattr(e, 'worker_id', None) is None)
-        return max(CHUNK, IN_PROCESS_STREAM_CLIENTS // max(local, 1) // CHUNK * CHUNK)
-
-    @staticmethod
-    def _mark_streamed(src: Any) -> None:
-        if isinstance(src, Lazy) and src.payload is None:
-            src.streamed = True
-            for x in src.srcs:
-                FederatedResolvingStrategy._mark_streamed(x)
-
     # ------------------------------------------------------------ values
     async def ingest_federated(self, value: Any, t: T.FederatedType) -> FederatingValue:
         if t.placement is T.SERVER:
@@ -394,7 +195,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if self.stream and isinstance(value, SourcedClients) and self.num_clients:
             # Clients by reference stay a reference until something needs them: a
             # streamed reduction loads them slice by slice where they are computed.
-            return self._fed(Lazy('sourced', sourced=value, member=t.member), t)
+            return self._fed(LazySourced(value, t.member), t)
 
         async def one(g, ex):
             s = self._starts[g]
@@ -427,7 +228,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if t.placement is T.SERVER:
             return self._fed((await self._server.create_selections([v.payload], index))[0], rt)
         if self.stream and not t.all_equal:
-            return self._fed(Lazy('select', [self._source(v)], index=index), rt)
+            return self._fed(LazySelect(self._source(v), index), rt)
         payload = await self._as_clients(v)
 
         async def one(g, ex):
@@ -449,42 +250,13 @@ class FederatedResolvingStrategy(FederatingStrategy):
                                       f'{type(self).__name__}')
         return await method(arg, static, result_type)
 
-    def busy(self) -> Any:
-        """Marks the calling invocation as working in the federating layer (a context manager).
-
-        The `FederatingExecutor` wraps each of its operations in it: a stream batch
-        waits until none of the invocation's operations runs, so that every
-        reduction of a round whose arguments are still being made joins it.
-        """
-        return Busy(self, self._invocation())
-
-    @staticmethod
-    def _invocation() -> Any:
-        return CURRENT_INVOCATION.get()
-
-    def _enter(self, key: Any) -> None:
-        self._busy[key] = self._busy.get(key, 0) + 1
-        ev = self._idle.get(key)
-        if ev is not None:
-            ev.clear()
-
-    def _leave(self, key: Any) -> None:
-        left = self._busy.get(key, 1) - 1
-        if left > 0:
-            self._busy[key] = left
-            return
-        self._busy.pop(key, None)
-        ev = self._idle.pop(key, None)
-        if ev is not None:
-            ev.set()
-
     async def _federated_map(self, arg, static, rt):
         fn, value = self._elements(arg, 2)
         self._check_clients(value)
         all_equal = value.type_signature.all_equal
         if self.stream and not all_equal:
             self._check_fn(fn)
-            return self._fed(Lazy('map', [self._source(value)], fn=fn), rt)
+            return self._fed(LazyMap(self._source(value), fn), rt)
         payload = await self._as_clients(value)
         # A value equal on all clients is mapped once per group, unless the function
         # draws fresh random values: then, as in TFF, each client runs it.
@@ -532,8 +304,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
                 is not T.SERVER or not isinstance(arg.payload, ExecutorValue):
             return None
         for g, ex in enumerate(self._groups):
-            share = getattr(ex, 'can_share', None)
-            if self._sizes[g] and (share is None or not share(arg.payload)):
+            if self._sizes[g] and not ex.can_share(arg.payload):
                 return None
         return arg.payload
 
@@ -563,8 +334,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
             return self._source(v)
         if v.kind != 'struct':
             raise SimharnessTypeError(f'federated_zip needs federated values, got {v.type_signature}')
-        return Lazy('zip', [self._zip_plan(e) for _, e in v.payload],
-                     names=[n for n, _ in v.payload])
+        return LazyZip([self._zip_plan(e) for _, e in v.payload], [n for n, _ in v.payload])
 
     async def _zip_rows(self, v: FederatingValue, g: int) -> Sequence[Any]:
         """Per-client member values of group g for a (nested) struct of federated values."""

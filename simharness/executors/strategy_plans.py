@@ -1,9 +1,9 @@
 """Plans and helpers of `FederatedResolvingStrategy` (see `resolving_strategy`).
 
-`Lazy` describes client values not computed yet (a map, a selection, a zip, or
-clients by reference), `Leaf` wraps computed ones inside a plan, `StreamBatch`
-gathers the reductions of one invocation that stream together, `Busy` marks an
-invocation working in the federating layer; `targets_from_mapping` and
+`Lazy` describes client values not computed yet (`LazyMap`, `LazySelect`,
+`LazyZip`, or clients by reference: `LazySourced`), `Leaf` wraps computed ones
+inside a plan, `StreamBatch` gathers the reductions of one invocation that
+stream together, `Busy` marks an invocation working in the federating layer; `targets_from_mapping` and
 `hosting_child` read TFF's ``{SERVER: ex, CLIENTS: [...]}`` strategy targets;
 `secure_params` gives a secure sum's per-leaf bounds and moduli.
 """
@@ -25,26 +25,59 @@ ClientsPayload = List[List[ExecutorValue]]
 class Lazy:
     """Client values described, not computed: a map, a selection, a zip, or clients by reference.
 
-    `op` is 'map' (`fn`, `srcs[0]`), 'select' (`index`, `srcs[0]`), 'zip' (`names`,
-    `srcs`) or 'sourced' (`sourced`, a `SourcedClients`, of `member` type). A source is
-    another `Lazy` or a `Leaf`. `payload` caches the materialized values.
+    One subclass per kind (`LazyMap`, `LazySelect`, `LazyZip`, `LazySourced`). `srcs`
+    are its sources (another `Lazy` or a `Leaf`); `payload` caches the materialized
+    values; `streamed` says a stream batch consumed it.
     """
 
-    __slots__ = ('op', 'fn', 'index', 'names', 'srcs', 'sourced', 'member', 'payload',
-                 'streamed', '_lock')
+    __slots__ = ('srcs', 'payload', 'streamed', '_lock')
 
-    def __init__(self, op: str, srcs: Sequence[Any] = (), fn: Any = None, index: int = 0,
-                 names: Sequence[Optional[str]] = (), sourced: Any = None, member: Any = None):
-        self.op = op
+    def __init__(self, srcs: Sequence[Any] = ()):
         self.srcs = list(srcs)
-        self.fn = fn
-        self.index = index
-        self.names = list(names)
-        self.sourced = sourced
-        self.member = member
         self.payload: Optional[ClientsPayload] = None
         self.streamed = False
         self._lock: Optional[asyncio.Lock] = None
+
+
+class LazyMap(Lazy):
+    """`fn` (an unplaced tf_computation value) of each client's value of `src`."""
+
+    __slots__ = ('fn',)
+
+    def __init__(self, src: Any, fn: Any):
+        super().__init__([src])
+        self.fn = fn
+
+
+class LazySelect(Lazy):
+    """Element `index` of each client's struct value of `src`."""
+
+    __slots__ = ('index',)
+
+    def __init__(self, src: Any, index: int):
+        super().__init__([src])
+        self.index = index
+
+
+class LazyZip(Lazy):
+    """Per client, a struct with element `names` of the values of `srcs`."""
+
+    __slots__ = ('names',)
+
+    def __init__(self, srcs: Sequence[Any], names: Sequence[Optional[str]]):
+        super().__init__(srcs)
+        self.names = list(names)
+
+
+class LazySourced(Lazy):
+    """Clients by reference (`sourced`, a `SourcedClients`) of `member` type."""
+
+    __slots__ = ('sourced', 'member')
+
+    def __init__(self, sourced: Any, member: Any):
+        super().__init__()
+        self.sourced = sourced
+        self.member = member
 
 
 class Leaf:

@@ -23,6 +23,7 @@ from simharness.core.reduction import Partial
 from simharness.core.structure import map_nest
 from simharness.executors.base import (BatchExecutor, Executor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
+from simharness.runtime.stream_plan import PlanNode, PlanReduction, is_plan_part
 from simharness.validation import check_instance
 
 
@@ -53,7 +54,16 @@ class ThreadDelegatingValue(ExecutorValue):
 
 
 def _unwrap(v: Any) -> Any:
-    return map_nest(lambda x: x.internal if isinstance(x, ThreadDelegatingValue) else x, v)
+    """`v` with the target's values for ours (in containers and stream plan parts)."""
+    return map_nest(_unwrap_leaf, v)
+
+
+def _unwrap_leaf(x: Any) -> Any:
+    if isinstance(x, ThreadDelegatingValue):
+        return x.internal
+    if is_plan_part(x):
+        return x.map_values(_unwrap)
+    return x
 
 
 class ThreadDelegatingExecutor(BatchExecutor):
@@ -169,8 +179,10 @@ class ThreadDelegatingExecutor(BatchExecutor):
         """Whether the target streams map -> reduce (`create_streamed_reductions`)."""
         return isinstance(self._target, BatchExecutor) and self._target.can_stream
 
-    async def create_streamed_reductions(self, nodes, reductions, start: int, count: int,
-                                         total: int, slice_size: Optional[int] = None) -> List[Partial]:
+    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
+                                         reductions: Sequence[PlanReduction], start: int,
+                                         count: int, total: int,
+                                         slice_size: Optional[int] = None) -> List[Partial]:
         """Streams map -> reduce on the target's thread (see `EagerTFExecutor`)."""
         return await self._run(self._target.create_streamed_reductions(
             _unwrap(list(nodes)), _unwrap(list(reductions)), start, count, total, slice_size))

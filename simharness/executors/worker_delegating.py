@@ -44,6 +44,8 @@ from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, Execut
 from simharness.runtime import protocol as P
 from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
 from simharness.runtime.seam import WorkerHandle, WorkerId
+from simharness.runtime.stream_plan import (PlanClients, PlanNode, PlanReduction, PlanSourced,
+                                            PlanValues, is_plan_part)
 
 #: Values at least this big go through the pool's broadcast arena (written once).
 BROADCAST_MIN_BYTES = 1 << 16
@@ -283,6 +285,8 @@ class WorkerDelegatingExecutor(BatchExecutor):
         return RefRange(start, len(xs))
 
     def _ref_walk(self, x: Any) -> Any:
+        if is_plan_part(x):  # a stream plan's node or reduction: its values
+            return x.map_values(self._ref_walk)
         if isinstance(x, list):
             r = self._ref_range(x) if x else None
             return r if r is not None else [self._ref_walk(v) for v in x]
@@ -499,30 +503,30 @@ class WorkerDelegatingExecutor(BatchExecutor):
         return await self._request(Op.PARTIAL_REDUCTION, kind, list(values), start, total,
                                    dict(params), wait=True, partials=True)
 
-    async def create_streamed_reductions(self, nodes: Sequence[Sequence[Any]],
-                                         reductions: Sequence[Sequence[Any]], start: int,
+    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
+                                         reductions: Sequence[PlanReduction], start: int,
                                          count: int, total: int,
                                          slice_size: Optional[int] = None) -> List[Partial]:
         """The worker computes the plan slice by slice, folding each slice into the
         reductions (`EagerTFExecutor.create_streamed_reductions`): one request, one wait.
-        Clients given by reference (``['sourced_clients', SourcedClients, type]``) are
-        loaded by the worker, slice by slice, when their source is describable."""
-        wire: List[Any] = []
-        for node in nodes:
-            if node[0] == 'sourced_clients':
-                sc, t = node[1], node[2]
-                src, tr = source_spec(sc.source), transform_spec(sc.transform)
-                if src is not None and tr is not None:
-                    first = sc.token not in self._sources
-                    wire.append(['sourced', sc.token, src if first else None,
-                                 list(sc.client_ids), tr, t])
-                    self._sources.add(sc.token)
-                else:  # not describable as plain data: the driver loads and ships it
-                    wire.append(['values', await self.create_values(sc, t)])
-            else:
-                wire.append(list(node))
-        return await self._request(Op.STREAM_REDUCE, wire, [list(r) for r in reductions], start,
+        Clients given by reference (`PlanClients`) are loaded by the worker, slice by
+        slice, when their source is describable (`PlanSourced`)."""
+        wire = [await self._wire_node(node) for node in nodes]
+        return await self._request(Op.STREAM_REDUCE, wire, list(reductions), start,
                                    count, total, slice_size, wait=True, partials=True)
+
+    async def _wire_node(self, node: PlanNode) -> PlanNode:
+        """A plan node as it crosses: `PlanClients` as `PlanSourced` (or `PlanValues`, loaded
+        here when the source or transform is not plain data); the other kinds as they are."""
+        if not isinstance(node, PlanClients):
+            return node
+        sc, t = node.clients, node.type
+        src, tr = source_spec(sc.source), transform_spec(sc.transform)
+        if src is None or tr is None:  # not describable as plain data: the driver loads it
+            return PlanValues(await self.create_values(sc, t))
+        first = sc.token not in self._sources
+        self._sources.add(sc.token)
+        return PlanSourced(sc.token, src if first else None, list(sc.client_ids), tr, t)
 
     async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
                                       params: Dict[str, Any], result_type: T.Type) -> WorkerValue:

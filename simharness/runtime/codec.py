@@ -18,7 +18,8 @@ make it run code or import a module:
   `DatasetBlob`, types (`simharness.core.types`), `CompiledComputation`
   (a serialized graph), `Data` (a URI and a type: external data the
   receiving executor reads itself), `ErrorRecord`, and the protocol dataclasses
-  registered with `register_message`.
+  registered with `register_message` (the requests and responses, the nodes
+  and reductions of a stream plan: `runtime.stream_plan`), by their fields.
 
 Numeric arrays of at least `BUFFER_MIN_BYTES` (and large `bytes`) are
 returned as separate buffers, so that a transport can move them through

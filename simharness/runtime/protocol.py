@@ -39,8 +39,10 @@ from simharness.core.reduction import Partial
 from simharness.core.structure import map_nest
 from simharness.runtime import codec
 from simharness.runtime.codec import DatasetBlob, Ref, RefRange  # noqa: F401  (re-exported)
+from simharness.runtime.stream_plan import is_plan_part
 
-PROTOCOL_VERSION = 3
+#: 4: the stream plan of STREAM_REDUCE is typed (`runtime.stream_plan`), not tagged lists.
+PROTOCOL_VERSION = 4
 
 
 class Op(enum.IntEnum):
@@ -278,8 +280,13 @@ def record_to_error(rec: ErrorRecord, worker_id: Optional[Union[int, str]] = Non
 def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
     """Rebuilds `obj` with every non-container leaf replaced by `fn(leaf)`.
 
-    Containers: Struct, Partial, list, tuple, namedtuple, dict.
+    Containers: Struct, Partial, stream plan nodes and reductions (their value
+    fields), list, tuple, namedtuple, dict.
     """
     def leaf(x: Any) -> Any:
-        return x.map(lambda v: map_leaves(v, fn)) if isinstance(x, Partial) else fn(x)
+        if isinstance(x, Partial):
+            return x.map(lambda v: map_leaves(v, fn))
+        if is_plan_part(x):
+            return x.map_values(lambda v: map_leaves(v, fn))
+        return fn(x)
     return map_nest(leaf, obj, structs=True)

@@ -30,7 +30,9 @@ from simharness import errors as E
 from simharness.core.structure import tensor_to_numpy
 from simharness.data.sourced import source_from_spec, transform_from_spec
 from simharness.runtime import protocol as P
-from simharness.runtime.protocol import DatasetBlob, ErrorRecord, Op, Ref, RefRange, Request, Response
+from simharness.runtime.codec import DatasetBlob, Ref, RefRange
+from simharness.runtime.protocol import ErrorRecord, Op, Request, Response
+from simharness.runtime.stream_plan import PlanLoad, PlanSourced
 
 
 class _Poisoned(Exception):
@@ -136,6 +138,19 @@ class WorkerService:
         if session is not None and kind == P.Result.VALUES:
             session.poisoned.append((req.out_base, max(req.out_count, 1), rec))
 
+    def _open_session(self, req: Request) -> Response:
+        self.sessions.setdefault(req.session, Session(req.session))
+        return Response(True, seq=req.seq)
+
+    def _close_session(self, req: Request) -> Response:
+        self.sessions.pop(req.session, None)
+        return Response(True, seq=req.seq)
+
+    def _ping(self, req: Request) -> Response:
+        return Response(True, P.Result.DATA, result={
+            'requests': self.requests, 'sessions': len(self.sessions),
+            'values': sum(len(s.values) for s in self.sessions.values())}, seq=req.seq)
+
     def _session(self, req: Request) -> Session:
         s = self.sessions.get(req.session)
         if s is None:
@@ -147,19 +162,12 @@ class WorkerService:
 
     def _handle(self, req: Request) -> Response:
         op = Op(req.op)
-        if op == Op.OPEN_SESSION:
-            self.sessions.setdefault(req.session, Session(req.session))
-            return Response(True, seq=req.seq)
-        if op == Op.CLOSE_SESSION:
-            self.sessions.pop(req.session, None)
-            return Response(True, seq=req.seq)
-        if op == Op.PING:
-            return Response(True, P.Result.DATA, result={
-                'requests': self.requests, 'sessions': len(self.sessions),
-                'values': sum(len(s.values) for s in self.sessions.values())}, seq=req.seq)
+        control = _CONTROL.get(op)
+        if control is not None:  # sessions and pings: no values, no executor
+            return control(self, req)
         session = self._session(req)
         session.free(req.free)
-        if op == Op.FREE:
+        if op == Op.FREE:  # the frees above were all it asked for
             return Response(True, seq=req.seq)
         args = self._resolve(req.args, session)
         result = self._run(op, args, session)
@@ -178,53 +186,26 @@ class WorkerService:
 
     # ------------------------------------------------------------ operations
     def _run(self, op: Op, a: List[Any], session: Session) -> Any:
-        ex = self.executor
-        if op == Op.CREATE_VALUE:
-            return drive(ex.create_value(a[0], a[1]))
-        if op == Op.CREATE_CALL:
-            return drive(ex.create_call(a[0], a[1]))
-        if op == Op.CREATE_STRUCT:
-            return drive(ex.create_struct(a[0]))
-        if op == Op.CREATE_SELECTION:
-            return drive(ex.create_selection(a[0], a[1]))
-        if op == Op.CREATE_VALUES:
-            return drive(ex.create_values(a[0], a[1]))
-        if op == Op.CREATE_VALUES_STACKED:
-            return drive(ex.create_values_stacked(a[0], a[1]))
-        if op == Op.LOAD_SOURCED:
-            return drive(ex.create_values(self._load_sourced(session, *a[:4]), a[4]))
-        if op == Op.CREATE_MAP:
-            return drive(ex.create_map(a[0], a[1], a[2]))
-        if op == Op.CREATE_STRUCTS:
-            return drive(ex.create_structs(a[0], a[1]))
-        if op == Op.CREATE_SELECTIONS:
-            return drive(ex.create_selections(a[0], a[1]))
-        if op == Op.COMPUTE_MANY:
-            return drive(ex.compute_many(a[0]))
-        if op == Op.PARTIAL_REDUCTION:
-            return drive(ex.create_partial_reduction(a[0], a[1], a[2], a[3], a[4]))
-        if op == Op.STREAM_REDUCE:
-            nodes = [self._loader_node(session, n) for n in a[0]]
-            return drive(ex.create_streamed_reductions(nodes, a[1], a[2], a[3], a[4], a[5]))
-        if op == Op.REDUCTION_RESULT:
-            return drive(ex.create_reduction_result(a[0], a[1], a[2], a[3], a[4]))
-        if op == Op.SEQUENCE_OP:
-            return drive(ex.create_sequence_op(a[0], a[1], a[2]))
-        if op == Op.SELECT:
-            return drive(ex.create_select(a[0], a[1], a[2], a[3]))
-        raise E.ProtocolError(f'operation {op.name} is not run by WorkerService')
+        run = _OPS.get(op)
+        if run is None:
+            raise E.ProtocolError(f'operation {op.name} is not run by WorkerService')
+        return drive(run(self, self.executor, a, session))
+
+    def _stream_reduce(self, ex: Any, a: List[Any], session: Session) -> Any:
+        nodes = [self._loader_node(session, n) for n in a[0]]
+        return ex.create_streamed_reductions(nodes, a[1], a[2], a[3], a[4], a[5])
 
     def _loader_node(self, session: Session, node: Any) -> Any:
-        """A streaming plan's ``['sourced', token, source, client_ids, transform, type]`` node
-        as ``['load', loader, type]``: the worker loads each slice's clients when it needs them."""
-        if not (isinstance(node, list) and node and node[0] == 'sourced'):
+        """A stream plan's `PlanSourced` node as a `PlanLoad`: the worker loads each slice's
+        clients when it needs them (other nodes are evaluated as they came)."""
+        if not isinstance(node, PlanSourced):
             return node
-        _, token, source, client_ids, transform, t = node
-        ids = list(client_ids)
-        if source is not None:  # registered now, so that a slice's loader finds it
-            self._load_sourced(session, token, source, [], transform)
-        return ['load', lambda lo, hi: self._load_sourced(session, token, None, ids[lo:hi],
-                                                          transform), t]
+        ids = list(node.client_ids)
+        token, transform = node.token, node.transform
+        if node.source is not None:  # registered now, so that a slice's loader finds it
+            self._load_sourced(session, token, node.source, [], transform)
+        return PlanLoad(lambda lo, hi: self._load_sourced(session, token, None, ids[lo:hi],
+                                                          transform), node.type)
 
     def _load_sourced(self, session: Session, token: int, source: Any, client_ids: List[str],
                       transform: Any) -> List[Any]:
@@ -267,3 +248,34 @@ class WorkerService:
     def close(self) -> None:
         self.sessions.clear()
         self.executor.close()
+
+
+#: The operations that need no session's values (run before the frees and the Refs).
+_CONTROL: Dict[Op, Callable[[WorkerService, Request], Response]] = {
+    Op.OPEN_SESSION: WorkerService._open_session,
+    Op.CLOSE_SESSION: WorkerService._close_session,
+    Op.PING: WorkerService._ping,
+}
+
+#: The executor's coroutine for each value operation: (service, executor, args, session).
+_OPS: Dict[Op, Callable[[WorkerService, Any, List[Any], Session], Any]] = {
+    Op.CREATE_VALUE: lambda s, ex, a, _: ex.create_value(a[0], a[1]),
+    Op.CREATE_CALL: lambda s, ex, a, _: ex.create_call(a[0], a[1]),
+    Op.CREATE_STRUCT: lambda s, ex, a, _: ex.create_struct(a[0]),
+    Op.CREATE_SELECTION: lambda s, ex, a, _: ex.create_selection(a[0], a[1]),
+    Op.CREATE_VALUES: lambda s, ex, a, _: ex.create_values(a[0], a[1]),
+    Op.CREATE_VALUES_STACKED: lambda s, ex, a, _: ex.create_values_stacked(a[0], a[1]),
+    Op.LOAD_SOURCED: lambda s, ex, a, session: ex.create_values(
+        s._load_sourced(session, *a[:4]), a[4]),
+    Op.CREATE_MAP: lambda s, ex, a, _: ex.create_map(a[0], a[1], a[2]),
+    Op.CREATE_STRUCTS: lambda s, ex, a, _: ex.create_structs(a[0], a[1]),
+    Op.CREATE_SELECTIONS: lambda s, ex, a, _: ex.create_selections(a[0], a[1]),
+    Op.COMPUTE_MANY: lambda s, ex, a, _: ex.compute_many(a[0]),
+    Op.PARTIAL_REDUCTION: lambda s, ex, a, _: ex.create_partial_reduction(a[0], a[1], a[2], a[3],
+                                                                           a[4]),
+    Op.STREAM_REDUCE: lambda s, ex, a, session: s._stream_reduce(ex, a, session),
+    Op.REDUCTION_RESULT: lambda s, ex, a, _: ex.create_reduction_result(a[0], a[1], a[2], a[3],
+                                                                         a[4]),
+    Op.SEQUENCE_OP: lambda s, ex, a, _: ex.create_sequence_op(a[0], a[1], a[2]),
+    Op.SELECT: lambda s, ex, a, _: ex.create_select(a[0], a[1], a[2], a[3]),
+}

@@ -139,7 +139,10 @@ def test_runtime_and_executors_need_no_ignored_import():
 
 
 #: The worker seam's modules are typed strictly (mypy --strict).
-STRICT_MODULES = ['simharness/runtime/seam.py', 'simharness/runtime/loopback.py']
+STRICT_MODULES = ['simharness/runtime/seam.py', 'simharness/runtime/loopback.py',
+                  'simharness/runtime/stream_plan.py', 'simharness/runtime/service.py',
+                  'simharness/executors/stream_eval.py', 'simharness/executors/resolving_streams.py',
+                  'simharness/atomic.py']
 
 
 @pytest.mark.slow  # ~20 s without a mypy cache
