@@ -8,7 +8,9 @@ failed evaluation raises) and _run_evaluation (not a learning process, no
 zero state, end time passed, future end time, resumed round numbers and end
 time). In the not-a-learning-process case the client data are real empty
 datasets (TFF passes its mock iterator's selection, which only its native
-context lets through). Added: a path through a non-mapping is a KeyError.
+context lets through). Added: a path through a non-mapping is a KeyError;
+an evaluation stopped mid-way resumes from real FileProgramStateManager
+files in a new manager.
 """
 
 import asyncio
@@ -459,3 +461,55 @@ def test_resume_evaluation_uses_correct_end_time(native_context):
 def test_run_evaluation_raises_outside_a_federated_context():
     with pytest.raises(ValueError, match='FederatedContext'):
         _run(_create_mock_eval_process(), _state_manager_mock(spec_set=False), 1)
+
+
+def test_resume_with_file_state_managers_after_a_stop(native_context, tmp_path):
+    """Ours: an evaluation stopped mid-way resumes from its files in a new manager."""
+    eval_process = _create_mock_eval_process()
+    eval_process.set_model_weights.return_value = eval_process.initialize.return_value
+    per_round = _release_manager_mock()
+
+    def make_manager(duration):
+        return evaluation_program_logic.EvaluationManager(
+            data_source=_create_mock_datasource(), aggregated_metrics_manager=_release_manager_mock(),
+            create_state_manager_fn=lambda name: file_program_state_manager.FileProgramStateManager(
+                tmp_path / name),
+            create_process_fn=lambda name: (eval_process, per_round), cohort_size=2,
+            duration=duration)
+
+    async def stop_after_two_rounds():
+        manager = make_manager(datetime.timedelta(hours=1))
+        await manager.resume_from_previous_state()
+        await manager.start_evaluation(3, int(datetime.datetime.now().timestamp()),
+                                       model_weights.ModelWeights([], []))
+        for _ in range(1000):
+            if per_round.release.call_count >= 2:
+                break
+            await asyncio.sleep(0.01)
+            for task in manager._pending_tasks:
+                if task.done():
+                    task.result()  # an evaluation that failed: its error
+        assert per_round.release.call_count >= 2
+        for task in list(manager._pending_tasks):  # the program stops
+            task.cancel()
+        await asyncio.gather(*manager._pending_tasks, return_exceptions=True)
+
+    run(stop_after_two_rounds())
+    eval_dir = tmp_path / evaluation_program_logic._EVAL_NAME_PATTERN.format(round_num=3)
+    assert any(eval_dir.iterdir())
+    released_before = per_round.release.call_count
+
+    async def resume():
+        # Resumed with the saved start time: the hour has not passed, so cut it short.
+        manager = make_manager(datetime.timedelta(0))
+        await manager.resume_from_previous_state()
+        assert len(manager._pending_tasks) == 1
+        await manager.wait_for_evaluations_to_finish()
+        return manager
+
+    manager = run(resume())
+    # One more round, numbered after the saved ones; then the evaluation's files are removed.
+    keys = [c.kwargs['key'] for c in per_round.release.call_args_list]
+    assert keys[released_before] == keys[released_before - 1] + 1
+    assert not any(eval_dir.iterdir())
+    assert manager._evaluating_training_checkpoints.tolist() == []
