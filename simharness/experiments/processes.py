@@ -22,7 +22,7 @@
     [training] federated_eval
                   federated_evaluation: learning.algorithms.build_fed_eval(model), the weights
                   set with set_model_weights, current_round_metrics of client_work/eval
-    clients       client_datasets: from_tensor_slices((x, y)).repeat(local_epochs).batch(b)
+    clients       client_datasets: from_tensor_slices((x, y)).batch(b).repeat(local_epochs)
                   by id: compose_with_client_data (ClientData.preprocess(...).dataset_computation
                   composed with the process: ids travel, each executor builds its datasets)
 
@@ -308,15 +308,15 @@ def build_learning_process(config: Any, model: FunctionalModel) -> Any:
 def client_datasets(arrays: Sequence[Mapping[str, np.ndarray]], batch_size: int,
                     local_epochs: int = 1, x_key: str = 'x', y_key: str = 'y',
                     x_dtype: Any = np.float32) -> List[Any]:
-    """Each client's ``tf.data`` dataset: its examples in stored order, ``local_epochs``
-    passes, batches of ``batch_size`` (as TFF's tutorials preprocess)."""
+    """Each client's ``tf.data`` dataset: its examples in stored order in batches of
+    ``batch_size`` (the last one partial), repeated for ``local_epochs`` passes: a client of
+    n examples takes ``ceil(n / batch_size)`` steps per epoch (batch, then repeat: no batch
+    spans two epochs)."""
     out = []
     for a in arrays:
         ds = tf.data.Dataset.from_tensor_slices((np.asarray(a[x_key], x_dtype),
-                                                 np.asarray(a[y_key], np.int32)))
-        if local_epochs > 1:
-            ds = ds.repeat(local_epochs)
-        out.append(ds.batch(batch_size))
+                                                 np.asarray(a[y_key], np.int32))).batch(batch_size)
+        out.append(ds.repeat(local_epochs) if local_epochs > 1 else ds)
     return out
 
 
@@ -326,17 +326,16 @@ def compose_with_client_data(process: Any, client_data: Any, batch_size: int,
     """`process` taking client ids: each executor builds its clients' datasets itself.
 
     ``client_data.preprocess`` makes each client's dataset as `client_datasets`
-    does (``(x, y)`` in stored order, ``local_epochs`` passes, batches of
-    `batch_size`); its ``dataset_computation`` is composed with the process
+    does (``(x, y)`` in stored order, batches of `batch_size`, repeated for
+    ``local_epochs`` passes); its ``dataset_computation`` is composed with the process
     (``tff.simulation.compose_dataset_computation_with_learning_process``),
     so ``next(state, client_ids)`` ships ids, not examples.
     """
     def preprocess(ds: Any) -> Any:
         x_tf = tf.as_dtype(np.dtype(x_dtype))
         ds = ds.map(lambda e: (tf.cast(e[x_key], x_tf), tf.cast(e[y_key], tf.int32)))
-        if local_epochs > 1:
-            ds = ds.repeat(local_epochs)
-        return ds.batch(batch_size)
+        ds = ds.batch(batch_size)
+        return ds.repeat(local_epochs) if local_epochs > 1 else ds
 
     by_id = client_data.preprocess(preprocess)
     return iterative_process_compositions.compose_dataset_computation_with_learning_process(
