@@ -192,7 +192,8 @@ class FederatingExecutor(Executor):
         if isinstance(value, T.PlacementLiteral):  # simharness.SERVER / CLIENTS
             t = T.PlacementType() if t is None else t
             if not isinstance(t, T.PlacementType):
-                raise SimharnessTypeError(f'placement {value} has type placement, not {t}',
+                raise SimharnessTypeError(f'placement {value} of type placement is not '
+                                          f'assignable to the type_spec {t} given with it',
                                           expected=T.PlacementType(), actual=t)
             return FederatingValue('placement', value, t, self)
         if isinstance(value, Computation):  # a computation given as is (TFF's raw API)

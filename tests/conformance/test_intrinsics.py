@@ -336,8 +336,9 @@ def test_federated_select(stack):
 
 
 def test_federated_select_rejects_keys_out_of_range(stack):
-    keys = [np.array([0], np.int32), np.array([4], np.int32), np.array([1], np.int32)]
-    with pytest.raises(ValueError, match=r'client 1.*\[4\].*\[0, 4\)'):
+    # Keys lie in [0, max_key], max_key included (federated_language's contract).
+    keys = [np.array([0], np.int32), np.array([5], np.int32), np.array([1], np.int32)]
+    with pytest.raises(ValueError, match=r'client 1.*\[5\].*\[0, 4\]'):
         fed_select(keys, np.zeros(4, np.float32))
 
 

@@ -121,12 +121,11 @@ def test_create_value_refuses_a_contradicting_type_spec(comp):
 
 
 def test_federating_executor_refuses_a_contradicting_intrinsic_type():
-    from simharness.core import building_blocks as bb
     ex = FederatingExecutor(FederatedResolvingStrategy.factory(
         {sh.SERVER: EagerTFExecutor(), sh.CLIENTS: [EagerTFExecutor()]}), EagerTFExecutor())
     with ex:
         with pytest.raises(TypeError, match='placement .* is not assignable'):
-            run(ex.create_value(bb.Placement(sh.CLIENTS), T.TensorType(np.int32)))
+            run(ex.create_value(sh.CLIENTS, T.TensorType(np.int32)))
         v = run(ex.create_value(1, tf.int32))
         with pytest.raises(TypeError, match='value of type int32 is not assignable'):
             run(ex.create_value(v, tf.float32))
