@@ -9,8 +9,9 @@ build_fed_sgd(model_fn, server_optimizer_fn=SGD(0.1), ...)
 build_fed_eval(model_fn, model_distributor=None, metrics_aggregation_process=None, ...)
 build_fed_recon(model_fn, *, loss_fn, metrics_fn=None, server_optimizer_fn=SGD(1.0),
                 client_optimizer_fn=SGD(0.1), reconstruction_optimizer_fn=SGD(0.1), ...)
-build_fed_recon_eval(model_fn, *, loss_fn, metrics_fn=None, reconstruction_optimizer_fn=SGD(0.1),
-                     dataset_split_fn=None, model_distributor=None, metrics_aggregation_process=None)
+build_fed_recon_eval(model_fn, *, loss_fn, metrics_fn=None,
+                     reconstruction_optimizer_fn=SGD(0.1), dataset_split_fn=None,
+                     model_distributor=None, metrics_aggregation_process=None)
 build_weighted_fed_avg_with_optimizer_schedule(model_fn, client_learning_rate_fn, ...)
 build_weighted_mime_lite / build_unweighted_mime_lite / build_mime_lite_with_optimizer_schedule
 build_fed_kmeans(num_clusters, data_shape, random_seed=None, distributor=None, sum_aggregator=None)

@@ -32,7 +32,6 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import tensorflow as tf
-import keras
 
 from simharness.aggregators import factory, factory_utils, mean
 from simharness.core import intrinsics as I
@@ -76,7 +75,7 @@ def make_metrics(loss_fn: LossFn, metrics_fn: Optional[MetricsFn],
     Raises:
         SimharnessValueError: two metrics share a name.
     """
-    loss_metric = keras.metrics.MeanMetricWrapper(loss_fn(), name='loss')
+    loss_metric = tf.keras.metrics.MeanMetricWrapper(loss_fn(), name='loss')  # Keras 3's
     metrics = [loss_metric] if metrics_fn is None else list(metrics_fn()) + [loss_metric]
     for metric in metrics:
         if metric.name in metric_finalizers:
@@ -153,6 +152,8 @@ def _build_reconstruction_client_work(
     """The stateless `ClientWorkProcess`: reconstruct, then train the global variables."""
     with tf.Graph().as_default():
         model_for_metadata = model_fn()
+        # Names checked here too: raised inside the traced function, autograph would wrap it.
+        make_metrics(loss_fn, metrics_fn, collections.OrderedDict())
     model_weights_type = reconstruction_model.global_weights_type_from_model(model_for_metadata)
     dataset_type = T.SequenceType(T.to_type(model_for_metadata.input_spec))
 

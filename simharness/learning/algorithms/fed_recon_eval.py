@@ -94,6 +94,8 @@ def build_fed_recon_eval(
 
     if dataset_split_fn is None:
         dataset_split_fn = ReconstructionModel.build_dataset_split_fn(split_dataset=True)
+    with tf.Graph().as_default():  # the metric names checked before tracing
+        fed_recon.make_metrics(loss_fn, metrics_fn, collections.OrderedDict())
     model_weights_type: Any = build_initial_model_weights.type_signature.result
     dataset_type = T.SequenceType(batch_type)
     if model_distributor is None:

@@ -4,6 +4,9 @@ Every case of TFF's module is here, each for the non-Keras `LinearModel` and the
 Keras `keras_linear_model_fn` (TFF's parameters). Each process is built once
 (module cache) and run on both stacks. TFF's ``assert_types_identical`` of the
 whole ``next`` signature is `is_identical_to` of the same expected type.
+Ours, inside TFF's cases: the no-split loss against numpy (both models), a
+second round of the split case (totals accumulate, weights unchanged); after
+them: bad `model_fn`, `metrics_aggregation_process` and duplicate metric names.
 """
 
 import collections
@@ -20,7 +23,8 @@ from simharness.learning.algorithms import fed_recon_eval
 from simharness.learning.metrics import counters
 from simharness.learning.models import model_weights, reconstruction_model
 from simharness.learning.optimizers import sgdm
-from simharness.learning.templates import LearningAlgorithmState, LearningProcessOutput, distributors
+from simharness.learning.templates import (LearningAlgorithmState, LearningProcessOutput,
+                                           distributors)
 
 ReconstructionModel = reconstruction_model.ReconstructionModel
 
@@ -246,15 +250,38 @@ def test_federated_reconstruction_no_split_data(tff_stack, model):
     assert eval_result['loss'] != pytest.approx(19.666666, abs=1e-6)
     assert eval_result['num_examples'] == pytest.approx(6.0)
     assert eval_result['num_over'] == pytest.approx(3.0)
+    # Ours: the loss of one reconstruction epoch, by hand (both models are the same function).
+    assert eval_result['loss'] == pytest.approx(_numpy_no_split_loss(w=1.0), rel=1e-5)
+
+
+def _numpy_no_split_loss(w, lr=0.1, momentum=0.5):
+    """One reconstruction epoch of SGD-momentum on the bias (every batch), then the MSE."""
+    total_sq, count = 0.0, 0
+    for ds in create_client_data():
+        xs = [float(b['x'][0, 0]) for b in ds]
+        ys = [float(b['y'][0, 0]) for b in ds]
+        bias, acc = 0.0, 0.0
+        for x, y in zip(xs, ys):
+            acc = momentum * acc + 2.0 * (x * w + bias - y)
+            bias -= lr * acc
+        for x, y in zip(xs, ys):
+            total_sq += (x * w + bias - y) ** 2
+            count += 1
+    return total_sq / count
 
 
 @MODELS
 def test_federated_reconstruction_split_data(tff_stack, model):
     process = _process('split_data', model)
     _assert_next_type(process, _expected_next_type(model))
-    eval_result = _evaluate(process)['client_work']['eval']['current_round_metrics']
-    assert eval_result['num_examples'] == pytest.approx(2.0)
-    assert eval_result['num_over'] == pytest.approx(1.0)
+    state = process.initialize()
+    for _ in range(2):  # ours: a second round, the totals accumulate and the weights stay
+        state, result = process.next(state, create_client_data())
+        eval_result = result['client_work']['eval']['current_round_metrics']
+        assert eval_result['num_examples'] == pytest.approx(2.0)
+        assert eval_result['num_over'] == pytest.approx(1.0)
+    assert result['client_work']['eval']['total_rounds_metrics']['num_examples'] == 4
+    np.testing.assert_array_equal(process.get_model_weights(state).trainable[0], [[0.0]])
 
 
 @MODELS
@@ -311,47 +338,8 @@ def test_evaluation_construction_calls_model_fn():
     assert mock_model_fn.call_count == 2
 
 
-# Ours after TFF's cases.
-
-def test_keras_and_non_keras_models_agree(tff_stack):
-    """The two models are the same function: the same metrics after reconstruction."""
-    a = _evaluate(_process('no_split_data', 'non_keras_model'), 1.0)
-    b = _evaluate(_process('no_split_data', 'keras_model'), 1.0)
-    for key in ('current_round_metrics', 'total_rounds_metrics'):
-        for name, value in a['client_work']['eval'][key].items():
-            assert b['client_work']['eval'][key][name] == pytest.approx(value, rel=1e-5)
-
-
-def test_reconstruction_math_against_numpy(tff_stack):
-    """One reconstruction epoch of SGD-momentum on the bias, then the MSE, by hand."""
-    lr, momentum, w = 0.1, 0.5, 1.0
-    total_sq, count = 0.0, 0
-    for ds in create_client_data():
-        xs = [float(b['x'][0, 0]) for b in ds]
-        ys = [float(b['y'][0, 0]) for b in ds]
-        bias, acc = 0.0, 0.0
-        for x, y in zip(xs, ys):  # reconstruction: every batch (no split)
-            grad = 2.0 * (x * w + bias - y)
-            acc = momentum * acc + grad
-            bias -= lr * acc
-        for x, y in zip(xs, ys):  # evaluation
-            total_sq += (x * w + bias - y) ** 2
-            count += 1
-    eval_result = _evaluate(_process('no_split_data', 'non_keras_model'),
-                            w)['client_work']['eval']['current_round_metrics']
-    assert eval_result['loss'] == pytest.approx(total_sq / count, rel=1e-5)
-
-
-def test_total_rounds_metrics_accumulate(tff_stack):
-    process = _process('split_data', 'non_keras_model')
-    state = process.initialize()
-    for _ in range(2):
-        state, metrics = process.next(state, create_client_data())
-    eval_metrics = metrics['client_work']['eval']
-    assert eval_metrics['current_round_metrics']['num_examples'] == 2
-    assert eval_metrics['total_rounds_metrics']['num_examples'] == 4
-    np.testing.assert_array_equal(process.get_model_weights(state).trainable[0], [[0.0]])
-
+# Ours after TFF's cases (the reconstruction's math against numpy and the totals over
+# rounds are checked inside TFF's no_split_data and split_data cases above).
 
 def test_rejects_a_model_fn_of_another_model():
     with pytest.raises(TypeError, match='ReconstructionModel'):
@@ -363,3 +351,9 @@ def test_rejects_a_metrics_aggregation_process_of_another_type():
     with pytest.raises(TypeError, match='metrics_aggregation_process'):
         fed_recon_eval.build_fed_recon_eval(LinearModel, loss_fn=loss_fn,
                                             metrics_aggregation_process=object())
+
+
+def test_rejects_duplicate_metric_names():
+    with pytest.raises(ValueError, match='Duplicate metric name'):
+        fed_recon_eval.build_fed_recon_eval(LinearModel, loss_fn=loss_fn,
+                                            metrics_fn=lambda: [NumOverCounter(5.0, name='loss')])
