@@ -169,15 +169,19 @@ def _build_reconstruction_client_work(
     def client_update(initial_model_weights: Any, dataset: Any) -> Any:
         with tf.init_scope():
             model = model_fn()
+            metric_finalizers.clear()  # a second trace (variables made) makes them again
             metrics = make_metrics(loss_fn, metrics_fn, metric_finalizers)
             client_loss = loss_fn()  # the loss of each batch's gradients
-        global_weights = ReconstructionModel.get_global_variables(model)
-        local_weights = ReconstructionModel.get_local_variables(model)
+            global_weights = ReconstructionModel.get_global_variables(model)
+            local_weights = ReconstructionModel.get_local_variables(model)
+            # Ours: made here, a Keras optimizer's variables are made once per trace (TFF
+            # makes them in the body, which a second trace refuses).
+            client_optimizer = keras_optimizer.build_or_verify_tff_optimizer(
+                client_optimizer_fn, global_weights.trainable, disjoint_init_and_next=False)
+            reconstruction_optimizer = keras_optimizer.build_or_verify_tff_optimizer(
+                reconstruction_optimizer_fn, local_weights.trainable,
+                disjoint_init_and_next=False)
         tf.nest.map_structure(lambda a, b: a.assign(b), global_weights, initial_model_weights)
-        client_optimizer = keras_optimizer.build_or_verify_tff_optimizer(
-            client_optimizer_fn, global_weights.trainable, disjoint_init_and_next=False)
-        reconstruction_optimizer = keras_optimizer.build_or_verify_tff_optimizer(
-            reconstruction_optimizer_fn, local_weights.trainable, disjoint_init_and_next=False)
 
         recon_dataset, post_recon_dataset = dataset_split_fn(dataset)
         reconstruct(model, client_loss, reconstruction_optimizer, recon_dataset)

@@ -8,7 +8,8 @@ is built here with the same layers at widths 2/4/16, and with two
 case checks a value that depends on the widths. Each process is built once
 (module cache) and run on both stacks. ``tensorflow_privacy.GaussianSumQuery``
 is `simharness.aggregators.privacy.query.GaussianSumQuery`.
-Ours: the first round of ``no_recon`` against numpy (inside `test_custom_model`);
+Ours: the first round of ``no_recon`` against numpy, and the same with Keras
+client optimizers (inside `test_custom_model`);
 after TFF's cases: bad `model_fn` and duplicate metric names.
 """
 
@@ -240,6 +241,10 @@ CASES = {
     'zeroing_clipping': lambda: (MnistModel, _mnist_kwargs(
         model_aggregator_factory=robust.zeroing_factory(
             zeroing_norm=float('inf'), inner_agg_factory=mean.MeanFactory()))),
+    # Ours: the client optimizers as no-argument Keras optimizer functions.
+    'keras_optimizers': lambda: (MnistModel, _mnist_kwargs(
+        client_optimizer_fn=lambda: keras.optimizers.SGD(0.001),
+        reconstruction_optimizer_fn=lambda: keras.optimizers.SGD(0.0))),
     'dp_query': lambda: (MnistModel, _mnist_kwargs(
         model_aggregator_factory=_dp_mean_factory(), client_weighting=ClientWeighting.UNIFORM)),
     'custom_broadcaster': lambda: (local_recon_model_fn, dict(
@@ -363,10 +368,12 @@ def test_keras_local_layer_metrics_empty_list_or_none(tff_stack, case):
     _assert_count_equal(output.metrics['client_work']['train'].keys(), ['loss'])
 
 
-@pytest.mark.parametrize('case', ['no_recon', 'adagrad_server', 'zeroing_clipping', 'dp_query'])
+@pytest.mark.parametrize('case', ['no_recon', 'adagrad_server', 'zeroing_clipping', 'dp_query',
+                                  'keras_optimizers'])
 def test_custom_model(tff_stack, case):
     """TFF's test_custom_model_no_recon, _adagrad_server_optimizer,
-    _zeroing_clipping_aggregator_factory and test_execution_with_custom_dp_query."""
+    _zeroing_clipping_aggregator_factory and test_execution_with_custom_dp_query; ours:
+    Keras client optimizers."""
     client_data = create_emnist_client_data()
     _, outputs = _run_rounds(_process(case), [client_data(), client_data()], 2)
     train_metrics = [o.metrics['client_work']['train'] for o in outputs]
@@ -379,7 +386,7 @@ def test_custom_model(tff_stack, case):
     for m in train_metrics:
         assert m['num_examples'] == 4
         assert m['num_batches'] == 2
-    if case == 'no_recon':  # ours: the first round by hand
+    if case in ('no_recon', 'keras_optimizers'):  # ours: the first round by hand
         np.testing.assert_allclose(outputs[0].state.global_model_weights.trainable[0],
                                    _numpy_no_recon_round(client_data()), atol=1e-7)
 
