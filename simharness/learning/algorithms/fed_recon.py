@@ -56,7 +56,7 @@ AggregationFactory = Union[factory.WeightedAggregationFactory,
                            factory.UnweightedAggregationFactory]
 LossFn = Callable[[], Any]
 MetricsFn = Callable[[], list]
-MetricFinalizersType = 'collections.OrderedDict[str, Callable[[Any], Any]]'
+MetricFinalizersType = collections.OrderedDict[str, Callable[[Any], Any]]
 ModelFn = Callable[[], ReconstructionModel]
 
 
