@@ -229,9 +229,26 @@ def _thread_eager(name: str, device: Optional[str], cache: FunctionCache,
     return ThreadDelegatingExecutor(_leaf(device, cache, leaf_executor_fn), name=name)
 
 
+#: The driver's embedded functions, one bounded LRU cache per device, shared by every
+#: stack this process builds (as each worker process keeps one for all its sessions):
+#: a computation run again on a new stack, or on several thread stacks, is imported
+#: once. Entries are keyed by the serialized computation's fingerprint.
+_DRIVER_CACHES: Dict[Optional[str], FunctionCache] = {}
+_DRIVER_CACHES_LOCK = threading.Lock()
+
+
+def driver_function_cache(device: Optional[str] = None) -> FunctionCache:
+    """The process-wide cache of embedded functions for `device` (None: the default)."""
+    with _DRIVER_CACHES_LOCK:
+        cache = _DRIVER_CACHES.get(device)
+        if cache is None:
+            cache = _DRIVER_CACHES[device] = FunctionCache()
+        return cache
+
+
 def _build_thread_stack(n: int, clients_per_thread: int, device: Optional[str],
                         leaf_executor_fn: Optional[LeafExecutorFn] = None) -> Executor:
-    cache = FunctionCache()
+    cache = driver_function_cache(device)
     server = _thread_eager('simharness-server', device, cache, leaf_executor_fn)
     unplaced = _thread_eager('simharness-unplaced', device, cache, leaf_executor_fn)
     groups = [(_thread_eager(f'simharness-clients-{i}', device, cache, leaf_executor_fn), size)
@@ -377,7 +394,7 @@ class WorkerGroupExecutorFactory(CachingExecutorFactory):
             raise ExecutorClosedError(self._closed_message)
         if not self.group.started:
             self.group.start()
-        cache = FunctionCache()
+        cache = driver_function_cache()
         server = _thread_eager('simharness-server', None, cache)
         unplaced = _thread_eager('simharness-unplaced', None, cache)
         handles = self.group.handles
