@@ -44,10 +44,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
 from simharness.runtime import pinning
 from simharness.runtime import protocol as P
+from simharness.runtime.local import lifeline
 from simharness.runtime.local.arenas import BroadcastArena
 from simharness.runtime.local.handle import WorkerHandle
 from simharness.runtime.local.process import (DEFAULT_LIVENESS_TIMEOUT, DEFAULT_START_TIMEOUT,
-                                              get_forkserver_context)
+                                              DEFAULT_STOPPED_TIMEOUT, get_forkserver_context)
 from simharness.runtime.local.reactor import _Reactor
 from simharness.runtime.shm import reap_orphaned_segments
 from simharness.validation import check_bool, check_int, check_number
@@ -67,8 +68,12 @@ class WorkerPool:
       context: a multiprocess context (default: forkserver preloading TF).
       request_timeout: seconds a request may take before its worker is
         killed and the call fails with `WorkerTimeoutError` (None: no limit).
-      liveness_timeout: seconds a request may wait on a worker that is
-        stopped (SIGSTOP) or uses no CPU, before the same.
+      liveness_timeout: seconds a request may wait on a worker that uses no
+        CPU (deadlocked), before the same.
+      stopped_timeout: seconds a request may wait on a worker seen stopped
+        (SIGSTOP, a debugger: process state T), before the same. A worker busy
+        in one long TF call (state R or S) is never judged by it. Also an
+        attribute (can be changed on a running pool).
 
       worker_target: the function a worker process runs, ``(conn, worker_id,
         placement, options)``: a host (None: the one `seam.LOCAL_WORKER_MAIN`
@@ -83,12 +88,14 @@ class WorkerPool:
                  worker_options: Optional[Dict[str, Any]] = None,
                  request_timeout: Optional[float] = None,
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
-                 worker_target: Optional[Callable[..., None]] = None):
+                 worker_target: Optional[Callable[..., None]] = None,
+                 stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT):
         self.placements = list(placements)
         self.arena_bytes = arena_bytes
         self.start_timeout = start_timeout
         self.request_timeout = request_timeout
         self.liveness_timeout = liveness_timeout
+        self.stopped_timeout = stopped_timeout
         self.context = context if context is not None else get_forkserver_context()
         self.worker_options = dict(worker_options or {})
         self.worker_options.setdefault('clients_per_worker', clients_per_worker)
@@ -141,6 +148,7 @@ class WorkerPool:
                     h.close()
                 raise
             self._started = True
+            lifeline.register_pool(self)  # SIGTERM closes it
             return time.perf_counter() - t0
 
     def resource_usage(self) -> List[Dict[str, Any]]:
@@ -177,6 +185,7 @@ class WorkerPool:
             if self.closed:
                 return
             self.closed = True
+        lifeline.unregister_pool(self)
         try:
             for h in self.handles:
                 h.close()
@@ -219,7 +228,8 @@ def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Op
                        worker_options: Optional[dict] = None,
                        request_timeout: Optional[float] = None,
                        liveness_timeout: float = 60.0,
-                       worker_target: Optional[Callable[..., None]] = None) -> WorkerPool:
+                       worker_target: Optional[Callable[..., None]] = None,
+                       stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT) -> WorkerPool:
     """A `WorkerPool` of pinned workers (not started; see `WorkerPool.start`).
 
     Args are those of `simharness.stacks.process_executor_factory`, checked
@@ -234,6 +244,7 @@ def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Op
     if request_timeout is not None:
         check_number('request_timeout', request_timeout, greater_than=0)
     check_number('liveness_timeout', liveness_timeout, greater_than=0)
+    check_number('stopped_timeout', stopped_timeout, greater_than=0)
     check_worker_options(worker_options)
     gpus = pinning.parse_devices(devices)
     pinning.check_gpus_exist(devices, gpus or ())
@@ -242,4 +253,4 @@ def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Op
     return WorkerPool(placements, clients_per_worker=clients_per_worker, arena_bytes=arena_bytes,
                       start_timeout=start_timeout, worker_options=worker_options,
                       request_timeout=request_timeout, liveness_timeout=liveness_timeout,
-                      worker_target=worker_target)
+                      worker_target=worker_target, stopped_timeout=stopped_timeout)

@@ -24,6 +24,7 @@ from simharness.runtime import pinning
 from simharness.runtime.inflight import InFlight
 from simharness.runtime.local import transport as L
 from simharness.runtime.local.arenas import WorkerStats
+from simharness.runtime.local.lifeline import run_worker
 from simharness.runtime.seam import LOCAL_WORKER_MAIN, load_host
 from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
 
@@ -35,6 +36,8 @@ _WorkerPool = Any
 DEFAULT_START_TIMEOUT = 120.0
 #: Seconds a request may run while its worker is stopped or uses no CPU.
 DEFAULT_LIVENESS_TIMEOUT = 60.0
+#: Seconds a request may wait on a worker seen stopped (SIGSTOP, /proc state T).
+DEFAULT_STOPPED_TIMEOUT = 3.0
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +160,7 @@ class WorkerProcess:
         self._arena_busy = False
         self._kill_error: Optional[BaseException] = None
         self._progress = (0.0, 0.0)  # (cpu seconds, when they last advanced)
+        self._stopped_since: Optional[float] = None  # when the process was first seen stopped
 
     @property
     def alive(self) -> bool:
@@ -177,8 +181,11 @@ class WorkerProcess:
         target = self.pool.worker_target or load_host(LOCAL_WORKER_MAIN)
         ctx = self.pool.context
         parent, child = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=target,
-                           args=(child, self.worker_id, self.placement, self.pool.worker_options),
+        # Under a lifeline to this process: if the driver dies (any signal), the worker
+        # removes the driver's segments and its own, and exits.
+        proc = ctx.Process(target=run_worker,
+                           args=(target, os.getpid(), child, self.worker_id, self.placement,
+                                 self.pool.worker_options),
                            name=f'simharness-worker-{self.worker_id}', daemon=True)
         with _START_LOCK, _NoMainReimport():
             proc.start()
@@ -227,6 +234,7 @@ class WorkerProcess:
             self._arena_busy = False
             self._kill_error = None
             self._progress = (0.0, time.monotonic())
+            self._stopped_since = None
             self.generation += 1
             self._live = True
         self.pool._reactor.register(self)
@@ -350,37 +358,52 @@ class WorkerProcess:
         self._reap()
 
     def _check_liveness(self, now: float) -> None:
-        """Kills a worker whose oldest request is past its deadline or makes no progress."""
+        """Kills a worker whose oldest request is past its deadline, stopped or makes no progress.
+
+        A stopped process (SIGSTOP, a debugger: /proc state T or t) is seen from
+        its state at once and fails the call after `stopped_timeout`; a worker
+        busy in one long TF call runs or sleeps (state R or S) and is only ever
+        judged by `request_timeout` and, if it uses no CPU, `liveness_timeout`.
+        """
         with self._lock:
             call = self.inflight[0] if self.inflight else None
             proc = self._proc
         if call is None or proc is None or self._kill_error is not None:
+            self._stopped_since = None
             return
         age = now - call.sent_at
         timeout = self.pool.request_timeout
+        stopped_timeout = getattr(self.pool, 'stopped_timeout', DEFAULT_STOPPED_TIMEOUT)
         reason = ''
         if timeout is not None and age > timeout:
             reason = 'timeout'
             what = f'did not answer {call.op} within request_timeout={timeout} s'
-        elif age > self.pool.liveness_timeout:
+        else:
             try:
                 p = psutil.Process(proc.pid)
-                status = p.status()
-                cpu = sum(p.cpu_times()[:2])
+                with p.oneshot():
+                    status = p.status()
+                    cpu = sum(p.cpu_times()[:2]) if age > self.pool.liveness_timeout else 0.0
             except psutil.Error:
                 return
-            last_cpu, since = self._progress
-            if cpu > last_cpu + 1e-3:
-                self._progress = (cpu, now)
             if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-                if now - since > self.pool.liveness_timeout:
+                if self._stopped_since is None:
+                    self._stopped_since = now
+                stopped_for = now - self._stopped_since
+                if stopped_for >= stopped_timeout:
                     reason = 'stopped'
-                    what = (f'has been stopped (SIGSTOP?) for {now - since:.0f} s while running '
-                            f'{call.op}')
-            elif cpu <= last_cpu + 1e-3 and now - max(since, call.sent_at) > self.pool.liveness_timeout:
-                reason = 'no progress'
-                what = (f'used no CPU for {self.pool.liveness_timeout} s while running {call.op} '
-                        '(deadlocked?)')
+                    what = (f'has been stopped (SIGSTOP?) for {stopped_for:.1f} s '
+                            f'(stopped_timeout={stopped_timeout} s) while running {call.op}')
+            else:
+                self._stopped_since = None
+                if age > self.pool.liveness_timeout:
+                    last_cpu, since = self._progress
+                    if cpu > last_cpu + 1e-3:
+                        self._progress = (cpu, now)
+                    elif now - max(since, call.sent_at) > self.pool.liveness_timeout:
+                        reason = 'no progress'
+                        what = (f'used no CPU for {self.pool.liveness_timeout} s while running '
+                                f'{call.op} (deadlocked?)')
         if not reason:
             return
         self._kill_error = WorkerTimeoutError(

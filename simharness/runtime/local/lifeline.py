@@ -1,0 +1,136 @@
+"""Nothing outlives the driver: a worker's watch on its driver, and the driver's SIGTERM path.
+
+```
+driver (pid D)                               worker k (started from the forkserver)
+  SIGTERM handler (installed by the first      lifeline thread: waits on a pidfd of D
+  started pool, main thread only): closes      (or polls it where pidfd_open is missing)
+  every live pool (bounded: 5 s), then the      D died (any signal, SIGKILL included):
+  previous handler runs, or -- the default --     unlink /dev/shm/simharness_D_*  (driver's)
+  the driver dies by SIGTERM as before            unlink /dev/shm/simharness_k_*  (its own)
+  SIGINT: untouched (KeyboardInterrupt; the       exit at once (os._exit), even mid-TF-call
+  pool closes as the interpreter exits)
+```
+
+A driver killed by SIGKILL cannot run anything; its workers see it die and
+remove what it left, so no segment and no worker outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+import weakref
+from typing import Any, Callable, Dict
+
+from simharness.runtime.shm import SEGMENT_PREFIX, list_leaked_segments
+
+try:
+    import _posixshmem
+except ImportError:  # pragma: no cover - not POSIX
+    _posixshmem = None
+
+#: Seconds between checks where the kernel has no pidfd (Linux < 5.3).
+_POLL_SECONDS = 0.5
+#: Seconds the SIGTERM handler waits for the pools to close before the signal's action.
+_CLOSE_SECONDS = 5.0
+
+
+def _unlink_segments_of(pid: int) -> None:
+    for name in list_leaked_segments(f'{SEGMENT_PREFIX}{pid}_'):
+        try:
+            if _posixshmem is not None:
+                _posixshmem.shm_unlink('/' + name)
+            else:  # pragma: no cover
+                os.unlink(os.path.join('/dev/shm', name))
+        except OSError:
+            pass
+
+
+def _wait_for_death(pid: int) -> None:
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # already gone
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])  # readable once the process has exited
+        return
+    while True:  # pragma: no cover - kernels without pidfd
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            pass
+        time.sleep(_POLL_SECONDS)
+
+
+def _lifeline(driver_pid: int) -> None:
+    _wait_for_death(driver_pid)
+    _unlink_segments_of(driver_pid)
+    _unlink_segments_of(os.getpid())
+    os._exit(0)
+
+
+def run_worker(target: Callable[..., None], driver_pid: int, conn: Any, worker_id: int,
+               placement: Any, options: Dict[str, Any]) -> None:
+    """A worker process' entry point: `target(conn, worker_id, placement, options)` under a
+    lifeline to the driver (`driver_pid`): if the driver dies, the worker removes the
+    driver's segments and its own, and exits at once."""
+    threading.Thread(target=_lifeline, args=(driver_pid,), name='simharness-lifeline',
+                     daemon=True).start()
+    target(conn, worker_id, placement, options)
+
+
+# ------------------------------------------------------------------ the driver's side
+
+_POOLS: 'weakref.WeakSet[Any]' = weakref.WeakSet()
+_PREVIOUS: Dict[int, Any] = {}
+_INSTALL_LOCK = threading.Lock()
+
+
+def _close_pools() -> None:
+    for pool in list(_POOLS):
+        try:
+            pool.close()
+        except Exception:  # best effort: the process is going down
+            pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    # Closing takes locks the interrupted main thread may hold: close on a helper
+    # thread, bounded; the workers' lifelines clean up whatever is left.
+    closer = threading.Thread(target=_close_pools, name='simharness-sigterm-close', daemon=True)
+    closer.start()
+    closer.join(_CLOSE_SECONDS)
+    previous = _PREVIOUS.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)
+        return
+    if previous == signal.SIG_IGN:
+        return
+    # The default action, as without this handler: die by the signal (exit status 143).
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def register_pool(pool: Any) -> None:
+    """Tracks a started pool; installs the SIGTERM handler once (main thread only; a
+    handler set before is chained, and an ignored SIGTERM stays ignored)."""
+    _POOLS.add(pool)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with _INSTALL_LOCK:
+        current = signal.getsignal(signal.SIGTERM)
+        if current is _on_sigterm or current == signal.SIG_IGN or current is None:
+            return
+        _PREVIOUS[signal.SIGTERM] = current
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def unregister_pool(pool: Any) -> None:
+    _POOLS.discard(pool)

@@ -1,0 +1,96 @@
+"""A driver that dies by any signal mid-round leaves no shared-memory segment and no process.
+
+Three subprocess drivers (started together, to share their start-up time) each
+run a blocking federated sum on 1 worker (tests/fault_injection.py's file
+barriers: the worker is inside its client computation); then one gets
+SIGKILL, one SIGTERM and one SIGINT. SIGKILL: the workers' lifelines see the
+driver die and remove its segments and theirs. SIGTERM: the driver's handler
+closes its pool, then dies by SIGTERM as without it. SIGINT: KeyboardInterrupt,
+and the pool closes as the interpreter exits.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from simharness.runtime.shm import SEGMENT_PREFIX, list_leaked_segments
+
+
+TESTS = pathlib.Path(__file__).resolve().parents[1]
+
+DRIVER = f"""
+import sys, pathlib
+sys.path.insert(0, {str(TESTS)!r})
+import numpy as np
+import simharness as sh
+from simharness.stacks import process_executor_factory
+from fault_injection import blocking_computation
+directory = pathlib.Path(sys.argv[1])
+factory = process_executor_factory(num_workers=1, clients_per_worker=1, start=True)
+with sh.execution_context(factory):
+    blocking_computation(directory)([np.float32(1)])
+"""
+
+SIGNALS = {'SIGKILL': signal.SIGKILL, 'SIGTERM': signal.SIGTERM, 'SIGINT': signal.SIGINT}
+
+
+def _segments_of(pids) -> list:
+    return [n for n in list_leaked_segments()
+            if any(n.startswith(f'{SEGMENT_PREFIX}{pid}_') for pid in pids)]
+
+
+def _wait_for_barrier(directory: pathlib.Path, proc: subprocess.Popen, deadline: float) -> None:
+    while not {'started-1'} <= {p.name for p in directory.iterdir()}:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, 'the drivers did not start their computations'
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(180)
+def test_no_segment_or_process_outlives_a_driver_killed_by_any_signal(tmp_path):
+    drivers = {}
+    try:
+        for name in SIGNALS:
+            d = tmp_path / name
+            d.mkdir()
+            drivers[name] = (d, subprocess.Popen([sys.executable, '-c', DRIVER, str(d)],
+                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                 text=True))
+        deadline = time.monotonic() + 150
+        family = {}
+        for name, (d, proc) in drivers.items():
+            _wait_for_barrier(d, proc, deadline)
+            family[name] = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+            assert len(family[name]) >= 2, family  # the forkserver and the worker
+            assert _segments_of([proc.pid]), 'the driver has no segment: nothing is tested'
+        for name, (d, proc) in drivers.items():
+            os.kill(proc.pid, SIGNALS[name])
+            proc.wait(60)
+            (d / 'release').write_text('go')  # lets workers without a lifeline finish
+            assert proc.returncode == -SIGNALS[name], (name, proc.returncode,
+                                                       proc.stderr.read()[-3000:])
+        end = time.monotonic() + 15
+        for name, (d, proc) in drivers.items():
+            pids = [proc.pid] + family[name]
+            while True:
+                left = _segments_of(pids)
+                alive = [p for p in family[name] if psutil.pid_exists(p)
+                         and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+                if not left and not alive:
+                    break
+                assert time.monotonic() < end, (f'after {name} of the driver: segments {left}, '
+                                                 f'processes {alive} remain')
+                time.sleep(0.05)
+    finally:
+        for d, proc in drivers.values():
+            if proc.poll() is None:
+                proc.kill()
+            (d / 'release').write_text('go')
