@@ -9,6 +9,7 @@ See docs/tff/aggregators.md for what is supported and how it differs.
 from simharness.aggregators.concat import concat_factory
 from simharness.aggregators.deterministic_discretization import DeterministicDiscretizationFactory
 from simharness.aggregators.differential_privacy import DifferentiallyPrivateFactory
+from simharness.aggregators.encoded import EncodedSumFactory
 from simharness.aggregators.factory import (AggregationFactory, UnweightedAggregationFactory,
                                             WeightedAggregationFactory)
 from simharness.aggregators.factory_utils import as_weighted_aggregator
@@ -27,7 +28,8 @@ from simharness.aggregators.sum_factory import SumFactory
 
 __all__ = [
     'AggregationFactory', 'DeterministicDiscretizationFactory', 'DifferentiallyPrivateFactory',
-    'DiscreteFourierTransformFactory', 'HadamardTransformFactory', 'MeanFactory',
+    'DiscreteFourierTransformFactory', 'EncodedSumFactory', 'HadamardTransformFactory',
+    'MeanFactory',
     'ModularClippingSumFactory',
     'PrivateQuantileEstimationProcess', 'SecureModularSumFactory', 'SecureSumFactory',
     'StochasticDiscretizationFactory', 'SumFactory', 'UnweightedAggregationFactory',

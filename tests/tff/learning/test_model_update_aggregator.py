@@ -2,9 +2,8 @@
 
 Left out: the ``debug_measurements`` cases (``tff.learning.add_debug_measurements``
 is not written yet) and ``CompilerIntegrationTest`` (it counts the scalars of
-TFF's MapReduceForm; we have no MapReduceForm compiler). The compression and
-ddp cases are skipped until ``simharness.aggregators.encoded`` /
-``distributed_dp`` exist. Ours: the default robust aggregator and the secure
+TFF's MapReduceForm; we have no MapReduceForm compiler). The ddp cases are
+skipped until ``simharness.aggregators.distributed_dp`` exists. Ours: the default robust aggregator and the secure
 aggregator run a round on both stacks (the same bits).
 """
 
