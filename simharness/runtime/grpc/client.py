@@ -42,6 +42,7 @@ import itertools
 import logging
 import secrets
 import threading
+import time
 import weakref
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, cast
 
@@ -59,13 +60,14 @@ log = logging.getLogger(__name__)
 
 
 class _Call(InFlight):
-    __slots__ = ('header', 'buffers')
+    __slots__ = ('header', 'buffers', 'sent_at')
 
     def __init__(self, header: bytes, buffers: List[Any], op: str,
                  on_done: Optional[Callable[[], None]]):
         super().__init__(op, on_done)
         self.header = header
         self.buffers = buffers
+        self.sent_at = 0.0
 
 
 class _Passthrough:
@@ -122,6 +124,7 @@ class _Stream:
                 if self.failed is not None or (self.closing and not self.queue):
                     return
                 call = self.queue.popleft()
+                call.sent_at = time.monotonic()
                 self.inflight.append(call)
                 header, buffers = call.header, call.buffers
                 call.header, call.buffers = b'', []
@@ -365,9 +368,31 @@ class _StubCall:
         return self._call.cancel()
 
 
+#: Seconds within which a frozen (SIGSTOP) or unreachable service fails the call.
+DEFAULT_LIVENESS_TIMEOUT = 20.0
+
+
+def keepalive_options(liveness_timeout: float) -> List[Any]:
+    """The driver channel's gRPC keepalive for `liveness_timeout`: an HTTP/2 PING every
+    half of it, and the transport dropped (the stream fails UNAVAILABLE) when a ping
+    is not acknowledged within the other half. A frozen process cannot acknowledge;
+    a busy one can (gRPC's own threads answer). The service permits pings every 1 s."""
+    half_ms = max(1500, int(liveness_timeout * 500))
+    # Any ping in flight (keepalive, or gRPC's own bandwidth probes) waits at most
+    # ping_timeout (gRPC's default: 60 s) for its acknowledgement.
+    return [('grpc.keepalive_time_ms', half_ms), ('grpc.keepalive_timeout_ms', half_ms),
+            ('grpc.http2.ping_timeout_ms', half_ms),
+            ('grpc.keepalive_permit_without_calls', 1), ('grpc.http2.max_pings_without_data', 0)]
+
+
 def stub_for(target: Any, token: Optional[str] = None,
-             root_certificates: Optional[bytes] = None) -> _Target:
-    """A `_Target` for an address ``'host:port'``, a `grpc.Channel` or an `ExecutorServiceStub`."""
+             root_certificates: Optional[bytes] = None,
+             liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT) -> _Target:
+    """A `_Target` for an address ``'host:port'``, a `grpc.Channel` or an `ExecutorServiceStub`.
+
+    A channel made here (from an address) has keepalive for `liveness_timeout`
+    (`keepalive_options`); a channel or stub given is used as it is.
+    """
     # reason: grpc (and its generated stubs, which import it) load when a channel is made
     import grpc
     from simharness.runtime.proto import executor_service_pb2_grpc as pbg
@@ -376,7 +401,7 @@ def stub_for(target: Any, token: Optional[str] = None,
             raise E.SimharnessValueError(
                 f"a service address must be 'host:port', got {target!r}")
         host = target.rsplit(':', 1)[0]
-        opts = channel_options()
+        opts = channel_options() + keepalive_options(liveness_timeout)
         if root_certificates is not None:
             channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates),
                                           options=opts)
@@ -436,6 +461,14 @@ class RemoteServices:
       connect_timeout: seconds a (re)connect waits for a service.
       max_message_bytes: the largest response accepted.
       chunk_bytes: data bytes per Frame.
+      liveness_timeout: seconds within which a service that stops answering
+        (frozen by SIGSTOP, a machine gone, a network dropped) fails the call
+        with the retryable `ServiceUnavailableError` naming its address:
+        gRPC keepalive pings on channels made here (`keepalive_options`).
+      request_timeout: seconds one request may wait for its answer (None: no
+        limit); past it the stream is cancelled (the service drops its
+        sessions) and the call fails with the retryable `WorkerTimeoutError`
+        naming the service. Also an attribute.
     """
 
     def __init__(self, targets: Sequence[Any], *, token: Optional[str] = None,
@@ -443,9 +476,23 @@ class RemoteServices:
                  max_inflight: int = DEFAULT_MAX_INFLIGHT,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 chunk_bytes: int = CHUNK_BYTES):
+                 chunk_bytes: int = CHUNK_BYTES,
+                 liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+                 request_timeout: Optional[float] = None):
         if token is not None:
             check_token(token)
+        if (isinstance(liveness_timeout, bool) or not isinstance(liveness_timeout, (int, float))
+                or not liveness_timeout > 0):
+            raise E.SimharnessValueError(
+                f'liveness_timeout must be a number > 0 (seconds), got {liveness_timeout!r}')
+        self.liveness_timeout = float(liveness_timeout)
+        if request_timeout is not None and (
+                isinstance(request_timeout, bool) or not isinstance(request_timeout, (int, float))
+                or not request_timeout > 0):
+            raise E.SimharnessValueError(
+                f'request_timeout must be None or a number > 0 (seconds), got {request_timeout!r}')
+        self.request_timeout = request_timeout
+        self._watchdog: Optional[threading.Thread] = None
         self.token = token
         self.max_inflight = max_inflight
         self.connect_timeout = connect_timeout
@@ -459,7 +506,8 @@ class RemoteServices:
         self.handles: List[RemoteWorkerHandle] = []
         try:
             for t in targets:
-                self.targets.append(stub_for(t, token, root_certificates))
+                self.targets.append(stub_for(t, token, root_certificates,
+                                             self.liveness_timeout))
         except BaseException:
             self.close()
             raise
@@ -516,6 +564,11 @@ class RemoteServices:
                 handles.extend(RemoteWorkerHandle(self, t, k) for k in range(t.num_workers))
             self.handles.extend(handles)
             self._started = True
+            if self.request_timeout is not None:
+                self._watchdog = threading.Thread(target=_watch_requests,
+                                                  args=(weakref.ref(self),), daemon=True,
+                                                  name='simharness-grpc-request-timeout')
+                self._watchdog.start()
 
     @property
     def started(self) -> bool:
@@ -563,3 +616,39 @@ def _close_all(handles: List[RemoteWorkerHandle], targets: List[_Target]) -> Non
         if t.channel is not None:
             t.channel.close()
             t.channel = None
+
+
+def _watch_requests(ref: Any) -> None:
+    """Fails a stream whose oldest request waits past `request_timeout` (4 checks a second)."""
+    while True:
+        time.sleep(0.25)
+        services = ref()
+        if services is None or services.closed:
+            return
+        timeout = services.request_timeout
+        handles = list(services.handles)
+        del services
+        if timeout is None:
+            continue
+        now = time.monotonic()
+        for h in handles:
+            stream = h._stream
+            if stream is None:
+                continue
+            with stream.cond:
+                call = stream.inflight[0] if stream.inflight else None
+            if call is None or now - call.sent_at <= timeout:
+                continue
+            addr, op, age = h.address, call.op, now - call.sent_at
+            log.warning('the executor service at %s did not answer %s within request_timeout=%s s',
+                        addr, op, timeout)
+            stream.fail(lambda c, h=h, addr=addr, op=op, age=age: E.WorkerTimeoutError(
+                f'the executor service at {addr} (worker {h.slot}) did not answer {op} within '
+                f'request_timeout={timeout} s; its stream was cancelled and its values are lost: '
+                'run the computation again (execution_context(factory, retries=N) does)',
+                worker_id=h.worker_id, op=c.op, seconds=round(age, 3), reason='timeout'))
+            if stream.call is not None:
+                try:
+                    stream.call.cancel()
+                except Exception:  # pragma: no cover - an ended call
+                    pass
