@@ -46,6 +46,14 @@ _LAZY_SUBMODULES = frozenset({'framework', 'learning', 'data', 'aggregators', 's
 def __getattr__(name):
     if name in _LAZY_SUBMODULES:
         import importlib
+        import multiprocessing
+        from simharness.tfquiet import import_tensorflow, initialize_devices
+        # TensorFlow's C++ start-up lines filtered out (errors still show); the CUDA probe
+        # (cuInit) too, in the user's own process only (never before a fork).
+        if multiprocessing.parent_process() is None:
+            initialize_devices()
+        else:
+            import_tensorflow()
         return importlib.import_module(f'simharness.{name}')
     raise AttributeError(f'module simharness has no attribute {name!r}')
 

@@ -116,6 +116,8 @@ def _cli_logging(verbose: bool, level: Optional[str] = None) -> Iterator[None]:
     threshold = getattr(logging, level.upper()) if level else (
         logging.INFO if verbose else logging.WARNING)
     handler.setLevel(threshold)
+    # Round lines and the resume notice are printed by the runner itself: shown once.
+    handler.addFilter(lambda record: not getattr(record, 'simharness_console', False))
     old_level = logger.level
     logger.addHandler(handler)
     if old_level == logging.NOTSET or old_level > threshold:
@@ -180,6 +182,7 @@ def _parser() -> argparse.ArgumentParser:
                'does: workers stopped, summary status "interrupted". Each run or sweep first\n'
                'removes shared-memory segments (/dev/shm/simharness_<pid>_*) left by killed\n'
                f'simharness processes. Tracebacks: --verbose, or {TRACEBACK_ENV}=1.')
+    p.add_argument('--version', action='version', version=f'%(prog)s {_version()}')
     sub = p.add_subparsers(dest='command', metavar='{run,sweep,report,serve}')
     sub.required = True
 
@@ -189,7 +192,10 @@ def _parser() -> argparse.ArgumentParser:
                     'report. The run id is "default", or built from the --set overrides '
                     '(e.g. num_workers=2,rounds=5). An interrupted or failed run of the same '
                     'config resumes from its last checkpoint ([training] checkpoint_every; '
-                    '--restart: from round 0); a finished run is run again from scratch. Ctrl-C, SIGTERM and SIGHUP stop it cleanly (summary status '
+                    '--restart: from round 0). A complete run of the same config is not run again (its '
+                    'results are kept; exit 0); over a complete run of another config it stops '
+                    'with an error: --restart runs it again from scratch, replacing its results. '
+                    'Ctrl-C, SIGTERM and SIGHUP stop it cleanly (summary status '
                     '"interrupted"; exit 130, 143, 129); a results write that fails (disk full, '
                     'unwritable directory) exits 1 with summary status "failed".')
     sweep = sub.add_parser(
@@ -208,15 +214,16 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument('--results', default='results', metavar='DIR',
                         help='results root directory (default: ./results)')
         sp.add_argument('--restart', action='store_true',
-                        help='run unfinished runs again from round 0 (default: an interrupted or '
-                             'failed run of the same config resumes from its last checkpoint)')
+                        help='run again from round 0, replacing earlier results (default: an '
+                             'interrupted or failed run of the same config resumes from its '
+                             'last checkpoint; a complete run is kept)')
         sp.add_argument('--no-progress', action='store_true',
                         help='no progress bar (it is also off when stderr is not a terminal or '
                              'the CI environment variable is set)')
         sp.add_argument('--log-level', choices=('debug', 'info', 'warning', 'error'),
                         help='simharness log records shown on stderr (default: warning; info '
-                             'with --verbose); every run also logs at INFO to '
-                             '<run dir>/run.log')
+                             'with --verbose); "error" also drops the per-round lines and the '
+                             'progress bar; every run also logs at INFO to <run dir>/run.log')
         sp.add_argument('-v', '--verbose', action='store_true',
                         help='INFO logs (e.g. shared-memory segments of killed runs reclaimed) '
                              'and full tracebacks for errors (also: '
@@ -237,6 +244,14 @@ def _parser() -> argparse.ArgumentParser:
     from simharness.bench import cli as bench_cli  # pylint: disable=import-outside-toplevel
     bench_cli.add_parser(sub)  # simharness bench run|ab|compare|history
     return p
+
+
+def _version() -> str:
+    from importlib import metadata  # pylint: disable=import-outside-toplevel
+    try:
+        return metadata.version('simharness')
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        return 'unknown (not installed)'
 
 
 def _err(message: str) -> int:
@@ -266,20 +281,38 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
     from simharness.experiments.report import write_report
     from simharness.experiments.runner import run_experiment, run_sweep
 
+    from simharness.experiments.runner.rundir import is_finished, read_json, SUMMARY_FILE
+
     from simharness.tfquiet import initialize_devices
     # The config first: a config error is reported before TensorFlow loads (fast).
     config = C.load_config(args.config)
     pairs = [C.parse_override(o) for o in args.overrides]
     config = C.apply_overrides(config, args.overrides)
-    initialize_devices()  # TensorFlow's C++ start-up lines filtered out (real errors still show)
-    _reap_segments()
+    _find_builder_module(config, Path(args.config))
     results = Path(args.results)
-    progress = not args.no_progress
+    # --log-level error: errors only (no round lines, no bar).
+    progress = not args.no_progress and args.log_level != 'error'
     if not sweep:
         if config.sweep.grid:
             return _err(f'{args.config} has a [sweep] grid ({len(C.expand_sweep(config))} runs); '
                         'run it with: simharness sweep ' + args.config)
         run_id = C.run_id_for([(k, v) for k, v in pairs if not k.startswith('sweep.')])
+        run_dir = results / config.name / run_id
+        if not args.restart and is_finished(run_dir):
+            done = read_json(run_dir / SUMMARY_FILE) or {}
+            if not is_finished(run_dir, config):
+                return _err(f'{run_dir} holds a complete run of another config (finished '
+                            f'{done.get("finished_at", "?")}); --restart runs this config there '
+                            'from scratch, replacing it; --results DIR keeps both')
+            print(f'{config.name}/{run_id}: complete already (finished '
+                  f'{done.get("finished_at", "?")}, {done.get("rounds_completed")} rounds, final '
+                  f'accuracy {_fmt(done.get("final_accuracy"), ".4f")}); not run again '
+                  '(--restart: run it again from scratch)')
+            print(f'results: {run_dir}')
+            return EXIT_OK
+    initialize_devices()  # TensorFlow's C++ start-up lines filtered out (real errors still show)
+    _reap_segments()
+    if not sweep:
         result = run_experiment(config, results, progress=progress, run_id=run_id,
                                 resume=not args.restart)
         s = result.summary
@@ -294,13 +327,49 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
     runs = run_sweep(config, results, progress=progress, log=print, resume=not args.restart)
     for r in runs:
         s = r.summary
+        if r.status == 'failed':
+            print(f'  {r.run_id}: FAILED: {r.error or s.get("error")}')
+            continue
         print(f'  {r.run_id}: {s.get("status")}{" (skipped)" if r.skipped else ""}, final loss '
               f'{_fmt(s.get("final_loss"), ".6f")}, median round '
               f'{_fmt(s.get("median_round_seconds"), ".4f")} s')
     out = results / config.name
     print(f'results: {out}')
     _print_outputs(write_report(out))
+    failed = [r.run_id for r in runs if r.status == 'failed']
+    if failed:
+        print(f'error: {len(failed)} of {len(runs)} sweep points failed: {", ".join(failed)} '
+              '(their summary.json has the error; a rerun resumes or retries them)',
+              file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
+
+
+def _find_builder_module(config: Any, config_path: Path) -> None:
+    """``[model] keras = "module:function"``: the module is looked up in the config's folder
+    and the working directory too (appended to sys.path and PYTHONPATH, so the workers find it);
+    a module found nowhere is a ConfigError with a hint. Nothing is imported here."""
+    # pylint: disable=import-outside-toplevel
+    import importlib.util
+    ref = getattr(config.model, 'keras', None)
+    if not isinstance(ref, str) or ':' not in ref:
+        return  # none, or malformed: the runner's error says what it should look like
+    top = ref.split(':')[0].split('.')[0]
+    folders = [str(config_path.resolve().parent), os.getcwd()]
+    for folder in folders:
+        if folder not in sys.path:
+            sys.path.append(folder)
+    path = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]
+    os.environ['PYTHONPATH'] = os.pathsep.join(path + [f for f in folders if f not in path])
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(f'{config_path}: model.keras = {ref!r}: no module {top!r} in the '
+                          f"config's folder ({folders[0]}), the working directory "
+                          f'({folders[1]}) or the installed packages; put {top}.py next to the '
+                          'config or add its folder to PYTHONPATH', key='model.keras', value=ref)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import sys
 from typing import Any, Optional
 
 from simharness.errors import SimharnessError
+from simharness.tfquiet import initialize_devices, quiet_stderr
 
 SERVE_HELP = (
     'Serve a block of clients to remote drivers over gRPC (TFF\'s executor service): drivers '
@@ -56,10 +57,16 @@ def _read(path: Optional[str], what: str) -> Optional[bytes]:
 
 def main(args: argparse.Namespace) -> int:
     """Runs the service until SIGTERM / SIGINT; 0 then, 2 for bad arguments, 1 if it cannot bind."""
-    # reason: the command line imports this module for its arguments; gRPC and the
-    # service (TensorFlow, for an in-process backend) load only when it serves
-    from simharness.hosts.grpc_service import start_executor_service
-    from simharness.runtime.grpc.auth import read_token_file
+    # The command line imports this module for its arguments; gRPC and the service
+    # (TensorFlow, for an in-process backend) load only when it serves, with TensorFlow's
+    # C++ start-up lines filtered out (errors still show).
+    with quiet_stderr():
+        # reason: loaded only when serving (see above)
+        from simharness.hosts.grpc_service import start_executor_service
+        # reason: loaded only when serving (see above)
+        from simharness.runtime.grpc.auth import read_token_file
+    if 'tensorflow' in sys.modules:
+        initialize_devices()  # the cuInit line of CPU-only machines
     if args.data_dir is not None:
         os.environ['SIMHARNESS_DATA_DIR'] = os.path.abspath(args.data_dir)
     try:

@@ -80,7 +80,7 @@ def test_interrupted_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_
     assert rows[-1]['dp_epsilon'] > rows[0]['dp_epsilon'] > 0
     # the adaptive clip estimate (DP query state) restored
     assert rows[-1]['dp_query_metrics/clip'] != rows[0]['dp_query_metrics/clip']
-    assert 'resumed from the checkpoint after round 2' in (run_dir / 'run.log').read_text()
+    assert 'resuming the unfinished run at round 2' in (run_dir / 'run.log').read_text()
     steps = _tensorboard(run_dir)
     assert sorted(s for tag, s in steps if tag == 'loss') == list(range(6))  # none twice
     assert steps[('loss', 3)] == pytest.approx(rows[3]['loss'])

@@ -210,6 +210,12 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
     Raises:
         ConfigError: an invalid sweep point (before anything runs).
         KeyboardInterrupt: from the interrupted run (its summary says so).
+
+    A point that fails (any other exception: a model that does not fit its
+    data, a worker crash, a full disk) does not stop the sweep: its summary
+    says 'failed' with the error, its `RunResult` has status 'failed' and
+    `error` set, and the next point runs. Check ``r.status`` of the results
+    (the CLI exits 1 when any point failed).
     """
     runs = expand_sweep(config)
     results = []
@@ -223,9 +229,16 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
             continue
         if log:
             log(f'[{i}/{len(runs)}] run {run_id}')
-        if resume:
-            results.append(run_experiment(cfg, results_root, progress=progress, run_id=run_id))
-        else:
+        try:
             results.append(run_experiment(cfg, results_root, progress=progress, run_id=run_id,
-                                          resume=False))
+                                          resume=resume))
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # pylint: disable=broad-exception-caught  # recorded, go on
+            error = f'{type(e).__name__}: {e}'
+            _log.warning('%s/%s: failed: %s', cfg.name, run_id, error)
+            summary = read_json(run_dir / SUMMARY_FILE) or {}
+            if summary.get('status') != 'failed':  # failed before its summary was written
+                summary = {'status': 'failed', 'error': error}
+            results.append(RunResult(run_id, run_dir, 'failed', summary, error=error))
     return results

@@ -49,12 +49,30 @@ def _make_factory(config: ExperimentConfig) -> Any:
             num_gpus_per_worker=s.num_gpus_per_worker, clients_per_worker=s.clients_per_worker,
             placement_strategy=s.placement_strategy, cpu_affinity=s.cpu_affinity)
     from simharness.experiments.config import check_stack_devices
-    check_stack_devices(s)  # a GPU that is not here: a config error naming stack.devices
+    check_stack_devices(s)
+    _warn_oversubscribed(s.num_workers)  # a GPU that is not here: a config error naming stack.devices
     devices = list(s.devices) if isinstance(s.devices, tuple) else s.devices
     return stacks.process_executor_factory(
         num_workers=s.num_workers, clients_per_worker=s.clients_per_worker,
         cpu_affinity=s.cpu_affinity, devices=devices, workers_per_gpu=s.workers_per_gpu,
         start=False)
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _warn_oversubscribed(num_workers: Any) -> None:
+    """A warning when the local stack starts more workers than this process may use cores."""
+    cores = _usable_cores()
+    if isinstance(num_workers, int) and num_workers > cores:
+        _log.warning('stack.num_workers = %d is more than the %d usable CPU core(s) of this '
+                     'machine: the workers share them (slower rounds, same results); '
+                     'stack.num_workers = %d is the most that runs in parallel',
+                     num_workers, cores, cores)
 
 
 def _close_factory(factory: Any) -> None:
@@ -117,8 +135,31 @@ def _row(round_num: int, process_metrics: Any, cohort: Sequence[str]) -> Dict[st
     return row
 
 
+#: Attribute set on log records the runner also prints on the console itself (round lines,
+#: the resume notice): the CLI's stderr handler skips them, so each shows once.
+CONSOLE_ATTR = 'simharness_console'
+
+
+def _console(progress: bool, message: str) -> None:
+    """Logs `message` (run.log) and, with `progress`, prints it on stderr once."""
+    _log.info('%s', message, extra={CONSOLE_ATTR: True})
+    if progress:
+        print(message, file=sys.stderr, flush=True)
+
+
+#: The progress bar's description is cut to this many characters (the bar keeps its room).
+BAR_DESC_CHARS = 24
+
+
+def _bar_desc(config: ExperimentConfig, run_id: str) -> str:
+    desc = config.name if run_id == 'default' else f'{config.name}/{run_id}'
+    return desc if len(desc) <= BAR_DESC_CHARS else desc[:BAR_DESC_CHARS - 1] + '\u2026'
+
+
 def _round_line(config: ExperimentConfig, row: Mapping[str, Any]) -> str:
-    parts = [f'round {row["round"] + 1}/{config.training.rounds}',
+    # Rounds are 0-based everywhere (metrics.jsonl, rounds.csv, TensorBoard, plots, summary);
+    # the console adds how many of the run's rounds are done.
+    parts = [f'round {row["round"]} ({row["round"] + 1}/{config.training.rounds} done)',
              f'loss {row["loss"]:.4f}', f'accuracy {row["accuracy"]:.4f}']
     if row.get('eval_loss') is not None:
         parts += [f'eval_loss {row["eval_loss"]:.4f}', f'eval_accuracy {row["eval_accuracy"]:.4f}']
@@ -164,7 +205,8 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     extra['eval_on'] = work.eval_on
     checkpoint = CK.latest_checkpoint(run_dir, like=state) if resuming else None
     if resuming and checkpoint is None:  # none readable (e.g. of an older format): from round 0
-        _log.info('%s/%s: no readable checkpoint; running from round 0', config.name, run_id)
+        _console(progress, f'{config.name}/{run_id}: the unfinished run has no readable '
+                           'checkpoint; running it again from round 0')
         atomic.write_jsonl(run_dir / METRICS_FILE, [])
         shutil.rmtree(run_dir / TENSORBOARD_DIR, ignore_errors=True)
     if checkpoint is not None:
@@ -180,8 +222,9 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
         atomic.write_jsonl(run_dir / METRICS_FILE, metrics)
         # TensorBoard: written again up to the checkpoint, so no round appears twice.
         shutil.rmtree(run_dir / TENSORBOARD_DIR, ignore_errors=True)
-        _log.info('%s/%s: resumed from the checkpoint after round %d', config.name, run_id,
-                  start_round)
+        _console(progress, f'{config.name}/{run_id}: resuming the unfinished run at round '
+                           f'{start_round} from its checkpoint (rounds 0-{start_round - 1} '
+                           f'kept; --restart runs it from round 0)')
     else:
         loss0, acc0 = model.evaluate(_weights(state))
         extra['initial_eval_loss'], extra['initial_eval_accuracy'] = loss0, acc0
@@ -211,7 +254,7 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
         else:
             extra['stack_start_seconds'] = 0.0
         show_bar = _progress_enabled(progress)
-        bar = tqdm(total=t.rounds, initial=start_round, desc=f'{config.name}/{run_id}',
+        bar = tqdm(total=t.rounds, initial=start_round, desc=_bar_desc(config, run_id),
                    unit='round', disable=not show_bar, dynamic_ncols=True, leave=True)
         if t.tensorboard:
             writer = CK.ScalarWriter(run_dir / TENSORBOARD_DIR)
@@ -270,10 +313,8 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                         'callbacks': [cb.state() for cb in own + callbacks],
                         'initial_eval_loss': extra.get('initial_eval_loss'),
                         'initial_eval_accuracy': extra.get('initial_eval_accuracy')})
-                line = _round_line(config, row)
-                _log.info('%s/%s: %s', config.name, run_id, line)
-                if progress and not show_bar:
-                    print(f'{config.name}/{run_id}: {line}', file=sys.stderr, flush=True)
+                _console(progress and not show_bar,
+                         f'{config.name}/{run_id}: {_round_line(config, row)}')
                 if row['eval_accuracy'] is not None:
                     last_eval = f'{row["eval_accuracy"]:.3f}'
                 post = {'loss': f'{row["loss"]:.4f}', 'eval_acc': last_eval,

@@ -58,6 +58,8 @@ class RunResult:
         status: ``'complete'``, ``'interrupted'`` or ``'failed'``.
         summary: the content of summary.json.
         skipped: True if `run_sweep` found the run finished and did not run it.
+        error: ``'<exception type>: <message>'`` of a sweep point that failed
+            (`run_sweep` goes on with the next point), else None.
     """
 
     run_id: str
@@ -65,6 +67,7 @@ class RunResult:
     status: str
     summary: Mapping[str, Any]
     skipped: bool = False
+    error: Optional[str] = None
 
 
 def _now() -> str:

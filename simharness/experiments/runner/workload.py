@@ -176,6 +176,7 @@ def _build_model(config: ExperimentConfig, work: _Workload) -> _Model:
         except (SimharnessValueError, SimharnessTypeError) as e:
             raise ConfigError(f'[model] keras {builder}: {e}', key='model.keras',
                               value=builder) from e
+        _check_model_fits(fm, work, builder)
         nt = len(fm.initial_weights[0])
 
         def evaluate(weights: Sequence[Any]) -> Tuple[float, float]:
@@ -191,6 +192,41 @@ def _build_model(config: ExperimentConfig, work: _Workload) -> _Model:
                           value=config.model.name) from e
     return _Model(P.model_from_spec(spec, config.init_seed),
                   lambda w: numpy_evaluate(spec, w, work.eval_x, work.eval_y))
+
+
+def _sample_inputs(work: _Workload, n: int = 2) -> Any:
+    cd = work.client_data
+    for c in cd.client_ids:
+        x = np.asarray(cd.client_arrays(c)[work.x_key][:n])
+        if len(x):
+            return x.astype(work.x_dtype, copy=False)
+    return np.zeros((1,) + tuple(work.input_shape), work.x_dtype)
+
+
+def _check_model_fits(fm: Any, work: _Workload, builder: str) -> None:
+    """The model run on two examples of the data before the first round: a model whose
+    input does not take the data's examples, or whose outputs are not one per class, is a
+    ConfigError naming both (one line; no TensorFlow traceback)."""
+    x = _sample_inputs(work)
+    data = (f'the data\'s examples have shape {list(x.shape[1:])} '
+            f'({np.dtype(work.x_dtype).name}) and {work.num_classes} classes')
+    try:
+        out = fm.predict_on_batch(fm.initial_weights, x, training=False)
+    except Exception as e:  # pylint: disable=broad-exception-caught  # TF / Keras shape errors
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        raise ConfigError(f'[model] keras {builder}: the model does not take the data\'s '
+                          f'examples: {data}; the model says: {first[:300]}',
+                          key='model.keras', value=builder) from None
+    if isinstance(out, (list, tuple, dict)):
+        return  # several outputs: the builder's own loss knows them
+    shape = tuple(getattr(out, 'shape', ()))
+    want = (len(x),) + tuple(work.label_shape) + (work.num_classes,)
+    binary = shape[-1:] == (1,) and work.num_classes == 2  # one sigmoid output
+    if len(shape) == len(want) and shape[-1] != work.num_classes and not binary:
+        raise ConfigError(f'[model] keras {builder}: the model has {shape[-1]} output(s) per '
+                          f'example; {data} (one output per class: '
+                          f'num_classes = {work.num_classes})', key='model.keras',
+                          value=builder)
 
 
 def _build_process(config: ExperimentConfig, model: Any, work: _Workload,
