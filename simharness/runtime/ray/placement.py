@@ -11,6 +11,7 @@ table into node-local core sets, one per actor, and each actor pins itself
 from __future__ import annotations
 
 import collections
+import logging
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -44,6 +45,29 @@ def import_ray() -> Any:
 
 
 # ---------------------------------------------------------------- arguments (pure)
+
+#: Where a local Ray (``address=None``) listens unless ``ray_init_args`` says otherwise.
+LOCAL_RAY_NODE_IP = '127.0.0.1'
+
+
+def ray_init_arguments(address: Optional[str], ray_init_args: Mapping[str, Any],
+                       log_to_driver: bool) -> Dict[str, Any]:
+    """The keyword arguments of ``ray.init``.
+
+    A local Ray (``address=None``) is a single-machine simulation: its node is
+    on loopback (``_node_ip_address='127.0.0.1'``), so Ray's servers do not
+    listen on the machine's network address; give ``ray_init_args=
+    {'_node_ip_address': ...}`` (or start a cluster and pass its address) to
+    be reachable from other machines. Joining a cluster leaves it to Ray.
+    """
+    args: Dict[str, Any] = {'address': address, 'include_dashboard': False,
+                            'logging_level': logging.WARNING, 'configure_logging': True,
+                            'log_to_driver': log_to_driver}
+    if address is None:
+        args['_node_ip_address'] = LOCAL_RAY_NODE_IP
+    args.update(ray_init_args)
+    return args
+
 
 def check_ray_arguments(num_workers: Optional[int], num_cpus_per_worker: float,
                         num_gpus_per_worker: float, clients_per_worker: Optional[int],

@@ -68,7 +68,8 @@ log = logging.getLogger(__name__)
 #: Placement strategies of Ray placement groups.
 from simharness.runtime.ray.placement import (DEFAULT_MAX_RESTARTS, DEFAULT_READY_TIMEOUT,
                                               check_ray_arguments, import_ray,
-                                              placement_to_dict, plan_ray_placements)
+                                              placement_to_dict, plan_ray_placements,
+                                              ray_init_arguments)
 from simharness.runtime.seam import RAY_ACTOR, load_host
 
 
@@ -423,11 +424,9 @@ class RayWorkers:
         if not ray.is_initialized():
             # Quiet by default: Ray's own daemons' log lines stay in its session
             # logs, unless the actors are asked to profile (their lines go to stderr).
-            args = {'address': self.address, 'include_dashboard': False,
-                    'logging_level': logging.WARNING, 'configure_logging': True,
-                    'log_to_driver': bool(self.worker_options.get('profile'))}
-            args.update(self.ray_init_args)
-            ray.init(**args)
+            # A local Ray listens on loopback only (ray_init_arguments).
+            ray.init(**ray_init_arguments(self.address, self.ray_init_args,
+                                          bool(self.worker_options.get('profile'))))
             self._owns_ray = True
         elif self.address is not None:
             log.info('Ray is already initialised in this process: address=%r is not used',
