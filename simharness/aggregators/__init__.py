@@ -9,6 +9,7 @@ See docs/tff/aggregators.md for what is supported and how it differs.
 from simharness.aggregators.concat import concat_factory
 from simharness.aggregators.deterministic_discretization import DeterministicDiscretizationFactory
 from simharness.aggregators.differential_privacy import DifferentiallyPrivateFactory
+from simharness.aggregators.distributed_dp import DistributedDpSumFactory
 from simharness.aggregators.encoded import EncodedSumFactory
 from simharness.aggregators.factory import (AggregationFactory, UnweightedAggregationFactory,
                                             WeightedAggregationFactory)
@@ -28,7 +29,8 @@ from simharness.aggregators.sum_factory import SumFactory
 
 __all__ = [
     'AggregationFactory', 'DeterministicDiscretizationFactory', 'DifferentiallyPrivateFactory',
-    'DiscreteFourierTransformFactory', 'EncodedSumFactory', 'HadamardTransformFactory',
+    'DiscreteFourierTransformFactory', 'DistributedDpSumFactory', 'EncodedSumFactory',
+    'HadamardTransformFactory',
     'MeanFactory',
     'ModularClippingSumFactory',
     'PrivateQuantileEstimationProcess', 'SecureModularSumFactory', 'SecureSumFactory',

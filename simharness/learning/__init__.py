@@ -31,6 +31,7 @@ _WHERE = {
     'dp_aggregator': 'model_update_aggregator', 'robust_aggregator': 'model_update_aggregator',
     'secure_aggregator': 'model_update_aggregator',
     'compression_aggregator': 'model_update_aggregator',
+    'ddp_secure_aggregator': 'model_update_aggregator',
     'add_debug_measurements': 'debug_measurements',
     'add_debug_measurements_with_mixed_dtype': 'debug_measurements',
 }

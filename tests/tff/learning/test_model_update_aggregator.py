@@ -2,12 +2,9 @@
 
 Left out: the ``debug_measurements`` cases (``tff.learning.add_debug_measurements``
 is not written yet) and ``CompilerIntegrationTest`` (it counts the scalars of
-TFF's MapReduceForm; we have no MapReduceForm compiler). The ddp cases are
-skipped until ``simharness.aggregators.distributed_dp`` exists. Ours: the default robust aggregator and the secure
+TFF's MapReduceForm; we have no MapReduceForm compiler). Ours: the default robust aggregator and the secure
 aggregator run a round on both stacks (the same bits).
 """
-
-import importlib.util
 
 import numpy as np
 import pytest
@@ -23,9 +20,6 @@ _FLOAT_MATRIX_TYPE = tff.TensorType(np.float32, [200, 300])
 _ZC = pytest.mark.parametrize('zeroing, clipping', [(False, False), (True, False), (False, True),
                                                     (True, True)],
                               ids=['simple', 'zeroing', 'clipping', 'zeroing_and_clipping'])
-NEEDS_DDP = pytest.mark.skipif(
-    importlib.util.find_spec('simharness.aggregators.distributed_dp') is None,
-    reason='simharness.aggregators.distributed_dp (DistributedDpSumFactory) is not there yet')
 
 
 def _check(factory_, weighted, value_type=_FLOAT_TYPE):
@@ -72,14 +66,12 @@ def test_secure_aggregator_only_contains_secure_aggregation(weighted):
     utils.assert_not_contains_unsecure_aggregation(process.next)
 
 
-@NEEDS_DDP
 def test_ddp_secure_aggregator_only_contains_secure_aggregation():
     process = model_update_aggregator.ddp_secure_aggregator(
         noise_multiplier=1e-2, expected_clients_per_round=10).create(_FLOAT_MATRIX_TYPE)
     utils.assert_not_contains_unsecure_aggregation(process.next)
 
 
-@NEEDS_DDP
 @pytest.mark.parametrize('zeroing', [True, False], ids=['zeroing', 'no_zeroing'])
 @pytest.mark.parametrize('value_type', [_FLOAT_TYPE, _FLOAT_MATRIX_TYPE],
                          ids=['float', 'float_matrix'])
@@ -89,7 +81,6 @@ def test_ddp_secure_aggregator_unweighted(zeroing, value_type):
         weighted=False, value_type=value_type)
 
 
-@utils.NEEDS_ENCODED
 @_ZC
 @pytest.mark.parametrize('weighted', [True, False], ids=['weighted', 'unweighted'])
 def test_compression_aggregator(zeroing, clipping, weighted):
@@ -97,7 +88,6 @@ def test_compression_aggregator(zeroing, clipping, weighted):
                                                           weighted=weighted), weighted)
 
 
-@utils.NEEDS_ENCODED
 def test_wrong_debug_measurements_fn_compression_aggregator():
     with pytest.raises(TypeError):
         model_update_aggregator.compression_aggregator(debug_measurements_fn=lambda f: [1.0])
@@ -120,3 +110,18 @@ def test_aggregates_on_stacks(stack_registry, build):
     output = utils.assert_same_bits_on_stacks(stack_registry, run)
     expected = (values[0] * 1.0 + values[1] * 3.0) / 4.0
     np.testing.assert_allclose(output.result, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_ddp_secure_aggregator_on_stacks(stack_registry):
+    process = model_update_aggregator.ddp_secure_aggregator(
+        noise_multiplier=1e-3, expected_clients_per_round=2, bits=20).create(
+            tff.TensorType(np.float32, [3]))
+    values = [np.array([0.01, -0.02, 0.03], np.float32), np.array([0.05, 0.01, -0.01], np.float32)]
+    with stack_registry.open('local'):
+        state = process.initialize()  # fresh noise seed; `next` is a function of the state
+
+    def run():
+        return process.next(state, values)
+
+    output = utils.assert_same_bits_on_stacks(stack_registry, run)
+    np.testing.assert_allclose(output.result, (values[0] + values[1]) / 2, atol=2e-3)
