@@ -159,12 +159,15 @@ def round_table(runs: Sequence[RunRecord]) -> Any:
 
 
 def varied_keys(table: Any) -> List[str]:
-    """Config columns (``table.key``) whose value differs between runs, in column order."""
+    """Config columns (``table.key``) whose value differs between runs, in column order.
+
+    Only the runs that have the key count: an option of one stack that the runs of another
+    stack lack (``stack.clients_per_thread`` next to ``stack.num_workers``) does not vary."""
     out = []
     for c in table.columns:
         if '.' not in c or c.startswith('summary.') or c in ('name',):
             continue
-        values = table[c].map(lambda v: repr(v)).nunique(dropna=False)
+        values = table[c].dropna().map(lambda v: repr(v)).nunique()
         if values > 1:
             out.append(c)
     return out
@@ -176,8 +179,18 @@ def _sort_key(series: Any) -> Any:
     return numeric if numeric.notna().all() else series.astype(str)
 
 
+def _plain(value: Any) -> Any:
+    """A table cell as written in the config: 2 (not 2.0, which pandas makes of ints in a
+    column with gaps), '–' for absent."""
+    if value is None or (isinstance(value, float) and value != value):
+        return '–'
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def _setting_label(row: Any, keys: Sequence[str]) -> str:
-    return ', '.join(f'{k.rsplit(".", 1)[-1]}={row[k]}' for k in keys) or 'all runs'
+    return ', '.join(f'{k.rsplit(".", 1)[-1]}={_plain(row[k])}' for k in keys) or 'all runs'
 
 
 # ------------------------------------------------------------------- plots
@@ -194,7 +207,7 @@ def _figure() -> Tuple[Any, Any]:
 def _save(fig: Any, path: Path) -> Path:
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format='png')
+    fig.savefig(buf, format='png', bbox_inches='tight')  # the legend inside the image
     return atomic.write_bytes(path, buf.getvalue())
 
 
@@ -223,6 +236,10 @@ def _band_plot(rounds: Any, groups: Sequence[str], path: Path, what: str) -> Opt
         if stats['count'].max() > 1:
             sd = stats['std'].fillna(0.0)
             ax.fill_between(xs, stats['mean'] - sd, stats['mean'] + sd, alpha=0.2)
+        if use_eval and what in part and part[what].notna().any() and data['setting'].nunique() <= 8:
+            train = part.groupby('round')[what].mean().sort_index()
+            ax.plot(train.index.to_numpy(), train.to_numpy(), linestyle='--', linewidth=1,
+                    color=ax.lines[-1].get_color(), label=f'{label} (training)')
         drawn += 1
     source = 'central evaluation' if use_eval else 'training, over the cohort'
     from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
@@ -298,17 +315,28 @@ def _markdown(frame: Any, align_right: Sequence[bool]) -> List[str]:
     return [head, rule] + body
 
 
+#: Config keys the runs table shows in columns of their own.
+_SHOWN_KEYS = frozenset({'stack.kind', 'stack.num_workers', 'training.clients_per_round',
+                         'training.rounds'})
+
+
 def _runs_markdown(runs: Sequence[RunRecord], table: Any, varied: Sequence[str]) -> List[str]:
     import pandas as pd  # pylint: disable=import-outside-toplevel
     rows = []
-    for r, (_, cfg) in zip(runs, table.iterrows()):
+    del table  # the values come from each run's config.toml: ints stay ints, absent is '–'
+    for r in runs:
+        cfg = _flat_config(r.run_dir)
         s = r.summary
         workers = s.get('num_workers') if s.get('stack') == 'process' else None
         row = {'run': r.label, 'status': s.get('status', '?'), 'stack': s.get('stack', '?'),
                'workers': _fmt(workers, 'd'),
                'clients/round': _fmt(s.get('clients_per_round'), 'd')}
-        row.update({k.rsplit('.', 1)[-1]: cfg.get(k) for k in varied
-                    if k.rsplit('.', 1)[-1] not in row})
+        leaves = [k.rsplit('.', 1)[-1] for k in varied]
+        for k, leaf in zip(varied, leaves):
+            if k in _SHOWN_KEYS:
+                continue  # a column of its own already (stack, workers, clients/round, rounds)
+            v = cfg.get(k)
+            row[leaf if leaves.count(leaf) == 1 else k] = '–' if v is None else v
         row.update({
             'rounds': f'{s.get("rounds_completed", "?")}/{s.get("rounds", "?")}',
             'final loss': _fmt(s.get('final_loss'), '.6f'),

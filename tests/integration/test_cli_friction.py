@@ -233,3 +233,25 @@ def test_python_api_is_quiet_about_tensorflow_start_up():
                        timeout=120, check=False, env=env)
     assert p.returncode == 0 and p.stdout.strip() == '2', p.stderr
     assert not [ln for ln in p.stderr.splitlines() if NOISE.search(ln)], p.stderr
+
+
+def test_report_compares_what_varies_with_ints_as_ints(tmp_path, capsys):
+    import shutil  # pylint: disable=import-outside-toplevel
+    path = _config(tmp_path)
+    assert _run(capsys, 'run', str(path), '--results', str(tmp_path / 'res'))[0] == 0
+    exp = tmp_path / 'res' / 'fr'
+    # The same run as if made on the process stack with 2 and 4 workers: config.toml says so.
+    for n in (2, 4):
+        shutil.copytree(exp / 'default', exp / f'w{n}')
+        toml = (exp / f'w{n}' / 'config.toml').read_text()
+        head, _, _ = toml.partition('[stack]')
+        (exp / f'w{n}' / 'config.toml').write_text(
+            head + f'[stack]\nkind = "process"\nnum_workers = {n}\nclients_per_worker = 8\n')
+    rc, _, _ = _run(capsys, 'report', str(exp))
+    assert rc == 0
+    md = (exp / 'report.md').read_text()
+    assert 'clients_per_thread' not in md and 'clients_per_worker' not in md, md
+    assert '2.0' not in md and 'nan' not in md
+    header = next(ln for ln in md.splitlines() if ln.startswith('| run'))
+    cells = [c.strip() for c in header.strip('|').split('|')]
+    assert len(cells) == len(set(cells)), header
