@@ -48,8 +48,9 @@ def _make_onehot(value, dim=100):
     return out
 
 
-@pytest.mark.parametrize('value_type', [np.float32, _test_struct_type, _test_nested_struct_type],
-                         ids=['float', 'struct', 'nested_struct'])
+@pytest.mark.parametrize('value_type', [np.int64, np.float32, _test_struct_type,
+                                        _test_nested_struct_type],
+                         ids=['int64', 'float', 'struct', 'nested_struct'])
 def test_type_properties(value_type):
     ddp_factory = _make_test_factory()
     assert isinstance(ddp_factory, factory.UnweightedAggregationFactory)
