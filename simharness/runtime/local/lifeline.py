@@ -3,10 +3,10 @@
 ```
 driver (pid D)                               worker k (started from the forkserver)
   SIGTERM handler (installed by the first      lifeline thread: waits on a pidfd of D
-  started pool, main thread only): closes      (or polls it where pidfd_open is missing)
-  every live pool (bounded: 5 s), then the      D died (any signal, SIGKILL included):
-  previous handler runs, or -- the default --     unlink /dev/shm/simharness_D_*  (driver's)
-  the driver dies by SIGTERM as before            unlink /dev/shm/simharness_k_*  (its own)
+  started pool, main thread only): a previous  (or polls it where pidfd_open is missing)
+  handler runs first (if it raises or exits,    D died (any signal, SIGKILL included):
+  every live pool is closed, bounded: 5 s);       unlink /dev/shm/simharness_D_*  (driver's)
+  by default: close them, die by SIGTERM          unlink /dev/shm/simharness_k_*  (its own)
   SIGINT: untouched (KeyboardInterrupt; the       exit at once (os._exit), even mid-TF-call
   pool closes as the interpreter exits)
 ```
@@ -101,19 +101,30 @@ def _close_pools() -> None:
             pass
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _close_pools_bounded() -> None:
     # Closing takes locks the interrupted main thread may hold: close on a helper
     # thread, bounded; the workers' lifelines clean up whatever is left.
     closer = threading.Thread(target=_close_pools, name='simharness-sigterm-close', daemon=True)
     closer.start()
     closer.join(_CLOSE_SECONDS)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
     previous = _PREVIOUS.get(signum, signal.SIG_DFL)
     if callable(previous):
-        previous(signum, frame)
+        # A handler of the program's own runs first: one that returns (a graceful
+        # "stop after this round") keeps the pools; one that raises or exits
+        # (the CLI's, SystemExit) closes them on the way out.
+        try:
+            previous(signum, frame)
+        except BaseException:
+            _close_pools_bounded()
+            raise
         return
     if previous == signal.SIG_IGN:
         return
     # The default action, as without this handler: die by the signal (exit status 143).
+    _close_pools_bounded()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
