@@ -459,7 +459,8 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
                              pool: Optional[WorkerPool] = None,
                              request_timeout: Optional[float] = None,
                              liveness_timeout: float = 60.0, *,
-                             default_num_clients: Optional[int] = None) -> ProcessExecutorFactory:
+                             default_num_clients: Optional[int] = None,
+                             stopped_timeout: float = 3.0) -> ProcessExecutorFactory:
     """Stacks whose client executors live in pinned worker processes.
 
     Args:
@@ -487,8 +488,11 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
       request_timeout: seconds one worker request may take; past it the
         worker is killed and the call fails with `WorkerTimeoutError`
         (retryable; None: no limit).
-      liveness_timeout: seconds a request may wait on a worker that is
-        stopped (SIGSTOP) or uses no CPU (deadlocked) before the same.
+      liveness_timeout: seconds a request may wait on a worker that uses
+        no CPU (deadlocked) before the same.
+      stopped_timeout: seconds a request may wait on a worker seen stopped
+        (SIGSTOP, process state T) before the same; a worker busy in a long
+        TF call is never taken for stopped.
 
     Returns:
       A `ProcessExecutorFactory`; close it (or use it as a context manager)
@@ -498,12 +502,14 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
     check_int('num_clients', num_clients, 0, allow_none=True)
     check_int('max_cached_stacks', max_cached_stacks, 1)
     check_bool('start', start)
+    check_number('stopped_timeout', stopped_timeout, greater_than=0)
     _check_default_num_clients(num_clients, default_num_clients)
     owns = pool is None
     if pool is None:
         pool = create_worker_pool(num_workers, clients_per_worker, cpu_affinity, devices,
                                   workers_per_gpu, arena_bytes, start_timeout, worker_options,
                                   request_timeout, liveness_timeout)
+        pool.stopped_timeout = stopped_timeout
     factory = ProcessExecutorFactory(pool, num_clients, max_cached_stacks, owns_pool=owns,
                                      default_num_clients=default_num_clients)
     if start:
@@ -556,7 +562,8 @@ def remote_executor_factory(addresses_or_channels=None, num_clients: Optional[in
                             root_certificates: Optional[bytes] = None,
                             dispose_batch_size: int = 20, stream_structs: bool = False,
                             max_inflight: int = 32, connect_timeout: float = 30.0,
-                            services=None) -> RemoteExecutorFactory:
+                            services=None, liveness_timeout: float = 20.0,
+                            request_timeout: Optional[float] = None) -> RemoteExecutorFactory:
     """Stacks whose clients are spread over executor services (TFF's remote stack).
 
     Clients are cut into contiguous blocks, one per worker slot of every
@@ -576,7 +583,12 @@ def remote_executor_factory(addresses_or_channels=None, num_clients: Optional[in
         ``execution_context(factory, retries=N)`` a computation whose
         service died is re-run once the service is back within it.
       services: an existing `RemoteServices` to share (then the connection
-        arguments above are ignored and closing the factory leaves it open).
+        arguments are ignored and closing the factory leaves it open).
+      liveness_timeout: seconds within which a service that stops answering
+        (frozen, machine or network gone) fails the call with the retryable
+        `ServiceUnavailableError` naming it (gRPC keepalive).
+      request_timeout: seconds one request may wait for its answer; past it
+        the call fails with the retryable `WorkerTimeoutError` (None: no limit).
 
     Returns:
       A `RemoteExecutorFactory`; close it (or use it as a context manager).
@@ -603,7 +615,9 @@ def remote_executor_factory(addresses_or_channels=None, num_clients: Optional[in
         if token_file is not None:
             token = read_token_file(token_file)
         services = RemoteServices(targets, token=token, root_certificates=root_certificates,
-                                  max_inflight=max_inflight, connect_timeout=connect_timeout)
+                                  max_inflight=max_inflight, connect_timeout=connect_timeout,
+                                  liveness_timeout=liveness_timeout,
+                                  request_timeout=request_timeout)
     return RemoteExecutorFactory(services, num_clients, max_cached_stacks, owns,
                                  default_num_clients, dispose_batch_size, stream_structs)
 

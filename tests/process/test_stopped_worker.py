@@ -30,9 +30,9 @@ def test_a_stopped_worker_fails_fast_and_a_busy_one_is_left_alone(tmp_path):
     data = [np.float32(1)]
     # liveness_timeout (no CPU used) is far away: only the process state can explain a fast error.
     with process_executor_factory(num_workers=1, clients_per_worker=1, liveness_timeout=20,
-                                  start=True) as factory:
+                                  stopped_timeout=0.5, start=True) as factory:
         pool = factory.pool
-        pool.stopped_timeout = 0.5
+        assert pool.stopped_timeout == 0.5
         with sh.execution_context(factory):
             # Busy: the worker spins inside one TF call (state R) for 3x stopped_timeout.
             holder = threading.Thread(target=when_started,

@@ -46,8 +46,8 @@ def test_a_stopped_service_fails_the_call_within_the_liveness_timeout(start_serv
         (slow / 'release').write_text('go')
         timed.close()
     # liveness_timeout: the service is frozen mid-round.
-    services = RemoteServices([service.address], connect_timeout=10, liveness_timeout=3)
-    factory = remote_executor_factory(services=services)
+    factory = remote_executor_factory([service.address], connect_timeout=10, liveness_timeout=3)
+    services = factory.group
     stopper = threading.Thread(target=when_started,
                                args=(tmp_path, data, lambda: os.kill(service.pid, signal.SIGSTOP)))
     try:
