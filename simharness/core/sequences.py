@@ -35,12 +35,16 @@ class TensorBatches:
         ``[i * b, (i + 1) * b)`` (``.batch(b)``).
       drop_remainder: with a batch size, whether a last partial batch is dropped.
       element_type: the element type of the sequence.
+      passes: the rows are this many consecutive passes of equal length, each
+        batched on its own (``.batch(b).repeat(k)``, or a pipeline read once:
+        no batch spans two passes); with no batch size it changes nothing.
     """
 
     components: List[Any]
     batch_size: Optional[int]
     drop_remainder: bool
     element_type: Any
+    passes: int = 1
 
     def __post_init__(self) -> None:
         #: Views derived from this sequence by the executor that holds it, by name
@@ -57,14 +61,17 @@ class TensorBatches:
         rows, b = self.num_rows, self.batch_size
         if b is None:
             return rows
-        return rows // b if self.drop_remainder else -(-rows // b)
+        per_pass = rows // self.passes
+        return self.passes * (per_pass // b if self.drop_remainder else -(-per_pass // b))
 
     def with_components(self, components: List[Any]) -> 'TensorBatches':
         """The same sequence over other arrays (e.g. tensors in place of numpy)."""
         return TensorBatches(list(components), self.batch_size, self.drop_remainder,
-                             self.element_type)
+                             self.element_type, self.passes)
 
     def __repr__(self) -> str:
         how = 'rows' if self.batch_size is None else f'batches of {self.batch_size}'
+        if self.passes > 1:
+            how += f' in {self.passes} passes'
         return (f'TensorBatches({T.SequenceType(self.element_type)}, {self.num_rows} rows, '
                 f'{how})')

@@ -164,7 +164,25 @@ def materialize(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
             comps = [tf.concat([r[j] for r in rows], 0) if len(rows) > 1 else rows[0][j]
                      for j in range(nleaves)]
             return TensorBatches(comps, b, False, t.element)
+        passes = _passes(sizes)
+        if passes > 1 and all(r[j].shape[1:] == rows[0][j].shape[1:]
+                              for r in rows for j in range(nleaves)):
+            comps = [tf.concat([r[j] for r in rows], 0) for j in range(nleaves)]
+            return TensorBatches(comps, sizes[0], False, t.element, passes)
     if all(r[j].shape == rows[0][j].shape for r in rows for j in range(nleaves)):
         return TensorBatches([tf.stack([r[j] for r in rows]) for j in range(nleaves)], None,
                              False, t.element)
     return None
+
+
+def _passes(sizes: List[int]) -> int:
+    """k when batch sizes `sizes` are k > 1 equal passes of ``[b, ..., b, r]`` (r < b: a
+    ``.batch(b).repeat(k)``), else 1."""
+    b = sizes[0]
+    if b < 1:
+        return 1
+    m = next((i + 1 for i, s in enumerate(sizes) if s != b), None)
+    if m is None or not 1 <= sizes[m - 1] < b or len(sizes) % m:
+        return 1
+    k = len(sizes) // m
+    return k if k > 1 and sizes == sizes[:m] * k else 1

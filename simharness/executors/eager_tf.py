@@ -278,6 +278,7 @@ class EagerTFExecutor(BatchExecutor):
         m = len(first.components)
         for v in values:
             if (v.batch_size != first.batch_size or v.drop_remainder != first.drop_remainder
+                    or v.passes != first.passes
                     or not isinstance(v.components, (list, tuple)) or len(v.components) != m
                     or not all(isinstance(c, np.ndarray) and c.dtype == f.dtype
                                and c.shape == f.shape
@@ -291,7 +292,7 @@ class EagerTFExecutor(BatchExecutor):
         out = []
         for i in range(len(values)):
             tb = TensorBatches([r[i] for r in rows], checked.batch_size, checked.drop_remainder,
-                               t.element)
+                               t.element, checked.passes)
             tb.derived['checked'] = (t, tb)
             tb.derived['rows'] = (stacked, i)
             out.append(EagerValue(tb, t))

@@ -20,6 +20,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import flatten, pack_as
+from simharness.core.tf_sequences import materialize
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import SimharnessValueError
 from simharness.executors import sequence_lowering as lowering
@@ -285,7 +286,11 @@ def pack_result(leaves: List[Any], t: T.Type) -> Any:
     out = []
     for leaf, lt in zip(leaves, types):
         if isinstance(lt, T.SequenceType):
-            out.append(tf.data.experimental.from_variant(leaf, element_spec_for(lt.element)))
+            ds = tf.data.experimental.from_variant(leaf, element_spec_for(lt.element))
+            # a small finite dataset (e.g. a dataset_computation's client dataset) read
+            # once into tensors, so that the loops over it are lowered
+            tb = materialize(ds, lt)
+            out.append(ds if tb is None else tb)
         else:
             out.append(leaf)
     return pack_as(t, out)

@@ -71,21 +71,24 @@ class SourceSpec:
     ``[i * b, min((i + 1) * b, n))`` (``.batch(b)``), the last partial batch
     dropped when ``drop_remainder``. ``num_elements``: None, or the number of
     elements of every source the lowered function is called with (its loop
-    is then unrolled, unless a stage may stop or drop elements).
+    is then unrolled, unless a stage may stop or drop elements). ``passes``:
+    with a batch size, the rows are that many passes of equal length, each
+    batched on its own (``.batch(b).repeat(k)``: no batch spans two passes).
     """
 
-    __slots__ = ('dtypes', 'batch_size', 'drop_remainder', 'num_elements')
+    __slots__ = ('dtypes', 'batch_size', 'drop_remainder', 'num_elements', 'passes')
 
     def __init__(self, dtypes: Sequence[tf.DType], batch_size: Optional[int],
-                 drop_remainder: bool, num_elements: Optional[int] = None):
+                 drop_remainder: bool, num_elements: Optional[int] = None, passes: int = 1):
         self.dtypes = [tf.as_dtype(d) for d in dtypes]
         self.batch_size = None if batch_size is None else int(batch_size)
         self.drop_remainder = bool(drop_remainder)
         self.num_elements = None if num_elements is None else int(num_elements)
+        self.passes = 1 if batch_size is None else int(passes)
 
     def key(self) -> Tuple:
         return (tuple(d.name for d in self.dtypes), self.batch_size, self.drop_remainder,
-                self.num_elements)
+                self.num_elements, self.passes)
 
 
 class _Stage:
@@ -252,7 +255,7 @@ class _Rewriter:
                    out_shapes: List[tf.TensorShape]) -> str:
         src = self.source
         m = len(src.dtypes)
-        b, drop = src.batch_size, src.drop_remainder
+        b, drop, passes = src.batch_size, src.drop_remainder, src.passes
         stage_sizes = [len(st.refs) for st in stages]
         # A known number of elements unrolls the loop when no stage can stop
         # or drop an element (map and scan only).
@@ -277,12 +280,16 @@ class _Rewriter:
             state0 = list(flat[pos:pos + nstate])
             captured = list(flat[pos + nstate:])
             rows = tf.shape(comps[0], out_type=tf.int64)[0]
+            per_pass = rows // passes if passes > 1 else rows
             if b is None:
                 count = rows
             elif drop:
-                count = rows // b
+                count = per_pass // b
             else:
-                count = (rows + b - 1) // b
+                count = (per_pass + b - 1) // b
+            per_pass_count = count
+            if passes > 1:
+                count = count * passes
             # Loop-carried state of the stages: a scan's states, a take's or
             # skip's count of the elements it has seen.
             carried0: List[tf.Tensor] = []
@@ -295,8 +302,13 @@ class _Rewriter:
             def element(i):
                 if b is None:
                     return [c[i] for c in comps]
-                lo = i * b
-                hi = tf.minimum(lo + b, rows)
+                if passes == 1:
+                    lo = i * b
+                    hi = tf.minimum(lo + b, rows)
+                else:  # batch j of pass e
+                    start = (i // per_pass_count) * per_pass
+                    lo = start + (i % per_pass_count) * b
+                    hi = tf.minimum(lo + b, start + per_pass)
                 return [c[lo:hi] for c in comps]
 
             def carried_size(st: _Stage) -> int:

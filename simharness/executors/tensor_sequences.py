@@ -30,9 +30,15 @@ def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
         by_flat = [None] * len(flat)
         for comp, pos in zip(tb.components, order):
             by_flat[pos] = comp
-        ds = tf.data.Dataset.from_tensor_slices(tf.nest.pack_sequence_as(spec, by_flat))
-        if tb.batch_size is not None:
-            ds = ds.batch(tb.batch_size, drop_remainder=tb.drop_remainder)
+        k = tb.passes if tb.batch_size is not None else 1
+        per_pass = tb.num_rows // k
+        ds = None
+        for e in range(k):  # each pass batched on its own: no batch spans two passes
+            part = tf.data.Dataset.from_tensor_slices(tf.nest.pack_sequence_as(
+                spec, [c[e * per_pass:(e + 1) * per_pass] if k > 1 else c for c in by_flat]))
+            if tb.batch_size is not None:
+                part = part.batch(tb.batch_size, drop_remainder=tb.drop_remainder)
+            ds = part if ds is None else ds.concatenate(part)
         tb.derived['dataset'] = ds
     return ds
 
@@ -77,6 +83,9 @@ def _checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
         raise SimharnessValueError(f'batch size {b!r} of a sequence must be a positive int')
     if not isinstance(tb.drop_remainder, (bool, np.bool_)):
         raise SimharnessTypeError(f'drop_remainder {tb.drop_remainder!r} must be a bool')
+    k = tb.passes
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise SimharnessValueError(f'passes {k!r} of a sequence must be a positive int')
     types = component_types(t, b is not None)
     comps = list(tb.components) if isinstance(tb.components, (list, tuple)) else None
     if types is None or comps is None or len(comps) != len(types) or not comps:
@@ -109,7 +118,10 @@ def _checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
         if any(d is not None for d in first) and rows % b != 0:
             raise SimharnessTypeError(f'a last batch of {rows % b} rows does not fit {t}',
                                       expected=t)
-    return TensorBatches(out, None if b is None else int(b), bool(tb.drop_remainder), t.element)
+    if b is not None and k > 1 and rows % k:
+        raise SimharnessValueError(f'{rows} rows do not split into {k} passes of equal length')
+    return TensorBatches(out, None if b is None else int(b), bool(tb.drop_remainder), t.element,
+                         int(k) if b is not None else 1)
 
 
 def _unrolled_elements(tb: TensorBatches) -> Optional[int]:
@@ -124,10 +136,10 @@ def _unrolled_elements(tb: TensorBatches) -> Optional[int]:
 
 def source_spec(tb: TensorBatches) -> SourceSpec:
     return SourceSpec([c.dtype for c in tb.components], tb.batch_size, tb.drop_remainder,
-                      _unrolled_elements(tb))
+                      _unrolled_elements(tb), tb.passes)
 
 
 def lowering_key(tb: TensorBatches) -> Tuple:
     """What a function lowered for `tb` depends on (equal to `source_spec(tb).key()`)."""
     return (tuple(c.dtype.name for c in tb.components), tb.batch_size, tb.drop_remainder,
-            _unrolled_elements(tb))
+            _unrolled_elements(tb), tb.passes)

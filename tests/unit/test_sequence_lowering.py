@@ -251,3 +251,47 @@ def test_materialize_reads_small_finite_pipelines():
         tf.data.Dataset.from_tensor_slices((X, Y)).batch(3))
     assert materialize(uneven, SEQ) is None
     assert materialize(ds, sh.SequenceType(sh.TensorType(tf.int32, [None]))) is None
+
+
+@pytest.mark.parametrize('rows, b, epochs', [(7, 3, 2), (2 * UNROLL_LIMIT + 3, 2, 3)])
+def test_repeated_batches_are_read_as_passes_and_lowered(rows, b, epochs):
+    """``.batch(b).repeat(k)`` (a ClientData's preprocessed dataset): read once into k passes
+    (no batch spans two), lowered (unrolled or as a loop) to the bits tf.data gives."""
+    from simharness.core.tf_sequences import materialize
+    from simharness.executors.tensor_sequences import to_dataset
+    x = np.arange(2 * rows, dtype=np.float32).reshape(rows, 2)
+    y = np.arange(rows, dtype=np.int32)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(b).repeat(epochs)
+    tb = materialize(ds, SEQ)
+    assert tb is not None and (tb.batch_size, tb.passes) == (b, epochs)
+    assert tb.num_elements == epochs * -(-rows // b)
+    assert [len(e[1]) for e in to_dataset(tb)] == [len(e[1]) for e in ds]
+    for comp in (total_by_reduce, total_with_break, filter_then_scan):
+        fn = _embedded(comp)
+        lowered = fn.lowered({0: tb})
+        assert lowered is not None and _lowered_graph_ops(lowered) == set()
+        got = lowered.call_flat(tb.components)[0]
+        want = fn.call_flat([tf.data.experimental.to_variant(ds)])[0]
+        assert got.numpy().tobytes() == want.numpy().tobytes()
+    # passes of other batch sizes: left to tf.data
+    assert materialize(ds.concatenate(tf.data.Dataset.from_tensor_slices((x, y)).batch(b + 1)),
+                       SEQ) is None
+
+
+def test_a_dataset_computations_result_is_held_as_tensors():
+    """A tf_computation returning a small dataset: the executor holds its elements
+    (`TensorBatches`), so that a client update over it runs lowered."""
+    import asyncio
+    from simharness.executors.eager_tf import EagerTFExecutor
+
+    @sh.tf_computation(np.int32)
+    def make(n):
+        return tf.data.Dataset.from_tensor_slices((tf.reshape(tf.range(14.0), [7, 2]),
+                                                   tf.range(7))).take(
+            tf.cast(n, tf.int64)).batch(3).repeat(2)
+
+    ex = EagerTFExecutor()
+    fn = asyncio.run(ex.create_value(make))
+    arg = asyncio.run(ex.create_value(np.int32(7), sh.TensorType(np.int32)))
+    out = asyncio.run(ex.create_call(fn, arg)).internal
+    assert isinstance(out, TensorBatches) and out.passes == 2 and out.num_elements == 6
