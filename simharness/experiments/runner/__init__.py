@@ -230,8 +230,12 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
         if log:
             log(f'[{i}/{len(runs)}] run {run_id}')
         try:
-            results.append(run_experiment(cfg, results_root, progress=progress, run_id=run_id,
-                                          resume=resume))
+            if resume:
+                results.append(run_experiment(cfg, results_root, progress=progress,
+                                              run_id=run_id))
+            else:
+                results.append(run_experiment(cfg, results_root, progress=progress,
+                                              run_id=run_id, resume=False))
         except KeyboardInterrupt:
             raise
         except Exception as e:  # pylint: disable=broad-exception-caught  # recorded, go on

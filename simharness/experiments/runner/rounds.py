@@ -184,6 +184,9 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     from simharness.experiments.processes import federated_evaluation
 
     pin_tensorflow_threads()  # before the model and process run TF here: the workers' bits
+    if _progress_enabled(progress):  # on a terminal: something before the bar appears
+        print(f'{config.name}/{run_id}: loading the data, building the model, starting the '
+              f'{config.stack.kind} stack ...', file=sys.stderr, flush=True)
     work = _build_workload(config)
     cd = work.client_data
     ids = cd.client_ids
