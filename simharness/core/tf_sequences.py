@@ -10,6 +10,7 @@ produced. Anything else is left a dataset.
 from __future__ import annotations
 
 import collections
+import threading
 from typing import Any, List, Optional, cast
 
 import tensorflow as tf
@@ -137,6 +138,12 @@ def materialize(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
         leaf_types = T.flatten_type(t.element)
         if not all(isinstance(l, T.TensorType) and l.shape is not None for l in leaf_types):
             return None
+        if all(len(l.shape) >= 1 and l.shape[0] is None for l in leaf_types) and all(
+                s.shape.rank is not None and s.shape.rank >= 1
+                for s in tf.nest.flatten(ds.element_spec)):
+            fast = _read_batches(ds, t)
+            if fast is not None:
+                return fast
         rows: List[List[Any]] = []
         nbytes = 0
         for elem in ds:
@@ -186,3 +193,61 @@ def _passes(sizes: List[int]) -> int:
         return 1
     k = len(sizes) // m
     return k if k > 1 and sizes == sizes[:m] * k else 1
+
+
+_READERS: dict = {}
+_READERS_LOCK = threading.Lock()
+
+
+def _plain_options() -> Any:
+    """No graph rewrites or autotuning: a read of a few elements pays for neither."""
+    opts = tf.data.Options()
+    opts.experimental_optimization.apply_default_optimizations = False
+    opts.autotune.enabled = False
+    return opts
+
+
+def _batch_reader(spec: Any) -> Any:
+    """A `tf.function` from a dataset variant of element spec `spec` to its batches' leading
+    sizes ``[elements, leaves]`` and their rows concatenated (one call, one pass over the
+    dataset, no Python loop)."""
+    key = (repr(tf.nest.map_structure(lambda _: 0, spec)), tuple(tf.nest.flatten(spec)))
+    with _READERS_LOCK:
+        fn = _READERS.get(key)
+        if fn is None:
+            @tf.function(input_signature=[tf.TensorSpec([], tf.variant)], autograph=False)
+            def fn(variant):
+                ds = tf.data.experimental.from_variant(variant, spec).with_options(
+                    _plain_options())
+                # each leaf's batches as one ragged tensor: its rows and the batch sizes
+                leaves = tf.nest.flatten(ds.ragged_batch(
+                    MATERIALIZE_MAX_ELEMENTS + 1).get_single_element())
+                return (tf.stack([r.row_lengths() for r in leaves], axis=1),
+                        [r.flat_values for r in leaves])
+            _READERS[key] = fn
+    return fn
+
+
+def _read_batches(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
+    """`materialize` of a dataset of batches in one TF call: batches of b (the last may be
+    smaller), or k equal passes of them; None otherwise (or when the call fails)."""
+    spec = ds.element_spec
+    try:
+        sizes_t, flat = _batch_reader(spec)(tf.data.experimental.to_variant(ds))
+    except (tf.errors.OpError, TypeError, ValueError):
+        return None  # uneven leaves, batches of other trailing shapes, too many rows
+    per_leaf = sizes_t.numpy()
+    if per_leaf.ndim != 2 or not len(per_leaf) or (per_leaf != per_leaf[:, :1]).any():
+        return None
+    sizes = [int(s) for s in per_leaf[:, 0]]
+    if sum(int(x.shape.num_elements() or 0) * x.dtype.size for x in flat) > \
+            MATERIALIZE_MAX_BYTES:
+        return None
+    comps = element_leaves(tf.nest.pack_sequence_as(spec, list(flat)), t.element)
+    b = sizes[0]
+    if b >= 1 and all(s == b for s in sizes[:-1]) and 1 <= sizes[-1] <= b:
+        return TensorBatches(comps, b, False, t.element)
+    passes = _passes(sizes)
+    if passes > 1:
+        return TensorBatches(comps, b, False, t.element, passes)
+    return None
