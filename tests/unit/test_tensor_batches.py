@@ -59,3 +59,19 @@ def test_malformed_components_from_a_peer_get_clear_errors(bad, error, match):
     ex = EagerTFExecutor()
     with pytest.raises(error, match=match):
         asyncio.run(ex.create_value(bad, SEQ))
+
+
+def test_passes_cross_the_codec_and_give_per_pass_batches():
+    """``passes`` (``.batch(b).repeat(k)`` read once): kept across the seam; the dataset it
+    stands for batches each pass on its own."""
+    tb = TensorBatches([np.arange(30, dtype=np.float32).reshape(10, 3), np.arange(10)], 2,
+                       False, ELEM, 2)
+    assert tb.num_elements == 6
+    header, buffers = codec.encode([tb])
+    (back,) = codec.decode(header, buffers)
+    assert back.passes == 2 and back.num_elements == 6
+    ds = asyncio.run(EagerTFExecutor().create_value(back, SEQ)).internal_representation
+    assert [list(y.numpy()) for _, y in ds] == [[0, 1], [2, 3], [4], [5, 6], [7, 8], [9]]
+    with pytest.raises(SimharnessValueError, match='3 passes'):
+        asyncio.run(EagerTFExecutor().create_value(
+            TensorBatches(tb.components, 2, False, ELEM, 3), SEQ))
