@@ -267,11 +267,10 @@ def test_segments_of_a_sigkilled_cli_are_reaped(tmp_path):
     assert mine
     proc.kill()
     proc.wait(timeout=30)
-    # The driver had no chance to clean up: its segments are still there.
-    assert set(mine) <= set(list_leaked_segments())
-    # Its workers see the pipe close and leave (unlinking their own arenas).
+    # The driver had no chance to clean up; its workers see it die (their lifeline),
+    # unlink its segments and their own, and leave. Whatever a worker could not reach
+    # is reaped by the next pool (`reap_orphaned_segments`).
     assert _wait_until(lambda: all(_gone(c) for c in children), 20), \
         [c for c in children if not _gone(c)]
-    reaped = reap_orphaned_segments()
-    assert set(mine) <= set(reaped)
+    reap_orphaned_segments()
     assert not _segments_of([proc.pid] + [c.pid for c in children])
