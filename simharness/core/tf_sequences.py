@@ -207,34 +207,60 @@ def _plain_options() -> Any:
     return opts
 
 
+def _reader_key(spec: Any) -> Any:
+    return (repr(tf.nest.map_structure(lambda _: 0, spec)), tuple(tf.nest.flatten(spec)))
+
+
 def _batch_reader(spec: Any) -> Any:
     """A `tf.function` from a dataset variant of element spec `spec` to its batches' leading
     sizes ``[elements, leaves]`` and their rows concatenated (one call, one pass over the
-    dataset, no Python loop)."""
-    key = (repr(tf.nest.map_structure(lambda _: 0, spec)), tuple(tf.nest.flatten(spec)))
+    dataset, no Python loop); None for a spec whose trace failed before."""
+    key = _reader_key(spec)
     with _READERS_LOCK:
-        fn = _READERS.get(key)
-        if fn is None:
-            @tf.function(input_signature=[tf.TensorSpec([], tf.variant)], autograph=False)
-            def fn(variant):
-                ds = tf.data.experimental.from_variant(variant, spec).with_options(
-                    _plain_options())
-                # each leaf's batches as one ragged tensor: its rows and the batch sizes
-                leaves = tf.nest.flatten(ds.ragged_batch(
-                    MATERIALIZE_MAX_ELEMENTS + 1).get_single_element())
-                return (tf.stack([r.row_lengths() for r in leaves], axis=1),
-                        [r.flat_values for r in leaves])
-            _READERS[key] = fn
-    return fn
+        if key in _READERS:
+            return _READERS[key]
+        @tf.function(input_signature=[tf.TensorSpec([], tf.variant)], autograph=False)
+        def fn(variant):
+            ds = tf.data.experimental.from_variant(variant, spec).with_options(
+                _plain_options())
+            # each leaf's batches as one ragged tensor: its rows and the batch sizes
+            leaves = tf.nest.flatten(ds.ragged_batch(
+                MATERIALIZE_MAX_ELEMENTS + 1).get_single_element())
+            sizes, rows = zip(*[_sizes_and_rows(r) for r in leaves])
+            return tf.stack(sizes, axis=1), list(rows)
+        _READERS[key] = fn
+        return fn
+
+
+def _sizes_and_rows(leaf: Any) -> Any:
+    """One leaf of ``ragged_batch``'s single element: its batches' leading sizes and their
+    rows concatenated. A leaf whose batches have a static shape (``batch(b,
+    drop_remainder=True)``) comes back dense ``[n, b, ...]``, not ragged; a leaf ragged
+    below the rows (ragged_rank > 1: rows of other shapes) has no dense rows (ValueError,
+    traced once: the caller reads such a dataset element by element)."""
+    if isinstance(leaf, tf.RaggedTensor):
+        if leaf.ragged_rank != 1:
+            raise ValueError(f'batches of rows of differing shapes (ragged rank '
+                             f'{leaf.ragged_rank}) have no dense rows')
+        return leaf.row_lengths(), leaf.values
+    shape = tf.shape(leaf, out_type=tf.int64)
+    return (tf.fill(shape[:1], shape[1]),
+            tf.reshape(leaf, tf.concat([[-1], shape[2:]], 0)))
 
 
 def _read_batches(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
     """`materialize` of a dataset of batches in one TF call: batches of b (the last may be
     smaller), or k equal passes of them; None otherwise (or when the call fails)."""
     spec = ds.element_spec
+    reader = _batch_reader(spec)
+    if reader is None:
+        return None  # a spec whose trace failed before
     try:
-        sizes_t, flat = _batch_reader(spec)(tf.data.experimental.to_variant(ds))
-    except (tf.errors.OpError, TypeError, ValueError):
+        sizes_t, flat = reader(tf.data.experimental.to_variant(ds))
+    except (tf.errors.OpError, TypeError, ValueError) as e:
+        if not isinstance(e, tf.errors.OpError):  # failed at trace: fails for the spec
+            with _READERS_LOCK:
+                _READERS[_reader_key(spec)] = None
         return None  # uneven leaves, batches of other trailing shapes, too many rows
     per_leaf = sizes_t.numpy()
     if per_leaf.ndim != 2 or not len(per_leaf) or (per_leaf != per_leaf[:, :1]).any():

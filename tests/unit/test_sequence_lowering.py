@@ -253,6 +253,28 @@ def test_materialize_reads_small_finite_pipelines():
     assert materialize(ds, sh.SequenceType(sh.TensorType(tf.int32, [None]))) is None
 
 
+def test_materialize_reads_batches_of_a_static_size_and_uneven_rows():
+    """``batch(b, drop_remainder=True)`` gives batches of a static shape (ragged_batch keeps
+    them dense, not ragged), also beside a leaf of open size; rows whose own shapes differ
+    between batches (ragged below the rows) are read element by element."""
+    from simharness.core.tf_sequences import materialize
+    ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(3, drop_remainder=True)
+    tb = materialize(ds, SEQ)
+    assert tb is not None and tb.batch_size == 3
+    np.testing.assert_array_equal(tb.components[0], X[:6])
+    np.testing.assert_array_equal(tb.components[1], Y[:6])
+    mixed = ds.map(lambda x, y: (x, tf.boolean_mask(y, y >= 0)))  # y's batch size open
+    tb = materialize(mixed, SEQ)
+    assert tb is not None and tb.batch_size == 3
+    np.testing.assert_array_equal(tb.components[1], Y[:6])
+    grid = tf.data.Dataset.from_tensor_slices(np.zeros([6, 3, 4], np.float32)).batch(2).map(
+        lambda x: x[:, :tf.shape(x)[0]])  # rows [2, 4]: their shape is open in the spec
+    seq = sh.SequenceType(sh.TensorType(tf.float32, [None, None, 4]))
+    for _ in range(2):  # the failed trace is remembered for the spec
+        tb = materialize(grid, seq)
+        assert tb is not None and tb.batch_size == 2 and tb.components[0].shape == [6, 2, 4]
+
+
 @pytest.mark.parametrize('rows, b, epochs', [(7, 3, 2), (2 * UNROLL_LIMIT + 3, 2, 3)])
 def test_repeated_batches_are_read_as_passes_and_lowered(rows, b, epochs):
     """``.batch(b).repeat(k)`` (a ClientData's preprocessed dataset): read once into k passes
