@@ -37,10 +37,10 @@ _WHERE = {
 }
 _MODULES = ('algorithms', 'client_weight_lib', 'debug_measurements', 'fedavg',
             'keras_examples', 'loop_builder', 'metrics', 'model_update_aggregator', 'models',
-            'optimizers', 'templates')
+            'optimizers', 'programs', 'templates')
 
 __all__ = sorted(_WHERE) + ['algorithms', 'metrics', 'model_update_aggregator',
-                            'models', 'optimizers', 'templates']
+                            'models', 'optimizers', 'programs', 'templates']
 
 
 def __getattr__(name: str) -> Any:
