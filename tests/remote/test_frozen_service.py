@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 
+import psutil
 import pytest
 
 import simharness as sh
@@ -45,22 +46,44 @@ def test_a_stopped_service_fails_the_call_within_the_liveness_timeout(start_serv
     finally:
         (slow / 'release').write_text('go')
         timed.close()
-    # liveness_timeout: the service is frozen mid-round.
+    # liveness_timeout: the service is frozen mid-round. The stop lands while the client
+    # computation runs (its started file exists, its release does not), and the release is
+    # written only once the service is seen stopped ('T'): it cannot answer before SIGCONT.
     factory = remote_executor_factory([service.address], connect_timeout=10, liveness_timeout=3)
     services = factory.group
-    stopper = threading.Thread(target=when_started,
-                               args=(tmp_path, data, lambda: os.kill(service.pid, signal.SIGSTOP)))
+    stopper_errors: list = []
+
+    def freeze() -> None:
+        os.kill(service.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 30
+        while psutil.Process(service.pid).status() != psutil.STATUS_STOPPED:
+            assert time.monotonic() < deadline, 'the service did not stop'
+            time.sleep(0.01)
+
+    def stop_mid_computation() -> None:
+        try:
+            when_started(tmp_path, data, freeze)
+        except BaseException as e:  # reported by the test, not lost in the thread
+            stopper_errors.append(e)
+
+    stopper = threading.Thread(target=stop_mid_computation, daemon=True)
     try:
         with factory, sh.execution_context(factory):
             t0 = time.monotonic()
             stopper.start()
-            with pytest.raises(ServiceUnavailableError) as e:
+            try:
                 blocking_computation(tmp_path)(data)
+            except ServiceUnavailableError as e:
+                error = e
+            else:
+                error = None
             waited = time.monotonic() - t0
-            stopper.join()
-            assert isinstance(e.value, RetryableError)
-            assert e.value.address == service.address and service.address in str(e.value)
-            assert waited < 15, (waited, str(e.value))
+            stopper.join(30)
+            assert not stopper_errors, stopper_errors  # the fault did not land mid-call
+            assert error is not None, 'the call to a stopped service answered'
+            assert isinstance(error, RetryableError)
+            assert error.address == service.address and service.address in str(error)
+            assert waited < 15, (waited, str(error))
     finally:
         os.kill(service.pid, signal.SIGCONT)
         services.close()
