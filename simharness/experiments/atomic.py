@@ -15,7 +15,7 @@ import math
 import os
 import tempfile  # noqa: F401  (the module the writer's temp files come from; tests patch it here)
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Dict, List, Union
 
 from simharness.atomic import (TEMP_SUFFIX, PathLike, atomic_open, is_temp_file,  # noqa: F401
                                raise_naming, write_bytes, write_text)
@@ -76,3 +76,21 @@ def append_jsonl(path: PathLike, row: Any) -> Path:
     finally:
         os.close(fd)
     return p
+
+
+def read_jsonl(path: PathLike) -> List[Dict[str, Any]]:
+    """The parseable object rows of a JSONL file (`append_jsonl`'s): a torn last line, a
+    non-object line or a missing file gives no row."""
+    rows: List[Dict[str, Any]] = []
+    try:
+        text = Path(path).read_text(encoding='utf-8')
+    except OSError:
+        return rows
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

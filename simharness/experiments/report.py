@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import io
-import json
 import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -73,22 +72,6 @@ def find_runs(results_dir: PathLike) -> List[Path]:
     return sorted({p.parent for p in root.rglob(SUMMARY_FILE) if p.is_file()})
 
 
-def _read_metrics(path: Path) -> List[Dict[str, Any]]:
-    rows: List[Dict[str, Any]] = []
-    try:
-        text = path.read_text(encoding='utf-8')
-    except OSError:
-        return rows
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def load_runs(results_dir: PathLike) -> List[RunRecord]:
     """Reads the summary and metrics of every run under `results_dir`."""
     root = Path(results_dir)
@@ -100,7 +83,7 @@ def load_runs(results_dir: PathLike) -> List[RunRecord]:
         rel = run_dir.relative_to(root).as_posix()
         if rel == '.':
             rel = f'{summary.get("experiment", "?")}/{summary.get("run_id", run_dir.name)}'
-        out.append(RunRecord(rel, run_dir, summary, _read_metrics(run_dir / METRICS_FILE)))
+        out.append(RunRecord(rel, run_dir, summary, atomic.read_jsonl(run_dir / METRICS_FILE)))
     return out
 
 

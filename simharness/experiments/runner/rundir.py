@@ -194,19 +194,7 @@ def _drop_stale_summary(run_dir: Path, error: BaseException, write_error: OSErro
 
 def _read_rows(path: Path) -> List[Dict[str, Any]]:
     """The parseable rows of a metrics.jsonl (a torn last line is dropped)."""
-    rows: List[Dict[str, Any]] = []
-    try:
-        text = path.read_text(encoding='utf-8')
-    except OSError:
-        return rows
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+    return atomic.read_jsonl(path)
 
 
 def read_json(path: PathLike) -> Optional[Any]:
