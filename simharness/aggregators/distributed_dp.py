@@ -12,12 +12,16 @@ measurements <l2_clip, scale_factor, scaled_inflated_l2, scaled_local_stddev,
 With `auto_l2_clip` the clip follows a secure quantile estimate and each
 `next` retunes the scale and the query's bounds (TFF's `_autotune_component_states`).
 
-Differences from TFF: the Skellam query's global state has a fifth field,
-``noise_seed`` (int64[2]; fresh at each `initialize`): each client seeds its
-Poisson draws with it folded with a fingerprint of its record, and
-``get_noised_result`` moves it on, so the noise is the same bits on every stack
-(TFF: a timestamp seed). The ``distributed_dgauss`` mechanism (tensorflow_privacy's
-discrete Gaussian sampler) is not written: choosing it raises `NotImplementedError`.
+Noise: as in TFF, each client draws its Skellam noise from unseeded Poisson
+ops: fresh on every client and every call, so independent between clients
+(equal records too), and not the same bits on two stacks or two runs. The
+Skellam query's global state has a fourth field, ``noise_seed`` (int64[2];
+ours), used only by a query built with ``noise_seed=<int>``: each client then
+seeds its draws with it folded with a fingerprint of its record, the same bits
+on every stack, at a price: clients holding equal records draw equal noise (a
+reproducibility mode for tests, not for a privacy guarantee).
+The ``distributed_dgauss`` mechanism (tensorflow_privacy's discrete Gaussian
+sampler) is not written: choosing it raises `NotImplementedError`.
 """
 
 from __future__ import annotations
@@ -55,8 +59,11 @@ class DistributedSkellamSumQuery(dp_query.SumAggregationDPQuery):
 
     The records are int32; each client checks their L1 and L2 norms against the
     bounds and adds the difference of two Poisson draws of mean
-    ``local_stddev**2 / 2`` to every coordinate. `noise_seed` (ours): an int
-    fixes the first seed; None draws a fresh one at each initial state.
+    ``local_stddev**2 / 2`` to every coordinate. `noise_seed` (ours): None
+    (TFF's) draws unseeded noise, fresh and independent on every client and
+    call; an int seeds each client's draws with the state's seed (this int,
+    then moved on at each `get_noised_result`) folded with a fingerprint of
+    its record: the same bits on every stack, but equal records draw equal noise.
     """
 
     _GlobalState = collections.namedtuple(
@@ -72,11 +79,8 @@ class DistributedSkellamSumQuery(dp_query.SumAggregationDPQuery):
         self._noise_seed = noise_seed
 
     def initial_global_state(self) -> Any:
-        if self._noise_seed is None:
-            seed = tf.random.uniform([2], minval=tf.int64.min, maxval=tf.int64.max,
-                                     dtype=tf.int64)
-        else:
-            seed = tf.constant([0, int(self._noise_seed)], tf.int64)
+        seed = tf.constant([0, 0 if self._noise_seed is None else int(self._noise_seed)],
+                           tf.int64)
         return self._GlobalState(tf.cast(self._l1_norm_bound, tf.int32),
                                  tf.cast(self._l2_norm_bound, tf.float32),
                                  tf.cast(self._local_stddev, tf.float32), seed)
@@ -89,6 +93,11 @@ class DistributedSkellamSumQuery(dp_query.SumAggregationDPQuery):
         local_stddev = tf.cast(local_stddev, tf.float64)
         lam = 0.5 * local_stddev * local_stddev
         leaves = tu.flatten(record)
+        if self._noise_seed is None:  # TFF's: unseeded, fresh on every client and call
+            return tu.pack_sequence_as(record, [
+                v + tf.cast(tf.random.poisson(tf.shape(v), lam, dtype=tf.int64)
+                            - tf.random.poisson(tf.shape(v), lam, dtype=tf.int64), v.dtype)
+                for v in leaves])
         data = tf.strings.join([tf.io.serialize_tensor(v) for v in leaves])
         fp = tf.bitcast(tf.fingerprint(tf.reshape(data, [1]))[0], tf.int64)
         client_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), fp)

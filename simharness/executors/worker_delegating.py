@@ -203,7 +203,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
         self._generation: Optional[int] = None  # where the session is open
         self._next_id = 1
         self._garbage: List[Tuple[int, int]] = []  # (first id, count) ranges to free
-        self._lock = threading.Lock()
+        # Re-entrant: a `_Lease.__del__` (`_release`) can run inside any of this lock's
+        # sections, when an allocation there sets off the cyclic garbage collector.
+        self._lock = threading.RLock()
         self._embedded: Dict[str, WorkerValue] = {}
         self._sources: set = set()
         # Answers nobody waited for yet, with the invocation that sent them.

@@ -21,8 +21,9 @@ It imports no executor: a host (`simharness.hosts.leaf`) gives it one.
 from __future__ import annotations
 
 import asyncio
+import collections
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -64,9 +65,15 @@ class Session:
         self.values: Dict[int, Any] = {}
         self.poisoned: List[Tuple[int, int, ErrorRecord]] = []
         self.sources: Dict[int, Any] = {}
+        self.requests = 0  # requests of this session handled so far (for error messages)
+        # The last ranges the driver freed, with the request that freed them: a value asked
+        # for after its free names that request (a driver-side bookkeeping error otherwise
+        # shows only as "not held").
+        self.recent_frees: Deque[Tuple[int, int, int]] = collections.deque(maxlen=512)
 
     def free(self, ranges: List[Any]) -> None:
         for first, count in ranges:
+            self.recent_frees.append((first, count, self.requests))
             for i in range(first, first + count):
                 self.values.pop(i, None)
             self.poisoned = [p for p in self.poisoned
@@ -80,10 +87,13 @@ class Session:
         for first, count, rec in self.poisoned:
             if first <= value_id < first + count:
                 raise _Poisoned(rec)
+        freed = [n for first, count, n in self.recent_frees if first <= value_id < first + count]
+        how = (f'the driver freed it with request {freed[-1]} of this session, and request '
+               f'{self.requests} uses it' if freed else 'its state was lost, or the value was '
+               'already freed')
         raise E.WorkerLostError(
-            f'value {value_id} of session {self.id} is not held by worker {worker_id} (its state '
-            'was lost, or the value was already freed); run the computation again',
-            worker_id=worker_id)
+            f'value {value_id} of session {self.id} is not held by worker {worker_id} ({how}); '
+            'run the computation again', worker_id=worker_id)
 
 
 class WorkerService:
@@ -166,6 +176,7 @@ class WorkerService:
         if control is not None:  # sessions and pings: no values, no executor
             return control(self, req)
         session = self._session(req)
+        session.requests += 1
         session.free(req.free)
         if op == Op.FREE:  # the frees above were all it asked for
             return Response(True, seq=req.seq)
