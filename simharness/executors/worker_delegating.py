@@ -236,16 +236,20 @@ class WorkerDelegatingExecutor(BatchExecutor):
             await asyncio.to_thread(h.ensure_started)
         gen = h.generation
         if self._generation != gen:
-            # A new worker process (first use, or a replacement after a crash):
-            # open the session there; what the old one held is gone.
+            # A new worker process (first use, or a replacement after a crash): open the
+            # session there; what the old one held is gone. The OPEN is queued before
+            # `_generation` says so: another thread that sees the new generation (and skips
+            # this) sends its requests after the OPEN, never before it.
             with self._lock:
-                self._generation = gen
-                self._garbage = []
-                self._embedded.clear()
-                self._sources.clear()
-                self._pending = []
-            header, buffers = self._encode(Op.OPEN_SESSION, [], 0, 0, want_types=False)
-            h.submit(header, buffers, Op.OPEN_SESSION.name, gen)
+                if self._generation != gen:
+                    self._garbage = []
+                    self._embedded.clear()
+                    self._sources.clear()
+                    self._pending = []
+                    header, buffers = P.encode_message(P.Request(
+                        int(Op.OPEN_SESSION), self._session, [], 0, 0, [], want_types=False))
+                    h.submit(header, buffers, Op.OPEN_SESSION.name, gen)
+                    self._generation = gen
         return gen
 
     def _encode(self, op: Op, args: list, out_base: int, n_out: int,
