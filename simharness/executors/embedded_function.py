@@ -34,6 +34,13 @@ DEFAULT_CACHE_SIZE = 256
 
 
 
+#: The most parameter and result leaves of a function run for a block of clients in one
+#: batched TF call (`batchable`). Tracing the batched form costs time in the number of
+#: leaves (a struct of 1,000 tensors: ~10 s per worker), while one call per client of such a
+#: function is cheap; the same bits either way (the per-client path is the one-client-per-
+#: worker layout's).
+MAX_BATCHED_LEAVES = 256
+
 #: Ops whose results are exactly rounded per element (IEEE-754 add, multiply,
 #: divide, sqrt, ...), so that computing many clients at once with
 #: `tf.vectorized_map` gives the same bits as one call per client.
@@ -145,8 +152,10 @@ class EmbeddedFunction:
         return [out]
 
     def batchable(self) -> bool:
-        """True when every parameter and result leaf is a fully-defined tensor."""
-        return (all(isinstance(t, T.TensorType) for t in self._param_leaves)
+        """True when every parameter and result leaf is a fully-defined tensor, and there are
+        at most `MAX_BATCHED_LEAVES` of them."""
+        return (len(self._param_leaves) + len(self._result_leaves) <= MAX_BATCHED_LEAVES
+                and all(isinstance(t, T.TensorType) for t in self._param_leaves)
                 and all(isinstance(t, T.TensorType) and t.is_fully_defined
                         for t in self._result_leaves))
 
