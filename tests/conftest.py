@@ -48,9 +48,11 @@ def pytest_simharness_register_stacks(registry: StackRegistry) -> None:
 
 
 #: Tests that share a session resource too heavy to start twice run on one pytest-xdist
-#: worker (``-n 2 --dist loadgroup``): a Ray cluster of two nodes, two gRPC services.
-_XDIST_GROUPS = (('ray', ('tests/ray/', '[ray-2', '-ray-2')),
-                 ('remote', ('tests/remote/', '[remote-2', '-remote-2')))
+#: worker (``-n 2 --dist loadgroup``): a Ray cluster of two nodes, two gRPC services (and the
+#: benchmark modules whose module fixtures start their own).
+_XDIST_GROUPS = (('ray', ('tests/ray/', 'tests/benchmarks/test_ray.py', '[ray-2', '-ray-2')),
+                 ('remote', ('tests/remote/', 'tests/benchmarks/test_remote.py', '[remote-2',
+                             '-remote-2')))
 
 
 @pytest.hookimpl(tryfirst=True)

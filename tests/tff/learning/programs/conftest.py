@@ -29,7 +29,7 @@ def native_context() -> Iterator[native_platform.NativeFederatedContext]:
 
 @pytest.fixture
 def native_tff_stack(tff_stack) -> Iterator[native_platform.NativeFederatedContext]:
-    """A `NativeFederatedContext` over the factory of `tff_stack` (each of TFF_STACKS)."""
+    """A `NativeFederatedContext` over the factory of `tff_stack` (each of its stacks (tests/tff/conftest.py: stacks_for))."""
     async_context = AsyncExecutionContext(tff_stack.factory,
                                           transform_args=eager_values_to_numpy,
                                           transform_result=transform_result)

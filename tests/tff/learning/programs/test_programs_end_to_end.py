@@ -1,4 +1,4 @@
-"""`train_model` and `EvaluationManager` end to end: real processes on each of TFF_STACKS.
+"""`train_model` and `EvaluationManager` end to end: real processes on each of its stacks (tests/tff/conftest.py: stacks_for).
 
 Not a port (TFF's program-logic tests use mocks only): a FedAvg process of
 TFF's `LinearRegression` trained by `train_model` in a

@@ -11,7 +11,7 @@ round (the iterator given to `load_latest` is checked by type: it is the
 live iterator, which has moved on by then). The discard test reads our logger's record (TFF's absl logger name).
 Added: a `TrainModelProgramLogic` check of the failed-task error, and an
 end-to-end run of a real FedAvg process and `FileProgramStateManager` on
-each of TFF_STACKS (resumed by a second call).
+each of its stacks (tests/tff/conftest.py: stacks_for) (resumed by a second call).
 """
 
 import asyncio
