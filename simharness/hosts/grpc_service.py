@@ -359,8 +359,10 @@ class ExecutorServer:
       service: the `ExecutorService`.
     """
 
-    def __init__(self, server: Any, service: ExecutorService, host: str, port: int):
+    def __init__(self, server: Any, service: ExecutorService, host: str, port: int,
+                 threads: Optional[concurrent.futures.ThreadPoolExecutor] = None):
         self._server = server
+        self._threads = threads  # the server's handler threads: ours to end at `stop()`
         self.service = service
         self.host = host
         self.port = port
@@ -383,6 +385,11 @@ class ExecutorServer:
                 return
             self._server.stop(grace).wait(grace + 5)
             self.service.close()
+            if self._threads is not None:
+                # gRPC leaves its executor's idle threads alive until the executor is
+                # collected: tell them to end now (not waiting: a handler still unwinding
+                # must not hang the stop), so that nothing of a stopped service lingers.
+                self._threads.shutdown(wait=False)
             self._stopped.set()
 
     def __enter__(self) -> 'ExecutorServer':
@@ -451,9 +458,10 @@ def start_executor_service(port: int = 0, host: str = '127.0.0.1', *,
     try:
         interceptors = [_make_interceptor(token)] if token is not None else []
         # Each stream holds a handler thread and a reader thread; GetServiceInfo needs one more.
-        server = grpc.server(concurrent.futures.ThreadPoolExecutor(
-            max_workers=max_streams + 4, thread_name_prefix='simharness-grpc-server'),
-            interceptors=interceptors, options=options, maximum_concurrent_rpcs=max_streams + 4)
+        threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max_streams + 4, thread_name_prefix='simharness-grpc-server')
+        server = grpc.server(threads, interceptors=interceptors, options=options,
+                             maximum_concurrent_rpcs=max_streams + 4)
         service.add_to_server(server)
         bind = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
         try:
@@ -471,6 +479,7 @@ def start_executor_service(port: int = 0, host: str = '127.0.0.1', *,
         server.start()
     except BaseException:
         service.close()
+        threads.shutdown(wait=False)
         raise
     service.name = f'{host}:{bound}'
-    return ExecutorServer(server, service, host, bound)
+    return ExecutorServer(server, service, host, bound, threads)
