@@ -54,6 +54,13 @@ def _wait_for_barrier(directory: pathlib.Path, proc: subprocess.Popen, deadline:
         time.sleep(0.02)
 
 
+def _interruptible() -> None:
+    # A driver as a terminal starts it: SIGINT at its default, so that Python turns it into
+    # KeyboardInterrupt. A shell without job control starts background commands with SIGINT
+    # ignored, and the children of such a pytest run (CI's) would inherit that and ignore it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.timeout(180)
 def test_no_segment_or_process_outlives_a_driver_killed_by_any_signal(tmp_path):
     drivers = {}
@@ -63,7 +70,7 @@ def test_no_segment_or_process_outlives_a_driver_killed_by_any_signal(tmp_path):
             d.mkdir()
             drivers[name] = (d, subprocess.Popen([sys.executable, '-c', DRIVER, str(d)],
                                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                 text=True))
+                                                 text=True, preexec_fn=_interruptible))
         deadline = time.monotonic() + 150
         family = {}
         for name, (d, proc) in drivers.items():
