@@ -149,9 +149,7 @@ def _discretize_tensor(x: tf.Tensor, scale_factor: tf.Tensor, stochastic: bool, 
 
 
 def _value_seed(x: tf.Tensor, scale: tf.Tensor, index: int) -> tf.Tensor:
-    data = tf.strings.join([tf.io.serialize_tensor(x), tf.io.serialize_tensor(scale),
-                            tf.strings.as_string(index)])
-    return tf.bitcast(tf.fingerprint(tf.reshape(data, [1]))[0], tf.int64)
+    return tu.fingerprint([x, scale], [tf.strings.as_string(index)])
 
 
 def inflated_l2_norm_bound(l2_norm_bound: Any, gamma: Any, beta: Any, dim: Any) -> tf.Tensor:

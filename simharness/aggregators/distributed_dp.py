@@ -98,9 +98,8 @@ class DistributedSkellamSumQuery(dp_query.SumAggregationDPQuery):
                 v + tf.cast(tf.random.poisson(tf.shape(v), lam, dtype=tf.int64)
                             - tf.random.poisson(tf.shape(v), lam, dtype=tf.int64), v.dtype)
                 for v in leaves])
-        data = tf.strings.join([tf.io.serialize_tensor(v) for v in leaves])
-        fp = tf.bitcast(tf.fingerprint(tf.reshape(data, [1]))[0], tf.int64)
-        client_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), fp)
+        client_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64),
+                                                               tu.fingerprint(leaves))
         noised = []
         for i, v in enumerate(leaves):
             leaf_seed = tf.random.experimental.stateless_fold_in(client_seed, i)

@@ -39,6 +39,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from simharness.aggregators import tensor_utils as tu
+
 __all__ = ['GatherEncoder', 'StateAggregationMode', 'as_gather_encoder', 'identity',
            'uniform_quantization']
 
@@ -80,9 +82,7 @@ class _Identity(_Encoder):
 
 
 def _value_seed(x: tf.Tensor) -> tf.Tensor:
-    data = tf.io.serialize_tensor(x)
-    fp = tf.bitcast(tf.fingerprint(tf.reshape(data, [1]))[0], tf.int64)
-    return tf.stack([fp, tf.constant(0x5eed, tf.int64)])
+    return tf.stack([tu.fingerprint([x]), tf.constant(0x5eed, tf.int64)])
 
 
 class _UniformQuantization(_Encoder):

@@ -87,9 +87,7 @@ def build_initial_sample_reservoir(sample_value_type: T.Type, seed: Any = None) 
 
 
 def _fingerprint_seed(sample: Any) -> tf.Tensor:
-    data = tf.strings.join([tf.io.serialize_tensor(x) for x in tu.flatten(sample)] or [''])
-    fp = tf.bitcast(tf.fingerprint(tf.reshape(data, [1]))[0], tf.int64)
-    return tf.stack([fp, tf.constant(0, tf.int64)])
+    return tf.stack([tu.fingerprint(tu.flatten(sample)), tf.constant(0, tf.int64)])
 
 
 def _reservoir(seed: Any, values: Any, samples: Any) -> Any:

@@ -111,9 +111,7 @@ def build_discretization_process(
 
 def _value_seed(x: tf.Tensor, step: tf.Tensor, index: int) -> tf.Tensor:
     """A stateless seed from the bits of `x`, the step size and the leaf index."""
-    data = tf.strings.join([tf.io.serialize_tensor(x), tf.io.serialize_tensor(step),
-                            tf.strings.as_string(index)])
-    fp = tf.bitcast(tf.fingerprint(tf.reshape(data, [1]))[0], tf.int64)
+    fp = tu.fingerprint([x, step], [tf.strings.as_string(index)])
     return tf.stack([fp, tf.constant(index, tf.int64)])
 
 

@@ -81,6 +81,14 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any], lik
     return pack_sequence_as(like, list(leaves) if isinstance(leaves, (list, tuple)) else [leaves])
 
 
+def fingerprint(tensors: List[Any], suffix: List[Any] = ()) -> tf.Tensor:
+    """An int64 scalar from the bits of `tensors` (serialized) and the strings `suffix`: the
+    stateless seed the aggregators draw "random" rounding, sampling or noise from, so that
+    it is the same on every stack and rerun."""
+    data = tf.strings.join([tf.io.serialize_tensor(t) for t in tensors] + list(suffix) or [''])
+    return tf.bitcast(tf.fingerprint(tf.reshape(data, [1]))[0], tf.int64)
+
+
 def global_l2_norm(value: Any) -> tf.Tensor:
     """The L2 norm of all leaves together, in float32 (mixed float dtypes allowed)."""
     squares = [tf.cast(tf.norm(a, ord=2) ** 2, tf.float32) for a in flatten(value)]

@@ -246,8 +246,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
                     self._embedded.clear()
                     self._sources.clear()
                     self._pending = []
-                    header, buffers = P.encode_message(P.Request(
-                        int(Op.OPEN_SESSION), self._session, [], 0, 0, [], want_types=False))
+                    header, buffers = self._encode(Op.OPEN_SESSION, [], 0, 0, want_types=False)
                     h.submit(header, buffers, Op.OPEN_SESSION.name, gen)
                     self._generation = gen
         return gen
