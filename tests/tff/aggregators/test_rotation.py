@@ -104,7 +104,12 @@ def test_inner_aggregation_acts_on_padded_space(name, input_shape, expected_inne
 def test_inner_aggregation_acts_on_rotated_space(tff_stack, name):
     process = _FACTORIES[name](_measured_sum()).create(tff.TensorType(np.float32, [8]))
     x = np.array([1.0, -1.0, 2.5, -1.5, -0.5, 1.9, 2.2, -2.0], np.float32)
-    output = process.next(process.initialize(), [x])
+    inner_state, _ = process.initialize()
+    # TFF's test keeps the seed `initialize` draws from a timestamp: then in one run of 256 the
+    # two rounds draw the same 8 signs for 'hd' and the last assertion fails (TFF's test has
+    # that flake too). A fixed seed makes it deterministic; that `next` moves the seed, so that
+    # each round rotates differently, is what the test asserts.
+    output = process.next((inner_state, np.array([1, 0], np.int64)), [x])
     inner_1 = output.measurements[name]['sum']
     assert not np.allclose(inner_1, x)
     assert np.isclose(np.linalg.norm(inner_1), np.linalg.norm(x), rtol=1e-5)
