@@ -21,6 +21,8 @@ state, and the graph needs no separate initializer.
 from __future__ import annotations
 
 import collections
+import hashlib
+import re
 from typing import Any, Callable, List, Optional, Tuple, cast
 
 import attrs
@@ -306,6 +308,72 @@ def _rename_functions(graph_def: Any, renamed: dict) -> None:
             g.function_name = renamed[g.function_name]
 
 
+_UID_SUFFIX = re.compile(r'(_\d+)+$')
+
+
+def _canonical_function_names(graph_def: Any) -> None:
+    """Names each function of the graph's library after its content.
+
+    TF names a traced function after a process-wide counter
+    (``while_body_1234``), so the same computation traced by two processes
+    (two drivers of one executor service) gave two graphs, two fingerprints,
+    two entries of a service's function cache and two definitions in its TF
+    runtime: memory that grew with every driver. Renamed bottom-up (a
+    function after the functions it calls) to ``<name without counter>_<hash
+    of its body>``, the same computation gives the same bytes in every
+    process; two functions with one name have one body, so importing never
+    meets a conflicting definition.
+    """
+    funcs = {f.signature.name: f for f in graph_def.library.function}
+    if not funcs:
+        return
+    renamed: dict = {}
+    done: set = set()
+
+    def visit(name: str, path: tuple) -> None:
+        if name in done or name in path:  # a function cannot call itself in TF; be safe
+            return
+        f = funcs[name]
+        for callee in sorted(_called_functions(f) & set(funcs)):
+            visit(callee, path + (name,))
+        _rename_in_nodes(f.node_def, renamed)
+        body = type(f)()
+        body.CopyFrom(f)
+        body.signature.name = ''
+        digest = hashlib.sha256(body.SerializeToString(deterministic=True)).hexdigest()[:16]
+        renamed[name] = f'{_UID_SUFFIX.sub("", name) or "fn"}_{digest}'
+        f.signature.name = renamed[name]
+        done.add(name)
+
+    for name in sorted(funcs):
+        visit(name, ())
+    _rename_functions(graph_def, renamed)
+    for g in graph_def.library.gradient:
+        if g.gradient_func in renamed:
+            g.gradient_func = renamed[g.gradient_func]
+    # the library in name order: the bytes do not depend on the order of tracing
+    ordered = sorted(graph_def.library.function, key=lambda f: f.signature.name)
+    copies = [type(f)() for f in ordered]
+    for c, f in zip(copies, ordered):
+        c.CopyFrom(f)
+    del graph_def.library.function[:]
+    graph_def.library.function.extend(copies)
+
+
+def _rename_in_nodes(nodes: Any, renamed: dict) -> None:
+    """Points the function references of `nodes` at their new names (`renamed`: old -> new)."""
+    for node in nodes:
+        if node.op in renamed:
+            node.op = renamed[node.op]
+        for attr in node.attr.values():
+            if attr.HasField('func') and attr.func.name in renamed:
+                attr.func.name = renamed[attr.func.name]
+            if attr.HasField('list'):
+                for fn in attr.list.func:
+                    if fn.name in renamed:
+                        fn.name = renamed[fn.name]
+
+
 def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
     """Rewrites a traced graph for import: state per call, seeded random ops stateless
     (`_seeded_random_stateless`), no control edges from inputs.
@@ -336,6 +404,7 @@ def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
     if renamed:
         _rename_callers(graph_def, renamed)
         _rename_functions(graph_def, renamed)
+    _canonical_function_names(graph_def)
 
 
 def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bool,
@@ -366,7 +435,7 @@ def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bo
     # the graph knows.
     proto = graph.as_graph_def()
     _finish_graph_def(proto, {t.op.name for t in inputs})
-    graph_def = proto.SerializeToString()
+    graph_def = proto.SerializeToString(deterministic=True)  # maps in key order: one text
     compiled = bb.CompiledComputation(
         bb.TFGraph(graph_def, [t.name for t in inputs], [t.name for t in outputs]),
         T.FunctionType(param_type, result_type), name=name)

@@ -11,7 +11,9 @@ ExecutorServer (grpc.server, ThreadPoolExecutor, 127.0.0.1 unless a token or TLS
       handler thread:        answers, in request order ─▶ Frames
       stream end:            the sessions it opened are closed (a vanished driver's
                              values are freed; keepalive pings detect a dead peer
-                             within session_timeout)
+                             within session_timeout); a stream that ends before its
+                             answers (the driver died or cancelled) drops its requests
+                             not yet started: a dead driver's round is not run on
   backend
     in-process (num_workers=0): ONE thread runs WorkerService(EagerTFExecutor)
     pool (num_workers=N):       a local WorkerPool; slot k is worker process k
@@ -124,6 +126,8 @@ class _PoolBackend:
         out: concurrent.futures.Future = concurrent.futures.Future()
 
         def done(f: concurrent.futures.Future) -> None:
+            if not out.set_running_or_notify_cancel():  # the stream ended: nobody waits
+                return
             exc = f.exception()
             resp = f.result() if exc is None else P.Response(
                 False, error=P.error_to_record(exc), seq=req.seq)
@@ -211,9 +215,25 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         gen = self.backend.generation(slot)
         out: 'queue.Queue[Any]' = queue.Queue()
         sessions: Set[int] = set()
+        pending: List[concurrent.futures.Future] = []
         as_objects = [False]  # the peer's frames came as `Frame` objects: answer likewise
+
+        def ended() -> None:
+            # The RPC is over (answered, cancelled, or the peer gone): requests of this stream
+            # not yet started are dropped and its sessions closed now, not after the dead
+            # driver's queued work has run (the in-process backend; a worker process runs what
+            # it was sent, the session close follows it).
+            with self._lock:
+                waiting = list(pending)
+                pending.clear()
+            for f in waiting:
+                f.cancel()
+            self._close_sessions(slot, sessions)
+
+        context.add_callback(ended)
         reader = threading.Thread(target=self._read,
-                                  args=(request_iterator, slot, out, sessions, as_objects),
+                                  args=(request_iterator, slot, out, sessions, as_objects,
+                                        pending),
                                   name='simharness-service-stream', daemon=True)
         with self._lock:
             self._streams += 1
@@ -227,7 +247,13 @@ class ExecutorService(pbg.ExecutorServiceServicer):
                 if isinstance(item, tuple) and item and item[0] == 'abort':
                     context.abort(item[1], item[2])
                 seq += 1
-                header, buffers = item.result()
+                try:
+                    header, buffers = item.result()
+                except concurrent.futures.CancelledError:  # the RPC ended (`ended`)
+                    return
+                with self._lock:
+                    if pending and pending[0] is item:
+                        pending.pop(0)
                 if self.backend.generation(slot) != gen:
                     context.abort(grpc.StatusCode.UNAVAILABLE,
                                   f'worker {slot} of the executor service at {self.name} died '
@@ -257,7 +283,7 @@ class ExecutorService(pbg.ExecutorServiceServicer):
 
     # ------------------------------------------------------------ helpers
     def _read(self, frames: Any, slot: int, out: 'queue.Queue[Any]', sessions: Set[int],
-              as_objects: List[bool]) -> None:
+              as_objects: List[bool], pending: List[concurrent.futures.Future]) -> None:
         """Reads one stream's requests and submits them, in order (a thread per stream)."""
         import grpc
         asm = G.MessageAssembler(self.max_message_bytes, 'the driver')
@@ -275,9 +301,11 @@ class ExecutorService(pbg.ExecutorServiceServicer):
                 if msg is None:
                     continue
                 _, header, buffers = msg
+                fut = self._submit(slot, header, buffers, sessions)
                 with self._lock:
                     self._requests += 1
-                out.put(self._submit(slot, header, buffers, sessions))
+                    pending.append(fut)
+                out.put(fut)
         except Exception as e:  # the driver went away (cancelled) or sent what gRPC refused
             log.debug('stream of worker %s ended: %s', slot, e)
         finally:
@@ -298,7 +326,10 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         return self.backend.submit(slot, req, header, buffers)
 
     def _close_sessions(self, slot: int, sessions: Set[int]) -> None:
-        for sid in list(sessions):
+        with self._lock:  # once: from the RPC's end callback or the handler's exit
+            closing = list(sessions)
+            sessions.clear()
+        for sid in closing:
             req = P.Request(int(P.Op.CLOSE_SESSION), sid, [])
             header, buffers = P.encode_message(req)
             try:

@@ -147,6 +147,36 @@ def test_tf_computation_is_a_serialized_graph():
     assert {n.split(':')[0] for n in comp.graph.input_names + comp.graph.output_names} <= names
 
 
+def _looping_square():
+    """A tf_computation whose graph has library functions (a while loop, a tf.function)."""
+    @tf.function
+    def scale(x):
+        return x * 1.0000001
+
+    @sh.tf_computation(tf.float32, tf.int32)
+    def looping_square(x, n):
+        _, acc = tf.while_loop(lambda i, a: i < n, lambda i, a: (i + 1, scale(a)),
+                               [tf.constant(0), x])
+        return acc * 0.0 + x * x
+    return looping_square
+
+
+def test_the_same_computation_traced_again_has_the_same_bytes():
+    # TF names traced functions after a process-wide counter: without renaming them after
+    # their content, every trace (every driver of one executor service) gave new bytes, a new
+    # fingerprint, a new entry in the service's function cache and new TF function
+    # definitions (issue 27: a service's memory grew with every driver).
+    first = _looping_square().to_building_block()
+    add.to_building_block()  # other tracing in between moves TF's counters
+    second = _looping_square().to_building_block()
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString(first.graph.graph_def)
+    assert len(graph_def.library.function) >= 3, [f.signature.name for f in graph_def.library.function]
+    assert first.graph.graph_def == second.graph.graph_def
+    assert first.fingerprint == second.fingerprint
+    assert _looping_square()(3.0, 5) == pytest.approx(9.0)
+
+
 def test_traced_values():
     seen = {}
 
