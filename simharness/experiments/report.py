@@ -199,14 +199,39 @@ def _legend(ax: Any, n: int) -> None:
         ax.legend(fontsize='small' if n <= 8 else 'x-small', loc='best')
 
 
-def _band_plot(rounds: Any, groups: Sequence[str], path: Path, what: str) -> Optional[Path]:
-    """`what` vs round, one line per setting with a +-1 std band over its seeds."""
+#: Where a curve's point of the initial model (evaluated before round 0) sits on the round axis.
+INITIAL_ROUND = -1
+
+
+def with_initial_points(rounds: Any, initial: Any, what: str) -> Any:
+    """`rounds` and, for the central evaluation of `what`, one row per run at `INITIAL_ROUND`:
+    the initial model's evaluation (``summary.initial_eval_<what>``), so that each curve starts
+    where training started. `initial`: the run table (`run_table`) with ``setting``."""
+    import pandas as pd  # pylint: disable=import-outside-toplevel
+    col = f'summary.initial_eval_{what}'
+    if initial is None or col not in initial or f'eval_{what}' not in rounds:
+        return rounds
+    known = initial[initial[col].notna()]
+    if known.empty:
+        return rounds
+    first = pd.DataFrame({'run': known['run'].to_numpy(), 'setting': known['setting'].to_numpy(),
+                          'round': INITIAL_ROUND,
+                          f'eval_{what}': known[col].astype(float).to_numpy()})
+    return pd.concat([first, rounds], ignore_index=True)
+
+
+def _band_plot(rounds: Any, groups: Sequence[str], path: Path, what: str,
+               initial: Any = None) -> Optional[Path]:
+    """`what` vs round, one line per setting with a +-1 std band over its seeds; a central
+    evaluation's curve starts at the initial model (`with_initial_points`)."""
     if rounds.empty:
         return None
     use_eval = f'eval_{what}' in rounds and rounds[f'eval_{what}'].notna().any()
     key = f'eval_{what}' if use_eval else what
     if key not in rounds or not rounds[key].notna().any():
         return None
+    if use_eval:
+        rounds = with_initial_points(rounds, initial, what)
     fig, ax = _figure()
     data = rounds[rounds[key].notna()]
     drawn = 0
@@ -220,14 +245,16 @@ def _band_plot(rounds: Any, groups: Sequence[str], path: Path, what: str) -> Opt
             sd = stats['std'].fillna(0.0)
             ax.fill_between(xs, stats['mean'] - sd, stats['mean'] + sd, alpha=0.2)
         if use_eval and what in part and part[what].notna().any() and data['setting'].nunique() <= 8:
-            train = part.groupby('round')[what].mean().sort_index()
+            train = part[part[what].notna()].groupby('round')[what].mean().sort_index()
             ax.plot(train.index.to_numpy(), train.to_numpy(), linestyle='--', linewidth=1,
                     color=ax.lines[-1].get_color(), label=f'{label} (training)')
         drawn += 1
     source = 'central evaluation' if use_eval else 'training, over the cohort'
     from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel('round')
+    starts = bool(use_eval and (data['round'] == INITIAL_ROUND).any())
+    ax.set_xlabel('round' + (f' ({INITIAL_ROUND}: the initial model, before round 0)'
+                             if starts else ''))
     ax.set_ylabel(f'{what} ({source})')
     ax.set_title(f'{what.capitalize()} vs round' + (' (mean ± std over seeds)'
                                                     if groups else ''))
@@ -418,8 +445,10 @@ def write_report(results_dir: PathLike) -> List[Path]:
     if not rounds.empty:
         rounds['setting'] = rounds['run'].map(labels)
     group = [k for k in varied if k in SEED_KEYS]
-    plots = [p for p in (_band_plot(rounds, group, root / 'accuracy.png', 'accuracy'),
-                         _band_plot(rounds, group, root / 'loss.png', 'loss')) if p is not None]
+    initial = table.assign(setting=table['run'].map(labels))
+    plots = [p for p in (_band_plot(rounds, group, root / 'accuracy.png', 'accuracy', initial),
+                         _band_plot(rounds, group, root / 'loss.png', 'loss', initial))
+             if p is not None]
     scaling_varied = any(k in SCALING_KEYS for k in varied) or (
         len({r.workers_label for r in runs}) > 1)
     if scaling_varied:

@@ -310,6 +310,28 @@ def test_report_writes_pngs_and_table(tmp_path):
     assert 'other/default' in md and 'tiny/clients_per_round=2' in md
 
 
+def test_evaluation_curves_start_at_the_initial_model(tmp_path):
+    from simharness.experiments import report as R
+    config = make_config(sweep={'grid': {'training.clients_per_round': [2, 4]}})
+    run_sweep(config, tmp_path, progress=False)
+    runs = R.load_runs(tmp_path)
+    assert len(runs) == 2
+    table = R.run_table(runs)
+    rounds = R.round_table(runs)
+    assert 'eval_loss' in rounds and rounds['round'].min() == 0
+    table['setting'] = table['run']
+    rounds['setting'] = rounds['run']
+    for what in ('loss', 'accuracy'):
+        curves = R.with_initial_points(rounds, table, what)
+        first = curves[curves['round'] == R.INITIAL_ROUND].set_index('run')[f'eval_{what}']
+        assert sorted(first.index) == sorted(r.label for r in runs)
+        for r in runs:
+            assert first[r.label] == pytest.approx(r.summary[f'initial_eval_{what}'])
+        assert len(curves) == len(rounds) + len(runs)
+    md = write_report(tmp_path / 'tiny')[0].read_text(encoding='utf-8')
+    assert 'loss.png' in md
+
+
 def test_report_without_runs_is_an_error(tmp_path):
     with pytest.raises(SimharnessValueError, match='no runs'):
         write_report(tmp_path)
