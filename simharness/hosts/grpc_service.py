@@ -13,7 +13,7 @@ ExecutorServer (grpc.server, ThreadPoolExecutor, 127.0.0.1 unless a token or TLS
                              values are freed; keepalive pings detect a dead peer
                              within session_timeout); a stream that ends before its
                              answers (the driver died or cancelled) drops its requests
-                             not yet started: a dead driver's round is not run on
+                             not yet started: the rest of a dead driver's round never runs
   backend
     in-process (num_workers=0): ONE thread runs WorkerService(EagerTFExecutor)
     pool (num_workers=N):       a local WorkerPool; slot k is worker process k
