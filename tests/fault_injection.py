@@ -22,6 +22,15 @@ import simharness as sh
 F32 = tf.float32
 
 
+@sh.tf_computation(tf.float32, tf.int32)
+def slow_square(x, n):
+    """x * x after about n loop steps of TF work: a client long enough to kill something mid-round."""
+    def body(i, acc):
+        return i + 1, acc * 1.0000001
+    _, acc = tf.while_loop(lambda i, a: i < n, body, [tf.constant(0), x])
+    return acc * 0.0 + x * x
+
+
 def blocking_computation(directory: pathlib.Path) -> Any:
     """A federated sum whose client computation waits for ``release`` in `directory`.
 

@@ -287,25 +287,15 @@ def _rename_callers(graph_def: Any, renamed: dict) -> None:
 
 def _rename_functions(graph_def: Any, renamed: dict) -> None:
     """Points every reference to a function of `renamed` (old -> new name) at its new name."""
-    def fix(attr: Any) -> None:
-        if attr.HasField('func') and attr.func.name in renamed:
-            attr.func.name = renamed[attr.func.name]
-        if attr.HasField('list'):
-            for fn in attr.list.func:
-                if fn.name in renamed:
-                    fn.name = renamed[fn.name]
-
     nodes = list(graph_def.node)
     for f in graph_def.library.function:
         nodes.extend(f.node_def)
-    for node in nodes:
-        if node.op in renamed:  # a function called as an op
-            node.op = renamed[node.op]
-        for attr in node.attr.values():
-            fix(attr)
+    _rename_in_nodes(nodes, renamed)
     for g in graph_def.library.gradient:
         if g.function_name in renamed:
             g.function_name = renamed[g.function_name]
+        if g.gradient_func in renamed:
+            g.gradient_func = renamed[g.gradient_func]
 
 
 _UID_SUFFIX = re.compile(r'(_\d+)+$')
@@ -348,9 +338,6 @@ def _canonical_function_names(graph_def: Any) -> None:
     for name in sorted(funcs):
         visit(name, ())
     _rename_functions(graph_def, renamed)
-    for g in graph_def.library.gradient:
-        if g.gradient_func in renamed:
-            g.gradient_func = renamed[g.gradient_func]
     # the library in name order: the bytes do not depend on the order of tracing
     ordered = sorted(graph_def.library.function, key=lambda f: f.signature.name)
     copies = [type(f)() for f in ordered]

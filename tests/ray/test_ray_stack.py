@@ -19,7 +19,7 @@ from stacks import have_ray  # tests/stacks.py
 
 from computations import round_data, run_round  # tests/computations.py
 
-from fault_injection import blocking_computation, kill_pid, when_started  # tests/fault_injection.py
+from fault_injection import blocking_computation, kill_pid, slow_square, when_started  # tests/fault_injection.py
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(
     not have_ray(), reason='Ray is not installed (pip install "simharness[ray]")')]
 
@@ -137,15 +137,6 @@ def test_client_data_is_loaded_inside_the_actors(ray_stack, tmp_path):
         shipped_bytes = factory.stats()['bytes_to_workers'] - before
     # Sourced data never travels through the driver: only ids and the model do.
     assert sourced_bytes < shipped_bytes
-
-
-@sh.tf_computation(tf.float32, tf.int32)
-def slow_square(x, n):
-    # About n loop steps of TF work per client: long enough to kill an actor mid-round.
-    def body(i, acc):
-        return i + 1, acc * 1.0000001
-    _, acc = tf.while_loop(lambda i, a: i < n, body, [tf.constant(0), x])
-    return acc * 0.0 + x * x
 
 
 @sh.federated_computation(sh.type_at_clients(tf.float32), sh.type_at_server(tf.int32))

@@ -24,19 +24,14 @@ from simharness.hosts.grpc_service import start_executor_service
 pytestmark = pytest.mark.remote
 
 CALLS = 6
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DRIVER = textwrap.dedent(f'''
     import asyncio, sys, time
     import tensorflow as tf
-    import simharness as sh
     from simharness.executors.remote import RemoteExecutor
-
-    @sh.tf_computation(tf.float32, tf.int32)
-    def slow_square(x, n):
-        def body(i, acc):
-            return i + 1, acc * 1.0000001
-        _, acc = tf.while_loop(lambda i, a: i < n, body, [tf.constant(0), x])
-        return acc * 0.0 + x * x
+    sys.path.insert(0, sys.argv[3])
+    from fault_injection import slow_square  # tests/fault_injection.py
 
     ex = RemoteExecutor(sys.argv[1])
     n = int(sys.argv[2])
@@ -75,7 +70,8 @@ def test_a_killed_driver_s_queued_requests_are_dropped():
     try:
         steps = _loop_steps_per_second()
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-        driver = subprocess.Popen([sys.executable, '-c', DRIVER, server.address, str(steps)],
+        driver = subprocess.Popen([sys.executable, '-c', DRIVER, server.address, str(steps),
+                                   TESTS],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert driver.stdout.readline().strip() == b'queued', driver.stderr.read()[-3000:]
         deadline = time.monotonic() + 60

@@ -20,18 +20,9 @@ from simharness.executors.remote import RemoteExecutor
 from simharness.runtime.grpc.client import RemoteServices
 from simharness.stacks import remote_executor_factory
 
-from fault_injection import blocking_computation, when_started  # tests/fault_injection.py
+from fault_injection import blocking_computation, slow_square, when_started  # tests/fault_injection.py
 
 pytestmark = pytest.mark.remote
-
-
-@sh.tf_computation(tf.float32, tf.int32)
-def slow_square(x, n):
-    # About n loop steps of TF work per client: long enough to kill a service mid-round.
-    def body(i, acc):
-        return i + 1, acc * 1.0000001
-    _, acc = tf.while_loop(lambda i, a: i < n, body, [tf.constant(0), x])
-    return acc * 0.0 + x * x
 
 
 @sh.federated_computation(sh.type_at_clients(tf.float32), sh.type_at_server(tf.int32))
