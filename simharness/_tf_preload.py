@@ -1,4 +1,5 @@
-"""The worker pool's forkserver preload: TensorFlow, imported without start-up noise.
+"""The worker pool's forkserver preload: TensorFlow, imported without start-up noise
+and without Keras (workers run graphs; `simharness.tfquiet._KerasNotNow`).
 
 Its only purpose is this side effect (``set_forkserver_preload`` takes
 module names): see `simharness.tfquiet`.
@@ -6,4 +7,4 @@ module names): see `simharness.tfquiet`.
 
 from simharness.tfquiet import import_tensorflow
 
-import_tensorflow()
+import_tensorflow(keras=False)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, Optional, cast
 import numpy as np
 
 from simharness.core import context_stack
+from simharness.core.wakeups import await_future
 from simharness.core import types as T
 from simharness.core.buffers import pooled_copy
 from simharness.core.structure import (Struct, claim_adopted, from_container, map_nest,
@@ -231,7 +232,7 @@ class AsyncExecutionContext(ExecutionContext):
                 try:
                     fut = self._submit(comp, arg, cardinalities)
                     try:
-                        value = await asyncio.wrap_future(fut)
+                        value = await await_future(fut)
                     except asyncio.CancelledError:
                         fut.cancel()
                         raise

@@ -8,7 +8,7 @@ import sys
 from typing import Any, Optional
 
 from simharness.errors import SimharnessError
-from simharness.tfquiet import initialize_devices, quiet_stderr
+from simharness.tfquiet import import_tensorflow, initialize_devices, quiet_stderr
 
 SERVE_HELP = (
     'Serve a block of clients to remote drivers over gRPC (TFF\'s executor service): drivers '
@@ -60,6 +60,9 @@ def main(args: argparse.Namespace) -> int:
     # The command line imports this module for its arguments; gRPC and the service
     # (TensorFlow, for an in-process backend) load only when it serves, with TensorFlow's
     # C++ start-up lines filtered out (errors still show).
+    # A service runs serialized graphs: TensorFlow without loading Keras (about half of
+    # its import time; `tf.keras` and `import keras` still load it on first use).
+    import_tensorflow(keras=False)
     with quiet_stderr():
         # reason: loaded only when serving (see above)
         from simharness.hosts.grpc_service import start_executor_service

@@ -71,13 +71,50 @@ def quiet_stderr() -> Iterator[None]:
                 os.write(2, ''.join(kept).encode('utf-8'))
 
 
-def import_tensorflow() -> None:
-    """Imports TensorFlow (and enumerates devices where that is safe) quietly."""
+class _KerasNotNow:
+    """A meta-path finder that lets ``import keras`` fail (ImportError) while installed.
+
+    ``import tensorflow`` loads Keras eagerly (``keras.src.optimizers``, in a
+    ``try/except ImportError``), and Keras loads matplotlib and scikit-learn
+    where they are installed (simharness depends on both): about half of
+    TensorFlow's import time. A worker process never needs Keras (it runs
+    serialized graphs), so its forkserver imports TensorFlow with this finder
+    in place. ``importlib.util.find_spec('keras')`` (TF reads Keras' directory
+    from it) still finds Keras; only loading it fails. Once the finder is
+    removed, ``tf.keras`` (a lazy loader) and ``import keras`` load it as usual.
+    """
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        if name != 'keras':
+            return None
+        import importlib.machinery  # pylint: disable=import-outside-toplevel
+        spec = importlib.machinery.PathFinder.find_spec(name)
+        if spec is not None:
+            spec.loader = self  # type: ignore[assignment]
+        return spec
+
+    def create_module(self, spec: object) -> None:
+        return None
+
+    def exec_module(self, module: object) -> None:
+        raise ImportError('keras is not loaded in a simharness worker process (it runs graphs)')
+
+
+def import_tensorflow(keras: bool = True) -> None:
+    """Imports TensorFlow quietly; with ``keras=False`` (the worker pool's
+    forkserver), without loading Keras (see `_KerasNotNow`)."""
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
     if 'tensorflow' in sys.modules:
         return
-    with quiet_stderr():
-        import tensorflow  # noqa: F401  # pylint: disable=import-outside-toplevel,unused-import
+    finder = None if keras or 'keras' in sys.modules else _KerasNotNow()
+    if finder is not None:
+        sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
+    try:
+        with quiet_stderr():
+            import tensorflow  # noqa: F401  # pylint: disable=import-outside-toplevel,unused-import
+    finally:
+        if finder is not None:
+            sys.meta_path.remove(finder)  # type: ignore[arg-type]
 
 
 def initialize_devices() -> None:

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from simharness.core import types as T
 from simharness.core.reduction import Partial
 from simharness.core.structure import map_nest
+from simharness.core.wakeups import await_future
 from simharness.executors.base import (BatchExecutor, Executor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
 from simharness.runtime.stream_plan import PlanNode, PlanReduction, is_plan_part
@@ -115,7 +116,7 @@ class ThreadDelegatingExecutor(BatchExecutor):
             coro.close()
             raise
         fut = asyncio.run_coroutine_threadsafe(coro, loop)
-        return await asyncio.wrap_future(fut)
+        return await await_future(fut)
 
     def _wrap(self, v: ExecutorValue) -> ThreadDelegatingValue:
         return ThreadDelegatingValue(v, self)

@@ -36,6 +36,7 @@ from simharness.core import types as T
 from simharness.core.batching import stack_python_values
 from simharness.core.reduction import Partial
 from simharness.core.structure import Struct, from_container, tensor_to_numpy
+from simharness.core.wakeups import await_future
 from simharness.data.sourced import SourcedClients, source_spec, transform_spec
 from simharness.errors import (ExecutorClosedError, ProtocolError, SimharnessTypeError,
                                WorkerCrashedError)
@@ -374,7 +375,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             with self._lock:
                 self._pending.append((CURRENT_INVOCATION.get(), fut))
             return self._handles(base, n_out, types, gen)
-        answer = await asyncio.wrap_future(fut)
+        answer = await await_future(fut)
         resp, loan = answer if lend else (answer, None)  # a lent answer comes with its loan
         if not resp.ok:
             if loan is not None:

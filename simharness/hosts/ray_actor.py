@@ -21,7 +21,7 @@ import psutil
 from simharness.runtime import protocol as P
 from simharness.runtime.pinning import apply_placement
 from simharness.runtime.ray.placement import placement_from_dict
-from simharness.tfquiet import quiet_stderr
+from simharness.tfquiet import import_tensorflow, quiet_stderr
 
 
 class RayWorker:
@@ -66,6 +66,8 @@ class RayWorker:
             pl = placement_from_dict(placement)
             with quiet_stderr():
                 apply_placement(pl)
+            import_tensorflow(keras=False)  # an actor runs graphs: Keras only on first use
+            with quiet_stderr():
                 __import__('tensorflow').config.list_physical_devices()
             # Imported once placed (reason: the leaf's modules use TF, and an actor pins
             # its threads and devices before TF initializes).

@@ -424,6 +424,33 @@ def test_untouched(simharness_benchmark):
 
 TRACKED_ROUNDS = 12
 
+#: The sessions' conftest: once pytest is done (the runs saved at session finish, the token
+#: handed back by the plugin's unconfigure), the session leaves with its exit status without
+#: the interpreter's slow TensorFlow teardown (~2 s each on a loaded 2-core machine; the
+#: coordinator waits for each session's exit before passing the token on, so six of them
+#: add up). What is tested is the rotation and the verdicts; sessions that exit normally
+#: are run by `test_bench_run_saves_each_revision_from_its_checkout` (bench run
+#: --interleave, bench ab: the same coordinator, which checks each exit status).
+FAST_EXIT_CONFTEST = '''
+import os
+import sys
+
+import pytest
+
+_STATUS = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _STATUS.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_STATUS[-1] if _STATUS else 3)
+'''
+
 
 def _synthetic_times(run, slow_name, factor, seed):
     """`run` with its measured round times replaced by a synthetic, seeded model of them.
@@ -459,6 +486,7 @@ def test_30_percent_slowdown_detected_and_rerun_not(tmp_path):
     """
     from simharness.bench.runner import Session, run_interleaved
     (tmp_path / 'test_tracked.py').write_text(TRACKED)
+    (tmp_path / 'conftest.py').write_text(FAST_EXIT_CONFTEST)
     args = ['test_tracked.py', '--simharness-stacks=thread',
             f'--simharness-rounds={TRACKED_ROUNDS}']
     plain = Session(str(tmp_path), args)

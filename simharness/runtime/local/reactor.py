@@ -37,6 +37,9 @@ class _Reactor:
         self._unregister: List[Tuple[WorkerHandle, threading.Event]] = []
         self._registered: Dict[WorkerHandle, tuple] = {}
         self._stopping = False
+        # A byte is in the wake pipe (or about to be): later wake-ups need not write
+        # another (one write per batch of submits, not one per request).
+        self._wake_pending = False
         self._thread: Optional[threading.Thread] = None
 
     def _ensure_thread(self) -> None:
@@ -50,6 +53,9 @@ class _Reactor:
             if handle is not None:
                 self._dirty.add(handle)
             self._ensure_thread()
+            if self._wake_pending:
+                return
+            self._wake_pending = True
         try:
             os.write(self._wake_w, b'x')
         except (BlockingIOError, OSError):
@@ -138,6 +144,8 @@ class _Reactor:
             events = self._sel.select(0.25 if busy else 1.0)
             for key, mask in events:
                 if key.data is None:
+                    with self._lock:  # before the next pass takes the dirty set
+                        self._wake_pending = False
                     try:
                         while os.read(self._wake_r, 4096):
                             pass
