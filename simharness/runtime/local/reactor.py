@@ -40,6 +40,10 @@ class _Reactor:
         # A byte is in the wake pipe (or about to be): later wake-ups need not write
         # another (one write per batch of submits, not one per request).
         self._wake_pending = False
+        #: Passes that found submitted work only after a select timed out: a submit whose
+        #: wake-up was lost waits up to the timeout (0.25 s). Near 0 (a submit landing just
+        #: as a select times out); tests read it.
+        self.late_pickups = 0
         self._thread: Optional[threading.Thread] = None
 
     def _ensure_thread(self) -> None:
@@ -117,6 +121,7 @@ class _Reactor:
 
     def _loop(self) -> None:
         last_check = time.monotonic()
+        timed_out = False
         while True:
             with self._lock:
                 if self._stopping:
@@ -136,21 +141,28 @@ class _Reactor:
                 self._registered[h] = (fd, proc.sentinel)
             with self._lock:
                 dirty, self._dirty = self._dirty, set()
+            if timed_out and dirty:
+                self.late_pickups += 1
             for h in dirty:
                 if h in self._registered:
                     h._pump()
                     self._flush(h)
             busy = any(h.inflight for h in self._registered)
             events = self._sel.select(0.25 if busy else 1.0)
+            timed_out = not events
             for key, mask in events:
                 if key.data is None:
-                    with self._lock:  # before the next pass takes the dirty set
-                        self._wake_pending = False
                     try:
                         while os.read(self._wake_r, 4096):
                             pass
                     except (BlockingIOError, OSError):
                         pass
+                    # After the drain (a byte written meanwhile was read with it: cleared
+                    # before, the flag would stay set with an empty pipe and later wake-ups
+                    # would wait for the select timeout) and before the next pass takes the
+                    # dirty set (a wake-up that saw the flag set is in that set).
+                    with self._lock:
+                        self._wake_pending = False
                     continue
                 h, what = key.data
                 if h not in self._registered:
