@@ -21,8 +21,10 @@ state, and the graph needs no separate initializer.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import re
+import threading
 from typing import Any, Callable, List, Optional, Tuple, cast
 
 import attrs
@@ -30,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 # tf.function's automatic control dependencies, on a plain graph (no public API)
 from tensorflow.python.framework import auto_control_deps
+from tensorflow.python.util import _tf_stack, tf_stack
 
 from simharness.core import determinism
 from simharness.core import building_blocks as bb
@@ -394,6 +397,45 @@ def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
     _canonical_function_names(graph_def)
 
 
+#: An empty op traceback (`tf_stack.StackTrace` of no frame).
+_NO_FRAMES = _tf_stack.extract_stack(tf_stack.SentinelMapper().internal_map,
+                                     tf_stack.SentinelFilter().internal_set, 1 << 30)
+_TRACEBACKS_LOCK = threading.Lock()
+_TRACEBACKS_OFF = 0
+
+
+def _empty_traceback(stacklevel: int = 1) -> Any:
+    return _NO_FRAMES
+
+
+@contextlib.contextmanager
+def _no_op_tracebacks():
+    """Within the block, TF records no Python traceback per op it creates.
+
+    TF walks the Python stack for every op it adds to a graph (``tf_stack.extract_stack``
+    in ``ops._create_c_op``: 10-25 % of tracing) so that a runtime error can say where the
+    op was defined. A traced computation is serialized to a GraphDef and imported again
+    where it runs, which keeps no traceback: the walk is wasted. Errors raised while
+    tracing are Python exceptions with their own tracebacks, unchanged. Ops created
+    meanwhile by other threads get no traceback either (their error messages lose the
+    "defined at" lines, nothing else).
+    """
+    global _TRACEBACKS_OFF
+    with _TRACEBACKS_LOCK:
+        _TRACEBACKS_OFF += 1
+        tf_stack.extract_stack = _empty_traceback
+    try:
+        yield
+    finally:
+        with _TRACEBACKS_LOCK:
+            _TRACEBACKS_OFF -= 1
+            if _TRACEBACKS_OFF == 0:
+                tf_stack.extract_stack = _ORIGINAL_EXTRACT_STACK
+
+
+_ORIGINAL_EXTRACT_STACK = tf_stack.extract_stack
+
+
 def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bool,
                           name: str = '') -> bb.CompiledComputation:
     """Traces `fn` with a parameter of `param_type` into a `CompiledComputation`.
@@ -406,7 +448,7 @@ def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bo
     determinism.pin_tensorflow_threads()
     graph = tf.Graph()
     inputs: List[tf.Tensor] = []
-    with graph.as_default():
+    with _no_op_tracebacks(), graph.as_default():
         arg = None if param_type is None else _placeholders(param_type, [0], inputs)
         # Stateful ops run in program order and all before the results (the
         # results are read inside the scope: reads of variables come last).

@@ -328,3 +328,25 @@ def test_polymorphic_computations_trace_per_type():
     assert str(ints.type_signature.result) == '{int32}@CLIENTS'
     assert str(floats.type_signature.result) == '{float64[3]}@CLIENTS'
     assert double.concrete(T.TensorType(tf.int32)) is double.concrete(T.TensorType(np.int32))
+
+
+def test_tracing_records_no_op_tracebacks_and_restores_tf_afterwards():
+    """Ops traced into a computation carry no Python traceback (the GraphDef keeps none:
+    TF's per-op stack walk was wasted); TF's own graphs keep theirs."""
+    import tensorflow as tf
+    import simharness as sh
+
+    seen = []
+
+    @sh.tf_computation(tf.float32)
+    def plus_one(x):
+        y = x + 1.0
+        seen.append(len(y.op.traceback))
+        return y
+
+    assert plus_one(np.float32(1.0)) == 2.0
+    assert seen == [0]
+    g = tf.Graph()
+    with g.as_default():
+        c = tf.constant(1.0)
+    assert len(c.op.traceback) > 0
