@@ -27,6 +27,19 @@ def broadcast_aggregate(num_floats: int, twice: bool = False) -> Any:
     return broadcast_aggregate
 
 
+def map_sum_add_one() -> Any:
+    """``federated_sum(federated_map(x + 1, xs))`` over float32 clients: the trivial round
+    whose cost is the stack's own (driver CPU, messages per worker)."""
+    @sh.tf_computation(tf.float32)
+    def add_one(x):
+        return x + 1.0
+
+    @sh.federated_computation(sh.type_at_clients(tf.float32))
+    def map_sum(xs):
+        return sh.federated_sum(sh.federated_map(add_one, xs))
+    return map_sum
+
+
 # ------------------------------------------------------------------ a weighted round
 # One FedAvg-like round (broadcast, map, weighted mean, sums) whose client math is not
 # exactly rounded (sin, matmul, reductions): stacks agree bit for bit only if they fold

@@ -400,8 +400,9 @@ def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
 #: An empty op traceback (`tf_stack.StackTrace` of no frame).
 _NO_FRAMES = _tf_stack.extract_stack(tf_stack.SentinelMapper().internal_map,
                                      tf_stack.SentinelFilter().internal_set, 1 << 30)
+_ORIGINAL_EXTRACT_STACK = tf_stack.extract_stack
 _TRACEBACKS_LOCK = threading.Lock()
-_TRACEBACKS_OFF = 0
+_TRACEBACKS_OFF = 0  # blocks of `_no_op_tracebacks` open (tracing can nest, and run in threads)
 
 
 def _empty_traceback(stacklevel: int = 1) -> Any:
@@ -431,9 +432,6 @@ def _no_op_tracebacks():
             _TRACEBACKS_OFF -= 1
             if _TRACEBACKS_OFF == 0:
                 tf_stack.extract_stack = _ORIGINAL_EXTRACT_STACK
-
-
-_ORIGINAL_EXTRACT_STACK = tf_stack.extract_stack
 
 
 def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bool,

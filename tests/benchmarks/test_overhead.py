@@ -37,17 +37,8 @@ def _check(n: int):
 
 @pytest.fixture(scope='module')
 def map_sum():
-    import tensorflow as tf
-    import simharness as sh
-
-    @sh.tf_computation(tf.float32)
-    def add_one(x):
-        return x + 1.0
-
-    @sh.federated_computation(sh.type_at_clients(tf.float32))
-    def map_sum(xs):
-        return sh.federated_sum(sh.federated_map(add_one, xs))
-    return map_sum
+    from computations import map_sum_add_one  # tests/computations.py
+    return map_sum_add_one()
 
 
 @pytest.fixture(scope='module')

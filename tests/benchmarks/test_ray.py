@@ -136,19 +136,11 @@ def _report(benchmark, stack, factory, t, base, per):
 
 
 def test_map_sum_1000_clients(benchmark, process_2, ray_stack):
-    import tensorflow as tf
-
     import simharness as sh
+    from computations import map_sum_add_one  # tests/computations.py
     benchmark.group = 'ray: map+sum over 1000 clients'
     stack, factory = ray_stack
-
-    @sh.tf_computation(tf.float32)
-    def add_one(x):
-        return x + 1.0
-
-    @sh.federated_computation(sh.type_at_clients(tf.float32))
-    def map_sum(xs):
-        return sh.federated_sum(sh.federated_map(add_one, xs))
+    map_sum = map_sum_add_one()
     xs = [np.float32(i % 7) for i in range(1000)]
     expected = float(sum(i % 7 + 1 for i in range(1000)))
 

@@ -32,7 +32,7 @@ import threading
 import numpy as np
 import pytest
 
-from computations import broadcast_aggregate  # noqa: E402  (tests/computations.py)
+from computations import broadcast_aggregate, map_sum_add_one  # noqa: E402  (tests/computations.py)
 
 from .helpers import MB, check_then_time, median_seconds
 
@@ -79,17 +79,7 @@ def _in_context(factory, fn, *args):
 
 @pytest.fixture(scope='module')
 def map_sum():
-    import tensorflow as tf
-    import simharness as sh
-
-    @sh.tf_computation(tf.float32)
-    def add_one(x):
-        return x + 1.0
-
-    @sh.federated_computation(sh.type_at_clients(tf.float32))
-    def fn(xs):
-        return sh.federated_sum(sh.federated_map(add_one, xs))
-    return fn
+    return map_sum_add_one()
 
 
 @pytest.mark.parametrize('stack', STACKS)

@@ -155,16 +155,9 @@ def test_scaling_fedavg(benchmark, baselines, handwritten, cohort_workload, work
     pytest.param(w, n, id=f'{w}w-{n}c', marks=() if (w <= 2 and n == 100) else (timing_only,))
     for n in COHORTS for w in WORKERS])
 def test_driver_cpu_trivial(benchmark, workers, cohort):
-    import tensorflow as tf
     import simharness as sh
-
-    @sh.tf_computation(tf.float32)
-    def add_one(x):
-        return x + 1.0
-
-    @sh.federated_computation(sh.type_at_clients(tf.float32))
-    def map_sum(xs):
-        return sh.federated_sum(sh.federated_map(add_one, xs))
+    from computations import map_sum_add_one  # tests/computations.py
+    map_sum = map_sum_add_one()
 
     data = list(np.ones(cohort, np.float32))
     benchmark.group = f'driver CPU per round: map+sum over {cohort} clients'

@@ -19,16 +19,9 @@ CALLS = 300
 
 
 def test_sequential_calls_never_wait_for_the_reactor_timeout():
-    import tensorflow as tf
     import simharness as sh
-
-    @sh.tf_computation(tf.float32)
-    def add_one(x):
-        return x + 1.0
-
-    @sh.federated_computation(sh.type_at_clients(tf.float32))
-    def map_sum(xs):
-        return sh.federated_sum(sh.federated_map(add_one, xs))
+    from computations import map_sum_add_one  # tests/computations.py
+    map_sum = map_sum_add_one()
 
     data = list(np.ones(4, np.float32))
     with sh.framework.process_executor_factory(num_workers=2, start=True) as factory:
