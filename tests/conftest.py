@@ -9,6 +9,7 @@ when they run.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -62,6 +63,23 @@ def pytest_collection_modifyitems(config, items):
             if any(k in item.nodeid for k in keys):
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+
+
+#: The test processes' garbage collector: fewer, cheaper collections. A pytest-xdist worker
+#: runs ~2,300 tests in one heap of TF, Keras and traced graphs; with Python's defaults
+#: (700, 10, 10) its full collections and the fixtures' explicit ``gc.collect()`` scanned
+#: that heap again and again (tests/tff/learning/algorithms alone: 9.4 s of GC in 122 s;
+#: with these settings 3.1 s in 112 s, measured with gc.callbacks).
+GC_THRESHOLDS = (20000, 10, 10)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    # What exists once the tests are collected (modules, TF, the test functions) lives
+    # until the end: out of every later collection's scan (gc.freeze).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def pytest_generate_tests(metafunc):
