@@ -106,6 +106,28 @@ def stack(request, stack_registry) -> Iterator[SimharnessStack]:
         yield handle
 
 
+@pytest.fixture
+def no_leaked_segments():
+    """Fails a test that leaves a segment of this process in /dev/shm.
+
+    A segment still there after the test is looked at again after a garbage
+    collection (its last owner may be garbage in a cycle); the collection
+    runs only then: late in a pytest-xdist worker, over the heap of thousands
+    of tests, each ``gc.collect()`` costs a few tenths of a second.
+    """
+    from simharness.runtime.shm import list_leaked_segments
+    prefix = f'simharness_{os.getpid()}_'
+    before = set(list_leaked_segments(prefix))
+    yield
+    leaked = set(list_leaked_segments(prefix)) - before
+    if leaked:
+        gc.collect()
+        leaked = set(list_leaked_segments(prefix)) - before
+    for name in leaked:  # clean up so that one failure does not cascade
+        os.unlink(os.path.join('/dev/shm', name))
+    assert not leaked, f'leaked shared-memory segments: {sorted(leaked)}'
+
+
 def _simharness_threads(exempt: tuple = ()) -> list:
     return [t for t in threading.enumerate()
             if t.is_alive() and t.name.startswith(THREAD_PREFIX)

@@ -5,7 +5,6 @@ Moved from tests/unit/test_runtime_shm.py (unit tests start no process, issue 17
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 import sys
@@ -16,22 +15,9 @@ import pytest
 from simharness.runtime.shm import ShmArena, ShmAttachment, list_leaked_segments
 from shm_trees import pack_tree, unpack_tree  # tests/shm_trees.py
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.usefixtures('no_leaked_segments')]
 
 HAS_DEV_SHM = os.path.isdir('/dev/shm')
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_segments():
-    """Fails a test that leaves a segment of this process in /dev/shm."""
-    prefix = f'simharness_{os.getpid()}_'
-    before = set(list_leaked_segments(prefix))
-    yield
-    gc.collect()
-    leaked = set(list_leaked_segments(prefix)) - before
-    for name in leaked:  # clean up so that one failure does not cascade
-        os.unlink(os.path.join('/dev/shm', name))
-    assert not leaked, f'leaked shared-memory segments: {sorted(leaked)}'
 
 
 def _exists(name: str) -> bool:

@@ -24,20 +24,9 @@ from shm_trees import pack_tree, unpack_tree
 HAS_DEV_SHM = os.path.isdir('/dev/shm')
 needs_dev_shm = pytest.mark.skipif(not HAS_DEV_SHM, reason='no /dev/shm')
 
+pytestmark = pytest.mark.usefixtures('no_leaked_segments')  # tests/conftest.py
+
 Point = collections.namedtuple('Point', ['x', 'y'])
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_segments():
-    """Fails a test that leaves a segment of this process in /dev/shm."""
-    prefix = f'simharness_{os.getpid()}_'
-    before = set(list_leaked_segments(prefix))
-    yield
-    gc.collect()
-    leaked = set(list_leaked_segments(prefix)) - before
-    for name in leaked:  # clean up so that one failure does not cascade
-        os.unlink(os.path.join('/dev/shm', name))
-    assert not leaked, f'leaked shared-memory segments: {sorted(leaked)}'
 
 
 def _exists(name: str) -> bool:
