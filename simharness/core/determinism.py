@@ -28,32 +28,12 @@ process that runs client computations therefore runs each op on
 `INTRA_OP_THREADS` = 1 thread: the only count that is the same for every
 layout and every machine. Parallelism comes from running clients
 side by side (worker processes, client threads), not from splitting one op.
-
-TF's graph optimizer (Grappler) is off for the graphs simharness traces and
-runs (`graph_call_options`), as in TFF's own runtime (its C++ session
-provider sets ``disable_meta_optimizer``: TFF's sessions are short-lived, so
-the optimizer's cost is rarely paid back). Measured here (TF 2.21, 2 cores):
-the built-in FedAvg round of the reference workload ran as fast or faster
-without it (93.7 / 96.8 ms against 105.6 / 117.6 ms, medians of two
-alternating runs), and the first calls of 20 small training steps took 0.7 s
-instead of 0.9-1.1 s (the optimizer's pass over each function on its first
-call; a test suite pays it for most functions it runs), but a `tff.learning`
-round over a Keras `VariableModel` ran 14 % slower (docs/guide/determinism.md).
-A graph then runs as traced, in every process: the same op order and kernels on every stack. With
-``SIMHARNESS_GRAPH_REWRITES=1`` in the environment of every process (the
-driver and the workers: worker processes inherit the driver's), Grappler runs
-as in plain TF; results may then differ in the last bits from runs without it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 import warnings
-from typing import Any, Iterator, Optional
-
-from simharness.errors import SimharnessValueError
 
 #: TF intra-op threads of every process that runs client computations.
 INTRA_OP_THREADS = 1
@@ -101,60 +81,3 @@ def pin_tensorflow_threads() -> bool:
             f'start of the program, before any TF op (tracing a tf_computation that takes '
             f'gradients or builds a dataset runs TF).', RuntimeWarning, stacklevel=3)
         return False
-
-
-#: Environment variable: ``1`` runs TF's graph optimizer on simharness' graphs (off by default).
-GRAPH_REWRITES_ENV = 'SIMHARNESS_GRAPH_REWRITES'
-
-_OPTIONS_LOCK = threading.Lock()
-_CALL_OPTIONS: Optional[Any] = None  # FunctionCallOptions, built once per process
-
-
-def graph_rewrites_enabled() -> bool:
-    """Whether Grappler runs on simharness' graphs in this process (`GRAPH_REWRITES_ENV`)."""
-    value = os.environ.get(GRAPH_REWRITES_ENV, '0').strip().lower()
-    if value in ('', '0', 'false', 'no', 'off'):
-        return False
-    if value in ('1', 'true', 'yes', 'on'):
-        return True
-    raise SimharnessValueError(f'{GRAPH_REWRITES_ENV}={value!r}: expected 1 (run TF\'s graph '
-                               f'optimizer on simharness\' graphs) or 0 (the default: graphs '
-                               f'run as traced)')
-
-
-def _call_options() -> Any:
-    global _CALL_OPTIONS
-    if _CALL_OPTIONS is None:
-        from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
-        pin_tensorflow_threads()  # the config records the thread counts: pin them first
-        with _OPTIONS_LOCK:
-            if _CALL_OPTIONS is None:
-                config = context.context().config  # a copy
-                config.allow_soft_placement = True  # TF's default for function calls
-                rewrites = config.graph_options.rewrite_options
-                rewrites.disable_meta_optimizer = not graph_rewrites_enabled()
-                _CALL_OPTIONS = context.FunctionCallOptions(config_proto=config)
-    return _CALL_OPTIONS
-
-
-@contextlib.contextmanager
-def graph_call_options() -> Iterator[None]:
-    """Within: TF function calls of this thread run with simharness' options (no Grappler).
-
-    Covers eager calls of functions and the call ops that tracing writes into
-    a graph (they carry the options of the thread that traced them), so a
-    graph traced inside runs with them in any process. The thread's own
-    options are restored on exit: a user's functions outside keep TF's defaults.
-    """
-    from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
-    options = _call_options()
-    local = context.context()._thread_local_data  # pylint: disable=protected-access
-    before = local.function_call_options
-    if before is options:
-        yield
-        return
-    local.function_call_options = options
-    try:
-        yield
-    finally:
-        local.function_call_options = before

@@ -446,9 +446,7 @@ def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bo
     determinism.pin_tensorflow_threads()
     graph = tf.Graph()
     inputs: List[tf.Tensor] = []
-    # The function calls traced into the graph carry the options they run with
-    # (`determinism.graph_call_options`: no Grappler), in whichever process runs it.
-    with _no_op_tracebacks(), determinism.graph_call_options(), graph.as_default():
+    with _no_op_tracebacks(), graph.as_default():
         arg = None if param_type is None else _placeholders(param_type, [0], inputs)
         # Stateful ops run in program order and all before the results (the
         # results are read inside the scope: reads of variables come last).

@@ -17,7 +17,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 import tensorflow as tf
 
 from simharness.core import building_blocks as bb
-from simharness.core import determinism
 from simharness.core import types as T
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import flatten, pack_as
@@ -147,8 +146,7 @@ class EmbeddedFunction:
         return pack_result(self.call_flat(leaves), self.type_signature.result)
 
     def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
-        with determinism.graph_call_options():
-            out = self._fn(*leaves)
+        out = self._fn(*leaves)
         if isinstance(out, (list, tuple)):
             return list(out)
         return [out]
@@ -165,18 +163,17 @@ class EmbeddedFunction:
                      stacked: List[Any], n: int) -> List[Any]:
         """Runs `n` clients in one TF call; returns stacked result leaves."""
         fn = self._batched.get(shared_mask)
-        with determinism.graph_call_options():
-            if fn is None:
-                # The first call traces; executors of a stack share this object
-                # from several threads, so trace once under the lock.
-                with self._lock:
-                    fn = self._batched.get(shared_mask)
-                    if fn is None:
-                        fn = self._make_batched(shared_mask)
-                        out = list(fn(tuple(shared), tuple(stacked)))
-                        self._batched[shared_mask] = fn
-                        return out
-            return list(fn(tuple(shared), tuple(stacked)))
+        if fn is None:
+            # The first call traces; executors of a stack share this object
+            # from several threads, so trace once under the lock.
+            with self._lock:
+                fn = self._batched.get(shared_mask)
+                if fn is None:
+                    fn = self._make_batched(shared_mask)
+                    out = list(fn(tuple(shared), tuple(stacked)))
+                    self._batched[shared_mask] = fn
+                    return out
+        return list(fn(tuple(shared), tuple(stacked)))
 
     def fold_rows(self, zero: List[Any], rows: List[Any], chunk: Optional[int]) -> List[Any]:
         """Folds rows with this (accumulate) function in ONE TF call.
@@ -194,8 +191,7 @@ class EmbeddedFunction:
                 if fn is None:
                     fn = self._make_fold(chunk, len(zero))
                     self._batched[key] = fn
-        with determinism.graph_call_options():
-            return list(fn(tuple(zero), tuple(rows)))
+        return list(fn(tuple(zero), tuple(rows)))
 
     def _make_fold(self, chunk: Optional[int], nzero: int) -> Any:
         inner = self._fn
