@@ -101,6 +101,11 @@ def _stop_on_signals(signums: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
         for signum in signums:
             previous[signum] = signal.signal(signum, handler)
         yield
+    except Exception as e:
+        if received:  # the signal landed in clean-up code that failed in turn (e.g. TF's
+            # device scope exit): still a stop by that signal
+            raise Terminated(received[0]) from e
+        raise
     finally:
         for signum, old in previous.items():
             signal.signal(signum, signal.SIG_DFL if old is None else old)

@@ -216,6 +216,29 @@ def test_keyboard_interrupt_closes_the_stack_and_marks_the_run(tmp_path, monkeyp
     assert not is_finished(run_dir)
 
 
+def test_an_interrupt_hidden_by_a_failing_clean_up_still_marks_the_run_interrupted(
+        tmp_path, monkeypatch):
+    # A signal's exception can land inside a library's clean-up code (TF's device scope
+    # exit), which fails in turn: the error seen last carries the interrupt as its context.
+    real = seam.run_round
+    calls = []
+
+    def next_(fedavg, state, data):
+        calls.append(None)
+        if len(calls) == 2:
+            try:
+                raise KeyboardInterrupt
+            finally:
+                raise RuntimeError('Exiting device scope without proper scope nesting')
+        return real(fedavg, state, data)
+
+    monkeypatch.setattr(seam, 'run_round', next_)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(make_config(training={'rounds': 4}), tmp_path, progress=False)
+    s = read_json(tmp_path / 'tiny' / 'default' / 'summary.json')
+    assert s['status'] == 'interrupted' and s['rounds_completed'] == 1 and s['error'] is None
+
+
 def test_interrupt_while_writing_metrics_leaves_whole_files(tmp_path, monkeypatch):
     real_fsync = os.fsync
     calls = {'n': 0}

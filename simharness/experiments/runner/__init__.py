@@ -161,14 +161,16 @@ def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
         atomic.write_json(run_dir / SUMMARY_FILE, _summary(config, run_id, status, [], extra))
         status = _run_rounds(config, run_dir, run_id, metrics, extra, progress, t_start,
                              resuming, list(callbacks))
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM / SIGHUP through the CLI
-        status, error = 'interrupted', e
-        # INFO: the run's log file records it; the CLI says "interrupted" itself.
-        _log.info('%s/%s: interrupted after %d rounds', config.name, run_id, len(metrics))
     except BaseException as e:  # pylint: disable=broad-exception-caught  # raised again below
-        status, error = 'failed', e
-        extra['error'] = f'{type(e).__name__}: {e}'
-        _log.info('%s/%s: failed: %s', config.name, run_id, extra['error'])  # (as above)
+        interrupt = _interruption(e)
+        if interrupt is not None:  # Ctrl-C, or SIGTERM / SIGHUP through the CLI
+            status, error = 'interrupted', interrupt
+            # INFO: the run's log file records it; the CLI says "interrupted" itself.
+            _log.info('%s/%s: interrupted after %d rounds', config.name, run_id, len(metrics))
+        else:
+            status, error = 'failed', e
+            extra['error'] = f'{type(e).__name__}: {e}'
+            _log.info('%s/%s: failed: %s', config.name, run_id, extra['error'])  # (as above)
     extra['total_seconds'] = time.perf_counter() - t_start
     extra['finished_at'] = _now()
     summary = _summary(config, run_id, status, metrics, extra)
@@ -184,6 +186,25 @@ def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
     if error is not None:
         raise error
     return RunResult(run_id, run_dir, status, summary)
+
+
+def _interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
+    """The `KeyboardInterrupt` that `error` is, or that it was raised while handling.
+
+    A signal turned into an exception (Ctrl-C; the CLI's SIGTERM / SIGHUP) can
+    land inside a library's clean-up code, e.g. TF's ``tf.device`` scope exit,
+    which then fails with an error of its own ("Exiting device scope without
+    proper scope nesting") that hides the interrupt in its ``__context__``:
+    the run was still interrupted, not failed.
+    """
+    seen = set()
+    e: Optional[BaseException] = error
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
