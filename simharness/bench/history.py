@@ -7,12 +7,16 @@ left out), and commits are ordered by commit time. For each benchmark:
 * the median round time of every commit (the median of its runs' medians),
   the spread of its runs, clients/s, peak RSS (driver + workers) and the
   result fingerprint;
-* **steps**: the commits are cut into segments of one level, left to right:
-  each commit is compared (`simharness.bench.compare`, run by run, with the
-  between-run noise of repeated runs of one commit) with the runs of the
-  current segment; a ``slower`` or ``faster`` verdict starts a new segment
-  there, marked with its ratio and probability. Noise alone (within the
-  tolerance, or not beyond what repeated runs scatter) never makes a step.
+* **steps** (`simharness.bench.changepoint`): a piecewise-constant fit of the log run
+  medians per commit (PELT, its cost weighted by the noise: the scatter of repeated runs of
+  one commit and the spread between neighbouring commits), each change point then tested
+  (`simharness.bench.compare`) by the runs of the segments on either side, or round by
+  round when the two commits took turns, with the confidence split among the places a step
+  could be and the practical tolerance; a `Step` names its first commit, its ratio and
+  probability. Noise alone (within the tolerance, or not beyond what runs scatter) never
+  makes a step. `confirm_steps` reruns the commit before each 'slower' step and the step's
+  first commit, interleaved (``simharness bench ab``), and calls it a regression only if
+  the rerun is 'slower' too.
 
 `write_history` renders ``history.md`` (an overview table, then a table per
 benchmark) and PNG plots: one per benchmark (time, clients/s, peak RSS per
@@ -34,12 +38,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from simharness.atomic import write_bytes
-from simharness.bench.compare import (DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE, Comparison,
+from simharness.bench import changepoint
+from simharness.bench.compare import (DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE, Comparison, _check,
                                       between_run_noise, compare_measurements)
 from simharness.bench.results import Run, find_runs
 from simharness.errors import SimharnessValueError
 
-__all__ = ['CommitPoint', 'History', 'Step', 'build_history', 'write_history']
+__all__ = ['CommitPoint', 'History', 'Step', 'build_history', 'confirm_steps', 'write_history']
 
 MB = 1 << 20
 
@@ -71,11 +76,33 @@ class CommitPoint:
 
 @dataclasses.dataclass
 class Step:
-    """A change of level of benchmark `name` at commit number `index` (0-based)."""
+    """A change of level of benchmark `name` at commit number `index` (0-based).
+
+    Attributes:
+      comparison: the runs after the step against the runs before it: ratio, verdict
+        ('slower' or 'faster') and its probability.
+      commit: the sha of the step's first commit.
+      confirmation: for a 'slower' step whose rerun was asked (`confirm_steps`): the
+        rerun's comparison of the commit before and the step's first commit; None: not rerun.
+    """
 
     name: str
     index: int
     comparison: Comparison
+    commit: str = ''
+    confirmation: Optional[Comparison] = None
+
+    @property
+    def status(self) -> Optional[str]:
+        """'confirmed' (the rerun was 'slower' too), 'unconfirmed', or None (not rerun)."""
+        if self.confirmation is None:
+            return None
+        return 'confirmed' if self.confirmation.verdict == 'slower' else 'unconfirmed'
+
+    @property
+    def regression(self) -> bool:
+        """A 'slower' step that its rerun confirmed."""
+        return self.comparison.verdict == 'slower' and self.status == 'confirmed'
 
 
 @dataclasses.dataclass
@@ -101,12 +128,19 @@ def _time_key(point: CommitPoint) -> Tuple[float, str]:
 
 def build_history(runs: Sequence[Run], machine: Optional[str] = None,
                   tolerance: float = DEFAULT_TOLERANCE, confidence: float = DEFAULT_CONFIDENCE,
-                  names: Optional[Sequence[str]] = None) -> History:
+                  names: Optional[Sequence[str]] = None,
+                  penalty: float = changepoint.DEFAULT_PENALTY) -> History:
     """Groups `runs` per commit on one machine (default: the one with most runs) and finds steps.
 
+    Args:
+      tolerance, confidence: what a step must pass (`compare_measurements`); the
+        confidence is split among the commits where a step could be.
+      penalty: the fit's penalty per step, times log(commits) (`changepoint.fit_segments`).
+
     Raises:
-      SimharnessValueError: no run with a commit (on that machine).
+      SimharnessValueError: no run with a commit (on that machine), or a bad argument.
     """
+    _check(tolerance, confidence)
     usable = [r for r in runs if r.commit and (not r.interleave or r.interleave.get('history'))]
     per_machine = collections.Counter(r.machine for r in usable)
     if not per_machine:
@@ -135,7 +169,7 @@ def build_history(runs: Sequence[Run], machine: Optional[str] = None,
     noise: Dict[str, Optional[Tuple[float, int]]] = {}
     for name in all_names:
         noise[name] = between_run_noise(mine, name)
-        steps[name] = _steps(points, name, mine, tolerance, confidence)
+        steps[name] = _steps(points, name, mine, tolerance, confidence, penalty)
     return History(machine, points, all_names, steps, noise,
                    {m: n for m, n in per_machine.items() if m != machine})
 
@@ -154,40 +188,43 @@ def _interleaved_with(before: Sequence[Run],
 
 
 def _steps(points: Sequence[CommitPoint], name: str, runs_of_machine: Sequence[Run],
-           tolerance: float, confidence: float) -> List[Step]:
-    out: List[Step] = []
-    segment: List[Run] = []
-    previous: List[Run] = []
-    compared = sum(1 for p in points if any(name in r.benchmarks for r in p.runs)) - 1
-    # every commit is a test: the confidence is split among them (Bonferroni), so that a
-    # history of n commits cries wolf no more often than one comparison
-    confidence = 1.0 - (1.0 - confidence) / max(1, compared)
-    for i, p in enumerate(points):
-        runs = [r for r in p.runs if name in r.benchmarks]
-        if not runs:
-            continue
-        pair = _interleaved_with(previous, runs)
-        previous = runs
-        if pair is not None:  # took turns with the commit before: compare round by round
-            c = compare_measurements(name, [r.benchmarks[name] for r in pair[0]],
-                                     [r.benchmarks[name] for r in pair[1]], tolerance,
-                                     confidence, interleaved=True)
-            if c.verdict in ('slower', 'faster'):
-                out.append(Step(name, i, c))
-            segment = list(runs)
-            continue
-        if segment:
-            # The noise: repeated runs of one commit, less this comparison's own runs
-            # (their scatter is counted by the comparison itself).
-            noise = between_run_noise(runs_of_machine, name, exclude=[*segment, *runs])
-            c = compare_measurements(name, [r.benchmarks[name] for r in segment],
-                                     [r.benchmarks[name] for r in runs], tolerance, confidence,
-                                     noise=noise)
-            if c.verdict in ('slower', 'faster'):
-                out.append(Step(name, i, c))
-                segment = []
-        segment.extend(runs)
-    return out
+           tolerance: float, confidence: float, penalty: float) -> List[Step]:
+    """The steps of benchmark `name`: `simharness.bench.changepoint` over its commits."""
+    idx = [i for i, p in enumerate(points) if any(name in r.benchmarks for r in p.runs)]
+    if len(idx) < 2:
+        return []
+    runs = [[r for r in points[i].runs if name in r.benchmarks] for i in idx]
+    series = [[math.log(v) for v in points[i].run_medians(name)] for i in idx]
+    # The noise: repeated runs of one commit in this history (interleaved rotations too:
+    # their runs of one commit are repeated runs as well) and the spread between commits.
+    noise = changepoint.estimate_noise(series)
+    # Each place a step could be is one more test: the confidence is split among them
+    # (Bonferroni), so that a history cries wolf no more often than one comparison.
+    conf = 1.0 - (1.0 - confidence) / max(1, len(idx) - 1)
+    run_noise = None if noise is None else (noise.run_sd, noise.df)
+
+    def verdict(c: Comparison) -> Tuple[bool, float, Comparison]:
+        strength = max(c.p_slower or 0.0, c.p_faster or 0.0)
+        return c.verdict in ('slower', 'faster'), strength, c
+
+    def test(before: range, after: range) -> Tuple[bool, float, Comparison]:
+        a = [r.benchmarks[name] for k in before for r in runs[k]]
+        b = [r.benchmarks[name] for k in after for r in runs[k]]
+        return verdict(compare_measurements(name, a, b, tolerance, conf, noise=run_noise))
+
+    def pair_test(k: int) -> Optional[Tuple[bool, float, Comparison]]:
+        pair = _interleaved_with(runs[k - 1], runs[k])
+        if pair is None:
+            return None
+        # took turns with the commit before: compared round by round
+        return verdict(compare_measurements(name, [r.benchmarks[name] for r in pair[0]],
+                                            [r.benchmarks[name] for r in pair[1]], tolerance,
+                                            conf, interleaved=True))
+
+    turns = [k for k in range(1, len(idx)) if _interleaved_with(runs[k - 1], runs[k])]
+    found = changepoint.find_changes(series, test, noise, penalty, extra=turns,
+                                     pair_test=pair_test)
+    return [Step(name, idx[k], c, points[idx[k]].commit) for k, c in found]
 
 
 # ------------------------------------------------------------------ rendering
