@@ -6,10 +6,13 @@
 * `results`: saved runs (pytest-benchmark JSON files) as `Run` / `Measurement`.
 * `compare`: B/A per benchmark with a bootstrap interval, normalized by the
   machine's speed at the time, and a verdict with its probability.
+* `changepoint`: steps in a per-commit series: a noise-weighted piecewise-constant
+  fit (PELT, `ruptures`), each step then tested.
 * `history`: runs per commit (git sha, dirty flag, machine fingerprint), a
-  table and plots per benchmark across commits, with detected steps.
+  table and plots per benchmark across commits, with detected steps and their
+  confirmation reruns.
 
-``simharness bench compare|history|run`` is the command line (`simharness.bench.cli`).
+``simharness bench run|ab|compare|history`` is the command line (`simharness.bench.cli`).
 Nothing here imports TensorFlow.
 """
 

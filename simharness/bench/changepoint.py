@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
 from simharness.errors import SimharnessValueError
 
-__all__ = ['DEFAULT_PENALTY', 'Noise', 'estimate_noise', 'find_changes', 'fit_segments']
+__all__ = ['DEFAULT_PENALTY', 'Noise', 'check_penalty', 'estimate_noise', 'find_changes',
+           'fit_segments']
 
 #: The penalty per change point, in units of log(number of commits) (Schwarz: 2).
 DEFAULT_PENALTY = 2.0
@@ -48,6 +49,8 @@ MIN_COMMITS_FOR_LEVEL_NOISE = 4
 _MAD_TO_SD = 1.4826
 
 T = TypeVar('T')
+#: Per commit, the log medians of its runs.
+Series = Sequence[Union[Sequence[float], np.ndarray]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +84,7 @@ class Noise:
         return 1.0 / max(var, MIN_SD ** 2)
 
 
-def _check_series(series: Sequence[Sequence[float]]) -> List[np.ndarray]:
+def _check_series(series: Series) -> List[np.ndarray]:
     if isinstance(series, (str, bytes)) or not isinstance(series, Sequence):
         raise SimharnessValueError('series must be a sequence (one entry per commit) of '
                                    f'sequences of log run medians, got {type(series).__name__}')
@@ -102,7 +105,7 @@ def _check_series(series: Sequence[Sequence[float]]) -> List[np.ndarray]:
     return out
 
 
-def estimate_noise(series: Sequence[Sequence[float]],
+def estimate_noise(series: Series,
                    within: Optional[Tuple[float, int]] = None) -> Optional[Noise]:
     """The `Noise` of `series` (per commit, the log medians of its runs), or None if unknown.
 
@@ -172,7 +175,15 @@ def _weighted_cost(weights: np.ndarray, means: np.ndarray) -> object:
     return WeightedL2()
 
 
-def fit_segments(series: Sequence[Sequence[float]], noise: Noise,
+def check_penalty(penalty: float) -> None:
+    """Raises SimharnessValueError unless `penalty` is a positive finite number."""
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or \
+            not (penalty > 0 and math.isfinite(penalty)):
+        raise SimharnessValueError('penalty must be a positive number (per step, times log of '
+                                   f'the number of commits), got {penalty!r}')
+
+
+def fit_segments(series: Series, noise: Noise,
                  penalty: float = DEFAULT_PENALTY) -> List[int]:
     """The change points of the best piecewise-constant fit of `series` (PELT, `ruptures`).
 
@@ -183,10 +194,7 @@ def fit_segments(series: Sequence[Sequence[float]], noise: Noise,
       SimharnessValueError: a bad `series` or a `penalty` that is not a positive number.
     """
     values = _check_series(series)
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or \
-            not (penalty > 0 and math.isfinite(penalty)):
-        raise SimharnessValueError(f'penalty must be a positive number (times log of the '
-                                   f'number of commits), got {penalty!r}')
+    check_penalty(penalty)
     if len(values) < 2:
         return []
     import ruptures
@@ -198,7 +206,7 @@ def fit_segments(series: Sequence[Sequence[float]], noise: Noise,
     return [int(b) for b in bkps[:-1]]
 
 
-def find_changes(series: Sequence[Sequence[float]],
+def find_changes(series: Series,
                  test: Callable[[range, range], Tuple[bool, float, T]],
                  noise: Optional[Noise] = None, penalty: float = DEFAULT_PENALTY,
                  extra: Iterable[int] = (),

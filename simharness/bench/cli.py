@@ -12,11 +12,14 @@
     simharness bench compare A B [--storage DIR] [--fail]
         A, B: JSON files, saved run numbers or commit shas (comma-separated
         lists are pooled); prints B/A per benchmark, interval and verdict
-    simharness bench history [STORAGE] [--out DIR]
-        history.md (tables per commit, steps marked) and PNG plots
+    simharness bench history [STORAGE] [--out DIR] [--confirm [--fail]]
+        history.md (tables per commit, steps found by a change-point fit
+        marked with their first commit) and PNG plots; --confirm reruns each
+        slower step (the commit before it and its first commit, interleaved)
 
 Exit codes: 0 ok, 1 a regression with ``--fail`` (a 'slower' verdict, or
-more memory), 2 bad arguments or input (``error: ...``).
+more memory; for ``history --confirm``: a slower step its rerun confirmed),
+2 bad arguments or input (``error: ...``).
 """
 
 from __future__ import annotations
@@ -162,10 +165,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
     hist = bsub.add_parser(
         'history', help='history.md and plots per benchmark across commits, steps marked',
-        description='Read every run under STORAGE, group them per machine and commit, and '
-                    'write OUT/history.md (an overview table, a table per benchmark: median, '
-                    'run medians, clients/s, peak RSS, first round, result fingerprint, '
-                    'steps) and OUT/plots/*.png.')
+        description='Read every run under STORAGE, group them per machine and commit, find '
+                    'steps (a piecewise-constant fit of the log run medians per commit, PELT '
+                    'with a cost weighted by the noise, each step tested by the runs on either '
+                    'side with the tolerance) and write OUT/history.md (an overview table, a '
+                    'table per benchmark: median, run medians, clients/s, peak RSS, first '
+                    'round, result fingerprint, steps) and OUT/plots/*.png. --confirm reruns '
+                    'each slower step before calling it a regression.')
     hist.add_argument('storage', nargs='?', default=PROJECT_STORAGE, metavar='STORAGE',
                       help=f'default {PROJECT_STORAGE}')
     hist.add_argument('--out', default=None, metavar='DIR',
@@ -174,8 +180,27 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     hist.add_argument('-k', dest='names', action='append', default=None, metavar='REGEX',
                       help='only benchmarks whose name matches (repeatable)')
     hist.add_argument('--no-plots', action='store_true', help='only history.md')
-    hist.add_argument('--tolerance', type=_fraction, default=0.10, metavar='T')
-    hist.add_argument('--confidence', type=_fraction, default=0.95, metavar='C')
+    hist.add_argument('--tolerance', type=_fraction, default=0.10, metavar='T',
+                      help='a step must exceed T (default 10%%)')
+    hist.add_argument('--confidence', type=_fraction, default=0.95, metavar='C',
+                      help='probability a step needs, split among the commits where it could '
+                           'be (default 95%%)')
+    hist.add_argument('--penalty', type=float, default=2.0, metavar='P',
+                      help='the change-point fit\'s penalty per step, times log(commits), in '
+                           'units of the noise (default 2: the Schwarz criterion)')
+    hist.add_argument('--confirm', action='store_true',
+                      help='rerun, for each slower step, the commit before it and its first '
+                           'commit interleaved (as bench ab, from git checkouts, the step\'s '
+                           'benchmarks only; run from where the benchmarks ran): a regression '
+                           'only if the rerun is slower too')
+    hist.add_argument('--repeat', type=_positive, default=1, metavar='N',
+                      help='with --confirm: sessions per side (default 1)')
+    hist.add_argument('--rounds', type=_positive, default=30, metavar='N',
+                      help='with --confirm: timed rounds per session (default 30)')
+    hist.add_argument('--timeout', type=float, default=None, metavar='S',
+                      help='with --confirm: seconds for each rerun (default: none)')
+    hist.add_argument('--fail', action='store_true',
+                      help='with --confirm: exit 1 when a rerun confirms a regression')
     hist.add_argument('-v', '--verbose', action='store_true', help='tracebacks for errors')
     return bench
 
@@ -265,30 +290,39 @@ def _print_comparisons(comparisons: Sequence[Any], a_label: str, b_label: str,
     return 1 if fail and any_regression(comparisons) else 0
 
 
-def _cmd_ab(args: argparse.Namespace) -> int:
+def _interleaved_ab(baseline: str, candidate: str, pytest_args: Sequence[str], repeat: int,
+                    rounds: int, timeout: Any, tolerance: float, confidence: float,
+                    normalize: bool = False, env_a: Sequence[str] = (),
+                    env_b: Sequence[str] = (), save: Any = None) -> List[Any]:
+    """Runs A (`baseline`) and B (`candidate`) interleaved, `repeat` sessions a side (the
+    machinery of ``bench ab``), and returns B/A per benchmark."""
     from simharness.bench.compare import compare_runs
     from simharness.bench.results import load_run
     from simharness.bench.runner import run_interleaved
-    pytest_args = [*(args.pytest_args or DEFAULT_PYTEST_ARGS),
-                   f'--simharness-rounds={args.rounds}']
+    pytest_args = [*(pytest_args or DEFAULT_PYTEST_ARGS), f'--simharness-rounds={rounds}']
     with tempfile.TemporaryDirectory(prefix='simharness-ab-') as tmp:
-        a = _side(args.baseline, tmp, pytest_args, _env(args.env_a))
-        b = _side(args.candidate, tmp, pytest_args, _env(args.env_b))
-        out_dir = os.path.abspath(args.save) if args.save else os.path.join(tmp, 'out')
+        a = _side(baseline, tmp, pytest_args, _env(env_a))
+        b = _side(candidate, tmp, pytest_args, _env(env_b))
+        out_dir = os.path.abspath(save) if save else os.path.join(tmp, 'out')
         sessions, labels = [], []
-        for i in range(args.repeat):
+        for i in range(repeat):
             sessions += [a, b]
             labels += [f'A{i + 1}', f'B{i + 1}']
-        print(f'A = {args.baseline}, B = {args.candidate}: {len(sessions)} sessions taking '
+        print(f'A = {baseline}, B = {candidate}: {len(sessions)} sessions taking '
               'turns ...', flush=True)
-        paths = run_interleaved(sessions, out_dir, timeout=args.timeout, labels=labels)
+        paths = run_interleaved(sessions, out_dir, timeout=timeout, labels=labels)
         runs = [load_run(p) for p in paths]
-        comparisons = compare_runs(runs[0::2], runs[1::2], args.tolerance, args.confidence,
-                                   args.normalize)
-        if args.save:
+        if save:
             print(f'sessions saved: {", ".join(paths)}')
-        return _print_comparisons(comparisons, f'A ({args.baseline})',
-                                  f'B ({args.candidate})', args.fail)
+        return compare_runs(runs[0::2], runs[1::2], tolerance, confidence, normalize)
+
+
+def _cmd_ab(args: argparse.Namespace) -> int:
+    comparisons = _interleaved_ab(args.baseline, args.candidate, args.pytest_args, args.repeat,
+                                  args.rounds, args.timeout, args.tolerance, args.confidence,
+                                  args.normalize, args.env_a, args.env_b, args.save)
+    return _print_comparisons(comparisons, f'A ({args.baseline})', f'B ({args.candidate})',
+                              args.fail)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -313,18 +347,46 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return _print_comparisons(comparisons, f'A ({args.a})', f'B ({args.b})', args.fail)
 
 
+def _confirm_rerun(args: argparse.Namespace) -> Any:
+    """The rerun of `confirm_steps`: the two commits interleaved, as ``bench ab``."""
+    def rerun(baseline: str, candidate: str, test_ids: List[str]) -> List[Any]:
+        print(f'confirming: rerun of {baseline[:12]} (before the step) and {candidate[:12]} '
+              f'(its first commit), {args.repeat} session(s) each ...', flush=True)
+        comparisons = _interleaved_ab(baseline, candidate, test_ids, args.repeat, args.rounds,
+                                      args.timeout, args.tolerance, args.confidence)
+        from simharness.bench.compare import format_comparisons
+        print(format_comparisons(comparisons, f'A ({baseline[:12]})', f'B ({candidate[:12]})'))
+        return comparisons
+    return rerun
+
+
 def _cmd_history(args: argparse.Namespace) -> int:
     from simharness.bench.history import write_history
+    if args.fail and not args.confirm:
+        raise SimharnessValueError('--fail needs --confirm: only a step that its rerun confirms '
+                                   'is a regression')
     out = args.out or os.path.dirname(os.path.abspath(args.storage.rstrip('/')))
+    rerun = _confirm_rerun(args) if args.confirm else None
     path, history = write_history(args.storage, out, args.machine, args.tolerance,
-                                  args.confidence, args.names, plots=not args.no_plots)
-    steps = sum(len(s) for s in history.steps.values())
-    print(f'{len(history.points)} commits, {len(history.names)} benchmarks, {steps} steps '
+                                  args.confidence, args.names, plots=not args.no_plots,
+                                  penalty=args.penalty, rerun=rerun)
+    steps = [s for n in history.names for s in history.steps[n]]
+    print(f'{len(history.points)} commits, {len(history.names)} benchmarks, {len(steps)} steps '
           f'(machine {history.machine})')
+    from simharness.bench.history import step_mark
+    for s in sorted(steps, key=lambda s: s.index):
+        print(f'  {s.name}: {step_mark(s)} from {s.commit[:12]} on'
+              + (f' ({s.note})' if s.note else ''))
     print(f'history: {path}')
     if not args.no_plots:
         print(f'plots:   {os.path.join(out, "plots")}')
-    return 0
+    regressions = [s for s in steps if s.regression]
+    if args.confirm:
+        slower = [s for s in steps if s.status is not None]
+        print(f'{len(regressions)} confirmed regression(s) of {len(slower)} slower step(s)'
+              + (': ' + ', '.join(f'{s.name} at {s.commit[:12]}' for s in regressions)
+                 if regressions else ''))
+    return 1 if args.fail and regressions else 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ import io
 import math
 import os
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -82,8 +82,11 @@ class Step:
       comparison: the runs after the step against the runs before it: ratio, verdict
         ('slower' or 'faster') and its probability.
       commit: the sha of the step's first commit.
-      confirmation: for a 'slower' step whose rerun was asked (`confirm_steps`): the
-        rerun's comparison of the commit before and the step's first commit; None: not rerun.
+      confirmation: for a 'slower' step that was rerun (`confirm_steps`): the rerun's
+        comparison of the commit before the step and the step's first commit.
+      status: 'confirmed' (the rerun is 'slower' too), 'unconfirmed' (it is not, or the
+        rerun did not have the benchmark), or None (not rerun).
+      note: why a step is unconfirmed without a comparison.
     """
 
     name: str
@@ -91,13 +94,8 @@ class Step:
     comparison: Comparison
     commit: str = ''
     confirmation: Optional[Comparison] = None
-
-    @property
-    def status(self) -> Optional[str]:
-        """'confirmed' (the rerun was 'slower' too), 'unconfirmed', or None (not rerun)."""
-        if self.confirmation is None:
-            return None
-        return 'confirmed' if self.confirmation.verdict == 'slower' else 'unconfirmed'
+    status: Optional[str] = None
+    note: Optional[str] = None
 
     @property
     def regression(self) -> bool:
@@ -115,6 +113,8 @@ class History:
     steps: Dict[str, List[Step]]
     noise: Dict[str, Optional[Tuple[float, int]]]
     other_machines: Dict[str, int]
+    #: per benchmark, the noise the step detector used (None: unknown, no steps sought)
+    step_noise: Dict[str, Optional[changepoint.Noise]] = dataclasses.field(default_factory=dict)
 
 
 def _time_key(point: CommitPoint) -> Tuple[float, str]:
@@ -141,6 +141,7 @@ def build_history(runs: Sequence[Run], machine: Optional[str] = None,
       SimharnessValueError: no run with a commit (on that machine), or a bad argument.
     """
     _check(tolerance, confidence)
+    changepoint.check_penalty(penalty)
     usable = [r for r in runs if r.commit and (not r.interleave or r.interleave.get('history'))]
     per_machine = collections.Counter(r.machine for r in usable)
     if not per_machine:
@@ -167,11 +168,12 @@ def build_history(runs: Sequence[Run], machine: Optional[str] = None,
         all_names = [n for n in all_names if any(re.search(k, n) for k in names)]
     steps: Dict[str, List[Step]] = {}
     noise: Dict[str, Optional[Tuple[float, int]]] = {}
+    step_noise: Dict[str, Optional[changepoint.Noise]] = {}
     for name in all_names:
         noise[name] = between_run_noise(mine, name)
-        steps[name] = _steps(points, name, mine, tolerance, confidence, penalty)
+        steps[name], step_noise[name] = _steps(points, name, tolerance, confidence, penalty)
     return History(machine, points, all_names, steps, noise,
-                   {m: n for m, n in per_machine.items() if m != machine})
+                   {m: n for m, n in per_machine.items() if m != machine}, step_noise)
 
 
 def _interleaved_with(before: Sequence[Run],
@@ -187,12 +189,12 @@ def _interleaved_with(before: Sequence[Run],
     return (a, b) if a else None
 
 
-def _steps(points: Sequence[CommitPoint], name: str, runs_of_machine: Sequence[Run],
-           tolerance: float, confidence: float, penalty: float) -> List[Step]:
+def _steps(points: Sequence[CommitPoint], name: str, tolerance: float, confidence: float,
+           penalty: float) -> Tuple[List[Step], Optional[changepoint.Noise]]:
     """The steps of benchmark `name`: `simharness.bench.changepoint` over its commits."""
     idx = [i for i, p in enumerate(points) if any(name in r.benchmarks for r in p.runs)]
     if len(idx) < 2:
-        return []
+        return [], None
     runs = [[r for r in points[i].runs if name in r.benchmarks] for i in idx]
     series = [[math.log(v) for v in points[i].run_medians(name)] for i in idx]
     # The noise: repeated runs of one commit in this history (interleaved rotations too:
@@ -224,7 +226,48 @@ def _steps(points: Sequence[CommitPoint], name: str, runs_of_machine: Sequence[R
     turns = [k for k in range(1, len(idx)) if _interleaved_with(runs[k - 1], runs[k])]
     found = changepoint.find_changes(series, test, noise, penalty, extra=turns,
                                      pair_test=pair_test)
-    return [Step(name, idx[k], c, points[idx[k]].commit) for k, c in found]
+    return [Step(name, idx[k], c, points[idx[k]].commit) for k, c in found], noise
+
+
+#: ``rerun(baseline_sha, candidate_sha, test_ids)``: the two commits run again, interleaved
+#: (``simharness bench ab``), their comparisons per benchmark. `test_ids`: pytest node ids
+#: of the benchmarks to rerun ([] when unknown: run the default benchmarks).
+Rerun = Callable[[str, str, List[str]], Sequence[Comparison]]
+
+
+def confirm_steps(history: History, rerun: Rerun) -> List[Step]:
+    """Reruns every 'slower' step of `history`: the commit before it against its first commit.
+
+    The steps of the same pair of commits are rerun together. A step is 'confirmed' when the
+    rerun's verdict for its benchmark is 'slower' too, else 'unconfirmed'; sets each step's
+    `status` and `confirmation`.
+
+    Returns:
+      The 'slower' steps, in history order.
+    """
+    pairs: Dict[Tuple[str, str], List[Step]] = collections.OrderedDict()
+    for name in history.names:
+        for s in history.steps[name]:
+            if s.comparison.verdict != 'slower':
+                continue
+            before = [p for i, p in _points_with(history, name) if i < s.index][-1]
+            pairs.setdefault((before.commit, history.points[s.index].commit), []).append(s)
+    out = []
+    for (a, b), steps in pairs.items():
+        ids: List[str] = []
+        for s in steps:
+            for r in history.points[s.index].runs:
+                m = r.benchmarks.get(s.name)
+                if m is not None and m.fullname and m.fullname not in ids:
+                    ids.append(m.fullname)
+        by_name = {c.name: c for c in rerun(a, b, ids)}
+        for s in steps:
+            c = by_name.get(s.name)
+            s.confirmation = c
+            s.status = 'confirmed' if c is not None and c.verdict == 'slower' else 'unconfirmed'
+            s.note = None if c is not None else 'the rerun did not run this benchmark'
+            out.append(s)
+    return sorted(out, key=lambda s: (s.index, history.names.index(s.name)))
 
 
 # ------------------------------------------------------------------ rendering
@@ -239,12 +282,16 @@ def _fmt_time(seconds: Optional[float]) -> str:
     return f'{seconds * 1e6:.1f} us'
 
 
-def _step_mark(step: Optional[Step]) -> str:
+def step_mark(step: Optional[Step]) -> str:
     if step is None:
         return ''
     c = step.comparison
     arrow = '▲ slower' if c.verdict == 'slower' else '▼ faster'
-    return f'{arrow} x{c.ratio:.2f} ({c.probability:.0%})'
+    text = f'{arrow} x{c.ratio:.2f} ({c.probability:.0%})'
+    if step.status is not None:
+        r = step.confirmation
+        text += f', rerun {step.status}' + ('' if r is None else f' x{r.ratio:.2f} ({r.verdict})')
+    return text
 
 
 def _points_with(history: History, name: str) -> List[Tuple[int, CommitPoint]]:
@@ -283,7 +330,7 @@ def render_overview(history: History) -> str:
     for i, p in enumerate(history.points):
         cells = []
         for n in history.names:
-            mark = _step_mark(step_at.get((n, i)))
+            mark = step_mark(step_at.get((n, i)))
             cells.append(_fmt_time(p.median(n)) + (f' {mark}' if mark else ''))
         date = (p.commit_time or '')[:16].replace('T', ' ')
         lines.append(f'| `{p.label}` | {date} | {len(p.runs)} | ' + ' | '.join(cells) + ' |')
@@ -298,10 +345,13 @@ def render_markdown(history: History, plots_dir: Optional[str] = None,
     lines = ['# Benchmark history', '',
              f'Machine `{history.machine}`; {len(pts)} commits, {len(history.names)} benchmarks, '
              f'{sum(len(p.runs) for p in pts)} runs. Generated by `simharness bench history` '
-             'from pytest-benchmark\'s saved JSON. A step (▲ slower, ▼ faster, with B/A and its '
-             'probability) is a commit whose runs differ from the runs of the commits since '
-             'the previous step by more than the tolerance, beyond the scatter of repeated '
-             'runs of one commit.']
+             'from pytest-benchmark\'s saved JSON. A step (▲ slower, ▼ faster, with the '
+             'ratio of the runs after it to those before it and its probability) marks the '
+             'first commit of a new level: a change point of a piecewise-constant fit of the '
+             'log run medians, weighted by the noise, that the runs of the segments on either '
+             'side confirm beyond the tolerance. "rerun confirmed" / "rerun unconfirmed": the '
+             'commit before and the step\'s first commit run again, interleaved '
+             '(`simharness bench history --confirm`).']
     if history.other_machines:
         lines.append(f'Other machines (not shown): {history.other_machines}.')
     if plots_dir:
@@ -314,6 +364,13 @@ def render_markdown(history: History, plots_dir: Optional[str] = None,
                      + ('unknown (no commit with 2 runs)' if noise is None else
                         f'{math.expm1(noise[0]):.1%} (sd of log medians, {noise[1]} degrees of '
                         'freedom)') + '.')
+        sn = history.step_noise.get(n)
+        lines.append('Step detection: ' + (
+            'not sought (the noise is unknown: no commit with 2 runs, fewer than '
+            f'{changepoint.MIN_COMMITS_FOR_LEVEL_NOISE} commits)' if sn is None else
+            f'noise of a run about its level {math.expm1(sn.run_sd):.1%} (repeated runs '
+            f'{math.expm1(sn.within_sd):.1%}, between commits {math.expm1(sn.level_sd):.1%})')
+            + '.')
         if plots_dir:
             lines += ['', f'![{n}]({rel_plots}/{_slug(n)}.png)']
         lines += ['', '| commit | runs | median | run medians | clients/s | peak RSS MB | '
@@ -333,7 +390,7 @@ def render_markdown(history: History, plots_dir: Optional[str] = None,
                 + ('-' if cps is None else f'{cps:,.0f}') + ' | '
                 + ('-' if rss is None else f'{rss / MB:,.0f}') + ' | '
                 + _fmt_time(_first_round(p, n)) + f' | {result} | '
-                + _step_mark(step_at.get((n, i))) + ' |')
+                + step_mark(step_at.get((n, i))) + ' |')
     return '\n'.join(lines) + '\n'
 
 
@@ -413,7 +470,7 @@ def plot_history(history: History, plots_dir: str) -> List[str]:
                 color = 'red' if s.comparison.verdict == 'slower' else 'green'
                 for a in axes:
                     a.axvline(s.index, color=color, linestyle='--', linewidth=1)
-                axes[0].annotate(_step_mark(s), (s.index, history.points[s.index].median(n) * 1e3),
+                axes[0].annotate(step_mark(s), (s.index, history.points[s.index].median(n) * 1e3),
                                  fontsize=8, color=color, xytext=(4, 4),
                                  textcoords='offset points')
             for a in axes:  # from zero: small changes look small
@@ -430,13 +487,21 @@ def plot_history(history: History, plots_dir: str) -> List[str]:
 
 def write_history(storage: str, out_dir: str, machine: Optional[str] = None,
                   tolerance: float = DEFAULT_TOLERANCE, confidence: float = DEFAULT_CONFIDENCE,
-                  names: Optional[Sequence[str]] = None, plots: bool = True) -> Tuple[str, History]:
+                  names: Optional[Sequence[str]] = None, plots: bool = True,
+                  penalty: float = changepoint.DEFAULT_PENALTY,
+                  rerun: Optional[Rerun] = None) -> Tuple[str, History]:
     """Reads the runs under `storage`, writes ``out_dir/history.md`` and ``out_dir/plots/*.png``.
+
+    Args:
+      rerun: when given, every 'slower' step is rerun with it first (`confirm_steps`) and
+        history.md says whether the rerun confirmed it.
 
     Returns:
       The path of history.md and the `History`.
     """
-    history = build_history(find_runs(storage), machine, tolerance, confidence, names)
+    history = build_history(find_runs(storage), machine, tolerance, confidence, names, penalty)
+    if rerun is not None:
+        confirm_steps(history, rerun)
     plots_dir = os.path.join(out_dir, 'plots') if plots else None
     if plots_dir:
         plot_history(history, plots_dir)

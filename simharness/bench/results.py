@@ -44,6 +44,7 @@ class Measurement:
       clients_per_second: from the plugin or the benchmark's own extra_info.
       extra_info: everything the benchmark saved there.
       starts: when each timed round started (Unix time; None: not saved).
+      fullname: pytest's node id (``tests/x.py::test_y[a]``; None: not saved).
     """
 
     name: str
@@ -62,6 +63,7 @@ class Measurement:
     clients_per_second: Optional[float] = None
     extra_info: Dict[str, Any] = dataclasses.field(default_factory=dict)
     starts: Optional[np.ndarray] = None
+    fullname: Optional[str] = None
 
     @property
     def peak_rss_bytes(self) -> Optional[int]:
@@ -156,7 +158,8 @@ def _measurement(b: Dict[str, Any]) -> Measurement:
                                     extra.get('simharness_first_round_seconds')),
         memory=dict(own.get('memory') or {}), fingerprint=own.get('fingerprint'),
         clients_per_second=None if cps is None else float(cps), extra_info=extra,
-        starts=_array(own.get('starts')) if own else None)
+        starts=_array(own.get('starts')) if own else None,
+        fullname=b.get('fullname') or None)
 
 
 def run_from_dict(data: Dict[str, Any], path: str = '') -> Run:

@@ -280,6 +280,28 @@ def test_write_history_and_cli(tmp_path, capsys):
     assert 'is not a file' in capsys.readouterr().err
 
 
+def test_every_benchmark_run_can_append_to_the_history(pytester, tmp_path, monkeypatch):
+    """pytest-benchmark's --benchmark-autosave into the history's storage appends each run
+    (one JSON file, numbered, in the folder of its platform); the history reads them per
+    machine and per commit (here the commit is given as `bench run --rev` gives it)."""
+    from simharness.pytest_plugin import COMMIT_INFO_ENV
+    pytester.makepyfile(test_s='def test_s(benchmark):\n'
+                               '    benchmark.pedantic(sum, args=(range(10),), rounds=3)\n')
+    storage = tmp_path / 'runs'
+    for i, sha in enumerate(('a' * 40, 'a' * 40, 'b' * 40)):
+        monkeypatch.setenv(COMMIT_INFO_ENV, json.dumps(
+            {'id': sha, 'time': f'2026-11-2{i // 2}T00:00:00+00:00', 'dirty': False}))
+        result = pytester.runpytest_inprocess('-p', 'no:cacheprovider', '--benchmark-autosave',
+                                              f'--benchmark-storage=file://{storage}')
+        result.assert_outcomes(passed=1)
+    files = sorted(p.name for p in storage.glob('*/*.json'))
+    assert [f[:5] for f in files] == ['0001_', '0002_', '0003_']
+    h = H.build_history(find_runs(str(storage)))
+    assert [(p.commit[0], len(p.runs)) for p in h.points] == [('a', 2), ('b', 1)]
+    assert h.names == ['test_s'] and h.noise['test_s'][1] == 1
+    assert h.points[0].runs[0].benchmarks['test_s'].fullname == 'test_s.py::test_s'
+
+
 # ------------------------------------------------------------------ the plugin records
 
 PLUGIN_TEST = '''
