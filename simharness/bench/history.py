@@ -260,6 +260,12 @@ def confirm_steps(history: History, rerun: Rerun) -> List[Step]:
                 m = r.benchmarks.get(s.name)
                 if m is not None and m.fullname and m.fullname not in ids:
                     ids.append(m.fullname)
+        if a == b:  # the same sha with and without uncommitted changes: no commits to rerun
+            for s in steps:
+                s.status, s.note = 'unconfirmed', ('between runs of one commit with and without '
+                                                   'uncommitted changes: not rerun')
+                out.append(s)
+            continue
         by_name = {c.name: c for c in rerun(a, b, ids)}
         for s in steps:
             c = by_name.get(s.name)

@@ -235,6 +235,16 @@ def test_confirm_steps_reruns_each_slower_step_and_marks_it(tmp_path):
     assert {s.status for n in h.names for s in h.steps[n]} == {'unconfirmed'}
     assert h.steps['t'][0].note == 'the rerun did not run this benchmark'
 
+    # a step between a commit's clean and dirty runs: no two commits to rerun
+    runs = _runs([1.0] * 6 + [1.5] * 2, seed=6)
+    for r in runs[-4:]:
+        r.commit, r.dirty = _sha(5), True
+    h = H.build_history(runs)
+    (step,) = h.steps['t']
+    assert h.points[step.index].label == _sha(5)[:8] + '+'
+    H.confirm_steps(h, rerun=lambda a, b, ids: pytest.fail('rerun of one commit'))
+    assert step.status == 'unconfirmed' and 'uncommitted changes' in step.note
+
 
 def test_history_confirm_and_fail_exit_codes(tmp_path, monkeypatch, capsys):
     from simharness.bench import cli
