@@ -5,7 +5,11 @@ an executor stack whose client executors run in threads or in pinned worker
 processes. Port TFF code by renaming `tff.` to `simharness.`.
 """
 
-from simharness import errors
+from simharness.core import determinism as _determinism
+
+_determinism.configure_xla()  # before anything can start XLA (simharness.core.xla)
+
+from simharness import errors  # noqa: E402
 from simharness.context import (AsyncExecutionContext, ExecutionContext, execution_context,
                                 get_context, set_default_executor)
 from simharness import structure, templates

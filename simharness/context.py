@@ -62,6 +62,11 @@ class ExecutionContext:
       owns_factory: `close()` closes the factory itself (a process factory's
         workers stop), not only its stacks: for a factory made for this
         context alone.
+      jit_compile: XLA for the TF computations run here: None (default) lets
+        the rule of `simharness.executors.xla` decide per computation; True or
+        False forces it for every computation not forced by its own
+        ``tf_computation(..., jit_compile=...)``. The choice travels inside
+        each computation, so every worker of every stack makes the same.
 
     Raises:
       SimharnessTypeError: a wrong type (`factory` not an `ExecutorFactory`,
@@ -73,9 +78,13 @@ class ExecutionContext:
                  max_concurrent_calls: Optional[int] = None,
                  transform_args: Optional[Callable[[Any], Any]] = None,
                  transform_result: Optional[Callable[[Any], Any]] = None,
-                 owns_factory: bool = False):
+                 owns_factory: bool = False, jit_compile: Optional[bool] = None):
         _check_factory(factory)
         check_bool('owns_factory', owns_factory)
+        if jit_compile is not None:
+            check_bool('jit_compile', jit_compile)
+        #: XLA forced for every computation run here (None: the rule decides).
+        self.jit_compile = jit_compile
         self._owns_factory = owns_factory
         retries = check_int('retries', retries, 0)
         max_concurrent_calls = check_int('max_concurrent_calls', max_concurrent_calls, 1,
@@ -124,8 +133,11 @@ class ExecutionContext:
         ft: T.FunctionType = comp.type_signature
         loop = self._ensure_loop()  # first: a closed context builds no stack
         executor = self.factory.create_executor(cardinalities)
-        return asyncio.run_coroutine_threadsafe(
-            _run(executor, comp.to_building_block(), ft, arg), loop)
+        comp_bb = comp.to_building_block()
+        if self.jit_compile is not None:
+            from simharness.core.xla import force_tree
+            comp_bb = force_tree(comp_bb, self.jit_compile)
+        return asyncio.run_coroutine_threadsafe(_run(executor, comp_bb, ft, arg), loop)
 
     def _result(self, comp: Any, value: Any) -> Any:
         out = to_python(value, comp.type_signature.result)
@@ -203,10 +215,10 @@ class AsyncExecutionContext(ExecutionContext):
                  max_concurrent_calls: Optional[int] = None,
                  transform_args: Optional[Callable[[Any], Any]] = None,
                  transform_result: Optional[Callable[[Any], Any]] = None,
-                 owns_factory: bool = False):
+                 owns_factory: bool = False, jit_compile: Optional[bool] = None):
         super().__init__(factory, retries, max_concurrent_calls=max_concurrent_calls,
                          transform_args=transform_args, transform_result=transform_result,
-                         owns_factory=owns_factory)
+                         owns_factory=owns_factory, jit_compile=jit_compile)
         # event loop -> its semaphore (an asyncio semaphore belongs to one loop)
         self._async_calls: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
 
@@ -431,20 +443,22 @@ def get_context_stack() -> ContextStack:
 
 @contextlib.contextmanager
 def execution_context(factory: ExecutorFactory, retries: int = 0,
-                      close: bool = True) -> Iterator[ExecutionContext]:
+                      close: bool = True,
+                      jit_compile: Optional[bool] = None) -> Iterator[ExecutionContext]:
     """Runs computations inside the `with` block on stacks of `factory`.
 
     Args:
       factory: an `ExecutorFactory` (e.g. `process_executor_factory(...)`).
       retries: as in `ExecutionContext`.
       close: close the context (and the factory's stacks) on exit.
+      jit_compile: as in `ExecutionContext` (XLA forced on or off; None: the rule).
 
     Raises:
       SimharnessTypeError: a wrong type (`close` must be a bool).
       SimharnessValueError: `retries` < 0.
     """
     check_bool('close', close)
-    ctx = ExecutionContext(factory, retries=retries)
+    ctx = ExecutionContext(factory, retries=retries, jit_compile=jit_compile)
     try:
         with context_stack.install(ctx):
             yield ctx

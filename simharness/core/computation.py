@@ -253,16 +253,27 @@ def _named_for_params(fn: Callable, t: T.StructType, params: List[str]) -> T.Str
 
 def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation],
                kind: str):
-    def decorator(*args: Any) -> Any:
+    def decorator(*args: Any, **options: Any) -> Any:
+        unknown = sorted(set(options) - ({'jit_compile'} if kind == 'tf_computation' else set()))
+        if unknown:
+            raise SimharnessTypeError(f'{kind} got an unexpected keyword argument {unknown[0]!r}'
+                                      + (' (it takes jit_compile=True/False/None)'
+                                         if kind == 'tf_computation' else ''))
+        jit = options.get('jit_compile')
+        if jit is not None and not isinstance(jit, bool):
+            raise SimharnessTypeError(f'jit_compile must be True, False or None, got {jit!r} '
+                                      f'of type {type(jit).__name__}', expected='bool or None',
+                                      actual=type(jit))
+        make = make_concrete if jit is None else _forcing(make_concrete, jit)
         if args and callable(args[0]) and not _is_spec(args[0]):
             fn, specs = args[0], args[1:]
-            return _wrap(fn, specs)
+            return _wrap(fn, specs, make)
         specs = args
         for s in specs:
             T.to_type(s)  # a bad spec fails here, as in TFF, not when a function is decorated
-        return lambda fn: _wrap(fn, specs)
+        return lambda fn: _wrap(fn, specs, make)
 
-    def _wrap(fn: Callable, specs: tuple) -> Computation:
+    def _wrap(fn: Callable, specs: tuple, make_concrete: Any) -> Computation:
         if not callable(fn) or isinstance(fn, type):
             raise SimharnessTypeError(
                 f'{kind} decorates a Python function, got {fn!r} of type {type(fn).__name__}',
@@ -284,6 +295,18 @@ def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], Concr
             comp._inline_tf = fn
         return comp
     return decorator
+
+
+def _forcing(make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation],
+             jit: bool) -> Callable[[Callable, Optional[T.Type], bool], ConcreteComputation]:
+    """`make_concrete` whose computations carry XLA forced to `jit` (`executors.xla`)."""
+    def make(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteComputation:
+        from simharness.core.xla import with_jit_compile
+        comp = make_concrete(fn, param, unpack)
+        built = comp.to_building_block()
+        assert isinstance(built, bb.CompiledComputation)
+        return ConcreteComputation(with_jit_compile(built, jit), comp.name)
+    return make
 
 
 def _make_tf(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteComputation:

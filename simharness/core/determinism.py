@@ -81,3 +81,20 @@ def pin_tensorflow_threads() -> bool:
             f'start of the program, before any TF op (tracing a tf_computation that takes '
             f'gradients or builds a dataset runs TF).', RuntimeWarning, stacklevel=3)
         return False
+
+
+#: XLA's CPU matmul and conv calls run single-threaded on the calling thread. With
+#: multi-threaded Eigen (XLA's default) they are handed to the TF intra-op pool, which is one
+#: thread here (`INTRA_OP_THREADS`): the compiled client computations of a thread stack's
+#: threads then wait for each other (measured: a FedAvg round on 2 threads 115 ms compiled
+#: against 97 ms in the graph runtime; 75-86 ms with this flag).
+XLA_FLAG = '--xla_cpu_multi_thread_eigen=false'
+
+
+def configure_xla() -> None:
+    """Adds `XLA_FLAG` to ``XLA_FLAGS`` (unless the user set that flag): before XLA's first use
+    in this process, which reads the variable once; worker processes inherit it."""
+    flags = os.environ.get('XLA_FLAGS', '')
+    if 'xla_cpu_multi_thread_eigen' not in flags:
+        os.environ['XLA_FLAGS'] = f'{flags} {XLA_FLAG}'.strip()
+

@@ -25,6 +25,8 @@ from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import SimharnessValueError
 from simharness.executors import sequence_lowering as lowering
 from simharness.executors import tensor_sequences as tseq
+from simharness.core import xla
+from simharness.core.xla import Decision
 from simharness.executors.client_blocks import Row
 from simharness.executors.tf_values import as_dataset
 from simharness.validation import check_int
@@ -59,25 +61,14 @@ class EmbeddedFunction:
     def __init__(self, comp: bb.CompiledComputation):
         self.comp = comp
         self.type_signature: T.FunctionType = comp.type_signature
-        graph = comp.graph
         graph_def = tf.compat.v1.GraphDef()
-        graph_def.ParseFromString(graph.graph_def)
-
-        param_leaves = ([] if comp.type_signature.parameter is None
-                        else T.flatten_type(comp.type_signature.parameter))
-        specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) if isinstance(t, T.TensorType)
-                 else tf.TensorSpec([], tf.variant) for t in param_leaves]
-        input_names, output_names = list(graph.input_names), list(graph.output_names)
-
-        def _import(*args):
-            return tf.graph_util.import_graph_def(
-                graph_def, input_map=dict(zip(input_names, args)),
-                return_elements=output_names, name='imported')
-
-        # A function with a real positional signature: calls bind directly
-        # (a pruned function would fail structured binding on every call and
-        # format the arguments into an error message before falling back).
-        self._fn = tf.compat.v1.wrap_function(_import, specs)
+        graph_def.ParseFromString(comp.graph.graph_def)
+        self._fn = xla.import_concrete(comp)
+        #: The imported graph as a concrete function (graph runtime).
+        self.concrete = self._fn
+        self._specs = self._fn.structured_input_signature[0]
+        self._xla: Optional[Decision] = None
+        self._jit_single: Any = None
         ops = {node.op for node in graph_def.node}
         for f in graph_def.library.function:
             ops.update(n.op for n in f.node_def)
@@ -88,12 +79,30 @@ class EmbeddedFunction:
         self._result_leaves = T.flatten_type(self.type_signature.result)
         # keys: a shared mask (tuple of bools), or ('fold', k, chunk)
         self._batched: Dict[Tuple[Any, ...], Any] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # `xla` is first read under it by the batched forms
         #: Positions of the parameter leaves that are sequences.
         self.sequence_params = tuple(i for i, t in enumerate(self._param_leaves)
                                      if isinstance(t, T.SequenceType))
         # lowering key -> the lowered function, or None (not lowerable)
         self._lowered: Dict[Tuple[Any, ...], Optional['EmbeddedFunction']] = {}
+
+    @property
+    def xla(self) -> Decision:
+        """Whether this function runs XLA-compiled, and why (`simharness.core.xla`)."""
+        if self._xla is None:
+            decision = xla.decide(self.comp, self._fn)
+            with self._lock:
+                if self._xla is None:
+                    if decision.compiled:
+                        self._jit_single = tf.function(self._fn, jit_compile=True,
+                                                       input_signature=self._specs,
+                                                       autograph=False)
+                    self._xla = decision
+        return self._xla
+
+    def _callable(self) -> Any:
+        """The function one call runs: compiled by XLA or the graph runtime's (`xla`)."""
+        return self._jit_single if self.xla.compiled else self._fn
 
     def lowered(self, sources: Dict[int, TensorBatches]) -> Optional['EmbeddedFunction']:
         """This function with the sequence leaves `sources` (by position) fed as components.
@@ -146,7 +155,7 @@ class EmbeddedFunction:
         return pack_result(self.call_flat(leaves), self.type_signature.result)
 
     def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
-        out = self._fn(*leaves)
+        out = self._callable()(*leaves)
         if isinstance(out, (list, tuple)):
             return list(out)
         return [out]
@@ -194,7 +203,8 @@ class EmbeddedFunction:
         return list(fn(tuple(zero), tuple(rows)))
 
     def _make_fold(self, chunk: Optional[int], nzero: int) -> Any:
-        inner = self._fn
+        # compiled: each step is one call of the compiled function, the bits of `call_flat`
+        inner = self._callable()
 
         def call(leaves):
             out = inner(*leaves)
@@ -235,7 +245,8 @@ class EmbeddedFunction:
 
     def _make_batched(self, mask: Tuple[bool, ...]):
         inner = self._fn
-        exact = self.exact_elementwise
+        compiled = self.xla.compiled
+        exact = self.exact_elementwise and not compiled
         out_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._result_leaves)
 
         leaf_specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
@@ -243,7 +254,11 @@ class EmbeddedFunction:
         stacked_sig = tuple(tf.TensorSpec([None] + list(sp.shape), sp.dtype)
                             for sp, m in zip(leaf_specs, mask) if not m)
 
-        @tf.function(autograph=False, input_signature=(shared_sig, stacked_sig))
+        # Compiled: the whole block is one XLA computation (a loop over its clients), whose
+        # per-client results are the bits of one compiled call per client (`call_flat`),
+        # whatever the block's size (tests/conformance/test_xla_bits.py).
+        @tf.function(autograph=False, input_signature=(shared_sig, stacked_sig),
+                     jit_compile=compiled)
         def batched(shared, stacked):
             def body(xs):
                 it_s, it_x = iter(shared), iter(xs)

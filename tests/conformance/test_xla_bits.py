@@ -1,0 +1,98 @@
+"""XLA-compiled client computations give the same bits on every stack and layout.
+
+A compiled block of clients is one XLA computation (a loop over its clients):
+its per-client results must be the bits of one compiled call per client (the
+``thread-1`` layout: one client per thread), however a stack cuts the clients
+into blocks (2 per thread, uneven blocks, 3 per worker, services, Ray actors).
+Seven clients, so that every layout has an uneven block. The rule and the
+forcing are in `simharness.core.xla` (tests/unit/test_xla_rule.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+import simharness as sh
+from simharness.core import xla
+from simharness.executors.embedded_function import EmbeddedFunction
+
+N = 7
+W = sh.TensorType(tf.float32, [256, 256])  # 65,536 elements: the rule compiles the step
+X = sh.TensorType(tf.float32, [8, 256])
+
+
+@sh.tf_computation(W, X)
+def client_step(w, x):
+    h = tf.tanh(tf.matmul(x, w) * 0.05)
+    return w - 0.01 * tf.matmul(x, h, transpose_a=True), tf.reduce_sum(h * h)
+
+
+@sh.federated_computation(sh.type_at_server(W), sh.type_at_clients(X))
+def step_round(w, xs):
+    out = sh.federated_map(client_step, sh.federated_zip([sh.federated_broadcast(w), xs]))
+    return out, sh.federated_sum(out[1])
+
+
+@sh.tf_computation(W, sh.SequenceType(sh.TensorType(tf.float32, [4, 256])), jit_compile=True)
+def client_loop(w, ds):
+    return ds.reduce(w, lambda acc, x: acc - 0.01 * tf.matmul(
+        x, tf.tanh(tf.matmul(x, acc)), transpose_a=True))
+
+
+@sh.federated_computation(sh.type_at_server(W),
+                          sh.type_at_clients(sh.SequenceType(sh.TensorType(tf.float32, [4, 256]))))
+def loop_round(w, datasets):
+    return sh.federated_map(client_loop, sh.federated_zip([sh.federated_broadcast(w), datasets]))
+
+
+def _inputs():
+    rng = np.random.default_rng(11)
+    w = (rng.normal(size=(256, 256)) * 0.05).astype(np.float32)
+    xs = [rng.normal(size=(8, 256)).astype(np.float32) for _ in range(N)]
+    return w, xs
+
+
+def _bits(x):
+    if isinstance(x, (list, tuple)):
+        return [_bits(v) for v in x]
+    return np.asarray(x).tobytes()
+
+
+def _one_client_per_thread(stack, comp, *args):
+    factory = stack.registry.make_factory('thread-1')
+    try:
+        with sh.execution_context(factory):
+            return comp(*args)
+    finally:
+        factory.close()
+
+
+def test_the_rule_compiles_the_client_step():
+    decision = xla.report(client_step)
+    assert [d['compiled'] for d in decision.values()] == [True], decision
+
+
+def test_compiled_blocks_give_the_bits_of_one_compiled_call_per_client(stack):
+    w, xs = _inputs()
+    got = step_round(w, xs)
+    want = _one_client_per_thread(stack, step_round, w, xs)
+    assert _bits(got) == _bits(want)
+    fn = EmbeddedFunction(client_step.to_building_block())
+    assert fn.xla.compiled
+    for (new_w, energy), x in zip(got[0], xs):
+        single = fn.call_flat([tf.constant(w), tf.constant(x)])
+        assert np.asarray(new_w).tobytes() == single[0].numpy().tobytes()
+        assert np.asarray(energy).tobytes() == single[1].numpy().tobytes()
+
+
+def test_lowered_dataset_loops_compile_with_the_same_bits_on_every_layout(stack):
+    w, _ = _inputs()
+    rng = np.random.default_rng(3)
+    data = [tf.data.Dataset.from_tensor_slices(
+        rng.normal(size=(4 * (i % 3 + 1), 256)).astype(np.float32)).batch(4, drop_remainder=True)
+        for i in range(N)]
+    got = loop_round(w, data)
+    want = _one_client_per_thread(stack, loop_round, w, data)
+    assert _bits(got) == _bits(want)
+    assert np.all(np.isfinite(np.asarray(got)))

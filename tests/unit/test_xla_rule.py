@@ -1,0 +1,138 @@
+"""The XLA rule for TF computations (`simharness.core.xla`): what it compiles, why not, forcing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import simharness as sh
+from simharness.core import xla
+from simharness.errors import SimharnessTypeError
+from simharness.executors.embedded_function import EmbeddedFunction
+from simharness.stacks import thread_debugging_executor_factory
+
+BIG = sh.TensorType(tf.float32, [256, 256])
+SMALL = sh.TensorType(tf.float32, [4, 4])
+
+
+def _decision(comp):
+    (d,) = xla.report(comp).values()
+    return d
+
+
+@sh.tf_computation(BIG)
+def big_matmul(x):
+    return tf.matmul(x, x) * 0.5
+
+
+def test_the_rule_is_structural_and_says_why():
+    assert _decision(big_matmul) == {'compiled': True, 'reason': (
+        'matmul, no stateful op, >= 65536 tensor elements per call')}
+
+    @sh.tf_computation(SMALL)
+    def small(x):
+        return tf.matmul(x, x)
+    assert 'small: 32 tensor elements' in _decision(small)['reason']
+
+    @sh.tf_computation(BIG)
+    def elementwise(x):
+        return tf.tanh(x) * 2.0
+    assert _decision(elementwise) == {'compiled': False,
+                                      'reason': 'no matmul (nothing for XLA to gain)'}
+
+    @sh.tf_computation(BIG)
+    def noisy(x):
+        return tf.matmul(x, x) + tf.random.uniform([256, 256])
+    assert _decision(noisy)['compiled'] is False
+    assert 'stateful op RandomUniform' in _decision(noisy)['reason']
+
+    @sh.tf_computation(sh.TensorType(tf.float32, [8, 32, 32, 3]))
+    def conv(x):
+        return tf.nn.conv2d(x, tf.ones([3, 3, 3, 256]), 1, 'SAME')
+    assert _decision(conv) == {'compiled': False,
+                               'reason': 'convolution Conv2D (oneDNN is faster on CPU)'}
+
+
+def test_forcing_per_computation_and_what_forcing_cannot_do():
+    @sh.tf_computation(SMALL, jit_compile=True)
+    def small_on(x):
+        return tf.matmul(x, x)
+    assert _decision(small_on) == {'compiled': True, 'reason': 'forced on'}
+
+    @sh.tf_computation(BIG, jit_compile=False)
+    def big_off(x):
+        return tf.matmul(x, x) * 0.5
+    assert _decision(big_off) == {'compiled': False, 'reason': 'forced off'}
+
+    @sh.tf_computation(SMALL, jit_compile=True)
+    def strings(x):
+        return tf.strings.to_number(tf.strings.as_string(x))
+    d = _decision(strings)
+    assert d['compiled'] is False and 'XLA cannot compile it' in d['reason'] and \
+        'AsString' in d['reason']
+    np.testing.assert_array_equal(strings(np.eye(4, dtype=np.float32)), np.eye(4))
+
+    @sh.tf_computation(SMALL, jit_compile=True)
+    def noisy(x):
+        return x + tf.random.uniform([4, 4])
+    assert _decision(noisy)['compiled'] is False  # XLA would ignore the random op's seed
+
+
+def test_the_marker_is_idempotent_and_changes_nothing_computed():
+    comp = big_matmul.to_building_block()
+    on = xla.with_jit_compile(comp, True)
+    assert xla.with_jit_compile(on, True) is on
+    back = xla.with_jit_compile(on, None)
+    assert _decision(back)['reason'] == _decision(comp)['reason'] != 'forced on'
+    off = xla.with_jit_compile(on, False)
+    x = tf.constant(np.random.default_rng(0).normal(size=(256, 256)).astype(np.float32))
+    graph = EmbeddedFunction(off)
+    assert not graph.xla.compiled
+    np.testing.assert_allclose(EmbeddedFunction(on).call_flat([x])[0].numpy(),
+                               graph.call_flat([x])[0].numpy(), rtol=1e-5, atol=1e-4)
+    assert graph.call_flat([x])[0].numpy().tobytes() == \
+        EmbeddedFunction(comp).concrete(x)[0].numpy().tobytes()
+
+
+def test_forcing_per_context_and_the_computation_s_own_choice_wins():
+    @sh.tf_computation(SMALL, jit_compile=False)
+    def own_off(x):
+        return tf.matmul(x, x)
+
+    @sh.federated_computation(sh.type_at_clients(BIG), sh.type_at_clients(SMALL))
+    def both(xs, ys):
+        return sh.federated_map(big_matmul, xs), sh.federated_map(own_off, ys)
+
+    forced = xla.report(xla.force_tree(both.to_building_block(), False))
+    assert sorted(d['reason'] for d in forced.values()) == ['forced off', 'forced off']
+    forced_on = xla.report(xla.force_tree(both.to_building_block(), True))
+    assert sorted(d['reason'] for d in forced_on.values()) == ['forced off', 'forced on']
+
+    rng = np.random.default_rng(1)
+    xs = [rng.normal(size=(256, 256)).astype(np.float32) for _ in range(3)]
+    ys = [np.eye(4, dtype=np.float32)] * 3
+    graph = EmbeddedFunction(xla.with_jit_compile(big_matmul.to_building_block(), False))
+    want = [graph.call_flat([tf.constant(x)])[0].numpy().tobytes() for x in xs]
+    with sh.execution_context(thread_debugging_executor_factory(clients_per_thread=2),
+                              jit_compile=False):
+        got, _ = both(xs, ys)
+    assert [np.asarray(g).tobytes() for g in got] == want
+
+
+def test_bad_choices_are_clear_errors():
+    with pytest.raises(SimharnessTypeError, match="jit_compile must be True, False or None, "
+                                                  "got 'yes' of type str"):
+        sh.tf_computation(SMALL, jit_compile='yes')
+    with pytest.raises(SimharnessTypeError, match="unexpected keyword argument 'jitcompile'"):
+        sh.tf_computation(SMALL, jitcompile=True)
+    with pytest.raises(SimharnessTypeError, match='jit_compile must be a bool'):
+        sh.ExecutionContext(thread_debugging_executor_factory(), jit_compile=1)
+    with pytest.raises(SimharnessTypeError, match='jit_compile applies to TF computations'):
+        xla.with_jit_compile(sh.federated_computation(lambda: sh.federated_value(
+            1.0, sh.SERVER)).to_building_block(), True)
+
+
+def test_worker_processes_inherit_single_threaded_xla_calls():
+    import os
+    assert '--xla_cpu_multi_thread_eigen=false' in os.environ['XLA_FLAGS']
