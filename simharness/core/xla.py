@@ -10,26 +10,27 @@ it is made by `decide` from the computation alone, never from a timing.
 
 **The rule** (``auto``), in order:
 
-1. forced: a marker in the graph (`with_jit_compile`: per computation, by
+1. forced off: a marker in the graph (`with_jit_compile`: per computation, by
    ``tf_computation(..., jit_compile=...)``, or per stack, by
-   ``execution_context(factory, jit_compile=...)``) decides;
-2. not compiled when the graph holds a stateful op (TFF's semantics: an
-   unseeded ``tf.random`` op gives fresh values per client and call, which
-   XLA's generators would not), or a dataset (variant), string or resource
-   value;
-3. not compiled with a convolution: on CPU, oneDNN's conv kernels are faster
+   ``execution_context(factory, jit_compile=...)``) says so;
+2. not compiled when it takes or returns a dataset (where its loops run as
+   tensor loops, on the workers, that lowered form is decided by this rule)
+   or strings;
+3. not compiled with a stateful op: a stateful random op (TFF's semantics:
+   an unseeded ``tf.random`` op gives fresh values per client and call, and
+   XLA ignores such ops' seeds) or another (XLA would drop or reorder its
+   effect, e.g. an ``Assert``);
+4. forced on: compiled, if XLA lowers it (7);
+5. not compiled with a convolution: on CPU, oneDNN's conv kernels are faster
    than XLA's on the CNN of `simharness.learning.models` (measured in
    docs/benchmarks.md); force it to compile anyway;
-4. not compiled without dense work: no ``MatMul``/``BatchMatMul``/``Einsum``
-   (elementwise and reduction graphs gain nothing measurable);
-5. not compiled when the call is small: its parameters and results hold fewer
-   than `MIN_ELEMENTS` tensor elements (the compile would not pay back);
-6. otherwise compiled, unless XLA cannot lower it (an op without an XLA
+6. not compiled without dense work (no ``MatMul``/``BatchMatMul``/
+   ``Einsum``: elementwise and reduction graphs gain nothing measurable), or
+   when the call is small: its parameters and results hold fewer than
+   `MIN_ELEMENTS` tensor elements, or some of unknown size (a compile costs
+   ~1 s per computation and per block size and would not pay back);
+7. otherwise compiled, unless XLA cannot lower it (an op without an XLA
    kernel): then not, with XLA's reason.
-
-Forcing ``True`` skips 3-5 (2 and 6 still apply: a stateful op, or an op XLA
-lacks, is reported, and the graph runtime runs it); forcing ``False`` never
-compiles.
 
 Compiled results keep the determinism guarantee among themselves: a block of
 clients runs in one compiled call whose per-client results are the bits of one
@@ -144,20 +145,27 @@ def _static(comp: bb.CompiledComputation, graph_def: Any) -> Optional[Decision]:
     on = forced(graph_def)
     if on is False:
         return Decision(False, 'forced off')
+    for leaf in [*T.flatten_type(comp.type_signature.parameter or T.StructType([])),
+                 *T.flatten_type(comp.type_signature.result)]:
+        if isinstance(leaf, T.SequenceType):
+            return Decision(False, 'takes or returns a dataset (where its loops run as tensor '
+                            'loops, that lowered form is decided by this rule on the workers)')
+        if not isinstance(leaf, T.TensorType):
+            return Decision(False, f'takes or returns a {type(leaf).__name__}')
+        if leaf.dtype is not None and str(leaf.dtype) in ('object', 'str', '<U0', 'bytes'):
+            return Decision(False, 'takes or returns strings')
     ops = _ops(graph_def)
     stateful = sorted(op for op in ops - _CONTROL_FLOW
                       if (op_def_registry.get(op) is None or op_def_registry.get(op).is_stateful))
-    if stateful:  # even when forced: XLA would change what the computation means
-        return Decision(False, f'stateful op {stateful[0]} (fresh values per call, as in TFF; '
-                        'XLA ignores the seeds of stateful random ops)')
+    random = [op for op in stateful if any(n in op.encode() for n in bb.STATEFUL_RANDOM_OP_NAMES)]
+    if random:  # even when forced: XLA would change what the computation means
+        return Decision(False, f'stateful random op {random[0]} (fresh values per call, as in '
+                        'TFF; XLA ignores the seeds of stateful random ops)')
+    if stateful:
+        return Decision(False, f'stateful op {stateful[0]} (XLA would drop or reorder its '
+                        'effect)')
     if on:
         return None
-    for leaf in [*T.flatten_type(comp.type_signature.parameter or T.StructType([])),
-                 *T.flatten_type(comp.type_signature.result)]:
-        if not isinstance(leaf, T.TensorType):
-            return Decision(False, f'takes or returns a {type(leaf).__name__} (a dataset)')
-        if leaf.dtype is not None and str(leaf.dtype) in ('object', 'str', '<U0', 'bytes'):
-            return Decision(False, 'takes or returns strings')
     conv = sorted(ops & CONV_OPS)
     if conv:
         return Decision(False, f'convolution {conv[0]} (oneDNN is faster on CPU)')

@@ -450,6 +450,20 @@ class StackRegistry:
         self._used[name] = None
         return resource
 
+    def release(self, name: str) -> bool:
+        """Closes stack `name`'s session resource now, if it was started (a later use starts
+        it again): for a suite that knows no test of this session needs it any more.
+
+        Returns:
+          True when a resource was closed.
+        """
+        resource = self._resources.pop(name, None)
+        self._used.pop(name, None)
+        if resource is None:
+            return False
+        _close_all([resource])
+        return True
+
     def make_factory(self, name: str, num_clients: Optional[int] = None) -> Any:
         """A new `ExecutorFactory` of stack `name` (on the stack's session resource); close it."""
         entry = self.entry(name)

@@ -17,7 +17,8 @@ Messages (length-prefixed pickles):
   partial sum goes back whatever the number of clients.
 * ``('close',)``: exit.
 
-Run as ``python plain_tf_worker.py CPU`` (CPU: the id to pin to, or -1).
+Run as ``python plain_tf_worker.py CPU [xla]`` (CPU: the id to pin to, or -1; ``xla``: the
+client update is compiled, ``tf.function(jit_compile=True)``).
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def _write(stream, obj) -> None:
     stream.flush()
 
 
-def build_client_update():
-    """The client update as a `tf.function` ``(weights, x [50, 60], y [50]) -> delta``."""
+def build_client_update(jit_compile: bool = False):
+    """The client update as a `tf.function` ``(weights, x [50, 60], y [50]) -> delta``
+    (compiled by XLA with `jit_compile`)."""
     import tensorflow as tf
 
     def forward(w, x):
@@ -55,7 +57,7 @@ def build_client_update():
         h = tf.nn.relu(tf.matmul(h, w[2]) + w[3])
         return tf.matmul(h, w[4]) + w[5]
 
-    @tf.function
+    @tf.function(jit_compile=jit_compile)
     def client_update(w, x, y):
         w0 = list(w)
         w = list(w)
@@ -88,6 +90,7 @@ def run_clients(client_update, clients, weights):
 
 def main() -> None:
     cpu = int(sys.argv[1]) if len(sys.argv) > 1 else -1
+    jit_compile = len(sys.argv) > 2 and sys.argv[2] == 'xla'
     if cpu >= 0 and hasattr(os, 'sched_setaffinity'):
         os.sched_setaffinity(0, {cpu})
     os.environ.setdefault('CUDA_VISIBLE_DEVICES', '')
@@ -99,7 +102,7 @@ def main() -> None:
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    client_update = build_client_update()
+    client_update = build_client_update(jit_compile)
 
     client_sets = {}
     _write(out, ('ready', os.getpid()))

@@ -10,9 +10,18 @@ Baselines (plain TensorFlow, no simharness; see `plain_tf_worker.py`):
   process pinned to one CPU, 1 TF thread: the limit for one core.
 * ``plain_tf_2proc``: the same in 2 pinned processes, 50 clients each, each
   sending back one partial sum: the limit for 2 cores.
+* ``plain_tf_2proc_xla``: the same, the client update compiled by XLA
+  (``tf.function(jit_compile=True)``).
+
+Our round runs its client update XLA-compiled (the rule of `simharness.core.xla`
+compiles it); ``test_fedavg_round_graph_runtime`` runs it with XLA forced off.
+``test_matmul_one_core`` times a 1024^3 matmul on one TF thread: beside it,
+``client_gflops_per_core`` (25.0 MFLOP per client update) says how much of a
+core the client update uses.
 
 In extra_info: ``ratio_to_single_process_tf`` and ``ratio_to_two_process_tf``
-(stack median / baseline median; below 1 is faster than the baseline),
+and ``ratio_to_two_process_tf_xla`` (stack median / baseline median; below 1 is
+faster than the baseline),
 ``clients_per_second``, ``ms_per_client``. Correctness: the new weights
 match the plain-TF round (its client update run in this process) to 1e-5
 and the round saw 5,000 examples. With ``--benchmark-disable`` the
@@ -31,7 +40,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from .helpers import STACKS, check_then_time, median_seconds, time_median
+from .helpers import STACKS, check_then_time, disabled, median_seconds, time_median
 
 NUM_CLIENTS = 100
 ROUNDS = 5
@@ -45,9 +54,10 @@ on_stacks = pytest.mark.parametrize('simharness_stack', STACKS, indirect=True)
 class PlainTF:
     """One plain-TF worker process (`plain_tf_worker.py`), pinned to `cpu`."""
 
-    def __init__(self, cpu: int):
+    def __init__(self, cpu: int, xla: bool = False):
         self._log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, WORKER_SCRIPT, str(cpu)],
+        self.proc = subprocess.Popen([sys.executable, WORKER_SCRIPT, str(cpu)]
+                                     + (['xla'] if xla else []),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._log)
         self.cpu = cpu
@@ -98,8 +108,9 @@ def workload():
 class PlainTFProcesses:
     """Plain-TF worker processes, started on first use, pinned to the usable CPUs in turn."""
 
-    def __init__(self, workload):
+    def __init__(self, workload, xla: bool = False):
         self._workload = workload
+        self._xla = xla
         self._procs = []
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else [0]
         self._cpus = cpus
@@ -107,7 +118,8 @@ class PlainTFProcesses:
     def get(self, count: int):
         """The first `count` processes; each holds 'all' clients and its 'half' of them."""
         x, y, half = self._workload['x'], self._workload['y'], NUM_CLIENTS // 2
-        new = [PlainTF(self._cpus[i % len(self._cpus)]) for i in range(len(self._procs), count)]
+        new = [PlainTF(self._cpus[i % len(self._cpus)], self._xla)
+               for i in range(len(self._procs), count)]
         self._procs.extend(new)
         for p in new:
             assert p.recv()[0] == 'ready'
@@ -152,6 +164,15 @@ def _round_2proc(procs, w0):
 
 
 @pytest.fixture(scope='module')
+def plain_tf_xla(workload):
+    procs = PlainTFProcesses(workload, xla=True)
+    try:
+        yield procs
+    finally:
+        procs.close()
+
+
+@pytest.fixture(scope='module')
 def reference_weights(workload):
     """The new weights after the round, by the plain-TF client update run in this process."""
     import tensorflow as tf
@@ -193,8 +214,8 @@ def test_fedavg_round_plain_tf_2proc(benchmark, baselines, plain_tf, workload, r
 
 
 @on_stacks
-def test_fedavg_round(simharness_benchmark, simharness_stack, baselines, plain_tf, workload,
-                      reference_weights):
+def test_fedavg_round(simharness_benchmark, simharness_stack, baselines, plain_tf, plain_tf_xla,
+                      workload, reference_weights):
     """One FedAvg round (FedAvg.next) on the stack."""
     bench = simharness_benchmark
     bench.group = GROUP
@@ -217,8 +238,95 @@ def test_fedavg_round(simharness_benchmark, simharness_stack, baselines, plain_t
         lambda: _round_1proc(plain_tf.get(1), w0), ROUNDS))
     two = baselines.get('fedavg_plain_tf_2proc', lambda: time_median(
         lambda: _round_2proc(plain_tf.get(2), w0), ROUNDS))
+    two_xla = baselines.get('fedavg_plain_tf_2proc_xla', lambda: time_median(
+        lambda: _round_2proc(plain_tf_xla.get(2), w0), ROUNDS))
     bench.extra_info.update(
         num_clients=NUM_CLIENTS, clients_per_second=NUM_CLIENTS / t,
         ms_per_client=1e3 * t / NUM_CLIENTS,
         plain_tf_1proc_seconds=one, plain_tf_2proc_seconds=two,
-        ratio_to_single_process_tf=t / one, ratio_to_two_process_tf=t / two)
+        plain_tf_2proc_xla_seconds=two_xla,
+        ratio_to_single_process_tf=t / one, ratio_to_two_process_tf=t / two,
+        ratio_to_two_process_tf_xla=t / two_xla, **_rates(t, simharness_stack.name, baselines))
+
+
+#: FLOPs of one client update of the reference workload: 5 SGD steps of batch 10 through the
+#: MLP 60-256-256-10, forward 2 x 10 x 83,456 and backward twice that: 25.0 MFLOP.
+CLIENT_FLOP = 3 * 2 * 10 * (60 * 256 + 256 * 256 + 256 * 10) * 5
+MATMUL_N = 1024
+
+
+def _cores(stack_name: str) -> int:
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else 1
+    return min(ncpu, int(stack_name.split('-')[1])) if stack_name.startswith('process-') else ncpu
+
+
+def _rates(t: float, stack_name: str, baselines) -> dict:
+    """The client update's GFLOP/s per core in a round of `t` seconds, beside a core's matmul."""
+    per_core = CLIENT_FLOP * NUM_CLIENTS / t / _cores(stack_name) / 1e9
+    matmul = baselines.get('matmul_one_core', _time_matmul)
+    return {'client_gflops_per_core': per_core,
+            'matmul_gflops_one_core': 2 * MATMUL_N ** 3 / matmul / 1e9}
+
+
+def _time_matmul() -> float:
+    import tensorflow as tf
+    from simharness.core.determinism import pin_tensorflow_threads
+    pin_tensorflow_threads()  # one TF thread, as every client computation runs
+    a = tf.random.stateless_uniform([MATMUL_N, MATMUL_N], [1, 2])
+    fn = tf.function(lambda x: tf.matmul(x, x))
+    fn(a).numpy()
+    return time_median(lambda: fn(a).numpy(), ROUNDS)
+
+
+def test_matmul_one_core(benchmark, baselines):
+    """A core's rate: a 1024^3 float32 matmul, one TF thread (the scale for GFLOP/s above)."""
+    benchmark.group = GROUP
+    import tensorflow as tf
+    from simharness.core.determinism import pin_tensorflow_threads
+    pin_tensorflow_threads()
+    n = 64 if disabled(benchmark) else MATMUL_N
+    a = tf.random.stateless_uniform([n, n], [1, 2])
+    fn = tf.function(lambda x: tf.matmul(x, x))
+    check_then_time(benchmark, lambda: fn(a).numpy(), (),
+                    lambda r: np.testing.assert_allclose(r, a.numpy() @ a.numpy(), rtol=1e-4),
+                    rounds=ROUNDS)
+    t = median_seconds(benchmark)
+    if t is not None:
+        baselines.put('matmul_one_core', t)
+        benchmark.extra_info.update(gflops=2 * n ** 3 / t / 1e9)
+
+
+@pytest.mark.timing_only
+def test_fedavg_round_plain_tf_2proc_xla(benchmark, baselines, plain_tf_xla, workload,
+                                         reference_weights):
+    """Baseline: the same two processes, the client update compiled (jit_compile=True)."""
+    benchmark.group = GROUP
+    check_then_time(benchmark, _round_2proc, (plain_tf_xla.get(2), workload['w0']),
+                    _check_weights(reference_weights), rounds=ROUNDS)
+    _record_plain(benchmark, baselines, 'fedavg_plain_tf_2proc_xla')
+
+
+@pytest.mark.parametrize('simharness_stack', ['process-2'], indirect=True)
+def test_fedavg_round_graph_runtime(simharness_benchmark, simharness_stack, baselines, plain_tf,
+                                    plain_tf_xla, workload, reference_weights):
+    """The round of `test_fedavg_round` with XLA forced off: TF's graph runtime."""
+    import simharness as sh
+    bench = simharness_benchmark
+    bench.group = GROUP
+    fedavg, state, padded = workload['fedavg'], workload['state'], workload['padded']
+    weights_ok = _check_weights(reference_weights)
+    with sh.execution_context(simharness_stack.factory, jit_compile=False):
+        check_then_time(bench, fedavg.next, (state, padded),
+                        lambda r: weights_ok(r[0]['weights']), rounds=ROUNDS)
+    t = median_seconds(bench)
+    if t is None:
+        return
+    w0 = workload['w0']
+    two = baselines.get('fedavg_plain_tf_2proc', lambda: time_median(
+        lambda: _round_2proc(plain_tf.get(2), w0), ROUNDS))
+    two_xla = baselines.get('fedavg_plain_tf_2proc_xla', lambda: time_median(
+        lambda: _round_2proc(plain_tf_xla.get(2), w0), ROUNDS))
+    bench.extra_info.update(
+        num_clients=NUM_CLIENTS, clients_per_second=NUM_CLIENTS / t,
+        ratio_to_two_process_tf=t / two, ratio_to_two_process_tf_xla=t / two_xla,
+        **_rates(t, simharness_stack.name, baselines))

@@ -295,3 +295,19 @@ def test_federated_evaluation_from_the_config_matches_the_central_one(tmp_path):
     for r in rows:  # TINY evaluates centrally on all clients' data: the same examples
         assert r['fed_eval_loss'] == pytest.approx(r['eval_loss'], rel=1e-5)
         assert r['fed_eval_accuracy'] == pytest.approx(r['eval_accuracy'])
+
+
+def test_the_summary_says_which_computations_xla_compiled_and_the_stack_can_force_it(tmp_path):
+    auto = run_experiment(make_config(training={'rounds': 1}), tmp_path / 'auto', progress=False)
+    forced = run_experiment(make_config(training={'rounds': 1}, stack={'jit_compile': True}),
+                            tmp_path / 'on', progress=False)
+    reasons = {r['reason'] for r in auto.summary['xla'].values()}
+    assert auto.summary['xla'] and not any(r['compiled'] for r in auto.summary['xla'].values())
+    assert any(r.startswith('takes or returns a dataset') for r in reasons), reasons
+    assert 'no matmul (nothing for XLA to gain)' in reasons
+    on = forced.summary['xla']
+    assert any(r['compiled'] and r['reason'] == 'forced on' for r in on.values()), on
+    assert np.isfinite(forced.summary['final_loss'])
+    assert abs(forced.summary['final_loss'] - auto.summary['final_loss']) < 1e-4
+    with pytest.raises(ConfigError, match='stack.jit_compile must be true or false'):
+        make_config(stack={'jit_compile': 'yes'})

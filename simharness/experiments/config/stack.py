@@ -34,9 +34,12 @@ class ThreadStack(StackConfig, tag='thread'):
 
     Attributes:
         clients_per_thread: clients per client thread.
+        jit_compile: XLA for the TF computations (true or false forces it; unset: the
+            rule of `simharness.core.xla` decides per computation).
     """
 
     clients_per_thread: int = _opt(1, _int(1))
+    jit_compile: Optional[bool] = _opt(None, _check_bool)
 
 
 def _check_devices(key: str, d: Any) -> Union[str, Tuple[Union[int, str], ...]]:
@@ -68,6 +71,8 @@ class ProcessStack(StackConfig, tag='process'):
         cpu_affinity: pin each worker to its own cores.
         devices: GPUs to use ('cuda:0', [0, 1], ...; default: CPU).
         workers_per_gpu: workers sharing a GPU.
+        jit_compile: XLA for the TF computations (true or false forces it; unset: the
+            rule of `simharness.core.xla` decides per computation).
     """
 
     num_workers: Optional[int] = _opt(None, _int(1))
@@ -75,6 +80,7 @@ class ProcessStack(StackConfig, tag='process'):
     cpu_affinity: bool = _opt(True, _check_bool)
     devices: Optional[Union[str, Tuple[Union[int, str], ...]]] = _opt(None, _check_devices)
     workers_per_gpu: int = _opt(1, _int(1))
+    jit_compile: Optional[bool] = _opt(None, _check_bool)
 
 
 def _check_gpu_share(key: str, value: Any) -> Any:
@@ -96,6 +102,8 @@ class RayStack(StackConfig, tag='ray'):
         num_cpus_per_worker: CPUs reserved per actor.
         num_gpus_per_worker: GPUs per actor, 0 .. 1.
         placement_strategy: 'PACK', 'SPREAD', 'STRICT_PACK' or 'STRICT_SPREAD'.
+        jit_compile: XLA for the TF computations (true or false forces it; unset: the
+            rule of `simharness.core.xla` decides per computation).
     """
 
     num_workers: Optional[int] = _opt(None, _int(1))
@@ -105,6 +113,7 @@ class RayStack(StackConfig, tag='ray'):
     num_cpus_per_worker: float = _opt(1, _as_given(_num(0, inclusive=False)))
     num_gpus_per_worker: float = _opt(0, _check_gpu_share)
     placement_strategy: str = _opt('PACK', _choice(RAY_PLACEMENT_STRATEGIES))
+    jit_compile: Optional[bool] = _opt(None, _check_bool)
 
 
 def check_stack_devices(stack: StackConfig, inventory: Optional[GpuInventory] = None) -> None:

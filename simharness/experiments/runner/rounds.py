@@ -112,6 +112,17 @@ def _progress_enabled(progress: bool) -> bool:
         return False
 
 
+def _compiled(process: Any, jit_compile: Optional[bool]) -> Optional[Dict[str, Any]]:
+    """Per TF computation of the round (`process.next`): XLA-compiled or not, and why (None
+    when `next` is a Python function around computations, as with clients by reference)."""
+    from simharness.core import xla
+    from simharness.core.computation import Computation
+    if not isinstance(process.next, Computation):
+        return None
+    comp = process.next.to_building_block()
+    return xla.report(comp if jit_compile is None else xla.force_tree(comp, jit_compile))
+
+
 def run_round(process: Any, state: Any, client_ids: Sequence[str]) -> Tuple[Any, Any]:
     """One training round: ``process.next(state, client_ids)`` (tests wrap this seam)."""
     return tuple(process.next(state, list(client_ids)))  # type: ignore[return-value]
@@ -198,6 +209,7 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     eval_process = _build_process(config, model.functional, work, evaluation=True) \
         if t.federated_eval else None
     state = process.initialize()
+    extra['xla'] = _compiled(process, config.stack.jit_compile)
     agg = config.aggregator
     callbacks = list(callbacks or [])
     best = CK.BestModel(run_dir / BEST_WEIGHTS_FILE, t.early_stopping_metric)
@@ -265,7 +277,7 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 writer.write(old_row['round'], _scalars(old_row))
         k = t.clients_per_round
         last_eval = '-'
-        with simharness.execution_context(factory):
+        with simharness.execution_context(factory, jit_compile=config.stack.jit_compile):
             for r in range(start_round, t.rounds):
                 if t.cohort == 'reference':
                     cohort = _cohort(config, ids, r)

@@ -131,6 +131,8 @@ def _summary(config: ExperimentConfig, run_id: str, status: str, metrics: List[D
         'stopped_early_after_round': extra.get('stopped_early'),
         'best_round': extra.get('best_round'),
         'best_value': extra.get('best_value'),
+        # per TF computation of a round: XLA-compiled or not, and why (simharness.core.xla)
+        'xla': extra.get('xla'),
     }
 
 
