@@ -330,3 +330,53 @@ def test_fedavg_round_graph_runtime(simharness_benchmark, simharness_stack, base
         num_clients=NUM_CLIENTS, clients_per_second=NUM_CLIENTS / t,
         ratio_to_two_process_tf=t / two, ratio_to_two_process_tf_xla=t / two_xla,
         **_rates(t, simharness_stack.name, baselines))
+
+
+# ------------------------------------------------------------------ the CNN, compiled and not
+
+CNN_GROUP = 'fedavg round, CNN (28x28x1, 20 clients of 50 examples)'
+CNN_CLIENTS = 20
+
+
+@pytest.fixture(scope='module')
+def cnn_workload():
+    from simharness.learning import FedAvg, FedAvgConfig
+    from simharness.learning.models import ModelSpec, init_weights
+    spec = ModelSpec('cnn', (28, 28, 1), 10)
+    fedavg = FedAvg(spec, FedAvgConfig(), 50)
+    rng = np.random.default_rng(0)
+    arrays = [{'x': rng.normal(size=(50, 28, 28, 1)).astype(np.float32),
+               'y': rng.integers(0, 10, 50).astype(np.int32)} for _ in range(CNN_CLIENTS)]
+    return {'fedavg': fedavg, 'arrays': arrays,
+            'state': fedavg.initialize(init_weights(spec, seed=1))}
+
+
+@pytest.mark.parametrize('xla', ['graph-runtime', 'compiled'])
+@pytest.mark.parametrize('simharness_stack', ['process-2'], indirect=True)
+def test_cnn_round(simharness_benchmark, simharness_stack, baselines, cnn_workload, xla):
+    """The CNN of `learning.models` in a FedAvg round: the rule leaves its convolutions to
+    oneDNN (graph runtime); ``compiled`` forces XLA (``jit_compile=True``) for comparison."""
+    import simharness as sh
+    bench = simharness_benchmark
+    bench.group = CNN_GROUP
+    fedavg, state = cnn_workload['fedavg'], cnn_workload['state']
+    n = 4 if disabled(bench) else CNN_CLIENTS
+    padded = fedavg.pad(cnn_workload['arrays'][:n])
+
+    def check(result) -> None:
+        new_state, metrics = result
+        assert metrics['num_examples'] == n * 50, metrics
+        assert all(np.all(np.isfinite(w)) for w in new_state['weights'])
+
+    with sh.execution_context(simharness_stack.factory, jit_compile=(xla == 'compiled')):
+        check_then_time(bench, fedavg.next, (state, padded), check, rounds=3)
+    t = median_seconds(bench)
+    if t is None:
+        return
+    bench.extra_info.update(num_clients=n, clients_per_second=n / t)
+    if xla == 'graph-runtime':
+        baselines.put('cnn_graph_runtime', t)
+    else:
+        graph = baselines.get('cnn_graph_runtime', lambda: None)
+        if graph is not None:
+            bench.extra_info.update(ratio_to_graph_runtime=t / graph)
