@@ -201,6 +201,8 @@ def lowering_error(fn: Any) -> Optional[str]:
     return None
 
 
+#: Decisions and forced copies kept per process (cleared when full: they are made again).
+_CACHE_SIZE = 4096
 _CACHE: Dict[str, Decision] = {}
 _LOCK = threading.Lock()
 
@@ -247,6 +249,8 @@ def decide(comp: bb.CompiledComputation, fn: Any = None) -> Decision:
             decision = Decision(True, 'forced on' if on else 'matmul, no stateful op, '
                                 f'>= {MIN_ELEMENTS} tensor elements per call')
     with _LOCK:
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.clear()
         _CACHE[key] = decision
     return decision
 
@@ -260,7 +264,7 @@ def _force_one(comp: bb.CompiledComputation, on: bool) -> bb.CompiledComputation
     if out is None:
         out = comp if forced(_graph_def(comp)) is not None else with_jit_compile(comp, on)
         with _LOCK:
-            if len(_FORCED) > 4096:
+            if len(_FORCED) > _CACHE_SIZE:
                 _FORCED.clear()
             _FORCED[key] = out
     return out
