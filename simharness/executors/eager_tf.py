@@ -686,7 +686,7 @@ class EagerTFExecutor(BatchExecutor):
         builder.feed([x[i - start:i - start + 1] for x in leaves] for i in range(start, h))
         pos = h
         nfull = (end - h) // L
-        if nfull and acc_fn.exact_elementwise and acc_fn.batchable():
+        if nfull and acc_fn.exact_elementwise and acc_fn.batchable() and not acc_fn.xla.compiled:
             rows = as_tensors([x[h - start:h - start + nfull * L] for x in leaves])
             acc = [o.numpy() for o in acc_fn.fold_rows(zero, rows, L)]
             builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])

@@ -96,3 +96,35 @@ def test_lowered_dataset_loops_compile_with_the_same_bits_on_every_layout(stack)
     want = _one_client_per_thread(stack, loop_round, w, data)
     assert _bits(got) == _bits(want)
     assert np.all(np.isfinite(np.asarray(got)))
+
+
+V = sh.TensorType(tf.float32, [64])
+
+
+@sh.tf_computation(V, V, jit_compile=True)
+def accumulate(acc, x):
+    return acc * 0.75 + x * x
+
+
+@sh.tf_computation(V, V)
+def merge(a, b):
+    return a + b
+
+
+@sh.tf_computation(V)
+def report(a):
+    return a
+
+
+@sh.federated_computation(sh.type_at_clients(V))
+def aggregate_round(xs):
+    return sh.federated_aggregate(xs, np.zeros(64, np.float32), accumulate, merge, report)
+
+
+def test_a_compiled_accumulate_folds_to_the_same_bits_on_every_layout(stack):
+    """40 clients: whole chunks of 16 and a part; the accumulate is forced to compile (an
+    elementwise function, which the graph runtime would fold 16 chunks at once)."""
+    rng = np.random.default_rng(7)
+    xs = [rng.normal(size=64).astype(np.float32) for _ in range(40)]
+    got = aggregate_round(xs)
+    assert _bits(got) == _bits(_one_client_per_thread(stack, aggregate_round, xs))
