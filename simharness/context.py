@@ -63,7 +63,7 @@ class ExecutionContext:
         workers stop), not only its stacks: for a factory made for this
         context alone.
       jit_compile: XLA for the TF computations run here: None (default) lets
-        the rule of `simharness.executors.xla` decide per computation; True or
+        the rule of `simharness.core.xla` decide per computation; True or
         False forces it for every computation not forced by its own
         ``tf_computation(..., jit_compile=...)``. The choice travels inside
         each computation, so every worker of every stack makes the same.

@@ -24,6 +24,7 @@ from simharness.core import context_stack
 from simharness.core import tracing
 from simharness.core import types as T
 from simharness.core.structure import Struct, call_unpacked
+from simharness.core.xla import check_jit_compile, with_jit_compile
 from simharness.errors import SimharnessTypeError
 
 
@@ -259,11 +260,7 @@ def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], Concr
             raise SimharnessTypeError(f'{kind} got an unexpected keyword argument {unknown[0]!r}'
                                       + (' (it takes jit_compile=True/False/None)'
                                          if kind == 'tf_computation' else ''))
-        jit = options.get('jit_compile')
-        if jit is not None and not isinstance(jit, bool):
-            raise SimharnessTypeError(f'jit_compile must be True, False or None, got {jit!r} '
-                                      f'of type {type(jit).__name__}', expected='bool or None',
-                                      actual=type(jit))
+        jit = check_jit_compile(options.get('jit_compile'))
         make = make_concrete if jit is None else _forcing(make_concrete, jit)
         if args and callable(args[0]) and not _is_spec(args[0]):
             fn, specs = args[0], args[1:]
@@ -299,9 +296,8 @@ def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], Concr
 
 def _forcing(make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation],
              jit: bool) -> Callable[[Callable, Optional[T.Type], bool], ConcreteComputation]:
-    """`make_concrete` whose computations carry XLA forced to `jit` (`executors.xla`)."""
+    """`make_concrete` whose computations carry XLA forced to `jit` (`core.xla`)."""
     def make(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteComputation:
-        from simharness.core.xla import with_jit_compile
         comp = make_concrete(fn, param, unpack)
         built = comp.to_building_block()
         assert isinstance(built, bb.CompiledComputation)

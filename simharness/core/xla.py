@@ -49,8 +49,8 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError
 
-__all__ = ['Decision', 'MARKER', 'MIN_ELEMENTS', 'decide', 'forced', 'force_tree',
-           'import_concrete', 'report', 'with_jit_compile']
+__all__ = ['Decision', 'MARKER', 'MIN_ELEMENTS', 'check_jit_compile', 'decide', 'forced',
+           'force_tree', 'import_concrete', 'report', 'with_jit_compile']
 
 #: The name of the graph node that carries a forced choice (a bool ``Const`` nothing reads).
 MARKER = 'simharness_jit_compile'
@@ -93,12 +93,18 @@ def forced(graph_def: Any) -> Optional[bool]:
     return None
 
 
-def with_jit_compile(comp: bb.CompiledComputation, on: Optional[bool]) -> bb.CompiledComputation:
-    """`comp` with its XLA choice forced to `on` (None: the rule decides)."""
+def check_jit_compile(on: Any) -> Optional[bool]:
+    """`on` if it is True, False or None, else a `SimharnessTypeError` naming it."""
     if on is not None and not isinstance(on, bool):
         raise SimharnessTypeError(f'jit_compile must be True, False or None, got {on!r} of type '
                                   f'{type(on).__name__}', expected='bool or None',
                                   actual=type(on))
+    return on
+
+
+def with_jit_compile(comp: bb.CompiledComputation, on: Optional[bool]) -> bb.CompiledComputation:
+    """`comp` with its XLA choice forced to `on` (None: the rule decides)."""
+    check_jit_compile(on)
     if not isinstance(comp, bb.CompiledComputation):
         raise SimharnessTypeError(f'jit_compile applies to TF computations, got '
                                   f'{type(comp).__name__}', expected='CompiledComputation',
@@ -207,15 +213,15 @@ _CACHE: Dict[str, Decision] = {}
 _LOCK = threading.Lock()
 
 
-def import_concrete(comp: bb.CompiledComputation) -> Any:
-    """`comp`'s graph imported as a concrete function of its flat parameter leaves (graph
-    runtime), with a real positional signature: calls bind directly (a pruned function would
+def import_concrete(comp: bb.CompiledComputation, graph_def: Any = None) -> Any:
+    """`comp`'s graph (`graph_def`: already parsed) imported as a concrete function of its flat
+    parameter leaves (graph runtime), with a real positional signature: calls bind directly (a pruned function would
     fail structured binding on every call and format the arguments into an error message
     before falling back)."""
     import tensorflow as tf
     from simharness.core.tf_serialization import tf_dtype
     graph = comp.graph
-    graph_def = _graph_def(comp)
+    graph_def = _graph_def(comp) if graph_def is None else graph_def
     param = comp.type_signature.parameter
     leaves = [] if param is None else T.flatten_type(param)
     specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) if isinstance(t, T.TensorType)
@@ -270,12 +276,29 @@ def _force_one(comp: bb.CompiledComputation, on: bool) -> bb.CompiledComputation
     return out
 
 
+#: (id of a root, on) -> (the root, its forced tree): a context forces the same computation on
+#: every call; the root is held, so its id is not reused while the entry lives.
+_FORCED_TREES: Dict[Tuple[int, bool], Tuple[Any, Any]] = {}
+
+
 def force_tree(comp: bb.ComputationBuildingBlock, on: bool) -> bb.ComputationBuildingBlock:
     """`comp` with every TF computation in it forced to `on`, except those forced already
-    (per computation: the more specific choice wins)."""
+    (per computation: the more specific choice wins). Remembered per `comp`."""
+    hit = _FORCED_TREES.get((id(comp), on))
+    if hit is not None and hit[0] is comp:
+        return hit[1]
+    out = _force(comp, on)
+    with _LOCK:
+        if len(_FORCED_TREES) > _CACHE_SIZE:
+            _FORCED_TREES.clear()
+        _FORCED_TREES[(id(comp), on)] = (comp, out)
+    return out
+
+
+def _force(comp: bb.ComputationBuildingBlock, on: bool) -> bb.ComputationBuildingBlock:
     if isinstance(comp, bb.CompiledComputation):
         return _force_one(comp, on)
-    return _map_children(comp, lambda c: force_tree(c, on))
+    return _map_children(comp, lambda c: _force(c, on))
 
 
 def _map_children(comp: bb.ComputationBuildingBlock, f: Any) -> bb.ComputationBuildingBlock:
@@ -313,10 +336,10 @@ def report(comp: Any) -> Dict[str, Dict[str, Any]]:
     root = comp if isinstance(comp, bb.ComputationBuildingBlock) else comp.to_building_block()
     out: Dict[str, Dict[str, Any]] = {}
 
-    def walk(c: bb.ComputationBuildingBlock) -> bb.ComputationBuildingBlock:
+    def walk(c: bb.ComputationBuildingBlock) -> None:
         if isinstance(c, bb.CompiledComputation):
             out[f'{c.name or "tf"}#{c.graph.fingerprint[:8]}'] = decide(c).as_dict()
-            return c
-        return _map_children(c, walk)
+        for child in c.children():
+            walk(child)
     walk(root)
     return out

@@ -63,7 +63,7 @@ class EmbeddedFunction:
         self.type_signature: T.FunctionType = comp.type_signature
         graph_def = tf.compat.v1.GraphDef()
         graph_def.ParseFromString(comp.graph.graph_def)
-        self._fn = xla.import_concrete(comp)
+        self._fn = xla.import_concrete(comp, graph_def)
         #: The imported graph as a concrete function (graph runtime).
         self.concrete = self._fn
         self._specs = self._fn.structured_input_signature[0]

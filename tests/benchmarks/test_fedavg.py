@@ -220,6 +220,16 @@ def test_fedavg_round(simharness_benchmark, simharness_stack, baselines, plain_t
     bench = simharness_benchmark
     bench.group = GROUP
     fedavg, state, padded = workload['fedavg'], workload['state'], workload['padded']
+    check_then_time(bench, fedavg.next, (state, padded), _check_round(reference_weights),
+                    rounds=ROUNDS)
+    t = median_seconds(bench)
+    if t is not None:
+        bench.extra_info.update(_round_info(t, simharness_stack.name, baselines, plain_tf,
+                                            plain_tf_xla, workload['w0']))
+
+
+def _check_round(reference_weights):
+    """A check of a FedAvg round's result: the weights of the plain-TF round, every example."""
     weights_ok = _check_weights(reference_weights)
 
     def check(result) -> None:
@@ -228,25 +238,24 @@ def test_fedavg_round(simharness_benchmark, simharness_stack, baselines, plain_t
         assert np.isfinite(metrics['loss']), metrics
         weights_ok(new_state['weights'])
         assert int(new_state['round_num']) == 1
+    return check
 
-    check_then_time(bench, fedavg.next, (state, padded), check, rounds=ROUNDS)
-    t = median_seconds(bench)
-    if t is None:
-        return
-    w0 = workload['w0']
+
+def _round_info(t: float, stack_name: str, baselines, plain_tf, plain_tf_xla, w0) -> dict:
+    """extra_info of a round of `t` seconds: clients/s, the plain-TF baselines and ratios."""
     one = baselines.get('fedavg_plain_tf_1proc', lambda: time_median(
         lambda: _round_1proc(plain_tf.get(1), w0), ROUNDS))
     two = baselines.get('fedavg_plain_tf_2proc', lambda: time_median(
         lambda: _round_2proc(plain_tf.get(2), w0), ROUNDS))
     two_xla = baselines.get('fedavg_plain_tf_2proc_xla', lambda: time_median(
         lambda: _round_2proc(plain_tf_xla.get(2), w0), ROUNDS))
-    bench.extra_info.update(
+    return dict(
         num_clients=NUM_CLIENTS, clients_per_second=NUM_CLIENTS / t,
         ms_per_client=1e3 * t / NUM_CLIENTS,
         plain_tf_1proc_seconds=one, plain_tf_2proc_seconds=two,
         plain_tf_2proc_xla_seconds=two_xla,
         ratio_to_single_process_tf=t / one, ratio_to_two_process_tf=t / two,
-        ratio_to_two_process_tf_xla=t / two_xla, **_rates(t, simharness_stack.name, baselines))
+        ratio_to_two_process_tf_xla=t / two_xla, **_rates(t, stack_name, baselines))
 
 
 #: FLOPs of one client update of the reference workload: 5 SGD steps of batch 10 through the
@@ -314,22 +323,13 @@ def test_fedavg_round_graph_runtime(simharness_benchmark, simharness_stack, base
     bench = simharness_benchmark
     bench.group = GROUP
     fedavg, state, padded = workload['fedavg'], workload['state'], workload['padded']
-    weights_ok = _check_weights(reference_weights)
     with sh.execution_context(simharness_stack.factory, jit_compile=False):
-        check_then_time(bench, fedavg.next, (state, padded),
-                        lambda r: weights_ok(r[0]['weights']), rounds=ROUNDS)
+        check_then_time(bench, fedavg.next, (state, padded), _check_round(reference_weights),
+                        rounds=ROUNDS)
     t = median_seconds(bench)
-    if t is None:
-        return
-    w0 = workload['w0']
-    two = baselines.get('fedavg_plain_tf_2proc', lambda: time_median(
-        lambda: _round_2proc(plain_tf.get(2), w0), ROUNDS))
-    two_xla = baselines.get('fedavg_plain_tf_2proc_xla', lambda: time_median(
-        lambda: _round_2proc(plain_tf_xla.get(2), w0), ROUNDS))
-    bench.extra_info.update(
-        num_clients=NUM_CLIENTS, clients_per_second=NUM_CLIENTS / t,
-        ratio_to_two_process_tf=t / two, ratio_to_two_process_tf_xla=t / two_xla,
-        **_rates(t, simharness_stack.name, baselines))
+    if t is not None:
+        bench.extra_info.update(_round_info(t, simharness_stack.name, baselines, plain_tf,
+                                            plain_tf_xla, workload['w0']))
 
 
 # ------------------------------------------------------------------ the CNN, compiled and not
