@@ -131,7 +131,7 @@ class EmbeddedFunction:
         try:
             for i, spec in sorted(specs.items()):
                 types = tseq.component_types(cast(T.SequenceType, self._param_leaves[i]),
-                                             spec.batch_size is not None)
+                                             spec.batch_size is not None, spec.rows)
                 if types is None:
                     return None
                 gd, names = lowering.lower_graph(gd, graph.input_names[i], spec,

@@ -74,21 +74,25 @@ class SourceSpec:
     is then unrolled, unless a stage may stop or drop elements). ``passes``:
     with a batch size, the rows are that many passes of equal length, each
     batched on its own (``.batch(b).repeat(k)``: no batch spans two passes).
+    ``rows``: None, or the number of rows of every source the lowered function
+    is called with (its components then have known shapes).
     """
 
-    __slots__ = ('dtypes', 'batch_size', 'drop_remainder', 'num_elements', 'passes')
+    __slots__ = ('dtypes', 'batch_size', 'drop_remainder', 'num_elements', 'passes', 'rows')
 
     def __init__(self, dtypes: Sequence[tf.DType], batch_size: Optional[int],
-                 drop_remainder: bool, num_elements: Optional[int] = None, passes: int = 1):
+                 drop_remainder: bool, num_elements: Optional[int] = None, passes: int = 1,
+                 rows: Optional[int] = None):
         self.dtypes = [tf.as_dtype(d) for d in dtypes]
         self.batch_size = None if batch_size is None else int(batch_size)
         self.drop_remainder = bool(drop_remainder)
         self.num_elements = None if num_elements is None else int(num_elements)
         self.passes = 1 if batch_size is None else int(passes)
+        self.rows = None if rows is None else int(rows)
 
     def key(self) -> Tuple:
         return (tuple(d.name for d in self.dtypes), self.batch_size, self.drop_remainder,
-                self.num_elements, self.passes)
+                self.num_elements, self.passes, self.rows)
 
 
 class _Stage:

@@ -43,14 +43,17 @@ def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
     return ds
 
 
-def component_types(t: T.SequenceType, batched: bool) -> Optional[List[T.TensorType]]:
-    """The tensor types of the components of a `TensorBatches` of `t` (None: not expressible)."""
-    types = _component_types(t, batched)
+def component_types(t: T.SequenceType, batched: bool,
+                    rows: Optional[int] = None) -> Optional[List[T.TensorType]]:
+    """The tensor types of the components of a `TensorBatches` of `t` (None: not expressible),
+    with `rows` rows (None: any number)."""
+    types = _component_types(t, batched, rows)
     return None if types is None else list(types)
 
 
 @functools.lru_cache(maxsize=256)
-def _component_types(t: T.SequenceType, batched: bool) -> Optional[Tuple[T.TensorType, ...]]:
+def _component_types(t: T.SequenceType, batched: bool,
+                     rows: Optional[int]) -> Optional[Tuple[T.TensorType, ...]]:
     out = []
     for leaf in T.flatten_type(t.element):
         if not isinstance(leaf, T.TensorType) or leaf.shape is None:
@@ -60,7 +63,7 @@ def _component_types(t: T.SequenceType, batched: bool) -> Optional[Tuple[T.Tenso
             if not shape:
                 return None
             shape = shape[1:]
-        out.append(T.TensorType(leaf.dtype, [None] + shape))
+        out.append(T.TensorType(leaf.dtype, [rows] + shape))
     return tuple(out)
 
 
@@ -134,12 +137,31 @@ def _unrolled_elements(tb: TensorBatches) -> Optional[int]:
     return n if n <= UNROLL_LIMIT else None
 
 
+def static_rows(tb: TensorBatches) -> Optional[int]:
+    """`tb`'s number of rows when a function lowered for it is specialized to it, else None.
+
+    That is when its loop is unrolled and every element is a full batch (or a
+    row): the number of rows is then fixed by the number of elements and the
+    batch size, which the lowering is specialized to anyway, so a computation
+    gets at most `UNROLL_LIMIT` such forms. Its components then have fully
+    known shapes, and the rule of `simharness.core.xla` can compile the
+    lowered function. Like `_unrolled_elements`, it depends on the sequence
+    alone.
+    """
+    n = _unrolled_elements(tb)
+    if n is None:
+        return None
+    if tb.batch_size is None:
+        return tb.num_rows
+    return tb.num_rows if tb.num_rows == n * tb.batch_size else None
+
+
 def source_spec(tb: TensorBatches) -> SourceSpec:
     return SourceSpec([c.dtype for c in tb.components], tb.batch_size, tb.drop_remainder,
-                      _unrolled_elements(tb), tb.passes)
+                      _unrolled_elements(tb), tb.passes, static_rows(tb))
 
 
 def lowering_key(tb: TensorBatches) -> Tuple:
     """What a function lowered for `tb` depends on (equal to `source_spec(tb).key()`)."""
     return (tuple(c.dtype.name for c in tb.components), tb.batch_size, tb.drop_remainder,
-            _unrolled_elements(tb), tb.passes)
+            _unrolled_elements(tb), tb.passes, static_rows(tb))

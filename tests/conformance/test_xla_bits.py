@@ -98,6 +98,57 @@ def test_lowered_dataset_loops_compile_with_the_same_bits_on_every_layout(stack)
     assert np.all(np.isfinite(np.asarray(got)))
 
 
+BATCH = sh.TensorType(tf.float32, [None, 256])
+
+
+@sh.tf_computation(W, sh.SequenceType(BATCH))
+def client_auto_loop(w, ds):
+    return ds.reduce(w, lambda acc, x: acc - 0.01 * tf.matmul(
+        x, tf.tanh(tf.matmul(x, acc)), transpose_a=True))
+
+
+@sh.federated_computation(sh.type_at_server(W), sh.type_at_clients(sh.SequenceType(BATCH)))
+def auto_loop_round(w, datasets):
+    return sh.federated_map(client_auto_loop,
+                            sh.federated_zip([sh.federated_broadcast(w), datasets]))
+
+
+# rows per client: full batches of 4 (the lowered loop is specialized to the number of rows and
+# compiled by the rule), a partial last batch and more than UNROLL_LIMIT batches (graph runtime)
+ROWS = [8, 12, 10, 8, 80, 12, 8]
+
+
+def _lowered(rows):
+    from simharness.core.sequences import TensorBatches
+    fn = EmbeddedFunction(client_auto_loop.to_building_block())
+    tb = TensorBatches([tf.zeros([rows, 256])], 4, False, BATCH)
+    return fn.lowered({1: tb})
+
+
+def test_the_rule_compiles_a_lowered_loop_over_full_batches_only():
+    full, partial, long = _lowered(8), _lowered(10), _lowered(80)
+    assert full.xla.compiled, full.xla
+    assert full.type_signature.parameter[-1].shape == (8, 256)
+    assert _lowered(8) is not None and _lowered(12).type_signature.parameter[-1].shape == (12, 256)
+    assert not partial.xla.compiled and 'unknown shape' in partial.xla.reason, partial.xla
+    assert not long.xla.compiled and 'unknown shape' in long.xla.reason, long.xla
+
+
+def test_lowered_loops_chosen_by_the_rule_give_the_same_bits_on_every_layout(stack):
+    """Clients of several sizes, compiled and not, in one map: each client's result is the bits
+    of its own call on the thread-1 layout, however the clients are cut into blocks."""
+    w, _ = _inputs()
+    rng = np.random.default_rng(5)
+    data = [tf.data.Dataset.from_tensor_slices(rng.normal(size=(r, 256)).astype(np.float32))
+            .batch(4) for r in ROWS]
+    got = auto_loop_round(w, data)
+    assert _bits(got) == _bits(_one_client_per_thread(stack, auto_loop_round, w, data))
+    full = _lowered(8)
+    x = next(iter(data[0].unbatch().batch(8)))
+    single = full.call_flat([tf.constant(w), x])
+    assert np.asarray(got[0]).tobytes() == single[0].numpy().tobytes()
+
+
 V = sh.TensorType(tf.float32, [64])
 
 
