@@ -187,3 +187,18 @@ def no_leaked_simharness_threads(stack_registry):
         time.sleep(0.05)
     assert not non_daemon, f'non-daemon simharness threads left alive: {non_daemon}'
     assert not new, f'simharness threads left alive by this module: {sorted(t.name for t in new)}'
+
+
+@pytest.fixture(autouse=True)
+def tf_global_seed_restored() -> Iterator[None]:
+    """After each test: TF's global seed unset again, as in a fresh process.
+
+    A test that sets it (``tf.random.set_seed``, ``keras.utils.set_random_seed``, an
+    in-process experiment with a seed) would otherwise change, for the tests that run after
+    it in the same xdist worker, what seeded ops give (e.g. the order of a
+    ``shuffle(8, seed=1)``): a test comparing bits across stacks then compares two orders.
+    """
+    yield
+    tf = sys.modules.get('tensorflow')
+    if tf is not None:
+        tf.random.set_seed(None)
