@@ -364,9 +364,10 @@ def _rename_in_nodes(nodes: Any, renamed: dict) -> None:
                         fn.name = renamed[fn.name]
 
 
-def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
+def _finish_graph_def(graph_def: Any, input_ops: set, output_ops: Optional[set] = None) -> None:
     """Rewrites a traced graph for import: state per call, seeded random ops stateless
-    (`_seeded_random_stateless`), no control edges from inputs.
+    (`_seeded_random_stateless`), no control edges from inputs, no variable that nothing
+    reads (`_drop_unread_variables`, when `output_ops` are given).
 
     The importer feeds the inputs through ``input_map``, which remaps data
     edges only: a control edge from a placeholder (``tf.control_dependencies``
@@ -381,6 +382,7 @@ def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
             node.input.extend(kept)
     _state_per_call(graph_def.node)
     graph_def.node.extend(_seeded_random_stateless(graph_def.node, in_function=False))
+    _drop_unread_variables(graph_def, input_ops, output_ops)
     renamed = {}
     for f in graph_def.library.function:
         _state_per_call(f.node_def)
@@ -395,6 +397,62 @@ def _finish_graph_def(graph_def: Any, input_ops: set) -> None:
         _rename_callers(graph_def, renamed)
         _rename_functions(graph_def, renamed)
     _canonical_function_names(graph_def)
+
+
+def _drop_unread_variables(graph_def: Any, input_ops: set, output_ops: Optional[set]) -> None:
+    """Removes the variables of the top-level graph that nothing reads, with their writes.
+
+    Every variable is created afresh by each execution (`_state_per_call`), so one whose
+    value nothing reads (only initialized or assigned, e.g. the weights of a Keras model
+    that the computation runs through ``stateless_call``) has no effect a result can see.
+    Removing it lets the rest run where a variable cannot (XLA, `simharness.core.xla`).
+    The graph is then pruned to the nodes its inputs and results need, which are the
+    nodes that ran anyway: every stateful op is a control input of the results.
+    """
+    if not output_ops:
+        return
+    users: dict = collections.defaultdict(list)  # node name -> [(user, via a data edge)]
+    for node in graph_def.node:
+        for ref in node.input:
+            users[ref.lstrip('^').split(':')[0]].append((node, not ref.startswith('^')))
+    drop = set()
+    for node in graph_def.node:
+        if node.op != 'VarHandleOp':
+            continue
+        writes = []
+        for user, data in users.get(node.name, ()):
+            if not data:
+                continue
+            if user.op == 'AssignVariableOp' and all(
+                    r.lstrip('^').split(':')[0] != node.name for r in user.input[1:]):
+                writes.append(user.name)
+            elif user.op in ('VarIsInitializedOp', 'ReadVariableOp') and not any(
+                    d for _, d in users.get(user.name, ())):  # a value nothing takes
+                writes.append(user.name)
+            else:  # read, or handed on (a call, a control-flow op, an identity)
+                break
+        else:
+            drop.add(node.name)
+            drop.update(writes)
+    if not drop:
+        return
+    colocated = {f'loc:@{n}'.encode() for n in drop}
+    for node in graph_def.node:
+        if any(r.startswith('^') and r[1:] in drop for r in node.input):
+            kept = [r for r in node.input if not (r.startswith('^') and r[1:] in drop)]
+            del node.input[:]
+            node.input.extend(kept)
+        if '_class' in node.attr and colocated & set(node.attr['_class'].list.s):
+            left = [c for c in node.attr['_class'].list.s if c not in colocated]
+            del node.attr['_class'].list.s[:]
+            node.attr['_class'].list.s.extend(left)
+    kept_nodes = [n for n in graph_def.node if n.name not in drop]
+    del graph_def.node[:]
+    graph_def.node.extend(kept_nodes)
+    pruned = tf.compat.v1.graph_util.extract_sub_graph(graph_def,
+                                                        sorted(output_ops | input_ops))
+    del graph_def.node[:]
+    graph_def.node.extend(pruned.node)
 
 
 #: An empty op traceback (`tf_stack.StackTrace` of no frame).
@@ -461,7 +519,7 @@ def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bo
     # Result leaves may have shapes only known at run time; the type keeps what
     # the graph knows.
     proto = graph.as_graph_def()
-    _finish_graph_def(proto, {t.op.name for t in inputs})
+    _finish_graph_def(proto, {t.op.name for t in inputs}, {t.op.name for t in outputs})
     graph_def = proto.SerializeToString(deterministic=True)  # maps in key order: one text
     compiled = bb.CompiledComputation(
         bb.TFGraph(graph_def, [t.name for t in inputs], [t.name for t in outputs]),

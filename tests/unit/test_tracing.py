@@ -350,3 +350,34 @@ def test_tracing_records_no_op_tracebacks_and_restores_tf_afterwards():
     with g.as_default():
         c = tf.constant(1.0)
     assert len(c.op.traceback) > 0
+
+
+def test_variables_nothing_reads_leave_the_graph():
+    """An anonymous variable lives one call: one that is only initialized or assigned has no
+    effect, and leaves the graph with its initializer (here a stateful random op)."""
+    @sh.tf_computation(tf.float32)
+    def f(x):
+        tf.Variable(tf.random.uniform([3]))
+        written = tf.Variable(0.0)
+        written.assign(x)
+        kept = tf.Variable(1.0)
+        kept.assign_add(x)
+        return x * 2.0 + kept
+    ops = [n.op for n in _graph_def(f).node]
+    assert ops.count('VarHandleOp') == 1, ops
+    assert 'RandomUniform' not in ops and ops.count('AssignVariableOp') == 1, ops  # kept's init
+    assert f(3.0) == 10.0
+
+
+def test_a_variable_read_by_a_called_function_stays():
+    @tf.function
+    def bump(v, x):
+        v.assign_add(x)
+        return v.read_value()
+
+    @sh.tf_computation(tf.float32)
+    def f(x):
+        v = tf.Variable(1.0)
+        return bump(v, x)
+    assert [n.op for n in _graph_def(f).node].count('VarHandleOp') == 1
+    assert f(2.0) == 3.0

@@ -128,7 +128,7 @@ def from_keras_model(keras_model: Any, loss: Loss, input_spec: Any,
         warnings.warn("Batch Normalization contains non-trainable variables that won't be "
                       'updated during the training. Consider using Group Normalization '
                       'instead.', UserWarning)
-    return _KerasModel(keras_model, input_spec, loss, loss_weights, metrics)
+    return KerasModel(keras_model, input_spec, loss, loss_weights, metrics)
 
 
 def _weighted_mean_loss_metric(loss_fns: list, loss_weights: list) -> type:
@@ -151,7 +151,7 @@ def _weighted_mean_loss_metric(loss_fns: list, loss_weights: list) -> type:
     return _WeightedMeanLossMetric
 
 
-class _KerasModel(variable.VariableModel):
+class KerasModel(variable.VariableModel):
     """A `VariableModel` over a Keras model (see `from_keras_model`)."""
 
     def __init__(self, keras_model: Any, input_spec: Any, loss_fns: list, loss_weights: list,
@@ -255,6 +255,55 @@ class _KerasModel(variable.VariableModel):
         first = tf.nest.flatten(inputs)[0]
         num = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
         return variable.BatchOutput(loss=batch_loss, predictions=predictions, num_examples=num)
+
+    def runs_stateless(self) -> bool:
+        """True when `stateless_forward_pass` can stand in for `forward_pass` (a built model)."""
+        return bool(self._keras_model.built)
+
+    def stateless_metrics_state(self) -> tuple:
+        """The metrics' variable values after a reset (a tuple per metric, as
+        `report_local_unfinalized_metrics` orders them), computed without a variable."""
+        return tuple(tuple(m.stateless_reset_state()) for m in self._metrics)
+
+    def stateless_forward_pass(self, trainable: Any, non_trainable: Any, metrics_state: tuple,
+                               batch_input: Any, training: bool = True) -> tuple:
+        """`forward_pass` on weights and metric values given as tensors (Keras 3's
+        ``stateless_call`` and ``stateless_update_state``): no variable is read or written.
+
+        Returns:
+          ``(BatchOutput, non_trainable after the call, metrics_state after it)``: the
+          values the variables of `forward_pass` would hold after it.
+        """
+        if isinstance(batch_input, Mapping):
+            inputs, y_true = batch_input.get('x'), batch_input.get('y')
+        else:
+            inputs, y_true = batch_input
+        if inputs is None:
+            raise KeyError('Received a batch_input that is missing required key `x`. Instead '
+                           f'have keys {list(batch_input.keys())}')
+        predictions, non_trainable, regularization = self._keras_model.stateless_call(
+            list(trainable), list(non_trainable), inputs, training=training, return_losses=True)
+        batch_loss = None
+        if y_true is not None:
+            if len(self._loss_fns) == 1:
+                terms = [self._loss_fns[0](y_true, predictions)]
+            else:
+                terms = [self._loss_weights[i] * fn(y_true[i], predictions[i])
+                         for i, fn in enumerate(self._loss_fns)]
+            batch_loss = tf.add_n(terms + list(regularization))
+        metrics_state = tuple(tuple(m.stateless_update_state(list(values), y_true=y_true,
+                                                             y_pred=predictions))
+                              for m, values in zip(self._metrics, metrics_state))
+        first = tf.nest.flatten(inputs)[0]
+        num = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
+        return (variable.BatchOutput(loss=batch_loss, predictions=predictions, num_examples=num),
+                tuple(non_trainable), metrics_state)
+
+    def unfinalized_metrics_of(self, metrics_state: tuple) -> 'collections.OrderedDict[str, list]':
+        """`report_local_unfinalized_metrics` of metric values held as tensors."""
+        return collections.OrderedDict(
+            (m.name, [tf.identity(v) for v in values])
+            for m, values in zip(self._metrics, metrics_state))
 
     def report_local_unfinalized_metrics(self) -> 'collections.OrderedDict[str, list]':
         """Metric name -> the values of its variables (tensors)."""

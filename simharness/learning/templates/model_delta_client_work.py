@@ -31,7 +31,7 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning import loop_builder
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metrics_aggregators
-from simharness.learning.models import functional, variable
+from simharness.learning.models import functional, keras_utils, variable
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import client_works
@@ -72,6 +72,8 @@ def build_model_delta_update_with_tff_optimizer(
     """
     model = model_fn()
     dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
+    if isinstance(model, keras_utils.KerasModel) and model.runs_stateless():
+        return _stateless_keras_update(model, weighting, dataset_reduce_fn)
 
     @tf.function
     def client_update(optimizer: Optimizer, initial_weights: Any, data: Any,
@@ -113,6 +115,59 @@ def build_model_delta_update_with_tff_optimizer(
             model.reset_metrics()
         model_output = model.report_local_unfinalized_metrics()
         return client_works.ClientResult(update=update, update_weight=client_weight), model_output
+
+    return client_update
+
+
+def _stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWeighting,
+                            dataset_reduce_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`build_model_delta_update_with_tff_optimizer`'s client update for a model of
+    `from_keras_model`, with the weights and metric values as tensors in the loop's state
+    (`KerasModel.stateless_forward_pass`): the same steps and results, but no variable is
+    read, so the model's variables leave the graph (`core.tf_serialization`) and the
+    client update can run XLA-compiled (`core.xla`)."""
+
+    @tf.function
+    def client_update(optimizer: Optimizer, initial_weights: Any, data: Any,
+                      optimizer_hparams: Any = None) -> Any:
+        trainable = tuple(tf.nest.flatten(initial_weights.trainable))
+        non_trainable = tuple(tf.nest.flatten(initial_weights.non_trainable))
+        reset_metrics = model.stateless_metrics_state()
+
+        def reduce_fn(state: Any, batch: Any) -> Any:
+            num_examples_sum, optimizer_state, weights, fixed, metrics_state = state
+            with tf.GradientTape() as tape:
+                tape.watch(weights)
+                output, fixed, metrics_state = model.stateless_forward_pass(
+                    weights, fixed, metrics_state, batch, training=True)
+            gradients = tape.gradient(output.loss, weights)
+            optimizer_state, weights = optimizer.next(optimizer_state, weights,
+                                                      tuple(gradients))
+            if output.num_examples is None:
+                num_examples_sum += tf.shape(output.predictions, out_type=tf.int64)[0]
+            else:
+                num_examples_sum += tf.cast(output.num_examples, tf.int64)
+            return (num_examples_sum, optimizer_state, tuple(weights), tuple(fixed),
+                    metrics_state)
+
+        def initial_state_for_reduce_fn() -> Any:
+            specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in trainable)
+            optimizer_state = optimizer.initialize(specs)
+            if optimizer_hparams is not None:
+                optimizer_state = optimizer.set_hparams(optimizer_state, optimizer_hparams)
+            return (tf.zeros(shape=[], dtype=tf.int64), optimizer_state, trainable,
+                    non_trainable, reset_metrics)
+
+        num_examples, _, trained, _, metrics_state = dataset_reduce_fn(
+            reduce_fn, data, initial_state_for_reduce_fn)
+        trained = tf.nest.pack_sequence_as(initial_weights.trainable, list(trained))
+        update = tf.nest.map_structure(tf.subtract, initial_weights.trainable, trained)
+        update, has_non_finite_delta = zero_all_if_any_non_finite(update)
+        client_weight = choose_client_weight(weighting, has_non_finite_delta, num_examples)
+        metrics_state = tf.cond(has_non_finite_delta > 0, lambda: reset_metrics,
+                                lambda: metrics_state)
+        return (client_works.ClientResult(update=update, update_weight=client_weight),
+                model.unfinalized_metrics_of(metrics_state))
 
     return client_update
 
