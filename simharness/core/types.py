@@ -145,6 +145,8 @@ class TensorType(Type):
         return self.shape is not None and all(d is not None for d in self.shape)
 
     def is_assignable_from(self, source: Type) -> bool:
+        if source is self:  # the same object: a walk of a large type would say so too
+            return True
         if not isinstance(source, TensorType) or source.dtype != self.dtype:
             return False
         if self.shape is None:
@@ -286,6 +288,8 @@ class StructType(Type):
         return (StructType, (list(zip(self._names, self._elements)), self.container))
 
     def is_assignable_from(self, source: Type) -> bool:
+        if source is self:  # the same object: a walk of a large type would say so too
+            return True
         if not isinstance(source, StructType) or len(source) != len(self):
             return False
         for (tn, tt), (sn, st) in zip(self.items(), source.items()):
@@ -366,6 +370,8 @@ class SequenceType(Type):
                 f'got {self.element}')
 
     def is_assignable_from(self, source: Type) -> bool:
+        if source is self:  # the same object: a walk of a large type would say so too
+            return True
         return isinstance(source, SequenceType) and self.element.is_assignable_from(source.element)
 
     def __str__(self) -> str:
@@ -380,6 +386,8 @@ class FunctionType(Type):
     result: Type = attrs.field(converter=lambda t: to_type(t))
 
     def is_assignable_from(self, source: Type) -> bool:
+        if source is self:  # the same object: a walk of a large type would say so too
+            return True
         if not isinstance(source, FunctionType):
             return False
         if (self.parameter is None) != (source.parameter is None):
@@ -439,6 +447,8 @@ class FederatedType(Type):
         return (FederatedType, (self.member, self.placement, self.all_equal))
 
     def is_assignable_from(self, source: Type) -> bool:
+        if source is self:  # the same object: a walk of a large type would say so too
+            return True
         if not isinstance(source, FederatedType) or source.placement is not self.placement:
             return False
         if self.all_equal and not source.all_equal:
