@@ -446,13 +446,16 @@ def _drop_unread_variables(graph_def: Any, input_ops: set, output_ops: Optional[
             left = [c for c in node.attr['_class'].list.s if c not in colocated]
             del node.attr['_class'].list.s[:]
             node.attr['_class'].list.s.extend(left)
-    kept_nodes = [n for n in graph_def.node if n.name not in drop]
+    by_name = {n.name: n for n in graph_def.node if n.name not in drop}
+    needed, todo = set(), [n for n in output_ops | input_ops if n in by_name]
+    while todo:  # what the results and inputs need, by data and control edges
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo.extend(r.lstrip('^').split(':')[0] for r in by_name[name].input)
+    kept_nodes = [n for n in graph_def.node if n.name in needed]
     del graph_def.node[:]
     graph_def.node.extend(kept_nodes)
-    pruned = tf.compat.v1.graph_util.extract_sub_graph(graph_def,
-                                                        sorted(output_ops | input_ops))
-    del graph_def.node[:]
-    graph_def.node.extend(pruned.node)
 
 
 #: An empty op traceback (`tf_stack.StackTrace` of no frame).
