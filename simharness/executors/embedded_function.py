@@ -85,6 +85,8 @@ class EmbeddedFunction:
                                      if isinstance(t, T.SequenceType))
         # lowering key -> the lowered function, or None (not lowerable)
         self._lowered: Dict[Tuple[Any, ...], Optional['EmbeddedFunction']] = {}
+        #: True for a function `lowered` made (a dataset loop as a tensor loop).
+        self.lowered_loop = False
 
     @property
     def xla(self) -> Decision:
@@ -146,7 +148,9 @@ class EmbeddedFunction:
             T.FunctionType(T.StructType([(None, t) for t in flat_types]),
                            self.type_signature.result),
             self.comp.name)
-        return EmbeddedFunction(comp)
+        out = EmbeddedFunction(comp)
+        out.lowered_loop = True
+        return out
 
     def __call__(self, arg: Any = None) -> Any:
         """TFF's embedded function: called with the structured argument (tensors and
@@ -247,6 +251,13 @@ class EmbeddedFunction:
         inner = self._fn
         compiled = self.xla.compiled
         exact = self.exact_elementwise and not compiled
+        if compiled and self.lowered_loop:
+            # A lowered loop compiled as a block can give other bits than one compiled call
+            # (XLA optimizes the loop over clients by the block's size and by which inputs
+            # it shares: measured on a Keras client update). Its block is a graph-runtime
+            # loop of calls of the one compiled function, so each client's bits are those of
+            # `call_flat` by construction (and XLA compiles it once, whatever the sizes).
+            inner, compiled = self._jit_single, False
         out_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._result_leaves)
 
         leaf_specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]

@@ -1,5 +1,5 @@
 """``tff.learning`` FedAvg over a Keras ``model_fn``: compiled, equal to the variable path, same bits
-on every stack.
+on the stacks.
 
 A model of ``from_keras_model`` trains without reading its variables
 (`KerasModel.stateless_forward_pass`: Keras 3's ``stateless_call`` and
@@ -9,9 +9,11 @@ A model of ``from_keras_model`` trains without reading its variables
 the rule's decision, the results against the variable path (the same model
 through `VariableModel.forward_pass` and its variables, TFF's way) with a
 dropout layer (its seed state is a non-trainable variable) and an L2
-regularizer (``model.losses``), and the bits on every conformance stack
-against one client per thread. Seven clients of 8 to 20 rows in batches of 4:
-full batches (compiled) and a partial last batch (graph runtime) in one round.
+regularizer (``model.losses``), and the bits on the local and process stacks
+against one client per thread (the gRPC and Ray workers run the same worker
+service; `test_xla_bits.py` checks compiled blocks on all five). Seven
+clients of 8 to 12 rows in batches of 4: full batches (compiled) and a partial
+last batch (graph runtime) in one round.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from simharness.core.sequences import TensorBatches
 from simharness.executors.embedded_function import EmbeddedFunction
 from simharness.learning.models import keras_utils
 
-ROWS = [8, 12, 10, 20, 8, 16, 12]
+ROWS = [8, 8, 10, 12, 8, 8, 12]
 BATCH = 4
 SPEC = (tf.TensorSpec([None, 256], tf.float32), tf.TensorSpec([None], tf.int32))
 
@@ -104,6 +106,17 @@ def test_the_keras_client_update_has_no_variable_and_compiles(process):
     partial = fn.lowered({seq_index: TensorBatches(
         [tf.zeros([10, 256]), tf.zeros([10], tf.int32)], BATCH, False, element)})
     assert not partial.xla.compiled
+    # a block of clients gives each client the bits of its own compiled call
+    rng = np.random.default_rng(2)
+    leaves = tff.to_type(lowered.type_signature.parameter)
+    shared = [tf.constant(rng.normal(size=t.shape).astype(np.float32) * 0.05)
+              for t in list(leaves)[:-2]]
+    xs = tf.constant(rng.normal(size=(3, 8, 256)).astype(np.float32))
+    ys = tf.constant(rng.integers(0, 10, (3, 8)).astype(np.int32))
+    block = lowered.call_batched(tuple([True] * len(shared) + [False, False]), shared, [xs, ys], 3)
+    for i in range(3):
+        single = lowered.call_flat(shared + [xs[i], ys[i]])
+        assert [b[i].numpy().tobytes() for b in block] == [s.numpy().tobytes() for s in single]
 
 
 def test_the_stateless_path_computes_what_the_variables_compute(monkeypatch):
@@ -124,10 +137,12 @@ def test_the_stateless_path_computes_what_the_variables_compute(monkeypatch):
 _ONE_CLIENT_PER_THREAD: list = []
 
 
-def test_a_keras_round_gives_the_same_bits_on_every_layout(stack, process):
-    got = _round(process)
+@pytest.mark.parametrize('stack_name', ['local', 'process-2-cpw3'])
+def test_a_keras_round_gives_the_same_bits_on_every_layout(stack_name, stack_registry, process):
+    with stack_registry.open(stack_name):
+        got = _round(process)
     if not _ONE_CLIENT_PER_THREAD:
-        factory = stack.registry.make_factory('thread-1')
+        factory = stack_registry.make_factory('thread-1')
         try:
             with tff.execution_context(factory):
                 _ONE_CLIENT_PER_THREAD.append(_round(process))

@@ -115,7 +115,7 @@ def auto_loop_round(w, datasets):
 
 # rows per client: full batches of 4 (the lowered loop is specialized to the number of rows and
 # compiled by the rule), a partial last batch and more than UNROLL_LIMIT batches (graph runtime)
-ROWS = [8, 12, 10, 8, 80, 12, 8]
+ROWS = [8, 8, 10, 12, 12, 80, 8]
 
 
 def _lowered(rows):

@@ -136,3 +136,4 @@ def test_bad_choices_are_clear_errors():
 def test_worker_processes_inherit_single_threaded_xla_calls():
     import os
     assert '--xla_cpu_multi_thread_eigen=false' in os.environ['XLA_FLAGS']
+
