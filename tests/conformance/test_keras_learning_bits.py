@@ -3,7 +3,8 @@ on the stacks.
 
 A model of ``from_keras_model`` trains without reading its variables
 (`KerasModel.stateless_forward_pass`: Keras 3's ``stateless_call`` and
-``stateless_update_state``), so the variables leave the traced graph
+``stateless_update_state``; FedAvg's and FedProx's client work), so the
+variables leave the traced graph
 (`core.tf_serialization._drop_unread_variables`) and the XLA rule
 (`core.xla`) compiles the lowered client update like any other. Checked here:
 the rule's decision, the results against the variable path (the same model
@@ -52,7 +53,12 @@ def _model_fn(dropout: bool = False):
     return model_fn
 
 
-def _process(dropout: bool = False):
+def _process(dropout: bool = False, algorithm: str = 'fed_avg'):
+    if algorithm == 'fed_prox':
+        return tff.learning.algorithms.build_weighted_fed_prox(
+            _model_fn(dropout), proximal_strength=0.5,
+            client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+            server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
     return tff.learning.algorithms.build_weighted_fed_avg(
         _model_fn(dropout), client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
@@ -92,11 +98,19 @@ def _client_update(process) -> bb.CompiledComputation:
     return found[0]
 
 
-def test_the_keras_client_update_has_no_variable_and_compiles(process):
-    comp = _client_update(process)
+def _assert_no_variable(comp: bb.CompiledComputation) -> None:
     graph = tf.compat.v1.GraphDef.FromString(comp.graph.graph_def)
     ops = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
     assert not ops & {'VarHandleOp', 'ReadVariableOp', 'AssignVariableOp'}, ops
+
+
+def test_fed_prox_s_keras_client_update_has_no_variable():
+    _assert_no_variable(_client_update(_process(algorithm='fed_prox')))
+
+
+def test_the_keras_client_update_has_no_variable_and_compiles(process):
+    comp = _client_update(process)
+    _assert_no_variable(comp)
     fn = EmbeddedFunction(comp)
     element = comp.type_signature.parameter[-1].element
     seq_index = fn.sequence_params[0]
@@ -119,11 +133,12 @@ def test_the_keras_client_update_has_no_variable_and_compiles(process):
         assert [b[i].numpy().tobytes() for b in block] == [s.numpy().tobytes() for s in single]
 
 
-def test_the_stateless_path_computes_what_the_variables_compute(monkeypatch):
-    """Dropout and a regularizer; every client run through `tf.data` in the graph runtime
-    (`jit_compile=False`), where both paths run the same kernels."""
+@pytest.mark.parametrize('algorithm', ['fed_avg', 'fed_prox'])
+def test_the_stateless_path_computes_what_the_variables_compute(monkeypatch, algorithm):
+    """Dropout and a regularizer (FedAvg's client work and FedProx's proximal one), in the graph
+    runtime (`jit_compile=False`), where both paths run the same kernels."""
     def run():
-        process = _process(dropout=True)
+        process = _process(dropout=True, algorithm=algorithm)
         with tff.execution_context(tff.stacks.local_executor_factory(), jit_compile=False):
             return _round(process)
     stateless = run()

@@ -73,7 +73,7 @@ def build_model_delta_update_with_tff_optimizer(
     model = model_fn()
     dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
     if isinstance(model, keras_utils.KerasModel) and model.runs_stateless():
-        return _stateless_keras_update(model, weighting, dataset_reduce_fn)
+        return stateless_keras_update(model, weighting, dataset_reduce_fn)
 
     @tf.function
     def client_update(optimizer: Optimizer, initial_weights: Any, data: Any,
@@ -119,10 +119,13 @@ def build_model_delta_update_with_tff_optimizer(
     return client_update
 
 
-def _stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWeighting,
-                            dataset_reduce_fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`build_model_delta_update_with_tff_optimizer`'s client update for a model of
-    `from_keras_model`, with the weights and metric values as tensors in the loop's state
+def stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWeighting,
+                           dataset_reduce_fn: Callable[..., Any], *,
+                           adjust_gradients: Optional[Callable[..., Any]] = None,
+                           reset_metrics_if_non_finite: bool = True) -> Callable[..., Any]:
+    """The client update of a model of `from_keras_model` (this module's, or the proximal
+    one with `adjust_gradients(gradients, weights, initial_weights)` and no metrics reset),
+    with the weights and metric values as tensors in the loop's state
     (`KerasModel.stateless_forward_pass`): the same steps and results, but no variable is
     read, so the model's variables leave the graph (`core.tf_serialization`) and the
     client update can run XLA-compiled (`core.xla`)."""
@@ -141,6 +144,8 @@ def _stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWe
                 output, fixed, metrics_state = model.stateless_forward_pass(
                     weights, fixed, metrics_state, batch, training=True)
             gradients = tape.gradient(output.loss, weights)
+            if adjust_gradients is not None:
+                gradients = adjust_gradients(gradients, weights, trainable)
             optimizer_state, weights = optimizer.next(optimizer_state, weights,
                                                       tuple(gradients))
             if output.num_examples is None:
@@ -164,8 +169,9 @@ def _stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWe
         update = tf.nest.map_structure(tf.subtract, initial_weights.trainable, trained)
         update, has_non_finite_delta = zero_all_if_any_non_finite(update)
         client_weight = choose_client_weight(weighting, has_non_finite_delta, num_examples)
-        metrics_state = tf.cond(has_non_finite_delta > 0, lambda: reset_metrics,
-                                lambda: metrics_state)
+        if reset_metrics_if_non_finite:
+            metrics_state = tf.cond(has_non_finite_delta > 0, lambda: reset_metrics,
+                                    lambda: metrics_state)
         return (client_works.ClientResult(update=update, update_weight=client_weight),
                 model.unfinalized_metrics_of(metrics_state))
 

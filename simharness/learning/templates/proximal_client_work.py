@@ -22,14 +22,15 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning import loop_builder
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metrics_aggregators
-from simharness.learning.models import functional, variable
+from simharness.learning.models import functional, keras_utils, variable
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import client_works
 from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
 from simharness.learning.templates.model_delta_client_work import (choose_client_weight,
                                                                    functional_weights_type,
-                                                                   split_batch)
+                                                                   split_batch,
+                                                                   stateless_keras_update)
 from simharness.templates.measured_process import MeasuredProcessOutput
 
 __all__ = ['build_functional_model_delta_client_work', 'build_model_delta_client_work',
@@ -53,6 +54,10 @@ def build_model_delta_update_with_tff_optimizer(
     """The proximal client update of a `VariableModel` (build it inside a `tf_computation`)."""
     model = model_fn()
     dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
+    if isinstance(model, keras_utils.KerasModel) and model.runs_stateless():
+        return stateless_keras_update(
+            model, weighting, dataset_reduce_fn, reset_metrics_if_non_finite=False,
+            adjust_gradients=lambda g, w, w0: _proximal(g, w, w0, delta_l2_regularizer))
 
     @tf.function
     def client_update(optimizer: Optimizer, initial_weights: Any, data: Any) -> Any:
