@@ -36,7 +36,9 @@ Compiled results keep the determinism guarantee among themselves: a block of
 clients runs in one compiled call whose per-client results are the bits of one
 compiled call per client (checked in tests/conformance/test_xla_bits.py on every
 stack and layout), so the bits do not depend on how clients are cut into
-blocks.
+blocks. A lowered dataset loop's block is a graph-runtime loop of calls of its
+compiled function instead (`EmbeddedFunction._make_batched`): XLA's program for
+a whole block gave some clients of a Keras client update other bits.
 """
 
 from __future__ import annotations

@@ -217,14 +217,19 @@ def test_fedavg_round_plain_tf_2proc(benchmark, baselines, plain_tf, workload, r
 def test_fedavg_round(simharness_benchmark, simharness_stack, baselines, plain_tf, plain_tf_xla,
                       workload, reference_weights):
     """One FedAvg round (FedAvg.next) on the stack."""
-    bench = simharness_benchmark
+    _time_round(simharness_benchmark, simharness_stack, baselines, plain_tf, plain_tf_xla,
+                workload, reference_weights)
+
+
+def _time_round(bench, stack, baselines, plain_tf, plain_tf_xla, workload, reference_weights):
+    """Checks then times FedAvg.next on the stack (in the current context), with its ratios."""
     bench.group = GROUP
     fedavg, state, padded = workload['fedavg'], workload['state'], workload['padded']
     check_then_time(bench, fedavg.next, (state, padded), _check_round(reference_weights),
                     rounds=ROUNDS)
     t = median_seconds(bench)
     if t is not None:
-        bench.extra_info.update(_round_info(t, simharness_stack.name, baselines, plain_tf,
+        bench.extra_info.update(_round_info(t, stack.name, baselines, plain_tf,
                                             plain_tf_xla, workload['w0']))
 
 
@@ -320,16 +325,9 @@ def test_fedavg_round_graph_runtime(simharness_benchmark, simharness_stack, base
                                     plain_tf_xla, workload, reference_weights):
     """The round of `test_fedavg_round` with XLA forced off: TF's graph runtime."""
     import simharness as sh
-    bench = simharness_benchmark
-    bench.group = GROUP
-    fedavg, state, padded = workload['fedavg'], workload['state'], workload['padded']
     with sh.execution_context(simharness_stack.factory, jit_compile=False):
-        check_then_time(bench, fedavg.next, (state, padded), _check_round(reference_weights),
-                        rounds=ROUNDS)
-    t = median_seconds(bench)
-    if t is not None:
-        bench.extra_info.update(_round_info(t, simharness_stack.name, baselines, plain_tf,
-                                            plain_tf_xla, workload['w0']))
+        _time_round(simharness_benchmark, simharness_stack, baselines, plain_tf, plain_tf_xla,
+                    workload, reference_weights)
 
 
 # ------------------------------------------------------------------ the CNN, compiled and not

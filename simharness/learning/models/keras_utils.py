@@ -151,6 +151,23 @@ def _weighted_mean_loss_metric(loss_fns: list, loss_weights: list) -> type:
     return _WeightedMeanLossMetric
 
 
+def _inputs_and_labels(batch_input: Any) -> tuple:
+    """``(x, y)`` of a batch given as ``(x, y)`` or ``{'x': ..., 'y': ...}`` (y may be None)."""
+    if isinstance(batch_input, Mapping):
+        inputs, y_true = batch_input.get('x'), batch_input.get('y')
+    else:
+        inputs, y_true = batch_input
+    if inputs is None:
+        raise KeyError('Received a batch_input that is missing required key `x`. Instead '
+                       f'have keys {list(batch_input.keys())}')
+    return inputs, y_true
+
+
+def _num_examples(inputs: Any) -> Any:
+    first = tf.nest.flatten(inputs)[0]
+    return first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
+
+
 class KerasModel(variable.VariableModel):
     """A `VariableModel` over a Keras model (see `from_keras_model`)."""
 
@@ -232,29 +249,25 @@ class KerasModel(variable.VariableModel):
         return self._keras_model(x, training=training)
 
     def forward_pass(self, batch_input: Any, training: bool = True) -> variable.BatchOutput:
-        if isinstance(batch_input, Mapping):
-            inputs, y_true = batch_input.get('x'), batch_input.get('y')
-        else:
-            inputs, y_true = batch_input
-        if inputs is None:
-            raise KeyError('Received a batch_input that is missing required key `x`. Instead '
-                           f'have keys {list(batch_input.keys())}')
+        inputs, y_true = _inputs_and_labels(batch_input)
         predictions = self.predict_on_batch(inputs, training)
-        if y_true is not None:
-            # Layer regularization losses are added, as Keras' own training step does.
-            if len(self._loss_fns) == 1:
-                terms = [self._loss_fns[0](y_true, predictions)]
-            else:
-                terms = [self._loss_weights[i] * fn(y_true[i], predictions[i])
-                         for i, fn in enumerate(self._loss_fns)]
-            batch_loss = tf.add_n(terms + list(self._keras_model.losses))
-        else:
-            batch_loss = None
+        batch_loss = self._batch_loss(y_true, predictions, self._keras_model.losses)
         for metric in self._metrics:
             metric.update_state(y_true=y_true, y_pred=predictions)
-        first = tf.nest.flatten(inputs)[0]
-        num = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
-        return variable.BatchOutput(loss=batch_loss, predictions=predictions, num_examples=num)
+        return variable.BatchOutput(loss=batch_loss, predictions=predictions,
+                                    num_examples=_num_examples(inputs))
+
+    def _batch_loss(self, y_true: Any, predictions: Any, regularization: Any) -> Any:
+        """The losses of the outputs, weighted, plus the layers' regularization losses (as
+        Keras' own training step adds them); None without labels."""
+        if y_true is None:
+            return None
+        if len(self._loss_fns) == 1:
+            terms = [self._loss_fns[0](y_true, predictions)]
+        else:
+            terms = [self._loss_weights[i] * fn(y_true[i], predictions[i])
+                     for i, fn in enumerate(self._loss_fns)]
+        return tf.add_n(terms + list(regularization))
 
     def runs_stateless(self) -> bool:
         """True when `stateless_forward_pass` can stand in for `forward_pass` (a built model)."""
@@ -274,29 +287,15 @@ class KerasModel(variable.VariableModel):
           ``(BatchOutput, non_trainable after the call, metrics_state after it)``: the
           values the variables of `forward_pass` would hold after it.
         """
-        if isinstance(batch_input, Mapping):
-            inputs, y_true = batch_input.get('x'), batch_input.get('y')
-        else:
-            inputs, y_true = batch_input
-        if inputs is None:
-            raise KeyError('Received a batch_input that is missing required key `x`. Instead '
-                           f'have keys {list(batch_input.keys())}')
+        inputs, y_true = _inputs_and_labels(batch_input)
         predictions, non_trainable, regularization = self._keras_model.stateless_call(
             list(trainable), list(non_trainable), inputs, training=training, return_losses=True)
-        batch_loss = None
-        if y_true is not None:
-            if len(self._loss_fns) == 1:
-                terms = [self._loss_fns[0](y_true, predictions)]
-            else:
-                terms = [self._loss_weights[i] * fn(y_true[i], predictions[i])
-                         for i, fn in enumerate(self._loss_fns)]
-            batch_loss = tf.add_n(terms + list(regularization))
+        batch_loss = self._batch_loss(y_true, predictions, regularization)
         metrics_state = tuple(tuple(m.stateless_update_state(list(values), y_true=y_true,
                                                              y_pred=predictions))
                               for m, values in zip(self._metrics, metrics_state))
-        first = tf.nest.flatten(inputs)[0]
-        num = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
-        return (variable.BatchOutput(loss=batch_loss, predictions=predictions, num_examples=num),
+        return (variable.BatchOutput(loss=batch_loss, predictions=predictions,
+                                     num_examples=_num_examples(inputs)),
                 tuple(non_trainable), metrics_state)
 
     def unfinalized_metrics_of(self, metrics_state: tuple) -> 'collections.OrderedDict[str, list]':
