@@ -7,7 +7,8 @@
         -> write (to the open file)                     -> the caller writes the temp path
         -> flush, fsync                                    (SQLite), then fsync
         -> os.replace(temp, path)          (atomic on POSIX and Windows)
-        on any exception (KeyboardInterrupt included) the temp file is removed
+        on any exception (KeyboardInterrupt included, and a signal's exception
+        wherever it lands) the temp file is removed
 
 The one writer of every file simharness makes whole (results directories,
 client .npz files, benchmark history, release CSVs, SQLite client data). An
@@ -15,7 +16,7 @@ client .npz files, benchmark history, release CSVs, SQLite client data). An
 directory: EROFS, EACCES) is raised again with the *final* path as its
 ``filename``, e.g. ``[Errno 28] No space left on device: '.../metrics.jsonl'``;
 the previous file at that path, if any, is left as it was. The file gets a
-new file's usual mode (0666 less the umask), not the temp file's 0600.
+new file's usual mode (0666 less the umask).
 
 It imports nothing of simharness: every layer may use it.
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import IO, Any, Iterator, NoReturn, Optional, Tuple, Union
 
@@ -37,34 +38,24 @@ __all__ = ['TEMP_SUFFIX', 'atomic_open', 'atomic_path', 'is_temp_file', 'raise_n
            'write_bytes', 'write_text']
 
 
-def _temp_beside(target: Path) -> Tuple[int, str]:
-    """A new temp file (fd, path) in `target`'s directory, with a normal file's mode."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.',
-                                   suffix=TEMP_SUFFIX)
-    except OSError as e:
-        raise_naming(e, target)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give a normal file's mode
-    except BaseException as e:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise_naming(e, target)
-        raise
-    return fd, tmp
-
-
 @contextlib.contextmanager
-def _replacing(tmp: str, target: Path) -> Iterator[None]:
-    """Moves `tmp` onto `target` when the block exits normally; removes it otherwise."""
+def _replacing(target: Path) -> Iterator[Tuple[int, str]]:
+    """A new temp file beside `target` (its open fd and its path) that is moved onto `target` when the
+    block exits normally and removed otherwise.
+
+    The temp file's name is chosen before the file exists and the one ``try`` covers its
+    creation, so an exception raised at any point (a signal's, e.g. the CLI's SIGTERM,
+    can land between any two bytecodes) leaves no file behind. ``os.open`` with mode 0666
+    gives a new file's usual mode (0666 less the umask).
+    """
+    tmp = str(target.parent / f'.{target.name}.{secrets.token_hex(8)}{TEMP_SUFFIX}')
     try:
-        yield
+        yield os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
         os.replace(tmp, target)
     except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if not isinstance(e, FileExistsError):  # (a name taken by another writer: not ours)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         if isinstance(e, OSError):
             raise_naming(e, target)
         raise
@@ -85,14 +76,13 @@ def atomic_open(path: PathLike, mode: str = 'w', *,
     """
     if mode not in ('w', 'wb'):
         raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
-    target = Path(path)
-    fd, tmp = _temp_beside(target)
-    with _replacing(tmp, target):
+    with _replacing(Path(path)) as (fd, _):
         try:
             f: IO[Any] = (os.fdopen(fd, 'w', encoding='utf-8', newline=newline)
                           if mode == 'w' else os.fdopen(fd, 'wb'))
         except BaseException:
-            os.close(fd)
+            with contextlib.suppress(OSError):  # (a file object made and lost closed it)
+                os.close(fd)
             raise
         with f:
             yield f
@@ -108,10 +98,8 @@ def atomic_path(path: PathLike) -> Iterator[Path]:
     (empty) when the block starts; whatever the block leaves there is synced
     to disk and moved onto `path`. Its directory must exist.
     """
-    target = Path(path)
-    fd, tmp = _temp_beside(target)
-    os.close(fd)
-    with _replacing(tmp, target):
+    with _replacing(Path(path)) as (fd, tmp):
+        os.close(fd)
         yield Path(tmp)
         sync = os.open(tmp, os.O_RDONLY)
         try:
@@ -125,18 +113,6 @@ def raise_naming(error: OSError, target: Path) -> NoReturn:
     if error.errno is None or error.filename == str(target):
         raise error
     raise OSError(error.errno, error.strerror or str(error), str(target)) from error
-
-
-def _umask() -> int:
-    """The process umask, read without changing it (Linux), else the usual 022."""
-    try:
-        with open('/proc/self/status', encoding='ascii') as f:
-            for line in f:
-                if line.startswith('Umask:'):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
 
 
 def write_text(path: PathLike, text: str) -> Path:
