@@ -197,8 +197,12 @@ def tf_global_seed_restored() -> Iterator[None]:
     in-process experiment with a seed) would otherwise change, for the tests that run after
     it in the same xdist worker, what seeded ops give (e.g. the order of a
     ``shuffle(8, seed=1)``): a test comparing bits across stacks then compares two orders.
+    Only a seed that is set is unset: setting it clears TF's kernel and function caches,
+    so that every test after it instantiates each function it calls afresh.
     """
     yield
     tf = sys.modules.get('tensorflow')
     if tf is not None:
-        tf.random.set_seed(None)
+        from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+        if context.global_seed() is not None:
+            tf.random.set_seed(None)
