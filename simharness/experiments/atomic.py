@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile  # noqa: F401  (the module the writer's temp files come from; tests patch it here)
 from pathlib import Path
 from typing import Any, Dict, List, Union
 

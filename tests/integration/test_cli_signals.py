@@ -84,9 +84,9 @@ def test_signal_handlers_are_installed_only_while_main_runs(tmp_path):
 # ---------------------------------------------------------- a full results disk
 
 def _fail_writes(monkeypatch, err: int, names, where: str = 'fsync'):
-    """Makes writes of files named in `names` fail with `err` at `where` ('fsync', 'mkstemp'
-    of an atomic write, or 'open' of an append)."""
-    real_fsync, real_mkstemp, real_open = os.fsync, atomic.tempfile.mkstemp, os.open
+    """Makes writes of files named in `names` fail with `err` at `where` ('fsync' of an
+    atomic write, or 'open' of an append)."""
+    real_fsync, real_open = os.fsync, os.open
     failed = []
 
     def matches(path: str) -> bool:
@@ -99,12 +99,6 @@ def _fail_writes(monkeypatch, err: int, names, where: str = 'fsync'):
             raise OSError(err, os.strerror(err))
         return real_fsync(fd)
 
-    def mkstemp(*args, prefix='', **kwargs):
-        if where == 'mkstemp' and matches(prefix):
-            failed.append(prefix)
-            raise OSError(err, os.strerror(err), str(kwargs.get('dir')) + '/' + prefix + 'x')
-        return real_mkstemp(*args, prefix=prefix, **kwargs)
-
     def open_(path, flags, *args, **kwargs):
         if where == 'open' and flags & os.O_APPEND and matches(str(path)):
             failed.append(path)
@@ -112,7 +106,6 @@ def _fail_writes(monkeypatch, err: int, names, where: str = 'fsync'):
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(atomic.os, 'fsync', fsync)
-    monkeypatch.setattr(atomic.tempfile, 'mkstemp', mkstemp)
     monkeypatch.setattr(atomic.os, 'open', open_)
     return failed
 
