@@ -40,8 +40,8 @@ __all__ = ['TEMP_SUFFIX', 'atomic_open', 'atomic_path', 'is_temp_file', 'raise_n
 
 @contextlib.contextmanager
 def _replacing(target: Path) -> Iterator[Tuple[int, str]]:
-    """A new temp file beside `target` (its open fd and its path) that is moved onto `target` when the
-    block exits normally and removed otherwise.
+    """A new temp file beside `target` (its open fd and its path), moved onto `target` when
+    the block exits normally and removed otherwise.
 
     The temp file's name is chosen before the file exists and the one ``try`` covers its
     creation, so an exception raised at any point (a signal's, e.g. the CLI's SIGTERM,
