@@ -215,7 +215,15 @@ class CompiledComputation(ComputationBuildingBlock):
 
     @property
     def fingerprint(self) -> str:
-        return self.graph.fingerprint + '|' + str(self.type_signature)
+        # Cached: the function caches look it up on every call, and the string of a large
+        # type signature costs more than the call's own bookkeeping (kept with the graph and
+        # type it was made from, so that an object given a new one computes it anew).
+        cached = self.__dict__.get('_fingerprint')
+        if cached is not None and cached[0] is self.graph and cached[1] is self.type_signature:
+            return cached[2]
+        value = self.graph.fingerprint + '|' + str(self.type_signature)
+        self.__dict__['_fingerprint'] = (self.graph, self.type_signature, value)
+        return value
 
     def compact(self) -> str:
         return f'comp#{self.graph.fingerprint[:8]}'

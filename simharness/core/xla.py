@@ -36,9 +36,8 @@ Compiled results keep the determinism guarantee among themselves: a block of
 clients runs in one compiled call whose per-client results are the bits of one
 compiled call per client (checked in tests/conformance/test_xla_bits.py on every
 stack and layout), so the bits do not depend on how clients are cut into
-blocks. A lowered dataset loop's block is a graph-runtime loop of calls of its
-compiled function instead (`EmbeddedFunction._make_batched`): XLA's program for
-a whole block gave some clients of a Keras client update other bits.
+blocks (XLA's loop-invariant code motion, which made a Keras client update's
+bits depend on the block, is off: `determinism.XLA_DISABLED_PASSES`).
 """
 
 from __future__ import annotations

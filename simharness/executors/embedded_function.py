@@ -85,8 +85,6 @@ class EmbeddedFunction:
                                      if isinstance(t, T.SequenceType))
         # lowering key -> the lowered function, or None (not lowerable)
         self._lowered: Dict[Tuple[Any, ...], Optional['EmbeddedFunction']] = {}
-        #: True for a function `lowered` made (a dataset loop as a tensor loop).
-        self.lowered_loop = False
 
     @property
     def xla(self) -> Decision:
@@ -148,9 +146,7 @@ class EmbeddedFunction:
             T.FunctionType(T.StructType([(None, t) for t in flat_types]),
                            self.type_signature.result),
             self.comp.name)
-        out = EmbeddedFunction(comp)
-        out.lowered_loop = True
-        return out
+        return EmbeddedFunction(comp)
 
     def __call__(self, arg: Any = None) -> Any:
         """TFF's embedded function: called with the structured argument (tensors and
@@ -251,13 +247,6 @@ class EmbeddedFunction:
         inner = self._fn
         compiled = self.xla.compiled
         exact = self.exact_elementwise and not compiled
-        if compiled and self.lowered_loop:
-            # A lowered loop compiled as a block can give other bits than one compiled call
-            # (XLA optimizes the loop over clients by the block's size and by which inputs
-            # it shares: measured on a Keras client update). Its block is a graph-runtime
-            # loop of calls of the one compiled function, so each client's bits are those of
-            # `call_flat` by construction (and XLA compiles it once, whatever the sizes).
-            inner, compiled = self._jit_single, False
         out_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._result_leaves)
 
         leaf_specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
@@ -267,7 +256,8 @@ class EmbeddedFunction:
 
         # Compiled: the whole block is one XLA computation (a loop over its clients), whose
         # per-client results are the bits of one compiled call per client (`call_flat`),
-        # whatever the block's size (tests/conformance/test_xla_bits.py).
+        # whatever the block's size (tests/conformance/test_xla_bits.py; XLA's loop-invariant
+        # code motion is off for that: `determinism.XLA_DISABLED_PASSES`).
         @tf.function(autograph=False, input_signature=(shared_sig, stacked_sig),
                      jit_compile=compiled)
         def batched(shared, stacked):

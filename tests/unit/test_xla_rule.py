@@ -135,5 +135,33 @@ def test_bad_choices_are_clear_errors():
 
 def test_worker_processes_inherit_single_threaded_xla_calls():
     import os
-    assert '--xla_cpu_multi_thread_eigen=false' in os.environ['XLA_FLAGS']
+    flags = os.environ['XLA_FLAGS'].split()
+    assert '--xla_cpu_multi_thread_eigen=false' in flags
+    assert ('--xla_disable_hlo_passes=while-loop-invariant-code-motion,'
+            'while-loop-expensive-invariant-code-motion') in flags
+
+
+@pytest.mark.parametrize('user, want', [
+    ('', ['--xla_cpu_multi_thread_eigen=false',
+          '--xla_disable_hlo_passes=while-loop-invariant-code-motion,'
+          'while-loop-expensive-invariant-code-motion']),
+    # the user's choices are kept; our passes join the user's list of passes
+    ('--xla_cpu_multi_thread_eigen=true --xla_disable_hlo_passes=algsimp --xla_dump_to=/tmp/d',
+     ['--xla_cpu_multi_thread_eigen=true', '--xla_dump_to=/tmp/d',
+      '--xla_disable_hlo_passes=algsimp,while-loop-invariant-code-motion,'
+      'while-loop-expensive-invariant-code-motion']),
+    ('--xla_disable_hlo_passes=while-loop-invariant-code-motion',
+     ['--xla_cpu_multi_thread_eigen=false',
+      '--xla_disable_hlo_passes=while-loop-invariant-code-motion,'
+      'while-loop-expensive-invariant-code-motion']),
+])
+def test_configure_xla_adds_its_flags_to_the_user_s(monkeypatch, user, want):
+    import os
+
+    from simharness.core import determinism
+    monkeypatch.setenv('XLA_FLAGS', user)
+    determinism.configure_xla()
+    assert os.environ['XLA_FLAGS'].split() == want
+    determinism.configure_xla()  # idempotent
+    assert os.environ['XLA_FLAGS'].split() == want
 
