@@ -1,4 +1,5 @@
-"""A driver that dies by any signal mid-round leaves no shared-memory segment and no process.
+"""A driver that dies by any signal mid-round leaves no shared-memory segment, no process and no
+temporary directory (multiprocess's ``pymp-*``, which holds the forkserver's socket).
 
 Three subprocess drivers (started together, to share their start-up time) each
 run a blocking federated sum on 1 worker (tests/fault_injection.py's file
@@ -35,6 +36,8 @@ from simharness.stacks import process_executor_factory
 from fault_injection import blocking_computation
 directory = pathlib.Path(sys.argv[1])
 factory = process_executor_factory(num_workers=1, clients_per_worker=1, start=True)
+from multiprocess import util
+(directory / 'tempdir').write_text(util.get_temp_dir())  # the forkserver's listener lives there
 with sh.execution_context(factory):
     blocking_computation(directory)([np.float32(1)])
 """
@@ -87,17 +90,59 @@ def test_no_segment_or_process_outlives_a_driver_killed_by_any_signal(tmp_path):
         end = time.monotonic() + 60  # a bound, not a speed: the loop ends once all are gone
         for name, (d, proc) in drivers.items():
             pids = [proc.pid] + family[name]
+            tempdir = pathlib.Path((d / 'tempdir').read_text())
             while True:
                 left = _segments_of(pids)
                 alive = [p for p in family[name] if psutil.pid_exists(p)
                          and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-                if not left and not alive:
+                if not left and not alive and not tempdir.exists():
                     break
-                assert time.monotonic() < end, (f'after {name} of the driver: segments {left}, '
-                                                 f'processes {alive} remain')
+                assert time.monotonic() < end, (
+                    f'after {name} of the driver: segments {left}, processes {alive}, '
+                    f'its temporary directory {tempdir if tempdir.exists() else None} remain')
                 time.sleep(0.05)
     finally:
         for d, proc in drivers.values():
             if proc.poll() is None:
                 proc.kill()
             (d / 'release').write_text('go')
+
+
+IDLE_DRIVER = """
+import pathlib, sys, time
+from multiprocess import util
+from simharness.stacks import process_executor_factory
+directory = pathlib.Path(sys.argv[1])
+factory = process_executor_factory(num_workers=1, clients_per_worker=1, start=True)
+(directory / 'tempdir').write_text(util.get_temp_dir())
+(directory / 'ready').write_text('')
+time.sleep(300)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_an_idle_driver_killed_by_sigkill_leaves_no_temporary_directory(tmp_path):
+    # Its idle worker sees the driver die on its pipe first (EOF), not only on the lifeline.
+    proc = subprocess.Popen([sys.executable, '-c', IDLE_DRIVER, str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (tmp_path / 'ready').exists():
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, 'the driver did not start its pool'
+            time.sleep(0.05)
+        tempdir = pathlib.Path((tmp_path / 'tempdir').read_text())
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert tempdir.exists() and children
+        proc.kill()
+        proc.wait(30)
+        end = time.monotonic() + 30  # a bound, not a speed
+        while tempdir.exists() or any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+                                      for c in children):
+            assert time.monotonic() < end, f'{tempdir} or a worker outlived the driver'
+            time.sleep(0.05)
+        assert not _segments_of([proc.pid] + [c.pid for c in children])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

@@ -6,9 +6,10 @@ driver (pid D)                               worker k (started from the forkserv
   started pool, main thread only): a previous  (or polls it where pidfd_open is missing)
   handler runs first (if it raises or exits,    D died (any signal, SIGKILL included):
   every live pool is closed, bounded: 5 s);       unlink /dev/shm/simharness_D_*  (driver's)
-  by default: close them, die by SIGTERM          unlink /dev/shm/simharness_k_*  (its own)
-  SIGINT: untouched (KeyboardInterrupt; the       exit at once (os._exit), even mid-TF-call
-  pool closes as the interpreter exits)
+  by default: close them, remove D's temp dir,    unlink /dev/shm/simharness_k_*  (its own)
+  die by SIGTERM                                  remove D's multiprocess temp dir (the
+  SIGINT: untouched (KeyboardInterrupt; the        forkserver's listener socket)
+  pool closes as the interpreter exits)           exit at once (os._exit), even mid-TF-call
 ```
 
 A driver killed by SIGKILL cannot run anything; its workers see it die and
@@ -19,11 +20,15 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional, Set
+
+import psutil
 
 from simharness.runtime.shm import SEGMENT_PREFIX, list_leaked_segments
 
@@ -49,6 +54,25 @@ def _unlink_segments_of(pid: int) -> None:
             pass
 
 
+def driver_temp_dir() -> str:
+    """multiprocess's temporary directory of this process (``pymp-*``, made with the
+    forkserver: its listener socket lives there). The interpreter's exit removes it; a
+    process killed by a signal cannot, so its workers or its SIGTERM path do."""
+    from multiprocess import util
+    return util.get_temp_dir()
+
+
+def remove_temp_dir(path: Optional[str]) -> None:
+    """Removes `path` if it is a multiprocess temporary directory (``<tmp>/pymp-*``)."""
+    if not path:
+        return
+    parent, base = os.path.split(os.path.normpath(path))
+    if not base.startswith('pymp-') or \
+            os.path.realpath(parent) != os.path.realpath(tempfile.gettempdir()):
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _wait_for_death(pid: int) -> None:
     try:
         fd = os.pidfd_open(pid)
@@ -69,26 +93,48 @@ def _wait_for_death(pid: int) -> None:
         time.sleep(_POLL_SECONDS)
 
 
-def _lifeline(driver_pid: int) -> None:
-    _wait_for_death(driver_pid)
+def _driver_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except (psutil.AccessDenied, OSError):
+        return False
+
+
+def _clean_up_after(driver_pid: int, driver_tempdir: Optional[str]) -> None:
     _unlink_segments_of(driver_pid)
     _unlink_segments_of(os.getpid())
+    remove_temp_dir(driver_tempdir)
+
+
+def _lifeline(driver_pid: int, driver_tempdir: Optional[str]) -> None:
+    _wait_for_death(driver_pid)
+    _clean_up_after(driver_pid, driver_tempdir)
     os._exit(0)
 
 
 def run_worker(target: Callable[..., None], driver_pid: int, conn: Any, worker_id: int,
-               placement: Any, options: Dict[str, Any]) -> None:
+               placement: Any, options: Dict[str, Any],
+               driver_tempdir: Optional[str] = None) -> None:
     """A worker process' entry point: `target(conn, worker_id, placement, options)` under a
     lifeline to the driver (`driver_pid`): if the driver dies, the worker removes the
-    driver's segments and its own, and exits at once."""
-    threading.Thread(target=_lifeline, args=(driver_pid,), name='simharness-lifeline',
-                     daemon=True).start()
+    driver's segments and its own and the driver's temporary directory
+    (`driver_tempdir`, see `driver_temp_dir`), and exits at once."""
+    threading.Thread(target=_lifeline, args=(driver_pid, driver_tempdir),
+                     name='simharness-lifeline', daemon=True).start()
     target(conn, worker_id, placement, options)
+    # An idle worker sees its driver die on its pipe (EOF) and returns here, possibly
+    # before the lifeline thread has cleaned up: do it now.
+    if _driver_gone(driver_pid):
+        _clean_up_after(driver_pid, driver_tempdir)
 
 
 # ------------------------------------------------------------------ the driver's side
 
 _POOLS: 'weakref.WeakSet[Any]' = weakref.WeakSet()
+#: The temporary directories of this process' forkservers (`driver_temp_dir`).
+_TEMP_DIRS: Set[str] = set()
 _PREVIOUS: Dict[int, Any] = {}
 _INSTALL_LOCK = threading.Lock()
 
@@ -123,8 +169,11 @@ def _on_sigterm(signum: int, frame: Any) -> None:
         return
     if previous == signal.SIG_IGN:
         return
-    # The default action, as without this handler: die by the signal (exit status 143).
+    # The default action, as without this handler: die by the signal (exit status 143),
+    # which runs no exit handler: remove what they would have.
     _close_pools_bounded()
+    for path in list(_TEMP_DIRS):
+        remove_temp_dir(path)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -133,6 +182,7 @@ def register_pool(pool: Any) -> None:
     """Tracks a started pool; installs the SIGTERM handler once (main thread only; a
     handler set before is chained, and an ignored SIGTERM stays ignored)."""
     _POOLS.add(pool)
+    _TEMP_DIRS.add(driver_temp_dir())
     if threading.current_thread() is not threading.main_thread():
         return
     with _INSTALL_LOCK:

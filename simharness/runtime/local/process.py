@@ -24,7 +24,7 @@ from simharness.runtime import pinning
 from simharness.runtime.inflight import InFlight
 from simharness.runtime.local import transport as L
 from simharness.runtime.local.arenas import WorkerStats
-from simharness.runtime.local.lifeline import run_worker
+from simharness.runtime.local.lifeline import driver_temp_dir, run_worker
 from simharness.runtime.seam import LOCAL_WORKER_MAIN, load_host
 from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
 
@@ -185,7 +185,7 @@ class WorkerProcess:
         # removes the driver's segments and its own, and exits.
         proc = ctx.Process(target=run_worker,
                            args=(target, os.getpid(), child, self.worker_id, self.placement,
-                                 self.pool.worker_options),
+                                 self.pool.worker_options, driver_temp_dir()),
                            name=f'simharness-worker-{self.worker_id}', daemon=True)
         with _START_LOCK, _NoMainReimport():
             proc.start()
