@@ -94,9 +94,9 @@ class EmbeddedFunction:
             with self._lock:
                 if self._xla is None:
                     if decision.compiled:
-                        self._jit_single = tf.function(self._fn, jit_compile=True,
-                                                       input_signature=self._specs,
-                                                       autograph=False)
+                        self._jit_single = _concrete(tf.function(
+                            self._fn, jit_compile=True, input_signature=self._specs,
+                            autograph=False))
                     self._xla = decision
         return self._xla
 

@@ -622,8 +622,8 @@ def _creator_pid(name: str) -> Optional[int]:
     return pid if pid > 0 else None
 
 
-def _creator_gone(pid: int, segment_time: float) -> bool:
-    """Whether process `pid` cannot be the (living) creator of a segment
+def creator_gone(pid: int, segment_time: float) -> bool:
+    """Whether process `pid` cannot be the (living) creator of a segment (or anything else)
     last changed at `segment_time` (seconds since the epoch).
 
     Gone: no such process, a zombie (it exited and maps nothing any more),
@@ -675,7 +675,7 @@ def reap_orphaned_segments() -> List[str]:
             continue
         if uid is not None and st.st_uid != uid:
             continue
-        if not _creator_gone(pid, max(st.st_mtime, st.st_ctime)):
+        if not creator_gone(pid, max(st.st_mtime, st.st_ctime)):
             continue
         try:
             if _posixshmem is not None:

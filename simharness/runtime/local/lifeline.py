@@ -26,11 +26,10 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, Optional, Set
+from typing import Any, Callable, Dict, Optional
 
-import psutil
 
-from simharness.runtime.shm import SEGMENT_PREFIX, list_leaked_segments
+from simharness.runtime.shm import SEGMENT_PREFIX, creator_gone, list_leaked_segments
 
 try:
     import _posixshmem
@@ -93,15 +92,6 @@ def _wait_for_death(pid: int) -> None:
         time.sleep(_POLL_SECONDS)
 
 
-def _driver_gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-    except (psutil.AccessDenied, OSError):
-        return False
-
-
 def _clean_up_after(driver_pid: int, driver_tempdir: Optional[str]) -> None:
     _unlink_segments_of(driver_pid)
     _unlink_segments_of(os.getpid())
@@ -121,20 +111,21 @@ def run_worker(target: Callable[..., None], driver_pid: int, conn: Any, worker_i
     lifeline to the driver (`driver_pid`): if the driver dies, the worker removes the
     driver's segments and its own and the driver's temporary directory
     (`driver_tempdir`, see `driver_temp_dir`), and exits at once."""
+    started = time.time()
     threading.Thread(target=_lifeline, args=(driver_pid, driver_tempdir),
                      name='simharness-lifeline', daemon=True).start()
     target(conn, worker_id, placement, options)
     # An idle worker sees its driver die on its pipe (EOF) and returns here, possibly
     # before the lifeline thread has cleaned up: do it now.
-    if _driver_gone(driver_pid):
+    if creator_gone(driver_pid, started):
         _clean_up_after(driver_pid, driver_tempdir)
 
 
 # ------------------------------------------------------------------ the driver's side
 
 _POOLS: 'weakref.WeakSet[Any]' = weakref.WeakSet()
-#: The temporary directories of this process' forkservers (`driver_temp_dir`).
-_TEMP_DIRS: Set[str] = set()
+#: This process' multiprocess temporary directory once a pool started (`driver_temp_dir`).
+_TEMP_DIR: Optional[str] = None
 _PREVIOUS: Dict[int, Any] = {}
 _INSTALL_LOCK = threading.Lock()
 
@@ -172,8 +163,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     # The default action, as without this handler: die by the signal (exit status 143),
     # which runs no exit handler: remove what they would have.
     _close_pools_bounded()
-    for path in list(_TEMP_DIRS):
-        remove_temp_dir(path)
+    remove_temp_dir(_TEMP_DIR)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -181,8 +171,9 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def register_pool(pool: Any) -> None:
     """Tracks a started pool; installs the SIGTERM handler once (main thread only; a
     handler set before is chained, and an ignored SIGTERM stays ignored)."""
+    global _TEMP_DIR
     _POOLS.add(pool)
-    _TEMP_DIRS.add(driver_temp_dir())
+    _TEMP_DIR = driver_temp_dir()
     if threading.current_thread() is not threading.main_thread():
         return
     with _INSTALL_LOCK:
