@@ -284,13 +284,32 @@ class EagerTFExecutor(BatchExecutor):
                                and c.shape == f.shape
                                for c, f in zip(v.components, first.components))):
                 return None
+        return self._sequence_rows(first, [np.stack([v.components[j] for v in values])
+                                           for j in range(m)], t)
+
+    def _stacked_sequences(self, block: Any, t: T.SequenceType) -> List[EagerValue]:
+        """Client sequences sent stacked (`runtime.datasets.stacked_batches`): component j
+        is ``[n, rows, ...]``, client i's rows at index i."""
+        comps = block.components if isinstance(block, TensorBatches) else None
+        if (not isinstance(comps, (list, tuple)) or not comps
+                or not all(isinstance(c, np.ndarray) and c.ndim >= 1 for c in comps)
+                or len({c.shape[0] for c in comps}) != 1):
+            raise SimharnessTypeError(f'{block!r:.200} is not a block of stacked client '
+                                      f'sequences of {t}', expected=t)
+        first = TensorBatches([c[0] for c in comps], block.batch_size, block.drop_remainder,
+                              block.element_type, block.passes)
+        return self._sequence_rows(first, list(comps), t)
+
+    def _sequence_rows(self, first: TensorBatches, stacked_arrays: List[np.ndarray],
+                       t: T.SequenceType) -> List[EagerValue]:
+        """The clients of `stacked_arrays` (one layout, that of `first`, their row 0)."""
         with self._device_scope():
             checked = tseq.checked(first, t, to_tensor)  # one layout: one check
-            stacked = [fast_tensor(np.stack([v.components[j] for v in values]))
-                       for j in range(m)]
+            stacked = [fast_tensor(np.asarray(x, dtype=c.dtype.as_numpy_dtype))
+                       for x, c in zip(stacked_arrays, checked.components)]
             rows = [tf.unstack(x) for x in stacked]
         out = []
-        for i in range(len(values)):
+        for i in range(int(stacked_arrays[0].shape[0])):
             tb = TensorBatches([r[i] for r in rows], checked.batch_size, checked.drop_remainder,
                                t.element, checked.passes)
             tb.derived['checked'] = (t, tb)
@@ -302,6 +321,8 @@ class EagerTFExecutor(BatchExecutor):
         """Embeds n client values given leaf by leaf as arrays [n, ...] (already validated)."""
         self._check_open()
         t = T.to_type(type_spec)
+        if isinstance(t, T.SequenceType) and len(leaves) == 1:
+            return self._stacked_sequences(leaves[0], t)
         types = T.flatten_type(t)
         if len(leaves) != len(types) or not leaves:
             raise SimharnessTypeError(f'{len(leaves)} stacked leaves do not match {t}')

@@ -465,6 +465,13 @@ class WorkerDelegatingExecutor(BatchExecutor):
                 return out
             values = values.load()  # not describable as plain data: the driver loads it
         values = list(values)
+        if len(values) >= 2 and isinstance(t, T.SequenceType):
+            # reason: datasets.py imports TensorFlow; only dataset values need it
+            from simharness.runtime.datasets import stacked_batches
+            block = stacked_batches(values, t)
+            if block is not None:  # one array per component, through shared memory
+                return await self._request(Op.CREATE_VALUES_STACKED, [block], t,
+                                           n_out=len(values), types=t)
         if len(values) >= 2 and T.contains_only_tensors(t):
             arrays = stack_python_values(values, t)
             if arrays is not None:  # one array per leaf, through shared memory
