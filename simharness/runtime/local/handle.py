@@ -64,27 +64,9 @@ class WorkerHandle(WorkerProcess):
                 self.stats.bytes_to_worker += call.nbytes
         if err is not None:
             call.finish(error=err)
-        elif not self._write_through():
+        else:
             self.pool._reactor.wake(self)
         return call.future
-
-    def _write_through(self) -> bool:
-        """Sends the queued requests from the calling thread; False: leave it to the reactor.
-
-        The reactor is a thread of this process: while the submitting thread
-        (the driver's event loop) runs Python, the reactor waits for the GIL
-        up to the interpreter's switch interval (5 ms), and the request with
-        it. Written here, it leaves at once. The reactor still does what can
-        wait or block: a socket that takes no more, requests queued behind an
-        arena the worker still reads, and every read.
-        """
-        if not self._io_lock.acquire(blocking=False):
-            return False  # the reactor (or another submitter) is writing: it takes ours too
-        try:
-            self._pump_locked()
-            return self._flush_locked()
-        finally:
-            self._io_lock.release()
 
     def acknowledge(self, names: List[str], generation: int) -> None:
         """The driver is done with these arenas of the worker (any thread; see `ResponseLoan`)."""
@@ -96,10 +78,6 @@ class WorkerHandle(WorkerProcess):
 
     def _pump(self) -> None:
         """Moves ACKs and queued requests into the output buffer (reactor thread)."""
-        with self._io_lock:
-            self._pump_locked()
-
-    def _pump_locked(self) -> None:
         with self._lock:
             if self._acks:
                 self._out += L.frame_with_length(L.pack_frame(L.F_ACK, *self._acks))
@@ -126,11 +104,7 @@ class WorkerHandle(WorkerProcess):
                 self.inflight.append(call)
 
     def _flush(self) -> bool:
-        """Writes what it can; True when everything was written (reactor thread)."""
-        with self._io_lock:
-            return self._flush_locked()
-
-    def _flush_locked(self) -> bool:
+        """Writes what it can; True when everything was written."""
         fd = self._fd
         if fd is None:
             return True
@@ -194,9 +168,8 @@ class WorkerHandle(WorkerProcess):
                 loan = ResponseLoan(self, call.generation, names)
             else:
                 buffers = L.read_buffers(attachment, locs, copy=True)
-                if names:  # sent with the next pump (the reactor pumps after reading)
-                    with self._lock:
-                        self._acks.extend(names)
+                if names:
+                    self._out += L.frame_with_length(L.pack_frame(L.F_ACK, *names))
             self.stats.bytes_from_worker += sum(len(b) if isinstance(b, bytes) else b.nbytes
                                                 for b in buffers)
             resp = P.decode_message(header, buffers)

@@ -140,9 +140,6 @@ class WorkerProcess:
         self.stats = WorkerStats()
         self.pid: Optional[int] = None
         self._lock = threading.Lock()        # short sections: queue, inflight, state
-        # Who writes the socket: the reactor, or a submitting thread writing through
-        # (`WorkerHandle.submit`); guards `_out` and the writes. Taken before `_lock`.
-        self._io_lock = threading.Lock()
         self._start_lock = threading.Lock()  # one start at a time
         self._proc: Any = None
         self._conn: Any = None
@@ -248,7 +245,7 @@ class WorkerProcess:
             pins, self._pins = self._pins, {}
         for release in pins.values():  # its tensors of our broadcasts are gone with it
             release()
-        with self._io_lock, self._lock:  # no write through a closing socket
+        with self._lock:
             proc, conn = self._proc, self._conn
             self._proc = self._conn = None
             self._fd = None
