@@ -309,11 +309,13 @@ class EagerTFExecutor(BatchExecutor):
                        for x, c in zip(stacked_arrays, checked.components)]
             rows = [tf.unstack(x) for x in stacked]
         out = []
+        key = tseq.lowering_key(checked)  # one layout: the rows' lowering key too
         for i in range(int(stacked_arrays[0].shape[0])):
             tb = TensorBatches([r[i] for r in rows], checked.batch_size, checked.drop_remainder,
                                t.element, checked.passes)
             tb.derived['checked'] = (t, tb)
             tb.derived['rows'] = (stacked, i)
+            tb.derived['lowering_key'] = key
             out.append(EagerValue(tb, t))
         return out
 

@@ -162,6 +162,14 @@ def source_spec(tb: TensorBatches) -> SourceSpec:
 
 
 def lowering_key(tb: TensorBatches) -> Tuple:
-    """What a function lowered for `tb` depends on (equal to `source_spec(tb).key()`)."""
-    return (tuple(c.dtype.name for c in tb.components), tb.batch_size, tb.drop_remainder,
+    """What a function lowered for `tb` depends on (equal to `source_spec(tb).key()`).
+
+    Kept in ``tb.derived`` (a map runs it per client and round; reading a
+    tensor's shape costs microseconds); the rows of one stacked block share it.
+    """
+    key = tb.derived.get('lowering_key')
+    if key is None:
+        key = tb.derived['lowering_key'] = (
+            tuple(c.dtype.name for c in tb.components), tb.batch_size, tb.drop_remainder,
             _unrolled_elements(tb), tb.passes, static_rows(tb))
+    return key
