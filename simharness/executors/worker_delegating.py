@@ -209,9 +209,10 @@ class WorkerDelegatingExecutor(BatchExecutor):
         self._lock = threading.RLock()
         self._embedded: Dict[str, WorkerValue] = {}
         self._sources: set = set()
-        # The last client datasets sent stacked, and their block: a program passes the
-        # same datasets every round (strong references: kept until other ones come).
-        self._last_stacked: Optional[Tuple[List[Any], T.Type, Any]] = None
+        # The last client datasets sent stacked and the worker's values of them: a program
+        # passes the same datasets every round, and a dataset does not change, so the
+        # values serve again (strong references: kept until other datasets come).
+        self._last_stacked: Optional[Tuple[List[Any], T.Type, List[WorkerValue]]] = None
         # Answers nobody waited for yet, with the invocation that sent them.
         self._pending: List[Tuple[Any, concurrent.futures.Future]] = []
         self._closed = False
@@ -474,14 +475,17 @@ class WorkerDelegatingExecutor(BatchExecutor):
             from simharness.runtime.datasets import stacked_batches
             last = self._last_stacked
             if (last is not None and len(last[0]) == len(values) and last[1] == t
-                    and all(a is b for a, b in zip(last[0], values))):
-                block = last[2]
-            else:
-                block = stacked_batches(values, t)
-                self._last_stacked = None if block is None else (values, t, block)
+                    and all(a is b for a, b in zip(last[0], values))
+                    and all(v._generation == self._handle.generation == self._generation
+                            for v in last[2][:1])):
+                return list(last[2])
+            self._last_stacked = None
+            block = stacked_batches(values, t)
             if block is not None:  # one array per component, through shared memory
-                return await self._request(Op.CREATE_VALUES_STACKED, [block], t,
-                                           n_out=len(values), types=t)
+                out = await self._request(Op.CREATE_VALUES_STACKED, [block], t,
+                                          n_out=len(values), types=t)
+                self._last_stacked = (values, t, out)
+                return out
         if len(values) >= 2 and T.contains_only_tensors(t):
             arrays = stack_python_values(values, t)
             if arrays is not None:  # one array per leaf, through shared memory

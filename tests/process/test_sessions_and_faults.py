@@ -56,11 +56,13 @@ def per_client(xs):
 
 @sh.tf_computation(F32)
 def slow(x):
+    # ~0.3 s a client here: a request of 4 clients outlasts a 0.3 s request timeout by
+    # more than the pool's 0.25 s liveness check interval (1,500 steps sometimes did not)
     m = tf.fill([200, 200], x * 1e-6)
 
     def body(i, a):
         return i + 1, tf.matmul(a, m) * 1e-3 + m
-    _, a = tf.while_loop(lambda i, a: i < 1500, body, (0, m))
+    _, a = tf.while_loop(lambda i, a: i < 4000, body, (0, m))
     return tf.reduce_sum(a) * 0.0 + x
 
 
