@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple, cast
 
 import asyncio
+import collections
 import collections.abc
 import contextvars
 import inspect
@@ -61,6 +62,10 @@ class _Scope:
 
 
 _EMPTY = _Scope(None, None, None)
+
+#: The most compiled computations, intrinsics and placements an executor keeps the values
+#: of (least recently used first out).
+STATIC_VALUES = 1024
 
 #: The struct-element tasks an invocation started (a list per `create_call` /
 #: `create_value`): it waits for all of them before it returns.
@@ -167,6 +172,10 @@ class ReferenceResolvingExecutor(Executor):
                        'an Executor (e.g. a FederatingExecutor or an EagerTFExecutor)')
         self._target = target
         self._closed = False
+        # The values of the compiled computations, intrinsics and placements met (by
+        # object): a computation called every round evaluates to the same ones again.
+        self._static: 'collections.OrderedDict[int, Tuple[Any, ReferenceResolvingValue]]' = \
+            collections.OrderedDict()
 
     @property
     def target(self) -> Executor:
@@ -256,6 +265,7 @@ class ReferenceResolvingExecutor(Executor):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._static.clear()
             self._target.close()
 
     # ------------------------------------------------------------ evaluation
@@ -381,9 +391,20 @@ class ReferenceResolvingExecutor(Executor):
             return await self._select(await self._evaluate(comp.source, scope), comp.index)
         # Compiled TF, intrinsics, data and placements belong to the target (a placement as
         # its literal, as TFF's reference-resolving layer passes it on).
+        static = isinstance(comp, (bb.CompiledComputation, bb.Intrinsic, bb.Placement))
+        if static:
+            hit = self._static.get(id(comp))
+            if hit is not None and hit[0] is comp:
+                self._static.move_to_end(id(comp))
+                return hit[1]
         value = comp.literal if isinstance(comp, bb.Placement) else comp
-        return ReferenceResolvingValue(
+        out = ReferenceResolvingValue(
             comp.type_signature, target_value=await self._target.create_value(value, comp.type_signature))
+        if static:  # immutable: kept (with `comp`, so that its id stays its own)
+            self._static[id(comp)] = (comp, out)
+            if len(self._static) > STATIC_VALUES:
+                self._static.popitem(last=False)
+        return out
 
 
 async def _settle(tasks: List[asyncio.Future], cancel: bool) -> None:

@@ -263,9 +263,9 @@ def ingest_owned(value: Any, t: T.Type) -> Any:
     goes through `ingest`, with its checks.
     """
     if isinstance(t, T.TensorType):
-        if (isinstance(value, np.ndarray) and t.dtype != np.dtype(object)
+        if (isinstance(value, (np.ndarray, np.generic)) and t.dtype != np.dtype(object)
                 and value.dtype == np.dtype(t.dtype) and T.shape_refusal(value.shape, t) is None):
-            return adopt_tensor(value)
+            return adopt_tensor(value)  # a numpy scalar (a reduced scalar leaf) too
         return ingest(value, t)
     if isinstance(t, T.StructType) and isinstance(value, Struct) and len(value) == len(t):
         return Struct((n, ingest_owned(v, e)) for (n, e), v in zip(t.items(), value))
