@@ -158,3 +158,19 @@ def test_close_closes_the_target_once(target):
     assert target.closed_count == 1
     with pytest.raises(ExecutorClosedError):
         run(ex.create_value(1.0, tf.float32))
+
+
+def test_a_compiled_computation_met_again_is_embedded_once(ex, target):
+    comp = add_one.to_building_block()
+    x = bb.Reference('x', F32)
+    twice = bb.Lambda('x', F32, bb.Call(comp, bb.Call(comp, x)))
+    fn = run(ex.create_value(twice))
+    for k in range(3):  # a computation called every round
+        out = run(ex.create_call(fn, run(ex.create_value(float(k), tf.float32))))
+        assert compute(out) == k + 2.0
+    # the argument each call, the compiled computation once (same object, same value)
+    assert target.counts['create_value'] == 3 + 1
+    other = bb.CompiledComputation(comp.graph, comp.type_signature, comp.name)
+    assert other is not comp  # an equal computation, another object: a value of its own
+    assert compute(call(ex, other, 1.0, tf.float32)) == 2.0
+    assert target.counts['create_value'] == 3 + 1 + 2

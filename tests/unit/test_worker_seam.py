@@ -265,3 +265,53 @@ def test_the_local_grpc_and_ray_transports_implement_the_seam():
         assert isinstance(services, WorkerGroup) and not services.started
     finally:
         services.close()
+
+
+DS = sh.SequenceType(sh.TensorType(tf.float32, [None, 3]))
+
+
+@sh.tf_computation(DS)
+def ds_total(ds):
+    return ds.reduce(0.0, lambda a, b: a + tf.reduce_sum(b))
+
+
+def _datasets(rows, seed):
+    rng = np.random.default_rng(seed)
+    return [tf.data.Dataset.from_tensor_slices(rng.random((n, 3)).astype(np.float32)).batch(2)
+            for n in rows]
+
+
+def test_client_datasets_of_one_layout_cross_stacked_and_serve_again(group):
+    h = group.handles[0]
+    ex = WorkerDelegatingExecutor(h)
+    same = _datasets([5, 5, 5, 5], seed=1)
+    ragged = _datasets([5, 4, 5], seed=2)
+
+    def totals(datasets):
+        async def main():
+            fn = await ex.create_value(ds_total.to_building_block())
+            return [float(v) for v in await ex.compute_many(
+                await ex.create_map(fn, await ex.create_values(datasets, DS)))]
+        return run(main())
+
+    def expected(datasets):
+        return [float(sum(tf.reduce_sum(b) for b in d)) for d in datasets]
+
+    assert totals(same) == pytest.approx(expected(same), rel=1e-6)
+    assert ops(h).count('CREATE_VALUES_STACKED') == 1  # one array per component, not per client
+    assert totals(same) == pytest.approx(expected(same), rel=1e-6)
+    assert totals(list(same)) == pytest.approx(expected(same), rel=1e-6)  # another list of them
+    assert ops(h).count('CREATE_VALUES_STACKED') == 1  # the same datasets: the same values
+    assert totals(same[::-1]) == pytest.approx(expected(same[::-1]), rel=1e-6)  # reordered
+    assert ops(h).count('CREATE_VALUES_STACKED') == 2
+    assert totals(ragged) == pytest.approx(expected(ragged), rel=1e-6)  # not one layout
+    assert ops(h).count('CREATE_VALUES') == 1
+    assert totals(same) == pytest.approx(expected(same), rel=1e-6)  # other datasets came between
+    assert ops(h).count('CREATE_VALUES_STACKED') == 3
+    h.crash()  # a replaced worker: its values are gone (the next use says so) ...
+    with pytest.raises(WorkerCrashedError, match='replaced after a crash'):
+        totals(same)
+    # ... and the datasets are sent again
+    assert totals(same) == pytest.approx(expected(same), rel=1e-6)
+    assert ops(h).count('CREATE_VALUES_STACKED') == 4
+    ex.close()
