@@ -54,6 +54,24 @@ EXACT_ELEMENTWISE_OPS = frozenset({
     'Sign', 'FloorDiv', 'FloorMod', 'TruncateDiv', 'BitwiseAnd', 'BitwiseOr', 'BitwiseXor',
 })
 
+#: Exactly-rounded ops that XLA computes as TF does, alone or next to each other: no add or
+#: subtract (XLA fuses a multiply and an add into one FMA, one rounding), no divide (it may
+#: multiply by a reciprocal), casts only to floating types (XLA and TF convert NaN and
+#: overflowing floats to integers differently). Denormals are flushed in both. A function of
+#: these ops alone runs batched as one XLA program (`_make_batched`): the bits of one
+#: graph-runtime call per client, faster (TFF's weighted mean multiplies each client's
+#: update by its weight: 48 clients of the reference MLP 1.05 -> 0.62 ms).
+XLA_EXACT_OPS = frozenset({'Placeholder', 'Const', 'Identity', 'IdentityN', 'NoOp', 'Mul',
+                           'Neg', 'Cast'})
+_FLOAT_TYPES = frozenset({tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum,
+                          tf.float32.as_datatype_enum, tf.float64.as_datatype_enum})
+
+
+def _xla_exact(nodes: List[Any]) -> bool:
+    """True when every node is of `XLA_EXACT_OPS` and every cast is to a floating type."""
+    return all(n.op in XLA_EXACT_OPS and (n.op != 'Cast' or n.attr['DstT'].type in _FLOAT_TYPES)
+               for n in nodes)
+
 
 class EmbeddedFunction:
     """A `CompiledComputation` imported into the eager runtime."""
@@ -74,6 +92,9 @@ class EmbeddedFunction:
             ops.update(n.op for n in f.node_def)
         #: True when every op is exactly rounded per element (see EXACT_ELEMENTWISE_OPS).
         self.exact_elementwise = ops <= EXACT_ELEMENTWISE_OPS
+        nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+        #: True when its batched form runs as one XLA program (see XLA_EXACT_OPS).
+        self.xla_exact = self.exact_elementwise and _xla_exact(nodes)
         self._param_leaves = ([] if self.type_signature.parameter is None
                               else T.flatten_type(self.type_signature.parameter))
         self._result_leaves = T.flatten_type(self.type_signature.result)
@@ -257,7 +278,7 @@ class EmbeddedFunction:
         # whatever the block's size (tests/conformance/test_xla_bits.py; XLA's loop-invariant
         # code motion is off for that: `determinism.XLA_DISABLED_PASSES`).
         @tf.function(autograph=False, input_signature=(shared_sig, stacked_sig),
-                     jit_compile=compiled)
+                     jit_compile=compiled or (exact and self.xla_exact))
         def batched(shared, stacked):
             def body(xs):
                 it_s, it_x = iter(shared), iter(xs)

@@ -122,9 +122,12 @@ class ReferenceResolvingValue(ExecutorValue):
 
 
 def _is_generator(value: Any) -> bool:
-    return isinstance(value, types.GeneratorType) or inspect.isgeneratorfunction(value) or (
-        callable(value) and not isinstance(value, type) and not hasattr(value, 'element_spec')
-        and not hasattr(value, 'type_signature'))
+    if isinstance(value, types.GeneratorType):
+        return True
+    if not callable(value) or isinstance(value, type):  # a dataset, a list: at once
+        return False
+    return inspect.isgeneratorfunction(value) or (
+        not hasattr(value, 'element_spec') and not hasattr(value, 'type_signature'))
 
 
 def _has_sequence(t: T.Type) -> bool:

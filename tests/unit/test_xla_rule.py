@@ -165,3 +165,36 @@ def test_configure_xla_adds_its_flags_to_the_user_s(monkeypatch, user, want):
     determinism.configure_xla()  # idempotent
     assert os.environ['XLA_FLAGS'].split() == want
 
+
+
+def test_a_weighting_map_runs_batched_in_xla_with_the_bits_of_one_graph_call_per_client():
+    spec = (tf.TensorSpec([7, 3], tf.float32), tf.TensorSpec([], tf.int32))
+
+    @sh.tf_computation(*spec)
+    def weigh(x, w):  # TFF's MeanFactory `_mul`
+        return -x * tf.cast(w, tf.float32)
+
+    @sh.tf_computation(*spec)
+    def weigh_and_add(x, w):  # an add next to a multiply: XLA would fuse them (one rounding)
+        return x * tf.cast(w, tf.float32) + 1.0
+
+    @sh.tf_computation(tf.TensorSpec([7, 3], tf.float32))
+    def to_int(x):  # XLA and TF convert NaN and overflowing floats to ints differently
+        return tf.cast(x * 2.0, tf.int32)
+
+    fns = {f: EmbeddedFunction(c.to_building_block())
+           for f, c in [('weigh', weigh), ('weigh_and_add', weigh_and_add), ('to_int', to_int)]}
+    assert [fns[f].xla_exact for f in fns] == [True, False, False]
+    assert all(fns[f].exact_elementwise and not fns[f].xla.compiled for f in fns)
+    rng = np.random.default_rng(0)
+    n = 13
+    x = (rng.standard_normal((n, 7, 3)) * 10.0 ** rng.integers(-45, 38, (n, 7, 3))).astype(np.float32)
+    x[0, 0, :] = [np.nan, np.inf, 1e-40]  # a NaN, an infinity, a denormal (flushed: TF and XLA)
+    w = rng.integers(-5, 1000, n).astype(np.int32)
+    f = fns['weigh']
+    single = np.stack([f.call_flat([tf.constant(x[i]), tf.constant(w[i])])[0].numpy()
+                       for i in range(n)])
+    for lo, hi in [(0, n), (0, 1), (2, 9), (5, 13)]:  # blocks of any size: the same bits
+        [out] = f.call_batched((False, False), [], [tf.constant(x[lo:hi]), tf.constant(w[lo:hi])],
+                               hi - lo)
+        assert out.numpy().tobytes() == single[lo:hi].tobytes()
