@@ -366,6 +366,9 @@ class ReferenceResolvingExecutor(Executor):
         if isinstance(comp, bb.Call):
             if comp.arg is None:
                 return await self._call(await self._evaluate(comp.fn, scope), None)
+            if _at_once(comp.fn, scope):  # nothing to wait for: no task pair (gather's)
+                fn = await self._evaluate(comp.fn, scope)
+                return await self._call(fn, await self._evaluate(comp.arg, scope))
             fn, arg = await asyncio.gather(self._evaluate(comp.fn, scope),
                                            self._evaluate(comp.arg, scope))
             return await self._call(fn, arg)
@@ -408,6 +411,15 @@ class ReferenceResolvingExecutor(Executor):
             if len(self._static) > STATIC_VALUES:
                 self._static.popitem(last=False)
         return out
+
+
+def _at_once(fn: bb.ComputationBuildingBlock, scope: _Scope) -> bool:
+    """True when evaluating the function of a call waits for nothing: a lambda, an
+    intrinsic, compiled TF, or a reference to a value already there (not a block local
+    still being evaluated)."""
+    if isinstance(fn, (bb.Lambda, bb.Intrinsic, bb.CompiledComputation)):
+        return True
+    return isinstance(fn, bb.Reference) and not isinstance(scope.resolve(fn.name), asyncio.Future)
 
 
 async def _settle(tasks: List[asyncio.Future], cancel: bool) -> None:
