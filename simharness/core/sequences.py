@@ -15,11 +15,13 @@ records exactly that (the arrays and how they are cut), so that
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
 
 from simharness.core import types as T
 
-__all__ = ['TensorBatches']
+__all__ = ['TensorBatches', 'stack_layout']
 
 
 @dataclasses.dataclass(eq=False)
@@ -75,3 +77,25 @@ class TensorBatches:
             how += f' in {self.passes} passes'
         return (f'TensorBatches({T.SequenceType(self.element_type)}, {self.num_rows} rows, '
                 f'{how})')
+
+
+def stack_layout(sequences: Sequence[TensorBatches],
+                 components: Optional[Sequence[Sequence[Any]]] = None) -> Optional[List[np.ndarray]]:
+    """The sequences' components stacked, ``[n, rows, ...]`` each (sequence i at index i),
+    when all are cut alike (batch size, drop_remainder, passes) and their components
+    (`components`, one list per sequence, if given in place of theirs) are numpy arrays of
+    one shape and dtype; else None (the caller takes them one by one)."""
+    if not sequences:
+        return None
+    comps = [list(tb.components) if components is None else list(components[i])
+             for i, tb in enumerate(sequences)]
+    first, f = sequences[0], comps[0]
+    if not f or not all(isinstance(c, np.ndarray) for c in f):
+        return None
+    for tb, cs in zip(sequences, comps):
+        if (tb.batch_size != first.batch_size or tb.drop_remainder != first.drop_remainder
+                or tb.passes != first.passes or len(cs) != len(f)
+                or not all(isinstance(c, np.ndarray) and c.dtype == a.dtype
+                           and c.shape == a.shape for c, a in zip(cs, f))):
+            return None
+    return [np.stack([cs[j] for cs in comps]) for j in range(len(f))]

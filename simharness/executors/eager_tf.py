@@ -38,7 +38,7 @@ from simharness.core.batching import stack_python_values
 from simharness.core.buffers import POOL
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import (ExecutorClosedError, SimharnessTypeError, SimharnessValueError)
-from simharness.core.sequences import TensorBatches
+from simharness.core.sequences import TensorBatches, stack_layout
 from simharness.executors import tensor_sequences as tseq
 from simharness.executors.tensor_sequences import element_leaves as _element_leaves
 from simharness.executors.base import (BatchExecutor, ExecutorValue, normalize_struct_elements,
@@ -271,21 +271,10 @@ class EagerTFExecutor(BatchExecutor):
         """Many clients' in-memory sequences of one layout (as they come from the driver):
         each component converted once for all clients, and the clients' rows kept
         as slices of it, so that a batched map takes the stacked tensor as it is."""
-        first = values[0]
-        if not all(isinstance(v, TensorBatches) for v in values) or not isinstance(
-                first.components, (list, tuple)):
+        if not all(isinstance(v, TensorBatches) for v in values):
             return None
-        m = len(first.components)
-        for v in values:
-            if (v.batch_size != first.batch_size or v.drop_remainder != first.drop_remainder
-                    or v.passes != first.passes
-                    or not isinstance(v.components, (list, tuple)) or len(v.components) != m
-                    or not all(isinstance(c, np.ndarray) and c.dtype == f.dtype
-                               and c.shape == f.shape
-                               for c, f in zip(v.components, first.components))):
-                return None
-        return self._sequence_rows(first, [np.stack([v.components[j] for v in values])
-                                           for j in range(m)], t)
+        stacked = stack_layout(values)
+        return None if stacked is None else self._sequence_rows(values[0], stacked, t)
 
     def _stacked_sequences(self, block: Any, t: T.SequenceType) -> List[EagerValue]:
         """Client sequences sent stacked (`runtime.datasets.stacked_batches`): component j

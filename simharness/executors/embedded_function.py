@@ -87,12 +87,9 @@ class EmbeddedFunction:
         self._specs = self._fn.structured_input_signature[0]
         self._xla: Optional[Decision] = None
         self._jit_single: Any = None
-        ops = {node.op for node in graph_def.node}
-        for f in graph_def.library.function:
-            ops.update(n.op for n in f.node_def)
-        #: True when every op is exactly rounded per element (see EXACT_ELEMENTWISE_OPS).
-        self.exact_elementwise = ops <= EXACT_ELEMENTWISE_OPS
         nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+        #: True when every op is exactly rounded per element (see EXACT_ELEMENTWISE_OPS).
+        self.exact_elementwise = {n.op for n in nodes} <= EXACT_ELEMENTWISE_OPS
         #: True when its batched form runs as one XLA program (see XLA_EXACT_OPS).
         self.xla_exact = self.exact_elementwise and _xla_exact(nodes)
         self._param_leaves = ([] if self.type_signature.parameter is None

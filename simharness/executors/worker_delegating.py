@@ -476,8 +476,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             last = self._last_stacked
             if (last is not None and len(last[0]) == len(values) and last[1] == t
                     and all(a is b for a, b in zip(last[0], values))
-                    and all(v._generation == self._handle.generation == self._generation
-                            for v in last[2][:1])):
+                    and last[2][0]._generation == self._handle.generation == self._generation):
                 return list(last[2])
             self._last_stacked = None
             block = stacked_batches(values, t)

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from simharness.core import types as T
 from simharness.core.structure import tensor_to_numpy
-from simharness.core.sequences import TensorBatches
+from simharness.core.sequences import TensorBatches, stack_layout
 from simharness.core.tf_sequences import recognize
 from simharness.core.tf_serialization import element_spec_for
 from simharness.runtime.codec import DatasetBlob
@@ -50,31 +50,19 @@ def stacked_batches(values: Sequence[Any], t: T.SequenceType) -> Optional[Tensor
     the per-value path takes the rest (and reports what does not fit `t`).
     One array per component crosses the seam, not one per client.
     """
-    if not values:
-        return None
-    first: Optional[TensorBatches] = None
-    columns: List[List[np.ndarray]] = []
+    seqs: List[TensorBatches] = []
+    comps: List[List[np.ndarray]] = []
     for v in values:
         tb = v if isinstance(v, TensorBatches) else recognize(v, t)
         if tb is None or not isinstance(tb.components, (list, tuple)):
             return None
-        comps = tb.derived.get('numpy')
-        if comps is None:  # kept: a program passes the same datasets every round
-            comps = tb.derived['numpy'] = [tensor_to_numpy(c) for c in tb.components]
-        if first is None:
-            first = tb
-            columns = [[c] for c in comps]
-            if any(not isinstance(c, np.ndarray) for c in comps):
-                return None
-            continue
-        if (tb.batch_size != first.batch_size or tb.drop_remainder != first.drop_remainder
-                or tb.passes != first.passes or len(comps) != len(columns)):
-            return None
-        for col, c in zip(columns, comps):
-            f = col[0]
-            if not isinstance(c, np.ndarray) or c.dtype != f.dtype or c.shape != f.shape:
-                return None
-            col.append(c)
-    assert first is not None
-    return TensorBatches([np.stack(col) for col in columns], first.batch_size,
-                         first.drop_remainder, t.element, first.passes)
+        arrays = tb.derived.get('numpy')
+        if arrays is None:  # kept: a program passes the same datasets every round
+            arrays = tb.derived['numpy'] = [tensor_to_numpy(c) for c in tb.components]
+        seqs.append(tb)
+        comps.append(arrays)
+    stacked = stack_layout(seqs, comps)
+    if stacked is None:
+        return None
+    return TensorBatches(stacked, seqs[0].batch_size, seqs[0].drop_remainder, t.element,
+                         seqs[0].passes)
