@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 
 from simharness.core.buffers import SHARED_READS
 from simharness.runtime.local import transport as L
+from simharness.runtime.local.lifeline import DRIVER_GONE
 from simharness.runtime import pinning
 from simharness.runtime import protocol as P
 from simharness.runtime.local.pool import WorkerPool
@@ -53,8 +54,11 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
-def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, Any]) -> None:
-    """Entry point of a worker process (started from the forkserver)."""
+def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, Any]) -> Optional[str]:
+    """Entry point of a worker process (started from the forkserver).
+
+    Returns `lifeline.DRIVER_GONE` when the driver's pipe ended without its goodbye (the
+    driver died), None otherwise."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
     arena = None
@@ -83,7 +87,8 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
             return
         conn.send_bytes(L.pack_frame(L.F_READY, os.getpid(), arena.names[0]))
         hang = options.get('hang_on_op')  # fault injection (tests): an op that never returns
-        _serve(conn, service, arena, attachment, worker_id, bool(options.get('profile')), hang)
+        return _serve(conn, service, arena, attachment, worker_id, bool(options.get('profile')),
+                      hang)
     except _Terminated:
         terminated = True
     finally:
@@ -104,14 +109,14 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
 
 
 def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int,
-           profile: bool, hang_on: Optional[str] = None) -> None:
+           profile: bool, hang_on: Optional[str] = None) -> Optional[str]:
     while True:
         try:
             frame = L.unpack_frame(conn.recv_bytes())
         except (EOFError, OSError):
-            return  # the driver is gone
+            return DRIVER_GONE
         if frame[0] == L.F_CLOSE:
-            return
+            return None
         if frame[0] == L.F_ACK:
             arenas.ack(frame[1:])
             continue
@@ -154,7 +159,7 @@ def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int
             conn.send_bytes(L.pack_frame(L.F_RESPONSE, header, locs, arenas.take_retired(),
                                          pinned, SHARED_READS.take_unpinned()))
         except (EOFError, OSError, BrokenPipeError):
-            return
+            return DRIVER_GONE
         if profile:
             print(f'[worker {worker_id}] {getattr(op, "name", op)} '
                   f'{1e3 * (time.perf_counter() - t0):.1f} ms', file=sys.stderr, flush=True)

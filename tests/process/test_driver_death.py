@@ -17,6 +17,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -146,3 +147,32 @@ def test_an_idle_driver_killed_by_sigkill_leaves_no_temporary_directory(tmp_path
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+EOF_WORKER = """
+import sys
+import tempfile
+from simharness.runtime.local.lifeline import DRIVER_GONE, run_worker
+run_worker(lambda *args: DRIVER_GONE, int(sys.argv[1]), None, 0, None, {}, sys.argv[2])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_sees_its_driver_pipe_end_before_the_driver_exits_cleans_up(tmp_path):
+    # A driver killed by SIGKILL closes its files before it exits: its idle worker reads EOF
+    # while the driver still runs. The worker must wait for the driver to be gone, then
+    # remove what it left (its segments, its temporary directory), not leave at once.
+    dying = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1.5)'])
+    try:
+        segment = pathlib.Path('/dev/shm') / f'{SEGMENT_PREFIX}{dying.pid}_eoftest'
+        segment.write_bytes(b'\0' * 64)
+        tempdir = pathlib.Path(tempfile.mkdtemp(prefix='pymp-'))
+        worker = subprocess.run([sys.executable, '-c', EOF_WORKER, str(dying.pid), str(tempdir)],
+                                capture_output=True, text=True, timeout=60)
+        assert worker.returncode == 0, worker.stderr[-3000:]
+        assert dying.poll() is not None, 'the worker left before its driver was gone'
+        assert not segment.exists() and not tempdir.exists()
+    finally:
+        dying.kill()
+        dying.wait()
+        segment.unlink(missing_ok=True)

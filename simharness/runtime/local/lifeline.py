@@ -40,6 +40,11 @@ except ImportError:  # pragma: no cover - not POSIX
 _POLL_SECONDS = 0.5
 #: Seconds the SIGTERM handler waits for the pools to close before the signal's action.
 _CLOSE_SECONDS = 5.0
+#: Seconds a worker whose driver's pipe ended without a goodbye waits for the driver to be
+#: gone (a dying process closes its files before it exits) before it cleans up after it.
+_DYING_SECONDS = 10.0
+#: What a worker's target returns when its driver's pipe ended without a goodbye (EOF).
+DRIVER_GONE = 'driver-gone'
 
 
 def _unlink_segments_of(pid: int) -> None:
@@ -72,23 +77,31 @@ def remove_temp_dir(path: Optional[str]) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _wait_for_death(pid: int) -> None:
+def _wait_for_death(pid: int, timeout: Optional[float] = None) -> bool:
+    """Waits until process `pid` has exited (at most `timeout` seconds when given);
+    returns whether it has."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
-        return  # already gone
+        return True  # already gone
     except (AttributeError, OSError):
         fd = None
     if fd is not None:
-        select.select([fd], [], [])  # readable once the process has exited
-        return
+        try:
+            # Readable once the process has exited.
+            return bool(select.select([fd], [], [], timeout)[0])
+        finally:
+            os.close(fd)
     while True:  # pragma: no cover - kernels without pidfd
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
+            return True
         except PermissionError:
             pass
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
         time.sleep(_POLL_SECONDS)
 
 
@@ -114,10 +127,15 @@ def run_worker(target: Callable[..., None], driver_pid: int, conn: Any, worker_i
     started = time.time()
     threading.Thread(target=_lifeline, args=(driver_pid, driver_tempdir),
                      name='simharness-lifeline', daemon=True).start()
-    target(conn, worker_id, placement, options)
-    # An idle worker sees its driver die on its pipe (EOF) and returns here, possibly
-    # before the lifeline thread has cleaned up: do it now.
-    if creator_gone(driver_pid, started):
+    ended = target(conn, worker_id, placement, options)
+    # An idle worker sees its driver die on its pipe (EOF) and returns here, before the
+    # lifeline thread has cleaned up: the pipe closes while the dying driver still runs
+    # (its files close before it exits), and returning would end this process and the
+    # lifeline with it. Wait for the driver to be gone (bounded), then clean up.
+    if ended == DRIVER_GONE:
+        if _wait_for_death(driver_pid, _DYING_SECONDS):
+            _clean_up_after(driver_pid, driver_tempdir)
+    elif creator_gone(driver_pid, started):
         _clean_up_after(driver_pid, driver_tempdir)
 
 
