@@ -69,12 +69,20 @@ class WorkerHandle(WorkerProcess):
         return call.future
 
     def acknowledge(self, names: List[str], generation: int) -> None:
-        """The driver is done with these arenas of the worker (any thread; see `ResponseLoan`)."""
+        """The driver is done with these arenas of the worker (any thread; see `ResponseLoan`).
+
+        The ACK leaves with the next request to the worker (`_pump` writes ACKs first),
+        without a wake-up of the reactor of its own: the worker needs its arena again only
+        to answer a request, which comes after the ACK; a worker that gets no request
+        keeps an arena it does not use. (A wake-up here made the reactor thread compete for
+        the GIL while the driver finished its round; the gain is within the noise of the
+        reference round on 2 cores: 0.920-0.930x against 0.918-0.925x, `tff.learning` over
+        the built-in round, three pairs.)
+        """
         with self._lock:
             if generation != self.generation or not self._live:
                 return  # a worker since replaced: its arenas are gone
             self._acks.extend(names)
-        self.pool._reactor.wake(self)
 
     def _pump(self) -> None:
         """Moves ACKs and queued requests into the output buffer (reactor thread)."""
