@@ -1,8 +1,7 @@
 """Port of TFF's ``tensorflow_federated/python/learning/model_update_aggregator_test.py``.
 
-Left out: the ``debug_measurements`` cases (``tff.learning.add_debug_measurements``
-is not written yet) and ``CompilerIntegrationTest`` (it counts the scalars of
-TFF's MapReduceForm; we have no MapReduceForm compiler). Ours: the default robust aggregator and the secure
+Left out: ``CompilerIntegrationTest`` (it counts the scalars of TFF's MapReduceForm; we
+have no MapReduceForm compiler). Ours: the default robust aggregator and the secure
 aggregator run a round on both stacks (the same bits).
 """
 
@@ -39,6 +38,23 @@ def _check(factory_, weighted, value_type=_FLOAT_TYPE):
 def test_robust_aggregator(zeroing, clipping, weighted):
     _check(model_update_aggregator.robust_aggregator(zeroing=zeroing, clipping=clipping,
                                                      weighted=weighted), weighted)
+
+
+@pytest.mark.parametrize('zeroing, clipping', [(False, False), (True, True)],
+                         ids=['debug_measurements', 'zeroing_clipping_debug_measurements'])
+@pytest.mark.parametrize('weighted', [True, False], ids=['weighted', 'unweighted'])
+def test_robust_aggregator_with_debug_measurements(zeroing, clipping, weighted):
+    _check(model_update_aggregator.robust_aggregator(
+        zeroing=zeroing, clipping=clipping, weighted=weighted,
+        debug_measurements_fn=tff.learning.add_debug_measurements), weighted)
+
+
+@pytest.mark.parametrize('zeroing, clipping', [(False, False), (True, True)],
+                         ids=['debug_measurements', 'zeroing_clipping_debug_measurements'])
+def test_robust_aggregator_weighted_mixed_dtype(zeroing, clipping):
+    _check(model_update_aggregator.robust_aggregator(
+        zeroing=zeroing, clipping=clipping,
+        debug_measurements_fn=tff.learning.add_debug_measurements_with_mixed_dtype), True)
 
 
 def test_wrong_debug_measurements_fn_robust_aggregator():
