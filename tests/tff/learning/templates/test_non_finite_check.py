@@ -66,7 +66,8 @@ def test_finite_values_pass_unchanged(run, dtype):
 
 
 @pytest.mark.parametrize('run', sorted(RUNS))
-@pytest.mark.parametrize('dtype', [np.float16, np.float64])
+@pytest.mark.parametrize('dtype', [np.float16, np.float64, tf.bfloat16.as_numpy_dtype],
+                         ids=['float16', 'float64', 'bfloat16'])
 def test_other_float_dtypes_see_non_finite_values(run, dtype):
     leaves = _structure(dtype)
     leaves[2] = leaves[2].copy()
