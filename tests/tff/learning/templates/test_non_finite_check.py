@@ -1,8 +1,9 @@
 """`zero_all_if_any_non_finite` (TFF's ``tensor_utils``): the same answer as
 ``reduce_all(is_finite)`` for every value, in eager, graph and XLA-compiled runs.
 
-Ours: float tensors of rank >= 2 are checked through a product with zeros (a NaN
-exactly when some element is infinite or NaN), the others with ``is_finite``.
+Ours: float tensors of rank >= 1 (the last dimension known) are checked through a product
+with zeros (a NaN exactly when some element is infinite or NaN), the others with
+``is_finite``.
 """
 
 from __future__ import annotations
