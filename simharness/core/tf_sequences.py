@@ -19,7 +19,7 @@ from simharness.core import types as T
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct
 
-__all__ = ['element_leaves', 'materialize', 'recognize']
+__all__ = ['element_leaves', 'materialize', 'recognize', 'repeatable']
 
 # Dataset classes that pass elements through unchanged.
 _PASS_THROUGH = ('_PrefetchDataset', '_OptionsDataset', 'PrefetchDataset', '_ModelDataset',
@@ -197,6 +197,77 @@ def _passes(sizes: List[int]) -> int:
 
 _READERS: dict = {}
 _READERS_LOCK = threading.Lock()
+
+
+#: Dataset ops whose elements depend on their inputs alone: no randomness, no files, no
+#: other state. (The parallel ones only with ``deterministic`` not ``'false'``.)
+_PURE_DATASET_OPS = frozenset({
+    'TensorSliceDataset', 'TensorDataset', 'RangeDataset', 'BatchDataset', 'BatchDatasetV2',
+    'PaddedBatchDataset', 'PaddedBatchDatasetV2', 'MapDataset', 'ParallelMapDataset',
+    'ParallelMapDatasetV2', 'FilterDataset', 'TakeDataset', 'SkipDataset', 'RepeatDataset',
+    'PrefetchDataset', 'ConcatenateDataset', 'ZipDataset', 'FlatMapDataset',
+    'TakeWhileDataset', 'ScanDataset', 'UnbatchDataset', 'OptionsDataset', 'ModelDataset',
+    'OptimizeDatasetV2', 'MaxIntraOpParallelismDataset', 'PrivateThreadPoolDataset',
+    'AssertCardinalityDataset', 'FinalizeDataset', 'WindowDataset'})
+#: Ops TF's registry calls stateful that compute the same values on every read.
+_PURE_STATEFUL_OPS = frozenset({'TensorSliceDataset', 'TensorDataset', '_Arg', '_Retval',
+                                'StatefulPartitionedCall', 'Assert', 'NoOp'})
+_IMPURE_WORDS = ('Random', 'Shuffle', 'Sampling', 'Seed')
+#: Shuffles whose order is fixed by their ``seed`` and ``seed2`` inputs (2 and 3) on a
+#: fresh read: the same order every time unless both are 0 (no seed: random per read).
+_SEEDED_SHUFFLES = frozenset({'ShuffleDataset', 'ShuffleDatasetV3', 'ShuffleAndRepeatDataset',
+                              'ShuffleAndRepeatDatasetV2'})
+
+
+def _seeded(node: Any, consts: Any) -> bool:
+    """Whether a shuffle node's seeds are constants, not both 0."""
+    seeds = []
+    for name in node.input[2:4]:
+        c = consts.get(name.split(':')[0])
+        if c is None:
+            return False
+        try:
+            seeds.append(int(tf.make_ndarray(c.attr['value'].tensor)))
+        except (TypeError, ValueError, KeyError):
+            return False
+    return len(seeds) == 2 and any(seeds)
+
+
+def repeatable(graph_def: Any) -> bool:
+    """Whether every read of a fresh dataset of the serialized graph `graph_def` (a
+    ``GraphDef``, as ``Dataset._as_serialized_graph`` gives) yields the same elements.
+
+    Yes for a shuffle with a seed (``shuffle(b, seed=s)``, or a global seed): a fresh read
+    shuffles in the same order every time, as TFF's executors, which rebuild the dataset
+    for every call, read it. No: a shuffle without a seed, a sampling stage, a random op in
+    a function (even a seeded or stateless one: the answer errs on the side of reading
+    again), an op TF calls stateful other than the in-memory sources, a dataset op outside
+    the pure ones above (files, SQL, ...), a parallel stage allowed to reorder
+    (``deterministic='false'``), an op TF does not know.
+    """
+    from tensorflow.python.framework import op_def_registry
+    functions = {f.signature.name for f in graph_def.library.function}
+    consts = {n.name: n for n in graph_def.node if n.op == 'Const'}
+    top = [(n, True) for n in graph_def.node]
+    inner = [(n, False) for f in graph_def.library.function for n in f.node_def]
+    for n, at_top in top + inner:
+        op = n.op
+        if op in functions:
+            continue  # a call of a function of the library: its nodes are checked too
+        if op in _SEEDED_SHUFFLES and at_top:
+            if not _seeded(n, consts):
+                return False
+            continue
+        if any(w in op for w in _IMPURE_WORDS):
+            return False
+        if 'Dataset' in op and op not in _PURE_DATASET_OPS:
+            return False
+        if 'deterministic' in n.attr and n.attr['deterministic'].s == b'false':
+            return False
+        od = op_def_registry.get(op)
+        if od is None or (od.is_stateful and op not in _PURE_STATEFUL_OPS):
+            return False
+    return True
 
 
 def _plain_options() -> Any:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+import collections
+import hashlib
+import threading
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
@@ -11,7 +14,7 @@ import tensorflow as tf
 from simharness.core import types as T
 from simharness.core.structure import tensor_to_numpy
 from simharness.core.sequences import TensorBatches, stack_layout
-from simharness.core.tf_sequences import recognize
+from simharness.core.tf_sequences import materialize, recognize, repeatable
 from simharness.core.tf_serialization import element_spec_for
 from simharness.runtime.codec import DatasetBlob
 
@@ -31,7 +34,96 @@ def dataset_to_wire(ds: Any, t: Any = None) -> Any:
     tb = recognize(ds, t if isinstance(t, T.SequenceType) else None)
     if tb is not None:
         return tb.with_components([tensor_to_numpy(c) for c in tb.components])
-    return dataset_to_blob(ds)
+    blob = getattr(ds, _BLOB_ATTR, None)
+    if blob is None:  # kept on the dataset (immutable): the same datasets come every round
+        blob = dataset_to_blob(ds)
+        try:
+            setattr(ds, _BLOB_ATTR, blob)
+        except AttributeError:  # a dataset class with slots: no cache
+            pass
+    return blob
+
+
+_BLOB_ATTR = '_simharness_blob'
+#: Set on a dataset `BlobReader` rebuilt from its graph: a first read already.
+FRESH_ATTR = '_simharness_fresh'
+_PROCESS_READER: Optional['BlobReader'] = None
+_PROCESS_READER_LOCK = threading.Lock()
+
+
+def process_reader() -> 'BlobReader':
+    """The `BlobReader` of this process for datasets read in it (thread stacks, the driver's
+    server side): one per process, as a worker has one."""
+    global _PROCESS_READER
+    with _PROCESS_READER_LOCK:
+        if _PROCESS_READER is None:
+            _PROCESS_READER = BlobReader()
+        return _PROCESS_READER
+
+
+class BlobReader:
+    """A worker's `dataset_from_blob` that keeps what it read of repeatable datasets.
+
+    A dataset sent as its graph (a pipeline `recognize` cannot read: a ``map``,
+    ``shuffle`` or ``repeat`` stage, as TFF's tutorials preprocess client data)
+    costs ~2 ms to rebuild and read (``DatasetFromGraph``, then `materialize`),
+    per client and round. TFF programs pass the same datasets every round, so
+    a graph whose every read gives the same elements (`tf_sequences.repeatable`)
+    is read once into a `TensorBatches` and kept under the hash of its graph:
+    the same graph again is that `TensorBatches`, the elements a fresh read
+    would give. Other graphs (shuffles, random ops, files), and ones
+    `materialize` leaves to tf.data, are rebuilt every time, as before.
+
+    Args:
+      from_blob: rebuilds a dataset (`dataset_from_blob`).
+      max_bytes / max_items: what is kept, least recently used out first.
+    """
+
+    def __init__(self, from_blob: Callable[[DatasetBlob], Any] = None,
+                 max_bytes: int = 256 << 20, max_items: int = 4096):
+        self._from_blob = from_blob or dataset_from_blob
+        self.max_bytes, self.max_items = max_bytes, max_items
+        self._kept: 'collections.OrderedDict[Any, Any]' = collections.OrderedDict()
+        self._sizes: dict = {}
+        self._bytes = 0
+        self._other: set = set()  # keys of graphs read afresh every time
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def __call__(self, blob: DatasetBlob) -> Any:
+        key = (hashlib.sha1(blob.graph).digest(), repr(blob.element_type))
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None:
+                self._kept.move_to_end(key)
+                self.hits += 1
+                return kept
+            other = key in self._other
+        ds = self._from_blob(blob)
+        try:
+            setattr(ds, FRESH_ATTR, True)  # read it as it is (`tf_values._read_afresh`)
+        except AttributeError:
+            pass
+        if other:
+            return ds
+        graph_def = tf.compat.v1.GraphDef()
+        graph_def.ParseFromString(blob.graph)
+        tb = materialize(ds, T.SequenceType(blob.element_type)) if repeatable(graph_def) \
+            else None
+        with self._lock:
+            if tb is None:
+                if len(self._other) >= self.max_items:
+                    self._other.clear()
+                self._other.add(key)
+                return ds
+            size = sum(int(c.shape.num_elements() or 0) * c.dtype.size for c in tb.components)
+            if size <= self.max_bytes:
+                self._kept[key], self._sizes[key] = tb, size
+                self._bytes += size
+                while self._bytes > self.max_bytes or len(self._kept) > self.max_items:
+                    old, _ = self._kept.popitem(last=False)
+                    self._bytes -= self._sizes.pop(old)
+        return tb
 
 
 def dataset_from_blob(blob: DatasetBlob) -> Any:

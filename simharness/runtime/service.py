@@ -116,8 +116,10 @@ class WorkerService:
         self.requests = 0
         if dataset_from_blob is None or dataset_to_blob is None:
             # reason: datasets.py imports TensorFlow (a service without datasets needs none)
-            from simharness.runtime.datasets import dataset_from_blob as fb, dataset_to_blob as tb
-            dataset_from_blob, dataset_to_blob = dataset_from_blob or fb, dataset_to_blob or tb
+            from simharness.runtime.datasets import BlobReader, dataset_to_blob as tb
+            # repeatable datasets sent again (every round) are read once (`BlobReader`)
+            dataset_from_blob, dataset_to_blob = dataset_from_blob or BlobReader(), \
+                dataset_to_blob or tb
         self._from_blob = dataset_from_blob
         self._to_blob = dataset_to_blob
 
