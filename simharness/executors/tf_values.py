@@ -213,6 +213,8 @@ def _read_afresh(ds: Any, t: T.SequenceType) -> Any:
     if getattr(ds, FRESH_ATTR, False):  # rebuilt from its graph already (a worker's)
         return materialize(ds, t)
     try:
+        if not t.element.is_assignable_from(T.from_tf_structure(ds.element_spec)):
+            return None  # the dataset path reports the type error
         sent = dataset_to_wire(ds, t)
     except (tf.errors.OpError, TypeError, ValueError):
         return materialize(ds, t)

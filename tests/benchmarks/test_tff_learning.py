@@ -23,6 +23,9 @@ it, with ``import simharness as tff``::
 Cases (each on the ``thread`` and ``process-2`` stacks):
 
 * ``keras``: the program above (a `VariableModel` of ``from_keras_model``);
+* ``keras_preprocessed``: ``keras`` over the same data as a ``TestClientData`` of dict
+  elements, ``preprocess``ed with ``batch(10)`` then ``map`` to ``(x, y)`` (as TFF's
+  tutorials feed clients: a pipeline that crosses to workers as its graph);
 * ``functional``: the same Keras model as a `FunctionalModel` of
   ``tff.learning.models.functional_model_from_keras`` (its initial weights
   set to the reference ones before; ``metrics_constructor`` gives it the
@@ -135,7 +138,16 @@ def tff_learning(tf_pinned, workload):  # noqa: F811 (the fixtures imported abov
     arrays = [cd.client_arrays(c) for c in cd.client_ids]
     datasets = [tf.data.Dataset.from_tensor_slices((a['x'], a['y'])).batch(BATCH)
                 for a in arrays]
+    # the same data as TFF's tutorials give it: a ClientData of dict elements, preprocessed
+    # (batched, then mapped to the model's (x, y)): a pipeline sent to workers as its graph
+    import simharness as tff
+    client_data = tff.simulation.datasets.TestClientData({
+        str(k): collections.OrderedDict(x=a['x'], y=a['y']) for k, a in enumerate(arrays)})
+    preprocessed = client_data.preprocess(
+        lambda ds: ds.batch(BATCH).map(lambda e: (e['x'], e['y'])))
     return {'processes': _build_processes(tuple(workload['w0'])), 'datasets': datasets,
+            'preprocessed': [preprocessed.create_tf_dataset_for_client(str(k))
+                             for k in range(NUM_CLIENTS)],
             'eval_x': np.concatenate([a['x'] for a in arrays]),
             'eval_y': np.concatenate([a['y'] for a in arrays])}
 
@@ -161,11 +173,11 @@ def _check(process, reference, num_clients):
 
 
 def _run_case(case, bench, request, baselines, tff_learning, workload,  # noqa: F811
-              plain_tf_round, timing_disabled):  # noqa: F811
+              plain_tf_round, timing_disabled, data='datasets'):  # noqa: F811
     bench.group = GROUP
     num_clients = CI_CLIENTS if timing_disabled else NUM_CLIENTS
     process, state = tff_learning['processes'][case]
-    args = (state, tff_learning['datasets'][:num_clients])
+    args = (state, tff_learning[data][:num_clients])
     check_then_time(bench, process.next, args,
                     _check(process, plain_tf_round(num_clients), num_clients), rounds=ROUNDS)
     t = median_seconds(bench)
@@ -203,6 +215,16 @@ def test_tff_learning_keras(simharness_benchmark, simharness_stack, request, bas
     """``build_weighted_fed_avg`` of a ``from_keras_model`` ``model_fn``, SGD via ``build_sgdm``."""
     _run_case('keras', simharness_benchmark, request, baselines, tff_learning,
               workload, plain_tf_round, timing_disabled)
+
+
+@on_stacks
+def test_tff_learning_keras_preprocessed(simharness_benchmark, simharness_stack, request,
+                                         baselines, tff_learning, workload, plain_tf_round,
+                                         timing_disabled):  # noqa: F811
+    """The ``keras`` case over ``TestClientData.preprocess(batch, map)`` datasets (a pipeline
+    the workers read from its graph, once: `runtime.datasets.BlobReader`)."""
+    _run_case('keras', simharness_benchmark, request, baselines, tff_learning,
+              workload, plain_tf_round, timing_disabled, data='preprocessed')
 
 
 @on_stacks
