@@ -209,9 +209,10 @@ class WorkerDelegatingExecutor(BatchExecutor):
         self._lock = threading.RLock()
         self._embedded: Dict[str, WorkerValue] = {}
         self._sources: set = set()
-        # The last client datasets sent stacked and the worker's values of them: a program
-        # passes the same datasets every round, and a dataset does not change, so the
-        # values serve again (strong references: kept until other datasets come).
+        # The last client datasets sent (stacked, or as repeatable graphs) and the worker's
+        # values of them: a program passes the same datasets every round, and a dataset does
+        # not change, so the values serve again (strong references: kept until other
+        # datasets come).
         self._last_stacked: Optional[Tuple[List[Any], T.Type, List[WorkerValue]]] = None
         # Answers nobody waited for yet, with the invocation that sent them.
         self._pending: List[Tuple[Any, concurrent.futures.Future]] = []
@@ -470,9 +471,10 @@ class WorkerDelegatingExecutor(BatchExecutor):
                 return out
             values = values.load()  # not describable as plain data: the driver loads it
         values = list(values)
+        repeatable = False
         if len(values) >= 2 and isinstance(t, T.SequenceType):
             # reason: datasets.py imports TensorFlow; only dataset values need it
-            from simharness.runtime.datasets import stacked_batches
+            from simharness.runtime.datasets import repeatable_dataset, stacked_batches
             last = self._last_stacked
             if (last is not None and len(last[0]) == len(values) and last[1] == t
                     and all(a is b for a, b in zip(last[0], values))
@@ -485,13 +487,19 @@ class WorkerDelegatingExecutor(BatchExecutor):
                                           n_out=len(values), types=t)
                 self._last_stacked = (values, t, out)
                 return out
+            # Pipelines sent as graphs whose every read gives the same elements: their
+            # worker values serve again too (others, e.g. an unseeded shuffle, are read anew)
+            repeatable = all(_is_dataset(v) and repeatable_dataset(v) for v in values)
         if len(values) >= 2 and T.contains_only_tensors(t):
             arrays = stack_python_values(values, t)
             if arrays is not None:  # one array per leaf, through shared memory
                 return await self._request(Op.CREATE_VALUES_STACKED, arrays, t, n_out=len(values),
                                            types=t)
         plain = [wire_value(v, t) for v in values]
-        return await self._request(Op.CREATE_VALUES, plain, t, n_out=len(values), types=t)
+        out = await self._request(Op.CREATE_VALUES, plain, t, n_out=len(values), types=t)
+        if repeatable:
+            self._last_stacked = (values, t, out)
+        return out
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
         out = await self._request(Op.COMPUTE_MANY, list(values), wait=True)

@@ -45,6 +45,27 @@ def dataset_to_wire(ds: Any, t: Any = None) -> Any:
 
 
 _BLOB_ATTR = '_simharness_blob'
+_REPEATABLE_ATTR = '_simharness_repeatable'
+
+
+def repeatable_dataset(ds: Any) -> bool:
+    """Whether every read of `ds` sent to a worker gives the same elements: slices of
+    in-memory tensors, or a graph `tf_sequences.repeatable` says so of (kept on the object:
+    the verdict of a dataset, which does not change, is computed once)."""
+    verdict = getattr(ds, _REPEATABLE_ATTR, None)
+    if verdict is None:
+        sent = dataset_to_wire(ds)
+        if isinstance(sent, TensorBatches):
+            verdict = True
+        else:
+            graph_def = tf.compat.v1.GraphDef()
+            graph_def.ParseFromString(sent.graph)
+            verdict = repeatable(graph_def)
+        try:
+            setattr(ds, _REPEATABLE_ATTR, verdict)
+        except AttributeError:
+            pass
+    return bool(verdict)
 #: Set on a dataset `BlobReader` rebuilt from its graph: a first read already.
 FRESH_ATTR = '_simharness_fresh'
 _PROCESS_READER: Optional['BlobReader'] = None

@@ -315,3 +315,30 @@ def test_client_datasets_of_one_layout_cross_stacked_and_serve_again(group):
     assert totals(same) == pytest.approx(expected(same), rel=1e-6)
     assert ops(h).count('CREATE_VALUES_STACKED') == 4
     ex.close()
+
+
+def test_repeatable_pipelines_serve_again_and_others_are_read_anew(group):
+    h = group.handles[0]
+    ex = WorkerDelegatingExecutor(h)
+    rng = np.random.default_rng(3)
+    arrays = [rng.random((6, 3)).astype(np.float32) for _ in range(3)]
+    mapped = [tf.data.Dataset.from_tensor_slices(a).batch(2).map(lambda b: b * 2.0)
+              for a in arrays]
+    unseeded = [tf.data.Dataset.from_tensor_slices(a).shuffle(6).batch(2) for a in arrays]
+
+    def totals(datasets):
+        async def main():
+            fn = await ex.create_value(ds_total.to_building_block())
+            return [float(v) for v in await ex.compute_many(
+                await ex.create_map(fn, await ex.create_values(datasets, DS)))]
+        return run(main())
+
+    want = [float(2.0 * a.sum()) for a in arrays]
+    assert totals(mapped) == pytest.approx(want, rel=1e-6)
+    assert ops(h).count('CREATE_VALUES') == 1
+    assert totals(mapped) == pytest.approx(want, rel=1e-6)
+    assert ops(h).count('CREATE_VALUES') == 1  # repeatable: the worker's values serve again
+    assert totals(unseeded) == pytest.approx([float(a.sum()) for a in arrays], rel=1e-5)
+    assert totals(unseeded) == pytest.approx([float(a.sum()) for a in arrays], rel=1e-5)
+    assert ops(h).count('CREATE_VALUES') == 3  # an unseeded shuffle: sent (and read) anew
+    ex.close()
