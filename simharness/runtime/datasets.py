@@ -66,6 +66,8 @@ def repeatable_dataset(ds: Any) -> bool:
         except AttributeError:
             pass
     return bool(verdict)
+
+
 #: Set on a dataset `BlobReader` rebuilt from its graph: a first read already.
 FRESH_ATTR = '_simharness_fresh'
 _PROCESS_READER: Optional['BlobReader'] = None
@@ -100,7 +102,7 @@ class BlobReader:
       max_bytes / max_items: what is kept, least recently used out first.
     """
 
-    def __init__(self, from_blob: Callable[[DatasetBlob], Any] = None,
+    def __init__(self, from_blob: Optional[Callable[[DatasetBlob], Any]] = None,
                  max_bytes: int = 256 << 20, max_items: int = 4096):
         self._from_blob = from_blob or dataset_from_blob
         self.max_bytes, self.max_items = max_bytes, max_items
