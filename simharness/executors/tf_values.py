@@ -202,6 +202,9 @@ def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
     return dataset_from_value(value, t)
 
 
+_READ_ATTR = '_simharness_read'
+
+
 def _read_afresh(ds: Any, t: T.SequenceType) -> Any:
     """A pipeline's elements (`materialize`) as a worker reads the same dataset sent to it
     (`runtime.datasets.BlobReader`): from its graph rebuilt, so that every read is a first
@@ -211,6 +214,14 @@ def _read_afresh(ds: Any, t: T.SequenceType) -> Any:
     state) is read as it is. None when `materialize` leaves it to tf.data."""
     from simharness.runtime.datasets import FRESH_ATTR, dataset_to_wire, process_reader
     if getattr(ds, FRESH_ATTR, False):  # rebuilt from its graph already (a worker's)
+        return materialize(ds, t)
+    if not getattr(ds, _READ_ATTR, False):
+        # its first read is a fresh read: a program that makes new datasets every round
+        # pays nothing more
+        try:
+            setattr(ds, _READ_ATTR, True)
+        except AttributeError:
+            pass
         return materialize(ds, t)
     try:
         if not t.element.is_assignable_from(T.from_tf_structure(ds.element_spec)):

@@ -209,10 +209,10 @@ class WorkerDelegatingExecutor(BatchExecutor):
         self._lock = threading.RLock()
         self._embedded: Dict[str, WorkerValue] = {}
         self._sources: set = set()
-        # The last client datasets sent (stacked, or as repeatable graphs) and the worker's
-        # values of them: a program passes the same datasets every round, and a dataset does
-        # not change, so the values serve again (strong references: kept until other
-        # datasets come).
+        # The last client datasets sent (stacked, or as graphs) and the worker's values of
+        # them: a program passes the same datasets every round, and a dataset does not
+        # change, so the values serve again if every read gives the same elements (strong
+        # references: kept until other datasets come).
         self._last_stacked: Optional[Tuple[List[Any], T.Type, List[WorkerValue]]] = None
         # Answers nobody waited for yet, with the invocation that sent them.
         self._pending: List[Tuple[Any, concurrent.futures.Future]] = []
@@ -478,7 +478,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
             last = self._last_stacked
             if (last is not None and len(last[0]) == len(values) and last[1] == t
                     and all(a is b for a, b in zip(last[0], values))
-                    and last[2][0]._generation == self._handle.generation == self._generation):
+                    and last[2][0]._generation == self._handle.generation == self._generation
+                    # pipelines sent as graphs: only those whose every read is the same
+                    and all(not _is_dataset(v) or repeatable_dataset(v) for v in values)):
                 return list(last[2])
             self._last_stacked = None
             block = stacked_batches(values, t)
@@ -487,9 +489,11 @@ class WorkerDelegatingExecutor(BatchExecutor):
                                           n_out=len(values), types=t)
                 self._last_stacked = (values, t, out)
                 return out
-            # Pipelines sent as graphs whose every read gives the same elements: their
-            # worker values serve again too (others, e.g. an unseeded shuffle, are read anew)
-            repeatable = all(_is_dataset(v) and repeatable_dataset(v) for v in values)
+            # Pipelines sent as graphs: their worker values serve again if the same datasets
+            # come again and every read of them gives the same elements (checked then: a
+            # program that makes new datasets every round pays no check); an unseeded
+            # shuffle, say, is sent and read anew
+            repeatable = all(_is_dataset(v) for v in values)
         if len(values) >= 2 and T.contains_only_tensors(t):
             arrays = stack_python_values(values, t)
             if arrays is not None:  # one array per leaf, through shared memory

@@ -91,10 +91,11 @@ class BlobReader:
     ``shuffle`` or ``repeat`` stage, as TFF's tutorials preprocess client data)
     costs ~2 ms to rebuild and read (``DatasetFromGraph``, then `materialize`),
     per client and round. TFF programs pass the same datasets every round, so
-    a graph whose every read gives the same elements (`tf_sequences.repeatable`)
-    is read once into a `TensorBatches` and kept under the hash of its graph:
-    the same graph again is that `TensorBatches`, the elements a fresh read
-    would give. Other graphs (shuffles, random ops, files), and ones
+    a graph met a second time whose every read gives the same elements
+    (`tf_sequences.repeatable`) is read into a `TensorBatches` and kept under
+    the hash of its graph: the same graph again is that `TensorBatches`, the
+    elements a fresh read would give (a graph met once costs a hash: programs
+    that make new datasets every round pay nothing more). Other graphs (shuffles, random ops, files), and ones
     `materialize` leaves to tf.data, are rebuilt every time, as before.
 
     Args:
@@ -110,6 +111,7 @@ class BlobReader:
         self._sizes: dict = {}
         self._bytes = 0
         self._other: set = set()  # keys of graphs read afresh every time
+        self._seen: set = set()  # keys met once: checked and kept when they come again
         self._lock = threading.Lock()
         self.hits = 0
 
@@ -122,12 +124,17 @@ class BlobReader:
                 self.hits += 1
                 return kept
             other = key in self._other
+            first = not other and key not in self._seen
+            if first:  # a program that makes new datasets every round pays no check
+                if len(self._seen) >= self.max_items:
+                    self._seen.clear()
+                self._seen.add(key)
         ds = self._from_blob(blob)
         try:
             setattr(ds, FRESH_ATTR, True)  # read it as it is (`tf_values._read_afresh`)
         except AttributeError:
             pass
-        if other:
+        if other or first:
             return ds
         graph_def = tf.compat.v1.GraphDef()
         graph_def.ParseFromString(blob.graph)
