@@ -213,14 +213,19 @@ _PURE_DATASET_OPS = frozenset({
 _PURE_STATEFUL_OPS = frozenset({'TensorSliceDataset', 'TensorDataset', '_Arg', '_Retval',
                                 'StatefulPartitionedCall', 'Assert', 'NoOp'})
 _IMPURE_WORDS = ('Random', 'Shuffle', 'Sampling', 'Seed')
-#: Shuffles whose order is fixed by their ``seed`` and ``seed2`` inputs (2 and 3) on a
-#: fresh read: the same order every time unless both are 0 (no seed: random per read).
+#: Shuffles whose order their ``seed`` and ``seed2`` inputs (2 and 3) fix when they do not
+#: reshuffle: the same order on every read unless both are 0 (no seed: random per read).
 _SEEDED_SHUFFLES = frozenset({'ShuffleDataset', 'ShuffleDatasetV3', 'ShuffleAndRepeatDataset',
                               'ShuffleAndRepeatDatasetV2'})
 
 
 def _seeded(node: Any, consts: Any) -> bool:
-    """Whether a shuffle node's seeds are constants, not both 0."""
+    """Whether a shuffle node shuffles once, in an order its seeds fix: seeds that are
+    constants, not both 0, and no reshuffling (``reshuffle_each_iteration=False``: a
+    reshuffling stage draws a new order on every read, from a seed state its process keeps
+    across reads and rebuilt copies alike)."""
+    if 'reshuffle_each_iteration' not in node.attr or node.attr['reshuffle_each_iteration'].b:
+        return False
     seeds = []
     for name in node.input[2:4]:
         c = consts.get(name.split(':')[0])
@@ -237,13 +242,13 @@ def repeatable(graph_def: Any) -> bool:
     """Whether every read of a fresh dataset of the serialized graph `graph_def` (a
     ``GraphDef``, as ``Dataset._as_serialized_graph`` gives) yields the same elements.
 
-    Yes for a shuffle with a seed (``shuffle(b, seed=s)``, or a global seed): a fresh read
-    shuffles in the same order every time, as TFF's executors, which rebuild the dataset
-    for every call, read it. No: a shuffle without a seed, a sampling stage, a random op in
-    a function (even a seeded or stateless one: the answer errs on the side of reading
-    again), an op TF calls stateful other than the in-memory sources, a dataset op outside
-    the pure ones above (files, SQL, ...), a parallel stage allowed to reorder
-    (``deterministic='false'``), an op TF does not know.
+    Yes for a shuffle with a seed that does not reshuffle (``shuffle(b, seed=s,
+    reshuffle_each_iteration=False)``): every read shuffles in the same order. No: a
+    reshuffling shuffle (the default, seeded or not: each read draws a new order), a
+    sampling stage, a random op in a function (even a seeded or stateless one: the answer
+    errs on the side of reading again), an op TF calls stateful other than the in-memory
+    sources, a dataset op outside the pure ones above (files, SQL, ...), a parallel stage
+    allowed to reorder (``deterministic='false'``), an op TF does not know.
     """
     from tensorflow.python.framework import op_def_registry
     functions = {f.signature.name for f in graph_def.library.function}

@@ -187,7 +187,7 @@ def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
                 return dataset_from_value(value, t)  # the dataset path says what is wrong
             out.derived['dataset'] = value  # the user's own object, if it is asked for
             return out
-        tb = _read_afresh(value, t)  # a small finite pipeline: its elements, read once
+        tb = materialize(value, t)  # a small finite pipeline: its elements, read once
         if tb is not None:
             return tseq.checked(tb, t, to_tensor)
         return dataset_from_value(value, t)
@@ -200,37 +200,6 @@ def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
             comps = [tf.stack([row[j] for row in leaves]) for j in range(len(types))]
             return TensorBatches(comps, None, False, t.element)
     return dataset_from_value(value, t)
-
-
-_READ_ATTR = '_simharness_read'
-
-
-def _read_afresh(ds: Any, t: T.SequenceType) -> Any:
-    """A pipeline's elements (`materialize`) as a worker reads the same dataset sent to it
-    (`runtime.datasets.BlobReader`): from its graph rebuilt, so that every read is a first
-    read (a seeded ``shuffle`` reshuffling each iteration gives the same order every round,
-    on every stack, as under TFF, whose executors rebuild datasets for each call); a
-    repeatable graph read once and kept. A dataset whose graph cannot be serialized (Python
-    state) is read as it is. None when `materialize` leaves it to tf.data."""
-    from simharness.runtime.datasets import FRESH_ATTR, dataset_to_wire, process_reader
-    if getattr(ds, FRESH_ATTR, False):  # rebuilt from its graph already (a worker's)
-        return materialize(ds, t)
-    if not getattr(ds, _READ_ATTR, False):
-        # its first read is a fresh read: a program that makes new datasets every round
-        # pays nothing more
-        try:
-            setattr(ds, _READ_ATTR, True)
-        except AttributeError:
-            pass
-        return materialize(ds, t)
-    try:
-        if not t.element.is_assignable_from(T.from_tf_structure(ds.element_spec)):
-            return None  # the dataset path reports the type error
-        sent = dataset_to_wire(ds, t)
-    except (tf.errors.OpError, TypeError, ValueError):
-        return materialize(ds, t)
-    got = process_reader()(sent) if not isinstance(sent, TensorBatches) else sent
-    return got if isinstance(got, TensorBatches) else materialize(got, t)
 
 
 def as_dataset(x: Any) -> Any:

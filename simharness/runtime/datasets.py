@@ -68,27 +68,11 @@ def repeatable_dataset(ds: Any) -> bool:
     return bool(verdict)
 
 
-#: Set on a dataset `BlobReader` rebuilt from its graph: a first read already.
-FRESH_ATTR = '_simharness_fresh'
-_PROCESS_READER: Optional['BlobReader'] = None
-_PROCESS_READER_LOCK = threading.Lock()
-
-
-def process_reader() -> 'BlobReader':
-    """The `BlobReader` of this process for datasets read in it (thread stacks, the driver's
-    server side): one per process, as a worker has one."""
-    global _PROCESS_READER
-    with _PROCESS_READER_LOCK:
-        if _PROCESS_READER is None:
-            _PROCESS_READER = BlobReader()
-        return _PROCESS_READER
-
-
 class BlobReader:
     """A worker's `dataset_from_blob` that keeps what it read of repeatable datasets.
 
     A dataset sent as its graph (a pipeline `recognize` cannot read: a ``map``,
-    ``shuffle`` or ``repeat`` stage, as TFF's tutorials preprocess client data)
+    ``filter`` or ``repeat`` stage, as TFF's tutorials preprocess client data)
     costs ~2 ms to rebuild and read (``DatasetFromGraph``, then `materialize`),
     per client and round. TFF programs pass the same datasets every round, so
     a graph met a second time whose every read gives the same elements
@@ -130,10 +114,6 @@ class BlobReader:
                     self._seen.clear()
                 self._seen.add(key)
         ds = self._from_blob(blob)
-        try:
-            setattr(ds, FRESH_ATTR, True)  # read it as it is (`tf_values._read_afresh`)
-        except AttributeError:
-            pass
         if other or first:
             return ds
         graph_def = tf.compat.v1.GraphDef()

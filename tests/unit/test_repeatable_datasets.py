@@ -43,13 +43,16 @@ def _blob(ds):
 REPEATABLE = {
     'batch': lambda: _base().batch(5),
     'batch_then_map': lambda: _base().batch(5).map(lambda e: (e['x'] * 2.0, e['y'])),
-    'tutorial_preprocess': lambda: _base().repeat(2).shuffle(8, seed=1).batch(5).map(
+    'seeded_shuffle_once': lambda: _base().repeat(2).shuffle(
+        8, seed=1, reshuffle_each_iteration=False).batch(5).map(
         lambda e: OD(x=e['x'], y=e['y'])).prefetch(2),
     'filter': lambda: _base().filter(lambda e: e['y'] % 2 == 0).batch(3),
     'parallel_map_in_order': lambda: _base().map(lambda e: e, num_parallel_calls=2).batch(4),
 }
 NOT_REPEATABLE = {
     'shuffle_without_seed': lambda: _base().shuffle(8).batch(5),
+    'seeded_reshuffle': lambda: _base().repeat(2).shuffle(8, seed=1).batch(5).map(
+        lambda e: OD(x=e['x'], y=e['y'])).prefetch(2),  # TFF's tutorials: a new order per read
     'random_map': lambda: _base().map(lambda e: (e['x'] + tf.random.uniform([2]), e['y'])),
     'stateless_random_map': lambda: _base().map(
         lambda e: (e['x'] + tf.random.stateless_uniform([2], seed=[1, 2]), e['y'])),
