@@ -213,7 +213,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         # them: a program passes the same datasets every round, and a dataset does not
         # change, so the values serve again if every read gives the same elements (strong
         # references: kept until other datasets come).
-        self._last_stacked: Optional[Tuple[List[Any], T.Type, List[WorkerValue]]] = None
+        self._last_datasets: Optional[Tuple[List[Any], T.Type, List[WorkerValue]]] = None
         # Answers nobody waited for yet, with the invocation that sent them.
         self._pending: List[Tuple[Any, concurrent.futures.Future]] = []
         self._closed = False
@@ -445,7 +445,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             return
         self._closed = True
         self._embedded.clear()
-        self._last_stacked = None
+        self._last_datasets = None
         gen = self._generation
         if gen is not None and gen == self._handle.generation and self._handle.alive:
             try:
@@ -475,19 +475,19 @@ class WorkerDelegatingExecutor(BatchExecutor):
         if len(values) >= 2 and isinstance(t, T.SequenceType):
             # reason: datasets.py imports TensorFlow; only dataset values need it
             from simharness.runtime.datasets import repeatable_dataset, stacked_batches
-            last = self._last_stacked
+            last = self._last_datasets
             if (last is not None and len(last[0]) == len(values) and last[1] == t
                     and all(a is b for a, b in zip(last[0], values))
                     and last[2][0]._generation == self._handle.generation == self._generation
                     # pipelines sent as graphs: only those whose every read is the same
                     and all(not _is_dataset(v) or repeatable_dataset(v) for v in values)):
                 return list(last[2])
-            self._last_stacked = None
+            self._last_datasets = None
             block = stacked_batches(values, t)
             if block is not None:  # one array per component, through shared memory
                 out = await self._request(Op.CREATE_VALUES_STACKED, [block], t,
                                           n_out=len(values), types=t)
-                self._last_stacked = (values, t, out)
+                self._last_datasets = (values, t, out)
                 return out
             # Pipelines sent as graphs: their worker values serve again if the same datasets
             # come again and every read of them gives the same elements (checked then: a
@@ -502,7 +502,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         plain = [wire_value(v, t) for v in values]
         out = await self._request(Op.CREATE_VALUES, plain, t, n_out=len(values), types=t)
         if repeatable:
-            self._last_stacked = (values, t, out)
+            self._last_datasets = (values, t, out)
         return out
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:

@@ -79,8 +79,9 @@ class BlobReader:
     (`tf_sequences.repeatable`) is read into a `TensorBatches` and kept under
     the hash of its graph: the same graph again is that `TensorBatches`, the
     elements a fresh read would give (a graph met once costs a hash: programs
-    that make new datasets every round pay nothing more). Other graphs (shuffles, random ops, files), and ones
-    `materialize` leaves to tf.data, are rebuilt every time, as before.
+    that make new datasets every round pay nothing more). Other graphs
+    (reshuffling shuffles, random ops, files), and ones `materialize` leaves
+    to tf.data, are rebuilt every time, as before.
 
     Args:
       from_blob: rebuilds a dataset (`dataset_from_blob`).

@@ -281,6 +281,15 @@ def _datasets(rows, seed):
             for n in rows]
 
 
+def _totals(ex, datasets):
+    """`ds_total` of each dataset, computed by `ex`'s worker."""
+    async def main():
+        fn = await ex.create_value(ds_total.to_building_block())
+        return [float(v) for v in await ex.compute_many(
+            await ex.create_map(fn, await ex.create_values(datasets, DS)))]
+    return run(main())
+
+
 def test_client_datasets_of_one_layout_cross_stacked_and_serve_again(group):
     h = group.handles[0]
     ex = WorkerDelegatingExecutor(h)
@@ -288,11 +297,7 @@ def test_client_datasets_of_one_layout_cross_stacked_and_serve_again(group):
     ragged = _datasets([5, 4, 5], seed=2)
 
     def totals(datasets):
-        async def main():
-            fn = await ex.create_value(ds_total.to_building_block())
-            return [float(v) for v in await ex.compute_many(
-                await ex.create_map(fn, await ex.create_values(datasets, DS)))]
-        return run(main())
+        return _totals(ex, datasets)
 
     def expected(datasets):
         return [float(sum(tf.reduce_sum(b) for b in d)) for d in datasets]
@@ -327,11 +332,7 @@ def test_repeatable_pipelines_serve_again_and_others_are_read_anew(group):
     unseeded = [tf.data.Dataset.from_tensor_slices(a).shuffle(6).batch(2) for a in arrays]
 
     def totals(datasets):
-        async def main():
-            fn = await ex.create_value(ds_total.to_building_block())
-            return [float(v) for v in await ex.compute_many(
-                await ex.create_map(fn, await ex.create_values(datasets, DS)))]
-        return run(main())
+        return _totals(ex, datasets)
 
     want = [float(2.0 * a.sum()) for a in arrays]
     assert totals(mapped) == pytest.approx(want, rel=1e-6)
