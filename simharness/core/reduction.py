@@ -405,8 +405,14 @@ def add_trees_mod(a: Any, b: Any, moduli: Any) -> Any:
     return map_structure(lambda x, y, m: (x + y) % np.uint64(m), a, b, moduli)
 
 
+def _times(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Rows of `x` [n, ...] times the weights `w` [n] (cast to `x`'s dtype)."""
+    return x * w.astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1))
+
+
 def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold_rows,
-                   count: Optional[int] = None) -> None:
+                   count: Optional[int] = None,
+                   scale: Optional[Tuple[np.ndarray, int]] = None) -> None:
     """Feeds clients given leaf by leaf (arrays [n, ...]) into a reduction builder.
 
     The builder's reducer must use `start_rows(x)` (chunk accumulators from
@@ -416,23 +422,39 @@ def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold
     within the chunk); the other rows go one by one. Every row sees exactly
     the operations, in the order, of `Reducer.partial`: the bits are the same.
     `count` is the number of clients, needed when there are no leaves (an
-    empty structure: each client still counts).
+    empty structure: each client still counts). `scale` ``(w [n], k)``: the
+    first k leaves are multiplied row by row by `w` (in the leaf's dtype) as
+    their rows are folded -- a weighted mean's products, made a few rows at a
+    time while they are in cache instead of all at once (the same products, so
+    the same bits: 52 clients of the reference MLP 1.5 -> 1.0 ms).
     """
     n = leaves[0].shape[0] if leaves else (count or 0)
     L = builder.chunk
     end = start + n
 
+    def scaled(xs: List[Any], w: Any) -> List[Any]:
+        k = scale[1]  # type: ignore[index]
+        return [_times(x, w) if j < k else x for j, x in enumerate(xs)]
+
     def rows(lo, hi):
-        return [x[lo - start:hi - start] for x in leaves]
+        out = [x[lo - start:hi - start] for x in leaves]
+        return out if scale is None else scaled(out, scale[0][lo - start:hi - start])
 
     h = start if start % L == 0 else min(end, (start // L + 1) * L)
     builder.feed(rows(i, i + 1) for i in range(start, h))
     nfull = (end - h) // L
     if nfull:
-        seg = [x.reshape((nfull, L) + tuple(x.shape[1:])) for x in rows(h, h + nfull * L)]
-        acc = start_rows([x[:, 0] for x in seg])
+        seg = [x[h - start:h - start + nfull * L].reshape((nfull, L) + tuple(x.shape[1:]))
+               for x in leaves]
+        wseg = None if scale is None else scale[0][h - start:h - start + nfull * L].reshape(
+            (nfull, L))
+
+        def column(k):
+            xs = [x[:, k] for x in seg]
+            return xs if wseg is None else scaled(xs, wseg[:, k])
+        acc = start_rows(column(0))
         for k in range(1, L):
-            acc = fold_rows(acc, [x[:, k] for x in seg])
+            acc = fold_rows(acc, column(k))
         acc = [np.asarray(a) for a in acc]
         builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
     builder.feed(rows(i, i + 1) for i in range(h + nfull * L, end))

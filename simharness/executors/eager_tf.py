@@ -567,17 +567,19 @@ class EagerTFExecutor(BatchExecutor):
                            accumulate_many=accumulate_many)
         raise SimharnessValueError(f'unknown reduction kind {kind!r}')
 
-    def _numpy_rows(self, kind: str, values: Sequence[Any], start: int,
-                    params: Dict[str, Any]) -> Tuple[T.Type, List[np.ndarray]]:
-        """The reduction's leaf arrays [n, ...] for numpy kinds (validated, weighted)."""
+    def _numpy_rows(self, kind: str, values: Sequence[Any], start: int, params: Dict[str, Any]
+                    ) -> Tuple[T.Type, List[np.ndarray], Optional[Tuple[np.ndarray, int]]]:
+        """The reduction's leaf arrays [n, ...] for numpy kinds (validated), and for a
+        weighted mean ``(weights [n], k)``: its first k leaves are to be weighted as they
+        are folded (`fold_rows_into`), the last leaf is the weights themselves."""
         if kind == 'weighted_mean':
             vals = [v for v, _ in values]
             ws = [w for _, w in values]
             vt, vleaves = self._stacked_numpy(vals)
             _, wleaves = self._stacked_numpy(ws)
             w = wleaves[0]
-            prods = [x * w.astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1)) for x in vleaves]
-            return T.StructType([vt, T.TensorType(w.dtype)]), prods + [w]
+            return (T.StructType([vt, T.TensorType(w.dtype)]), vleaves + [w],
+                    (w, len(vleaves)))
         t, leaves = self._stacked_numpy(values)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             bounds = flatten(params['bounds'])
@@ -593,8 +595,8 @@ class EagerTFExecutor(BatchExecutor):
                     out.append(x.astype(np.uint64))
                 else:
                     out.append(np.mod(x.astype(np.int64), np.int64(m)).astype(np.uint64))
-            return t, out
-        return t, leaves
+            return t, out, None
+        return t, leaves, None
 
     def _stacked_numpy(self, values: Sequence[Any]) -> Tuple[T.Type, List[np.ndarray]]:
         values = list(values)
@@ -665,9 +667,10 @@ class EagerTFExecutor(BatchExecutor):
             while i < len(values):
                 stop = min(end, (pos // REDUCTION_SLICE + 1) * REDUCTION_SLICE)
                 for lo, hi in self._row_runs(kind, values, i, i + stop - pos):
-                    row_type, leaves = self._numpy_rows(kind, values[lo:hi], pos + lo - i, params)
+                    row_type, leaves, scale = self._numpy_rows(kind, values[lo:hi],
+                                                               pos + lo - i, params)
                     fold_rows_into(builder, leaves, pos + lo - i, start_rows, fold_rows,
-                                   count=hi - lo)
+                                   count=hi - lo, scale=scale)
                 i, pos = i + stop - pos, stop
         return rows_to_values(builder.finish(), row_type, row_type)
 

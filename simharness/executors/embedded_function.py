@@ -73,6 +73,39 @@ def _xla_exact(nodes: List[Any]) -> bool:
                for n in nodes)
 
 
+def selection(graph: Any, graph_def: Any) -> Optional[Tuple[int, ...]]:
+    """For a graph whose every output is a parameter passed through `Identity` ops only
+    (no control inputs, nothing else in the graph that could run), the parameter's
+    position of each output; else None."""
+    if graph_def.library.function:
+        return None
+    by_name = {n.name: n for n in graph_def.node}
+    params = {name.split(':')[0]: i for i, name in enumerate(graph.input_names)
+              if name.endswith(':0')}
+    out: List[int] = []
+    used = set()
+    for name in graph.output_names:
+        node_name, _, port = name.partition(':')
+        if port != '0':
+            return None
+        node = by_name.get(node_name)
+        while node is not None and node.op == 'Identity':
+            used.add(node.name)
+            if len(node.input) != 1 or node.input[0].startswith('^'):
+                return None
+            base, _, port = node.input[0].partition(':')
+            if port not in ('', '0'):
+                return None
+            node = by_name.get(base)
+        if node is None or node.op != 'Placeholder' or node.name not in params:
+            return None
+        used.add(node.name)
+        out.append(params[node.name])
+    if any(n.name not in used and n.op != 'Placeholder' for n in graph_def.node):
+        return None
+    return tuple(out)
+
+
 class EmbeddedFunction:
     """A `CompiledComputation` imported into the eager runtime."""
 
@@ -92,6 +125,9 @@ class EmbeddedFunction:
         self.exact_elementwise = {n.op for n in nodes} <= EXACT_ELEMENTWISE_OPS
         #: True when its batched form runs as one XLA program (see XLA_EXACT_OPS).
         self.xla_exact = self.exact_elementwise and _xla_exact(nodes)
+        #: When every result is one of the parameters passed through (`selection`): their
+        #: positions (a call is then no TF call), else None.
+        self.selection = selection(comp.graph, graph_def)
         self._param_leaves = ([] if self.type_signature.parameter is None
                               else T.flatten_type(self.type_signature.parameter))
         self._result_leaves = T.flatten_type(self.type_signature.result)
@@ -173,6 +209,11 @@ class EmbeddedFunction:
         return pack_result(self.call_flat(leaves), self.type_signature.result)
 
     def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
+        if self.selection is not None and all(isinstance(leaves[j], tf.Tensor)
+                                              for j in self.selection):
+            # TF's Identity gives the input tensor's value: the same, without the
+            # 0.3-0.5 ms of a function call (a server's `lambda s: s.weights`)
+            return [leaves[j] for j in self.selection]
         out = self._callable()(*leaves)
         if isinstance(out, (list, tuple)):
             return list(out)

@@ -334,3 +334,39 @@ class TestReductions:
         vals = run(ex.create_values([1.0, 2.0], tf.float32))
         with pytest.raises(SimharnessValueError, match="unknown reduction kind 'median'"):
             run(ex.create_partial_reduction('median', vals, 0, 2, {}))
+
+
+def test_a_computation_that_passes_parameters_through_runs_no_tf_call():
+    # `lambda s: s.weights` and the like: the results are the parameter tensors; a graph
+    # that computes anything, or carries a side effect, still runs in TF.
+    from simharness.executors.embedded_function import EmbeddedFunction
+    spec = collections.OrderedDict(w=tf.TensorSpec([2], tf.float32), b=tf.TensorSpec([], tf.int32))
+
+    @sh.tf_computation(spec)
+    def pick(s):
+        return s['b'], s['w'], s['w']
+
+    @sh.tf_computation(spec)
+    def computes(s):
+        return s['w'] * 2.0
+
+    @sh.tf_computation(spec)
+    def asserts(s):
+        with tf.control_dependencies([tf.debugging.assert_positive(s['b'])]):
+            return tf.identity(s['w'])
+
+    fn = EmbeddedFunction(compiled(pick))
+    assert fn.selection == (1, 0, 0)
+    w, b = tf.constant([1.5, 2.5]), tf.constant(3)
+    out = fn.call_flat([w, b])
+    assert out[0] is b and out[1] is w and out[2] is w
+    ex = EagerTFExecutor()
+    arg = run(ex.create_value(collections.OrderedDict(w=np.array([1.5, 2.5], np.float32),
+                                                      b=np.int32(3)), pick.type_signature.parameter))
+    result = run(run(ex.create_call(run(ex.create_value(pick)), arg)).compute())
+    assert [np.asarray(r).tolist() for r in result] == [3, [1.5, 2.5], [1.5, 2.5]]
+    assert EmbeddedFunction(compiled(computes)).selection is None
+    checked = EmbeddedFunction(compiled(asserts))
+    assert checked.selection is None
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        checked.call_flat([w, tf.constant(-1)])

@@ -218,3 +218,38 @@ def test_join_refuses_blocks_that_are_not_adjacent():
     r = _text_reducer(40, 4)
     with pytest.raises(SimharnessValueError, match='cannot join'):
         r.join(r.partial(range(0, 5), 0), r.partial(range(6, 9), 6))
+
+
+
+@pytest.mark.parametrize('start,n', [(0, 1), (0, 52), (5, 40), (48, 52), (3, 13), (16, 32)])
+def test_rows_weighted_as_they_are_folded_give_the_bits_of_weighted_rows(start, n):
+    # A weighted mean's rows are multiplied by their weights while they are folded
+    # (`scale`): the partial is that of the rows multiplied first, bit for bit, for a
+    # block starting anywhere (a head, whole chunks, a tail).
+    from simharness.core.reduction import fold_rows_into
+    rng = np.random.default_rng(start * 100 + n)
+    xs = [(rng.standard_normal((n, 3, 2)) * 10.0 ** rng.uniform(-6, 6, (n, 1, 1))).astype(np.float32),
+          np.broadcast_to(np.float32(rng.standard_normal()), (n,)),  # an all-equal leaf
+          rng.standard_normal((n, 4))]  # float64
+    w = rng.integers(1, 60, n).astype(np.int32)
+    weighted = [x * w.astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1)) for x in xs]
+
+    def add(a, x):
+        return [np.add(p, q) for p, q in zip(a, x)]
+
+    def partial(leaves, scale):
+        r = Reducer(list, add, add, start + n, CHUNK)
+        b = r.begin(start)
+        fold_rows_into(b, leaves, start, list, add, scale=scale)
+        return b.finish()
+
+    def as_bytes(p):
+        return ([[np.asarray(a).tobytes() for a in v] for v in p.head],
+                {k: [np.asarray(a).tobytes() for a in v] for k, v in p.nodes.items()},
+                p.open_chunk, None if p.open_acc is None else [a.tobytes() for a in p.open_acc])
+
+    got = partial(xs + [w], (w, len(xs)))
+    assert as_bytes(got) == as_bytes(partial(weighted + [w], None))
+    assert got.nodes or got.open_acc is not None or got.head
+    # the float32 leaf is order-sensitive: unweighted rows give other bits
+    assert as_bytes(got) != as_bytes(partial(xs + [w], None))

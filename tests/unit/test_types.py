@@ -313,6 +313,28 @@ def test_stacking_follows_the_refusal_rule():
     assert stack_python_values([a([1, 2, 3]), a([3, 4, 5])], t) is None  # another shape
 
 
+def test_stacking_dicts_by_name_matches_the_struct_path():
+    # Plain dicts of a flat named struct type are read column by column (no Struct per
+    # client): the arrays of the general path, and the same refusals.
+    from simharness.core.batching import stack_python_values
+    from simharness.core.structure import Struct
+    t = StructType([('x', TensorType(np.float32, [2])), ('n', TensorType(np.int32))],
+                   container=collections.OrderedDict)
+    vals = [collections.OrderedDict(n=np.int32(i), x=np.arange(2, dtype=np.float32) + i)
+            for i in range(3)]  # keys in another order: matched by name
+    as_structs = [Struct([('x', v['x']), ('n', v['n'])]) for v in vals]
+    got, want = stack_python_values(vals, t), stack_python_values(as_structs, t)
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+    assert [g.dtype for g in got] == [np.float32, np.int32]
+    assert stack_python_values([{'x': [1.0, 2.0], 'm': 1}] * 2, t) is None  # another name
+    assert stack_python_values([{'x': [1.0, 2.0]}] * 2, t) is None  # one missing
+    assert stack_python_values([{'x': [1.0, 2.0], 'n': 2 ** 40}] * 2, t) is None  # range
+    assert stack_python_values([{'x': {'a': 1.0}, 'n': 1}] * 2, t) is None  # not a tensor
+    mixed = [dict(x=np.zeros(2, np.float32), n=1), dict(x=np.ones(2), n=np.int64(2))]
+    assert [g.tolist() for g in stack_python_values(mixed, t)] == [[[0, 0], [1, 1]], [1, 2]]
+    assert stack_python_values([dict(x=np.zeros(2), n=1), dict(x=[1.0, 2.0], n=2)], t) is None
+
+
 def test_map_nest_rebuilds_python_containers():
     from simharness.core.structure import Struct, map_nest
     P = collections.namedtuple('P', 'a b')
