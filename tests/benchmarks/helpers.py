@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import threading
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence
@@ -76,6 +77,20 @@ def time_median(fn: Callable[[], Any], repeat: int = 5) -> float:
         times.append(time.perf_counter() - t0)
     times.sort()
     return times[len(times) // 2]
+
+
+def interleaved_medians(fns: Sequence[Callable[[], Any]], rounds: int = 10) -> list:
+    """Median seconds of each of `fns`, their calls interleaved: `rounds` passes over them,
+    every other pass in reverse order (ABBA), so that a machine that slows down or speeds
+    up during the run weighs on all of them alike (the ratios of one run)."""
+    times: list = [[] for _ in fns]
+    for i in range(rounds):
+        order = range(len(fns)) if i % 2 == 0 else reversed(range(len(fns)))
+        for k in order:
+            t0 = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 class Baselines:

@@ -58,7 +58,7 @@ import time
 import numpy as np
 import pytest
 
-from .helpers import check_then_time, median_seconds, time_median
+from .helpers import check_then_time, interleaved_medians, median_seconds, time_median
 from .test_fedavg import _round_1proc, plain_tf, workload  # noqa: F401 (fixtures)
 from .test_tff_style import plain_tf_round, tf_pinned  # noqa: F401 (fixtures)
 
@@ -184,7 +184,8 @@ def _run_case(case, bench, request, baselines, tff_learning, workload,  # noqa: 
     if t is None:
         return
     fedavg, fstate, padded = workload['fedavg'], workload['state'], workload['padded']
-    ours, builtin = _interleaved(lambda: process.next(*args), lambda: fedavg.next(fstate, padded))
+    ours, builtin = interleaved_medians([lambda: process.next(*args),
+                                         lambda: fedavg.next(fstate, padded)], PAIRS)
     w0 = workload['w0']
     plain = baselines.get('fedavg_plain_tf_1proc', lambda: time_median(
         lambda: _round_1proc(request.getfixturevalue('plain_tf').get(1), w0), 5))
@@ -195,18 +196,6 @@ def _run_case(case, bench, request, baselines, tff_learning, workload,  # noqa: 
         builtin_fedavg_seconds=builtin, builtin_fedavg_clients_per_second=NUM_CLIENTS / builtin,
         plain_tf_serial_seconds=plain, plain_tf_serial_clients_per_second=NUM_CLIENTS / plain,
         ratio_to_builtin_fedavg=builtin / ours, ratio_to_plain_tf_serial=plain / t)
-
-
-def _interleaved(ours, builtin, pairs=PAIRS):
-    """Median seconds of `ours` and of `builtin`, their rounds interleaved (ABBA order), so
-    that a machine that slows down or speeds up during the run weighs on both alike."""
-    a, b = [], []
-    for i in range(pairs):
-        for first in ((ours, a), (builtin, b)) if i % 2 == 0 else ((builtin, b), (ours, a)):
-            t0 = time.perf_counter()
-            first[0]()
-            first[1].append(time.perf_counter() - t0)
-    return float(np.median(a)), float(np.median(b))
 
 
 @on_stacks
