@@ -63,6 +63,9 @@ __all__ = ['EagerTFExecutor', 'EagerValue', 'ClientBlock', 'EmbeddedFunction', '
 #: memory of a partial reduction over a big block.
 REDUCTION_SLICE = 16 * CHUNK  # 256 clients
 
+#: Reduction kinds folded by `np.add` (`_row_fns`).
+_NUMPY_SUMS = frozenset({'sum', 'mean', 'weighted_mean'})
+
 def _secure_bound_text(params: Dict[str, Any], bound: int) -> str:
     """What set a secure sum's bound, for its range error: max_input or bitwidth."""
     if params.get('bound_from') == 'max_input':
@@ -670,7 +673,7 @@ class EagerTFExecutor(BatchExecutor):
                     row_type, leaves, scale = self._numpy_rows(kind, values[lo:hi],
                                                                pos + lo - i, params)
                     fold_rows_into(builder, leaves, pos + lo - i, start_rows, fold_rows,
-                                   count=hi - lo, scale=scale)
+                                   count=hi - lo, scale=scale, adds=kind in _NUMPY_SUMS)
                 i, pos = i + stop - pos, stop
         return rows_to_values(builder.finish(), row_type, row_type)
 

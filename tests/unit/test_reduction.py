@@ -221,26 +221,30 @@ def test_join_refuses_blocks_that_are_not_adjacent():
 
 
 
+@pytest.mark.parametrize('adds', [False, True])
 @pytest.mark.parametrize('start,n', [(0, 1), (0, 52), (5, 40), (48, 52), (3, 13), (16, 32)])
-def test_rows_weighted_as_they_are_folded_give_the_bits_of_weighted_rows(start, n):
+def test_rows_weighted_as_they_are_folded_give_the_bits_of_weighted_rows(start, n, adds):
     # A weighted mean's rows are multiplied by their weights while they are folded
     # (`scale`): the partial is that of the rows multiplied first, bit for bit, for a
-    # block starting anywhere (a head, whole chunks, a tail).
+    # block starting anywhere (a head, whole chunks, a tail); `adds`: whole chunks summed
+    # in place (`_sum_chunks`), the same additions in the same order.
     from simharness.core.reduction import fold_rows_into
     rng = np.random.default_rng(start * 100 + n)
     xs = [(rng.standard_normal((n, 3, 2)) * 10.0 ** rng.uniform(-6, 6, (n, 1, 1))).astype(np.float32),
           np.broadcast_to(np.float32(rng.standard_normal()), (n,)),  # an all-equal leaf
-          rng.standard_normal((n, 4))]  # float64
+          rng.standard_normal((n, 4)),  # float64
+          rng.integers(-2 ** 31, 2 ** 31 - 1, (n, 3)).astype(np.int32)]  # wraps around
     w = rng.integers(1, 60, n).astype(np.int32)
-    weighted = [x * w.astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1)) for x in xs]
+    before = xs[0].tobytes()
 
     def add(a, x):
         return [np.add(p, q) for p, q in zip(a, x)]
 
-    def partial(leaves, scale):
+    def partial(leaves, scale, in_place=False):
         r = Reducer(list, add, add, start + n, CHUNK)
         b = r.begin(start)
-        fold_rows_into(b, leaves, start, list, add, scale=scale)
+        with np.errstate(over='ignore'):
+            fold_rows_into(b, leaves, start, list, add, scale=scale, adds=in_place)
         return b.finish()
 
     def as_bytes(p):
@@ -248,8 +252,12 @@ def test_rows_weighted_as_they_are_folded_give_the_bits_of_weighted_rows(start, 
                 {k: [np.asarray(a).tobytes() for a in v] for k, v in p.nodes.items()},
                 p.open_chunk, None if p.open_acc is None else [a.tobytes() for a in p.open_acc])
 
-    got = partial(xs + [w], (w, len(xs)))
+    with np.errstate(over='ignore'):
+        weighted = [x * w.astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1)) for x in xs]
+    got = partial(xs + [w], (w, len(xs)), adds)
     assert as_bytes(got) == as_bytes(partial(weighted + [w], None))
+    assert as_bytes(partial(weighted + [w], None, adds)) == as_bytes(got)
+    assert [x.tobytes() for x in xs[:1]] == [before]  # the rows are only read
     assert got.nodes or got.open_acc is not None or got.head
     # the float32 leaf is order-sensitive: unweighted rows give other bits
     assert as_bytes(got) != as_bytes(partial(xs + [w], None))
