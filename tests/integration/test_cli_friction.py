@@ -253,7 +253,14 @@ def test_report_compares_what_varies_with_ints_as_ints(tmp_path, capsys):
     assert rc == 0
     md = (exp / 'report.md').read_text()
     assert 'clients_per_thread' not in md and 'clients_per_worker' not in md, md
-    assert '2.0' not in md and 'nan' not in md
     header = next(ln for ln in md.splitlines() if ln.startswith('| run'))
     cells = [c.strip() for c in header.strip('|').split('|')]
     assert len(cells) == len(set(cells)), header
+    # ints stay ints (no '2.0') and nothing is 'nan', in every cell but the timings (a
+    # clients/s of 62.0 holds '2.0' by chance)
+    timed = {cells.index(c) for c in ('median round s', 'clients/s') if c in cells}
+    rows = [[c.strip() for c in ln.strip('|').split('|')] for ln in md.splitlines()
+            if ln.startswith('| ') and not ln.startswith('| run')]
+    text = '\n'.join(ln for ln in md.splitlines() if not ln.startswith('|'))
+    kept = [c for r in rows for k, c in enumerate(r) if k not in timed] + [text]
+    assert not [c for c in kept if '2.0' in c or 'nan' in c], md
