@@ -429,7 +429,7 @@ def _sum_chunks(seg: List[np.ndarray], wseg: Optional[np.ndarray], nscaled: int
                 np.add(acc, x[:, k], out=acc)
         else:
             w = wseg.astype(x.dtype)
-            acc = first * w[:, 0].reshape(shape)
+            acc = _times(first, w[:, 0])
             tmp = POOL.empty(acc.shape, acc.dtype) if acc.dtype.kind in 'biufc' else \
                 np.empty_like(acc)
             for k in range(1, x.shape[1]):

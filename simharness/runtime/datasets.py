@@ -55,17 +55,19 @@ def repeatable_dataset(ds: Any) -> bool:
     verdict = getattr(ds, _REPEATABLE_ATTR, None)
     if verdict is None:
         sent = dataset_to_wire(ds)
-        if isinstance(sent, TensorBatches):
-            verdict = True
-        else:
-            graph_def = tf.compat.v1.GraphDef()
-            graph_def.ParseFromString(sent.graph)
-            verdict = repeatable(graph_def)
+        verdict = isinstance(sent, TensorBatches) or _graph_repeatable(sent.graph)
         try:
             setattr(ds, _REPEATABLE_ATTR, verdict)
         except AttributeError:
             pass
     return bool(verdict)
+
+
+def _graph_repeatable(graph: bytes) -> bool:
+    """`tf_sequences.repeatable` of a serialized dataset graph."""
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString(graph)
+    return repeatable(graph_def)
 
 
 class BlobReader:
@@ -92,8 +94,8 @@ class BlobReader:
                  max_bytes: int = 256 << 20, max_items: int = 4096):
         self._from_blob = from_blob or dataset_from_blob
         self.max_bytes, self.max_items = max_bytes, max_items
+        # key -> (the TensorBatches read, its bytes)
         self._kept: 'collections.OrderedDict[Any, Any]' = collections.OrderedDict()
-        self._sizes: dict = {}
         self._bytes = 0
         self._other: set = set()  # keys of graphs read afresh every time
         self._seen: set = set()  # keys met once: checked and kept when they come again
@@ -107,7 +109,7 @@ class BlobReader:
             if kept is not None:
                 self._kept.move_to_end(key)
                 self.hits += 1
-                return kept
+                return kept[0]
             other = key in self._other
             first = not other and key not in self._seen
             if first:  # a program that makes new datasets every round pays no check
@@ -117,10 +119,8 @@ class BlobReader:
         ds = self._from_blob(blob)
         if other or first:
             return ds
-        graph_def = tf.compat.v1.GraphDef()
-        graph_def.ParseFromString(blob.graph)
-        tb = materialize(ds, T.SequenceType(blob.element_type)) if repeatable(graph_def) \
-            else None
+        tb = materialize(ds, T.SequenceType(blob.element_type)) \
+            if _graph_repeatable(blob.graph) else None
         with self._lock:
             if tb is None:
                 if len(self._other) >= self.max_items:
@@ -129,11 +129,10 @@ class BlobReader:
                 return ds
             size = sum(int(c.shape.num_elements() or 0) * c.dtype.size for c in tb.components)
             if size <= self.max_bytes:
-                self._kept[key], self._sizes[key] = tb, size
+                self._kept[key] = (tb, size)
                 self._bytes += size
                 while self._bytes > self.max_bytes or len(self._kept) > self.max_items:
-                    old, _ = self._kept.popitem(last=False)
-                    self._bytes -= self._sizes.pop(old)
+                    self._bytes -= self._kept.popitem(last=False)[1][1]
         return tb
 
 
