@@ -198,3 +198,38 @@ def test_a_weighting_map_runs_batched_in_xla_with_the_bits_of_one_graph_call_per
         [out] = f.call_batched((False, False), [], [tf.constant(x[lo:hi]), tf.constant(w[lo:hi])],
                                hi - lo)
         assert out.numpy().tobytes() == single[lo:hi].tobytes()
+
+
+def test_a_block_call_on_flat_tensors_gives_the_structured_call_s_results_and_falls_back():
+    from simharness.executors.embedded_function import _TwoGroupCall
+    sig = ((tf.TensorSpec([3], tf.float32),),
+           (tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([None], tf.int32)))
+
+    @tf.function(input_signature=sig, autograph=False)
+    def block(shared, stacked):
+        x, n = stacked
+        return x * shared[0] + tf.cast(n, tf.float32)[:, None], n + 1
+
+    concrete = block.get_concrete_function()
+    call = _TwoGroupCall(concrete)
+    shared = (tf.constant([1.0, 2.0, 3.0]),)
+    stacked = (tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3)),
+               tf.constant([1, 2, 3, 4], tf.int32))
+    assert call._fits(list(shared + stacked))
+    want = concrete(shared, stacked)
+    got = call(shared, stacked)
+    assert isinstance(got, tuple) and len(got) == 2
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.numpy().tobytes() == w.numpy().tobytes()
+    # Not what the signature says: the structured call decides (converts numpy, or raises).
+    as_numpy = (shared[0].numpy(),)
+    assert not call._fits(list(as_numpy + stacked))
+    assert call(as_numpy, stacked)[0].numpy().tobytes() == want[0].numpy().tobytes()
+    wrong_dtype = (stacked[0], tf.constant([1, 2, 3, 4], tf.int64))
+    assert not call._fits(list(shared + wrong_dtype))
+    with pytest.raises((TypeError, ValueError)):
+        call(shared, wrong_dtype)
+    wrong_shape = (tf.zeros([4, 2]), stacked[1])
+    assert not call._fits(list(shared + wrong_shape))
+    with pytest.raises((TypeError, ValueError)):
+        call(shared, wrong_shape)
