@@ -8,9 +8,14 @@ One round::
 
     weights@CLIENTS = federated_broadcast(state.weights)
     out@CLIENTS     = federated_map(client_update, <weights, data>)   # local SGD
-    delta@SERVER    = federated_mean(out.delta, weight=out.num_examples)
-    metrics@SERVER  = federated_sum(out.metrics)          # loss sum, correct, examples
-    state@SERVER    = federated_map(server_update, <state, delta>)    # SGD(+momentum)
+                      # out: n_k * delta_k, n_k, metrics (loss sum, correct, examples)
+    totals@SERVER   = federated_sum(out)
+    state@SERVER    = federated_map(server_update, <state, totals>)   # mean, SGD(+momentum)
+    metrics@SERVER  = totals.metrics
+
+The mean is the reference's ``sum_k(n_k * delta_k) / sum_k(n_k)``: the
+products are made in the client's computation (XLA-compiled with it when it
+is), so a worker folds its clients with additions only.
 
 Client data travels as padded tensors ``x [N, ...], y [N], n`` (N: the most
 examples any client has, rounded up to the batch size), so that all clients
@@ -160,9 +165,11 @@ class FedAvg:
                 _, w, loss_sum, correct, count = tf.while_loop(
                     lambda i, *_: i < steps * epochs, body,
                     (tf.constant(0), w0, tf.constant(0.0), tf.constant(0.0), tf.constant(0.0)))
-            delta = [a - b for a, b in zip(w, w0)]
+            # n_k * delta_k made here, in the client's computation (compiled with it when
+            # it is): the server divides the sum of these by the sum of the n_k.
+            n_k = tf.cast(n, tf.float32)
             return collections.OrderedDict(
-                delta=delta, num_examples=tf.cast(n, tf.float32),
+                weighted_delta=[(a - b) * n_k for a, b in zip(w, w0)], num_examples=n_k,
                 metrics=collections.OrderedDict(loss_sum=loss_sum, correct=correct,
                                                 num_examples=count))
 
@@ -173,8 +180,12 @@ class FedAvg:
             loss, c, k = batch_stats(list(weights), x, y, mask)
             return collections.OrderedDict(loss_sum=loss * k, correct=c, num_examples=k)
 
-        @tf_computation(state_type, w_type)
-        def server_update(state, delta):
+        totals_type = client_update.type_signature.result
+
+        @tf_computation(state_type, totals_type)
+        def server_update(state, totals):
+            # The example-weighted mean of the deltas: sum_k(n_k * delta_k) / sum_k(n_k).
+            delta = [d / totals['num_examples'] for d in totals['weighted_delta']]
             new_m = [mom * m + d for m, d in zip(state['momentum'], delta)]
             new_w = [w + slr * m for w, m in zip(state['weights'], new_m)]
             return collections.OrderedDict(weights=new_w, momentum=new_m,
@@ -188,12 +199,11 @@ class FedAvg:
         def round_fn(state, data):
             weights = I.federated_broadcast(I.federated_map(get_weights, state))
             out = I.federated_map(client_update, I.federated_zip([weights, data]))
-            delta = I.federated_mean(out.delta, weight=out.num_examples)
-            # A sum in the canonical order: the same bits as federated_aggregate from a
-            # zero with an adding accumulate (0 + x == x), folded in numpy, not TF calls.
-            metrics = I.federated_sum(out.metrics)
-            new_state = I.federated_map(server_update, I.federated_zip([state, delta]))
-            return new_state, metrics
+            # One sum in the canonical order of everything the clients send: the n_k-weighted
+            # deltas, the n_k and the metrics (numpy adds as rows are folded, no TF calls).
+            totals = I.federated_sum(out)
+            new_state = I.federated_map(server_update, I.federated_zip([state, totals]))
+            return new_state, totals.metrics
 
         @federated_computation(T.type_at_server(w_type), T.type_at_clients(data_type))
         def evaluate_fn(weights, data):
