@@ -347,11 +347,11 @@ class _TwoGroupCall:
     """A concrete function of two tuples of tensors, called with the flat list of them.
 
     The concrete function's own call binds its structured arguments to the signature and
-    casts each leaf (TF's `canonicalize_function_inputs`): ~0.5 ms of a worker's FedAvg
-    round in Python (cProfile, 2026-11-27), for arguments this module built to match. Here
-    each leaf is checked against the signature's dtype and shape in a few compares and the
-    function runs on the flat list (`_call_flat`, TF's own next step); anything else (a
-    numpy leaf, another shape) takes the structured call, which converts or raises TF's
+    casts each leaf (TF's `canonicalize_function_inputs`), for arguments this module built
+    to match: a call of 9 tensors 0.15 ms, against 0.08 ms here (2026-11-27). Here each leaf
+    is checked against the signature's dtype and shape in a few compares and the function
+    runs on the flat list (`_call_flat`, TF's own next step); anything else (a numpy leaf,
+    another shape, graph mode) takes the structured call, which converts or raises TF's
     error.
     """
 
