@@ -77,7 +77,12 @@ class LoopbackCluster:
                         TF_CPP_MIN_LOG_LEVEL='3')
         self.pgids: List[int] = []  # one process group (and session) per node
         self.logs: List[str] = []
-        self.port = _free_port(self.ips[0])
+        # Every port this cluster hands Ray, distinct: two draws of a free port can give the
+        # same number (it was free both times), and Ray refuses a node whose components share
+        # one ("metrics_export is trying to use a port number 50107 that is used by other
+        # components": a CI run on 2026-11-27).
+        self._ports: set = set()
+        self.port = self._free_port(self.ips[0])
         self.address = f'{self.ips[0]}:{self.port}'
         self._saved_env: Dict[str, Optional[str]] = {}
         self._connected = False
@@ -91,20 +96,28 @@ class LoopbackCluster:
             self.close()
             raise
 
+    def _free_port(self, ip: str) -> int:
+        while True:
+            port = _free_port(ip)
+            if port not in self._ports:
+                self._ports.add(port)
+                return port
+
     def _start_node(self, k: int) -> None:
         ip = self.ips[k]
         args = _ray_cli() + ['start', '--block', f'--node-ip-address={ip}',
                              f'--num-cpus={self.cpus_per_node}', '--num-gpus=0',
                              f'--object-store-memory={self.object_store_bytes}',
-                             f'--dashboard-agent-listen-port={_free_port(ip)}',
-                             f'--dashboard-agent-grpc-port={_free_port(ip)}',
-                             f'--metrics-export-port={_free_port(ip)}',
-                             f'--runtime-env-agent-port={_free_port(ip)}',
+                             f'--dashboard-agent-listen-port={self._free_port(ip)}',
+                             f'--dashboard-agent-grpc-port={self._free_port(ip)}',
+                             f'--metrics-export-port={self._free_port(ip)}',
+                             f'--runtime-env-agent-port={self._free_port(ip)}',
                              '--disable-usage-stats']
         if k == 0:
             args += ['--head', f'--port={self.port}', '--include-dashboard=false',
-                     f'--dashboard-port={_free_port(ip)}',
-                     f'--ray-client-server-port={_free_port(ip)}', f'--temp-dir={self.temp_dir}']
+                     f'--dashboard-port={self._free_port(ip)}',
+                     f'--ray-client-server-port={self._free_port(ip)}',
+                     f'--temp-dir={self.temp_dir}']
         else:
             args += [f'--address={self.address}']
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else []
