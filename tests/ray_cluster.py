@@ -82,7 +82,7 @@ class LoopbackCluster:
         # one ("metrics_export is trying to use a port number 50107 that is used by other
         # components": a CI run on 2026-11-27).
         self._ports: set = set()
-        self.port = self._free_port(self.ips[0])
+        self.port = self._distinct_port(self.ips[0])
         self.address = f'{self.ips[0]}:{self.port}'
         self._saved_env: Dict[str, Optional[str]] = {}
         self._connected = False
@@ -96,7 +96,7 @@ class LoopbackCluster:
             self.close()
             raise
 
-    def _free_port(self, ip: str) -> int:
+    def _distinct_port(self, ip: str) -> int:
         while True:
             port = _free_port(ip)
             if port not in self._ports:
@@ -108,15 +108,15 @@ class LoopbackCluster:
         args = _ray_cli() + ['start', '--block', f'--node-ip-address={ip}',
                              f'--num-cpus={self.cpus_per_node}', '--num-gpus=0',
                              f'--object-store-memory={self.object_store_bytes}',
-                             f'--dashboard-agent-listen-port={self._free_port(ip)}',
-                             f'--dashboard-agent-grpc-port={self._free_port(ip)}',
-                             f'--metrics-export-port={self._free_port(ip)}',
-                             f'--runtime-env-agent-port={self._free_port(ip)}',
+                             f'--dashboard-agent-listen-port={self._distinct_port(ip)}',
+                             f'--dashboard-agent-grpc-port={self._distinct_port(ip)}',
+                             f'--metrics-export-port={self._distinct_port(ip)}',
+                             f'--runtime-env-agent-port={self._distinct_port(ip)}',
                              '--disable-usage-stats']
         if k == 0:
             args += ['--head', f'--port={self.port}', '--include-dashboard=false',
-                     f'--dashboard-port={self._free_port(ip)}',
-                     f'--ray-client-server-port={self._free_port(ip)}',
+                     f'--dashboard-port={self._distinct_port(ip)}',
+                     f'--ray-client-server-port={self._distinct_port(ip)}',
                      f'--temp-dir={self.temp_dir}']
         else:
             args += [f'--address={self.address}']

@@ -63,7 +63,7 @@ __all__ = ['EagerTFExecutor', 'EagerValue', 'ClientBlock', 'EmbeddedFunction', '
 #: memory of a partial reduction over a big block.
 REDUCTION_SLICE = 16 * CHUNK  # 256 clients
 
-#: Reduction kinds folded by `np.add` (`_row_fns`).
+#: Reduction kinds folded and merged by `np.add` (`_row_fns`, `_combine_reducer`).
 _NUMPY_SUMS = frozenset({'sum', 'mean', 'weighted_mean'})
 
 def _secure_bound_text(params: Dict[str, Any], bound: int) -> str:
@@ -524,7 +524,7 @@ class EagerTFExecutor(BatchExecutor):
     # ------------------------------------------------------------ reductions
     def _combine_reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
         """The reducer that joins partials (values: numpy for numpy kinds, EagerValues else)."""
-        if kind in ('sum', 'mean', 'weighted_mean'):
+        if kind in _NUMPY_SUMS:
             return Reducer(lambda v: v, add_trees, add_trees, total)
         if kind in EXTREMUM_FOLDS:
             return Reducer(lambda v: v, EXTREMUM_FOLDS[kind], EXTREMUM_FOLDS[kind], total)
@@ -643,7 +643,7 @@ class EagerTFExecutor(BatchExecutor):
             def fold_extremum(acc, x):
                 return [op(a, b) for a, b in zip(acc, x)]
             return (lambda x: list(x), fold_extremum, fold_extremum)
-        if kind not in ('sum', 'mean', 'weighted_mean'):
+        if kind not in _NUMPY_SUMS:
             raise SimharnessValueError(f'unknown reduction kind {kind!r}')
         def fold_add(acc, x):
             return [add_arrays(a, b) for a, b in zip(acc, x)]
