@@ -20,14 +20,25 @@ class Struct:
 
     def __init__(self, items: Iterable[Tuple[Optional[str], Any]]):
         items = list(items)
-        self._names = tuple(n for n, _ in items)
-        self._values = tuple(v for _, v in items)
-        named = [n for n in self._names if n is not None]
-        if len(set(named)) != len(named):  # TFF: ValueError, names must be unique
-            dups = sorted({n for n in named if named.count(n) > 1})
-            raise SimharnessValueError(
-                f'Struct element names must be unique, got {list(self._names)} '
-                f'(repeated: {dups})')
+        names = tuple([n for n, _ in items])
+        self._names = names
+        self._values = tuple([v for _, v in items])
+        if len(names) > 1:
+            named = [n for n in names if n is not None]
+            if len(set(named)) != len(named):  # TFF: ValueError, names must be unique
+                dups = sorted({n for n in named if named.count(n) > 1})
+                raise SimharnessValueError(
+                    f'Struct element names must be unique, got {list(names)} '
+                    f'(repeated: {dups})')
+
+    @classmethod
+    def _like(cls, names: Tuple[Optional[str], ...], values: Iterable[Any]) -> 'Struct':
+        """A Struct of `values` under the names of an existing Struct (`names`: already
+        checked unique), without building and checking the pairs again."""
+        out = cls.__new__(cls)
+        out._names = names
+        out._values = tuple(values)
+        return out
 
     @classmethod
     def unnamed(cls, *values: Any) -> 'Struct':

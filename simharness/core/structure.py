@@ -24,8 +24,8 @@ def map_structure(fn: Callable[..., Any], *structs: Any) -> Any:
     """Applies `fn` to corresponding leaves of `Struct`s of equal layout."""
     first = structs[0]
     if isinstance(first, Struct):
-        return Struct((n, map_structure(fn, *[s[i] for s in structs]))
-                      for i, n in enumerate(first.names))
+        return Struct._like(first.names, [map_structure(fn, *[s[i] for s in structs])
+                                          for i in range(len(first))])
     return fn(*structs)
 
 

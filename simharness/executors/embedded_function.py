@@ -241,6 +241,76 @@ class EmbeddedFunction:
                     self._batched[shared_mask] = fn
         return list(fn(tuple(shared), tuple(stacked)))
 
+    def call_summed(self, shared_mask: Tuple[bool, ...], shared: List[Any], stacked: List[Any],
+                    first: Any, seg: Any, nseg: Any) -> List[Any]:
+        """Runs the clients of a block in one compiled call and sums their results by segment."""
+        key = ('summed', shared_mask)
+        fn = self._batched.get(key)
+        if fn is None:
+            with self._lock:
+                fn = self._batched.get(key)
+                if fn is None:
+                    fn = _concrete(self._make_summed(shared_mask))
+                    self._batched[key] = fn
+        return list(fn(tuple(shared), tuple(stacked), first, seg, nseg))
+
+    def _make_summed(self, mask: Tuple[bool, ...]):
+        inner = self._fn
+        res = [(list(t.shape), tf_dtype(t.dtype)) for t in self._result_leaves]
+        leaf_specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
+        shared_sig = tuple(sp for sp, m in zip(leaf_specs, mask) if m)
+        stacked_sig = tuple(tf.TensorSpec([None] + list(sp.shape), sp.dtype)
+                            for sp, m in zip(leaf_specs, mask) if not m)
+
+        @tf.function(autograph=False, jit_compile=True,
+                     input_signature=(shared_sig, stacked_sig, tf.TensorSpec([None], tf.bool),
+                                      tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32)))
+        def summed(shared, stacked, first, seg, nseg):
+            n = tf.shape(first)[0]
+
+            def client(i):
+                it_s, it_x = iter(shared), iter(stacked)
+                leaves = [next(it_s) if m else next(it_x)[i] for m in mask]
+                out = inner(*leaves)
+                return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
+            def fold(j, outs, prev, flags):
+                # Client j's result `prev` joins its segment: its first client's value,
+                # then sums in client order (numpy's additions, in XLA). A value that is
+                # NaN or nonzero but below 2**-100 in magnitude (2**-960 for float64) is
+                # flagged (the caller then folds the block with numpy instead): TF flushes
+                # subnormal operands and sums to zero, numpy does not, and only such
+                # values can make a subnormal sum.
+                s = seg[j]
+                new = []
+                for o, p in zip(outs, prev):
+                    row = tf.gather(o, s)
+                    row = tf.where(first[j], p, row + p)
+                    new.append(tf.tensor_scatter_nd_update(o, [[s]], row[None]))
+                marks = []
+                for k, f in zip(checked, flags):
+                    p = prev[k]
+                    a = tf.abs(p)
+                    bad = tf.logical_or(tf.logical_and(a < _TINY[p.dtype], a > 0),
+                                        tf.math.is_nan(p))
+                    marks.append(tf.maximum(f, tf.cast(bad, p.dtype)))
+                return tuple(new), tuple(marks)
+
+            def body(i, outs, prev, flags):
+                outs, flags = fold(tf.maximum(i - 1, 0), outs, prev, flags)
+                return i + 1, outs, client(i), flags
+            outs = tuple(tf.zeros([nseg] + shape, dt) for shape, dt in res)
+            zeros = tuple(tf.zeros(shape, dt) for shape, dt in res)
+            checked = [k for k, (_, dt) in enumerate(res) if dt in _TINY]
+            flags = tuple(tf.zeros(res[k][0], res[k][1]) for k in checked)
+            _, outs, prev, flags = tf.while_loop(
+                lambda i, *a: i < n, body, (tf.constant(0), outs, zeros, flags),
+                parallel_iterations=1)
+            outs, flags = fold(n - 1, outs, prev, flags)
+            flagged = [tf.reduce_max(tf.cast(f, tf.float32)) for f in flags]
+            return outs + (tf.reduce_max(tf.stack(flagged)) if flagged else tf.constant(0.0),)
+        return summed
+
     def fold_rows(self, zero: List[Any], rows: List[Any], chunk: Optional[int]) -> List[Any]:
         """Folds rows with this (accumulate) function in ONE TF call.
 
@@ -330,6 +400,12 @@ class EmbeddedFunction:
             return tf.map_fn(body, stacked, fn_output_signature=out_sig, parallel_iterations=1)
 
         return batched
+
+
+#: Below these magnitudes a summed result's value could make a subnormal sum (see
+#: `EmbeddedFunction.call_summed`): every nonzero value at or above them is a multiple of
+#: the smallest normal number, and so is any sum of such values.
+_TINY = {tf.float32: 2.0 ** -100, tf.float64: 2.0 ** -960}
 
 
 def _concrete(fn: Any) -> Any:

@@ -101,11 +101,28 @@ async def stream_reductions(ex: BatchExecutor, nodes: Sequence[PlanNode],
     parts: List[Optional[Partial]] = [None] * len(reductions)
     joiners = [Reducer(lambda v: v, merge_for(r.kind, r.params), merge_for(r.kind, r.params),
                        total) for r in reductions]
+    uses = [0] * len(nodes)  # readers of each node (nodes and reductions)
+    for nd in nodes:
+        for j in nd.sources():
+            uses[j] += 1
+    for r in reductions:
+        for j in r.srcs:
+            uses[j] += 1
     lo = 0
     while lo < count:
         hi = min(count, (start + lo) // step * step + step - start)
         piece = _Slice(ex, nodes, lo, hi)
         for k, r in enumerate(reductions):
+            p = None
+            node = nodes[r.srcs[0]]
+            if (len(r.srcs) == 1 and isinstance(node, PlanMap) and uses[r.srcs[0]] == 1
+                    and r.srcs[0] not in piece.memo and hasattr(ex, 'summed_map')):
+                # A sum of a map nothing else reads: summed in the map's own call if it can be
+                p = ex.summed_map(r.kind, node.fn, await piece.values(node.src), start + lo, total)
+            if p is not None:
+                prev = parts[k]
+                parts[k] = p if prev is None else joiners[k].join(prev, p)
+                continue
             cols = [await piece.values(i) for i in r.srcs]
             vs = cols[0] if len(cols) == 1 else list(zip(*cols))  # weighted mean: pairs
             p = await ex.create_partial_reduction(r.kind, vs, start + lo, total, r.params)

@@ -261,3 +261,45 @@ def test_rows_weighted_as_they_are_folded_give_the_bits_of_weighted_rows(start, 
     assert got.nodes or got.open_acc is not None or got.head
     # the float32 leaf is order-sensitive: unweighted rows give other bits
     assert as_bytes(got) != as_bytes(partial(xs + [w], None))
+
+
+def test_many_head_values_folded_at_once_give_the_bits_of_one_at_a_time():
+    # `add_many_trees` (the numpy sums' accumulate_many) against `add_trees` value by
+    # value: nested Structs, float32 rows big enough for the pooled buffers, int32
+    # that wraps, 0-d leaves; a random partition of 100 clients into small blocks (most
+    # clients arrive as head values, as with 16 workers of 6 clients).
+    from simharness.core.reduction import add_many_trees, add_trees
+    from simharness.core.struct import Struct
+    from simharness.core.structure import flatten
+    rng = np.random.default_rng(5)
+
+    def value():
+        return Struct([
+            ('w', Struct([(None, (rng.standard_normal((256, 300)) * 1e3).astype(np.float32)),
+                          (None, rng.standard_normal(7).astype(np.float32))])),
+            ('n', np.array(rng.integers(2**30, 2**31 - 1), np.int32)),
+            ('m', rng.standard_normal(3))])
+    values = [value() for _ in range(100)]
+    kept = [[np.array(x, copy=True) for x in flatten(v)] for v in values]
+    one = Reducer(lambda v: v, add_trees, add_trees, 100)
+    many = Reducer(lambda v: v, add_trees, add_trees, 100, accumulate_many=add_many_trees)
+    sizes = [7, 7, 7, 7] + [6] * 12
+    parts, s = [], 0
+    for size in sizes:
+        parts.append(one.partial(values[s:s + size], s))
+        s += size
+    want, got = one.combine(parts), many.combine(parts)
+    assert isinstance(got, Struct) and got.names == ('w', 'n', 'm')
+    for a, b in zip(flatten(want), flatten(got)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.tobytes() == b.tobytes()
+    # the int32 sum wrapped (it is not the exact sum), and no value was written to
+    assert int(np.asarray(got['n'])) != sum(int(v['n']) for v in values)
+    for v, k in zip(values, kept):
+        assert all(x.tobytes() == y.tobytes() for x, y in zip(flatten(v), k))
+    # one value or none: plain add_trees / the accumulator itself
+    acc = values[0]
+    assert add_many_trees(acc, []) is acc
+    assert all(np.asarray(x).tobytes() == np.asarray(y).tobytes() for x, y in
+               zip(flatten(add_many_trees(acc, [values[1]])), flatten(add_trees(acc, values[1]))))
