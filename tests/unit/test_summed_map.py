@@ -89,7 +89,7 @@ async def _partials(ex, comp, values, start, total, kind='sum'):
 ])
 def test_the_partial_is_the_map_then_the_numpy_fold_bit_for_bit(start, n, total):
     values = _clients(n, seed=start)
-    with EagerTFExecutor() as ex:
+    with EagerTFExecutor(sums_in_calls=True) as ex:
         got, want = _run(_partials(ex, compiled, values, start, total))
     assert got is not None
     _assert_same_partial(got, want)
@@ -99,7 +99,7 @@ def test_the_partial_is_the_map_then_the_numpy_fold_bit_for_bit(start, n, total)
 def test_partials_of_blocks_combine_to_the_one_block_result_and_a_mean_too():
     values = _clients(70, seed=1)
     reducer = Reducer(lambda v: v, add_trees, add_trees, 70)
-    with EagerTFExecutor() as ex:
+    with EagerTFExecutor(sums_in_calls=True) as ex:
         whole, _ = _run(_partials(ex, compiled, values, 0, 70))
         parts = [_run(_partials(ex, compiled, values[a:b], a, 70))[0]
                  for a, b in [(0, 11), (11, 37), (37, 70)]]
@@ -115,7 +115,7 @@ def test_a_nan_or_a_tiny_result_is_left_to_the_numpy_fold(poison):
     values = _clients(20, seed=3, scale=1e-33 if poison == 'tiny' else 1.0)
     if poison == 'nan':
         values[7]['x'][1, 2] = np.nan
-    with EagerTFExecutor() as ex:
+    with EagerTFExecutor(sums_in_calls=True) as ex:
         got, want = _run(_partials(ex, compiled, values, 0, 20))
     assert got is None
     assert want.nodes or want.open_acc is not None  # the caller's path still reduces them
@@ -123,13 +123,22 @@ def test_a_nan_or_a_tiny_result_is_left_to_the_numpy_fold(poison):
 
 def test_it_applies_only_to_compiled_maps_within_the_batch_bound():
     values = _clients(20)
-    with EagerTFExecutor() as ex:
+    with EagerTFExecutor(sums_in_calls=True) as ex:
         got, _ = _run(_partials(ex, graph_runtime, values, 0, 20))
         assert got is None  # the graph runtime: the map's own call and the fold
-    with EagerTFExecutor(max_batch_size=8) as ex:
+    with EagerTFExecutor(max_batch_size=8, sums_in_calls=True) as ex:
         got, _ = _run(_partials(ex, compiled, values, 0, 20))
         assert got is None  # more clients than a call may take
-    with EagerTFExecutor() as ex:
+    with EagerTFExecutor(sums_in_calls=True) as ex:
         fn = _run(ex.create_value(compiled, compiled.type_signature))
         args = _run(ex.create_values(values, compiled.type_signature.parameter))
         assert ex.summed_map('max', fn, args, 0, 20) is None  # sums and means only
+    with EagerTFExecutor() as ex:  # off unless asked for (workers' executors ask)
+        got, want = _run(_partials(ex, compiled, values, 0, 20))
+        assert got is None and want is not None
+    from simharness.hosts.leaf import worker_service
+    service = worker_service()
+    try:
+        assert service.executor._sums_in_calls
+    finally:
+        service.close()
