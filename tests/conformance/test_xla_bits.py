@@ -34,6 +34,14 @@ def step_round(w, xs):
     return out, sh.federated_sum(out[1])
 
 
+@sh.federated_computation(sh.type_at_server(W), sh.type_at_clients(X))
+def sum_round(w, xs):
+    # Nothing but the sum reads the map: worker processes sum each block inside its compiled
+    # call (`EagerTFExecutor.summed_map`), client threads map then fold with numpy.
+    return sh.federated_sum(sh.federated_map(client_step,
+                                             sh.federated_zip([sh.federated_broadcast(w), xs])))
+
+
 @sh.tf_computation(W, sh.SequenceType(sh.TensorType(tf.float32, [4, 256])), jit_compile=True)
 def client_loop(w, ds):
     return ds.reduce(w, lambda acc, x: acc - 0.01 * tf.matmul(
@@ -84,6 +92,19 @@ def test_compiled_blocks_give_the_bits_of_one_compiled_call_per_client(stack):
         single = fn.call_flat([tf.constant(w), tf.constant(x)])
         assert np.asarray(new_w).tobytes() == single[0].numpy().tobytes()
         assert np.asarray(energy).tobytes() == single[1].numpy().tobytes()
+
+
+def test_a_sum_made_inside_compiled_calls_gives_the_bits_of_the_numpy_fold(stack):
+    w, xs = _inputs()
+    got = sum_round(w, xs)
+    want = _one_client_per_thread(stack, sum_round, w, xs)  # mapped, then numpy's fold
+    assert _bits(got) == _bits(want)
+    fn = EmbeddedFunction(client_step.to_building_block())
+    rows = [[o.numpy() for o in fn.call_flat([tf.constant(w), tf.constant(x)])] for x in xs]
+    total = [rows[0][0].copy(), rows[0][1].copy()]
+    for r in rows[1:]:  # one chunk: the clients' results added in client order
+        total = [total[0] + r[0], total[1] + r[1]]
+    assert _bits(got) == _bits(total)
 
 
 def test_lowered_dataset_loops_compile_with_the_same_bits_on_every_layout(stack):
