@@ -64,9 +64,6 @@ __all__ = ['EagerTFExecutor', 'EagerValue', 'ClientBlock', 'EmbeddedFunction', '
 #: memory of a partial reduction over a big block.
 REDUCTION_SLICE = 16 * CHUNK  # 256 clients
 
-#: Result dtypes whose sums `summed_map` makes in the compiled call.
-_SUMMED_DTYPES = frozenset(np.dtype(d) for d in ('float32', 'float64', 'int32', 'int64'))
-
 #: Reduction kinds folded and merged by `np.add` (`_row_fns`, `_combine_reducer`).
 _NUMPY_SUMS = frozenset({'sum', 'mean', 'weighted_mean'})
 
@@ -110,7 +107,9 @@ class EagerTFExecutor(BatchExecutor):
       max_batch_size: the most clients run through one TF call (bounds the
         memory of a batched map); None: no bound.
       sums_in_calls: a streamed sum of a compiled map is made inside the map's
-        call (`summed_map`; the same bits). Workers' executors turn it on.
+        call (`stream_eval.summed_map`; the same bits). Workers' executors turn it
+        on; client threads sharing the driver's cores ran the reference round
+        slower that way (2 threads 35.0 -> 36.3 ms, 4 threads 40.5 -> 44.6 ms).
 
     Raises:
       RuntimeError: not executing eagerly (inside a `tf.Graph().as_default()`
@@ -149,7 +148,7 @@ class EagerTFExecutor(BatchExecutor):
         if device:
             _check_device(device)
         self._max_batch = max_batch_size
-        self._sums_in_calls = check_bool('sums_in_calls', sums_in_calls)
+        self.sums_in_calls = check_bool('sums_in_calls', sums_in_calls)
         self._device = device
         self._owns_cache = function_cache is None
         self._cache = function_cache if function_cache is not None else FunctionCache(cache_size)
@@ -684,77 +683,6 @@ class EagerTFExecutor(BatchExecutor):
                                    count=hi - lo, scale=scale, adds=kind in _NUMPY_SUMS)
                 i, pos = i + stop - pos, stop
         return rows_to_values(builder.finish(), row_type, row_type)
-
-    def summed_map(self, kind: str, fn: ExecutorValue, args: Sequence[Any], start: int,
-                   total: int) -> Optional[Partial]:
-        """The partial of a sum (or mean) of `fn`'s results on `args` (the clients from
-        `start`), the clients' results folded inside the compiled call that makes them.
-
-        The same partial as `create_map` then `create_partial_reduction`, bit for bit (tests
-        in tests/unit/test_summed_map.py), without the block's results in memory: each
-        client's result is added to its chunk's sum while it is in cache (a worker's fold of
-        52 clients of the reference MLP read 17 MB of results after the block). None when
-        this does not apply (`fn` not XLA-compiled or over sequences, results not all float
-        or int tensors, clients not stackable, more than the batch bound) or when a result
-        holds a NaN or a tiny value, where XLA's sums could differ from numpy's: the caller
-        then runs the map and the fold. Only with `sums_in_calls` (worker processes: one
-        client thread on its pinned core); client threads sharing the driver's cores ran the
-        FedAvg reference round slower this way (2 threads 35.0 -> 36.3 ms, 4 threads 40.5 ->
-        44.6 ms).
-        """
-        if not self._sums_in_calls:
-            return None
-        f = self._fn_of(fn)
-        args = list(args)
-        pt = f.type_signature.parameter
-        rt = f.type_signature.result
-        if (kind not in ('sum', 'mean') or len(args) < 2 or pt is None
-                or (self._max_batch is not None and len(args) > self._max_batch)
-                or not all(isinstance(t, T.TensorType) and np.dtype(t.dtype) in _SUMMED_DTYPES
-                           for t in T.flatten_type(rt))):
-            return None
-        if not f.xla.compiled or not f.batchable() or f.sequence_params:
-            return None  # the graph runtime, or sequences (their lowered loops run as before)
-        rs = runs(args)
-        if len(rs) == 1 and rs[0][2] is not None and pt.is_assignable_from(rs[0][2].type):
-            leaves: Optional[List[Tuple[str, Any]]] = rs[0][2].sub_leaves(
-                rs[0][3], rs[0][3] + len(args))
-        else:
-            leaves = self._block_leaves(args, pt)
-        if leaves is None or not any(k == 'stacked' for k, _ in leaves):
-            return None
-        # Segments of the canonical order (`core.reduction`): a client of a chunk begun
-        # before `start` is a segment of its own (a raw head value), then each chunk's
-        # clients in this block are one segment, summed in client order.
-        first: List[bool] = []
-        seg: List[int] = []
-        counts: List[int] = []
-        end = start + len(args)
-        pos = start
-        head_end = start if start % CHUNK == 0 else min(end, (start // CHUNK + 1) * CHUNK)
-        while pos < end:
-            stop = pos + 1 if pos < head_end else min(end, (pos // CHUNK + 1) * CHUNK)
-            first.extend([True] + [False] * (stop - pos - 1))
-            seg.extend([len(counts)] * (stop - pos))
-            counts.append(stop - pos)
-            pos = stop
-        mask = tuple(k == 'shared' for k, _ in leaves)
-        with self._device_scope():
-            outs = f.call_summed(mask, [x for k, x in leaves if k == 'shared'],
-                                 [x for k, x in leaves if k == 'stacked'], tf.constant(first),
-                                 tf.constant(seg, tf.int32), tf.constant(len(counts), tf.int32))
-        if float(outs[-1]):  # a NaN or a tiny value: folded by numpy (see `call_summed`)
-            return None
-        sums = [o.numpy() for o in outs[:-1]]
-        start_rows, fold_rows, merge = self._row_fns(kind, {})
-        builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
-        for k, count in enumerate(counts):
-            row = [x[k:k + 1] for x in sums]
-            if start + k < head_end:
-                builder.feed([row])
-            else:
-                builder.feed_folded(row, count)
-        return rows_to_values(builder.finish(), rt, rt)
 
     @staticmethod
     def _row_runs(kind: str, values: Sequence[Any], lo: int, hi: int) -> List[Tuple[int, int]]:

@@ -242,8 +242,13 @@ class EmbeddedFunction:
         return list(fn(tuple(shared), tuple(stacked)))
 
     def call_summed(self, shared_mask: Tuple[bool, ...], shared: List[Any], stacked: List[Any],
-                    first: Any, seg: Any, nseg: Any) -> List[Any]:
-        """Runs the clients of a block in one compiled call and sums their results by segment."""
+                    first: List[bool], seg: List[int], nseg: int) -> List[Any]:
+        """Runs the `len(first)` clients of a block in ONE compiled call and sums their results
+        by segment: client k's result starts segment ``seg[k]`` when ``first[k]``, else is
+        added to it. Returns the `nseg` sums of each result leaf (leaves [nseg, ...]), then a
+        flag: nonzero when a float result held a NaN or a nonzero value below 2**-100
+        (2**-960 for float64), where these sums could differ from numpy's (see
+        `stream_eval.summed_map`)."""
         key = ('summed', shared_mask)
         fn = self._batched.get(key)
         if fn is None:
@@ -252,7 +257,8 @@ class EmbeddedFunction:
                 if fn is None:
                     fn = _concrete(self._make_summed(shared_mask))
                     self._batched[key] = fn
-        return list(fn(tuple(shared), tuple(stacked), first, seg, nseg))
+        return list(fn(tuple(shared), tuple(stacked), tf.constant(first, tf.bool),
+                       tf.constant(seg, tf.int32), tf.constant(nseg, tf.int32)))
 
     def _make_summed(self, mask: Tuple[bool, ...]):
         inner = self._fn

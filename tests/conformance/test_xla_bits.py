@@ -37,7 +37,7 @@ def step_round(w, xs):
 @sh.federated_computation(sh.type_at_server(W), sh.type_at_clients(X))
 def sum_round(w, xs):
     # Nothing but the sum reads the map: worker processes sum each block inside its compiled
-    # call (`EagerTFExecutor.summed_map`), client threads map then fold with numpy.
+    # call (`stream_eval.summed_map`), client threads map then fold with numpy.
     return sh.federated_sum(sh.federated_map(client_step,
                                              sh.federated_zip([sh.federated_broadcast(w), xs])))
 

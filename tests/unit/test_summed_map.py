@@ -1,4 +1,4 @@
-"""A sum of a compiled map, summed inside the map's call (`EagerTFExecutor.summed_map`).
+"""A sum of a compiled map, summed inside the map's call (`stream_eval.summed_map`).
 
 The partial must be the one the map then the numpy fold give, bit for bit, for a
 block starting anywhere (raw head values, whole chunks, an open chunk, the last
@@ -20,6 +20,7 @@ import simharness as sh
 from simharness.core.reduction import CHUNK, Reducer, add_trees
 from simharness.core.structure import flatten
 from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.stream_eval import summed_map
 
 ARG = collections.OrderedDict(w=sh.TensorType(tf.float32, [32, 32]),
                               x=sh.TensorType(tf.float32, [4, 32]),
@@ -74,7 +75,7 @@ def _assert_same_partial(got, want):
 async def _partials(ex, comp, values, start, total, kind='sum'):
     fn = await ex.create_value(comp, comp.type_signature)
     args = await ex.create_values(values, comp.type_signature.parameter)
-    got = ex.summed_map(kind, fn, args, start, total)
+    got = summed_map(ex, kind, fn, args, start, total)
     mapped = await ex.create_map(fn, args)
     want = await ex.create_partial_reduction(kind, mapped, start, total, {})
     return got, want
@@ -132,13 +133,13 @@ def test_it_applies_only_to_compiled_maps_within_the_batch_bound():
     with EagerTFExecutor(sums_in_calls=True) as ex:
         fn = _run(ex.create_value(compiled, compiled.type_signature))
         args = _run(ex.create_values(values, compiled.type_signature.parameter))
-        assert ex.summed_map('max', fn, args, 0, 20) is None  # sums and means only
+        assert summed_map(ex, 'max', fn, args, 0, 20) is None  # sums and means only
     with EagerTFExecutor() as ex:  # off unless asked for (workers' executors ask)
         got, want = _run(_partials(ex, compiled, values, 0, 20))
         assert got is None and want is not None
     from simharness.hosts.leaf import worker_service
     service = worker_service()
     try:
-        assert service.executor._sums_in_calls
+        assert service.executor.sums_in_calls
     finally:
         service.close()
