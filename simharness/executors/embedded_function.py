@@ -231,6 +231,7 @@ class EmbeddedFunction:
                      stacked: List[Any], n: int) -> List[Any]:
         """Runs `n` clients in one TF call; returns stacked result leaves."""
         fn = self._batched.get(shared_mask)
+        first_call = fn is None
         if fn is None:
             # The first call traces; executors of a stack share this object
             # from several threads, so trace once under the lock.
@@ -239,7 +240,10 @@ class EmbeddedFunction:
                 if fn is None:
                     fn = _TwoGroupCall(_concrete(self._make_batched(shared_mask)))
                     self._batched[shared_mask] = fn
-        return list(fn(tuple(shared), tuple(stacked)))
+        out = list(fn(tuple(shared), tuple(stacked)))
+        if first_call and self.xla.compiled:
+            trim_heap()  # after XLA compiled the block (its first call)
+        return out
 
     def call_summed(self, shared_mask: Tuple[bool, ...], shared: List[Any], stacked: List[Any],
                     first: List[bool], seg: List[int], nseg: int) -> List[Any]:
@@ -251,14 +255,18 @@ class EmbeddedFunction:
         `stream_eval.summed_map`)."""
         key = ('summed', shared_mask)
         fn = self._batched.get(key)
+        first_call = fn is None
         if fn is None:
             with self._lock:
                 fn = self._batched.get(key)
                 if fn is None:
                     fn = _concrete(self._make_summed(shared_mask))
                     self._batched[key] = fn
-        return list(fn(tuple(shared), tuple(stacked), tf.constant(first, tf.bool),
-                       tf.constant(seg, tf.int32), tf.constant(nseg, tf.int32)))
+        out = list(fn(tuple(shared), tuple(stacked), tf.constant(first, tf.bool),
+                      tf.constant(seg, tf.int32), tf.constant(nseg, tf.int32)))
+        if first_call:
+            trim_heap()  # after XLA compiled the block (its first call)
+        return out
 
     def _make_summed(self, mask: Tuple[bool, ...]):
         inner = self._fn
@@ -412,6 +420,31 @@ class EmbeddedFunction:
 #: `EmbeddedFunction.call_summed`): every nonzero value at or above them is a multiple of
 #: the smallest normal number, and so is any sum of such values.
 _TINY = {tf.float32: 2.0 ** -100, tf.float64: 2.0 ** -960}
+
+
+_LIBC: Any = None
+
+
+def trim_heap() -> None:
+    """Hands the C heap's free memory back to the OS (glibc's ``malloc_trim``).
+
+    XLA's compiler frees most of what a compile allocates, but glibc keeps the freed
+    pages: compiling and running a block of the reference MLP's client updates left a
+    process 198 MB bigger, 126 MB after a trim (the block summed in the call: 251 -> 122
+    MB). Called after a compiled block's first call. No-op where the C library has no
+    ``malloc_trim`` (not glibc).
+    """
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
+        try:
+            lib = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
+            _LIBC = lib if hasattr(lib, 'malloc_trim') else False
+        except OSError:
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
 
 
 def _concrete(fn: Any) -> Any:

@@ -143,3 +143,19 @@ def test_it_applies_only_to_compiled_maps_within_the_batch_bound():
         assert service.executor.sums_in_calls
     finally:
         service.close()
+
+
+def test_the_heap_is_trimmed_once_after_a_compiled_block_s_first_call(monkeypatch):
+    # XLA's compiler frees what it allocated but glibc keeps the pages: after a compiled
+    # block's first call the process hands them back (`embedded_function.trim_heap`).
+    from simharness.executors import embedded_function
+    calls = []
+    monkeypatch.setattr(embedded_function, 'trim_heap', lambda: calls.append(1))
+    values = _clients(6, seed=9)
+    with EagerTFExecutor(sums_in_calls=True) as ex:
+        for _ in range(3):
+            got, _ = _run(_partials(ex, compiled, values, 0, 6))
+            assert got is not None
+    assert len(calls) == 2  # the summed call and the batched map, once each
+    monkeypatch.undo()
+    embedded_function.trim_heap()  # the real one runs (a no-op without glibc)
