@@ -166,10 +166,11 @@ def summed_map(ex: Any, kind: str, fn: Any, args: Sequence[Any], start: int,
     args = list(args)
     pt = f.type_signature.parameter
     rt = f.type_signature.result
-    if (kind not in ('sum', 'mean') or len(args) < 2 or pt is None
+    leaf_types = T.flatten_type(rt)
+    if (kind not in ('sum', 'mean') or len(args) < 2 or pt is None or not leaf_types
             or (ex._max_batch is not None and len(args) > ex._max_batch)
             or not all(isinstance(t, T.TensorType) and np.dtype(t.dtype) in _SUMMED_DTYPES
-                       for t in T.flatten_type(rt))):
+                       for t in leaf_types)):
         return None
     if not f.xla.compiled or not f.batchable() or f.sequence_params:
         return None  # the graph runtime, or sequences (their lowered loops run as before)
