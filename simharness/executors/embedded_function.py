@@ -230,20 +230,33 @@ class EmbeddedFunction:
     def call_batched(self, shared_mask: Tuple[bool, ...], shared: List[Any],
                      stacked: List[Any], n: int) -> List[Any]:
         """Runs `n` clients in one TF call; returns stacked result leaves."""
-        fn = self._batched.get(shared_mask)
-        first_call = fn is None
-        if fn is None:
-            # The first call traces; executors of a stack share this object
-            # from several threads, so trace once under the lock.
-            with self._lock:
-                fn = self._batched.get(shared_mask)
-                if fn is None:
-                    fn = _TwoGroupCall(_concrete(self._make_batched(shared_mask)))
-                    self._batched[shared_mask] = fn
+        fn, first_call = self._block_fn(
+            shared_mask, lambda: _TwoGroupCall(_concrete(self._make_batched(shared_mask))))
         out = list(fn(tuple(shared), tuple(stacked)))
         if first_call and self.xla.compiled:
             trim_heap()  # after XLA compiled the block (its first call)
         return out
+
+    def _block_fn(self, key: Any, make: Any) -> Tuple[Any, bool]:
+        """The block function cached under `key` (made by `make()` if missing), and whether
+        it was missing. Executors of a stack share this object from several threads: the
+        first call traces, once, under the lock."""
+        fn = self._batched.get(key)
+        if fn is not None:
+            return fn, False
+        with self._lock:
+            fn = self._batched.get(key)
+            if fn is None:
+                fn = self._batched[key] = make()
+        return fn, True
+
+    def _block_sigs(self, mask: Tuple[bool, ...]) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
+        """The input signatures of a block call: the shared leaves (one value for every
+        client, `mask` True) and the stacked ones (a leading client dimension)."""
+        specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
+        return (tuple(sp for sp, m in zip(specs, mask) if m),
+                tuple(tf.TensorSpec([None] + list(sp.shape), sp.dtype)
+                      for sp, m in zip(specs, mask) if not m))
 
     def call_summed(self, shared_mask: Tuple[bool, ...], shared: List[Any], stacked: List[Any],
                     first: List[bool], seg: List[int], nseg: int) -> List[Any]:
@@ -253,15 +266,8 @@ class EmbeddedFunction:
         flag: nonzero when a float result held a NaN or a nonzero value below 2**-100
         (2**-960 for float64), where these sums could differ from numpy's (see
         `stream_eval.summed_map`)."""
-        key = ('summed', shared_mask)
-        fn = self._batched.get(key)
-        first_call = fn is None
-        if fn is None:
-            with self._lock:
-                fn = self._batched.get(key)
-                if fn is None:
-                    fn = _concrete(self._make_summed(shared_mask))
-                    self._batched[key] = fn
+        fn, first_call = self._block_fn(('summed', shared_mask),
+                                        lambda: _concrete(self._make_summed(shared_mask)))
         out = list(fn(tuple(shared), tuple(stacked), tf.constant(first, tf.bool),
                       tf.constant(seg, tf.int32), tf.constant(nseg, tf.int32)))
         if first_call:
@@ -271,10 +277,7 @@ class EmbeddedFunction:
     def _make_summed(self, mask: Tuple[bool, ...]):
         inner = self._fn
         res = [(list(t.shape), tf_dtype(t.dtype)) for t in self._result_leaves]
-        leaf_specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
-        shared_sig = tuple(sp for sp, m in zip(leaf_specs, mask) if m)
-        stacked_sig = tuple(tf.TensorSpec([None] + list(sp.shape), sp.dtype)
-                            for sp, m in zip(leaf_specs, mask) if not m)
+        shared_sig, stacked_sig = self._block_sigs(mask)
 
         @tf.function(autograph=False, jit_compile=True,
                      input_signature=(shared_sig, stacked_sig, tf.TensorSpec([None], tf.bool),
@@ -333,14 +336,8 @@ class EmbeddedFunction:
         the c chunks at once (vectorized, so only for exactly-rounded
         elementwise functions) and the result has a leading c dimension.
         """
-        key = ('fold', chunk)
-        fn = self._batched.get(key)
-        if fn is None:
-            with self._lock:
-                fn = self._batched.get(key)
-                if fn is None:
-                    fn = _TwoGroupCall(_concrete(self._make_fold(chunk, len(zero))))
-                    self._batched[key] = fn
+        fn, _ = self._block_fn(('fold', chunk),
+                               lambda: _TwoGroupCall(_concrete(self._make_fold(chunk, len(zero)))))
         return list(fn(tuple(zero), tuple(rows)))
 
     def _make_fold(self, chunk: Optional[int], nzero: int) -> Any:
@@ -390,10 +387,7 @@ class EmbeddedFunction:
         exact = self.exact_elementwise and not compiled
         out_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._result_leaves)
 
-        leaf_specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
-        shared_sig = tuple(sp for sp, m in zip(leaf_specs, mask) if m)
-        stacked_sig = tuple(tf.TensorSpec([None] + list(sp.shape), sp.dtype)
-                            for sp, m in zip(leaf_specs, mask) if not m)
+        shared_sig, stacked_sig = self._block_sigs(mask)
 
         # Compiled: the whole block is one XLA computation (a loop over its clients), whose
         # per-client results are the bits of one compiled call per client (`call_flat`),
