@@ -170,6 +170,39 @@ def test_arbitrary_python_objects_are_refused(bad):
     assert isinstance(e.value, TypeError)  # a SimharnessTypeError
 
 
+def test_a_refused_value_deep_in_a_message_leaves_the_thread_s_encoder_clean():
+    """The encoder (and its packers, one per nesting level) is reused by the next message."""
+    msg = [Struct([('a', np.arange(600, dtype=np.float32)), ('b', (1, Ref(3)))]), RefRange(1, 2)]
+    before = codec.encode(msg)
+    for _ in range(3):
+        with pytest.raises(CodecError):
+            codec.encode([Struct([('a', (1, [2, _UserThing()]))]), np.zeros(300, np.int32)])
+        header, buffers = codec.encode(msg)
+        assert header == before[0] and len(buffers) == len(before[1]) == 1
+        _same(codec.decode(header, buffers), msg)
+
+
+def test_threads_encoding_at_once_each_get_their_own_bytes():
+    msgs = [[Struct([('x', np.full(300 + k, k, np.float32))]), Partial(k, k + 1, [], {})]
+            for k in range(8)]
+    want = [codec.encode(m) for m in msgs]
+    got = {}
+
+    def run(k):
+        for _ in range(200):
+            h, b = codec.encode(msgs[k])
+            if h != want[k][0] or [x.tobytes() for x in b] != [x.tobytes() for x in want[k][1]]:
+                got[k] = 'differs'
+                return
+        got[k] = 'same'
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {k: 'same' for k in range(8)}
+
+
 def test_decoding_never_unpickles():
     evil = pickle.dumps(_UserThing())
     with pytest.raises(CodecError):
