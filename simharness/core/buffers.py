@@ -195,6 +195,9 @@ def split_elementwise(fn: Any, out: np.ndarray, *ins: np.ndarray) -> None:
     with one CPU (a pinned worker), it is one call in this thread. The extra
     threads live for this call only.
     """
+    if out.nbytes < SPLIT_MIN_BYTES:  # the common case, before asking for the CPUs (a syscall)
+        fn(*ins, out=out)
+        return
     parts = min(4, _cpus(), out.nbytes // (SPLIT_MIN_BYTES // 2))
     if (parts < 2 or out.ndim == 0 or not out.flags.c_contiguous
             or not all(isinstance(a, np.ndarray) and a.shape == out.shape and a.flags.c_contiguous

@@ -123,7 +123,8 @@ class BatchExecutor(Executor):
 
     Optional abilities are methods with defaults here (callers ask, never probe
     with `hasattr`): `worker_id` (None: the executor runs in this process),
-    `can_share` (False: values are copied between executors), `can_stream`
+    `can_share` (False: values are copied between executors), `share_value`
+    (the value itself: nothing prepared once for several executors), `can_stream`
     (True when a subclass implements `create_streamed_reductions`).
     """
 
@@ -140,6 +141,16 @@ class BatchExecutor(Executor):
         interchangeable). The default: never (values are copied).
         """
         return False
+
+    def share_value(self, value: Any, type_spec: Any, shared: Dict[Any, Any]) -> Any:
+        """`value` as `create_value` takes it, prepared once for every executor of a kind.
+
+        For a value given to several executors (a broadcast): `shared` holds
+        what was prepared for this value so far (one dict per value, dropped
+        after), and an executor kind that can reuse work across executors (a
+        conversion, an encoding) keeps its form there. The default: `value`.
+        """
+        return value
 
     @property
     def can_stream(self) -> bool:

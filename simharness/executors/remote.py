@@ -128,6 +128,11 @@ class RemoteExecutor(WorkerDelegatingExecutor):
             out[k] = check_int(f'cardinalities[{k}]', v, 0)
         self._cardinalities = out
 
+    def share_value(self, value: Any, type_spec: Any, shared: Dict[Any, Any]) -> Any:
+        if self._stream_structs:  # structs go element by element: nothing to share
+            return value
+        return super().share_value(value, type_spec, shared)
+
     async def create_value(self, value: Any, type_spec: Any = None) -> WorkerValue:
         if (self._stream_structs and type_spec is not None
                 and isinstance(T.to_type(type_spec), T.StructType)):

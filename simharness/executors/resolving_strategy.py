@@ -154,10 +154,12 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         return await child.create_value(fn.source, fn.type_signature)
 
     async def _replicate(self, py: Any, member: T.Type) -> ClientsPayload:
+        shared: Dict[Any, Any] = {}  # what the groups' executors prepare once for `py`
+
         async def one(g, ex):
             if self._sizes[g] == 0:
                 return []
-            v = await ex.create_value(py, member)
+            v = await ex.create_value(ex.share_value(py, member, shared), member)
             return [v] * self._sizes[g]
         return await self._gather_groups(one)
 

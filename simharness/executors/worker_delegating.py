@@ -43,6 +43,7 @@ from simharness.errors import (ExecutorClosedError, ProtocolError, SimharnessTyp
 from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
 from simharness.runtime import protocol as P
+from simharness.runtime.codec import Packed
 from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
 from simharness.runtime.seam import WorkerHandle, WorkerId
 from simharness.runtime.stream_plan import (PlanClients, PlanNode, PlanReduction, PlanSourced,
@@ -127,6 +128,20 @@ def wire_value(value: Any, t: Optional[T.Type]) -> Any:
         if isinstance(value, dict) or T.is_namedtuple(value):
             return wire_value(value, T.infer_type(value))
     return value
+
+
+class _Shared:
+    """A Python value prepared once for `create_value` on several workers: its plain form,
+    encoded (`codec.Packed`), and whether it goes through the broadcast arena."""
+
+    __slots__ = ('value', 'type', 'packed', 'big')
+
+    def __init__(self, value: Any, type_spec: Any):
+        self.value = value
+        self.type = None if type_spec is None else T.to_type(type_spec)
+        plain = wire_value(value, self.type)
+        self.big = _array_bytes(plain) >= BROADCAST_MIN_BYTES
+        self.packed = Packed(plain)
 
 
 class _Lease:
@@ -401,7 +416,22 @@ class WorkerDelegatingExecutor(BatchExecutor):
         return [WorkerValue(self, base + k, types, gen, lease) for k in range(n)]
 
     # ------------------------------------------------------------ Executor
+    def share_value(self, value: Any, type_spec: Any, shared: Dict[Any, Any]) -> Any:
+        """A value for several workers is made plain and encoded once (`_Shared`)."""
+        if isinstance(value, (bb.CompiledComputation, ExecutorValue)):
+            return value
+        form = shared.get(_Shared)
+        if form is None:
+            form = shared[_Shared] = _Shared(value, type_spec)
+        return form
+
     async def create_value(self, value: Any, type_spec: Any = None) -> WorkerValue:
+        if isinstance(value, _Shared):
+            t = value.type
+            if value.big:
+                return (await self._request(Op.CREATE_VALUE, value.packed, t, n_out=1, types=t,
+                                            broadcast_key=value.value))[0]
+            return (await self._request(Op.CREATE_VALUE, value.packed, t, n_out=1, types=t))[0]
         if isinstance(value, bb.CompiledComputation):
             key = value.fingerprint
             v = self._embedded.get(key)

@@ -17,7 +17,8 @@ make it run code or import a module:
 - the project's own message parts: `Struct`, `Partial`, `Ref`, `RefRange`,
   `DatasetBlob`, types (`simharness.core.types`), `CompiledComputation`
   (a serialized graph), `Data` (a URI and a type: external data the
-  receiving executor reads itself), `ErrorRecord`, and the protocol dataclasses
+  receiving executor reads itself), `ErrorRecord`, `Packed` (any of these, encoded
+  beforehand), and the protocol dataclasses
   registered with `register_message` (the requests and responses, the nodes
   and reductions of a stream plan: `runtime.stream_plan`), by their fields.
 
@@ -66,6 +67,7 @@ _DICT = 14        # [[key, value], ...] (non-str keys)
 _MESSAGE = 15     # [message name, field values]
 _DTYPE = 16       # a numpy dtype: its token
 _DATA = 17        # [uri, type]: a Data building block (external data, read where it lands)
+_PACKED = 18      # a value encoded beforehand (`Packed`): its msgpack bytes
 
 
 class CodecError(SimharnessTypeError):
@@ -93,6 +95,26 @@ class DatasetBlob:
 
     graph: bytes
     element_type: Any  # simharness Type of the elements
+
+
+#: What msgpack packs by itself (`default` is not asked again for what it returns).
+_NATIVE = frozenset({type(None), bool, int, float, str, bytes, list, dict})
+
+
+class Packed:
+    """A value encoded once, for several messages (a broadcast to many workers).
+
+    Its encoding numbers its buffers from 0: a message whose first buffers
+    are this value's (the first argument of a request) carries the bytes as
+    they are; anywhere else the value is encoded again. Either way the
+    receiver decodes the value itself.
+    """
+
+    __slots__ = ('value', 'payload', 'buffers')
+
+    def __init__(self, value: Any):
+        self.value = value
+        self.payload, self.buffers = encode(value)
 
 
 _MESSAGES: Dict[str, type] = {}
@@ -204,6 +226,12 @@ class _Encoder:
             return self.ext(_REFRANGE, [obj.start, obj.count])
         if isinstance(obj, T.Type):
             return self.ext(_TYPE, _enc_type(obj))
+        if isinstance(obj, Packed):
+            if self.buffers:  # its buffer numbers would be off: encode it here
+                v = obj.value
+                return v if type(v) in _NATIVE else self.default(v)
+            self.buffers.extend(obj.buffers)
+            return msgpack.ExtType(_PACKED, obj.payload)
         if isinstance(obj, DatasetBlob):
             return self.ext(_DATASET, [self.maybe_buffer(obj.graph), obj.element_type])
         if isinstance(obj, Data):
@@ -328,6 +356,8 @@ class _Decoder:
             return RefRange(p[0], p[1])
         if code == _TYPE:
             return _dec_type(p)
+        if code == _PACKED:
+            return p
         if code == _BYTESBUF:
             return bytes(memoryview(self.buffer(p)).cast('B'))
         if code == _DATASET:

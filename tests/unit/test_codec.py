@@ -203,6 +203,21 @@ def test_threads_encoding_at_once_each_get_their_own_bytes():
     assert got == {k: 'same' for k in range(8)}
 
 
+def test_a_value_encoded_beforehand_decodes_as_itself_first_or_after_other_buffers():
+    value = Struct([('w', np.arange(2000, dtype=np.float32)), ('k', 3),
+                    ('v', np.arange(400, dtype=np.int64))])
+    packed = codec.Packed(value)
+    assert len(packed.buffers) == 2
+    first, bufs = codec.encode([packed, T.TensorType(np.int32)])
+    assert packed.payload in first and len(bufs) == 2  # carried as encoded
+    _same(codec.decode(first, bufs), [value, T.TensorType(np.int32)])
+    # After another buffer its numbers would be off: it is encoded again, and still decodes.
+    other = np.ones(1000, np.float32)
+    header, bufs = codec.encode([other, packed])
+    assert len(bufs) == 3
+    _same(codec.decode(header, bufs), [other, value])
+
+
 def test_decoding_never_unpickles():
     evil = pickle.dumps(_UserThing())
     with pytest.raises(CodecError):

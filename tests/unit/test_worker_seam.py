@@ -8,6 +8,7 @@ stack over the same group.
 """
 
 import asyncio
+import collections
 import gc
 import threading
 
@@ -22,7 +23,7 @@ from simharness.executors.base import BatchExecutor
 from simharness.executors.eager_tf import EagerTFExecutor
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import BROADCAST_MIN_BYTES, WorkerDelegatingExecutor
-from simharness.runtime import protocol as P
+from simharness.runtime import codec, protocol as P
 from simharness.runtime.loopback import LoopbackGroup
 from simharness.runtime.seam import WorkerGroup, WorkerHandle
 from simharness.runtime.service import WorkerService
@@ -188,6 +189,44 @@ def test_broadcasts_go_through_the_arena_and_every_read_ends():
             np.testing.assert_array_equal(o[0], w)
         assert g.broadcast.bytes_written == w.nbytes  # one copy for both workers
         assert g.broadcast.readers == 0
+        for e in ex:
+            e.close()
+
+
+def test_a_value_shared_by_workers_is_made_plain_and_encoded_once(monkeypatch):
+    """`share_value` prepares a broadcast once; each worker gets the value (big: through the
+    arena, small: inline)."""
+    made = []
+    real = codec.Packed.__init__
+
+    def counting(self, value):
+        made.append(value)
+        real(self, value)
+    monkeypatch.setattr(codec.Packed, '__init__', counting)
+    with LoopbackGroup(lambda k: WorkerService(EagerTFExecutor(), worker_id=k),
+                       num_workers=3) as g:
+        g.start()
+        ex = [WorkerDelegatingExecutor(h) for h in g.handles]
+        big = collections.OrderedDict(w=tf.constant(np.arange(BROADCAST_MIN_BYTES // 4,
+                                                               dtype=np.float32)),
+                                      b=np.float32(3))
+        small = [np.int32(7), np.arange(5, dtype=np.float64)]
+        for value in (big, small):
+            t = T.infer_type(value)
+            shared = {}
+            forms = [e.share_value(value, t, shared) for e in ex]
+            assert len(made) == 1 and all(f is forms[0] for f in forms)
+            made.clear()
+
+            async def main():
+                vals = [await e.create_value(f, t) for e, f in zip(ex, forms)]
+                return await asyncio.gather(*[e.compute_many([v]) for e, v in zip(ex, vals)])
+            for out in run(main()):
+                got = out[0]
+                for x, y in zip(got, value.values() if isinstance(value, dict) else value):
+                    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        assert g.broadcast.bytes_written >= BROADCAST_MIN_BYTES  # big: through the arena
+        assert [P.Op(r.op).name for r in g.handles[2].requests].count('CREATE_VALUE') == 2
         for e in ex:
             e.close()
 

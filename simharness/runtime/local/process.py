@@ -11,6 +11,7 @@ import collections
 import itertools
 import logging
 import os
+import select
 import signal
 import threading
 import time
@@ -164,7 +165,17 @@ class WorkerProcess:
 
     @property
     def alive(self) -> bool:
-        return self._live and self._proc is not None and self._proc.is_alive()
+        proc = self._proc
+        if not self._live or proc is None:
+            return False
+        # The sentinel is readable once the process is gone: one poll(2), where
+        # `is_alive()` builds a selector per call (it ran once per request).
+        try:
+            p = select.poll()
+            p.register(proc.sentinel, select.POLLIN)
+            return not p.poll(0)
+        except (OSError, ValueError):  # closed meanwhile
+            return False
 
     def ensure_started(self, timeout: Optional[float] = None) -> None:
         """Starts the worker process unless it runs (blocking: a fresh one takes ~0.1-3 s)."""
