@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
-from simharness.core import xla
+from simharness.core import types as T, xla
 from simharness.errors import SimharnessTypeError
 from simharness.executors.embedded_function import EmbeddedFunction
 from simharness.stacks import thread_debugging_executor_factory
@@ -198,6 +198,39 @@ def test_a_weighting_map_runs_batched_in_xla_with_the_bits_of_one_graph_call_per
         [out] = f.call_batched((False, False), [], [tf.constant(x[lo:hi]), tf.constant(w[lo:hi])],
                                hi - lo)
         assert out.numpy().tobytes() == single[lo:hi].tobytes()
+
+
+@pytest.mark.parametrize('jit', [False, True])
+def test_a_single_call_runs_on_flat_tensors_with_the_structured_call_s_results(jit):
+    """`EmbeddedFunction.call_flat` of one client (graph runtime or compiled) skips TF's
+    argument binding when the leaves fit the signature; numpy leaves and wrong dtypes take the
+    structured call (converted, or TF's error)."""
+
+    @sh.tf_computation(T.StructType([('w', T.TensorType(np.float32, [4, 3])),
+                                     ('b', T.TensorType(np.float32, [3]))]),
+                       T.TensorType(np.float32, [2, 4]), jit_compile=jit)
+    def affine(p, x):
+        return tf.nn.relu(tf.matmul(x, p['w']) + p['b']), tf.reduce_sum(x)
+
+    fn = EmbeddedFunction(affine.to_building_block())
+    assert fn.xla.compiled is jit
+    leaves = [tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3) / 7),
+              tf.constant([0.5, -1.0, 2.0], tf.float32),
+              tf.constant(np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4))]
+    single = fn._single()
+    assert single._fits(leaves)
+    want = fn._callable()(*leaves)  # TF's structured call
+    got = fn.call_flat(leaves)
+    assert len(got) == 2
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.numpy().tobytes() == w.numpy().tobytes()
+    as_numpy = [leaves[0].numpy()] + leaves[1:]
+    assert not single._fits(as_numpy)
+    assert fn.call_flat(as_numpy)[0].numpy().tobytes() == want[0].numpy().tobytes()
+    wrong = leaves[:2] + [tf.constant(np.zeros((2, 4)), tf.float64)]
+    assert not single._fits(wrong)
+    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
+        fn.call_flat(wrong)
 
 
 def test_a_block_call_on_flat_tensors_gives_the_structured_call_s_results_and_falls_back():
