@@ -118,6 +118,8 @@ class Packed:
 
 
 _MESSAGES: Dict[str, type] = {}
+#: The field names of each registered message class, in order.
+_MESSAGE_FIELDS: Dict[type, Tuple[str, ...]] = {}
 
 
 def register_message(cls: type) -> type:
@@ -125,6 +127,7 @@ def register_message(cls: type) -> type:
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f'{cls!r} is not a dataclass')
     _MESSAGES[cls.__name__] = cls
+    _MESSAGE_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
     return cls
 
 
@@ -204,6 +207,11 @@ class _Encoder:
         return self.ext(_INLINE, [token, list(a.shape), np.ascontiguousarray(a).tobytes()])
 
     def default(self, obj: Any) -> Any:
+        if type(obj) is np.ndarray:
+            return self.array(obj)
+        fields = _MESSAGE_FIELDS.get(type(obj))  # a registered message (exactly its class)
+        if fields is not None:
+            return self.ext(_MESSAGE, [type(obj).__name__, [getattr(obj, f) for f in fields]])
         if isinstance(obj, np.ndarray):
             return self.array(obj)
         if isinstance(obj, np.generic):

@@ -41,8 +41,15 @@ class _PlanPart:
         """This part with `fn` applied to each of its `VALUE_FIELDS` (the rest kept)."""
         if not self.VALUE_FIELDS:
             return self
-        return dataclasses.replace(
-            self, **{f: fn(getattr(self, f)) for f in self.VALUE_FIELDS})  # type: ignore[type-var]
+        mapped = {f: fn(getattr(self, f)) for f in self.VALUE_FIELDS}
+        if hasattr(type(self), '__post_init__'):  # a kind that checks its fields
+            return dataclasses.replace(self, **mapped)  # type: ignore[type-var]
+        # `dataclasses.replace` without its per-call walk of the fields (0.5 against
+        # ~5 us a node): a copy of the fields, the value fields mapped.
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        out.__dict__.update(mapped)
+        return out
 
 
 class PlanNode(_PlanPart):

@@ -3,6 +3,7 @@ data, values inside them are walked like containers, the driver-only and worker-
 kinds never cross, and each hop translates only its own kinds."""
 
 import asyncio
+import dataclasses
 
 import numpy as np
 import pytest
@@ -42,7 +43,14 @@ def test_plan_parts_are_frozen_and_map_only_their_value_fields():
     node = PlanMap('fn', 2)
     with pytest.raises(AttributeError):
         node.src = 3  # type: ignore[misc]
-    assert node.map_values(str.upper) == PlanMap('FN', 2)
+    mapped = node.map_values(str.upper)
+    assert mapped == PlanMap('FN', 2) and hash(mapped) == hash(PlanMap('FN', 2))
+    assert node == PlanMap('fn', 2)  # a new part; this one unchanged
+    with pytest.raises(AttributeError):
+        mapped.fn = 'x'  # type: ignore[misc]
+    for part in WIRE:  # every wire kind: the same as dataclasses.replace would give
+        assert part.map_values(lambda v: ('m', repr(v))) == dataclasses.replace(
+            part, **{f: ('m', repr(getattr(part, f))) for f in part.VALUE_FIELDS})
     assert PlanSelect(1, 0).map_values(lambda v: 1 / 0) == PlanSelect(1, 0)  # no value fields
     # The protocol walks values inside plan parts like containers (Refs resolve in the worker).
     tree = [[PlanValues(RefRange(10, 2)), PlanSame(Ref(3))], [PlanReduction('sum', (0,), {})]]
