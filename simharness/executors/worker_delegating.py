@@ -130,6 +130,10 @@ def wire_value(value: Any, t: Optional[T.Type]) -> Any:
     return value
 
 
+#: Argument kinds `_ref_walk` passes on untouched (exact types; subclasses take the walk).
+_AS_IS = frozenset({type(None), bool, int, float, str, bytes, Ref, RefRange, Packed})
+
+
 class _Shared:
     """A Python value prepared once for `create_value` on several workers: its plain form,
     encoded (`codec.Packed`), and whether it goes through the broadcast arena."""
@@ -311,6 +315,8 @@ class WorkerDelegatingExecutor(BatchExecutor):
         return RefRange(start, len(xs))
 
     def _ref_walk(self, x: Any) -> Any:
+        if type(x) in _AS_IS:  # plain scalars and our own wire values: as they are
+            return x
         if is_plan_part(x):  # a stream plan's node or reduction: its values
             return x.map_values(self._ref_walk)
         if isinstance(x, list):

@@ -190,7 +190,8 @@ class _Encoder:
             self._depth = d
 
     def ext(self, code: int, payload: Any) -> msgpack.ExtType:
-        return msgpack.ExtType(code, self.pack(payload))
+        # Our codes and packed bytes: `ExtType`'s own checks (a Python `__new__`) skipped.
+        return _new_ext(msgpack.ExtType, (code, self.pack(payload)))
 
     def array(self, a: np.ndarray) -> msgpack.ExtType:
         if _is_string_array(a):
@@ -385,6 +386,8 @@ class _Decoder:
             return cls(*p[1])
         raise CodecError(f'unknown extension code {code} in a message')
 
+
+_new_ext = tuple.__new__  # an `ExtType` (a namedtuple) from (code, bytes), unchecked
 
 _LOCAL = threading.local()
 
