@@ -239,7 +239,7 @@ class EmbeddedFunction:
                      stacked: List[Any], n: int) -> List[Any]:
         """Runs `n` clients in one TF call; returns stacked result leaves."""
         fn, first_call = self._block_fn(
-            shared_mask, lambda: _TwoGroupCall(_concrete(self._make_batched(shared_mask))))
+            shared_mask, lambda: _FlatCall(_concrete(self._make_batched(shared_mask))))
         out = list(fn(tuple(shared), tuple(stacked)))
         if first_call and self.xla.compiled:
             trim_heap()  # after XLA compiled the block (its first call)
@@ -274,8 +274,8 @@ class EmbeddedFunction:
         flag: nonzero when a float result held a NaN or a nonzero value below 2**-100
         (2**-960 for float64), where these sums could differ from numpy's (see
         `stream_eval.summed_map`)."""
-        fn, first_call = self._block_fn(('summed', shared_mask),
-                                        lambda: _concrete(self._make_summed(shared_mask)))
+        fn, first_call = self._block_fn(
+            ('summed', shared_mask), lambda: _FlatCall(_concrete(self._make_summed(shared_mask))))
         out = list(fn(tuple(shared), tuple(stacked), tf.constant(first, tf.bool),
                       tf.constant(seg, tf.int32), tf.constant(nseg, tf.int32)))
         if first_call:
@@ -345,7 +345,7 @@ class EmbeddedFunction:
         elementwise functions) and the result has a leading c dimension.
         """
         fn, _ = self._block_fn(('fold', chunk),
-                               lambda: _TwoGroupCall(_concrete(self._make_fold(chunk, len(zero)))))
+                               lambda: _FlatCall(_concrete(self._make_fold(chunk, len(zero)))))
         return list(fn(tuple(zero), tuple(rows)))
 
     def _make_fold(self, chunk: Optional[int], nzero: int) -> Any:
@@ -498,15 +498,12 @@ class _FlatCall:
             return self._call_flat(list(flat), self._concrete.captured_inputs)
         return structured()
 
-    def __call__(self, *leaves: Any) -> Any:
-        return self.flat(leaves, lambda: self._concrete(*leaves))
+    def __call__(self, *args: Any) -> Any:
+        """The function on `args` (tensors, or tuples of them: their leaves in order)."""
+        flat = [x for a in args for x in (a if isinstance(a, tuple) else (a,))]
+        return self.flat(flat, lambda: self._concrete(*args))
 
 
-class _TwoGroupCall(_FlatCall):
-    """A concrete function of two tuples of tensors, called with the flat list of them."""
-
-    def __call__(self, first: Tuple[Any, ...], second: Tuple[Any, ...]) -> Any:
-        return self.flat(list(first) + list(second), lambda: self._concrete(first, second))
 
 
 def flatten_arg(value: Any) -> List[Any]:

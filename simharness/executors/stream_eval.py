@@ -122,7 +122,7 @@ async def stream_reductions(ex: BatchExecutor, nodes: Sequence[PlanNode],
             p = None
             node = nodes[r.srcs[0]]
             if (len(r.srcs) == 1 and isinstance(node, PlanMap) and uses[r.srcs[0]] == 1
-                    and r.srcs[0] not in piece.memo and getattr(ex, 'sums_in_calls', False)):
+                    and r.srcs[0] not in piece.memo):
                 # A sum of a map nothing else reads: summed in the map's own call if it can be
                 p = summed_map(ex, r.kind, node.fn, await piece.values(node.src), start + lo,
                                total)

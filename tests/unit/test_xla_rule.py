@@ -234,7 +234,7 @@ def test_a_single_call_runs_on_flat_tensors_with_the_structured_call_s_results(j
 
 
 def test_a_block_call_on_flat_tensors_gives_the_structured_call_s_results_and_falls_back():
-    from simharness.executors.embedded_function import _TwoGroupCall
+    from simharness.executors.embedded_function import _FlatCall
     sig = ((tf.TensorSpec([3], tf.float32),),
            (tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([None], tf.int32)))
 
@@ -244,7 +244,7 @@ def test_a_block_call_on_flat_tensors_gives_the_structured_call_s_results_and_fa
         return x * shared[0] + tf.cast(n, tf.float32)[:, None], n + 1
 
     concrete = block.get_concrete_function()
-    call = _TwoGroupCall(concrete)
+    call = _FlatCall(concrete)
     shared = (tf.constant([1.0, 2.0, 3.0]),)
     stacked = (tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3)),
                tf.constant([1, 2, 3, 4], tf.int32))
