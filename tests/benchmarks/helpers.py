@@ -98,7 +98,8 @@ class Baselines:
 
     A baseline benchmark stores its median with `put`; a case asks with
     `get(key, measure)`, which measures it (median of a few calls) when the
-    baseline benchmark did not run (deselected, say).
+    baseline benchmark did not run (deselected, say); without `measure`, such a
+    baseline is None.
     """
 
     def __init__(self) -> None:
@@ -108,10 +109,10 @@ class Baselines:
         if seconds is not None:
             self._values[key] = seconds
 
-    def get(self, key: str, measure: Callable[[], float]) -> float:
-        if key not in self._values:
+    def get(self, key: str, measure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        if key not in self._values and measure is not None:
             self._values[key] = measure()
-        return self._values[key]
+        return self._values.get(key)
 
 
 class RssSampler:

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from .helpers import check_then_time, median_seconds, time_median
-from .test_fedavg import PlainTF, _finish
+from .test_fedavg import PlainTF, _finish, close_all
 
 WORKERS = (1, 2, 4, 8, 16)
 COHORTS = (100, 1000)
@@ -62,19 +62,22 @@ def cohort_workload():
 
 
 class HandWritten:
-    """W plain-TF processes holding contiguous parts of the cohort; one partial sum each."""
+    """W plain-TF processes holding contiguous parts of the cohort; one partial sum each
+    (their client update compiled by XLA with `xla`)."""
 
-    def __init__(self, workload):
+    def __init__(self, workload, xla: bool = False):
         self._workload = workload
+        self._xla = xla
         self._procs: list = []
         self._loaded: set = set()
         self._cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else [0]
 
     def procs(self, w: int, n: int) -> list:
-        while len(self._procs) < w:
-            p = PlainTF(self._cpus[len(self._procs) % len(self._cpus)])
+        new = [PlainTF(self._cpus[i % len(self._cpus)], self._xla)
+               for i in range(len(self._procs), w)]  # started together: ~3 s of TF import each
+        self._procs.extend(new)
+        for p in new:
             assert p.recv()[0] == 'ready'
-            self._procs.append(p)
         if (w, n) not in self._loaded:
             bounds = np.linspace(0, n, w + 1).astype(int)
             x, y = self._workload['x'], self._workload['y']
@@ -94,13 +97,21 @@ class HandWritten:
         return _finish(w0, [p.recv() for p in procs])
 
     def close(self) -> None:
-        while self._procs:
-            self._procs.pop().close()
+        close_all(self._procs)
 
 
 @pytest.fixture(scope='module')
 def handwritten(cohort_workload):
     hw = HandWritten(cohort_workload)
+    try:
+        yield hw
+    finally:
+        hw.close()
+
+
+@pytest.fixture(scope='module')
+def handwritten_xla(cohort_workload):
+    hw = HandWritten(cohort_workload, xla=True)
     try:
         yield hw
     finally:
@@ -117,6 +128,18 @@ def test_scaling_handwritten(benchmark, baselines, handwritten, workers, cohort)
     check_then_time(benchmark, handwritten.round, (workers, cohort), rounds=ROUNDS)
     t = median_seconds(benchmark)
     baselines.put(f'scaling_hand_{workers}_{cohort}', t)
+    if t is not None:
+        benchmark.extra_info.update(workers=workers, num_clients=cohort,
+                                    clients_per_second=cohort / t)
+
+
+@timing_only
+@pytest.mark.parametrize('workers,cohort', list(_cases()))
+def test_scaling_handwritten_xla(benchmark, baselines, handwritten_xla, workers, cohort):
+    benchmark.group = f'{GROUP} ({cohort} clients)'
+    check_then_time(benchmark, handwritten_xla.round, (workers, cohort), rounds=ROUNDS)
+    t = median_seconds(benchmark)
+    baselines.put(f'scaling_hand_xla_{workers}_{cohort}', t)
     if t is not None:
         benchmark.extra_info.update(workers=workers, num_clients=cohort,
                                     clients_per_second=cohort / t)
@@ -149,6 +172,10 @@ def test_scaling_fedavg(benchmark, baselines, handwritten, cohort_workload, work
         handwritten_seconds=hand, handwritten_clients_per_second=cohort / hand,
         speed_vs_handwritten=hand / t,
         driver_cpu_ms_per_round=1e3 * cpu / (ROUNDS + 1))
+    hand_xla = baselines.get(f'scaling_hand_xla_{workers}_{cohort}')
+    if hand_xla is not None:
+        benchmark.extra_info.update(handwritten_xla_clients_per_second=cohort / hand_xla,
+                                    speed_vs_handwritten_xla=hand_xla / t)
 
 
 @pytest.mark.parametrize('workers,cohort', [
