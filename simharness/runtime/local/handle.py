@@ -64,9 +64,30 @@ class WorkerHandle(WorkerProcess):
                 self.stats.bytes_to_worker += call.nbytes
         if err is not None:
             call.finish(error=err)
-        else:
+        elif not (self.pool.sends_directly and self._send_directly()):
             self.pool._reactor.wake(self)
         return call.future
+
+    def _send_directly(self) -> bool:
+        """Writes the queued requests from the calling thread; False: the reactor must.
+
+        A request then reaches its worker without a hop through the reactor thread,
+        which had to wait for the GIL while the caller went on preparing the next
+        request (0.3-1 ms per request on 2 cores, on the critical path of a round).
+        Not while the reactor does this worker's I/O, nor when the socket takes
+        only part of it (the reactor writes the rest when it can). The reactor
+        still reads every answer and checks liveness.
+        """
+        if not self._io_lock.acquire(blocking=False):
+            return False
+        try:
+            with self._lock:
+                if not self._live:
+                    return False
+            self._pump()
+            return self._flush()
+        finally:
+            self._io_lock.release()
 
     def acknowledge(self, names: List[str], generation: int) -> None:
         """The driver is done with these arenas of the worker (any thread; see `ResponseLoan`).

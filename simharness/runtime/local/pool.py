@@ -101,6 +101,12 @@ class WorkerPool:
         self.worker_options.setdefault('clients_per_worker', clients_per_worker)
         self.worker_options.setdefault('arena_bytes', arena_bytes)
         self.worker_target: Optional[Callable[..., None]] = worker_target
+        #: Submitting threads write requests to the workers themselves
+        #: (`WorkerHandle._send_directly`) while each worker can have a core of its own.
+        #: With more workers than cores, a write wakes a worker that takes the caller's
+        #: core: the reactor thread writes them (FedAvg reference round, 2 cores: 2
+        #: workers -4 % round time, -10 % driver CPU; 16 workers +2-13 % round time).
+        self.sends_directly = len(self.placements) <= len(pinning.usable_cpus())
         self._reactor = _Reactor(self)
         self.handles = [WorkerHandle(self, p.worker_id, p) for p in self.placements]
         self.broadcast = BroadcastArena(arena_bytes)

@@ -141,6 +141,9 @@ class WorkerProcess:
         self.stats = WorkerStats()
         self.pid: Optional[int] = None
         self._lock = threading.Lock()        # short sections: queue, inflight, state
+        # The worker's socket I/O (`_out` and its writes, reading answers): the reactor's,
+        # or a submitting thread's while it sends directly (`WorkerHandle._send_directly`).
+        self._io_lock = threading.Lock()
         self._start_lock = threading.Lock()  # one start at a time
         self._proc: Any = None
         self._conn: Any = None
@@ -256,7 +259,7 @@ class WorkerProcess:
             pins, self._pins = self._pins, {}
         for release in pins.values():  # its tensors of our broadcasts are gone with it
             release()
-        with self._lock:
+        with self._io_lock, self._lock:  # no write is under way on the fd closed below
             proc, conn = self._proc, self._conn
             self._proc = self._conn = None
             self._fd = None

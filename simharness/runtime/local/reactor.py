@@ -145,10 +145,13 @@ class _Reactor:
                 self.late_pickups += 1
             for h in dirty:
                 if h in self._registered:
-                    h._pump()
-                    self._flush(h)
-            busy = any(h.inflight for h in self._registered)
-            events = self._sel.select(0.25 if busy else 1.0)
+                    with h._io_lock:
+                        h._pump()
+                        self._flush(h)
+            # The same pace busy or idle: a request sent directly by its caller
+            # (`WorkerHandle._send_directly`) does not wake this thread, and its
+            # worker's liveness is checked every 0.25 s all the same.
+            events = self._sel.select(0.25)
             timed_out = not events
             for key, mask in events:
                 if key.data is None:
@@ -171,11 +174,12 @@ class _Reactor:
                     self._drop(h)
                     h._died()
                     continue
-                if mask & selectors.EVENT_READ:
-                    if not h._read():
-                        continue  # EOF: the sentinel follows
-                    h._pump()  # answers free the driver arena for queued requests
-                self._flush(h)
+                with h._io_lock:
+                    if mask & selectors.EVENT_READ:
+                        if not h._read():
+                            continue  # EOF: the sentinel follows
+                        h._pump()  # answers free the driver arena for queued requests
+                    self._flush(h)
             now = time.monotonic()
             if now - last_check >= 0.25:
                 last_check = now
