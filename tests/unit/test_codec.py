@@ -112,6 +112,44 @@ def test_project_values_round_trip():
     assert codec.roundtrip(np.dtype(object)) == np.dtype(object)
 
 
+def _head_value(rows, k):
+    # As a worker's summed call gives them: array leaves are rows of its outputs.
+    return Struct([('delta', [rows[0][k], rows[1][k:k + 1].reshape(rows[1].shape[1:])]),
+                   ('n', np.float32(k)), ('loss', np.array(0.5 * k, np.float64)),
+                   (None, (np.int32(k), np.full(3, k, np.int64)))])
+
+
+def test_head_values_travel_as_one_buffer_per_leaf_and_come_back_alike():
+    rng = np.random.default_rng(0)
+    rows = [rng.normal(size=(14, 60, 16)).astype(np.float32),
+            rng.normal(size=(14, 300)).astype(np.float32)]
+    head = [_head_value(rows, k) for k in range(14)]
+    p = Partial(50, 64, head, {}, None, None)
+    header, buffers = codec.encode(p)
+    # the two big leaves, each all 14 rows in one buffer (the small ones inline), and no
+    # copy: the buffers are the rows the values were views of
+    assert [b.shape for b in buffers] == [(14, 60, 16), (14, 300)]
+    assert np.shares_memory(buffers[0], rows[0]) and np.shares_memory(buffers[1], rows[1])
+    out = codec.decode(header, buffers)
+    _same(p, out)
+    assert type(out.head[3].n) is np.float32 and out.head[3].loss.shape == ()
+
+
+def test_head_values_of_other_shapes_or_kinds_travel_one_by_one():
+    a = np.arange(2000, dtype=np.float32)
+    for head in ([Struct([('x', a[:1000])]), Struct([('x', a[:999])])],     # shapes differ
+                 [Struct([('x', a[:1000])]), Struct([('y', a[1000:])])],    # names differ
+                 [[a[:1000], 1.5], [a[1000:], 2.5]],                        # a Python float
+                 [np.array([b'x', b'y']), np.array([b'z', b'w'])],          # strings
+                 [a[:1000], a[1000:].astype(np.float64)[:1000]]):           # dtypes differ
+        p = Partial(3, 3 + len(head), head, {}, None, None)
+        _same(p, codec.roundtrip(p))
+    copied = [a[:1000] * 1, a[1000:] * 2]  # not rows of one array: stacked by a copy
+    header, buffers = codec.encode(Partial(3, 5, copied, {}, None, None))
+    assert buffers[0].shape == (2, 1000) and not np.shares_memory(buffers[0], copied[0])
+    _same(Partial(3, 5, copied, {}, None, None), codec.decode(header, buffers))
+
+
 TYPES = [
     T.TensorType(np.float32),
     T.TensorType(np.int64, [None, 3]),
