@@ -504,8 +504,6 @@ class _FlatCall:
         return self.flat(flat, lambda: self._concrete(*args))
 
 
-
-
 def flatten_arg(value: Any) -> List[Any]:
     leaves = [as_dataset(l) for l in flatten(value)]
     return [tf.data.experimental.to_variant(l) if isinstance(l, tf.data.Dataset) else l

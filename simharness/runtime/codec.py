@@ -41,7 +41,7 @@ from simharness.core import types as T
 from simharness.core.building_blocks import CompiledComputation, Data, TFGraph
 from simharness.core.reduction import Partial
 from simharness.core.sequences import TensorBatches
-from simharness.core.structure import Struct
+from simharness.core.structure import Struct, map_nest
 from simharness.errors import SimharnessTypeError
 
 #: Numeric arrays at least this big travel as buffers, smaller ones inline.
@@ -411,16 +411,16 @@ def _stack_rows(values: List[Any]) -> Any:
     list, tuple) with numeric leaves (arrays, numpy scalars) alike in kind, dtype and shape:
     the template has each leaf's index in its place (``-1 - index`` for a scalar); else None
     (the values travel one by one)."""
-    leaves: List[Any] = []
-    template = _template(values[0], leaves)
-    if template is None or not leaves:
+    first: List[Any] = []
+    template = _template(values[0], first)
+    if template is None or not first:
         return None
-    columns = [[a] for a in leaves]
+    columns = [[a] for a in first]
     for v in values[1:]:
-        row: List[Any] = []
-        if not _same_tree(template, v, row):
+        leaves: List[Any] = []
+        if _template(v, leaves) != template:
             return None
-        for col, a in zip(columns, row):
+        for col, a in zip(columns, leaves):
             if a.dtype != col[0].dtype or a.shape != col[0].shape:
                 return None
             col.append(a)
@@ -443,6 +443,8 @@ def _column(arrays: List[Any]) -> np.ndarray:
 
 
 def _template(x: Any, leaves: List[Any]) -> Any:
+    """`x` with each numeric leaf replaced by its index in `leaves` (appended to it), or
+    None when `x` holds anything but `Struct`s, lists, tuples and numeric leaves."""
     if type(x) is np.ndarray or isinstance(x, np.generic):
         if x.dtype.kind in 'OSUV':
             return None
@@ -457,28 +459,10 @@ def _template(x: Any, leaves: List[Any]) -> Any:
     return None
 
 
-def _same_tree(template: Any, x: Any, leaves: List[Any]) -> bool:
-    if type(template) is int:
-        if type(x) is not np.ndarray if template >= 0 else not isinstance(x, np.generic):
-            return False
-        leaves.append(x)
-        return True
-    if type(x) is not type(template) or len(x) != len(template):
-        return False
-    if type(x) is Struct and x.names != template.names:
-        return False
-    return all(_same_tree(t, v, leaves) for t, v in zip(template, x))
-
-
 def _fill(template: Any, stacked: List[np.ndarray], k: int) -> Any:
     """Row `k` of the stacked leaves in the template's structure (array leaves as views)."""
-    if type(template) is int:
-        return stacked[template][k, ...] if template >= 0 else stacked[-1 - template][k]
-    if type(template) is Struct:
-        return Struct._like(template.names, [_fill(t, stacked, k) for t in template])
-    if type(template) in (list, tuple):
-        return type(template)(_fill(t, stacked, k) for t in template)
-    raise CodecError('malformed head rows in a message')
+    return map_nest(lambda i: stacked[i][k, ...] if i >= 0 else stacked[-1 - i][k], template,
+                    structs=True)
 
 
 _new_ext = tuple.__new__  # an `ExtType` (a namedtuple) from (code, bytes), unchecked

@@ -121,28 +121,30 @@ def handwritten_xla(cohort_workload):
 GROUP = 'scaling: FedAvg round vs hand-written N-process TF'
 
 
-@timing_only
-@pytest.mark.parametrize('workers,cohort', list(_cases()))
-def test_scaling_handwritten(benchmark, baselines, handwritten, workers, cohort):
+def _time_handwritten(benchmark, baselines, hw: HandWritten, key: str, workers: int,
+                      cohort: int) -> None:
+    """Times `hw`'s round and keeps its median as the baseline `key`."""
     benchmark.group = f'{GROUP} ({cohort} clients)'
-    check_then_time(benchmark, handwritten.round, (workers, cohort), rounds=ROUNDS)
+    check_then_time(benchmark, hw.round, (workers, cohort), rounds=ROUNDS)
     t = median_seconds(benchmark)
-    baselines.put(f'scaling_hand_{workers}_{cohort}', t)
+    baselines.put(key, t)
     if t is not None:
         benchmark.extra_info.update(workers=workers, num_clients=cohort,
                                     clients_per_second=cohort / t)
+
+
+@timing_only
+@pytest.mark.parametrize('workers,cohort', list(_cases()))
+def test_scaling_handwritten(benchmark, baselines, handwritten, workers, cohort):
+    _time_handwritten(benchmark, baselines, handwritten, f'scaling_hand_{workers}_{cohort}',
+                      workers, cohort)
 
 
 @timing_only
 @pytest.mark.parametrize('workers,cohort', list(_cases()))
 def test_scaling_handwritten_xla(benchmark, baselines, handwritten_xla, workers, cohort):
-    benchmark.group = f'{GROUP} ({cohort} clients)'
-    check_then_time(benchmark, handwritten_xla.round, (workers, cohort), rounds=ROUNDS)
-    t = median_seconds(benchmark)
-    baselines.put(f'scaling_hand_xla_{workers}_{cohort}', t)
-    if t is not None:
-        benchmark.extra_info.update(workers=workers, num_clients=cohort,
-                                    clients_per_second=cohort / t)
+    _time_handwritten(benchmark, baselines, handwritten_xla,
+                      f'scaling_hand_xla_{workers}_{cohort}', workers, cohort)
 
 
 @pytest.mark.parametrize('workers,cohort', list(_cases()))
