@@ -1,0 +1,313 @@
+"""The leaf executor's reductions: partial reductions of a block, their combination, streams.
+
+`EagerReductions` is the half of `EagerTFExecutor` (`eager_tf`) that reduces
+client values, in the canonical order of `simharness.core.reduction`:
+
+```
+  create_partial_reduction   a block's values -> a Partial (numpy kinds: whole slices of
+                             REDUCTION_SLICE clients stacked and folded; aggregate: TF folds)
+  create_reduction_result    the blocks' Partials -> the value (mean / weighted mean divided,
+                             secure sums cast back, extrema from TFF's identities)
+  create_streamed_reductions a plan's client values computed slice by slice and folded
+                             (`stream_eval.stream_reductions`)
+```
+
+It uses the executor's `_fn_of`, `call`, `_check_open`, `_device_scope` and
+`_max_batch`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+
+import numpy as np
+
+from simharness.core import types as T
+from simharness.core.buffers import POOL
+from simharness.core.reduction import (CHUNK, EXTREMUM_FOLDS, Partial, Reducer, add_arrays,
+                                       add_many_trees, add_trees, add_trees_mod, concatenate_rows,
+                                       extremum_identity, fold_rows_into)
+from simharness.core.structure import Struct, flatten, map_structure
+from simharness.errors import SimharnessValueError
+from simharness.executors.client_blocks import EagerValue, rows_to_values, runs
+from simharness.executors.embedded_function import EmbeddedFunction, pack_result
+from simharness.executors.stream_eval import node_merge, stream_reductions
+from simharness.executors.tf_values import (as_tensors, fast_tensor, ingest, ingest_owned,
+                                            numpy_tree)
+from simharness.runtime.stream_plan import PlanNode, PlanReduction
+
+#: Clients a worker reduces at a time (a multiple of the reduction chunk): bounds the
+#: memory of a partial reduction over a big block.
+REDUCTION_SLICE = 16 * CHUNK  # 256 clients
+
+#: Reduction kinds folded and merged by `np.add` (`_row_fns`, `_combine_reducer`).
+_NUMPY_SUMS = frozenset({'sum', 'mean', 'weighted_mean'})
+
+
+def _secure_bound_text(params: Dict[str, Any], bound: int) -> str:
+    """What set a secure sum's bound, for its range error: max_input or bitwidth."""
+    if params.get('bound_from') == 'max_input':
+        return f' (max_input {int(bound) - 1})'
+    if params.get('bound_from') == 'bitwidth':
+        return f' (bitwidth {int(bound).bit_length() - 1})'
+    return ''
+
+
+class EagerReductions:
+    """Reductions of `EagerTFExecutor` (a mixin; see the module docstring)."""
+
+    _max_batch: Optional[int]
+    _fn_of: Callable[[Any], EmbeddedFunction]
+    call: Callable[[EmbeddedFunction, Optional[EagerValue]], EagerValue]
+    _check_open: Callable[[], None]
+    _device_scope: Callable[[], Any]
+
+    # ------------------------------------------------------------ reductions
+    def _combine_reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
+        """The reducer that joins partials (values: numpy for numpy kinds, EagerValues else)."""
+        if kind in _NUMPY_SUMS:
+            return Reducer(lambda v: v, add_trees, add_trees, total,
+                           accumulate_many=add_many_trees)
+        if kind in EXTREMUM_FOLDS:
+            return Reducer(lambda v: v, EXTREMUM_FOLDS[kind], EXTREMUM_FOLDS[kind], total)
+        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+            moduli = params['moduli']
+
+            def addmod(a, b):
+                return add_trees_mod(a, b, moduli)
+            return Reducer(lambda v: v, addmod, addmod, total)
+        if kind == 'aggregate':
+            acc_fn = self._fn_of(params['accumulate'])
+            merge_fn = self._fn_of(params['merge'])
+            at = acc_fn.type_signature.result
+
+            vt = cast(T.StructType, acc_fn.type_signature.parameter)[1]  # <accumulator, value>
+            vleaves = T.flatten_type(vt)
+
+            def value(v):  # raw head values arrive as numpy: embed them on first use
+                return v if isinstance(v, EagerValue) else EagerValue(ingest(v, vt), vt)
+
+            def pair(x, y):
+                y = value(y)
+                return EagerValue(Struct([(None, x.internal), (None, y.internal)]),
+                                  T.StructType([x.type_signature, y.type_signature]))
+
+            def accumulate_many(acc, vs):
+                # The raw head values of a block, folded in ONE TF call (the same
+                # while-loop fold the workers use, so the same bits as one call each).
+                if any(l.dtype == np.dtype(object) for l in vleaves) or \
+                        any(isinstance(v, EagerValue) for v in vs):
+                    for v in vs:
+                        acc = self.call(acc_fn, pair(acc, v))
+                    return acc
+                flat = [flatten(v) for v in vs]
+                rows = [fast_tensor(np.ascontiguousarray(np.stack([f[j] for f in flat]),
+                                                         dtype=l.dtype))
+                        for j, l in enumerate(vleaves)]
+                out = acc_fn.fold_rows(as_tensors(flatten(acc.internal)), rows, None)
+                return EagerValue(pack_result(list(out), at), at)
+            return Reducer(lambda v: self.call(acc_fn, pair(params['zero'], v)),
+                           lambda acc, v: self.call(acc_fn, pair(acc, v)),
+                           lambda x, y: self.call(merge_fn, pair(x, y)), total,
+                           accumulate_many=accumulate_many)
+        raise SimharnessValueError(f'unknown reduction kind {kind!r}')
+
+    def _numpy_rows(self, kind: str, values: Sequence[Any], start: int, params: Dict[str, Any]
+                    ) -> Tuple[T.Type, List[np.ndarray], Optional[Tuple[np.ndarray, int]]]:
+        """The reduction's leaf arrays [n, ...] for numpy kinds (validated), and for a
+        weighted mean ``(weights [n], k)``: its first k leaves are to be weighted as they
+        are folded (`fold_rows_into`), the last leaf is the weights themselves."""
+        if kind == 'weighted_mean':
+            vals = [v for v, _ in values]
+            ws = [w for _, w in values]
+            vt, vleaves = self._stacked_numpy(vals)
+            _, wleaves = self._stacked_numpy(ws)
+            w = wleaves[0]
+            return (T.StructType([vt, T.TensorType(w.dtype)]), vleaves + [w],
+                    (w, len(vleaves)))
+        t, leaves = self._stacked_numpy(values)
+        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+            bounds = flatten(params['bounds'])
+            out = []
+            for x, m in zip(leaves, bounds):
+                if kind == 'secure_sum_bitwidth':
+                    bad = (x < 0) | (x > m - 1)
+                    if np.any(bad):
+                        pos = tuple(int(p) for p in np.argwhere(bad)[0])
+                        raise SimharnessValueError(
+                            f'client {start + pos[0]}: element {pos[1:]} = {x[pos]} is outside '
+                            f'[0, {m - 1}]{_secure_bound_text(params, m)}')
+                    out.append(x.astype(np.uint64))
+                else:
+                    out.append(np.mod(x.astype(np.int64), np.int64(m)).astype(np.uint64))
+            return t, out, None
+        return t, leaves, None
+
+    def _stacked_numpy(self, values: Sequence[Any]) -> Tuple[T.Type, List[np.ndarray]]:
+        values = list(values)
+        t = values[0].type_signature
+        parts: List[List[np.ndarray]] = []
+        for begin, end, block, lo in runs(values):
+            if block is not None:
+                hi = lo + end - begin
+                parts.append([x[lo:hi] if k == 'stacked' else np.broadcast_to(x, (hi - lo,) + x.shape)
+                              for k, x in block.numpy_leaves()])
+            else:
+                parts.append([np.asarray(x)[None] for x in flatten(numpy_tree(values[begin].internal))])
+        if len(parts) == 1:
+            return t, parts[0]
+        return t, [concatenate_rows([p[j] for p in parts]) for j in range(len(parts[0]))]
+
+    def _row_fns(self, kind: str, params: Dict[str, Any]):
+        """(start_rows, fold_rows, merge) on leaf lists with a leading row dimension."""
+        if kind == 'aggregate':
+            # Only single rows come this way (see `_aggregate_rows`): fold them in order.
+            acc_fn = self._fn_of(params['accumulate'])
+            merge_fn = self._fn_of(params['merge'])
+            zero = flatten(params['zero'].internal)
+
+            def fold(acc, x):
+                out = acc_fn.fold_rows(as_tensors(acc), as_tensors(x), None)
+                return [o.numpy()[None] for o in out]
+
+            def merge(a, b):
+                ins = [x[0] for x in a] + [x[0] for x in b]
+                return [o.numpy()[None] for o in merge_fn.call_flat(as_tensors(ins))]
+            return (lambda x: fold(zero, x), lambda acc, x: fold([a[0] for a in acc], x), merge)
+        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+            mods = [np.uint64(m) for m in flatten(params['moduli'])]
+            def fold_mod(acc, x):
+                return [(a + b) % m for a, b, m in zip(acc, x, mods)]
+            return (lambda x: list(x), fold_mod, fold_mod)
+        if kind in EXTREMUM_FOLDS:
+            op = np.minimum if kind == 'min' else np.maximum
+
+            def fold_extremum(acc, x):
+                return [op(a, b) for a, b in zip(acc, x)]
+            return (lambda x: list(x), fold_extremum, fold_extremum)
+        if kind not in _NUMPY_SUMS:
+            raise SimharnessValueError(f'unknown reduction kind {kind!r}')
+        def fold_add(acc, x):
+            return [add_arrays(a, b) for a, b in zip(acc, x)]
+        return (lambda x: list(x), fold_add, fold_add)
+
+    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
+                                       total: int, params: Dict[str, Any]) -> Partial:
+        self._check_open()
+        values = list(values)
+        start_rows, fold_rows, merge = self._row_fns(kind, params)
+        builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
+        if kind == 'aggregate':
+            t, leaves = self._stacked_numpy(values)
+            at = self._fn_of(params['accumulate']).type_signature.result
+            with self._device_scope(), np.errstate(over='ignore'):
+                self._aggregate_rows(builder, leaves, start, params)
+            return rows_to_values(builder.finish(), t, at)
+        # Numpy kinds: in slices of REDUCTION_SLICE clients on absolute multiples of it
+        # (whole chunks), so that a big block is never stacked (and weighted) at once.
+        # The builder sees the same rows in the same order: the same bits.
+        row_type: Any = None
+        pos, i, end = start, 0, start + len(values)
+        with self._device_scope(), np.errstate(over='ignore'):
+            while i < len(values):
+                stop = min(end, (pos // REDUCTION_SLICE + 1) * REDUCTION_SLICE)
+                for lo, hi in self._row_runs(kind, values, i, i + stop - pos):
+                    row_type, leaves, scale = self._numpy_rows(kind, values[lo:hi],
+                                                               pos + lo - i, params)
+                    fold_rows_into(builder, leaves, pos + lo - i, start_rows, fold_rows,
+                                   count=hi - lo, scale=scale, adds=kind in _NUMPY_SUMS)
+                i, pos = i + stop - pos, stop
+        return rows_to_values(builder.finish(), row_type, row_type)
+
+    @staticmethod
+    def _row_runs(kind: str, values: Sequence[Any], lo: int, hi: int) -> List[Tuple[int, int]]:
+        """How `values[lo:hi]` is fed to a sum: at once (stacked into one array), or -- for
+        big clients (>= 1 MB each) of several runs -- run by run, which feeds the same rows
+        in the same order (the same bits) without copying them into one array first."""
+        t = getattr(values[lo], 'type_signature', None)
+        if kind not in ('sum', 'mean') or hi - lo < 2 or t is None:
+            return [(lo, hi)]
+        row_bytes = sum(np.dtype(l.dtype).itemsize * int(np.prod(l.shape or ()))
+                        for l in T.flatten_type(t)
+                        if isinstance(l, T.TensorType) and l.is_fully_defined)
+        if row_bytes < POOL.min_bytes:
+            return [(lo, hi)]
+        return [(lo + b, lo + e) for b, e, _, _ in runs(values[lo:hi])]
+
+    def _aggregate_rows(self, builder: Any, leaves: List[np.ndarray], start: int,
+                        params: Dict[str, Any]) -> None:
+        """Feeds an aggregate's rows with a few TF calls: whole chunks at once, then the tail."""
+        acc_fn = self._fn_of(params['accumulate'])
+        zero = as_tensors(flatten(params['zero'].internal))
+        L = builder.chunk
+        n = leaves[0].shape[0] if leaves else 0
+        end = start + n
+        h = start if start % L == 0 else min(end, (start // L + 1) * L)
+        builder.feed([x[i - start:i - start + 1] for x in leaves] for i in range(start, h))
+        pos = h
+        nfull = (end - h) // L
+        if nfull and acc_fn.exact_elementwise and acc_fn.batchable() and not acc_fn.xla.compiled:
+            rows = as_tensors([x[h - start:h - start + nfull * L] for x in leaves])
+            acc = [o.numpy() for o in acc_fn.fold_rows(zero, rows, L)]
+            builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
+            pos = h + nfull * L
+        while pos < end:  # one chunk (or its beginning) per TF call
+            stop = min(end, (pos // L + 1) * L)
+            rows = as_tensors([x[pos - start:stop - start] for x in leaves])
+            acc = [o.numpy()[None] for o in acc_fn.fold_rows(zero, rows, None)]
+            builder.feed_folded(acc, stop - pos)
+            pos = stop
+
+    async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
+                                      params: Dict[str, Any], result_type: T.Type) -> EagerValue:
+        self._check_open()
+        reducer = self._combine_reducer(kind, total, params)
+        if kind == 'aggregate':
+            ft = self._fn_of(params['accumulate']).type_signature
+            at = ft.result
+            partials = [Partial(p.start, p.stop, list(p.head),  # numpy: see accumulate_many
+                                {k: EagerValue(ingest(v, at), at) for k, v in p.nodes.items()},
+                                p.open_chunk,
+                                None if p.open_chunk is None else EagerValue(ingest(p.open_acc, at), at))
+                        for p in partials]
+        with self._device_scope(), np.errstate(over='ignore'):
+            result = reducer.combine(partials)
+        if kind == 'aggregate':
+            return result
+        if kind == 'mean':
+            result = map_structure(lambda x: (x / np.asarray(total, dtype=x.dtype)).astype(x.dtype), result)
+        elif kind == 'weighted_mean':
+            num, den = result[0], result[1]
+            result = map_structure(lambda x: (x / np.asarray(den).astype(x.dtype)).astype(x.dtype), num)
+        elif kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+            dtypes = params['dtypes']
+            result = map_structure(lambda x, d: x.astype(d), result, dtypes)
+        elif kind in EXTREMUM_FOLDS:
+            # TFF folds from the dtype's largest (min) or smallest (max) finite value.
+            result = EXTREMUM_FOLDS[kind](
+                map_structure(lambda x: extremum_identity(kind, x.dtype), result), result)
+        with self._device_scope():  # a fresh result of ours: no copy into the tensor
+            return EagerValue(ingest_owned(result, result_type), result_type)
+
+    # ------------------------------------------------------------ streaming
+    def stream_slice(self, slice_size: Optional[int] = None) -> int:
+        """Clients per streamed slice: `slice_size`, else the batch bound (or 256), in whole chunks."""
+        n = slice_size or self._max_batch or REDUCTION_SLICE
+        return max(CHUNK, n // CHUNK * CHUNK)
+
+    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
+                                         reductions: Sequence[PlanReduction], start: int,
+                                         count: int, total: int,
+                                         slice_size: Optional[int] = None) -> List[Partial]:
+        """Computes client values slice by slice and folds each slice into the reductions.
+
+        The values of the clients ``[start, start + count)`` are the plan `nodes`
+        (`runtime.stream_plan`), evaluated per slice of at most `stream_slice()`
+        clients; each `PlanReduction` folds its nodes' slice into its partial.
+        The partials are those `create_partial_reduction` gives for the whole
+        block, bit for bit (see `stream_eval.stream_reductions`).
+        """
+        self._check_open()
+        return await stream_reductions(self, nodes, reductions, start, count, total,
+                                       self.stream_slice(slice_size),
+                                       lambda kind, params: node_merge(self, kind, params))
