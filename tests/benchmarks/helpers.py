@@ -93,6 +93,40 @@ def interleaved_medians(fns: Sequence[Callable[[], Any]], rounds: int = 10) -> l
     return [statistics.median(t) for t in times]
 
 
+def thread_cpu() -> Dict[Any, float]:
+    """CPU seconds of each thread of this process, keyed by (thread id, name); empty where
+    there is no /proc (not Linux). Python's threads go by their `threading` names (the
+    stack's context and reactor threads, MainThread), others by their system names
+    (``/proc/self/task/<id>/comm``: TF's pools)."""
+    out: Dict[Any, float] = {}
+    base = '/proc/self/task'
+    if not os.path.isdir(base):
+        return out
+    # Python's threads by their threading names (Linux shows them all as "python").
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    for tid in os.listdir(base):
+        try:
+            with open(f'{base}/{tid}/comm') as f:
+                name = names.get(int(tid)) or f.read().strip()
+            with open(f'{base}/{tid}/schedstat') as f:  # ns on a CPU
+                out[(int(tid), name)] = int(f.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+            continue
+    return out
+
+
+def cpu_by_thread(before: Dict[Any, float], after: Dict[Any, float],
+                  rounds: int) -> Dict[str, float]:
+    """Milliseconds of CPU per round by thread name between two `thread_cpu` snapshots
+    (threads of one name summed: TF's pools), largest first; threads that ended between
+    them are not counted."""
+    acc: Dict[str, float] = {}
+    for key, seconds in after.items():
+        acc[key[1]] = acc.get(key[1], 0.0) + seconds - before.get(key, 0.0)
+    return {name: round(1e3 * v / rounds, 3)
+            for name, v in sorted(acc.items(), key=lambda kv: -kv[1]) if v > 0}
+
+
 class Baselines:
     """Baseline medians of the session, shared by the cases that report ratios to them.
 
