@@ -29,20 +29,72 @@ The module is pure Python: callers pass the `start`, `accumulate` and
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from simharness.core.buffers import POOL, split_elementwise
 from simharness.core.struct import Struct
-from simharness.core.structure import flatten, map_structure
+from simharness.core.structure import flatten, map_nest, map_structure
 from simharness.errors import SimharnessValueError
 
 #: Number of consecutive clients folded sequentially before tree merging.
 CHUNK = 16
 
 Node = Tuple[int, int]  # (level, index)
+
+
+class HeadRows(collections.abc.Sequence):
+    """The raw head values of a `Partial` as one stacked array per leaf (a decoded message).
+
+    A worker's head values travel as rows (`runtime.codec`, ext `_ROWS`); they
+    stay rows here: value k is built (a tree of row views) only when asked
+    for, and `add_many_trees` folds the rows leaf by leaf without building
+    any (the same additions in the same order: the same bits). With many
+    small blocks (16 workers of 6 clients) most clients arrive this way.
+
+    Attributes:
+      template: the values' structure (`Struct`s, lists, tuples) with each
+        leaf replaced by its index in `stacked` (``-1 - index`` for a numpy
+        scalar leaf).
+      stacked: the leaves, each with the values along its first axis.
+    """
+
+    __slots__ = ('template', 'stacked')
+
+    def __init__(self, template: Any, stacked: List[np.ndarray]):
+        if not stacked or any(len(a) != len(stacked[0]) for a in stacked):
+            raise SimharnessValueError('head rows need one or more leaves of equal length')
+        self.template = template
+        self.stacked = stacked
+
+    def __len__(self) -> int:
+        return len(self.stacked[0])
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        n = len(self)
+        if not -n <= k < n:
+            raise IndexError(f'head value {k} of {n}')
+        k %= n
+        return map_nest(lambda i: self._row(i, k), self.template, structs=True)
+
+    def _row(self, i: int, k: int) -> Any:
+        return self.stacked[i][k, ...] if i >= 0 else self.stacked[-1 - i][k]
+
+    def leaf_rows(self) -> Optional[List[Callable[[int], Any]]]:
+        """For values that are `Struct`s all the way down (what `flatten` walks): per leaf
+        in `flatten` order, value k's leaf as a function of k; else None."""
+        order = flatten(self.template)
+        if not all(type(i) is int for i in order):
+            return None  # lists or tuples inside: `flatten` would not walk them alike
+        return [(lambda k, i=i: self._row(i, k)) for i in order]
+
+    def __repr__(self) -> str:
+        return f'HeadRows({len(self)} values, {len(self.stacked)} leaves)'
 
 
 @dataclasses.dataclass
@@ -53,7 +105,8 @@ class Partial:
       start: first client index of the block.
       stop: one past the last client index.
       head: raw values of the leading clients that belong to a chunk begun
-        before `start` (the holder of that chunk's beginning folds them in).
+        before `start` (the holder of that chunk's beginning folds them in):
+        a list, or `HeadRows` as decoded from a message.
       nodes: closed tree nodes, keyed by (level, index).
       open_chunk: index of the chunk begun in this block but not finished.
       open_acc: accumulator of that chunk.
@@ -64,7 +117,7 @@ class Partial:
 
     start: int
     stop: int
-    head: List[Any] = dataclasses.field(default_factory=list)
+    head: Union[List[Any], HeadRows] = dataclasses.field(default_factory=list)
     nodes: Dict[Node, Any] = dataclasses.field(default_factory=dict)
     open_chunk: Optional[int] = None
     open_acc: Any = None
@@ -172,7 +225,7 @@ class Reducer:
                     raise SimharnessValueError(f'client {pos} continues chunk {c}, but the left '
                                                f'block left chunk {open_chunk} open')
                 if self._accumulate_many is not None and len(right.head) > 1:
-                    open_acc = self._accumulate_many(open_acc, list(right.head))
+                    open_acc = self._accumulate_many(open_acc, _values(right.head))
                 else:
                     for v in right.head:
                         open_acc = self._accumulate(open_acc, v)
@@ -218,7 +271,7 @@ class Reducer:
                     raise SimharnessValueError(f'the head of the block at {idx} runs past the end '
                                                f'of chunk {c}')
                 if self._accumulate_many is not None and len(p.head) > 1:
-                    open_acc = self._accumulate_many(open_acc, list(p.head))
+                    open_acc = self._accumulate_many(open_acc, _values(p.head))
                 else:
                     for v in p.head:
                         open_acc = self._accumulate(open_acc, v)
@@ -251,6 +304,11 @@ class Reducer:
             return left
         right = self._node_value(nodes, level - 1, 2 * index + 1, n)
         return self._merge(left, right)
+
+
+def _values(head: Any) -> Any:
+    """A head for `accumulate_many`: `HeadRows` as they are (folded row by row), else a list."""
+    return head if isinstance(head, HeadRows) else list(head)
 
 
 class _Builder:
@@ -386,13 +444,17 @@ def add_many_trees(acc: Any, values: Sequence[Any]) -> Any:
     """
     if not values:
         return acc
-    rows = [flatten(v) for v in values]
+    acc_leaves = flatten(acc)
+    by_leaf = values.leaf_rows() if isinstance(values, HeadRows) else None
+    if by_leaf is None or len(by_leaf) != len(acc_leaves):
+        rows = [flatten(v) for v in values]
+        by_leaf = [(lambda k, j=j: rows[k][j]) for j in range(len(acc_leaves))]
     out = []
     with np.errstate(over='ignore'):
-        for j, a in enumerate(flatten(acc)):
-            s = add_arrays(a, rows[0][j])
-            for r in rows[1:]:
-                x = r[j]
+        for a, row in zip(acc_leaves, by_leaf):
+            s = add_arrays(a, row(0))
+            for k in range(1, len(values)):
+                x = row(k)
                 if (isinstance(s, np.ndarray) and s.ndim and isinstance(x, np.ndarray)
                         and x.shape == s.shape and x.dtype == s.dtype and s.flags.c_contiguous
                         and x.flags.c_contiguous and s.flags.writeable):

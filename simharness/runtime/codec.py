@@ -39,9 +39,9 @@ import numpy as np
 
 from simharness.core import types as T
 from simharness.core.building_blocks import CompiledComputation, Data, TFGraph
-from simharness.core.reduction import Partial
+from simharness.core.reduction import HeadRows, Partial
 from simharness.core.sequences import TensorBatches
-from simharness.core.structure import Struct, map_nest
+from simharness.core.structure import Struct
 from simharness.errors import SimharnessTypeError
 
 #: Numeric arrays at least this big travel as buffers, smaller ones inline.
@@ -228,10 +228,14 @@ class _Encoder:
             return self.ext(_STRUCT, [list(obj.names), list(obj)])
         if isinstance(obj, Partial):
             nodes = [[lvl, idx, v] for (lvl, idx), v in sorted(obj.nodes.items())]
-            head: Any = list(obj.head)
-            rows = _stack_rows(head) if len(head) > 1 else None
-            if rows is not None:
-                head = self.ext(_ROWS, list(rows))
+            head: Any = obj.head
+            if isinstance(head, HeadRows):  # decoded from a message: as it came
+                head = self.ext(_ROWS, [head.template, head.stacked])
+            else:
+                head = list(head)
+                rows = _stack_rows(head) if len(head) > 1 else None
+                if rows is not None:
+                    head = self.ext(_ROWS, list(rows))
             return self.ext(_PARTIAL, [obj.start, obj.stop, head, nodes,
                                        obj.open_chunk, obj.open_acc])
         if isinstance(obj, Ref):
@@ -363,12 +367,13 @@ class _Decoder:
         if code == _STRUCT:
             return Struct(zip(p[0], p[1]))
         if code == _PARTIAL:
-            return Partial(p[0], p[1], list(p[2]), {(a, b): v for a, b, v in p[3]}, p[4], p[5])
+            head = p[2] if isinstance(p[2], HeadRows) else list(p[2])
+            return Partial(p[0], p[1], head, {(a, b): v for a, b, v in p[3]}, p[4], p[5])
         if code == _ROWS:
             template, stacked = p
             if not stacked or any(len(a) != len(stacked[0]) for a in stacked):
                 raise CodecError('malformed head rows in a message')
-            return [_fill(template, stacked, k) for k in range(len(stacked[0]))]
+            return HeadRows(template, stacked)
         if code == _REF:
             return Ref(p)
         if code == _REFRANGE:
@@ -402,7 +407,8 @@ class _Decoder:
 # block) holds up to 15 values of one structure; with many small blocks (16 workers of 6
 # clients) most clients' values travel so. They go as one array per leaf, rows stacked,
 # instead of one extension value per leaf and client, so the receiver decodes each leaf once
-# and gets the same list of values (row views of the stacked arrays). A worker's head values
+# and gets them as `core.reduction.HeadRows` (value k built on demand from row views; folded
+# row by row without being built: `add_many_trees`). A worker's head values
 # are rows of its summed call's outputs: their stack is a view of them, not a copy
 # (`_column`); a fresh copy of megabytes costs page faults on every round.
 
@@ -457,12 +463,6 @@ def _template(x: Any, leaves: List[Any]) -> Any:
         items = [_template(v, leaves) for v in x]
         return None if any(i is None for i in items) else type(x)(items)
     return None
-
-
-def _fill(template: Any, stacked: List[np.ndarray], k: int) -> Any:
-    """Row `k` of the stacked leaves in the template's structure (array leaves as views)."""
-    return map_nest(lambda i: stacked[i][k, ...] if i >= 0 else stacked[-1 - i][k], template,
-                    structs=True)
 
 
 _new_ext = tuple.__new__  # an `ExtType` (a namedtuple) from (code, bytes), unchecked

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simharness.core import types as T
-from simharness.core.reduction import Partial
+from simharness.core.reduction import HeadRows, Partial
 from simharness.core.structure import Struct
 from simharness.runtime import codec, protocol as P
 from simharness.runtime.codec import BUFFER_MIN_BYTES, CodecError, DatasetBlob, Ref, RefRange
@@ -133,6 +133,12 @@ def test_head_values_travel_as_one_buffer_per_leaf_and_come_back_alike():
     out = codec.decode(header, buffers)
     _same(p, out)
     assert type(out.head[3].n) is np.float32 and out.head[3].loss.shape == ()
+    # decoded, the head stays rows (values built on demand); sent on, it goes as it came
+    assert isinstance(out.head, HeadRows) and len(out.head) == 14
+    header2, buffers2 = codec.encode(out)
+    assert [b.shape for b in buffers2] == [(14, 60, 16), (14, 300)]
+    assert all(np.shares_memory(x, y) for x, y in zip(buffers2, buffers))
+    _same(p, codec.decode(header2, buffers2))
 
 
 def test_head_values_of_other_shapes_or_kinds_travel_one_by_one():

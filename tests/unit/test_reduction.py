@@ -303,3 +303,45 @@ def test_many_head_values_folded_at_once_give_the_bits_of_one_at_a_time():
     assert add_many_trees(acc, []) is acc
     assert all(np.asarray(x).tobytes() == np.asarray(y).tobytes() for x, y in
                zip(flatten(add_many_trees(acc, [values[1]])), flatten(add_trees(acc, values[1]))))
+
+
+def test_head_rows_folded_row_by_row_give_the_bits_of_values_one_at_a_time():
+    # A decoded head (`HeadRows`: one stacked array per leaf) folded by `add_many_trees`
+    # without building its values, against `add_trees` value by value: float32 rows, a
+    # 0-d leaf, a numpy scalar leaf (negative index in the template), int32 that wraps.
+    from simharness.core.reduction import HeadRows, add_many_trees, add_trees
+    from simharness.core.struct import Struct
+    from simharness.core.structure import flatten
+    rng = np.random.default_rng(7)
+    k = 9
+    big = (rng.standard_normal((k, 256, 300)) * 1e3).astype(np.float32)
+    small = rng.standard_normal((k, 7)).astype(np.float32)
+    zero_d = rng.standard_normal(k)
+    ints = rng.integers(2**30, 2**31 - 1, size=k).astype(np.int32)
+    before = [x.tobytes() for x in (big, small, zero_d, ints)]
+    for template in (Struct([('w', Struct([(None, 0), (None, 1)])), ('m', 2), ('n', -4)]),
+                     Struct([('n', -4), ('w', Struct([(None, 0), (None, 1)])), ('m', 2)])):
+        rows = HeadRows(template, [big, small, zero_d, ints])
+        assert rows.leaf_rows() is not None  # folded without building values
+        values = list(rows)
+        assert len(values) == k and values[-1]['n'] == ints[-1]
+        assert type(values[0]['n']) is np.int32 and values[0]['m'].shape == ()
+        assert np.shares_memory(values[2]['w'][0], big)  # views, not copies
+        acc = add_trees(values[0], values[1])  # the caller's own accumulator
+        want = acc
+        for v in values[2:]:
+            want = add_trees(want, v)
+        got = add_many_trees(add_trees(values[0], values[1]), HeadRows(
+            template, [x[2:] for x in (big, small, zero_d, ints)]))
+        for a, b in zip(flatten(want), flatten(got)):
+            a, b = np.asarray(a), np.asarray(b)
+            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    assert [x.tobytes() for x in (big, small, zero_d, ints)] == before  # only read
+    # with a tuple inside (`flatten` does not walk it), the values are built and folded
+    assert HeadRows(Struct([('w', (0, 1))]), [big, small]).leaf_rows() is None
+    rows = HeadRows(Struct([('x', 0)]), [small])
+    assert len(rows[2:5]) == 3 and rows[-1]['x'].tobytes() == small[-1].tobytes()
+    with pytest.raises(IndexError):
+        rows[k]
+    with pytest.raises(SimharnessValueError, match='equal length'):
+        HeadRows(Struct([('x', 0), ('y', 1)]), [small, big[:3]])
