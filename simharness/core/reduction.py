@@ -65,8 +65,15 @@ class HeadRows(collections.abc.Sequence):
     __slots__ = ('template', 'stacked')
 
     def __init__(self, template: Any, stacked: List[np.ndarray]):
-        if not stacked or any(len(a) != len(stacked[0]) for a in stacked):
-            raise SimharnessValueError('head rows need one or more leaves of equal length')
+        if not stacked or any(not isinstance(a, np.ndarray) or not a.ndim
+                              or len(a) != len(stacked[0]) for a in stacked):
+            raise SimharnessValueError('head rows need one or more stacked arrays of equal length')
+        bad: List[Any] = []
+        map_nest(lambda i: None if type(i) is int and -len(stacked) <= i < len(stacked)
+                 else bad.append(i), template, structs=True)
+        if bad:
+            raise SimharnessValueError(f'head rows: leaf {bad[0]!r} of the template is not the '
+                                       f'index of one of the {len(stacked)} stacked arrays')
         self.template = template
         self.stacked = stacked
 

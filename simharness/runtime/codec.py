@@ -42,7 +42,7 @@ from simharness.core.building_blocks import CompiledComputation, Data, TFGraph
 from simharness.core.reduction import HeadRows, Partial
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct
-from simharness.errors import SimharnessTypeError
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 #: Numeric arrays at least this big travel as buffers, smaller ones inline.
 BUFFER_MIN_BYTES = 1024
@@ -370,10 +370,12 @@ class _Decoder:
             head = p[2] if isinstance(p[2], HeadRows) else list(p[2])
             return Partial(p[0], p[1], head, {(a, b): v for a, b, v in p[3]}, p[4], p[5])
         if code == _ROWS:
-            template, stacked = p
-            if not stacked or any(len(a) != len(stacked[0]) for a in stacked):
-                raise CodecError('malformed head rows in a message')
-            return HeadRows(template, stacked)
+            if not isinstance(p, list) or len(p) != 2 or not isinstance(p[1], list):
+                raise CodecError('malformed head rows in a message: expected [template, arrays]')
+            try:
+                return HeadRows(p[0], p[1])
+            except (SimharnessValueError, TypeError, ValueError) as e:
+                raise CodecError(f'malformed head rows in a message: {e}') from None
         if code == _REF:
             return Ref(p)
         if code == _REFRANGE:

@@ -141,6 +141,16 @@ def test_head_values_travel_as_one_buffer_per_leaf_and_come_back_alike():
     _same(p, codec.decode(header2, buffers2))
 
 
+def test_malformed_head_rows_are_a_clear_error():
+    rows = HeadRows(Struct([('x', 0), ('n', -2)]), [np.zeros((3, 4), np.float32),
+                                                    np.arange(3, dtype=np.int32)])
+    for bad in (Struct([('x', 2)]), Struct([('x', -3)]), Struct([('x', 'a')]), 1.5):
+        rows.template = bad  # as a peer could send it
+        header, buffers = codec.encode(Partial(5, 8, rows, {}, None, None))
+        with pytest.raises(CodecError, match='malformed head rows.*not the index'):
+            codec.decode(header, buffers)
+
+
 def test_head_values_of_other_shapes_or_kinds_travel_one_by_one():
     a = np.arange(2000, dtype=np.float32)
     for head in ([Struct([('x', a[:1000])]), Struct([('x', a[:999])])],     # shapes differ
