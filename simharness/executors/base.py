@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from simharness.core import types as T
 from simharness.core.reduction import Partial
-from simharness.core.structure import Struct
+from simharness.core.structure import Struct, pack_as
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.runtime.stream_plan import PlanNode, PlanReduction
 
@@ -176,6 +176,14 @@ class BatchExecutor(Executor):
     async def create_values(self, values: Sequence[Any], type_spec: Any) -> Sequence[ExecutorValue]:
         """Embeds many values of one type."""
         return list(await asyncio.gather(*[self.create_value(v, type_spec) for v in values]))
+
+    async def create_values_stacked(self, leaves: Sequence[Any], type_spec: Any
+                                    ) -> Sequence[ExecutorValue]:
+        """Embeds n values of one type given leaf by leaf: arrays ``[n, ...]`` of the type's
+        leaves in `flatten` order (checked already: `core.batching.stack_python_values`)."""
+        t = T.to_type(type_spec)
+        n = len(leaves[0]) if leaves else 0
+        return await self.create_values([pack_as(t, [x[i] for x in leaves]) for i in range(n)], t)
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
         """Materializes many values."""

@@ -44,6 +44,7 @@ import numpy as np
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
+from simharness.core.batching import stack_python_values
 from simharness.core.structure import Struct
 from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
 from simharness.core.reduction import Partial, extremum_identity
@@ -52,9 +53,21 @@ from simharness.executors.base import BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
 from simharness.executors.resolving_streams import IN_PROCESS_STREAM_CLIENTS  # noqa: F401
 from simharness.executors.resolving_streams import StreamingStrategy
-from simharness.executors.strategy_plans import (ClientsPayload, Lazy, LazyMap, LazySelect,
-                                                 LazySourced, LazyZip, StreamBatch, hosting_child,
-                                                 secure_params, targets_from_mapping)
+from simharness.executors.strategy_plans import (ClientsPayload, Lazy, LazyLocal, LazyMap,
+                                                 LazySelect, LazySourced, LazyZip, StreamBatch,
+                                                 hosting_child, secure_params,
+                                                 targets_from_mapping)
+
+#: The most bytes of one worker group's clients' values (from the driver's Python) that ride
+#: inside a streamed request's plan (`LazyLocal`, `PlanStacked`); bigger ones are sent at once
+#: by a request of their own. Inside the plan they save a request and an answer per worker, but
+#: reach the worker only with the plan, no longer while the driver still prepares the round.
+#: Measured on 2 cores: map + sum of 100 floats, driver CPU a call 1.05 -> 0.86 ms on 2 workers,
+#: 4.4 -> 3.2 ms on 16; the reference FedAvg round, 16 workers (72 KB each): driver CPU
+#: 14.0-15.5 -> 12.4-14.1 ms, the round unchanged; 2 workers (600 KB each): the round 22.5 ->
+#: 23.6 ms. The bound sits between the two.
+INLINE_CLIENT_BYTES = 128 << 10
+
 
 class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
     """Runs intrinsics over a server child and groups of clients.
@@ -198,6 +211,9 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
             # Clients by reference stay a reference until something needs them: a
             # streamed reduction loads them slice by slice where they are computed.
             return self._fed(LazySourced(value, t.member), t)
+        local = self._local_rows(value, t.member)
+        if local is not None:
+            return self._fed(LazyLocal(local, t.member), t)
 
         async def one(g, ex):
             s = self._starts[g]
@@ -207,6 +223,26 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
             return await ex.create_values(part if not isinstance(part, tuple) else list(part),
                                           t.member)
         return self._fed(await self._gather_groups(one), t)
+
+    def _local_rows(self, value: Sequence[Any], member: T.Type) -> Optional[List[Any]]:
+        """Per worker group, its clients' values stacked (`stack_python_values`), to go with
+        the stream plan that uses them instead of a request of their own (`LazyLocal`);
+        None unless streaming on worker groups only, every group's values stack exactly
+        (anything else is sent now, by `create_values`, which gives the precise errors) and
+        no group's rows are over `INLINE_CLIENT_BYTES` (big ones are sent now, so that the
+        workers take them in while the driver still prepares the round)."""
+        if (not self._streams() or isinstance(value, SourcedClients)
+                or any(ex.worker_id is None for ex in self._groups)):
+            return None
+        out: List[Any] = []
+        for g in range(len(self._groups)):
+            n = self._sizes[g]
+            rows = stack_python_values(list(value[self._starts[g]:self._starts[g] + n]),
+                                       member) if n else None
+            if n and (rows is None or sum(x.nbytes for x in rows) > INLINE_CLIENT_BYTES):
+                return None
+            out.append(rows)
+        return out
 
     async def compute_federated_value(self, v: FederatingValue) -> Any:
         t = cast(T.FederatedType, v.type_signature)  # the type of a federated value

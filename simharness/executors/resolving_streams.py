@@ -3,6 +3,7 @@
 ```
   federated_map / federated_zip / selections at CLIENTS  ->  LazyMap / LazyZip / LazySelect
   clients by reference (SourcedClients)                   ->  LazySourced           (nothing runs)
+  the driver's values, stackable, on worker groups        ->  LazyLocal (stacked, not sent)
   a reduction of one  -> joins the invocation's `StreamBatch`; when the invocation is quiet,
       per group: the Lazy graph -> stream plan nodes (`runtime.stream_plan`, `_PLAN_NODES`)
                  + one PlanReduction per reduction -> ONE create_streamed_reductions
@@ -24,10 +25,12 @@ from simharness.core import types as T
 from simharness.core.reduction import CHUNK
 from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor
 from simharness.executors.federating import FederatingValue
-from simharness.executors.strategy_plans import (Busy, ClientsPayload, Lazy, LazyMap, LazySelect,
-                                                 LazySourced, LazyZip, Leaf, StreamBatch)
+from simharness.executors.strategy_plans import (Busy, ClientsPayload, Lazy, LazyLocal, LazyMap,
+                                                 LazySelect, LazySourced, LazyZip, Leaf,
+                                                 StreamBatch)
 from simharness.runtime.stream_plan import (PlanClients, PlanMap, PlanNode, PlanReduction,
-                                            PlanSame, PlanSelect, PlanValues, PlanZip)
+                                            PlanSame, PlanSelect, PlanStacked, PlanValues,
+                                            PlanZip)
 
 #: Event-loop turns without a new reduction after which a stream batch runs.
 _STREAM_QUIET_TURNS = 8
@@ -70,7 +73,7 @@ class StreamingStrategy:
             lazy._lock = asyncio.Lock()
         async with lazy._lock:
             if lazy.payload is None:
-                if lazy.streamed:
+                if lazy.streamed and not isinstance(lazy, LazyLocal):  # values sent: no compute
                     self.stream_stats['recomputed'] += 1
                 lazy.payload = await _COMPUTE[type(lazy)](self, lazy)
         return lazy.payload
@@ -242,6 +245,13 @@ async def _compute_sourced(s: StreamingStrategy, lazy: LazySourced) -> ClientsPa
     return await s._gather_groups(load)
 
 
+async def _compute_local(s: StreamingStrategy, lazy: LazyLocal) -> ClientsPayload:
+    async def send(g: int, ex: BatchExecutor) -> Any:
+        leaves = lazy.stacked[g]
+        return list(await ex.create_values_stacked(leaves, lazy.member)) if leaves else []
+    return await s._gather_groups(send)
+
+
 async def _compute_zip(s: StreamingStrategy, lazy: LazyZip) -> ClientsPayload:
     cols = [await s._leaf_values(src) for src in lazy.srcs]
 
@@ -283,8 +293,8 @@ async def _compute_map(s: StreamingStrategy, lazy: LazyMap) -> ClientsPayload:
 
 #: How each kind of Lazy is computed with the block operations.
 _COMPUTE: Dict[type, Callable[[StreamingStrategy, Any], Awaitable[ClientsPayload]]] = {
-    LazySourced: _compute_sourced, LazyZip: _compute_zip, LazySelect: _compute_select,
-    LazyMap: _compute_map,
+    LazySourced: _compute_sourced, LazyLocal: _compute_local, LazyZip: _compute_zip,
+    LazySelect: _compute_select, LazyMap: _compute_map,
 }
 
 
@@ -293,6 +303,11 @@ async def _plan_sourced(s: StreamingStrategy, g: int, ex: BatchExecutor, src: La
                         nodes: List[PlanNode], index: Dict[int, int]) -> PlanNode:
     start, n = s._starts[g], s._sizes[g]
     return PlanClients(src.sourced[start:start + n], src.member)
+
+
+async def _plan_local(s: StreamingStrategy, g: int, ex: BatchExecutor, src: LazyLocal,
+                      nodes: List[PlanNode], index: Dict[int, int]) -> PlanNode:
+    return PlanStacked(src.stacked[g] or [], src.member)
 
 
 async def _plan_map(s: StreamingStrategy, g: int, ex: BatchExecutor, src: LazyMap,
@@ -314,5 +329,6 @@ async def _plan_zip(s: StreamingStrategy, g: int, ex: BatchExecutor, src: LazyZi
 
 #: Group g's stream plan node of each kind of Lazy not computed yet.
 _PLAN_NODES: Dict[type, Callable[..., Awaitable[PlanNode]]] = {
-    LazySourced: _plan_sourced, LazyMap: _plan_map, LazySelect: _plan_select, LazyZip: _plan_zip,
+    LazySourced: _plan_sourced, LazyLocal: _plan_local, LazyMap: _plan_map,
+    LazySelect: _plan_select, LazyZip: _plan_zip,
 }

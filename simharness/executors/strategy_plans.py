@@ -1,7 +1,8 @@
 """Plans and helpers of `FederatedResolvingStrategy` (see `resolving_strategy`).
 
 `Lazy` describes client values not computed yet (`LazyMap`, `LazySelect`,
-`LazyZip`, or clients by reference: `LazySourced`), `Leaf` wraps computed ones
+`LazyZip`, clients by reference: `LazySourced`, or the driver's values not sent yet:
+`LazyLocal`), `Leaf` wraps computed ones
 inside a plan, `StreamBatch` gathers the reductions of one invocation that
 stream together, `Busy` marks an invocation working in the federating layer; `targets_from_mapping` and
 `hosting_child` read TFF's ``{SERVER: ex, CLIENTS: [...]}`` strategy targets;
@@ -77,6 +78,20 @@ class LazySourced(Lazy):
     def __init__(self, sourced: Any, member: Any):
         super().__init__()
         self.sourced = sourced
+        self.member = member
+
+
+class LazyLocal(Lazy):
+    """Clients' values from the driver's Python, not sent yet: per group, its clients'
+    values stacked leaf by leaf (`stacked[g]`, arrays ``[size_g, ...]``, None for an empty
+    group) of `member` type. A stream batch sends each group's rows inside its plan
+    (`PlanStacked`); anything else sends them first (`create_values_stacked`)."""
+
+    __slots__ = ('stacked', 'member')
+
+    def __init__(self, stacked: List[Optional[List[Any]]], member: Any):
+        super().__init__()
+        self.stacked = stacked
         self.member = member
 
 

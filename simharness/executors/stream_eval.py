@@ -29,8 +29,8 @@ from simharness.executors.client_blocks import rows_to_values, runs
 from simharness.executors.embedded_function import pack_result
 from simharness.executors.tf_values import as_tensors, numpy_tree
 from simharness.runtime.stream_plan import (PlanClients, PlanLoad, PlanMap, PlanNode,
-                                            PlanReduction, PlanSame, PlanSelect, PlanValues,
-                                            PlanZip)
+                                            PlanReduction, PlanSame, PlanSelect, PlanStacked,
+                                            PlanValues, PlanZip)
 
 class _Slice:
     """The clients ``lo .. hi-1`` of the block: node values computed for them (memoized)."""
@@ -64,6 +64,11 @@ async def _same(s: _Slice, node: PlanSame) -> List[Any]:
     return [node.value] * (s.hi - s.lo)
 
 
+async def _stacked(s: _Slice, node: PlanStacked) -> List[Any]:  # this slice's rows
+    return list(await s.ex.create_values_stacked([x[s.lo:s.hi] for x in node.leaves],
+                                                 node.type))
+
+
 async def _load(s: _Slice, node: PlanLoad) -> List[Any]:
     return list(await s.ex.create_values(node.loader(s.lo, s.hi), node.type))
 
@@ -87,7 +92,8 @@ async def _zip(s: _Slice, node: PlanZip) -> List[Any]:
 
 #: How a slice's values of each node kind are computed: (slice, node) -> client values.
 _EVALUATORS: Dict[type, Any] = {
-    PlanValues: _values, PlanSame: _same, PlanLoad: _load, PlanClients: _clients,
+    PlanValues: _values, PlanSame: _same, PlanStacked: _stacked, PlanLoad: _load,
+    PlanClients: _clients,
     PlanMap: _map, PlanSelect: _select, PlanZip: _zip,
 }
 

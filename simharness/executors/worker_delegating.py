@@ -439,6 +439,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
                                             broadcast_key=value.value))[0]
             return (await self._request(Op.CREATE_VALUE, value.packed, t, n_out=1, types=t))[0]
         if isinstance(value, bb.CompiledComputation):
+            # The worker started (or replaced after a crash) first: a function embedded in
+            # the crashed one is not handed out to a plan that goes to its successor.
+            await self._ready()
             key = value.fingerprint
             v = self._embedded.get(key)
             if v is None or v._generation != self._handle.generation:
@@ -492,6 +495,12 @@ class WorkerDelegatingExecutor(BatchExecutor):
                 pass
 
     # ------------------------------------------------------------ batches
+    async def create_values_stacked(self, leaves: Sequence[Any], type_spec: Any
+                                    ) -> List[WorkerValue]:
+        t = T.to_type(type_spec)
+        return await self._request(Op.CREATE_VALUES_STACKED, list(leaves), t,
+                                   n_out=len(leaves[0]) if leaves else 0, types=t)
+
     async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[WorkerValue]:
         t = T.to_type(type_spec)
         if isinstance(values, SourcedClients):

@@ -6,7 +6,8 @@ translates the kinds it owns, once, and passes the others on:
 
 ```
 FederatedResolvingStrategy (driver)   Lazy maps / selects / zips of a group ->
-                                      PlanValues  PlanSame  PlanClients  PlanMap  PlanSelect  PlanZip
+                                      PlanValues  PlanSame  PlanStacked  PlanClients  PlanMap
+                                      PlanSelect  PlanZip
 WorkerDelegatingExecutor (driver)     PlanClients -> PlanSourced (the worker loads the clients)
                                                   or PlanValues (the driver loads and ships them)
 codec (the wire)                      the wire kinds are registered messages: plain data, values
@@ -27,7 +28,8 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 
 from simharness.runtime import codec
 
-__all__ = ['PlanNode', 'PlanValues', 'PlanSame', 'PlanClients', 'PlanSourced', 'PlanLoad',
+__all__ = ['PlanNode', 'PlanValues', 'PlanSame', 'PlanStacked', 'PlanClients', 'PlanSourced',
+           'PlanLoad',
            'PlanMap', 'PlanSelect', 'PlanZip', 'PlanReduction', 'WIRE_KINDS', 'is_plan_part']
 
 
@@ -74,6 +76,17 @@ class PlanSame(PlanNode):
 
     VALUE_FIELDS: ClassVar[Tuple[str, ...]] = ('value',)
     value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanStacked(PlanNode):
+    """The block's clients' values given leaf by leaf: arrays ``[count, ...]`` of `type`'s
+    leaves (plain data: a driver's Python values, stacked and checked by
+    `core.batching.stack_python_values`). They travel with the plan, so a round whose
+    clients' values come from the driver needs no request of their own."""
+
+    leaves: Sequence[Any]
+    type: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,8 +172,8 @@ class PlanReduction(_PlanPart):
 
 
 #: The kinds that cross the worker seam (registered with the codec).
-WIRE_KINDS: Tuple[Type[Any], ...] = (PlanValues, PlanSame, PlanSourced, PlanMap, PlanSelect,
-                                     PlanZip, PlanReduction)
+WIRE_KINDS: Tuple[Type[Any], ...] = (PlanValues, PlanSame, PlanStacked, PlanSourced, PlanMap,
+                                     PlanSelect, PlanZip, PlanReduction)
 for _kind in WIRE_KINDS:
     codec.register_message(_kind)
 

@@ -145,12 +145,16 @@ def test_calls_from_several_threads_on_one_context_are_all_right(warm_pool):
 
 
 def test_worker_killed_between_two_requests_of_one_call_is_retryable(monkeypatch):
+    from simharness.executors.resolving_strategy import FederatedResolvingStrategy
     from simharness.executors.worker_delegating import WorkerDelegatingExecutor
     data = _data(40, 3)
     want = _expected(summary, data)
     killed = []
-    # The clients' values are the call's first request to each worker (its reductions
-    # then run in one streamed request): kill worker 1 right after it.
+    # The clients' values sent by a request of their own (as values that do not stack are;
+    # stackable ones go inside the streamed request: `LazyLocal`), the call's first request
+    # to each worker whose values a later one uses; its reductions then run in one streamed
+    # request: kill worker 1 right after the first.
+    monkeypatch.setattr(FederatedResolvingStrategy, '_local_rows', lambda *a: None)
     original = WorkerDelegatingExecutor.create_values
 
     async def kill_after_first_reduction(self, *args, **kwargs):

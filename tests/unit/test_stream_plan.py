@@ -16,7 +16,7 @@ from simharness.runtime.codec import CodecError, Ref, RefRange
 from simharness.runtime.service import Session, WorkerService
 from simharness.runtime.stream_plan import (WIRE_KINDS, PlanClients, PlanLoad, PlanMap,
                                             PlanReduction, PlanSame, PlanSelect, PlanSourced,
-                                            PlanValues, PlanZip, is_plan_part)
+                                            PlanStacked, PlanValues, PlanZip, is_plan_part)
 
 F32 = T.TensorType(np.float32)
 
@@ -31,6 +31,32 @@ def test_wire_kinds_round_trip_through_the_codec(part):
     assert type(part) in WIRE_KINDS and is_plan_part(part)
     back = codec.roundtrip(part)
     assert type(back) is type(part) and back == part
+
+
+def test_stacked_rows_cross_as_buffers_and_are_evaluated_slice_by_slice():
+    # The driver's clients' values, stacked, inside the plan: big leaves as buffers.
+    t = T.StructType([('x', T.TensorType(np.float32, [3])), ('n', T.TensorType(np.int32))])
+    x = (np.arange(120, dtype=np.float32) * 1.37).reshape(40, 3)
+    n = np.arange(40, dtype=np.int32)
+    big = np.arange(40 * 300, dtype=np.float32).reshape(40, 300)
+    part = PlanStacked([big, n], T.StructType([('w', T.TensorType(np.float32, [300])),
+                                               ('n', T.TensorType(np.int32))]))
+    assert type(part) in WIRE_KINDS and part.map_values(lambda v: 1 / 0) is part
+    header, buffers = codec.encode(part)
+    assert any(b.shape == big.shape for b in buffers)
+    back = codec.decode(header, buffers)
+    assert type(back) is PlanStacked and back.type == part.type
+    assert [a.tobytes() for a in back.leaves] == [big.tobytes(), n.tobytes()]
+    # Evaluated in slices of 16: the partial of the same values sent one by one, bit for bit.
+    ex = EagerTFExecutor()
+    got = run(ex.create_streamed_reductions([PlanStacked([x, n], t), PlanSelect(0, 0)],
+                                            [PlanReduction('sum', (1,), {})], 0, 40, 40,
+                                            slice_size=16))
+    vals = run(ex.create_values([{'x': x[k], 'n': n[k]} for k in range(40)], t))
+    want = run(ex.create_partial_reduction('sum', run(ex.create_selections(vals, 0)), 0, 40, {}))
+    a = run(ex.create_reduction_result('sum', got, 40, {}, t[0])).internal
+    b = run(ex.create_reduction_result('sum', [want], 40, {}, t[0])).internal
+    assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
 
 
 def test_driver_and_worker_kinds_never_cross():
