@@ -102,6 +102,18 @@ def test_one_request_per_worker_per_operation(warm_pool):
     # The clients' values (Python floats, stacked), the map and the sum: one request per
     # worker (the values ride in the streamed request's plan: `PlanStacked`).
     assert counts[0] == 2, counts
+    # A worker's share over INLINE_CLIENT_BYTES goes ahead in a request of its own.
+    from simharness.executors.resolving_strategy import INLINE_CLIENT_BYTES
+    with process_executor_factory(pool=warm_pool) as factory:
+        with sh.execution_context(factory):
+            big = [np.full(INLINE_CLIENT_BYTES // 4 // 20, k, np.float32) for k in range(100)]
+            want = sh.federated_computation(sh.type_at_clients(
+                sh.TensorType(np.float32, [len(big[0])])))(lambda xs: sh.federated_sum(xs))
+            want(big)
+            before = factory.stats()['requests']
+            got = want(big)
+            assert factory.stats()['requests'] - before == 4
+    assert np.array_equal(got, np.sum(np.stack(big), axis=0))
     assert stats['bytes_to_workers'] > 0
     assert [w['alive'] for w in stats['workers']] == [True, True]
     assert all(w['rss_bytes'] > 0 and w['cpu_seconds'] >= 0 for w in stats['workers'])
