@@ -234,12 +234,19 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         if (not self._streams() or isinstance(value, SourcedClients)
                 or any(ex.worker_id is None for ex in self._groups)):
             return None
+        leaves = T.flatten_type(member)
+        if not all(isinstance(t, T.TensorType) and t.is_fully_defined
+                   and t.dtype != np.dtype(object) for t in leaves):
+            return None  # what does not stack (`stack_python_values`), before stacking it
+        row_bytes = sum(t.dtype.itemsize * int(np.prod(t.shape, dtype=np.int64)) for t in leaves)
+        if row_bytes * max(self._sizes, default=0) > INLINE_CLIENT_BYTES:
+            return None
         out: List[Any] = []
         for g in range(len(self._groups)):
             n = self._sizes[g]
             rows = stack_python_values(list(value[self._starts[g]:self._starts[g] + n]),
                                        member) if n else None
-            if n and (rows is None or sum(x.nbytes for x in rows) > INLINE_CLIENT_BYTES):
+            if n and rows is None:
                 return None
             out.append(rows)
         return out
