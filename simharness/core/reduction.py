@@ -92,13 +92,14 @@ class HeadRows(collections.abc.Sequence):
     def _row(self, i: int, k: int) -> Any:
         return self.stacked[i][k, ...] if i >= 0 else self.stacked[-1 - i][k]
 
-    def leaf_rows(self) -> Optional[List[Callable[[int], Any]]]:
+    def leaf_rows(self) -> Optional[List[List[Any]]]:
         """For values that are `Struct`s all the way down (what `flatten` walks): per leaf
-        in `flatten` order, value k's leaf as a function of k; else None."""
+        in `flatten` order, the values' leaves (row views, as `self[k]` holds them); else
+        None."""
         order = flatten(self.template)
         if not all(type(i) is int for i in order):
             return None  # lists or tuples inside: `flatten` would not walk them alike
-        return [(lambda k, i=i: self._row(i, k)) for i in order]
+        return [[self._row(i, k) for k in range(len(self))] for i in order]
 
     def __repr__(self) -> str:
         return f'HeadRows({len(self)} values, {len(self.stacked)} leaves)'
@@ -452,16 +453,15 @@ def add_many_trees(acc: Any, values: Sequence[Any]) -> Any:
     if not values:
         return acc
     acc_leaves = flatten(acc)
-    by_leaf = values.leaf_rows() if isinstance(values, HeadRows) else None
-    if by_leaf is None or len(by_leaf) != len(acc_leaves):
+    columns = values.leaf_rows() if isinstance(values, HeadRows) else None
+    if columns is None or len(columns) != len(acc_leaves):
         rows = [flatten(v) for v in values]
-        by_leaf = [(lambda k, j=j: rows[k][j]) for j in range(len(acc_leaves))]
+        columns = [[r[j] for r in rows] for j in range(len(acc_leaves))]
     out = []
     with np.errstate(over='ignore'):
-        for a, row in zip(acc_leaves, by_leaf):
-            s = add_arrays(a, row(0))
-            for k in range(1, len(values)):
-                x = row(k)
+        for a, column in zip(acc_leaves, columns):
+            s = add_arrays(a, column[0])
+            for x in column[1:]:
                 if (isinstance(s, np.ndarray) and s.ndim and isinstance(x, np.ndarray)
                         and x.shape == s.shape and x.dtype == s.dtype and s.flags.c_contiguous
                         and x.flags.c_contiguous and s.flags.writeable):
