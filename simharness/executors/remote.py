@@ -20,7 +20,7 @@ federating layer, in the driver).
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from simharness.core import types as T
 from simharness.core.structure import Struct, from_container
@@ -186,14 +186,15 @@ class RemoteExecutor(WorkerDelegatingExecutor):
 
     async def _request(self, op: Op, *args: Any, n_out: int = 0, types: Any = None,
                        wait: bool = False, broadcast_key: Any = None,
-                       partials: bool = False) -> Any:
+                       placed: Optional[List[Any]] = None, partials: bool = False) -> Any:
         limit = self._cardinalities.get(T.CLIENTS)
         if limit is not None and op in _BLOCK_OPS and n_out > limit:
             raise CardinalityError(
                 f'{op.name} over {n_out} clients, but set_cardinalities fixed {limit} clients '
                 f'for the executor at {self.address}', expected=limit, actual=n_out)
         return await super()._request(op, *args, n_out=n_out, types=types, wait=wait,
-                                      broadcast_key=broadcast_key, partials=partials)
+                                      broadcast_key=broadcast_key, placed=placed,
+                                      partials=partials)
 
     def close(self) -> None:
         """Releases everything this executor holds in the service (its session). Idempotent."""

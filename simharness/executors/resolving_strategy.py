@@ -54,6 +54,7 @@ from simharness.executors.federating import FederatingExecutor, FederatingStrate
 from simharness.executors.resolving_streams import IN_PROCESS_STREAM_CLIENTS  # noqa: F401
 from simharness.executors.resolving_streams import StreamingStrategy
 from simharness.executors.strategy_plans import (ClientsPayload, Lazy, LazyLocal, LazyMap,
+                                                 LazyShared,
                                                  LazySelect, LazySourced, LazyZip, StreamBatch,
                                                  hosting_child, secure_params,
                                                  targets_from_mapping)
@@ -151,7 +152,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
                 raise SimharnessTypeError(f'expected a server value, got {v.type_signature}')
             if ft.placement is T.SERVER:
                 return await v.payload.compute()
-            for g, vals in enumerate(v.payload):
+            for g, vals in enumerate(await self._as_clients(v)):
                 if vals:
                     return (await self._groups[g].compute_many(vals[:1]))[0]
         return await v.compute()
@@ -166,8 +167,22 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         self._check_fn(fn)
         return await child.create_value(fn.source, fn.type_signature)
 
-    async def _replicate(self, py: Any, member: T.Type) -> ClientsPayload:
-        shared: Dict[Any, Any] = {}  # what the groups' executors prepare once for `py`
+    async def _replicate(self, py: Any, member: T.Type) -> Any:
+        """`py` on every client: a `LazyShared` (sent with the stream plan that uses it) when
+        streaming on worker groups only, else sent to every group now (`replicate_now`)."""
+        if (not self._streams() or any(ex.worker_id is None for ex in self._groups)
+                or isinstance(py, ExecutorValue)):
+            return await self.replicate_now(py, member)
+        lazy = LazyShared(py, member)
+        for ex in self._groups:  # prepared (checked, encoded) now, once for every group
+            ex.share_value(py, member, lazy.forms)
+        return lazy
+
+    async def replicate_now(self, py: Any, member: T.Type,
+                            shared: Optional[Dict[Any, Any]] = None) -> ClientsPayload:
+        """`py` sent to every group: per group, one value repeated for each of its clients.
+        `shared`: what the groups' executors prepared once for it (`share_value`)."""
+        shared = {} if shared is None else shared
 
         async def one(g, ex):
             if self._sizes[g] == 0:

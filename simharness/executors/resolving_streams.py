@@ -4,6 +4,7 @@
   federated_map / federated_zip / selections at CLIENTS  ->  LazyMap / LazyZip / LazySelect
   clients by reference (SourcedClients)                   ->  LazySourced           (nothing runs)
   the driver's values, stackable, on worker groups        ->  LazyLocal (stacked, not sent)
+  a driver's value on every client (a broadcast), likewise ->  LazyShared (prepared, not sent)
   a reduction of one  -> joins the invocation's `StreamBatch`; when the invocation is quiet,
       per group: the Lazy graph -> stream plan nodes (`runtime.stream_plan`, `_PLAN_NODES`)
                  + one PlanReduction per reduction -> ONE create_streamed_reductions
@@ -13,24 +14,25 @@
 `StreamingStrategy` is the strategy's half that does this; it uses the
 strategy's groups (`_groups`, `_sizes`, `_starts`, `num_clients`), its
 settings (`stream`, `stream_slice`), counters (`stream_stats`), per-invocation
-state (`_batches`, `_busy`, `_idle`) and `_embed_fn` / `_gather_groups`.
+state (`_batches`, `_busy`, `_idle`), `_embed_fn`, `_gather_groups` and `replicate_now`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, cast
+from typing import (Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple,
+                    cast)
 
 from simharness.core import types as T
 from simharness.core.reduction import CHUNK
 from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor
 from simharness.executors.federating import FederatingValue
 from simharness.executors.strategy_plans import (Busy, ClientsPayload, Lazy, LazyLocal, LazyMap,
-                                                 LazySelect, LazySourced, LazyZip, Leaf,
-                                                 StreamBatch)
+                                                 LazySelect, LazyShared, LazySourced, LazyZip,
+                                                 Leaf, StreamBatch)
 from simharness.runtime.stream_plan import (PlanClients, PlanMap, PlanNode, PlanReduction,
-                                            PlanSame, PlanSelect, PlanStacked, PlanValues,
-                                            PlanZip)
+                                            PlanSame, PlanSelect, PlanShared, PlanStacked,
+                                            PlanValues, PlanZip)
 
 #: Event-loop turns without a new reduction after which a stream batch runs.
 _STREAM_QUIET_TURNS = 8
@@ -57,6 +59,7 @@ class StreamingStrategy:
     _idle: Dict[Any, asyncio.Event]
     _embed_fn: Callable[..., Awaitable[Any]]
     _gather_groups: Callable[..., Awaitable[List[Any]]]
+    replicate_now: Callable[..., Awaitable[ClientsPayload]]
 
     def _source(self, v: FederatingValue) -> Any:
         """A clients value as a plan source: its `Lazy`, or a `Leaf` of its values."""
@@ -73,7 +76,8 @@ class StreamingStrategy:
             lazy._lock = asyncio.Lock()
         async with lazy._lock:
             if lazy.payload is None:
-                if lazy.streamed and not isinstance(lazy, LazyLocal):  # values sent: no compute
+                if lazy.streamed and not isinstance(lazy, (LazyLocal, LazyShared)):
+                    # the plan computed it in the workers; sent values are not recomputed
                     self.stream_stats['recomputed'] += 1
                 lazy.payload = await _COMPUTE[type(lazy)](self, lazy)
         return lazy.payload
@@ -81,7 +85,7 @@ class StreamingStrategy:
     async def _leaf_values(self, src: Any) -> Tuple[ClientsPayload, bool]:
         if isinstance(src, Leaf):
             return src.payload, src.all_equal
-        return await self._force(src), False
+        return await self._force(src), isinstance(src, LazyShared)
 
     def _streams(self, *values: FederatingValue) -> bool:
         """Whether a reduction of `values` goes through a stream batch: streaming is on and
@@ -107,7 +111,8 @@ class StreamingStrategy:
             vals = src.payload[g]
             node = PlanSame(vals[0]) if src.all_equal else PlanValues(list(vals))
         elif src.payload is not None:  # computed already (another consumer needed it)
-            node = PlanValues(list(src.payload[g]))
+            vals = src.payload[g]
+            node = PlanSame(vals[0]) if isinstance(src, LazyShared) else PlanValues(list(vals))
         else:
             node = await _PLAN_NODES[type(src)](self, g, ex, src, nodes, index)
         nodes.append(node)
@@ -163,6 +168,10 @@ class StreamingStrategy:
                 nodes: List[PlanNode] = []
                 index: Dict[int, int] = {}
                 reductions = []
+                # The values every client shares first: a big one's bytes then lead the
+                # request (the local transport places them once for all workers).
+                for src in _shared_sources([x for _, srcs, _ in batch.requests for x in srcs]):
+                    await self._plan_node(g, ex, src, nodes, index)
                 for kind, srcs, params_for in batch.requests:
                     ids = await self._plan_for_group(g, ex, srcs, nodes, index)
                     # One source; a weighted mean's two: (values, weights).
@@ -228,6 +237,22 @@ class StreamingStrategy:
             ev.set()
 
 
+def _shared_sources(srcs: Sequence[Any]) -> List[LazyShared]:
+    """The `LazyShared` values `srcs` read (through their plans), each once, in order."""
+    out: List[LazyShared] = []
+    seen: Set[int] = set()
+    todo = list(srcs)[::-1]
+    while todo:
+        x = todo.pop()
+        if not isinstance(x, Lazy) or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, LazyShared):
+            out.append(x)
+        todo.extend(x.srcs[::-1])
+    return out
+
+
 def _mark_streamed(src: Any) -> None:
     if isinstance(src, Lazy) and src.payload is None:
         src.streamed = True
@@ -250,6 +275,10 @@ async def _compute_local(s: StreamingStrategy, lazy: LazyLocal) -> ClientsPayloa
         leaves = lazy.stacked[g]
         return list(await ex.create_values_stacked(leaves, lazy.member)) if leaves else []
     return await s._gather_groups(send)
+
+
+async def _compute_shared(s: StreamingStrategy, lazy: LazyShared) -> ClientsPayload:
+    return await s.replicate_now(lazy.py, lazy.member, lazy.forms)
 
 
 async def _compute_zip(s: StreamingStrategy, lazy: LazyZip) -> ClientsPayload:
@@ -293,8 +322,8 @@ async def _compute_map(s: StreamingStrategy, lazy: LazyMap) -> ClientsPayload:
 
 #: How each kind of Lazy is computed with the block operations.
 _COMPUTE: Dict[type, Callable[[StreamingStrategy, Any], Awaitable[ClientsPayload]]] = {
-    LazySourced: _compute_sourced, LazyLocal: _compute_local, LazyZip: _compute_zip,
-    LazySelect: _compute_select, LazyMap: _compute_map,
+    LazySourced: _compute_sourced, LazyLocal: _compute_local, LazyShared: _compute_shared,
+    LazyZip: _compute_zip, LazySelect: _compute_select, LazyMap: _compute_map,
 }
 
 
@@ -308,6 +337,13 @@ async def _plan_sourced(s: StreamingStrategy, g: int, ex: BatchExecutor, src: La
 async def _plan_local(s: StreamingStrategy, g: int, ex: BatchExecutor, src: LazyLocal,
                       nodes: List[PlanNode], index: Dict[int, int]) -> PlanNode:
     return PlanStacked(src.stacked[g] or [], src.member)
+
+
+async def _plan_shared(s: StreamingStrategy, g: int, ex: BatchExecutor, src: LazyShared,
+                       nodes: List[PlanNode], index: Dict[int, int]) -> PlanNode:
+    # As the group's executor takes it (prepared once: `share_value`); it decides how the
+    # value crosses (`WorkerDelegatingExecutor._wire_node`).
+    return PlanShared(ex.share_value(src.py, src.member, src.forms), src.member)
 
 
 async def _plan_map(s: StreamingStrategy, g: int, ex: BatchExecutor, src: LazyMap,
@@ -329,6 +365,6 @@ async def _plan_zip(s: StreamingStrategy, g: int, ex: BatchExecutor, src: LazyZi
 
 #: Group g's stream plan node of each kind of Lazy not computed yet.
 _PLAN_NODES: Dict[type, Callable[..., Awaitable[PlanNode]]] = {
-    LazySourced: _plan_sourced, LazyLocal: _plan_local, LazyMap: _plan_map,
-    LazySelect: _plan_select, LazyZip: _plan_zip,
+    LazySourced: _plan_sourced, LazyLocal: _plan_local, LazyShared: _plan_shared,
+    LazyMap: _plan_map, LazySelect: _plan_select, LazyZip: _plan_zip,
 }

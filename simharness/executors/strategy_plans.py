@@ -2,7 +2,7 @@
 
 `Lazy` describes client values not computed yet (`LazyMap`, `LazySelect`,
 `LazyZip`, clients by reference: `LazySourced`, or the driver's values not sent yet:
-`LazyLocal`), `Leaf` wraps computed ones
+`LazyLocal`, `LazyShared`), `Leaf` wraps computed ones
 inside a plan, `StreamBatch` gathers the reductions of one invocation that
 stream together, `Busy` marks an invocation working in the federating layer; `targets_from_mapping` and
 `hosting_child` read TFF's ``{SERVER: ex, CLIENTS: [...]}`` strategy targets;
@@ -93,6 +93,21 @@ class LazyLocal(Lazy):
         super().__init__()
         self.stacked = stacked
         self.member = member
+
+
+class LazyShared(Lazy):
+    """A value equal on every client, from the driver (`py`, of `member` type: a broadcast
+    model, say), not sent yet. A stream batch sends it inside each group's plan
+    (`PlanShared`); anything else sends it first (`create_value` per group). `forms` keeps
+    what the groups' executors prepare once for it (`share_value`)."""
+
+    __slots__ = ('py', 'member', 'forms')
+
+    def __init__(self, py: Any, member: Any):
+        super().__init__()
+        self.py = py
+        self.member = member
+        self.forms: Dict[Any, Any] = {}
 
 
 class Leaf:

@@ -29,17 +29,19 @@ from simharness.executors.client_blocks import rows_to_values, runs
 from simharness.executors.embedded_function import pack_result
 from simharness.executors.tf_values import as_tensors, numpy_tree
 from simharness.runtime.stream_plan import (PlanClients, PlanLoad, PlanMap, PlanNode,
-                                            PlanReduction, PlanSame, PlanSelect, PlanStacked,
-                                            PlanValues, PlanZip)
+                                            PlanReduction, PlanSame, PlanSelect, PlanShared,
+                                            PlanStacked, PlanValues, PlanZip)
 
 class _Slice:
     """The clients ``lo .. hi-1`` of the block: node values computed for them (memoized)."""
 
-    __slots__ = ('ex', 'nodes', 'lo', 'hi', 'memo')
+    __slots__ = ('ex', 'nodes', 'lo', 'hi', 'memo', 'kept')
 
-    def __init__(self, ex: BatchExecutor, nodes: Sequence[PlanNode], lo: int, hi: int):
+    def __init__(self, ex: BatchExecutor, nodes: Sequence[PlanNode], lo: int, hi: int,
+                 kept: Dict[int, Any]):
         self.ex, self.nodes, self.lo, self.hi = ex, nodes, lo, hi
         self.memo: Dict[int, List[Any]] = {}
+        self.kept = kept  # by node id: values made once for every slice (`_shared`)
 
     async def values(self, i: int) -> List[Any]:
         got = self.memo.get(i)
@@ -62,6 +64,13 @@ async def _values(s: _Slice, node: PlanValues) -> List[Any]:
 
 async def _same(s: _Slice, node: PlanSame) -> List[Any]:
     return [node.value] * (s.hi - s.lo)
+
+
+async def _shared(s: _Slice, node: PlanShared) -> List[Any]:
+    v = s.kept.get(id(node))
+    if v is None:  # one value of the block, made when its first slice needs it
+        v = s.kept[id(node)] = await s.ex.create_value(node.value, node.type)
+    return [v] * (s.hi - s.lo)
 
 
 async def _stacked(s: _Slice, node: PlanStacked) -> List[Any]:  # this slice's rows
@@ -92,7 +101,8 @@ async def _zip(s: _Slice, node: PlanZip) -> List[Any]:
 
 #: How a slice's values of each node kind are computed: (slice, node) -> client values.
 _EVALUATORS: Dict[type, Any] = {
-    PlanValues: _values, PlanSame: _same, PlanStacked: _stacked, PlanLoad: _load,
+    PlanValues: _values, PlanSame: _same, PlanShared: _shared, PlanStacked: _stacked,
+    PlanLoad: _load,
     PlanClients: _clients,
     PlanMap: _map, PlanSelect: _select, PlanZip: _zip,
 }
@@ -120,10 +130,11 @@ async def stream_reductions(ex: BatchExecutor, nodes: Sequence[PlanNode],
     for r in reductions:
         for j in r.srcs:
             uses[j] += 1
+    kept: Dict[int, Any] = {}
     lo = 0
     while lo < count:
         hi = min(count, (start + lo) // step * step + step - start)
-        piece = _Slice(ex, nodes, lo, hi)
+        piece = _Slice(ex, nodes, lo, hi, kept)
         for k, r in enumerate(reductions):
             p = None
             node = nodes[r.srcs[0]]

@@ -46,8 +46,8 @@ from simharness.runtime import protocol as P
 from simharness.runtime.codec import Packed
 from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
 from simharness.runtime.seam import WorkerHandle, WorkerId
-from simharness.runtime.stream_plan import (PlanClients, PlanNode, PlanReduction, PlanSourced,
-                                            PlanValues, is_plan_part)
+from simharness.runtime.stream_plan import (PlanClients, PlanNode, PlanReduction, PlanSame,
+                                            PlanShared, PlanSourced, PlanValues, is_plan_part)
 
 #: Values at least this big go through the pool's broadcast arena (written once).
 BROADCAST_MIN_BYTES = 1 << 16
@@ -132,6 +132,11 @@ def wire_value(value: Any, t: Optional[T.Type]) -> Any:
 
 #: Argument kinds `_ref_walk` passes on untouched (exact types; subclasses take the walk).
 _AS_IS = frozenset({type(None), bool, int, float, str, bytes, Ref, RefRange, Packed})
+
+
+def _leads(placed: List[Any], buffers: List[Any]) -> bool:
+    """Whether the arrays `placed` are the first of `buffers` (the same objects)."""
+    return len(placed) <= len(buffers) and all(a is b for a, b in zip(placed, buffers))
 
 
 class _Shared:
@@ -285,16 +290,19 @@ class WorkerDelegatingExecutor(BatchExecutor):
                                           [list(f) for f in free], want_types=want_types))
 
     async def _submit_broadcast(self, key: Any, header: bytes, buffers: List[np.ndarray], op: Op,
-                                gen: int) -> concurrent.futures.Future:
-        """Submits with the buffers in the pool's broadcast arena (written once for `key`)."""
+                                gen: int, placed: Optional[int] = None,
+                                lend: bool = False) -> concurrent.futures.Future:
+        """Submits with the buffers in the pool's broadcast arena (written once for `key`);
+        with `placed`, only the first `placed` of them (the handle `places_prefix`)."""
         bc = self._handle.pool.broadcast
-        locs = bc.acquire(key, buffers)  # held already, or written now: never waits
+        # held already, or written now: never waits
+        locs = bc.acquire(key, buffers if placed is None else buffers[:placed])
         if locs is None:  # every broadcast slot is being read: the bytes go with the request
-            return self._handle.submit(header, buffers, op.name, gen)
+            return self._handle.submit(header, buffers, op.name, gen, lend=lend)
         # The handle ends the read when the worker answered (or the request failed), or
         # when it freed the tensors it made of the bytes in place.
         return self._handle.submit(header, buffers, op.name, gen, locs,
-                                   functools.partial(bc.release, locs))
+                                   functools.partial(bc.release, locs), lend=lend)
 
     def _reserve_ids(self, n: int) -> int:
         """The first of `n` fresh ids of this session (a stack may serve several threads)."""
@@ -380,9 +388,11 @@ class WorkerDelegatingExecutor(BatchExecutor):
 
     async def _request(self, op: Op, *args: Any, n_out: int = 0, types: Any = None,
                        wait: bool = False, broadcast_key: Any = None,
-                       partials: bool = False) -> Any:
+                       placed: Optional[List[Any]] = None, partials: bool = False) -> Any:
         """Sends one request; `partials`: its answer is Partials, read in place when the
-        transport lends (`_lent_partials`)."""
+        transport lends (`_lent_partials`). `broadcast_key`: the request's buffers go
+        through the broadcast arena, or with `placed` (the broadcast value's buffers)
+        those only, when they lead the request's buffers."""
         gen = await self._ready()
         # Argument by argument: the argument list itself is never a run of ids (a call
         # of value k on value k + 1 would become one RefRange the worker cannot read).
@@ -391,12 +401,15 @@ class WorkerDelegatingExecutor(BatchExecutor):
         pipelined = not wait and types is not None
         header, buffers = self._encode(op, packed, base, n_out, want_types=not pipelined)
         lend = partials and self._handle.lends
-        if lend:
+        if placed is not None and not _leads(placed, buffers):
+            broadcast_key = None  # encoded elsewhere than first: its bytes go as the rest
+        if broadcast_key is not None:
+            fut = await self._submit_broadcast(broadcast_key, header, buffers, op, gen,
+                                               None if placed is None else len(placed), lend)
+        elif lend:
             fut = self._handle.submit(header, buffers, op.name, gen, lend=True)
-        elif broadcast_key is None:
-            fut = self._handle.submit(header, buffers, op.name, gen)
         else:
-            fut = await self._submit_broadcast(broadcast_key, header, buffers, op, gen)
+            fut = self._handle.submit(header, buffers, op.name, gen)
         if pipelined:
             with self._lock:
                 self._pending.append((CURRENT_INVOCATION.get(), fut))
@@ -595,12 +608,29 @@ class WorkerDelegatingExecutor(BatchExecutor):
         Clients given by reference (`PlanClients`) are loaded by the worker, slice by
         slice, when their source is describable (`PlanSourced`)."""
         wire = [await self._wire_node(node) for node in nodes]
+        # A big shared value leading the plan (the strategy plans those first): on a
+        # transport that places a prefix, its bytes are the broadcast arena's, written
+        # once for every worker; the request's own data go as usual.
+        lead = nodes[0].value if nodes and isinstance(wire[0], PlanShared) else None
+        big = isinstance(lead, _Shared) and lead.big
         return await self._request(Op.STREAM_REDUCE, wire, list(reductions), start,
-                                   count, total, slice_size, wait=True, partials=True)
+                                   count, total, slice_size, wait=True, partials=True,
+                                   broadcast_key=lead.value if big else None,
+                                   placed=lead.packed.buffers if big else None)
 
     async def _wire_node(self, node: PlanNode) -> PlanNode:
         """A plan node as it crosses: `PlanClients` as `PlanSourced` (or `PlanValues`, loaded
-        here when the source or transform is not plain data); the other kinds as they are."""
+        here when the source or transform is not plain data); `PlanShared` with its value
+        encoded once for every worker (`share_value`), or, when this executor sends such a
+        value its own way (element by element; a big one where the transport does not place
+        it once for all workers inside a request), as `PlanSame` of the value sent first;
+        the other kinds as they are."""
+        if isinstance(node, PlanShared):
+            form = node.value
+            if (isinstance(form, _Shared)
+                    and not (form.big and not self._handle.places_prefix)):
+                return PlanShared(form.packed, node.type)
+            return PlanSame(await self.create_value(form, node.type))
         if not isinstance(node, PlanClients):
             return node
         sc, t = node.clients, node.type

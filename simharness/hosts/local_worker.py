@@ -126,11 +126,12 @@ def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int
         _release_stale(attachment, frame[2])
         token = frame[3]
         if token is not None:
-            # The driver's broadcast: tensors made of it hold it in place (no copy) while
-            # they live; the driver keeps it until we report the token unpinned.
+            # The driver's broadcast (the first frame[4] buffers): tensors made of it hold
+            # it in place (no copy) while they live; the driver keeps it until we report
+            # the token unpinned. The request's other buffers are read as usual.
             SHARED_READS.offer(token, [attachment.read(SlotRef(loc[0], loc[1], '|u1', (loc[2],)),
                                                        writable=True)
-                                       for loc in frame[2] if isinstance(loc, list)])
+                                       for loc in frame[2][:frame[4]] if isinstance(loc, list)])
         try:
             req: Any = P.decode_message(frame[1], L.read_buffers(attachment, frame[2], copy=False))
         except Exception as e:

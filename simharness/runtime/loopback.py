@@ -82,6 +82,7 @@ class LoopbackHandle:
     """
 
     lends = False
+    places_prefix = False  # a broadcast goes alone (`WorkerDelegatingExecutor._wire_node`)
 
     def __init__(self, group: 'LoopbackGroup', worker_id: int):
         self._group = group

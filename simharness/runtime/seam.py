@@ -75,6 +75,9 @@ class WorkerHandle(Protocol):
         start, a restart after a crash); values of older generations are gone.
       lends: whether ``submit(..., lend=True)`` answers with views of the
         worker's memory and a loan (else `lend` is ignored).
+      places_prefix: whether `submit`'s `locs` may place only the first
+        ``len(locs)`` buffers (the others go as with no `locs`): a request
+        that carries a broadcast value and data of its own.
       pool: the group this handle belongs to.
     """
 
@@ -93,6 +96,10 @@ class WorkerHandle(Protocol):
     @property
     def lends(self) -> bool:
         """Whether `submit(..., lend=True)` lends views of the worker's memory."""
+
+    @property
+    def places_prefix(self) -> bool:
+        """Whether `submit`'s `locs` may place a prefix of the buffers only."""
 
     @property
     def pool(self) -> 'WorkerGroup':
@@ -115,7 +122,8 @@ class WorkerHandle(Protocol):
           header, buffers: the request, as `protocol.encode_message` made it.
           op: the operation's name (for error messages).
           generation: the generation the request was made for.
-          locs: where `buffers` already are (the group's broadcast arena).
+          locs: where `buffers` already are (the group's broadcast arena); with
+            `places_prefix`, where the first ``len(locs)`` of them are.
           on_done: called once when the worker is done with `locs`.
           lend: with `lends`, resolve to ``(response, loan)`` (see the local pool).
         """

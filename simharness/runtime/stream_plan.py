@@ -6,8 +6,8 @@ translates the kinds it owns, once, and passes the others on:
 
 ```
 FederatedResolvingStrategy (driver)   Lazy maps / selects / zips of a group ->
-                                      PlanValues  PlanSame  PlanStacked  PlanClients  PlanMap
-                                      PlanSelect  PlanZip
+                                      PlanValues  PlanSame  PlanStacked  PlanShared  PlanClients
+                                      PlanMap  PlanSelect  PlanZip
 WorkerDelegatingExecutor (driver)     PlanClients -> PlanSourced (the worker loads the clients)
                                                   or PlanValues (the driver loads and ships them)
 codec (the wire)                      the wire kinds are registered messages: plain data, values
@@ -28,7 +28,8 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 
 from simharness.runtime import codec
 
-__all__ = ['PlanNode', 'PlanValues', 'PlanSame', 'PlanStacked', 'PlanClients', 'PlanSourced',
+__all__ = ['PlanNode', 'PlanValues', 'PlanSame', 'PlanStacked', 'PlanShared', 'PlanClients',
+           'PlanSourced',
            'PlanLoad',
            'PlanMap', 'PlanSelect', 'PlanZip', 'PlanReduction', 'WIRE_KINDS', 'is_plan_part']
 
@@ -86,6 +87,16 @@ class PlanStacked(PlanNode):
     clients' values come from the driver needs no request of their own."""
 
     leaves: Sequence[Any]
+    type: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanShared(PlanNode):
+    """One value of the driver's, the same for every client (plain data of `type`: a
+    broadcast model, say). It travels with the plan, so a round's broadcast needs no
+    request of its own; the holder makes one value of it for the block."""
+
+    value: Any
     type: Any
 
 
@@ -172,8 +183,8 @@ class PlanReduction(_PlanPart):
 
 
 #: The kinds that cross the worker seam (registered with the codec).
-WIRE_KINDS: Tuple[Type[Any], ...] = (PlanValues, PlanSame, PlanStacked, PlanSourced, PlanMap,
-                                     PlanSelect, PlanZip, PlanReduction)
+WIRE_KINDS: Tuple[Type[Any], ...] = (PlanValues, PlanSame, PlanStacked, PlanShared, PlanSourced,
+                                     PlanMap, PlanSelect, PlanZip, PlanReduction)
 for _kind in WIRE_KINDS:
     codec.register_message(_kind)
 

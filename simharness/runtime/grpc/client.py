@@ -212,6 +212,7 @@ class RemoteWorkerHandle:
 
     #: Answers are never lent (`submit(..., lend=True)` is a plain request).
     lends = False
+    places_prefix = False  # a broadcast goes alone (`WorkerDelegatingExecutor._wire_node`)
 
     def __init__(self, services: 'RemoteServices', target: '_Target', slot: int):
         self.services = services

@@ -27,6 +27,9 @@ class WorkerHandle(WorkerProcess):
 
     #: `submit(..., lend=True)` answers with views of the worker's memory and a loan.
     lends = True
+    #: `submit`'s `locs` may place the first buffers only (a broadcast value leading a
+    #: request): the others go into the worker's arena as usual.
+    places_prefix = True
 
     def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
                locs: Optional[List[Any]] = None,
@@ -40,7 +43,8 @@ class WorkerHandle(WorkerProcess):
           generation: the worker generation the request was made for: if the
             worker was replaced since, the request fails with
             `WorkerCrashedError` (its session is gone).
-          locs: where `buffers` already are (the broadcast arena), if placed.
+          locs: where the first ``len(locs)`` of `buffers` already are (the broadcast
+            arena), if placed; the others go into the worker's arena.
           on_done: called once the worker answered (or the request failed).
           lend: the future resolves to ``(response, loan)``: the response's
             big arrays are read-only views of the worker's arena, valid until
@@ -117,17 +121,19 @@ class WorkerHandle(WorkerProcess):
                     break  # the worker still reads the driver arena
                 self.queue.popleft()
                 try:
-                    locs = call.locs
-                    if locs is None:
-                        locs = L.write_buffers(self._arena, call.buffers)
+                    locs = call.locs or []
+                    rest = call.buffers[len(locs):]  # what the broadcast arena does not hold
+                    if rest or call.locs is None:
+                        locs = locs + L.write_buffers(self._arena, rest)
                 except Exception as e:
                     call.finish(error=e)
                     continue
                 if call.uses_arena:
                     self._arena_busy = True
                 call.buffers = []
-                self._out += L.frame_with_length(L.pack_frame(L.F_REQUEST, call.header, locs,
-                                                              call.token))
+                self._out += L.frame_with_length(L.pack_frame(
+                    L.F_REQUEST, call.header, locs, call.token,
+                    0 if call.locs is None else len(call.locs)))
                 call.header = b''
                 call.sent_at = time.monotonic()
                 self.inflight.append(call)

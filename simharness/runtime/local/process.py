@@ -119,11 +119,12 @@ class _Call(InFlight):
         self.header = header
         self.buffers = buffers
         self.locs = locs
-        self.uses_arena = locs is None and L.arena_bytes_needed(buffers) > 0
+        rest = buffers if locs is None else buffers[len(locs):]  # not placed already
+        self.uses_arena = L.arena_bytes_needed(rest) > 0
         self.sent_at = 0.0
-        # Bytes this request writes: none when its buffers are already placed (a
-        # broadcast, counted once by the broadcast arena).
-        self.nbytes = 0 if locs is not None else sum(b.nbytes for b in buffers)
+        # Bytes this request writes: none for buffers placed already (a broadcast,
+        # counted once by the broadcast arena).
+        self.nbytes = sum(b.nbytes for b in rest)
 
 
 class WorkerProcess:

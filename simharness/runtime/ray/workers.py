@@ -140,6 +140,7 @@ class RayWorkerHandle:
 
     #: Answers are never lent (`submit(..., lend=True)` is a plain request).
     lends = False
+    places_prefix = False  # a broadcast goes alone (`WorkerDelegatingExecutor._wire_node`)
 
     def __init__(self, workers: 'RayWorkers', slot: int):
         self.workers = workers
