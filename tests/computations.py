@@ -27,6 +27,23 @@ def broadcast_aggregate(num_floats: int, twice: bool = False) -> Any:
     return broadcast_aggregate
 
 
+def broadcast_scaled_sum(num_floats: int) -> Any:
+    """``federated_sum(federated_map(w * x, federated_zip([federated_broadcast(w), xs])))``
+    for a float32[num_floats] model `w` at the server and float32 clients `xs`: a round's
+    shape (a broadcast read with each client's own value) at its smallest."""
+    spec = sh.TensorType(np.float32, (num_floats,))
+
+    @sh.tf_computation(spec, tf.float32)
+    def scaled(w, x):
+        return w * x
+
+    @sh.federated_computation(sh.type_at_server(spec), sh.type_at_clients(tf.float32))
+    def broadcast_scaled_sum(w, xs):
+        return sh.federated_sum(sh.federated_map(
+            scaled, sh.federated_zip([sh.federated_broadcast(w), xs])))
+    return broadcast_scaled_sum
+
+
 def map_sum_add_one() -> Any:
     """``federated_sum(federated_map(x + 1, xs))`` over float32 clients: the trivial round
     whose cost is the stack's own (driver CPU, messages per worker)."""

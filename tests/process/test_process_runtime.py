@@ -119,6 +119,30 @@ def test_one_request_per_worker_per_operation(warm_pool):
     assert all(w['rss_bytes'] > 0 and w['cpu_seconds'] >= 0 for w in stats['workers'])
 
 
+def test_a_broadcast_rides_in_the_round_request_and_is_written_once(warm_pool):
+    from computations import broadcast_scaled_sum  # tests/computations.py
+    from simharness.executors.worker_delegating import BROADCAST_MIN_BYTES
+    n = BROADCAST_MIN_BYTES // 4 * 2  # big: the broadcast arena's
+    comp = broadcast_scaled_sum(n)
+    w = np.linspace(-1, 1, n, dtype=np.float32)
+    xs = [np.float32(k) / 3 for k in range(10)]
+    with sh.execution_context(sh.framework.thread_debugging_executor_factory()):
+        want = comp(w, xs)
+    with process_executor_factory(pool=warm_pool) as factory:
+        with sh.execution_context(factory):
+            comp(w, xs)  # warm up (ships the computation once)
+            before = factory.stats()
+            got = comp(w, xs)
+            after = factory.stats()
+    # The model inside the round's one request per worker (`PlanShared`), its bytes in
+    # the broadcast arena once for both workers (the clients' floats go inline).
+    assert after['requests'] - before['requests'] == 2
+    sent = after['bytes_to_workers'] - before['bytes_to_workers']
+    assert w.nbytes <= sent < 2 * w.nbytes, sent
+    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+    assert warm_pool.broadcast.readers == 0  # every read of it ended
+
+
 def test_killed_worker_raises_then_retry_gives_the_answer(tmp_path):
     # One client per worker: while both clients' computations run, both workers are inside
     # the computation; the kill lands there, not before or after it (no timer).

@@ -284,6 +284,30 @@ def test_one_stack_factory_over_a_loopback_group_gives_the_thread_stack_bits():
     assert all(h.requests for h in group.handles)  # both workers hosted clients
 
 
+@pytest.mark.parametrize('size', ['small', 'big'])
+def test_a_broadcast_goes_inside_the_plan_unless_big_where_a_prefix_is_not_placed(size):
+    from computations import broadcast_scaled_sum  # tests/computations.py
+    n = 8 if size == 'small' else BROADCAST_MIN_BYTES // 4
+    comp = broadcast_scaled_sum(n)
+    w = np.linspace(-1, 1, n, dtype=np.float32)
+    xs = [np.float32(k) / 7 for k in range(6)]
+    with sh.execution_context(thread_debugging_executor_factory()):
+        want = comp(w, xs)
+    group = LoopbackGroup(lambda k: WorkerService(EagerTFExecutor(), worker_id=k), num_workers=2)
+    assert not group.handles[0].places_prefix
+    factory = WorkerGroupExecutorFactory(group)
+    with sh.execution_context(factory):
+        comp(w, xs)  # ships the computation
+        seen = len(group.handles[0].requests)
+        got = comp(w, xs)
+        ops = [P.Op(r.op).name for r in group.handles[0].requests[seen:]]
+    factory.close()
+    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+    # Small: inside the round's one request. Big, on a transport that does not place it
+    # once for all workers inside a request: sent alone first, through its arena.
+    assert ops == (['STREAM_REDUCE'] if size == 'small' else ['CREATE_VALUE', 'STREAM_REDUCE'])
+
+
 def test_the_local_grpc_and_ray_transports_implement_the_seam():
     # Nothing is started: the classes are checked, not the workers.
     from simharness.runtime.grpc.client import RemoteServices
