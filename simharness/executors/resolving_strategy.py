@@ -256,15 +256,13 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         row_bytes = sum(t.dtype.itemsize * int(np.prod(t.shape, dtype=np.int64)) for t in leaves)
         if row_bytes * max(self._sizes, default=0) > INLINE_CLIENT_BYTES:
             return None
-        out: List[Any] = []
-        for g in range(len(self._groups)):
-            n = self._sizes[g]
-            rows = stack_python_values(list(value[self._starts[g]:self._starts[g] + n]),
-                                       member) if n else None
-            if n and rows is None:
-                return None
-            out.append(rows)
-        return out
+        # Stacked once for every group (each group's rows are a slice of them: one check and
+        # one copy per leaf, not one per worker).
+        rows = stack_python_values(list(value), member)
+        if rows is None:
+            return None
+        return [[x[a:a + n] for x in rows] if n else None
+                for a, n in zip(self._starts, self._sizes)]
 
     async def compute_federated_value(self, v: FederatingValue) -> Any:
         t = cast(T.FederatedType, v.type_signature)  # the type of a federated value
