@@ -42,7 +42,8 @@ from simharness.runtime.codec import DatasetBlob, Ref, RefRange  # noqa: F401  (
 from simharness.runtime.stream_plan import is_plan_part
 
 #: 4: the stream plan of STREAM_REDUCE is typed (`runtime.stream_plan`), not tagged lists.
-PROTOCOL_VERSION = 4
+#: 5: the plan carries clients' values (`PlanStacked`) and shared values (`PlanShared`).
+PROTOCOL_VERSION = 5
 
 
 class Op(enum.IntEnum):
