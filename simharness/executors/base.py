@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextvars
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from simharness.core import types as T
 from simharness.core.reduction import Partial
@@ -124,7 +124,8 @@ class BatchExecutor(Executor):
     Optional abilities are methods with defaults here (callers ask, never probe
     with `hasattr`): `worker_id` (None: the executor runs in this process),
     `can_share` (False: values are copied between executors), `share_value`
-    (the value itself: nothing prepared once for several executors), `can_stream`
+    (the value itself: nothing prepared once for several executors), `partial_joiner`
+    (None: partials join only in `create_reduction_result`), `can_stream`
     (True when a subclass implements `create_streamed_reductions`).
     """
 
@@ -151,6 +152,14 @@ class BatchExecutor(Executor):
         conversion, an encoding) keeps its form there. The default: `value`.
         """
         return value
+
+    def partial_joiner(self, kind: str, total: int
+                       ) -> Optional[Callable[[Partial, Partial], Partial]]:
+        """How two adjacent partials of a `kind` reduction over `total` clients join into
+        one, as `create_reduction_result` would join them (same additions, same bits), so
+        that a caller may join them as they arrive; None (the default): only
+        `create_reduction_result` joins them."""
+        return None
 
     @property
     def can_stream(self) -> bool:

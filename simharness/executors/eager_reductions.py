@@ -258,6 +258,19 @@ class EagerReductions:
             builder.feed_folded(acc, stop - pos)
             pos = stop
 
+    def partial_joiner(self, kind: str, total: int
+                       ) -> Optional[Callable[[Partial, Partial], Partial]]:
+        """`Reducer.join` with the additions `create_reduction_result` makes, for the kinds
+        numpy folds (`_NUMPY_SUMS`); None for the others."""
+        if kind not in _NUMPY_SUMS:
+            return None
+        reducer = self._combine_reducer(kind, total, {})
+
+        def join(left: Partial, right: Partial) -> Partial:
+            with np.errstate(over='ignore'):  # integer sums wrap, as in the combine
+                return reducer.join(left, right)
+        return join
+
     async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
                                       params: Dict[str, Any], result_type: T.Type) -> EagerValue:
         self._check_open()

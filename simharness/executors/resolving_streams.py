@@ -24,7 +24,7 @@ from typing import (Any, Awaitable, Callable, Dict, List, Optional, Sequence, Se
                     cast)
 
 from simharness.core import types as T
-from simharness.core.reduction import CHUNK
+from simharness.core.reduction import CHUNK, Partial
 from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor
 from simharness.executors.federating import FederatingValue
 from simharness.executors.strategy_plans import (Busy, ClientsPayload, Lazy, LazyLocal, LazyMap,
@@ -57,6 +57,7 @@ class StreamingStrategy:
     _batches: Dict[Any, StreamBatch]
     _busy: Dict[Any, int]
     _idle: Dict[Any, asyncio.Event]
+    _server: BatchExecutor
     _embed_fn: Callable[..., Awaitable[Any]]
     _gather_groups: Callable[..., Awaitable[List[Any]]]
     replicate_now: Callable[..., Awaitable[ClientsPayload]]
@@ -161,6 +162,10 @@ class StreamingStrategy:
             self.stream_stats['batches'] += 1
             self.stream_stats['reductions'] += len(batch.requests)
             n = self.num_clients
+            # Each reduction's partials joined as they arrive, from the first client on (the
+            # server's additions, done while later groups still compute).
+            arrivals = [_Arrivals(self._server.partial_joiner(kind, n))
+                        for kind, _, _ in batch.requests]
 
             async def one(g: int, ex: BatchExecutor) -> Optional[List[Any]]:
                 if not self._sizes[g]:
@@ -176,11 +181,14 @@ class StreamingStrategy:
                     ids = await self._plan_for_group(g, ex, srcs, nodes, index)
                     # One source; a weighted mean's two: (values, weights).
                     reductions.append(PlanReduction(kind, tuple(ids), await params_for(ex)))
-                return await ex.create_streamed_reductions(nodes, reductions, self._starts[g],
-                                                           self._sizes[g], n, self._slice_for(ex))
-            per_group = await self._gather_groups(one)
-            out = [[parts[r] for parts in per_group if parts is not None]
-                   for r in range(len(batch.requests))]
+                parts = await ex.create_streamed_reductions(nodes, reductions, self._starts[g],
+                                                            self._sizes[g], n,
+                                                            self._slice_for(ex))
+                for came, p in zip(arrivals, parts):
+                    came.add(p)
+                return parts
+            await self._gather_groups(one)
+            out = [came.partials() for came in arrivals]
         except BaseException as e:  # every reduction of the batch reports it
             if not batch.done.done():
                 if isinstance(e, asyncio.CancelledError):
@@ -235,6 +243,33 @@ class StreamingStrategy:
         ev = self._idle.pop(key, None)
         if ev is not None:
             ev.set()
+
+
+class _Arrivals:
+    """The partials of one reduction as the groups answer: joined (`join`) into one from
+    the first client on while they come in client order, the others kept until then."""
+
+    __slots__ = ('_join', '_left', '_waiting')
+
+    def __init__(self, join: Optional[Callable[[Partial, Partial], Partial]]):
+        self._join = join
+        self._left: Optional[Partial] = None  # the join of the partials from client 0 on
+        self._waiting: Dict[int, Partial] = {}  # by first client
+
+    def add(self, p: Partial) -> None:
+        self._waiting[p.start] = p
+        if self._join is None:
+            return
+        pos = 0 if self._left is None else self._left.stop
+        while pos in self._waiting:
+            nxt = self._waiting.pop(pos)
+            self._left = nxt if self._left is None else self._join(self._left, nxt)
+            pos = self._left.stop
+
+    def partials(self) -> List[Partial]:
+        """What arrived, in client order (one partial when all joined)."""
+        left = [] if self._left is None else [self._left]
+        return left + [self._waiting[k] for k in sorted(self._waiting)]
 
 
 def _shared_sources(srcs: Sequence[Any]) -> List[LazyShared]:

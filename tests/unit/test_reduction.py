@@ -345,3 +345,53 @@ def test_head_rows_folded_row_by_row_give_the_bits_of_values_one_at_a_time():
         rows[k]
     with pytest.raises(SimharnessValueError, match='equal length'):
         HeadRows(Struct([('x', 0), ('y', 1)]), [small, big[:3]])
+
+
+def test_partials_joined_as_they_arrive_give_the_bits_of_the_combine():
+    # The strategy joins each reduction's partials as the groups answer (`_Arrivals`, with
+    # the server's `partial_joiner`): in any order of arrival, the bits of the combine of
+    # them all; most clients are head values (16 blocks of 6-7), an int32 leaf wraps.
+    import asyncio
+    from simharness.core import types as T
+    from simharness.core.reduction import add_trees
+    from simharness.core.struct import Struct
+    from simharness.core.structure import flatten
+    from simharness.executors.eager_tf import EagerTFExecutor
+    from simharness.executors.resolving_streams import _Arrivals
+    rng = np.random.default_rng(11)
+    n = 100
+    values = [Struct([('w', (rng.standard_normal(300) * 1e3).astype(np.float32)),
+                      ('k', np.array(rng.integers(2**30, 2**31 - 1), np.int32))])
+              for _ in range(n)]
+    t = T.StructType([('w', T.TensorType(np.float32, [300])), ('k', T.TensorType(np.int32))])
+    ex = EagerTFExecutor()
+
+    def parts():  # fresh each time: a join may add into an accumulator it made
+        one = Reducer(lambda v: v, add_trees, add_trees, n)
+        out, s = [], 0
+        for size in [7] * 4 + [6] * 12:
+            out.append(one.partial(values[s:s + size], s))
+            s += size
+        return out
+
+    def result(partials):
+        async def go():
+            v = await ex.create_reduction_result('sum', partials, n, {}, t)
+            return [np.asarray(x) for x in flatten(await v.compute())]
+        return asyncio.run(go())
+    want = result(parts())
+    assert int(want[1]) != sum(int(v['k']) for v in values)  # the int32 sum wrapped
+    for order in (range(16), reversed(range(16)), rng.permutation(16)):
+        ps = parts()
+        came = _Arrivals(ex.partial_joiner('sum', n))
+        for k in order:
+            came.add(ps[k])
+        joined = came.partials()
+        assert [(p.start, p.stop) for p in joined] == [(0, n)]
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(want, result(joined)))
+    # Kinds the server folds otherwise are not joined early: kept, in client order.
+    assert ex.partial_joiner('aggregate', n) is None
+    came = _Arrivals(None)
+    for p in reversed(parts()):
+        came.add(p)
+    assert [p.start for p in came.partials()] == sorted(p.start for p in parts())
