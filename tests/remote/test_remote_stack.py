@@ -193,3 +193,22 @@ def test_dispose_batch_size_frees_dropped_values_in_batches(remote_pair):
         assert _eventually(lambda: held() == 1)
     finally:
         ex.close()
+
+
+@pytest.mark.parametrize('stream_structs', [False, True])
+def test_a_round_broadcast_crosses_as_the_executor_sends_it(remote_pair, stream_structs):
+    # Small: inside the round's plan; big: alone first (gRPC places no prefix of a request);
+    # with stream_structs the executor sends it its own way first. The bits of the thread stack.
+    from computations import broadcast_scaled_sum  # tests/computations.py
+    from simharness.executors.worker_delegating import BROADCAST_MIN_BYTES
+    xs = [np.float32(k) / 7 for k in range(9)]
+    for n in (8, BROADCAST_MIN_BYTES // 4):
+        comp = broadcast_scaled_sum(n)
+        w = np.linspace(-1, 1, n, dtype=np.float32)
+        with sh.execution_context(local_executor_factory()):
+            want = comp(w, xs)
+        factory = remote_executor_factory(services=remote_pair.services,
+                                          stream_structs=stream_structs)
+        with sh.execution_context(factory):
+            got = comp(w, xs)
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
