@@ -246,30 +246,44 @@ class StreamingStrategy:
 
 
 class _Arrivals:
-    """The partials of one reduction as the groups answer: joined (`join`) into one from
-    the first client on while they come in client order, the others kept until then."""
+    """The partials of one reduction as the groups answer, joined (`join`) with their
+    neighbours as they come: a partial takes in the next one's head values when it holds
+    the beginning of their chunk (or the next one has none); what cannot join yet waits."""
 
-    __slots__ = ('_join', '_left', '_waiting')
+    __slots__ = ('_join', '_by_start', '_by_stop')
 
     def __init__(self, join: Optional[Callable[[Partial, Partial], Partial]]):
         self._join = join
-        self._left: Optional[Partial] = None  # the join of the partials from client 0 on
-        self._waiting: Dict[int, Partial] = {}  # by first client
+        self._by_start: Dict[int, Partial] = {}
+        self._by_stop: Dict[int, Partial] = {}
 
     def add(self, p: Partial) -> None:
-        self._waiting[p.start] = p
-        if self._join is None:
-            return
-        pos = 0 if self._left is None else self._left.stop
-        while pos in self._waiting:
-            nxt = self._waiting.pop(pos)
-            self._left = nxt if self._left is None else self._join(self._left, nxt)
-            pos = self._left.stop
+        if self._join is not None:
+            left = self._by_stop.get(p.start)
+            if left is not None and _takes_in(left, p):
+                self._drop(left)
+                p = self._join(left, p)
+            right = self._by_start.get(p.stop)
+            while right is not None and _takes_in(p, right):
+                self._drop(right)
+                p = self._join(p, right)
+                right = self._by_start.get(p.stop)
+        self._by_start[p.start] = p
+        self._by_stop[p.stop] = p
+
+    def _drop(self, p: Partial) -> None:
+        del self._by_start[p.start], self._by_stop[p.stop]
 
     def partials(self) -> List[Partial]:
         """What arrived, in client order (one partial when all joined)."""
-        left = [] if self._left is None else [self._left]
-        return left + [self._waiting[k] for k in sorted(self._waiting)]
+        return [self._by_start[k] for k in sorted(self._by_start)]
+
+
+def _takes_in(left: Partial, right: Partial) -> bool:
+    """Whether joining `right` onto `left` folds `right`'s head values into the chunk `left`
+    began, or neither has head values (tree nodes only). Head values wait, as they came,
+    for the block that began their chunk."""
+    return left.open_chunk is not None or not (left.head or right.head)
 
 
 def _shared_sources(srcs: Sequence[Any]) -> List[LazyShared]:
