@@ -54,9 +54,8 @@ from simharness.executors.federating import FederatingExecutor, FederatingStrate
 from simharness.executors.resolving_streams import IN_PROCESS_STREAM_CLIENTS  # noqa: F401
 from simharness.executors.resolving_streams import StreamingStrategy
 from simharness.executors.strategy_plans import (ClientsPayload, Lazy, LazyLocal, LazyMap,
-                                                 LazyShared,
-                                                 LazySelect, LazySourced, LazyZip, StreamBatch,
-                                                 hosting_child, secure_params,
+                                                 LazySelect, LazyShared, LazySourced, LazyZip,
+                                                 StreamBatch, hosting_child, secure_params,
                                                  targets_from_mapping)
 
 #: The most bytes of one worker group's clients' values (from the driver's Python) that ride
@@ -167,11 +166,16 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         self._check_fn(fn)
         return await child.create_value(fn.source, fn.type_signature)
 
+    def _plans_carry_values(self) -> bool:
+        """Whether the driver's values for clients wait for the stream plan that uses them
+        (`LazyLocal`, `LazyShared`): streaming on worker groups only (in-process groups
+        take the values as they are)."""
+        return self._streams() and all(ex.worker_id is not None for ex in self._groups)
+
     async def _replicate(self, py: Any, member: T.Type) -> Any:
         """`py` on every client: a `LazyShared` (sent with the stream plan that uses it) when
         streaming on worker groups only, else sent to every group now (`replicate_now`)."""
-        if (not self._streams() or any(ex.worker_id is None for ex in self._groups)
-                or isinstance(py, ExecutorValue)):
+        if not self._plans_carry_values() or isinstance(py, ExecutorValue):
             return await self.replicate_now(py, member)
         lazy = LazyShared(py, member)
         for ex in self._groups:  # prepared (checked, encoded) now, once for every group
@@ -246,8 +250,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         (anything else is sent now, by `create_values`, which gives the precise errors) and
         no group's rows are over `INLINE_CLIENT_BYTES` (big ones are sent now, so that the
         workers take them in while the driver still prepares the round)."""
-        if (not self._streams() or isinstance(value, SourcedClients)
-                or any(ex.worker_id is None for ex in self._groups)):
+        if not self._plans_carry_values() or isinstance(value, SourcedClients):
             return None
         leaves = T.flatten_type(member)
         if not all(isinstance(t, T.TensorType) and t.is_fully_defined

@@ -102,9 +102,7 @@ async def _zip(s: _Slice, node: PlanZip) -> List[Any]:
 #: How a slice's values of each node kind are computed: (slice, node) -> client values.
 _EVALUATORS: Dict[type, Any] = {
     PlanValues: _values, PlanSame: _same, PlanShared: _shared, PlanStacked: _stacked,
-    PlanLoad: _load,
-    PlanClients: _clients,
-    PlanMap: _map, PlanSelect: _select, PlanZip: _zip,
+    PlanLoad: _load, PlanClients: _clients, PlanMap: _map, PlanSelect: _select, PlanZip: _zip,
 }
 
 

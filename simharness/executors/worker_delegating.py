@@ -627,8 +627,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         the other kinds as they are."""
         if isinstance(node, PlanShared):
             form = node.value
-            if (isinstance(form, _Shared)
-                    and not (form.big and not self._handle.places_prefix)):
+            if isinstance(form, _Shared) and (not form.big or self._handle.places_prefix):
                 return PlanShared(form.packed, node.type)
             return PlanSame(await self.create_value(form, node.type))
         if not isinstance(node, PlanClients):

@@ -29,9 +29,8 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 from simharness.runtime import codec
 
 __all__ = ['PlanNode', 'PlanValues', 'PlanSame', 'PlanStacked', 'PlanShared', 'PlanClients',
-           'PlanSourced',
-           'PlanLoad',
-           'PlanMap', 'PlanSelect', 'PlanZip', 'PlanReduction', 'WIRE_KINDS', 'is_plan_part']
+           'PlanSourced', 'PlanLoad', 'PlanMap', 'PlanSelect', 'PlanZip', 'PlanReduction',
+           'WIRE_KINDS', 'is_plan_part']
 
 
 class _PlanPart:

@@ -121,10 +121,8 @@ class WorkerHandle(WorkerProcess):
                     break  # the worker still reads the driver arena
                 self.queue.popleft()
                 try:
-                    locs = call.locs or []
-                    rest = call.buffers[len(locs):]  # what the broadcast arena does not hold
-                    if rest or call.locs is None:
-                        locs = locs + L.write_buffers(self._arena, rest)
+                    placed = call.locs or []  # what the broadcast arena holds already
+                    locs = placed + L.write_buffers(self._arena, call.buffers[len(placed):])
                 except Exception as e:
                     call.finish(error=e)
                     continue
