@@ -42,6 +42,7 @@ from simharness.errors import (ExecutorClosedError, ProtocolError, SimharnessTyp
                                WorkerCrashedError)
 from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
+from simharness.runtime import op_libraries
 from simharness.runtime import protocol as P
 from simharness.runtime.codec import Packed
 from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
@@ -226,6 +227,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         self._handle = handle
         self._session = handle.pool.new_session_id()
         self._generation: Optional[int] = None  # where the session is open
+        self._op_libraries_sent: Tuple[Tuple[str, str], ...] = ()  # `op_libraries.loaded()`
         self._next_id = 1
         self._garbage: List[Tuple[int, int]] = []  # (first id, count) ranges to free
         # Re-entrant: a `_Lease.__del__` (`_release`) can run inside any of this lock's
@@ -278,7 +280,19 @@ class WorkerDelegatingExecutor(BatchExecutor):
                     self._pending = []
                     header, buffers = self._encode(Op.OPEN_SESSION, [], 0, 0, want_types=False)
                     h.submit(header, buffers, Op.OPEN_SESSION.name, gen)
+                    self._op_libraries_sent = ()
                     self._generation = gen
+        libraries = op_libraries.loaded()  # the same tuple while no module was imported
+        if libraries is not self._op_libraries_sent:
+            # The driver's TF op libraries (custom ops: tensorflow_text, ...), loaded by the
+            # worker before the requests that follow, whose graphs may use their ops.
+            with self._lock:
+                if libraries is not self._op_libraries_sent:
+                    header, buffers = self._encode(Op.LOAD_OP_LIBRARIES,
+                                                   [[list(x) for x in libraries]], 0, 0,
+                                                   want_types=False)
+                    h.submit(header, buffers, Op.LOAD_OP_LIBRARIES.name, gen)
+                    self._op_libraries_sent = libraries
         return gen
 
     def _encode(self, op: Op, args: list, out_base: int, n_out: int,

@@ -43,7 +43,8 @@ from simharness.runtime.stream_plan import is_plan_part
 
 #: 4: the stream plan of STREAM_REDUCE is typed (`runtime.stream_plan`), not tagged lists.
 #: 5: the plan carries clients' values (`PlanStacked`) and shared values (`PlanShared`).
-PROTOCOL_VERSION = 5
+#: 6: LOAD_OP_LIBRARIES (the driver's TF op libraries, `runtime.op_libraries`).
+PROTOCOL_VERSION = 6
 
 
 class Op(enum.IntEnum):
@@ -52,6 +53,7 @@ class Op(enum.IntEnum):
     OPEN_SESSION = 1
     CLOSE_SESSION = 2
     FREE = 3
+    LOAD_OP_LIBRARIES = 4
     CREATE_VALUE = 10
     CREATE_CALL = 11
     CREATE_STRUCT = 12
@@ -82,6 +84,7 @@ OP_ARGS: Dict[Op, Tuple[str, ...]] = {
     Op.OPEN_SESSION: (),
     Op.CLOSE_SESSION: (),
     Op.FREE: (),
+    Op.LOAD_OP_LIBRARIES: ('libraries',),
     Op.CREATE_VALUE: ('value', 'type'),
     Op.CREATE_CALL: ('fn', 'arg'),
     Op.CREATE_STRUCT: ('elements',),
@@ -103,6 +106,7 @@ OP_ARGS: Dict[Op, Tuple[str, ...]] = {
 
 RESULT: Dict[Op, Result] = {op: Result.VALUES for op in Op}
 RESULT.update({Op.OPEN_SESSION: Result.NONE, Op.CLOSE_SESSION: Result.NONE, Op.FREE: Result.NONE,
+               Op.LOAD_OP_LIBRARIES: Result.NONE,
                Op.PING: Result.DATA, Op.COMPUTE_MANY: Result.DATA,
                Op.PARTIAL_REDUCTION: Result.DATA, Op.STREAM_REDUCE: Result.DATA})
 

@@ -30,6 +30,7 @@ import numpy as np
 from simharness import errors as E
 from simharness.core.structure import tensor_to_numpy
 from simharness.data.sourced import source_from_spec, transform_from_spec
+from simharness.runtime import op_libraries
 from simharness.runtime import protocol as P
 from simharness.runtime.codec import DatasetBlob, Ref, RefRange
 from simharness.runtime.protocol import ErrorRecord, Op, Request, Response
@@ -154,6 +155,11 @@ class WorkerService:
         self.sessions.setdefault(req.session, Session(req.session))
         return Response(True, seq=req.seq)
 
+    def _load_op_libraries(self, req: Request) -> Response:
+        # A library that does not load is logged: a graph that needs it fails as before.
+        op_libraries.load(req.args[0])
+        return Response(True, seq=req.seq)
+
     def _close_session(self, req: Request) -> Response:
         self.sessions.pop(req.session, None)
         return Response(True, seq=req.seq)
@@ -268,6 +274,7 @@ _CONTROL: Dict[Op, Callable[[WorkerService, Request], Response]] = {
     Op.OPEN_SESSION: WorkerService._open_session,
     Op.CLOSE_SESSION: WorkerService._close_session,
     Op.PING: WorkerService._ping,
+    Op.LOAD_OP_LIBRARIES: WorkerService._load_op_libraries,
 }
 
 #: The executor's coroutine for each value operation: (service, executor, args, session).
