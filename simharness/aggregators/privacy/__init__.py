@@ -3,6 +3,9 @@
 `query`: `DPQuery`, `SumAggregationDPQuery`, `GaussianSumQuery`,
 `NoPrivacySumQuery`, `NoPrivacyAverageQuery`, `NormalizedQuery`.
 `quantile`: `QuantileEstimatorQuery`, `NoPrivacyQuantileEstimatorQuery`,
-`QuantileAdaptiveClipSumQuery`. The tree-aggregation queries (DP-FTRL) are
-not ported.
+`QuantileAdaptiveClipSumQuery`. `tree`: `TreeRangeSumQuery` (range sums by
+tree aggregation, with ``build_central_gaussian_query``) and the DP-FTRL
+streaming queries `TreeCumulativeSumQuery`, `TreeResidualSumQuery`,
+`RestartQuery` with their tree aggregators, noise generators and restart
+indicators.
 """

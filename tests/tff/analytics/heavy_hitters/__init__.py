@@ -1,0 +1,1 @@
+"""Tests of ``simharness.analytics.heavy_hitters`` (TFF's ``analytics/heavy_hitters``)."""
