@@ -6,6 +6,14 @@ from simharness.core.building_blocks import (Block, Call, CompiledComputation,
                                              ComputationBuildingBlock, Data, Intrinsic, Lambda,
                                              Placement, Reference, Selection)
 from simharness.core.building_blocks import Struct as StructBlock
+# `federated_language.framework`'s names for the same classes and helpers (a TFF 0.88 program
+# writes `federated_language.framework.Computation`, `...framework.Struct` for the building
+# block, `...framework.is_structure_of_floats(type)`).
+from simharness.core.building_blocks import Struct
+from simharness.core.computation import Computation, ConcreteComputation, PolymorphicComputation
+from simharness.core.types import PlacementLiteral, infer_type
+from simharness.aggregators.factory import (is_structure_of_floats, is_structure_of_integers,
+                                            is_structure_of_tensors)
 from simharness.context import ContextStack, get_context_stack, set_default_context
 from simharness.context import AsyncExecutionContext as _AsyncExecutionContext
 from simharness.context import ExecutionContext as _ExecutionContext
@@ -205,6 +213,9 @@ class ResourceManagingExecutorFactory(CachingExecutorFactory):
                 ex.close()
 
 __all__ = [
+    'Computation', 'ConcreteComputation', 'PolymorphicComputation', 'PlacementLiteral', 'Struct',
+    'infer_type', 'is_structure_of_floats', 'is_structure_of_integers',
+    'is_structure_of_tensors',
     'AsyncExecutionContext', 'ContextError', 'SyncExecutionContext', 'local_cpp_executor_factory',
     'AGGREGATION_CHUNK', 'BatchExecutor', 'Block', 'CachingExecutorFactory', 'Call',
     'CompiledComputation', 'ComputationBuildingBlock', 'ContextStack', 'Data',

@@ -130,3 +130,22 @@ def test_struct_with_python_type_and_abstract_type():
         t_abstract.is_assignable_from(federated_language.TensorType(np.int32))
     assert isinstance(federated_language.federated_computation(lambda: 1),
                       federated_language.Computation)
+
+
+def test_federated_language_framework_names_a_program_uses():
+    # `federated_language.framework.Computation` (TFF's analytics annotate with it), the
+    # building block `Struct`, and the structure checks of TFF's aggregators.
+    import simharness as federated_language
+    from simharness.core import building_blocks, computation
+    fw = federated_language.framework
+    assert fw.Computation is computation.Computation is federated_language.Computation
+    assert fw.ConcreteComputation is computation.ConcreteComputation
+    assert fw.Struct is building_blocks.Struct
+    assert isinstance(federated_language.tensorflow.computation(lambda: 1), fw.Computation)
+    f32 = federated_language.to_type(np.float32)
+    mixed = federated_language.to_type([np.float32, np.int32])
+    assert fw.is_structure_of_floats(f32) and not fw.is_structure_of_floats(mixed)
+    assert fw.is_structure_of_integers(federated_language.to_type(np.int64))
+    assert fw.is_structure_of_tensors(mixed)
+    assert fw.infer_type(np.int32(3)) == federated_language.TensorType(np.int32)
+    assert fw.PlacementLiteral is type(federated_language.CLIENTS)
