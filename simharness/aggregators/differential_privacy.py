@@ -17,8 +17,10 @@ Differences from TFF: the state has a fifth field, `noise_seed` (int64[2]):
 the noise comes from stateless random ops seeded by it, and each `next`
 moves it on, so the noise is reproducible from the state and the same bits
 on every stack (TFF draws unseeded noise). `noise_seed=None` (the default)
-starts from a fresh random seed at each `initialize`; an int fixes it. The
-tree-aggregation constructors (DP-FTRL) are not ported.
+starts from a fresh random seed at each `initialize`; an int fixes it.
+`tree_aggregation(...)` (DP-FTRL: tree-aggregated noise, `privacy.tree`'s
+`TreeResidualSumQuery`) is TFF's; its noise comes from the tree's own seeded
+generator (`noise_seed`, as in TFF). TFF's `tree_adaptive` is not ported.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from simharness.aggregators import quantile_estimation as qe
 from simharness.aggregators import tensor_utils as tu
 from simharness.aggregators.privacy import quantile as quantile_query
 from simharness.aggregators.privacy import query as dp_query
+from simharness.aggregators.privacy import tree as tree_query
 from simharness.core import intrinsics
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
@@ -184,6 +187,32 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
             dp_query.GaussianSumQuery(l2_norm_clip=clip, stddev=clip * noise_multiplier),
             denominator=clients_per_round)
         return cls(query, noise_seed=noise_seed)
+
+    @classmethod
+    def tree_aggregation(cls, noise_multiplier: float, clients_per_round: float,
+                         l2_norm_clip: float, record_specs: Any,
+                         noise_seed: Optional[int] = None, use_efficient: bool = True,
+                         record_aggregation_factory: Optional[
+                             factory.UnweightedAggregationFactory] = None
+                         ) -> 'DifferentiallyPrivateFactory':
+        """Clipping at `l2_norm_clip` and tree-aggregated Gaussian noise (DP-FTRL).
+
+        Each tree node's noise has stddev ``l2_norm_clip * noise_multiplier``; a
+        round's result is the residual of the noised cumulative sums (before the
+        division by `clients_per_round`). `record_specs`: the ``tf.TensorSpec``s
+        of a client's value; `use_efficient`: the efficient tree aggregation of
+        "Efficient Use of Differentially Private Binary Trees".
+        """
+        if isinstance(clients_per_round, int):
+            clients_per_round = float(clients_per_round)
+        factory.check_float_nonnegative(noise_multiplier, 'noise_multiplier')
+        factory.check_float_positive(clients_per_round, 'clients_per_round')
+        factory.check_float_positive(l2_norm_clip, 'l2_norm_clip')
+        sum_query = tree_query.TreeResidualSumQuery.build_l2_gaussian_query(
+            l2_norm_clip, noise_multiplier, record_specs, noise_seed=noise_seed,
+            use_efficient=use_efficient)
+        return cls(dp_query.NormalizedQuery(sum_query, denominator=clients_per_round),
+                   record_aggregation_factory=record_aggregation_factory)
 
     def __init__(self, query: dp_query.DPQuery,
                  record_aggregation_factory: Optional[

@@ -136,6 +136,16 @@ def _result_type_and_leaves(result: Any) -> Tuple[T.Type, List[Any]]:
     elif isinstance(result, (list, tuple)):
         items = [(None, v) for v in result]
         container = type(result)
+    elif isinstance(result, tf.RaggedTensor):
+        # TFF's form of a ragged result: <flat_values, nested_row_splits=<row splits...>>
+        items = [('flat_values', result.flat_values),
+                 ('nested_row_splits', tuple(result.nested_row_splits))]
+        container = None
+    elif isinstance(result, tf.sparse.SparseTensor):
+        # TFF's form of a sparse result: <indices, values, dense_shape>
+        items = [('indices', result.indices), ('values', result.values),
+                 ('dense_shape', result.dense_shape)]
+        container = None
     else:
         if isinstance(result, tf.Variable):
             result = tf.identity(result)

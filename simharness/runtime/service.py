@@ -156,8 +156,8 @@ class WorkerService:
         return Response(True, seq=req.seq)
 
     def _load_op_libraries(self, req: Request) -> Response:
-        # A library that does not load is logged: a graph that needs it fails as before.
-        op_libraries.load(req.args[0])
+        # Loaded when a graph first needs one of their ops (`_run_loading_ops`).
+        op_libraries.expect(req.args[0])
         return Response(True, seq=req.seq)
 
     def _close_session(self, req: Request) -> Response:
@@ -188,8 +188,14 @@ class WorkerService:
         session.free(req.free)
         if op == Op.FREE:  # the frees above were all it asked for
             return Response(True, seq=req.seq)
-        args = self._resolve(req.args, session)
-        result = self._run(op, args, session)
+        try:
+            result = self._run(op, self._resolve(req.args, session), session)
+        except Exception as e:
+            # A graph with an op of the driver's op libraries (custom ops) that this process
+            # has not loaded: load them, and run the operation again (it stored nothing).
+            if not op_libraries.load_expected_for(e):
+                raise
+            result = self._run(op, self._resolve(req.args, session), session)
         if P.RESULT[op] == P.Result.VALUES:
             if not isinstance(result, list):
                 result = [result]

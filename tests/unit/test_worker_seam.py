@@ -67,7 +67,9 @@ def run(coro):
 
 
 def ops(handle):
-    return [P.Op(r.op).name for r in handle.requests]
+    # Without LOAD_OP_LIBRARIES: the driver sends it when this process has op libraries
+    # (tensorflow_text, imported by another test of this process), whatever the test does.
+    return [P.Op(r.op).name for r in handle.requests if r.op != P.Op.LOAD_OP_LIBRARIES]
 
 
 def test_loopback_classes_implement_the_seam(group):
@@ -404,3 +406,33 @@ def test_repeatable_pipelines_serve_again_and_others_are_read_anew(group):
     assert totals(unseeded) == pytest.approx([float(a.sum()) for a in arrays], rel=1e-5)
     assert ops(h).count('CREATE_VALUES') == 3  # an unseeded shuffle: sent (and read) anew
     ex.close()
+
+
+def test_the_driver_names_its_op_libraries_once_per_change(group, monkeypatch, caplog):
+    from simharness.runtime import op_libraries
+    first = (('not_installed_pkg', 'ops/_a.so'),)
+    second = first + (('not_installed_pkg', 'ops/_b.so'),)
+    listed = [first]
+    monkeypatch.setattr(op_libraries, 'loaded', lambda: listed[0])
+    h = group.handles[0]
+    ex = WorkerDelegatingExecutor(h)
+
+    async def main():
+        await ex.create_values([np.float32(1)], F32)
+        await ex.create_values([np.float32(2)], F32)  # the same tuple: nothing more to say
+        listed[0] = second
+        await ex.create_values([np.float32(3)], F32)
+    run(main())
+    loads = [r.args[0] for r in h.requests if r.op == P.Op.LOAD_OP_LIBRARIES]
+    assert loads == [[list(x) for x in first], [list(x) for x in second]]
+    ex.close()
+    # The worker loads them only when a graph needs an op it does not know: an unrelated
+    # error leaves them expected; 'Op type not registered' loads them (here: not installed,
+    # logged) and asks for the operation to run again.
+    op_libraries.expect(second)
+    assert not op_libraries.load_expected_for(ValueError('something else'))
+    with caplog.at_level('WARNING', logger=op_libraries.__name__):
+        assert op_libraries.load_expected_for(
+            RuntimeError("Op type not registered 'X>Y' in binary running on vm"))
+    assert 'not_installed_pkg' in caplog.text
+    assert not op_libraries.load_expected_for(RuntimeError('Op type not registered'))

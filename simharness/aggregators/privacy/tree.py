@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from simharness.aggregators import tensor_utils as tu
 from simharness.aggregators.privacy import query
+from simharness.core import types as T
 
 __all__ = ['EfficientTreeAggregator', 'GaussianNoiseGenerator', 'PeriodicRoundRestartIndicator',
            'RestartIndicator', 'RestartQuery', 'StatelessValueGenerator', 'TreeAggregator',
@@ -383,6 +384,8 @@ class _TreeSumQueryBase(query.SumAggregationDPQuery):
     @classmethod
     def _build_l2_gaussian_query(cls, clip_norm, noise_multiplier, record_specs, noise_seed,
                                  use_efficient):
+        if isinstance(record_specs, T.Type):  # a TFF type, as TFF's tests pass: its TensorSpecs
+            record_specs = tu.tensor_specs(record_specs)
         generator = GaussianNoiseGenerator(noise_std=clip_norm * noise_multiplier,
                                            specs=record_specs, seed=noise_seed)
         return cls(clip_fn=_l2_clip_fn, clip_value=clip_norm, record_specs=record_specs,

@@ -16,19 +16,13 @@ and, for 'distinct', ``sqrt`` of the sum over the layers (``k = 0`` the
 leaves, up to the root) of ``min(max_records_per_user ** 2,
 max_records_per_user * arity ** k)``.
 
-Difference from TFF: simharness's ``tf_computation`` does not return
-``tf.RaggedTensor``s (TFF turns them into the struct above), so the query
-here is a `TreeRangeSumQuery` whose `get_noised_result` returns that struct
-itself; the noise is seeded as in `DifferentiallyPrivateFactory`.
+(A ``tf_computation`` that returns a ``tf.RaggedTensor`` returns that struct, as in
+TFF: the query's ragged tree crosses as it.)
 """
 
 from __future__ import annotations
 
-import collections
 import math
-from typing import Any, Optional
-
-import tensorflow as tf
 
 from simharness.aggregators import differential_privacy, secure, sum_factory
 from simharness.aggregators.privacy import query as dp_query
@@ -47,18 +41,6 @@ CENTRAL_DP_MECHANISMS = [
 ]
 
 DP_MECHANISMS = CENTRAL_DP_MECHANISMS + NO_NOISE_MECHANISMS
-
-
-class _StructTreeRangeSumQuery(tree_query.TreeRangeSumQuery):
-    """A `TreeRangeSumQuery` whose noised tree is TFF's struct form of the ragged tensor."""
-
-    def get_noised_result(self, sample_state: Any, global_state: Any,
-                          noise_seed: Optional[tf.Tensor] = None) -> Any:
-        tree, new_state, event = super().get_noised_result(sample_state, global_state,
-                                                           noise_seed)
-        struct = collections.OrderedDict(flat_values=tree.flat_values,
-                                         nested_row_splits=list(tree.nested_row_splits))
-        return struct, new_state, event
 
 
 def create_hierarchical_histogram_aggregation_factory(
@@ -116,11 +98,11 @@ def create_hierarchical_histogram_aggregation_factory(
         raise ValueError(f'Unexpected {dp_mechanism=!r}.')
 
     if dp_mechanism == 'central-gaussian':
-        query = _StructTreeRangeSumQuery.build_central_gaussian_query(
+        query = tree_query.TreeRangeSumQuery.build_central_gaussian_query(
             l2_norm_bound, noise_multiplier * l2_norm_bound, arity)
         cast_to_float = True
     elif dp_mechanism == 'no-noise':
-        query = _StructTreeRangeSumQuery(arity=arity, inner_query=dp_query.NoPrivacySumQuery())
+        query = tree_query.TreeRangeSumQuery(arity=arity, inner_query=dp_query.NoPrivacySumQuery())
         cast_to_float = False
     else:
         raise ValueError('Unexpected dp_mechanism.')

@@ -2,10 +2,11 @@
 
 Differences: the state is ``DPAggregatorState`` with a fifth field,
 ``noise_seed`` (int64[2]); ``test_noise`` draws one 4000-entry vector instead
-of 500 rounds of a scalar (the same statistical check, one call). Left out:
-the tree-aggregation cases (``tree_aggregation`` / ``tree_adaptive`` are not
+of 500 rounds of a scalar (the same statistical check, one call). The
+``tree_aggregation`` cases: TFF's ``test_tree_aggregation_factory`` runs 3 of
+its 6 cases (two plain, one efficient). Left out: ``tree_adaptive`` (not
 ported). Added: the noise is the seeded stateless noise, bit for bit, on
-every stack.
+every stack; the tree's noise too.
 """
 
 import collections
@@ -201,3 +202,61 @@ def test_argument_checks():
                               target_unclipped_quantile=1.5)
     with pytest.raises(ValueError):
         DPF.gaussian_fixed(noise_multiplier=1.0, clients_per_round=10, clip=1.0, noise_seed=-1)
+
+
+def test_tree_aggregation_inner_sum(tff_stack):
+    process = DPF.tree_aggregation(noise_multiplier=0.0, l2_norm_clip=1.0, record_specs=F32,
+                                   clients_per_round=1.0,
+                                   record_aggregation_factory=SumPlusOneFactory()).create(F32)
+    state = process.initialize()
+    assert state.agg_state == 0
+    client_data = [0.5, 1.0, 1.5]
+    output = process.next(state, client_data)
+    assert_all_close(output.result, sum(min(x, 1.0) for x in client_data) + 1.0)
+    assert output.state.agg_state == 1
+    assert output.measurements['dp'] == MEASUREMENT_CONSTANT
+
+
+@pytest.mark.parametrize('total_steps,expected_variance,noise_std,use_efficient', [
+    (5, 8.0, 2.0, False), (7, 3.0, 1.0, False), (4, 4.0 / 7.0, 1.0, True)],
+    ids=['total5_std2', 'total7_std1', 'total4_std1_eff'])
+def test_tree_aggregation_factory(total_steps, expected_variance, noise_std, use_efficient):
+    shape = [10000]
+    process = DPF.tree_aggregation(
+        noise_multiplier=noise_std, l2_norm_clip=1.0,
+        record_specs=tf.TensorSpec(shape=shape, dtype=tf.float32), clients_per_round=1.0,
+        noise_seed=1, use_efficient=use_efficient).create(tff.to_type((np.float32, shape)))
+    state = process.initialize()
+    cumsum = np.zeros(shape, np.float32)
+    for _ in range(total_steps):
+        output = process.next(state, [np.zeros(shape, np.float32)])
+        state = output.state
+        cumsum += output.result
+    np.testing.assert_allclose(np.std(cumsum), np.sqrt(expected_variance), rtol=0.05)
+
+
+@pytest.mark.parametrize('clip_norm,noise_multiplier', [(-1.0, 0.0), (0.0, 0.0), (1.0, -1.0)],
+                         ids=['negative_clip', 'zero_clip', 'negative_noise'])
+def test_tree_aggregation_factory_raise(clip_norm, noise_multiplier):
+    with pytest.raises(ValueError, match='must be'):
+        DPF.tree_aggregation(noise_multiplier=noise_multiplier, l2_norm_clip=clip_norm,
+                             record_specs=tf.TensorSpec([]), clients_per_round=10.0,
+                             noise_seed=1)
+
+
+def test_tree_aggregation_noise_is_the_same_on_every_stack(stack_registry):
+    results = {}
+    for name in ('local', 'process-2'):
+        with stack_registry.open(name):
+            process = DPF.tree_aggregation(
+                noise_multiplier=1.0, l2_norm_clip=1.0,
+                record_specs=tf.TensorSpec([8], tf.float32), clients_per_round=2.0,
+                noise_seed=3).create(tff.to_type((np.float32, [8])))
+            state, rounds = process.initialize(), []
+            for _ in range(2):
+                output = process.next(state, [np.ones(8, np.float32)] * 2)
+                state = output.state
+                rounds.append(output.result)
+            results[name] = np.stack(rounds)
+    assert np.array_equal(results['local'], results['process-2'])
+    assert not np.array_equal(results['local'][0], np.full(8, 1.0 / np.sqrt(8), np.float32))

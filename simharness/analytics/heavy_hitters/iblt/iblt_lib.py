@@ -147,9 +147,12 @@ class IbltDecoder:
         self.repetitions = repetitions
         self.seed = seed
         self.iblt_shape = (self.repetitions, self.table_size, self.num_chunks + 2)
-        self.q = tf.queue.RandomShuffleQueue(capacity=self.table_size * self.repetitions,
-                                             min_after_dequeue=0,
-                                             dtypes=(self._dtype, self._dtype))
+        # First in, first out, where TFF peels the cells in a random order (a
+        # RandomShuffleQueue, whose generator also lives on from call to call): the peeled
+        # set is the same in any order, and ours comes in the same order in every call,
+        # process and stack.
+        self.q = tf.queue.FIFOQueue(capacity=self.table_size * self.repetitions,
+                                    dtypes=(self._dtype, self._dtype))
         self.hyperedge_hasher = _make_hasher(self.hash_family, seed, self.table_size, repetitions,
                                              self.hash_family_params)
 

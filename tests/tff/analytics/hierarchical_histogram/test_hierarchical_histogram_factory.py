@@ -10,8 +10,8 @@ with 'central-gaussian'); each execution test runs 1 of TFF's 4 cases:
 ``no_noise_w_clip`` ``2_3_3_sub_sampling``, the central-gaussian
 ``wo_clip`` ``3_5_2_distinct`` and ``w_clip`` ``5_3_3_distinct``.
 Added: the noise's stddev is ``noise_multiplier`` times the L2 bound, and a
-plain `TreeRangeSumQuery` in `DifferentiallyPrivateFactory` fails to trace
-(simharness's ``tf_computation`` returns no ``tf.RaggedTensor``).
+`TreeRangeSumQuery` in `DifferentiallyPrivateFactory` gives TFF's struct form of
+its ragged tree (``<flat_values, nested_row_splits>``).
 """
 
 import collections
@@ -194,8 +194,12 @@ def test_central_gaussian_noise_has_the_stddev_of_the_l2_bound():
     assert abs(np.mean(noise)) < 0.5
 
 
-def test_plain_tree_range_sum_query_result_cannot_be_traced():
+def test_tree_range_sum_query_result_is_the_struct_of_its_ragged_tree():
     query = tree_query.TreeRangeSumQuery(dp_query.NoPrivacySumQuery(), arity=2)
-    with pytest.raises(TypeError, match='RaggedTensor'):
-        differential_privacy.DifferentiallyPrivateFactory(query).create(
-            tff.TensorType(np.int32, (4,)))
+    process = differential_privacy.DifferentiallyPrivateFactory(query).create(
+        tff.TensorType(np.int32, (4,)))
+    assert str(process.next.type_signature.result.result.member) == \
+        '<flat_values=int32[7],nested_row_splits=<int64[4]>>'
+    out = process.next(process.initialize(), [np.arange(4, dtype=np.int32)] * 2).result
+    tree = tf.RaggedTensor.from_nested_row_splits(out['flat_values'], out['nested_row_splits'])
+    assert tree.to_list() == [[12], [2, 10], [0, 2, 4, 6]]
