@@ -212,3 +212,26 @@ def test_a_round_broadcast_crosses_as_the_executor_sends_it(remote_pair, stream_
         with sh.execution_context(factory):
             got = comp(w, xs)
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+
+
+def test_custom_ops_load_in_the_services(remote_pair):
+    # tensorflow_text's ops in a client dataset's graph: each service (`simharness serve`,
+    # which never imported tensorflow_text) loads the driver's op libraries, named by package,
+    # from its own installation when the graph needs them.
+    tf_text = pytest.importorskip('tensorflow_text')
+
+    def words(line):
+        tokens = tf_text.WhitespaceTokenizer().tokenize(tf.constant([line]))[0]
+        return tf.data.Dataset.from_tensor_slices(tokens).map(tf_text.case_fold_utf8)
+
+    @sh.tf_computation(sh.SequenceType(np.str_))
+    def count_the(ws):
+        return ws.reduce(np.int32(0), lambda n, w: n + tf.cast(tf.equal(w, 'the'), tf.int32))
+
+    @sh.federated_computation(sh.type_at_clients(sh.SequenceType(np.str_)))
+    def total(clients):
+        return sh.federated_sum(sh.federated_map(count_the, clients))
+
+    data = [words('The cat and THE hat'), words('the end'), words('none here'), words('The')]
+    with sh.execution_context(remote_executor_factory(services=remote_pair.services)):
+        assert total(data) == 4
