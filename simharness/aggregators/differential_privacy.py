@@ -20,7 +20,12 @@ on every stack (TFF draws unseeded noise). `noise_seed=None` (the default)
 starts from a fresh random seed at each `initialize`; an int fixes it.
 `tree_aggregation(...)` (DP-FTRL: tree-aggregated noise, `privacy.tree`'s
 `TreeResidualSumQuery`) is TFF's; its noise comes from the tree's own seeded
-generator (`noise_seed`, as in TFF). TFF's `tree_adaptive` is not ported.
+generator (`noise_seed`, as in TFF). `tree_adaptive(...)` is TFF's too: a
+`privacy.quantile.QAdaClipTreeResSumQuery` in a `RestartQuery` that restarts
+the tree and adopts the estimated clip after `restart_warmup` rounds, then
+every `restart_frequency`; its noise comes from the trees' seeded generators
+(an int `noise_seed` seeds both trees; TFF seeds the clipped-count tree from
+the clock).
 """
 
 from __future__ import annotations
@@ -213,6 +218,47 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
             use_efficient=use_efficient)
         return cls(dp_query.NormalizedQuery(sum_query, denominator=clients_per_round),
                    record_aggregation_factory=record_aggregation_factory)
+
+    @classmethod
+    def tree_adaptive(cls, noise_multiplier: float, clients_per_round: float,
+                      record_specs: Any, initial_l2_norm_clip: float = 0.1,
+                      restart_warmup: Optional[int] = 128, restart_frequency: int = 1024,
+                      target_unclipped_quantile: float = 0.5, clip_learning_rate: float = 0.2,
+                      clipped_count_stddev: Optional[float] = None,
+                      noise_seed: Optional[int] = None) -> 'DifferentiallyPrivateFactory':
+        """Adaptive clipping and tree-aggregated Gaussian noise (DP-FTRL).
+
+        As `tree_aggregation`, but the clip follows the
+        `target_unclipped_quantile` of the norms (learning rate
+        `clip_learning_rate`, geometric) and is adopted, with a restarted
+        tree, after `restart_warmup` calls of `next` and then every
+        `restart_frequency`. `noise_multiplier` is the effective one (part
+        goes to the clipped count, see `adaptive_clip_noise_params`);
+        `clipped_count_stddev` defaults to ``clients_per_round / 20``.
+        """
+        if isinstance(clients_per_round, int):
+            clients_per_round = float(clients_per_round)
+        factory.check_float_nonnegative(noise_multiplier, 'noise_multiplier')
+        factory.check_float_positive(clients_per_round, 'clients_per_round')
+        factory.check_float_positive(initial_l2_norm_clip, 'initial_l2_norm_clip')
+        factory.check_float_nonnegative(clip_learning_rate, 'clip_learning_rate')
+        factory.check_float_probability(target_unclipped_quantile, 'target_unclipped_quantile')
+        if clipped_count_stddev is None:
+            clipped_count_stddev = clients_per_round / 20.0
+        else:
+            factory.check_float_nonnegative(clipped_count_stddev, 'clipped_count_stddev')
+        value_noise_multiplier, clipped_count_stddev = adaptive_clip_noise_params(
+            noise_multiplier, clients_per_round, clipped_count_stddev)
+        _LOG.info('Adaptive clipping, value noise multiplier: %s -> %s, clipped_count_stddev: '
+                  '%s', noise_multiplier, value_noise_multiplier, clipped_count_stddev)
+        sum_query = quantile_query.QAdaClipTreeResSumQuery(
+            initial_l2_norm_clip, value_noise_multiplier, record_specs,
+            target_unclipped_quantile, clip_learning_rate, clipped_count_stddev,
+            clients_per_round, geometric_update=True, noise_seed=noise_seed)
+        restart_indicator = tree_query.PeriodicRoundRestartIndicator(
+            period=restart_frequency, warmup=restart_warmup)
+        sum_query = tree_query.RestartQuery(sum_query, restart_indicator)
+        return cls(dp_query.NormalizedQuery(sum_query, denominator=clients_per_round))
 
     def __init__(self, query: dp_query.DPQuery,
                  record_aggregation_factory: Optional[

@@ -3,7 +3,8 @@
 `query`: `DPQuery`, `SumAggregationDPQuery`, `GaussianSumQuery`,
 `NoPrivacySumQuery`, `NoPrivacyAverageQuery`, `NormalizedQuery`.
 `quantile`: `QuantileEstimatorQuery`, `NoPrivacyQuantileEstimatorQuery`,
-`QuantileAdaptiveClipSumQuery`. `tree`: `TreeRangeSumQuery` (range sums by
+`QuantileAdaptiveClipSumQuery`, `TreeQuantileEstimatorQuery`,
+`QAdaClipTreeResSumQuery`. `tree`: `TreeRangeSumQuery` (range sums by
 tree aggregation, with ``build_central_gaussian_query``) and the DP-FTRL
 streaming queries `TreeCumulativeSumQuery`, `TreeResidualSumQuery`,
 `RestartQuery` with their tree aggregators, noise generators and restart

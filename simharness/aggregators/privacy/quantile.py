@@ -7,9 +7,18 @@ update = learning_rate * (clip01(below) - target_quantile)
 estimate <- estimate * exp(-update)   (geometric)   |   estimate - update   (arithmetic)
 ```
 `QuantileAdaptiveClipSumQuery` is a Gaussian sum whose clip follows that
-estimate of the quantile of the records' norms. The tree-aggregation
-variants (`TreeQuantileEstimatorQuery`, `QAdaClipTreeResSumQuery`) are not
-ported.
+estimate of the quantile of the records' norms. `TreeQuantileEstimatorQuery`
+privatizes the below-estimate fraction with a `tree.TreeResidualSumQuery`;
+`QAdaClipTreeResSumQuery` (DP-FTRL with adaptive clipping) sums with
+tree-aggregated noise and adopts the estimated clip only at `reset_state`
+(called by a `tree.RestartQuery`).
+
+Differences from TFF: `get_noised_result` takes our optional ``noise_seed``
+(see `query`). The tree queries draw their noise from their own seeded
+generators, so `QAdaClipTreeResSumQuery.needs_noise_seed()` is False; given
+an int ``noise_seed`` it also seeds the below-estimate tree (with
+``noise_seed + 2**31``; TFF seeds that one from the clock), so its whole
+noise is reproducible.
 """
 
 from __future__ import annotations
@@ -21,10 +30,15 @@ import dp_accounting
 import tensorflow as tf
 
 from simharness.aggregators.privacy import query
+from simharness.aggregators.privacy import tree
 from simharness.errors import SimharnessValueError
 
-__all__ = ['NoPrivacyQuantileEstimatorQuery', 'QuantileAdaptiveClipSumQuery',
-           'QuantileEstimatorQuery']
+__all__ = ['NoPrivacyQuantileEstimatorQuery', 'QAdaClipTreeResSumQuery',
+           'QuantileAdaptiveClipSumQuery', 'QuantileEstimatorQuery',
+           'TreeQuantileEstimatorQuery']
+
+#: Offset of the below-estimate tree's seed from the sum tree's (ours).
+_BELOW_ESTIMATE_SEED_OFFSET = 2 ** 31
 
 
 class QuantileEstimatorQuery(query.SumAggregationDPQuery):
@@ -131,6 +145,40 @@ class NoPrivacyQuantileEstimatorQuery(QuantileEstimatorQuery):
         return query.NoPrivacyAverageQuery()
 
 
+class TreeQuantileEstimatorQuery(QuantileEstimatorQuery):
+    """A `QuantileEstimatorQuery` whose below-estimate fraction is a tree-aggregated sum.
+
+    The noised cumulative sum of the below-estimate indicators (a
+    `tree.TreeResidualSumQuery`, clip 0.5, noise multiplier ``2 *
+    below_estimate_stddev``) over `expected_num_records`; `reset_state`
+    restarts that tree. Args as `QuantileEstimatorQuery`, plus ``noise_seed``
+    (ours): the int seed of the tree's noise (None: from the clock, as TFF).
+    """
+
+    def __init__(self, initial_estimate: float, target_quantile: float, learning_rate: float,
+                 below_estimate_stddev: Optional[float], expected_num_records: Optional[float],
+                 geometric_update: bool = False, noise_seed: Optional[int] = None):
+        self._tree_noise_seed = noise_seed
+        super().__init__(initial_estimate, target_quantile, learning_rate,
+                         below_estimate_stddev, expected_num_records, geometric_update)
+
+    def _construct_below_estimate_query(self, below_estimate_stddev: Any,
+                                        expected_num_records: Any) -> query.SumAggregationDPQuery:
+        # Clip 0.5: the records are the indicators shifted to +-0.5.
+        sum_query = tree.TreeResidualSumQuery.build_l2_gaussian_query(
+            clip_norm=0.5, noise_multiplier=2 * below_estimate_stddev,
+            record_specs=tf.TensorSpec([]), noise_seed=self._tree_noise_seed)
+        return query.NormalizedQuery(sum_query, denominator=expected_num_records)
+
+    def reset_state(self, noised_results: Any, global_state: Any) -> Any:
+        """The state with the below-estimate tree restarted."""
+        below_state = global_state.below_estimate_state
+        new_numerator_state = self._below_estimate_query._numerator.reset_state(
+            noised_results, below_state.numerator_state)
+        return global_state._replace(
+            below_estimate_state=below_state._replace(numerator_state=new_numerator_state))
+
+
 class QuantileAdaptiveClipSumQuery(query.SumAggregationDPQuery):
     """A Gaussian sum query whose clip adapts to a quantile of the record norms.
 
@@ -208,3 +256,95 @@ class QuantileAdaptiveClipSumQuery(query.SumAggregationDPQuery):
 
     def needs_noise_seed(self) -> bool:
         return True
+
+
+class QAdaClipTreeResSumQuery(query.SumAggregationDPQuery):
+    """Tree-aggregated (DP-FTRL) sums with a clip adapted to a quantile of the norms.
+
+    The sum is a `tree.TreeResidualSumQuery`; the quantile is estimated every
+    call (`TreeQuantileEstimatorQuery`) but the clip (and the noise stddev,
+    ``clip * noise_multiplier``) only change at `reset_state`, which also
+    restarts the trees (compose with `tree.RestartQuery`).
+
+    Args: as `QuantileAdaptiveClipSumQuery`, plus `record_specs` (the
+    ``tf.TensorSpec``s of a record) and `noise_seed` (the int seed of the
+    tree noise; None: from the clock).
+    """
+
+    _GlobalState = collections.namedtuple(
+        '_GlobalState', ['noise_multiplier', 'sum_state', 'quantile_estimator_state'])
+    _SampleState = collections.namedtuple('_SampleState',
+                                          ['sum_state', 'quantile_estimator_state'])
+    _SampleParams = collections.namedtuple('_SampleParams',
+                                           ['sum_params', 'quantile_estimator_params'])
+
+    def __init__(self, initial_l2_norm_clip: float, noise_multiplier: float, record_specs: Any,
+                 target_unclipped_quantile: float, learning_rate: float,
+                 clipped_count_stddev: float, expected_num_records: float,
+                 geometric_update: bool = True, noise_seed: Optional[int] = None):
+        self._noise_multiplier = noise_multiplier
+        below_seed = None if noise_seed is None else noise_seed + _BELOW_ESTIMATE_SEED_OFFSET
+        self._quantile_estimator_query = TreeQuantileEstimatorQuery(
+            initial_l2_norm_clip, target_unclipped_quantile, learning_rate,
+            clipped_count_stddev, expected_num_records, geometric_update,
+            noise_seed=below_seed)
+        self._sum_query = tree.TreeResidualSumQuery.build_l2_gaussian_query(
+            initial_l2_norm_clip, noise_multiplier, record_specs, noise_seed=noise_seed,
+            use_efficient=True)
+
+    def initial_global_state(self) -> Any:
+        return self._GlobalState(tf.cast(self._noise_multiplier, tf.float32),
+                                 self._sum_query.initial_global_state(),
+                                 self._quantile_estimator_query.initial_global_state())
+
+    def derive_sample_params(self, global_state: Any) -> Any:
+        return self._SampleParams(
+            self._sum_query.derive_sample_params(global_state.sum_state),
+            self._quantile_estimator_query.derive_sample_params(
+                global_state.quantile_estimator_state))
+
+    def initial_sample_state(self, template: Any = None) -> Any:
+        return self._SampleState(self._sum_query.initial_sample_state(template),
+                                 self._quantile_estimator_query.initial_sample_state())
+
+    def preprocess_record(self, params: Any, record: Any) -> Any:
+        clipped_record, global_norm = self._sum_query.preprocess_record_l2_impl(
+            params.sum_params, record)
+        below_estimate = self._quantile_estimator_query.preprocess_record(
+            params.quantile_estimator_params, global_norm)
+        return self._SampleState(clipped_record, below_estimate)
+
+    def get_noised_result(self, sample_state: Any, global_state: Any,
+                          noise_seed: Optional[tf.Tensor] = None) -> Any:
+        # Neither part uses `noise_seed` (tree noise is seeded by its state);
+        # it is passed on to the estimator if that one ever does.
+        noised_vectors, sum_state, sum_event = self._sum_query.get_noised_result(
+            sample_state.sum_state, global_state.sum_state)
+        seeded = ({'noise_seed': noise_seed}
+                  if self._quantile_estimator_query.needs_noise_seed() else {})
+        _, quantile_state, quantile_event = self._quantile_estimator_query.get_noised_result(
+            sample_state.quantile_estimator_state, global_state.quantile_estimator_state,
+            **seeded)
+        new_global_state = self._GlobalState(global_state.noise_multiplier, sum_state,
+                                             quantile_state)
+        event = dp_accounting.ComposedDpEvent(events=[sum_event, quantile_event])
+        return noised_vectors, new_global_state, event
+
+    def reset_state(self, noised_results: Any, global_state: Any) -> Any:
+        """The state with restarted trees and the clip (and stddev) set to the estimate."""
+        new_clip = tf.math.maximum(global_state.quantile_estimator_state.current_estimate, 0.0)
+        sum_state = self._sum_query.reset_l2_clip_gaussian_noise(
+            global_state.sum_state, clip_norm=new_clip,
+            stddev=new_clip * global_state.noise_multiplier)
+        sum_state = self._sum_query.reset_state(noised_results, sum_state)
+        quantile_state = self._quantile_estimator_query.reset_state(
+            noised_results, global_state.quantile_estimator_state)
+        return global_state._replace(sum_state=sum_state, quantile_estimator_state=quantile_state)
+
+    def derive_metrics(self, global_state: Any) -> Any:
+        return collections.OrderedDict(
+            current_clip=global_state.sum_state.clip_value,
+            estimate_clip=global_state.quantile_estimator_state.current_estimate)
+
+    def needs_noise_seed(self) -> bool:
+        return self._quantile_estimator_query.needs_noise_seed()

@@ -4,8 +4,10 @@ Differences: the state is ``DPAggregatorState`` with a fifth field,
 ``noise_seed`` (int64[2]); ``test_noise`` draws one 4000-entry vector instead
 of 500 rounds of a scalar (the same statistical check, one call). The
 ``tree_aggregation`` cases: TFF's ``test_tree_aggregation_factory`` runs 3 of
-its 6 cases (two plain, one efficient). Left out: ``tree_adaptive`` (not
-ported). Added: the noise is the seeded stateless noise, bit for bit, on
+its 6 cases (two plain, one efficient). ``tree_adaptive``: TFF's
+``test_tree_adaptive_factory_estimate_clip``, plus (ours) argument checks,
+the restart at ``restart_warmup`` end to end, and the same noise on every
+stack. Added: the noise is the seeded stateless noise, bit for bit, on
 every stack; the tree's noise too.
 """
 
@@ -260,3 +262,82 @@ def test_tree_aggregation_noise_is_the_same_on_every_stack(stack_registry):
             results[name] = np.stack(rounds)
     assert np.array_equal(results['local'], results['process-2'])
     assert not np.array_equal(results['local'][0], np.full(8, 1.0 / np.sqrt(8), np.float32))
+
+
+def test_tree_adaptive_factory_estimate_clip():
+    process = DPF.tree_adaptive(
+        noise_multiplier=0.0, clients_per_round=3, record_specs=tf.TensorSpec([]),
+        initial_l2_norm_clip=1.0, restart_warmup=None, restart_frequency=1,
+        target_unclipped_quantile=1.0, clip_learning_rate=1.0, clipped_count_stddev=0.0,
+        noise_seed=1).create(F32)
+    state = process.initialize()
+    client_data = [0.5, 1.5, 2.5]  # two clipped in the first round
+    output = process.next(state, client_data)
+    assert_all_close(output.result, (0.5 + 1.0 + 1.0) / 3.0)
+    # The clip grows to exp(2/3) ~ 1.95.
+    output = process.next(output.state, client_data)
+    assert_all_close(output.result, (0.5 + 1.5 + np.exp(2.0 / 3)) / 3.0)
+
+
+def test_tree_adaptive_restarts_at_warmup_then_every_frequency():
+    process = DPF.tree_adaptive(
+        noise_multiplier=0.0, clients_per_round=3, record_specs=tf.TensorSpec([]),
+        initial_l2_norm_clip=1.0, restart_warmup=2, restart_frequency=4,
+        target_unclipped_quantile=1.0, clip_learning_rate=1.0, clipped_count_stddev=0.0
+        ).create(F32)
+    state = process.initialize()
+    client_data = [0.5, 1.5, 2.5]
+    results, clips, estimates = [], [], []
+    for _ in range(3):
+        output = process.next(state, client_data)
+        state = output.state
+        results.append(output.result)
+        clips.append(output.measurements['dp_query_metrics']['current_clip'])
+        estimates.append(output.measurements['dp_query_metrics']['estimate_clip'])
+    # The estimate moves every round (below: 1/3, then 2/3 of the norms);
+    # the clip only at the restart after round 2 (warmup), then all are below.
+    assert_all_close(estimates, [np.exp(2.0 / 3), np.e, np.e])
+    assert_all_close(clips, [1.0, np.e, np.e])
+    assert_all_close(results, [2.5 / 3, 2.5 / 3, 4.5 / 3])
+    assert int(state.query_state.numerator_state.indicator_state) == 3
+
+
+def test_tree_adaptive_argument_checks():
+    spec = tf.TensorSpec([])
+    for kwargs in (dict(noise_multiplier=-1.0), dict(clients_per_round=0.0),
+                   dict(initial_l2_norm_clip=0.0), dict(clip_learning_rate=-0.1),
+                   dict(target_unclipped_quantile=1.5), dict(clipped_count_stddev=-1.0),
+                   dict(noise_multiplier=1.0, clipped_count_stddev=0.5),  # z >= 2 * stddev
+                   dict(restart_warmup=8, restart_frequency=8)):
+        args = dict(noise_multiplier=0.1, clients_per_round=10, record_specs=spec)
+        args.update(kwargs)
+        with pytest.raises(ValueError):
+            DPF.tree_adaptive(**args)
+    factory_ = DPF.tree_adaptive(noise_multiplier=0.1, clients_per_round=10, record_specs=spec)
+    assert isinstance(factory_, DPF)
+    # clipped_count_stddev defaults to clients_per_round / 20 = 0.5: the count's
+    # tree noise has stddev 2 * 0.5 (noise multiplier) * 0.5 (clip).
+    state = factory_._query.initial_global_state().numerator_state.inner_query_state
+    below_tree = state.quantile_estimator_state.below_estimate_state.numerator_state
+    assert_all_close(below_tree.tree_state.value_generator_state.stddev, 0.5)
+
+
+def test_tree_adaptive_noise_is_the_same_on_every_stack(stack_registry):
+    results = {}
+    for name in ('local', 'process-2'):
+        with stack_registry.open(name):
+            process = DPF.tree_adaptive(
+                noise_multiplier=0.5, clients_per_round=2.0,
+                record_specs=tf.TensorSpec([8], tf.float32), initial_l2_norm_clip=1.0,
+                restart_warmup=1, restart_frequency=2, clipped_count_stddev=1.0,
+                noise_seed=3).create(tff.to_type((np.float32, [8])))
+            state, rounds = process.initialize(), []
+            for _ in range(2):
+                output = process.next(state, [np.ones(8, np.float32)] * 2)
+                state = output.state
+                rounds.append(np.append(
+                    output.result, output.measurements['dp_query_metrics']['current_clip']))
+            results[name] = np.stack(rounds)
+    assert np.array_equal(results['local'], results['process-2'])
+    assert results['local'][1, -1] != 1.0  # the clip adapted at the restart
+    assert not np.allclose(results['local'][0, :8], 1.0 / np.sqrt(8))  # noised
