@@ -284,8 +284,8 @@ class WorkerDelegatingExecutor(BatchExecutor):
                     self._generation = gen
         libraries = op_libraries.loaded()  # the same tuple while no module was imported
         if libraries is not self._op_libraries_sent:
-            # The driver's TF op libraries (custom ops: tensorflow_text, ...), loaded by the
-            # worker before the requests that follow, whose graphs may use their ops.
+            # The driver's TF op libraries (custom ops: tensorflow_text, ...): the worker loads
+            # them when a graph of a later request needs one of their ops.
             with self._lock:
                 if libraries is not self._op_libraries_sent:
                     header, buffers = self._encode(Op.LOAD_OP_LIBRARIES,

@@ -156,7 +156,7 @@ class WorkerService:
         return Response(True, seq=req.seq)
 
     def _load_op_libraries(self, req: Request) -> Response:
-        # Loaded when a graph first needs one of their ops (`_run_loading_ops`).
+        # Loaded when a graph first needs one of their ops (`_handle` runs that op again).
         op_libraries.expect(req.args[0])
         return Response(True, seq=req.seq)
 
