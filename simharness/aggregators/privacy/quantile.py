@@ -23,6 +23,7 @@ noise is reproducible.
 
 from __future__ import annotations
 
+import abc
 import collections
 from typing import Any, Optional
 
@@ -179,18 +180,10 @@ class TreeQuantileEstimatorQuery(QuantileEstimatorQuery):
             below_estimate_state=below_state._replace(numerator_state=new_numerator_state))
 
 
-class QuantileAdaptiveClipSumQuery(query.SumAggregationDPQuery):
-    """A Gaussian sum query whose clip adapts to a quantile of the record norms.
-
-    Args:
-      initial_l2_norm_clip: the initial clipping norm.
-      noise_multiplier: the noise stddev is this times the current clip.
-      target_unclipped_quantile: the quantile of records to leave unclipped.
-      learning_rate: the learning rate of the clip.
-      clipped_count_stddev: the noise stddev on the clipped count.
-      expected_num_records: the expected number of records per round.
-      geometric_update: update the clip geometrically (recommended).
-    """
+class _AdaptiveClipSum(query.SumAggregationDPQuery):
+    """What both adaptive-clip sums share: a sum query (`_sum_query`) and an estimator of
+    a quantile of the record norms (`_quantile_estimator_query`), states side by side;
+    a subclass says how its sum clips a record (`_clip`: the clipped record and its norm)."""
 
     _GlobalState = collections.namedtuple(
         '_GlobalState', ['noise_multiplier', 'sum_state', 'quantile_estimator_state'])
@@ -199,16 +192,9 @@ class QuantileAdaptiveClipSumQuery(query.SumAggregationDPQuery):
     _SampleParams = collections.namedtuple('_SampleParams',
                                            ['sum_params', 'quantile_estimator_params'])
 
-    def __init__(self, initial_l2_norm_clip: float, noise_multiplier: float,
-                 target_unclipped_quantile: float, learning_rate: float,
-                 clipped_count_stddev: float, expected_num_records: float,
-                 geometric_update: bool = True):
-        self._noise_multiplier = noise_multiplier
-        self._quantile_estimator_query = QuantileEstimatorQuery(
-            initial_l2_norm_clip, target_unclipped_quantile, learning_rate,
-            clipped_count_stddev, expected_num_records, geometric_update)
-        self._sum_query = query.GaussianSumQuery(initial_l2_norm_clip,
-                                                 noise_multiplier * initial_l2_norm_clip)
+    _noise_multiplier: float
+    _sum_query: Any
+    _quantile_estimator_query: Any
 
     def initial_global_state(self) -> Any:
         return self._GlobalState(tf.cast(self._noise_multiplier, tf.float32),
@@ -225,12 +211,44 @@ class QuantileAdaptiveClipSumQuery(query.SumAggregationDPQuery):
         return self._SampleState(self._sum_query.initial_sample_state(template),
                                  self._quantile_estimator_query.initial_sample_state())
 
+    @abc.abstractmethod
+    def _clip(self, params: Any, record: Any) -> Any:
+        """``(clipped record, its global norm)`` under the sum's sample params."""
+
     def preprocess_record(self, params: Any, record: Any) -> Any:
-        clipped_record, global_norm = self._sum_query.preprocess_record_impl(
-            params.sum_params, record)
-        was_unclipped = self._quantile_estimator_query.preprocess_record(
+        clipped_record, global_norm = self._clip(params.sum_params, record)
+        below_estimate = self._quantile_estimator_query.preprocess_record(
             params.quantile_estimator_params, global_norm)
-        return self._SampleState(clipped_record, was_unclipped)
+        return self._SampleState(clipped_record, below_estimate)
+
+
+class QuantileAdaptiveClipSumQuery(_AdaptiveClipSum):
+    """A Gaussian sum query whose clip adapts to a quantile of the record norms.
+
+    Args:
+      initial_l2_norm_clip: the initial clipping norm.
+      noise_multiplier: the noise stddev is this times the current clip.
+      target_unclipped_quantile: the quantile of records to leave unclipped.
+      learning_rate: the learning rate of the clip.
+      clipped_count_stddev: the noise stddev on the clipped count.
+      expected_num_records: the expected number of records per round.
+      geometric_update: update the clip geometrically (recommended).
+    """
+
+
+    def __init__(self, initial_l2_norm_clip: float, noise_multiplier: float,
+                 target_unclipped_quantile: float, learning_rate: float,
+                 clipped_count_stddev: float, expected_num_records: float,
+                 geometric_update: bool = True):
+        self._noise_multiplier = noise_multiplier
+        self._quantile_estimator_query = QuantileEstimatorQuery(
+            initial_l2_norm_clip, target_unclipped_quantile, learning_rate,
+            clipped_count_stddev, expected_num_records, geometric_update)
+        self._sum_query = query.GaussianSumQuery(initial_l2_norm_clip,
+                                                 noise_multiplier * initial_l2_norm_clip)
+
+    def _clip(self, params: Any, record: Any) -> Any:
+        return self._sum_query.preprocess_record_impl(params, record)
 
     def get_noised_result(self, sample_state: Any, global_state: Any,
                           noise_seed: Optional[tf.Tensor] = None) -> Any:
@@ -258,7 +276,7 @@ class QuantileAdaptiveClipSumQuery(query.SumAggregationDPQuery):
         return True
 
 
-class QAdaClipTreeResSumQuery(query.SumAggregationDPQuery):
+class QAdaClipTreeResSumQuery(_AdaptiveClipSum):
     """Tree-aggregated (DP-FTRL) sums with a clip adapted to a quantile of the norms.
 
     The sum is a `tree.TreeResidualSumQuery`; the quantile is estimated every
@@ -271,12 +289,6 @@ class QAdaClipTreeResSumQuery(query.SumAggregationDPQuery):
     tree noise; None: from the clock).
     """
 
-    _GlobalState = collections.namedtuple(
-        '_GlobalState', ['noise_multiplier', 'sum_state', 'quantile_estimator_state'])
-    _SampleState = collections.namedtuple('_SampleState',
-                                          ['sum_state', 'quantile_estimator_state'])
-    _SampleParams = collections.namedtuple('_SampleParams',
-                                           ['sum_params', 'quantile_estimator_params'])
 
     def __init__(self, initial_l2_norm_clip: float, noise_multiplier: float, record_specs: Any,
                  target_unclipped_quantile: float, learning_rate: float,
@@ -292,27 +304,8 @@ class QAdaClipTreeResSumQuery(query.SumAggregationDPQuery):
             initial_l2_norm_clip, noise_multiplier, record_specs, noise_seed=noise_seed,
             use_efficient=True)
 
-    def initial_global_state(self) -> Any:
-        return self._GlobalState(tf.cast(self._noise_multiplier, tf.float32),
-                                 self._sum_query.initial_global_state(),
-                                 self._quantile_estimator_query.initial_global_state())
-
-    def derive_sample_params(self, global_state: Any) -> Any:
-        return self._SampleParams(
-            self._sum_query.derive_sample_params(global_state.sum_state),
-            self._quantile_estimator_query.derive_sample_params(
-                global_state.quantile_estimator_state))
-
-    def initial_sample_state(self, template: Any = None) -> Any:
-        return self._SampleState(self._sum_query.initial_sample_state(template),
-                                 self._quantile_estimator_query.initial_sample_state())
-
-    def preprocess_record(self, params: Any, record: Any) -> Any:
-        clipped_record, global_norm = self._sum_query.preprocess_record_l2_impl(
-            params.sum_params, record)
-        below_estimate = self._quantile_estimator_query.preprocess_record(
-            params.quantile_estimator_params, global_norm)
-        return self._SampleState(clipped_record, below_estimate)
+    def _clip(self, params: Any, record: Any) -> Any:
+        return self._sum_query.preprocess_record_l2_impl(params, record)
 
     def get_noised_result(self, sample_state: Any, global_state: Any,
                           noise_seed: Optional[tf.Tensor] = None) -> Any:

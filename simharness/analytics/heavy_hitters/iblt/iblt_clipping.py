@@ -21,7 +21,7 @@ from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.templates import AggregationProcess
 
-__all__ = ['ClippingIbltFactory', 'get_clipped_elements_with_counts']
+__all__ = ['ClippingIbltFactory', 'clipped_words_and_counts', 'get_clipped_elements_with_counts']
 
 
 @tf.function
@@ -43,20 +43,8 @@ def get_clipped_elements_with_counts(dataset: tf.data.Dataset,
       string_max_bytes: the longest word in bytes; longer words are trimmed.
       unique_counts: also give each word a count of 1 (its number of clients).
     """
-    if max_words_per_user is not None:
-        if multi_contribution:
-            k_words, counts = data_processing.get_capped_elements_with_counts(
-                dataset, max_words_per_user, batch_size=batch_size,
-                string_max_bytes=string_max_bytes)
-        else:
-            k_words, counts = data_processing.get_top_elements_with_counts(
-                dataset, max_words_per_user, string_max_bytes=string_max_bytes)
-            counts = tf.ones_like(counts)
-    else:
-        k_words, counts = data_processing.get_unique_elements_with_counts(
-            dataset, string_max_bytes=string_max_bytes)
-        if not multi_contribution:
-            counts = tf.ones_like(counts)
+    k_words, counts = clipped_words_and_counts(dataset, max_words_per_user, multi_contribution,
+                                               batch_size, string_max_bytes)
     values = tf.stack([counts, tf.ones_like(counts)], axis=1) if unique_counts else counts
     return tf.data.Dataset.from_tensor_slices(
         collections.OrderedDict([('key', k_words), ('value', values)]))
@@ -106,3 +94,25 @@ class ClippingIbltFactory(factory.UnweightedAggregationFactory):
             return inner_process.next(state, intrinsics.federated_map(preprocess, client_data))
 
         return AggregationProcess(inner_process.initialize, next_fn)
+
+
+def clipped_words_and_counts(dataset: tf.data.Dataset, max_words_per_user: Optional[int],
+                             multi_contribution: bool, batch_size: int,
+                             string_max_bytes: int) -> tuple:
+    """A client's words and their counts, capped as `build_iblt_computation` caps them
+    (also its client work): ``(words, counts)``, rank-1 tensors (traced in the caller's graph)."""
+    if max_words_per_user is not None:
+        if multi_contribution:
+            k_words, counts = data_processing.get_capped_elements_with_counts(
+                dataset, max_words_per_user, batch_size=batch_size,
+                string_max_bytes=string_max_bytes)
+        else:
+            k_words, counts = data_processing.get_top_elements_with_counts(
+                dataset, max_words_per_user, string_max_bytes=string_max_bytes)
+            counts = tf.ones_like(counts)
+    else:
+        k_words, counts = data_processing.get_unique_elements_with_counts(
+            dataset, string_max_bytes=string_max_bytes)
+        if not multi_contribution:
+            counts = tf.ones_like(counts)
+    return k_words, counts

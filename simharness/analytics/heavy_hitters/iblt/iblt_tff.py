@@ -19,8 +19,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
-from simharness.analytics import data_processing
-from simharness.analytics.heavy_hitters.iblt import chunkers, iblt_lib, iblt_tensor
+from simharness.analytics.heavy_hitters.iblt import chunkers, iblt_clipping, iblt_lib, iblt_tensor
 from simharness.core import intrinsics
 from simharness.core import types as T
 from simharness.core.computation import Computation, federated_computation, tf_computation
@@ -129,21 +128,8 @@ def build_iblt_computation(
             capacity=capacity, string_max_bytes=string_max_bytes,
             encoding=_CharacterEncoding.UTF8, repetitions=repetitions, value_shape=(1,),
             seed=seed)
-        if max_words_per_user is not None:
-            if multi_contribution:
-                k_words, counts = data_processing.get_capped_elements_with_counts(
-                    dataset, max_words_per_user, batch_size=batch_size,
-                    string_max_bytes=string_max_bytes)
-            else:
-                # The client's top distinct words, each once.
-                k_words, counts = data_processing.get_top_elements_with_counts(
-                    dataset, max_words_per_user, string_max_bytes=string_max_bytes)
-                counts = tf.ones_like(counts)
-        else:
-            k_words, counts = data_processing.get_unique_elements_with_counts(
-                dataset, string_max_bytes=string_max_bytes)
-            if not multi_contribution:
-                counts = tf.ones_like(counts)
+        k_words, counts = iblt_clipping.clipped_words_and_counts(
+            dataset, max_words_per_user, multi_contribution, batch_size, string_max_bytes)
         return encoder.compute_iblt(k_words, tf.reshape(counts, shape=[-1, 1]))
 
     @tf_computation(compute_sketch.type_signature.result)
