@@ -421,7 +421,10 @@ def test_the_driver_names_its_op_libraries_once_per_change(group, monkeypatch, c
         await ex.create_values([np.float32(1)], F32)
         await ex.create_values([np.float32(2)], F32)  # the same tuple: nothing more to say
         listed[0] = second
-        await ex.create_values([np.float32(3)], F32)
+        v, = await ex.create_values([np.float32(3)], F32)
+        # Pipelined: the worker thread logs a request when it decodes it; the value's
+        # answer comes after every request before it was decoded.
+        assert await v.compute() == np.float32(3)
     run(main())
     loads = [r.args[0] for r in h.requests if r.op == P.Op.LOAD_OP_LIBRARIES]
     assert loads == [[list(x) for x in first], [list(x) for x in second]]
