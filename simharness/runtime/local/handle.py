@@ -17,6 +17,9 @@ from simharness.runtime.local import transport as L
 from simharness.runtime.local.arenas import ResponseLoan
 from simharness.runtime.local.process import WorkerProcess, _Call
 
+#: Bytes asked of one read of a worker's socket.
+_READ_SIZE = 1 << 20
+
 
 class WorkerHandle(WorkerProcess):
     """The driver side of one worker process.
@@ -158,7 +161,7 @@ class WorkerHandle(WorkerProcess):
             return False
         while True:
             try:
-                data = os.read(fd, 1 << 20)
+                data = os.read(fd, _READ_SIZE)
             except BlockingIOError:
                 return True
             except OSError:
@@ -167,6 +170,10 @@ class WorkerHandle(WorkerProcess):
                 return False
             for raw in self._reader.feed(data):
                 self._on_frame(L.unpack_frame(raw))
+            if len(data) < _READ_SIZE:
+                # Drained: the reactor's selector is level-triggered and calls again when
+                # more comes (a second read here only raised BlockingIOError: ~3 us a call).
+                return True
 
     def _on_frame(self, frame: list) -> None:
         if frame[0] != L.F_RESPONSE:
