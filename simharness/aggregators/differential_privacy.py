@@ -122,6 +122,20 @@ def adaptive_clip_noise_params(noise_multiplier: float, expected_clients_per_rou
     return value_noise_multiplier, clipped_count_stddev
 
 
+def _check_adaptive(noise_multiplier: float, clients_per_round: float,
+                    initial_l2_norm_clip: float, target_unclipped_quantile: float,
+                    learning_rate: float, learning_rate_name: str) -> float:
+    """The checks of the adaptive-clip constructors; `clients_per_round` as a float."""
+    if isinstance(clients_per_round, int):
+        clients_per_round = float(clients_per_round)
+    factory.check_float_nonnegative(noise_multiplier, 'noise_multiplier')
+    factory.check_float_positive(clients_per_round, 'clients_per_round')
+    factory.check_float_positive(initial_l2_norm_clip, 'initial_l2_norm_clip')
+    factory.check_float_probability(target_unclipped_quantile, 'target_unclipped_quantile')
+    factory.check_float_nonnegative(learning_rate, learning_rate_name)
+    return clients_per_round
+
+
 class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
     """Aggregates client values through a `DPQuery` (clipping, sum, noise).
 
@@ -155,13 +169,9 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
             clients_per_round, 0 without noise).
           noise_seed: see the class.
         """
-        if isinstance(clients_per_round, int):
-            clients_per_round = float(clients_per_round)
-        factory.check_float_nonnegative(noise_multiplier, 'noise_multiplier')
-        factory.check_float_positive(clients_per_round, 'clients_per_round')
-        factory.check_float_positive(initial_l2_norm_clip, 'initial_l2_norm_clip')
-        factory.check_float_probability(target_unclipped_quantile, 'target_unclipped_quantile')
-        factory.check_float_nonnegative(learning_rate, 'learning_rate')
+        clients_per_round = _check_adaptive(noise_multiplier, clients_per_round,
+                                            initial_l2_norm_clip, target_unclipped_quantile,
+                                            learning_rate, 'learning_rate')
         if clipped_count_stddev is not None:
             factory.check_float_nonnegative(clipped_count_stddev, 'clipped_count_stddev')
         value_noise_multiplier, clipped_count_stddev = adaptive_clip_noise_params(
@@ -236,13 +246,9 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
         goes to the clipped count, see `adaptive_clip_noise_params`);
         `clipped_count_stddev` defaults to ``clients_per_round / 20``.
         """
-        if isinstance(clients_per_round, int):
-            clients_per_round = float(clients_per_round)
-        factory.check_float_nonnegative(noise_multiplier, 'noise_multiplier')
-        factory.check_float_positive(clients_per_round, 'clients_per_round')
-        factory.check_float_positive(initial_l2_norm_clip, 'initial_l2_norm_clip')
-        factory.check_float_nonnegative(clip_learning_rate, 'clip_learning_rate')
-        factory.check_float_probability(target_unclipped_quantile, 'target_unclipped_quantile')
+        clients_per_round = _check_adaptive(noise_multiplier, clients_per_round,
+                                            initial_l2_norm_clip, target_unclipped_quantile,
+                                            clip_learning_rate, 'clip_learning_rate')
         if clipped_count_stddev is None:
             clipped_count_stddev = clients_per_round / 20.0
         else:
