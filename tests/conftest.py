@@ -21,6 +21,7 @@ import pytest
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # the prepend import mode adds it already; importlib mode does not
     sys.path.insert(0, _HERE)
+import slow_tier  # noqa: E402  (tests/slow_tier.py)
 import stacks as suite_stacks  # noqa: E402  (tests/stacks.py)
 from simharness.pytest_plugin import (SimharnessStack, StackRegistry,  # noqa: E402
                                       parametrize_stacks)
@@ -68,7 +69,11 @@ def _group_of(item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    # The slow tier (tests/slow_tier.py): CI's ``-m "not slow"`` leaves these to the full suite.
+    slow = slow_tier.listed()
     for item in items:
+        if slow_tier.base_id(item.nodeid) in slow:
+            item.add_marker(pytest.mark.slow)
         for group, keys in _XDIST_GROUPS:
             if any(k in item.nodeid for k in keys):
                 item.add_marker(pytest.mark.xdist_group(group))

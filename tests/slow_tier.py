@@ -1,0 +1,75 @@
+"""The slow tier: tests that CI (``-m "not slow"``) leaves to the full suite.
+
+A test is in it when it carries ``@pytest.mark.slow`` or its node id is listed in
+`LIST` (``tests/slow_tests.txt``): the tests whose setup, call and teardown took
+together at least `THRESHOLD_S` seconds in a full run on the reference 2-core
+machine. They are ~4 % of the tests and ~70 % of the suite's time (whole CLI
+runs, signals and killed drivers, Ray and gRPC faults, tutorials, benchmarks at
+their CI sizes); without them CI fits its 10 minutes on that machine. The full
+suite (no ``-m``) runs them all.
+
+Regenerate the list after a full run that printed every duration::
+
+    python -m pytest -q -n 2 --dist loadgroup --durations=0 > /tmp/durations.txt
+    python tests/slow_tier.py /tmp/durations.txt > tests/slow_tests.txt
+"""
+from __future__ import annotations
+
+import collections
+import pathlib
+import re
+import sys
+from typing import Dict, FrozenSet, Iterable
+
+#: Seconds (setup + call + teardown) from which a test is in the slow tier.
+THRESHOLD_S = 2.0
+
+LIST = pathlib.Path(__file__).with_name('slow_tests.txt')
+
+_DURATION = re.compile(r'^(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S.*?)\s*$')
+
+
+def base_id(nodeid: str) -> str:
+    """`nodeid` without pytest-xdist's ``@group`` suffix (``--dist loadgroup`` adds it)."""
+    return re.sub(r'@[\w-]+$', '', nodeid)
+
+
+def totals(lines: Iterable[str]) -> Dict[str, float]:
+    """Seconds per test (its phases summed) from pytest's ``--durations`` lines."""
+    out: Dict[str, float] = collections.defaultdict(float)
+    for line in lines:
+        m = _DURATION.match(line)
+        if m:
+            out[base_id(m.group(3))] += float(m.group(1))
+    return dict(out)
+
+
+def listed(path: pathlib.Path = LIST) -> FrozenSet[str]:
+    """The node ids of `path` (blank lines and ``#`` comments skipped)."""
+    if not path.exists():
+        return frozenset()
+    return frozenset(s for s in (l.strip() for l in path.read_text().splitlines())
+                     if s and not s.startswith('#'))
+
+
+def main(argv: list) -> int:
+    if len(argv) != 2:
+        print(f'usage: python {argv[0]} DURATIONS_OUTPUT > {LIST.name}', file=sys.stderr)
+        return 2
+    with open(argv[1]) as f:
+        seconds = totals(f)
+    if not seconds:
+        print(f'{argv[1]}: no duration lines (run pytest with --durations=0)', file=sys.stderr)
+        return 1
+    slow = sorted((k for k, v in seconds.items() if v >= THRESHOLD_S),
+                  key=lambda k: (-seconds[k], k))
+    print(f'# The slow tier (tests/slow_tier.py): setup + call + teardown >= {THRESHOLD_S:g} s in a '
+          f'full run; {len(slow)} of {len(seconds)} tests, '
+          f'{sum(seconds[k] for k in slow):.0f} of {sum(seconds.values()):.0f} s.')
+    for k in slow:
+        print(k)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
