@@ -80,6 +80,22 @@ def pytest_collection_modifyitems(config, items):
                 break
 
 
+_WATCH = slow_tier.Watch()
+
+
+def pytest_runtest_logreport(report):
+    _WATCH.add(report.nodeid, report.duration, 'slow' in report.keywords)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    over = _WATCH.over()
+    if over and not hasattr(config, 'workerinput'):
+        terminalreporter.write_sep('-', f'{len(over)} test(s) outside the slow tier took '
+                                   f'>= {slow_tier.WATCH_S:g} s (tests/slow_tier.py)')
+        for k in over[:20]:
+            terminalreporter.write_line(f'{_WATCH.seconds[k]:6.1f}s {k}')
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
     # Under ``--dist loadgroup`` a group's tests reach one worker together and run one after

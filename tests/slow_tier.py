@@ -44,6 +44,33 @@ def totals(lines: Iterable[str]) -> Dict[str, float]:
     return dict(out)
 
 
+#: A test outside the slow tier that takes this long in a run is named at its end
+#: (`Watch`): twice the threshold, so that the noise of a shared machine does not name
+#: the tests just under it.
+WATCH_S = 2 * THRESHOLD_S
+
+
+class Watch:
+    """Sums each test's phases as their reports arrive (in pytest-xdist's controller too)
+    and names, at the end, the tests not in the slow tier that took `WATCH_S` or more: the
+    quick tier's time cannot grow unseen."""
+
+    def __init__(self) -> None:
+        self.seconds: Dict[str, float] = collections.defaultdict(float)
+        self.slow: set = set()
+
+    def add(self, nodeid: str, seconds: float, is_slow: bool) -> None:
+        key = base_id(nodeid)
+        self.seconds[key] += seconds
+        if is_slow:
+            self.slow.add(key)
+
+    def over(self) -> list:
+        return sorted((k for k, v in self.seconds.items()
+                       if v >= WATCH_S and k not in self.slow),
+                      key=lambda k: -self.seconds[k])
+
+
 def listed(path: pathlib.Path = LIST) -> FrozenSet[str]:
     """The node ids of `path` (blank lines and ``#`` comments skipped)."""
     if not path.exists():

@@ -41,3 +41,13 @@ def test_the_project_list_names_tests_of_the_suite():
     ids = slow_tier.listed()
     assert len(ids) > 50
     assert all(i.startswith('tests/') and '::' in i and '@' not in i for i in ids)
+
+
+def test_the_watch_names_quick_tests_over_twice_the_threshold_not_slow_ones():
+    w = slow_tier.Watch()
+    w.add('tests/a.py::test_x@ray', 3.0, False)
+    w.add('tests/a.py::test_x', 1.5, False)        # its teardown: 4.5 s in all
+    w.add('tests/b.py::test_y', 9.0, True)         # in the slow tier
+    w.add('tests/c.py::test_z', slow_tier.WATCH_S - 0.01, False)
+    w.add('tests/d.py::test_w', 6.0, False)
+    assert w.over() == ['tests/d.py::test_w', 'tests/a.py::test_x']
