@@ -33,9 +33,10 @@ THREAD_PREFIX = 'simharness-'
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     # The benchmarks (tests/benchmarks) are in `testpaths`: a run that does not name them
-    # (``python -m pytest -q -n 2 --dist loadgroup``, CI) runs each body once, untimed,
-    # at its small sizes (--benchmark-disable), so that they cannot rot; naming them
-    # (``python -m pytest tests/benchmarks``) times them. Before pytest-benchmark reads it.
+    # (``python -m pytest -q -n 2 --dist loadgroup``; CI adds ``-m "not slow"``) runs each
+    # body once, untimed, at its small sizes (--benchmark-disable), so that they cannot
+    # rot; naming them (``python -m pytest tests/benchmarks``) times them. Before
+    # pytest-benchmark reads it.
     named = any('benchmarks' in str(a) for a in config.invocation_params.args
                 if not str(a).startswith('-'))
     if not named and hasattr(config.option, 'benchmark_disable'):
