@@ -3,15 +3,22 @@
 A test is in it when it carries ``@pytest.mark.slow`` or its node id is listed in
 `LIST` (``tests/slow_tests.txt``): the tests whose setup, call and teardown took
 together at least `THRESHOLD_S` seconds in a full run on the reference 2-core
-machine. They are ~4 % of the tests and ~70 % of the suite's time (whole CLI
-runs, signals and killed drivers, Ray and gRPC faults, tutorials, benchmarks at
-their CI sizes); without them CI fits its 10 minutes on that machine. The full
-suite (no ``-m``) runs them all.
+machine, or that the watch (`Watch`) named at the end of a quick-tier run. They
+are ~6 % of the tests and ~75 % of the suite's time (whole CLI runs, signals and
+killed drivers, Ray and gRPC faults, tutorials, benchmarks at their CI sizes);
+without them CI fits its 10 minutes on that machine. The full suite (no ``-m``)
+runs them all.
 
-Regenerate the list after a full run that printed every duration::
+Regenerate the list from the outputs of a full run that printed every duration and,
+optionally, of quick-tier runs (their watch's lines)::
 
     python -m pytest -q -n 2 --dist loadgroup --durations=0 > /tmp/durations.txt
-    python tests/slow_tier.py /tmp/durations.txt > tests/slow_tests.txt
+    python -m pytest -q -n 2 --dist loadgroup -m "not slow" > /tmp/quick.txt
+    python tests/slow_tier.py /tmp/durations.txt /tmp/quick.txt > tests/slow_tests.txt
+
+The start of a session's resource (the Ray cluster, ~30 s here; the gRPC services) is
+paid by whichever of its tests runs first: listing that test moves the cost to the
+next one, so the first test of a group may stay named by the watch.
 """
 from __future__ import annotations
 
@@ -22,11 +29,12 @@ import sys
 from typing import Dict, FrozenSet, Iterable
 
 #: Seconds (setup + call + teardown) from which a test is in the slow tier.
-THRESHOLD_S = 2.0
+THRESHOLD_S = 1.5
 
 LIST = pathlib.Path(__file__).with_name('slow_tests.txt')
 
 _DURATION = re.compile(r'^(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S.*?)\s*$')
+_WATCHED = re.compile(r'^\s+(\d+(?:\.\d+)?)s (tests/\S+)\s*$')  # `Watch`'s lines
 
 
 def base_id(nodeid: str) -> str:
@@ -35,19 +43,24 @@ def base_id(nodeid: str) -> str:
 
 
 def totals(lines: Iterable[str]) -> Dict[str, float]:
-    """Seconds per test (its phases summed) from pytest's ``--durations`` lines."""
+    """Seconds per test (its phases summed) from pytest's ``--durations`` lines and the
+    watch's (`Watch`: a test's total)."""
     out: Dict[str, float] = collections.defaultdict(float)
     for line in lines:
         m = _DURATION.match(line)
         if m:
             out[base_id(m.group(3))] += float(m.group(1))
+            continue
+        m = _WATCHED.match(line)
+        if m:
+            out[base_id(m.group(2))] += float(m.group(1))
     return dict(out)
 
 
 #: A test outside the slow tier that takes this long in a run is named at its end
-#: (`Watch`): twice the threshold, so that the noise of a shared machine does not name
-#: the tests just under it.
-WATCH_S = 2 * THRESHOLD_S
+#: (`Watch`): well over the threshold, so that the noise of a shared machine (+-30 %)
+#: does not name the tests just under it.
+WATCH_S = 4.0
 
 
 class Watch:
@@ -80,18 +93,22 @@ def listed(path: pathlib.Path = LIST) -> FrozenSet[str]:
 
 
 def main(argv: list) -> int:
-    if len(argv) != 2:
-        print(f'usage: python {argv[0]} DURATIONS_OUTPUT > {LIST.name}', file=sys.stderr)
+    if len(argv) < 2:
+        print(f'usage: python {argv[0]} PYTEST_OUTPUT... > {LIST.name}', file=sys.stderr)
         return 2
-    with open(argv[1]) as f:
-        seconds = totals(f)
+    seconds: Dict[str, float] = {}
+    for path in argv[1:]:  # a test's time: the most any output gives it
+        with open(path) as f:
+            for k, v in totals(f).items():
+                seconds[k] = max(v, seconds.get(k, 0.0))
     if not seconds:
-        print(f'{argv[1]}: no duration lines (run pytest with --durations=0)', file=sys.stderr)
+        print(f'{" ".join(argv[1:])}: no duration lines (run pytest with --durations=0)',
+              file=sys.stderr)
         return 1
     slow = sorted((k for k, v in seconds.items() if v >= THRESHOLD_S),
                   key=lambda k: (-seconds[k], k))
     print(f'# The slow tier (tests/slow_tier.py): setup + call + teardown >= {THRESHOLD_S:g} s in a '
-          f'full run; {len(slow)} of {len(seconds)} tests, '
+          f'run; {len(slow)} of {len(seconds)} tests, '
           f'{sum(seconds[k] for k in slow):.0f} of {sum(seconds.values()):.0f} s.')
     for k in slow:
         print(k)

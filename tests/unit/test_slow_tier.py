@@ -15,11 +15,12 @@ def test_a_test_s_phases_add_up_and_the_xdist_group_suffix_is_dropped():
 
 
 def test_main_lists_the_tests_at_or_over_the_threshold_slowest_first(tmp_path, capsys):
+    t = slow_tier.THRESHOLD_S
     f = tmp_path / 'durations.txt'
-    f.write_text('3.00s call     tests/a.py::test_x\n'
-                 '2.00s call     tests/b.py::test_y\n'
-                 '1.99s call     tests/c.py::test_z\n'
-                 '5.00s setup    tests/d.py::test_w@remote\n')
+    f.write_text(f'{t + 1:.2f}s call     tests/a.py::test_x\n'
+                 f'{t:.2f}s call     tests/b.py::test_y\n'
+                 f'{t - 0.01:.2f}s call     tests/c.py::test_z\n'
+                 f'{t + 3:.2f}s setup    tests/d.py::test_w@remote\n')
     assert slow_tier.main(['slow_tier.py', str(f)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith('#') and '3 of 4 tests' in out[0]
@@ -28,6 +29,19 @@ def test_main_lists_the_tests_at_or_over_the_threshold_slowest_first(tmp_path, c
     listed.write_text('\n'.join(out) + '\n\n')
     assert slow_tier.listed(listed) == {'tests/d.py::test_w', 'tests/a.py::test_x',
                                         'tests/b.py::test_y'}
+
+
+def test_the_watch_s_lines_of_a_quick_run_join_a_full_run_s_durations(tmp_path, capsys):
+    t = slow_tier.THRESHOLD_S
+    full = tmp_path / 'full.txt'
+    full.write_text(f'{t / 2:.2f}s call     tests/a.py::test_x\n'
+                    f'{t / 2:.2f}s call     tests/b.py::test_y\n')
+    quick = tmp_path / 'quick.txt'
+    quick.write_text('---- 1 test(s) outside the slow tier took >= 4 s (tests/slow_tier.py) ----\n'
+                     '  12.5s tests/a.py::test_x\n'
+                     '5 passed in 30.00s\n')
+    assert slow_tier.main(['slow_tier.py', str(full), str(quick)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == ['tests/a.py::test_x']
 
 
 def test_no_duration_lines_is_an_error_not_an_empty_list(tmp_path, capsys):
