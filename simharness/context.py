@@ -19,6 +19,7 @@ import asyncio
 import collections.abc
 import concurrent.futures
 import contextlib
+import functools
 import threading
 import weakref
 from typing import Any, Callable, Iterator, Optional, cast
@@ -26,13 +27,14 @@ from typing import Any, Callable, Iterator, Optional, cast
 import numpy as np
 
 from simharness.core import context_stack
+from simharness.core.context_stack import AsyncContext, SyncContext
 from simharness.core.wakeups import await_future
 from simharness.core import types as T
 from simharness.core.buffers import pooled_copy
 from simharness.core.structure import (Struct, claim_adopted, from_container, map_nest,
                                        tensor_to_numpy, to_container)
-from simharness.errors import (CardinalityError, ExecutorClosedError, RetryableError,
-                               SimharnessTypeError)
+from simharness.errors import (CardinalityError, ContextError, ExecutorClosedError,
+                               RetryableError, SimharnessTypeError)
 from simharness.executors.base import CURRENT_INVOCATION, ExecutorFactory
 from simharness.validation import check_bool, check_int
 
@@ -46,39 +48,19 @@ def _check_factory(factory: Any) -> None:
             actual=type(factory))
 
 
-class ExecutionContext:
-    """Runs computations synchronously on stacks made by `factory`.
-
-    Args:
-      factory: the `ExecutorFactory` that builds stacks per cardinality.
-      retries: how many times a computation is run again after a retryable
-        failure (such as `WorkerCrashedError`). Computations are pure, so a
-        retry gives the same answer.
-      max_concurrent_calls: at most this many computations run at once (from
-        several threads or tasks); more calls wait. None: no limit.
-      transform_args: applied to every argument before it is embedded (TFF's
-        ``transform_args``, e.g. ``simharness.tensorflow.transform_args``).
-      transform_result: applied to every result (TFF's ``transform_result``).
-      owns_factory: `close()` closes the factory itself (a process factory's
-        workers stop), not only its stacks: for a factory made for this
-        context alone.
-      jit_compile: XLA for the TF computations run here: None (default) lets
-        the rule of `simharness.core.xla` decide per computation; True or
-        False forces it for every computation not forced by its own
-        ``tf_computation(..., jit_compile=...)``. The choice travels inside
-        each computation, so every worker of every stack makes the same.
-
-    Raises:
-      SimharnessTypeError: a wrong type (`factory` not an `ExecutorFactory`,
-        a transform not callable).
-      SimharnessValueError: `retries` < 0 or `max_concurrent_calls` < 1.
+class _ExecutionContextBase:
+    """What the synchronous and asynchronous execution contexts share: a factory's
+    stacks, the context's own event loop thread, transforms, limits, `close`.
+    Arguments as in `ExecutionContext`.
     """
 
     def __init__(self, factory: ExecutorFactory, retries: int = 0, *,
                  max_concurrent_calls: Optional[int] = None,
                  transform_args: Optional[Callable[[Any], Any]] = None,
                  transform_result: Optional[Callable[[Any], Any]] = None,
-                 owns_factory: bool = False, jit_compile: Optional[bool] = None):
+                 owns_factory: bool = False, jit_compile: Optional[bool] = None,
+                 cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
+                 compiler_fn: Optional[Callable[[Any], Any]] = None):
         _check_factory(factory)
         check_bool('owns_factory', owns_factory)
         if jit_compile is not None:
@@ -90,7 +72,9 @@ class ExecutionContext:
         max_concurrent_calls = check_int('max_concurrent_calls', max_concurrent_calls, 1,
                                          allow_none=True)
         for what, fn in (('transform_args', transform_args),
-                         ('transform_result', transform_result)):
+                         ('transform_result', transform_result),
+                         ('cardinality_inference_fn', cardinality_inference_fn),
+                         ('compiler_fn', compiler_fn)):
             if fn is not None and not callable(fn):
                 raise SimharnessTypeError(f'{what} must be callable or None, got {fn!r} of type '
                                           f'{type(fn).__name__}', expected='callable',
@@ -101,6 +85,9 @@ class ExecutionContext:
         self.max_concurrent_calls = max_concurrent_calls
         self._transform_args = transform_args
         self._transform_result = transform_result
+        self._cardinality_inference_fn = cardinality_inference_fn
+        # As TFF: each computation compiled once (cached by the computation).
+        self._compiler = None if compiler_fn is None else functools.lru_cache()(compiler_fn)
         self._calls = (None if max_concurrent_calls is None
                        else threading.BoundedSemaphore(max_concurrent_calls))
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -119,8 +106,36 @@ class ExecutionContext:
                 self._thread.start()
             return self._loop
 
+    def _compiled(self, comp: Any) -> Any:
+        """`comp` through the context's `compiler_fn` (itself without one).
+
+        Raises:
+          SimharnessTypeError: the compiler returned something other than a
+            computation of the same parameter type.
+        """
+        if self._compiler is None:
+            return comp
+        out = self._compiler(comp)
+        ft = getattr(out, 'type_signature', None)
+        if not isinstance(ft, T.FunctionType) or not callable(
+                getattr(out, 'to_building_block', None)):
+            raise SimharnessTypeError(
+                f'compiler_fn returned {out!r} of type {type(out).__name__}; expected a '
+                'computation (a simharness Computation)', expected='Computation',
+                actual=type(out))
+        param = comp.type_signature.parameter
+        if (param is None) != (ft.parameter is None) or (
+                param is not None and not ft.parameter.is_assignable_from(param)):
+            raise SimharnessTypeError(
+                f'compiler_fn changed the parameter type from {param} to {ft.parameter}',
+                expected=param, actual=ft.parameter)
+        return out
+
     def _cardinalities(self, comp: Any, arg: Any) -> dict:
         ft: T.FunctionType = comp.type_signature
+        if self._cardinality_inference_fn is not None:
+            return _checked_cardinalities(
+                {} if arg is None else self._cardinality_inference_fn(arg, ft.parameter))
         cardinalities = {}
         if ft.parameter is not None:
             n = infer_cardinality(arg, ft.parameter)
@@ -142,27 +157,6 @@ class ExecutionContext:
     def _result(self, comp: Any, value: Any) -> Any:
         out = to_python(value, comp.type_signature.result)
         return out if self._transform_result is None else self._transform_result(out)
-
-    def invoke(self, comp: Any, arg: Any = None) -> Any:
-        """Runs `comp` (a `Computation`) on `arg` and returns Python/numpy results."""
-        if self._transform_args is not None:
-            arg = self._transform_args(arg)
-        cardinalities = self._cardinalities(comp, arg)
-        attempt = 0
-        with (self._calls if self._calls is not None else contextlib.nullcontext()):
-            while True:
-                try:
-                    fut = self._submit(comp, arg, cardinalities)
-                    try:
-                        value = fut.result()
-                    except KeyboardInterrupt:
-                        fut.cancel()  # Ctrl-C: stop the computation; the caller closes the stack
-                        raise
-                    return self._result(comp, value)
-                except RetryableError:
-                    if attempt >= self.retries:
-                        raise
-                    attempt += 1
 
     def close(self) -> None:
         """Closes the factory's stacks and stops the context's loop thread."""
@@ -201,7 +195,69 @@ class ExecutionContext:
         return False
 
 
-class AsyncExecutionContext(ExecutionContext):
+class ExecutionContext(_ExecutionContextBase, SyncContext):
+    """Runs computations synchronously on stacks made by `factory`.
+
+    Args:
+      factory: the `ExecutorFactory` that builds stacks per cardinality.
+      retries: how many times a computation is run again after a retryable
+        failure (such as `WorkerCrashedError`). Computations are pure, so a
+        retry gives the same answer.
+      max_concurrent_calls: at most this many computations run at once (from
+        several threads or tasks); more calls wait. None: no limit.
+      transform_args: applied to every argument before it is embedded (TFF's
+        ``transform_args``, e.g. ``simharness.tensorflow.transform_args``).
+      transform_result: applied to every result (TFF's ``transform_result``).
+      owns_factory: `close()` closes the factory itself (a process factory's
+        workers stop), not only its stacks: for a factory made for this
+        context alone.
+      jit_compile: XLA for the TF computations run here: None (default) lets
+        the rule of `simharness.core.xla` decide per computation; True or
+        False forces it for every computation not forced by its own
+        ``tf_computation(..., jit_compile=...)``. The choice travels inside
+        each computation, so every worker of every stack makes the same.
+      cardinality_inference_fn: TFF's argument: called as ``fn(arg,
+        parameter_type)`` (not called without an argument), it returns the
+        cardinalities (``{CLIENTS: n}``, or ``{}``) the stack is made for.
+        None (default): inferred from the argument's client-placed lists
+        (`infer_cardinality`). An argument that disagrees with the
+        cardinalities it returns is refused when it is embedded
+        (`CardinalityError`).
+      compiler_fn: TFF's argument: a function of a computation that returns
+        the computation to run in its place (same parameter type), called
+        once per computation (cached). The result keeps the containers of the
+        original's result type.
+
+    Raises:
+      SimharnessTypeError: a wrong type (`factory` not an `ExecutorFactory`,
+        a transform not callable).
+      SimharnessValueError: `retries` < 0 or `max_concurrent_calls` < 1.
+    """
+
+    def invoke(self, comp: Any, arg: Any = None) -> Any:
+        """Runs `comp` (a `Computation`) on `arg` and returns Python/numpy results."""
+        if self._transform_args is not None:
+            arg = self._transform_args(arg)
+        run = self._compiled(comp)
+        cardinalities = self._cardinalities(run, arg)
+        attempt = 0
+        with (self._calls if self._calls is not None else contextlib.nullcontext()):
+            while True:
+                try:
+                    fut = self._submit(run, arg, cardinalities)
+                    try:
+                        value = fut.result()
+                    except KeyboardInterrupt:
+                        fut.cancel()  # Ctrl-C: stop the computation; the caller closes the stack
+                        raise
+                    return self._result(comp, value)
+                except RetryableError:
+                    if attempt >= self.retries:
+                        raise
+                    attempt += 1
+
+
+class AsyncExecutionContext(_ExecutionContextBase, AsyncContext):
     """An `ExecutionContext` whose `invoke` is a coroutine (TFF's `AsyncExecutionContext`).
 
     A computation called while this context is current returns an awaitable:
@@ -215,10 +271,14 @@ class AsyncExecutionContext(ExecutionContext):
                  max_concurrent_calls: Optional[int] = None,
                  transform_args: Optional[Callable[[Any], Any]] = None,
                  transform_result: Optional[Callable[[Any], Any]] = None,
-                 owns_factory: bool = False, jit_compile: Optional[bool] = None):
+                 owns_factory: bool = False, jit_compile: Optional[bool] = None,
+                 cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
+                 compiler_fn: Optional[Callable[[Any], Any]] = None):
         super().__init__(factory, retries, max_concurrent_calls=max_concurrent_calls,
                          transform_args=transform_args, transform_result=transform_result,
-                         owns_factory=owns_factory, jit_compile=jit_compile)
+                         owns_factory=owns_factory, jit_compile=jit_compile,
+                         cardinality_inference_fn=cardinality_inference_fn,
+                         compiler_fn=compiler_fn)
         # event loop -> its semaphore (an asyncio semaphore belongs to one loop)
         self._async_calls: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
 
@@ -234,15 +294,18 @@ class AsyncExecutionContext(ExecutionContext):
 
     async def invoke(self, comp: Any, arg: Any = None) -> Any:  # type: ignore[override]
         """Runs `comp` on `arg`; awaits its Python/numpy result."""
+        if asyncio.iscoroutine(arg):  # as TFF: an awaitable argument (another call's result)
+            arg = await arg
         if self._transform_args is not None:
             arg = self._transform_args(arg)
-        cardinalities = self._cardinalities(comp, arg)
+        run = self._compiled(comp)
+        cardinalities = self._cardinalities(run, arg)
         sem = self._semaphore()
         async with (sem if sem is not None else contextlib.nullcontext()):
             attempt = 0
             while True:
                 try:
-                    fut = self._submit(comp, arg, cardinalities)
+                    fut = self._submit(run, arg, cardinalities)
                     try:
                         value = await await_future(fut)
                     except asyncio.CancelledError:
@@ -266,6 +329,33 @@ async def _cancel_pending() -> None:
         t.cancel()
     if tasks:
         await asyncio.wait(tasks, timeout=_CANCEL_WAIT)
+
+
+#: TFF's ``CardinalityInferenceFnType``: ``fn(arg, parameter_type) -> {placement: n}``.
+CardinalityInferenceFn = Callable[[Any, Optional[T.Type]], Any]
+
+
+def _checked_cardinalities(found: Any) -> dict:
+    """A `cardinality_inference_fn`'s answer as a dict of placements to counts >= 0.
+
+    Raises:
+      SimharnessTypeError: not a mapping of placements to ints.
+      SimharnessValueError: a negative count.
+    """
+    if not isinstance(found, collections.abc.Mapping):
+        raise SimharnessTypeError(
+            f'cardinality_inference_fn returned {found!r} of type {type(found).__name__}; '
+            'expected a mapping of placements to numbers of clients, such as {CLIENTS: 3}',
+            expected='Mapping[PlacementLiteral, int]', actual=type(found))
+    out = {}
+    for k, v in found.items():
+        if not isinstance(k, T.PlacementLiteral):
+            raise SimharnessTypeError(
+                f'cardinality_inference_fn returned the key {k!r} of type {type(k).__name__}; '
+                'expected a placement (CLIENTS or SERVER)', expected=T.PlacementLiteral,
+                actual=type(k))
+        out[k] = check_int(f'cardinality_inference_fn()[{k}]', v, 0)
+    return out
 
 
 async def _run(executor, comp_bb, ft: T.FunctionType, arg: Any) -> Any:
@@ -302,8 +392,9 @@ def infer_cardinality(value: Any, t: T.Type, where: str = 'the argument') -> Opt
                 continue
             if found is not None and n != found:
                 raise CardinalityError(
-                    f'{label} holds a list of {n} values, but {found_at} holds {found}: every '
-                    f'client-placed value must have one entry per client', expected=found, actual=n)
+                    f'Conflicting cardinalities for CLIENTS: {label} holds a list of {n} values, '
+                    f'but {found_at} holds {found}: every client-placed value must have one '
+                    f'entry per client', expected=found, actual=n)
             found, found_at = n, label
         return found
     return None
@@ -381,14 +472,16 @@ def set_default_executor(factory: Optional[ExecutorFactory] = None, retries: int
 
 
 def _check_context(ctx: Any) -> None:
-    # A `simharness.program.FederatedContext` (a program's context) is one too:
-    # anything with `invoke` and `close` methods, as core's context stack needs.
-    if not isinstance(ctx, ExecutionContext) and not (
-            not isinstance(ctx, type) and callable(getattr(ctx, 'invoke', None))
-            and callable(getattr(ctx, 'close', None))):
+    # A `SyncContext` / `AsyncContext` of the user's (TFF's base classes), a
+    # `simharness.program.FederatedContext`: anything with an `invoke` method is one,
+    # as core's context stack needs (a `close`, if it has one, is called when an
+    # owned default is replaced).
+    if not isinstance(ctx, (SyncContext, AsyncContext)) and (
+            isinstance(ctx, type) or not callable(getattr(ctx, 'invoke', None))):
         raise SimharnessTypeError(
-            f'ctx must be an ExecutionContext, got {type(ctx).__name__} {ctx!r}; make one with '
-            f'ExecutionContext(factory)', expected=ExecutionContext, actual=type(ctx))
+            f'ctx must be an execution context (a SyncContext or AsyncContext, or an object '
+            f'with an invoke(comp, arg) method), got {type(ctx).__name__} {ctx!r}; make one '
+            f'with ExecutionContext(factory)', expected=ExecutionContext, actual=type(ctx))
 
 
 def set_default_context(ctx: Optional[ExecutionContext] = None) -> None:
@@ -404,6 +497,29 @@ def set_default_context(ctx: Optional[ExecutionContext] = None) -> None:
     if ctx is not None:
         _check_context(ctx)
     context_stack.replace_default(ctx, owned=False)
+
+
+class RuntimeErrorContext(SyncContext):
+    """A context that refuses to run computations (TFF's `RuntimeErrorContext`): the
+    default after `set_no_default_context()`, so that a computation called outside
+    any installed context fails instead of running on a default stack."""
+
+    def invoke(self, comp: Any, arg: Any) -> Any:
+        """Raises `ContextError` (a `RuntimeError`)."""
+        del arg
+        name = getattr(comp, '__name__', None) or type(comp).__name__
+        raise ContextError(
+            f'No default context installed: {name} was called outside any installed context '
+            'after set_no_default_context(); install one (get_context_stack().install(ctx), '
+            'execution_context(...)) or set a default (set_default_context(ctx))')
+
+
+def set_no_default_context() -> None:
+    """Makes calling a computation outside an installed context an error (TFF's
+    `set_no_default_context`): the default becomes a `RuntimeErrorContext`. A previous
+    default that simharness made is closed. `set_default_context(None)` goes back to a
+    local thread stack."""
+    context_stack.replace_default(RuntimeErrorContext(), owned=False)
 
 
 class ContextStack:

@@ -1,6 +1,9 @@
 """`simharness.framework`: executors, factories and contexts, named as in `tff.framework`."""
 
-from typing import Any, Callable, Dict, Optional, Sequence
+import asyncio
+import contextlib
+import functools
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 from simharness.core.building_blocks import (Block, Call, CompiledComputation,
                                              ComputationBuildingBlock, Data, Intrinsic, Lambda,
@@ -14,7 +17,12 @@ from simharness.core.computation import Computation, ConcreteComputation, Polymo
 from simharness.core.types import PlacementLiteral, infer_type
 from simharness.aggregators.factory import (is_structure_of_floats, is_structure_of_integers,
                                             is_structure_of_tensors)
-from simharness.context import ContextStack, get_context_stack, set_default_context
+from simharness.context import (ContextStack, RuntimeErrorContext, get_context_stack,
+                                set_default_context, set_no_default_context)
+from simharness.context import CardinalityInferenceFn
+from simharness.core.context_stack import AsyncContext, SyncContext
+from simharness.mergeable import (MergeableCompExecutionContext, MergeableCompForm,
+                                  type_to_py_container)
 from simharness.context import AsyncExecutionContext as _AsyncExecutionContext
 from simharness.context import ExecutionContext as _ExecutionContext
 from simharness.core import types as _T
@@ -43,48 +51,44 @@ from simharness.stacks import RayExecutorFactory, ray_executor_factory  # Ray it
 class ExecutionContext(_ExecutionContext):
     """`simharness.ExecutionContext` with TFF's argument names.
 
-    ``ExecutionContext(executor_fn=factory)`` as in `tff.framework`; a
-    `compiler_fn` other than None is refused (simharness runs computations
-    as traced, with no compiler pass).
+    ``ExecutionContext(executor_fn=factory, compiler_fn=None)`` as in `tff.framework`
+    (`compiler_fn`: as `SyncExecutionContext`'s).
 
     Raises:
-      SimharnessTypeError: no factory, or one that is not an `ExecutorFactory`.
-      SimharnessValueError: a `compiler_fn` was given.
+      SimharnessTypeError: no factory, one that is not an `ExecutorFactory`, or a
+        `compiler_fn` that is not callable.
     """
 
     def __init__(self, executor_fn: Optional[ExecutorFactory] = None,
                  compiler_fn: Optional[Callable[..., Any]] = None, *, retries: int = 0,
                  factory: Optional[ExecutorFactory] = None):
-        if compiler_fn is not None:
-            raise SimharnessValueError(
-                f'compiler_fn={compiler_fn!r} is not supported: simharness runs computations as '
-                'traced; leave it out')
-        if executor_fn is not None and factory is not None:
-            raise SimharnessTypeError('give executor_fn or factory, not both')
-        chosen = executor_fn if executor_fn is not None else factory
-        if chosen is None:
-            raise SimharnessTypeError('ExecutionContext needs an executor factory (executor_fn=)')
-        super().__init__(chosen, retries=retries)
+        super().__init__(_chosen_factory(executor_fn, factory), retries=retries,
+                         compiler_fn=compiler_fn)
 
 
 class SyncExecutionContext(ExecutionContext):
     """TFF's `SyncExecutionContext(executor_fn, compiler_fn=None, *, transform_args=None,
-    transform_result=None)`: `ExecutionContext` with TFF's keyword arguments.
+    transform_result=None, cardinality_inference_fn=...)`: `ExecutionContext` with TFF's
+    keyword arguments (`cardinality_inference_fn` None: inferred from the argument's
+    client-placed lists, as TFF's `infer_cardinalities`; `compiler_fn`: a function of a
+    computation returning the computation to run in its place, applied once per
+    computation, such as `simharness.backends.native.transform_to_native_form`).
 
     Raises:
-      SimharnessTypeError: no factory, or a transform that is not callable.
-      SimharnessValueError: a `compiler_fn` was given.
+      SimharnessTypeError: no factory, or a transform or compiler that is not callable.
     """
 
     def __init__(self, executor_fn: Optional[ExecutorFactory] = None,
                  compiler_fn: Optional[Callable[..., Any]] = None, *,
                  transform_args: Optional[Callable[[Any], Any]] = None,
-                 transform_result: Optional[Callable[[Any], Any]] = None, retries: int = 0,
-                 factory: Optional[ExecutorFactory] = None):
-        _check_compiler_fn(compiler_fn)
+                 transform_result: Optional[Callable[[Any], Any]] = None,
+                 cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
+                 retries: int = 0, factory: Optional[ExecutorFactory] = None):
         _ExecutionContext.__init__(self, _chosen_factory(executor_fn, factory), retries,
                                    transform_args=transform_args,
-                                   transform_result=transform_result)
+                                   transform_result=transform_result,
+                                   cardinality_inference_fn=cardinality_inference_fn,
+                                   compiler_fn=compiler_fn)
 
 
 class AsyncExecutionContext(_AsyncExecutionContext):
@@ -96,18 +100,52 @@ class AsyncExecutionContext(_AsyncExecutionContext):
     def __init__(self, executor_fn: Optional[ExecutorFactory] = None,
                  compiler_fn: Optional[Callable[..., Any]] = None, *,
                  transform_args: Optional[Callable[[Any], Any]] = None,
-                 transform_result: Optional[Callable[[Any], Any]] = None, retries: int = 0,
-                 factory: Optional[ExecutorFactory] = None):
-        _check_compiler_fn(compiler_fn)
+                 transform_result: Optional[Callable[[Any], Any]] = None,
+                 cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
+                 retries: int = 0, factory: Optional[ExecutorFactory] = None):
         super().__init__(_chosen_factory(executor_fn, factory), retries,
-                         transform_args=transform_args, transform_result=transform_result)
+                         transform_args=transform_args, transform_result=transform_result,
+                         cardinality_inference_fn=cardinality_inference_fn,
+                         compiler_fn=compiler_fn)
 
 
-def _check_compiler_fn(compiler_fn: Any) -> None:
-    if compiler_fn is not None:
-        raise SimharnessValueError(
-            f'compiler_fn={compiler_fn!r} is not supported: simharness runs computations as '
-            'traced; leave it out')
+def with_context(context_fn: Callable[[], Union[SyncContext, AsyncContext]]):
+    """`federated_language.framework.with_context`: a decorator that runs a (test) function
+    with the context ``context_fn()`` installed.
+
+    The context is made anew on each call of the decorated function and installed for
+    that call alone (a coroutine function: for its whole await). As in TFF it is not
+    closed afterwards: a context that holds resources (worker processes) is closed when
+    it is collected; close it yourself where that matters.
+
+    Raises:
+      SimharnessTypeError: `context_fn` is not callable.
+    """
+    if not callable(context_fn):
+        raise SimharnessTypeError(
+            f'with_context needs a callable that makes a context, got {context_fn!r} of type '
+            f'{type(context_fn).__name__}', expected='callable', actual=type(context_fn))
+
+    @contextlib.contextmanager
+    def _installed() -> Iterator[None]:
+        with get_context_stack().install(context_fn()):
+            yield
+
+    def decorator(fn):
+        if asyncio.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args, **kwargs):
+                with _installed():
+                    return await fn(*args, **kwargs)
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with _installed():
+                return fn(*args, **kwargs)
+        return wrapper
+
+    return decorator
 
 
 def _chosen_factory(executor_fn: Any, factory: Any) -> ExecutorFactory:
@@ -216,7 +254,10 @@ __all__ = [
     'Computation', 'ConcreteComputation', 'PolymorphicComputation', 'PlacementLiteral', 'Struct',
     'infer_type', 'is_structure_of_floats', 'is_structure_of_integers',
     'is_structure_of_tensors',
-    'AsyncExecutionContext', 'ContextError', 'SyncExecutionContext', 'local_cpp_executor_factory',
+    'AsyncContext', 'AsyncExecutionContext', 'ContextError', 'SyncContext',
+    'SyncExecutionContext', 'local_cpp_executor_factory', 'with_context',
+    'RuntimeErrorContext', 'set_no_default_context', 'MergeableCompExecutionContext',
+    'MergeableCompForm', 'type_to_py_container',
     'AGGREGATION_CHUNK', 'BatchExecutor', 'Block', 'CachingExecutorFactory', 'Call',
     'CompiledComputation', 'ComputationBuildingBlock', 'ContextStack', 'Data',
     'EagerTFExecutor', 'ExecutionContext', 'Executor', 'ExecutorFactory', 'ExecutorValue',

@@ -451,7 +451,74 @@ def set_thread_debugging_execution_context(default_num_clients: int = 0,
                                                           clients_per_thread))
 
 
+def transform_to_native_form(comp: Any, transform_math_to_tf: bool = False,
+                             grappler_config: Any = None) -> Any:
+    """TFF's compiler pass for its C++ runtime; here `comp` itself, checked.
+
+    TFF rewrites a computation's proto for its C++ runtime (call-dominant form,
+    Grappler run on every graph with `grappler_config`, ids on TF calls) and
+    returns the same computation in that form. simharness's executors run the
+    traced building blocks as they are, with Grappler's defaults on every graph,
+    so the computation is already in the form they run: it is returned as given.
+    TFF's own pass also returns its input when it cannot transform it.
+
+    Raises:
+      SimharnessTypeError: `comp` is not a computation, or `transform_math_to_tf`
+        not a bool.
+    """
+    _check_computation(comp)
+    check_bool('transform_math_to_tf', transform_math_to_tf)
+    return comp
+
+
+def desugar_and_transform_to_native(comp: Any) -> Any:
+    """TFF's compiler that lowers intrinsics to TF before `transform_to_native_form`; here
+    `comp` itself, checked: simharness's executors run every intrinsic themselves."""
+    return transform_to_native_form(comp)
+
+
+def _check_computation(comp: Any) -> None:
+    if not isinstance(getattr(comp, 'type_signature', None), T.FunctionType):
+        raise SimharnessTypeError(f'expected a computation, got {comp!r} of type '
+                                  f'{type(comp).__name__}', expected='Computation',
+                                  actual=type(comp))
+
+
+def create_mergeable_comp_execution_context(async_contexts: Sequence[Any],
+                                            num_subrounds: Optional[int] = None) -> Any:
+    """TFF's context that compiles each computation to a `MergeableCompForm`
+    (`compile_to_mergeable_comp_form`) and runs it in subrounds over `async_contexts`
+    (`simharness.mergeable.MergeableCompExecutionContext`).
+
+    Args:
+      async_contexts: async contexts to spread the subrounds over
+        (`create_async_local_cpp_execution_context()`, ...).
+      num_subrounds: subrounds per call (default: one per context).
+    """
+    from simharness.backends.mergeable_compiler import compile_to_mergeable_comp_form
+    from simharness.mergeable import MergeableCompExecutionContext
+    return MergeableCompExecutionContext(async_contexts,
+                                         compiler_fn=compile_to_mergeable_comp_form,
+                                         num_subrounds=num_subrounds)
+
+
+def set_mergeable_comp_execution_context(async_contexts: Sequence[Any],
+                                         num_subrounds: Optional[int] = None) -> None:
+    """Makes `create_mergeable_comp_execution_context(...)` the default context (the
+    async contexts stay the caller's to close)."""
+    set_default(create_mergeable_comp_execution_context(async_contexts, num_subrounds))
+
+
+def compile_to_mergeable_comp_form(comp: Any) -> Any:
+    """`simharness.backends.mergeable_compiler.compile_to_mergeable_comp_form`."""
+    from simharness.backends.mergeable_compiler import compile_to_mergeable_comp_form as compile_
+    return compile_(comp)
+
+
 __all__ = [
+    'compile_to_mergeable_comp_form', 'create_mergeable_comp_execution_context',
+    'desugar_and_transform_to_native', 'set_mergeable_comp_execution_context',
+    'transform_to_native_form',
     'LocalhostExecutorFactory', 'create_async_remote_cpp_execution_context',
     'create_local_async_python_execution_context', 'create_localhost_cpp_execution_context',
     'create_remote_async_python_execution_context', 'create_remote_python_execution_context',

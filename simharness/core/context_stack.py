@@ -16,24 +16,46 @@ own); the default is process-wide, made on first use by the installed maker
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import contextvars
 import threading
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Union
 
 from simharness.errors import ExecutorClosedError
 
-__all__ = ['SyncContext', 'get_context', 'install', 'replace_default', 'set_default_maker']
+__all__ = ['AsyncContext', 'SyncContext', 'get_context', 'install', 'replace_default',
+           'set_default_maker']
 
 
-class SyncContext(Protocol):
-    """What core needs of a context: run a computation on an argument, synchronously."""
+class SyncContext(abc.ABC):
+    """A context that runs a computation on an argument synchronously
+    (`federated_language.framework.SyncContext`).
 
-    def invoke(self, comp: Any, arg: Any = None) -> Any:
-        """Runs `comp` on `arg` and returns its result as Python/numpy values."""
+    Subclass it and define `invoke(comp, arg)`; a `close()` is optional (the
+    default context is closed with it when replaced, if simharness made it).
+    simharness's `ExecutionContext` is one.
+    """
 
-    def close(self) -> None:
-        """Releases the context's stacks; idempotent."""
+    @abc.abstractmethod
+    def invoke(self, comp: Any, arg: Any) -> Any:
+        """Runs `comp` on `arg` (None: no argument) and returns its result."""
+        raise NotImplementedError
+
+
+class AsyncContext(abc.ABC):
+    """A context whose `invoke` is a coroutine (`federated_language.framework.AsyncContext`):
+    a computation called while it is current returns an awaitable.
+    simharness's `AsyncExecutionContext` is one.
+    """
+
+    @abc.abstractmethod
+    async def invoke(self, comp: Any, arg: Any) -> Any:
+        """Runs `comp` on `arg` (None: no argument); awaits its result."""
+        raise NotImplementedError
+
+
+Context = Union[SyncContext, AsyncContext]
 
 
 class _Default:
@@ -45,23 +67,23 @@ class _Default:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.context: Optional[SyncContext] = None
+        self.context: Optional[Context] = None
         self.owned = True
-        self.maker: Optional[Callable[[], SyncContext]] = None
+        self.maker: Optional[Callable[[], Context]] = None
 
 
 _DEFAULT = _Default()
-_CURRENT: contextvars.ContextVar[Optional[SyncContext]] = contextvars.ContextVar(
+_CURRENT: contextvars.ContextVar[Optional[Context]] = contextvars.ContextVar(
     'simharness_execution_context', default=None)
 
 
-def set_default_maker(maker: Callable[[], SyncContext]) -> None:
+def set_default_maker(maker: Callable[[], Context]) -> None:
     """Installs how the default context is made on first use (the execution layer calls it)."""
     with _DEFAULT.lock:
         _DEFAULT.maker = maker
 
 
-def get_context() -> SyncContext:
+def get_context() -> Context:
     """The innermost installed context, else the default one (made on first use).
 
     Raises:
@@ -82,17 +104,18 @@ def get_context() -> SyncContext:
         return _DEFAULT.context
 
 
-def replace_default(new: Optional[SyncContext], owned: bool) -> None:
+def replace_default(new: Optional[Context], owned: bool) -> None:
     """Makes `new` the default (None: made again on next use); closes an owned previous one."""
     with _DEFAULT.lock:
         old, old_owned = _DEFAULT.context, _DEFAULT.owned
         _DEFAULT.context, _DEFAULT.owned = new, owned
-    if old is not None and old is not new and old_owned:
-        old.close()
+    closer = getattr(old, 'close', None)
+    if old is not None and old is not new and old_owned and callable(closer):
+        closer()
 
 
 @contextlib.contextmanager
-def install(ctx: SyncContext) -> Iterator[SyncContext]:
+def install(ctx: Context) -> Iterator[Context]:
     """Makes `ctx` current inside the `with` block (this thread or task); leaves it open."""
     token = _CURRENT.set(ctx)
     try:

@@ -314,13 +314,40 @@ def test_context_stack_install_and_default():
     finally:
         fw.set_default_context(None)
         ctx.close()
-    with pytest.raises(SimharnessTypeError, match='ctx must be an ExecutionContext'):
+    with pytest.raises(SimharnessTypeError, match='ctx must be an execution context'):
         fw.set_default_context(fw.local_executor_factory())
-    with pytest.raises(SimharnessTypeError, match='ctx must be an ExecutionContext'):
+    with pytest.raises(SimharnessTypeError, match='ctx must be an execution context'):
         with stack.install('ctx'):
             pass
-    with pytest.raises(SimharnessValueError, match='compiler_fn'):
-        fw.ExecutionContext(fw.local_executor_factory(), compiler_fn=lambda comp: comp)
+    # compiler_fn (TFF's): each computation compiled once, the result run in its place.
+    seen = []
+
+    @sh.tf_computation(np.int32)
+    def plus_one(x):
+        return x + 1
+
+    @sh.tf_computation(np.int32)
+    def times_ten(x):
+        return x * 10
+
+    def compiler(comp):
+        seen.append(comp)
+        return times_ten
+    ctx = fw.ExecutionContext(fw.local_executor_factory(), compiler_fn=compiler)
+    try:
+        with stack.install(ctx):
+            assert plus_one(2) == 20 and plus_one(3) == 30
+        assert seen == [plus_one]
+    finally:
+        ctx.close()
+    with pytest.raises(SimharnessTypeError, match='compiler_fn must be callable'):
+        fw.ExecutionContext(fw.local_executor_factory(), compiler_fn=3)
+    bad = fw.ExecutionContext(fw.local_executor_factory(), compiler_fn=lambda comp: 'x')
+    try:
+        with stack.install(bad), pytest.raises(SimharnessTypeError, match='compiler_fn returned'):
+            plus_one(2)
+    finally:
+        bad.close()
 
 
 def test_factory_default_num_clients_and_leaf_executor_fn():
