@@ -33,7 +33,7 @@ from simharness.executors.client_blocks import EagerValue, rows_to_values, runs
 from simharness.executors.embedded_function import EmbeddedFunction, pack_result
 from simharness.executors.stream_eval import node_merge, stream_reductions
 from simharness.executors.tf_values import (as_tensors, fast_tensor, ingest, ingest_owned,
-                                            numpy_tree)
+                                            numpy_tree, revive_datasets)
 from simharness.runtime.stream_plan import PlanNode, PlanReduction
 
 #: Clients a worker reduces at a time (a multiple of the reduction chunk): bounds the
@@ -51,6 +51,19 @@ def _secure_bound_text(params: Dict[str, Any], bound: int) -> str:
     if params.get('bound_from') == 'bitwidth':
         return f' (bitwidth {int(bound).bit_length() - 1})'
     return ''
+
+
+def aggregate_holds_sequences(acc_fn: EmbeddedFunction) -> bool:
+    """Whether an aggregate's accumulator or client values (`accumulate`'s parameter
+    ``<accumulator, value>``) hold anything but tensors: sequences (datasets) are folded
+    value by value, not as rows of stacked tensors."""
+    return not all(isinstance(leaf, T.TensorType)
+                   for leaf in T.flatten_type(cast(T.Type, acc_fn.type_signature.parameter)))
+
+
+def _plain(v: Any) -> Any:
+    """An accumulator or head value of a partial as a plain value (numpy, datasets kept)."""
+    return numpy_tree(v.internal) if isinstance(v, EagerValue) else v
 
 
 class EagerReductions:
@@ -83,6 +96,7 @@ class EagerReductions:
 
             vt = cast(T.StructType, acc_fn.type_signature.parameter)[1]  # <accumulator, value>
             vleaves = T.flatten_type(vt)
+            tensors_only = not aggregate_holds_sequences(acc_fn)
 
             def value(v):  # raw head values arrive as numpy: embed them on first use
                 return v if isinstance(v, EagerValue) else EagerValue(ingest(v, vt), vt)
@@ -95,7 +109,7 @@ class EagerReductions:
             def accumulate_many(acc, vs):
                 # The raw head values of a block, folded in ONE TF call (the same
                 # while-loop fold the workers use, so the same bits as one call each).
-                if any(l.dtype == np.dtype(object) for l in vleaves) or \
+                if not tensors_only or any(l.dtype == np.dtype(object) for l in vleaves) or \
                         any(isinstance(v, EagerValue) for v in vs):
                     for v in vs:
                         acc = self.call(acc_fn, pair(acc, v))
@@ -197,6 +211,11 @@ class EagerReductions:
         values = list(values)
         start_rows, fold_rows, merge = self._row_fns(kind, params)
         builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
+        if kind == 'aggregate' and aggregate_holds_sequences(self._fn_of(params['accumulate'])):
+            # Datasets as values or accumulators: folded value by value with the
+            # executor's calls (the same canonical tree), then made plain values.
+            return self._combine_reducer(kind, total, params).partial(values, start).map(
+                _plain)
         if kind == 'aggregate':
             t, leaves = self._stacked_numpy(values)
             at = self._fn_of(params['accumulate']).type_signature.result
@@ -276,8 +295,10 @@ class EagerReductions:
         self._check_open()
         reducer = self._combine_reducer(kind, total, params)
         if kind == 'aggregate':
-            ft = self._fn_of(params['accumulate']).type_signature
-            at = ft.result
+            acc_fn = self._fn_of(params['accumulate'])
+            at = acc_fn.type_signature.result
+            if aggregate_holds_sequences(acc_fn):  # datasets came back from workers as blobs
+                partials = [p.map(revive_datasets) for p in partials]
             partials = [Partial(p.start, p.stop, list(p.head),  # numpy: see accumulate_many
                                 {k: EagerValue(ingest(v, at), at) for k, v in p.nodes.items()},
                                 p.open_chunk,

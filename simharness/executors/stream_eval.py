@@ -22,12 +22,12 @@ import numpy as np
 from simharness.core import types as T
 from simharness.core.reduction import (CHUNK, EXTREMUM_FOLDS, Partial, Reducer, add_trees,
                                        add_trees_mod)
-from simharness.core.structure import flatten
+from simharness.core.structure import Struct, flatten
 from simharness.errors import SimharnessValueError
 from simharness.executors.base import BatchExecutor
-from simharness.executors.client_blocks import rows_to_values, runs
+from simharness.executors.client_blocks import EagerValue, rows_to_values, runs
 from simharness.executors.embedded_function import pack_result
-from simharness.executors.tf_values import as_tensors, numpy_tree
+from simharness.executors.tf_values import as_tensors, ingest, numpy_tree, revive_datasets
 from simharness.runtime.stream_plan import (PlanClients, PlanLoad, PlanMap, PlanNode,
                                             PlanReduction, PlanSame, PlanSelect, PlanShared,
                                             PlanStacked, PlanValues, PlanZip)
@@ -238,6 +238,16 @@ def _secure_merge(ex: Any, params: Dict[str, Any]) -> Any:
 def _aggregate_merge(ex: Any, params: Dict[str, Any]) -> Any:
     merge_fn = ex._fn_of(params['merge'])
     at = merge_fn.type_signature.result
+    if not all(isinstance(leaf, T.TensorType) for leaf in T.flatten_type(at)):
+        # Datasets as accumulators (`aggregate_holds_sequences`): one call of merge.
+        pair_t = T.StructType([at, at])
+
+        def merge_values(a: Any, b: Any) -> Any:
+            with ex._device_scope():
+                arg = EagerValue(Struct([(None, ingest(revive_datasets(a), at)),
+                                        (None, ingest(revive_datasets(b), at))]), pair_t)
+                return numpy_tree(ex.call(merge_fn, arg).internal)
+        return merge_values
 
     def merge(a: Any, b: Any) -> Any:
         with ex._device_scope():

@@ -202,6 +202,15 @@ def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
     return dataset_from_value(value, t)
 
 
+def revive_datasets(x: Any) -> Any:
+    """`x` with every `DatasetBlob` (a dataset as it crosses from a worker) rebuilt into its
+    dataset; the rest as it is."""
+    from simharness.runtime.codec import DatasetBlob
+    from simharness.runtime.datasets import dataset_from_blob
+    from simharness.runtime.protocol import map_leaves
+    return map_leaves(x, lambda v: dataset_from_blob(v) if isinstance(v, DatasetBlob) else v)
+
+
 def as_dataset(x: Any) -> Any:
     """A `tf.data.Dataset` for a `TensorBatches`; anything else unchanged."""
     return tseq.to_dataset(x) if isinstance(x, TensorBatches) else x
