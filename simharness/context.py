@@ -92,6 +92,7 @@ class _ExecutionContextBase:
                        else threading.BoundedSemaphore(max_concurrent_calls))
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
+        self._finalizer: Optional[weakref.finalize] = None
         self._lock = threading.Lock()
         self._closed = False
 
@@ -100,10 +101,16 @@ class _ExecutionContextBase:
             if self._closed:
                 raise ExecutorClosedError('this execution context is closed')
             if self._loop is None:
-                self._loop = asyncio.new_event_loop()
+                self._loop = context_stack.new_event_loop()
                 self._thread = threading.Thread(target=self._loop.run_forever,
                                                 name='simharness-context', daemon=True)
                 self._thread.start()
+                # A context dropped unclosed (TFF's `with_context` never closes the ones it
+                # makes) stops its loop thread when collected, and closes a factory of its
+                # own (its worker processes stop).
+                self._finalizer = weakref.finalize(
+                    self, _release_dropped_context, self._loop, self._thread,
+                    self.factory if self._owns_factory else None)
             return self._loop
 
     def _compiled(self, comp: Any) -> Any:
@@ -165,6 +172,8 @@ class _ExecutionContextBase:
                 return
             self._closed = True
             loop, thread = self._loop, self._thread
+            if self._finalizer is not None:
+                self._finalizer.detach()
         try:
             if loop is not None and not loop.is_closed():
                 # Tasks of a computation stopped by Ctrl-C or a signal (and the
@@ -316,6 +325,21 @@ class AsyncExecutionContext(_ExecutionContextBase, AsyncContext):
                     if attempt >= self.retries:
                         raise
                     attempt += 1
+
+
+def _release_dropped_context(loop: asyncio.AbstractEventLoop, thread: threading.Thread,
+                             factory: Optional[ExecutorFactory]) -> None:
+    """Stops the loop thread of a context collected without `close()`, and closes the
+    factory it owned."""
+    closer = getattr(factory, 'close', None)
+    if callable(closer):
+        closer()
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
+    if thread is not threading.current_thread():
+        thread.join(timeout=10)
+    if not loop.is_running() and not loop.is_closed():
+        loop.close()
 
 
 #: Seconds `close()` waits for cancelled tasks to finish.

@@ -38,6 +38,7 @@ from simharness.core.context_stack import AsyncContext, SyncContext
 from simharness.core.structure import Struct, from_container
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.validation import check_int
+from simharness.core import context_stack
 
 __all__ = ['AfterMergeStructureError', 'MergeTypeNotAssignableError',
            'MergeableCompExecutionContext', 'MergeableCompForm', 'UpToMergeTypeError',
@@ -286,7 +287,7 @@ class MergeableCompExecutionContext(SyncContext):
     def _run(self, coro: Any) -> Any:
         with self._lock:
             if self._loop is None:
-                self._loop = asyncio.new_event_loop()
+                self._loop = context_stack.new_event_loop()
                 self._thread = threading.Thread(target=self._loop.run_forever,
                                                 name='simharness-mergeable', daemon=True)
                 self._thread.start()

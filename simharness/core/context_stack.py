@@ -17,6 +17,7 @@ own); the default is process-wide, made on first use by the installed maker
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import contextvars
 import threading
@@ -24,8 +25,8 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 from simharness.errors import ExecutorClosedError
 
-__all__ = ['AsyncContext', 'SyncContext', 'get_context', 'install', 'replace_default',
-           'set_default_maker']
+__all__ = ['AsyncContext', 'SyncContext', 'get_context', 'install', 'new_event_loop',
+           'replace_default', 'set_default_maker']
 
 
 class SyncContext(abc.ABC):
@@ -122,3 +123,14 @@ def install(ctx: Context) -> Iterator[Context]:
         yield ctx
     finally:
         _CURRENT.reset(token)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """`asyncio.new_event_loop()` made in an empty `contextvars.Context`.
+
+    A loop keeps the context it was made in for the life of its own callbacks (its
+    self-pipe reader): one made while a context is installed here (a stack's loop made
+    on a computation's first call, say) would keep that execution context alive, and
+    so its loop threads and workers, after the caller dropped it.
+    """
+    return contextvars.Context().run(asyncio.new_event_loop)

@@ -26,6 +26,7 @@ from simharness.executors.base import (BatchExecutor, Executor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
 from simharness.runtime.stream_plan import PlanNode, PlanReduction, is_plan_part
 from simharness.validation import check_instance
+from simharness.core import context_stack
 
 
 class ThreadDelegatingValue(ExecutorValue):
@@ -94,7 +95,7 @@ class ThreadDelegatingExecutor(BatchExecutor):
 
     def _start(self) -> asyncio.AbstractEventLoop:
         """Starts the thread and its loop (the caller holds the lock)."""
-        loop = asyncio.new_event_loop()
+        loop = context_stack.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name=self._name, daemon=True)
         thread.start()
         self._loop, self._thread = loop, thread
