@@ -157,3 +157,35 @@ def test_lambda_executor_is_tffs_earlier_name_with_create_tuple():
         assert float(run(run(ex.create_selection(t, name='b')).compute())) == 2.0
     finally:
         ex.close()
+
+
+def test_aggregate_with_dataset_accumulators_keeps_client_order(stack):
+    # TFF 0.88's backend_test (dataset concat aggregation): datasets as the values and the
+    # accumulator of federated_aggregate. 40 clients span three reduction chunks and, on
+    # the process stacks, several blocks and workers: the concatenation is in client order.
+    element = sh.TensorType(np.float32, [2])
+
+    @sh.tensorflow.computation
+    def zero():
+        return tf.data.Dataset.from_tensor_slices(tf.zeros([0, 2], tf.float32))
+
+    @sh.tensorflow.computation
+    def concat(a, b):
+        return a.concatenate(b)
+
+    @sh.tensorflow.computation
+    def identity(ds):
+        return ds
+
+    @sh.federated_computation(sh.FederatedType(sh.SequenceType(element), sh.CLIENTS))
+    def gather(client_ds):
+        return sh.federated_aggregate(client_ds, zero(), concat, concat, identity)
+
+    n = 40
+    data = [tf.data.Dataset.from_tensor_slices(np.full([1 + i % 3, 2], i, np.float32))
+            for i in range(n)]
+    out = gather(data)
+    expected = [np.full([2], i, np.float32) for i in range(n) for _ in range(1 + i % 3)]
+    assert len(out) == len(expected)
+    for got, want in zip(out, expected):
+        np.testing.assert_array_equal(got, want)
