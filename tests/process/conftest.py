@@ -9,6 +9,7 @@ conformance tests.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -58,12 +59,19 @@ def _segments() -> set:
 
 
 def _worker_children() -> list:
+    """This process's descendants but the forkserver and the resource tracker.
+
+    Those two are per-process singletons of multiprocess, direct children of this
+    process. Workers are the forkserver's children and carry its command line too,
+    so they are told apart by their parent, not by their command line.
+    """
+    me = os.getpid()
     out = []
     for p in psutil.Process().children(recursive=True):
         try:
             cmd = ' '.join(p.cmdline())
-            # The forkserver and the resource tracker are per-process singletons of multiprocess.
-            if p.status() != psutil.STATUS_ZOMBIE and 'forkserver' not in cmd and 'resource_tracker' not in cmd:
+            singleton = p.ppid() == me and ('forkserver' in cmd or 'resource_tracker' in cmd)
+            if p.status() != psutil.STATUS_ZOMBIE and not singleton:
                 out.append(p)
         except psutil.NoSuchProcess:
             pass
@@ -127,6 +135,10 @@ def no_leaks(request, stack_registry):
         time.sleep(0.05)
     reactors = [t for t in _reactors() if t.ident not in reactors_before]
     assert not reactors, f'pool reactor threads left running (a pool was not closed): {reactors}'
+    deadline = time.monotonic() + 5  # a closed pool's workers may still be exiting
+    while ([p for p in _worker_children() if p.pid not in procs_before]
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
     leaked = [p for p in _worker_children() if p.pid not in procs_before]
     for p in leaked:
         p.kill()
