@@ -166,7 +166,8 @@ def _clients_count(value: Any, t: T.Type) -> Optional[int]:
 def _slice(value: Any, t: T.Type, lo: int, hi: int) -> Any:
     if isinstance(t, T.FederatedType):
         if t.placement is T.CLIENTS and not t.all_equal:
-            return list(value[lo:hi])
+            # A list or tuple keeps its type (as TFF's slices); another sequence a list.
+            return value[lo:hi] if isinstance(value, (list, tuple)) else list(value[lo:hi])
         return value
     if isinstance(t, T.StructType) and T.contains(t, (T.FederatedType,)):
         s = from_container(value, t)
@@ -192,14 +193,15 @@ def split_into_subrounds(value: Any, t: T.Type, num_subrounds: int) -> List[Any]
 
 
 def _joined(results: Sequence[Any], t: T.Type) -> Any:
-    """The subrounds' results of `after_merge` as one: client lists concatenated, the first
-    subround's value for anything else."""
+    """The subrounds' results of `after_merge` as one: client lists concatenated (a tuple
+    when every part is one, as TFF's ``+``), the first subround's value for anything else."""
     if isinstance(t, T.StructType):
         parts = [from_container(r, t) for r in results]
         return Struct((n, _joined([p[i] for p in parts], e))
                       for i, (n, e) in enumerate(t.items()))
     if isinstance(t, T.FederatedType) and t.placement is T.CLIENTS and not t.all_equal:
-        return [x for r in results for x in r]
+        joined = [x for r in results for x in r]
+        return tuple(joined) if all(isinstance(r, tuple) for r in results) else joined
     return results[0]
 
 

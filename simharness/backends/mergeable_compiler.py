@@ -29,6 +29,7 @@ an `after_merge` that is the whole computation.
 from __future__ import annotations
 
 import itertools
+import numbers
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -263,7 +264,12 @@ class _Agg:
         if uri == 'federated_secure_modular_sum':
             moduli = self.static['modulus']
             leaves = _leaf_types(acc_type)
-            mods = (flatten(moduli) if not np.isscalar(moduli) else [moduli] * len(leaves))
+            # One int for every leaf, or a structure of ints matching the value's (a tuple,
+            # a dict, ...: as `federated_secure_modular_sum` takes it).
+            mods = ([moduli] * len(leaves)
+                    if isinstance(moduli, (numbers.Number, np.generic, np.ndarray))
+                    or not isinstance(acc_type, T.StructType)
+                    else flatten(from_container(moduli, acc_type)))
 
             def body(a, b):
                 fa, fb = _leaves(a, acc_type), _leaves(b, acc_type)
@@ -329,8 +335,8 @@ def compile_to_mergeable_comp_form(comp: Any) -> MergeableCompForm:
     before = _needed([d for a in aggs for d in a.data], defs)
     if before & agg_names:
         raise SimharnessValueError(
-            'the computation has an aggregation that depends on another aggregation '
-            f'({", ".join(sorted(a.uri for a in aggs if a.name in before))}); a mergeable '
+            'Detected one aggregate dependent on another: an aggregation takes the result of '
+            f'{", ".join(sorted(a.uri for a in aggs if a.name in before))}; a mergeable '
             'computation has one logical aggregation')
     param_name, param_type = lam.parameter_name, lam.parameter_type
 
