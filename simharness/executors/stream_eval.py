@@ -22,7 +22,8 @@ import numpy as np
 from simharness.core import types as T
 from simharness.core.reduction import (CHUNK, EXTREMUM_FOLDS, Partial, Reducer, add_trees,
                                        add_trees_mod)
-from simharness.core.structure import Struct, flatten
+from simharness.core.struct import Struct
+from simharness.core.structure import flatten
 from simharness.errors import SimharnessValueError
 from simharness.executors.base import BatchExecutor
 from simharness.executors.client_blocks import EagerValue, rows_to_values, runs
