@@ -27,7 +27,7 @@ from simharness.context import AsyncExecutionContext as _AsyncExecutionContext
 from simharness.context import ExecutionContext as _ExecutionContext
 from simharness.core import types as _T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
-from simharness.errors import ContextError, SimharnessTypeError, SimharnessValueError
+from simharness.errors import ContextError, SimharnessTypeError
 from simharness.validation import check_bool, check_int
 from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory, ExecutorValue
 from simharness.executors.eager_tf import EagerTFExecutor
