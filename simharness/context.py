@@ -138,6 +138,14 @@ class _ExecutionContextBase:
                 expected=param, actual=ft.parameter)
         return out
 
+    def _prepared(self, comp: Any, arg: Any) -> tuple:
+        """What both `invoke`s run: ``(computation, argument, cardinalities)`` after the
+        context's `transform_args` and `compiler_fn`."""
+        if self._transform_args is not None:
+            arg = self._transform_args(arg)
+        run = self._compiled(comp)
+        return run, arg, self._cardinalities(run, arg)
+
     def _cardinalities(self, comp: Any, arg: Any) -> dict:
         ft: T.FunctionType = comp.type_signature
         if self._cardinality_inference_fn is not None:
@@ -245,10 +253,7 @@ class ExecutionContext(_ExecutionContextBase, SyncContext):
 
     def invoke(self, comp: Any, arg: Any = None) -> Any:
         """Runs `comp` (a `Computation`) on `arg` and returns Python/numpy results."""
-        if self._transform_args is not None:
-            arg = self._transform_args(arg)
-        run = self._compiled(comp)
-        cardinalities = self._cardinalities(run, arg)
+        run, arg, cardinalities = self._prepared(comp, arg)
         attempt = 0
         with (self._calls if self._calls is not None else contextlib.nullcontext()):
             while True:
@@ -305,10 +310,7 @@ class AsyncExecutionContext(_ExecutionContextBase, AsyncContext):
         """Runs `comp` on `arg`; awaits its Python/numpy result."""
         if asyncio.iscoroutine(arg):  # as TFF: an awaitable argument (another call's result)
             arg = await arg
-        if self._transform_args is not None:
-            arg = self._transform_args(arg)
-        run = self._compiled(comp)
-        cardinalities = self._cardinalities(run, arg)
+        run, arg, cardinalities = self._prepared(comp, arg)
         sem = self._semaphore()
         async with (sem if sem is not None else contextlib.nullcontext()):
             attempt = 0

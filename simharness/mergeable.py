@@ -26,7 +26,6 @@ subrounds' order (TFF merges in order of completion).
 from __future__ import annotations
 
 import asyncio
-import collections.abc
 import functools
 import math
 import threading
@@ -36,6 +35,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.context_stack import AsyncContext, SyncContext
 from simharness.core.structure import Struct, from_container
+from simharness.context import infer_cardinality
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.validation import check_int
 from simharness.core import context_stack
@@ -145,24 +145,6 @@ class MergeableCompForm:
 # ------------------------------------------------------------- subrounds
 
 
-def _clients_count(value: Any, t: T.Type) -> Optional[int]:
-    if isinstance(t, T.FederatedType):
-        if t.placement is T.CLIENTS and not t.all_equal:
-            if not isinstance(value, collections.abc.Sequence) or isinstance(value, (str, bytes)):
-                raise SimharnessTypeError(
-                    f'a value of type {t} needs a list with one value per client; got '
-                    f'{type(value).__name__}', expected=t, actual=type(value))
-            return len(value)
-        return None
-    if isinstance(t, T.StructType):
-        s = from_container(value, t)
-        counts = {n for n in (_clients_count(v, e) for v, e in zip(s, t)) if n is not None}
-        if len(counts) > 1:
-            raise SimharnessValueError(f'Conflicting cardinalities for CLIENTS: {sorted(counts)}')
-        return counts.pop() if counts else None
-    return None
-
-
 def _slice(value: Any, t: T.Type, lo: int, hi: int) -> Any:
     if isinstance(t, T.FederatedType):
         if t.placement is T.CLIENTS and not t.all_equal:
@@ -179,7 +161,7 @@ def split_into_subrounds(value: Any, t: T.Type, num_subrounds: int) -> List[Any]
     """The arguments of the subrounds: client lists in contiguous slices (the first ones
     a client longer, as TFF's ``ceil(remaining / remaining subrounds)``), every other value
     replicated; at most one subround per client (one when there are none)."""
-    n = _clients_count(value, t)
+    n = infer_cardinality(value, t)
     if n is None:
         return [value] * num_subrounds
     if n == 0:

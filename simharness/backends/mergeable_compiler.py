@@ -181,10 +181,6 @@ def _needed(roots: List[bb.ComputationBuildingBlock], defs: Dict[str, bb.Call],
 # ------------------------------------------------------------ 3. accumulators
 
 
-def _leaf_types(t: T.Type) -> List[T.TensorType]:
-    return [leaf for leaf in T.flatten_type(t)]
-
-
 def _leaves(value: Any, t: T.Type) -> List[Any]:
     """The leaves of `value` (a tensor or a struct of type `t`, as a TF computation's
     argument arrives: a `Struct` or the Python container of `t`)."""
@@ -263,7 +259,7 @@ class _Agg:
             return _binary(acc_type, tf.minimum if uri == 'federated_min' else tf.maximum)
         if uri == 'federated_secure_modular_sum':
             moduli = self.static['modulus']
-            leaves = _leaf_types(acc_type)
+            leaves = T.flatten_type(acc_type)
             # One int for every leaf, or a structure of ints matching the value's (a tuple,
             # a dict, ...: as `federated_secure_modular_sum` takes it).
             mods = ([moduli] * len(leaves)

@@ -57,8 +57,7 @@ def aggregate_holds_sequences(acc_fn: EmbeddedFunction) -> bool:
     """Whether an aggregate's accumulator or client values (`accumulate`'s parameter
     ``<accumulator, value>``) hold anything but tensors: sequences (datasets) are folded
     value by value, not as rows of stacked tensors."""
-    return not all(isinstance(leaf, T.TensorType)
-                   for leaf in T.flatten_type(cast(T.Type, acc_fn.type_signature.parameter)))
+    return not T.contains_only_tensors(cast(T.Type, acc_fn.type_signature.parameter))
 
 
 def _plain(v: Any) -> Any:

@@ -239,7 +239,7 @@ def _secure_merge(ex: Any, params: Dict[str, Any]) -> Any:
 def _aggregate_merge(ex: Any, params: Dict[str, Any]) -> Any:
     merge_fn = ex._fn_of(params['merge'])
     at = merge_fn.type_signature.result
-    if not all(isinstance(leaf, T.TensorType) for leaf in T.flatten_type(at)):
+    if not T.contains_only_tensors(at):
         # Datasets as accumulators (`aggregate_holds_sequences`): one call of merge.
         pair_t = T.StructType([at, at])
 
