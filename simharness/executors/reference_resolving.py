@@ -22,7 +22,7 @@ the elements it started before it returns, and raises the first error.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, List, Optional, Tuple, cast
 
 import asyncio
 import collections

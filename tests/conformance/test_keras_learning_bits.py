@@ -19,7 +19,6 @@ last batch (graph runtime) in one round.
 
 from __future__ import annotations
 
-import collections
 
 import numpy as np
 import pytest

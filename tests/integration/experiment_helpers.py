@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-import pytest
 
 from simharness.experiments import atomic
 from simharness.experiments.config import ExperimentConfig, _assign, config_from_dict

@@ -7,7 +7,6 @@ checks 1 worker.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 

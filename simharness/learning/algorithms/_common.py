@@ -6,7 +6,6 @@ from typing import Any, Callable, Union
 
 import tensorflow as tf
 
-from simharness.core import types as T
 from simharness.core.computation import Computation, tf_computation
 from simharness.errors import SimharnessTypeError
 from simharness.learning.models import functional, variable

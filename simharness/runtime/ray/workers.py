@@ -62,15 +62,13 @@ from simharness import errors as E
 from simharness.runtime import protocol as P
 from simharness.runtime.inflight import InFlight
 from simharness.runtime.pinning import WorkerPlacement
-
-log = logging.getLogger(__name__)
-
-#: Placement strategies of Ray placement groups.
 from simharness.runtime.ray.placement import (DEFAULT_MAX_RESTARTS, DEFAULT_READY_TIMEOUT,
                                               check_ray_arguments, import_ray,
                                               placement_to_dict, plan_ray_placements,
                                               ray_init_arguments)
 from simharness.runtime.seam import RAY_ACTOR, load_host
+
+log = logging.getLogger(__name__)
 
 
 class RayBroadcast:

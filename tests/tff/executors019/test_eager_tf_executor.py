@@ -18,7 +18,6 @@ import collections
 
 import numpy as np
 import tensorflow as tf
-from absl.testing import absltest
 
 import simharness as tff
 from simharness import framework
@@ -26,7 +25,7 @@ from simharness.core.structure import Struct
 from simharness.executors.client_blocks import EagerValue
 from simharness.executors.tf_values import ingest
 from tests.tff.executors019 import executor_test_utils
-from tests.tff.executors019.executor_test_utils import computation_types, placements
+from tests.tff.executors019.executor_test_utils import computation_types
 
 _LOOP = None
 

@@ -15,14 +15,11 @@ Skipped: ``test_raises_not_implemented_error_with_intrinsic_def_federated_secure
 (simharness runs secure sums as exact plain sums, TFF 0.88's behaviour).
 """
 
-import collections
 from typing import Any, Iterable, List, Tuple, Type
 
-import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-import simharness as tff
 from simharness import framework
 from simharness.core import building_blocks as bb
 from simharness.core.computation import ConcreteComputation

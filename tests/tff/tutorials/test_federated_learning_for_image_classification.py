@@ -17,7 +17,6 @@ Left out / changed:
   tutorial bug): ``tff.tensorflow.computation`` here.
 """
 
-import numpy as np
 import pytest
 
 

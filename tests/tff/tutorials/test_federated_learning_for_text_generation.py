@@ -22,15 +22,11 @@ Left out / changed:
   ``non_trainable_variables`` here.
 """
 
-import numpy as np
 
 
 def test_federated_learning_for_text_generation_tutorial():
     # cell 6
     import collections
-    import functools
-    import os
-    import time
 
     import numpy as np
     import tensorflow as tf

@@ -49,7 +49,6 @@ def test_private_heavy_hitters_tutorial(restore_default):
     tf_text = pytest.importorskip('tensorflow_text')  # noqa: F841  (the tutorial imports it)
 
     # cell 3
-    import collections  # noqa: F811
 
     import simharness as federated_language
     import numpy as np  # noqa: F811
@@ -162,7 +161,7 @@ def test_private_heavy_hitters_tutorial(restore_default):
       noised_count = result[word] + np.random.laplace(scale=scale)
       if noised_count >= tau:
         result_with_dp[word] = int(noised_count)
-    print(f'Discovered heavy hitters and counts with central DP:')
+    print('Discovered heavy hitters and counts with central DP:')
     print(result_with_dp)
 
     assert set(result_with_dp) <= set(expected)

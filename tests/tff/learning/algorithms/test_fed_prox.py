@@ -6,12 +6,10 @@ FedProx's math on `LinearRegression` against numpy with TFF's proximal term
 both stacks.
 """
 
-import collections
 from unittest import mock
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from simharness.aggregators import factory_utils
 from simharness.learning import loop_builder, model_update_aggregator

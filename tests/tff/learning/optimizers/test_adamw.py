@@ -2,7 +2,6 @@
 
 import keras
 import pytest
-import tensorflow as tf
 
 import simharness as tff
 
