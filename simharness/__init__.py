@@ -8,6 +8,7 @@ processes. Port TFF code by renaming `tff.` to `simharness.`.
 from simharness.core import determinism as _determinism
 
 _determinism.configure_xla()  # before anything can start XLA (simharness.core.xla)
+_determinism.configure_threads()  # before TF's first op: the workers' intra-op thread count
 
 from simharness import errors  # noqa: E402
 from simharness.context import (AsyncExecutionContext, ExecutionContext, execution_context,

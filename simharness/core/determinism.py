@@ -4,9 +4,11 @@
 
     driver process                              worker process k
     --------------                              ----------------
-    EagerTFExecutor() --> pin_tensorflow_threads()   pinning.plan_workers: intra_op_threads =
-      (TF not initialized yet: intra-op = 1;          INTRA_OP_THREADS
-       already initialized otherwise: warn once)   pinning.apply_placement --> TF intra-op = 1
+    import simharness --> configure_threads()    pinning.plan_workers: intra_op_threads =
+      (TF_NUM_INTRAOP_THREADS=1 unless set)          INTRA_OP_THREADS
+    EagerTFExecutor() --> pin_tensorflow_threads() pinning.apply_placement --> TF intra-op = 1
+      (TF not initialized yet: intra-op = 1;
+       already initialized otherwise: warn once)
 
 The canonical reduction order (`simharness.core.reduction`) fixes how client
 values are combined; this module fixes the other thing that can differ
@@ -39,10 +41,33 @@ import warnings
 INTRA_OP_THREADS = 1
 
 
+#: The variable TF's runtime reads for its intra-op thread count when its context starts
+#: (and no count was configured): set by `configure_threads` at ``import simharness``.
+THREADS_ENV = 'TF_NUM_INTRAOP_THREADS'
+
+
+def configure_threads() -> None:
+    """Sets ``TF_NUM_INTRAOP_THREADS`` to `INTRA_OP_THREADS` unless the user set it.
+
+    Called at ``import simharness``. TF reads the variable when its eager
+    context starts, at the first op of the process, so a program that imports
+    simharness and then builds datasets, Keras models or traces gradients gets
+    the pinned count before any of them runs: the client computations the
+    driver runs (thread stacks) give the bits of the workers' with no
+    warning. A program that ran a TF op before importing simharness keeps
+    TF's default (`pin_tensorflow_threads` then warns once).
+    """
+    os.environ.setdefault(THREADS_ENV, str(INTRA_OP_THREADS))
+
+
 def _effective(configured: int) -> int:
-    """The intra-op thread count TF uses for a configured value (0: TF's choice)."""
+    """The intra-op thread count TF uses for a configured value (0: TF's choice, or
+    ``TF_NUM_INTRAOP_THREADS`` when set to a positive count)."""
     if configured:
         return configured
+    env = os.environ.get(THREADS_ENV, '').strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
     if hasattr(os, 'sched_getaffinity'):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
@@ -72,14 +97,11 @@ def pin_tensorflow_threads() -> bool:
         return True
     except RuntimeError:
         warnings.warn(
-            f'TensorFlow ran its first op in this process with {_effective(configured)} intra-op '
-            f'threads, before simharness could pin them to {INTRA_OP_THREADS}: computations run '
-            f'in this process (thread stacks, the server side of process stacks) may differ in '
-            f'the last bits from worker processes for convolutions, batch norm and large '
-            f'reductions. To keep results bit-identical across stacks, call '
-            f'tf.config.threading.set_intra_op_parallelism_threads({INTRA_OP_THREADS}) at the '
-            f'start of the program, before any TF op (tracing a tf_computation that takes '
-            f'gradients or builds a dataset runs TF).', RuntimeWarning, stacklevel=3)
+            f'TensorFlow started with {_effective(configured)} intra-op threads before '
+            f'simharness was imported, so this process may differ from worker processes in the '
+            f'last bits (convolutions, batch norm, large reductions); import simharness before '
+            f'running any TF op to keep every stack bit-identical.', RuntimeWarning,
+            stacklevel=3)
         return False
 
 

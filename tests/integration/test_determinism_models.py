@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -230,3 +233,27 @@ def test_process_layouts_are_bit_identical(reference, num_workers, clients_per_w
         with sh.execution_context(factory):
             got = run_all()
     assert_bit_identical(got, reference, f'process-{num_workers} clients_per_worker={clients_per_worker}')
+
+
+def test_a_program_that_runs_tf_before_its_first_computation_is_pinned_and_quiet():
+    """TFF programs build datasets and Keras models before their first computation: TF
+    starts with one intra-op thread (the workers' count) and nothing is said."""
+    code = (
+        'import warnings; warnings.simplefilter("error")\n'
+        'import simharness as tff\n'
+        'import tensorflow as tf\n'
+        'ds = tf.data.Dataset.range(10).shuffle(10, seed=1).batch(2)\n'
+        'assert len(list(ds)) == 5\n'
+        'from simharness.core import determinism\n'
+        'assert determinism.pin_tensorflow_threads() is True\n'
+        '@tff.tf_computation(tf.float32)\n'
+        'def f(x):\n'
+        '    return x + 1.0\n'
+        'print(f(1.0))\n')
+    env = {k: v for k, v in os.environ.items() if k != 'TF_NUM_INTRAOP_THREADS'}
+    env['TF_CPP_MIN_LOG_LEVEL'] = '3'
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == '2.0'
+    assert 'RuntimeWarning' not in out.stderr and 'intra-op' not in out.stderr

@@ -241,6 +241,7 @@ class _FakeThreadingTF(types.ModuleType):
 
 def test_pin_tensorflow_threads_before_the_first_op(monkeypatch, recwarn):
     from simharness.core import determinism
+    monkeypatch.delenv(determinism.THREADS_ENV, raising=False)
     fake = _FakeThreadingTF(configured=0)
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
     monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3}, raising=False)
@@ -252,6 +253,7 @@ def test_pin_tensorflow_threads_before_the_first_op(monkeypatch, recwarn):
 
 def test_pin_tensorflow_threads_default_on_one_cpu_is_pinned(monkeypatch):
     from simharness.core import determinism
+    monkeypatch.delenv(determinism.THREADS_ENV, raising=False)
     fake = _FakeThreadingTF(configured=0, initialized=True)
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
     monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {3}, raising=False)
@@ -263,9 +265,29 @@ def test_pin_tensorflow_threads_too_late_warns(monkeypatch):
     fake = _FakeThreadingTF(configured=4, initialized=True)
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
     with pytest.warns(RuntimeWarning, match=r'with 4 intra-op threads.*'
-                      r'set_intra_op_parallelism_threads\(1\) at the start of the program'):
+                      r'import simharness before running any TF op'):
         assert determinism.pin_tensorflow_threads() is False
     assert fake.configured == 4
+
+
+def test_tf_started_after_import_simharness_is_pinned_through_its_environment(monkeypatch,
+                                                                               recwarn):
+    """TF's default count (0) at a started TF is the variable's, set at import simharness."""
+    from simharness.core import determinism
+    monkeypatch.delenv(determinism.THREADS_ENV, raising=False)
+    determinism.configure_threads()
+    assert os.environ[determinism.THREADS_ENV] == str(INTRA_OP_THREADS)
+    fake = _FakeThreadingTF(configured=0, initialized=True)
+    monkeypatch.setitem(sys.modules, 'tensorflow', fake)
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3}, raising=False)
+    assert determinism.pin_tensorflow_threads() is True and fake.sets == []
+    assert not recwarn.list
+    monkeypatch.setenv(determinism.THREADS_ENV, '3')  # the user's own count is kept
+    determinism.configure_threads()
+    assert os.environ[determinism.THREADS_ENV] == '3'
+    with pytest.warns(RuntimeWarning, match='with 3 intra-op threads'):
+        assert determinism.pin_tensorflow_threads() is False
+
 
 
 # -- apply_placement / configure_tensorflow (fake TF, no real one) ---------------------
