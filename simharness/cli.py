@@ -12,7 +12,9 @@
 Exit codes: 0 done, 1 results could not be written (a full disk, a
 read-only or unwritable directory: one ``error: <path>: <reason>`` line, the
 summary says 'failed' when it can still be written), 2 invalid config /
-arguments (``error: <message>``, no traceback), 130 interrupted (Ctrl-C),
+arguments (``error: <message>``, no traceback; also a run directory that
+another run is using: ``error: <run dir>: another run of it is in progress
+(pid N, ...)``, refused before TensorFlow loads), 130 interrupted (Ctrl-C),
 143 terminated (SIGTERM; SIGHUP gives 129). Interrupted and terminated runs
 stop the same way: the worker pool is closed, the run's summary says
 'interrupted'. ``--verbose`` (or ``SIMHARNESS_TRACEBACK=1``) adds the
@@ -43,7 +45,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence
 
-from simharness.errors import ConfigError, SimharnessValueError
+from simharness.errors import ConfigError, RunInProgressError, SimharnessValueError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -200,6 +202,8 @@ def _parser() -> argparse.ArgumentParser:
                     '--restart: from round 0). A complete run of the same config is not run again (its '
                     'results are kept; exit 0); over a complete run of another config it stops '
                     'with an error: --restart runs it again from scratch, replacing its results. '
+                    'While a run of it is in progress (its run directory is locked), a second '
+                    'one is refused (exit 2). '
                     'Ctrl-C, SIGTERM and SIGHUP stop it cleanly (summary status '
                     '"interrupted"; exit 130, 143, 129); a results write that fails (disk full, '
                     'unwritable directory) exits 1 with summary status "failed".')
@@ -286,6 +290,7 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
     from simharness.experiments.report import write_report
     from simharness.experiments.runner import run_experiment, run_sweep
 
+    from simharness.experiments.runner.lock import check_not_running
     from simharness.experiments.runner.rundir import is_finished, read_json, SUMMARY_FILE
 
     from simharness.tfquiet import initialize_devices
@@ -303,6 +308,7 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
                         'run it with: simharness sweep ' + args.config)
         run_id = C.run_id_for([(k, v) for k, v in pairs if not k.startswith('sweep.')])
         run_dir = results / config.name / run_id
+        check_not_running(run_dir)  # refused now, not after TensorFlow loads
         if not args.restart and is_finished(run_dir):
             done = read_json(run_dir / SUMMARY_FILE) or {}
             if not is_finished(run_dir, config):
@@ -315,6 +321,9 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
                   '(--restart: run it again from scratch)')
             print(f'results: {run_dir}')
             return EXIT_OK
+    else:
+        for point_id, point in C.expand_sweep(config):  # a sweep at it already: refused now
+            check_not_running(results / point.name / point_id)
     initialize_devices()  # TensorFlow's C++ start-up lines filtered out (real errors still show)
     _reap_segments()
     if not sweep:
@@ -400,7 +409,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     Returns:
         The exit code: 0 ok, 1 results could not be written, 2 invalid
-        config or arguments, 130 interrupted (Ctrl-C), 128 + the signal's
+        config or arguments (or the run directory is in use by another
+        run), 130 interrupted (Ctrl-C), 128 + the signal's
         number when stopped by SIGTERM (143) or SIGHUP (129). (`--help` and
         argparse usage errors exit through `SystemExit` with 0 and 2.)
     """
@@ -421,7 +431,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     from simharness import serve  # pylint: disable=import-outside-toplevel
                     return serve.main(args)
                 return _cmd_run(args, sweep=args.command == 'sweep')
-        except ConfigError as e:
+        except (ConfigError, RunInProgressError) as e:
             return _err(str(e))
         except Terminated as e:
             print(f'interrupted ({signal.Signals(e.signum).name})', file=sys.stderr)

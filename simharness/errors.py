@@ -156,6 +156,24 @@ class ConfigError(SimharnessError, ValueError):
         self.value = value
 
 
+class RunInProgressError(SimharnessError, RuntimeError):
+    """Another run holds the run directory's lock: a second run of it is refused
+    before it touches any of the directory's files.
+
+    Attributes:
+        run_dir: the run directory (a str).
+        pid: the process holding the lock, when it could be read (else None).
+        host: the host name of that process, when it could be read.
+    """
+
+    def __init__(self, message: str, *, run_dir: str = '', pid: Optional[int] = None,
+                 host: Optional[str] = None):
+        super().__init__(message)
+        self.run_dir = run_dir
+        self.pid = pid
+        self.host = host
+
+
 class ProtocolError(SimharnessError, RuntimeError):
     """A message on the worker seam is malformed, of another protocol version, or refused."""
 

@@ -4,7 +4,8 @@ In-process tests (thread stack: the behaviour does not depend on the stack)
 cover the exit codes, the summary and the restored signal handlers; two
 tests run the CLI as a subprocess on the process stack: one SIGTERMs it
 (no worker process and no shared-memory segment may outlive it), one
-SIGKILLs it and checks that `reap_orphaned_segments` reclaims what it left.
+SIGKILLs it and checks that `reap_orphaned_segments` reclaims what it left
+(and that its run directory's lock went with it).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from simharness.errors import RunInProgressError
 from simharness.experiments import atomic
 from simharness.experiments.config import dumps_toml
 from simharness.experiments.runner import rounds as seam  # the module of the run_round seam
+from simharness.experiments.runner.lock import check_not_running
 from simharness.runtime.shm import list_leaked_segments, reap_orphaned_segments
 
 from experiment_helpers import TINY, read_json, temp_files
@@ -251,15 +254,22 @@ def test_sigterm_on_the_process_stack_exits_143_and_leaves_nothing(tmp_path):
         [c for c in children if not _gone(c)]
     assert not _segments_of(pids)
     assert not temp_files(tmp_path / 'r')
+    assert not (run_dir / 'run.lock').exists()  # released (and removed) on the way out
 
 
 def test_segments_of_a_sigkilled_cli_are_reaped(tmp_path):
-    proc, _ = _start_cli(tmp_path)
+    proc, run_dir = _start_cli(tmp_path)
     children = _descendants(proc.pid)
     mine = _segments_of([proc.pid])
     assert mine
+    with pytest.raises(RunInProgressError):  # its run directory is locked while it runs
+        check_not_running(run_dir)
     proc.kill()
     proc.wait(timeout=30)
+    # The kernel dropped the driver's lock with it, at once: its workers (maybe still
+    # alive) never had the lock file open. The stale run.lock blocks no later run.
+    assert (run_dir / 'run.lock').exists()
+    check_not_running(run_dir)
     # The driver had no chance to clean up; its workers see it die (their lifeline),
     # unlink its segments and their own, and leave. Whatever a worker could not reach
     # is reaped by the next pool (`reap_orphaned_segments`).

@@ -19,6 +19,10 @@
     unfinished run of the same config with a checkpoint (and resume=True):
         state, callbacks <- last checkpoint; metrics.jsonl cut back to it; go on from there
 
+    one run at a time per run directory: run.lock is flock'ed for the whole run (resume
+        included) before anything there is read or written; a second run of it raises
+        RunInProgressError (`lock`); the kernel drops the lock when its holder dies
+
     the process: `simharness.experiments.processes` builds the config's tff.learning
         LearningProcess (build_weighted_fed_avg / fed_prox / fed_sgd, TFF's optimizers and
         aggregators) and composes it with the data's dataset computation, so `next` takes
@@ -31,6 +35,7 @@
         -> append metrics, TensorBoard, callbacks (early stopping, best model), checkpoint
 
 The package, by job: `rundir` (the files, summary.json, run.log, `is_finished`),
+`lock` (the run directory's lock: `run_lock`, `check_not_running`),
 `environment` (environment.json), `workload` (data, cohorts, model, process),
 `rounds` (the stack and the rounds: `_run_rounds`, `run_round`); this module
 runs experiments and sweeps and re-exports the names users import from
@@ -57,7 +62,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from simharness.errors import ConfigError
+from simharness.errors import ConfigError, RunInProgressError
 from simharness.experiments import atomic
 from simharness.experiments import checkpoints as CK
 from simharness.experiments.config import DEFAULT_RUN_ID, ExperimentConfig, expand_sweep
@@ -67,6 +72,7 @@ from simharness.experiments.runner.rundir import (_clean_run_dir, _close_run_log
                                                   ENVIRONMENT_FILE, is_finished, PathLike,
                                                   read_json, RunResult, SUMMARY_FILE)
 from simharness.experiments.runner.environment import collect_environment
+from simharness.experiments.runner.lock import run_lock
 from simharness.experiments.runner.rounds import (_close_factory, _make_factory,
                                                   _progress_enabled, _round_line, _row,
                                                   _run_rounds, _scalars, _stats, _weights,
@@ -126,6 +132,9 @@ def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
     Raises:
         ConfigError: the config has a sweep grid, or the data cannot be
             loaded as configured.
+        RunInProgressError: another run of the same run directory is in
+            progress (it holds the directory's lock, run.lock); nothing
+            in the directory was changed.
         KeyboardInterrupt: after closing the stack and writing summary.json
             with status 'interrupted'.
         OSError: a results file could not be written (``filename`` names
@@ -143,6 +152,13 @@ def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
                           key='run_id', value=run_id)
     run_dir = Path(results_root) / config.name / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(run_dir):  # another run of this directory: RunInProgressError, untouched
+        return _run_locked(config, run_dir, run_id, progress, resume, callbacks)
+
+
+def _run_locked(config: ExperimentConfig, run_dir: Path, run_id: str, progress: bool,
+                resume: bool, callbacks: Sequence[CK.Callback]) -> RunResult:
+    """`run_experiment` in its run directory, whose lock this process holds."""
     resuming = resume and _resumable(run_dir, config)
     if not resuming:
         _clean_run_dir(run_dir)
@@ -231,6 +247,8 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
     Raises:
         ConfigError: an invalid sweep point (before anything runs).
         KeyboardInterrupt: from the interrupted run (its summary says so).
+        RunInProgressError: another run holds a point's run directory (the
+            points before it have run; this one and the rest have not).
 
     A point that fails (any other exception: a model that does not fit its
     data, a worker crash, a full disk) does not stop the sweep: its summary
@@ -257,8 +275,8 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
             else:
                 results.append(run_experiment(cfg, results_root, progress=progress,
                                               run_id=run_id, resume=False))
-        except KeyboardInterrupt:
-            raise
+        except (KeyboardInterrupt, RunInProgressError):
+            raise  # another sweep (or run) is at this point: stop, as a run would
         except Exception as e:  # pylint: disable=broad-exception-caught  # recorded, go on
             error = f'{type(e).__name__}: {e}'
             _log.warning('%s/%s: failed: %s', cfg.name, run_id, error)
