@@ -5,6 +5,17 @@
 and optional ``.prefetch(...)`` / ``.with_options(...)`` (which do not change
 the elements), by reading the dataset objects' own fields: no element is
 produced. Anything else is left a dataset.
+
+Every other dataset is read as TFF's executors read one: a copy rebuilt from
+its serialized graph for each call (`fresh_copy`, `read_fresh`). TFF
+serializes a dataset argument (``DatasetToGraphV2``) and its executor builds
+the dataset anew from that graph, in a runtime that shares no state with the
+user's object, so a ``shuffle(b, seed=s)`` reads in its first seeded order on
+every call, however often the same object is passed, while iterating the
+user's object itself draws a new order each time. The graph names the seed
+generators (and caches) of the user's object; a copy rebuilt from it in the
+same process would share them, so `serialized_graph` detaches every resource
+handle first: a copy rebuilt here reads as one rebuilt in a worker process.
 """
 
 from __future__ import annotations
@@ -19,7 +30,9 @@ from simharness.core import types as T
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct
 
-__all__ = ['element_leaves', 'materialize', 'recognize', 'repeatable']
+__all__ = ['detach_resources', 'element_leaves', 'fresh_copy', 'graph_is_repeatable',
+           'materialize', 'read_fresh', 'recognize', 'repeatable', 'serialize_detached',
+           'serialized_graph']
 
 # Dataset classes that pass elements through unchanged.
 _PASS_THROUGH = ('_PrefetchDataset', '_OptionsDataset', 'PrefetchDataset', '_ModelDataset',
@@ -220,12 +233,11 @@ _SEEDED_SHUFFLES = frozenset({'ShuffleDataset', 'ShuffleDatasetV3', 'ShuffleAndR
 
 
 def _seeded(node: Any, consts: Any) -> bool:
-    """Whether a shuffle node shuffles once, in an order its seeds fix: seeds that are
-    constants, not both 0, and no reshuffling (``reshuffle_each_iteration=False``: a
-    reshuffling stage draws a new order on every read, from a seed state its process keeps
-    across reads and rebuilt copies alike)."""
-    if 'reshuffle_each_iteration' not in node.attr or node.attr['reshuffle_each_iteration'].b:
-        return False
+    """Whether a shuffle node of a fresh copy shuffles in an order its seeds fix: seeds that
+    are constants, not both 0 (no seed: a random order per copy). A copy rebuilt from a
+    detached graph (`serialized_graph`) starts its seed generator anew, so a reshuffling
+    stage gives the same orders on every fresh read too (its first order, and the next
+    ones within a read when a ``repeat`` follows it)."""
     seeds = []
     for name in node.input[2:4]:
         c = consts.get(name.split(':')[0])
@@ -240,12 +252,11 @@ def _seeded(node: Any, consts: Any) -> bool:
 
 def repeatable(graph_def: Any) -> bool:
     """Whether every read of a fresh dataset of the serialized graph `graph_def` (a
-    ``GraphDef``, as ``Dataset._as_serialized_graph`` gives) yields the same elements.
+    ``GraphDef``, as `serialized_graph` gives) yields the same elements.
 
-    Yes for a shuffle with a seed that does not reshuffle (``shuffle(b, seed=s,
-    reshuffle_each_iteration=False)``): every read shuffles in the same order. No: a
-    reshuffling shuffle (the default, seeded or not: each read draws a new order), a
-    sampling stage, a random op in a function (even a seeded or stateless one: the answer
+    Yes for a shuffle with a seed (``shuffle(b, seed=s)``, reshuffling or not: every
+    fresh copy shuffles in the same orders, as TFF's executors read it on every call).
+    No: a shuffle without a seed (a new order per copy), a sampling stage, a random op in a function (even a seeded or stateless one: the answer
     errs on the side of reading again), an op TF calls stateful other than the in-memory
     sources, a dataset op outside the pure ones above (files, SQL, ...), a parallel stage
     allowed to reorder (``deterministic='false'``), an op TF does not know.
@@ -353,3 +364,92 @@ def _read_batches(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
     if passes > 1:
         return TensorBatches(comps, b, False, t.element, passes)
     return None
+
+
+_GRAPH_ATTR = '_simharness_graph'
+_READ_ATTR = '_simharness_fresh_reads'
+_DETACHED = '/simharness-detached'
+
+
+def serialize_detached(ds: Any) -> bytes:
+    """``ds``'s graph with its resource handles detached; raises what TF raises for a
+    dataset that holds Python state (``from_generator``, ``py_function``)."""
+    graph = ds._as_serialized_graph(
+        external_state_policy=tf.data.experimental.ExternalStatePolicy.FAIL).numpy()
+    return detach_resources(graph)
+
+
+def detach_resources(graph: bytes) -> bytes:
+    """`graph` (a serialized dataset ``GraphDef``) with every resource handle it holds as a
+    constant (the seed generator of a ``shuffle``, the store of a ``cache``) renamed to one
+    no resource manager holds: a dataset rebuilt from it makes its own, as it does in
+    another process, and shares no state with the dataset it was serialized from."""
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString(graph)
+    changed = False
+    for node in graph_def.node:
+        if node.op != 'Const' or node.attr['dtype'].type != tf.resource.as_datatype_enum:
+            continue
+        for handle in node.attr['value'].tensor.resource_handle_val:
+            if not handle.name.endswith(_DETACHED):
+                handle.name += _DETACHED
+                changed = True
+    return graph_def.SerializeToString(deterministic=True) if changed else graph
+
+
+def serialized_graph(ds: Any) -> Optional[bytes]:
+    """The detached serialized graph of `ds` (kept on the object, which is immutable), or
+    None when `ds` holds Python state and has no graph (then only the object itself can
+    be read)."""
+    graph = getattr(ds, _GRAPH_ATTR, None)
+    if graph is None:
+        try:
+            graph = serialize_detached(ds)
+        except (tf.errors.OpError, TypeError, ValueError):
+            graph = b''
+        try:
+            setattr(ds, _GRAPH_ATTR, graph)
+        except AttributeError:  # a dataset class with slots: no cache
+            pass
+    return graph or None
+
+
+def graph_is_repeatable(graph: bytes) -> bool:
+    """`repeatable` of a serialized graph."""
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString(graph)
+    return repeatable(graph_def)
+
+
+def fresh_copy(ds: Any) -> Any:
+    """`ds` as TFF's executors read it on a call: a dataset rebuilt from its detached graph
+    (`ds` itself when it has none)."""
+    graph = serialized_graph(ds)
+    if graph is None:
+        return ds
+    variant = tf.raw_ops.DatasetFromGraph(graph_def=graph)
+    return tf.data.experimental.from_variant(variant, ds.element_spec)
+
+
+def read_fresh(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
+    """`materialize` of a fresh copy of `ds` (`fresh_copy`): the elements a call reads.
+
+    When every fresh read gives the same elements (`repeatable`), the answer is kept on
+    the object: a program that passes the same datasets every round reads each once.
+    """
+    graph = serialized_graph(ds)
+    if graph is None:
+        return materialize(ds, t)
+    reads = getattr(ds, _READ_ATTR, None)
+    if reads is not None and t in reads:
+        return reads[t]
+    tb = materialize(fresh_copy(ds), t)
+    if tb is not None and graph_is_repeatable(graph):
+        if reads is None:
+            reads = {}
+            try:
+                setattr(ds, _READ_ATTR, reads)
+            except AttributeError:
+                return tb
+        reads[t] = tb
+    return tb

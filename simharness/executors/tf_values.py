@@ -24,7 +24,7 @@ from simharness.core.sequences import TensorBatches
 from simharness.core.structure import (Struct, flatten, from_container, map_structure, mark_adopted,
                                        tensor_to_numpy)
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
-from simharness.core.tf_sequences import materialize
+from simharness.core.tf_sequences import fresh_copy, read_fresh
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.executors import tensor_sequences as tseq
 
@@ -187,10 +187,11 @@ def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
                 return dataset_from_value(value, t)  # the dataset path says what is wrong
             out.derived['dataset'] = value  # the user's own object, if it is asked for
             return out
-        tb = materialize(value, t)  # a small finite pipeline: its elements, read once
+        # a small finite pipeline: the elements of a fresh copy, as TFF's executors read it
+        tb = read_fresh(value, t)
         if tb is not None:
             return tseq.checked(tb, t, to_tensor)
-        return dataset_from_value(value, t)
+        return dataset_from_value(fresh_copy(value), t)
     value = elements_of_generator(value)
     if isinstance(value, (list, tuple)) and value:
         types = tseq.component_types(t, batched=False)

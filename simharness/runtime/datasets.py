@@ -14,15 +14,20 @@ import tensorflow as tf
 from simharness.core import types as T
 from simharness.core.structure import tensor_to_numpy
 from simharness.core.sequences import TensorBatches, stack_layout
-from simharness.core.tf_sequences import materialize, recognize, repeatable
+from simharness.core.tf_sequences import (graph_is_repeatable, materialize, recognize,
+                                         serialize_detached, serialized_graph)
 from simharness.core.tf_serialization import element_spec_for
 from simharness.runtime.codec import DatasetBlob
 
 
 def dataset_to_blob(ds: Any) -> DatasetBlob:
-    """Serializes a dataset (its graph; fails on datasets with Python state)."""
-    graph = ds._as_serialized_graph(
-        external_state_policy=tf.data.experimental.ExternalStatePolicy.FAIL).numpy()
+    """Serializes a dataset: its graph, detached from the object's state
+    (`tf_sequences.serialized_graph`: a worker, or the loopback's service in this
+    process, rebuilds a fresh copy, as TFF's executors do); fails on datasets with Python
+    state."""
+    graph = serialized_graph(ds)
+    if graph is None:
+        graph = serialize_detached(ds)  # raises TF's error for a dataset with Python state
     return DatasetBlob(graph, T.from_tf_structure(ds.element_spec))
 
 
@@ -55,19 +60,12 @@ def repeatable_dataset(ds: Any) -> bool:
     verdict = getattr(ds, _REPEATABLE_ATTR, None)
     if verdict is None:
         sent = dataset_to_wire(ds)
-        verdict = isinstance(sent, TensorBatches) or _graph_repeatable(sent.graph)
+        verdict = isinstance(sent, TensorBatches) or graph_is_repeatable(sent.graph)
         try:
             setattr(ds, _REPEATABLE_ATTR, verdict)
         except AttributeError:
             pass
     return bool(verdict)
-
-
-def _graph_repeatable(graph: bytes) -> bool:
-    """`tf_sequences.repeatable` of a serialized dataset graph."""
-    graph_def = tf.compat.v1.GraphDef()
-    graph_def.ParseFromString(graph)
-    return repeatable(graph_def)
 
 
 class BlobReader:
@@ -120,7 +118,7 @@ class BlobReader:
         if other or first:
             return ds
         tb = materialize(ds, T.SequenceType(blob.element_type)) \
-            if _graph_repeatable(blob.graph) else None
+            if graph_is_repeatable(blob.graph) else None
         with self._lock:
             if tb is None:
                 if len(self._other) >= self.max_items:

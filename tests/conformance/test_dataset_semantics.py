@@ -1,0 +1,143 @@
+"""Client datasets are read as TFF's executors read them, on every stack.
+
+TFF serializes a dataset argument and its executors rebuild it from that
+graph for each call, sharing no state with the user's object: a
+``shuffle(b, seed=s)`` reads in its first seeded order on every call, whether
+the program passes new dataset objects every round or the same ones again (TFF's
+tutorials build their clients' datasets once), and whatever the program did
+with the objects in between. Iterating the user's object itself would draw a
+new order each time.
+
+Each case reads client datasets through an order-sensitive digest (a
+polynomial hash of the elements in the order read) and compares it with the
+digest of a new dataset object, read once by plain `tf.data`: its first order.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import simharness as sh
+
+OD = collections.OrderedDict
+NUM_CLIENTS = 3
+
+
+def _base(k):
+    return tf.data.Dataset.from_tensor_slices(
+        OD(x=np.arange(24, dtype=np.int64) + 100 * k, y=np.arange(24, dtype=np.int64) % 5))
+
+
+def _flat(e):
+    return OD(x=tf.reshape(e['x'], [-1]), y=tf.reshape(e['y'], [-1]))
+
+
+#: Pipelines as TFF users write them, per client k. Every one is deterministic on a
+#: fresh read (no unseeded randomness).
+PIPELINES = {
+    # TFF's image-classification tutorial: repeat -> shuffle(seed) -> batch -> map -> prefetch
+    'tutorial': lambda k: _base(k).repeat(2).shuffle(16, seed=1).batch(5).map(_flat).prefetch(4),
+    # a reshuffling stage read twice within one read (two epochs: two orders)
+    'shuffle_then_repeat': lambda k: _base(k).shuffle(24, seed=7).repeat(2).batch(6),
+    'shuffle_once': lambda k: _base(k).shuffle(
+        24, seed=3, reshuffle_each_iteration=False).repeat(2).batch(7),
+    'take_filter_map': lambda k: _base(k).filter(lambda e: e['y'] != 2).map(
+        lambda e: OD(x=e['x'] * 2, y=e['y'])).take(15).batch(4),
+    'interleave': lambda k: tf.data.Dataset.range(3).interleave(
+        lambda i: _base(k).skip(i * 8).take(8), cycle_length=2, block_length=3).batch(5),
+    'unbatched_rows': lambda k: _base(k).shuffle(24, seed=11),
+}
+
+
+def _digest_of(elements):
+    """The digest `_digest` computes, of elements read in plain Python."""
+    acc = np.int64(7)
+    with np.errstate(over='ignore'):
+        for e in elements:
+            for v in np.concatenate([np.reshape(e['x'], [-1]), np.reshape(e['y'], [-1])]):
+                acc = acc * np.int64(1000003) + np.int64(v)
+    return int(acc)
+
+
+def _first_read(ds):
+    return _digest_of(list(ds.as_numpy_iterator()))
+
+
+def _computation(element_spec):
+    elem = sh.to_type(element_spec)
+
+    @sh.tf_computation(sh.SequenceType(elem))
+    def digest(ds):
+        def step(acc, e):
+            for v in (tf.reshape(e['x'], [-1]), tf.reshape(e['y'], [-1])):
+                acc = tf.foldl(lambda a, x: a * 1000003 + x, v, initializer=acc)
+            return acc
+        return ds.reduce(tf.constant(7, tf.int64), step)
+
+    @sh.federated_computation(sh.type_at_clients(sh.SequenceType(elem)))
+    def digests(datasets):
+        return sh.federated_map(digest, datasets)
+    return digests
+
+
+@pytest.mark.parametrize('name', list(PIPELINES))
+def test_reused_datasets_read_their_first_order_on_every_call(stack, name):
+    make = PIPELINES[name]
+    want = [_first_read(make(k)) for k in range(NUM_CLIENTS)]
+    datasets = [make(k) for k in range(NUM_CLIENTS)]  # built once, passed every round
+    digests = _computation(datasets[0].element_spec)
+    for _ in range(3):
+        assert [int(d) for d in digests(datasets)] == want
+        for ds in datasets:  # the program reads its own objects in between
+            list(ds.take(3))
+
+
+@pytest.mark.parametrize('name', ['tutorial', 'shuffle_then_repeat'])
+def test_new_datasets_every_round_read_the_same_elements(stack, name):
+    make = PIPELINES[name]
+    want = [_first_read(make(k)) for k in range(NUM_CLIENTS)]
+    digests = _computation(make(0).element_spec)
+    for _ in range(2):
+        assert [int(d) for d in digests([make(k) for k in range(NUM_CLIENTS)])] == want
+
+
+def test_client_data_datasets_read_as_in_tff(stack):
+    """`ClientData.create_tf_dataset_for_client`, `.preprocess`, `from_clients_and_tf_fn`."""
+    raw = OD((f'c{k}', OD(x=np.arange(24, dtype=np.int64) + 100 * k,
+                          y=np.arange(24, dtype=np.int64) % 5)) for k in range(NUM_CLIENTS))
+    data = sh.simulation.datasets.TestClientData(raw)
+    pre = data.preprocess(lambda ds: ds.repeat(2).shuffle(16, seed=1).batch(5).map(_flat))
+    by_fn = sh.simulation.datasets.ClientData.from_clients_and_tf_fn(
+        list(raw), lambda cid: pre.serializable_dataset_fn(cid))
+    ids = data.client_ids
+    want = [_first_read(PIPELINES['tutorial'](k).prefetch(1)) for k in range(NUM_CLIENTS)]
+    for source in (pre, by_fn):
+        reused = [source.create_tf_dataset_for_client(c) for c in ids]
+        digests = _computation(reused[0].element_spec)
+        for _ in range(2):
+            assert [int(d) for d in digests(reused)] == want
+        assert [int(d) for d in digests(
+            [source.create_tf_dataset_for_client(c) for c in ids])] == want
+
+
+def test_an_unseeded_shuffle_reads_a_permutation(stack):
+    """No seed: TFF reads a random order per call; every call reads all the elements."""
+    datasets = [_base(k).shuffle(24).batch(24) for k in range(NUM_CLIENTS)]
+
+    @sh.tf_computation(sh.SequenceType(sh.to_type(datasets[0].element_spec)))
+    def sorted_x(ds):
+        return tf.sort(ds.reduce(tf.zeros([0], tf.int64),
+                                 lambda acc, e: tf.concat([acc, e['x']], 0)))
+
+    @sh.federated_computation(sh.type_at_clients(sh.SequenceType(
+        sh.to_type(datasets[0].element_spec))))
+    def all_sorted(ds):
+        return sh.federated_map(sorted_x, ds)
+    for _ in range(2):
+        got = all_sorted(datasets)
+        for k, g in enumerate(got):
+            np.testing.assert_array_equal(np.asarray(g), np.arange(24) + 100 * k)
