@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
-from typing import Any, Optional
+import threading
+from typing import Any, Dict, Iterator, Optional
 
 from simharness.errors import SimharnessError
 from simharness.tfquiet import import_tensorflow, initialize_devices, quiet_stderr
@@ -55,6 +58,43 @@ def _read(path: Optional[str], what: str) -> Optional[bytes]:
     return data
 
 
+#: Signals that stop the service (Ctrl-C, and those the CLI turns into `Terminated`).
+_STOP_SIGNALS = tuple(getattr(signal, n) for n in ('SIGINT', 'SIGTERM', 'SIGHUP')
+                      if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def _stop_begins_at_the_signal(server: Any) -> Iterator[None]:
+    """For the block: a stop signal first makes `server` stop admitting calls
+    (`ExecutorServer.begin_stop`: its port closes, so a driver's retry waits for a restarted
+    service instead of reaching this one), then runs the handler it replaced (the CLI's
+    `Terminated`; chained to it, the worker pools' SIGTERM path, which closes them at once:
+    their requests in flight end UNAVAILABLE). Previous handlers are restored at the end.
+    Outside the main thread this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: Dict[int, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            server.begin_stop()
+        finally:
+            previous[signum](signum, frame)
+
+    try:
+        for signum in _STOP_SIGNALS:
+            old = signal.getsignal(signum)
+            if not callable(old):  # ignored, or the default action: left as it is
+                continue
+            previous[signum] = old
+            signal.signal(signum, handler)
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
 def main(args: argparse.Namespace) -> int:
     """Runs the service until SIGTERM / SIGINT; 0 then, 2 for bad arguments, 1 if it cannot bind."""
     # The command line imports this module for its arguments; gRPC and the service
@@ -84,11 +124,12 @@ def main(args: argparse.Namespace) -> int:
         print(f'error: {e}', file=sys.stderr)
         return 2
     try:
-        print(f'simharness executor service listening on {server.address} (pid {os.getpid()}, '
-              f'{server.service.num_workers} worker slot(s)'
-              f'{", token" if token else ""}{", TLS" if cert else ""})', flush=True)
-        while not server.wait(1.0):
-            pass
+        with _stop_begins_at_the_signal(server):
+            print(f'simharness executor service listening on {server.address} (pid '
+                  f'{os.getpid()}, {server.service.num_workers} worker slot(s)'
+                  f'{", token" if token else ""}{", TLS" if cert else ""})', flush=True)
+            while not server.wait(1.0):
+                pass
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: a normal stop
         print('stopping', file=sys.stderr, flush=True)
     finally:

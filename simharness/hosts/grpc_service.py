@@ -14,6 +14,11 @@ ExecutorServer (grpc.server, ThreadPoolExecutor, 127.0.0.1 unless a token or TLS
                              within session_timeout); a stream that ends before its
                              answers (the driver died or cancelled) drops its requests
                              not yet started: the rest of a dead driver's round never runs
+      shutting down:         no new call is admitted (the port closes first: a driver's
+                             retry waits for a restarted service), and every call the
+                             closing backend cannot answer ends UNAVAILABLE naming this
+                             service (the driver's retryable ServiceUnavailableError),
+                             never an error answer of the closed backend
   backend
     in-process (num_workers=0): ONE thread runs WorkerService(EagerTFExecutor)
     pool (num_workers=N):       a local WorkerPool; slot k is worker process k
@@ -52,6 +57,11 @@ DEFAULT_SESSION_TIMEOUT = 60.0
 _END = object()
 
 
+class _BackendClosed(Exception):
+    """A backend's answer when it was closed (the service is shutting down) before it could
+    run the request: the stream ends UNAVAILABLE, not with an error answer."""
+
+
 def _encode_response(resp: P.Response) -> Tuple[bytes, List[Any]]:
     try:
         return P.encode_message(resp)
@@ -71,6 +81,8 @@ class _InProcessBackend:
         from simharness.hosts.leaf import worker_service
         self._service = worker_service(name, None, clients_per_worker)
         self._queue: 'queue.Queue[Any]' = queue.Queue()
+        self._closed = False
+        self._closing_lock = threading.Lock()  # nothing is queued behind the end
         self._thread = threading.Thread(target=self._run, name='simharness-service', daemon=True)
         self._thread.start()
 
@@ -90,7 +102,11 @@ class _InProcessBackend:
     def submit(self, slot: int, req: P.Request, header: bytes,
                buffers: List[Any]) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((req, fut))
+        with self._closing_lock:
+            if not self._closed:
+                self._queue.put((req, fut))
+                return fut
+        fut.set_exception(_BackendClosed('the service is closed'))
         return fut
 
     def generation(self, slot: int) -> int:
@@ -105,7 +121,9 @@ class _InProcessBackend:
                 'values': sum(len(x.values) for x in list(s.sessions.values()))}
 
     def close(self) -> None:
-        self._queue.put(_END)
+        with self._closing_lock:
+            self._closed = True
+            self._queue.put(_END)
         self._thread.join(30)
         self._service.close()
 
@@ -121,14 +139,23 @@ class _PoolBackend:
 
     def submit(self, slot: int, req: P.Request, header: bytes,
                buffers: List[Any]) -> concurrent.futures.Future:
-        h = self._pool.handles[slot]
-        inner = h.submit(header, list(buffers), P.Op(req.op).name, h.generation)
         out: concurrent.futures.Future = concurrent.futures.Future()
+        h = self._pool.handles[slot]
+        try:
+            inner = h.submit(header, list(buffers), P.Op(req.op).name, h.generation)
+        except E.ExecutorClosedError as e:
+            out.set_exception(_BackendClosed(str(e)))
+            return out
 
         def done(f: concurrent.futures.Future) -> None:
             if not out.set_running_or_notify_cancel():  # the stream ended: nobody waits
                 return
             exc = f.exception()
+            if isinstance(exc, E.ExecutorClosedError):
+                # The pool was closed under the request (the service is stopping: SIGTERM
+                # closes started pools at once): not an answer of the worker.
+                out.set_exception(_BackendClosed(str(exc)))
+                return
             resp = f.result() if exc is None else P.Response(
                 False, error=P.error_to_record(exc), seq=req.seq)
             resp.seq = req.seq
@@ -179,13 +206,37 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         self._lock = threading.Lock()
         self._streams = 0
         self._requests = 0
+        self._shutting_down = threading.Event()
         self.backend: Any = (_InProcessBackend(name, clients_per_worker) if num_workers == 0
                              else _PoolBackend(num_workers, clients_per_worker))
         self.num_workers = max(1, num_workers)
 
+    # ------------------------------------------------------------ shutdown
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down.is_set()
+
+    def begin_shutdown(self) -> None:
+        """From now on every call this service cannot answer ends UNAVAILABLE (`close`
+        follows). Idempotent."""
+        self._shutting_down.set()
+
+    def _unavailable(self, context: Any, what: str = '') -> None:
+        """Ends the call as UNAVAILABLE, naming this service (a transient failure: the
+        driver raises its retryable ServiceUnavailableError and may retry elsewhere)."""
+        import grpc
+        context.abort(grpc.StatusCode.UNAVAILABLE,
+                      f'the executor service at {self.name} is shutting down{what}; the values '
+                      'it held are gone: run the computation again once it is back')
+
     # ------------------------------------------------------------ RPCs
     def GetServiceInfo(self, request: Any, context: Any) -> Any:
-        st = self.backend.state()
+        if self.shutting_down:
+            self._unavailable(context)
+        try:
+            st = self.backend.state()
+        except E.ExecutorClosedError:  # a pool closed under it (SIGTERM closes pools first)
+            self._unavailable(context)
         with self._lock:
             streams, requests = self._streams, self._requests
         return pb.ServiceInfo(protocol_version=P.PROTOCOL_VERSION, incarnation=self.incarnation,
@@ -208,8 +259,12 @@ class ExecutorService(pbg.ExecutorServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f'{A.WORKER_METADATA}={raw!r}: this service has worker slots '
                           f'0..{self.num_workers - 1}')
+        if self.shutting_down:
+            self._unavailable(context)
         try:
             self.backend.ensure_started(slot)
+        except E.ExecutorClosedError:
+            self._unavailable(context)
         except Exception as e:
             context.abort(grpc.StatusCode.UNAVAILABLE, f'worker {slot} could not start: {e}')
         gen = self.backend.generation(slot)
@@ -251,6 +306,9 @@ class ExecutorService(pbg.ExecutorServiceServicer):
                     header, buffers = item.result()
                 except concurrent.futures.CancelledError:  # the RPC ended (`ended`)
                     return
+                except _BackendClosed:  # closed under the request: no answer, unavailable
+                    self._unavailable(context, ' (its worker was stopped while it ran a '
+                                      'request of this stream)')
                 with self._lock:
                     if pending and pending[0] is item:
                         pending.pop(0)
@@ -338,6 +396,7 @@ class ExecutorService(pbg.ExecutorServiceServicer):
                 pass
 
     def close(self) -> None:
+        self.begin_shutdown()
         self.backend.close()
 
 
@@ -399,6 +458,8 @@ class ExecutorServer:
         self.port = port
         self._stopped = threading.Event()
         self._lock = threading.Lock()
+        self._shutdown: Optional[threading.Event] = None  # gRPC's, once stopping began
+        self._grace = 5.0
 
     @property
     def address(self) -> str:
@@ -409,12 +470,25 @@ class ExecutorServer:
         """Blocks until `stop()` (True) or `timeout` seconds (False)."""
         return self._stopped.wait(timeout)
 
+    def begin_stop(self, grace: float = 5.0) -> None:
+        """Starts stopping, without waiting: the port closes and no new call is admitted
+        (drivers waiting for this address wait for its successor); calls in flight may
+        finish within `grace` seconds, then end UNAVAILABLE, as does any call the closing
+        backend cannot answer. Idempotent; safe in a signal handler of the main thread
+        (it waits for nothing)."""
+        self.service.begin_shutdown()
+        if self._shutdown is None:
+            self._grace = grace
+            self._shutdown = self._server.stop(grace)
+
     def stop(self, grace: float = 5.0) -> None:
         """Stops serving (streams end), then closes the backend. Idempotent."""
         with self._lock:
             if self._stopped.is_set():
                 return
-            self._server.stop(grace).wait(grace + 5)
+            self.begin_stop(grace)
+            assert self._shutdown is not None
+            self._shutdown.wait(self._grace + 5)
             self.service.close()
             if self._threads is not None:
                 # gRPC leaves its executor's idle threads alive until the executor is
