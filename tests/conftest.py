@@ -33,7 +33,7 @@ THREAD_PREFIX = 'simharness-'
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     # The benchmarks (tests/benchmarks) are in `testpaths`: a run that does not name them
-    # (``python -m pytest -q -n 2 --dist loadgroup``; CI adds ``-m "not slow"``) runs each
+    # (``python -m pytest -q -n 3 --dist loadgroup``, what CI runs) runs each
     # body once, untimed, at its small sizes (--benchmark-disable), so that they cannot
     # rot; naming them (``python -m pytest tests/benchmarks``) times them. Before
     # pytest-benchmark reads it.
@@ -52,7 +52,7 @@ def pytest_simharness_register_stacks(registry: StackRegistry) -> None:
 
 
 #: Tests that share a session resource too heavy to start twice run on one pytest-xdist
-#: worker (``-n 2 --dist loadgroup``): a Ray cluster of two nodes, two gRPC services (and the
+#: worker (``-n 3 --dist loadgroup``): a Ray cluster of two nodes, two gRPC services (and the
 #: benchmark modules whose module fixtures start their own).
 _XDIST_GROUPS = (('ray', ('tests/ray/', 'tests/benchmarks/test_ray.py', '[ray-2', '-ray-2')),
                  ('remote', ('tests/remote/', 'tests/benchmarks/test_remote.py', '[remote-2',
@@ -70,7 +70,7 @@ def _group_of(item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    # The slow tier (tests/slow_tier.py): CI's ``-m "not slow"`` leaves these to the full suite.
+    # The slow tier (tests/slow_tier.py): the quick tier (``-m "not slow"``) leaves these out.
     slow = slow_tier.listed()
     for item in items:
         if slow_tier.base_id(item.nodeid) in slow:

@@ -1,4 +1,4 @@
-"""The slow tier: tests that CI (``-m "not slow"``) leaves to the full suite.
+"""The slow tier: tests the quick tier (``-m "not slow"``) leaves to the full suite.
 
 A test is in it when it carries ``@pytest.mark.slow`` or its node id is listed in
 `LIST` (``tests/slow_tests.txt``): the tests whose setup, call and teardown took
@@ -6,8 +6,8 @@ together at least `THRESHOLD_S` seconds in a full run on the reference 2-core
 machine, or that the watch (`Watch`) named at the end of a quick-tier run. They
 are ~6 % of the tests and ~75 % of the suite's time (whole CLI runs, signals and
 killed drivers, Ray and gRPC faults, tutorials, benchmarks at their CI sizes);
-without them CI fits its 10 minutes on that machine. The full suite (no ``-m``)
-runs them all.
+without them a run takes about a quarter of the time, for iterating. CI and the
+README's test command run the full suite (no ``-m``): all of them.
 
 Regenerate the list from the outputs of a full run that printed every duration and,
 optionally, of quick-tier runs (their watch's lines)::
