@@ -24,6 +24,7 @@ import collections
 import threading
 from typing import Any, List, Optional, cast
 
+import numpy as np
 import tensorflow as tf
 
 from simharness.core import types as T
@@ -32,7 +33,7 @@ from simharness.core.structure import Struct
 
 __all__ = ['detach_resources', 'element_leaves', 'fresh_copy', 'graph_is_repeatable',
            'materialize', 'read_fresh', 'recognize', 'repeatable', 'serialize_detached',
-           'serialized_graph']
+           'serialized_graph', 'SlicesPipeline']
 
 # Dataset classes that pass elements through unchanged.
 _PASS_THROUGH = ('_PrefetchDataset', '_OptionsDataset', 'PrefetchDataset', '_ModelDataset',
@@ -308,15 +309,19 @@ def _batch_reader(spec: Any) -> Any:
             return _READERS[key]
         @tf.function(input_signature=[tf.TensorSpec([], tf.variant)], autograph=False)
         def fn(variant):
-            ds = tf.data.experimental.from_variant(variant, spec).with_options(
-                _plain_options())
-            # each leaf's batches as one ragged tensor: its rows and the batch sizes
-            leaves = tf.nest.flatten(ds.ragged_batch(
-                MATERIALIZE_MAX_ELEMENTS + 1).get_single_element())
-            sizes, rows = zip(*[_sizes_and_rows(r) for r in leaves])
-            return tf.stack(sizes, axis=1), list(rows)
+            return _read_all(tf.data.experimental.from_variant(variant, spec))
         _READERS[key] = fn
         return fn
+
+
+def _read_all(ds: Any) -> Any:
+    """In a TF function: the batches of `ds`, read in one pass, as their leading sizes
+    ``[elements, leaves]`` and each leaf's rows concatenated (`_sizes_and_rows`)."""
+    ds = ds.with_options(_plain_options())
+    # each leaf's batches as one ragged tensor: its rows and the batch sizes
+    leaves = tf.nest.flatten(ds.ragged_batch(MATERIALIZE_MAX_ELEMENTS + 1).get_single_element())
+    sizes, rows = zip(*[_sizes_and_rows(r) for r in leaves])
+    return tf.stack(sizes, axis=1), list(rows)
 
 
 def _sizes_and_rows(leaf: Any) -> Any:
@@ -349,6 +354,13 @@ def _read_batches(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
             with _READERS_LOCK:
                 _READERS[_reader_key(spec)] = None
         return None  # uneven leaves, batches of other trailing shapes, too many rows
+    return _batches_of(sizes_t, flat, spec, t)
+
+
+def _batches_of(sizes_t: Any, flat: Any, spec: Any, t: T.SequenceType) -> Optional[TensorBatches]:
+    """The `TensorBatches` of a batch reader's answer: each element's leading size per leaf
+    ``[elements, leaves]`` and each leaf's rows concatenated; None unless they are batches
+    of b (the last may be smaller) or k equal passes of them, within the size limits."""
     per_leaf = sizes_t.numpy()
     if per_leaf.ndim != 2 or not len(per_leaf) or (per_leaf != per_leaf[:, :1]).any():
         return None
@@ -365,17 +377,35 @@ def _read_batches(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
         return TensorBatches(comps, b, False, t.element, passes)
     return None
 
-
 _GRAPH_ATTR = '_simharness_graph'
 _READ_ATTR = '_simharness_fresh_reads'
 _DETACHED = '/simharness-detached'
 
 
+#: Ops that call back into this process's Python: a graph holding one means nothing
+#: elsewhere (another process has no such function), so the dataset is not serializable.
+_PYTHON_OPS = frozenset({'PyFunc', 'PyFuncStateless', 'EagerPyFunc'})
+
+
 def serialize_detached(ds: Any) -> bytes:
     """``ds``'s graph with its resource handles detached; raises what TF raises for a
-    dataset that holds Python state (``from_generator``, ``py_function``)."""
-    graph = ds._as_serialized_graph(
-        external_state_policy=tf.data.experimental.ExternalStatePolicy.FAIL).numpy()
+    dataset that holds Python state (``from_generator``, ``py_function``).
+
+    Other state is left out, as TFF's serialization (``DatasetToGraphV2``'s default
+    policy) leaves it out: a stateful random op in a ``map`` starts anew from its seed in
+    every copy, as it does in TFF's executors.
+    """
+    policy = tf.data.experimental.ExternalStatePolicy
+    try:
+        graph = ds._as_serialized_graph(external_state_policy=policy.FAIL).numpy()
+    except tf.errors.FailedPreconditionError:
+        graph = ds._as_serialized_graph(external_state_policy=policy.IGNORE).numpy()
+        graph_def = tf.compat.v1.GraphDef()
+        graph_def.ParseFromString(graph)
+        ops = {n.op for n in graph_def.node} | {
+            n.op for f in graph_def.library.function for n in f.node_def}
+        if ops & _PYTHON_OPS:
+            raise  # Python state: the FAIL policy's own error
     return detach_resources(graph)
 
 
@@ -437,14 +467,19 @@ def read_fresh(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
     When every fresh read gives the same elements (`repeatable`), the answer is kept on
     the object: a program that passes the same datasets every round reads each once.
     """
-    graph = serialized_graph(ds)
-    if graph is None:
-        return materialize(ds, t)
     reads = getattr(ds, _READ_ATTR, None)
     if reads is not None and t in reads:
         return reads[t]
-    tb = materialize(fresh_copy(ds), t)
-    if tb is not None and graph_is_repeatable(graph):
+    by_recipe = _read_recipe(ds, t)
+    if by_recipe is not None and by_recipe[0] is not None:
+        tb, keep = by_recipe
+    else:
+        graph = serialized_graph(ds)
+        if graph is None:
+            return materialize(ds, t)
+        tb = materialize(fresh_copy(ds), t)
+        keep = tb is not None and graph_is_repeatable(graph)
+    if tb is not None and keep:
         if reads is None:
             reads = {}
             try:
@@ -453,3 +488,154 @@ def read_fresh(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
                 return tb
         reads[t] = tb
     return tb
+
+
+_RECIPE_ATTR = '_simharness_recipe'
+
+
+class SlicesPipeline:
+    """``preprocess_fn(from_tensor_slices(slices))`` for any client's slices, traced once.
+
+    TFF's ``ClientData.preprocess`` makes each client's dataset by applying the
+    user's function to ``from_tensor_slices`` of the client's arrays. Built
+    eagerly, every such dataset traces the pipeline's functions again (a
+    ``map`` of the tutorials' batch format: ~5-10 ms a client, most of a round's
+    time on the driver when a program builds a new cohort every round). Here
+    the whole pipeline is traced once per layout of the slices (structure,
+    dtypes, trailing shapes; any number of rows) into a `tf.function` that
+    returns the dataset's variant: a client's dataset is one call.
+
+    A dataset built here carries its recipe (this pipeline and the client's
+    arrays), so that a read of a fresh copy (`read_fresh`) is one call of a
+    second traced function that builds the dataset and reads every element,
+    with no graph to serialize and rebuild: the elements a copy rebuilt from
+    the dataset's graph would give (the same ops, the same seeds, new seed
+    generators).
+
+    The traced pipeline must give the elements of the eager one: its seeds are
+    checked against those of one dataset built eagerly, once per layout (and
+    global seed). A random op without a seed of its own under a global seed
+    (``tf.random.set_seed``) gets a seed per dataset in eager code: then, and
+    for a function that does not trace (one that reads the dataset in Python),
+    `build` declines (None) and the caller builds every dataset eagerly.
+    """
+
+    def __init__(self, preprocess_fn: Any):
+        self._fn = preprocess_fn
+        self._lock = threading.Lock()
+        # layout key -> (build function, element spec, read function, repeatable), or
+        # None: the pipeline did not trace for that layout
+        self._traced: dict = {}
+
+    @staticmethod
+    def _key(leaves: List[Any]) -> Any:
+        return tuple((a.dtype.str, a.shape[1:]) for a in leaves)
+
+    def _entry(self, slices: Any, leaves: List[Any]) -> Any:
+        from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+        key = (repr(tf.nest.map_structure(lambda _: 0, slices)), self._key(leaves),
+               context.global_seed())
+        with self._lock:
+            if key in self._traced:
+                return self._traced[key]
+            self._traced[key] = entry = self._trace(slices, leaves)
+            return entry
+
+    def _trace(self, slices: Any, leaves: List[Any]) -> Any:
+        sig = [tf.TensorSpec([None] + list(a.shape[1:]), tf.as_dtype(a.dtype)) for a in leaves]
+        fn = self._fn
+
+        def dataset(leaf_tensors: Any) -> Any:
+            return fn(tf.data.Dataset.from_tensor_slices(
+                tf.nest.pack_sequence_as(slices, list(leaf_tensors))))
+
+        specs: List[Any] = []
+
+        def build_body(*leaf_tensors: Any) -> Any:
+            ds = dataset(leaf_tensors)
+            specs.append(ds.element_spec)
+            return tf.data.experimental.to_variant(ds)
+
+        try:
+            build = tf.function(build_body, input_signature=sig, autograph=False)
+            build.get_concrete_function()
+            spec = specs[-1]
+            sample = tf.data.experimental.from_variant(build(*leaves), spec)
+            graph = serialize_detached(sample)
+            # The traced pipeline must draw the seeds the eager one draws: not so for a
+            # random op without its own seed under a global seed (eager code takes its
+            # seed from a counter, per dataset): then every dataset is built eagerly.
+            if _seeds(graph) != _seeds(serialize_detached(dataset(leaves))):
+                return None
+            repeatable_pipeline = graph_is_repeatable(graph)
+            finite = int(sample.cardinality()) != int(tf.data.INFINITE_CARDINALITY)
+        except Exception:  # pylint: disable=broad-except  # any failure: build eagerly
+            return None
+        read = None
+        if finite and _readable_as_batches(spec):
+            read = tf.function(lambda *leaf_tensors: _read_all(dataset(leaf_tensors)),
+                               input_signature=sig, autograph=False)
+            try:
+                read.get_concrete_function()
+            except (TypeError, ValueError):  # rows of differing shapes: read element-wise
+                read = None
+        return build, spec, read, repeatable_pipeline
+
+    def build(self, slices: Any) -> Optional[Any]:
+        """The client's dataset, or None when it must be built eagerly (see the class)."""
+        leaves = [np.asarray(a) for a in tf.nest.flatten(slices)]
+        entry = self._entry(slices, leaves)
+        if entry is None:
+            return None
+        build, spec = entry[0], entry[1]
+        ds = tf.data.experimental.from_variant(build(*leaves), spec)
+        try:
+            setattr(ds, _RECIPE_ATTR, (entry, leaves))
+        except AttributeError:
+            pass
+        return ds
+
+
+def _seeds(graph: bytes) -> List[Any]:
+    """What decides a dataset graph's random draws: its int64 scalar constants (the seeds of
+    its shuffles and samplings, with its sizes and counts) and the seed attributes of the ops
+    of its functions, sorted."""
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString(graph)
+    out: List[Any] = []
+    for n in graph_def.node:
+        if n.op == 'Const' and n.attr['dtype'].type == tf.int64.as_datatype_enum:
+            value = tf.make_ndarray(n.attr['value'].tensor)
+            if value.ndim == 0:
+                out.append(('const', int(value)))
+    for f in graph_def.library.function:
+        for n in f.node_def:
+            for name in ('seed', 'seed2'):
+                if name in n.attr:
+                    out.append((n.op, name, int(n.attr[name].i)))
+    return sorted(out)
+
+
+def _readable_as_batches(spec: Any) -> bool:
+    """Whether elements of `spec` can be read by `_read_all`: every leaf a batch (rank >= 1,
+    leading size unknown)."""
+    return all(s.shape.rank is not None and s.shape.rank >= 1 and s.shape[0] is None
+               for s in tf.nest.flatten(spec))
+
+
+def _read_recipe(ds: Any, t: T.SequenceType) -> Any:
+    """`read_fresh` of a dataset a `SlicesPipeline` built: ``(TensorBatches or None,
+    repeatable)``, or None when it has no recipe (or the recipe cannot read it)."""
+    recipe = getattr(ds, _RECIPE_ATTR, None)
+    if recipe is None:
+        return None
+    (build, spec, read, repeatable_pipeline), leaves = recipe
+    if read is None or not t.element.is_assignable_from(T.from_tf_structure(spec)) or not all(
+            isinstance(l, T.TensorType) and l.shape is not None and len(l.shape) >= 1
+            and l.shape[0] is None for l in T.flatten_type(t.element)):
+        return None
+    try:
+        sizes_t, flat = read(*leaves)
+    except (tf.errors.OpError, TypeError, ValueError):
+        return None  # too many elements, uneven leaves: the generic path says what it can
+    return _batches_of(sizes_t, flat, spec, t), repeatable_pipeline

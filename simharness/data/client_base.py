@@ -244,6 +244,17 @@ class ClientData(abc.ABC):
         self._check_client_id(client_id)
         return self.serializable_dataset_fn(client_id)
 
+    def tensor_slices(self, client_id: str) -> Any:
+        """The structure of arrays whose ``tf.data.Dataset.from_tensor_slices`` is the
+        client's dataset, when this data set is in-memory slices (`TestClientData`,
+        `ArrayClientData`); None for any other (its datasets are built otherwise).
+
+        Raises:
+            SimharnessValueError: `client_id` is not in `client_ids`.
+        """
+        self._check_client_id(client_id)
+        return None
+
     @property
     def dataset_computation(self) -> Computation:
         """A `tf_computation` from a client id (``np.str_``) to that client's dataset.
@@ -473,6 +484,7 @@ class PreprocessClientData(ClientData):
                 expected=ClientData, actual=type(underlying_client_data))
         self._underlying_client_data = underlying_client_data
         self._preprocess_fn = preprocess_fn
+        self._pipeline: Optional[Any] = None  # the traced pipeline, made on first use
         ids = underlying_client_data.client_ids
         if not ids:
             raise SimharnessValueError(
@@ -498,6 +510,23 @@ class PreprocessClientData(ClientData):
         self._underlying_client_data._check_client_id(client_id)  # pylint: disable=protected-access
 
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
+        """``preprocess_fn(underlying.create_tf_dataset_for_client(client_id))``.
+
+        Over in-memory slices (`tensor_slices`), the pipeline is traced once
+        (`simharness.core.tf_sequences.SlicesPipeline`) and a client's dataset
+        is one call of it: the same elements, without tracing the pipeline's
+        functions for every client; the dataset also carries that recipe, so
+        that a computation reads it in one more call.
+        """
+        slices = self._underlying_client_data.tensor_slices(client_id)
+        if slices is not None:
+            if self._pipeline is None:
+                # reason: tf_sequences imports TensorFlow, which this module imports lazily
+                from simharness.core.tf_sequences import SlicesPipeline
+                self._pipeline = SlicesPipeline(self._preprocess_fn)
+            ds = self._pipeline.build(slices)
+            if ds is not None:
+                return ds
         return self._preprocess_fn(
             self._underlying_client_data.create_tf_dataset_for_client(client_id))
 

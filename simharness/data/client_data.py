@@ -241,6 +241,11 @@ class TestClientData(ClientData):
             raise self._unknown_client(client_id)
         return tf.data.Dataset.from_tensor_slices(self._slices[client_id])
 
+    def tensor_slices(self, client_id: str) -> Any:
+        if not isinstance(client_id, str) or client_id not in self._slices:
+            raise self._unknown_client(client_id)
+        return self._slices[client_id]
+
     @property
     def element_type_structure(self) -> Any:
         return self._element_type_structure
@@ -438,6 +443,9 @@ class ArrayClientData(ClientData):
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         return tf.data.Dataset.from_tensor_slices(self.client_arrays(client_id))
+
+    def tensor_slices(self, client_id: str) -> Any:
+        return self.client_arrays(client_id)
 
     def create_tf_dataset_from_all_clients(self, seed: Any = None) -> Any:
         keys = list(self._spec)
