@@ -141,3 +141,89 @@ def test_an_unseeded_shuffle_reads_a_permutation(stack):
         got = all_sorted(datasets)
         for k, g in enumerate(got):
             np.testing.assert_array_equal(np.asarray(g), np.arange(24) + 100 * k)
+
+
+def test_digests_and_losses_match_those_recorded_under_tff_0_87():
+    """What real TFF 0.87 computed for these cases, recorded in tff087_recorded.json.
+
+    Its "how_recorded" field says how: TFF 0.87.0 on TF 2.14.1, its default
+    context, the pipelines and digest above copied into a standalone script.
+    Under TFF every call read every pipeline in its first seeded order, with the
+    same objects or new ones; the learning case is TFF's image-classification
+    tutorial on MNIST-shaped numpy data, datasets built once, 4 rounds. Runs on
+    simharness' default context; TFF itself is not needed.
+    """
+    import json
+    import os
+
+    with open(os.path.join(os.path.dirname(__file__), 'tff087_recorded.json')) as f:
+        rec = json.load(f)
+
+    for name, make in PIPELINES.items():
+        want = rec['pipelines'][name]
+        # plain tf.data (TF 2.21 here, 2.14.1 there) reads the same first seeded order
+        assert [_first_read(make(k)) for k in range(NUM_CLIENTS)] == want['first_read'], name
+        datasets = [make(k) for k in range(NUM_CLIENTS)]
+        digests = _computation(datasets[0].element_spec)
+        for call, want_call in enumerate(want['reused_calls']):
+            assert [int(d) for d in digests(datasets)] == want_call, (name, call)
+            for ds in datasets:
+                list(ds.take(3))
+        assert [int(d) for d in digests([make(k) for k in range(NUM_CLIENTS)])] == \
+            want['new_objects_call'], name
+
+    raw = OD((f'c{k}', OD(x=np.arange(24, dtype=np.int64) + 100 * k,
+                          y=np.arange(24, dtype=np.int64) % 5)) for k in range(NUM_CLIENTS))
+    data = sh.simulation.datasets.TestClientData(raw)
+    pre = data.preprocess(lambda ds: ds.repeat(2).shuffle(16, seed=1).batch(5).map(_flat))
+    by_fn = sh.simulation.datasets.ClientData.from_clients_and_tf_fn(
+        list(raw), lambda cid: pre.serializable_dataset_fn(cid))
+    ids = data.client_ids
+    for name, source in (('preprocess', pre), ('from_clients_and_tf_fn', by_fn)):
+        want = rec['client_data'][name]
+        assert [_first_read(source.create_tf_dataset_for_client(c)) for c in ids] == \
+            want['first_read_of_created'], name
+        reused = [source.create_tf_dataset_for_client(c) for c in ids]
+        digests = _computation(reused[0].element_spec)
+        assert [[int(d) for d in digests(reused)] for _ in want['reused_calls']] == \
+            want['reused_calls'], name
+        assert [int(d) for d in digests(
+            [source.create_tf_dataset_for_client(c) for c in ids])] == \
+            want['new_objects_call'], name
+
+    rng = np.random.default_rng(0)
+    raw_clients = [(rng.random((40, 28, 28), dtype=np.float32),
+                    rng.integers(0, 10, size=40, dtype=np.int32)) for _ in range(NUM_CLIENTS)]
+
+    def batch_format_fn(e):
+        return OD(x=tf.reshape(e['pixels'], [-1, 784]), y=tf.reshape(e['label'], [-1, 1]))
+    federated = [tf.data.Dataset.from_tensor_slices(OD(pixels=p, label=lab)).repeat(2).shuffle(
+        32, seed=1).batch(8).map(batch_format_fn) for p, lab in raw_clients]
+    spec = federated[0].element_spec
+
+    def model_fn():
+        keras_model = tf.keras.models.Sequential([
+            tf.keras.Input(shape=(784,)),  # the script's InputLayer(input_shape=...): Keras 2
+            tf.keras.layers.Dense(10, kernel_initializer='zeros'),
+            tf.keras.layers.Softmax(),
+        ])
+        return sh.learning.models.from_keras_model(
+            keras_model, input_spec=spec,
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+
+    process = sh.learning.algorithms.build_weighted_fed_avg(
+        model_fn,
+        client_optimizer_fn=sh.learning.optimizers.build_sgdm(learning_rate=0.02),
+        server_optimizer_fn=sh.learning.optimizers.build_sgdm(learning_rate=1.0))
+    state = process.initialize()
+    losses, accuracies = [], []
+    for _ in rec['learning']['loss']:
+        result = process.next(state, federated)
+        state = result.state
+        train = result.metrics['client_work']['train']
+        losses.append(repr(float(train['loss'])))
+        accuracies.append(repr(float(train['sparse_categorical_accuracy'])))
+    # simharness (TF 2.21) gave TFF's float32 losses bit for bit when recorded: exact
+    assert losses == rec['learning']['loss']
+    assert accuracies == rec['learning']['sparse_categorical_accuracy']
