@@ -368,6 +368,13 @@ def _batches_of(sizes_t: Any, flat: Any, spec: Any, t: T.SequenceType) -> Option
     if sum(int(x.shape.num_elements() or 0) * x.dtype.size for x in flat) > \
             MATERIALIZE_MAX_BYTES:
         return None
+    specs = tf.nest.flatten(spec)
+    if all(s.shape.is_fully_defined() for s in specs):
+        # batches of a static size (``batch(b, drop_remainder=True)``): element i is row i
+        # of the elements stacked, as `materialize` reads them
+        rows = [tf.reshape(x, [len(sizes)] + s.shape.as_list()) for x, s in zip(flat, specs)]
+        return TensorBatches(element_leaves(tf.nest.pack_sequence_as(spec, rows), t.element),
+                             None, False, t.element)
     comps = element_leaves(tf.nest.pack_sequence_as(spec, list(flat)), t.element)
     b = sizes[0]
     if b >= 1 and all(s == b for s in sizes[:-1]) and 1 <= sizes[-1] <= b:
@@ -576,10 +583,10 @@ class SlicesPipeline:
             read = tf.function(lambda *leaf_tensors: _read_all(dataset(leaf_tensors)),
                                input_signature=sig, autograph=False)
             try:
-                read.get_concrete_function()
+                read = read.get_concrete_function()
             except (TypeError, ValueError):  # rows of differing shapes: read element-wise
                 read = None
-        return build, spec, read, repeatable_pipeline
+        return _Traced(build, spec, read, repeatable_pipeline, sig)
 
     def build(self, slices: Any) -> Optional[Any]:
         """The client's dataset, or None when it must be built eagerly (see the class)."""
@@ -587,8 +594,7 @@ class SlicesPipeline:
         entry = self._entry(slices, leaves)
         if entry is None:
             return None
-        build, spec = entry[0], entry[1]
-        ds = tf.data.experimental.from_variant(build(*leaves), spec)
+        ds = tf.data.experimental.from_variant(entry.build(*leaves), entry.spec)
         try:
             setattr(ds, _RECIPE_ATTR, (entry, leaves))
         except AttributeError:
@@ -618,24 +624,97 @@ def _seeds(graph: bytes) -> List[Any]:
 
 def _readable_as_batches(spec: Any) -> bool:
     """Whether elements of `spec` can be read by `_read_all`: every leaf a batch (rank >= 1,
-    leading size unknown)."""
+    leading size unknown), or every leaf of a fully known shape of rank >= 1 (batches of
+    a static size, read as rows)."""
+    specs = tf.nest.flatten(spec)
+    if all(s.shape.rank is not None and s.shape.rank >= 1 and s.shape.is_fully_defined()
+           for s in specs):
+        return True
     return all(s.shape.rank is not None and s.shape.rank >= 1 and s.shape[0] is None
-               for s in tf.nest.flatten(spec))
+               for s in specs)
+
+
+class _Traced:
+    """A `SlicesPipeline` traced for one layout: `build` (arrays -> dataset variant), the
+    element `spec`, `read` (arrays -> `_read_all`'s answer; None when its elements are not
+    batches or it is infinite), whether every fresh read gives the same elements, and
+    `read` as a serialized graph for other processes (`compiled`, made on first use)."""
+
+    def __init__(self, build: Any, spec: Any, read: Any, repeatable_reads: bool,
+                 sig: List[Any]):
+        self.build, self.spec, self.read = build, spec, read
+        self.repeatable = repeatable_reads
+        self._sig = sig
+        self._compiled: Any = None
+
+    def compiled(self) -> Any:
+        """`read` as a `CompiledComputation` (graph, input and output names, types)."""
+        if self._compiled is None:
+            from simharness.core import building_blocks as bb  # pylint: disable=import-outside-toplevel
+            graph_def = self.read.graph.as_graph_def().SerializeToString(deterministic=True)
+            param = T.StructType([(None, T.TensorType(s.dtype.as_numpy_dtype, s.shape.as_list()))
+                                  for s in self._sig])
+            result = T.StructType([(None, T.TensorType(o.dtype.as_numpy_dtype, o.shape.as_list()))
+                                   for o in self.read.outputs])
+            self._compiled = bb.CompiledComputation(
+                bb.TFGraph(graph_def, [t.name for t in self.read.inputs],
+                           [t.name for t in self.read.outputs]),
+                T.FunctionType(param, result), name='dataset_read')
+        return self._compiled
+
+
+def _recipe(ds: Any, t: Optional[T.SequenceType]) -> Any:
+    """``(traced, leaves)`` of a dataset a `SlicesPipeline` built whose recipe can read it as
+    `t` (None: as its own type), else None."""
+    recipe = getattr(ds, _RECIPE_ATTR, None)
+    if recipe is None:
+        return None
+    traced, leaves = recipe
+    element = t.element if t is not None else T.from_tf_structure(traced.spec)
+    if traced.read is None or not element.is_assignable_from(
+            T.from_tf_structure(traced.spec)) or not all(
+            isinstance(l, T.TensorType) and l.shape is not None and len(l.shape) >= 1
+            for l in T.flatten_type(element)):
+        return None
+    return recipe
+
+
+def recipe_of(ds: Any) -> Any:
+    """What a process that does not hold `ds` needs to read it as a fresh copy does: ``(key,
+    read computation, element type, the client's arrays, repeatable)`` when a
+    `SlicesPipeline` built it and can read it, else None."""
+    recipe = _recipe(ds, None)
+    if recipe is None:
+        return None
+    traced, leaves = recipe
+    comp = traced.compiled()
+    return comp.fingerprint, comp, T.from_tf_structure(traced.spec), leaves, traced.repeatable
+
+
+def batches_from_read(out: List[Any], element_type: T.Type) -> Any:
+    """The elements a recipe's read function gave (``[sizes] + rows``, leaves in ``tf.nest``
+    order of the element spec): a `TensorBatches`, or a dataset of them when they are not
+    batches of one size (the last may be smaller)."""
+    from simharness.core.tf_serialization import element_spec_for  # pylint: disable=import-outside-toplevel
+    spec = element_spec_for(element_type)
+    sizes_t, rows = out[0], list(out[1:])
+    tb = _batches_of(sizes_t, rows, spec, T.SequenceType(element_type))
+    if tb is not None:
+        return tb
+    ragged = [tf.RaggedTensor.from_row_lengths(r, sizes_t[:, j]) for j, r in enumerate(rows)]
+    return tf.data.Dataset.from_tensor_slices(tuple(ragged)).map(
+        lambda *leaves: tf.nest.pack_sequence_as(spec, list(leaves)))
 
 
 def _read_recipe(ds: Any, t: T.SequenceType) -> Any:
     """`read_fresh` of a dataset a `SlicesPipeline` built: ``(TensorBatches or None,
     repeatable)``, or None when it has no recipe (or the recipe cannot read it)."""
-    recipe = getattr(ds, _RECIPE_ATTR, None)
+    recipe = _recipe(ds, t)
     if recipe is None:
         return None
-    (build, spec, read, repeatable_pipeline), leaves = recipe
-    if read is None or not t.element.is_assignable_from(T.from_tf_structure(spec)) or not all(
-            isinstance(l, T.TensorType) and l.shape is not None and len(l.shape) >= 1
-            and l.shape[0] is None for l in T.flatten_type(t.element)):
-        return None
+    traced, leaves = recipe
     try:
-        sizes_t, flat = read(*leaves)
+        sizes_t, flat = traced.read(*leaves)
     except (tf.errors.OpError, TypeError, ValueError):
         return None  # too many elements, uneven leaves: the generic path says what it can
-    return _batches_of(sizes_t, flat, spec, t), repeatable_pipeline
+    return _batches_of(sizes_t, flat, traced.spec, t), traced.repeatable

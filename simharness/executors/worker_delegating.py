@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import functools
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
@@ -44,7 +45,7 @@ from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, Execut
                                        normalize_struct_elements, selection_index)
 from simharness.runtime import op_libraries
 from simharness.runtime import protocol as P
-from simharness.runtime.codec import Packed
+from simharness.runtime.codec import DatasetRecipe, Packed
 from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
 from simharness.runtime.seam import WorkerHandle, WorkerId
 from simharness.runtime.stream_plan import (PlanClients, PlanNode, PlanReduction, PlanSame,
@@ -87,6 +88,20 @@ def _lent_partials(result: Any, loan: Any) -> Any:
         for p in parts:
             p.loans = (loan,)
     return result
+
+
+def _read_functions_once(values: List[Any]) -> List[Any]:
+    """`values` with each pipeline's read function on its first `DatasetRecipe` only: the
+    worker imports it from there for the others of the message."""
+    seen: set = set()
+    out = []
+    for v in values:
+        if isinstance(v, DatasetRecipe):
+            if v.key in seen:
+                v = dataclasses.replace(v, read=None)
+            seen.add(v.key)
+        out.append(v)
+    return out
 
 
 def _is_dataset(x: Any) -> bool:
@@ -571,7 +586,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             if arrays is not None:  # one array per leaf, through shared memory
                 return await self._request(Op.CREATE_VALUES_STACKED, arrays, t, n_out=len(values),
                                            types=t)
-        plain = [wire_value(v, t) for v in values]
+        plain = _read_functions_once([wire_value(v, t) for v in values])
         out = await self._request(Op.CREATE_VALUES, plain, t, n_out=len(values), types=t)
         if repeatable:
             self._last_datasets = (values, t, out)

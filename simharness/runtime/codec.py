@@ -15,7 +15,7 @@ make it run code or import a module:
   float16, bfloat16 and the other ml_dtypes) and numpy scalars; arrays of
   strings/bytes (TF's `tf.string`) travel as lists of bytes in the header;
 - the project's own message parts: `Struct`, `Partial`, `Ref`, `RefRange`,
-  `DatasetBlob`, types (`simharness.core.types`), `CompiledComputation`
+  `DatasetBlob`, `DatasetRecipe`, types (`simharness.core.types`), `CompiledComputation`
   (a serialized graph), `Data` (a URI and a type: external data the
   receiving executor reads itself), `ErrorRecord`, `Packed` (any of these, encoded
   beforehand), and the protocol dataclasses
@@ -134,6 +134,26 @@ def register_message(cls: type) -> type:
 
 # In-memory client datasets travel as their arrays and how they are cut.
 register_message(TensorBatches)
+
+
+@register_message
+@dataclasses.dataclass(eq=False)
+class DatasetRecipe:
+    """A client dataset made by a traced pipeline, as its recipe: the client's arrays and
+    the pipeline's read function (`simharness.core.tf_sequences.SlicesPipeline`).
+
+    ``read`` is a `CompiledComputation` (a serialized graph, no Python) from the
+    arrays to the dataset's elements, read in one pass: each element's leading size
+    per leaf ``[elements, leaves]``, then each leaf's rows concatenated (leaves in
+    ``tf.nest`` order of the element spec). A message carries it once per pipeline:
+    the recipes after the first of the same `key` come with ``read`` None, and the
+    receiver keeps the functions it imported by `key`.
+    """
+
+    key: str
+    read: Any  # CompiledComputation, or None when sent before under `key`
+    element_type: Any  # simharness Type of the elements
+    leaves: List[Any]  # the client's arrays: ``from_tensor_slices`` of them, packed
 
 
 def dtype_token(dt: np.dtype) -> str:

@@ -14,10 +14,13 @@ import tensorflow as tf
 from simharness.core import types as T
 from simharness.core.structure import tensor_to_numpy
 from simharness.core.sequences import TensorBatches, stack_layout
-from simharness.core.tf_sequences import (graph_is_repeatable, materialize, recognize,
-                                         serialize_detached, serialized_graph)
+from simharness.core.tf_sequences import (batches_from_read, graph_is_repeatable, materialize,
+                                         recipe_of, recognize, serialize_detached,
+                                         serialized_graph)
+from simharness.core.xla import import_concrete
+from simharness.errors import SimharnessValueError
 from simharness.core.tf_serialization import element_spec_for
-from simharness.runtime.codec import DatasetBlob
+from simharness.runtime.codec import DatasetBlob, DatasetRecipe
 
 
 def dataset_to_blob(ds: Any) -> DatasetBlob:
@@ -33,12 +36,18 @@ def dataset_to_blob(ds: Any) -> DatasetBlob:
 
 def dataset_to_wire(ds: Any, t: Any = None) -> Any:
     """A dataset as plain data: its arrays (`TensorBatches`) when it is slices of
-    in-memory tensors, else its serialized graph (`DatasetBlob`; the worker
-    reads a small finite one into arrays itself, in parallel with the others:
-    reading a pipeline costs milliseconds of `tf.data` set-up per dataset)."""
+    in-memory tensors; its recipe (`DatasetRecipe`: the client's arrays and the traced
+    pipeline's read function) when a `ClientData.preprocess` pipeline built it; else its
+    serialized graph (`DatasetBlob`; the worker reads a small finite one into arrays
+    itself, in parallel with the others: rebuilding and reading a pipeline costs
+    milliseconds of `tf.data` set-up per dataset, where a recipe is one call)."""
     tb = recognize(ds, t if isinstance(t, T.SequenceType) else None)
     if tb is not None:
         return tb.with_components([tensor_to_numpy(c) for c in tb.components])
+    recipe = recipe_of(ds)
+    if recipe is not None:
+        key, comp, element_type, leaves, _ = recipe
+        return DatasetRecipe(key, comp, element_type, list(leaves))
     blob = getattr(ds, _BLOB_ATTR, None)
     if blob is None:  # kept on the dataset (immutable): the same datasets come every round
         blob = dataset_to_blob(ds)
@@ -59,8 +68,10 @@ def repeatable_dataset(ds: Any) -> bool:
     the verdict of a dataset, which does not change, is computed once)."""
     verdict = getattr(ds, _REPEATABLE_ATTR, None)
     if verdict is None:
+        recipe = recipe_of(ds)
         sent = dataset_to_wire(ds)
-        verdict = isinstance(sent, TensorBatches) or graph_is_repeatable(sent.graph)
+        verdict = isinstance(sent, TensorBatches) or (
+            recipe[4] if recipe is not None else graph_is_repeatable(sent.graph))
         try:
             setattr(ds, _REPEATABLE_ATTR, verdict)
         except AttributeError:
@@ -132,6 +143,34 @@ class BlobReader:
                 while self._bytes > self.max_bytes or len(self._kept) > self.max_items:
                     self._bytes -= self._kept.popitem(last=False)[1][1]
         return tb
+
+
+class RecipeReader:
+    """A worker's reader of `DatasetRecipe`s: a recipe's read function is imported once
+    (kept by its key, the most recent `max_items`) and each recipe is one call of it."""
+
+    def __init__(self, max_items: int = 64):
+        self.max_items = max_items
+        self._fns: 'collections.OrderedDict[str, Any]' = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, recipe: DatasetRecipe) -> Any:
+        with self._lock:
+            fn = self._fns.get(recipe.key)
+            if fn is not None:
+                self._fns.move_to_end(recipe.key)
+        if fn is None:
+            if recipe.read is None:
+                raise SimharnessValueError(
+                    f'a dataset recipe {recipe.key[:12]} came without its read function, '
+                    'which this process has not received before')
+            fn = import_concrete(recipe.read)
+            with self._lock:
+                self._fns[recipe.key] = fn
+                while len(self._fns) > self.max_items:
+                    self._fns.popitem(last=False)
+        out = fn(*[tf.convert_to_tensor(a) for a in recipe.leaves])
+        return batches_from_read(list(out), recipe.element_type)
 
 
 def dataset_from_blob(blob: DatasetBlob) -> Any:

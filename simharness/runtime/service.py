@@ -32,7 +32,7 @@ from simharness.core.structure import tensor_to_numpy
 from simharness.data.sourced import source_from_spec, transform_from_spec
 from simharness.runtime import op_libraries
 from simharness.runtime import protocol as P
-from simharness.runtime.codec import DatasetBlob, Ref, RefRange
+from simharness.runtime.codec import DatasetBlob, DatasetRecipe, Ref, RefRange
 from simharness.runtime.protocol import ErrorRecord, Op, Request, Response
 from simharness.runtime.stream_plan import PlanLoad, PlanSourced
 
@@ -123,6 +123,15 @@ class WorkerService:
                 dataset_to_blob or tb
         self._from_blob = dataset_from_blob
         self._to_blob = dataset_to_blob
+        self._recipe_reader: Optional[Callable[[DatasetRecipe], Any]] = None
+
+    def _from_recipe(self, recipe: DatasetRecipe) -> Any:
+        """A `DatasetRecipe`'s elements (`runtime.datasets.RecipeReader`, made on first use)."""
+        if self._recipe_reader is None:
+            # reason: datasets.py imports TensorFlow (a service without datasets needs none)
+            from simharness.runtime.datasets import RecipeReader
+            self._recipe_reader = RecipeReader()
+        return self._recipe_reader(recipe)
 
     # ------------------------------------------------------------ entry point
     def handle(self, req: Any) -> Response:
@@ -256,6 +265,8 @@ class WorkerService:
                 return [session.get(i, wid) for i in range(x.start, x.start + x.count)]
             if isinstance(x, DatasetBlob):
                 return self._from_blob(x)
+            if isinstance(x, DatasetRecipe):
+                return self._from_recipe(x)
             return x
         return P.map_leaves(tree, leaf)
 

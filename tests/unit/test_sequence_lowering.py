@@ -149,7 +149,7 @@ def _graph_ops(fn) -> set:
     return {n.op for n in gd.node} | {n.op for f in gd.library.function for n in f.node_def}
 
 
-@pytest.mark.parametrize('rows, b, loop', [(7, 3, False), (7, None, False),
+@pytest.mark.parametrize('rows, b, loop', [(7, 3, False), (UNROLL_LIMIT, None, False),
                                            (2 * UNROLL_LIMIT + 2, 2, True)])
 def test_short_sources_unroll_long_sources_loop(rows, b, loop):
     x = np.arange(2 * rows, dtype=np.float32).reshape(rows, 2)

@@ -13,6 +13,7 @@ tf = pytest.importorskip('tensorflow')
 import simharness as sh  # noqa: E402
 from simharness.core import types as T  # noqa: E402
 from simharness.core import tf_sequences  # noqa: E402
+from simharness.executors.tf_values import as_dataset  # noqa: E402
 
 OD = collections.OrderedDict
 
@@ -113,3 +114,39 @@ def test_an_infinite_pipeline_has_no_recipe_read():
     ds = pre.create_tf_dataset_for_client('c0')
     t = T.SequenceType(T.from_tf_structure(ds.element_spec))
     assert tf_sequences.read_fresh(ds, t) is None  # left to tf.data (and its checks)
+
+
+def _recipe_through_the_codec(ds):
+    from simharness.runtime import codec
+    from simharness.runtime.datasets import dataset_to_wire
+    sent = dataset_to_wire(ds)
+    assert isinstance(sent, codec.DatasetRecipe)
+    header, buffers = codec.encode([sent])
+    return codec.decode(header, buffers)[0]
+
+
+@pytest.mark.parametrize('name', ['tutorial', 'drop_remainder', 'irregular_batches'])
+def test_a_recipe_read_in_another_process_gives_the_fresh_read(name):
+    """What a worker does with a `DatasetRecipe`: import its read function once, call it."""
+    from simharness.runtime.datasets import RecipeReader
+    fns = dict(PIPELINES, irregular_batches=lambda ds: ds.batch(3).take(2).concatenate(
+        ds.batch(5)).map(_flat))
+    data = _data()
+    pre = data.preprocess(fns[name])
+    reader = RecipeReader()
+    for cid in data.client_ids:
+        ds = pre.create_tf_dataset_for_client(cid)
+        got = reader(_recipe_through_the_codec(ds))
+        # not batches of one size: a dataset of them; else their arrays
+        assert isinstance(got, tf.data.Dataset) == (name == 'irregular_batches')
+        _same(_elements(as_dataset(got)), _elements(tf_sequences.fresh_copy(ds)))
+
+
+def test_a_recipe_without_its_read_function_is_a_clear_error():
+    import dataclasses
+    from simharness.errors import SimharnessValueError
+    from simharness.runtime.datasets import RecipeReader
+    ds = _data().preprocess(PIPELINES['tutorial']).create_tf_dataset_for_client('c0')
+    recipe = dataclasses.replace(_recipe_through_the_codec(ds), read=None)
+    with pytest.raises(SimharnessValueError, match='without its read function'):
+        RecipeReader()(recipe)
