@@ -28,6 +28,24 @@ def _rebuild_error(cls, args, state):
     return err
 
 
+def at_client(err: SimharnessError, index: int) -> SimharnessError:
+    """`err` (raised for one client's value) saying which client: its message starts with
+    ``client <index>:`` and its `client` attribute is `index`, the client's position in
+    the list the program passed. An error that already names a client (by its position
+    in a part of that list) is renamed: `index` is then the part's start plus that
+    position. Returns `err` itself."""
+    state = err.__dict__
+    if 'client' in state:
+        index += int(state['client'])
+        detail = state.get('client_detail', '')
+    else:
+        detail = str(err.args[0]) if err.args else ''
+        state['client_detail'] = detail
+    state['client'] = index
+    err.args = (f'client {index}: {detail}',) + tuple(err.args[1:])
+    return err
+
+
 class RetryableError(SimharnessError):
     """Marker for transient failures: running the computation again may work."""
 

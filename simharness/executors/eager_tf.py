@@ -34,7 +34,8 @@ from simharness.core import types as T
 from simharness.core.structure import Struct, flatten, pack_as
 from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
-from simharness.errors import (ExecutorClosedError, SimharnessTypeError, SimharnessValueError)
+from simharness.errors import (ExecutorClosedError, SimharnessError, SimharnessTypeError,
+                               SimharnessValueError, at_client)
 from simharness.core.sequences import TensorBatches, stack_layout
 from simharness.executors import tensor_sequences as tseq
 from simharness.executors.tensor_sequences import element_leaves as _element_leaves
@@ -252,8 +253,14 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
             stacked = self._stack_sequences(values, t)
             if stacked is not None:
                 return stacked
+        out = []
         with self._device_scope():
-            return [EagerValue(ingest(v, t), t) for v in values]
+            for i, v in enumerate(values):
+                try:
+                    out.append(EagerValue(ingest(v, t), t))
+                except SimharnessError as e:
+                    raise at_client(e, i)
+        return out
 
     def _stack_sequences(self, values: List[Any], t: T.SequenceType) -> Optional[List[EagerValue]]:
         """Many clients' in-memory sequences of one layout (as they come from the driver):

@@ -46,7 +46,8 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.batching import stack_python_values
 from simharness.core.structure import Struct
-from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
+from simharness.errors import (CardinalityError, SimharnessError, SimharnessTypeError,
+                               SimharnessValueError, at_client)
 from simharness.core.reduction import Partial, extremum_identity
 from simharness.data.sourced import SourcedClients
 from simharness.executors.base import BatchExecutor, ExecutorValue
@@ -239,8 +240,13 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
             # A slice, not a list: lazy sequences (SourcedClients) stay lazy, so
             # that a worker can load its own clients.
             part = value[s:s + self._sizes[g]]
-            return await ex.create_values(part if not isinstance(part, tuple) else list(part),
-                                          t.member)
+            try:
+                return await ex.create_values(
+                    part if not isinstance(part, tuple) else list(part), t.member)
+            except SimharnessError as e:
+                if 'client' in e.__dict__:  # its position in this group's part
+                    raise at_client(e, s)
+                raise
         return self._fed(await self._gather_groups(one), t)
 
     def _local_rows(self, value: Sequence[Any], member: T.Type) -> Optional[List[Any]]:

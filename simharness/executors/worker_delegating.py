@@ -39,8 +39,8 @@ from simharness.core.reduction import Partial
 from simharness.core.structure import Struct, from_container, tensor_to_numpy
 from simharness.core.wakeups import await_future
 from simharness.data.sourced import SourcedClients, source_spec, transform_spec
-from simharness.errors import (ExecutorClosedError, ProtocolError, SimharnessTypeError,
-                               WorkerCrashedError)
+from simharness.errors import (ExecutorClosedError, ProtocolError, SimharnessError,
+                               SimharnessTypeError, WorkerCrashedError, at_client)
 from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, ExecutorValue,
                                        normalize_struct_elements, selection_index)
 from simharness.runtime import op_libraries
@@ -88,6 +88,17 @@ def _lent_partials(result: Any, loan: Any) -> Any:
         for p in parts:
             p.loans = (loan,)
     return result
+
+
+def _wire_values(values: Sequence[Any], t: T.Type) -> List[Any]:
+    """`wire_value` of each value; an error about one names its client (its position)."""
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(wire_value(v, t))
+        except SimharnessError as e:
+            raise at_client(e, i)
+    return out
 
 
 def _read_functions_once(values: List[Any]) -> List[Any]:
@@ -586,7 +597,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             if arrays is not None:  # one array per leaf, through shared memory
                 return await self._request(Op.CREATE_VALUES_STACKED, arrays, t, n_out=len(values),
                                            types=t)
-        plain = _read_functions_once([wire_value(v, t) for v in values])
+        plain = _read_functions_once(_wire_values(values, t))
         out = await self._request(Op.CREATE_VALUES, plain, t, n_out=len(values), types=t)
         if repeatable:
             self._last_datasets = (values, t, out)

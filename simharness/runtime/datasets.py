@@ -18,7 +18,7 @@ from simharness.core.tf_sequences import (batches_from_read, graph_is_repeatable
                                          recipe_of, recognize, serialize_detached,
                                          serialized_graph)
 from simharness.core.xla import import_concrete
-from simharness.errors import SimharnessValueError
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.core.tf_serialization import element_spec_for
 from simharness.runtime.codec import DatasetBlob, DatasetRecipe
 
@@ -41,6 +41,11 @@ def dataset_to_wire(ds: Any, t: Any = None) -> Any:
     serialized graph (`DatasetBlob`; the worker reads a small finite one into arrays
     itself, in parallel with the others: rebuilding and reading a pipeline costs
     milliseconds of `tf.data` set-up per dataset, where a recipe is one call)."""
+    if isinstance(t, T.SequenceType):
+        actual = T.from_tf_structure(ds.element_spec)
+        if not t.element.is_assignable_from(actual):  # said here, before anything is sent
+            raise SimharnessTypeError(f'dataset of {actual}* is not assignable to {t}',
+                                      expected=t, actual=T.SequenceType(actual))
     tb = recognize(ds, t if isinstance(t, T.SequenceType) else None)
     if tb is not None:
         return tb.with_components([tensor_to_numpy(c) for c in tb.components])

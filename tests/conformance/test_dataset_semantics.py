@@ -227,3 +227,16 @@ def test_digests_and_losses_match_those_recorded_under_tff_0_87():
     # simharness (TF 2.21) gave TFF's float32 losses bit for bit when recorded: exact
     assert losses == rec['learning']['loss']
     assert accuracies == rec['learning']['sparse_categorical_accuracy']
+
+
+def test_a_dataset_of_the_wrong_structure_is_an_error_naming_its_client(stack):
+    """One clear error, before anything runs, saying which client's dataset is wrong."""
+    good = [PIPELINES['tutorial'](k) for k in range(5)]
+    digests = _computation(good[0].element_spec)
+    bad = list(good)
+    bad[3] = _base(3).batch(5).map(lambda e: OD(x=e['x'], z=e['y']))  # z where y belongs
+    with pytest.raises(TypeError, match=r'^client 3: dataset of .* is not assignable') as info:
+        digests(bad)
+    assert info.value.client == 3
+    assert [int(d) for d in digests(good)] == [_first_read(PIPELINES['tutorial'](k))
+                                               for k in range(5)]
