@@ -369,9 +369,11 @@ def _batches_of(sizes_t: Any, flat: Any, spec: Any, t: T.SequenceType) -> Option
             MATERIALIZE_MAX_BYTES:
         return None
     specs = tf.nest.flatten(spec)
-    if all(s.shape.is_fully_defined() for s in specs):
-        # batches of a static size (``batch(b, drop_remainder=True)``): element i is row i
-        # of the elements stacked, as `materialize` reads them
+    if all(isinstance(l, T.TensorType) and l.is_fully_defined
+           for l in T.flatten_type(t.element)):
+        # elements of a static shape asked for (``batch(b, drop_remainder=True)`` read as
+        # its own type): element i is row i of the elements stacked, as `materialize`
+        # reads them
         rows = [tf.reshape(x, [len(sizes)] + s.shape.as_list()) for x, s in zip(flat, specs)]
         return TensorBatches(element_leaves(tf.nest.pack_sequence_as(spec, rows), t.element),
                              None, False, t.element)

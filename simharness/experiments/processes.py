@@ -37,13 +37,15 @@ from __future__ import annotations
 
 import collections
 import importlib
-from typing import Any, Callable, Dict, List, Mapping, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from simharness import aggregators
+from simharness.core import types as T
+from simharness.core.sequences import TensorBatches
 from simharness.simulation import iterative_process_compositions
 from simharness.errors import ConfigError
 from simharness.learning import algorithms, metrics, optimizers
@@ -331,15 +333,62 @@ def compose_with_client_data(process: Any, client_data: Any, batch_size: int,
     (``tff.simulation.compose_dataset_computation_with_learning_process``),
     so ``next(state, client_ids)`` ships ids, not examples.
     """
+    by_id = client_data.preprocess(_xy_batches(batch_size, local_epochs, x_key, y_key, x_dtype))
+    return iterative_process_compositions.compose_dataset_computation_with_learning_process(
+        by_id.dataset_computation, process)
+
+
+def _xy_batches(batch_size: int, local_epochs: int, x_key: str, y_key: str,
+                x_dtype: Any) -> Callable[[Any], Any]:
+    """The preprocess of a client's dataset of dicts: ``(x, y)`` cast, batched, repeated."""
     def preprocess(ds: Any) -> Any:
         x_tf = tf.as_dtype(np.dtype(x_dtype))
         ds = ds.map(lambda e: (tf.cast(e[x_key], x_tf), tf.cast(e[y_key], tf.int32)))
         ds = ds.batch(batch_size)
         return ds.repeat(local_epochs) if local_epochs > 1 else ds
+    return preprocess
 
-    by_id = client_data.preprocess(preprocess)
-    return iterative_process_compositions.compose_dataset_computation_with_learning_process(
-        by_id.dataset_computation, process)
+
+def client_batches(client_data: Any, batch_size: int, local_epochs: int = 1, x_key: str = 'x',
+                   y_key: str = 'y', x_dtype: Any = np.float32
+                   ) -> Optional[Callable[[Sequence[str]], List[TensorBatches]]]:
+    """For in-memory client data: a function from client ids to the clients' values, the
+    elements of `compose_with_client_data`'s datasets, built from the stored arrays.
+
+    ``(x, y)`` cast to `x_dtype` and int32, in batches of `batch_size`, `local_epochs`
+    passes each batched on its own: exactly what ``preprocess`` makes of the client's
+    slices, as `TensorBatches` (the form an executor reads such a dataset into). No
+    dataset is built or read on either side, and the worker stacks send a round's
+    clients as one array per component through shared memory, where ids made every
+    worker run the data set's dataset computation and read its dataset, per client.
+    None when `client_data` is not in-memory slices (`ClientData.tensor_slices`), or not
+    of dicts holding `x_key` and `y_key`: then clients go by id.
+    """
+    ids = client_data.client_ids
+    if not ids or local_epochs < 1:
+        return None
+    probe = client_data.tensor_slices(ids[0])
+    if not isinstance(probe, Mapping) or x_key not in probe or y_key not in probe:
+        return None
+    x_np = np.dtype(x_dtype)
+    if np.asarray(probe[x_key]).dtype.kind not in 'biuf' or \
+            np.asarray(probe[y_key]).dtype.kind not in 'biu':
+        return None
+    # the element type of the preprocessed datasets, as the ids path makes them
+    element = T.from_tf_structure(tf.data.Dataset.from_tensor_slices(dict(probe)).apply(
+        _xy_batches(batch_size, local_epochs, x_key, y_key, x_dtype)).element_spec)
+
+    def batches(client_ids: Sequence[str]) -> List[TensorBatches]:
+        out = []
+        for cid in client_ids:
+            s = client_data.tensor_slices(cid)
+            x = np.asarray(s[x_key]).astype(x_np, copy=False)
+            y = np.asarray(s[y_key]).astype(np.int32, copy=False)
+            if local_epochs > 1:
+                x, y = np.concatenate([x] * local_epochs), np.concatenate([y] * local_epochs)
+            out.append(TensorBatches([x, y], batch_size, False, element, local_epochs))
+        return out
+    return batches
 
 
 def federated_evaluation(eval_process: Any, model_weights: Any, client_data: Any) -> Dict[str, Any]:

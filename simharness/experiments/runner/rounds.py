@@ -3,8 +3,9 @@ one metrics row per round, TensorBoard, callbacks, checkpoints, the progress bar
 
 One round (timed: the process call only, building the cohort's datasets included)::
 
-    cohort (sample_cohort or the reference rule) -> run_round(process, state, cohort ids)
-    on the stack (each executor builds its clients' tf.data datasets from the ids)
+    cohort (sample_cohort or the reference rule) -> run_round(process, state, the cohort's
+    batches (in-memory data: `processes.client_batches`) or ids (each executor builds its
+    clients' tf.data datasets from them)) on the stack
     -> central evaluation (every eval_every rounds and after the last; federated too
        with training.federated_eval) -> append the row, TensorBoard, callbacks, checkpoint
 """
@@ -123,9 +124,10 @@ def _compiled(process: Any, jit_compile: Optional[bool]) -> Optional[Dict[str, A
     return xla.report(comp if jit_compile is None else xla.force_tree(comp, jit_compile))
 
 
-def run_round(process: Any, state: Any, client_ids: Sequence[str]) -> Tuple[Any, Any]:
-    """One training round: ``process.next(state, client_ids)`` (tests wrap this seam)."""
-    return tuple(process.next(state, list(client_ids)))  # type: ignore[return-value]
+def run_round(process: Any, state: Any, clients: Sequence[Any]) -> Tuple[Any, Any]:
+    """One training round: ``process.next(state, clients)``, the cohort's ids or batches
+    (`workload._build_process`; tests wrap this seam)."""
+    return tuple(process.next(state, list(clients)))  # type: ignore[return-value]
 
 
 def _weights(state: Any) -> List[np.ndarray]:
@@ -205,9 +207,10 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     model = _build_model(config, work)
     _cohort(config, ids, 0)  # checks clients_per_round against the data before any start-up
     sizes = [cd.client_size(c) for c in ids]
-    process = _build_process(config, model.functional, work)
-    eval_process = _build_process(config, model.functional, work, evaluation=True) \
-        if t.federated_eval else None
+    process, clients = _build_process(config, model.functional, work)
+    eval_process, eval_clients = _build_process(config, model.functional, work,
+                                                evaluation=True) \
+        if t.federated_eval else (None, list)
     state = process.initialize()
     extra['xla'] = _compiled(process, config.stack.jit_compile)
     agg = config.aggregator
@@ -284,11 +287,12 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 else:
                     cohort = sample_cohort(ids, k, r, t.seed, mode=t.cohort, sizes=sizes,
                                            availability=t.availability)
-                # By id: each executor builds its clients' datasets (on the process and Ray
-                # stacks a file-backed source is read by the workers).
+                # In-memory data: the cohort's batches, built here (timed with the round);
+                # other data by id: each executor builds its clients' datasets (on the
+                # process and Ray stacks a file-backed source is read by the workers).
                 moved_before, _ = _stats(factory)
                 t0 = time.perf_counter()
-                state, train = run_round(process, state, cohort)
+                state, train = run_round(process, state, clients(cohort))
                 seconds = time.perf_counter() - t0
                 moved_after, worker_rss = _stats(factory)
                 weights = _weights(state)
@@ -303,7 +307,7 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                     row['eval_loss'], row['eval_accuracy'] = model.evaluate(weights)
                     if eval_process is not None:
                         fed = federated_evaluation(eval_process, state.global_model_weights,
-                                                   list(ids))
+                                                   eval_clients(ids))
                         row['fed_eval_loss'] = fed['loss']
                         row['fed_eval_accuracy'] = next(
                             (v for k, v in fed.items() if 'acc' in k), None)

@@ -230,9 +230,11 @@ def _check_model_fits(fm: Any, work: _Workload, builder: str) -> None:
 
 
 def _build_process(config: ExperimentConfig, model: Any, work: _Workload,
-                   evaluation: bool = False) -> Any:
+                   evaluation: bool = False) -> Tuple[Any, Callable[[Sequence[str]], Any]]:
     """The config's tff.learning process (or, with `evaluation`, its ``build_fed_eval``
-    process) composed with the data: ``next(state, client_ids)``."""
+    process) and what its ``next`` takes for a round's client ids: in-memory data as the
+    clients' batches (`processes.client_batches`), other data by id (the process composed
+    with the data's dataset computation: ``next(state, client_ids)``)."""
     # pylint: disable=import-outside-toplevel
     from simharness.experiments import processes as P
     from simharness.learning import algorithms
@@ -247,5 +249,9 @@ def _build_process(config: ExperimentConfig, model: Any, work: _Workload,
             raise ConfigError(f'[algorithm] / [aggregator]: {e}', key='aggregator',
                               value=config.aggregator.noise_multiplier) from e
         epochs = 1 if a.name == 'fedsgd' else a.local_epochs  # one gradient per client
+    feed = P.client_batches(work.client_data, a.batch_size, epochs, work.x_key, work.y_key,
+                            work.x_dtype)
+    if feed is not None:
+        return process, feed
     return P.compose_with_client_data(process, work.client_data, a.batch_size, epochs,
-                                      work.x_key, work.y_key, work.x_dtype)
+                                      work.x_key, work.y_key, work.x_dtype), list
