@@ -105,15 +105,22 @@ def test_new_datasets_every_round_read_the_same_elements(stack, name):
         assert [int(d) for d in digests([make(k) for k in range(NUM_CLIENTS)])] == want
 
 
-def test_client_data_datasets_read_as_in_tff(stack):
-    """`ClientData.create_tf_dataset_for_client`, `.preprocess`, `from_clients_and_tf_fn`."""
+def _client_data_sources():
+    """The tutorial pipeline over a `TestClientData`, as ``.preprocess`` and as
+    ``from_clients_and_tf_fn`` of the preprocessed data's dataset function."""
     raw = OD((f'c{k}', OD(x=np.arange(24, dtype=np.int64) + 100 * k,
                           y=np.arange(24, dtype=np.int64) % 5)) for k in range(NUM_CLIENTS))
     data = sh.simulation.datasets.TestClientData(raw)
     pre = data.preprocess(lambda ds: ds.repeat(2).shuffle(16, seed=1).batch(5).map(_flat))
     by_fn = sh.simulation.datasets.ClientData.from_clients_and_tf_fn(
         list(raw), lambda cid: pre.serializable_dataset_fn(cid))
-    ids = data.client_ids
+    return pre, by_fn
+
+
+def test_client_data_datasets_read_as_in_tff(stack):
+    """`ClientData.create_tf_dataset_for_client`, `.preprocess`, `from_clients_and_tf_fn`."""
+    pre, by_fn = _client_data_sources()
+    ids = pre.client_ids
     want = [_first_read(PIPELINES['tutorial'](k).prefetch(1)) for k in range(NUM_CLIENTS)]
     for source in (pre, by_fn):
         reused = [source.create_tf_dataset_for_client(c) for c in ids]
@@ -172,13 +179,8 @@ def test_digests_and_losses_match_those_recorded_under_tff_0_87():
         assert [int(d) for d in digests([make(k) for k in range(NUM_CLIENTS)])] == \
             want['new_objects_call'], name
 
-    raw = OD((f'c{k}', OD(x=np.arange(24, dtype=np.int64) + 100 * k,
-                          y=np.arange(24, dtype=np.int64) % 5)) for k in range(NUM_CLIENTS))
-    data = sh.simulation.datasets.TestClientData(raw)
-    pre = data.preprocess(lambda ds: ds.repeat(2).shuffle(16, seed=1).batch(5).map(_flat))
-    by_fn = sh.simulation.datasets.ClientData.from_clients_and_tf_fn(
-        list(raw), lambda cid: pre.serializable_dataset_fn(cid))
-    ids = data.client_ids
+    pre, by_fn = _client_data_sources()
+    ids = pre.client_ids
     for name, source in (('preprocess', pre), ('from_clients_and_tf_fn', by_fn)):
         want = rec['client_data'][name]
         assert [_first_read(source.create_tf_dataset_for_client(c)) for c in ids] == \
