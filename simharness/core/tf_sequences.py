@@ -532,8 +532,8 @@ class SlicesPipeline:
     def __init__(self, preprocess_fn: Any):
         self._fn = preprocess_fn
         self._lock = threading.Lock()
-        # layout key -> (build function, element spec, read function, repeatable), or
-        # None: the pipeline did not trace for that layout
+        # layout key -> its `_Traced`, or None: the pipeline did not trace for that layout
+        # (or draws other seeds than the eager one)
         self._traced: dict = {}
 
     @staticmethod
