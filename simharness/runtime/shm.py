@@ -47,6 +47,7 @@ import mmap
 import numbers
 import os
 import secrets
+import threading
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -191,13 +192,17 @@ class _Segment:
     def create(cls, size: int) -> '_Segment':
         _require_posix_shm()
         flags = os.O_CREAT | os.O_EXCL | os.O_RDWR
-        while True:
-            name = f'{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(6)}'
-            try:
-                fd = _posixshmem.shm_open('/' + name, flags, mode=_SEGMENT_MODE)
-            except FileExistsError:
-                continue
-            break
+        with _CREATE_LOCK:
+            if _CREATION_STOPPED:
+                raise SimharnessValueError(
+                    'this process is leaving (its driver died): it creates no segment')
+            while True:
+                name = f'{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(6)}'
+                try:
+                    fd = _posixshmem.shm_open('/' + name, flags, mode=_SEGMENT_MODE)
+                except FileExistsError:
+                    continue
+                break
         try:
             try:
                 # shm_open applies the umask, which may clear owner bits too.
@@ -270,6 +275,34 @@ class _Segment:
             _posixshmem.shm_unlink('/' + self.name)
         except FileNotFoundError:
             pass
+
+
+#: Held while a segment's name is created; `stop_creating` takes it.
+_CREATE_LOCK = threading.Lock()
+_CREATION_STOPPED = False
+
+
+def _new_create_lock() -> None:
+    # A child forked while another thread created a segment would find the lock held.
+    global _CREATE_LOCK
+    _CREATE_LOCK = threading.Lock()
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_new_create_lock)
+
+
+def stop_creating() -> None:
+    """From now on this process creates no segment (`_Segment.create` raises).
+
+    For a process about to list and unlink its own segments and exit (a worker's
+    lifeline, its driver dead): a segment its other threads were creating meanwhile
+    exists (has its name) once this returns, so the listing sees it, and none comes
+    after it.
+    """
+    global _CREATION_STOPPED
+    with _CREATE_LOCK:
+        _CREATION_STOPPED = True
 
 
 def _finalize_arena(segment: _Segment, creator_pid: int) -> None:

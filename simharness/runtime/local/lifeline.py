@@ -13,7 +13,9 @@ driver (pid D)                               worker k (started from the forkserv
 ```
 
 A driver killed by SIGKILL cannot run anything; its workers see it die and
-remove what it left, so no segment and no worker outlives it.
+remove what it left, so no segment and no worker outlives it. Before the first
+worker exists the driver has made no segment, and its forkserver (importing
+TensorFlow, not yet serving) dies with it (`DriverWatchWhilePreloading`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import select
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -29,7 +32,8 @@ import weakref
 from typing import Any, Callable, Dict, Optional
 
 
-from simharness.runtime.shm import SEGMENT_PREFIX, creator_gone, list_leaked_segments
+from simharness.runtime.shm import (SEGMENT_PREFIX, creator_gone, list_leaked_segments,
+                                    stop_creating)
 
 try:
     import _posixshmem
@@ -106,6 +110,9 @@ def _wait_for_death(pid: int, timeout: Optional[float] = None) -> bool:
 
 
 def _clean_up_after(driver_pid: int, driver_tempdir: Optional[str]) -> None:
+    # The process leaves after this: a segment another of its threads is creating now
+    # (a worker growing its arena) exists before the listing below, or never.
+    stop_creating()
     _unlink_segments_of(driver_pid)
     _unlink_segments_of(os.getpid())
     remove_temp_dir(driver_tempdir)
@@ -127,7 +134,18 @@ def run_worker(target: Callable[..., None], driver_pid: int, conn: Any, worker_i
     started = time.time()
     threading.Thread(target=_lifeline, args=(driver_pid, driver_tempdir),
                      name='simharness-lifeline', daemon=True).start()
-    ended = target(conn, worker_id, placement, options)
+    try:
+        ended = target(conn, worker_id, placement, options)
+    except BaseException as e:
+        # This thread ends the process (the exit code of an exception) maybe before the
+        # lifeline has cleaned up, or while it does: a worker whose driver died while
+        # it started fails to send READY (the pipe ended). Clean up here if the driver
+        # is dying or gone.
+        pipe_ended = isinstance(e, (EOFError, ConnectionError))
+        if (_wait_for_death(driver_pid, _DYING_SECONDS) if pipe_ended
+                else creator_gone(driver_pid, started)):
+            _clean_up_after(driver_pid, driver_tempdir)
+        raise
     # An idle worker sees its driver die on its pipe (EOF) and returns here, before the
     # lifeline thread has cleaned up: the pipe closes while the dying driver still runs
     # (its files close before it exits), and returning would end this process and the
@@ -137,6 +155,72 @@ def run_worker(target: Callable[..., None], driver_pid: int, conn: Any, worker_i
             _clean_up_after(driver_pid, driver_tempdir)
     elif creator_gone(driver_pid, started):
         _clean_up_after(driver_pid, driver_tempdir)
+
+
+# ------------------------------------------------------------------ the forkserver's side
+
+def _in_forkserver_preload() -> bool:
+    """Whether the caller runs in a forkserver's preload (``multiprocess.forkserver.main``
+    is on the stack)."""
+    frame = sys._getframe(1)  # pylint: disable=protected-access
+    while frame is not None:
+        if frame.f_code.co_name == 'main' and frame.f_globals.get('__name__') in (
+                'multiprocess.forkserver', 'multiprocessing.forkserver'):
+            return True
+        frame = frame.f_back
+    return False
+
+
+#: The driver's pid, in the environment its forkserver starts with (`get_forkserver_context`).
+FORKSERVER_PARENT_ENV = 'SIMHARNESS_FORKSERVER_PARENT'
+#: prctl(2) option: the signal this process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def _set_parent_death_signal(signum: int) -> bool:
+    """prctl(PR_SET_PDEATHSIG, signum); False where it is missing (not Linux)."""
+    if not sys.platform.startswith('linux'):
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class DriverWatchWhilePreloading:
+    """In a forkserver's preload: die with the driver meanwhile.
+
+    The forkserver sees its driver die (EOF on its "alive" pipe) only once it serves,
+    after its preload, which imports TensorFlow (seconds, more under load): a driver
+    killed by then would leave it (and the resource tracker, which outlives it) running
+    that long. A thread cannot watch for it: the import holds the GIL for seconds at a
+    time. For the time of the preload the kernel kills the forkserver when its parent
+    (the driver, which spawned it) dies (PR_SET_PDEATHSIG); a driver that died before
+    that is seen from the parent pid (not the driver's, `FORKSERVER_PARENT_ENV`). (The
+    "alive" pipe cannot tell: the resource tracker may hold it too.) Workers are forked
+    after the preload, with the signal unset (a fork clears it anyway). Outside a
+    forkserver of `get_forkserver_context`: does nothing.
+    """
+
+    def __enter__(self) -> 'DriverWatchWhilePreloading':
+        self._armed = False
+        driver = os.environ.get(FORKSERVER_PARENT_ENV)
+        if not driver or not _in_forkserver_preload() or \
+                not _set_parent_death_signal(signal.SIGKILL):
+            return self
+        self._armed = True
+        # A driver that died before the signal was set sends none: its forkserver has
+        # another parent already (init, or a subreaper).
+        if str(os.getppid()) != driver:
+            os._exit(0)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self._armed:
+            _set_parent_death_signal(0)
+        return False
 
 
 # ------------------------------------------------------------------ the driver's side

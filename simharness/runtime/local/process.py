@@ -25,7 +25,7 @@ from simharness.runtime import pinning
 from simharness.runtime.inflight import InFlight
 from simharness.runtime.local import transport as L
 from simharness.runtime.local.arenas import WorkerStats
-from simharness.runtime.local.lifeline import driver_temp_dir, run_worker
+from simharness.runtime.local.lifeline import FORKSERVER_PARENT_ENV, driver_temp_dir, run_worker
 from simharness.runtime.seam import LOCAL_WORKER_MAIN, load_host
 from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
 
@@ -69,7 +69,10 @@ def get_forkserver_context():
     """A `multiprocess` forkserver context that preloads TensorFlow."""
     import multiprocess as mp
     ctx = mp.get_context('forkserver')
-    ctx.set_forkserver_preload(['simharness._tf_preload'])  # TF, without start-up noise
+    # TF, without start-up noise, under a watch on the driver while it imports: the
+    # forkserver (spawned by this process) learns the driver's pid from its environment.
+    os.environ[FORKSERVER_PARENT_ENV] = str(os.getpid())
+    ctx.set_forkserver_preload(['simharness._forkserver_preload'])
     return ctx
 
 
