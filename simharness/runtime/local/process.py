@@ -69,11 +69,22 @@ def get_forkserver_context():
     """A `multiprocess` forkserver context that preloads TensorFlow."""
     import multiprocess as mp
     ctx = mp.get_context('forkserver')
-    # TF, without start-up noise, under a watch on the driver while it imports: the
-    # forkserver (spawned by this process) learns the driver's pid from its environment.
-    os.environ[FORKSERVER_PARENT_ENV] = str(os.getpid())
+    # TF, without start-up noise, under a watch on the driver while it imports
+    # (`lifeline.DriverWatchWhilePreloading`, told the driver's pid by `_name_forkserver_parent`).
     ctx.set_forkserver_preload(['simharness._forkserver_preload'])
     return ctx
+
+
+def _name_forkserver_parent() -> None:
+    """Before a worker starts (and, the first time, the forkserver with it): the driver's
+    pid in the environment the forkserver inherits, from the main thread only. The kernel
+    signals a parent's death when the *thread* that spawned the child ends, so a forkserver
+    spawned by another thread (which may end while the driver lives on) must not die with
+    it: it is then left unwatched during its import, as before."""
+    if threading.current_thread() is threading.main_thread():
+        os.environ[FORKSERVER_PARENT_ENV] = str(os.getpid())
+    else:
+        os.environ.pop(FORKSERVER_PARENT_ENV, None)
 
 
 _START_LOCK = threading.Lock()
@@ -206,6 +217,7 @@ class WorkerProcess:
                                  self.pool.worker_options, driver_temp_dir()),
                            name=f'simharness-worker-{self.worker_id}', daemon=True)
         with _START_LOCK, _NoMainReimport():
+            _name_forkserver_parent()
             proc.start()
         child.close()
         with self._lock:
