@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import weakref
 from typing import Any, Callable, Dict, Optional
 
@@ -162,7 +163,7 @@ def run_worker(target: Callable[..., None], driver_pid: int, conn: Any, worker_i
 def _in_forkserver_preload() -> bool:
     """Whether the caller runs in a forkserver's preload (``multiprocess.forkserver.main``
     is on the stack)."""
-    frame = sys._getframe(1)  # pylint: disable=protected-access
+    frame: Optional[types.FrameType] = sys._getframe(1)  # pylint: disable=protected-access
     while frame is not None:
         if frame.f_code.co_name == 'main' and frame.f_globals.get('__name__') in (
                 'multiprocess.forkserver', 'multiprocessing.forkserver'):
@@ -171,7 +172,8 @@ def _in_forkserver_preload() -> bool:
     return False
 
 
-#: The driver's pid, in the environment its forkserver starts with (`get_forkserver_context`).
+#: The driver's pid, in the environment its forkserver starts with
+#: (`process._name_forkserver_parent`).
 FORKSERVER_PARENT_ENV = 'SIMHARNESS_FORKSERVER_PARENT'
 #: prctl(2) option: the signal this process gets when its parent dies.
 _PR_SET_PDEATHSIG = 1
@@ -217,10 +219,9 @@ class DriverWatchWhilePreloading:
             os._exit(0)
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         if self._armed:
             _set_parent_death_signal(0)
-        return False
 
 
 # ------------------------------------------------------------------ the driver's side
