@@ -1,4 +1,4 @@
-"""The layering rules of DESIGN.md §3 hold: import-linter's contracts in pyproject.toml.
+"""The layering rules hold (docs/guide/layout.md): import-linter's contracts in pyproject.toml.
 
 `python -m pytest -q` runs them here, so CI checks them without a step of its
 own; ``lint-imports`` (from the repository root) prints the same report.
@@ -24,7 +24,7 @@ def _lint(config: pathlib.Path, capfd: pytest.CaptureFixture) -> tuple[bool, str
 
 def test_the_layering_contracts_are_kept(capfd):
     kept, report = _lint(ROOT / 'pyproject.toml', capfd)
-    assert kept, f'an import breaks a layering contract (DESIGN.md §3):\n{report}'
+    assert kept, f'an import breaks a layering contract (docs/guide/layout.md):\n{report}'
     assert 'Contracts: 11 kept, 0 broken.' in report, report  # none was skipped or dropped
     # Exceptions are written as contracts (the TF allow-list is a `protected` contract), so
     # nothing is kept by ignoring an import.
