@@ -190,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
                'removes shared-memory segments (/dev/shm/simharness_<pid>_*) left by killed\n'
                f'simharness processes. Tracebacks: --verbose, or {TRACEBACK_ENV}=1.')
     p.add_argument('--version', action='version', version=f'%(prog)s {_version()}')
-    sub = p.add_subparsers(dest='command', metavar='{run,sweep,report,serve}')
+    sub = p.add_subparsers(dest='command')
     sub.required = True
 
     run = sub.add_parser(
@@ -252,6 +252,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f'full tracebacks for errors (also: {TRACEBACK_ENV}=1)')
     from simharness.bench import cli as bench_cli  # pylint: disable=import-outside-toplevel
     bench_cli.add_parser(sub)  # simharness bench run|ab|compare|history
+    # Every subcommand added above, in the usage line and in a missing command's error.
+    sub.metavar = '{' + ','.join(sub.choices) + '}'
     return p
 
 

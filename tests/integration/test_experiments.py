@@ -454,6 +454,20 @@ def test_cli_help(argv, capsys):
         assert '--set KEY=VALUE' in out and '--results DIR' in out and '--no-progress' in out
 
 
+def test_cli_usage_line_names_every_subcommand(capsys):
+    """The usage line and a missing command's error list each subcommand (bench too)."""
+    from simharness.cli import _parser, main
+    names = list(_parser()._subparsers._group_actions[0].choices)  # pylint: disable=protected-access
+    assert {'run', 'sweep', 'report', 'serve', 'bench'} <= set(names)
+    with pytest.raises(SystemExit):
+        main(['--help'])
+    usage = capsys.readouterr().out.splitlines()[0]
+    assert usage.endswith('{' + ','.join(names) + '} ...'), usage
+    with pytest.raises(SystemExit):
+        main([])
+    assert 'required: {' + ','.join(names) + '}' in capsys.readouterr().err
+
+
 def test_cli_usage_errors_exit_2(capsys):
     from simharness.cli import main
     for argv in ([], ['frobnicate'], ['run']):
