@@ -28,22 +28,58 @@ def _rebuild_error(cls, args, state):
     return err
 
 
-def at_client(err: SimharnessError, index: int) -> SimharnessError:
+def at_client(err: BaseException, index: int) -> BaseException:
     """`err` (raised for one client's value) saying which client: its message starts with
     ``client <index>:`` and its `client` attribute is `index`, the client's position in
     the list the program passed. An error that already names a client (by its position
     in a part of that list) is renamed: `index` is then the part's start plus that
-    position. Returns `err` itself."""
+    position. TensorFlow's errors (``tf.errors.OpError``: the message in its `message`)
+    keep their class, with their message cut to what concerns the user (`tf_error_text`).
+    Returns `err` itself."""
     state = err.__dict__
     if 'client' in state:
         index += int(state['client'])
         detail = state.get('client_detail', '')
     else:
-        detail = str(err.args[0]) if err.args else ''
+        if _is_tf_error(err):
+            detail = tf_error_text(str(getattr(err, 'message', '')))
+        else:
+            detail = str(err.args[0]) if err.args else ''
         state['client_detail'] = detail
     state['client'] = index
-    err.args = (f'client {index}: {detail}',) + tuple(err.args[1:])
+    text = f'client {index}: {detail}'
+    if _is_tf_error(err):
+        state['_message'] = text  # what TF's `message` and str() read
+    else:
+        err.args = (text,) + tuple(err.args[1:])
     return err
+
+
+def _is_tf_error(err: BaseException) -> bool:
+    return '_message' in err.__dict__ and type(err).__module__.startswith('tensorflow.')
+
+
+#: Lines of TensorFlow's runtime errors that say where in a graph, not what went wrong.
+_TF_NOISE = ('Graph execution error', 'Detected at node', '<stack traces unavailable>',
+             '[[{{node', '[[')
+
+
+def tf_error_text(message: str) -> str:
+    """What a TensorFlow runtime error says to a user, in one line: its message without
+    the graph-location lines (``Graph execution error:``, ``Detected at node ...``,
+    ``[[{{node ...}}]]``) and the function name (``[Op:__inference_...]``)."""
+    lines = message.splitlines()
+    for marker in ('<stack traces unavailable>', "Node: '"):  # the end of the graph's traceback
+        at = [i for i, line in enumerate(lines) if line.strip().startswith(marker)]
+        if at:
+            lines = lines[at[-1] + 1:]
+            break
+    keep = []
+    for line in lines:
+        line = line.split(' [Op:__inference')[0].strip()
+        if line and not line.startswith(_TF_NOISE):
+            keep.append(line)
+    return ' '.join(keep) or message.strip()
 
 
 class RetryableError(SimharnessError):

@@ -75,6 +75,25 @@ def _check_device(device: str) -> None:
         f'{[d.name for d in devices]} (tf.config.list_logical_devices())')
 
 
+def _check_finite(f: EmbeddedFunction, args: Sequence[EagerValue]) -> None:
+    """Raises when one of `args` holds an infinite dataset (``repeat()`` without a count)
+    where `f` reads its datasets to the end (`EmbeddedFunction.reduces_to_end`): the call
+    would never return. The error's `map_position` is the argument's."""
+    for i, a in enumerate(args):
+        leaves = flatten(a.internal)
+        for j in f.sequence_params:
+            ds = leaves[j] if j < len(leaves) else None
+            if isinstance(ds, tf.data.Dataset) and \
+                    int(ds.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+                err = SimharnessValueError(
+                    f'its dataset is infinite (a repeat() without a count?) and '
+                    f'{f.comp.name or "the computation"} reads its datasets to the end '
+                    f'(dataset.reduce): the call would never return; give each client a '
+                    f'finite dataset (repeat(count), take(n))')
+                err.map_position = i  # type: ignore[attr-defined]
+                raise err
+
+
 class EagerTFExecutor(EagerReductions, BatchExecutor):
     """Runs serialized TF computations eagerly on `device` (TFF's EagerTFExecutor).
 
@@ -333,6 +352,37 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
 
     def map_sync(self, f: EmbeddedFunction, args: Optional[Sequence[EagerValue]],
                  count: Optional[int] = None) -> List[EagerValue]:
+        """`f` on each of `args` (or `count` times without arguments). A TensorFlow error
+        raised for one of them (a dataset that fails while it is read, a failed
+        assertion) says which: its `map_position` is the argument's position (the
+        strategy turns it into the client's, `at_client`)."""
+        if args and f.reduces_to_end and f.sequence_params:
+            _check_finite(f, args)
+        try:
+            return self._map_sync(f, args, count)
+        except tf.errors.OpError as e:
+            if not args:
+                raise
+            raise self._failing_argument(f, list(args), e) from None
+
+    def _failing_argument(self, f: EmbeddedFunction, args: List[EagerValue],
+                          err: tf.errors.OpError) -> tf.errors.OpError:
+        """The error of the first argument of `args` on which `f` fails when run alone
+        (a block call's error does not say whose it was), its `map_position` set; `err`
+        itself if none fails alone."""
+        if len(args) == 1:
+            err.map_position = 0  # type: ignore[attr-defined]
+            return err
+        for i, a in enumerate(args):
+            try:
+                self.call(f, a)
+            except tf.errors.OpError as e:
+                e.map_position = i  # type: ignore[attr-defined]
+                return e
+        return err
+
+    def _map_sync(self, f: EmbeddedFunction, args: Optional[Sequence[EagerValue]],
+                  count: Optional[int] = None) -> List[EagerValue]:
         if args is None:
             return [self.call(f, None) for _ in range(count or 0)]
         args = list(args)

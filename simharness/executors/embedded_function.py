@@ -106,6 +106,16 @@ def selection(graph: Any, graph_def: Any) -> Optional[Tuple[int, ...]]:
     return tuple(out)
 
 
+#: Ops after which a graph's reading of a dataset may end before the dataset does (or
+#: fail instead of running forever): with one of them, an infinite dataset is not refused.
+BOUNDING_OPS = frozenset((
+    'TakeDataset', 'TakeWhileDataset', 'ZipDataset', 'DatasetToSingleElement',
+    'DatasetCardinality', 'AssertCardinalityDataset', 'ExperimentalAssertCardinalityDataset',
+    'AnonymousIterator', 'AnonymousIteratorV2', 'AnonymousIteratorV3', 'Iterator',
+    'IteratorV2', 'MakeIterator', 'OneShotIterator', 'IteratorGetNext',
+    'IteratorGetNextAsOptional', 'IteratorGetNextSync'))
+
+
 class EmbeddedFunction:
     """A `CompiledComputation` imported into the eager runtime."""
 
@@ -122,6 +132,10 @@ class EmbeddedFunction:
         self._jit_single: Any = None
         self._flat_single: Optional[_FlatCall] = None
         nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+        ops = {n.op for n in nodes}
+        #: True when the graph reads a dataset to its end (``dataset.reduce``) and has no op
+        #: that could stop earlier (`BOUNDING_OPS`): on an infinite dataset it never returns.
+        self.reduces_to_end = 'ReduceDataset' in ops and not ops & BOUNDING_OPS
         #: True when every op is exactly rounded per element (see EXACT_ELEMENTWISE_OPS).
         self.exact_elementwise = {n.op for n in nodes} <= EXACT_ELEMENTWISE_OPS
         #: True when its batched form runs as one XLA program (see XLA_EXACT_OPS).

@@ -46,7 +46,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.batching import stack_python_values
 from simharness.core.structure import Struct
-from simharness.errors import (CardinalityError, SimharnessError, SimharnessTypeError,
+from simharness.errors import (CardinalityError, SimharnessTypeError,
                                SimharnessValueError, at_client)
 from simharness.core.reduction import Partial, extremum_identity
 from simharness.data.sourced import SourcedClients
@@ -68,6 +68,18 @@ from simharness.executors.strategy_plans import (ClientsPayload, Lazy, LazyLocal
 #: 14.0-15.5 -> 12.4-14.1 ms, the round unchanged; 2 workers (600 KB each): the round 22.5 ->
 #: 23.6 ms. The bound sits between the two.
 INLINE_CLIENT_BYTES = 128 << 10
+
+
+def _in_cohort(err: Exception, start: int) -> Exception:
+    """`err` of a group whose part starts at client `start`, naming its client by the
+    client's position in the whole list (`at_client`), when it names one."""
+    state = getattr(err, '__dict__', {})
+    pos = state.pop('map_position', None)
+    if isinstance(pos, int) and 'client' not in state:
+        return cast(Exception, at_client(err, start + pos))
+    if 'client' in state and start:
+        return cast(Exception, at_client(err, start))
+    return err
 
 
 class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
@@ -142,7 +154,19 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         return FederatingValue('federated', payload, t, self.executor)
 
     async def _gather_groups(self, make) -> List[Any]:
-        return list(await asyncio.gather(*[make(g, ex) for g, ex in enumerate(self._groups)]))
+        """`make(g, ex)` for every group at once. An error naming a client by its position
+        in its group's part (`client`, or `map_position` from a leaf's map) is raised
+        naming the client by its position in the program's list (`at_client`)."""
+        async def run(g: int, ex: BatchExecutor) -> Any:
+            try:
+                return await make(g, ex)
+            except Exception as e:
+                state = getattr(e, '__dict__', {})
+                if state.get('_named_by') == id(self):  # by a group call inside this one
+                    raise
+                state['_named_by'] = id(self)  # private: not sent with a worker's error
+                raise _in_cohort(e, self._starts[g] if g < len(self._starts) else 0)
+        return list(await asyncio.gather(*[run(g, ex) for g, ex in enumerate(self._groups)]))
 
     async def _materialize(self, v: FederatingValue) -> Any:
         """A Python/tensor form of an unplaced or server value, for moving it."""
@@ -240,13 +264,8 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
             # A slice, not a list: lazy sequences (SourcedClients) stay lazy, so
             # that a worker can load its own clients.
             part = value[s:s + self._sizes[g]]
-            try:
-                return await ex.create_values(
-                    part if not isinstance(part, tuple) else list(part), t.member)
-            except SimharnessError as e:
-                if 'client' in e.__dict__:  # its position in this group's part
-                    raise at_client(e, s)
-                raise
+            return await ex.create_values(
+                part if not isinstance(part, tuple) else list(part), t.member)
         return self._fed(await self._gather_groups(one), t)
 
     def _local_rows(self, value: Sequence[Any], member: T.Type) -> Optional[List[Any]]:

@@ -88,7 +88,12 @@ async def _clients(s: _Slice, node: PlanClients) -> List[Any]:  # load this slic
 
 
 async def _map(s: _Slice, node: PlanMap) -> List[Any]:
-    return list(await s.ex.create_map(node.fn, await s.values(node.src)))
+    try:
+        return list(await s.ex.create_map(node.fn, await s.values(node.src)))
+    except Exception as e:  # an error of one client's call: its position in the block
+        if isinstance(getattr(e, 'map_position', None), int):
+            e.map_position += s.lo  # type: ignore[attr-defined]
+        raise
 
 
 async def _select(s: _Slice, node: PlanSelect) -> List[Any]:
@@ -140,8 +145,13 @@ async def stream_reductions(ex: BatchExecutor, nodes: Sequence[PlanNode],
             if (len(r.srcs) == 1 and isinstance(node, PlanMap) and uses[r.srcs[0]] == 1
                     and r.srcs[0] not in piece.memo):
                 # A sum of a map nothing else reads: summed in the map's own call if it can be
-                p = summed_map(ex, r.kind, node.fn, await piece.values(node.src), start + lo,
-                               total)
+                try:
+                    p = summed_map(ex, r.kind, node.fn, await piece.values(node.src),
+                                   start + lo, total)
+                except Exception as e:  # pylint: disable=broad-exception-caught
+                    if not isinstance(e, _tf_errors()):
+                        raise
+                    p = None  # the map below raises it again, naming the client
             if p is not None:
                 prev = parts[k]
                 parts[k] = p if prev is None else joiners[k].join(prev, p)
@@ -154,6 +164,11 @@ async def stream_reductions(ex: BatchExecutor, nodes: Sequence[PlanNode],
         del piece  # the slice's values go before the next slice is computed
         lo = hi
     return [cast(Partial, p) for p in parts]
+
+
+def _tf_errors() -> type:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.errors.OpError
 
 
 #: Result dtypes whose sums `summed_map` makes in the compiled call.

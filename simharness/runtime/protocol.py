@@ -261,11 +261,11 @@ def record_to_error(rec: ErrorRecord, worker_id: Optional[Union[int, str]] = Non
             else:
                 err = Exception.__new__(cls)  # no __init__: keyword-only fields are set below
                 Exception.__init__(err, rec.message)
-                for k, v in rec.fields.items():
-                    try:
-                        setattr(err, k, v)
-                    except AttributeError:
-                        pass
+            for k, v in rec.fields.items():  # TF's too: e.g. which client (`at_client`)
+                try:
+                    setattr(err, k, v)
+                except AttributeError:
+                    pass
         except Exception:
             err = None
     # A gRPC worker's id is its address (errors keep it as given).

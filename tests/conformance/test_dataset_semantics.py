@@ -242,3 +242,66 @@ def test_a_dataset_of_the_wrong_structure_is_an_error_naming_its_client(stack):
     assert info.value.client == 3
     assert [int(d) for d in digests(good)] == [_first_read(PIPELINES['tutorial'](k))
                                                for k in range(5)]
+
+
+def _nan_in_x(e):
+    x = tf.cast(e['x'], tf.float32) * np.float32('nan')
+    return OD(x=tf.cast(tf.debugging.check_numerics(x, 'bad values in the data of client five'),
+                        tf.int64), y=e['y'])
+
+
+#: Datasets that fail while a worker (or thread) reads them, the error TF raises.
+FAILING = {
+    'check_numerics': (lambda: PIPELINES['tutorial'](5).map(_nan_in_x),
+                       tf.errors.InvalidArgumentError, 'bad values in the data of client five'),
+    'missing_file': (lambda: tf.data.TFRecordDataset('/nonexistent/client5.tfrecord').map(
+        lambda r: OD(x=tf.zeros([5], tf.int64), y=tf.zeros([5], tf.int64))),
+        tf.errors.NotFoundError, r'/nonexistent/client5\.tfrecord'),
+}
+
+
+@pytest.mark.parametrize('name', list(FAILING))
+def test_a_dataset_that_fails_while_read_is_an_error_naming_its_client(stack, name):
+    """TF's own error class, its message cut to what concerns the user, starting with the
+    client's position in the program's list (client 5 of 7: on a stack of several
+    workers or threads, not the first client of its part); the stack runs on."""
+    make, error, says = FAILING[name]
+    good = [PIPELINES['tutorial'](k) for k in range(7)]
+    digests = _computation(good[0].element_spec)
+    bad = list(good)
+    bad[5] = make()
+    with pytest.raises(error, match=rf'^client 5: .*{says}') as info:
+        digests(bad)
+    assert info.value.client == 5
+    assert 'Graph execution error' not in str(info.value)
+    assert [int(d) for d in digests(good)] == [_first_read(PIPELINES['tutorial'](k))
+                                               for k in range(7)]
+
+
+def test_an_infinite_dataset_read_to_its_end_is_an_error_naming_its_client(stack):
+    """``repeat()`` without a count, passed to a computation that reduces its dataset:
+    a ValueError at once naming the client (TFF's executors never return)."""
+    good = [PIPELINES['tutorial'](k) for k in range(7)]
+    digests = _computation(good[0].element_spec)
+    bad = list(good)
+    bad[5] = good[5].repeat()
+    with pytest.raises(ValueError, match=r'^client 5: its dataset is infinite') as info:
+        digests(bad)
+    assert info.value.client == 5
+
+
+def test_an_infinite_dataset_is_read_where_the_computation_takes_a_part(stack):
+    """A computation that takes the first elements of its dataset reads infinite ones."""
+    datasets = [_base(k).batch(5).repeat() for k in range(3)]
+    elem = sh.to_type(datasets[0].element_spec)
+
+    @sh.tf_computation(sh.SequenceType(elem))
+    def first_sum(ds):
+        return ds.take(7).reduce(tf.constant(0, tf.int64), lambda a, e: a + tf.reduce_sum(e['x']))
+
+    @sh.federated_computation(sh.type_at_clients(sh.SequenceType(elem)))
+    def sums(ds):
+        return sh.federated_map(first_sum, ds)
+    want = [int(sum(np.sum(e['x']) for e in _base(k).batch(5).repeat().take(7)
+                    .as_numpy_iterator())) for k in range(3)]
+    assert [int(v) for v in sums(datasets)] == want
