@@ -5,10 +5,14 @@ an executor stack whose client executors run in threads or in pinned worker
 processes. Port TFF code by renaming `tff.` to `simharness.`.
 """
 
+from simharness import tfquiet as _tfquiet
 from simharness.core import determinism as _determinism
 
+_tfquiet.configure_logging()  # SIMHARNESS_LOG_LEVEL, when set
 _determinism.configure_xla()  # before anything can start XLA (simharness.core.xla)
 _determinism.configure_threads()  # before TF's first op: the workers' intra-op thread count
+# TensorFlow's C++ start-up lines kept out of stderr, whoever imports it (see tfquiet).
+_tfquiet.install_import_hook()
 
 from simharness import errors  # noqa: E402
 from simharness.context import (AsyncExecutionContext, ExecutionContext, execution_context,

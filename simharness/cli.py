@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence
 
 from simharness.errors import ConfigError, RunInProgressError, SimharnessValueError
+from simharness.tfquiet import quiet_runtime_logs
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -419,8 +420,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     verbose = _traceback_wanted(args)
     # TensorFlow's C++ start-up chatter (CUDA probing on CPU-only machines)
-    # is noise on a command line; the user's own setting wins.
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+    # is noise on a command line; the user's own setting wins, and
+    # SIMHARNESS_LOG_LEVEL=INFO shows it all (simharness.tfquiet).
+    quiet_runtime_logs()
     with _cli_logging(verbose, getattr(args, 'log_level', None)):
         try:
             with _stop_on_signals():

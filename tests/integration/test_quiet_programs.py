@@ -1,0 +1,152 @@
+"""A Python program that imports simharness prints nothing but its own output.
+
+Each program runs as a subprocess, as a user runs it (a fresh interpreter, no
+``TF_CPP_MIN_LOG_LEVEL``), and its stdout and stderr are compared whole: TensorFlow's
+C++ start-up lines (``simharness.tfquiet.NOISE``: oneDNN, CUDA probing, ``cuInit ...
+(303)``) must not reach the terminal from the driver, the worker pool's forkserver or
+its workers, and no warning of ours either. ``SIMHARNESS_LOG_LEVEL=INFO`` shows
+TensorFlow's lines again (the in-process checks of `quiet_stderr` are in
+tests/experiments/test_quiet.py).
+
+A program that imports TensorFlow *before* simharness has seen TensorFlow's import
+lines already: its shared libraries write them while they load, before any code of
+ours can run and whatever ``TF_CPP_MIN_LOG_LEVEL`` says. What simharness still keeps
+out there (the device probe's cuInit line; its own thread warning beyond one line) is
+checked too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from simharness.tfquiet import NOISE
+
+#: The variables a user's shell would not set (the suite's own settings must not hide noise).
+_UNSET = ('TF_CPP_MIN_LOG_LEVEL', 'SIMHARNESS_LOG_LEVEL', 'TF_NUM_INTRAOP_THREADS',
+          'PYTHONWARNINGS')
+
+#: A TFF program with its import renamed: a dataset per client, a sequence reduce per
+#: client, a federated mean, called twice.
+TFF_STYLE = '''
+import simharness as tff
+import tensorflow as tf
+
+@tff.tf_computation(tff.SequenceType(tf.float32))
+def total(ds):
+    return ds.reduce(0.0, lambda a, b: a + b)
+
+@tff.federated_computation(tff.type_at_clients(tff.SequenceType(tf.float32)))
+def mean_total(data):
+    return tff.federated_mean(tff.federated_map(total, data))
+
+clients = [tf.data.Dataset.range(n).map(lambda i: tf.cast(i, tf.float32)) for n in (2, 3, 4)]
+print('mean total', mean_total(clients))
+print('again', mean_total(clients))
+'''
+
+#: The same kind of program on the process stack: 2 worker processes (forkserver).
+PROCESS_STACK = '''
+import numpy as np
+import simharness as tff
+from simharness.stacks import process_executor_factory
+
+@tff.tf_computation(np.float32)
+def add_half(x):
+    return x + 0.5
+
+@tff.federated_computation(tff.type_at_clients(np.float32))
+def mean_plus_half(xs):
+    return tff.federated_mean(tff.federated_map(add_half, xs))
+
+if __name__ == '__main__':
+    factory = process_executor_factory(num_workers=2, cpu_affinity=False)
+    with tff.execution_context(factory):
+        print('mean', mean_plus_half([1.0, 2.0, 3.0, 4.0]))
+        print('workers', len(factory.stats()['workers']))
+'''
+
+#: ``import tensorflow`` and one op before ``import simharness`` (TF started with its own
+#: thread count), then computations from three call sites.
+TENSORFLOW_FIRST = '''
+import tensorflow as tf
+x = tf.constant([1.0, 2.0]) * 2.0
+import simharness as tff
+
+@tff.tf_computation(tf.float32)
+def add_one(x):
+    return x + 1.0
+
+@tff.federated_computation(tff.type_at_clients(tf.float32))
+def mean_plus_one(xs):
+    return tff.federated_mean(tff.federated_map(add_one, xs))
+
+print('a', mean_plus_one([1.0, 2.0]))
+print('b', add_one(1.0))
+print('c', mean_plus_one([3.0]))
+'''
+
+
+def _run(tmp_path, code: str, **env_extra: str) -> subprocess.CompletedProcess:
+    script = tmp_path / 'program.py'
+    script.write_text(textwrap.dedent(code), encoding='utf-8')
+    env = {k: v for k, v in os.environ.items() if k not in _UNSET}
+    env.update(env_extra)
+    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.slow
+def test_a_tff_style_program_prints_only_its_output(tmp_path):
+    done = _run(tmp_path, TFF_STYLE)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ['mean total 3.3333333', 'again 3.3333333'], done.stdout
+    assert done.stderr == ''
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_a_process_stack_program_prints_only_its_output(tmp_path):
+    """The driver, the forkserver and both workers: nothing on stderr."""
+    done = _run(tmp_path, PROCESS_STACK)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ['mean 3.0', 'workers 2'], done.stdout
+    assert done.stderr == ''
+
+
+@pytest.mark.slow
+def test_a_program_that_imports_tensorflow_first(tmp_path):
+    """Only TensorFlow's own import lines (none on some builds), no cuInit line (the device
+    probe is quiet), and the thread-count line at most once, on one line."""
+    done = _run(tmp_path, TENSORFLOW_FIRST)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ['a 2.5', 'b 2.0', 'c 4.0'], done.stdout
+    ours = [ln for ln in done.stderr.splitlines() if ln.startswith('simharness: ')]
+    rest = [ln for ln in done.stderr.splitlines() if not ln.startswith('simharness: ')]
+    assert all(NOISE.search(ln) for ln in rest), done.stderr
+    # The op before import simharness started TF (its first op: the probe ran then, as in
+    # any TF program); nothing after the import adds a line of TF's.
+    assert sum('failed call to cuInit' in ln for ln in rest) <= 1, done.stderr
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else 1
+    if threads > 1:
+        assert len(ours) == 1, done.stderr
+        assert f'runs ops on {threads} threads' in ours[0]
+        assert 'import simharness before any TensorFlow op' in ours[0]
+    else:
+        assert not ours, done.stderr
+
+
+@pytest.mark.slow
+def test_simharness_log_level_info_shows_tensorflow_lines_again(tmp_path):
+    """The opt-in: what TensorFlow writes reaches stderr unfiltered (its start-up lines where
+    this build writes them; the program's output unchanged)."""
+    loud = _run(tmp_path, TFF_STYLE, SIMHARNESS_LOG_LEVEL='INFO')
+    assert loud.returncode == 0, loud.stderr
+    assert loud.stdout.splitlines() == ['mean total 3.3333333', 'again 3.3333333']
+    if not loud.stderr:
+        pytest.skip('this TensorFlow build writes no start-up lines')
+    assert [ln for ln in loud.stderr.splitlines() if NOISE.search(ln)], loud.stderr
