@@ -8,7 +8,8 @@
       (TF_NUM_INTRAOP_THREADS=1 unless set)          INTRA_OP_THREADS
     EagerTFExecutor() --> pin_tensorflow_threads() pinning.apply_placement --> TF intra-op = 1
       (TF not initialized yet: intra-op = 1;
-       already initialized otherwise: warn once)
+       already initialized otherwise: one
+       warning line, once per process)
 
 The canonical reduction order (`simharness.core.reduction`) fixes how client
 values are combined; this module fixes the other thing that can differ
@@ -34,8 +35,13 @@ side by side (worker processes, client threads), not from splitting one op.
 
 from __future__ import annotations
 
+import logging
 import os
-import warnings
+import sys
+import threading
+from typing import Any, Optional
+
+_LOG = logging.getLogger(__name__)
 
 #: TF intra-op threads of every process that runs client computations.
 INTRA_OP_THREADS = 1
@@ -55,9 +61,40 @@ def configure_threads() -> None:
     the pinned count before any of them runs: the client computations the
     driver runs (thread stacks) give the bits of the workers' with no
     warning. A program that ran a TF op before importing simharness keeps
-    TF's default (`pin_tensorflow_threads` then warns once).
+    TF's default (`pin_tensorflow_threads` then warns once): when TF is loaded
+    already, this finds out whether its context started, and with how many
+    threads (`_started_with`), before the variable changes.
     """
+    global _STARTED_WITH  # pylint: disable=global-statement
+    tf = sys.modules.get('tensorflow')
+    if tf is not None and _STARTED_WITH is None:
+        _STARTED_WITH = _started_with(tf)
     os.environ.setdefault(THREADS_ENV, str(INTRA_OP_THREADS))
+
+
+#: TF's intra-op thread count in this process when its context had started before
+#: `configure_threads` (``import simharness``); None when it had not (or TF was not loaded).
+_STARTED_WITH: Optional[int] = None
+
+
+def _started_with(tf: Any) -> Optional[int]:
+    """The thread count of a loaded TF whose context has started, None if it has not.
+
+    TF refuses a new count once started; before, setting the count it will start with anyway
+    (the user's ``TF_NUM_INTRAOP_THREADS``, else `INTRA_OP_THREADS`, which `configure_threads`
+    puts in the variable) changes nothing. Read before the variable is set: TF read it (or its
+    absence: one thread per core) when it started."""
+    threading_ = getattr(getattr(tf, 'config', None), 'threading', None)
+    if threading_ is None:  # a TF still loading (this import made from inside TF's own)
+        return None
+    configured = threading_.get_intra_op_parallelism_threads()
+    env = os.environ.get(THREADS_ENV, '').strip()
+    planned = configured or (int(env) if env.isdigit() and int(env) > 0 else INTRA_OP_THREADS)
+    try:
+        threading_.set_intra_op_parallelism_threads(planned)
+    except RuntimeError:
+        return _effective(configured)
+    return None
 
 
 def _effective(configured: int) -> int:
@@ -79,10 +116,10 @@ def pin_tensorflow_threads() -> bool:
     Idempotent and cheap once pinned. TF accepts a thread count only before
     its first op (eager context initialization; tracing a gradient or a
     dataset counts). If this process already ran a TF op with another count,
-    it leaves TF as it is and warns (a `RuntimeWarning`, which Python's
-    default filter shows once) that computations run here -- thread stacks,
-    the server side of process stacks -- may differ in the last bits from
-    the same computations in worker processes.
+    it leaves TF as it is and says once per process, in one line on the
+    ``simharness`` logger (WARNING), that computations run here -- thread
+    stacks, the server side of process stacks -- may differ in the last bits
+    from the same computations in worker processes, and what to do.
 
     Returns:
         True when TF runs ops on `INTRA_OP_THREADS` threads in this process.
@@ -90,19 +127,42 @@ def pin_tensorflow_threads() -> bool:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     configured = tf.config.threading.get_intra_op_parallelism_threads()
-    if _effective(configured) == INTRA_OP_THREADS:
+    # TF started before import simharness: the variable set since is not TF's count.
+    count = _STARTED_WITH if _STARTED_WITH is not None and not configured \
+        else _effective(configured)
+    if count == INTRA_OP_THREADS:
         return True
     try:
         tf.config.threading.set_intra_op_parallelism_threads(INTRA_OP_THREADS)
         return True
     except RuntimeError:
-        warnings.warn(
-            f'TensorFlow started with {_effective(configured)} intra-op threads before '
-            f'simharness was imported, so this process may differ from worker processes in the '
-            f'last bits (convolutions, batch norm, large reductions); import simharness before '
-            f'running any TF op to keep every stack bit-identical.', RuntimeWarning,
-            stacklevel=3)
+        _warn_once(count, before_import=_STARTED_WITH is not None and not configured)
         return False
+
+
+_WARN_LOCK = threading.Lock()
+_WARNED = False
+
+
+def _warn_once(count: int, before_import: bool) -> None:
+    """The one line `pin_tensorflow_threads` says, once per process: why, and what to do."""
+    global _WARNED  # pylint: disable=global-statement
+    with _WARN_LOCK:
+        if _WARNED:
+            return
+        _WARNED = True
+    env = os.environ.get(THREADS_ENV, '').strip()
+    if before_import:
+        cause, fix = ('its first op ran before import simharness',
+                      'import simharness before any TensorFlow op')
+    elif env and env != str(INTRA_OP_THREADS):
+        cause, fix = f'{THREADS_ENV}={env}', f'set {THREADS_ENV}={INTRA_OP_THREADS} or unset it'
+    else:
+        cause, fix = ('set by tf.config.threading before its first op',
+                      f'leave the intra-op count at {INTRA_OP_THREADS}')
+    _LOG.warning('simharness: TensorFlow runs ops on %d threads in this process (%s), so '
+                 'computations here may differ from worker processes in the last bits; for '
+                 'bit-identical stacks, %s.', count, cause, fix)
 
 
 #: XLA's CPU matmul and conv calls run single-threaded on the calling thread. With

@@ -257,3 +257,4 @@ def test_a_program_that_runs_tf_before_its_first_computation_is_pinned_and_quiet
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == '2.0'
     assert 'RuntimeWarning' not in out.stderr and 'intra-op' not in out.stderr
+    assert 'TensorFlow runs ops on' not in out.stderr, out.stderr

@@ -239,54 +239,99 @@ class _FakeThreadingTF(types.ModuleType):
             set_intra_op_parallelism_threads=set_intra))
 
 
-def test_pin_tensorflow_threads_before_the_first_op(monkeypatch, recwarn):
-    from simharness.core import determinism
-    monkeypatch.delenv(determinism.THREADS_ENV, raising=False)
+@pytest.fixture
+def determinism(monkeypatch):
+    """`simharness.core.determinism` with its process state fresh (TF not started before
+    import simharness; nothing said yet) and no TF_NUM_INTRAOP_THREADS."""
+    from simharness.core import determinism as module
+    monkeypatch.setattr(module, '_STARTED_WITH', None)
+    monkeypatch.setattr(module, '_WARNED', False)
+    monkeypatch.delenv(module.THREADS_ENV, raising=False)
+    return module
+
+
+def _said(caplog):
+    return [r.getMessage() for r in caplog.records if r.name.startswith('simharness')]
+
+
+def test_pin_tensorflow_threads_before_the_first_op(determinism, monkeypatch, caplog):
     fake = _FakeThreadingTF(configured=0)
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
     monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3}, raising=False)
     assert determinism.pin_tensorflow_threads() is True
     assert fake.sets == [INTRA_OP_THREADS] == [1]
     assert determinism.pin_tensorflow_threads() is True  # idempotent: no second set
-    assert fake.sets == [1] and not recwarn.list
+    assert fake.sets == [1] and not _said(caplog)
 
 
-def test_pin_tensorflow_threads_default_on_one_cpu_is_pinned(monkeypatch):
-    from simharness.core import determinism
-    monkeypatch.delenv(determinism.THREADS_ENV, raising=False)
+def test_pin_tensorflow_threads_default_on_one_cpu_is_pinned(determinism, monkeypatch):
     fake = _FakeThreadingTF(configured=0, initialized=True)
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
     monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {3}, raising=False)
     assert determinism.pin_tensorflow_threads() is True and fake.sets == []
 
 
-def test_pin_tensorflow_threads_too_late_warns(monkeypatch):
-    from simharness.core import determinism
+def test_pin_tensorflow_threads_too_late_says_one_line_once(determinism, monkeypatch, caplog):
     fake = _FakeThreadingTF(configured=4, initialized=True)
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
-    with pytest.warns(RuntimeWarning, match=r'with 4 intra-op threads.*'
-                      r'import simharness before running any TF op'):
-        assert determinism.pin_tensorflow_threads() is False
+    with caplog.at_level('WARNING', logger='simharness'):
+        for _ in range(3):  # three call sites of a program: one line
+            assert determinism.pin_tensorflow_threads() is False
     assert fake.configured == 4
+    said = _said(caplog)
+    assert len(said) == 1 and '\n' not in said[0] and len(said[0]) < 300, said
+    assert said[0].startswith('simharness: TensorFlow runs ops on 4 threads')
+    assert 'tf.config.threading' in said[0] and 'worker processes in the last bits' in said[0]
 
 
-def test_tf_started_after_import_simharness_is_pinned_through_its_environment(monkeypatch,
-                                                                               recwarn):
+def test_tf_started_after_import_simharness_is_pinned_through_its_environment(
+        determinism, monkeypatch, caplog):
     """TF's default count (0) at a started TF is the variable's, set at import simharness."""
-    from simharness.core import determinism
-    monkeypatch.delenv(determinism.THREADS_ENV, raising=False)
+    monkeypatch.delitem(sys.modules, 'tensorflow', raising=False)
     determinism.configure_threads()
     assert os.environ[determinism.THREADS_ENV] == str(INTRA_OP_THREADS)
     fake = _FakeThreadingTF(configured=0, initialized=True)
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
     monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3}, raising=False)
     assert determinism.pin_tensorflow_threads() is True and fake.sets == []
-    assert not recwarn.list
+    assert not _said(caplog)
     monkeypatch.setenv(determinism.THREADS_ENV, '3')  # the user's own count is kept
+    monkeypatch.delitem(sys.modules, 'tensorflow')
     determinism.configure_threads()
     assert os.environ[determinism.THREADS_ENV] == '3'
-    with pytest.warns(RuntimeWarning, match='with 3 intra-op threads'):
+    monkeypatch.setitem(sys.modules, 'tensorflow', fake)
+    with caplog.at_level('WARNING', logger='simharness'):
         assert determinism.pin_tensorflow_threads() is False
+    assert [m for m in _said(caplog) if 'on 3 threads' in m and
+            'set TF_NUM_INTRAOP_THREADS=1 or unset it' in m]
+
+
+def test_tf_started_before_import_simharness_is_seen_and_said(determinism, monkeypatch, caplog):
+    """A TF whose first op ran before import simharness: the variable set at the import is
+    not its count (it read none: one thread per core); the line says to import simharness
+    first."""
+    fake = _FakeThreadingTF(configured=0, initialized=True)
+    monkeypatch.setitem(sys.modules, 'tensorflow', fake)
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1}, raising=False)
+    determinism.configure_threads()  # import simharness
+    assert os.environ[determinism.THREADS_ENV] == '1' and fake.sets == []
+    with caplog.at_level('WARNING', logger='simharness'):
+        assert determinism.pin_tensorflow_threads() is False
+    said = _said(caplog)
+    assert len(said) == 1 and 'on 2 threads' in said[0], said
+    assert 'import simharness before any TensorFlow op' in said[0]
+
+
+def test_tf_loaded_not_started_before_import_simharness_is_pinned(determinism, monkeypatch,
+                                                                  caplog):
+    """``import tensorflow`` (no op yet), then import simharness: pinned, nothing said."""
+    fake = _FakeThreadingTF(configured=0)
+    monkeypatch.setitem(sys.modules, 'tensorflow', fake)
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3}, raising=False)
+    determinism.configure_threads()
+    assert determinism._STARTED_WITH is None  # pylint: disable=protected-access
+    assert determinism.pin_tensorflow_threads() is True
+    assert fake.configured == INTRA_OP_THREADS and not _said(caplog)
 
 
 
