@@ -91,8 +91,9 @@ async def _map(s: _Slice, node: PlanMap) -> List[Any]:
     try:
         return list(await s.ex.create_map(node.fn, await s.values(node.src)))
     except Exception as e:  # an error of one client's call: its position in the block
-        if isinstance(getattr(e, 'map_position', None), int):
-            e.map_position += s.lo  # type: ignore[attr-defined]
+        pos = getattr(e, 'map_position', None)
+        if isinstance(pos, int):
+            setattr(e, 'map_position', pos + s.lo)
         raise
 
 
@@ -149,9 +150,9 @@ async def stream_reductions(ex: BatchExecutor, nodes: Sequence[PlanNode],
                     p = summed_map(ex, r.kind, node.fn, await piece.values(node.src),
                                    start + lo, total)
                 except Exception as e:  # pylint: disable=broad-exception-caught
-                    if not isinstance(e, _tf_errors()):
+                    if not type(e).__module__.startswith('tensorflow.'):
                         raise
-                    p = None  # the map below raises it again, naming the client
+                    p = None  # TF's error: the map below raises it again, naming the client
             if p is not None:
                 prev = parts[k]
                 parts[k] = p if prev is None else joiners[k].join(prev, p)
@@ -164,11 +165,6 @@ async def stream_reductions(ex: BatchExecutor, nodes: Sequence[PlanNode],
         del piece  # the slice's values go before the next slice is computed
         lo = hi
     return [cast(Partial, p) for p in parts]
-
-
-def _tf_errors() -> type:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    return tf.errors.OpError
 
 
 #: Result dtypes whose sums `summed_map` makes in the compiled call.
