@@ -3,7 +3,8 @@
 `datasets` (the `ClientData` family and TFF's data sets, read locally),
 `build_uniform_sampling_fn`, `run_training_process` and the compositions of
 a dataset computation with a computation, an iterative process or a
-learning process.
+learning process; `baselines` (TFF's baseline tasks, loaded on first use:
+it builds Keras models through `simharness.learning`).
 """
 
 from simharness.simulation import datasets, models
@@ -23,5 +24,13 @@ __all__ = [
     'build_uniform_sampling_fn', 'compose_dataset_computation_with_computation',
     'compose_dataset_computation_with_iterative_process',
     'compose_dataset_computation_with_learning_process', 'datasets', 'models',
-    'run_training_process',
+    'baselines', 'run_training_process',
 ]
+
+
+def __getattr__(name: str):
+    if name == 'baselines':
+        import importlib
+        # reason: baselines imports simharness.learning (Keras); loaded on first use only.
+        return importlib.import_module('simharness.simulation.baselines')
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
