@@ -11,10 +11,10 @@ SQLite files; nothing is downloaded); each ``create_*_task_from_datasets``
 """
 
 from simharness.simulation.baselines import baseline_task, client_spec, keras_metrics, task_data
-from simharness.simulation.baselines import cifar100, emnist
+from simharness.simulation.baselines import cifar100, emnist, shakespeare
 from simharness.simulation.baselines.baseline_task import BaselineTask
 from simharness.simulation.baselines.client_spec import ClientSpec
 from simharness.simulation.baselines.task_data import BaselineTaskDatasets
 
 __all__ = ['BaselineTask', 'BaselineTaskDatasets', 'ClientSpec', 'baseline_task', 'client_spec',
-           'cifar100', 'emnist', 'keras_metrics', 'task_data']
+           'cifar100', 'emnist', 'keras_metrics', 'shakespeare', 'task_data']
