@@ -11,6 +11,7 @@ import threading
 from typing import Any, Dict, Iterator, Optional
 
 from simharness.errors import SimharnessError
+from simharness.runtime.local.options import DEFAULT_CLIENTS_PER_WORKER
 from simharness.tfquiet import import_tensorflow, initialize_devices, quiet_stderr
 
 SERVE_HELP = (
@@ -35,8 +36,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument('--num-workers', type=int, default=0, metavar='N',
                    help='0 (default): run clients in this process; N: a local pool of N pinned '
                         'worker processes, each a worker slot hosting one block of clients')
-    p.add_argument('--clients-per-worker', type=int, default=256, metavar='K',
-                   help='the most clients run through one TF call (default 256)')
+    p.add_argument('--clients-per-worker', type=int, default=DEFAULT_CLIENTS_PER_WORKER,
+                   metavar='K', help='the most clients run through one TF call (default '
+                                     f'{DEFAULT_CLIENTS_PER_WORKER})')
     p.add_argument('--session-timeout', type=float, default=60.0, metavar='S',
                    help='seconds after which a silent driver counts as gone and its values are '
                         'freed (keepalive pings; default 60)')

@@ -31,7 +31,10 @@ from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import WorkerDelegatingExecutor
 from simharness.runtime import pinning
-from simharness.hosts.local_worker import create_worker_pool
+from simharness.hosts.local_worker import create_worker_pool, pool_for  # noqa: F401
+from simharness.runtime.local.options import (DEFAULT_ARENA_BYTES, DEFAULT_CLIENTS_PER_WORKER,
+                                              DEFAULT_LIVENESS_TIMEOUT, DEFAULT_START_TIMEOUT,
+                                              DEFAULT_STOPPED_TIMEOUT, PoolOptions)
 from simharness.hosts.ray_actor import RayWorker
 from simharness.runtime.grpc.auth import read_token_file
 from simharness.runtime.grpc.client import RemoteServices, RemoteWorkerHandle
@@ -457,16 +460,19 @@ class ProcessExecutorFactory(WorkerGroupExecutorFactory):
 
 
 def process_executor_factory(num_clients: Optional[int] = None, num_workers: Optional[int] = None,
-                             clients_per_worker: Optional[int] = 256, cpu_affinity: bool = True,
+                             clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+                             cpu_affinity: bool = True,
                              devices: object = None, workers_per_gpu: int = 1,
                              max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
-                             arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
+                             arena_bytes: int = DEFAULT_ARENA_BYTES,
+                             start_timeout: float = DEFAULT_START_TIMEOUT,
                              start: bool = False, worker_options: Optional[dict] = None,
                              pool: Optional[WorkerPool] = None,
                              request_timeout: Optional[float] = None,
-                             liveness_timeout: float = 60.0, *,
+                             liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT, *,
                              default_num_clients: Optional[int] = None,
-                             stopped_timeout: float = 3.0) -> ProcessExecutorFactory:
+                             stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT
+                             ) -> ProcessExecutorFactory:
     """Stacks whose client executors live in pinned worker processes.
 
     Args:
@@ -508,14 +514,15 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
     check_int('num_clients', num_clients, 0, allow_none=True)
     check_int('max_cached_stacks', max_cached_stacks, 1)
     check_bool('start', start)
-    check_number('stopped_timeout', stopped_timeout, greater_than=0)
     _check_default_num_clients(num_clients, default_num_clients)
     owns = pool is None
     if pool is None:
-        pool = create_worker_pool(num_workers, clients_per_worker, cpu_affinity, devices,
-                                  workers_per_gpu, arena_bytes, start_timeout, worker_options,
-                                  request_timeout, liveness_timeout)
-        pool.stopped_timeout = stopped_timeout
+        pool = pool_for(PoolOptions(
+            num_workers=num_workers, clients_per_worker=clients_per_worker,
+            cpu_affinity=cpu_affinity, devices=devices, workers_per_gpu=workers_per_gpu,
+            arena_bytes=arena_bytes, start_timeout=start_timeout,
+            worker_options=worker_options, request_timeout=request_timeout,
+            liveness_timeout=liveness_timeout, stopped_timeout=stopped_timeout))
     factory = ProcessExecutorFactory(pool, num_clients, max_cached_stacks, owns_pool=owns,
                                      default_num_clients=default_num_clients)
     if start:
@@ -667,7 +674,7 @@ class RayExecutorFactory(WorkerGroupExecutorFactory):
 
 def ray_executor_factory(address: Optional[str] = None, num_workers: Optional[int] = None,
                          num_cpus_per_worker: float = 1, num_gpus_per_worker: float = 0,
-                         clients_per_worker: Optional[int] = 256,
+                         clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
                          placement_strategy: str = 'PACK', *,
                          num_clients: Optional[int] = None,
                          default_num_clients: Optional[int] = None,

@@ -46,6 +46,7 @@ from simharness.runtime.grpc import auth as A
 from simharness.runtime.grpc import framing as G
 from simharness.runtime import protocol as P
 from simharness.hosts.local_worker import create_worker_pool
+from simharness.runtime.local.options import DEFAULT_CLIENTS_PER_WORKER
 from simharness.validation import check_int, check_number
 from simharness.runtime.proto import executor_service_pb2 as pb
 from simharness.runtime.proto import executor_service_pb2_grpc as pbg
@@ -194,7 +195,8 @@ class ExecutorService(pbg.ExecutorServiceServicer):
       name: this service's address, for error messages.
     """
 
-    def __init__(self, num_workers: int = 0, *, clients_per_worker: Optional[int] = 256,
+    def __init__(self, num_workers: int = 0, *,
+                 clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
                  max_message_bytes: int = G.DEFAULT_MAX_MESSAGE_BYTES,
                  chunk_bytes: int = G.CHUNK_BYTES,
                  session_timeout: float = DEFAULT_SESSION_TIMEOUT, name: str = 'service'):
@@ -507,7 +509,7 @@ class ExecutorServer:
 def start_executor_service(port: int = 0, host: str = '127.0.0.1', *,
                            token: Optional[str] = None, tls_cert: Optional[bytes] = None,
                            tls_key: Optional[bytes] = None, num_workers: int = 0,
-                           clients_per_worker: Optional[int] = 256,
+                           clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
                            max_message_bytes: int = G.DEFAULT_MAX_MESSAGE_BYTES,
                            session_timeout: float = DEFAULT_SESSION_TIMEOUT,
                            max_streams: int = 64) -> ExecutorServer:

@@ -24,15 +24,18 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from simharness.core.buffers import SHARED_READS
 from simharness.runtime.local import transport as L
 from simharness.runtime.local.lifeline import DRIVER_GONE
 from simharness.runtime import pinning
 from simharness.runtime import protocol as P
+from simharness.runtime.local.options import (DEFAULT_ARENA_BYTES, DEFAULT_CLIENTS_PER_WORKER,
+                                              DEFAULT_LIVENESS_TIMEOUT, DEFAULT_START_TIMEOUT,
+                                              DEFAULT_STOPPED_TIMEOUT, PoolOptions, WorkerConfig)
 from simharness.runtime.local.pool import WorkerPool
-from simharness.runtime.local.pool import create_worker_pool as _create_pool
+from simharness.runtime.local.pool import build_pool
 from simharness.runtime.shm import ShmAttachment, SlotRef
 from simharness.tfquiet import quiet_stderr
 
@@ -54,7 +57,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
-def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, Any]) -> Optional[str]:
+def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig) -> Optional[str]:
     """Entry point of a worker process (started from the forkserver).
 
     Returns `lifeline.DRIVER_GONE` when the driver's pipe ended without its goodbye (the
@@ -75,8 +78,8 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
             # pins its threads and devices before TF initializes).
             from simharness.hosts.leaf import worker_service
             device = '/GPU:0' if placement.gpu is not None else None
-            service = worker_service(worker_id, device, options.get('clients_per_worker'))
-            arena = L.ResponseArenas(options.get('arena_bytes', 1 << 20))
+            service = worker_service(worker_id, device, config.clients_per_worker)
+            arena = L.ResponseArenas(config.arena_bytes)
             attachment = ShmAttachment()
         except _Terminated:
             terminated = True
@@ -86,9 +89,9 @@ def worker_main(conn: Any, worker_id: int, placement: Any, options: Dict[str, An
                                          traceback.format_exc()))
             return
         conn.send_bytes(L.pack_frame(L.F_READY, os.getpid(), arena.names[0]))
-        hang = options.get('hang_on_op')  # fault injection (tests): an op that never returns
-        return _serve(conn, service, arena, attachment, worker_id, bool(options.get('profile')),
-                      hang)
+        # config.hang_on_op: fault injection (tests), an op that never returns
+        return _serve(conn, service, arena, attachment, worker_id, config.profile,
+                      config.hang_on_op)
     except _Terminated:
         terminated = True
     finally:
@@ -176,17 +179,28 @@ def _release_stale(attachment: Any, locs: List[Any]) -> None:
             attachment.release(name)
 
 
-def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Optional[int] = 256,
+def create_worker_pool(num_workers: Optional[int] = None,
+                       clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
                        cpu_affinity: bool = True, devices: object = None, workers_per_gpu: int = 1,
-                       arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
+                       arena_bytes: int = DEFAULT_ARENA_BYTES,
+                       start_timeout: float = DEFAULT_START_TIMEOUT,
                        worker_options: Optional[dict] = None,
                        request_timeout: Optional[float] = None,
-                       liveness_timeout: float = 60.0) -> WorkerPool:
+                       liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+                       stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT) -> WorkerPool:
     """A `WorkerPool` of pinned workers running `worker_main` (not started; see `WorkerPool.start`).
 
-    Args are those of `simharness.stacks.process_executor_factory`, checked
-    before anything starts.
+    Args are the fields of `PoolOptions` (those of
+    `simharness.stacks.process_executor_factory`), checked before anything starts.
     """
-    return _create_pool(num_workers, clients_per_worker, cpu_affinity, devices, workers_per_gpu,
-                        arena_bytes, start_timeout, worker_options, request_timeout,
-                        liveness_timeout, worker_target=worker_main)
+    return pool_for(PoolOptions(
+        num_workers=num_workers, clients_per_worker=clients_per_worker,
+        cpu_affinity=cpu_affinity, devices=devices, workers_per_gpu=workers_per_gpu,
+        arena_bytes=arena_bytes, start_timeout=start_timeout, worker_options=worker_options,
+        request_timeout=request_timeout, liveness_timeout=liveness_timeout,
+        stopped_timeout=stopped_timeout))
+
+
+def pool_for(options: PoolOptions) -> WorkerPool:
+    """A `WorkerPool` of pinned workers running `worker_main` for `options` (not started)."""
+    return build_pool(options, worker_target=worker_main)

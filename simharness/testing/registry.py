@@ -17,8 +17,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
+from simharness.runtime.local.options import DEFAULT_CLIENTS_PER_WORKER  # noqa: F401
+
 DEFAULT_STACKS = 'thread'
-DEFAULT_CLIENTS_PER_WORKER = 256
 _NAME = re.compile(r'^(thread|thread-debug|process)(?:-([1-9][0-9]*))?$')
 
 
@@ -289,7 +290,7 @@ def _build_process(pool: Any, num_clients: Optional[int]) -> Any:
 def _describe_process(factory: Any) -> Dict[str, Any]:
     pool = factory.pool
     return {'factory': 'process_executor_factory', 'num_workers': pool.num_workers,
-            'clients_per_worker': pool.worker_options.get('clients_per_worker'),
+            'clients_per_worker': pool.options.clients_per_worker,
             'workers': [{'worker_id': p.worker_id, 'cpus': list(p.cpus), 'gpu': p.gpu,
                          'intra_op_threads': p.intra_op_threads,
                          'inter_op_threads': p.inter_op_threads} for p in pool.placements]}

@@ -29,7 +29,7 @@ def warm_pool(stack_registry):
     per-test leak checks look.
     """
     pool = stack_registry.resource(WARM_STACK)
-    assert pool.num_workers == 2 and pool.worker_options['clients_per_worker'] == 3
+    assert pool.num_workers == 2 and pool.options.clients_per_worker == 3
     return pool
 
 
@@ -37,7 +37,7 @@ def warm_pool(stack_registry):
 def warm_pool_1(stack_registry):
     """The session's warm `WorkerPool` of the built-in ``process-1`` stack (1 worker, 256 clients)."""
     pool = stack_registry.resource('process-1')
-    assert pool.num_workers == 1 and pool.worker_options['clients_per_worker'] == 256
+    assert pool.num_workers == 1 and pool.options.clients_per_worker == 256
     return pool
 
 

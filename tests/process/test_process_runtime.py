@@ -77,7 +77,7 @@ def test_bit_identical_across_thread_and_process_layouts(warm_pool, warm_pool_1)
         with process_executor_factory(num_workers=workers, clients_per_worker=per_worker,
                                       pool=pool) as factory:
             assert (factory.pool.num_workers,
-                    factory.pool.worker_options['clients_per_worker']) == (workers, per_worker)
+                    factory.pool.options.clients_per_worker) == (workers, per_worker)
             with sh.execution_context(factory):
                 got = [_bits(many_reductions(data)) for _ in range(2)]
         assert got == [expected, expected], (workers, per_worker)

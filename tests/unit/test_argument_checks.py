@@ -173,6 +173,9 @@ POOL_CASES = [
     ('cpu_affinity', 1, TYPE, ['cpu_affinity must be a bool (True or False), got 1 of type int']),
     ('cpu_affinity', 'false', TYPE, ["cpu_affinity must be a bool", "got 'false' of type str"]),
     ('worker_options', ['profile'], TYPE, ['worker_options must be a dict or None']),
+    ('worker_options', {'profil': True}, VALUE,
+     ["worker_options has unknown key(s) ['profil']", "the known ones are ['profile', "]),
+    ('stopped_timeout', 0, VALUE, ['stopped_timeout must be a number > 0, got 0']),
     ('devices', 'tpu:0', VALUE, ["cannot parse device 'tpu:0'"]),
     ('devices', 1.0, TYPE, ['devices must be None, an int', 'got 1.0 of type float']),
     ('devices', 'cuda:7', DeviceNotFoundError,
@@ -224,14 +227,14 @@ def test_existing_gpus_are_accepted(monkeypatch):
     made = {}
 
     class FakePool:
-        def __init__(self, placements, **kwargs):
-            made.update(placements=placements, **kwargs)
+        def __init__(self, placements, options, **kwargs):
+            made.update(placements=placements, options=options, **kwargs)
 
     monkeypatch.setattr(resources, 'discover_gpus', lambda: TWO_GPUS)
     _fake_pool_module(monkeypatch, FakePool)
     stacks.create_worker_pool(devices='cuda:1', workers_per_gpu=2, start_timeout=0.5)
     assert [p.gpu for p in made['placements']] == [1, 1]
-    assert made['start_timeout'] == 0.5
+    assert made['options'].start_timeout == 0.5
     with pytest.raises(DeviceNotFoundError, match=r'no GPU 2 \(found: 0, 1; checked '):
         stacks.create_worker_pool(devices=['cuda:0', 'cuda:2'])
 
@@ -239,7 +242,7 @@ def test_existing_gpus_are_accepted(monkeypatch):
 def test_cpu_only_devices_need_no_gpu(monkeypatch):
     made = {}
     monkeypatch.setattr(resources, 'discover_gpus', lambda: pytest.fail('must not discover'))
-    _fake_pool_module(monkeypatch, lambda placements, **kwargs: made.setdefault('p', placements))
+    _fake_pool_module(monkeypatch, lambda placements, *args, **kwargs: made.setdefault('p', placements))
     for devices in (None, 'cpu', []):
         made.clear()
         stacks.create_worker_pool(num_workers=1, devices=devices)

@@ -5,7 +5,7 @@
 - `process`: supervision of a worker process (start, liveness, death).
 - `handle`: requests to a worker (`WorkerHandle`, the seam's handle).
 - `reactor`: the one I/O thread of a pool.
-- `pool`: `WorkerPool` (the seam's group) and `create_worker_pool`.
+- `pool`: `WorkerPool` (the seam's group) and `build_pool`; `options`: `PoolOptions`, `WorkerConfig`.
 
 The worker process itself is a host: `simharness.hosts.local_worker`.
 """

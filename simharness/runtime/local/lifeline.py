@@ -125,10 +125,10 @@ def _lifeline(driver_pid: int, driver_tempdir: Optional[str]) -> None:
     os._exit(0)
 
 
-def run_worker(target: Callable[..., None], driver_pid: int, conn: Any, worker_id: int,
-               placement: Any, options: Dict[str, Any],
-               driver_tempdir: Optional[str] = None) -> None:
-    """A worker process' entry point: `target(conn, worker_id, placement, options)` under a
+def run_worker(target: Callable[..., Optional[str]], driver_pid: int, conn: Any, worker_id: int,
+               placement: Any, config: Any, driver_tempdir: Optional[str] = None) -> None:
+    """A worker process' entry point: `target(conn, worker_id, placement, config)` (`config`:
+    the pool's `options.WorkerConfig`) under a
     lifeline to the driver (`driver_pid`): if the driver dies, the worker removes the
     driver's segments and its own and the driver's temporary directory
     (`driver_tempdir`, see `driver_temp_dir`), and exits at once."""
@@ -136,7 +136,7 @@ def run_worker(target: Callable[..., None], driver_pid: int, conn: Any, worker_i
     threading.Thread(target=_lifeline, args=(driver_pid, driver_tempdir),
                      name='simharness-lifeline', daemon=True).start()
     try:
-        ended = target(conn, worker_id, placement, options)
+        ended = target(conn, worker_id, placement, config)
     except BaseException as e:
         # This thread ends the process (the exit code of an exception) maybe before the
         # lifeline has cleaned up, or while it does: a worker whose driver died while

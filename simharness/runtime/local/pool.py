@@ -41,66 +41,55 @@ import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from simharness.errors import ExecutorClosedError, SimharnessTypeError
+from simharness.errors import ExecutorClosedError
 from simharness.runtime import pinning
 from simharness.runtime import protocol as P
 from simharness.runtime.local import lifeline
 from simharness.runtime.local.arenas import BroadcastArena
 from simharness.runtime.local.handle import WorkerHandle
-from simharness.runtime.local.process import (DEFAULT_LIVENESS_TIMEOUT, DEFAULT_START_TIMEOUT,
-                                              DEFAULT_STOPPED_TIMEOUT, get_forkserver_context)
+from simharness.runtime.local.options import PoolOptions, check_worker_options  # noqa: F401
+from simharness.runtime.local.process import get_forkserver_context
 from simharness.runtime.local.reactor import _Reactor
 from simharness.runtime.shm import reap_orphaned_segments
-from simharness.validation import check_bool, check_int, check_number
 
 
 log = logging.getLogger(__name__)
 
 
 class WorkerPool:
-    """`num_workers` pinned worker processes started from a TF-preloading forkserver.
+    """Pinned worker processes started from a TF-preloading forkserver.
 
     Args:
       placements: one `WorkerPlacement` per worker (see `pinning.plan_workers`).
-      clients_per_worker: the most clients a worker runs through one TF call.
-      arena_bytes: initial size of each shared-memory arena (they grow).
-      start_timeout: seconds to wait for a worker to report ready.
+      options: the pool's `PoolOptions` (its timeouts, arena size, what each worker is
+        started with: `PoolOptions.worker_config`), kept as `options`.
       context: a multiprocess context (default: forkserver preloading TF).
-      request_timeout: seconds a request may take before its worker is
-        killed and the call fails with `WorkerTimeoutError` (None: no limit).
-      liveness_timeout: seconds a request may wait on a worker that uses no
-        CPU (deadlocked), before the same.
-      stopped_timeout: seconds a request may wait on a worker seen stopped
-        (SIGSTOP, a debugger: process state T), before the same. A worker busy
-        in one long TF call (state R or S) is never judged by it. Also an
-        attribute (can be changed on a running pool).
-
       worker_target: the function a worker process runs, ``(conn, worker_id,
-        placement, options)``: a host (None: the one `seam.LOCAL_WORKER_MAIN`
+        placement, config)``: a host (None: the one `seam.LOCAL_WORKER_MAIN`
         names, `simharness.hosts.local_worker.worker_main`). Also an attribute:
         fault-injection tests set it (before `start`) to a function of their own
         that wraps `worker_main`.
+
+    Attributes:
+      stopped_timeout: seconds a request may wait on a worker seen stopped (SIGSTOP, a
+        debugger: process state T). A worker busy in one long TF call (state R or S) is
+        never judged by it. It may be changed on a running pool.
     """
 
     def __init__(self, placements: Sequence[pinning.WorkerPlacement],
-                 clients_per_worker: Optional[int] = None, arena_bytes: int = 1 << 20,
-                 start_timeout: float = DEFAULT_START_TIMEOUT, context: Any = None,
-                 worker_options: Optional[Dict[str, Any]] = None,
-                 request_timeout: Optional[float] = None,
-                 liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
-                 worker_target: Optional[Callable[..., None]] = None,
-                 stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT):
+                 options: PoolOptions = PoolOptions(), context: Any = None,
+                 worker_target: Optional[Callable[..., Optional[str]]] = None):
         self.placements = list(placements)
-        self.arena_bytes = arena_bytes
-        self.start_timeout = start_timeout
-        self.request_timeout = request_timeout
-        self.liveness_timeout = liveness_timeout
-        self.stopped_timeout = stopped_timeout
+        self.options = options
+        #: What each worker process is started with.
+        self.worker_config = options.worker_config()
+        self.arena_bytes = options.arena_bytes
+        self.start_timeout = options.start_timeout
+        self.request_timeout = options.request_timeout
+        self.liveness_timeout = options.liveness_timeout
+        self.stopped_timeout = options.stopped_timeout
         self.context = context if context is not None else get_forkserver_context()
-        self.worker_options = dict(worker_options or {})
-        self.worker_options.setdefault('clients_per_worker', clients_per_worker)
-        self.worker_options.setdefault('arena_bytes', arena_bytes)
-        self.worker_target: Optional[Callable[..., None]] = worker_target
+        self.worker_target: Optional[Callable[..., Optional[str]]] = worker_target
         #: Submitting threads write requests to the workers themselves
         #: (`WorkerHandle._send_directly`) while each worker can have a core of its own.
         #: With more workers than cores, a write wakes a worker that takes the caller's
@@ -110,7 +99,7 @@ class WorkerPool:
         self.sends_directly = len(self.placements) <= len(pinning.usable_cpus())
         self._reactor = _Reactor(self)
         self.handles = [WorkerHandle(self, p.worker_id, p) for p in self.placements]
-        self.broadcast = BroadcastArena(arena_bytes)
+        self.broadcast = BroadcastArena(options.arena_bytes)
         self.closed = False
         self._started = False
         self._lock = threading.Lock()
@@ -220,44 +209,12 @@ def _warn_unclosed(handles: List[WorkerHandle], broadcast: BroadcastArena,
     broadcast.close()
 
 
-def check_worker_options(worker_options: object) -> None:
-    """Raises `SimharnessTypeError` unless `worker_options` is a dict or None."""
-    if worker_options is not None and not isinstance(worker_options, dict):
-        raise SimharnessTypeError(
-            f'worker_options must be a dict or None, got {worker_options!r} of type '
-            f'{type(worker_options).__name__}', expected='Optional[dict]',
-            actual=type(worker_options))
-
-
-def create_worker_pool(num_workers: Optional[int] = None, clients_per_worker: Optional[int] = 256,
-                       cpu_affinity: bool = True, devices: object = None, workers_per_gpu: int = 1,
-                       arena_bytes: int = 1 << 20, start_timeout: float = 120.0,
-                       worker_options: Optional[dict] = None,
-                       request_timeout: Optional[float] = None,
-                       liveness_timeout: float = 60.0,
-                       worker_target: Optional[Callable[..., None]] = None,
-                       stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT) -> WorkerPool:
-    """A `WorkerPool` of pinned workers (not started; see `WorkerPool.start`).
-
-    Args are those of `simharness.stacks.process_executor_factory`, checked
-    before anything starts; `worker_target` as in `WorkerPool`.
-    """
-    check_int('num_workers', num_workers, 1, allow_none=True)
-    check_int('clients_per_worker', clients_per_worker, 1, allow_none=True)
-    check_bool('cpu_affinity', cpu_affinity)
-    check_int('workers_per_gpu', workers_per_gpu, 1)
-    check_int('arena_bytes', arena_bytes, 1)
-    check_number('start_timeout', start_timeout, greater_than=0)
-    if request_timeout is not None:
-        check_number('request_timeout', request_timeout, greater_than=0)
-    check_number('liveness_timeout', liveness_timeout, greater_than=0)
-    check_number('stopped_timeout', stopped_timeout, greater_than=0)
-    check_worker_options(worker_options)
-    gpus = pinning.parse_devices(devices)
-    pinning.check_gpus_exist(devices, gpus or ())
-    placements = pinning.plan_workers(num_workers, pinning.usable_cpus(), gpus or None,
-                                      workers_per_gpu, cpu_affinity)
-    return WorkerPool(placements, clients_per_worker=clients_per_worker, arena_bytes=arena_bytes,
-                      start_timeout=start_timeout, worker_options=worker_options,
-                      request_timeout=request_timeout, liveness_timeout=liveness_timeout,
-                      worker_target=worker_target, stopped_timeout=stopped_timeout)
+def build_pool(options: PoolOptions,
+               worker_target: Optional[Callable[..., Optional[str]]] = None) -> WorkerPool:
+    """A `WorkerPool` of pinned workers for `options` (not started; see `WorkerPool.start`);
+    `worker_target` as in `WorkerPool`. The devices are checked before anything starts."""
+    gpus = pinning.parse_devices(options.devices)
+    pinning.check_gpus_exist(options.devices, gpus or ())
+    placements = pinning.plan_workers(options.num_workers, pinning.usable_cpus(), gpus or None,
+                                      options.workers_per_gpu, options.cpu_affinity)
+    return WorkerPool(placements, options, worker_target=worker_target)

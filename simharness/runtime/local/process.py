@@ -26,6 +26,8 @@ from simharness.runtime.inflight import InFlight
 from simharness.runtime.local import transport as L
 from simharness.runtime.local.arenas import WorkerStats
 from simharness.runtime.local.lifeline import FORKSERVER_PARENT_ENV, driver_temp_dir, run_worker
+from simharness.runtime.local.options import (DEFAULT_LIVENESS_TIMEOUT,  # noqa: F401
+                                              DEFAULT_START_TIMEOUT, DEFAULT_STOPPED_TIMEOUT)
 from simharness.runtime.seam import LOCAL_WORKER_MAIN, load_host
 from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
 
@@ -34,11 +36,6 @@ from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list
 _WorkerPool = Any
 
 
-DEFAULT_START_TIMEOUT = 120.0
-#: Seconds a request may run while its worker is stopped or uses no CPU.
-DEFAULT_LIVENESS_TIMEOUT = 60.0
-#: Seconds a request may wait on a worker seen stopped (SIGSTOP, /proc state T).
-DEFAULT_STOPPED_TIMEOUT = 3.0
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +211,7 @@ class WorkerProcess:
         # removes the driver's segments and its own, and exits.
         proc = ctx.Process(target=run_worker,
                            args=(target, os.getpid(), child, self.worker_id, self.placement,
-                                 self.pool.worker_options, driver_temp_dir()),
+                                 self.pool.worker_config, driver_temp_dir()),
                            name=f'simharness-worker-{self.worker_id}', daemon=True)
         with _START_LOCK, _NoMainReimport():
             _name_forkserver_parent()

@@ -61,6 +61,7 @@ import numpy as np
 from simharness import errors as E
 from simharness.runtime import protocol as P
 from simharness.runtime.inflight import InFlight
+from simharness.runtime.local.options import DEFAULT_CLIENTS_PER_WORKER
 from simharness.runtime.pinning import WorkerPlacement
 from simharness.runtime.ray.placement import (DEFAULT_MAX_RESTARTS, DEFAULT_READY_TIMEOUT,
                                               check_ray_arguments, import_ray,
@@ -349,7 +350,8 @@ class RayWorkers:
 
     def __init__(self, num_workers: Optional[int] = None, *, address: Optional[str] = None,
                  num_cpus_per_worker: float = 1, num_gpus_per_worker: float = 0,
-                 clients_per_worker: Optional[int] = 256, placement_strategy: str = 'PACK',
+                 clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+                 placement_strategy: str = 'PACK',
                  ready_timeout: float = DEFAULT_READY_TIMEOUT,
                  max_restarts: int = DEFAULT_MAX_RESTARTS, call_timeout: Optional[float] = None,
                  cpu_affinity: bool = True, ray_init_args: Optional[Dict[str, Any]] = None,
