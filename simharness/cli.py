@@ -4,7 +4,7 @@
 
     simharness run CONFIG [--set key=value ...] [--results DIR] [--no-progress]
         one run -> DIR/<name>/<run-id>/ (+ its report); run id 'default', or built from --set
-    simharness sweep CONFIG [--set key=value ...] [--results DIR] [--no-progress]
+    simharness sweep CONFIG [--set key=value ...] [--results DIR] [--no-progress] [--jobs N]
         every point of [sweep.grid]; finished runs are skipped -> DIR/<name>/ (+ report)
     simharness report RESULTS_DIR
         report.md and PNG plots for every run under RESULTS_DIR
@@ -217,6 +217,10 @@ def _parser() -> argparse.ArgumentParser:
                     'stopped; interrupted or failed runs resume from their last checkpoint '
                     '(--restart: from round 0). Writes '
                     'RESULTS/<name>/report.md at the end. Stops and exit codes as for run.')
+    sweep.add_argument('--jobs', default='1', metavar='N',
+                       help='points run at once, each in its own process on its own cores (the '
+                            'usable cores split into N sets of a point\'s stack.num_workers); '
+                            '"auto": as many as fit this machine; default 1 (one after another)')
     for sp in (run, sweep):
         sp.add_argument('config', metavar='CONFIG', help='the experiment TOML file')
         sp.add_argument('--set', dest='overrides', action='append', default=[],
@@ -341,7 +345,17 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
         print(f'results: {result.run_dir}')
         _print_outputs(write_report(result.run_dir))
         return EXIT_OK
-    runs = run_sweep(config, results, progress=progress, log=print, resume=not args.restart)
+    if args.jobs == 'auto':
+        jobs: Optional[int] = None
+    else:
+        try:
+            jobs = int(args.jobs)
+        except ValueError:
+            jobs = 0
+        if jobs < 1:
+            return _err(f'--jobs must be an int >= 1 or "auto", got {args.jobs!r}')
+    runs = run_sweep(config, results, progress=progress and jobs == 1, log=print,
+                     resume=not args.restart, jobs=jobs)
     for r in runs:
         s = r.summary
         if r.status == 'failed':

@@ -5,6 +5,8 @@
     run_sweep(config) -- for each (run_id, cfg) of expand_sweep(config):
         finished (summary.json status 'complete', same config.toml)? -> skip
         else run_experiment(cfg, run_id=run_id)      (resumes an unfinished run)
+    run_sweep(config, jobs=N) -- the points not finished, N at a time, each job a
+        process of its own on its own cores (`parallel`)
 
     run_experiment(cfg) -> <results>/<name>/<run_id>/
         config.toml       resolved config                     written first
@@ -204,6 +206,29 @@ def _run_locked(config: ExperimentConfig, run_dir: Path, run_id: str, progress: 
     return RunResult(run_id, run_dir, status, summary)
 
 
+def _run_sweep_parallel(runs: List[Any], results_root: PathLike,
+                        log: Optional[Callable[[str], None]], resume: bool,
+                        jobs: int) -> List[RunResult]:
+    """`run_sweep` with `jobs` points at once (`parallel.run_points`), in sweep order."""
+    from simharness.experiments.runner import parallel  # pylint: disable=import-outside-toplevel
+    done: Dict[str, RunResult] = {}
+    todo = []
+    for i, (run_id, cfg) in enumerate(runs, 1):
+        run_dir = Path(results_root) / cfg.name / run_id
+        if is_finished(run_dir, cfg):
+            if log:
+                log(f'[{i}/{len(runs)}] skip {run_id} (complete)')
+            done[run_id] = RunResult(run_id, run_dir, 'complete',
+                                     read_json(run_dir / SUMMARY_FILE) or {}, skipped=True)
+        else:
+            todo.append((i, run_id, cfg))
+    done.update(parallel.run_points(todo, len(runs), results_root, jobs, resume, log))
+    for run_id, r in done.items():
+        if r.status == 'failed':
+            _log.warning('%s: failed: %s', run_id, r.error)
+    return [done[run_id] for run_id, _ in runs if run_id in done]
+
+
 def _interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
     """The `KeyboardInterrupt` that `error` is, or that it was raised while handling.
 
@@ -225,7 +250,7 @@ def _interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
 
 def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
               progress: bool = True, log: Optional[Callable[[str], None]] = None,
-              resume: bool = True) -> List[RunResult]:
+              resume: bool = True, jobs: Optional[int] = 1) -> List[RunResult]:
     """Runs every point of the config's sweep grid; finished runs are skipped.
 
     A run whose directory holds a complete run of the same resolved config
@@ -240,6 +265,10 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
         progress: show progress bars (see `run_experiment`).
         log: called with one line per run ("skip ..." / "run ...").
         resume: resume unfinished runs from their checkpoints.
+        jobs: points run at once, each in a process of its own on its own cores
+            (`parallel`: usable cores split into `jobs` disjoint sets of the
+            point's workers; more than fit is a warning); None: as many as fit
+            (`parallel.default_jobs`); 1: one after another in this process.
 
     Returns:
         One `RunResult` per run, in sweep order.
@@ -257,6 +286,14 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
     (the CLI exits 1 when any point failed).
     """
     runs = expand_sweep(config)
+    if jobs is None:
+        from simharness.experiments.runner import parallel  # pylint: disable=import-outside-toplevel
+        jobs = parallel.default_jobs(config, [c for _, c in runs])
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f'jobs must be an int >= 1 (points run at once) or None (as many '
+                          f'as fit this machine), got {jobs!r}', key='jobs', value=jobs)
+    if jobs > 1:
+        return _run_sweep_parallel(runs, results_root, log, resume, jobs)
     results = []
     for i, (run_id, cfg) in enumerate(runs, 1):
         run_dir = Path(results_root) / cfg.name / run_id

@@ -1,0 +1,159 @@
+"""Sweeps whose points run side by side (`run_sweep(..., jobs=N)`, `simharness sweep
+--jobs N`): each job a process of its own on its own cores, the same bits as one after
+another, failures and stops as for a sequential sweep, nothing left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from simharness.errors import ConfigError
+from simharness.experiments.runner import run_sweep
+from simharness.experiments.runner import parallel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
+from experiment_helpers import make_config, read_json, read_metrics  # noqa: E402
+
+MATH = ('round', 'loss', 'accuracy', 'eval_loss', 'weights_sha256')
+
+
+def _math(run_dir):
+    return [{k: r.get(k) for k in MATH} for r in read_metrics(run_dir)]
+
+
+def test_the_slots_are_disjoint_while_they_fit():
+    slots, over = parallel.plan_slots(2, 2, [0, 1, 2, 3, 4])
+    assert slots == [[0, 1], [2, 3]] and not over
+    slots, over = parallel.plan_slots(3, 2, [0, 1, 2, 3])
+    assert over and slots[2] == [0, 1]  # wrapped: shares the first job's cores
+    assert parallel.plan_slots(2, 8, [0, 1])[0] == [[0, 1], [0, 1]]
+
+
+@pytest.mark.parametrize('jobs', [0, -1, 1.5, True, 'auto'])
+def test_a_bad_jobs_value_is_an_error_before_anything_runs(tmp_path, jobs):
+    config = make_config(sweep={'grid': {'training.seed': [0, 1]}})
+    with pytest.raises(ConfigError, match=r'jobs must be an int >= 1'):
+        run_sweep(config, tmp_path, progress=False, jobs=jobs)
+    assert not any(tmp_path.iterdir())
+
+
+BUILDERS = """\
+import keras
+def good(input_shape, num_classes):
+    return keras.Sequential([keras.Input(input_shape), keras.layers.Dense(num_classes)])
+def good2(input_shape, num_classes):
+    return good(input_shape, num_classes)
+def few_out(input_shape, num_classes):
+    return keras.Sequential([keras.Input(input_shape), keras.layers.Dense(7)])
+"""
+
+
+@pytest.mark.slow
+def test_points_side_by_side_give_the_sequential_bits_and_resume(tmp_path, monkeypatch):
+    """Three points (the middle one's model does not fit the data: it fails at run time)
+    on two jobs: the others complete with the bits of a sequential sweep, in sweep order;
+    the builders' module, on this process' sys.path only, is found by the jobs too; a
+    second call skips the complete ones."""
+    (tmp_path / 'psmods41.py').write_text(BUILDERS)
+    monkeypatch.setattr(sys, 'path', [str(tmp_path)] + sys.path)
+    config = make_config(model={'name': 'keras', 'keras': 'psmods41:good'},
+                         sweep={'grid': {'model.keras': ['psmods41:good', 'psmods41:few_out',
+                                                         'psmods41:good2']}})
+    seq = run_sweep(config, tmp_path / 'seq', progress=False, jobs=1)
+    lines = []
+    par = run_sweep(config, tmp_path / 'par', progress=False, jobs=2, log=lines.append)
+    assert [r.run_id for r in par] == [r.run_id for r in seq]
+    assert [r.status for r in par] == [r.status for r in seq] == ['complete', 'failed',
+                                                                 'complete']
+    assert 'output(s)' in par[1].error, par[1].error
+    for a, b in zip(par, seq):
+        if a.status == 'complete':
+            assert _math(a.run_dir) == _math(b.run_dir)
+    assert sum(' run ' in ln and '(cores ' in ln for ln in lines) == 3, lines
+    again = run_sweep(config, tmp_path / 'par', progress=False, jobs=2)
+    assert [r.skipped for r in again] == [True, False, True]
+    sys.modules.pop('psmods41', None)
+
+
+SWEEP = """
+name = "long"
+[data]
+dataset = "synthetic"
+num_clients = 6
+samples_per_client = 10
+dim = 5
+num_classes = 3
+[model]
+name = "mlp"
+hidden_sizes = [8]
+[algorithm]
+batch_size = 5
+[training]
+rounds = 100000
+clients_per_round = 4
+eval_every = 0
+[stack]
+kind = "thread"
+[sweep.grid]
+"training.seed" = [0, 1, 2]
+"""
+
+
+def _children(pid):
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_running_point_and_leaves_nothing(tmp_path):
+    """SIGTERM to `simharness sweep --jobs 2`: exit 143, both running points say
+    'interrupted' in their summaries, no process of the sweep is left."""
+    cfg = tmp_path / 'long.toml'
+    cfg.write_text(SWEEP)
+    env = dict(os.environ, CI='1')
+    proc = subprocess.Popen([sys.executable, '-m', 'simharness.cli', 'sweep', str(cfg),
+                             '--results', str(tmp_path / 'r'), '--jobs', '2', '--no-progress'],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    run_dirs = [tmp_path / 'r' / 'long' / f'seed={s}' for s in (0, 1)]
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:  # both points past their first round
+        if all((d / 'metrics.jsonl').exists() and (d / 'metrics.jsonl').read_text().strip()
+               for d in run_dirs):
+            break
+        assert proc.poll() is None, proc.stdout.read().decode()
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail('the points did not start')
+    children = _children(proc.pid)
+    assert len([c for c in children if 'parallel' in ' '.join(c.cmdline())]) == 2
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out.decode()
+    for d in run_dirs:
+        assert read_json(d / 'summary.json')['status'] == 'interrupted'
+    assert not (tmp_path / 'r' / 'long' / 'seed=2').exists()
+    time.sleep(1.0)
+    assert [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
+
+
+@pytest.mark.parametrize('value', ['0', '-2', 'two'])
+def test_cli_jobs_must_be_a_positive_int_or_auto(tmp_path, capsys, value):
+    from simharness import cli
+    cfg = tmp_path / 'long.toml'
+    cfg.write_text(SWEEP)
+    t = time.monotonic()
+    rc = cli.main(['sweep', str(cfg), '--results', str(tmp_path / 'r'), '--jobs', value])
+    err = capsys.readouterr().err
+    assert rc == cli.EXIT_USAGE and time.monotonic() - t < 5
+    assert err.strip() == f"error: --jobs must be an int >= 1 or \"auto\", got '{value}'"
+    assert not (tmp_path / 'r').exists()
