@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from simharness.errors import RunInProgressError
 from simharness.experiments.config import ExperimentConfig
@@ -89,7 +89,7 @@ class _Slot:
         self.index, self.cores, self.out = index, cores, out
         self.proc: Optional[subprocess.Popen] = None  # type: ignore[type-arg]
 
-    def run(self, spec: Dict[str, object]) -> Optional[Dict[str, object]]:
+    def run(self, spec: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Runs one point; its answer, or None when the process died (a new one runs the
         next point)."""
         if self.proc is None or self.proc.poll() is not None:
@@ -113,7 +113,7 @@ class _Slot:
         if not line:
             self.proc.wait()
             return None
-        answer: Dict[str, object] = json.loads(line)
+        answer: Dict[str, Any] = json.loads(line)
         return answer
 
     def close(self) -> None:

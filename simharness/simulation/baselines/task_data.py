@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, List, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -113,7 +113,7 @@ class BaselineTaskDatasets:
 
     def _record_dataset_information(self) -> collections.OrderedDict:
         """The rows of `summary`: header, train, test and (when present) validation."""
-        info = collections.OrderedDict()
+        info: 'collections.OrderedDict[str, List[Any]]' = collections.OrderedDict()
         info['header'] = ['Split', 'Dataset Type', 'Number of Clients']
         info['train'] = ['Train', 'Federated', len(self._train_data.client_ids)]
         info['test'] = _split_row('Test', self._test_data)

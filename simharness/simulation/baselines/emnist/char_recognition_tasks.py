@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import tensorflow as tf
 
@@ -42,7 +42,7 @@ def _get_character_recognition_model(model_id: Union[str, CharacterRecognitionMo
         raise ValueError(f'The model argument must be one of {_CHARACTER_RECOGNITION_MODELS}, '
                          f'found {model_id}') from e
     # Looked up on the module at call time (TFF's tests patch these builders).
-    builders = {
+    builders: Dict[CharacterRecognitionModel, Callable[..., Any]] = {
         CharacterRecognitionModel.CNN_DROPOUT: emnist_models.create_conv_dropout_model,
         CharacterRecognitionModel.CNN: emnist_models.create_original_fedavg_cnn_model,
         CharacterRecognitionModel.TWO_LAYER_DNN: emnist_models.create_two_hidden_layer_model,
