@@ -6,7 +6,8 @@ runs a test once per stack named by `--simharness-stacks`, and
 configuration with them. This script writes the test file below into a
 directory, runs pytest on it (on the thread stack and on 2 worker processes)
 and prints the saved timings.
-Run it: `python docs/tutorials/benchmark_plugin.py [DIR]` (17-27 s on a shared 2-core machine).
+Run it: `python docs/tutorials/benchmark_plugin.py [DIR]` (17-27 s on a shared
+2-core machine).
 """
 import json
 import pathlib
@@ -37,15 +38,18 @@ def test_my_round(simharness_stack, simharness_benchmark):
 
 def main(root: pathlib.Path) -> None:
     (root / 'test_my_round.py').write_text(TEST_FILE)
-    # In a shell: pytest test_my_round.py --simharness-stacks=thread,process-2 --benchmark-json=bench.json
-    subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'test_my_round.py',
-                    '--simharness-stacks=thread,process-2', '--benchmark-json=bench.json'],
+    # In a shell: pytest test_my_round.py --simharness-stacks=thread,process-2 \
+    #                 --benchmark-json=bench.json
+    subprocess.run([sys.executable, '-m', 'pytest', '-q',
+                    '-p', 'no:cacheprovider', 'test_my_round.py',
+                    '--simharness-stacks=thread,process-2',
+                    '--benchmark-json=bench.json'],
                    cwd=root, check=True)
     saved = json.loads((root / 'bench.json').read_text())
     for bench in saved['benchmarks']:
-        print(f"{bench['name']}: median {bench['stats']['median'] * 1e3:.2f} ms over "
-              f"{bench['stats']['rounds']} rounds; "
-              f"factory {bench['extra_info']['simharness_stack']['factory']}")
+        stats, stack = bench['stats'], bench['extra_info']['simharness_stack']
+        print(f"{bench['name']}: median {stats['median'] * 1e3:.2f} ms over "
+              f"{stats['rounds']} rounds; factory {stack['factory']}")
 
 
 if __name__ == '__main__':
