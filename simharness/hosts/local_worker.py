@@ -89,9 +89,7 @@ def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig)
                                          traceback.format_exc()))
             return
         conn.send_bytes(L.pack_frame(L.F_READY, os.getpid(), arena.names[0]))
-        # config.hang_on_op: fault injection (tests), an op that never returns
-        return _serve(conn, service, arena, attachment, worker_id, config.profile,
-                      config.hang_on_op)
+        return _serve(conn, service, arena, attachment, worker_id, config.profile)
     except _Terminated:
         terminated = True
     finally:
@@ -112,7 +110,7 @@ def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig)
 
 
 def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int,
-           profile: bool, hang_on: Optional[str] = None) -> Optional[str]:
+           profile: bool) -> Optional[str]:
     while True:
         try:
             frame = L.unpack_frame(conn.recv_bytes())
@@ -141,9 +139,6 @@ def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int
             req = None
             resp = P.Response(False, error=P.error_to_record(e, traceback.format_exc()))
         if req is not None:
-            if hang_on is not None and getattr(req, 'op', None) == P.Op[hang_on]:
-                while True:  # fault injection (tests): an operation that never returns
-                    time.sleep(3600)
             resp = service.handle(req)
         if _SIGTERM_SEEN:
             raise _Terminated()

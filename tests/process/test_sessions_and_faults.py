@@ -18,6 +18,7 @@ import tensorflow as tf
 import simharness as sh
 from fault_injection import (blocking_computation, kill_mid_computation,  # tests/fault_injection.py
                              worker_killed_on_start)
+from fault_workers import worker_hanging_on_stream_reduce  # tests/fault_workers.py
 from simharness.errors import WorkerCrashedError, WorkerStartError, WorkerTimeoutError
 from simharness.stacks import (create_worker_pool, process_executor_factory,
                                thread_debugging_executor_factory)
@@ -311,8 +312,9 @@ def test_a_failing_call_does_not_leak_its_error_into_a_concurrent_one(warm_pool)
 @pytest.mark.timeout(120)
 def test_a_deadlocked_worker_fails_the_call_after_the_liveness_timeout():
     data = _data(6, 5)
-    with process_executor_factory(num_workers=2, liveness_timeout=1.5, start=True,
-                                  worker_options={'hang_on_op': 'STREAM_REDUCE'}) as factory:
+    with process_executor_factory(num_workers=2, liveness_timeout=1.5) as factory:
+        factory.pool.worker_target = worker_hanging_on_stream_reduce
+        factory.pool.start()
         with sh.execution_context(factory):
             t0 = time.monotonic()
             with pytest.raises(WorkerTimeoutError) as e:

@@ -23,7 +23,7 @@ DEFAULT_LIVENESS_TIMEOUT = 60.0
 DEFAULT_STOPPED_TIMEOUT = 3.0
 
 #: The keys of ``worker_options`` (advanced: what a worker does besides its clients' work).
-WORKER_OPTION_KEYS = ('profile', 'hang_on_op')
+WORKER_OPTION_KEYS = ('profile',)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,13 +34,11 @@ class WorkerConfig:
       clients_per_worker: the most clients it runs through one TF call (None: no bound).
       arena_bytes: initial size of its response arena.
       profile: log each request's time to stderr.
-      hang_on_op: fault injection (tests): the name of an op the worker never answers.
     """
 
     clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER
     arena_bytes: int = DEFAULT_ARENA_BYTES
     profile: bool = False
-    hang_on_op: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,10 +90,8 @@ class PoolOptions:
     def worker_config(self) -> WorkerConfig:
         """What each worker of the pool is started with."""
         extra = dict(self.worker_options or {})
-        hang = extra.get('hang_on_op')
         return WorkerConfig(clients_per_worker=self.clients_per_worker,
-                            arena_bytes=self.arena_bytes, profile=bool(extra.get('profile')),
-                            hang_on_op=None if hang is None else str(hang))
+                            arena_bytes=self.arena_bytes, profile=bool(extra.get('profile')))
 
 
 def check_worker_options(worker_options: object) -> None:
