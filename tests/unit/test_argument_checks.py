@@ -174,7 +174,7 @@ POOL_CASES = [
     ('cpu_affinity', 'false', TYPE, ["cpu_affinity must be a bool", "got 'false' of type str"]),
     ('worker_options', ['profile'], TYPE, ['worker_options must be a dict or None']),
     ('worker_options', {'profil': True}, VALUE,
-     ["worker_options has unknown key(s) ['profil']", "the known ones are ['profile', "]),
+     ["worker_options has unknown key(s) ['profil']; the known ones are ['profile']"]),
     ('stopped_timeout', 0, VALUE, ['stopped_timeout must be a number > 0, got 0']),
     ('devices', 'tpu:0', VALUE, ["cannot parse device 'tpu:0'"]),
     ('devices', 1.0, TYPE, ['devices must be None, an int', 'got 1.0 of type float']),
