@@ -122,6 +122,7 @@ time.sleep(300)
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.faults
 def test_an_idle_driver_killed_by_sigkill_leaves_no_temporary_directory(tmp_path):
     # Its idle worker sees the driver die on its pipe first (EOF), not only on the lifeline.
     proc = subprocess.Popen([sys.executable, '-c', IDLE_DRIVER, str(tmp_path)],

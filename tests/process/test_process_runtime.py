@@ -143,6 +143,7 @@ def test_a_broadcast_rides_in_the_round_request_and_is_written_once(warm_pool):
     assert warm_pool.broadcast.readers == 0  # every read of it ended
 
 
+@pytest.mark.faults
 def test_killed_worker_raises_then_retry_gives_the_answer(tmp_path):
     # One client per worker: while both clients' computations run, both workers are inside
     # the computation; the kill lands there, not before or after it (no timer).

@@ -310,6 +310,7 @@ def test_a_failing_call_does_not_leak_its_error_into_a_concurrent_one(warm_pool)
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.faults
 def test_a_deadlocked_worker_fails_the_call_after_the_liveness_timeout():
     data = _data(6, 5)
     with process_executor_factory(num_workers=2, liveness_timeout=1.5) as factory:

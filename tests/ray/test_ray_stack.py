@@ -157,6 +157,7 @@ def _kill_mid_round(directory, handle, killed):
 BLOCKING_DATA = [1.0, 2.0]
 
 
+@pytest.mark.faults
 def test_kill_9_an_actor_mid_round_and_the_retry_gives_the_right_answer(ray_stack, tmp_path):
     workers = ray_stack.workers
     factory = ray_executor_factory(workers=workers)
@@ -196,6 +197,7 @@ def _run_sum(factory, xs, n, retries):
         return sum_of_squares(xs, n)
 
 
+@pytest.mark.faults
 def test_a_straggler_past_call_timeout_is_killed_and_retryable(ray_stack):
     from simharness.runtime.ray.workers import RayWorkers
     with RayWorkers(1, call_timeout=2.0, clients_per_worker=4) as workers:

@@ -62,6 +62,7 @@ def _loop_steps_per_second() -> int:
     return max(10_000, int(n / max(time.perf_counter() - t0, 1e-3)))
 
 
+@pytest.mark.faults
 def test_a_killed_driver_s_queued_requests_are_dropped():
     server = start_executor_service(0)
     service = server.service

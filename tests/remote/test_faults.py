@@ -76,6 +76,7 @@ def _fault_mid_round(directory, fault):
     return threading.Thread(target=when_started, args=(directory, BLOCKING_DATA, fault))
 
 
+@pytest.mark.faults
 def test_kill_9_mid_round_is_a_retryable_error_naming_the_address(pair, tmp_path):
     a, b = pair
     factory = remote_executor_factory([a.address, b.address], connect_timeout=2)

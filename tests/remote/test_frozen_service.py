@@ -28,6 +28,7 @@ pytestmark = pytest.mark.remote
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.faults
 def test_a_stopped_service_fails_the_call_within_the_liveness_timeout(start_service, tmp_path):
     service = start_service()
     data = [1.0]
