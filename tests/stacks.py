@@ -49,6 +49,22 @@ def _remote_stack(pair: Any, num_clients: Optional[int]) -> Any:
     return remote_executor_factory(services=pair.services, num_clients=num_clients)
 
 
+def _loopback_group() -> Any:
+    # Two in-process workers behind the codec and the worker service (no process, no
+    # transport): each cuts its block into TF calls of 3 clients and sums in its calls,
+    # as a worker process does.
+    from simharness.executors.eager_tf import EagerTFExecutor
+    from simharness.runtime.loopback import LoopbackGroup
+    from simharness.runtime.service import WorkerService
+    return LoopbackGroup(lambda k: WorkerService(
+        EagerTFExecutor(max_batch_size=3, sums_in_calls=True), worker_id=k), num_workers=2)
+
+
+def _loopback_stack(group: Any, num_clients: Optional[int]) -> Any:
+    from simharness.stacks import WorkerGroupExecutorFactory
+    return WorkerGroupExecutorFactory(group, num_clients, owns_group=False)
+
+
 def _ray_resource() -> Any:
     from ray_cluster import RayStackResource  # tests/ray_cluster.py
     return RayStackResource()
@@ -79,6 +95,9 @@ ENTRIES: Dict[str, StackEntry] = {
     # Two workers, clients_per_worker=3: the workers cut their blocks into several TF
     # calls. Its warm pool is shared by the session (conformance, tests/process, ...).
     'process-2-cpw3': process_stack(2, clients_per_worker=3, marks=(pytest.mark.process,)),
+    # The seam without a transport: the codec and the worker service in this process.
+    'loopback-2': StackEntry(_loopback_stack, start=_loopback_group, kind='loopback',
+                             resident_threads=('simharness-loopback',)),
     # Two executor services on loopback, started as subprocesses once per session.
     'remote-2': StackEntry(_remote_stack, start=_remote_pair, kind='remote',
                            marks=(pytest.mark.remote,), resident_threads=('simharness-grpc',)),
@@ -93,11 +112,11 @@ ENTRIES: Dict[str, StackEntry] = {
 
 #: Stacks the conformance tests (the `stack` fixture) run on: each family once, its
 #: layouts apart: the debugging thread stack with blocks of 2 clients per thread, the
-#: local stack (uneven blocks), two workers cutting blocks of 3, two services, two Ray
-#: actors. One client per thread (``thread-1``) and one worker (``process-1``, the
+#: local stack (uneven blocks), two in-process workers behind the codec and the worker
+#: service (loopback), two workers cutting blocks of 3, two services, two Ray actors. One client per thread (``thread-1``) and one worker (``process-1``, the
 #: plugin's built-in) are compared with these bit for bit in tests/integration and
 #: tests/process (CI time: every conformance case on 7 stacks was ~7% of the suite).
-CONFORMANCE = ('thread-2', 'local', 'process-2-cpw3', 'remote-2', 'ray-2')
+CONFORMANCE = ('thread-2', 'local', 'loopback-2', 'process-2-cpw3', 'remote-2', 'ray-2')
 
 
 def register(registry: StackRegistry) -> None:

@@ -154,8 +154,9 @@ def test_intrinsic_outside_a_federated_computation():
 def test_tf_error_at_run_time_surfaces_with_its_traceback(stack):
     with pytest.raises(tf.errors.InvalidArgumentError, match='must be positive') as e:
         fed_checked_map([1.0, -1.0, 2.0, 3.0])
-    if stack.name.startswith(('process', 'remote', 'ray')):
-        # Raised in a worker process: its traceback travels as text, chained as the cause.
+    if stack.name.startswith(('loopback', 'process', 'remote', 'ray')):
+        # Raised behind the seam (a worker, or the loopback's service): its traceback travels
+        # as text, chained as the cause.
         remote = e.value.__cause__.remote_traceback
         assert os.path.join('simharness', 'executors', 'eager_tf.py') in remote
         assert os.sep + 'tensorflow' + os.sep in remote
