@@ -1,6 +1,6 @@
 """The leaf executor's reductions: partial reductions of a block, their combination, streams.
 
-`EagerReductions` is the half of `EagerTFExecutor` (`eager_tf`) that reduces
+`LeafReductions` is the object an `EagerTFExecutor` (`eager_tf`) owns to reduce
 client values, in the canonical order of `simharness.core.reduction`:
 
 ```
@@ -12,13 +12,13 @@ client values, in the canonical order of `simharness.core.reduction`:
                              (`stream_eval.stream_reductions`)
 ```
 
-It uses the executor's `_fn_of`, `call`, `_check_open`, `_device_scope` and
-`_max_batch`.
+It reaches its executor only through `ReductionHost` (the executor's `fn_of`, `call`,
+`device_scope` and `max_batch`); the executor checks it is open before each call.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -65,14 +65,31 @@ def _plain(v: Any) -> Any:
     return numpy_tree(v.internal) if isinstance(v, EagerValue) else v
 
 
-class EagerReductions:
-    """Reductions of `EagerTFExecutor` (a mixin; see the module docstring)."""
+class ReductionHost(Protocol):
+    """What `LeafReductions` uses of the leaf executor that owns it."""
 
-    _max_batch: Optional[int]
-    _fn_of: Callable[[Any], EmbeddedFunction]
-    call: Callable[[EmbeddedFunction, Optional[EagerValue]], EagerValue]
-    _check_open: Callable[[], None]
-    _device_scope: Callable[[], Any]
+    #: The most clients one TF call runs (None: no bound).
+    max_batch: Optional[int]
+
+    def fn_of(self, fn: Any) -> EmbeddedFunction:
+        """The embedded function of a function value."""
+
+    def call(self, f: EmbeddedFunction, arg: Optional[EagerValue]) -> EagerValue:
+        """`f` on `arg` (one call)."""
+
+    def device_scope(self) -> Any:
+        """A context manager placing ops on the executor's device."""
+
+
+class LeafReductions:
+    """The reductions of a leaf executor (see the module docstring).
+
+    Args:
+      leaf: the executor that owns it (`ReductionHost`).
+    """
+
+    def __init__(self, leaf: ReductionHost):
+        self._leaf = leaf
 
     # ------------------------------------------------------------ reductions
     def _combine_reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
@@ -89,8 +106,8 @@ class EagerReductions:
                 return add_trees_mod(a, b, moduli)
             return Reducer(lambda v: v, addmod, addmod, total)
         if kind == 'aggregate':
-            acc_fn = self._fn_of(params['accumulate'])
-            merge_fn = self._fn_of(params['merge'])
+            acc_fn = self._leaf.fn_of(params['accumulate'])
+            merge_fn = self._leaf.fn_of(params['merge'])
             at = acc_fn.type_signature.result
 
             vt = cast(T.StructType, acc_fn.type_signature.parameter)[1]  # <accumulator, value>
@@ -111,7 +128,7 @@ class EagerReductions:
                 if not tensors_only or any(l.dtype == np.dtype(object) for l in vleaves) or \
                         any(isinstance(v, EagerValue) for v in vs):
                     for v in vs:
-                        acc = self.call(acc_fn, pair(acc, v))
+                        acc = self._leaf.call(acc_fn, pair(acc, v))
                     return acc
                 flat = [flatten(v) for v in vs]
                 rows = [fast_tensor(np.ascontiguousarray(np.stack([f[j] for f in flat]),
@@ -119,9 +136,9 @@ class EagerReductions:
                         for j, l in enumerate(vleaves)]
                 out = acc_fn.fold_rows(as_tensors(flatten(acc.internal)), rows, None)
                 return EagerValue(pack_result(list(out), at), at)
-            return Reducer(lambda v: self.call(acc_fn, pair(params['zero'], v)),
-                           lambda acc, v: self.call(acc_fn, pair(acc, v)),
-                           lambda x, y: self.call(merge_fn, pair(x, y)), total,
+            return Reducer(lambda v: self._leaf.call(acc_fn, pair(params['zero'], v)),
+                           lambda acc, v: self._leaf.call(acc_fn, pair(acc, v)),
+                           lambda x, y: self._leaf.call(merge_fn, pair(x, y)), total,
                            accumulate_many=accumulate_many)
         raise SimharnessValueError(f'unknown reduction kind {kind!r}')
 
@@ -171,12 +188,12 @@ class EagerReductions:
             return t, parts[0]
         return t, [concatenate_rows([p[j] for p in parts]) for j in range(len(parts[0]))]
 
-    def _row_fns(self, kind: str, params: Dict[str, Any]):
+    def row_fns(self, kind: str, params: Dict[str, Any]):
         """(start_rows, fold_rows, merge) on leaf lists with a leading row dimension."""
         if kind == 'aggregate':
             # Only single rows come this way (see `_aggregate_rows`): fold them in order.
-            acc_fn = self._fn_of(params['accumulate'])
-            merge_fn = self._fn_of(params['merge'])
+            acc_fn = self._leaf.fn_of(params['accumulate'])
+            merge_fn = self._leaf.fn_of(params['merge'])
             zero = flatten(params['zero'].internal)
 
             def fold(acc, x):
@@ -206,19 +223,18 @@ class EagerReductions:
 
     async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
                                        total: int, params: Dict[str, Any]) -> Partial:
-        self._check_open()
         values = list(values)
-        start_rows, fold_rows, merge = self._row_fns(kind, params)
+        start_rows, fold_rows, merge = self.row_fns(kind, params)
         builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
-        if kind == 'aggregate' and aggregate_holds_sequences(self._fn_of(params['accumulate'])):
+        if kind == 'aggregate' and aggregate_holds_sequences(self._leaf.fn_of(params['accumulate'])):
             # Datasets as values or accumulators: folded value by value with the
             # executor's calls (the same canonical tree), then made plain values.
             return self._combine_reducer(kind, total, params).partial(values, start).map(
                 _plain)
         if kind == 'aggregate':
             t, leaves = self._stacked_numpy(values)
-            at = self._fn_of(params['accumulate']).type_signature.result
-            with self._device_scope(), np.errstate(over='ignore'):
+            at = self._leaf.fn_of(params['accumulate']).type_signature.result
+            with self._leaf.device_scope(), np.errstate(over='ignore'):
                 self._aggregate_rows(builder, leaves, start, params)
             return rows_to_values(builder.finish(), t, at)
         # Numpy kinds: in slices of REDUCTION_SLICE clients on absolute multiples of it
@@ -226,7 +242,7 @@ class EagerReductions:
         # The builder sees the same rows in the same order: the same bits.
         row_type: Any = None
         pos, i, end = start, 0, start + len(values)
-        with self._device_scope(), np.errstate(over='ignore'):
+        with self._leaf.device_scope(), np.errstate(over='ignore'):
             while i < len(values):
                 stop = min(end, (pos // REDUCTION_SLICE + 1) * REDUCTION_SLICE)
                 for lo, hi in self._row_runs(kind, values, i, i + stop - pos):
@@ -255,7 +271,7 @@ class EagerReductions:
     def _aggregate_rows(self, builder: Any, leaves: List[np.ndarray], start: int,
                         params: Dict[str, Any]) -> None:
         """Feeds an aggregate's rows with a few TF calls: whole chunks at once, then the tail."""
-        acc_fn = self._fn_of(params['accumulate'])
+        acc_fn = self._leaf.fn_of(params['accumulate'])
         zero = as_tensors(flatten(params['zero'].internal))
         L = builder.chunk
         n = leaves[0].shape[0] if leaves else 0
@@ -291,10 +307,9 @@ class EagerReductions:
 
     async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
                                       params: Dict[str, Any], result_type: T.Type) -> EagerValue:
-        self._check_open()
         reducer = self._combine_reducer(kind, total, params)
         if kind == 'aggregate':
-            acc_fn = self._fn_of(params['accumulate'])
+            acc_fn = self._leaf.fn_of(params['accumulate'])
             at = acc_fn.type_signature.result
             if aggregate_holds_sequences(acc_fn):  # datasets came back from workers as blobs
                 partials = [p.map(revive_datasets) for p in partials]
@@ -303,7 +318,7 @@ class EagerReductions:
                                 p.open_chunk,
                                 None if p.open_chunk is None else EagerValue(ingest(p.open_acc, at), at))
                         for p in partials]
-        with self._device_scope(), np.errstate(over='ignore'):
+        with self._leaf.device_scope(), np.errstate(over='ignore'):
             result = reducer.combine(partials)
         if kind == 'aggregate':
             return result
@@ -319,13 +334,13 @@ class EagerReductions:
             # TFF folds from the dtype's largest (min) or smallest (max) finite value.
             result = EXTREMUM_FOLDS[kind](
                 map_structure(lambda x: extremum_identity(kind, x.dtype), result), result)
-        with self._device_scope():  # a fresh result of ours: no copy into the tensor
+        with self._leaf.device_scope():  # a fresh result of ours: no copy into the tensor
             return EagerValue(ingest_owned(result, result_type), result_type)
 
     # ------------------------------------------------------------ streaming
     def stream_slice(self, slice_size: Optional[int] = None) -> int:
         """Clients per streamed slice: `slice_size`, else the batch bound (or 256), in whole chunks."""
-        n = slice_size or self._max_batch or REDUCTION_SLICE
+        n = slice_size or self._leaf.max_batch or REDUCTION_SLICE
         return max(CHUNK, n // CHUNK * CHUNK)
 
     async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
@@ -340,7 +355,7 @@ class EagerReductions:
         The partials are those `create_partial_reduction` gives for the whole
         block, bit for bit (see `stream_eval.stream_reductions`).
         """
-        self._check_open()
-        return await stream_reductions(self, nodes, reductions, start, count, total,
+        leaf = cast(Any, self._leaf)  # the executor: its block operations run the plan
+        return await stream_reductions(leaf, nodes, reductions, start, count, total,
                                        self.stream_slice(slice_size),
-                                       lambda kind, params: node_merge(self, kind, params))
+                                       lambda kind, params: node_merge(leaf, kind, params))

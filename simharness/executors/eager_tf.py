@@ -7,7 +7,7 @@ implements the `BatchExecutor` block operations: a block of clients whose
 inputs have equal shapes runs through ONE TF call (`tf.map_fn` over the
 stacked per-client inputs, with broadcast inputs passed once), and
 reductions follow the canonical tree of `simharness.core.reduction`
-(`eager_reductions.EagerReductions`, the half of this class that reduces).
+(`eager_reductions.LeafReductions`: an object each executor owns, `reductions`).
 
 What it leaves to other layers: placements and intrinsics (the federating
 layer), lambdas and references (the reference-resolving layer), threads and
@@ -22,7 +22,7 @@ reductions live with the canonical reduction order in `core.reduction`.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 import tensorflow as tf
@@ -43,7 +43,9 @@ from simharness.executors.base import (BatchExecutor, ExecutorValue, normalize_s
                                        selection_index)
 from simharness.executors.client_blocks import (ClientBlock, EagerValue, plain_leaves, runs,
                                                 stack_columns)
-from simharness.executors.eager_reductions import REDUCTION_SLICE, EagerReductions
+from simharness.core.reduction import Partial
+from simharness.executors.eager_reductions import REDUCTION_SLICE, LeafReductions
+from simharness.runtime.stream_plan import PlanNode, PlanReduction
 from simharness.executors.embedded_function import (DEFAULT_CACHE_SIZE, EmbeddedFunction,
                                                     FunctionCache, flatten_arg, lowered_leaves,
                                                     pack_result)
@@ -94,7 +96,7 @@ def _check_finite(f: EmbeddedFunction, args: Sequence[EagerValue]) -> None:
                 raise err
 
 
-class EagerTFExecutor(EagerReductions, BatchExecutor):
+class EagerTFExecutor(BatchExecutor):
     """Runs serialized TF computations eagerly on `device` (TFF's EagerTFExecutor).
 
     Args:
@@ -146,8 +148,11 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
         determinism.pin_tensorflow_threads()
         if device:
             _check_device(device)
-        self._max_batch = max_batch_size
+        #: The most clients one TF call runs (None: no bound).
+        self.max_batch = max_batch_size
         self.sums_in_calls = check_bool('sums_in_calls', sums_in_calls)
+        #: Partial reductions, their combination and streamed plans (`LeafReductions`).
+        self.reductions = LeafReductions(self)
         self._device = device
         self._owns_cache = function_cache is None
         self._cache = function_cache if function_cache is not None else FunctionCache(cache_size)
@@ -163,17 +168,48 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
         if self._closed:
             raise ExecutorClosedError('this EagerTFExecutor is closed')
 
-    def _device_scope(self):
+    def device_scope(self):
+        """A context manager placing ops on this executor's device."""
         return tf.device(self._device) if self._device else _NullScope()
 
+    # ------------------------------------------------------------ reductions
+    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
+                                       total: int, params: Dict[str, Any]) -> Partial:
+        self._check_open()
+        return await self.reductions.create_partial_reduction(kind, values, start, total,
+                                                              params)
+
+    async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
+                                      params: Dict[str, Any], result_type: T.Type) -> EagerValue:
+        self._check_open()
+        return await self.reductions.create_reduction_result(kind, partials, total, params,
+                                                             result_type)
+
+    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
+                                         reductions: Sequence[PlanReduction], start: int,
+                                         count: int, total: int,
+                                         slice_size: Optional[int] = None) -> List[Partial]:
+        self._check_open()
+        return await self.reductions.create_streamed_reductions(nodes, reductions, start, count,
+                                                                total, slice_size)
+
+    def partial_joiner(self, kind: str, total: int
+                       ) -> Optional[Callable[[Partial, Partial], Partial]]:
+        return self.reductions.partial_joiner(kind, total)
+
+    def stream_slice(self, slice_size: Optional[int] = None) -> int:
+        """Clients per streamed slice (`LeafReductions.stream_slice`)."""
+        return self.reductions.stream_slice(slice_size)
+
     def embed(self, comp: bb.CompiledComputation) -> EmbeddedFunction:
-        return self._cache.get_or_embed(comp, self._device_scope)
+        return self._cache.get_or_embed(comp, self.device_scope)
 
     @property
     def cache_info(self) -> Dict[str, int]:
         return {'size': len(self._cache), 'max_size': self._cache.max_size}
 
-    def _fn_of(self, v: ExecutorValue) -> EmbeddedFunction:
+    def fn_of(self, v: ExecutorValue) -> EmbeddedFunction:
+        """The embedded function a function value of this executor holds."""
         fn = v.internal if isinstance(v, EagerValue) else None
         if not isinstance(fn, EmbeddedFunction):
             raise SimharnessTypeError(f'value of type {v.type_signature} is not a function embedded '
@@ -193,11 +229,11 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
             if fn.sequence_params:
                 lowered = lowered_leaves(fn, flatten(arg.internal))
                 if lowered is not None:
-                    with self._device_scope():
+                    with self.device_scope():
                         out = lowered[0].call_flat(plain_leaves(lowered[1]))
                     return EagerValue(pack_result(out, ft.result), ft.result)
             leaves = flatten_arg(arg.internal)
-        with self._device_scope():
+        with self.device_scope():
             out = fn.call_flat(leaves)
         return EagerValue(pack_result(out, ft.result), ft.result)
 
@@ -225,12 +261,12 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
         if isinstance(t, T.FunctionType):
             raise SimharnessTypeError(f'a function of type {t} must be given as a compiled '
                                       f'TF computation, got {type(value).__name__}', expected=t)
-        with self._device_scope():
+        with self.device_scope():
             return EagerValue(ingest(value, t), t)
 
     async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> EagerValue:
         self._check_open()
-        return self.call(self._fn_of(comp), cast(Optional[EagerValue], arg))  # a value of ours
+        return self.call(self.fn_of(comp), cast(Optional[EagerValue], arg))  # a value of ours
 
     async def create_struct(self, elements: Any) -> EagerValue:
         self._check_open()
@@ -273,7 +309,7 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
             if stacked is not None:
                 return stacked
         out = []
-        with self._device_scope():
+        with self.device_scope():
             for i, v in enumerate(values):
                 try:
                     out.append(EagerValue(ingest(v, t), t))
@@ -306,7 +342,7 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
     def _sequence_rows(self, first: TensorBatches, stacked_arrays: List[np.ndarray],
                        t: T.SequenceType) -> List[EagerValue]:
         """The clients of `stacked_arrays` (one layout, that of `first`, their row 0)."""
-        with self._device_scope():
+        with self.device_scope():
             checked = tseq.checked(first, t, to_tensor)  # one layout: one check
             stacked = [fast_tensor(np.asarray(x, dtype=c.dtype.as_numpy_dtype))
                        for x, c in zip(stacked_arrays, checked.components)]
@@ -332,7 +368,7 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
         if len(leaves) != len(types) or not leaves:
             raise SimharnessTypeError(f'{len(leaves)} stacked leaves do not match {t}')
         n = leaves[0].shape[0]
-        with self._device_scope():
+        with self.device_scope():
             block = ClientBlock(t, n, [('stacked', fast_tensor(np.asarray(x, dtype=lt.dtype)))
                                  for x, lt in zip(leaves, types)])
         return block.values()
@@ -342,13 +378,13 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
         arrays = stack_python_values(values, t)
         if arrays is None:
             return None  # the per-value path gives the precise error
-        with self._device_scope():
+        with self.device_scope():
             return ClientBlock(t, len(values), [('stacked', fast_tensor(a)) for a in arrays])
 
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
                          count: Optional[int] = None) -> List[EagerValue]:
         self._check_open()
-        return self.map_sync(self._fn_of(fn), cast(Optional[Sequence[EagerValue]], args), count)
+        return self.map_sync(self.fn_of(fn), cast(Optional[Sequence[EagerValue]], args), count)
 
     def map_sync(self, f: EmbeddedFunction, args: Optional[Sequence[EagerValue]],
                  count: Optional[int] = None) -> List[EagerValue]:
@@ -392,7 +428,7 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
         if len(args) < 2 or pt is None or not f.batchable():
             return [self.call(f, a) for a in args]
         out: List[EagerValue] = []
-        step = self._max_batch or len(args)
+        step = self.max_batch or len(args)
         for begin, end, block, lo in runs(args):
             if block is not None and pt.is_assignable_from(block.type):
                 for a in range(begin, end, step):
@@ -420,7 +456,7 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
                 checked_types.append(at)
             rows.append(lowered_leaves(f, flatten(a.internal)))
         out: List[EagerValue] = []
-        step = self._max_batch or len(args)
+        step = self.max_batch or len(args)
         i = 0
         while i < len(args):
             low = rows[i]
@@ -434,13 +470,13 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
                 j += 1
             lf = low[0]
             group = [cast(Tuple, r)[1] for r in rows[i:j]]
-            leaves = stack_columns(group, self._device_scope) if (
+            leaves = stack_columns(group, self.device_scope) if (
                 j - i >= 2 and lf.batchable()) else None
             res = self._map_leaves(lf, leaves, j - i) if leaves is not None else None
             if res is None:
                 res = []
                 for r in group:
-                    with self._device_scope():
+                    with self.device_scope():
                         o = lf.call_flat(plain_leaves(r))
                     res.append(EagerValue(pack_result(o, f.type_signature.result),
                                           f.type_signature.result))
@@ -453,7 +489,7 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
         out: List[EagerValue] = []
         for a in range(0, len(args), step):
             chunk = args[a:a + step]
-            leaves = self._block_leaves(chunk, pt) if len(chunk) >= 2 else None
+            leaves = self.block_leaves(chunk, pt) if len(chunk) >= 2 else None
             res = self._map_leaves(f, leaves, len(chunk)) if leaves is not None else None
             out.extend(res if res is not None else [self.call(f, x) for x in chunk])
         return out
@@ -463,12 +499,12 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
         if not any(k == 'stacked' for k, _ in leaves):
             return None
         mask = tuple(k == 'shared' for k, _ in leaves)
-        with self._device_scope():
+        with self.device_scope():
             res = f.call_batched(mask, [x for k, x in leaves if k == 'shared'],
                                  [x for k, x in leaves if k == 'stacked'], n)
         return ClientBlock(f.type_signature.result, n, [('stacked', o) for o in res]).values()
 
-    def _block_leaves(self, args: List[EagerValue], pt: T.Type) -> Optional[List[Tuple[str, Any]]]:
+    def block_leaves(self, args: List[EagerValue], pt: T.Type) -> Optional[List[Tuple[str, Any]]]:
         """Stacks arbitrary same-shaped client values (slow path of a batched map)."""
         for a in args:
             pt.check_assignable_from(a.type_signature, 'argument')
@@ -479,7 +515,7 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
             if all(c is col[0] for c in col):
                 out.append(('shared', col[0]))
             elif all(isinstance(c, tf.Tensor) and c.shape == col[0].shape for c in col):
-                with self._device_scope():
+                with self.device_scope():
                     out.append(('stacked', tf.stack(col)))
             else:
                 return None
@@ -568,7 +604,7 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
                                  params: Dict[str, Any]) -> List[EagerValue]:
         self._check_open()
         out = []
-        with self._device_scope():
+        with self.device_scope():
             for v in cast(Sequence[EagerValue], values):  # values of this executor
                 out.append(self._sequence_op(op, v, params))
         return out
@@ -580,7 +616,7 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
             raise SimharnessTypeError(f'{op} needs a sequence, got {t}', actual=t)
         et = t.element
         if op == 'sequence_map':
-            fn = self._fn_of(params['fn'])
+            fn = self.fn_of(params['fn'])
             rt = fn.type_signature.result
             spec = element_spec_for(rt)
 
@@ -590,7 +626,7 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
                 return tf.nest.pack_sequence_as(spec, out)
             return EagerValue(ds.map(mapper), T.SequenceType(rt))
         if op == 'sequence_reduce':
-            fn = self._fn_of(params['op'])
+            fn = self.fn_of(params['op'])
             zero: EagerValue = params['zero']
             at = fn.type_signature.result
             zero_leaves = tuple(flatten_arg(zero.internal))
@@ -611,11 +647,11 @@ class EagerTFExecutor(EagerReductions, BatchExecutor):
     async def create_select(self, keys: Sequence[ExecutorValue], server_value: ExecutorValue,
                             select_fn: ExecutorValue, element_type: T.Type) -> List[EagerValue]:
         self._check_open()
-        fn = self._fn_of(select_fn)
+        fn = self.fn_of(select_fn)
         server_value = cast(EagerValue, server_value)  # a value of this executor
         out = []
         spec = element_spec_for(element_type)
-        with self._device_scope():
+        with self.device_scope():
             for k in cast(Sequence[EagerValue], keys):  # values of this executor
                 elems = []
                 for key in tf.reshape(k.internal, [-1]):

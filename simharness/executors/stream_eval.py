@@ -189,13 +189,13 @@ def summed_map(ex: Any, kind: str, fn: Any, args: Sequence[Any], start: int,
     """
     if not getattr(ex, 'sums_in_calls', False):
         return None
-    f = ex._fn_of(fn)
+    f = ex.fn_of(fn)
     args = list(args)
     pt = f.type_signature.parameter
     rt = f.type_signature.result
     leaf_types = T.flatten_type(rt)
     if (kind not in ('sum', 'mean') or len(args) < 2 or pt is None or not leaf_types
-            or (ex._max_batch is not None and len(args) > ex._max_batch)
+            or (ex.max_batch is not None and len(args) > ex.max_batch)
             or not all(isinstance(t, T.TensorType) and np.dtype(t.dtype) in _SUMMED_DTYPES
                        for t in leaf_types)):
         return None
@@ -206,7 +206,7 @@ def summed_map(ex: Any, kind: str, fn: Any, args: Sequence[Any], start: int,
         leaves: Optional[List[Tuple[str, Any]]] = rs[0][2].sub_leaves(
             rs[0][3], rs[0][3] + len(args))
     else:
-        leaves = ex._block_leaves(args, pt)
+        leaves = ex.block_leaves(args, pt)
     if leaves is None or not any(k == 'stacked' for k, _ in leaves):
         return None
     # Segments of the canonical order (`core.reduction`): a client of a chunk begun
@@ -225,13 +225,13 @@ def summed_map(ex: Any, kind: str, fn: Any, args: Sequence[Any], start: int,
         counts.append(stop - pos)
         pos = stop
     mask = tuple(k == 'shared' for k, _ in leaves)
-    with ex._device_scope():
+    with ex.device_scope():
         outs = f.call_summed(mask, [x for k, x in leaves if k == 'shared'],
                              [x for k, x in leaves if k == 'stacked'], first, seg, len(counts))
     if float(outs[-1]):  # a NaN or a tiny value: folded by numpy (see `call_summed`)
         return None
     sums = [o.numpy() for o in outs[:-1]]
-    start_rows, fold_rows, merge = ex._row_fns(kind, {})
+    start_rows, fold_rows, merge = ex.reductions.row_fns(kind, {})
     builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
     for k, count in enumerate(counts):
         row = [x[k:k + 1] for x in sums]
@@ -248,21 +248,21 @@ def _secure_merge(ex: Any, params: Dict[str, Any]) -> Any:
 
 
 def _aggregate_merge(ex: Any, params: Dict[str, Any]) -> Any:
-    merge_fn = ex._fn_of(params['merge'])
+    merge_fn = ex.fn_of(params['merge'])
     at = merge_fn.type_signature.result
     if not T.contains_only_tensors(at):
         # Datasets as accumulators (`aggregate_holds_sequences`): one call of merge.
         pair_t = T.StructType([at, at])
 
         def merge_values(a: Any, b: Any) -> Any:
-            with ex._device_scope():
+            with ex.device_scope():
                 arg = EagerValue(Struct([(None, ingest(revive_datasets(a), at)),
                                         (None, ingest(revive_datasets(b), at))]), pair_t)
                 return numpy_tree(ex.call(merge_fn, arg).internal)
         return merge_values
 
     def merge(a: Any, b: Any) -> Any:
-        with ex._device_scope():
+        with ex.device_scope():
             out = merge_fn.call_flat(as_tensors(flatten(a) + flatten(b)))
         return numpy_tree(pack_result(list(out), at))
     return merge
