@@ -4,9 +4,9 @@ Each program runs as a subprocess, as a user runs it (a fresh interpreter, no
 ``TF_CPP_MIN_LOG_LEVEL``), and its stdout and stderr are compared whole: TensorFlow's
 C++ start-up lines (``simharness.tfquiet.NOISE``: oneDNN, CUDA probing, ``cuInit ...
 (303)``) must not reach the terminal from the driver, the worker pool's forkserver or
-its workers, and no warning of ours either. ``SIMHARNESS_LOG_LEVEL=INFO`` shows
-TensorFlow's lines again (the in-process checks of `quiet_stderr` are in
-tests/experiments/test_quiet.py).
+its workers, Ray's daemons or its actors, and no warning of ours either.
+``SIMHARNESS_LOG_LEVEL=INFO`` shows TensorFlow's lines again (the in-process checks of
+`quiet_stderr` are in tests/experiments/test_quiet.py).
 
 A program that imports TensorFlow *before* simharness has seen TensorFlow's import
 lines already: its shared libraries write them while they load, before any code of
@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Optional
 
 import pytest
 
@@ -70,6 +71,29 @@ if __name__ == '__main__':
         print('workers', len(factory.stats()['workers']))
 '''
 
+#: The same program on the Ray stack: the factory starts a local Ray (2 CPUs, 2 actors) and
+#: shuts it down on close. ``USER_RAY`` instead: the program starts Ray itself.
+RAY_STACK = '''
+import numpy as np
+import simharness as tff
+from simharness.stacks import ray_executor_factory
+
+@tff.tf_computation(np.float32)
+def add_half(x):
+    return x + 0.5
+
+@tff.federated_computation(tff.type_at_clients(np.float32))
+def mean_plus_half(xs):
+    return tff.federated_mean(tff.federated_map(add_half, xs))
+
+if __name__ == '__main__':
+    USER_RAY
+    factory = ray_executor_factory(num_workers=2, cpu_affinity=False, RAY_INIT_ARGS)
+    with factory, tff.execution_context(factory):
+        print('mean', mean_plus_half([1.0, 2.0, 3.0, 4.0]))
+        print('workers', len(factory.stats()['workers']))
+'''
+
 #: ``import tensorflow`` and one op before ``import simharness`` (TF started with its own
 #: thread count), then computations from three call sites.
 TENSORFLOW_FIRST = '''
@@ -91,11 +115,15 @@ print('c', mean_plus_one([3.0]))
 '''
 
 
-def _run(tmp_path, code: str, **env_extra: str) -> subprocess.CompletedProcess:
+def _run(tmp_path, code: str, **env_extra: Optional[str]) -> subprocess.CompletedProcess:
     script = tmp_path / 'program.py'
     script.write_text(textwrap.dedent(code), encoding='utf-8')
     env = {k: v for k, v in os.environ.items() if k not in _UNSET}
-    env.update(env_extra)
+    for key, value in env_extra.items():  # None: the variable is unset, as in a user's shell
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=180, check=False)
 
@@ -113,6 +141,35 @@ def test_a_tff_style_program_prints_only_its_output(tmp_path):
 def test_a_process_stack_program_prints_only_its_output(tmp_path):
     """The driver, the forkserver and both workers: nothing on stderr."""
     done = _run(tmp_path, PROCESS_STACK)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ['mean 3.0', 'workers 2'], done.stdout
+    assert done.stderr == ''
+
+
+@pytest.mark.slow
+def test_a_ray_stack_program_prints_only_its_output(tmp_path):
+    """The factory starts Ray: the driver, Ray's daemons and both actors print nothing (Ray's
+    notice that it turned token authentication on is dropped, `quiet_ray_start`; the actors'
+    output stays in Ray's session logs)."""
+    pytest.importorskip('ray')
+    code = RAY_STACK.replace('USER_RAY', 'pass').replace(
+        'RAY_INIT_ARGS', "ray_init_args={'num_cpus': 2}")
+    done = _run(tmp_path, code, RAY_AUTH_MODE=None)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ['mean 3.0', 'workers 2'], done.stdout
+    assert done.stderr == ''
+
+
+@pytest.mark.slow
+def test_a_program_that_starts_ray_itself_hears_only_ray(tmp_path):
+    """``ray.init`` by the program: Ray's own lines are the program's to set (here
+    ``logging_level='ERROR'``), and the actors, whose output then reaches the driver
+    (``log_to_driver`` is Ray's default), print nothing."""
+    pytest.importorskip('ray')
+    code = RAY_STACK.replace(
+        'USER_RAY', "import ray; ray.init(num_cpus=2, include_dashboard=False, "
+        "logging_level='ERROR')").replace('RAY_INIT_ARGS', 'start=True')
+    done = _run(tmp_path, code, RAY_AUTH_MODE=None)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ['mean 3.0', 'workers 2'], done.stdout
     assert done.stderr == ''

@@ -22,3 +22,20 @@ def test_joining_a_cluster_leaves_the_address_to_ray():
         args = ray_init_arguments(address, {'num_cpus': 2}, True)
         assert '_node_ip_address' not in args
         assert args['address'] == address and args['num_cpus'] == 2 and args['log_to_driver']
+
+
+def test_starting_ray_drops_only_its_token_notice(caplog):
+    """`quiet_ray_start`: Ray's notice that it turned token authentication on is dropped while
+    simharness starts Ray; Ray's other warnings, and the notice afterwards, are kept."""
+    import logging
+
+    from simharness.runtime.ray.placement import RAY_TOKEN_NOTICE, quiet_ray_start
+    logger = logging.getLogger(RAY_TOKEN_NOTICE[0])
+    notice = RAY_TOKEN_NOTICE[1] + '. Set RAY_AUTH_MODE=disabled to opt out.'
+    with caplog.at_level(logging.WARNING, logger=RAY_TOKEN_NOTICE[0]):
+        with quiet_ray_start():
+            logger.warning(notice)
+            logger.warning('Token authentication is disabled for this Ray cluster.')
+        logger.warning(notice)
+    assert [r.getMessage() for r in caplog.records] == [
+        'Token authentication is disabled for this Ray cluster.', notice]

@@ -11,9 +11,10 @@ table into node-local core sets, one per actor, and each actor pins itself
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from simharness import errors as E
 from simharness.core.determinism import INTRA_OP_THREADS
@@ -67,6 +68,35 @@ def ray_init_arguments(address: Optional[str], ray_init_args: Mapping[str, Any],
         args['_node_ip_address'] = LOCAL_RAY_NODE_IP
     args.update(ray_init_args)
     return args
+
+
+#: The logger and the start of the notice Ray logs when ``ray.init`` starts a new local
+#: cluster with token authentication turned on by default (``RAY_AUTH_MODE`` unset).
+RAY_TOKEN_NOTICE = ('ray._private.authentication.authentication_token_setup',
+                    'Token authentication is enabled for this Ray cluster')
+
+
+class _DropTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(RAY_TOKEN_NOTICE[1])
+
+
+@contextlib.contextmanager
+def quiet_ray_start() -> Iterator[None]:
+    """Keeps Ray's token-authentication notice out of the user's terminal while
+    simharness starts Ray itself.
+
+    The notice says that Ray turned on its safe default for a cluster it creates;
+    authentication stays on (``RAY_AUTH_MODE`` still decides, as Ray documents).
+    Every other line Ray logs at WARNING or above still reaches stderr.
+    """
+    logger = logging.getLogger(RAY_TOKEN_NOTICE[0])
+    drop = _DropTokenNotice()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 def check_ray_arguments(num_workers: Optional[int], num_cpus_per_worker: float,

@@ -66,7 +66,7 @@ from simharness.runtime.pinning import WorkerPlacement
 from simharness.runtime.ray.placement import (DEFAULT_MAX_RESTARTS, DEFAULT_READY_TIMEOUT,
                                               check_ray_arguments, import_ray,
                                               placement_to_dict, plan_ray_placements,
-                                              ray_init_arguments)
+                                              quiet_ray_start, ray_init_arguments)
 from simharness.runtime.seam import RAY_ACTOR, load_host
 
 log = logging.getLogger(__name__)
@@ -425,9 +425,11 @@ class RayWorkers:
         if not ray.is_initialized():
             # Quiet by default: Ray's own daemons' log lines stay in its session
             # logs, unless the actors are asked to profile (their lines go to stderr).
-            # A local Ray listens on loopback only (ray_init_arguments).
-            ray.init(**ray_init_arguments(self.address, self.ray_init_args,
-                                          bool(self.worker_options.get('profile'))))
+            # A local Ray listens on loopback only (ray_init_arguments); the notice that
+            # Ray turned token authentication on is not shown (quiet_ray_start).
+            with quiet_ray_start():
+                ray.init(**ray_init_arguments(self.address, self.ray_init_args,
+                                              bool(self.worker_options.get('profile'))))
             self._owns_ray = True
         elif self.address is not None:
             log.info('Ray is already initialised in this process: address=%r is not used',
