@@ -8,6 +8,7 @@ are then made in that computation's graph.
 from __future__ import annotations
 
 import collections
+import re
 import logging
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import warnings
@@ -124,11 +125,37 @@ def from_keras_model(keras_model: Any, loss: Loss, input_spec: Any,
     elif not isinstance(metrics, list):
         raise SimharnessTypeError(f'metrics must be a list, got {type(metrics).__name__}',
                                   expected=list, actual=type(metrics))
+    if not keras_model.built:
+        _build_from_spec(keras_model, input_spec)
     if any(isinstance(layer, keras.layers.BatchNormalization) for layer in keras_model.layers):
         warnings.warn("Batch Normalization contains non-trainable variables that won't be "
                       'updated during the training. Consider using Group Normalization '
                       'instead.', UserWarning)
     return KerasModel(keras_model, input_spec, loss, loss_weights, metrics)
+
+
+def _build_from_spec(keras_model: Any, input_spec: Any) -> None:
+    """Builds a Keras model that has no weights yet for the inputs `input_spec` describes.
+
+    Keras 2 built ``Sequential([Embedding(...), ...])`` when it was made (its first layer
+    gave an input shape); Keras 3 builds it at its first call. TFF reads the model's
+    weights before any call: an unbuilt model would train no weight, silently.
+    """
+    x_spec = input_spec[variable.MODEL_ARG_NAME] if isinstance(input_spec, Mapping) \
+        else input_spec[0]
+
+    def example(spec: Any) -> Any:  # one example's batch: unknown dimensions as 1
+        return tf.zeros([1 if d is None else d for d in spec.shape], spec.dtype)
+    try:
+        keras_model(tf.nest.map_structure(example, x_spec))
+    except Exception as e:  # pylint: disable=broad-exception-caught  # Keras' errors vary
+        said = ' '.join(re.sub(r'\x1b\[[0-9;]*m', '', str(e)).split())[:300]  # one line
+        raise SimharnessValueError(
+            f'the Keras model has no weights yet (it was never built or called) and could not '
+            f'be built from input_spec {x_spec}: {said}. Give it an input shape (a first '
+            f'keras.Input or InputLayer layer) or build it before from_keras_model.') from e
+    if not keras_model.built:
+        keras_model.built = True  # called once: its weights exist
 
 
 def _weighted_mean_loss_metric(loss_fns: list, loss_weights: list) -> type:

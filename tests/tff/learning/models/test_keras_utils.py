@@ -269,3 +269,47 @@ def test_tff_model_from_keras_model_resets_metrics():
     assert int(model.report_local_unfinalized_metrics()['num_examples'][0]) == 2
     model.reset_metrics()
     assert [float(np.asarray(v)) for v in model.local_variables] == [0.0] * 6
+
+
+@pytest.mark.slow
+def test_an_unbuilt_keras_3_model_is_built_from_the_input_spec():
+    """Keras 3 builds ``Sequential([Embedding, GRU, Dense])`` at its first call (Keras 2,
+    which TFF used, when it was made): from_keras_model builds it from `input_spec`, so
+    that its weights are the model's trainable weights and FedAvg trains them."""
+    spec = (tf.TensorSpec([None, 5], tf.int64), tf.TensorSpec([None, 5], tf.int64))
+
+    def model_fn():
+        km = tf.keras.Sequential([tf.keras.layers.Embedding(12, 4),
+                                  tf.keras.layers.GRU(6, return_sequences=True),
+                                  tf.keras.layers.Dense(12)])
+        assert not km.built
+        return tff.learning.models.from_keras_model(
+            km, input_spec=spec,
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    assert len(model_fn().trainable_variables) == 6
+    process = tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5))
+    state = process.initialize()
+    before = [np.asarray(w) for w in process.get_model_weights(state).trainable]
+    data = [tf.data.Dataset.from_tensor_slices(
+        (np.arange(20).reshape(4, 5) % 12, (np.arange(20).reshape(4, 5) + 1) % 12)).batch(2)]
+    state = process.next(state, data).state
+    after = [np.asarray(w) for w in process.get_model_weights(state).trainable]
+    assert len(before) == 6 and any(not np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_a_model_that_cannot_be_built_from_the_spec_is_a_clear_error():
+    class NeedsTwo(tf.keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = tf.keras.layers.Dense(2)
+
+        def call(self, inputs):
+            a, b = inputs  # two inputs; the spec gives one
+            return self.dense(a) + self.dense(b)
+
+    with pytest.raises(ValueError, match=r'no weights yet .* Give it an input shape'):
+        tff.learning.models.from_keras_model(
+            NeedsTwo(), input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int32)),
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
