@@ -11,7 +11,7 @@ import threading
 from typing import Any, Dict, Iterator, Optional
 
 from simharness.errors import SimharnessError
-from simharness.runtime.local.options import DEFAULT_CLIENTS_PER_WORKER
+from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
 from simharness.tfquiet import import_tensorflow, initialize_devices, quiet_stderr
 
 SERVE_HELP = (

@@ -2,8 +2,8 @@
 
 A serialized TF computation runs in TF's graph runtime or, compiled, through
 XLA (``tf.function(jit_compile=True)``). On this project's CPUs XLA runs a
-block of client updates of the reference MLP 1.6x faster (docs/benchmarks.md),
-but compiling costs about a second per computation and per block size, and a
+block of client updates of the reference MLP faster (the compiled client computations'
+runs in docs/benchmarks-history.md), but compiling costs about a second per computation and per block size, and a
 compiled result may differ in the last bits from the graph runtime's. So the
 choice must be the same in every process and every run, whatever the layout:
 it is made by `decide` from the computation alone, never from a timing.

@@ -46,7 +46,7 @@ from simharness.runtime.grpc import auth as A
 from simharness.runtime.grpc import framing as G
 from simharness.runtime import protocol as P
 from simharness.hosts.local_worker import create_worker_pool
-from simharness.runtime.local.options import DEFAULT_CLIENTS_PER_WORKER
+from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
 from simharness.validation import check_int, check_number
 from simharness.runtime.proto import executor_service_pb2 as pb
 from simharness.runtime.proto import executor_service_pb2_grpc as pbg

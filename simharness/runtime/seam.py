@@ -30,6 +30,9 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Unio
 #: A handle's id: the worker's index (local and Ray) or the service's address (gRPC).
 WorkerId = Union[int, str]
 
+#: The most clients a worker runs through one TF call, by default (every transport).
+DEFAULT_CLIENTS_PER_WORKER = 256
+
 #: The hosts (`simharness.hosts`: they build the leaf executor) a transport starts when
 #: its caller gives none. Named, not imported: the runtime depends on no executor;
 #: `simharness.stacks` passes the objects themselves.

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from simharness.runtime.local.options import DEFAULT_CLIENTS_PER_WORKER  # noqa: F401
+from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER  # noqa: F401
 
 DEFAULT_STACKS = 'thread'
 _NAME = re.compile(r'^(thread|thread-debug|process)(?:-([1-9][0-9]*))?$')

@@ -9,10 +9,9 @@ import dataclasses
 from typing import Any, Mapping, Optional
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
 from simharness.validation import check_bool, check_int, check_number
 
-#: The most clients a worker runs through one TF call (bounds its memory).
-DEFAULT_CLIENTS_PER_WORKER = 256
 #: Initial size of each shared-memory arena (they grow).
 DEFAULT_ARENA_BYTES = 1 << 20
 #: Seconds to wait for a worker to report ready.

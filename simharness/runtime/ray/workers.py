@@ -61,7 +61,7 @@ import numpy as np
 from simharness import errors as E
 from simharness.runtime import protocol as P
 from simharness.runtime.inflight import InFlight
-from simharness.runtime.local.options import DEFAULT_CLIENTS_PER_WORKER
+from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
 from simharness.runtime.pinning import WorkerPlacement
 from simharness.runtime.ray.placement import (DEFAULT_MAX_RESTARTS, DEFAULT_READY_TIMEOUT,
                                               check_ray_arguments, import_ray,
