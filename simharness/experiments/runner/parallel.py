@@ -260,10 +260,14 @@ def _serve_points(cores: List[int]) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
+    stopping: List[int] = []
+
     def stop(signum: int, frame: object) -> None:  # pylint: disable=unused-argument
-        signal.signal(signum, signal.SIG_IGN)  # the first stops; the clean-up runs on
+        if stopping:  # the first signal stops the point; its clean-up runs to the end
+            return    # (Ctrl-C reaches the job, then the sweep's SIGTERM)
+        stopping.append(signum)
         raise KeyboardInterrupt(signal.Signals(signum).name)
-    for name in ('SIGTERM', 'SIGHUP'):
+    for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), stop)
     from simharness.experiments.config import config_from_dict
