@@ -40,3 +40,16 @@ class ClientSpec:
     max_elements: Optional[int] = attrs.field(default=None, validator=_OPTIONAL_POSITIVE_INT)
     shuffle_buffer_size: Optional[int] = attrs.field(default=None,
                                                      validator=_OPTIONAL_POSITIVE_INT)
+
+
+def shuffle_repeat_take(dataset: Any, spec: ClientSpec, shuffle_buffer_size: int,
+                        seed: Optional[int] = None) -> Any:
+    """The steps every task's preprocessing starts with (TFF's, in TFF's order): shuffle
+    (a buffer over 1), repeat `spec.num_epochs` times, take `spec.max_elements`."""
+    if shuffle_buffer_size > 1:
+        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
+    if spec.num_epochs > 1:
+        dataset = dataset.repeat(spec.num_epochs)
+    if spec.max_elements is not None:
+        dataset = dataset.take(spec.max_elements)
+    return dataset

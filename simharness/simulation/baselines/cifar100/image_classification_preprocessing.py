@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, Sequence
 import tensorflow as tf
 
 from simharness.simulation.baselines import client_spec
+from simharness.simulation.baselines.client_spec import shuffle_repeat_take
 
 __all__ = ['CIFAR_SHAPE', 'NUM_EXAMPLES_PER_CLIENT', 'TOTAL_FEATURE_SIZE', 'build_image_map',
            'create_preprocess_fn']
@@ -67,12 +68,7 @@ def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec,
     image_map = build_image_map(crop_shape, distort_image)
 
     def preprocess_fn(dataset: Any) -> Any:
-        if shuffle_buffer_size > 1:
-            dataset = dataset.shuffle(shuffle_buffer_size)
-        if preprocess_spec.num_epochs > 1:
-            dataset = dataset.repeat(preprocess_spec.num_epochs)
-        if preprocess_spec.max_elements is not None:
-            dataset = dataset.take(preprocess_spec.max_elements)
+        dataset = shuffle_repeat_take(dataset, preprocess_spec, shuffle_buffer_size)
         dataset = dataset.map(image_map, num_parallel_calls=num_parallel_calls)
         return dataset.batch(preprocess_spec.batch_size)
 

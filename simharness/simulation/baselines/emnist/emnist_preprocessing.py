@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from simharness.simulation.baselines import client_spec
+from simharness.simulation.baselines.client_spec import shuffle_repeat_take
 
 __all__ = ['MAX_CLIENT_DATASET_SIZE', 'create_preprocess_fn']
 
@@ -52,12 +53,7 @@ def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec,
     shuffle_buffer_size = preprocess_spec.shuffle_buffer_size or MAX_CLIENT_DATASET_SIZE
 
     def preprocess_fn(dataset: Any) -> Any:
-        if shuffle_buffer_size > 1:
-            dataset = dataset.shuffle(shuffle_buffer_size, seed=debug_seed)
-        if preprocess_spec.num_epochs > 1:
-            dataset = dataset.repeat(preprocess_spec.num_epochs)
-        if preprocess_spec.max_elements is not None:
-            dataset = dataset.take(preprocess_spec.max_elements)
+        dataset = shuffle_repeat_take(dataset, preprocess_spec, shuffle_buffer_size, seed=debug_seed)
         dataset = dataset.batch(preprocess_spec.batch_size, drop_remainder=False)
         return dataset.map(mapping_fn, num_parallel_calls=num_parallel_calls,
                            deterministic=debug_seed is not None)

@@ -11,6 +11,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from simharness.simulation.baselines import client_spec
+from simharness.simulation.baselines.client_spec import shuffle_repeat_take
 
 __all__ = ['CHAR_VOCAB', 'DEFAULT_SEQUENCE_LENGTH', 'DEFAULT_SHUFFLE_BUFFER_SIZE',
            'create_preprocess_fn', 'get_special_tokens']
@@ -72,12 +73,7 @@ def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec,
     shuffle_buffer_size = preprocess_spec.shuffle_buffer_size or DEFAULT_SHUFFLE_BUFFER_SIZE
 
     def preprocess_fn(dataset: Any) -> Any:
-        if shuffle_buffer_size > 1:
-            dataset = dataset.shuffle(shuffle_buffer_size)
-        if preprocess_spec.num_epochs > 1:
-            dataset = dataset.repeat(preprocess_spec.num_epochs)
-        if preprocess_spec.max_elements is not None:
-            dataset = dataset.take(preprocess_spec.max_elements)
+        dataset = shuffle_repeat_take(dataset, preprocess_spec, shuffle_buffer_size)
         to_tokens = _build_tokenize_fn(split_length=sequence_length + 1)
         dataset = dataset.map(to_tokens, num_parallel_calls=num_parallel_calls).unbatch()
         # Every snippet was padded to a multiple of sequence_length + 1: nothing is dropped.

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from simharness.simulation.baselines import client_spec
 from simharness.simulation.baselines.stackoverflow import constants
+from simharness.simulation.baselines.client_spec import shuffle_repeat_take
 
 __all__ = ['build_to_ids_fn', 'create_preprocess_fn']
 
@@ -60,12 +61,7 @@ def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec, word_vocab: li
                            or constants.DEFAULT_SHUFFLE_BUFFER_SIZE)
 
     def preprocess_fn(dataset: Any) -> Any:
-        if shuffle_buffer_size > 1:
-            dataset = dataset.shuffle(shuffle_buffer_size)
-        if preprocess_spec.num_epochs > 1:
-            dataset = dataset.repeat(preprocess_spec.num_epochs)
-        if preprocess_spec.max_elements is not None:
-            dataset = dataset.take(preprocess_spec.max_elements)
+        dataset = shuffle_repeat_take(dataset, preprocess_spec, shuffle_buffer_size)
         dataset = dataset.map(build_to_ids_fn(word_vocab, tag_vocab),
                               num_parallel_calls=num_parallel_calls)
         return dataset.batch(preprocess_spec.batch_size)

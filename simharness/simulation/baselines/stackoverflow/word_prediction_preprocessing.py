@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from simharness.simulation.baselines import client_spec
 from simharness.simulation.baselines.stackoverflow import constants
+from simharness.simulation.baselines.client_spec import shuffle_repeat_take
 
 __all__ = ['SpecialTokens', 'batch_and_split', 'build_to_ids_fn', 'create_preprocess_fn',
            'get_special_tokens', 'split_input_target']
@@ -101,12 +102,7 @@ def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec, vocab: list,
     def preprocess_fn(dataset: Any) -> Any:
         to_ids = build_to_ids_fn(vocab=vocab, max_sequence_length=sequence_length,
                                  num_out_of_vocab_buckets=num_out_of_vocab_buckets)
-        if shuffle_buffer_size > 1:
-            dataset = dataset.shuffle(shuffle_buffer_size)
-        if preprocess_spec.num_epochs > 1:
-            dataset = dataset.repeat(preprocess_spec.num_epochs)
-        if preprocess_spec.max_elements is not None:
-            dataset = dataset.take(preprocess_spec.max_elements)
+        dataset = shuffle_repeat_take(dataset, preprocess_spec, shuffle_buffer_size)
         dataset = dataset.map(to_ids, num_parallel_calls=num_parallel_calls)
         return batch_and_split(dataset, sequence_length, preprocess_spec.batch_size)
 
