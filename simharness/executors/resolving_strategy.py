@@ -31,14 +31,17 @@ A plan that a stream batch consumed and something else needs later is
 computed again (counted in `stream_stats['recomputed']`): client
 computations are pure functions, so the bits are the same. The Lazy graph,
 its translation into a typed stream plan (`runtime.stream_plan`) and the
-stream batches are `resolving_streams.StreamingStrategy`, a base of this class.
+stream batches are `resolving_streams.ClientStreams`, which the strategy owns
+(`client_streams`: given the frozen `ClientGroups` and the strategy's `_gather_groups`,
+`_embed_fn` and `replicate_now`); `stream`, `stream_slice` and `stream_stats` are its
+settings and counters, read and set through the strategy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections.abc
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -53,10 +56,10 @@ from simharness.data.sourced import SourcedClients
 from simharness.executors.base import BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
 from simharness.executors.resolving_streams import IN_PROCESS_STREAM_CLIENTS  # noqa: F401
-from simharness.executors.resolving_streams import StreamingStrategy
-from simharness.executors.strategy_plans import (ClientsPayload, Lazy, LazyLocal, LazyMap,
-                                                 LazySelect, LazyShared, LazySourced, LazyZip,
-                                                 StreamBatch, hosting_child, secure_params,
+from simharness.executors.resolving_streams import Busy, ClientStreams
+from simharness.executors.strategy_plans import (ClientGroups, ClientsPayload, Lazy, LazyLocal,
+                                                 LazyMap, LazySelect, LazyShared, LazySourced,
+                                                 LazyZip, hosting_child, secure_params,
                                                  targets_from_mapping)
 
 #: The most bytes of one worker group's clients' values (from the driver's Python) that ride
@@ -82,7 +85,7 @@ def _in_cohort(err: Exception, start: int) -> Exception:
     return err
 
 
-class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
+class FederatedResolvingStrategy(FederatingStrategy):
     """Runs intrinsics over a server child and groups of clients.
 
     Args:
@@ -95,23 +98,46 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
                  client_groups: Sequence[Tuple[BatchExecutor, int]]):
         super().__init__(executor)
         self._server = server
-        self._groups = [ex for ex, _ in client_groups]
-        self._sizes = [int(n) for _, n in client_groups]
-        self._starts = [sum(self._sizes[:i]) for i in range(len(self._sizes))]
-        self.num_clients = sum(self._sizes)
-        #: Whether reductions of client values made by maps, zips and selections stream
-        #: (computed and folded slice by slice in each group) instead of materializing them.
-        self.stream = True
-        #: Clients per streamed slice (None: each holder's batch bound, in whole chunks).
-        self.stream_slice: Optional[int] = None
-        #: Counters: reductions streamed, stream batches run, plans computed again.
-        self.stream_stats = {'reductions': 0, 'batches': 0, 'recomputed': 0}
-        self._batches: Dict[Any, StreamBatch] = {}
-        # Per invocation: intrinsics running now (not waiting for a stream batch), and an
-        # event set whenever none is; a batch runs only then, so that the reductions of a
-        # round whose arguments still need a round trip (a zero to materialize) join it.
-        self._busy: Dict[Any, int] = {}
-        self._idle: Dict[Any, asyncio.Event] = {}
+        #: The client groups (frozen), in client order.
+        self.groups = ClientGroups.of(client_groups)
+        #: Lazy client values and streamed reductions over the groups (see `resolving_streams`).
+        self.client_streams = ClientStreams(self.groups, server, gather=self._gather_groups,
+                                            embed_fn=self._embed_fn,
+                                            replicate=self.replicate_now)
+
+    @property
+    def num_clients(self) -> int:
+        """The number of clients, in all groups."""
+        return self.groups.num_clients
+
+    @property
+    def stream(self) -> bool:
+        """Whether reductions of client values made by maps, zips and selections stream
+        (computed and folded slice by slice in each group) instead of materializing them."""
+        return self.client_streams.stream
+
+    @stream.setter
+    def stream(self, on: bool) -> None:
+        self.client_streams.stream = on
+
+    @property
+    def stream_slice(self) -> Optional[int]:
+        """Clients per streamed slice (None: each holder's batch bound, in whole chunks)."""
+        return self.client_streams.stream_slice
+
+    @stream_slice.setter
+    def stream_slice(self, clients: Optional[int]) -> None:
+        self.client_streams.stream_slice = clients
+
+    @property
+    def stream_stats(self) -> Dict[str, int]:
+        """Counters: reductions streamed, stream batches run, plans computed again."""
+        return self.client_streams.stats
+
+    def busy(self) -> Busy:
+        """Marks the calling invocation as working in the federating layer (a context
+        manager: `ClientStreams.busy`)."""
+        return self.client_streams.busy()
 
     @classmethod
     def factory(cls, server: Any, client_groups: Optional[Sequence[Tuple[BatchExecutor, int]]] = None):
@@ -144,7 +170,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
 
     def close(self) -> None:
         seen = set()
-        for ex in [self._server] + self._groups:
+        for ex in [self._server, *self.groups.executors]:
             if id(ex) not in seen:
                 seen.add(id(ex))
                 ex.close()
@@ -153,7 +179,8 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
     def _fed(self, payload: Any, t: T.FederatedType) -> FederatingValue:
         return FederatingValue('federated', payload, t, self.executor)
 
-    async def _gather_groups(self, make) -> List[Any]:
+    async def _gather_groups(self, make: Callable[[int, BatchExecutor], Awaitable[Any]]
+                             ) -> List[Any]:
         """`make(g, ex)` for every group at once. An error naming a client by its position
         in its group's part (`client`, or `map_position` from a leaf's map) is raised
         naming the client by its position in the program's list (`at_client`)."""
@@ -165,8 +192,9 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
                 if state.get('_named_by') == id(self):  # by a group call inside this one
                     raise
                 state['_named_by'] = id(self)  # private: not sent with a worker's error
-                raise _in_cohort(e, self._starts[g] if g < len(self._starts) else 0)
-        return list(await asyncio.gather(*[run(g, ex) for g, ex in enumerate(self._groups)]))
+                raise _in_cohort(e, self.groups.starts[g] if g < len(self.groups.starts) else 0)
+        return list(await asyncio.gather(*[run(g, ex)
+                                           for g, ex in enumerate(self.groups.executors)]))
 
     async def _materialize(self, v: FederatingValue) -> Any:
         """A Python/tensor form of an unplaced or server value, for moving it."""
@@ -178,7 +206,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
                 return await v.payload.compute()
             for g, vals in enumerate(await self._as_clients(v)):
                 if vals:
-                    return (await self._groups[g].compute_many(vals[:1]))[0]
+                    return (await self.groups.executors[g].compute_many(vals[:1]))[0]
         return await v.compute()
 
     @staticmethod
@@ -195,7 +223,8 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         """Whether the driver's values for clients wait for the stream plan that uses them
         (`LazyLocal`, `LazyShared`): streaming on worker groups only (in-process groups
         take the values as they are)."""
-        return self._streams() and all(ex.worker_id is not None for ex in self._groups)
+        return (self.client_streams.streams_reduction()
+                and all(ex.worker_id is not None for ex in self.groups.executors))
 
     async def _replicate(self, py: Any, member: T.Type) -> Any:
         """`py` on every client: a `LazyShared` (sent with the stream plan that uses it) when
@@ -203,7 +232,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         if not self._plans_carry_values() or isinstance(py, ExecutorValue):
             return await self.replicate_now(py, member)
         lazy = LazyShared(py, member)
-        for ex in self._groups:  # prepared (checked, encoded) now, once for every group
+        for ex in self.groups.executors:  # prepared (checked, encoded) now, once for every group
             ex.share_value(py, member, lazy.forms)
         return lazy
 
@@ -214,10 +243,10 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         shared = {} if shared is None else shared
 
         async def one(g, ex):
-            if self._sizes[g] == 0:
+            if self.groups.sizes[g] == 0:
                 return []
             v = await ex.create_value(ex.share_value(py, member, shared), member)
-            return [v] * self._sizes[g]
+            return [v] * self.groups.sizes[g]
         return await self._gather_groups(one)
 
     def _elements(self, arg: FederatingValue, n: int) -> List[FederatingValue]:
@@ -234,7 +263,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         """The per-group values of a clients value (a lazy plan is computed first)."""
         self._check_clients(v)
         if isinstance(v.payload, Lazy):
-            return await self._force(v.payload)
+            return await self.client_streams.force(v.payload)
         return v.payload
 
     # ------------------------------------------------------------ values
@@ -260,10 +289,10 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
             return self._fed(LazyLocal(local, t.member), t)
 
         async def one(g, ex):
-            s = self._starts[g]
+            s = self.groups.starts[g]
             # A slice, not a list: lazy sequences (SourcedClients) stay lazy, so
             # that a worker can load its own clients.
-            part = value[s:s + self._sizes[g]]
+            part = value[s:s + self.groups.sizes[g]]
             return await ex.create_values(
                 part if not isinstance(part, tuple) else list(part), t.member)
         return self._fed(await self._gather_groups(one), t)
@@ -282,7 +311,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
                    and t.dtype != np.dtype(object) for t in leaves):
             return None  # what does not stack (`stack_python_values`), before stacking it
         row_bytes = sum(t.dtype.itemsize * int(np.prod(t.shape, dtype=np.int64)) for t in leaves)
-        if row_bytes * max(self._sizes, default=0) > INLINE_CLIENT_BYTES:
+        if row_bytes * max(self.groups.sizes, default=0) > INLINE_CLIENT_BYTES:
             return None
         # Stacked once for every group (each group's rows are a slice of them: one check and
         # one copy per leaf, not one per worker).
@@ -290,7 +319,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         if rows is None:
             return None
         return [[x[a:a + n] for x in rows] if n else None
-                for a, n in zip(self._starts, self._sizes)]
+                for a, n in zip(self.groups.starts, self.groups.sizes)]
 
     async def compute_federated_value(self, v: FederatingValue) -> Any:
         t = cast(T.FederatedType, v.type_signature)  # the type of a federated value
@@ -314,7 +343,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         if t.placement is T.SERVER:
             return self._fed((await self._server.create_selections([v.payload], index))[0], rt)
         if self.stream and not t.all_equal:
-            return self._fed(LazySelect(self._source(v), index), rt)
+            return self._fed(LazySelect(self.client_streams.source(v), index), rt)
         payload = await self._as_clients(v)
 
         async def one(g, ex):
@@ -342,7 +371,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         all_equal = value.type_signature.all_equal
         if self.stream and not all_equal:
             self._check_fn(fn)
-            return self._fed(LazyMap(self._source(value), fn), rt)
+            return self._fed(LazyMap(self.client_streams.source(value), fn), rt)
         payload = await self._as_clients(value)
         # A value equal on all clients is mapped once per group, unless the function
         # draws fresh random values: then, as in TFF, each client runs it.
@@ -365,7 +394,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         fn, value = self._elements(arg, 2)
         self._check_clients(value)
         if not self.num_clients:
-            return self._fed([[] for _ in self._groups], rt)
+            return self._fed([[] for _ in self.groups.executors], rt)
         member = cast(T.FederatedType, value.type_signature).member
         f = await self._embed_fn(fn, self._server)
         src = await self._server.create_value(await self._materialize(value), member)
@@ -389,8 +418,8 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         if arg.kind != 'federated' or cast(T.FederatedType, arg.type_signature).placement \
                 is not T.SERVER or not isinstance(arg.payload, ExecutorValue):
             return None
-        for g, ex in enumerate(self._groups):
-            if self._sizes[g] and not ex.can_share(arg.payload):
+        for g, ex in enumerate(self.groups.executors):
+            if self.groups.sizes[g] and not ex.can_share(arg.payload):
                 return None
         return arg.payload
 
@@ -403,10 +432,10 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
 
     async def _federated_eval_at_clients(self, arg, static, rt):
         async def one(g, ex):
-            if not self._sizes[g]:
+            if not self.groups.sizes[g]:
                 return []
             f = await self._embed_fn(arg, ex)
-            return await ex.create_map(f, None, count=self._sizes[g])
+            return await ex.create_map(f, None, count=self.groups.sizes[g])
         return self._fed(await self._gather_groups(one), rt)
 
     async def _federated_eval_at_server(self, arg, static, rt):
@@ -417,7 +446,7 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         """A (nested) struct of clients values as a lazy zip plan."""
         if v.kind == 'federated':
             self._check_clients(v)
-            return self._source(v)
+            return self.client_streams.source(v)
         if v.kind != 'struct':
             raise SimharnessTypeError(f'federated_zip needs federated values, got {v.type_signature}')
         return LazyZip([self._zip_plan(e) for _, e in v.payload], [n for n, _ in v.payload])
@@ -430,15 +459,15 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
             raise SimharnessTypeError(f'federated_zip needs federated values, got {v.type_signature}')
         cols = [await self._zip_rows(e, g) for _, e in v.payload]
         names = [n for n, _ in v.payload]
-        rows = [list(r) for r in zip(*cols)] if cols else [[] for _ in range(self._sizes[g])]
-        return await self._groups[g].create_structs(rows, names)
+        rows = [list(r) for r in zip(*cols)] if cols else [[] for _ in range(self.groups.sizes[g])]
+        return await self.groups.executors[g].create_structs(rows, names)
 
     async def _federated_zip_at_clients(self, arg, static, rt):
         if self.stream and not rt.all_equal and self.num_clients:
             return self._fed(self._zip_plan(arg), rt)
 
         async def one(g, ex):
-            if not self._sizes[g]:
+            if not self.groups.sizes[g]:
                 return []
             return await self._zip_rows(arg, g)
         return self._fed(await self._gather_groups(one), rt)
@@ -459,9 +488,10 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         n = self.num_clients
 
         async def one(g, ex):
-            if not self._sizes[g]:
+            if not self.groups.sizes[g]:
                 return None
-            return await ex.create_partial_reduction(kind, values_per_group[g], self._starts[g], n,
+            return await ex.create_partial_reduction(kind, values_per_group[g],
+                                                     self.groups.starts[g], n,
                                                      await params_for(ex))
         partials = [p for p in await self._gather_groups(one) if p is not None]
         return await self._reduction_result(kind, partials, server_params, rt.member)
@@ -499,8 +529,8 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
 
         async def same(ex):
             return params
-        if self._streams(value):
-            partials = await self._stream_partials(kind, [value], same)
+        if self.client_streams.streams_reduction(value):
+            partials = await self.client_streams.stream_partials(kind, [value], same)
             return self._fed(await self._reduction_result(kind, partials, params, rt.member), rt)
         payload = await self._as_clients(value)
         return self._fed(await self._reduce(kind, payload, same, params, rt), rt)
@@ -526,8 +556,9 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
             return {}
         self._check_clients(value)
         self._check_clients(weight)
-        if self._streams(value, weight):
-            partials = await self._stream_partials('weighted_mean', [value, weight], same)
+        if self.client_streams.streams_reduction(value, weight):
+            partials = await self.client_streams.stream_partials('weighted_mean', [value, weight],
+                                                                 same)
             return self._fed(await self._reduction_result('weighted_mean', partials, {}, rt.member),
                              rt)
         vp, wp = await self._as_clients(value), await self._as_clients(weight)
@@ -569,9 +600,9 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
                     'accumulate': await self._embed_fn(accumulate, ex),
                     'merge': await self._embed_fn(merge, ex)}
         self._check_clients(value)
-        if self._streams(value):
+        if self.client_streams.streams_reduction(value):
             server_params = await params_for(self._server)
-            partials = await self._stream_partials('aggregate', [value], params_for)
+            partials = await self.client_streams.stream_partials('aggregate', [value], params_for)
             acc = await self._reduction_result('aggregate', partials, server_params, rt.member)
             return self._fed(await self._server.create_call(report_fn, acc), rt)
         payload = await self._as_clients(value)
@@ -593,18 +624,18 @@ class FederatedResolvingStrategy(StreamingStrategy, FederatingStrategy):
         kp = await self._as_clients(keys)
         sv_py = await self._materialize(server_val)
         mk = int(np.asarray(await self._materialize(max_key)))
-        for g, ex in enumerate(self._groups):
+        for g, ex in enumerate(self.groups.executors):
             for i, k in enumerate(await ex.compute_many(kp[g]) if kp[g] else []):
                 arr = np.asarray(k.numpy() if hasattr(k, 'numpy') else k)
                 if arr.size and (arr.min() < 0 or arr.max() > mk):  # inclusive, as TFF's
                     raise SimharnessValueError(
-                        f'client {self._starts[g] + i}: keys {arr.tolist()} must lie in '
+                        f'client {self.groups.starts[g] + i}: keys {arr.tolist()} must lie in '
                         f'[0, {mk}] (max_key)')
         st = server_val.type_signature.member
         et = rt.member.element
 
         async def one(g, ex):
-            if not self._sizes[g]:
+            if not self.groups.sizes[g]:
                 return []
             sv = await ex.create_value(sv_py, st)
             f = await self._embed_fn(select_fn, ex)

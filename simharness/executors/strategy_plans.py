@@ -1,10 +1,11 @@
 """Plans and helpers of `FederatedResolvingStrategy` (see `resolving_strategy`).
 
+`ClientGroups` describes the clients' groups (frozen: executors, sizes, starts);
 `Lazy` describes client values not computed yet (`LazyMap`, `LazySelect`,
 `LazyZip`, clients by reference: `LazySourced`, or the driver's values not sent yet:
 `LazyLocal`, `LazyShared`), `Leaf` wraps computed ones
 inside a plan, `StreamBatch` gathers the reductions of one invocation that
-stream together, `Busy` marks an invocation working in the federating layer; `targets_from_mapping` and
+stream together; `targets_from_mapping` and
 `hosting_child` read TFF's ``{SERVER: ex, CLIENTS: [...]}`` strategy targets;
 `secure_params` gives a secure sum's per-leaf bounds and moduli.
 """
@@ -12,6 +13,7 @@ stream together, `Busy` marks an invocation working in the federating layer; `ta
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -21,6 +23,24 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.executors.base import BatchExecutor, ExecutorValue
 
 ClientsPayload = List[List[ExecutorValue]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientGroups:
+    """The clients in contiguous groups: group g, ``[starts[g], starts[g] + sizes[g])``, is
+    hosted by `executors[g]`; `num_clients` in all."""
+
+    executors: Tuple[BatchExecutor, ...]
+    sizes: Tuple[int, ...]
+    starts: Tuple[int, ...]
+    num_clients: int
+
+    @classmethod
+    def of(cls, client_groups: Sequence[Tuple[BatchExecutor, int]]) -> 'ClientGroups':
+        """The groups of ``[(executor, number of clients), ...]``, in client order."""
+        sizes = tuple(int(n) for _, n in client_groups)
+        return cls(tuple(ex for ex, _ in client_groups), sizes,
+                   tuple(sum(sizes[:i]) for i in range(len(sizes))), sum(sizes))
 
 
 class Lazy:
@@ -38,6 +58,12 @@ class Lazy:
         self.payload: Optional[ClientsPayload] = None
         self.streamed = False
         self._lock: Optional[asyncio.Lock] = None
+
+    def lock(self) -> asyncio.Lock:
+        """The lock under which the plan is computed once (made when first asked for)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
 
 
 class LazyMap(Lazy):
@@ -118,19 +144,6 @@ class Leaf:
     def __init__(self, payload: ClientsPayload, all_equal: bool):
         self.payload = payload
         self.all_equal = all_equal
-
-
-class Busy:
-    __slots__ = ('_strategy', '_key')
-
-    def __init__(self, strategy: Any, key: Any):
-        self._strategy, self._key = strategy, key
-
-    def __enter__(self) -> None:
-        self._strategy._enter(self._key)
-
-    def __exit__(self, *exc: Any) -> None:
-        self._strategy._leave(self._key)
 
 
 class StreamBatch:

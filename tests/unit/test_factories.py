@@ -20,7 +20,7 @@ def run(coro):
 
 
 def client_group_sizes(stack):
-    return stack.target.strategy._sizes  # ReferenceResolving -> Federating -> strategy
+    return list(stack.target.strategy.groups.sizes)  # ReferenceResolving -> Federating -> strategy
 
 
 def is_closed(stack):
