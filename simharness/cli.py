@@ -158,7 +158,7 @@ def _os_error(e: OSError, verbose: bool) -> int:
 def _reap_segments() -> None:
     """Removes the shared-memory segments earlier runs left when they were killed."""
     # pylint: disable-next=import-outside-toplevel
-    from simharness.runtime.shm import reap_orphaned_segments
+    from simharness.runtime.local.shm import reap_orphaned_segments
     reaped = reap_orphaned_segments()
     _log.info('reclaimed %d orphaned shared-memory segment(s) of dead simharness processes%s',
               len(reaped), f': {", ".join(reaped)}' if reaped else '')

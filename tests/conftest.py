@@ -162,7 +162,7 @@ def no_leaked_segments():
     runs only then: late in a pytest-xdist worker, over the heap of thousands
     of tests, each ``gc.collect()`` costs a few tenths of a second.
     """
-    from simharness.runtime.shm import list_leaked_segments
+    from simharness.runtime.local.shm import list_leaked_segments
     prefix = f'simharness_{os.getpid()}_'
     before = set(list_leaked_segments(prefix))
     yield

@@ -1,7 +1,7 @@
 """Packing nested trees of numpy arrays into a shared-memory arena (test helpers).
 
 The transports move a message's buffers themselves (`runtime/local/transport.py`);
-these helpers, once part of `simharness.runtime.shm`, are used only by the
+these helpers, once part of `simharness.runtime.local.shm`, are used only by the
 arena tests, which pack and unpack trees to check slots, alignment and views.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Tuple
 
 import numpy as np
 
-from simharness.runtime.shm import ALIGNMENT, ShmArena, SlotRef, _SHM_KINDS, _round_up
+from simharness.runtime.local.shm import ALIGNMENT, ShmArena, SlotRef, _SHM_KINDS, _round_up
 
 
 def _is_shm_array(x: Any) -> bool:

@@ -36,7 +36,7 @@ from simharness.runtime.local.options import (DEFAULT_ARENA_BYTES, DEFAULT_CLIEN
                                               DEFAULT_STOPPED_TIMEOUT, PoolOptions, WorkerConfig)
 from simharness.runtime.local.pool import WorkerPool
 from simharness.runtime.local.pool import build_pool
-from simharness.runtime.shm import ShmAttachment, SlotRef
+from simharness.runtime.local.shm import ShmAttachment, SlotRef
 from simharness.tfquiet import quiet_stderr
 
 

@@ -27,7 +27,7 @@ from simharness.experiments import atomic
 from simharness.experiments.config import dumps_toml
 from simharness.experiments.runner import rounds as seam  # the module of the run_round seam
 from simharness.experiments.runner.lock import check_not_running
-from simharness.runtime.shm import list_leaked_segments, reap_orphaned_segments
+from simharness.runtime.local.shm import list_leaked_segments, reap_orphaned_segments
 
 from experiment_helpers import TINY, read_json, temp_files
 

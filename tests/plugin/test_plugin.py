@@ -193,7 +193,7 @@ def test_plugin_import_is_light():
     # are pure Python; the worker pools, shared memory and transports may not.)
     code = ('import sys, simharness.pytest_plugin; '
             'print(sorted(m for m in ("tensorflow", "multiprocess", "simharness.stacks", '
-            '"simharness.runtime.local", "simharness.runtime.shm", "simharness.runtime.grpc", '
+            '"simharness.runtime.local", "simharness.runtime.local.shm", "simharness.runtime.grpc", '
             '"simharness.runtime.ray", "simharness.learning", "grpc") if m in sys.modules))')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                          check=True)

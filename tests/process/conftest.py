@@ -48,7 +48,7 @@ def _segments() -> set:
     running in parallel on the machine) are not ours to judge.
     """
     import os
-    from simharness.runtime.shm import list_leaked_segments
+    from simharness.runtime.local.shm import list_leaked_segments
     out = set()
     for name in list_leaked_segments():
         parts = name.split('_')
@@ -121,7 +121,7 @@ def no_leaks(request, stack_registry):
     procs_before = {p.pid for p in _worker_children()}
     # Every segment there now, whoever made it: one of another process (a test running in
     # parallel) that dies during this test would otherwise count as this test's.
-    from simharness.runtime.shm import list_leaked_segments
+    from simharness.runtime.local.shm import list_leaked_segments
     segs_before = set(list_leaked_segments())
     reactors_before = {t.ident for t in _reactors()}
     warm = request.getfixturevalue('warm_pool') if 'warm_pool' in request.fixturenames else None

@@ -23,7 +23,7 @@ import time
 import psutil
 import pytest
 
-from simharness.runtime.shm import SEGMENT_PREFIX, list_leaked_segments
+from simharness.runtime.local.shm import SEGMENT_PREFIX, list_leaked_segments
 
 
 TESTS = pathlib.Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""simharness.runtime.shm across processes: forked readers attach, read and never unlink.
+"""simharness.runtime.local.shm across processes: forked readers attach, read and never unlink.
 
 Moved from tests/unit/test_runtime_shm.py (unit tests start no process, issue 17).
 """
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from simharness.runtime.shm import ShmArena, ShmAttachment, list_leaked_segments
+from simharness.runtime.local.shm import ShmArena, ShmAttachment, list_leaked_segments
 from shm_trees import pack_tree, unpack_tree  # tests/shm_trees.py
 
 pytestmark = [pytest.mark.process, pytest.mark.usefixtures('no_leaked_segments')]

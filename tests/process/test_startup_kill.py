@@ -27,7 +27,7 @@ import uuid
 import psutil
 import pytest
 
-from simharness.runtime.shm import SEGMENT_PREFIX, list_leaked_segments
+from simharness.runtime.local.shm import SEGMENT_PREFIX, list_leaked_segments
 
 
 DRIVER = """

@@ -1,4 +1,4 @@
-"""Unit tests of simharness.runtime.shm (no TensorFlow, no process; the forked readers
+"""Unit tests of simharness.runtime.local.shm (no TensorFlow, no process; the forked readers
 are in tests/process/test_shm_across_processes.py)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.runtime import shm
-from simharness.runtime.shm import (ALIGNMENT, ShmArena, ShmAttachment, SlotRef,
+from simharness.runtime.local import shm
+from simharness.runtime.local.shm import (ALIGNMENT, ShmArena, ShmAttachment, SlotRef,
                                     list_leaked_segments, reap_orphaned_segments)
 from shm_trees import pack_tree, unpack_tree
 
@@ -472,8 +472,10 @@ def _module_level_imports(path):
     return names
 
 
-@pytest.mark.parametrize('module', ['__init__', 'shm', 'pinning', 'resources'])
+@pytest.mark.parametrize('module', ['__init__', 'local/__init__', 'local/shm', 'pinning',
+                                    'resources'])
 def test_runtime_imports_neither_tensorflow_nor_executors(module):
-    path = os.path.join(os.path.dirname(shm.__file__), f'{module}.py')
+    runtime = os.path.dirname(os.path.dirname(shm.__file__))  # simharness/runtime
+    path = os.path.join(runtime, f'{module}.py')
     for name in _module_level_imports(path):
         assert not name.startswith(('tensorflow', 'simharness.executors')), (module, name)

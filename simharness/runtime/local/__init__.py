@@ -1,5 +1,6 @@
 """The local wing of the runtime: worker processes on this machine, pipes and shared memory.
 
+- `shm`: shared-memory arenas (segments one process creates and others map).
 - `transport`: frames and buffers through shared memory.
 - `arenas`: the broadcast arena and response loans.
 - `process`: supervision of a worker process (start, liveness, death).

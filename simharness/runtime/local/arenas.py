@@ -7,7 +7,7 @@ from typing import Any, List, Optional, Sequence
 
 from simharness.errors import ExecutorClosedError
 from simharness.runtime.local import transport as L
-from simharness.runtime.shm import ShmArena
+from simharness.runtime.local.shm import ShmArena
 
 
 #: The `handle.WorkerHandle` that lent the arenas (handle.py imports this module).

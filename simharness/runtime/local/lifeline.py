@@ -33,7 +33,7 @@ import weakref
 from typing import Any, Callable, Dict, Optional
 
 
-from simharness.runtime.shm import (SEGMENT_PREFIX, creator_gone, list_leaked_segments,
+from simharness.runtime.local.shm import (SEGMENT_PREFIX, creator_gone, list_leaked_segments,
                                     stop_creating)
 
 try:

@@ -50,7 +50,7 @@ from simharness.runtime.local.handle import WorkerHandle
 from simharness.runtime.local.options import PoolOptions, check_worker_options  # noqa: F401
 from simharness.runtime.local.process import get_forkserver_context
 from simharness.runtime.local.reactor import _Reactor
-from simharness.runtime.shm import reap_orphaned_segments
+from simharness.runtime.local.shm import reap_orphaned_segments
 
 
 log = logging.getLogger(__name__)

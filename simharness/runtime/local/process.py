@@ -29,7 +29,7 @@ from simharness.runtime.local.lifeline import FORKSERVER_PARENT_ENV, driver_temp
 from simharness.runtime.local.options import (DEFAULT_LIVENESS_TIMEOUT,  # noqa: F401
                                               DEFAULT_START_TIMEOUT, DEFAULT_STOPPED_TIMEOUT)
 from simharness.runtime.seam import LOCAL_WORKER_MAIN, load_host
-from simharness.runtime.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
+from simharness.runtime.local.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
 
 
 #: The `pool.WorkerPool` that owns the process (pool.py imports this module).

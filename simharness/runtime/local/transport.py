@@ -35,7 +35,7 @@ import msgpack
 import numpy as np
 
 from simharness.core.buffers import fast_copyto, pooled_copy
-from simharness.runtime.shm import ShmArena, SlotRef
+from simharness.runtime.local.shm import ShmArena, SlotRef
 
 F_READY = 1
 F_START_ERROR = 2

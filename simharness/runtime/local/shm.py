@@ -252,10 +252,16 @@ class _Segment:
         return np.frombuffer(self._mmap, dtype=dtype, count=count,
                              offset=offset).reshape(shape)
 
+    @property
+    def mapping(self) -> Optional[mmap.mmap]:
+        """The segment's memory map (None once closed)."""
+        return self._mmap
+
     def copy_prefix_from(self, other: '_Segment', nbytes: int) -> None:
-        if self._mmap is None or other._mmap is None:
+        src_map = other.mapping
+        if self._mmap is None or src_map is None:
             raise SimharnessValueError('cannot copy between closed segments')
-        with memoryview(self._mmap) as dst, memoryview(other._mmap) as src:
+        with memoryview(self._mmap) as dst, memoryview(src_map) as src:
             dst[:nbytes] = src[:nbytes]
 
     def close(self) -> None:
