@@ -10,8 +10,8 @@ from simharness.runtime.local import transport as L
 from simharness.runtime.local.shm import ShmArena
 
 
-#: The `handle.WorkerHandle` that lent the arenas (handle.py imports this module).
-_WorkerHandle = Any
+#: The `request_queue.RequestQueue` that lent the arenas (it imports this module).
+_Lender = Any
 
 
 class _Slot:
@@ -113,10 +113,10 @@ class ResponseLoan:
     through it must not be used after its release.
     """
 
-    __slots__ = ('_handle', '_generation', '_names')
+    __slots__ = ('_lender', '_generation', '_names')
 
-    def __init__(self, handle: _WorkerHandle, generation: int, names: List[str]):
-        self._handle = handle
+    def __init__(self, lender: _Lender, generation: int, names: List[str]):
+        self._lender = lender
         self._generation = generation
         self._names = [names]  # popped once: release is exactly-once across threads
 
@@ -125,7 +125,7 @@ class ResponseLoan:
             names = self._names.pop()
         except IndexError:
             return
-        self._handle.acknowledge(names, self._generation)
+        self._lender.acknowledge(names, self._generation)
 
     def __del__(self) -> None:
         try:

@@ -1,31 +1,38 @@
-"""The local wing: requests to a worker process (queue, frames, answers, loans).
+"""The local wing: the driver side of one worker process (`WorkerHandle`, the seam's handle).
 
-Callers (any thread) `submit` requests; the pool's reactor pumps them into the
-worker's socket and reads the answers (`_pump`, `_flush`, `_read`, `_on_frame`).
+A `WorkerHandle` owns two objects and no resource of its own: the `WorkerProcess`
+(process.py: the process and its socket) and the `RequestQueue` (request_queue.py:
+the requests, their frames and the shared memory they travel through); each closes
+what it owns. Callers (any thread) `submit` requests; the pool's reactor polls the
+handle through the public methods of `reactor.Polled` (`poll_fds`, `on_wake`,
+`on_readable`, `on_writable`, `on_dead`, `check_liveness`, `fail_all`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import time
-from typing import Any, Callable, List, Optional
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from simharness.errors import ExecutorClosedError, WorkerCrashedError
-from simharness.runtime import protocol as P
-from simharness.runtime.local import transport as L
-from simharness.runtime.local.arenas import ResponseLoan
-from simharness.runtime.local.process import WorkerProcess, _Call
+from simharness.runtime import pinning
+from simharness.runtime.local.arenas import WorkerStats
+from simharness.runtime.local.process import WorkerProcess
+from simharness.runtime.local.request_queue import Call, RequestQueue
 
-#: Bytes asked of one read of a worker's socket.
-_READ_SIZE = 1 << 20
+#: The `pool.WorkerPool` that owns the handle (pool.py imports this module).
+_WorkerPool = Any
 
 
-class WorkerHandle(WorkerProcess):
+class WorkerHandle:
     """The driver side of one worker process.
 
     `submit` may be called from any thread; the pool's reactor does all
     I/O. `ensure_started` (re)starts the process when it is not running.
+
+    Attributes:
+      process: the `WorkerProcess` (replaced processes included: it starts each).
+      requests: the `RequestQueue` (it serves one generation of process at a time).
     """
 
     #: `submit(..., lend=True)` answers with views of the worker's memory and a loan.
@@ -33,6 +40,60 @@ class WorkerHandle(WorkerProcess):
     #: `submit`'s `locs` may place the first buffers only (a broadcast value leading a
     #: request): the others go into the worker's arena as usual.
     places_prefix = True
+
+    def __init__(self, pool: _WorkerPool, worker_id: int, placement: pinning.WorkerPlacement):
+        self.pool = pool
+        self.worker_id = worker_id
+        self.placement = placement
+        self.process = WorkerProcess(pool, worker_id, placement)
+        self.requests = RequestQueue()
+        # The worker's socket I/O (the queue's output buffer and its writes, reading
+        # answers): the reactor's, or a submitting thread's while it sends directly
+        # (`_send_directly`).
+        self._io_lock = threading.Lock()
+        self._start_lock = threading.Lock()  # one start at a time
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The pid of the worker's process (of the last one after it died; None before)."""
+        return self.process.pid
+
+    @property
+    def generation(self) -> int:
+        """The generation of the worker now in this slot (0: never started)."""
+        return self.requests.generation
+
+    @property
+    def stats(self) -> WorkerStats:
+        """Requests and bytes to and from the worker, as seen by the driver."""
+        return self.requests.stats
+
+    @property
+    def has_process(self) -> bool:
+        """Whether a process was started and not yet reaped (it may have died)."""
+        return self.process.exists
+
+    @property
+    def alive(self) -> bool:
+        return self.requests.is_open and self.process.alive
+
+    @property
+    def _live(self) -> bool:
+        # Requests of the current generation are taken (tests poll it to see the pool
+        # notice a death).
+        return self.requests.is_open
+
+    def ensure_started(self, timeout: Optional[float] = None) -> None:
+        """Starts the worker process unless it runs (blocking: a fresh one takes ~0.1-3 s)."""
+        with self._start_lock:
+            if self.pool.closed:
+                raise ExecutorClosedError('the worker pool is closed')
+            if self.requests.is_open:
+                return
+            self._reap()
+            self.process.start(self.pool.start_timeout if timeout is None else timeout)
+            self.requests.open(self.pool.arena_bytes)
+            self.pool.reactor.register(self)
 
     def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
                locs: Optional[List[Any]] = None,
@@ -54,25 +115,18 @@ class WorkerHandle(WorkerProcess):
             ``loan.release()`` (None when nothing is lent), instead of copies.
             For answers the caller reads once and drops (partial reductions).
         """
-        call = _Call(header, buffers, locs, op, on_done, lend, generation)
-        if locs is not None:
-            call.token = next(self._tokens)
-        with self._lock:
-            if self.pool.closed:
-                err: Optional[BaseException] = ExecutorClosedError('the worker pool is closed')
-            elif not self._live or generation != self.generation:
-                err = WorkerCrashedError(
-                    f'worker {self.worker_id} was replaced after a crash; its values are gone: run '
-                    'the computation again', worker_id=self.worker_id, pid=self.pid)
-            else:
-                err = None
-                self.queue.append(call)
-                self.stats.requests += 1
-                self.stats.bytes_to_worker += call.nbytes
+        call = Call(header, buffers, locs, op, on_done, lend, generation)
+        err: Optional[BaseException] = None
+        if self.pool.closed:
+            err = ExecutorClosedError('the worker pool is closed')
+        elif not self.requests.push(call):
+            err = WorkerCrashedError(
+                f'worker {self.worker_id} was replaced after a crash; its values are gone: run '
+                'the computation again', worker_id=self.worker_id, pid=self.pid)
         if err is not None:
             call.finish(error=err)
         elif not (self.pool.sends_directly and self._send_directly()):
-            self.pool._reactor.wake(self)
+            self.pool.reactor.wake(self)
         return call.future
 
     def _send_directly(self) -> bool:
@@ -88,137 +142,88 @@ class WorkerHandle(WorkerProcess):
         if not self._io_lock.acquire(blocking=False):
             return False
         try:
-            with self._lock:
-                if not self._live:
-                    return False
-            self._pump()
-            return self._flush()
+            if not self.requests.is_open:
+                return False
+            self.requests.pump()
+            return self.requests.flush(self.process.fd)
         finally:
             self._io_lock.release()
 
     def acknowledge(self, names: List[str], generation: int) -> None:
-        """The driver is done with these arenas of the worker (any thread; see `ResponseLoan`).
+        """The driver is done with these arenas of the worker (any thread; see `ResponseLoan`)."""
+        self.requests.acknowledge(names, generation)
 
-        The ACK leaves with the next request to the worker (`_pump` writes ACKs first),
-        without a wake-up of the reactor of its own: the worker needs its arena again only
-        to answer a request, which comes after the ACK; a worker that gets no request
-        keeps an arena it does not use. (A wake-up here made the reactor thread compete for
-        the GIL while the driver finished its round; the gain is within the noise of the
-        reference round on 2 cores: 0.920-0.930x against 0.918-0.925x, `tff.learning` over
-        the built-in round, three pairs.)
-        """
-        with self._lock:
-            if generation != self.generation or not self._live:
-                return  # a worker since replaced: its arenas are gone
-            self._acks.extend(names)
+    # ------------------------------------------------ what the reactor polls (`reactor.Polled`)
+    def poll_fds(self) -> Optional[Tuple[int, int]]:
+        """(socket, process sentinel) of the running worker; None when there is none."""
+        fd, sentinel = self.process.fd, self.process.sentinel
+        if fd is None or sentinel is None:
+            return None
+        return fd, sentinel
 
-    def _pump(self) -> None:
-        """Moves ACKs and queued requests into the output buffer (reactor thread)."""
-        with self._lock:
-            if self._acks:
-                self._out += L.frame_with_length(L.pack_frame(L.F_ACK, *self._acks))
-                self._acks = []
-            while self.queue and self._live:
-                call = self.queue[0]
-                if call.uses_arena and self._arena_busy:
-                    break  # the worker still reads the driver arena
-                self.queue.popleft()
-                try:
-                    placed = call.locs or []  # what the broadcast arena holds already
-                    locs = placed + L.write_buffers(self._arena, call.buffers[len(placed):])
-                except Exception as e:
-                    call.finish(error=e)
-                    continue
-                if call.uses_arena:
-                    self._arena_busy = True
-                call.buffers = []
-                self._out += L.frame_with_length(L.pack_frame(
-                    L.F_REQUEST, call.header, locs, call.token,
-                    0 if call.locs is None else len(call.locs)))
-                call.header = b''
-                call.sent_at = time.monotonic()
-                self.inflight.append(call)
+    def on_wake(self) -> bool:
+        """Requests were submitted: writes what the socket takes; True when all of it."""
+        with self._io_lock:
+            self.requests.pump()
+            return self.requests.flush(self.process.fd)
 
-    def _flush(self) -> bool:
-        """Writes what it can; True when everything was written."""
-        fd = self._fd
-        if fd is None:
-            return True
-        while self._out:
-            try:
-                n = os.write(fd, self._out)
-            except BlockingIOError:
-                return False
-            except OSError:
-                return True  # the worker is gone: its sentinel tells
-            del self._out[:n]
-        return True
+    def on_readable(self) -> Optional[bool]:
+        """Reads the answers, then writes as `on_wake`; None on EOF (the sentinel follows)."""
+        with self._io_lock:
+            fd = self.process.fd
+            if not self.requests.read(fd):
+                return None
+            self.requests.pump()  # answers free the driver arena for queued requests
+            return self.requests.flush(fd)
 
-    def _read(self) -> bool:
-        """Reads and dispatches responses; False on EOF (reactor thread)."""
-        fd = self._fd
-        if fd is None:
-            return False
-        while True:
-            try:
-                data = os.read(fd, _READ_SIZE)
-            except BlockingIOError:
-                return True
-            except OSError:
-                return False
-            if not data:
-                return False
-            for raw in self._reader.feed(data):
-                self._on_frame(L.unpack_frame(raw))
-            if len(data) < _READ_SIZE:
-                # Drained: the reactor's selector is level-triggered and calls again when
-                # more comes (a second read here only raised BlockingIOError: ~3 us a call).
-                return True
+    def on_writable(self) -> bool:
+        """The socket takes more: writes; True when all of it was written."""
+        with self._io_lock:
+            return self.requests.flush(self.process.fd)
 
-    def _on_frame(self, frame: list) -> None:
-        if frame[0] != L.F_RESPONSE:
-            return
-        with self._lock:
-            if not self.inflight:
-                return
-            call = self.inflight.popleft()
-            if call.uses_arena:
-                self._arena_busy = False
-            attachment = self._attachment
-        _, header, locs, retired, pinned, unpinned = frame
-        for name in retired:
-            # Arenas the worker closed or re-created bigger (under a new name): unmap.
-            self._worker_arenas.discard(name)
-            if attachment is not None and name in attachment.names:
-                attachment.release(name)
-        names = L.segment_names(locs)
-        self._worker_arenas.update(names)
-        with self._lock:
-            if pinned and call.token is not None and call.on_done is not None:
-                # The worker holds the broadcast in place (tensors of it live on): the
-                # read ends when it reports the token unpinned, not now.
-                self._pins[call.token], call.on_done = call.on_done, None
-            ended = [self._pins.pop(t) for t in unpinned if t in self._pins]
-        for release in ended:
-            release()
-        loan: Optional[ResponseLoan] = None
-        try:
-            if call.lend and names:
-                buffers = L.read_buffers(attachment, locs, copy=False)
-                loan = ResponseLoan(self, call.generation, names)
-            else:
-                buffers = L.read_buffers(attachment, locs, copy=True)
-                if names:
-                    self._out += L.frame_with_length(L.pack_frame(L.F_ACK, *names))
-            self.stats.bytes_from_worker += sum(len(b) if isinstance(b, bytes) else b.nbytes
-                                                for b in buffers)
-            resp = P.decode_message(header, buffers)
-        except Exception as e:
-            if loan is not None:
-                loan.release()
-            call.finish(error=e)
-            return
-        if not call.lend:
-            call.finish(resp)
-        elif not call.finish((resp, loan)) and loan is not None:
-            loan.release()  # nobody waits for it any more (cancelled)
+    def on_dead(self) -> None:
+        """The process exited: fails its requests and frees its resources."""
+        with self._start_lock:  # not while a caller restarts it
+            self.requests.fail_all(self.process.death_errors())
+            self._reap()
+
+    def check_liveness(self, now: float) -> None:
+        """Kills a worker whose oldest request is past its deadline, stopped or makes no
+        progress (`WorkerProcess.check_liveness`)."""
+        self.process.check_liveness(self.requests.oldest_sent(), now)
+
+    def fail_all(self, error_for: Callable[[Call], BaseException]) -> None:
+        """Stops taking requests and fails those queued or in flight."""
+        self.requests.fail_all(error_for)
+
+    # ---------------------------------------------------------------- end of a process
+    def _reap(self) -> None:
+        """Stops the process (if any) and frees everything its owners hold (idempotent)."""
+        self.requests.release_pins()  # its tensors of our broadcasts are gone with it
+        with self._io_lock:  # no write is under way on the socket closed below
+            self.process.disconnect()
+            self.requests.stop()
+        self.process.stop()
+        self.requests.free()
+
+    def close(self) -> None:
+        """Stops the worker: at once (SIGKILL) when a request is in flight, else cleanly."""
+        calls = self.requests.drain()
+        if calls:
+            self.process.kill()
+        for c in calls:
+            c.finish(error=ExecutorClosedError(
+                f'the worker pool was closed while worker {self.worker_id} ran {c.op}'))
+        self.pool.reactor.unregister(self)
+        self._reap()
+
+    def resource_usage(self) -> Dict[str, Any]:
+        """RSS (bytes) and CPU seconds of the worker process (psutil)."""
+        usage = self.process.usage() if self.alive else None
+        if usage is None:
+            return {'worker_id': self.worker_id, 'alive': False}
+        pid, rss, cpu = usage
+        return {'worker_id': self.worker_id, 'alive': True, 'pid': pid,
+                'rss_bytes': rss, 'cpu_seconds': cpu,
+                'requests': self.stats.requests, 'bytes_to_worker': self.stats.bytes_to_worker,
+                'bytes_from_worker': self.stats.bytes_from_worker}

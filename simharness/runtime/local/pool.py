@@ -11,8 +11,10 @@ WorkerPool (owned by a process_executor_factory, or shared by several)
                       read in place by every worker (a worker's tensors of it hold
                       the slot until they are freed: "pinned", then "unpinned")
   WorkerHandle k      (one per worker; its process is replaced after a crash)
+   WorkerProcess k
     process k         pinned per plan_workers(...)
-    socket (driver end, non-blocking, used only by the reactor)
+    socket (driver end, non-blocking, used by the reactor or a direct send)
+   RequestQueue k
     queue / inflight  requests not yet sent / sent and not yet answered (FIFO)
     driver arena k    created by the driver; the reactor writes request buffers,
                       worker k reads them (one request with buffers in flight)
@@ -26,7 +28,9 @@ Callers (any thread, any event loop) call `WorkerHandle.submit(...)`, which
 returns a `concurrent.futures.Future`; nothing blocks a thread per worker,
 and requests to different workers are in flight together. Every resource
 has one owner: the pool owns the reactor, the broadcast arena and the
-handles; a handle owns its process, socket and driver arena. `close()` is
+handles; a handle owns its `WorkerProcess` (the process and its socket) and
+its `RequestQueue` (the requests, the driver arena, the attachment to the
+worker's arenas), and each of those closes what it holds. `close()` is
 idempotent and reaps all.
 """
 
@@ -49,7 +53,7 @@ from simharness.runtime.local.arenas import BroadcastArena
 from simharness.runtime.local.handle import WorkerHandle
 from simharness.runtime.local.options import PoolOptions, check_worker_options  # noqa: F401
 from simharness.runtime.local.process import get_forkserver_context
-from simharness.runtime.local.reactor import _Reactor
+from simharness.runtime.local.reactor import Reactor
 from simharness.runtime.local.shm import reap_orphaned_segments
 
 
@@ -91,13 +95,13 @@ class WorkerPool:
         self.context = context if context is not None else get_forkserver_context()
         self.worker_target: Optional[Callable[..., Optional[str]]] = worker_target
         #: Submitting threads write requests to the workers themselves
-        #: (`WorkerHandle._send_directly`) while each worker can have a core of its own.
+        #: (`WorkerHandle.submit`) while each worker can have a core of its own.
         #: With more workers than cores, a write wakes a worker that takes the caller's
         #: core: the reactor thread writes them. (FedAvg reference round, 2 cores: with 2
         #: workers the benchmark's speed-up over the hand-written loop +0.02-0.05 in four
         #: pairs, the reactor's CPU -30 %; 16 workers sent directly: driver CPU up to +15 %.)
         self.sends_directly = len(self.placements) <= len(pinning.usable_cpus())
-        self._reactor = _Reactor(self)
+        self._reactor = Reactor(self)
         self.handles = [WorkerHandle(self, p.worker_id, p) for p in self.placements]
         self.broadcast = BroadcastArena(options.arena_bytes)
         self.closed = False
@@ -106,6 +110,11 @@ class WorkerPool:
         self._sessions = itertools.count(1)
         self._finalizer = weakref.finalize(self, _warn_unclosed, list(self.handles),
                                            self.broadcast, self._reactor)
+
+    @property
+    def reactor(self) -> Reactor:
+        """The pool's I/O thread (its handles register with it)."""
+        return self._reactor
 
     @property
     def num_workers(self) -> int:
@@ -199,8 +208,8 @@ class WorkerPool:
 
 
 def _warn_unclosed(handles: List[WorkerHandle], broadcast: BroadcastArena,
-                   reactor: _Reactor) -> None:
-    if any(h._proc is not None for h in handles):
+                   reactor: Reactor) -> None:
+    if any(h.has_process for h in handles):
         warnings.warn('a simharness WorkerPool was not closed; reaping its workers',
                       ResourceWarning, stacklevel=2)
     for h in handles:

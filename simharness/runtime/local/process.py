@@ -3,38 +3,34 @@
 A worker process is started from a forkserver that preloaded TensorFlow, runs the
 pool's `worker_target` (a host: `simharness.hosts.local_worker.worker_main`),
 reports READY, and is reaped (its segments unlinked) when it dies or is closed.
+`WorkerProcess` owns, and alone closes, the process and the driver's end of its
+socket; it knows no request (its `WorkerHandle` owns those).
 """
 
 from __future__ import annotations
 
-import collections
-import itertools
 import logging
 import os
 import select
 import signal
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import psutil
 
-from simharness.errors import (ExecutorClosedError, WorkerCrashedError, WorkerStartError,
-                               WorkerTimeoutError)
+from simharness.errors import WorkerCrashedError, WorkerStartError, WorkerTimeoutError
 from simharness.runtime import pinning
 from simharness.runtime.inflight import InFlight
 from simharness.runtime.local import transport as L
-from simharness.runtime.local.arenas import WorkerStats
 from simharness.runtime.local.lifeline import FORKSERVER_PARENT_ENV, driver_temp_dir, run_worker
-from simharness.runtime.local.options import (DEFAULT_LIVENESS_TIMEOUT,  # noqa: F401
-                                              DEFAULT_START_TIMEOUT, DEFAULT_STOPPED_TIMEOUT)
+from simharness.runtime.local.options import DEFAULT_STOPPED_TIMEOUT
+from simharness.runtime.local.shm import SEGMENT_PREFIX, list_leaked_segments
 from simharness.runtime.seam import LOCAL_WORKER_MAIN, load_host
-from simharness.runtime.local.shm import SEGMENT_PREFIX, ShmArena, ShmAttachment, list_leaked_segments
 
 
-#: The `pool.WorkerPool` that owns the process (pool.py imports this module).
+#: The `pool.WorkerPool` whose worker this is (pool.py imports this module).
 _WorkerPool = Any
-
 
 
 log = logging.getLogger(__name__)
@@ -115,73 +111,49 @@ class _NoMainReimport:
         return False
 
 
-class _Call(InFlight):
-    """One request on its way: what the reactor needs to send it and answer the caller."""
-
-    __slots__ = ('header', 'buffers', 'locs', 'uses_arena', 'sent_at', 'nbytes', 'lend',
-                 'generation', 'token')
-
-    def __init__(self, header: bytes, buffers: List[Any], locs: Optional[List[Any]], op: str,
-                 on_done: Optional[Callable[[], None]], lend: bool = False, generation: int = 0):
-        super().__init__(op, on_done)
-        self.lend = lend
-        self.generation = generation
-        self.token: Optional[int] = None  # placed (broadcast) buffers: the worker may pin them
-        self.header = header
-        self.buffers = buffers
-        self.locs = locs
-        rest = buffers if locs is None else buffers[len(locs):]  # not placed already
-        self.uses_arena = L.arena_bytes_needed(rest) > 0
-        self.sent_at = 0.0
-        # Bytes this request writes: none for buffers placed already (a broadcast,
-        # counted once by the broadcast arena).
-        self.nbytes = sum(b.nbytes for b in rest)
-
-
 class WorkerProcess:
-    """Supervision of one worker process: start, liveness, death, reaping (no requests).
+    """One worker process and the driver's end of its socket: start, liveness, death, reaping.
 
-    `WorkerHandle` adds the requests; the state is one object's (the reactor reads
-    both halves), the jobs are apart.
+    It owns the process (`start`, `kill`, `stop`), its socket (`fd`, closed by `stop`)
+    and the segments the process left behind (unlinked by `stop`); it knows no
+    request: the liveness check is given the oldest one in flight.
     """
 
     def __init__(self, pool: _WorkerPool, worker_id: int, placement: pinning.WorkerPlacement):
         self.pool = pool
         self.worker_id = worker_id
         self.placement = placement
-        self.generation = 0
-        self.stats = WorkerStats()
+        #: The pid of the last process started (None before the first).
         self.pid: Optional[int] = None
-        self._lock = threading.Lock()        # short sections: queue, inflight, state
-        # The worker's socket I/O (`_out` and its writes, reading answers): the reactor's,
-        # or a submitting thread's while it sends directly (`WorkerHandle._send_directly`).
-        self._io_lock = threading.Lock()
-        self._start_lock = threading.Lock()  # one start at a time
+        self._lock = threading.Lock()  # swaps of the process and its socket
         self._proc: Any = None
         self._conn: Any = None
         self._fd: Optional[int] = None
-        self._live = False
-        self._arena: Optional[ShmArena] = None
-        self._attachment: Optional[ShmAttachment] = None
-        self._worker_arenas: set = set()
-        self.queue: Deque[_Call] = collections.deque()
-        self.inflight: Deque[_Call] = collections.deque()
-        self._out = bytearray()
-        self._acks: List[str] = []  # worker arenas to acknowledge with the next pump
-        self._tokens = itertools.count()
-        # Broadcast reads the worker still holds in place (token -> release), until it
-        # reports them unpinned or dies.
-        self._pins: Dict[int, Callable[[], None]] = {}
-        self._reader = L.FrameReader()
-        self._arena_busy = False
         self._kill_error: Optional[BaseException] = None
         self._progress = (0.0, 0.0)  # (cpu seconds, when they last advanced)
         self._stopped_since: Optional[float] = None  # when the process was first seen stopped
 
     @property
-    def alive(self) -> bool:
+    def exists(self) -> bool:
+        """Whether a process was started and not yet stopped (it may have died)."""
+        return self._proc is not None
+
+    @property
+    def fd(self) -> Optional[int]:
+        """The driver's end of the socket (non-blocking; None unless connected)."""
+        return self._fd
+
+    @property
+    def sentinel(self) -> Optional[int]:
+        """A descriptor that becomes readable when the process ends (None without one)."""
         proc = self._proc
-        if not self._live or proc is None:
+        return None if proc is None else proc.sentinel
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process runs (one poll(2) of its sentinel)."""
+        proc = self._proc
+        if proc is None:
             return False
         # The sentinel is readable once the process is gone: one poll(2), where
         # `is_alive()` builds a selector per call (it ran once per request).
@@ -192,17 +164,12 @@ class WorkerProcess:
         except (OSError, ValueError):  # closed meanwhile
             return False
 
-    def ensure_started(self, timeout: Optional[float] = None) -> None:
-        """Starts the worker process unless it runs (blocking: a fresh one takes ~0.1-3 s)."""
-        with self._start_lock:
-            if self.pool.closed:
-                raise ExecutorClosedError('the worker pool is closed')
-            if self._live:
-                return
-            self._reap()
-            self._start(self.pool.start_timeout if timeout is None else timeout)
+    def start(self, timeout: float) -> None:
+        """Starts the process and waits for its READY.
 
-    def _start(self, timeout: float) -> None:
+        Raises `WorkerStartError` (the process stopped and reaped) when it does not
+        report READY within `timeout` seconds.
+        """
         from multiprocess.connection import wait as mp_wait
         target = self.pool.worker_target or load_host(LOCAL_WORKER_MAIN)
         ctx = self.pool.context
@@ -233,7 +200,7 @@ class WorkerProcess:
                 break
             if time.monotonic() >= deadline:
                 pid = proc.pid
-                self._reap()
+                self.stop()
                 raise WorkerStartError(f'worker {self.worker_id} (pid {pid}) did not start within '
                                        f'{timeout} s', worker_id=self.worker_id)
         if not frame or frame[0] != L.F_READY:
@@ -244,43 +211,38 @@ class WorkerProcess:
                 text, tb = frame[1], frame[2]
             else:
                 text, tb = f'it died while starting ({cause})', ''
-            self._reap()
+            self.stop()
             raise WorkerStartError(f'worker {self.worker_id} (pid {pid}) could not start: {text}',
                                    worker_id=self.worker_id, remote_traceback=tb)
-        arena = ShmArena(self.pool.arena_bytes)
         with self._lock:
             self.pid = frame[1]
-            self._worker_arenas = {frame[2]}
-            self._arena = arena
-            self._attachment = ShmAttachment()
             self._fd = parent.fileno()
             os.set_blocking(self._fd, False)
-            self._out = bytearray()
-            self._acks = []
-            self._reader = L.FrameReader()
-            self._arena_busy = False
             self._kill_error = None
             self._progress = (0.0, time.monotonic())
             self._stopped_since = None
-            self.generation += 1
-            self._live = True
-        self.pool._reactor.register(self)
 
-    def _reap(self) -> None:
-        """Stops the process (if any) and frees everything this handle owns (idempotent)."""
+    def disconnect(self) -> None:
+        """No I/O starts on the socket any more (`fd` is None); `stop` closes it."""
         with self._lock:
-            pins, self._pins = self._pins, {}
-        for release in pins.values():  # its tensors of our broadcasts are gone with it
-            release()
-        with self._io_lock, self._lock:  # no write is under way on the fd closed below
+            self._fd = None
+
+    def kill(self) -> None:
+        """SIGKILL to the process, if there is one (`stop` reaps it)."""
+        proc = self._proc
+        if proc is not None and proc.pid:
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        """Stops the process (asked to, then SIGKILL), closes the socket and unlinks the
+        segments the process left (idempotent)."""
+        with self._lock:
             proc, conn = self._proc, self._conn
             self._proc = self._conn = None
             self._fd = None
-            self._live = False
-            attachment, self._attachment = self._attachment, None
-            arena, self._arena = self._arena, None
-            names = set(self._worker_arenas)
-            self._worker_arenas = set()
             pid = self.pid
         if conn is not None:
             try:
@@ -299,73 +261,19 @@ class WorkerProcess:
                 pass
         if conn is not None:
             conn.close()
-        if attachment is not None:
-            attachment.close()
-        if arena is not None:
-            arena.close()
-        # A worker unlinks its own arena when it exits cleanly; after a crash
-        # the driver does it: segment names carry their creator's pid.
+        # A worker unlinks its own segments (its arenas) when it exits cleanly; after a
+        # crash the driver does it: segment names carry their creator's pid.
         if pid is not None:
             prefix = f'{SEGMENT_PREFIX}{pid}_'
-            names.update(n for n in list_leaked_segments() if n.startswith(prefix))
-        for name in names:
-            try:
-                os.unlink(os.path.join('/dev/shm', name))
-            except FileNotFoundError:
-                pass
+            for name in list_leaked_segments():
+                if name.startswith(prefix):
+                    try:
+                        os.unlink(os.path.join('/dev/shm', name))
+                    except FileNotFoundError:
+                        pass
 
-    def close(self) -> None:
-        """Stops the worker: at once (SIGKILL) when a request is in flight, else cleanly."""
-        with self._lock:
-            busy = bool(self.inflight or self.queue)
-            proc = self._proc
-            calls = list(self.inflight) + list(self.queue)
-            self.inflight.clear()
-            self.queue.clear()
-            self._live = False
-        if busy and proc is not None and proc.pid:
-            try:
-                os.kill(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for c in calls:
-            c.finish(error=ExecutorClosedError(
-                f'the worker pool was closed while worker {self.worker_id} ran {c.op}'))
-        self.pool._reactor.unregister(self)
-        self._reap()
-
-    def resource_usage(self) -> Dict[str, Any]:
-        """RSS (bytes) and CPU seconds of the worker process (psutil)."""
-        proc = self._proc
-        if not self.alive or proc is None:
-            return {'worker_id': self.worker_id, 'alive': False}
-        try:
-            p = psutil.Process(proc.pid)
-            with p.oneshot():
-                mem = p.memory_info()
-                cpu = p.cpu_times()
-        except psutil.Error:
-            return {'worker_id': self.worker_id, 'alive': False}
-        return {'worker_id': self.worker_id, 'alive': True, 'pid': proc.pid,
-                'rss_bytes': mem.rss, 'cpu_seconds': cpu.user + cpu.system,
-                'requests': self.stats.requests, 'bytes_to_worker': self.stats.bytes_to_worker,
-                'bytes_from_worker': self.stats.bytes_from_worker}
-
-    def _fail_all(self, error_for: Callable[[_Call], BaseException]) -> None:
-        with self._lock:
-            calls = list(self.inflight) + list(self.queue)
-            self.inflight.clear()
-            self.queue.clear()
-            self._live = False
-        for c in calls:
-            c.finish(error=error_for(c))
-
-    def _died(self) -> None:
-        """The process exited (reactor thread): fail its requests, free its resources."""
-        with self._start_lock:  # not while a caller restarts it
-            self._died_locked()
-
-    def _died_locked(self) -> None:
+    def death_errors(self) -> Callable[[InFlight], BaseException]:
+        """After the process exited: the error of each request it had (joins it first)."""
         proc = self._proc
         if proc is not None:
             proc.join(2)
@@ -374,27 +282,40 @@ class WorkerProcess:
         kill_error = self._kill_error
         cause = _likely_cause(exitcode)
 
-        def error(c: _Call) -> BaseException:
+        def error(c: InFlight) -> BaseException:
             if kill_error is not None:
                 return kill_error
             return WorkerCrashedError(
                 f'worker {self.worker_id} (pid {pid}) died while running {c.op}: {cause}; it will '
                 'be replaced on next use', worker_id=self.worker_id, pid=pid, exitcode=exitcode,
                 likely_cause=cause)
-        self._fail_all(error)
-        self._reap()
+        return error
 
-    def _check_liveness(self, now: float) -> None:
-        """Kills a worker whose oldest request is past its deadline, stopped or makes no progress.
+    def usage(self) -> Optional[Tuple[int, int, float]]:
+        """(pid, RSS in bytes, CPU seconds) of the process (psutil); None without one."""
+        proc = self._proc
+        if proc is None:
+            return None
+        try:
+            p = psutil.Process(proc.pid)
+            with p.oneshot():
+                mem = p.memory_info()
+                cpu = p.cpu_times()
+        except psutil.Error:
+            return None
+        return proc.pid, mem.rss, cpu.user + cpu.system
+
+    def check_liveness(self, call: Optional[Any], now: float) -> None:
+        """Kills the process when `call`, its oldest request in flight (None: there is
+        none), is past its deadline, or the process is stopped or makes no progress.
 
         A stopped process (SIGSTOP, a debugger: /proc state T or t) is seen from
         its state at once and fails the call after `stopped_timeout`; a worker
         busy in one long TF call runs or sleeps (state R or S) and is only ever
         judged by `request_timeout` and, if it uses no CPU, `liveness_timeout`.
+        The requests then fail with the `WorkerTimeoutError` `death_errors` gives.
         """
-        with self._lock:
-            call = self.inflight[0] if self.inflight else None
-            proc = self._proc
+        proc = self._proc
         if call is None or proc is None or self._kill_error is not None:
             self._stopped_since = None
             return

@@ -1,4 +1,8 @@
-"""The local wing: the pool's one I/O thread (a selector over every worker's socket and sentinel)."""
+"""The local wing: the pool's one I/O thread (a selector over every worker's socket and sentinel).
+
+The reactor knows the workers only as `Polled` objects (the pool's `WorkerHandle`s)
+and calls their public methods alone.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,9 @@ import selectors
 import threading
 import time
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from simharness.errors import ExecutorClosedError
-from simharness.runtime.local.handle import WorkerHandle
 
 
 #: The `pool.WorkerPool` of the reactor (pool.py imports this module).
@@ -21,7 +24,35 @@ _WorkerPool = Any
 log = logging.getLogger(__name__)
 
 
-class _Reactor:
+class Polled(Protocol):
+    """What the reactor polls: one worker's socket and process sentinel (a `WorkerHandle`).
+
+    The reactor thread calls these; each takes the locks it needs.
+    """
+
+    def poll_fds(self) -> Optional[Tuple[int, int]]:
+        """(socket, process sentinel) of the running worker; None when there is none."""
+
+    def on_wake(self) -> bool:
+        """Requests were submitted: writes what the socket takes; True when all of it."""
+
+    def on_readable(self) -> Optional[bool]:
+        """Reads the answers, then writes as `on_wake`; None on EOF (the sentinel follows)."""
+
+    def on_writable(self) -> bool:
+        """The socket takes more: writes; True when all of it was written."""
+
+    def on_dead(self) -> None:
+        """The process exited: fails its requests and frees its resources."""
+
+    def check_liveness(self, now: float) -> None:
+        """Kills a worker whose oldest request is past its deadline or that makes no progress."""
+
+    def fail_all(self, error_for: Callable[[Any], BaseException]) -> None:
+        """Fails every request queued or in flight."""
+
+
+class Reactor:
     """The pool's I/O thread: a selector over every worker's socket and sentinel."""
 
     def __init__(self, pool: _WorkerPool):
@@ -33,9 +64,9 @@ class _Reactor:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._lock = threading.Lock()
         self._dirty: set = set()
-        self._register: List[WorkerHandle] = []
-        self._unregister: List[Tuple[WorkerHandle, threading.Event]] = []
-        self._registered: Dict[WorkerHandle, tuple] = {}
+        self._register: List[Polled] = []
+        self._unregister: List[Tuple[Polled, threading.Event]] = []
+        self._registered: Dict[Polled, tuple] = {}
         self._stopping = False
         # A byte is in the wake pipe (or about to be): later wake-ups need not write
         # another (one write per batch of submits, not one per request).
@@ -52,7 +83,7 @@ class _Reactor:
                                             daemon=True)
             self._thread.start()
 
-    def wake(self, handle: Optional[WorkerHandle] = None) -> None:
+    def wake(self, handle: Optional[Polled] = None) -> None:
         with self._lock:
             if handle is not None:
                 self._dirty.add(handle)
@@ -65,12 +96,12 @@ class _Reactor:
         except (BlockingIOError, OSError):
             pass  # a wake-up is already pending (or we are closing)
 
-    def register(self, handle: WorkerHandle) -> None:
+    def register(self, handle: Polled) -> None:
         with self._lock:
             self._register.append(handle)
         self.wake(handle)
 
-    def unregister(self, handle: WorkerHandle) -> None:
+    def unregister(self, handle: Polled) -> None:
         """Forgets `handle` (waits until the reactor has let go of its fds)."""
         done = threading.Event()
         with self._lock:
@@ -82,7 +113,7 @@ class _Reactor:
         if threading.current_thread() is not self._thread:
             done.wait(10)
 
-    def _drop(self, handle: WorkerHandle) -> None:
+    def _drop(self, handle: Polled) -> None:
         keys = self._registered.pop(handle, None)
         if keys:
             for fd in keys:
@@ -116,7 +147,7 @@ class _Reactor:
             pool = self._pool_ref()
             if pool is not None:
                 for h in pool.handles:
-                    h._fail_all(lambda c: ExecutorClosedError(
+                    h.fail_all(lambda c: ExecutorClosedError(
                         'the worker pool reactor failed (see the log)'))
 
     def _loop(self) -> None:
@@ -133,23 +164,22 @@ class _Reactor:
                 done.set()
             for h in registering:
                 self._drop(h)
-                fd, proc = h._fd, h._proc
-                if fd is None or proc is None:
+                fds = h.poll_fds()
+                if fds is None:
                     continue
+                fd, sentinel = fds
                 self._sel.register(fd, selectors.EVENT_READ, (h, 'io'))
-                self._sel.register(proc.sentinel, selectors.EVENT_READ, (h, 'sentinel'))
-                self._registered[h] = (fd, proc.sentinel)
+                self._sel.register(sentinel, selectors.EVENT_READ, (h, 'sentinel'))
+                self._registered[h] = (fd, sentinel)
             with self._lock:
                 dirty, self._dirty = self._dirty, set()
             if timed_out and dirty:
                 self.late_pickups += 1
             for h in dirty:
                 if h in self._registered:
-                    with h._io_lock:
-                        h._pump()
-                        self._flush(h)
+                    self._watch_writes(h, h.on_wake())
             # The same pace busy or idle: a request sent directly by its caller
-            # (`WorkerHandle._send_directly`) does not wake this thread, and its
+            # (`WorkerHandle.submit`, sent directly) does not wake this thread, and its
             # worker's liveness is checked every 0.25 s all the same.
             events = self._sel.select(0.25)
             timed_out = not events
@@ -172,25 +202,26 @@ class _Reactor:
                     continue
                 if what == 'sentinel':
                     self._drop(h)
-                    h._died()
+                    h.on_dead()
                     continue
-                with h._io_lock:
-                    if mask & selectors.EVENT_READ:
-                        if not h._read():
-                            continue  # EOF: the sentinel follows
-                        h._pump()  # answers free the driver arena for queued requests
-                    self._flush(h)
+                if mask & selectors.EVENT_READ:
+                    done = h.on_readable()  # answers free the driver arena for queued requests
+                    if done is None:
+                        continue  # EOF: the sentinel follows
+                else:
+                    done = h.on_writable()
+                self._watch_writes(h, done)
             now = time.monotonic()
             if now - last_check >= 0.25:
                 last_check = now
                 for h in list(self._registered):
-                    h._check_liveness(now)
+                    h.check_liveness(now)
 
-    def _flush(self, h: WorkerHandle) -> None:
+    def _watch_writes(self, h: Polled, done: bool) -> None:
+        """Selects `h`'s socket for writing too while it has bytes left (`done` False)."""
         keys = self._registered.get(h)
         if not keys:
             return
-        done = h._flush()
         events = selectors.EVENT_READ | (0 if done else selectors.EVENT_WRITE)
         try:
             if self._sel.get_key(keys[0]).events != events:
