@@ -125,7 +125,7 @@ MATERIALIZE_MAX_ELEMENTS = 4096
 MATERIALIZE_MAX_BYTES = 64 << 20
 
 
-def materialize(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
+def materialize(ds: Any, t: T.SequenceType, unknown_size: bool = False) -> Optional[TensorBatches]:
     """The elements of a small finite dataset, read once, as a `TensorBatches`.
 
     For pipelines `recognize` cannot read without running them (``repeat``,
@@ -136,8 +136,13 @@ def materialize(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
     reads the dataset afresh, so a pipeline with randomness gives new draws
     per call as it would under `tf.data`.
 
-    None when the dataset is infinite, of unknown or large size (more than
-    `MATERIALIZE_MAX_ELEMENTS` elements or `MATERIALIZE_MAX_BYTES` bytes),
+    With `unknown_size`, a dataset whose size TF cannot tell (``unbatch``,
+    ``filter``: the text tutorials' pipelines) is read too, up to the limits
+    below: only a fresh copy (`read_fresh`) is read so, which a second read
+    gives again as a computation would read it.
+
+    None when the dataset is infinite, of unknown size (unless `unknown_size`) or
+    large (more than `MATERIALIZE_MAX_ELEMENTS` elements or `MATERIALIZE_MAX_BYTES` bytes),
     empty, not of element type ``t.element``, or has elements that fit
     neither layout.
     """
@@ -145,14 +150,18 @@ def materialize(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
         return None
     try:
         count = int(ds.cardinality())
-        if count < 1 or count > MATERIALIZE_MAX_ELEMENTS:
+        unknown = unknown_size and count == int(tf.data.UNKNOWN_CARDINALITY)
+        if not unknown and (count < 1 or count > MATERIALIZE_MAX_ELEMENTS):
             return None  # empty, infinite (-1) or unknown (-2): left to tf.data
         if not t.element.is_assignable_from(T.from_tf_structure(ds.element_spec)):
             return None
         leaf_types = T.flatten_type(t.element)
         if not all(isinstance(l, T.TensorType) and l.shape is not None for l in leaf_types):
             return None
-        if all(len(l.shape) >= 1 and l.shape[0] is None for l in leaf_types) and all(
+        # one traced call reads every element: batches of open leading size, or elements of
+        # one static shape each (``batch(b, drop_remainder=True)``, as the text tutorials)
+        if (all(len(l.shape) >= 1 and l.shape[0] is None for l in leaf_types)
+                or all(len(l.shape) >= 1 and l.is_fully_defined for l in leaf_types)) and all(
                 s.shape.rank is not None and s.shape.rank >= 1
                 for s in tf.nest.flatten(ds.element_spec)):
             fast = _read_batches(ds, t)
@@ -161,6 +170,8 @@ def materialize(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
         rows: List[List[Any]] = []
         nbytes = 0
         for elem in ds:
+            if len(rows) >= MATERIALIZE_MAX_ELEMENTS:
+                return None  # a dataset of unknown size larger than the limit
             leaves = element_leaves(elem, t.element)
             nbytes += sum(int(x.shape.num_elements() or 0) * x.dtype.size for x in leaves)
             if nbytes > MATERIALIZE_MAX_BYTES or any(x.dtype == tf.variant for x in leaves):
@@ -365,6 +376,8 @@ def _batches_of(sizes_t: Any, flat: Any, spec: Any, t: T.SequenceType) -> Option
     if per_leaf.ndim != 2 or not len(per_leaf) or (per_leaf != per_leaf[:, :1]).any():
         return None
     sizes = [int(s) for s in per_leaf[:, 0]]
+    if len(sizes) > MATERIALIZE_MAX_ELEMENTS:
+        return None
     if sum(int(x.shape.num_elements() or 0) * x.dtype.size for x in flat) > \
             MATERIALIZE_MAX_BYTES:
         return None
@@ -486,7 +499,7 @@ def read_fresh(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
         graph = serialized_graph(ds)
         if graph is None:
             return materialize(ds, t)
-        tb = materialize(fresh_copy(ds), t)
+        tb = materialize(fresh_copy(ds), t, unknown_size=True)
         keep = tb is not None and graph_is_repeatable(graph)
     if tb is not None and keep:
         if reads is None:

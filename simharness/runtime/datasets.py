@@ -133,7 +133,7 @@ class BlobReader:
         ds = self._from_blob(blob)
         if other or first:
             return ds
-        tb = materialize(ds, T.SequenceType(blob.element_type)) \
+        tb = materialize(ds, T.SequenceType(blob.element_type), unknown_size=True) \
             if graph_is_repeatable(blob.graph) else None
         with self._lock:
             if tb is None:

@@ -50,6 +50,10 @@ PIPELINES = {
     'interleave': lambda k: tf.data.Dataset.range(3).interleave(
         lambda i: _base(k).skip(i * 8).take(8), cycle_length=2, block_length=3).batch(5),
     'unbatched_rows': lambda k: _base(k).shuffle(24, seed=11),
+    # TFF's text-generation tutorial: unbatch (a size TF cannot tell) -> batch(drop) ->
+    # shuffle(seed) -> batch(drop) -> map: elements of one static shape
+    'text_tutorial': lambda k: _base(k).batch(5).unbatch().batch(3, drop_remainder=True).shuffle(
+        8, seed=5).batch(2, drop_remainder=True).map(lambda e: OD(x=e['x'] + 1, y=e['y'])),
 }
 
 
@@ -96,7 +100,7 @@ def test_reused_datasets_read_their_first_order_on_every_call(stack, name):
             list(ds.take(3))
 
 
-@pytest.mark.parametrize('name', ['tutorial', 'shuffle_then_repeat'])
+@pytest.mark.parametrize('name', ['tutorial', 'shuffle_then_repeat', 'text_tutorial'])
 def test_new_datasets_every_round_read_the_same_elements(stack, name):
     make = PIPELINES[name]
     want = [_first_read(make(k)) for k in range(NUM_CLIENTS)]
