@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from simharness.core.buffers import POOL, split_elementwise
-from simharness.core.struct import Struct
+from simharness.core.struct import Struct, struct_like
 from simharness.core.structure import flatten, map_nest, map_structure
 from simharness.errors import SimharnessValueError
 
@@ -183,11 +183,23 @@ class Reducer:
         b.feed(values)
         return b.finish()
 
+    # ------------------------------------------------------------ folds
+    def start_chunk(self, value: Any) -> Any:
+        """The accumulator of a chunk whose first value is `value` (the `start` function)."""
+        return self._start(value)
+
+    def fold(self, acc: Any, value: Any) -> Any:
+        """`acc` with `value` folded in (the `accumulate` function)."""
+        return self._accumulate(acc, value)
+
     # ------------------------------------------------------------ tree
-    def _chunk_end(self, c: int) -> int:
+    def chunk_end(self, c: int) -> int:
+        """One past the last client index of chunk `c`."""
         return min((c + 1) * self.chunk, self.total)
 
-    def _insert(self, nodes: Dict[Node, Any], level: int, index: int, value: Any) -> None:
+    def insert_node(self, nodes: Dict[Node, Any], level: int, index: int, value: Any) -> None:
+        """Puts the closed tree node (`level`, `index`) into `nodes`, merging it with its
+        sibling there (and the merged node with its own sibling, and so on up)."""
         while True:
             sib = (level, index ^ 1)
             if sib not in nodes:
@@ -238,13 +250,13 @@ class Reducer:
                     for v in right.head:
                         open_acc = self._accumulate(open_acc, v)
             pos += len(right.head)
-            if pos == self._chunk_end(c) and open_chunk is not None:
-                self._insert(nodes, 0, c, open_acc)
+            if pos == self.chunk_end(c) and open_chunk is not None:
+                self.insert_node(nodes, 0, c, open_acc)
                 open_chunk, open_acc = None, None
         if open_chunk is not None and (right.nodes or right.open_chunk is not None):
             raise SimharnessValueError(f'chunk {open_chunk} was left unfinished before client {pos}')
         for (level, index) in sorted(right.nodes):
-            self._insert(nodes, level, index, right.nodes[(level, index)])
+            self.insert_node(nodes, level, index, right.nodes[(level, index)])
         if right.open_chunk is not None:
             open_chunk, open_acc = right.open_chunk, right.open_acc
         return Partial(left.start, right.stop, head, nodes, open_chunk, open_acc,
@@ -275,7 +287,7 @@ class Reducer:
                 if open_chunk != c:
                     raise SimharnessValueError(f'client {idx} continues chunk {c}, which no '
                                                'earlier block began')
-                if idx + len(p.head) > self._chunk_end(c):
+                if idx + len(p.head) > self.chunk_end(c):
                     raise SimharnessValueError(f'the head of the block at {idx} runs past the end '
                                                f'of chunk {c}')
                 if self._accumulate_many is not None and len(p.head) > 1:
@@ -284,11 +296,11 @@ class Reducer:
                     for v in p.head:
                         open_acc = self._accumulate(open_acc, v)
                 idx += len(p.head)
-                if idx == self._chunk_end(c):
-                    self._insert(nodes, 0, c, open_acc)
+                if idx == self.chunk_end(c):
+                    self.insert_node(nodes, 0, c, open_acc)
                     open_chunk, open_acc = None, None
             for (level, index) in sorted(p.nodes):
-                self._insert(nodes, level, index, p.nodes[(level, index)])
+                self.insert_node(nodes, level, index, p.nodes[(level, index)])
             if p.open_chunk is not None:
                 if open_chunk is not None:
                     raise SimharnessValueError(f'chunk {open_chunk} was left unfinished')
@@ -339,16 +351,16 @@ class _Builder:
             if self._in_head:
                 p.head.append(v)
             elif p.open_chunk is None:
-                p.open_chunk, p.open_acc = c, r._start(v)
+                p.open_chunk, p.open_acc = c, r.start_chunk(v)
             else:
-                p.open_acc = r._accumulate(p.open_acc, v)
+                p.open_acc = r.fold(p.open_acc, v)
             idx += 1
             self._pos = idx
-            if idx == r._chunk_end(c):
+            if idx == r.chunk_end(c):
                 if self._in_head:
                     self._in_head = False
                 else:
-                    r._insert(p.nodes, 0, c, p.open_acc)
+                    r.insert_node(p.nodes, 0, c, p.open_acc)
                     p.open_chunk, p.open_acc = None, None
         p.stop = self._pos
 
@@ -377,7 +389,7 @@ class _Builder:
             c = self._pos // r.chunk
             if (c + 1) * r.chunk > r.total:
                 raise SimharnessValueError(f'chunk {c} is not a whole chunk of {r.total} clients')
-            r._insert(p.nodes, 0, c, acc)
+            r.insert_node(p.nodes, 0, c, acc)
             self._pos += r.chunk
         p.stop = self._pos
 
@@ -393,11 +405,11 @@ class _Builder:
         c = self._pos // r.chunk
         if self._in_head or p.open_chunk is not None or self._pos % r.chunk:
             raise SimharnessValueError('folded accumulators must start at a chunk boundary')
-        if count < 1 or self._pos + count > r._chunk_end(c):
+        if count < 1 or self._pos + count > r.chunk_end(c):
             raise SimharnessValueError(f'{count} clients from {self._pos} do not fit in chunk {c}')
         self._pos += count
-        if self._pos == r._chunk_end(c):
-            r._insert(p.nodes, 0, c, acc)
+        if self._pos == r.chunk_end(c):
+            r.insert_node(p.nodes, 0, c, acc)
         else:
             p.open_chunk, p.open_acc = c, acc
         p.stop = self._pos
@@ -474,7 +486,7 @@ def add_many_trees(acc: Any, values: Sequence[Any]) -> Any:
 
 def _rebuild(template: Any, leaves: Any) -> Any:
     if isinstance(template, Struct):
-        return Struct._like(template.names, [_rebuild(v, leaves) for v in template])
+        return struct_like(template, [_rebuild(v, leaves) for v in template])
     return next(leaves)
 
 

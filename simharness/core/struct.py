@@ -6,19 +6,32 @@ Its own module, below `types` and `structure`: `types.infer_type` knows a
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Iterable, Iterator, List, NamedTuple, Optional, Tuple, cast
 
 from simharness.errors import SimharnessAttributeError, SimharnessTypeError, SimharnessValueError
 
-__all__ = ['Struct']
+__all__ = ['Struct', 'struct_like']
+
+
+class _Checked(NamedTuple):
+    """The names of an existing `Struct` (so unique already) and new values for them: what
+    `struct_like` hands `Struct`, which then builds and checks no pairs."""
+
+    names: Tuple[Optional[str], ...]
+    values: Tuple[Any, ...]
 
 
 class Struct:
     """An ordered struct of optionally named values (TFF's `Struct`)."""
 
     __slots__ = ('_names', '_values')
+    _names: Tuple[Optional[str], ...]
+    _values: Tuple[Any, ...]
 
     def __init__(self, items: Iterable[Tuple[Optional[str], Any]]):
+        if type(items) is _Checked:  # from `struct_like`: nothing to build or check
+            self._names, self._values = cast(_Checked, items)
+            return
         items = list(items)
         names = tuple([n for n, _ in items])
         self._names = names
@@ -30,15 +43,6 @@ class Struct:
                 raise SimharnessValueError(
                     f'Struct element names must be unique, got {list(names)} '
                     f'(repeated: {dups})')
-
-    @classmethod
-    def _like(cls, names: Tuple[Optional[str], ...], values: Iterable[Any]) -> 'Struct':
-        """A Struct of `values` under the names of an existing Struct (`names`: already
-        checked unique), without building and checking the pairs again."""
-        out = cls.__new__(cls)
-        out._names = names
-        out._values = tuple(values)
-        return out
 
     @classmethod
     def unnamed(cls, *values: Any) -> 'Struct':
@@ -100,3 +104,11 @@ class Struct:
 
     def __reduce__(self):
         return (Struct, (self.items(),))
+
+
+def struct_like(template: Struct, values: Iterable[Any]) -> Struct:
+    """A `Struct` of `values` under the names of `template` (one value per name, in order),
+    without building and checking the (name, value) pairs again: how `map_structure`, the
+    reductions and the codec rebuild a struct of the same layout, fast."""
+    # (a `_Checked` is no (name, value) pair: `__init__` knows it, its signature does not)
+    return Struct(cast(Any, _Checked(template.names, tuple(values))))

@@ -17,6 +17,7 @@ import numpy as np
 
 from simharness.core import types as T
 from simharness.core.struct import Struct  # also re-exported: the usual import path
+from simharness.core.struct import struct_like
 from simharness.errors import SimharnessTypeError
 
 
@@ -24,8 +25,8 @@ def map_structure(fn: Callable[..., Any], *structs: Any) -> Any:
     """Applies `fn` to corresponding leaves of `Struct`s of equal layout."""
     first = structs[0]
     if isinstance(first, Struct):
-        return Struct._like(first.names, [map_structure(fn, *[s[i] for s in structs])
-                                          for i in range(len(first))])
+        return struct_like(first, [map_structure(fn, *[s[i] for s in structs])
+                                  for i in range(len(first))])
     return fn(*structs)
 
 

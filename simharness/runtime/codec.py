@@ -41,6 +41,7 @@ from simharness.core import types as T
 from simharness.core.building_blocks import CompiledComputation, Data, TFGraph
 from simharness.core.reduction import HeadRows, Partial
 from simharness.core.sequences import TensorBatches
+from simharness.core.struct import struct_like
 from simharness.core.structure import Struct
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
@@ -480,7 +481,7 @@ def _template(x: Any, leaves: List[Any]) -> Any:
         return len(leaves) - 1 if type(x) is np.ndarray else -len(leaves)
     if type(x) is Struct:
         items = [_template(v, leaves) for v in x]
-        return None if any(i is None for i in items) else Struct._like(x.names, items)
+        return None if any(i is None for i in items) else struct_like(x, items)
     if type(x) in (list, tuple):
         items = [_template(v, leaves) for v in x]
         return None if any(i is None for i in items) else type(x)(items)

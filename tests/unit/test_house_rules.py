@@ -182,9 +182,6 @@ THIRD_PARTY_PRIVATE = {
 PENDING = frozenset({
     'simharness/aggregators/privacy/quantile.py',      # the numerator of a NormalizedQuery
     'simharness/core/computation.py',                  # sets a computation's `_inline_tf`
-    'simharness/core/reduction.py',                    # a reducer's start/insert/chunk ends
-    'simharness/core/struct.py',                       # builds a Struct's fields in place
-    'simharness/core/structure.py',                    # `Struct._like` (a private constructor)
     'simharness/core/types.py',                        # `__eq__` reads the other type's fields
     'simharness/data/client_base.py',                  # the underlying data's id check
     'simharness/executors/client_blocks.py',           # other blocks' `_index`
@@ -198,7 +195,6 @@ PENDING = frozenset({
     'simharness/program/native_platform.py',           # `__eq__` on private fields
     'simharness/runtime/grpc/client.py',               # the client calls its streams' privates
     'simharness/runtime/ray/workers.py',               # the group calls its handles' privates
-    'simharness/runtime/codec.py',                     # `Struct._like` (a private constructor)
     'simharness/runtime/service.py',                   # the op table names private methods
     'simharness/testing/benchmark.py',                 # the fixture reads the bench's mode
 })
