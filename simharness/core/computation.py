@@ -44,6 +44,11 @@ class Computation(tracing.Traceable):
     #: TF function is traced runs inline (TFF inlines a TF computation's graph there).
     _inline_tf: Optional[Callable[..., Any]] = None
 
+    def run_inline_in_tf(self, fn: Callable[..., Any]) -> None:
+        """Makes a call of this computation made while another TF function is traced run
+        `fn` (its Python function) inline: how a `tf_computation` is inlined there."""
+        self._inline_tf = fn
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._inline_tf is not None and _inside_tf_function():
             return self._inline_tf(*args, **kwargs)
@@ -289,7 +294,7 @@ def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], Concr
             comp = PolymorphicComputation(make, name=name)
         functools.update_wrapper(comp, fn, updated=())
         if kind == 'tf_computation':
-            comp._inline_tf = fn
+            comp.run_inline_in_tf(fn)
         return comp
     return decorator
 

@@ -180,8 +180,6 @@ THIRD_PARTY_PRIVATE = {
 #: when the rule came: 80 in these 20 files). Each is to become public methods or
 #: composition; a file leaves the list once clean (the test below insists).
 PENDING = frozenset({
-    'simharness/aggregators/privacy/quantile.py',      # the numerator of a NormalizedQuery
-    'simharness/core/computation.py',                  # sets a computation's `_inline_tf`
     'simharness/core/types.py',                        # `__eq__` reads the other type's fields
     'simharness/data/client_base.py',                  # the underlying data's id check
     'simharness/executors/client_blocks.py',           # other blocks' `_index`

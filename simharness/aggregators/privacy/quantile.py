@@ -169,12 +169,13 @@ class TreeQuantileEstimatorQuery(QuantileEstimatorQuery):
         sum_query = tree.TreeResidualSumQuery.build_l2_gaussian_query(
             clip_norm=0.5, noise_multiplier=2 * below_estimate_stddev,
             record_specs=tf.TensorSpec([]), noise_seed=self._tree_noise_seed)
+        self._below_estimate_tree = sum_query  # the numerator, which `reset_state` restarts
         return query.NormalizedQuery(sum_query, denominator=expected_num_records)
 
     def reset_state(self, noised_results: Any, global_state: Any) -> Any:
         """The state with the below-estimate tree restarted."""
         below_state = global_state.below_estimate_state
-        new_numerator_state = self._below_estimate_query._numerator.reset_state(
+        new_numerator_state = self._below_estimate_tree.reset_state(
             noised_results, below_state.numerator_state)
         return global_state._replace(
             below_estimate_state=below_state._replace(numerator_state=new_numerator_state))
