@@ -73,6 +73,12 @@ class EagerValue(ExecutorValue):
         self._index = index
 
     @property
+    def block_slot(self) -> Optional[Tuple[ClientBlock, int]]:
+        """The block this client value is a (lazy) slice of, and its index there; None for
+        a value of its own."""
+        return None if self._block is None else (self._block, self._index)
+
+    @property
     def internal(self) -> Any:
         if self._value is None and self._block is not None:
             self._value = self._block.slice(self._index)
@@ -112,16 +118,17 @@ def runs(values: Sequence[Any]) -> List[Tuple[int, int, Optional[ClientBlock], i
     None for values that belong to no block (each such value is its own run).
     """
     out: List[Tuple[int, int, Optional[ClientBlock], int]] = []
+    slots = [v.block_slot if isinstance(v, EagerValue) else None for v in values]
     i, n = 0, len(values)
     while i < n:
-        b = getattr(values[i], '_block', None)
-        if b is None:
+        slot = slots[i]
+        if slot is None:
             out.append((i, i + 1, None, 0))
             i += 1
             continue
-        lo = values[i]._index
+        b, lo = slot
         j = i + 1
-        while j < n and getattr(values[j], '_block', None) is b and values[j]._index == lo + (j - i):
+        while j < n and (s := slots[j]) is not None and s[0] is b and s[1] == lo + (j - i):
             j += 1
         out.append((i, j, b, lo))
         i = j

@@ -159,10 +159,15 @@ class EagerTFExecutor(BatchExecutor):
         self._closed = False  # never set: close() releases resources, the next use rebuilds them
 
     # ------------------------------------------------------------ helpers
+    @property
+    def device(self) -> Optional[str]:
+        """The TF device name its ops are placed on (None: TF's placement)."""
+        return self._device
+
     def can_share(self, other: Any) -> bool:
         """Whether `other`'s values can be used here as they are (no copy): both are
         EagerTF executors of this process on the same device (tensors are immutable)."""
-        return isinstance(other, EagerTFExecutor) and other._device == self._device
+        return isinstance(other, EagerTFExecutor) and other.device == self._device
 
     def _check_open(self) -> None:
         if self._closed:

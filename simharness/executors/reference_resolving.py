@@ -47,17 +47,19 @@ class CapturedReferenceError(SimharnessTypeError, RuntimeError):
 
 
 class _Scope:
-    __slots__ = ('_name', '_value', '_parent')
+    """One binding, `name` to `value`, in front of the bindings of `parent` (read-only)."""
+
+    __slots__ = ('name', 'value', 'parent')
 
     def __init__(self, name: Optional[str], value: Any, parent: Optional['_Scope']):
-        self._name, self._value, self._parent = name, value, parent
+        self.name, self.value, self.parent = name, value, parent
 
     def resolve(self, name: str) -> 'ReferenceResolvingValue':
         s: Optional[_Scope] = self
         while s is not None:
-            if s._name == name:
-                return s._value
-            s = s._parent
+            if s.name == name:
+                return s.value
+            s = s.parent
         raise SimharnessTypeError(f'reference {name!r} is not bound in this scope')
 
 
@@ -103,6 +105,17 @@ class ReferenceResolvingValue(ExecutorValue):
     @property
     def target_value(self) -> Optional[ExecutorValue]:
         return self._target_value
+
+    @property
+    def struct_elements(self) -> Optional[List[Tuple[Optional[str], Any]]]:
+        """For a struct: its (name, element) pairs, an element a `ReferenceResolvingValue`
+        or the task still evaluating it; else None."""
+        return self._struct
+
+    @property
+    def closure(self) -> Optional[Tuple[bb.Lambda, _Scope]]:
+        """For a closure: its lambda and the scope it was made in; else None."""
+        return self._closure
 
     @property
     def internal_representation(self) -> Any:
@@ -273,13 +286,13 @@ class ReferenceResolvingExecutor(Executor):
 
     # ------------------------------------------------------------ evaluation
     async def _to_target(self, v: ReferenceResolvingValue) -> ExecutorValue:
-        if v._target_value is not None:
-            return v._target_value
-        if v._struct is not None:
-            elems = [(n, await self._to_target(await _element(e))) for n, e in v._struct]
+        if v.target_value is not None:
+            return v.target_value
+        if v.struct_elements is not None:
+            elems = [(n, await self._to_target(await _element(e))) for n, e in v.struct_elements]
             return await self._target.create_struct(elems)
         # neither a target value nor a struct: a closure
-        lam, scope = cast(Tuple[bb.Lambda, _Scope], v._closure)
+        lam, scope = cast(Tuple[bb.Lambda, _Scope], v.closure)
         free = bb.free_references(lam)
         if free:
             raise CapturedReferenceError(
@@ -293,8 +306,8 @@ class ReferenceResolvingExecutor(Executor):
         ft = fn.type_signature
         if not isinstance(ft, T.FunctionType):
             raise SimharnessTypeError(f'cannot call a value of type {ft}', actual=ft)
-        if fn._closure is not None:
-            lam, scope = fn._closure
+        if fn.closure is not None:
+            lam, scope = fn.closure
             if lam.parameter_name is not None:
                 if arg is None:
                     raise SimharnessTypeError(f'function {ft} needs an argument')
@@ -302,7 +315,7 @@ class ReferenceResolvingExecutor(Executor):
             return await self._evaluate(lam.result, scope)
         target_arg = None if arg is None else await self._to_target(arg)
         # a function value that is not a closure is a target value
-        result = await self._target.create_call(cast(ExecutorValue, fn._target_value), target_arg)
+        result = await self._target.create_call(cast(ExecutorValue, fn.target_value), target_arg)
         return ReferenceResolvingValue(ft.result, target_value=result)
 
     async def _evaluate_block(self, comp: bb.Block, scope: _Scope) -> ReferenceResolvingValue:
@@ -345,13 +358,13 @@ class ReferenceResolvingExecutor(Executor):
                 raise o
 
     async def _select(self, source: ReferenceResolvingValue, index: int) -> ReferenceResolvingValue:
-        if source._struct is not None:
-            return await _element(source._struct[index][1])
-        if source._target_value is None:
+        if source.struct_elements is not None:
+            return await _element(source.struct_elements[index][1])
+        if source.target_value is None:
             raise SimharnessTypeError(f'cannot select from a function of type {source.type_signature}')
         t = bb.selection_type(source.type_signature, index)
         return ReferenceResolvingValue(
-            t, target_value=await self._target.create_selection(source._target_value, index))
+            t, target_value=await self._target.create_selection(source.target_value, index))
 
     async def _evaluate(self, comp: bb.ComputationBuildingBlock, scope: _Scope) -> ReferenceResolvingValue:
         if isinstance(comp, bb.Reference):

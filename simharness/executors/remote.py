@@ -157,8 +157,8 @@ class RemoteExecutor(WorkerDelegatingExecutor):
         return await self.create_struct(elements)
 
     # ------------------------------------------------------------ disposal
-    def _release(self, start: int, count: int, generation: int) -> None:
-        super()._release(start, count, generation)
+    def release_ids(self, start: int, count: int, generation: int) -> None:
+        super().release_ids(start, count, generation)
         if generation != self._generation or self._closed:
             return
         with self._lock:

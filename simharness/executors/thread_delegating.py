@@ -43,6 +43,11 @@ class ThreadDelegatingValue(ExecutorValue):
         return self._value
 
     @property
+    def owner(self) -> 'ThreadDelegatingExecutor':
+        """The executor that made it (whose thread computes it)."""
+        return self._owner
+
+    @property
     def internal_representation(self) -> ExecutorValue:
         """TFF's name of `internal`: the target executor's value."""
         return self._value
@@ -52,7 +57,7 @@ class ThreadDelegatingValue(ExecutorValue):
         return self._value.type_signature
 
     async def compute(self) -> Any:
-        return await self._owner._run(self._value.compute())
+        return await self._owner.run_on_thread(self._value.compute())
 
 
 def _unwrap(v: Any) -> Any:
@@ -110,7 +115,14 @@ class ThreadDelegatingExecutor(BatchExecutor):
                 return self._start()
             return self._loop
 
-    async def _run(self, coro) -> Any:
+    @property
+    def target(self) -> BatchExecutor:
+        """The executor it delegates to."""
+        return self._target
+
+    async def run_on_thread(self, coro: Any) -> Any:
+        """Runs the coroutine `coro` on this executor's thread (starting it again after
+        `close`); its result."""
         try:
             loop = self._running_loop()
         except BaseException:
@@ -132,48 +144,51 @@ class ThreadDelegatingExecutor(BatchExecutor):
         if not isinstance(value, ThreadDelegatingValue):
             return False
         return isinstance(self._target, BatchExecutor) and \
-            bool(self._target.can_share(value._owner._target))
+            bool(self._target.can_share(value.owner.target))
 
     async def create_value(self, value: Any, type_spec: Any = None) -> ThreadDelegatingValue:
         if isinstance(value, ThreadDelegatingValue) and self.can_share(value):
             value = value.internal  # the target takes its own kind of value as it is
-        return self._wrap(await self._run(self._target.create_value(value, type_spec)))
+        return self._wrap(await self.run_on_thread(self._target.create_value(value, type_spec)))
 
     async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ThreadDelegatingValue:
-        return self._wrap(await self._run(self._target.create_call(_unwrap(comp), _unwrap(arg))))
+        return self._wrap(await self.run_on_thread(
+            self._target.create_call(_unwrap(comp), _unwrap(arg))))
 
     async def create_struct(self, elements: Any) -> ThreadDelegatingValue:
         # A list of values, of (name, value) pairs, a dict or a Struct: by name and value.
         items = [(n, _unwrap(v)) for n, v in normalize_struct_elements(elements)]
-        return self._wrap(await self._run(self._target.create_struct(items)))
+        return self._wrap(await self.run_on_thread(self._target.create_struct(items)))
 
     async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
                                name: Optional[str] = None) -> ThreadDelegatingValue:
         index = selection_index(source, index, name)
-        return self._wrap(await self._run(self._target.create_selection(_unwrap(source), index)))
+        return self._wrap(await self.run_on_thread(
+            self._target.create_selection(_unwrap(source), index)))
 
     async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[ThreadDelegatingValue]:
-        return self._wrap_all(await self._run(self._target.create_values(values, type_spec)))
+        return self._wrap_all(await self.run_on_thread(
+            self._target.create_values(values, type_spec)))
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
-        return await self._run(self._target.compute_many(_unwrap(list(values))))
+        return await self.run_on_thread(self._target.compute_many(_unwrap(list(values))))
 
     async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
                          count: Optional[int] = None) -> List[ThreadDelegatingValue]:
-        return self._wrap_all(await self._run(self._target.create_map(
+        return self._wrap_all(await self.run_on_thread(self._target.create_map(
             _unwrap(fn), None if args is None else _unwrap(list(args)), count)))
 
     async def create_structs(self, rows, names) -> List[ThreadDelegatingValue]:
-        return self._wrap_all(await self._run(self._target.create_structs(
+        return self._wrap_all(await self.run_on_thread(self._target.create_structs(
             [_unwrap(list(r)) for r in rows], names)))
 
     async def create_selections(self, sources, index: int) -> List[ThreadDelegatingValue]:
-        return self._wrap_all(await self._run(self._target.create_selections(
+        return self._wrap_all(await self.run_on_thread(self._target.create_selections(
             _unwrap(list(sources)), index)))
 
     async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
                                        total: int, params: Dict[str, Any]) -> Partial:
-        return await self._run(self._target.create_partial_reduction(
+        return await self.run_on_thread(self._target.create_partial_reduction(
             kind, _unwrap(list(values)), start, total, _unwrap(params)))
 
     @property
@@ -186,19 +201,19 @@ class ThreadDelegatingExecutor(BatchExecutor):
                                          count: int, total: int,
                                          slice_size: Optional[int] = None) -> List[Partial]:
         """Streams map -> reduce on the target's thread (see `EagerTFExecutor`)."""
-        return await self._run(self._target.create_streamed_reductions(
+        return await self.run_on_thread(self._target.create_streamed_reductions(
             _unwrap(list(nodes)), _unwrap(list(reductions)), start, count, total, slice_size))
 
     async def create_reduction_result(self, kind, partials, total, params, result_type):
-        return self._wrap(await self._run(self._target.create_reduction_result(
+        return self._wrap(await self.run_on_thread(self._target.create_reduction_result(
             kind, partials, total, _unwrap(params), result_type)))
 
     async def create_sequence_op(self, op, values, params):
-        return self._wrap_all(await self._run(self._target.create_sequence_op(
+        return self._wrap_all(await self.run_on_thread(self._target.create_sequence_op(
             op, _unwrap(list(values)), _unwrap(params))))
 
     async def create_select(self, keys, server_value, select_fn, element_type):
-        return self._wrap_all(await self._run(self._target.create_select(
+        return self._wrap_all(await self.run_on_thread(self._target.create_select(
             _unwrap(list(keys)), _unwrap(server_value), _unwrap(select_fn), element_type)))
 
     def close(self) -> None:

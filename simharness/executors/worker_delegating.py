@@ -199,7 +199,7 @@ class _Lease:
 
     def __del__(self) -> None:
         try:
-            self._owner._release(self._start, self._count, self._generation)
+            self._owner.release_ids(self._start, self._count, self._generation)
         except Exception:  # interpreter shutdown: nothing left to free
             pass
 
@@ -221,16 +221,32 @@ class WorkerValue(ExecutorValue):
     def type_signature(self) -> T.Type:
         return self._type
 
-    def _check_generation(self) -> None:
-        h = self._owner._handle
-        if self._generation != h.generation or self._generation != self._owner._generation:
+    @property
+    def owner(self) -> 'WorkerDelegatingExecutor':
+        """The executor (worker session) holding it."""
+        return self._owner
+
+    @property
+    def value_id(self) -> int:
+        """Its id in the worker session."""
+        return self._id
+
+    @property
+    def generation(self) -> int:
+        """The generation of the worker process it was made in."""
+        return self._generation
+
+    def check_generation(self) -> None:
+        """Raises `WorkerCrashedError` when the worker process that held it was replaced."""
+        if not self._owner.is_current(self._generation):
+            worker_id = self._owner.worker_id
             raise WorkerCrashedError(
-                f'value {self._id} lived in worker {h.worker_id}, which was replaced after a '
-                'crash; run the computation again', worker_id=cast(Any, h.worker_id))
+                f'value {self._id} lived in worker {worker_id}, which was replaced after a '
+                'crash; run the computation again', worker_id=cast(Any, worker_id))
 
     @property
     def ref(self) -> Ref:
-        self._check_generation()
+        self.check_generation()
         return Ref(self._id)
 
     async def compute(self) -> Any:
@@ -256,7 +272,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         self._op_libraries_sent: Tuple[Tuple[str, str], ...] = ()  # `op_libraries.loaded()`
         self._next_id = 1
         self._garbage: List[Tuple[int, int]] = []  # (first id, count) ranges to free
-        # Re-entrant: a `_Lease.__del__` (`_release`) can run inside any of this lock's
+        # Re-entrant: a `_Lease.__del__` (`release_ids`) can run inside any of this lock's
         # sections, when an allocation there sets off the cyclic garbage collector.
         self._lock = threading.RLock()
         self._embedded: Dict[str, WorkerValue] = {}
@@ -278,7 +294,14 @@ class WorkerDelegatingExecutor(BatchExecutor):
     def session_id(self) -> int:
         return self._session
 
-    def _release(self, start: int, count: int, generation: int) -> None:
+    def is_current(self, generation: int) -> bool:
+        """Whether `generation` is the worker's and its session is open there: values made
+        in it are still held."""
+        return generation == self._handle.generation == self._generation
+
+    def release_ids(self, start: int, count: int, generation: int) -> None:
+        """Frees value ids ``start .. start+count-1`` of `generation` in the worker (with the
+        next request); ids of an older generation are gone already."""
         if generation == self._generation and not self._closed:
             with self._lock:
                 self._garbage.append((start, count))
@@ -353,13 +376,13 @@ class WorkerDelegatingExecutor(BatchExecutor):
 
     def _ref_range(self, xs: list) -> Optional[RefRange]:
         first = xs[0]
-        if len(xs) < 2 or not isinstance(first, WorkerValue) or first._owner is not self:
+        if len(xs) < 2 or not isinstance(first, WorkerValue) or first.owner is not self:
             return None
-        start = first._id
+        start = first.value_id
         for k, x in enumerate(xs):
-            if not isinstance(x, WorkerValue) or x._owner is not self or x._id != start + k:
+            if not isinstance(x, WorkerValue) or x.owner is not self or x.value_id != start + k:
                 return None
-        first._check_generation()
+        first.check_generation()
         return RefRange(start, len(xs))
 
     def _ref_walk(self, x: Any) -> Any:
@@ -375,7 +398,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         if isinstance(x, dict):
             return {k: self._ref_walk(v) for k, v in x.items()}
         if isinstance(x, WorkerValue):
-            if x._owner is not self:
+            if x.owner is not self:
                 raise SimharnessTypeError(
                     f'{x!r} belongs to another worker session; values cannot move between '
                     'workers without going through the driver')
@@ -497,7 +520,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             await self._ready()
             key = value.fingerprint
             v = self._embedded.get(key)
-            if v is None or v._generation != self._handle.generation:
+            if v is None or v.generation != self._handle.generation:
                 v = (await self._request(Op.CREATE_VALUE, value, value.type_signature, n_out=1,
                                          types=value.type_signature))[0]
                 self._embedded[key] = v
@@ -576,7 +599,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             last = self._last_datasets
             if (last is not None and len(last[0]) == len(values) and last[1] == t
                     and all(a is b for a, b in zip(last[0], values))
-                    and last[2][0]._generation == self._handle.generation == self._generation
+                    and self.is_current(last[2][0].generation)
                     # pipelines sent as graphs: only those whose every read is the same
                     and all(not _is_dataset(v) or repeatable_dataset(v) for v in values)):
                 return list(last[2])

@@ -182,11 +182,6 @@ THIRD_PARTY_PRIVATE = {
 PENDING = frozenset({
     'simharness/core/types.py',                        # `__eq__` reads the other type's fields
     'simharness/data/client_base.py',                  # the underlying data's id check
-    'simharness/executors/client_blocks.py',           # other blocks' `_index`
-    'simharness/executors/eager_tf.py',                # `can_share` reads the other's device
-    'simharness/executors/reference_resolving.py',     # scopes' and closures' fields
-    'simharness/executors/thread_delegating.py',       # the owning executor's `_run`/`_target`
-    'simharness/executors/worker_delegating.py',       # values read their owner's handle
     'simharness/learning/models/serialization.py',     # a loaded model's module
     'simharness/program/client_id_data_source.py',     # `__eq__` on private fields
     'simharness/program/dataset_data_source.py',       # `__eq__` on private fields
