@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -64,6 +64,11 @@ class ClientIdDataSourceIterator(data_source.FederatedDataSourceIterator):
     def federated_type(self) -> T.FederatedType:
         return self._federated_type
 
+    @property
+    def client_ids(self) -> Tuple[str, ...]:
+        """The client ids it selects from (ours)."""
+        return tuple(self._client_ids)
+
     def select(self, k: Optional[int] = None) -> object:
         """`k` of the client ids, drawn at random (without replacement within this call).
 
@@ -86,7 +91,7 @@ class ClientIdDataSourceIterator(data_source.FederatedDataSourceIterator):
             return True
         if not isinstance(other, ClientIdDataSourceIterator):
             return NotImplemented
-        return list(self._client_ids) == list(other._client_ids)
+        return list(self._client_ids) == list(other.client_ids)
 
 
 class ClientIdDataSource(data_source.FederatedDataSource):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError, SimharnessValueError
@@ -87,6 +87,11 @@ class DatasetDataSourceIterator(data_source.FederatedDataSourceIterator):
     def federated_type(self) -> T.FederatedType:
         return self._federated_type
 
+    @property
+    def datasets(self) -> Tuple[Any, ...]:
+        """The datasets it selects from (ours)."""
+        return tuple(self._datasets)
+
     def select(self, k: Optional[int] = None) -> object:
         """`k` of the datasets, drawn at random (without replacement within this call).
 
@@ -113,11 +118,12 @@ class DatasetDataSourceIterator(data_source.FederatedDataSourceIterator):
             return True
         if not isinstance(other, DatasetDataSourceIterator):
             return NotImplemented
-        if self._federated_type != other._federated_type:
+        if self._federated_type != other.federated_type:
             return False
-        if len(self._datasets) != len(other._datasets):
+        theirs = other.datasets
+        if len(self._datasets) != len(theirs):
             return False
-        for a, b in zip(self._datasets, other._datasets):
+        for a, b in zip(self._datasets, theirs):
             if not _same_elements(a, b):
                 return False
         return True

@@ -40,6 +40,11 @@ class NativeValueReference(value_reference.MaterializableValueReference):
     def type_signature(self) -> value_reference.MaterializableTypeSignature:
         return self._type_signature
 
+    @property
+    def task(self) -> asyncio.Task:
+        """The task whose result is the value (ours)."""
+        return self._task
+
     async def get_value(self) -> value_reference.MaterializedValue:
         """The value (a numpy scalar or array; a list of elements for a sequence)."""
         return await self._task
@@ -49,7 +54,7 @@ class NativeValueReference(value_reference.MaterializableValueReference):
             return True
         if not isinstance(other, NativeValueReference):
             return NotImplemented
-        return (self._type_signature, self._task) == (other._type_signature, other._task)
+        return (self._type_signature, self._task) == (other.type_signature, other.task)
 
     def __repr__(self) -> str:
         return f'NativeValueReference({self._type_signature})'
