@@ -124,6 +124,19 @@ class WorkerService:
         self._from_blob = dataset_from_blob
         self._to_blob = dataset_to_blob
         self._recipe_reader: Optional[Callable[[DatasetRecipe], Any]] = None
+        #: The operations that need no session's values (run before the frees and the Refs).
+        self._control: Dict[Op, Callable[[Request], Response]] = {
+            Op.OPEN_SESSION: self._open_session,
+            Op.CLOSE_SESSION: self._close_session,
+            Op.PING: self._ping,
+            Op.LOAD_OP_LIBRARIES: self._load_op_libraries,
+        }
+        #: The value operations that need more than the executor (`_OPS`): the session's
+        #: data sources. (executor, args, session) -> the executor's coroutine.
+        self._session_ops: Dict[Op, Callable[[Any, List[Any], Session], Any]] = {
+            Op.LOAD_SOURCED: self._create_sourced_values,
+            Op.STREAM_REDUCE: self._stream_reduce,
+        }
 
     def _from_recipe(self, recipe: DatasetRecipe) -> Any:
         """A `DatasetRecipe`'s elements (`runtime.datasets.RecipeReader`, made on first use)."""
@@ -189,9 +202,9 @@ class WorkerService:
 
     def _handle(self, req: Request) -> Response:
         op = Op(req.op)
-        control = _CONTROL.get(op)
+        control = self._control.get(op)
         if control is not None:  # sessions and pings: no values, no executor
-            return control(self, req)
+            return control(req)
         session = self._session(req)
         session.requests += 1
         session.free(req.free)
@@ -221,9 +234,15 @@ class WorkerService:
     # ------------------------------------------------------------ operations
     def _run(self, op: Op, a: List[Any], session: Session) -> Any:
         run = _OPS.get(op)
-        if run is None:
+        if run is not None:
+            return drive(run(self.executor, a))
+        own = self._session_ops.get(op)
+        if own is None:
             raise E.ProtocolError(f'operation {op.name} is not run by WorkerService')
-        return drive(run(self, self.executor, a, session))
+        return drive(own(self.executor, a, session))
+
+    def _create_sourced_values(self, ex: Any, a: List[Any], session: Session) -> Any:
+        return ex.create_values(self._load_sourced(session, *a[:4]), a[4])
 
     def _stream_reduce(self, ex: Any, a: List[Any], session: Session) -> Any:
         nodes = [self._loader_node(session, n) for n in a[0]]
@@ -286,33 +305,21 @@ class WorkerService:
         self.executor.close()
 
 
-#: The operations that need no session's values (run before the frees and the Refs).
-_CONTROL: Dict[Op, Callable[[WorkerService, Request], Response]] = {
-    Op.OPEN_SESSION: WorkerService._open_session,
-    Op.CLOSE_SESSION: WorkerService._close_session,
-    Op.PING: WorkerService._ping,
-    Op.LOAD_OP_LIBRARIES: WorkerService._load_op_libraries,
-}
-
-#: The executor's coroutine for each value operation: (service, executor, args, session).
-_OPS: Dict[Op, Callable[[WorkerService, Any, List[Any], Session], Any]] = {
-    Op.CREATE_VALUE: lambda s, ex, a, _: ex.create_value(a[0], a[1]),
-    Op.CREATE_CALL: lambda s, ex, a, _: ex.create_call(a[0], a[1]),
-    Op.CREATE_STRUCT: lambda s, ex, a, _: ex.create_struct(a[0]),
-    Op.CREATE_SELECTION: lambda s, ex, a, _: ex.create_selection(a[0], a[1]),
-    Op.CREATE_VALUES: lambda s, ex, a, _: ex.create_values(a[0], a[1]),
-    Op.CREATE_VALUES_STACKED: lambda s, ex, a, _: ex.create_values_stacked(a[0], a[1]),
-    Op.LOAD_SOURCED: lambda s, ex, a, session: ex.create_values(
-        s._load_sourced(session, *a[:4]), a[4]),
-    Op.CREATE_MAP: lambda s, ex, a, _: ex.create_map(a[0], a[1], a[2]),
-    Op.CREATE_STRUCTS: lambda s, ex, a, _: ex.create_structs(a[0], a[1]),
-    Op.CREATE_SELECTIONS: lambda s, ex, a, _: ex.create_selections(a[0], a[1]),
-    Op.COMPUTE_MANY: lambda s, ex, a, _: ex.compute_many(a[0]),
-    Op.PARTIAL_REDUCTION: lambda s, ex, a, _: ex.create_partial_reduction(a[0], a[1], a[2], a[3],
-                                                                           a[4]),
-    Op.STREAM_REDUCE: lambda s, ex, a, session: s._stream_reduce(ex, a, session),
-    Op.REDUCTION_RESULT: lambda s, ex, a, _: ex.create_reduction_result(a[0], a[1], a[2], a[3],
-                                                                         a[4]),
-    Op.SEQUENCE_OP: lambda s, ex, a, _: ex.create_sequence_op(a[0], a[1], a[2]),
-    Op.SELECT: lambda s, ex, a, _: ex.create_select(a[0], a[1], a[2], a[3]),
+#: The executor's coroutine for each value operation that needs only the executor:
+#: (executor, args); the others are the service's own (`WorkerService._session_ops`).
+_OPS: Dict[Op, Callable[[Any, List[Any]], Any]] = {
+    Op.CREATE_VALUE: lambda ex, a: ex.create_value(a[0], a[1]),
+    Op.CREATE_CALL: lambda ex, a: ex.create_call(a[0], a[1]),
+    Op.CREATE_STRUCT: lambda ex, a: ex.create_struct(a[0]),
+    Op.CREATE_SELECTION: lambda ex, a: ex.create_selection(a[0], a[1]),
+    Op.CREATE_VALUES: lambda ex, a: ex.create_values(a[0], a[1]),
+    Op.CREATE_VALUES_STACKED: lambda ex, a: ex.create_values_stacked(a[0], a[1]),
+    Op.CREATE_MAP: lambda ex, a: ex.create_map(a[0], a[1], a[2]),
+    Op.CREATE_STRUCTS: lambda ex, a: ex.create_structs(a[0], a[1]),
+    Op.CREATE_SELECTIONS: lambda ex, a: ex.create_selections(a[0], a[1]),
+    Op.COMPUTE_MANY: lambda ex, a: ex.compute_many(a[0]),
+    Op.PARTIAL_REDUCTION: lambda ex, a: ex.create_partial_reduction(a[0], a[1], a[2], a[3], a[4]),
+    Op.REDUCTION_RESULT: lambda ex, a: ex.create_reduction_result(a[0], a[1], a[2], a[3], a[4]),
+    Op.SEQUENCE_OP: lambda ex, a: ex.create_sequence_op(a[0], a[1], a[2]),
+    Op.SELECT: lambda ex, a: ex.create_select(a[0], a[1], a[2], a[3]),
 }

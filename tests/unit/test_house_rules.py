@@ -183,9 +183,6 @@ PENDING = frozenset({
     'simharness/core/types.py',                        # `__eq__` reads the other type's fields
     'simharness/data/client_base.py',                  # the underlying data's id check
     'simharness/learning/models/serialization.py',     # a loaded model's module
-    'simharness/runtime/grpc/client.py',               # the client calls its streams' privates
-    'simharness/runtime/ray/workers.py',               # the group calls its handles' privates
-    'simharness/runtime/service.py',                   # the op table names private methods
     'simharness/testing/benchmark.py',                 # the fixture reads the bench's mode
 })
 

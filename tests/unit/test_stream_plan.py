@@ -102,7 +102,9 @@ def test_the_service_turns_sourced_nodes_into_loaders_and_keeps_the_rest():
 
 
 def test_every_value_operation_is_in_the_service_table():
-    ops = set(S._OPS) | set(S._CONTROL) | {P.Op.FREE}
+    service = WorkerService(object(), worker_id=0, dataset_from_blob=lambda b: b,
+                            dataset_to_blob=lambda d: d)
+    ops = set(S._OPS) | set(service._session_ops) | set(service._control) | {P.Op.FREE}
     assert ops == set(P.Op)
 
 

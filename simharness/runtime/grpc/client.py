@@ -156,8 +156,8 @@ class _Stream:
             with self.cond:
                 clean = self.closing and not self.inflight and not self.queue
             if not clean:
-                error_for = h._lost('the service closed the stream (it is shutting down?)',
-                                    'UNAVAILABLE')
+                error_for = h.lost_error('the service closed the stream (it is shutting down?)',
+                                         'UNAVAILABLE')
         except Exception as e:
             import grpc
             if isinstance(e, grpc.RpcError):
@@ -165,7 +165,7 @@ class _Stream:
                 with self.cond:
                     quiet = self.closing and status == 'CANCELLED'
                 if not quiet:
-                    error_for = h._rpc_error(e)
+                    error_for = h.rpc_error(e)
             else:
                 error_for = (lambda c, e=e: e)
                 log.warning('stream to %s failed: %s', h.address, e)
@@ -185,7 +185,6 @@ class _Stream:
             self.inflight.clear()
             self.queue.clear()
             self.cond.notify_all()
-        self.handle._stream_ended(self)
         for c in calls:
             c.finish(error=error_for(c))
 
@@ -233,8 +232,15 @@ class RemoteWorkerHandle:
         s = self._stream
         return s is not None and s.failed is None and not s.closing
 
+    @property
+    def stream(self) -> Optional[_Stream]:
+        """Its current Execute stream (None before the first start and after `close`)."""
+        return self._stream
+
     # ------------------------------------------------------------ errors
-    def _lost(self, what: str, status: str) -> Callable[[_Call], BaseException]:
+    def lost_error(self, what: str, status: str) -> Callable[[_Call], BaseException]:
+        """The error of each call on a stream lost because `what` (gRPC `status`): the
+        service is unavailable, the worker's values are gone."""
         addr = self.address
 
         def error(c: _Call) -> BaseException:
@@ -245,7 +251,8 @@ class RemoteWorkerHandle:
                 worker_id=self.worker_id)
         return error
 
-    def _rpc_error(self, e: Any) -> Callable[[_Call], BaseException]:
+    def rpc_error(self, e: Any) -> Callable[[_Call], BaseException]:
+        """The error of each call on a stream that gRPC ended with the error `e`."""
         status, details = _status_name(e), _details(e)
         if status == 'UNAUTHENTICATED':
             err = E.ServiceAuthenticationError(
@@ -257,7 +264,7 @@ class RemoteWorkerHandle:
             err2 = E.ProtocolError(f'the executor service at {self.address} refused a request '
                                    f'({status}): {details}')
             return lambda c: err2
-        return self._lost(f'connection lost ({status}: {details})', status)
+        return self.lost_error(f'connection lost ({status}: {details})', status)
 
     # ------------------------------------------------------------ lifecycle
     def ensure_started(self, timeout: Optional[float] = None) -> None:
@@ -290,9 +297,6 @@ class RemoteWorkerHandle:
                 self.incarnation = info.incarnation
             stream.reader.start()
             del grpc
-
-    def _stream_ended(self, stream: _Stream) -> None:
-        pass  # `alive` reads the stream's state; the next use opens a new one
 
     def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
                locs: Optional[List[Any]] = None,
@@ -633,7 +637,7 @@ def _watch_requests(ref: Any) -> None:
             continue
         now = time.monotonic()
         for h in handles:
-            stream = h._stream
+            stream = h.stream
             if stream is None:
                 continue
             with stream.cond:

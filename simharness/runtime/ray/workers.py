@@ -174,9 +174,11 @@ class RayWorkerHandle:
                 raise E.ExecutorClosedError('the Ray workers are closed')
             if self.alive:
                 return
-            self.workers._start_slot(self, timeout)
+            self.workers.restart_slot(self, timeout)
 
-    def _set_started(self, info: Dict[str, Any]) -> None:
+    def record_start(self, info: Dict[str, Any]) -> None:
+        """Records that its actor started (`info`: the actor's answer to ``start``): a new
+        generation of this slot, alive."""
         with self._lock:
             self.generation += 1
             self.incarnation = info['incarnation']
@@ -295,7 +297,9 @@ class RayWorkerHandle:
         for k, c in enumerate(calls):
             c.finish(error=first if k == 0 else others)
 
-    def _check_deadline(self, timeout: float, now: float) -> None:
+    def kill_if_overdue(self, timeout: float, now: float) -> None:
+        """Kills its actor, failing the calls in flight, when the oldest one has run more
+        than `timeout` seconds at `now` (the watchdog's check)."""
         with self._lock:
             head = self._inflight[0] if self._inflight else None
             if head is None or head.started is None or now - head.started <= timeout:
@@ -532,7 +536,7 @@ class RayWorkers:
                              for h, p in zip(self.handles, plans)], deadline,
                             'start (import TensorFlow)')
         for h, info in zip(self.handles, started):
-            h._set_started(info)
+            h.record_start(info)
 
     def _get(self, refs: List[Any], deadline: float, what: str) -> List[Any]:
         ray = self.ray
@@ -548,7 +552,7 @@ class RayWorkers:
         except ray.exceptions.RayActorError as e:
             raise E.WorkerStartError(f'a Ray worker died before it could {what}: {e}') from None
 
-    def _start_slot(self, h: RayWorkerHandle, timeout: Optional[float] = None) -> None:
+    def restart_slot(self, h: RayWorkerHandle, timeout: Optional[float] = None) -> None:
         """Starts slot `h` again (after a loss): the same actor once Ray restarted it, else a new one."""
         if not self._started:
             self.start()
@@ -569,7 +573,7 @@ class RayWorkers:
                     h.placement = self._replan(h, where)
                 info = ray.get(h.actor.start.remote(placement_to_dict(h.placement)),
                                timeout=max(0.1, deadline - time.monotonic()))
-                h._set_started(info)
+                h.record_start(info)
                 return
             except ray.exceptions.GetTimeoutError:
                 raise E.WorkerStartError(
@@ -597,7 +601,7 @@ class RayWorkers:
             now = time.monotonic()
             for h in list(self.handles):
                 try:
-                    h._check_deadline(timeout, now)
+                    h.kill_if_overdue(timeout, now)
                 except Exception:  # pragma: no cover - never stop watching
                     log.exception('the Ray watchdog failed')
 
