@@ -174,6 +174,10 @@ THIRD_PARTY_PRIVATE = {
     'simharness/core/tf_sequences.py': frozenset({
         '_input_dataset', '_batch_size', '_drop_remainder', '_tensors', '_structure',
         '_as_serialized_graph', '_variant_tensor'}),
+    # pytest-benchmark's fixture has no public way to claim it for one run (`_mode`, which
+    # its own `__call__`/`pedantic` set and check), to size the timer (`_get_precision`)
+    # or to make the stats it saves (`_make_stats`): `round` drives the fixture as they do.
+    'simharness/testing/benchmark.py': frozenset({'_mode', '_get_precision', '_make_stats'}),
 }
 
 #: Files that still read or assign other objects' private attributes (issue 52, measured
@@ -183,7 +187,6 @@ PENDING = frozenset({
     'simharness/core/types.py',                        # `__eq__` reads the other type's fields
     'simharness/data/client_base.py',                  # the underlying data's id check
     'simharness/learning/models/serialization.py',     # a loaded model's module
-    'simharness/testing/benchmark.py',                 # the fixture reads the bench's mode
 })
 
 
