@@ -277,9 +277,9 @@ class StructType(Type):
         return list(zip(self._names, self._elements))
 
     # -- equality
-    def __eq__(self, other: Any) -> bool:
-        return (isinstance(other, StructType) and self._names == other._names
-                and self._elements == other._elements)
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, StructType) and self._names == other.names
+                and self._elements == tuple(other))
 
     def __hash__(self) -> int:
         return hash(('struct', self._names, self._elements))

@@ -19,15 +19,17 @@ variant casts every tensor to float32 first (mixed float dtypes allowed).
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Dict, TypeVar
+from typing import Callable, TypeVar, cast
 
 import tensorflow as tf
 
 from simharness.aggregators import factory, measurements
 from simharness.aggregators import tensor_utils
 from simharness.core import intrinsics as I
+from simharness.core.tracing import Value
 from simharness.core import types as T
-from simharness.core.computation import tf_computation
+from simharness.core.computation import Computation, tf_computation
+from simharness.learning._typing import TensorStructure
 
 __all__ = ['add_debug_measurements', 'add_debug_measurements_with_mixed_dtype']
 
@@ -35,13 +37,13 @@ _AggregationFactory = TypeVar('_AggregationFactory', bound=factory.AggregationFa
 
 
 @tf_computation
-def _calculate_global_norm(tensor_struct: Any) -> Any:
+def _calculate_global_norm(tensor_struct: TensorStructure) -> tf.Tensor:
     """The Euclidean norm of all the tensors of a structure together."""
     return tf.linalg.global_norm(tensor_utils.flatten(tensor_struct))
 
 
 @tf_computation
-def _calculate_global_norm_mixed_dtype(tensor_struct: Any) -> Any:
+def _calculate_global_norm_mixed_dtype(tensor_struct: TensorStructure) -> tf.Tensor:
     """The Euclidean norm of all the tensors of a structure together, in float32."""
     squares = [tf.cast(tf.norm(t, ord=2) ** 2, tf.float32)
                for t in tensor_utils.flatten(tensor_struct)]
@@ -49,12 +51,13 @@ def _calculate_global_norm_mixed_dtype(tensor_struct: Any) -> Any:
 
 
 @tf_computation
-def _square_value(tensor_value: Any) -> Any:
+def _square_value(tensor_value: tf.Tensor) -> tf.Tensor:
     return tensor_value ** 2
 
 
 @tf_computation
-def _calculate_server_update_statistics_mixed_dtype(server_update: Any) -> Any:
+def _calculate_server_update_statistics_mixed_dtype(
+        server_update: TensorStructure) -> collections.OrderedDict[str, tf.Tensor]:
     """Max, L2 norm and min over all entries of a structure, every tensor cast to float32."""
     leaves = tensor_utils.flatten(server_update)
     max_value = tf.math.reduce_max([tf.cast(tf.math.reduce_max(t), tf.float32) for t in leaves])
@@ -66,7 +69,8 @@ def _calculate_server_update_statistics_mixed_dtype(server_update: Any) -> Any:
 
 
 @tf_computation
-def _calculate_server_update_statistics(server_update: Any) -> Any:
+def _calculate_server_update_statistics(
+        server_update: TensorStructure) -> collections.OrderedDict[str, tf.Tensor]:
     """Max, L2 norm and min over all entries of a structure (one dtype)."""
     leaves = tensor_utils.flatten(server_update)
     max_value = tf.math.reduce_max([tf.math.reduce_max(t) for t in leaves])
@@ -77,8 +81,9 @@ def _calculate_server_update_statistics(server_update: Any) -> Any:
 
 
 @tf_computation
-def _calculate_unbiased_std_dev(expected_value: Any, expected_squared_value: Any,
-                                sum_of_weights: Any, sum_of_squared_weights: Any) -> Any:
+def _calculate_unbiased_std_dev(expected_value: tf.Tensor, expected_squared_value: tf.Tensor,
+                                sum_of_weights: tf.Tensor, sum_of_squared_weights: tf.Tensor
+                                ) -> tf.Tensor:
     """The standard deviation of a weighted discrete distribution, from the unbiased variance.
 
     The biased variance ``E[x**2] - E[x]**2`` is multiplied by ``a**2 / (a**2 - b)``
@@ -91,7 +96,8 @@ def _calculate_unbiased_std_dev(expected_value: Any, expected_squared_value: Any
     return tf.math.sqrt(correction_factor * biased_variance)
 
 
-def _calculate_client_update_statistics_with_norm(client_norms: Any, client_weights: Any) -> Any:
+def _calculate_client_update_statistics_with_norm(client_norms: Value,
+                                                  client_weights: Value) -> Value:
     client_norms_squared = I.federated_map(_square_value, client_norms)
     average_client_norm = I.federated_mean(client_norms, client_weights)
     average_client_norm_squared = I.federated_mean(client_norms_squared, client_weights)
@@ -106,22 +112,23 @@ def _calculate_client_update_statistics_with_norm(client_norms: Any, client_weig
                                                    std_dev_client_norm=unbiased_std_dev))
 
 
-def _calculate_client_update_statistics(client_updates: Any, client_weights: Any) -> Any:
+def _calculate_client_update_statistics(client_updates: Value, client_weights: Value) -> Value:
     """Weighted mean and unbiased standard deviation of the clients' update norms (at SERVER)."""
     client_norms = I.federated_map(_calculate_global_norm, client_updates)
     return _calculate_client_update_statistics_with_norm(client_norms, client_weights)
 
 
-def _calculate_client_update_statistics_mixed_dtype(client_updates: Any,
-                                                    client_weights: Any) -> Any:
+def _calculate_client_update_statistics_mixed_dtype(client_updates: Value,
+                                                    client_weights: Value) -> Value:
     """As `_calculate_client_update_statistics`, the norms taken in float32."""
     client_norms = I.federated_map(_calculate_global_norm_mixed_dtype, client_updates)
     return _calculate_client_update_statistics_with_norm(client_norms, client_weights)
 
 
 def _build_aggregator_measurement_fns(
-        client_measurement_fn: Callable[..., Dict[str, Any]] = _calculate_client_update_statistics,
-        server_measurement_fn: Any = _calculate_server_update_statistics,
+        client_measurement_fn: Callable[[Value, Value], Value] = (
+            _calculate_client_update_statistics),
+        server_measurement_fn: Computation = _calculate_server_update_statistics,
         weighted_aggregator: bool = True,
 ) -> tuple:
     """``(client_measurement_fn, server_measurement_fn)`` for `add_measurements`.
@@ -130,20 +137,22 @@ def _build_aggregator_measurement_fns(
     else ``value`` (every client weighted 1.0); the server one takes the
     aggregate at SERVER and maps `server_measurement_fn` (a TF computation) on it.
     """
+    federated_client_measurement_fn: Callable[..., Value]
     if weighted_aggregator:
         federated_client_measurement_fn = client_measurement_fn
     else:
-        def federated_client_measurement_fn(value: Any) -> Any:
+        def federated_client_measurement_fn(value: Value) -> Value:
             client_weights = I.federated_value(1.0, T.CLIENTS)
             return client_measurement_fn(value, client_weights)
 
-    def federated_server_measurement_fn(value: Any) -> Any:
+    def federated_server_measurement_fn(value: Value) -> Value:
         return I.federated_map(server_measurement_fn, value)
 
     return federated_client_measurement_fn, federated_server_measurement_fn
 
 
-def _add(aggregation_factory: Any, client_fn: Callable[..., Any], server_fn: Any) -> Any:
+def _add(aggregation_factory: _AggregationFactory, client_fn: Callable[[Value, Value], Value],
+         server_fn: Computation) -> _AggregationFactory:
     factory.check_factory(aggregation_factory, (factory.UnweightedAggregationFactory,
                                                 factory.WeightedAggregationFactory),
                           'aggregation_factory')
@@ -151,9 +160,10 @@ def _add(aggregation_factory: Any, client_fn: Callable[..., Any], server_fn: Any
     client_measurement_fn, server_measurement_fn = _build_aggregator_measurement_fns(
         client_measurement_fn=client_fn, server_measurement_fn=server_fn,
         weighted_aggregator=weighted)
-    return measurements.add_measurements(aggregation_factory,
-                                         client_measurement_fn=client_measurement_fn,
-                                         server_measurement_fn=server_measurement_fn)
+    # `add_measurements` keeps the factory's kind (weighted or not).
+    return cast(_AggregationFactory, measurements.add_measurements(
+        aggregation_factory, client_measurement_fn=client_measurement_fn,
+        server_measurement_fn=server_measurement_fn))
 
 
 def add_debug_measurements(aggregation_factory: _AggregationFactory) -> _AggregationFactory:

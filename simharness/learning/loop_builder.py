@@ -9,9 +9,17 @@ or from autograph's ``for batch in dataset``) is lowered to a
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
 
-__all__ = ['LoopImplementation', 'build_training_loop']
+if TYPE_CHECKING:  # TensorFlow is imported when a loop first runs
+    import tensorflow as tf
+
+    from simharness.learning._typing import Batch
+
+__all__ = ['LoopImplementation', 'TrainingLoop', 'build_training_loop']
+
+#: The state a training loop carries from batch to batch.
+LoopState = TypeVar('LoopState')
 
 
 @enum.unique
@@ -28,18 +36,29 @@ class LoopImplementation(enum.Enum):
     DATASET_REDUCE = enum.auto()
 
 
-def _zero() -> Any:
+class TrainingLoop(Protocol):
+    """``loop(reduce_fn, dataset, initial_state_fn) -> final state``: folds
+    ``reduce_fn(state, batch) -> state`` over `dataset` from ``initial_state_fn()``."""
+
+    def __call__(self, reduce_fn: Callable[[LoopState, Batch], LoopState],
+                 dataset: tf.data.Dataset,
+                 initial_state_fn: Callable[[], LoopState] = ...) -> LoopState: ...
+
+
+def _zero() -> tf.Tensor:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     return tf.constant(0)
 
 
-def _dataset_reduce_fn(reduce_fn: Callable[[Any, Any], Any], dataset: Any,
-                       initial_state_fn: Callable[[], Any] = _zero) -> Any:
+def _dataset_reduce_fn(reduce_fn: Callable[[LoopState, Batch], LoopState],
+                       dataset: tf.data.Dataset,
+                       initial_state_fn: Callable[[], LoopState] = _zero) -> LoopState:
     return dataset.reduce(initial_state=initial_state_fn(), reduce_func=reduce_fn)
 
 
-def _for_iter_dataset_fn(reduce_fn: Callable[[Any, Any], Any], dataset: Any,
-                         initial_state_fn: Callable[[], Any] = _zero) -> Any:
+def _for_iter_dataset_fn(reduce_fn: Callable[[LoopState, Batch], LoopState],
+                         dataset: tf.data.Dataset,
+                         initial_state_fn: Callable[[], LoopState] = _zero) -> LoopState:
     update_state = initial_state_fn()
     # `for batch in dataset` (TFF writes `iter(dataset)`: the same elements in
     # the same order). Autograph makes it a reduction over the dataset, which
@@ -49,7 +68,7 @@ def _for_iter_dataset_fn(reduce_fn: Callable[[Any, Any], Any], dataset: Any,
     return update_state
 
 
-def build_training_loop(loop_implementation: LoopImplementation) -> Callable[..., Any]:
+def build_training_loop(loop_implementation: LoopImplementation) -> TrainingLoop:
     """The loop ``fn(reduce_fn, dataset, initial_state_fn) -> final state``.
 
     Raises:

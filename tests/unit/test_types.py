@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.types import (CLIENTS, SERVER, FederatedType, FunctionType, PlacementType,
                                    SequenceType, StructType, TensorType, to_type)
@@ -343,3 +344,50 @@ def test_map_nest_rebuilds_python_containers():
     assert type(out) is collections.OrderedDict and type(out['x'][1][1]) is P
     assert out['x'] == [10, (20, P(30, {'y': 40}))]
     assert out['s'] == Struct.unnamed(5)  # a Struct is a leaf here
+
+
+
+class TestNarrowing:
+    """`simharness.core.narrowing`: a known kind of type, or a TypeError naming it."""
+
+    def test_narrowing_returns_the_type_itself(self):
+        fn = T.FunctionType(T.StructType([np.int32, ('b', np.float32)]),
+                            T.type_at_server(np.int32))
+        assert N.as_function(fn) is fn
+        assert N.as_federated(fn.result) is fn.result
+        assert N.as_struct(fn.parameter) is fn.parameter
+        assert N.as_tensor_or_struct(T.TensorType(np.int32)) == T.TensorType(np.int32)
+        assert N.as_tensor_or_struct(fn.parameter) is fn.parameter
+        assert N.parameter_element(fn, 1) == T.TensorType(np.float32)
+        assert N.parameter_element(fn, 'b') == T.TensorType(np.float32)
+        assert N.member_of(fn.result) == T.TensorType(np.int32)
+
+    @pytest.mark.parametrize('narrow, value, expected', [
+        (N.as_function, T.TensorType(np.int32), 'a function type'),
+        (N.as_federated, T.TensorType(np.int32), 'a federated type'),
+        (N.as_struct, T.type_at_clients(np.int32), 'a struct type'),
+        (N.as_tensor_or_struct, T.SequenceType(np.int32), 'a tensor or struct type'),
+        (N.as_struct, None, 'a struct type'),
+        (N.member_of, T.TensorType(np.int32), 'a federated type'),
+    ])
+    def test_another_kind_is_a_type_error_naming_the_expected_kind(self, narrow, value,
+                                                                   expected):
+        with pytest.raises(TypeError, match=f'expected {expected}, got'):
+            narrow(value)
+
+    def test_what_names_the_value_in_the_message(self):
+        with pytest.raises(SimharnessTypeError, match='initialize result: expected a federated'):
+            N.as_federated(T.TensorType(np.int32), 'initialize result')
+
+    def test_the_parameter_of_a_no_arg_function_is_no_struct(self):
+        with pytest.raises(TypeError, match='next parameter: expected a struct type, got None'):
+            N.parameter_element(T.FunctionType(None, np.int32), 0, 'next')
+
+
+def test_struct_types_compare_by_names_and_elements():
+    a = T.StructType([('x', np.int32), ('y', np.float32)])
+    assert a == T.StructType([('x', np.int32), ('y', np.float32)])
+    assert a != T.StructType([('x', np.int32), ('z', np.float32)])
+    assert a != T.StructType([('x', np.int32), ('y', np.int32)])
+    assert a != T.StructType([np.int32, np.float32])
+    assert a != 'x'

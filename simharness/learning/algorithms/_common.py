@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from typing import Callable, Union
 
 import tensorflow as tf
 
+from simharness.core import narrowing as N
+from simharness.core import types as T
 from simharness.core.computation import Computation, tf_computation
 from simharness.errors import SimharnessTypeError
 from simharness.learning.models import functional, variable
@@ -15,7 +17,7 @@ from simharness.templates.aggregation_process import AggregationProcess
 ModelFn = Union[Callable[[], variable.VariableModel], functional.FunctionalModel]
 
 
-def check_model_fn(model_fn: Any) -> None:
+def check_model_fn(model_fn: object) -> None:
     """A callable or a `FunctionalModel` (TFF's error otherwise)."""
     if not callable(model_fn) and not isinstance(model_fn, functional.FunctionalModel):
         raise SimharnessTypeError(
@@ -29,7 +31,7 @@ def initial_model_weights_fn(model_fn: ModelFn) -> Computation:
     check_model_fn(model_fn)
     if not callable(model_fn):
         @tf_computation()
-        def functional_initial_weights() -> Any:
+        def functional_initial_weights() -> ModelWeights:
             trainable, non_trainable = model_fn.initial_weights
             return ModelWeights(tuple(tf.convert_to_tensor(w) for w in trainable),
                                 tuple(tf.convert_to_tensor(w) for w in non_trainable))
@@ -37,7 +39,7 @@ def initial_model_weights_fn(model_fn: ModelFn) -> Computation:
         return functional_initial_weights
 
     @tf_computation()
-    def variable_initial_weights() -> Any:
+    def variable_initial_weights() -> ModelWeights:
         model = model_fn()
         if not isinstance(model, variable.VariableModel):
             raise SimharnessTypeError(
@@ -49,7 +51,7 @@ def initial_model_weights_fn(model_fn: ModelFn) -> Computation:
     return variable_initial_weights
 
 
-def check_instance(value: Any, cls: Any, name: str) -> None:
+def check_instance(value: object, cls: Union[type, tuple[type, ...]], name: str) -> None:
     """Raises a `SimharnessTypeError` naming `name` unless `value` is a `cls`."""
     if not isinstance(value, cls):
         names = (cls.__name__ if isinstance(cls, type)
@@ -61,9 +63,9 @@ def check_instance(value: Any, cls: Any, name: str) -> None:
 
 def check_aggregator_keeps_type(aggregator: AggregationProcess) -> None:
     """The aggregator's server result has the type of its client value (TFF's check)."""
-    sig: Any = aggregator.next.type_signature
-    client_value = sig.parameter[1].member
-    server_value = sig.result[1].member
+    sig = aggregator.next.type_signature
+    client_value = N.member_of(N.parameter_element(sig, 1))
+    server_value = N.member_of(N.as_struct(sig.result)[1])
     if not client_value.is_equivalent_to(server_value):
         raise SimharnessTypeError(
             '`model_aggregator` does not produce a compatible `AggregationProcess`. The '
@@ -71,6 +73,8 @@ def check_aggregator_keeps_type(aggregator: AggregationProcess) -> None:
             f'{client_value} != {server_value}.', expected=client_value, actual=server_value)
 
 
-def model_update_type(model_fn: ModelFn, model_weights_type: Any) -> Any:
+def model_update_type(model_fn: ModelFn, model_weights_type: T.StructType
+                      ) -> Union[T.TensorType, T.StructType]:
     """The type of a model update: the trainable weights."""
-    return model_weights_type.trainable if callable(model_fn) else model_weights_type[0]
+    return N.as_tensor_or_struct(
+        model_weights_type.trainable if callable(model_fn) else model_weights_type[0])

@@ -14,13 +14,15 @@ server: s <- optimizer.next(s, zeros, aggregate(g_k)) (only the state is kept)
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Sequence, Union, cast
 
 import numpy as np
 import tensorflow as tf
 
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.aggregators import factory, mean
 from simharness.core import intrinsics as I
+from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.learning import loop_builder
@@ -37,20 +39,32 @@ from simharness.learning.templates.model_delta_client_work import (choose_client
                                                                    functional_weights_type,
                                                                    split_batch)
 from simharness.templates.measured_process import MeasuredProcessOutput
+from simharness.core.tracing import Value
+from simharness.learning._typing import Batch, SpecStructure, TensorStructure
+
+#: The weights a functional model's client update takes: ``(trainable, non_trainable)``.
+WeightsPair = tuple[Sequence[tf.Tensor], Sequence[tf.Tensor]]
+
+#: The output of a Mime Lite client update: its result, unfinalized metrics and full gradient.
+MimeClientOutput = tuple[client_works.ClientResult, TensorStructure, TensorStructure]
 
 
 def _variable_client_update(model: variable.VariableModel, optimizer: Optimizer,
                             client_weighting: ClientWeighting,
                             loop_implementation: loop_builder.LoopImplementation,
-                            trainable_specs: Any) -> Callable[..., Any]:
+                            trainable_specs: SpecStructure
+                            ) -> Callable[..., MimeClientOutput]:
     dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
 
     @tf.function
-    def client_update(global_optimizer_state: Any, initial_weights: Any, data: Any) -> Any:
+    def client_update(global_optimizer_state: TensorStructure,
+                      initial_weights: model_weights_lib.ModelWeights,
+                      data: tf.data.Dataset) -> MimeClientOutput:
         model_weights = model_weights_lib.ModelWeights.from_model(model)
         tf.nest.map_structure(lambda a, b: a.assign(b), model_weights, initial_weights)
 
-        def full_gradient_reduce_fn(state: Any, batch: Any) -> Any:
+        def full_gradient_reduce_fn(state: tuple[TensorStructure, tf.Tensor], batch: Batch
+                                    ) -> tuple[TensorStructure, tf.Tensor]:
             gradient_sum, num_examples_sum = state
             with tf.GradientTape() as tape:
                 output = model.forward_pass(batch, training=True)
@@ -64,7 +78,7 @@ def _variable_client_update(model: variable.VariableModel, optimizer: Optimizer,
                 lambda s, g: s + g * tf.cast(num_examples, g.dtype), gradient_sum, gradients)
             return gradient_sum, num_examples_sum + num_examples
 
-        def initial_full_gradient_state() -> Any:
+        def initial_full_gradient_state() -> tuple[TensorStructure, tf.Tensor]:
             return (tuple(tf.zeros(s.shape, s.dtype) for s in tf.nest.flatten(trainable_specs)),
                     tf.constant(0, tf.int64))
 
@@ -74,7 +88,7 @@ def _variable_client_update(model: variable.VariableModel, optimizer: Optimizer,
             lambda g: tf.math.divide_no_nan(g, tf.cast(num_examples, g.dtype)), full_gradient)
         model.reset_metrics()
 
-        def train_reduce_fn(state: Any, batch: Any) -> Any:
+        def train_reduce_fn(state: tf.Tensor, batch: Batch) -> tf.Tensor:
             with tf.GradientTape() as tape:
                 output = model.forward_pass(batch, training=True)
             gradients = tape.gradient(output.loss, model_weights.trainable)
@@ -98,14 +112,16 @@ def _variable_client_update(model: variable.VariableModel, optimizer: Optimizer,
 def _functional_client_update(model: functional.FunctionalModel, optimizer: Optimizer,
                               client_weighting: ClientWeighting,
                               loop_implementation: loop_builder.LoopImplementation
-                              ) -> Callable[..., Any]:
+                              ) -> Callable[..., MimeClientOutput]:
     dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
 
     @tf.function
-    def client_update(global_optimizer_state: Any, incoming_weights: Any, data: Any) -> Any:
+    def client_update(global_optimizer_state: TensorStructure, incoming_weights: WeightsPair,
+                      data: tf.data.Dataset) -> MimeClientOutput:
         trainable_weights, _ = incoming_weights
 
-        def full_gradient_reduce_fn(state: Any, batch: Any) -> Any:
+        def full_gradient_reduce_fn(state: tuple[TensorStructure, tf.Tensor], batch: Batch
+                                    ) -> tuple[TensorStructure, tf.Tensor]:
             gradient_sum, num_examples_sum = state
             x, y = split_batch(batch)
             with tf.GradientTape() as tape:
@@ -120,7 +136,7 @@ def _functional_client_update(model: functional.FunctionalModel, optimizer: Opti
                 gradients)
             return gradient_sum, num_examples_sum + tf.cast(batch_num_examples, tf.int64)
 
-        def initial_full_gradient_state() -> Any:
+        def initial_full_gradient_state() -> tuple[TensorStructure, tf.Tensor]:
             return (tuple(tf.zeros_like(w) for w in trainable_weights),
                     tf.constant(0, tf.int64))
 
@@ -129,7 +145,8 @@ def _functional_client_update(model: functional.FunctionalModel, optimizer: Opti
         full_gradient = tf.nest.map_structure(
             lambda g: tf.math.divide_no_nan(g, tf.cast(num_examples, g.dtype)), full_gradient)
 
-        def train_reduce_fn(state: Any, batch: Any) -> Any:
+        def train_reduce_fn(state: tuple[WeightsPair, collections.OrderedDict], batch: Batch
+                            ) -> tuple[WeightsPair, collections.OrderedDict]:
             model_weights, metrics_state = state
             trainable, non_trainable = model_weights
             x, y = split_batch(batch)
@@ -163,7 +180,7 @@ def _functional_client_update(model: functional.FunctionalModel, optimizer: Opti
 def build_mime_lite_client_work(
         model_fn: _common.ModelFn, optimizer: Optimizer, client_weighting: ClientWeighting,
         full_gradient_aggregator: Optional[factory.WeightedAggregationFactory] = None,
-        metrics_aggregator: Optional[Callable[..., Any]] = None,
+        metrics_aggregator: Optional[MetricsAggregatorType] = None,
         loop_implementation: loop_builder.LoopImplementation = (
             loop_builder.LoopImplementation.DATASET_REDUCE),
 ) -> client_works.ClientWorkProcess:
@@ -182,54 +199,57 @@ def build_mime_lite_client_work(
     if metrics_aggregator is None:
         metrics_aggregator = metric_aggregator.sum_then_finalize
     is_functional = not callable(model_fn)
-    model: Any
-    weights_type: Any
+    model: Union[functional.FunctionalModel, variable.VariableModel]
+    weights_type: T.StructType
     if is_functional:
-        model = model_fn
-        weights_type = functional_weights_type(model)
+        model = cast(functional.FunctionalModel, model_fn)  # not callable: checked above
+        weights_type = N.as_struct(functional_weights_type(model))
         metrics_aggregation_fn = None
     else:
         with tf.Graph().as_default():
-            model = model_fn()  # type: ignore[operator]
+            model = cast(Callable[[], variable.VariableModel], model_fn)()
             metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
             weights_type = model_weights_lib.weights_type_from_model(model)
     data_type = T.SequenceType(T.to_type(model.input_spec))
     trainable_specs = _tensor_specs(weights_type.trainable)
-    gradient_aggregator = full_gradient_aggregator.create(weights_type.trainable,
-                                                          T.TensorType(np.float32))
+    gradient_aggregator = full_gradient_aggregator.create(
+        N.as_tensor_or_struct(weights_type.trainable), T.TensorType(np.float32))
 
     @tf_computation()
-    def optimizer_init() -> Any:
+    def optimizer_init() -> TensorStructure:
         return optimizer.initialize(trainable_specs)
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_zip((I.federated_eval(optimizer_init, T.SERVER),
                                 gradient_aggregator.initialize()))
 
-    optimizer_state_type = init_fn.type_signature.result.member[0]
+    optimizer_state_type = N.as_struct(N.member_of(init_fn.type_signature.result))[0]
 
     @tf_computation(optimizer_state_type, weights_type, data_type)
-    def client_update_fn(global_optimizer_state: Any, weights: Any, data: Any) -> Any:
+    def client_update_fn(global_optimizer_state: TensorStructure,
+                         weights: model_weights_lib.ModelWeights,
+                         data: tf.data.Dataset) -> MimeClientOutput:
         if is_functional:
-            update = _functional_client_update(model, optimizer, client_weighting,
-                                               loop_implementation)
+            update = _functional_client_update(cast(functional.FunctionalModel, model), optimizer,
+                                               client_weighting, loop_implementation)
             return update(global_optimizer_state, (weights.trainable, weights.non_trainable),
                           data)
-        variable_model_fn: Any = model_fn
+        variable_model_fn = cast(Callable[[], variable.VariableModel], model_fn)  # callable
         update = _variable_client_update(variable_model_fn(), optimizer, client_weighting,
                                          loop_implementation, trainable_specs)
         return update(global_optimizer_state, weights, data)
 
     @tf_computation(optimizer_state_type, weights_type.trainable)
-    def update_optimizer_state(state: Any, aggregate_gradient: Any) -> Any:
+    def update_optimizer_state(state: TensorStructure,
+                               aggregate_gradient: TensorStructure) -> TensorStructure:
         zeros = tf.nest.map_structure(lambda g: tf.zeros(g.shape, g.dtype), aggregate_gradient)
         updated_state, _ = optimizer.next(state, zeros, aggregate_gradient)
         return updated_state
 
     @federated_computation(init_fn.type_signature.result, T.FederatedType(weights_type, T.CLIENTS),
                            T.FederatedType(data_type, T.CLIENTS))
-    def next_fn(state: Any, weights: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, weights: Value, client_data: Value) -> MeasuredProcessOutput:
         optimizer_state, aggregator_state = state
         client_result, model_outputs, full_gradient = I.federated_map(
             client_update_fn, (I.federated_broadcast(optimizer_state), weights, client_data))
@@ -238,8 +258,10 @@ def build_mime_lite_client_work(
         new_state = I.federated_zip((
             I.federated_map(update_optimizer_state, (optimizer_state, gradient_output.result)),
             gradient_output.state))
+        # No aggregation function yet: a functional model (is_functional).
         aggregation_fn = metrics_aggregation_fn or metrics_aggregator(
-            model.finalize_metrics, model_outputs.type_signature.member)
+            cast(functional.FunctionalModel, model).finalize_metrics,
+            N.member_of(model_outputs.type_signature))
         measurements = I.federated_zip(collections.OrderedDict(
             train=aggregation_fn(model_outputs)))
         return MeasuredProcessOutput(new_state, client_result, measurements)

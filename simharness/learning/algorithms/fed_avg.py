@@ -16,10 +16,12 @@ FedAvgM (momentum), FedAdam, FedYogi, FedAdagrad.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import numpy as np
 
+from simharness.core import narrowing as N
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.aggregators import factory, factory_utils, mean
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError
@@ -46,7 +48,7 @@ def build_weighted_fed_avg(
         client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
-        metrics_aggregator: Optional[Callable[..., Any]] = None,
+        metrics_aggregator: Optional[MetricsAggregatorType] = None,
         loop_implementation: loop_builder.LoopImplementation = (
             loop_builder.LoopImplementation.DATASET_REDUCE),
 ) -> learning_process.LearningProcess:
@@ -84,7 +86,7 @@ def build_weighted_fed_avg(
                     f'`{name}` must be an instance of `tff.learning.optimizers.Optimizer`. '
                     f'Got {type(opt)}', expected=Optimizer, actual=type(opt))
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type: Any = initial_model_weights_fn.type_signature.result
+    model_weights_type = N.as_struct(initial_model_weights_fn.type_signature.result)
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:
@@ -115,7 +117,7 @@ def build_unweighted_fed_avg(
         server_optimizer_fn: Optional[Optimizer] = None,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         model_aggregator: Optional[factory.UnweightedAggregationFactory] = None,
-        metrics_aggregator: Optional[Callable[..., Any]] = None,
+        metrics_aggregator: Optional[MetricsAggregatorType] = None,
         loop_implementation: loop_builder.LoopImplementation = (
             loop_builder.LoopImplementation.DATASET_REDUCE),
 ) -> learning_process.LearningProcess:

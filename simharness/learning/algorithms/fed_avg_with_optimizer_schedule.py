@@ -11,11 +11,13 @@ measurements: OrderedDict(train=<model metrics>, client_learning_rate=client_lea
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 import tensorflow as tf
 
+from simharness.core import narrowing as N
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.aggregators import factory, mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
@@ -25,20 +27,22 @@ from simharness.learning import loop_builder
 from simharness.learning.algorithms import _common, fed_avg
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metric_aggregator
-from simharness.learning.models import functional
+from simharness.learning.models import functional, variable
 from simharness.learning.models import model_weights as model_weights_lib
-from simharness.learning.optimizers.optimizer import Optimizer
+from simharness.learning.optimizers.optimizer import Float, Int, Optimizer
 from simharness.learning.templates import (apply_optimizer_finalizer, client_works, composers,
                                            distributors, learning_process,
                                            model_delta_client_work)
 from simharness.templates.measured_process import MeasuredProcessOutput
+from simharness.core.tracing import Value
+from simharness.learning._typing import TensorStructure
 
 __all__ = ['build_scheduled_client_work', 'build_weighted_fed_avg_with_optimizer_schedule']
 
 
 def build_scheduled_client_work(
-        model_fn: _common.ModelFn, learning_rate_fn: Callable[[Any], Any],
-        optimizer_fn: Callable[[Any], Optimizer], metrics_aggregator: Callable[..., Any],
+        model_fn: _common.ModelFn, learning_rate_fn: Callable[[Int], Float],
+        optimizer_fn: Callable[[Float], Optimizer], metrics_aggregator: MetricsAggregatorType,
         loop_implementation: loop_builder.LoopImplementation = (
             loop_builder.LoopImplementation.DATASET_REDUCE),
 ) -> client_works.ClientWorkProcess:
@@ -54,16 +58,14 @@ def build_scheduled_client_work(
     Raises:
       SimharnessTypeError: `optimizer_fn` does not build a TFF `Optimizer`.
     """
-    is_functional = isinstance(model_fn, functional.FunctionalModel)
-    model: Any
-    weights_type: Any
+    model: Union[functional.FunctionalModel, variable.VariableModel]
     with tf.Graph().as_default():
-        if is_functional:
+        if isinstance(model_fn, functional.FunctionalModel):
             model = model_fn
             weights_type = model_delta_client_work.functional_weights_type(model)
             metrics_aggregation_fn = metrics_aggregator(model.finalize_metrics)
         else:
-            model = model_fn()  # type: ignore[operator]
+            model = model_fn()
             weights_type = model_weights_lib.weights_type_from_model(model)
             metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
         whimsy_optimizer = optimizer_fn(1.0)
@@ -75,38 +77,38 @@ def build_scheduled_client_work(
             expected=Optimizer, actual=type(whimsy_optimizer))
 
     @tf_computation(weights_type, data_type, np.int32)
-    def client_update_computation(initial_model_weights: Any, dataset: Any,
-                                  round_num: Any) -> Any:
+    def client_update_computation(initial_model_weights: model_weights_lib.ModelWeights,
+                                  dataset: tf.data.Dataset, round_num: tf.Tensor
+                                  ) -> tuple[client_works.ClientResult, TensorStructure]:
         optimizer = optimizer_fn(learning_rate_fn(round_num))
-        if is_functional:
+        if isinstance(model_fn, functional.FunctionalModel):
             update = model_delta_client_work.build_functional_model_delta_update(
-                model, weighting=ClientWeighting.NUM_EXAMPLES,
+                model_fn, weighting=ClientWeighting.NUM_EXAMPLES,
                 loop_implementation=loop_implementation)
             return update(optimizer, (initial_model_weights.trainable,
                                       initial_model_weights.non_trainable), dataset)
-        variable_model_fn: Any = model_fn
         update = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-            variable_model_fn, weighting=ClientWeighting.NUM_EXAMPLES,
+            model_fn, weighting=ClientWeighting.NUM_EXAMPLES,
             loop_implementation=loop_implementation)
         return update(optimizer, initial_model_weights, dataset)
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_value(0, T.SERVER)
 
     @tf_computation(np.int32)
     @tf.function
-    def add_one(x: Any) -> Any:
+    def add_one(x: tf.Tensor) -> tf.Tensor:
         return x + 1
 
     @tf_computation(np.int32)
     @tf.function
-    def tf_learning_rate_fn(x: Any) -> Any:
+    def tf_learning_rate_fn(x: tf.Tensor) -> Float:
         return learning_rate_fn(x)
 
     @federated_computation(init_fn.type_signature.result, T.FederatedType(weights_type, T.CLIENTS),
                            T.FederatedType(data_type, T.CLIENTS))
-    def next_fn(state: Any, weights: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, weights: Value, client_data: Value) -> MeasuredProcessOutput:
         round_num_at_clients = I.federated_broadcast(state)
         learning_rate = I.federated_map(tf_learning_rate_fn, state)
         client_result, model_outputs = I.federated_map(
@@ -120,12 +122,12 @@ def build_scheduled_client_work(
 
 
 def build_weighted_fed_avg_with_optimizer_schedule(
-        model_fn: _common.ModelFn, client_learning_rate_fn: Callable[[Any], Any],
-        client_optimizer_fn: Callable[[Any], Optimizer],
+        model_fn: _common.ModelFn, client_learning_rate_fn: Callable[[Int], Float],
+        client_optimizer_fn: Callable[[Float], Optimizer],
         server_optimizer_fn: Optional[Optimizer] = None,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
-        metrics_aggregator: Optional[Callable[..., Any]] = None,
+        metrics_aggregator: Optional[MetricsAggregatorType] = None,
         loop_implementation: loop_builder.LoopImplementation = (
             loop_builder.LoopImplementation.DATASET_REDUCE),
 ) -> learning_process.LearningProcess:
@@ -142,14 +144,14 @@ def build_weighted_fed_avg_with_optimizer_schedule(
     if server_optimizer_fn is None:
         server_optimizer_fn = fed_avg.DEFAULT_SERVER_OPTIMIZER_FN()
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type: Any = initial_model_weights_fn.type_signature.result
+    model_weights_type = N.as_struct(initial_model_weights_fn.type_signature.result)
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:
         model_aggregator = mean.MeanFactory()
     _common.check_instance(model_aggregator, factory.WeightedAggregationFactory,
                            'model_aggregator')
-    aggregator = model_aggregator.create(model_weights_type.trainable, T.TensorType(np.float32))
+    aggregator = model_aggregator.create(N.as_tensor_or_struct(model_weights_type.trainable), T.TensorType(np.float32))
     _common.check_aggregator_keeps_type(aggregator)
     if metrics_aggregator is None:
         metrics_aggregator = metric_aggregator.sum_then_finalize

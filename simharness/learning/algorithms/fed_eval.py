@@ -16,10 +16,11 @@ metrics:      OrderedDict(distributor=(), client_work=OrderedDict(eval=OrderedDi
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
+from simharness.core import narrowing as N
 from simharness.aggregators import mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
@@ -34,6 +35,8 @@ from simharness.learning.templates import (client_works, composers, distributors
 from simharness.learning.templates.model_delta_client_work import functional_weights_type
 from simharness.templates.aggregation_process import AggregationProcess
 from simharness.templates.measured_process import MeasuredProcessOutput
+from simharness.core.tracing import Value
+from simharness.learning._typing import Batch, TensorStructure
 
 __all__ = ['build_fed_eval']
 
@@ -45,13 +48,14 @@ def _build_local_evaluation(model_fn: Callable[[], variable.VariableModel],
 
     @tf_computation(model_weights_type, T.SequenceType(batch_type))
     @tf.function
-    def client_eval(incoming_model_weights: Any, dataset: Any) -> Any:
+    def client_eval(incoming_model_weights: model_weights_lib.ModelWeights,
+                    dataset: tf.data.Dataset) -> collections.OrderedDict[str, TensorStructure]:
         with tf.init_scope():
             model = model_fn()
         model_weights = model_weights_lib.ModelWeights.from_model(model)
         tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, incoming_model_weights)
 
-        def reduce_fn(num_examples: Any, batch: Any) -> Any:
+        def reduce_fn(num_examples: tf.Tensor, batch: Batch) -> tf.Tensor:
             model_output = model.forward_pass(batch, training=False)
             if model_output.num_examples is None:
                 return num_examples + tf.shape(model_output.predictions, out_type=tf.int64)[0]
@@ -65,11 +69,13 @@ def _build_local_evaluation(model_fn: Callable[[], variable.VariableModel],
     return client_eval
 
 
-def _build_functional_local_evaluation(model: functional.FunctionalModel) -> Callable[..., Any]:
+def _build_functional_local_evaluation(model: functional.FunctionalModel
+                                       ) -> Callable[..., collections.OrderedDict]:
     """``((trainable, non_trainable), dataset) -> unfinalized metrics state`` (a `tf.function`)."""
 
     @tf.function
-    def local_eval(weights: Any, dataset: Any) -> Any:
+    def local_eval(weights: tuple[Sequence[tf.Tensor], Sequence[tf.Tensor]],
+                   dataset: tf.data.Dataset) -> collections.OrderedDict:
         metrics_state = model.initialize_metrics_state()
         for batch in dataset:  # TFF: iter(dataset); this form is lowered to a tensor loop
             if isinstance(batch, Mapping):
@@ -90,7 +96,7 @@ def _build_functional_local_evaluation(model: functional.FunctionalModel) -> Cal
     return local_eval
 
 
-def _eval_output(metrics_output: Any) -> Any:
+def _eval_output(metrics_output: Value) -> MeasuredProcessOutput:
     current_round_metrics, total_rounds_metrics = metrics_output.result
     measurements = I.federated_zip(collections.OrderedDict(eval=collections.OrderedDict(
         current_round_metrics=current_round_metrics, total_rounds_metrics=total_rounds_metrics)))
@@ -102,7 +108,7 @@ def _eval_output(metrics_output: Any) -> Any:
 
 def _unfinalized_metrics_type(model: variable.VariableModel) -> T.Type:
     """The type of ``report_local_unfinalized_metrics()`` (call inside a graph)."""
-    def tensor_type(x: Any) -> T.TensorType:
+    def tensor_type(x: TensorStructure) -> T.TensorType:
         t = tf.convert_to_tensor(x)
         return T.TensorType(t.dtype.as_numpy_dtype, t.shape.as_list()
                             if t.shape.rank is not None else None)
@@ -119,14 +125,14 @@ def _build_fed_eval_client_work(model_fn: Callable[[], variable.VariableModel],
         model = model_fn()
         batch_type = T.to_type(model.input_spec)
         if metrics_aggregation_process is None:
-            metrics_type: Any = _unfinalized_metrics_type(model)
+            metrics_type = N.as_tensor_or_struct(_unfinalized_metrics_type(model))
             factory = sum_aggregation_factory.SumThenFinalizeFactory(model.metric_finalizers())
             metrics_aggregation_process = factory.create(metrics_type)
     _common.check_instance(metrics_aggregation_process, AggregationProcess,
                            'metrics_aggregation_process')
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return metrics_aggregation_process.initialize()
 
     client_update_computation = _build_local_evaluation(model_fn, model_weights_type, batch_type,
@@ -135,7 +141,7 @@ def _build_fed_eval_client_work(model_fn: Callable[[], variable.VariableModel],
     @federated_computation(init_fn.type_signature.result,
                            T.FederatedType(model_weights_type, T.CLIENTS),
                            T.FederatedType(T.SequenceType(batch_type), T.CLIENTS))
-    def next_fn(state: Any, model_weights: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, model_weights: Value, client_data: Value) -> MeasuredProcessOutput:
         model_outputs = I.federated_map(client_update_computation, (model_weights, client_data))
         return _eval_output(metrics_aggregation_process.next(state, model_outputs.local_outputs))
 
@@ -147,7 +153,7 @@ def _build_functional_fed_eval_client_work(model: functional.FunctionalModel,
                                                AggregationProcess],
                                            model_weights_type: T.StructType
                                            ) -> client_works.ClientWorkProcess:
-    weights_type: Any = functional_weights_type(model)
+    weights_type = N.as_struct(functional_weights_type(model))
     tuple_weights_type = T.StructType([weights_type.trainable, weights_type.non_trainable],
                                       container=tuple)
     batch_type = T.to_type(model.input_spec)
@@ -155,25 +161,26 @@ def _build_functional_fed_eval_client_work(model: functional.FunctionalModel,
     if metrics_aggregation_process is None:
         # TFF makes local_eval a tf_computation and calls it from the client's one; here it
         # stays a tf.function (called inside), traced once on its own for its result type.
-        metrics_type: Any = tf_computation(tuple_weights_type, T.SequenceType(batch_type))(
-            local_eval).type_signature.result
+        metrics_type = N.as_tensor_or_struct(tf_computation(
+            tuple_weights_type, T.SequenceType(batch_type))(local_eval).type_signature.result)
         metrics_aggregation_process = sum_aggregation_factory.SumThenFinalizeFactory(
             model.finalize_metrics).create(metrics_type)
     _common.check_instance(metrics_aggregation_process, AggregationProcess,
                            'metrics_aggregation_process')
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return metrics_aggregation_process.initialize()
 
     @tf_computation(model_weights_type, T.SequenceType(batch_type))
-    def client_update_computation(model_weights: Any, client_data: Any) -> Any:
+    def client_update_computation(model_weights: model_weights_lib.ModelWeights,
+                                  client_data: tf.data.Dataset) -> collections.OrderedDict:
         return local_eval((model_weights.trainable, model_weights.non_trainable), client_data)
 
     @federated_computation(init_fn.type_signature.result,
                            T.FederatedType(model_weights_type, T.CLIENTS),
                            T.FederatedType(T.SequenceType(batch_type), T.CLIENTS))
-    def next_fn(state: Any, model_weights: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, model_weights: Value, client_data: Value) -> MeasuredProcessOutput:
         unfinalized = I.federated_map(client_update_computation, (model_weights, client_data))
         return _eval_output(metrics_aggregation_process.next(state, unfinalized))
 
@@ -204,7 +211,7 @@ def build_fed_eval(
       SimharnessTypeError: an argument has the wrong type.
     """
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type: Any = initial_model_weights_fn.type_signature.result
+    model_weights_type = N.as_struct(initial_model_weights_fn.type_signature.result)
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     else:
@@ -216,10 +223,11 @@ def build_fed_eval(
     else:
         client_work = _build_fed_eval_client_work(model_fn, metrics_aggregation_process,
                                                   model_weights_type, loop_implementation)
-    result_type: Any = T.to_type(client_works.ClientResult(update=(), update_weight=()))
-    model_aggregator = mean.MeanFactory().create(result_type.update, result_type.update_weight)
-    aggregated: Any = model_aggregator.next.type_signature.result
-    finalizer = finalizers.build_identity_finalizer(model_weights_type,
-                                                    aggregated.result.member)
+    result_type = N.as_struct(T.to_type(client_works.ClientResult(update=(), update_weight=())))
+    model_aggregator = mean.MeanFactory().create(N.as_tensor_or_struct(result_type.update),
+                                                 N.as_tensor_or_struct(result_type.update_weight))
+    aggregated = N.as_struct(model_aggregator.next.type_signature.result)
+    finalizer = finalizers.build_identity_finalizer(
+        model_weights_type, N.as_struct(N.member_of(aggregated.result)))
     return composers.compose_learning_process(initial_model_weights_fn, model_distributor,
                                               client_work, model_aggregator, finalizer)

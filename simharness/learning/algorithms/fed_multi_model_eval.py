@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import collections
 import string
-from typing import Any, Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 
+from simharness.core import narrowing as N
 from simharness.aggregators import mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
@@ -41,6 +42,8 @@ from simharness.learning.templates import (client_works, composers, distributors
                                            learning_process)
 from simharness.templates.aggregation_process import AggregationProcess
 from simharness.templates.measured_process import MeasuredProcessOutput
+from simharness.core.tracing import Value
+from simharness.learning._typing import TemplateField, TensorStructure
 
 __all__ = ['build_fed_multi_model_eval', 'build_fed_multi_model_eval_from_processes']
 
@@ -55,7 +58,7 @@ def _build_initial_model_weights_fn(model_fns: Sequence[_common.ModelFn]) -> Com
                 expected=functional.FunctionalModel, actual=type(model_fn))
 
     @tf_computation()
-    def initial_model_weights_fn() -> Any:
+    def initial_model_weights_fn() -> TensorStructure:
         initial_model_weights = []
         for model_fn in model_fns:
             if callable(model_fn):
@@ -105,7 +108,7 @@ def build_fed_multi_model_eval(
         raise SimharnessValueError(f'At most {len(string.ascii_lowercase)} models (named a-z), '
                                    f'got {len(model_fns)}.')
     initial_model_weights_fn = _build_initial_model_weights_fn(model_fns)
-    multi_model_weights_type: Any = initial_model_weights_fn.type_signature.result
+    multi_model_weights_type = initial_model_weights_fn.type_signature.result
     if not isinstance(multi_model_weights_type, T.StructType):
         raise SimharnessValueError('model_weights_type must be a StructType. Found: '
                                    f'{type(multi_model_weights_type)}.')
@@ -124,9 +127,9 @@ def build_fed_multi_model_eval(
         processes = list(metrics_aggregation_processes)
 
     client_work_processes: Dict[str, client_works.ClientWorkProcess] = {}
-    model_weights_type: Any
-    for model_id, model_fn, model_weights_type, process in zip(
+    for model_id, model_fn, weights_type, process in zip(
             string.ascii_lowercase, model_fns, multi_model_weights_type, processes):
+        model_weights_type = N.as_struct(weights_type, f'model {model_id} weights')
         if callable(model_fn):
             client_work_processes[model_id] = _build_fed_eval_client_work(
                 model_fn, process, model_weights_type, loop_implementation)
@@ -135,17 +138,16 @@ def build_fed_multi_model_eval(
                 model_fn, process, model_weights_type)
 
     @federated_computation()
-    def multi_init() -> Any:
+    def multi_init() -> Value:
         return I.federated_zip({model_id: work.initialize()
                                 for model_id, work in client_work_processes.items()})
 
     # All the models have one input spec: the first model's client data type.
-    first_next: Any = client_work_processes['a'].next.type_signature
-    client_data_type = first_next.parameter[2]
+    client_data_type = N.parameter_element(client_work_processes['a'].next.type_signature, 2)
 
     @federated_computation(multi_init.type_signature.result,
                            T.FederatedType(multi_model_weights_type, T.CLIENTS), client_data_type)
-    def multi_next(state: Any, model_weights: Any, client_data: Any) -> Any:
+    def multi_next(state: Value, model_weights: Value, client_data: Value) -> MeasuredProcessOutput:
         new_states, metrics = {}, {}
         for model_id, work in client_work_processes.items():
             output = work.next(state[model_id], model_weights[model_id], client_data)
@@ -157,12 +159,13 @@ def build_fed_multi_model_eval(
                                      I.federated_zip(metrics))
 
     client_work = client_works.ClientWorkProcess(multi_init, multi_next)
-    result_type: Any = T.to_type(client_works.ClientResult(update=(), update_weight=()))
-    model_aggregator = mean.MeanFactory().create(result_type.update, result_type.update_weight)
-    aggregated: Any = model_aggregator.next.type_signature.result
+    result_type = N.as_struct(T.to_type(client_works.ClientResult(update=(), update_weight=())))
+    model_aggregator = mean.MeanFactory().create(N.as_tensor_or_struct(result_type.update),
+                                                 N.as_tensor_or_struct(result_type.update_weight))
+    aggregated = N.as_struct(model_aggregator.next.type_signature.result)
     # No update of the weights.
-    finalizer = finalizers.build_identity_finalizer(multi_model_weights_type,
-                                                    aggregated.result.member)
+    finalizer = finalizers.build_identity_finalizer(
+        multi_model_weights_type, N.as_struct(N.member_of(aggregated.result)))
     return composers.compose_learning_process(initial_model_weights_fn, model_distributor,
                                               client_work, model_aggregator, finalizer)
 
@@ -170,7 +173,7 @@ def build_fed_multi_model_eval(
 _FIELDS = ('global_model_weights', 'distributor', 'client_work', 'aggregator', 'finalizer')
 
 
-def _combine_multi_state(state_dict: Dict[str, Any]) -> Any:
+def _combine_multi_state(state_dict: Dict[str, Value]) -> Value:
     """One `LearningAlgorithmState` (at SERVER) whose fields are dicts by model id."""
     return I.federated_zip(composers.LearningAlgorithmState(**{
         field: I.federated_zip({model_id: getattr(state, field)
@@ -178,7 +181,7 @@ def _combine_multi_state(state_dict: Dict[str, Any]) -> Any:
         for field in _FIELDS}))
 
 
-def _combine_multi_metrics(metrics_dict: Dict[str, Any]) -> Any:
+def _combine_multi_metrics(metrics_dict: Dict[str, Value]) -> Value:
     """``OrderedDict(distributor={'a': ...}, client_work=..., aggregator=..., finalizer=...)``."""
     return I.federated_zip(collections.OrderedDict(
         (field, I.federated_zip({model_id: getattr(metrics, field)
@@ -186,7 +189,7 @@ def _combine_multi_metrics(metrics_dict: Dict[str, Any]) -> Any:
         for field in ('distributor', 'client_work', 'aggregator', 'finalizer')))
 
 
-def _get_single_model_state(state: Any, model_id: str) -> Any:
+def _get_single_model_state(state: Value, model_id: str) -> Value:
     """Model `model_id`'s `LearningAlgorithmState` (at SERVER) out of the combined one."""
     return I.federated_zip(composers.LearningAlgorithmState(**{
         field: getattr(getattr(state, field), model_id) for field in _FIELDS}))
@@ -212,20 +215,21 @@ def build_fed_multi_model_eval_from_processes(
                                    f'got {len(eval_processes)}.')
     for i, process in enumerate(eval_processes):
         _common.check_instance(process, learning_process.LearningProcess, f'eval_processes[{i}]')
-    signatures: Any = [p.next.type_signature for p in eval_processes]
-    dataset_type = signatures[0].parameter[1]
-    if not all(sig.parameter[1].is_equivalent_to(dataset_type) for sig in signatures[1:]):
+    signatures = [p.next.type_signature for p in eval_processes]
+    dataset_type = N.parameter_element(signatures[0], 1)
+    if not all(N.parameter_element(sig, 1).is_equivalent_to(dataset_type)
+               for sig in signatures[1:]):
         raise SimharnessValueError('All evaluation processes must have the same dataset type.')
     named = list(zip(string.ascii_letters, eval_processes))
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return _combine_multi_state({model_id: p.initialize() for model_id, p in named})
 
-    state_type: Any = init_fn.type_signature.result
+    state_type = N.as_federated(init_fn.type_signature.result)
 
     @federated_computation(state_type, dataset_type)
-    def next_fn(state: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, client_data: Value) -> learning_process.LearningProcessOutput:
         multi_state, multi_metrics = collections.OrderedDict(), collections.OrderedDict()
         for model_id, process in named:
             output = process.next(_get_single_model_state(state, model_id), client_data)
@@ -235,11 +239,12 @@ def build_fed_multi_model_eval_from_processes(
             state=_combine_multi_state(multi_state), metrics=_combine_multi_metrics(multi_metrics))
 
     @tf_computation(state_type.member)
-    def get_model_weights_fn(state: Any) -> Any:
+    def get_model_weights_fn(state: composers.LearningAlgorithmState) -> TemplateField:
         return state.global_model_weights
 
     @tf_computation(state_type.member, get_model_weights_fn.type_signature.result)
-    def set_model_weights_fn(state: Any, model_weights: Any) -> Any:
+    def set_model_weights_fn(state: composers.LearningAlgorithmState, model_weights: TemplateField
+                             ) -> composers.LearningAlgorithmState:
         return composers.LearningAlgorithmState(
             global_model_weights=model_weights, distributor=state.distributor,
             client_work=state.client_work, aggregator=state.aggregator,

@@ -8,17 +8,19 @@ gradient (`simharness.learning.templates.proximal_client_work`); otherwise as
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import numpy as np
 
 from simharness.aggregators import factory, factory_utils, mean
+from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning import loop_builder
 from simharness.learning.algorithms import _common
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metric_aggregator
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.optimizers import sgdm
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import (apply_optimizer_finalizer, composers, distributors,
@@ -38,7 +40,7 @@ def build_weighted_fed_prox(
         client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
-        metrics_aggregator: Optional[Callable[..., Any]] = None,
+        metrics_aggregator: Optional[MetricsAggregatorType] = None,
         loop_implementation: loop_builder.LoopImplementation = (
             loop_builder.LoopImplementation.DATASET_REDUCE),
 ) -> learning_process.LearningProcess:
@@ -70,7 +72,7 @@ def build_weighted_fed_prox(
             f'Got {type(client_optimizer_fn)}.', expected=Optimizer,
             actual=type(client_optimizer_fn))
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type: Any = initial_model_weights_fn.type_signature.result
+    model_weights_type = N.as_struct(initial_model_weights_fn.type_signature.result)
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:
@@ -102,7 +104,7 @@ def build_unweighted_fed_prox(
         server_optimizer_fn: Optimizer = DEFAULT_SERVER_OPTIMIZER_FN,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         model_aggregator: Optional[factory.UnweightedAggregationFactory] = None,
-        metrics_aggregator: Optional[Callable[..., Any]] = None,
+        metrics_aggregator: Optional[MetricsAggregatorType] = None,
         loop_implementation: loop_builder.LoopImplementation = (
             loop_builder.LoopImplementation.DATASET_REDUCE),
 ) -> learning_process.LearningProcess:

@@ -28,11 +28,13 @@ over the post-reconstruction batches of all clients).
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
+import keras
 import numpy as np
 import tensorflow as tf
 
+from simharness.core import narrowing as N
 from simharness.aggregators import factory, factory_utils, mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
@@ -41,26 +43,30 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning import client_weight_lib
 from simharness.learning.metrics import aggregator as metrics_aggregators
 from simharness.learning.metrics import keras_finalizer as metrics_finalizers_lib
-from simharness.learning.models import reconstruction_model
+from simharness.learning.models import model_weights, reconstruction_model
 from simharness.learning.optimizers import keras_optimizer, sgdm
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import (apply_optimizer_finalizer, client_works, composers,
                                            distributors, learning_process)
 from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
 from simharness.templates.measured_process import MeasuredProcessOutput
+from simharness.core.tracing import Value
+from simharness.learning._typing import Batch, Finalizer, TensorStructure
 
 __all__ = ['build_fed_recon']
 
 ReconstructionModel = reconstruction_model.ReconstructionModel
 AggregationFactory = Union[factory.WeightedAggregationFactory,
                            factory.UnweightedAggregationFactory]
-LossFn = Callable[[], Any]
+LossFn = Callable[[], keras.losses.Loss]
 MetricsFn = Callable[[], list]
-MetricFinalizersType = collections.OrderedDict[str, Callable[[Any], Any]]
+MetricFinalizersType = collections.OrderedDict[str, Finalizer]
 ModelFn = Callable[[], ReconstructionModel]
+#: A training loop's state: the examples seen and the optimizer's state.
+TrainState = tuple[tf.Tensor, TensorStructure]
 
 
-def check_model(model: Any) -> None:
+def check_model(model: object) -> None:
     """Raises TFF's `TypeError` unless `model` is a `ReconstructionModel`."""
     if not isinstance(model, ReconstructionModel):
         raise SimharnessTypeError(
@@ -86,8 +92,9 @@ def make_metrics(loss_fn: LossFn, metrics_fn: Optional[MetricsFn],
     return metrics
 
 
-def build_train_step(model: ReconstructionModel, client_loss: Any, weights: list,
-                     optimizer: Optimizer, metrics: Optional[list] = None) -> Callable[..., Any]:
+def build_train_step(model: ReconstructionModel, client_loss: keras.losses.Loss, weights: list,
+                     optimizer: Optimizer, metrics: Optional[list] = None
+                     ) -> Callable[[TrainState, Batch], TrainState]:
     """``(num_examples, optimizer state), batch -> same``: one step on `weights` only.
 
     The gradients of ``client_loss`` are taken for `weights` (the others stay
@@ -95,7 +102,7 @@ def build_train_step(model: ReconstructionModel, client_loss: Any, weights: list
     """
 
     @tf.function
-    def reduce_fn(state: Any, batch: Any) -> Any:
+    def reduce_fn(state: TrainState, batch: Batch) -> TrainState:
         num_examples_sum, optimizer_state = state
         with tf.GradientTape() as tape:
             output = model.forward_pass(batch, training=True)
@@ -113,14 +120,14 @@ def build_train_step(model: ReconstructionModel, client_loss: Any, weights: list
     return reduce_fn
 
 
-def initial_train_state(optimizer: Optimizer, weights: list) -> Any:
+def initial_train_state(optimizer: Optimizer, weights: list) -> TrainState:
     """``(0, optimizer.initialize(specs of weights))`` (specs as a tuple, as TFF)."""
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in weights)
     return tf.constant(0), optimizer.initialize(specs)
 
 
-def reconstruct(model: ReconstructionModel, client_loss: Any, optimizer: Optimizer,
-                recon_dataset: Any) -> None:
+def reconstruct(model: ReconstructionModel, client_loss: keras.losses.Loss, optimizer: Optimizer,
+                recon_dataset: tf.data.Dataset) -> None:
     """Trains the local trainable variables on `recon_dataset` (none: nothing to do)."""
     local_trainable = ReconstructionModel.get_local_variables(model).trainable
     if not local_trainable:
@@ -132,8 +139,8 @@ def reconstruct(model: ReconstructionModel, client_loss: Any, optimizer: Optimiz
 
 
 def _client_weight(client_weighting: client_weight_lib.ClientWeightType,
-                   has_non_finite_weight: Any, num_examples_sum: Any,
-                   unfinalized_metrics: Any) -> Any:
+                   has_non_finite_weight: tf.Tensor, num_examples_sum: tf.Tensor,
+                   unfinalized_metrics: TensorStructure) -> tf.Tensor:
     if client_weighting is client_weight_lib.ClientWeighting.NUM_EXAMPLES:
         weight = tf.cast(num_examples_sum, tf.float32)
     elif client_weighting is client_weight_lib.ClientWeighting.UNIFORM:
@@ -145,7 +152,8 @@ def _client_weight(client_weighting: client_weight_lib.ClientWeightType,
 
 def _build_reconstruction_client_work(
         model_fn: ModelFn, *, loss_fn: LossFn, metrics_fn: Optional[MetricsFn],
-        client_optimizer_fn: Any, reconstruction_optimizer_fn: Any,
+        client_optimizer_fn: keras_optimizer.OptimizerOrKerasFn,
+        reconstruction_optimizer_fn: keras_optimizer.OptimizerOrKerasFn,
         dataset_split_fn: reconstruction_model.ReconstructionDatasetSplitFn,
         client_weighting: client_weight_lib.ClientWeightType,
         metrics_aggregator: Callable[..., Computation]) -> client_works.ClientWorkProcess:
@@ -158,7 +166,7 @@ def _build_reconstruction_client_work(
     dataset_type = T.SequenceType(T.to_type(model_for_metadata.input_spec))
 
     @federated_computation()
-    def initialize() -> Any:
+    def initialize() -> Value:
         return I.federated_value((), T.SERVER)
 
     # Filled while `client_update` is traced; the federated computation uses them after.
@@ -166,7 +174,8 @@ def _build_reconstruction_client_work(
 
     @tf_computation(model_weights_type, dataset_type)
     @tf.function
-    def client_update(initial_model_weights: Any, dataset: Any) -> Any:
+    def client_update(initial_model_weights: model_weights.ModelWeights, dataset: tf.data.Dataset
+                      ) -> tuple[client_works.ClientResult, TensorStructure]:
         with tf.init_scope():
             model = model_fn()
             metric_finalizers.clear()  # a second trace (variables made) makes them again
@@ -203,12 +212,12 @@ def _build_reconstruction_client_work(
     @federated_computation(T.FederatedType(T.StructType([]), T.SERVER),
                            T.FederatedType(model_weights_type, T.CLIENTS),
                            T.FederatedType(dataset_type, T.CLIENTS))
-    def next_fn(state: Any, incoming_model_weights: Any, client_datasets: Any) -> Any:
+    def next_fn(state: Value, incoming_model_weights: Value, client_datasets: Value) -> MeasuredProcessOutput:
         del state  # stateless
         client_result, unfinalized_metrics = I.federated_map(
             client_update, (incoming_model_weights, client_datasets))
         metrics_aggregation_computation = metrics_aggregator(
-            metric_finalizers, unfinalized_metrics.type_signature.member)
+            metric_finalizers, N.member_of(unfinalized_metrics.type_signature))
         finalized_metrics = I.federated_zip(collections.OrderedDict(
             train=metrics_aggregation_computation(unfinalized_metrics)))
         return MeasuredProcessOutput(state=I.federated_value((), T.SERVER), result=client_result,
@@ -221,7 +230,7 @@ def build_initial_model_weights_fn(model_fn: ModelFn) -> Computation:
     """``( -> ModelWeights)``: the global variables of a new model of `model_fn`."""
 
     @tf_computation()
-    def build_initial_model_weights() -> Any:
+    def build_initial_model_weights() -> model_weights.ModelWeights:
         model = model_fn()
         check_model(model)
         return ReconstructionModel.get_global_variables(model)
@@ -231,9 +240,10 @@ def build_initial_model_weights_fn(model_fn: ModelFn) -> Computation:
 
 def build_fed_recon(
         model_fn: ModelFn, *, loss_fn: LossFn, metrics_fn: Optional[MetricsFn] = None,
-        server_optimizer_fn: Any = sgdm.build_sgdm(learning_rate=1.0),
-        client_optimizer_fn: Any = sgdm.build_sgdm(learning_rate=0.1),
-        reconstruction_optimizer_fn: Any = sgdm.build_sgdm(learning_rate=0.1),
+        server_optimizer_fn: Optimizer = sgdm.build_sgdm(learning_rate=1.0),
+        client_optimizer_fn: keras_optimizer.OptimizerOrKerasFn = sgdm.build_sgdm(learning_rate=0.1),
+        reconstruction_optimizer_fn: keras_optimizer.OptimizerOrKerasFn = sgdm.build_sgdm(
+            learning_rate=0.1),
         dataset_split_fn: Optional[reconstruction_model.ReconstructionDatasetSplitFn] = None,
         client_weighting: Optional[client_weight_lib.ClientWeightType] = None,
         model_distributor: Optional[distributors.DistributionProcess] = None,
@@ -276,7 +286,7 @@ def build_fed_recon(
         than UNIFORM.
     """
     build_initial_model_weights = build_initial_model_weights_fn(model_fn)
-    model_weights_type: Any = build_initial_model_weights.type_signature.result
+    model_weights_type = N.as_struct(build_initial_model_weights.type_signature.result)
 
     if client_weighting is None:
         client_weighting = client_weight_lib.ClientWeighting.NUM_EXAMPLES
@@ -297,7 +307,7 @@ def build_fed_recon(
             '`model_aggregator_factory` must be a tff.aggregators.WeightedAggregationFactory or '
             f'UnweightedAggregationFactory, got {type(model_aggregator_factory).__name__}',
             expected=factory.WeightedAggregationFactory, actual=type(model_aggregator_factory))
-    model_aggregator = model_aggregator_factory.create(model_weights_type.trainable,
+    model_aggregator = model_aggregator_factory.create(N.as_tensor_or_struct(model_weights_type.trainable),
                                                        T.TensorType(np.float32))
     if dataset_split_fn is None:
         dataset_split_fn = ReconstructionModel.build_dataset_split_fn(split_dataset=True)

@@ -26,22 +26,26 @@ Set the weights to evaluate with ``process.set_model_weights(state, weights)``.
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional
+from typing import Optional
 
 import tensorflow as tf
 
+from simharness.core import narrowing as N
 from simharness.aggregators import mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.learning.algorithms import _common, fed_recon
 from simharness.learning.metrics import sum_aggregation_factory
+from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.models import reconstruction_model
 from simharness.learning.optimizers import keras_optimizer, sgdm
 from simharness.learning.templates import (client_works, composers, distributors, finalizers,
                                            learning_process)
 from simharness.templates.aggregation_process import AggregationProcess
 from simharness.templates.measured_process import MeasuredProcessOutput
+from simharness.core.tracing import Value
+from simharness.learning._typing import Batch
 
 __all__ = ['build_fed_recon_eval']
 
@@ -51,7 +55,8 @@ ReconstructionModel = reconstruction_model.ReconstructionModel
 def build_fed_recon_eval(
         model_fn: fed_recon.ModelFn, *, loss_fn: fed_recon.LossFn,
         metrics_fn: Optional[fed_recon.MetricsFn] = None,
-        reconstruction_optimizer_fn: Any = sgdm.build_sgdm(learning_rate=0.1),
+        reconstruction_optimizer_fn: keras_optimizer.OptimizerOrKerasFn = sgdm.build_sgdm(
+            learning_rate=0.1),
         dataset_split_fn: Optional[reconstruction_model.ReconstructionDatasetSplitFn] = None,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         metrics_aggregation_process: Optional[AggregationProcess] = None,
@@ -85,7 +90,7 @@ def build_fed_recon_eval(
     batch_type = None
 
     @tf_computation()
-    def build_initial_model_weights() -> Any:
+    def build_initial_model_weights() -> model_weights_lib.ModelWeights:
         model = model_fn()
         fed_recon.check_model(model)
         nonlocal batch_type
@@ -96,7 +101,7 @@ def build_fed_recon_eval(
         dataset_split_fn = ReconstructionModel.build_dataset_split_fn(split_dataset=True)
     with tf.Graph().as_default():  # the metric names checked before tracing
         fed_recon.make_metrics(loss_fn, metrics_fn, collections.OrderedDict())
-    model_weights_type: Any = build_initial_model_weights.type_signature.result
+    model_weights_type = N.as_struct(build_initial_model_weights.type_signature.result)
     dataset_type = T.SequenceType(batch_type)
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
@@ -105,7 +110,8 @@ def build_fed_recon_eval(
     metric_finalizers: collections.OrderedDict = collections.OrderedDict()
 
     @tf_computation(model_weights_type, dataset_type)
-    def client_computation(incoming_model_weights: Any, client_dataset: Any) -> Any:
+    def client_computation(incoming_model_weights: model_weights_lib.ModelWeights,
+                           client_dataset: tf.data.Dataset) -> collections.OrderedDict:
         client_model = model_fn()
         client_global_weights = ReconstructionModel.get_global_variables(client_model)
         client_local_weights = ReconstructionModel.get_local_variables(client_model)
@@ -116,14 +122,15 @@ def build_fed_recon_eval(
             disjoint_init_and_next=False)
 
         @tf.function
-        def evaluation_reduce_fn(num_examples_sum: Any, batch: Any) -> Any:
+        def evaluation_reduce_fn(num_examples_sum: tf.Tensor, batch: Batch) -> tf.Tensor:
             output = client_model.forward_pass(batch, training=False)
             for metric in metrics:
                 metric.update_state(y_true=output.labels, y_pred=output.predictions)
             return num_examples_sum + output.num_examples
 
         @tf.function
-        def tf_client_computation(incoming_model_weights: Any, client_dataset: Any) -> Any:
+        def tf_client_computation(incoming_model_weights: model_weights_lib.ModelWeights,
+                                  client_dataset: tf.data.Dataset) -> collections.OrderedDict:
             recon_dataset, eval_dataset = dataset_split_fn(client_dataset)
             tf.nest.map_structure(lambda v, t: v.assign(t), client_global_weights,
                                   incoming_model_weights)
@@ -142,13 +149,14 @@ def build_fed_recon_eval(
                                'metrics_aggregation_process')
 
     @federated_computation()
-    def client_initialize() -> Any:
+    def client_initialize() -> Value:
         return metrics_aggregation_process.initialize()
 
     @federated_computation(client_initialize.type_signature.result,
                            T.FederatedType(model_weights_type, T.CLIENTS),
                            T.FederatedType(dataset_type, T.CLIENTS))
-    def client_work_next(state: Any, model_weights: Any, client_dataset: Any) -> Any:
+    def client_work_next(state: Value, model_weights: Value, client_dataset: Value
+                         ) -> MeasuredProcessOutput:
         unfinalized_metrics = I.federated_map(client_computation, (model_weights, client_dataset))
         metrics_output = metrics_aggregation_process.next(state, unfinalized_metrics)
         current_round_metrics, total_rounds_metrics = metrics_output.result
@@ -162,11 +170,13 @@ def build_fed_recon_eval(
 
     client_work = client_works.ClientWorkProcess(initialize_fn=client_initialize,
                                                  next_fn=client_work_next)
-    empty_result_type: Any = T.to_type(client_works.ClientResult(update=(), update_weight=()))
-    empty_model_aggregator = mean.MeanFactory().create(empty_result_type.update,
-                                                       empty_result_type.update_weight)
+    empty_result_type = N.as_struct(
+        T.to_type(client_works.ClientResult(update=(), update_weight=())))
+    empty_model_aggregator = mean.MeanFactory().create(
+        N.as_tensor_or_struct(empty_result_type.update),
+        N.as_tensor_or_struct(empty_result_type.update_weight))
     identity_finalizer = finalizers.build_identity_finalizer(
-        model_weights_type, update_type=empty_result_type.update_weight)
+        model_weights_type, update_type=N.as_struct(empty_result_type.update_weight))
     return composers.compose_learning_process(build_initial_model_weights, model_distributor,
                                               client_work, empty_model_aggregator,
                                               identity_finalizer)

@@ -12,11 +12,13 @@ finalizer:    server_optimizer_fn (default SGD at 0.1) applied with the mean gra
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
 
+from simharness.core import narrowing as N
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.aggregators import factory, mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
@@ -33,6 +35,8 @@ from simharness.learning.templates import (apply_optimizer_finalizer, client_wor
 from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
 from simharness.learning.templates.model_delta_client_work import functional_weights_type
 from simharness.templates.measured_process import MeasuredProcessOutput
+from simharness.core.tracing import Value
+from simharness.learning._typing import Batch, TensorStructure
 
 __all__ = ['DEFAULT_SERVER_OPTIMIZER_FN', 'build_fed_sgd']
 
@@ -40,7 +44,8 @@ __all__ = ['DEFAULT_SERVER_OPTIMIZER_FN', 'build_fed_sgd']
 DEFAULT_SERVER_OPTIMIZER_FN = sgdm.build_sgdm(learning_rate=0.1)
 
 
-def _mean_gradient_result(gradient_sums: Any, num_examples_sum: tf.Tensor) -> Any:
+def _mean_gradient_result(gradient_sums: TensorStructure,
+                          num_examples_sum: tf.Tensor) -> client_works.ClientResult:
     average = tf.nest.map_structure(lambda g: g / num_examples_sum, gradient_sums)
     average, has_non_finite = zero_all_if_any_non_finite(average)
     weight = tf.where(has_non_finite > 0, tf.constant(0.0), num_examples_sum)
@@ -48,15 +53,17 @@ def _mean_gradient_result(gradient_sums: Any, num_examples_sum: tf.Tensor) -> An
 
 
 def _build_client_update(model: variable.VariableModel,
-                         loop_implementation: loop_builder.LoopImplementation) -> Any:
+                         loop_implementation: loop_builder.LoopImplementation
+                         ) -> Callable[..., tuple[client_works.ClientResult, TensorStructure]]:
     dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
 
     @tf.function
-    def client_update(initial_weights: Any, dataset: Any) -> Any:
+    def client_update(initial_weights: model_weights_lib.ModelWeights, dataset: tf.data.Dataset
+                      ) -> tuple[client_works.ClientResult, TensorStructure]:
         model_weights = model_weights_lib.ModelWeights.from_model(model)
         tf.nest.map_structure(lambda a, b: a.assign(b), model_weights, initial_weights)
 
-        def reduce_fn(state: Any, batch: Any) -> Any:
+        def reduce_fn(state: tuple[tuple, tf.Tensor], batch: Batch) -> tuple[tuple, tf.Tensor]:
             accumulated, num_examples_sum = state
             with tf.GradientTape() as tape:
                 output = model.forward_pass(batch)
@@ -66,7 +73,7 @@ def _build_client_update(model: variable.VariableModel,
             accumulated = tuple(a + num_examples * g for a, g in zip(accumulated, gradients))
             return accumulated, num_examples_sum + num_examples
 
-        def zero_state() -> Any:
+        def zero_state() -> tuple[tuple, tf.Tensor]:
             return (tuple(tf.nest.map_structure(tf.zeros_like, model_weights.trainable)),
                     tf.constant(0, dtype=tf.float32))
 
@@ -78,7 +85,7 @@ def _build_client_update(model: variable.VariableModel,
 
 
 def _build_fed_sgd_client_work(
-        model_fn: Callable[[], variable.VariableModel], metrics_aggregator: Callable[..., Any],
+        model_fn: Callable[[], variable.VariableModel], metrics_aggregator: MetricsAggregatorType,
         loop_implementation: loop_builder.LoopImplementation) -> client_works.ClientWorkProcess:
     with tf.Graph().as_default():
         model = model_fn()
@@ -87,17 +94,19 @@ def _build_fed_sgd_client_work(
         weights_type = model_weights_lib.weights_type_from_model(model)
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_value((), T.SERVER)
 
     @tf_computation(weights_type, data_type)
-    def client_update_computation(initial_model_weights: Any, dataset: Any) -> Any:
+    def client_update_computation(initial_model_weights: model_weights_lib.ModelWeights,
+                                  dataset: tf.data.Dataset
+                                  ) -> tuple[client_works.ClientResult, TensorStructure]:
         client_update = _build_client_update(model_fn(), loop_implementation)
         return client_update(initial_model_weights, dataset)
 
     @federated_computation(init_fn.type_signature.result, T.FederatedType(weights_type, T.CLIENTS),
                            T.FederatedType(data_type, T.CLIENTS))
-    def next_fn(state: Any, model_weights: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, model_weights: Value, client_data: Value) -> MeasuredProcessOutput:
         client_result, model_outputs = I.federated_map(client_update_computation,
                                                        (model_weights, client_data))
         measurements = I.federated_zip(collections.OrderedDict(
@@ -107,7 +116,7 @@ def _build_fed_sgd_client_work(
     return client_works.ClientWorkProcess(init_fn, next_fn)
 
 
-def _split_batch(batch: Any) -> Any:
+def _split_batch(batch: Batch) -> tuple[TensorStructure, TensorStructure]:
     if isinstance(batch, Mapping):
         return batch['x'], batch['y']
     x, y = batch
@@ -115,14 +124,18 @@ def _split_batch(batch: Any) -> Any:
 
 
 def _build_functional_client_update(model: functional.FunctionalModel,
-                                    loop_implementation: loop_builder.LoopImplementation) -> Any:
+                                    loop_implementation: loop_builder.LoopImplementation
+                                    ) -> Callable[..., tuple[client_works.ClientResult,
+                                                             TensorStructure]]:
     dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
 
     @tf.function
-    def client_update(initial_weights: Any, dataset: Any) -> Any:
+    def client_update(initial_weights: model_weights_lib.ModelWeights, dataset: tf.data.Dataset
+                      ) -> tuple[client_works.ClientResult, TensorStructure]:
         trainable, non_trainable = initial_weights.trainable, initial_weights.non_trainable
 
-        def reduce_fn(state: Any, batch: Any) -> Any:
+        def reduce_fn(state: tuple[tuple, collections.OrderedDict, tf.Tensor], batch: Batch
+                      ) -> tuple[tuple, collections.OrderedDict, tf.Tensor]:
             accumulated, metrics_state, num_examples_sum = state
             x, y = _split_batch(batch)
             with tf.GradientTape() as tape:
@@ -143,7 +156,7 @@ def _build_functional_client_update(model: functional.FunctionalModel,
                 labels=y)
             return accumulated, metrics_state, num_examples_sum + num_examples
 
-        def zero_state() -> Any:
+        def zero_state() -> tuple[tuple, collections.OrderedDict, tf.Tensor]:
             return (tuple(tf.nest.map_structure(tf.zeros_like, trainable)),
                     model.initialize_metrics_state(), tf.constant(0, dtype=tf.float32))
 
@@ -155,28 +168,30 @@ def _build_functional_client_update(model: functional.FunctionalModel,
 
 
 def _build_functional_fed_sgd_client_work(
-        model: functional.FunctionalModel, metrics_aggregator: Callable[..., Any],
+        model: functional.FunctionalModel, metrics_aggregator: MetricsAggregatorType,
         loop_implementation: loop_builder.LoopImplementation) -> client_works.ClientWorkProcess:
     _common.check_instance(model, functional.FunctionalModel, 'model')
     data_type = T.SequenceType(T.to_type(model.input_spec))
     weights_type = functional_weights_type(model)
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_value((), T.SERVER)
 
     @tf_computation(weights_type, data_type)
-    def client_update_computation(initial_model_weights: Any, dataset: Any) -> Any:
+    def client_update_computation(initial_model_weights: model_weights_lib.ModelWeights,
+                                  dataset: tf.data.Dataset
+                                  ) -> tuple[client_works.ClientResult, TensorStructure]:
         return _build_functional_client_update(model, loop_implementation)(
             initial_model_weights, dataset)
 
     @federated_computation(init_fn.type_signature.result, T.FederatedType(weights_type, T.CLIENTS),
                            T.FederatedType(data_type, T.CLIENTS))
-    def next_fn(state: Any, model_weights: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, model_weights: Value, client_data: Value) -> MeasuredProcessOutput:
         client_result, unfinalized = I.federated_map(client_update_computation,
                                                      (model_weights, client_data))
         aggregation_fn = metrics_aggregator(model.finalize_metrics,
-                                            unfinalized.type_signature.member)
+                                            N.member_of(unfinalized.type_signature))
         measurements = I.federated_zip(collections.OrderedDict(train=aggregation_fn(unfinalized)))
         return MeasuredProcessOutput(state, client_result, measurements)
 
@@ -187,7 +202,7 @@ def build_fed_sgd(
         model_fn: _common.ModelFn, server_optimizer_fn: Optimizer = DEFAULT_SERVER_OPTIMIZER_FN,
         model_distributor: Optional[distributors.DistributionProcess] = None,
         model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
-        metrics_aggregator: Optional[Callable[..., Any]] = None,
+        metrics_aggregator: Optional[MetricsAggregatorType] = None,
         loop_implementation: loop_builder.LoopImplementation = (
             loop_builder.LoopImplementation.DATASET_REDUCE),
 ) -> learning_process.LearningProcess:
@@ -203,12 +218,13 @@ def build_fed_sgd(
       loop_implementation: the clients' dataset loop.
     """
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
-    model_weights_type: Any = initial_model_weights_fn.type_signature.result
+    model_weights_type = N.as_struct(initial_model_weights_fn.type_signature.result)
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:
         model_aggregator = mean.MeanFactory()
-    aggregator = model_aggregator.create(model_weights_type.trainable, T.TensorType(np.float32))
+    aggregator = model_aggregator.create(N.as_tensor_or_struct(model_weights_type.trainable),
+                                         T.TensorType(np.float32))
     if metrics_aggregator is None:
         metrics_aggregator = metric_aggregator.sum_then_finalize
     if not callable(model_fn):

@@ -18,7 +18,7 @@ finalizer:    c' = w / (w + n) * c + [n > 0] / (w + n) * s, w' = w + n  (per clu
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -31,6 +31,7 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning.templates import (client_works, composers, distributors, finalizers,
                                            learning_process)
 from simharness.templates.measured_process import MeasuredProcessOutput
+from simharness.core.tracing import Value
 
 __all__ = ['build_fed_kmeans']
 
@@ -50,7 +51,8 @@ def _find_closest_centroid(centroids: tf.Tensor, point: tf.Tensor) -> tf.Tensor:
 
 
 @tf.function
-def _compute_kmeans_step(centroids: tf.Tensor, data: tf.data.Dataset) -> Any:
+def _compute_kmeans_step(centroids: tf.Tensor, data: tf.data.Dataset
+                         ) -> tuple[client_works.ClientResult, collections.OrderedDict]:
     """One client's assignment of its points to the nearest centroids.
 
     Returns:
@@ -63,7 +65,8 @@ def _compute_kmeans_step(centroids: tf.Tensor, data: tf.data.Dataset) -> Any:
     cluster_weights = tf.zeros(shape=(centroids.shape[0],), dtype=_WEIGHT_DTYPE)
     num_examples = tf.constant(0, dtype=_WEIGHT_DTYPE)
 
-    def reduce_fn(state: Any, point: Any) -> Any:
+    def reduce_fn(state: tuple[tf.Tensor, tf.Tensor, tf.Tensor], point: tf.Tensor
+                  ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         cluster_sums, cluster_weights, num_examples = state
         scatter_index = [[_find_closest_centroid(centroids, point)]]
         cluster_sums = tf.tensor_scatter_nd_add(cluster_sums, scatter_index,
@@ -83,17 +86,18 @@ def _build_kmeans_client_work(centroids_type: T.TensorType,
     """The k-means `ClientWorkProcess`: stateless, measurements the summed point counts."""
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_value((), T.SERVER)
 
     @tf_computation(centroids_type, data_type)
-    def client_update(centroids: Any, client_data: Any) -> Any:
+    def client_update(centroids: tf.Tensor, client_data: tf.data.Dataset
+                      ) -> tuple[client_works.ClientResult, collections.OrderedDict]:
         return _compute_kmeans_step(centroids, client_data)
 
     @federated_computation(init_fn.type_signature.result,
                            T.FederatedType(centroids_type, T.CLIENTS),
                            T.FederatedType(data_type, T.CLIENTS))
-    def next_fn(state: Any, cluster_centers: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, cluster_centers: Value, client_data: Value) -> MeasuredProcessOutput:
         client_result, stat_output = I.federated_map(client_update,
                                                      (cluster_centers, client_data))
         return MeasuredProcessOutput(state, client_result, I.federated_sum(stat_output))
@@ -103,7 +107,8 @@ def _build_kmeans_client_work(centroids_type: T.TensorType,
 
 @tf.function
 def _update_centroids(current_centroids: tf.Tensor, current_weights: tf.Tensor,
-                      new_cluster_sums: tf.Tensor, new_weights: tf.Tensor) -> Any:
+                      new_cluster_sums: tf.Tensor, new_weights: tf.Tensor
+                      ) -> tuple[tf.Tensor, tf.Tensor]:
     """``(updated_centroids, updated_weights)``: per cluster, the weighted mean of old and new.
 
     A cluster with no new points keeps its centroid; the weights add up.
@@ -127,18 +132,19 @@ def _build_kmeans_finalizer(centroids_type: T.TensorType,
     """The k-means `FinalizerProcess`: its state the cluster weights (pseudo-counts of 1)."""
 
     @tf_computation
-    def initialize_weights() -> Any:
+    def initialize_weights() -> tf.Tensor:
         return tf.ones((num_centroids,), dtype=_WEIGHT_DTYPE)
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_eval(initialize_weights, T.SERVER)
 
     weights_type = initialize_weights.type_signature.result
 
     @tf_computation(centroids_type, weights_type, centroids_type, weights_type)
-    def server_update_tf(current_centroids: Any, current_weights: Any, new_centroid_sums: Any,
-                         new_weights: Any) -> Any:
+    def server_update_tf(current_centroids: tf.Tensor, current_weights: tf.Tensor,
+                         new_centroid_sums: tf.Tensor, new_weights: tf.Tensor
+                         ) -> tuple[tf.Tensor, tf.Tensor]:
         return _update_centroids(current_centroids, current_weights, new_centroid_sums,
                                  new_weights)
 
@@ -146,7 +152,8 @@ def _build_kmeans_finalizer(centroids_type: T.TensorType,
 
     @federated_computation(init_fn.type_signature.result,
                            T.FederatedType(centroids_type, T.SERVER), summed_updates_type)
-    def next_fn(state: Any, current_centroids: Any, summed_updates: Any) -> Any:
+    def next_fn(state: Value, current_centroids: Value, summed_updates: Value
+                ) -> MeasuredProcessOutput:
         new_centroid_sums, new_weights = summed_updates
         updated_centroids, updated_weights = I.federated_map(
             server_update_tf, (current_centroids, state, new_centroid_sums, new_weights))
@@ -156,7 +163,7 @@ def _build_kmeans_finalizer(centroids_type: T.TensorType,
     return finalizers.FinalizerProcess(init_fn, next_fn)
 
 
-def _check_args(num_clusters: Any, data_shape: Any, random_seed: Any) -> None:
+def _check_args(num_clusters: object, data_shape: object, random_seed: object) -> None:
     if isinstance(num_clusters, bool) or not isinstance(num_clusters, (int, np.integer)):
         raise SimharnessTypeError(f'num_clusters must be an int, got {num_clusters!r}',
                                   expected=int, actual=type(num_clusters))
@@ -214,7 +221,7 @@ def build_fed_kmeans(
     seed = tuple(int(s) for s in random_seed)
 
     @tf_computation
-    def initialize_centers() -> Any:
+    def initialize_centers() -> tf.Tensor:
         return tf.random.stateless_normal(centroids_shape, seed, dtype=_POINT_DTYPE)
 
     centroids_type = T.TensorType(_POINT_DTYPE, centroids_shape)
@@ -228,8 +235,8 @@ def build_fed_kmeans(
         sum_aggregator = sum_factory.SumFactory()
     # As a weighted aggregator (empty weights), for the composer.
     weighted_aggregator = factory_utils.as_weighted_aggregator(sum_aggregator)
-    value_type: Any = T.to_type((centroids_type, weights_type))
-    empty_weight_type: Any = T.to_type(())
+    value_type = T.StructType([centroids_type, weights_type], container=tuple)
+    empty_weight_type = T.StructType([], container=tuple)
     aggregator = weighted_aggregator.create(value_type, empty_weight_type)
     finalizer = _build_kmeans_finalizer(centroids_type, num_clusters)
     return composers.compose_learning_process(initialize_centers, distributor, client_work,

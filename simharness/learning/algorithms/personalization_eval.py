@@ -19,15 +19,18 @@ batch the data themselves.
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import tensorflow as tf
 
 from simharness.aggregators import sampling
 from simharness.core import intrinsics as I
+from simharness.core import narrowing as N
+from simharness.core.tracing import Value
 from simharness.core import types as T
 from simharness.core.computation import Computation, federated_computation, tf_computation
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import TensorStructure
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.models import variable
 
@@ -36,7 +39,8 @@ __all__ = ['build_personalization_eval_computation']
 _TRAIN_DATA_KEY = 'train_data'
 _EVAL_DATA_KEY = 'test_data'
 
-_MetricsType = Mapping[str, Any]
+#: A strategy's metrics: an `OrderedDict` (possibly nested) of scalar tensors.
+_MetricsType = Mapping[str, TensorStructure]
 _FinetuneEvalFnType = Callable[[variable.VariableModel, tf.data.Dataset, tf.data.Dataset],
                                _MetricsType]
 
@@ -106,13 +110,14 @@ def build_personalization_eval_computation(
     client_computation = _build_client_computation(model_weights_type, client_input_type,
                                                    model_fn, personalize_fn_dict,
                                                    baseline_evaluate_fn)
-    metrics_type: Any = client_computation.type_signature.result
+    metrics_type = N.as_tensor_or_struct(client_computation.type_signature.result)
     aggregation_process = sampling.UnweightedReservoirSamplingFactory(
         sample_size=max_num_clients).create(metrics_type)
 
     @federated_computation(T.FederatedType(model_weights_type, T.SERVER),
                            T.FederatedType(client_input_type, T.CLIENTS))
-    def personalization_eval(server_model_weights: Any, federated_client_input: Any) -> Any:
+    def personalization_eval(server_model_weights: Value, federated_client_input: Value
+                             ) -> Value:
         client_init_weights = I.federated_broadcast(server_model_weights)
         client_final_metrics = I.federated_map(client_computation,
                                                (client_init_weights, federated_client_input))
@@ -124,7 +129,7 @@ def build_personalization_eval_computation(
     return personalization_eval
 
 
-def _check_personalize_fn_dict(personalize_fn_dict: Any) -> None:
+def _check_personalize_fn_dict(personalize_fn_dict: object) -> None:
     if not isinstance(personalize_fn_dict, collections.OrderedDict):
         raise SimharnessTypeError(
             'personalize_fn_dict must be a collections.OrderedDict, got '
@@ -146,13 +151,17 @@ def _check_personalize_fn_dict(personalize_fn_dict: Any) -> None:
 
 def _build_client_computation(model_weights_type: T.Type, client_data_type: T.Type,
                               model_fn: Callable[[], variable.VariableModel],
-                              personalize_fn_dict: Any,
-                              baseline_evaluate_fn: Callable[..., Any]) -> Computation:
+                              personalize_fn_dict: Mapping[str, Callable[[], _FinetuneEvalFnType]],
+                              baseline_evaluate_fn: Callable[[variable.VariableModel,
+                                                              tf.data.Dataset], _MetricsType]
+                              ) -> Computation:
     """``(<model weights, client input>) -> OrderedDict(baseline_metrics=..., <name>=...)``."""
     _check_personalize_fn_dict(personalize_fn_dict)
 
     @tf_computation(model_weights_type, client_data_type)
-    def _client_computation(initial_model_weights: Any, client_input: Any) -> Any:
+    def _client_computation(initial_model_weights: model_weights_lib.ModelWeights,
+                            client_input: Mapping[str, tf.data.Dataset]
+                            ) -> collections.OrderedDict[str, _MetricsType]:
         train_data = client_input[_TRAIN_DATA_KEY]
         test_data = client_input[_EVAL_DATA_KEY]
         final_metrics = collections.OrderedDict()
@@ -178,25 +187,29 @@ def _remove_batch_dim(type_spec: T.Type) -> T.Type:
     if not isinstance(type_spec, T.TensorType):
         raise SimharnessTypeError(f'Expected a tensor type in the input spec, got {type_spec}',
                                   expected=T.TensorType, actual=type(type_spec))
-    shape: Any = type_spec.shape
+    shape = type_spec.shape
     if shape is None or len(shape) == 0:
         raise SimharnessValueError('Provided shape must have rank 1 or higher.')
     return T.TensorType(type_spec.dtype, tuple(shape)[1:])
 
 
-def _assign(model_weights: Any, values: Any) -> None:
+def _assign(model_weights: model_weights_lib.ModelWeights,
+            values: model_weights_lib.ModelWeights) -> None:
     tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, values)
 
 
 def _compute_baseline_metrics(model_fn: Callable[[], variable.VariableModel],
-                              initial_model_weights: Any, test_data: Any,
-                              baseline_evaluate_fn: Callable[..., Any]) -> Any:
+                              initial_model_weights: model_weights_lib.ModelWeights,
+                              test_data: tf.data.Dataset,
+                              baseline_evaluate_fn: Callable[[variable.VariableModel,
+                                                              tf.data.Dataset], _MetricsType]
+                              ) -> _MetricsType:
     """The metrics of a new model set to `initial_model_weights`."""
     model = model_fn()
     model_weights = model_weights_lib.ModelWeights.from_model(model)
 
     @tf.function
-    def assign_and_compute() -> Any:
+    def assign_and_compute() -> _MetricsType:
         _assign(model_weights, initial_model_weights)
         return baseline_evaluate_fn(model, test_data)
 
@@ -204,8 +217,10 @@ def _compute_baseline_metrics(model_fn: Callable[[], variable.VariableModel],
 
 
 def _compute_p13n_metrics(model_fn: Callable[[], variable.VariableModel],
-                          initial_model_weights: Any, train_data: Any, test_data: Any,
-                          personalize_fn_dict: Any) -> Any:
+                          initial_model_weights: model_weights_lib.ModelWeights,
+                          train_data: tf.data.Dataset, test_data: tf.data.Dataset,
+                          personalize_fn_dict: Mapping[str, Callable[[], _FinetuneEvalFnType]]
+                          ) -> collections.OrderedDict[str, _MetricsType]:
     """Each strategy's metrics, the model reset to `initial_model_weights` before each."""
     model = model_fn()
     model_weights = model_weights_lib.ModelWeights.from_model(model)
@@ -221,7 +236,7 @@ def _compute_p13n_metrics(model_fn: Callable[[], variable.VariableModel],
                 actual=type(fn))
 
     @tf.function
-    def loop_and_compute() -> Any:
+    def loop_and_compute() -> collections.OrderedDict[str, _MetricsType]:
         p13n_metrics = collections.OrderedDict()
         for name, personalize_fn in personalize_fns.items():
             _assign(model_weights, initial_model_weights)

@@ -10,21 +10,27 @@ model reports (`VariableModel.report_local_unfinalized_metrics`).
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Optional, cast
 
 from simharness.core import intrinsics
-from simharness.core.computation import federated_computation, tf_computation
+from simharness.core import narrowing as N
+from simharness.core.tracing import Value
+from simharness.core import types as T
+from simharness.core.computation import Computation, federated_computation, tf_computation
 from simharness.errors import SimharnessTypeError
+from simharness.learning._typing import MetricFinalizers, TensorStructure
 from simharness.learning.metrics import (aggregation_utils, sampling_aggregation_factory,
                                          secure_sum_factory)
 from simharness.templates import is_stateful
+from simharness.templates.aggregation_process import AggregationProcess
 
 DEFAULT_SECURE_LOWER_BOUND = 0
 DEFAULT_SECURE_UPPER_BOUND = 2**20 - 1
 
 
-def sum_then_finalize(metric_finalizers: Any,
-                      local_unfinalized_metrics_type: Optional[Any] = None) -> Any:
+def sum_then_finalize(metric_finalizers: MetricFinalizers,
+                      local_unfinalized_metrics_type: Optional[T.Type] = None) -> Computation:
     """Sums the clients' unfinalized metrics, then finalizes them at the server.
 
     Args:
@@ -47,9 +53,9 @@ def sum_then_finalize(metric_finalizers: Any,
     aggregation_utils.check_metric_finalizers(metric_finalizers)
 
     @federated_computation
-    def aggregator_computation(client_local_unfinalized_metrics: Any) -> Any:
-        metrics_type = client_local_unfinalized_metrics.type_signature.member
-        aggregation_utils.check_local_unfinalized_metrics_type(metrics_type)
+    def aggregator_computation(client_local_unfinalized_metrics: Value) -> Value:
+        metrics_type = aggregation_utils.check_local_unfinalized_metrics_type(
+            N.member_of(client_local_unfinalized_metrics.type_signature))
         if not callable(metric_finalizers):
             aggregation_utils.check_finalizers_matches_unfinalized_metrics(metric_finalizers,
                                                                            metrics_type)
@@ -60,9 +66,9 @@ def sum_then_finalize(metric_finalizers: Any,
     return aggregator_computation
 
 
-def secure_sum_then_finalize(metric_finalizers: Any,
-                             local_unfinalized_metrics_type: Optional[Any] = None,
-                             metric_value_ranges: Optional[Any] = None) -> Any:
+def secure_sum_then_finalize(
+        metric_finalizers: MetricFinalizers, local_unfinalized_metrics_type: Optional[T.Type] = None,
+        metric_value_ranges: Optional[secure_sum_factory.ValueRanges] = None) -> Computation:
     """Sums the clients' unfinalized metrics securely, then finalizes them at the server.
 
     Every tensor is clipped into its range (default ``[0, 2**20 - 1]``; floats
@@ -85,8 +91,8 @@ def secure_sum_then_finalize(metric_finalizers: Any,
     del local_unfinalized_metrics_type
     aggregation_utils.check_metric_finalizers(metric_finalizers)
 
-    def create_secure_sum_process(metrics_type: Any) -> Any:
-        aggregation_utils.check_local_unfinalized_metrics_type(metrics_type)
+    def create_secure_sum_process(unfinalized_type: T.Type) -> AggregationProcess:
+        metrics_type = aggregation_utils.check_local_unfinalized_metrics_type(unfinalized_type)
         if not callable(metric_finalizers):
             aggregation_utils.check_finalizers_matches_unfinalized_metrics(metric_finalizers,
                                                                            metrics_type)
@@ -100,27 +106,32 @@ def secure_sum_then_finalize(metric_finalizers: Any,
         except TypeError as e:
             raise SimharnessTypeError(
                 f'Failed to create encoding value range from: {metric_value_ranges}') from e
-        process = secure_sum_factory.SecureSumFactory(ranges).create(metrics_type)
+        # An OrderedDict, as the defaults: the metrics type is an OrderedDict struct.
+        process = secure_sum_factory.SecureSumFactory(
+            cast(collections.OrderedDict, ranges)).create(metrics_type)
         if is_stateful(process):  # fixed ranges: no state to carry
             raise SimharnessTypeError('internal: the secure metric sum must be stateless')
         return process
 
     @federated_computation
-    def aggregator_computation(client_local_unfinalized_metrics: Any) -> Any:
-        metrics_type = client_local_unfinalized_metrics.type_signature.member
+    def aggregator_computation(client_local_unfinalized_metrics: Value) -> Value:
+        metrics_type = N.member_of(client_local_unfinalized_metrics.type_signature)
         process = create_secure_sum_process(metrics_type)
         output = process.next(process.initialize(), client_local_unfinalized_metrics)
-        measurements_type = output.measurements.type_signature.member
-        unfinalized_type = output.result.type_signature.member
+        measurements_type = N.member_of(output.measurements.type_signature)
+        unfinalized_type = N.member_of(output.result.type_signature)
 
-        def finalize(unfinalized_metrics: Any, secure_sum_measurements: Any) -> Any:
+        def finalize(unfinalized_metrics: TensorStructure,
+                     secure_sum_measurements: TensorStructure) -> collections.OrderedDict:
             unfinalized_metrics = aggregation_utils.as_python(unfinalized_metrics)
             finalized = collections.OrderedDict(secure_sum_measurements=secure_sum_measurements)
             if callable(metric_finalizers):
                 finalized.update(metric_finalizers(unfinalized_metrics))
             else:
+                # The metrics type is checked to be an OrderedDict struct: a mapping by name.
+                by_name = cast(Mapping[str, TensorStructure], unfinalized_metrics)
                 for name, finalizer in metric_finalizers.items():
-                    finalized[name] = finalizer(unfinalized_metrics[name])
+                    finalized[name] = finalizer(by_name[name])
             return finalized
 
         finalizer_computation = tf_computation(finalize, unfinalized_type, measurements_type)
@@ -130,9 +141,9 @@ def secure_sum_then_finalize(metric_finalizers: Any,
     return aggregator_computation
 
 
-def finalize_then_sample(metric_finalizers: Any,
-                         local_unfinalized_metrics_type: Optional[Any] = None,
-                         sample_size: int = 100) -> Any:
+def finalize_then_sample(metric_finalizers: MetricFinalizers,
+                         local_unfinalized_metrics_type: Optional[T.Type] = None,
+                         sample_size: int = 100) -> Computation:
     """Finalizes each client's metrics, then samples up to `sample_size` clients' at the server.
 
     The result has the metrics' keys, each leaf a list of the sampled clients'
@@ -158,9 +169,9 @@ def finalize_then_sample(metric_finalizers: Any,
     aggregation_utils.check_metric_finalizers(metric_finalizers)
 
     @federated_computation
-    def aggregator_computation(client_local_unfinalized_metrics: Any) -> Any:
-        metrics_type = client_local_unfinalized_metrics.type_signature.member
-        aggregation_utils.check_local_unfinalized_metrics_type(metrics_type)
+    def aggregator_computation(client_local_unfinalized_metrics: Value) -> Value:
+        metrics_type = aggregation_utils.check_local_unfinalized_metrics_type(
+            N.member_of(client_local_unfinalized_metrics.type_signature))
         if not callable(metric_finalizers):
             aggregation_utils.check_finalizers_matches_unfinalized_metrics(metric_finalizers,
                                                                            metrics_type)

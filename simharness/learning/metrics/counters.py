@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import keras
 import numpy as np
 import tensorflow as tf
 
 from simharness.errors import SimharnessValueError
+from simharness.learning._typing import TensorStructure
 
 
 class NumExamplesCounter(keras.metrics.Sum):
@@ -18,10 +17,11 @@ class NumExamplesCounter(keras.metrics.Sum):
     tensors or numpy arrays (a structure of Python numbers is refused).
     """
 
-    def __init__(self, name: str = 'num_examples', dtype: Any = tf.int64):
+    def __init__(self, name: str = 'num_examples', dtype: tf.DType = tf.int64):
         super().__init__(name=name, dtype=dtype)
 
-    def update_state(self, y_true: Any, y_pred: Any = None, sample_weight: Any = None) -> Any:
+    def update_state(self, y_true: TensorStructure, y_pred: TensorStructure = None,
+                     sample_weight: TensorStructure = None) -> None:
         del y_pred, sample_weight
         labels = tf.nest.flatten(y_true)
         if not all(tf.is_tensor(l) or isinstance(l, np.ndarray) for l in labels):
@@ -35,9 +35,10 @@ class NumExamplesCounter(keras.metrics.Sum):
 class NumBatchesCounter(keras.metrics.Sum):
     """Counts batches (each `update_state` call adds one; sample weights ignored)."""
 
-    def __init__(self, name: str = 'num_batches', dtype: Any = tf.int64):
+    def __init__(self, name: str = 'num_batches', dtype: tf.DType = tf.int64):
         super().__init__(name=name, dtype=dtype)
 
-    def update_state(self, y_true: Any, y_pred: Any = None, sample_weight: Any = None) -> Any:
+    def update_state(self, y_true: TensorStructure, y_pred: TensorStructure = None,
+                     sample_weight: TensorStructure = None) -> None:
         del y_true, y_pred, sample_weight
         return super().update_state(1, sample_weight=None)

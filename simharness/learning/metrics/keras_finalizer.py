@@ -10,18 +10,22 @@ the values: no variable is created or assigned, so it traces into any
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Union
+from typing import Callable, Union
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import TensorStructure
 
-KerasMetricFinalizer = Callable[[list], Any]
+#: The values of a metric's variables -> its result.
+KerasMetricFinalizer = Callable[[list], TensorStructure]
+#: A Keras metric, or a no-argument callable making one.
+MetricOrConstructor = Union[keras.metrics.Metric, Callable[[], keras.metrics.Metric]]
 
 
-def _check_keras_metric_config_constructable(metric: Any) -> None:
+def _check_keras_metric_config_constructable(metric: object) -> None:
     """Raises TypeError if `metric` cannot be rebuilt from its ``get_config()``."""
     if not isinstance(metric, keras.metrics.Metric):
         raise SimharnessTypeError(
@@ -42,7 +46,7 @@ def _check_keras_metric_config_constructable(metric: Any) -> None:
             'the metric class to include these extra arguments.', actual=type(metric))
 
 
-def create_keras_metric(metric: Union[Any, Callable[[], Any]]) -> Any:
+def create_keras_metric(metric: MetricOrConstructor) -> keras.metrics.Metric:
     """A new Keras metric: a copy of `metric` (from its config) or ``metric()``.
 
     Raises:
@@ -66,7 +70,7 @@ def create_keras_metric(metric: Union[Any, Callable[[], Any]]) -> Any:
         f'{type(metric).__name__}.', expected=keras.metrics.Metric, actual=type(metric))
 
 
-def create_keras_metric_finalizer(metric: Union[Any, Callable[[], Any]]) -> KerasMetricFinalizer:
+def create_keras_metric_finalizer(metric: MetricOrConstructor) -> KerasMetricFinalizer:
     """A finalizer for `metric`: ``list of variable values -> metric.result()``.
 
     Args:
@@ -83,7 +87,7 @@ def create_keras_metric_finalizer(metric: Union[Any, Callable[[], Any]]) -> Kera
     """
     keras_metric = create_keras_metric(metric)
 
-    def finalizer(unfinalized_metric_values: list) -> Any:
+    def finalizer(unfinalized_metric_values: list) -> TensorStructure:
         if not isinstance(unfinalized_metric_values, (list, tuple)):
             raise SimharnessTypeError(
                 f'Expected list of tensors as the input to the finalizer of '

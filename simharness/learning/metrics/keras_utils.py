@@ -3,22 +3,36 @@
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Mapping, Optional, Protocol, Union, cast
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import TensorStructure
 
-MetricConstructor = Callable[[], Any]
+MetricConstructor = Callable[[], keras.metrics.Metric]
 MetricConstructors = collections.OrderedDict  # of str -> MetricConstructor
-MetricsConstructor = Callable[[], Any]  # -> OrderedDict of str -> keras.metrics.Metric
+MetricsConstructor = Callable[[], 'collections.OrderedDict[str, keras.metrics.Metric]']
+#: What `create_functional_metric_fns` takes.
+MetricsConstructorLike = Union[MetricConstructor, MetricsConstructor, MetricConstructors]
+
+#: The metrics state of `create_functional_metric_fns`: the values of one metric's
+#: variables (a tuple), or an `OrderedDict` of them by metric name.
+KerasMetricsState = Union[tuple, Mapping[str, tuple]]
+
+
+class _HasPredictions(Protocol):
+    """A batch output (`BatchOutput`, say): what `update` reads of it."""
+
+    predictions: TensorStructure
 
 
 def create_functional_metric_fns(
-        metrics_constructor: Union[MetricConstructor, MetricsConstructor, MetricConstructors]
-) -> tuple[Callable[[], Any], Callable[..., Any], Callable[[Any], Any]]:
+        metrics_constructor: MetricsConstructorLike
+) -> tuple[Callable[[], KerasMetricsState], Callable[..., KerasMetricsState],
+           Callable[[KerasMetricsState], TensorStructure]]:
     """Keras metrics as ``(initialize, update, finalize)`` pure functions.
 
     The state is the values of the metrics' variables (a tuple per metric);
@@ -71,21 +85,22 @@ def create_functional_metric_fns(
                                       expected=keras.metrics.Metric, actual=type(m))
     initial = [tuple(np.array(v.numpy()) for v in m.variables) for m in leaves]
 
-    def pack(per_metric: list) -> Any:
+    def pack(per_metric: list) -> KerasMetricsState:
         if isinstance(metrics, keras.metrics.Metric):
             return per_metric[0]
         return collections.OrderedDict(zip(metrics.keys(), per_metric))
 
-    def unpack(state: Any) -> list:
+    def unpack(state: KerasMetricsState) -> list:
         if isinstance(metrics, keras.metrics.Metric):
             return [state]
-        return [state[k] for k in metrics.keys()]
+        by_name = cast(Mapping[str, tuple], state)  # as `pack` made it for these metrics
+        return [by_name[k] for k in metrics.keys()]
 
-    def initialize() -> Any:
+    def initialize() -> KerasMetricsState:
         return pack([tuple(tf.constant(a) for a in values) for values in initial])
 
-    def update(state: Any, labels: Any, batch_output: Any,
-               sample_weight: Optional[Any] = None) -> Any:
+    def update(state: KerasMetricsState, labels: TensorStructure, batch_output: _HasPredictions,
+               sample_weight: Optional[TensorStructure] = None) -> KerasMetricsState:
         if not hasattr(batch_output, 'predictions'):
             raise SimharnessValueError(
                 'The input to a functional metrics `update` method must have a `predictions` '
@@ -96,7 +111,7 @@ def create_functional_metric_fns(
                                                     sample_weight=sample_weight))
                      for m, s in zip(leaves, unpack(state))])
 
-    def finalize(state: Any) -> Any:
+    def finalize(state: KerasMetricsState) -> KerasMetricsState:
         return pack([m.stateless_result(list(s)) for m, s in zip(leaves, unpack(state))])
 
     return initialize, update, finalize

@@ -21,11 +21,13 @@ from typing import Any
 
 from simharness.aggregators import factory, sampling
 from simharness.core import intrinsics as I
+from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning.metrics import aggregation_utils
 from simharness.templates import AggregationProcess, MeasuredProcessOutput
+from simharness.core.tracing import Value
 
 __all__ = ['FinalizeThenSampleFactory']
 
@@ -85,14 +87,15 @@ class FinalizeThenSampleFactory(factory.UnweightedAggregationFactory):
                 metric_finalizers, local_unfinalized_metrics_type)
         local_finalize = aggregation_utils.build_finalizer_computation(
             metric_finalizers, local_unfinalized_metrics_type)
-        finalized_type = local_finalize.type_signature.result
+        finalized_type = N.as_tensor_or_struct(local_finalize.type_signature.result,
+                                               'the finalized metrics')
         sample_size = self._sample_size
         sampling_process = sampling.UnweightedReservoirSamplingFactory(
             sample_size=sample_size, return_sampling_metadata=True).create(finalized_type)
         merge_samples = sampling.build_merge_samples_computation(finalized_type, sample_size)
 
         @federated_computation()
-        def init_fn() -> Any:
+        def init_fn() -> Value:
             return I.federated_eval(
                 tf_computation(lambda: sampling.build_initial_sample_reservoir(finalized_type)),
                 T.SERVER)
@@ -102,7 +105,7 @@ class FinalizeThenSampleFactory(factory.UnweightedAggregationFactory):
 
         @federated_computation(T.FederatedType(state_type, T.SERVER),
                                T.FederatedType(local_unfinalized_metrics_type, T.CLIENTS))
-        def next_fn(state: Any, client_unfinalized_metrics: Any) -> Any:
+        def next_fn(state: Value, client_unfinalized_metrics: Value) -> MeasuredProcessOutput:
             local_finalized = I.federated_map(local_finalize, client_unfinalized_metrics)
             current = sampling_process.next(sampling_process.initialize(), local_finalized)
             new_state = I.federated_map(merge_samples, (state, current.result))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Callable, List, Mapping, Optional, Tuple, TypeVar, Union, cast
 
 import numpy as np
 import tensorflow as tf
@@ -32,14 +32,19 @@ DEFAULT_FIXED_SECURE_UPPER_BOUND = 2**20 - 1
 _DELIMITER = '/'
 
 
+#: A bound of a value range: a number; None for the lower bound of an auto-tuned
+#: range, whose upper bound is an `EstimationProcess` (a quantile estimate).
+Bound = Union[int, float, None, EstimationProcess]
+
+
 @dataclasses.dataclass(frozen=True)
 class _MetricRange:
     """A closed value range, opaque to structure traversal."""
 
-    lower: Any
-    upper: Any
+    lower: Bound
+    upper: Bound
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         """Type-aware equality (no int/float conversion; estimation processes never equal)."""
         if isinstance(self.upper, EstimationProcess) or not isinstance(other, _MetricRange):
             return False
@@ -51,11 +56,24 @@ class _MetricRange:
                      if isinstance(self.upper, EstimationProcess) else self.upper))
 
 
+#: The value ranges of the metrics' tensors: a (partial) tree of nested mappings and lists
+#: like the metrics, whose leaves are ``(lower, upper)`` tuples (None: the default
+#: range); `fill_missing_values_with_defaults` makes every leaf a `_MetricRange`.
+ValueRanges = Union[Mapping[str, 'ValueRanges'], List['ValueRanges'], Tuple[Bound, Bound],
+                    _MetricRange, None]
+
+_Leaf = TypeVar('_Leaf')
+
+
 class UnquantizableDTypeError(SimharnessTypeError):
     """A tensor dtype that cannot be quantized (neither float nor integer)."""
 
 
-def _from_type_tree(fn: Callable[[T.TensorType], Any], t: T.Type) -> Any:
+#: A tree of OrderedDicts and lists (the Python containers of a metrics type) of leaves.
+Tree = Union[_Leaf, 'collections.OrderedDict[str, Tree[_Leaf]]', List['Tree[_Leaf]']]
+
+
+def _from_type_tree(fn: Callable[[T.TensorType], _Leaf], t: T.Type) -> Tree[_Leaf]:
     """`fn` of each tensor type of `t`, in `t`'s Python containers (OrderedDict / list)."""
     if isinstance(t, T.TensorType):
         return fn(t)
@@ -70,7 +88,7 @@ def _from_type_tree(fn: Callable[[T.TensorType], Any], t: T.Type) -> Any:
     return [v for _, v in items]
 
 
-def _flatten_with_path(value: Any, path: tuple = ()) -> list:
+def _flatten_with_path(value: object, path: tuple = ()) -> list:
     """``[(path, leaf)]`` of nested mappings, lists, tuples and Structs, in order."""
     if isinstance(value, Struct):
         return [p for i, (n, v) in enumerate(value.items())
@@ -82,11 +100,11 @@ def _flatten_with_path(value: Any, path: tuple = ()) -> list:
     return [(path, value)]
 
 
-def _pack(template: Any, leaves: list) -> Any:
+def _pack(template: Tree[object], leaves: list) -> Tree[object]:
     """`leaves` in the nesting of `template` (an OrderedDict / list tree)."""
     it = iter(leaves)
 
-    def build(t: Any) -> Any:
+    def build(t: Tree[object]) -> Tree[object]:
         if isinstance(t, Mapping):
             return collections.OrderedDict((k, build(v)) for k, v in t.items())
         if isinstance(t, list):
@@ -100,7 +118,8 @@ def create_default_secure_sum_quantization_ranges(
         local_unfinalized_metrics_type: T.StructType,
         lower_bound: Union[int, float] = DEFAULT_FIXED_SECURE_LOWER_BOUND,
         upper_bound: Union[int, float] = DEFAULT_FIXED_SECURE_UPPER_BOUND,
-        use_auto_tuned_bounds_for_float_values: Optional[bool] = True) -> Any:
+        use_auto_tuned_bounds_for_float_values: Optional[bool] = True
+) -> Tree[Tuple[Bound, Bound]]:
     """Default value ranges for each tensor of the metrics type (TFF's defaults).
 
     Floats: ``(None, <quantile estimation process>)`` when auto-tuned, else
@@ -122,7 +141,7 @@ def create_default_secure_sum_quantization_ranges(
         initial_estimate=50.0, target_quantile=0.95, learning_rate=1.0, multiplier=2.0,
         secure_estimation=True)
 
-    def default_range(t: T.TensorType) -> tuple:
+    def default_range(t: T.TensorType) -> Tuple[Bound, Bound]:
         dtype = np.dtype(t.dtype.as_numpy_dtype if hasattr(t.dtype, 'as_numpy_dtype')
                          else t.dtype)
         if np.issubdtype(dtype, np.floating):
@@ -143,7 +162,7 @@ def create_default_secure_sum_quantization_ranges(
     return _from_type_tree(default_range, local_unfinalized_metrics_type)
 
 
-def _check_user_metric_value_range(value_range: Any) -> None:
+def _check_user_metric_value_range(value_range: object) -> None:
     if not isinstance(value_range, tuple):
         raise SimharnessTypeError(f'Expected range to be a tuple, found '
                                   f'{type(value_range).__name__}', expected=tuple,
@@ -162,22 +181,25 @@ def _check_user_metric_value_range(value_range: Any) -> None:
             f'threshold type {type(upper)}.', expected=type(lower), actual=type(upper))
 
 
-def fill_missing_values_with_defaults(default_values: Any, user_values: Any) -> Any:
+def fill_missing_values_with_defaults(default_values: Tree[Tuple[Bound, Bound]],
+                                      user_values: ValueRanges) -> Tree[_MetricRange]:
     """The user's ranges, with the defaults wherever the user gave none (None or missing).
 
     Raises:
       TypeError: a user range that is not a 2-tuple of numbers of one type.
       ValueError: a tuple of another length.
     """
+    # A user's tree follows the metrics' structure: a mapping where the defaults are one,
+    # a list where they are one (another value fails at `.get` or `[i]`, as in TFF).
     if isinstance(default_values, Mapping):
-        user_values = user_values or {}
+        user_map = cast(Mapping[str, ValueRanges], user_values or {})
         return collections.OrderedDict(
-            (k, fill_missing_values_with_defaults(v, user_values.get(k)))
+            (k, fill_missing_values_with_defaults(v, user_map.get(k)))
             for k, v in default_values.items())
     if isinstance(default_values, list):
-        if user_values is None:
-            user_values = [None] * len(default_values)
-        return [fill_missing_values_with_defaults(v, user_values[i])
+        user_list = cast(List[ValueRanges],
+                         [None] * len(default_values) if user_values is None else user_values)
+        return [fill_missing_values_with_defaults(v, user_list[i])
                 for i, v in enumerate(default_values)]
     if user_values is None:
         return _MetricRange(*default_values)
@@ -187,7 +209,7 @@ def fill_missing_values_with_defaults(default_values: Any, user_values: Any) -> 
     return _MetricRange(*user_values)
 
 
-def create_factory_key(lower: Any, upper: Any, tensor_dtype: Any) -> str:
+def create_factory_key(lower: Bound, upper: Union[Bound, str], tensor_dtype: object) -> str:
     """``'lower/upper/dtype'`` (an estimation process reads 'default_estimation_process')."""
     if isinstance(upper, EstimationProcess):
         upper = 'default_estimation_process'

@@ -106,8 +106,8 @@ class SumThenFinalizeFactory(factory.UnweightedAggregationFactory):
           TypeError: the type is not an `OrderedDict` struct.
           ValueError: finalizer names differ from the metric names.
         """
-        metrics_type = local_unfinalized_metrics_type
-        aggregation_utils.check_local_unfinalized_metrics_type(metrics_type)
+        metrics_type = aggregation_utils.check_local_unfinalized_metrics_type(
+            local_unfinalized_metrics_type)
         if not callable(self._metric_finalizers):
             aggregation_utils.check_finalizers_matches_unfinalized_metrics(
                 self._metric_finalizers, metrics_type)

@@ -18,18 +18,22 @@ from __future__ import annotations
 
 import collections
 import inspect
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import Batch, TensorStructure
 from simharness.learning.metrics import keras_finalizer, keras_utils
 from simharness.learning.models import variable
 
 Weight = Union[np.ndarray, int, float]
 ModelWeights = tuple  # (trainable, non_trainable), each a sequence of weights
+#: ``(x, y)``: the `tf.TensorSpec` (or a structure of them) of a batch's model input, and
+#: of its labels.
+InputSpec = tuple
 
 
 class CallableNotTensorFlowFunctionError(SimharnessTypeError):
@@ -48,13 +52,14 @@ def empty_metrics_state() -> collections.OrderedDict:
     return collections.OrderedDict()
 
 
-def noop_update_metrics(state: Any, labels: Any, batch_output: Any,
-                        sample_weight: Optional[Any] = None) -> collections.OrderedDict:
+def noop_update_metrics(state: TensorStructure, labels: TensorStructure,
+                        batch_output: TensorStructure,
+                        sample_weight: Optional[TensorStructure] = None) -> collections.OrderedDict:
     del state, labels, batch_output, sample_weight
     return collections.OrderedDict()
 
 
-def noop_finalize_metrics(state: Any) -> collections.OrderedDict:
+def noop_finalize_metrics(state: TensorStructure) -> collections.OrderedDict:
     del state
     return collections.OrderedDict()
 
@@ -78,12 +83,14 @@ class FunctionalModel:
     """
 
     def __init__(self, *, initial_weights: ModelWeights,
-                 predict_on_batch_fn: Callable[[ModelWeights, Any, bool], Any],
-                 loss_fn: Callable[[Any, Any, Any], Any],
+                 predict_on_batch_fn: Callable[[ModelWeights, TensorStructure, bool],
+                                               TensorStructure],
+                 loss_fn: Callable[[TensorStructure, TensorStructure,
+                                    Optional[TensorStructure]], tf.Tensor],
                  metrics_fns: tuple = (empty_metrics_state, noop_update_metrics,
                                        noop_finalize_metrics),
-                 input_spec: Any):
-        def check_non_tf_value(value: Any) -> None:
+                 input_spec: InputSpec):
+        def check_non_tf_value(value: object) -> None:
             if tf.is_tensor(value) or isinstance(value, (tf.Variable, keras.Variable)):
                 raise ValueMustNotBeTFError(
                     'initial_weights may not contain TensorFlow values (tf.Tensor or '
@@ -109,26 +116,30 @@ class FunctionalModel:
     def initial_weights(self) -> ModelWeights:
         return self._initial_weights
 
-    def predict_on_batch(self, model_weights: ModelWeights, x: Any, training: bool = True) -> Any:
+    def predict_on_batch(self, model_weights: ModelWeights, x: TensorStructure,
+                         training: bool = True) -> TensorStructure:
         """Tensor(s) the loss function understands (logits, say)."""
         return self._predict_on_batch_fn(model_weights, x, training)
 
-    def loss(self, output: Any, label: Any, sample_weight: Optional[Any] = None) -> Any:
+    def loss(self, output: TensorStructure, label: TensorStructure,
+             sample_weight: Optional[TensorStructure] = None) -> tf.Tensor:
         """The loss of `output` (of `predict_on_batch`) against `label`."""
         return self._loss_fn(output, label, sample_weight)
 
-    def initialize_metrics_state(self) -> Any:
+    def initialize_metrics_state(self) -> collections.OrderedDict[str, TensorStructure]:
         return self._initialize_metrics_state()
 
-    def update_metrics_state(self, state: Any, labels: Any, batch_output: Any,
-                             sample_weight: Optional[Any] = None) -> Any:
+    def update_metrics_state(self, state: collections.OrderedDict[str, TensorStructure],
+                             labels: TensorStructure, batch_output: TensorStructure,
+                             sample_weight: Optional[TensorStructure] = None
+                             ) -> collections.OrderedDict[str, TensorStructure]:
         return self._update_metrics_state(state, labels, batch_output, sample_weight)
 
-    def finalize_metrics(self, state: Any) -> Any:
+    def finalize_metrics(self, state: TensorStructure) -> Mapping[str, tf.Tensor]:
         return self._finalize_metrics(state)
 
     @property
-    def input_spec(self) -> Any:
+    def input_spec(self) -> InputSpec:
         return self._input_spec
 
 
@@ -136,7 +147,7 @@ class _ModelFromFunctional(variable.VariableModel):
     """A `VariableModel` over a `FunctionalModel` (see `model_from_functional`)."""
 
     def __init__(self, functional_model: FunctionalModel,
-                 metric_builders: Sequence[Callable[[], Any]] = ()):
+                 metric_builders: Sequence[Callable[[], keras.metrics.Metric]] = ()):
         self._functional_model = functional_model
         trainable, non_trainable = functional_model.initial_weights
         self._trainable_variables = tuple(tf.Variable(x) for x in trainable)
@@ -168,13 +179,13 @@ class _ModelFromFunctional(variable.VariableModel):
                      + [v for m in self._metrics for v in m.variables])
 
     @property
-    def input_spec(self) -> Any:
+    def input_spec(self) -> InputSpec:
         return self._functional_model.input_spec
 
-    def _weights(self) -> Any:
+    def _weights(self) -> ModelWeights:
         return tf.nest.map_structure(tf.identity, self._model_weights)
 
-    def forward_pass(self, batch_input: Any, training: bool = True) -> variable.BatchOutput:
+    def forward_pass(self, batch_input: Batch, training: bool = True) -> variable.BatchOutput:
         if isinstance(batch_input, Mapping):
             x, y = batch_input['x'], batch_input['y']
         else:
@@ -188,7 +199,7 @@ class _ModelFromFunctional(variable.VariableModel):
             metric.update_state(y_true=y, y_pred=output)
         return variable.BatchOutput(loss=batch_loss, predictions=output, num_examples=num)
 
-    def predict_on_batch(self, x: Any, training: bool = True) -> Any:
+    def predict_on_batch(self, x: TensorStructure, training: bool = True) -> TensorStructure:
         return self._functional_model.predict_on_batch(self._weights(), x, training)
 
     def report_local_unfinalized_metrics(self) -> collections.OrderedDict:
@@ -213,7 +224,7 @@ class _ModelFromFunctional(variable.VariableModel):
 
 
 def model_from_functional(functional_model: FunctionalModel,
-                          metric_constructors: Sequence[Callable[[], Any]] = ()
+                          metric_constructors: Sequence[Callable[[], keras.metrics.Metric]] = ()
                           ) -> variable.VariableModel:
     """A `VariableModel` behaving as `functional_model` (its weights become variables).
 
@@ -223,9 +234,11 @@ def model_from_functional(functional_model: FunctionalModel,
     return _ModelFromFunctional(functional_model, metric_constructors)
 
 
-def functional_model_from_keras(keras_model: Union[Any, Callable[[], Any]], loss_fn: Any,
-                                input_spec: Any, metrics_constructor: Optional[Any] = None
-                                ) -> FunctionalModel:
+def functional_model_from_keras(
+        keras_model: Union[keras.Model, Callable[[], keras.Model]], loss_fn: keras.losses.Loss,
+        input_spec: InputSpec,
+        metrics_constructor: Optional[keras_utils.MetricsConstructorLike] = None
+) -> FunctionalModel:
     """A `FunctionalModel` of a Keras 3 model (TFF's ``functional_model_from_keras``).
 
     The forward pass is ``keras_model.stateless_call(trainable,
@@ -266,13 +279,15 @@ def functional_model_from_keras(keras_model: Union[Any, Callable[[], Any]], loss
                        tuple(np.array(v.numpy()) for v in model.non_trainable_variables))
 
     @tf.function(autograph=False)
-    def predict_on_batch(model_weights: ModelWeights, x: Any, training: bool = True) -> Any:
+    def predict_on_batch(model_weights: ModelWeights, x: TensorStructure,
+                         training: bool = True) -> TensorStructure:
         trainable, non_trainable = model_weights
         out, _ = model.stateless_call(list(trainable), list(non_trainable), x,
                                       training=training)
         return out
 
-    def loss(output: Any, label: Any, sample_weight: Optional[Any] = None) -> Any:
+    def loss(output: TensorStructure, label: TensorStructure,
+             sample_weight: Optional[TensorStructure] = None) -> tf.Tensor:
         return loss_fn(y_true=label, y_pred=output, sample_weight=sample_weight)
 
     if metrics_constructor is not None:

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import TensorStructure
 from simharness.learning.metrics import counters, keras_finalizer
 from simharness.learning.models import variable
 
@@ -331,7 +332,7 @@ class KerasModel(variable.VariableModel):
             (m.name, [tf.identity(v) for v in values])
             for m, values in zip(self._metrics, metrics_state))
 
-    def report_local_unfinalized_metrics(self) -> 'collections.OrderedDict[str, list]':
+    def report_local_unfinalized_metrics(self) -> collections.OrderedDict[str, TensorStructure]:
         """Metric name -> the values of its variables (tensors)."""
         return collections.OrderedDict(
             (m.name, [tf.identity(v.value if isinstance(v, keras.Variable) else v)

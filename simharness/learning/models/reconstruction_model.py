@@ -18,13 +18,14 @@ from __future__ import annotations
 import abc
 import collections
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional, Protocol, Sequence, cast
 
 import keras
 import tensorflow as tf
 
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import Batch, ModelVariable, SpecStructure, TensorStructure
 from simharness.learning.models import model_weights, variable
 
 __all__ = ['ReconstructionBatchOutput', 'ReconstructionDatasetSplitFn', 'ReconstructionModel',
@@ -43,9 +44,9 @@ class ReconstructionBatchOutput(NamedTuple):
         num_examples: the number of examples (an int32 scalar).
     """
 
-    predictions: Any
-    labels: Any
-    num_examples: Any
+    predictions: TensorStructure
+    labels: TensorStructure
+    num_examples: tf.Tensor
 
 
 class ReconstructionModel(metaclass=abc.ABCMeta):
@@ -59,31 +60,31 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
 
     @property
     @abc.abstractmethod
-    def global_trainable_variables(self) -> Any:
+    def global_trainable_variables(self) -> Sequence[ModelVariable]:
         """The trainable variables aggregated on the server."""
 
     @property
     @abc.abstractmethod
-    def global_non_trainable_variables(self) -> Any:
+    def global_non_trainable_variables(self) -> Sequence[ModelVariable]:
         """The non-trainable variables aggregated on the server."""
 
     @property
     @abc.abstractmethod
-    def local_trainable_variables(self) -> Any:
+    def local_trainable_variables(self) -> Sequence[ModelVariable]:
         """The trainable variables reconstructed on each client."""
 
     @property
     @abc.abstractmethod
-    def local_non_trainable_variables(self) -> Any:
+    def local_non_trainable_variables(self) -> Sequence[ModelVariable]:
         """The non-trainable variables reconstructed on each client."""
 
     @property
     @abc.abstractmethod
-    def input_spec(self) -> Any:
+    def input_spec(self) -> SpecStructure:
         """The (structure of) `tf.TensorSpec` of a batch: ``(x, y)`` or ``{'x', 'y'}``."""
 
     @abc.abstractmethod
-    def forward_pass(self, batch_input: Any, training: bool = True) -> ReconstructionBatchOutput:
+    def forward_pass(self, batch_input: Batch, training: bool = True) -> ReconstructionBatchOutput:
         """The `ReconstructionBatchOutput` of `batch_input` (changes no model parameter)."""
 
     @classmethod
@@ -169,8 +170,9 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
 
     @classmethod
     def from_keras_model_and_layers(cls, keras_model: keras.Model, *,
-                                    global_layers: Iterable[Any], local_layers: Iterable[Any],
-                                    input_spec: Any) -> 'ReconstructionModel':
+                                    global_layers: Iterable[keras.layers.Layer],
+                                    local_layers: Iterable[keras.layers.Layer],
+                                    input_spec: SpecStructure) -> 'ReconstructionModel':
         """A `ReconstructionModel` of `keras_model` whose variables are split by layer.
 
         An unbuilt model is built by calling it once on zeros of the ``x`` part
@@ -209,11 +211,11 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
 
     @classmethod
     def from_keras_model_and_variables(cls, keras_model: keras.Model, *,
-                                       global_trainable_variables: Iterable[Any],
-                                       global_non_trainable_variables: Iterable[Any],
-                                       local_trainable_variables: Iterable[Any],
-                                       local_non_trainable_variables: Iterable[Any],
-                                       input_spec: Any) -> 'ReconstructionModel':
+                                       global_trainable_variables: Iterable[ModelVariable],
+                                       global_non_trainable_variables: Iterable[ModelVariable],
+                                       local_trainable_variables: Iterable[ModelVariable],
+                                       local_non_trainable_variables: Iterable[ModelVariable],
+                                       input_spec: SpecStructure) -> 'ReconstructionModel':
         """A `ReconstructionModel` of `keras_model` with its variables in four disjoint lists.
 
         Raises:
@@ -230,19 +232,25 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
             local_non_trainable_variables=local_non_trainable_variables, input_spec=input_spec)
 
 
-def _tf_variable(v: Any) -> Any:
+def _tf_variable(v: ModelVariable) -> tf.Variable:
     return v.value if isinstance(v, keras.Variable) else v
 
 
-def _ref(v: Any) -> Any:
+class _VariableRef(Protocol):
+    """A variable's hashable identity (``v.ref()``)."""
+
+    def deref(self) -> tf.Variable: ...
+
+
+def _ref(v: ModelVariable) -> _VariableRef:
     return _tf_variable(v).ref()
 
 
-def _name(v: Any) -> str:
+def _name(v: ModelVariable) -> str:
     return getattr(v, 'path', None) or v.name
 
 
-def _validate_input_spec(input_spec: Any) -> None:
+def _validate_input_spec(input_spec: SpecStructure) -> None:
     if len(input_spec) != 2:
         raise SimharnessValueError(
             'The top-level structure in `input_spec` must contain exactly two top-level '
@@ -261,10 +269,12 @@ def _validate_input_spec(input_spec: Any) -> None:
 class _KerasReconstructionModel(ReconstructionModel):
     """A Keras model as a `ReconstructionModel` (global and local variables given)."""
 
-    def __init__(self, inner_model: keras.Model, global_trainable_variables: Iterable[Any],
-                 global_non_trainable_variables: Iterable[Any],
-                 local_trainable_variables: Iterable[Any],
-                 local_non_trainable_variables: Iterable[Any], input_spec: Any):
+    def __init__(self, inner_model: keras.Model,
+                 global_trainable_variables: Iterable[ModelVariable],
+                 global_non_trainable_variables: Iterable[ModelVariable],
+                 local_trainable_variables: Iterable[ModelVariable],
+                 local_non_trainable_variables: Iterable[ModelVariable],
+                 input_spec: SpecStructure):
         if not isinstance(inner_model, keras.Model):
             raise SimharnessTypeError(
                 f'Expected `inner_model` to be type `keras.Model`, found {type(inner_model)}',
@@ -328,11 +338,11 @@ class _KerasReconstructionModel(ReconstructionModel):
         return self._local_non_trainable_variables
 
     @property
-    def input_spec(self) -> Any:
+    def input_spec(self) -> SpecStructure:
         return self._input_spec
 
     @tf.function
-    def forward_pass(self, batch_input: Any, training: bool = True) -> ReconstructionBatchOutput:
+    def forward_pass(self, batch_input: Batch, training: bool = True) -> ReconstructionBatchOutput:
         if hasattr(batch_input, '_asdict'):
             batch_input = batch_input._asdict()
         if isinstance(batch_input, Mapping):
@@ -340,8 +350,10 @@ class _KerasReconstructionModel(ReconstructionModel):
         else:
             inputs = batch_input[0]
         if inputs is None:
+            # (a mapping without `x`: an `x` of None in a sequence fails at `.keys`)
+            keys = cast(Mapping[str, TensorStructure], batch_input).keys()
             raise KeyError('Received a batch_input that is missing required key `x`. Instead '
-                           f'have keys {list(batch_input.keys())}')
+                           f'have keys {list(keys)}')
         predictions = self._keras_model(inputs, training=training)
         y_true = batch_input.get('y') if isinstance(batch_input, Mapping) else batch_input[1]
         return ReconstructionBatchOutput(predictions=predictions, labels=y_true,

@@ -21,21 +21,56 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Any, Optional
+from typing import Callable, Optional, Protocol, Union
 
 import tensorflow as tf
 
 from simharness.core import types as T
+from simharness.core.building_blocks import ComputationBuildingBlock
 from simharness.core.computation import Computation, ConcreteComputation, tf_computation
 from simharness.core.tf_serialization import element_spec_for
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import Finalizer, SpecStructure, TensorLeaf, TensorStructure
 from simharness.learning.models import functional, variable
 from simharness.program import serialization_utils
 
 __all__ = ['load', 'load_functional_model', 'save', 'save_functional_model']
 
+class _SavedVariableModel(Protocol):
+    """What `save` writes into a SavedModel, as `tf.saved_model.load` gives it back."""
 
-def _check_path(path: Any, what: str) -> None:
+    tff_trainable_variables: list
+    tff_non_trainable_variables: list
+    tff_local_variables: list
+    flat_forward_pass_training: tf.types.experimental.ConcreteFunction
+    flat_forward_pass_inference: tf.types.experimental.ConcreteFunction
+    forward_pass_training_type_spec: tf.Variable
+    forward_pass_inference_type_spec: tf.Variable
+    predict_on_batch_training: tf.types.experimental.ConcreteFunction
+    predict_on_batch_inference: tf.types.experimental.ConcreteFunction
+    predict_on_batch_training_type_spec: tf.Variable
+    predict_on_batch_inference_type_spec: tf.Variable
+    serialized_input_spec: tf.Variable
+    report_local_unfinalized_metrics: tf.types.experimental.ConcreteFunction
+    serialized_metric_finalizers: dict
+
+
+class _SavedFunctionalModel(Protocol):
+    """What `save_functional_model` writes into a SavedModel, as loaded: calling it reads
+    the initial weights."""
+
+    predict_on_batch_training: tf.types.experimental.ConcreteFunction
+    predict_on_batch_inference: tf.types.experimental.ConcreteFunction
+    predict_on_batch_training_type_spec: tf.Variable
+    predict_on_batch_inference_type_spec: tf.Variable
+    loss: tf.types.experimental.ConcreteFunction
+    loss_type_spec: tf.Variable
+    serialized_input_spec: tf.Variable
+
+    def __call__(self) -> TensorStructure: ...
+
+
+def _check_path(path: object, what: str) -> None:
     if not isinstance(path, str):
         raise SimharnessTypeError(f'`path` must be a str, got {type(path).__name__} {path!r}',
                                   expected=str, actual=type(path))
@@ -48,7 +83,7 @@ def _bytes_variable(data: bytes) -> tf.Variable:
     return tf.Variable(data, trainable=False, dtype=tf.string)
 
 
-def _variable_bytes(v: Any) -> bytes:
+def _variable_bytes(v: tf.Variable) -> bytes:
     return v.read_value().numpy()
 
 
@@ -56,11 +91,11 @@ def _type_variable(t: T.Type) -> tf.Variable:
     return _bytes_variable(serialization_utils.pack_type_spec(t))
 
 
-def _spec_of(value: Any) -> Any:
+def _spec_of(value: TensorLeaf) -> tf.TensorSpec:
     return tf.TensorSpec.from_tensor(tf.convert_to_tensor(value))
 
 
-def _to_tf_structure(t: T.Type, container: Optional[type] = None) -> Any:
+def _to_tf_structure(t: T.Type, container: Optional[type] = None) -> SpecStructure:
     """TF specs in the shape of `t` (named structs: OrderedDicts; unnamed: tuples).
 
     `container` (BatchOutput, tuple) replaces the outermost struct's container.
@@ -74,12 +109,14 @@ def _to_tf_structure(t: T.Type, container: Optional[type] = None) -> Any:
     return container(values)
 
 
-def _deserialize_type_spec(type_variable: Any, container: Optional[type] = None) -> Any:
+def _deserialize_type_spec(type_variable: tf.Variable,
+                           container: Optional[type] = None) -> SpecStructure:
     t, _ = serialization_utils.unpack_type_spec_from(_variable_bytes(type_variable))
     return _to_tf_structure(t, container)
 
 
-def _make_concrete_flat_output_fn(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, T.Type]:
+def _make_concrete_flat_output_fn(fn: Callable[..., TensorStructure], *args: SpecStructure,
+                                  **kwargs: SpecStructure) -> tuple[tf.types.experimental.ConcreteFunction, T.Type]:
     """A concrete function of `fn` whose output is flattened, and the type of the structured output.
 
     SavedModels hold flat outputs (no Python classes such as `BatchOutput`);
@@ -89,24 +126,26 @@ def _make_concrete_flat_output_fn(fn: Any, *args: Any, **kwargs: Any) -> tuple[A
     result_type = T.from_tf_structure(tf.nest.map_structure(_spec_of_output,
                                                             concrete_fn.structured_outputs))
 
-    def flattened_output(*args: Any, **kwargs: Any) -> list:
+    def flattened_output(*args: TensorStructure, **kwargs: TensorStructure) -> list:
         return tf.nest.flatten(fn(*args, **kwargs))
 
     return tf.function(flattened_output).get_concrete_function(*args, **kwargs), result_type
 
 
-def _spec_of_output(x: Any) -> Any:
+def _spec_of_output(x: Optional[tf.Tensor]) -> tf.TensorSpec:
     if x is None:
         raise SimharnessValueError('a model function returned None in its output; a saved '
                                    'model needs tensors (every field of BatchOutput set)')
     return tf.TensorSpec(x.shape, x.dtype)
 
 
-def _unflatten_fn(fn: Any, type_variable: Any, container: Optional[type] = None) -> Any:
+def _unflatten_fn(fn: tf.types.experimental.ConcreteFunction, type_variable: tf.Variable,
+                  container: Optional[type] = None) -> tf.types.experimental.PolymorphicFunction:
     """A `tf.function` that calls the loaded flat `fn` and packs its result again."""
     nested_specs = _deserialize_type_spec(type_variable, container)
 
-    def structured_output_fn(*args: Any, **kwargs: Any) -> Any:
+    def structured_output_fn(*args: TensorStructure,
+                             **kwargs: TensorStructure) -> TensorStructure:
         return tf.nest.pack_sequence_as(nested_specs, tf.nest.flatten(fn(*args, **kwargs)))
 
     return tf.function(structured_output_fn)
@@ -115,7 +154,7 @@ def _unflatten_fn(fn: Any, type_variable: Any, container: Optional[type] = None)
 class _LoadedSavedModel(variable.VariableModel):
     """A `VariableModel` over a loaded SavedModel (what `load` returns)."""
 
-    def __init__(self, loaded_module: Any):
+    def __init__(self, loaded_module: _SavedVariableModel):
         self._loaded_module = loaded_module
         self._trainable_variables = list(loaded_module.tff_trainable_variables)
         self._non_trainable_variables = list(loaded_module.tff_non_trainable_variables)
@@ -138,17 +177,18 @@ class _LoadedSavedModel(variable.VariableModel):
         self._reset_metrics = getattr(loaded_module, 'reset_metrics', None)
 
     @property
-    def input_spec(self) -> Any:
+    def input_spec(self) -> SpecStructure:
         return self._input_spec
 
     @tf.function
-    def forward_pass(self, batch_input: Any, training: bool = True) -> variable.BatchOutput:
+    def forward_pass(self, batch_input: TensorStructure,
+                     training: bool = True) -> variable.BatchOutput:
         if training:
             return self._forward_pass_training(batch_input)
         return self._forward_pass_inference(batch_input)
 
     @tf.function
-    def predict_on_batch(self, x: Any, training: bool = True) -> Any:
+    def predict_on_batch(self, x: TensorStructure, training: bool = True) -> TensorStructure:
         if training:
             return self._predict_on_batch_training(x)
         return self._predict_on_batch_inference(x)
@@ -166,46 +206,52 @@ class _LoadedSavedModel(variable.VariableModel):
         return self._local_variables
 
     @tf.function
-    def report_local_unfinalized_metrics(self) -> Any:
+    def report_local_unfinalized_metrics(self) -> collections.OrderedDict[str, TensorStructure]:
         return self._report_local_unfinalized_metrics()
 
-    def metric_finalizers(self) -> 'collections.OrderedDict[str, Computation]':
+    def metric_finalizers(self) -> collections.OrderedDict[str, Finalizer]:
         """The saved finalizers, as computations (``tff.tf_computation`` s)."""
-        out = collections.OrderedDict()
+        out: collections.OrderedDict[str, Finalizer] = collections.OrderedDict()
         for name in sorted(self._serialized_metric_finalizers):
             block, _ = serialization_utils.unpack_codec_value_from(
                 _variable_bytes(self._serialized_metric_finalizers[name]))
             out[name] = ConcreteComputation(block, name)
         return out
 
-    def reset_metrics(self) -> Any:
+    def reset_metrics(self) -> None:
         if self._reset_metrics is None:
             raise NotImplementedError(
                 "The `reset_metrics` method isn't implemented for your custom "
                 '`tff.learning.models.VariableModel`. Please implement it before using this '
                 "method. You can leave this method unimplemented if you won't use this method.")
-        return self._reset_metrics()
+        self._reset_metrics()
+
+    def save_module(self, path: str) -> None:
+        """Writes the module this model was loaded from to `path` (what `save` does)."""
+        _save_tensorflow_module(self._loaded_module, path)
 
 
-def _save_tensorflow_module(tf_module: Any, path: str) -> None:
+def _save_tensorflow_module(tf_module: Union[tf.Module, _SavedVariableModel, _SavedFunctionalModel],
+                            path: str) -> None:
     tf.saved_model.save(tf_module, export_dir=path,
                         signatures=tf_module.predict_on_batch_inference)
 
 
-def _concrete(fn: Any) -> Any:
+def _concrete(fn: Callable[[], TensorStructure]) -> tf.types.experimental.ConcreteFunction:
     """`fn` (a `tf.function`, or a plain method: wrapped) as a concrete function of no argument."""
-    if not hasattr(fn, 'get_concrete_function'):
-        fn = tf.function(fn)
-    return fn.get_concrete_function()
+    traced: tf.types.experimental.PolymorphicFunction = (
+        fn if hasattr(fn, 'get_concrete_function') else tf.function(fn))
+    return traced.get_concrete_function()
 
 
-def _finalizer_block(finalizer: Any, metric_type: T.Type) -> Any:
+def _finalizer_block(finalizer: Finalizer, metric_type: T.Type) -> ComputationBuildingBlock:
     if isinstance(finalizer, Computation):
         return finalizer.to_building_block(metric_type)
     return tf_computation(finalizer, metric_type).to_building_block()
 
 
-def save(model: variable.VariableModel, path: str, input_type: Any = None) -> None:
+def save(model: variable.VariableModel, path: str,
+         input_type: Optional[SpecStructure] = None) -> None:
     """Writes `model` as a TensorFlow SavedModel to `path`.
 
     The SavedModel's default serving signature is ``predict_on_batch`` for
@@ -230,7 +276,7 @@ def save(model: variable.VariableModel, path: str, input_type: Any = None) -> No
     _check_path(path, 'serialize')
     if isinstance(model, _LoadedSavedModel):
         # A loaded model saves the module it was loaded from.
-        _save_tensorflow_module(model._loaded_module, path)
+        model.save_module(path)
         return
 
     m = tf.Module()
@@ -285,12 +331,12 @@ def load(path: str) -> variable.VariableModel:
 class _WeightsModule(tf.Module):
     """A `tf.Module` holding a structure of weights as variables; calling it reads them."""
 
-    def __init__(self, weights: Any):
+    def __init__(self, weights: TensorStructure):
         super().__init__()
         self._weights = tf.nest.map_structure(lambda x: tf.Variable(initial_value=x), weights)
 
     @tf.function(input_signature=())
-    def __call__(self) -> Any:
+    def __call__(self) -> TensorStructure:
         return tf.nest.map_structure(lambda x: x.read_value(), self._weights)
 
 
@@ -313,7 +359,7 @@ def save_functional_model(functional_model: functional.FunctionalModel, path: st
         tf.TensorSpec.from_tensor, m.__call__.get_concrete_function().structured_outputs)
     x_spec, y_spec = functional_model.input_spec
 
-    def make_concrete_flat_predict_on_batch(training: bool) -> tuple[Any, T.Type]:
+    def make_concrete_flat_predict_on_batch(training: bool) -> tuple[tf.types.experimental.ConcreteFunction, T.Type]:
         # `training` is curried into the graph: not a parameter of the concrete function.
         structured = tf.function(functional_model.predict_on_batch).get_concrete_function(
             weights_specs, x_spec, training=training)
@@ -335,7 +381,7 @@ def save_functional_model(functional_model: functional.FunctionalModel, path: st
 
     output_specs = _deserialize_type_spec(m.predict_on_batch_training_type_spec, tuple)
 
-    def make_concrete_flat_loss() -> tuple[Any, T.Type]:
+    def make_concrete_flat_loss() -> tuple[tf.types.experimental.ConcreteFunction, T.Type]:
         structured = tf.function(functional_model.loss).get_concrete_function(
             output_specs, y_spec, sample_weight=None)
         result_type = T.from_tf_structure(tf.nest.map_structure(
@@ -359,17 +405,21 @@ def save_functional_model(functional_model: functional.FunctionalModel, path: st
 class _LoadedFunctionalModel(functional.FunctionalModel):
     """A `FunctionalModel` over a loaded SavedModel (what `load_functional_model` returns)."""
 
-    def __init__(self, loaded_module: Any):
+    def __init__(self, loaded_module: _SavedFunctionalModel):
         self._loaded_module = loaded_module
         input_spec = tf.nest.map_structure(
             lambda t: tf.TensorSpec(dtype=t.dtype, shape=t.shape),
             _deserialize_type_spec(loaded_module.serialized_input_spec, tuple))
         initial_weights = tf.nest.map_structure(lambda x: x.numpy(), loaded_module())
 
-        def unflatten_predict_on_batch(flat_fn: Any, type_variable: Any, training: bool) -> Any:
+        def unflatten_predict_on_batch(flat_fn: tf.types.experimental.ConcreteFunction, type_variable: tf.Variable,
+                                       training: bool
+                                       ) -> Callable[[TensorStructure, TensorStructure],
+                                                     TensorStructure]:
             result_specs = _deserialize_type_spec(type_variable, tuple)
 
-            def predict_on_batch(model_weights: Any, x: Any) -> Any:
+            def predict_on_batch(model_weights: TensorStructure,
+                                 x: TensorStructure) -> TensorStructure:
                 result = flat_fn(model_weights=model_weights, x=x, training=training)
                 if tf.is_tensor(result):
                     return result
@@ -386,12 +436,14 @@ class _LoadedFunctionalModel(functional.FunctionalModel):
         loss_specs = _deserialize_type_spec(loaded_module.loss_type_spec)
 
         @tf.function
-        def predict_on_batch_fn(model_weights: Any, x: Any, training: bool = True) -> Any:
+        def predict_on_batch_fn(model_weights: TensorStructure, x: TensorStructure,
+                                training: bool = True) -> TensorStructure:
             if training:
                 return predict_training(model_weights, x)
             return predict_inference(model_weights, x)
 
-        def loss_fn(output: Any, label: Any, sample_weight: Any = None) -> Any:
+        def loss_fn(output: TensorStructure, label: TensorStructure,
+                    sample_weight: Optional[TensorStructure] = None) -> TensorStructure:
             result = loaded_module.loss(output, label, sample_weight)
             if tf.is_tensor(result):
                 return result

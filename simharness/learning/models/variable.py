@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import abc
 import collections
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from simharness.learning._typing import Batch, Finalizer, SpecStructure, TensorStructure
 
 #: Keys of the model input and the label when `input_spec` is a mapping.
 MODEL_ARG_NAME = 'x'
@@ -39,22 +44,22 @@ class VariableModel(metaclass=abc.ABCMeta):
 
     @property
     @abc.abstractmethod
-    def trainable_variables(self) -> Sequence[Any]:
+    def trainable_variables(self) -> Sequence[tf.Variable]:
         """The trainable weights (`tf.Variable` s)."""
 
     @property
     @abc.abstractmethod
-    def non_trainable_variables(self) -> Sequence[Any]:
+    def non_trainable_variables(self) -> Sequence[tf.Variable]:
         """The weights that are not trained (sent by the server all the same)."""
 
     @property
     @abc.abstractmethod
-    def local_variables(self) -> Sequence[Any]:
+    def local_variables(self) -> Sequence[tf.Variable]:
         """Variables that stay on the client (metric accumulators)."""
 
     @property
     @abc.abstractmethod
-    def input_spec(self) -> Any:
+    def input_spec(self) -> SpecStructure:
         """The structure of `tf.TensorSpec` of `forward_pass`'s `batch_input` (batch first).
 
         A mapping has keys ``'x'`` (model input) and ``'y'`` (labels); otherwise
@@ -62,7 +67,7 @@ class VariableModel(metaclass=abc.ABCMeta):
         """
 
     @abc.abstractmethod
-    def forward_pass(self, batch_input: Any, training: bool = True) -> BatchOutput:
+    def forward_pass(self, batch_input: Batch, training: bool = True) -> BatchOutput:
         """Runs the model on a batch, updates the metrics, returns a `BatchOutput`.
 
         Args:
@@ -71,11 +76,12 @@ class VariableModel(metaclass=abc.ABCMeta):
         """
 
     @abc.abstractmethod
-    def predict_on_batch(self, batch_input: Any, training: bool = True) -> Any:
+    def predict_on_batch(self, batch_input: TensorStructure,
+                         training: bool = True) -> TensorStructure:
         """The predictions for the model input (``input_spec``'s ``x``); no metric update."""
 
     @abc.abstractmethod
-    def report_local_unfinalized_metrics(self) -> 'collections.OrderedDict[str, Any]':
+    def report_local_unfinalized_metrics(self) -> collections.OrderedDict[str, TensorStructure]:
         """Metric name -> its unfinalized values (tensors) since the last `reset_metrics`.
 
         For a Keras metric: the values of its variables. Summed over clients,
@@ -83,7 +89,7 @@ class VariableModel(metaclass=abc.ABCMeta):
         """
 
     @abc.abstractmethod
-    def metric_finalizers(self) -> 'collections.OrderedDict[str, Any]':
+    def metric_finalizers(self) -> collections.OrderedDict[str, Finalizer]:
         """Metric name -> finalizer (unfinalized values -> the metric's value, TF ops)."""
 
     @abc.abstractmethod

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import tensorflow as tf
 
 from simharness.errors import SimharnessValueError
+from simharness.learning._typing import SpecStructure, TensorStructure
 from simharness.learning.optimizers import optimizer as base
 
 _BETA_2_DECAY_KEY = 'beta_2_decay'
@@ -19,12 +21,12 @@ _RELATIVE_STEP_KEY = 'relative_step'
 class _AdaFactorMoment(NamedTuple):
     """The factored second moment of one weight: row and column means, full estimate."""
 
-    r: Any
-    c: Any
-    v: Any
+    r: tf.Tensor
+    c: tf.Tensor
+    v: tf.Tensor
 
 
-def _rms(t: Any) -> Any:
+def _rms(t: tf.Tensor) -> tf.Tensor:
     return tf.math.sqrt(tf.math.reduce_mean(tf.math.square(t)))
 
 
@@ -41,8 +43,8 @@ class _Adafactor(base.Optimizer):
                          _EPSILON_1_KEY: epsilon_1, _EPSILON_2_KEY: epsilon_2,
                          _CLIP_THRESHOLD_KEY: clip_threshold, _RELATIVE_STEP_KEY: relative_step}
 
-    def initialize(self, specs: Any) -> dict:
-        def moment(spec: Any) -> _AdaFactorMoment:
+    def initialize(self, specs: SpecStructure) -> dict:
+        def moment(spec: tf.TensorSpec) -> _AdaFactorMoment:
             if spec.shape.rank < 2:  # only matrices (and above) are factored
                 r_shape, c_shape = (0,), (0,)
             else:
@@ -53,7 +55,8 @@ class _Adafactor(base.Optimizer):
         return {'steps': 0, 'moments': tuple(moment(s) for s in tf.nest.flatten(specs)),
                 'hparams': dict(self._hparams)}
 
-    def next(self, state: Any, weights: Any, gradients: Any) -> tuple[Any, Any]:
+    def next(self, state: base.OptimizerState, weights: TensorStructure,
+             gradients: TensorStructure) -> tuple[base.OptimizerState, TensorStructure]:
         step = tf.cast(state['steps'] + 1, tf.float32)
         hparams = self.get_hparams(state)
         lr = hparams[base.LEARNING_RATE_KEY]
@@ -69,7 +72,8 @@ class _Adafactor(base.Optimizer):
                           tf.cast(lr, tf.float32))
         rho_t = tf.math.minimum(lr, 1.0 / tf.math.rsqrt(step))
 
-        def update(m: _AdaFactorMoment, w: Any, g: Any) -> tuple[_AdaFactorMoment, Any]:
+        def update(m: _AdaFactorMoment, w: tf.Tensor,
+                   g: tf.Tensor) -> tuple[_AdaFactorMoment, tf.Tensor]:
             if g is None:
                 return m, w
             alpha_t = tf.math.maximum(epsilon_2, _rms(w)) * rho_t
@@ -99,10 +103,11 @@ class _Adafactor(base.Optimizer):
         # count keeps its dtype, so the state has one type, as a process' state needs.
         return {'steps': state['steps'] + 1, 'moments': moments, 'hparams': hparams}, new_weights
 
-    def get_hparams(self, state: Any) -> Any:
+    def get_hparams(self, state: base.OptimizerState) -> base.OptimizerState:
         return state['hparams']
 
-    def set_hparams(self, state: Any, hparams: Any) -> Any:
+    def set_hparams(self, state: base.OptimizerState,
+                    hparams: Mapping[str, tf.Tensor]) -> base.OptimizerState:
         return {'steps': state['steps'], 'moments': state['moments'],
                 'hparams': base.update_state(state['hparams'], hparams)}
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import collections
-from typing import Any
+from collections.abc import Mapping
 
 import tensorflow as tf
 
+from simharness.learning._typing import SpecStructure, TensorStructure
 from simharness.learning.optimizers import optimizer as base
 
 _BETA_1_KEY = 'beta_1'
@@ -32,8 +33,8 @@ class _Adam(base.Optimizer):
         self._beta_2 = beta_2
         self._epsilon = epsilon
 
-    def initialize(self, specs: Any) -> collections.OrderedDict:
-        def zeros() -> Any:
+    def initialize(self, specs: SpecStructure) -> collections.OrderedDict:
+        def zeros() -> TensorStructure:
             return tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)
 
         return collections.OrderedDict([
@@ -41,7 +42,8 @@ class _Adam(base.Optimizer):
             (_BETA_2_KEY, self._beta_2), (_EPSILON_KEY, self._epsilon), (_STEP_KEY, 0),
             (_ACCUMULATOR_KEY, zeros()), (_PRECONDITIONER_KEY, zeros())])
 
-    def next(self, state: Any, weights: Any, gradients: Any) -> tuple[Any, Any]:
+    def next(self, state: base.OptimizerState, weights: TensorStructure,
+             gradients: TensorStructure) -> tuple[base.OptimizerState, TensorStructure]:
         gradients = base.handle_indexed_slices_gradients(gradients)
         base.check_weights_gradients_match(weights, gradients)
         lr, beta_1, beta_2 = state[base.LEARNING_RATE_KEY], state[_BETA_1_KEY], state[_BETA_2_KEY]
@@ -54,7 +56,7 @@ class _Adam(base.Optimizer):
         normalized_lr = lr * tf.math.sqrt(1.0 - tf.math.pow(beta_2, t)) / (
             1.0 - tf.math.pow(beta_1, t))
 
-        def adam(w: Any, a: Any, p: Any, g: Any) -> tuple[Any, Any, Any]:
+        def adam(w: tf.Tensor, a: tf.Tensor, p: tf.Tensor, g: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             if g is None:
                 return w, a, p
             a = a + (g - a) * (1.0 - tf.cast(beta_1, a.dtype))
@@ -70,10 +72,11 @@ class _Adam(base.Optimizer):
             (_EPSILON_KEY, epsilon), (_STEP_KEY, step), (_ACCUMULATOR_KEY, new_a),
             (_PRECONDITIONER_KEY, new_p)]), new_w
 
-    def get_hparams(self, state: Any) -> collections.OrderedDict:
+    def get_hparams(self, state: base.OptimizerState) -> collections.OrderedDict:
         return collections.OrderedDict((k, state[k]) for k in _HPARAMS_KEYS)
 
-    def set_hparams(self, state: Any, hparams: Any) -> Any:
+    def set_hparams(self, state: base.OptimizerState,
+                    hparams: Mapping[str, tf.Tensor]) -> base.OptimizerState:
         return base.update_state(state, hparams)
 
 

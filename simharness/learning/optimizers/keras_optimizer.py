@@ -7,12 +7,21 @@ turns one into the other inside the computation that uses it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
+import keras
 import tensorflow as tf
 
 from simharness.errors import SimharnessTypeError
+from simharness.learning._typing import SpecStructure, TensorStructure
 from simharness.learning.optimizers import optimizer as base
+
+#: What the learning builders take as an optimizer: an `Optimizer`, or (TFF's older form)
+#: a no-argument function making a Keras optimizer.
+OptimizerOrKerasFn = Union[base.Optimizer, Callable[[], keras.optimizers.Optimizer]]
+
+#: A Keras optimizer's variables, the state of a server `KerasOptimizer` (else ``()``).
+KerasOptimizerState = Union[list, tuple]
 
 
 class KerasOptimizer(base.Optimizer):
@@ -31,17 +40,19 @@ class KerasOptimizer(base.Optimizer):
       disjoint_init_and_next: see above.
     """
 
-    def __init__(self, optimizer_fn: Callable[[], Any], weights: Any,
+    def __init__(self, optimizer_fn: Callable[[], keras.optimizers.Optimizer],
+                 weights: TensorStructure,
                  disjoint_init_and_next: bool):
         self._optimizer = optimizer_fn()
         self._disjoint_init_and_next = disjoint_init_and_next
         self._optimizer.build(tf.nest.flatten(weights))
 
-    def initialize(self, specs: Any) -> Any:
+    def initialize(self, specs: SpecStructure) -> KerasOptimizerState:
         del specs
         return list(self._optimizer.variables) if self._disjoint_init_and_next else ()
 
-    def next(self, state: Any, weights: Any, gradients: Any) -> tuple[Any, Any]:
+    def next(self, state: KerasOptimizerState, weights: TensorStructure,
+             gradients: TensorStructure) -> tuple[KerasOptimizerState, TensorStructure]:
         if self._disjoint_init_and_next:
             tf.nest.map_structure(lambda v, s: v.assign(s), list(self._optimizer.variables),
                                   list(state))
@@ -52,8 +63,9 @@ class KerasOptimizer(base.Optimizer):
         return (), weights
 
 
-def build_or_verify_tff_optimizer(optimizer_fn: Union[Callable[[], Any], base.Optimizer],
-                                  trainable_weights: Optional[Any] = None,
+def build_or_verify_tff_optimizer(optimizer_fn: Union[Callable[[], keras.optimizers.Optimizer],
+                                                      base.Optimizer],
+                                  trainable_weights: Optional[TensorStructure] = None,
                                   disjoint_init_and_next: Optional[bool] = None
                                   ) -> base.Optimizer:
     """`optimizer_fn` if it is an `Optimizer`, else a `KerasOptimizer` of it.

@@ -19,19 +19,25 @@ from __future__ import annotations
 import abc
 import collections
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar, Union
+from typing import Callable, Dict, Generic, TypeVar, Union, overload
 
 import numpy as np
 import tensorflow as tf
 
 from simharness.errors import SimharnessValueError
+from simharness.learning._typing import SpecStructure, TensorStructure
 
 Int = Union[int, tf.Tensor, np.number]
 Float = Union[float, tf.Tensor, np.number]
 State = TypeVar('State')
 Weights = TypeVar('Weights')
-Gradients = Any
+Gradients = TensorStructure
 Hparams = TypeVar('Hparams', bound=Mapping)
+
+#: The state of the optimizers of this package: an (ordered) dict of hyper-parameters
+#: and step counts (scalar tensors or Python numbers) and of per-weight terms
+#: (structures of tensors like the weights: momentum accumulators, ...).
+OptimizerState = Dict[str, tf.Tensor]
 
 #: The key of the learning rate in an optimizer's state (TFF's name).
 LEARNING_RATE_KEY = 'learning_rate'
@@ -48,7 +54,7 @@ class Optimizer(abc.ABC, Generic[State, Weights, Hparams]):
     """
 
     @abc.abstractmethod
-    def initialize(self, specs: Any) -> State:
+    def initialize(self, specs: SpecStructure) -> State:
         """The initial state.
 
         Args:
@@ -60,7 +66,8 @@ class Optimizer(abc.ABC, Generic[State, Weights, Hparams]):
         """
 
     @abc.abstractmethod
-    def next(self, state: State, weights: Weights, gradients: Any) -> tuple[State, Weights]:
+    def next(self, state: State, weights: Weights,
+             gradients: Gradients) -> tuple[State, Weights]:
         """One step: returns ``(updated state, updated weights)``.
 
         Args:
@@ -80,19 +87,19 @@ class Optimizer(abc.ABC, Generic[State, Weights, Hparams]):
         return state
 
 
-def _check_shape_dtype_match(x: Any, y: Any) -> None:
+def _check_shape_dtype_match(x: tf.Tensor, y: tf.Tensor | None) -> None:
     if y is None:
         return
     if not x.shape.is_compatible_with(y.shape) or x.dtype != y.dtype:
         raise TypeError('Provided tensors do not have the same shapes and dtypes.')
 
 
-def _shapes_and_dtypes(nest: Any) -> Any:
+def _shapes_and_dtypes(nest: TensorStructure) -> object:
     return tf.nest.map_structure(
         lambda x: (getattr(x, 'shape', None), getattr(x, 'dtype', None)), nest)
 
 
-def check_weights_gradients_match(weights: Any, gradients: Any) -> None:
+def check_weights_gradients_match(weights: TensorStructure, gradients: Gradients) -> None:
     """Raises if `weights` and the non-None leaves of `gradients` do not match.
 
     As Keras optimizers, a None gradient leaf is skipped.
@@ -112,7 +119,8 @@ def check_weights_gradients_match(weights: Any, gradients: Any) -> None:
             f'{gradients}\n') from e
 
 
-def check_weights_state_match(weights: Any, state: Any, name: str) -> None:
+def check_weights_state_match(weights: TensorStructure, state: TensorStructure,
+                              name: str) -> None:
     """Raises if a per-weight term of the state (`name`) does not match `weights`.
 
     Raises:
@@ -130,14 +138,21 @@ def check_weights_state_match(weights: Any, state: Any, name: str) -> None:
             f'optimized?\nProvided {name}: {state}\nProvided weights: {weights}') from e
 
 
-def handle_indexed_slices_gradients(gradients: Any) -> Any:
+def handle_indexed_slices_gradients(gradients: Gradients) -> Gradients:
     """`gradients` with every `tf.IndexedSlices` (a sparse gradient) made dense."""
     return tf.nest.map_structure(
         lambda g: tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g,
         gradients)
 
 
-def map_at_leaves(fn: Any, *args: Any, num_outputs: int = 0) -> Any:
+@overload
+def map_at_leaves(fn: Callable[..., tuple], *args: TensorStructure,
+                  num_outputs: int = 0) -> tuple[TensorStructure, ...]: ...
+@overload
+def map_at_leaves(fn: Callable[..., TensorStructure], *args: TensorStructure,
+                  num_outputs: int = 0) -> TensorStructure: ...
+def map_at_leaves(fn: Callable[..., TensorStructure], *args: TensorStructure,
+                  num_outputs: int = 0) -> TensorStructure:
     """Applies `fn` leaf-wise to structures of one shape; one structure per output.
 
     ``fn(X, Y) -> (A, B)`` gives ``map_at_leaves(fn, S[X], S[Y]) -> (S[A],
@@ -163,7 +178,7 @@ def map_at_leaves(fn: Any, *args: Any, num_outputs: int = 0) -> Any:
     return packed[0] if len(packed) == 1 else packed
 
 
-def update_state(state: Mapping, hparams: Mapping) -> Any:
+def update_state(state: Mapping, hparams: Mapping) -> OptimizerState:
     """A copy of the state dict `state` with the keys of `hparams` replaced.
 
     Raises:
@@ -178,19 +193,19 @@ def update_state(state: Mapping, hparams: Mapping) -> Any:
     return out
 
 
-def check_nonnegative(owner: str, name: str, value: Any) -> None:
+def check_nonnegative(owner: str, name: str, value: Float) -> None:
     """Raises ValueError if the hyper-parameter `value` (not a symbolic tensor) is < 0."""
     if not tf.is_symbolic_tensor(value) and value < 0.0:
         raise SimharnessValueError(f'{owner} `{name}` must be nonnegative, found {value}.')
 
 
-def check_unit_interval(owner: str, name: str, value: Any) -> None:
+def check_unit_interval(owner: str, name: str, value: Float) -> None:
     """Raises ValueError if `value` (not a symbolic tensor) is outside [0, 1]."""
     if not tf.is_symbolic_tensor(value) and (value < 0.0 or value > 1.0):
         raise SimharnessValueError(
             f'{owner} `{name}` must be in the range [0.0, 1.0], found {value}.')
 
 
-__all__ = ['Float', 'Int', 'LEARNING_RATE_KEY', 'Optimizer', 'check_nonnegative',
+__all__ = ['Float', 'Int', 'LEARNING_RATE_KEY', 'Optimizer', 'OptimizerState', 'check_nonnegative',
            'check_unit_interval', 'check_weights_gradients_match', 'check_weights_state_match',
            'handle_indexed_slices_gradients', 'map_at_leaves', 'update_state']

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import collections
-from typing import Any
+from collections.abc import Mapping
 
 import tensorflow as tf
 
+from simharness.learning._typing import SpecStructure, TensorStructure
 from simharness.learning.optimizers import optimizer as base
 
 _DECAY_KEY = 'decay'
@@ -27,20 +28,21 @@ class _RmsProp(base.Optimizer):
         self._decay = decay
         self._epsilon = epsilon
 
-    def initialize(self, specs: Any) -> collections.OrderedDict:
+    def initialize(self, specs: SpecStructure) -> collections.OrderedDict:
         preconditioner = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)
         return collections.OrderedDict([(base.LEARNING_RATE_KEY, self._lr),
                                         (_DECAY_KEY, self._decay), (_EPSILON_KEY, self._epsilon),
                                         (_PRECONDITIONER_KEY, preconditioner)])
 
-    def next(self, state: Any, weights: Any, gradients: Any) -> tuple[Any, Any]:
+    def next(self, state: base.OptimizerState, weights: TensorStructure,
+             gradients: TensorStructure) -> tuple[base.OptimizerState, TensorStructure]:
         gradients = base.handle_indexed_slices_gradients(gradients)
         base.check_weights_gradients_match(weights, gradients)
         lr, decay, epsilon = state[base.LEARNING_RATE_KEY], state[_DECAY_KEY], state[_EPSILON_KEY]
         preconditioner = state[_PRECONDITIONER_KEY]
         base.check_weights_state_match(weights, preconditioner, 'preconditioner')
 
-        def rmsprop(w: Any, p: Any, g: Any) -> tuple[Any, Any]:
+        def rmsprop(w: tf.Tensor, p: tf.Tensor, g: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             if g is None:
                 return w, p
             p = p + (tf.math.square(g) - p) * (1 - decay)
@@ -52,10 +54,11 @@ class _RmsProp(base.Optimizer):
                                         (_EPSILON_KEY, epsilon),
                                         (_PRECONDITIONER_KEY, new_p)]), new_w
 
-    def get_hparams(self, state: Any) -> collections.OrderedDict:
+    def get_hparams(self, state: base.OptimizerState) -> collections.OrderedDict:
         return collections.OrderedDict((k, state[k]) for k in _HPARAMS_KEYS)
 
-    def set_hparams(self, state: Any, hparams: Any) -> Any:
+    def set_hparams(self, state: base.OptimizerState,
+                    hparams: Mapping[str, tf.Tensor]) -> base.OptimizerState:
         return base.update_state(state, hparams)
 
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable
+from typing import Callable
 
 import tensorflow as tf
 
 from simharness.errors import SimharnessTypeError
+from simharness.learning._typing import SpecStructure, TensorStructure
 from simharness.learning.optimizers import optimizer as base
 
 
-def _check_lr_exists(optimizer_state: Any) -> None:
+def _check_lr_exists(optimizer_state: base.OptimizerState) -> None:
     if base.LEARNING_RATE_KEY not in optimizer_state:
         raise KeyError(
             'Optimizer to be scheduled must have learning rate under '
@@ -27,14 +28,15 @@ class _ScheduledLROptimizer(base.Optimizer):
         self._optimizer = optimizer
         self._schedule_fn = schedule_fn
 
-    def initialize(self, specs: Any) -> collections.OrderedDict:
+    def initialize(self, specs: SpecStructure) -> collections.OrderedDict:
         optimizer_state = self._optimizer.initialize(specs)
         _check_lr_exists(optimizer_state)
         round_num = tf.constant(0, tf.int32)
         optimizer_state[base.LEARNING_RATE_KEY] = self._schedule_fn(round_num)
         return collections.OrderedDict(round_num=round_num, optimizer=optimizer_state)
 
-    def next(self, state: Any, weights: Any, gradients: Any) -> tuple[Any, Any]:
+    def next(self, state: base.OptimizerState, weights: TensorStructure,
+             gradients: TensorStructure) -> tuple[base.OptimizerState, TensorStructure]:
         optimizer_state, weights = self._optimizer.next(state['optimizer'], weights, gradients)
         round_num = state['round_num'] + 1
         optimizer_state[base.LEARNING_RATE_KEY] = self._schedule_fn(round_num)

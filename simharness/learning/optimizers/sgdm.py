@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import tensorflow as tf
 
 from simharness.errors import SimharnessValueError
+from simharness.learning._typing import SpecStructure, TensorStructure
 from simharness.learning.optimizers import optimizer as base
 
 _MOMENTUM_KEY = 'momentum'
@@ -35,7 +37,7 @@ class _SGD(base.Optimizer):
         self._momentum = momentum
         self._nesterov = nesterov
 
-    def initialize(self, specs: Any) -> collections.OrderedDict:
+    def initialize(self, specs: SpecStructure) -> collections.OrderedDict:
         state: collections.OrderedDict = collections.OrderedDict(
             [(base.LEARNING_RATE_KEY, self._lr)])
         if self._momentum is not None and self._momentum > 0:
@@ -44,12 +46,13 @@ class _SGD(base.Optimizer):
                 lambda s: tf.zeros(s.shape, s.dtype), specs)
         return state
 
-    def next(self, state: Any, weights: Any, gradients: Any) -> tuple[Any, Any]:
+    def next(self, state: base.OptimizerState, weights: TensorStructure,
+             gradients: TensorStructure) -> tuple[base.OptimizerState, TensorStructure]:
         gradients = base.handle_indexed_slices_gradients(gradients)
         base.check_weights_gradients_match(weights, gradients)
         lr = state[base.LEARNING_RATE_KEY]
         if _MOMENTUM_KEY not in state:
-            def sgd(w: Any, g: Any) -> Any:
+            def sgd(w: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
                 return w if g is None else w - tf.cast(lr, g.dtype) * g
 
             return (collections.OrderedDict([(base.LEARNING_RATE_KEY, lr)]),
@@ -58,7 +61,7 @@ class _SGD(base.Optimizer):
         accumulator = state[_ACCUMULATOR_KEY]
         base.check_weights_state_match(weights, accumulator, 'accumulator')
 
-        def sgdm(w: Any, a: Any, g: Any) -> tuple[Any, Any]:
+        def sgdm(w: tf.Tensor, a: tf.Tensor, g: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             if g is None:
                 return w, a
             a = momentum * a + g
@@ -71,10 +74,11 @@ class _SGD(base.Optimizer):
         return collections.OrderedDict([(base.LEARNING_RATE_KEY, lr), (_MOMENTUM_KEY, momentum),
                                         (_ACCUMULATOR_KEY, new_accumulator)]), new_weights
 
-    def get_hparams(self, state: Any) -> collections.OrderedDict:
+    def get_hparams(self, state: base.OptimizerState) -> collections.OrderedDict:
         return collections.OrderedDict((k, state[k]) for k in self._hparams_keys)
 
-    def set_hparams(self, state: Any, hparams: Any) -> Any:
+    def set_hparams(self, state: base.OptimizerState,
+                    hparams: Mapping[str, tf.Tensor]) -> base.OptimizerState:
         return base.update_state(state, hparams)
 
 

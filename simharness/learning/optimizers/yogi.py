@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import collections
-from typing import Any
+from collections.abc import Mapping
 
 import tensorflow as tf
 
+from simharness.learning._typing import SpecStructure, TensorStructure
 from simharness.learning.optimizers import optimizer as base
 
 _BETA_1_KEY = 'beta_1'
@@ -36,7 +37,7 @@ class _Yogi(base.Optimizer):
         self._epsilon = epsilon
         self._initial_preconditioner_value = initial_preconditioner_value
 
-    def initialize(self, specs: Any) -> collections.OrderedDict:
+    def initialize(self, specs: SpecStructure) -> collections.OrderedDict:
         accumulator = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)
         preconditioner = tf.nest.map_structure(
             lambda s: tf.ones(s.shape, s.dtype) * tf.cast(self._initial_preconditioner_value,
@@ -46,7 +47,8 @@ class _Yogi(base.Optimizer):
             (_BETA_2_KEY, self._beta_2), (_EPSILON_KEY, self._epsilon), (_STEP_KEY, 0),
             (_ACCUMULATOR_KEY, accumulator), (_PRECONDITIONER_KEY, preconditioner)])
 
-    def next(self, state: Any, weights: Any, gradients: Any) -> tuple[Any, Any]:
+    def next(self, state: base.OptimizerState, weights: TensorStructure,
+             gradients: TensorStructure) -> tuple[base.OptimizerState, TensorStructure]:
         gradients = base.handle_indexed_slices_gradients(gradients)
         base.check_weights_gradients_match(weights, gradients)
         lr, beta_1, beta_2 = state[base.LEARNING_RATE_KEY], state[_BETA_1_KEY], state[_BETA_2_KEY]
@@ -59,7 +61,7 @@ class _Yogi(base.Optimizer):
         normalized_lr = lr * tf.math.sqrt(1.0 - tf.math.pow(beta_2, t)) / (
             1.0 - tf.math.pow(beta_1, t))
 
-        def yogi(w: Any, a: Any, p: Any, g: Any) -> tuple[Any, Any, Any]:
+        def yogi(w: tf.Tensor, a: tf.Tensor, p: tf.Tensor, g: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             if g is None:
                 return w, a, p
             a = a + (g - a) * (1.0 - tf.cast(beta_1, g.dtype))
@@ -76,10 +78,11 @@ class _Yogi(base.Optimizer):
             (_EPSILON_KEY, epsilon), (_STEP_KEY, step), (_ACCUMULATOR_KEY, new_a),
             (_PRECONDITIONER_KEY, new_p)]), new_w
 
-    def get_hparams(self, state: Any) -> collections.OrderedDict:
+    def get_hparams(self, state: base.OptimizerState) -> collections.OrderedDict:
         return collections.OrderedDict((k, state[k]) for k in _HPARAMS_KEYS)
 
-    def set_hparams(self, state: Any, hparams: Any) -> Any:
+    def set_hparams(self, state: base.OptimizerState,
+                    hparams: Mapping[str, tf.Tensor]) -> base.OptimizerState:
         return base.update_state(state, hparams)
 
 

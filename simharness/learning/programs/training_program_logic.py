@@ -16,7 +16,7 @@ import copy
 import datetime
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Mapping, NamedTuple, Optional, Union, cast
 
 from simharness.learning.programs import evaluation_program_logic
 from simharness.learning.templates import composers, learning_process
@@ -211,8 +211,10 @@ async def train_model(
                 'FederatedContext returned unexpected result type after training computation '
                 'invocation. Expected a `tff.learning.templates.LearningProcessOutput`, got '
                 f'{type(train_result)}')
-        train_state = train_result.state
-        train_metrics = train_result.metrics
+        # A result's fields hold values: the process' state (a `LearningAlgorithmState`
+        # for the composed processes this program trains) and its metrics (a mapping).
+        train_state = cast(composers.LearningAlgorithmState, train_result.state)
+        train_metrics = cast(Mapping[str, object], train_result.metrics)
 
         train_round_finished_time = datetime.datetime.now()
         if evaluation_manager is not None and should_evaluate_round(

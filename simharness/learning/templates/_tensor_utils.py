@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Tuple
+from typing import Tuple
 
 import tensorflow as tf
+
+from simharness.learning._typing import TensorStructure
 
 
 #: Float dtypes whose finiteness is checked through a product with zeros (`_all_finite`).
@@ -33,7 +35,7 @@ def _all_finite(t: tf.Tensor) -> tf.Tensor:
     return tf.reduce_min(tf.cast(tf.math.is_finite(t), tf.int32)) > 0
 
 
-def zero_all_if_any_non_finite(structure: Any) -> Tuple[Any, tf.Tensor]:
+def zero_all_if_any_non_finite(structure: TensorStructure) -> Tuple[TensorStructure, tf.Tensor]:
     """``(structure, 0)`` when every value is finite, else ``(zeros like it, 1)`` (int32 flag)."""
     flat = tf.nest.flatten(structure)
     if not flat:

@@ -14,14 +14,17 @@ hparams:      optimizer.get_hparams(state) / set_hparams(state, hparams)
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Callable, Optional, Tuple, Union
 
 import tensorflow as tf
 
 from simharness.core import intrinsics as I
+from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.computation import Computation, federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError
+from simharness.learning._typing import SpecStructure, TensorStructure
 from simharness.learning.models.model_weights import ModelWeights
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import finalizers
@@ -30,17 +33,20 @@ from simharness.templates.measured_process import MeasuredProcessOutput
 
 __all__ = ['build_apply_optimizer_finalizer', 'reject_non_finite_update']
 
-RejectFn = Callable[[Any, Any], Tuple[Union[bool, tf.Tensor], Optional[Any]]]
+#: ``(optimizer state, update) -> (reject, measurements)``.
+RejectFn = Callable[[TensorStructure, TensorStructure],
+                    Tuple[Union[bool, tf.Tensor], Optional[TensorStructure]]]
 
 
-def reject_non_finite_update(state: Any, update: Any) -> Tuple[tf.Tensor, Any]:
+def reject_non_finite_update(state: TensorStructure, update: TensorStructure
+                             ) -> Tuple[tf.Tensor, collections.OrderedDict[str, tf.Tensor]]:
     """Rejects an update with a NaN or Inf; measures ``update_non_finite`` (0 or 1)."""
     del state
     _, has_non_finite = zero_all_if_any_non_finite(update)
     return tf.equal(has_non_finite, 1), collections.OrderedDict(update_non_finite=has_non_finite)
 
 
-def _tensor_specs(t: T.Type) -> Any:
+def _tensor_specs(t: T.Type) -> SpecStructure:
     """`tf.TensorSpec`s in the Python containers of `t` (lists where the struct has none)."""
     if isinstance(t, T.TensorType):
         return tf.TensorSpec(t.shape, tf.as_dtype(t.dtype))
@@ -57,7 +63,7 @@ def _tensor_specs(t: T.Type) -> Any:
     raise SimharnessTypeError(f'model weights must hold only tensors, found {t}', actual=t)
 
 
-def _is_model_weights_type(t: Any) -> bool:
+def _is_model_weights_type(t: object) -> bool:
     def federated_inside(x: T.Type) -> bool:
         return isinstance(x, T.FederatedType) or (
             isinstance(x, T.StructType) and any(federated_inside(e) for e in x))
@@ -71,12 +77,13 @@ def _build_tff_optimizer_initialize_and_next(
     trainable_type = model_weights_type.trainable
 
     @tf_computation()
-    def init_fn() -> Any:
+    def init_fn() -> TensorStructure:
         return optimizer.initialize(_tensor_specs(trainable_type))
 
     @tf_computation(init_fn.type_signature.result, trainable_type, trainable_type)
     @tf.function
-    def next_fn(optimizer_state: Any, trainable_weights: Any, update: Any) -> Any:
+    def next_fn(optimizer_state: TensorStructure, trainable_weights: TensorStructure,
+                update: TensorStructure) -> tuple[TensorStructure, ...]:
         new_state, new_weights = optimizer.next(optimizer_state, trainable_weights, update)
         # Autograph turns this `if` (on a tensor) into a `tf.cond`, as in TFF.
         should_reject, measurements = should_reject_update(new_state, update)
@@ -116,26 +123,26 @@ def build_apply_optimizer_finalizer(
         model_weights_type, optimizer_fn, should_reject_update)
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_eval(init_tf, T.SERVER)
 
     @federated_computation(init_fn.type_signature.result,
                            T.FederatedType(model_weights_type, T.SERVER),
                            T.FederatedType(model_weights_type.trainable, T.SERVER))
-    def next_fn(state: Any, weights: Any, update: Any) -> Any:
+    def next_fn(state: Value, weights: Value, update: Value) -> MeasuredProcessOutput:
         optimizer_state, new_trainable, measurements = I.federated_map(
             next_tf, (state, weights.trainable, update))
         new_weights = I.federated_zip(ModelWeights(new_trainable, weights.non_trainable))
         return MeasuredProcessOutput(optimizer_state, new_weights, measurements)
 
-    state_type = init_fn.type_signature.result.member
+    state_type = N.member_of(init_fn.type_signature.result)
 
     @tf_computation(state_type)
-    def get_hparams_fn(state: Any) -> Any:
+    def get_hparams_fn(state: TensorStructure) -> TensorStructure:
         return optimizer_fn.get_hparams(state)
 
     @tf_computation(state_type, get_hparams_fn.type_signature.result)
-    def set_hparams_fn(state: Any, hparams: Any) -> Any:
+    def set_hparams_fn(state: TensorStructure, hparams: TensorStructure) -> TensorStructure:
         return optimizer_fn.set_hparams(state, hparams)
 
     return finalizers.FinalizerProcess(init_fn, next_fn, get_hparams_fn=get_hparams_fn,

@@ -13,10 +13,12 @@ D is a sequence (a client's dataset) or a structure of sequences.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
+from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.computation import Computation
+from simharness.learning._typing import TemplateField
 from simharness.learning.templates import _checks, hparams_base
 from simharness.learning.templates.type_checks import is_tensorflow_compatible_type
 from simharness.templates.measured_process import MeasuredProcess
@@ -32,8 +34,8 @@ class ClientResult(NamedTuple):
       update_weight: its weight in the aggregation.
     """
 
-    update: Any
-    update_weight: Any
+    update: TemplateField
+    update_weight: TemplateField
 
 
 class ClientDataTypeError(TypeError):
@@ -77,21 +79,21 @@ class ClientWorkProcess(MeasuredProcess):
         super().__init__(initialize_fn, next_fn, next_is_multi_arg=True)
         _checks.check_initialize_at_server(initialize_fn, 'ClientWorkProcess')
         _checks.check_next_is_federated(next_fn)
-        param: Any = _checks.next_params(next_fn, 3)
+        param = _checks.next_params(next_fn, 3)
         _checks.check_param_placement(param, 1, T.CLIENTS)
         _checks.check_param_placement(param, 2, T.CLIENTS)
-        if not _is_allowed_client_data_type(param[2].member):
+        if not _is_allowed_client_data_type(N.member_of(param[2])):
             raise ClientDataTypeError(
                 'The third input argument of `next_fn` must be a sequence or a structure of '
                 f'sequences, but found {param[2]}.')
-        result: Any = _checks.check_output_placement(next_fn, 'result', T.CLIENTS)
+        result = N.as_federated(_checks.check_output_placement(next_fn, 'result', T.CLIENTS))
         if not (isinstance(result.member, T.StructType)
                 and result.member.container is ClientResult):
             raise ClientResultTypeError(
                 'The "result" attribute of the return type of `next_fn` must have the '
                 f'`ClientResult` container, but found {result}.')
         _checks.check_output_placement(next_fn, 'measurements', T.SERVER)
-        state_type = initialize_fn.type_signature.result.member  # type: ignore[attr-defined]
+        state_type = N.member_of(initialize_fn.type_signature.result)
         self._get_hparams_fn, self._set_hparams_fn = hparams_base.hparams_pair(
             state_type, get_hparams_fn, set_hparams_fn)
 

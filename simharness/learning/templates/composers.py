@@ -17,14 +17,18 @@ next(state, client_data):
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple, TypeVar
 
 from simharness.core import intrinsics as I
+from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.computation import Computation, federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.aggregators import mean
 from simharness.errors import SimharnessTypeError
+from simharness.learning._typing import TemplateField
 from simharness.learning.client_weight_lib import ClientWeighting
+from simharness.learning.models import variable
 from simharness.learning.models.model_weights import ModelWeights
 from simharness.learning.optimizers import sgdm
 from simharness.learning.templates import (apply_optimizer_finalizer, client_works, distributors,
@@ -45,24 +49,28 @@ class LearningAlgorithmState(NamedTuple):
       distributor, client_work, aggregator, finalizer: the states of the parts.
     """
 
-    global_model_weights: Any
-    distributor: Any
-    client_work: Any
-    aggregator: Any
-    finalizer: Any
+    global_model_weights: TemplateField
+    distributor: TemplateField
+    client_work: TemplateField
+    aggregator: TemplateField
+    finalizer: TemplateField
 
 
-def _check_type(value: Any, cls: type, name: str) -> None:
+_P = TypeVar('_P')
+
+
+def _check_type(value: object, cls: type[_P], name: str) -> _P:
     if not isinstance(value, cls):
         raise SimharnessTypeError(
             f'{name} must be a {cls.__name__}, got {value!r} of type {type(value).__name__}',
             expected=cls, actual=type(value))
+    return value
 
 
-def _validate_args(initial_model_weights_fn: Computation, distributor: Any, client_work: Any,
-                   aggregator: Any, finalizer: Any) -> None:
+def _validate_args(initial_model_weights_fn: Computation, distributor: object,
+                   client_work: object, aggregator: object, finalizer: object) -> None:
     check_computation(initial_model_weights_fn, 'initial_model_weights_fn')
-    sig: Any = initial_model_weights_fn.type_signature
+    sig = initial_model_weights_fn.type_signature
     if sig.parameter is not None:
         raise SimharnessTypeError(
             'Provided initial_model_weights_fn must be a no-arg Computation.\nFound input '
@@ -72,23 +80,27 @@ def _validate_args(initial_model_weights_fn: Computation, distributor: Any, clie
             'Provided initial_model_weights_fn must be a Computation with unplaced return '
             f'type.\nReturn type found: {sig.result}', actual=sig.result)
     weights_type = T.FederatedType(sig.result, T.SERVER)
-    _check_type(distributor, distributors.DistributionProcess, 'model_weights_distributor')
-    _check_type(client_work, client_works.ClientWorkProcess, 'client_work')
-    _check_type(aggregator, AggregationProcess, 'model_update_aggregator')
-    if not aggregator.is_weighted:
+    dist = _check_type(distributor, distributors.DistributionProcess,
+                       'model_weights_distributor').next.type_signature
+    work = _check_type(client_work, client_works.ClientWorkProcess,
+                       'client_work').next.type_signature
+    aggregation = _check_type(aggregator, AggregationProcess, 'model_update_aggregator')
+    if not aggregation.is_weighted:
         raise SimharnessTypeError('Provided model_update_aggregator must be weighted.')
-    _check_type(finalizer, finalizers.FinalizerProcess, 'model_finalizer')
-    dist: Any = distributor.next.type_signature
-    work: Any = client_work.next.type_signature
-    agg: Any = aggregator.next.type_signature
-    fin: Any = finalizer.next.type_signature
-    dist.parameter[1].check_assignable_from(weights_type)
-    work.parameter[1].check_assignable_from(dist.result.result)
-    agg.parameter[1].member.check_assignable_from(work.result.result.member.update)
-    agg.parameter[2].member.check_assignable_from(work.result.result.member.update_weight)
-    fin.parameter[1].check_assignable_from(weights_type)
-    fin.parameter[2].check_assignable_from(agg.result.result)
-    weights_type.check_assignable_from(fin.result.result)
+    agg = aggregation.next.type_signature
+    fin = _check_type(finalizer, finalizers.FinalizerProcess, 'model_finalizer').next.type_signature
+    # The processes checked their next's signature: parameters are structs and results
+    # `MeasuredProcessOutput` structs, whose `result` the narrowing reads.
+    work_result = N.member_of(N.as_struct(work.result).result, 'client work result')
+    N.parameter_element(dist, 1).check_assignable_from(weights_type)
+    N.parameter_element(work, 1).check_assignable_from(N.as_struct(dist.result).result)
+    N.member_of(N.parameter_element(agg, 1)).check_assignable_from(
+        N.as_struct(work_result).update)
+    N.member_of(N.parameter_element(agg, 2)).check_assignable_from(
+        N.as_struct(work_result).update_weight)
+    N.parameter_element(fin, 1).check_assignable_from(weights_type)
+    N.parameter_element(fin, 2).check_assignable_from(N.as_struct(agg.result).result)
+    weights_type.check_assignable_from(N.as_struct(fin.result).result)
 
 
 def compose_learning_process(initial_model_weights_fn: Computation,
@@ -117,10 +129,10 @@ def compose_learning_process(initial_model_weights_fn: Computation,
     """
     _validate_args(initial_model_weights_fn, model_weights_distributor, client_work,
                    model_update_aggregator, model_finalizer)
-    client_data_type = client_work.next.type_signature.parameter[2]  # type: ignore[index]
+    client_data_type = N.parameter_element(client_work.next.type_signature, 2)
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         initial_model_weights = I.federated_eval(initial_model_weights_fn, T.SERVER)
         return I.federated_zip(LearningAlgorithmState(
             initial_model_weights, model_weights_distributor.initialize(),
@@ -128,7 +140,7 @@ def compose_learning_process(initial_model_weights_fn: Computation,
             model_finalizer.initialize()))
 
     @federated_computation(init_fn.type_signature.result, client_data_type)
-    def next_fn(state: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, client_data: Value) -> LearningProcessOutput:
         distributor_output = model_weights_distributor.next(state.distributor,
                                                             state.global_model_weights)
         client_work_output = client_work.next(state.client_work, distributor_output.result,
@@ -148,14 +160,15 @@ def compose_learning_process(initial_model_weights_fn: Computation,
             finalizer=finalizer_output.measurements))
         return LearningProcessOutput(new_state, metrics)
 
-    state_type: Any = next_fn.type_signature.parameter[0].member  # type: ignore[index]
+    state_type = N.as_struct(N.member_of(N.parameter_element(next_fn.type_signature, 0)))
 
     @tf_computation(state_type)
-    def get_model_weights_fn(state: Any) -> Any:
+    def get_model_weights_fn(state: LearningAlgorithmState) -> TemplateField:
         return state.global_model_weights
 
     @tf_computation(state_type, state_type.global_model_weights)
-    def set_model_weights_fn(state: Any, model_weights: Any) -> Any:
+    def set_model_weights_fn(state: LearningAlgorithmState,
+                             model_weights: ModelWeights) -> LearningAlgorithmState:
         return LearningAlgorithmState(
             global_model_weights=model_weights, distributor=state.distributor,
             client_work=state.client_work, aggregator=state.aggregator,
@@ -164,13 +177,13 @@ def compose_learning_process(initial_model_weights_fn: Computation,
     # The parts' hparams functions are computations: an unplaced federated
     # computation calls them (a tf_computation cannot call another one here).
     @federated_computation(state_type)
-    def get_hparams_fn(state: Any) -> Any:
+    def get_hparams_fn(state: Value) -> collections.OrderedDict[str, Value]:
         return collections.OrderedDict(
             client_work=client_work.get_hparams(state.client_work),
             finalizer=model_finalizer.get_hparams(state.finalizer))
 
     @federated_computation(state_type, get_hparams_fn.type_signature.result)
-    def set_hparams_fn(state: Any, hparams: Any) -> Any:
+    def set_hparams_fn(state: Value, hparams: Value) -> LearningAlgorithmState:
         return LearningAlgorithmState(
             global_model_weights=state.global_model_weights, distributor=state.distributor,
             client_work=client_work.set_hparams(state.client_work, hparams['client_work']),
@@ -180,8 +193,8 @@ def compose_learning_process(initial_model_weights_fn: Computation,
     process = LearningProcess(init_fn, next_fn, get_model_weights_fn, set_model_weights_fn,
                               get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn)
     try:
-        next_param: Any = process.next.type_signature.parameter
-        type_checks.check_is_client_placed_structure_of_sequences(next_param[1])
+        type_checks.check_is_client_placed_structure_of_sequences(
+            N.parameter_element(process.next.type_signature, 1))
     except type_checks.ClientSequenceTypeError as e:
         raise SimharnessTypeError(
             'The learning process composition produced a `next` function with type signature '
@@ -190,7 +203,8 @@ def compose_learning_process(initial_model_weights_fn: Computation,
     return process
 
 
-def build_basic_fedavg_process(model_fn: Callable[[], Any], client_learning_rate: float,
+def build_basic_fedavg_process(model_fn: Callable[[], variable.VariableModel],
+                               client_learning_rate: float,
                                server_learning_rate: float = 1.0) -> LearningProcess:
     """FedAvg of the composed parts (TFF's example of composition).
 
@@ -208,7 +222,7 @@ def build_basic_fedavg_process(model_fn: Callable[[], Any], client_learning_rate
             actual=type(client_learning_rate))
 
     @tf_computation()
-    def initial_model_weights_fn() -> Any:
+    def initial_model_weights_fn() -> ModelWeights:
         return ModelWeights.from_model(model_fn())
 
     weights_type = initial_model_weights_fn.type_signature.result
@@ -216,8 +230,9 @@ def build_basic_fedavg_process(model_fn: Callable[[], Any], client_learning_rate
     client_work = model_delta_client_work.build_model_delta_client_work(
         model_fn, sgdm.build_sgdm(client_learning_rate),
         client_weighting=ClientWeighting.NUM_EXAMPLES)
-    result: Any = client_work.next.type_signature.result.result.member  # type: ignore[attr-defined]
-    aggregator = mean.MeanFactory().create(result.update, result.update_weight)
+    result = N.as_struct(N.member_of(N.as_struct(client_work.next.type_signature.result).result))
+    aggregator = mean.MeanFactory().create(N.as_tensor_or_struct(result.update),
+                                           N.as_tensor_or_struct(result.update_weight))
     finalizer = apply_optimizer_finalizer.build_apply_optimizer_finalizer(
         sgdm.build_sgdm(server_learning_rate), weights_type)
     return compose_learning_process(initial_model_weights_fn, distributor, client_work,

@@ -10,11 +10,11 @@ build_broadcast_process(V): state <>, result federated_broadcast(value), measure
 
 from __future__ import annotations
 
-from typing import Any
 
 from simharness.core import intrinsics as I
 from simharness.core import types as T
 from simharness.core.computation import Computation, federated_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError
 from simharness.learning.templates import _checks
 from simharness.templates.measured_process import MeasuredProcess, MeasuredProcessOutput
@@ -75,11 +75,11 @@ def build_broadcast_process(value_type: T.Type) -> DistributionProcess:
             actual=value_type)
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_value((), T.SERVER)
 
     @federated_computation(init_fn.type_signature.result, T.FederatedType(value_type, T.SERVER))
-    def next_fn(state: Any, value: Any) -> Any:
+    def next_fn(state: Value, value: Value) -> MeasuredProcessOutput:
         empty_measurements = I.federated_value((), T.SERVER)
         return MeasuredProcessOutput(state, I.federated_broadcast(value), empty_measurements)
 

@@ -12,11 +12,13 @@ build_identity_finalizer(W, U): the weights unchanged
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from simharness.core import intrinsics as I
+from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.computation import Computation, federated_computation
+from simharness.core.tracing import Value
 from simharness.learning.templates import _checks, hparams_base
 from simharness.templates.measured_process import MeasuredProcess, MeasuredProcessOutput
 
@@ -51,17 +53,17 @@ class FinalizerProcess(MeasuredProcess):
         super().__init__(initialize_fn, next_fn, next_is_multi_arg=True)
         _checks.check_initialize_at_server(initialize_fn, 'FinalizerProcess')
         _checks.check_next_is_federated(next_fn)
-        param: Any = _checks.next_params(next_fn, 3)
+        param = _checks.next_params(next_fn, 3)
         _checks.check_param_placement(param, 1, T.SERVER)
         _checks.check_param_placement(param, 2, T.SERVER)
-        result: Any = _checks.check_output_placement(next_fn, 'result', T.SERVER)
-        if not param[1].member.is_assignable_from(result.member):
+        result = N.as_federated(_checks.check_output_placement(next_fn, 'result', T.SERVER))
+        if not N.member_of(param[1]).is_assignable_from(result.member):
             raise FinalizerResultTypeError(
                 'The second input argument of `next_fn` must match the "result" attribute of '
                 f'the return type of `next_fn`. Found:\nSecond input argument: '
-                f'{param[1].member}\nResult attribute: {result.member}.')
+                f'{N.member_of(param[1])}\nResult attribute: {result.member}.')
         _checks.check_output_placement(next_fn, 'measurements', T.SERVER)
-        state_type = initialize_fn.type_signature.result.member  # type: ignore[attr-defined]
+        state_type = N.member_of(initialize_fn.type_signature.result)
         self._get_hparams_fn, self._set_hparams_fn = hparams_base.hparams_pair(
             state_type, get_hparams_fn, set_hparams_fn)
 
@@ -81,13 +83,13 @@ def build_identity_finalizer(model_weights_type: T.StructType,
     """A stateless `FinalizerProcess` that returns the weights unchanged."""
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_value((), T.SERVER)
 
     @federated_computation(init_fn.type_signature.result,
                            T.FederatedType(model_weights_type, T.SERVER),
                            T.FederatedType(update_type, T.SERVER))
-    def next_fn(state: Any, weights: Any, update: Any) -> Any:
+    def next_fn(state: Value, weights: Value, update: Value) -> MeasuredProcessOutput:
         del update
         return MeasuredProcessOutput(state, weights, I.federated_value((), T.SERVER))
 

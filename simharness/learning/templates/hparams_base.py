@@ -9,10 +9,11 @@ set_hparams_fn: (<S, H> -> S)     default: the state unchanged
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Optional
 
 from simharness.core import types as T
 from simharness.core.computation import Computation, tf_computation
+from simharness.learning._typing import TensorStructure
 from simharness.templates.iterative_process import check_computation
 
 __all__ = ['GetHparamsTypeError', 'SetHparamsTypeError', 'build_basic_hparams_getter',
@@ -60,7 +61,7 @@ def build_basic_hparams_getter(state_type: T.Type) -> Computation:
     """``(S -> <>)``: no hyperparameters (an empty OrderedDict)."""
 
     @tf_computation(state_type)
-    def get_hparams_computation(state: Any) -> Any:
+    def get_hparams_computation(state: TensorStructure) -> collections.OrderedDict:
         del state
         return collections.OrderedDict()
 
@@ -71,15 +72,16 @@ def build_basic_hparams_setter(state_type: T.Type, hparams_type: T.Type) -> Comp
     """``(<S, H> -> S)``: the state unchanged."""
 
     @tf_computation(state_type, hparams_type)
-    def set_hparams_computation(state: Any, hparams: Any) -> Any:
+    def set_hparams_computation(state: TensorStructure,
+                                hparams: TensorStructure) -> TensorStructure:
         del hparams
         return state
 
     return set_hparams_computation
 
 
-def hparams_pair(state_type: T.Type, get_hparams_fn: Any, set_hparams_fn: Any
-                 ) -> tuple:
+def hparams_pair(state_type: T.Type, get_hparams_fn: Optional[Computation],
+                 set_hparams_fn: Optional[Computation]) -> tuple[Computation, Computation]:
     """The checked (getter, setter), each the basic one where None."""
     if get_hparams_fn is not None:
         type_check_get_hparams_fn(get_hparams_fn, state_type)

@@ -11,10 +11,12 @@ get_hparams:       (S -> H)           set_hparams:       (<S, H> -> S)
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, cast
+from typing import NamedTuple, Optional
 
+from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.computation import Computation
+from simharness.learning._typing import TemplateField
 from simharness.learning.templates import hparams_base
 from simharness.templates.errors import TemplateNextFnNumArgsError
 from simharness.templates.iterative_process import IterativeProcess, check_computation
@@ -52,11 +54,11 @@ class LearningProcessOutput(NamedTuple):
       metrics: the round's metrics (nested OrderedDicts of tensors).
     """
 
-    state: Any
-    metrics: Any
+    state: TemplateField
+    metrics: TemplateField
 
 
-def _placement(t: Any) -> Any:
+def _placement(t: Optional[T.Type]) -> Optional[T.PlacementLiteral]:
     return t.placement if isinstance(t, T.FederatedType) else None
 
 
@@ -94,18 +96,18 @@ class LearningProcess(IterativeProcess):
                  get_hparams_fn: Optional[Computation] = None,
                  set_hparams_fn: Optional[Computation] = None):
         super().__init__(initialize_fn, next_fn)
-        init_result: Any = initialize_fn.type_signature.result
+        init_result = initialize_fn.type_signature.result
         if _placement(init_result) is not T.SERVER:
             raise LearningProcessPlacementError(
                 'The result of `initialize_fn` must be placed at `SERVER` but found placement '
                 f'{_placement(init_result)}.')
-        next_result: Any = next_fn.type_signature.result
+        next_result = next_fn.type_signature.result
         if not (isinstance(next_result, T.StructType)
                 and next_result.container is LearningProcessOutput):
             raise LearningProcessOutputError(
                 'The `next_fn` of a `LearningProcess` must return a `LearningProcessOutput` '
                 f'object, but returns {next_result!r}')
-        next_param: Any = next_fn.type_signature.parameter
+        next_param = next_fn.type_signature.parameter
         if not isinstance(next_param, T.StructType) or len(next_param) != 2:
             raise TemplateNextFnNumArgsError(
                 f'The `next_fn` must have two input arguments, but found an input of type '
@@ -118,7 +120,7 @@ class LearningProcess(IterativeProcess):
             raise LearningProcessPlacementError(
                 'The result of `next_fn` must be placed at `SERVER` but found placement '
                 f'{_placement(next_result.metrics)} for `metrics`.')
-        state_member = cast(T.FederatedType, next_param[0]).member
+        state_member = N.member_of(next_param[0], 'the first parameter of `next_fn`')
 
         check_computation(get_model_weights, 'get_model_weights')
         get_param = get_model_weights.type_signature.parameter
@@ -146,7 +148,7 @@ class LearningProcess(IterativeProcess):
         self._set_model_weights = set_model_weights
 
         self._get_hparams_fn, self._set_hparams_fn = hparams_base.hparams_pair(
-            init_result.member, get_hparams_fn, set_hparams_fn)
+            N.member_of(init_result), get_hparams_fn, set_hparams_fn)
 
     @property
     def get_model_weights(self) -> Computation:

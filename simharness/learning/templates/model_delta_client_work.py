@@ -19,18 +19,22 @@ data are in-memory tensors (`simharness.executors.sequence_lowering`).
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from simharness.core import intrinsics as I
+from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning import loop_builder
+from simharness.learning._typing import Batch, TensorStructure
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metrics_aggregators
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.models import functional, keras_utils, variable
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.optimizers.optimizer import Optimizer
@@ -41,8 +45,17 @@ from simharness.templates.measured_process import MeasuredProcessOutput
 __all__ = ['build_functional_model_delta_client_work', 'build_functional_model_delta_update',
            'build_model_delta_client_work', 'build_model_delta_update_with_tff_optimizer']
 
-def choose_client_weight(weighting: ClientWeighting, has_non_finite_delta: Any,
-                         num_examples: Any) -> tf.Tensor:
+#: A client update (a `tf.function`): ``(optimizer, initial weights, dataset[, optimizer
+#: hyperparameters]) -> (ClientResult, the model's unfinalized metrics)``.
+ClientUpdateFn = Callable[..., tuple[client_works.ClientResult, TensorStructure]]
+
+#: ``(gradients, weights, initial weights) -> gradients``: a change to the gradients
+#: before the optimizer's step (FedProx' proximal term).
+GradientsAdjustment = Callable[[TensorStructure, TensorStructure, TensorStructure],
+                               TensorStructure]
+
+def choose_client_weight(weighting: ClientWeighting, has_non_finite_delta: tf.Tensor,
+                         num_examples: tf.Tensor) -> tf.Tensor:
     """The client's weight: 0 if its update was non-finite, else by `weighting` (float32)."""
     if weighting == ClientWeighting.NUM_EXAMPLES:
         weight = tf.cast(num_examples, tf.float32)
@@ -53,7 +66,7 @@ def choose_client_weight(weighting: ClientWeighting, has_non_finite_delta: Any,
     return tf.where(has_non_finite_delta > 0, tf.constant(0.0, tf.float32), weight)
 
 
-def _check_weighting(client_weighting: Any) -> None:
+def _check_weighting(client_weighting: object) -> None:
     if not isinstance(client_weighting, ClientWeighting):
         raise SimharnessTypeError(
             f'client_weighting must be a tff.learning.ClientWeighting, got {client_weighting!r} '
@@ -63,7 +76,7 @@ def _check_weighting(client_weighting: Any) -> None:
 
 def build_model_delta_update_with_tff_optimizer(
         model_fn: Callable[[], variable.VariableModel], *, weighting: ClientWeighting,
-        loop_implementation: loop_builder.LoopImplementation) -> Callable[..., Any]:
+        loop_implementation: loop_builder.LoopImplementation) -> ClientUpdateFn:
     """The client update of a `VariableModel` (build it inside a `tf_computation`).
 
     Returns:
@@ -76,12 +89,14 @@ def build_model_delta_update_with_tff_optimizer(
         return stateless_keras_update(model, weighting, dataset_reduce_fn)
 
     @tf.function
-    def client_update(optimizer: Optimizer, initial_weights: Any, data: Any,
-                      optimizer_hparams: Any = None) -> Any:
+    def client_update(optimizer: Optimizer, initial_weights: model_weights_lib.ModelWeights,
+                      data: tf.data.Dataset, optimizer_hparams: Optional[TensorStructure] = None
+                      ) -> tuple[client_works.ClientResult, TensorStructure]:
         model_weights = model_weights_lib.ModelWeights.from_model(model)
         tf.nest.map_structure(lambda a, b: a.assign(b), model_weights, initial_weights)
 
-        def reduce_fn(state: Any, batch: Any) -> Any:
+        def reduce_fn(state: tuple[tf.Tensor, TensorStructure], batch: Batch
+                      ) -> tuple[tf.Tensor, TensorStructure]:
             num_examples_sum, optimizer_state = state
             with tf.GradientTape() as tape:
                 output = model.forward_pass(batch, training=True)
@@ -98,7 +113,7 @@ def build_model_delta_update_with_tff_optimizer(
                 num_examples_sum += tf.cast(output.num_examples, tf.int64)
             return num_examples_sum, optimizer_state
 
-        def initial_state_for_reduce_fn() -> Any:
+        def initial_state_for_reduce_fn() -> tuple[tf.Tensor, TensorStructure]:
             specs = tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype),
                                           tuple(tf.nest.flatten(model_weights.trainable)))
             optimizer_state = optimizer.initialize(specs)
@@ -120,9 +135,9 @@ def build_model_delta_update_with_tff_optimizer(
 
 
 def stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWeighting,
-                           dataset_reduce_fn: Callable[..., Any], *,
-                           adjust_gradients: Optional[Callable[..., Any]] = None,
-                           reset_metrics_if_non_finite: bool = True) -> Callable[..., Any]:
+                           dataset_reduce_fn: loop_builder.TrainingLoop, *,
+                           adjust_gradients: Optional[GradientsAdjustment] = None,
+                           reset_metrics_if_non_finite: bool = True) -> ClientUpdateFn:
     """The client update of a model of `from_keras_model` (this module's, or the proximal
     one with `adjust_gradients(gradients, weights, initial_weights)` and no metrics reset),
     with the weights and metric values as tensors in the loop's state
@@ -131,13 +146,15 @@ def stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWei
     client update can run XLA-compiled (`core.xla`)."""
 
     @tf.function
-    def client_update(optimizer: Optimizer, initial_weights: Any, data: Any,
-                      optimizer_hparams: Any = None) -> Any:
+    def client_update(optimizer: Optimizer, initial_weights: model_weights_lib.ModelWeights,
+                      data: tf.data.Dataset, optimizer_hparams: Optional[TensorStructure] = None
+                      ) -> tuple[client_works.ClientResult, TensorStructure]:
         trainable = tuple(tf.nest.flatten(initial_weights.trainable))
         non_trainable = tuple(tf.nest.flatten(initial_weights.non_trainable))
         reset_metrics = model.stateless_metrics_state()
 
-        def reduce_fn(state: Any, batch: Any) -> Any:
+        def reduce_fn(state: tuple[tf.Tensor, ...], batch: Batch
+                      ) -> tuple[tf.Tensor, ...]:
             num_examples_sum, optimizer_state, weights, fixed, metrics_state = state
             with tf.GradientTape() as tape:
                 tape.watch(weights)
@@ -155,7 +172,7 @@ def stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWei
             return (num_examples_sum, optimizer_state, tuple(weights), tuple(fixed),
                     metrics_state)
 
-        def initial_state_for_reduce_fn() -> Any:
+        def initial_state_for_reduce_fn() -> tuple[tf.Tensor, ...]:
             specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in trainable)
             optimizer_state = optimizer.initialize(specs)
             if optimizer_hparams is not None:
@@ -180,7 +197,7 @@ def stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWei
 
 def build_model_delta_client_work(
         model_fn: Callable[[], variable.VariableModel], optimizer: Optimizer,
-        client_weighting: ClientWeighting, metrics_aggregator: Optional[Callable[..., Any]] = None,
+        client_weighting: ClientWeighting, metrics_aggregator: Optional[MetricsAggregatorType] = None,
         *, loop_implementation: loop_builder.LoopImplementation = (
             loop_builder.LoopImplementation.DATASET_REDUCE)) -> client_works.ClientWorkProcess:
     """A `ClientWorkProcess` training a `VariableModel` and reporting its delta.
@@ -219,22 +236,25 @@ def build_model_delta_client_work(
                                             initial_hparams)
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_value(initial_hparams, T.SERVER)
 
-    state_type = init_fn.type_signature.result.member
+    state_type = N.member_of(init_fn.type_signature.result)
 
     @tf_computation(state_type)
-    def get_hparams_fn(state: Any) -> Any:
+    def get_hparams_fn(state: TensorStructure) -> TensorStructure:
         return state
 
     @tf_computation(state_type, state_type)
-    def set_hparams_fn(state: Any, hparams: Any) -> Any:
+    def set_hparams_fn(state: TensorStructure, hparams: TensorStructure) -> TensorStructure:
         del state
         return hparams
 
     @tf_computation(state_type, weights_type, data_type)
-    def client_update_computation(state: Any, initial_model_weights: Any, dataset: Any) -> Any:
+    def client_update_computation(state: TensorStructure,
+                                  initial_model_weights: model_weights_lib.ModelWeights,
+                                  dataset: tf.data.Dataset
+                                  ) -> tuple[client_works.ClientResult, TensorStructure]:
         client_update = build_model_delta_update_with_tff_optimizer(
             model_fn=model_fn, weighting=client_weighting,
             loop_implementation=loop_implementation)
@@ -242,7 +262,7 @@ def build_model_delta_client_work(
 
     @federated_computation(init_fn.type_signature.result, T.FederatedType(weights_type, T.CLIENTS),
                            T.FederatedType(data_type, T.CLIENTS))
-    def next_fn(state: Any, weights: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, weights: Value, client_data: Value) -> MeasuredProcessOutput:
         state_at_clients = I.federated_broadcast(state)
         client_result, model_outputs = I.federated_map(
             client_update_computation, (state_at_clients, weights, client_data))
@@ -254,7 +274,8 @@ def build_model_delta_client_work(
                                           set_hparams_fn=set_hparams_fn)
 
 
-def split_batch(batch: Any) -> Any:
+def split_batch(batch: Batch) -> tuple[TensorStructure, TensorStructure]:
+    """``(x, y)`` of a batch: a mapping with keys ``'x'`` and ``'y'``, or a pair."""
     if isinstance(batch, Mapping):
         return batch['x'], batch['y']
     x, y = batch
@@ -263,7 +284,7 @@ def split_batch(batch: Any) -> Any:
 
 def build_functional_model_delta_update(
         model: functional.FunctionalModel, *, weighting: ClientWeighting,
-        loop_implementation: loop_builder.LoopImplementation) -> Callable[..., Any]:
+        loop_implementation: loop_builder.LoopImplementation) -> ClientUpdateFn:
     """The client update of a `FunctionalModel`.
 
     Returns:
@@ -272,12 +293,16 @@ def build_functional_model_delta_update(
     """
 
     @tf.function
-    def client_update_fn(optimizer: Optimizer, initial_weights: Any, dataset: Any) -> Any:
+    def client_update_fn(optimizer: Optimizer,
+                         initial_weights: tuple[TensorStructure, TensorStructure],
+                         dataset: tf.data.Dataset
+                         ) -> tuple[client_works.ClientResult, TensorStructure]:
         initial_trainable_weights = initial_weights[0]
         trainable_specs = tf.nest.map_structure(
             tf.TensorSpec.from_tensor, tuple(tf.nest.flatten(initial_trainable_weights)))
 
-        def reduce_func(training_state: Any, batch: Any) -> Any:
+        def reduce_func(training_state: tuple[tf.Tensor, ...], batch: Batch
+                        ) -> tuple[tf.Tensor, ...]:
             model_weights, optimizer_state, metrics_state, num_examples = training_state
             trainable_weights, non_trainable_weights = model_weights
             x, y = split_batch(batch)
@@ -299,7 +324,7 @@ def build_functional_model_delta_update(
             return ((trainable_weights, non_trainable_weights), optimizer_state, metrics_state,
                     num_examples)
 
-        def initial_training_state() -> Any:
+        def initial_training_state() -> tuple[tf.Tensor, ...]:
             return (initial_weights, optimizer.initialize(trainable_specs),
                     model.initialize_metrics_state(), tf.constant(0, tf.int64))
 
@@ -319,7 +344,7 @@ def build_functional_model_delta_update(
 
 def functional_weights_type(model: functional.FunctionalModel) -> T.Type:
     """The `ModelWeights` type of a `FunctionalModel`'s ``initial_weights``."""
-    def spec(a: Any) -> tf.TensorSpec:
+    def spec(a: TensorStructure) -> tf.TensorSpec:
         a = np.asarray(a)
         return tf.TensorSpec(shape=a.shape, dtype=tf.as_dtype(a.dtype))
     return T.to_type(model_weights_lib.ModelWeights(
@@ -329,7 +354,7 @@ def functional_weights_type(model: functional.FunctionalModel) -> T.Type:
 
 def build_functional_model_delta_client_work(
         *, model: functional.FunctionalModel, optimizer: Optimizer,
-        client_weighting: ClientWeighting, metrics_aggregator: Optional[Callable[..., Any]] = None,
+        client_weighting: ClientWeighting, metrics_aggregator: Optional[MetricsAggregatorType] = None,
         loop_implementation: loop_builder.LoopImplementation = (
             loop_builder.LoopImplementation.DATASET_REDUCE)) -> client_works.ClientWorkProcess:
     """A stateless `ClientWorkProcess` training a `FunctionalModel` and reporting its delta.
@@ -350,14 +375,16 @@ def build_functional_model_delta_client_work(
     weights_type = functional_weights_type(model)
 
     @tf_computation(weights_type, data_type)
-    def client_update_computation(initial_model_weights: Any, dataset: Any) -> Any:
+    def client_update_computation(initial_model_weights: model_weights_lib.ModelWeights,
+                                  dataset: tf.data.Dataset
+                                  ) -> tuple[client_works.ClientResult, TensorStructure]:
         client_update = build_functional_model_delta_update(
             model=model, weighting=client_weighting, loop_implementation=loop_implementation)
         return client_update(optimizer, (initial_model_weights.trainable,
                                          initial_model_weights.non_trainable), dataset)
 
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_value((), T.SERVER)
 
     if metrics_aggregator is None:
@@ -366,7 +393,7 @@ def build_functional_model_delta_client_work(
     @federated_computation(T.FederatedType(T.StructType([]), T.SERVER),
                            T.FederatedType(weights_type, T.CLIENTS),
                            T.FederatedType(data_type, T.CLIENTS))
-    def next_fn(state: Any, weights: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, weights: Value, client_data: Value) -> MeasuredProcessOutput:
         client_result, unfinalized_metrics = I.federated_map(client_update_computation,
                                                              (weights, client_data))
         aggregation_fn = metrics_aggregator(model.finalize_metrics)

@@ -11,23 +11,28 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 import tensorflow as tf
 
 from simharness.core import intrinsics as I
+from simharness.core import narrowing as N
 from simharness.core import types as T
-from simharness.core.computation import federated_computation, tf_computation
+from simharness.core.computation import Computation, federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning import loop_builder
+from simharness.learning._typing import Batch, TensorStructure
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metrics_aggregators
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.models import functional, keras_utils, variable
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import client_works
 from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
-from simharness.learning.templates.model_delta_client_work import (choose_client_weight,
+from simharness.learning.templates.model_delta_client_work import (ClientUpdateFn,
+                                                                   choose_client_weight,
                                                                    functional_weights_type,
                                                                    split_batch,
                                                                    stateless_keras_update)
@@ -39,7 +44,12 @@ __all__ = ['build_functional_model_delta_client_work', 'build_model_delta_client
 _LOG = logging.getLogger(__name__)
 
 
-def _proximal(gradients: Any, weights: Any, initial: Any, delta_l2_regularizer: float) -> Any:
+#: The gradients' structure (the trainable weights').
+_Gradients = TypeVar('_Gradients')
+
+
+def _proximal(gradients: _Gradients, weights: TensorStructure, initial: TensorStructure,
+              delta_l2_regularizer: float) -> _Gradients:
     if delta_l2_regularizer > 0.0:
         term = tf.nest.map_structure(lambda x, y: delta_l2_regularizer * (y - x), weights,
                                      initial)
@@ -50,7 +60,7 @@ def _proximal(gradients: Any, weights: Any, initial: Any, delta_l2_regularizer: 
 def build_model_delta_update_with_tff_optimizer(
         model_fn: Callable[[], variable.VariableModel], *, weighting: ClientWeighting,
         delta_l2_regularizer: float,
-        loop_implementation: loop_builder.LoopImplementation) -> Callable[..., Any]:
+        loop_implementation: loop_builder.LoopImplementation) -> ClientUpdateFn:
     """The proximal client update of a `VariableModel` (build it inside a `tf_computation`)."""
     model = model_fn()
     dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
@@ -60,11 +70,14 @@ def build_model_delta_update_with_tff_optimizer(
             adjust_gradients=lambda g, w, w0: _proximal(g, w, w0, delta_l2_regularizer))
 
     @tf.function
-    def client_update(optimizer: Optimizer, initial_weights: Any, data: Any) -> Any:
+    def client_update(optimizer: Optimizer, initial_weights: model_weights_lib.ModelWeights,
+                      data: tf.data.Dataset
+                      ) -> tuple[client_works.ClientResult, TensorStructure]:
         model_weights = model_weights_lib.ModelWeights.from_model(model)
         tf.nest.map_structure(lambda a, b: a.assign(b), model_weights, initial_weights)
 
-        def reduce_fn(state: Any, batch: Any) -> Any:
+        def reduce_fn(state: tuple[tf.Tensor, TensorStructure], batch: Batch
+                      ) -> tuple[tf.Tensor, TensorStructure]:
             num_examples_sum, optimizer_state = state
             with tf.GradientTape() as tape:
                 output = model.forward_pass(batch, training=True)
@@ -82,7 +95,7 @@ def build_model_delta_update_with_tff_optimizer(
                 num_examples_sum += tf.cast(output.num_examples, tf.int64)
             return num_examples_sum, optimizer_state
 
-        def initial_state() -> Any:
+        def initial_state() -> tuple[tf.Tensor, TensorStructure]:
             specs = tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype),
                                           tuple(tf.nest.flatten(model_weights.trainable)))
             return tf.zeros(shape=[], dtype=tf.int64), optimizer.initialize(specs)
@@ -98,7 +111,7 @@ def build_model_delta_update_with_tff_optimizer(
     return client_update
 
 
-def _check_args(client_weighting: Any, delta_l2_regularizer: Any) -> None:
+def _check_args(client_weighting: object, delta_l2_regularizer: object) -> None:
     if not isinstance(client_weighting, ClientWeighting):
         raise SimharnessTypeError(
             f'client_weighting must be a ClientWeighting, got {client_weighting!r} of type '
@@ -117,15 +130,15 @@ def _check_args(client_weighting: Any, delta_l2_regularizer: Any) -> None:
                      'occur.')
 
 
-def _client_work(weights_type: T.Type, data_type: T.Type, client_update_computation: Any,
-                 metrics_fn: Callable[[Any], Any]) -> client_works.ClientWorkProcess:
+def _client_work(weights_type: T.Type, data_type: T.Type, client_update_computation: Computation,
+                 metrics_fn: Callable[[Value], Value]) -> client_works.ClientWorkProcess:
     @federated_computation()
-    def init_fn() -> Any:
+    def init_fn() -> Value:
         return I.federated_value((), T.SERVER)
 
     @federated_computation(init_fn.type_signature.result, T.FederatedType(weights_type, T.CLIENTS),
                            T.FederatedType(data_type, T.CLIENTS))
-    def next_fn(state: Any, weights: Any, client_data: Any) -> Any:
+    def next_fn(state: Value, weights: Value, client_data: Value) -> MeasuredProcessOutput:
         client_result, model_outputs = I.federated_map(client_update_computation,
                                                        (weights, client_data))
         measurements = I.federated_zip(collections.OrderedDict(train=metrics_fn(model_outputs)))
@@ -137,7 +150,7 @@ def _client_work(weights_type: T.Type, data_type: T.Type, client_update_computat
 def build_model_delta_client_work(
         model_fn: Callable[[], variable.VariableModel], optimizer: Optimizer,
         client_weighting: ClientWeighting, delta_l2_regularizer: float,
-        metrics_aggregator: Optional[Callable[..., Any]] = None, *,
+        metrics_aggregator: Optional[MetricsAggregatorType] = None, *,
         loop_implementation: loop_builder.LoopImplementation) -> client_works.ClientWorkProcess:
     """A stateless `ClientWorkProcess` of FedProx over a `VariableModel`.
 
@@ -155,7 +168,9 @@ def build_model_delta_client_work(
         weights_type = model_weights_lib.weights_type_from_model(model)
 
     @tf_computation(weights_type, data_type)
-    def client_update_computation(initial_model_weights: Any, dataset: Any) -> Any:
+    def client_update_computation(initial_model_weights: model_weights_lib.ModelWeights,
+                                  dataset: tf.data.Dataset
+                                  ) -> tuple[client_works.ClientResult, TensorStructure]:
         client_update = build_model_delta_update_with_tff_optimizer(
             model_fn=model_fn, weighting=client_weighting,
             delta_l2_regularizer=delta_l2_regularizer, loop_implementation=loop_implementation)
@@ -167,21 +182,24 @@ def build_model_delta_client_work(
 
 def _build_functional_model_delta_update(*, model: functional.FunctionalModel,
                                          weighting: ClientWeighting,
-                                         delta_l2_regularizer: float) -> Callable[..., Any]:
+                                         delta_l2_regularizer: float) -> ClientUpdateFn:
     """The proximal client update of a `FunctionalModel` (TFF's private name)."""
     return _build_functional_update(model, weighting, delta_l2_regularizer)
 
 
 def _build_functional_update(model: functional.FunctionalModel, weighting: ClientWeighting,
-                             delta_l2_regularizer: float) -> Callable[..., Any]:
+                             delta_l2_regularizer: float) -> ClientUpdateFn:
     loop = loop_builder.build_training_loop(
         loop_implementation=loop_builder.LoopImplementation.DATASET_ITERATOR)
 
     @tf.function
-    def client_update(optimizer: Optimizer, initial_weights: Any, data: Any) -> Any:
+    def client_update(optimizer: Optimizer,
+                      initial_weights: tuple[TensorStructure, TensorStructure],
+                      data: tf.data.Dataset
+                      ) -> tuple[client_works.ClientResult, TensorStructure]:
         initial_trainable, initial_non_trainable = initial_weights
 
-        def reduce_fn(state: Any, batch: Any) -> Any:
+        def reduce_fn(state: tuple[tf.Tensor, ...], batch: Batch) -> tuple[tf.Tensor, ...]:
             num_examples_sum, model_weights, metrics_state, optimizer_state = state
             trainable, non_trainable = model_weights
             x, y = split_batch(batch)
@@ -203,7 +221,7 @@ def _build_functional_update(model: functional.FunctionalModel, weighting: Clien
                 labels=y)
             return num_examples_sum, (trainable, non_trainable), metrics_state, optimizer_state
 
-        def initial_state() -> Any:
+        def initial_state() -> tuple[tf.Tensor, ...]:
             specs = tuple(tf.TensorSpec(v.shape, v.dtype)
                           for v in tf.nest.flatten(initial_trainable))
             return (tf.zeros(shape=[], dtype=tf.int64),
@@ -222,7 +240,7 @@ def _build_functional_update(model: functional.FunctionalModel, weighting: Clien
 def build_functional_model_delta_client_work(
         *, model: functional.FunctionalModel, optimizer: Optimizer,
         client_weighting: ClientWeighting, delta_l2_regularizer: float,
-        metrics_aggregator: Optional[Callable[..., Any]] = None) -> client_works.ClientWorkProcess:
+        metrics_aggregator: Optional[MetricsAggregatorType] = None) -> client_works.ClientWorkProcess:
     """A stateless `ClientWorkProcess` of FedProx over a `FunctionalModel`.
 
     Raises:
@@ -244,13 +262,15 @@ def build_functional_model_delta_client_work(
     weights_type = functional_weights_type(model)
 
     @tf_computation(weights_type, data_type)
-    def client_update_computation(initial_model_weights: Any, dataset: Any) -> Any:
+    def client_update_computation(initial_model_weights: model_weights_lib.ModelWeights,
+                                  dataset: tf.data.Dataset
+                                  ) -> tuple[client_works.ClientResult, TensorStructure]:
         update = _build_functional_update(model, client_weighting, delta_l2_regularizer)
         return update(optimizer, (initial_model_weights.trainable,
                                   initial_model_weights.non_trainable), dataset)
 
-    def metrics_fn(unfinalized: Any) -> Any:
+    def metrics_fn(unfinalized: Value) -> Value:
         return metrics_aggregator(model.finalize_metrics,
-                                  unfinalized.type_signature.member)(unfinalized)
+                                  N.member_of(unfinalized.type_signature))(unfinalized)
 
     return _client_work(weights_type, data_type, client_update_computation, metrics_fn)
