@@ -32,8 +32,9 @@ from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct
 
 __all__ = ['detach_resources', 'element_leaves', 'fresh_copy', 'graph_is_repeatable',
-           'materialize', 'read_fresh', 'recognize', 'repeatable', 'serialize_detached',
-           'serialized_graph', 'SlicesPipeline']
+           'keep_recipe', 'materialize', 'read_all', 'read_all_eagerly', 'read_fresh',
+           'readable_as_batches', 'recipe_known', 'recognize', 'repeatable', 'serialize_detached', 'serialized_graph',
+           'SlicesPipeline', 'TracedPipeline']
 
 # Dataset classes that pass elements through unchanged.
 _PASS_THROUGH = ('_PrefetchDataset', '_OptionsDataset', 'PrefetchDataset', '_ModelDataset',
@@ -226,7 +227,7 @@ _READERS_LOCK = threading.Lock()
 
 #: Dataset ops whose elements depend on their inputs alone: no randomness, no files, no
 #: other state. (The parallel ones only with ``deterministic`` not ``'false'``.)
-_PURE_DATASET_OPS = frozenset({
+PURE_DATASET_OPS = frozenset({
     'TensorSliceDataset', 'TensorDataset', 'RangeDataset', 'BatchDataset', 'BatchDatasetV2',
     'PaddedBatchDataset', 'PaddedBatchDatasetV2', 'MapDataset', 'ParallelMapDataset',
     'ParallelMapDatasetV2', 'FilterDataset', 'TakeDataset', 'SkipDataset', 'RepeatDataset',
@@ -235,7 +236,7 @@ _PURE_DATASET_OPS = frozenset({
     'OptimizeDatasetV2', 'MaxIntraOpParallelismDataset', 'PrivateThreadPoolDataset',
     'AssertCardinalityDataset', 'FinalizeDataset', 'WindowDataset'})
 #: Ops TF's registry calls stateful that compute the same values on every read.
-_PURE_STATEFUL_OPS = frozenset({'TensorSliceDataset', 'TensorDataset', '_Arg', '_Retval',
+PURE_STATEFUL_OPS = frozenset({'TensorSliceDataset', 'TensorDataset', '_Arg', '_Retval',
                                 'StatefulPartitionedCall', 'Assert', 'NoOp'})
 _IMPURE_WORDS = ('Random', 'Shuffle', 'Sampling', 'Seed')
 #: Shuffles whose order their ``seed`` and ``seed2`` inputs (2 and 3) fix when they do not
@@ -288,12 +289,12 @@ def repeatable(graph_def: Any) -> bool:
             continue
         if any(w in op for w in _IMPURE_WORDS):
             return False
-        if 'Dataset' in op and op not in _PURE_DATASET_OPS:
+        if 'Dataset' in op and op not in PURE_DATASET_OPS:
             return False
         if 'deterministic' in n.attr and n.attr['deterministic'].s == b'false':
             return False
         od = op_def_registry.get(op)
-        if od is None or (od.is_stateful and op not in _PURE_STATEFUL_OPS):
+        if od is None or (od.is_stateful and op not in PURE_STATEFUL_OPS):
             return False
     return True
 
@@ -320,12 +321,12 @@ def _batch_reader(spec: Any) -> Any:
             return _READERS[key]
         @tf.function(input_signature=[tf.TensorSpec([], tf.variant)], autograph=False)
         def fn(variant):
-            return _read_all(tf.data.experimental.from_variant(variant, spec))
+            return read_all(tf.data.experimental.from_variant(variant, spec))
         _READERS[key] = fn
         return fn
 
 
-def _read_all(ds: Any) -> Any:
+def read_all(ds: Any) -> Any:
     """In a TF function: the batches of `ds`, read in one pass, as their leading sizes
     ``[elements, leaves]`` and each leaf's rows concatenated (`_sizes_and_rows`)."""
     ds = ds.with_options(_plain_options())
@@ -349,6 +350,14 @@ def _sizes_and_rows(leaf: Any) -> Any:
     shape = tf.shape(leaf, out_type=tf.int64)
     return (tf.fill(shape[:1], shape[1]),
             tf.reshape(leaf, tf.concat([[-1], shape[2:]], 0)))
+
+
+def read_all_eagerly(ds: Any) -> Any:
+    """`read_all`'s answer for `ds`, by the traced reader of its element spec."""
+    reader = _batch_reader(ds.element_spec)
+    if reader is None:
+        raise ValueError('the elements are not batches of dense rows')
+    return reader(tf.data.experimental.to_variant(ds))
 
 
 def _read_batches(ds: Any, t: T.SequenceType) -> Optional[TensorBatches]:
@@ -406,7 +415,7 @@ _DETACHED = '/simharness-detached'
 
 #: Ops that call back into this process's Python: a graph holding one means nothing
 #: elsewhere (another process has no such function), so the dataset is not serializable.
-_PYTHON_OPS = frozenset({'PyFunc', 'PyFuncStateless', 'EagerPyFunc'})
+PYTHON_OPS = frozenset({'PyFunc', 'PyFuncStateless', 'EagerPyFunc'})
 
 
 def serialize_detached(ds: Any) -> bytes:
@@ -426,7 +435,7 @@ def serialize_detached(ds: Any) -> bytes:
         graph_def.ParseFromString(graph)
         ops = {n.op for n in graph_def.node} | {
             n.op for f in graph_def.library.function for n in f.node_def}
-        if ops & _PYTHON_OPS:
+        if ops & PYTHON_OPS:
             raise  # Python state: the FAIL policy's own error
     return detach_resources(graph)
 
@@ -545,7 +554,7 @@ class SlicesPipeline:
     def __init__(self, preprocess_fn: Any):
         self._fn = preprocess_fn
         self._lock = threading.Lock()
-        # layout key -> its `_Traced`, or None: the pipeline did not trace for that layout
+        # layout key -> its `TracedPipeline`, or None: the pipeline did not trace for that layout
         # (or draws other seeds than the eager one)
         self._traced: dict = {}
 
@@ -594,14 +603,14 @@ class SlicesPipeline:
         except Exception:  # pylint: disable=broad-except  # any failure: build eagerly
             return None
         read = None
-        if finite and _readable_as_batches(spec):
-            read = tf.function(lambda *leaf_tensors: _read_all(dataset(leaf_tensors)),
+        if finite and readable_as_batches(spec):
+            read = tf.function(lambda *leaf_tensors: read_all(dataset(leaf_tensors)),
                                input_signature=sig, autograph=False)
             try:
                 read = read.get_concrete_function()
             except (TypeError, ValueError):  # rows of differing shapes: read element-wise
                 read = None
-        return _Traced(build, spec, read, repeatable_pipeline, sig)
+        return TracedPipeline(build, spec, read, repeatable_pipeline, sig)
 
     def build(self, slices: Any) -> Optional[Any]:
         """The client's dataset, or None when it must be built eagerly (see the class)."""
@@ -637,8 +646,8 @@ def _seeds(graph: bytes) -> List[Any]:
     return sorted(out)
 
 
-def _readable_as_batches(spec: Any) -> bool:
-    """Whether elements of `spec` can be read by `_read_all`: every leaf a batch (rank >= 1,
+def readable_as_batches(spec: Any) -> bool:
+    """Whether elements of `spec` can be read by `read_all`: every leaf a batch (rank >= 1,
     leading size unknown), or every leaf of a fully known shape of rank >= 1 (batches of
     a static size, read as rows)."""
     specs = tf.nest.flatten(spec)
@@ -649,9 +658,9 @@ def _readable_as_batches(spec: Any) -> bool:
                for s in specs)
 
 
-class _Traced:
+class TracedPipeline:
     """A `SlicesPipeline` traced for one layout: `build` (arrays -> dataset variant), the
-    element `spec`, `read` (arrays -> `_read_all`'s answer; None when its elements are not
+    element `spec`, `read` (arrays -> `read_all`'s answer; None when its elements are not
     batches or it is infinite), whether every fresh read gives the same elements, and
     `read` as a serialized graph for other processes (`compiled`, made on first use)."""
 
@@ -681,7 +690,7 @@ class _Traced:
         return self._call(self.build, leaves)
 
     def read_all(self, leaves: List[Any]) -> Any:
-        """`_read_all`'s answer for the client's arrays (`read` on them)."""
+        """`read_all`'s answer for the client's arrays (`read` on them)."""
         return self._call(self.read, leaves)
 
     def compiled(self) -> Any:
@@ -700,11 +709,25 @@ class _Traced:
         return self._compiled
 
 
+def recipe_known(ds: Any) -> bool:
+    """Whether `ds` carries a recipe, or the answer that it has none (`keep_recipe`)."""
+    return getattr(ds, _RECIPE_ATTR, None) is not None
+
+
+def keep_recipe(ds: Any, recipe: Any) -> None:
+    """Keeps on `ds` (immutable) the recipe that reads it: ``(TracedPipeline, the client's
+    arrays)``, or None for none (then kept as the answer: not looked for again)."""
+    try:
+        setattr(ds, _RECIPE_ATTR, recipe or False)
+    except AttributeError:  # a dataset class with slots: no cache
+        pass
+
+
 def _recipe(ds: Any, t: Optional[T.SequenceType]) -> Any:
     """``(traced, leaves)`` of a dataset a `SlicesPipeline` built whose recipe can read it as
     `t` (None: as its own type), else None."""
     recipe = getattr(ds, _RECIPE_ATTR, None)
-    if recipe is None:
+    if not recipe:  # None, or False: known to have none
         return None
     traced, leaves = recipe
     element = t.element if t is not None else T.from_tf_structure(traced.spec)

@@ -24,6 +24,7 @@ from simharness.core.sequences import TensorBatches
 from simharness.core.structure import (Struct, flatten, from_container, map_structure, mark_adopted,
                                        tensor_to_numpy)
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
+from simharness.core.dataset_templates import attach_template_recipe
 from simharness.core.tf_sequences import fresh_copy, read_fresh
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.executors import tensor_sequences as tseq
@@ -188,6 +189,8 @@ def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
             out.derived['dataset'] = value  # the user's own object, if it is asked for
             return out
         # a small finite pipeline: the elements of a fresh copy, as TFF's executors read it
+        # (by its template's traced reader when another client's dataset made one)
+        attach_template_recipe(value)
         tb = read_fresh(value, t)
         if tb is not None:
             return tseq.checked(tb, t, to_tensor)

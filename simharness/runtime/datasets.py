@@ -14,6 +14,7 @@ import tensorflow as tf
 from simharness.core import types as T
 from simharness.core.structure import tensor_to_numpy
 from simharness.core.sequences import TensorBatches, stack_layout
+from simharness.core.dataset_templates import attach_template_recipe
 from simharness.core.tf_sequences import (batches_from_read, graph_is_repeatable, materialize,
                                          recipe_of, recognize, serialize_detached,
                                          serialized_graph)
@@ -37,7 +38,9 @@ def dataset_to_blob(ds: Any) -> DatasetBlob:
 def dataset_to_wire(ds: Any, t: Any = None) -> Any:
     """A dataset as plain data: its arrays (`TensorBatches`) when it is slices of
     in-memory tensors; its recipe (`DatasetRecipe`: the client's arrays and the traced
-    pipeline's read function) when a `ClientData.preprocess` pipeline built it; else its
+    pipeline's read function) when a `ClientData.preprocess` pipeline built it or a
+    template of its graph reads it (`core.dataset_templates`: datasets alike but for their
+    arrays, as programs build them per client); else its
     serialized graph (`DatasetBlob`; the worker reads a small finite one into arrays
     itself, in parallel with the others: rebuilding and reading a pipeline costs
     milliseconds of `tf.data` set-up per dataset, where a recipe is one call)."""
@@ -49,21 +52,23 @@ def dataset_to_wire(ds: Any, t: Any = None) -> Any:
     tb = recognize(ds, t if isinstance(t, T.SequenceType) else None)
     if tb is not None:
         return tb.with_components([tensor_to_numpy(c) for c in tb.components])
-    recipe = recipe_of(ds)
-    if recipe is not None:
-        key, comp, element_type, leaves, _ = recipe
-        return DatasetRecipe(key, comp, element_type, list(leaves))
-    blob = getattr(ds, _BLOB_ATTR, None)
-    if blob is None:  # kept on the dataset (immutable): the same datasets come every round
-        blob = dataset_to_blob(ds)
+    wire = getattr(ds, _WIRE_ATTR, None)
+    if wire is None:  # kept on the dataset (immutable): the same datasets come every round
+        attach_template_recipe(ds)  # datasets alike but for their arrays: one read function
+        recipe = recipe_of(ds)
+        if recipe is not None:
+            key, comp, element_type, leaves, _ = recipe
+            wire = DatasetRecipe(key, comp, element_type, list(leaves))
+        else:
+            wire = dataset_to_blob(ds)
         try:
-            setattr(ds, _BLOB_ATTR, blob)
+            setattr(ds, _WIRE_ATTR, wire)
         except AttributeError:  # a dataset class with slots: no cache
             pass
-    return blob
+    return wire
 
 
-_BLOB_ATTR = '_simharness_blob'
+_WIRE_ATTR = '_simharness_wire'
 _REPEATABLE_ATTR = '_simharness_repeatable'
 
 
