@@ -6,24 +6,46 @@ elements); inside a `tf_computation` or a `tf.function` a value is a tensor, or 
 nested structure of tensors that the computation's parameter type rebuilt with its
 Python containers. These aliases name the second kind.
 
-TensorFlow ships no type information (mypy runs with ``ignore_missing_imports``), so
-mypy checks ``tf.Tensor`` no further than the names' documentation tells a reader.
+This module imports neither TensorFlow nor Keras (only the modules that do TF work
+may: tests/unit/test_import_contracts.py), so a tensor, a variable and a spec are
+Protocols of what this code reads of them; `tf.Tensor`, `tf.Variable`, Keras'
+variables, `tf.TensorSpec` and numpy arrays all are ones. (TensorFlow ships no type
+information: mypy takes its values for any of these.)
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence, Union
+from typing import Callable, Mapping, Protocol, Sequence, Union
 
-import keras
 import numpy as np
-import tensorflow as tf
 
-#: One leaf of a structure: a tensor (eager or symbolic), a variable, or a numpy
-#: array or scalar (values read back out of the graph).
-TensorLeaf = Union[tf.Tensor, tf.Variable, np.ndarray, np.generic]
 
-#: A model's variable: a `tf.Variable`, or a Keras 3 variable (`keras.Variable`).
-ModelVariable = Union[tf.Variable, keras.Variable]
+class Tensor(Protocol):
+    """A tensor (eager or symbolic), a variable, or a numpy array: a shape and a dtype."""
+
+    @property
+    def shape(self) -> object: ...
+
+    @property
+    def dtype(self) -> object: ...
+
+
+class Variable(Tensor, Protocol):
+    """A model's variable: a `tf.Variable`, or a Keras 3 variable (`keras.Variable`)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+#: A `tf.TensorSpec` (the shape and dtype of a tensor to come).
+TensorSpec = Tensor
+
+#: One leaf of a structure: a tensor, a variable, or a numpy array or scalar (values
+#: read back out of the graph).
+TensorLeaf = Union[Tensor, np.ndarray, np.generic]
+
+#: A model's variable.
+ModelVariable = Variable
 
 #: A nested structure of tensors (TF's *nest*: what `tf.nest` walks, what a
 #: `tf_computation` takes and returns): a leaf, or a list, tuple, namedtuple
@@ -39,7 +61,10 @@ Batch = Union[Mapping[str, TensorStructure], Sequence[TensorStructure]]
 
 #: A structure of `tf.TensorSpec` (the specs of a structure of tensors), as
 #: `Optimizer.initialize` and a model's ``input_spec`` take them.
-SpecStructure = Union[tf.TensorSpec, Sequence['SpecStructure'], Mapping[str, 'SpecStructure']]
+SpecStructure = Union[TensorSpec, Sequence['SpecStructure'], Mapping[str, 'SpecStructure']]
+
+#: A model's ``input_spec``: the specs of a batch, a mapping (``x``, ``y``) or a pair.
+InputSpec = Union[Mapping[str, SpecStructure], Sequence[SpecStructure]]
 
 #: A finalizer: unfinalized values (a structure of tensors) -> the metric's value.
 Finalizer = Callable[[TensorStructure], TensorStructure]
@@ -62,4 +87,4 @@ MetricFinalizers = Union[Mapping[str, Finalizer], FunctionalFinalizer]
 #: reads a field knows its stage and narrows it.
 TemplateField = object
 
-__all__ = ['Batch', 'Finalizer', 'ModelVariable', 'FunctionalFinalizer', 'MetricFinalizers', 'SpecStructure', 'TemplateField', 'TensorLeaf', 'TensorStructure']
+__all__ = ['Batch', 'InputSpec', 'Finalizer', 'Tensor', 'TensorSpec', 'Variable', 'ModelVariable', 'FunctionalFinalizer', 'MetricFinalizers', 'SpecStructure', 'TemplateField', 'TensorLeaf', 'TensorStructure']

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Callable, Mapping, Union
+
+if TYPE_CHECKING:
+    from simharness.learning._typing import TensorStructure
 
 from simharness.errors import SimharnessTypeError
 
@@ -24,11 +27,11 @@ class ClientWeighting(enum.Enum):
 
 
 #: A callable from a client's local unfinalized metrics to its weight (a float tensor).
-ClientWeightFnType = Callable[[Any], Any]
+ClientWeightFnType = Callable[['Mapping[str, TensorStructure]'], 'TensorStructure']
 ClientWeightType = Union[ClientWeighting, ClientWeightFnType]
 
 
-def check_is_client_weighting_or_callable(client_weighting: Any) -> None:
+def check_is_client_weighting_or_callable(client_weighting: object) -> None:
     """Raises unless `client_weighting` is a `ClientWeighting` or a callable.
 
     Raises:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -226,7 +226,7 @@ class FedAvg:
         return pad_clients(arrays, self.max_examples, x_key, y_key)
 
     def sourced(self, client_data: Any, client_ids: Sequence[str], x_key: str = 'x',
-                y_key: str = 'y') -> Any:
+                y_key: str = 'y') -> SourcedClients:
         """Client data that each executor loads itself from `client_data` by id, padded.
 
         Pass the result to `next` or `evaluate` instead of `pad(...)`: on the
@@ -247,11 +247,12 @@ class FedAvg:
         return _summarize(self.evaluate_computation(list(weights), _as_clients(client_data)))
 
 
-def _as_clients(client_data: Any) -> Any:
+def _as_clients(client_data: Union[SourcedClients, Sequence[Mapping[str, Any]]]
+                ) -> Union[SourcedClients, List[Mapping[str, Any]]]:
     return client_data if isinstance(client_data, SourcedClients) else list(client_data)
 
 
-def _summarize(m: Mapping[str, Any]) -> Dict[str, float]:
+def _summarize(m: Mapping[str, Union[np.ndarray, np.generic, float]]) -> Dict[str, float]:
     n = float(m['num_examples'])
     return {'loss': float(m['loss_sum']) / n if n else float('nan'),
             'accuracy': float(m['correct']) / n if n else float('nan'),

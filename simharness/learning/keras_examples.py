@@ -12,10 +12,13 @@ module. ::
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # Keras is imported when a model is built
+    import keras
 
 
-def dense(input_shape: Sequence[int], num_classes: int) -> Any:
+def dense(input_shape: Sequence[int], num_classes: int) -> keras.Model:
     """Flatten -> Dense(64, relu) -> Dense(num_classes): logits."""
     import keras  # pylint: disable=import-outside-toplevel
     return keras.Sequential([
@@ -26,7 +29,7 @@ def dense(input_shape: Sequence[int], num_classes: int) -> Any:
     ], name='dense')
 
 
-def small_cnn(input_shape: Sequence[int], num_classes: int) -> Any:
+def small_cnn(input_shape: Sequence[int], num_classes: int) -> keras.Model:
     """Conv(16, 3x3) -> MaxPool -> Flatten -> Dense(num_classes), for [H, W, C] images
     (a flat input of a square number of features is read as one-channel images)."""
     import keras  # pylint: disable=import-outside-toplevel
@@ -44,7 +47,7 @@ def small_cnn(input_shape: Sequence[int], num_classes: int) -> Any:
     return keras.Sequential(layers, name='small_cnn')
 
 
-def next_token(input_shape: Sequence[int], num_classes: int) -> Any:
+def next_token(input_shape: Sequence[int], num_classes: int) -> keras.Model:
     """For sequences of token ids (shakespeare, stackoverflow): Embedding(16) -> Dense(32,
     relu) -> Dense(num_classes) at every position (logits [B, L, num_classes])."""
     import keras  # pylint: disable=import-outside-toplevel

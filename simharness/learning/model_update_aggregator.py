@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Any, Callable, Optional
+import types
+from typing import Callable, Optional, TypeVar, cast
 
 from simharness.aggregators import (differential_privacy, factory, mean, quantile_estimation,
                                     robust, secure)
@@ -30,8 +31,12 @@ __all__ = ['compression_aggregator', 'ddp_secure_aggregator', 'dp_aggregator',
 
 DebugMeasurementsFn = Callable[[factory.AggregationFactory], factory.AggregationFactory]
 
+#: The kind of a factory (weighted, unweighted, or either): the robust wrappers keep the
+#: kind they wrap (declare variables of the abstract kinds, not of a concrete factory).
+_Factory = TypeVar('_Factory', bound=factory.AggregationFactory)
 
-def _aggregators_module(name: str) -> Any:
+
+def _aggregators_module(name: str) -> types.ModuleType:
     """`simharness.aggregators.<name>`, loaded when used: the quantizing (`encoded`) and
     distributed-DP factories are the only users of their (large) modules here."""
     return importlib.import_module(f'simharness.aggregators.{name}')
@@ -41,28 +46,30 @@ def _secure_count_factory() -> secure.SecureSumFactory:
     return secure.SecureSumFactory(upper_bound_threshold=1, lower_bound_threshold=0)
 
 
-def _default_zeroing(inner_factory: factory.AggregationFactory,
-                     secure_estimation: bool = False) -> factory.AggregationFactory:
+def _default_zeroing(inner_factory: _Factory, secure_estimation: bool = False) -> _Factory:
     """Zeroes updates whose norm exceeds 2 x (estimated 0.98 quantile) + 1."""
     zeroing_norm = quantile_estimation.PrivateQuantileEstimationProcess.no_noise(
         initial_estimate=10.0, target_quantile=0.98, learning_rate=math.log(10.0),
         multiplier=2.0, increment=1.0, secure_estimation=secure_estimation)
     if secure_estimation:
-        return robust.zeroing_factory(zeroing_norm, inner_factory,
-                                      zeroed_count_sum_factory=_secure_count_factory())
-    return robust.zeroing_factory(zeroing_norm, inner_factory)
+        zeroing = robust.zeroing_factory(zeroing_norm, inner_factory,
+                                         zeroed_count_sum_factory=_secure_count_factory())
+    else:
+        zeroing = robust.zeroing_factory(zeroing_norm, inner_factory)
+    return cast(_Factory, zeroing)  # weighted if (and only if) `inner_factory` is
 
 
-def _default_clipping(inner_factory: factory.AggregationFactory,
-                      secure_estimation: bool = False) -> factory.AggregationFactory:
+def _default_clipping(inner_factory: _Factory, secure_estimation: bool = False) -> _Factory:
     """Clips updates to the estimated 0.8 quantile of their norms."""
     clipping_norm = quantile_estimation.PrivateQuantileEstimationProcess.no_noise(
         initial_estimate=1.0, target_quantile=0.8, learning_rate=0.2,
         secure_estimation=secure_estimation)
     if secure_estimation:
-        return robust.clipping_factory(clipping_norm, inner_factory,
-                                       clipped_count_sum_factory=_secure_count_factory())
-    return robust.clipping_factory(clipping_norm, inner_factory)
+        clipping = robust.clipping_factory(clipping_norm, inner_factory,
+                                           clipped_count_sum_factory=_secure_count_factory())
+    else:
+        clipping = robust.clipping_factory(clipping_norm, inner_factory)
+    return cast(_Factory, clipping)  # weighted if (and only if) `inner_factory` is
 
 
 def _apply_debug(aggregation_factory: factory.AggregationFactory, weighted: bool,
@@ -94,7 +101,7 @@ def robust_aggregator(*, zeroing: bool = True, clipping: bool = True, weighted: 
     Returns:
       A `WeightedAggregationFactory` (weighted) or an `UnweightedAggregationFactory`.
     """
-    aggregation_factory: Any = (
+    aggregation_factory: factory.AggregationFactory = (
         mean.MeanFactory() if weighted else mean.UnweightedMeanFactory())
     aggregation_factory = _apply_debug(aggregation_factory, weighted, debug_measurements_fn)
     if clipping:
@@ -116,7 +123,7 @@ def dp_aggregator(noise_multiplier: float, clients_per_round: float,
     Returns:
       An `UnweightedAggregationFactory`.
     """
-    aggregation_factory: Any = (
+    aggregation_factory: factory.UnweightedAggregationFactory = (
         differential_privacy.DifferentiallyPrivateFactory.gaussian_adaptive(
             noise_multiplier, clients_per_round))
     if zeroing:
@@ -135,10 +142,11 @@ def compression_aggregator(*, zeroing: bool = True, clipping: bool = True,
       **kwargs: passed to ``EncodedSumFactory.quantize_above_threshold``.
     """
     encoded = _aggregators_module('encoded')
-    aggregation_factory: Any = encoded.EncodedSumFactory.quantize_above_threshold(
-        quantization_bits=8, threshold=20000, **kwargs)
-    aggregation_factory = (mean.MeanFactory(aggregation_factory) if weighted
-                           else mean.UnweightedMeanFactory(aggregation_factory))
+    value_sum: factory.UnweightedAggregationFactory = (
+        encoded.EncodedSumFactory.quantize_above_threshold(
+            quantization_bits=8, threshold=20000, **kwargs))
+    aggregation_factory: factory.AggregationFactory = (
+        mean.MeanFactory(value_sum) if weighted else mean.UnweightedMeanFactory(value_sum))
     aggregation_factory = _apply_debug(aggregation_factory, weighted, debug_measurements_fn)
     if clipping:
         aggregation_factory = _default_clipping(aggregation_factory)
@@ -156,15 +164,16 @@ def secure_aggregator(*, zeroing: bool = True, clipping: bool = True,
     secure_clip_bound = quantile_estimation.PrivateQuantileEstimationProcess.no_noise(
         initial_estimate=50.0, target_quantile=0.95, learning_rate=1.0, multiplier=2.0,
         secure_estimation=True)
-    aggregation_factory: Any = secure.SecureSumFactory(secure_clip_bound)
+    value_sum = secure.SecureSumFactory(secure_clip_bound)
+    aggregation_factory: factory.AggregationFactory
     if weighted:
         aggregation_factory = mean.MeanFactory(
-            value_sum_factory=aggregation_factory,
+            value_sum_factory=value_sum,
             weight_sum_factory=secure.SecureSumFactory(
                 upper_bound_threshold=float(2**20 - 1), lower_bound_threshold=0.0))
     else:
         aggregation_factory = mean.UnweightedMeanFactory(
-            value_sum_factory=aggregation_factory, count_sum_factory=_secure_count_factory())
+            value_sum_factory=value_sum, count_sum_factory=_secure_count_factory())
     if clipping:
         aggregation_factory = _default_clipping(aggregation_factory, secure_estimation=True)
     if zeroing:
@@ -185,12 +194,12 @@ def ddp_secure_aggregator(noise_multiplier: float, expected_clients_per_round: i
       rotation_type: 'hd' (randomized Hadamard) or 'dft'.
     """
     distributed_dp = _aggregators_module('distributed_dp')
-    aggregation_factory: Any = distributed_dp.DistributedDpSumFactory(
+    value_sum: factory.UnweightedAggregationFactory = distributed_dp.DistributedDpSumFactory(
         noise_multiplier=noise_multiplier, expected_clients_per_round=expected_clients_per_round,
         bits=bits, l2_clip=0.1, mechanism='distributed_skellam', rotation_type=rotation_type,
         auto_l2_clip=True)
-    aggregation_factory = mean.UnweightedMeanFactory(value_sum_factory=aggregation_factory,
-                                                     count_sum_factory=_secure_count_factory())
+    aggregation_factory: factory.UnweightedAggregationFactory = mean.UnweightedMeanFactory(
+        value_sum_factory=value_sum, count_sum_factory=_secure_count_factory())
     if zeroing:
         aggregation_factory = _default_zeroing(aggregation_factory, secure_estimation=True)
     return aggregation_factory

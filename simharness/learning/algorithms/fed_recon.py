@@ -28,7 +28,7 @@ over the post-reconstruction batches of all clients).
 from __future__ import annotations
 
 import collections
-from typing import Callable, Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 import keras
 import numpy as np
@@ -140,7 +140,7 @@ def reconstruct(model: ReconstructionModel, client_loss: keras.losses.Loss, opti
 
 def _client_weight(client_weighting: client_weight_lib.ClientWeightType,
                    has_non_finite_weight: tf.Tensor, num_examples_sum: tf.Tensor,
-                   unfinalized_metrics: TensorStructure) -> tf.Tensor:
+                   unfinalized_metrics: Mapping[str, TensorStructure]) -> tf.Tensor:
     if client_weighting is client_weight_lib.ClientWeighting.NUM_EXAMPLES:
         weight = tf.cast(num_examples_sum, tf.float32)
     elif client_weighting is client_weight_lib.ClientWeighting.UNIFORM:

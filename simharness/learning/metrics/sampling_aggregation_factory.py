@@ -17,22 +17,21 @@ the same bits on every stack, where TFF's differ per call.
 
 from __future__ import annotations
 
-from typing import Any
-
 from simharness.aggregators import factory, sampling
 from simharness.core import intrinsics as I
 from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import MetricFinalizers
 from simharness.learning.metrics import aggregation_utils
 from simharness.templates import AggregationProcess, MeasuredProcessOutput
-from simharness.core.tracing import Value
 
 __all__ = ['FinalizeThenSampleFactory']
 
 
-def check_sample_size(sample_size: Any) -> None:
+def check_sample_size(sample_size: object) -> None:
     """TypeError unless an int, ValueError unless positive."""
     if isinstance(sample_size, bool) or not isinstance(sample_size, int):
         raise SimharnessTypeError(
@@ -64,8 +63,8 @@ class FinalizeThenSampleFactory(factory.UnweightedAggregationFactory):
         check_sample_size(sample_size)
         self._sample_size = sample_size
 
-    def create(self, metric_finalizers: Any,  # type: ignore[override]  # TFF's signature
-               local_unfinalized_metrics_type: Any) -> AggregationProcess:
+    def create(self, metric_finalizers: MetricFinalizers,  # type: ignore[override]  # TFF's
+               local_unfinalized_metrics_type: T.Type) -> AggregationProcess:
         """The `AggregationProcess` of the metrics.
 
         Args:
@@ -81,10 +80,11 @@ class FinalizeThenSampleFactory(factory.UnweightedAggregationFactory):
           ValueError: the finalizers' names are not the metrics'.
         """
         aggregation_utils.check_metric_finalizers(metric_finalizers)
-        aggregation_utils.check_local_unfinalized_metrics_type(local_unfinalized_metrics_type)
+        metrics_type = aggregation_utils.check_local_unfinalized_metrics_type(
+            local_unfinalized_metrics_type)
         if not callable(metric_finalizers):
             aggregation_utils.check_finalizers_matches_unfinalized_metrics(
-                metric_finalizers, local_unfinalized_metrics_type)
+                metric_finalizers, metrics_type)
         local_finalize = aggregation_utils.build_finalizer_computation(
             metric_finalizers, local_unfinalized_metrics_type)
         finalized_type = N.as_tensor_or_struct(local_finalize.type_signature.result,

@@ -9,7 +9,7 @@ finalized metrics of the round and of all rounds so far.
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -18,7 +18,9 @@ from simharness.aggregators.sum_factory import SumFactory
 from simharness.core import intrinsics
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError
+from simharness.learning._typing import MetricFinalizers, TensorStructure
 from simharness.learning.metrics import aggregation_utils
 # TFF keeps these in this module; they live in `secure_sum_factory` here.
 from simharness.learning.metrics.secure_sum_factory import (  # noqa: F401
@@ -28,7 +30,7 @@ from simharness.learning.metrics.secure_sum_factory import (  # noqa: F401
 from simharness.templates import AggregationProcess, MeasuredProcessOutput
 
 
-def _zeros_of(t: T.Type) -> Any:
+def _zeros_of(t: T.Type) -> TensorStructure:
     """Zeros of the tensor types of `t`, in `t`'s containers."""
     if isinstance(t, T.TensorType):
         return tf.zeros(t.shape, t.dtype)
@@ -39,7 +41,7 @@ def _zeros_of(t: T.Type) -> Any:
         if all(n for n, _ in items):
             return collections.OrderedDict(items)
         return tuple(v for _, v in items)
-    make: Any = container
+    make: Callable[..., TensorStructure] = container
     if issubclass(container, dict):
         return make(items)
     if hasattr(container, '_fields'):
@@ -47,7 +49,8 @@ def _zeros_of(t: T.Type) -> Any:
     return make(v for _, v in items)
 
 
-def _initialize_accumulators(metrics_type: T.StructType, initial: Optional[Any]) -> Any:
+def _initialize_accumulators(metrics_type: T.StructType,
+                             initial: Optional[collections.OrderedDict]) -> Value:
     if initial is not None:
         return intrinsics.federated_value(initial, T.SERVER)
 
@@ -77,7 +80,7 @@ class SumThenFinalizeFactory(factory.UnweightedAggregationFactory):
       TypeError: an argument of the wrong type.
     """
 
-    def __init__(self, metric_finalizers: Any,
+    def __init__(self, metric_finalizers: MetricFinalizers,
                  initial_unfinalized_metrics: Optional['collections.OrderedDict'] = None,
                  inner_summation_factory: Optional[factory.UnweightedAggregationFactory] = None):
         aggregation_utils.check_metric_finalizers(metric_finalizers)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import re
 import logging
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union, cast
 import warnings
 
 import keras
@@ -18,14 +18,16 @@ import tensorflow as tf
 
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.learning._typing import TensorStructure
+from simharness.learning._typing import Batch, InputSpec, SpecStructure, TensorStructure
 from simharness.learning.metrics import counters, keras_finalizer
 from simharness.learning.models import variable
 
-Loss = Union[Any, Sequence[Any]]
+#: A Keras loss (a `keras.losses.Loss` or a loss function), or one per model output.
+Loss = Union[keras.losses.Loss, Callable[..., tf.Tensor],
+             Sequence[Union[keras.losses.Loss, Callable[..., tf.Tensor]]]]
 
 
-def _spec_from_type(t: T.Type) -> Any:
+def _spec_from_type(t: T.Type) -> SpecStructure:
     """`tf.TensorSpec` s of a structure of tensor types (containers kept)."""
     if isinstance(t, T.TensorType):
         return tf.TensorSpec(t.shape, t.dtype)
@@ -41,7 +43,8 @@ def _spec_from_type(t: T.Type) -> Any:
         actual=t)
 
 
-def from_keras_model(keras_model: Any, loss: Loss, input_spec: Any,
+def from_keras_model(keras_model: keras.Model, loss: Loss,
+                     input_spec: Union[InputSpec, T.StructType],
                      loss_weights: Optional[list] = None,
                      metrics: Optional[list] = None) -> variable.VariableModel:
     """A `VariableModel` running `keras_model` (TFF's ``from_keras_model``).
@@ -105,9 +108,10 @@ def from_keras_model(keras_model: Any, loss: Loss, input_spec: Any,
             'elements, as it must specify type information for both inputs to and predictions '
             f'from the model. You passed input spec {input_spec}.')
     if isinstance(input_spec, T.Type):
-        input_spec = _spec_from_type(input_spec)
+        # A struct of two elements: the specs come back as a mapping or a tuple.
+        input_spec = cast(InputSpec, _spec_from_type(input_spec))
     else:
-        def check(s: Any) -> None:
+        def check(s: object) -> None:
             if not isinstance(s, (tf.TensorSpec, tf.RaggedTensorSpec)):
                 raise SimharnessTypeError(f'Expected input spec member to be of type '
                                           f'tf.TensorSpec, found {type(s).__name__}',
@@ -135,7 +139,7 @@ def from_keras_model(keras_model: Any, loss: Loss, input_spec: Any,
     return KerasModel(keras_model, input_spec, loss, loss_weights, metrics)
 
 
-def _build_from_spec(keras_model: Any, input_spec: Any) -> None:
+def _build_from_spec(keras_model: keras.Model, input_spec: InputSpec) -> None:
     """Builds a Keras model that has no weights yet for the inputs `input_spec` describes.
 
     Keras 2 built ``Sequential([Embedding(...), ...])`` when it was made (its first layer
@@ -145,7 +149,7 @@ def _build_from_spec(keras_model: Any, input_spec: Any) -> None:
     x_spec = input_spec[variable.MODEL_ARG_NAME] if isinstance(input_spec, Mapping) \
         else input_spec[0]
 
-    def example(spec: Any) -> Any:  # one example's batch: unknown dimensions as 1
+    def example(spec: tf.TensorSpec) -> tf.Tensor:  # one example's batch: unknown dims as 1
         return tf.zeros([1 if d is None else d for d in spec.shape], spec.dtype)
     try:
         keras_model(tf.nest.map_structure(example, x_spec))
@@ -163,35 +167,40 @@ def _weighted_mean_loss_metric(loss_fns: list, loss_weights: list) -> type:
     """A Keras ``Mean`` of the batch losses weighted by batch size (TFF's loss metric)."""
 
     class _WeightedMeanLossMetric(keras.metrics.Mean):
-        def __init__(self, name: str = 'loss', dtype: Any = tf.float32):
+        def __init__(self, name: str = 'loss', dtype: tf.DType = tf.float32):
             super().__init__(name=name, dtype=dtype)
 
-        def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+        def update_state(self, y_true: TensorStructure, y_pred: TensorStructure,
+                         sample_weight: TensorStructure = None) -> None:
             batch_size = tf.shape(tf.nest.flatten(y_pred)[0])[0]
             if len(loss_fns) == 1:
                 batch_loss = loss_fns[0](y_true, y_pred)
-            else:
+            else:  # a loss per output: labels and predictions are sequences, one per output
+                labels, outputs = (cast(Sequence[TensorStructure], y_true),
+                                   cast(Sequence[TensorStructure], y_pred))
                 batch_loss = tf.zeros(())
                 for i, fn in enumerate(loss_fns):
-                    batch_loss += loss_weights[i] * fn(y_true[i], y_pred[i])
+                    batch_loss += loss_weights[i] * fn(labels[i], outputs[i])
             return super().update_state(batch_loss, batch_size)
 
     return _WeightedMeanLossMetric
 
 
-def _inputs_and_labels(batch_input: Any) -> tuple:
+def _inputs_and_labels(batch_input: Batch) -> tuple[TensorStructure, TensorStructure]:
     """``(x, y)`` of a batch given as ``(x, y)`` or ``{'x': ..., 'y': ...}`` (y may be None)."""
     if isinstance(batch_input, Mapping):
         inputs, y_true = batch_input.get('x'), batch_input.get('y')
     else:
         inputs, y_true = batch_input
     if inputs is None:
+        # (a mapping without `x`: an `x` of None in a pair fails at `.keys`)
+        keys = cast(Mapping[str, TensorStructure], batch_input).keys()
         raise KeyError('Received a batch_input that is missing required key `x`. Instead '
-                       f'have keys {list(batch_input.keys())}')
+                       f'have keys {list(keys)}')
     return inputs, y_true
 
 
-def _num_examples(inputs: Any) -> Any:
+def _num_examples(inputs: TensorStructure) -> tf.Tensor:
     first = tf.nest.flatten(inputs)[0]
     return first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
 
@@ -199,7 +208,8 @@ def _num_examples(inputs: Any) -> Any:
 class KerasModel(variable.VariableModel):
     """A `VariableModel` over a Keras model (see `from_keras_model`)."""
 
-    def __init__(self, keras_model: Any, input_spec: Any, loss_fns: list, loss_weights: list,
+    def __init__(self, keras_model: keras.Model, input_spec: InputSpec, loss_fns: list,
+                 loss_weights: list,
                  metrics: list):
         self._keras_model = keras_model
         self._input_spec = input_spec
@@ -270,13 +280,13 @@ class KerasModel(variable.VariableModel):
             metric.reset_state()
 
     @property
-    def input_spec(self) -> Any:
+    def input_spec(self) -> InputSpec:
         return self._input_spec
 
-    def predict_on_batch(self, x: Any, training: bool = True) -> Any:
+    def predict_on_batch(self, x: TensorStructure, training: bool = True) -> TensorStructure:
         return self._keras_model(x, training=training)
 
-    def forward_pass(self, batch_input: Any, training: bool = True) -> variable.BatchOutput:
+    def forward_pass(self, batch_input: Batch, training: bool = True) -> variable.BatchOutput:
         inputs, y_true = _inputs_and_labels(batch_input)
         predictions = self.predict_on_batch(inputs, training)
         batch_loss = self._batch_loss(y_true, predictions, self._keras_model.losses)
@@ -285,15 +295,18 @@ class KerasModel(variable.VariableModel):
         return variable.BatchOutput(loss=batch_loss, predictions=predictions,
                                     num_examples=_num_examples(inputs))
 
-    def _batch_loss(self, y_true: Any, predictions: Any, regularization: Any) -> Any:
+    def _batch_loss(self, y_true: TensorStructure, predictions: TensorStructure,
+                    regularization: Sequence[tf.Tensor]) -> Optional[tf.Tensor]:
         """The losses of the outputs, weighted, plus the layers' regularization losses (as
         Keras' own training step adds them); None without labels."""
         if y_true is None:
             return None
         if len(self._loss_fns) == 1:
             terms = [self._loss_fns[0](y_true, predictions)]
-        else:
-            terms = [self._loss_weights[i] * fn(y_true[i], predictions[i])
+        else:  # a loss per output: labels and predictions are sequences, one per output
+            labels, outputs = (cast(Sequence[TensorStructure], y_true),
+                               cast(Sequence[TensorStructure], predictions))
+            terms = [self._loss_weights[i] * fn(labels[i], outputs[i])
                      for i, fn in enumerate(self._loss_fns)]
         return tf.add_n(terms + list(regularization))
 
@@ -306,8 +319,9 @@ class KerasModel(variable.VariableModel):
         `report_local_unfinalized_metrics` orders them), computed without a variable."""
         return tuple(tuple(m.stateless_reset_state()) for m in self._metrics)
 
-    def stateless_forward_pass(self, trainable: Any, non_trainable: Any, metrics_state: tuple,
-                               batch_input: Any, training: bool = True) -> tuple:
+    def stateless_forward_pass(self, trainable: Sequence[tf.Tensor],
+                               non_trainable: Sequence[tf.Tensor], metrics_state: tuple,
+                               batch_input: Batch, training: bool = True) -> tuple:
         """`forward_pass` on weights and metric values given as tensors (Keras 3's
         ``stateless_call`` and ``stateless_update_state``): no variable is read or written.
 

@@ -12,17 +12,18 @@ from simharness import structure
 from simharness.core import types as T
 from simharness.core.structure import Struct
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import ModelVariable, TensorLeaf, TensorStructure
 from simharness.learning.models import variable
 
 
-def _check_model(model: Any) -> None:
+def _check_model(model: object) -> None:
     if not isinstance(model, (variable.VariableModel, keras.Model)):
         raise SimharnessTypeError(
             f'expected a tff.learning.models.VariableModel or a keras.Model, got '
             f'{type(model).__name__}', expected=variable.VariableModel, actual=type(model))
 
 
-def _unwrap(v: Any) -> Any:
+def _unwrap(v: ModelVariable) -> TensorLeaf:
     """A Keras 3 variable's current value as a tensor (eager only)."""
     return tf.identity(v.value) if isinstance(v, keras.Variable) else v
 
@@ -37,7 +38,7 @@ class ModelWeights(NamedTuple):
     non_trainable: Any
 
     @classmethod
-    def from_model(cls, model: Any) -> 'ModelWeights':
+    def from_model(cls, model: Union[variable.VariableModel, keras.Model]) -> 'ModelWeights':
         """The variables of a `VariableModel` or Keras model (eagerly from a Keras model:
         their values as tensors)."""
         _check_model(model)
@@ -47,14 +48,14 @@ class ModelWeights(NamedTuple):
         return cls(model.trainable_variables, model.non_trainable_variables)
 
     @classmethod
-    def from_tff_result(cls, struct: Any) -> 'ModelWeights':
+    def from_tff_result(cls, struct: object) -> 'ModelWeights':
         """`ModelWeights` of lists from a computation's result (a `Struct` or containers)."""
-        if not isinstance(struct, Struct):
-            struct = structure.from_container(struct, recursive=True)
-        return cls([v for _, v in structure.to_elements(struct.trainable)],
-                   [v for _, v in structure.to_elements(struct.non_trainable)])
+        result = (struct if isinstance(struct, Struct)
+                  else structure.from_container(struct, recursive=True))
+        return cls([v for _, v in structure.to_elements(result.trainable)],
+                   [v for _, v in structure.to_elements(result.non_trainable)])
 
-    def assign_weights_to(self, model: Any) -> None:
+    def assign_weights_to(self, model: Union[variable.VariableModel, keras.Model]) -> None:
         """Assigns these weights to the variables of `model` (a `VariableModel` or Keras model).
 
         Raises:
@@ -83,7 +84,7 @@ class ModelWeights(NamedTuple):
             raise SimharnessValueError(
                 'Can only convert to numpy array in eager mode outside a @tf.function.')
 
-        def to_arrays(part: Any) -> Any:
+        def to_arrays(part: TensorStructure) -> TensorStructure:
             if isinstance(part, Struct):
                 return structure.map_structure(np.array, part)
             return tf.nest.map_structure(np.array, part)

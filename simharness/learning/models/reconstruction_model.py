@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.learning._typing import Batch, ModelVariable, SpecStructure, TensorStructure
+from simharness.learning._typing import Batch, InputSpec, ModelVariable, TensorStructure
 from simharness.learning.models import model_weights, variable
 
 __all__ = ['ReconstructionBatchOutput', 'ReconstructionDatasetSplitFn', 'ReconstructionModel',
@@ -80,7 +80,7 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
 
     @property
     @abc.abstractmethod
-    def input_spec(self) -> SpecStructure:
+    def input_spec(self) -> InputSpec:
         """The (structure of) `tf.TensorSpec` of a batch: ``(x, y)`` or ``{'x', 'y'}``."""
 
     @abc.abstractmethod
@@ -172,7 +172,7 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
     def from_keras_model_and_layers(cls, keras_model: keras.Model, *,
                                     global_layers: Iterable[keras.layers.Layer],
                                     local_layers: Iterable[keras.layers.Layer],
-                                    input_spec: SpecStructure) -> 'ReconstructionModel':
+                                    input_spec: InputSpec) -> 'ReconstructionModel':
         """A `ReconstructionModel` of `keras_model` whose variables are split by layer.
 
         An unbuilt model is built by calling it once on zeros of the ``x`` part
@@ -215,7 +215,7 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
                                        global_non_trainable_variables: Iterable[ModelVariable],
                                        local_trainable_variables: Iterable[ModelVariable],
                                        local_non_trainable_variables: Iterable[ModelVariable],
-                                       input_spec: SpecStructure) -> 'ReconstructionModel':
+                                       input_spec: InputSpec) -> 'ReconstructionModel':
         """A `ReconstructionModel` of `keras_model` with its variables in four disjoint lists.
 
         Raises:
@@ -250,7 +250,7 @@ def _name(v: ModelVariable) -> str:
     return getattr(v, 'path', None) or v.name
 
 
-def _validate_input_spec(input_spec: SpecStructure) -> None:
+def _validate_input_spec(input_spec: InputSpec) -> None:
     if len(input_spec) != 2:
         raise SimharnessValueError(
             'The top-level structure in `input_spec` must contain exactly two top-level '
@@ -274,7 +274,7 @@ class _KerasReconstructionModel(ReconstructionModel):
                  global_non_trainable_variables: Iterable[ModelVariable],
                  local_trainable_variables: Iterable[ModelVariable],
                  local_non_trainable_variables: Iterable[ModelVariable],
-                 input_spec: SpecStructure):
+                 input_spec: InputSpec):
         if not isinstance(inner_model, keras.Model):
             raise SimharnessTypeError(
                 f'Expected `inner_model` to be type `keras.Model`, found {type(inner_model)}',
@@ -338,7 +338,7 @@ class _KerasReconstructionModel(ReconstructionModel):
         return self._local_non_trainable_variables
 
     @property
-    def input_spec(self) -> SpecStructure:
+    def input_spec(self) -> InputSpec:
         return self._input_spec
 
     @tf.function

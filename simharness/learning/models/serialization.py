@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Callable, Optional, Protocol, Union
+from typing import Callable, Optional, Protocol, Union, cast
 
 import tensorflow as tf
 
@@ -30,7 +30,7 @@ from simharness.core.building_blocks import ComputationBuildingBlock
 from simharness.core.computation import Computation, ConcreteComputation, tf_computation
 from simharness.core.tf_serialization import element_spec_for
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.learning._typing import Finalizer, SpecStructure, TensorLeaf, TensorStructure
+from simharness.learning._typing import Finalizer, InputSpec, SpecStructure, TensorLeaf, TensorStructure
 from simharness.learning.models import functional, variable
 from simharness.program import serialization_utils
 
@@ -171,13 +171,15 @@ class _LoadedSavedModel(variable.VariableModel):
         self._predict_on_batch_inference = _unflatten_fn(
             loaded_module.predict_on_batch_inference,
             loaded_module.predict_on_batch_inference_type_spec, tuple)
-        self._input_spec = _deserialize_type_spec(loaded_module.serialized_input_spec)
+        # Saved from a model's input_spec: a mapping or a sequence of specs.
+        self._input_spec = cast(InputSpec,
+                                _deserialize_type_spec(loaded_module.serialized_input_spec))
         self._report_local_unfinalized_metrics = loaded_module.report_local_unfinalized_metrics
         self._serialized_metric_finalizers = loaded_module.serialized_metric_finalizers
         self._reset_metrics = getattr(loaded_module, 'reset_metrics', None)
 
     @property
-    def input_spec(self) -> SpecStructure:
+    def input_spec(self) -> InputSpec:
         return self._input_spec
 
     @tf.function

@@ -26,12 +26,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
-from typing import Any, Optional, Sequence, cast
+from typing import Any, Optional, Sequence, Union, cast
 
 import numpy as np
+import numpy.typing as npt
 import tensorflow as tf
 
 from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import TensorLeaf
+
+#: Examples or labels: a tensor, or anything numpy reads as an array.
+ArrayLike = Union[tf.Tensor, npt.ArrayLike]
 
 MODEL_NAMES = ('cnn', 'logreg', 'mlp')
 
@@ -49,7 +54,7 @@ _DEFAULTS = types.MappingProxyType({
 })
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
@@ -262,12 +267,12 @@ def reference_mlp_init() -> list[np.ndarray]:
     return init_weights(reference_mlp_spec(), seed=1)
 
 
-def _shape_of(w: Any) -> tf.TensorShape:
+def _shape_of(w: TensorLeaf) -> tf.TensorShape:
     shape = getattr(w, 'shape', None)
     return tf.TensorShape(shape if shape is not None else np.shape(w))
 
 
-def _check_weights(spec: ModelSpec, weights: Sequence[Any]) -> list[Any]:
+def _check_weights(spec: ModelSpec, weights: Sequence[TensorLeaf]) -> list[TensorLeaf]:
     if isinstance(weights, dict) or not isinstance(weights, (list, tuple)):
         raise SimharnessTypeError(
             f'model {spec.name!r}: weights must be a list of tensors in the '
@@ -292,7 +297,7 @@ def _check_weights(spec: ModelSpec, weights: Sequence[Any]) -> list[Any]:
     return list(weights)
 
 
-def _flat_input(spec: ModelSpec, x: Any) -> tf.Tensor:
+def _flat_input(spec: ModelSpec, x: ArrayLike) -> tf.Tensor:
     """x as a float32 tensor [B, *input_shape] (cnn) or [B, F] (dense models)."""
     x = tf.convert_to_tensor(x)
     if not x.dtype.is_floating and not x.dtype.is_integer:
@@ -313,7 +318,7 @@ def _flat_input(spec: ModelSpec, x: Any) -> tf.Tensor:
     return tf.reshape(x, (-1, spec.num_features))
 
 
-def forward(spec: ModelSpec, weights: Sequence[Any], x: Any) -> tf.Tensor:
+def forward(spec: ModelSpec, weights: Sequence[TensorLeaf], x: ArrayLike) -> tf.Tensor:
     """The logits ``[B, num_classes]`` of a batch.
 
     Only TF ops: works eagerly and when traced by `tf.function`, and is
@@ -347,7 +352,7 @@ def forward(spec: ModelSpec, weights: Sequence[Any], x: Any) -> tf.Tensor:
     return tf.matmul(h, w[-2]) + w[-1]
 
 
-def _labels(spec: ModelSpec, y: Any) -> tf.Tensor:
+def _labels(spec: ModelSpec, y: ArrayLike) -> tf.Tensor:
     y = tf.convert_to_tensor(y)
     if not y.dtype.is_integer:
         raise SimharnessTypeError(
@@ -358,7 +363,7 @@ def _labels(spec: ModelSpec, y: Any) -> tf.Tensor:
     return tf.reshape(y, [-1])
 
 
-def loss(spec: ModelSpec, weights: Sequence[Any], x: Any, y: Any) -> tf.Tensor:
+def loss(spec: ModelSpec, weights: Sequence[TensorLeaf], x: ArrayLike, y: ArrayLike) -> tf.Tensor:
     """Mean sparse softmax cross-entropy of a batch (a float32 scalar).
 
     Args:
@@ -375,7 +380,8 @@ def loss(spec: ModelSpec, weights: Sequence[Any], x: Any, y: Any) -> tf.Tensor:
         labels=_labels(spec, y), logits=logits))
 
 
-def accuracy(spec: ModelSpec, weights: Sequence[Any], x: Any, y: Any) -> tf.Tensor:
+def accuracy(spec: ModelSpec, weights: Sequence[TensorLeaf], x: ArrayLike,
+             y: ArrayLike) -> tf.Tensor:
     """Fraction of the batch whose argmax logit equals the label (float32)."""
     logits = forward(spec, weights, x)
     y = _labels(spec, y)
@@ -417,7 +423,7 @@ def _np_logits(spec: ModelSpec, w: list[np.ndarray], x: np.ndarray) -> np.ndarra
     return h @ w[-2] + w[-1]
 
 
-def numpy_evaluate(spec: ModelSpec, weights: Sequence[Any], x: Any, y: Any,
+def numpy_evaluate(spec: ModelSpec, weights: Sequence[TensorLeaf], x: Any, y: Any,
                    batch_size: int = 8192) -> tuple[float, float]:
     """The shared numpy evaluator (fedavg-synthetic-mlp.md §6).
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from simharness.learning._typing import Batch, Finalizer, SpecStructure, TensorStructure
+    from simharness.learning._typing import Batch, Finalizer, InputSpec, TensorStructure
 
 #: Keys of the model input and the label when `input_spec` is a mapping.
 MODEL_ARG_NAME = 'x'
@@ -59,7 +59,7 @@ class VariableModel(metaclass=abc.ABCMeta):
 
     @property
     @abc.abstractmethod
-    def input_spec(self) -> SpecStructure:
+    def input_spec(self) -> InputSpec:
         """The structure of `tf.TensorSpec` of `forward_pass`'s `batch_input` (batch first).
 
         A mapping has keys ``'x'`` (model input) and ``'y'`` (labels); otherwise

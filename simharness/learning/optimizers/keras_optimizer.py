@@ -7,18 +7,20 @@ turns one into the other inside the computation that uses it.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
-import keras
 import tensorflow as tf
 
 from simharness.errors import SimharnessTypeError
 from simharness.learning._typing import SpecStructure, TensorStructure
 from simharness.learning.optimizers import optimizer as base
 
+if TYPE_CHECKING:  # Keras is imported by whoever makes a Keras optimizer
+    import keras
+
 #: What the learning builders take as an optimizer: an `Optimizer`, or (TFF's older form)
 #: a no-argument function making a Keras optimizer.
-OptimizerOrKerasFn = Union[base.Optimizer, Callable[[], keras.optimizers.Optimizer]]
+OptimizerOrKerasFn = Union[base.Optimizer, Callable[[], 'keras.optimizers.Optimizer']]
 
 #: A Keras optimizer's variables, the state of a server `KerasOptimizer` (else ``()``).
 KerasOptimizerState = Union[list, tuple]

@@ -14,7 +14,7 @@ hparams:      optimizer.get_hparams(state) / set_hparams(state, hparams)
 from __future__ import annotations
 
 import collections
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, Optional, Tuple, Union, cast
 
 import tensorflow as tf
 
@@ -59,7 +59,7 @@ def _tensor_specs(t: T.Type) -> SpecStructure:
             return tuple(items)
         if issubclass(container, dict):
             return container(zip(t.names, items))
-        return container(*items)
+        return cast(SpecStructure, container(*items))  # a namedtuple or attrs class of specs
     raise SimharnessTypeError(f'model weights must hold only tensors, found {t}', actual=t)
 
 
