@@ -2,10 +2,11 @@
 
 `native` and `test` set or create execution contexts with TFF's names,
 signatures and defaults, on simharness's stacks (docs/tff/core.md tells which
-stack each maps to and why); `mapreduce` holds the MapReduce-form intrinsic
+stack each maps to and why); `reference` is TFF v0.19's (2021) reference
+context, the local thread stack here; `mapreduce` holds the MapReduce-form intrinsic
 `federated_secure_modular_sum`.
 """
 
-from simharness.backends import mapreduce, native, test
+from simharness.backends import mapreduce, native, reference, test
 
-__all__ = ['mapreduce', 'native', 'test']
+__all__ = ['mapreduce', 'native', 'reference', 'test']

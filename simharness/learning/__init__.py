@@ -10,6 +10,9 @@ intrinsics.
 * `dp_aggregator`, `robust_aggregator`, `secure_aggregator`; the factories
   themselves are `simharness.aggregators` (``tff.aggregators``), DP
   accounting `simharness.aggregators.accounting.dp_epsilon`.
+* `build_federated_averaging_process`, `build_federated_evaluation`,
+  `from_keras_model`, `state_with_new_model_weights`: TFF v0.19's (2021) API
+  as thin aliases of today's algorithms (`legacy_2021`).
 * `FedAvg` / `FedAvgConfig`: the benchmarks' reference FedAvg over the core
   intrinsics (padded client tensors).
 
@@ -34,10 +37,14 @@ _WHERE = {
     'ddp_secure_aggregator': 'model_update_aggregator',
     'add_debug_measurements': 'debug_measurements',
     'add_debug_measurements_with_mixed_dtype': 'debug_measurements',
+    # TFF v0.19's (2021) names, thin aliases of today's algorithms (legacy_2021).
+    'build_federated_averaging_process': 'legacy_2021',
+    'build_federated_evaluation': 'legacy_2021', 'from_keras_model': 'legacy_2021',
+    'state_with_new_model_weights': 'legacy_2021',
 }
 _MODULES = ('algorithms', 'client_weight_lib', 'debug_measurements', 'fedavg',
-            'keras_examples', 'loop_builder', 'metrics', 'model_update_aggregator', 'models',
-            'optimizers', 'programs', 'templates')
+            'keras_examples', 'legacy_2021', 'loop_builder', 'metrics',
+            'model_update_aggregator', 'models', 'optimizers', 'programs', 'templates')
 
 __all__ = sorted(_WHERE) + ['algorithms', 'metrics', 'model_update_aggregator',
                             'models', 'optimizers', 'programs', 'templates']
