@@ -43,6 +43,12 @@ DEFAULT_CACHE_SIZE = 256
 #: worker layout's).
 MAX_BATCHED_LEAVES = 256
 
+#: Most nodes (its graph's and its functions') of a function whose loops over short
+#: sequences are unrolled (`EmbeddedFunction.unrolls_loops`): TFF's tutorials' client
+#: updates (a Keras MLP or small CNN, plain FedAvg: ~300-330) stay unrolled, a
+#: character GRU's (~770) runs one loop for every length.
+UNROLL_MAX_NODES = 500
+
 #: Ops whose results are exactly rounded per element (IEEE-754 add, multiply,
 #: divide, sqrt, ...), so that computing many clients at once with
 #: `tf.vectorized_map` gives the same bits as one call per client.
@@ -152,6 +158,7 @@ class EmbeddedFunction:
         #: Positions of the parameter leaves that are sequences.
         self.sequence_params = tuple(i for i, t in enumerate(self._param_leaves)
                                      if isinstance(t, T.SequenceType))
+        self._unrolls: Optional[bool] = None  # `unrolls_loops`, computed on first use
         # lowering key -> the lowered function, or None (not lowerable)
         self._lowered: Dict[Tuple[Any, ...], Optional['EmbeddedFunction']] = {}
 
@@ -180,6 +187,21 @@ class EmbeddedFunction:
             single = self._flat_single = _FlatCall(self._callable())
         return single
 
+    @property
+    def unrolls_loops(self) -> bool:
+        """Whether loops over short sequences are unrolled, one function per number of
+        elements (`sequence_lowering.UNROLL_LIMIT`): only when this function's graph has at
+        most `UNROLL_MAX_NODES` nodes. A larger body (a recurrent model's step: its own
+        loop over time) costs more to trace and optimize once per count (~1 s each for a
+        character GRU) than a `tf.while_loop` costs per element; a rule of the graph alone,
+        so that a client runs the same graph on every stack."""
+        if self._unrolls is None:
+            gd = tf.compat.v1.GraphDef()
+            gd.ParseFromString(self.comp.graph.graph_def)
+            nodes = len(gd.node) + sum(len(f.node_def) for f in gd.library.function)
+            self._unrolls = nodes <= UNROLL_MAX_NODES
+        return self._unrolls
+
     def lowered(self, sources: Dict[int, TensorBatches]) -> Optional['EmbeddedFunction']:
         """This function with the sequence leaves `sources` (by position) fed as components.
 
@@ -187,13 +209,14 @@ class EmbeddedFunction:
         `sequence_lowering`); the function takes their components in place of
         each of them. None when the graph uses a sequence otherwise.
         """
-        key = tuple((i, tseq.lowering_key(tb)) for i, tb in sorted(sources.items()))
+        unroll = self.unrolls_loops
+        key = tuple((i, tseq.lowering_key(tb, unroll)) for i, tb in sorted(sources.items()))
         found = self._lowered.get(key, self)
         if found is not self:
             return found
         with self._lock:
             if key not in self._lowered:
-                specs = {i: tseq.source_spec(tb) for i, tb in sources.items()}
+                specs = {i: tseq.source_spec(tb, unroll) for i, tb in sources.items()}
                 self._lowered[key] = self._lower(specs, sources)
         return self._lowered[key]
 

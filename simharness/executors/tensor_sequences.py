@@ -127,17 +127,18 @@ def _checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
                          int(k) if b is not None else 1)
 
 
-def _unrolled_elements(tb: TensorBatches) -> Optional[int]:
-    """`tb`'s number of elements when its loop is unrolled (at most `UNROLL_LIMIT`), else None.
+def _unrolled_elements(tb: TensorBatches, unroll: bool = True) -> Optional[int]:
+    """`tb`'s number of elements when its loop is unrolled (at most `UNROLL_LIMIT`, and
+    `unroll`: the function's body is small enough to be traced once per count), else None.
 
-    It depends on the sequence alone (never on the clients it is batched
-    with), so that a client runs the same graph on every stack.
+    It depends on the sequence and the function alone (never on the clients it is
+    batched with), so that a client runs the same graph on every stack.
     """
     n = tb.num_elements
-    return n if n <= UNROLL_LIMIT else None
+    return n if unroll and n <= UNROLL_LIMIT else None
 
 
-def static_rows(tb: TensorBatches) -> Optional[int]:
+def static_rows(tb: TensorBatches, unroll: bool = True) -> Optional[int]:
     """`tb`'s number of rows when a function lowered for it is specialized to it, else None.
 
     That is when its loop is unrolled and every element is a full batch (or a
@@ -146,9 +147,9 @@ def static_rows(tb: TensorBatches) -> Optional[int]:
     gets at most `UNROLL_LIMIT` such forms. Its components then have fully
     known shapes, and the rule of `simharness.core.xla` can compile the
     lowered function. Like `_unrolled_elements`, it depends on the sequence
-    alone.
+    and the function alone.
     """
-    n = _unrolled_elements(tb)
+    n = _unrolled_elements(tb, unroll)
     if n is None:
         return None
     if tb.batch_size is None:
@@ -156,20 +157,21 @@ def static_rows(tb: TensorBatches) -> Optional[int]:
     return tb.num_rows if tb.num_rows == n * tb.batch_size else None
 
 
-def source_spec(tb: TensorBatches) -> SourceSpec:
+def source_spec(tb: TensorBatches, unroll: bool = True) -> SourceSpec:
     return SourceSpec([c.dtype for c in tb.components], tb.batch_size, tb.drop_remainder,
-                      _unrolled_elements(tb), tb.passes, static_rows(tb))
+                      _unrolled_elements(tb, unroll), tb.passes, static_rows(tb, unroll))
 
 
-def lowering_key(tb: TensorBatches) -> Tuple:
-    """What a function lowered for `tb` depends on (equal to `source_spec(tb).key()`).
+def lowering_key(tb: TensorBatches, unroll: bool = True) -> Tuple:
+    """What a function lowered for `tb` depends on (equal to `source_spec(tb, unroll).key()`).
 
     Kept in ``tb.derived`` (a map runs it per client and round; reading a
     tensor's shape costs microseconds); the rows of one stacked block share it.
     """
-    key = tb.derived.get('lowering_key')
+    name = 'lowering_key' if unroll else 'lowering_key_rolled'
+    key = tb.derived.get(name)
     if key is None:
-        key = tb.derived['lowering_key'] = (
+        key = tb.derived[name] = (
             tuple(c.dtype.name for c in tb.components), tb.batch_size, tb.drop_remainder,
-            _unrolled_elements(tb), tb.passes, static_rows(tb))
+            _unrolled_elements(tb, unroll), tb.passes, static_rows(tb, unroll))
     return key

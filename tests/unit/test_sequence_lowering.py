@@ -176,6 +176,41 @@ def test_unrolled_functions_are_kept_per_number_of_elements():
     assert 'While' in _graph_ops(_embedded(total_after_map_filter).lowered({0: _batches(3)}))
 
 
+@sh.tf_computation(SEQ)
+def total_of_a_large_body(ds):
+    def step(acc, b):
+        x = b[0]
+        for k in range(250):  # a body of many ops, as a recurrent model's step has
+            x = tf.tanh(x * (1.0 + k * 1e-3))
+        return acc + tf.reduce_sum(x)
+    return ds.reduce(tf.constant(0.0), step)
+
+
+def test_a_large_body_runs_one_loop_for_every_length():
+    """Tracing an unrolled copy per number of elements costs more than a loop for a large
+    body: one lowered function (a loop) serves sequences of every length, and computes
+    what the unrolled form does."""
+    from simharness.executors.embedded_function import UNROLL_MAX_NODES
+    big, small = _embedded(total_of_a_large_body), _embedded(total_by_reduce)
+    assert not big.unrolls_loops and small.unrolls_loops
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(big.comp.graph.graph_def)
+    assert len(gd.node) + sum(len(f.node_def) for f in gd.library.function) > UNROLL_MAX_NODES
+    def batches(rows):  # batches of 2: 2, 3 and 4 elements
+        x = np.arange(2 * rows, dtype=np.float32).reshape(rows, 2)
+        y = np.arange(rows, dtype=np.int32)
+        return (x, y), TensorBatches([tf.constant(x), tf.constant(y)], 2, False, BATCH)
+    lowered = {rows: big.lowered({0: batches(rows)[1]}) for rows in (4, 6, 8)}
+    assert len({id(f) for f in lowered.values()}) == 1
+    assert 'While' in _graph_ops(lowered[6])
+    for rows in (4, 6, 8):
+        arrays, tb = batches(rows)
+        got = lowered[rows].call_flat(tb.components)[0]
+        want = big.call_flat([tf.data.experimental.to_variant(
+            tf.data.Dataset.from_tensor_slices(arrays).batch(2))])[0]
+        assert got.numpy().tobytes() == want.numpy().tobytes()
+
+
 def test_only_the_lowered_sequence_changes():
     fn = _embedded(two_datasets)
     lowered = fn.lowered({1: _batches()})
