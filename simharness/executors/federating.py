@@ -113,6 +113,11 @@ class FederatingStrategy(abc.ABC):
     def close(self) -> None:
         """Closes the children the strategy owns."""
 
+    def check_placement(self, placement: T.PlacementLiteral, t: T.Type) -> None:
+        """Raises a ValueError when the strategy has no executors for `placement` (a value
+        of type `t`, or a function returning one, is embedded there); by default every
+        placement is served."""
+
     def busy(self) -> Any:
         """A context manager around each operation of the executor (the strategy may track
         what is running, e.g. to batch work); by default it does nothing."""
@@ -188,6 +193,7 @@ class FederatingExecutor(Executor):
             if not a_value and not isinstance(t, T.FunctionType):
                 raise SimharnessTypeError(f'{value!r} is a function; type_spec {t} is not a '
                                           'function type', expected=T.FunctionType, actual=t)
+            self._check_result_placement(t)
             return FederatingValue('intrinsic', (value.uri, {}), t, self)
         if isinstance(value, T.PlacementLiteral):  # simharness.SERVER / CLIENTS
             t = T.PlacementType() if t is None else t
@@ -206,6 +212,7 @@ class FederatingExecutor(Executor):
                 if bb.uri_to_intrinsic_def(value.uri) is None:
                     raise SimharnessValueError(f'Encountered an unrecognized intrinsic '
                                                f'{value.uri!r}')
+                self._check_result_placement(value.type_signature)
                 return FederatingValue('intrinsic', (value.uri, value.static),
                                        value.type_signature, self)
             if isinstance(value, bb.CompiledComputation):
@@ -235,6 +242,11 @@ class FederatingExecutor(Executor):
             elems = [(n, await self.create_value(v, e)) for (n, e), v in zip(t.items(), s)]
             return FederatingValue('struct', elems, t, self)
         return self.unplaced(await self._unplaced.create_value(value, t))
+
+    def _check_result_placement(self, t: T.Type) -> None:
+        """TFF's check of an intrinsic embedded: the strategy serves its result's placement."""
+        if isinstance(t, T.FunctionType) and isinstance(t.result, T.FederatedType):
+            self.strategy.check_placement(t.result.placement, t)
 
     async def _create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> FederatingValue:
         """Raises:

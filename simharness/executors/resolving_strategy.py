@@ -59,8 +59,8 @@ from simharness.executors.resolving_streams import IN_PROCESS_STREAM_CLIENTS  # 
 from simharness.executors.resolving_streams import Busy, ClientStreams
 from simharness.executors.strategy_plans import (ClientGroups, ClientsPayload, Lazy, LazyLocal,
                                                  LazyMap, LazySelect, LazyShared, LazySourced,
-                                                 LazyZip, hosting_child, secure_params,
-                                                 targets_from_mapping)
+                                                 LazyZip, hosting_child, mapping_names_clients,
+                                                 secure_params, targets_from_mapping)
 
 #: The most bytes of one worker group's clients' values (from the driver's Python) that ride
 #: inside a streamed request's plan (`LazyLocal`, `PlanStacked`); bigger ones are sent at once
@@ -95,9 +95,13 @@ class FederatedResolvingStrategy(FederatingStrategy):
     """
 
     def __init__(self, executor: FederatingExecutor, server: BatchExecutor,
-                 client_groups: Sequence[Tuple[BatchExecutor, int]]):
+                 client_groups: Sequence[Tuple[BatchExecutor, int]],
+                 clients_target: bool = True):
         super().__init__(executor)
         self._server = server
+        #: False when built from a mapping without a `CLIENTS` entry: values placed at
+        #: CLIENTS are refused (TFF's ValueError), where ``CLIENTS: []`` is zero clients.
+        self.clients_target = clients_target
         #: The client groups (frozen), in client order.
         self.groups = ClientGroups.of(client_groups)
         #: Lazy client values and streamed reductions over the groups (see `resolving_streams`).
@@ -154,10 +158,12 @@ class FederatedResolvingStrategy(FederatingStrategy):
           ValueError: the mapping has no `SERVER` executor or an unknown key.
           TypeError: a child is not an executor that can host clients.
         """
+        clients_target = True
         if isinstance(server, collections.abc.Mapping):
             if client_groups is not None:
                 raise SimharnessTypeError('give either a mapping {SERVER: ..., CLIENTS: [...]} or '
                                           'a server and client groups, not both')
+            clients_target = mapping_names_clients(server)
             server, client_groups = targets_from_mapping(server)
         elif client_groups is None:
             raise SimharnessTypeError('FederatedResolvingStrategy.factory needs client groups '
@@ -166,7 +172,16 @@ class FederatedResolvingStrategy(FederatingStrategy):
         server = hosting_child(server, 'the SERVER executor')
         groups = [(hosting_child(ex, f'client executor {i}'), n)
                   for i, (ex, n) in enumerate(client_groups)]
-        return lambda executor: cls(executor, server, groups)
+        return lambda executor: cls(executor, server, groups, clients_target)
+
+    def check_placement(self, placement: T.PlacementLiteral, t: T.Type) -> None:
+        """Raises `SimharnessValueError` (a ValueError, TFF's) when a value of type `t` is
+        placed at CLIENTS and the target executors had no `CLIENTS` entry."""
+        if placement is T.CLIENTS and not self.clients_target:
+            raise SimharnessValueError(
+                f'a value of type {t} is placed at CLIENTS, but the target executors have no '
+                'CLIENTS executor: give {SERVER: ex, CLIENTS: [ex, ...]} (CLIENTS: [] for zero '
+                'clients)')
 
     def close(self) -> None:
         seen = set()
@@ -268,6 +283,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
     # ------------------------------------------------------------ values
     async def ingest_federated(self, value: Any, t: T.FederatedType) -> FederatingValue:
+        self.check_placement(t.placement, t)
         if t.placement is T.SERVER:
             return self._fed(await self._server.create_value(value, t.member), t)
         if t.all_equal:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from simharness.core import types as T
 from simharness.core.structure import broadcast_static, pack_as
@@ -181,6 +181,13 @@ def targets_from_mapping(targets: Any) -> Tuple[Any, List[Tuple[Any, int]]]:
         else:
             groups.append((c, 1))
     return server, groups
+
+
+def mapping_names_clients(targets: Iterable[object]) -> bool:
+    """Whether TFF's ``{SERVER: ex, CLIENTS: [...]}`` has a `CLIENTS` entry (an empty list
+    counts: zero clients)."""
+    return any((T.placement_from_uri(key.lower()) if isinstance(key, str) else key)
+               is T.CLIENTS for key in targets)
 
 
 def hosting_child(ex: Any, what: str) -> BatchExecutor:

@@ -258,6 +258,22 @@ class TestFederating:
         fed = FederatingExecutor(FederatedResolvingStrategy.factory({sh.SERVER: EagerTFExecutor()}),
                                  EagerTFExecutor())
         assert fed.strategy.num_clients == 0
+        # No CLIENTS entry: what is placed at CLIENTS is refused (TFF 0.19's ValueError) ...
+        with pytest.raises(ValueError, match='no CLIENTS executor'):
+            run(fed.create_value([], sh.type_at_clients(tf.int32)))
+        with pytest.raises(ValueError, match='no CLIENTS executor'):
+            run(fed.create_value(1, sh.type_at_clients(tf.int32, all_equal=True)))
+        fed.close()
+        # ... where CLIENTS: [] is zero clients.
+        fed = FederatingExecutor(
+            FederatedResolvingStrategy.factory({sh.SERVER: EagerTFExecutor(), sh.CLIENTS: []}),
+            EagerTFExecutor())
+        try:
+            assert fed.strategy.num_clients == 0
+            v = run(fed.create_value([], sh.type_at_clients(tf.int32)))
+            assert v.type_signature == sh.type_at_clients(tf.int32)
+        finally:
+            fed.close()
 
     def test_factory_errors(self):
         with pytest.raises(ValueError, match='no SERVER'):

@@ -8,10 +8,11 @@ neither name nor index, which `Selection` refuses when it is built (ValueError, 
 executor does later); ``test_raises_value_error_with_no_target_executor_server`` builds the
 strategy factory inside ``assertRaises``: simharness refuses a mapping without a SERVER
 executor when the factory is made (ValueError), TFF when a value is embedded; random results
-are compared by ``float(x)`` (simharness computes to numpy, not eager tensors). Left out: the intrinsic and all-equal cases of
-``test_raises_value_error_with_no_target_executor_clients`` (simharness reads a mapping
-without CLIENTS as zero clients, as its ``default_num_clients=0`` stacks need, so they embed).
-Skipped: ``test_raises_not_implemented_error_with_intrinsic_def_federated_secure_sum``
+are compared by ``float(x)`` (simharness computes to numpy, not eager tensors). All 169
+cases are ported; ``test_raises_value_error_with_no_target_executor_clients`` holds in full
+(a mapping without a CLIENTS entry refuses values and intrinsics placed at CLIENTS; an
+explicit ``CLIENTS: []`` is zero clients, which simharness's ``default_num_clients=0`` stacks
+need). Skipped: ``test_raises_not_implemented_error_with_intrinsic_def_federated_secure_sum``
 (simharness runs secure sums as exact plain sums, TFF 0.88's behaviour).
 """
 
@@ -273,13 +274,24 @@ class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase,
             value = bb.Selection(source)
             self.run_sync(executor.create_value(value, type_signature))
 
-    # Only the clients value: simharness reads a mapping without CLIENTS as zero clients
-    # (the stacks of TFF's default_num_clients=0), so intrinsics and an all-equal value at
-    # clients embed there (see the module docstring).
+    # pyformat: disable
     @parameterized.named_parameters([
+            ('intrinsic_def_federated_broadcast',
+              *executor_test_utils.create_whimsy_intrinsic_def_federated_broadcast()),
+            ('intrinsic_def_federated_eval_at_clients',
+              *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_clients()),
+            ('intrinsic_def_federated_map',
+              *executor_test_utils.create_whimsy_intrinsic_def_federated_map()),
+            ('intrinsic_def_federated_map_all_equal',
+              *executor_test_utils.create_whimsy_intrinsic_def_federated_map_all_equal()),
+            ('intrinsic_def_federated_value_at_clients',
+              *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_clients()),
+            ('federated_type_at_clients_all_equal',
+              *executor_test_utils.create_whimsy_value_at_clients_all_equal()),
             ('federated_type_at_clients',
               *executor_test_utils.create_whimsy_value_at_clients())
     ])
+    # pyformat: enable
     def test_raises_value_error_with_no_target_executor_clients(
             self, value, type_signature):
         factory = framework.FederatedResolvingStrategy.factory({
