@@ -4,13 +4,15 @@ simharness's `EagerTFExecutor`: the executor's tests (construction, ``create_val
 variables).
 
 ``EagerValue`` is simharness's (`executors.client_blocks`); ``to_representation_for_type``
-is `tf_values.ingest`; a computation's proto is its building block; results compute to
-numpy (``.numpy()`` reads ``np.asarray``); each test runs on the module's own event loop.
-Left out: the tests of the module's functions over TFF's computation protos and graph
-bindings (``embed_tensorflow_computation``, ``_get_wrapped_function_from_comp``,
-``_check_dataset_reduce_for_multi_gpu``, ``to_representation_for_type`` of protos, and the
-per-device variants of these): TFF's proto-graph internals, which simharness's serialized
-graphs replace.
+is `tf_values.ingest` for a value (its ``device`` argument: ``ingest`` under ``tf.device``)
+and ``EagerTFExecutor(device).create_value`` for a computation; a computation's proto is
+its building block; results compute to numpy (``.numpy()`` reads ``np.asarray``); each test
+runs on the module's own event loop. All 28 cases of ``EagerTFExecutorTest`` are ported.
+Left out: ``EmbedTfCompTest`` (33 cases), the tests of the module's functions over TFF's
+computation protos and graph bindings (``embed_tensorflow_computation``,
+``_get_wrapped_function_from_comp``, ``wrap_function_on_all_available_logical_devices``,
+``_check_dataset_reduce_for_multi_gpu``): TFF's proto-graph internals, which simharness's
+serialized graphs replace (no counterpart).
 """
 
 import asyncio
@@ -18,6 +20,7 @@ import collections
 
 import numpy as np
 import tensorflow as tf
+from absl.testing import parameterized
 
 import simharness as tff
 from simharness import framework
@@ -52,7 +55,58 @@ def _create_test_executor_factory():
     return framework.ResourceManagingExecutorFactory(lambda _: executor)
 
 
-class EagerTFExecutorTest(tf.test.TestCase):
+class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
+
+    def test_to_representation_for_type_with_int(self):
+        value = 10
+        type_signature = computation_types.TensorType(tf.int32)
+        v = ingest(value, type_signature)
+        self.assertIsInstance(v, tf.Tensor)
+        self.assertEqual(v, 10)
+        self.assertEqual(v.dtype, tf.int32)
+
+    def test_to_representation_for_tf_variable(self):
+        value = tf.Variable(10, dtype=tf.int32)
+        type_signature = computation_types.TensorType(tf.int32)
+        v = ingest(value, type_signature)
+        self.assertIsInstance(v, tf.Tensor)
+        self.assertEqual(v, 10)
+        self.assertEqual(v.dtype, tf.int32)
+
+    def test_to_representation_for_type_with_int_on_specific_device(self):
+        value = 10
+        type_signature = computation_types.TensorType(tf.int32)
+        # `ingest` takes no device: it places its tensor under the caller's tf.device.
+        with tf.device(tf.config.list_logical_devices('CPU')[0].name):
+            v = ingest(value, type_signature)
+        self.assertIsInstance(v, tf.Tensor)
+        self.assertEqual(v, 10)
+        self.assertEqual(v.dtype, tf.int32)
+        self.assertTrue(v.device.endswith('CPU:0'))
+
+    def _get_to_representation_for_type_succeeds_on_device(self, device):
+
+        @tff.tensorflow.computation(tf.int32)
+        def comp(x):
+            return tf.add(x, 1)
+
+        comp_proto = comp.to_building_block()
+
+        # TFF's to_representation_for_type(proto, ..., device=device): the executor of
+        # `device` embeds the computation.
+        ex = framework.EagerTFExecutor(device)
+        fn = _loop().run_until_complete(
+                ex.create_value(comp_proto, comp.type_signature)).internal_representation
+        result = fn(tf.constant(20))
+        return result
+
+    @parameterized.named_parameters(('cpu', 'CPU'), ('gpu', 'GPU'),
+                                    ('tpu', 'TPU'))
+    def test_to_representation_for_type_succeeds_on_device(self, device_type):
+        for device in tf.config.list_logical_devices(device_type):
+            self.assertTrue(
+                    self._get_to_representation_for_type_succeeds_on_device(
+                            device).device.endswith(device.name))
 
     def test_eager_value_constructor_with_int_constant(self):
         int_tensor_type = computation_types.TensorType(dtype=tf.int32, shape=[])

@@ -9,10 +9,11 @@ are `CachingExecutorFactory`s; `ResourceManagingExecutorFactory` is one of them)
 ``test_executors_persisted_is_capped`` counts ``factory._stacks`` (TFF: ``_executors``); the
 local factories of ``test_limiting_concurrency_constructs_one_eager_executor`` are given
 TFF's default ``max_fanout=100`` (simharness's default is two threads per usable core).
-Left out: the ``sizing_executor`` parameters (TFF's sizing executor has no simharness
-counterpart), and the classes ``UnplacedExecutorFactoryTest``,
-``FederatingExecutorFactoryTest``, ``MinimalLengthFlatStackFnTest``,
-``ComposingExecutorFactoryTest`` and ``RemoteExecutorFactoryTest``: they test TFF 0.19's
+Left out: the 16 ``sizing_executor_factory`` / ``SizingExecutorFactory`` parameters (TFF's
+sizing executor has no simharness counterpart), and the classes
+``UnplacedExecutorFactoryTest``, ``FederatingExecutorFactoryTest``,
+``MinimalLengthFlatStackFnTest``, ``ComposingExecutorFactoryTest`` and
+``RemoteExecutorFactoryTest`` (it patches TFF's ``RemoteExecutor``): they test TFF 0.19's
 internal factory classes and its composing and gRPC remote stacks (simharness's remote
 stack is tested in tests/remote).
 """
