@@ -26,9 +26,9 @@ import tensorflow as tf
 from simharness.aggregators import factory, measurements
 from simharness.aggregators import tensor_utils
 from simharness.core import intrinsics as I
-from simharness.core.tracing import Value
 from simharness.core import types as T
 from simharness.core.computation import Computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.learning._typing import TensorStructure
 
 __all__ = ['add_debug_measurements', 'add_debug_measurements_with_mixed_dtype']

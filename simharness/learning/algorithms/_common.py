@@ -6,8 +6,8 @@ from typing import Callable, Union
 
 import tensorflow as tf
 
-from simharness.core import narrowing as N
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import Computation, tf_computation
 from simharness.errors import SimharnessTypeError
 from simharness.learning.models import functional, variable

@@ -19,16 +19,18 @@ from typing import Callable, Optional, Sequence, Union, cast
 import numpy as np
 import tensorflow as tf
 
-from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.aggregators import factory, mean
 from simharness.core import intrinsics as I
-from simharness.core import narrowing as N
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.learning import loop_builder
+from simharness.learning._typing import Batch, SpecStructure, TensorStructure
 from simharness.learning.algorithms import _common
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metric_aggregator
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.models import functional, variable
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.optimizers.optimizer import Optimizer
@@ -39,8 +41,6 @@ from simharness.learning.templates.model_delta_client_work import (choose_client
                                                                    functional_weights_type,
                                                                    split_batch)
 from simharness.templates.measured_process import MeasuredProcessOutput
-from simharness.core.tracing import Value
-from simharness.learning._typing import Batch, SpecStructure, TensorStructure
 
 #: The weights a functional model's client update takes: ``(trainable, non_trainable)``.
 WeightsPair = tuple[Sequence[tf.Tensor], Sequence[tf.Tensor]]

@@ -20,15 +20,15 @@ from typing import Optional
 
 import numpy as np
 
-from simharness.core import narrowing as N
-from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.aggregators import factory, factory_utils, mean
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.errors import SimharnessTypeError
 from simharness.learning import loop_builder
 from simharness.learning.algorithms import _common
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metric_aggregator
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.optimizers import sgdm
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import (apply_optimizer_finalizer, composers, distributors,

@@ -16,17 +16,19 @@ from typing import Callable, Optional, Union
 import numpy as np
 import tensorflow as tf
 
-from simharness.core import narrowing as N
-from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.aggregators import factory, mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError
 from simharness.learning import loop_builder
+from simharness.learning._typing import TensorStructure
 from simharness.learning.algorithms import _common, fed_avg
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metric_aggregator
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.models import functional, variable
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.optimizers.optimizer import Float, Int, Optimizer
@@ -34,8 +36,6 @@ from simharness.learning.templates import (apply_optimizer_finalizer, client_wor
                                            distributors, learning_process,
                                            model_delta_client_work)
 from simharness.templates.measured_process import MeasuredProcessOutput
-from simharness.core.tracing import Value
-from simharness.learning._typing import TensorStructure
 
 __all__ = ['build_scheduled_client_work', 'build_weighted_fed_avg_with_optimizer_schedule']
 

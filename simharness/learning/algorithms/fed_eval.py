@@ -20,12 +20,14 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
-from simharness.core import narrowing as N
 from simharness.aggregators import mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import Computation, federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.learning import loop_builder
+from simharness.learning._typing import Batch, TensorStructure
 from simharness.learning.algorithms import _common
 from simharness.learning.metrics import sum_aggregation_factory
 from simharness.learning.models import functional, variable
@@ -35,8 +37,6 @@ from simharness.learning.templates import (client_works, composers, distributors
 from simharness.learning.templates.model_delta_client_work import functional_weights_type
 from simharness.templates.aggregation_process import AggregationProcess
 from simharness.templates.measured_process import MeasuredProcessOutput
-from simharness.core.tracing import Value
-from simharness.learning._typing import Batch, TensorStructure
 
 __all__ = ['build_fed_eval']
 

@@ -26,13 +26,15 @@ from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 
-from simharness.core import narrowing as N
 from simharness.aggregators import mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import Computation, federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning import loop_builder
+from simharness.learning._typing import TemplateField
 from simharness.learning.algorithms import _common
 from simharness.learning.algorithms.fed_eval import (_build_fed_eval_client_work,
                                                      _build_functional_fed_eval_client_work)
@@ -42,8 +44,6 @@ from simharness.learning.templates import (client_works, composers, distributors
                                            learning_process)
 from simharness.templates.aggregation_process import AggregationProcess
 from simharness.templates.measured_process import MeasuredProcessOutput
-from simharness.core.tracing import Value
-from simharness.learning._typing import TemplateField, TensorStructure
 
 __all__ = ['build_fed_multi_model_eval', 'build_fed_multi_model_eval_from_processes']
 
@@ -58,7 +58,7 @@ def _build_initial_model_weights_fn(model_fns: Sequence[_common.ModelFn]) -> Com
                 expected=functional.FunctionalModel, actual=type(model_fn))
 
     @tf_computation()
-    def initial_model_weights_fn() -> TensorStructure:
+    def initial_model_weights_fn() -> dict[str, model_weights_lib.ModelWeights]:
         initial_model_weights = []
         for model_fn in model_fns:
             if callable(model_fn):

@@ -13,8 +13,8 @@ from typing import Optional
 import numpy as np
 
 from simharness.aggregators import factory, factory_utils, mean
-from simharness.core import narrowing as N
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning import loop_builder
 from simharness.learning.algorithms import _common

@@ -34,13 +34,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from simharness.core import narrowing as N
 from simharness.aggregators import factory, factory_utils, mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import Computation, federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning import client_weight_lib
+from simharness.learning._typing import Batch, Finalizer, TensorStructure
 from simharness.learning.metrics import aggregator as metrics_aggregators
 from simharness.learning.metrics import keras_finalizer as metrics_finalizers_lib
 from simharness.learning.models import model_weights, reconstruction_model
@@ -50,8 +52,6 @@ from simharness.learning.templates import (apply_optimizer_finalizer, client_wor
                                            distributors, learning_process)
 from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
 from simharness.templates.measured_process import MeasuredProcessOutput
-from simharness.core.tracing import Value
-from simharness.learning._typing import Batch, Finalizer, TensorStructure
 
 __all__ = ['build_fed_recon']
 

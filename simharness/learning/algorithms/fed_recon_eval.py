@@ -30,11 +30,13 @@ from typing import Optional
 
 import tensorflow as tf
 
-from simharness.core import narrowing as N
 from simharness.aggregators import mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import federated_computation, tf_computation
+from simharness.core.tracing import Value
+from simharness.learning._typing import Batch
 from simharness.learning.algorithms import _common, fed_recon
 from simharness.learning.metrics import sum_aggregation_factory
 from simharness.learning.models import model_weights as model_weights_lib
@@ -44,8 +46,6 @@ from simharness.learning.templates import (client_works, composers, distributors
                                            learning_process)
 from simharness.templates.aggregation_process import AggregationProcess
 from simharness.templates.measured_process import MeasuredProcessOutput
-from simharness.core.tracing import Value
-from simharness.learning._typing import Batch
 
 __all__ = ['build_fed_recon_eval']
 

@@ -17,15 +17,17 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
-from simharness.core import narrowing as N
-from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.aggregators import factory, mean
 from simharness.core import intrinsics as I
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.learning import loop_builder
+from simharness.learning._typing import Batch, TensorStructure
 from simharness.learning.algorithms import _common
 from simharness.learning.metrics import aggregator as metric_aggregator
+from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.models import functional, variable
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.optimizers import sgdm
@@ -35,8 +37,6 @@ from simharness.learning.templates import (apply_optimizer_finalizer, client_wor
 from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
 from simharness.learning.templates.model_delta_client_work import functional_weights_type
 from simharness.templates.measured_process import MeasuredProcessOutput
-from simharness.core.tracing import Value
-from simharness.learning._typing import Batch, TensorStructure
 
 __all__ = ['DEFAULT_SERVER_OPTIMIZER_FN', 'build_fed_sgd']
 

@@ -27,11 +27,11 @@ from simharness.aggregators import factory, factory_utils, sum_factory
 from simharness.core import intrinsics as I
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning.templates import (client_works, composers, distributors, finalizers,
                                            learning_process)
 from simharness.templates.measured_process import MeasuredProcessOutput
-from simharness.core.tracing import Value
 
 __all__ = ['build_fed_kmeans']
 

@@ -19,13 +19,13 @@ import tensorflow as tf
 
 from simharness.aggregators import factory, factory_utils, mean
 from simharness.core import intrinsics as I
-from simharness.core import narrowing as N
-from simharness.core.tracing import Value
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError
-from simharness.learning._typing import TensorStructure
 from simharness.learning import loop_builder
+from simharness.learning._typing import TensorStructure
 from simharness.learning.algorithms import _common
 from simharness.learning.algorithms._mime_client_work import build_mime_lite_client_work
 from simharness.learning.client_weight_lib import ClientWeighting

@@ -25,10 +25,10 @@ import tensorflow as tf
 
 from simharness.aggregators import sampling
 from simharness.core import intrinsics as I
-from simharness.core import narrowing as N
-from simharness.core.tracing import Value
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import Computation, federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning._typing import TensorStructure
 from simharness.learning.models import model_weights as model_weights_lib

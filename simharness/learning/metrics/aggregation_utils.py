@@ -6,12 +6,12 @@ import collections
 from collections.abc import Mapping
 from typing import Callable, cast
 
-from simharness.learning._typing import MetricFinalizers, TensorStructure
 from simharness import structure
 from simharness.core import types as T
 from simharness.core.structure import Struct
 from simharness.core.computation import Computation, tf_computation
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning._typing import MetricFinalizers, TensorStructure
 
 
 def _fields(struct_type: T.StructType) -> list:

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import Optional, cast
 
 from simharness.core import intrinsics
-from simharness.core import narrowing as N
-from simharness.core.tracing import Value
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import Computation, federated_computation, tf_computation
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError
 from simharness.learning._typing import MetricFinalizers, TensorStructure
 from simharness.learning.metrics import (aggregation_utils, sampling_aggregation_factory,

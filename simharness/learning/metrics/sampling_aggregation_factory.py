@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from simharness.aggregators import factory, sampling
 from simharness.core import intrinsics as I
-from simharness.core import narrowing as N
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError, SimharnessValueError

@@ -20,11 +20,11 @@ import collections
 from typing import Callable, NamedTuple, TypeVar
 
 from simharness.core import intrinsics as I
-from simharness.core import narrowing as N
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import Computation, federated_computation, tf_computation
-from simharness.core.tracing import Value
 from simharness.aggregators import mean
+from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError
 from simharness.learning._typing import TemplateField
 from simharness.learning.client_weight_lib import ClientWeighting

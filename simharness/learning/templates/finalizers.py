@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Optional
 
 from simharness.core import intrinsics as I
-from simharness.core import narrowing as N
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import Computation, federated_computation
 from simharness.core.tracing import Value
 from simharness.learning.templates import _checks, hparams_base

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from simharness.core import narrowing as N
 from simharness.core import types as T
+from simharness.core import narrowing as N
 from simharness.core.computation import Computation
 from simharness.learning._typing import TemplateField
 from simharness.learning.templates import hparams_base
