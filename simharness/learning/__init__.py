@@ -12,7 +12,8 @@ intrinsics.
   accounting `simharness.aggregators.accounting.dp_epsilon`.
 * `build_federated_averaging_process`, `build_federated_evaluation`,
   `from_keras_model`, `state_with_new_model_weights`: TFF v0.19's (2021) API
-  as thin aliases of today's algorithms (`legacy_2021`).
+  as thin aliases of today's algorithms (`legacy_2021`); `ModelWeights`,
+  `BatchOutput`: 2021's places of today's `models` classes.
 * `FedAvg` / `FedAvgConfig`: the benchmarks' reference FedAvg over the core
   intrinsics (padded client tensors).
 
@@ -41,6 +42,7 @@ _WHERE = {
     'build_federated_averaging_process': 'legacy_2021',
     'build_federated_evaluation': 'legacy_2021', 'from_keras_model': 'legacy_2021',
     'state_with_new_model_weights': 'legacy_2021',
+    'BatchOutput': 'models', 'ModelWeights': 'models',  # 2021's places of today's classes
 }
 _MODULES = ('algorithms', 'client_weight_lib', 'debug_measurements', 'fedavg',
             'keras_examples', 'legacy_2021', 'loop_builder', 'metrics',

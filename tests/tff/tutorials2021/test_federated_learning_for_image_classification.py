@@ -250,7 +250,7 @@ def test_federated_learning_for_image_classification_2021_tutorial():
         del training
         loss, predictions = mnist_forward_pass(self._variables, batch)
         num_exmaples = tf.shape(batch['x'])[0]
-        return tff.learning.models.BatchOutput(  # PATCHED: tff.learning.BatchOutput
+        return tff.learning.BatchOutput(
             loss=loss, predictions=predictions, num_examples=num_exmaples)
 
       @tf.function

@@ -70,8 +70,10 @@ def _assert_same_bits(state_2021, losses_2021, today_process, state_today, losse
         np.testing.assert_array_equal(a, b)
 
 
-def test_from_keras_model_is_todays():
+def test_from_keras_model_model_weights_and_batch_output_are_todays():
     assert tff.learning.from_keras_model is tff.learning.models.from_keras_model
+    assert tff.learning.ModelWeights is tff.learning.models.ModelWeights
+    assert tff.learning.BatchOutput is tff.learning.models.BatchOutput
 
 
 @pytest.mark.slow
