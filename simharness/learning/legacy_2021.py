@@ -10,7 +10,7 @@ the same math, returning 2021's structures:
 from_keras_model(keras_model, loss, input_spec, loss_weights, metrics)
     = tff.learning.models.from_keras_model (same signature, same model)
 build_federated_averaging_process(model_fn, client_optimizer_fn, server_optimizer_fn, ...)
-    = build_weighted_fed_avg (build_unweighted_fed_avg for UNIFORM weighting) with
+    = build_weighted_fed_avg (build_unweighted_fed_avg for an unweighted factory) with
       Keras SGD(learning_rate, momentum, nesterov) -> build_sgdm(same), and
     initialize: ( -> ServerState(model, optimizer_state, delta_aggregate_state,
                                  model_broadcast_state, client_work)@SERVER)
@@ -197,9 +197,9 @@ def build_federated_averaging_process(
         state, metrics = process.next(state, federated_train_data)
         metrics['train']['loss'], state.model.trainable
 
-    Runs today's `build_weighted_fed_avg` (or `build_unweighted_fed_avg` when
-    `client_weighting` is UNIFORM or the factory unweighted): the same client
-    training, weighting and server step, so the same bits.
+    Runs today's `build_weighted_fed_avg` (`build_unweighted_fed_avg` for an
+    unweighted factory): the same client training, weighting and server
+    step, so the same bits.
 
     Args:
       model_fn: a no-arg function returning a new `VariableModel` (e.g. of
@@ -245,10 +245,7 @@ def build_federated_averaging_process(
         process = fed_avg.build_unweighted_fed_avg(
             model_fn, client_optimizer, server_optimizer,
             model_aggregator=model_update_aggregation_factory, loop_implementation=loop)
-    elif client_weighting is ClientWeighting.UNIFORM and model_update_aggregation_factory is None:
-        process = fed_avg.build_unweighted_fed_avg(
-            model_fn, client_optimizer, server_optimizer, loop_implementation=loop)
-    else:
+    else:  # 2021's UNIFORM without a factory: weights 1 into the weighted MeanFactory
         process = fed_avg.build_weighted_fed_avg(
             model_fn, client_optimizer, server_optimizer,
             client_weighting=client_weighting or ClientWeighting.NUM_EXAMPLES,

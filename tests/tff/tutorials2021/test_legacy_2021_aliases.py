@@ -107,17 +107,33 @@ def test_weighted_fedavg_equals_build_weighted_fed_avg_bit_for_bit():
 
 
 @pytest.mark.slow
-def test_uniform_weighting_and_server_momentum_equal_build_unweighted_fed_avg():
+def test_uniform_weighting_and_server_momentum_equal_todays_bit_for_bit():
     process = tff.learning.build_federated_averaging_process(
         model_fn, client_optimizer_fn=lambda: tf.keras.optimizers.SGD(learning_rate=0.02),
         server_optimizer_fn=lambda: tf.keras.optimizers.SGD(learning_rate=1.0, momentum=0.9),
         client_weighting=tff.learning.ClientWeighting.UNIFORM,
         use_experimental_simulation_loop=True)
+    state, metrics, losses = _run_2021(process)
+    today = tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.02),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=1.0, momentum=0.9),
+        client_weighting=tff.learning.ClientWeighting.UNIFORM,
+        loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR)
+    today_state, _, today_losses = _run_today(today)
+    _assert_same_bits(state, losses, today, today_state, today_losses)
+    # 2021 weighted each client 1 in the weighted MeanFactory: its measurements.
+    assert metrics['aggregation'] == collections.OrderedDict(mean_value=(), mean_weight=())
+
+
+@pytest.mark.slow
+def test_an_unweighted_factory_runs_build_unweighted_fed_avg_bit_for_bit():
+    process = tff.learning.build_federated_averaging_process(
+        model_fn, client_optimizer_fn=lambda: tf.keras.optimizers.SGD(learning_rate=0.02),
+        model_update_aggregation_factory=tff.aggregators.UnweightedMeanFactory())
     state, _, losses = _run_2021(process)
     today = tff.learning.algorithms.build_unweighted_fed_avg(
         model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.02),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=1.0, momentum=0.9),
-        loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR)
+        model_aggregator=tff.aggregators.UnweightedMeanFactory())
     today_state, _, today_losses = _run_today(today)
     _assert_same_bits(state, losses, today, today_state, today_losses)
 
