@@ -216,7 +216,7 @@ class ClientData(abc.ABC):
 
     # ------------------------------------------------------------- TFF's API
 
-    def _check_client_id(self, client_id: Any) -> None:
+    def check_client_id(self, client_id: Any) -> None:
         """Raises the unknown-client error unless `client_id` is one of `client_ids`.
 
         Subclasses with many clients override it with a set lookup.
@@ -241,7 +241,7 @@ class ClientData(abc.ABC):
         Raises:
             SimharnessValueError: `client_id` is not in `client_ids`.
         """
-        self._check_client_id(client_id)
+        self.check_client_id(client_id)
         return self.serializable_dataset_fn(client_id)
 
     def tensor_slices(self, client_id: str) -> Any:
@@ -252,7 +252,7 @@ class ClientData(abc.ABC):
         Raises:
             SimharnessValueError: `client_id` is not in `client_ids`.
         """
-        self._check_client_id(client_id)
+        self.check_client_id(client_id)
         return None
 
     @property
@@ -405,7 +405,7 @@ class ClientData(abc.ABC):
             SimharnessTypeError: elements that are not dicts of tensors.
         """
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        self._check_client_id(client_id)
+        self.check_client_id(client_id)
         ds = self.create_tf_dataset_for_client(client_id)
         if int(ds.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
             raise SimharnessValueError(
@@ -506,8 +506,8 @@ class PreprocessClientData(ClientData):
     def client_ids(self) -> list[str]:
         return self._underlying_client_data.client_ids
 
-    def _check_client_id(self, client_id: Any) -> None:
-        self._underlying_client_data._check_client_id(client_id)  # pylint: disable=protected-access
+    def check_client_id(self, client_id: Any) -> None:
+        self._underlying_client_data.check_client_id(client_id)
 
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
         """``preprocess_fn(underlying.create_tf_dataset_for_client(client_id))``.
@@ -559,12 +559,12 @@ class ConcreteClientData(ClientData):
     def client_ids(self) -> list[str]:
         return list(self._client_ids)
 
-    def _check_client_id(self, client_id: Any) -> None:
+    def check_client_id(self, client_id: Any) -> None:
         if self._id_set is None:
             try:
                 self._id_set = frozenset(self._client_ids)
             except TypeError:  # unhashable ids: the list's own test
-                super()._check_client_id(client_id)
+                super().check_client_id(client_id)
                 return
         try:
             known = client_id in self._id_set
