@@ -109,14 +109,17 @@ class AsyncExecutionContext(_AsyncExecutionContext):
                          compiler_fn=compiler_fn)
 
 
-def with_context(context_fn: Callable[[], Union[SyncContext, AsyncContext]]):
+def with_context(context_fn: Callable[[], Union[SyncContext, AsyncContext]],
+                 environment_fn: Optional[
+                     Callable[[], Sequence[contextlib.AbstractContextManager[None]]]] = None):
     """`federated_language.framework.with_context`: a decorator that runs a (test) function
     with the context ``context_fn()`` installed.
 
     The context is made anew on each call of the decorated function and installed for
     that call alone (a coroutine function: for its whole await). As in TFF it is not
     closed afterwards: a context that holds resources (worker processes) is closed when
-    it is collected; close it yourself where that matters.
+    it is collected; close it yourself where that matters. `environment_fn` (TFF's), when
+    given, makes context managers entered inside the installed context for the call.
 
     Raises:
       SimharnessTypeError: `context_fn` is not callable.
@@ -129,7 +132,13 @@ def with_context(context_fn: Callable[[], Union[SyncContext, AsyncContext]]):
     @contextlib.contextmanager
     def _installed() -> Iterator[None]:
         with get_context_stack().install(context_fn()):
-            yield
+            if environment_fn is None:
+                yield
+                return
+            with contextlib.ExitStack() as stack:
+                for manager in environment_fn():
+                    stack.enter_context(manager)
+                yield
 
     def decorator(fn):
         if asyncio.iscoroutinefunction(fn):

@@ -27,7 +27,8 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.program import structure_utils, value_reference
 from simharness.program.program_state_manager import (ProgramStateExistsError,
                                                       ProgramStateManager,
-                                                      ProgramStateNotFoundError)
+                                                      ProgramStateNotFoundError,
+                                                      ProgramStateStructure)
 
 __all__ = ['FileProgramStateManager']
 
@@ -85,7 +86,7 @@ def _load_leaf(npz: Any, i: int, templates: list) -> Any:
     return _from_array(npz[f'leaf_{i}'])
 
 
-class FileProgramStateManager(ProgramStateManager):
+class FileProgramStateManager(ProgramStateManager[ProgramStateStructure]):
     """Saves program state under `root_dir`, one directory per version.
 
     Args:

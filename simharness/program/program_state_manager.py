@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, Generic, Optional, TypeVar, Union
 
 from simharness.core.arrays import Serializable
 from simharness.errors import SimharnessError, SimharnessValueError
@@ -36,8 +36,11 @@ class ProgramStateNotFoundError(SimharnessError, LookupError):
         self.version = version
 
 
-class ProgramStateManager(abc.ABC):
-    """Saves and loads versions of a program's state (fault tolerance); all methods are async."""
+class ProgramStateManager(abc.ABC, Generic[ProgramStateStructure]):
+    """Saves and loads versions of a program's state (fault tolerance); all methods are async.
+
+    Generic as TFF's: ``ProgramStateManager[ProgramStateStructure]`` in annotations.
+    """
 
     @abc.abstractmethod
     async def get_versions(self) -> Optional[list[int]]:

@@ -238,3 +238,14 @@ def test_save_materializes_references_and_serializes_serializables(tmp_path):
     value, serializable = run(manager.load(1, [0, _Serializable(0)]))
     assert value == 7
     assert isinstance(serializable, _Serializable) and serializable.a == 300
+
+
+def test_program_state_managers_are_generic_as_tffs():
+    # TFF's program logic annotates ``ProgramStateManager[ProgramStateStructure]`` (its
+    # program example does at import time).
+    import typing
+    from simharness import program as tff_program
+    for cls in (tff_program.ProgramStateManager, tff_program.FileProgramStateManager):
+        alias = cls[tff_program.ProgramStateStructure]
+        assert typing.get_origin(alias) is cls
+    assert issubclass(tff_program.FileProgramStateManager, tff_program.ProgramStateManager)
