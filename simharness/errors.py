@@ -286,3 +286,8 @@ class MissingDependencyError(SimharnessError, ImportError):
 class ContextError(SimharnessTypeError, RuntimeError):
     """An intrinsic was called outside a federated computation (TFF: `ContextError`, a
     RuntimeError; a TypeError here too, as simharness raised before)."""
+
+
+class OversubscribedWarning(UserWarning):
+    """More worker processes than the CPU cores this process may use: the workers share
+    them (slower rounds, the same results)."""

@@ -213,6 +213,26 @@ def test_more_workers_than_cores_warns(caplog, monkeypatch):
     assert len(warnings) == 1 and '64' in warnings[0] and '2 usable CPU core' in warnings[0]
 
 
+def test_more_workers_than_cores_through_the_api_warns(monkeypatch):
+    """The Python API says what the CLI says (the CLI says it once, in its own words)."""
+    import warnings as pywarnings  # pylint: disable=import-outside-toplevel
+    from simharness import stacks  # pylint: disable=import-outside-toplevel
+    from simharness.errors import OversubscribedWarning  # pylint: disable=import-outside-toplevel
+    from simharness.runtime import pinning  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(pinning, 'usable_cpus', lambda: [0, 1])
+    for n, warns in ((3, True), (2, False)):
+        with pywarnings.catch_warnings(record=True) as seen:
+            pywarnings.simplefilter('always')
+            factory = stacks.process_executor_factory(num_workers=n)  # not started
+            factory.close()
+        got = [w for w in seen if issubclass(w.category, OversubscribedWarning)]
+        assert len(got) == (1 if warns else 0)
+        if warns:
+            assert 'num_workers=3' in str(got[0].message) and '2 usable CPU' in str(
+                got[0].message)
+            assert got[0].filename == __file__  # points at the caller's line
+
+
 def test_progress_bar_description_is_short():
     from simharness.experiments.config import config_from_dict  # pylint: disable=import-outside-toplevel
     import tomllib  # pylint: disable=import-outside-toplevel

@@ -18,13 +18,15 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import psutil
 
-from simharness.errors import ConfigError, SimharnessTypeError, SimharnessValueError
+from simharness.errors import (ConfigError, OversubscribedWarning, SimharnessTypeError,
+                               SimharnessValueError)
 from simharness.experiments import atomic
 from simharness.experiments import checkpoints as CK
 from simharness.experiments.config import ExperimentConfig
@@ -53,10 +55,12 @@ def _make_factory(config: ExperimentConfig) -> Any:
     check_stack_devices(s)
     _warn_oversubscribed(s.num_workers)  # a GPU that is not here: a config error naming stack.devices
     devices = list(s.devices) if isinstance(s.devices, tuple) else s.devices
-    return stacks.process_executor_factory(
-        num_workers=s.num_workers, clients_per_worker=s.clients_per_worker,
-        cpu_affinity=s.cpu_affinity, devices=devices, workers_per_gpu=s.workers_per_gpu,
-        start=False)
+    with warnings.catch_warnings():  # said above, in the config's words
+        warnings.simplefilter('ignore', OversubscribedWarning)
+        return stacks.process_executor_factory(
+            num_workers=s.num_workers, clients_per_worker=s.clients_per_worker,
+            cpu_affinity=s.cpu_affinity, devices=devices, workers_per_gpu=s.workers_per_gpu,
+            start=False)
 
 
 def _usable_cores() -> int:

@@ -39,13 +39,15 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import logging
+import os
+import sys
 import threading
 import time
 import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from simharness.errors import ExecutorClosedError
+from simharness.errors import ExecutorClosedError, OversubscribedWarning
 from simharness.runtime import pinning
 from simharness.runtime import protocol as P
 from simharness.runtime.local import lifeline
@@ -218,12 +220,29 @@ def _warn_unclosed(handles: List[WorkerHandle], broadcast: BroadcastArena,
     broadcast.close()
 
 
+def _callers_level() -> int:
+    """The `warnings.warn` stack level of the first frame outside simharness (the line of
+    the user's program that asked for the pool), counted from the caller of this."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def build_pool(options: PoolOptions,
                worker_target: Optional[Callable[..., Optional[str]]] = None) -> WorkerPool:
     """A `WorkerPool` of pinned workers for `options` (not started; see `WorkerPool.start`);
     `worker_target` as in `WorkerPool`. The devices are checked before anything starts."""
     gpus = pinning.parse_devices(options.devices)
     pinning.check_gpus_exist(options.devices, gpus or ())
-    placements = pinning.plan_workers(options.num_workers, pinning.usable_cpus(), gpus or None,
+    cpus = pinning.usable_cpus()
+    if not gpus and options.num_workers > len(cpus):
+        warnings.warn(OversubscribedWarning(
+            f'num_workers={options.num_workers} is more than the {len(cpus)} usable CPU '
+            f'core(s) of this process: the workers share them (slower rounds, the same '
+            f'results); num_workers={len(cpus)} is the most that run in parallel'),
+            stacklevel=_callers_level())
+    placements = pinning.plan_workers(options.num_workers, cpus, gpus or None,
                                       options.workers_per_gpu, options.cpu_affinity)
     return WorkerPool(placements, options, worker_target=worker_target)
