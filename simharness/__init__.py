@@ -49,7 +49,8 @@ __version__ = '0.1.0'
 #: Subpackages that import TensorFlow: loaded on first use as attributes
 #: (``simharness.learning.FedAvg`` works after a plain ``import simharness``).
 _LAZY_SUBMODULES = frozenset({'framework', 'learning', 'data', 'aggregators', 'simulation',
-                              'tensorflow', 'backends', 'program', 'analytics', 'test'})
+                              'tensorflow', 'backends', 'program', 'analytics', 'test',
+                              'types'})
 
 
 def __getattr__(name):

@@ -149,3 +149,18 @@ def test_federated_language_framework_names_a_program_uses():
     assert fw.is_structure_of_tensors(mixed)
     assert fw.infer_type(np.int32(3)) == federated_language.TensorType(np.int32)
     assert fw.PlacementLiteral is type(federated_language.CLIENTS)
+
+
+def test_tff_types_holds_tffs_type_classes_by_that_path():
+    # TFF 0.88's ``tff.types`` (its tests and the simple_fedavg example write
+    # ``tff.types.SequenceType(...)``): the same classes as the top-level names.
+    import simharness as tff
+    for name in ('AbstractType', 'FederatedType', 'FunctionType', 'PlacementType',
+                 'SequenceType', 'StructType', 'StructWithPythonType', 'TensorType', 'Type',
+                 'to_type', 'ArrayShape'):
+        assert getattr(tff.types, name) is getattr(tff, name), name
+    assert tff.types.SequenceType(tff.types.TensorType(np.int32, [None])) == \
+        tff.SequenceType(tff.TensorType(np.int32, [None]))
+    assert tff.types.is_structure_of_floats(tff.to_type(np.float32))
+    assert tff.types.is_structure_of_integers(tff.to_type(np.int32))
+    assert tff.types.is_structure_of_tensors(tff.to_type([np.float32, np.int32]))
