@@ -220,7 +220,7 @@ def test_more_workers_than_cores_through_the_api_warns(monkeypatch):
     from simharness.errors import OversubscribedWarning  # pylint: disable=import-outside-toplevel
     from simharness.runtime import pinning  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(pinning, 'usable_cpus', lambda: [0, 1])
-    for n, warns in ((3, True), (2, False)):
+    for n, warns in ((3, True), (2, False), (None, False)):  # None: one per usable core
         with pywarnings.catch_warnings(record=True) as seen:
             pywarnings.simplefilter('always')
             factory = stacks.process_executor_factory(num_workers=n)  # not started

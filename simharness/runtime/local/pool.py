@@ -237,7 +237,7 @@ def build_pool(options: PoolOptions,
     gpus = pinning.parse_devices(options.devices)
     pinning.check_gpus_exist(options.devices, gpus or ())
     cpus = pinning.usable_cpus()
-    if not gpus and options.num_workers > len(cpus):
+    if not gpus and options.num_workers is not None and options.num_workers > len(cpus):
         warnings.warn(OversubscribedWarning(
             f'num_workers={options.num_workers} is more than the {len(cpus)} usable CPU '
             f'core(s) of this process: the workers share them (slower rounds, the same '
