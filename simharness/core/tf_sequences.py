@@ -330,10 +330,33 @@ def read_all(ds: Any) -> Any:
     """In a TF function: the batches of `ds`, read in one pass, as their leading sizes
     ``[elements, leaves]`` and each leaf's rows concatenated (`_sizes_and_rows`)."""
     ds = ds.with_options(_plain_options())
-    # each leaf's batches as one ragged tensor: its rows and the batch sizes
-    leaves = tf.nest.flatten(ds.ragged_batch(MATERIALIZE_MAX_ELEMENTS + 1).get_single_element())
+    # each leaf's batches as one ragged tensor: its rows and the batch sizes; an empty
+    # dataset gives one of no rows (what a client without data holds), more elements than
+    # the limit an error (the caller reads such a dataset otherwise); one pass, read once
+    batches = ds.ragged_batch(MATERIALIZE_MAX_ELEMENTS + 1)
+    empty = tf.data.Dataset.from_tensors(tf.nest.map_structure(_empty_batch,
+                                                               batches.element_spec))
+    first = batches.concatenate(empty).take(1).get_single_element()
+    leaves = tf.nest.flatten(first)
+    count = tf.shape(leaves[0].row_lengths() if isinstance(leaves[0], tf.RaggedTensor)
+                     else leaves[0], out_type=tf.int64)[0]
+    with tf.control_dependencies([tf.debugging.assert_less_equal(
+            count, tf.constant(MATERIALIZE_MAX_ELEMENTS, tf.int64),
+            message=f'more than {MATERIALIZE_MAX_ELEMENTS} elements')]):
+        leaves = [x if isinstance(x, tf.RaggedTensor) else tf.identity(x) for x in leaves]
     sizes, rows = zip(*[_sizes_and_rows(r) for r in leaves])
     return tf.stack(sizes, axis=1), list(rows)
+
+
+def _empty_batch(spec: Any) -> Any:
+    """A batch of no elements of `spec` (a `ragged_batch` leaf: ragged, or dense when the
+    elements have a static shape)."""
+    if isinstance(spec, tf.RaggedTensorSpec):
+        inner = [0 if d is None else d for d in spec.shape[2:].as_list()]
+        return tf.RaggedTensor.from_row_lengths(
+            tf.zeros([0] + inner, spec.dtype), tf.zeros([0], spec.row_splits_dtype))
+    return tf.zeros([0] + [0 if d is None else d for d in spec.shape[1:].as_list()],
+                    spec.dtype)
 
 
 def _sizes_and_rows(leaf: Any) -> Any:

@@ -145,3 +145,18 @@ def test_a_dataset_with_python_state_or_no_end_gets_no_recipe():
     for ds in (gen, endless):
         dt.attach_template_recipe(ds)
         assert tseq.recipe_known(ds) and tseq.recipe_of(ds) is None
+
+
+def test_a_client_without_data_reads_as_empty_on_a_worker():
+    """A recipe of a client with no rows (another client's pipeline made the template)
+    reads as no elements where a worker reads it (`RecipeReader`), not as an error."""
+    from simharness.runtime.codec import DatasetRecipe
+    from simharness.runtime.datasets import RecipeReader, dataset_to_wire
+    make = PIPELINES['shuffle_then_repeat']
+    dataset_to_wire(make(1))  # the template, from a client with data
+    empty = tf.data.Dataset.from_tensor_slices(_rows(0, n=1)).take(0).shuffle(
+        8, seed=4).repeat(3).batch(4)
+    wire = dataset_to_wire(empty)
+    assert isinstance(wire, DatasetRecipe)
+    got = RecipeReader()(wire)
+    assert len(list(got)) == 0 if isinstance(got, tf.data.Dataset) else got.num_elements == 0
