@@ -35,8 +35,7 @@ from simharness.executors.federating import FederatingExecutor, FederatingStrate
 from simharness.executors.reference_resolving import LambdaExecutor, ReferenceResolvingExecutor
 from simharness.executors.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
-from simharness.executors.worker_delegating import (ProcessDelegatingExecutor,
-                                                    WorkerDelegatingExecutor)
+from simharness.executors.worker_delegating import WorkerDelegatingExecutor
 from simharness.stacks import (DEFAULT_MAX_CACHED_STACKS, CachingExecutorFactory,
                                ProcessExecutorFactory, local_executor_factory,
                                process_executor_factory, thread_debugging_executor_factory)
@@ -271,7 +270,7 @@ __all__ = [
     'CompiledComputation', 'ComputationBuildingBlock', 'ContextStack', 'Data',
     'EagerTFExecutor', 'ExecutionContext', 'Executor', 'ExecutorFactory', 'ExecutorValue',
     'FederatedResolvingStrategy', 'FederatingExecutor', 'FederatingStrategy', 'Intrinsic',
-    'Lambda', 'Placement', 'ProcessDelegatingExecutor', 'ProcessExecutorFactory', 'Reference',
+    'Lambda', 'Placement', 'ProcessExecutorFactory', 'Reference',
     'LambdaExecutor', 'ReferenceResolvingExecutor', 'ResourceManagingExecutorFactory', 'Selection', 'StructBlock',
     'ThreadDelegatingExecutor', 'WorkerDelegatingExecutor', 'get_context_stack',
     'local_executor_factory', 'process_executor_factory', 'set_default_context',

@@ -717,11 +717,11 @@ def ray_executor_factory(address: Optional[str] = None, num_workers: Optional[in
         past it is killed (and restarted) and the call fails with
         `WorkerTimeoutError` (retryable).
       cpu_affinity: pin every actor to node-local cores of its own (from the
-        placement group table; see `ray_transport.plan_ray_placements`).
+        placement group table; see `runtime.ray.placement.plan_ray_placements`).
       ray_init_args: more keyword arguments of ``ray.init`` (e.g.
         ``{'num_cpus': 4}`` for a local Ray).
       start: start Ray and the actors now rather than on first use.
-      workers: an existing `simharness.runtime.ray_transport.RayWorkers` to
+      workers: an existing `simharness.runtime.ray.RayWorkers` to
         share (the arguments above that describe workers are then ignored,
         and closing the factory leaves the actors running).
       worker_options: advanced options passed to the actors ('profile': log each

@@ -349,14 +349,11 @@ def read_all(ds: Any) -> Any:
 
 
 def _empty_batch(spec: Any) -> Any:
-    """A batch of no elements of `spec` (a `ragged_batch` leaf: ragged, or dense when the
-    elements have a static shape)."""
-    if isinstance(spec, tf.RaggedTensorSpec):
-        inner = [0 if d is None else d for d in spec.shape[2:].as_list()]
-        return tf.RaggedTensor.from_row_lengths(
-            tf.zeros([0] + inner, spec.dtype), tf.zeros([0], spec.row_splits_dtype))
-    return tf.zeros([0] + [0 if d is None else d for d in spec.shape[1:].as_list()],
-                    spec.dtype)
+    """A batch of no elements of `spec` (a `ragged_batch` leaf: ragged, or dense)."""
+    ragged = isinstance(spec, tf.RaggedTensorSpec)
+    zeros = tf.zeros([0] + [d or 0 for d in spec.shape[2 if ragged else 1:].as_list()], spec.dtype)
+    return tf.RaggedTensor.from_row_lengths(zeros, tf.zeros([0], spec.row_splits_dtype)) \
+        if ragged else zeros
 
 
 def _sizes_and_rows(leaf: Any) -> Any:

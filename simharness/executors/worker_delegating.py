@@ -726,8 +726,3 @@ class WorkerDelegatingExecutor(BatchExecutor):
                             select_fn: ExecutorValue, element_type: T.Type) -> List[WorkerValue]:
         return await self._request(Op.SELECT, list(keys), server_value, select_fn, element_type,
                                    n_out=len(keys), types=T.SequenceType(element_type))
-
-
-#: TFF-era name (a worker *process* is the local transport's worker).
-ProcessDelegatingExecutor = WorkerDelegatingExecutor
-ProcessValue = WorkerValue

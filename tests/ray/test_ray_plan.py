@@ -134,7 +134,7 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
     import sys
 
     from simharness.errors import MissingDependencyError
-    from simharness.runtime.ray_transport import RayWorkers
+    from simharness.runtime.ray import RayWorkers
     monkeypatch.setitem(sys.modules, 'ray', None)  # as if Ray were not installed
     workers = RayWorkers(1)
     with pytest.raises(MissingDependencyError, match=r'pip install "simharness\[ray\]"') as info:

@@ -1,4 +1,9 @@
 """The Ray wing of the runtime: arguments and placement plans (`placement`), the driver side (`workers`).
 
-The actor is a host: `simharness.hosts.ray_actor`.
+The actor is a host: `simharness.hosts.ray_actor`. `RayWorkers` (a set of actors that
+several `ray_executor_factory` stacks may share, ``workers=``) is the public name here.
 """
+
+from simharness.runtime.ray.workers import RayWorkers
+
+__all__ = ['RayWorkers']
