@@ -30,10 +30,10 @@ from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
 from simharness.errors import ContextError, SimharnessTypeError
 from simharness.validation import check_bool, check_int
 from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory, ExecutorValue
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy
 from simharness.executors.reference_resolving import LambdaExecutor, ReferenceResolvingExecutor
-from simharness.executors.resolving_strategy import FederatedResolvingStrategy
+from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import WorkerDelegatingExecutor
 from simharness.stacks import (DEFAULT_MAX_CACHED_STACKS, CachingExecutorFactory,

@@ -23,11 +23,11 @@ from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
 from simharness.errors import (CardinalityError, ExecutorClosedError, SimharnessTypeError,
                                SimharnessValueError)
 from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory
-from simharness.executors.eager_tf import EagerTFExecutor, FunctionCache
+from simharness.executors.leaf.eager_tf import EagerTFExecutor, FunctionCache
 from simharness.executors.federating import FederatingExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
 from simharness.executors.remote import RemoteExecutor
-from simharness.executors.resolving_strategy import FederatedResolvingStrategy
+from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import WorkerDelegatingExecutor
 from simharness.runtime import pinning

@@ -53,7 +53,7 @@ def _loopback_group() -> Any:
     # Two in-process workers behind the codec and the worker service (no process, no
     # transport): each cuts its block into TF calls of 3 clients and sums in its calls,
     # as a worker process does.
-    from simharness.executors.eager_tf import EagerTFExecutor
+    from simharness.executors.leaf.eager_tf import EagerTFExecutor
     from simharness.runtime.loopback import LoopbackGroup
     from simharness.runtime.service import WorkerService
     return LoopbackGroup(lambda k: WorkerService(

@@ -7,9 +7,9 @@ records exactly that (the arrays and how they are cut), so that
 * it crosses to a worker or a service as plain arrays (no dataset graph),
 * a client update that iterates it (``dataset.reduce``, ``for batch in
   dataset``) runs as a tensor loop over the arrays (see
-  `simharness.executors.sequence_lowering`), and
+  `simharness.executors.leaf.sequence_lowering`), and
 * anything else gets the very same elements from the `tf.data.Dataset` it
-  stands for (`simharness.executors.tensor_sequences.to_dataset`).
+  stands for (`simharness.executors.leaf.tensor_sequences.to_dataset`).
 """
 
 from __future__ import annotations

@@ -348,7 +348,7 @@ def read_all(ds: Any) -> Any:
     return tf.stack(sizes, axis=1), list(rows)
 
 
-def _empty_batch(spec: Any) -> Any:
+def _empty_batch(spec: tf.TypeSpec) -> tf.Tensor:
     """A batch of no elements of `spec` (a `ragged_batch` leaf: ragged, or dense)."""
     ragged = isinstance(spec, tf.RaggedTensorSpec)
     zeros = tf.zeros([0] + [d or 0 for d in spec.shape[2 if ragged else 1:].as_list()], spec.dtype)

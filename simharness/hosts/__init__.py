@@ -1,7 +1,7 @@
 """Hosts: the places a worker's leaf executor is built (above `executors/` and `runtime/`).
 
 A worker is a transport (`simharness.runtime`) around a `WorkerService`
-around a leaf executor (`simharness.executors.eager_tf`). The modules here
+around a leaf executor (`simharness.executors.leaf.eager_tf`). The modules here
 put the three together, so that neither `runtime/` nor `executors/` imports
 the other's insides:
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional, Union, cast
 
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.runtime.service import WorkerService
 
 

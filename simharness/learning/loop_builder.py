@@ -3,7 +3,7 @@
 Both loops reach the same tensor loop on our runtime: when a client's dataset
 is in-memory tensors, the graph's ``ReduceDataset`` (from ``dataset.reduce``,
 or from autograph's ``for batch in dataset``) is lowered to a
-``tf.while_loop`` over batches (`simharness.executors.sequence_lowering`).
+``tf.while_loop`` over batches (`simharness.executors.leaf.sequence_lowering`).
 """
 
 from __future__ import annotations

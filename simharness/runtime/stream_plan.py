@@ -14,7 +14,7 @@ codec (the wire)                      the wire kinds are registered messages: pl
                                       as Refs (`map_values` walks them); PlanClients and PlanLoad
                                       hold Python objects and never cross (CodecError)
 WorkerService (worker)                PlanSourced -> PlanLoad (a loader over the session's source)
-EagerTFExecutor (executors/stream_eval.py)   evaluates each kind by type, one slice at a time
+EagerTFExecutor (executors/leaf/stream_eval.py)   evaluates each kind by type, one slice at a time
 ```
 
 This module imports no executor and no TensorFlow: the runtime and the

@@ -28,7 +28,7 @@ import simharness as tff
 import simharness.stacks
 from simharness.core import building_blocks as bb
 from simharness.core.sequences import TensorBatches
-from simharness.executors.embedded_function import EmbeddedFunction
+from simharness.executors.leaf.embedded_function import EmbeddedFunction
 from simharness.learning.models import keras_utils
 
 ROWS = [8, 8, 10, 12, 8, 8, 12]

@@ -20,10 +20,10 @@ import tensorflow as tf
 
 import simharness as sh
 from simharness.core import types as T
-from simharness.executors.eager_tf import EagerTFExecutor, EagerValue
+from simharness.executors.leaf.eager_tf import EagerTFExecutor, EagerValue
 from simharness.executors.federating import FederatingExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
-from simharness.executors.resolving_strategy import FederatedResolvingStrategy
+from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor, ThreadDelegatingValue
 
 Point = collections.namedtuple('Point', 'x y')

@@ -20,10 +20,10 @@ import simharness as sh
 from simharness import structure as S
 from simharness.core import types as T
 from simharness.errors import SimharnessError, SimharnessTypeError, SimharnessValueError
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.executors.federating import FederatingExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
-from simharness.executors.resolving_strategy import FederatedResolvingStrategy
+from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import simharness as sh
 from simharness.core import xla
-from simharness.executors.embedded_function import EmbeddedFunction
+from simharness.executors.leaf.embedded_function import EmbeddedFunction
 
 N = 7
 W = sh.TensorType(tf.float32, [256, 256])  # 65,536 elements: the rule compiles the step

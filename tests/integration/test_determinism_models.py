@@ -183,7 +183,7 @@ def assert_bit_identical(got, want, layout):
 
 
 def test_every_eager_executor_pins_the_thread_count(monkeypatch):
-    from simharness.executors import eager_tf
+    from simharness.executors.leaf import eager_tf
     calls = []
     monkeypatch.setattr(determinism, 'pin_tensorflow_threads', lambda: calls.append(1) or True)
     eager_tf.EagerTFExecutor()

@@ -103,7 +103,7 @@ def test_one_request_per_worker_per_operation(warm_pool):
     # worker (the values ride in the streamed request's plan: `PlanStacked`).
     assert counts[0] == 2, counts
     # A worker's share over INLINE_CLIENT_BYTES goes ahead in a request of its own.
-    from simharness.executors.resolving_strategy import INLINE_CLIENT_BYTES
+    from simharness.executors.strategy.resolving_strategy import INLINE_CLIENT_BYTES
     with process_executor_factory(pool=warm_pool) as factory:
         with sh.execution_context(factory):
             big = [np.full(INLINE_CLIENT_BYTES // 4 // 20, k, np.float32) for k in range(100)]

@@ -146,7 +146,7 @@ def test_calls_from_several_threads_on_one_context_are_all_right(warm_pool):
 
 
 def test_worker_killed_between_two_requests_of_one_call_is_retryable(monkeypatch):
-    from simharness.executors.resolving_strategy import FederatedResolvingStrategy
+    from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
     from simharness.executors.worker_delegating import WorkerDelegatingExecutor
     data = _data(40, 3)
     want = _expected(summary, data)

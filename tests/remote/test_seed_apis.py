@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.stacks import thread_debugging_executor_factory
 
 

@@ -113,7 +113,7 @@ def test_pooled_reductions_give_numpys_bits():
 
 
 def test_adopt_tensor_shares_aligned_writable_arrays_only(tf):
-    from simharness.executors.tf_values import adopt_tensor, fast_numpy
+    from simharness.executors.leaf.tf_values import adopt_tensor, fast_numpy
     a = aligned_empty((MB,), np.float32)
     a[:] = 2.0
     t = adopt_tensor(a)
@@ -163,7 +163,7 @@ def test_thread_stack_frees_a_rounds_values_without_the_garbage_collector(tf):
 
 def test_thread_groups_share_the_broadcast_tensor(tf):
     import asyncio
-    from simharness.executors.eager_tf import EagerTFExecutor
+    from simharness.executors.leaf.eager_tf import EagerTFExecutor
     from simharness.executors.thread_delegating import ThreadDelegatingExecutor
     a = ThreadDelegatingExecutor(EagerTFExecutor(), 'test-a')
     b = ThreadDelegatingExecutor(EagerTFExecutor(), 'test-b')
@@ -200,7 +200,7 @@ def test_big_client_sums_fed_run_by_run_give_the_stacked_bits(tf, monkeypatch, s
     """Big clients of several runs are summed run by run (no stacking copy): same partial."""
     import asyncio
     from simharness.core import buffers
-    from simharness.executors.eager_tf import EagerTFExecutor
+    from simharness.executors.leaf.eager_tf import EagerTFExecutor
     ex = EagerTFExecutor()
     t = np.float32
     rng = np.random.default_rng(start)

@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.executors.federating import FederatingExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
-from simharness.executors.resolving_strategy import FederatedResolvingStrategy
-from simharness.executors.resolving_streams import ClientStreams
-from simharness.executors.strategy_plans import ClientGroups, LazyMap, Leaf
+from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
+from simharness.executors.strategy.resolving_streams import ClientStreams
+from simharness.executors.strategy.strategy_plans import ClientGroups, LazyMap, Leaf
 
 
 def test_client_groups_are_contiguous_and_frozen():

@@ -19,7 +19,7 @@ from simharness.core import dataset_templates as dt  # noqa: E402
 from simharness.core import tf_sequences as tseq  # noqa: E402
 from simharness.core import types as T  # noqa: E402
 from simharness.core.sequences import TensorBatches  # noqa: E402
-from simharness.executors.tf_values import sequence_from_value  # noqa: E402
+from simharness.executors.leaf.tf_values import sequence_from_value  # noqa: E402
 
 OD = collections.OrderedDict
 VOCAB = list('abcdefgh')

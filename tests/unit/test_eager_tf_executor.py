@@ -14,7 +14,7 @@ from simharness.core import types as T
 from simharness.core.reduction import Partial
 from simharness.core.structure import Struct
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.executors.eager_tf import EagerTFExecutor, EagerValue, FunctionCache
+from simharness.executors.leaf.eager_tf import EagerTFExecutor, EagerValue, FunctionCache
 
 
 def run(coro):
@@ -339,7 +339,7 @@ class TestReductions:
 def test_a_computation_that_passes_parameters_through_runs_no_tf_call():
     # `lambda s: s.weights` and the like: the results are the parameter tensors; a graph
     # that computes anything, or carries a side effect, still runs in TF.
-    from simharness.executors.embedded_function import EmbeddedFunction
+    from simharness.executors.leaf.embedded_function import EmbeddedFunction
     spec = collections.OrderedDict(w=tf.TensorSpec([2], tf.float32), b=tf.TensorSpec([], tf.int32))
 
     @sh.tf_computation(spec)

@@ -12,10 +12,10 @@ import simharness as sh
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.executors.federating import FederatingExecutor, FederatingValue
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
-from simharness.executors.resolving_strategy import FederatedResolvingStrategy
+from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
 
 
 def run(coro):

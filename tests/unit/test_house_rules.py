@@ -147,7 +147,7 @@ def test_runtime_and_executors_need_no_ignored_import():
 #: The worker seam's modules are typed strictly (mypy --strict).
 STRICT_MODULES = ['simharness/runtime/seam.py', 'simharness/runtime/loopback.py',
                   'simharness/runtime/stream_plan.py', 'simharness/runtime/service.py',
-                  'simharness/executors/stream_eval.py', 'simharness/executors/resolving_streams.py',
+                  'simharness/executors/leaf/stream_eval.py', 'simharness/executors/strategy/resolving_streams.py',
                   'simharness/atomic.py']
 
 

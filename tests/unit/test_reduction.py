@@ -356,8 +356,8 @@ def test_partials_joined_as_they_arrive_give_the_bits_of_the_combine():
     from simharness.core.reduction import add_trees
     from simharness.core.struct import Struct
     from simharness.core.structure import flatten
-    from simharness.executors.eager_tf import EagerTFExecutor
-    from simharness.executors.resolving_streams import _Arrivals
+    from simharness.executors.leaf.eager_tf import EagerTFExecutor
+    from simharness.executors.strategy.resolving_streams import _Arrivals
     rng = np.random.default_rng(11)
     n = 100
     values = [Struct([('w', (rng.standard_normal(300) * 1e3).astype(np.float32)),

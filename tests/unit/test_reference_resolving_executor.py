@@ -13,7 +13,7 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.structure import Struct
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.executors.reference_resolving import ReferenceResolvingExecutor
 
 

@@ -77,7 +77,7 @@ def test_pipelines_read_afresh(make):
 def _elements(value):
     ds = value if isinstance(value, tf.data.Dataset) else None
     if ds is None:
-        from simharness.executors.tf_values import as_dataset
+        from simharness.executors.leaf.tf_values import as_dataset
         ds = as_dataset(value)
     return [tf.nest.map_structure(lambda t: t.numpy(), e) for e in ds]
 
@@ -155,7 +155,7 @@ def test_the_driver_reads_a_fresh_copy_of_unknown_size_into_tensors():
     """A pipeline whose size TF cannot tell (``unbatch``, as TFF's text tutorial) is read
     into tensors from a fresh copy, as a computation would read it: a reshuffling
     seeded shuffle gives its first order, however often the object was read before."""
-    from simharness.executors.tf_values import sequence_from_value
+    from simharness.executors.leaf.tf_values import sequence_from_value
 
     def make():
         return _base().batch(6).unbatch().batch(4, drop_remainder=True).shuffle(

@@ -16,8 +16,8 @@ import tensorflow as tf
 import simharness as sh
 from simharness.core.sequences import TensorBatches
 from simharness.core.tf_sequences import recognize
-from simharness.executors.embedded_function import EmbeddedFunction
-from simharness.executors.sequence_lowering import (UNROLL_LIMIT, NotLowerable, SourceSpec,
+from simharness.executors.leaf.embedded_function import EmbeddedFunction
+from simharness.executors.leaf.sequence_lowering import (UNROLL_LIMIT, NotLowerable, SourceSpec,
                                                    lower_graph)
 
 BATCH = sh.to_type((sh.TensorType(tf.float32, [None, 2]), sh.TensorType(tf.int32, [None])))
@@ -190,7 +190,7 @@ def test_a_large_body_runs_one_loop_for_every_length():
     """Tracing an unrolled copy per number of elements costs more than a loop for a large
     body: one lowered function (a loop) serves sequences of every length, and computes
     what the unrolled form does."""
-    from simharness.executors.embedded_function import UNROLL_MAX_NODES
+    from simharness.executors.leaf.embedded_function import UNROLL_MAX_NODES
     big, small = _embedded(total_of_a_large_body), _embedded(total_by_reduce)
     assert not big.unrolls_loops and small.unrolls_loops
     gd = tf.compat.v1.GraphDef()
@@ -315,7 +315,7 @@ def test_repeated_batches_are_read_as_passes_and_lowered(rows, b, epochs):
     """``.batch(b).repeat(k)`` (a ClientData's preprocessed dataset): read once into k passes
     (no batch spans two), lowered (unrolled or as a loop) to the bits tf.data gives."""
     from simharness.core.tf_sequences import materialize
-    from simharness.executors.tensor_sequences import to_dataset
+    from simharness.executors.leaf.tensor_sequences import to_dataset
     x = np.arange(2 * rows, dtype=np.float32).reshape(rows, 2)
     y = np.arange(rows, dtype=np.int32)
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(b).repeat(epochs)
@@ -339,7 +339,7 @@ def test_a_dataset_computations_result_is_held_as_tensors():
     """A tf_computation returning a small dataset: the executor holds its elements
     (`TensorBatches`), so that a client update over it runs lowered."""
     import asyncio
-    from simharness.executors.eager_tf import EagerTFExecutor
+    from simharness.executors.leaf.eager_tf import EagerTFExecutor
 
     @sh.tf_computation(np.int32)
     def make(n):

@@ -13,7 +13,7 @@ tf = pytest.importorskip('tensorflow')
 import simharness as sh  # noqa: E402
 from simharness.core import types as T  # noqa: E402
 from simharness.core import tf_sequences  # noqa: E402
-from simharness.executors.tf_values import as_dataset  # noqa: E402
+from simharness.executors.leaf.tf_values import as_dataset  # noqa: E402
 
 OD = collections.OrderedDict
 

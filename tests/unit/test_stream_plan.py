@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from simharness.core import types as T
-from simharness.executors.eager_tf import EagerTFExecutor
-from simharness.executors.stream_eval import node_merge, stream_reductions
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.stream_eval import node_merge, stream_reductions
 from simharness.runtime import codec, protocol as P, service as S
 from simharness.runtime.codec import CodecError, Ref, RefRange
 from simharness.runtime.service import Session, WorkerService

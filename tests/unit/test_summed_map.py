@@ -19,8 +19,8 @@ import tensorflow as tf
 import simharness as sh
 from simharness.core.reduction import CHUNK, Reducer, add_trees
 from simharness.core.structure import flatten
-from simharness.executors.eager_tf import EagerTFExecutor
-from simharness.executors.stream_eval import summed_map
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.stream_eval import summed_map
 
 ARG = collections.OrderedDict(w=sh.TensorType(tf.float32, [32, 32]),
                               x=sh.TensorType(tf.float32, [4, 32]),
@@ -148,7 +148,7 @@ def test_it_applies_only_to_compiled_maps_within_the_batch_bound():
 def test_the_heap_is_trimmed_once_after_a_compiled_block_s_first_call(monkeypatch):
     # XLA's compiler frees what it allocated but glibc keeps the pages: after a compiled
     # block's first call the process hands them back (`embedded_function.trim_heap`).
-    from simharness.executors import embedded_function
+    from simharness.executors.leaf import embedded_function
     calls = []
     monkeypatch.setattr(embedded_function, 'trim_heap', lambda: calls.append(1))
     values = _clients(6, seed=9)

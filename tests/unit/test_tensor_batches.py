@@ -11,7 +11,7 @@ import tensorflow as tf
 import simharness as sh
 from simharness.core.sequences import TensorBatches
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.runtime import codec
 
 ELEM = sh.to_type((sh.TensorType(tf.float32, [None, 3]), sh.TensorType(tf.int64, [None])))

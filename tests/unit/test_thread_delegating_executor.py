@@ -11,7 +11,7 @@ import tensorflow as tf
 import simharness as sh
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor, ThreadDelegatingValue
 
 

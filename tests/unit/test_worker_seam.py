@@ -20,7 +20,7 @@ import simharness as sh
 from simharness.core import types as T
 from simharness.errors import ExecutorClosedError, WorkerCrashedError
 from simharness.executors.base import BatchExecutor
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import BROADCAST_MIN_BYTES, WorkerDelegatingExecutor
 from simharness.runtime import codec, protocol as P

@@ -10,7 +10,7 @@ import tensorflow as tf
 import simharness as sh
 from simharness.core import types as T
 from simharness.errors import ProtocolError, WorkerLostError
-from simharness.executors.eager_tf import EagerTFExecutor
+from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.runtime import codec, protocol as P
 from simharness.runtime.protocol import Op, Ref, RefRange
 from simharness.runtime.service import WorkerService

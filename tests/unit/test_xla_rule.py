@@ -9,7 +9,7 @@ import tensorflow as tf
 import simharness as sh
 from simharness.core import types as T, xla
 from simharness.errors import SimharnessTypeError
-from simharness.executors.embedded_function import EmbeddedFunction
+from simharness.executors.leaf.embedded_function import EmbeddedFunction
 from simharness.stacks import thread_debugging_executor_factory
 
 BIG = sh.TensorType(tf.float32, [256, 256])
@@ -234,7 +234,7 @@ def test_a_single_call_runs_on_flat_tensors_with_the_structured_call_s_results(j
 
 
 def test_a_block_call_on_flat_tensors_gives_the_structured_call_s_results_and_falls_back():
-    from simharness.executors.embedded_function import _FlatCall
+    from simharness.executors.leaf.embedded_function import _FlatCall
     sig = ((tf.TensorSpec([3], tf.float32),),
            (tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([None], tf.int32)))
 

@@ -13,7 +13,7 @@ measurements: OrderedDict(train=metrics_aggregator(finalizers)(client metrics))
 
 The client computation is one `tf_computation` over ``SequenceType(batch)``:
 its dataset loop is lowered to a tensor loop on our runtime when the client's
-data are in-memory tensors (`simharness.executors.sequence_lowering`).
+data are in-memory tensors (`simharness.executors.leaf.sequence_lowering`).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ import os
 import sys
 import threading
 import time
+import types
 import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -224,7 +225,8 @@ def _callers_level() -> int:
     """The `warnings.warn` stack level of the first frame outside simharness (the line of
     the user's program that asked for the pool), counted from the caller of this."""
     package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    frame, level = sys._getframe(2), 2
+    frame: Optional[types.FrameType] = sys._getframe(2)
+    level = 2
     while frame is not None and frame.f_code.co_filename.startswith(package + os.sep):
         frame, level = frame.f_back, level + 1
     return level

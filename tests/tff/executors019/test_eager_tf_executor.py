@@ -25,8 +25,8 @@ from absl.testing import parameterized
 import simharness as tff
 from simharness import framework
 from simharness.core.structure import Struct
-from simharness.executors.client_blocks import EagerValue
-from simharness.executors.tf_values import ingest
+from simharness.executors.leaf.client_blocks import EagerValue
+from simharness.executors.leaf.tf_values import ingest
 from tests.tff.executors019 import executor_test_utils
 from tests.tff.executors019.executor_test_utils import computation_types
 

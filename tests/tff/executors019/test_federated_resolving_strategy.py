@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from simharness import framework
 from simharness.core.structure import Struct
-from simharness.executors.client_blocks import EagerValue
+from simharness.executors.leaf.client_blocks import EagerValue
 from simharness.executors.federating import FederatingValue
 from tests.tff.executors019 import executor_test_utils
 from tests.tff.executors019.executor_test_utils import computation_types, placements

@@ -19,7 +19,7 @@ from absl.testing import absltest
 
 import simharness as tff
 from simharness import framework
-from simharness.executors.eager_tf import EagerValue
+from simharness.executors.leaf.eager_tf import EagerValue
 from simharness.executors.thread_delegating import ThreadDelegatingValue
 
 

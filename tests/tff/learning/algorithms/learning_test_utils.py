@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.executors import sequence_lowering
+from simharness.executors.leaf import sequence_lowering
 
 #: Skips a case that needs `simharness.aggregators.encoded` (quantization) until it exists.
 NEEDS_ENCODED = pytest.mark.skipif(

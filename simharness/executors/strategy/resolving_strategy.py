@@ -55,9 +55,9 @@ from simharness.core.reduction import Partial, extremum_identity
 from simharness.data.sourced import SourcedClients
 from simharness.executors.base import BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
-from simharness.executors.resolving_streams import IN_PROCESS_STREAM_CLIENTS  # noqa: F401
-from simharness.executors.resolving_streams import Busy, ClientStreams
-from simharness.executors.strategy_plans import (ClientGroups, ClientsPayload, Lazy, LazyLocal,
+from simharness.executors.strategy.resolving_streams import IN_PROCESS_STREAM_CLIENTS  # noqa: F401
+from simharness.executors.strategy.resolving_streams import Busy, ClientStreams
+from simharness.executors.strategy.strategy_plans import (ClientGroups, ClientsPayload, Lazy, LazyLocal,
                                                  LazyMap, LazySelect, LazyShared, LazySourced,
                                                  LazyZip, hosting_child, mapping_names_clients,
                                                  secure_params, targets_from_mapping)

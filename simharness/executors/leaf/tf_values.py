@@ -27,7 +27,7 @@ from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.core.dataset_templates import attach_template_recipe
 from simharness.core.tf_sequences import fresh_copy, read_fresh
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.executors import tensor_sequences as tseq
+from simharness.executors.leaf import tensor_sequences as tseq
 
 
 #: Arrays at least this big move between numpy and TF through dlpack.

@@ -19,7 +19,7 @@ from simharness.core.reduction import Partial
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct, map_structure, pack_as
 from simharness.executors.base import ExecutorValue
-from simharness.executors.tf_values import as_dataset, fast_numpy
+from simharness.executors.leaf.tf_values import as_dataset, fast_numpy
 
 
 class ClientBlock:

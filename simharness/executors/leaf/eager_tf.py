@@ -37,19 +37,19 @@ from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import (ExecutorClosedError, SimharnessError, SimharnessTypeError,
                                SimharnessValueError, at_client)
 from simharness.core.sequences import TensorBatches, stack_layout
-from simharness.executors import tensor_sequences as tseq
-from simharness.executors.tensor_sequences import element_leaves as _element_leaves
+from simharness.executors.leaf import tensor_sequences as tseq
+from simharness.executors.leaf.tensor_sequences import element_leaves as _element_leaves
 from simharness.executors.base import (BatchExecutor, ExecutorValue, normalize_struct_elements,
                                        selection_index)
-from simharness.executors.client_blocks import (ClientBlock, EagerValue, plain_leaves, runs,
+from simharness.executors.leaf.client_blocks import (ClientBlock, EagerValue, plain_leaves, runs,
                                                 stack_columns)
 from simharness.core.reduction import Partial
-from simharness.executors.eager_reductions import REDUCTION_SLICE, LeafReductions
+from simharness.executors.leaf.eager_reductions import REDUCTION_SLICE, LeafReductions
 from simharness.runtime.stream_plan import PlanNode, PlanReduction
-from simharness.executors.embedded_function import (DEFAULT_CACHE_SIZE, EmbeddedFunction,
+from simharness.executors.leaf.embedded_function import (DEFAULT_CACHE_SIZE, EmbeddedFunction,
                                                     FunctionCache, flatten_arg, lowered_leaves,
                                                     pack_result)
-from simharness.executors.tf_values import (as_dataset, fast_tensor, ingest, numpy_tree,
+from simharness.executors.leaf.tf_values import (as_dataset, fast_tensor, ingest, numpy_tree,
                                             struct_to_spec_container, to_tensor)
 from simharness.validation import (EagerModeError, check_bool, check_int,
                                    check_type_spec_matches)

@@ -26,9 +26,9 @@ from simharness.core.struct import Struct
 from simharness.core.structure import flatten
 from simharness.errors import SimharnessValueError
 from simharness.executors.base import BatchExecutor
-from simharness.executors.client_blocks import EagerValue, rows_to_values, runs
-from simharness.executors.embedded_function import pack_result
-from simharness.executors.tf_values import as_tensors, ingest, numpy_tree, revive_datasets
+from simharness.executors.leaf.client_blocks import EagerValue, rows_to_values, runs
+from simharness.executors.leaf.embedded_function import pack_result
+from simharness.executors.leaf.tf_values import as_tensors, ingest, numpy_tree, revive_datasets
 from simharness.runtime.stream_plan import (PlanClients, PlanLoad, PlanMap, PlanNode,
                                             PlanReduction, PlanSame, PlanSelect, PlanShared,
                                             PlanStacked, PlanValues, PlanZip)

@@ -31,7 +31,7 @@ from simharness.core import types as T
 from simharness.core.reduction import CHUNK, Partial
 from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingValue
-from simharness.executors.strategy_plans import (ClientGroups, ClientsPayload, Lazy, LazyLocal,
+from simharness.executors.strategy.strategy_plans import (ClientGroups, ClientsPayload, Lazy, LazyLocal,
                                                  LazyMap, LazySelect, LazyShared, LazySourced,
                                                  LazyZip, Leaf, StreamBatch)
 from simharness.runtime.stream_plan import (PlanClients, PlanMap, PlanNode, PlanReduction,

@@ -29,10 +29,10 @@ from simharness.core.reduction import (CHUNK, EXTREMUM_FOLDS, Partial, Reducer, 
                                        extremum_identity, fold_rows_into)
 from simharness.core.structure import Struct, flatten, map_structure
 from simharness.errors import SimharnessValueError
-from simharness.executors.client_blocks import EagerValue, rows_to_values, runs
-from simharness.executors.embedded_function import EmbeddedFunction, pack_result
-from simharness.executors.stream_eval import node_merge, stream_reductions
-from simharness.executors.tf_values import (as_tensors, fast_tensor, ingest, ingest_owned,
+from simharness.executors.leaf.client_blocks import EagerValue, rows_to_values, runs
+from simharness.executors.leaf.embedded_function import EmbeddedFunction, pack_result
+from simharness.executors.leaf.stream_eval import node_merge, stream_reductions
+from simharness.executors.leaf.tf_values import (as_tensors, fast_tensor, ingest, ingest_owned,
                                             numpy_tree, revive_datasets)
 from simharness.runtime.stream_plan import PlanNode, PlanReduction
 

@@ -13,7 +13,7 @@ from simharness.core.sequences import TensorBatches
 from simharness.core.tf_sequences import element_leaves, recognize
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.executors.sequence_lowering import UNROLL_LIMIT, SourceSpec
+from simharness.executors.leaf.sequence_lowering import UNROLL_LIMIT, SourceSpec
 
 __all__ = ['element_leaves', 'recognize', 'to_dataset', 'checked', 'source_spec', 'component_types']
 

@@ -23,12 +23,12 @@ from simharness.core.structure import flatten, pack_as
 from simharness.core.tf_sequences import materialize
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import SimharnessValueError
-from simharness.executors import sequence_lowering as lowering
-from simharness.executors import tensor_sequences as tseq
+from simharness.executors.leaf import sequence_lowering as lowering
+from simharness.executors.leaf import tensor_sequences as tseq
 from simharness.core import xla
 from simharness.core.xla import Decision
-from simharness.executors.client_blocks import Row
-from simharness.executors.tf_values import as_dataset
+from simharness.executors.leaf.client_blocks import Row
+from simharness.executors.leaf.tf_values import as_dataset
 from simharness.validation import check_int
 
 DEFAULT_CACHE_SIZE = 256
