@@ -284,3 +284,15 @@ def test_report_compares_what_varies_with_ints_as_ints(tmp_path, capsys):
     text = '\n'.join(ln for ln in md.splitlines() if not ln.startswith('|'))
     kept = [c for r in rows for k, c in enumerate(r) if k not in timed] + [text]
     assert not [c for c in kept if '2.0' in c or 'nan' in c], md
+
+
+def test_python_dash_m_simharness_is_the_command():
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    from simharness import __version__  # pylint: disable=import-outside-toplevel
+    out = subprocess.run([sys.executable, '-m', 'simharness', '--version'], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and __version__ in out.stdout
+    bad = subprocess.run([sys.executable, '-m', 'simharness', 'run', 'missing.toml'],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and 'missing.toml does not exist' in bad.stderr
