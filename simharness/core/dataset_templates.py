@@ -34,8 +34,10 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework import function_pb2, tensor_pb2
 
 from simharness.core import tf_sequences as tseq
+from simharness.core.slices_pipeline import TracedPipeline
 
 __all__ = ['attach_template_recipe', 'template_recipe']
 
@@ -59,7 +61,7 @@ class _Split:
         self.names, self.arrays = names, arrays
 
 
-def _func_names(attr: Any) -> Iterator[str]:
+def _func_names(attr: 'tf.compat.v1.AttrValue') -> Iterator[str]:
     """The function names an ``AttrValue`` refers to."""
     if attr.HasField('func'):
         yield attr.func.name
@@ -68,7 +70,7 @@ def _func_names(attr: Any) -> Iterator[str]:
             yield f.name
 
 
-def _canonical_order(graph_def: Any) -> List[str]:
+def _canonical_order(graph_def: 'tf.compat.v1.GraphDef') -> List[str]:
     """The library's function names in the order a walk from the top-level nodes meets
     them (node order, attributes by name, bodies depth first): the same for graphs built
     by the same code, whatever names TF gave the functions."""
@@ -91,9 +93,9 @@ def _canonical_order(graph_def: Any) -> List[str]:
     return order
 
 
-def _rename(graph_def: Any, names: Dict[str, str]) -> None:
+def _rename(graph_def: 'tf.compat.v1.GraphDef', names: Dict[str, str]) -> None:
     """Renames the library's functions (and every reference to them) in place."""
-    def fix_attr(attr: Any) -> None:
+    def fix_attr(attr: 'tf.compat.v1.AttrValue') -> None:
         if attr.HasField('func'):
             attr.func.name = names.get(attr.func.name, attr.func.name)
             for v in attr.func.attr.values():
@@ -118,7 +120,7 @@ def _rename(graph_def: Any, names: Dict[str, str]) -> None:
         g.gradient_func = names.get(g.gradient_func, g.gradient_func)
 
 
-def _templatable(graph_def: Any) -> bool:
+def _templatable(graph_def: 'tf.compat.v1.GraphDef') -> bool:
     """Whether a traced function reads what a fresh copy of the graph reads (see the
     module docstring)."""
     from tensorflow.python.framework import op_def_registry  # pylint: disable=import-outside-toplevel
@@ -140,7 +142,7 @@ def _templatable(graph_def: Any) -> bool:
     return True
 
 
-def _array(proto: Any) -> np.ndarray:
+def _array(proto: tensor_pb2.TensorProto) -> np.ndarray:
     """A ``TensorProto``'s value (strings too, which `tf.make_ndarray` cannot read from
     packed content)."""
     if proto.dtype == tf.string.as_datatype_enum:
@@ -223,7 +225,7 @@ def _split(graph: bytes) -> Optional[_Split]:
                   [final[nodes[s]] for s in sources], arrays)
 
 
-def _canonical_function(fdef: Any) -> None:
+def _canonical_function(fdef: function_pb2.FunctionDef) -> None:
     """Names inside a ``FunctionDef`` (arguments, results, nodes) made canonical in place:
     TF's tracing puts counters in them (``map_while_cond_451___redundant_placeholder0``)."""
     sig = fdef.signature
@@ -266,7 +268,7 @@ def _renamed_input(name: str, names: Dict[str, str]) -> str:
     return ('^' if control else '') + names.get(node, node) + sep + port
 
 
-def _rename_nodes(graph_def: Any, names: Dict[str, str]) -> None:
+def _rename_nodes(graph_def: 'tf.compat.v1.GraphDef', names: Dict[str, str]) -> None:
     """Renames the top-level nodes (and the inputs naming them) in place."""
     for n in graph_def.node:
         n.name = names.get(n.name, n.name)
@@ -275,11 +277,11 @@ def _rename_nodes(graph_def: Any, names: Dict[str, str]) -> None:
 
 _LOCK = threading.Lock()
 #: template key -> its traced recipe, or None (not readable by a template)
-_TRACED: 'collections.OrderedDict[bytes, Optional[tseq.TracedPipeline]]' = \
+_TRACED: 'collections.OrderedDict[bytes, Optional[TracedPipeline]]' = \
     collections.OrderedDict()
 
 
-def _trace(split: _Split, spec: Any, repeatable: bool) -> Optional[tseq.TracedPipeline]:
+def _trace(split: _Split, spec: Any, repeatable: bool) -> Optional[TracedPipeline]:
     """The template of `split` traced: (arrays -> variant, arrays -> elements); None when
     it does not trace, or does not read as a fresh copy of the graph does."""
     sig = [tf.TensorSpec([None] + list(a.shape[1:]), tf.as_dtype(a.dtype)) for a in split.arrays]
@@ -305,10 +307,10 @@ def _trace(split: _Split, spec: Any, repeatable: bool) -> Optional[tseq.TracedPi
         return None
     if read is None:
         return None
-    return tseq.TracedPipeline(build, spec, read, repeatable, sig)
+    return TracedPipeline(build, spec, read, repeatable, sig)
 
 
-def _same_reads(traced: tseq.TracedPipeline, arrays: List[np.ndarray], graph: bytes,
+def _same_reads(traced: TracedPipeline, arrays: List[np.ndarray], graph: bytes,
                 spec: Any) -> bool:
     """Whether the template reads what a fresh copy of `graph` reads (checked once)."""
     try:
@@ -324,7 +326,7 @@ def _same_reads(traced: tseq.TracedPipeline, arrays: List[np.ndarray], graph: by
         x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b))
 
 
-def template_recipe(ds: Any, graph: bytes) -> Optional[Tuple[tseq.TracedPipeline,
+def template_recipe(ds: Any, graph: bytes) -> Optional[Tuple[TracedPipeline,
                                                              List[np.ndarray]]]:
     """``(traced pipeline, the dataset's arrays)`` for `ds` (whose detached serialized
     graph is `graph`), the recipe `tf_sequences` reads a `SlicesPipeline`'s datasets by;

@@ -513,7 +513,7 @@ class PreprocessClientData(ClientData):
         """``preprocess_fn(underlying.create_tf_dataset_for_client(client_id))``.
 
         Over in-memory slices (`tensor_slices`), the pipeline is traced once
-        (`simharness.core.tf_sequences.SlicesPipeline`) and a client's dataset
+        (`simharness.core.slices_pipeline.SlicesPipeline`) and a client's dataset
         is one call of it: the same elements, without tracing the pipeline's
         functions for every client; the dataset also carries that recipe, so
         that a computation reads it in one more call.
@@ -522,7 +522,7 @@ class PreprocessClientData(ClientData):
         if slices is not None:
             if self._pipeline is None:
                 # reason: tf_sequences imports TensorFlow, which this module imports lazily
-                from simharness.core.tf_sequences import SlicesPipeline
+                from simharness.core.slices_pipeline import SlicesPipeline
                 self._pipeline = SlicesPipeline(self._preprocess_fn)
             ds = self._pipeline.build(slices)
             if ds is not None:

@@ -141,7 +141,7 @@ register_message(TensorBatches)
 @dataclasses.dataclass(eq=False)
 class DatasetRecipe:
     """A client dataset made by a traced pipeline, as its recipe: the client's arrays and
-    the pipeline's read function (`simharness.core.tf_sequences.SlicesPipeline`).
+    the pipeline's read function (`simharness.core.slices_pipeline.SlicesPipeline`).
 
     ``read`` is a `CompiledComputation` (a serialized graph, no Python) from the
     arrays to the dataset's elements, read in one pass: each element's leading size

@@ -158,11 +158,11 @@ def test_tf_error_at_run_time_surfaces_with_its_traceback(stack):
         # Raised behind the seam (a worker, or the loopback's service): its traceback travels
         # as text, chained as the cause.
         remote = e.value.__cause__.remote_traceback
-        assert os.path.join('simharness', 'executors', 'eager_tf.py') in remote
+        assert os.path.join('simharness', 'executors', 'leaf', 'eager_tf.py') in remote
         assert os.sep + 'tensorflow' + os.sep in remote
     else:
         files = [os.path.normpath(str(entry.path)) for entry in e.traceback]
-        assert any(f.endswith(os.path.join('simharness', 'executors', 'eager_tf.py')) for f in files)
+        assert any(f.endswith(os.path.join('simharness', 'executors', 'leaf', 'eager_tf.py')) for f in files)
         assert any(os.sep + 'tensorflow' + os.sep in f for f in files)
     assert fed_checked_map([1.0, 2.0, 3.0, 4.0]) == [1.0, 2.0, 3.0, 4.0]  # the stack still works
 
