@@ -206,6 +206,19 @@ def _run_locked(config: ExperimentConfig, run_dir: Path, run_id: str, progress: 
     return RunResult(run_id, run_dir, status, summary)
 
 
+def _finished(i: int, n: int, run_id: str, cfg: ExperimentConfig, results_root: PathLike,
+              log: Optional[Callable[[str], None]]) -> Optional[RunResult]:
+    """The result of point `i` of `n` when its run is complete already (said to `log`), else
+    None: the point is to run."""
+    run_dir = Path(results_root) / cfg.name / run_id
+    if not is_finished(run_dir, cfg):
+        return None
+    if log:
+        log(f'[{i}/{n}] skip {run_id} (complete)')
+    return RunResult(run_id, run_dir, 'complete', read_json(run_dir / SUMMARY_FILE) or {},
+                     skipped=True)
+
+
 def _run_sweep_parallel(runs: List[Any], results_root: PathLike,
                         log: Optional[Callable[[str], None]], resume: bool,
                         jobs: int) -> List[RunResult]:
@@ -214,12 +227,9 @@ def _run_sweep_parallel(runs: List[Any], results_root: PathLike,
     done: Dict[str, RunResult] = {}
     todo = []
     for i, (run_id, cfg) in enumerate(runs, 1):
-        run_dir = Path(results_root) / cfg.name / run_id
-        if is_finished(run_dir, cfg):
-            if log:
-                log(f'[{i}/{len(runs)}] skip {run_id} (complete)')
-            done[run_id] = RunResult(run_id, run_dir, 'complete',
-                                     read_json(run_dir / SUMMARY_FILE) or {}, skipped=True)
+        finished = _finished(i, len(runs), run_id, cfg, results_root, log)
+        if finished is not None:
+            done[run_id] = finished
         else:
             todo.append((i, run_id, cfg))
     done.update(parallel.run_points(todo, len(runs), results_root, jobs, resume, log))
@@ -296,12 +306,9 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
         return _run_sweep_parallel(runs, results_root, log, resume, jobs)
     results = []
     for i, (run_id, cfg) in enumerate(runs, 1):
-        run_dir = Path(results_root) / cfg.name / run_id
-        if is_finished(run_dir, cfg):
-            if log:
-                log(f'[{i}/{len(runs)}] skip {run_id} (complete)')
-            summary = read_json(run_dir / SUMMARY_FILE) or {}
-            results.append(RunResult(run_id, run_dir, 'complete', summary, skipped=True))
+        finished = _finished(i, len(runs), run_id, cfg, results_root, log)
+        if finished is not None:
+            results.append(finished)
             continue
         if log:
             log(f'[{i}/{len(runs)}] run {run_id}')
@@ -317,6 +324,7 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
         except Exception as e:  # pylint: disable=broad-exception-caught  # recorded, go on
             error = f'{type(e).__name__}: {e}'
             _log.warning('%s/%s: failed: %s', cfg.name, run_id, error)
+            run_dir = Path(results_root) / cfg.name / run_id
             summary = read_json(run_dir / SUMMARY_FILE) or {}
             if summary.get('status') != 'failed':  # failed before its summary was written
                 summary = {'status': 'failed', 'error': error}
