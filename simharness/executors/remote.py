@@ -177,7 +177,7 @@ class RemoteExecutor(WorkerDelegatingExecutor):
         if gen is None or self._closed or gen != h.generation or not h.alive:
             return
         header, buffers = self._encode(Op.FREE, [], 0, 0, want_types=False)
-        h.submit(header, buffers, Op.FREE.name, gen)
+        h.submit(header, buffers, Op.FREE, gen)
 
     def _encode(self, op: Op, args: list, out_base: int, n_out: int, want_types: bool) -> Any:
         with self._lock:

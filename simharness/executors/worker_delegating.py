@@ -328,7 +328,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
                     self._sources.clear()
                     self._pending = []
                     header, buffers = self._encode(Op.OPEN_SESSION, [], 0, 0, want_types=False)
-                    h.submit(header, buffers, Op.OPEN_SESSION.name, gen)
+                    h.submit(header, buffers, Op.OPEN_SESSION, gen)
                     self._op_libraries_sent = ()
                     self._generation = gen
         libraries = op_libraries.loaded()  # the same tuple while no module was imported
@@ -340,7 +340,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
                     header, buffers = self._encode(Op.LOAD_OP_LIBRARIES,
                                                    [[list(x) for x in libraries]], 0, 0,
                                                    want_types=False)
-                    h.submit(header, buffers, Op.LOAD_OP_LIBRARIES.name, gen)
+                    h.submit(header, buffers, Op.LOAD_OP_LIBRARIES, gen)
                     self._op_libraries_sent = libraries
         return gen
 
@@ -361,10 +361,10 @@ class WorkerDelegatingExecutor(BatchExecutor):
         # held already, or written now: never waits
         locs = bc.acquire(key, buffers if placed is None else buffers[:placed])
         if locs is None:  # every broadcast slot is being read: the bytes go with the request
-            return self._handle.submit(header, buffers, op.name, gen, lend=lend)
+            return self._handle.submit(header, buffers, op, gen, lend=lend)
         # The handle ends the read when the worker answered (or the request failed), or
         # when it freed the tensors it made of the bytes in place.
-        return self._handle.submit(header, buffers, op.name, gen, locs,
+        return self._handle.submit(header, buffers, op, gen, locs,
                                    functools.partial(bc.release, locs), lend=lend)
 
     def _reserve_ids(self, n: int) -> int:
@@ -470,9 +470,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
             fut = await self._submit_broadcast(broadcast_key, header, buffers, op, gen,
                                                None if placed is None else len(placed), lend)
         elif lend:
-            fut = self._handle.submit(header, buffers, op.name, gen, lend=True)
+            fut = self._handle.submit(header, buffers, op, gen, lend=True)
         else:
-            fut = self._handle.submit(header, buffers, op.name, gen)
+            fut = self._handle.submit(header, buffers, op, gen)
         if pipelined:
             with self._lock:
                 self._pending.append((CURRENT_INVOCATION.get(), fut))
@@ -566,7 +566,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             try:
                 req = P.Request(int(Op.CLOSE_SESSION), self._session, [])
                 header, buffers = P.encode_message(req)
-                self._handle.submit(header, buffers, Op.CLOSE_SESSION.name, gen)
+                self._handle.submit(header, buffers, Op.CLOSE_SESSION, gen)
             except Exception:  # the worker or pool is gone: nothing left to dispose of
                 pass
 

@@ -143,7 +143,7 @@ class _PoolBackend:
         out: concurrent.futures.Future = concurrent.futures.Future()
         h = self._pool.handles[slot]
         try:
-            inner = h.submit(header, list(buffers), P.Op(req.op).name, h.generation)
+            inner = h.submit(header, list(buffers), P.Op(req.op), h.generation)
         except E.ExecutorClosedError as e:
             out.set_exception(_BackendClosed(str(e)))
             return out

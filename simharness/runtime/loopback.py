@@ -119,7 +119,7 @@ class LoopbackHandle:
             self.pid = os.getpid()
             self.generation += 1
 
-    def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
+    def submit(self, header: bytes, buffers: List[Any], op: P.Op, generation: int,
                locs: Optional[List[Any]] = None,
                on_done: Optional[Callable[[], None]] = None,
                lend: bool = False) -> 'concurrent.futures.Future[Any]':

@@ -25,7 +25,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence,
+                    Union, runtime_checkable)
+
+if TYPE_CHECKING:  # the seam's modules import no protocol module at run time
+    from simharness.runtime.protocol import Op
 
 #: A handle's id: the worker's index (local and Ray) or the service's address (gRPC).
 WorkerId = Union[int, str]
@@ -115,7 +119,7 @@ class WorkerHandle(Protocol):
     def ensure_started(self, timeout: Optional[float] = None) -> None:
         """Starts (or restarts) the worker unless it runs; blocks until it is ready."""
 
-    def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
+    def submit(self, header: bytes, buffers: List[Any], op: 'Op', generation: int,
                locs: Optional[List[Any]] = None,
                on_done: Optional[Callable[[], None]] = None,
                lend: bool = False) -> 'concurrent.futures.Future[Any]':
@@ -123,7 +127,7 @@ class WorkerHandle(Protocol):
 
         Args:
           header, buffers: the request, as `protocol.encode_message` made it.
-          op: the operation's name (for error messages).
+          op: the operation (`protocol.Op`; its name goes into error messages).
           generation: the generation the request was made for.
           locs: where `buffers` already are (the group's broadcast arena); with
             `places_prefix`, where the first ``len(locs)`` of them are.

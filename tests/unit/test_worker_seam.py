@@ -170,7 +170,7 @@ def test_dropped_values_are_freed_with_the_next_request(group):
     assert list(session.values) == [6]  # (ids 5 and 7 were the computes')
     ex.close()
     header, buffers = P.encode_message(P.Request(int(P.Op.PING), 0, []))
-    assert h.submit(header, buffers, 'PING', h.generation).result(60).ok  # in order: after it
+    assert h.submit(header, buffers, P.Op.PING, h.generation).result(60).ok  # in order: after it
     assert ex.session_id not in h.service.sessions  # CLOSE_SESSION disposed of the session
 
 

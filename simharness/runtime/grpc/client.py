@@ -298,13 +298,13 @@ class RemoteWorkerHandle:
             stream.reader.start()
             del grpc
 
-    def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
+    def submit(self, header: bytes, buffers: List[Any], op: P.Op, generation: int,
                locs: Optional[List[Any]] = None,
                on_done: Optional[Callable[[], None]] = None,
                lend: bool = False) -> concurrent.futures.Future:
         """Queues one encoded request; the future resolves to its decoded `Response`
         (`lend` is ignored: answers arrive as copies over the stream)."""
-        call = _Call(header, list(buffers), op, on_done)
+        call = _Call(header, list(buffers), op.name, on_done)
         stream = self._stream
         err: Optional[BaseException] = None
         if self.services.closed:

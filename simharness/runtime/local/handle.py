@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from simharness.errors import ExecutorClosedError, WorkerCrashedError
 from simharness.runtime import pinning
+from simharness.runtime.protocol import Op
 from simharness.runtime.local.arenas import WorkerStats
 from simharness.runtime.local.process import WorkerProcess
 from simharness.runtime.local.request_queue import Call, RequestQueue
@@ -95,7 +96,7 @@ class WorkerHandle:
             self.requests.open(self.pool.arena_bytes)
             self.pool.reactor.register(self)
 
-    def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
+    def submit(self, header: bytes, buffers: List[Any], op: Op, generation: int,
                locs: Optional[List[Any]] = None,
                on_done: Optional[Callable[[], None]] = None,
                lend: bool = False) -> concurrent.futures.Future:
@@ -103,7 +104,7 @@ class WorkerHandle:
 
         Args:
           header, buffers: the encoded `Request`.
-          op: its operation's name (for error messages).
+          op: its operation (its name goes into error messages).
           generation: the worker generation the request was made for: if the
             worker was replaced since, the request fails with
             `WorkerCrashedError` (its session is gone).
@@ -115,7 +116,7 @@ class WorkerHandle:
             ``loan.release()`` (None when nothing is lent), instead of copies.
             For answers the caller reads once and drops (partial reductions).
         """
-        call = Call(header, buffers, locs, op, on_done, lend, generation)
+        call = Call(header, buffers, locs, op.name, on_done, lend, generation)
         err: Optional[BaseException] = None
         if self.pool.closed:
             err = ExecutorClosedError('the worker pool is closed')

@@ -174,7 +174,7 @@ class WorkerPool:
                 futures.append(None)
                 continue
             header, buffers = P.encode_message(P.Request(int(P.Op.PING), 0, []))
-            futures.append(h.submit(header, buffers, 'PING', h.generation))
+            futures.append(h.submit(header, buffers, P.Op.PING, h.generation))
         out: List[Optional[Dict[str, Any]]] = []
         for f in futures:
             resp = None if f is None else f.result(timeout)

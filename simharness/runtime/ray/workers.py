@@ -193,13 +193,13 @@ class RayWorkerHandle:
                 self._alive = False
 
     # ------------------------------------------------------------ calls
-    def submit(self, header: bytes, buffers: List[Any], op: str, generation: int,
+    def submit(self, header: bytes, buffers: List[Any], op: P.Op, generation: int,
                locs: Optional[List[Any]] = None,
                on_done: Optional[Any] = None, lend: bool = False) -> concurrent.futures.Future:
         """Sends one encoded request; the future resolves to its decoded `Response`
         (`lend` is ignored: answers are Ray's objects, never views lent by the actor)."""
         nbytes = len(header) + sum(int(getattr(b, 'nbytes', 0)) for b in buffers)
-        call = _Call(op, on_done, generation, 0 if locs else nbytes)
+        call = _Call(op.name, on_done, generation, 0 if locs else nbytes)
         err: Optional[BaseException] = None
         if self.workers.closed:
             err = E.ExecutorClosedError('the Ray workers are closed')
