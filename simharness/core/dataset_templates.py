@@ -123,23 +123,11 @@ def _rename(graph_def: 'tf.compat.v1.GraphDef', names: Dict[str, str]) -> None:
 def _templatable(graph_def: 'tf.compat.v1.GraphDef') -> bool:
     """Whether a traced function reads what a fresh copy of the graph reads (see the
     module docstring)."""
-    from tensorflow.python.framework import op_def_registry  # pylint: disable=import-outside-toplevel
     funcs = {f.signature.name for f in graph_def.library.function}
     nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
-    for n in nodes:
-        op = n.op
-        if op in funcs or op in _SHUFFLES or op in _TABLE_OPS:
-            continue
-        if op in tseq.PYTHON_OPS or any(w in op for w in ('Random', 'Sampling', 'Seed')):
-            return False
-        if 'Dataset' in op and op not in tseq.PURE_DATASET_OPS:
-            return False
-        if 'deterministic' in n.attr and n.attr['deterministic'].s == b'false':
-            return False
-        od = op_def_registry.get(op)
-        if od is None or (od.is_stateful and op not in tseq.PURE_STATEFUL_OPS):
-            return False
-    return True
+    # a shuffle and a static table as in a rebuilt copy; everything else pure
+    return all(n.op in funcs or n.op in _SHUFFLES or n.op in _TABLE_OPS or tseq.pure_node(n)
+               for n in nodes)
 
 
 def _array(proto: tensor_pb2.TensorProto) -> np.ndarray:

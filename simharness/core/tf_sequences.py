@@ -31,7 +31,7 @@ from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct
 
 __all__ = ['detach_resources', 'element_leaves', 'fresh_copy', 'graph_is_repeatable',
-           'keep_recipe', 'materialize', 'read_all', 'read_all_eagerly', 'read_fresh',
+           'keep_recipe', 'materialize', 'pure_node', 'read_all', 'read_all_eagerly', 'read_fresh',
            'readable_as_batches', 'recipe_known', 'recognize', 'repeatable',
            'serialize_detached', 'serialized_graph']
 
@@ -273,7 +273,6 @@ def repeatable(graph_def: Any) -> bool:
     sources, a dataset op outside the pure ones above (files, SQL, ...), a parallel stage
     allowed to reorder (``deterministic='false'``), an op TF does not know.
     """
-    from tensorflow.python.framework import op_def_registry
     functions = {f.signature.name for f in graph_def.library.function}
     consts = {n.name: n for n in graph_def.node if n.op == 'Const'}
     top = [(n, True) for n in graph_def.node]
@@ -286,16 +285,24 @@ def repeatable(graph_def: Any) -> bool:
             if not _seeded(n, consts):
                 return False
             continue
-        if any(w in op for w in _IMPURE_WORDS):
-            return False
-        if 'Dataset' in op and op not in PURE_DATASET_OPS:
-            return False
-        if 'deterministic' in n.attr and n.attr['deterministic'].s == b'false':
-            return False
-        od = op_def_registry.get(op)
-        if od is None or (od.is_stateful and op not in PURE_STATEFUL_OPS):
+        if not pure_node(n):
             return False
     return True
+
+
+def pure_node(node: 'tf.compat.v1.NodeDef') -> bool:
+    """Whether a dataset graph's node (not a call of its library's functions) computes the
+    same values on every read: no random, shuffling or sampling op, only the pure dataset
+    stages, no parallel stage allowed to reorder, no op TF calls stateful but the in-memory
+    sources, no op TF does not know."""
+    from tensorflow.python.framework import op_def_registry  # pylint: disable=import-outside-toplevel
+    op = node.op
+    if any(w in op for w in _IMPURE_WORDS) or ('Dataset' in op and op not in PURE_DATASET_OPS):
+        return False
+    if 'deterministic' in node.attr and node.attr['deterministic'].s == b'false':
+        return False
+    od = op_def_registry.get(op)
+    return od is not None and not (od.is_stateful and op not in PURE_STATEFUL_OPS)
 
 
 def _plain_options() -> Any:
