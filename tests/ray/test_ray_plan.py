@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
@@ -199,3 +200,28 @@ def test_a_slot_moved_to_another_node_is_planned_again_there():
     assert moved.cpus == (6,) and moved.worker_id == 0
     assert [h.placement.cpus for h in handles[1:]] == [(4,), (5,)]
     workers.close()
+
+
+def test_a_broadcast_outlives_its_reads_until_its_bytes_change():
+    """A worker whose read ends before the next worker acquires the same value does not
+    make the value put again; an array changed in place since is put again."""
+    from simharness.runtime.ray.workers import RayBroadcast
+
+    class _FakeRay:
+        def __init__(self):
+            self.objects = []
+
+        def put(self, value):
+            self.objects.append([np.array(b) for b in value])
+            return len(self.objects) - 1
+
+    fake = _FakeRay()
+    bc = RayBroadcast(fake)
+    model = np.arange(8, dtype=np.float32)
+    first = bc.acquire(model, [model])
+    bc.release(first)  # worker 1 is done before worker 2 asks
+    assert bc.acquire(model, [model]) == first and bc.puts == 1
+    bc.release(first)
+    model[0] = 42.0  # the same object, other bytes
+    again = bc.acquire(model, [model])
+    assert again != first and bc.puts == 2 and fake.objects[again[0]][0][0] == 42.0

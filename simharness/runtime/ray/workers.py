@@ -54,6 +54,7 @@ import secrets
 import threading
 import time
 import weakref
+import zlib
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -78,9 +79,11 @@ class RayBroadcast:
     `acquire(key, buffers)` puts the buffers into the object store once for
     `key` (the value object being broadcast) and returns ``[ObjectRef]``; each
     worker's request passes it as a top-level argument, so Ray fetches it
-    once per node and actors read it zero-copy. When the last reader is
-    done the key is forgotten (a later broadcast of the same, possibly
-    mutated, object is put again) and Ray frees the object.
+    once per node and actors read it zero-copy. The object stays until another
+    key is broadcast: a worker whose read ends before the next worker's request
+    acquires it (actors answer at their own pace) must not make that request put
+    the value again. The same key with other bytes (an array changed in place
+    since) is put again: the held object's CRC-32 is compared when no read holds it.
     """
 
     def __init__(self, ray: Any):
@@ -89,14 +92,17 @@ class RayBroadcast:
         self._key: Any = None
         self._refs: List[Any] = []
         self._readers = 0
+        self._crc = 0
         self.bytes_written = 0
         self.puts = 0
 
     def acquire(self, key: Any, buffers: Sequence[Any]) -> List[Any]:
         with self._lock:
-            if self._key is not key or not self._refs:
+            held = self._key is key and bool(self._refs) and (
+                self._readers > 0 or _crc(buffers) == self._crc)
+            if not held:
                 self._refs = [self._ray.put(list(buffers))]
-                self._key = key
+                self._key, self._crc = key, _crc(buffers)
                 self.puts += 1
                 self.bytes_written += sum(int(np.asarray(b).nbytes) for b in buffers)
             self._readers += 1
@@ -106,9 +112,14 @@ class RayBroadcast:
         """Ends a read (of the one value held: `locs` names it for the handle protocol)."""
         with self._lock:
             self._readers = max(0, self._readers - 1)
-            if not self._readers:
-                self._key = None
-                self._refs = []
+
+
+def _crc(buffers: Sequence[np.ndarray]) -> int:
+    """CRC-32 of the buffers' bytes, in order."""
+    crc = 0
+    for b in buffers:
+        crc = zlib.crc32(np.ascontiguousarray(b).view(np.uint8).data, crc)
+    return crc
 
 
 class _Call(InFlight):
