@@ -15,42 +15,101 @@ _determinism.configure_threads()  # before TF's first op: the workers' intra-op 
 _tfquiet.install_import_hook()
 
 from simharness import errors  # noqa: E402
-from simharness.context import (AsyncExecutionContext, ExecutionContext, execution_context,
-                                get_context, set_default_executor)
+from simharness.context import (
+    AsyncExecutionContext,
+    ExecutionContext,
+    execution_context,
+    get_context,
+    set_default_executor,
+)
 from simharness import structure, templates
-from simharness.core.computation import (Computation, ConcreteComputation,
-                                         PolymorphicComputation, check_returns_type,
-                                         federated_computation, tf_computation)
-from simharness.core.arrays import (Array, ArrayShape, Serializable, TypedObject,
-                                    array_is_compatible_dtype, array_is_compatible_shape,
-                                    array_shape_is_compatible_with, array_shape_is_fully_defined,
-                                    array_shape_is_scalar, can_cast_dtype, infer_dtype,
-                                    is_valid_dtype, num_elements_in_array_shape)
-from simharness.core.intrinsics import (federated_aggregate, federated_apply,
-                                        federated_broadcast, federated_collect, federated_eval,
-                                        federated_map, federated_max,
-                                        federated_mean, federated_min,
-                                        federated_secure_modular_sum, federated_secure_select,
-                                        federated_secure_sum, federated_secure_sum_bitwidth,
-                                        federated_select, federated_sum, federated_value,
-                                        federated_zip, sequence_map, sequence_reduce,
-                                        sequence_sum, to_value)
+from simharness.core.computation import (
+    Computation,
+    ConcreteComputation,
+    PolymorphicComputation,
+    check_returns_type,
+    federated_computation,
+    tf_computation,
+)
+from simharness.core.arrays import (
+    Array,
+    ArrayShape,
+    Serializable,
+    TypedObject,
+    array_is_compatible_dtype,
+    array_is_compatible_shape,
+    array_shape_is_compatible_with,
+    array_shape_is_fully_defined,
+    array_shape_is_scalar,
+    can_cast_dtype,
+    infer_dtype,
+    is_valid_dtype,
+    num_elements_in_array_shape,
+)
+from simharness.core.intrinsics import (
+    federated_aggregate,
+    federated_apply,
+    federated_broadcast,
+    federated_collect,
+    federated_eval,
+    federated_map,
+    federated_max,
+    federated_mean,
+    federated_min,
+    federated_secure_modular_sum,
+    federated_secure_select,
+    federated_secure_sum,
+    federated_secure_sum_bitwidth,
+    federated_select,
+    federated_sum,
+    federated_value,
+    federated_zip,
+    sequence_map,
+    sequence_reduce,
+    sequence_sum,
+    to_value,
+)
 from simharness.core.structure import Struct
 from simharness.core.tracing import Value
-from simharness.core.types import (CLIENTS, SERVER, AbstractType, FederatedType, FunctionType,
-                                   PlacementType, SequenceType, StructType, StructWithPythonType,
-                                   TensorType, Type, infer_type, to_type, type_at_clients,
-                                   type_at_server)
-from simharness.errors import (CardinalityError, SimharnessError, WorkerCrashedError)
+from simharness.core.types import (
+    CLIENTS,
+    SERVER,
+    AbstractType,
+    FederatedType,
+    FunctionType,
+    PlacementType,
+    SequenceType,
+    StructType,
+    StructWithPythonType,
+    TensorType,
+    Type,
+    infer_type,
+    to_type,
+    type_at_clients,
+    type_at_server,
+)
+from simharness.errors import CardinalityError, SimharnessError, WorkerCrashedError
 
 __version__ = '0.1.0'
 
 
 #: Subpackages that import TensorFlow: loaded on first use as attributes
 #: (``simharness.learning.FedAvg`` works after a plain ``import simharness``).
-_LAZY_SUBMODULES = frozenset({'framework', 'learning', 'data', 'aggregators', 'simulation',
-                              'tensorflow', 'backends', 'program', 'analytics', 'test',
-                              'types'})
+_LAZY_SUBMODULES = frozenset(
+    {
+        'framework',
+        'learning',
+        'data',
+        'aggregators',
+        'simulation',
+        'tensorflow',
+        'backends',
+        'program',
+        'analytics',
+        'test',
+        'types',
+    }
+)
 
 
 def __getattr__(name):
@@ -58,6 +117,7 @@ def __getattr__(name):
         import importlib
         import multiprocessing
         from simharness.tfquiet import import_tensorflow, initialize_devices
+
         # TensorFlow's C++ start-up lines filtered out (errors still show); the CUDA probe
         # (cuInit) too, in the user's own process only (never before a fork).
         if multiprocessing.parent_process() is None:
@@ -69,23 +129,77 @@ def __getattr__(name):
 
 
 __all__ = [
-    'AbstractType', 'Array', 'ArrayShape', 'AsyncExecutionContext', 'Serializable',
-    'StructWithPythonType', 'TypedObject', 'array_is_compatible_dtype',
-    'array_is_compatible_shape', 'array_shape_is_compatible_with',
-    'array_shape_is_fully_defined', 'array_shape_is_scalar', 'backends', 'can_cast_dtype',
-    'federated_max', 'federated_min', 'federated_secure_select',
-    'infer_dtype', 'is_valid_dtype', 'num_elements_in_array_shape', 'tensorflow', 'to_value',
-    'CLIENTS', 'SERVER', 'CardinalityError', 'Computation', 'ConcreteComputation',
-    'ExecutionContext', 'FederatedType', 'FunctionType', 'PlacementType',
-    'PolymorphicComputation', 'SequenceType', 'SimharnessError', 'Struct', 'StructType',
-    'TensorType', 'Type', 'Value', 'WorkerCrashedError', 'check_returns_type', 'data', 'errors',
+    'AbstractType',
+    'Array',
+    'ArrayShape',
+    'AsyncExecutionContext',
+    'Serializable',
+    'StructWithPythonType',
+    'TypedObject',
+    'array_is_compatible_dtype',
+    'array_is_compatible_shape',
+    'array_shape_is_compatible_with',
+    'array_shape_is_fully_defined',
+    'array_shape_is_scalar',
+    'backends',
+    'can_cast_dtype',
+    'federated_max',
+    'federated_min',
+    'federated_secure_select',
+    'infer_dtype',
+    'is_valid_dtype',
+    'num_elements_in_array_shape',
+    'tensorflow',
+    'to_value',
+    'CLIENTS',
+    'SERVER',
+    'CardinalityError',
+    'Computation',
+    'ConcreteComputation',
+    'ExecutionContext',
+    'FederatedType',
+    'FunctionType',
+    'PlacementType',
+    'PolymorphicComputation',
+    'SequenceType',
+    'SimharnessError',
+    'Struct',
+    'StructType',
+    'TensorType',
+    'Type',
+    'Value',
+    'WorkerCrashedError',
+    'check_returns_type',
+    'data',
+    'errors',
     'execution_context',
-    'federated_aggregate', 'federated_apply', 'federated_broadcast', 'federated_collect',
-    'federated_computation', 'federated_eval', 'federated_map', 'federated_mean',
-    'federated_secure_modular_sum', 'federated_secure_sum', 'federated_secure_sum_bitwidth',
+    'federated_aggregate',
+    'federated_apply',
+    'federated_broadcast',
+    'federated_collect',
+    'federated_computation',
+    'federated_eval',
+    'federated_map',
+    'federated_mean',
+    'federated_secure_modular_sum',
+    'federated_secure_sum',
+    'federated_secure_sum_bitwidth',
     'federated_select',
-    'federated_sum', 'federated_value', 'federated_zip', 'framework', 'get_context',
-    'infer_type', 'learning', 'sequence_map', 'sequence_reduce', 'sequence_sum',
-    'set_default_executor', 'structure', 'templates', 'tf_computation', 'to_type',
-    'type_at_clients', 'type_at_server',
+    'federated_sum',
+    'federated_value',
+    'federated_zip',
+    'framework',
+    'get_context',
+    'infer_type',
+    'learning',
+    'sequence_map',
+    'sequence_reduce',
+    'sequence_sum',
+    'set_default_executor',
+    'structure',
+    'templates',
+    'tf_computation',
+    'to_type',
+    'type_at_clients',
+    'type_at_server',
 ]

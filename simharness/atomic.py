@@ -34,8 +34,15 @@ PathLike = Union[str, 'os.PathLike[str]']
 #: Suffix of the temporary files (`is_temp_file` recognises them).
 TEMP_SUFFIX = '.tmp'
 
-__all__ = ['TEMP_SUFFIX', 'atomic_open', 'atomic_path', 'is_temp_file', 'raise_naming',
-           'write_bytes', 'write_text']
+__all__ = [
+    'TEMP_SUFFIX',
+    'atomic_open',
+    'atomic_path',
+    'is_temp_file',
+    'raise_naming',
+    'write_bytes',
+    'write_text',
+]
 
 
 @contextlib.contextmanager
@@ -62,8 +69,9 @@ def _replacing(target: Path) -> Iterator[Tuple[int, str]]:
 
 
 @contextlib.contextmanager
-def atomic_open(path: PathLike, mode: str = 'w', *,
-                newline: Optional[str] = None) -> Iterator[IO[Any]]:
+def atomic_open(
+    path: PathLike, mode: str = 'w', *, newline: Optional[str] = None
+) -> Iterator[IO[Any]]:
     """Opens a temporary file that replaces `path` when the block exits normally.
 
     Args:
@@ -78,8 +86,11 @@ def atomic_open(path: PathLike, mode: str = 'w', *,
         raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
     with _replacing(Path(path)) as (fd, _):
         try:
-            f: IO[Any] = (os.fdopen(fd, 'w', encoding='utf-8', newline=newline)
-                          if mode == 'w' else os.fdopen(fd, 'wb'))
+            f: IO[Any] = (
+                os.fdopen(fd, 'w', encoding='utf-8', newline=newline)
+                if mode == 'w'
+                else os.fdopen(fd, 'wb')
+            )
         except BaseException:
             with contextlib.suppress(OSError):  # (a file object made and lost closed it)
                 os.close(fd)

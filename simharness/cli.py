@@ -121,8 +121,9 @@ def _cli_logging(verbose: bool, level: Optional[str] = None) -> Iterator[None]:
     logger = logging.getLogger('simharness')
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter('%(levelname)s %(name)s: %(message)s'))
-    threshold = getattr(logging, level.upper()) if level else (
-        logging.INFO if verbose else logging.WARNING)
+    threshold = (
+        getattr(logging, level.upper()) if level else (logging.INFO if verbose else logging.WARNING)
+    )
     handler.setLevel(threshold)
     # Round lines and the resume notice are printed by the runner itself: shown once.
     handler.addFilter(lambda record: not getattr(record, 'simharness_console', False))
@@ -138,8 +139,10 @@ def _cli_logging(verbose: bool, level: Optional[str] = None) -> Iterator[None]:
 
 
 def _traceback_wanted(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, 'verbose', False)) or \
-        os.environ.get(TRACEBACK_ENV, '') not in ('', '0')
+    return bool(getattr(args, 'verbose', False)) or os.environ.get(TRACEBACK_ENV, '') not in (
+        '',
+        '0',
+    )
 
 
 def _os_error(e: OSError, verbose: bool) -> int:
@@ -159,13 +162,20 @@ def _reap_segments() -> None:
     """Removes the shared-memory segments earlier runs left when they were killed."""
     # pylint: disable-next=import-outside-toplevel
     from simharness.runtime.local.shm import reap_orphaned_segments
-    reaped = reap_orphaned_segments()
-    _log.info('reclaimed %d orphaned shared-memory segment(s) of dead simharness processes%s',
-              len(reaped), f': {", ".join(reaped)}' if reaped else '')
 
-_SET_HELP = ('override a config value: a dotted key and a TOML literal, e.g. '
-             '--set stack.num_workers=2 --set training.rounds=5 --set stack.kind=process '
-             '(a bare word is a string); may be repeated')
+    reaped = reap_orphaned_segments()
+    _log.info(
+        'reclaimed %d orphaned shared-memory segment(s) of dead simharness processes%s',
+        len(reaped),
+        f': {", ".join(reaped)}' if reaped else '',
+    )
+
+
+_SET_HELP = (
+    'override a config value: a dotted key and a TOML literal, e.g. '
+    '--set stack.num_workers=2 --set training.rounds=5 --set stack.kind=process '
+    '(a bare word is a string); may be repeated'
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -174,88 +184,128 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description='Run reproducible federated learning experiments from TOML configs.',
         epilog='examples:\n'
-               '  simharness run configs/quickstart.toml\n'
-               '  simharness run configs/quickstart.toml --set stack.kind=thread\n'
-               '  simharness run configs/quickstart.toml --set stack.kind=ray \\\n'
-               '      --set stack.address=auto          # on the Ray cluster of this machine\n'
-               '  simharness sweep experiments/scaling.toml\n'
-               '  simharness report results/scaling\n\n'
-               'Results go to RESULTS/<experiment name>/<run id>/: config.toml (resolved),\n'
-               'environment.json, metrics.jsonl (one line per round), summary.json; reports\n'
-               'add report.md and PNG plots.\n\n'
-               'Exit codes: 0 ok; 1 results could not be written (disk full, read-only or\n'
-               'unwritable directory: one "error: <path>: <reason>" line, summary status\n'
-               '"failed"); 2 invalid config or arguments; 130 interrupted (Ctrl-C); 143\n'
-               'terminated (SIGTERM; 129 for SIGHUP). SIGTERM and SIGHUP stop a run as Ctrl-C\n'
-               'does: workers stopped, summary status "interrupted". Each run or sweep first\n'
-               'removes shared-memory segments (/dev/shm/simharness_<pid>_*) left by killed\n'
-               f'simharness processes. Tracebacks: --verbose, or {TRACEBACK_ENV}=1.')
+        '  simharness run configs/quickstart.toml\n'
+        '  simharness run configs/quickstart.toml --set stack.kind=thread\n'
+        '  simharness run configs/quickstart.toml --set stack.kind=ray \\\n'
+        '      --set stack.address=auto          # on the Ray cluster of this machine\n'
+        '  simharness sweep experiments/scaling.toml\n'
+        '  simharness report results/scaling\n\n'
+        'Results go to RESULTS/<experiment name>/<run id>/: config.toml (resolved),\n'
+        'environment.json, metrics.jsonl (one line per round), summary.json; reports\n'
+        'add report.md and PNG plots.\n\n'
+        'Exit codes: 0 ok; 1 results could not be written (disk full, read-only or\n'
+        'unwritable directory: one "error: <path>: <reason>" line, summary status\n'
+        '"failed"); 2 invalid config or arguments; 130 interrupted (Ctrl-C); 143\n'
+        'terminated (SIGTERM; 129 for SIGHUP). SIGTERM and SIGHUP stop a run as Ctrl-C\n'
+        'does: workers stopped, summary status "interrupted". Each run or sweep first\n'
+        'removes shared-memory segments (/dev/shm/simharness_<pid>_*) left by killed\n'
+        f'simharness processes. Tracebacks: --verbose, or {TRACEBACK_ENV}=1.',
+    )
     p.add_argument('--version', action='version', version=f'%(prog)s {_version()}')
     sub = p.add_subparsers(dest='command')
     sub.required = True
 
     run = sub.add_parser(
-        'run', help='run one experiment',
+        'run',
+        help='run one experiment',
         description='Run one experiment (a config without [sweep]) and write its results and '
-                    'report. The run id is "default", or built from the --set overrides '
-                    '(e.g. num_workers=2,rounds=5). An interrupted or failed run of the same '
-                    'config resumes from its last checkpoint ([training] checkpoint_every; '
-                    '--restart: from round 0). A complete run of the same config is not run again (its '
-                    'results are kept; exit 0); over a complete run of another config it stops '
-                    'with an error: --restart runs it again from scratch, replacing its results. '
-                    'While a run of it is in progress (its run directory is locked), a second '
-                    'one is refused (exit 2). '
-                    'Ctrl-C, SIGTERM and SIGHUP stop it cleanly (summary status '
-                    '"interrupted"; exit 130, 143, 129); a results write that fails (disk full, '
-                    'unwritable directory) exits 1 with summary status "failed".')
+        'report. The run id is "default", or built from the --set overrides '
+        '(e.g. num_workers=2,rounds=5). An interrupted or failed run of the same '
+        'config resumes from its last checkpoint ([training] checkpoint_every; '
+        '--restart: from round 0). A complete run of the same config is not run again (its '
+        'results are kept; exit 0); over a complete run of another config it stops '
+        'with an error: --restart runs it again from scratch, replacing its results. '
+        'While a run of it is in progress (its run directory is locked), a second '
+        'one is refused (exit 2). '
+        'Ctrl-C, SIGTERM and SIGHUP stop it cleanly (summary status '
+        '"interrupted"; exit 130, 143, 129); a results write that fails (disk full, '
+        'unwritable directory) exits 1 with summary status "failed".',
+    )
     sweep = sub.add_parser(
-        'sweep', help='run every point of a config\'s [sweep.grid] (resumable)',
+        'sweep',
+        help="run every point of a config's [sweep.grid] (resumable)",
         description='Run every point of the [sweep.grid] of a config, one after another, each '
-                    'in RESULTS/<name>/<run id>/ with run ids like '
-                    'num_workers=2,clients_per_round=100,seed=0. Runs already complete with the '
-                    'same resolved config are skipped, so an interrupted sweep resumes where it '
-                    'stopped; interrupted or failed runs resume from their last checkpoint '
-                    '(--restart: from round 0). Writes '
-                    'RESULTS/<name>/report.md at the end. Stops and exit codes as for run.')
-    sweep.add_argument('--jobs', default='1', metavar='N',
-                       help='points run at once, each in its own process on its own cores (the '
-                            'usable cores split into N sets of a point\'s stack.num_workers); '
-                            '"auto": as many as fit this machine; default 1 (one after another)')
+        'in RESULTS/<name>/<run id>/ with run ids like '
+        'num_workers=2,clients_per_round=100,seed=0. Runs already complete with the '
+        'same resolved config are skipped, so an interrupted sweep resumes where it '
+        'stopped; interrupted or failed runs resume from their last checkpoint '
+        '(--restart: from round 0). Writes '
+        'RESULTS/<name>/report.md at the end. Stops and exit codes as for run.',
+    )
+    sweep.add_argument(
+        '--jobs',
+        default='1',
+        metavar='N',
+        help='points run at once, each in its own process on its own cores (the '
+        "usable cores split into N sets of a point's stack.num_workers); "
+        '"auto": as many as fit this machine; default 1 (one after another)',
+    )
     for sp in (run, sweep):
         sp.add_argument('config', metavar='CONFIG', help='the experiment TOML file')
-        sp.add_argument('--set', dest='overrides', action='append', default=[],
-                        metavar='KEY=VALUE', help=_SET_HELP)
-        sp.add_argument('--results', default='results', metavar='DIR',
-                        help='results root directory (default: ./results)')
-        sp.add_argument('--restart', action='store_true',
-                        help='run again from round 0, replacing earlier results (default: an '
-                             'interrupted or failed run of the same config resumes from its '
-                             'last checkpoint; a complete run is kept)')
-        sp.add_argument('--no-progress', action='store_true',
-                        help='no progress bar (it is also off when stderr is not a terminal or '
-                             'the CI environment variable is set)')
-        sp.add_argument('--log-level', choices=('debug', 'info', 'warning', 'error'),
-                        help='simharness log records shown on stderr (default: warning; info '
-                             'with --verbose); "error" also drops the per-round lines and the '
-                             'progress bar; every run also logs at INFO to <run dir>/run.log')
-        sp.add_argument('-v', '--verbose', action='store_true',
-                        help='INFO logs (e.g. shared-memory segments of killed runs reclaimed) '
-                             'and full tracebacks for errors (also: '
-                             f'{TRACEBACK_ENV}=1)')
+        sp.add_argument(
+            '--set',
+            dest='overrides',
+            action='append',
+            default=[],
+            metavar='KEY=VALUE',
+            help=_SET_HELP,
+        )
+        sp.add_argument(
+            '--results',
+            default='results',
+            metavar='DIR',
+            help='results root directory (default: ./results)',
+        )
+        sp.add_argument(
+            '--restart',
+            action='store_true',
+            help='run again from round 0, replacing earlier results (default: an '
+            'interrupted or failed run of the same config resumes from its '
+            'last checkpoint; a complete run is kept)',
+        )
+        sp.add_argument(
+            '--no-progress',
+            action='store_true',
+            help='no progress bar (it is also off when stderr is not a terminal or '
+            'the CI environment variable is set)',
+        )
+        sp.add_argument(
+            '--log-level',
+            choices=('debug', 'info', 'warning', 'error'),
+            help='simharness log records shown on stderr (default: warning; info '
+            'with --verbose); "error" also drops the per-round lines and the '
+            'progress bar; every run also logs at INFO to <run dir>/run.log',
+        )
+        sp.add_argument(
+            '-v',
+            '--verbose',
+            action='store_true',
+            help='INFO logs (e.g. shared-memory segments of killed runs reclaimed) '
+            'and full tracebacks for errors (also: '
+            f'{TRACEBACK_ENV}=1)',
+        )
 
     report = sub.add_parser(
-        'report', help='write report.md and plots for finished runs',
+        'report',
+        help='write report.md and plots for finished runs',
         description='Read every run (directory with a summary.json) under RESULTS_DIR -- one '
-                    'run, one experiment, or a root of several -- and write RESULTS_DIR/report.md '
-                    '(a table of the runs) and PNG plots: accuracy and loss vs round, and round '
-                    'time and clients/s vs workers when the runs differ in workers or '
-                    'clients per round.')
+        'run, one experiment, or a root of several -- and write RESULTS_DIR/report.md '
+        '(a table of the runs) and PNG plots: accuracy and loss vs round, and round '
+        'time and clients/s vs workers when the runs differ in workers or '
+        'clients per round.',
+    )
     report.add_argument('results_dir', metavar='RESULTS_DIR', help='directory to report on')
     from simharness import serve as _serve  # pylint: disable=import-outside-toplevel
+
     _serve.add_parser(sub)
-    report.add_argument('-v', '--verbose', action='store_true',
-                        help=f'full tracebacks for errors (also: {TRACEBACK_ENV}=1)')
+    report.add_argument(
+        '-v',
+        '--verbose',
+        action='store_true',
+        help=f'full tracebacks for errors (also: {TRACEBACK_ENV}=1)',
+    )
     from simharness.bench import cli as bench_cli  # pylint: disable=import-outside-toplevel
+
     bench_cli.add_parser(sub)  # simharness bench run|ab|compare|history
     # Every subcommand added above, in the usage line and in a missing command's error.
     sub.metavar = '{' + ','.join(sub.choices) + '}'
@@ -264,6 +314,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _version() -> str:
     from importlib import metadata  # pylint: disable=import-outside-toplevel
+
     try:
         return metadata.version('simharness')
     except metadata.PackageNotFoundError:  # a source tree that is not installed
@@ -301,6 +352,7 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
     from simharness.experiments.runner.rundir import is_finished, read_json, SUMMARY_FILE
 
     from simharness.tfquiet import initialize_devices
+
     # The config first: a config error is reported before TensorFlow loads (fast).
     config = C.load_config(args.config)
     pairs = [C.parse_override(o) for o in args.overrides]
@@ -311,21 +363,27 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
     progress = not args.no_progress and args.log_level != 'error'
     if not sweep:
         if config.sweep.grid:
-            return _err(f'{args.config} has a [sweep] grid ({len(C.expand_sweep(config))} runs); '
-                        'run it with: simharness sweep ' + args.config)
+            return _err(
+                f'{args.config} has a [sweep] grid ({len(C.expand_sweep(config))} runs); '
+                'run it with: simharness sweep ' + args.config
+            )
         run_id = C.run_id_for([(k, v) for k, v in pairs if not k.startswith('sweep.')])
         run_dir = results / config.name / run_id
         check_not_running(run_dir)  # refused now, not after TensorFlow loads
         if not args.restart and is_finished(run_dir):
             done = read_json(run_dir / SUMMARY_FILE) or {}
             if not is_finished(run_dir, config):
-                return _err(f'{run_dir} holds a complete run of another config (finished '
-                            f'{done.get("finished_at", "?")}); --restart runs this config there '
-                            'from scratch, replacing it; --results DIR keeps both')
-            print(f'{config.name}/{run_id}: complete already (finished '
-                  f'{done.get("finished_at", "?")}, {done.get("rounds_completed")} rounds, final '
-                  f'accuracy {_fmt(done.get("final_accuracy"), ".4f")}); not run again '
-                  '(--restart: run it again from scratch)')
+                return _err(
+                    f'{run_dir} holds a complete run of another config (finished '
+                    f'{done.get("finished_at", "?")}); --restart runs this config there '
+                    'from scratch, replacing it; --results DIR keeps both'
+                )
+            print(
+                f'{config.name}/{run_id}: complete already (finished '
+                f'{done.get("finished_at", "?")}, {done.get("rounds_completed")} rounds, final '
+                f'accuracy {_fmt(done.get("final_accuracy"), ".4f")}); not run again '
+                '(--restart: run it again from scratch)'
+            )
             print(f'results: {run_dir}')
             return EXIT_OK
     else:
@@ -334,14 +392,17 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
     initialize_devices()  # TensorFlow's C++ start-up lines filtered out (real errors still show)
     _reap_segments()
     if not sweep:
-        result = run_experiment(config, results, progress=progress, run_id=run_id,
-                                resume=not args.restart)
+        result = run_experiment(
+            config, results, progress=progress, run_id=run_id, resume=not args.restart
+        )
         s = result.summary
-        print(f'{config.name}/{run_id}: {s["rounds_completed"]} rounds, final loss '
-              f'{_fmt(s["final_loss"], ".6f")}, final accuracy {_fmt(s["final_accuracy"], ".4f")}'
-              f', median round {_fmt(s["median_round_seconds"], ".4f")} s, '
-              f'{_fmt(s["clients_per_second"], ".1f")} clients/s, total '
-              f'{_fmt(s["total_seconds"], ".1f")} s')
+        print(
+            f'{config.name}/{run_id}: {s["rounds_completed"]} rounds, final loss '
+            f'{_fmt(s["final_loss"], ".6f")}, final accuracy {_fmt(s["final_accuracy"], ".4f")}'
+            f', median round {_fmt(s["median_round_seconds"], ".4f")} s, '
+            f'{_fmt(s["clients_per_second"], ".1f")} clients/s, total '
+            f'{_fmt(s["total_seconds"], ".1f")} s'
+        )
         print(f'results: {result.run_dir}')
         _print_outputs(write_report(result.run_dir))
         return EXIT_OK
@@ -354,24 +415,34 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
             jobs = 0
         if jobs < 1:
             return _err(f'--jobs must be an int >= 1 or "auto", got {args.jobs!r}')
-    runs = run_sweep(config, results, progress=progress and jobs == 1, log=print,
-                     resume=not args.restart, jobs=jobs)
+    runs = run_sweep(
+        config,
+        results,
+        progress=progress and jobs == 1,
+        log=print,
+        resume=not args.restart,
+        jobs=jobs,
+    )
     for r in runs:
         s = r.summary
         if r.status == 'failed':
             print(f'  {r.run_id}: FAILED: {r.error or s.get("error")}')
             continue
-        print(f'  {r.run_id}: {s.get("status")}{" (skipped)" if r.skipped else ""}, final loss '
-              f'{_fmt(s.get("final_loss"), ".6f")}, median round '
-              f'{_fmt(s.get("median_round_seconds"), ".4f")} s')
+        print(
+            f'  {r.run_id}: {s.get("status")}{" (skipped)" if r.skipped else ""}, final loss '
+            f'{_fmt(s.get("final_loss"), ".6f")}, median round '
+            f'{_fmt(s.get("median_round_seconds"), ".4f")} s'
+        )
     out = results / config.name
     print(f'results: {out}')
     _print_outputs(write_report(out))
     failed = [r.run_id for r in runs if r.status == 'failed']
     if failed:
-        print(f'error: {len(failed)} of {len(runs)} sweep points failed: {", ".join(failed)} '
-              '(their summary.json has the error; a rerun resumes or retries them)',
-              file=sys.stderr)
+        print(
+            f'error: {len(failed)} of {len(runs)} sweep points failed: {", ".join(failed)} '
+            '(their summary.json has the error; a rerun resumes or retries them)',
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     return EXIT_OK
 
@@ -382,6 +453,7 @@ def _find_builder_module(config: Any, config_path: Path) -> None:
     a module found nowhere is a ConfigError with a hint. Nothing is imported here."""
     # pylint: disable=import-outside-toplevel
     import importlib.util
+
     ref = getattr(config.model, 'keras', None)
     if not isinstance(ref, str) or ':' not in ref:
         return  # none, or malformed: the runner's error says what it should look like
@@ -397,15 +469,20 @@ def _find_builder_module(config: Any, config_path: Path) -> None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        raise ConfigError(f'{config_path}: model.keras = {ref!r}: no module {top!r} in the '
-                          f"config's folder ({folders[0]}), the working directory "
-                          f'({folders[1]}) or the installed packages; put {top}.py next to the '
-                          'config or add its folder to PYTHONPATH', key='model.keras', value=ref)
+        raise ConfigError(
+            f'{config_path}: model.keras = {ref!r}: no module {top!r} in the '
+            f"config's folder ({folders[0]}), the working directory "
+            f'({folders[1]}) or the installed packages; put {top}.py next to the '
+            'config or add its folder to PYTHONPATH',
+            key='model.keras',
+            value=ref,
+        )
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     # pylint: disable-next=import-outside-toplevel
     from simharness.experiments.report import write_report
+
     try:
         paths = write_report(args.results_dir)
     except SimharnessValueError as e:
@@ -444,9 +521,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                     return _cmd_report(args)
                 if args.command == 'bench':
                     from simharness.bench import cli as bench_cli  # pylint: disable=import-outside-toplevel
+
                     return bench_cli.run(args)
                 if args.command == 'serve':
                     from simharness import serve  # pylint: disable=import-outside-toplevel
+
                     return serve.main(args)
                 return _cmd_run(args, sweep=args.command == 'sweep')
         except (ConfigError, RunInProgressError) as e:

@@ -31,10 +31,21 @@ from simharness.core.context_stack import AsyncContext, SyncContext
 from simharness.core.wakeups import await_future
 from simharness.core import types as T
 from simharness.core.buffers import pooled_copy
-from simharness.core.structure import (Struct, claim_adopted, from_container, map_nest,
-                                       tensor_to_numpy, to_container)
-from simharness.errors import (CardinalityError, ContextError, ExecutorClosedError,
-                               RetryableError, SimharnessTypeError)
+from simharness.core.structure import (
+    Struct,
+    claim_adopted,
+    from_container,
+    map_nest,
+    tensor_to_numpy,
+    to_container,
+)
+from simharness.errors import (
+    CardinalityError,
+    ContextError,
+    ExecutorClosedError,
+    RetryableError,
+    SimharnessTypeError,
+)
 from simharness.executors.base import CURRENT_INVOCATION, ExecutorFactory
 from simharness.validation import check_bool, check_int
 
@@ -45,7 +56,8 @@ def _check_factory(factory: Any) -> None:
             f'factory must be an ExecutorFactory, got {type(factory).__name__} {factory!r}; '
             f'make one with local_executor_factory() or process_executor_factory()',
             expected=ExecutorFactory,
-            actual=type(factory))
+            actual=type(factory),
+        )
 
 
 class _ExecutionContextBase:
@@ -54,13 +66,19 @@ class _ExecutionContextBase:
     Arguments as in `ExecutionContext`.
     """
 
-    def __init__(self, factory: ExecutorFactory, retries: int = 0, *,
-                 max_concurrent_calls: Optional[int] = None,
-                 transform_args: Optional[Callable[[Any], Any]] = None,
-                 transform_result: Optional[Callable[[Any], Any]] = None,
-                 owns_factory: bool = False, jit_compile: Optional[bool] = None,
-                 cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
-                 compiler_fn: Optional[Callable[[Any], Any]] = None):
+    def __init__(
+        self,
+        factory: ExecutorFactory,
+        retries: int = 0,
+        *,
+        max_concurrent_calls: Optional[int] = None,
+        transform_args: Optional[Callable[[Any], Any]] = None,
+        transform_result: Optional[Callable[[Any], Any]] = None,
+        owns_factory: bool = False,
+        jit_compile: Optional[bool] = None,
+        cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
+        compiler_fn: Optional[Callable[[Any], Any]] = None,
+    ):
         _check_factory(factory)
         check_bool('owns_factory', owns_factory)
         if jit_compile is not None:
@@ -69,16 +87,21 @@ class _ExecutionContextBase:
         self.jit_compile = jit_compile
         self._owns_factory = owns_factory
         retries = check_int('retries', retries, 0)
-        max_concurrent_calls = check_int('max_concurrent_calls', max_concurrent_calls, 1,
-                                         allow_none=True)
-        for what, fn in (('transform_args', transform_args),
-                         ('transform_result', transform_result),
-                         ('cardinality_inference_fn', cardinality_inference_fn),
-                         ('compiler_fn', compiler_fn)):
+        max_concurrent_calls = check_int(
+            'max_concurrent_calls', max_concurrent_calls, 1, allow_none=True
+        )
+        for what, fn in (
+            ('transform_args', transform_args),
+            ('transform_result', transform_result),
+            ('cardinality_inference_fn', cardinality_inference_fn),
+            ('compiler_fn', compiler_fn),
+        ):
             if fn is not None and not callable(fn):
-                raise SimharnessTypeError(f'{what} must be callable or None, got {fn!r} of type '
-                                          f'{type(fn).__name__}', expected='callable',
-                                          actual=type(fn))
+                raise SimharnessTypeError(
+                    f'{what} must be callable or None, got {fn!r} of type {type(fn).__name__}',
+                    expected='callable',
+                    actual=type(fn),
+                )
         self.factory = factory
         self.retries = retries
         #: At most this many computations run at once (None: no limit); more calls wait.
@@ -88,8 +111,11 @@ class _ExecutionContextBase:
         self._cardinality_inference_fn = cardinality_inference_fn
         # As TFF: each computation compiled once (cached by the computation).
         self._compiler = None if compiler_fn is None else functools.lru_cache()(compiler_fn)
-        self._calls = (None if max_concurrent_calls is None
-                       else threading.BoundedSemaphore(max_concurrent_calls))
+        self._calls = (
+            None
+            if max_concurrent_calls is None
+            else threading.BoundedSemaphore(max_concurrent_calls)
+        )
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._finalizer: Optional[weakref.finalize] = None
@@ -102,15 +128,20 @@ class _ExecutionContextBase:
                 raise ExecutorClosedError('this execution context is closed')
             if self._loop is None:
                 self._loop = context_stack.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever,
-                                                name='simharness-context', daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name='simharness-context', daemon=True
+                )
                 self._thread.start()
                 # A context dropped unclosed (TFF's `with_context` never closes the ones it
                 # makes) stops its loop thread when collected, and closes a factory of its
                 # own (its worker processes stop).
                 self._finalizer = weakref.finalize(
-                    self, _release_dropped_context, self._loop, self._thread,
-                    self.factory if self._owns_factory else None)
+                    self,
+                    _release_dropped_context,
+                    self._loop,
+                    self._thread,
+                    self.factory if self._owns_factory else None,
+                )
             return self._loop
 
     def _compiled(self, comp: Any) -> Any:
@@ -125,17 +156,23 @@ class _ExecutionContextBase:
         out = self._compiler(comp)
         ft = getattr(out, 'type_signature', None)
         if not isinstance(ft, T.FunctionType) or not callable(
-                getattr(out, 'to_building_block', None)):
+            getattr(out, 'to_building_block', None)
+        ):
             raise SimharnessTypeError(
                 f'compiler_fn returned {out!r} of type {type(out).__name__}; expected a '
-                'computation (a simharness Computation)', expected='Computation',
-                actual=type(out))
+                'computation (a simharness Computation)',
+                expected='Computation',
+                actual=type(out),
+            )
         param = comp.type_signature.parameter
         if (param is None) != (ft.parameter is None) or (
-                param is not None and not ft.parameter.is_assignable_from(param)):
+            param is not None and not ft.parameter.is_assignable_from(param)
+        ):
             raise SimharnessTypeError(
                 f'compiler_fn changed the parameter type from {param} to {ft.parameter}',
-                expected=param, actual=ft.parameter)
+                expected=param,
+                actual=ft.parameter,
+            )
         return out
 
     def _prepared(self, comp: Any, arg: Any) -> tuple:
@@ -150,7 +187,8 @@ class _ExecutionContextBase:
         ft: T.FunctionType = comp.type_signature
         if self._cardinality_inference_fn is not None:
             return _checked_cardinalities(
-                {} if arg is None else self._cardinality_inference_fn(arg, ft.parameter))
+                {} if arg is None else self._cardinality_inference_fn(arg, ft.parameter)
+            )
         cardinalities = {}
         if ft.parameter is not None:
             n = infer_cardinality(arg, ft.parameter)
@@ -166,6 +204,7 @@ class _ExecutionContextBase:
         comp_bb = comp.to_building_block()
         if self.jit_compile is not None:
             from simharness.core.xla import force_tree
+
             comp_bb = force_tree(comp_bb, self.jit_compile)
         return asyncio.run_coroutine_threadsafe(_run(executor, comp_bb, ft, arg), loop)
 
@@ -189,7 +228,8 @@ class _ExecutionContextBase:
                 # their end: none is left pending to be destroyed with the loop.
                 try:
                     asyncio.run_coroutine_threadsafe(_cancel_pending(), loop).result(
-                        timeout=_CANCEL_WAIT + 5)
+                        timeout=_CANCEL_WAIT + 5
+                    )
                 except Exception:  # a loop that cannot run it: nothing more to do here
                     pass
             closer = getattr(self.factory, 'close', None) if self._owns_factory else None
@@ -255,7 +295,7 @@ class ExecutionContext(_ExecutionContextBase, SyncContext):
         """Runs `comp` (a `Computation`) on `arg` and returns Python/numpy results."""
         run, arg, cardinalities = self._prepared(comp, arg)
         attempt = 0
-        with (self._calls if self._calls is not None else contextlib.nullcontext()):
+        with self._calls if self._calls is not None else contextlib.nullcontext():
             while True:
                 try:
                     fut = self._submit(run, arg, cardinalities)
@@ -281,18 +321,30 @@ class AsyncExecutionContext(_ExecutionContextBase, AsyncContext):
     Arguments as in `ExecutionContext`.
     """
 
-    def __init__(self, factory: ExecutorFactory, retries: int = 0, *,
-                 max_concurrent_calls: Optional[int] = None,
-                 transform_args: Optional[Callable[[Any], Any]] = None,
-                 transform_result: Optional[Callable[[Any], Any]] = None,
-                 owns_factory: bool = False, jit_compile: Optional[bool] = None,
-                 cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
-                 compiler_fn: Optional[Callable[[Any], Any]] = None):
-        super().__init__(factory, retries, max_concurrent_calls=max_concurrent_calls,
-                         transform_args=transform_args, transform_result=transform_result,
-                         owns_factory=owns_factory, jit_compile=jit_compile,
-                         cardinality_inference_fn=cardinality_inference_fn,
-                         compiler_fn=compiler_fn)
+    def __init__(
+        self,
+        factory: ExecutorFactory,
+        retries: int = 0,
+        *,
+        max_concurrent_calls: Optional[int] = None,
+        transform_args: Optional[Callable[[Any], Any]] = None,
+        transform_result: Optional[Callable[[Any], Any]] = None,
+        owns_factory: bool = False,
+        jit_compile: Optional[bool] = None,
+        cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
+        compiler_fn: Optional[Callable[[Any], Any]] = None,
+    ):
+        super().__init__(
+            factory,
+            retries,
+            max_concurrent_calls=max_concurrent_calls,
+            transform_args=transform_args,
+            transform_result=transform_result,
+            owns_factory=owns_factory,
+            jit_compile=jit_compile,
+            cardinality_inference_fn=cardinality_inference_fn,
+            compiler_fn=compiler_fn,
+        )
         # event loop -> its semaphore (an asyncio semaphore belongs to one loop)
         self._async_calls: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
 
@@ -312,7 +364,7 @@ class AsyncExecutionContext(_ExecutionContextBase, AsyncContext):
             arg = await arg
         run, arg, cardinalities = self._prepared(comp, arg)
         sem = self._semaphore()
-        async with (sem if sem is not None else contextlib.nullcontext()):
+        async with sem if sem is not None else contextlib.nullcontext():
             attempt = 0
             while True:
                 try:
@@ -329,8 +381,9 @@ class AsyncExecutionContext(_ExecutionContextBase, AsyncContext):
                     attempt += 1
 
 
-def _release_dropped_context(loop: asyncio.AbstractEventLoop, thread: threading.Thread,
-                             factory: Optional[ExecutorFactory]) -> None:
+def _release_dropped_context(
+    loop: asyncio.AbstractEventLoop, thread: threading.Thread, factory: Optional[ExecutorFactory]
+) -> None:
     """Stops the loop thread of a context collected without `close()`, and closes the
     factory it owned."""
     closer = getattr(factory, 'close', None)
@@ -372,14 +425,18 @@ def _checked_cardinalities(found: Any) -> dict:
         raise SimharnessTypeError(
             f'cardinality_inference_fn returned {found!r} of type {type(found).__name__}; '
             'expected a mapping of placements to numbers of clients, such as {CLIENTS: 3}',
-            expected='Mapping[PlacementLiteral, int]', actual=type(found))
+            expected='Mapping[PlacementLiteral, int]',
+            actual=type(found),
+        )
     out = {}
     for k, v in found.items():
         if not isinstance(k, T.PlacementLiteral):
             raise SimharnessTypeError(
                 f'cardinality_inference_fn returned the key {k!r} of type {type(k).__name__}; '
-                'expected a placement (CLIENTS or SERVER)', expected=T.PlacementLiteral,
-                actual=type(k))
+                'expected a placement (CLIENTS or SERVER)',
+                expected=T.PlacementLiteral,
+                actual=type(k),
+            )
         out[k] = check_int(f'cardinality_inference_fn()[{k}]', v, 0)
     return out
 
@@ -404,7 +461,10 @@ def infer_cardinality(value: Any, t: T.Type, where: str = 'the argument') -> Opt
             if not isinstance(value, collections.abc.Sequence) or isinstance(value, (str, bytes)):
                 raise SimharnessTypeError(
                     f'{where} has type {t}, which needs a list with one value per client; got '
-                    f'{type(value).__name__}', expected=t, actual=type(value).__name__)
+                    f'{type(value).__name__}',
+                    expected=t,
+                    actual=type(value).__name__,
+                )
             return len(value)
         return None
     if isinstance(t, T.StructType) and any(T.contains(e, (T.FederatedType,)) for e in t):
@@ -420,7 +480,10 @@ def infer_cardinality(value: Any, t: T.Type, where: str = 'the argument') -> Opt
                 raise CardinalityError(
                     f'Conflicting cardinalities for CLIENTS: {label} holds a list of {n} values, '
                     f'but {found_at} holds {found}: every client-placed value must have one '
-                    f'entry per client', expected=found, actual=n)
+                    f'entry per client',
+                    expected=found,
+                    actual=n,
+                )
             found, found_at = n, label
         return found
     return None
@@ -469,6 +532,7 @@ def _scalar(e: Any) -> Any:
 def _make_local_context() -> ExecutionContext:
     # Imported on first use: the stacks import TensorFlow (a plain `import simharness` does not).
     from simharness.stacks import local_executor_factory
+
     return ExecutionContext(local_executor_factory())
 
 
@@ -503,11 +567,15 @@ def _check_context(ctx: Any) -> None:
     # as core's context stack needs (a `close`, if it has one, is called when an
     # owned default is replaced).
     if not isinstance(ctx, (SyncContext, AsyncContext)) and (
-            isinstance(ctx, type) or not callable(getattr(ctx, 'invoke', None))):
+        isinstance(ctx, type) or not callable(getattr(ctx, 'invoke', None))
+    ):
         raise SimharnessTypeError(
             f'ctx must be an execution context (a SyncContext or AsyncContext, or an object '
             f'with an invoke(comp, arg) method), got {type(ctx).__name__} {ctx!r}; make one '
-            f'with ExecutionContext(factory)', expected=ExecutionContext, actual=type(ctx))
+            f'with ExecutionContext(factory)',
+            expected=ExecutionContext,
+            actual=type(ctx),
+        )
 
 
 def set_default_context(ctx: Optional[ExecutionContext] = None) -> None:
@@ -537,7 +605,8 @@ class RuntimeErrorContext(SyncContext):
         raise ContextError(
             f'No default context installed: {name} was called outside any installed context '
             'after set_no_default_context(); install one (get_context_stack().install(ctx), '
-            'execution_context(...)) or set a default (set_default_context(ctx))')
+            'execution_context(...)) or set a default (set_default_context(ctx))'
+        )
 
 
 def set_no_default_context() -> None:
@@ -584,9 +653,12 @@ def get_context_stack() -> ContextStack:
 
 
 @contextlib.contextmanager
-def execution_context(factory: ExecutorFactory, retries: int = 0,
-                      close: bool = True,
-                      jit_compile: Optional[bool] = None) -> Iterator[ExecutionContext]:
+def execution_context(
+    factory: ExecutorFactory,
+    retries: int = 0,
+    close: bool = True,
+    jit_compile: Optional[bool] = None,
+) -> Iterator[ExecutionContext]:
     """Runs computations inside the `with` block on stacks of `factory`.
 
     Args:

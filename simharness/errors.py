@@ -60,8 +60,13 @@ def _is_tf_error(err: BaseException) -> bool:
 
 
 #: Lines of TensorFlow's runtime errors that say where in a graph, not what went wrong.
-_TF_NOISE = ('Graph execution error', 'Detected at node', '<stack traces unavailable>',
-             '[[{{node', '[[')
+_TF_NOISE = (
+    'Graph execution error',
+    'Detected at node',
+    '<stack traces unavailable>',
+    '[[{{node',
+    '[[',
+)
 
 
 def tf_error_text(message: str) -> str:
@@ -72,7 +77,7 @@ def tf_error_text(message: str) -> str:
     for marker in ('<stack traces unavailable>', "Node: '"):  # the end of the graph's traceback
         at = [i for i, line in enumerate(lines) if line.strip().startswith(marker)]
         if at:
-            lines = lines[at[-1] + 1:]
+            lines = lines[at[-1] + 1 :]
             break
     keep = []
     for line in lines:
@@ -109,8 +114,15 @@ class DeviceNotFoundError(SimharnessValueError):
         checked: how they were looked for (environment, nvidia-smi, ...).
     """
 
-    def __init__(self, message: str, *, requested: Any = None, missing: Any = (),
-                 found: Any = (), checked: str = ''):
+    def __init__(
+        self,
+        message: str,
+        *,
+        requested: Any = None,
+        missing: Any = (),
+        found: Any = (),
+        checked: str = '',
+    ):
         super().__init__(message)
         self.requested = requested
         self.missing = tuple(missing)
@@ -121,8 +133,9 @@ class DeviceNotFoundError(SimharnessValueError):
 class CardinalityError(SimharnessValueError):
     """The number of clients implied by arguments is inconsistent."""
 
-    def __init__(self, message: str, *, expected: Optional[int] = None,
-                              actual: Optional[int] = None):
+    def __init__(
+        self, message: str, *, expected: Optional[int] = None, actual: Optional[int] = None
+    ):
         super().__init__(message)
         self.expected = expected
         self.actual = actual
@@ -139,8 +152,14 @@ class WorkerError(SimharnessError, RuntimeError):
     ``__cause__`` when the error is re-raised in the driver.
     """
 
-    def __init__(self, message: str, *, worker_id: Optional[int] = None,
-                              pid: Optional[int] = None, remote_traceback: str = ''):
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker_id: Optional[int] = None,
+        pid: Optional[int] = None,
+        remote_traceback: str = '',
+    ):
         super().__init__(message)
         self.worker_id = worker_id
         self.pid = pid
@@ -158,9 +177,15 @@ class WorkerCrashedError(RetryableError, RuntimeError):
         likely_cause: a human-readable guess (killed, segfault, out of memory).
     """
 
-    def __init__(self, message: str, *, worker_id: Optional[int] = None,
-                              pid: Optional[int] = None, exitcode: Optional[int] = None,
-                              likely_cause: str = ''):
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker_id: Optional[int] = None,
+        pid: Optional[int] = None,
+        exitcode: Optional[int] = None,
+        likely_cause: str = '',
+    ):
         super().__init__(message)
         self.worker_id = worker_id
         self.pid = pid
@@ -176,8 +201,9 @@ class ServiceUnavailableError(WorkerCrashedError):
         status: the gRPC status code's name (``UNAVAILABLE``, ...).
     """
 
-    def __init__(self, message: str, *, address: str = '', status: str = '',
-                 worker_id: Optional[Any] = None):
+    def __init__(
+        self, message: str, *, address: str = '', status: str = '', worker_id: Optional[Any] = None
+    ):
         super().__init__(message, worker_id=worker_id)
         self.address = address
         self.status = status
@@ -194,8 +220,9 @@ class ServiceAuthenticationError(SimharnessError, PermissionError):
 class WorkerStartError(SimharnessError, RuntimeError):
     """A worker process could not start (bad device, import error, ...)."""
 
-    def __init__(self, message: str, *, worker_id: Optional[int] = None,
-                              remote_traceback: str = ''):
+    def __init__(
+        self, message: str, *, worker_id: Optional[int] = None, remote_traceback: str = ''
+    ):
         super().__init__(message)
         self.worker_id = worker_id
         self.remote_traceback = remote_traceback
@@ -220,8 +247,14 @@ class RunInProgressError(SimharnessError, RuntimeError):
         host: the host name of that process, when it could be read.
     """
 
-    def __init__(self, message: str, *, run_dir: str = '', pid: Optional[int] = None,
-                 host: Optional[str] = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_dir: str = '',
+        pid: Optional[int] = None,
+        host: Optional[str] = None,
+    ):
         super().__init__(message)
         self.run_dir = run_dir
         self.pid = pid
@@ -238,8 +271,7 @@ class WorkerLostError(RetryableError, RuntimeError):
     Running the computation again rebuilds the worker's state.
     """
 
-    def __init__(self, message: str, *, worker_id: Optional[int] = None,
-                 pid: Optional[int] = None):
+    def __init__(self, message: str, *, worker_id: Optional[int] = None, pid: Optional[int] = None):
         super().__init__(message)
         self.worker_id = worker_id
         self.pid = pid
@@ -260,9 +292,16 @@ class WorkerTimeoutError(RetryableError, RuntimeError):
             used while the request was in flight).
     """
 
-    def __init__(self, message: str, *, worker_id: Optional[int] = None,
-                 pid: Optional[int] = None, op: str = '', seconds: float = 0.0,
-                 reason: str = ''):
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker_id: Optional[int] = None,
+        pid: Optional[int] = None,
+        op: str = '',
+        seconds: float = 0.0,
+        reason: str = '',
+    ):
         super().__init__(message)
         self.worker_id = worker_id
         self.pid = pid

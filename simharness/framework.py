@@ -5,24 +5,45 @@ import contextlib
 import functools
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
-from simharness.core.building_blocks import (Block, Call, CompiledComputation,
-                                             ComputationBuildingBlock, Data, Intrinsic, Lambda,
-                                             Placement, Reference, Selection)
+from simharness.core.building_blocks import (
+    Block,
+    Call,
+    CompiledComputation,
+    ComputationBuildingBlock,
+    Data,
+    Intrinsic,
+    Lambda,
+    Placement,
+    Reference,
+    Selection,
+)
 from simharness.core.building_blocks import Struct as StructBlock
+
 # `federated_language.framework`'s names for the same classes and helpers (a TFF 0.88 program
 # writes `federated_language.framework.Computation`, `...framework.Struct` for the building
 # block, `...framework.is_structure_of_floats(type)`).
 from simharness.core.building_blocks import Struct
 from simharness.core.computation import Computation, ConcreteComputation, PolymorphicComputation
 from simharness.core.types import PlacementLiteral, infer_type
-from simharness.aggregators.factory import (is_structure_of_floats, is_structure_of_integers,
-                                            is_structure_of_tensors)
-from simharness.context import (ContextStack, RuntimeErrorContext, get_context_stack,
-                                set_default_context, set_no_default_context)
+from simharness.aggregators.factory import (
+    is_structure_of_floats,
+    is_structure_of_integers,
+    is_structure_of_tensors,
+)
+from simharness.context import (
+    ContextStack,
+    RuntimeErrorContext,
+    get_context_stack,
+    set_default_context,
+    set_no_default_context,
+)
 from simharness.context import CardinalityInferenceFn
 from simharness.core.context_stack import AsyncContext, SyncContext
-from simharness.mergeable import (MergeableCompExecutionContext, MergeableCompForm,
-                                  type_to_py_container)
+from simharness.mergeable import (
+    MergeableCompExecutionContext,
+    MergeableCompForm,
+    type_to_py_container,
+)
 from simharness.context import AsyncExecutionContext as _AsyncExecutionContext
 from simharness.context import ExecutionContext as _ExecutionContext
 from simharness.core import types as _T
@@ -36,12 +57,16 @@ from simharness.executors.reference_resolving import LambdaExecutor, ReferenceRe
 from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import WorkerDelegatingExecutor
-from simharness.stacks import (DEFAULT_MAX_CACHED_STACKS, CachingExecutorFactory,
-                               ProcessExecutorFactory, local_executor_factory,
-                               process_executor_factory, thread_debugging_executor_factory)
+from simharness.stacks import (
+    DEFAULT_MAX_CACHED_STACKS,
+    CachingExecutorFactory,
+    ProcessExecutorFactory,
+    local_executor_factory,
+    process_executor_factory,
+    thread_debugging_executor_factory,
+)
 from simharness.executors.remote import RemoteExecutor
-from simharness.hosts.grpc_service import (ExecutorServer, ExecutorService,
-                                           start_executor_service)
+from simharness.hosts.grpc_service import ExecutorServer, ExecutorService, start_executor_service
 from simharness.runtime.grpc.client import RemoteServices
 from simharness.stacks import RemoteExecutorFactory, remote_executor_factory
 from simharness.stacks import RayExecutorFactory, ray_executor_factory  # Ray itself: on first use
@@ -58,11 +83,17 @@ class ExecutionContext(_ExecutionContext):
         `compiler_fn` that is not callable.
     """
 
-    def __init__(self, executor_fn: Optional[ExecutorFactory] = None,
-                 compiler_fn: Optional[Callable[..., Any]] = None, *, retries: int = 0,
-                 factory: Optional[ExecutorFactory] = None):
-        super().__init__(_chosen_factory(executor_fn, factory), retries=retries,
-                         compiler_fn=compiler_fn)
+    def __init__(
+        self,
+        executor_fn: Optional[ExecutorFactory] = None,
+        compiler_fn: Optional[Callable[..., Any]] = None,
+        *,
+        retries: int = 0,
+        factory: Optional[ExecutorFactory] = None,
+    ):
+        super().__init__(
+            _chosen_factory(executor_fn, factory), retries=retries, compiler_fn=compiler_fn
+        )
 
 
 class SyncExecutionContext(ExecutionContext):
@@ -77,17 +108,26 @@ class SyncExecutionContext(ExecutionContext):
       SimharnessTypeError: no factory, or a transform or compiler that is not callable.
     """
 
-    def __init__(self, executor_fn: Optional[ExecutorFactory] = None,
-                 compiler_fn: Optional[Callable[..., Any]] = None, *,
-                 transform_args: Optional[Callable[[Any], Any]] = None,
-                 transform_result: Optional[Callable[[Any], Any]] = None,
-                 cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
-                 retries: int = 0, factory: Optional[ExecutorFactory] = None):
-        _ExecutionContext.__init__(self, _chosen_factory(executor_fn, factory), retries,
-                                   transform_args=transform_args,
-                                   transform_result=transform_result,
-                                   cardinality_inference_fn=cardinality_inference_fn,
-                                   compiler_fn=compiler_fn)
+    def __init__(
+        self,
+        executor_fn: Optional[ExecutorFactory] = None,
+        compiler_fn: Optional[Callable[..., Any]] = None,
+        *,
+        transform_args: Optional[Callable[[Any], Any]] = None,
+        transform_result: Optional[Callable[[Any], Any]] = None,
+        cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
+        retries: int = 0,
+        factory: Optional[ExecutorFactory] = None,
+    ):
+        _ExecutionContext.__init__(
+            self,
+            _chosen_factory(executor_fn, factory),
+            retries,
+            transform_args=transform_args,
+            transform_result=transform_result,
+            cardinality_inference_fn=cardinality_inference_fn,
+            compiler_fn=compiler_fn,
+        )
 
 
 class AsyncExecutionContext(_AsyncExecutionContext):
@@ -96,21 +136,33 @@ class AsyncExecutionContext(_AsyncExecutionContext):
     Arguments as in `SyncExecutionContext`.
     """
 
-    def __init__(self, executor_fn: Optional[ExecutorFactory] = None,
-                 compiler_fn: Optional[Callable[..., Any]] = None, *,
-                 transform_args: Optional[Callable[[Any], Any]] = None,
-                 transform_result: Optional[Callable[[Any], Any]] = None,
-                 cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
-                 retries: int = 0, factory: Optional[ExecutorFactory] = None):
-        super().__init__(_chosen_factory(executor_fn, factory), retries,
-                         transform_args=transform_args, transform_result=transform_result,
-                         cardinality_inference_fn=cardinality_inference_fn,
-                         compiler_fn=compiler_fn)
+    def __init__(
+        self,
+        executor_fn: Optional[ExecutorFactory] = None,
+        compiler_fn: Optional[Callable[..., Any]] = None,
+        *,
+        transform_args: Optional[Callable[[Any], Any]] = None,
+        transform_result: Optional[Callable[[Any], Any]] = None,
+        cardinality_inference_fn: Optional[CardinalityInferenceFn] = None,
+        retries: int = 0,
+        factory: Optional[ExecutorFactory] = None,
+    ):
+        super().__init__(
+            _chosen_factory(executor_fn, factory),
+            retries,
+            transform_args=transform_args,
+            transform_result=transform_result,
+            cardinality_inference_fn=cardinality_inference_fn,
+            compiler_fn=compiler_fn,
+        )
 
 
-def with_context(context_fn: Callable[[], Union[SyncContext, AsyncContext]],
-                 environment_fn: Optional[
-                     Callable[[], Sequence[contextlib.AbstractContextManager[None]]]] = None):
+def with_context(
+    context_fn: Callable[[], Union[SyncContext, AsyncContext]],
+    environment_fn: Optional[
+        Callable[[], Sequence[contextlib.AbstractContextManager[None]]]
+    ] = None,
+):
     """`federated_language.framework.with_context`: a decorator that runs a (test) function
     with the context ``context_fn()`` installed.
 
@@ -126,7 +178,10 @@ def with_context(context_fn: Callable[[], Union[SyncContext, AsyncContext]],
     if not callable(context_fn):
         raise SimharnessTypeError(
             f'with_context needs a callable that makes a context, got {context_fn!r} of type '
-            f'{type(context_fn).__name__}', expected='callable', actual=type(context_fn))
+            f'{type(context_fn).__name__}',
+            expected='callable',
+            actual=type(context_fn),
+        )
 
     @contextlib.contextmanager
     def _installed() -> Iterator[None]:
@@ -141,16 +196,19 @@ def with_context(context_fn: Callable[[], Union[SyncContext, AsyncContext]],
 
     def decorator(fn):
         if asyncio.iscoroutinefunction(fn):
+
             @functools.wraps(fn)
             async def async_wrapper(*args, **kwargs):
                 with _installed():
                     return await fn(*args, **kwargs)
+
             return async_wrapper
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             with _installed():
                 return fn(*args, **kwargs)
+
         return wrapper
 
     return decorator
@@ -165,9 +223,11 @@ def _chosen_factory(executor_fn: Any, factory: Any) -> ExecutorFactory:
     return chosen
 
 
-def local_cpp_executor_factory(default_num_clients: int = 0,
-                               max_concurrent_computation_calls: int = -1,
-                               stream_structs: bool = False) -> ProcessExecutorFactory:
+def local_cpp_executor_factory(
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+    stream_structs: bool = False,
+) -> ProcessExecutorFactory:
     """TFF's local C++ executor factory, as `simharness.backends.native` maps it: a process
     stack (one worker per usable core) with `default_num_clients`.
 
@@ -200,19 +260,27 @@ class ResourceManagingExecutorFactory(CachingExecutorFactory):
         something other than an `Executor`.
     """
 
-    def __init__(self, executor_stack_fn: Callable[[Dict[Any, int]], Executor],
-                 ensure_closed: Optional[Sequence[Executor]] = None,
-                 max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS):
+    def __init__(
+        self,
+        executor_stack_fn: Callable[[Dict[Any, int]], Executor],
+        ensure_closed: Optional[Sequence[Executor]] = None,
+        max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+    ):
         if not callable(executor_stack_fn):
             raise SimharnessTypeError(
                 f'executor_stack_fn must be a callable of cardinalities, got '
                 f'{executor_stack_fn!r} of type {type(executor_stack_fn).__name__}',
-                expected='callable', actual=type(executor_stack_fn))
+                expected='callable',
+                actual=type(executor_stack_fn),
+            )
         closers = list(ensure_closed or ())
         for ex in closers:  # duck-typed, as TFF: anything with a close()
             if not callable(getattr(ex, 'close', None)):
-                raise SimharnessTypeError(f'ensure_closed holds {ex!r}, which has no close()',
-                                          expected=Executor, actual=type(ex))
+                raise SimharnessTypeError(
+                    f'ensure_closed holds {ex!r}, which has no close()',
+                    expected=Executor,
+                    actual=type(ex),
+                )
         self._executor_stack_fn = executor_stack_fn
         self._ensure_closed = closers
         super().__init__(self._build_from_fn, None, max_cached_stacks)
@@ -222,7 +290,9 @@ class ResourceManagingExecutorFactory(CachingExecutorFactory):
         if not isinstance(ex, Executor):
             raise SimharnessTypeError(
                 f'executor_stack_fn returned {ex!r} of type {type(ex).__name__}, not an Executor',
-                expected=Executor, actual=type(ex))
+                expected=Executor,
+                actual=type(ex),
+            )
         return ex
 
     def create_executor(self, cardinalities: Dict[Any, int]) -> Executor:
@@ -230,8 +300,11 @@ class ResourceManagingExecutorFactory(CachingExecutorFactory):
         ``executor_stack_fn`` on the first request; CLIENTS defaults to
         `default_num_clients` (else 1)."""
         if not isinstance(cardinalities, dict):
-            raise SimharnessTypeError(f'cardinalities must be a dict, got {cardinalities!r}',
-                                      expected=dict, actual=type(cardinalities))
+            raise SimharnessTypeError(
+                f'cardinalities must be a dict, got {cardinalities!r}',
+                expected=dict,
+                actual=type(cardinalities),
+            )
         full = dict(cardinalities)
         if full.get(_T.CLIENTS) is None:
             default = self.default_num_clients
@@ -258,24 +331,70 @@ class ResourceManagingExecutorFactory(CachingExecutorFactory):
             for ex in self._ensure_closed:
                 ex.close()
 
+
 __all__ = [
-    'Computation', 'ConcreteComputation', 'PolymorphicComputation', 'PlacementLiteral', 'Struct',
-    'infer_type', 'is_structure_of_floats', 'is_structure_of_integers',
+    'Computation',
+    'ConcreteComputation',
+    'PolymorphicComputation',
+    'PlacementLiteral',
+    'Struct',
+    'infer_type',
+    'is_structure_of_floats',
+    'is_structure_of_integers',
     'is_structure_of_tensors',
-    'AsyncContext', 'AsyncExecutionContext', 'ContextError', 'SyncContext',
-    'SyncExecutionContext', 'local_cpp_executor_factory', 'with_context',
-    'RuntimeErrorContext', 'set_no_default_context', 'MergeableCompExecutionContext',
-    'MergeableCompForm', 'type_to_py_container',
-    'AGGREGATION_CHUNK', 'BatchExecutor', 'Block', 'CachingExecutorFactory', 'Call',
-    'CompiledComputation', 'ComputationBuildingBlock', 'ContextStack', 'Data',
-    'EagerTFExecutor', 'ExecutionContext', 'Executor', 'ExecutorFactory', 'ExecutorValue',
-    'FederatedResolvingStrategy', 'FederatingExecutor', 'FederatingStrategy', 'Intrinsic',
-    'Lambda', 'Placement', 'ProcessExecutorFactory', 'Reference',
-    'LambdaExecutor', 'ReferenceResolvingExecutor', 'ResourceManagingExecutorFactory', 'Selection', 'StructBlock',
-    'ThreadDelegatingExecutor', 'WorkerDelegatingExecutor', 'get_context_stack',
-    'local_executor_factory', 'process_executor_factory', 'set_default_context',
+    'AsyncContext',
+    'AsyncExecutionContext',
+    'ContextError',
+    'SyncContext',
+    'SyncExecutionContext',
+    'local_cpp_executor_factory',
+    'with_context',
+    'RuntimeErrorContext',
+    'set_no_default_context',
+    'MergeableCompExecutionContext',
+    'MergeableCompForm',
+    'type_to_py_container',
+    'AGGREGATION_CHUNK',
+    'BatchExecutor',
+    'Block',
+    'CachingExecutorFactory',
+    'Call',
+    'CompiledComputation',
+    'ComputationBuildingBlock',
+    'ContextStack',
+    'Data',
+    'EagerTFExecutor',
+    'ExecutionContext',
+    'Executor',
+    'ExecutorFactory',
+    'ExecutorValue',
+    'FederatedResolvingStrategy',
+    'FederatingExecutor',
+    'FederatingStrategy',
+    'Intrinsic',
+    'Lambda',
+    'Placement',
+    'ProcessExecutorFactory',
+    'Reference',
+    'LambdaExecutor',
+    'ReferenceResolvingExecutor',
+    'ResourceManagingExecutorFactory',
+    'Selection',
+    'StructBlock',
+    'ThreadDelegatingExecutor',
+    'WorkerDelegatingExecutor',
+    'get_context_stack',
+    'local_executor_factory',
+    'process_executor_factory',
+    'set_default_context',
     'thread_debugging_executor_factory',
-    'RemoteExecutor', 'ExecutorService', 'ExecutorServer', 'start_executor_service',
-    'RemoteServices', 'RemoteExecutorFactory', 'remote_executor_factory',
-    'RayExecutorFactory', 'ray_executor_factory',
+    'RemoteExecutor',
+    'ExecutorService',
+    'ExecutorServer',
+    'start_executor_service',
+    'RemoteServices',
+    'RemoteExecutorFactory',
+    'remote_executor_factory',
+    'RayExecutorFactory',
+    'ray_executor_factory',
 ]

@@ -40,9 +40,14 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.validation import check_int
 from simharness.core import context_stack
 
-__all__ = ['AfterMergeStructureError', 'MergeTypeNotAssignableError',
-           'MergeableCompExecutionContext', 'MergeableCompForm', 'UpToMergeTypeError',
-           'type_to_py_container']
+__all__ = [
+    'AfterMergeStructureError',
+    'MergeTypeNotAssignableError',
+    'MergeableCompExecutionContext',
+    'MergeableCompForm',
+    'UpToMergeTypeError',
+    'type_to_py_container',
+]
 
 
 class MergeTypeNotAssignableError(SimharnessTypeError):
@@ -58,10 +63,20 @@ class AfterMergeStructureError(SimharnessValueError):
 
 
 #: Intrinsics that take values at clients to the server: what `after_merge` may not hold.
-AGGREGATION_URIS = frozenset({
-    'federated_aggregate', 'federated_sum', 'federated_mean', 'federated_weighted_mean',
-    'federated_min', 'federated_max', 'federated_secure_sum', 'federated_secure_sum_bitwidth',
-    'federated_secure_modular_sum', 'federated_collect'})
+AGGREGATION_URIS = frozenset(
+    {
+        'federated_aggregate',
+        'federated_sum',
+        'federated_mean',
+        'federated_weighted_mean',
+        'federated_min',
+        'federated_max',
+        'federated_secure_sum',
+        'federated_secure_sum_bitwidth',
+        'federated_secure_modular_sum',
+        'federated_collect',
+    }
+)
 
 
 def _is_server(t: Any) -> bool:
@@ -98,36 +113,50 @@ class MergeableCompForm:
     """
 
     def __init__(self, *, up_to_merge: Any, merge: Any, after_merge: Any):
-        for what, c in (('up_to_merge', up_to_merge), ('merge', merge),
-                        ('after_merge', after_merge)):
+        for what, c in (
+            ('up_to_merge', up_to_merge),
+            ('merge', merge),
+            ('after_merge', after_merge),
+        ):
             if not isinstance(getattr(c, 'type_signature', None), T.FunctionType):
                 raise SimharnessTypeError(
                     f'{what} must be a computation, got {c!r} of type {type(c).__name__}',
-                    expected='Computation', actual=type(c))
+                    expected='Computation',
+                    actual=type(c),
+                )
         ut, mt, at = up_to_merge.type_signature, merge.type_signature, after_merge.type_signature
         if not _is_server(ut.result):
             raise UpToMergeTypeError(
                 'Expected `up_to_merge` to return a single `SERVER`-placed value; found return '
-                f'type {ut.result}.')
+                f'type {ut.result}.'
+            )
         member = ut.result.member
         expected = T.StructType([(None, member), (None, member)])
         if mt.parameter is None or not mt.parameter.is_assignable_from(expected):
             raise MergeTypeNotAssignableError(
                 f'Type mismatch checking `merge` type signature.\n{mt.parameter}\nis not '
-                f'assignable to\n{expected}\n')
-        if not (isinstance(mt.parameter, T.StructType) and len(mt.parameter) == 2
-                and mt.parameter[0].is_assignable_from(mt.result)
-                and mt.parameter[1].is_assignable_from(mt.result)):
+                f'assignable to\n{expected}\n'
+            )
+        if not (
+            isinstance(mt.parameter, T.StructType)
+            and len(mt.parameter) == 2
+            and mt.parameter[0].is_assignable_from(mt.result)
+            and mt.parameter[1].is_assignable_from(mt.result)
+        ):
             raise MergeTypeNotAssignableError(
                 'Expected `merge` to have result which is assignable to each element of its '
                 f'parameter tuple; found parameter of type: \n{mt.parameter}\nAnd result of '
-                f'type: \n{mt.result}')
+                f'type: \n{mt.result}'
+            )
         merged = T.FederatedType(mt.result, T.SERVER)
-        expected_after = (merged if ut.parameter is None
-                          else T.StructType([(None, ut.parameter), (None, merged)]))
+        expected_after = (
+            merged if ut.parameter is None else T.StructType([(None, ut.parameter), (None, merged)])
+        )
         if at.parameter is None:
-            raise SimharnessTypeError(f'after_merge takes no argument; expected one of type '
-                                      f'{expected_after}', expected=expected_after)
+            raise SimharnessTypeError(
+                f'after_merge takes no argument; expected one of type {expected_after}',
+                expected=expected_after,
+            )
         at.parameter.check_assignable_from(expected_after, 'after_merge parameter')
         to_bb = getattr(after_merge, 'to_building_block', None)
         found = aggregations_in(to_bb()) if callable(to_bb) else []
@@ -136,7 +165,8 @@ class MergeableCompForm:
             raise AfterMergeStructureError(
                 'Expected `after_merge` to contain no intrinsics with signatures accepting '
                 f'values at clients and returning values at server. Found the following '
-                f'aggregations: {names}')
+                f'aggregations: {names}'
+            )
         self.up_to_merge = up_to_merge
         self.merge = merge
         self.after_merge = after_merge
@@ -179,8 +209,7 @@ def _joined(results: Sequence[Any], t: T.Type) -> Any:
     when every part is one, as TFF's ``+``), the first subround's value for anything else."""
     if isinstance(t, T.StructType):
         parts = [from_container(r, t) for r in results]
-        return Struct((n, _joined([p[i] for p in parts], e))
-                      for i, (n, e) in enumerate(t.items()))
+        return Struct((n, _joined([p[i] for p in parts], e)) for i, (n, e) in enumerate(t.items()))
     if isinstance(t, T.FederatedType) and t.placement is T.CLIENTS and not t.all_equal:
         joined = [x for r in results for x in r]
         return tuple(joined) if all(isinstance(r, tuple) for r in results) else joined
@@ -200,16 +229,23 @@ def type_to_py_container(value: Any, type_spec: Any) -> Any:
             if not isinstance(value, list):
                 raise SimharnessTypeError(
                     f'Unexpected Python type for non-all-equal type {t}: expected `list`, '
-                    f'found `{type(value).__name__}`.', expected=list, actual=type(value))
+                    f'found `{type(value).__name__}`.',
+                    expected=list,
+                    actual=type(value),
+                )
             return [type_to_py_container(v, t.member) for v in value]
         t = t.member
     if isinstance(t, T.SequenceType):
-        return ([type_to_py_container(v, t.element) for v in value]
-                if isinstance(value, list) else value)
+        return (
+            [type_to_py_container(v, t.element) for v in value]
+            if isinstance(value, list)
+            else value
+        )
     if not isinstance(t, T.StructType) or not isinstance(value, Struct):
         return value
     inner = Struct((n, type_to_py_container(v, e)) for (n, e), v in zip(t.items(), value))
     from simharness.core.structure import to_container
+
     return to_container(inner, t)
 
 
@@ -238,29 +274,42 @@ class MergeableCompExecutionContext(SyncContext):
       SimharnessValueError: no contexts, or `num_subrounds` < 1.
     """
 
-    def __init__(self, async_contexts: Sequence[AsyncContext],
-                 compiler_fn: Optional[Callable[[Any], MergeableCompForm]] = None,
-                 transform_args: Optional[Callable[[Any], Any]] = None,
-                 transform_result: Optional[Callable[[Any], Any]] = None,
-                 num_subrounds: Optional[int] = None):
+    def __init__(
+        self,
+        async_contexts: Sequence[AsyncContext],
+        compiler_fn: Optional[Callable[[Any], MergeableCompForm]] = None,
+        transform_args: Optional[Callable[[Any], Any]] = None,
+        transform_result: Optional[Callable[[Any], Any]] = None,
+        num_subrounds: Optional[int] = None,
+    ):
         contexts = list(async_contexts)
         if not contexts:
-            raise SimharnessValueError('MergeableCompExecutionContext needs at least one '
-                                       'async context')
+            raise SimharnessValueError(
+                'MergeableCompExecutionContext needs at least one async context'
+            )
         for c in contexts:
             if not isinstance(c, AsyncContext):
                 raise SimharnessTypeError(
                     f'async_contexts holds {c!r} of type {type(c).__name__}; expected '
                     'AsyncContexts (create_async_local_cpp_execution_context(), ...)',
-                    expected=AsyncContext, actual=type(c))
-        for what, fn in (('compiler_fn', compiler_fn), ('transform_args', transform_args),
-                         ('transform_result', transform_result)):
+                    expected=AsyncContext,
+                    actual=type(c),
+                )
+        for what, fn in (
+            ('compiler_fn', compiler_fn),
+            ('transform_args', transform_args),
+            ('transform_result', transform_result),
+        ):
             if fn is not None and not callable(fn):
-                raise SimharnessTypeError(f'{what} must be callable or None, got {fn!r}',
-                                          expected='callable', actual=type(fn))
+                raise SimharnessTypeError(
+                    f'{what} must be callable or None, got {fn!r}',
+                    expected='callable',
+                    actual=type(fn),
+                )
         self._contexts = contexts
-        self._num_subrounds = (len(contexts) if num_subrounds is None
-                               else check_int('num_subrounds', num_subrounds, 1))
+        self._num_subrounds = (
+            len(contexts) if num_subrounds is None else check_int('num_subrounds', num_subrounds, 1)
+        )
         self._compiler = None if compiler_fn is None else functools.lru_cache()(compiler_fn)
         self._transform_args = transform_args
         self._transform_result = transform_result
@@ -272,8 +321,9 @@ class MergeableCompExecutionContext(SyncContext):
         with self._lock:
             if self._loop is None:
                 self._loop = context_stack.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever,
-                                                name='simharness-mergeable', daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name='simharness-mergeable', daemon=True
+                )
                 self._thread.start()
             loop = self._loop
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
@@ -290,23 +340,30 @@ class MergeableCompExecutionContext(SyncContext):
             if not isinstance(getattr(comp, 'type_signature', None), T.FunctionType):
                 raise SimharnessTypeError(
                     f'expected a MergeableCompForm or a computation, got {comp!r}',
-                    expected=MergeableCompForm, actual=type(comp))
+                    expected=MergeableCompForm,
+                    actual=type(comp),
+                )
             if self._compiler is None:
                 raise SimharnessValueError(
                     'Without a compiler, mergeable comp execution context can only invoke '
-                    'instances of MergeableCompForm. Encountered a `Computation`.')
+                    'instances of MergeableCompForm. Encountered a `Computation`.'
+                )
             comp = self._compiler(comp)
             if not isinstance(comp, MergeableCompForm):
                 raise SimharnessValueError(
                     'Expected compilation in mergeable comp execution context to produce an '
                     f'instance of MergeableCompForm; found instead {comp!r} of Python type '
-                    f'{type(comp).__name__}.')
+                    f'{type(comp).__name__}.'
+                )
         if arg is not None and self._transform_args is not None:
             arg = self._transform_args(arg)
         param = comp.up_to_merge.type_signature.parameter
         # As TFF: no argument, one subround per context (each runs its default clients).
-        args = ([None] * len(self._contexts) if arg is None or param is None
-                else split_into_subrounds(arg, param, self._num_subrounds))
+        args = (
+            [None] * len(self._contexts)
+            if arg is None or param is None
+            else split_into_subrounds(arg, param, self._num_subrounds)
+        )
         result = self._run(self._invoke(comp, args, param is not None))
         result = type_to_py_container(result, comp.after_merge.type_signature.result)
         return result if self._transform_result is None else self._transform_result(result)
@@ -315,7 +372,7 @@ class MergeableCompExecutionContext(SyncContext):
         """`fn(arg, context)` for every arg, at most one at a time per context; the results
         in the order of `args`."""
         free: 'asyncio.Queue[AsyncContext]' = asyncio.Queue()
-        for c in self._contexts[:len(args)]:
+        for c in self._contexts[: len(args)]:
             free.put_nowait(c)
 
         async def one(a: Any) -> Any:
@@ -324,21 +381,22 @@ class MergeableCompExecutionContext(SyncContext):
                 return await fn(a, ctx)
             finally:
                 free.put_nowait(ctx)
+
         return list(await asyncio.gather(*(one(a) for a in args)))
 
     async def _invoke(self, comp: MergeableCompForm, args: List[Any], has_arg: bool) -> Any:
         partials = await self._pool(lambda a, ctx: ctx.invoke(comp.up_to_merge, a), args)
         merged = partials[0]
         for p in partials[1:]:  # in subround order: the same bits on every run
-            merged = await self._contexts[0].invoke(comp.merge, Struct([(None, merged),
-                                                                        (None, p)]))
+            merged = await self._contexts[0].invoke(comp.merge, Struct([(None, merged), (None, p)]))
 
         def after(a: Any, ctx: AsyncContext) -> Any:
-            return ctx.invoke(comp.after_merge,
-                              Struct([(None, a), (None, merged)]) if has_arg else merged)
+            return ctx.invoke(
+                comp.after_merge, Struct([(None, a), (None, merged)]) if has_arg else merged
+            )
+
         rt = comp.after_merge.type_signature.result
-        if not T.contains(rt, (T.FederatedType,)) or all(
-                t.all_equal for t in _federated_types(rt)):
+        if not T.contains(rt, (T.FederatedType,)) or all(t.all_equal for t in _federated_types(rt)):
             return await after(args[0], self._contexts[0])
         return _joined(await self._pool(after, args), rt)
 

@@ -78,36 +78,79 @@ import pytest
 
 # The stack registry and the benchmarks live in simharness.testing (by job); their names
 # are re-exported here, where conftest files, tests and `simharness bench` import them.
-from simharness.testing.benchmark import (_TURNS, COMMIT_INFO_ENV, INTERLEAVE_ENV,  # noqa: F401
-                                          TURN_TIMEOUT, SimharnessBenchmark, _Turns)
-from simharness.testing.registry import (_REGISTRY, DEFAULT_CLIENTS_PER_WORKER,  # noqa: F401
-                                         DEFAULT_STACKS, REACTOR_THREAD, SimharnessStack,
-                                         StackEntry, StackRegistry, StackSpec, WorkerPools,
-                                         is_builtin_stack, make_factory, parametrize_stacks,
-                                         parse_stacks, process_stack, stack_config,
-                                         stack_registry)
+from simharness.testing.benchmark import (
+    _TURNS,
+    COMMIT_INFO_ENV,
+    INTERLEAVE_ENV,  # noqa: F401
+    TURN_TIMEOUT,  # noqa: F401
+    SimharnessBenchmark,
+    _Turns,  # noqa: F401
+)
+from simharness.testing.registry import (
+    _REGISTRY,
+    DEFAULT_CLIENTS_PER_WORKER,  # noqa: F401
+    DEFAULT_STACKS,
+    REACTOR_THREAD,  # noqa: F401
+    SimharnessStack,
+    StackEntry,
+    StackRegistry,
+    StackSpec,
+    WorkerPools,
+    is_builtin_stack,
+    make_factory,  # noqa: F401
+    parametrize_stacks,
+    parse_stacks,
+    process_stack,
+    stack_config,
+    stack_registry,
+)
 
-__all__ = ['SimharnessBenchmark', 'SimharnessStack', 'StackEntry', 'StackRegistry', 'StackSpec',
-           'WorkerPools', 'is_builtin_stack', 'parametrize_stacks', 'parse_stacks',
-           'process_stack', 'stack_config', 'stack_registry']
+__all__ = [
+    'SimharnessBenchmark',
+    'SimharnessStack',
+    'StackEntry',
+    'StackRegistry',
+    'StackSpec',
+    'WorkerPools',
+    'is_builtin_stack',
+    'parametrize_stacks',
+    'parse_stacks',
+    'process_stack',
+    'stack_config',
+    'stack_registry',
+]
 
 
 # ------------------------------------------------------------------ hooks
 
+
 def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup('simharness', 'simharness stacks and benchmarks')
-    group.addoption('--simharness-stacks', dest='simharness_stacks', default=None,
-                    help='comma-separated stacks that tests taking the simharness_stack '
-                         'fixture run on: thread, thread-debug, process, process-N '
-                         f'(default: ini simharness_stacks, else {DEFAULT_STACKS})')
-    group.addoption('--simharness-rounds', dest='simharness_rounds', type=int, default=None,
-                    help='timed rounds of simharness_benchmark.round, overriding '
-                         'pytest-benchmark\'s --benchmark-min-rounds / --benchmark-max-time rule '
-                         '(default: that rule)')
-    group.addoption('--simharness-clients-per-worker', dest='simharness_clients_per_worker',
-                    type=int, default=None,
-                    help='clients a worker runs through one TF call on process stacks '
-                         f'(default {DEFAULT_CLIENTS_PER_WORKER})')
+    group.addoption(
+        '--simharness-stacks',
+        dest='simharness_stacks',
+        default=None,
+        help='comma-separated stacks that tests taking the simharness_stack '
+        'fixture run on: thread, thread-debug, process, process-N '
+        f'(default: ini simharness_stacks, else {DEFAULT_STACKS})',
+    )
+    group.addoption(
+        '--simharness-rounds',
+        dest='simharness_rounds',
+        type=int,
+        default=None,
+        help='timed rounds of simharness_benchmark.round, overriding '
+        "pytest-benchmark's --benchmark-min-rounds / --benchmark-max-time rule "
+        '(default: that rule)',
+    )
+    group.addoption(
+        '--simharness-clients-per-worker',
+        dest='simharness_clients_per_worker',
+        type=int,
+        default=None,
+        help='clients a worker runs through one TF call on process stacks '
+        f'(default {DEFAULT_CLIENTS_PER_WORKER})',
+    )
     parser.addini('simharness_stacks', 'default of --simharness-stacks', default=DEFAULT_STACKS)
 
 
@@ -116,6 +159,7 @@ def pytest_benchmark_update_machine_info(config: Any, machine_info: Dict[str, An
     """Adds ``machine_info['simharness']``: the machine fingerprint, usable CPUs, memory, load."""
     # reason: the plugin loads in every pytest session; imported when used
     from simharness.bench.results import fingerprint_of
+
     own: Dict[str, Any] = {}
     try:
         own['memory_total_bytes'] = int(psutil.virtual_memory().total)
@@ -172,6 +216,7 @@ def pytest_runtest_call(item: Any) -> Generator[None, Any, None]:
         return
     # reason: the plugin loads in every pytest session; imported when used
     from simharness.bench import probe
+
     with probe.PeakRss(_descendant_pids, include_new=True) as peak:
         outcome = yield
     bench = getattr(item, 'funcargs', {}).get('benchmark')
@@ -215,7 +260,8 @@ def pytest_configure(config: Any) -> None:
         raise pytest.UsageError(f'--simharness-clients-per-worker must be >= 1, got {cpw}')
     registry = stack_registry(config)
     config.hook.pytest_simharness_register_stacks.call_historic(
-        kwargs={'registry': registry, 'config': config})
+        kwargs={'registry': registry, 'config': config}
+    )
     try:
         _stack_names(config)
     except ValueError as e:
@@ -238,6 +284,7 @@ def pytest_generate_tests(metafunc: Any) -> None:
 
 
 # ------------------------------------------------------------------ fixtures
+
 
 @pytest.fixture(scope='session')
 def simharness_registry(pytestconfig: Any) -> Iterator[StackRegistry]:
@@ -266,13 +313,15 @@ def simharness_stack(request: Any, simharness_registry: StackRegistry) -> Iterat
 
 
 @pytest.fixture
-def simharness_benchmark(request: Any, benchmark: Any,
-                         simharness_stack: SimharnessStack) -> SimharnessBenchmark:
+def simharness_benchmark(
+    request: Any, benchmark: Any, simharness_stack: SimharnessStack
+) -> SimharnessBenchmark:
     """pytest-benchmark's `benchmark` with the stack's config recorded and ``.round(fn, *args)``.
 
     Needs pytest-benchmark (``pip install pytest-benchmark``). It takes
     `benchmark` directly, so ``--benchmark-only`` and ``--benchmark-skip``
     select the tests that use it.
     """
-    return SimharnessBenchmark(benchmark, simharness_stack,
-                               request.config.getoption('simharness_rounds'))
+    return SimharnessBenchmark(
+        benchmark, simharness_stack, request.config.getoption('simharness_rounds')
+    )

@@ -20,8 +20,12 @@ from typing import Any, Callable, Dict, List, Optional, cast
 
 from simharness.core import types as T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
-from simharness.errors import (CardinalityError, ExecutorClosedError, SimharnessTypeError,
-                               SimharnessValueError)
+from simharness.errors import (
+    CardinalityError,
+    ExecutorClosedError,
+    SimharnessTypeError,
+    SimharnessValueError,
+)
 from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory
 from simharness.executors.leaf.eager_tf import EagerTFExecutor, FunctionCache
 from simharness.executors.federating import FederatingExecutor
@@ -32,9 +36,14 @@ from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import WorkerDelegatingExecutor
 from simharness.runtime import pinning
 from simharness.hosts.local_worker import create_worker_pool, pool_for  # noqa: F401
-from simharness.runtime.local.options import (DEFAULT_ARENA_BYTES, DEFAULT_CLIENTS_PER_WORKER,
-                                              DEFAULT_LIVENESS_TIMEOUT, DEFAULT_START_TIMEOUT,
-                                              DEFAULT_STOPPED_TIMEOUT, PoolOptions)
+from simharness.runtime.local.options import (
+    DEFAULT_ARENA_BYTES,
+    DEFAULT_CLIENTS_PER_WORKER,
+    DEFAULT_LIVENESS_TIMEOUT,
+    DEFAULT_START_TIMEOUT,
+    DEFAULT_STOPPED_TIMEOUT,
+    PoolOptions,
+)
 from simharness.hosts.ray_actor import RayWorker
 from simharness.runtime.grpc.auth import read_token_file
 from simharness.runtime.grpc.client import RemoteServices, RemoteWorkerHandle
@@ -72,9 +81,13 @@ class CachingExecutorFactory(ExecutorFactory):
         set and differ.
     """
 
-    def __init__(self, build: Callable[[int], Executor], num_clients: Optional[int] = None,
-                 max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
-                 default_num_clients: Optional[int] = None):
+    def __init__(
+        self,
+        build: Callable[[int], Executor],
+        num_clients: Optional[int] = None,
+        max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+        default_num_clients: Optional[int] = None,
+    ):
         num_clients = check_int('num_clients', num_clients, 0, allow_none=True)
         max_cached_stacks = check_int('max_cached_stacks', max_cached_stacks, 1)
         default_num_clients = _check_default_num_clients(num_clients, default_num_clients)
@@ -99,7 +112,9 @@ class CachingExecutorFactory(ExecutorFactory):
             raise CardinalityError(
                 f'the arguments hold values for {n} clients, but this executor factory was '
                 f'configured for num_clients={self._num_clients}',
-                expected=self._num_clients, actual=n)
+                expected=self._num_clients,
+                actual=n,
+            )
         with self._lock:
             ex = self._stacks.get(n)
             if ex is not None:
@@ -126,15 +141,19 @@ class CachingExecutorFactory(ExecutorFactory):
             ex.close()
 
 
-def _check_default_num_clients(num_clients: Optional[int],
-                               default_num_clients: Optional[int]) -> Optional[int]:
-    default_num_clients = check_int('default_num_clients', default_num_clients, 0,
-                                    allow_none=True)
-    if (num_clients is not None and default_num_clients is not None
-            and num_clients != default_num_clients):
+def _check_default_num_clients(
+    num_clients: Optional[int], default_num_clients: Optional[int]
+) -> Optional[int]:
+    default_num_clients = check_int('default_num_clients', default_num_clients, 0, allow_none=True)
+    if (
+        num_clients is not None
+        and default_num_clients is not None
+        and num_clients != default_num_clients
+    ):
         raise SimharnessValueError(
             f'num_clients={num_clients} fixes the number of clients, so default_num_clients='
-            f'{default_num_clients} cannot differ; give one of them')
+            f'{default_num_clients} cannot differ; give one of them'
+        )
     return default_num_clients
 
 
@@ -148,8 +167,10 @@ def _check_leaf_executor_fn(leaf_executor_fn: Optional[LeafExecutorFn]) -> None:
         raise SimharnessTypeError(
             f'leaf_executor_fn must be a callable returning an executor (e.g. '
             f'EagerTFExecutor), got {leaf_executor_fn!r} of type '
-            f'{type(leaf_executor_fn).__name__}', expected='callable',
-            actual=type(leaf_executor_fn))
+            f'{type(leaf_executor_fn).__name__}',
+            expected='callable',
+            actual=type(leaf_executor_fn),
+        )
 
 
 def _takes_device(fn: Callable[..., object]) -> bool:
@@ -184,8 +205,11 @@ class _ExecutorLeaf(BatchExecutor):
         self.target.close()
 
     async def create_map(self, fn, args, count=None):
-        calls = [self.create_call(fn, a) for a in args] if args is not None else [
-            self.create_call(fn) for _ in range(count or 0)]
+        calls = (
+            [self.create_call(fn, a) for a in args]
+            if args is not None
+            else [self.create_call(fn) for _ in range(count or 0)]
+        )
         return [await c for c in calls]
 
     async def create_structs(self, rows, names):
@@ -197,8 +221,10 @@ class _ExecutorLeaf(BatchExecutor):
     def _needs_batch(self, what: str):
         raise SimharnessTypeError(
             f'the leaf executor {type(self.target).__name__} has only the Executor API; {what} '
-            'needs a BatchExecutor leaf (such as EagerTFExecutor)', expected=BatchExecutor,
-            actual=type(self.target))
+            'needs a BatchExecutor leaf (such as EagerTFExecutor)',
+            expected=BatchExecutor,
+            actual=type(self.target),
+        )
 
     async def create_partial_reduction(self, kind, values, start, total, params):
         self._needs_batch(f'a {kind} reduction')
@@ -213,22 +239,32 @@ class _ExecutorLeaf(BatchExecutor):
         self._needs_batch('federated_select')
 
 
-def _leaf(device: Optional[str], cache: FunctionCache,
-          leaf_executor_fn: Optional[LeafExecutorFn]) -> BatchExecutor:
+def _leaf(
+    device: Optional[str], cache: FunctionCache, leaf_executor_fn: Optional[LeafExecutorFn]
+) -> BatchExecutor:
     if leaf_executor_fn is None:
         return EagerTFExecutor(device=device, function_cache=cache)
-    leaf = leaf_executor_fn(device=device) if _takes_device(leaf_executor_fn) else leaf_executor_fn()
+    leaf = (
+        leaf_executor_fn(device=device) if _takes_device(leaf_executor_fn) else leaf_executor_fn()
+    )
     if isinstance(leaf, BatchExecutor):
         return leaf
     if isinstance(leaf, Executor):  # duck-typed, as TFF takes any executor
         return _ExecutorLeaf(leaf)
     raise SimharnessTypeError(
         f'leaf_executor_fn returned {leaf!r} of type {type(leaf).__name__}; a leaf executor '
-        f'must be an Executor such as EagerTFExecutor', expected=Executor, actual=type(leaf))
+        f'must be an Executor such as EagerTFExecutor',
+        expected=Executor,
+        actual=type(leaf),
+    )
 
 
-def _thread_eager(name: str, device: Optional[str], cache: FunctionCache,
-                  leaf_executor_fn: Optional[LeafExecutorFn] = None) -> ThreadDelegatingExecutor:
+def _thread_eager(
+    name: str,
+    device: Optional[str],
+    cache: FunctionCache,
+    leaf_executor_fn: Optional[LeafExecutorFn] = None,
+) -> ThreadDelegatingExecutor:
     return ThreadDelegatingExecutor(_leaf(device, cache, leaf_executor_fn), name=name)
 
 
@@ -249,22 +285,30 @@ def driver_function_cache(device: Optional[str] = None) -> FunctionCache:
         return cache
 
 
-def _build_thread_stack(n: int, clients_per_thread: int, device: Optional[str],
-                        leaf_executor_fn: Optional[LeafExecutorFn] = None) -> Executor:
+def _build_thread_stack(
+    n: int,
+    clients_per_thread: int,
+    device: Optional[str],
+    leaf_executor_fn: Optional[LeafExecutorFn] = None,
+) -> Executor:
     cache = driver_function_cache(device)
     server = _thread_eager('simharness-server', device, cache, leaf_executor_fn)
     unplaced = _thread_eager('simharness-unplaced', device, cache, leaf_executor_fn)
-    groups = [(_thread_eager(f'simharness-clients-{i}', device, cache, leaf_executor_fn), size)
-              for i, size in enumerate(split_blocks(n, clients_per_thread))]
+    groups = [
+        (_thread_eager(f'simharness-clients-{i}', device, cache, leaf_executor_fn), size)
+        for i, size in enumerate(split_blocks(n, clients_per_thread))
+    ]
     federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
     return ReferenceResolvingExecutor(federating)
 
 
-def thread_debugging_executor_factory(num_clients: Optional[int] = None,
-                                      clients_per_thread: int = 1, *,
-                                      default_num_clients: Optional[int] = None,
-                                      leaf_executor_fn: Optional[LeafExecutorFn] = None
-                                      ) -> ExecutorFactory:
+def thread_debugging_executor_factory(
+    num_clients: Optional[int] = None,
+    clients_per_thread: int = 1,
+    *,
+    default_num_clients: Optional[int] = None,
+    leaf_executor_fn: Optional[LeafExecutorFn] = None,
+) -> ExecutorFactory:
     """TFF's debugging stack: one thread (and EagerTF executor) per client group.
 
     Args:
@@ -283,20 +327,29 @@ def thread_debugging_executor_factory(num_clients: Optional[int] = None,
     _check_leaf_executor_fn(leaf_executor_fn)
     return CachingExecutorFactory(
         lambda n: _build_thread_stack(n, clients_per_thread, None, leaf_executor_fn),
-        num_clients, default_num_clients=default_num_clients)
+        num_clients,
+        default_num_clients=default_num_clients,
+    )
 
 
 def default_max_fanout() -> int:
     """`local_executor_factory`'s client threads when not given: 2 per usable CPU, at most 32."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    cpus = (
+        len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    )
     return max(2, min(32, 2 * cpus))
 
 
-def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread: int = 1,
-                           max_fanout: Optional[int] = None, device: Optional[str] = None,
-                           max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS, *,
-                           default_num_clients: Optional[int] = None,
-                           leaf_executor_fn: Optional[LeafExecutorFn] = None) -> ExecutorFactory:
+def local_executor_factory(
+    num_clients: Optional[int] = None,
+    clients_per_thread: int = 1,
+    max_fanout: Optional[int] = None,
+    device: Optional[str] = None,
+    max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+    *,
+    default_num_clients: Optional[int] = None,
+    leaf_executor_fn: Optional[LeafExecutorFn] = None,
+) -> ExecutorFactory:
     """The everyday local stack of threads.
 
     Args:
@@ -325,11 +378,14 @@ def local_executor_factory(num_clients: Optional[int] = None, clients_per_thread
     def build(n: int) -> Executor:
         per = max(clients_per_thread, math.ceil(n / max_fanout)) if n else clients_per_thread
         return _build_thread_stack(n, per, device, leaf_executor_fn)
-    return CachingExecutorFactory(build, num_clients, max_cached_stacks,
-                                  default_num_clients=default_num_clients)
+
+    return CachingExecutorFactory(
+        build, num_clients, max_cached_stacks, default_num_clients=default_num_clients
+    )
 
 
 # ---------------------------------------------------------------- process stacks
+
 
 def split_for_workers(n: int, parts: int, chunk: int = AGGREGATION_CHUNK) -> List[int]:
     """Block sizes for `parts` workers: even, with boundaries on multiples of `chunk`.
@@ -380,17 +436,23 @@ class WorkerGroupExecutorFactory(CachingExecutorFactory):
       closed_message: the `ExecutorClosedError` message when the group is closed.
     """
 
-    def __init__(self, group: WorkerGroup, num_clients: Optional[int] = None,
-                 max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS, owns_group: bool = True,
-                 default_num_clients: Optional[int] = None,
-                 client_executor: Optional[Callable[[WorkerHandle, int], BatchExecutor]] = None,
-                 closed_message: str = 'the worker group of this factory is closed'):
+    def __init__(
+        self,
+        group: WorkerGroup,
+        num_clients: Optional[int] = None,
+        max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+        owns_group: bool = True,
+        default_num_clients: Optional[int] = None,
+        client_executor: Optional[Callable[[WorkerHandle, int], BatchExecutor]] = None,
+        closed_message: str = 'the worker group of this factory is closed',
+    ):
         self.group = group
         self.owns_group = owns_group
         self._client_executor = client_executor or _worker_delegating
         self._closed_message = closed_message
-        super().__init__(self._build_worker_stack, num_clients, max_cached_stacks,
-                         default_num_clients)
+        super().__init__(
+            self._build_worker_stack, num_clients, max_cached_stacks, default_num_clients
+        )
 
     def _build_worker_stack(self, n: int) -> Executor:
         if self.group.closed:
@@ -408,9 +470,13 @@ class WorkerGroupExecutorFactory(CachingExecutorFactory):
         unplaced = EagerTFExecutor(function_cache=cache)
         handles = self.group.handles
         w = min(len(handles), n) if n else 0
-        groups = [(self._client_executor(handles[k], size), size)
-                  for k, size in enumerate(split_for_workers(n, w) if w else [])]
-        federating = FederatingExecutor(FederatedResolvingStrategy.factory(server, groups), unplaced)
+        groups = [
+            (self._client_executor(handles[k], size), size)
+            for k, size in enumerate(split_for_workers(n, w) if w else [])
+        ]
+        federating = FederatingExecutor(
+            FederatedResolvingStrategy.factory(server, groups), unplaced
+        )
         return ReferenceResolvingExecutor(federating)
 
     def stats(self) -> Dict[str, object]:
@@ -438,11 +504,23 @@ class ProcessExecutorFactory(WorkerGroupExecutorFactory):
     cardinalities reuse the same workers.
     """
 
-    def __init__(self, pool: WorkerPool, num_clients: Optional[int], max_cached_stacks: int,
-                 owns_pool: bool = True, default_num_clients: Optional[int] = None):
-        super().__init__(pool, num_clients, max_cached_stacks, owns_pool, default_num_clients,
-                         closed_message='the worker pool of this factory is closed; make a new '
-                                        'process_executor_factory (or pool)')
+    def __init__(
+        self,
+        pool: WorkerPool,
+        num_clients: Optional[int],
+        max_cached_stacks: int,
+        owns_pool: bool = True,
+        default_num_clients: Optional[int] = None,
+    ):
+        super().__init__(
+            pool,
+            num_clients,
+            max_cached_stacks,
+            owns_pool,
+            default_num_clients,
+            closed_message='the worker pool of this factory is closed; make a new '
+            'process_executor_factory (or pool)',
+        )
 
     @property
     def pool(self) -> WorkerPool:
@@ -459,20 +537,25 @@ class ProcessExecutorFactory(WorkerGroupExecutorFactory):
         return out
 
 
-def process_executor_factory(num_clients: Optional[int] = None, num_workers: Optional[int] = None,
-                             clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
-                             cpu_affinity: bool = True,
-                             devices: object = None, workers_per_gpu: int = 1,
-                             max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
-                             arena_bytes: int = DEFAULT_ARENA_BYTES,
-                             start_timeout: float = DEFAULT_START_TIMEOUT,
-                             start: bool = False, worker_options: Optional[dict] = None,
-                             pool: Optional[WorkerPool] = None,
-                             request_timeout: Optional[float] = None,
-                             liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT, *,
-                             default_num_clients: Optional[int] = None,
-                             stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT
-                             ) -> ProcessExecutorFactory:
+def process_executor_factory(
+    num_clients: Optional[int] = None,
+    num_workers: Optional[int] = None,
+    clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+    cpu_affinity: bool = True,
+    devices: object = None,
+    workers_per_gpu: int = 1,
+    max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+    arena_bytes: int = DEFAULT_ARENA_BYTES,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+    start: bool = False,
+    worker_options: Optional[dict] = None,
+    pool: Optional[WorkerPool] = None,
+    request_timeout: Optional[float] = None,
+    liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+    *,
+    default_num_clients: Optional[int] = None,
+    stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT,
+) -> ProcessExecutorFactory:
     """Stacks whose client executors live in pinned worker processes.
 
     Args:
@@ -517,20 +600,35 @@ def process_executor_factory(num_clients: Optional[int] = None, num_workers: Opt
     _check_default_num_clients(num_clients, default_num_clients)
     owns = pool is None
     if pool is None:
-        pool = pool_for(PoolOptions(
-            num_workers=num_workers, clients_per_worker=clients_per_worker,
-            cpu_affinity=cpu_affinity, devices=devices, workers_per_gpu=workers_per_gpu,
-            arena_bytes=arena_bytes, start_timeout=start_timeout,
-            worker_options=worker_options, request_timeout=request_timeout,
-            liveness_timeout=liveness_timeout, stopped_timeout=stopped_timeout))
-    factory = ProcessExecutorFactory(pool, num_clients, max_cached_stacks, owns_pool=owns,
-                                     default_num_clients=default_num_clients)
+        pool = pool_for(
+            PoolOptions(
+                num_workers=num_workers,
+                clients_per_worker=clients_per_worker,
+                cpu_affinity=cpu_affinity,
+                devices=devices,
+                workers_per_gpu=workers_per_gpu,
+                arena_bytes=arena_bytes,
+                start_timeout=start_timeout,
+                worker_options=worker_options,
+                request_timeout=request_timeout,
+                liveness_timeout=liveness_timeout,
+                stopped_timeout=stopped_timeout,
+            )
+        )
+    factory = ProcessExecutorFactory(
+        pool,
+        num_clients,
+        max_cached_stacks,
+        owns_pool=owns,
+        default_num_clients=default_num_clients,
+    )
     if start:
         pool.start()
     return factory
 
 
 # ---------------------------------------------------------------- remote stacks
+
 
 class RemoteExecutorFactory(WorkerGroupExecutorFactory):
     """Stacks whose client groups live in executor services reached over gRPC.
@@ -543,15 +641,28 @@ class RemoteExecutorFactory(WorkerGroupExecutorFactory):
     services what they hold.
     """
 
-    def __init__(self, services: Any, num_clients: Optional[int], max_cached_stacks: int,
-                 owns_services: bool, default_num_clients: Optional[int],
-                 dispose_batch_size: int, stream_structs: bool):
+    def __init__(
+        self,
+        services: Any,
+        num_clients: Optional[int],
+        max_cached_stacks: int,
+        owns_services: bool,
+        default_num_clients: Optional[int],
+        dispose_batch_size: int,
+        stream_structs: bool,
+    ):
         self._dispose_batch_size = dispose_batch_size
         self._stream_structs = stream_structs
-        super().__init__(services, num_clients, max_cached_stacks, owns_services,
-                         default_num_clients, client_executor=self._remote_executor,
-                         closed_message='the remote services of this factory are closed; make '
-                                        'a new remote_executor_factory')
+        super().__init__(
+            services,
+            num_clients,
+            max_cached_stacks,
+            owns_services,
+            default_num_clients,
+            client_executor=self._remote_executor,
+            closed_message='the remote services of this factory are closed; make '
+            'a new remote_executor_factory',
+        )
 
     @property
     def services(self) -> Any:
@@ -562,21 +673,30 @@ class RemoteExecutorFactory(WorkerGroupExecutorFactory):
         return self.owns_group
 
     def _remote_executor(self, handle: WorkerHandle, size: int) -> BatchExecutor:
-        ex = RemoteExecutor.on_handle(cast(RemoteWorkerHandle, handle), self._dispose_batch_size,
-                                      self._stream_structs)
+        ex = RemoteExecutor.on_handle(
+            cast(RemoteWorkerHandle, handle), self._dispose_batch_size, self._stream_structs
+        )
         ex.set_cardinalities({T.CLIENTS: size})
         return ex
 
 
-def remote_executor_factory(addresses_or_channels=None, num_clients: Optional[int] = None, *,
-                            default_num_clients: Optional[int] = None,
-                            max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
-                            token: Optional[str] = None, token_file: Optional[str] = None,
-                            root_certificates: Optional[bytes] = None,
-                            dispose_batch_size: int = 20, stream_structs: bool = False,
-                            max_inflight: int = 32, connect_timeout: float = 30.0,
-                            services=None, liveness_timeout: float = 20.0,
-                            request_timeout: Optional[float] = None) -> RemoteExecutorFactory:
+def remote_executor_factory(
+    addresses_or_channels=None,
+    num_clients: Optional[int] = None,
+    *,
+    default_num_clients: Optional[int] = None,
+    max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+    token: Optional[str] = None,
+    token_file: Optional[str] = None,
+    root_certificates: Optional[bytes] = None,
+    dispose_batch_size: int = 20,
+    stream_structs: bool = False,
+    max_inflight: int = 32,
+    connect_timeout: float = 30.0,
+    services=None,
+    liveness_timeout: float = 20.0,
+    request_timeout: Optional[float] = None,
+) -> RemoteExecutorFactory:
     """Stacks whose clients are spread over executor services (TFF's remote stack).
 
     Clients are cut into contiguous blocks, one per worker slot of every
@@ -616,26 +736,42 @@ def remote_executor_factory(addresses_or_channels=None, num_clients: Optional[in
     owns = services is None
     if services is None:
         if addresses_or_channels is None:
-            raise SimharnessTypeError('remote_executor_factory needs the services: addresses '
-                                      "'host:port' or grpc channels")
-        targets = (list(addresses_or_channels)
-                   if isinstance(addresses_or_channels, (list, tuple))
-                   else [addresses_or_channels])
+            raise SimharnessTypeError(
+                "remote_executor_factory needs the services: addresses 'host:port' or grpc channels"
+            )
+        targets = (
+            list(addresses_or_channels)
+            if isinstance(addresses_or_channels, (list, tuple))
+            else [addresses_or_channels]
+        )
         if not targets:
             raise SimharnessValueError('remote_executor_factory needs at least one service')
         if token is not None and token_file is not None:
             raise SimharnessValueError('give token or token_file, not both')
         if token_file is not None:
             token = read_token_file(token_file)
-        services = RemoteServices(targets, token=token, root_certificates=root_certificates,
-                                  max_inflight=max_inflight, connect_timeout=connect_timeout,
-                                  liveness_timeout=liveness_timeout,
-                                  request_timeout=request_timeout)
-    return RemoteExecutorFactory(services, num_clients, max_cached_stacks, owns,
-                                 default_num_clients, dispose_batch_size, stream_structs)
+        services = RemoteServices(
+            targets,
+            token=token,
+            root_certificates=root_certificates,
+            max_inflight=max_inflight,
+            connect_timeout=connect_timeout,
+            liveness_timeout=liveness_timeout,
+            request_timeout=request_timeout,
+        )
+    return RemoteExecutorFactory(
+        services,
+        num_clients,
+        max_cached_stacks,
+        owns,
+        default_num_clients,
+        dispose_batch_size,
+        stream_structs,
+    )
 
 
 # ---------------------------------------------------------------- Ray stacks
+
 
 class RayExecutorFactory(WorkerGroupExecutorFactory):
     """Stacks whose client groups are Ray actors (one long-lived actor per worker slot).
@@ -646,12 +782,23 @@ class RayExecutorFactory(WorkerGroupExecutorFactory):
     same actors, each in a session of its own.
     """
 
-    def __init__(self, workers: Any, num_clients: Optional[int], max_cached_stacks: int,
-                 owns_workers: bool = True, default_num_clients: Optional[int] = None):
-        super().__init__(workers, num_clients, max_cached_stacks, owns_workers,
-                         default_num_clients,
-                         closed_message='the Ray workers of this factory are closed; make a new '
-                                        'ray_executor_factory')
+    def __init__(
+        self,
+        workers: Any,
+        num_clients: Optional[int],
+        max_cached_stacks: int,
+        owns_workers: bool = True,
+        default_num_clients: Optional[int] = None,
+    ):
+        super().__init__(
+            workers,
+            num_clients,
+            max_cached_stacks,
+            owns_workers,
+            default_num_clients,
+            closed_message='the Ray workers of this factory are closed; make a new '
+            'ray_executor_factory',
+        )
 
     @property
     def workers(self) -> Any:
@@ -672,18 +819,26 @@ class RayExecutorFactory(WorkerGroupExecutorFactory):
         return self.workers.cluster()
 
 
-def ray_executor_factory(address: Optional[str] = None, num_workers: Optional[int] = None,
-                         num_cpus_per_worker: float = 1, num_gpus_per_worker: float = 0,
-                         clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
-                         placement_strategy: str = 'PACK', *,
-                         num_clients: Optional[int] = None,
-                         default_num_clients: Optional[int] = None,
-                         max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
-                         ready_timeout: float = 120.0, max_restarts: int = 3,
-                         call_timeout: Optional[float] = None, cpu_affinity: bool = True,
-                         ray_init_args: Optional[dict] = None, start: bool = False,
-                         workers=None, worker_options: Optional[dict] = None
-                         ) -> RayExecutorFactory:
+def ray_executor_factory(
+    address: Optional[str] = None,
+    num_workers: Optional[int] = None,
+    num_cpus_per_worker: float = 1,
+    num_gpus_per_worker: float = 0,
+    clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+    placement_strategy: str = 'PACK',
+    *,
+    num_clients: Optional[int] = None,
+    default_num_clients: Optional[int] = None,
+    max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
+    ready_timeout: float = 120.0,
+    max_restarts: int = 3,
+    call_timeout: Optional[float] = None,
+    cpu_affinity: bool = True,
+    ray_init_args: Optional[dict] = None,
+    start: bool = False,
+    workers=None,
+    worker_options: Optional[dict] = None,
+) -> RayExecutorFactory:
     """Stacks whose clients run in Ray actors: from one machine to a cluster.
 
     One long-lived actor per worker slot (an actor imports TensorFlow once),
@@ -736,23 +891,46 @@ def ray_executor_factory(address: Optional[str] = None, num_workers: Optional[in
     _check_default_num_clients(num_clients, default_num_clients)
     owns = workers is None
     if workers is None:
-        check_ray_arguments(num_workers, num_cpus_per_worker, num_gpus_per_worker,
-                            clients_per_worker, placement_strategy, ready_timeout, max_restarts,
-                            call_timeout, cpu_affinity, address)
-        workers = RayWorkers(num_workers, address=address,
-                             num_cpus_per_worker=num_cpus_per_worker,
-                             num_gpus_per_worker=num_gpus_per_worker,
-                             clients_per_worker=clients_per_worker,
-                             placement_strategy=placement_strategy, ready_timeout=ready_timeout,
-                             max_restarts=max_restarts, call_timeout=call_timeout,
-                             cpu_affinity=cpu_affinity, ray_init_args=ray_init_args,
-                             worker_options=worker_options, actor=RayWorker)
+        check_ray_arguments(
+            num_workers,
+            num_cpus_per_worker,
+            num_gpus_per_worker,
+            clients_per_worker,
+            placement_strategy,
+            ready_timeout,
+            max_restarts,
+            call_timeout,
+            cpu_affinity,
+            address,
+        )
+        workers = RayWorkers(
+            num_workers,
+            address=address,
+            num_cpus_per_worker=num_cpus_per_worker,
+            num_gpus_per_worker=num_gpus_per_worker,
+            clients_per_worker=clients_per_worker,
+            placement_strategy=placement_strategy,
+            ready_timeout=ready_timeout,
+            max_restarts=max_restarts,
+            call_timeout=call_timeout,
+            cpu_affinity=cpu_affinity,
+            ray_init_args=ray_init_args,
+            worker_options=worker_options,
+            actor=RayWorker,
+        )
     elif not isinstance(workers, RayWorkers):
-        raise SimharnessTypeError(f'workers must be a RayWorkers, got {workers!r} of type '
-                                  f'{type(workers).__name__}', expected=RayWorkers,
-                                  actual=type(workers))
-    factory = RayExecutorFactory(workers, num_clients, max_cached_stacks, owns_workers=owns,
-                                 default_num_clients=default_num_clients)
+        raise SimharnessTypeError(
+            f'workers must be a RayWorkers, got {workers!r} of type {type(workers).__name__}',
+            expected=RayWorkers,
+            actual=type(workers),
+        )
+    factory = RayExecutorFactory(
+        workers,
+        num_clients,
+        max_cached_stacks,
+        owns_workers=owns,
+        default_num_clients=default_num_clients,
+    )
     if start:
         try:
             workers.start()

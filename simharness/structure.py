@@ -25,18 +25,33 @@ from simharness.core.structure import Struct
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 __all__ = [
-    'Struct', 'flatten', 'from_container', 'has_field', 'is_same_structure', 'iter_elements',
-    'map_structure', 'name_list', 'name_list_with_nones', 'name_to_index_map',
-    'pack_sequence_as', 'to_container_recursive', 'to_elements', 'to_odict',
-    'to_odict_or_tuple', 'update_struct',
+    'Struct',
+    'flatten',
+    'from_container',
+    'has_field',
+    'is_same_structure',
+    'iter_elements',
+    'map_structure',
+    'name_list',
+    'name_list_with_nones',
+    'name_to_index_map',
+    'pack_sequence_as',
+    'to_container_recursive',
+    'to_elements',
+    'to_odict',
+    'to_odict_or_tuple',
+    'update_struct',
 ]
 
 
 def _check_struct(value: Any, what: str = 'struct') -> None:
     if not isinstance(value, Struct):
-        raise SimharnessTypeError(f'{what} must be a simharness.structure.Struct, got {value!r} '
-                                  f'of type {type(value).__name__}', expected=Struct,
-                                  actual=type(value))
+        raise SimharnessTypeError(
+            f'{what} must be a simharness.structure.Struct, got {value!r} '
+            f'of type {type(value).__name__}',
+            expected=Struct,
+            actual=type(value),
+        )
 
 
 def _is_namedtuple(value: Any) -> bool:
@@ -78,15 +93,21 @@ def has_field(struct: Struct, field: str) -> bool:
     return field in struct.names
 
 
-def to_container_recursive(value: Struct,
-                           container_fn: Callable[[List[Tuple[Optional[str], Any]]], Any]) -> Any:
+def to_container_recursive(
+    value: Struct, container_fn: Callable[[List[Tuple[Optional[str], Any]]], Any]
+) -> Any:
     """Rebuilds `value` and every nested `Struct` with `container_fn(elements)`."""
     _check_struct(value, 'value')
     if not callable(container_fn):
-        raise SimharnessTypeError(f'container_fn must be callable, got {container_fn!r}',
-                                  actual=type(container_fn))
-    return container_fn([(n, to_container_recursive(v, container_fn) if isinstance(v, Struct)
-                          else v) for n, v in value.items()])
+        raise SimharnessTypeError(
+            f'container_fn must be callable, got {container_fn!r}', actual=type(container_fn)
+        )
+    return container_fn(
+        [
+            (n, to_container_recursive(v, container_fn) if isinstance(v, Struct) else v)
+            for n, v in value.items()
+        ]
+    )
 
 
 def to_odict(struct: Struct, recursive: bool = False) -> 'collections.OrderedDict[str, Any]':
@@ -102,8 +123,10 @@ def to_odict(struct: Struct, recursive: bool = False) -> 'collections.OrderedDic
         if unnamed:
             raise SimharnessValueError(
                 f'cannot convert a Struct with unnamed elements (at {unnamed}) to an '
-                f'OrderedDict: {struct!r}')
+                f'OrderedDict: {struct!r}'
+            )
         return collections.OrderedDict(elements)
+
     return to_container_recursive(struct, odict) if recursive else odict(struct.items())
 
 
@@ -121,8 +144,11 @@ def to_odict_or_tuple(struct: Struct, recursive: bool = True) -> Any:
             return collections.OrderedDict(elements)
         if not any(named):
             return tuple(v for _, v in elements)
-        raise SimharnessValueError(f'cannot convert a Struct with both named and unnamed '
-                                   f'elements to an OrderedDict or a tuple: {struct!r}')
+        raise SimharnessValueError(
+            f'cannot convert a Struct with both named and unnamed '
+            f'elements to an OrderedDict or a tuple: {struct!r}'
+        )
+
     return to_container_recursive(struct, convert) if recursive else convert(struct.items())
 
 
@@ -136,6 +162,7 @@ def from_container(value: Any, recursive: bool = False) -> Struct:
     Raises:
       SimharnessTypeError: `value` is not a container.
     """
+
     def convert(v: Any, must: bool) -> Any:
         if isinstance(v, Struct):
             return Struct((n, convert(e, False)) for n, e in v.items()) if recursive else v
@@ -149,17 +176,21 @@ def from_container(value: Any, recursive: bool = False) -> Struct:
             try:
                 items = sorted(v.items(), key=lambda kv: kv[0])
             except TypeError as e:
-                raise SimharnessTypeError(f'the keys of {v!r} cannot be sorted: {e}',
-                                          actual=v) from e
+                raise SimharnessTypeError(
+                    f'the keys of {v!r} cannot be sorted: {e}', actual=v
+                ) from e
         elif isinstance(v, (list, tuple)):
             items = [(None, e) for e in v]
         elif must:
             raise SimharnessTypeError(
                 f'cannot convert {v!r} of type {type(v).__name__} to a Struct; expected a list, '
-                'tuple, dict, OrderedDict, namedtuple, attrs instance or Struct', actual=type(v))
+                'tuple, dict, OrderedDict, namedtuple, attrs instance or Struct',
+                actual=type(v),
+            )
         else:
             return v
         return Struct((n, convert(e, False) if recursive else e) for n, e in items)
+
     return convert(value, True)
 
 
@@ -168,8 +199,11 @@ def _nest_flatten(value: Any) -> list:
     if isinstance(value, (dict, collections.abc.Mapping)):
         return [leaf for k in sorted(value) for leaf in _nest_flatten(value[k])]
     if attrs.has(type(value)):
-        return [leaf for a in attrs.fields(type(value))
-                for leaf in _nest_flatten(getattr(value, a.name))]
+        return [
+            leaf
+            for a in attrs.fields(type(value))
+            for leaf in _nest_flatten(getattr(value, a.name))
+        ]
     if isinstance(value, (list, tuple)):
         return [leaf for e in value for leaf in _nest_flatten(e)]
     return [value]
@@ -191,8 +225,10 @@ def pack_sequence_as(structure: Any, flat_sequence: List[Any]) -> Any:
       SimharnessValueError: `flat_sequence` has fewer leaves than `structure`.
     """
     if not isinstance(flat_sequence, list):
-        raise SimharnessTypeError(f'flat_sequence must be a list, got '
-                                  f'{type(flat_sequence).__name__}', actual=type(flat_sequence))
+        raise SimharnessTypeError(
+            f'flat_sequence must be a list, got {type(flat_sequence).__name__}',
+            actual=type(flat_sequence),
+        )
     position = 0
 
     def pack(s: Any) -> Any:
@@ -202,12 +238,16 @@ def pack_sequence_as(structure: Any, flat_sequence: List[Any]) -> Any:
         if isinstance(s, (list, dict)) or _is_namedtuple(s) or attrs.has(type(s)):
             raise SimharnessTypeError(
                 f'cannot pack into {s!r} of type {type(s).__name__}: only Structs nest here',
-                actual=type(s))
+                actual=type(s),
+            )
         if position >= len(flat_sequence):
-            raise SimharnessValueError(f'flat_sequence has {len(flat_sequence)} elements, fewer '
-                                       f'than the leaves of {structure!r}')
+            raise SimharnessValueError(
+                f'flat_sequence has {len(flat_sequence)} elements, fewer '
+                f'than the leaves of {structure!r}'
+            )
         position += 1
         return flat_sequence[position - 1]
+
     return pack(structure)
 
 
@@ -250,15 +290,20 @@ def map_structure(fn: Callable[..., Any], *structures: Any) -> Any:
         raise SimharnessTypeError(f'fn must be callable, got {fn!r}', actual=type(fn))
     if not structures:
         raise SimharnessValueError('map_structure needs at least one structure')
-    if all(hasattr(s, 'dtype') and hasattr(s, 'shape') and not isinstance(s, Struct)
-           for s in structures):
+    if all(
+        hasattr(s, 'dtype') and hasattr(s, 'shape') and not isinstance(s, Struct)
+        for s in structures
+    ):
         return fn(*structures)  # tensors: as tf.nest.map_structure
     _check_struct(structures[0], 'the first structure')
     for i, other in enumerate(structures[1:], start=1):
         if not isinstance(other, Struct) or not is_same_structure(structures[0], other):
             raise SimharnessTypeError(
                 f'structure {i} ({other!r}) does not have the structure of structure 0 '
-                f'({structures[0]!r})', expected=structures[0], actual=other)
+                f'({structures[0]!r})',
+                expected=structures[0],
+                actual=other,
+            )
     leaves = [flatten(s) for s in structures]
     return pack_sequence_as(structures[0], [fn(*xs) for xs in zip(*leaves)])
 
@@ -286,7 +331,9 @@ def update_struct(structure: Any, **kwargs: Any) -> Any:
     else:
         raise SimharnessTypeError(
             'structure must have named fields (a dict, attrs instance, namedtuple or Struct), '
-            f'got {type(structure).__name__}', actual=type(structure))
+            f'got {type(structure).__name__}',
+            actual=type(structure),
+        )
     missing = [k for k in kwargs if k not in fields]
     if missing:
         raise KeyError(f'structure has no fields named {missing}')

@@ -57,8 +57,14 @@ def _to_numpy(value: Any, datasets: bool = True) -> Any:
     if T.is_namedtuple(value):
         return type(value)(*[_to_numpy(v, datasets) for v in value])
     if attrs.has(type(value)):
-        return attrs.evolve(value, **{a.name: _to_numpy(getattr(value, a.name), datasets)
-                                      for a in attrs.fields(type(value)) if a.init})
+        return attrs.evolve(
+            value,
+            **{
+                a.name: _to_numpy(getattr(value, a.name), datasets)
+                for a in attrs.fields(type(value))
+                if a.init
+            },
+        )
     if isinstance(value, collections.abc.Mapping):
         items = [(k, _to_numpy(v, datasets)) for k, v in value.items()]
         mapping_class: Any = type(value)  # a user class: its constructor is not typed
@@ -116,7 +122,8 @@ def _specs(t: T.Type, what: Callable[[T.TensorType], Any]) -> Any:
         if any(named) and not all(named):
             raise SimharnessValueError(
                 f'the struct type {t} names some of its elements only; TF structures need '
-                'all elements named or none')
+                'all elements named or none'
+            )
         return _build_container(t, [(n, _specs(e, what)) for n, e in t.items()])
     raise SimharnessValueError(f'expected a tensor or struct type, got {t}')
 
@@ -132,8 +139,12 @@ def type_to_tf_tensor_specs(type_spec: Any) -> Any:
         structs, or a struct names only some elements.
     """
     t = T.to_type(type_spec)
-    return _specs(t, lambda leaf: tf.TensorSpec(leaf.shape, tf.as_dtype(
-        tf.string if leaf.dtype == np.dtype(object) else leaf.dtype)))
+    return _specs(
+        t,
+        lambda leaf: tf.TensorSpec(
+            leaf.shape, tf.as_dtype(tf.string if leaf.dtype == np.dtype(object) else leaf.dtype)
+        ),
+    )
 
 
 def _from_tree(fn: Callable[[T.TensorType], Any], t: T.Type) -> Any:
@@ -155,11 +166,21 @@ def structure_from_tensor_type_tree(fn: Callable[[T.TensorType], Any], type_spec
       SimharnessValueError: the type holds something other than tensors and structs.
     """
     if not callable(fn):
-        raise SimharnessTypeError(f'fn must be callable, got {fn!r} of type {type(fn).__name__}',
-                                  expected='callable', actual=type(fn))
+        raise SimharnessTypeError(
+            f'fn must be callable, got {fn!r} of type {type(fn).__name__}',
+            expected='callable',
+            actual=type(fn),
+        )
     t = T.to_type(type_spec)
     return to_container(_from_tree(fn, t), t)
 
 
-__all__ = ['computation', 'eager_values_to_numpy', 'structure_from_tensor_type_tree', 'to_type',
-           'transform_args', 'transform_result', 'type_to_tf_tensor_specs']
+__all__ = [
+    'computation',
+    'eager_values_to_numpy',
+    'structure_from_tensor_type_tree',
+    'to_type',
+    'transform_args',
+    'transform_result',
+    'type_to_tf_tensor_specs',
+]

@@ -15,9 +15,15 @@ from simharness.context import RuntimeErrorContext, set_no_default_context
 from simharness.core.types import Type
 from simharness.framework import with_context
 
-__all__ = ['assert_type_assignable_from', 'assert_types_equivalent', 'assert_types_identical',
-           'create_runtime_error_context', 'set_no_default_context', 'with_context',
-           'with_contexts']
+__all__ = [
+    'assert_type_assignable_from',
+    'assert_types_equivalent',
+    'assert_types_identical',
+    'create_runtime_error_context',
+    'set_no_default_context',
+    'with_context',
+    'with_contexts',
+]
 
 
 def create_runtime_error_context() -> RuntimeErrorContext:
@@ -25,8 +31,9 @@ def create_runtime_error_context() -> RuntimeErrorContext:
     return RuntimeErrorContext()
 
 
-def with_contexts(*named_contexts: object) -> Callable[[Callable[..., object]],
-                                                         Callable[..., object]]:
+def with_contexts(
+    *named_contexts: object,
+) -> Callable[[Callable[..., object]], Callable[..., object]]:
     """A decorator that parameterizes a test method by context (TFF's `with_contexts`).
 
     Each named parameter is ``(name, context_fn)`` or ``(name, context_fn, environment_fn)``
@@ -42,18 +49,27 @@ def with_contexts(*named_contexts: object) -> Callable[[Callable[..., object]],
 
     def decorator(fn: Callable[..., object]) -> Callable[..., object]:
         if asyncio.iscoroutinefunction(fn):
+
             @functools.wraps(fn)
             @parameterized.named_parameters(*named_contexts)
-            async def async_wrapper(self: object, context_fn: Callable[..., object],
-                                    environment_fn: Optional[Callable[..., object]] = None):
+            async def async_wrapper(
+                self: object,
+                context_fn: Callable[..., object],
+                environment_fn: Optional[Callable[..., object]] = None,
+            ):
                 await with_context(context_fn, environment_fn)(fn)(self)  # type: ignore[arg-type]
+
             return async_wrapper
 
         @functools.wraps(fn)
         @parameterized.named_parameters(*named_contexts)
-        def wrapper(self: object, context_fn: Callable[..., object],
-                    environment_fn: Optional[Callable[..., object]] = None) -> None:
+        def wrapper(
+            self: object,
+            context_fn: Callable[..., object],
+            environment_fn: Optional[Callable[..., object]] = None,
+        ) -> None:
             with_context(context_fn, environment_fn)(fn)(self)  # type: ignore[arg-type]
+
         return wrapper
 
     return decorator

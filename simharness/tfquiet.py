@@ -52,7 +52,8 @@ NOISE = re.compile(
     r'|This TensorFlow binary is optimized to use available CPU instructions'
     r'|To enable the following instructions: .* rebuild TensorFlow'
     r'|cudart_stub\.cc'
-    r'|Attempting to register factory for plugin')
+    r'|Attempting to register factory for plugin'
+)
 
 
 #: The environment variable that shows TensorFlow's logs again (``INFO``, ``DEBUG``) and sets
@@ -115,6 +116,7 @@ def quiet_stderr() -> Iterator[None]:
         yield
         return
     import tempfile  # pylint: disable=import-outside-toplevel  (not at import simharness)
+
     with tempfile.TemporaryFile(mode='w+b') as tmp:
         os.dup2(tmp.fileno(), 2)
         _DEPTH += 1
@@ -129,8 +131,11 @@ def quiet_stderr() -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             tmp.seek(0)
-            lines = [line for line in tmp.read().decode('utf-8', 'replace').splitlines(True)
-                     if line.strip()]
+            lines = [
+                line
+                for line in tmp.read().decode('utf-8', 'replace').splitlines(True)
+                if line.strip()
+            ]
             kept = [line for line in lines if not NOISE.search(line)]
             if kept:
                 os.write(2, ''.join(kept).encode('utf-8'))
@@ -158,6 +163,7 @@ class _KerasNotNow:
         if name != 'keras':
             return None
         import importlib.machinery  # pylint: disable=import-outside-toplevel
+
         spec = importlib.machinery.PathFinder.find_spec(name)
         if spec is not None:
             spec.loader = self  # type: ignore[assignment]
@@ -215,6 +221,7 @@ def _probe_devices() -> None:
     at the program's first op. The eager context is not started: thread counts and visible
     devices can still be set."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     with quiet_stderr():
         tf.config.list_physical_devices()
 
@@ -226,6 +233,7 @@ def _may_probe_devices() -> bool:
     if _EXPLICIT:
         return False
     import multiprocessing  # pylint: disable=import-outside-toplevel
+
     return multiprocessing.parent_process() is None
 
 
@@ -300,4 +308,3 @@ def install_import_hook() -> None:
         return
     if not any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _QuietTensorFlowImport())  # type: ignore[arg-type]
-

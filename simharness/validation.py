@@ -22,8 +22,15 @@ from typing import Any, Optional, Tuple, Union
 from simharness.core import types as T
 from simharness.errors import EagerModeError, SimharnessTypeError, SimharnessValueError
 
-__all__ = ['EagerModeError', 'check_bool', 'check_callable', 'check_instance', 'check_int',
-           'check_number', 'check_type_spec_matches']
+__all__ = [
+    'EagerModeError',
+    'check_bool',
+    'check_callable',
+    'check_instance',
+    'check_int',
+    'check_number',
+    'check_type_spec_matches',
+]
 
 
 def _got(value: Any) -> str:
@@ -48,8 +55,14 @@ def _expected(noun: str, bounds: str, allow_none: bool) -> str:
     return f'{text} or None' if allow_none else text
 
 
-def check_int(name: str, value: Any, minimum: Optional[int] = None,
-              maximum: Optional[int] = None, *, allow_none: bool = False) -> Any:
+def check_int(
+    name: str,
+    value: Any,
+    minimum: Optional[int] = None,
+    maximum: Optional[int] = None,
+    *,
+    allow_none: bool = False,
+) -> Any:
     """`value` as an int (None where allowed), or a clear error naming `name`.
 
     Args:
@@ -70,17 +83,24 @@ def check_int(name: str, value: Any, minimum: Optional[int] = None,
         return None
     expected = _expected('an int', _bounds(minimum, maximum), allow_none)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise SimharnessTypeError(f'{name} must be {expected}, {_got(value)}',
-                                  expected=int, actual=type(value))
+        raise SimharnessTypeError(
+            f'{name} must be {expected}, {_got(value)}', expected=int, actual=type(value)
+        )
     v = int(value)
     if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
         raise SimharnessValueError(f'{name} must be {expected}, {_got(value)}')
     return v
 
 
-def check_number(name: str, value: Any, minimum: Optional[float] = None,
-                 maximum: Optional[float] = None, *, greater_than: Optional[float] = None,
-                 allow_none: bool = False) -> Any:
+def check_number(
+    name: str,
+    value: Any,
+    minimum: Optional[float] = None,
+    maximum: Optional[float] = None,
+    *,
+    greater_than: Optional[float] = None,
+    allow_none: bool = False,
+) -> Any:
     """`value` as a float (None where allowed), or a clear error naming `name`.
 
     Ints and floats (numpy's too) are numbers; bools are not. NaN is never
@@ -105,12 +125,16 @@ def check_number(name: str, value: Any, minimum: Optional[float] = None,
         return None
     expected = _expected('a number', _bounds(minimum, maximum, greater_than), allow_none)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise SimharnessTypeError(f'{name} must be {expected}, {_got(value)}',
-                                  expected=float, actual=type(value))
+        raise SimharnessTypeError(
+            f'{name} must be {expected}, {_got(value)}', expected=float, actual=type(value)
+        )
     v = float(value)
-    if (math.isnan(v) or (minimum is not None and v < minimum)
-            or (greater_than is not None and v <= greater_than)
-            or (maximum is not None and v > maximum)):
+    if (
+        math.isnan(v)
+        or (minimum is not None and v < minimum)
+        or (greater_than is not None and v <= greater_than)
+        or (maximum is not None and v > maximum)
+    ):
         raise SimharnessValueError(f'{name} must be {expected}, {_got(value)}')
     return v
 
@@ -122,13 +146,15 @@ def check_bool(name: str, value: Any) -> bool:
     that Python's truthiness would silently accept.
     """
     if not isinstance(value, bool):
-        raise SimharnessTypeError(f'{name} must be a bool (True or False), {_got(value)}',
-                                  expected=bool, actual=type(value))
+        raise SimharnessTypeError(
+            f'{name} must be a bool (True or False), {_got(value)}',
+            expected=bool,
+            actual=type(value),
+        )
     return value
 
 
-def check_instance(name: str, value: Any, cls: Union[type, Tuple[type, ...]],
-                   expected: str) -> Any:
+def check_instance(name: str, value: Any, cls: Union[type, Tuple[type, ...]], expected: str) -> Any:
     """`value` if it is an instance of `cls`, else a `SimharnessTypeError` naming `name`.
 
     Args:
@@ -138,16 +164,18 @@ def check_instance(name: str, value: Any, cls: Union[type, Tuple[type, ...]],
       expected: what was expected, in words (``'an Executor'``).
     """
     if not isinstance(value, cls):
-        raise SimharnessTypeError(f'{name} must be {expected}, {_got(value)}',
-                                  expected=cls, actual=type(value))
+        raise SimharnessTypeError(
+            f'{name} must be {expected}, {_got(value)}', expected=cls, actual=type(value)
+        )
     return value
 
 
 def check_callable(name: str, value: Any, expected: str) -> Any:
     """`value` if it is callable (a class too), else a `SimharnessTypeError` naming `name`."""
     if not callable(value):
-        raise SimharnessTypeError(f'{name} must be {expected}, {_got(value)}',
-                                  expected='callable', actual=type(value))
+        raise SimharnessTypeError(
+            f'{name} must be {expected}, {_got(value)}', expected='callable', actual=type(value)
+        )
     return value
 
 
@@ -167,5 +195,7 @@ def check_type_spec_matches(type_spec: Any, actual: Any, what: str) -> None:
     t = T.to_type(type_spec)
     if not t.is_assignable_from(actual):
         raise SimharnessTypeError(
-            f'the {what} of type {actual} is not assignable to the type_spec {t} given '
-            f'with it', expected=t, actual=actual)
+            f'the {what} of type {actual} is not assignable to the type_spec {t} given with it',
+            expected=t,
+            actual=actual,
+        )

@@ -24,6 +24,7 @@ def broadcast_aggregate(num_floats: int, twice: bool = False) -> Any:
     def broadcast_aggregate(w):
         s = sh.federated_sum(sh.federated_map(half, sh.federated_broadcast(w)))
         return (s, s) if twice else s
+
     return broadcast_aggregate
 
 
@@ -39,14 +40,17 @@ def broadcast_scaled_sum(num_floats: int) -> Any:
 
     @sh.federated_computation(sh.type_at_server(spec), sh.type_at_clients(tf.float32))
     def broadcast_scaled_sum(w, xs):
-        return sh.federated_sum(sh.federated_map(
-            scaled, sh.federated_zip([sh.federated_broadcast(w), xs])))
+        return sh.federated_sum(
+            sh.federated_map(scaled, sh.federated_zip([sh.federated_broadcast(w), xs]))
+        )
+
     return broadcast_scaled_sum
 
 
 def map_sum_add_one() -> Any:
     """``federated_sum(federated_map(x + 1, xs))`` over float32 clients: the trivial round
     whose cost is the stack's own (driver CPU, messages per worker)."""
+
     @sh.tf_computation(tf.float32)
     def add_one(x):
         return x + 1.0
@@ -54,6 +58,7 @@ def map_sum_add_one() -> Any:
     @sh.federated_computation(sh.type_at_clients(tf.float32))
     def map_sum(xs):
         return sh.federated_sum(sh.federated_map(add_one, xs))
+
     return map_sum
 
 
@@ -77,8 +82,11 @@ def norm(x):
     return tf.sqrt(tf.reduce_sum(x * x))
 
 
-@sh.federated_computation(sh.type_at_clients(sh.TensorType(tf.float32, [DIM])),
-                          sh.type_at_clients(tf.float32), sh.type_at_server(tf.float32))
+@sh.federated_computation(
+    sh.type_at_clients(sh.TensorType(tf.float32, [DIM])),
+    sh.type_at_clients(tf.float32),
+    sh.type_at_server(tf.float32),
+)
 def round_fn(xs, ws, scale):
     """``(weighted mean of the updates, sum of their norms, sum of the weights)``."""
     updates = sh.federated_map(client_update, [xs, sh.federated_broadcast(scale)])

@@ -23,8 +23,11 @@ if _HERE not in sys.path:  # the prepend import mode adds it already; importlib 
     sys.path.insert(0, _HERE)
 import slow_tier  # noqa: E402  (tests/slow_tier.py)
 import stacks as suite_stacks  # noqa: E402  (tests/stacks.py)
-from simharness.pytest_plugin import (SimharnessStack, StackRegistry,  # noqa: E402
-                                      parametrize_stacks)
+from simharness.pytest_plugin import (  # noqa: E402
+    SimharnessStack,
+    StackRegistry,
+    parametrize_stacks,
+)
 from simharness.testing.registry import stack_registry  # noqa: E402
 
 THREAD_PREFIX = 'simharness-'
@@ -37,13 +40,16 @@ def pytest_configure(config):
     # body once, untimed, at its small sizes (--benchmark-disable), so that they cannot
     # rot; naming them (``python -m pytest tests/benchmarks``) times them. Before
     # pytest-benchmark reads it.
-    named = any('benchmarks' in str(a) for a in config.invocation_params.args
-                if not str(a).startswith('-'))
+    named = any(
+        'benchmarks' in str(a) for a in config.invocation_params.args if not str(a).startswith('-')
+    )
     if not named and hasattr(config.option, 'benchmark_disable'):
         config.option.benchmark_disable = True
     if not config.pluginmanager.hasplugin('simharness'):
-        raise pytest.UsageError('the tests need the simharness pytest plugin (pip install -e . '
-                                'registers it; do not pass -p no:simharness)')
+        raise pytest.UsageError(
+            'the tests need the simharness pytest plugin (pip install -e . '
+            'registers it; do not pass -p no:simharness)'
+        )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -54,9 +60,10 @@ def pytest_simharness_register_stacks(registry: StackRegistry) -> None:
 #: Tests that share a session resource too heavy to start twice run on one pytest-xdist
 #: worker (``-n 3 --dist loadgroup``): a Ray cluster of two nodes, two gRPC services (and the
 #: benchmark modules whose module fixtures start their own).
-_XDIST_GROUPS = (('ray', ('tests/ray/', 'tests/benchmarks/test_ray.py', '[ray-2', '-ray-2')),
-                 ('remote', ('tests/remote/', 'tests/benchmarks/test_remote.py', '[remote-2',
-                             '-remote-2')))
+_XDIST_GROUPS = (
+    ('ray', ('tests/ray/', 'tests/benchmarks/test_ray.py', '[ray-2', '-ray-2')),
+    ('remote', ('tests/remote/', 'tests/benchmarks/test_remote.py', '[remote-2', '-remote-2')),
+)
 
 
 #: The stacks whose session resources serve one group alone.
@@ -91,8 +98,11 @@ def pytest_runtest_logreport(report):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     over = _WATCH.over()
     if over and not hasattr(config, 'workerinput'):
-        terminalreporter.write_sep('-', f'{len(over)} test(s) outside the slow tier took '
-                                   f'>= {slow_tier.WATCH_S:g} s (tests/slow_tier.py)')
+        terminalreporter.write_sep(
+            '-',
+            f'{len(over)} test(s) outside the slow tier took '
+            f'>= {slow_tier.WATCH_S:g} s (tests/slow_tier.py)',
+        )
         for k in over[:20]:
             terminalreporter.write_line(f'{_WATCH.seconds[k]:6.1f}s {k}')
 
@@ -104,9 +114,12 @@ def pytest_runtest_teardown(item, nextitem):
     # to the end of the session (an idle two-node Ray cluster alone burns ~8 CPU-s a minute
     # in its daemons, measured). Without xdist the groups' tests are spread over the run.
     group = _group_of(item)
-    if (group in _GROUP_STACKS and hasattr(item.config, 'workerinput')
-            and getattr(item.config.option, 'dist', '') == 'loadgroup'
-            and (nextitem is None or _group_of(nextitem) != group)):
+    if (
+        group in _GROUP_STACKS
+        and hasattr(item.config, 'workerinput')
+        and getattr(item.config.option, 'dist', '') == 'loadgroup'
+        and (nextitem is None or _group_of(nextitem) != group)
+    ):
         registry = stack_registry(item.config)
         for name in _GROUP_STACKS[group]:
             registry.release(name)
@@ -163,6 +176,7 @@ def no_leaked_segments():
     of tests, each ``gc.collect()`` costs a few tenths of a second.
     """
     from simharness.runtime.local.shm import list_leaked_segments
+
     prefix = f'simharness_{os.getpid()}_'
     before = set(list_leaked_segments(prefix))
     yield
@@ -176,9 +190,11 @@ def no_leaked_segments():
 
 
 def _simharness_threads(exempt: tuple = ()) -> list:
-    return [t for t in threading.enumerate()
-            if t.is_alive() and t.name.startswith(THREAD_PREFIX)
-            and not t.name.startswith(exempt)]
+    return [
+        t
+        for t in threading.enumerate()
+        if t.is_alive() and t.name.startswith(THREAD_PREFIX) and not t.name.startswith(exempt)
+    ]
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -226,5 +242,6 @@ def tf_global_seed_restored() -> Iterator[None]:
     tf = sys.modules.get('tensorflow')
     if tf is not None:
         from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+
         if context.global_seed() is not None:
             tf.random.set_seed(None)

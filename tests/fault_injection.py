@@ -25,8 +25,10 @@ F32 = tf.float32
 @sh.tf_computation(tf.float32, tf.int32)
 def slow_square(x, n):
     """x * x after about n loop steps of TF work: a client long enough to kill something mid-round."""
+
     def body(i, acc):
         return i + 1, acc * 1.0000001
+
     _, acc = tf.while_loop(lambda i, a: i < n, body, [tf.constant(0), x])
     return acc * 0.0 + x * x
 
@@ -44,14 +46,29 @@ def blocking_computation(directory: pathlib.Path) -> Any:
 
     @sh.tf_computation(F32)
     def wait_for_release(x):
-        with tf.control_dependencies([tf.io.write_file(
-                tf.strings.join([started, tf.strings.as_string(x, precision=0)]), 'running')]):
+        with tf.control_dependencies(
+            [
+                tf.io.write_file(
+                    tf.strings.join([started, tf.strings.as_string(x, precision=0)]), 'running'
+                )
+            ]
+        ):
             # The pattern depends on the loop counter (an empty suffix), so that no graph
             # optimization treats the file check as loop-invariant.
             (i,) = tf.while_loop(
-                lambda i: tf.equal(tf.size(tf.io.matching_files(tf.strings.join(
-                    [release, tf.strings.substr(tf.strings.as_string(i), 0, 0)]))), 0),
-                lambda i: i + 1, [tf.constant(0)])
+                lambda i: tf.equal(
+                    tf.size(
+                        tf.io.matching_files(
+                            tf.strings.join(
+                                [release, tf.strings.substr(tf.strings.as_string(i), 0, 0)]
+                            )
+                        )
+                    ),
+                    0,
+                ),
+                lambda i: i + 1,
+                [tf.constant(0)],
+            )
         return x + tf.cast(i, F32) * 0.0
 
     @sh.federated_computation(sh.type_at_clients(F32))
@@ -93,21 +110,29 @@ def kill_pid(pid: int, sig: int = signal.SIGKILL, wait_for_death: bool = True) -
         time.sleep(0.01)
 
 
-def kill_mid_computation(pool: Any, worker_id: int, directory: pathlib.Path, data: Sequence[Any],
-                         sig: int = signal.SIGKILL, wait_for_death: bool = True) -> None:
+def kill_mid_computation(
+    pool: Any,
+    worker_id: int,
+    directory: pathlib.Path,
+    data: Sequence[Any],
+    sig: int = signal.SIGKILL,
+    wait_for_death: bool = True,
+) -> None:
     """Waits until every client's computation runs, sends `sig` to `worker_id`, waits
     for its death, then releases the other workers' computations (also if a step fails).
 
     `wait_for_death=False` is for a signal the worker handles in Python (SIGTERM):
     its handler runs when the blocking op returns, before the worker answers.
     """
-    when_started(directory, data,
-                 lambda: kill_pid(pool.handles[worker_id].pid, sig, wait_for_death))
+    when_started(
+        directory, data, lambda: kill_pid(pool.handles[worker_id].pid, sig, wait_for_death)
+    )
 
 
 # ------------------------------------------------------------------ workers that cannot start
 # Worker entry points for `WorkerPool.worker_target`: they run `worker_main` itself, with
 # the worker's placement step (the first thing it does) made to fail in the given way.
+
 
 def worker_failing_on_start(conn: Any, worker_id: int, placement: Any, options: Any) -> None:
     """A worker whose placement raises ``RuntimeError('no such device')`` before READY."""
@@ -116,6 +141,7 @@ def worker_failing_on_start(conn: Any, worker_id: int, placement: Any, options: 
 
     def no_such_device(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError('no such device')
+
     pinning.apply_placement = no_such_device
     worker.worker_main(conn, worker_id, placement, options)
 
@@ -127,5 +153,6 @@ def worker_killed_on_start(conn: Any, worker_id: int, placement: Any, options: A
 
     def killed(*args: Any, **kwargs: Any) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
+
     pinning.apply_placement = killed
     worker.worker_main(conn, worker_id, placement, options)

@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 
-CODE = '''
+CODE = """
 import simharness
 try:
     assert simharness.learning.FedAvg
@@ -43,12 +43,18 @@ import simharness as tff
 tff.learning
 import tensorflow as tf
 print('tf', int(tf.constant(1) + 1), flush=True)
-'''
+"""
 
 
 @functools.lru_cache(maxsize=None)
 def fresh_import_run() -> subprocess.CompletedProcess:
     """The subprocess's result (returncode, stdout, stderr), run once per test process."""
     env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
-    return subprocess.run([sys.executable, '-c', CODE], capture_output=True, text=True,
-                          timeout=300, check=False, env=env)
+    return subprocess.run(
+        [sys.executable, '-c', CODE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )

@@ -48,8 +48,11 @@ def _ray_cli() -> List[str]:
     exe = os.path.join(os.path.dirname(sys.executable), 'ray')
     if os.path.exists(exe):
         return [exe]
-    return [sys.executable, '-c', 'import sys; from ray.scripts.scripts import main; '
-            'sys.argv[0] = "ray"; sys.exit(main())']
+    return [
+        sys.executable,
+        '-c',
+        'import sys; from ray.scripts.scripts import main; sys.argv[0] = "ray"; sys.exit(main())',
+    ]
 
 
 class LoopbackCluster:
@@ -63,9 +66,14 @@ class LoopbackCluster:
       pin_nodes: run node k on core ``k % cores`` only (as if on its own machine).
     """
 
-    def __init__(self, num_nodes: int = 2, cpus_per_node: int = 1,
-                 object_store_bytes: int = 200 << 20, start_timeout: float = 120.0,
-                 pin_nodes: bool = True):
+    def __init__(
+        self,
+        num_nodes: int = 2,
+        cpus_per_node: int = 1,
+        object_store_bytes: int = 200 << 20,
+        start_timeout: float = 120.0,
+        pin_nodes: bool = True,
+    ):
         self.num_nodes = num_nodes
         self.cpus_per_node = cpus_per_node
         self.object_store_bytes = object_store_bytes
@@ -73,8 +81,12 @@ class LoopbackCluster:
         self.pin_nodes = pin_nodes
         self.ips = [f'127.0.0.{2 + k}' for k in range(num_nodes)]
         self.temp_dir = tempfile.mkdtemp(prefix='shray', dir='/tmp')  # short: socket paths
-        self.env = dict(os.environ, RAY_AUTH_MODE='disabled', RAY_USAGE_STATS_ENABLED='0',
-                        TF_CPP_MIN_LOG_LEVEL='3')
+        self.env = dict(
+            os.environ,
+            RAY_AUTH_MODE='disabled',
+            RAY_USAGE_STATS_ENABLED='0',
+            TF_CPP_MIN_LOG_LEVEL='3',
+        )
         self.pgids: List[int] = []  # one process group (and session) per node
         self.logs: List[str] = []
         # Every port this cluster hands Ray, distinct: two draws of a free port can give the
@@ -105,19 +117,28 @@ class LoopbackCluster:
 
     def _start_node(self, k: int) -> None:
         ip = self.ips[k]
-        args = _ray_cli() + ['start', '--block', f'--node-ip-address={ip}',
-                             f'--num-cpus={self.cpus_per_node}', '--num-gpus=0',
-                             f'--object-store-memory={self.object_store_bytes}',
-                             f'--dashboard-agent-listen-port={self._distinct_port(ip)}',
-                             f'--dashboard-agent-grpc-port={self._distinct_port(ip)}',
-                             f'--metrics-export-port={self._distinct_port(ip)}',
-                             f'--runtime-env-agent-port={self._distinct_port(ip)}',
-                             '--disable-usage-stats']
+        args = _ray_cli() + [
+            'start',
+            '--block',
+            f'--node-ip-address={ip}',
+            f'--num-cpus={self.cpus_per_node}',
+            '--num-gpus=0',
+            f'--object-store-memory={self.object_store_bytes}',
+            f'--dashboard-agent-listen-port={self._distinct_port(ip)}',
+            f'--dashboard-agent-grpc-port={self._distinct_port(ip)}',
+            f'--metrics-export-port={self._distinct_port(ip)}',
+            f'--runtime-env-agent-port={self._distinct_port(ip)}',
+            '--disable-usage-stats',
+        ]
         if k == 0:
-            args += ['--head', f'--port={self.port}', '--include-dashboard=false',
-                     f'--dashboard-port={self._distinct_port(ip)}',
-                     f'--ray-client-server-port={self._distinct_port(ip)}',
-                     f'--temp-dir={self.temp_dir}']
+            args += [
+                '--head',
+                f'--port={self.port}',
+                '--include-dashboard=false',
+                f'--dashboard-port={self._distinct_port(ip)}',
+                f'--ray-client-server-port={self._distinct_port(ip)}',
+                f'--temp-dir={self.temp_dir}',
+            ]
         else:
             args += [f'--address={self.address}']
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else []
@@ -126,12 +147,17 @@ class LoopbackCluster:
         def pin() -> None:
             if core is not None:
                 os.sched_setaffinity(0, {core})
+
         log = os.path.join(self.temp_dir, f'node{k}.log')
         self.logs.append(log)
         # Detached (a shell starts it in the background and exits): the node's processes
         # are no children of this process, whose other tests check their own children.
-        sh = subprocess.Popen(['/bin/sh', '-c', 'exec "$@" </dev/null >"$0" 2>&1 &', log] + args,
-                              env=self.env, start_new_session=True, preexec_fn=pin)
+        sh = subprocess.Popen(
+            ['/bin/sh', '-c', 'exec "$@" </dev/null >"$0" 2>&1 &', log] + args,
+            env=self.env,
+            start_new_session=True,
+            preexec_fn=pin,
+        )
         sh.wait()
         self.pgids.append(sh.pid)  # the group outlives its leader
         deadline = time.monotonic() + self.start_timeout
@@ -153,6 +179,7 @@ class LoopbackCluster:
     @staticmethod
     def _members(pgid: int) -> List[int]:
         import psutil
+
         out = []
         for p in psutil.process_iter(['pid', 'status']):
             try:
@@ -165,11 +192,17 @@ class LoopbackCluster:
     def connect(self) -> None:
         """Connects this process as the cluster's driver (``ray.init``)."""
         import ray
+
         for key in ('RAY_AUTH_MODE', 'RAY_USAGE_STATS_ENABLED'):
             self._saved_env[key] = os.environ.get(key)
             os.environ[key] = self.env[key]
-        ray.init(address=self.address, _node_ip_address=self.ips[0], logging_level='WARNING',
-                 configure_logging=True, log_to_driver=False)
+        ray.init(
+            address=self.address,
+            _node_ip_address=self.ips[0],
+            logging_level='WARNING',
+            configure_logging=True,
+            log_to_driver=False,
+        )
         self._connected = True
         deadline = time.monotonic() + self.start_timeout
         while len([n for n in ray.nodes() if n.get('Alive')]) < self.num_nodes:
@@ -184,6 +217,7 @@ class LoopbackCluster:
     def descendants(self) -> List[int]:
         """Live processes started by the nodes (Ray's daemons, and workers in their own groups)."""
         import psutil
+
         out = []
         for pgid in self.pgids:
             for pid in self._members(pgid):
@@ -197,6 +231,7 @@ class LoopbackCluster:
     def pids(self) -> List[int]:
         """Live processes of the cluster: its process groups and every process it started."""
         import psutil
+
         groups = set(self.pgids)
         known = set(self._seen)
         out = []
@@ -213,6 +248,7 @@ class LoopbackCluster:
     def leftover_processes(self) -> List[str]:
         """What is still alive of the cluster (pid: command line)."""
         import psutil
+
         out = []
         for pid in self.pids():
             try:
@@ -229,6 +265,7 @@ class LoopbackCluster:
         self._seen.update(self.descendants())
         if self._connected:
             import ray
+
             try:
                 ray.shutdown()
             finally:
@@ -260,6 +297,7 @@ class LoopbackCluster:
         while self.pids() and time.monotonic() < deadline:
             time.sleep(0.1)
         import shutil
+
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> 'LoopbackCluster':
@@ -278,6 +316,7 @@ class RayStackResource:
         self.cluster = LoopbackCluster(2, cpus_per_node=2)
         try:
             from simharness.runtime.ray.workers import RayWorkers
+
             # SPREAD: one actor per node; clients_per_worker=3 makes the actors cut
             # their blocks into several TF calls (as the process-2 stack does).
             self.workers = RayWorkers(2, placement_strategy='SPREAD', clients_per_worker=3)

@@ -25,8 +25,13 @@ _LISTENING = re.compile(r'listening on (\S+)')
 class ServiceProcess:
     """One `simharness serve` subprocess."""
 
-    def __init__(self, port: int = 0, args: Sequence[str] = (), env: Optional[dict] = None,
-                 start_timeout: float = 120.0):
+    def __init__(
+        self,
+        port: int = 0,
+        args: Sequence[str] = (),
+        env: Optional[dict] = None,
+        start_timeout: float = 120.0,
+    ):
         self.port = port
         self.args = list(args)
         self.env = env
@@ -41,8 +46,11 @@ class ServiceProcess:
         env.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, '-m', 'simharness.cli', 'serve', '--port', str(self.port),
-             *self.args], stdout=subprocess.PIPE, stderr=self._stderr, env=env)
+            [sys.executable, '-m', 'simharness.cli', 'serve', '--port', str(self.port), *self.args],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+        )
         line = self._read_line(self.start_timeout)
         m = _LISTENING.search(line or '')
         if m is None:
@@ -127,6 +135,7 @@ class ServicePair:
             for _ in range(n):
                 self.procs.append(ServiceProcess(args=args))
             from simharness.runtime.grpc.client import RemoteServices
+
             self.services = RemoteServices(self.addresses)
             self.services.start()
         except BaseException:
@@ -149,6 +158,7 @@ class ServicePair:
 def stop_and_check(procs: List[ServiceProcess]) -> None:
     """Stops the services; then neither they nor any process they started may be running."""
     import psutil
+
     pids = []
     for p in procs:
         if p.pid is not None:
@@ -159,7 +169,8 @@ def stop_and_check(procs: List[ServiceProcess]) -> None:
                 pass
     for p in procs:
         p.stop()
-    _, alive = psutil.wait_procs([psutil.Process(q) for q in pids if psutil.pid_exists(q)],
-                                 timeout=15)
+    _, alive = psutil.wait_procs(
+        [psutil.Process(q) for q in pids if psutil.pid_exists(q)], timeout=15
+    )
     alive = [q for q in alive if q.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f'processes of a stopped service still run: {alive}'

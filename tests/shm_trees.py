@@ -104,6 +104,7 @@ def unpack_tree(source: Any, packed: Any, *, copy: bool = False) -> Any:
     Raises:
         SimharnessValueError: if a segment does not exist (any more).
     """
+
     def read(ref: SlotRef) -> np.ndarray:
         arr = source.read(ref)
         return np.array(arr, copy=True) if copy else arr

@@ -20,6 +20,7 @@ The start of a session's resource (the Ray cluster, ~30 s here; the gRPC service
 paid by whichever of its tests runs first: listing that test moves the cost to the
 next one, so the first test of a group may stay named by the watch.
 """
+
 from __future__ import annotations
 
 import collections
@@ -79,17 +80,19 @@ class Watch:
             self.slow.add(key)
 
     def over(self) -> list:
-        return sorted((k for k, v in self.seconds.items()
-                       if v >= WATCH_S and k not in self.slow),
-                      key=lambda k: -self.seconds[k])
+        return sorted(
+            (k for k, v in self.seconds.items() if v >= WATCH_S and k not in self.slow),
+            key=lambda k: -self.seconds[k],
+        )
 
 
 def listed(path: pathlib.Path = LIST) -> FrozenSet[str]:
     """The node ids of `path` (blank lines and ``#`` comments skipped)."""
     if not path.exists():
         return frozenset()
-    return frozenset(s for s in (l.strip() for l in path.read_text().splitlines())
-                     if s and not s.startswith('#'))
+    return frozenset(
+        s for s in (l.strip() for l in path.read_text().splitlines()) if s and not s.startswith('#')
+    )
 
 
 def main(argv: list) -> int:
@@ -102,14 +105,19 @@ def main(argv: list) -> int:
             for k, v in totals(f).items():
                 seconds[k] = max(v, seconds.get(k, 0.0))
     if not seconds:
-        print(f'{" ".join(argv[1:])}: no duration lines (run pytest with --durations=0)',
-              file=sys.stderr)
+        print(
+            f'{" ".join(argv[1:])}: no duration lines (run pytest with --durations=0)',
+            file=sys.stderr,
+        )
         return 1
-    slow = sorted((k for k, v in seconds.items() if v >= THRESHOLD_S),
-                  key=lambda k: (-seconds[k], k))
-    print(f'# The slow tier (tests/slow_tier.py): setup + call + teardown >= {THRESHOLD_S:g} s in a '
-          f'run; {len(slow)} of {len(seconds)} tests, '
-          f'{sum(seconds[k] for k in slow):.0f} of {sum(seconds.values()):.0f} s.')
+    slow = sorted(
+        (k for k, v in seconds.items() if v >= THRESHOLD_S), key=lambda k: (-seconds[k], k)
+    )
+    print(
+        f'# The slow tier (tests/slow_tier.py): setup + call + teardown >= {THRESHOLD_S:g} s in a '
+        f'run; {len(slow)} of {len(seconds)} tests, '
+        f'{sum(seconds[k] for k in slow):.0f} of {sum(seconds.values()):.0f} s.'
+    )
     for k in slow:
         print(k)
     return 0

@@ -28,24 +28,30 @@ from simharness.pytest_plugin import StackEntry, StackRegistry, process_stack
 def _thread_stack(clients_per_thread: int) -> StackEntry:
     def build(_resource: Any, num_clients: Optional[int]) -> Any:
         from simharness.stacks import thread_debugging_executor_factory
-        return thread_debugging_executor_factory(num_clients=num_clients,
-                                                 clients_per_thread=clients_per_thread)
+
+        return thread_debugging_executor_factory(
+            num_clients=num_clients, clients_per_thread=clients_per_thread
+        )
+
     return StackEntry(build, kind='thread-debug')
 
 
 def _local_stack(_resource: Any, num_clients: Optional[int]) -> Any:
     from simharness.stacks import local_executor_factory
+
     # At most 2 client threads: uneven blocks as soon as there are more than 2 clients.
     return local_executor_factory(num_clients=num_clients, max_fanout=2)
 
 
 def _remote_pair() -> Any:
     from remote_services import ServicePair  # tests/remote_services.py
+
     return ServicePair(2)
 
 
 def _remote_stack(pair: Any, num_clients: Optional[int]) -> Any:
     from simharness.stacks import remote_executor_factory
+
     return remote_executor_factory(services=pair.services, num_clients=num_clients)
 
 
@@ -56,22 +62,28 @@ def _loopback_group() -> Any:
     from simharness.executors.leaf.eager_tf import EagerTFExecutor
     from simharness.runtime.loopback import LoopbackGroup
     from simharness.runtime.service import WorkerService
-    return LoopbackGroup(lambda k: WorkerService(
-        EagerTFExecutor(max_batch_size=3, sums_in_calls=True), worker_id=k), num_workers=2)
+
+    return LoopbackGroup(
+        lambda k: WorkerService(EagerTFExecutor(max_batch_size=3, sums_in_calls=True), worker_id=k),
+        num_workers=2,
+    )
 
 
 def _loopback_stack(group: Any, num_clients: Optional[int]) -> Any:
     from simharness.stacks import WorkerGroupExecutorFactory
+
     return WorkerGroupExecutorFactory(group, num_clients, owns_group=False)
 
 
 def _ray_resource() -> Any:
     from ray_cluster import RayStackResource  # tests/ray_cluster.py
+
     return RayStackResource()
 
 
 def _ray_stack(resource: Any, num_clients: Optional[int]) -> Any:
     from simharness.stacks import ray_executor_factory
+
     return ray_executor_factory(workers=resource.workers, num_clients=num_clients)
 
 
@@ -83,6 +95,7 @@ def have_ray() -> bool:
     itself is missing.
     """
     import importlib.util
+
     spec = importlib.util.find_spec('ray')
     return spec is not None and spec.origin not in (None, 'namespace')
 
@@ -96,18 +109,34 @@ ENTRIES: Dict[str, StackEntry] = {
     # calls. Its warm pool is shared by the session (conformance, tests/process, ...).
     'process-2-cpw3': process_stack(2, clients_per_worker=3, marks=(pytest.mark.process,)),
     # The seam without a transport: the codec and the worker service in this process.
-    'loopback-2': StackEntry(_loopback_stack, start=_loopback_group, kind='loopback',
-                             resident_threads=('simharness-loopback',)),
+    'loopback-2': StackEntry(
+        _loopback_stack,
+        start=_loopback_group,
+        kind='loopback',
+        resident_threads=('simharness-loopback',),
+    ),
     # Two executor services on loopback, started as subprocesses once per session.
-    'remote-2': StackEntry(_remote_stack, start=_remote_pair, kind='remote',
-                           marks=(pytest.mark.remote,), resident_threads=('simharness-grpc',)),
+    'remote-2': StackEntry(
+        _remote_stack,
+        start=_remote_pair,
+        kind='remote',
+        marks=(pytest.mark.remote,),
+        resident_threads=('simharness-grpc',),
+    ),
     # Two Ray nodes on loopback (127.0.0.2, 127.0.0.3), one actor on each, started once
     # per session (tests/ray_cluster.py).
-    'ray-2': StackEntry(_ray_stack, start=_ray_resource, kind='ray',
-                        marks=(pytest.mark.ray,
-                               pytest.mark.skipif(not have_ray(), reason='Ray is not installed '
-                                                  '(pip install "simharness[ray]")')),
-                        resident_threads=('simharness-ray',)),
+    'ray-2': StackEntry(
+        _ray_stack,
+        start=_ray_resource,
+        kind='ray',
+        marks=(
+            pytest.mark.ray,
+            pytest.mark.skipif(
+                not have_ray(), reason='Ray is not installed (pip install "simharness[ray]")'
+            ),
+        ),
+        resident_threads=('simharness-ray',),
+    ),
 }
 
 #: Stacks the conformance tests (the `stack` fixture) run on: each family once, its

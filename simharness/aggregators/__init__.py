@@ -11,8 +11,11 @@ from simharness.aggregators.deterministic_discretization import DeterministicDis
 from simharness.aggregators.differential_privacy import DifferentiallyPrivateFactory
 from simharness.aggregators.distributed_dp import DistributedDpSumFactory
 from simharness.aggregators.encoded import EncodedSumFactory
-from simharness.aggregators.factory import (AggregationFactory, UnweightedAggregationFactory,
-                                            WeightedAggregationFactory)
+from simharness.aggregators.factory import (
+    AggregationFactory,
+    UnweightedAggregationFactory,
+    WeightedAggregationFactory,
+)
 from simharness.aggregators.factory_utils import as_weighted_aggregator
 from simharness.aggregators.mean import MeanFactory, UnweightedMeanFactory
 from simharness.aggregators.measurements import add_measurements
@@ -20,23 +23,39 @@ from simharness.aggregators.modular_clipping import ModularClippingSumFactory
 from simharness.aggregators.primitives import federated_sample, secure_quantized_sum
 from simharness.aggregators.quantile_estimation import PrivateQuantileEstimationProcess
 from simharness.aggregators.robust import clipping_factory, zeroing_factory
-from simharness.aggregators.rotation import (DiscreteFourierTransformFactory,
-                                             HadamardTransformFactory)
+from simharness.aggregators.rotation import (
+    DiscreteFourierTransformFactory,
+    HadamardTransformFactory,
+)
 from simharness.aggregators.sampling import UnweightedReservoirSamplingFactory
 from simharness.aggregators.secure import SecureModularSumFactory, SecureSumFactory
 from simharness.aggregators.stochastic_discretization import StochasticDiscretizationFactory
 from simharness.aggregators.sum_factory import SumFactory
 
 __all__ = [
-    'AggregationFactory', 'DeterministicDiscretizationFactory', 'DifferentiallyPrivateFactory',
-    'DiscreteFourierTransformFactory', 'DistributedDpSumFactory', 'EncodedSumFactory',
+    'AggregationFactory',
+    'DeterministicDiscretizationFactory',
+    'DifferentiallyPrivateFactory',
+    'DiscreteFourierTransformFactory',
+    'DistributedDpSumFactory',
+    'EncodedSumFactory',
     'HadamardTransformFactory',
     'MeanFactory',
     'ModularClippingSumFactory',
-    'PrivateQuantileEstimationProcess', 'SecureModularSumFactory', 'SecureSumFactory',
-    'StochasticDiscretizationFactory', 'SumFactory', 'UnweightedAggregationFactory',
-    'UnweightedMeanFactory', 'UnweightedReservoirSamplingFactory',
-    'WeightedAggregationFactory', 'add_measurements', 'as_weighted_aggregator',
-    'clipping_factory', 'concat_factory', 'federated_sample', 'secure_quantized_sum',
+    'PrivateQuantileEstimationProcess',
+    'SecureModularSumFactory',
+    'SecureSumFactory',
+    'StochasticDiscretizationFactory',
+    'SumFactory',
+    'UnweightedAggregationFactory',
+    'UnweightedMeanFactory',
+    'UnweightedReservoirSamplingFactory',
+    'WeightedAggregationFactory',
+    'add_measurements',
+    'as_weighted_aggregator',
+    'clipping_factory',
+    'concat_factory',
+    'federated_sample',
+    'secure_quantized_sum',
     'zeroing_factory',
 ]

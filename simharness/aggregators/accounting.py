@@ -26,19 +26,32 @@ from simharness.validation import check_int
 __all__ = ['dp_epsilon', 'round_dp_event']
 
 
-def round_dp_event(noise_multiplier: float, clients_per_round: int, num_clients: int,
-                   dp_event: Optional[Any] = None) -> dp_accounting.DpEvent:
+def round_dp_event(
+    noise_multiplier: float,
+    clients_per_round: int,
+    num_clients: int,
+    dp_event: Optional[Any] = None,
+) -> dp_accounting.DpEvent:
     """The `DpEvent` of one round: a cohort of `clients_per_round` of `num_clients` clients
     sampled without replacement, then `dp_event` (default: a Gaussian sum of sensitivity 1
     with `noise_multiplier`)."""
-    event = dp_event if dp_event is not None else dp_accounting.GaussianDpEvent(
-        float(noise_multiplier))
-    return dp_accounting.SampledWithoutReplacementDpEvent(int(num_clients),
-                                                          int(clients_per_round), event)
+    event = (
+        dp_event if dp_event is not None else dp_accounting.GaussianDpEvent(float(noise_multiplier))
+    )
+    return dp_accounting.SampledWithoutReplacementDpEvent(
+        int(num_clients), int(clients_per_round), event
+    )
 
 
-def dp_epsilon(noise_multiplier: float, clients_per_round: int, num_clients: int, rounds: int,
-               delta: float, *, dp_event: Optional[Any] = None) -> float:
+def dp_epsilon(
+    noise_multiplier: float,
+    clients_per_round: int,
+    num_clients: int,
+    rounds: int,
+    delta: float,
+    *,
+    dp_event: Optional[Any] = None,
+) -> float:
     """The (epsilon, delta)-DP epsilon after `rounds` rounds (client-level DP).
 
     Each round samples `clients_per_round` of `num_clients` clients without
@@ -61,7 +74,9 @@ def dp_epsilon(noise_multiplier: float, clients_per_round: int, num_clients: int
     if rounds == 0:
         return 0.0
     accountant = rdp_privacy_accountant.RdpAccountant(
-        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-    accountant.compose(round_dp_event(noise_multiplier, clients_per_round, num_clients,
-                                      dp_event), rounds)
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
+    )
+    accountant.compose(
+        round_dp_event(noise_multiplier, clients_per_round, num_clients, dp_event), rounds
+    )
     return float(accountant.get_epsilon(delta))

@@ -32,22 +32,34 @@ def create_concat_fns(value_type: Any) -> Tuple[Any, Any]:
       TypeError: `value_type` is not a tensor or a struct (with a Python
         container) of tensors of one integer or float dtype.
     """
-    if not (isinstance(value_type, T.TensorType) or (
-            isinstance(value_type, T.StructType) and value_type.container is not None
-            and factory.is_structure_of_tensors(value_type))):
+    if not (
+        isinstance(value_type, T.TensorType)
+        or (
+            isinstance(value_type, T.StructType)
+            and value_type.container is not None
+            and factory.is_structure_of_tensors(value_type)
+        )
+    ):
         raise SimharnessTypeError(
             'Expected `value_type` to be `TensorType` or a struct with a Python container '
-            f'containing only `TensorType`. Found type: {value_type!r}', actual=value_type)
+            f'containing only `TensorType`. Found type: {value_type!r}',
+            actual=value_type,
+        )
     leaves = T.flatten_type(value_type)
     dtypes = {np.dtype(leaf.dtype) for leaf in leaves}
     if len(dtypes) != 1:
-        raise SimharnessTypeError('Component tensors of the structure should have the same '
-                                  f'dtype. Found dtypes: {dtypes}.', actual=value_type)
-    if not (factory.is_structure_of_floats(value_type)
-            or factory.is_structure_of_integers(value_type)):
+        raise SimharnessTypeError(
+            'Component tensors of the structure should have the same '
+            f'dtype. Found dtypes: {dtypes}.',
+            actual=value_type,
+        )
+    if not (
+        factory.is_structure_of_floats(value_type) or factory.is_structure_of_integers(value_type)
+    ):
         raise SimharnessTypeError(
             f'Components of `value_type` must all be integers or floats. Found {value_type}.',
-            actual=value_type)
+            actual=value_type,
+        )
     sizes = [int(np.prod(leaf.shape)) if leaf.shape else 1 for leaf in leaves]
 
     @tf_computation(value_type)
@@ -60,20 +72,28 @@ def create_concat_fns(value_type: Any) -> Tuple[Any, Any]:
     def unconcat(vector):
         parts, start = [], 0
         for leaf, n in zip(leaves, sizes):
-            parts.append(tf.reshape(vector[start:start + n], leaf.shape))
+            parts.append(tf.reshape(vector[start : start + n], leaf.shape))
             start += n
         return tu.pack_sequence_as(template, parts)
 
     return concat, unconcat
 
 
-def _next_impl(state: Any, value: Any, concat: Computation, unconcat: Computation,
-               inner: AggregationProcess, weight: Optional[Any] = None) -> MeasuredProcessOutput:
+def _next_impl(
+    state: Any,
+    value: Any,
+    concat: Computation,
+    unconcat: Computation,
+    inner: AggregationProcess,
+    weight: Optional[Any] = None,
+) -> MeasuredProcessOutput:
     vector = intrinsics.federated_map(concat, value)
-    output = (inner.next(state, vector) if weight is None else inner.next(state, vector, weight))
-    return MeasuredProcessOutput(state=output.state,
-                                 result=intrinsics.federated_map(unconcat, output.result),
-                                 measurements=output.measurements)
+    output = inner.next(state, vector) if weight is None else inner.next(state, vector, weight)
+    return MeasuredProcessOutput(
+        state=output.state,
+        result=intrinsics.federated_map(unconcat, output.result),
+        measurements=output.measurements,
+    )
 
 
 class _UnweightedConcatFactory(factory.UnweightedAggregationFactory):
@@ -85,7 +105,9 @@ class _UnweightedConcatFactory(factory.UnweightedAggregationFactory):
         inner = self._inner.create(concat.type_signature.result)
         next_fn = federated_computation(
             lambda state, value: _next_impl(state, value, concat, unconcat, inner),
-            inner.initialize.type_signature.result, T.FederatedType(value_type, T.CLIENTS))
+            inner.initialize.type_signature.result,
+            T.FederatedType(value_type, T.CLIENTS),
+        )
         return AggregationProcess(inner.initialize, next_fn)
 
 
@@ -93,15 +115,17 @@ class _WeightedConcatFactory(factory.WeightedAggregationFactory):
     def __init__(self, inner: factory.WeightedAggregationFactory):
         self._inner = inner
 
-    def create(self, value_type: factory.ValueType,
-               weight_type: factory.ValueType) -> AggregationProcess:
+    def create(
+        self, value_type: factory.ValueType, weight_type: factory.ValueType
+    ) -> AggregationProcess:
         concat, unconcat = create_concat_fns(value_type)
         inner = self._inner.create(concat.type_signature.result, weight_type)
         next_fn = federated_computation(
-            lambda state, value, weight: _next_impl(state, value, concat, unconcat, inner,
-                                                    weight),
-            inner.initialize.type_signature.result, T.FederatedType(value_type, T.CLIENTS),
-            T.FederatedType(weight_type, T.CLIENTS))
+            lambda state, value, weight: _next_impl(state, value, concat, unconcat, inner, weight),
+            inner.initialize.type_signature.result,
+            T.FederatedType(value_type, T.CLIENTS),
+            T.FederatedType(weight_type, T.CLIENTS),
+        )
         return AggregationProcess(inner.initialize, next_fn)
 
 
@@ -115,9 +139,11 @@ def concat_factory(inner_agg_factory: factory.AggregationFactory) -> factory.Agg
     Raises:
       TypeError: `inner_agg_factory` is not a factory.
     """
-    factory.check_factory(inner_agg_factory, (factory.UnweightedAggregationFactory,
-                                              factory.WeightedAggregationFactory),
-                          'inner_agg_factory')
+    factory.check_factory(
+        inner_agg_factory,
+        (factory.UnweightedAggregationFactory, factory.WeightedAggregationFactory),
+        'inner_agg_factory',
+    )
     if isinstance(inner_agg_factory, factory.WeightedAggregationFactory):
         return _WeightedConcatFactory(inner_agg_factory)
     return _UnweightedConcatFactory(inner_agg_factory)

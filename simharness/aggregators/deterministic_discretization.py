@@ -12,8 +12,10 @@ from typing import Optional
 import tensorflow as tf
 
 from simharness.aggregators import factory
-from simharness.aggregators.stochastic_discretization import (OUTPUT_TF_TYPE,
-                                                              build_discretization_process)
+from simharness.aggregators.stochastic_discretization import (
+    OUTPUT_TF_TYPE,
+    build_discretization_process,
+)
 from simharness.templates import AggregationProcess
 
 __all__ = ['DeterministicDiscretizationFactory']
@@ -30,18 +32,28 @@ class DeterministicDiscretizationFactory(factory.UnweightedAggregationFactory):
     Args and Raises are those of `StochasticDiscretizationFactory`.
     """
 
-    def __init__(self, inner_agg_factory: factory.UnweightedAggregationFactory, step_size: float,
-                 distortion_aggregation_factory: Optional[
-                     factory.UnweightedAggregationFactory] = None):
+    def __init__(
+        self,
+        inner_agg_factory: factory.UnweightedAggregationFactory,
+        step_size: float,
+        distortion_aggregation_factory: Optional[factory.UnweightedAggregationFactory] = None,
+    ):
         if distortion_aggregation_factory is not None:
-            factory.check_factory(distortion_aggregation_factory,
-                                  factory.UnweightedAggregationFactory,
-                                  'distortion_aggregation_factory')
+            factory.check_factory(
+                distortion_aggregation_factory,
+                factory.UnweightedAggregationFactory,
+                'distortion_aggregation_factory',
+            )
         self._step_size = step_size
         self._inner_agg_factory = inner_agg_factory
         self._distortion_aggregation_factory = distortion_aggregation_factory
 
     def create(self, value_type: factory.ValueType) -> AggregationProcess:
         return build_discretization_process(
-            value_type, self._step_size, self._inner_agg_factory,
-            self._distortion_aggregation_factory, _round, 'deterministic_discretization')
+            value_type,
+            self._step_size,
+            self._inner_agg_factory,
+            self._distortion_aggregation_factory,
+            _round,
+            'deterministic_discretization',
+        )

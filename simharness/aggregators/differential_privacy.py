@@ -50,15 +50,25 @@ from simharness.core.computation import federated_computation, tf_computation
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.templates import AggregationProcess, MeasuredProcessOutput
 
-__all__ = ['DPAggregatorState', 'DifferentiallyPrivateFactory',
-           'ExtractingDpEventFromInitialStateError', 'adaptive_clip_noise_params',
-           'extract_dp_event_from_state']
+__all__ = [
+    'DPAggregatorState',
+    'DifferentiallyPrivateFactory',
+    'ExtractingDpEventFromInitialStateError',
+    'adaptive_clip_noise_params',
+    'extract_dp_event_from_state',
+]
 
 _LOG = logging.getLogger(__name__)
 
 #: What `DifferentiallyPrivateFactory` calls on its query.
-_QUERY_METHODS = ('initial_global_state', 'derive_sample_params', 'initial_sample_state',
-                  'preprocess_record', 'get_noised_result', 'derive_metrics')
+_QUERY_METHODS = (
+    'initial_global_state',
+    'derive_sample_params',
+    'initial_sample_state',
+    'preprocess_record',
+    'get_noised_result',
+    'derive_metrics',
+)
 
 
 class ExtractingDpEventFromInitialStateError(SimharnessValueError):
@@ -75,9 +85,11 @@ class DPAggregatorState(NamedTuple):
     noise_seed: Any
 
 
-def adaptive_clip_noise_params(noise_multiplier: float, expected_clients_per_round: float,
-                               clipped_count_stddev: Optional[float] = None
-                               ) -> Tuple[float, float]:
+def adaptive_clip_noise_params(
+    noise_multiplier: float,
+    expected_clients_per_round: float,
+    clipped_count_stddev: Optional[float] = None,
+) -> Tuple[float, float]:
     """The value noise multiplier and clipped-count stddev of adaptive clipping.
 
     Part of the privacy budget goes to the noised clipped count, so the
@@ -104,9 +116,9 @@ def adaptive_clip_noise_params(noise_multiplier: float, expected_clients_per_rou
                 f'clipped_count_stddev = {clipped_count_stddev} (defaults to 0.05 * '
                 '`expected_clients_per_round` if not specified) is too low to achieve the '
                 f'desired effective `noise_multiplier` ({noise_multiplier}). You must either '
-                'increase `clipped_count_stddev` or decrease `noise_multiplier`.')
-        value_noise_multiplier = (noise_multiplier ** -2
-                                  - (2 * clipped_count_stddev) ** -2) ** -0.5
+                'increase `clipped_count_stddev` or decrease `noise_multiplier`.'
+            )
+        value_noise_multiplier = (noise_multiplier**-2 - (2 * clipped_count_stddev) ** -2) ** -0.5
         added = value_noise_multiplier / noise_multiplier
         if added >= 2:
             warnings.warn(
@@ -114,7 +126,8 @@ def adaptive_clip_noise_params(noise_multiplier: float, expected_clients_per_rou
                 'aggregation to achieve the desired effective `noise_multiplier` '
                 f'({noise_multiplier}). If you are manually specifying `clipped_count_stddev` '
                 'you may want to increase it. Or you may need more '
-                '`expected_clients_per_round`.')
+                '`expected_clients_per_round`.'
+            )
     else:
         if clipped_count_stddev is None:
             clipped_count_stddev = 0.0
@@ -122,9 +135,14 @@ def adaptive_clip_noise_params(noise_multiplier: float, expected_clients_per_rou
     return value_noise_multiplier, clipped_count_stddev
 
 
-def _check_adaptive(noise_multiplier: float, clients_per_round: float,
-                    initial_l2_norm_clip: float, target_unclipped_quantile: float,
-                    learning_rate: float, learning_rate_name: str) -> float:
+def _check_adaptive(
+    noise_multiplier: float,
+    clients_per_round: float,
+    initial_l2_norm_clip: float,
+    target_unclipped_quantile: float,
+    learning_rate: float,
+    learning_rate_name: str,
+) -> float:
     """The checks of the adaptive-clip constructors; `clients_per_round` as a float."""
     if isinstance(clients_per_round, int):
         clients_per_round = float(clients_per_round)
@@ -152,11 +170,16 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
     """
 
     @classmethod
-    def gaussian_adaptive(cls, noise_multiplier: float, clients_per_round: float,
-                          initial_l2_norm_clip: float = 0.1,
-                          target_unclipped_quantile: float = 0.5, learning_rate: float = 0.2,
-                          clipped_count_stddev: Optional[float] = None,
-                          noise_seed: Optional[int] = None) -> 'DifferentiallyPrivateFactory':
+    def gaussian_adaptive(
+        cls,
+        noise_multiplier: float,
+        clients_per_round: float,
+        initial_l2_norm_clip: float = 0.1,
+        target_unclipped_quantile: float = 0.5,
+        learning_rate: float = 0.2,
+        clipped_count_stddev: Optional[float] = None,
+        noise_seed: Optional[int] = None,
+    ) -> 'DifferentiallyPrivateFactory':
         """Adaptive clipping (to a quantile of the norms) and Gaussian noise.
 
         Args:
@@ -169,26 +192,46 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
             clients_per_round, 0 without noise).
           noise_seed: see the class.
         """
-        clients_per_round = _check_adaptive(noise_multiplier, clients_per_round,
-                                            initial_l2_norm_clip, target_unclipped_quantile,
-                                            learning_rate, 'learning_rate')
+        clients_per_round = _check_adaptive(
+            noise_multiplier,
+            clients_per_round,
+            initial_l2_norm_clip,
+            target_unclipped_quantile,
+            learning_rate,
+            'learning_rate',
+        )
         if clipped_count_stddev is not None:
             factory.check_float_nonnegative(clipped_count_stddev, 'clipped_count_stddev')
         value_noise_multiplier, clipped_count_stddev = adaptive_clip_noise_params(
-            noise_multiplier, clients_per_round, clipped_count_stddev)
-        _LOG.info('Adaptive clipping, value noise multiplier: %s -> %s, clipped_count_stddev: '
-                  '%s', noise_multiplier, value_noise_multiplier, clipped_count_stddev)
+            noise_multiplier, clients_per_round, clipped_count_stddev
+        )
+        _LOG.info(
+            'Adaptive clipping, value noise multiplier: %s -> %s, clipped_count_stddev: %s',
+            noise_multiplier,
+            value_noise_multiplier,
+            clipped_count_stddev,
+        )
         query = quantile_query.QuantileAdaptiveClipSumQuery(
-            initial_l2_norm_clip=initial_l2_norm_clip, noise_multiplier=value_noise_multiplier,
-            target_unclipped_quantile=target_unclipped_quantile, learning_rate=learning_rate,
-            clipped_count_stddev=clipped_count_stddev, expected_num_records=clients_per_round,
-            geometric_update=True)
-        return cls(dp_query.NormalizedQuery(query, denominator=clients_per_round),
-                   noise_seed=noise_seed)
+            initial_l2_norm_clip=initial_l2_norm_clip,
+            noise_multiplier=value_noise_multiplier,
+            target_unclipped_quantile=target_unclipped_quantile,
+            learning_rate=learning_rate,
+            clipped_count_stddev=clipped_count_stddev,
+            expected_num_records=clients_per_round,
+            geometric_update=True,
+        )
+        return cls(
+            dp_query.NormalizedQuery(query, denominator=clients_per_round), noise_seed=noise_seed
+        )
 
     @classmethod
-    def gaussian_fixed(cls, noise_multiplier: float, clients_per_round: float, clip: float,
-                       noise_seed: Optional[int] = None) -> 'DifferentiallyPrivateFactory':
+    def gaussian_fixed(
+        cls,
+        noise_multiplier: float,
+        clients_per_round: float,
+        clip: float,
+        noise_seed: Optional[int] = None,
+    ) -> 'DifferentiallyPrivateFactory':
         """Fixed clipping at `clip` and Gaussian noise of stddev ``clip * noise_multiplier``.
 
         The noised sum is divided by `clients_per_round`.
@@ -200,16 +243,21 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
         factory.check_float_positive(clip, 'clip')
         query = dp_query.NormalizedQuery(
             dp_query.GaussianSumQuery(l2_norm_clip=clip, stddev=clip * noise_multiplier),
-            denominator=clients_per_round)
+            denominator=clients_per_round,
+        )
         return cls(query, noise_seed=noise_seed)
 
     @classmethod
-    def tree_aggregation(cls, noise_multiplier: float, clients_per_round: float,
-                         l2_norm_clip: float, record_specs: Any,
-                         noise_seed: Optional[int] = None, use_efficient: bool = True,
-                         record_aggregation_factory: Optional[
-                             factory.UnweightedAggregationFactory] = None
-                         ) -> 'DifferentiallyPrivateFactory':
+    def tree_aggregation(
+        cls,
+        noise_multiplier: float,
+        clients_per_round: float,
+        l2_norm_clip: float,
+        record_specs: Any,
+        noise_seed: Optional[int] = None,
+        use_efficient: bool = True,
+        record_aggregation_factory: Optional[factory.UnweightedAggregationFactory] = None,
+    ) -> 'DifferentiallyPrivateFactory':
         """Clipping at `l2_norm_clip` and tree-aggregated Gaussian noise (DP-FTRL).
 
         Each tree node's noise has stddev ``l2_norm_clip * noise_multiplier``; a
@@ -224,18 +272,31 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
         factory.check_float_positive(clients_per_round, 'clients_per_round')
         factory.check_float_positive(l2_norm_clip, 'l2_norm_clip')
         sum_query = tree_query.TreeResidualSumQuery.build_l2_gaussian_query(
-            l2_norm_clip, noise_multiplier, record_specs, noise_seed=noise_seed,
-            use_efficient=use_efficient)
-        return cls(dp_query.NormalizedQuery(sum_query, denominator=clients_per_round),
-                   record_aggregation_factory=record_aggregation_factory)
+            l2_norm_clip,
+            noise_multiplier,
+            record_specs,
+            noise_seed=noise_seed,
+            use_efficient=use_efficient,
+        )
+        return cls(
+            dp_query.NormalizedQuery(sum_query, denominator=clients_per_round),
+            record_aggregation_factory=record_aggregation_factory,
+        )
 
     @classmethod
-    def tree_adaptive(cls, noise_multiplier: float, clients_per_round: float,
-                      record_specs: Any, initial_l2_norm_clip: float = 0.1,
-                      restart_warmup: Optional[int] = 128, restart_frequency: int = 1024,
-                      target_unclipped_quantile: float = 0.5, clip_learning_rate: float = 0.2,
-                      clipped_count_stddev: Optional[float] = None,
-                      noise_seed: Optional[int] = None) -> 'DifferentiallyPrivateFactory':
+    def tree_adaptive(
+        cls,
+        noise_multiplier: float,
+        clients_per_round: float,
+        record_specs: Any,
+        initial_l2_norm_clip: float = 0.1,
+        restart_warmup: Optional[int] = 128,
+        restart_frequency: int = 1024,
+        target_unclipped_quantile: float = 0.5,
+        clip_learning_rate: float = 0.2,
+        clipped_count_stddev: Optional[float] = None,
+        noise_seed: Optional[int] = None,
+    ) -> 'DifferentiallyPrivateFactory':
         """Adaptive clipping and tree-aggregated Gaussian noise (DP-FTRL).
 
         As `tree_aggregation`, but the clip follows the
@@ -246,40 +307,65 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
         goes to the clipped count, see `adaptive_clip_noise_params`);
         `clipped_count_stddev` defaults to ``clients_per_round / 20``.
         """
-        clients_per_round = _check_adaptive(noise_multiplier, clients_per_round,
-                                            initial_l2_norm_clip, target_unclipped_quantile,
-                                            clip_learning_rate, 'clip_learning_rate')
+        clients_per_round = _check_adaptive(
+            noise_multiplier,
+            clients_per_round,
+            initial_l2_norm_clip,
+            target_unclipped_quantile,
+            clip_learning_rate,
+            'clip_learning_rate',
+        )
         if clipped_count_stddev is None:
             clipped_count_stddev = clients_per_round / 20.0
         else:
             factory.check_float_nonnegative(clipped_count_stddev, 'clipped_count_stddev')
         value_noise_multiplier, clipped_count_stddev = adaptive_clip_noise_params(
-            noise_multiplier, clients_per_round, clipped_count_stddev)
-        _LOG.info('Adaptive clipping, value noise multiplier: %s -> %s, clipped_count_stddev: '
-                  '%s', noise_multiplier, value_noise_multiplier, clipped_count_stddev)
+            noise_multiplier, clients_per_round, clipped_count_stddev
+        )
+        _LOG.info(
+            'Adaptive clipping, value noise multiplier: %s -> %s, clipped_count_stddev: %s',
+            noise_multiplier,
+            value_noise_multiplier,
+            clipped_count_stddev,
+        )
         sum_query = quantile_query.QAdaClipTreeResSumQuery(
-            initial_l2_norm_clip, value_noise_multiplier, record_specs,
-            target_unclipped_quantile, clip_learning_rate, clipped_count_stddev,
-            clients_per_round, geometric_update=True, noise_seed=noise_seed)
+            initial_l2_norm_clip,
+            value_noise_multiplier,
+            record_specs,
+            target_unclipped_quantile,
+            clip_learning_rate,
+            clipped_count_stddev,
+            clients_per_round,
+            geometric_update=True,
+            noise_seed=noise_seed,
+        )
         restart_indicator = tree_query.PeriodicRoundRestartIndicator(
-            period=restart_frequency, warmup=restart_warmup)
+            period=restart_frequency, warmup=restart_warmup
+        )
         sum_query = tree_query.RestartQuery(sum_query, restart_indicator)
         return cls(dp_query.NormalizedQuery(sum_query, denominator=clients_per_round))
 
-    def __init__(self, query: dp_query.DPQuery,
-                 record_aggregation_factory: Optional[
-                     factory.UnweightedAggregationFactory] = None,
-                 noise_seed: Optional[int] = None):
+    def __init__(
+        self,
+        query: dp_query.DPQuery,
+        record_aggregation_factory: Optional[factory.UnweightedAggregationFactory] = None,
+        noise_seed: Optional[int] = None,
+    ):
         missing = [m for m in _QUERY_METHODS if not callable(getattr(query, m, None))]
         if missing:  # duck-typed, as TFF (a tensorflow_privacy query works too)
             raise SimharnessTypeError(
                 f'query must be a DPQuery (privacy.query.DPQuery or a tensorflow_privacy '
                 f'query), got {query!r} of type {type(query).__name__} without {missing}',
-                expected=dp_query.DPQuery, actual=type(query))
+                expected=dp_query.DPQuery,
+                actual=type(query),
+            )
         if record_aggregation_factory is None:
             record_aggregation_factory = sum_factory.SumFactory()
-        factory.check_factory(record_aggregation_factory, factory.UnweightedAggregationFactory,
-                              'record_aggregation_factory')
+        factory.check_factory(
+            record_aggregation_factory,
+            factory.UnweightedAggregationFactory,
+            'record_aggregation_factory',
+        )
         self._query = query
         self._record_aggregation_factory = record_aggregation_factory
         self._seed_fn = qe.initial_noise_seed(noise_seed)
@@ -293,10 +379,12 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
         sample_state_fn = tf_computation(lambda: q.initial_sample_state(specs))
         query_state_type = initial_state_fn.type_signature.result
         derive_sample_params = tf_computation(q.derive_sample_params, query_state_type)
-        get_record = tf_computation(q.preprocess_record,
-                                    derive_sample_params.type_signature.result, value_type)
+        get_record = tf_computation(
+            q.preprocess_record, derive_sample_params.type_signature.result, value_type
+        )
         record_agg_process = self._record_aggregation_factory.create(
-            get_record.type_signature.result)
+            get_record.type_signature.result
+        )
         agg_next_result: Any = record_agg_process.next.type_signature.result
         agg_output_type = agg_next_result.result.member
         seed_type = T.TensorType(np.int64, [2])
@@ -317,29 +405,45 @@ class DifferentiallyPrivateFactory(factory.UnweightedAggregationFactory):
             sample_state = intrinsics.federated_eval(sample_state_fn, T.SERVER)
             seed = intrinsics.federated_eval(seed_fn, T.SERVER)
             _, _, dp_event, _ = intrinsics.federated_map(
-                get_noised_result, (sample_state, query_state, seed))
-            return intrinsics.federated_zip(DPAggregatorState(
-                query_state, record_agg_process.initialize(), dp_event,
-                intrinsics.federated_value(True, T.SERVER), seed))
+                get_noised_result, (sample_state, query_state, seed)
+            )
+            return intrinsics.federated_zip(
+                DPAggregatorState(
+                    query_state,
+                    record_agg_process.initialize(),
+                    dp_event,
+                    intrinsics.federated_value(True, T.SERVER),
+                    seed,
+                )
+            )
 
-        @federated_computation(init_fn.type_signature.result,
-                               T.FederatedType(value_type, T.CLIENTS))
+        @federated_computation(
+            init_fn.type_signature.result, T.FederatedType(value_type, T.CLIENTS)
+        )
         def next_fn(state, value):
             query_state, agg_state, _, _, seed = state
             params = intrinsics.federated_broadcast(
-                intrinsics.federated_map(derive_sample_params, query_state))
+                intrinsics.federated_map(derive_sample_params, query_state)
+            )
             record = intrinsics.federated_map(get_record, (params, value))
             agg_output = record_agg_process.next(agg_state, record)
             result, new_query_state, dp_event, new_seed = intrinsics.federated_map(
-                get_noised_result, (agg_output.result, query_state, seed))
-            new_state = DPAggregatorState(new_query_state, agg_output.state, dp_event,
-                                          intrinsics.federated_value(False, T.SERVER),
-                                          new_seed)
+                get_noised_result, (agg_output.result, query_state, seed)
+            )
+            new_state = DPAggregatorState(
+                new_query_state,
+                agg_output.state,
+                dp_event,
+                intrinsics.federated_value(False, T.SERVER),
+                new_seed,
+            )
             measurements = collections.OrderedDict(
                 dp_query_metrics=intrinsics.federated_map(derive_metrics, new_query_state),
-                dp=agg_output.measurements)
-            return MeasuredProcessOutput(intrinsics.federated_zip(new_state), result,
-                                         intrinsics.federated_zip(measurements))
+                dp=agg_output.measurements,
+            )
+            return MeasuredProcessOutput(
+                intrinsics.federated_zip(new_state), result, intrinsics.federated_zip(measurements)
+            )
 
         return AggregationProcess(init_fn, next_fn)
 
@@ -355,5 +459,6 @@ def extract_dp_event_from_state(state: DPAggregatorState) -> dp_accounting.DpEve
         raise ExtractingDpEventFromInitialStateError(
             'State was generated by a call to process.initialize(), whose DPEvent is a '
             'placeholder. extract_dp_event_from_state only accepts states from calls to '
-            'process.next().')
+            'process.next().'
+        )
     return dp_accounting.DpEvent.from_named_tuple(state.dp_event)

@@ -48,22 +48,32 @@ class DiscretizationFactory(factory.UnweightedAggregationFactory):
         used for the conditional rounding's threshold.
     """
 
-    def __init__(self, inner_agg_factory: factory.UnweightedAggregationFactory,
-                 scale_factor: float = 1.0, stochastic: bool = False, beta: float = 0.0,
-                 prior_norm_bound: Any = None):
+    def __init__(
+        self,
+        inner_agg_factory: factory.UnweightedAggregationFactory,
+        scale_factor: float = 1.0,
+        stochastic: bool = False,
+        beta: float = 0.0,
+        prior_norm_bound: Any = None,
+    ):
         if not isinstance(inner_agg_factory, factory.UnweightedAggregationFactory):
-            raise TypeError('`inner_agg_factory` must have type UnweightedAggregationFactory. '
-                            f'Found {type(inner_agg_factory)}.')
+            raise TypeError(
+                '`inner_agg_factory` must have type UnweightedAggregationFactory. '
+                f'Found {type(inner_agg_factory)}.'
+            )
         if not isinstance(scale_factor, numbers.Number) or scale_factor <= 0:
             raise ValueError(f'`scale_factor` should be a positive number. Found {scale_factor}.')
         if not isinstance(stochastic, bool):
             raise ValueError(f'`stochastic` should be a boolean. Found {stochastic}.')
         if not isinstance(beta, numbers.Number) or not 0 <= beta < 1:
             raise ValueError(f'`beta` should be a number in [0, 1). Found {beta}.')
-        if prior_norm_bound is not None and (not isinstance(prior_norm_bound, numbers.Number)
-                                             or prior_norm_bound <= 0):
-            raise ValueError('If specified, `prior_norm_bound` should be a positive number. '
-                             f'Found {prior_norm_bound}.')
+        if prior_norm_bound is not None and (
+            not isinstance(prior_norm_bound, numbers.Number) or prior_norm_bound <= 0
+        ):
+            raise ValueError(
+                'If specified, `prior_norm_bound` should be a positive number. '
+                f'Found {prior_norm_bound}.'
+            )
         self._scale_factor = float(scale_factor)
         self._stochastic = stochastic
         self._beta = float(beta)
@@ -74,75 +84,107 @@ class DiscretizationFactory(factory.UnweightedAggregationFactory):
         value_type = T.to_type(value_type)
         if isinstance(value_type, T.TensorType):
             pass
-        elif (isinstance(value_type, T.StructType) and value_type.container is not None
-              and factory.is_structure_of_tensors(value_type)):
+        elif (
+            isinstance(value_type, T.StructType)
+            and value_type.container is not None
+            and factory.is_structure_of_tensors(value_type)
+        ):
             if self._prior_norm_bound:
-                raise SimharnessTypeError('If `prior_norm_bound` is specified, `value_type` must '
-                                          f'be `TensorType`. Found type: {value_type!r}.',
-                                          actual=value_type)
+                raise SimharnessTypeError(
+                    'If `prior_norm_bound` is specified, `value_type` must '
+                    f'be `TensorType`. Found type: {value_type!r}.',
+                    actual=value_type,
+                )
         else:
             raise SimharnessTypeError(
                 'Expected `value_type` to be `TensorType` or `StructWithPythonType` containing '
-                f'only `TensorType`. Found type: {value_type!r}', actual=value_type)
+                f'only `TensorType`. Found type: {value_type!r}',
+                actual=value_type,
+            )
         if not factory.is_structure_of_floats(value_type):
             raise SimharnessTypeError(
                 f'Component dtypes of `value_type` must all be floats. Found {value_type!r}.',
-                actual=value_type)
+                actual=value_type,
+            )
         dtypes = [tf.as_dtype(leaf.dtype) for leaf in T.flatten_type(value_type)]
         stochastic, beta = self._stochastic, self._beta
 
         @tf_computation(value_type, np.float32, np.float32)
         def discretize_fn(value, scale_factor, prior_norm_bound):
-            return tu.pack_sequence_as(value, [
-                _discretize_tensor(x, scale_factor, stochastic, beta, prior_norm_bound, i)
-                for i, x in enumerate(tu.flatten(value))])
+            return tu.pack_sequence_as(
+                value,
+                [
+                    _discretize_tensor(x, scale_factor, stochastic, beta, prior_norm_bound, i)
+                    for i, x in enumerate(tu.flatten(value))
+                ],
+            )
 
         @tf_computation(discretize_fn.type_signature.result, np.float32)
         def undiscretize_fn(value, scale_factor):
-            return tu.pack_sequence_as(value, [
-                tf.cast(tf.cast(x, tf.float32) / scale_factor, d)
-                for x, d in zip(tu.flatten(value), dtypes)])
+            return tu.pack_sequence_as(
+                value,
+                [
+                    tf.cast(tf.cast(x, tf.float32) / scale_factor, d)
+                    for x, d in zip(tu.flatten(value), dtypes)
+                ],
+            )
 
         inner = self._inner_agg_factory.create(discretize_fn.type_signature.result)
         scale0, prior0 = self._scale_factor, self._prior_norm_bound
 
         @federated_computation()
         def init_fn():
-            return intrinsics.federated_zip(collections.OrderedDict(
-                scale_factor=intrinsics.federated_value(np.float32(scale0), T.SERVER),
-                prior_norm_bound=intrinsics.federated_value(np.float32(prior0), T.SERVER),
-                inner_agg_process=inner.initialize()))
+            return intrinsics.federated_zip(
+                collections.OrderedDict(
+                    scale_factor=intrinsics.federated_value(np.float32(scale0), T.SERVER),
+                    prior_norm_bound=intrinsics.federated_value(np.float32(prior0), T.SERVER),
+                    inner_agg_process=inner.initialize(),
+                )
+            )
 
-        @federated_computation(init_fn.type_signature.result,
-                               T.FederatedType(value_type, T.CLIENTS))
+        @federated_computation(
+            init_fn.type_signature.result, T.FederatedType(value_type, T.CLIENTS)
+        )
         def next_fn(state, value):
             server_scale = state['scale_factor']
             client_scale = intrinsics.federated_broadcast(server_scale)
             server_prior = state['prior_norm_bound']
             client_prior = intrinsics.federated_broadcast(server_prior)
-            discretized = intrinsics.federated_map(discretize_fn,
-                                                   (value, client_scale, client_prior))
+            discretized = intrinsics.federated_map(
+                discretize_fn, (value, client_scale, client_prior)
+            )
             inner_output = inner.next(state['inner_agg_process'], discretized)
             result = intrinsics.federated_map(undiscretize_fn, (inner_output.result, server_scale))
-            new_state = collections.OrderedDict(scale_factor=server_scale,
-                                                prior_norm_bound=server_prior,
-                                                inner_agg_process=inner_output.state)
+            new_state = collections.OrderedDict(
+                scale_factor=server_scale,
+                prior_norm_bound=server_prior,
+                inner_agg_process=inner_output.state,
+            )
             measurements = collections.OrderedDict(discretize=inner_output.measurements)
-            return MeasuredProcessOutput(state=intrinsics.federated_zip(new_state),
-                                         result=result,
-                                         measurements=intrinsics.federated_zip(measurements))
+            return MeasuredProcessOutput(
+                state=intrinsics.federated_zip(new_state),
+                result=result,
+                measurements=intrinsics.federated_zip(measurements),
+            )
 
         return AggregationProcess(init_fn, next_fn)
 
 
-def _discretize_tensor(x: tf.Tensor, scale_factor: tf.Tensor, stochastic: bool, beta: float,
-                       prior_norm_bound: tf.Tensor, index: int) -> tf.Tensor:
+def _discretize_tensor(
+    x: tf.Tensor,
+    scale_factor: tf.Tensor,
+    stochastic: bool,
+    beta: float,
+    prior_norm_bound: tf.Tensor,
+    index: int,
+) -> tf.Tensor:
     x = tf.cast(x, tf.float32)
     scaled_x = x * scale_factor
     scaled_bound = prior_norm_bound * scale_factor  # 0 without a prior bound
     if stochastic:
-        rounded = _stochastic_rounding(scaled_x, scaled_bound, scale_factor, beta,
-                                       _value_seed(x, scale_factor, index))
+        rounded = _stochastic_rounding(
+            scaled_x, scaled_bound, scale_factor, beta, _value_seed(x, scale_factor, index)
+        )
     else:
         rounded = tf.round(scaled_x)
     return tf.cast(rounded, OUTPUT_TF_TYPE)
@@ -177,8 +219,9 @@ def inflated_l2_norm_bound(l2_norm_bound: Any, gamma: Any, beta: Any, dim: Any) 
     return tf.cast(tf.minimum(bound_1, bound_2), l2_norm_bound.dtype)
 
 
-def _stochastic_rounding(x: tf.Tensor, l2_norm_bound: tf.Tensor, scale: tf.Tensor, beta: float,
-                         seed: tf.Tensor) -> tf.Tensor:
+def _stochastic_rounding(
+    x: tf.Tensor, l2_norm_bound: tf.Tensor, scale: tf.Tensor, beta: float, seed: tf.Tensor
+) -> tf.Tensor:
     """TFF's (conditional) randomized rounding: redraw while the norm is over the threshold."""
     l2_norm_bound = tf.where(tf.equal(l2_norm_bound, 0.0), tf.norm(x, ord=2), l2_norm_bound)
     gamma = 1.0 / scale
@@ -187,8 +230,9 @@ def _stochastic_rounding(x: tf.Tensor, l2_norm_bound: tf.Tensor, scale: tf.Tenso
     decimal_x = x - floored_x
 
     def try_rounding(tries):
-        uniform = tf.random.stateless_uniform(tf.shape(x), seed=tf.stack([seed, tries]),
-                                              maxval=1, dtype=x.dtype)
+        uniform = tf.random.stateless_uniform(
+            tf.shape(x), seed=tf.stack([seed, tries]), maxval=1, dtype=x.dtype
+        )
         return floored_x + tf.cast(uniform < decimal_x, x.dtype)
 
     rounded = try_rounding(tf.constant(1, tf.int64))
@@ -200,9 +244,11 @@ def _stochastic_rounding(x: tf.Tensor, l2_norm_bound: tf.Tensor, scale: tf.Tenso
 
     def body(tries, r):
         check = tf.debugging.assert_less_equal(
-            tries, tf.constant(_MAX_TRIES, tf.int64),
+            tries,
+            tf.constant(_MAX_TRIES, tf.int64),
             f'Stochastic rounding failed for {_MAX_TRIES} tries. This can happen when beta > 0.0 '
-            'and low-precision arithmetic is used. Try setting beta to 0.0.')
+            'and low-precision arithmetic is used. Try setting beta to 0.0.',
+        )
         with tf.control_dependencies([check]):
             return tries + 1, try_rounding(tries + 1)
 

@@ -35,9 +35,17 @@ import dp_accounting
 import numpy as np
 import tensorflow as tf
 
-from simharness.aggregators import (concat, differential_privacy, discretization, factory,
-                                    modular_clipping, quantile_estimation, robust, rotation,
-                                    secure)
+from simharness.aggregators import (
+    concat,
+    differential_privacy,
+    discretization,
+    factory,
+    modular_clipping,
+    quantile_estimation,
+    robust,
+    rotation,
+    secure,
+)
 from simharness.aggregators import tensor_utils as tu
 from simharness.aggregators.privacy import quantile as quantile_query
 from simharness.aggregators.privacy import query as dp_query
@@ -46,8 +54,13 @@ from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.templates import AggregationProcess, MeasuredProcessOutput
 
-__all__ = ['DP_MECHANISMS', 'DistributedDpSumFactory', 'DistributedSkellamSumQuery',
-           'MAX_SCALE_FACTOR', 'ROTATION_TYPES']
+__all__ = [
+    'DP_MECHANISMS',
+    'DistributedDpSumFactory',
+    'DistributedSkellamSumQuery',
+    'MAX_SCALE_FACTOR',
+    'ROTATION_TYPES',
+]
 
 DP_MECHANISMS = ['distributed_dgauss', 'distributed_skellam']
 ROTATION_TYPES = ['hd', 'dft']
@@ -67,23 +80,32 @@ class DistributedSkellamSumQuery(dp_query.SumAggregationDPQuery):
     """
 
     _GlobalState = collections.namedtuple(
-        '_GlobalState', ['l1_norm_bound', 'l2_norm_bound', 'local_stddev', 'noise_seed'])
+        '_GlobalState', ['l1_norm_bound', 'l2_norm_bound', 'local_stddev', 'noise_seed']
+    )
     _SampleParams = collections.namedtuple(
-        '_SampleParams', ['l1_norm_bound', 'l2_norm_bound', 'local_stddev', 'noise_seed'])
+        '_SampleParams', ['l1_norm_bound', 'l2_norm_bound', 'local_stddev', 'noise_seed']
+    )
 
-    def __init__(self, l1_norm_bound: Any, l2_norm_bound: Any, local_stddev: Any,
-                 noise_seed: Optional[int] = None):
+    def __init__(
+        self,
+        l1_norm_bound: Any,
+        l2_norm_bound: Any,
+        local_stddev: Any,
+        noise_seed: Optional[int] = None,
+    ):
         self._l1_norm_bound = l1_norm_bound
         self._l2_norm_bound = l2_norm_bound
         self._local_stddev = local_stddev
         self._noise_seed = noise_seed
 
     def initial_global_state(self) -> Any:
-        seed = tf.constant([0, 0 if self._noise_seed is None else int(self._noise_seed)],
-                           tf.int64)
-        return self._GlobalState(tf.cast(self._l1_norm_bound, tf.int32),
-                                 tf.cast(self._l2_norm_bound, tf.float32),
-                                 tf.cast(self._local_stddev, tf.float32), seed)
+        seed = tf.constant([0, 0 if self._noise_seed is None else int(self._noise_seed)], tf.int64)
+        return self._GlobalState(
+            tf.cast(self._l1_norm_bound, tf.int32),
+            tf.cast(self._l2_norm_bound, tf.float32),
+            tf.cast(self._local_stddev, tf.float32),
+            seed,
+        )
 
     def derive_sample_params(self, global_state: Any) -> Any:
         return self._SampleParams(*global_state)
@@ -94,18 +116,30 @@ class DistributedSkellamSumQuery(dp_query.SumAggregationDPQuery):
         lam = 0.5 * local_stddev * local_stddev
         leaves = tu.flatten(record)
         if self._noise_seed is None:  # TFF's: unseeded, fresh on every client and call
-            return tu.pack_sequence_as(record, [
-                v + tf.cast(tf.random.poisson(tf.shape(v), lam, dtype=tf.int64)
-                            - tf.random.poisson(tf.shape(v), lam, dtype=tf.int64), v.dtype)
-                for v in leaves])
-        client_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64),
-                                                               tu.fingerprint(leaves))
+            return tu.pack_sequence_as(
+                record,
+                [
+                    v
+                    + tf.cast(
+                        tf.random.poisson(tf.shape(v), lam, dtype=tf.int64)
+                        - tf.random.poisson(tf.shape(v), lam, dtype=tf.int64),
+                        v.dtype,
+                    )
+                    for v in leaves
+                ],
+            )
+        client_seed = tf.random.experimental.stateless_fold_in(
+            tf.cast(seed, tf.int64), tu.fingerprint(leaves)
+        )
         noised = []
         for i, v in enumerate(leaves):
             leaf_seed = tf.random.experimental.stateless_fold_in(client_seed, i)
             poissons = tf.random.stateless_poisson(
-                shape=tf.concat([tf.shape(v), [2]], axis=0), seed=leaf_seed,
-                lam=tf.stack([lam, lam]), dtype=tf.int64)
+                shape=tf.concat([tf.shape(v), [2]], axis=0),
+                seed=leaf_seed,
+                lam=tf.stack([lam, lam]),
+                dtype=tf.int64,
+            )
             noised.append(v + tf.cast(poissons[..., 0] - poissons[..., 1], v.dtype))
         return tu.pack_sequence_as(record, noised)
 
@@ -116,20 +150,31 @@ class DistributedSkellamSumQuery(dp_query.SumAggregationDPQuery):
         as_float = [tf.cast(x, tf.float32) for x in leaves]
         checks = [
             tf.debugging.assert_less_equal(
-                tf.reduce_sum([tf.norm(x, ord=1) for x in leaves]), params.l1_norm_bound,
-                message='L1 norm exceeds the bound.'),
-            tf.debugging.assert_less_equal(tf.linalg.global_norm(as_float), params.l2_norm_bound,
-                                           message='Global L2 norm exceeds the bound.')]
+                tf.reduce_sum([tf.norm(x, ord=1) for x in leaves]),
+                params.l1_norm_bound,
+                message='L1 norm exceeds the bound.',
+            ),
+            tf.debugging.assert_less_equal(
+                tf.linalg.global_norm(as_float),
+                params.l2_norm_bound,
+                message='Global L2 norm exceeds the bound.',
+            ),
+        ]
         with tf.control_dependencies(checks):
-            return tu.cond(tf.equal(params.local_stddev, 0.0),
-                           lambda: tu.map_structure(tf.identity, record),
-                           lambda: self.add_noise_to_sample(params.local_stddev, record,
-                                                            params.noise_seed), like=record)
+            return tu.cond(
+                tf.equal(params.local_stddev, 0.0),
+                lambda: tu.map_structure(tf.identity, record),
+                lambda: self.add_noise_to_sample(params.local_stddev, record, params.noise_seed),
+                like=record,
+            )
 
     def get_noised_result(self, sample_state: Any, global_state: Any) -> Any:
         pair = tf.random.experimental.stateless_split(global_state.noise_seed, 2)
-        return (sample_state, global_state._replace(noise_seed=pair[1]),
-                dp_accounting.UnsupportedDpEvent())
+        return (
+            sample_state,
+            global_state._replace(noise_seed=pair[1]),
+            dp_accounting.UnsupportedDpEvent(),
+        )
 
 
 def _check_scalar(value: Any, label: str) -> None:
@@ -168,15 +213,18 @@ def _check_str(value: Any, label: str, options: list) -> None:
         raise ValueError(msg)
 
 
-def _check_in_range(value: Any, label: str, left: float, right: float, left_inclusive: bool,
-                    right_inclusive: bool) -> None:
+def _check_in_range(
+    value: Any, label: str, left: float, right: float, left_inclusive: bool, right_inclusive: bool
+) -> None:
     _check_scalar(value, label)
     left_ok = value >= left if left_inclusive else value > left
     right_ok = value <= right if right_inclusive else value < right
     if not (left_ok and right_ok):
-        raise ValueError(f'{label} should be between {left} and {right} (with left_inclusive='
-                         f'{left_inclusive} and right_inclusive={right_inclusive}). '
-                         f'Found {value}.')
+        raise ValueError(
+            f'{label} should be between {left} and {right} (with left_inclusive='
+            f'{left_inclusive} and right_inclusive={right_inclusive}). '
+            f'Found {value}.'
+        )
 
 
 def _clip_prob_to_num_stddevs(clip_prob: float) -> float:
@@ -184,8 +232,15 @@ def _clip_prob_to_num_stddevs(clip_prob: float) -> float:
     return math.sqrt(2) * float(tf.math.erfcinv(tf.constant(clip_prob, tf.float64)).numpy())
 
 
-def _heuristic_scale_factor(local_stddev: Any, l2_clip: Any, bits: Any, num_clients: Any,
-                            dim: Any, k_stddevs: Any, rho: float = 1.0) -> tf.Tensor:
+def _heuristic_scale_factor(
+    local_stddev: Any,
+    l2_clip: Any,
+    bits: Any,
+    num_clients: Any,
+    dim: Any,
+    k_stddevs: Any,
+    rho: float = 1.0,
+) -> tf.Tensor:
     """TFF's scale: the noisy sum of `num_clients` fits in `bits` with `k_stddevs` to spare."""
     bits = tf.cast(bits, tf.float64)
     c = tf.cast(l2_clip, tf.float64)
@@ -193,8 +248,8 @@ def _heuristic_scale_factor(local_stddev: Any, l2_clip: Any, bits: Any, num_clie
     k_stddevs = tf.cast(k_stddevs, tf.float64)
     n = tf.cast(num_clients, tf.float64)
     sigma = tf.cast(local_stddev, tf.float64)
-    numer = tf.sqrt(2.0 ** (2.0 * bits) - n * k_stddevs ** 2)
-    denom = 2.0 * k_stddevs * tf.sqrt(rho / dim * c ** 2 * n ** 2 + n * sigma ** 2)
+    numer = tf.sqrt(2.0 ** (2.0 * bits) - n * k_stddevs**2)
+    denom = 2.0 * k_stddevs * tf.sqrt(rho / dim * c**2 * n**2 + n * sigma**2)
     return numer / denom
 
 
@@ -214,11 +269,21 @@ class DistributedDpSumFactory(factory.UnweightedAggregationFactory):
       auto_l2_target_quantile, auto_l2_lr, auto_l2_clip_count_stddev: its parameters.
     """
 
-    def __init__(self, noise_multiplier: float, expected_clients_per_round: int, bits: int,
-                 l2_clip: float, modclip_prob: float = 1e-4, beta: float = 0.0,
-                 mechanism: str = 'distributed_skellam', rotation_type: str = 'dft',
-                 auto_l2_clip: bool = False, auto_l2_target_quantile: float = 0.5,
-                 auto_l2_lr: float = 0.2, auto_l2_clip_count_stddev: Optional[float] = None):
+    def __init__(
+        self,
+        noise_multiplier: float,
+        expected_clients_per_round: int,
+        bits: int,
+        l2_clip: float,
+        modclip_prob: float = 1e-4,
+        beta: float = 0.0,
+        mechanism: str = 'distributed_skellam',
+        rotation_type: str = 'dft',
+        auto_l2_clip: bool = False,
+        auto_l2_target_quantile: float = 0.5,
+        auto_l2_lr: float = 0.2,
+        auto_l2_clip_count_stddev: Optional[float] = None,
+    ):
         _check_nonnegative(noise_multiplier, 'noise_multiplier')
         _check_positive(expected_clients_per_round, 'expected_clients_per_round')
         _check_integer(expected_clients_per_round, 'expected_clients_per_round')
@@ -233,11 +298,14 @@ class DistributedDpSumFactory(factory.UnweightedAggregationFactory):
         if mechanism == 'distributed_dgauss':
             raise NotImplementedError(
                 "mechanism='distributed_dgauss' (tensorflow_privacy's discrete Gaussian "
-                "sampler) is not written in simharness; use 'distributed_skellam'.")
+                "sampler) is not written in simharness; use 'distributed_skellam'."
+            )
         if beta > 0.0:
-            warnings.warn(f'The selected beta {beta} is greater than zero. This indicates that '
-                          'conditional randomized rounding is used. Consider setting beta to 0 '
-                          'if you would like to avoid instabilities.')
+            warnings.warn(
+                f'The selected beta {beta} is greater than zero. This indicates that '
+                'conditional randomized rounding is used. Consider setting beta to 0 '
+                'if you would like to avoid instabilities.'
+            )
         if auto_l2_clip:
             _check_in_range(auto_l2_target_quantile, 'auto_l2_target_quantile', 0, 1, True, True)
             _check_positive(auto_l2_lr, 'auto_l2_lr')
@@ -254,33 +322,45 @@ class DistributedDpSumFactory(factory.UnweightedAggregationFactory):
         self._rotation_type = rotation_type
         self._auto_l2_clip = auto_l2_clip
         if bits < math.log2(expected_clients_per_round):
-            raise ValueError('bits should be >= log2(expected_clients_per_round). '
-                             f'Found 2^b = 2^{bits} < {expected_clients_per_round}.')
-        if 2 ** (2 * bits) < expected_clients_per_round * self._k_stddevs ** 2:
+            raise ValueError(
+                'bits should be >= log2(expected_clients_per_round). '
+                f'Found 2^b = 2^{bits} < {expected_clients_per_round}.'
+            )
+        if 2 ** (2 * bits) < expected_clients_per_round * self._k_stddevs**2:
             raise ValueError(
                 f'The selected bit-width ({bits}) is too small for the given parameters '
                 f'(expected_clients_per_round = {expected_clients_per_round}, modclip_prob = '
                 f'{modclip_prob}). You must decrease the `expected_clients_per_round`, '
-                'increase `bits`, or increase `modclip_prob`.')
+                'increase `bits`, or increase `modclip_prob`.'
+            )
         if auto_l2_clip:
             self._l2_clip, self._value_noise_mult = self._build_auto_l2_clip_process(
-                auto_l2_target_quantile, auto_l2_lr, auto_l2_clip_count_stddev)
+                auto_l2_target_quantile, auto_l2_lr, auto_l2_clip_count_stddev
+            )
         else:
             self._l2_clip = self._initial_l2_clip
             self._value_noise_mult = self._noise_multiplier
 
-    def _build_auto_l2_clip_process(self, target_quantile: float, learning_rate: float,
-                                    clip_count_stddev: Optional[float]) -> tuple:
+    def _build_auto_l2_clip_process(
+        self, target_quantile: float, learning_rate: float, clip_count_stddev: Optional[float]
+    ) -> tuple:
         value_noise_mult, clip_count_stddev = differential_privacy.adaptive_clip_noise_params(
-            self._noise_multiplier, self._num_clients, clip_count_stddev)
+            self._noise_multiplier, self._num_clients, clip_count_stddev
+        )
         estimator_query = quantile_query.QuantileEstimatorQuery(
-            initial_estimate=self._initial_l2_clip, target_quantile=target_quantile,
-            learning_rate=learning_rate, below_estimate_stddev=clip_count_stddev,
-            expected_num_records=self._num_clients, geometric_update=True)
+            initial_estimate=self._initial_l2_clip,
+            target_quantile=target_quantile,
+            learning_rate=learning_rate,
+            below_estimate_stddev=clip_count_stddev,
+            expected_num_records=self._num_clients,
+            geometric_update=True,
+        )
         estimator_process = quantile_estimation.PrivateQuantileEstimationProcess(
             quantile_estimator_query=estimator_query,
-            record_aggregation_factory=secure.SecureSumFactory(upper_bound_threshold=0.5,
-                                                               lower_bound_threshold=-0.5))
+            record_aggregation_factory=secure.SecureSumFactory(
+                upper_bound_threshold=0.5, lower_bound_threshold=-0.5
+            ),
+        )
         return estimator_process, value_noise_mult
 
     def _build_aggregation_factory(self) -> factory.UnweightedAggregationFactory:
@@ -293,40 +373,69 @@ class DistributedDpSumFactory(factory.UnweightedAggregationFactory):
         else:
             self._padded_dim = math.ceil(self._client_dim / 2.0) * 2
             rotation_factory = rotation.DiscreteFourierTransformFactory
-        scale = float(_heuristic_scale_factor(local_stddev, self._initial_l2_clip, self._bits,
-                                              self._num_clients, self._padded_dim,
-                                              self._k_stddevs).numpy())
+        scale = float(
+            _heuristic_scale_factor(
+                local_stddev,
+                self._initial_l2_clip,
+                self._bits,
+                self._num_clients,
+                self._padded_dim,
+                self._k_stddevs,
+            ).numpy()
+        )
         scale = min(scale, MAX_SCALE_FACTOR)
         if scale <= 1:
-            warnings.warn(f'The selected scale_factor {scale} <= 1. This may lead to substantial '
-                          'quantization errors. Consider increasing the bit-width (currently '
-                          f'{self._bits}) or decreasing the expected number of clients per '
-                          f'round (currently {self._num_clients}).')
-        inflated_l2 = float(discretization.inflated_l2_norm_bound(
-            l2_norm_bound=self._initial_l2_clip, gamma=1.0 / scale, beta=self._beta,
-            dim=self._padded_dim).numpy())
+            warnings.warn(
+                f'The selected scale_factor {scale} <= 1. This may lead to substantial '
+                'quantization errors. Consider increasing the bit-width (currently '
+                f'{self._bits}) or decreasing the expected number of clients per '
+                f'round (currently {self._num_clients}).'
+            )
+        inflated_l2 = float(
+            discretization.inflated_l2_norm_bound(
+                l2_norm_bound=self._initial_l2_clip,
+                gamma=1.0 / scale,
+                beta=self._beta,
+                dim=self._padded_dim,
+            ).numpy()
+        )
         scaled_inflated_l2 = (inflated_l2 + 1e-5) * scale
-        scaled_l1 = math.ceil(scaled_inflated_l2 * min(math.sqrt(self._padded_dim),
-                                                       scaled_inflated_l2))
-        nested: Any = secure.SecureSumFactory(upper_bound_threshold=2 ** self._bits - 1,
-                                              lower_bound_threshold=0)
+        scaled_l1 = math.ceil(
+            scaled_inflated_l2 * min(math.sqrt(self._padded_dim), scaled_inflated_l2)
+        )
+        nested: Any = secure.SecureSumFactory(
+            upper_bound_threshold=2**self._bits - 1, lower_bound_threshold=0
+        )
         nested = modular_clipping.ModularClippingSumFactory(
-            clip_range_lower=0, clip_range_upper=2 ** self._bits, inner_agg_factory=nested)
+            clip_range_lower=0, clip_range_upper=2**self._bits, inner_agg_factory=nested
+        )
         nested = modular_clipping.ModularClippingSumFactory(
-            clip_range_lower=-(2 ** (self._bits - 1)), clip_range_upper=2 ** (self._bits - 1),
-            inner_agg_factory=nested)
-        query = DistributedSkellamSumQuery(l1_norm_bound=scaled_l1,
-                                           l2_norm_bound=scaled_inflated_l2,
-                                           local_stddev=local_stddev * scale)
+            clip_range_lower=-(2 ** (self._bits - 1)),
+            clip_range_upper=2 ** (self._bits - 1),
+            inner_agg_factory=nested,
+        )
+        query = DistributedSkellamSumQuery(
+            l1_norm_bound=scaled_l1,
+            l2_norm_bound=scaled_inflated_l2,
+            local_stddev=local_stddev * scale,
+        )
         nested = differential_privacy.DifferentiallyPrivateFactory(
-            query=query, record_aggregation_factory=nested)
+            query=query, record_aggregation_factory=nested
+        )
         nested = discretization.DiscretizationFactory(
-            inner_agg_factory=nested, scale_factor=scale, stochastic=True, beta=self._beta,
-            prior_norm_bound=self._initial_l2_clip)
+            inner_agg_factory=nested,
+            scale_factor=scale,
+            stochastic=True,
+            beta=self._beta,
+            prior_norm_bound=self._initial_l2_clip,
+        )
         nested = robust.clipping_factory(
-            clipping_norm=self._l2_clip, inner_agg_factory=nested,
-            clipped_count_sum_factory=secure.SecureSumFactory(upper_bound_threshold=1,
-                                                              lower_bound_threshold=0))
+            clipping_norm=self._l2_clip,
+            inner_agg_factory=nested,
+            clipped_count_sum_factory=secure.SecureSumFactory(
+                upper_bound_threshold=1, lower_bound_threshold=0
+            ),
+        )
         nested = rotation_factory(inner_agg_factory=nested)
         return concat.concat_factory(inner_agg_factory=nested)
 
@@ -342,8 +451,12 @@ class DistributedDpSumFactory(factory.UnweightedAggregationFactory):
 
     def _autotune_component_states(self, agg_state: Any) -> Any:
         value_noise_mult, num_clients = self._value_noise_mult, self._num_clients
-        bits, padded_dim, k_stddevs, beta = (self._bits, self._padded_dim, self._k_stddevs,
-                                             self._beta)
+        bits, padded_dim, k_stddevs, beta = (
+            self._bits,
+            self._padded_dim,
+            self._k_stddevs,
+            self._beta,
+        )
         unpack = self._unpack_state
         state_type = agg_state.type_signature.member
 
@@ -352,23 +465,29 @@ class DistributedDpSumFactory(factory.UnweightedAggregationFactory):
             _, discrete_state, dp_state = unpack(state)
             new_local_stddev = new_l2_clip * value_noise_mult / math.sqrt(num_clients)
             new_scale = tf.math.minimum(
-                _heuristic_scale_factor(new_local_stddev, new_l2_clip, bits, num_clients,
-                                        padded_dim, k_stddevs),
-                tf.constant(MAX_SCALE_FACTOR, tf.float64))
+                _heuristic_scale_factor(
+                    new_local_stddev, new_l2_clip, bits, num_clients, padded_dim, k_stddevs
+                ),
+                tf.constant(MAX_SCALE_FACTOR, tf.float64),
+            )
             new_scale = tf.cast(new_scale, tf.float32)
             new_inflated_l2 = discretization.inflated_l2_norm_bound(
-                l2_norm_bound=new_l2_clip, gamma=1.0 / new_scale, beta=beta, dim=padded_dim)
+                l2_norm_bound=new_l2_clip, gamma=1.0 / new_scale, beta=beta, dim=padded_dim
+            )
             new_scaled_inflated_l2 = (new_inflated_l2 + 1e-5) * new_scale
             l1_fac = tf.minimum(math.sqrt(padded_dim), new_scaled_inflated_l2)
             new_scaled_l1 = tf.cast(tf.math.ceil(new_scaled_inflated_l2 * l1_fac), tf.int32)
             query_state = dp_state.query_state
             new_query_state = type(query_state)(
-                new_scaled_l1, new_scaled_inflated_l2, new_local_stddev * new_scale,
-                query_state.noise_seed)
+                new_scaled_l1,
+                new_scaled_inflated_l2,
+                new_local_stddev * new_scale,
+                query_state.noise_seed,
+            )
             new_dp_state = dp_state._replace(query_state=new_query_state)
             new_discrete = collections.OrderedDict(
-                scale_factor=new_scale, prior_norm_bound=new_l2_clip,
-                inner_agg_process=new_dp_state)
+                scale_factor=new_scale, prior_norm_bound=new_l2_clip, inner_agg_process=new_dp_state
+            )
             new_clip_state = collections.OrderedDict(state[0])
             new_clip_state['inner_agg'] = new_discrete
             del discrete_state
@@ -382,43 +501,58 @@ class DistributedDpSumFactory(factory.UnweightedAggregationFactory):
         l2_clip_metrics, _, dp_metrics = self._unpack_measurements(agg_measurements)
         query_state = dp_state.query_state
         actual_num_clients = intrinsics.federated_secure_sum_bitwidth(
-            intrinsics.federated_value(1, T.CLIENTS), bitwidth=1)
+            intrinsics.federated_value(1, T.CLIENTS), bitwidth=1
+        )
         padded_dim = intrinsics.federated_value(int(self._padded_dim), T.SERVER)
-        return intrinsics.federated_zip(collections.OrderedDict(
-            l2_clip=l2_clip_metrics['clipping_norm'],
-            scale_factor=discrete_state['scale_factor'],
-            scaled_inflated_l2=query_state.l2_norm_bound,
-            scaled_local_stddev=query_state.local_stddev,
-            actual_num_clients=actual_num_clients, padded_dim=padded_dim,
-            dp_query_metrics=dp_metrics['dp_query_metrics']))
+        return intrinsics.federated_zip(
+            collections.OrderedDict(
+                l2_clip=l2_clip_metrics['clipping_norm'],
+                scale_factor=discrete_state['scale_factor'],
+                scaled_inflated_l2=query_state.l2_norm_bound,
+                scaled_local_stddev=query_state.local_stddev,
+                actual_num_clients=actual_num_clients,
+                padded_dim=padded_dim,
+                dp_query_metrics=dp_metrics['dp_query_metrics'],
+            )
+        )
 
     def create(self, value_type: factory.ValueType) -> AggregationProcess:
         value_type = T.to_type(value_type)
-        if (isinstance(value_type, T.StructType) and value_type.container is not None
-                and factory.is_structure_of_tensors(value_type)):
-            self._client_dim = sum(int(np.prod(leaf.shape))
-                                   for leaf in T.flatten_type(value_type))
+        if (
+            isinstance(value_type, T.StructType)
+            and value_type.container is not None
+            and factory.is_structure_of_tensors(value_type)
+        ):
+            self._client_dim = sum(int(np.prod(leaf.shape)) for leaf in T.flatten_type(value_type))
         elif isinstance(value_type, T.TensorType):
             self._client_dim = int(np.prod(value_type.shape))
         else:
-            raise TypeError('Expected `value_type` to be `TensorType` or `StructWithPythonType` '
-                            f'containing only `TensorType`. Found type: {value_type!r}')
-        if not (factory.is_structure_of_floats(value_type)
-                or factory.is_structure_of_integers(value_type)):
-            raise TypeError('Component dtypes of `value_type` must all be integers or floats. '
-                            f'Found {value_type!r}.')
+            raise TypeError(
+                'Expected `value_type` to be `TensorType` or `StructWithPythonType` '
+                f'containing only `TensorType`. Found type: {value_type!r}'
+            )
+        if not (
+            factory.is_structure_of_floats(value_type)
+            or factory.is_structure_of_integers(value_type)
+        ):
+            raise TypeError(
+                'Component dtypes of `value_type` must all be integers or floats. '
+                f'Found {value_type!r}.'
+            )
         ddp_process = self._build_aggregation_factory().create(value_type)
         init_fn = ddp_process.initialize
 
-        @federated_computation(init_fn.type_signature.result,
-                               T.FederatedType(value_type, T.CLIENTS))
+        @federated_computation(
+            init_fn.type_signature.result, T.FederatedType(value_type, T.CLIENTS)
+        )
         def next_fn(state, value):
             agg_output = ddp_process.next(state, value)
             measurements = self._derive_measurements(agg_output.state, agg_output.measurements)
             new_state = agg_output.state
             if self._auto_l2_clip:
                 new_state = self._autotune_component_states(agg_output.state)
-            return MeasuredProcessOutput(state=new_state, result=agg_output.result,
-                                         measurements=measurements)
+            return MeasuredProcessOutput(
+                state=new_state, result=agg_output.result, measurements=measurements
+            )
 
         return AggregationProcess(init_fn, next_fn)

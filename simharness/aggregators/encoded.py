@@ -41,11 +41,14 @@ def _check_threshold(threshold: Any) -> None:
 
 def _check_quantization_bits(quantization_bits: Any) -> None:
     if isinstance(quantization_bits, bool) or not isinstance(quantization_bits, int):
-        raise TypeError('Expected `quantization_bits` to be an int, found '
-                        f'{type(quantization_bits).__name__}.')
+        raise TypeError(
+            f'Expected `quantization_bits` to be an int, found {type(quantization_bits).__name__}.'
+        )
     if not 1 <= quantization_bits <= 16:
-        raise ValueError('The quantization_bits must be in range [1, 16]. '
-                         f'Provided quantization_bits: {quantization_bits}')
+        raise ValueError(
+            'The quantization_bits must be in range [1, 16]. '
+            f'Provided quantization_bits: {quantization_bits}'
+        )
 
 
 class EncodedSumFactory(factory.UnweightedAggregationFactory):
@@ -61,8 +64,9 @@ class EncodedSumFactory(factory.UnweightedAggregationFactory):
         self._encoder_fn = encoder_fn
 
     @classmethod
-    def quantize_above_threshold(cls, quantization_bits: int = 8, threshold: int = 20000,
-                                 **kwargs: Any) -> 'EncodedSumFactory':
+    def quantize_above_threshold(
+        cls, quantization_bits: int = 8, threshold: int = 20000, **kwargs: Any
+    ) -> 'EncodedSumFactory':
         """Uniform quantization (stochastic rounding) of tensors of more than `threshold` elements.
 
         ``t = round((t - min(t)) / (max(t) - min(t)) * (2**quantization_bits - 1))``;
@@ -75,19 +79,25 @@ class EncodedSumFactory(factory.UnweightedAggregationFactory):
         def encoder_fn(value_spec: tf.TensorSpec) -> te_encoders.GatherEncoder:
             if value_spec.shape.num_elements() > threshold:
                 return te_encoders.as_gather_encoder(
-                    te_encoders.uniform_quantization(quantization_bits, **kwargs), value_spec)
+                    te_encoders.uniform_quantization(quantization_bits, **kwargs), value_spec
+                )
             return te_encoders.as_gather_encoder(te_encoders.identity(), value_spec)
 
         return cls(encoder_fn)
 
     def create(self, value_type: factory.ValueType) -> AggregationProcess:
         value_type = T.to_type(value_type)
-        if not (isinstance(value_type, T.TensorType) or (
-                isinstance(value_type, T.StructType) and factory.is_structure_of_tensors(
-                    value_type))):
+        if not (
+            isinstance(value_type, T.TensorType)
+            or (
+                isinstance(value_type, T.StructType) and factory.is_structure_of_tensors(value_type)
+            )
+        ):
             raise SimharnessTypeError(
                 f'Expected `value_type` to be a tensor or a structure of tensors, found '
-                f'{value_type!r}.', actual=value_type)
+                f'{value_type!r}.',
+                actual=value_type,
+            )
         specs = tu.tensor_specs(value_type)
         encoders = tu.map_structure(self._encoder_fn, specs)
         for enc in tu.flatten(encoders):
@@ -113,8 +123,9 @@ def _per_leaf(encoders: Any, nested: Any) -> list:
 def _map_up_to(encoders: Any, fn: Callable[..., Any], *nested: Any) -> Any:
     leaves = tu.flatten(encoders)
     parts = [_per_leaf(encoders, n) for n in nested]
-    return tu.pack_sequence_as(encoders, [fn(e, *[p[i] for p in parts])
-                                          for i, e in enumerate(leaves)])
+    return tu.pack_sequence_as(
+        encoders, [fn(e, *[p[i] for p in parts]) for i, e in enumerate(leaves)]
+    )
 
 
 def _accumulate_state_update(a: Any, b: Any, mode: te_encoders.StateAggregationMode) -> Any:
@@ -148,7 +159,8 @@ def _build_process(value_type: T.Type, encoders: Any) -> AggregationProcess:
         return tuple(_slice(encoders, params, i) for i in range(3))
 
     encode_params_type, before_params_type, after_params_type = [
-        get_params_fn.type_signature.result[i] for i in range(3)]
+        get_params_fn.type_signature.result[i] for i in range(3)
+    ]
 
     @tf_computation(value_type, encode_params_type, before_params_type)
     def encode_fn(x, encode_params, before_params):
@@ -169,16 +181,26 @@ def _build_process(value_type: T.Type, encoders: Any) -> AggregationProcess:
         return tu.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)
 
     def combine_updates(a, b):
-        return _map_up_to(encoders, lambda e, x, y, m: tu.pack_sequence_as(
-            x, [_accumulate_state_update(u, v, mode) for u, v, mode in
-                zip(tu.flatten(x), tu.flatten(y), m)]), a, b, tu.pack_sequence_as(
-                    encoders, modes))
+        return _map_up_to(
+            encoders,
+            lambda e, x, y, m: tu.pack_sequence_as(
+                x,
+                [
+                    _accumulate_state_update(u, v, mode)
+                    for u, v, mode in zip(tu.flatten(x), tu.flatten(y), m)
+                ],
+            ),
+            a,
+            b,
+            tu.pack_sequence_as(encoders, modes),
+        )
 
     @tf_computation()
     def zero_fn():
         values = (zeros_like_specs(value_specs), tf.zeros([1], tf.int32))
-        return collections.OrderedDict(values=values,
-                                       state_update_tensors=zeros_like_specs(update_specs))
+        return collections.OrderedDict(
+            values=values, state_update_tensors=zeros_like_specs(update_specs)
+        )
 
     acc_type = zero_fn.type_signature.result
 
@@ -189,15 +211,20 @@ def _build_process(value_type: T.Type, encoders: Any) -> AggregationProcess:
         summed = tu.map_structure(tf.add, acc['values'][0], part)
         return collections.OrderedDict(
             values=(summed, acc['values'][1] + one),
-            state_update_tensors=combine_updates(acc['state_update_tensors'], updates))
+            state_update_tensors=combine_updates(acc['state_update_tensors'], updates),
+        )
 
     @tf_computation(acc_type, acc_type)
     def merge_fn(a, b):
         return collections.OrderedDict(
-            values=(tu.map_structure(tf.add, a['values'][0], b['values'][0]),
-                    a['values'][1] + b['values'][1]),
-            state_update_tensors=combine_updates(a['state_update_tensors'],
-                                                 b['state_update_tensors']))
+            values=(
+                tu.map_structure(tf.add, a['values'][0], b['values'][0]),
+                a['values'][1] + b['values'][1],
+            ),
+            state_update_tensors=combine_updates(
+                a['state_update_tensors'], b['state_update_tensors']
+            ),
+        )
 
     @tf_computation(acc_type)
     def report_fn(acc):
@@ -206,8 +233,9 @@ def _build_process(value_type: T.Type, encoders: Any) -> AggregationProcess:
     @tf_computation(acc_type['values'], after_params_type)
     def decode_after_sum_fn(summed_values, after_params):
         part, num_summands = summed_values
-        return _map_up_to(encoders, lambda e, v, p: e.decode_after_sum(v, p, num_summands),
-                          part, after_params)
+        return _map_up_to(
+            encoders, lambda e, v, p: e.decode_after_sum(v, p, num_summands), part, after_params
+        )
 
     @tf_computation(state_type, update_tensors_type)
     def update_state_fn(state, updates):
@@ -218,15 +246,16 @@ def _build_process(value_type: T.Type, encoders: Any) -> AggregationProcess:
         params = intrinsics.federated_map(get_params_fn, state)
         encode_params = intrinsics.federated_broadcast(params[0])
         before_params = intrinsics.federated_broadcast(params[1])
-        encoded_values = intrinsics.federated_map(encode_fn,
-                                                  (value, encode_params, before_params))
-        aggregated = intrinsics.federated_aggregate(encoded_values, zero_fn(), accumulate_fn,
-                                                    merge_fn, report_fn)
-        decoded = intrinsics.federated_map(decode_after_sum_fn,
-                                           (aggregated['values'], params[2]))
+        encoded_values = intrinsics.federated_map(encode_fn, (value, encode_params, before_params))
+        aggregated = intrinsics.federated_aggregate(
+            encoded_values, zero_fn(), accumulate_fn, merge_fn, report_fn
+        )
+        decoded = intrinsics.federated_map(decode_after_sum_fn, (aggregated['values'], params[2]))
         new_state = intrinsics.federated_map(
-            update_state_fn, (state, aggregated['state_update_tensors']))
-        return MeasuredProcessOutput(state=new_state, result=decoded,
-                                     measurements=intrinsics.federated_value((), T.SERVER))
+            update_state_fn, (state, aggregated['state_update_tensors'])
+        )
+        return MeasuredProcessOutput(
+            state=new_state, result=decoded, measurements=intrinsics.federated_value((), T.SERVER)
+        )
 
     return AggregationProcess(init_fn, next_fn)

@@ -41,12 +41,18 @@ import tensorflow as tf
 
 from simharness.aggregators import tensor_utils as tu
 
-__all__ = ['GatherEncoder', 'StateAggregationMode', 'as_gather_encoder', 'identity',
-           'uniform_quantization']
+__all__ = [
+    'GatherEncoder',
+    'StateAggregationMode',
+    'as_gather_encoder',
+    'identity',
+    'uniform_quantization',
+]
 
 
 class StateAggregationMode(enum.Enum):
     """How the state update tensors of the clients combine (te's modes)."""
+
     SUM = 1
     MIN = 2
     MAX = 3
@@ -82,7 +88,7 @@ class _Identity(_Encoder):
 
 
 def _value_seed(x: tf.Tensor) -> tf.Tensor:
-    return tf.stack([tu.fingerprint([x]), tf.constant(0x5eed, tf.int64)])
+    return tf.stack([tu.fingerprint([x]), tf.constant(0x5EED, tf.int64)])
 
 
 class _UniformQuantization(_Encoder):
@@ -90,14 +96,19 @@ class _UniformQuantization(_Encoder):
 
     def __init__(self, bits: int, min_max: Optional[Sequence[float]], stochastic: bool):
         if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 16:
-            raise ValueError(f'The bits argument must be an integer between 1 and 16, got {bits!r}.')
+            raise ValueError(
+                f'The bits argument must be an integer between 1 and 16, got {bits!r}.'
+            )
         if min_max is not None:
             if not isinstance(min_max, (list, tuple)) or len(min_max) != 2:
-                raise ValueError(f'The min_max argument must be a list with two elements, '
-                                 f'got {min_max!r}.')
+                raise ValueError(
+                    f'The min_max argument must be a list with two elements, got {min_max!r}.'
+                )
             if min_max[0] >= min_max[1]:
-                raise ValueError('The first element of the min_max argument must be smaller '
-                                 f'than the second element, got {min_max!r}.')
+                raise ValueError(
+                    'The first element of the min_max argument must be smaller '
+                    f'than the second element, got {min_max!r}.'
+                )
         if not isinstance(stochastic, bool):
             raise TypeError(f'The stochastic argument must be a bool, got {stochastic!r}.')
         self.bits = bits
@@ -124,8 +135,9 @@ class _UniformQuantization(_Encoder):
         scaled = tf.math.divide_no_nan(flat - min_x, max_x - min_x) * max_value
         if self.stochastic:
             floored = tf.floor(scaled)
-            rand = tf.random.stateless_uniform(tf.shape(scaled), seed=_value_seed(x),
-                                               dtype=scaled.dtype)
+            rand = tf.random.stateless_uniform(
+                tf.shape(scaled), seed=_value_seed(x), dtype=scaled.dtype
+            )
             quantized = floored + tf.cast(rand < scaled - floored, scaled.dtype)
         else:
             quantized = tf.round(scaled)
@@ -151,8 +163,9 @@ def identity() -> _Encoder:
     return _Identity()
 
 
-def uniform_quantization(bits: int, min_max: Optional[Sequence[float]] = None,
-                         stochastic: bool = True, **kwargs: Any) -> _Encoder:
+def uniform_quantization(
+    bits: int, min_max: Optional[Sequence[float]] = None, stochastic: bool = True, **kwargs: Any
+) -> _Encoder:
     """te's ``encoders.uniform_quantization(bits, **kwargs)`` (see the module docstring).
 
     Args:
@@ -173,8 +186,10 @@ class GatherEncoder:
 
     def __init__(self, encoder: _Encoder, spec: tf.TensorSpec):
         if not isinstance(encoder, _Encoder):
-            raise TypeError('Expected an encoder from `encoders.identity()` or '
-                            f'`encoders.uniform_quantization(...)`, got {type(encoder)!r}.')
+            raise TypeError(
+                'Expected an encoder from `encoders.identity()` or '
+                f'`encoders.uniform_quantization(...)`, got {type(encoder)!r}.'
+            )
         if not isinstance(spec, tf.TensorSpec) or not spec.shape.is_fully_defined():
             raise TypeError(f'Expected a `tf.TensorSpec` of fully defined shape, got {spec!r}.')
         if isinstance(encoder, _UniformQuantization) and not spec.dtype.is_floating:
@@ -218,11 +233,13 @@ class GatherEncoder:
         decoded = self._encoder.decode(encoded_x, decode_before_sum_params, None)
         return tf.cast(tf.reshape(decoded, self._spec.shape), self._spec.dtype)
 
-    def decode_after_sum(self, x: tf.Tensor, decode_after_sum_params: Any,
-                         num_summands: tf.Tensor) -> tf.Tensor:
+    def decode_after_sum(
+        self, x: tf.Tensor, decode_after_sum_params: Any, num_summands: tf.Tensor
+    ) -> tf.Tensor:
         if isinstance(self._encoder, _UniformQuantization) and self._encoder.commutes_with_sum:
-            decoded = self._encoder.decode(collections.OrderedDict(quantized_values=x),
-                                           decode_after_sum_params, num_summands)
+            decoded = self._encoder.decode(
+                collections.OrderedDict(quantized_values=x), decode_after_sum_params, num_summands
+            )
             return tf.cast(tf.reshape(decoded, self._spec.shape), self._spec.dtype)
         return tf.identity(x)
 

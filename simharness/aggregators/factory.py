@@ -25,10 +25,18 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.templates import AggregationProcess
 
 __all__ = [
-    'AggregationFactory', 'UnweightedAggregationFactory', 'ValueType',
-    'WeightedAggregationFactory', 'check_factory', 'check_float_nonnegative',
-    'check_float_positive', 'check_float_probability', 'check_value_type', 'is_structure_of_floats',
-    'is_structure_of_integers', 'is_structure_of_tensors',
+    'AggregationFactory',
+    'UnweightedAggregationFactory',
+    'ValueType',
+    'WeightedAggregationFactory',
+    'check_factory',
+    'check_float_nonnegative',
+    'check_float_positive',
+    'check_float_probability',
+    'check_value_type',
+    'is_structure_of_floats',
+    'is_structure_of_integers',
+    'is_structure_of_tensors',
 ]
 
 ValueType = Union[T.TensorType, T.StructType]
@@ -81,22 +89,26 @@ def check_value_type(value_type: Any, what: str = 'value_type') -> ValueType:
     if not isinstance(value_type, (T.TensorType, T.StructType)):
         raise SimharnessTypeError(
             f'Expected {what} to be a TensorType or StructType, found {_type_name(value_type)} '
-            f'({value_type!r})', expected=ValueType, actual=type(value_type))
+            f'({value_type!r})',
+            expected=ValueType,
+            actual=type(value_type),
+        )
     if not is_structure_of_tensors(value_type):
         raise SimharnessTypeError(
-            f'{what} must be a structure of tensors only, found {value_type}',
-            actual=value_type)
+            f'{what} must be a structure of tensors only, found {value_type}', actual=value_type
+        )
     return value_type
 
 
 def check_factory(value: Any, cls: Any, what: str) -> None:
     """A `TypeError` naming `what` unless `value` is an instance of `cls` (TFF's check_type)."""
     if not isinstance(value, cls):
-        names = (' or '.join(c.__name__ for c in cls) if isinstance(cls, tuple)
-                 else cls.__name__)
+        names = ' or '.join(c.__name__ for c in cls) if isinstance(cls, tuple) else cls.__name__
         raise SimharnessTypeError(
             f'Expected {what} to be a {names}, found {_type_name(value)} ({value!r})',
-            expected=cls, actual=type(value))
+            expected=cls,
+            actual=type(value),
+        )
 
 
 def _all_leaves(t: T.Type, pred: Callable[[T.TensorType], bool]) -> bool:
@@ -126,15 +138,19 @@ def check_is_structure_of_floats(value_type: Any) -> ValueType:
     if not is_structure_of_floats(value_type):
         raise SimharnessTypeError(
             f'All values in provided value_type must be of floating dtype. Provided '
-            f'value_type: {value_type}', actual=value_type)
+            f'value_type: {value_type}',
+            actual=value_type,
+        )
     return value_type
 
 
 def _check_float(value: Any, label: str) -> None:
     if not isinstance(value, float):
-        raise SimharnessTypeError(f'Expected {label} to be a float, found '
-                                  f'{_type_name(value)} ({value!r})', expected=float,
-                                  actual=type(value))
+        raise SimharnessTypeError(
+            f'Expected {label} to be a float, found {_type_name(value)} ({value!r})',
+            expected=float,
+            actual=type(value),
+        )
 
 
 def check_float_positive(value: Any, label: str) -> None:
@@ -155,5 +171,4 @@ def check_float_probability(value: Any, label: str) -> None:
     """A `TypeError` unless `value` is a float; a `ValueError` unless it is in [0, 1]."""
     _check_float(value, label)
     if not 0 <= value <= 1:
-        raise SimharnessValueError(
-            f'{label} must be between 0 and 1 (inclusive). Found {value}.')
+        raise SimharnessValueError(f'{label} must be between 0 and 1 (inclusive). Found {value}.')

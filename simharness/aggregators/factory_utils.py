@@ -11,7 +11,7 @@ __all__ = ['as_weighted_aggregator']
 
 
 def as_weighted_aggregator(
-        unweighted_aggregator: factory.UnweightedAggregationFactory
+    unweighted_aggregator: factory.UnweightedAggregationFactory,
 ) -> factory.WeightedAggregationFactory:
     """A weighted factory that aggregates as `unweighted_aggregator`, ignoring the weights.
 
@@ -25,16 +25,21 @@ class _UnweightedAsWeightedFactory(factory.WeightedAggregationFactory):
     """An unweighted factory's processes, with a weight argument they ignore."""
 
     def __init__(self, unweighted_factory: factory.UnweightedAggregationFactory):
-        factory.check_factory(unweighted_factory, factory.UnweightedAggregationFactory,
-                              'unweighted_aggregator')
+        factory.check_factory(
+            unweighted_factory, factory.UnweightedAggregationFactory, 'unweighted_aggregator'
+        )
         self._factory = unweighted_factory
 
-    def create(self, value_type: factory.ValueType,
-               weight_type: factory.ValueType) -> AggregationProcess:
+    def create(
+        self, value_type: factory.ValueType, weight_type: factory.ValueType
+    ) -> AggregationProcess:
         aggregator = self._factory.create(value_type)
 
-        @federated_computation(aggregator.state_type, T.FederatedType(value_type, T.CLIENTS),
-                               T.FederatedType(weight_type, T.CLIENTS))
+        @federated_computation(
+            aggregator.state_type,
+            T.FederatedType(value_type, T.CLIENTS),
+            T.FederatedType(weight_type, T.CLIENTS),
+        )
         def next_fn(state, value, weight):
             del weight  # unused: the aggregation is unweighted
             return aggregator.next(state, value)

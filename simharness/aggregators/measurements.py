@@ -34,9 +34,10 @@ def _dict_update(orig_dict: Any, new_values: Any) -> Any:
 
 
 def add_measurements(
-        inner_agg_factory: factory.AggregationFactory, *,
-        client_measurement_fn: Optional[Callable[..., Dict[str, Any]]] = None,
-        server_measurement_fn: Optional[Callable[..., Dict[str, Any]]] = None,
+    inner_agg_factory: factory.AggregationFactory,
+    *,
+    client_measurement_fn: Optional[Callable[..., Dict[str, Any]]] = None,
+    server_measurement_fn: Optional[Callable[..., Dict[str, Any]]] = None,
 ) -> factory.AggregationFactory:
     """Wraps `inner_agg_factory` to report more measurements.
 
@@ -56,20 +57,27 @@ def add_measurements(
       ValueError: neither function is given, or one takes the wrong number
         of parameters.
     """
-    factory.check_factory(inner_agg_factory, (factory.UnweightedAggregationFactory,
-                                              factory.WeightedAggregationFactory),
-                          'inner_agg_factory')
+    factory.check_factory(
+        inner_agg_factory,
+        (factory.UnweightedAggregationFactory, factory.WeightedAggregationFactory),
+        'inner_agg_factory',
+    )
     if client_measurement_fn is None and server_measurement_fn is None:
         raise SimharnessValueError(
-            'Must specify one or both of `client_measurement_fn` or `server_measurement_fn`.')
+            'Must specify one or both of `client_measurement_fn` or `server_measurement_fn`.'
+        )
     weighted = isinstance(inner_agg_factory, factory.WeightedAggregationFactory)
     if client_measurement_fn is not None:
         if not weighted and _num_params(client_measurement_fn) != 1:
-            raise SimharnessValueError('`client_measurement_fn` must take a single parameter '
-                                       'if `inner_agg_factory` is unweighted.')
+            raise SimharnessValueError(
+                '`client_measurement_fn` must take a single parameter '
+                'if `inner_agg_factory` is unweighted.'
+            )
         if weighted and _num_params(client_measurement_fn) != 2:
-            raise SimharnessValueError('`client_measurement_fn` must take a two parameters if '
-                                       '`inner_agg_factory` is weighted.')
+            raise SimharnessValueError(
+                '`client_measurement_fn` must take a two parameters if '
+                '`inner_agg_factory` is weighted.'
+            )
     if server_measurement_fn is not None and _num_params(server_measurement_fn) != 1:
         raise SimharnessValueError('`server_measurement_fn` must take a single parameter.')
 
@@ -77,12 +85,14 @@ def add_measurements(
 
     def add(measurements: Any, value: Any, weight: Any, result: Any) -> Any:
         if client_measurement_fn:
-            extra = (client_measurement_fn(value, weight) if weighted
-                     else client_measurement_fn(value))
+            extra = (
+                client_measurement_fn(value, weight) if weighted else client_measurement_fn(value)
+            )
             measurements = intrinsics.federated_map(dict_update, (measurements, extra))
         if server_measurement_fn:
             measurements = intrinsics.federated_map(
-                dict_update, (measurements, server_measurement_fn(result)))
+                dict_update, (measurements, server_measurement_fn(result))
+            )
         return measurements
 
     if isinstance(inner_agg_factory, factory.WeightedAggregationFactory):
@@ -96,21 +106,26 @@ class _WeightedWrapped(factory.WeightedAggregationFactory):
     def __init__(self, inner: factory.WeightedAggregationFactory, add: Callable[..., Any]):
         self._inner, self._add = inner, add
 
-    def create(self, value_type: factory.ValueType,
-               weight_type: factory.ValueType) -> AggregationProcess:
+    def create(
+        self, value_type: factory.ValueType, weight_type: factory.ValueType
+    ) -> AggregationProcess:
         factory.check_value_type(value_type)
         factory.check_value_type(weight_type, 'weight_type')
         inner = self._inner.create(value_type, weight_type)
         add = self._add
 
-        @federated_computation(inner.initialize.type_signature.result,
-                               T.FederatedType(value_type, T.CLIENTS),
-                               T.FederatedType(weight_type, T.CLIENTS))
+        @federated_computation(
+            inner.initialize.type_signature.result,
+            T.FederatedType(value_type, T.CLIENTS),
+            T.FederatedType(weight_type, T.CLIENTS),
+        )
         def next_fn(state, value, weight):
             out = inner.next(state, value, weight)
-            return MeasuredProcessOutput(state=out.state, result=out.result,
-                                         measurements=add(out.measurements, value, weight,
-                                                          out.result))
+            return MeasuredProcessOutput(
+                state=out.state,
+                result=out.result,
+                measurements=add(out.measurements, value, weight, out.result),
+            )
 
         return AggregationProcess(inner.initialize, next_fn)
 
@@ -126,12 +141,15 @@ class _UnweightedWrapped(factory.UnweightedAggregationFactory):
         inner = self._inner.create(value_type)
         add = self._add
 
-        @federated_computation(inner.initialize.type_signature.result,
-                               T.FederatedType(value_type, T.CLIENTS))
+        @federated_computation(
+            inner.initialize.type_signature.result, T.FederatedType(value_type, T.CLIENTS)
+        )
         def next_fn(state, value):
             out = inner.next(state, value)
-            return MeasuredProcessOutput(state=out.state, result=out.result,
-                                         measurements=add(out.measurements, value, None,
-                                                          out.result))
+            return MeasuredProcessOutput(
+                state=out.state,
+                result=out.result,
+                measurements=add(out.measurements, value, None, out.result),
+            )
 
         return AggregationProcess(inner.initialize, next_fn)

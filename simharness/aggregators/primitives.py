@@ -26,14 +26,25 @@ from simharness.core import types as T
 from simharness.core.computation import tf_computation
 from simharness.errors import SimharnessTypeError
 
-__all__ = ['BoundsDifferentSignaturesError', 'BoundsDifferentTypesError',
-           'BoundsNotPlacedAtServerError', 'ScalarBoundSimpleValueDTypeError',
-           'ScalarBoundStructValueDTypeError', 'StructuredBoundsTypeMismatchError',
-           'UnsupportedDTypeError', 'federated_sample', 'secure_quantized_sum']
+__all__ = [
+    'BoundsDifferentSignaturesError',
+    'BoundsDifferentTypesError',
+    'BoundsNotPlacedAtServerError',
+    'ScalarBoundSimpleValueDTypeError',
+    'ScalarBoundStructValueDTypeError',
+    'StructuredBoundsTypeMismatchError',
+    'UnsupportedDTypeError',
+    'federated_sample',
+    'secure_quantized_sum',
+]
 
-_SECAGG_MAX = 2 ** 32 - 1
-_ALLOWED_DTYPES = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32),
-                   np.dtype(np.float64))
+_SECAGG_MAX = 2**32 - 1
+_ALLOWED_DTYPES = (
+    np.dtype(np.int32),
+    np.dtype(np.int64),
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+)
 
 
 class UnsupportedDTypeError(SimharnessTypeError):
@@ -79,42 +90,51 @@ def _normalize_args(client_value: Any, lower_bound: Any, upper_bound: Any) -> An
         if d not in _ALLOWED_DTYPES:
             raise UnsupportedDTypeError(
                 f'secure_quantized_sum supports int32, int64, float32 and float64, got {d}',
-                actual=d)
+                actual=d,
+            )
     if isinstance(lower_bound, tracing.Value) != isinstance(upper_bound, tracing.Value):
         raise BoundsDifferentTypesError(
             f'lower_bound and upper_bound must both be federated values or both constants, got '
-            f'{type(lower_bound).__name__} and {type(upper_bound).__name__}')
+            f'{type(lower_bound).__name__} and {type(upper_bound).__name__}'
+        )
     if not isinstance(lower_bound, tracing.Value):
         lower_bound = intrinsics.federated_value(lower_bound, T.SERVER)
         upper_bound = intrinsics.federated_value(upper_bound, T.SERVER)
     lt, ut = lower_bound.type_signature, upper_bound.type_signature
     if lt != ut:
         raise BoundsDifferentSignaturesError(
-            f'lower_bound and upper_bound must have the same type, got {lt} and {ut}')
+            f'lower_bound and upper_bound must have the same type, got {lt} and {ut}'
+        )
     if lt.placement is not T.SERVER:
         raise BoundsNotPlacedAtServerError(f'the bounds must be placed at SERVER, got {lt}')
     bound = lt.member
     if isinstance(bound, T.StructType):
-        if not isinstance(member, T.StructType) or _leaf_dtypes(bound) != dtypes or len(
-                T.flatten_type(bound)) != len(dtypes):
+        if (
+            not isinstance(member, T.StructType)
+            or _leaf_dtypes(bound) != dtypes
+            or len(T.flatten_type(bound)) != len(dtypes)
+        ):
             raise StructuredBoundsTypeMismatchError(
-                f'structured bounds {bound} do not match the value type {member}')
+                f'structured bounds {bound} do not match the value type {member}'
+            )
     elif isinstance(member, T.StructType):
         if len(set(dtypes)) > 1 or bound.dtype != dtypes[0]:
             raise ScalarBoundStructValueDTypeError(
                 f'a scalar bound of dtype {bound.dtype} needs a value of that one dtype, got '
-                f'{member}')
+                f'{member}'
+            )
     elif bound.dtype != member.dtype:
         raise ScalarBoundSimpleValueDTypeError(
-            f'the bound dtype {bound.dtype} differs from the value dtype {member.dtype}')
+            f'the bound dtype {bound.dtype} differs from the value dtype {member.dtype}'
+        )
     return client_value, lower_bound, upper_bound
 
 
 def _client_shift(value: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor) -> tf.Tensor:
     """One tensor clipped to [lower, upper] and mapped to int64 in [0, 2**32 - 1]."""
     check = tf.debugging.assert_less_equal(
-        lower, upper, message='lower_bound must be smaller than upper_bound for secagg '
-                              'quantization')
+        lower, upper, message='lower_bound must be smaller than upper_bound for secagg quantization'
+    )
     with tf.control_dependencies([check]):
         return _client_shift_unchecked(value, lower, upper)
 
@@ -125,19 +145,23 @@ def _client_shift_unchecked(value: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor
     if value.dtype == tf.int64:
         clipped = tf.clip_by_value(value, lower, upper)
         scale = tf.math.floordiv(upper - lower, _SECAGG_MAX) + 1
-        return tf.cond(tf.greater(scale, 1), lambda: tf.math.floordiv(clipped - lower, scale),
-                       lambda: clipped - lower)
+        return tf.cond(
+            tf.greater(scale, 1),
+            lambda: tf.math.floordiv(clipped - lower, scale),
+            lambda: clipped - lower,
+        )
     clipped = tf.clip_by_value(value, lower, upper)
-    scale = tf.math.divide_no_nan(tf.constant(_SECAGG_MAX, tf.float64),
-                                  tf.cast(upper - lower, tf.float64))
+    scale = tf.math.divide_no_nan(
+        tf.constant(_SECAGG_MAX, tf.float64), tf.cast(upper - lower, tf.float64)
+    )
     rounded = tf.saturate_cast(tf.round(tf.cast(clipped, tf.float64) * scale), tf.int64)
     shifted = rounded - tf.saturate_cast(tf.round(tf.cast(lower, tf.float64) * scale), tf.int64)
-    return tf.clip_by_value(shifted, tf.constant(0, tf.int64),
-                            tf.constant(_SECAGG_MAX, tf.int64))
+    return tf.clip_by_value(shifted, tf.constant(0, tf.int64), tf.constant(_SECAGG_MAX, tf.int64))
 
 
-def _server_shift(num_summands: tf.Tensor, value: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor,
-                  dtype: tf.DType) -> tf.Tensor:
+def _server_shift(
+    num_summands: tf.Tensor, value: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor, dtype: tf.DType
+) -> tf.Tensor:
     """The inverse of `_client_shift` for a sum of `num_summands` values."""
     n = tf.cast(num_summands, tf.int64)
     if dtype == tf.int32:
@@ -146,10 +170,10 @@ def _server_shift(num_summands: tf.Tensor, value: tf.Tensor, lower: tf.Tensor, u
         scale = tf.math.floordiv(upper - lower, _SECAGG_MAX) + 1
         value = tf.cond(scale > 1, lambda: value * scale + n * lower, lambda: value + n * lower)
     else:
-        scale = tf.math.divide_no_nan(tf.constant(_SECAGG_MAX, tf.float64),
-                                      tf.cast(upper - lower, tf.float64))
-        value = value + tf.saturate_cast(tf.round(tf.cast(lower, tf.float64) * scale),
-                                         tf.int64) * n
+        scale = tf.math.divide_no_nan(
+            tf.constant(_SECAGG_MAX, tf.float64), tf.cast(upper - lower, tf.float64)
+        )
+        value = value + tf.saturate_cast(tf.round(tf.cast(lower, tf.float64) * scale), tf.int64) * n
         value = tf.cast(value, tf.float64) * (tf.cast(upper - lower, tf.float64) / _SECAGG_MAX)
         shifted = value + tf.cast(n, tf.float64) * tf.cast(lower, tf.float64)
         value = tf.cond(tf.equal(lower, upper), lambda: shifted, lambda: value)
@@ -177,8 +201,7 @@ def secure_quantized_sum(client_value: Any, lower_bound: Any, upper_bound: Any) 
     Raises:
       TypeError (TFF's subclasses above): bad dtypes, bounds or placements.
     """
-    client_value, lower_bound, upper_bound = _normalize_args(client_value, lower_bound,
-                                                             upper_bound)
+    client_value, lower_bound, upper_bound = _normalize_args(client_value, lower_bound, upper_bound)
     member = client_value.type_signature.member
     scalar_bounds = not isinstance(lower_bound.type_signature.member, T.StructType)
     dtypes = [tf.as_dtype(d) for d in _leaf_dtypes(member)]
@@ -189,8 +212,10 @@ def secure_quantized_sum(client_value: Any, lower_bound: Any, upper_bound: Any) 
         if scalar_bounds:
             out = [_client_shift(v, lower, upper) for v in leaves]
         else:
-            out = [_client_shift(v, lo, up)
-                   for v, lo, up in zip(leaves, tu.flatten(lower), tu.flatten(upper))]
+            out = [
+                _client_shift(v, lo, up)
+                for v, lo, up in zip(leaves, tu.flatten(lower), tu.flatten(upper))
+            ]
         return tu.pack_sequence_as(value, out)
 
     @tf_computation()
@@ -199,18 +224,25 @@ def secure_quantized_sum(client_value: Any, lower_bound: Any, upper_bound: Any) 
         if scalar_bounds:
             out = [_server_shift(summands, v, lower, upper, d) for v, d in zip(leaves, dtypes)]
         else:
-            out = [_server_shift(summands, v, lo, up, d) for v, lo, up, d in
-                   zip(leaves, tu.flatten(lower), tu.flatten(upper), dtypes)]
+            out = [
+                _server_shift(summands, v, lo, up, d)
+                for v, lo, up, d in zip(leaves, tu.flatten(lower), tu.flatten(upper), dtypes)
+            ]
         return tu.pack_sequence_as(value, out)
 
-    value = intrinsics.federated_map(client_shift, (
-        client_value, intrinsics.federated_broadcast(lower_bound),
-        intrinsics.federated_broadcast(upper_bound)))
+    value = intrinsics.federated_map(
+        client_shift,
+        (
+            client_value,
+            intrinsics.federated_broadcast(lower_bound),
+            intrinsics.federated_broadcast(upper_bound),
+        ),
+    )
     num_summands = intrinsics.federated_secure_sum_bitwidth(
-        intrinsics.federated_value(1, T.CLIENTS), bitwidth=1)
+        intrinsics.federated_value(1, T.CLIENTS), bitwidth=1
+    )
     value = intrinsics.federated_secure_sum_bitwidth(value, bitwidth=32)
-    return intrinsics.federated_map(server_shift, (value, lower_bound, upper_bound,
-                                                   num_summands))
+    return intrinsics.federated_map(server_shift, (value, lower_bound, upper_bound, num_summands))
 
 
 class _Samples(NamedTuple):
@@ -236,18 +268,22 @@ def federated_sample(value: Any, max_num_samples: int = 100) -> Any:
     vt = getattr(value, 'type_signature', None)
     if not (isinstance(vt, T.FederatedType) and vt.placement is T.CLIENTS):
         raise SimharnessTypeError(
-            f'`value` argument must be a federated value placed at CLIENTS. Got: {vt}',
-            actual=vt)
+            f'`value` argument must be a federated value placed at CLIENTS. Got: {vt}', actual=vt
+        )
     member = vt.member
     specs = tu.tensor_specs(member)
-    accumulator_type = T.to_type(_Samples(
-        accumulators=_with_unknown_first_dim(member),
-        rands=T.TensorType(np.float32, [None])))
+    accumulator_type = T.to_type(
+        _Samples(
+            accumulators=_with_unknown_first_dim(member), rands=T.TensorType(np.float32, [None])
+        )
+    )
 
     @tf_computation
     def zeros():
-        return _Samples(tu.map_structure(lambda s: tf.zeros([0] + s.shape.as_list(), s.dtype),
-                                         specs), tf.zeros([0], tf.float32))
+        return _Samples(
+            tu.map_structure(lambda s: tf.zeros([0] + s.shape.as_list(), s.dtype), specs),
+            tf.zeros([0], tf.float32),
+        )
 
     def apply_sampling(leaves, rands):
         k = tf.minimum(tf.shape(rands)[0], max_num_samples)
@@ -257,15 +293,19 @@ def federated_sample(value: Any, max_num_samples: int = 100) -> Any:
     @tf_computation(accumulator_type, member)
     def accumulate(current, new):
         rands = tf.concat([current.rands, tf.random.uniform([1])], 0)
-        leaves = [tf.concat([a, tf.expand_dims(b, 0)], 0)
-                  for a, b in zip(tu.flatten(current.accumulators), tu.flatten(new))]
+        leaves = [
+            tf.concat([a, tf.expand_dims(b, 0)], 0)
+            for a, b in zip(tu.flatten(current.accumulators), tu.flatten(new))
+        ]
         leaves, rands = apply_sampling(leaves, rands)
         return _Samples(tu.pack_sequence_as(current.accumulators, leaves), rands)
 
     @tf_computation(accumulator_type, accumulator_type)
     def merge(a, b):
-        leaves = [tf.concat([x, y], 0) for x, y in zip(tu.flatten(a.accumulators),
-                                                       tu.flatten(b.accumulators))]
+        leaves = [
+            tf.concat([x, y], 0)
+            for x, y in zip(tu.flatten(a.accumulators), tu.flatten(b.accumulators))
+        ]
         leaves, rands = apply_sampling(leaves, tf.concat([a.rands, b.rands], 0))
         return _Samples(tu.pack_sequence_as(a.accumulators, leaves), rands)
 
@@ -278,5 +318,6 @@ def _with_unknown_first_dim(t: Any) -> T.Type:
         shape: Any = t.shape
         return T.TensorType(t.dtype, (None,) + tuple(shape))
     struct: Any = t
-    return T.StructType([(n, _with_unknown_first_dim(e)) for n, e in struct.items()],
-                        container=struct.container)
+    return T.StructType(
+        [(n, _with_unknown_first_dim(e)) for n, e in struct.items()], container=struct.container
+    )

@@ -29,9 +29,15 @@ from simharness.core.computation import federated_computation, tf_computation
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.templates import AggregationProcess, MeasuredProcessOutput
 
-__all__ = ['DiscreteFourierTransformFactory', 'HadamardTransformFactory', 'SEED_TFF_TYPE',
-           'TensorShapeError', 'fast_walsh_hadamard_transform', 'sample_cis',
-           'sample_rademacher']
+__all__ = [
+    'DiscreteFourierTransformFactory',
+    'HadamardTransformFactory',
+    'SEED_TFF_TYPE',
+    'TensorShapeError',
+    'fast_walsh_hadamard_transform',
+    'sample_cis',
+    'sample_rademacher',
+]
 
 SEED_TF_DTYPE = tf.int64
 SEED_TFF_TYPE = T.TensorType(np.int64, [2])
@@ -56,7 +62,8 @@ def fast_walsh_hadamard_transform(x: Any) -> tf.Tensor:
     if dim is None or not (dim and (dim & (dim - 1)) == 0):
         raise TensorShapeError(
             f'The dimension of x must be a statically known power of two. Provided dimension '
-            f'is: {dim}')
+            f'is: {dim}'
+        )
     y, h = x, 1
     while h < dim:  # butterflies over pairs (i, i + h)
         y = tf.reshape(y, [-1, dim // (2 * h), 2, h])
@@ -81,21 +88,32 @@ def sample_cis(shape: Any, seed: Any, inverse: bool = False) -> tf.Tensor:
 
 
 def _check_value_type(value_type: Any) -> None:
-    if not (isinstance(value_type, T.TensorType) or (
-            isinstance(value_type, T.StructType) and value_type.container is not None
-            and factory.is_structure_of_tensors(value_type))):
+    if not (
+        isinstance(value_type, T.TensorType)
+        or (
+            isinstance(value_type, T.StructType)
+            and value_type.container is not None
+            and factory.is_structure_of_tensors(value_type)
+        )
+    ):
         raise SimharnessTypeError(
             'Expected `value_type` to be `TensorType` or a struct with a Python container '
-            f'containing only `TensorType`. Found type: {value_type!r}', actual=value_type)
-    if not (factory.is_structure_of_floats(value_type)
-            or factory.is_structure_of_integers(value_type)):
+            f'containing only `TensorType`. Found type: {value_type!r}',
+            actual=value_type,
+        )
+    if not (
+        factory.is_structure_of_floats(value_type) or factory.is_structure_of_integers(value_type)
+    ):
         raise SimharnessTypeError(
             'Component dtypes of `value_type` must be all integers or all floats. Found '
-            f'{value_type}.', actual=value_type)
+            f'{value_type}.',
+            actual=value_type,
+        )
     for leaf in T.flatten_type(value_type):
         if not leaf.is_fully_defined:
-            raise SimharnessTypeError(f'rotations need statically known shapes, got {leaf}',
-                                      actual=leaf)
+            raise SimharnessTypeError(
+                f'rotations need statically known shapes, got {leaf}', actual=leaf
+            )
 
 
 def _num_elements(t: Any) -> int:
@@ -111,7 +129,7 @@ def _seed_at(global_seed: Any, offset: int) -> tf.Tensor:
 
 
 def _unpad(x: tf.Tensor, t: T.TensorType) -> tf.Tensor:
-    y = tf.reshape(x[:_num_elements(t)], t.shape)
+    y = tf.reshape(x[: _num_elements(t)], t.shape)
     dtype = tf.as_dtype(t.dtype)
     if dtype.is_integer:
         y = tf.round(y)
@@ -123,17 +141,23 @@ class _RotationFactory(factory.UnweightedAggregationFactory):
 
     _name = ''
 
-    def __init__(self, inner_agg_factory: Optional[factory.UnweightedAggregationFactory] = None,
-                 num_repeats: int = 1):
+    def __init__(
+        self,
+        inner_agg_factory: Optional[factory.UnweightedAggregationFactory] = None,
+        num_repeats: int = 1,
+    ):
         if inner_agg_factory is None:
             inner_agg_factory = sum_factory.SumFactory()
         if not isinstance(inner_agg_factory, factory.UnweightedAggregationFactory):
             raise SimharnessTypeError(
                 'Provided `inner_agg_factory` must be an UnweightedAggregationFactory. Found '
-                f'{type(inner_agg_factory)}.', actual=type(inner_agg_factory))
+                f'{type(inner_agg_factory)}.',
+                actual=type(inner_agg_factory),
+            )
         if isinstance(num_repeats, bool) or not isinstance(num_repeats, int) or num_repeats < 1:
             raise SimharnessValueError(
-                f'`num_repeats` should be a positive integer. Found {num_repeats}.')
+                f'`num_repeats` should be a positive integer. Found {num_repeats}.'
+            )
         self._inner_agg_factory = inner_agg_factory
         self._num_repeats = num_repeats
 
@@ -179,28 +203,37 @@ class _RotationFactory(factory.UnweightedAggregationFactory):
         def next_global_seed(global_seed):
             return tf.stack([global_seed[0], global_seed[1] + stride])
 
-        init_seed = tf_computation(lambda: tf.stack([tf.cast(
-            tf.timestamp() * 10 ** 6, SEED_TF_DTYPE), tf.constant(0, SEED_TF_DTYPE)]))
+        init_seed = tf_computation(
+            lambda: tf.stack(
+                [tf.cast(tf.timestamp() * 10**6, SEED_TF_DTYPE), tf.constant(0, SEED_TF_DTYPE)]
+            )
+        )
         name = self._name
 
         @federated_computation()
         def init_fn():
-            return intrinsics.federated_zip((inner.initialize(),
-                                             intrinsics.federated_eval(init_seed, T.SERVER)))
+            return intrinsics.federated_zip(
+                (inner.initialize(), intrinsics.federated_eval(init_seed, T.SERVER))
+            )
 
-        @federated_computation(init_fn.type_signature.result,
-                               T.FederatedType(value_type, T.CLIENTS))
+        @federated_computation(
+            init_fn.type_signature.result, T.FederatedType(value_type, T.CLIENTS)
+        )
         def next_fn(state, value):
             inner_state, seed = state
             projected = intrinsics.federated_map(
-                client_transform, (value, intrinsics.federated_broadcast(seed)))
+                client_transform, (value, intrinsics.federated_broadcast(seed))
+            )
             inner_output = inner.next(inner_state, projected)
             result = intrinsics.federated_map(server_transform, (inner_output.result, seed))
             new_state = (inner_output.state, intrinsics.federated_map(next_global_seed, seed))
             return MeasuredProcessOutput(
-                state=intrinsics.federated_zip(new_state), result=result,
+                state=intrinsics.federated_zip(new_state),
+                result=result,
                 measurements=intrinsics.federated_zip(
-                    collections.OrderedDict([(name, inner_output.measurements)])))
+                    collections.OrderedDict([(name, inner_output.measurements)])
+                ),
+            )
 
         return AggregationProcess(init_fn, next_fn)
 
@@ -263,5 +296,3 @@ class DiscreteFourierTransformFactory(_RotationFactory):
         c = tf.signal.ifft(tf.complex(real=x[0], imag=x[1]))
         c = c * sample_cis(tf.shape(c), seed, inverse=True)
         return tf.concat([tf.math.real(c), tf.math.imag(c)], axis=0)
-
-

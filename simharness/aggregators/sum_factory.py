@@ -24,8 +24,9 @@ class SumFactory(factory.UnweightedAggregationFactory):
         def init_fn():
             return intrinsics.federated_value((), T.SERVER)
 
-        @federated_computation(init_fn.type_signature.result,
-                               T.FederatedType(value_type, T.CLIENTS))
+        @federated_computation(
+            init_fn.type_signature.result, T.FederatedType(value_type, T.CLIENTS)
+        )
         def next_fn(state, value):
             summed = intrinsics.federated_sum(value)
             empty = intrinsics.federated_value((), T.SERVER)

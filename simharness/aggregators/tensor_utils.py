@@ -16,8 +16,16 @@ import tensorflow as tf
 from simharness.core import types as T
 from simharness.core.struct import Struct
 
-__all__ = ['cond', 'flatten', 'map_structure', 'pack_sequence_as', 'global_l1_norm', 'global_l2_norm',
-           'global_inf_norm', 'tensor_specs']
+__all__ = [
+    'cond',
+    'flatten',
+    'map_structure',
+    'pack_sequence_as',
+    'global_l1_norm',
+    'global_l2_norm',
+    'global_inf_norm',
+    'tensor_specs',
+]
 
 
 def _children(v: Any) -> List[Any]:
@@ -72,6 +80,7 @@ def pack_sequence_as(structure: Any, leaves: List[Any]) -> Any:
         if not _is_nest(s):
             return next(it)
         return _rebuild(s, [build(c) for c in _children(s)])
+
     return build(structure)
 
 
@@ -97,14 +106,14 @@ def global_l2_norm(value: Any) -> tf.Tensor:
 
 def global_l1_norm(value: Any) -> tf.Tensor:
     """The L1 norm of all leaves together, in float32."""
-    return tf.reduce_sum(tf.stack([tf.cast(tf.norm(a, ord=1), tf.float32)
-                                   for a in flatten(value)]))
+    return tf.reduce_sum(tf.stack([tf.cast(tf.norm(a, ord=1), tf.float32) for a in flatten(value)]))
 
 
 def global_inf_norm(value: Any) -> tf.Tensor:
     """The largest absolute entry of all leaves, in float32."""
-    return tf.reduce_max(tf.stack([tf.cast(tf.norm(a, ord=float('inf')), tf.float32)
-                                   for a in flatten(value)]))
+    return tf.reduce_max(
+        tf.stack([tf.cast(tf.norm(a, ord=float('inf')), tf.float32) for a in flatten(value)])
+    )
 
 
 def tensor_specs(value_type: T.Type) -> Any:

@@ -21,16 +21,22 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = frozenset({'count_distinct', 'data_processing', 'differential_privacy',
-                         'heavy_hitters', 'histogram_processing', 'hierarchical_histogram'})
+_SUBMODULES = frozenset(
+    {
+        'count_distinct',
+        'data_processing',
+        'differential_privacy',
+        'heavy_hitters',
+        'histogram_processing',
+        'hierarchical_histogram',
+    }
+)
 
 #: TFF's names at ``tff.analytics`` itself, and the module each comes from.
 _NAMES = {
     'IbltFactory': 'simharness.analytics.heavy_hitters.iblt.iblt_factory',
-    'HierarchicalHistogramDecoder':
-        'simharness.analytics.hierarchical_histogram.hierarchical_histogram_decoder',
-    'build_hierarchical_histogram_process':
-        'simharness.analytics.hierarchical_histogram.hierarchical_histogram_lib',
+    'HierarchicalHistogramDecoder': 'simharness.analytics.hierarchical_histogram.hierarchical_histogram_decoder',
+    'build_hierarchical_histogram_process': 'simharness.analytics.hierarchical_histogram.hierarchical_histogram_lib',
 }
 
 __all__ = sorted(_SUBMODULES | set(_NAMES))

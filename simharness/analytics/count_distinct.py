@@ -19,9 +19,15 @@ from simharness.core import intrinsics
 from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
 
-__all__ = ['HLL_ALPHA', 'HLL_BIT_INDEX_HEAD', 'HLL_BIT_INDEX_TAIL', 'HLL_SKETCH_SIZE',
-           'build_client_hyperloglog_computation', 'build_federated_secure_max_computation',
-           'create_federated_hyperloglog_computation']
+__all__ = [
+    'HLL_ALPHA',
+    'HLL_BIT_INDEX_HEAD',
+    'HLL_BIT_INDEX_TAIL',
+    'HLL_SKETCH_SIZE',
+    'build_client_hyperloglog_computation',
+    'build_federated_secure_max_computation',
+    'create_federated_hyperloglog_computation',
+]
 
 # 64 is not supported: TF hashes to int64, i.e. [0, 2**63 - 1]; a power of 2 is needed.
 HLL_SKETCH_SIZE = 32  # Hashes are taken mod 2**HLL_SKETCH_SIZE.
@@ -50,8 +56,8 @@ def build_client_hyperloglog_computation():
         initial_state = tf.zeros(HLL_SKETCH_SIZE, dtype=tf.int64)
 
         def reduce_func(state, hash_value):
-            j = hash_value // 2 ** HLL_BIT_INDEX_TAIL
-            w = tf.bitwise.bitwise_and(hash_value, 2 ** HLL_BIT_INDEX_TAIL - 1)
+            j = hash_value // 2**HLL_BIT_INDEX_TAIL
+            w = tf.bitwise.bitwise_and(hash_value, 2**HLL_BIT_INDEX_TAIL - 1)
             rho = HLL_BIT_INDEX_TAIL - _log2(w)
             sketch = tf.one_hot(tf.cast(j, tf.int32), HLL_SKETCH_SIZE, dtype=tf.int64)
             return tf.maximum(sketch * rho, state)
@@ -73,18 +79,21 @@ def build_federated_secure_max_computation():
     @tf_computation
     @tf.function
     def _onehot_sketch(sketch: tf.Tensor) -> tf.Tensor:
-        return tf.cast(tf.one_hot(tf.cast(sketch, tf.int32), HLL_BIT_INDEX_TAIL + 1,
-                                  dtype=tf.int64), tf.int32)
+        return tf.cast(
+            tf.one_hot(tf.cast(sketch, tf.int32), HLL_BIT_INDEX_TAIL + 1, dtype=tf.int64), tf.int32
+        )
 
     @tf_computation
     @tf.function
     def maxes_from_onehots(x):
-        mult = tf.reshape(tf.range(HLL_BIT_INDEX_TAIL + 1, dtype=tf.int64),
-                          (-1, HLL_BIT_INDEX_TAIL + 1))
+        mult = tf.reshape(
+            tf.range(HLL_BIT_INDEX_TAIL + 1, dtype=tf.int64), (-1, HLL_BIT_INDEX_TAIL + 1)
+        )
         return tf.reduce_max(tf.cast(x > 0, tf.int64) * mult, axis=1)
 
-    @federated_computation(T.FederatedType(T.TensorType(np.int64, shape=[HLL_SKETCH_SIZE]),
-                                           T.CLIENTS))
+    @federated_computation(
+        T.FederatedType(T.TensorType(np.int64, shape=[HLL_SKETCH_SIZE]), T.CLIENTS)
+    )
     def federated_secure_max(sketch):
         onehot_sketches = intrinsics.federated_map(_onehot_sketch, sketch)
         server_sketch = intrinsics.federated_secure_sum(onehot_sketches, 1)
@@ -107,13 +116,14 @@ def create_federated_hyperloglog_computation(*, use_secagg: bool = False):
     def hash_client_data(client_data: tf.data.Dataset) -> tf.data.Dataset:
         # to_hash_bucket_strong would need its key as Python ints, baked into the graph.
         return client_data.map(
-            lambda item: tf.strings.to_hash_bucket_fast(item, 2 ** HLL_SKETCH_SIZE))
+            lambda item: tf.strings.to_hash_bucket_fast(item, 2**HLL_SKETCH_SIZE)
+        )
 
     @tf_computation
     @tf.function
     def estimate_count_from_sketch(sketch: tf.Tensor) -> tf.Tensor:
         z = 1 / tf.math.reduce_sum(0.5 ** tf.cast(sketch, tf.float64))
-        return tf.cast(HLL_ALPHA * HLL_SKETCH_SIZE ** 2 * z, tf.int64)
+        return tf.cast(HLL_ALPHA * HLL_SKETCH_SIZE**2 * z, tf.int64)
 
     client_hyperloglog = build_client_hyperloglog_computation()
     federated_secure_max = build_federated_secure_max_computation()

@@ -12,23 +12,33 @@ from typing import Optional
 
 import tensorflow as tf
 
-__all__ = ['get_all_elements', 'get_capped_elements', 'get_capped_elements_with_counts',
-           'get_top_elements', 'get_top_elements_with_counts', 'get_top_multi_elements',
-           'get_unique_elements', 'get_unique_elements_with_counts', 'to_stacked_tensor']
+__all__ = [
+    'get_all_elements',
+    'get_capped_elements',
+    'get_capped_elements_with_counts',
+    'get_top_elements',
+    'get_top_elements_with_counts',
+    'get_top_multi_elements',
+    'get_unique_elements',
+    'get_unique_elements_with_counts',
+    'to_stacked_tensor',
+]
 
 
 def _check_rank(dataset: tf.data.Dataset) -> None:
     rank = dataset.element_spec.shape.rank
     if rank != 1:
-        raise ValueError(f'The shape of elements in `dataset` must be of rank 1,  found rank = '
-                         f'{rank} instead.')
+        raise ValueError(
+            f'The shape of elements in `dataset` must be of rank 1,  found rank = {rank} instead.'
+        )
 
 
 def _check_string(dataset: tf.data.Dataset) -> None:
     dtype = dataset.element_spec.dtype
     if dtype != tf.string:
-        raise TypeError(f'`dataset.element_spec.dtype` must be `tf.string`, found element type '
-                        f'{dtype}')
+        raise TypeError(
+            f'`dataset.element_spec.dtype` must be `tf.string`, found element type {dtype}'
+        )
 
 
 def _check_string_max_bytes(string_max_bytes: Optional[int]) -> None:
@@ -57,12 +67,10 @@ def get_all_elements(dataset: tf.data.Dataset, string_max_bytes: Optional[int] =
     def add_element(element_list, element_batch):
         return tf.concat([element_list, _trim(element_batch, string_max_bytes)], axis=0)
 
-    return dataset.reduce(initial_state=tf.constant([], dtype=tf.string),
-                          reduce_func=add_element)
+    return dataset.reduce(initial_state=tf.constant([], dtype=tf.string), reduce_func=add_element)
 
 
-def _get_capped_dataset(dataset: tf.data.Dataset, max_user_contribution: int,
-                        batch_size: int = 1):
+def _get_capped_dataset(dataset: tf.data.Dataset, max_user_contribution: int, batch_size: int = 1):
     """The first ``max_user_contribution // batch_size`` batches of `dataset`.
 
     Whole batches only: the result may hold fewer than `max_user_contribution`
@@ -82,8 +90,12 @@ def _get_capped_dataset(dataset: tf.data.Dataset, max_user_contribution: int,
     return dataset.take(max_user_contribution // batch_size)
 
 
-def get_capped_elements(dataset: tf.data.Dataset, max_user_contribution: int,
-                        batch_size: int = 1, string_max_bytes: Optional[int] = None):
+def get_capped_elements(
+    dataset: tf.data.Dataset,
+    max_user_contribution: int,
+    batch_size: int = 1,
+    string_max_bytes: Optional[int] = None,
+):
     """The elements of the first ``max_user_contribution // batch_size`` batches.
 
     Raises:
@@ -92,21 +104,27 @@ def get_capped_elements(dataset: tf.data.Dataset, max_user_contribution: int,
       TypeError: elements not `tf.string`.
     """
     _check_string_max_bytes(string_max_bytes)
-    capped = _get_capped_dataset(dataset=dataset, max_user_contribution=max_user_contribution,
-                                 batch_size=batch_size)
+    capped = _get_capped_dataset(
+        dataset=dataset, max_user_contribution=max_user_contribution, batch_size=batch_size
+    )
     return get_all_elements(capped, string_max_bytes)
 
 
-def get_capped_elements_with_counts(dataset: tf.data.Dataset, max_user_contribution: int,
-                                    batch_size: int = 1, string_max_bytes: Optional[int] = None):
+def get_capped_elements_with_counts(
+    dataset: tf.data.Dataset,
+    max_user_contribution: int,
+    batch_size: int = 1,
+    string_max_bytes: Optional[int] = None,
+):
     """``(unique elements, counts)`` of the capped dataset (see `get_capped_elements`).
 
     Raises:
       As `get_capped_elements`.
     """
     _check_string_max_bytes(string_max_bytes)
-    capped = _get_capped_dataset(dataset=dataset, max_user_contribution=max_user_contribution,
-                                 batch_size=batch_size)
+    capped = _get_capped_dataset(
+        dataset=dataset, max_user_contribution=max_user_contribution, batch_size=batch_size
+    )
     return get_unique_elements_with_counts(capped, string_max_bytes)
 
 
@@ -127,13 +145,14 @@ def get_unique_elements(dataset: tf.data.Dataset, string_max_bytes: Optional[int
         element_list, _ = tf.unique(element_list)
         return element_list
 
-    return dataset.reduce(initial_state=tf.constant([], dtype=tf.string),
-                          reduce_func=add_unique_element)
+    return dataset.reduce(
+        initial_state=tf.constant([], dtype=tf.string), reduce_func=add_unique_element
+    )
 
 
-def get_unique_elements_with_counts(dataset: tf.data.Dataset,
-                                    string_max_bytes: Optional[int] = None
-                                    ) -> tuple[tf.Tensor, tf.Tensor]:
+def get_unique_elements_with_counts(
+    dataset: tf.data.Dataset, string_max_bytes: Optional[int] = None
+) -> tuple[tf.Tensor, tf.Tensor]:
     """``(elements, counts)``: the distinct elements (first-appearance order), int64 counts.
 
     Raises:
@@ -148,15 +167,16 @@ def get_unique_elements_with_counts(dataset: tf.data.Dataset,
     def accumulate_counts(counts, item):
         return counts + tf.one_hot(item, tf.shape(elements)[0], dtype=tf.int64)
 
-    counts = tf.foldl(accumulate_counts, indices,
-                      initializer=tf.zeros_like(elements, dtype=tf.int64))
+    counts = tf.foldl(
+        accumulate_counts, indices, initializer=tf.zeros_like(elements, dtype=tf.int64)
+    )
     return elements, counts
 
 
 @tf.function
-def get_top_elements_with_counts(dataset: tf.data.Dataset, max_user_contribution: int,
-                                 string_max_bytes: Optional[int] = None
-                                 ) -> tuple[tf.Tensor, tf.Tensor]:
+def get_top_elements_with_counts(
+    dataset: tf.data.Dataset, max_user_contribution: int, string_max_bytes: Optional[int] = None
+) -> tuple[tf.Tensor, tf.Tensor]:
     """``(elements, counts)`` of the `max_user_contribution` most common distinct elements.
 
     All distinct elements when there are at most `max_user_contribution`;
@@ -176,21 +196,25 @@ def get_top_elements_with_counts(dataset: tf.data.Dataset, max_user_contribution
     return elements, counts
 
 
-def get_top_elements(dataset: tf.data.Dataset, max_user_contribution: int,
-                     string_max_bytes: Optional[int] = None):
+def get_top_elements(
+    dataset: tf.data.Dataset, max_user_contribution: int, string_max_bytes: Optional[int] = None
+):
     """The `max_user_contribution` most common distinct elements (a set, unsorted).
 
     Raises:
       As `get_top_elements_with_counts`.
     """
     top_elements, _ = get_top_elements_with_counts(
-        dataset=dataset, max_user_contribution=max_user_contribution,
-        string_max_bytes=string_max_bytes)
+        dataset=dataset,
+        max_user_contribution=max_user_contribution,
+        string_max_bytes=string_max_bytes,
+    )
     return top_elements
 
 
-def get_top_multi_elements(dataset: tf.data.Dataset, max_user_contribution: int,
-                           string_max_bytes: Optional[int] = None):
+def get_top_multi_elements(
+    dataset: tf.data.Dataset, max_user_contribution: int, string_max_bytes: Optional[int] = None
+):
     """The most common distinct elements, each repeated as often as in `dataset` (a multiset).
 
     Each distinct element counts once toward `max_user_contribution`.
@@ -199,8 +223,10 @@ def get_top_multi_elements(dataset: tf.data.Dataset, max_user_contribution: int,
       As `get_top_elements_with_counts`.
     """
     top_elements, counts = get_top_elements_with_counts(
-        dataset=dataset, max_user_contribution=max_user_contribution,
-        string_max_bytes=string_max_bytes)
+        dataset=dataset,
+        max_user_contribution=max_user_contribution,
+        string_max_bytes=string_max_bytes,
+    )
     return tf.repeat(top_elements, counts)
 
 
@@ -232,8 +258,9 @@ def to_stacked_tensor(ds: tf.data.Dataset) -> tf.Tensor:
         try:
             initial_state = tf.nest.map_structure(expanded_empty_tensor, ds.element_spec)
         except _TensorShapeNotFullyDefinedError as e:
-            raise ValueError('Dataset elements must have fully-defined shapes. '
-                             f'Found: {ds.element_spec}') from e
+            raise ValueError(
+                f'Dataset elements must have fully-defined shapes. Found: {ds.element_spec}'
+            ) from e
 
     @tf.function
     def append_tensor(stacked: tf.Tensor, tensor: tf.Tensor) -> tf.Tensor:

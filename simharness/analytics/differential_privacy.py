@@ -7,8 +7,7 @@ import dp_accounting
 __all__ = ['analytic_gauss_stddev']
 
 
-def analytic_gauss_stddev(epsilon: float, delta: float, norm_bound: float,
-                          tol: float = 1.0e-12):
+def analytic_gauss_stddev(epsilon: float, delta: float, norm_bound: float, tol: float = 1.0e-12):
     """The stddev of the Gaussian mechanism that is (epsilon, delta)-DP.
 
     The analytic Gaussian mechanism (``dp_accounting.get_sigma_gaussian``)

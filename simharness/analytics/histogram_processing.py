@@ -22,5 +22,7 @@ def threshold_histogram(histogram_keys, histogram_values, threshold):
       ValueError: the keys and values do not have the same shape.
     """
     histogram_mask = tf.math.greater_equal(histogram_values, threshold)
-    return (tf.boolean_mask(histogram_keys, histogram_mask),
-            tf.boolean_mask(histogram_values, histogram_mask))
+    return (
+        tf.boolean_mask(histogram_keys, histogram_mask),
+        tf.boolean_mask(histogram_values, histogram_mask),
+    )

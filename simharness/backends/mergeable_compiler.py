@@ -77,8 +77,10 @@ class _Inliner:
                 return src.elements[comp.index][1]
             return bb.Selection(src, index=comp.index)
         if isinstance(comp, bb.Struct):
-            return bb.Struct([(n, self.value(e, env)) for n, e in comp.elements],
-                             container=comp.type_signature.container)
+            return bb.Struct(
+                [(n, self.value(e, env)) for n, e in comp.elements],
+                container=comp.type_signature.container,
+            )
         if isinstance(comp, bb.Block):
             inner = dict(env)
             for name, v in comp.locals:
@@ -122,8 +124,9 @@ class _Inliner:
         return x
 
 
-def _substitute(comp: bb.ComputationBuildingBlock, env: Dict[str, bb.ComputationBuildingBlock]
-                ) -> bb.ComputationBuildingBlock:
+def _substitute(
+    comp: bb.ComputationBuildingBlock, env: Dict[str, bb.ComputationBuildingBlock]
+) -> bb.ComputationBuildingBlock:
     """`comp` with its free references replaced as `env` says (bound names shadow)."""
     if not env:
         return comp
@@ -142,11 +145,14 @@ def _substitute(comp: bb.ComputationBuildingBlock, env: Dict[str, bb.Computation
     if isinstance(comp, bb.Selection):
         return bb.Selection(_substitute(comp.source, env), index=comp.index)
     if isinstance(comp, bb.Struct):
-        return bb.Struct([(n, _substitute(e, env)) for n, e in comp.elements],
-                         container=comp.type_signature.container)
+        return bb.Struct(
+            [(n, _substitute(e, env)) for n, e in comp.elements],
+            container=comp.type_signature.container,
+        )
     if isinstance(comp, bb.Call):
-        return bb.Call(_substitute(comp.fn, env),
-                       None if comp.arg is None else _substitute(comp.arg, env))
+        return bb.Call(
+            _substitute(comp.fn, env), None if comp.arg is None else _substitute(comp.arg, env)
+        )
     return comp
 
 
@@ -163,8 +169,11 @@ def _as_lambda(comp: bb.ComputationBuildingBlock) -> bb.Lambda:
 # -------------------------------------------------------------------- 2. split
 
 
-def _needed(roots: List[bb.ComputationBuildingBlock], defs: Dict[str, bb.Call],
-            stop: frozenset = frozenset()) -> set:
+def _needed(
+    roots: List[bb.ComputationBuildingBlock],
+    defs: Dict[str, bb.Call],
+    stop: frozenset = frozenset(),
+) -> set:
     """Names of the locals `roots` need, transitively (not looking through `stop`)."""
     seen: set = set()
     todo = [n for r in roots for n in bb.free_references(r) if n in defs]
@@ -189,8 +198,10 @@ def _leaves(value: Any, t: T.Type) -> List[Any]:
 
 def _binary(t: T.Type, op: Any) -> ConcreteComputation:
     """A TF computation of ``(x, y)`` of type `t` applying `op` leaf by leaf."""
+
     def body(a, b):
         return pack_as(t, [op(x, y) for x, y in zip(_leaves(a, t), _leaves(b, t))])
+
     return tf_computation(t, t)(body)
 
 
@@ -214,8 +225,10 @@ class _Agg:
             self.data = [_element(arg, 0), _element(arg, 1)]
             self.fns = [_element(arg, k) for k in (2, 3, 4)]
         elif self.uri == 'federated_collect':
-            raise SimharnessValueError('federated_collect cannot be split into subrounds: '
-                                       'its result holds every client value')
+            raise SimharnessValueError(
+                'federated_collect cannot be split into subrounds: '
+                'its result holds every client value'
+            )
         else:
             self.data = [arg]
 
@@ -232,8 +245,10 @@ class _Agg:
             wt = data[1].type_signature.member
 
             def weigh(x, w):
-                return pack_as(member, [leaf * tf.cast(w, leaf.dtype)
-                                        for leaf in _leaves(x, member)])
+                return pack_as(
+                    member, [leaf * tf.cast(w, leaf.dtype) for leaf in _leaves(x, member)]
+                )
+
             scaled = I.federated_map(tf_computation(member, wt)(weigh), [v, data[1]])
             return I.federated_zip([I.federated_sum(scaled), I.federated_sum(data[1])])
         if uri in ('federated_min', 'federated_max'):
@@ -248,8 +263,9 @@ class _Agg:
             acc, mrg, _ = self.fns
             at = acc.type_signature.result
             identity = tf_computation(at)(lambda x: x)
-            return I.federated_aggregate(v, data[1], ConcreteComputation(acc),
-                                         ConcreteComputation(mrg), identity)
+            return I.federated_aggregate(
+                v, data[1], ConcreteComputation(acc), ConcreteComputation(mrg), identity
+            )
         raise SimharnessValueError(f'cannot split the aggregation {uri} into subrounds')
 
     def merge(self, acc_type: T.Type) -> ConcreteComputation:
@@ -262,15 +278,20 @@ class _Agg:
             leaves = T.flatten_type(acc_type)
             # One int for every leaf, or a structure of ints matching the value's (a tuple,
             # a dict, ...: as `federated_secure_modular_sum` takes it).
-            mods = ([moduli] * len(leaves)
-                    if isinstance(moduli, (numbers.Number, np.generic, np.ndarray))
-                    or not isinstance(acc_type, T.StructType)
-                    else flatten(from_container(moduli, acc_type)))
+            mods = (
+                [moduli] * len(leaves)
+                if isinstance(moduli, (numbers.Number, np.generic, np.ndarray))
+                or not isinstance(acc_type, T.StructType)
+                else flatten(from_container(moduli, acc_type))
+            )
 
             def body(a, b):
                 fa, fb = _leaves(a, acc_type), _leaves(b, acc_type)
-                return pack_as(acc_type, [tf.math.floormod(x + y, tf.cast(m, x.dtype))
-                                          for x, y, m in zip(fa, fb, mods)])
+                return pack_as(
+                    acc_type,
+                    [tf.math.floormod(x + y, tf.cast(m, x.dtype)) for x, y, m in zip(fa, fb, mods)],
+                )
+
             return tf_computation(acc_type, acc_type)(body)
         if uri == 'federated_aggregate':
             return ConcreteComputation(self.fns[1])
@@ -284,8 +305,11 @@ class _Agg:
             value_t = acc_type[0]
 
             def divide(total, count):
-                return pack_as(value_t, [tf.math.divide(x, tf.cast(count, x.dtype))
-                                         for x in _leaves(total, value_t)])
+                return pack_as(
+                    value_t,
+                    [tf.math.divide(x, tf.cast(count, x.dtype)) for x in _leaves(total, value_t)],
+                )
+
             return tf_computation(value_t, acc_type[1])(divide)
         if uri == 'federated_aggregate':
             return ConcreteComputation(self.fns[2])
@@ -294,8 +318,10 @@ class _Agg:
 
 def _reporter(i: int, report: ConcreteComputation) -> Any:
     """The body of `after_merge`'s report of accumulator `i` of the merged value."""
+
     def body(merged: Any) -> Any:
         return I.federated_map(report, merged[i])
+
     return body
 
 
@@ -316,37 +342,46 @@ def compile_to_mergeable_comp_form(comp: Any) -> MergeableCompForm:
         split (`federated_collect`).
     """
     ft = getattr(comp, 'type_signature', None)
-    if not isinstance(ft, T.FunctionType) or not callable(getattr(comp, 'to_building_block',
-                                                                  None)):
-        raise SimharnessTypeError(f'expected a computation, got {comp!r}',
-                                  expected='Computation', actual=type(comp))
+    if not isinstance(ft, T.FunctionType) or not callable(getattr(comp, 'to_building_block', None)):
+        raise SimharnessTypeError(
+            f'expected a computation, got {comp!r}', expected='Computation', actual=type(comp)
+        )
     lam = _as_lambda(comp.to_building_block())
     inl = _Inliner()
     result = inl.value(lam.result, {})
     defs = dict(inl.locals)
     order = [n for n, _ in inl.locals]
-    aggs = [_Agg(n, c) for n, c in inl.locals
-            if isinstance(c.fn, bb.Intrinsic) and c.fn.uri in AGGREGATION_URIS]
+    aggs = [
+        _Agg(n, c)
+        for n, c in inl.locals
+        if isinstance(c.fn, bb.Intrinsic) and c.fn.uri in AGGREGATION_URIS
+    ]
     agg_names = frozenset(a.name for a in aggs)
     before = _needed([d for a in aggs for d in a.data], defs)
     if before & agg_names:
         raise SimharnessValueError(
             'Detected one aggregate dependent on another: an aggregation takes the result of '
             f'{", ".join(sorted(a.uri for a in aggs if a.name in before))}; a mergeable '
-            'computation has one logical aggregation')
+            'computation has one logical aggregation'
+        )
     param_name, param_type = lam.parameter_name, lam.parameter_type
 
-    def block_of(names: set, out: bb.ComputationBuildingBlock,
-                 replaced: Dict[str, bb.ComputationBuildingBlock]) -> bb.ComputationBuildingBlock:
+    def block_of(
+        names: set,
+        out: bb.ComputationBuildingBlock,
+        replaced: Dict[str, bb.ComputationBuildingBlock],
+    ) -> bb.ComputationBuildingBlock:
         locals_ = [(n, replaced.get(n, defs[n])) for n in order if n in names]
         return bb.Block(locals_, out) if locals_ else out
 
     # before_agg: p -> <the aggregations' data arguments>
     data_struct = bb.Struct([(None, d) for a in aggs for d in a.data])
     before_body = block_of(before, data_struct, {})
-    before_agg = ConcreteComputation(bb.Lambda(param_name, param_type, before_body)
-                                     if param_type is not None else bb.Lambda(None, None,
-                                                                              before_body))
+    before_agg = ConcreteComputation(
+        bb.Lambda(param_name, param_type, before_body)
+        if param_type is not None
+        else bb.Lambda(None, None, before_body)
+    )
 
     def up_body(*p: Any) -> Any:
         if not aggs:
@@ -357,8 +392,12 @@ def compile_to_mergeable_comp_form(comp: Any) -> MergeableCompForm:
             accs.append(a.accumulate([data[k + j] for j in range(len(a.data))]))
             k += len(a.data)
         return I.federated_zip(accs)
-    up_to_merge = (federated_computation(param_type)(lambda p: up_body(p))
-                   if param_type is not None else federated_computation()(lambda: up_body()))
+
+    up_to_merge = (
+        federated_computation(param_type)(lambda p: up_body(p))
+        if param_type is not None
+        else federated_computation()(lambda: up_body())
+    )
     merged_member = up_to_merge.type_signature.result.member
 
     if not aggs:
@@ -366,7 +405,8 @@ def compile_to_mergeable_comp_form(comp: Any) -> MergeableCompForm:
     else:
         merges = [a.merge(merged_member[i]) for i, a in enumerate(aggs)]
         merge = federated_computation(merged_member, merged_member)(
-            lambda x, y: [m(x[i], y[i]) for i, m in enumerate(merges)])
+            lambda x, y: [m(x[i], y[i]) for i, m in enumerate(merges)]
+        )
 
     # after_merge: (p, merged@SERVER) -> result, each aggregation its report of merged
     merged_type = T.FederatedType(merged_member, T.SERVER)
@@ -383,8 +423,7 @@ def compile_to_mergeable_comp_form(comp: Any) -> MergeableCompForm:
         if report is None:
             replaced[a.name] = bb.Selection(merged_ref, index=i)
             continue
-        rep = federated_computation(T.FederatedType(merged_member, T.SERVER))(
-            _reporter(i, report))
+        rep = federated_computation(T.FederatedType(merged_member, T.SERVER))(_reporter(i, report))
         replaced[a.name] = bb.Call(rep.to_building_block(), merged_ref)
     needed = _needed([result], defs, stop=agg_names)
     body = block_of(needed, result, replaced)

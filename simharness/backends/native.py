@@ -59,9 +59,13 @@ from simharness.core import types as T
 from simharness.errors import ExecutorClosedError, SimharnessTypeError, SimharnessValueError
 from simharness.executors.base import Executor, ExecutorFactory
 from simharness.runtime.pinning import usable_cpus
-from simharness.stacks import (RemoteExecutorFactory, local_executor_factory,
-                               process_executor_factory, remote_executor_factory,
-                               thread_debugging_executor_factory)
+from simharness.stacks import (
+    RemoteExecutorFactory,
+    local_executor_factory,
+    process_executor_factory,
+    remote_executor_factory,
+    thread_debugging_executor_factory,
+)
 from simharness.tensorflow import eager_values_to_numpy, transform_result
 from simharness.validation import check_bool, check_int
 
@@ -84,8 +88,10 @@ def _process_factory(default_num_clients: int):
 
 
 def create_sync_local_cpp_execution_context(
-        default_num_clients: int = 0, max_concurrent_computation_calls: int = -1,
-        stream_structs: bool = False) -> ExecutionContext:
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+    stream_structs: bool = False,
+) -> ExecutionContext:
     """A synchronous context on the local process stack (TFF's local C++ context).
 
     Args:
@@ -107,23 +113,33 @@ def create_sync_local_cpp_execution_context(
     """
     n = check_local_args(default_num_clients, stream_structs)
     limit = concurrency_limit(max_concurrent_computation_calls)
-    return ExecutionContext(_process_factory(n), max_concurrent_calls=limit,
-                            transform_args=eager_values_to_numpy, transform_result=transform_result,
-                            owns_factory=True)
+    return ExecutionContext(
+        _process_factory(n),
+        max_concurrent_calls=limit,
+        transform_args=eager_values_to_numpy,
+        transform_result=transform_result,
+        owns_factory=True,
+    )
 
 
 def create_async_local_cpp_execution_context(
-        default_num_clients: int = 0, max_concurrent_computation_calls: int = -1,
-        stream_structs: bool = False) -> AsyncExecutionContext:
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+    stream_structs: bool = False,
+) -> AsyncExecutionContext:
     """As `create_sync_local_cpp_execution_context`, with an awaitable `invoke`.
 
     A computation called while it is current returns an awaitable.
     """
     n = check_local_args(default_num_clients, stream_structs)
     limit = concurrency_limit(max_concurrent_computation_calls)
-    return AsyncExecutionContext(_process_factory(n), max_concurrent_calls=limit,
-                                 transform_args=eager_values_to_numpy,
-                                 transform_result=transform_result, owns_factory=True)
+    return AsyncExecutionContext(
+        _process_factory(n),
+        max_concurrent_calls=limit,
+        transform_args=eager_values_to_numpy,
+        transform_result=transform_result,
+        owns_factory=True,
+    )
 
 
 def set_default(ctx: ExecutionContext) -> None:
@@ -131,30 +147,44 @@ def set_default(ctx: ExecutionContext) -> None:
     context_stack.replace_default(ctx, owned=True)
 
 
-def set_sync_local_cpp_execution_context(default_num_clients: int = 0,
-                                         max_concurrent_computation_calls: int = -1,
-                                         stream_structs: bool = False) -> None:
+def set_sync_local_cpp_execution_context(
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+    stream_structs: bool = False,
+) -> None:
     """Makes `create_sync_local_cpp_execution_context(...)` the default context.
 
     The previous default context simharness made (by an earlier call, say) is
     closed: its worker processes stop and its shared memory is unlinked.
     """
-    set_default(create_sync_local_cpp_execution_context(
-        default_num_clients, max_concurrent_computation_calls, stream_structs))
+    set_default(
+        create_sync_local_cpp_execution_context(
+            default_num_clients, max_concurrent_computation_calls, stream_structs
+        )
+    )
 
 
-def set_async_local_cpp_execution_context(default_num_clients: int = 0,
-                                          max_concurrent_computation_calls: int = -1,
-                                          stream_structs: bool = False) -> None:
+def set_async_local_cpp_execution_context(
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+    stream_structs: bool = False,
+) -> None:
     """Makes `create_async_local_cpp_execution_context(...)` the default context."""
-    set_default(create_async_local_cpp_execution_context(
-        default_num_clients, max_concurrent_computation_calls, stream_structs))
+    set_default(
+        create_async_local_cpp_execution_context(
+            default_num_clients, max_concurrent_computation_calls, stream_structs
+        )
+    )
 
 
 def create_local_python_execution_context(
-        default_num_clients: int = 0, max_fanout: int = 100, clients_per_thread: int = 1,
-        server_tf_device: Any = None, client_tf_devices: Sequence[Any] = (),
-        reference_resolving_clients: bool = False) -> ExecutionContext:
+    default_num_clients: int = 0,
+    max_fanout: int = 100,
+    clients_per_thread: int = 1,
+    server_tf_device: Any = None,
+    client_tf_devices: Sequence[Any] = (),
+    reference_resolving_clients: bool = False,
+) -> ExecutionContext:
     """TFF's (0.19-0.4x) local Python context, on simharness's thread stack.
 
     Args:
@@ -178,21 +208,35 @@ def create_local_python_execution_context(
         raise SimharnessValueError(
             f'server_tf_device={server_tf_device!r} / client_tf_devices={client_tf_devices!r}: '
             'per-placement devices are not supported; use simharness.framework.'
-            'local_executor_factory(device=...) or process_executor_factory(devices=...)')
-    factory = local_executor_factory(clients_per_thread=clients_per_thread,
-                                     max_fanout=max_fanout, default_num_clients=n)
-    return ExecutionContext(factory, transform_args=eager_values_to_numpy,
-                            transform_result=transform_result)
+            'local_executor_factory(device=...) or process_executor_factory(devices=...)'
+        )
+    factory = local_executor_factory(
+        clients_per_thread=clients_per_thread, max_fanout=max_fanout, default_num_clients=n
+    )
+    return ExecutionContext(
+        factory, transform_args=eager_values_to_numpy, transform_result=transform_result
+    )
 
 
-def set_local_python_execution_context(default_num_clients: int = 0, max_fanout: int = 100,
-                                       clients_per_thread: int = 1, server_tf_device: Any = None,
-                                       client_tf_devices: Sequence[Any] = (),
-                                       reference_resolving_clients: bool = False) -> None:
+def set_local_python_execution_context(
+    default_num_clients: int = 0,
+    max_fanout: int = 100,
+    clients_per_thread: int = 1,
+    server_tf_device: Any = None,
+    client_tf_devices: Sequence[Any] = (),
+    reference_resolving_clients: bool = False,
+) -> None:
     """Makes `create_local_python_execution_context(...)` the default context."""
-    set_default(create_local_python_execution_context(
-        default_num_clients, max_fanout, clients_per_thread, server_tf_device,
-        client_tf_devices, reference_resolving_clients))
+    set_default(
+        create_local_python_execution_context(
+            default_num_clients,
+            max_fanout,
+            clients_per_thread,
+            server_tf_device,
+            client_tf_devices,
+            reference_resolving_clients,
+        )
+    )
 
 
 def set_local_execution_context(*args: Any, **kwargs: Any) -> None:
@@ -219,8 +263,9 @@ class LocalhostExecutorFactory(ExecutorFactory):
 
     def __init__(self, default_num_clients: int = 0, num_workers: Optional[int] = None):
         self._default = check_int('default_num_clients', default_num_clients, 0)
-        self.num_workers = (len(usable_cpus()) if num_workers is None
-                            else check_int('num_workers', num_workers, 0))
+        self.num_workers = (
+            len(usable_cpus()) if num_workers is None else check_int('num_workers', num_workers, 0)
+        )
         self.server: Any = None
         self._remote: Optional[RemoteExecutorFactory] = None
         self._lock = threading.Lock()
@@ -233,16 +278,20 @@ class LocalhostExecutorFactory(ExecutorFactory):
     def _started(self) -> RemoteExecutorFactory:
         with self._lock:
             if self._closed:
-                raise ExecutorClosedError('this localhost executor factory is closed; make a '
-                                          'new execution context')
+                raise ExecutorClosedError(
+                    'this localhost executor factory is closed; make a new execution context'
+                )
             if self._remote is None:
                 from simharness.hosts.grpc_service import start_executor_service
+
                 token = secrets.token_urlsafe(32)
-                server = start_executor_service(0, '127.0.0.1', token=token,
-                                                num_workers=self.num_workers)
+                server = start_executor_service(
+                    0, '127.0.0.1', token=token, num_workers=self.num_workers
+                )
                 try:
                     self._remote = remote_executor_factory(
-                        server.address, default_num_clients=self._default, token=token)
+                        server.address, default_num_clients=self._default, token=token
+                    )
                 except BaseException:
                     server.stop()
                     raise
@@ -273,16 +322,22 @@ class LocalhostExecutorFactory(ExecutorFactory):
                 server.stop()
 
 
-def _context(factory: ExecutorFactory, asynchronous: bool, limit: Optional[int] = None,
-             owns: bool = True) -> ExecutionContext:
+def _context(
+    factory: ExecutorFactory, asynchronous: bool, limit: Optional[int] = None, owns: bool = True
+) -> ExecutionContext:
     cls = AsyncExecutionContext if asynchronous else ExecutionContext
-    return cls(factory, max_concurrent_calls=limit, transform_args=eager_values_to_numpy,
-               transform_result=transform_result, owns_factory=owns)
+    return cls(
+        factory,
+        max_concurrent_calls=limit,
+        transform_args=eager_values_to_numpy,
+        transform_result=transform_result,
+        owns_factory=owns,
+    )
 
 
 def create_localhost_cpp_execution_context(
-        default_num_clients: int = 0,
-        max_concurrent_computation_calls: int = 0) -> ExecutionContext:
+    default_num_clients: int = 0, max_concurrent_computation_calls: int = 0
+) -> ExecutionContext:
     """TFF 0.30-0.44's context on a local worker service (see the module docstring).
 
     Args:
@@ -303,34 +358,48 @@ def create_localhost_cpp_execution_context(
     return _context(LocalhostExecutorFactory(n), False, limit)
 
 
-def set_localhost_cpp_execution_context(default_num_clients: int = 0,
-                                        max_concurrent_computation_calls: int = 1) -> None:
+def set_localhost_cpp_execution_context(
+    default_num_clients: int = 0, max_concurrent_computation_calls: int = 1
+) -> None:
     """Makes `create_localhost_cpp_execution_context(...)` the default context (TFF's
     default here is one computation at a time)."""
-    set_default(create_localhost_cpp_execution_context(
-        default_num_clients, max_concurrent_computation_calls))
+    set_default(
+        create_localhost_cpp_execution_context(
+            default_num_clients, max_concurrent_computation_calls
+        )
+    )
 
 
 def _check_channels(channels: Any) -> list:
     if isinstance(channels, (str, bytes)) or not isinstance(channels, Sequence):
         raise SimharnessTypeError(
-            f'channels must be a sequence of grpc.Channels (or addresses \'host:port\'), got '
-            f'{channels!r} of type {type(channels).__name__}', expected=Sequence,
-            actual=type(channels))
+            f"channels must be a sequence of grpc.Channels (or addresses 'host:port'), got "
+            f'{channels!r} of type {type(channels).__name__}',
+            expected=Sequence,
+            actual=type(channels),
+        )
     return list(channels)
 
 
-def _remote_factory(channels: Any, default_num_clients: Any, dispose_batch_size: Any = 20,
-                    stream_structs: bool = False) -> RemoteExecutorFactory:
+def _remote_factory(
+    channels: Any,
+    default_num_clients: Any,
+    dispose_batch_size: Any = 20,
+    stream_structs: bool = False,
+) -> RemoteExecutorFactory:
     targets = _check_channels(channels)
     n = check_int('default_num_clients', default_num_clients, 0)
-    return remote_executor_factory(targets, default_num_clients=n,
-                                   dispose_batch_size=dispose_batch_size,
-                                   stream_structs=stream_structs)
+    return remote_executor_factory(
+        targets,
+        default_num_clients=n,
+        dispose_batch_size=dispose_batch_size,
+        stream_structs=stream_structs,
+    )
 
 
-def create_sync_remote_cpp_execution_context(channels: Sequence[Any],
-                                             default_num_clients: int = 0) -> ExecutionContext:
+def create_sync_remote_cpp_execution_context(
+    channels: Sequence[Any], default_num_clients: int = 0
+) -> ExecutionContext:
     """A synchronous context whose clients run on the executor services at `channels`.
 
     Args:
@@ -347,112 +416,167 @@ def create_sync_remote_cpp_execution_context(channels: Sequence[Any],
 
 
 def create_async_remote_cpp_execution_context(
-        channels: Sequence[Any], default_num_clients: int = 0) -> AsyncExecutionContext:
+    channels: Sequence[Any], default_num_clients: int = 0
+) -> AsyncExecutionContext:
     """As `create_sync_remote_cpp_execution_context`, with an awaitable `invoke`."""
     ctx = _context(_remote_factory(channels, default_num_clients), True)
     assert isinstance(ctx, AsyncExecutionContext)
     return ctx
 
 
-def set_sync_remote_cpp_execution_context(channels: Sequence[Any],
-                                          default_num_clients: int = 0) -> None:
+def set_sync_remote_cpp_execution_context(
+    channels: Sequence[Any], default_num_clients: int = 0
+) -> None:
     """Makes `create_sync_remote_cpp_execution_context(...)` the default context."""
     set_default(create_sync_remote_cpp_execution_context(channels, default_num_clients))
 
 
-def _remote_python(channels: Any, thread_pool_executor: Any, dispose_batch_size: Any,
-                   max_fanout: Any, default_num_clients: Any,
-                   asynchronous: bool) -> ExecutionContext:
+def _remote_python(
+    channels: Any,
+    thread_pool_executor: Any,
+    dispose_batch_size: Any,
+    max_fanout: Any,
+    default_num_clients: Any,
+    asynchronous: bool,
+) -> ExecutionContext:
     # TFF's thread pool waited on its streams' replies and its fanout built aggregator
     # tiers; simharness's streams have their own threads and aggregate in one tier.
     del thread_pool_executor
     check_int('max_fanout', max_fanout, 2)
-    return _context(_remote_factory(channels, default_num_clients, dispose_batch_size),
-                    asynchronous)
+    return _context(
+        _remote_factory(channels, default_num_clients, dispose_batch_size), asynchronous
+    )
 
 
 def create_remote_python_execution_context(
-        channels: Sequence[Any], thread_pool_executor: Any = None, dispose_batch_size: int = 20,
-        max_fanout: int = 100, default_num_clients: int = 0) -> ExecutionContext:
+    channels: Sequence[Any],
+    thread_pool_executor: Any = None,
+    dispose_batch_size: int = 20,
+    max_fanout: int = 100,
+    default_num_clients: int = 0,
+) -> ExecutionContext:
     """TFF 0.19-0.44's remote context: clients on the executor services at `channels`.
 
     `dispose_batch_size` is the `RemoteExecutor`'s; `thread_pool_executor` (TFF waited
     on its gRPC replies there) and `max_fanout` (>= 2; TFF's aggregator tiers) are
     accepted and change nothing.
     """
-    return _remote_python(channels, thread_pool_executor, dispose_batch_size, max_fanout,
-                          default_num_clients, False)
+    return _remote_python(
+        channels, thread_pool_executor, dispose_batch_size, max_fanout, default_num_clients, False
+    )
 
 
-def set_remote_python_execution_context(channels: Sequence[Any], thread_pool_executor: Any = None,
-                                        dispose_batch_size: int = 20, max_fanout: int = 100,
-                                        default_num_clients: int = 0) -> None:
+def set_remote_python_execution_context(
+    channels: Sequence[Any],
+    thread_pool_executor: Any = None,
+    dispose_batch_size: int = 20,
+    max_fanout: int = 100,
+    default_num_clients: int = 0,
+) -> None:
     """Makes `create_remote_python_execution_context(...)` the default context."""
-    set_default(create_remote_python_execution_context(
-        channels, thread_pool_executor, dispose_batch_size, max_fanout, default_num_clients))
+    set_default(
+        create_remote_python_execution_context(
+            channels, thread_pool_executor, dispose_batch_size, max_fanout, default_num_clients
+        )
+    )
 
 
 def create_remote_async_python_execution_context(
-        channels: Sequence[Any], thread_pool_executor: Any = None, dispose_batch_size: int = 20,
-        max_fanout: int = 100, default_num_clients: int = 0) -> AsyncExecutionContext:
+    channels: Sequence[Any],
+    thread_pool_executor: Any = None,
+    dispose_batch_size: int = 20,
+    max_fanout: int = 100,
+    default_num_clients: int = 0,
+) -> AsyncExecutionContext:
     """As `create_remote_python_execution_context`, with an awaitable `invoke`."""
-    ctx = _remote_python(channels, thread_pool_executor, dispose_batch_size, max_fanout,
-                         default_num_clients, True)
+    ctx = _remote_python(
+        channels, thread_pool_executor, dispose_batch_size, max_fanout, default_num_clients, True
+    )
     assert isinstance(ctx, AsyncExecutionContext)
     return ctx
 
 
 def set_remote_async_python_execution_context(
-        channels: Sequence[Any], thread_pool_executor: Any = None, dispose_batch_size: int = 20,
-        max_fanout: int = 100, default_num_clients: int = 0) -> None:
+    channels: Sequence[Any],
+    thread_pool_executor: Any = None,
+    dispose_batch_size: int = 20,
+    max_fanout: int = 100,
+    default_num_clients: int = 0,
+) -> None:
     """Makes `create_remote_async_python_execution_context(...)` the default context."""
-    set_default(create_remote_async_python_execution_context(
-        channels, thread_pool_executor, dispose_batch_size, max_fanout, default_num_clients))
+    set_default(
+        create_remote_async_python_execution_context(
+            channels, thread_pool_executor, dispose_batch_size, max_fanout, default_num_clients
+        )
+    )
 
 
 def create_local_async_python_execution_context(
-        default_num_clients: int = 0, max_fanout: int = 100, clients_per_thread: int = 1,
-        server_tf_device: Any = None, client_tf_devices: Sequence[Any] = (),
-        reference_resolving_clients: bool = False) -> AsyncExecutionContext:
+    default_num_clients: int = 0,
+    max_fanout: int = 100,
+    clients_per_thread: int = 1,
+    server_tf_device: Any = None,
+    client_tf_devices: Sequence[Any] = (),
+    reference_resolving_clients: bool = False,
+) -> AsyncExecutionContext:
     """TFF 0.2x-0.44's async local Python context: the thread stack, awaitable calls
     (arguments as in `create_local_python_execution_context`)."""
     sync = create_local_python_execution_context(
-        default_num_clients, max_fanout, clients_per_thread, server_tf_device,
-        client_tf_devices, reference_resolving_clients)  # its checks; its factory is reused
+        default_num_clients,
+        max_fanout,
+        clients_per_thread,
+        server_tf_device,
+        client_tf_devices,
+        reference_resolving_clients,
+    )  # its checks; its factory is reused
     ctx = _context(sync.factory, True)
     assert isinstance(ctx, AsyncExecutionContext)
     return ctx
 
 
 def set_local_async_python_execution_context(
-        default_num_clients: int = 0, max_fanout: int = 100, clients_per_thread: int = 1,
-        server_tf_device: Any = None, client_tf_devices: Sequence[Any] = (),
-        reference_resolving_clients: bool = False) -> None:
+    default_num_clients: int = 0,
+    max_fanout: int = 100,
+    clients_per_thread: int = 1,
+    server_tf_device: Any = None,
+    client_tf_devices: Sequence[Any] = (),
+    reference_resolving_clients: bool = False,
+) -> None:
     """Makes `create_local_async_python_execution_context(...)` the default context."""
-    set_default(create_local_async_python_execution_context(
-        default_num_clients, max_fanout, clients_per_thread, server_tf_device,
-        client_tf_devices, reference_resolving_clients))
+    set_default(
+        create_local_async_python_execution_context(
+            default_num_clients,
+            max_fanout,
+            clients_per_thread,
+            server_tf_device,
+            client_tf_devices,
+            reference_resolving_clients,
+        )
+    )
 
 
-def create_thread_debugging_execution_context(default_num_clients: int = 0,
-                                              clients_per_thread: int = 1) -> ExecutionContext:
+def create_thread_debugging_execution_context(
+    default_num_clients: int = 0, clients_per_thread: int = 1
+) -> ExecutionContext:
     """TFF's thread-debugging context: `thread_debugging_executor_factory`'s stack
     (every step on one thread, in order)."""
     n = check_int('default_num_clients', default_num_clients, 0)
-    factory = thread_debugging_executor_factory(default_num_clients=n,
-                                                clients_per_thread=clients_per_thread)
+    factory = thread_debugging_executor_factory(
+        default_num_clients=n, clients_per_thread=clients_per_thread
+    )
     return _context(factory, False)
 
 
-def set_thread_debugging_execution_context(default_num_clients: int = 0,
-                                           clients_per_thread: int = 1) -> None:
+def set_thread_debugging_execution_context(
+    default_num_clients: int = 0, clients_per_thread: int = 1
+) -> None:
     """Makes `create_thread_debugging_execution_context(...)` the default context."""
-    set_default(create_thread_debugging_execution_context(default_num_clients,
-                                                          clients_per_thread))
+    set_default(create_thread_debugging_execution_context(default_num_clients, clients_per_thread))
 
 
-def transform_to_native_form(comp: Any, transform_math_to_tf: bool = False,
-                             grappler_config: Any = None) -> Any:
+def transform_to_native_form(
+    comp: Any, transform_math_to_tf: bool = False, grappler_config: Any = None
+) -> Any:
     """TFF's compiler pass for its C++ runtime; here `comp` itself, checked.
 
     TFF rewrites a computation's proto for its C++ runtime (call-dominant form,
@@ -479,13 +603,16 @@ def desugar_and_transform_to_native(comp: Any) -> Any:
 
 def _check_computation(comp: Any) -> None:
     if not isinstance(getattr(comp, 'type_signature', None), T.FunctionType):
-        raise SimharnessTypeError(f'expected a computation, got {comp!r} of type '
-                                  f'{type(comp).__name__}', expected='Computation',
-                                  actual=type(comp))
+        raise SimharnessTypeError(
+            f'expected a computation, got {comp!r} of type {type(comp).__name__}',
+            expected='Computation',
+            actual=type(comp),
+        )
 
 
-def create_mergeable_comp_execution_context(async_contexts: Sequence[Any],
-                                            num_subrounds: Optional[int] = None) -> Any:
+def create_mergeable_comp_execution_context(
+    async_contexts: Sequence[Any], num_subrounds: Optional[int] = None
+) -> Any:
     """TFF's context that compiles each computation to a `MergeableCompForm`
     (`compile_to_mergeable_comp_form`) and runs it in subrounds over `async_contexts`
     (`simharness.mergeable.MergeableCompExecutionContext`).
@@ -497,13 +624,15 @@ def create_mergeable_comp_execution_context(async_contexts: Sequence[Any],
     """
     from simharness.backends.mergeable_compiler import compile_to_mergeable_comp_form
     from simharness.mergeable import MergeableCompExecutionContext
-    return MergeableCompExecutionContext(async_contexts,
-                                         compiler_fn=compile_to_mergeable_comp_form,
-                                         num_subrounds=num_subrounds)
+
+    return MergeableCompExecutionContext(
+        async_contexts, compiler_fn=compile_to_mergeable_comp_form, num_subrounds=num_subrounds
+    )
 
 
-def set_mergeable_comp_execution_context(async_contexts: Sequence[Any],
-                                         num_subrounds: Optional[int] = None) -> None:
+def set_mergeable_comp_execution_context(
+    async_contexts: Sequence[Any], num_subrounds: Optional[int] = None
+) -> None:
     """Makes `create_mergeable_comp_execution_context(...)` the default context (the
     async contexts stay the caller's to close)."""
     set_default(create_mergeable_comp_execution_context(async_contexts, num_subrounds))
@@ -512,22 +641,35 @@ def set_mergeable_comp_execution_context(async_contexts: Sequence[Any],
 def compile_to_mergeable_comp_form(comp: Any) -> Any:
     """`simharness.backends.mergeable_compiler.compile_to_mergeable_comp_form`."""
     from simharness.backends.mergeable_compiler import compile_to_mergeable_comp_form as compile_
+
     return compile_(comp)
 
 
 __all__ = [
-    'compile_to_mergeable_comp_form', 'create_mergeable_comp_execution_context',
-    'desugar_and_transform_to_native', 'set_mergeable_comp_execution_context',
+    'compile_to_mergeable_comp_form',
+    'create_mergeable_comp_execution_context',
+    'desugar_and_transform_to_native',
+    'set_mergeable_comp_execution_context',
     'transform_to_native_form',
-    'LocalhostExecutorFactory', 'create_async_remote_cpp_execution_context',
-    'create_local_async_python_execution_context', 'create_localhost_cpp_execution_context',
-    'create_remote_async_python_execution_context', 'create_remote_python_execution_context',
-    'create_sync_remote_cpp_execution_context', 'create_thread_debugging_execution_context',
-    'set_local_async_python_execution_context', 'set_localhost_cpp_execution_context',
-    'set_remote_async_python_execution_context', 'set_remote_python_execution_context',
-    'set_sync_remote_cpp_execution_context', 'set_thread_debugging_execution_context',
-    'create_async_local_cpp_execution_context', 'create_local_python_execution_context',
-    'create_sync_local_cpp_execution_context', 'set_async_local_cpp_execution_context',
-    'set_local_execution_context', 'set_local_python_execution_context',
+    'LocalhostExecutorFactory',
+    'create_async_remote_cpp_execution_context',
+    'create_local_async_python_execution_context',
+    'create_localhost_cpp_execution_context',
+    'create_remote_async_python_execution_context',
+    'create_remote_python_execution_context',
+    'create_sync_remote_cpp_execution_context',
+    'create_thread_debugging_execution_context',
+    'set_local_async_python_execution_context',
+    'set_localhost_cpp_execution_context',
+    'set_remote_async_python_execution_context',
+    'set_remote_python_execution_context',
+    'set_sync_remote_cpp_execution_context',
+    'set_thread_debugging_execution_context',
+    'create_async_local_cpp_execution_context',
+    'create_local_python_execution_context',
+    'create_sync_local_cpp_execution_context',
+    'set_async_local_cpp_execution_context',
+    'set_local_execution_context',
+    'set_local_python_execution_context',
     'set_sync_local_cpp_execution_context',
 ]

@@ -17,8 +17,11 @@ from simharness.tensorflow import eager_values_to_numpy, transform_result
 
 
 def create_sync_test_cpp_execution_context(
-        *, default_num_clients: int = 0, max_concurrent_computation_calls: int = -1,
-        stream_structs: bool = False) -> ExecutionContext:
+    *,
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+    stream_structs: bool = False,
+) -> ExecutionContext:
     """A synchronous context on the local thread stack (arguments as in `native`).
 
     Raises:
@@ -26,44 +29,68 @@ def create_sync_test_cpp_execution_context(
       SimharnessValueError: `default_num_clients` < 0.
     """
     n = check_local_args(default_num_clients, stream_structs)
-    return ExecutionContext(local_executor_factory(default_num_clients=n),
-                            max_concurrent_calls=concurrency_limit(max_concurrent_computation_calls),
-                            transform_args=eager_values_to_numpy, transform_result=transform_result,
-                            owns_factory=True)
+    return ExecutionContext(
+        local_executor_factory(default_num_clients=n),
+        max_concurrent_calls=concurrency_limit(max_concurrent_computation_calls),
+        transform_args=eager_values_to_numpy,
+        transform_result=transform_result,
+        owns_factory=True,
+    )
 
 
 def create_async_test_cpp_execution_context(
-        *, default_num_clients: int = 0, max_concurrent_computation_calls: int = -1,
-        stream_structs: bool = False) -> AsyncExecutionContext:
+    *,
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+    stream_structs: bool = False,
+) -> AsyncExecutionContext:
     """As `create_sync_test_cpp_execution_context`, with an awaitable `invoke`."""
     n = check_local_args(default_num_clients, stream_structs)
     return AsyncExecutionContext(
         local_executor_factory(default_num_clients=n),
         max_concurrent_calls=concurrency_limit(max_concurrent_computation_calls),
-        transform_args=eager_values_to_numpy, transform_result=transform_result,
-                            owns_factory=True)
+        transform_args=eager_values_to_numpy,
+        transform_result=transform_result,
+        owns_factory=True,
+    )
 
 
-def set_sync_test_cpp_execution_context(*, default_num_clients: int = 0,
-                                        max_concurrent_computation_calls: int = -1,
-                                        stream_structs: bool = False) -> None:
+def set_sync_test_cpp_execution_context(
+    *,
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+    stream_structs: bool = False,
+) -> None:
     """Makes `create_sync_test_cpp_execution_context(...)` the default context
     (the previous default simharness made is closed)."""
-    set_default(create_sync_test_cpp_execution_context(
-        default_num_clients=default_num_clients,
-        max_concurrent_computation_calls=max_concurrent_computation_calls,
-        stream_structs=stream_structs))
+    set_default(
+        create_sync_test_cpp_execution_context(
+            default_num_clients=default_num_clients,
+            max_concurrent_computation_calls=max_concurrent_computation_calls,
+            stream_structs=stream_structs,
+        )
+    )
 
 
-def set_async_test_cpp_execution_context(*, default_num_clients: int = 0,
-                                         max_concurrent_computation_calls: int = -1,
-                                         stream_structs: bool = False) -> None:
+def set_async_test_cpp_execution_context(
+    *,
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+    stream_structs: bool = False,
+) -> None:
     """Makes `create_async_test_cpp_execution_context(...)` the default context."""
-    set_default(create_async_test_cpp_execution_context(
-        default_num_clients=default_num_clients,
-        max_concurrent_computation_calls=max_concurrent_computation_calls,
-        stream_structs=stream_structs))
+    set_default(
+        create_async_test_cpp_execution_context(
+            default_num_clients=default_num_clients,
+            max_concurrent_computation_calls=max_concurrent_computation_calls,
+            stream_structs=stream_structs,
+        )
+    )
 
 
-__all__ = ['create_async_test_cpp_execution_context', 'create_sync_test_cpp_execution_context',
-           'set_async_test_cpp_execution_context', 'set_sync_test_cpp_execution_context']
+__all__ = [
+    'create_async_test_cpp_execution_context',
+    'create_sync_test_cpp_execution_context',
+    'set_async_test_cpp_execution_context',
+    'set_sync_test_cpp_execution_context',
+]

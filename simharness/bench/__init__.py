@@ -16,10 +16,24 @@
 Nothing here imports TensorFlow.
 """
 
-from simharness.bench.compare import Comparison, compare_measurements, compare_runs, \
-    format_comparisons
+from simharness.bench.compare import (
+    Comparison,
+    compare_measurements,
+    compare_runs,
+    format_comparisons,
+)
 from simharness.bench.probe import fingerprint
 from simharness.bench.results import Measurement, Run, find_runs, load_run, resolve_runs
 
-__all__ = ['Comparison', 'Measurement', 'Run', 'compare_measurements', 'compare_runs',
-           'find_runs', 'fingerprint', 'format_comparisons', 'load_run', 'resolve_runs']
+__all__ = [
+    'Comparison',
+    'Measurement',
+    'Run',
+    'compare_measurements',
+    'compare_runs',
+    'find_runs',
+    'fingerprint',
+    'format_comparisons',
+    'load_run',
+    'resolve_runs',
+]

@@ -37,8 +37,14 @@ import numpy as np
 
 from simharness.errors import SimharnessValueError
 
-__all__ = ['DEFAULT_PENALTY', 'Noise', 'check_penalty', 'estimate_noise', 'find_changes',
-           'fit_segments']
+__all__ = [
+    'DEFAULT_PENALTY',
+    'Noise',
+    'check_penalty',
+    'estimate_noise',
+    'find_changes',
+    'fit_segments',
+]
 
 #: The penalty per change point, in units of log(number of commits) (Schwarz: 2).
 DEFAULT_PENALTY = 2.0
@@ -80,33 +86,37 @@ class Noise:
 
     def weight(self, runs: int) -> float:
         """1 / the variance of the mean of `runs` runs of one commit."""
-        var = self.level_sd ** 2 + self.within_sd ** 2 / max(1, runs)
-        return 1.0 / max(var, MIN_SD ** 2)
+        var = self.level_sd**2 + self.within_sd**2 / max(1, runs)
+        return 1.0 / max(var, MIN_SD**2)
 
 
 def _check_series(series: Series) -> List[np.ndarray]:
     if isinstance(series, (str, bytes)) or not isinstance(series, Sequence):
-        raise SimharnessValueError('series must be a sequence (one entry per commit) of '
-                                   f'sequences of log run medians, got {type(series).__name__}')
+        raise SimharnessValueError(
+            'series must be a sequence (one entry per commit) of '
+            f'sequences of log run medians, got {type(series).__name__}'
+        )
     out = []
     for i, values in enumerate(series):
         try:
             arr = np.asarray(values, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError):
-            raise SimharnessValueError(f'series[{i}]: expected numbers (log run medians), got '
-                                       f'{values!r}') from None
+            raise SimharnessValueError(
+                f'series[{i}]: expected numbers (log run medians), got {values!r}'
+            ) from None
         if arr.size == 0:
-            raise SimharnessValueError(f'series[{i}]: a commit without runs (expected at least '
-                                       'one log run median)')
+            raise SimharnessValueError(
+                f'series[{i}]: a commit without runs (expected at least one log run median)'
+            )
         if not np.all(np.isfinite(arr)):
-            raise SimharnessValueError(f'series[{i}]: expected finite log run medians, got '
-                                       f'{arr.tolist()}')
+            raise SimharnessValueError(
+                f'series[{i}]: expected finite log run medians, got {arr.tolist()}'
+            )
         out.append(arr)
     return out
 
 
-def estimate_noise(series: Series,
-                   within: Optional[Tuple[float, int]] = None) -> Optional[Noise]:
+def estimate_noise(series: Series, within: Optional[Tuple[float, int]] = None) -> Optional[Noise]:
     """The `Noise` of `series` (per commit, the log medians of its runs), or None if unknown.
 
     Args:
@@ -138,7 +148,7 @@ def estimate_noise(series: Series,
     d = np.diff(means)
     mad = float(np.median(np.abs(d - np.median(d))))
     var_means = (_MAD_TO_SD * mad) ** 2 / 2.0
-    share = float(np.mean([within_sd ** 2 / v.size for v in values]))
+    share = float(np.mean([within_sd**2 / v.size for v in values]))
     level_sd = math.sqrt(max(0.0, var_means - share))
     # the MAD uses about 37 % of its sample's information
     level_df = max(1, int(0.37 * d.size)) if level_sd > 0 else 0
@@ -159,7 +169,7 @@ def _weighted_cost(weights: np.ndarray, means: np.ndarray) -> object:
             self.signal = means.reshape(-1, 1)
             w = np.concatenate([[0.0], np.cumsum(weights)])
             wm = np.concatenate([[0.0], np.cumsum(weights * means)])
-            wm2 = np.concatenate([[0.0], np.cumsum(weights * means ** 2)])
+            wm2 = np.concatenate([[0.0], np.cumsum(weights * means**2)])
             self._sums = w, wm, wm2
 
         def fit(self, signal: np.ndarray) -> 'WeightedL2':
@@ -177,14 +187,18 @@ def _weighted_cost(weights: np.ndarray, means: np.ndarray) -> object:
 
 def check_penalty(penalty: float) -> None:
     """Raises SimharnessValueError unless `penalty` is a positive finite number."""
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or \
-            not (penalty > 0 and math.isfinite(penalty)):
-        raise SimharnessValueError('penalty must be a positive number (per step, times log of '
-                                   f'the number of commits), got {penalty!r}')
+    if (
+        isinstance(penalty, bool)
+        or not isinstance(penalty, (int, float))
+        or not (penalty > 0 and math.isfinite(penalty))
+    ):
+        raise SimharnessValueError(
+            'penalty must be a positive number (per step, times log of '
+            f'the number of commits), got {penalty!r}'
+        )
 
 
-def fit_segments(series: Series, noise: Noise,
-                 penalty: float = DEFAULT_PENALTY) -> List[int]:
+def fit_segments(series: Series, noise: Noise, penalty: float = DEFAULT_PENALTY) -> List[int]:
     """The change points of the best piecewise-constant fit of `series` (PELT, `ruptures`).
 
     Returns:
@@ -198,6 +212,7 @@ def fit_segments(series: Series, noise: Noise,
     if len(values) < 2:
         return []
     import ruptures
+
     means = np.array([v.mean() for v in values])
     weights = np.array([noise.weight(v.size) for v in values])
     algo = ruptures.Pelt(custom_cost=_weighted_cost(weights, means), min_size=1, jump=1)
@@ -206,12 +221,14 @@ def fit_segments(series: Series, noise: Noise,
     return [int(b) for b in bkps[:-1]]
 
 
-def find_changes(series: Series,
-                 test: Callable[[range, range], Tuple[bool, float, T]],
-                 noise: Optional[Noise] = None, penalty: float = DEFAULT_PENALTY,
-                 extra: Iterable[int] = (),
-                 pair_test: Optional[Callable[[int], Optional[Tuple[bool, float, T]]]] = None
-                 ) -> List[Tuple[int, T]]:
+def find_changes(
+    series: Series,
+    test: Callable[[range, range], Tuple[bool, float, T]],
+    noise: Optional[Noise] = None,
+    penalty: float = DEFAULT_PENALTY,
+    extra: Iterable[int] = (),
+    pair_test: Optional[Callable[[int], Optional[Tuple[bool, float, T]]]] = None,
+) -> List[Tuple[int, T]]:
     """The steps of `series`: change points of the fit that pass `test`.
 
     Args:
@@ -234,8 +251,9 @@ def find_changes(series: Series,
     cands = set(fit_segments(values, noise, penalty)) if noise is not None and n >= 2 else set()
     for i in extra:
         if not 0 < i < n:
-            raise SimharnessValueError(f'extra change point {i} is not inside the series '
-                                       f'(expected 1..{n - 1})')
+            raise SimharnessValueError(
+                f'extra change point {i} is not inside the series (expected 1..{n - 1})'
+            )
         cands.add(int(i))
     while True:
         ordered = sorted(cands)

@@ -49,8 +49,14 @@ import numpy as np
 from simharness.bench.results import Measurement, Run, common_names, measurements
 from simharness.errors import SimharnessValueError
 
-__all__ = ['Comparison', 'DEFAULT_CONFIDENCE', 'DEFAULT_TOLERANCE', 'compare_measurements',
-           'compare_runs', 'format_comparisons']
+__all__ = [
+    'Comparison',
+    'DEFAULT_CONFIDENCE',
+    'DEFAULT_TOLERANCE',
+    'compare_measurements',
+    'compare_runs',
+    'format_comparisons',
+]
 
 DEFAULT_TOLERANCE = 0.10
 DEFAULT_CONFIDENCE = 0.95
@@ -129,16 +135,19 @@ class Comparison:
         """Warnings beyond the time verdict: results changed, memory grew."""
         out = []
         if self.results_changed:
-            out.append('FASTER BUT RESULTS CHANGED' if self.verdict == 'faster'
-                       else 'RESULTS CHANGED')
+            out.append(
+                'FASTER BUT RESULTS CHANGED' if self.verdict == 'faster' else 'RESULTS CHANGED'
+            )
         if self.memory_change == 'more':
             out.append('MORE MEMORY')
         return out
 
     def describe(self) -> str:
         """One sentence: the ratio, its interval, the machine factor and the verdict."""
-        text = (f'{self.name}: B/A {self.ratio:.3f} ({self.confidence:.0%} interval '
-                f'{self.ci_low:.3f}-{self.ci_high:.3f}')
+        text = (
+            f'{self.name}: B/A {self.ratio:.3f} ({self.confidence:.0%} interval '
+            f'{self.ci_low:.3f}-{self.ci_high:.3f}'
+        )
         if self.machine is not None:
             text += f'; machine {self.machine:.3f}, raw {self.raw_ratio:.3f}'
         text += f'; {self.method}, runs {self.runs[0]}/{self.runs[1]}): {self.verdict}'
@@ -151,43 +160,60 @@ class Comparison:
 
 # ------------------------------------------------------------------ statistics
 
+
 def _median_ratio_stat(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.median(b, axis=axis) / np.median(a, axis=axis)
 
 
-def _normalized_ratio_stat(a: np.ndarray, b: np.ndarray, ca: np.ndarray, cb: np.ndarray,
-                           axis: int = -1) -> np.ndarray:
-    return ((np.median(b, axis=axis) / np.median(a, axis=axis))
-            / (np.median(cb, axis=axis) / np.median(ca, axis=axis)))
+def _normalized_ratio_stat(
+    a: np.ndarray, b: np.ndarray, ca: np.ndarray, cb: np.ndarray, axis: int = -1
+) -> np.ndarray:
+    return (np.median(b, axis=axis) / np.median(a, axis=axis)) / (
+        np.median(cb, axis=axis) / np.median(ca, axis=axis)
+    )
 
 
-def bootstrap_ratio(a: np.ndarray, b: np.ndarray, ca: Optional[np.ndarray] = None,
-                    cb: Optional[np.ndarray] = None, confidence: float = DEFAULT_CONFIDENCE,
-                    n_resamples: int = DEFAULT_RESAMPLES,
-                    seed: int = 0) -> Tuple[float, float, float, np.ndarray]:
+def bootstrap_ratio(
+    a: np.ndarray,
+    b: np.ndarray,
+    ca: Optional[np.ndarray] = None,
+    cb: Optional[np.ndarray] = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Tuple[float, float, float, np.ndarray]:
     """The ratio of medians B/A (calibration-normalized when `ca`, `cb` are given), its
     percentile-bootstrap interval and bootstrap distribution (`scipy.stats.bootstrap`)."""
     from scipy import stats
+
     if ca is not None and cb is not None:
         samples: Tuple[np.ndarray, ...] = (a, b, ca, cb)
         statistic = _normalized_ratio_stat
     else:
         samples, statistic = (a, b), _median_ratio_stat
     point = float(statistic(*samples))
-    kwargs = dict(n_resamples=n_resamples, confidence_level=confidence, method='percentile',
-                  vectorized=True, axis=-1)
+    kwargs = dict(
+        n_resamples=n_resamples,
+        confidence_level=confidence,
+        method='percentile',
+        vectorized=True,
+        axis=-1,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')  # degenerate (all-equal) samples: a zero-width interval
         try:
             res = stats.bootstrap(samples, statistic, rng=np.random.default_rng(seed), **kwargs)
         except TypeError:  # scipy < 1.15
-            res = stats.bootstrap(samples, statistic,
-                                  random_state=np.random.default_rng(seed), **kwargs)
+            res = stats.bootstrap(
+                samples, statistic, random_state=np.random.default_rng(seed), **kwargs
+            )
     dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (math.isfinite(low) and math.isfinite(high)):
-        low, high = (float(np.quantile(dist, (1 - confidence) / 2)),
-                     float(np.quantile(dist, (1 + confidence) / 2)))
+        low, high = (
+            float(np.quantile(dist, (1 - confidence) / 2)),
+            float(np.quantile(dist, (1 + confidence) / 2)),
+        )
     return point, low, high, dist
 
 
@@ -196,13 +222,15 @@ def bootstrap_ratio(a: np.ndarray, b: np.ndarray, ca: Optional[np.ndarray] = Non
 MAX_PAIR_SECONDS = 5.0
 
 
-def _paired_log_ratios(a: Sequence[Measurement], b: Sequence[Measurement],
-                       normalize: bool) -> Optional[np.ndarray]:
+def _paired_log_ratios(
+    a: Sequence[Measurement], b: Sequence[Measurement], normalize: bool
+) -> Optional[np.ndarray]:
     """log(B round / the A round that started nearest to it), for interleaved sessions."""
     if any(m.starts is None or m.starts.size != m.times.size for m in [*a, *b]):
         return None
-    if normalize and any(m.calibration is None or m.calibration.size != m.times.size
-                         for m in [*a, *b]):
+    if normalize and any(
+        m.calibration is None or m.calibration.size != m.times.size for m in [*a, *b]
+    ):
         normalize = False
     sa = np.concatenate([m.starts for m in a])
     order = np.argsort(sa)
@@ -213,8 +241,11 @@ def _paired_log_ratios(a: Sequence[Measurement], b: Sequence[Measurement],
     out = []
     for m in b:
         lb = np.log(m.times) - (np.log(m.calibration) if normalize else 0.0)
-        idx = np.clip(np.searchsorted(sa, m.starts), 1, sa.size - 1) if sa.size > 1 else \
-            np.zeros(m.starts.size, dtype=int)
+        idx = (
+            np.clip(np.searchsorted(sa, m.starts), 1, sa.size - 1)
+            if sa.size > 1
+            else np.zeros(m.starts.size, dtype=int)
+        )
         if sa.size > 1:
             left = idx - 1
             idx = np.where(np.abs(sa[left] - m.starts) <= np.abs(sa[idx] - m.starts), left, idx)
@@ -223,8 +254,9 @@ def _paired_log_ratios(a: Sequence[Measurement], b: Sequence[Measurement],
     return np.concatenate(out) if out else None
 
 
-def _per_session_ratios(a: Sequence[Measurement], b: Sequence[Measurement],
-                        normalize: bool) -> List[float]:
+def _per_session_ratios(
+    a: Sequence[Measurement], b: Sequence[Measurement], normalize: bool
+) -> List[float]:
     """Paired B/A of each session of a side against all sessions of the other side."""
     out = []
     if len(b) > 1:
@@ -240,9 +272,12 @@ def _per_session_ratios(a: Sequence[Measurement], b: Sequence[Measurement],
     return out
 
 
-def bootstrap_paired(log_ratios: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
-                     n_resamples: int = DEFAULT_RESAMPLES,
-                     seed: int = 0) -> Tuple[float, float, float, np.ndarray]:
+def bootstrap_paired(
+    log_ratios: np.ndarray,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Tuple[float, float, float, np.ndarray]:
     """exp(median) of paired log ratios, its percentile-bootstrap interval and distribution."""
     from scipy import stats
 
@@ -250,19 +285,30 @@ def bootstrap_paired(log_ratios: np.ndarray, confidence: float = DEFAULT_CONFIDE
         return np.exp(np.median(x, axis=axis))
 
     point = float(statistic(log_ratios))
-    kwargs = dict(n_resamples=n_resamples, confidence_level=confidence, method='percentile',
-                  vectorized=True, axis=-1)
+    kwargs = dict(
+        n_resamples=n_resamples,
+        confidence_level=confidence,
+        method='percentile',
+        vectorized=True,
+        axis=-1,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         try:
-            res = stats.bootstrap((log_ratios,), statistic, rng=np.random.default_rng(seed),
-                                  **kwargs)
+            res = stats.bootstrap(
+                (log_ratios,), statistic, rng=np.random.default_rng(seed), **kwargs
+            )
         except TypeError:  # scipy < 1.15
-            res = stats.bootstrap((log_ratios,), statistic,
-                                  random_state=np.random.default_rng(seed), **kwargs)
+            res = stats.bootstrap(
+                (log_ratios,), statistic, random_state=np.random.default_rng(seed), **kwargs
+            )
     dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
-    return (point, float(np.quantile(dist, (1 - confidence) / 2)),
-            float(np.quantile(dist, (1 + confidence) / 2)), dist)
+    return (
+        point,
+        float(np.quantile(dist, (1 - confidence) / 2)),
+        float(np.quantile(dist, (1 + confidence) / 2)),
+        dist,
+    )
 
 
 def _pool(ms: Sequence[Measurement], normalize: bool) -> Tuple[np.ndarray, Optional[np.ndarray]]:
@@ -295,12 +341,15 @@ def _fingerprint(ms: Sequence[Measurement]) -> Optional[str]:
 
 
 def _check(tolerance: float, confidence: float) -> None:
-    for name, value, ok in (('tolerance', tolerance, 0 <= tolerance < 10),
-                            ('confidence', confidence, 0.5 <= confidence < 1)):
+    for name, value, ok in (
+        ('tolerance', tolerance, 0 <= tolerance < 10),
+        ('confidence', confidence, 0.5 <= confidence < 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok:
             raise SimharnessValueError(
                 f'{name} must be a number in '
-                f'{"[0, 10)" if name == "tolerance" else "[0.5, 1)"}, got {value!r}')
+                f'{"[0, 10)" if name == "tolerance" else "[0.5, 1)"}, got {value!r}'
+            )
 
 
 def _run_location(m: Measurement, ref_cal: Optional[float]) -> float:
@@ -317,11 +366,18 @@ def _verdict(p_slower: float, p_faster: float, confidence: float) -> Tuple[str, 
     return verdict, (shares[verdict] if verdict != 'uncertain' else max(shares.values()))
 
 
-def compare_measurements(name: str, a: Sequence[Measurement], b: Sequence[Measurement],
-                         tolerance: float = DEFAULT_TOLERANCE,
-                         confidence: float = DEFAULT_CONFIDENCE, normalize: bool = False,
-                         interleaved: bool = False, noise: Optional[Tuple[float, int]] = None,
-                         n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Comparison:
+def compare_measurements(
+    name: str,
+    a: Sequence[Measurement],
+    b: Sequence[Measurement],
+    tolerance: float = DEFAULT_TOLERANCE,
+    confidence: float = DEFAULT_CONFIDENCE,
+    normalize: bool = False,
+    interleaved: bool = False,
+    noise: Optional[Tuple[float, int]] = None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Comparison:
     """Compares benchmark `name` measured in runs `a` (baseline) and `b` (candidate).
 
     Args:
@@ -336,28 +392,47 @@ def compare_measurements(name: str, a: Sequence[Measurement], b: Sequence[Measur
       SimharnessValueError: an empty side, or a bad tolerance / confidence.
     """
     from scipy import stats
+
     _check(tolerance, confidence)
     if not a or not b:
-        raise SimharnessValueError(f'{name}: nothing to compare (A has {len(a)} measurements, '
-                                   f'B {len(b)})')
+        raise SimharnessValueError(
+            f'{name}: nothing to compare (A has {len(a)} measurements, B {len(b)})'
+        )
     upper = 1.0 + tolerance
     workloads = {m.calibration_workload for m in [*a, *b]}
-    have_cal = (len(workloads) == 1 and None not in workloads
-                and all(m.calibration is not None and m.calibration.size for m in [*a, *b]))
+    have_cal = (
+        len(workloads) == 1
+        and None not in workloads
+        and all(m.calibration is not None and m.calibration.size for m in [*a, *b])
+    )
     machine = None
     if have_cal:
-        machine = float(np.median(np.concatenate([m.calibration for m in b]))
-                        / np.median(np.concatenate([m.calibration for m in a])))
+        machine = float(
+            np.median(np.concatenate([m.calibration for m in b]))
+            / np.median(np.concatenate([m.calibration for m in a]))
+        )
     normalize = normalize and have_cal
     a_med, b_med = _pooled_median(a), _pooled_median(b)
     raw = b_med / a_med if a_med > 0 else float('nan')
     mem_a, mem_b = _memory(a), _memory(b)
-    common = dict(name=name, a_median=a_med, b_median=b_med, raw_ratio=raw, machine=machine,
-                  normalized=normalize, tolerance=tolerance, confidence=confidence,
-                  memory_a=mem_a, memory_b=mem_b, memory_change=_memory_change(mem_a, mem_b),
-                  fingerprint_a=_fingerprint(a), fingerprint_b=_fingerprint(b))
-    have_times = all(m.times is not None and m.times.size >= MIN_ROUNDS_FOR_BOOTSTRAP
-                     for m in [*a, *b])
+    common = dict(
+        name=name,
+        a_median=a_med,
+        b_median=b_med,
+        raw_ratio=raw,
+        machine=machine,
+        normalized=normalize,
+        tolerance=tolerance,
+        confidence=confidence,
+        memory_a=mem_a,
+        memory_b=mem_b,
+        memory_change=_memory_change(mem_a, mem_b),
+        fingerprint_a=_fingerprint(a),
+        fingerprint_b=_fingerprint(b),
+    )
+    have_times = all(
+        m.times is not None and m.times.size >= MIN_ROUNDS_FOR_BOOTSTRAP for m in [*a, *b]
+    )
     if interleaved and have_times:
         paired = _paired_log_ratios(a, b, normalize)
         if paired is not None and paired.size >= MIN_ROUNDS_FOR_BOOTSTRAP:
@@ -366,8 +441,7 @@ def compare_measurements(name: str, a: Sequence[Measurement], b: Sequence[Measur
         else:
             ta, ca = _pool(a, normalize)
             tb, cb = _pool(b, normalize)
-            ratio, low, high, dist = bootstrap_ratio(ta, tb, ca, cb, confidence, n_resamples,
-                                                     seed)
+            ratio, low, high, dist = bootstrap_ratio(ta, tb, ca, cb, confidence, n_resamples, seed)
             method, na, nb = 'interleaved-unpaired', int(ta.size), int(tb.size)
         p_slower = float(np.mean(dist > upper))
         p_faster = float(np.mean(dist < 1.0 / upper))
@@ -377,17 +451,30 @@ def compare_measurements(name: str, a: Sequence[Measurement], b: Sequence[Measur
             # Sessions have lasting effects of their own: a change must show in every
             # session of each side (each against the other side's sessions), not in the pool only.
             per_session = _per_session_ratios(a, b, normalize)
-            beyond = [r > upper if verdict == 'slower' else r < 1.0 / upper
-                      for r in per_session]
+            beyond = [r > upper if verdict == 'slower' else r < 1.0 / upper for r in per_session]
             if per_session and not all(beyond):
-                note = (f'{verdict} in the pool but not in every session (per-session B/A: '
-                        + ', '.join(f'{r:.3f}' for r in per_session) + ')')
+                note = (
+                    f'{verdict} in the pool but not in every session (per-session B/A: '
+                    + ', '.join(f'{r:.3f}' for r in per_session)
+                    + ')'
+                )
                 verdict = 'uncertain'
-        return Comparison(a_rounds=na, b_rounds=nb, ratio=ratio,
-                          ci_low=low, ci_high=high, verdict=verdict, probability=prob,
-                          p_slower=p_slower, p_faster=p_faster,
-                          p_same=1.0 - p_slower - p_faster, method=method,
-                          runs=(len(a), len(b)), note=note, **common)
+        return Comparison(
+            a_rounds=na,
+            b_rounds=nb,
+            ratio=ratio,
+            ci_low=low,
+            ci_high=high,
+            verdict=verdict,
+            probability=prob,
+            p_slower=p_slower,
+            p_faster=p_faster,
+            p_same=1.0 - p_slower - p_faster,
+            method=method,
+            runs=(len(a), len(b)),
+            note=note,
+            **common,
+        )
     ref = None
     if normalize:
         ref = float(np.median(np.concatenate([m.calibration for m in [*a, *b]])))
@@ -399,13 +486,26 @@ def compare_measurements(name: str, a: Sequence[Measurement], b: Sequence[Measur
     if noise is not None and noise[1] > 0:
         ss += noise[0] ** 2 * noise[1]
         df += int(noise[1])
-    rounds = dict(a_rounds=sum(m.rounds for m in a), b_rounds=sum(m.rounds for m in b),
-                  runs=(la.size, lb.size))
+    rounds = dict(
+        a_rounds=sum(m.rounds for m in a),
+        b_rounds=sum(m.rounds for m in b),
+        runs=(la.size, lb.size),
+    )
     if df == 0:  # one run per side, no history: the between-run noise is unknown
-        return Comparison(ratio=math.exp(d), ci_low=float('nan'), ci_high=float('nan'),
-                          verdict='uncertain', probability=None, p_slower=None, p_faster=None,
-                          p_same=None, method='runs', note='between-run noise unknown (one run '
-                          'per side, no repeated runs in the history)', **rounds, **common)
+        return Comparison(
+            ratio=math.exp(d),
+            ci_low=float('nan'),
+            ci_high=float('nan'),
+            verdict='uncertain',
+            probability=None,
+            p_slower=None,
+            p_faster=None,
+            p_same=None,
+            method='runs',
+            note='between-run noise unknown (one run per side, no repeated runs in the history)',
+            **rounds,
+            **common,
+        )
     sd = math.sqrt(ss / df)
     se = sd * math.sqrt(1.0 / la.size + 1.0 / lb.size)
     if se == 0:
@@ -414,14 +514,26 @@ def compare_measurements(name: str, a: Sequence[Measurement], b: Sequence[Measur
     p_slower = float(stats.t.sf((math.log(upper) - d) / se, df))
     p_faster = float(stats.t.cdf((-math.log(upper) - d) / se, df))
     verdict, prob = _verdict(p_slower, p_faster, confidence)
-    return Comparison(ratio=math.exp(d), ci_low=math.exp(d - tq * se),
-                      ci_high=math.exp(d + tq * se), verdict=verdict, probability=prob,
-                      p_slower=p_slower, p_faster=p_faster, p_same=1.0 - p_slower - p_faster,
-                      method='runs', noise_sd=sd, noise_df=df, **rounds, **common)
+    return Comparison(
+        ratio=math.exp(d),
+        ci_low=math.exp(d - tq * se),
+        ci_high=math.exp(d + tq * se),
+        verdict=verdict,
+        probability=prob,
+        p_slower=p_slower,
+        p_faster=p_faster,
+        p_same=1.0 - p_slower - p_faster,
+        method='runs',
+        noise_sd=sd,
+        noise_df=df,
+        **rounds,
+        **common,
+    )
 
 
-def between_run_noise(runs: Sequence[Run], name: str,
-                      exclude: Sequence[Run] = ()) -> Optional[Tuple[float, int]]:
+def between_run_noise(
+    runs: Sequence[Run], name: str, exclude: Sequence[Run] = ()
+) -> Optional[Tuple[float, int]]:
     """The scatter of repeated runs of one commit: ``(sd, df)`` of the log run medians of
     benchmark `name`, pooled over every (machine, commit, dirty) with two runs or more, or None.
 
@@ -434,7 +546,8 @@ def between_run_noise(runs: Sequence[Run], name: str,
         if id(r) in skip or r.interleave or not r.commit or name not in r.benchmarks:
             continue
         groups.setdefault((r.machine, r.commit, r.dirty), []).append(
-            math.log(_run_location(r.benchmarks[name], None)))
+            math.log(_run_location(r.benchmarks[name], None))
+        )
     ss, df = 0.0, 0
     for values in groups.values():
         if len(values) >= 2:
@@ -460,14 +573,19 @@ def interleaved_pair(a: Sequence[Run], b: Sequence[Run]) -> bool:
         return False
     if any(not r.interleave or r.interleave.get('broken') for r in [*a, *b]):
         return False
-    return sorted(r.interleave['session'] for r in a) == \
-        sorted(r.interleave['session'] for r in b)
+    return sorted(r.interleave['session'] for r in a) == sorted(r.interleave['session'] for r in b)
 
 
-def compare_runs(a: Sequence[Run], b: Sequence[Run], tolerance: float = DEFAULT_TOLERANCE,
-                 confidence: float = DEFAULT_CONFIDENCE, normalize: bool = False,
-                 names: Optional[Sequence[str]] = None, history: Sequence[Run] = (),
-                 n_resamples: int = DEFAULT_RESAMPLES) -> List[Comparison]:
+def compare_runs(
+    a: Sequence[Run],
+    b: Sequence[Run],
+    tolerance: float = DEFAULT_TOLERANCE,
+    confidence: float = DEFAULT_CONFIDENCE,
+    normalize: bool = False,
+    names: Optional[Sequence[str]] = None,
+    history: Sequence[Run] = (),
+    n_resamples: int = DEFAULT_RESAMPLES,
+) -> List[Comparison]:
     """Compares every benchmark present in both `a` and `b` (or those of `names`).
 
     Interleaved sessions (`interleaved_pair`) are compared round by round;
@@ -484,15 +602,28 @@ def compare_runs(a: Sequence[Run], b: Sequence[Run], tolerance: float = DEFAULT_
             raise SimharnessValueError(f'benchmarks not in both A and B: {missing}')
         common = list(names)
     if not common:
-        raise SimharnessValueError('A and B have no benchmark in common (A: '
-                                   f'{sorted(set().union(*(r.benchmarks for r in a)))[:5]}..., '
-                                   f'B: {sorted(set().union(*(r.benchmarks for r in b)))[:5]}...)')
+        raise SimharnessValueError(
+            'A and B have no benchmark in common (A: '
+            f'{sorted(set().union(*(r.benchmarks for r in a)))[:5]}..., '
+            f'B: {sorted(set().union(*(r.benchmarks for r in b)))[:5]}...)'
+        )
     inter = interleaved_pair(a, b)
     out = []
     for n in common:
         noise = None if inter else between_run_noise(history, n, exclude=[*a, *b])
-        out.append(compare_measurements(n, measurements(a, n), measurements(b, n), tolerance,
-                                        confidence, normalize, inter, noise, n_resamples))
+        out.append(
+            compare_measurements(
+                n,
+                measurements(a, n),
+                measurements(b, n),
+                tolerance,
+                confidence,
+                normalize,
+                inter,
+                noise,
+                n_resamples,
+            )
+        )
     return out
 
 
@@ -510,16 +641,19 @@ def _mb(value: Optional[int]) -> str:
     return '-' if value is None else f'{value / (1 << 20):,.0f}'
 
 
-def format_comparisons(comparisons: Sequence[Comparison], a_label: str = 'A',
-                       b_label: str = 'B') -> str:
+def format_comparisons(
+    comparisons: Sequence[Comparison], a_label: str = 'A', b_label: str = 'B'
+) -> str:
     """A markdown table: per benchmark the medians, B/A with its interval, the machine
     factor, the verdict with its probability, peak RSS and whether results changed."""
     if not comparisons:
         return '(no benchmarks)'
     conf = comparisons[0].confidence
-    lines = [f'| benchmark | {a_label} | {b_label} | B/A [{conf:.0%} interval] | machine | '
-             'verdict | peak RSS MB A -> B | results |',
-             '|---|---|---|---|---|---|---|---|']
+    lines = [
+        f'| benchmark | {a_label} | {b_label} | B/A [{conf:.0%} interval] | machine | '
+        'verdict | peak RSS MB A -> B | results |',
+        '|---|---|---|---|---|---|---|---|',
+    ]
     for c in comparisons:
         verdict = c.verdict if c.probability is None else f'{c.verdict} ({c.probability:.0%})'
         if c.note:
@@ -532,15 +666,19 @@ def format_comparisons(comparisons: Sequence[Comparison], a_label: str = 'A',
             + f' {c.method} {c.runs[0]}/{c.runs[1]} | '
             f'{"-" if c.machine is None else format(c.machine, ".3f")} | {verdict}'
             f'{"".join(" **" + f + "**" for f in flags)} | {_mb(c.memory_a)} -> '
-            f'{_mb(c.memory_b)} | {results} |')
+            f'{_mb(c.memory_b)} | {results} |'
+        )
     regress = [c.name for c in comparisons if c.regression]
     tol = comparisons[0].tolerance
-    lines += ['', f'B/A: median round time of B over A, with its {conf:.0%} interval, from '
-                  '"interleaved" rounds (bootstrap) or from "runs" (Student t over run medians; '
-                  'runs A/B); "machine": the calibration workload\'s B/A (the machine\'s own '
-                  f'slow-down for B). A verdict needs a probability of {conf:.0%} that B/A lies '
-                  f'beyond (slower/faster) or within (same) a tolerance of {tol:.0%}.',
-              f'{len(regress)} regression(s)' + (f': {", ".join(regress)}' if regress else '')]
+    lines += [
+        '',
+        f'B/A: median round time of B over A, with its {conf:.0%} interval, from '
+        '"interleaved" rounds (bootstrap) or from "runs" (Student t over run medians; '
+        'runs A/B); "machine": the calibration workload\'s B/A (the machine\'s own '
+        f'slow-down for B). A verdict needs a probability of {conf:.0%} that B/A lies '
+        f'beyond (slower/faster) or within (same) a tolerance of {tol:.0%}.',
+        f'{len(regress)} regression(s)' + (f': {", ".join(regress)}' if regress else ''),
+    ]
     return '\n'.join(lines)
 
 

@@ -39,8 +39,14 @@ import numpy as np
 
 from simharness.atomic import write_bytes
 from simharness.bench import changepoint
-from simharness.bench.compare import (DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE, Comparison, _check,
-                                      between_run_noise, compare_measurements)
+from simharness.bench.compare import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_TOLERANCE,
+    Comparison,
+    _check,
+    between_run_noise,
+    compare_measurements,
+)
 from simharness.bench.results import Run, find_runs
 from simharness.errors import SimharnessValueError
 
@@ -63,15 +69,23 @@ class CommitPoint:
         return self.commit[:8] + ('+' if self.dirty else '')
 
     def median(self, name: str) -> Optional[float]:
-        values = [float(np.median(r.benchmarks[name].times)) if r.benchmarks[name].times
-                  is not None else r.benchmarks[name].median
-                  for r in self.runs if name in r.benchmarks]
+        values = [
+            float(np.median(r.benchmarks[name].times))
+            if r.benchmarks[name].times is not None
+            else r.benchmarks[name].median
+            for r in self.runs
+            if name in r.benchmarks
+        ]
         return float(np.median(values)) if values else None
 
     def run_medians(self, name: str) -> List[float]:
-        return [float(np.median(r.benchmarks[name].times)) if r.benchmarks[name].times
-                is not None else r.benchmarks[name].median
-                for r in self.runs if name in r.benchmarks]
+        return [
+            float(np.median(r.benchmarks[name].times))
+            if r.benchmarks[name].times is not None
+            else r.benchmarks[name].median
+            for r in self.runs
+            if name in r.benchmarks
+        ]
 
 
 @dataclasses.dataclass
@@ -126,10 +140,14 @@ def _time_key(point: CommitPoint) -> Tuple[float, str]:
     return ts, min(r.datetime for r in point.runs)
 
 
-def build_history(runs: Sequence[Run], machine: Optional[str] = None,
-                  tolerance: float = DEFAULT_TOLERANCE, confidence: float = DEFAULT_CONFIDENCE,
-                  names: Optional[Sequence[str]] = None,
-                  penalty: float = changepoint.DEFAULT_PENALTY) -> History:
+def build_history(
+    runs: Sequence[Run],
+    machine: Optional[str] = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    confidence: float = DEFAULT_CONFIDENCE,
+    names: Optional[Sequence[str]] = None,
+    penalty: float = changepoint.DEFAULT_PENALTY,
+) -> History:
     """Groups `runs` per commit on one machine (default: the one with most runs) and finds steps.
 
     Args:
@@ -145,19 +163,21 @@ def build_history(runs: Sequence[Run], machine: Optional[str] = None,
     usable = [r for r in runs if r.commit and (not r.interleave or r.interleave.get('history'))]
     per_machine = collections.Counter(r.machine for r in usable)
     if not per_machine:
-        raise SimharnessValueError(f'no benchmark run with a git commit among {len(runs)} runs '
-                                   '(runs of interleaved A/B sessions are not history)')
+        raise SimharnessValueError(
+            f'no benchmark run with a git commit among {len(runs)} runs '
+            '(runs of interleaved A/B sessions are not history)'
+        )
     if machine is None:
         machine = per_machine.most_common(1)[0][0]
     elif machine not in per_machine:
-        raise SimharnessValueError(f'no runs of machine {machine!r}; machines: '
-                                   f'{dict(per_machine)}')
+        raise SimharnessValueError(f'no runs of machine {machine!r}; machines: {dict(per_machine)}')
     mine = [r for r in usable if r.machine == machine]
     groups: Dict[Tuple[str, bool], List[Run]] = collections.OrderedDict()
     for r in mine:
         groups.setdefault((r.commit, r.dirty), []).append(r)
-    points = sorted((CommitPoint(c, d, rs[0].commit_time, rs) for (c, d), rs in groups.items()),
-                    key=_time_key)
+    points = sorted(
+        (CommitPoint(c, d, rs[0].commit_time, rs) for (c, d), rs in groups.items()), key=_time_key
+    )
     all_names: List[str] = []
     for p in points:
         for r in p.runs:
@@ -172,15 +192,26 @@ def build_history(runs: Sequence[Run], machine: Optional[str] = None,
     for name in all_names:
         noise[name] = between_run_noise(mine, name)
         steps[name], step_noise[name] = _steps(points, name, tolerance, confidence, penalty)
-    return History(machine, points, all_names, steps, noise,
-                   {m: n for m, n in per_machine.items() if m != machine}, step_noise)
+    return History(
+        machine,
+        points,
+        all_names,
+        steps,
+        noise,
+        {m: n for m, n in per_machine.items() if m != machine},
+        step_noise,
+    )
 
 
-def _interleaved_with(before: Sequence[Run],
-                      runs: Sequence[Run]) -> Optional[Tuple[List[Run], List[Run]]]:
+def _interleaved_with(
+    before: Sequence[Run], runs: Sequence[Run]
+) -> Optional[Tuple[List[Run], List[Run]]]:
     """The runs of two commits that took turns in the same rotations, matched, or None."""
-    sessions = {r.interleave['session']: r for r in before
-                if r.interleave and not r.interleave.get('broken')}
+    sessions = {
+        r.interleave['session']: r
+        for r in before
+        if r.interleave and not r.interleave.get('broken')
+    }
     a, b = [], []
     for r in runs:
         if r.interleave and not r.interleave.get('broken') and r.interleave['session'] in sessions:
@@ -189,8 +220,9 @@ def _interleaved_with(before: Sequence[Run],
     return (a, b) if a else None
 
 
-def _steps(points: Sequence[CommitPoint], name: str, tolerance: float, confidence: float,
-           penalty: float) -> Tuple[List[Step], Optional[changepoint.Noise]]:
+def _steps(
+    points: Sequence[CommitPoint], name: str, tolerance: float, confidence: float, penalty: float
+) -> Tuple[List[Step], Optional[changepoint.Noise]]:
     """The steps of benchmark `name`: `simharness.bench.changepoint` over its commits."""
     idx = [i for i, p in enumerate(points) if any(name in r.benchmarks for r in p.runs)]
     if len(idx) < 2:
@@ -219,13 +251,19 @@ def _steps(points: Sequence[CommitPoint], name: str, tolerance: float, confidenc
         if pair is None:
             return None
         # took turns with the commit before: compared round by round
-        return verdict(compare_measurements(name, [r.benchmarks[name] for r in pair[0]],
-                                            [r.benchmarks[name] for r in pair[1]], tolerance,
-                                            conf, interleaved=True))
+        return verdict(
+            compare_measurements(
+                name,
+                [r.benchmarks[name] for r in pair[0]],
+                [r.benchmarks[name] for r in pair[1]],
+                tolerance,
+                conf,
+                interleaved=True,
+            )
+        )
 
     turns = [k for k in range(1, len(idx)) if _interleaved_with(runs[k - 1], runs[k])]
-    found = changepoint.find_changes(series, test, noise, penalty, extra=turns,
-                                     pair_test=pair_test)
+    found = changepoint.find_changes(series, test, noise, penalty, extra=turns, pair_test=pair_test)
     return [Step(name, idx[k], c, points[idx[k]].commit) for k, c in found], noise
 
 
@@ -262,8 +300,10 @@ def confirm_steps(history: History, rerun: Rerun) -> List[Step]:
                     ids.append(m.fullname)
         if a == b:  # the same sha with and without uncommitted changes: no commits to rerun
             for s in steps:
-                s.status, s.note = 'unconfirmed', ('between runs of one commit with and without '
-                                                   'uncommitted changes: not rerun')
+                s.status, s.note = (
+                    'unconfirmed',
+                    ('between runs of one commit with and without uncommitted changes: not rerun'),
+                )
                 out.append(s)
             continue
         by_name = {c.name: c for c in rerun(a, b, ids)}
@@ -277,6 +317,7 @@ def confirm_steps(history: History, rerun: Rerun) -> List[Step]:
 
 
 # ------------------------------------------------------------------ rendering
+
 
 def _fmt_time(seconds: Optional[float]) -> str:
     if seconds is None or not math.isfinite(seconds):
@@ -301,38 +342,55 @@ def step_mark(step: Optional[Step]) -> str:
 
 
 def _points_with(history: History, name: str) -> List[Tuple[int, CommitPoint]]:
-    return [(i, p) for i, p in enumerate(history.points) if any(name in r.benchmarks
-                                                                  for r in p.runs)]
+    return [
+        (i, p) for i, p in enumerate(history.points) if any(name in r.benchmarks for r in p.runs)
+    ]
 
 
 def _cps(p: CommitPoint, name: str) -> Optional[float]:
-    values = [r.benchmarks[name].clients_per_second for r in p.runs if name in r.benchmarks
-              and r.benchmarks[name].clients_per_second is not None]
+    values = [
+        r.benchmarks[name].clients_per_second
+        for r in p.runs
+        if name in r.benchmarks and r.benchmarks[name].clients_per_second is not None
+    ]
     return float(np.median(values)) if values else None
 
 
 def _rss(p: CommitPoint, name: str) -> Optional[float]:
-    values = [r.benchmarks[name].peak_rss_bytes for r in p.runs if name in r.benchmarks
-              and r.benchmarks[name].peak_rss_bytes is not None]
+    values = [
+        r.benchmarks[name].peak_rss_bytes
+        for r in p.runs
+        if name in r.benchmarks and r.benchmarks[name].peak_rss_bytes is not None
+    ]
     return float(np.median(values)) if values else None
 
 
 def _first_round(p: CommitPoint, name: str) -> Optional[float]:
-    values = [r.benchmarks[name].first_round_seconds for r in p.runs if name in r.benchmarks
-              and r.benchmarks[name].first_round_seconds is not None]
+    values = [
+        r.benchmarks[name].first_round_seconds
+        for r in p.runs
+        if name in r.benchmarks and r.benchmarks[name].first_round_seconds is not None
+    ]
     return float(np.median(values)) if values else None
 
 
 def _prints(p: CommitPoint, name: str) -> List[str]:
-    return sorted({r.benchmarks[name].fingerprint for r in p.runs if name in r.benchmarks
-                   and r.benchmarks[name].fingerprint})
+    return sorted(
+        {
+            r.benchmarks[name].fingerprint
+            for r in p.runs
+            if name in r.benchmarks and r.benchmarks[name].fingerprint
+        }
+    )
 
 
 def render_overview(history: History) -> str:
     """The overview table: a row per commit, a column per benchmark (median round time, steps)."""
     step_at = {(s.name, s.index): s for name in history.names for s in history.steps[name]}
-    lines = ['| commit | date | runs | ' + ' | '.join(f'`{n}`' for n in history.names) + ' |',
-             '|' + '---|' * (3 + len(history.names))]
+    lines = [
+        '| commit | date | runs | ' + ' | '.join(f'`{n}`' for n in history.names) + ' |',
+        '|' + '---|' * (3 + len(history.names)),
+    ]
     for i, p in enumerate(history.points):
         cells = []
         for n in history.names:
@@ -343,21 +401,25 @@ def render_overview(history: History) -> str:
     return '\n'.join(lines)
 
 
-def render_markdown(history: History, plots_dir: Optional[str] = None,
-                    rel_plots: str = 'plots') -> str:
+def render_markdown(
+    history: History, plots_dir: Optional[str] = None, rel_plots: str = 'plots'
+) -> str:
     """history.md: the overview (commits x benchmarks, medians, steps marked), then per benchmark."""
     pts = history.points
     step_at = {(s.name, s.index): s for name in history.names for s in history.steps[name]}
-    lines = ['# Benchmark history', '',
-             f'Machine `{history.machine}`; {len(pts)} commits, {len(history.names)} benchmarks, '
-             f'{sum(len(p.runs) for p in pts)} runs. Generated by `simharness bench history` '
-             'from pytest-benchmark\'s saved JSON. A step (▲ slower, ▼ faster, with the '
-             'ratio of the runs after it to those before it and its probability) marks the '
-             'first commit of a new level: a change point of a piecewise-constant fit of the '
-             'log run medians, weighted by the noise, that the runs of the segments on either '
-             'side confirm beyond the tolerance. "rerun confirmed" / "rerun unconfirmed": the '
-             'commit before and the step\'s first commit run again, interleaved '
-             '(`simharness bench history --confirm`).']
+    lines = [
+        '# Benchmark history',
+        '',
+        f'Machine `{history.machine}`; {len(pts)} commits, {len(history.names)} benchmarks, '
+        f'{sum(len(p.runs) for p in pts)} runs. Generated by `simharness bench history` '
+        "from pytest-benchmark's saved JSON. A step (▲ slower, ▼ faster, with the "
+        'ratio of the runs after it to those before it and its probability) marks the '
+        'first commit of a new level: a change point of a piecewise-constant fit of the '
+        'log run medians, weighted by the noise, that the runs of the segments on either '
+        'side confirm beyond the tolerance. "rerun confirmed" / "rerun unconfirmed": the '
+        "commit before and the step's first commit run again, interleaved "
+        '(`simharness bench history --confirm`).',
+    ]
     if history.other_machines:
         lines.append(f'Other machines (not shown): {history.other_machines}.')
     if plots_dir:
@@ -366,21 +428,36 @@ def render_markdown(history: History, plots_dir: Optional[str] = None,
     for n in history.names:
         noise = history.noise.get(n)
         lines += ['', f'## `{n}`', '']
-        lines.append('Between-run scatter of one commit: '
-                     + ('unknown (no commit with 2 runs)' if noise is None else
-                        f'{math.expm1(noise[0]):.1%} (sd of log medians, {noise[1]} degrees of '
-                        'freedom)') + '.')
+        lines.append(
+            'Between-run scatter of one commit: '
+            + (
+                'unknown (no commit with 2 runs)'
+                if noise is None
+                else f'{math.expm1(noise[0]):.1%} (sd of log medians, {noise[1]} degrees of '
+                'freedom)'
+            )
+            + '.'
+        )
         sn = history.step_noise.get(n)
-        lines.append('Step detection: ' + (
-            'not sought (the noise is unknown: no commit with 2 runs, fewer than '
-            f'{changepoint.MIN_COMMITS_FOR_LEVEL_NOISE} commits)' if sn is None else
-            f'noise of a run about its level {math.expm1(sn.run_sd):.1%} (repeated runs '
-            f'{math.expm1(sn.within_sd):.1%}, between commits {math.expm1(sn.level_sd):.1%})')
-            + '.')
+        lines.append(
+            'Step detection: '
+            + (
+                'not sought (the noise is unknown: no commit with 2 runs, fewer than '
+                f'{changepoint.MIN_COMMITS_FOR_LEVEL_NOISE} commits)'
+                if sn is None
+                else f'noise of a run about its level {math.expm1(sn.run_sd):.1%} (repeated runs '
+                f'{math.expm1(sn.within_sd):.1%}, between commits {math.expm1(sn.level_sd):.1%})'
+            )
+            + '.'
+        )
         if plots_dir:
             lines += ['', f'![{n}]({rel_plots}/{_slug(n)}.png)']
-        lines += ['', '| commit | runs | median | run medians | clients/s | peak RSS MB | '
-                      'first round | result | step |', '|---|---|---|---|---|---|---|---|---|']
+        lines += [
+            '',
+            '| commit | runs | median | run medians | clients/s | peak RSS MB | '
+            'first round | result | step |',
+            '|---|---|---|---|---|---|---|---|---|',
+        ]
         prev_prints: Optional[List[str]] = None
         for i, p in _points_with(history, n):
             prints = _prints(p, n)
@@ -392,11 +469,17 @@ def render_markdown(history: History, plots_dir: Optional[str] = None,
             rss = _rss(p, n)
             lines.append(
                 f'| `{p.label}` | {len(p.runs)} | {_fmt_time(p.median(n))} | '
-                + ', '.join(_fmt_time(v) for v in p.run_medians(n)) + ' | '
-                + ('-' if cps is None else f'{cps:,.0f}') + ' | '
-                + ('-' if rss is None else f'{rss / MB:,.0f}') + ' | '
-                + _fmt_time(_first_round(p, n)) + f' | {result} | '
-                + step_mark(step_at.get((n, i))) + ' |')
+                + ', '.join(_fmt_time(v) for v in p.run_medians(n))
+                + ' | '
+                + ('-' if cps is None else f'{cps:,.0f}')
+                + ' | '
+                + ('-' if rss is None else f'{rss / MB:,.0f}')
+                + ' | '
+                + _fmt_time(_first_round(p, n))
+                + f' | {result} | '
+                + step_mark(step_at.get((n, i)))
+                + ' |'
+            )
     return '\n'.join(lines) + '\n'
 
 
@@ -419,8 +502,10 @@ def _save_figure(fig: object, path: str) -> None:
 def plot_history(history: History, plots_dir: str) -> List[str]:
     """PNG plots: ``overview.png`` and one per benchmark (time, clients/s, peak RSS). Returns paths."""
     import matplotlib
+
     matplotlib.use('Agg', force=False)
     from matplotlib import pyplot as plt
+
     out = []
     labels = [p.label for p in history.points]
     x_all = np.arange(len(labels))
@@ -433,11 +518,16 @@ def plot_history(history: History, plots_dir: str) -> List[str]:
                 continue
             xs = [i for i, _ in pts]
             ys = [p.median(n) / base for _, p in pts]
-            line, = ax.plot(xs, ys, marker='o', label=n)
+            (line,) = ax.plot(xs, ys, marker='o', label=n)
             for s in history.steps[n]:
-                ax.plot([s.index], [history.points[s.index].median(n) / base],
-                        marker='^' if s.comparison.verdict == 'slower' else 'v', markersize=13,
-                        color=line.get_color(), markeredgecolor='black')
+                ax.plot(
+                    [s.index],
+                    [history.points[s.index].median(n) / base],
+                    marker='^' if s.comparison.verdict == 'slower' else 'v',
+                    markersize=13,
+                    color=line.get_color(),
+                    markeredgecolor='black',
+                )
         ax.axhline(1.0, color='grey', linewidth=0.8)
         ax.set_yscale('log')
         ax.set_xticks(x_all, labels, rotation=45, ha='right', fontsize=8)
@@ -457,8 +547,7 @@ def plot_history(history: History, plots_dir: str) -> List[str]:
             ax = axes[0]
             for i, p in pts:
                 meds = p.run_medians(n)
-                ax.scatter([i] * len(meds), [m * 1e3 for m in meds], color='grey', s=12,
-                           zorder=2)
+                ax.scatter([i] * len(meds), [m * 1e3 for m in meds], color='grey', s=12, zorder=2)
             ax.plot(xs, [p.median(n) * 1e3 for _, p in pts], marker='o', zorder=3)
             ax.set_ylabel('median round (ms)')
             cps = [(i, _cps(p, n)) for i, p in pts]
@@ -469,16 +558,20 @@ def plot_history(history: History, plots_dir: str) -> List[str]:
             rss = [(i, _rss(p, n)) for i, p in pts]
             rss = [(i, v) for i, v in rss if v is not None]
             if rss:
-                axes[2].plot([i for i, _ in rss], [v / MB for _, v in rss], marker='o',
-                             color='C3')
+                axes[2].plot([i for i, _ in rss], [v / MB for _, v in rss], marker='o', color='C3')
             axes[2].set_ylabel('peak RSS (MB)')
             for s in history.steps[n]:
                 color = 'red' if s.comparison.verdict == 'slower' else 'green'
                 for a in axes:
                     a.axvline(s.index, color=color, linestyle='--', linewidth=1)
-                axes[0].annotate(step_mark(s), (s.index, history.points[s.index].median(n) * 1e3),
-                                 fontsize=8, color=color, xytext=(4, 4),
-                                 textcoords='offset points')
+                axes[0].annotate(
+                    step_mark(s),
+                    (s.index, history.points[s.index].median(n) * 1e3),
+                    fontsize=8,
+                    color=color,
+                    xytext=(4, 4),
+                    textcoords='offset points',
+                )
             for a in axes:  # from zero: small changes look small
                 a.set_ylim(bottom=0)
             axes[2].set_xticks(x_all, labels, rotation=45, ha='right', fontsize=8)
@@ -491,11 +584,17 @@ def plot_history(history: History, plots_dir: str) -> List[str]:
     return out
 
 
-def write_history(storage: str, out_dir: str, machine: Optional[str] = None,
-                  tolerance: float = DEFAULT_TOLERANCE, confidence: float = DEFAULT_CONFIDENCE,
-                  names: Optional[Sequence[str]] = None, plots: bool = True,
-                  penalty: float = changepoint.DEFAULT_PENALTY,
-                  rerun: Optional[Rerun] = None) -> Tuple[str, History]:
+def write_history(
+    storage: str,
+    out_dir: str,
+    machine: Optional[str] = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    confidence: float = DEFAULT_CONFIDENCE,
+    names: Optional[Sequence[str]] = None,
+    plots: bool = True,
+    penalty: float = changepoint.DEFAULT_PENALTY,
+    rerun: Optional[Rerun] = None,
+) -> Tuple[str, History]:
     """Reads the runs under `storage`, writes ``out_dir/history.md`` and ``out_dir/plots/*.png``.
 
     Args:

@@ -28,8 +28,13 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 import numpy as np
 import psutil
 
-__all__ = ['CALIBRATION_WORKLOAD', 'PeakRss', 'calibration_workload', 'fingerprint',
-           'time_calibration']
+__all__ = [
+    'CALIBRATION_WORKLOAD',
+    'PeakRss',
+    'calibration_workload',
+    'fingerprint',
+    'time_calibration',
+]
 
 #: Name and version of the calibration workload; runs are normalized by it
 #: only when both were timed with the same one.
@@ -55,6 +60,7 @@ def time_calibration(timer: Callable[[], float] = time.perf_counter) -> float:
 
 
 # ------------------------------------------------------------------ peak memory
+
 
 def _read_hwm(pid: int) -> Optional[int]:
     try:
@@ -97,8 +103,9 @@ class PeakRss:
     ``'rss-after'``: the RSS at the end, where the peak cannot be reset).
     """
 
-    def __init__(self, worker_pids: Callable[[], Iterable[int]] = lambda: (),
-                 include_new: bool = False):
+    def __init__(
+        self, worker_pids: Callable[[], Iterable[int]] = lambda: (), include_new: bool = False
+    ):
         self._worker_pids = worker_pids
         self._include_new = include_new
         self._pids: List[int] = []
@@ -132,11 +139,16 @@ class PeakRss:
         """JSON-friendly: driver, workers (list), total (sum of the per-process peaks), method."""
         workers = [self.worker_bytes[p] for p in self._pids[1:] if p in self.worker_bytes]
         total = None if self.driver_bytes is None else self.driver_bytes + sum(workers)
-        return {'driver_peak_rss_bytes': self.driver_bytes, 'workers_peak_rss_bytes': workers,
-                'total_peak_rss_bytes': total, 'method': self.method}
+        return {
+            'driver_peak_rss_bytes': self.driver_bytes,
+            'workers_peak_rss_bytes': workers,
+            'total_peak_rss_bytes': total,
+            'method': self.method,
+        }
 
 
 # ------------------------------------------------------------------ result fingerprints
+
 
 def _feed(h: 'hashlib._Hash', value: Any, depth: int = 0) -> None:
     if depth > 100:
@@ -154,8 +166,12 @@ def _feed(h: 'hashlib._Hash', value: Any, depth: int = 0) -> None:
         h.update(b'S' + str(len(data)).encode() + b':' + data)
     elif isinstance(value, (bytes, bytearray)):
         h.update(b'Y' + str(len(value)).encode() + b':' + bytes(value))
-    elif isinstance(value, (np.ndarray, np.generic)) or hasattr(value, '__array__') and \
-            hasattr(value, 'dtype') and hasattr(value, 'shape'):
+    elif (
+        isinstance(value, (np.ndarray, np.generic))
+        or hasattr(value, '__array__')
+        and hasattr(value, 'dtype')
+        and hasattr(value, 'shape')
+    ):
         arr = np.ascontiguousarray(np.asarray(value))
         if arr.dtype == object:
             h.update(b'O' + repr(arr.shape).encode())
@@ -188,14 +204,15 @@ def _feed(h: 'hashlib._Hash', value: Any, depth: int = 0) -> None:
         h.update(b']')
     elif hasattr(type(value), '__attrs_attrs__'):
         h.update(b'R' + type(value).__name__.encode())
-        _feed(h, {a.name: getattr(value, a.name) for a in type(value).__attrs_attrs__},
-              depth + 1)
+        _feed(h, {a.name: getattr(value, a.name) for a in type(value).__attrs_attrs__}, depth + 1)
     elif hasattr(value, 'numpy') and callable(value.numpy):  # an eager tensor
         _feed(h, value.numpy(), depth + 1)
     else:
-        raise TypeError(f'fingerprint: cannot hash a value of type {type(value).__name__} '
-                        '(expected numpy arrays, tensors, numbers, strings, bytes, None, '
-                        'lists, tuples, dicts, namedtuples, attrs classes or Structs)')
+        raise TypeError(
+            f'fingerprint: cannot hash a value of type {type(value).__name__} '
+            '(expected numpy arrays, tensors, numbers, strings, bytes, None, '
+            'lists, tuples, dicts, namedtuples, attrs classes or Structs)'
+        )
 
 
 def fingerprint(value: Any) -> str:

@@ -122,11 +122,16 @@ def machine_fingerprint(machine_info: Dict[str, Any]) -> str:
 
 def fingerprint_of(machine_info: Dict[str, Any], memory: Optional[int] = None) -> str:
     cpu = machine_info.get('cpu') or {}
-    key = {'node': machine_info.get('node'), 'machine': machine_info.get('machine'),
-           'system': machine_info.get('system'),
-           'python': str(machine_info.get('python_implementation', '')) + ' '
-           + '.'.join(str(machine_info.get('python_version', '')).split('.')[:2]),
-           'cpu': cpu.get('brand_raw'), 'cpus': cpu.get('count')}
+    key = {
+        'node': machine_info.get('node'),
+        'machine': machine_info.get('machine'),
+        'system': machine_info.get('system'),
+        'python': str(machine_info.get('python_implementation', ''))
+        + ' '
+        + '.'.join(str(machine_info.get('python_version', '')).split('.')[:2]),
+        'cpu': cpu.get('brand_raw'),
+        'cpus': cpu.get('count'),
+    }
     del memory  # recorded apart (machine_info['simharness']['memory_total_bytes'])
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return f'{key["node"]}-{digest}'
@@ -149,17 +154,26 @@ def _measurement(b: Dict[str, Any]) -> Measurement:
     cal = own.get('calibration') or {}
     cps = own.get('clients_per_second', extra.get('clients_per_second'))
     return Measurement(
-        name=str(b.get('name') or b.get('fullname')), group=b.get('group'), times=times,
-        median=float(stats.get('median', float('nan'))), q1=float(stats.get('q1', float('nan'))),
-        q3=float(stats.get('q3', float('nan'))), min=float(stats.get('min', float('nan'))),
-        rounds=int(stats.get('rounds', 0)), calibration=_array(cal.get('times')),
+        name=str(b.get('name') or b.get('fullname')),
+        group=b.get('group'),
+        times=times,
+        median=float(stats.get('median', float('nan'))),
+        q1=float(stats.get('q1', float('nan'))),
+        q3=float(stats.get('q3', float('nan'))),
+        min=float(stats.get('min', float('nan'))),
+        rounds=int(stats.get('rounds', 0)),
+        calibration=_array(cal.get('times')),
         calibration_workload=cal.get('workload'),
-        first_round_seconds=own.get('first_round_seconds',
-                                    extra.get('simharness_first_round_seconds')),
-        memory=dict(own.get('memory') or {}), fingerprint=own.get('fingerprint'),
-        clients_per_second=None if cps is None else float(cps), extra_info=extra,
+        first_round_seconds=own.get(
+            'first_round_seconds', extra.get('simharness_first_round_seconds')
+        ),
+        memory=dict(own.get('memory') or {}),
+        fingerprint=own.get('fingerprint'),
+        clients_per_second=None if cps is None else float(cps),
+        extra_info=extra,
         starts=_array(own.get('starts')) if own else None,
-        fullname=b.get('fullname') or None)
+        fullname=b.get('fullname') or None,
+    )
 
 
 def run_from_dict(data: Dict[str, Any], path: str = '') -> Run:
@@ -169,8 +183,10 @@ def run_from_dict(data: Dict[str, Any], path: str = '') -> Run:
       SimharnessValueError: not pytest-benchmark output (no ``benchmarks`` list).
     """
     if not isinstance(data, dict) or not isinstance(data.get('benchmarks'), list):
-        raise SimharnessValueError(f'{path or "data"}: not a pytest-benchmark JSON file '
-                                   '(expected an object with a "benchmarks" list)')
+        raise SimharnessValueError(
+            f'{path or "data"}: not a pytest-benchmark JSON file '
+            '(expected an object with a "benchmarks" list)'
+        )
     commit = data.get('commit_info') or {}
     machine_info = data.get('machine_info') or {}
     cid = commit.get('id')
@@ -180,11 +196,18 @@ def run_from_dict(data: Dict[str, Any], path: str = '') -> Run:
         benchmarks[m.name] = m
     own = data.get('simharness') or {}
     interleave = own.get('interleave') if isinstance(own, dict) else None
-    return Run(path=path, datetime=str(data.get('datetime', '')), interleave=interleave,
-               commit=None if cid in (None, 'unknown', 'unversioned') else str(cid),
-               commit_time=commit.get('time'), dirty=bool(commit.get('dirty')),
-               branch=commit.get('branch'), machine=machine_fingerprint(machine_info),
-               machine_info=machine_info, benchmarks=benchmarks)
+    return Run(
+        path=path,
+        datetime=str(data.get('datetime', '')),
+        interleave=interleave,
+        commit=None if cid in (None, 'unknown', 'unversioned') else str(cid),
+        commit_time=commit.get('time'),
+        dirty=bool(commit.get('dirty')),
+        branch=commit.get('branch'),
+        machine=machine_fingerprint(machine_info),
+        machine_info=machine_info,
+        benchmarks=benchmarks,
+    )
 
 
 def load_run(path: str) -> Run:
@@ -213,8 +236,10 @@ def find_runs(storage: str) -> List[Run]:
     if os.path.isfile(storage):
         return [load_run(storage)]
     if not os.path.isdir(storage):
-        raise SimharnessValueError(f'benchmark storage {storage!r} does not exist (expected a '
-                                   'folder of pytest-benchmark JSON files, or one such file)')
+        raise SimharnessValueError(
+            f'benchmark storage {storage!r} does not exist (expected a '
+            'folder of pytest-benchmark JSON files, or one such file)'
+        )
     paths = sorted(glob.glob(os.path.join(storage, '**', '*.json'), recursive=True))
     runs = []
     for p in paths:
@@ -227,7 +252,7 @@ def find_runs(storage: str) -> List[Run]:
 
 
 def _strip_file_url(storage: str) -> str:
-    return storage[len('file://'):] if storage.startswith('file://') else storage
+    return storage[len('file://') :] if storage.startswith('file://') else storage
 
 
 _NUMBER = re.compile(r'^[0-9]{1,4}$')
@@ -243,8 +268,10 @@ def resolve_runs(spec: str, storage: Optional[str] = None) -> List[Run]:
     if os.path.isfile(spec):
         return [load_run(spec)]
     if storage is None:
-        raise SimharnessValueError(f'{spec!r} is not a file; give --storage to look it up as a '
-                                   'saved run number or a commit')
+        raise SimharnessValueError(
+            f'{spec!r} is not a file; give --storage to look it up as a '
+            'saved run number or a commit'
+        )
     runs = find_runs(storage)
     if _NUMBER.match(spec):
         prefix = spec.zfill(4) + '_'
@@ -259,7 +286,8 @@ def resolve_runs(spec: str, storage: Optional[str] = None) -> List[Run]:
     if not found:
         raise SimharnessValueError(
             f'no saved run {spec!r} in {storage} ({len(runs)} runs there; expected a JSON file, '
-            'a run number such as 0003, or a commit sha prefix)')
+            'a run number such as 0003, or a commit sha prefix)'
+        )
     return found
 
 

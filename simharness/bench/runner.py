@@ -47,18 +47,23 @@ def git(args: Sequence[str], cwd: str, binary: bool = False) -> Any:
     except FileNotFoundError:
         raise SimharnessValueError('git is not installed (needed to run a revision)') from None
     except subprocess.CalledProcessError as e:
-        raise SimharnessValueError(f'git {" ".join(args)} failed in {cwd}: '
-                                   f'{e.stderr.decode(errors="replace").strip()}') from None
+        raise SimharnessValueError(
+            f'git {" ".join(args)} failed in {cwd}: {e.stderr.decode(errors="replace").strip()}'
+        ) from None
     return out.stdout if binary else out.stdout.decode().strip()
 
 
 def commit_info(rev: str, repo: str = '.') -> Dict[str, Any]:
     """pytest-benchmark's commit_info for `rev` of the repository at `repo` (never dirty)."""
     sha, ctime, atime = git(['show', '-s', '--format=%H%n%cI%n%aI', rev, '--'], repo).split('\n')
-    return {'id': sha, 'time': ctime, 'author_time': atime, 'dirty': False,
-            'project': os.path.basename(os.path.abspath(git(['rev-parse', '--show-toplevel'],
-                                                              repo))),
-            'branch': '(revision)'}
+    return {
+        'id': sha,
+        'time': ctime,
+        'author_time': atime,
+        'dirty': False,
+        'project': os.path.basename(os.path.abspath(git(['rev-parse', '--show-toplevel'], repo))),
+        'branch': '(revision)',
+    }
 
 
 def checkout(rev: str, dest: str, repo: str = '.') -> Dict[str, Any]:
@@ -97,8 +102,18 @@ class Session:
     commit: Optional[Dict[str, Any]] = None
 
     def command(self, json_out: str, extra: Sequence[str] = ()) -> List[str]:
-        return [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-                '--benchmark-only', f'--benchmark-json={json_out}', *extra, *self.pytest_args]
+        return [
+            sys.executable,
+            '-m',
+            'pytest',
+            '-q',
+            '-p',
+            'no:cacheprovider',
+            '--benchmark-only',
+            f'--benchmark-json={json_out}',
+            *extra,
+            *self.pytest_args,
+        ]
 
     def environ(self, more: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
         env = dict(os.environ)
@@ -106,7 +121,8 @@ class Session:
         env.pop(COMMIT_INFO_ENV, None)
         if self.code_path:
             env['PYTHONPATH'] = os.pathsep.join(
-                [self.code_path] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
+                [self.code_path] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else [])
+            )
         if self.commit:
             env[COMMIT_INFO_ENV] = json.dumps(self.commit)
         env.update(self.env)
@@ -114,13 +130,23 @@ class Session:
         return env
 
 
-def _start(session: Session, json_out: str, log_path: str, extra: Sequence[str] = (),
-           env: Optional[Mapping[str, str]] = None) -> Tuple[subprocess.Popen, Any]:
+def _start(
+    session: Session,
+    json_out: str,
+    log_path: str,
+    extra: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
+) -> Tuple[subprocess.Popen, Any]:
     log = open(log_path, 'wb')  # pylint: disable=consider-using-with
     try:
-        proc = subprocess.Popen(session.command(json_out, extra), cwd=session.cwd,
-                                env=session.environ(env), stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            session.command(json_out, extra),
+            cwd=session.cwd,
+            env=session.environ(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     except BaseException:
         log.close()
         raise
@@ -148,13 +174,15 @@ def _tail(path: str, n: int = 3000) -> str:
 
 def _check(proc: subprocess.Popen, json_out: str, log_path: str, what: str) -> str:
     if proc.returncode != 0 or not os.path.isfile(json_out):
-        raise SimharnessValueError(f'{what}: pytest exited with {proc.returncode} '
-                                   f'(log {log_path}):\n{_tail(log_path)}')
+        raise SimharnessValueError(
+            f'{what}: pytest exited with {proc.returncode} (log {log_path}):\n{_tail(log_path)}'
+        )
     return json_out
 
 
-def run_session(session: Session, json_out: str, extra: Sequence[str] = (),
-                timeout: Optional[float] = None) -> str:
+def run_session(
+    session: Session, json_out: str, extra: Sequence[str] = (), timeout: Optional[float] = None
+) -> str:
     """Runs one pytest benchmark session; returns `json_out`.
 
     Raises:
@@ -166,17 +194,22 @@ def run_session(session: Session, json_out: str, extra: Sequence[str] = (),
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise SimharnessValueError(f'benchmark session in {session.cwd} ran past {timeout} s '
-                                       f'(log {log_path})') from None
+            raise SimharnessValueError(
+                f'benchmark session in {session.cwd} ran past {timeout} s (log {log_path})'
+            ) from None
     finally:
         _kill(proc)
         log.close()
     return _check(proc, json_out, log_path, f'benchmark session in {session.cwd}')
 
 
-def run_interleaved(sessions: Sequence[Session], out_dir: str, extra: Sequence[str] = (),
-                    timeout: Optional[float] = None,
-                    labels: Optional[Sequence[str]] = None) -> List[str]:
+def run_interleaved(
+    sessions: Sequence[Session],
+    out_dir: str,
+    extra: Sequence[str] = (),
+    timeout: Optional[float] = None,
+    labels: Optional[Sequence[str]] = None,
+) -> List[str]:
     """Runs several sessions at once, their timed rounds taking turns in rotation.
 
     This process is the coordinator (see `simharness.pytest_plugin._Turns`):
@@ -219,8 +252,15 @@ def run_interleaved(sessions: Sequence[Session], out_dir: str, extra: Sequence[s
         done = os.open(done_path, os.O_RDWR)
         fds.append(done)
         for i, sess in enumerate(sessions):
-            spec = json.dumps({'mine': paths[i], 'done': done_path, 'side': labels[i],
-                               'session': session_id, 'index': i})
+            spec = json.dumps(
+                {
+                    'mine': paths[i],
+                    'done': done_path,
+                    'side': labels[i],
+                    'session': session_id,
+                    'index': i,
+                }
+            )
             procs.append(_start(sess, outs[i], outs[i] + '.log', extra, {INTERLEAVE_ENV: spec}))
         deadline = None if timeout is None else time.monotonic() + timeout
         ready: set = set()
@@ -233,7 +273,9 @@ def run_interleaved(sessions: Sequence[Session], out_dir: str, extra: Sequence[s
             if deadline is not None and time.monotonic() > deadline:
                 raise SimharnessValueError(
                     f'interleaved benchmark sessions ran past {timeout} s (logs: '
-                    + ', '.join(o + '.log' for o in outs) + ')')
+                    + ', '.join(o + '.log' for o in outs)
+                    + ')'
+                )
             if select.select([done], [], [], 0.2)[0]:
                 pending += os.read(done, 64)
             passed = False
@@ -273,5 +315,7 @@ def run_interleaved(sessions: Sequence[Session], out_dir: str, extra: Sequence[s
         for fd in fds:
             os.close(fd)
         shutil.rmtree(fifo_dir, ignore_errors=True)
-    return [_check(proc, out, out + '.log', f'session {label}')
-            for (proc, _), out, label in zip(procs, outs, labels)]
+    return [
+        _check(proc, out, out + '.log', f'session {label}')
+        for (proc, _), out, label in zip(procs, outs, labels)
+    ]

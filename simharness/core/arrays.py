@@ -30,10 +30,27 @@ Array = Union[bool, int, float, complex, str, bytes, np.generic, np.ndarray]
 ArrayShape = Optional[Tuple[Optional[int], ...]]
 
 #: The dtypes federated_language's types allow.
-_VALID_DTYPES = frozenset(np.dtype(d) for d in (
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-    np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128, np.str_,
-    ml_dtypes.bfloat16))
+_VALID_DTYPES = frozenset(
+    np.dtype(d)
+    for d in (
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.float64,
+        np.complex64,
+        np.complex128,
+        np.str_,
+        ml_dtypes.bfloat16,
+    )
+)
 
 
 def array_shape_is_fully_defined(shape: ArrayShape) -> bool:
@@ -104,7 +121,8 @@ def infer_dtype(obj: Union[bool, int, float, complex, str, bytes]) -> Any:
             return np.int64
         raise SimharnessValueError(
             f'expected an int in the range [{np.iinfo(np.int64).min}, '
-            f'{np.iinfo(np.int64).max}], found {obj}')
+            f'{np.iinfo(np.int64).max}], found {obj}'
+        )
     if isinstance(obj, float):
         return np.float32
     if isinstance(obj, complex):
@@ -168,8 +186,17 @@ class Serializable(abc.ABC):
 
 
 __all__ = [
-    'Array', 'ArrayShape', 'Serializable', 'TypedObject', 'array_is_compatible_dtype',
-    'array_is_compatible_shape', 'array_shape_is_compatible_with', 'array_shape_is_fully_defined',
-    'array_shape_is_scalar', 'can_cast_dtype', 'infer_dtype', 'is_valid_dtype',
+    'Array',
+    'ArrayShape',
+    'Serializable',
+    'TypedObject',
+    'array_is_compatible_dtype',
+    'array_is_compatible_shape',
+    'array_shape_is_compatible_with',
+    'array_shape_is_fully_defined',
+    'array_shape_is_scalar',
+    'can_cast_dtype',
+    'infer_dtype',
+    'is_valid_dtype',
     'num_elements_in_array_shape',
 ]

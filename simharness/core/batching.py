@@ -35,11 +35,18 @@ def stack_python_values(values: List[Any], t: T.Type) -> Optional[List[np.ndarra
         columns = [[p[j] for p in per] for j in range(len(T.flatten_type(t)))]
     out = []
     for lt, col in zip(T.flatten_type(t), columns):
-        if not isinstance(lt, T.TensorType) or not lt.is_fully_defined or lt.dtype == np.dtype(object):
+        if (
+            not isinstance(lt, T.TensorType)
+            or not lt.is_fully_defined
+            or lt.dtype == np.dtype(object)
+        ):
             return None
         if not all(type(c) in _PLAIN for c in col) and any(
-                isinstance(c, (Struct, dict, list, tuple)) or hasattr(c, 'element_spec')
-                or (hasattr(c, 'numpy') and not isinstance(c, np.ndarray)) for c in col):
+            isinstance(c, (Struct, dict, list, tuple))
+            or hasattr(c, 'element_spec')
+            or (hasattr(c, 'numpy') and not isinstance(c, np.ndarray))
+            for c in col
+        ):
             return None
         try:
             arr = np.asarray(col)
@@ -61,8 +68,11 @@ def _dict_columns(values: List[Any], t: T.Type) -> Optional[List[List[Any]]]:
     if any(n is None for n in names) or any(isinstance(e, T.StructType) for e in t):
         return None
     for v in values:
-        if (type(v) not in (dict, collections.OrderedDict) or len(v) != len(names)
-                or not all(type(k) is str for k in v)):
+        if (
+            type(v) not in (dict, collections.OrderedDict)
+            or len(v) != len(names)
+            or not all(type(k) is str for k in v)
+        ):
             return None
     try:
         return [[v[n] for v in values] for n in names]

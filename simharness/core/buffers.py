@@ -51,7 +51,7 @@ DEFAULT_MAX_SIZES = 8
 
 def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
     off = (-raw.ctypes.data) % ALIGNMENT
-    return raw[off:off + nbytes]
+    return raw[off : off + nbytes]
 
 
 def aligned_empty(shape: Any, dtype: Any) -> np.ndarray:
@@ -75,8 +75,12 @@ class BufferPool:
         slice of a cohort, a model of another run) do not pile up.
     """
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, min_bytes: int = MIN_POOLED_BYTES,
-                 max_sizes: int = DEFAULT_MAX_SIZES):
+    def __init__(
+        self,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        min_bytes: int = MIN_POOLED_BYTES,
+        max_sizes: int = DEFAULT_MAX_SIZES,
+    ):
         self.max_bytes = int(max_bytes)
         self.min_bytes = int(min_bytes)
         self.max_sizes = int(max_sizes)
@@ -132,7 +136,7 @@ class BufferPool:
 
     def _drop_old_sizes(self) -> None:
         """Drops the free buffers of the least recently asked sizes beyond `max_sizes`."""
-        for key in list(self._by_size)[:max(0, len(self._by_size) - self.max_sizes)]:
+        for key in list(self._by_size)[: max(0, len(self._by_size) - self.max_sizes)]:
             self._drop_free(key)
 
     def _make_room(self, size: int) -> None:
@@ -164,11 +168,20 @@ class BufferPool:
     def stats(self) -> Dict[str, int]:
         """Counters: buffers reused and allocated, bytes pooled, buffers free now."""
         with self._lock:
-            free = sum(1 for bufs in self._by_size.values() for i in range(len(bufs))
-                       if sys.getrefcount(bufs[i]) <= 2)
+            free = sum(
+                1
+                for bufs in self._by_size.values()
+                for i in range(len(bufs))
+                if sys.getrefcount(bufs[i]) <= 2
+            )
             held = sum(len(b) for b in self._by_size.values())
-        return {'reused': self.reused, 'allocated': self.allocated,
-                'pooled_bytes': self._bytes, 'buffers': held, 'free_buffers': free}
+        return {
+            'reused': self.reused,
+            'allocated': self.allocated,
+            'pooled_bytes': self._bytes,
+            'buffers': held,
+            'free_buffers': free,
+        }
 
 
 #: The process' pool (driver, or a worker).
@@ -199,9 +212,14 @@ def split_elementwise(fn: Any, out: np.ndarray, *ins: np.ndarray) -> None:
         fn(*ins, out=out)
         return
     parts = min(4, _cpus(), out.nbytes // (SPLIT_MIN_BYTES // 2))
-    if (parts < 2 or out.ndim == 0 or not out.flags.c_contiguous
-            or not all(isinstance(a, np.ndarray) and a.shape == out.shape and a.flags.c_contiguous
-                       for a in ins)):
+    if (
+        parts < 2
+        or out.ndim == 0
+        or not out.flags.c_contiguous
+        or not all(
+            isinstance(a, np.ndarray) and a.shape == out.shape and a.flags.c_contiguous for a in ins
+        )
+    ):
         fn(*ins, out=out)
         return
     flat_out = out.reshape(-1)
@@ -214,8 +232,16 @@ def split_elementwise(fn: Any, out: np.ndarray, *ins: np.ndarray) -> None:
             fn(*(a[lo:hi] for a in flat_ins), out=flat_out[lo:hi])
         except BaseException as e:  # re-raised in the caller
             errors.append(e)
-    threads = [threading.Thread(target=run, args=(int(bounds[k]), int(bounds[k + 1])),
-                                name='simharness-split', daemon=True) for k in range(1, parts)]
+
+    threads = [
+        threading.Thread(
+            target=run,
+            args=(int(bounds[k]), int(bounds[k + 1])),
+            name='simharness-split',
+            daemon=True,
+        )
+        for k in range(1, parts)
+    ]
     for t in threads:
         t.start()
     run(int(bounds[0]), int(bounds[1]))
@@ -244,7 +270,6 @@ def pooled_copy(a: np.ndarray) -> np.ndarray:
     out = POOL.empty(a.shape, a.dtype)
     fast_copyto(out, a)
     return out
-
 
 
 class SharedReads:
@@ -283,7 +308,7 @@ class SharedReads:
             for token, ranges in self._open.items():
                 for start, stop, view in ranges:
                     if start <= lo and hi <= stop:
-                        out = view[lo - start:hi - start].view(arr.dtype).reshape(arr.shape)
+                        out = view[lo - start : hi - start].view(arr.dtype).reshape(arr.shape)
                         self._pins[token] += 1
                         weakref.finalize(out, self._unpin, token)
                         return out

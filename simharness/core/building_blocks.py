@@ -46,10 +46,14 @@ def selection_type(source_type: T.Type, index: int) -> T.Type:
     if isinstance(source_type, T.StructType):
         return source_type[index]
     if isinstance(source_type, T.FederatedType) and isinstance(source_type.member, T.StructType):
-        return T.FederatedType(source_type.member[index], source_type.placement,
-                               source_type.all_equal)
-    raise SimharnessTypeError(f'cannot select an element from a value of type {source_type}; '
-                              'expected a struct (or a federated struct)', actual=source_type)
+        return T.FederatedType(
+            source_type.member[index], source_type.placement, source_type.all_equal
+        )
+    raise SimharnessTypeError(
+        f'cannot select an element from a value of type {source_type}; '
+        'expected a struct (or a federated struct)',
+        actual=source_type,
+    )
 
 
 def _struct_type_of(t: T.Type) -> T.StructType:
@@ -57,8 +61,9 @@ def _struct_type_of(t: T.Type) -> T.StructType:
         return t
     if isinstance(t, T.FederatedType) and isinstance(t.member, T.StructType):
         return t.member
-    raise SimharnessTypeError(f'cannot select from a value of type {t}; expected a struct',
-                              actual=t)
+    raise SimharnessTypeError(
+        f'cannot select from a value of type {t}; expected a struct', actual=t
+    )
 
 
 class Selection(ComputationBuildingBlock):
@@ -68,8 +73,12 @@ class Selection(ComputationBuildingBlock):
     federating layer selects inside every member).
     """
 
-    def __init__(self, source: ComputationBuildingBlock, index: Optional[int] = None,
-                 name: Optional[str] = None):
+    def __init__(
+        self,
+        source: ComputationBuildingBlock,
+        index: Optional[int] = None,
+        name: Optional[str] = None,
+    ):
         st = _struct_type_of(source.type_signature)
         if name is not None:
             index = st.index_of(name)
@@ -91,36 +100,48 @@ class Selection(ComputationBuildingBlock):
 class Struct(ComputationBuildingBlock):
     """A struct of (optionally named) building blocks."""
 
-    def __init__(self, elements: Sequence[Tuple[Optional[str], ComputationBuildingBlock]],
-                 container: Optional[type] = None):
+    def __init__(
+        self,
+        elements: Sequence[Tuple[Optional[str], ComputationBuildingBlock]],
+        container: Optional[type] = None,
+    ):
         self.elements = list(elements)
-        self.type_signature = T.StructType([(n, e.type_signature) for n, e in self.elements],
-                                           container=container)
+        self.type_signature = T.StructType(
+            [(n, e.type_signature) for n, e in self.elements], container=container
+        )
 
     def children(self):
         return [e for _, e in self.elements]
 
     def compact(self) -> str:
-        return '<' + ','.join(e.compact() if n is None else f'{n}={e.compact()}'
-                              for n, e in self.elements) + '>'
+        return (
+            '<'
+            + ','.join(e.compact() if n is None else f'{n}={e.compact()}' for n, e in self.elements)
+            + '>'
+        )
 
 
 class Call(ComputationBuildingBlock):
     """`fn(arg)`; `arg` is None for functions with no parameter."""
 
-    def __init__(self, fn: ComputationBuildingBlock, arg: Optional[ComputationBuildingBlock] = None):
+    def __init__(
+        self, fn: ComputationBuildingBlock, arg: Optional[ComputationBuildingBlock] = None
+    ):
         ft = fn.type_signature
         if not isinstance(ft, T.FunctionType):
-            raise SimharnessTypeError(f'cannot call a value of type {ft}; expected a function',
-                                      actual=ft)
+            raise SimharnessTypeError(
+                f'cannot call a value of type {ft}; expected a function', actual=ft
+            )
         if ft.parameter is None:
             if arg is not None:
-                raise SimharnessTypeError(f'function of type {ft} takes no argument, got one of '
-                                          f'type {arg.type_signature}')
+                raise SimharnessTypeError(
+                    f'function of type {ft} takes no argument, got one of type {arg.type_signature}'
+                )
         else:
             if arg is None:
-                raise SimharnessTypeError(f'function of type {ft} needs an argument of type '
-                                          f'{ft.parameter}')
+                raise SimharnessTypeError(
+                    f'function of type {ft} needs an argument of type {ft.parameter}'
+                )
             ft.parameter.check_assignable_from(arg.type_signature, 'argument')
         self.fn = fn
         self.arg = arg
@@ -136,8 +157,9 @@ class Call(ComputationBuildingBlock):
 class Lambda(ComputationBuildingBlock):
     """`(param_name -> result)`; `param_name` None for no parameter."""
 
-    def __init__(self, param_name: Optional[str], param_type: Any,
-                 result: ComputationBuildingBlock):
+    def __init__(
+        self, param_name: Optional[str], param_type: Any, result: ComputationBuildingBlock
+    ):
         self.parameter_name = param_name
         self.parameter_type = None if param_type is None else T.to_type(param_type)
         self.result = result
@@ -153,8 +175,11 @@ class Lambda(ComputationBuildingBlock):
 class Block(ComputationBuildingBlock):
     """`let name_1 = v_1, ..., name_k = v_k in result`, evaluated in order."""
 
-    def __init__(self, locals_: Sequence[Tuple[str, ComputationBuildingBlock]],
-                 result: ComputationBuildingBlock):
+    def __init__(
+        self,
+        locals_: Sequence[Tuple[str, ComputationBuildingBlock]],
+        result: ComputationBuildingBlock,
+    ):
         self.locals = list(locals_)
         self.result = result
         self.type_signature = result.type_signature
@@ -245,10 +270,22 @@ class CompiledComputation(ComputationBuildingBlock):
 
 #: Names of TF's stateful random ops, as bytes (substrings of the op names they cover).
 STATEFUL_RANDOM_OP_NAMES = (
-    b'RandomStandardNormal', b'RandomUniform', b'TruncatedNormal', b'RandomGamma',
-    b'RandomPoisson', b'RandomShuffle', b'Multinomial', b'RandomBinomial', b'RandomCrop',
-    b'StatefulStandardNormal', b'StatefulUniform', b'StatefulTruncatedNormal',
-    b'NonDeterministicInts', b'RngReadAndSkip', b'RngSkip', b'RandomIndexShuffle',
+    b'RandomStandardNormal',
+    b'RandomUniform',
+    b'TruncatedNormal',
+    b'RandomGamma',
+    b'RandomPoisson',
+    b'RandomShuffle',
+    b'Multinomial',
+    b'RandomBinomial',
+    b'RandomCrop',
+    b'StatefulStandardNormal',
+    b'StatefulUniform',
+    b'StatefulTruncatedNormal',
+    b'NonDeterministicInts',
+    b'RngReadAndSkip',
+    b'RngSkip',
+    b'RandomIndexShuffle',
 )
 
 
@@ -316,8 +353,11 @@ class IntrinsicDef:
     def __init__(self, name: str, uri: str, type_signature: Any = None):
         for what, s in (('name', name), ('uri', uri)):
             if not isinstance(s, str) or not s:
-                raise SimharnessTypeError(f'IntrinsicDef {what} must be a non-empty str, got '
-                                          f'{s!r}', expected=str, actual=type(s))
+                raise SimharnessTypeError(
+                    f'IntrinsicDef {what} must be a non-empty str, got {s!r}',
+                    expected=str,
+                    actual=type(s),
+                )
         self.name = name
         self.uri = uri
         self.type_signature = type_signature
@@ -330,15 +370,36 @@ class IntrinsicDef:
 _INTRINSIC_DEFS: dict = {}
 
 for _uri in (
-        'federated_aggregate', 'federated_apply', 'federated_broadcast', 'federated_collect',
-        'federated_eval_at_clients', 'federated_eval_at_server', 'federated_map',
-        'federated_map_all_equal', 'federated_max', 'federated_mean', 'federated_min',
-        'federated_secure_modular_sum', 'federated_secure_select', 'federated_secure_sum',
-        'federated_secure_sum_bitwidth', 'federated_select', 'federated_sum',
-        'federated_value_at_clients', 'federated_value_at_server', 'federated_weighted_mean',
-        'federated_zip_at_clients', 'federated_zip_at_server', 'generic_divide',
-        'generic_multiply', 'generic_plus', 'generic_zero', 'sequence_map', 'sequence_reduce',
-        'sequence_sum'):
+    'federated_aggregate',
+    'federated_apply',
+    'federated_broadcast',
+    'federated_collect',
+    'federated_eval_at_clients',
+    'federated_eval_at_server',
+    'federated_map',
+    'federated_map_all_equal',
+    'federated_max',
+    'federated_mean',
+    'federated_min',
+    'federated_secure_modular_sum',
+    'federated_secure_select',
+    'federated_secure_sum',
+    'federated_secure_sum_bitwidth',
+    'federated_select',
+    'federated_sum',
+    'federated_value_at_clients',
+    'federated_value_at_server',
+    'federated_weighted_mean',
+    'federated_zip_at_clients',
+    'federated_zip_at_server',
+    'generic_divide',
+    'generic_multiply',
+    'generic_plus',
+    'generic_zero',
+    'sequence_map',
+    'sequence_reduce',
+    'sequence_sum',
+):
     IntrinsicDef(_uri.upper(), _uri)
 IntrinsicDef('GENERIC_ZERO', 'generic_zero', T.AbstractType('T'))  # a value, not a function
 

@@ -65,7 +65,9 @@ class Computation(tracing.Traceable):
         concrete = self._concrete_for_trace(args, kwargs)
         ft = concrete.type_signature
         arg = tracing.pack_args(ft.parameter, args, kwargs)
-        return tracing.Value(tracing.current_scope().bind(bb.Call(concrete.to_building_block(), arg)))
+        return tracing.Value(
+            tracing.current_scope().bind(bb.Call(concrete.to_building_block(), arg))
+        )
 
     def _concrete_for_trace(self, args, kwargs) -> 'ConcreteComputation':
         return self  # type: ignore[return-value]
@@ -78,16 +80,18 @@ def _has_traced_value(args, kwargs) -> bool:
 def _pack_python_args(param: Optional[T.Type], args: tuple, kwargs: dict) -> Any:
     if param is None:
         if args or kwargs:
-            raise SimharnessTypeError(f'this computation takes no argument, got '
-                                      f'{len(args) + len(kwargs)}')
+            raise SimharnessTypeError(
+                f'this computation takes no argument, got {len(args) + len(kwargs)}'
+            )
         return None
     if len(args) == 1 and not kwargs:
         return args[0]
     if not args and not kwargs:
         raise SimharnessTypeError(f'this computation needs an argument of type {param}')
     if not isinstance(param, T.StructType):
-        raise SimharnessTypeError(f'expected one argument of type {param}, got '
-                                  f'{len(args) + len(kwargs)}')
+        raise SimharnessTypeError(
+            f'expected one argument of type {param}, got {len(args) + len(kwargs)}'
+        )
     if kwargs:
         names = param.names
         items = list(zip(names, args))
@@ -115,7 +119,9 @@ class ConcreteComputation(Computation):
 
     def __init__(self, comp: bb.ComputationBuildingBlock, name: str = ''):
         if not isinstance(comp.type_signature, T.FunctionType):
-            raise SimharnessTypeError(f'a computation must be a function, got {comp.type_signature}')
+            raise SimharnessTypeError(
+                f'a computation must be a function, got {comp.type_signature}'
+            )
         self._comp = comp
         self.name = name
 
@@ -135,7 +141,9 @@ class PolymorphicComputation(Computation):
 
     def __init__(self, make: Callable[[Optional[T.Type]], ConcreteComputation], name: str = ''):
         self._make = make
-        self._cache: 'collections.OrderedDict[T.Type, ConcreteComputation]' = collections.OrderedDict()
+        self._cache: 'collections.OrderedDict[T.Type, ConcreteComputation]' = (
+            collections.OrderedDict()
+        )
         self._lock = threading.Lock()
         self.name = name
 
@@ -143,7 +151,8 @@ class PolymorphicComputation(Computation):
     def type_signature(self) -> T.FunctionType:
         raise SimharnessTypeError(
             f'computation {self.name!r} is polymorphic: it has no type signature until called '
-            'with an argument (or give parameter specs to the decorator)')
+            'with an argument (or give parameter specs to the decorator)'
+        )
 
     def concrete(self, param_type: T.Type) -> ConcreteComputation:
         with self._lock:
@@ -157,8 +166,10 @@ class PolymorphicComputation(Computation):
 
     def to_building_block(self, param_hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
         if param_hint is None:
-            raise SimharnessTypeError(f'polymorphic computation {self.name!r} needs an argument '
-                                      'type before it can be used here')
+            raise SimharnessTypeError(
+                f'polymorphic computation {self.name!r} needs an argument '
+                'type before it can be used here'
+            )
         return self.concrete(param_hint).to_building_block()
 
     def _concrete_for_call(self, args, kwargs) -> ConcreteComputation:
@@ -190,6 +201,7 @@ def _strip_container_for_polymorphism(t: T.Type, nargs: int) -> T.Type:
 
 # ---------------------------------------------------------------- decorators
 
+
 def _is_spec(x: Any) -> bool:
     if isinstance(x, (T.Type, list, tuple, dict)) or hasattr(x, 'as_numpy_dtype'):
         return True
@@ -220,20 +232,28 @@ def _param_type_and_unpack(fn: Callable, specs: tuple) -> tuple:
         given = ', '.join(str(T.to_type(s)) for s in specs)
         raise SimharnessTypeError(
             f'{getattr(fn, "__name__", fn)} takes no parameters, but the parameter type(s) '
-            f'{given} were given', actual=specs)
-    names: List[Optional[str]] = [p.name for p in inspect.signature(fn).parameters.values()
-                                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            f'{given} were given',
+            actual=specs,
+        )
+    names: List[Optional[str]] = [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
     if len(specs) == 1:
         t = T.to_type(specs[0])
         if nparams is not None and nparams >= 2:
             if isinstance(t, T.StructType) and len(t) == nparams:
                 return _named_for_params(fn, t, cast(List[str], names)), True
-            raise SimharnessTypeError(f'{fn.__name__} takes {nparams} parameters but the spec '
-                                      f'{t} does not have {nparams} elements')
+            raise SimharnessTypeError(
+                f'{fn.__name__} takes {nparams} parameters but the spec '
+                f'{t} does not have {nparams} elements'
+            )
         return t, False
     if nparams is not None and nparams != len(specs):
-        raise SimharnessTypeError(f'{fn.__name__} takes {nparams} parameters but {len(specs)} '
-                                  'specs were given')
+        raise SimharnessTypeError(
+            f'{fn.__name__} takes {nparams} parameters but {len(specs)} specs were given'
+        )
     if nparams is None:
         names = [None] * len(specs)
     return T.StructType([(n, T.to_type(s)) for n, s in zip(names, specs)]), True
@@ -248,23 +268,29 @@ def _named_for_params(fn: Callable, t: T.StructType, params: List[str]) -> T.Str
     if len(given) != len(t):
         raise SimharnessTypeError(
             'Types with both named and unnamed fields cannot be unpacked into argument lists. '
-            f'Found parameter type {t}.', actual=t)
+            f'Found parameter type {t}.',
+            actual=t,
+        )
     if set(given) != set(params):
         raise SimharnessTypeError(
             f'Function argument names must match field names of parameter type. Found '
             f'argument names {params} of {getattr(fn, "__name__", fn)}, which do not match '
-            f'{given}, the top-level fields of the parameter type {t}.', actual=t)
+            f'{given}, the top-level fields of the parameter type {t}.',
+            actual=t,
+        )
     return t
 
 
-def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation],
-               kind: str):
+def _decorator(
+    make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation], kind: str
+):
     def decorator(*args: Any, **options: Any) -> Any:
         unknown = sorted(set(options) - ({'jit_compile'} if kind == 'tf_computation' else set()))
         if unknown:
-            raise SimharnessTypeError(f'{kind} got an unexpected keyword argument {unknown[0]!r}'
-                                      + (' (it takes jit_compile=True/False/None)'
-                                         if kind == 'tf_computation' else ''))
+            raise SimharnessTypeError(
+                f'{kind} got an unexpected keyword argument {unknown[0]!r}'
+                + (' (it takes jit_compile=True/False/None)' if kind == 'tf_computation' else '')
+            )
         jit = check_jit_compile(options.get('jit_compile'))
         make = make_concrete if jit is None else _forcing(make_concrete, jit)
         if args and callable(args[0]) and not _is_spec(args[0]):
@@ -279,7 +305,9 @@ def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], Concr
         if not callable(fn) or isinstance(fn, type):
             raise SimharnessTypeError(
                 f'{kind} decorates a Python function, got {fn!r} of type {type(fn).__name__}',
-                expected='function', actual=type(fn))
+                expected='function',
+                actual=type(fn),
+            )
         name = getattr(fn, '__name__', '')
         nparams = num_positional_params(fn)
         comp: Computation
@@ -287,37 +315,52 @@ def _decorator(make_concrete: Callable[[Callable, Optional[T.Type], bool], Concr
             param, unpack = _param_type_and_unpack(fn, specs)
             comp = make_concrete(fn, param, unpack)
         else:
+
             def make(param_type: Optional[T.Type]) -> ConcreteComputation:
-                unpack = (isinstance(param_type, T.StructType) and nparams is not None
-                          and nparams >= 2 and len(param_type) == nparams)
+                unpack = (
+                    isinstance(param_type, T.StructType)
+                    and nparams is not None
+                    and nparams >= 2
+                    and len(param_type) == nparams
+                )
                 return make_concrete(fn, param_type, unpack)
+
             comp = PolymorphicComputation(make, name=name)
         functools.update_wrapper(comp, fn, updated=())
         if kind == 'tf_computation':
             comp.run_inline_in_tf(fn)
         return comp
+
     return decorator
 
 
-def _forcing(make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation],
-             jit: bool) -> Callable[[Callable, Optional[T.Type], bool], ConcreteComputation]:
+def _forcing(
+    make_concrete: Callable[[Callable, Optional[T.Type], bool], ConcreteComputation], jit: bool
+) -> Callable[[Callable, Optional[T.Type], bool], ConcreteComputation]:
     """`make_concrete` whose computations carry XLA forced to `jit` (`core.xla`)."""
+
     def make(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteComputation:
         comp = make_concrete(fn, param, unpack)
         built = comp.to_building_block()
         assert isinstance(built, bb.CompiledComputation)
         return ConcreteComputation(with_jit_compile(built, jit), comp.name)
+
     return make
 
 
 def _make_tf(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteComputation:
     from simharness.core import tf_serialization
+
     name = getattr(fn, '__name__', '')
     if param is not None and T.contains(param, (T.FederatedType, T.FunctionType)):
-        raise SimharnessTypeError(f'tf_computation {name!r} cannot take a parameter of type '
-                                  f'{param}; federated and functional values belong in '
-                                  'federated_computations')
-    return ConcreteComputation(tf_serialization.serialize_tf_function(fn, param, unpack, name), name)
+        raise SimharnessTypeError(
+            f'tf_computation {name!r} cannot take a parameter of type '
+            f'{param}; federated and functional values belong in '
+            'federated_computations'
+        )
+    return ConcreteComputation(
+        tf_serialization.serialize_tf_function(fn, param, unpack, name), name
+    )
 
 
 def _make_federated(fn: Callable, param: Optional[T.Type], unpack: bool) -> ConcreteComputation:
@@ -328,8 +371,7 @@ def _make_federated(fn: Callable, param: Optional[T.Type], unpack: bool) -> Conc
             result = fn()
         else:
             ref = tracing.Value(bb.Reference(pname, param))
-            result = (call_unpacked(fn, cast(T.StructType, param), list(ref)) if unpack
-                      else fn(ref))
+            result = call_unpacked(fn, cast(T.StructType, param), list(ref)) if unpack else fn(ref)
         if result is None:
             raise SimharnessTypeError(f'federated_computation {name!r} returned None')
         body = tracing.to_building_block(result)
@@ -347,6 +389,7 @@ federated_computation = _decorator(_make_federated, 'federated_computation')
 
 # ---------------------------------------------------------------- check_returns_type
 
+
 def _result_type(value: Any) -> T.Type:
     """The type of what a traced function returned (traced values, tensors, containers)."""
     if isinstance(value, tracing.Value):
@@ -355,20 +398,27 @@ def _result_type(value: Any) -> T.Type:
         return value.type_signature
     if hasattr(value, 'element_spec') and hasattr(value, 'reduce'):  # tf.data.Dataset
         return T.infer_type(value)
-    if (hasattr(value, 'dtype') and hasattr(value, 'shape')
-            and not isinstance(value, (list, tuple, dict))):  # tensors, variables, arrays
+    if (
+        hasattr(value, 'dtype')
+        and hasattr(value, 'shape')
+        and not isinstance(value, (list, tuple, dict))
+    ):  # tensors, variables, arrays
         return T.TensorType(value.dtype, value.shape)
     if isinstance(value, Struct):
         return T.StructType([(n, _result_type(v)) for n, v in value.items()])
     if T.is_namedtuple(value):
-        return T.StructType([(f, _result_type(getattr(value, f))) for f in value._fields],
-                            container=type(value))
+        return T.StructType(
+            [(f, _result_type(getattr(value, f))) for f in value._fields], container=type(value)
+        )
     if attrs.has(type(value)):
-        return T.StructType([(a.name, _result_type(getattr(value, a.name)))
-                             for a in attrs.fields(type(value))], container=type(value))
+        return T.StructType(
+            [(a.name, _result_type(getattr(value, a.name))) for a in attrs.fields(type(value))],
+            container=type(value),
+        )
     if isinstance(value, collections.abc.Mapping):
-        return T.StructType([(str(k), _result_type(v)) for k, v in value.items()],
-                            container=type(value))
+        return T.StructType(
+            [(str(k), _result_type(v)) for k, v in value.items()], container=type(value)
+        )
     if isinstance(value, (list, tuple)):
         return T.StructType([_result_type(v) for v in value], container=type(value))
     return T.infer_type(value)
@@ -395,8 +445,10 @@ def check_returns_type(type_spec: Any) -> Callable[[Callable], Callable]:
 
     def decorator(fn: Callable) -> Callable:
         if not callable(fn):
-            raise SimharnessTypeError(f'check_returns_type decorates a function, got {fn!r} of '
-                                      f'type {type(fn).__name__}', actual=type(fn))
+            raise SimharnessTypeError(
+                f'check_returns_type decorates a function, got {fn!r} of type {type(fn).__name__}',
+                actual=type(fn),
+            )
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -406,7 +458,11 @@ def check_returns_type(type_spec: Any) -> Callable[[Callable], Callable]:
                 raise SimharnessTypeError(
                     f'{getattr(fn, "__name__", "the function")} returned a value of type '
                     f'{actual}, but check_returns_type asserts {expected}',
-                    expected=expected, actual=actual)
+                    expected=expected,
+                    actual=actual,
+                )
             return result
+
         return wrapper
+
     return decorator

@@ -25,8 +25,15 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 from simharness.errors import ExecutorClosedError
 
-__all__ = ['AsyncContext', 'SyncContext', 'get_context', 'install', 'new_event_loop',
-           'replace_default', 'set_default_maker']
+__all__ = [
+    'AsyncContext',
+    'SyncContext',
+    'get_context',
+    'install',
+    'new_event_loop',
+    'replace_default',
+    'set_default_maker',
+]
 
 
 class SyncContext(abc.ABC):
@@ -75,7 +82,8 @@ class _Default:
 
 _DEFAULT = _Default()
 _CURRENT: contextvars.ContextVar[Optional[Context]] = contextvars.ContextVar(
-    'simharness_execution_context', default=None)
+    'simharness_execution_context', default=None
+)
 
 
 def set_default_maker(maker: Callable[[], Context]) -> None:
@@ -99,7 +107,8 @@ def get_context() -> Context:
             if _DEFAULT.maker is None:
                 raise ExecutorClosedError(
                     'no execution context is installed; import simharness (its execution '
-                    'layer installs the default local context) or use execution_context(...)')
+                    'layer installs the default local context) or use execution_context(...)'
+                )
             _DEFAULT.context = _DEFAULT.maker()
             _DEFAULT.owned = True
         return _DEFAULT.context

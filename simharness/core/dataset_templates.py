@@ -44,10 +44,24 @@ __all__ = ['attach_template_recipe', 'template_recipe']
 #: Dataset ops whose constant inputs are the client's data.
 _SOURCE_OPS = frozenset({'TensorSliceDataset', 'TensorDataset'})
 #: Ops of static lookup tables: built from the graph's constants on every read.
-_TABLE_OPS = frozenset({'HashTableV2', 'LookupTableImportV2', 'LookupTableFindV2',
-                        'LookupTableSizeV2', 'InitializeTableV2'})
-_SHUFFLES = frozenset({'ShuffleDataset', 'ShuffleDatasetV2', 'ShuffleDatasetV3',
-                       'ShuffleAndRepeatDataset', 'ShuffleAndRepeatDatasetV2'})
+_TABLE_OPS = frozenset(
+    {
+        'HashTableV2',
+        'LookupTableImportV2',
+        'LookupTableFindV2',
+        'LookupTableSizeV2',
+        'InitializeTableV2',
+    }
+)
+_SHUFFLES = frozenset(
+    {
+        'ShuffleDataset',
+        'ShuffleDatasetV2',
+        'ShuffleDatasetV3',
+        'ShuffleAndRepeatDataset',
+        'ShuffleAndRepeatDatasetV2',
+    }
+)
 #: Most templates kept (least recently used out first).
 MAX_TEMPLATES = 64
 
@@ -55,8 +69,9 @@ MAX_TEMPLATES = 64
 class _Split:
     """A dataset graph split into a template and its source arrays."""
 
-    def __init__(self, key: bytes, template: bytes, output: str, names: List[str],
-                 arrays: List[np.ndarray]):
+    def __init__(
+        self, key: bytes, template: bytes, output: str, names: List[str], arrays: List[np.ndarray]
+    ):
         self.key, self.template, self.output = key, template, output
         self.names, self.arrays = names, arrays
 
@@ -95,6 +110,7 @@ def _canonical_order(graph_def: 'tf.compat.v1.GraphDef') -> List[str]:
 
 def _rename(graph_def: 'tf.compat.v1.GraphDef', names: Dict[str, str]) -> None:
     """Renames the library's functions (and every reference to them) in place."""
+
     def fix_attr(attr: 'tf.compat.v1.AttrValue') -> None:
         if attr.HasField('func'):
             attr.func.name = names.get(attr.func.name, attr.func.name)
@@ -126,8 +142,9 @@ def _templatable(graph_def: 'tf.compat.v1.GraphDef') -> bool:
     funcs = {f.signature.name for f in graph_def.library.function}
     nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
     # a shuffle and a static table as in a rebuilt copy; everything else pure
-    return all(n.op in funcs or n.op in _SHUFFLES or n.op in _TABLE_OPS or tseq.pure_node(n)
-               for n in nodes)
+    return all(
+        n.op in funcs or n.op in _SHUFFLES or n.op in _TABLE_OPS or tseq.pure_node(n) for n in nodes
+    )
 
 
 def _array(proto: tensor_pb2.TensorProto) -> np.ndarray:
@@ -158,10 +175,14 @@ def _split(graph: bytes) -> Optional[_Split]:
                 if not inp.startswith('^') and name in consts and name not in sources:
                     sources.append(name)
     consumers: Dict[str, int] = collections.Counter(
-        i.split(':')[0] for n in graph_def.node for i in n.input)
+        i.split(':')[0] for n in graph_def.node for i in n.input
+    )
     # a source array used elsewhere too (as a size, say) stays a constant of the template
-    sources = [s for s in sources if consumers[s] == 1
-               and consts[s].attr['dtype'].type != tf.resource.as_datatype_enum]
+    sources = [
+        s
+        for s in sources
+        if consumers[s] == 1 and consts[s].attr['dtype'].type != tf.resource.as_datatype_enum
+    ]
     if not sources:
         return None
     arrays = [_array(consts[s].attr['value'].tensor) for s in sources]
@@ -173,8 +194,11 @@ def _split(graph: bytes) -> Optional[_Split]:
         if n.op in _SHUFFLES:
             for inp in n.input:
                 c = consts.get(inp.split(':')[0])
-                if c is not None and consumers[c.name] == 1 and \
-                        c.attr['dtype'].type == tf.resource.as_datatype_enum:
+                if (
+                    c is not None
+                    and consumers[c.name] == 1
+                    and c.attr['dtype'].type == tf.resource.as_datatype_enum
+                ):
                     c.op = 'DummySeedGenerator'
                     c.ClearField('attr')
     kept = [n for n in graph_def.node if n.op != '_Retval']
@@ -196,8 +220,10 @@ def _split(graph: bytes) -> Optional[_Split]:
     _rename(graph_def, {name: f'F{i}' for i, name in enumerate(order)})
     for f in graph_def.library.function:
         _canonical_function(f)
-    functions = sorted(graph_def.library.function, key=lambda f: int(f.signature.name[1:])
-                       if f.signature.name[1:].isdigit() else -1)
+    functions = sorted(
+        graph_def.library.function,
+        key=lambda f: int(f.signature.name[1:]) if f.signature.name[1:].isdigit() else -1,
+    )
     del graph_def.library.function[:]
     graph_def.library.function.extend(functions)
     nodes = {n.name: f'N{i}' for i, n in enumerate(graph_def.node)}
@@ -208,9 +234,13 @@ def _split(graph: bytes) -> Optional[_Split]:
     _rename(graph_def, {f'F{i}': f'__simharness_dataset_{tag}_{i}' for i in range(len(order))})
     final = {f'N{i}': f's{tag}/N{i}' for i in range(len(nodes))}
     _rename_nodes(graph_def, final)
-    return _Split(key, graph_def.SerializeToString(deterministic=True),
-                  _renamed_input(_renamed_input(output, nodes), final),
-                  [final[nodes[s]] for s in sources], arrays)
+    return _Split(
+        key,
+        graph_def.SerializeToString(deterministic=True),
+        _renamed_input(_renamed_input(output, nodes), final),
+        [final[nodes[s]] for s in sources],
+        arrays,
+    )
 
 
 def _canonical_function(fdef: function_pb2.FunctionDef) -> None:
@@ -265,8 +295,7 @@ def _rename_nodes(graph_def: 'tf.compat.v1.GraphDef', names: Dict[str, str]) -> 
 
 _LOCK = threading.Lock()
 #: template key -> its traced recipe, or None (not readable by a template)
-_TRACED: 'collections.OrderedDict[bytes, Optional[TracedPipeline]]' = \
-    collections.OrderedDict()
+_TRACED: 'collections.OrderedDict[bytes, Optional[TracedPipeline]]' = collections.OrderedDict()
 
 
 def _trace(split: _Split, spec: Any, repeatable: bool) -> Optional[TracedPipeline]:
@@ -279,15 +308,19 @@ def _trace(split: _Split, spec: Any, repeatable: bool) -> Optional[TracedPipelin
         graph_def = tf.compat.v1.GraphDef()
         graph_def.ParseFromString(template)
         [variant] = tf.graph_util.import_graph_def(
-            graph_def, input_map={f'{n}:0': x for n, x in zip(names, tensors)},
-            return_elements=[output if ':' in output else f'{output}:0'], name='')
+            graph_def,
+            input_map={f'{n}:0': x for n, x in zip(names, tensors)},
+            return_elements=[output if ':' in output else f'{output}:0'],
+            name='',
+        )
         return tf.data.experimental.from_variant(variant, spec)
 
     # wrap_function, not tf.function: TF's automatic control dependencies loop forever over
     # an imported table handle that the graph both writes (its import) and reads (lookups)
     try:
         build = tf.compat.v1.wrap_function(
-            lambda *xs: tf.data.experimental.to_variant(dataset(*xs)), sig)
+            lambda *xs: tf.data.experimental.to_variant(dataset(*xs)), sig
+        )
         read = None
         if tseq.readable_as_batches(spec):
             read = tf.compat.v1.wrap_function(lambda *xs: tseq.read_all(dataset(*xs)), sig)
@@ -298,24 +331,22 @@ def _trace(split: _Split, spec: Any, repeatable: bool) -> Optional[TracedPipelin
     return TracedPipeline(build, spec, read, repeatable, sig)
 
 
-def _same_reads(traced: TracedPipeline, arrays: List[np.ndarray], graph: bytes,
-                spec: Any) -> bool:
+def _same_reads(traced: TracedPipeline, arrays: List[np.ndarray], graph: bytes, spec: Any) -> bool:
     """Whether the template reads what a fresh copy of `graph` reads (checked once)."""
     try:
         mine = traced.read_all(arrays)
-        copy = tf.data.experimental.from_variant(tf.raw_ops.DatasetFromGraph(graph_def=graph),
-                                                 spec)
+        copy = tf.data.experimental.from_variant(tf.raw_ops.DatasetFromGraph(graph_def=graph), spec)
         theirs = tseq.read_all_eagerly(copy)
     except (tf.errors.OpError, TypeError, ValueError):
         return False
     a = [np.asarray(x) for x in tf.nest.flatten(mine)]
     b = [np.asarray(x) for x in tf.nest.flatten(theirs)]
     return len(a) == len(b) and all(
-        x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b))
+        x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b)
+    )
 
 
-def template_recipe(ds: Any, graph: bytes) -> Optional[Tuple[TracedPipeline,
-                                                             List[np.ndarray]]]:
+def template_recipe(ds: Any, graph: bytes) -> Optional[Tuple[TracedPipeline, List[np.ndarray]]]:
     """``(traced pipeline, the dataset's arrays)`` for `ds` (whose detached serialized
     graph is `graph`), the recipe `tf_sequences` reads a `SlicesPipeline`'s datasets by;
     None when its graph cannot be read by a template."""

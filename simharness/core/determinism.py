@@ -128,8 +128,9 @@ def pin_tensorflow_threads() -> bool:
 
     configured = tf.config.threading.get_intra_op_parallelism_threads()
     # TF started before import simharness: the variable set since is not TF's count.
-    count = _STARTED_WITH if _STARTED_WITH is not None and not configured \
-        else _effective(configured)
+    count = (
+        _STARTED_WITH if _STARTED_WITH is not None and not configured else _effective(configured)
+    )
     if count == INTRA_OP_THREADS:
         return True
     try:
@@ -153,16 +154,25 @@ def _warn_once(count: int, before_import: bool) -> None:
         _WARNED = True
     env = os.environ.get(THREADS_ENV, '').strip()
     if before_import:
-        cause, fix = ('its first op ran before import simharness',
-                      'import simharness before any TensorFlow op')
+        cause, fix = (
+            'its first op ran before import simharness',
+            'import simharness before any TensorFlow op',
+        )
     elif env and env != str(INTRA_OP_THREADS):
         cause, fix = f'{THREADS_ENV}={env}', f'set {THREADS_ENV}={INTRA_OP_THREADS} or unset it'
     else:
-        cause, fix = ('set by tf.config.threading before its first op',
-                      f'leave the intra-op count at {INTRA_OP_THREADS}')
-    _LOG.warning('simharness: TensorFlow runs ops on %d threads in this process (%s), so '
-                 'computations here may differ from worker processes in the last bits; for '
-                 'bit-identical stacks, %s.', count, cause, fix)
+        cause, fix = (
+            'set by tf.config.threading before its first op',
+            f'leave the intra-op count at {INTRA_OP_THREADS}',
+        )
+    _LOG.warning(
+        'simharness: TensorFlow runs ops on %d threads in this process (%s), so '
+        'computations here may differ from worker processes in the last bits; for '
+        'bit-identical stacks, %s.',
+        count,
+        cause,
+        fix,
+    )
 
 
 #: XLA's CPU matmul and conv calls run single-threaded on the calling thread. With
@@ -180,8 +190,10 @@ XLA_FLAG = '--xla_cpu_multi_thread_eigen=false'
 #: blocks of 1, 5, 12 and 20 clients (and no change in speed measured on the reference
 #: FedAvg round, 29.8 / 30.2 ms on process-2). tests/conformance/test_xla_bits.py and
 #: test_keras_learning_bits.py check the bits on every stack.
-XLA_DISABLED_PASSES = ('while-loop-invariant-code-motion',
-                       'while-loop-expensive-invariant-code-motion')
+XLA_DISABLED_PASSES = (
+    'while-loop-invariant-code-motion',
+    'while-loop-expensive-invariant-code-motion',
+)
 
 
 def configure_xla() -> None:
@@ -193,8 +205,7 @@ def configure_xla() -> None:
         flags.append(XLA_FLAG)
     key = '--xla_disable_hlo_passes='
     mine = [f for f in flags if f.startswith(key)]
-    passes = [p for f in mine for p in f[len(key):].split(',') if p]
+    passes = [p for f in mine for p in f[len(key) :].split(',') if p]
     passes += [p for p in XLA_DISABLED_PASSES if p not in passes]
     flags = [f for f in flags if not f.startswith(key)] + [key + ','.join(passes)]
     os.environ['XLA_FLAGS'] = ' '.join(flags)
-

@@ -18,16 +18,23 @@ from typing import TypeVar, Union
 from simharness.core.types import FederatedType, FunctionType, StructType, TensorType, Type
 from simharness.errors import SimharnessTypeError
 
-__all__ = ['as_federated', 'as_function', 'as_struct', 'as_tensor_or_struct', 'member_of',
-           'parameter_element']
+__all__ = [
+    'as_federated',
+    'as_function',
+    'as_struct',
+    'as_tensor_or_struct',
+    'member_of',
+    'parameter_element',
+]
 
 _KindT = TypeVar('_KindT', bound=Type)
 
 
 def _narrow(t: object, kind: type[_KindT], expected: str, what: str) -> _KindT:
     if not isinstance(t, kind):
-        raise SimharnessTypeError(f'{what}: expected {expected}, got {t} ({type(t).__name__})',
-                                  expected=kind, actual=t)
+        raise SimharnessTypeError(
+            f'{what}: expected {expected}, got {t} ({type(t).__name__})', expected=kind, actual=t
+        )
     return t
 
 

@@ -65,15 +65,24 @@ class HeadRows(collections.abc.Sequence):
     __slots__ = ('template', 'stacked')
 
     def __init__(self, template: Any, stacked: List[np.ndarray]):
-        if not stacked or any(not isinstance(a, np.ndarray) or not a.ndim
-                              or len(a) != len(stacked[0]) for a in stacked):
+        if not stacked or any(
+            not isinstance(a, np.ndarray) or not a.ndim or len(a) != len(stacked[0])
+            for a in stacked
+        ):
             raise SimharnessValueError('head rows need one or more stacked arrays of equal length')
         bad: List[Any] = []
-        map_nest(lambda i: None if type(i) is int and -len(stacked) <= i < len(stacked)
-                 else bad.append(i), template, structs=True)
+        map_nest(
+            lambda i: (
+                None if type(i) is int and -len(stacked) <= i < len(stacked) else bad.append(i)
+            ),
+            template,
+            structs=True,
+        )
         if bad:
-            raise SimharnessValueError(f'head rows: leaf {bad[0]!r} of the template is not the '
-                                       f'index of one of the {len(stacked)} stacked arrays')
+            raise SimharnessValueError(
+                f'head rows: leaf {bad[0]!r} of the template is not the '
+                f'index of one of the {len(stacked)} stacked arrays'
+            )
         self.template = template
         self.stacked = stacked
 
@@ -133,9 +142,15 @@ class Partial:
 
     def map(self, fn: Callable[[Any], Any]) -> 'Partial':
         """A copy with `fn` applied to every value held (head values, tree nodes, open accumulator)."""
-        return Partial(self.start, self.stop, [fn(v) for v in self.head],
-                       {k: fn(v) for k, v in self.nodes.items()}, self.open_chunk,
-                       None if self.open_chunk is None else fn(self.open_acc), self.loans)
+        return Partial(
+            self.start,
+            self.stop,
+            [fn(v) for v in self.head],
+            {k: fn(v) for k, v in self.nodes.items()},
+            self.open_chunk,
+            None if self.open_chunk is None else fn(self.open_acc),
+            self.loans,
+        )
 
     def release(self) -> None:
         """Hands back the lent memory its arrays view (see `loans`): call it once nothing
@@ -160,9 +175,15 @@ class Reducer:
         uses it for the raw head values of a block).
     """
 
-    def __init__(self, start: Callable[[Any], Any], accumulate: Callable[[Any, Any], Any],
-                 merge: Callable[[Any, Any], Any], total: int, chunk: int = CHUNK,
-                 accumulate_many: Optional[Callable[[Any, List[Any]], Any]] = None):
+    def __init__(
+        self,
+        start: Callable[[Any], Any],
+        accumulate: Callable[[Any, Any], Any],
+        merge: Callable[[Any, Any], Any],
+        total: int,
+        chunk: int = CHUNK,
+        accumulate_many: Optional[Callable[[Any, List[Any]], Any]] = None,
+    ):
         if total < 0:
             raise SimharnessValueError(f'total must be >= 0, got {total}')
         self._start = start
@@ -226,8 +247,10 @@ class Reducer:
           SimharnessValueError: the blocks are not adjacent.
         """
         if left.stop != right.start:
-            raise SimharnessValueError(f'cannot join the partial of [{left.start}, {left.stop}) '
-                                       f'with one starting at {right.start}')
+            raise SimharnessValueError(
+                f'cannot join the partial of [{left.start}, {left.stop}) '
+                f'with one starting at {right.start}'
+            )
         head = list(left.head)
         nodes = dict(left.nodes)
         open_chunk, open_acc = left.open_chunk, left.open_acc
@@ -237,13 +260,16 @@ class Reducer:
             if open_chunk is None:
                 # `left` holds no beginning of this chunk: it is all head so far.
                 if left.nodes or (left.start // self.chunk) != c:
-                    raise SimharnessValueError(f'client {pos} continues chunk {c}, which the '
-                                               'left block did not begin')
+                    raise SimharnessValueError(
+                        f'client {pos} continues chunk {c}, which the left block did not begin'
+                    )
                 head.extend(right.head)
             else:
                 if open_chunk != c:
-                    raise SimharnessValueError(f'client {pos} continues chunk {c}, but the left '
-                                               f'block left chunk {open_chunk} open')
+                    raise SimharnessValueError(
+                        f'client {pos} continues chunk {c}, but the left '
+                        f'block left chunk {open_chunk} open'
+                    )
                 if self._accumulate_many is not None and len(right.head) > 1:
                     open_acc = self._accumulate_many(open_acc, _values(right.head))
                 else:
@@ -254,13 +280,16 @@ class Reducer:
                 self.insert_node(nodes, 0, c, open_acc)
                 open_chunk, open_acc = None, None
         if open_chunk is not None and (right.nodes or right.open_chunk is not None):
-            raise SimharnessValueError(f'chunk {open_chunk} was left unfinished before client {pos}')
-        for (level, index) in sorted(right.nodes):
+            raise SimharnessValueError(
+                f'chunk {open_chunk} was left unfinished before client {pos}'
+            )
+        for level, index in sorted(right.nodes):
             self.insert_node(nodes, level, index, right.nodes[(level, index)])
         if right.open_chunk is not None:
             open_chunk, open_acc = right.open_chunk, right.open_acc
-        return Partial(left.start, right.stop, head, nodes, open_chunk, open_acc,
-                       left.loans + right.loans)
+        return Partial(
+            left.start, right.stop, head, nodes, open_chunk, open_acc, left.loans + right.loans
+        )
 
     # ------------------------------------------------------------ combine
     def combine(self, partials: Sequence[Partial]) -> Any:
@@ -280,16 +309,19 @@ class Reducer:
             if p.start != pos:
                 raise SimharnessValueError(
                     f'partials do not tile the clients: expected a block starting at {pos}, '
-                    f'got one starting at {p.start}')
+                    f'got one starting at {p.start}'
+                )
             idx = p.start
             if p.head:
                 c = idx // self.chunk
                 if open_chunk != c:
-                    raise SimharnessValueError(f'client {idx} continues chunk {c}, which no '
-                                               'earlier block began')
+                    raise SimharnessValueError(
+                        f'client {idx} continues chunk {c}, which no earlier block began'
+                    )
                 if idx + len(p.head) > self.chunk_end(c):
-                    raise SimharnessValueError(f'the head of the block at {idx} runs past the end '
-                                               f'of chunk {c}')
+                    raise SimharnessValueError(
+                        f'the head of the block at {idx} runs past the end of chunk {c}'
+                    )
                 if self._accumulate_many is not None and len(p.head) > 1:
                     open_acc = self._accumulate_many(open_acc, _values(p.head))
                 else:
@@ -299,7 +331,7 @@ class Reducer:
                 if idx == self.chunk_end(c):
                     self.insert_node(nodes, 0, c, open_acc)
                     open_chunk, open_acc = None, None
-            for (level, index) in sorted(p.nodes):
+            for level, index in sorted(p.nodes):
                 self.insert_node(nodes, level, index, p.nodes[(level, index)])
             if p.open_chunk is not None:
                 if open_chunk is not None:
@@ -307,7 +339,9 @@ class Reducer:
                 open_chunk, open_acc = p.open_chunk, p.open_acc
             pos = p.stop
         if pos != self.total:
-            raise SimharnessValueError(f'partials cover clients [0, {pos}), expected [0, {self.total})')
+            raise SimharnessValueError(
+                f'partials cover clients [0, {pos}), expected [0, {self.total})'
+            )
         if open_chunk is not None:
             raise SimharnessValueError(f'chunk {open_chunk} was left unfinished')
         n = self._num_chunks()
@@ -421,6 +455,7 @@ class _Builder:
 # ------------------------------------------------------------ numpy folds
 # The folds of the numpy kinds (sums, means, secure sums), shared by every holder.
 
+
 def add_arrays(x: Any, y: Any) -> Any:
     """``np.add(x, y)``; big arrays of one shape and dtype sum into a reused aligned buffer.
 
@@ -428,8 +463,13 @@ def add_arrays(x: Any, y: Any) -> Any:
     a free pooled buffer), 64-byte aligned when pooled, so that it can become
     a tensor without a copy.
     """
-    if (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.shape == y.shape
-            and x.dtype == y.dtype and x.nbytes >= POOL.min_bytes):
+    if (
+        isinstance(x, np.ndarray)
+        and isinstance(y, np.ndarray)
+        and x.shape == y.shape
+        and x.dtype == y.dtype
+        and x.nbytes >= POOL.min_bytes
+    ):
         out = POOL.empty(x.shape, x.dtype)
         split_elementwise(np.add, out, x, y)
         return out
@@ -439,8 +479,10 @@ def add_arrays(x: Any, y: Any) -> Any:
 def concatenate_rows(parts: List[np.ndarray]) -> np.ndarray:
     """``np.concatenate(parts)`` (along rows), into a reused buffer when big."""
     first = parts[0]
-    if all(isinstance(p, np.ndarray) and p.dtype == first.dtype and p.shape[1:] == first.shape[1:]
-           for p in parts):
+    if all(
+        isinstance(p, np.ndarray) and p.dtype == first.dtype and p.shape[1:] == first.shape[1:]
+        for p in parts
+    ):
         rows = sum(p.shape[0] for p in parts)
         if rows * (first.nbytes // max(1, first.shape[0])) >= POOL.min_bytes:
             return np.concatenate(parts, out=POOL.empty((rows,) + first.shape[1:], first.dtype))
@@ -474,9 +516,16 @@ def add_many_trees(acc: Any, values: Sequence[Any]) -> Any:
         for a, column in zip(acc_leaves, columns):
             s = add_arrays(a, column[0])
             for x in column[1:]:
-                if (isinstance(s, np.ndarray) and s.ndim and isinstance(x, np.ndarray)
-                        and x.shape == s.shape and x.dtype == s.dtype and s.flags.c_contiguous
-                        and x.flags.c_contiguous and s.flags.writeable):
+                if (
+                    isinstance(s, np.ndarray)
+                    and s.ndim
+                    and isinstance(x, np.ndarray)
+                    and x.shape == s.shape
+                    and x.dtype == s.dtype
+                    and s.flags.c_contiguous
+                    and x.flags.c_contiguous
+                    and s.flags.writeable
+                ):
                     split_elementwise(np.add, s, s, x)  # elementwise: in place, the same bits
                 else:
                     s = add_arrays(s, x)
@@ -526,8 +575,9 @@ def _times(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return x * w.astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1))
 
 
-def _sum_chunks(seg: List[np.ndarray], wseg: Optional[np.ndarray], nscaled: int
-                ) -> List[np.ndarray]:
+def _sum_chunks(
+    seg: List[np.ndarray], wseg: Optional[np.ndarray], nscaled: int
+) -> List[np.ndarray]:
     """Per leaf [c, L, ...] of c whole chunks: ``((x0 + x1) + x2) + ... + x_{L-1}`` for
     each chunk (rows of the first `nscaled` leaves times `wseg` [c, L] first), summed into
     a buffer of its own in place; the leaves themselves are only read."""
@@ -546,8 +596,11 @@ def _sum_chunks(seg: List[np.ndarray], wseg: Optional[np.ndarray], nscaled: int
         else:
             w = wseg.astype(x.dtype)
             acc = _times(first, w[:, 0])
-            tmp = POOL.empty(acc.shape, acc.dtype) if acc.dtype.kind in 'biufc' else \
-                np.empty_like(acc)
+            tmp = (
+                POOL.empty(acc.shape, acc.dtype)
+                if acc.dtype.kind in 'biufc'
+                else np.empty_like(acc)
+            )
             for k in range(1, x.shape[1]):
                 np.multiply(x[:, k], w[:, k].reshape(shape), out=tmp)
                 np.add(acc, tmp, out=acc)
@@ -555,9 +608,16 @@ def _sum_chunks(seg: List[np.ndarray], wseg: Optional[np.ndarray], nscaled: int
     return out
 
 
-def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold_rows,
-                   count: Optional[int] = None,
-                   scale: Optional[Tuple[np.ndarray, int]] = None, adds: bool = False) -> None:
+def fold_rows_into(
+    builder: Any,
+    leaves: List[Any],
+    start: int,
+    start_rows,
+    fold_rows,
+    count: Optional[int] = None,
+    scale: Optional[Tuple[np.ndarray, int]] = None,
+    adds: bool = False,
+) -> None:
     """Feeds clients given leaf by leaf (arrays [n, ...]) into a reduction builder.
 
     The builder's reducer must use `start_rows(x)` (chunk accumulators from
@@ -585,21 +645,27 @@ def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold
         return [_times(x, w) if j < k else x for j, x in enumerate(xs)]
 
     def rows(lo, hi):
-        out = [x[lo - start:hi - start] for x in leaves]
-        return out if scale is None else scaled(out, scale[0][lo - start:hi - start])
+        out = [x[lo - start : hi - start] for x in leaves]
+        return out if scale is None else scaled(out, scale[0][lo - start : hi - start])
 
     h = start if start % L == 0 else min(end, (start // L + 1) * L)
     builder.feed(rows(i, i + 1) for i in range(start, h))
     nfull = (end - h) // L
     if nfull:
-        seg = [x[h - start:h - start + nfull * L].reshape((nfull, L) + tuple(x.shape[1:]))
-               for x in leaves]
-        wseg = None if scale is None else scale[0][h - start:h - start + nfull * L].reshape(
-            (nfull, L))
+        seg = [
+            x[h - start : h - start + nfull * L].reshape((nfull, L) + tuple(x.shape[1:]))
+            for x in leaves
+        ]
+        wseg = (
+            None
+            if scale is None
+            else scale[0][h - start : h - start + nfull * L].reshape((nfull, L))
+        )
 
         def column(k):
             xs = [x[:, k] for x in seg]
             return xs if wseg is None else scaled(xs, wseg[:, k])
+
         if adds and L > 1:
             acc = _sum_chunks(seg, wseg, 0 if scale is None else scale[1])
         else:
@@ -607,5 +673,5 @@ def fold_rows_into(builder: Any, leaves: List[Any], start: int, start_rows, fold
             for k in range(1, L):
                 acc = fold_rows(acc, column(k))
         acc = [np.asarray(a) for a in acc]
-        builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
+        builder.feed_chunk_accumulators([[a[c : c + 1] for a in acc] for c in range(nfull)])
     builder.feed(rows(i, i + 1) for i in range(h + nfull * L, end))

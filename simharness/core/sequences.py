@@ -68,34 +68,43 @@ class TensorBatches:
 
     def with_components(self, components: List[Any]) -> 'TensorBatches':
         """The same sequence over other arrays (e.g. tensors in place of numpy)."""
-        return TensorBatches(list(components), self.batch_size, self.drop_remainder,
-                             self.element_type, self.passes)
+        return TensorBatches(
+            list(components), self.batch_size, self.drop_remainder, self.element_type, self.passes
+        )
 
     def __repr__(self) -> str:
         how = 'rows' if self.batch_size is None else f'batches of {self.batch_size}'
         if self.passes > 1:
             how += f' in {self.passes} passes'
-        return (f'TensorBatches({T.SequenceType(self.element_type)}, {self.num_rows} rows, '
-                f'{how})')
+        return f'TensorBatches({T.SequenceType(self.element_type)}, {self.num_rows} rows, {how})'
 
 
-def stack_layout(sequences: Sequence[TensorBatches],
-                 components: Optional[Sequence[Sequence[Any]]] = None) -> Optional[List[np.ndarray]]:
+def stack_layout(
+    sequences: Sequence[TensorBatches], components: Optional[Sequence[Sequence[Any]]] = None
+) -> Optional[List[np.ndarray]]:
     """The sequences' components stacked, ``[n, rows, ...]`` each (sequence i at index i),
     when all are cut alike (batch size, drop_remainder, passes) and their components
     (`components`, one list per sequence, if given in place of theirs) are numpy arrays of
     one shape and dtype; else None (the caller takes them one by one)."""
     if not sequences:
         return None
-    comps = [list(tb.components) if components is None else list(components[i])
-             for i, tb in enumerate(sequences)]
+    comps = [
+        list(tb.components) if components is None else list(components[i])
+        for i, tb in enumerate(sequences)
+    ]
     first, f = sequences[0], comps[0]
     if not f or not all(isinstance(c, np.ndarray) for c in f):
         return None
     for tb, cs in zip(sequences, comps):
-        if (tb.batch_size != first.batch_size or tb.drop_remainder != first.drop_remainder
-                or tb.passes != first.passes or len(cs) != len(f)
-                or not all(isinstance(c, np.ndarray) and c.dtype == a.dtype
-                           and c.shape == a.shape for c, a in zip(cs, f))):
+        if (
+            tb.batch_size != first.batch_size
+            or tb.drop_remainder != first.drop_remainder
+            or tb.passes != first.passes
+            or len(cs) != len(f)
+            or not all(
+                isinstance(c, np.ndarray) and c.dtype == a.dtype and c.shape == a.shape
+                for c, a in zip(cs, f)
+            )
+        ):
             return None
     return [np.stack([cs[j] for cs in comps]) for j in range(len(f))]

@@ -14,8 +14,13 @@ import numpy as np
 import tensorflow as tf
 
 from simharness.core import types as T
-from simharness.core.tf_sequences import (graph_is_repeatable, keep_recipe, read_all,
-                                          readable_as_batches, serialize_detached)
+from simharness.core.tf_sequences import (
+    graph_is_repeatable,
+    keep_recipe,
+    read_all,
+    readable_as_batches,
+    serialize_detached,
+)
 
 __all__ = ['SlicesPipeline', 'TracedPipeline']
 
@@ -60,8 +65,12 @@ class SlicesPipeline:
 
     def _entry(self, slices: Any, leaves: List[Any]) -> Any:
         from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
-        key = (repr(tf.nest.map_structure(lambda _: 0, slices)), self._key(leaves),
-               context.global_seed())
+
+        key = (
+            repr(tf.nest.map_structure(lambda _: 0, slices)),
+            self._key(leaves),
+            context.global_seed(),
+        )
         with self._lock:
             if key in self._traced:
                 return self._traced[key]
@@ -73,8 +82,11 @@ class SlicesPipeline:
         fn = self._fn
 
         def dataset(leaf_tensors: Any) -> Any:
-            return fn(tf.data.Dataset.from_tensor_slices(
-                tf.nest.pack_sequence_as(slices, list(leaf_tensors))))
+            return fn(
+                tf.data.Dataset.from_tensor_slices(
+                    tf.nest.pack_sequence_as(slices, list(leaf_tensors))
+                )
+            )
 
         specs: List[Any] = []
 
@@ -84,8 +96,9 @@ class SlicesPipeline:
             return tf.data.experimental.to_variant(ds)
 
         try:
-            build = tf.function(build_body, input_signature=sig,
-                                autograph=False).get_concrete_function()
+            build = tf.function(
+                build_body, input_signature=sig, autograph=False
+            ).get_concrete_function()
             spec = specs[-1]
             sample = tf.data.experimental.from_variant(build(*leaves), spec)
             graph = serialize_detached(sample)
@@ -100,8 +113,11 @@ class SlicesPipeline:
             return None
         read = None
         if finite and readable_as_batches(spec):
-            read = tf.function(lambda *leaf_tensors: read_all(dataset(leaf_tensors)),
-                               input_signature=sig, autograph=False)
+            read = tf.function(
+                lambda *leaf_tensors: read_all(dataset(leaf_tensors)),
+                input_signature=sig,
+                autograph=False,
+            )
             try:
                 read = read.get_concrete_function()
             except (TypeError, ValueError):  # rows of differing shapes: read element-wise
@@ -145,8 +161,7 @@ class TracedPipeline:
     batches or it is infinite), whether every fresh read gives the same elements, and
     `read` as a serialized graph for other processes (`compiled`, made on first use)."""
 
-    def __init__(self, build: Any, spec: Any, read: Any, repeatable_reads: bool,
-                 sig: List[Any]):
+    def __init__(self, build: Any, spec: Any, read: Any, repeatable_reads: bool, sig: List[Any]):
         self.build, self.spec, self.read = build, spec, read
         self.repeatable = repeatable_reads
         self._sig = sig
@@ -162,9 +177,13 @@ class TracedPipeline:
         if call_flat is None:
             return concrete(*flat)
         out = call_flat(flat, concrete.captured_inputs)
-        return concrete.structured_outputs if out is None else \
-            tf.nest.pack_sequence_as(concrete.structured_outputs, tf.nest.flatten(out),
-                                     expand_composites=True)
+        return (
+            concrete.structured_outputs
+            if out is None
+            else tf.nest.pack_sequence_as(
+                concrete.structured_outputs, tf.nest.flatten(out), expand_composites=True
+            )
+        )
 
     def variant(self, leaves: List[Any]) -> Any:
         """The client's dataset variant (`build` on its arrays)."""
@@ -178,13 +197,24 @@ class TracedPipeline:
         """`read` as a `CompiledComputation` (graph, input and output names, types)."""
         if self._compiled is None:
             from simharness.core import building_blocks as bb  # pylint: disable=import-outside-toplevel
+
             graph_def = self.read.graph.as_graph_def().SerializeToString(deterministic=True)
-            param = T.StructType([(None, T.TensorType(s.dtype.as_numpy_dtype, s.shape.as_list()))
-                                  for s in self._sig])
-            result = T.StructType([(None, T.TensorType(o.dtype.as_numpy_dtype, o.shape.as_list()))
-                                   for o in self.read.outputs])
+            param = T.StructType(
+                [(None, T.TensorType(s.dtype.as_numpy_dtype, s.shape.as_list())) for s in self._sig]
+            )
+            result = T.StructType(
+                [
+                    (None, T.TensorType(o.dtype.as_numpy_dtype, o.shape.as_list()))
+                    for o in self.read.outputs
+                ]
+            )
             self._compiled = bb.CompiledComputation(
-                bb.TFGraph(graph_def, [t.name for t in self.read.inputs],
-                           [t.name for t in self.read.outputs]),
-                T.FunctionType(param, result), name='dataset_read')
+                bb.TFGraph(
+                    graph_def,
+                    [t.name for t in self.read.inputs],
+                    [t.name for t in self.read.outputs],
+                ),
+                T.FunctionType(param, result),
+                name='dataset_read',
+            )
         return self._compiled

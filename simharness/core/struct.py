@@ -41,8 +41,8 @@ class Struct:
             if len(set(named)) != len(named):  # TFF: ValueError, names must be unique
                 dups = sorted({n for n in named if named.count(n) > 1})
                 raise SimharnessValueError(
-                    f'Struct element names must be unique, got {list(names)} '
-                    f'(repeated: {dups})')
+                    f'Struct element names must be unique, got {list(names)} (repeated: {dups})'
+                )
 
     @classmethod
     def unnamed(cls, *values: Any) -> 'Struct':
@@ -70,8 +70,8 @@ class Struct:
             return self._values[self._names.index(name)]
         except ValueError:
             raise SimharnessAttributeError(
-                f'Struct has no element named {name!r}; its names are '
-                f'{list(self._names)}') from None
+                f'Struct has no element named {name!r}; its names are {list(self._names)}'
+            ) from None
 
     def index_of(self, name: str) -> int:
         try:

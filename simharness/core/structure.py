@@ -25,8 +25,9 @@ def map_structure(fn: Callable[..., Any], *structs: Any) -> Any:
     """Applies `fn` to corresponding leaves of `Struct`s of equal layout."""
     first = structs[0]
     if isinstance(first, Struct):
-        return struct_like(first, [map_structure(fn, *[s[i] for s in structs])
-                                  for i in range(len(first))])
+        return struct_like(
+            first, [map_structure(fn, *[s[i] for s in structs]) for i in range(len(first))]
+        )
     return fn(*structs)
 
 
@@ -84,7 +85,9 @@ def from_container(value: Any, type_spec: Optional[T.Type] = None) -> Any:
         _check_len(value, type_spec)
         return Struct((tn, from_container(v, t)) for (tn, t), v in zip(type_spec.items(), value))
     if T.is_namedtuple(value) or attrs.has(type(value)):
-        names = value._fields if T.is_namedtuple(value) else [a.name for a in attrs.fields(type(value))]
+        names = (
+            value._fields if T.is_namedtuple(value) else [a.name for a in attrs.fields(type(value))]
+        )
         vals = [getattr(value, n) for n in names]
         items = list(zip(names, vals))
     elif isinstance(value, collections.abc.Mapping):
@@ -95,7 +98,9 @@ def from_container(value: Any, type_spec: Optional[T.Type] = None) -> Any:
         raise SimharnessTypeError(
             f'value {value!r} ({type(value).__name__}) is not a struct; expected a value of '
             f'type {type_spec} (a list, tuple, dict, namedtuple or attrs instance)',
-            expected=type_spec, actual=type(value).__name__)
+            expected=type_spec,
+            actual=type(value).__name__,
+        )
     else:
         return value
     if type_spec is None:
@@ -103,7 +108,9 @@ def from_container(value: Any, type_spec: Optional[T.Type] = None) -> Any:
     if len(items) != len(type_spec):
         raise SimharnessTypeError(
             f'value with {len(items)} elements does not match struct type {type_spec} with '
-            f'{len(type_spec)} elements', expected=type_spec)
+            f'{len(type_spec)} elements',
+            expected=type_spec,
+        )
     if all(n is not None for n, _ in items) and any(n is not None for n in type_spec.names):
         # match by name
         by_name = dict(items)
@@ -112,7 +119,9 @@ def from_container(value: Any, type_spec: Optional[T.Type] = None) -> Any:
             if tn is None or tn not in by_name:
                 raise SimharnessTypeError(
                     f'value with names {[n for n, _ in items]} does not match struct type '
-                    f'{type_spec}', expected=type_spec)
+                    f'{type_spec}',
+                    expected=type_spec,
+                )
             out.append((tn, from_container(by_name[tn], t)))
         return Struct(out)
     return Struct((tn, from_container(v, t)) for (tn, t), (_, v) in zip(type_spec.items(), items))
@@ -121,8 +130,8 @@ def from_container(value: Any, type_spec: Optional[T.Type] = None) -> Any:
 def _check_len(value: Struct, type_spec: T.StructType) -> None:
     if len(value) != len(type_spec):
         raise SimharnessTypeError(
-            f'struct with {len(value)} elements does not match type {type_spec}',
-            expected=type_spec)
+            f'struct with {len(value)} elements does not match type {type_spec}', expected=type_spec
+        )
 
 
 def to_container(value: Any, type_spec: T.Type) -> Any:
@@ -167,8 +176,11 @@ def tensor_to_numpy(t: Any, copy: bool = False) -> Any:
     `.numpy()`.
     """
     dtype_name = getattr(getattr(t, 'dtype', None), 'name', '')
-    if (hasattr(t, '__dlpack__') and dtype_name not in _NOT_MEMCPY_DTYPES
-            and 'CPU' in str(getattr(t, 'device', '')).upper()):
+    if (
+        hasattr(t, '__dlpack__')
+        and dtype_name not in _NOT_MEMCPY_DTYPES
+        and 'CPU' in str(getattr(t, 'device', '')).upper()
+    ):
         try:
             view = np.from_dlpack(t)
         except (TypeError, ValueError, RuntimeError, BufferError):
@@ -219,6 +231,7 @@ def broadcast_static(spec: Any, member: T.Type) -> List[int]:
                 walk(xe, te)
         else:
             out.append(int(x))
+
     walk(s, member)
     return out
 
@@ -229,8 +242,11 @@ def call_unpacked(fn: Callable, param_type: T.StructType, values: List[Any]) -> 
     else in order."""
     names = [n for n, _ in param_type.items()]
     try:
-        params = [p.name for p in inspect.signature(fn).parameters.values()
-                  if p.kind == p.POSITIONAL_OR_KEYWORD]
+        params = [
+            p.name
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind == p.POSITIONAL_OR_KEYWORD
+        ]
     except (TypeError, ValueError):  # no signature to bind names to
         return fn(*values)
     if None not in names and names != params and sorted(names) == sorted(params):

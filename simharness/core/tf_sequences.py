@@ -30,14 +30,33 @@ from simharness.core import types as T
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct
 
-__all__ = ['detach_resources', 'element_leaves', 'fresh_copy', 'graph_is_repeatable',
-           'keep_recipe', 'materialize', 'pure_node', 'read_all', 'read_all_eagerly', 'read_fresh',
-           'readable_as_batches', 'recipe_known', 'recognize', 'repeatable',
-           'serialize_detached', 'serialized_graph']
+__all__ = [
+    'detach_resources',
+    'element_leaves',
+    'fresh_copy',
+    'graph_is_repeatable',
+    'keep_recipe',
+    'materialize',
+    'pure_node',
+    'read_all',
+    'read_all_eagerly',
+    'read_fresh',
+    'readable_as_batches',
+    'recipe_known',
+    'recognize',
+    'repeatable',
+    'serialize_detached',
+    'serialized_graph',
+]
 
 # Dataset classes that pass elements through unchanged.
-_PASS_THROUGH = ('_PrefetchDataset', '_OptionsDataset', 'PrefetchDataset', '_ModelDataset',
-                 '_OptimizeDataset')
+_PASS_THROUGH = (
+    '_PrefetchDataset',
+    '_OptionsDataset',
+    'PrefetchDataset',
+    '_ModelDataset',
+    '_OptimizeDataset',
+)
 
 
 def element_leaves(elem: Any, t: T.Type) -> List[Any]:
@@ -51,8 +70,12 @@ def element_leaves(elem: Any, t: T.Type) -> List[Any]:
     names = t.names
     if isinstance(elem, collections.abc.Mapping) and all(n is not None for n in names):
         parts = [elem[n] for n in names]
-    elif isinstance(elem, Struct) or not all(n is not None for n in names) or isinstance(
-            elem, (list, tuple)) and not T.is_namedtuple(elem):
+    elif (
+        isinstance(elem, Struct)
+        or not all(n is not None for n in names)
+        or isinstance(elem, (list, tuple))
+        and not T.is_namedtuple(elem)
+    ):
         parts = list(elem)
     else:  # a namedtuple or an attrs class: by name
         parts = [getattr(elem, cast(str, n)) for n in names]
@@ -112,8 +135,7 @@ def _recognize(ds: Any, t: Optional[T.SequenceType]) -> Optional[TensorBatches]:
             return None  # the caller reports the type error
         nested = tf.nest.pack_sequence_as(node._structure, tensors)
         comps = element_leaves(nested, element)
-        if any(c.dtype == tf.variant or c.shape.rank is None or c.shape.rank < 1
-               for c in comps):
+        if any(c.dtype == tf.variant or c.shape.rank is None or c.shape.rank < 1 for c in comps):
             return None
         return TensorBatches(comps, batch_size, drop, t.element if t is not None else element)
     except (AttributeError, TypeError, ValueError):  # a TF version with other fields
@@ -160,10 +182,12 @@ def materialize(ds: Any, t: T.SequenceType, unknown_size: bool = False) -> Optio
             return None
         # one traced call reads every element: batches of open leading size, or elements of
         # one static shape each (``batch(b, drop_remainder=True)``, as the text tutorials)
-        if (all(len(l.shape) >= 1 and l.shape[0] is None for l in leaf_types)
-                or all(len(l.shape) >= 1 and l.is_fully_defined for l in leaf_types)) and all(
-                s.shape.rank is not None and s.shape.rank >= 1
-                for s in tf.nest.flatten(ds.element_spec)):
+        if (
+            all(len(l.shape) >= 1 and l.shape[0] is None for l in leaf_types)
+            or all(len(l.shape) >= 1 and l.is_fully_defined for l in leaf_types)
+        ) and all(
+            s.shape.rank is not None and s.shape.rank >= 1 for s in tf.nest.flatten(ds.element_spec)
+        ):
             fast = _read_batches(ds, t)
             if fast is not None:
                 return fast
@@ -185,25 +209,34 @@ def materialize(ds: Any, t: T.SequenceType, unknown_size: bool = False) -> Optio
     # batches of b (the type leaves the batch size open): every leaf of an element has
     # the same leading size; all b but the last
     if all(len(l.shape) >= 1 and l.shape[0] is None for l in leaf_types) and all(
-            x.shape.rank >= 1 for x in rows[0]):
+        x.shape.rank >= 1 for x in rows[0]
+    ):
         sizes = []
         for r in rows:
             lead = {int(x.shape[0]) for x in r}
             sizes.append(lead.pop() if len(lead) == 1 else -1)
         b = sizes[0]
-        if b >= 1 and all(s == b for s in sizes[:-1]) and 1 <= sizes[-1] <= b and all(
-                r[j].shape[1:] == rows[0][j].shape[1:] for r in rows for j in range(nleaves)):
-            comps = [tf.concat([r[j] for r in rows], 0) if len(rows) > 1 else rows[0][j]
-                     for j in range(nleaves)]
+        if (
+            b >= 1
+            and all(s == b for s in sizes[:-1])
+            and 1 <= sizes[-1] <= b
+            and all(r[j].shape[1:] == rows[0][j].shape[1:] for r in rows for j in range(nleaves))
+        ):
+            comps = [
+                tf.concat([r[j] for r in rows], 0) if len(rows) > 1 else rows[0][j]
+                for j in range(nleaves)
+            ]
             return TensorBatches(comps, b, False, t.element)
         passes = _passes(sizes)
-        if passes > 1 and all(r[j].shape[1:] == rows[0][j].shape[1:]
-                              for r in rows for j in range(nleaves)):
+        if passes > 1 and all(
+            r[j].shape[1:] == rows[0][j].shape[1:] for r in rows for j in range(nleaves)
+        ):
             comps = [tf.concat([r[j] for r in rows], 0) for j in range(nleaves)]
             return TensorBatches(comps, sizes[0], False, t.element, passes)
     if all(r[j].shape == rows[0][j].shape for r in rows for j in range(nleaves)):
-        return TensorBatches([tf.stack([r[j] for r in rows]) for j in range(nleaves)], None,
-                             False, t.element)
+        return TensorBatches(
+            [tf.stack([r[j] for r in rows]) for j in range(nleaves)], None, False, t.element
+        )
     return None
 
 
@@ -226,22 +259,57 @@ _READERS_LOCK = threading.Lock()
 
 #: Dataset ops whose elements depend on their inputs alone: no randomness, no files, no
 #: other state. (The parallel ones only with ``deterministic`` not ``'false'``.)
-PURE_DATASET_OPS = frozenset({
-    'TensorSliceDataset', 'TensorDataset', 'RangeDataset', 'BatchDataset', 'BatchDatasetV2',
-    'PaddedBatchDataset', 'PaddedBatchDatasetV2', 'MapDataset', 'ParallelMapDataset',
-    'ParallelMapDatasetV2', 'FilterDataset', 'TakeDataset', 'SkipDataset', 'RepeatDataset',
-    'PrefetchDataset', 'ConcatenateDataset', 'ZipDataset', 'FlatMapDataset',
-    'TakeWhileDataset', 'ScanDataset', 'UnbatchDataset', 'OptionsDataset', 'ModelDataset',
-    'OptimizeDatasetV2', 'MaxIntraOpParallelismDataset', 'PrivateThreadPoolDataset',
-    'AssertCardinalityDataset', 'FinalizeDataset', 'WindowDataset'})
+PURE_DATASET_OPS = frozenset(
+    {
+        'TensorSliceDataset',
+        'TensorDataset',
+        'RangeDataset',
+        'BatchDataset',
+        'BatchDatasetV2',
+        'PaddedBatchDataset',
+        'PaddedBatchDatasetV2',
+        'MapDataset',
+        'ParallelMapDataset',
+        'ParallelMapDatasetV2',
+        'FilterDataset',
+        'TakeDataset',
+        'SkipDataset',
+        'RepeatDataset',
+        'PrefetchDataset',
+        'ConcatenateDataset',
+        'ZipDataset',
+        'FlatMapDataset',
+        'TakeWhileDataset',
+        'ScanDataset',
+        'UnbatchDataset',
+        'OptionsDataset',
+        'ModelDataset',
+        'OptimizeDatasetV2',
+        'MaxIntraOpParallelismDataset',
+        'PrivateThreadPoolDataset',
+        'AssertCardinalityDataset',
+        'FinalizeDataset',
+        'WindowDataset',
+    }
+)
 #: Ops TF's registry calls stateful that compute the same values on every read.
-PURE_STATEFUL_OPS = frozenset({'TensorSliceDataset', 'TensorDataset', '_Arg', '_Retval',
-                                'StatefulPartitionedCall', 'Assert', 'NoOp'})
+PURE_STATEFUL_OPS = frozenset(
+    {
+        'TensorSliceDataset',
+        'TensorDataset',
+        '_Arg',
+        '_Retval',
+        'StatefulPartitionedCall',
+        'Assert',
+        'NoOp',
+    }
+)
 _IMPURE_WORDS = ('Random', 'Shuffle', 'Sampling', 'Seed')
 #: Shuffles whose order their ``seed`` and ``seed2`` inputs (2 and 3) fix when they do not
 #: reshuffle: the same order on every read unless both are 0 (no seed: random per read).
-_SEEDED_SHUFFLES = frozenset({'ShuffleDataset', 'ShuffleDatasetV3', 'ShuffleAndRepeatDataset',
-                              'ShuffleAndRepeatDatasetV2'})
+_SEEDED_SHUFFLES = frozenset(
+    {'ShuffleDataset', 'ShuffleDatasetV3', 'ShuffleAndRepeatDataset', 'ShuffleAndRepeatDatasetV2'}
+)
 
 
 def _seeded(node: Any, consts: Any) -> bool:
@@ -296,6 +364,7 @@ def pure_node(node: 'tf.compat.v1.NodeDef') -> bool:
     stages, no parallel stage allowed to reorder, no op TF calls stateful but the in-memory
     sources, no op TF does not know."""
     from tensorflow.python.framework import op_def_registry  # pylint: disable=import-outside-toplevel
+
     op = node.op
     if any(w in op for w in _IMPURE_WORDS) or ('Dataset' in op and op not in PURE_DATASET_OPS):
         return False
@@ -325,9 +394,11 @@ def _batch_reader(spec: Any) -> Any:
     with _READERS_LOCK:
         if key in _READERS:
             return _READERS[key]
+
         @tf.function(input_signature=[tf.TensorSpec([], tf.variant)], autograph=False)
         def fn(variant):
             return read_all(tf.data.experimental.from_variant(variant, spec))
+
         _READERS[key] = fn
         return fn
 
@@ -340,15 +411,22 @@ def read_all(ds: Any) -> Any:
     # dataset gives one of no rows (what a client without data holds), more elements than
     # the limit an error (the caller reads such a dataset otherwise); one pass, read once
     batches = ds.ragged_batch(MATERIALIZE_MAX_ELEMENTS + 1)
-    empty = tf.data.Dataset.from_tensors(tf.nest.map_structure(_empty_batch,
-                                                               batches.element_spec))
+    empty = tf.data.Dataset.from_tensors(tf.nest.map_structure(_empty_batch, batches.element_spec))
     first = batches.concatenate(empty).take(1).get_single_element()
     leaves = tf.nest.flatten(first)
-    count = tf.shape(leaves[0].row_lengths() if isinstance(leaves[0], tf.RaggedTensor)
-                     else leaves[0], out_type=tf.int64)[0]
-    with tf.control_dependencies([tf.debugging.assert_less_equal(
-            count, tf.constant(MATERIALIZE_MAX_ELEMENTS, tf.int64),
-            message=f'more than {MATERIALIZE_MAX_ELEMENTS} elements')]):
+    count = tf.shape(
+        leaves[0].row_lengths() if isinstance(leaves[0], tf.RaggedTensor) else leaves[0],
+        out_type=tf.int64,
+    )[0]
+    with tf.control_dependencies(
+        [
+            tf.debugging.assert_less_equal(
+                count,
+                tf.constant(MATERIALIZE_MAX_ELEMENTS, tf.int64),
+                message=f'more than {MATERIALIZE_MAX_ELEMENTS} elements',
+            )
+        ]
+    ):
         leaves = [x if isinstance(x, tf.RaggedTensor) else tf.identity(x) for x in leaves]
     sizes, rows = zip(*[_sizes_and_rows(r) for r in leaves])
     return tf.stack(sizes, axis=1), list(rows)
@@ -357,9 +435,12 @@ def read_all(ds: Any) -> Any:
 def _empty_batch(spec: tf.TypeSpec) -> tf.Tensor:
     """A batch of no elements of `spec` (a `ragged_batch` leaf: ragged, or dense)."""
     ragged = isinstance(spec, tf.RaggedTensorSpec)
-    zeros = tf.zeros([0] + [d or 0 for d in spec.shape[2 if ragged else 1:].as_list()], spec.dtype)
-    return tf.RaggedTensor.from_row_lengths(zeros, tf.zeros([0], spec.row_splits_dtype)) \
-        if ragged else zeros
+    zeros = tf.zeros([0] + [d or 0 for d in spec.shape[2 if ragged else 1 :].as_list()], spec.dtype)
+    return (
+        tf.RaggedTensor.from_row_lengths(zeros, tf.zeros([0], spec.row_splits_dtype))
+        if ragged
+        else zeros
+    )
 
 
 def _sizes_and_rows(leaf: Any) -> Any:
@@ -370,12 +451,13 @@ def _sizes_and_rows(leaf: Any) -> Any:
     traced once: the caller reads such a dataset element by element)."""
     if isinstance(leaf, tf.RaggedTensor):
         if leaf.ragged_rank != 1:
-            raise ValueError(f'batches of rows of differing shapes (ragged rank '
-                             f'{leaf.ragged_rank}) have no dense rows')
+            raise ValueError(
+                f'batches of rows of differing shapes (ragged rank '
+                f'{leaf.ragged_rank}) have no dense rows'
+            )
         return leaf.row_lengths(), leaf.values
     shape = tf.shape(leaf, out_type=tf.int64)
-    return (tf.fill(shape[:1], shape[1]),
-            tf.reshape(leaf, tf.concat([[-1], shape[2:]], 0)))
+    return (tf.fill(shape[:1], shape[1]), tf.reshape(leaf, tf.concat([[-1], shape[2:]], 0)))
 
 
 def read_all_eagerly(ds: Any) -> Any:
@@ -413,18 +495,17 @@ def _batches_of(sizes_t: Any, flat: Any, spec: Any, t: T.SequenceType) -> Option
     sizes = [int(s) for s in per_leaf[:, 0]]
     if len(sizes) > MATERIALIZE_MAX_ELEMENTS:
         return None
-    if sum(int(x.shape.num_elements() or 0) * x.dtype.size for x in flat) > \
-            MATERIALIZE_MAX_BYTES:
+    if sum(int(x.shape.num_elements() or 0) * x.dtype.size for x in flat) > MATERIALIZE_MAX_BYTES:
         return None
     specs = tf.nest.flatten(spec)
-    if all(isinstance(l, T.TensorType) and l.is_fully_defined
-           for l in T.flatten_type(t.element)):
+    if all(isinstance(l, T.TensorType) and l.is_fully_defined for l in T.flatten_type(t.element)):
         # elements of a static shape asked for (``batch(b, drop_remainder=True)`` read as
         # its own type): element i is row i of the elements stacked, as `materialize`
         # reads them
         rows = [tf.reshape(x, [len(sizes)] + s.shape.as_list()) for x, s in zip(flat, specs)]
-        return TensorBatches(element_leaves(tf.nest.pack_sequence_as(spec, rows), t.element),
-                             None, False, t.element)
+        return TensorBatches(
+            element_leaves(tf.nest.pack_sequence_as(spec, rows), t.element), None, False, t.element
+        )
     comps = element_leaves(tf.nest.pack_sequence_as(spec, list(flat)), t.element)
     b = sizes[0]
     if b >= 1 and all(s == b for s in sizes[:-1]) and 1 <= sizes[-1] <= b:
@@ -433,6 +514,7 @@ def _batches_of(sizes_t: Any, flat: Any, spec: Any, t: T.SequenceType) -> Option
     if passes > 1:
         return TensorBatches(comps, b, False, t.element, passes)
     return None
+
 
 _GRAPH_ATTR = '_simharness_graph'
 _READ_ATTR = '_simharness_fresh_reads'
@@ -460,7 +542,8 @@ def serialize_detached(ds: Any) -> bytes:
         graph_def = tf.compat.v1.GraphDef()
         graph_def.ParseFromString(graph)
         ops = {n.op for n in graph_def.node} | {
-            n.op for f in graph_def.library.function for n in f.node_def}
+            n.op for f in graph_def.library.function for n in f.node_def
+        }
         if ops & PYTHON_OPS:
             raise  # Python state: the FAIL policy's own error
     return detach_resources(graph)
@@ -555,11 +638,11 @@ def readable_as_batches(spec: Any) -> bool:
     leading size unknown), or every leaf of a fully known shape of rank >= 1 (batches of
     a static size, read as rows)."""
     specs = tf.nest.flatten(spec)
-    if all(s.shape.rank is not None and s.shape.rank >= 1 and s.shape.is_fully_defined()
-           for s in specs):
+    if all(
+        s.shape.rank is not None and s.shape.rank >= 1 and s.shape.is_fully_defined() for s in specs
+    ):
         return True
-    return all(s.shape.rank is not None and s.shape.rank >= 1 and s.shape[0] is None
-               for s in specs)
+    return all(s.shape.rank is not None and s.shape.rank >= 1 and s.shape[0] is None for s in specs)
 
 
 def recipe_known(ds: Any) -> bool:
@@ -583,10 +666,14 @@ def _recipe(ds: Any, t: Optional[T.SequenceType]) -> Any:
         return None
     traced, leaves = recipe
     element = t.element if t is not None else T.from_tf_structure(traced.spec)
-    if traced.read is None or not element.is_assignable_from(
-            T.from_tf_structure(traced.spec)) or not all(
+    if (
+        traced.read is None
+        or not element.is_assignable_from(T.from_tf_structure(traced.spec))
+        or not all(
             isinstance(l, T.TensorType) and l.shape is not None and len(l.shape) >= 1
-            for l in T.flatten_type(element)):
+            for l in T.flatten_type(element)
+        )
+    ):
         return None
     return recipe
 
@@ -608,17 +695,22 @@ def batches_from_read(out: List[Any], element_type: T.Type) -> Any:
     order of the element spec): a `TensorBatches`, or a dataset of them when they are not
     batches of one size (the last may be smaller)."""
     from simharness.core.tf_serialization import element_spec_for  # pylint: disable=import-outside-toplevel
+
     spec = element_spec_for(element_type)
     sizes_t, rows = out[0], list(out[1:])
     tb = _batches_of(sizes_t, rows, spec, T.SequenceType(element_type))
     if tb is not None:
         return tb
     if int(sizes_t.shape[0]) == 0 and all(s.shape.rank is not None for s in tf.nest.flatten(spec)):
-        return tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(lambda s: tf.zeros(
-            [0] + [d or 0 for d in s.shape.as_list()], s.dtype), spec))  # no element
+        return tf.data.Dataset.from_tensor_slices(
+            tf.nest.map_structure(
+                lambda s: tf.zeros([0] + [d or 0 for d in s.shape.as_list()], s.dtype), spec
+            )
+        )  # no element
     ragged = [tf.RaggedTensor.from_row_lengths(r, sizes_t[:, j]) for j, r in enumerate(rows)]
     return tf.data.Dataset.from_tensor_slices(tuple(ragged)).map(
-        lambda *leaves: tf.nest.pack_sequence_as(spec, list(leaves)))
+        lambda *leaves: tf.nest.pack_sequence_as(spec, list(leaves))
+    )
 
 
 def _read_recipe(ds: Any, t: T.SequenceType) -> Any:

@@ -30,6 +30,7 @@ from typing import Any, Callable, List, Optional, Tuple, cast
 import attrs
 import numpy as np
 import tensorflow as tf
+
 # tf.function's automatic control dependencies, on a plain graph (no public API)
 from tensorflow.python.framework import auto_control_deps
 from tensorflow.python.util import _tf_stack, tf_stack
@@ -62,7 +63,11 @@ def element_spec_for(t: T.Type) -> Any:
                 # an attrs container's element names are its field names, all str
                 return c(**dict(zip(cast(Tuple[str, ...], names), elems)))
             if issubclass(c, collections.abc.Mapping):
-                return collections.OrderedDict(zip(names, elems)) if c is not dict else dict(zip(names, elems))
+                return (
+                    collections.OrderedDict(zip(names, elems))
+                    if c is not dict
+                    else dict(zip(names, elems))
+                )
             if issubclass(c, list):
                 return tuple(elems)  # tf.data has no list structure
             if issubclass(c, tuple):
@@ -108,8 +113,10 @@ def _placeholders(t: T.Type, counter: List[int], inputs: List[tf.Tensor]) -> Any
         return tf.data.experimental.from_variant(ph, element_spec_for(t.element))
     if isinstance(t, T.StructType):
         return Struct((n, _placeholders(e, counter, inputs)) for n, e in t.items())
-    raise SimharnessTypeError(f'a tf_computation cannot take a parameter of type {t}; expected '
-                              'tensors, structs and sequences')
+    raise SimharnessTypeError(
+        f'a tf_computation cannot take a parameter of type {t}; expected '
+        'tensors, structs and sequences'
+    )
 
 
 def _is_dataset(x: Any) -> bool:
@@ -138,13 +145,18 @@ def _result_type_and_leaves(result: Any) -> Tuple[T.Type, List[Any]]:
         container = type(result)
     elif isinstance(result, tf.RaggedTensor):
         # TFF's form of a ragged result: <flat_values, nested_row_splits=<row splits...>>
-        items = [('flat_values', result.flat_values),
-                 ('nested_row_splits', tuple(result.nested_row_splits))]
+        items = [
+            ('flat_values', result.flat_values),
+            ('nested_row_splits', tuple(result.nested_row_splits)),
+        ]
         container = None
     elif isinstance(result, tf.sparse.SparseTensor):
         # TFF's form of a sparse result: <indices, values, dense_shape>
-        items = [('indices', result.indices), ('values', result.values),
-                 ('dense_shape', result.dense_shape)]
+        items = [
+            ('indices', result.indices),
+            ('values', result.values),
+            ('dense_shape', result.dense_shape),
+        ]
         container = None
     else:
         if isinstance(result, tf.Variable):
@@ -154,7 +166,8 @@ def _result_type_and_leaves(result: Any) -> Tuple[T.Type, List[Any]]:
         except (TypeError, ValueError) as e:
             raise SimharnessTypeError(
                 f'a tf_computation returned {result!r} ({type(result).__name__}); expected '
-                'tensors, datasets or containers of these') from e
+                'tensors, datasets or containers of these'
+            ) from e
         return T.TensorType(t.dtype, t.shape), [t]
     types, leaves = [], []
     for name, v in items:
@@ -203,20 +216,36 @@ def _state_per_call(nodes: Any) -> None:
 #: Seeded stateful random ops -> (their stateless op, the stateful op's inputs in the
 #: stateless op's order with 'seed' where the seed goes, {stateless attr: stateful attr}).
 _STATELESS_RANDOM = {
-    'RandomStandardNormal': ('StatelessRandomNormal', ('shape', 'seed'),
-                             {'dtype': 'dtype', 'T': 'T'}),
+    'RandomStandardNormal': (
+        'StatelessRandomNormal',
+        ('shape', 'seed'),
+        {'dtype': 'dtype', 'T': 'T'},
+    ),
     'RandomUniform': ('StatelessRandomUniform', ('shape', 'seed'), {'dtype': 'dtype', 'T': 'T'}),
-    'TruncatedNormal': ('StatelessTruncatedNormal', ('shape', 'seed'),
-                        {'dtype': 'dtype', 'T': 'T'}),
-    'RandomUniformInt': ('StatelessRandomUniformInt', ('shape', 'seed', 'minval', 'maxval'),
-                         {'dtype': 'Tout', 'T': 'T'}),
-    'Multinomial': ('StatelessMultinomial', ('logits', 'num_samples', 'seed'),
-                    {'T': 'T', 'output_dtype': 'output_dtype'}),
+    'TruncatedNormal': (
+        'StatelessTruncatedNormal',
+        ('shape', 'seed'),
+        {'dtype': 'dtype', 'T': 'T'},
+    ),
+    'RandomUniformInt': (
+        'StatelessRandomUniformInt',
+        ('shape', 'seed', 'minval', 'maxval'),
+        {'dtype': 'Tout', 'T': 'T'},
+    ),
+    'Multinomial': (
+        'StatelessMultinomial',
+        ('logits', 'num_samples', 'seed'),
+        {'T': 'T', 'output_dtype': 'output_dtype'},
+    ),
 }
 #: The stateful op's data inputs, in order.
-_STATEFUL_INPUTS = {'RandomStandardNormal': ('shape',), 'RandomUniform': ('shape',),
-                    'TruncatedNormal': ('shape',), 'RandomUniformInt': ('shape', 'minval', 'maxval'),
-                    'Multinomial': ('logits', 'num_samples')}
+_STATEFUL_INPUTS = {
+    'RandomStandardNormal': ('shape',),
+    'RandomUniform': ('shape',),
+    'TruncatedNormal': ('shape',),
+    'RandomUniformInt': ('shape', 'minval', 'maxval'),
+    'Multinomial': ('logits', 'num_samples'),
+}
 
 
 def _seeded_random_stateless(nodes: Any, in_function: bool) -> list:
@@ -250,7 +279,8 @@ def _seeded_random_stateless(nodes: Any, in_function: bool) -> list:
         const.op = 'Const'
         const.attr['dtype'].type = tf.int64.as_datatype_enum
         const.attr['value'].tensor.CopyFrom(
-            tf.make_tensor_proto(np.array([seed, seed2], dtype=np.int64)))
+            tf.make_tensor_proto(np.array([seed, seed2], dtype=np.int64))
+        )
         if node.device:
             const.device = node.device
         added.append(const)
@@ -434,10 +464,12 @@ def _drop_unread_variables(graph_def: Any, input_ops: set, output_ops: Optional[
             if not data:
                 continue
             if user.op == 'AssignVariableOp' and all(
-                    r.lstrip('^').split(':')[0] != node.name for r in user.input[1:]):
+                r.lstrip('^').split(':')[0] != node.name for r in user.input[1:]
+            ):
                 writes.append(user.name)
             elif user.op in ('VarIsInitializedOp', 'ReadVariableOp') and not any(
-                    d for _, d in users.get(user.name, ())):  # a value nothing takes
+                d for _, d in users.get(user.name, ())
+            ):  # a value nothing takes
                 writes.append(user.name)
             else:  # read, or handed on (a call, a control-flow op, an identity)
                 break
@@ -469,8 +501,9 @@ def _drop_unread_variables(graph_def: Any, input_ops: set, output_ops: Optional[
 
 
 #: An empty op traceback (`tf_stack.StackTrace` of no frame).
-_NO_FRAMES = _tf_stack.extract_stack(tf_stack.SentinelMapper().internal_map,
-                                     tf_stack.SentinelFilter().internal_set, 1 << 30)
+_NO_FRAMES = _tf_stack.extract_stack(
+    tf_stack.SentinelMapper().internal_map, tf_stack.SentinelFilter().internal_set, 1 << 30
+)
 _ORIGINAL_EXTRACT_STACK = tf_stack.extract_stack
 _TRACEBACKS_LOCK = threading.Lock()
 _TRACEBACKS_OFF = 0  # blocks of `_no_op_tracebacks` open (tracing can nest, and run in threads)
@@ -505,8 +538,9 @@ def _no_op_tracebacks():
                 tf_stack.extract_stack = _ORIGINAL_EXTRACT_STACK
 
 
-def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bool,
-                          name: str = '') -> bb.CompiledComputation:
+def serialize_tf_function(
+    fn: Callable, param_type: Optional[T.Type], unpack: bool, name: str = ''
+) -> bb.CompiledComputation:
     """Traces `fn` with a parameter of `param_type` into a `CompiledComputation`.
 
     Raises:
@@ -524,8 +558,10 @@ def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bo
         with auto_control_deps.AutomaticControlDependencies() as deps:
             result = call_with_param(fn, param_type, arg, unpack)
             if result is None:
-                raise SimharnessTypeError(f'tf_computation {name or fn!r} returned None; it must '
-                                          'return tensors, datasets or containers of these')
+                raise SimharnessTypeError(
+                    f'tf_computation {name or fn!r} returned None; it must '
+                    'return tensors, datasets or containers of these'
+                )
             result_type, leaves = _result_type_and_leaves(result)
             leaves = [deps.mark_as_return(t) for t in leaves]
         outputs = [tf.identity(t, name=f'result_{i}') for i, t in enumerate(leaves)]
@@ -536,7 +572,9 @@ def serialize_tf_function(fn: Callable, param_type: Optional[T.Type], unpack: bo
     graph_def = proto.SerializeToString(deterministic=True)  # maps in key order: one text
     compiled = bb.CompiledComputation(
         bb.TFGraph(graph_def, [t.name for t in inputs], [t.name for t in outputs]),
-        T.FunctionType(param_type, result_type), name=name)
+        T.FunctionType(param_type, result_type),
+        name=name,
+    )
     return compiled
 
 
@@ -548,13 +586,17 @@ def constant_computation(value: Any, type_spec: Optional[T.Type] = None) -> bb.C
         int, an int out of range, a string for a number, another shape).
       SimharnessValueError: without `type_spec`, a Python int beyond int64.
     """
+
     def check(v, t):  # eagerly, before tracing: errors name the value, not a graph op
         if isinstance(t, T.StructType):
             return Struct((n, check(x, e)) for (n, e), x in zip(t.items(), v))
         if not isinstance(t, T.TensorType):
-            raise SimharnessTypeError(f'constant {v!r} of type {type(v).__name__} cannot have '
-                                      f'the type {t}; expected a tensor type', expected=t,
-                                      actual=type(v))
+            raise SimharnessTypeError(
+                f'constant {v!r} of type {type(v).__name__} cannot have '
+                f'the type {t}; expected a tensor type',
+                expected=t,
+                actual=type(v),
+            )
         return T.check_constant(v, t)
 
     t = type_spec if type_spec is not None else T.infer_type(value)
@@ -565,6 +607,7 @@ def constant_computation(value: Any, type_spec: Optional[T.Type] = None) -> bb.C
             if isinstance(t, T.StructType):
                 return Struct((n, build(x, e)) for (n, e), x in zip(t.items(), a))
             return tf.constant(a, dtype=tf_dtype(t.dtype))
+
         return build(arrays, t)
 
     return serialize_tf_function(make, None, False, name='constant')

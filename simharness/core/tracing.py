@@ -53,7 +53,8 @@ class _Scope:
 
 
 _SCOPES: contextvars.ContextVar[Tuple[_Scope, ...]] = contextvars.ContextVar(
-    'simharness_tracing_scopes', default=())
+    'simharness_tracing_scopes', default=()
+)
 _COUNTER = itertools.count()
 
 
@@ -103,8 +104,9 @@ class Value:
         if isinstance(t, T.FederatedType):
             t = t.member
         if not isinstance(t, T.StructType):
-            raise SimharnessTypeError(f'value of type {self.type_signature} is not a struct',
-                                      actual=self.type_signature)
+            raise SimharnessTypeError(
+                f'value of type {self.type_signature} is not a struct', actual=self.type_signature
+            )
         return t
 
     def __getattr__(self, name: str) -> 'Value':
@@ -116,11 +118,13 @@ class Value:
         st = t.member if isinstance(t, T.FederatedType) else t
         if not isinstance(st, T.StructType):
             raise SimharnessAttributeError(
-                f'a value of non-struct type {t} has no attribute {name!r}')
+                f'a value of non-struct type {t} has no attribute {name!r}'
+            )
         if name not in st.names:
             raise SimharnessAttributeError(
                 f'value of type {t} has no element {name!r}; its names are '
-                f'{[n for n in st.names if n is not None]}')
+                f'{[n for n in st.names if n is not None]}'
+            )
         return Value(bb.Selection(self._comp, name=name))
 
     def __getitem__(self, key: Any) -> Any:
@@ -152,14 +156,18 @@ class Value:
         return Value(current_scope().bind(bb.Call(self._comp, arg)))
 
     def __bool__(self):
-        raise SimharnessTypeError('a traced value has no truth value in a federated_computation; '
-                                  'use tf_computations for data-dependent control flow')
+        raise SimharnessTypeError(
+            'a traced value has no truth value in a federated_computation; '
+            'use tf_computations for data-dependent control flow'
+        )
 
     def __repr__(self) -> str:
         return f'Value({self._comp.compact()}: {self.type_signature})'
 
 
-def to_building_block(value: Any, type_hint: Optional[T.Type] = None) -> bb.ComputationBuildingBlock:
+def to_building_block(
+    value: Any, type_hint: Optional[T.Type] = None
+) -> bb.ComputationBuildingBlock:
     """Converts a Python value met during tracing into a building block."""
     if isinstance(value, Value):
         return value.comp
@@ -170,52 +178,77 @@ def to_building_block(value: Any, type_hint: Optional[T.Type] = None) -> bb.Comp
     if isinstance(value, T.PlacementLiteral):
         return bb.Placement(value)
     if T.is_namedtuple(value):
-        return bb.Struct([(f, to_building_block(getattr(value, f))) for f in value._fields],
-                         container=type(value))
+        return bb.Struct(
+            [(f, to_building_block(getattr(value, f))) for f in value._fields],
+            container=type(value),
+        )
     if attrs.has(type(value)):
-        return bb.Struct([(a.name, to_building_block(getattr(value, a.name)))
-                          for a in attrs.fields(type(value))], container=type(value))
+        return bb.Struct(
+            [
+                (a.name, to_building_block(getattr(value, a.name)))
+                for a in attrs.fields(type(value))
+            ],
+            container=type(value),
+        )
     if isinstance(value, collections.abc.Mapping):
-        return bb.Struct([(str(k), to_building_block(v)) for k, v in value.items()],
-                         container=type(value))
+        return bb.Struct(
+            [(str(k), to_building_block(v)) for k, v in value.items()], container=type(value)
+        )
     if isinstance(value, (list, tuple)):
-        hints = list(type_hint) if isinstance(type_hint, T.StructType) and len(type_hint) == len(value) else [None] * len(value)
-        return bb.Struct([(None, to_building_block(v, h)) for v, h in zip(value, hints)],
-                         container=type(value))
+        hints = (
+            list(type_hint)
+            if isinstance(type_hint, T.StructType) and len(type_hint) == len(value)
+            else [None] * len(value)
+        )
+        return bb.Struct(
+            [(None, to_building_block(v, h)) for v, h in zip(value, hints)], container=type(value)
+        )
     # A Python or numpy constant: embed it as a no-parameter TF computation.
     from simharness.core import tf_serialization
+
     t = type_hint if isinstance(type_hint, T.TensorType) else None
     comp = tf_serialization.constant_computation(value, t)
     return current_scope().bind(bb.Call(comp))
 
 
-def pack_args(param_type: Optional[T.Type], args: tuple, kwargs: dict) -> Optional[bb.ComputationBuildingBlock]:
+def pack_args(
+    param_type: Optional[T.Type], args: tuple, kwargs: dict
+) -> Optional[bb.ComputationBuildingBlock]:
     """Packs call arguments into one building block for `param_type`."""
     if param_type is None:
         if args or kwargs:
-            raise SimharnessTypeError('this computation takes no argument, but got '
-                                      f'{len(args) + len(kwargs)}')
+            raise SimharnessTypeError(
+                f'this computation takes no argument, but got {len(args) + len(kwargs)}'
+            )
         return None
     if len(args) == 1 and not kwargs:
         return to_building_block(args[0], param_type)
     if not isinstance(param_type, T.StructType):
-        raise SimharnessTypeError(f'expected one argument of type {param_type}, got '
-                                  f'{len(args) + len(kwargs)} arguments')
+        raise SimharnessTypeError(
+            f'expected one argument of type {param_type}, got {len(args) + len(kwargs)} arguments'
+        )
     elems = []
     names = param_type.names
     for i, a in enumerate(args):
-        elems.append((names[i] if i < len(names) else None, to_building_block(a, param_type[i] if i < len(param_type) else None)))
+        elems.append(
+            (
+                names[i] if i < len(names) else None,
+                to_building_block(a, param_type[i] if i < len(param_type) else None),
+            )
+        )
     for k, v in kwargs.items():
         elems.append((k, to_building_block(v)))
     if len(elems) != len(param_type):
-        raise SimharnessTypeError(f'expected {len(param_type)} arguments for parameter type '
-                                  f'{param_type}, got {len(elems)}')
+        raise SimharnessTypeError(
+            f'expected {len(param_type)} arguments for parameter type '
+            f'{param_type}, got {len(elems)}'
+        )
     if kwargs:
         order = {n: i for i, n in enumerate(names)}
         try:
             elems.sort(key=lambda e: order[e[0]] if e[0] is not None else -1)
         except KeyError as e:
-            raise SimharnessTypeError(f'unexpected keyword argument {e.args[0]!r} for parameter '
-                                      f'type {param_type}') from None
+            raise SimharnessTypeError(
+                f'unexpected keyword argument {e.args[0]!r} for parameter type {param_type}'
+            ) from None
     return bb.Struct(elems)
-

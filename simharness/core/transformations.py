@@ -57,6 +57,7 @@ def free_reference_types(comp: bb.ComputationBuildingBlock) -> Dict[str, T.Type]
             return
         for child in c.children():
             walk(child)
+
     walk(comp)
     return out
 
@@ -72,8 +73,9 @@ def _path(comp: bb.ComputationBuildingBlock) -> Optional[Tuple[str, Tuple[int, .
     return None
 
 
-def abstract_captures(comp: bb.ComputationBuildingBlock
-                      ) -> Tuple[bb.ComputationBuildingBlock, Dict[str, bb.ComputationBuildingBlock]]:
+def abstract_captures(
+    comp: bb.ComputationBuildingBlock,
+) -> Tuple[bb.ComputationBuildingBlock, Dict[str, bb.ComputationBuildingBlock]]:
     """Replaces what `comp` uses of its enclosing scope by fresh references.
 
     Each longest chain of selections from a free reference (``arg[1]``, say,
@@ -101,8 +103,10 @@ def abstract_captures(comp: bb.ComputationBuildingBlock
         if isinstance(c, bb.Selection):
             return bb.Selection(rewrite(c.source, bound), index=c.index)
         if isinstance(c, bb.Struct):
-            return bb.Struct([(n, rewrite(e, bound)) for n, e in c.elements],
-                             container=getattr(c.type_signature, 'container', None))
+            return bb.Struct(
+                [(n, rewrite(e, bound)) for n, e in c.elements],
+                container=getattr(c.type_signature, 'container', None),
+            )
         if isinstance(c, bb.Call):
             return bb.Call(rewrite(c.fn, bound), None if c.arg is None else rewrite(c.arg, bound))
         if isinstance(c, bb.Lambda):
@@ -115,6 +119,7 @@ def abstract_captures(comp: bb.ComputationBuildingBlock
                 bound = bound | {n}
             return bb.Block(locals_, rewrite(c.result, bound))
         return c
+
     return rewrite(comp, frozenset()), captures
 
 
@@ -130,6 +135,7 @@ def _names_in(comp: bb.ComputationBuildingBlock) -> set:
             names.update(n for n, _ in c.locals)
         for child in c.children():
             walk(child)
+
     walk(comp)
     return names
 
@@ -140,8 +146,11 @@ def fresh_name(comp: bb.ComputationBuildingBlock, prefix: str = '_lifted') -> st
     return next(f'{prefix}{i}' for i in itertools.count() if f'{prefix}{i}' not in used)
 
 
-def close_over(body: bb.ComputationBuildingBlock, captures: Dict[str, T.Type],
-               param: Optional[Tuple[str, T.Type]] = None) -> bb.Lambda:
+def close_over(
+    body: bb.ComputationBuildingBlock,
+    captures: Dict[str, T.Type],
+    param: Optional[Tuple[str, T.Type]] = None,
+) -> bb.Lambda:
     """A lambda with no free references that takes `body`'s captures as a parameter.
 
     With `param` (name, type) None: ``(p -> let c_i = p[i] in body)``. With a
@@ -240,7 +249,8 @@ class _Compiler:
             f'{self._what}: cannot compile this federated_computation into a TF computation: '
             f'{why}. A function passed to an intrinsic may call tf_computations, other such '
             'federated_computations and sequence_map / sequence_reduce / sequence_sum, and use '
-            'selections and structs')
+            'selections and structs'
+        )
 
     def evaluate(self, comp: bb.ComputationBuildingBlock, env: Dict[str, Any]) -> Any:
         if isinstance(comp, bb.Reference):
@@ -299,8 +309,11 @@ class _Compiler:
             gd.ParseFromString(comp.graph.graph_def)
             self._graph_defs[comp.graph.fingerprint] = gd
         outs = tf.graph_util.import_graph_def(
-            gd, input_map=dict(zip(comp.graph.input_names, leaves)),
-            return_elements=list(comp.graph.output_names), name=f'call_{next(self._imports)}')
+            gd,
+            input_map=dict(zip(comp.graph.input_names, leaves)),
+            return_elements=list(comp.graph.output_names),
+            name=f'call_{next(self._imports)}',
+        )
         return pack_as(ft.result, list(outs))
 
     @staticmethod
@@ -320,6 +333,7 @@ class _Compiler:
             elem = args if type(spec) is tuple else args[0]  # tf.data unpacks plain tuples
             value = self.apply(fn, _from_elem(elem, seq_t.element))
             return _to_elem(value, res_t.element, out_spec)
+
         return tf.data.experimental.to_variant(self._dataset(variant, seq_t).map(mapper))
 
     def _sequence_reduce(self, ft: T.FunctionType, arg: Any) -> Any:
@@ -333,9 +347,14 @@ class _Compiler:
         init = tuple(tf.convert_to_tensor(x) for x in _leaves(zero, zero_t))
 
         def reduce_fn(acc, elem):
-            value = self.apply(op, Struct([(None, pack_as(acc_t, list(acc))),
-                                           (None, _from_elem(elem, seq_t.element))]))
+            value = self.apply(
+                op,
+                Struct(
+                    [(None, pack_as(acc_t, list(acc))), (None, _from_elem(elem, seq_t.element))]
+                ),
+            )
             return tuple(_leaves(value, acc_t))
+
         res = self._dataset(variant, seq_t).reduce(init, reduce_fn)
         return pack_as(acc_t, list(res) if isinstance(res, (tuple, list)) else [res])
 
@@ -346,8 +365,10 @@ class _Compiler:
         zeros = tuple(tf.zeros(lt.shape, tf_dtype(lt.dtype)) for lt in leaves_t)
 
         def add(acc, elem):
-            return tuple(a + e for a, e in zip(acc, _leaves(_from_elem(elem, seq_t.element),
-                                                               seq_t.element)))
+            return tuple(
+                a + e for a, e in zip(acc, _leaves(_from_elem(elem, seq_t.element), seq_t.element))
+            )
+
         res = self._dataset(arg, seq_t).reduce(zeros, add)
         return pack_as(seq_t.element, list(res))
 
@@ -365,8 +386,9 @@ def _placeholders(t: T.Type, inputs: List[tf.Tensor]) -> Any:
     return ph
 
 
-def compile_function(comp: bb.ComputationBuildingBlock, what: str = 'computation',
-                     name: str = '') -> bb.CompiledComputation:
+def compile_function(
+    comp: bb.ComputationBuildingBlock, what: str = 'computation', name: str = ''
+) -> bb.CompiledComputation:
     """Compiles a function-typed block with no free references into one TF graph.
 
     Args:
@@ -400,9 +422,15 @@ def compile_function(comp: bb.ComputationBuildingBlock, what: str = 'computation
         fn = compiler.evaluate(comp, {})
         arg = None if ft.parameter is None else _placeholders(ft.parameter, inputs)
         result = compiler.apply(fn, arg)
-        outputs = [tf.identity(x, name=f'result_{i}')
-                   for i, x in enumerate(_leaves(result, ft.result))]
+        outputs = [
+            tf.identity(x, name=f'result_{i}') for i, x in enumerate(_leaves(result, ft.result))
+        ]
     return bb.CompiledComputation(
-        bb.TFGraph(graph.as_graph_def().SerializeToString(), [t.name for t in inputs],
-                   [t.name for t in outputs]),
-        ft, name=name)
+        bb.TFGraph(
+            graph.as_graph_def().SerializeToString(),
+            [t.name for t in inputs],
+            [t.name for t in outputs],
+        ),
+        ft,
+        name=name,
+    )

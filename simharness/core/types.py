@@ -21,6 +21,7 @@ from simharness.errors import SimharnessAttributeError, SimharnessTypeError, Sim
 
 # ---------------------------------------------------------------- placements
 
+
 class PlacementLiteral:
     """A placement: `CLIENTS` or `SERVER`.
 
@@ -63,6 +64,7 @@ def placement_from_uri(uri: str) -> PlacementLiteral:
 
 # ---------------------------------------------------------------- dtypes
 
+
 def to_numpy_dtype(dtype: Any) -> np.dtype:
     """Converts a TF dtype, numpy dtype, Python type or name to a numpy dtype.
 
@@ -71,8 +73,10 @@ def to_numpy_dtype(dtype: Any) -> np.dtype:
         read it as float64).
     """
     if dtype is None:
-        raise SimharnessTypeError('None is not a dtype; expected a tf.DType, a numpy dtype or a '
-                                  'Python scalar type', actual=None)
+        raise SimharnessTypeError(
+            'None is not a dtype; expected a tf.DType, a numpy dtype or a Python scalar type',
+            actual=None,
+        )
     if hasattr(dtype, 'as_numpy_dtype'):  # tf.DType
         if getattr(dtype, 'name', '') == 'string':
             return np.dtype(object)
@@ -85,7 +89,8 @@ def to_numpy_dtype(dtype: Any) -> np.dtype:
     except (TypeError, ValueError) as e:
         raise SimharnessTypeError(
             f'{dtype!r} ({type(dtype).__name__}) is not a dtype; expected a '
-            'tf.DType, a numpy dtype or a Python scalar type') from e
+            'tf.DType, a numpy dtype or a Python scalar type'
+        ) from e
 
 
 def _dtype_name(dtype: np.dtype) -> str:
@@ -93,6 +98,7 @@ def _dtype_name(dtype: np.dtype) -> str:
 
 
 # ---------------------------------------------------------------- types
+
 
 class Type:
     """Base class of all types."""
@@ -104,8 +110,10 @@ class Type:
         """Raises `SimharnessTypeError` naming both types unless assignable."""
         if not self.is_assignable_from(source):
             raise SimharnessTypeError(
-                f'{what} of type {source} is not assignable to the expected type '
-                f'{self}', expected=self, actual=source)
+                f'{what} of type {source} is not assignable to the expected type {self}',
+                expected=self,
+                actual=source,
+            )
 
     def is_equivalent_to(self, other: 'Type') -> bool:
         return self.is_assignable_from(other) and other.is_assignable_from(self)
@@ -181,7 +189,9 @@ def _to_shape(shape: Any) -> Optional[Tuple[Optional[int], ...]]:
     if isinstance(dims, (str, bytes)) or not isinstance(dims, collections.abc.Iterable):
         raise SimharnessTypeError(
             f'shape {shape!r} ({type(shape).__name__}) is not a shape; expected None, an int, a '
-            'sequence of ints and Nones, or a tf.TensorShape', actual=shape)
+            'sequence of ints and Nones, or a tf.TensorShape',
+            actual=shape,
+        )
     out: list = []
     for d in dims:
         if hasattr(d, 'value') and not isinstance(d, (numbers.Number, np.generic)):
@@ -192,7 +202,8 @@ def _to_shape(shape: Any) -> Optional[Tuple[Optional[int], ...]]:
         if isinstance(d, (bool, np.bool_)) or not isinstance(d, (numbers.Integral, np.integer)):
             raise SimharnessTypeError(
                 f'dimension {d!r} ({type(d).__name__}) in shape {shape!r} is not an int or None',
-                actual=d)
+                actual=d,
+            )
         if d < 0:
             raise SimharnessValueError(f'negative dimension {int(d)} in shape {shape!r}')
         out.append(int(d))
@@ -212,19 +223,26 @@ class StructType(Type):
     def __init__(self, elements: Iterable[Any], container: Optional[type] = None):
         if isinstance(elements, collections.abc.Mapping):
             items = list(elements.items())
-        elif isinstance(elements, (str, bytes)) or not isinstance(elements, collections.abc.Iterable):
+        elif isinstance(elements, (str, bytes)) or not isinstance(
+            elements, collections.abc.Iterable
+        ):
             raise SimharnessTypeError(
                 f'StructType needs an iterable of types or (name, type) pairs, got {elements!r} '
-                f'of type {type(elements).__name__}', actual=elements)
+                f'of type {type(elements).__name__}',
+                actual=elements,
+            )
         else:
             items = list(elements)
         names, types = [], []
         for item in items:
-            if (isinstance(item, tuple) and len(item) == 2
-                    and (item[0] is None or isinstance(item[0], str))
-                    and not isinstance(item, (TensorType,))
-                    and _looks_like_type_spec(item[1])
-                    and not _is_dtype_like(item[0])):
+            if (
+                isinstance(item, tuple)
+                and len(item) == 2
+                and (item[0] is None or isinstance(item[0], str))
+                and not isinstance(item, (TensorType,))
+                and _looks_like_type_spec(item[1])
+                and not _is_dtype_like(item[0])
+            ):
                 name, t = item
             else:
                 name, t = None, item
@@ -235,7 +253,8 @@ class StructType(Type):
             if n is not None:
                 if n in seen:  # TFF: ValueError (its StructType is a Struct)
                     raise SimharnessValueError(
-                        f'duplicate element name {n!r} in struct type elements {names}')
+                        f'duplicate element name {n!r} in struct type elements {names}'
+                    )
                 seen.add(n)
         self._names = tuple(names)
         self._elements = tuple(types)
@@ -260,14 +279,14 @@ class StructType(Type):
             return self._elements[self._names.index(name)]
         except ValueError:
             raise SimharnessAttributeError(
-                f'struct type {self} has no element named {name!r}') from None
+                f'struct type {self} has no element named {name!r}'
+            ) from None
 
     def index_of(self, name: str) -> int:
         try:
             return self._names.index(name)
         except ValueError:
-            raise SimharnessTypeError(
-                f'struct {self} has no element named {name!r}') from None
+            raise SimharnessTypeError(f'struct {self} has no element named {name!r}') from None
 
     @property
     def names(self) -> Tuple[Optional[str], ...]:
@@ -278,8 +297,11 @@ class StructType(Type):
 
     # -- equality
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, StructType) and self._names == other.names
-                and self._elements == tuple(other))
+        return (
+            isinstance(other, StructType)
+            and self._names == other.names
+            and self._elements == tuple(other)
+        )
 
     def __hash__(self) -> int:
         return hash(('struct', self._names, self._elements))
@@ -321,7 +343,9 @@ def StructWithPythonType(elements: Any, container_type: type) -> StructType:  # 
         raise SimharnessTypeError(
             f'container_type must be a class (list, tuple, dict, a namedtuple or attrs class), '
             f'got {container_type!r} of type {type(container_type).__name__}',
-            expected=type, actual=type(container_type))
+            expected=type,
+            actual=type(container_type),
+        )
     return StructType(elements, container=container_type)
 
 
@@ -336,8 +360,11 @@ class AbstractType(Type):
 
     def __init__(self, label: str):
         if not isinstance(label, str) or not label:
-            raise SimharnessTypeError(f'an AbstractType label must be a non-empty str, got '
-                                      f'{label!r}', expected=str, actual=type(label))
+            raise SimharnessTypeError(
+                f'an AbstractType label must be a non-empty str, got {label!r}',
+                expected=str,
+                actual=type(label),
+            )
         self.label = label
 
     def __eq__(self, other: Any) -> bool:
@@ -350,8 +377,10 @@ class AbstractType(Type):
         return (AbstractType, (self.label,))
 
     def is_assignable_from(self, source: Type) -> bool:
-        raise SimharnessTypeError(f'abstract type {self.label} cannot be compared for '
-                                  'assignability; substitute a concrete type first')
+        raise SimharnessTypeError(
+            f'abstract type {self.label} cannot be compared for '
+            'assignability; substitute a concrete type first'
+        )
 
     def __str__(self) -> str:
         return self.label
@@ -367,7 +396,8 @@ class SequenceType(Type):
         if contains(self.element, (FederatedType, FunctionType, SequenceType)):
             raise SimharnessTypeError(
                 f'sequence elements may not be federated, functional or sequences; '
-                f'got {self.element}')
+                f'got {self.element}'
+            )
 
     def is_assignable_from(self, source: Type) -> bool:
         if source is self:  # the same object: a walk of a large type would say so too
@@ -392,8 +422,11 @@ class FunctionType(Type):
             return False
         if (self.parameter is None) != (source.parameter is None):
             return False
-        if (self.parameter is not None and source.parameter is not None
-                and not source.parameter.is_assignable_from(self.parameter)):
+        if (
+            self.parameter is not None
+            and source.parameter is not None
+            and not source.parameter.is_assignable_from(self.parameter)
+        ):
             return False
         return self.result.is_assignable_from(source.result)
 
@@ -418,27 +451,35 @@ class FederatedType(Type):
 
     __slots__ = ('member', 'placement', 'all_equal')
 
-    def __init__(self, member: Any, placement: PlacementLiteral,
-                 all_equal: Optional[bool] = None):
+    def __init__(self, member: Any, placement: PlacementLiteral, all_equal: Optional[bool] = None):
         if not isinstance(placement, PlacementLiteral):
             raise SimharnessTypeError(
                 f'placement {placement!r} ({type(placement).__name__}) is not a placement; '
-                'expected simharness.CLIENTS or simharness.SERVER')
+                'expected simharness.CLIENTS or simharness.SERVER'
+            )
         member = to_type(member)
         if contains(member, (FederatedType, FunctionType)):
             raise SimharnessTypeError(
-                f'the member of a federated type may not be federated or functional; got {member}')
+                f'the member of a federated type may not be federated or functional; got {member}'
+            )
         if all_equal is not None and not isinstance(all_equal, (bool, np.bool_)):
             raise SimharnessTypeError(
                 f'all_equal must be a bool or None, got {all_equal!r} of type '
-                f'{type(all_equal).__name__}', expected=bool, actual=type(all_equal))
+                f'{type(all_equal).__name__}',
+                expected=bool,
+                actual=type(all_equal),
+            )
         self.member = member
         self.placement = placement
         self.all_equal = placement.default_all_equal if all_equal is None else bool(all_equal)
 
     def __eq__(self, other: Any) -> bool:
-        return (isinstance(other, FederatedType) and self.member == other.member
-                and self.placement is other.placement and self.all_equal == other.all_equal)
+        return (
+            isinstance(other, FederatedType)
+            and self.member == other.member
+            and self.placement is other.placement
+            and self.all_equal == other.all_equal
+        )
 
     def __hash__(self) -> int:
         return hash(('federated', self.member, self.placement.uri, self.all_equal))
@@ -463,6 +504,7 @@ class FederatedType(Type):
 
 # ---------------------------------------------------------------- helpers
 
+
 def contains(t: Type, kinds: tuple) -> bool:
     """Whether `t` is, or (in a struct, at any depth) holds, a type of one of `kinds`."""
     if isinstance(t, kinds):
@@ -481,14 +523,22 @@ def _is_dtype_like(x: Any) -> bool:
 
 
 def _looks_like_type_spec(x: Any) -> bool:
-    return (isinstance(x, (Type, np.dtype, list, tuple, dict, type))
-            or hasattr(x, 'as_numpy_dtype') or attrs.has(type(x))
-            or isinstance(x, collections.abc.Mapping))
+    return (
+        isinstance(x, (Type, np.dtype, list, tuple, dict, type))
+        or hasattr(x, 'as_numpy_dtype')
+        or attrs.has(type(x))
+        or isinstance(x, collections.abc.Mapping)
+    )
 
 
 def _is_name_type_pair(x: Any) -> bool:
-    return (isinstance(x, tuple) and not is_namedtuple(x) and len(x) == 2
-            and isinstance(x[0], str) and _looks_like_type_spec(x[1]))
+    return (
+        isinstance(x, tuple)
+        and not is_namedtuple(x)
+        and len(x) == 2
+        and isinstance(x[0], str)
+        and _looks_like_type_spec(x[1])
+    )
 
 
 def is_namedtuple(x: Any) -> bool:
@@ -509,8 +559,10 @@ def to_type(spec: Any) -> Type:
     if isinstance(spec, Type):
         return spec
     if spec is None:
-        raise SimharnessTypeError('None is not a type spec; expected a dtype, a (dtype, shape) '
-                                  'pair, a Type or a container of these')
+        raise SimharnessTypeError(
+            'None is not a type spec; expected a dtype, a (dtype, shape) '
+            'pair, a Type or a container of these'
+        )
     cls_name = type(spec).__name__
     if cls_name == 'TensorSpec' or cls_name == 'BoundedTensorSpec':
         return TensorType(spec.dtype, spec.shape)
@@ -519,24 +571,38 @@ def to_type(spec: Any) -> Type:
     if isinstance(spec, type) and attrs.has(spec):
         raise SimharnessTypeError(
             f'{spec.__name__} is an attrs class, not a type spec; pass an instance whose '
-            'fields hold the element types')
+            'fields hold the element types'
+        )
     if _is_dtype_like(spec):
         return TensorType(spec)
     if isinstance(spec, str):
         return TensorType(spec)
-    if (isinstance(spec, tuple) and not is_namedtuple(spec) and len(spec) == 2
-            and _is_dtype_like(spec[0]) and (spec[1] is None or isinstance(spec[1], (list, tuple, int))
-                                             or hasattr(spec[1], 'as_list'))
-            and not _is_dtype_like(spec[1])
-            and (not isinstance(spec[1], (list, tuple))
-                 or all(d is None or isinstance(d, (int, np.integer)) for d in spec[1]))):
+    if (
+        isinstance(spec, tuple)
+        and not is_namedtuple(spec)
+        and len(spec) == 2
+        and _is_dtype_like(spec[0])
+        and (
+            spec[1] is None
+            or isinstance(spec[1], (list, tuple, int))
+            or hasattr(spec[1], 'as_list')
+        )
+        and not _is_dtype_like(spec[1])
+        and (
+            not isinstance(spec[1], (list, tuple))
+            or all(d is None or isinstance(d, (int, np.integer)) for d in spec[1])
+        )
+    ):
         return TensorType(spec[0], spec[1])
     if is_namedtuple(spec):
-        return StructType([(f, to_type(getattr(spec, f))) for f in spec._fields],
-                          container=type(spec))
+        return StructType(
+            [(f, to_type(getattr(spec, f))) for f in spec._fields], container=type(spec)
+        )
     if attrs.has(type(spec)):
-        return StructType([(a.name, to_type(getattr(spec, a.name)))
-                           for a in attrs.fields(type(spec))], container=type(spec))
+        return StructType(
+            [(a.name, to_type(getattr(spec, a.name))) for a in attrs.fields(type(spec))],
+            container=type(spec),
+        )
     if isinstance(spec, collections.abc.Mapping):
         return StructType([(str(k), to_type(v)) for k, v in spec.items()], container=type(spec))
     if isinstance(spec, (list, tuple)):
@@ -546,7 +612,9 @@ def to_type(spec: Any) -> Type:
         return StructType([to_type(v) for v in spec], container=type(spec))
     raise SimharnessTypeError(
         f'cannot convert {spec!r} ({cls_name}) to a type; expected a dtype, a (dtype, shape) '
-        'pair, a Type or a container of these', actual=spec)
+        'pair, a Type or a container of these',
+        actual=spec,
+    )
 
 
 def from_tf_structure(spec: Any) -> Type:
@@ -555,11 +623,13 @@ def from_tf_structure(spec: Any) -> Type:
     if cls_name in ('TensorSpec', 'DatasetSpec'):
         return to_type(spec)
     if is_namedtuple(spec):
-        return StructType([(f, from_tf_structure(getattr(spec, f))) for f in spec._fields],
-                          container=type(spec))
+        return StructType(
+            [(f, from_tf_structure(getattr(spec, f))) for f in spec._fields], container=type(spec)
+        )
     if isinstance(spec, collections.abc.Mapping):
-        return StructType([(str(k), from_tf_structure(v)) for k, v in spec.items()],
-                          container=type(spec))
+        return StructType(
+            [(str(k), from_tf_structure(v)) for k, v in spec.items()], container=type(spec)
+        )
     if isinstance(spec, (list, tuple)):
         return StructType([from_tf_structure(v) for v in spec], container=type(spec))
     return to_type(spec)
@@ -575,8 +645,8 @@ def type_at_server(member: Any) -> FederatedType:
     return FederatedType(member, SERVER, True)
 
 
-_INT32_MIN, _INT32_MAX = -2 ** 31, 2 ** 31 - 1
-_INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def infer_type(value: Any) -> Type:
@@ -586,8 +656,13 @@ def infer_type(value: Any) -> Type:
         raise SimharnessTypeError(f'{value} is a type, not a value')
     if hasattr(value, 'element_spec') and hasattr(value, 'reduce'):  # tf.data.Dataset
         return SequenceType(from_tf_structure(value.element_spec))
-    if hasattr(value, 'dtype') and hasattr(value, 'shape') and not isinstance(value, np.ndarray) \
-            and cls_name not in ('ndarray',) and hasattr(value, 'numpy'):
+    if (
+        hasattr(value, 'dtype')
+        and hasattr(value, 'shape')
+        and not isinstance(value, np.ndarray)
+        and cls_name not in ('ndarray',)
+        and hasattr(value, 'numpy')
+    ):
         return TensorType(value.dtype, value.shape)
     if isinstance(value, (np.ndarray, np.generic)):
         return TensorType(value.dtype, value.shape)
@@ -601,27 +676,34 @@ def infer_type(value: Any) -> Type:
             return TensorType(np.int64)
         raise SimharnessValueError(
             f'the Python int {value} does not fit int64 (the widest TF integer a Python int '
-            f'converts to); pass a numpy array of an explicit dtype or a float')
+            f'converts to); pass a numpy array of an explicit dtype or a float'
+        )
     if isinstance(value, float):
         return TensorType(np.float32)
     if isinstance(value, (str, bytes)):
         return TensorType(np.dtype(object))
     if is_namedtuple(value):
-        return StructType([(f, infer_type(getattr(value, f))) for f in value._fields],
-                          container=type(value))
+        return StructType(
+            [(f, infer_type(getattr(value, f))) for f in value._fields], container=type(value)
+        )
     if attrs.has(type(value)):
-        return StructType([(a.name, infer_type(getattr(value, a.name)))
-                           for a in attrs.fields(type(value))], container=type(value))
+        return StructType(
+            [(a.name, infer_type(getattr(value, a.name))) for a in attrs.fields(type(value))],
+            container=type(value),
+        )
     if isinstance(value, collections.abc.Mapping):
-        return StructType([(str(k), infer_type(v)) for k, v in value.items()],
-                          container=type(value))
+        return StructType(
+            [(str(k), infer_type(v)) for k, v in value.items()], container=type(value)
+        )
     if isinstance(value, (list, tuple)):
         return StructType([infer_type(v) for v in value], container=type(value))
     if isinstance(value, Struct):
         return StructType([(n, infer_type(v)) for n, v in value.items()])
     raise SimharnessTypeError(
         f'cannot infer a type for {value!r} ({cls_name}); expected a number, an array, a '
-        'tensor, a tf.data.Dataset or a container of these', actual=value)
+        'tensor, a tf.data.Dataset or a container of these',
+        actual=value,
+    )
 
 
 def flatten_type(t: Type) -> list:
@@ -644,12 +726,32 @@ def contains_only_tensors(t: Type) -> bool:
 
 TypeSpec = Union[Type, Any]
 __all__: Sequence[str] = (
-    'Type', 'TensorType', 'StructType', 'SequenceType', 'FunctionType', 'FederatedType',
-    'AbstractType', 'StructWithPythonType',
-    'PlacementType', 'PlacementLiteral', 'CLIENTS', 'SERVER', 'to_type', 'type_at_clients',
-    'type_at_server', 'infer_type', 'flatten_type', 'contains', 'is_namedtuple',
-    'is_namedtuple_class', 'from_tf_structure', 'check_constant', 'array_refusal', 'check_array',
-    'shape_refusal')
+    'Type',
+    'TensorType',
+    'StructType',
+    'SequenceType',
+    'FunctionType',
+    'FederatedType',
+    'AbstractType',
+    'StructWithPythonType',
+    'PlacementType',
+    'PlacementLiteral',
+    'CLIENTS',
+    'SERVER',
+    'to_type',
+    'type_at_clients',
+    'type_at_server',
+    'infer_type',
+    'flatten_type',
+    'contains',
+    'is_namedtuple',
+    'is_namedtuple_class',
+    'from_tf_structure',
+    'check_constant',
+    'array_refusal',
+    'check_array',
+    'shape_refusal',
+)
 
 
 def is_namedtuple_class(cls: Any) -> bool:
@@ -679,42 +781,58 @@ def check_constant(value: Any, type_spec: Any, what: str = 'constant') -> Any:
     Raises:
       SimharnessTypeError: `value` does not fit `type_spec`.
     """
+
     def refuse(reason: str) -> SimharnessTypeError:
         return SimharnessTypeError(
             f'{what} {value!r} of type {type(value).__name__} does not fit the expected type '
-            f'{type_spec}: {reason}', expected=type_spec, actual=type(value))
+            f'{type_spec}: {reason}',
+            expected=type_spec,
+            actual=type(value),
+        )
 
     want = np.dtype(type_spec.dtype)
     try:
         a = np.asarray(value)
     except (ValueError, OverflowError) as e:  # a ragged nested list
         raise refuse(f'it is not an array ({e})') from None
-    is_text = a.dtype.kind in 'US' or (a.dtype.kind == 'O' and a.size > 0 and all(
-        isinstance(x, (str, bytes)) for x in a.reshape(-1)))
+    is_text = a.dtype.kind in 'US' or (
+        a.dtype.kind == 'O'
+        and a.size > 0
+        and all(isinstance(x, (str, bytes)) for x in a.reshape(-1))
+    )
     if want == np.dtype(object):  # a string tensor
         if not (is_text or (a.dtype.kind == 'O' and a.size == 0)):
             raise refuse('expected a str or bytes')
         out = a
     else:
         if is_text or a.dtype.kind == 'O':
-            reason = ('an int outside int64' if a.dtype.kind == 'O' and not is_text
-                      else 'a string is not a number')
+            reason = (
+                'an int outside int64'
+                if a.dtype.kind == 'O' and not is_text
+                else 'a string is not a number'
+            )
             raise refuse(f'{reason}; expected a value of dtype {want.name}')
         if a.dtype.kind in 'iu' and want.kind in 'iu':
             info = np.iinfo(want)
             if a.size and (a.min() < info.min or a.max() > info.max):
                 raise refuse(f'outside the range [{info.min}, {info.max}] of {want.name}')
         elif not np.can_cast(a.dtype, want, 'same_kind'):
-            raise refuse(f'a {a.dtype.name} value would be truncated or changed in '
-                         f'{want.name}; convert it explicitly')
+            raise refuse(
+                f'a {a.dtype.name} value would be truncated or changed in '
+                f'{want.name}; convert it explicitly'
+            )
         with np.errstate(over='ignore', invalid='ignore'):
             out = a.astype(want)
-        if want.kind in 'fc' and a.dtype.kind in 'fc' and np.any(
-                np.isfinite(a) & ~np.isfinite(out)):
+        if (
+            want.kind in 'fc'
+            and a.dtype.kind in 'fc'
+            and np.any(np.isfinite(a) & ~np.isfinite(out))
+        ):
             raise refuse(f'it overflows {want.name}')
     shape = type_spec.shape
-    if shape is not None and (len(shape) != a.ndim or any(
-            d is not None and d != s for d, s in zip(shape, a.shape))):
+    if shape is not None and (
+        len(shape) != a.ndim or any(d is not None and d != s for d, s in zip(shape, a.shape))
+    ):
         raise refuse(f'its shape {list(a.shape)} is not {list(shape)}')
     return out
 
@@ -760,8 +878,9 @@ def check_array(arr: np.ndarray, t: TensorType, what: Any) -> None:
 
 def shape_refusal(shape: Sequence[int], t: TensorType) -> Optional[str]:
     """Why a value of `shape` is not of tensor type `t` (None: its shape is allowed)."""
-    if t.shape is not None and (len(shape) != len(t.shape) or any(
-            d is not None and d != s for d, s in zip(t.shape, shape))):
+    if t.shape is not None and (
+        len(shape) != len(t.shape) or any(d is not None and d != s for d, s in zip(t.shape, shape))
+    ):
         return f'a value of shape {tuple(shape)} is not assignable to {t}'
     return None
 
@@ -769,7 +888,8 @@ def shape_refusal(shape: Sequence[int], t: TensorType) -> Optional[str]:
 def _array_refusal(arr: np.ndarray, t: TensorType, batched: bool) -> Optional[Tuple[bool, str]]:
     """(out of range?, reason) for an array `array_refusal` refuses; None otherwise."""
     if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
-            (arr.dtype == np.bool_) != (t.dtype == np.bool_) and arr.size):
+        (arr.dtype == np.bool_) != (t.dtype == np.bool_) and arr.size
+    ):
         return False, f'a value of dtype {arr.dtype} is not assignable to {t}'
     if arr.dtype.kind in 'iu' and t.dtype.kind in 'iu' and arr.size:
         info = np.iinfo(t.dtype)

@@ -62,8 +62,9 @@ class _Batcher:
                 waiter.set_result(fut.result())
 
 
-_BATCHERS: 'weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batcher]' = \
+_BATCHERS: 'weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batcher]' = (
     weakref.WeakKeyDictionary()
+)
 _BATCHERS_LOCK = threading.Lock()
 
 

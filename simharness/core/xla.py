@@ -50,8 +50,18 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError
 
-__all__ = ['Decision', 'MARKER', 'MIN_ELEMENTS', 'check_jit_compile', 'decide', 'forced',
-           'force_tree', 'import_concrete', 'report', 'with_jit_compile']
+__all__ = [
+    'Decision',
+    'MARKER',
+    'MIN_ELEMENTS',
+    'check_jit_compile',
+    'decide',
+    'forced',
+    'force_tree',
+    'import_concrete',
+    'report',
+    'with_jit_compile',
+]
 
 #: The name of the graph node that carries a forced choice (a bool ``Const`` nothing reads).
 MARKER = 'simharness_jit_compile'
@@ -59,13 +69,24 @@ _ATTR = 'value'
 #: Auto compiles calls whose parameter and result tensors hold at least this many elements.
 MIN_ELEMENTS = 65536
 DENSE_OPS = frozenset({'MatMul', 'BatchMatMul', 'BatchMatMulV2', 'BatchMatMulV3', 'Einsum'})
-CONV_OPS = frozenset({'Conv2D', 'Conv3D', 'DepthwiseConv2dNative', 'Conv2DBackpropInput',
-                      'Conv2DBackpropFilter', 'Conv3DBackpropInputV2',
-                      'Conv3DBackpropFilterV2', 'DepthwiseConv2dNativeBackpropInput',
-                      'DepthwiseConv2dNativeBackpropFilter', 'Conv'})
+CONV_OPS = frozenset(
+    {
+        'Conv2D',
+        'Conv3D',
+        'DepthwiseConv2dNative',
+        'Conv2DBackpropInput',
+        'Conv2DBackpropFilter',
+        'Conv3DBackpropInputV2',
+        'Conv3DBackpropFilterV2',
+        'DepthwiseConv2dNativeBackpropInput',
+        'DepthwiseConv2dNativeBackpropFilter',
+        'Conv',
+    }
+)
 #: Stateful ops that are only control flow around their bodies (whose ops are checked too).
-_CONTROL_FLOW = frozenset({'While', 'If', 'Case', 'StatefulPartitionedCall',
-                           'PartitionedCall', 'NoOp'})
+_CONTROL_FLOW = frozenset(
+    {'While', 'If', 'Case', 'StatefulPartitionedCall', 'PartitionedCall', 'NoOp'}
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +102,7 @@ class Decision:
 
 def _graph_def(comp: bb.CompiledComputation) -> Any:
     import tensorflow as tf
+
     gd = tf.compat.v1.GraphDef()
     gd.ParseFromString(comp.graph.graph_def)
     return gd
@@ -97,9 +119,11 @@ def forced(graph_def: Any) -> Optional[bool]:
 def check_jit_compile(on: Any) -> Optional[bool]:
     """`on` if it is True, False or None, else a `SimharnessTypeError` naming it."""
     if on is not None and not isinstance(on, bool):
-        raise SimharnessTypeError(f'jit_compile must be True, False or None, got {on!r} of type '
-                                  f'{type(on).__name__}', expected='bool or None',
-                                  actual=type(on))
+        raise SimharnessTypeError(
+            f'jit_compile must be True, False or None, got {on!r} of type {type(on).__name__}',
+            expected='bool or None',
+            actual=type(on),
+        )
     return on
 
 
@@ -107,9 +131,11 @@ def with_jit_compile(comp: bb.CompiledComputation, on: Optional[bool]) -> bb.Com
     """`comp` with its XLA choice forced to `on` (None: the rule decides)."""
     check_jit_compile(on)
     if not isinstance(comp, bb.CompiledComputation):
-        raise SimharnessTypeError(f'jit_compile applies to TF computations, got '
-                                  f'{type(comp).__name__}', expected='CompiledComputation',
-                                  actual=type(comp))
+        raise SimharnessTypeError(
+            f'jit_compile applies to TF computations, got {type(comp).__name__}',
+            expected='CompiledComputation',
+            actual=type(comp),
+        )
     gd = _graph_def(comp)
     if forced(gd) == on:
         return comp
@@ -118,6 +144,7 @@ def with_jit_compile(comp: bb.CompiledComputation, on: Optional[bool]) -> bb.Com
     gd.node.extend(kept)
     if on is not None:  # a constant nothing reads: the graph computes what it computed
         import tensorflow as tf
+
         node = gd.node.add()
         node.name, node.op = MARKER, 'Const'
         node.attr['dtype'].type = tf.bool.as_datatype_enum
@@ -149,28 +176,39 @@ def _elements(t: T.Type) -> Optional[int]:
 def _static(comp: bb.CompiledComputation, graph_def: Any) -> Optional[Decision]:
     """The rule's steps 1-5: a decision, or None when XLA must be asked (step 6)."""
     from tensorflow.python.framework import op_def_registry
+
     on = forced(graph_def)
     if on is False:
         return Decision(False, 'forced off')
-    for leaf in [*T.flatten_type(comp.type_signature.parameter or T.StructType([])),
-                 *T.flatten_type(comp.type_signature.result)]:
+    for leaf in [
+        *T.flatten_type(comp.type_signature.parameter or T.StructType([])),
+        *T.flatten_type(comp.type_signature.result),
+    ]:
         if isinstance(leaf, T.SequenceType):
-            return Decision(False, 'takes or returns a dataset (where its loops run as tensor '
-                            'loops, that lowered form is decided by this rule on the workers)')
+            return Decision(
+                False,
+                'takes or returns a dataset (where its loops run as tensor '
+                'loops, that lowered form is decided by this rule on the workers)',
+            )
         if not isinstance(leaf, T.TensorType):
             return Decision(False, f'takes or returns a {type(leaf).__name__}')
         if leaf.dtype is not None and str(leaf.dtype) in ('object', 'str', '<U0', 'bytes'):
             return Decision(False, 'takes or returns strings')
     ops = _ops(graph_def)
-    stateful = sorted(op for op in ops - _CONTROL_FLOW
-                      if (op_def_registry.get(op) is None or op_def_registry.get(op).is_stateful))
+    stateful = sorted(
+        op
+        for op in ops - _CONTROL_FLOW
+        if (op_def_registry.get(op) is None or op_def_registry.get(op).is_stateful)
+    )
     random = [op for op in stateful if any(n in op.encode() for n in bb.STATEFUL_RANDOM_OP_NAMES)]
     if random:  # even when forced: XLA would change what the computation means
-        return Decision(False, f'stateful random op {random[0]} (fresh values per call, as in '
-                        'TFF; XLA ignores the seeds of stateful random ops)')
+        return Decision(
+            False,
+            f'stateful random op {random[0]} (fresh values per call, as in '
+            'TFF; XLA ignores the seeds of stateful random ops)',
+        )
     if stateful:
-        return Decision(False, f'stateful op {stateful[0]} (XLA would drop or reorder its '
-                        'effect)')
+        return Decision(False, f'stateful op {stateful[0]} (XLA would drop or reorder its effect)')
     if on:
         return None
     conv = sorted(ops & CONV_OPS)
@@ -190,18 +228,24 @@ def _static(comp: bb.CompiledComputation, graph_def: Any) -> Optional[Decision]:
 def lowering_error(fn: Any) -> Optional[str]:
     """None when XLA lowers the concrete function `fn`, else XLA's reason (its first line)."""
     import tensorflow as tf
+
     # A dimension of unknown size (a forced computation over a sequence's components) is
     # lowered at size 1 here; each size met at run time is compiled when it comes.
-    specs = [tf.TensorSpec([1 if d is None else d for d in s.shape], s.dtype)
-             if s.shape.rank is not None else s for s in fn.structured_input_signature[0]]
+    specs = [
+        tf.TensorSpec([1 if d is None else d for d in s.shape], s.dtype)
+        if s.shape.rank is not None
+        else s
+        for s in fn.structured_input_signature[0]
+    ]
     try:
-        tf.function(lambda *a: fn(*a), jit_compile=True,
-                    autograph=False).experimental_get_compiler_ir(*specs)(stage='hlo')
+        tf.function(
+            lambda *a: fn(*a), jit_compile=True, autograph=False
+        ).experimental_get_compiler_ir(*specs)(stage='hlo')
     except Exception as e:  # pylint: disable=broad-except  # XLA's errors are of many types
         text = str(e)
         for key in ('Detected unsupported operations', 'No registered'):
             if key in text:
-                text = text[text.index(key):]
+                text = text[text.index(key) :]
                 break
         text = text.split(' (No registered')[0]
         return text.splitlines()[0][:300] if text else type(e).__name__
@@ -221,18 +265,27 @@ def import_concrete(comp: bb.CompiledComputation, graph_def: Any = None) -> Any:
     before falling back)."""
     import tensorflow as tf
     from simharness.core.tf_serialization import tf_dtype
+
     graph = comp.graph
     graph_def = _graph_def(comp) if graph_def is None else graph_def
     param = comp.type_signature.parameter
     leaves = [] if param is None else T.flatten_type(param)
-    specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) if isinstance(t, T.TensorType)
-             else tf.TensorSpec([], tf.variant) for t in leaves]
+    specs = [
+        tf.TensorSpec(t.shape, tf_dtype(t.dtype))
+        if isinstance(t, T.TensorType)
+        else tf.TensorSpec([], tf.variant)
+        for t in leaves
+    ]
     input_names, output_names = list(graph.input_names), list(graph.output_names)
 
     def _import(*args: Any) -> Any:
         return tf.graph_util.import_graph_def(
-            graph_def, input_map=dict(zip(input_names, args)),
-            return_elements=output_names, name='imported')
+            graph_def,
+            input_map=dict(zip(input_names, args)),
+            return_elements=output_names,
+            name='imported',
+        )
+
     return tf.compat.v1.wrap_function(_import, specs)
 
 
@@ -253,8 +306,12 @@ def decide(comp: bb.CompiledComputation, fn: Any = None) -> Decision:
         if error is not None:
             decision = Decision(False, f'XLA cannot compile it: {error}')
         else:
-            decision = Decision(True, 'forced on' if on else 'matmul, no stateful op, '
-                                f'>= {MIN_ELEMENTS} tensor elements per call')
+            decision = Decision(
+                True,
+                'forced on'
+                if on
+                else f'matmul, no stateful op, >= {MIN_ELEMENTS} tensor elements per call',
+            )
     with _LOCK:
         if len(_CACHE) > _CACHE_SIZE:
             _CACHE.clear()
@@ -318,8 +375,11 @@ def _map_children(comp: bb.ComputationBuildingBlock, f: Any) -> bb.ComputationBu
         return comp if fn is comp.fn and arg is comp.arg else bb.Call(fn, arg)
     if isinstance(comp, bb.Lambda):
         body = f(comp.result)
-        return comp if body is comp.result else bb.Lambda(comp.parameter_name,
-                                                          comp.parameter_type, body)
+        return (
+            comp
+            if body is comp.result
+            else bb.Lambda(comp.parameter_name, comp.parameter_type, body)
+        )
     if isinstance(comp, bb.Block):
         locals_ = [(n, f(v)) for n, v in comp.locals]
         result = f(comp.result)
@@ -342,5 +402,6 @@ def report(comp: Any) -> Dict[str, Dict[str, Any]]:
             out[f'{c.name or "tf"}#{c.graph.fingerprint[:8]}'] = decide(c).as_dict()
         for child in c.children():
             walk(child)
+
     walk(root)
     return out

@@ -44,8 +44,9 @@ from simharness.errors import SimharnessValueError
 PathLike = Union[str, Path]
 
 #: TFF's Shakespeare character vocabulary (its text-generation tutorial).
-SHAKESPEARE_VOCAB = list('dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\naei'
-                         'mquyAEIMQUY]!%)-159\r')
+SHAKESPEARE_VOCAB = list(
+    'dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\naeimquyAEIMQUY]!%)-159\r'
+)
 #: Token ids of the sequence tasks: 0 pad, 1.. the vocabulary, then oov, bos, eos.
 PAD = 0
 
@@ -53,17 +54,21 @@ PAD = 0
 def _find(cache_dir: PathLike, names: Sequence[str], what: str) -> Path:
     d = Path(cache_dir).expanduser()
     if not d.is_dir():
-        raise SimharnessValueError(f'{what}: cache directory {d} does not exist (simharness '
-                                   'downloads nothing: put TFF\'s files there first)')
+        raise SimharnessValueError(
+            f'{what}: cache directory {d} does not exist (simharness '
+            "downloads nothing: put TFF's files there first)"
+        )
     for n in names:
         if (d / n).is_file():
             return d / n
     raise SimharnessValueError(
         f'{what}: none of {", ".join(names)} in {d}. simharness downloads nothing: fetch the '
-        f'file TFF publishes for this data set (for SQLite, decompress the .lzma) into {d}')
+        f'file TFF publishes for this data set (for SQLite, decompress the .lzma) into {d}'
+    )
 
 
 # ------------------------------------------------------------------- formats
+
 
 def _sql_split(path: Path, split: str) -> Tuple[List[str], sqlite3.Connection]:
     con = sqlite3.connect(f'file:{path}?mode=ro', uri=True)
@@ -71,13 +76,19 @@ def _sql_split(path: Path, split: str) -> Tuple[List[str], sqlite3.Connection]:
     missing = {'examples', 'client_metadata'} - tables
     if missing:
         con.close()
-        raise SimharnessValueError(f'{path}: not a TFF SQLite data set (missing tables '
-                                   f'{sorted(missing)})')
-    ids = sorted(r[0] for r in con.execute(
-        'SELECT DISTINCT client_id FROM client_metadata WHERE split_name = ?', (split,)))
+        raise SimharnessValueError(
+            f'{path}: not a TFF SQLite data set (missing tables {sorted(missing)})'
+        )
+    ids = sorted(
+        r[0]
+        for r in con.execute(
+            'SELECT DISTINCT client_id FROM client_metadata WHERE split_name = ?', (split,)
+        )
+    )
     if not ids:
-        splits = sorted(r[0] for r in con.execute(
-            'SELECT DISTINCT split_name FROM client_metadata'))
+        splits = sorted(
+            r[0] for r in con.execute('SELECT DISTINCT split_name FROM client_metadata')
+        )
         con.close()
         raise SimharnessValueError(f'{path}: no clients in split {split!r} (splits: {splits})')
     return ids, con
@@ -85,6 +96,7 @@ def _sql_split(path: Path, split: str) -> Tuple[List[str], sqlite3.Connection]:
 
 def _parse_example(blob: bytes) -> Dict[str, Any]:
     from tensorflow.core.example import example_pb2  # pylint: disable=import-outside-toplevel
+
     ex = example_pb2.Example()
     ex.ParseFromString(blob)
     out: Dict[str, Any] = {}
@@ -106,8 +118,10 @@ def read_tff_sqlite(path: PathLike, split: str) -> Dict[str, List[Dict[str, Any]
     try:
         out: Dict[str, List[Dict[str, Any]]] = collections.OrderedDict((c, []) for c in ids)
         for cid, blob in con.execute(
-                'SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ? '
-                'ORDER BY rowid', (split,)):
+            'SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ? '
+            'ORDER BY rowid',
+            (split,),
+        ):
             if cid in out:
                 out[cid].append(_parse_example(blob))
     finally:
@@ -118,6 +132,7 @@ def read_tff_sqlite(path: PathLike, split: str) -> Dict[str, List[Dict[str, Any]
 def read_tff_h5(path: PathLike) -> Dict[str, Dict[str, np.ndarray]]:
     """``{client_id: {feature: array}}`` of a TFF HDF5 file (``examples/<client>/<feature>``)."""
     import h5py  # pylint: disable=import-outside-toplevel
+
     out: Dict[str, Dict[str, np.ndarray]] = collections.OrderedDict()
     with h5py.File(path, 'r') as f:
         if 'examples' not in f:
@@ -131,10 +146,15 @@ def _clients(per_client: Mapping[str, Mapping[str, np.ndarray]]) -> ArrayClientD
     return ArrayClientData({c: dict(a) for c, a in per_client.items() if len(a['y'])})
 
 
-def _load(cache_dir: PathLike, sqlite_names: Sequence[str], sql_split: str,
-          h5_names: Sequence[str], what: str,
-          from_examples: Callable[[List[Dict[str, Any]]], Dict[str, np.ndarray]],
-          from_h5: Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]) -> ArrayClientData:
+def _load(
+    cache_dir: PathLike,
+    sqlite_names: Sequence[str],
+    sql_split: str,
+    h5_names: Sequence[str],
+    what: str,
+    from_examples: Callable[[List[Dict[str, Any]]], Dict[str, np.ndarray]],
+    from_h5: Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]],
+) -> ArrayClientData:
     path = _find(cache_dir, list(sqlite_names) + list(h5_names), what)
     if path.suffix == '.h5':
         return _clients({c: from_h5(g) for c, g in read_tff_h5(path).items()})
@@ -143,13 +163,15 @@ def _load(cache_dir: PathLike, sqlite_names: Sequence[str], sql_split: str,
 
 # --------------------------------------------------------------- the loaders
 
+
 def _check_split(split: str, allowed: Sequence[str], what: str) -> None:
     if split not in allowed:
         raise SimharnessValueError(f'{what}: split must be one of {list(allowed)}, got {split!r}')
 
 
-def load_emnist(cache_dir: PathLike, only_digits: bool = False, split: str = 'train'
-                ) -> ArrayClientData:
+def load_emnist(
+    cache_dir: PathLike, only_digits: bool = False, split: str = 'train'
+) -> ArrayClientData:
     """Federated EMNIST (3,400 writers; 62 classes, or 10 with `only_digits`).
 
     Files: ``emnist_all.sqlite`` (splits ``all_train``, ``all_test``,
@@ -165,10 +187,15 @@ def load_emnist(cache_dir: PathLike, only_digits: bool = False, split: str = 'tr
         x = np.asarray(list(pixels), np.float32).reshape(-1, 28, 28, 1)
         return {'x': x, 'y': np.asarray(list(labels), np.int32).reshape(-1)}
 
-    return _load(cache_dir, ['emnist_all.sqlite', 'emnist.sqlite'], sql_split, [h5],
-                 'load_emnist',
-                 lambda ex: convert([e['pixels'] for e in ex], [e['label'][0] for e in ex]),
-                 lambda g: convert(g['pixels'], g['label']))
+    return _load(
+        cache_dir,
+        ['emnist_all.sqlite', 'emnist.sqlite'],
+        sql_split,
+        [h5],
+        'load_emnist',
+        lambda ex: convert([e['pixels'] for e in ex], [e['label'][0] for e in ex]),
+        lambda g: convert(g['pixels'], g['label']),
+    )
 
 
 def load_cifar100(cache_dir: PathLike, split: str = 'train') -> ArrayClientData:
@@ -180,27 +207,40 @@ def load_cifar100(cache_dir: PathLike, split: str = 'train') -> ArrayClientData:
     """
     _check_split(split, ('train', 'test'), 'load_cifar100')
 
-    def convert(images: Iterable[Any], labels: Iterable[Any], coarse: Iterable[Any]
-                ) -> Dict[str, np.ndarray]:
+    def convert(
+        images: Iterable[Any], labels: Iterable[Any], coarse: Iterable[Any]
+    ) -> Dict[str, np.ndarray]:
         x = np.asarray(list(images), np.float32).reshape(-1, 32, 32, 3) / np.float32(255.0)
-        return {'x': x, 'y': np.asarray(list(labels), np.int32).reshape(-1),
-                'coarse_y': np.asarray(list(coarse), np.int32).reshape(-1)}
+        return {
+            'x': x,
+            'y': np.asarray(list(labels), np.int32).reshape(-1),
+            'coarse_y': np.asarray(list(coarse), np.int32).reshape(-1),
+        }
 
-    return _load(cache_dir, ['cifar100.sqlite', 'fed_cifar100.sqlite'], split,
-                 [f'fed_cifar100_{split}.h5'], 'load_cifar100',
-                 lambda ex: convert([e['image'] for e in ex], [e['label'][0] for e in ex],
-                                    [e['coarse_label'][0] for e in ex]),
-                 lambda g: convert(g['image'], g['label'], g['coarse_label']))
+    return _load(
+        cache_dir,
+        ['cifar100.sqlite', 'fed_cifar100.sqlite'],
+        split,
+        [f'fed_cifar100_{split}.h5'],
+        'load_cifar100',
+        lambda ex: convert(
+            [e['image'] for e in ex],
+            [e['label'][0] for e in ex],
+            [e['coarse_label'][0] for e in ex],
+        ),
+        lambda g: convert(g['image'], g['label'], g['coarse_label']),
+    )
 
 
-def _sequences(token_lists: Iterable[Sequence[int]], length: int, bos: int, eos: int
-               ) -> Dict[str, np.ndarray]:
+def _sequences(
+    token_lists: Iterable[Sequence[int]], length: int, bos: int, eos: int
+) -> Dict[str, np.ndarray]:
     """``[bos] + tokens + [eos]`` cut into chunks of length + 1; x = chunk[:-1], y = chunk[1:]."""
     rows: List[List[int]] = []
     for toks in token_lists:
         ids = [bos] + list(toks) + [eos]
         for start in range(0, max(len(ids) - 1, 1), length):
-            chunk = ids[start:start + length + 1]
+            chunk = ids[start : start + length + 1]
             if len(chunk) < 2:
                 continue
             rows.append(chunk + [PAD] * (length + 1 - len(chunk)))
@@ -208,8 +248,9 @@ def _sequences(token_lists: Iterable[Sequence[int]], length: int, bos: int, eos:
     return {'x': arr[:, :-1].copy(), 'y': arr[:, 1:].copy()}
 
 
-def load_shakespeare(cache_dir: PathLike, split: str = 'train', sequence_length: int = 80
-                     ) -> ArrayClientData:
+def load_shakespeare(
+    cache_dir: PathLike, split: str = 'train', sequence_length: int = 80
+) -> ArrayClientData:
     """Federated Shakespeare (715 characters of the plays), next-character prediction.
 
     Files: ``shakespeare.sqlite`` (splits ``train``, ``test``) or
@@ -222,19 +263,29 @@ def load_shakespeare(cache_dir: PathLike, split: str = 'train', sequence_length:
     oov, bos, eos = len(table) + 1, len(table) + 2, len(table) + 3
 
     def convert(snippets: Iterable[Any]) -> Dict[str, np.ndarray]:
-        texts = [s.decode('utf-8', 'replace') if isinstance(s, bytes) else str(s)
-                 for s in snippets]
-        return _sequences(([table.get(ch, oov) for ch in t] for t in texts), sequence_length,
-                          bos, eos)
+        texts = [s.decode('utf-8', 'replace') if isinstance(s, bytes) else str(s) for s in snippets]
+        return _sequences(
+            ([table.get(ch, oov) for ch in t] for t in texts), sequence_length, bos, eos
+        )
 
-    return _load(cache_dir, ['shakespeare.sqlite'], split, [f'shakespeare_{split}.h5'],
-                 'load_shakespeare', lambda ex: convert([e['snippets'][0] for e in ex]),
-                 lambda g: convert(g['snippets']))
+    return _load(
+        cache_dir,
+        ['shakespeare.sqlite'],
+        split,
+        [f'shakespeare_{split}.h5'],
+        'load_shakespeare',
+        lambda ex: convert([e['snippets'][0] for e in ex]),
+        lambda g: convert(g['snippets']),
+    )
 
 
-def load_stackoverflow(cache_dir: PathLike, split: str = 'train', vocab_size: int = 10000,
-                       sequence_length: int = 20, max_clients: Optional[int] = None
-                       ) -> ArrayClientData:
+def load_stackoverflow(
+    cache_dir: PathLike,
+    split: str = 'train',
+    vocab_size: int = 10000,
+    sequence_length: int = 20,
+    max_clients: Optional[int] = None,
+) -> ArrayClientData:
     """Federated Stack Overflow, next-word prediction.
 
     Files: ``stackoverflow.sqlite`` (splits ``train``, ``heldout``,
@@ -248,8 +299,9 @@ def load_stackoverflow(cache_dir: PathLike, split: str = 'train', vocab_size: in
     _check_split(split, ('train', 'heldout', 'test'), 'load_stackoverflow')
     h5_split = 'held_out' if split == 'heldout' else split
     per_client: Dict[str, List[str]] = collections.OrderedDict()
-    path = _find(cache_dir, ['stackoverflow.sqlite', f'stackoverflow_{h5_split}.h5'],
-                 'load_stackoverflow')
+    path = _find(
+        cache_dir, ['stackoverflow.sqlite', f'stackoverflow_{h5_split}.h5'], 'load_stackoverflow'
+    )
     if path.suffix == '.h5':
         for c, g in read_tff_h5(path).items():
             per_client[c] = [t.decode() if isinstance(t, bytes) else str(t) for t in g['tokens']]
@@ -264,22 +316,38 @@ def load_stackoverflow(cache_dir: PathLike, split: str = 'train', vocab_size: in
             words = [line.split()[0] for line, _ in zip(f, range(vocab_size)) if line.split()]
     else:
         counts: Dict[str, int] = collections.Counter(
-            w for texts in per_client.values() for t in texts for w in t.split())
+            w for texts in per_client.values() for t in texts for w in t.split()
+        )
         words = sorted(counts, key=lambda w: (-counts[w], w))[:vocab_size]
     table = {w: i + 1 for i, w in enumerate(words)}
     oov, bos, eos = vocab_size + 1, vocab_size + 2, vocab_size + 3
-    return _clients({c: _sequences(([table.get(w, oov) for w in t.split()] for t in texts),
-                                   sequence_length, bos, eos)
-                     for c, texts in per_client.items()})
+    return _clients(
+        {
+            c: _sequences(
+                ([table.get(w, oov) for w in t.split()] for t in texts), sequence_length, bos, eos
+            )
+            for c, texts in per_client.items()
+        }
+    )
 
 
 # --------------------------------------------------------------- Hugging Face
 
-def load_hf_dataset(path: str, x_column: str, y_column: str, *, split: Optional[str] = None,
-                    partition: str = 'natural', client_id_column: Optional[str] = None,
-                    num_clients: int = 10, alpha: float = 0.5, seed: int = 0,
-                    min_size: int = 1, cache_dir: Optional[PathLike] = None
-                    ) -> ArrayClientData:
+
+def load_hf_dataset(
+    path: str,
+    x_column: str,
+    y_column: str,
+    *,
+    split: Optional[str] = None,
+    partition: str = 'natural',
+    client_id_column: Optional[str] = None,
+    num_clients: int = 10,
+    alpha: float = 0.5,
+    seed: int = 0,
+    min_size: int = 1,
+    cache_dir: Optional[PathLike] = None,
+) -> ArrayClientData:
     """A Hugging Face data set split over clients, from local files only.
 
     Args:
@@ -301,6 +369,7 @@ def load_hf_dataset(path: str, x_column: str, y_column: str, *, split: Optional[
       SimharnessValueError: a missing path, split or column, or a bad partition.
     """
     import datasets  # pylint: disable=import-outside-toplevel
+
     p = Path(path).expanduser()
     if p.is_dir():
         ds = datasets.load_from_disk(str(p))
@@ -308,23 +377,34 @@ def load_hf_dataset(path: str, x_column: str, y_column: str, *, split: Optional[
         # Offline for this call: the libraries read these flags at import, so both
         # their module constants are set (and restored), not only the environment.
         import huggingface_hub.constants as hub  # pylint: disable=import-outside-toplevel
-        saved = (datasets.config.HF_HUB_OFFLINE, datasets.config.HF_DATASETS_OFFLINE,
-                 hub.HF_HUB_OFFLINE)
+
+        saved = (
+            datasets.config.HF_HUB_OFFLINE,
+            datasets.config.HF_DATASETS_OFFLINE,
+            hub.HF_HUB_OFFLINE,
+        )
         datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = True
         hub.HF_HUB_OFFLINE = True
         try:
-            ds = datasets.load_dataset(path, cache_dir=None if cache_dir is None
-                                       else str(cache_dir))
+            ds = datasets.load_dataset(
+                path, cache_dir=None if cache_dir is None else str(cache_dir)
+            )
         except Exception as e:  # the library raises several types for "not cached"
-            raise SimharnessValueError(f'Hugging Face data set {path!r} is neither a saved '
-                                       f'directory nor in the local cache: {e}') from e
+            raise SimharnessValueError(
+                f'Hugging Face data set {path!r} is neither a saved '
+                f'directory nor in the local cache: {e}'
+            ) from e
         finally:
-            (datasets.config.HF_HUB_OFFLINE, datasets.config.HF_DATASETS_OFFLINE,
-             hub.HF_HUB_OFFLINE) = saved
+            (
+                datasets.config.HF_HUB_OFFLINE,
+                datasets.config.HF_DATASETS_OFFLINE,
+                hub.HF_HUB_OFFLINE,
+            ) = saved
     if isinstance(ds, datasets.DatasetDict):
         if split is None or split not in ds:
-            raise SimharnessValueError(f'{path}: choose a split, one of {sorted(ds)}; got '
-                                       f'{split!r}')
+            raise SimharnessValueError(
+                f'{path}: choose a split, one of {sorted(ds)}; got {split!r}'
+            )
         ds = ds[split]
     for col in (x_column, y_column) + ((client_id_column,) if partition == 'natural' else ()):
         if col is None or col not in ds.column_names:
@@ -339,9 +419,11 @@ def load_hf_dataset(path: str, x_column: str, y_column: str, *, split: Optional[
         order = sorted(set(ids.tolist()))
         return ArrayClientData({c: {'x': x[ids == c], 'y': y[ids == c]} for c in order})
     if partition == 'dirichlet':
-        parts = dirichlet_partition(y, num_clients, alpha, np.random.default_rng(seed),
-                                    min_size=min_size)
+        parts = dirichlet_partition(
+            y, num_clients, alpha, np.random.default_rng(seed), min_size=min_size
+        )
         width = len(str(num_clients - 1))
-        return ArrayClientData({f'client_{i:0{width}d}': {'x': x[idx], 'y': y[idx]}
-                                for i, idx in enumerate(parts)})
+        return ArrayClientData(
+            {f'client_{i:0{width}d}': {'x': x[idx], 'y': y[idx]} for i, idx in enumerate(parts)}
+        )
     raise SimharnessValueError(f"partition must be 'natural' or 'dirichlet', got {partition!r}")

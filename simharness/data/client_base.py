@@ -51,7 +51,9 @@ class IncompatiblePreprocessFnError(SimharnessTypeError):
             'python callable or tf.function instead. This restriction is because '
             '`tf.data.Dataset.map` wraps preprocessing functions with a `tf.function` '
             'decorator, which cannot call to a `federated_language.Computation`.',
-            expected='callable dataset -> dataset', actual=Computation)
+            expected='callable dataset -> dataset',
+            actual=Computation,
+        )
 
 
 class InvalidRandomSeedError(SimharnessTypeError):
@@ -61,7 +63,9 @@ class InvalidRandomSeedError(SimharnessTypeError):
         super().__init__(
             'The seed must be a nonnegative 32-bit integer, a sequence of such integers, or '
             f'None. Found {seed_type} instead.',
-            expected='int in [0, 2**32), a sequence of such ints, or None', actual=seed_type)
+            expected='int in [0, 2**32), a sequence of such ints, or None',
+            actual=seed_type,
+        )
 
 
 def is_nonnegative_32_bit_int(x: Any) -> bool:
@@ -72,8 +76,11 @@ def check_numpy_random_seed(seed: Any) -> None:
     """Raises `InvalidRandomSeedError` unless `seed` is None, a uint32 or a sequence of them."""
     if seed is None or is_nonnegative_32_bit_int(seed):
         return
-    if isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)) and all(
-            is_nonnegative_32_bit_int(x) for x in seed):
+    if (
+        isinstance(seed, Sequence)
+        and not isinstance(seed, (str, bytes))
+        and all(is_nonnegative_32_bit_int(x) for x in seed)
+    ):
         return
     raise InvalidRandomSeedError(type(seed))
 
@@ -90,9 +97,9 @@ def _fmt_ids(ids: Sequence[str], limit: int = 5) -> str:
     return shown + (', ...' if len(ids) > limit else '')
 
 
-def check_client_arrays(client_id: str, arrays: Mapping[str, Any],
-                        expected: Optional[Mapping[str, ArraySpec]] = None
-                        ) -> dict[str, np.ndarray]:
+def check_client_arrays(
+    client_id: str, arrays: Mapping[str, Any], expected: Optional[Mapping[str, ArraySpec]] = None
+) -> dict[str, np.ndarray]:
     """Validates one client's arrays and returns them as a dict of ndarrays.
 
     Args:
@@ -115,8 +122,10 @@ def check_client_arrays(client_id: str, arrays: Mapping[str, Any],
     if not isinstance(arrays, Mapping):
         raise SimharnessTypeError(
             f'client {client_id!r}: expected a mapping from key to array, got '
-            f'{type(arrays).__name__}', expected='Mapping[str, array]',
-            actual=type(arrays))
+            f'{type(arrays).__name__}',
+            expected='Mapping[str, array]',
+            actual=type(arrays),
+        )
     if not arrays:
         raise SimharnessValueError(f'client {client_id!r} has no arrays')
     out: dict[str, np.ndarray] = {}
@@ -124,43 +133,52 @@ def check_client_arrays(client_id: str, arrays: Mapping[str, Any],
     for key, value in arrays.items():
         if not isinstance(key, str):
             raise SimharnessTypeError(
-                f'client {client_id!r}: array keys must be str, got {key!r} '
-                f'({type(key).__name__})', expected=str, actual=type(key))
+                f'client {client_id!r}: array keys must be str, got {key!r} ({type(key).__name__})',
+                expected=str,
+                actual=type(key),
+            )
         a = np.asarray(value)
         if a.dtype == object:
             raise SimharnessTypeError(
                 f'client {client_id!r}, array {key!r}: object arrays are not '
                 'supported; use numeric or fixed-width string dtypes',
-                expected='numeric dtype', actual=a.dtype)
+                expected='numeric dtype',
+                actual=a.dtype,
+            )
         if a.ndim == 0:
             raise SimharnessValueError(
                 f'client {client_id!r}, array {key!r}: needs at least one '
-                'dimension (the example axis), got a scalar')
+                'dimension (the example axis), got a scalar'
+            )
         if length is None:
             length = a.shape[0]
         elif a.shape[0] != length:
-            lengths = {k: np.shape(v)[0] if np.ndim(v) else None
-                       for k, v in arrays.items()}
+            lengths = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in arrays.items()}
             raise SimharnessValueError(
                 f'client {client_id!r}: arrays must have the same leading '
-                f'length (number of examples), got {lengths}')
+                f'length (number of examples), got {lengths}'
+            )
         out[key] = a
     if expected is not None:
         if list(out) != list(expected):
             raise SimharnessValueError(
                 f'client {client_id!r} has arrays {sorted(out)}, expected '
-                f'{sorted(expected)} like the other clients')
+                f'{sorted(expected)} like the other clients'
+            )
         for key, a in out.items():
             dtype, shape = expected[key]
             if a.dtype != dtype:
                 raise SimharnessTypeError(
                     f'client {client_id!r}, array {key!r}: dtype {a.dtype} '
                     f'differs from {dtype} of the other clients',
-                    expected=dtype, actual=a.dtype)
+                    expected=dtype,
+                    actual=a.dtype,
+                )
             if a.shape[1:] != shape:
                 raise SimharnessValueError(
                     f'client {client_id!r}, array {key!r}: trailing shape '
-                    f'{a.shape[1:]} differs from {shape} of the other clients')
+                    f'{a.shape[1:]} differs from {shape} of the other clients'
+                )
     return out
 
 
@@ -179,8 +197,11 @@ def tf_compatible_dtype(dtype: np.dtype) -> Any:
 def element_spec_of(spec: Mapping[str, ArraySpec]) -> dict[str, Any]:
     """The `tf.TensorSpec` dict of one element of arrays with `spec`."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    return {k: tf.TensorSpec(shape, tf.as_dtype(tf_compatible_dtype(np.dtype(dtype))))
-            for k, (dtype, shape) in spec.items()}
+
+    return {
+        k: tf.TensorSpec(shape, tf.as_dtype(tf_compatible_dtype(np.dtype(dtype))))
+        for k, (dtype, shape) in spec.items()
+    }
 
 
 class ClientData(abc.ABC):
@@ -233,7 +254,8 @@ class ClientData(abc.ABC):
         return SimharnessValueError(
             f'ID [{client_id}] is not a client in this ClientData (unknown client id '
             f'{client_id!r}); this data set has {len(ids)} clients: {_fmt_ids(ids)}. See '
-            'property `client_ids` for the list of valid ids.')
+            'property `client_ids` for the list of valid ids.'
+        )
 
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
         """A new `tf.data.Dataset` of one client's examples.
@@ -282,6 +304,7 @@ class ClientData(abc.ABC):
             seed: the shuffle's seed (`np.random.RandomState`); None: a fresh order.
         """
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         check_numpy_random_seed(seed)
         client_ids = list(self.client_ids)
         np.random.RandomState(seed=seed).shuffle(client_ids)
@@ -293,7 +316,9 @@ class ClientData(abc.ABC):
                 raise SimharnessTypeError(
                     f'create_tf_dataset_for_client({client_id!r}) returned '
                     f'{type(dataset).__name__}, expected a tf.data.Dataset',
-                    expected='tf.data.Dataset', actual=type(dataset))
+                    expected='tf.data.Dataset',
+                    actual=type(dataset),
+                )
             yield dataset
 
     def create_tf_dataset_from_all_clients(self, seed: Seed = None) -> Any:
@@ -303,6 +328,7 @@ class ClientData(abc.ABC):
         as TFF); each client's examples keep their order.
         """
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         check_numpy_random_seed(seed)
         client_ids = list(self.client_ids)
         np.random.RandomState(seed=seed).shuffle(client_ids)
@@ -325,13 +351,16 @@ class ClientData(abc.ABC):
         if not callable(preprocess_fn):
             raise SimharnessTypeError(
                 f'preprocess expects a callable dataset -> dataset, got '
-                f'{type(preprocess_fn).__name__}', expected='callable',
-                actual=type(preprocess_fn))
+                f'{type(preprocess_fn).__name__}',
+                expected='callable',
+                actual=type(preprocess_fn),
+            )
         return PreprocessClientData(self, preprocess_fn)
 
     @classmethod
-    def from_clients_and_tf_fn(cls, client_ids: Iterable[str],
-                               serializable_dataset_fn: Callable[[Any], Any]) -> 'ClientData':
+    def from_clients_and_tf_fn(
+        cls, client_ids: Iterable[str], serializable_dataset_fn: Callable[[Any], Any]
+    ) -> 'ClientData':
         """A `ClientData` of `client_ids` whose datasets `serializable_dataset_fn` builds.
 
         Raises:
@@ -341,12 +370,15 @@ class ClientData(abc.ABC):
             raise SimharnessTypeError(
                 'The input serializable_dataset_fn cannot be a federated_language.Computation,'
                 ' as it must be serializable within the context of a tf.function.',
-                expected='TF-traceable callable', actual=type(serializable_dataset_fn))
+                expected='TF-traceable callable',
+                actual=type(serializable_dataset_fn),
+            )
         return ConcreteClientData(client_ids, serializable_dataset_fn)
 
     @classmethod
-    def train_test_client_split(cls, client_data: 'ClientData', num_test_clients: int,
-                                seed: Seed = None) -> tuple['ClientData', 'ClientData']:
+    def train_test_client_split(
+        cls, client_data: 'ClientData', num_test_clients: int, seed: Seed = None
+    ) -> tuple['ClientData', 'ClientData']:
         """Splits the clients into (train, test) `ClientData` with disjoint ids (TFF's rule).
 
         Test clients are drawn from the end of the shuffled ids and all have
@@ -361,7 +393,8 @@ class ClientData(abc.ABC):
         if len(client_data.client_ids) <= num_test_clients:
             raise SimharnessValueError(
                 f'The client_data supplied has only {len(client_data.client_ids)} clients, '
-                f'but {num_test_clients} test clients were requested.')
+                f'but {num_test_clients} test clients were requested.'
+            )
         check_numpy_random_seed(seed)
         train_ids = list(client_data.client_ids)
         np.random.RandomState(seed).shuffle(train_ids)
@@ -405,19 +438,24 @@ class ClientData(abc.ABC):
             SimharnessTypeError: elements that are not dicts of tensors.
         """
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         self.check_client_id(client_id)
         ds = self.create_tf_dataset_for_client(client_id)
         if int(ds.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
             raise SimharnessValueError(
                 f'client {client_id!r}: the dataset is infinite (repeat() without a count?); '
-                'cannot materialize its arrays')
+                'cannot materialize its arrays'
+            )
         spec = ds.element_spec
         if not isinstance(spec, Mapping) or not all(
-                isinstance(s, tf.TensorSpec) for s in spec.values()):
+            isinstance(s, tf.TensorSpec) for s in spec.values()
+        ):
             raise SimharnessTypeError(
                 f'client {client_id!r}: elements must be dicts of tensors to give arrays, got '
                 f"{spec}; map them to a dict such as {{'x': x, 'y': y}}",
-                expected='dict[str, TensorSpec]', actual=spec)
+                expected='dict[str, TensorSpec]',
+                actual=spec,
+            )
         keys = list(spec)
         columns: dict[str, list] = {k: [] for k in keys}
         for element in ds.as_numpy_iterator():
@@ -436,7 +474,8 @@ class ClientData(abc.ABC):
                 raise SimharnessValueError(
                     f'client {client_id!r}, element {k!r}: elements of the dataset have '
                     'different shapes (a ragged last batch? use batch(..., '
-                    'drop_remainder=True)); cannot stack them into one array') from e
+                    'drop_remainder=True)); cannot stack them into one array'
+                ) from e
         return out
 
     def client_size(self, client_id: str) -> int:
@@ -453,18 +492,23 @@ class ClientData(abc.ABC):
             SimharnessValueError: an element shape has an unknown dimension.
         """
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         spec = self.element_type_structure
         if not isinstance(spec, Mapping) or not all(
-                isinstance(s, tf.TensorSpec) for s in spec.values()):
+            isinstance(s, tf.TensorSpec) for s in spec.values()
+        ):
             raise SimharnessTypeError(
                 f'elements must be dicts of tensors to have an array spec, got {spec}',
-                expected='dict[str, TensorSpec]', actual=spec)
+                expected='dict[str, TensorSpec]',
+                actual=spec,
+            )
         out = {}
         for k, s in spec.items():
             if not s.shape.is_fully_defined():
                 raise SimharnessValueError(
                     f'element {k!r} has shape {s.shape} with an unknown dimension (a ragged '
-                    'batch?); cannot give an array spec')
+                    'batch?); cannot give an array spec'
+                )
             out[k] = (np.dtype(s.dtype.as_numpy_dtype), tuple(s.shape.as_list()))
         return out
 
@@ -476,12 +520,13 @@ class PreprocessClientData(ClientData):
     (as TFF); `client_arrays` iterates the preprocessed dataset.
     """
 
-    def __init__(self, underlying_client_data: ClientData,
-                 preprocess_fn: Callable[[Any], Any]):
+    def __init__(self, underlying_client_data: ClientData, preprocess_fn: Callable[[Any], Any]):
         if not isinstance(underlying_client_data, ClientData):
             raise SimharnessTypeError(
                 f'expected a ClientData, got {type(underlying_client_data).__name__}',
-                expected=ClientData, actual=type(underlying_client_data))
+                expected=ClientData,
+                actual=type(underlying_client_data),
+            )
         self._underlying_client_data = underlying_client_data
         self._preprocess_fn = preprocess_fn
         self._pipeline: Optional[Any] = None  # the traced pipeline, made on first use
@@ -489,7 +534,8 @@ class PreprocessClientData(ClientData):
         if not ids:
             raise SimharnessValueError(
                 f'cannot preprocess {underlying_client_data!r}: it has no clients (the element '
-                'structure comes from the first client)')
+                'structure comes from the first client)'
+            )
         example = preprocess_fn(underlying_client_data.create_tf_dataset_for_client(ids[0]))
         self._element_type_structure = example.element_spec
 
@@ -523,12 +569,14 @@ class PreprocessClientData(ClientData):
             if self._pipeline is None:
                 # reason: tf_sequences imports TensorFlow, which this module imports lazily
                 from simharness.core.slices_pipeline import SlicesPipeline
+
                 self._pipeline = SlicesPipeline(self._preprocess_fn)
             ds = self._pipeline.build(slices)
             if ds is not None:
                 return ds
         return self._preprocess_fn(
-            self._underlying_client_data.create_tf_dataset_for_client(client_id))
+            self._underlying_client_data.create_tf_dataset_for_client(client_id)
+        )
 
     @property
     def element_type_structure(self) -> Any:
@@ -541,19 +589,19 @@ class PreprocessClientData(ClientData):
 class ConcreteClientData(ClientData):
     """A `ClientData` given as client ids and a TF-traceable function from id to dataset."""
 
-    def __init__(self, client_ids: Iterable[str],
-                 serializable_dataset_fn: Callable[[Any], Any]):
+    def __init__(self, client_ids: Iterable[str], serializable_dataset_fn: Callable[[Any], Any]):
         if isinstance(client_ids, (str, bytes)) or not isinstance(client_ids, Iterable):
             raise SimharnessTypeError(
                 f'client_ids must be an iterable of str, got {type(client_ids).__name__}',
-                expected='Iterable[str]', actual=type(client_ids))
+                expected='Iterable[str]',
+                actual=type(client_ids),
+            )
         self._client_ids = list(client_ids)
         if not self._client_ids:
             raise SimharnessValueError('At least one client_id is required.')
         self._id_set: Optional[frozenset] = None
         self._serializable_dataset_fn = serializable_dataset_fn
-        self._element_type_structure = serializable_dataset_fn(
-            self._client_ids[0]).element_spec
+        self._element_type_structure = serializable_dataset_fn(self._client_ids[0]).element_spec
 
     @property
     def client_ids(self) -> list[str]:

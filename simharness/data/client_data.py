@@ -28,19 +28,40 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from simharness.data.client_base import (ArraySpec, ClientData, ConcreteClientData,
-                                         IncompatiblePreprocessFnError, InvalidRandomSeedError,
-                                         PreprocessClientData, _readonly, array_spec_of,
-                                         check_client_arrays, check_numpy_random_seed,
-                                         element_spec_of, tf_compatible_dtype)
+from simharness.data.client_base import (
+    ArraySpec,
+    ClientData,
+    ConcreteClientData,
+    IncompatiblePreprocessFnError,
+    InvalidRandomSeedError,
+    PreprocessClientData,
+    _readonly,
+    array_spec_of,
+    check_client_arrays,
+    check_numpy_random_seed,
+    element_spec_of,
+    tf_compatible_dtype,
+)
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 __all__ = [
-    'ArrayClientData', 'ArraySpec', 'ClientData', 'ConcreteClientData',
-    'IncompatiblePreprocessFnError', 'InvalidRandomSeedError', 'MAX_EMBEDDED_BYTES',
-    'PreprocessClientData', 'StackedRows', 'TestClientData', 'array_spec_of',
-    'check_client_arrays', 'check_numpy_random_seed', 'concatenated_dataset', 'sample_clients',
-    'shuffled_ids', 'slices_dataset_fn',
+    'ArrayClientData',
+    'ArraySpec',
+    'ClientData',
+    'ConcreteClientData',
+    'IncompatiblePreprocessFnError',
+    'InvalidRandomSeedError',
+    'MAX_EMBEDDED_BYTES',
+    'PreprocessClientData',
+    'StackedRows',
+    'TestClientData',
+    'array_spec_of',
+    'check_client_arrays',
+    'check_numpy_random_seed',
+    'concatenated_dataset',
+    'sample_clients',
+    'shuffled_ids',
+    'slices_dataset_fn',
 ]
 
 #: The most bytes of client data `slices_dataset_fn` puts into a graph (a
@@ -51,8 +72,11 @@ MAX_EMBEDDED_BYTES = 1 << 30
 _tf_compatible = tf_compatible_dtype
 
 
-def slices_dataset_fn(client_ids: Sequence[str], per_client_leaves: Sequence[Sequence[np.ndarray]],
-                      pack: Callable[[list], Any]) -> Callable[[Any], Any]:
+def slices_dataset_fn(
+    client_ids: Sequence[str],
+    per_client_leaves: Sequence[Sequence[np.ndarray]],
+    pack: Callable[[list], Any],
+) -> Callable[[Any], Any]:
     """A TF-traceable function from client id to the dataset of that client's slices.
 
     Args:
@@ -75,18 +99,23 @@ def slices_dataset_fn(client_ids: Sequence[str], per_client_leaves: Sequence[Seq
             f'this data set holds {total} bytes; a dataset_computation of in-memory data puts '
             f'all of it into the graph, and at most {MAX_EMBEDDED_BYTES} bytes fit. Read large '
             'data from files on the clients (FileClientData.from_npz_dir, '
-            'FilePerUserClientData, SqlClientData), or pass datasets instead of ids')
+            'FilePerUserClientData, SqlClientData), or pass datasets instead of ids'
+        )
     ids = list(client_ids)
     num_leaves = len(per_client_leaves[0])
-    sizes = np.asarray([len(leaves[0]) if num_leaves else 0 for leaves in per_client_leaves],
-                       np.int64)
+    sizes = np.asarray(
+        [len(leaves[0]) if num_leaves else 0 for leaves in per_client_leaves], np.int64
+    )
     ends = np.cumsum(sizes)
     starts = ends - sizes
-    columns = [np.concatenate([np.asarray(leaves[i]) for leaves in per_client_leaves])
-               for i in range(num_leaves)]
+    columns = [
+        np.concatenate([np.asarray(leaves[i]) for leaves in per_client_leaves])
+        for i in range(num_leaves)
+    ]
 
     def dataset_fn(client_id: Any) -> Any:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         match = tf.equal(tf.constant(ids), client_id)
         check = tf.debugging.Assert(tf.reduce_any(match), ['No data found for client ', client_id])
         with tf.control_dependencies([check]):
@@ -107,16 +136,20 @@ def shuffled_ids(client_ids: Sequence[str], seed: Any) -> list[str]:
     return ids
 
 
-def concatenated_dataset(leaves_in_order: Sequence[Sequence[np.ndarray]],
-                         pack: Callable[[list], Any]) -> Any:
+def concatenated_dataset(
+    leaves_in_order: Sequence[Sequence[np.ndarray]], pack: Callable[[list], Any]
+) -> Any:
     """``from_tensor_slices`` of each leaf concatenated over the given clients (in that order).
 
     The same elements in the same order as ``flat_map`` over the clients'
     datasets, without putting every client's data into a traced function.
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    columns = [np.concatenate([np.asarray(leaves[i]) for leaves in leaves_in_order])
-               for i in range(len(leaves_in_order[0]))]
+
+    columns = [
+        np.concatenate([np.asarray(leaves[i]) for leaves in leaves_in_order])
+        for i in range(len(leaves_in_order[0]))
+    ]
     return tf.data.Dataset.from_tensor_slices(pack(columns))
 
 
@@ -127,23 +160,28 @@ def _isnamedtuple(x: Any) -> bool:
 def _normalize_slices(client_id: str, slices: Any) -> Any:
     """Dicts and tuples stay structure; anything else becomes one numpy leaf (TF's dtypes)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     if isinstance(slices, Mapping):
         return type(slices)(  # type: ignore[call-arg]
-            (k, _normalize_slices(client_id, v)) for k, v in slices.items())
+            (k, _normalize_slices(client_id, v)) for k, v in slices.items()
+        )
     if isinstance(slices, tuple) and not _isnamedtuple(slices):
         return tuple(_normalize_slices(client_id, v) for v in slices)
     if tf.is_tensor(slices):
         raise SimharnessTypeError(
             f'client {client_id!r}: Tensor slices must not be TF tensors. Consider converting '
-            'them to numpy values instead.', expected='list or numpy array',
-            actual=type(slices))
+            'them to numpy values instead.',
+            expected='list or numpy array',
+            actual=type(slices),
+        )
     try:
         return np.asarray(tf.convert_to_tensor(slices).numpy())
     except (TypeError, ValueError) as e:
         raise SimharnessTypeError(
-            f'client {client_id!r}: cannot make tensor slices of {type(slices).__name__} '
-            f'({e})', expected='list, numpy array, tuple or dict of these',
-            actual=type(slices)) from e
+            f'client {client_id!r}: cannot make tensor slices of {type(slices).__name__} ({e})',
+            expected='list, numpy array, tuple or dict of these',
+            actual=type(slices),
+        ) from e
 
 
 class TestClientData(ClientData):
@@ -167,11 +205,14 @@ class TestClientData(ClientData):
 
     def __init__(self, tensor_slices_dict: dict):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         if not isinstance(tensor_slices_dict, dict):
             raise SimharnessTypeError(
                 f'TestClientData expects a dict client_id -> tensor slices, got '
-                f'{type(tensor_slices_dict).__name__}', expected=dict,
-                actual=type(tensor_slices_dict))
+                f'{type(tensor_slices_dict).__name__}',
+                expected=dict,
+                actual=type(tensor_slices_dict),
+            )
         if not tensor_slices_dict:
             raise SimharnessValueError('TestClientData needs at least one client')
         structures = list(tensor_slices_dict.values())
@@ -181,27 +222,39 @@ class TestClientData(ClientData):
                 'The tensor slices in the client data dictionary must be strictly lists, '
                 'tuples (not namedtuples), or dictionaries, but the provided data was a '
                 'namedtuple. Suggest using ._asdict() to convert the namedtuples to '
-                'dictionaries to work with this class.', expected='list, tuple or dict',
-                actual=type(example))
+                'dictionaries to work with this class.',
+                expected='list, tuple or dict',
+                actual=type(example),
+            )
         kind = type(example)
         if not isinstance(example, (list, tuple, dict, np.ndarray)):
             raise SimharnessTypeError(
                 f'tensor slices must be lists, tuples or dicts, got {kind.__name__}',
-                expected='list, tuple or dict', actual=kind)
+                expected='list, tuple or dict',
+                actual=kind,
+            )
         for cid, s in tensor_slices_dict.items():
             if not isinstance(cid, str):
-                raise SimharnessTypeError(f'client ids must be str, got {cid!r} '
-                                          f'({type(cid).__name__})', expected=str,
-                                          actual=type(cid))
+                raise SimharnessTypeError(
+                    f'client ids must be str, got {cid!r} ({type(cid).__name__})',
+                    expected=str,
+                    actual=type(cid),
+                )
             if not isinstance(s, kind):
                 raise SimharnessTypeError(
                     f'client {cid!r}: tensor slices of type {type(s).__name__}; the first client '
-                    f'has {kind.__name__} and all must be alike', expected=kind, actual=type(s))
+                    f'has {kind.__name__} and all must be alike',
+                    expected=kind,
+                    actual=type(s),
+                )
         for leaf in tf.nest.flatten(tensor_slices_dict):
             if tf.is_tensor(leaf):
                 raise SimharnessTypeError(
                     'Tensor slices must not be TF tensors. Consider converting them to numpy '
-                    'values instead.', expected='numpy or Python values', actual=type(leaf))
+                    'values instead.',
+                    expected='numpy or Python values',
+                    actual=type(leaf),
+                )
         self._slices: dict[str, Any] = {}
         self._leaves: dict[str, list[np.ndarray]] = {}
         for cid, s in tensor_slices_dict.items():
@@ -212,13 +265,15 @@ class TestClientData(ClientData):
             self._slices[cid] = norm
             self._leaves[cid] = leaves
         self._element_type_structure = self.create_tf_dataset_for_client(
-            self.client_ids[0]).element_spec
+            self.client_ids[0]
+        ).element_spec
         for cid in self._slices:
             spec = tf.data.Dataset.from_tensor_slices(self._slices[cid]).element_spec
             if spec != self._element_type_structure:
                 raise SimharnessValueError(
                     f'client {cid!r} has elements {spec}, the first client '
-                    f'{self._element_type_structure}; all clients need one element structure')
+                    f'{self._element_type_structure}; all clients need one element structure'
+                )
         self._dataset_fn: Optional[Callable[[Any], Any]] = None
 
     @property
@@ -229,14 +284,18 @@ class TestClientData(ClientData):
     def serializable_dataset_fn(self) -> Callable[[Any], Any]:
         if self._dataset_fn is None:
             import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
             template = self._slices[self.client_ids[0]]
             self._dataset_fn = slices_dataset_fn(
-                self.client_ids, [self._leaves[c] for c in self._slices],
-                lambda leaves: tf.nest.pack_sequence_as(template, leaves))
+                self.client_ids,
+                [self._leaves[c] for c in self._slices],
+                lambda leaves: tf.nest.pack_sequence_as(template, leaves),
+            )
         return self._dataset_fn
 
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         if not isinstance(client_id, str) or client_id not in self._slices:
             raise self._unknown_client(client_id)
         return tf.data.Dataset.from_tensor_slices(self._slices[client_id])
@@ -252,10 +311,12 @@ class TestClientData(ClientData):
 
     def create_tf_dataset_from_all_clients(self, seed: Any = None) -> Any:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         template = self._slices[self.client_ids[0]]
         return concatenated_dataset(
             [self._leaves[c] for c in shuffled_ids(self.client_ids, seed)],
-            lambda leaves: tf.nest.pack_sequence_as(template, leaves))
+            lambda leaves: tf.nest.pack_sequence_as(template, leaves),
+        )
 
     def client_arrays(self, client_id: str) -> dict[str, np.ndarray]:
         if not isinstance(client_id, str) or client_id not in self._slices:
@@ -294,8 +355,9 @@ class StackedRows:
     def __init__(self, client_data: 'ClientData', key: str):
         spec = client_data.array_spec
         if key not in spec:
-            raise SimharnessValueError(f'no array {key!r} in this data set; it has '
-                                       f'{", ".join(map(repr, spec))}')
+            raise SimharnessValueError(
+                f'no array {key!r} in this data set; it has {", ".join(map(repr, spec))}'
+            )
         self._cd = client_data
         self._key = key
         self._ids = client_data.client_ids
@@ -310,9 +372,11 @@ class StackedRows:
 
     def __getitem__(self, index: Any) -> np.ndarray:
         if not isinstance(index, slice):
-            raise SimharnessTypeError(f'StackedRows reads slices of rows, got '
-                                      f'{type(index).__name__}', expected=slice,
-                                      actual=type(index))
+            raise SimharnessTypeError(
+                f'StackedRows reads slices of rows, got {type(index).__name__}',
+                expected=slice,
+                actual=type(index),
+            )
         lo, hi, step = index.indices(len(self))
         if step != 1:
             raise SimharnessValueError(f'StackedRows reads contiguous rows, got step {step}')
@@ -321,7 +385,7 @@ class StackedRows:
         while lo < hi and k < len(self._ids):
             start = int(self._ends[k - 1]) if k else 0
             a = self._cd.client_arrays(self._ids[k])[self._key]
-            parts.append(a[lo - start:min(hi, int(self._ends[k])) - start])
+            parts.append(a[lo - start : min(hi, int(self._ends[k])) - start])
             lo = int(self._ends[k])
             k += 1
         if not parts:
@@ -360,9 +424,10 @@ class ArrayClientData(ClientData):
         """
         if not isinstance(data, Mapping):
             raise SimharnessTypeError(
-                f'ArrayClientData expects a mapping client_id -> arrays, got '
-                f'{type(data).__name__}', expected='Mapping[str, Mapping]',
-                actual=type(data))
+                f'ArrayClientData expects a mapping client_id -> arrays, got {type(data).__name__}',
+                expected='Mapping[str, Mapping]',
+                actual=type(data),
+            )
         if not data:
             raise SimharnessValueError('ArrayClientData needs at least one client')
         self._data: dict[str, dict[str, np.ndarray]] = {}
@@ -371,7 +436,9 @@ class ArrayClientData(ClientData):
             if not isinstance(cid, str):
                 raise SimharnessTypeError(
                     f'client ids must be str, got {cid!r} ({type(cid).__name__})',
-                    expected=str, actual=type(cid))
+                    expected=str,
+                    actual=type(cid),
+                )
             checked = check_client_arrays(cid, arrays, spec)
             if spec is None:
                 spec = array_spec_of(checked)
@@ -380,8 +447,15 @@ class ArrayClientData(ClientData):
         self._dataset_fn: Optional[Callable[[Any], Any]] = None
 
     @classmethod
-    def from_stacked(cls, x: Any, y: Any, client_ids: Optional[Sequence[str]] = None,
-                     *, x_key: str = 'x', y_key: str = 'y') -> 'ArrayClientData':
+    def from_stacked(
+        cls,
+        x: Any,
+        y: Any,
+        client_ids: Optional[Sequence[str]] = None,
+        *,
+        x_key: str = 'x',
+        y_key: str = 'y',
+    ) -> 'ArrayClientData':
         """Builds equal-size clients from stacked arrays.
 
         Args:
@@ -403,18 +477,18 @@ class ArrayClientData(ClientData):
         if x.ndim < 2 or y.ndim < 2:
             raise SimharnessValueError(
                 f'from_stacked expects x [K, n, ...] and y [K, n, ...], got '
-                f'shapes {x.shape} and {y.shape}')
+                f'shapes {x.shape} and {y.shape}'
+            )
         if x.shape[:2] != y.shape[:2]:
             raise SimharnessValueError(
-                f'from_stacked: x and y must agree on [K, n], got x {x.shape} '
-                f'and y {y.shape}')
+                f'from_stacked: x and y must agree on [K, n], got x {x.shape} and y {y.shape}'
+            )
         if x_key == y_key:
             raise SimharnessValueError(f'x_key and y_key are both {x_key!r}')
         k = x.shape[0]
         ids = [str(i) for i in range(k)] if client_ids is None else list(client_ids)
         if len(ids) != k:
-            raise SimharnessValueError(
-                f'from_stacked: got {len(ids)} client ids for {k} clients')
+            raise SimharnessValueError(f'from_stacked: got {len(ids)} client ids for {k} clients')
         if len(set(ids)) != len(ids):
             raise SimharnessValueError('from_stacked: client ids are not unique')
         return cls({cid: {x_key: x[i], y_key: y[i]} for i, cid in enumerate(ids)})
@@ -436,12 +510,15 @@ class ArrayClientData(ClientData):
         if self._dataset_fn is None:
             keys = list(self._spec)
             self._dataset_fn = slices_dataset_fn(
-                list(self._data), [[a[k] for k in keys] for a in self._data.values()],
-                lambda leaves: dict(zip(keys, leaves)))
+                list(self._data),
+                [[a[k] for k in keys] for a in self._data.values()],
+                lambda leaves: dict(zip(keys, leaves)),
+            )
         return self._dataset_fn
 
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         return tf.data.Dataset.from_tensor_slices(self.client_arrays(client_id))
 
     def tensor_slices(self, client_id: str) -> Any:
@@ -451,7 +528,8 @@ class ArrayClientData(ClientData):
         keys = list(self._spec)
         return concatenated_dataset(
             [[self._data[c][k] for k in keys] for c in shuffled_ids(self.client_ids, seed)],
-            lambda leaves: dict(zip(keys, leaves)))
+            lambda leaves: dict(zip(keys, leaves)),
+        )
 
     def client_arrays(self, client_id: str) -> dict[str, np.ndarray]:
         try:
@@ -472,8 +550,9 @@ class ArrayClientData(ClientData):
         return f'ArrayClientData({len(self._data)} clients; {spec})'
 
 
-def sample_clients(client_ids: Sequence[str], num_clients: int, round_num: int,
-                   seed: int) -> list[str]:
+def sample_clients(
+    client_ids: Sequence[str], num_clients: int, round_num: int, seed: int
+) -> list[str]:
     """Samples a cohort of distinct clients, reproducibly per (seed, round).
 
     Uses ``np.random.default_rng((seed, round_num)).choice(len(client_ids),
@@ -494,20 +573,21 @@ def sample_clients(client_ids: Sequence[str], num_clients: int, round_num: int,
         SimharnessTypeError: a count, round or seed that is not an int.
         SimharnessValueError: negative values, or more clients than exist.
     """
-    for name, value in (('num_clients', num_clients), ('round_num', round_num),
-                        ('seed', seed)):
+    for name, value in (('num_clients', num_clients), ('round_num', round_num), ('seed', seed)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise SimharnessTypeError(
-                f'sample_clients: {name} must be an int, got {value!r} '
-                f'({type(value).__name__})', expected=int, actual=type(value))
+                f'sample_clients: {name} must be an int, got {value!r} ({type(value).__name__})',
+                expected=int,
+                actual=type(value),
+            )
         if value < 0:
-            raise SimharnessValueError(
-                f'sample_clients: {name} must be >= 0, got {value}')
+            raise SimharnessValueError(f'sample_clients: {name} must be >= 0, got {value}')
     population = list(client_ids)
     if num_clients > len(population):
         raise SimharnessValueError(
             f'sample_clients: cannot sample {num_clients} distinct clients from '
-            f'a population of {len(population)}')
+            f'a population of {len(population)}'
+        )
     rng = np.random.default_rng((int(seed), int(round_num)))
     idx = rng.choice(len(population), size=num_clients, replace=False)
     return [population[i] for i in idx]

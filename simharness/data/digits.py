@@ -19,10 +19,7 @@ from simharness.validation import check_int as _check_int
 _PARTITIONS = ('dirichlet', 'iid')
 
 
-
-
-def iid_partition(num_samples: int, num_clients: int,
-                  rng: np.random.Generator) -> list[np.ndarray]:
+def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Shuffles ``range(num_samples)`` and splits it into near-equal parts.
 
     Sizes differ by at most one (``np.array_split``); every index is used
@@ -39,9 +36,14 @@ def iid_partition(num_samples: int, num_clients: int,
     return np.array_split(rng.permutation(num_samples), num_clients)
 
 
-def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float,
-                        rng: np.random.Generator, min_size: int = 1,
-                        max_attempts: int = 100) -> list[np.ndarray]:
+def dirichlet_partition(
+    labels: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    rng: np.random.Generator,
+    min_size: int = 1,
+    max_attempts: int = 100,
+) -> list[np.ndarray]:
     """The standard Dirichlet label-skew partition (as in NIID-Bench / FedMA).
 
     Per class c (in increasing label order): shuffle the indices of class
@@ -73,8 +75,8 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float,
     n = labels.shape[0]
     if num_clients * min_size > n:
         raise SimharnessValueError(
-            f'cannot give {num_clients} clients at least {min_size} samples '
-            f'each: only {n} samples')
+            f'cannot give {num_clients} clients at least {min_size} samples each: only {n} samples'
+        )
     classes = np.unique(labels)
     smallest = 0
     for _ in range(max_attempts):
@@ -97,14 +99,20 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float,
         f'Dirichlet partition: no draw in {max_attempts} attempts gave every one '
         f'of {num_clients} clients at least min_size={min_size} samples (the '
         f'last draw had a client with {smallest}); use a larger alpha '
-        f'(now {alpha}), a smaller min_size, fewer clients or more attempts')
+        f'(now {alpha}), a smaller min_size, fewer clients or more attempts'
+    )
 
 
-def load_digits_federated(num_clients: int = 20, partition: str = 'dirichlet',
-                          alpha: float = 0.5, test_fraction: float = 0.2,
-                          seed: int = 0, min_size: int = 5,
-                          as_images: bool = False, max_attempts: int = 100
-                          ) -> tuple[ArrayClientData, tuple[np.ndarray, np.ndarray]]:
+def load_digits_federated(
+    num_clients: int = 20,
+    partition: str = 'dirichlet',
+    alpha: float = 0.5,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    min_size: int = 5,
+    as_images: bool = False,
+    max_attempts: int = 100,
+) -> tuple[ArrayClientData, tuple[np.ndarray, np.ndarray]]:
     """scikit-learn's `load_digits`, split into clients and a central test set.
 
     Features are the 64 pixel intensities (0..16) divided by 16, as float32
@@ -142,23 +150,26 @@ def load_digits_federated(num_clients: int = 20, partition: str = 'dirichlet',
     max_attempts = _check_int('max_attempts', max_attempts, 1)
     if partition not in _PARTITIONS:
         raise SimharnessValueError(
-            f'unknown partition {partition!r}; allowed: {", ".join(_PARTITIONS)}')
+            f'unknown partition {partition!r}; allowed: {", ".join(_PARTITIONS)}'
+        )
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.number)):
-        raise SimharnessTypeError(f'alpha must be a real number, got {alpha!r}',
-                                  expected=float, actual=type(alpha))
+        raise SimharnessTypeError(
+            f'alpha must be a real number, got {alpha!r}', expected=float, actual=type(alpha)
+        )
     if not (math.isfinite(alpha) and alpha > 0):
         raise SimharnessValueError(f'alpha must be finite and > 0, got {alpha}')
-    if isinstance(test_fraction, bool) or not isinstance(
-            test_fraction, (int, float, np.number)):
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float, np.number)):
         raise SimharnessTypeError(
             f'test_fraction must be a real number, got {test_fraction!r}',
-            expected=float, actual=type(test_fraction))
+            expected=float,
+            actual=type(test_fraction),
+        )
     if not 0 <= test_fraction < 1:
-        raise SimharnessValueError(
-            f'test_fraction must be in [0, 1), got {test_fraction}')
+        raise SimharnessValueError(f'test_fraction must be in [0, 1), got {test_fraction}')
 
     # Imported here: scikit-learn is slow to import and only needed here.
     from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
+
     bunch = load_digits()
     x = (np.asarray(bunch.data, np.float64) / 16.0).astype(np.float32)
     y = np.asarray(bunch.target).astype(np.int32)
@@ -179,11 +190,12 @@ def load_digits_federated(num_clients: int = 20, partition: str = 'dirichlet',
             raise SimharnessValueError(
                 f'IID split of {len(y_train)} training samples over {num_clients} '
                 f'clients gives {len(y_train) // num_clients} per client, fewer '
-                f'than min_size={min_size}')
+                f'than min_size={min_size}'
+            )
         parts = iid_partition(len(y_train), num_clients, rng)
     else:
-        parts = dirichlet_partition(y_train, num_clients, float(alpha), rng,
-                                    min_size=min_size, max_attempts=max_attempts)
-    data = {str(k): {'x': x_train[idx], 'y': y_train[idx]}
-            for k, idx in enumerate(parts)}
+        parts = dirichlet_partition(
+            y_train, num_clients, float(alpha), rng, min_size=min_size, max_attempts=max_attempts
+        )
+    data = {str(k): {'x': x_train[idx], 'y': y_train[idx]} for k, idx in enumerate(parts)}
     return ArrayClientData(data), (x_test, y_test)

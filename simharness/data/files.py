@@ -26,9 +26,16 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from simharness.atomic import atomic_open
-from simharness.data.client_data import (ArraySpec, ClientData, array_spec_of,
-                                         check_client_arrays, concatenated_dataset,
-                                         element_spec_of, shuffled_ids, slices_dataset_fn)
+from simharness.data.client_data import (
+    ArraySpec,
+    ClientData,
+    array_spec_of,
+    check_client_arrays,
+    concatenated_dataset,
+    element_spec_of,
+    shuffled_ids,
+    slices_dataset_fn,
+)
 from simharness.errors import SimharnessValueError
 
 PathLike = Union[str, os.PathLike]
@@ -42,8 +49,11 @@ HEADER_LOCK = threading.Lock()
 
 def _natural_key(text: str) -> list:
     """Sort key that orders 'c2' before 'c10' (digit runs compare as numbers)."""
-    return [(0, int(tok), '') if tok.isdigit() else (1, 0, tok)
-            for tok in re.split(r'(\d+)', text) if tok]
+    return [
+        (0, int(tok), '') if tok.isdigit() else (1, 0, tok)
+        for tok in re.split(r'(\d+)', text)
+        if tok
+    ]
 
 
 def _fmt_keys(keys: Sequence[str]) -> str:
@@ -84,19 +94,19 @@ def _load_npz(path: Path, keys: Sequence[str], client_id: str) -> dict[str, np.n
                 if key not in present:
                     raise SimharnessValueError(
                         f'client {client_id!r} ({path}): array {key!r} not found; '
-                        f'the file holds {_fmt_keys(present)}')
+                        f'the file holds {_fmt_keys(present)}'
+                    )
             return {key: npz[key] for key in keys}
     except FileNotFoundError as e:
-        raise SimharnessValueError(
-            f'client {client_id!r}: file {path} no longer exists') from e
+        raise SimharnessValueError(f'client {client_id!r}: file {path} no longer exists') from e
     except (zipfile.BadZipFile, OSError) as e:
         raise SimharnessValueError(f'{path}: not a readable .npz file ({e})') from e
     except ValueError as e:
         if isinstance(e, SimharnessValueError):
             raise
         raise SimharnessValueError(
-            f'{path}: cannot load arrays {list(keys)} ({e}); object arrays are '
-            'not supported') from e
+            f'{path}: cannot load arrays {list(keys)} ({e}); object arrays are not supported'
+        ) from e
 
 
 class FileClientData(ClientData):
@@ -107,26 +117,31 @@ class FileClientData(ClientData):
     file (no caching). Arrays keep the names they have in the files.
     """
 
-    def __init__(self, client_ids: Sequence[str], spec: Mapping[str, ArraySpec], *,
-                 paths: Optional[Mapping[str, Path]] = None,
-                 arrays: Optional[Mapping[str, Mapping[str, np.ndarray]]] = None,
-                 sizes: Optional[Mapping[str, int]] = None):
+    def __init__(
+        self,
+        client_ids: Sequence[str],
+        spec: Mapping[str, ArraySpec],
+        *,
+        paths: Optional[Mapping[str, Path]] = None,
+        arrays: Optional[Mapping[str, Mapping[str, np.ndarray]]] = None,
+        sizes: Optional[Mapping[str, int]] = None,
+    ):
         """Internal; use `from_npz_dir` or `from_single_file`."""
         if (paths is None) == (arrays is None):
             raise SimharnessValueError(
                 'FileClientData needs exactly one of paths and arrays; use '
-                'FileClientData.from_npz_dir or from_single_file')
+                'FileClientData.from_npz_dir or from_single_file'
+            )
         self._ids = list(client_ids)
         self._spec = dict(spec)
         self._paths = dict(paths) if paths is not None else None
-        self._arrays = ({k: dict(v) for k, v in arrays.items()}
-                        if arrays is not None else None)
+        self._arrays = {k: dict(v) for k, v in arrays.items()} if arrays is not None else None
         self._sizes = dict(sizes) if sizes is not None else None
 
     @classmethod
-    def from_npz_dir(cls, path: PathLike, x_key: str = 'x',
-                     y_key: Optional[str] = 'y', *,
-                     validate: bool = True) -> 'FileClientData':
+    def from_npz_dir(
+        cls, path: PathLike, x_key: str = 'x', y_key: Optional[str] = 'y', *, validate: bool = True
+    ) -> 'FileClientData':
         """One client per ``<client_id>.npz`` file in a directory.
 
         Client ids are the file stems, in natural order ('c2' before 'c10';
@@ -157,11 +172,15 @@ class FileClientData(ClientData):
             raise SimharnessValueError(f'data directory {root} does not exist')
         if not root.is_dir():
             raise SimharnessValueError(f'{root} is not a directory')
-        files = [p for p in root.iterdir() if p.suffix == '.npz'
-                 and not p.name.startswith('.') and p.is_file()]
+        files = [
+            p
+            for p in root.iterdir()
+            if p.suffix == '.npz' and not p.name.startswith('.') and p.is_file()
+        ]
         if not files:
             raise SimharnessValueError(
-                f'no .npz files in {root} (expected one <client_id>.npz per client)')
+                f'no .npz files in {root} (expected one <client_id>.npz per client)'
+            )
         files.sort(key=lambda p: _natural_key(p.stem))
         keys = [x_key] if y_key is None else [x_key, y_key]
         if len(set(keys)) != len(keys):
@@ -175,11 +194,17 @@ class FileClientData(ClientData):
                 if key not in headers:
                     raise SimharnessValueError(
                         f'client {cid!r} ({p}): array {key!r} not found; the '
-                        f'file holds {_fmt_keys(list(headers))}')
+                        f'file holds {_fmt_keys(list(headers))}'
+                    )
             # Validate with stand-ins of the right dtype and shape (no data).
-            stand_ins = {k: np.lib.stride_tricks.as_strided(
-                np.zeros(1, headers[k][0]), shape=headers[k][1],
-                strides=(0,) * len(headers[k][1])) for k in keys}
+            stand_ins = {
+                k: np.lib.stride_tricks.as_strided(
+                    np.zeros(1, headers[k][0]),
+                    shape=headers[k][1],
+                    strides=(0,) * len(headers[k][1]),
+                )
+                for k in keys
+            }
             checked = check_client_arrays(cid, stand_ins, spec)
             if spec is None:
                 spec = array_spec_of(checked)
@@ -190,9 +215,13 @@ class FileClientData(ClientData):
         return cls(list(paths), spec or {}, paths=paths, sizes=sizes)
 
     @classmethod
-    def from_single_file(cls, path: PathLike, client_id_key: str = 'client_id',
-                         x_key: str = 'x', y_key: Optional[str] = 'y',
-                         ) -> 'FileClientData':
+    def from_single_file(
+        cls,
+        path: PathLike,
+        client_id_key: str = 'client_id',
+        x_key: str = 'x',
+        y_key: Optional[str] = 'y',
+    ) -> 'FileClientData':
         """Splits one file into clients by a client-id array or column.
 
         * ``.npz``: the arrays `client_id_key` (``[N]``), `x_key` and `y_key`
@@ -229,7 +258,8 @@ class FileClientData(ClientData):
         if len(set(keys + [client_id_key])) != len(keys) + 1:
             raise SimharnessValueError(
                 f'client_id_key, x_key and y_key must differ, got '
-                f'{client_id_key!r}, {x_key!r}, {y_key!r}')
+                f'{client_id_key!r}, {x_key!r}, {y_key!r}'
+            )
         suffix = p.suffix.lower()
         if suffix == '.npz':
             ids, arrays = _read_single_npz(p, client_id_key, keys)
@@ -238,7 +268,8 @@ class FileClientData(ClientData):
         else:
             raise SimharnessValueError(
                 f'{p}: unsupported file type {p.suffix!r}; use .npz or .csv '
-                '(or a directory of .npz files with from_npz_dir)')
+                '(or a directory of .npz files with from_npz_dir)'
+            )
         split = _split_by_id(ids, arrays)
         spec = array_spec_of(next(iter(split.values())))
         return cls(list(split), spec, arrays=split)
@@ -262,8 +293,9 @@ class FileClientData(ClientData):
         return None if self._sizes is None else dict(self._sizes)
 
     def _check_id(self, client_id: Any) -> None:
-        container: Mapping[str, Any] = (self._paths if self._paths is not None
-                                        else self._arrays or {})
+        container: Mapping[str, Any] = (
+            self._paths if self._paths is not None else self._arrays or {}
+        )
         if not isinstance(client_id, str) or client_id not in container:
             raise self._unknown_client(client_id)
 
@@ -292,7 +324,8 @@ class FileClientData(ClientData):
         if first not in headers:
             raise SimharnessValueError(
                 f'client {client_id!r} ({path}): array {first!r} not found; the '
-                f'file holds {_fmt_keys(list(headers))}')
+                f'file holds {_fmt_keys(list(headers))}'
+            )
         return int(headers[first][1][0])
 
     @property
@@ -301,6 +334,7 @@ class FileClientData(ClientData):
 
     def create_tf_dataset_for_client(self, client_id: str) -> Any:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         return tf.data.Dataset.from_tensor_slices(self.client_arrays(client_id))
 
     def create_tf_dataset_from_all_clients(self, seed: Any = None) -> Any:
@@ -310,7 +344,8 @@ class FileClientData(ClientData):
         arrays = self._arrays or {}
         return concatenated_dataset(
             [[arrays[c][k] for k in keys] for c in shuffled_ids(self._ids, seed)],
-            lambda leaves: dict(zip(keys, leaves)))
+            lambda leaves: dict(zip(keys, leaves)),
+        )
 
     @property
     def serializable_dataset_fn(self) -> Callable[[Any], Any]:
@@ -328,15 +363,22 @@ class FileClientData(ClientData):
             layouts = None
             if self._paths is not None:
                 layouts = [_npz_layout(self._paths[c], list(self._spec)) for c in self._ids]
-            if self._paths is not None and layouts is not None and all(
-                    lay is not None for lay in layouts):
-                fn = _npz_reading_fn(self._ids, [str(self._paths[c]) for c in self._ids],
-                                     layouts, self._spec)  # type: ignore[arg-type]
+            if (
+                self._paths is not None
+                and layouts is not None
+                and all(lay is not None for lay in layouts)
+            ):
+                fn = _npz_reading_fn(
+                    self._ids, [str(self._paths[c]) for c in self._ids], layouts, self._spec
+                )  # type: ignore[arg-type]
             else:
                 keys = list(self._spec)
                 arrays = [self.client_arrays(c) for c in self._ids]
-                fn = slices_dataset_fn(self._ids, [[a[k] for k in keys] for a in arrays],
-                                       lambda leaves: dict(zip(keys, leaves)))
+                fn = slices_dataset_fn(
+                    self._ids,
+                    [[a[k] for k in keys] for a in arrays],
+                    lambda leaves: dict(zip(keys, leaves)),
+                )
             self._dataset_fn = fn
         return fn
 
@@ -353,8 +395,9 @@ class FileClientData(ClientData):
 
 
 # The dtypes TF's decode_raw reads.
-_DECODE_RAW_DTYPES = frozenset({'float16', 'float32', 'float64', 'int8', 'int16', 'int32',
-                                'int64', 'uint8', 'uint16', 'bool'})
+_DECODE_RAW_DTYPES = frozenset(
+    {'float16', 'float32', 'float64', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'bool'}
+)
 # (byte offset of the array data in the file, byte count, rows) of each key.
 _Layout = dict[str, tuple[int, int, int]]
 
@@ -386,18 +429,29 @@ def _npz_layout(path: Path, keys: Sequence[str]) -> Optional[_Layout]:
                         return None
                     header_len = member.tell()
                 dtype = np.dtype(dtype)
-                if (fortran and len(shape) > 1) or dtype.byteorder == '>' or not shape or \
-                        dtype.newbyteorder('=').name not in _DECODE_RAW_DTYPES:
+                if (
+                    (fortran and len(shape) > 1)
+                    or dtype.byteorder == '>'
+                    or not shape
+                    or dtype.newbyteorder('=').name not in _DECODE_RAW_DTYPES
+                ):
                     return None
-                out[key] = (data_start + header_len, int(np.prod(shape)) * dtype.itemsize,
-                            int(shape[0]))
+                out[key] = (
+                    data_start + header_len,
+                    int(np.prod(shape)) * dtype.itemsize,
+                    int(shape[0]),
+                )
     except (KeyError, zipfile.BadZipFile, OSError, ValueError):
         return None
     return out
 
 
-def _npz_reading_fn(ids: Sequence[str], paths: Sequence[str], layouts: Sequence[_Layout],
-                    spec: Mapping[str, ArraySpec]) -> Callable[[Any], Any]:
+def _npz_reading_fn(
+    ids: Sequence[str],
+    paths: Sequence[str],
+    layouts: Sequence[_Layout],
+    spec: Mapping[str, ArraySpec],
+) -> Callable[[Any], Any]:
     """``fn(client_id) -> tf.data.Dataset`` reading the client's .npz file in the graph."""
     keys = list(spec)
     offsets = np.asarray([[lay[k][0] for k in keys] for lay in layouts], np.int64)
@@ -407,6 +461,7 @@ def _npz_reading_fn(ids: Sequence[str], paths: Sequence[str], layouts: Sequence[
 
     def dataset_fn(client_id: Any) -> Any:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         match = tf.equal(tf.constant(id_list), client_id)
         check = tf.debugging.Assert(tf.reduce_any(match), ['No data found for client ', client_id])
         with tf.control_dependencies([check]):
@@ -416,8 +471,11 @@ def _npz_reading_fn(ids: Sequence[str], paths: Sequence[str], layouts: Sequence[
         out = {}
         for j, key in enumerate(keys):
             dtype, trailing = spec[key]
-            part = tf.strings.substr(content, tf.gather(tf.constant(offsets[:, j]), index),
-                                     tf.gather(tf.constant(nbytes[:, j]), index))
+            part = tf.strings.substr(
+                content,
+                tf.gather(tf.constant(offsets[:, j]), index),
+                tf.gather(tf.constant(nbytes[:, j]), index),
+            )
             flat = tf.io.decode_raw(part, tf.as_dtype(np.dtype(dtype)), little_endian=True)
             out[key] = tf.reshape(flat, tf.concat([[n], tf.constant(trailing, tf.int64)], 0))
         return tf.data.Dataset.from_tensor_slices(out)
@@ -425,24 +483,27 @@ def _npz_reading_fn(ids: Sequence[str], paths: Sequence[str], layouts: Sequence[
     return dataset_fn
 
 
-def _read_single_npz(p: Path, client_id_key: str, keys: Sequence[str]
-                     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _read_single_npz(
+    p: Path, client_id_key: str, keys: Sequence[str]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     arrays = _load_npz(p, [client_id_key] + list(keys), client_id='(all)')
     ids = arrays.pop(client_id_key)
     if ids.ndim != 1:
         raise SimharnessValueError(
-            f'{p}: client-id array {client_id_key!r} must be 1-D, got shape '
-            f'{ids.shape}')
+            f'{p}: client-id array {client_id_key!r} must be 1-D, got shape {ids.shape}'
+        )
     for k, a in arrays.items():
         if a.ndim == 0 or a.shape[0] != ids.shape[0]:
             raise SimharnessValueError(
                 f'{p}: array {k!r} has shape {a.shape}; its leading length must '
-                f'equal the {ids.shape[0]} entries of {client_id_key!r}')
+                f'equal the {ids.shape[0]} entries of {client_id_key!r}'
+            )
     return ids, arrays
 
 
-def _read_single_csv(p: Path, client_id_key: str, x_key: str, y_key: Optional[str]
-                     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _read_single_csv(
+    p: Path, client_id_key: str, x_key: str, y_key: Optional[str]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     with open(p, newline='', encoding='utf-8') as f:
         rows = list(csv.reader(f))
     if not rows:
@@ -452,13 +513,15 @@ def _read_single_csv(p: Path, client_id_key: str, x_key: str, y_key: Optional[st
     for key in [client_id_key] + ([y_key] if y_key is not None else []):
         if key not in header:
             raise SimharnessValueError(
-                f'{p}: column {key!r} not found; the header has {_fmt_keys(header)}')
+                f'{p}: column {key!r} not found; the header has {_fmt_keys(header)}'
+            )
     if not body:
         raise SimharnessValueError(f'{p}: no data rows after the header')
     for i, r in enumerate(body):
         if len(r) != len(header):
             raise SimharnessValueError(
-                f'{p}, line {i + 2}: {len(r)} fields, the header has {len(header)}')
+                f'{p}, line {i + 2}: {len(r)} fields, the header has {len(header)}'
+            )
     table = np.array(body, dtype=str)
     col = {name: j for j, name in enumerate(header)}
     feature_cols = [name for name in header if name not in (client_id_key, y_key)]
@@ -471,7 +534,8 @@ def _read_single_csv(p: Path, client_id_key: str, x_key: str, y_key: Optional[st
             return values.astype(dtype)
         except ValueError as e:
             raise SimharnessValueError(
-                f'{p}: column {name!r} has non-numeric values ({e})') from None
+                f'{p}: column {name!r} has non-numeric values ({e})'
+            ) from None
 
     arrays = {x_key: np.stack([numeric(c, np.float32) for c in feature_cols], axis=1)}
     if y_key is not None:
@@ -484,14 +548,15 @@ def _read_single_csv(p: Path, client_id_key: str, x_key: str, y_key: Optional[st
     return ids, arrays
 
 
-def _split_by_id(ids: np.ndarray, arrays: Mapping[str, np.ndarray]
-                 ) -> dict[str, dict[str, np.ndarray]]:
+def _split_by_id(
+    ids: np.ndarray, arrays: Mapping[str, np.ndarray]
+) -> dict[str, dict[str, np.ndarray]]:
     """Groups rows by client id: clients in first-appearance order, rows stable."""
     ids = np.asarray(ids).astype(str)
     if ids.shape[0] == 0:
         raise SimharnessValueError('the file has no samples')
     uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind='stable')     # unique index -> position
+    order = np.argsort(first, kind='stable')  # unique index -> position
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     position = rank[inverse.reshape(-1)]
@@ -505,13 +570,19 @@ def _split_by_id(ids: np.ndarray, arrays: Mapping[str, np.ndarray]
 
 
 def _valid_client_file_stem(client_id: str) -> bool:
-    return (bool(client_id) and client_id not in ('.', '..')
-            and not client_id.startswith('.') and '/' not in client_id
-            and '\\' not in client_id and '\0' not in client_id)
+    return (
+        bool(client_id)
+        and client_id not in ('.', '..')
+        and not client_id.startswith('.')
+        and '/' not in client_id
+        and '\\' not in client_id
+        and '\0' not in client_id
+    )
 
 
-def save_npz_dir(client_data: ClientData, path: PathLike, *,
-                 overwrite: bool = False, compressed: bool = False) -> None:
+def save_npz_dir(
+    client_data: ClientData, path: PathLike, *, overwrite: bool = False, compressed: bool = False
+) -> None:
     """Writes one ``<client_id>.npz`` per client (the `from_npz_dir` layout).
 
     Each file is written atomically (`simharness.atomic`: a hidden temporary
@@ -539,13 +610,13 @@ def save_npz_dir(client_data: ClientData, path: PathLike, *,
     if bad:
         raise SimharnessValueError(
             f'client ids {bad[:5]} cannot be file names (empty, starting with '
-            "'.', or containing a path separator)")
-    existing = ([p for p in root.iterdir() if p.suffix == '.npz']
-                if root.exists() else [])
+            "'.', or containing a path separator)"
+        )
+    existing = [p for p in root.iterdir() if p.suffix == '.npz'] if root.exists() else []
     if existing and not overwrite:
         raise SimharnessValueError(
-            f'{root} already holds {len(existing)} .npz files; pass '
-            'overwrite=True to replace them')
+            f'{root} already holds {len(existing)} .npz files; pass overwrite=True to replace them'
+        )
     root.mkdir(parents=True, exist_ok=True)
     save = np.savez_compressed if compressed else np.savez
     for cid in ids:

@@ -22,8 +22,9 @@ from simharness.errors import SimharnessValueError
 SAMPLING_MODES = ('random', 'weighted', 'with_replacement')
 
 
-def available_clients(client_ids: Sequence[str], availability: float, round_num: int,
-                      seed: int) -> List[str]:
+def available_clients(
+    client_ids: Sequence[str], availability: float, round_num: int, seed: int
+) -> List[str]:
     """The clients available in round `round_num` (each with probability `availability`)."""
     if not 0.0 < availability <= 1.0:
         raise SimharnessValueError(f'availability must be in (0, 1], got {availability!r}')
@@ -37,9 +38,16 @@ def available_clients(client_ids: Sequence[str], availability: float, round_num:
     return [c for c, u in zip(ids, up) if u]
 
 
-def sample_cohort(client_ids: Sequence[str], num_clients: int, round_num: int, seed: int, *,
-                  mode: str = 'random', sizes: Optional[Sequence[int]] = None,
-                  availability: float = 1.0) -> List[str]:
+def sample_cohort(
+    client_ids: Sequence[str],
+    num_clients: int,
+    round_num: int,
+    seed: int,
+    *,
+    mode: str = 'random',
+    sizes: Optional[Sequence[int]] = None,
+    availability: float = 1.0,
+) -> List[str]:
     """A round's cohort (see the module docstring).
 
     Args:
@@ -56,16 +64,20 @@ def sample_cohort(client_ids: Sequence[str], num_clients: int, round_num: int, s
         cohort larger than the population.
     """
     if mode not in SAMPLING_MODES:
-        raise SimharnessValueError(f'unknown sampling mode {mode!r}; allowed: '
-                                   f'{", ".join(repr(m) for m in SAMPLING_MODES)}')
+        raise SimharnessValueError(
+            f'unknown sampling mode {mode!r}; allowed: {", ".join(repr(m) for m in SAMPLING_MODES)}'
+        )
     ids = list(client_ids)
     if num_clients > len(ids) and mode != 'with_replacement':
-        raise SimharnessValueError(f'cannot sample {num_clients} distinct clients from a '
-                                   f'population of {len(ids)}')
+        raise SimharnessValueError(
+            f'cannot sample {num_clients} distinct clients from a population of {len(ids)}'
+        )
     if mode == 'weighted':
         if sizes is None or len(sizes) != len(ids):
-            raise SimharnessValueError(f"mode 'weighted' needs one size per client, got "
-                                       f'{None if sizes is None else len(sizes)} for {len(ids)}')
+            raise SimharnessValueError(
+                f"mode 'weighted' needs one size per client, got "
+                f'{None if sizes is None else len(sizes)} for {len(ids)}'
+            )
     pool = available_clients(ids, availability, round_num, seed)
     k = num_clients if mode == 'with_replacement' else min(num_clients, len(pool))
     if mode == 'random':

@@ -52,11 +52,19 @@ class SourcedClients(collections.abc.Sequence):
         itself on process stacks: a Python function never crosses).
     """
 
-    def __init__(self, source: Any, client_ids: Sequence[str],
-                 transform: Optional[Callable[[Any], Any]] = None, *, _token: Optional[int] = None):
+    def __init__(
+        self,
+        source: Any,
+        client_ids: Sequence[str],
+        transform: Optional[Callable[[Any], Any]] = None,
+        *,
+        _token: Optional[int] = None,
+    ):
         if not hasattr(source, 'client_arrays'):
-            raise SimharnessTypeError(f'source {type(source).__name__} has no client_arrays(client_id); '
-                                      'expected a simharness.data.ClientData')
+            raise SimharnessTypeError(
+                f'source {type(source).__name__} has no client_arrays(client_id); '
+                'expected a simharness.data.ClientData'
+            )
         self.source = source
         self.client_ids = list(client_ids)
         self.transform = transform
@@ -67,8 +75,9 @@ class SourcedClients(collections.abc.Sequence):
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return SourcedClients(self.source, self.client_ids[index], self.transform,
-                                  _token=self.token)
+            return SourcedClients(
+                self.source, self.client_ids[index], self.transform, _token=self.token
+            )
         return self.load_one(self.client_ids[index])
 
     def load_one(self, client_id: str) -> Any:
@@ -83,8 +92,9 @@ class SourcedClients(collections.abc.Sequence):
         return f'SourcedClients({type(self.source).__name__}, {len(self)} clients)'
 
 
-def pad_client(a: Mapping[str, np.ndarray], max_examples: int, x_key: str = 'x',
-               y_key: str = 'y') -> Dict[str, Any]:
+def pad_client(
+    a: Mapping[str, np.ndarray], max_examples: int, x_key: str = 'x', y_key: str = 'y'
+) -> Dict[str, Any]:
     """One client's ``{'x', 'y', 'n'}`` padded with zeros to `max_examples` rows."""
     return Pad(max_examples, x_key, y_key)(a)
 
@@ -118,8 +128,11 @@ class Pad:
         y = np.asarray(arrays[self.y_key]).astype(self.y_dtype, copy=False)
         n = x.shape[0]
         if n > self.max_examples:
-            raise ConfigError(f'a client has {n} examples, more than max_examples='
-                              f'{self.max_examples}', key='max_examples', value=n)
+            raise ConfigError(
+                f'a client has {n} examples, more than max_examples={self.max_examples}',
+                key='max_examples',
+                value=n,
+            )
         if self.x_shape is not None:
             x = x.reshape((n,) + self.x_shape)
         y = y.reshape((n,) + self.y_shape)
@@ -129,10 +142,16 @@ class Pad:
         return collections.OrderedDict(x=xp, y=yp, n=np.int32(n))
 
     def to_spec(self) -> Dict[str, Any]:
-        return {'kind': 'pad', 'max_examples': self.max_examples, 'x_key': self.x_key,
-                'y_key': self.y_key, 'x_dtype': self.x_dtype, 'y_dtype': self.y_dtype,
-                'x_shape': None if self.x_shape is None else list(self.x_shape),
-                'y_shape': list(self.y_shape)}
+        return {
+            'kind': 'pad',
+            'max_examples': self.max_examples,
+            'x_key': self.x_key,
+            'y_key': self.y_key,
+            'x_dtype': self.x_dtype,
+            'y_dtype': self.y_dtype,
+            'x_shape': None if self.x_shape is None else list(self.x_shape),
+            'y_shape': list(self.y_shape),
+        }
 
 
 def transform_spec(transform: Any) -> Optional[Dict[str, Any]]:
@@ -150,9 +169,15 @@ def transform_from_spec(spec: Mapping[str, Any]) -> Callable[[Any], Any]:
         return lambda arrays: arrays
     if kind == 'pad':
         x_shape = spec.get('x_shape')
-        return Pad(int(spec['max_examples']), str(spec['x_key']), str(spec['y_key']),
-                   str(spec.get('x_dtype', '<f4')), str(spec.get('y_dtype', '<i4')),
-                   None if x_shape is None else tuple(x_shape), tuple(spec.get('y_shape', ())))
+        return Pad(
+            int(spec['max_examples']),
+            str(spec['x_key']),
+            str(spec['y_key']),
+            str(spec.get('x_dtype', '<f4')),
+            str(spec.get('y_dtype', '<i4')),
+            None if x_shape is None else tuple(x_shape),
+            tuple(spec.get('y_shape', ())),
+        )
     raise SimharnessValueError(f'unknown client transform {kind!r}')
 
 
@@ -161,18 +186,24 @@ def source_spec(source: Any) -> Optional[Dict[str, Any]]:
     paths = source.paths if type(source) is FileClientData else None
     if paths is None:
         return None
-    return {'kind': 'npz_files', 'ids': list(source.client_ids),
-            'paths': {cid: str(p) for cid, p in paths.items()},
-            'spec': {k: [np.dtype(dt).str, list(shape)]
-                     for k, (dt, shape) in source.array_spec.items()},
-            'sizes': source.sizes}
+    return {
+        'kind': 'npz_files',
+        'ids': list(source.client_ids),
+        'paths': {cid: str(p) for cid, p in paths.items()},
+        'spec': {
+            k: [np.dtype(dt).str, list(shape)] for k, (dt, shape) in source.array_spec.items()
+        },
+        'sizes': source.sizes,
+    }
 
 
 def source_from_spec(spec: Mapping[str, Any]) -> Any:
     """The `ClientData` a `source_spec` describes."""
     if spec.get('kind') != 'npz_files':
         raise SimharnessValueError(f'unknown client data source kind {spec.get("kind")!r}')
-    return FileClientData(spec['ids'],
-                          {k: (np.dtype(dt), tuple(shape)) for k, (dt, shape) in spec['spec'].items()},
-                          paths={cid: Path(p) for cid, p in spec['paths'].items()},
-                          sizes=spec['sizes'])
+    return FileClientData(
+        spec['ids'],
+        {k: (np.dtype(dt), tuple(shape)) for k, (dt, shape) in spec['spec'].items()},
+        paths={cid: Path(p) for cid, p in spec['paths'].items()},
+        sizes=spec['sizes'],
+    )

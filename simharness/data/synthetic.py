@@ -18,25 +18,30 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.validation import check_int as _check_int
 
 
-
-
 def _check_std(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
         raise SimharnessTypeError(
             f'{name} must be a real number, got {value!r} ({type(value).__name__})',
-            expected=float, actual=type(value))
+            expected=float,
+            actual=type(value),
+        )
     if not math.isfinite(value) or value < 0:
         raise SimharnessValueError(
-            f'{name} is a standard deviation and must be finite and >= 0, '
-            f'got {value}')
+            f'{name} is a standard deviation and must be finite and >= 0, got {value}'
+        )
     return float(value)
 
 
-def synthetic_alpha_beta(alpha: float = 1.0, beta: float = 1.0,
-                         num_clients: int = 1000,
-                         samples_per_client: Optional[int] = 50,
-                         dim: int = 60, num_classes: int = 10, seed: int = 0,
-                         iid: bool = False) -> ArrayClientData:
+def synthetic_alpha_beta(
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    num_clients: int = 1000,
+    samples_per_client: Optional[int] = 50,
+    dim: int = 60,
+    num_classes: int = 10,
+    seed: int = 0,
+    iid: bool = False,
+) -> ArrayClientData:
     """Synthetic(alpha, beta) from FedProx (Li et al., 2020).
 
     Each client k has a local softmax-regression model and its own input
@@ -99,8 +104,9 @@ def synthetic_alpha_beta(alpha: float = 1.0, beta: float = 1.0,
     num_classes = _check_int('num_classes', num_classes, 2)
     seed = _check_int('seed', seed, 0)
     if not isinstance(iid, (bool, np.bool_)):
-        raise SimharnessTypeError(f'iid must be a bool, got {iid!r}',
-                                  expected=bool, actual=type(iid))
+        raise SimharnessTypeError(
+            f'iid must be a bool, got {iid!r}', expected=bool, actual=type(iid)
+        )
 
     rng = np.random.default_rng(seed)
     if samples_per_client is None:
@@ -138,4 +144,3 @@ def synthetic_alpha_beta(alpha: float = 1.0, beta: float = 1.0,
         x, y = client(k)
         data[str(k)] = {'x': x.astype(np.float32), 'y': y.astype(np.int32)}
     return ArrayClientData(data)
-

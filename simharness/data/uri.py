@@ -55,13 +55,15 @@ DATA_DIR_ENV = 'SIMHARNESS_DATA_DIR'
 def parse_uri(uri: str) -> Tuple[Path, Optional[List[str]]]:
     """(path, keys or None) of an ``npz:`` URI; `ValueError` for anything else."""
     if not isinstance(uri, str):
-        raise SimharnessTypeError(f'a Data URI must be a str, got {type(uri).__name__}',
-                                  expected=str, actual=type(uri))
+        raise SimharnessTypeError(
+            f'a Data URI must be a str, got {type(uri).__name__}', expected=str, actual=type(uri)
+        )
     scheme, sep, rest = uri.partition(':')
     if not sep or scheme != SCHEME:
         raise SimharnessValueError(
             f'Data URI {uri!r} is not understood: simharness reads "npz:<path>" (optionally '
-            '"?keys=a,b"); see simharness.data.uri')
+            '"?keys=a,b"); see simharness.data.uri'
+        )
     path_part, _, query = rest.partition('?')
     if path_part.startswith('//'):  # npz:///abs/path (URL style)
         path_part = path_part[2:]
@@ -73,8 +75,9 @@ def parse_uri(uri: str) -> Tuple[Path, Optional[List[str]]]:
         params = urllib.parse.parse_qs(query, keep_blank_values=True)
         unknown = sorted(set(params) - {'keys'})
         if unknown:
-            raise SimharnessValueError(f'Data URI {uri!r}: unknown parameter(s) {unknown}; only '
-                                       '"keys" is understood')
+            raise SimharnessValueError(
+                f'Data URI {uri!r}: unknown parameter(s) {unknown}; only "keys" is understood'
+            )
         keys = [k for k in ','.join(params['keys']).split(',') if k]
         if not keys:
             raise SimharnessValueError(f'Data URI {uri!r}: "keys=" names no array')
@@ -92,15 +95,18 @@ def make_uri(path: Any, keys: Optional[Sequence[str]] = None) -> str:
     return uri
 
 
-def client_data_blocks(directory: Any, client_ids: Sequence[str], type_spec: Any,
-                       keys: Optional[Sequence[str]] = None) -> List[Any]:
+def client_data_blocks(
+    directory: Any, client_ids: Sequence[str], type_spec: Any, keys: Optional[Sequence[str]] = None
+) -> List[Any]:
     """``Data`` blocks of ``<directory>/<client id>.npz``, one per client (relative paths stay
     relative: each executor resolves them against its own data directory)."""
     t = T.to_type(type_spec)
     return [Data(make_uri(Path(directory) / f'{cid}.npz', keys), t) for cid in client_ids]
 
 
-def _load(uri: str, path: Path, keys: Optional[List[str]]) -> 'collections.OrderedDict[str, np.ndarray]':
+def _load(
+    uri: str, path: Path, keys: Optional[List[str]]
+) -> 'collections.OrderedDict[str, np.ndarray]':
     try:
         with HEADER_LOCK, np.load(path, allow_pickle=False) as z:
             names = list(z.files)
@@ -108,12 +114,15 @@ def _load(uri: str, path: Path, keys: Optional[List[str]]) -> 'collections.Order
             missing = [k for k in wanted if k not in names]
             if missing:
                 raise SimharnessValueError(
-                    f'Data URI {uri!r}: {path} has no array(s) {missing}; it has {names}')
+                    f'Data URI {uri!r}: {path} has no array(s) {missing}; it has {names}'
+                )
             return collections.OrderedDict((k, np.asarray(z[k])) for k in wanted)
     except FileNotFoundError:
-        raise SimharnessValueError(f'Data URI {uri!r}: no file {path} on this machine '
-                                   f'(relative paths resolve against ${DATA_DIR_ENV} or the '
-                                   'working directory)') from None
+        raise SimharnessValueError(
+            f'Data URI {uri!r}: no file {path} on this machine '
+            f'(relative paths resolve against ${DATA_DIR_ENV} or the '
+            'working directory)'
+        ) from None
     except (OSError, ValueError) as e:
         if isinstance(e, SimharnessValueError):
             raise
@@ -122,34 +131,47 @@ def _load(uri: str, path: Path, keys: Optional[List[str]]) -> 'collections.Order
 
 def _check(uri: str, name: str, a: np.ndarray, t: Any, rows: bool) -> np.ndarray:
     if not isinstance(t, T.TensorType):
-        raise SimharnessTypeError(f'Data URI {uri!r}: array {name!r} cannot give a value of type '
-                                  f'{t} (only tensors come from arrays)', expected=t)
+        raise SimharnessTypeError(
+            f'Data URI {uri!r}: array {name!r} cannot give a value of type '
+            f'{t} (only tensors come from arrays)',
+            expected=t,
+        )
     if a.dtype != np.dtype(t.dtype):
         raise SimharnessTypeError(
             f'Data URI {uri!r}: array {name!r} has dtype {a.dtype}, the type asks for {t}',
-            expected=t, actual=str(a.dtype))
+            expected=t,
+            actual=str(a.dtype),
+        )
     shape = a.shape[1:] if rows else a.shape
     if rows and a.ndim == 0:
-        raise SimharnessTypeError(f'Data URI {uri!r}: array {name!r} is a scalar; a sequence '
-                                  'needs arrays with a first (example) axis', expected=t)
-    if t.shape is not None and (len(shape) != len(t.shape) or any(
-            d is not None and d != s for d, s in zip(t.shape, shape))):
+        raise SimharnessTypeError(
+            f'Data URI {uri!r}: array {name!r} is a scalar; a sequence '
+            'needs arrays with a first (example) axis',
+            expected=t,
+        )
+    if t.shape is not None and (
+        len(shape) != len(t.shape) or any(d is not None and d != s for d, s in zip(t.shape, shape))
+    ):
         what = 'elements' if rows else 'array'
-        raise SimharnessTypeError(f'Data URI {uri!r}: array {name!r} has {what} of shape '
-                                  f'{tuple(shape)}, the type asks for {t}', expected=t,
-                                  actual=tuple(shape))
+        raise SimharnessTypeError(
+            f'Data URI {uri!r}: array {name!r} has {what} of shape '
+            f'{tuple(shape)}, the type asks for {t}',
+            expected=t,
+            actual=tuple(shape),
+        )
     return a
 
 
-def _pick(uri: str, arrays: 'collections.OrderedDict[str, np.ndarray]', t: Any,
-          rows: bool) -> Any:
+def _pick(uri: str, arrays: 'collections.OrderedDict[str, np.ndarray]', t: Any, rows: bool) -> Any:
     """Arrays arranged as type `t` (columns of a sequence's elements when `rows`)."""
     if isinstance(t, T.TensorType):
         if len(arrays) != 1:
             raise SimharnessTypeError(
                 f'Data URI {uri!r} holds arrays {list(arrays)}; a {t} takes exactly one (name it '
-                'with "?keys=")', expected=t)
-        (name, a), = arrays.items()
+                'with "?keys=")',
+                expected=t,
+            )
+        ((name, a),) = arrays.items()
         return _check(uri, name, a, t, rows)
     if not isinstance(t, T.StructType):
         raise SimharnessTypeError(f'Data URI {uri!r} cannot give a value of type {t}', expected=t)
@@ -157,13 +179,16 @@ def _pick(uri: str, arrays: 'collections.OrderedDict[str, np.ndarray]', t: Any,
     if all(n is not None for n in names):
         missing = [n for n in names if n not in arrays]
         if missing:
-            raise SimharnessValueError(f'Data URI {uri!r} has no array(s) {missing} for {t}; it '
-                                       f'has {list(arrays)}')
-        return collections.OrderedDict((n, _check(uri, n, arrays[n], et, rows))
-                                       for n, et in t.items())
+            raise SimharnessValueError(
+                f'Data URI {uri!r} has no array(s) {missing} for {t}; it has {list(arrays)}'
+            )
+        return collections.OrderedDict(
+            (n, _check(uri, n, arrays[n], et, rows)) for n, et in t.items()
+        )
     if len(arrays) != len(names):
-        raise SimharnessTypeError(f'Data URI {uri!r} holds {len(arrays)} arrays, {t} takes '
-                                  f'{len(names)}', expected=t)
+        raise SimharnessTypeError(
+            f'Data URI {uri!r} holds {len(arrays)} arrays, {t} takes {len(names)}', expected=t
+        )
     return tuple(_check(uri, k, a, et, rows) for (k, a), et in zip(arrays.items(), t))
 
 
@@ -184,11 +209,16 @@ def resolve(uri: str, type_spec: Any) -> Any:
     arrays = _load(uri, path, keys)
     if isinstance(t, T.SequenceType):
         cols = _pick(uri, arrays, t.element, rows=True)
-        leaves = [cols] if isinstance(cols, np.ndarray) else list(
-            cols.values() if isinstance(cols, dict) else cols)
+        leaves = (
+            [cols]
+            if isinstance(cols, np.ndarray)
+            else list(cols.values() if isinstance(cols, dict) else cols)
+        )
         lengths = {a.shape[0] for a in leaves}
         if len(lengths) > 1:
-            raise SimharnessValueError(f'Data URI {uri!r}: the arrays of a sequence must have '
-                                       f'the same length, got {sorted(lengths)}')
+            raise SimharnessValueError(
+                f'Data URI {uri!r}: the arrays of a sequence must have '
+                f'the same length, got {sorted(lengths)}'
+            )
         return cols
     return _pick(uri, arrays, t, rows=False)

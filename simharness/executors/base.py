@@ -26,7 +26,8 @@ from simharness.runtime.stream_plan import PlanNode, PlanReduction
 #: token the context sets, so that an executor shared by calls running at once
 #: (several threads on one context) can tell their requests apart.
 CURRENT_INVOCATION: contextvars.ContextVar[Optional[object]] = contextvars.ContextVar(
-    'simharness_invocation', default=None)
+    'simharness_invocation', default=None
+)
 
 
 class ExecutorValue(abc.ABC):
@@ -50,7 +51,9 @@ class Executor(abc.ABC):
         """Embeds `value` (a Python value or a building block) of `type_spec`."""
 
     @abc.abstractmethod
-    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ExecutorValue:
+    async def create_call(
+        self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None
+    ) -> ExecutorValue:
         """Calls the functional value `comp` on `arg`."""
 
     @abc.abstractmethod
@@ -58,8 +61,9 @@ class Executor(abc.ABC):
         """A struct of embedded values (a list of values or (name, value) pairs)."""
 
     @abc.abstractmethod
-    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
-                               name: Optional[str] = None) -> ExecutorValue:
+    async def create_selection(
+        self, source: ExecutorValue, index: Optional[int] = None, name: Optional[str] = None
+    ) -> ExecutorValue:
         """Element `index` (or the element named `name`, as in TFF) of the struct value `source`."""
 
     @abc.abstractmethod
@@ -83,8 +87,10 @@ def selection_index(source: ExecutorValue, index: Optional[int], name: Optional[
       SimharnessTypeError: `source` is not a struct.
     """
     if (index is None) == (name is None):
-        raise SimharnessValueError(f'create_selection takes exactly one of index and name, got '
-                                   f'index={index!r}, name={name!r}')
+        raise SimharnessValueError(
+            f'create_selection takes exactly one of index and name, got '
+            f'index={index!r}, name={name!r}'
+        )
     if name is None:
         return index  # type: ignore[return-value]  # not None: checked above
     t = source.type_signature
@@ -93,8 +99,10 @@ def selection_index(source: ExecutorValue, index: Optional[int], name: Optional[
     if not isinstance(t, T.StructType):
         raise SimharnessTypeError(f'cannot select {name!r} from a value of type {t}', actual=t)
     if name not in t.names:
-        raise SimharnessValueError(f'a value of type {t} has no element named {name!r}; its '
-                                   f'names are {[n for n in t.names if n is not None]}')
+        raise SimharnessValueError(
+            f'a value of type {t} has no element named {name!r}; its '
+            f'names are {[n for n in t.names if n is not None]}'
+        )
     return t.names.index(name)
 
 
@@ -153,8 +161,9 @@ class BatchExecutor(Executor):
         """
         return value
 
-    def partial_joiner(self, kind: str, total: int
-                       ) -> Optional[Callable[[Partial, Partial], Partial]]:
+    def partial_joiner(
+        self, kind: str, total: int
+    ) -> Optional[Callable[[Partial, Partial], Partial]]:
         """How two adjacent partials of a `kind` reduction over `total` clients join into
         one, as `create_reduction_result` would join them (same additions, same bits), so
         that a caller may join them as they arrive; None (the default): only
@@ -166,10 +175,15 @@ class BatchExecutor(Executor):
         """Whether this executor computes map -> reduce plans (`create_streamed_reductions`)."""
         return type(self).create_streamed_reductions is not BatchExecutor.create_streamed_reductions
 
-    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
-                                         reductions: Sequence[PlanReduction], start: int,
-                                         count: int, total: int,
-                                         slice_size: Optional[int] = None) -> List[Partial]:
+    async def create_streamed_reductions(
+        self,
+        nodes: Sequence[PlanNode],
+        reductions: Sequence[PlanReduction],
+        start: int,
+        count: int,
+        total: int,
+        slice_size: Optional[int] = None,
+    ) -> List[Partial]:
         """Computes the plan `nodes` slice by slice, folding every slice into `reductions`.
 
         The plan's node kinds and `PlanReduction` are `simharness.runtime.stream_plan`'s.
@@ -179,15 +193,17 @@ class BatchExecutor(Executor):
         Raises:
           NotImplementedError: this executor does not stream.
         """
-        raise NotImplementedError(f'{type(self).__name__} does not stream map -> reduce plans '
-                                  '(can_stream is False)')
+        raise NotImplementedError(
+            f'{type(self).__name__} does not stream map -> reduce plans (can_stream is False)'
+        )
 
     async def create_values(self, values: Sequence[Any], type_spec: Any) -> Sequence[ExecutorValue]:
         """Embeds many values of one type."""
         return list(await asyncio.gather(*[self.create_value(v, type_spec) for v in values]))
 
-    async def create_values_stacked(self, leaves: Sequence[Any], type_spec: Any
-                                    ) -> Sequence[ExecutorValue]:
+    async def create_values_stacked(
+        self, leaves: Sequence[Any], type_spec: Any
+    ) -> Sequence[ExecutorValue]:
         """Embeds n values of one type given leaf by leaf: arrays ``[n, ...]`` of the type's
         leaves in `flatten` order (checked already: `core.batching.stack_python_values`)."""
         t = T.to_type(type_spec)
@@ -199,22 +215,30 @@ class BatchExecutor(Executor):
         return list(await asyncio.gather(*[v.compute() for v in values]))
 
     @abc.abstractmethod
-    async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
-                         count: Optional[int] = None) -> Sequence[ExecutorValue]:
+    async def create_map(
+        self,
+        fn: ExecutorValue,
+        args: Optional[Sequence[ExecutorValue]],
+        count: Optional[int] = None,
+    ) -> Sequence[ExecutorValue]:
         """`fn(arg)` for every arg (or `count` calls of a no-parameter `fn`)."""
 
     @abc.abstractmethod
-    async def create_structs(self, rows: Sequence[Sequence[ExecutorValue]],
-                             names: Sequence[Optional[str]]) -> Sequence[ExecutorValue]:
+    async def create_structs(
+        self, rows: Sequence[Sequence[ExecutorValue]], names: Sequence[Optional[str]]
+    ) -> Sequence[ExecutorValue]:
         """One struct per row (client), with element `names`."""
 
     @abc.abstractmethod
-    async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> Sequence[ExecutorValue]:
+    async def create_selections(
+        self, sources: Sequence[ExecutorValue], index: int
+    ) -> Sequence[ExecutorValue]:
         """Element `index` of every struct in `sources`."""
 
     @abc.abstractmethod
-    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
-                                       total: int, params: Dict[str, Any]) -> Partial:
+    async def create_partial_reduction(
+        self, kind: str, values: Sequence[Any], start: int, total: int, params: Dict[str, Any]
+    ) -> Partial:
         """Reduces the clients ``[start, start + len(values))`` of a reduction over `total`.
 
         Args:
@@ -228,18 +252,30 @@ class BatchExecutor(Executor):
         """
 
     @abc.abstractmethod
-    async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
-                                      params: Dict[str, Any], result_type: T.Type) -> ExecutorValue:
+    async def create_reduction_result(
+        self,
+        kind: str,
+        partials: Sequence[Partial],
+        total: int,
+        params: Dict[str, Any],
+        result_type: T.Type,
+    ) -> ExecutorValue:
         """Combines the partials of all blocks into the reduced value."""
 
     @abc.abstractmethod
-    async def create_sequence_op(self, op: str, values: Sequence[ExecutorValue],
-                                 params: Dict[str, Any]) -> Sequence[ExecutorValue]:
+    async def create_sequence_op(
+        self, op: str, values: Sequence[ExecutorValue], params: Dict[str, Any]
+    ) -> Sequence[ExecutorValue]:
         """'sequence_map' (params fn), 'sequence_reduce' (zero, op) or 'sequence_sum'."""
 
     @abc.abstractmethod
-    async def create_select(self, keys: Sequence[ExecutorValue], server_value: ExecutorValue,
-                            select_fn: ExecutorValue, element_type: T.Type) -> Sequence[ExecutorValue]:
+    async def create_select(
+        self,
+        keys: Sequence[ExecutorValue],
+        server_value: ExecutorValue,
+        select_fn: ExecutorValue,
+        element_type: T.Type,
+    ) -> Sequence[ExecutorValue]:
         """For each client's keys, a sequence of `select_fn(server_value, key)`."""
 
 

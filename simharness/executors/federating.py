@@ -20,10 +20,19 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.computation import Computation
 from simharness.core.structure import Struct, from_container
-from simharness.errors import (ExecutorClosedError, SimharnessError, SimharnessTypeError,
-                               SimharnessValueError)
-from simharness.executors.base import (BatchExecutor, Executor, ExecutorValue,
-                                       normalize_struct_elements, selection_index)
+from simharness.errors import (
+    ExecutorClosedError,
+    SimharnessError,
+    SimharnessTypeError,
+    SimharnessValueError,
+)
+from simharness.executors.base import (
+    BatchExecutor,
+    Executor,
+    ExecutorValue,
+    normalize_struct_elements,
+    selection_index,
+)
 from simharness.validation import check_callable, check_instance, check_type_spec_matches
 
 
@@ -39,8 +48,14 @@ class FederatingValue(ExecutorValue):
 
     __slots__ = ('kind', 'payload', '_type', 'source', '_executor')
 
-    def __init__(self, kind: str, payload: Any, type_spec: T.Type, executor: 'FederatingExecutor',
-                 source: Optional[bb.ComputationBuildingBlock] = None):
+    def __init__(
+        self,
+        kind: str,
+        payload: Any,
+        type_spec: T.Type,
+        executor: 'FederatingExecutor',
+        source: Optional[bb.ComputationBuildingBlock] = None,
+    ):
         self.kind = kind
         self.payload = payload
         self._type = type_spec
@@ -56,7 +71,8 @@ class FederatingValue(ExecutorValue):
             if not isinstance(self.payload, ExecutorValue):
                 raise SimharnessRuntimeError(
                     f'an unplaced value of type {self._type} holds {self.payload!r:.80} '
-                    f'({type(self.payload).__name__}), not a value of the unplaced executor')
+                    f'({type(self.payload).__name__}), not a value of the unplaced executor'
+                )
             return await self.payload.compute()
         if self.kind == 'federated':
             _check_embedded(self.payload, self._type)
@@ -79,11 +95,14 @@ def _check_embedded(payload: Any, t: T.Type) -> None:
     if not isinstance(payload, list):
         return
     for group in payload:
-        for x in (group if isinstance(group, list) else [group]):
+        for x in group if isinstance(group, list) else [group]:
             if isinstance(x, (int, float, complex, str, bytes)):
                 raise SimharnessTypeError(
                     f'a federated value of type {t} holds {x!r:.80} ({type(x).__name__}), not '
-                    'an embedded value', expected=ExecutorValue, actual=type(x))
+                    'an embedded value',
+                    expected=ExecutorValue,
+                    actual=type(x),
+                )
 
 
 class FederatingStrategy(abc.ABC):
@@ -105,8 +124,9 @@ class FederatingStrategy(abc.ABC):
         """Element `index` of every member of a federated struct."""
 
     @abc.abstractmethod
-    async def compute_intrinsic(self, uri: str, static: Dict[str, Any], arg: Optional[FederatingValue],
-                                result_type: T.Type) -> FederatingValue:
+    async def compute_intrinsic(
+        self, uri: str, static: Dict[str, Any], arg: Optional[FederatingValue], result_type: T.Type
+    ) -> FederatingValue:
         """Runs the intrinsic `uri` on `arg`."""
 
     @abc.abstractmethod
@@ -137,14 +157,24 @@ class FederatingExecutor(Executor):
         `FederatingStrategy`; `unplaced_executor` is not an `Executor`.
     """
 
-    def __init__(self, strategy_factory: Callable[['FederatingExecutor'], FederatingStrategy],
-                 unplaced_executor: BatchExecutor):
-        check_callable('FederatingExecutor strategy_factory', strategy_factory,
-                       'a strategy factory: a callable taking the FederatingExecutor and '
-                       'returning a FederatingStrategy (e.g. FederatedResolvingStrategy.factory('
-                       '{SERVER: ..., CLIENTS: [...]}))')
-        check_instance('FederatingExecutor unplaced_executor', unplaced_executor, Executor,
-                       'an Executor (e.g. an EagerTFExecutor)')
+    def __init__(
+        self,
+        strategy_factory: Callable[['FederatingExecutor'], FederatingStrategy],
+        unplaced_executor: BatchExecutor,
+    ):
+        check_callable(
+            'FederatingExecutor strategy_factory',
+            strategy_factory,
+            'a strategy factory: a callable taking the FederatingExecutor and '
+            'returning a FederatingStrategy (e.g. FederatedResolvingStrategy.factory('
+            '{SERVER: ..., CLIENTS: [...]}))',
+        )
+        check_instance(
+            'FederatingExecutor unplaced_executor',
+            unplaced_executor,
+            Executor,
+            'an Executor (e.g. an EagerTFExecutor)',
+        )
         self._unplaced = unplaced_executor
         self._closed = False
         strategy = strategy_factory(self)
@@ -152,7 +182,9 @@ class FederatingExecutor(Executor):
             raise SimharnessTypeError(
                 f'FederatingExecutor strategy_factory must return a FederatingStrategy, '
                 f'{strategy_factory!r} returned {strategy!r} of type {type(strategy).__name__}',
-                expected=FederatingStrategy, actual=type(strategy))
+                expected=FederatingStrategy,
+                actual=type(strategy),
+            )
         self.strategy = strategy
 
     @property
@@ -163,7 +195,9 @@ class FederatingExecutor(Executor):
         if self._closed:
             raise ExecutorClosedError('this FederatingExecutor is closed')
 
-    def unplaced(self, value: ExecutorValue, source: Optional[bb.ComputationBuildingBlock] = None) -> FederatingValue:
+    def unplaced(
+        self, value: ExecutorValue, source: Optional[bb.ComputationBuildingBlock] = None
+    ) -> FederatingValue:
         return FederatingValue('unplaced', value, value.type_signature, self, source)
 
     async def _create_value(self, value: Any, type_spec: Any = None) -> FederatingValue:
@@ -187,37 +221,51 @@ class FederatingExecutor(Executor):
             if t is None:
                 raise SimharnessTypeError(
                     f'{value!r} is embedded with its concrete type: pass type_spec (e.g. the '
-                    'FunctionType of this use)', expected=T.Type, actual=None)
-            a_value = (value.type_signature is not None
-                       and not isinstance(value.type_signature, T.FunctionType))  # generic_zero
+                    'FunctionType of this use)',
+                    expected=T.Type,
+                    actual=None,
+                )
+            a_value = value.type_signature is not None and not isinstance(
+                value.type_signature, T.FunctionType
+            )  # generic_zero
             if not a_value and not isinstance(t, T.FunctionType):
-                raise SimharnessTypeError(f'{value!r} is a function; type_spec {t} is not a '
-                                          'function type', expected=T.FunctionType, actual=t)
+                raise SimharnessTypeError(
+                    f'{value!r} is a function; type_spec {t} is not a function type',
+                    expected=T.FunctionType,
+                    actual=t,
+                )
             self._check_result_placement(t)
             return FederatingValue('intrinsic', (value.uri, {}), t, self)
         if isinstance(value, T.PlacementLiteral):  # simharness.SERVER / CLIENTS
             t = T.PlacementType() if t is None else t
             if not isinstance(t, T.PlacementType):
-                raise SimharnessTypeError(f'placement {value} of type placement is not '
-                                          f'assignable to the type_spec {t} given with it',
-                                          expected=T.PlacementType(), actual=t)
+                raise SimharnessTypeError(
+                    f'placement {value} of type placement is not '
+                    f'assignable to the type_spec {t} given with it',
+                    expected=T.PlacementType(),
+                    actual=t,
+                )
             return FederatingValue('placement', value, t, self)
         if isinstance(value, Computation):  # a computation given as is (TFF's raw API)
             hint = t.parameter if isinstance(t, T.FunctionType) else None
             value = value.to_building_block(hint)
         if isinstance(value, bb.ComputationBuildingBlock):
-            check_type_spec_matches(t, value.type_signature,
-                                    f'{type(value).__name__} building block')
+            check_type_spec_matches(
+                t, value.type_signature, f'{type(value).__name__} building block'
+            )
             if isinstance(value, bb.Intrinsic):
                 if bb.uri_to_intrinsic_def(value.uri) is None:
-                    raise SimharnessValueError(f'Encountered an unrecognized intrinsic '
-                                               f'{value.uri!r}')
+                    raise SimharnessValueError(
+                        f'Encountered an unrecognized intrinsic {value.uri!r}'
+                    )
                 self._check_result_placement(value.type_signature)
-                return FederatingValue('intrinsic', (value.uri, value.static),
-                                       value.type_signature, self)
+                return FederatingValue(
+                    'intrinsic', (value.uri, value.static), value.type_signature, self
+                )
             if isinstance(value, bb.CompiledComputation):
                 return self.unplaced(
-                    await self._unplaced.create_value(value, value.type_signature), value)
+                    await self._unplaced.create_value(value, value.type_signature), value
+                )
             if isinstance(value, bb.Lambda):
                 # Embedded as is (TFF's); an intrinsic given it asks for a tf_computation.
                 return FederatingValue('lambda', value, value.type_signature, self, value)
@@ -225,19 +273,23 @@ class FederatingExecutor(Executor):
                 f'Unsupported computation building block of type {type(value).__name__} '
                 f'({value.type_signature}): the federating layer embeds compiled computations, '
                 'intrinsics and lambdas; a ReferenceResolvingExecutor above it evaluates the '
-                'others')
+                'others'
+            )
         if isinstance(value, ExecutorValue):
-            raise SimharnessTypeError(f'{value!r} is a value of another executor, not of this '
-                                      'FederatingExecutor', actual=type(value))
+            raise SimharnessTypeError(
+                f'{value!r} is a value of another executor, not of this FederatingExecutor',
+                actual=type(value),
+            )
         if t is None:
             raise SimharnessTypeError(
                 f'create_value needs the type of {value!r} ({type(value).__name__}): the '
-                'federating layer embeds Python values of a given type_spec', expected=T.Type,
-                actual=None)
+                'federating layer embeds Python values of a given type_spec',
+                expected=T.Type,
+                actual=None,
+            )
         if isinstance(t, T.FederatedType):
             return await self.strategy.ingest_federated(value, t)
-        if isinstance(t, T.StructType) and any(
-                T.contains(e, (T.FederatedType,)) for e in t):
+        if isinstance(t, T.StructType) and any(T.contains(e, (T.FederatedType,)) for e in t):
             s = from_container(value, t)
             elems = [(n, await self.create_value(v, e)) for (n, e), v in zip(t.items(), s)]
             return FederatingValue('struct', elems, t, self)
@@ -248,49 +300,64 @@ class FederatingExecutor(Executor):
         if isinstance(t, T.FunctionType) and isinstance(t.result, T.FederatedType):
             self.strategy.check_placement(t.result.placement, t)
 
-    async def _create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> FederatingValue:
+    async def _create_call(
+        self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None
+    ) -> FederatingValue:
         """Raises:
-          SimharnessTypeError: `comp` or `arg` is not a value of this executor, or `arg`
-            does not match the parameter of `comp`'s function type.
-          SimharnessValueError: `comp` is not a compiled computation or an intrinsic.
-          NotImplementedError: the strategy does not run the intrinsic.
+        SimharnessTypeError: `comp` or `arg` is not a value of this executor, or `arg`
+          does not match the parameter of `comp`'s function type.
+        SimharnessValueError: `comp` is not a compiled computation or an intrinsic.
+        NotImplementedError: the strategy does not run the intrinsic.
         """
         self._check_open()
         if not isinstance(comp, FederatingValue):
-            raise SimharnessTypeError(f'{comp!r} is not a value of this FederatingExecutor',
-                                      expected=FederatingValue, actual=type(comp))
+            raise SimharnessTypeError(
+                f'{comp!r} is not a value of this FederatingExecutor',
+                expected=FederatingValue,
+                actual=type(comp),
+            )
         ft = comp.type_signature
         if arg is not None:
             if not isinstance(arg, FederatingValue):
-                raise SimharnessTypeError(f'the argument {arg!r} is not a value of this '
-                                          'FederatingExecutor', expected=FederatingValue,
-                                          actual=type(arg))
+                raise SimharnessTypeError(
+                    f'the argument {arg!r} is not a value of this FederatingExecutor',
+                    expected=FederatingValue,
+                    actual=type(arg),
+                )
             if not isinstance(ft, T.FunctionType) or ft.parameter is None:
-                raise SimharnessTypeError(f'cannot call a value of type {ft} with an argument '
-                                          f'of type {arg.type_signature}', actual=ft)
+                raise SimharnessTypeError(
+                    f'cannot call a value of type {ft} with an argument '
+                    f'of type {arg.type_signature}',
+                    actual=ft,
+                )
             ft.parameter.check_assignable_from(arg.type_signature, 'argument')
         if comp.kind == 'intrinsic':
             uri, static = comp.payload
             rt = ft.result if isinstance(ft, T.FunctionType) else ft
             # values passed to this executor are its own (FederatingValues)
             return await self.strategy.compute_intrinsic(
-                uri, static, cast(Optional[FederatingValue], arg), rt)
+                uri, static, cast(Optional[FederatingValue], arg), rt
+            )
         if comp.kind == 'unplaced' and isinstance(ft, T.FunctionType):
             target_arg = None if arg is None else await self.to_unplaced(cast(FederatingValue, arg))
             return self.unplaced(await self._unplaced.create_call(comp.payload, target_arg))
         raise SimharnessValueError(
             f'Directly calling a {comp.kind} value of type {ft} is unsupported: the federating '
-            'layer calls compiled computations and intrinsics')
+            'layer calls compiled computations and intrinsics'
+        )
 
     async def to_unplaced(self, v: FederatingValue) -> ExecutorValue:
         if v.kind == 'unplaced':
             return v.payload
         if v.kind == 'struct':
             return await self._unplaced.create_struct(
-                [(n, await self.to_unplaced(e)) for n, e in v.payload])
+                [(n, await self.to_unplaced(e)) for n, e in v.payload]
+            )
         raise SimharnessTypeError(
             f'a value of type {v.type_signature} cannot be passed to an unplaced tf_computation; '
-            'use federated_map (or federated_apply at the server)', actual=v.type_signature)
+            'use federated_map (or federated_apply at the server)',
+            actual=v.type_signature,
+        )
 
     async def _create_struct(self, elements: Any) -> FederatingValue:
         self._check_open()
@@ -299,12 +366,16 @@ class FederatingExecutor(Executor):
             if not isinstance(v, FederatingValue):
                 raise SimharnessTypeError(
                     f'struct element {n if n is not None else ""!s} {v!r} is not a value of this '
-                    'FederatingExecutor', expected=FederatingValue, actual=type(v))
+                    'FederatingExecutor',
+                    expected=FederatingValue,
+                    actual=type(v),
+                )
         t = T.StructType([(n, v.type_signature) for n, v in items])
         return FederatingValue('struct', list(items), t, self)
 
-    async def _create_selection(self, source: ExecutorValue, index: Optional[int] = None,
-                               name: Optional[str] = None) -> FederatingValue:
+    async def _create_selection(
+        self, source: ExecutorValue, index: Optional[int] = None, name: Optional[str] = None
+    ) -> FederatingValue:
         self._check_open()
         index = selection_index(source, index, name)
         if not isinstance(source, FederatingValue):
@@ -315,14 +386,17 @@ class FederatingExecutor(Executor):
             return self.unplaced(await self._unplaced.create_selection(source.payload, index))
         if source.kind == 'federated':
             return await self.strategy.select_federated(source, index)
-        raise SimharnessValueError(f'cannot select from a {source.kind} value of type '
-                                   f'{source.type_signature}')
+        raise SimharnessValueError(
+            f'cannot select from a {source.kind} value of type {source.type_signature}'
+        )
 
     async def create_value(self, value: Any, type_spec: Any = None) -> FederatingValue:
         with self.strategy.busy():
             return await self._create_value(value, type_spec)
 
-    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> FederatingValue:
+    async def create_call(
+        self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None
+    ) -> FederatingValue:
         with self.strategy.busy():
             return await self._create_call(comp, arg)
 
@@ -330,8 +404,9 @@ class FederatingExecutor(Executor):
         with self.strategy.busy():
             return await self._create_struct(elements)
 
-    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
-                               name: Optional[str] = None) -> FederatingValue:
+    async def create_selection(
+        self, source: ExecutorValue, index: Optional[int] = None, name: Optional[str] = None
+    ) -> FederatingValue:
         with self.strategy.busy():
             return await self._create_selection(source, index, name)
 

@@ -36,8 +36,12 @@ from simharness.core import types as T
 from simharness.core.computation import Computation
 from simharness.core.structure import Struct, from_container
 from simharness.errors import ExecutorClosedError, SimharnessTypeError
-from simharness.executors.base import (Executor, ExecutorValue, normalize_struct_elements,
-                                       selection_index)
+from simharness.executors.base import (
+    Executor,
+    ExecutorValue,
+    normalize_struct_elements,
+    selection_index,
+)
 from simharness.validation import check_instance, check_type_spec_matches
 
 
@@ -72,7 +76,8 @@ STATIC_VALUES = 1024
 #: The struct-element tasks an invocation started (a list per `create_call` /
 #: `create_value`): it waits for all of them before it returns.
 _PENDING: contextvars.ContextVar[Optional[List[asyncio.Future]]] = contextvars.ContextVar(
-    'simharness_rre_pending', default=None)
+    'simharness_rre_pending', default=None
+)
 
 
 def _done(v: Any) -> 'ReferenceResolvingValue':
@@ -90,9 +95,13 @@ class ReferenceResolvingValue(ExecutorValue):
 
     __slots__ = ('_target_value', '_struct', '_closure', '_type')
 
-    def __init__(self, type_spec: T.Type, target_value: Optional[ExecutorValue] = None,
-                 struct: Optional[List[Tuple[Optional[str], 'ReferenceResolvingValue']]] = None,
-                 closure: Optional[Tuple[bb.Lambda, _Scope]] = None):
+    def __init__(
+        self,
+        type_spec: T.Type,
+        target_value: Optional[ExecutorValue] = None,
+        struct: Optional[List[Tuple[Optional[str], 'ReferenceResolvingValue']]] = None,
+        closure: Optional[Tuple[bb.Lambda, _Scope]] = None,
+    ):
         self._type = type_spec
         self._target_value = target_value
         self._struct = struct
@@ -140,7 +149,8 @@ def _is_generator(value: Any) -> bool:
     if not callable(value) or isinstance(value, type):  # a dataset, a list: at once
         return False
     return inspect.isgeneratorfunction(value) or (
-        not hasattr(value, 'element_spec') and not hasattr(value, 'type_signature'))
+        not hasattr(value, 'element_spec') and not hasattr(value, 'type_signature')
+    )
 
 
 def _has_sequence(t: T.Type) -> bool:
@@ -169,7 +179,8 @@ def _drain_generators(value: Any, t: T.Type) -> Any:
             return value
         return _drain_generators(value, t.member)
     if isinstance(t, T.StructType) and isinstance(
-            value, (Struct, collections.abc.Mapping, list, tuple)):
+        value, (Struct, collections.abc.Mapping, list, tuple)
+    ):
         s = from_container(value, t)
         return Struct((n, _drain_generators(v, e)) for (n, e), v in zip(t.items(), s))
     return value
@@ -184,14 +195,19 @@ class ReferenceResolvingExecutor(Executor):
 
     def __init__(self, target: Executor):
         """Raises a `TypeError` naming `target` unless it is an `Executor`."""
-        check_instance('ReferenceResolvingExecutor target', target, Executor,
-                       'an Executor (e.g. a FederatingExecutor or an EagerTFExecutor)')
+        check_instance(
+            'ReferenceResolvingExecutor target',
+            target,
+            Executor,
+            'an Executor (e.g. a FederatingExecutor or an EagerTFExecutor)',
+        )
         self._target = target
         self._closed = False
         # The values of the compiled computations, intrinsics and placements met (by
         # object): a computation called every round evaluates to the same ones again.
-        self._static: 'collections.OrderedDict[int, Tuple[Any, ReferenceResolvingValue]]' = \
+        self._static: 'collections.OrderedDict[int, Tuple[Any, ReferenceResolvingValue]]' = (
             collections.OrderedDict()
+        )
 
     @property
     def target(self) -> Executor:
@@ -223,22 +239,36 @@ class ReferenceResolvingExecutor(Executor):
             return ReferenceResolvingValue(t, struct=elems)
         return ReferenceResolvingValue(t, target_value=await self._target.create_value(value, t))
 
-    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ReferenceResolvingValue:
+    async def create_call(
+        self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None
+    ) -> ReferenceResolvingValue:
         self._check_open()
         for what, v in (('function', comp), ('argument', arg)):
             if v is not None and not isinstance(v, ReferenceResolvingValue):
                 raise SimharnessTypeError(
                     f'the {what} {v!r} is not a value of this ReferenceResolvingExecutor',
-                    expected=ReferenceResolvingValue, actual=type(v))
+                    expected=ReferenceResolvingValue,
+                    actual=type(v),
+                )
         ft = comp.type_signature
-        if arg is not None and isinstance(ft, T.FunctionType) and not (
-                ft.parameter is not None and ft.parameter.is_assignable_from(arg.type_signature)):
+        if (
+            arg is not None
+            and isinstance(ft, T.FunctionType)
+            and not (
+                ft.parameter is not None and ft.parameter.is_assignable_from(arg.type_signature)
+            )
+        ):
             raise SimharnessTypeError(
                 f'the argument of type {arg.type_signature} is incompatible with the parameter '
-                f'type {ft.parameter} of the function {ft}', expected=ft.parameter,
-                actual=arg.type_signature)
-        return await self._invocation(self._call(cast(ReferenceResolvingValue, comp),
-                                                 cast(Optional[ReferenceResolvingValue], arg)))
+                f'type {ft.parameter} of the function {ft}',
+                expected=ft.parameter,
+                actual=arg.type_signature,
+            )
+        return await self._invocation(
+            self._call(
+                cast(ReferenceResolvingValue, comp), cast(Optional[ReferenceResolvingValue], arg)
+            )
+        )
 
     @staticmethod
     async def _invocation(evaluation: Any) -> ReferenceResolvingValue:
@@ -265,15 +295,17 @@ class ReferenceResolvingExecutor(Executor):
     async def create_struct(self, elements: Any) -> ReferenceResolvingValue:
         self._check_open()
         items = normalize_struct_elements(elements)
-        return ReferenceResolvingValue(T.StructType([(n, v.type_signature) for n, v in items]),
-                                       struct=list(items))
+        return ReferenceResolvingValue(
+            T.StructType([(n, v.type_signature) for n, v in items]), struct=list(items)
+        )
 
     async def create_tuple(self, elements: Any) -> ReferenceResolvingValue:
         """TFF's earlier name of `create_struct`."""
         return await self.create_struct(elements)
 
-    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
-                               name: Optional[str] = None) -> ReferenceResolvingValue:
+    async def create_selection(
+        self, source: ExecutorValue, index: Optional[int] = None, name: Optional[str] = None
+    ) -> ReferenceResolvingValue:
         self._check_open()
         index = selection_index(source, index, name)
         return await self._select(cast(ReferenceResolvingValue, source), index)
@@ -299,10 +331,13 @@ class ReferenceResolvingExecutor(Executor):
                 f'lambda passed to intrinsic contains references to captured variables '
                 f'{sorted(free)}: a lambda that refers to names of its enclosing scope cannot be '
                 'passed to the federating layer; pass a tf_computation (or a lambda without free '
-                'references) instead')
+                'references) instead'
+            )
         return await self._target.create_value(lam, lam.type_signature)
 
-    async def _call(self, fn: ReferenceResolvingValue, arg: Optional[ReferenceResolvingValue]) -> ReferenceResolvingValue:
+    async def _call(
+        self, fn: ReferenceResolvingValue, arg: Optional[ReferenceResolvingValue]
+    ) -> ReferenceResolvingValue:
         ft = fn.type_signature
         if not isinstance(ft, T.FunctionType):
             raise SimharnessTypeError(f'cannot call a value of type {ft}', actual=ft)
@@ -361,12 +396,17 @@ class ReferenceResolvingExecutor(Executor):
         if source.struct_elements is not None:
             return await _element(source.struct_elements[index][1])
         if source.target_value is None:
-            raise SimharnessTypeError(f'cannot select from a function of type {source.type_signature}')
+            raise SimharnessTypeError(
+                f'cannot select from a function of type {source.type_signature}'
+            )
         t = bb.selection_type(source.type_signature, index)
         return ReferenceResolvingValue(
-            t, target_value=await self._target.create_selection(source.target_value, index))
+            t, target_value=await self._target.create_selection(source.target_value, index)
+        )
 
-    async def _evaluate(self, comp: bb.ComputationBuildingBlock, scope: _Scope) -> ReferenceResolvingValue:
+    async def _evaluate(
+        self, comp: bb.ComputationBuildingBlock, scope: _Scope
+    ) -> ReferenceResolvingValue:
         if isinstance(comp, bb.Reference):
             value = scope.resolve(comp.name)
             if isinstance(value, asyncio.Future):  # a Block local still being evaluated
@@ -382,23 +422,29 @@ class ReferenceResolvingExecutor(Executor):
             if _at_once(comp.fn, scope):  # nothing to wait for: no task pair (gather's)
                 fn = await self._evaluate(comp.fn, scope)
                 return await self._call(fn, await self._evaluate(comp.arg, scope))
-            fn, arg = await asyncio.gather(self._evaluate(comp.fn, scope),
-                                           self._evaluate(comp.arg, scope))
+            fn, arg = await asyncio.gather(
+                self._evaluate(comp.fn, scope), self._evaluate(comp.arg, scope)
+            )
             return await self._call(fn, arg)
         if isinstance(comp, bb.Struct):
             pending = _PENDING.get()
             if pending is None:  # outside an invocation: nobody would wait for the elements
-                values = await asyncio.gather(*[self._evaluate(e, scope)
-                                                for _, e in comp.elements])
+                values = await asyncio.gather(*[self._evaluate(e, scope) for _, e in comp.elements])
                 return ReferenceResolvingValue(
-                    comp.type_signature,
-                    struct=[(n, v) for (n, _), v in zip(comp.elements, values)])
+                    comp.type_signature, struct=[(n, v) for (n, _), v in zip(comp.elements, values)]
+                )
             elems: List[Tuple[Optional[str], Any]] = []
             for n, e in comp.elements:
                 if isinstance(e, bb.Reference):  # a value, or the task of a block local
                     value = scope.resolve(e.name)
-                    elems.append((n, value if isinstance(value, asyncio.Future) and
-                                  not value.done() else await self._evaluate(e, scope)))
+                    elems.append(
+                        (
+                            n,
+                            value
+                            if isinstance(value, asyncio.Future) and not value.done()
+                            else await self._evaluate(e, scope),
+                        )
+                    )
                 elif isinstance(e, bb.Lambda):  # nothing to wait for
                     elems.append((n, await self._evaluate(e, scope)))
                 else:
@@ -418,7 +464,9 @@ class ReferenceResolvingExecutor(Executor):
                 return hit[1]
         value = comp.literal if isinstance(comp, bb.Placement) else comp
         out = ReferenceResolvingValue(
-            comp.type_signature, target_value=await self._target.create_value(value, comp.type_signature))
+            comp.type_signature,
+            target_value=await self._target.create_value(value, comp.type_signature),
+        )
         if static:  # immutable: kept (with `comp`, so that its id stays its own)
             self._static[id(comp)] = (comp, out)
             if len(self._static) > STATIC_VALUES:

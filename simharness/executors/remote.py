@@ -32,8 +32,18 @@ from simharness.runtime.protocol import Op
 from simharness.validation import check_bool, check_int
 
 #: Operations that make one value per client of the block.
-_BLOCK_OPS = frozenset({Op.CREATE_VALUES, Op.CREATE_VALUES_STACKED, Op.LOAD_SOURCED, Op.CREATE_MAP,
-                        Op.CREATE_STRUCTS, Op.CREATE_SELECTIONS, Op.SEQUENCE_OP, Op.SELECT})
+_BLOCK_OPS = frozenset(
+    {
+        Op.CREATE_VALUES,
+        Op.CREATE_VALUES_STACKED,
+        Op.LOAD_SOURCED,
+        Op.CREATE_MAP,
+        Op.CREATE_STRUCTS,
+        Op.CREATE_SELECTIONS,
+        Op.SEQUENCE_OP,
+        Op.SELECT,
+    }
+)
 
 
 class RemoteExecutor(WorkerDelegatingExecutor):
@@ -58,9 +68,16 @@ class RemoteExecutor(WorkerDelegatingExecutor):
       SimharnessTypeError / SimharnessValueError: a bad argument.
     """
 
-    def __init__(self, stub: Any, dispose_batch_size: int = 20, stream_structs: bool = False, *,
-                 worker: int = 0, token: Optional[str] = None,
-                 root_certificates: Optional[bytes] = None):
+    def __init__(
+        self,
+        stub: Any,
+        dispose_batch_size: int = 20,
+        stream_structs: bool = False,
+        *,
+        worker: int = 0,
+        token: Optional[str] = None,
+        root_certificates: Optional[bytes] = None,
+    ):
         check_int('dispose_batch_size', dispose_batch_size, 1)
         check_bool('stream_structs', stream_structs)
         check_int('worker', worker, 0)
@@ -70,8 +87,10 @@ class RemoteExecutor(WorkerDelegatingExecutor):
             if worker >= services.num_workers:
                 raise CardinalityError(
                     f'worker={worker}, but the service at {services.addresses[0]} has '
-                    f'{services.num_workers} worker slot(s)', expected=services.num_workers,
-                    actual=worker)
+                    f'{services.num_workers} worker slot(s)',
+                    expected=services.num_workers,
+                    actual=worker,
+                )
         except BaseException:
             services.close()
             raise
@@ -79,16 +98,18 @@ class RemoteExecutor(WorkerDelegatingExecutor):
         self._init(services.handles[worker], dispose_batch_size, stream_structs)
 
     @classmethod
-    def on_handle(cls, handle: RemoteWorkerHandle, dispose_batch_size: int = 20,
-                  stream_structs: bool = False) -> 'RemoteExecutor':
+    def on_handle(
+        cls, handle: RemoteWorkerHandle, dispose_batch_size: int = 20, stream_structs: bool = False
+    ) -> 'RemoteExecutor':
         """A `RemoteExecutor` on a worker slot of a shared `RemoteServices` (factories use it)."""
         self = cls.__new__(cls)
         self._owned_services = None
         self._init(handle, dispose_batch_size, stream_structs)
         return self
 
-    def _init(self, handle: RemoteWorkerHandle, dispose_batch_size: int,
-              stream_structs: bool) -> None:
+    def _init(
+        self, handle: RemoteWorkerHandle, dispose_batch_size: int, stream_structs: bool
+    ) -> None:
         WorkerDelegatingExecutor.__init__(self, handle)
         self._remote_handle = handle
         self._dispose_batch_size = dispose_batch_size
@@ -118,13 +139,18 @@ class RemoteExecutor(WorkerDelegatingExecutor):
         if not isinstance(cardinalities, dict):
             raise SimharnessTypeError(
                 f'cardinalities must be a dict such as {{CLIENTS: 10}}, got {cardinalities!r} of '
-                f'type {type(cardinalities).__name__}', expected=dict, actual=type(cardinalities))
+                f'type {type(cardinalities).__name__}',
+                expected=dict,
+                actual=type(cardinalities),
+            )
         out = {}
         for k, v in cardinalities.items():
             if not isinstance(k, T.PlacementLiteral):
-                raise SimharnessTypeError(f'cardinalities keys must be placements (CLIENTS, '
-                                          f'SERVER), got {k!r}', expected=T.PlacementLiteral,
-                                          actual=type(k))
+                raise SimharnessTypeError(
+                    f'cardinalities keys must be placements (CLIENTS, SERVER), got {k!r}',
+                    expected=T.PlacementLiteral,
+                    actual=type(k),
+                )
             out[k] = check_int(f'cardinalities[{k}]', v, 0)
         self._cardinalities = out
 
@@ -134,8 +160,11 @@ class RemoteExecutor(WorkerDelegatingExecutor):
         return super().share_value(value, type_spec, shared)
 
     async def create_value(self, value: Any, type_spec: Any = None) -> WorkerValue:
-        if (self._stream_structs and type_spec is not None
-                and isinstance(T.to_type(type_spec), T.StructType)):
+        if (
+            self._stream_structs
+            and type_spec is not None
+            and isinstance(T.to_type(type_spec), T.StructType)
+        ):
             return await self.create_value_stream_structs(value, type_spec)
         return await super().create_value(value, type_spec)
 
@@ -184,17 +213,35 @@ class RemoteExecutor(WorkerDelegatingExecutor):
             self._dropped = 0
         return super()._encode(op, args, out_base, n_out, want_types)
 
-    async def _request(self, op: Op, *args: Any, n_out: int = 0, types: Any = None,
-                       wait: bool = False, broadcast_key: Any = None,
-                       placed: Optional[List[Any]] = None, partials: bool = False) -> Any:
+    async def _request(
+        self,
+        op: Op,
+        *args: Any,
+        n_out: int = 0,
+        types: Any = None,
+        wait: bool = False,
+        broadcast_key: Any = None,
+        placed: Optional[List[Any]] = None,
+        partials: bool = False,
+    ) -> Any:
         limit = self._cardinalities.get(T.CLIENTS)
         if limit is not None and op in _BLOCK_OPS and n_out > limit:
             raise CardinalityError(
                 f'{op.name} over {n_out} clients, but set_cardinalities fixed {limit} clients '
-                f'for the executor at {self.address}', expected=limit, actual=n_out)
-        return await super()._request(op, *args, n_out=n_out, types=types, wait=wait,
-                                      broadcast_key=broadcast_key, placed=placed,
-                                      partials=partials)
+                f'for the executor at {self.address}',
+                expected=limit,
+                actual=n_out,
+            )
+        return await super()._request(
+            op,
+            *args,
+            n_out=n_out,
+            types=types,
+            wait=wait,
+            broadcast_key=broadcast_key,
+            placed=placed,
+            partials=partials,
+        )
 
     def close(self) -> None:
         """Releases everything this executor holds in the service (its session). Idempotent."""

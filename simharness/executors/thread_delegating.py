@@ -22,8 +22,13 @@ from simharness.core import types as T
 from simharness.core.reduction import Partial
 from simharness.core.structure import map_nest
 from simharness.core.wakeups import await_future
-from simharness.executors.base import (BatchExecutor, Executor, ExecutorValue,
-                                       normalize_struct_elements, selection_index)
+from simharness.executors.base import (
+    BatchExecutor,
+    Executor,
+    ExecutorValue,
+    normalize_struct_elements,
+    selection_index,
+)
 from simharness.runtime.stream_plan import PlanNode, PlanReduction, is_plan_part
 from simharness.validation import check_instance
 from simharness.core import context_stack
@@ -86,8 +91,12 @@ class ThreadDelegatingExecutor(BatchExecutor):
     """
 
     def __init__(self, target: BatchExecutor, name: str = 'simharness-executor'):
-        check_instance('ThreadDelegatingExecutor target', target, Executor,
-                       'an Executor (e.g. an EagerTFExecutor)')
+        check_instance(
+            'ThreadDelegatingExecutor target',
+            target,
+            Executor,
+            'an Executor (e.g. an EagerTFExecutor)',
+        )
         check_instance('ThreadDelegatingExecutor name', name, str, 'a str (the thread name)')
         self._target = target
         self._name = name
@@ -143,78 +152,125 @@ class ThreadDelegatingExecutor(BatchExecutor):
         executors of this process on one device: a broadcast is one tensor for all)."""
         if not isinstance(value, ThreadDelegatingValue):
             return False
-        return isinstance(self._target, BatchExecutor) and \
-            bool(self._target.can_share(value.owner.target))
+        return isinstance(self._target, BatchExecutor) and bool(
+            self._target.can_share(value.owner.target)
+        )
 
     async def create_value(self, value: Any, type_spec: Any = None) -> ThreadDelegatingValue:
         if isinstance(value, ThreadDelegatingValue) and self.can_share(value):
             value = value.internal  # the target takes its own kind of value as it is
         return self._wrap(await self.run_on_thread(self._target.create_value(value, type_spec)))
 
-    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> ThreadDelegatingValue:
-        return self._wrap(await self.run_on_thread(
-            self._target.create_call(_unwrap(comp), _unwrap(arg))))
+    async def create_call(
+        self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None
+    ) -> ThreadDelegatingValue:
+        return self._wrap(
+            await self.run_on_thread(self._target.create_call(_unwrap(comp), _unwrap(arg)))
+        )
 
     async def create_struct(self, elements: Any) -> ThreadDelegatingValue:
         # A list of values, of (name, value) pairs, a dict or a Struct: by name and value.
         items = [(n, _unwrap(v)) for n, v in normalize_struct_elements(elements)]
         return self._wrap(await self.run_on_thread(self._target.create_struct(items)))
 
-    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
-                               name: Optional[str] = None) -> ThreadDelegatingValue:
+    async def create_selection(
+        self, source: ExecutorValue, index: Optional[int] = None, name: Optional[str] = None
+    ) -> ThreadDelegatingValue:
         index = selection_index(source, index, name)
-        return self._wrap(await self.run_on_thread(
-            self._target.create_selection(_unwrap(source), index)))
+        return self._wrap(
+            await self.run_on_thread(self._target.create_selection(_unwrap(source), index))
+        )
 
-    async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[ThreadDelegatingValue]:
-        return self._wrap_all(await self.run_on_thread(
-            self._target.create_values(values, type_spec)))
+    async def create_values(
+        self, values: Sequence[Any], type_spec: Any
+    ) -> List[ThreadDelegatingValue]:
+        return self._wrap_all(
+            await self.run_on_thread(self._target.create_values(values, type_spec))
+        )
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
         return await self.run_on_thread(self._target.compute_many(_unwrap(list(values))))
 
-    async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
-                         count: Optional[int] = None) -> List[ThreadDelegatingValue]:
-        return self._wrap_all(await self.run_on_thread(self._target.create_map(
-            _unwrap(fn), None if args is None else _unwrap(list(args)), count)))
+    async def create_map(
+        self,
+        fn: ExecutorValue,
+        args: Optional[Sequence[ExecutorValue]],
+        count: Optional[int] = None,
+    ) -> List[ThreadDelegatingValue]:
+        return self._wrap_all(
+            await self.run_on_thread(
+                self._target.create_map(
+                    _unwrap(fn), None if args is None else _unwrap(list(args)), count
+                )
+            )
+        )
 
     async def create_structs(self, rows, names) -> List[ThreadDelegatingValue]:
-        return self._wrap_all(await self.run_on_thread(self._target.create_structs(
-            [_unwrap(list(r)) for r in rows], names)))
+        return self._wrap_all(
+            await self.run_on_thread(
+                self._target.create_structs([_unwrap(list(r)) for r in rows], names)
+            )
+        )
 
     async def create_selections(self, sources, index: int) -> List[ThreadDelegatingValue]:
-        return self._wrap_all(await self.run_on_thread(self._target.create_selections(
-            _unwrap(list(sources)), index)))
+        return self._wrap_all(
+            await self.run_on_thread(self._target.create_selections(_unwrap(list(sources)), index))
+        )
 
-    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
-                                       total: int, params: Dict[str, Any]) -> Partial:
-        return await self.run_on_thread(self._target.create_partial_reduction(
-            kind, _unwrap(list(values)), start, total, _unwrap(params)))
+    async def create_partial_reduction(
+        self, kind: str, values: Sequence[Any], start: int, total: int, params: Dict[str, Any]
+    ) -> Partial:
+        return await self.run_on_thread(
+            self._target.create_partial_reduction(
+                kind, _unwrap(list(values)), start, total, _unwrap(params)
+            )
+        )
 
     @property
     def can_stream(self) -> bool:
         """Whether the target streams map -> reduce (`create_streamed_reductions`)."""
         return isinstance(self._target, BatchExecutor) and self._target.can_stream
 
-    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
-                                         reductions: Sequence[PlanReduction], start: int,
-                                         count: int, total: int,
-                                         slice_size: Optional[int] = None) -> List[Partial]:
+    async def create_streamed_reductions(
+        self,
+        nodes: Sequence[PlanNode],
+        reductions: Sequence[PlanReduction],
+        start: int,
+        count: int,
+        total: int,
+        slice_size: Optional[int] = None,
+    ) -> List[Partial]:
         """Streams map -> reduce on the target's thread (see `EagerTFExecutor`)."""
-        return await self.run_on_thread(self._target.create_streamed_reductions(
-            _unwrap(list(nodes)), _unwrap(list(reductions)), start, count, total, slice_size))
+        return await self.run_on_thread(
+            self._target.create_streamed_reductions(
+                _unwrap(list(nodes)), _unwrap(list(reductions)), start, count, total, slice_size
+            )
+        )
 
     async def create_reduction_result(self, kind, partials, total, params, result_type):
-        return self._wrap(await self.run_on_thread(self._target.create_reduction_result(
-            kind, partials, total, _unwrap(params), result_type)))
+        return self._wrap(
+            await self.run_on_thread(
+                self._target.create_reduction_result(
+                    kind, partials, total, _unwrap(params), result_type
+                )
+            )
+        )
 
     async def create_sequence_op(self, op, values, params):
-        return self._wrap_all(await self.run_on_thread(self._target.create_sequence_op(
-            op, _unwrap(list(values)), _unwrap(params))))
+        return self._wrap_all(
+            await self.run_on_thread(
+                self._target.create_sequence_op(op, _unwrap(list(values)), _unwrap(params))
+            )
+        )
 
     async def create_select(self, keys, server_value, select_fn, element_type):
-        return self._wrap_all(await self.run_on_thread(self._target.create_select(
-            _unwrap(list(keys)), _unwrap(server_value), _unwrap(select_fn), element_type)))
+        return self._wrap_all(
+            await self.run_on_thread(
+                self._target.create_select(
+                    _unwrap(list(keys)), _unwrap(server_value), _unwrap(select_fn), element_type
+                )
+            )
+        )
 
     def close(self) -> None:
         """Closes the target on the thread, stops the loop and joins the thread.
@@ -229,8 +285,10 @@ class ThreadDelegatingExecutor(BatchExecutor):
         if finalizer is not None:
             finalizer.detach()
         if thread.is_alive():
+
             async def _close_target():
                 self._target.close()
+
             try:
                 asyncio.run_coroutine_threadsafe(_close_target(), loop).result(timeout=60)
             finally:

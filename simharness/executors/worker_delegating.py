@@ -39,17 +39,36 @@ from simharness.core.reduction import Partial
 from simharness.core.structure import Struct, from_container, tensor_to_numpy
 from simharness.core.wakeups import await_future
 from simharness.data.sourced import SourcedClients, source_spec, transform_spec
-from simharness.errors import (ExecutorClosedError, ProtocolError, SimharnessError,
-                               SimharnessTypeError, WorkerCrashedError, at_client)
-from simharness.executors.base import (CURRENT_INVOCATION, BatchExecutor, ExecutorValue,
-                                       normalize_struct_elements, selection_index)
+from simharness.errors import (
+    ExecutorClosedError,
+    ProtocolError,
+    SimharnessError,
+    SimharnessTypeError,
+    WorkerCrashedError,
+    at_client,
+)
+from simharness.executors.base import (
+    CURRENT_INVOCATION,
+    BatchExecutor,
+    ExecutorValue,
+    normalize_struct_elements,
+    selection_index,
+)
 from simharness.runtime import op_libraries
 from simharness.runtime import protocol as P
 from simharness.runtime.codec import DatasetRecipe, Packed
 from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
 from simharness.runtime.seam import WorkerHandle, WorkerId
-from simharness.runtime.stream_plan import (PlanClients, PlanNode, PlanReduction, PlanSame,
-                                            PlanShared, PlanSourced, PlanValues, is_plan_part)
+from simharness.runtime.stream_plan import (
+    PlanClients,
+    PlanNode,
+    PlanReduction,
+    PlanSame,
+    PlanShared,
+    PlanSourced,
+    PlanValues,
+    is_plan_part,
+)
 
 #: Values at least this big go through the pool's broadcast arena (written once).
 BROADCAST_MIN_BYTES = 1 << 16
@@ -67,6 +86,7 @@ def _array_bytes(tree: Any) -> int:
         if isinstance(x, np.ndarray):
             total[0] += x.nbytes
         return x
+
     map_leaves(tree, leaf)
     return total[0]
 
@@ -82,8 +102,9 @@ def _lent_partials(result: Any, loan: Any) -> Any:
     if not all(isinstance(p, Partial) for p in parts):
         if loan is not None:
             loan.release()
-        raise ProtocolError(f'a partial reduction was answered with {type(result).__name__}, '
-                            'not Partials')
+        raise ProtocolError(
+            f'a partial reduction was answered with {type(result).__name__}, not Partials'
+        )
     if loan is not None:
         for p in parts:
             p.loans = (loan,)
@@ -124,6 +145,7 @@ def _revive(x: Any) -> Any:
     if isinstance(x, DatasetBlob):
         # reason: datasets.py imports TensorFlow; only a dataset value needs it
         from simharness.runtime.datasets import dataset_from_blob
+
         return dataset_from_blob(x)
     return x
 
@@ -139,6 +161,7 @@ def wire_value(value: Any, t: Optional[T.Type]) -> Any:
     if _is_dataset(value):
         # reason: datasets.py imports TensorFlow; only a dataset value needs it
         from simharness.runtime.datasets import dataset_to_wire
+
         return dataset_to_wire(value, t)
     if hasattr(value, 'numpy') and not isinstance(value, np.ndarray):
         return tensor_to_numpy(value)
@@ -209,8 +232,14 @@ class WorkerValue(ExecutorValue):
 
     __slots__ = ('_owner', '_id', '_type', '_generation', '_lease')
 
-    def __init__(self, owner: 'WorkerDelegatingExecutor', value_id: int, type_spec: T.Type,
-                 generation: int, lease: _Lease):
+    def __init__(
+        self,
+        owner: 'WorkerDelegatingExecutor',
+        value_id: int,
+        type_spec: T.Type,
+        generation: int,
+        lease: _Lease,
+    ):
         self._owner = owner
         self._id = value_id
         self._type = type_spec
@@ -242,7 +271,9 @@ class WorkerValue(ExecutorValue):
             worker_id = self._owner.worker_id
             raise WorkerCrashedError(
                 f'value {self._id} lived in worker {worker_id}, which was replaced after a '
-                'crash; run the computation again', worker_id=cast(Any, worker_id))
+                'crash; run the computation again',
+                worker_id=cast(Any, worker_id),
+            )
 
     @property
     def ref(self) -> Ref:
@@ -337,24 +368,41 @@ class WorkerDelegatingExecutor(BatchExecutor):
             # them when a graph of a later request needs one of their ops.
             with self._lock:
                 if libraries is not self._op_libraries_sent:
-                    header, buffers = self._encode(Op.LOAD_OP_LIBRARIES,
-                                                   [[list(x) for x in libraries]], 0, 0,
-                                                   want_types=False)
+                    header, buffers = self._encode(
+                        Op.LOAD_OP_LIBRARIES, [[list(x) for x in libraries]], 0, 0, want_types=False
+                    )
                     h.submit(header, buffers, Op.LOAD_OP_LIBRARIES, gen)
                     self._op_libraries_sent = libraries
         return gen
 
-    def _encode(self, op: Op, args: list, out_base: int, n_out: int,
-                want_types: bool) -> Tuple[bytes, List[np.ndarray]]:
+    def _encode(
+        self, op: Op, args: list, out_base: int, n_out: int, want_types: bool
+    ) -> Tuple[bytes, List[np.ndarray]]:
         """The request, with the ids dropped since the last one to free, as (header, buffers)."""
         with self._lock:
             free, self._garbage = self._garbage, []
-        return P.encode_message(P.Request(int(op), self._session, args, out_base, n_out,
-                                          [list(f) for f in free], want_types=want_types))
+        return P.encode_message(
+            P.Request(
+                int(op),
+                self._session,
+                args,
+                out_base,
+                n_out,
+                [list(f) for f in free],
+                want_types=want_types,
+            )
+        )
 
-    async def _submit_broadcast(self, key: Any, header: bytes, buffers: List[np.ndarray], op: Op,
-                                gen: int, placed: Optional[int] = None,
-                                lend: bool = False) -> concurrent.futures.Future:
+    async def _submit_broadcast(
+        self,
+        key: Any,
+        header: bytes,
+        buffers: List[np.ndarray],
+        op: Op,
+        gen: int,
+        placed: Optional[int] = None,
+        lend: bool = False,
+    ) -> concurrent.futures.Future:
         """Submits with the buffers in the pool's broadcast arena (written once for `key`);
         with `placed`, only the first `placed` of them (the handle `places_prefix`)."""
         bc = self._handle.pool.broadcast
@@ -364,8 +412,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
             return self._handle.submit(header, buffers, op, gen, lend=lend)
         # The handle ends the read when the worker answered (or the request failed), or
         # when it freed the tensors it made of the bytes in place.
-        return self._handle.submit(header, buffers, op, gen, locs,
-                                   functools.partial(bc.release, locs), lend=lend)
+        return self._handle.submit(
+            header, buffers, op, gen, locs, functools.partial(bc.release, locs), lend=lend
+        )
 
     def _reserve_ids(self, n: int) -> int:
         """The first of `n` fresh ids of this session (a stack may serve several threads)."""
@@ -401,12 +450,16 @@ class WorkerDelegatingExecutor(BatchExecutor):
             if x.owner is not self:
                 raise SimharnessTypeError(
                     f'{x!r} belongs to another worker session; values cannot move between '
-                    'workers without going through the driver')
+                    'workers without going through the driver'
+                )
             return x.ref
         if isinstance(x, ExecutorValue):
             raise SimharnessTypeError(f'{x!r} is not a value of a worker')
-        return wire_value(x, None) if not isinstance(x, (T.Type, bb.CompiledComputation,
-                                                         Partial)) else x
+        return (
+            wire_value(x, None)
+            if not isinstance(x, (T.Type, bb.CompiledComputation, Partial))
+            else x
+        )
 
     def _raise_failed_pending(self) -> None:
         """Raises the first error of an earlier request of this invocation nobody waited for."""
@@ -445,13 +498,22 @@ class WorkerDelegatingExecutor(BatchExecutor):
             self._pending = [(o, f) for o, f in self._pending if not (o is me and f.done())]
 
     def _error(self, resp: P.Response) -> BaseException:
-        rec = resp.error or P.ErrorRecord('simharness.errors.ProtocolError',
-                                          'the worker reported a failure without an error')
+        rec = resp.error or P.ErrorRecord(
+            'simharness.errors.ProtocolError', 'the worker reported a failure without an error'
+        )
         return P.record_to_error(rec, self._handle.worker_id, self._handle.pid)
 
-    async def _request(self, op: Op, *args: Any, n_out: int = 0, types: Any = None,
-                       wait: bool = False, broadcast_key: Any = None,
-                       placed: Optional[List[Any]] = None, partials: bool = False) -> Any:
+    async def _request(
+        self,
+        op: Op,
+        *args: Any,
+        n_out: int = 0,
+        types: Any = None,
+        wait: bool = False,
+        broadcast_key: Any = None,
+        placed: Optional[List[Any]] = None,
+        partials: bool = False,
+    ) -> Any:
         """Sends one request; `partials`: its answer is Partials, read in place when the
         transport lends (`_lent_partials`). `broadcast_key`: the request's buffers go
         through the broadcast arena, or with `placed` (the broadcast value's buffers)
@@ -467,8 +529,15 @@ class WorkerDelegatingExecutor(BatchExecutor):
         if placed is not None and not _leads(placed, buffers):
             broadcast_key = None  # encoded elsewhere than first: its bytes go as the rest
         if broadcast_key is not None:
-            fut = await self._submit_broadcast(broadcast_key, header, buffers, op, gen,
-                                               None if placed is None else len(placed), lend)
+            fut = await self._submit_broadcast(
+                broadcast_key,
+                header,
+                buffers,
+                op,
+                gen,
+                None if placed is None else len(placed),
+                lend,
+            )
         elif lend:
             fut = self._handle.submit(header, buffers, op, gen, lend=True)
         else:
@@ -511,8 +580,16 @@ class WorkerDelegatingExecutor(BatchExecutor):
         if isinstance(value, _Shared):
             t = value.type
             if value.big:
-                return (await self._request(Op.CREATE_VALUE, value.packed, t, n_out=1, types=t,
-                                            broadcast_key=value.value))[0]
+                return (
+                    await self._request(
+                        Op.CREATE_VALUE,
+                        value.packed,
+                        t,
+                        n_out=1,
+                        types=t,
+                        broadcast_key=value.value,
+                    )
+                )[0]
             return (await self._request(Op.CREATE_VALUE, value.packed, t, n_out=1, types=t))[0]
         if isinstance(value, bb.CompiledComputation):
             # The worker started (or replaced after a crash) first: a function embedded in
@@ -521,8 +598,15 @@ class WorkerDelegatingExecutor(BatchExecutor):
             key = value.fingerprint
             v = self._embedded.get(key)
             if v is None or v.generation != self._handle.generation:
-                v = (await self._request(Op.CREATE_VALUE, value, value.type_signature, n_out=1,
-                                         types=value.type_signature))[0]
+                v = (
+                    await self._request(
+                        Op.CREATE_VALUE,
+                        value,
+                        value.type_signature,
+                        n_out=1,
+                        types=value.type_signature,
+                    )
+                )[0]
                 self._embedded[key] = v
             return v
         if isinstance(value, ExecutorValue):
@@ -532,23 +616,32 @@ class WorkerDelegatingExecutor(BatchExecutor):
         if _array_bytes(plain) >= BROADCAST_MIN_BYTES:
             # Large values (a broadcast model, say) are written once into the
             # pool's broadcast arena and read from there by every worker.
-            return (await self._request(Op.CREATE_VALUE, plain, t, n_out=1, types=t,
-                                        broadcast_key=value))[0]
+            return (
+                await self._request(
+                    Op.CREATE_VALUE, plain, t, n_out=1, types=t, broadcast_key=value
+                )
+            )[0]
         return (await self._request(Op.CREATE_VALUE, plain, t, n_out=1, types=t))[0]
 
-    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> WorkerValue:
+    async def create_call(
+        self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None
+    ) -> WorkerValue:
         ft = comp.type_signature
         rt = ft.result if isinstance(ft, T.FunctionType) else None
         return (await self._request(Op.CREATE_CALL, comp, arg, n_out=1, types=rt))[0]
 
     async def create_struct(self, elements: Any) -> WorkerValue:
         items = normalize_struct_elements(elements)
-        st = T.StructType([(n, v.type_signature) for n, v in items]) \
-            if all(isinstance(v, ExecutorValue) for _, v in items) else None
+        st = (
+            T.StructType([(n, v.type_signature) for n, v in items])
+            if all(isinstance(v, ExecutorValue) for _, v in items)
+            else None
+        )
         return (await self._request(Op.CREATE_STRUCT, list(items), n_out=1, types=st))[0]
 
-    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
-                               name: Optional[str] = None) -> WorkerValue:
+    async def create_selection(
+        self, source: ExecutorValue, index: Optional[int] = None, name: Optional[str] = None
+    ) -> WorkerValue:
         index = selection_index(source, index, name)
         st = source.type_signature
         rt = st[index] if isinstance(st, T.StructType) else None
@@ -571,11 +664,17 @@ class WorkerDelegatingExecutor(BatchExecutor):
                 pass
 
     # ------------------------------------------------------------ batches
-    async def create_values_stacked(self, leaves: Sequence[Any], type_spec: Any
-                                    ) -> List[WorkerValue]:
+    async def create_values_stacked(
+        self, leaves: Sequence[Any], type_spec: Any
+    ) -> List[WorkerValue]:
         t = T.to_type(type_spec)
-        return await self._request(Op.CREATE_VALUES_STACKED, list(leaves), t,
-                                   n_out=len(leaves[0]) if leaves else 0, types=t)
+        return await self._request(
+            Op.CREATE_VALUES_STACKED,
+            list(leaves),
+            t,
+            n_out=len(leaves[0]) if leaves else 0,
+            types=t,
+        )
 
     async def create_values(self, values: Sequence[Any], type_spec: Any) -> List[WorkerValue]:
         t = T.to_type(type_spec)
@@ -585,9 +684,16 @@ class WorkerDelegatingExecutor(BatchExecutor):
                 # The worker loads its clients itself; the source description
                 # (file paths, array specs: plain data) travels once per session.
                 first = values.token not in self._sources
-                out = await self._request(Op.LOAD_SOURCED, values.token, src if first else None,
-                                          list(values.client_ids), tr, t, n_out=len(values),
-                                          types=t)
+                out = await self._request(
+                    Op.LOAD_SOURCED,
+                    values.token,
+                    src if first else None,
+                    list(values.client_ids),
+                    tr,
+                    t,
+                    n_out=len(values),
+                    types=t,
+                )
                 self._sources.add(values.token)
                 return out
             values = values.load()  # not describable as plain data: the driver loads it
@@ -596,18 +702,24 @@ class WorkerDelegatingExecutor(BatchExecutor):
         if len(values) >= 2 and isinstance(t, T.SequenceType):
             # reason: datasets.py imports TensorFlow; only dataset values need it
             from simharness.runtime.datasets import repeatable_dataset, stacked_batches
+
             last = self._last_datasets
-            if (last is not None and len(last[0]) == len(values) and last[1] == t
-                    and all(a is b for a, b in zip(last[0], values))
-                    and self.is_current(last[2][0].generation)
-                    # pipelines sent as graphs: only those whose every read is the same
-                    and all(not _is_dataset(v) or repeatable_dataset(v) for v in values)):
+            if (
+                last is not None
+                and len(last[0]) == len(values)
+                and last[1] == t
+                and all(a is b for a, b in zip(last[0], values))
+                and self.is_current(last[2][0].generation)
+                # pipelines sent as graphs: only those whose every read is the same
+                and all(not _is_dataset(v) or repeatable_dataset(v) for v in values)
+            ):
                 return list(last[2])
             self._last_datasets = None
             block = stacked_batches(values, t)
             if block is not None:  # one array per component, through shared memory
-                out = await self._request(Op.CREATE_VALUES_STACKED, [block], t,
-                                          n_out=len(values), types=t)
+                out = await self._request(
+                    Op.CREATE_VALUES_STACKED, [block], t, n_out=len(values), types=t
+                )
                 self._last_datasets = (values, t, out)
                 return out
             # Pipelines sent as graphs: their worker values serve again if the same datasets
@@ -618,8 +730,9 @@ class WorkerDelegatingExecutor(BatchExecutor):
         if len(values) >= 2 and T.contains_only_tensors(t):
             arrays = stack_python_values(values, t)
             if arrays is not None:  # one array per leaf, through shared memory
-                return await self._request(Op.CREATE_VALUES_STACKED, arrays, t, n_out=len(values),
-                                           types=t)
+                return await self._request(
+                    Op.CREATE_VALUES_STACKED, arrays, t, n_out=len(values), types=t
+                )
         plain = _read_functions_once(_wire_values(values, t))
         out = await self._request(Op.CREATE_VALUES, plain, t, n_out=len(values), types=t)
         if repeatable:
@@ -630,42 +743,70 @@ class WorkerDelegatingExecutor(BatchExecutor):
         out = await self._request(Op.COMPUTE_MANY, list(values), wait=True)
         return map_leaves(out, _revive)
 
-    async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
-                         count: Optional[int] = None) -> List[WorkerValue]:
+    async def create_map(
+        self,
+        fn: ExecutorValue,
+        args: Optional[Sequence[ExecutorValue]],
+        count: Optional[int] = None,
+    ) -> List[WorkerValue]:
         # without args, `count` says how many calls (the BatchExecutor contract)
         n = (count or 0) if args is None else len(args)
         if n == 0:
             return []
         ft = fn.type_signature
         rt = ft.result if isinstance(ft, T.FunctionType) else None
-        return await self._request(Op.CREATE_MAP, fn, None if args is None else list(args), count,
-                                   n_out=n, types=rt)
+        return await self._request(
+            Op.CREATE_MAP, fn, None if args is None else list(args), count, n_out=n, types=rt
+        )
 
-    async def create_structs(self, rows: Sequence[Sequence[ExecutorValue]],
-                             names: Sequence[Optional[str]]) -> List[WorkerValue]:
+    async def create_structs(
+        self, rows: Sequence[Sequence[ExecutorValue]], names: Sequence[Optional[str]]
+    ) -> List[WorkerValue]:
         rows = [list(r) for r in rows]
         types: Optional[List[T.Type]] = None
         if all(isinstance(v, ExecutorValue) for r in rows for v in r):
             types = [T.StructType(list(zip(names, [v.type_signature for v in r]))) for r in rows]
-        return await self._request(Op.CREATE_STRUCTS, rows, list(names), n_out=len(rows),
-                                   types=types)
+        return await self._request(
+            Op.CREATE_STRUCTS, rows, list(names), n_out=len(rows), types=types
+        )
 
-    async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> List[WorkerValue]:
+    async def create_selections(
+        self, sources: Sequence[ExecutorValue], index: int
+    ) -> List[WorkerValue]:
         sources = list(sources)
         sts = [s.type_signature for s in sources]
         known = [st[index] for st in sts if isinstance(st, T.StructType)]
-        return await self._request(Op.CREATE_SELECTIONS, sources, index, n_out=len(sources),
-                                   types=known if len(known) == len(sts) else None)
+        return await self._request(
+            Op.CREATE_SELECTIONS,
+            sources,
+            index,
+            n_out=len(sources),
+            types=known if len(known) == len(sts) else None,
+        )
 
-    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
-                                       total: int, params: Dict[str, Any]) -> Partial:
-        return await self._request(Op.PARTIAL_REDUCTION, kind, list(values), start, total,
-                                   dict(params), wait=True, partials=True)
+    async def create_partial_reduction(
+        self, kind: str, values: Sequence[Any], start: int, total: int, params: Dict[str, Any]
+    ) -> Partial:
+        return await self._request(
+            Op.PARTIAL_REDUCTION,
+            kind,
+            list(values),
+            start,
+            total,
+            dict(params),
+            wait=True,
+            partials=True,
+        )
 
-    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
-                                         reductions: Sequence[PlanReduction], start: int,
-                                         count: int, total: int,
-                                         slice_size: Optional[int] = None) -> List[Partial]:
+    async def create_streamed_reductions(
+        self,
+        nodes: Sequence[PlanNode],
+        reductions: Sequence[PlanReduction],
+        start: int,
+        count: int,
+        total: int,
+        slice_size: Optional[int] = None,
+    ) -> List[Partial]:
         """The worker computes the plan slice by slice, folding each slice into the
         reductions (`EagerTFExecutor.create_streamed_reductions`): one request, one wait.
         Clients given by reference (`PlanClients`) are loaded by the worker, slice by
@@ -676,10 +817,19 @@ class WorkerDelegatingExecutor(BatchExecutor):
         # once for every worker; the request's own data go as usual.
         lead = nodes[0].value if nodes and isinstance(wire[0], PlanShared) else None
         big = isinstance(lead, _Shared) and lead.big
-        return await self._request(Op.STREAM_REDUCE, wire, list(reductions), start,
-                                   count, total, slice_size, wait=True, partials=True,
-                                   broadcast_key=lead.value if big else None,
-                                   placed=lead.packed.buffers if big else None)
+        return await self._request(
+            Op.STREAM_REDUCE,
+            wire,
+            list(reductions),
+            start,
+            count,
+            total,
+            slice_size,
+            wait=True,
+            partials=True,
+            broadcast_key=lead.value if big else None,
+            placed=lead.packed.buffers if big else None,
+        )
 
     async def _wire_node(self, node: PlanNode) -> PlanNode:
         """A plan node as it crosses: `PlanClients` as `PlanSourced` (or `PlanValues`, loaded
@@ -703,26 +853,57 @@ class WorkerDelegatingExecutor(BatchExecutor):
         self._sources.add(sc.token)
         return PlanSourced(sc.token, src if first else None, list(sc.client_ids), tr, t)
 
-    async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
-                                      params: Dict[str, Any], result_type: T.Type) -> WorkerValue:
-        return (await self._request(Op.REDUCTION_RESULT, kind, list(partials), total,
-                                    dict(params), result_type, n_out=1, types=result_type))[0]
+    async def create_reduction_result(
+        self,
+        kind: str,
+        partials: Sequence[Partial],
+        total: int,
+        params: Dict[str, Any],
+        result_type: T.Type,
+    ) -> WorkerValue:
+        return (
+            await self._request(
+                Op.REDUCTION_RESULT,
+                kind,
+                list(partials),
+                total,
+                dict(params),
+                result_type,
+                n_out=1,
+                types=result_type,
+            )
+        )[0]
 
-    async def create_sequence_op(self, op: str, values: Sequence[ExecutorValue],
-                                 params: Dict[str, Any]) -> List[WorkerValue]:
+    async def create_sequence_op(
+        self, op: str, values: Sequence[ExecutorValue], params: Dict[str, Any]
+    ) -> List[WorkerValue]:
         values = list(values)
         rt: Optional[T.Type] = None
         if op == 'sequence_map' and isinstance(params.get('fn'), ExecutorValue):
             rt = T.SequenceType(params['fn'].type_signature.result)
         elif op == 'sequence_reduce' and isinstance(params.get('op'), ExecutorValue):
             rt = params['op'].type_signature.result
-        elif op == 'sequence_sum' and values and isinstance(values[0].type_signature,
-                                                            T.SequenceType):
+        elif (
+            op == 'sequence_sum' and values and isinstance(values[0].type_signature, T.SequenceType)
+        ):
             rt = values[0].type_signature.element
-        return await self._request(Op.SEQUENCE_OP, op, values, dict(params), n_out=len(values),
-                                   types=rt)
+        return await self._request(
+            Op.SEQUENCE_OP, op, values, dict(params), n_out=len(values), types=rt
+        )
 
-    async def create_select(self, keys: Sequence[ExecutorValue], server_value: ExecutorValue,
-                            select_fn: ExecutorValue, element_type: T.Type) -> List[WorkerValue]:
-        return await self._request(Op.SELECT, list(keys), server_value, select_fn, element_type,
-                                   n_out=len(keys), types=T.SequenceType(element_type))
+    async def create_select(
+        self,
+        keys: Sequence[ExecutorValue],
+        server_value: ExecutorValue,
+        select_fn: ExecutorValue,
+        element_type: T.Type,
+    ) -> List[WorkerValue]:
+        return await self._request(
+            Op.SELECT,
+            list(keys),
+            server_value,
+            select_fn,
+            element_type,
+            n_out=len(keys),
+            types=T.SequenceType(element_type),
+        )

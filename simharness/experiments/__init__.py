@@ -19,21 +19,58 @@ Importing this package imports neither TensorFlow nor matplotlib.
 """
 
 from simharness.experiments.checkpoints import BestModel, Callback, EarlyStopping
-from simharness.experiments.config import (DEFAULT_RUN_ID, AggregatorConfig, AlgorithmConfig,
-                                           DataConfig,
-                                           ExperimentConfig, ModelConfig, StackConfig,
-                                           SweepConfig, TrainingConfig, apply_overrides,
-                                           config_from_dict, expand_sweep, load_config,
-                                           parse_override, run_id_for, valid_keys)
+from simharness.experiments.config import (
+    DEFAULT_RUN_ID,
+    AggregatorConfig,
+    AlgorithmConfig,
+    DataConfig,
+    ExperimentConfig,
+    ModelConfig,
+    StackConfig,
+    SweepConfig,
+    TrainingConfig,
+    apply_overrides,
+    config_from_dict,
+    expand_sweep,
+    load_config,
+    parse_override,
+    run_id_for,
+    valid_keys,
+)
 from simharness.experiments.report import load_runs, write_report
-from simharness.experiments.runner import (RunResult, collect_environment, is_finished,
-                                           run_experiment, run_sweep)
+from simharness.experiments.runner import (
+    RunResult,
+    collect_environment,
+    is_finished,
+    run_experiment,
+    run_sweep,
+)
 
 __all__ = [
-    'AggregatorConfig', 'BestModel', 'Callback', 'EarlyStopping',
-    'DEFAULT_RUN_ID', 'AlgorithmConfig', 'DataConfig', 'ExperimentConfig', 'ModelConfig',
-    'RunResult', 'StackConfig', 'SweepConfig', 'TrainingConfig', 'apply_overrides',
-    'collect_environment', 'config_from_dict', 'expand_sweep', 'is_finished', 'load_config',
-    'load_runs', 'parse_override', 'run_experiment', 'run_id_for', 'run_sweep', 'valid_keys',
+    'AggregatorConfig',
+    'BestModel',
+    'Callback',
+    'EarlyStopping',
+    'DEFAULT_RUN_ID',
+    'AlgorithmConfig',
+    'DataConfig',
+    'ExperimentConfig',
+    'ModelConfig',
+    'RunResult',
+    'StackConfig',
+    'SweepConfig',
+    'TrainingConfig',
+    'apply_overrides',
+    'collect_environment',
+    'config_from_dict',
+    'expand_sweep',
+    'is_finished',
+    'load_config',
+    'load_runs',
+    'parse_override',
+    'run_experiment',
+    'run_id_for',
+    'run_sweep',
+    'valid_keys',
     'write_report',
 ]

@@ -16,11 +16,29 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Union
 
-from simharness.atomic import (TEMP_SUFFIX, PathLike, atomic_open, is_temp_file,  # noqa: F401
-                               raise_naming, write_bytes, write_text)
+from simharness.atomic import (
+    TEMP_SUFFIX,
+    PathLike,
+    atomic_open,
+    is_temp_file,  # noqa: F401
+    raise_naming,
+    write_bytes,
+    write_text,
+)
 
-__all__ = ['TEMP_SUFFIX', 'append_jsonl', 'atomic_open', 'dumps_json', 'is_temp_file', 'jsonable',
-           'write_bytes', 'write_json', 'write_jsonl', 'write_text']
+__all__ = [
+    'TEMP_SUFFIX',
+    'append_jsonl',
+    'atomic_open',
+    'dumps_json',
+    'is_temp_file',
+    'jsonable',
+    'write_bytes',
+    'write_json',
+    'write_jsonl',
+    'write_text',
+]
+
 
 def jsonable(value: Any) -> Any:
     """`value` with non-finite floats as None and numpy scalars as Python ones."""

@@ -39,19 +39,25 @@ _LEAF = 'leaf'
 
 def _flatten(state: Any) -> List[Any]:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     return tf.nest.flatten(state)
 
 
 def _pack(like: Any, leaves: List[np.ndarray], path: PathLike) -> Any:
     """`leaves` in the structure of `like` (a state of the same process)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     if like is None:
-        raise SimharnessValueError(f'{path} holds a nested state: load it with like= a state of '
-                                   'the same process (process.initialize())')
+        raise SimharnessValueError(
+            f'{path} holds a nested state: load it with like= a state of '
+            'the same process (process.initialize())'
+        )
     template = tf.nest.flatten(like)
     if len(template) != len(leaves):
-        raise SimharnessValueError(f'{path} holds {len(leaves)} state leaves, the process\'s '
-                                   f'state has {len(template)}: not a checkpoint of this process')
+        raise SimharnessValueError(
+            f"{path} holds {len(leaves)} state leaves, the process's "
+            f'state has {len(template)}: not a checkpoint of this process'
+        )
     return tf.nest.pack_sequence_as(like, leaves)
 
 
@@ -73,8 +79,9 @@ def load_weights(path: PathLike) -> List[np.ndarray]:
         return [z[f'w{i}'] for i in range(n)]
 
 
-def save_checkpoint(run_dir: PathLike, state: Any, rounds_done: int,
-                    meta: Optional[Mapping[str, Any]] = None) -> Path:
+def save_checkpoint(
+    run_dir: PathLike, state: Any, rounds_done: int, meta: Optional[Mapping[str, Any]] = None
+) -> Path:
     """Saves the server state after `rounds_done` rounds; keeps the newest `KEEP`.
 
     `state` is any nested structure of arrays (a ``tff.learning``
@@ -87,8 +94,9 @@ def save_checkpoint(run_dir: PathLike, state: Any, rounds_done: int,
     arrays: Dict[str, Any] = {}
     for i, a in enumerate(_flatten(state)):  # its leaves in order
         arrays[f'{_LEAF}/{i}'] = np.asarray(a)
-    arrays['meta'] = np.asarray(json.dumps({'rounds_done': int(rounds_done), **(meta or {})},
-                                           allow_nan=True))
+    arrays['meta'] = np.asarray(
+        json.dumps({'rounds_done': int(rounds_done), **(meta or {})}, allow_nan=True)
+    )
     path = atomic.write_bytes(d / f'ckpt-{rounds_done:06d}.npz', _npz_bytes(arrays))
     for old in list_checkpoints(run_dir)[:-KEEP]:
         old.unlink(missing_ok=True)
@@ -121,12 +129,15 @@ def load_checkpoint(path: PathLike, like: Any = None) -> Tuple[Any, Dict[str, An
     """
     try:
         with np.load(path, allow_pickle=False) as z:
-            leaves = sorted((k for k in z.files if k.startswith(_LEAF + '/')),
-                            key=lambda k: int(k.split('/')[1]))
+            leaves = sorted(
+                (k for k in z.files if k.startswith(_LEAF + '/')),
+                key=lambda k: int(k.split('/')[1]),
+            )
             if not leaves and 'weights/0' in z.files:
                 raise SimharnessValueError(
                     f'{path} is a checkpoint of the padded-array processes that simharness no '
-                    'longer has: run again from round 0 (simharness run --restart)')
+                    'longer has: run again from round 0 (simharness run --restart)'
+                )
             meta = json.loads(str(z['meta']))
             arrays = [z[k] for k in leaves]
     except SimharnessValueError:
@@ -136,8 +147,7 @@ def load_checkpoint(path: PathLike, like: Any = None) -> Tuple[Any, Dict[str, An
     return _pack(like, arrays, path), meta
 
 
-def latest_checkpoint(run_dir: PathLike, like: Any = None
-                      ) -> Optional[Tuple[Any, Dict[str, Any]]]:
+def latest_checkpoint(run_dir: PathLike, like: Any = None) -> Optional[Tuple[Any, Dict[str, Any]]]:
     """The newest readable checkpoint of a run (nested states packed like `like`), or None."""
     for p in reversed(list_checkpoints(run_dir)):
         try:
@@ -149,6 +159,7 @@ def latest_checkpoint(run_dir: PathLike, like: Any = None
 
 # ------------------------------------------------------------------ callbacks
 
+
 class Callback:
     """A per-round hook of `run_experiment`.
 
@@ -159,8 +170,9 @@ class Callback:
     checkpoint, so that a resumed run continues the callback's counting.
     """
 
-    def on_round_end(self, round_num: int, row: Mapping[str, Any],
-                     weights: Sequence[np.ndarray]) -> bool:
+    def on_round_end(
+        self, round_num: int, row: Mapping[str, Any], weights: Sequence[np.ndarray]
+    ) -> bool:
         del round_num, row, weights
         return False
 
@@ -207,8 +219,13 @@ class BestModel(Callback):
 class EarlyStopping(Callback):
     """Stops after `patience` reports of `metric` without improvement by `min_delta`."""
 
-    def __init__(self, metric: str = 'eval_loss', patience: int = 3, mode: Optional[str] = None,
-                 min_delta: float = 0.0):
+    def __init__(
+        self,
+        metric: str = 'eval_loss',
+        patience: int = 3,
+        mode: Optional[str] = None,
+        min_delta: float = 0.0,
+    ):
         patience = check_int('patience', patience, 1)
         self.metric, self.patience, self.min_delta = metric, patience, float(min_delta)
         self.mode = mode or _mode_for(metric)
@@ -234,6 +251,7 @@ class EarlyStopping(Callback):
 
 # ---------------------------------------------------------------- TensorBoard
 
+
 class ScalarWriter:
     """TensorBoard scalars (``tf.summary.write`` with the scalars plugin tag; no
     TensorBoard package needed to write). One owner: close() it."""
@@ -241,6 +259,7 @@ class ScalarWriter:
     def __init__(self, logdir: PathLike):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
+
         self._tf = tf
         plugin = summary_pb2.SummaryMetadata.PluginData(plugin_name='scalars')
         self._meta = summary_pb2.SummaryMetadata(plugin_data=plugin).SerializeToString()
@@ -252,8 +271,9 @@ class ScalarWriter:
         with tf.device('/CPU:0'), self._writer.as_default():
             for tag, v in scalars.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
-                    tf.summary.write(tag, tf.constant(float(v), tf.float32), step=int(step),
-                                     metadata=self._meta)
+                    tf.summary.write(
+                        tag, tf.constant(float(v), tf.float32), step=int(step), metadata=self._meta
+                    )
         self._writer.flush()
 
     def close(self) -> None:

@@ -53,10 +53,19 @@ from simharness.learning.models import specs
 from simharness.learning.models.functional import FunctionalModel, functional_model_from_keras
 from simharness.learning.models.variable import BatchOutput
 
-__all__ = ['build_learning_process', 'build_model_aggregator', 'build_optimizer',
-           'central_evaluation', 'client_datasets', 'compose_with_client_data',
-           'federated_evaluation', 'keras_builder', 'model_from_keras_builder', 'model_from_spec',
-           'round_metrics']
+__all__ = [
+    'build_learning_process',
+    'build_model_aggregator',
+    'build_optimizer',
+    'central_evaluation',
+    'client_datasets',
+    'compose_with_client_data',
+    'federated_evaluation',
+    'keras_builder',
+    'model_from_keras_builder',
+    'model_from_spec',
+    'round_metrics',
+]
 
 #: ``[algorithm] name`` -> the server optimizer it implies.
 _SERVER_OPTIMIZER = {'fedadam': 'adam', 'fedyogi': 'yogi', 'fedadagrad': 'adagrad'}
@@ -70,7 +79,8 @@ def _metric_constructors() -> 'collections.OrderedDict[str, Callable[[], Any]]':
         loss=lambda: keras.metrics.SparseCategoricalCrossentropy(name='loss', from_logits=True),
         accuracy=lambda: keras.metrics.SparseCategoricalAccuracy(name='accuracy'),
         num_examples=metrics.NumExamplesCounter,
-        num_batches=metrics.NumBatchesCounter)
+        num_batches=metrics.NumBatchesCounter,
+    )
 
 
 def model_from_spec(spec: specs.ModelSpec, seed: int) -> FunctionalModel:
@@ -94,16 +104,23 @@ def model_from_spec(spec: specs.ModelSpec, seed: int) -> FunctionalModel:
 
     def loss(output: Any, label: Any, sample_weight: Any = None) -> Any:
         del sample_weight
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=tf.cast(label, tf.int32), logits=output))
+        return tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.cast(label, tf.int32), logits=output
+            )
+        )
 
-    input_spec = (tf.TensorSpec([None] + list(spec.input_shape), tf.float32),
-                  tf.TensorSpec([None], tf.int32))
-    return FunctionalModel(initial_weights=(weights, ()), predict_on_batch_fn=predict_on_batch,
-                           loss_fn=loss,
-                           metrics_fns=metrics.create_functional_metric_fns(
-                               _metric_constructors()),
-                           input_spec=input_spec)
+    input_spec = (
+        tf.TensorSpec([None] + list(spec.input_shape), tf.float32),
+        tf.TensorSpec([None], tf.int32),
+    )
+    return FunctionalModel(
+        initial_weights=(weights, ()),
+        predict_on_batch_fn=predict_on_batch,
+        loss_fn=loss,
+        metrics_fns=metrics.create_functional_metric_fns(_metric_constructors()),
+        input_spec=input_spec,
+    )
 
 
 def keras_builder(ref: str) -> Callable[..., Any]:
@@ -114,25 +131,38 @@ def keras_builder(ref: str) -> Callable[..., Any]:
         or a missing / non-callable attribute.
     """
     if not isinstance(ref, str) or ref.count(':') != 1 or not all(ref.split(':')):
-        raise ConfigError(f'model.keras must look like "package.module:function", got {ref!r}',
-                          key='model.keras', value=ref)
+        raise ConfigError(
+            f'model.keras must look like "package.module:function", got {ref!r}',
+            key='model.keras',
+            value=ref,
+        )
     mod_name, attr = ref.split(':')
     try:
         mod = importlib.import_module(mod_name)
     except ImportError as e:
-        raise ConfigError(f'model.keras = {ref!r}: cannot import {mod_name!r} ({e})',
-                          key='model.keras', value=ref) from None
+        raise ConfigError(
+            f'model.keras = {ref!r}: cannot import {mod_name!r} ({e})', key='model.keras', value=ref
+        ) from None
     fn = getattr(mod, attr, None)
     if not callable(fn):
-        raise ConfigError(f'model.keras = {ref!r}: {mod_name} has no function {attr!r}',
-                          key='model.keras', value=ref)
+        raise ConfigError(
+            f'model.keras = {ref!r}: {mod_name} has no function {attr!r}',
+            key='model.keras',
+            value=ref,
+        )
     return fn
 
 
-def model_from_keras_builder(builder: Callable[..., Any], input_shape: Sequence[int],
-                             num_classes: int, seed: int, *, y_shape: Sequence[int] = (),
-                             x_dtype: Any = np.float32,
-                             ignore_label: Any = None) -> FunctionalModel:
+def model_from_keras_builder(
+    builder: Callable[..., Any],
+    input_shape: Sequence[int],
+    num_classes: int,
+    seed: int,
+    *,
+    y_shape: Sequence[int] = (),
+    x_dtype: Any = np.float32,
+    ignore_label: Any = None,
+) -> FunctionalModel:
     """A ``[model] keras = "module:function"`` model as TFF's `FunctionalModel`.
 
     The builder ``fn(input_shape, num_classes) -> keras.Model`` runs after
@@ -163,17 +193,24 @@ def model_from_keras_builder(builder: Callable[..., Any], input_shape: Sequence[
         return model
     if not isinstance(model, keras.Model):
         name = getattr(builder, '__qualname__', repr(builder))
-        raise ConfigError(f'model.keras ({name}) returned {type(model).__name__}, not a '
-                          'keras.Model or FunctionalModel', key='model.keras',
-                          value=type(model).__name__)
+        raise ConfigError(
+            f'model.keras ({name}) returned {type(model).__name__}, not a '
+            'keras.Model or FunctionalModel',
+            key='model.keras',
+            value=type(model).__name__,
+        )
     if not model.built:
         model(np.zeros((1,) + tuple(input_shape), np.dtype(x_dtype)))
     loss = getattr(model, 'loss', None) or keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True)
-    input_spec = (tf.TensorSpec([None] + list(input_shape), tf.as_dtype(np.dtype(x_dtype))),
-                  tf.TensorSpec([None] + list(y_shape), tf.int32))
-    fm = functional_model_from_keras(model, loss, input_spec,
-                                     metrics_constructor=_metric_constructors())
+        from_logits=True
+    )
+    input_spec = (
+        tf.TensorSpec([None] + list(input_shape), tf.as_dtype(np.dtype(x_dtype))),
+        tf.TensorSpec([None] + list(y_shape), tf.int32),
+    )
+    fm = functional_model_from_keras(
+        model, loss, input_spec, metrics_constructor=_metric_constructors()
+    )
     if ignore_label is None:
         return fm
     return _masked(fm, loss, ignore_label)
@@ -196,7 +233,8 @@ def _masked(fm: FunctionalModel, loss: Any, ignore_label: Any) -> FunctionalMode
         w = mask_of(label)
         axes = list(range(1, per_position.shape.rank))
         per_example = tf.reduce_sum(per_position * w, axis=axes) / tf.maximum(
-            tf.reduce_sum(w, axis=axes), 1.0)
+            tf.reduce_sum(w, axis=axes), 1.0
+        )
         return tf.reduce_mean(per_example)
 
     def masked_update(state: Any, labels: Any, batch_output: Any, sample_weight: Any = None) -> Any:
@@ -205,15 +243,24 @@ def _masked(fm: FunctionalModel, loss: Any, ignore_label: Any) -> FunctionalMode
             w = w * tf.cast(sample_weight, tf.float32)
         return update(state, labels, batch_output, sample_weight=w)
 
-    return FunctionalModel(initial_weights=fm.initial_weights,
-                           predict_on_batch_fn=predict_on_batch, loss_fn=masked_loss,
-                           metrics_fns=(initialize, masked_update, finalize),
-                           input_spec=fm.input_spec)
+    return FunctionalModel(
+        initial_weights=fm.initial_weights,
+        predict_on_batch_fn=predict_on_batch,
+        loss_fn=masked_loss,
+        metrics_fns=(initialize, masked_update, finalize),
+        input_spec=fm.input_spec,
+    )
 
 
-def build_optimizer(name: str, learning_rate: float, *, momentum: float = 0.0,
-                    beta_1: float = 0.9, beta_2: float = 0.999,
-                    epsilon: Any = None) -> optimizers.Optimizer:
+def build_optimizer(
+    name: str,
+    learning_rate: float,
+    *,
+    momentum: float = 0.0,
+    beta_1: float = 0.9,
+    beta_2: float = 0.999,
+    epsilon: Any = None,
+) -> optimizers.Optimizer:
     """``'sgd'`` / ``'adam'`` / ``'yogi'`` / ``'adagrad'`` as TFF's ``build_*`` optimizer.
 
     Raises:
@@ -228,8 +275,11 @@ def build_optimizer(name: str, learning_rate: float, *, momentum: float = 0.0,
         return optimizers.build_yogi(learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=eps)
     if name == 'adagrad':
         return optimizers.build_adagrad(learning_rate, epsilon=eps)
-    raise ConfigError(f"unknown optimizer {name!r}; allowed: 'adagrad', 'adam', 'sgd', 'yogi'",
-                      key='algorithm.client_optimizer', value=name)
+    raise ConfigError(
+        f"unknown optimizer {name!r}; allowed: 'adagrad', 'adam', 'sgd', 'yogi'",
+        key='algorithm.client_optimizer',
+        value=name,
+    )
 
 
 def build_model_aggregator(aggregator: Any, clients_per_round: int) -> Any:
@@ -248,19 +298,29 @@ def build_model_aggregator(aggregator: Any, clients_per_round: int) -> Any:
         raise ConfigError(
             'aggregator.quantize_bits without aggregator.secure has no TFF aggregator: set '
             'secure = true (SecureSumFactory quantizes within quantize_range) or drop '
-            'quantize_bits', key='aggregator.quantize_bits', value=a.quantize_bits)
+            'quantize_bits',
+            key='aggregator.quantize_bits',
+            value=a.quantize_bits,
+        )
     if a.noise_multiplier > 0:
         if a.adaptive_clip:
             return aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
-                a.noise_multiplier, clients_per_round, initial_l2_norm_clip=a.clip,
-                target_unclipped_quantile=a.target_quantile, learning_rate=a.clip_learning_rate,
-                clipped_count_stddev=a.clipped_count_stddev, noise_seed=a.seed)
+                a.noise_multiplier,
+                clients_per_round,
+                initial_l2_norm_clip=a.clip,
+                target_unclipped_quantile=a.target_quantile,
+                learning_rate=a.clip_learning_rate,
+                clipped_count_stddev=a.clipped_count_stddev,
+                noise_seed=a.seed,
+            )
         return aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-            a.noise_multiplier, clients_per_round, a.clip, noise_seed=a.seed)
+            a.noise_multiplier, clients_per_round, a.clip, noise_seed=a.seed
+        )
     if a.secure:
         bound = float(a.quantize_range if a.quantize_range is not None else a.clip)
         inner: Any = aggregators.UnweightedMeanFactory(
-            value_sum_factory=aggregators.SecureSumFactory(bound))
+            value_sum_factory=aggregators.SecureSumFactory(bound)
+        )
     elif a.weighted:
         inner = aggregators.MeanFactory()
     else:
@@ -270,8 +330,10 @@ def build_model_aggregator(aggregator: Any, clients_per_round: int) -> Any:
     norm: Any = float(a.clip)
     if a.adaptive_clip:
         norm = aggregators.PrivateQuantileEstimationProcess.no_noise(
-            initial_estimate=float(a.clip), target_quantile=a.target_quantile,
-            learning_rate=a.clip_learning_rate)
+            initial_estimate=float(a.clip),
+            target_quantile=a.target_quantile,
+            learning_rate=a.clip_learning_rate,
+        )
     return aggregators.clipping_factory(norm, inner)
 
 
@@ -288,10 +350,15 @@ def build_learning_process(config: Any, model: FunctionalModel) -> Any:
     a = config.algorithm
     sname = a.server_optimizer or _SERVER_OPTIMIZER.get(a.name, 'sgd')
     momentum = 0.9 if a.name == 'fedavgm' and a.server_momentum == 0 else a.server_momentum
-    server = build_optimizer(sname, a.server_learning_rate, momentum=momentum, beta_1=a.beta_1,
-                             beta_2=a.beta_2, epsilon=a.epsilon)
-    client = build_optimizer(a.client_optimizer, a.client_learning_rate,
-                             momentum=a.client_momentum)
+    server = build_optimizer(
+        sname,
+        a.server_learning_rate,
+        momentum=momentum,
+        beta_1=a.beta_1,
+        beta_2=a.beta_2,
+        epsilon=a.epsilon,
+    )
+    client = build_optimizer(a.client_optimizer, a.client_learning_rate, momentum=a.client_momentum)
     agg = build_model_aggregator(config.aggregator, config.training.clients_per_round)
     weighted = isinstance(agg, aggregators.WeightedAggregationFactory)
     if a.name == 'fedsgd':
@@ -299,32 +366,44 @@ def build_learning_process(config: Any, model: FunctionalModel) -> Any:
             agg = aggregators.as_weighted_aggregator(agg)
         return algorithms.build_fed_sgd(model, server_optimizer_fn=server, model_aggregator=agg)
     if a.name == 'fedprox':
-        build = (algorithms.build_weighted_fed_prox if weighted
-                 else algorithms.build_unweighted_fed_prox)
+        build = (
+            algorithms.build_weighted_fed_prox if weighted else algorithms.build_unweighted_fed_prox
+        )
         return build(model, a.proximal_strength, client, server, model_aggregator=agg)
-    build = (algorithms.build_weighted_fed_avg if weighted
-             else algorithms.build_unweighted_fed_avg)
+    build = algorithms.build_weighted_fed_avg if weighted else algorithms.build_unweighted_fed_avg
     return build(model, client, server, model_aggregator=agg)
 
 
-def client_datasets(arrays: Sequence[Mapping[str, np.ndarray]], batch_size: int,
-                    local_epochs: int = 1, x_key: str = 'x', y_key: str = 'y',
-                    x_dtype: Any = np.float32) -> List[Any]:
+def client_datasets(
+    arrays: Sequence[Mapping[str, np.ndarray]],
+    batch_size: int,
+    local_epochs: int = 1,
+    x_key: str = 'x',
+    y_key: str = 'y',
+    x_dtype: Any = np.float32,
+) -> List[Any]:
     """Each client's ``tf.data`` dataset: its examples in stored order in batches of
     ``batch_size`` (the last one partial), repeated for ``local_epochs`` passes: a client of
     n examples takes ``ceil(n / batch_size)`` steps per epoch (batch, then repeat: no batch
     spans two epochs)."""
     out = []
     for a in arrays:
-        ds = tf.data.Dataset.from_tensor_slices((np.asarray(a[x_key], x_dtype),
-                                                 np.asarray(a[y_key], np.int32))).batch(batch_size)
+        ds = tf.data.Dataset.from_tensor_slices(
+            (np.asarray(a[x_key], x_dtype), np.asarray(a[y_key], np.int32))
+        ).batch(batch_size)
         out.append(ds.repeat(local_epochs) if local_epochs > 1 else ds)
     return out
 
 
-def compose_with_client_data(process: Any, client_data: Any, batch_size: int,
-                             local_epochs: int = 1, x_key: str = 'x', y_key: str = 'y',
-                             x_dtype: Any = np.float32) -> Any:
+def compose_with_client_data(
+    process: Any,
+    client_data: Any,
+    batch_size: int,
+    local_epochs: int = 1,
+    x_key: str = 'x',
+    y_key: str = 'y',
+    x_dtype: Any = np.float32,
+) -> Any:
     """`process` taking client ids: each executor builds its clients' datasets itself.
 
     ``client_data.preprocess`` makes each client's dataset as `client_datasets`
@@ -335,23 +414,32 @@ def compose_with_client_data(process: Any, client_data: Any, batch_size: int,
     """
     by_id = client_data.preprocess(_xy_batches(batch_size, local_epochs, x_key, y_key, x_dtype))
     return iterative_process_compositions.compose_dataset_computation_with_learning_process(
-        by_id.dataset_computation, process)
+        by_id.dataset_computation, process
+    )
 
 
-def _xy_batches(batch_size: int, local_epochs: int, x_key: str, y_key: str,
-                x_dtype: Any) -> Callable[[Any], Any]:
+def _xy_batches(
+    batch_size: int, local_epochs: int, x_key: str, y_key: str, x_dtype: Any
+) -> Callable[[Any], Any]:
     """The preprocess of a client's dataset of dicts: ``(x, y)`` cast, batched, repeated."""
+
     def preprocess(ds: Any) -> Any:
         x_tf = tf.as_dtype(np.dtype(x_dtype))
         ds = ds.map(lambda e: (tf.cast(e[x_key], x_tf), tf.cast(e[y_key], tf.int32)))
         ds = ds.batch(batch_size)
         return ds.repeat(local_epochs) if local_epochs > 1 else ds
+
     return preprocess
 
 
-def client_batches(client_data: Any, batch_size: int, local_epochs: int = 1, x_key: str = 'x',
-                   y_key: str = 'y', x_dtype: Any = np.float32
-                   ) -> Optional[Callable[[Sequence[str]], List[TensorBatches]]]:
+def client_batches(
+    client_data: Any,
+    batch_size: int,
+    local_epochs: int = 1,
+    x_key: str = 'x',
+    y_key: str = 'y',
+    x_dtype: Any = np.float32,
+) -> Optional[Callable[[Sequence[str]], List[TensorBatches]]]:
     """For in-memory client data: a function from client ids to the clients' values, the
     elements of `compose_with_client_data`'s datasets, built from the stored arrays.
 
@@ -371,12 +459,17 @@ def client_batches(client_data: Any, batch_size: int, local_epochs: int = 1, x_k
     if not isinstance(probe, Mapping) or x_key not in probe or y_key not in probe:
         return None
     x_np = np.dtype(x_dtype)
-    if np.asarray(probe[x_key]).dtype.kind not in 'biuf' or \
-            np.asarray(probe[y_key]).dtype.kind not in 'biu':
+    if (
+        np.asarray(probe[x_key]).dtype.kind not in 'biuf'
+        or np.asarray(probe[y_key]).dtype.kind not in 'biu'
+    ):
         return None
     # the element type of the preprocessed datasets, as the ids path makes them
-    element = T.from_tf_structure(tf.data.Dataset.from_tensor_slices(dict(probe)).apply(
-        _xy_batches(batch_size, local_epochs, x_key, y_key, x_dtype)).element_spec)
+    element = T.from_tf_structure(
+        tf.data.Dataset.from_tensor_slices(dict(probe))
+        .apply(_xy_batches(batch_size, local_epochs, x_key, y_key, x_dtype))
+        .element_spec
+    )
 
     def batches(client_ids: Sequence[str]) -> List[TensorBatches]:
         out = []
@@ -388,6 +481,7 @@ def client_batches(client_data: Any, batch_size: int, local_epochs: int = 1, x_k
                 x, y = np.concatenate([x] * local_epochs), np.concatenate([y] * local_epochs)
             out.append(TensorBatches([x, y], batch_size, False, element, local_epochs))
         return out
+
     return batches
 
 
@@ -411,8 +505,9 @@ def federated_evaluation(eval_process: Any, model_weights: Any, client_data: Any
     return {k: float(v) for k, v in current.items()}
 
 
-def central_evaluation(model: FunctionalModel, model_weights: Any, x: Any, y: Any,
-                       batch_size: int = 1024) -> Dict[str, float]:
+def central_evaluation(
+    model: FunctionalModel, model_weights: Any, x: Any, y: Any, batch_size: int = 1024
+) -> Dict[str, float]:
     """The model's loss and metrics on held-out examples, in the driver (eager, in batches).
 
     Args:
@@ -427,21 +522,26 @@ def central_evaluation(model: FunctionalModel, model_weights: Any, x: Any, y: An
     """
     if hasattr(model_weights, 'trainable'):
         model_weights = (model_weights.trainable, model_weights.non_trainable)
-    weights = (tuple(tf.constant(w) for w in model_weights[0]),
-               tuple(tf.constant(w) for w in model_weights[1]))
+    weights = (
+        tuple(tf.constant(w) for w in model_weights[0]),
+        tuple(tf.constant(w) for w in model_weights[1]),
+    )
     x_dtype, y_dtype = (s.dtype for s in model.input_spec)
     state = model.initialize_metrics_state()
     loss_sum, count = 0.0, 0
     with tf.device('/CPU:0'):
         for start in range(0, len(y), batch_size):
-            xb = tf.constant(np.asarray(x[start:start + batch_size]), x_dtype)
-            yb = tf.constant(np.asarray(y[start:start + batch_size]), y_dtype)
+            xb = tf.constant(np.asarray(x[start : start + batch_size]), x_dtype)
+            yb = tf.constant(np.asarray(y[start : start + batch_size]), y_dtype)
             out = model.predict_on_batch(weights, xb, training=False)
             n = int(yb.shape[0])
             loss_sum += float(model.loss(output=out, label=yb)) * n
             count += n
-            state = model.update_metrics_state(state, labels=yb, batch_output=BatchOutput(
-                loss=None, predictions=out, num_examples=n))
+            state = model.update_metrics_state(
+                state,
+                labels=yb,
+                batch_output=BatchOutput(loss=None, predictions=out, num_examples=n),
+            )
         finalized = model.finalize_metrics(state)
     result = {k: float(v) for k, v in finalized.items() if k not in ('loss', 'num_batches')}
     result['loss'] = loss_sum / count if count else float('nan')
@@ -456,9 +556,11 @@ def round_metrics(process_metrics: Mapping[str, Any]) -> Dict[str, Any]:
     their (``/``-joined) names.
     """
     train = process_metrics['client_work']['train']
-    row: Dict[str, Any] = {'loss': float(train['loss']),
-                           'accuracy': float(train['accuracy']) if 'accuracy' in train else None,
-                           'num_examples': float(train['num_examples'])}
+    row: Dict[str, Any] = {
+        'loss': float(train['loss']),
+        'accuracy': float(train['accuracy']) if 'accuracy' in train else None,
+        'num_examples': float(train['num_examples']),
+    }
 
     def walk(prefix: str, value: Any) -> None:
         if isinstance(value, Mapping):

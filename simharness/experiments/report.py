@@ -87,12 +87,16 @@ def load_runs(results_dir: PathLike) -> List[RunRecord]:
     return out
 
 
-
 #: Config keys that only repeat a setting (grouped over in the tables and bands).
 SEED_KEYS = ('training.seed', 'data.seed')
 #: Config keys whose variation makes the scaling plots meaningful.
-SCALING_KEYS = ('stack.kind', 'stack.num_workers', 'stack.clients_per_worker',
-                'stack.clients_per_thread', 'training.clients_per_round')
+SCALING_KEYS = (
+    'stack.kind',
+    'stack.num_workers',
+    'stack.clients_per_worker',
+    'stack.clients_per_thread',
+    'training.clients_per_round',
+)
 CSV_RUNS = 'runs.csv'
 CSV_ROUNDS = 'rounds.csv'
 
@@ -100,6 +104,7 @@ CSV_ROUNDS = 'rounds.csv'
 def _flat_config(run_dir: Path) -> Dict[str, Any]:
     from simharness.experiments.config import read_toml  # pylint: disable=import-outside-toplevel
     from simharness.errors import ConfigError  # pylint: disable=import-outside-toplevel
+
     try:
         raw = read_toml(run_dir / 'config.toml')
     except ConfigError:
@@ -118,12 +123,18 @@ def _flat_config(run_dir: Path) -> Dict[str, Any]:
 def run_table(runs: Sequence[RunRecord]) -> Any:
     """One row per run: ``run``, every config key, every scalar summary field (pandas)."""
     import pandas as pd  # pylint: disable=import-outside-toplevel
+
     rows = []
     for r in runs:
         row: Dict[str, Any] = {'run': r.label}
         row.update(_flat_config(r.run_dir))
-        row.update({f'summary.{k}': v for k, v in r.summary.items()
-                    if v is None or isinstance(v, (int, float, str, bool))})
+        row.update(
+            {
+                f'summary.{k}': v
+                for k, v in r.summary.items()
+                if v is None or isinstance(v, (int, float, str, bool))
+            }
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -131,6 +142,7 @@ def run_table(runs: Sequence[RunRecord]) -> Any:
 def round_table(runs: Sequence[RunRecord]) -> Any:
     """One row per run and round: ``run``, the config keys and the round's metrics (pandas)."""
     import pandas as pd  # pylint: disable=import-outside-toplevel
+
     rows = []
     for r in runs:
         cfg = _flat_config(r.run_dir)
@@ -158,6 +170,7 @@ def varied_keys(table: Any) -> List[str]:
 
 def _sort_key(series: Any) -> Any:
     import pandas as pd  # pylint: disable=import-outside-toplevel
+
     numeric = pd.to_numeric(series, errors='coerce')
     return numeric if numeric.notna().all() else series.astype(str)
 
@@ -178,10 +191,12 @@ def _setting_label(row: Any, keys: Sequence[str]) -> str:
 
 # ------------------------------------------------------------------- plots
 
+
 def _figure() -> Tuple[Any, Any]:
     # pylint: disable=import-outside-toplevel
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
     fig = Figure(figsize=(7.5, 4.5), dpi=100)
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot(1, 1, 1)
@@ -208,20 +223,27 @@ def with_initial_points(rounds: Any, initial: Any, what: str) -> Any:
     the initial model's evaluation (``summary.initial_eval_<what>``), so that each curve starts
     where training started. `initial`: the run table (`run_table`) with ``setting``."""
     import pandas as pd  # pylint: disable=import-outside-toplevel
+
     col = f'summary.initial_eval_{what}'
     if initial is None or col not in initial or f'eval_{what}' not in rounds:
         return rounds
     known = initial[initial[col].notna()]
     if known.empty:
         return rounds
-    first = pd.DataFrame({'run': known['run'].to_numpy(), 'setting': known['setting'].to_numpy(),
-                          'round': INITIAL_ROUND,
-                          f'eval_{what}': known[col].astype(float).to_numpy()})
+    first = pd.DataFrame(
+        {
+            'run': known['run'].to_numpy(),
+            'setting': known['setting'].to_numpy(),
+            'round': INITIAL_ROUND,
+            f'eval_{what}': known[col].astype(float).to_numpy(),
+        }
+    )
     return pd.concat([first, rounds], ignore_index=True)
 
 
-def _band_plot(rounds: Any, groups: Sequence[str], path: Path, what: str,
-               initial: Any = None) -> Optional[Path]:
+def _band_plot(
+    rounds: Any, groups: Sequence[str], path: Path, what: str, initial: Any = None
+) -> Optional[Path]:
     """`what` vs round, one line per setting with a +-1 std band over its seeds; a central
     evaluation's curve starts at the initial model (`with_initial_points`)."""
     if rounds.empty:
@@ -238,26 +260,43 @@ def _band_plot(rounds: Any, groups: Sequence[str], path: Path, what: str,
     for label, part in data.groupby('setting', sort=False):
         stats = part.groupby('round')[key].agg(['mean', 'std', 'count']).sort_index()
         xs = stats.index.to_numpy()
-        ax.plot(xs, stats['mean'], marker='o' if len(xs) <= 30 else None, markersize=3,
-                label=str(label) + (f' ({int(stats["count"].max())} seeds)'
-                                    if stats['count'].max() > 1 else ''))
+        ax.plot(
+            xs,
+            stats['mean'],
+            marker='o' if len(xs) <= 30 else None,
+            markersize=3,
+            label=str(label)
+            + (f' ({int(stats["count"].max())} seeds)' if stats['count'].max() > 1 else ''),
+        )
         if stats['count'].max() > 1:
             sd = stats['std'].fillna(0.0)
             ax.fill_between(xs, stats['mean'] - sd, stats['mean'] + sd, alpha=0.2)
-        if use_eval and what in part and part[what].notna().any() and data['setting'].nunique() <= 8:
+        if (
+            use_eval
+            and what in part
+            and part[what].notna().any()
+            and data['setting'].nunique() <= 8
+        ):
             train = part[part[what].notna()].groupby('round')[what].mean().sort_index()
-            ax.plot(train.index.to_numpy(), train.to_numpy(), linestyle='--', linewidth=1,
-                    color=ax.lines[-1].get_color(), label=f'{label} (training)')
+            ax.plot(
+                train.index.to_numpy(),
+                train.to_numpy(),
+                linestyle='--',
+                linewidth=1,
+                color=ax.lines[-1].get_color(),
+                label=f'{label} (training)',
+            )
         drawn += 1
     source = 'central evaluation' if use_eval else 'training, over the cohort'
     from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
+
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     starts = bool(use_eval and (data['round'] == INITIAL_ROUND).any())
-    ax.set_xlabel('round' + (f' ({INITIAL_ROUND}: the initial model, before round 0)'
-                             if starts else ''))
+    ax.set_xlabel(
+        'round' + (f' ({INITIAL_ROUND}: the initial model, before round 0)' if starts else '')
+    )
     ax.set_ylabel(f'{what} ({source})')
-    ax.set_title(f'{what.capitalize()} vs round' + (' (mean ± std over seeds)'
-                                                    if groups else ''))
+    ax.set_title(f'{what.capitalize()} vs round' + (' (mean ± std over seeds)' if groups else ''))
     ax.grid(True, alpha=0.3)
     _legend(ax, drawn)
     return _save(fig, path)
@@ -270,8 +309,13 @@ def _worker_order(label: str) -> Tuple[int, int]:
 def _scaling_plots(runs: Sequence[RunRecord], out_dir: Path) -> List[Path]:
     done = [r for r in runs if r.summary.get('median_round_seconds')]
     workers = sorted({r.workers_label for r in done}, key=_worker_order)
-    cohorts: List[int] = sorted({int(r.summary['clients_per_round']) for r in done
-                                 if r.summary.get('clients_per_round') is not None})
+    cohorts: List[int] = sorted(
+        {
+            int(r.summary['clients_per_round'])
+            for r in done
+            if r.summary.get('clients_per_round') is not None
+        }
+    )
     if len(workers) < 2 and len(cohorts) < 2:
         return []
     groups: Dict[Tuple[str, int], List[float]] = {}
@@ -280,8 +324,9 @@ def _scaling_plots(runs: Sequence[RunRecord], out_dir: Path) -> List[Path]:
         groups.setdefault(key, []).append(float(r.summary['median_round_seconds']))
     paths = []
     for name, ylabel, fn in (
-            ('round_time.png', 'median round time (s)', lambda k, t: t),
-            ('clients_per_second.png', 'clients / s (at the median round)', lambda k, t: k / t)):
+        ('round_time.png', 'median round time (s)', lambda k, t: t),
+        ('clients_per_second.png', 'clients / s (at the median round)', lambda k, t: k / t),
+    ):
         fig, ax = _figure()
         for k in cohorts:
             xs, ys = [], []
@@ -294,8 +339,9 @@ def _scaling_plots(runs: Sequence[RunRecord], out_dir: Path) -> List[Path]:
                 ax.plot(xs, ys, marker='o', label=f'{k} clients/round')
         ax.set_xticks(range(len(workers)))
         ax.set_xticklabels(workers)
-        ax.set_xlabel('workers (process stack)' + (' / thread stack' if 'thread' in workers
-                                                    else ''))
+        ax.set_xlabel(
+            'workers (process stack)' + (' / thread stack' if 'thread' in workers else '')
+        )
         ax.set_ylabel(ylabel)
         if name == 'round_time.png' and len(cohorts) > 1:
             ax.set_yscale('log')
@@ -307,6 +353,7 @@ def _scaling_plots(runs: Sequence[RunRecord], out_dir: Path) -> List[Path]:
 
 
 # ------------------------------------------------------------------ tables
+
 
 def _fmt(value: Any, spec: str) -> str:
     try:
@@ -320,39 +367,47 @@ def _fmt(value: Any, spec: str) -> str:
 def _markdown(frame: Any, align_right: Sequence[bool]) -> List[str]:
     head = '| ' + ' | '.join(str(c) for c in frame.columns) + ' |'
     rule = '|' + '|'.join('---:' if r else '---' for r in align_right) + '|'
-    body = ['| ' + ' | '.join(str(v) for v in row) + ' |'
-            for row in frame.itertuples(index=False)]
+    body = ['| ' + ' | '.join(str(v) for v in row) + ' |' for row in frame.itertuples(index=False)]
     return [head, rule] + body
 
 
 #: Config keys the runs table shows in columns of their own.
-_SHOWN_KEYS = frozenset({'stack.kind', 'stack.num_workers', 'training.clients_per_round',
-                         'training.rounds'})
+_SHOWN_KEYS = frozenset(
+    {'stack.kind', 'stack.num_workers', 'training.clients_per_round', 'training.rounds'}
+)
 
 
 def _runs_markdown(runs: Sequence[RunRecord], table: Any, varied: Sequence[str]) -> List[str]:
     import pandas as pd  # pylint: disable=import-outside-toplevel
+
     rows = []
     del table  # the values come from each run's config.toml: ints stay ints, absent is '–'
     for r in runs:
         cfg = _flat_config(r.run_dir)
         s = r.summary
         workers = s.get('num_workers') if s.get('stack') == 'process' else None
-        row = {'run': r.label, 'status': s.get('status', '?'), 'stack': s.get('stack', '?'),
-               'workers': _fmt(workers, 'd'),
-               'clients/round': _fmt(s.get('clients_per_round'), 'd')}
+        row = {
+            'run': r.label,
+            'status': s.get('status', '?'),
+            'stack': s.get('stack', '?'),
+            'workers': _fmt(workers, 'd'),
+            'clients/round': _fmt(s.get('clients_per_round'), 'd'),
+        }
         leaves = [k.rsplit('.', 1)[-1] for k in varied]
         for k, leaf in zip(varied, leaves):
             if k in _SHOWN_KEYS:
                 continue  # a column of its own already (stack, workers, clients/round, rounds)
             v = cfg.get(k)
             row[leaf if leaves.count(leaf) == 1 else k] = '–' if v is None else v
-        row.update({
-            'rounds': f'{s.get("rounds_completed", "?")}/{s.get("rounds", "?")}',
-            'final loss': _fmt(s.get('final_loss'), '.6f'),
-            'final accuracy': _fmt(s.get('final_accuracy'), '.4f'),
-            'median round s': _fmt(s.get('median_round_seconds'), '.4f'),
-            'clients/s': _fmt(s.get('clients_per_second'), '.1f')})
+        row.update(
+            {
+                'rounds': f'{s.get("rounds_completed", "?")}/{s.get("rounds", "?")}',
+                'final loss': _fmt(s.get('final_loss'), '.6f'),
+                'final accuracy': _fmt(s.get('final_accuracy'), '.4f'),
+                'median round s': _fmt(s.get('median_round_seconds'), '.4f'),
+                'clients/s': _fmt(s.get('clients_per_second'), '.1f'),
+            }
+        )
         if s.get('dp_epsilon') is not None:
             row['epsilon'] = _fmt(s.get('dp_epsilon'), '.3g')
         rows.append(row)
@@ -368,10 +423,18 @@ def seed_table(table: Any, varied: Sequence[str]) -> Any:
     ``<metric> mean`` / ``<metric> std`` columns (float; std NaN for one seed).
     """
     import pandas as pd  # pylint: disable=import-outside-toplevel
+
     keys = [k for k in varied if k not in SEED_KEYS]
-    metrics = [m for m in ('summary.final_loss', 'summary.final_accuracy',
-                           'summary.median_round_seconds', 'summary.dp_epsilon')
-               if m in table and pd.to_numeric(table[m], errors='coerce').notna().any()]
+    metrics = [
+        m
+        for m in (
+            'summary.final_loss',
+            'summary.final_accuracy',
+            'summary.median_round_seconds',
+            'summary.dp_epsilon',
+        )
+        if m in table and pd.to_numeric(table[m], errors='coerce').notna().any()
+    ]
     frame = table.copy()
     for m in metrics:
         frame[m] = pd.to_numeric(frame[m], errors='coerce')
@@ -393,10 +456,15 @@ def seed_table(table: Any, varied: Sequence[str]) -> Any:
 
 def _seed_markdown(stats: Any, varied: Sequence[str]) -> List[str]:
     import pandas as pd  # pylint: disable=import-outside-toplevel
+
     keys = [k for k in varied if k not in SEED_KEYS]
     rows = []
-    specs = {'final_loss': '.4f', 'final_accuracy': '.4f', 'median_round_seconds': '.4f',
-             'dp_epsilon': '.3g'}
+    specs = {
+        'final_loss': '.4f',
+        'final_accuracy': '.4f',
+        'median_round_seconds': '.4f',
+        'dp_epsilon': '.3g',
+    }
     for _, r in stats.iterrows():
         row = {k.rsplit('.', 1)[-1]: r[k] for k in keys}
         row['seeds'] = int(r['seeds'])
@@ -404,7 +472,8 @@ def _seed_markdown(stats: Any, varied: Sequence[str]) -> List[str]:
             if f'{name} mean' in r:
                 sd = r[f'{name} std']
                 row[name.replace('_', ' ')] = _fmt(r[f'{name} mean'], spec) + (
-                    f' ± {_fmt(sd, spec)}' if sd == sd else '')
+                    f' ± {_fmt(sd, spec)}' if sd == sd else ''
+                )
         rows.append(row)
     frame = pd.DataFrame(rows)
     return _markdown(frame, [True] * len(frame.columns))
@@ -438,45 +507,69 @@ def write_report(results_dir: PathLike) -> List[Path]:
     rounds = round_table(runs)
     setting_keys = [k for k in varied if k not in SEED_KEYS]
     seeds_vary = any(k in SEED_KEYS for k in varied)
-    labels = {r.label: (_setting_label(row, setting_keys) if (setting_keys or seeds_vary)
-                        else r.label) for r, (_, row) in zip(runs, table.iterrows())}
+    labels = {
+        r.label: (_setting_label(row, setting_keys) if (setting_keys or seeds_vary) else r.label)
+        for r, (_, row) in zip(runs, table.iterrows())
+    }
     if not setting_keys and not seeds_vary:
         labels = {r.label: r.label for r in runs}
     if not rounds.empty:
         rounds['setting'] = rounds['run'].map(labels)
     group = [k for k in varied if k in SEED_KEYS]
     initial = table.assign(setting=table['run'].map(labels))
-    plots = [p for p in (_band_plot(rounds, group, root / 'accuracy.png', 'accuracy', initial),
-                         _band_plot(rounds, group, root / 'loss.png', 'loss', initial))
-             if p is not None]
+    plots = [
+        p
+        for p in (
+            _band_plot(rounds, group, root / 'accuracy.png', 'accuracy', initial),
+            _band_plot(rounds, group, root / 'loss.png', 'loss', initial),
+        )
+        if p is not None
+    ]
     scaling_varied = any(k in SCALING_KEYS for k in varied) or (
-        len({r.workers_label for r in runs}) > 1)
+        len({r.workers_label for r in runs}) > 1
+    )
     if scaling_varied:
         plots += _scaling_plots(runs, root)
     complete = sum(1 for r in runs if r.summary.get('status') == 'complete')
     when = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
     eval_on = sorted({str(r.summary.get('eval_on')) for r in runs if r.summary.get('eval_on')})
     title = runs[0].label if len(runs) == 1 and runs[0].run_dir == root else root.resolve().name
-    lines = [f'# Report: {title}', '',
-             f'{len(runs)} run{"s" if len(runs) != 1 else ""} ({complete} complete), '
-             f'generated {when}.'
-             + (f' Hyper-parameters that vary: {", ".join(varied)}.' if varied else ''), '',
-             'Final loss and accuracy: central evaluation after the last finished round'
-             + (f' (on {", ".join(eval_on)})' if eval_on else '')
-             + '. Median round s: median over the rounds after the first; clients/s = '
-               'clients per round / median round s.', '']
+    lines = [
+        f'# Report: {title}',
+        '',
+        f'{len(runs)} run{"s" if len(runs) != 1 else ""} ({complete} complete), '
+        f'generated {when}.'
+        + (f' Hyper-parameters that vary: {", ".join(varied)}.' if varied else ''),
+        '',
+        'Final loss and accuracy: central evaluation after the last finished round'
+        + (f' (on {", ".join(eval_on)})' if eval_on else '')
+        + '. Median round s: median over the rounds after the first; clients/s = '
+        'clients per round / median round s.',
+        '',
+    ]
     lines += _runs_markdown(runs, table, varied)
     if seeds_vary:
-        lines += ['', '## Over seeds', '',
-                  'Mean ± sample std over the seeds of each setting, sorted by the setting.', '']
+        lines += [
+            '',
+            '## Over seeds',
+            '',
+            'Mean ± sample std over the seeds of each setting, sorted by the setting.',
+            '',
+        ]
         lines += _seed_markdown(seed_table(table, varied), varied)
     for p in plots:
         lines += ['', f'![{p.stem}]({p.name})']
-    lines += ['', f'Tidy data: [{CSV_RUNS}]({CSV_RUNS}) (one row per run), '
-                  f'[{CSV_ROUNDS}]({CSV_ROUNDS}) (one row per run and round).']
+    lines += [
+        '',
+        f'Tidy data: [{CSV_RUNS}]({CSV_RUNS}) (one row per run), '
+        f'[{CSV_ROUNDS}]({CSV_ROUNDS}) (one row per run and round).',
+    ]
     report = atomic.write_text(root / REPORT_FILE, '\n'.join(lines) + '\n')
     csvs = [atomic.write_text(root / CSV_RUNS, table.to_csv(index=False))]
     if not rounds.empty:
-        csvs.append(atomic.write_text(root / CSV_ROUNDS,
-                                      rounds.drop(columns=['setting']).to_csv(index=False)))
+        csvs.append(
+            atomic.write_text(
+                root / CSV_ROUNDS, rounds.drop(columns=['setting']).to_csv(index=False)
+            )
+        )
     return [report] + plots + csvs

@@ -67,8 +67,9 @@ def _encode_response(resp: P.Response) -> Tuple[bytes, List[Any]]:
     try:
         return P.encode_message(resp)
     except Exception as e:
-        return P.encode_message(P.Response(False, error=P.error_to_record(
-            e, traceback.format_exc()), seq=resp.seq))
+        return P.encode_message(
+            P.Response(False, error=P.error_to_record(e, traceback.format_exc()), seq=resp.seq)
+        )
 
 
 class _InProcessBackend:
@@ -80,6 +81,7 @@ class _InProcessBackend:
         # Imported here (reason: only this backend runs TF in the service's process; a
         # service over worker processes never imports TensorFlow itself).
         from simharness.hosts.leaf import worker_service
+
         self._service = worker_service(name, None, clients_per_worker)
         self._queue: 'queue.Queue[Any]' = queue.Queue()
         self._closed = False
@@ -100,8 +102,9 @@ class _InProcessBackend:
             except BaseException as e:  # pragma: no cover - handle() reports failures itself
                 fut.set_exception(e)
 
-    def submit(self, slot: int, req: P.Request, header: bytes,
-               buffers: List[Any]) -> concurrent.futures.Future:
+    def submit(
+        self, slot: int, req: P.Request, header: bytes, buffers: List[Any]
+    ) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._closing_lock:
             if not self._closed:
@@ -118,8 +121,11 @@ class _InProcessBackend:
 
     def state(self) -> Dict[str, int]:
         s = self._service
-        return {'requests': s.requests, 'sessions': len(s.sessions),
-                'values': sum(len(x.values) for x in list(s.sessions.values()))}
+        return {
+            'requests': s.requests,
+            'sessions': len(s.sessions),
+            'values': sum(len(x.values) for x in list(s.sessions.values())),
+        }
 
     def close(self) -> None:
         with self._closing_lock:
@@ -133,13 +139,15 @@ class _PoolBackend:
     """A local `WorkerPool`: slot k is worker process k."""
 
     def __init__(self, num_workers: int, clients_per_worker: Optional[int]):
-        self._pool = create_worker_pool(num_workers=num_workers,
-                                        clients_per_worker=clients_per_worker)
+        self._pool = create_worker_pool(
+            num_workers=num_workers, clients_per_worker=clients_per_worker
+        )
         self._pool.start()
         self.num_workers = num_workers
 
-    def submit(self, slot: int, req: P.Request, header: bytes,
-               buffers: List[Any]) -> concurrent.futures.Future:
+    def submit(
+        self, slot: int, req: P.Request, header: bytes, buffers: List[Any]
+    ) -> concurrent.futures.Future:
         out: concurrent.futures.Future = concurrent.futures.Future()
         h = self._pool.handles[slot]
         try:
@@ -157,10 +165,14 @@ class _PoolBackend:
                 # closes started pools at once): not an answer of the worker.
                 out.set_exception(_BackendClosed(str(exc)))
                 return
-            resp = f.result() if exc is None else P.Response(
-                False, error=P.error_to_record(exc), seq=req.seq)
+            resp = (
+                f.result()
+                if exc is None
+                else P.Response(False, error=P.error_to_record(exc), seq=req.seq)
+            )
             resp.seq = req.seq
             out.set_result(_encode_response(resp))
+
         inner.add_done_callback(done)
         return out
 
@@ -195,11 +207,16 @@ class ExecutorService(pbg.ExecutorServiceServicer):
       name: this service's address, for error messages.
     """
 
-    def __init__(self, num_workers: int = 0, *,
-                 clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
-                 max_message_bytes: int = G.DEFAULT_MAX_MESSAGE_BYTES,
-                 chunk_bytes: int = G.CHUNK_BYTES,
-                 session_timeout: float = DEFAULT_SESSION_TIMEOUT, name: str = 'service'):
+    def __init__(
+        self,
+        num_workers: int = 0,
+        *,
+        clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+        max_message_bytes: int = G.DEFAULT_MAX_MESSAGE_BYTES,
+        chunk_bytes: int = G.CHUNK_BYTES,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        name: str = 'service',
+    ):
         self.incarnation = uuid.uuid4().hex
         self.max_message_bytes = max_message_bytes
         self.chunk_bytes = chunk_bytes
@@ -209,8 +226,11 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         self._streams = 0
         self._requests = 0
         self._shutting_down = threading.Event()
-        self.backend: Any = (_InProcessBackend(name, clients_per_worker) if num_workers == 0
-                             else _PoolBackend(num_workers, clients_per_worker))
+        self.backend: Any = (
+            _InProcessBackend(name, clients_per_worker)
+            if num_workers == 0
+            else _PoolBackend(num_workers, clients_per_worker)
+        )
         self.num_workers = max(1, num_workers)
 
     # ------------------------------------------------------------ shutdown
@@ -227,9 +247,12 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         """Ends the call as UNAVAILABLE, naming this service (a transient failure: the
         driver raises its retryable ServiceUnavailableError and may retry elsewhere)."""
         import grpc
-        context.abort(grpc.StatusCode.UNAVAILABLE,
-                      f'the executor service at {self.name} is shutting down{what}; the values '
-                      'it held are gone: run the computation again once it is back')
+
+        context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f'the executor service at {self.name} is shutting down{what}; the values '
+            'it held are gone: run the computation again once it is back',
+        )
 
     # ------------------------------------------------------------ RPCs
     def GetServiceInfo(self, request: Any, context: Any) -> Any:
@@ -241,16 +264,24 @@ class ExecutorService(pbg.ExecutorServiceServicer):
             self._unavailable(context)
         with self._lock:
             streams, requests = self._streams, self._requests
-        return pb.ServiceInfo(protocol_version=P.PROTOCOL_VERSION, incarnation=self.incarnation,
-                              num_workers=self.num_workers, pid=os.getpid(),
-                              simharness_version=_version(),
-                              max_message_bytes=self.max_message_bytes,
-                              chunk_bytes=self.chunk_bytes, requests=requests,
-                              sessions=st['sessions'], values=st['values'], streams=streams,
-                              session_timeout=self.session_timeout)
+        return pb.ServiceInfo(
+            protocol_version=P.PROTOCOL_VERSION,
+            incarnation=self.incarnation,
+            num_workers=self.num_workers,
+            pid=os.getpid(),
+            simharness_version=_version(),
+            max_message_bytes=self.max_message_bytes,
+            chunk_bytes=self.chunk_bytes,
+            requests=requests,
+            sessions=st['sessions'],
+            values=st['values'],
+            streams=streams,
+            session_timeout=self.session_timeout,
+        )
 
     def Execute(self, request_iterator: Any, context: Any) -> Iterator[Any]:
         import grpc
+
         md = dict(context.invocation_metadata() or ())
         raw = md.get(A.WORKER_METADATA, '0')
         try:
@@ -258,9 +289,11 @@ class ExecutorService(pbg.ExecutorServiceServicer):
             if not 0 <= slot < self.num_workers:
                 raise ValueError
         except ValueError:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f'{A.WORKER_METADATA}={raw!r}: this service has worker slots '
-                          f'0..{self.num_workers - 1}')
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f'{A.WORKER_METADATA}={raw!r}: this service has worker slots '
+                f'0..{self.num_workers - 1}',
+            )
         if self.shutting_down:
             self._unavailable(context)
         try:
@@ -288,10 +321,12 @@ class ExecutorService(pbg.ExecutorServiceServicer):
             self._close_sessions(slot, sessions)
 
         context.add_callback(ended)
-        reader = threading.Thread(target=self._read,
-                                  args=(request_iterator, slot, out, sessions, as_objects,
-                                        pending),
-                                  name='simharness-service-stream', daemon=True)
+        reader = threading.Thread(
+            target=self._read,
+            args=(request_iterator, slot, out, sessions, as_objects, pending),
+            name='simharness-service-stream',
+            daemon=True,
+        )
         with self._lock:
             self._streams += 1
         reader.start()
@@ -309,15 +344,18 @@ class ExecutorService(pbg.ExecutorServiceServicer):
                 except concurrent.futures.CancelledError:  # the RPC ended (`ended`)
                     return
                 except _BackendClosed:  # closed under the request: no answer, unavailable
-                    self._unavailable(context, ' (its worker was stopped while it ran a '
-                                      'request of this stream)')
+                    self._unavailable(
+                        context, ' (its worker was stopped while it ran a request of this stream)'
+                    )
                 with self._lock:
                     if pending and pending[0] is item:
                         pending.pop(0)
                 if self.backend.generation(slot) != gen:
-                    context.abort(grpc.StatusCode.UNAVAILABLE,
-                                  f'worker {slot} of the executor service at {self.name} died '
-                                  'and was replaced; its values are gone')
+                    context.abort(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f'worker {slot} of the executor service at {self.name} died '
+                        'and was replaced; its values are gone',
+                    )
                 frames = G.encoded_frames(seq, header, buffers, self.chunk_bytes)
                 if as_objects[0]:
                     frames = (pb.Frame.FromString(b) for b in frames)
@@ -332,20 +370,32 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         bytes (parsed by hand, one copy); `add_ExecutorServiceServicer_to_server` works too,
         through `Frame` objects."""
         import grpc
+
         handlers = {
             'GetServiceInfo': grpc.unary_unary_rpc_method_handler(
-                self.GetServiceInfo, request_deserializer=pb.ServiceInfoRequest.FromString,
-                response_serializer=pb.ServiceInfo.SerializeToString),
+                self.GetServiceInfo,
+                request_deserializer=pb.ServiceInfoRequest.FromString,
+                response_serializer=pb.ServiceInfo.SerializeToString,
+            ),
             'Execute': grpc.stream_stream_rpc_method_handler(self.Execute),
         }
         server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(A.SERVICE_NAME, handlers),))
+            (grpc.method_handlers_generic_handler(A.SERVICE_NAME, handlers),)
+        )
 
     # ------------------------------------------------------------ helpers
-    def _read(self, frames: Any, slot: int, out: 'queue.Queue[Any]', sessions: Set[int],
-              as_objects: List[bool], pending: List[concurrent.futures.Future]) -> None:
+    def _read(
+        self,
+        frames: Any,
+        slot: int,
+        out: 'queue.Queue[Any]',
+        sessions: Set[int],
+        as_objects: List[bool],
+        pending: List[concurrent.futures.Future],
+    ) -> None:
         """Reads one stream's requests and submits them, in order (a thread per stream)."""
         import grpc
+
         asm = G.MessageAssembler(self.max_message_bytes, 'the driver')
         try:
             for raw in frames:
@@ -354,8 +404,11 @@ class ExecutorService(pbg.ExecutorServiceServicer):
                 try:
                     msg = asm.feed(G.decode_frame(raw))
                 except E.ProtocolError as e:
-                    code = (grpc.StatusCode.RESOURCE_EXHAUSTED if 'limit' in str(e)
-                            else grpc.StatusCode.INVALID_ARGUMENT)
+                    code = (
+                        grpc.StatusCode.RESOURCE_EXHAUSTED
+                        if 'limit' in str(e)
+                        else grpc.StatusCode.INVALID_ARGUMENT
+                    )
                     out.put(('abort', code, str(e)))
                     return
                 if msg is None:
@@ -371,8 +424,9 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         finally:
             out.put(_END)
 
-    def _submit(self, slot: int, header: bytes, buffers: List[Any],
-                sessions: Set[int]) -> concurrent.futures.Future:
+    def _submit(
+        self, slot: int, header: bytes, buffers: List[Any], sessions: Set[int]
+    ) -> concurrent.futures.Future:
         try:
             req = P.check_request(P.decode_message(header, buffers))
         except Exception as e:  # bytes that are no request: an error answer, keep serving
@@ -405,6 +459,7 @@ class ExecutorService(pbg.ExecutorServiceServicer):
 def _version() -> str:
     try:
         from importlib.metadata import version
+
         return version('simharness')
     except Exception:
         return 'unknown'
@@ -415,6 +470,7 @@ class _TokenInterceptor:
 
     def __init__(self, token: str):
         import grpc
+
         self._expected = f'Bearer {token}'.encode()
 
         def deny_unary(request: Any, context: Any) -> Any:
@@ -422,6 +478,7 @@ class _TokenInterceptor:
 
         def deny_stream(request_iterator: Any, context: Any) -> Any:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, 'missing or wrong token')
+
         self._deny_unary = grpc.unary_unary_rpc_method_handler(deny_unary)
         self._deny_stream = grpc.stream_stream_rpc_method_handler(deny_stream)
 
@@ -440,6 +497,7 @@ def _make_interceptor(token: str) -> Any:
 
     class TokenInterceptor(_TokenInterceptor, grpc.ServerInterceptor):
         pass
+
     return TokenInterceptor(token)
 
 
@@ -451,8 +509,14 @@ class ExecutorServer:
       service: the `ExecutorService`.
     """
 
-    def __init__(self, server: Any, service: ExecutorService, host: str, port: int,
-                 threads: Optional[concurrent.futures.ThreadPoolExecutor] = None):
+    def __init__(
+        self,
+        server: Any,
+        service: ExecutorService,
+        host: str,
+        port: int,
+        threads: Optional[concurrent.futures.ThreadPoolExecutor] = None,
+    ):
         self._server = server
         self._threads = threads  # the server's handler threads: ours to end at `stop()`
         self.service = service
@@ -506,13 +570,19 @@ class ExecutorServer:
         self.stop()
 
 
-def start_executor_service(port: int = 0, host: str = '127.0.0.1', *,
-                           token: Optional[str] = None, tls_cert: Optional[bytes] = None,
-                           tls_key: Optional[bytes] = None, num_workers: int = 0,
-                           clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
-                           max_message_bytes: int = G.DEFAULT_MAX_MESSAGE_BYTES,
-                           session_timeout: float = DEFAULT_SESSION_TIMEOUT,
-                           max_streams: int = 64) -> ExecutorServer:
+def start_executor_service(
+    port: int = 0,
+    host: str = '127.0.0.1',
+    *,
+    token: Optional[str] = None,
+    tls_cert: Optional[bytes] = None,
+    tls_key: Optional[bytes] = None,
+    num_workers: int = 0,
+    clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+    max_message_bytes: int = G.DEFAULT_MAX_MESSAGE_BYTES,
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+    max_streams: int = 64,
+) -> ExecutorServer:
     """Starts an executor service (the Python equivalent of ``simharness serve``).
 
     Args:
@@ -536,19 +606,23 @@ def start_executor_service(port: int = 0, host: str = '127.0.0.1', *,
     check_number('session_timeout', session_timeout, greater_than=0)
     check_int('max_streams', max_streams, 1)
     if not isinstance(host, str) or not host:
-        raise E.SimharnessTypeError(f'host must be a non-empty str, got {host!r}',
-                                    expected=str, actual=type(host))
+        raise E.SimharnessTypeError(
+            f'host must be a non-empty str, got {host!r}', expected=str, actual=type(host)
+        )
     if token is not None:
         A.check_token(token)
     if (tls_cert is None) != (tls_key is None):
-        raise E.SimharnessValueError('TLS needs both a certificate and its key (--tls-cert and '
-                                     '--tls-key)')
+        raise E.SimharnessValueError(
+            'TLS needs both a certificate and its key (--tls-cert and --tls-key)'
+        )
     if not A.is_loopback(host) and token is None and tls_cert is None:
         raise E.SimharnessValueError(
             f'refusing to serve on {host}: a non-loopback address needs a token (--token-file) '
             'or TLS (--tls-cert/--tls-key), because whoever reaches the service runs TF graphs '
-            'in it; bind 127.0.0.1 (the default) for this machine only')
+            'in it; bind 127.0.0.1 (the default) for this machine only'
+        )
     import grpc
+
     keepalive_ms = max(1000, int(session_timeout * 500))
     options = A.channel_options() + [
         ('grpc.keepalive_time_ms', keepalive_ms),
@@ -559,30 +633,41 @@ def start_executor_service(port: int = 0, host: str = '127.0.0.1', *,
         ('grpc.so_reuseport', 0),
     ]
     name = f'{host}:{port}'
-    service = ExecutorService(num_workers, clients_per_worker=clients_per_worker,
-                              max_message_bytes=max_message_bytes,
-                              session_timeout=session_timeout, name=name)
+    service = ExecutorService(
+        num_workers,
+        clients_per_worker=clients_per_worker,
+        max_message_bytes=max_message_bytes,
+        session_timeout=session_timeout,
+        name=name,
+    )
     try:
         interceptors = [_make_interceptor(token)] if token is not None else []
         # Each stream holds a handler thread and a reader thread; GetServiceInfo needs one more.
         threads = concurrent.futures.ThreadPoolExecutor(
-            max_workers=max_streams + 4, thread_name_prefix='simharness-grpc-server')
-        server = grpc.server(threads, interceptors=interceptors, options=options,
-                             maximum_concurrent_rpcs=max_streams + 4)
+            max_workers=max_streams + 4, thread_name_prefix='simharness-grpc-server'
+        )
+        server = grpc.server(
+            threads,
+            interceptors=interceptors,
+            options=options,
+            maximum_concurrent_rpcs=max_streams + 4,
+        )
         service.add_to_server(server)
         bind = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
         try:
             if tls_cert is not None:
-                bound = server.add_secure_port(bind, grpc.ssl_server_credentials(
-                    [(tls_key, tls_cert)]))
+                bound = server.add_secure_port(
+                    bind, grpc.ssl_server_credentials([(tls_key, tls_cert)])
+                )
             else:
                 bound = server.add_insecure_port(bind)
         except RuntimeError as e:
             bound = 0
             log.debug('bind failed: %s', e)
         if not bound:
-            raise E.SimharnessValueError(f'cannot listen on {bind} (in use, or not an address '
-                                         'of this machine)')
+            raise E.SimharnessValueError(
+                f'cannot listen on {bind} (in use, or not an address of this machine)'
+            )
         server.start()
     except BaseException:
         service.close()

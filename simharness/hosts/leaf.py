@@ -8,8 +8,11 @@ from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.runtime.service import WorkerService
 
 
-def worker_service(worker_id: Optional[Union[int, str]] = None, device: Optional[str] = None,
-                   clients_per_worker: Optional[int] = None) -> WorkerService:
+def worker_service(
+    worker_id: Optional[Union[int, str]] = None,
+    device: Optional[str] = None,
+    clients_per_worker: Optional[int] = None,
+) -> WorkerService:
     """A `WorkerService` running requests on a new `EagerTFExecutor`.
 
     Args:
@@ -17,6 +20,5 @@ def worker_service(worker_id: Optional[Union[int, str]] = None, device: Optional
       device: the TF device of the executor (``'/GPU:0'`` on a placed GPU; None: TF's).
       clients_per_worker: the most clients run through one TF call (None: no bound).
     """
-    executor = EagerTFExecutor(device=device, max_batch_size=clients_per_worker,
-                               sums_in_calls=True)
+    executor = EagerTFExecutor(device=device, max_batch_size=clients_per_worker, sums_in_calls=True)
     return WorkerService(executor, cast(Optional[int], worker_id))  # gRPC ids are names

@@ -31,9 +31,15 @@ from simharness.runtime.local import transport as L
 from simharness.runtime.local.lifeline import DRIVER_GONE
 from simharness.runtime import pinning
 from simharness.runtime import protocol as P
-from simharness.runtime.local.options import (DEFAULT_ARENA_BYTES, DEFAULT_CLIENTS_PER_WORKER,
-                                              DEFAULT_LIVENESS_TIMEOUT, DEFAULT_START_TIMEOUT,
-                                              DEFAULT_STOPPED_TIMEOUT, PoolOptions, WorkerConfig)
+from simharness.runtime.local.options import (
+    DEFAULT_ARENA_BYTES,
+    DEFAULT_CLIENTS_PER_WORKER,
+    DEFAULT_LIVENESS_TIMEOUT,
+    DEFAULT_START_TIMEOUT,
+    DEFAULT_STOPPED_TIMEOUT,
+    PoolOptions,
+    WorkerConfig,
+)
 from simharness.runtime.local.pool import WorkerPool
 from simharness.runtime.local.pool import build_pool
 from simharness.runtime.local.shm import ShmAttachment, SlotRef
@@ -77,6 +83,7 @@ def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig)
             # Imported once placed (reason: the leaf's modules use TF, and a worker
             # pins its threads and devices before TF initializes).
             from simharness.hosts.leaf import worker_service
+
             device = '/GPU:0' if placement.gpu is not None else None
             service = worker_service(worker_id, device, config.clients_per_worker)
             arena = L.ResponseArenas(config.arena_bytes)
@@ -85,8 +92,9 @@ def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig)
             terminated = True
             return
         except Exception as e:  # report, then exit
-            conn.send_bytes(L.pack_frame(L.F_START_ERROR, f'{type(e).__name__}: {e}',
-                                         traceback.format_exc()))
+            conn.send_bytes(
+                L.pack_frame(L.F_START_ERROR, f'{type(e).__name__}: {e}', traceback.format_exc())
+            )
             return
         conn.send_bytes(L.pack_frame(L.F_READY, os.getpid(), arena.names[0]))
         return _serve(conn, service, arena, attachment, worker_id, config.profile)
@@ -109,8 +117,9 @@ def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig)
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int,
-           profile: bool) -> Optional[str]:
+def _serve(
+    conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int, profile: bool
+) -> Optional[str]:
     while True:
         try:
             frame = L.unpack_frame(conn.recv_bytes())
@@ -130,9 +139,14 @@ def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int
             # The driver's broadcast (the first frame[4] buffers): tensors made of it hold
             # it in place (no copy) while they live; the driver keeps it until we report
             # the token unpinned. The request's other buffers are read as usual.
-            SHARED_READS.offer(token, [attachment.read(SlotRef(loc[0], loc[1], '|u1', (loc[2],)),
-                                                       writable=True)
-                                       for loc in frame[2][:frame[4]] if isinstance(loc, list)])
+            SHARED_READS.offer(
+                token,
+                [
+                    attachment.read(SlotRef(loc[0], loc[1], '|u1', (loc[2],)), writable=True)
+                    for loc in frame[2][: frame[4]]
+                    if isinstance(loc, list)
+                ],
+            )
         try:
             req: Any = P.decode_message(frame[1], L.read_buffers(attachment, frame[2], copy=False))
         except Exception as e:
@@ -145,8 +159,9 @@ def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int
         try:
             header, buffers = P.encode_message(resp)
         except Exception as e:
-            resp = P.Response(False, error=P.error_to_record(e, traceback.format_exc()),
-                              seq=resp.seq)
+            resp = P.Response(
+                False, error=P.error_to_record(e, traceback.format_exc()), seq=resp.seq
+            )
             header, buffers = P.encode_message(resp)
         locs = arenas.write(buffers)
         op = getattr(req, 'op', None)
@@ -155,13 +170,25 @@ def _serve(conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int
         del req, resp, buffers
         pinned = token is not None and SHARED_READS.close_offer(token)
         try:
-            conn.send_bytes(L.pack_frame(L.F_RESPONSE, header, locs, arenas.take_retired(),
-                                         pinned, SHARED_READS.take_unpinned()))
+            conn.send_bytes(
+                L.pack_frame(
+                    L.F_RESPONSE,
+                    header,
+                    locs,
+                    arenas.take_retired(),
+                    pinned,
+                    SHARED_READS.take_unpinned(),
+                )
+            )
         except (EOFError, OSError, BrokenPipeError):
             return DRIVER_GONE
         if profile:
-            print(f'[worker {worker_id}] {getattr(op, "name", op)} '
-                  f'{1e3 * (time.perf_counter() - t0):.1f} ms', file=sys.stderr, flush=True)
+            print(
+                f'[worker {worker_id}] {getattr(op, "name", op)} '
+                f'{1e3 * (time.perf_counter() - t0):.1f} ms',
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _release_stale(attachment: Any, locs: List[Any]) -> None:
@@ -174,26 +201,39 @@ def _release_stale(attachment: Any, locs: List[Any]) -> None:
             attachment.release(name)
 
 
-def create_worker_pool(num_workers: Optional[int] = None,
-                       clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
-                       cpu_affinity: bool = True, devices: object = None, workers_per_gpu: int = 1,
-                       arena_bytes: int = DEFAULT_ARENA_BYTES,
-                       start_timeout: float = DEFAULT_START_TIMEOUT,
-                       worker_options: Optional[dict] = None,
-                       request_timeout: Optional[float] = None,
-                       liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
-                       stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT) -> WorkerPool:
+def create_worker_pool(
+    num_workers: Optional[int] = None,
+    clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+    cpu_affinity: bool = True,
+    devices: object = None,
+    workers_per_gpu: int = 1,
+    arena_bytes: int = DEFAULT_ARENA_BYTES,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+    worker_options: Optional[dict] = None,
+    request_timeout: Optional[float] = None,
+    liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+    stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT,
+) -> WorkerPool:
     """A `WorkerPool` of pinned workers running `worker_main` (not started; see `WorkerPool.start`).
 
     Args are the fields of `PoolOptions` (those of
     `simharness.stacks.process_executor_factory`), checked before anything starts.
     """
-    return pool_for(PoolOptions(
-        num_workers=num_workers, clients_per_worker=clients_per_worker,
-        cpu_affinity=cpu_affinity, devices=devices, workers_per_gpu=workers_per_gpu,
-        arena_bytes=arena_bytes, start_timeout=start_timeout, worker_options=worker_options,
-        request_timeout=request_timeout, liveness_timeout=liveness_timeout,
-        stopped_timeout=stopped_timeout))
+    return pool_for(
+        PoolOptions(
+            num_workers=num_workers,
+            clients_per_worker=clients_per_worker,
+            cpu_affinity=cpu_affinity,
+            devices=devices,
+            workers_per_gpu=workers_per_gpu,
+            arena_bytes=arena_bytes,
+            start_timeout=start_timeout,
+            worker_options=worker_options,
+            request_timeout=request_timeout,
+            liveness_timeout=liveness_timeout,
+            stopped_timeout=stopped_timeout,
+        )
+    )
 
 
 def pool_for(options: PoolOptions) -> WorkerPool:

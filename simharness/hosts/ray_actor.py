@@ -49,16 +49,24 @@ class RayWorker:
         """Where this actor runs: node id and address, pid, usable cores, GPUs Ray gave it."""
 
         import ray  # reason: optional dependency (simharness[ray]), present in an actor
+
         ctx = ray.get_runtime_context()
         try:
             cpus = sorted(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             cpus = list(range(os.cpu_count() or 1))
         gpus = [int(g) if str(g).isdigit() else g for g in ray.get_gpu_ids()]
-        return {'node_id': ctx.get_node_id(), 'node_ip': ray.util.get_node_ip_address(),
-                'hostname': socket.gethostname(), 'pid': os.getpid(), 'cpus': cpus,
-                'gpu_ids': gpus, 'incarnation': self.incarnation,
-                'started': self.service is not None, 'placement': self.placement}
+        return {
+            'node_id': ctx.get_node_id(),
+            'node_ip': ray.util.get_node_ip_address(),
+            'hostname': socket.gethostname(),
+            'pid': os.getpid(),
+            'cpus': cpus,
+            'gpu_ids': gpus,
+            'incarnation': self.incarnation,
+            'started': self.service is not None,
+            'placement': self.placement,
+        }
 
     def start(self, placement: Dict[str, Any]) -> Dict[str, Any]:
         """Pins this process, builds the executor and service (once); returns `describe()`."""
@@ -72,9 +80,9 @@ class RayWorker:
             # Imported once placed (reason: the leaf's modules use TF, and an actor pins
             # its threads and devices before TF initializes).
             from simharness.hosts.leaf import worker_service
+
             device = '/GPU:0' if pl.gpu is not None else None
-            self.service = worker_service(self.slot, device,
-                                          self.options.get('clients_per_worker'))
+            self.service = worker_service(self.slot, device, self.options.get('clients_per_worker'))
             self.placement = dict(placement)
         return self.describe()
 
@@ -93,16 +101,21 @@ class RayWorker:
         except Exception as e:
             resp = P.Response(False, error=P.error_to_record(e, traceback.format_exc()))
         else:
-                resp = self.service.handle(req)
+            resp = self.service.handle(req)
         try:
             out = P.encode_message(resp)
         except Exception as e:
-            out = P.encode_message(P.Response(
-                False, error=P.error_to_record(e, traceback.format_exc()), seq=resp.seq))
+            out = P.encode_message(
+                P.Response(False, error=P.error_to_record(e, traceback.format_exc()), seq=resp.seq)
+            )
         if self.options.get('profile'):
             op = getattr(req, 'op', None)
-            print(f'[ray worker {self.slot}] {getattr(op, "name", op)} '
-                  f'{1e3 * (time.perf_counter() - t0):.1f} ms', file=sys.stderr, flush=True)
+            print(
+                f'[ray worker {self.slot}] {getattr(op, "name", op)} '
+                f'{1e3 * (time.perf_counter() - t0):.1f} ms',
+                file=sys.stderr,
+                flush=True,
+            )
         return out
 
     def usage(self) -> Dict[str, Any]:
@@ -110,8 +123,12 @@ class RayWorker:
         p = psutil.Process()
         with p.oneshot():
             mem, cpu = p.memory_info(), p.cpu_times()
-        return {'pid': os.getpid(), 'rss_bytes': mem.rss, 'cpu_seconds': cpu.user + cpu.system,
-                'requests': 0 if self.service is None else self.service.requests}
+        return {
+            'pid': os.getpid(),
+            'rss_bytes': mem.rss,
+            'cpu_seconds': cpu.user + cpu.system,
+            'requests': 0 if self.service is None else self.service.requests,
+        }
 
 
 __all__ = ['RayWorker']

@@ -25,14 +25,23 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    'FedAvg': 'fedavg', 'FedAvgConfig': 'fedavg', 'pad_clients': 'fedavg',
+    'FedAvg': 'fedavg',
+    'FedAvgConfig': 'fedavg',
+    'pad_clients': 'fedavg',
     'reference_fedavg_workload': 'fedavg',
-    'MODEL_NAMES': 'models', 'ModelSpec': 'models', 'accuracy': 'models', 'forward': 'models',
-    'get_model': 'models', 'init_weights': 'models', 'loss': 'models',
+    'MODEL_NAMES': 'models',
+    'ModelSpec': 'models',
+    'accuracy': 'models',
+    'forward': 'models',
+    'get_model': 'models',
+    'init_weights': 'models',
+    'loss': 'models',
     'numpy_evaluate': 'models',
     # TFF's tff.learning names.
-    'ClientWeighting': 'client_weight_lib', 'LoopImplementation': 'loop_builder',
-    'dp_aggregator': 'model_update_aggregator', 'robust_aggregator': 'model_update_aggregator',
+    'ClientWeighting': 'client_weight_lib',
+    'LoopImplementation': 'loop_builder',
+    'dp_aggregator': 'model_update_aggregator',
+    'robust_aggregator': 'model_update_aggregator',
     'secure_aggregator': 'model_update_aggregator',
     'compression_aggregator': 'model_update_aggregator',
     'ddp_secure_aggregator': 'model_update_aggregator',
@@ -40,16 +49,37 @@ _WHERE = {
     'add_debug_measurements_with_mixed_dtype': 'debug_measurements',
     # TFF v0.19's (2021) names, thin aliases of today's algorithms (legacy_2021).
     'build_federated_averaging_process': 'legacy_2021',
-    'build_federated_evaluation': 'legacy_2021', 'from_keras_model': 'legacy_2021',
+    'build_federated_evaluation': 'legacy_2021',
+    'from_keras_model': 'legacy_2021',
     'state_with_new_model_weights': 'legacy_2021',
-    'BatchOutput': 'models', 'ModelWeights': 'models',  # 2021's places of today's classes
+    'BatchOutput': 'models',
+    'ModelWeights': 'models',  # 2021's places of today's classes
 }
-_MODULES = ('algorithms', 'client_weight_lib', 'debug_measurements', 'fedavg',
-            'keras_examples', 'legacy_2021', 'loop_builder', 'metrics',
-            'model_update_aggregator', 'models', 'optimizers', 'programs', 'templates')
+_MODULES = (
+    'algorithms',
+    'client_weight_lib',
+    'debug_measurements',
+    'fedavg',
+    'keras_examples',
+    'legacy_2021',
+    'loop_builder',
+    'metrics',
+    'model_update_aggregator',
+    'models',
+    'optimizers',
+    'programs',
+    'templates',
+)
 
-__all__ = sorted(_WHERE) + ['algorithms', 'metrics', 'model_update_aggregator',
-                            'models', 'optimizers', 'programs', 'templates']
+__all__ = sorted(_WHERE) + [
+    'algorithms',
+    'metrics',
+    'model_update_aggregator',
+    'models',
+    'optimizers',
+    'programs',
+    'templates',
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -52,8 +52,9 @@ ModelVariable = Variable
 #: (`ModelWeights`), dict or `OrderedDict` of structures. Annotates the values that
 #: a function passes on whole (to `tf.nest`, to another computation); one that takes
 #: a structure apart is annotated with its precise container instead.
-TensorStructure = Union[TensorLeaf, int, float, bool, None, Sequence['TensorStructure'],
-                        Mapping[str, 'TensorStructure']]
+TensorStructure = Union[
+    TensorLeaf, int, float, bool, None, Sequence['TensorStructure'], Mapping[str, 'TensorStructure']
+]
 
 #: A batch of a client's dataset: a mapping (``x``, ``y``, ...) or a tuple ``(x, y)``
 #: of structures of tensors.
@@ -87,4 +88,18 @@ MetricFinalizers = Union[Mapping[str, Finalizer], FunctionalFinalizer]
 #: reads a field knows its stage and narrows it.
 TemplateField = object
 
-__all__ = ['Batch', 'InputSpec', 'Finalizer', 'Tensor', 'TensorSpec', 'Variable', 'ModelVariable', 'FunctionalFinalizer', 'MetricFinalizers', 'SpecStructure', 'TemplateField', 'TensorLeaf', 'TensorStructure']
+__all__ = [
+    'Batch',
+    'InputSpec',
+    'Finalizer',
+    'Tensor',
+    'TensorSpec',
+    'Variable',
+    'ModelVariable',
+    'FunctionalFinalizer',
+    'MetricFinalizers',
+    'SpecStructure',
+    'TemplateField',
+    'TensorLeaf',
+    'TensorStructure',
+]

@@ -10,8 +10,12 @@ if TYPE_CHECKING:
 
 from simharness.errors import SimharnessTypeError
 
-__all__ = ['ClientWeightFnType', 'ClientWeightType', 'ClientWeighting',
-           'check_is_client_weighting_or_callable']
+__all__ = [
+    'ClientWeightFnType',
+    'ClientWeightType',
+    'ClientWeighting',
+    'check_is_client_weighting_or_callable',
+]
 
 
 class ClientWeighting(enum.Enum):
@@ -41,4 +45,6 @@ def check_is_client_weighting_or_callable(client_weighting: object) -> None:
         raise SimharnessTypeError(
             '`client_weighting` must be either an instance of `ClientWeighting` or it must be '
             f'callable. Found {client_weighting!r} of type {type(client_weighting).__name__}.',
-            expected=ClientWeighting, actual=type(client_weighting))
+            expected=ClientWeighting,
+            actual=type(client_weighting),
+        )

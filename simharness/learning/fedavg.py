@@ -73,12 +73,19 @@ class FedAvgConfig:
             check_int(key, getattr(self, key), 1)
         m = self.server_momentum
         if not isinstance(m, (int, float)) or isinstance(m, bool) or not 0 <= m < 1:
-            raise ConfigError(f'server_momentum must be a number in [0, 1), got {m!r}',
-                              key='server_momentum', value=m)
+            raise ConfigError(
+                f'server_momentum must be a number in [0, 1), got {m!r}',
+                key='server_momentum',
+                value=m,
+            )
 
 
-def pad_clients(arrays: Sequence[Mapping[str, np.ndarray]], max_examples: int,
-                x_key: str = 'x', y_key: str = 'y') -> List[Dict[str, Any]]:
+def pad_clients(
+    arrays: Sequence[Mapping[str, np.ndarray]],
+    max_examples: int,
+    x_key: str = 'x',
+    y_key: str = 'y',
+) -> List[Dict[str, Any]]:
     """Per-client dicts ``{'x', 'y', 'n'}`` padded with zeros to `max_examples` rows."""
     return [pad_client(a, max_examples, x_key, y_key) for a in arrays]
 
@@ -100,6 +107,7 @@ class FedAvg:
 
     def __init__(self, model: M.ModelSpec, config: FedAvgConfig, max_examples: int):
         import tensorflow as tf
+
         max_examples = check_int('max_examples', max_examples, 1)
         self.model = model
         self.config = config
@@ -108,15 +116,26 @@ class FedAvg:
         N = self.max_examples
         shapes = [tuple(s) for s in model.weight_shapes]
         w_type = T.StructType([T.TensorType(np.float32, s) for s in shapes], container=list)
-        data_type = T.StructType([('x', T.TensorType(np.float32, (N,) + tuple(model.input_shape))),
-                                  ('y', T.TensorType(np.int32, (N,))),
-                                  ('n', T.TensorType(np.int32))], container=collections.OrderedDict)
-        state_type = T.StructType([('weights', w_type), ('momentum', w_type),
-                                   ('round_num', np.int32)], container=collections.OrderedDict)
+        data_type = T.StructType(
+            [
+                ('x', T.TensorType(np.float32, (N,) + tuple(model.input_shape))),
+                ('y', T.TensorType(np.int32, (N,))),
+                ('n', T.TensorType(np.int32)),
+            ],
+            container=collections.OrderedDict,
+        )
+        state_type = T.StructType(
+            [('weights', w_type), ('momentum', w_type), ('round_num', np.int32)],
+            container=collections.OrderedDict,
+        )
         self.weights_type, self.data_type, self.state_type = w_type, data_type, state_type
         max_steps = N // B
-        lr, epochs, mom, slr = (config.client_learning_rate, config.local_epochs,
-                                config.server_momentum, config.server_learning_rate)
+        lr, epochs, mom, slr = (
+            config.client_learning_rate,
+            config.local_epochs,
+            config.server_momentum,
+            config.server_learning_rate,
+        )
 
         def batch_stats(w, xb, yb, mask):
             logits = M.forward(model, w, xb)
@@ -135,8 +154,11 @@ class FedAvg:
 
             def body(i, w, loss_sum, correct, count):
                 start = (i % tf.maximum(steps, 1)) * B
-                xb = tf.slice(x, tf.concat([[start], tf.zeros([x.shape.rank - 1], tf.int32)], 0),
-                              [B] + list(x.shape[1:]))
+                xb = tf.slice(
+                    x,
+                    tf.concat([[start], tf.zeros([x.shape.rank - 1], tf.int32)], 0),
+                    [B] + list(x.shape[1:]),
+                )
                 yb = tf.slice(y, [start], [B])
                 mask = tf.cast(start + tf.range(B) < n, tf.float32)
                 with tf.GradientTape() as tape:
@@ -153,7 +175,7 @@ class FedAvg:
                 w, loss_sum, correct, count = w0, 0.0, 0.0, 0.0
                 for _ in range(epochs):
                     for j in range(max_steps):
-                        xb, yb = x[j * B:(j + 1) * B], y[j * B:(j + 1) * B]
+                        xb, yb = x[j * B : (j + 1) * B], y[j * B : (j + 1) * B]
                         mask = tf.cast(j * B + tf.range(B) < n, tf.float32)
                         with tf.GradientTape() as tape:
                             tape.watch(w)
@@ -163,15 +185,20 @@ class FedAvg:
                         loss_sum, correct, count = loss_sum + loss * k, correct + c, count + k
             else:
                 _, w, loss_sum, correct, count = tf.while_loop(
-                    lambda i, *_: i < steps * epochs, body,
-                    (tf.constant(0), w0, tf.constant(0.0), tf.constant(0.0), tf.constant(0.0)))
+                    lambda i, *_: i < steps * epochs,
+                    body,
+                    (tf.constant(0), w0, tf.constant(0.0), tf.constant(0.0), tf.constant(0.0)),
+                )
             # n_k * delta_k made here, in the client's computation (compiled with it when
             # it is): the server divides the sum of these by the sum of the n_k.
             n_k = tf.cast(n, tf.float32)
             return collections.OrderedDict(
-                weighted_delta=[(a - b) * n_k for a, b in zip(w, w0)], num_examples=n_k,
-                metrics=collections.OrderedDict(loss_sum=loss_sum, correct=correct,
-                                                num_examples=count))
+                weighted_delta=[(a - b) * n_k for a, b in zip(w, w0)],
+                num_examples=n_k,
+                metrics=collections.OrderedDict(
+                    loss_sum=loss_sum, correct=correct, num_examples=count
+                ),
+            )
 
         @tf_computation(w_type, data_type)
         def client_eval(weights, data):
@@ -188,8 +215,9 @@ class FedAvg:
             delta = [d / totals['num_examples'] for d in totals['weighted_delta']]
             new_m = [mom * m + d for m, d in zip(state['momentum'], delta)]
             new_w = [w + slr * m for w, m in zip(state['weights'], new_m)]
-            return collections.OrderedDict(weights=new_w, momentum=new_m,
-                                           round_num=state['round_num'] + 1)
+            return collections.OrderedDict(
+                weights=new_w, momentum=new_m, round_num=state['round_num'] + 1
+            )
 
         @tf_computation(state_type)
         def get_weights(state):
@@ -207,26 +235,35 @@ class FedAvg:
 
         @federated_computation(T.type_at_server(w_type), T.type_at_clients(data_type))
         def evaluate_fn(weights, data):
-            out = I.federated_map(client_eval, I.federated_zip([I.federated_broadcast(weights), data]))
+            out = I.federated_map(
+                client_eval, I.federated_zip([I.federated_broadcast(weights), data])
+            )
             return I.federated_sum(out)
 
         self.client_update = client_update
         self.round_computation = round_fn
         self.evaluate_computation = evaluate_fn
 
-    def initialize(self, weights: Optional[Sequence[np.ndarray]] = None, seed: int = 0) -> Dict[str, Any]:
+    def initialize(
+        self, weights: Optional[Sequence[np.ndarray]] = None, seed: int = 0
+    ) -> Dict[str, Any]:
         """The initial server state (weights from `init_weights(model, seed)` unless given)."""
-        w = [np.asarray(v, np.float32) for v in (weights if weights is not None
-                                                else M.init_weights(self.model, seed))]
-        return collections.OrderedDict(weights=w, momentum=[np.zeros_like(v) for v in w],
-                                       round_num=np.int32(0))
+        w = [
+            np.asarray(v, np.float32)
+            for v in (weights if weights is not None else M.init_weights(self.model, seed))
+        ]
+        return collections.OrderedDict(
+            weights=w, momentum=[np.zeros_like(v) for v in w], round_num=np.int32(0)
+        )
 
-    def pad(self, arrays: Sequence[Mapping[str, np.ndarray]], x_key: str = 'x',
-            y_key: str = 'y') -> List[Dict[str, Any]]:
+    def pad(
+        self, arrays: Sequence[Mapping[str, np.ndarray]], x_key: str = 'x', y_key: str = 'y'
+    ) -> List[Dict[str, Any]]:
         return pad_clients(arrays, self.max_examples, x_key, y_key)
 
-    def sourced(self, client_data: Any, client_ids: Sequence[str], x_key: str = 'x',
-                y_key: str = 'y') -> SourcedClients:
+    def sourced(
+        self, client_data: Any, client_ids: Sequence[str], x_key: str = 'x', y_key: str = 'y'
+    ) -> SourcedClients:
         """Client data that each executor loads itself from `client_data` by id, padded.
 
         Pass the result to `next` or `evaluate` instead of `pad(...)`: on the
@@ -235,28 +272,33 @@ class FedAvg:
         """
         return SourcedClients(client_data, client_ids, Pad(self.max_examples, x_key, y_key))
 
-    def next(self, state: Mapping[str, Any], client_data: Sequence[Mapping[str, Any]]
-             ) -> Tuple[Dict[str, Any], Dict[str, float]]:
+    def next(
+        self, state: Mapping[str, Any], client_data: Sequence[Mapping[str, Any]]
+    ) -> Tuple[Dict[str, Any], Dict[str, float]]:
         """One round on padded client data (see `pad`); returns (state, metrics)."""
         new_state, m = self.round_computation(state, _as_clients(client_data))
         return new_state, _summarize(m)
 
-    def evaluate(self, weights: Sequence[np.ndarray], client_data: Sequence[Mapping[str, Any]]
-                 ) -> Dict[str, float]:
+    def evaluate(
+        self, weights: Sequence[np.ndarray], client_data: Sequence[Mapping[str, Any]]
+    ) -> Dict[str, float]:
         """Federated evaluation of `weights` on padded client data."""
         return _summarize(self.evaluate_computation(list(weights), _as_clients(client_data)))
 
 
-def _as_clients(client_data: Union[SourcedClients, Sequence[Mapping[str, Any]]]
-                ) -> Union[SourcedClients, List[Mapping[str, Any]]]:
+def _as_clients(
+    client_data: Union[SourcedClients, Sequence[Mapping[str, Any]]],
+) -> Union[SourcedClients, List[Mapping[str, Any]]]:
     return client_data if isinstance(client_data, SourcedClients) else list(client_data)
 
 
 def _summarize(m: Mapping[str, Union[np.ndarray, np.generic, float]]) -> Dict[str, float]:
     n = float(m['num_examples'])
-    return {'loss': float(m['loss_sum']) / n if n else float('nan'),
-            'accuracy': float(m['correct']) / n if n else float('nan'),
-            'num_examples': n}
+    return {
+        'loss': float(m['loss_sum']) / n if n else float('nan'),
+        'accuracy': float(m['correct']) / n if n else float('nan'),
+        'num_examples': n,
+    }
 
 
 def reference_fedavg_workload() -> Tuple[ArrayClientData, List[np.ndarray]]:

@@ -54,8 +54,13 @@ from simharness.learning._typing import TemplateField
 from simharness.learning.templates.composers import LearningAlgorithmState
 from simharness.templates.iterative_process import IterativeProcess
 
-__all__ = ['ServerState', 'build_federated_averaging_process', 'build_federated_evaluation',
-           'from_keras_model', 'state_with_new_model_weights']
+__all__ = [
+    'ServerState',
+    'build_federated_averaging_process',
+    'build_federated_evaluation',
+    'from_keras_model',
+    'state_with_new_model_weights',
+]
 
 #: What 2021's optimizer arguments were: a no-argument function making a Keras optimizer
 #: (an `Optimizer` of today is taken as well).
@@ -65,8 +70,7 @@ OptimizerFn = Union[Callable[[], object], Optimizer]
 _KERAS_COUNTERS = ('num_examples', 'num_batches')
 
 #: Keras SGD settings with no counterpart in ``build_sgdm`` (a set one raises).
-_KERAS_EXTRAS = ('weight_decay', 'clipnorm', 'clipvalue', 'global_clipnorm',
-                 'loss_scale_factor')
+_KERAS_EXTRAS = ('weight_decay', 'clipnorm', 'clipvalue', 'global_clipnorm', 'loss_scale_factor')
 
 
 class ServerState(NamedTuple):
@@ -101,25 +105,33 @@ def _keras_sgd_as_optimizer(optimizer_fn: OptimizerFn, name: str) -> Optimizer:
         raise SimharnessTypeError(
             f'`{name}` must be a no-argument function returning a Keras optimizer, or a '
             f'`tff.learning.optimizers.Optimizer`; got {type(optimizer_fn).__name__}',
-            expected=Optimizer, actual=type(optimizer_fn))
+            expected=Optimizer,
+            actual=type(optimizer_fn),
+        )
     keras_optimizer = optimizer_fn()
     kind = type(keras_optimizer)
     get_config = getattr(keras_optimizer, 'get_config', None)
-    if kind.__name__ != 'SGD' or not kind.__module__.startswith(('keras', 'tf_keras')) \
-            or get_config is None:
+    if (
+        kind.__name__ != 'SGD'
+        or not kind.__module__.startswith(('keras', 'tf_keras'))
+        or get_config is None
+    ):
         raise SimharnessTypeError(
             f'`{name}` makes a {kind.__module__}.{kind.__name__}: only Keras SGD maps exactly '
-            'onto today\'s optimizers (tff.learning.optimizers.build_sgdm). Pass today\'s '
+            "onto today's optimizers (tff.learning.optimizers.build_sgdm). Pass today's "
             f'optimizer instead (e.g. `{name}=tff.learning.optimizers.build_adam(...)`), here '
             'or to tff.learning.algorithms.build_weighted_fed_avg.',
-            expected=Optimizer, actual=kind)
+            expected=Optimizer,
+            actual=kind,
+        )
     config = get_config()
     learning_rate = config.get('learning_rate')
     if not isinstance(learning_rate, (int, float)):
         raise SimharnessValueError(
             f'`{name}`: a Keras SGD with learning rate {learning_rate!r} (a schedule) has no '
             'counterpart in build_sgdm; use '
-            'tff.learning.algorithms.build_weighted_fed_avg_with_optimizer_schedule.')
+            'tff.learning.algorithms.build_weighted_fed_avg_with_optimizer_schedule.'
+        )
     extras = [k for k in _KERAS_EXTRAS if config.get(k) not in (None, 0, 0.0)]
     if config.get('use_ema'):
         extras.append('use_ema')
@@ -129,10 +141,14 @@ def _keras_sgd_as_optimizer(optimizer_fn: OptimizerFn, name: str) -> Optimizer:
         raise SimharnessValueError(
             f'`{name}`: Keras SGD settings {extras} have no counterpart in '
             'tff.learning.optimizers.build_sgdm; pass a `tff.learning.optimizers.Optimizer` '
-            '(or an aggregator doing the clipping) instead.')
+            '(or an aggregator doing the clipping) instead.'
+        )
     momentum = float(config.get('momentum') or 0.0)
-    return sgdm.build_sgdm(learning_rate=float(learning_rate), momentum=momentum or None,
-                           nesterov=bool(config.get('nesterov')) and momentum > 0)
+    return sgdm.build_sgdm(
+        learning_rate=float(learning_rate),
+        momentum=momentum or None,
+        nesterov=bool(config.get('nesterov')) and momentum > 0,
+    )
 
 
 def _check_model(model_fn: Callable[[], variable.VariableModel]) -> bool:
@@ -144,31 +160,43 @@ def _check_model(model_fn: Callable[[], variable.VariableModel]) -> bool:
     if not callable(model_fn):
         raise SimharnessTypeError(
             f'`model_fn` must be a no-argument function returning a model; got '
-            f'{type(model_fn).__name__}', expected=variable.VariableModel, actual=type(model_fn))
+            f'{type(model_fn).__name__}',
+            expected=variable.VariableModel,
+            actual=type(model_fn),
+        )
     model = model_fn()
     if not isinstance(model, variable.VariableModel):
-        hint = (' It is a 2021 `tff.learning.Model` (report_local_outputs / '
-                'federated_output_computation): write report_local_unfinalized_metrics and '
-                'metric_finalizers instead (tff.learning.models.VariableModel), or build it '
-                'with tff.learning.from_keras_model.'
-                if hasattr(model, 'report_local_outputs') else '')
+        hint = (
+            ' It is a 2021 `tff.learning.Model` (report_local_outputs / '
+            'federated_output_computation): write report_local_unfinalized_metrics and '
+            'metric_finalizers instead (tff.learning.models.VariableModel), or build it '
+            'with tff.learning.from_keras_model.'
+            if hasattr(model, 'report_local_outputs')
+            else ''
+        )
         raise SimharnessTypeError(
             f'`model_fn` returned a {type(model).__name__}, not a '
             f'tff.learning.models.VariableModel.{hint}',
-            expected=variable.VariableModel, actual=type(model))
+            expected=variable.VariableModel,
+            actual=type(model),
+        )
     return isinstance(model, keras_utils.KerasModel)
 
 
 def _loop(use_experimental_simulation_loop: bool) -> LoopImplementation:
     """2021's flag as today's loop: both run the client's dataset batch by batch."""
-    return (LoopImplementation.DATASET_ITERATOR if use_experimental_simulation_loop
-            else LoopImplementation.DATASET_REDUCE)
+    return (
+        LoopImplementation.DATASET_ITERATOR
+        if use_experimental_simulation_loop
+        else LoopImplementation.DATASET_REDUCE
+    )
 
 
 def _model_metrics(metrics: collections.OrderedDict, is_keras: bool) -> collections.OrderedDict:
     """The model's finalized metrics as 2021 reported them (no counters for Keras models)."""
     return collections.OrderedDict(
-        (k, v) for k, v in metrics.items() if not (is_keras and k in _KERAS_COUNTERS))
+        (k, v) for k, v in metrics.items() if not (is_keras and k in _KERAS_COUNTERS)
+    )
 
 
 def _no_broadcast_process(broadcast_process: object) -> None:
@@ -176,17 +204,20 @@ def _no_broadcast_process(broadcast_process: object) -> None:
         raise SimharnessValueError(
             '`broadcast_process` (a 2021 MeasuredProcess) has no exact counterpart here; '
             'pass a `tff.learning.templates.DistributionProcess` as `model_distributor` to '
-            'tff.learning.algorithms.build_weighted_fed_avg (or build_fed_eval) instead.')
+            'tff.learning.algorithms.build_weighted_fed_avg (or build_fed_eval) instead.'
+        )
 
 
 def build_federated_averaging_process(
-        model_fn: Callable[[], variable.VariableModel],
-        client_optimizer_fn: OptimizerFn,
-        server_optimizer_fn: Optional[OptimizerFn] = None, *,
-        client_weighting: Optional[ClientWeighting] = None,
-        broadcast_process: object = None,
-        model_update_aggregation_factory: Optional[factory.AggregationFactory] = None,
-        use_experimental_simulation_loop: bool = False) -> IterativeProcess:
+    model_fn: Callable[[], variable.VariableModel],
+    client_optimizer_fn: OptimizerFn,
+    server_optimizer_fn: Optional[OptimizerFn] = None,
+    *,
+    client_weighting: Optional[ClientWeighting] = None,
+    broadcast_process: object = None,
+    model_update_aggregation_factory: Optional[factory.AggregationFactory] = None,
+    use_experimental_simulation_loop: bool = False,
+) -> IterativeProcess:
     """Federated averaging with 2021's signature and results (TFF v0.19's function).
 
     ::
@@ -230,26 +261,40 @@ def build_federated_averaging_process(
     _no_broadcast_process(broadcast_process)
     if client_weighting is not None and not isinstance(client_weighting, ClientWeighting):
         raise SimharnessTypeError(
-            '`client_weighting`: a callable of 2021\'s report_local_outputs has no counterpart '
+            "`client_weighting`: a callable of 2021's report_local_outputs has no counterpart "
             'today; use tff.learning.ClientWeighting.NUM_EXAMPLES or UNIFORM.',
-            expected=ClientWeighting, actual=type(client_weighting))
+            expected=ClientWeighting,
+            actual=type(client_weighting),
+        )
     is_keras = _check_model(model_fn)
     client_optimizer = _keras_sgd_as_optimizer(client_optimizer_fn, 'client_optimizer_fn')
-    server_optimizer = (fed_avg.DEFAULT_SERVER_OPTIMIZER_FN() if server_optimizer_fn is None
-                        else _keras_sgd_as_optimizer(server_optimizer_fn, 'server_optimizer_fn'))
+    server_optimizer = (
+        fed_avg.DEFAULT_SERVER_OPTIMIZER_FN()
+        if server_optimizer_fn is None
+        else _keras_sgd_as_optimizer(server_optimizer_fn, 'server_optimizer_fn')
+    )
     loop = _loop(use_experimental_simulation_loop)
     if isinstance(model_update_aggregation_factory, factory.UnweightedAggregationFactory):
         if client_weighting not in (None, ClientWeighting.UNIFORM):
             raise SimharnessValueError(
-                'Cannot use non-uniform client weighting with unweighted aggregation.')
+                'Cannot use non-uniform client weighting with unweighted aggregation.'
+            )
         process = fed_avg.build_unweighted_fed_avg(
-            model_fn, client_optimizer, server_optimizer,
-            model_aggregator=model_update_aggregation_factory, loop_implementation=loop)
+            model_fn,
+            client_optimizer,
+            server_optimizer,
+            model_aggregator=model_update_aggregation_factory,
+            loop_implementation=loop,
+        )
     else:  # 2021's UNIFORM without a factory: weights 1 into the weighted MeanFactory
         process = fed_avg.build_weighted_fed_avg(
-            model_fn, client_optimizer, server_optimizer,
+            model_fn,
+            client_optimizer,
+            server_optimizer,
             client_weighting=client_weighting or ClientWeighting.NUM_EXAMPLES,
-            model_aggregator=model_update_aggregation_factory, loop_implementation=loop)
+            model_aggregator=model_update_aggregation_factory,
+            loop_implementation=loop,
+        )
     return _as_2021_process(process, is_keras)
 
 
@@ -260,18 +305,25 @@ def _as_2021_process(process: IterativeProcess, is_keras: bool) -> IterativeProc
 
     @tf_computation(today_state_type)
     def to_2021(state: LearningAlgorithmState) -> ServerState:
-        return ServerState(model=state.global_model_weights, optimizer_state=state.finalizer,
-                           delta_aggregate_state=state.aggregator,
-                           model_broadcast_state=state.distributor, client_work=state.client_work)
+        return ServerState(
+            model=state.global_model_weights,
+            optimizer_state=state.finalizer,
+            delta_aggregate_state=state.aggregator,
+            model_broadcast_state=state.distributor,
+            client_work=state.client_work,
+        )
 
     state_type = N.as_struct(to_2021.type_signature.result)
 
     @tf_computation(state_type)
     def to_today(state: ServerState) -> LearningAlgorithmState:
         return LearningAlgorithmState(
-            global_model_weights=state.model, distributor=state.model_broadcast_state,
-            client_work=state.client_work, aggregator=state.delta_aggregate_state,
-            finalizer=state.optimizer_state)
+            global_model_weights=state.model,
+            distributor=state.model_broadcast_state,
+            client_work=state.client_work,
+            aggregator=state.delta_aggregate_state,
+            finalizer=state.optimizer_state,
+        )
 
     @federated_computation()
     def initialize() -> Value:
@@ -282,9 +334,11 @@ def _as_2021_process(process: IterativeProcess, is_keras: bool) -> IterativeProc
     @tf_computation(metrics_type)
     def metrics_2021(metrics: collections.OrderedDict) -> collections.OrderedDict:
         train = metrics['client_work']['train']
-        out = collections.OrderedDict(broadcast=metrics['distributor'],
-                                      aggregation=metrics['aggregator'],
-                                      train=_model_metrics(train, is_keras))
+        out = collections.OrderedDict(
+            broadcast=metrics['distributor'],
+            aggregation=metrics['aggregator'],
+            train=_model_metrics(train, is_keras),
+        )
         if is_keras:
             out['stat'] = collections.OrderedDict(num_examples=train['num_examples'])
         return out
@@ -292,8 +346,7 @@ def _as_2021_process(process: IterativeProcess, is_keras: bool) -> IterativeProc
     @federated_computation(initialize.type_signature.result, data_type)
     def next_fn(state: Value, federated_dataset: Value) -> tuple[Value, Value]:
         output = process.next(I.federated_map(to_today, state), federated_dataset)
-        return I.federated_map(to_2021, output.state), I.federated_map(metrics_2021,
-                                                                       output.metrics)
+        return I.federated_map(to_2021, output.state), I.federated_map(metrics_2021, output.metrics)
 
     @tf_computation(state_type)
     def get_model_weights(state: ServerState) -> TemplateField:
@@ -304,38 +357,50 @@ def _as_2021_process(process: IterativeProcess, is_keras: bool) -> IterativeProc
     return legacy
 
 
-def state_with_new_model_weights(server_state: ServerState, trainable_weights: list,
-                                 non_trainable_weights: list) -> ServerState:
+def state_with_new_model_weights(
+    server_state: ServerState, trainable_weights: list, non_trainable_weights: list
+) -> ServerState:
     """`server_state` with its model's weights replaced (2021's function).
 
     Raises:
       SimharnessTypeError: the new weights differ from the old in number, shape
         or dtype.
     """
+
     def check(old: object, new: list, what: str) -> list:
         old_list = list(old) if isinstance(old, (list, tuple)) else [old]
         if len(old_list) != len(new) or any(
-                tuple(getattr(o, 'shape', ())) != tuple(getattr(n, 'shape', ()))
-                or getattr(o, 'dtype', None) != getattr(n, 'dtype', None)
-                for o, n in zip(old_list, new)):
+            tuple(getattr(o, 'shape', ())) != tuple(getattr(n, 'shape', ()))
+            or getattr(o, 'dtype', None) != getattr(n, 'dtype', None)
+            for o, n in zip(old_list, new)
+        ):
             raise SimharnessTypeError(
-                f'{what}: the new weights differ from the state\'s in number, shape or dtype',
-                expected=type(old), actual=type(new))
+                f"{what}: the new weights differ from the state's in number, shape or dtype",
+                expected=type(old),
+                actual=type(new),
+            )
         return list(new)
 
     model = server_state.model
     if not isinstance(model, ModelWeights):
         raise SimharnessTypeError(
             f'server_state.model must be a ModelWeights, got {type(model).__name__}',
-            expected=ModelWeights, actual=type(model))
-    return server_state._replace(model=ModelWeights(
-        check(model.trainable, trainable_weights, 'trainable_weights'),
-        check(model.non_trainable, non_trainable_weights, 'non_trainable_weights')))
+            expected=ModelWeights,
+            actual=type(model),
+        )
+    return server_state._replace(
+        model=ModelWeights(
+            check(model.trainable, trainable_weights, 'trainable_weights'),
+            check(model.non_trainable, non_trainable_weights, 'non_trainable_weights'),
+        )
+    )
 
 
-def build_federated_evaluation(model_fn: Callable[[], variable.VariableModel],
-                               broadcast_process: object = None,
-                               use_experimental_simulation_loop: bool = False) -> Computation:
+def build_federated_evaluation(
+    model_fn: Callable[[], variable.VariableModel],
+    broadcast_process: object = None,
+    use_experimental_simulation_loop: bool = False,
+) -> Computation:
     """Federated evaluation with 2021's signature and result (TFF v0.19's function).
 
     ::
@@ -352,8 +417,9 @@ def build_federated_evaluation(model_fn: Callable[[], variable.VariableModel],
     """
     _no_broadcast_process(broadcast_process)
     is_keras = _check_model(model_fn)
-    process = fed_eval.build_fed_eval(model_fn,
-                                      loop_implementation=_loop(use_experimental_simulation_loop))
+    process = fed_eval.build_fed_eval(
+        model_fn, loop_implementation=_loop(use_experimental_simulation_loop)
+    )
     state_type = N.as_struct(N.member_of(process.initialize.type_signature.result))
     weights_type = state_type.global_model_weights
     data_type = N.parameter_element(process.next.type_signature, 1)
@@ -365,8 +431,9 @@ def build_federated_evaluation(model_fn: Callable[[], variable.VariableModel],
 
     @federated_computation(T.FederatedType(weights_type, T.SERVER), data_type)
     def evaluation(model_weights: Value, federated_dataset: Value) -> Value:
-        state = I.federated_map(process.set_model_weights,
-                                I.federated_zip((process.initialize(), model_weights)))
+        state = I.federated_map(
+            process.set_model_weights, I.federated_zip((process.initialize(), model_weights))
+        )
         return I.federated_map(metrics_2021, process.next(state, federated_dataset).metrics)
 
     return evaluation

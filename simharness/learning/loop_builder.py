@@ -40,25 +40,33 @@ class TrainingLoop(Protocol):
     """``loop(reduce_fn, dataset, initial_state_fn) -> final state``: folds
     ``reduce_fn(state, batch) -> state`` over `dataset` from ``initial_state_fn()``."""
 
-    def __call__(self, reduce_fn: Callable[[LoopState, Batch], LoopState],
-                 dataset: tf.data.Dataset,
-                 initial_state_fn: Callable[[], LoopState] = ...) -> LoopState: ...
+    def __call__(
+        self,
+        reduce_fn: Callable[[LoopState, Batch], LoopState],
+        dataset: tf.data.Dataset,
+        initial_state_fn: Callable[[], LoopState] = ...,
+    ) -> LoopState: ...
 
 
 def _zero() -> tf.Tensor:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     return tf.constant(0)
 
 
-def _dataset_reduce_fn(reduce_fn: Callable[[LoopState, Batch], LoopState],
-                       dataset: tf.data.Dataset,
-                       initial_state_fn: Callable[[], LoopState] = _zero) -> LoopState:
+def _dataset_reduce_fn(
+    reduce_fn: Callable[[LoopState, Batch], LoopState],
+    dataset: tf.data.Dataset,
+    initial_state_fn: Callable[[], LoopState] = _zero,
+) -> LoopState:
     return dataset.reduce(initial_state=initial_state_fn(), reduce_func=reduce_fn)
 
 
-def _for_iter_dataset_fn(reduce_fn: Callable[[LoopState, Batch], LoopState],
-                         dataset: tf.data.Dataset,
-                         initial_state_fn: Callable[[], LoopState] = _zero) -> LoopState:
+def _for_iter_dataset_fn(
+    reduce_fn: Callable[[LoopState, Batch], LoopState],
+    dataset: tf.data.Dataset,
+    initial_state_fn: Callable[[], LoopState] = _zero,
+) -> LoopState:
     update_state = initial_state_fn()
     # `for batch in dataset` (TFF writes `iter(dataset)`: the same elements in
     # the same order). Autograph makes it a reduction over the dataset, which

@@ -24,12 +24,17 @@ def _check_client_ids(client_ids: Any) -> None:
     if not isinstance(client_ids, Sequence) or isinstance(client_ids, (str, bytes)):
         raise SimharnessTypeError(
             f'Expected `client_ids` to be a sequence of str, found {type(client_ids).__name__}.',
-            expected=Sequence, actual=type(client_ids))
+            expected=Sequence,
+            actual=type(client_ids),
+        )
     for i, client_id in enumerate(client_ids):
         if not isinstance(client_id, str):
             raise SimharnessTypeError(
                 f'Expected `client_ids[{i}]` to be a str, found {type(client_id).__name__} '
-                f'{client_id!r}.', expected=str, actual=type(client_id))
+                f'{client_id!r}.',
+                expected=str,
+                actual=type(client_id),
+            )
     if not client_ids:
         raise SimharnessValueError('Expected `client_ids` to not be empty.')
 
@@ -54,7 +59,8 @@ class ClientIdDataSourceIterator(data_source.FederatedDataSourceIterator):
     @classmethod
     def from_bytes(cls, buffer: bytes) -> 'ClientIdDataSourceIterator':
         client_ids, _ = serialization_utils.unpack_sequence_from(
-            serialization_utils.unpack_str_from, buffer)
+            serialization_utils.unpack_str_from, buffer
+        )
         return ClientIdDataSourceIterator(client_ids)
 
     def to_bytes(self) -> bytes:
@@ -77,13 +83,17 @@ class ClientIdDataSourceIterator(data_source.FederatedDataSourceIterator):
             SimharnessTypeError: `k` is not an int.
         """
         if k is not None and (not isinstance(k, int) or isinstance(k, bool)):
-            raise SimharnessTypeError(f'Expected `k` to be an int, found {type(k).__name__}.',
-                                      expected=int, actual=type(k))
+            raise SimharnessTypeError(
+                f'Expected `k` to be an int, found {type(k).__name__}.',
+                expected=int,
+                actual=type(k),
+            )
         if k is None or k < 0 or k > len(self._client_ids):
             raise SimharnessValueError(
                 'Expected `k` to be a positive integer and less than the number of '
                 f'`client_ids`, found `k` of {k} and number of `client_ids` of '
-                f'{len(self._client_ids)}.')
+                f'{len(self._client_ids)}.'
+            )
         return random.sample(list(self._client_ids), k)
 
     def __eq__(self, other: object) -> bool:

@@ -20,10 +20,14 @@ __all__ = ['DatasetDataSource', 'DatasetDataSourceIterator']
 
 def _check_datasets(datasets: Any) -> None:
     import tensorflow as tf
+
     if not isinstance(datasets, Sequence):
         raise SimharnessTypeError(
             f'Expected `datasets` to be a Sequence of tf.data.Dataset, found '
-            f'{type(datasets).__name__}.', expected=Sequence, actual=type(datasets))
+            f'{type(datasets).__name__}.',
+            expected=Sequence,
+            actual=type(datasets),
+        )
     if not datasets:
         raise SimharnessValueError('Expected `datasets` to not be empty.')
     element_spec = None
@@ -31,13 +35,17 @@ def _check_datasets(datasets: Any) -> None:
         if not isinstance(dataset, tf.data.Dataset):
             raise SimharnessTypeError(
                 f'Expected `datasets[{i}]` to be a tf.data.Dataset, found '
-                f'{type(dataset).__name__}.', expected=tf.data.Dataset, actual=type(dataset))
+                f'{type(dataset).__name__}.',
+                expected=tf.data.Dataset,
+                actual=type(dataset),
+            )
         if element_spec is None:
             element_spec = dataset.element_spec
         elif dataset.element_spec != element_spec:
             raise SimharnessValueError(
                 'Expected each `tf.data.Dataset` in `datasets` to have the same type '
-                f'specification, found {element_spec} and {dataset.element_spec}.')
+                f'specification, found {element_spec} and {dataset.element_spec}.'
+            )
 
 
 class DatasetDataSourceIterator(data_source.FederatedDataSourceIterator):
@@ -57,7 +65,9 @@ class DatasetDataSourceIterator(data_source.FederatedDataSourceIterator):
         if not isinstance(federated_type, T.FederatedType):
             raise SimharnessTypeError(
                 f'Expected `federated_type` to be a FederatedType, found {federated_type!r}.',
-                expected=T.FederatedType, actual=type(federated_type))
+                expected=T.FederatedType,
+                actual=type(federated_type),
+            )
         self._datasets = datasets
         self._federated_type = federated_type
 
@@ -69,19 +79,23 @@ class DatasetDataSourceIterator(data_source.FederatedDataSourceIterator):
             SimharnessTypeError: the packed type is not a `FederatedType`.
         """
         datasets, size = serialization_utils.unpack_sequence_from(
-            serialization_utils.unpack_dataset_from, buffer)
+            serialization_utils.unpack_dataset_from, buffer
+        )
         federated_type, _ = serialization_utils.unpack_type_spec_from(buffer, offset=size)
         if not isinstance(federated_type, T.FederatedType):
             raise SimharnessTypeError(
                 f'Expected `federated_type` to be a `tff.FederatedType`, found '
-                f'{type(federated_type)}.', expected=T.FederatedType, actual=type(federated_type))
+                f'{type(federated_type)}.',
+                expected=T.FederatedType,
+                actual=type(federated_type),
+            )
         return DatasetDataSourceIterator(datasets=datasets, federated_type=federated_type)
 
     def to_bytes(self) -> bytes:
         """The datasets (serialized graphs) and the type, as bytes."""
-        return (serialization_utils.pack_sequence(serialization_utils.pack_dataset,
-                                                  self._datasets)
-                + serialization_utils.pack_type_spec(self._federated_type))
+        return serialization_utils.pack_sequence(
+            serialization_utils.pack_dataset, self._datasets
+        ) + serialization_utils.pack_type_spec(self._federated_type)
 
     @property
     def federated_type(self) -> T.FederatedType:
@@ -101,12 +115,16 @@ class DatasetDataSourceIterator(data_source.FederatedDataSourceIterator):
             SimharnessTypeError: `k` is not an int.
         """
         if k is not None and (not isinstance(k, int) or isinstance(k, bool)):
-            raise SimharnessTypeError(f'Expected `k` to be an int, found {type(k).__name__}.',
-                                      expected=int, actual=type(k))
+            raise SimharnessTypeError(
+                f'Expected `k` to be an int, found {type(k).__name__}.',
+                expected=int,
+                actual=type(k),
+            )
         if k is None or k < 0 or k > len(self._datasets):
             raise SimharnessValueError(
                 'Expected `k` to be a positive integer and less than the number of `datasets`, '
-                f'found `k` of {k} and number of `datasets` of {len(self._datasets)}.')
+                f'found `k` of {k} and number of `datasets` of {len(self._datasets)}.'
+            )
         return random.sample(list(self._datasets), k)
 
     def __deepcopy__(self, memo: dict) -> 'DatasetDataSourceIterator':
@@ -132,6 +150,7 @@ class DatasetDataSourceIterator(data_source.FederatedDataSourceIterator):
 def _same_elements(a: Any, b: Any) -> bool:
     import numpy as np
     import tensorflow as tf
+
     left, right = list(a.as_numpy_iterator()), list(b.as_numpy_iterator())
     if len(left) != len(right):
         return False

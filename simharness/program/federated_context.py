@@ -20,8 +20,12 @@ from simharness.core import types as T
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.program import value_reference
 
-__all__ = ['ComputationArgValue', 'FederatedContext', 'check_in_federated_context',
-           'contains_only_server_placed_data']
+__all__ = [
+    'ComputationArgValue',
+    'FederatedContext',
+    'check_in_federated_context',
+    'contains_only_server_placed_data',
+]
 
 #: What a computation invoked in a federated context may take as its argument.
 ComputationArgValue = Union[value_reference.MaterializableStructure, object]
@@ -43,8 +47,9 @@ def _preorder(t: T.Type):
 
 
 def _server_data(t: T.Type) -> bool:
-    return (isinstance(t, (T.StructType, T.SequenceType, T.TensorType))
-            or (isinstance(t, T.FederatedType) and t.placement is T.SERVER))
+    return isinstance(t, (T.StructType, T.SequenceType, T.TensorType)) or (
+        isinstance(t, T.FederatedType) and t.placement is T.SERVER
+    )
 
 
 def contains_only_server_placed_data(type_signature: T.Type) -> bool:
@@ -56,7 +61,10 @@ def contains_only_server_placed_data(type_signature: T.Type) -> bool:
     if not isinstance(type_signature, T.Type):
         raise SimharnessTypeError(
             f'type_signature must be a simharness Type, got {type_signature!r} of type '
-            f'{type(type_signature).__name__}', expected=T.Type, actual=type(type_signature))
+            f'{type(type_signature).__name__}',
+            expected=T.Type,
+            actual=type(type_signature),
+        )
     return all(_server_data(t) for t in _preorder(type_signature))
 
 
@@ -98,4 +106,5 @@ def check_in_federated_context() -> None:
     if not isinstance(current, FederatedContext):
         raise SimharnessValueError(
             'Expected the current context to be a `tff.program.FederatedContext`, found '
-            f'{type(current)}.')
+            f'{type(current)}.'
+        )

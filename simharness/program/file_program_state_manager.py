@@ -25,10 +25,12 @@ import numpy as np
 from simharness.core.arrays import Serializable
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.program import structure_utils, value_reference
-from simharness.program.program_state_manager import (ProgramStateExistsError,
-                                                      ProgramStateManager,
-                                                      ProgramStateNotFoundError,
-                                                      ProgramStateStructure)
+from simharness.program.program_state_manager import (
+    ProgramStateExistsError,
+    ProgramStateManager,
+    ProgramStateNotFoundError,
+    ProgramStateStructure,
+)
 
 __all__ = ['FileProgramStateManager']
 
@@ -55,7 +57,9 @@ def _to_array(leaf: Any) -> np.ndarray:
         except (TypeError, ValueError) as e:
             raise SimharnessTypeError(
                 f'cannot save a program state leaf of type {type(leaf).__name__}: {leaf!r:.80}',
-                expected='numbers, arrays, strings or None', actual=type(leaf)) from e
+                expected='numbers, arrays, strings or None',
+                actual=type(leaf),
+            ) from e
     return a
 
 
@@ -81,7 +85,10 @@ def _load_leaf(npz: Any, i: int, templates: list) -> Any:
         if not isinstance(template, Serializable):
             raise SimharnessTypeError(
                 f'program state leaf {i} was saved as a Serializable, but the structure given '
-                f'to load has {template!r} there', expected=Serializable, actual=type(template))
+                f'to load has {template!r} there',
+                expected=Serializable,
+                actual=type(template),
+            )
         return type(template).from_bytes(npz[f'serialized_{i}'].tobytes())
     return _from_array(npz[f'leaf_{i}'])
 
@@ -100,8 +107,14 @@ class FileProgramStateManager(ProgramStateManager[ProgramStateStructure]):
         SimharnessValueError: an empty `root_dir`.
     """
 
-    def __init__(self, root_dir: Union[str, os.PathLike], prefix: str = 'program_state_',
-                 keep_total: int = 5, keep_first: bool = True, keep_every_k: int = 1):
+    def __init__(
+        self,
+        root_dir: Union[str, os.PathLike],
+        prefix: str = 'program_state_',
+        keep_total: int = 5,
+        keep_first: bool = True,
+        keep_every_k: int = 1,
+    ):
         if not root_dir:
             raise SimharnessValueError('Expected `root_dir` to not be an empty string.')
         if not prefix:
@@ -125,15 +138,18 @@ class FileProgramStateManager(ProgramStateManager[ProgramStateStructure]):
         if not name.startswith(self._prefix):
             return None
         try:
-            return int(name[len(self._prefix):])
+            return int(name[len(self._prefix) :])
         except ValueError:
             return None
 
     async def get_versions(self) -> Optional[list[int]]:
         if not os.path.isdir(self._root_dir):
             return None
-        versions = [v for v in (self._get_version_for_path(n)
-                                for n in os.listdir(self._root_dir)) if v is not None]
+        versions = [
+            v
+            for v in (self._get_version_for_path(n) for n in os.listdir(self._root_dir))
+            if v is not None
+        ]
         return sorted(versions) or None
 
     async def load(self, version: int, structure: Any) -> Any:
@@ -161,8 +177,9 @@ class FileProgramStateManager(ProgramStateManager[ProgramStateStructure]):
         if os.path.exists(path):
             raise ProgramStateExistsError(version=version, path=self._root_dir)
         program_state = await value_reference.materialize_value(program_state)
-        arrays = dict(_save_leaf(i, leaf)
-                      for i, leaf in enumerate(structure_utils.flatten(program_state)))
+        arrays = dict(
+            _save_leaf(i, leaf) for i, leaf in enumerate(structure_utils.flatten(program_state))
+        )
         tmp = tempfile.mkdtemp(dir=self._root_dir, prefix='.tmp_')
         try:
             np.savez(os.path.join(tmp, _FILE), **arrays)  # type: ignore[arg-type]
@@ -183,12 +200,16 @@ class FileProgramStateManager(ProgramStateManager[ProgramStateStructure]):
         if self._keep_every_k == 1 and self._keep_total <= 0:
             return
         versions = await self.get_versions() or []
-        keep = [v for i, v in enumerate(versions)
-                if v % self._keep_every_k == 0 or i == len(versions) - 1
-                or (self._keep_first and i == 0)]
+        keep = [
+            v
+            for i, v in enumerate(versions)
+            if v % self._keep_every_k == 0
+            or i == len(versions) - 1
+            or (self._keep_first and i == 0)
+        ]
         if 0 < self._keep_total < len(keep):
             start = 1 if self._keep_first else 0
-            del keep[start:len(keep) - (self._keep_total - start)]
+            del keep[start : len(keep) - (self._keep_total - start)]
         await asyncio.gather(*[self._remove(v) for v in versions if v not in keep])
 
     async def remove_all(self) -> None:

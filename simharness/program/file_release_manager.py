@@ -32,7 +32,8 @@ class CSVKeyFieldnameNotFoundError(SimharnessValueError):
         super().__init__(
             f'Expected the file {file_path} to contain the key fieldname of {key_fieldname}. It '
             'is possible that the file was not created by a `tff.program.CSVFileReleaseManager` '
-            'or was created with a different `key_fieldname`.')
+            'or was created with a different `key_fieldname`.'
+        )
 
 
 @enum.unique
@@ -65,8 +66,12 @@ class CSVFileReleaseManager(ReleaseManager):
         CSVKeyFieldnameNotFoundError: an existing file without the key column.
     """
 
-    def __init__(self, file_path: Union[str, os.PathLike],
-                 save_mode: CSVSaveMode = CSVSaveMode.APPEND, key_fieldname: str = 'key'):
+    def __init__(
+        self,
+        file_path: Union[str, os.PathLike],
+        save_mode: CSVSaveMode = CSVSaveMode.APPEND,
+        key_fieldname: str = 'key',
+    ):
         if not file_path:
             raise SimharnessValueError('Expected `file_path` to not be an empty string.')
         if not key_fieldname:
@@ -93,8 +98,7 @@ class CSVFileReleaseManager(ReleaseManager):
             fieldnames = list(reader.fieldnames) if reader.fieldnames is not None else []
             return fieldnames, list(reader)
 
-    def _write_values(self, fieldnames: Sequence[str], values: Iterable[Mapping[str, Any]]
-                      ) -> None:
+    def _write_values(self, fieldnames: Sequence[str], values: Iterable[Mapping[str, Any]]) -> None:
         with atomic_open(self._file_path, 'w', newline='') as f:
             writer = csv.DictWriter(f, fieldnames=list(fieldnames))
             writer.writeheader()

@@ -32,7 +32,9 @@ class NativeValueReference(value_reference.MaterializableValueReference):
         type_signature: the value's `TensorType` or `SequenceType`.
     """
 
-    def __init__(self, task: asyncio.Task, type_signature: value_reference.MaterializableTypeSignature):
+    def __init__(
+        self, task: asyncio.Task, type_signature: value_reference.MaterializableTypeSignature
+    ):
         self._task = task
         self._type_signature = type_signature
 
@@ -117,7 +119,9 @@ class NativeFederatedContext(federated_context.FederatedContext):
                 f'context must be an AsyncExecutionContext, got {type(context).__name__} '
                 f'{context!r}; make one with simharness.backends.native.'
                 'create_async_local_cpp_execution_context()',
-                expected=AsyncExecutionContext, actual=type(context))
+                expected=AsyncExecutionContext,
+                actual=type(context),
+            )
         self._context = context
 
     def invoke(self, comp: Any, arg: Optional[federated_context.ComputationArgValue]) -> Any:
@@ -133,14 +137,16 @@ class NativeFederatedContext(federated_context.FederatedContext):
         if not federated_context.contains_only_server_placed_data(result_type):
             raise SimharnessValueError(
                 'Expected the result type of `comp` to contain only structures, server-placed '
-                f'values, or tensors, found {result_type}.')
+                f'values, or tensors, found {result_type}.'
+            )
 
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             raise SimharnessValueError(
                 'NativeFederatedContext.invoke needs a running event loop: call computations '
-                'from program logic (a coroutine, run with asyncio.run)') from None
+                'from program logic (a coroutine, run with asyncio.run)'
+            ) from None
 
         async def _invoke(arg: Any) -> Any:
             if comp.type_signature.parameter is not None:

@@ -9,8 +9,13 @@ from simharness.core.arrays import Serializable
 from simharness.errors import SimharnessError, SimharnessValueError
 from simharness.program.value_reference import MaterializableValue
 
-__all__ = ['ProgramStateExistsError', 'ProgramStateManager', 'ProgramStateNotFoundError',
-           'ProgramStateStructure', 'ProgramStateValue']
+__all__ = [
+    'ProgramStateExistsError',
+    'ProgramStateManager',
+    'ProgramStateNotFoundError',
+    'ProgramStateStructure',
+    'ProgramStateValue',
+]
 
 #: A value of a program state (a `Serializable` is saved as its bytes).
 ProgramStateValue = Union[object, MaterializableValue, Serializable]
@@ -22,8 +27,7 @@ class ProgramStateExistsError(SimharnessValueError):
     """Program state is already saved for this version."""
 
     def __init__(self, *, version: int, path: str):
-        super().__init__(f'Program state already exists for version [{version}] at path '
-                         f'[{path}].')
+        super().__init__(f'Program state already exists for version [{version}] at path [{path}].')
         self.version = version
         self.path = path
 

@@ -10,8 +10,15 @@ from typing import Any, Generic, Hashable, TypeVar, Union
 from simharness.errors import SimharnessError
 from simharness.program.value_reference import MaterializableValue, materialize_value
 
-__all__ = ['Key', 'LoggingReleaseManager', 'MemoryReleaseManager', 'ReleasableStructure',
-           'ReleasableValue', 'ReleaseManager', 'ReleasedValueNotFoundError']
+__all__ = [
+    'Key',
+    'LoggingReleaseManager',
+    'MemoryReleaseManager',
+    'ReleasableStructure',
+    'ReleasableValue',
+    'ReleaseManager',
+    'ReleasedValueNotFoundError',
+]
 
 #: A value a release manager releases.
 ReleasableValue = Union[object, MaterializableValue]

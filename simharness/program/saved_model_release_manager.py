@@ -20,8 +20,12 @@ import tensorflow as tf
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.program import structure_utils
-from simharness.program.release_manager import (Key, ReleasableStructure, ReleasedValueNotFoundError,
-                                                ReleaseManager)
+from simharness.program.release_manager import (
+    Key,
+    ReleasableStructure,
+    ReleasedValueNotFoundError,
+    ReleaseManager,
+)
 from simharness.program.value_reference import materialize_value
 
 __all__ = ['SavedModelFileReleaseManager']
@@ -93,13 +97,17 @@ class SavedModelFileReleaseManager(ReleaseManager[ReleasableStructure, Key]):
         if not isinstance(root_dir, (str, os.PathLike)):
             raise SimharnessTypeError(
                 f'Expected `root_dir` to be a str or os.PathLike, found {type(root_dir).__name__}.',
-                expected=(str, os.PathLike), actual=type(root_dir))
+                expected=(str, os.PathLike),
+                actual=type(root_dir),
+            )
         if not root_dir:
             raise SimharnessValueError('Expected `root_dir` to not be an empty string.')
         if not isinstance(prefix, str):
-            raise SimharnessTypeError(f'Expected `prefix` to be a str, found '
-                                      f'{type(prefix).__name__}.', expected=str,
-                                      actual=type(prefix))
+            raise SimharnessTypeError(
+                f'Expected `prefix` to be a str, found {type(prefix).__name__}.',
+                expected=str,
+                actual=type(prefix),
+            )
         root_dir = os.fspath(root_dir)
         if not tf.io.gfile.exists(root_dir):
             tf.io.gfile.makedirs(root_dir)
@@ -113,7 +121,8 @@ class SavedModelFileReleaseManager(ReleaseManager[ReleasableStructure, Key]):
         """Writes `value` (value references materialized) as the SavedModel of `key`."""
         materialized = await materialize_value(value)
         await asyncio.get_running_loop().run_in_executor(
-            None, _write_saved_model, materialized, self._get_path_for_key(key))
+            None, _write_saved_model, materialized, self._get_path_for_key(key)
+        )
 
     async def get_value(self, key: Any) -> Any:
         """The value released under `key` (tensors as numpy values).

@@ -18,9 +18,18 @@ from simharness.core import types as T
 from simharness.errors import SimharnessTypeError
 from simharness.runtime import codec
 
-__all__ = ['pack_codec_value', 'pack_dataset', 'pack_sequence', 'pack_str', 'pack_type_spec',
-           'unpack_codec_value_from', 'unpack_dataset_from', 'unpack_sequence_from',
-           'unpack_str_from', 'unpack_type_spec_from']
+__all__ = [
+    'pack_codec_value',
+    'pack_dataset',
+    'pack_sequence',
+    'pack_str',
+    'pack_type_spec',
+    'unpack_codec_value_from',
+    'unpack_dataset_from',
+    'unpack_sequence_from',
+    'unpack_str_from',
+    'unpack_type_spec_from',
+]
 
 _LENGTH = '!Q'
 _LENGTH_SIZE = struct.calcsize(_LENGTH)
@@ -31,7 +40,7 @@ def _pack_length(value: bytes) -> bytes:
 
 
 def _unpack_length_from(buffer: bytes, offset: int = 0) -> tuple[int, int]:
-    length, = struct.unpack_from(_LENGTH, buffer, offset=offset)
+    (length,) = struct.unpack_from(_LENGTH, buffer, offset=offset)
     return length, _LENGTH_SIZE
 
 
@@ -42,7 +51,7 @@ def _pack_bytes(value: bytes) -> bytes:
 def _unpack_bytes_from(buffer: bytes, offset: int = 0) -> tuple[bytes, int]:
     length, size = _unpack_length_from(buffer, offset)
     start = offset + size
-    return bytes(buffer[start:start + length]), size + length
+    return bytes(buffer[start : start + length]), size + length
 
 
 def pack_codec_value(obj: Any) -> bytes:
@@ -93,9 +102,11 @@ def pack_type_spec(type_spec: T.Type) -> bytes:
         SimharnessTypeError: `type_spec` is not a `Type`.
     """
     if not isinstance(type_spec, T.Type):
-        raise SimharnessTypeError(f'expected a simharness Type, got {type_spec!r} of type '
-                                  f'{type(type_spec).__name__}', expected=T.Type,
-                                  actual=type(type_spec))
+        raise SimharnessTypeError(
+            f'expected a simharness Type, got {type_spec!r} of type {type(type_spec).__name__}',
+            expected=T.Type,
+            actual=type(type_spec),
+        )
     return _pack_encoded(type_spec)
 
 
@@ -114,14 +125,19 @@ def pack_dataset(dataset: Any) -> bytes:
     import tensorflow as tf
 
     from simharness.runtime.datasets import dataset_to_blob
+
     if not isinstance(dataset, tf.data.Dataset):
-        raise SimharnessTypeError(f'expected a tf.data.Dataset, got {type(dataset).__name__}',
-                                  expected=tf.data.Dataset, actual=type(dataset))
+        raise SimharnessTypeError(
+            f'expected a tf.data.Dataset, got {type(dataset).__name__}',
+            expected=tf.data.Dataset,
+            actual=type(dataset),
+        )
     return _pack_encoded(dataset_to_blob(dataset))
 
 
 def unpack_dataset_from(buffer: bytes, offset: int = 0) -> tuple[Any, int]:
     from simharness.runtime.datasets import dataset_from_blob
+
     blob, size = _unpack_encoded_from(buffer, offset)
     return dataset_from_blob(blob), size
 
@@ -131,8 +147,9 @@ def pack_sequence(fn: Callable[[Any], bytes], sequence: Sequence[Any]) -> bytes:
     return struct.pack(_LENGTH, len(sequence)) + b''.join(fn(x) for x in sequence)
 
 
-def unpack_sequence_from(fn: Callable[[bytes, int], tuple[Any, int]], buffer: bytes,
-                         offset: int = 0) -> tuple[list, int]:
+def unpack_sequence_from(
+    fn: Callable[[bytes, int], tuple[Any, int]], buffer: bytes, offset: int = 0
+) -> tuple[list, int]:
     count, size = _unpack_length_from(buffer, offset)
     out = []
     for _ in range(count):

@@ -23,8 +23,7 @@ def _is_namedtuple(x: Any) -> bool:
 
 def _children(value: Any, attrs_as_leaves: bool = False) -> Iterator[tuple[str, Any]] | None:
     if isinstance(value, Struct):
-        return iter([(n if n is not None else str(i), v)
-                     for i, (n, v) in enumerate(value.items())])
+        return iter([(n if n is not None else str(i), v) for i, (n, v) in enumerate(value.items())])
     if isinstance(value, collections.abc.Mapping):
         return iter([(str(k), value[k]) for k in sorted(value)])
     if attrs.has(type(value)) and not attrs_as_leaves:
@@ -36,8 +35,9 @@ def _children(value: Any, attrs_as_leaves: bool = False) -> Iterator[tuple[str, 
     return None
 
 
-def flatten_with_name(value: Any, prefix: str = '', attrs_as_leaves: bool = False
-                      ) -> list[tuple[str, Any]]:
+def flatten_with_name(
+    value: Any, prefix: str = '', attrs_as_leaves: bool = False
+) -> list[tuple[str, Any]]:
     """``[(path, leaf)]`` of `value`, depth first (path ``'a/b/0'``; a bare leaf has path '').
 
     With `attrs_as_leaves`, attrs instances are leaves (as TFF's release
@@ -48,8 +48,9 @@ def flatten_with_name(value: Any, prefix: str = '', attrs_as_leaves: bool = Fals
         return [(prefix, value)]
     out: list[tuple[str, Any]] = []
     for name, child in children:
-        out.extend(flatten_with_name(child, f'{prefix}/{name}' if prefix else name,
-                                     attrs_as_leaves))
+        out.extend(
+            flatten_with_name(child, f'{prefix}/{name}' if prefix else name, attrs_as_leaves)
+        )
     return out
 
 
@@ -74,8 +75,9 @@ def pack_as(structure: Any, leaves: list[Any]) -> Any:
             packed = {k: pack(s[k]) for k in sorted(s)}
             return type(s)((k, packed[k]) for k in s)  # type: ignore[call-arg]
         if attrs.has(type(s)):
-            return attrs.evolve(s, **{a.name: pack(getattr(s, a.name))
-                                      for a in attrs.fields(type(s)) if a.init})
+            return attrs.evolve(
+                s, **{a.name: pack(getattr(s, a.name)) for a in attrs.fields(type(s)) if a.init}
+            )
         if _is_namedtuple(s):
             return type(s)(*[pack(v) for v in s])
         if isinstance(s, (list, tuple)):
@@ -85,10 +87,10 @@ def pack_as(structure: Any, leaves: list[Any]) -> Any:
             return next(it)
         except StopIteration:
             raise SimharnessValueError(
-                f'{len(leaves)} leaves saved, but the structure has more') from None
+                f'{len(leaves)} leaves saved, but the structure has more'
+            ) from None
 
     out = pack(structure)
     if count[0] != len(leaves):
-        raise SimharnessValueError(f'{len(leaves)} leaves saved, but the structure has '
-                                   f'{count[0]}')
+        raise SimharnessValueError(f'{len(leaves)} leaves saved, but the structure has {count[0]}')
     return out

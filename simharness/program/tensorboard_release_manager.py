@@ -74,8 +74,10 @@ class TensorBoardReleaseManager(ReleaseManager):
 def _write(name: str, tensor: Any, step: int, plugin: str) -> None:
     """`tf.summary.write` with TensorBoard's plugin tag (when TensorBoard is not installed)."""
     from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
+
     metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin))
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin)
+    )
     tf.summary.write(name, tensor, step=step, metadata=metadata.SerializeToString())
 
 

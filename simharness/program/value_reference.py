@@ -19,9 +19,15 @@ from simharness.core import types as T
 from simharness.core.arrays import TypedObject
 from simharness.program import structure_utils
 
-__all__ = ['MaterializableStructure', 'MaterializableTypeSignature', 'MaterializableValue',
-           'MaterializableValueReference', 'MaterializedStructure', 'MaterializedValue',
-           'materialize_value']
+__all__ = [
+    'MaterializableStructure',
+    'MaterializableTypeSignature',
+    'MaterializableValue',
+    'MaterializableValueReference',
+    'MaterializedStructure',
+    'MaterializedValue',
+    'materialize_value',
+]
 
 #: The types a reference may have.
 MaterializableTypeSignature = Union[T.TensorType, T.SequenceType]

@@ -24,8 +24,13 @@ import attrs
 from simharness.errors import SimharnessError, SimharnessTypeError, SimharnessValueError
 from simharness.program.release_manager import Key, ReleasableStructure, ReleaseManager
 
-__all__ = ['DelayedReleaseManager', 'FilteringReleaseManager', 'GroupingReleaseManager',
-           'NotFilterableError', 'PeriodicReleaseManager']
+__all__ = [
+    'DelayedReleaseManager',
+    'FilteringReleaseManager',
+    'GroupingReleaseManager',
+    'NotFilterableError',
+    'PeriodicReleaseManager',
+]
 
 
 class NotFilterableError(SimharnessError):
@@ -39,7 +44,10 @@ def _check_release_manager(value: Any, what: str = 'release_manager') -> None:
     if not isinstance(value, ReleaseManager):
         raise SimharnessTypeError(
             f'Expected `{what}` to be a tff.program.ReleaseManager, found '
-            f'{type(value).__name__} {value!r}.', expected=ReleaseManager, actual=type(value))
+            f'{type(value).__name__} {value!r}.',
+            expected=ReleaseManager,
+            actual=type(value),
+        )
 
 
 def _is_nested(value: Any) -> bool:
@@ -64,8 +72,11 @@ class FilteringReleaseManager(ReleaseManager[ReleasableStructure, Key]):
         SimharnessTypeError: `release_manager` is not a `ReleaseManager`.
     """
 
-    def __init__(self, release_manager: ReleaseManager,
-                 filter_fn: Callable[[tuple[Union[str, int], ...]], bool]):
+    def __init__(
+        self,
+        release_manager: ReleaseManager,
+        filter_fn: Callable[[tuple[Union[str, int], ...]], bool],
+    ):
         _check_release_manager(release_manager)
         self._release_manager = release_manager
         self._filter_fn = filter_fn
@@ -89,7 +100,8 @@ class FilteringReleaseManager(ReleaseManager[ReleasableStructure, Key]):
                 raise NotFilterableError(
                     'The fields of a `NamedTuple` cannot be filtered. Expected '
                     f'{type(value)} to have fields {list(value._fields)}, found it was missing '
-                    f'fields {missing}.')
+                    f'fields {missing}.'
+                )
             return type(value)(*kept_elements)
         return type(value)(kept_elements)
 
@@ -116,8 +128,10 @@ class GroupingReleaseManager(ReleaseManager[ReleasableStructure, Key]):
         if not isinstance(release_managers, Sequence) or isinstance(release_managers, str):
             raise SimharnessTypeError(
                 'Expected `release_managers` to be a sequence of tff.program.ReleaseManager, '
-                f'found {type(release_managers).__name__}.', expected=Sequence,
-                actual=type(release_managers))
+                f'found {type(release_managers).__name__}.',
+                expected=Sequence,
+                actual=type(release_managers),
+            )
         if not release_managers:
             raise SimharnessValueError('Expected `release_managers` to not be empty.')
         for i, release_manager in enumerate(release_managers):
@@ -140,19 +154,23 @@ class PeriodicReleaseManager(ReleaseManager[ReleasableStructure, Key]):
         SimharnessTypeError: `periodicity` is neither.
     """
 
-    def __init__(self, release_manager: ReleaseManager,
-                 periodicity: Union[int, datetime.timedelta]):
-        if isinstance(periodicity, bool) or not isinstance(periodicity,
-                                                           (int, datetime.timedelta)):
+    def __init__(
+        self, release_manager: ReleaseManager, periodicity: Union[int, datetime.timedelta]
+    ):
+        if isinstance(periodicity, bool) or not isinstance(periodicity, (int, datetime.timedelta)):
             raise SimharnessTypeError(
                 'Expected `periodicity` to be a positive integer or `datetime.timedelta`, found '
-                f'{type(periodicity).__name__}.', expected=(int, datetime.timedelta),
-                actual=type(periodicity))
-        if ((isinstance(periodicity, int) and periodicity < 1)
-                or (isinstance(periodicity, datetime.timedelta)
-                    and periodicity.total_seconds() < 1.0)):
-            raise SimharnessValueError('Expected `periodicity` to be a positive integer or '
-                                       f'`datetime.timedelta`, found {periodicity}.')
+                f'{type(periodicity).__name__}.',
+                expected=(int, datetime.timedelta),
+                actual=type(periodicity),
+            )
+        if (isinstance(periodicity, int) and periodicity < 1) or (
+            isinstance(periodicity, datetime.timedelta) and periodicity.total_seconds() < 1.0
+        ):
+            raise SimharnessValueError(
+                'Expected `periodicity` to be a positive integer or '
+                f'`datetime.timedelta`, found {periodicity}.'
+            )
         self._release_manager = release_manager
         self._periodicity = periodicity
         self._count = 0
@@ -188,5 +206,3 @@ class DelayedReleaseManager(ReleaseManager[ReleasableStructure, Key]):
         self._count += 1
         if self._count >= self._delay:
             await self._release_manager.release(value, key=key)
-
-

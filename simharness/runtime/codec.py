@@ -51,25 +51,25 @@ BUFFER_MIN_BYTES = 1024
 BYTES_BUFFER_MIN = 1 << 16
 
 # Extension codes (msgpack ext types 1..127).
-_ARRAY = 1        # [dtype, shape, buffer index]
-_INLINE = 2       # [dtype, shape, raw bytes]
-_STRARRAY = 3     # [kind, shape, flat list of bytes/str]
-_SCALAR = 4       # [dtype, raw bytes]
-_TUPLE = 5        # [items]
-_STRUCT = 6       # [names, values]
-_PARTIAL = 7      # [start, stop, head, [[level, index, value], ...], open_chunk, open_acc]
-_REF = 8          # id
-_REFRANGE = 9     # [start, count]
-_TYPE = 10        # see _enc_type
+_ARRAY = 1  # [dtype, shape, buffer index]
+_INLINE = 2  # [dtype, shape, raw bytes]
+_STRARRAY = 3  # [kind, shape, flat list of bytes/str]
+_SCALAR = 4  # [dtype, raw bytes]
+_TUPLE = 5  # [items]
+_STRUCT = 6  # [names, values]
+_PARTIAL = 7  # [start, stop, head, [[level, index, value], ...], open_chunk, open_acc]
+_REF = 8  # id
+_REFRANGE = 9  # [start, count]
+_TYPE = 10  # see _enc_type
 _COMPUTATION = 11  # [graph_def, input names, output names, type, name]
-_DATASET = 12     # [graph, element type]
-_BYTESBUF = 13    # buffer index of a big bytes value
-_DICT = 14        # [[key, value], ...] (non-str keys)
-_MESSAGE = 15     # [message name, field values]
-_DTYPE = 16       # a numpy dtype: its token
-_DATA = 17        # [uri, type]: a Data building block (external data, read where it lands)
-_PACKED = 18      # a value encoded beforehand (`Packed`): its msgpack bytes
-_ROWS = 19        # [template, [stacked arrays]]: a partial's head values, one array per leaf
+_DATASET = 12  # [graph, element type]
+_BYTESBUF = 13  # buffer index of a big bytes value
+_DICT = 14  # [[key, value], ...] (non-str keys)
+_MESSAGE = 15  # [message name, field values]
+_DTYPE = 16  # a numpy dtype: its token
+_DATA = 17  # [uri, type]: a Data building block (external data, read where it lands)
+_PACKED = 18  # a value encoded beforehand (`Packed`): its msgpack bytes
+_ROWS = 19  # [template, [stacked arrays]]: a partial's head values, one array per leaf
 
 
 class CodecError(SimharnessTypeError):
@@ -170,6 +170,7 @@ def dtype_from(token: str) -> np.dtype:
         return np.dtype(token)
     except TypeError:
         import ml_dtypes
+
         try:
             return np.dtype(getattr(ml_dtypes, token))
         except AttributeError:
@@ -198,8 +199,9 @@ class _Encoder:
     def pack(self, obj: Any) -> bytes:
         d = self._depth
         if d == len(self._packers):
-            self._packers.append(msgpack.Packer(default=self.default, use_bin_type=True,
-                                                strict_types=True))
+            self._packers.append(
+                msgpack.Packer(default=self.default, use_bin_type=True, strict_types=True)
+            )
         self._depth = d + 1
         try:
             # A packer left by an error resets itself (msgpack clears its buffer).
@@ -220,8 +222,10 @@ class _Encoder:
             flat = a.reshape(-1).tolist()
             for x in flat:
                 if not isinstance(x, (bytes, str)):
-                    raise CodecError(f'an object array holds a {type(x).__name__}; only arrays of '
-                                     'numbers, bytes or str can cross the worker seam')
+                    raise CodecError(
+                        f'an object array holds a {type(x).__name__}; only arrays of '
+                        'numbers, bytes or str can cross the worker seam'
+                    )
             return self.ext(_STRARRAY, [a.dtype.kind, list(a.shape), flat])
         token = dtype_token(a.dtype)
         if a.nbytes >= BUFFER_MIN_BYTES:
@@ -257,8 +261,9 @@ class _Encoder:
                 rows = _stack_rows(head) if len(head) > 1 else None
                 if rows is not None:
                     head = self.ext(_ROWS, list(rows))
-            return self.ext(_PARTIAL, [obj.start, obj.stop, head, nodes,
-                                       obj.open_chunk, obj.open_acc])
+            return self.ext(
+                _PARTIAL, [obj.start, obj.stop, head, nodes, obj.open_chunk, obj.open_acc]
+            )
         if isinstance(obj, Ref):
             return self.ext(_REF, obj.id)
         if isinstance(obj, RefRange):
@@ -277,15 +282,25 @@ class _Encoder:
             return self.ext(_DATA, [obj.uri, obj.type_signature])
         if isinstance(obj, CompiledComputation):
             g = obj.graph
-            return self.ext(_COMPUTATION, [self.maybe_buffer(g.graph_def), list(g.input_names),
-                                           list(g.output_names), obj.type_signature, obj.name])
+            return self.ext(
+                _COMPUTATION,
+                [
+                    self.maybe_buffer(g.graph_def),
+                    list(g.input_names),
+                    list(g.output_names),
+                    obj.type_signature,
+                    obj.name,
+                ],
+            )
         if isinstance(obj, tuple) and not hasattr(type(obj), '_fields'):
             return self.ext(_TUPLE, list(obj))
         if isinstance(obj, dict):  # OrderedDict and other dict subclasses: as a dict
             return self.ext(_DICT, [[k, v] for k, v in obj.items()])
         if dataclasses.is_dataclass(obj) and _MESSAGES.get(type(obj).__name__) is type(obj):
-            return self.ext(_MESSAGE, [type(obj).__name__,
-                                       [getattr(obj, f.name) for f in dataclasses.fields(obj)]])
+            return self.ext(
+                _MESSAGE,
+                [type(obj).__name__, [getattr(obj, f.name) for f in dataclasses.fields(obj)]],
+            )
         # Subclasses of plain types (IntEnum, a str subclass, ...): their plain value.
         if isinstance(obj, bool):
             return bool(obj)
@@ -300,7 +315,8 @@ class _Encoder:
         raise CodecError(
             f'a value of type {type(obj).__module__}.{type(obj).__qualname__} cannot cross the '
             'worker seam: only numbers, strings, bytes, lists, tuples, dicts, numpy arrays and '
-            "simharness' own values (Struct, types, computations) can")
+            "simharness' own values (Struct, types, computations) can"
+        )
 
     def maybe_buffer(self, b: bytes) -> Any:
         if len(b) >= BYTES_BUFFER_MIN:
@@ -311,8 +327,11 @@ class _Encoder:
 
 def _enc_type(t: T.Type) -> list:
     if isinstance(t, T.TensorType):
-        return ['T', dtype_token(np.dtype(t.dtype)) if np.dtype(t.dtype).kind != 'O' else 'string',
-                None if t.shape is None else list(t.shape)]
+        return [
+            'T',
+            dtype_token(np.dtype(t.dtype)) if np.dtype(t.dtype).kind != 'O' else 'string',
+            None if t.shape is None else list(t.shape),
+        ]
     if isinstance(t, T.StructType):
         container = None if t.container is None else t.container.__qualname__
         return ['S', list(t.names), [_enc_type(e) for e in t], container]
@@ -351,23 +370,28 @@ class _Decoder:
         self.buffers = buffers
 
     def unpack(self, data: bytes) -> Any:
-        return msgpack.unpackb(data, ext_hook=self.ext_hook, raw=False, strict_map_key=False,
-                               use_list=True)
+        return msgpack.unpackb(
+            data, ext_hook=self.ext_hook, raw=False, strict_map_key=False, use_list=True
+        )
 
     def buffer(self, i: int) -> Any:
         try:
             return self.buffers[i]
         except (IndexError, TypeError):
-            raise CodecError(f'a message names buffer {i}, but {len(self.buffers)} came with it') \
-                from None
+            raise CodecError(
+                f'a message names buffer {i}, but {len(self.buffers)} came with it'
+            ) from None
 
     def ext_hook(self, code: int, data: bytes) -> Any:
         p = self.unpack(data)
         if code == _ARRAY:
             dt = dtype_from(p[0])
             buf = self.buffer(p[2])
-            arr = buf if isinstance(buf, np.ndarray) and buf.dtype == dt else \
-                np.frombuffer(buf, dtype=dt)
+            arr = (
+                buf
+                if isinstance(buf, np.ndarray) and buf.dtype == dt
+                else np.frombuffer(buf, dtype=dt)
+            )
             return arr.reshape(p[1])
         if code == _INLINE:
             return np.frombuffer(p[2], dtype=dtype_from(p[0])).reshape(p[1])
@@ -377,8 +401,9 @@ class _Decoder:
                 out = np.empty(len(flat), dtype=object)
                 out[:] = flat
                 return out.reshape(shape)
-            return np.array(flat, dtype=kind).reshape(shape) if flat else \
-                np.zeros(shape, dtype=kind)
+            return (
+                np.array(flat, dtype=kind).reshape(shape) if flat else np.zeros(shape, dtype=kind)
+            )
         if code == _SCALAR:
             return np.frombuffer(p[1], dtype=dtype_from(p[0]))[0]
         if code == _TUPLE:
@@ -435,6 +460,7 @@ class _Decoder:
 # are rows of its summed call's outputs: their stack is a view of them, not a copy
 # (`_column`); a fresh copy of megabytes costs page faults on every round.
 
+
 def _stack_rows(values: List[Any]) -> Any:
     """``(template, stacked)`` of values that are trees of the same structure (`Struct`,
     list, tuple) with numeric leaves (arrays, numpy scalars) alike in kind, dtype and shape:
@@ -462,12 +488,19 @@ def _column(arrays: List[Any]) -> np.ndarray:
     if type(first) is np.ndarray and first.flags.c_contiguous and first.base is not None:
         step = first.nbytes
         start = first.__array_interface__['data'][0]
-        if step and all(type(a) is np.ndarray and a.base is first.base and a.flags.c_contiguous
-                        and a.__array_interface__['data'][0] == start + k * step
-                        for k, a in enumerate(arrays)):
+        if step and all(
+            type(a) is np.ndarray
+            and a.base is first.base
+            and a.flags.c_contiguous
+            and a.__array_interface__['data'][0] == start + k * step
+            for k, a in enumerate(arrays)
+        ):
             return np.lib.stride_tricks.as_strided(
-                first, shape=(len(arrays),) + first.shape,
-                strides=(step,) + first.strides, writeable=False)
+                first,
+                shape=(len(arrays),) + first.shape,
+                strides=(step,) + first.strides,
+                writeable=False,
+            )
     return np.stack([np.asarray(a) for a in arrays])
 
 
@@ -542,4 +575,3 @@ def roundtrip(obj: Any) -> Any:
     """`decode(*encode(obj))` (tests and in-process transports)."""
     header, buffers = encode(obj)
     return decode(header, buffers)
-

@@ -15,9 +15,15 @@ from simharness.core import types as T
 from simharness.core.structure import tensor_to_numpy
 from simharness.core.sequences import TensorBatches, stack_layout
 from simharness.core.dataset_templates import attach_template_recipe
-from simharness.core.tf_sequences import (batches_from_read, graph_is_repeatable, materialize,
-                                         recipe_of, recognize, serialize_detached,
-                                         serialized_graph)
+from simharness.core.tf_sequences import (
+    batches_from_read,
+    graph_is_repeatable,
+    materialize,
+    recipe_of,
+    recognize,
+    serialize_detached,
+    serialized_graph,
+)
 from simharness.core.xla import import_concrete
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.core.tf_serialization import element_spec_for
@@ -47,8 +53,11 @@ def dataset_to_wire(ds: Any, t: Any = None) -> Any:
     if isinstance(t, T.SequenceType):
         actual = T.from_tf_structure(ds.element_spec)
         if not t.element.is_assignable_from(actual):  # said here, before anything is sent
-            raise SimharnessTypeError(f'dataset of {actual}* is not assignable to {t}',
-                                      expected=t, actual=T.SequenceType(actual))
+            raise SimharnessTypeError(
+                f'dataset of {actual}* is not assignable to {t}',
+                expected=t,
+                actual=T.SequenceType(actual),
+            )
     tb = recognize(ds, t if isinstance(t, T.SequenceType) else None)
     if tb is not None:
         return tb.with_components([tensor_to_numpy(c) for c in tb.components])
@@ -81,7 +90,8 @@ def repeatable_dataset(ds: Any) -> bool:
         recipe = recipe_of(ds)
         sent = dataset_to_wire(ds)
         verdict = isinstance(sent, TensorBatches) or (
-            recipe[4] if recipe is not None else graph_is_repeatable(sent.graph))
+            recipe[4] if recipe is not None else graph_is_repeatable(sent.graph)
+        )
         try:
             setattr(ds, _REPEATABLE_ATTR, verdict)
         except AttributeError:
@@ -109,8 +119,12 @@ class BlobReader:
       max_bytes / max_items: what is kept, least recently used out first.
     """
 
-    def __init__(self, from_blob: Optional[Callable[[DatasetBlob], Any]] = None,
-                 max_bytes: int = 256 << 20, max_items: int = 4096):
+    def __init__(
+        self,
+        from_blob: Optional[Callable[[DatasetBlob], Any]] = None,
+        max_bytes: int = 256 << 20,
+        max_items: int = 4096,
+    ):
         self._from_blob = from_blob or dataset_from_blob
         self.max_bytes, self.max_items = max_bytes, max_items
         # key -> (the TensorBatches read, its bytes)
@@ -138,8 +152,11 @@ class BlobReader:
         ds = self._from_blob(blob)
         if other or first:
             return ds
-        tb = materialize(ds, T.SequenceType(blob.element_type), unknown_size=True) \
-            if graph_is_repeatable(blob.graph) else None
+        tb = (
+            materialize(ds, T.SequenceType(blob.element_type), unknown_size=True)
+            if graph_is_repeatable(blob.graph)
+            else None
+        )
         with self._lock:
             if tb is None:
                 if len(self._other) >= self.max_items:
@@ -173,7 +190,8 @@ class RecipeReader:
             if recipe.read is None:
                 raise SimharnessValueError(
                     f'a dataset recipe {recipe.key[:12]} came without its read function, '
-                    'which this process has not received before')
+                    'which this process has not received before'
+                )
             fn = import_concrete(recipe.read)
             with self._lock:
                 self._fns[recipe.key] = fn
@@ -213,5 +231,6 @@ def stacked_batches(values: Sequence[Any], t: T.SequenceType) -> Optional[Tensor
     stacked = stack_layout(seqs, comps)
     if stacked is None:
         return None
-    return TensorBatches(stacked, seqs[0].batch_size, seqs[0].drop_remainder, t.element,
-                         seqs[0].passes)
+    return TensorBatches(
+        stacked, seqs[0].batch_size, seqs[0].drop_remainder, t.element, seqs[0].passes
+    )

@@ -115,14 +115,21 @@ class LoopbackHandle:
                 return
             self.service = self._group.make_service(self.worker_id)
             self._thread = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix=f'simharness-loopback-{self.worker_id}')
+                1, thread_name_prefix=f'simharness-loopback-{self.worker_id}'
+            )
             self.pid = os.getpid()
             self.generation += 1
 
-    def submit(self, header: bytes, buffers: List[Any], op: P.Op, generation: int,
-               locs: Optional[List[Any]] = None,
-               on_done: Optional[Callable[[], None]] = None,
-               lend: bool = False) -> 'concurrent.futures.Future[Any]':
+    def submit(
+        self,
+        header: bytes,
+        buffers: List[Any],
+        op: P.Op,
+        generation: int,
+        locs: Optional[List[Any]] = None,
+        on_done: Optional[Callable[[], None]] = None,
+        lend: bool = False,
+    ) -> 'concurrent.futures.Future[Any]':
         out: 'concurrent.futures.Future[Any]' = concurrent.futures.Future()
         with self._lock:
             err: Optional[BaseException] = None
@@ -131,7 +138,10 @@ class LoopbackHandle:
             elif self.service is None or generation != self.generation:
                 err = WorkerCrashedError(
                     f'worker {self.worker_id} was replaced after a crash; its values are gone: '
-                    'run the computation again', worker_id=self.worker_id, pid=self.pid)
+                    'run the computation again',
+                    worker_id=self.worker_id,
+                    pid=self.pid,
+                )
             else:
                 self._group.requests += 1
                 service, thread = self.service, self._thread
@@ -146,8 +156,13 @@ class LoopbackHandle:
         thread.submit(self._serve, service, wire, out, on_done)
         return out
 
-    def _serve(self, service: WorkerService, wire: Any, out: 'concurrent.futures.Future[Any]',
-               on_done: Optional[Callable[[], None]]) -> None:
+    def _serve(
+        self,
+        service: WorkerService,
+        wire: Any,
+        out: 'concurrent.futures.Future[Any]',
+        on_done: Optional[Callable[[], None]],
+    ) -> None:
         try:
             if out.done():  # failed by a crash meanwhile
                 return
@@ -188,9 +203,14 @@ class LoopbackHandle:
                 self._dying.append(thread)
         for f in inflight:
             if not f.done():
-                f.set_exception(WorkerCrashedError(
-                    f'worker {self.worker_id} (pid {self.pid}) died; it will be replaced on '
-                    'next use', worker_id=self.worker_id, pid=self.pid))
+                f.set_exception(
+                    WorkerCrashedError(
+                        f'worker {self.worker_id} (pid {self.pid}) died; it will be replaced on '
+                        'next use',
+                        worker_id=self.worker_id,
+                        pid=self.pid,
+                    )
+                )
         if thread is not None:
             if service is not None:
                 thread.submit(service.close)  # after the request it is in, in its thread

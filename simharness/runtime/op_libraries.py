@@ -95,7 +95,7 @@ def _op_library(path: str) -> Optional[Tuple[str, str]]:
     root = max((r for r in roots if path.startswith(r)), key=len, default=None)
     if root is None:
         return None
-    package, _, rel = path[len(root):].partition(os.sep)
+    package, _, rel = path[len(root) :].partition(os.sep)
     if not rel or package in _OWN or not package.isidentifier():
         return None
     try:
@@ -111,15 +111,14 @@ def needs_tensorflow(path: str) -> bool:
         head = f.read(64)
         if len(head) < 64 or head[:4] != b'\x7fELF' or head[4] != 2 or head[5] != 1:
             return False  # 64-bit little-endian ELF only (every TF platform of today)
-        shoff, = struct.unpack_from('<Q', head, 0x28)
+        (shoff,) = struct.unpack_from('<Q', head, 0x28)
         shentsize, shnum = struct.unpack_from('<HH', head, 0x3A)
         if not shoff or shentsize < 64 or not shnum:
             return False
         f.seek(shoff)
         table = f.read(shentsize * shnum)
         # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
-        sections = [struct.unpack_from('<IIQQQQIIQQ', table, i * shentsize)
-                    for i in range(shnum)]
+        sections = [struct.unpack_from('<IIQQQQIIQQ', table, i * shentsize) for i in range(shnum)]
         for s in sections:
             if s[1] != 6 or s[6] >= len(sections):  # SHT_DYNAMIC, and its string table
                 continue
@@ -146,6 +145,7 @@ def load(libraries: Sequence[Sequence[str]]) -> List[str]:
     (``Op type not registered``); one that does not is unaffected.
     """
     import tensorflow as tf
+
     failures = []
     for package, rel in libraries:
         key = (str(package), str(rel))
@@ -154,13 +154,15 @@ def load(libraries: Sequence[Sequence[str]]) -> List[str]:
         try:
             spec = importlib.util.find_spec(key[0])
             dirs = list(spec.submodule_search_locations or []) if spec is not None else []
-            path = next((os.path.join(d, key[1]) for d in dirs
-                         if os.path.exists(os.path.join(d, key[1]))), None)
+            path = next(
+                (os.path.join(d, key[1]) for d in dirs if os.path.exists(os.path.join(d, key[1]))),
+                None,
+            )
             if path is None:
                 raise FileNotFoundError(f'{key[1]} of package {key[0]!r} is not installed here')
             tf.load_op_library(path)
         except Exception as e:  # noqa: BLE001 - reported, and the graph's own error follows
-            msg = f'the driver\'s op library {key[0]}/{key[1]} was not loaded: {e}'
+            msg = f"the driver's op library {key[0]}/{key[1]} was not loaded: {e}"
             log.warning(msg)
             failures.append(msg)
             continue

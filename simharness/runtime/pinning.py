@@ -25,8 +25,12 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from simharness.core.determinism import INTRA_OP_THREADS
-from simharness.errors import (DeviceNotFoundError, SimharnessTypeError, SimharnessValueError,
-                               WorkerStartError)
+from simharness.errors import (
+    DeviceNotFoundError,
+    SimharnessTypeError,
+    SimharnessValueError,
+    WorkerStartError,
+)
 from simharness.runtime import resources
 from simharness.validation import check_int as _check_int
 
@@ -43,19 +47,20 @@ def usable_cpus() -> List[int]:
     return list(range(os.cpu_count() or 1))
 
 
-
-
 def _check_ids(what: str, ids: Any) -> Tuple[int, ...]:
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
         raise SimharnessTypeError(
             f'{what} must be a sequence of ints, got {ids!r}',
-            expected='Sequence[int]', actual=type(ids))
+            expected='Sequence[int]',
+            actual=type(ids),
+        )
     out = tuple(_check_int(f'{what}[{i}]', v, 0) for i, v in enumerate(ids))
     seen = set()
     for v in out:
         if v in seen:
             raise SimharnessValueError(
-                f'{what} must not repeat an id, got {v} twice in {list(out)}')
+                f'{what} must not repeat an id, got {v} twice in {list(out)}'
+            )
         seen.add(v)
     return out
 
@@ -99,13 +104,19 @@ class WorkerPlacement:
             if not isinstance(k, str) or not isinstance(v, str):
                 raise SimharnessTypeError(
                     f'env must map str to str, got {k!r}: {v!r}',
-                    expected='Dict[str, str]', actual=(type(k), type(v)))
+                    expected='Dict[str, str]',
+                    actual=(type(k), type(v)),
+                )
         set_(self, 'env', env)
 
 
-def plan_workers(num_workers: Optional[int], cpus: Sequence[int],
-                 gpus: Optional[Sequence[int]] = None, workers_per_gpu: int = 1,
-                 cpu_affinity: bool = True) -> List[WorkerPlacement]:
+def plan_workers(
+    num_workers: Optional[int],
+    cpus: Sequence[int],
+    gpus: Optional[Sequence[int]] = None,
+    workers_per_gpu: int = 1,
+    cpu_affinity: bool = True,
+) -> List[WorkerPlacement]:
     """Plans where each worker process runs.
 
     With `cpu_affinity`, the CPUs are cut, in the order given, into
@@ -150,14 +161,15 @@ def plan_workers(num_workers: Optional[int], cpus: Sequence[int],
     """
     cpu_ids = _check_ids('cpus', cpus)
     if not cpu_ids:
-        raise SimharnessValueError(
-            'cpus must name at least one CPU id, got an empty sequence')
+        raise SimharnessValueError('cpus must name at least one CPU id, got an empty sequence')
     gpu_ids = () if gpus is None else _check_ids('gpus', gpus)
     workers_per_gpu = _check_int('workers_per_gpu', workers_per_gpu, 1)
     if not isinstance(cpu_affinity, bool):
         raise SimharnessTypeError(
             f'cpu_affinity must be a bool, got {cpu_affinity!r}',
-            expected=bool, actual=type(cpu_affinity))
+            expected=bool,
+            actual=type(cpu_affinity),
+        )
     if num_workers is None:
         num_workers = len(gpu_ids) * workers_per_gpu if gpu_ids else len(cpu_ids)
     num_workers = _check_int('num_workers', num_workers, 1)
@@ -165,7 +177,8 @@ def plan_workers(num_workers: Optional[int], cpus: Sequence[int],
         raise SimharnessValueError(
             f'num_workers={num_workers} needs more GPU slots than gpus={list(gpu_ids)} '
             f'x workers_per_gpu={workers_per_gpu} = {len(gpu_ids) * workers_per_gpu}; '
-            f'expected num_workers <= {len(gpu_ids) * workers_per_gpu}')
+            f'expected num_workers <= {len(gpu_ids) * workers_per_gpu}'
+        )
 
     if not cpu_affinity:
         cpu_sets = [cpu_ids] * num_workers
@@ -180,9 +193,16 @@ def plan_workers(num_workers: Optional[int], cpus: Sequence[int],
         else:
             gpu = None
             env = {'CUDA_VISIBLE_DEVICES': ''}
-        placements.append(WorkerPlacement(
-            worker_id=k, cpus=cpu_sets[k], gpu=gpu, intra_op_threads=INTRA_OP_THREADS,
-            inter_op_threads=1, env=env))
+        placements.append(
+            WorkerPlacement(
+                worker_id=k,
+                cpus=cpu_sets[k],
+                gpu=gpu,
+                intra_op_threads=INTRA_OP_THREADS,
+                inter_op_threads=1,
+                env=env,
+            )
+        )
     return placements
 
 
@@ -194,14 +214,14 @@ def _split_cpus(cpus: Tuple[int, ...], num_workers: int) -> List[Tuple[int, ...]
     sets, start = [], 0
     for k in range(num_workers):
         size = base + (1 if k < extra else 0)
-        sets.append(cpus[start:start + size])
+        sets.append(cpus[start : start + size])
         start += size
     return sets
 
 
 _DEVICE_RE = re.compile(
-    r'(?:/job:[^/]+/replica:\d+/task:\d+)?/?(?:device:)?(gpu|cuda|cpu)(?::(\d+))?',
-    re.IGNORECASE)
+    r'(?:/job:[^/]+/replica:\d+/task:\d+)?/?(?:device:)?(gpu|cuda|cpu)(?::(\d+))?', re.IGNORECASE
+)
 
 
 def parse_devices(devices: Any) -> Optional[List[int]]:
@@ -238,14 +258,17 @@ def parse_devices(devices: Any) -> Optional[List[int]]:
         elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
             if item < 0:
                 raise SimharnessValueError(
-                    f'device ids must be >= 0, got {item} in devices={devices!r}')
+                    f'device ids must be >= 0, got {item} in devices={devices!r}'
+                )
             ids.append(int(item))
         else:
             raise SimharnessTypeError(
                 f'devices must be None, an int, a device string like "cuda:0" or a '
                 f'list of these, got {item!r} of type {type(item).__name__}'
                 + ('' if item is devices else f' in devices={devices!r}'),
-                expected='None | int | str | list', actual=type(item))
+                expected='None | int | str | list',
+                actual=type(item),
+            )
     seen = set()
     for i in ids:
         if i in seen:
@@ -262,19 +285,23 @@ def _parse_device_string(text: str, devices: Any) -> List[int]:
     if m is None:
         raise SimharnessValueError(
             f'cannot parse device {text!r} in devices={devices!r}; expected e.g. '
-            f'"cuda:0", "gpu:1", "/gpu:1", "GPU:0", "cpu" or an int')
+            f'"cuda:0", "gpu:1", "/gpu:1", "GPU:0", "cpu" or an int'
+        )
     kind, index = m.group(1).lower(), m.group(2)
     if kind == 'cpu':
         return []
     if index is None:
-        raise SimharnessValueError(
-            f'device {text!r} needs an index, e.g. "{kind}:0"')
+        raise SimharnessValueError(f'device {text!r} needs an index, e.g. "{kind}:0"')
     return [int(index)]
 
 
-def check_gpus_exist(devices: Any, gpus: Sequence[int],
-                     inventory: Optional[resources.GpuInventory] = None, *,
-                     name: str = 'devices') -> None:
+def check_gpus_exist(
+    devices: Any,
+    gpus: Sequence[int],
+    inventory: Optional[resources.GpuInventory] = None,
+    *,
+    name: str = 'devices',
+) -> None:
     """Raises unless every GPU id in `gpus` is on this machine.
 
     Args:
@@ -300,11 +327,16 @@ def check_gpus_exist(devices: Any, gpus: Sequence[int],
             f'{name}={devices!r}: this machine has no GPU {what} (found: {found}; checked '
             f'{inventory.checked}); GPU ids are physical ids, as nvidia-smi -L lists them; '
             f'use "cpu" (or no devices) for CPU only',
-            requested=devices, missing=missing, found=inventory.ids, checked=inventory.checked)
+            requested=devices,
+            missing=missing,
+            found=inventory.ids,
+            checked=inventory.checked,
+        )
 
 
-def check_tf_device(name: str, device: Any,
-                    inventory: Optional[resources.GpuInventory] = None) -> Optional[str]:
+def check_tf_device(
+    name: str, device: Any, inventory: Optional[resources.GpuInventory] = None
+) -> Optional[str]:
     """Checks a TensorFlow device name for an executor in this process.
 
     A GPU index counts the GPUs this process sees (TF's numbering: with
@@ -328,7 +360,10 @@ def check_tf_device(name: str, device: Any,
     if not isinstance(device, str):
         raise SimharnessTypeError(
             f'{name} must be None or a TensorFlow device name like "/GPU:0", got {device!r} '
-            f'of type {type(device).__name__}', expected='Optional[str]', actual=type(device))
+            f'of type {type(device).__name__}',
+            expected='Optional[str]',
+            actual=type(device),
+        )
     try:
         gpus = parse_devices(device)
     except SimharnessValueError:
@@ -341,8 +376,11 @@ def check_tf_device(name: str, device: Any,
             raise DeviceNotFoundError(
                 f'{name}={device!r}: this process has no GPU {gpus[0]} (it sees {count} '
                 f'GPU{"" if count == 1 else "s"}; checked {inventory.checked})',
-                requested=device, missing=[g for g in gpus if g >= count],
-                found=range(count), checked=inventory.checked)
+                requested=device,
+                missing=[g for g in gpus if g >= count],
+                found=range(count),
+                checked=inventory.checked,
+            )
     return device
 
 
@@ -370,10 +408,12 @@ def apply_placement(placement: WorkerPlacement, *, configure_tf: bool = True) ->
         except OSError as e:
             raise SimharnessValueError(
                 f'worker {placement.worker_id}: cannot pin to cpus '
-                f'{list(placement.cpus)}: {e}; usable cpus are {usable_cpus()}') from e
+                f'{list(placement.cpus)}: {e}; usable cpus are {usable_cpus()}'
+            ) from e
     os.environ.update(placement.env)
-    if configure_tf and ('tensorflow' in sys.modules
-                         or importlib.util.find_spec('tensorflow') is not None):
+    if configure_tf and (
+        'tensorflow' in sys.modules or importlib.util.find_spec('tensorflow') is not None
+    ):
         configure_tensorflow(placement)
 
 
@@ -400,4 +440,6 @@ def configure_tensorflow(placement: WorkerPlacement) -> None:
         raise WorkerStartError(
             f'worker {placement.worker_id}: TensorFlow was initialised before its '
             f'placement was applied ({e}); call apply_placement before the first '
-            f'TF op', worker_id=placement.worker_id) from e
+            f'TF op',
+            worker_id=placement.worker_id,
+        ) from e

@@ -105,10 +105,18 @@ OP_ARGS: Dict[Op, Tuple[str, ...]] = {
 }
 
 RESULT: Dict[Op, Result] = {op: Result.VALUES for op in Op}
-RESULT.update({Op.OPEN_SESSION: Result.NONE, Op.CLOSE_SESSION: Result.NONE, Op.FREE: Result.NONE,
-               Op.LOAD_OP_LIBRARIES: Result.NONE,
-               Op.PING: Result.DATA, Op.COMPUTE_MANY: Result.DATA,
-               Op.PARTIAL_REDUCTION: Result.DATA, Op.STREAM_REDUCE: Result.DATA})
+RESULT.update(
+    {
+        Op.OPEN_SESSION: Result.NONE,
+        Op.CLOSE_SESSION: Result.NONE,
+        Op.FREE: Result.NONE,
+        Op.LOAD_OP_LIBRARIES: Result.NONE,
+        Op.PING: Result.DATA,
+        Op.COMPUTE_MANY: Result.DATA,
+        Op.PARTIAL_REDUCTION: Result.DATA,
+        Op.STREAM_REDUCE: Result.DATA,
+    }
+)
 
 
 @codec.register_message
@@ -182,16 +190,19 @@ def check_request(req: Any) -> Request:
     if not isinstance(req, Request):
         raise E.ProtocolError(f'expected a Request, got {type(req).__name__}')
     if req.version != PROTOCOL_VERSION:
-        raise E.ProtocolError(f'protocol version {req.version} is not supported (this worker '
-                              f'speaks {PROTOCOL_VERSION}); use the same simharness version on '
-                              'both sides')
+        raise E.ProtocolError(
+            f'protocol version {req.version} is not supported (this worker '
+            f'speaks {PROTOCOL_VERSION}); use the same simharness version on '
+            'both sides'
+        )
     try:
         op = Op(req.op)
     except ValueError:
         raise E.ProtocolError(f'unknown operation {req.op!r}') from None
     if len(req.args) != len(OP_ARGS[op]):
-        raise E.ProtocolError(f'{op.name} takes {len(OP_ARGS[op])} arguments '
-                              f'{OP_ARGS[op]}, got {len(req.args)}')
+        raise E.ProtocolError(
+            f'{op.name} takes {len(OP_ARGS[op])} arguments {OP_ARGS[op]}, got {len(req.args)}'
+        )
     req.op = op
     return req
 
@@ -207,6 +218,7 @@ def decode_message(header: bytes, buffers: Any = ()) -> Any:
 
 # ---------------------------------------------------------------- errors
 
+
 def _plain(x: Any) -> Any:
     if x is None or isinstance(x, (bool, int, float, str)):
         return x
@@ -216,8 +228,11 @@ def _plain(x: Any) -> Any:
 def error_to_record(exc: BaseException, traceback_text: str = '') -> ErrorRecord:
     """An exception as an `ErrorRecord` (fields: its plain attributes)."""
     t = type(exc)
-    fields = {k: _plain(v) for k, v in vars(exc).items()
-              if not k.startswith('_')} if hasattr(exc, '__dict__') else {}
+    fields = (
+        {k: _plain(v) for k, v in vars(exc).items() if not k.startswith('_')}
+        if hasattr(exc, '__dict__')
+        else {}
+    )
     if isinstance(exc, E.SimharnessError) or t.__module__ == 'builtins':
         message = str(exc.args[0]) if len(exc.args) == 1 else str(exc)
     else:
@@ -226,8 +241,13 @@ def error_to_record(exc: BaseException, traceback_text: str = '') -> ErrorRecord
         message = str(exc.args[0])
     for k in ('node_def', 'op'):  # TF errors: not plain, not needed
         fields.pop(k, None)
-    return ErrorRecord(f'{t.__module__}.{t.__qualname__}', message, traceback_text, fields,
-                       isinstance(exc, E.RetryableError))
+    return ErrorRecord(
+        f'{t.__module__}.{t.__qualname__}',
+        message,
+        traceback_text,
+        fields,
+        isinstance(exc, E.RetryableError),
+    )
 
 
 def _error_class(type_name: str) -> Optional[type]:
@@ -245,8 +265,9 @@ def _error_class(type_name: str) -> Optional[type]:
     return None
 
 
-def record_to_error(rec: ErrorRecord, worker_id: Optional[Union[int, str]] = None,
-                    pid: Optional[int] = None) -> BaseException:
+def record_to_error(
+    rec: ErrorRecord, worker_id: Optional[Union[int, str]] = None, pid: Optional[int] = None
+) -> BaseException:
     """Rebuilds the exception of `rec` in the driver, the remote traceback as `__cause__`.
 
     Known classes (the project's errors, builtins, TensorFlow's errors) are
@@ -271,16 +292,25 @@ def record_to_error(rec: ErrorRecord, worker_id: Optional[Union[int, str]] = Non
     # A gRPC worker's id is its address (errors keep it as given).
     wid = cast(Optional[int], worker_id)
     if err is None:
-        err = E.WorkerError(f'{rec.type_name}: {rec.message}', worker_id=wid, pid=pid,
-                            remote_traceback=rec.traceback)
+        err = E.WorkerError(
+            f'{rec.type_name}: {rec.message}',
+            worker_id=wid,
+            pid=pid,
+            remote_traceback=rec.traceback,
+        )
     if rec.traceback:
         where = f'worker {worker_id}' + (f' (pid {pid})' if pid is not None else '')
-        err.__cause__ = E.WorkerError(f'{where} traceback:\n{rec.traceback}', worker_id=wid,
-                                      pid=pid, remote_traceback=rec.traceback)
+        err.__cause__ = E.WorkerError(
+            f'{where} traceback:\n{rec.traceback}',
+            worker_id=wid,
+            pid=pid,
+            remote_traceback=rec.traceback,
+        )
     return err
 
 
 # ---------------------------------------------------------------- trees
+
 
 def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
     """Rebuilds `obj` with every non-container leaf replaced by `fn(leaf)`.
@@ -288,10 +318,12 @@ def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
     Containers: Struct, Partial, stream plan nodes and reductions (their value
     fields), list, tuple, namedtuple, dict.
     """
+
     def leaf(x: Any) -> Any:
         if isinstance(x, Partial):
             return x.map(lambda v: map_leaves(v, fn))
         if is_plan_part(x):
             return x.map_values(lambda v: map_leaves(v, fn))
         return fn(x)
+
     return map_nest(leaf, obj, structs=True)

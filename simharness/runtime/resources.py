@@ -95,22 +95,33 @@ def discover_gpus() -> GpuInventory:
     """
     visible = os.environ.get('CUDA_VISIBLE_DEVICES')
     if visible is not None:
-        return GpuInventory(tuple(parse_cuda_visible_devices(visible)),
-                            f'CUDA_VISIBLE_DEVICES={visible!r}')
+        return GpuInventory(
+            tuple(parse_cuda_visible_devices(visible)), f'CUDA_VISIBLE_DEVICES={visible!r}'
+        )
     checked = 'CUDA_VISIBLE_DEVICES (unset)'
     exe = shutil.which('nvidia-smi')
     if exe is not None:
         try:
-            result = subprocess.run([exe, '-L'], capture_output=True, text=True,
-                                    timeout=_NVIDIA_SMI_TIMEOUT_S, check=False)
+            result = subprocess.run(
+                [exe, '-L'],
+                capture_output=True,
+                text=True,
+                timeout=_NVIDIA_SMI_TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.SubprocessError, UnicodeDecodeError, ValueError) as e:
             return GpuInventory((), f'{checked}, nvidia-smi -L (failed: {e})')
         if result.returncode != 0:
             why = (result.stderr or result.stdout or '').strip().splitlines()
-            return GpuInventory((), f'{checked}, nvidia-smi -L (exit {result.returncode}'
-                                    + (f': {why[0]}' if why else '') + ')')
-        return GpuInventory(tuple(parse_nvidia_smi_list(result.stdout)),
-                            f'{checked}, nvidia-smi -L')
+            return GpuInventory(
+                (),
+                f'{checked}, nvidia-smi -L (exit {result.returncode}'
+                + (f': {why[0]}' if why else '')
+                + ')',
+            )
+        return GpuInventory(
+            tuple(parse_nvidia_smi_list(result.stdout)), f'{checked}, nvidia-smi -L'
+        )
     checked += ', nvidia-smi (not on PATH)'
     try:
         entries = os.listdir(PROC_NVIDIA_GPUS)

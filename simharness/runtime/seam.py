@@ -25,8 +25,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib
-from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence,
-                    Union, runtime_checkable)
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Union,
+    runtime_checkable,
+)
 
 if TYPE_CHECKING:  # the seam's modules import no protocol module at run time
     from simharness.runtime.protocol import Op
@@ -119,10 +129,16 @@ class WorkerHandle(Protocol):
     def ensure_started(self, timeout: Optional[float] = None) -> None:
         """Starts (or restarts) the worker unless it runs; blocks until it is ready."""
 
-    def submit(self, header: bytes, buffers: List[Any], op: 'Op', generation: int,
-               locs: Optional[List[Any]] = None,
-               on_done: Optional[Callable[[], None]] = None,
-               lend: bool = False) -> 'concurrent.futures.Future[Any]':
+    def submit(
+        self,
+        header: bytes,
+        buffers: List[Any],
+        op: 'Op',
+        generation: int,
+        locs: Optional[List[Any]] = None,
+        on_done: Optional[Callable[[], None]] = None,
+        lend: bool = False,
+    ) -> 'concurrent.futures.Future[Any]':
         """Queues one encoded request; the future resolves to its decoded `Response`.
 
         Args:
@@ -174,5 +190,12 @@ class WorkerGroup(Protocol):
         """Stops (or disconnects from) every worker. Idempotent."""
 
 
-__all__ = ['BroadcastArena', 'LOCAL_WORKER_MAIN', 'RAY_ACTOR', 'WorkerGroup', 'WorkerHandle',
-           'WorkerId', 'load_host']
+__all__ = [
+    'BroadcastArena',
+    'LOCAL_WORKER_MAIN',
+    'RAY_ACTOR',
+    'WorkerGroup',
+    'WorkerHandle',
+    'WorkerId',
+    'load_host',
+]

@@ -77,8 +77,9 @@ class Session:
             self.recent_frees.append((first, count, self.requests))
             for i in range(first, first + count):
                 self.values.pop(i, None)
-            self.poisoned = [p for p in self.poisoned
-                             if not (first <= p[0] and p[0] + p[1] <= first + count)]
+            self.poisoned = [
+                p for p in self.poisoned if not (first <= p[0] and p[0] + p[1] <= first + count)
+            ]
 
     def get(self, value_id: int, worker_id: Optional[int]) -> Any:
         try:
@@ -89,12 +90,17 @@ class Session:
             if first <= value_id < first + count:
                 raise _Poisoned(rec)
         freed = [n for first, count, n in self.recent_frees if first <= value_id < first + count]
-        how = (f'the driver freed it with request {freed[-1]} of this session, and request '
-               f'{self.requests} uses it' if freed else 'its state was lost, or the value was '
-               'already freed')
+        how = (
+            f'the driver freed it with request {freed[-1]} of this session, and request '
+            f'{self.requests} uses it'
+            if freed
+            else 'its state was lost, or the value was already freed'
+        )
         raise E.WorkerLostError(
             f'value {value_id} of session {self.id} is not held by worker {worker_id} ({how}); '
-            'run the computation again', worker_id=worker_id)
+            'run the computation again',
+            worker_id=worker_id,
+        )
 
 
 class WorkerService:
@@ -108,9 +114,13 @@ class WorkerService:
         functions of `runtime.datasets`; injectable for tests).
     """
 
-    def __init__(self, executor: Any, worker_id: Optional[int] = None,
-                 dataset_from_blob: Optional[Callable[[DatasetBlob], Any]] = None,
-                 dataset_to_blob: Optional[Callable[[Any], DatasetBlob]] = None):
+    def __init__(
+        self,
+        executor: Any,
+        worker_id: Optional[int] = None,
+        dataset_from_blob: Optional[Callable[[DatasetBlob], Any]] = None,
+        dataset_to_blob: Optional[Callable[[Any], DatasetBlob]] = None,
+    ):
         self.executor = executor
         self.worker_id = worker_id
         self.sessions: Dict[int, Session] = {}
@@ -118,9 +128,12 @@ class WorkerService:
         if dataset_from_blob is None or dataset_to_blob is None:
             # reason: datasets.py imports TensorFlow (a service without datasets needs none)
             from simharness.runtime.datasets import BlobReader, dataset_to_blob as tb
+
             # repeatable datasets sent again (every round) are read once (`BlobReader`)
-            dataset_from_blob, dataset_to_blob = dataset_from_blob or BlobReader(), \
-                dataset_to_blob or tb
+            dataset_from_blob, dataset_to_blob = (
+                dataset_from_blob or BlobReader(),
+                dataset_to_blob or tb,
+            )
         self._from_blob = dataset_from_blob
         self._to_blob = dataset_to_blob
         self._recipe_reader: Optional[Callable[[DatasetRecipe], Any]] = None
@@ -143,6 +156,7 @@ class WorkerService:
         if self._recipe_reader is None:
             # reason: datasets.py imports TensorFlow (a service without datasets needs none)
             from simharness.runtime.datasets import RecipeReader
+
             self._recipe_reader = RecipeReader()
         return self._recipe_reader(recipe)
 
@@ -187,9 +201,16 @@ class WorkerService:
         return Response(True, seq=req.seq)
 
     def _ping(self, req: Request) -> Response:
-        return Response(True, P.Result.DATA, result={
-            'requests': self.requests, 'sessions': len(self.sessions),
-            'values': sum(len(s.values) for s in self.sessions.values())}, seq=req.seq)
+        return Response(
+            True,
+            P.Result.DATA,
+            result={
+                'requests': self.requests,
+                'sessions': len(self.sessions),
+                'values': sum(len(s.values) for s in self.sessions.values()),
+            },
+            seq=req.seq,
+        )
 
     def _session(self, req: Request) -> Session:
         s = self.sessions.get(req.session)
@@ -197,7 +218,8 @@ class WorkerService:
             raise E.WorkerLostError(
                 f'session {req.session} is not open on worker {self.worker_id} (the worker was '
                 'restarted, or the stack was closed); run the computation again',
-                worker_id=self.worker_id)
+                worker_id=self.worker_id,
+            )
         return s
 
     def _handle(self, req: Request) -> Response:
@@ -257,19 +279,24 @@ class WorkerService:
         token, transform = node.token, node.transform
         if node.source is not None:  # registered now, so that a slice's loader finds it
             self._load_sourced(session, token, node.source, [], transform)
-        return PlanLoad(lambda lo, hi: self._load_sourced(session, token, None, ids[lo:hi],
-                                                          transform), node.type)
+        return PlanLoad(
+            lambda lo, hi: self._load_sourced(session, token, None, ids[lo:hi], transform),
+            node.type,
+        )
 
-    def _load_sourced(self, session: Session, token: int, source: Any, client_ids: List[str],
-                      transform: Any) -> List[Any]:
+    def _load_sourced(
+        self, session: Session, token: int, source: Any, client_ids: List[str], transform: Any
+    ) -> List[Any]:
         if source is not None:
             session.sources[token] = source_from_spec(source)
         try:
             src = session.sources[token]
         except KeyError:
-            raise E.WorkerLostError(f'data source {token} was never sent to worker '
-                                    f'{self.worker_id} in session {session.id}',
-                                    worker_id=self.worker_id) from None
+            raise E.WorkerLostError(
+                f'data source {token} was never sent to worker '
+                f'{self.worker_id} in session {session.id}',
+                worker_id=self.worker_id,
+            ) from None
         fn = transform_from_spec(transform)
         return [fn(src.client_arrays(cid)) for cid in client_ids]
 
@@ -287,6 +314,7 @@ class WorkerService:
             if isinstance(x, DatasetRecipe):
                 return self._from_recipe(x)
             return x
+
         return P.map_leaves(tree, leaf)
 
     def _plain(self, tree: Any) -> Any:
@@ -298,6 +326,7 @@ class WorkerService:
             if hasattr(x, 'numpy') and not isinstance(x, np.ndarray):
                 return tensor_to_numpy(x)
             return x
+
         return P.map_leaves(tree, leaf)
 
     def close(self) -> None:

@@ -28,9 +28,22 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 
 from simharness.runtime import codec
 
-__all__ = ['PlanNode', 'PlanValues', 'PlanSame', 'PlanStacked', 'PlanShared', 'PlanClients',
-           'PlanSourced', 'PlanLoad', 'PlanMap', 'PlanSelect', 'PlanZip', 'PlanReduction',
-           'WIRE_KINDS', 'is_plan_part']
+__all__ = [
+    'PlanNode',
+    'PlanValues',
+    'PlanSame',
+    'PlanStacked',
+    'PlanShared',
+    'PlanClients',
+    'PlanSourced',
+    'PlanLoad',
+    'PlanMap',
+    'PlanSelect',
+    'PlanZip',
+    'PlanReduction',
+    'WIRE_KINDS',
+    'is_plan_part',
+]
 
 
 class _PlanPart:
@@ -182,8 +195,17 @@ class PlanReduction(_PlanPart):
 
 
 #: The kinds that cross the worker seam (registered with the codec).
-WIRE_KINDS: Tuple[Type[Any], ...] = (PlanValues, PlanSame, PlanStacked, PlanShared, PlanSourced,
-                                     PlanMap, PlanSelect, PlanZip, PlanReduction)
+WIRE_KINDS: Tuple[Type[Any], ...] = (
+    PlanValues,
+    PlanSame,
+    PlanStacked,
+    PlanShared,
+    PlanSourced,
+    PlanMap,
+    PlanSelect,
+    PlanZip,
+    PlanReduction,
+)
 for _kind in WIRE_KINDS:
     codec.register_message(_kind)
 

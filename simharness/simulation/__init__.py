@@ -9,28 +9,45 @@ it builds Keras models through `simharness.learning`).
 
 from simharness.simulation import datasets, models
 from simharness.simulation.iterative_process_compositions import (
-    SequenceTypeNotAssignableError, SequenceTypeNotFoundError,
+    SequenceTypeNotAssignableError,
+    SequenceTypeNotFoundError,
     compose_dataset_computation_with_computation,
     compose_dataset_computation_with_iterative_process,
-    compose_dataset_computation_with_learning_process)
+    compose_dataset_computation_with_learning_process,
+)
 from simharness.simulation.sampling_utils import build_uniform_sampling_fn
-from simharness.simulation.training_loop import (EVALUATION_METRICS_PREFIX, EVALUATION_TIME_KEY,
-                                                 ROUND_NUMBER_KEY, ROUND_TIME_KEY,
-                                                 TRAINING_TIME_KEY, run_training_process)
+from simharness.simulation.training_loop import (
+    EVALUATION_METRICS_PREFIX,
+    EVALUATION_TIME_KEY,
+    ROUND_NUMBER_KEY,
+    ROUND_TIME_KEY,
+    TRAINING_TIME_KEY,
+    run_training_process,
+)
 
 __all__ = [
-    'EVALUATION_METRICS_PREFIX', 'EVALUATION_TIME_KEY', 'ROUND_NUMBER_KEY', 'ROUND_TIME_KEY',
-    'SequenceTypeNotAssignableError', 'SequenceTypeNotFoundError', 'TRAINING_TIME_KEY',
-    'build_uniform_sampling_fn', 'compose_dataset_computation_with_computation',
+    'EVALUATION_METRICS_PREFIX',
+    'EVALUATION_TIME_KEY',
+    'ROUND_NUMBER_KEY',
+    'ROUND_TIME_KEY',
+    'SequenceTypeNotAssignableError',
+    'SequenceTypeNotFoundError',
+    'TRAINING_TIME_KEY',
+    'build_uniform_sampling_fn',
+    'compose_dataset_computation_with_computation',
     'compose_dataset_computation_with_iterative_process',
-    'compose_dataset_computation_with_learning_process', 'datasets', 'models',
-    'baselines', 'run_training_process',
+    'compose_dataset_computation_with_learning_process',
+    'datasets',
+    'models',
+    'baselines',
+    'run_training_process',
 ]
 
 
 def __getattr__(name: str):
     if name == 'baselines':
         import importlib
+
         # reason: baselines imports simharness.learning (Keras); loaded on first use only.
         return importlib.import_module('simharness.simulation.baselines')
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -18,10 +18,14 @@ from simharness.core import types as T
 from simharness.core.computation import Computation, federated_computation
 from simharness.errors import SimharnessTypeError
 
-__all__ = ['MultipleMatchingSequenceTypesError', 'SequenceTypeNotAssignableError',
-           'SequenceTypeNotFoundError', 'compose_dataset_computation_with_computation',
-           'compose_dataset_computation_with_iterative_process',
-           'compose_dataset_computation_with_learning_process']
+__all__ = [
+    'MultipleMatchingSequenceTypesError',
+    'SequenceTypeNotAssignableError',
+    'SequenceTypeNotFoundError',
+    'compose_dataset_computation_with_computation',
+    'compose_dataset_computation_with_iterative_process',
+    'compose_dataset_computation_with_learning_process',
+]
 
 
 class SequenceTypeNotAssignableError(SimharnessTypeError):
@@ -38,8 +42,11 @@ class MultipleMatchingSequenceTypesError(SimharnessTypeError):
 
 def _check_computation(value: Any, what: str) -> None:
     if not isinstance(value, Computation):
-        raise SimharnessTypeError(f'{what} must be a Computation, got {type(value).__name__}',
-                                  expected=Computation, actual=type(value))
+        raise SimharnessTypeError(
+            f'{what} must be a Computation, got {type(value).__name__}',
+            expected=Computation,
+            actual=type(value),
+        )
 
 
 def _check_dataset_computation(dataset_computation: Any) -> T.SequenceType:
@@ -48,13 +55,17 @@ def _check_dataset_computation(dataset_computation: Any) -> T.SequenceType:
     if not isinstance(result, T.SequenceType):
         raise SimharnessTypeError(
             'Expected a `federated_language.SequenceType` to be returned from '
-            f'`dataset_computation`; found {result} instead.', expected=T.SequenceType,
-            actual=result)
+            f'`dataset_computation`; found {result} instead.',
+            expected=T.SequenceType,
+            actual=result,
+        )
     if dataset_computation.type_signature.parameter is None:
         raise SimharnessTypeError(
             'Can only construct a new iterative process if `dataset_computation` accepts a '
             f'non-None arg; the type {dataset_computation.type_signature} accepts no argument.',
-            expected='a parameter', actual=dataset_computation.type_signature)
+            expected='a parameter',
+            actual=dataset_computation.type_signature,
+        )
     return result
 
 
@@ -72,8 +83,9 @@ def _contains_sequence(t: Optional[T.Type]) -> bool:
     return False
 
 
-def compose_dataset_computation_with_computation(dataset_computation: Computation,
-                                                 computation_body: Computation) -> Computation:
+def compose_dataset_computation_with_computation(
+    dataset_computation: Computation, computation_body: Computation
+) -> Computation:
     """A computation that maps `dataset_computation` over its CLIENTS argument, then runs the body.
 
     With ``dataset_computation: (T -> U*)`` and ``computation_body:
@@ -97,6 +109,7 @@ def compose_dataset_computation_with_computation(dataset_computation: Computatio
         return isinstance(t, T.FederatedType) and t.member.is_assignable_from(dataset_return_type)
 
     if is_desired(body_param):
+
         @federated_computation(federated_param)
         def new_computation(param: Any) -> Any:
             return computation_body(intrinsics.federated_map(dataset_computation, param))
@@ -107,7 +120,9 @@ def compose_dataset_computation_with_computation(dataset_computation: Computatio
             '`computation_body` is not a single argument matching the signature of '
             '`dataset_computation` result signature, nor a struct of arguments.\n'
             f'Argument signature: {body_param}\nResult signature: {dataset_return_type}',
-            expected=T.FederatedType(dataset_return_type, T.CLIENTS), actual=body_param)
+            expected=T.FederatedType(dataset_return_type, T.CLIENTS),
+            actual=body_param,
+        )
 
     found: list[list[int]] = []
     sequence_types: list[T.Type] = []
@@ -122,7 +137,8 @@ def compose_dataset_computation_with_computation(dataset_computation: Computatio
                     raise MultipleMatchingSequenceTypesError(
                         'Cannot accept a `computation_body` computation that declares more '
                         f'than one sequence parameter matching the expected dataset type {elem}; '
-                        f'received a computation declaring parameter {body_param}.')
+                        f'received a computation declaring parameter {body_param}.'
+                    )
                 found.append(path + [i])
                 elements.append((name, federated_param))
             elif isinstance(elem, T.StructType):
@@ -138,12 +154,16 @@ def compose_dataset_computation_with_computation(dataset_computation: Computatio
                 'No sequence parameter assignable from expected dataset computation result type '
                 f'found in `computation_body`. \nList of sequences in argument signature: '
                 f'{sequence_types}\nExpected sequence type: {dataset_return_type}',
-                expected=dataset_return_type, actual=sequence_types)
+                expected=dataset_return_type,
+                actual=sequence_types,
+            )
         raise SequenceTypeNotFoundError(
             'No sequence parameter found in `computation_body`, but composition with a '
             'computation yielding sequences requested.\nArgument signature: '
             f'{body_param}\nExpected sequence type: {dataset_return_type}',
-            expected=dataset_return_type, actual=body_param)
+            expected=dataset_return_type,
+            actual=body_param,
+        )
     index_path = found[0]
 
     def map_at_path(param: Any, depth: int) -> list:
@@ -166,7 +186,8 @@ def compose_dataset_computation_with_computation(dataset_computation: Computatio
 
 
 def compose_dataset_computation_with_iterative_process(
-        dataset_computation: Computation, process: Any) -> Any:
+    dataset_computation: Computation, process: Any
+) -> Any:
     """An `IterativeProcess` whose `next` builds the clients' datasets from its CLIENTS argument.
 
     With ``dataset_computation: (T -> U*)`` and ``process.next: (<S,
@@ -182,19 +203,24 @@ def compose_dataset_computation_with_iterative_process(
     if not isinstance(process, templates.IterativeProcess):
         raise SimharnessTypeError(
             f'process must be an IterativeProcess, got {type(process).__name__}',
-            expected=templates.IterativeProcess, actual=type(process))
+            expected=templates.IterativeProcess,
+            actual=type(process),
+        )
     init_fn = process.initialize
     if _contains_sequence(init_fn.type_signature.result):
         raise SimharnessTypeError(
             'Cannot construct a new iterative process if a dataset is returned by '
             f'`initialize`; initialize has result type {init_fn.type_signature.result}.',
-            expected='no sequence', actual=init_fn.type_signature.result)
+            expected='no sequence',
+            actual=init_fn.type_signature.result,
+        )
     new_next = compose_dataset_computation_with_computation(dataset_computation, process.next)
     return templates.IterativeProcess(initialize_fn=init_fn, next_fn=new_next)
 
 
 def compose_dataset_computation_with_learning_process(
-        dataset_computation: Computation, process: Any) -> Any:
+    dataset_computation: Computation, process: Any
+) -> Any:
     """As `compose_dataset_computation_with_iterative_process`, keeping a `LearningProcess`'s
     `get_model_weights`, `set_model_weights`, `get_hparams` and `set_hparams`."""
     # reason: simharness.learning (Keras) is loaded only when a learning process is composed,
@@ -202,7 +228,10 @@ def compose_dataset_computation_with_learning_process(
     learning_process = importlib.import_module('simharness.learning.templates.learning_process')
     composed = compose_dataset_computation_with_iterative_process(dataset_computation, process)
     return learning_process.LearningProcess(
-        initialize_fn=composed.initialize, next_fn=composed.next,
+        initialize_fn=composed.initialize,
+        next_fn=composed.next,
         get_model_weights=process.get_model_weights,
         set_model_weights=process.set_model_weights,
-        get_hparams_fn=process.get_hparams, set_hparams_fn=process.set_hparams)
+        get_hparams_fn=process.get_hparams,
+        set_hparams_fn=process.set_hparams,
+    )

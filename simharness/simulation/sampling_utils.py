@@ -17,9 +17,9 @@ MLCG_MULTIPLIER = 16807
 T = TypeVar('T')
 
 
-def build_uniform_sampling_fn(sample_range: Sequence[T], replace: bool = False,
-                              random_seed: Optional[int] = None
-                              ) -> Callable[[int, int], list[T]]:
+def build_uniform_sampling_fn(
+    sample_range: Sequence[T], replace: bool = False, random_seed: Optional[int] = None
+) -> Callable[[int, int], list[T]]:
     """A function ``(round_num, size) -> list`` drawing `size` elements of `sample_range`.
 
     As TFF: with an int `random_seed`, round r draws with
@@ -39,14 +39,20 @@ def build_uniform_sampling_fn(sample_range: Sequence[T], replace: bool = False,
         return pow(MLCG_MULTIPLIER, round_num, MLCG_MODULUS) * mlcg_start % MLCG_MODULUS
 
     def sample_fn(round_num: int, size: int) -> list[T]:
-        random_state = (np.random.RandomState(get_pseudo_random_int(round_num)) if seeded
-                        else np.random.RandomState())
+        random_state = (
+            np.random.RandomState(get_pseudo_random_int(round_num))
+            if seeded
+            else np.random.RandomState()
+        )
         try:
-            return random_state.choice(sample_range, size=size,  # type: ignore[arg-type]
-                                       replace=replace).tolist()
+            return random_state.choice(
+                sample_range,
+                size=size,  # type: ignore[arg-type]
+                replace=replace,
+            ).tolist()
         except ValueError as e:
             raise SimharnessValueError(
-                f'Failed to sample {size} clients from population of size '
-                f'{len(sample_range)}.') from e
+                f'Failed to sample {size} clients from population of size {len(sample_range)}.'
+            ) from e
 
     return sample_fn

@@ -19,8 +19,14 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, MutableMapping, 
 
 from simharness.core.structure import Struct
 
-__all__ = ['EVALUATION_METRICS_PREFIX', 'EVALUATION_TIME_KEY', 'ROUND_NUMBER_KEY',
-           'ROUND_TIME_KEY', 'TRAINING_TIME_KEY', 'run_training_process']
+__all__ = [
+    'EVALUATION_METRICS_PREFIX',
+    'EVALUATION_TIME_KEY',
+    'ROUND_NUMBER_KEY',
+    'ROUND_TIME_KEY',
+    'TRAINING_TIME_KEY',
+    'run_training_process',
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -35,6 +41,7 @@ EVALUATION_TIME_KEY = 'evaluation_time_in_seconds'
 
 def _run(awaitable_fn: Callable[[], Awaitable[Any]]) -> Any:
     """Runs a coroutine to completion on a private loop (another thread if one runs here)."""
+
     async def main() -> Any:
         return await awaitable_fn()
 
@@ -49,6 +56,7 @@ def _run(awaitable_fn: Callable[[], Awaitable[Any]]) -> Any:
 def _gather(coros: list) -> Any:
     async def all_of() -> Any:
         return await asyncio.gather(*coros)
+
     return all_of
 
 
@@ -64,8 +72,12 @@ def _state_and_metrics(output: Any) -> tuple[Any, Any]:
     return state, metrics
 
 
-def _run_training(training_fn: Callable[..., Any], client_selection_fn: Callable[[int], Any],
-                  state: Any, round_num: int) -> tuple[Any, collections.OrderedDict]:
+def _run_training(
+    training_fn: Callable[..., Any],
+    client_selection_fn: Callable[[int], Any],
+    state: Any,
+    round_num: int,
+) -> tuple[Any, collections.OrderedDict]:
     _LOG.info('Running training at round %d', round_num)
     start = time.time()
     training_data = client_selection_fn(round_num)
@@ -76,28 +88,31 @@ def _run_training(training_fn: Callable[..., Any], client_selection_fn: Callable
     return state, metrics
 
 
-def _run_evaluation(evaluation_fn: Callable[[Any, Any], MetricsType],
-                    client_selection_fn: Callable[[int], Any], state: Any,
-                    round_num: int) -> collections.OrderedDict:
+def _run_evaluation(
+    evaluation_fn: Callable[[Any, Any], MetricsType],
+    client_selection_fn: Callable[[int], Any],
+    state: Any,
+    round_num: int,
+) -> collections.OrderedDict:
     _LOG.info('Running evaluation at round %d', round_num)
     start = time.time()
     evaluation_data = client_selection_fn(round_num)
     metrics = evaluation_fn(state, evaluation_data)
     metrics[EVALUATION_TIME_KEY] = time.time() - start
-    return collections.OrderedDict(
-        (EVALUATION_METRICS_PREFIX + k, v) for k, v in metrics.items())
+    return collections.OrderedDict((EVALUATION_METRICS_PREFIX + k, v) for k, v in metrics.items())
 
 
 def run_training_process(
-        training_process: Any,
-        training_selection_fn: Callable[[int], Any],
-        total_rounds: int,
-        evaluation_fn: Optional[Callable[[Any, Any], MetricsType]] = None,
-        evaluation_selection_fn: Optional[Callable[[int], Any]] = None,
-        rounds_per_evaluation: int = 1,
-        program_state_manager: Optional[Any] = None,
-        rounds_per_saving_program_state: int = 1,
-        metrics_managers: Optional[Iterable[Any]] = None) -> Any:
+    training_process: Any,
+    training_selection_fn: Callable[[int], Any],
+    total_rounds: int,
+    evaluation_fn: Optional[Callable[[Any, Any], MetricsType]] = None,
+    evaluation_selection_fn: Optional[Callable[[int], Any]] = None,
+    rounds_per_evaluation: int = 1,
+    program_state_manager: Optional[Any] = None,
+    rounds_per_saving_program_state: int = 1,
+    metrics_managers: Optional[Iterable[Any]] = None,
+) -> Any:
     """Runs `training_process` for `total_rounds` rounds, as TFF's.
 
     Round 0 is the initial state: it is evaluated (when `evaluation_fn` and
@@ -131,8 +146,7 @@ def run_training_process(
     program_state, previous_version = None, 0
     if program_state_manager is not None:
         structure = training_process.initialize()
-        program_state, previous_version = _run(
-            lambda: program_state_manager.load_latest(structure))
+        program_state, previous_version = _run(lambda: program_state_manager.load_latest(structure))
     if program_state is not None:
         _LOG.info('Loaded program state at version %d', previous_version)
         state = program_state
@@ -152,18 +166,19 @@ def run_training_process(
         _LOG.info('Starting round %d', round_num)
         round_metrics: collections.OrderedDict = collections.OrderedDict()
         state, training_metrics = _run_training(
-            training_process.next, training_selection_fn, state, round_num)
+            training_process.next, training_selection_fn, state, round_num
+        )
         if managers is not None:
             round_metrics.update(training_metrics)
         if evaluation_fn is not None and evaluation_selection_fn is not None:
             if round_num % rounds_per_evaluation == 0:
                 evaluation_metrics = _run_evaluation(
-                    evaluation_fn, evaluation_selection_fn, state, round_num)
+                    evaluation_fn, evaluation_selection_fn, state, round_num
+                )
                 if managers is not None:
                     round_metrics.update(evaluation_metrics)
         if managers is not None:
             _run(_gather([m.release(round_metrics, key=round_num) for m in managers]))
-        if program_state_manager is not None and \
-                round_num % rounds_per_saving_program_state == 0:
+        if program_state_manager is not None and round_num % rounds_per_saving_program_state == 0:
             _run(lambda: program_state_manager.save(state, round_num))  # noqa: B023
     return state

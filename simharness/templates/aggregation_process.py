@@ -60,7 +60,9 @@ class AggregationProcess(MeasuredProcess):
             raise AggregationNotFederatedError(
                 f'Provided `initialize_fn` must return a federated type, but found return type: '
                 f'{init_result}. Tip: if you see a collection of federated types, wrap the '
-                'returned value in federated_zip before returning it.', actual=init_result)
+                'returned value in federated_zip before returning it.',
+                actual=init_result,
+            )
         next_type: Any = next_fn.type_signature
         leaves = _flatten_struct(next_type.parameter) + _flatten_struct(next_type.result)
         unfederated = [t for t in leaves if not isinstance(t, T.FederatedType)]
@@ -69,29 +71,41 @@ class AggregationProcess(MeasuredProcess):
             raise AggregationNotFederatedError(
                 f'Provided `next_fn` must be a *federated* computation, that is, operate on '
                 f'FederatedTypes, but found next_fn with type signature: {next_type}\n'
-                f'The non-federated types are:\n- {listed}.', actual=next_type)
+                f'The non-federated types are:\n- {listed}.',
+                actual=next_type,
+            )
         if init_result.placement is not T.SERVER:
             raise AggregationPlacementError(
                 f'The state controlled by an AggregationProcess must be placed at the SERVER, '
-                f'but found type: {init_result}.', actual=init_result)
+                f'but found type: {init_result}.',
+                actual=init_result,
+            )
         param: Any = next_type.parameter
         result: Any = next_type.result
         if len(param) < 2:
             raise TemplateNextFnNumArgsError(
                 f'The `next_fn` must have at least two input arguments, but found the following '
-                f'input type: {param}.', actual=param)
+                f'input type: {param}.',
+                actual=param,
+            )
         if param[_INPUT_PARAM_INDEX].placement is not T.CLIENTS:
             raise AggregationPlacementError(
                 f'The second input argument of `next_fn` must be placed at CLIENTS but found '
-                f'{param[_INPUT_PARAM_INDEX]}.', actual=param[_INPUT_PARAM_INDEX])
+                f'{param[_INPUT_PARAM_INDEX]}.',
+                actual=param[_INPUT_PARAM_INDEX],
+            )
         if result.result.placement is not T.SERVER:
             raise AggregationPlacementError(
                 f'The "result" attribute of return type of `next_fn` must be placed at SERVER, '
-                f'but found {result.result}.', actual=result.result)
+                f'but found {result.result}.',
+                actual=result.result,
+            )
         if result.measurements.placement is not T.SERVER:
             raise AggregationPlacementError(
                 f'The "measurements" attribute of return type of `next_fn` must be placed at '
-                f'SERVER, but found {result.measurements}.', actual=result.measurements)
+                f'SERVER, but found {result.measurements}.',
+                actual=result.measurements,
+            )
 
     @property
     def is_weighted(self) -> bool:

@@ -8,9 +8,12 @@ from __future__ import annotations
 from simharness.errors import SimharnessTypeError
 
 __all__ = [
-    'TemplateInitFnParamNotEmptyError', 'TemplateNextFnNumArgsError',
-    'TemplateNotFederatedError', 'TemplateNotMeasuredProcessOutputError',
-    'TemplatePlacementError', 'TemplateStateNotAssignableError',
+    'TemplateInitFnParamNotEmptyError',
+    'TemplateNextFnNumArgsError',
+    'TemplateNotFederatedError',
+    'TemplateNotMeasuredProcessOutputError',
+    'TemplatePlacementError',
+    'TemplateStateNotAssignableError',
 ]
 
 

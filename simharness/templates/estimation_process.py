@@ -32,8 +32,13 @@ class EstimationProcess(IterativeProcess):
         `report_fn`'s parameter; and the errors of `IterativeProcess`.
     """
 
-    def __init__(self, initialize_fn: Computation, next_fn: Computation,
-                 report_fn: Computation, next_is_multi_arg: Optional[bool] = None):
+    def __init__(
+        self,
+        initialize_fn: Computation,
+        next_fn: Computation,
+        report_fn: Computation,
+        next_is_multi_arg: Optional[bool] = None,
+    ):
         super().__init__(initialize_fn, next_fn, next_is_multi_arg=next_is_multi_arg)
         check_computation(report_fn, 'report_fn')
         report_param = report_fn.type_signature.parameter
@@ -41,8 +46,10 @@ class EstimationProcess(IterativeProcess):
             raise TemplateStateNotAssignableError(
                 f'The state type of the process must be assignable to the input argument of '
                 f'`report_fn`, but the state type is: {self.state_type}\nand the argument of '
-                f'`report_fn` is:\n{report_param}', expected=report_param,
-                actual=self.state_type)
+                f'`report_fn` is:\n{report_param}',
+                expected=report_param,
+                actual=self.state_type,
+            )
         self._report_fn = report_fn
 
     @property
@@ -64,10 +71,12 @@ class EstimationProcess(IterativeProcess):
             raise EstimateNotAssignableError(
                 f'The return type of `report` of this process must be assignable to the input '
                 f'argument of `map_fn`, but `report` returns type:\n{estimate_type}\nand the '
-                f'argument of `map_fn` is:\n{map_param}', expected=map_param,
-                actual=estimate_type)
+                f'argument of `map_fn` is:\n{map_param}',
+                expected=map_param,
+                actual=estimate_type,
+            )
         report = self.report
-        transformed = federated_computation(lambda state: map_fn(report(state)),
-                                            self.state_type)
-        return EstimationProcess(initialize_fn=self.initialize, next_fn=self.next,
-                                 report_fn=transformed)
+        transformed = federated_computation(lambda state: map_fn(report(state)), self.state_type)
+        return EstimationProcess(
+            initialize_fn=self.initialize, next_fn=self.next, report_fn=transformed
+        )

@@ -16,12 +16,18 @@ from simharness.core import intrinsics as I
 from simharness.core import types as T
 from simharness.core.computation import Computation, federated_computation
 from simharness.errors import SimharnessTypeError
-from simharness.templates.errors import (TemplateNotMeasuredProcessOutputError,
-                                             TemplateStateNotAssignableError)
+from simharness.templates.errors import (
+    TemplateNotMeasuredProcessOutputError,
+    TemplateStateNotAssignableError,
+)
 from simharness.templates.iterative_process import IterativeProcess
 
-__all__ = ['MeasuredProcess', 'MeasuredProcessOutput', 'chain_measured_processes',
-           'concatenate_measured_processes']
+__all__ = [
+    'MeasuredProcess',
+    'MeasuredProcessOutput',
+    'chain_measured_processes',
+    'concatenate_measured_processes',
+]
 
 
 class MeasuredProcessOutput(NamedTuple):
@@ -51,19 +57,27 @@ class MeasuredProcess(IterativeProcess):
         assignable to the state type; and the errors of `IterativeProcess`.
     """
 
-    def __init__(self, initialize_fn: Computation, next_fn: Computation,
-                 next_is_multi_arg: Optional[bool] = None):
+    def __init__(
+        self,
+        initialize_fn: Computation,
+        next_fn: Computation,
+        next_is_multi_arg: Optional[bool] = None,
+    ):
         super().__init__(initialize_fn, next_fn, next_is_multi_arg)
         result = next_fn.type_signature.result
         if not (isinstance(result, T.StructType) and result.container is MeasuredProcessOutput):
             raise TemplateNotMeasuredProcessOutputError(
                 f'the next_fn of a MeasuredProcess must return a MeasuredProcessOutput '
-                f'<state=S,result=O,measurements=M>, but returns {result}', actual=result)
+                f'<state=S,result=O,measurements=M>, but returns {result}',
+                actual=result,
+            )
         if not self.state_type.is_assignable_from(result.state):
             raise TemplateStateNotAssignableError(
                 f'the state of the MeasuredProcessOutput that next_fn returns ({result.state}) '
                 f'must be assignable to its first argument, {self.state_type}',
-                expected=self.state_type, actual=result.state)
+                expected=self.state_type,
+                actual=result.state,
+            )
 
 
 def _value_param(process: MeasuredProcess) -> T.Type:
@@ -75,25 +89,34 @@ def _check_processes(measured_processes: Mapping[str, MeasuredProcess]) -> None:
     if not isinstance(measured_processes, Mapping) or not measured_processes:
         raise SimharnessTypeError(
             f'measured_processes must be a non-empty OrderedDict of name -> MeasuredProcess, '
-            f'got {measured_processes!r}', actual=type(measured_processes))
+            f'got {measured_processes!r}',
+            actual=type(measured_processes),
+        )
     for name, p in measured_processes.items():
         if not isinstance(p, IterativeProcess):
             raise SimharnessTypeError(
-                f'measured_processes[{name!r}] must be a MeasuredProcess, got '
-                f'{type(p).__name__}', expected=MeasuredProcess, actual=type(p))
+                f'measured_processes[{name!r}] must be a MeasuredProcess, got {type(p).__name__}',
+                expected=MeasuredProcess,
+                actual=type(p),
+            )
 
 
 def _zipped_initialize(measured_processes: Mapping[str, MeasuredProcess]) -> Computation:
     @federated_computation
     def initialize():
         try:
-            return I.federated_zip(collections.OrderedDict(
-                (name, p.initialize()) for name, p in measured_processes.items()))
+            return I.federated_zip(
+                collections.OrderedDict(
+                    (name, p.initialize()) for name, p in measured_processes.items()
+                )
+            )
         except TypeError as e:
             states = {name: str(p.state_type) for name, p in measured_processes.items()}
             raise SimharnessTypeError(
                 'Cannot concatenate the initialization functions as not all '
-                f'MeasuredProcesses have the same placement of the state: {states}.') from e
+                f'MeasuredProcesses have the same placement of the state: {states}.'
+            ) from e
+
     return initialize
 
 
@@ -106,13 +129,14 @@ def _server_state_type(measured_processes: Mapping[str, MeasuredProcess]) -> T.F
             raise SimharnessTypeError(
                 'Cannot concatenate the initialization functions as not all '
                 f'MeasuredProcesses have the same placement of the state: {states} (the state '
-                f'of {name!r} must be placed at SERVER)', actual=st)
+                f'of {name!r} must be placed at SERVER)',
+                actual=st,
+            )
         members.append((name, st.member))
     return T.FederatedType(T.StructType(members, container=collections.OrderedDict), T.SERVER)
 
 
-def chain_measured_processes(
-        measured_processes: Mapping[str, MeasuredProcess]) -> MeasuredProcess:
+def chain_measured_processes(measured_processes: Mapping[str, MeasuredProcess]) -> MeasuredProcess:
     """The composition of `MeasuredProcess`es: each feeds its result to the next.
 
     The composition's state is ``<F=F.state, G=G.state>`` at SERVER, its
@@ -145,20 +169,26 @@ def chain_measured_processes(
             if not values.type_signature.is_assignable_from(expected):
                 raise SimharnessTypeError(
                     f'Cannot call function {name} of type {process.next.type_signature} with '
-                    f'value of type {values.type_signature}.', expected=expected,
-                    actual=values.type_signature)
+                    f'value of type {values.type_signature}.',
+                    expected=expected,
+                    actual=values.type_signature,
+                )
             output = process.next(state[name], values)
             new_states[name] = output.state
             measurements[name] = output.measurements
             values = output.result
-        return MeasuredProcessOutput(state=I.federated_zip(new_states), result=values,
-                                     measurements=I.federated_zip(measurements))
+        return MeasuredProcessOutput(
+            state=I.federated_zip(new_states),
+            result=values,
+            measurements=I.federated_zip(measurements),
+        )
 
     return MeasuredProcess(initialize, next_fn)
 
 
 def concatenate_measured_processes(
-        measured_processes: Mapping[str, MeasuredProcess]) -> MeasuredProcess:
+    measured_processes: Mapping[str, MeasuredProcess],
+) -> MeasuredProcess:
     """The concatenation of `MeasuredProcess`es: each runs on its own input.
 
     ``next(<F=s_F, G=s_G>, <F=x_F, G=x_G>)`` returns the result
@@ -179,18 +209,25 @@ def concatenate_measured_processes(
     state_type = _server_state_type(measured_processes)
     values_type = T.StructType(
         [(name, _value_param(p)) for name, p in measured_processes.items()],
-        container=collections.OrderedDict)
+        container=collections.OrderedDict,
+    )
 
     @federated_computation(state_type, values_type)
     def next_fn(state, values):
-        new_states, results, measurements = (collections.OrderedDict(), collections.OrderedDict(),
-                                             collections.OrderedDict())
+        new_states, results, measurements = (
+            collections.OrderedDict(),
+            collections.OrderedDict(),
+            collections.OrderedDict(),
+        )
         for name, process in measured_processes.items():
             output = process.next(state[name], values[name])
             new_states[name] = output.state
             results[name] = output.result
             measurements[name] = output.measurements
-        return MeasuredProcessOutput(state=I.federated_zip(new_states), result=results,
-                                     measurements=I.federated_zip(measurements))
+        return MeasuredProcessOutput(
+            state=I.federated_zip(new_states),
+            result=results,
+            measurements=I.federated_zip(measurements),
+        )
 
     return MeasuredProcess(initialize, next_fn)

@@ -5,7 +5,6 @@ turns (`_Turns`); ``SIMHARNESS_BENCH_COMMIT_INFO`` replaces pytest-benchmark's
 commit info for a revision run outside its work tree.
 """
 
-
 from __future__ import annotations
 
 import gc
@@ -67,8 +66,10 @@ class _Turns:
             if not 0 <= index < 256:
                 raise ValueError(f'index {index} is not in [0, 256)')
         except (ValueError, KeyError, TypeError) as e:
-            raise pytest.UsageError(f'{INTERLEAVE_ENV}={spec!r} is not valid: expected JSON with '
-                                    f'mine, done, side, session and index ({e})') from None
+            raise pytest.UsageError(
+                f'{INTERLEAVE_ENV}={spec!r} is not valid: expected JSON with '
+                f'mine, done, side, session and index ({e})'
+            ) from None
         # O_RDWR: opening a FIFO this way never blocks, and a write never fails
         # for want of a reader.
         self._mine = os.open(mine, os.O_RDWR)
@@ -163,7 +164,8 @@ class SimharnessBenchmark:
         except AttributeError:
             raise RuntimeError(
                 f'simharness_benchmark.round needs pytest-benchmark >= 4 (its fixture has no '
-                f'{name}); got {type(self._benchmark).__module__}') from None
+                f'{name}); got {type(self._benchmark).__module__}'
+            ) from None
 
     def _worker_pids(self) -> List[int]:
         stats = self.stack.stats()
@@ -171,9 +173,17 @@ class SimharnessBenchmark:
             return []
         return [w['pid'] for w in stats.get('workers', ()) if w.get('alive') and w.get('pid')]
 
-    def round(self, fn: Any, *args: Any, rounds: Optional[int] = None,
-              warmup_rounds: Optional[int] = None, iterations: Optional[int] = None,
-              clients: Optional[int] = None, fingerprint: Any = True, **kwargs: Any) -> Any:
+    def round(
+        self,
+        fn: Any,
+        *args: Any,
+        rounds: Optional[int] = None,
+        warmup_rounds: Optional[int] = None,
+        iterations: Optional[int] = None,
+        clients: Optional[int] = None,
+        fingerprint: Any = True,
+        **kwargs: Any,
+    ) -> Any:
         """Times ``fn(*args, **kwargs)``, one simulation round per call, in this (the driver) process.
 
         The first call (tracing, shipping the computation to the workers,
@@ -218,40 +228,74 @@ class SimharnessBenchmark:
         """
         # reason: the plugin loads in every pytest session; imported when used
         from simharness.bench import probe
+
         if rounds is None or (_TURNS.info is not None and self.rounds is not None):
             # under `simharness bench ab`, --simharness-rounds wins: every session runs the
             # same rounds, so that their turns stay in step
             rounds = self.rounds
-        for name, value, low in (('rounds', rounds, 1), ('warmup_rounds', warmup_rounds, 0),
-                                 ('iterations', iterations, 1), ('clients', clients, 1)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                      or value < low):
-                raise (TypeError if not isinstance(value, int) or isinstance(value, bool)
-                       else ValueError)(
+        for name, value, low in (
+            ('rounds', rounds, 1),
+            ('warmup_rounds', warmup_rounds, 0),
+            ('iterations', iterations, 1),
+            ('clients', clients, 1),
+        ):
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < low
+            ):
+                raise (
+                    TypeError
+                    if not isinstance(value, int) or isinstance(value, bool)
+                    else ValueError
+                )(
                     f'simharness_benchmark.round: {name} must be an int >= {low} or None, '
-                    f'got {value!r} of type {type(value).__name__}')
+                    f'got {value!r} of type {type(value).__name__}'
+                )
         if not (fingerprint in (True, False) or callable(fingerprint)):
-            raise TypeError(f'simharness_benchmark.round: fingerprint must be True, False or a '
-                            f'function, got {fingerprint!r} of type {type(fingerprint).__name__}')
+            raise TypeError(
+                f'simharness_benchmark.round: fingerprint must be True, False or a '
+                f'function, got {fingerprint!r} of type {type(fingerprint).__name__}'
+            )
         bench = self._benchmark
         extra = bench.extra_info
         if self.disabled:
             return bench.pedantic(fn, args=args, kwargs=kwargs, rounds=1, iterations=1)
         if getattr(bench, '_mode', None):
             bench.has_error = True
-            raise RuntimeError(f'the benchmark fixture was already used in {bench._mode} mode '
-                               '(one benchmark per test)')
+            raise RuntimeError(
+                f'the benchmark fixture was already used in {bench._mode} mode '
+                '(one benchmark per test)'
+            )
         bench._mode = 'simharness_benchmark.round(...)'
         try:
-            return self._round(probe, fn, args, kwargs, rounds, warmup_rounds, iterations,
-                               clients, fingerprint, extra)
+            return self._round(
+                probe,
+                fn,
+                args,
+                kwargs,
+                rounds,
+                warmup_rounds,
+                iterations,
+                clients,
+                fingerprint,
+                extra,
+            )
         except BaseException:
             bench.has_error = True
             raise
 
-    def _round(self, probe: Any, fn: Any, args: Any, kwargs: Any, rounds: Optional[int],
-               warmup_rounds: Optional[int], iterations: Optional[int], clients: Optional[int],
-               fingerprint: Any, extra: Dict[str, Any]) -> Any:
+    def _round(
+        self,
+        probe: Any,
+        fn: Any,
+        args: Any,
+        kwargs: Any,
+        rounds: Optional[int],
+        warmup_rounds: Optional[int],
+        iterations: Optional[int],
+        clients: Optional[int],
+        fingerprint: Any,
+        extra: Dict[str, Any],
+    ) -> Any:
         bench = self._benchmark
         timer = self._option('_timer')
         disable_gc = bool(self._option('_disable_gc'))
@@ -290,8 +334,10 @@ class SimharnessBenchmark:
             if warmup_calls:
                 first, result = timed(1, gate=True)
                 last = first
-                while (time.perf_counter() - wall0 < max_time + first
-                       and warmup_rounds < 1 + warmup_calls):
+                while (
+                    time.perf_counter() - wall0 < max_time + first
+                    and warmup_rounds < 1 + warmup_calls
+                ):
                     last, result = timed(1, gate=True)
                     warmup_rounds += 1
         if first is None:
@@ -302,8 +348,10 @@ class SimharnessBenchmark:
         if iterations is None:
             iterations = 1
             if last is not None:
-                floor = max(float(self._option('_min_time')),
-                            bench._get_precision(timer) * self._option('_calibration_precision'))
+                floor = max(
+                    float(self._option('_min_time')),
+                    bench._get_precision(timer) * self._option('_calibration_precision'),
+                )
                 if last < floor:
                     iterations = max(1, math.ceil(floor / max(last, 1e-9)))
         before = self.stack.stats()
@@ -334,25 +382,36 @@ class SimharnessBenchmark:
                     if z is not None and n >= 2:
                         mean = sum(times) / n
                         sd = (sum((t - mean) ** 2 for t in times) / (n - 1)) ** 0.5
-                        if mean > 0 and z * sd / n ** 0.5 / mean <= precision:
+                        if mean > 0 and z * sd / n**0.5 / mean <= precision:
                             break
                     if spent >= max_time:
                         break
         after = self.stack.stats()
         info: Dict[str, Any] = {
-            'version': 1, 'times': times, 'starts': starts, 'first_round_seconds': first,
-            'warmup_rounds': warmup_rounds, 'rounds': len(times), 'iterations': iterations,
+            'version': 1,
+            'times': times,
+            'starts': starts,
+            'first_round_seconds': first,
+            'warmup_rounds': warmup_rounds,
+            'rounds': len(times),
+            'iterations': iterations,
             'calibration': {'workload': probe.CALIBRATION_WORKLOAD, 'times': calibration},
-            'memory': peak.as_dict(), 'clients': clients}
-        median = sorted(times)[len(times) // 2] if len(times) % 2 else \
-            sum(sorted(times)[len(times) // 2 - 1:len(times) // 2 + 1]) / 2
+            'memory': peak.as_dict(),
+            'clients': clients,
+        }
+        median = (
+            sorted(times)[len(times) // 2]
+            if len(times) % 2
+            else sum(sorted(times)[len(times) // 2 - 1 : len(times) // 2 + 1]) / 2
+        )
         if clients is not None and median > 0:
             info['clients_per_second'] = clients / median
             extra.setdefault('clients_per_second', clients / median)
         if fingerprint is not False:
             try:
                 info['fingerprint'] = probe.fingerprint(
-                    fingerprint(result) if callable(fingerprint) else result)
+                    fingerprint(result) if callable(fingerprint) else result
+                )
             except TypeError as e:
                 info['fingerprint'] = None
                 info['fingerprint_error'] = str(e)
@@ -365,5 +424,6 @@ class SimharnessBenchmark:
             extra['simharness_per_round'] = {
                 key: (after[key] - before[key]) / (len(times) * iterations)
                 for key in ('requests', 'bytes_to_workers', 'bytes_from_workers')
-                if key in before and key in after}
+                if key in before and key in after
+            }
         return result

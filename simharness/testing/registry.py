@@ -6,7 +6,6 @@ Nothing heavy is imported at import time (the plugin loads in every pytest
 session): simharness' stacks and TensorFlow are imported when a stack is used.
 """
 
-
 from __future__ import annotations
 
 import contextlib
@@ -24,6 +23,7 @@ _NAME = re.compile(r'^(thread|thread-debug|process)(?:-([1-9][0-9]*))?$')
 
 
 # ------------------------------------------------------------------ stack names
+
 
 @dataclasses.dataclass(frozen=True)
 class StackSpec:
@@ -48,8 +48,10 @@ class StackSpec:
         """
         m = _NAME.match(name.strip())
         if not m or (m.group(2) and m.group(1) != 'process'):
-            raise ValueError(f'unknown simharness stack {name!r}: expected thread, thread-debug, '
-                             'process or process-N (N >= 1 workers)')
+            raise ValueError(
+                f'unknown simharness stack {name!r}: expected thread, thread-debug, '
+                'process or process-N (N >= 1 workers)'
+            )
         kind, n = m.group(1), m.group(2)
         return cls(name.strip(), kind, int(n) if n else None)
 
@@ -106,8 +108,11 @@ class WorkerPools:
       cpu_affinity: pin each worker to its own CPUs.
     """
 
-    def __init__(self, clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
-                 cpu_affinity: bool = True):
+    def __init__(
+        self,
+        clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+        cpu_affinity: bool = True,
+    ):
         self.clients_per_worker = clients_per_worker
         self.cpu_affinity = cpu_affinity
         self._pools: Dict[Tuple[Optional[int], Optional[int]], Any] = {}
@@ -131,8 +136,10 @@ class WorkerPools:
         if pool is None:
             # reason: the plugin loads in every pytest session; imported when used
             from simharness.stacks import create_worker_pool
-            pool = create_worker_pool(num_workers=num_workers, clients_per_worker=cpw,
-                                      cpu_affinity=self.cpu_affinity)
+
+            pool = create_worker_pool(
+                num_workers=num_workers, clients_per_worker=cpw, cpu_affinity=self.cpu_affinity
+            )
             try:
                 seconds = pool.start()
             except BaseException:
@@ -159,8 +166,9 @@ class WorkerPools:
         self.close()
 
 
-def make_factory(spec: StackSpec, pools: Optional[WorkerPools] = None,
-                 num_clients: Optional[int] = None) -> Any:
+def make_factory(
+    spec: StackSpec, pools: Optional[WorkerPools] = None, num_clients: Optional[int] = None
+) -> Any:
     """A new `ExecutorFactory` of built-in stack `spec` (process stacks share the warm pool of `pools`).
 
     Closing the factory closes its stacks, never a shared pool.
@@ -176,11 +184,16 @@ def make_factory(spec: StackSpec, pools: Optional[WorkerPools] = None,
 def _common_config(name: str, kind: str) -> Dict[str, Any]:
     # reason: the plugin loads in every pytest session; imported when used
     import simharness
-    config: Dict[str, Any] = {'name': name, 'kind': kind,
-                              'simharness_version': simharness.__version__}
+
+    config: Dict[str, Any] = {
+        'name': name,
+        'kind': kind,
+        'simharness_version': simharness.__version__,
+    }
     try:
         # reason: the plugin loads in every pytest session; imported when used
         import tensorflow as tf
+
         config['tensorflow_version'] = tf.__version__
     except ImportError:  # pragma: no cover - simharness depends on TF
         pass
@@ -197,6 +210,7 @@ def stack_config(spec: StackSpec, factory: Any) -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------------ the stack registry
+
 
 @dataclasses.dataclass(frozen=True)
 class StackEntry:
@@ -244,36 +258,43 @@ class StackEntry:
                 raise ValueError('a StackEntry has a start or a pool, not both')
             pool = tuple(self.pool)
             if len(pool) != 2 or not all(
-                    v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
-                    for v in pool):
-                raise ValueError('StackEntry.pool must be (num_workers, clients_per_worker), '
-                                 f'each an int >= 1 or None, got {self.pool!r}')
+                v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+                for v in pool
+            ):
+                raise ValueError(
+                    'StackEntry.pool must be (num_workers, clients_per_worker), '
+                    f'each an int >= 1 or None, got {self.pool!r}'
+                )
             object.__setattr__(self, 'pool', pool)
         if not isinstance(self.kind, str) or not self.kind:
             raise TypeError(f'StackEntry.kind must be a non-empty str, got {self.kind!r}')
         object.__setattr__(self, 'marks', tuple(self.marks))
         threads = tuple(self.resident_threads)
         if not all(isinstance(t, str) and t for t in threads):
-            raise TypeError('StackEntry.resident_threads must be non-empty strs, '
-                            f'got {self.resident_threads!r}')
+            raise TypeError(
+                f'StackEntry.resident_threads must be non-empty strs, got {self.resident_threads!r}'
+            )
         object.__setattr__(self, 'resident_threads', threads)
 
 
 def _build_thread(_resource: Any, num_clients: Optional[int]) -> Any:
     # reason: the plugin loads in every pytest session; imported when used
     from simharness.stacks import local_executor_factory
+
     return local_executor_factory(num_clients=num_clients)
 
 
 def _describe_thread(_factory: Any) -> Dict[str, Any]:
     # reason: the plugin loads in every pytest session; imported when used
     from simharness.stacks import default_max_fanout
+
     return {'factory': 'local_executor_factory', 'max_fanout': default_max_fanout()}
 
 
 def _build_thread_debug(_resource: Any, num_clients: Optional[int]) -> Any:
     # reason: the plugin loads in every pytest session; imported when used
     from simharness.stacks import thread_debugging_executor_factory
+
     return thread_debugging_executor_factory(num_clients=num_clients)
 
 
@@ -284,24 +305,39 @@ def _describe_thread_debug(_factory: Any) -> Dict[str, Any]:
 def _build_process(pool: Any, num_clients: Optional[int]) -> Any:
     # reason: the plugin loads in every pytest session; imported when used
     from simharness.stacks import process_executor_factory
+
     return process_executor_factory(num_clients=num_clients, pool=pool)
 
 
 def _describe_process(factory: Any) -> Dict[str, Any]:
     pool = factory.pool
-    return {'factory': 'process_executor_factory', 'num_workers': pool.num_workers,
-            'clients_per_worker': pool.options.clients_per_worker,
-            'workers': [{'worker_id': p.worker_id, 'cpus': list(p.cpus), 'gpu': p.gpu,
-                         'intra_op_threads': p.intra_op_threads,
-                         'inter_op_threads': p.inter_op_threads} for p in pool.placements]}
+    return {
+        'factory': 'process_executor_factory',
+        'num_workers': pool.num_workers,
+        'clients_per_worker': pool.options.clients_per_worker,
+        'workers': [
+            {
+                'worker_id': p.worker_id,
+                'cpus': list(p.cpus),
+                'gpu': p.gpu,
+                'intra_op_threads': p.intra_op_threads,
+                'inter_op_threads': p.inter_op_threads,
+            }
+            for p in pool.placements
+        ],
+    }
 
 
 def _describe_any(factory: Any) -> Dict[str, Any]:
     return {'factory': f'{type(factory).__module__}.{type(factory).__qualname__}'}
 
 
-def process_stack(num_workers: Optional[int] = None, clients_per_worker: Optional[int] = None,
-                  *, marks: Tuple[Any, ...] = ()) -> StackEntry:
+def process_stack(
+    num_workers: Optional[int] = None,
+    clients_per_worker: Optional[int] = None,
+    *,
+    marks: Tuple[Any, ...] = (),
+) -> StackEntry:
     """An entry of `process_executor_factory` stacks on the session's warm pool of this layout.
 
     Args:
@@ -310,8 +346,14 @@ def process_stack(num_workers: Optional[int] = None, clients_per_worker: Optiona
         (None: ``--simharness-clients-per-worker``, default 256).
       marks: pytest marks of the tests that run on it.
     """
-    return StackEntry(_build_process, pool=(num_workers, clients_per_worker), kind='process',
-                      describe=_describe_process, marks=marks, resident_threads=(REACTOR_THREAD,))
+    return StackEntry(
+        _build_process,
+        pool=(num_workers, clients_per_worker),
+        kind='process',
+        describe=_describe_process,
+        marks=marks,
+        resident_threads=(REACTOR_THREAD,),
+    )
 
 
 def _builtin_entry(spec: StackSpec) -> StackEntry:
@@ -345,8 +387,11 @@ class StackRegistry:
       cpu_affinity: pin pool workers to their own CPUs.
     """
 
-    def __init__(self, clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
-                 cpu_affinity: bool = True):
+    def __init__(
+        self,
+        clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+        cpu_affinity: bool = True,
+    ):
         #: The session's warm worker pools (the resource of every process stack).
         self.pools = WorkerPools(clients_per_worker, cpu_affinity)
         self._entries: Dict[str, StackEntry] = {}
@@ -365,13 +410,20 @@ class StackRegistry:
             cannot be given on the command line (empty, a comma, whitespace).
           TypeError: `entry` is not a `StackEntry`.
         """
-        if not isinstance(name, str) or not name or name != name.strip() or \
-                any(c.isspace() or c == ',' for c in name):
-            raise ValueError(f'a stack name must be a non-empty str without commas or '
-                             f'whitespace, got {name!r}')
+        if (
+            not isinstance(name, str)
+            or not name
+            or name != name.strip()
+            or any(c.isspace() or c == ',' for c in name)
+        ):
+            raise ValueError(
+                f'a stack name must be a non-empty str without commas or whitespace, got {name!r}'
+            )
         if not isinstance(entry, StackEntry):
-            raise TypeError(f'register({name!r}, ...) needs a StackEntry, got {entry!r} of type '
-                            f'{type(entry).__name__}')
+            raise TypeError(
+                f'register({name!r}, ...) needs a StackEntry, got {entry!r} of type '
+                f'{type(entry).__name__}'
+            )
         if is_builtin_stack(name):
             raise ValueError(f'{name!r} is a built-in simharness stack: register another name')
         if name in self._entries:
@@ -411,8 +463,12 @@ class StackRegistry:
                 raise ValueError(
                     f'unknown simharness stack {name!r}: expected thread, thread-debug, process, '
                     'process-N (N >= 1 workers)'
-                    + (f' or a registered stack ({", ".join(self._entries)})'
-                       if self._entries else '')) from None
+                    + (
+                        f' or a registered stack ({", ".join(self._entries)})'
+                        if self._entries
+                        else ''
+                    )
+                ) from None
             self._builtin[name] = _builtin_entry(spec)
         return self._builtin[name]
 
@@ -485,6 +541,7 @@ class StackRegistry:
         """
         # reason: the plugin loads in every pytest session; imported when used
         import simharness as sh
+
         factory = self.make_factory(name, num_clients)
         try:
             config = self.config(name, factory)
@@ -505,8 +562,7 @@ class StackRegistry:
         if self._closed:
             return
         self._closed = True
-        _close_all([self._resources.pop(n) for n in reversed(list(self._resources))]
-                   + [self.pools])
+        _close_all([self._resources.pop(n) for n in reversed(list(self._resources))] + [self.pools])
 
     def __enter__(self) -> 'StackRegistry':
         return self
@@ -522,8 +578,7 @@ def stack_registry(config: Any) -> StackRegistry:
     """The `StackRegistry` of the pytest session of `config` (made on first call)."""
     registry = config.stash.get(_REGISTRY, None)
     if registry is None:
-        cpw = (config.getoption('simharness_clients_per_worker', None)
-               or DEFAULT_CLIENTS_PER_WORKER)
+        cpw = config.getoption('simharness_clients_per_worker', None) or DEFAULT_CLIENTS_PER_WORKER
         registry = config.stash[_REGISTRY] = StackRegistry(clients_per_worker=cpw)
     return registry
 
@@ -549,6 +604,7 @@ def parametrize_stacks(metafunc: Any, argname: str, names: Any) -> bool:
 
 # ------------------------------------------------------------------ what tests get
 
+
 class SimharnessStack:
     """What the `simharness_stack` fixture gives a test (`StackRegistry.open` makes it).
 
@@ -562,8 +618,9 @@ class SimharnessStack:
       registry: the session's `StackRegistry`.
     """
 
-    def __init__(self, name: str, factory: Any, context: Any, config: Dict[str, Any],
-                 registry: StackRegistry):
+    def __init__(
+        self, name: str, factory: Any, context: Any, config: Dict[str, Any], registry: StackRegistry
+    ):
         self.name = name
         self.spec = registry.spec(name)
         self.factory = factory
@@ -584,6 +641,7 @@ class SimharnessStack:
         """
         # reason: the plugin loads in every pytest session; imported when used
         import simharness as sh
+
         factory = self.make_factory(num_clients)
         try:
             with sh.execution_context(factory) as ctx:

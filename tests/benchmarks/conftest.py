@@ -16,18 +16,23 @@ from .helpers import Baselines
 
 
 def pytest_configure(config):
-    config.addinivalue_line('markers', 'timing_only: a case too slow for the --benchmark-disable '
-                                       '(CI) mode, skipped there')
+    config.addinivalue_line(
+        'markers',
+        'timing_only: a case too slow for the --benchmark-disable (CI) mode, skipped there',
+    )
 
 
 def pytest_collection_modifyitems(config, items):
     # The plugin must be active (it is, unless run with -p no:simharness).
     if not config.pluginmanager.hasplugin('simharness'):
-        raise pytest.UsageError('the benchmarks need the simharness pytest plugin '
-                                '(pip install -e . registers it; do not pass -p no:simharness)')
+        raise pytest.UsageError(
+            'the benchmarks need the simharness pytest plugin '
+            '(pip install -e . registers it; do not pass -p no:simharness)'
+        )
     if config.getoption('benchmark_disable', default=False):
-        skip = pytest.mark.skip(reason='only with timing on (--benchmark-disable runs a '
-                                       'smaller suite)')
+        skip = pytest.mark.skip(
+            reason='only with timing on (--benchmark-disable runs a smaller suite)'
+        )
         for item in items:
             if item.get_closest_marker('timing_only'):
                 item.add_marker(skip)

@@ -17,8 +17,9 @@ def main() -> None:
     opts = [('grpc.max_send_message_length', 4 << 20), ('grpc.max_receive_message_length', 4 << 20)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=opts)
     handler = grpc.stream_stream_rpc_method_handler(lambda it, ctx: it)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        'bench.Echo', {'Stream': handler}),))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler('bench.Echo', {'Stream': handler}),)
+    )
     port = server.add_insecure_port('127.0.0.1:0')
     server.start()
     print(port, flush=True)

@@ -20,16 +20,23 @@ def disabled(benchmark: Any) -> bool:
     return bool(getattr(benchmark, 'disabled', False))
 
 
-def adaptive_rounds(first_call_seconds: float, target_seconds: float = 1.5,
-                    lo: int = 3, hi: int = 50) -> int:
+def adaptive_rounds(
+    first_call_seconds: float, target_seconds: float = 1.5, lo: int = 3, hi: int = 50
+) -> int:
     """Timed rounds so that a case takes about `target_seconds` (between lo and hi rounds)."""
     return max(lo, min(hi, math.ceil(target_seconds / max(first_call_seconds, 1e-6))))
 
 
-def check_then_time(benchmark: Any, fn: Callable[..., Any], args: Sequence[Any] = (),
-                    check: Optional[Callable[[Any], None]] = None, rounds: Optional[int] = None,
-                    target_seconds: float = 1.5, max_rounds: int = 50,
-                    min_rounds: int = 3) -> Any:
+def check_then_time(
+    benchmark: Any,
+    fn: Callable[..., Any],
+    args: Sequence[Any] = (),
+    check: Optional[Callable[[Any], None]] = None,
+    rounds: Optional[int] = None,
+    target_seconds: float = 1.5,
+    max_rounds: int = 50,
+    min_rounds: int = 3,
+) -> Any:
     """Checks ``fn(*args)`` once, then times it (never asserting a time).
 
     With timing on: one untimed call whose result `check` asserts (it is
@@ -53,7 +60,9 @@ def check_then_time(benchmark: Any, fn: Callable[..., Any], args: Sequence[Any] 
         check(result)
     del result
     if rounds is None:
-        rounds = adaptive_rounds(first, target_seconds, lo=min_rounds, hi=max(max_rounds, min_rounds))
+        rounds = adaptive_rounds(
+            first, target_seconds, lo=min_rounds, hi=max(max_rounds, min_rounds)
+        )
     if hasattr(benchmark, 'round'):  # simharness_benchmark: also records per-round transport
         return benchmark.round(fn, *args, rounds=rounds, warmup_rounds=0)
     return benchmark.pedantic(fn, args=tuple(args), rounds=rounds, warmup_rounds=0, iterations=1)
@@ -115,16 +124,20 @@ def thread_cpu() -> Dict[Any, float]:
     return out
 
 
-def cpu_by_thread(before: Dict[Any, float], after: Dict[Any, float],
-                  rounds: int) -> Dict[str, float]:
+def cpu_by_thread(
+    before: Dict[Any, float], after: Dict[Any, float], rounds: int
+) -> Dict[str, float]:
     """Milliseconds of CPU per round by thread name between two `thread_cpu` snapshots
     (threads of one name summed: TF's pools), largest first; threads that ended between
     them are not counted."""
     acc: Dict[str, float] = {}
     for key, seconds in after.items():
         acc[key[1]] = acc.get(key[1], 0.0) + seconds - before.get(key, 0.0)
-    return {name: round(1e3 * v / rounds, 3)
-            for name, v in sorted(acc.items(), key=lambda kv: -kv[1]) if v > 0}
+    return {
+        name: round(1e3 * v / rounds, 3)
+        for name, v in sorted(acc.items(), key=lambda kv: -kv[1])
+        if v > 0
+    }
 
 
 class Baselines:
@@ -156,9 +169,11 @@ class RssSampler:
     each sample (workers may be replaced).
     """
 
-    def __init__(self, worker_pids: Callable[[], Iterable[int]] = lambda: (),
-                 interval: float = 0.02):
+    def __init__(
+        self, worker_pids: Callable[[], Iterable[int]] = lambda: (), interval: float = 0.02
+    ):
         import psutil
+
         self._psutil = psutil
         self._driver = psutil.Process(os.getpid())
         self._worker_pids = worker_pids

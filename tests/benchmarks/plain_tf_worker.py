@@ -62,14 +62,16 @@ def build_client_update(jit_compile: bool = False):
         w0 = list(w)
         w = list(w)
         for j in range(x.shape[0] // BATCH):
-            xb, yb = x[j * BATCH:(j + 1) * BATCH], y[j * BATCH:(j + 1) * BATCH]
+            xb, yb = x[j * BATCH : (j + 1) * BATCH], y[j * BATCH : (j + 1) * BATCH]
             with tf.GradientTape() as tape:
                 tape.watch(w)
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    labels=yb, logits=forward(w, xb)))
+                loss = tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=yb, logits=forward(w, xb))
+                )
             grads = tape.gradient(loss, w)
             w = [v - LEARNING_RATE * g for v, g in zip(w, grads)]
         return [a - b for a, b in zip(w, w0)]
+
     return client_update
 
 
@@ -77,6 +79,7 @@ def run_clients(client_update, clients, weights):
     """``(sum_k n_k * delta_k, sum_k n_k)`` over `clients` (a list of (x, y) tensors)."""
     import numpy as np
     import tensorflow as tf
+
     w = [tf.constant(v) for v in weights]
     acc = [np.zeros(np.shape(v), np.float32) for v in weights]
     total = 0.0
@@ -100,6 +103,7 @@ def main() -> None:
     inp = sys.stdin.buffer
 
     import tensorflow as tf
+
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     client_update = build_client_update(jit_compile)

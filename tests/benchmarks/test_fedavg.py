@@ -43,8 +43,14 @@ import tempfile
 import numpy as np
 import pytest
 
-from .helpers import (STACKS, check_then_time, disabled, interleaved_medians, median_seconds,
-                      time_median)
+from .helpers import (
+    STACKS,
+    check_then_time,
+    disabled,
+    interleaved_medians,
+    median_seconds,
+    time_median,
+)
 
 NUM_CLIENTS = 100
 ROUNDS = 5
@@ -64,10 +70,12 @@ class PlainTF:
 
     def __init__(self, cpu: int, xla: bool = False):
         self._log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, WORKER_SCRIPT, str(cpu)]
-                                     + (['xla'] if xla else []),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log)
+        self.proc = subprocess.Popen(
+            [sys.executable, WORKER_SCRIPT, str(cpu)] + (['xla'] if xla else []),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+        )
         self.cpu = cpu
 
     def send(self, *msg) -> None:
@@ -79,8 +87,9 @@ class PlainTF:
         header = self.proc.stdout.read(8)
         if len(header) < 8:
             self._log.seek(0)
-            raise RuntimeError('plain TF worker died:\n'
-                               + self._log.read().decode(errors='replace')[-4000:])
+            raise RuntimeError(
+                'plain TF worker died:\n' + self._log.read().decode(errors='replace')[-4000:]
+            )
         (n,) = struct.unpack('<Q', header)
         return pickle.loads(self.proc.stdout.read(n))
 
@@ -110,13 +119,20 @@ def workload():
     from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
+
     cd, w0 = reference_fedavg_workload()
     arrays = [cd.client_arrays(cid) for cid in cd.client_ids[:NUM_CLIENTS]]
     fedavg = FedAvg(reference_mlp_spec(), FedAvgConfig(), 50)
     x = np.stack([a['x'] for a in arrays])
     y = np.stack([a['y'] for a in arrays])
-    return {'fedavg': fedavg, 'padded': fedavg.pad(arrays), 'state': fedavg.initialize(w0),
-            'w0': [np.asarray(v, np.float32) for v in w0], 'x': x, 'y': y}
+    return {
+        'fedavg': fedavg,
+        'padded': fedavg.pad(arrays),
+        'state': fedavg.initialize(w0),
+        'w0': [np.asarray(v, np.float32) for v in w0],
+        'x': x,
+        'y': y,
+    }
 
 
 class PlainTFProcesses:
@@ -132,8 +148,10 @@ class PlainTFProcesses:
     def get(self, count: int):
         """The first `count` processes; each holds 'all' clients and its 'half' of them."""
         x, y, half = self._workload['x'], self._workload['y'], NUM_CLIENTS // 2
-        new = [PlainTF(self._cpus[i % len(self._cpus)], self._xla)
-               for i in range(len(self._procs), count)]
+        new = [
+            PlainTF(self._cpus[i % len(self._cpus)], self._xla)
+            for i in range(len(self._procs), count)
+        ]
         self._procs.extend(new)
         for p in new:
             assert p.recv()[0] == 'ready'
@@ -198,6 +216,7 @@ def reference_weights(workload):
     """The new weights after the round, by the plain-TF client update run in this process."""
     import tensorflow as tf
     from .plain_tf_worker import build_client_update, run_clients
+
     clients = [(tf.constant(x), tf.constant(y)) for x, y in zip(workload['x'], workload['y'])]
     return _finish(workload['w0'], [run_clients(build_client_update(), clients, workload['w0'])])
 
@@ -206,6 +225,7 @@ def _check_weights(reference):
     def check(weights) -> None:
         diff = max(float(np.max(np.abs(np.asarray(a) - b))) for a, b in zip(weights, reference))
         assert diff <= ATOL, f'weights differ from the plain-TF round by {diff}'
+
     return check
 
 
@@ -213,15 +233,21 @@ def _record_plain(benchmark, baselines, key):
     t = median_seconds(benchmark)
     baselines.put(key, t)
     if t is not None:
-        benchmark.extra_info.update(clients_per_second=NUM_CLIENTS / t,
-                                    ms_per_client=1e3 * t / NUM_CLIENTS)
+        benchmark.extra_info.update(
+            clients_per_second=NUM_CLIENTS / t, ms_per_client=1e3 * t / NUM_CLIENTS
+        )
 
 
 def test_fedavg_round_plain_tf_1proc(benchmark, baselines, plain_tf, workload, reference_weights):
     """Baseline: plain TF, one pinned process, 1 TF thread, tf.function per client."""
     benchmark.group = GROUP
-    check_then_time(benchmark, _round_1proc, (plain_tf.get(1), workload['w0']),
-                    _check_weights(reference_weights), rounds=ROUNDS)
+    check_then_time(
+        benchmark,
+        _round_1proc,
+        (plain_tf.get(1), workload['w0']),
+        _check_weights(reference_weights),
+        rounds=ROUNDS,
+    )
     _record_plain(benchmark, baselines, 'fedavg_plain_tf_1proc')
 
 
@@ -229,38 +255,66 @@ def test_fedavg_round_plain_tf_1proc(benchmark, baselines, plain_tf, workload, r
 def test_fedavg_round_plain_tf_2proc(benchmark, baselines, plain_tf, workload, reference_weights):
     """Baseline: plain TF, two pinned processes, each sends back one partial sum."""
     benchmark.group = GROUP
-    check_then_time(benchmark, _round_2proc, (plain_tf.get(2), workload['w0']),
-                    _check_weights(reference_weights), rounds=ROUNDS)
+    check_then_time(
+        benchmark,
+        _round_2proc,
+        (plain_tf.get(2), workload['w0']),
+        _check_weights(reference_weights),
+        rounds=ROUNDS,
+    )
     _record_plain(benchmark, baselines, 'fedavg_plain_tf_2proc')
 
 
 @on_stacks
-def test_fedavg_round(simharness_benchmark, simharness_stack, baselines, plain_tf, plain_tf_xla,
-                      workload, reference_weights):
+def test_fedavg_round(
+    simharness_benchmark,
+    simharness_stack,
+    baselines,
+    plain_tf,
+    plain_tf_xla,
+    workload,
+    reference_weights,
+):
     """One FedAvg round (FedAvg.next) on the stack."""
-    _time_round(simharness_benchmark, simharness_stack, baselines, plain_tf, plain_tf_xla,
-                workload, reference_weights)
+    _time_round(
+        simharness_benchmark,
+        simharness_stack,
+        baselines,
+        plain_tf,
+        plain_tf_xla,
+        workload,
+        reference_weights,
+    )
 
 
 def _time_round(bench, stack, baselines, plain_tf, plain_tf_xla, workload, reference_weights):
     """Checks then times FedAvg.next on the stack (in the current context), with its ratios."""
     bench.group = GROUP
     fedavg, state, padded = workload['fedavg'], workload['state'], workload['padded']
-    check_then_time(bench, fedavg.next, (state, padded), _check_round(reference_weights),
-                    rounds=ROUNDS)
+    check_then_time(
+        bench, fedavg.next, (state, padded), _check_round(reference_weights), rounds=ROUNDS
+    )
     t = median_seconds(bench)
     if t is not None:
-        bench.extra_info.update(_round_info(t, stack.name, baselines, plain_tf,
-                                            plain_tf_xla, workload['w0']))
-        w0 = workload['w0']
-        ours, two, two_xla = interleaved_medians([
-            lambda: fedavg.next(state, padded), lambda: _round_2proc(plain_tf.get(2), w0),
-            lambda: _round_2proc(plain_tf_xla.get(2), w0)], INTERLEAVED_PASSES)
         bench.extra_info.update(
-            interleaved_seconds=ours, interleaved_plain_tf_2proc_seconds=two,
+            _round_info(t, stack.name, baselines, plain_tf, plain_tf_xla, workload['w0'])
+        )
+        w0 = workload['w0']
+        ours, two, two_xla = interleaved_medians(
+            [
+                lambda: fedavg.next(state, padded),
+                lambda: _round_2proc(plain_tf.get(2), w0),
+                lambda: _round_2proc(plain_tf_xla.get(2), w0),
+            ],
+            INTERLEAVED_PASSES,
+        )
+        bench.extra_info.update(
+            interleaved_seconds=ours,
+            interleaved_plain_tf_2proc_seconds=two,
             interleaved_plain_tf_2proc_xla_seconds=two_xla,
             speedup_over_two_process_tf=two / ours,
-            speedup_over_two_process_tf_xla=two_xla / ours)
+            speedup_over_two_process_tf_xla=two_xla / ours,
+        )
 
 
 def _check_round(reference_weights):
@@ -273,24 +327,36 @@ def _check_round(reference_weights):
         assert np.isfinite(metrics['loss']), metrics
         weights_ok(new_state['weights'])
         assert int(new_state['round_num']) == 1
+
     return check
 
 
 def _round_info(t: float, stack_name: str, baselines, plain_tf, plain_tf_xla, w0) -> dict:
     """extra_info of a round of `t` seconds: clients/s, the plain-TF baselines and ratios."""
-    one = baselines.get('fedavg_plain_tf_1proc', lambda: time_median(
-        lambda: _round_1proc(plain_tf.get(1), w0), ROUNDS))
-    two = baselines.get('fedavg_plain_tf_2proc', lambda: time_median(
-        lambda: _round_2proc(plain_tf.get(2), w0), ROUNDS))
-    two_xla = baselines.get('fedavg_plain_tf_2proc_xla', lambda: time_median(
-        lambda: _round_2proc(plain_tf_xla.get(2), w0), ROUNDS))
+    one = baselines.get(
+        'fedavg_plain_tf_1proc',
+        lambda: time_median(lambda: _round_1proc(plain_tf.get(1), w0), ROUNDS),
+    )
+    two = baselines.get(
+        'fedavg_plain_tf_2proc',
+        lambda: time_median(lambda: _round_2proc(plain_tf.get(2), w0), ROUNDS),
+    )
+    two_xla = baselines.get(
+        'fedavg_plain_tf_2proc_xla',
+        lambda: time_median(lambda: _round_2proc(plain_tf_xla.get(2), w0), ROUNDS),
+    )
     return dict(
-        num_clients=NUM_CLIENTS, clients_per_second=NUM_CLIENTS / t,
+        num_clients=NUM_CLIENTS,
+        clients_per_second=NUM_CLIENTS / t,
         ms_per_client=1e3 * t / NUM_CLIENTS,
-        plain_tf_1proc_seconds=one, plain_tf_2proc_seconds=two,
+        plain_tf_1proc_seconds=one,
+        plain_tf_2proc_seconds=two,
         plain_tf_2proc_xla_seconds=two_xla,
-        ratio_to_single_process_tf=t / one, ratio_to_two_process_tf=t / two,
-        ratio_to_two_process_tf_xla=t / two_xla, **_rates(t, stack_name, baselines))
+        ratio_to_single_process_tf=t / one,
+        ratio_to_two_process_tf=t / two,
+        ratio_to_two_process_tf_xla=t / two_xla,
+        **_rates(t, stack_name, baselines),
+    )
 
 
 #: FLOPs of one client update of the reference workload: 5 SGD steps of batch 10 through the
@@ -308,13 +374,16 @@ def _rates(t: float, stack_name: str, baselines) -> dict:
     """The client update's GFLOP/s per core in a round of `t` seconds, beside a core's matmul."""
     per_core = CLIENT_FLOP * NUM_CLIENTS / t / _cores(stack_name) / 1e9
     matmul = baselines.get('matmul_one_core', _time_matmul)
-    return {'client_gflops_per_core': per_core,
-            'matmul_gflops_one_core': 2 * MATMUL_N ** 3 / matmul / 1e9}
+    return {
+        'client_gflops_per_core': per_core,
+        'matmul_gflops_one_core': 2 * MATMUL_N**3 / matmul / 1e9,
+    }
 
 
 def _time_matmul() -> float:
     import tensorflow as tf
     from simharness.core.determinism import pin_tensorflow_threads
+
     pin_tensorflow_threads()  # one TF thread, as every client computation runs
     a = tf.random.stateless_uniform([MATMUL_N, MATMUL_N], [1, 2])
     fn = tf.function(lambda x: tf.matmul(x, x))
@@ -327,37 +396,63 @@ def test_matmul_one_core(benchmark, baselines):
     benchmark.group = GROUP
     import tensorflow as tf
     from simharness.core.determinism import pin_tensorflow_threads
+
     pin_tensorflow_threads()
     n = 64 if disabled(benchmark) else MATMUL_N
     a = tf.random.stateless_uniform([n, n], [1, 2])
     fn = tf.function(lambda x: tf.matmul(x, x))
-    check_then_time(benchmark, lambda: fn(a).numpy(), (),
-                    lambda r: np.testing.assert_allclose(r, a.numpy() @ a.numpy(), rtol=1e-4),
-                    rounds=ROUNDS)
+    check_then_time(
+        benchmark,
+        lambda: fn(a).numpy(),
+        (),
+        lambda r: np.testing.assert_allclose(r, a.numpy() @ a.numpy(), rtol=1e-4),
+        rounds=ROUNDS,
+    )
     t = median_seconds(benchmark)
     if t is not None:
         baselines.put('matmul_one_core', t)
-        benchmark.extra_info.update(gflops=2 * n ** 3 / t / 1e9)
+        benchmark.extra_info.update(gflops=2 * n**3 / t / 1e9)
 
 
 @pytest.mark.timing_only
-def test_fedavg_round_plain_tf_2proc_xla(benchmark, baselines, plain_tf_xla, workload,
-                                         reference_weights):
+def test_fedavg_round_plain_tf_2proc_xla(
+    benchmark, baselines, plain_tf_xla, workload, reference_weights
+):
     """Baseline: the same two processes, the client update compiled (jit_compile=True)."""
     benchmark.group = GROUP
-    check_then_time(benchmark, _round_2proc, (plain_tf_xla.get(2), workload['w0']),
-                    _check_weights(reference_weights), rounds=ROUNDS)
+    check_then_time(
+        benchmark,
+        _round_2proc,
+        (plain_tf_xla.get(2), workload['w0']),
+        _check_weights(reference_weights),
+        rounds=ROUNDS,
+    )
     _record_plain(benchmark, baselines, 'fedavg_plain_tf_2proc_xla')
 
 
 @pytest.mark.parametrize('simharness_stack', ['process-2'], indirect=True)
-def test_fedavg_round_graph_runtime(simharness_benchmark, simharness_stack, baselines, plain_tf,
-                                    plain_tf_xla, workload, reference_weights):
+def test_fedavg_round_graph_runtime(
+    simharness_benchmark,
+    simharness_stack,
+    baselines,
+    plain_tf,
+    plain_tf_xla,
+    workload,
+    reference_weights,
+):
     """The round of `test_fedavg_round` with XLA forced off: TF's graph runtime."""
     import simharness as sh
+
     with sh.execution_context(simharness_stack.factory, jit_compile=False):
-        _time_round(simharness_benchmark, simharness_stack, baselines, plain_tf, plain_tf_xla,
-                    workload, reference_weights)
+        _time_round(
+            simharness_benchmark,
+            simharness_stack,
+            baselines,
+            plain_tf,
+            plain_tf_xla,
+            workload,
+            reference_weights,
+        )
 
 
 # ------------------------------------------------------------------ the CNN, compiled and not
@@ -370,23 +465,34 @@ CNN_CLIENTS = 20
 def cnn_workload():
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import ModelSpec, init_weights
+
     spec = ModelSpec('cnn', (28, 28, 1), 10)
     fedavg = FedAvg(spec, FedAvgConfig(), 50)
     rng = np.random.default_rng(0)
-    arrays = [{'x': rng.normal(size=(50, 28, 28, 1)).astype(np.float32),
-               'y': rng.integers(0, 10, 50).astype(np.int32)} for _ in range(CNN_CLIENTS)]
-    return {'fedavg': fedavg, 'arrays': arrays,
-            'state': fedavg.initialize(init_weights(spec, seed=1))}
+    arrays = [
+        {
+            'x': rng.normal(size=(50, 28, 28, 1)).astype(np.float32),
+            'y': rng.integers(0, 10, 50).astype(np.int32),
+        }
+        for _ in range(CNN_CLIENTS)
+    ]
+    return {
+        'fedavg': fedavg,
+        'arrays': arrays,
+        'state': fedavg.initialize(init_weights(spec, seed=1)),
+    }
 
 
-@pytest.mark.parametrize('xla', ['graph-runtime',
-                                 pytest.param('compiled', marks=pytest.mark.timing_only)])
+@pytest.mark.parametrize(
+    'xla', ['graph-runtime', pytest.param('compiled', marks=pytest.mark.timing_only)]
+)
 @pytest.mark.parametrize('simharness_stack', ['process-2'], indirect=True)
 def test_cnn_round(simharness_benchmark, simharness_stack, baselines, cnn_workload, xla):
     """The CNN of `learning.models` in a FedAvg round: the rule leaves its convolutions to
     oneDNN (graph runtime); ``compiled`` forces XLA (``jit_compile=True``) for comparison
     (timing only: its compile alone takes ~6 s of a CI run)."""
     import simharness as sh
+
     bench = simharness_benchmark
     bench.group = CNN_GROUP
     fedavg, state = cnn_workload['fedavg'], cnn_workload['state']

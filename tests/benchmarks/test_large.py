@@ -54,6 +54,7 @@ def reference_files(tmp_path_factory):
     from simharness.data.files import FileClientData, save_npz_dir
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
+
     cd, w0 = reference_fedavg_workload()
     path = tmp_path_factory.mktemp('reference-npz')
     save_npz_dir(cd, path)
@@ -78,6 +79,7 @@ def test_large_round(benchmark, reference_files, timing_disabled, stack_name, si
     import psutil
     import simharness as sh
     from simharness.pytest_plugin import StackSpec, WorkerPools, make_factory, stack_config
+
     fedavg, cd, files, state = reference_files
     n = size
     if timing_disabled:
@@ -91,8 +93,10 @@ def test_large_round(benchmark, reference_files, timing_disabled, stack_name, si
             pytest.skip('the materialized path needs about 1 MB per client')
         free = psutil.virtual_memory().available
         if size >= 10_000 and free < MATERIALIZED_FREE_BYTES:
-            pytest.skip(f'needs {MATERIALIZED_FREE_BYTES >> 30} GB of free memory, '
-                        f'{free / (1 << 30):.1f} GB available')
+            pytest.skip(
+                f'needs {MATERIALIZED_FREE_BYTES >> 30} GB of free memory, '
+                f'{free / (1 << 30):.1f} GB available'
+            )
     benchmark.group = f'large: fedavg round of {n} clients'
     ids = [str(k % 1000) for k in range(n)]
     spec = StackSpec.parse(stack_name)
@@ -116,7 +120,8 @@ def test_large_round(benchmark, reference_files, timing_disabled, stack_name, si
                     data = fedavg.sourced(files, ids)
                 with RssSampler(worker_pids) as rss:
                     new_state, metrics = benchmark.pedantic(
-                        fedavg.next, args=(state, data), rounds=1, warmup_rounds=0)
+                        fedavg.next, args=(state, data), rounds=1, warmup_rounds=0
+                    )
                 del data
         finally:
             factory.close()
@@ -128,6 +133,8 @@ def test_large_round(benchmark, reference_files, timing_disabled, stack_name, si
     t = median_seconds(benchmark)
     if t is not None:
         benchmark.extra_info['clients_per_second'] = n / t
-        print(f'\n{stack_name} {mode} {n} clients: {n / t:.0f} clients/s, peak RSS total '
-              f'{rss.peak["total"] / MB:.0f} MB (driver {rss.peak["driver"] / MB:.0f}, '
-              f'workers {rss.peak["workers"] / MB:.0f})')
+        print(
+            f'\n{stack_name} {mode} {n} clients: {n / t:.0f} clients/s, peak RSS total '
+            f'{rss.peak["total"] / MB:.0f} MB (driver {rss.peak["driver"] / MB:.0f}, '
+            f'workers {rss.peak["workers"] / MB:.0f})'
+        )

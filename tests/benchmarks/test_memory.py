@@ -36,6 +36,7 @@ def reference():
     from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
+
     cd, w0 = reference_fedavg_workload()
     arrays = [cd.client_arrays(cid) for cid in cd.client_ids]
     fedavg = FedAvg(reference_mlp_spec(), FedAvgConfig(), 50)
@@ -47,12 +48,15 @@ def test_peak_memory(benchmark, reference, timing_disabled, stack_name):
     import psutil
     import simharness as sh
     from simharness.pytest_plugin import StackSpec, WorkerPools, make_factory, stack_config
+
     fedavg, arrays, state = reference
     n = CI_NUM_CLIENTS if timing_disabled else NUM_CLIENTS
     free = psutil.virtual_memory().available
     if n == NUM_CLIENTS and free < REQUIRED_FREE_BYTES:
-        pytest.skip(f'needs {REQUIRED_FREE_BYTES >> 30} GB of free memory, '
-                    f'{free / (1 << 30):.1f} GB available')
+        pytest.skip(
+            f'needs {REQUIRED_FREE_BYTES >> 30} GB of free memory, '
+            f'{free / (1 << 30):.1f} GB available'
+        )
     benchmark.group = f'peak memory, fedavg round of {n} clients'
     padded = fedavg.pad([arrays[k % len(arrays)] for k in range(n)])
     data_bytes = sum(c['x'].nbytes + c['y'].nbytes for c in padded)
@@ -71,7 +75,8 @@ def test_peak_memory(benchmark, reference, timing_disabled, stack_name):
             with sh.execution_context(factory):
                 with RssSampler(worker_pids) as rss:
                     new_state, metrics = benchmark.pedantic(
-                        fedavg.next, args=(state, padded), rounds=1, warmup_rounds=0)
+                        fedavg.next, args=(state, padded), rounds=1, warmup_rounds=0
+                    )
         finally:
             factory.close()
     assert metrics['num_examples'] == n * 50, metrics

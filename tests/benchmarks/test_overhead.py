@@ -32,12 +32,14 @@ def _expected(n: int) -> float:
 def _check(n: int):
     def check(result) -> None:
         assert float(result) == _expected(n), (float(result), _expected(n))
+
     return check
 
 
 @pytest.fixture(scope='module')
 def map_sum():
     from computations import map_sum_add_one  # tests/computations.py
+
     return map_sum_add_one()
 
 
@@ -51,6 +53,7 @@ def plain_tf_map_sum():
 
     def run(xs):
         return tf.add_n([add_one(x) for x in xs]).numpy()
+
     return run
 
 
@@ -72,8 +75,9 @@ def test_map_sum_plain_tf(benchmark, baselines, plain_tf_map_sum, num_clients):
 
 @on_stacks
 @pytest.mark.parametrize('num_clients', NUM_CLIENTS)
-def test_map_sum(simharness_benchmark, simharness_stack, baselines, map_sum, plain_tf_map_sum,
-                 num_clients):
+def test_map_sum(
+    simharness_benchmark, simharness_stack, baselines, map_sum, plain_tf_map_sum, num_clients
+):
     """federated_sum(federated_map(x + 1)) on the stack; one call = one round."""
     bench = simharness_benchmark
     bench.group = f'map_sum {num_clients} clients'
@@ -81,10 +85,12 @@ def test_map_sum(simharness_benchmark, simharness_stack, baselines, map_sum, pla
     check_then_time(bench, map_sum, (xs,), _check(num_clients))
     t = median_seconds(bench)
     if t is not None:
-        plain = baselines.get(_plain_key(num_clients),
-                              lambda: time_median(lambda: plain_tf_map_sum(xs)))
+        plain = baselines.get(
+            _plain_key(num_clients), lambda: time_median(lambda: plain_tf_map_sum(xs))
+        )
         bench.extra_info.update(
             num_clients=num_clients,
             ms_per_client=1e3 * t / num_clients,
             plain_tf_seconds=plain,
-            ratio_to_single_process_tf=t / plain)
+            ratio_to_single_process_tf=t / plain,
+        )

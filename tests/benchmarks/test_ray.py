@@ -47,8 +47,12 @@ if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 from stacks import have_ray  # noqa: E402  (tests/stacks.py)
 
-pytestmark = [pytest.mark.ray, pytest.mark.skipif(
-    not have_ray(), reason='Ray is not installed (pip install "simharness[ray]")')]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(
+        not have_ray(), reason='Ray is not installed (pip install "simharness[ray]")'
+    ),
+]
 
 RAY_STACKS = ['ray-1node', pytest.param('ray-2node', marks=pytest.mark.timing_only)]
 FEDAVG_CLIENTS = 100
@@ -60,6 +64,7 @@ MAP_SUM_ROUNDS = 15
 def process_2():
     """The baseline: 2 local worker processes, and an execution context on them."""
     import simharness as sh
+
     f = sh.framework.process_executor_factory(num_workers=2, start=True)
     ctx = sh.ExecutionContext(f)
     try:
@@ -75,6 +80,7 @@ def ray_stack(request):
     import ray
 
     import simharness as sh
+
     name = request.param
     saved_auth = os.environ.get('RAY_AUTH_MODE')
     cluster = None
@@ -84,14 +90,21 @@ def ray_stack(request):
     try:
         if name == 'ray-1node':
             f = sh.framework.ray_executor_factory(
-                num_workers=2, start=True,
-                ray_init_args={'num_cpus': 2, 'object_store_memory': 200 << 20,
-                               'log_to_driver': False})
+                num_workers=2,
+                start=True,
+                ray_init_args={
+                    'num_cpus': 2,
+                    'object_store_memory': 200 << 20,
+                    'log_to_driver': False,
+                },
+            )
         else:
             from ray_cluster import LoopbackCluster  # tests/ray_cluster.py
+
             cluster = LoopbackCluster(2)
-            f = sh.framework.ray_executor_factory(num_workers=2, placement_strategy='SPREAD',
-                                                  start=True)
+            f = sh.framework.ray_executor_factory(
+                num_workers=2, placement_strategy='SPREAD', start=True
+            )
         try:
             yield name, f
         finally:
@@ -111,6 +124,7 @@ def interleaved(benchmark, fn, args, check, baseline_ctx, rounds):
     """Checks `fn(*args)` (current context) and `fn` on the baseline, then times `fn` with a
     timed baseline call before each round; returns the baseline's seconds (None: timing off)."""
     from simharness.framework import get_context_stack
+
     with get_context_stack().install(baseline_ctx):
         check(fn(*args), 'process-2')
     if disabled(benchmark):
@@ -124,20 +138,24 @@ def interleaved(benchmark, fn, args, check, baseline_ctx, rounds):
             t0 = time.perf_counter()
             fn(*args)
             base.append(time.perf_counter() - t0)
+
     benchmark.pedantic(fn, args=args, setup=setup, rounds=rounds, warmup_rounds=0)
     return statistics.median(base)
 
 
 def _report(benchmark, stack, factory, t, base, per):
-    benchmark.extra_info.update(stack=stack, nodes=sorted(
-        {w['node_ip'] for w in factory.cluster()['workers']}), **per)
-    benchmark.extra_info.update(process_2_seconds=base, ratio_to_process_2=t / base,
-                                speed_relative_to_process_2=base / t)
+    benchmark.extra_info.update(
+        stack=stack, nodes=sorted({w['node_ip'] for w in factory.cluster()['workers']}), **per
+    )
+    benchmark.extra_info.update(
+        process_2_seconds=base, ratio_to_process_2=t / base, speed_relative_to_process_2=base / t
+    )
 
 
 def test_map_sum_1000_clients(benchmark, process_2, ray_stack):
     import simharness as sh
     from computations import map_sum_add_one  # tests/computations.py
+
     benchmark.group = 'ray: map+sum over 1000 clients'
     stack, factory = ray_stack
     map_sum = map_sum_add_one()
@@ -146,6 +164,7 @@ def test_map_sum_1000_clients(benchmark, process_2, ray_stack):
 
     def check(r, where):
         assert float(r) == expected, (where, r)
+
     with sh.execution_context(factory):
         base = interleaved(benchmark, map_sum, (xs,), check, process_2, MAP_SUM_ROUNDS)
     t = median_seconds(benchmark)
@@ -158,6 +177,7 @@ def workload():
     from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
+
     cd, w0 = reference_fedavg_workload()
     arrays = [cd.client_arrays(cid) for cid in cd.client_ids[:FEDAVG_CLIENTS]]
     fedavg = FedAvg(reference_mlp_spec(), FedAvgConfig(), 50)
@@ -166,6 +186,7 @@ def workload():
 
 def test_fedavg_round(benchmark, process_2, ray_stack, workload):
     import simharness as sh
+
     benchmark.group = 'ray: fedavg round (100 clients, reference MLP)'
     stack, factory = ray_stack
     fedavg, state, padded = workload['fedavg'], workload['state'], workload['padded']
@@ -177,9 +198,9 @@ def test_fedavg_round(benchmark, process_2, ray_stack, workload):
         results[where] = [np.asarray(v).tobytes() for v in new_state['weights']]
         if len(results) == 2:  # the stacks agree bit for bit
             assert results['ray'] == results['process-2']
+
     with sh.execution_context(factory):
-        base = interleaved(benchmark, fedavg.next, (state, padded), check, process_2,
-                           FEDAVG_ROUNDS)
+        base = interleaved(benchmark, fedavg.next, (state, padded), check, process_2, FEDAVG_ROUNDS)
     t = median_seconds(benchmark)
     if t is not None and base is not None:
         _report(benchmark, stack, factory, t, base, {'clients_per_second': FEDAVG_CLIENTS / t})

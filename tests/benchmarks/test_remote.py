@@ -53,6 +53,7 @@ def factories():
     """{'process-2': 2 local workers, 'remote-2': 2 services started here} (closed at the end)."""
     import simharness as sh
     from remote_services import ServicePair  # tests/remote_services.py
+
     pair = ServicePair(2)
     process = sh.framework.process_executor_factory(num_workers=2)
     remote = sh.framework.remote_executor_factory(services=pair.services)
@@ -71,11 +72,13 @@ def medians():
 
 def _in_context(factory, fn, *args):
     import simharness as sh
+
     with sh.execution_context(factory):
         return fn(*args)
 
 
 # ---------------------------------------------------------------- map + sum
+
 
 @pytest.fixture(scope='module')
 def map_sum():
@@ -85,12 +88,17 @@ def map_sum():
 @pytest.mark.parametrize('stack', STACKS)
 def test_map_sum_1000_clients(benchmark, factories, medians, map_sum, stack):
     import simharness as sh
+
     benchmark.group = 'remote: map+sum over 1000 clients'
     xs = [np.float32(i % 7) for i in range(1000)]
     expected = float(sum(i % 7 + 1 for i in range(1000)))
     with sh.execution_context(factories[stack]):
-        check_then_time(benchmark, map_sum, (xs,),
-                        lambda r: float(r) == expected or pytest.fail(f'{r} != {expected}'))
+        check_then_time(
+            benchmark,
+            map_sum,
+            (xs,),
+            lambda r: float(r) == expected or pytest.fail(f'{r} != {expected}'),
+        )
     t = median_seconds(benchmark)
     if t is None:
         return
@@ -98,33 +106,46 @@ def test_map_sum_1000_clients(benchmark, factories, medians, map_sum, stack):
     benchmark.extra_info.update(stack=stack, ms_per_client=1e3 * t / 1000)
     if stack == 'remote-2' and ('map_sum', 'process-2') in medians:
         p = medians[('map_sum', 'process-2')]
-        benchmark.extra_info.update(process_2_seconds=p, ratio_to_process_2=t / p,
-                                    overhead_ms_per_client_over_process_2=1e3 * (t - p) / 1000)
+        benchmark.extra_info.update(
+            process_2_seconds=p,
+            ratio_to_process_2=t / p,
+            overhead_ms_per_client_over_process_2=1e3 * (t - p) / 1000,
+        )
 
 
 # ---------------------------------------------------------------- broadcast + aggregate
+
 
 class EchoServers:
     """2 plain gRPC echo servers (subprocesses) and a channel to each."""
 
     def __init__(self, n: int = 2):
         import grpc
+
         self.procs = []
         self.channels = []
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-        opts = [('grpc.max_send_message_length', 4 << 20),
-                ('grpc.max_receive_message_length', 4 << 20)]
+        opts = [
+            ('grpc.max_send_message_length', 4 << 20),
+            ('grpc.max_receive_message_length', 4 << 20),
+        ]
         try:
             for _ in range(n):
-                p = subprocess.Popen([sys.executable, ECHO], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env)
+                p = subprocess.Popen(
+                    [sys.executable, ECHO], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+                )
                 self.procs.append(p)
                 port = int(p.stdout.readline())
                 ch = grpc.insecure_channel(f'127.0.0.1:{port}', options=opts)
                 self.channels.append(ch)
-            self.calls = [ch.stream_stream('/bench.Echo/Stream', request_serializer=lambda b: b,
-                                           response_deserializer=lambda b: b)
-                          for ch in self.channels]
+            self.calls = [
+                ch.stream_stream(
+                    '/bench.Echo/Stream',
+                    request_serializer=lambda b: b,
+                    response_deserializer=lambda b: b,
+                )
+                for ch in self.channels
+            ]
         except BaseException:
             self.close()
             raise
@@ -137,11 +158,13 @@ class EchoServers:
         def one(call, out):
             def chunks():
                 for off in range(0, len(raw), CHUNK):
-                    yield bytes(raw[off:off + CHUNK])
+                    yield bytes(raw[off : off + CHUNK])
+
             pos = 0
             for msg in call(chunks()):
-                out[pos:pos + len(msg)] = np.frombuffer(msg, np.uint8)
+                out[pos : pos + len(msg)] = np.frombuffer(msg, np.uint8)
                 pos += len(msg)
+
         threads = [threading.Thread(target=one, args=(c, o)) for c, o in zip(self.calls, outs)]
         for t in threads:
             t.start()
@@ -181,26 +204,29 @@ def test_plain_grpc_streaming(benchmark, echo_servers, medians, mb):
 
     def check(outs):
         assert all(np.array_equal(o, w) for o in outs)
+
     check_then_time(benchmark, echo_servers.round_trip, (w,), check, target_seconds=2.0)
     t = median_seconds(benchmark)
     if t is not None:
         medians[('plain', mb)] = t
-        benchmark.extra_info.update(bytes_moved=4 * w.nbytes,
-                                    gb_per_second=4 * w.nbytes / t / 1e9)
+        benchmark.extra_info.update(bytes_moved=4 * w.nbytes, gb_per_second=4 * w.nbytes / t / 1e9)
 
 
 @pytest.mark.parametrize('mb', SIZES_MB)
 def test_broadcast_aggregate_through_2_services(benchmark, factories, medians, mb):
     import simharness as sh
+
     benchmark.group = f'remote: broadcast+aggregate {mb} MB'
     w = _model(mb)
     comp = broadcast_aggregate(w.size)
 
     def check(result):
         assert np.array_equal(np.asarray(result), w)
+
     # 2 clients: one in each service.
-    factory = sh.framework.remote_executor_factory(services=factories['remote-2'].services,
-                                                   num_clients=2)
+    factory = sh.framework.remote_executor_factory(
+        services=factories['remote-2'].services, num_clients=2
+    )
     with factory, sh.execution_context(factory):
         check_then_time(benchmark, comp, (w,), check, target_seconds=2.0)
     t = median_seconds(benchmark)
@@ -214,11 +240,13 @@ def test_broadcast_aggregate_through_2_services(benchmark, factories, medians, m
 
 # ---------------------------------------------------------------- FedAvg
 
+
 @pytest.fixture(scope='module')
 def workload():
     from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
+
     cd, w0 = reference_fedavg_workload()
     arrays = [cd.client_arrays(cid) for cid in cd.client_ids[:FEDAVG_CLIENTS]]
     fedavg = FedAvg(reference_mlp_spec(), FedAvgConfig(), 50)
@@ -228,6 +256,7 @@ def workload():
 @pytest.mark.parametrize('stack', STACKS)
 def test_fedavg_round(benchmark, factories, medians, workload, stack):
     import simharness as sh
+
     benchmark.group = 'remote: fedavg round (100 clients, reference MLP)'
     fedavg, state, padded = workload['fedavg'], workload['state'], workload['padded']
     results = medians.setdefault('fedavg_weights', {})
@@ -240,6 +269,7 @@ def test_fedavg_round(benchmark, factories, medians, workload, stack):
         other = results.get('process-2' if stack == 'remote-2' else 'remote-2')
         if other is not None:  # the two stacks agree bit for bit
             assert all(a.tobytes() == b.tobytes() for a, b in zip(weights, other))
+
     with sh.execution_context(factories[stack]):
         check_then_time(benchmark, fedavg.next, (state, padded), check, rounds=FEDAVG_ROUNDS)
     t = median_seconds(benchmark)
@@ -249,5 +279,6 @@ def test_fedavg_round(benchmark, factories, medians, workload, stack):
     benchmark.extra_info.update(stack=stack, clients_per_second=FEDAVG_CLIENTS / t)
     if stack == 'remote-2' and ('fedavg', 'process-2') in medians:
         p = medians[('fedavg', 'process-2')]
-        benchmark.extra_info.update(process_2_seconds=p, ratio_to_process_2=t / p,
-                                    speed_relative_to_process_2=p / t)
+        benchmark.extra_info.update(
+            process_2_seconds=p, ratio_to_process_2=t / p, speed_relative_to_process_2=p / t
+        )

@@ -56,12 +56,18 @@ def cohort_workload():
     from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
+
     cd, w0 = reference_fedavg_workload()
-    arrays = [cd.client_arrays(cid) for cid in cd.client_ids[:max(COHORTS)]]
+    arrays = [cd.client_arrays(cid) for cid in cd.client_ids[: max(COHORTS)]]
     fedavg = FedAvg(reference_mlp_spec(), FedAvgConfig(), 50)
-    return {'fedavg': fedavg, 'padded': fedavg.pad(arrays), 'state': fedavg.initialize(w0),
-            'w0': [np.asarray(v, np.float32) for v in w0],
-            'x': np.stack([a['x'] for a in arrays]), 'y': np.stack([a['y'] for a in arrays])}
+    return {
+        'fedavg': fedavg,
+        'padded': fedavg.pad(arrays),
+        'state': fedavg.initialize(w0),
+        'w0': [np.asarray(v, np.float32) for v in w0],
+        'x': np.stack([a['x'] for a in arrays]),
+        'y': np.stack([a['y'] for a in arrays]),
+    }
 
 
 class HandWritten:
@@ -76,8 +82,9 @@ class HandWritten:
         self._cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else [0]
 
     def procs(self, w: int, n: int) -> list:
-        new = [PlainTF(self._cpus[i % len(self._cpus)], self._xla)
-               for i in range(len(self._procs), w)]  # started together: ~3 s of TF import each
+        new = [
+            PlainTF(self._cpus[i % len(self._cpus)], self._xla) for i in range(len(self._procs), w)
+        ]  # started together: ~3 s of TF import each
         self._procs.extend(new)
         for p in new:
             assert p.recv()[0] == 'ready'
@@ -85,8 +92,9 @@ class HandWritten:
             bounds = np.linspace(0, n, w + 1).astype(int)
             x, y = self._workload['x'], self._workload['y']
             for i in range(w):
-                self._procs[i].send('load', f'{w}-{n}', x[bounds[i]:bounds[i + 1]],
-                                    y[bounds[i]:bounds[i + 1]])
+                self._procs[i].send(
+                    'load', f'{w}-{n}', x[bounds[i] : bounds[i + 1]], y[bounds[i] : bounds[i + 1]]
+                )
             for i in range(w):
                 assert self._procs[i].recv() == 'ok'
             self._loaded.add((w, n))
@@ -124,35 +132,45 @@ def handwritten_xla(cohort_workload):
 GROUP = 'scaling: FedAvg round vs hand-written N-process TF'
 
 
-def _time_handwritten(benchmark, baselines, hw: HandWritten, key: str, workers: int,
-                      cohort: int) -> None:
+def _time_handwritten(
+    benchmark, baselines, hw: HandWritten, key: str, workers: int, cohort: int
+) -> None:
     """Times `hw`'s round and keeps its median as the baseline `key`."""
     benchmark.group = f'{GROUP} ({cohort} clients)'
     check_then_time(benchmark, hw.round, (workers, cohort), rounds=ROUNDS)
     t = median_seconds(benchmark)
     baselines.put(key, t)
     if t is not None:
-        benchmark.extra_info.update(workers=workers, num_clients=cohort,
-                                    clients_per_second=cohort / t)
+        benchmark.extra_info.update(
+            workers=workers, num_clients=cohort, clients_per_second=cohort / t
+        )
 
 
 @timing_only
 @pytest.mark.parametrize('workers,cohort', list(_cases()))
 def test_scaling_handwritten(benchmark, baselines, handwritten, workers, cohort):
-    _time_handwritten(benchmark, baselines, handwritten, f'scaling_hand_{workers}_{cohort}',
-                      workers, cohort)
+    _time_handwritten(
+        benchmark, baselines, handwritten, f'scaling_hand_{workers}_{cohort}', workers, cohort
+    )
 
 
 @timing_only
 @pytest.mark.parametrize('workers,cohort', list(_cases()))
 def test_scaling_handwritten_xla(benchmark, baselines, handwritten_xla, workers, cohort):
-    _time_handwritten(benchmark, baselines, handwritten_xla,
-                      f'scaling_hand_xla_{workers}_{cohort}', workers, cohort)
+    _time_handwritten(
+        benchmark,
+        baselines,
+        handwritten_xla,
+        f'scaling_hand_xla_{workers}_{cohort}',
+        workers,
+        cohort,
+    )
 
 
 @pytest.mark.parametrize('workers,cohort', list(_cases()))
 def test_scaling_fedavg(benchmark, baselines, handwritten, cohort_workload, workers, cohort):
     import simharness as sh
+
     benchmark.group = f'{GROUP} ({cohort} clients)'
     fedavg, state = cohort_workload['fedavg'], cohort_workload['state']
     data = cohort_workload['padded'][:cohort]
@@ -174,26 +192,40 @@ def test_scaling_fedavg(benchmark, baselines, handwritten, cohort_workload, work
     t = median_seconds(benchmark)
     if t is None:
         return
-    hand = baselines.get(f'scaling_hand_{workers}_{cohort}', lambda: time_median(
-        lambda: handwritten.round(workers, cohort), ROUNDS))
+    hand = baselines.get(
+        f'scaling_hand_{workers}_{cohort}',
+        lambda: time_median(lambda: handwritten.round(workers, cohort), ROUNDS),
+    )
     benchmark.extra_info.update(
-        workers=workers, num_clients=cohort, clients_per_second=cohort / t,
-        handwritten_seconds=hand, handwritten_clients_per_second=cohort / hand,
+        workers=workers,
+        num_clients=cohort,
+        clients_per_second=cohort / t,
+        handwritten_seconds=hand,
+        handwritten_clients_per_second=cohort / hand,
         speed_vs_handwritten=hand / t,
         driver_cpu_ms_per_round=1e3 * cpu / ROUNDS,
-        driver_cpu_ms_per_round_by_thread=cpu_by_thread(start['threads'], threads, ROUNDS))
+        driver_cpu_ms_per_round_by_thread=cpu_by_thread(start['threads'], threads, ROUNDS),
+    )
     hand_xla = baselines.get(f'scaling_hand_xla_{workers}_{cohort}')
     if hand_xla is not None:
-        benchmark.extra_info.update(handwritten_xla_clients_per_second=cohort / hand_xla,
-                                    speed_vs_handwritten_xla=hand_xla / t)
+        benchmark.extra_info.update(
+            handwritten_xla_clients_per_second=cohort / hand_xla,
+            speed_vs_handwritten_xla=hand_xla / t,
+        )
 
 
-@pytest.mark.parametrize('workers,cohort', [
-    pytest.param(w, n, id=f'{w}w-{n}c', marks=() if (w <= 2 and n == 100) else (timing_only,))
-    for n in COHORTS for w in WORKERS])
+@pytest.mark.parametrize(
+    'workers,cohort',
+    [
+        pytest.param(w, n, id=f'{w}w-{n}c', marks=() if (w <= 2 and n == 100) else (timing_only,))
+        for n in COHORTS
+        for w in WORKERS
+    ],
+)
 def test_driver_cpu_trivial(benchmark, workers, cohort):
     import simharness as sh
     from computations import map_sum_add_one  # tests/computations.py
+
     map_sum = map_sum_add_one()
 
     data = list(np.ones(cohort, np.float32))
@@ -202,13 +234,18 @@ def test_driver_cpu_trivial(benchmark, workers, cohort):
         with sh.execution_context(factory):
             map_sum(data)  # warm up
             cpu0, threads0 = time.process_time(), thread_cpu()
-            result = benchmark.pedantic(map_sum, args=(data,), rounds=20, warmup_rounds=0,
-                                        iterations=1) if not getattr(benchmark, 'disabled', False) \
+            result = (
+                benchmark.pedantic(map_sum, args=(data,), rounds=20, warmup_rounds=0, iterations=1)
+                if not getattr(benchmark, 'disabled', False)
                 else benchmark(map_sum, data)
+            )
             cpu, threads = time.process_time() - cpu0, thread_cpu()
     assert result == 2.0 * cohort
     rounds = 1 if getattr(benchmark, 'disabled', False) else 20
     benchmark.extra_info.update(
-        workers=workers, num_clients=cohort, driver_cpu_ms_per_round=1e3 * cpu / rounds,
+        workers=workers,
+        num_clients=cohort,
+        driver_cpu_ms_per_round=1e3 * cpu / rounds,
         driver_cpu_ms_per_round_per_worker=1e3 * cpu / rounds / workers,
-        driver_cpu_ms_per_round_by_thread=cpu_by_thread(threads0, threads, rounds))
+        driver_cpu_ms_per_round_by_thread=cpu_by_thread(threads0, threads, rounds),
+    )

@@ -29,10 +29,13 @@ def test_soak_fedavg_rss(benchmark):
     from simharness.learning import reference_fedavg_workload
     from simharness.learning import FedAvg, FedAvgConfig
     from simharness.learning.models import reference_mlp_spec
+
     cd, w0 = reference_fedavg_workload()
     fedavg = FedAvg(reference_mlp_spec(), FedAvgConfig(), 50)
-    cohorts = [fedavg.pad([cd.client_arrays(c) for c in cd.client_ids[r * 100:(r + 1) * 100]])
-               for r in range(10)]
+    cohorts = [
+        fedavg.pad([cd.client_arrays(c) for c in cd.client_ids[r * 100 : (r + 1) * 100]])
+        for r in range(10)
+    ]
     driver = psutil.Process(os.getpid())
     benchmark.group = 'soak: 300 FedAvg rounds, 2 workers'
     with sh.framework.process_executor_factory(num_workers=2, start=True) as factory:
@@ -50,9 +53,15 @@ def test_soak_fedavg_rss(benchmark):
                 for r in range(ROUNDS):
                     state, metrics = fedavg.next(state, cohorts[r % 10])
                     if (WARMUP + r + 1) % 50 == 0:
-                        samples.append((WARMUP + r + 1, round(driver.memory_info().rss / 2 ** 20, 1),
-                                        [round(w.memory_info().rss / 2 ** 20, 1) for w in workers]))
+                        samples.append(
+                            (
+                                WARMUP + r + 1,
+                                round(driver.memory_info().rss / 2**20, 1),
+                                [round(w.memory_info().rss / 2**20, 1) for w in workers],
+                            )
+                        )
                 return metrics
+
             t0 = time.perf_counter()
             metrics = benchmark.pedantic(soak, rounds=1, iterations=1)
             seconds = time.perf_counter() - t0
@@ -62,10 +71,15 @@ def test_soak_fedavg_rss(benchmark):
     growth_workers = max(100.0 * (a - b) / b for a, b in zip(after[1], before[1]))
     mb = 1 << 20
     benchmark.extra_info.update(
-        rounds=WARMUP + ROUNDS, measured_after_round=WARMUP, seconds_per_round=seconds / ROUNDS,
-        driver_rss_mb_before=before[0] / mb, driver_rss_mb_after=after[0] / mb,
+        rounds=WARMUP + ROUNDS,
+        measured_after_round=WARMUP,
+        seconds_per_round=seconds / ROUNDS,
+        driver_rss_mb_before=before[0] / mb,
+        driver_rss_mb_after=after[0] / mb,
         worker_rss_mb_before=[b / mb for b in before[1]],
         worker_rss_mb_after=[a / mb for a in after[1]],
-        driver_rss_growth_pct=growth_driver, worker_rss_growth_pct=growth_workers,
+        driver_rss_growth_pct=growth_driver,
+        worker_rss_growth_pct=growth_workers,
         rss_mb_every_50_rounds=samples,
-        final_loss=float(metrics['loss']))
+        final_loss=float(metrics['loss']),
+    )

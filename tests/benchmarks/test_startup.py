@@ -20,6 +20,7 @@ ROUNDS = 3
 
 def _check_started(pool) -> None:
     import psutil
+
     pids = [h.pid for h in pool.handles]
     assert all(h.alive for h in pool.handles), pids
     assert len(set(pids)) == pool.num_workers, pids
@@ -30,6 +31,7 @@ def _check_started(pool) -> None:
 @pytest.mark.parametrize('num_workers', NUM_WORKERS)
 def test_pool_startup(benchmark, simharness_pools, num_workers):
     from simharness.stacks import create_worker_pool
+
     benchmark.group = 'worker pool start-up'
     simharness_pools.get(1)  # the forkserver is up: time warm starts only
     pools = []
@@ -51,8 +53,13 @@ def test_pool_startup(benchmark, simharness_pools, num_workers):
             pool.start()
             _check_started(pool)
             pool.close()
-            benchmark.pedantic(lambda pool: pool.start(), setup=setup, teardown=teardown,
-                               rounds=ROUNDS, warmup_rounds=0)
+            benchmark.pedantic(
+                lambda pool: pool.start(),
+                setup=setup,
+                teardown=teardown,
+                rounds=ROUNDS,
+                warmup_rounds=0,
+            )
     finally:
         for p in pools:
             p.close()

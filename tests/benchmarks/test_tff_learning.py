@@ -76,21 +76,28 @@ REFERENCE_FINAL_LOSS = 2.331185
 GROUP = 'fedavg round, tff.learning.algorithms.build_weighted_fed_avg (100 clients, reference MLP)'
 
 on_stacks = pytest.mark.parametrize(
-    'simharness_stack', ['thread', pytest.param('process-2', marks=pytest.mark.timing_only)],
-    indirect=True)
+    'simharness_stack',
+    ['thread', pytest.param('process-2', marks=pytest.mark.timing_only)],
+    indirect=True,
+)
 
 
 def _keras_mlp():
     import tensorflow as tf
-    return tf.keras.Sequential([
-        tf.keras.layers.Input((60,)),
-        tf.keras.layers.Dense(256, activation='relu'),
-        tf.keras.layers.Dense(256, activation='relu'),
-        tf.keras.layers.Dense(10)])
+
+    return tf.keras.Sequential(
+        [
+            tf.keras.layers.Input((60,)),
+            tf.keras.layers.Dense(256, activation='relu'),
+            tf.keras.layers.Dense(256, activation='relu'),
+            tf.keras.layers.Dense(10),
+        ]
+    )
 
 
 def _input_spec():
     import tensorflow as tf
+
     return (tf.TensorSpec([None, 60], tf.float32), tf.TensorSpec([None], tf.int32))
 
 
@@ -104,28 +111,39 @@ def _build_processes(w0):
         return tff.learning.models.from_keras_model(
             _keras_mlp(),
             loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            input_spec=_input_spec())
+            input_spec=_input_spec(),
+        )
 
     keras_process = tff.learning.algorithms.build_weighted_fed_avg(
-        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+        model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+    )
     weights = tff.learning.models.ModelWeights(trainable=tuple(w0), non_trainable=())
     keras_state = keras_process.set_model_weights(keras_process.initialize(), weights)
 
     keras_model = _keras_mlp()
     keras_model.set_weights(list(w0))
     functional_model = tff.learning.models.functional_model_from_keras(
-        keras_model, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        _input_spec(), metrics_constructor=collections.OrderedDict(
+        keras_model,
+        tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        _input_spec(),
+        metrics_constructor=collections.OrderedDict(
             loss=lambda: tf.keras.metrics.SparseCategoricalCrossentropy(from_logits=True),
             num_examples=tff.learning.metrics.NumExamplesCounter,
-            num_batches=tff.learning.metrics.NumBatchesCounter))
+            num_batches=tff.learning.metrics.NumBatchesCounter,
+        ),
+    )
     functional_process = tff.learning.algorithms.build_weighted_fed_avg(
-        functional_model, client_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+        functional_model,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+    )
     functional_state = functional_process.initialize()
-    return {'keras': (keras_process, keras_state),
-            'functional': (functional_process, functional_state)}
+    return {
+        'keras': (keras_process, keras_state),
+        'functional': (functional_process, functional_state),
+    }
 
 
 @pytest.fixture(scope='module')
@@ -134,22 +152,29 @@ def tff_learning(tf_pinned, workload):  # noqa: F811 (the fixtures imported abov
     import tensorflow as tf
 
     from simharness.learning import reference_fedavg_workload
+
     cd, _ = reference_fedavg_workload()
     arrays = [cd.client_arrays(c) for c in cd.client_ids]
-    datasets = [tf.data.Dataset.from_tensor_slices((a['x'], a['y'])).batch(BATCH)
-                for a in arrays]
+    datasets = [tf.data.Dataset.from_tensor_slices((a['x'], a['y'])).batch(BATCH) for a in arrays]
     # the same data as TFF's tutorials give it: a ClientData of dict elements, preprocessed
     # (batched, then mapped to the model's (x, y)): a pipeline sent to workers as its graph
     import simharness as tff
-    client_data = tff.simulation.datasets.TestClientData({
-        str(k): collections.OrderedDict(x=a['x'], y=a['y']) for k, a in enumerate(arrays)})
+
+    client_data = tff.simulation.datasets.TestClientData(
+        {str(k): collections.OrderedDict(x=a['x'], y=a['y']) for k, a in enumerate(arrays)}
+    )
     preprocessed = client_data.preprocess(
-        lambda ds: ds.batch(BATCH).map(lambda e: (e['x'], e['y'])))
-    return {'processes': _build_processes(tuple(workload['w0'])), 'datasets': datasets,
-            'preprocessed': [preprocessed.create_tf_dataset_for_client(str(k))
-                             for k in range(NUM_CLIENTS)],
-            'eval_x': np.concatenate([a['x'] for a in arrays]),
-            'eval_y': np.concatenate([a['y'] for a in arrays])}
+        lambda ds: ds.batch(BATCH).map(lambda e: (e['x'], e['y']))
+    )
+    return {
+        'processes': _build_processes(tuple(workload['w0'])),
+        'datasets': datasets,
+        'preprocessed': [
+            preprocessed.create_tf_dataset_for_client(str(k)) for k in range(NUM_CLIENTS)
+        ],
+        'eval_x': np.concatenate([a['x'] for a in arrays]),
+        'eval_y': np.concatenate([a['y'] for a in arrays]),
+    }
 
 
 def _trainable(process, state):
@@ -166,63 +191,137 @@ def _check(process, reference, num_clients):
         assert int(train['num_batches']) == num_clients * EXAMPLES // BATCH, metrics
         assert np.isfinite(float(train['loss'])), metrics
         assert int(metrics['finalizer']['update_non_finite']) == 0, metrics
-        diff = max(float(np.max(np.abs(a - b)))
-                   for a, b in zip(_trainable(process, state), reference))
+        diff = max(
+            float(np.max(np.abs(a - b))) for a, b in zip(_trainable(process, state), reference)
+        )
         assert diff <= ATOL, f'weights differ from the plain-TF round by {diff}'
+
     return check
 
 
-def _run_case(case, bench, request, baselines, tff_learning, workload,  # noqa: F811
-              plain_tf_round, timing_disabled, data='datasets'):  # noqa: F811
+def _run_case(
+    case,
+    bench,
+    request,
+    baselines,
+    tff_learning,
+    workload,  # noqa: F811
+    plain_tf_round,
+    timing_disabled,
+    data='datasets',
+):  # noqa: F811
     bench.group = GROUP
     num_clients = CI_CLIENTS if timing_disabled else NUM_CLIENTS
     process, state = tff_learning['processes'][case]
     args = (state, tff_learning[data][:num_clients])
-    check_then_time(bench, process.next, args,
-                    _check(process, plain_tf_round(num_clients), num_clients), rounds=ROUNDS)
+    check_then_time(
+        bench,
+        process.next,
+        args,
+        _check(process, plain_tf_round(num_clients), num_clients),
+        rounds=ROUNDS,
+    )
     t = median_seconds(bench)
     if t is None:
         return
     fedavg, fstate, padded = workload['fedavg'], workload['state'], workload['padded']
-    ours, builtin = interleaved_medians([lambda: process.next(*args),
-                                         lambda: fedavg.next(fstate, padded)], PAIRS)
+    ours, builtin = interleaved_medians(
+        [lambda: process.next(*args), lambda: fedavg.next(fstate, padded)], PAIRS
+    )
     w0 = workload['w0']
-    plain = baselines.get('fedavg_plain_tf_1proc', lambda: time_median(
-        lambda: _round_1proc(request.getfixturevalue('plain_tf').get(1), w0), 5))
+    plain = baselines.get(
+        'fedavg_plain_tf_1proc',
+        lambda: time_median(
+            lambda: _round_1proc(request.getfixturevalue('plain_tf').get(1), w0), 5
+        ),
+    )
     bench.extra_info.update(
-        case=case, num_clients=num_clients, clients_per_second=num_clients / t,
+        case=case,
+        num_clients=num_clients,
+        clients_per_second=num_clients / t,
         ms_per_client=1e3 * t / num_clients,
         interleaved_seconds=ours,
-        builtin_fedavg_seconds=builtin, builtin_fedavg_clients_per_second=NUM_CLIENTS / builtin,
-        plain_tf_serial_seconds=plain, plain_tf_serial_clients_per_second=NUM_CLIENTS / plain,
-        ratio_to_builtin_fedavg=builtin / ours, ratio_to_plain_tf_serial=plain / t)
+        builtin_fedavg_seconds=builtin,
+        builtin_fedavg_clients_per_second=NUM_CLIENTS / builtin,
+        plain_tf_serial_seconds=plain,
+        plain_tf_serial_clients_per_second=NUM_CLIENTS / plain,
+        ratio_to_builtin_fedavg=builtin / ours,
+        ratio_to_plain_tf_serial=plain / t,
+    )
 
 
 @on_stacks
-def test_tff_learning_keras(simharness_benchmark, simharness_stack, request, baselines,
-                            tff_learning, workload, plain_tf_round, timing_disabled):  # noqa: F811
+def test_tff_learning_keras(
+    simharness_benchmark,
+    simharness_stack,
+    request,
+    baselines,
+    tff_learning,
+    workload,
+    plain_tf_round,
+    timing_disabled,
+):  # noqa: F811
     """``build_weighted_fed_avg`` of a ``from_keras_model`` ``model_fn``, SGD via ``build_sgdm``."""
-    _run_case('keras', simharness_benchmark, request, baselines, tff_learning,
-              workload, plain_tf_round, timing_disabled)
+    _run_case(
+        'keras',
+        simharness_benchmark,
+        request,
+        baselines,
+        tff_learning,
+        workload,
+        plain_tf_round,
+        timing_disabled,
+    )
 
 
 @on_stacks
-def test_tff_learning_keras_preprocessed(simharness_benchmark, simharness_stack, request,
-                                         baselines, tff_learning, workload, plain_tf_round,
-                                         timing_disabled):  # noqa: F811
+def test_tff_learning_keras_preprocessed(
+    simharness_benchmark,
+    simharness_stack,
+    request,
+    baselines,
+    tff_learning,
+    workload,
+    plain_tf_round,
+    timing_disabled,
+):  # noqa: F811
     """The ``keras`` case over ``TestClientData.preprocess(batch, map)`` datasets (a pipeline
     the workers read from its graph, once: `runtime.datasets.BlobReader`)."""
-    _run_case('keras', simharness_benchmark, request, baselines, tff_learning,
-              workload, plain_tf_round, timing_disabled, data='preprocessed')
+    _run_case(
+        'keras',
+        simharness_benchmark,
+        request,
+        baselines,
+        tff_learning,
+        workload,
+        plain_tf_round,
+        timing_disabled,
+        data='preprocessed',
+    )
 
 
 @on_stacks
-def test_tff_learning_functional(simharness_benchmark, simharness_stack, request, baselines,
-                                 tff_learning, workload, plain_tf_round,
-                                 timing_disabled):  # noqa: F811
+def test_tff_learning_functional(
+    simharness_benchmark,
+    simharness_stack,
+    request,
+    baselines,
+    tff_learning,
+    workload,
+    plain_tf_round,
+    timing_disabled,
+):  # noqa: F811
     """The same with a `FunctionalModel` of ``functional_model_from_keras``."""
-    _run_case('functional', simharness_benchmark, request, baselines,
-              tff_learning, workload, plain_tf_round, timing_disabled)
+    _run_case(
+        'functional',
+        simharness_benchmark,
+        request,
+        baselines,
+        tff_learning,
+        workload,
+        plain_tf_round,
+        timing_disabled,
+    )
 
 
 @pytest.mark.timing_only
@@ -234,6 +333,7 @@ def test_tff_learning_final_loss(simharness_benchmark, simharness_stack, tff_lea
     double a long case.
     """
     from simharness.learning.models import numpy_evaluate, reference_mlp_spec
+
     bench = simharness_benchmark
     bench.group = 'fedavg, tff.learning.algorithms.build_weighted_fed_avg: 6 reference rounds'
     process, state0 = tff_learning['processes']['keras']
@@ -253,11 +353,18 @@ def test_tff_learning_final_loss(simharness_benchmark, simharness_stack, tff_lea
         return state
 
     state = bench.pedantic(six_rounds, rounds=1, warmup_rounds=0, iterations=1)
-    loss, accuracy = numpy_evaluate(reference_mlp_spec(), _trainable(process, state),
-                                    tff_learning['eval_x'], tff_learning['eval_y'])
-    bench.extra_info.update(final_loss=loss, final_accuracy=accuracy,
-                            first_round_seconds=seconds[0] if seconds else None,
-                            round_seconds=list(seconds))
+    loss, accuracy = numpy_evaluate(
+        reference_mlp_spec(),
+        _trainable(process, state),
+        tff_learning['eval_x'],
+        tff_learning['eval_y'],
+    )
+    bench.extra_info.update(
+        final_loss=loss,
+        final_accuracy=accuracy,
+        first_round_seconds=seconds[0] if seconds else None,
+        round_seconds=list(seconds),
+    )
     if len(seconds) > 1:
         bench.extra_info['clients_per_second'] = NUM_CLIENTS / float(np.median(seconds[1:]))
     assert round(loss, 6) == REFERENCE_FINAL_LOSS, loss

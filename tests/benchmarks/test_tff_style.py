@@ -61,12 +61,15 @@ REFERENCE_FINAL_LOSS = 2.331185
 GROUP = 'fedavg round, TFF-style program (100 clients, reference MLP)'
 
 on_stacks = pytest.mark.parametrize(
-    'simharness_stack', ['thread', pytest.param('process-2', marks=pytest.mark.timing_only)],
-    indirect=True)
+    'simharness_stack',
+    ['thread', pytest.param('process-2', marks=pytest.mark.timing_only)],
+    indirect=True,
+)
 
 
 def _forward(w, x):
     import tensorflow as tf
+
     h = tf.nn.relu(tf.matmul(x, w[0]) + w[1])
     h = tf.nn.relu(tf.matmul(h, w[2]) + w[3])
     return tf.matmul(h, w[4]) + w[5]
@@ -75,12 +78,14 @@ def _forward(w, x):
 def _sgd_step(w, batch):
     """One SGD step on a batch ``(x, y)``: the weights (a tuple) after it."""
     import tensorflow as tf
+
     x, y = batch
     w = list(w)
     with tf.GradientTape() as tape:
         tape.watch(w)
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=y, logits=_forward(w, x)))
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=_forward(w, x))
+        )
     grads = tape.gradient(loss, w)
     return tuple(v - LEARNING_RATE * g for v, g in zip(w, grads))
 
@@ -92,8 +97,9 @@ def _build_programs(w0):
     import simharness as sh
 
     model_type = sh.to_type(tuple(sh.TensorType(tf.float32, v.shape) for v in w0))
-    batch_type = sh.to_type((sh.TensorType(tf.float32, [None, 60]),
-                             sh.TensorType(tf.int32, [None])))
+    batch_type = sh.to_type(
+        (sh.TensorType(tf.float32, [None, 60]), sh.TensorType(tf.int32, [None]))
+    )
 
     # -- 1. dataset.reduce
     @sh.tf_computation(model_type, sh.SequenceType(batch_type))
@@ -136,11 +142,14 @@ def _build_programs(w0):
 
     @sh.tf_computation(model_type, sh.SequenceType(batch_type))
     def client_update_keras(weights, dataset):
-        model = tf.keras.Sequential([
-            tf.keras.layers.Input((60,)),
-            tf.keras.layers.Dense(256, activation='relu'),
-            tf.keras.layers.Dense(256, activation='relu'),
-            tf.keras.layers.Dense(10)])
+        model = tf.keras.Sequential(
+            [
+                tf.keras.layers.Input((60,)),
+                tf.keras.layers.Dense(256, activation='relu'),
+                tf.keras.layers.Dense(256, activation='relu'),
+                tf.keras.layers.Dense(10),
+            ]
+        )
         optimizer = tf.keras.optimizers.SGD(learning_rate=LEARNING_RATE)
         loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         return keras_train(model, dataset, list(weights), optimizer, loss_fn)
@@ -150,28 +159,33 @@ def _build_programs(w0):
         return tuple(w + d for w, d in zip(weights, mean_delta))
 
     def make_next(client_update):
-        @sh.federated_computation(sh.type_at_server(model_type),
-                                  sh.type_at_clients(sh.SequenceType(batch_type)))
+        @sh.federated_computation(
+            sh.type_at_server(model_type), sh.type_at_clients(sh.SequenceType(batch_type))
+        )
         def next_fn(server_weights, datasets):
             weights_at_clients = sh.federated_broadcast(server_weights)
-            out = sh.federated_map(client_update,
-                                   sh.federated_zip([weights_at_clients, datasets]))
+            out = sh.federated_map(client_update, sh.federated_zip([weights_at_clients, datasets]))
             delta, n = out[0], out[1]
             mean_delta = sh.federated_mean(delta, weight=n)
-            new_weights = sh.federated_map(server_update,
-                                           sh.federated_zip([server_weights, mean_delta]))
+            new_weights = sh.federated_map(
+                server_update, sh.federated_zip([server_weights, mean_delta])
+            )
             return new_weights, sh.federated_sum(n)
+
         return next_fn
 
-    return {'reduce': make_next(client_update_reduce),
-            'for_loop': make_next(client_update_for_loop),
-            'keras': make_next(client_update_keras)}
+    return {
+        'reduce': make_next(client_update_reduce),
+        'for_loop': make_next(client_update_for_loop),
+        'keras': make_next(client_update_keras),
+    }
 
 
 @pytest.fixture(scope='module')
 def tf_pinned():
     """TF's intra-op threads pinned as on the stacks, before this module's first TF op."""
     from simharness.core.determinism import pin_tensorflow_threads
+
     return pin_tensorflow_threads()
 
 
@@ -181,14 +195,18 @@ def tff_style(tf_pinned, workload):  # noqa: F811 (the fixture imported above)
     import tensorflow as tf
 
     from simharness.learning import reference_fedavg_workload
+
     cd, _ = reference_fedavg_workload()
     arrays = [cd.client_arrays(c) for c in cd.client_ids]
-    datasets = [tf.data.Dataset.from_tensor_slices((a['x'], a['y'])).batch(BATCH)
-                for a in arrays]
+    datasets = [tf.data.Dataset.from_tensor_slices((a['x'], a['y'])).batch(BATCH) for a in arrays]
     w0 = tuple(workload['w0'])
-    return {'programs': _build_programs(w0), 'w0': w0, 'datasets': datasets,
-            'eval_x': np.concatenate([a['x'] for a in arrays]),
-            'eval_y': np.concatenate([a['y'] for a in arrays])}
+    return {
+        'programs': _build_programs(w0),
+        'w0': w0,
+        'datasets': datasets,
+        'eval_x': np.concatenate([a['x'] for a in arrays]),
+        'eval_y': np.concatenate([a['y'] for a in arrays]),
+    }
 
 
 @pytest.fixture(scope='module')
@@ -197,15 +215,19 @@ def plain_tf_round(workload):  # noqa: F811
     import tensorflow as tf
 
     from .plain_tf_worker import build_client_update, run_clients
+
     cache = {}
 
     def get(num_clients):
         if num_clients not in cache:
-            clients = [(tf.constant(x), tf.constant(y)) for x, y in
-                       zip(workload['x'][:num_clients], workload['y'][:num_clients])]
+            clients = [
+                (tf.constant(x), tf.constant(y))
+                for x, y in zip(workload['x'][:num_clients], workload['y'][:num_clients])
+            ]
             acc, total = run_clients(build_client_update(), clients, workload['w0'])
             cache[num_clients] = [w + a / np.float32(total) for w, a in zip(workload['w0'], acc)]
         return cache[num_clients]
+
     return get
 
 
@@ -215,56 +237,129 @@ def _check(reference, num_clients):
         assert float(count) == num_clients * 50, count
         diff = max(float(np.max(np.abs(np.asarray(a) - b))) for a, b in zip(weights, reference))
         assert diff <= ATOL, f'weights differ from the plain-TF round by {diff}'
+
     return check
 
 
-def _run_case(program, bench, stack, request, baselines, tff_style, workload,  # noqa: F811
-              plain_tf_round, timing_disabled):
+def _run_case(
+    program,
+    bench,
+    stack,
+    request,
+    baselines,
+    tff_style,
+    workload,  # noqa: F811
+    plain_tf_round,
+    timing_disabled,
+):
     bench.group = GROUP
     num_clients = CI_CLIENTS if timing_disabled else NUM_CLIENTS
     next_fn = tff_style['programs'][program]
     args = (tff_style['w0'], tff_style['datasets'][:num_clients])
-    check_then_time(bench, next_fn, args, _check(plain_tf_round(num_clients), num_clients),
-                    rounds=ROUNDS)
+    check_then_time(
+        bench, next_fn, args, _check(plain_tf_round(num_clients), num_clients), rounds=ROUNDS
+    )
     t = median_seconds(bench)
     if t is None:
         return
     fedavg, state, padded = workload['fedavg'], workload['state'], workload['padded']
-    builtin = baselines.get(f'fedavg_builtin_{stack.name}',
-                            lambda: time_median(lambda: fedavg.next(state, padded), 5))
+    builtin = baselines.get(
+        f'fedavg_builtin_{stack.name}', lambda: time_median(lambda: fedavg.next(state, padded), 5)
+    )
     w0 = workload['w0']
-    plain = baselines.get('fedavg_plain_tf_1proc', lambda: time_median(
-        lambda: _round_1proc(request.getfixturevalue('plain_tf').get(1), w0), 5))
+    plain = baselines.get(
+        'fedavg_plain_tf_1proc',
+        lambda: time_median(
+            lambda: _round_1proc(request.getfixturevalue('plain_tf').get(1), w0), 5
+        ),
+    )
     bench.extra_info.update(
-        program=program, num_clients=num_clients, clients_per_second=num_clients / t,
+        program=program,
+        num_clients=num_clients,
+        clients_per_second=num_clients / t,
         ms_per_client=1e3 * t / num_clients,
-        builtin_fedavg_seconds=builtin, builtin_fedavg_clients_per_second=NUM_CLIENTS / builtin,
-        plain_tf_serial_seconds=plain, plain_tf_serial_clients_per_second=NUM_CLIENTS / plain,
-        ratio_to_builtin_fedavg=builtin / t, ratio_to_plain_tf_serial=plain / t)
+        builtin_fedavg_seconds=builtin,
+        builtin_fedavg_clients_per_second=NUM_CLIENTS / builtin,
+        plain_tf_serial_seconds=plain,
+        plain_tf_serial_clients_per_second=NUM_CLIENTS / plain,
+        ratio_to_builtin_fedavg=builtin / t,
+        ratio_to_plain_tf_serial=plain / t,
+    )
 
 
 @on_stacks
-def test_tff_style_reduce(simharness_benchmark, simharness_stack, request, baselines, tff_style,
-                          workload, plain_tf_round, timing_disabled):  # noqa: F811
+def test_tff_style_reduce(
+    simharness_benchmark,
+    simharness_stack,
+    request,
+    baselines,
+    tff_style,
+    workload,
+    plain_tf_round,
+    timing_disabled,
+):  # noqa: F811
     """The §8 program, client update with ``dataset.reduce(initial_state, step)``."""
-    _run_case('reduce', simharness_benchmark, simharness_stack, request, baselines, tff_style,
-              workload, plain_tf_round, timing_disabled)
+    _run_case(
+        'reduce',
+        simharness_benchmark,
+        simharness_stack,
+        request,
+        baselines,
+        tff_style,
+        workload,
+        plain_tf_round,
+        timing_disabled,
+    )
 
 
 @on_stacks
-def test_tff_style_for_loop(simharness_benchmark, simharness_stack, request, baselines,
-                            tff_style, workload, plain_tf_round, timing_disabled):  # noqa: F811
+def test_tff_style_for_loop(
+    simharness_benchmark,
+    simharness_stack,
+    request,
+    baselines,
+    tff_style,
+    workload,
+    plain_tf_round,
+    timing_disabled,
+):  # noqa: F811
     """The same with ``for batch in dataset:`` in a `tf.function` (autograph)."""
-    _run_case('for_loop', simharness_benchmark, simharness_stack, request, baselines, tff_style,
-              workload, plain_tf_round, timing_disabled)
+    _run_case(
+        'for_loop',
+        simharness_benchmark,
+        simharness_stack,
+        request,
+        baselines,
+        tff_style,
+        workload,
+        plain_tf_round,
+        timing_disabled,
+    )
 
 
 @on_stacks
-def test_tff_style_keras(simharness_benchmark, simharness_stack, request, baselines, tff_style,
-                         workload, plain_tf_round, timing_disabled):  # noqa: F811
+def test_tff_style_keras(
+    simharness_benchmark,
+    simharness_stack,
+    request,
+    baselines,
+    tff_style,
+    workload,
+    plain_tf_round,
+    timing_disabled,
+):  # noqa: F811
     """A Keras model and SGD optimizer built inside the client update."""
-    _run_case('keras', simharness_benchmark, simharness_stack, request, baselines, tff_style,
-              workload, plain_tf_round, timing_disabled)
+    _run_case(
+        'keras',
+        simharness_benchmark,
+        simharness_stack,
+        request,
+        baselines,
+        tff_style,
+        workload,
+        plain_tf_round,
+        timing_disabled,
+    )
 
 
 @pytest.mark.timing_only
@@ -276,6 +371,7 @@ def test_tff_style_reduce_final_loss(simharness_benchmark, simharness_stack, tff
     running it twice would double a long case.
     """
     from simharness.learning.models import numpy_evaluate, reference_mlp_spec
+
     bench = simharness_benchmark
     bench.group = 'fedavg, TFF-style program: 6 reference rounds'
     next_fn, datasets = tff_style['programs']['reduce'], tff_style['datasets']
@@ -294,11 +390,15 @@ def test_tff_style_reduce_final_loss(simharness_benchmark, simharness_stack, tff
         return w
 
     weights = bench.pedantic(six_rounds, rounds=1, warmup_rounds=0, iterations=1)
-    loss, accuracy = numpy_evaluate(reference_mlp_spec(), weights, tff_style['eval_x'],
-                                    tff_style['eval_y'])
-    bench.extra_info.update(final_loss=loss, final_accuracy=accuracy,
-                            first_round_seconds=seconds[0] if seconds else None,
-                            round_seconds=list(seconds))
+    loss, accuracy = numpy_evaluate(
+        reference_mlp_spec(), weights, tff_style['eval_x'], tff_style['eval_y']
+    )
+    bench.extra_info.update(
+        final_loss=loss,
+        final_accuracy=accuracy,
+        first_round_seconds=seconds[0] if seconds else None,
+        round_seconds=list(seconds),
+    )
     if len(seconds) > 1:
         bench.extra_info['clients_per_second'] = NUM_CLIENTS / float(np.median(seconds[1:]))
     assert round(loss, 6) == REFERENCE_FINAL_LOSS, loss

@@ -36,25 +36,38 @@ from .helpers import check_then_time, median_seconds
 NUM_CLIENTS = 60
 COHORT = 5
 GROUP = 'the text tutorial: datasets the program builds per client, process.next'
-VOCAB = list('dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\naeimquyAEIMQUY]!%)-'
-             '159\r')
+VOCAB = list(
+    'dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\naeimquyAEIMQUY]!%)-159\r'
+)
 
 
 @pytest.fixture(scope='module')
 def text_loop():
     import tensorflow as tf
     import simharness as tff
+
     rng = np.random.default_rng(0)
     ids = [f'speaker_{i:03d}' for i in range(NUM_CLIENTS)]
-    snippets = {c: np.array([''.join(rng.choice(VOCAB, size=int(rng.integers(250, 450))))
-                             .encode() for _ in range(int(rng.integers(4, 9)))], dtype=object)
-                for c in ids}
+    snippets = {
+        c: np.array(
+            [
+                ''.join(rng.choice(VOCAB, size=int(rng.integers(250, 450)))).encode()
+                for _ in range(int(rng.integers(4, 9)))
+            ],
+            dtype=object,
+        )
+        for c in ids
+    }
     train = tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
-        ids, lambda c: tf.data.Dataset.from_tensor_slices(
-            collections.OrderedDict(snippets=snippets[c])))
-    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-        keys=VOCAB, values=tf.constant(list(range(len(VOCAB))), dtype=tf.int64)),
-        default_value=0)
+        ids,
+        lambda c: tf.data.Dataset.from_tensor_slices(collections.OrderedDict(snippets=snippets[c])),
+    )
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(
+            keys=VOCAB, values=tf.constant(list(range(len(VOCAB))), dtype=tf.int64)
+        ),
+        default_value=0,
+    )
 
     def to_ids(x):
         return table.lookup(tf.strings.bytes_split(tf.reshape(x['snippets'], [1])).values)
@@ -63,39 +76,59 @@ def text_loop():
         return (tf.map_fn(lambda x: x[:-1], chunk), tf.map_fn(lambda x: x[1:], chunk))
 
     def preprocess(ds):
-        return (ds.map(to_ids).unbatch().batch(101, drop_remainder=True)
-                .shuffle(100, seed=1).batch(8, drop_remainder=True).map(split_input_target))
+        return (
+            ds.map(to_ids)
+            .unbatch()
+            .batch(101, drop_remainder=True)
+            .shuffle(100, seed=1)
+            .batch(8, drop_remainder=True)
+            .map(split_input_target)
+        )
 
     spec = preprocess(train.create_tf_dataset_for_client(ids[0])).element_spec
 
     def model_fn():
-        km = tf.keras.Sequential([
-            tf.keras.layers.InputLayer(shape=(None,), dtype=tf.int64),
-            tf.keras.layers.Embedding(86, 8, embeddings_initializer=(
-                tf.keras.initializers.RandomUniform(seed=1))),
-            tf.keras.layers.GRU(64, return_sequences=True,
-                                kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2),
-                                recurrent_initializer=tf.keras.initializers.Orthogonal(seed=3)),
-            tf.keras.layers.Dense(86, kernel_initializer=tf.keras.initializers.GlorotUniform(
-                seed=4))])
+        km = tf.keras.Sequential(
+            [
+                tf.keras.layers.InputLayer(shape=(None,), dtype=tf.int64),
+                tf.keras.layers.Embedding(
+                    86, 8, embeddings_initializer=(tf.keras.initializers.RandomUniform(seed=1))
+                ),
+                tf.keras.layers.GRU(
+                    64,
+                    return_sequences=True,
+                    kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2),
+                    recurrent_initializer=tf.keras.initializers.Orthogonal(seed=3),
+                ),
+                tf.keras.layers.Dense(
+                    86, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=4)
+                ),
+            ]
+        )
         return tff.learning.models.from_keras_model(
-            km, input_spec=spec,
+            km,
+            input_spec=spec,
             loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+        )
 
     process = tff.learning.algorithms.build_weighted_fed_avg(
-        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.02))
+        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.02)
+    )
     return dict(tf=tf, train=train, preprocess=preprocess, process=process, ids=ids)
 
 
 @pytest.mark.parametrize('case', ['fresh', 'reused'])
-@pytest.mark.parametrize('simharness_stack', ['thread', pytest.param(
-    'process-2', marks=pytest.mark.timing_only)], indirect=True)
+@pytest.mark.parametrize(
+    'simharness_stack',
+    ['thread', pytest.param('process-2', marks=pytest.mark.timing_only)],
+    indirect=True,
+)
 def test_tff_text_loop(simharness_benchmark, simharness_stack, text_loop, case):
     from simharness.core.tf_sequences import keep_recipe
+
     loop = text_loop
-    tf, train, preprocess, process = loop['tf'], loop['train'], loop['preprocess'], \
-        loop['process']
+    tf, train, preprocess, process = loop['tf'], loop['train'], loop['preprocess'], loop['process']
     bench = simharness_benchmark
     bench.group = GROUP
     state = process.initialize()
@@ -104,6 +137,7 @@ def test_tff_text_loop(simharness_benchmark, simharness_stack, text_loop, case):
 
     def build(cohort_ids):
         return [preprocess(train.create_tf_dataset_for_client(c)) for c in cohort_ids]
+
     fixed = build(ids[:COHORT])
 
     def fresh_round():

@@ -53,6 +53,7 @@ def _pipeline(tf):
 
     def preprocess(ds):
         return ds.repeat(2).shuffle(100, seed=1).batch(20).map(fmt).prefetch(10)
+
     return preprocess
 
 
@@ -60,34 +61,44 @@ def _pipeline(tf):
 def user_loop():
     import tensorflow as tf
     import simharness as tff
+
     rng = np.random.default_rng(0)
     data = OD()
     for i in range(NUM_CLIENTS):
         n = int(rng.integers(80, 121))
-        data[f'c{i}'] = OD(pixels=rng.random((n, 28, 28), dtype=np.float32),
-                           label=rng.integers(0, 10, n).astype(np.int32))
+        data[f'c{i}'] = OD(
+            pixels=rng.random((n, 28, 28), dtype=np.float32),
+            label=rng.integers(0, 10, n).astype(np.int32),
+        )
     train = tff.simulation.datasets.TestClientData(data)
     preprocess = _pipeline(tf)
     pre = train.preprocess(preprocess)
 
     def model_fn():
-        km = tf.keras.Sequential([tf.keras.Input(shape=(784,)),
-                                  tf.keras.layers.Dense(64, activation='relu',
-                                                        kernel_initializer='glorot_uniform'),
-                                  tf.keras.layers.Dense(10, kernel_initializer='zeros'),
-                                  tf.keras.layers.Softmax()])
+        km = tf.keras.Sequential(
+            [
+                tf.keras.Input(shape=(784,)),
+                tf.keras.layers.Dense(64, activation='relu', kernel_initializer='glorot_uniform'),
+                tf.keras.layers.Dense(10, kernel_initializer='zeros'),
+                tf.keras.layers.Softmax(),
+            ]
+        )
         return tff.learning.models.from_keras_model(
-            km, input_spec=pre.element_type_structure,
+            km,
+            input_spec=pre.element_type_structure,
             loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+        )
 
     process = tff.learning.algorithms.build_weighted_fed_avg(
-        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.02),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=1.0))
+        model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.02),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+    )
     by_ids = tff.simulation.compose_dataset_computation_with_learning_process(
-        pre.dataset_computation, process)
-    return dict(tf=tf, train=train, pre=pre, preprocess=preprocess, process=process,
-                by_ids=by_ids)
+        pre.dataset_computation, process
+    )
+    return dict(tf=tf, train=train, pre=pre, preprocess=preprocess, process=process, by_ids=by_ids)
 
 
 def _same_bits(a, b, tf):
@@ -95,11 +106,16 @@ def _same_bits(a, b, tf):
         assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
 
 
-@pytest.mark.parametrize('cohort', [pytest.param(c, marks=pytest.mark.timing_only)
-                                    if c != COHORTS[0] else c for c in COHORTS])
+@pytest.mark.parametrize(
+    'cohort',
+    [pytest.param(c, marks=pytest.mark.timing_only) if c != COHORTS[0] else c for c in COHORTS],
+)
 @pytest.mark.parametrize('case', ['fresh', 'reused', 'ids'])
-@pytest.mark.parametrize('simharness_stack', ['thread', pytest.param(
-    'process-2', marks=pytest.mark.timing_only)], indirect=True)
+@pytest.mark.parametrize(
+    'simharness_stack',
+    ['thread', pytest.param('process-2', marks=pytest.mark.timing_only)],
+    indirect=True,
+)
 def test_tff_user_loop(simharness_benchmark, simharness_stack, user_loop, case, cohort):
     loop = user_loop
     tf, pre, process = loop['tf'], loop['pre'], loop['process']
@@ -118,12 +134,12 @@ def test_tff_user_loop(simharness_benchmark, simharness_stack, user_loop, case, 
         cohort_ids = list(rng.choice(ids, cohort, replace=False))
         return loop['by_ids'].next(state, cohort_ids)
 
-    rounds = {'fresh': fresh_round, 'reused': lambda: process.next(state, fixed),
-              'ids': ids_round}
+    rounds = {'fresh': fresh_round, 'reused': lambda: process.next(state, fixed), 'ids': ids_round}
 
     def check(out):
-        eager = [loop['preprocess'](loop['train'].create_tf_dataset_for_client(c))
-                 for c in ids[:cohort]]
+        eager = [
+            loop['preprocess'](loop['train'].create_tf_dataset_for_client(c)) for c in ids[:cohort]
+        ]
         _same_bits(process.next(state, fixed).state, process.next(state, eager).state, tf)
         loss = float(out.metrics['client_work']['train']['loss'])
         assert np.isfinite(loss)
@@ -132,9 +148,11 @@ def test_tff_user_loop(simharness_benchmark, simharness_stack, user_loop, case, 
     t = median_seconds(bench)
     if t is None:
         return
-    bench.extra_info.update(case=case, cohort=cohort, clients_per_second=cohort / t,
-                            ms_per_client=1e3 * t / cohort)
+    bench.extra_info.update(
+        case=case, cohort=cohort, clients_per_second=cohort / t, ms_per_client=1e3 * t / cohort
+    )
     if case == 'fresh':
         ours, by_ids = interleaved_medians([fresh_round, ids_round], PAIRS)
-        bench.extra_info.update(interleaved_seconds=ours, ids_seconds=by_ids,
-                                ratio_to_ids=by_ids / ours)
+        bench.extra_info.update(
+            interleaved_seconds=ours, ids_seconds=by_ids, ratio_to_ids=by_ids / ours
+        )

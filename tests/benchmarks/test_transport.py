@@ -53,6 +53,7 @@ def test_memcpy(benchmark, baselines, mb):
 
     def check(_):
         assert np.array_equal(dst, w)
+
     check_then_time(benchmark, np.copyto, (dst, w), check, target_seconds=0.5, max_rounds=200)
     t = median_seconds(benchmark)
     baselines.put(_memcpy_key(mb), t)
@@ -83,13 +84,19 @@ def test_broadcast_aggregate(simharness_benchmark, simharness_stack, baselines, 
         return
     calls = bench.stats.stats.rounds + 1  # the timed rounds and the checked call
     if before is not None:
-        moved = ((after['bytes_to_workers'] - before['bytes_to_workers'])
-                 + (after['bytes_from_workers'] - before['bytes_from_workers'])) / calls
+        moved = (
+            (after['bytes_to_workers'] - before['bytes_to_workers'])
+            + (after['bytes_from_workers'] - before['bytes_from_workers'])
+        ) / calls
     else:
         moved = 2 * w.nbytes
     memcpy = baselines.get(_memcpy_key(mb), lambda: _memcpy_seconds(w))
     bench.extra_info.update(
-        model_bytes=w.nbytes, num_clients=NUM_CLIENTS, bytes_moved=moved,
-        memcpy_seconds=memcpy, ratio_to_memcpy=t / memcpy,
+        model_bytes=w.nbytes,
+        num_clients=NUM_CLIENTS,
+        bytes_moved=moved,
+        memcpy_seconds=memcpy,
+        ratio_to_memcpy=t / memcpy,
         fraction_of_memcpy_bandwidth=(moved / t) / (w.nbytes / memcpy),
-        gb_per_second=moved / t / 1e9)
+        gb_per_second=moved / t / 1e9,
+    )

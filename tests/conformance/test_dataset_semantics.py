@@ -29,7 +29,8 @@ NUM_CLIENTS = 3
 
 def _base(k):
     return tf.data.Dataset.from_tensor_slices(
-        OD(x=np.arange(24, dtype=np.int64) + 100 * k, y=np.arange(24, dtype=np.int64) % 5))
+        OD(x=np.arange(24, dtype=np.int64) + 100 * k, y=np.arange(24, dtype=np.int64) % 5)
+    )
 
 
 def _flat(e):
@@ -43,17 +44,33 @@ PIPELINES = {
     'tutorial': lambda k: _base(k).repeat(2).shuffle(16, seed=1).batch(5).map(_flat).prefetch(4),
     # a reshuffling stage read twice within one read (two epochs: two orders)
     'shuffle_then_repeat': lambda k: _base(k).shuffle(24, seed=7).repeat(2).batch(6),
-    'shuffle_once': lambda k: _base(k).shuffle(
-        24, seed=3, reshuffle_each_iteration=False).repeat(2).batch(7),
-    'take_filter_map': lambda k: _base(k).filter(lambda e: e['y'] != 2).map(
-        lambda e: OD(x=e['x'] * 2, y=e['y'])).take(15).batch(4),
-    'interleave': lambda k: tf.data.Dataset.range(3).interleave(
-        lambda i: _base(k).skip(i * 8).take(8), cycle_length=2, block_length=3).batch(5),
+    'shuffle_once': lambda k: (
+        _base(k).shuffle(24, seed=3, reshuffle_each_iteration=False).repeat(2).batch(7)
+    ),
+    'take_filter_map': lambda k: (
+        _base(k)
+        .filter(lambda e: e['y'] != 2)
+        .map(lambda e: OD(x=e['x'] * 2, y=e['y']))
+        .take(15)
+        .batch(4)
+    ),
+    'interleave': lambda k: (
+        tf.data.Dataset.range(3)
+        .interleave(lambda i: _base(k).skip(i * 8).take(8), cycle_length=2, block_length=3)
+        .batch(5)
+    ),
     'unbatched_rows': lambda k: _base(k).shuffle(24, seed=11),
     # TFF's text-generation tutorial: unbatch (a size TF cannot tell) -> batch(drop) ->
     # shuffle(seed) -> batch(drop) -> map: elements of one static shape
-    'text_tutorial': lambda k: _base(k).batch(5).unbatch().batch(3, drop_remainder=True).shuffle(
-        8, seed=5).batch(2, drop_remainder=True).map(lambda e: OD(x=e['x'] + 1, y=e['y'])),
+    'text_tutorial': lambda k: (
+        _base(k)
+        .batch(5)
+        .unbatch()
+        .batch(3, drop_remainder=True)
+        .shuffle(8, seed=5)
+        .batch(2, drop_remainder=True)
+        .map(lambda e: OD(x=e['x'] + 1, y=e['y']))
+    ),
 }
 
 
@@ -80,11 +97,13 @@ def _computation(element_spec):
             for v in (tf.reshape(e['x'], [-1]), tf.reshape(e['y'], [-1])):
                 acc = tf.foldl(lambda a, x: a * 1000003 + x, v, initializer=acc)
             return acc
+
         return ds.reduce(tf.constant(7, tf.int64), step)
 
     @sh.federated_computation(sh.type_at_clients(sh.SequenceType(elem)))
     def digests(datasets):
         return sh.federated_map(digest, datasets)
+
     return digests
 
 
@@ -112,12 +131,18 @@ def test_new_datasets_every_round_read_the_same_elements(stack, name):
 def _client_data_sources():
     """The tutorial pipeline over a `TestClientData`, as ``.preprocess`` and as
     ``from_clients_and_tf_fn`` of the preprocessed data's dataset function."""
-    raw = OD((f'c{k}', OD(x=np.arange(24, dtype=np.int64) + 100 * k,
-                          y=np.arange(24, dtype=np.int64) % 5)) for k in range(NUM_CLIENTS))
+    raw = OD(
+        (
+            f'c{k}',
+            OD(x=np.arange(24, dtype=np.int64) + 100 * k, y=np.arange(24, dtype=np.int64) % 5),
+        )
+        for k in range(NUM_CLIENTS)
+    )
     data = sh.simulation.datasets.TestClientData(raw)
     pre = data.preprocess(lambda ds: ds.repeat(2).shuffle(16, seed=1).batch(5).map(_flat))
     by_fn = sh.simulation.datasets.ClientData.from_clients_and_tf_fn(
-        list(raw), lambda cid: pre.serializable_dataset_fn(cid))
+        list(raw), lambda cid: pre.serializable_dataset_fn(cid)
+    )
     return pre, by_fn
 
 
@@ -131,8 +156,9 @@ def test_client_data_datasets_read_as_in_tff(stack):
         digests = _computation(reused[0].element_spec)
         for _ in range(2):
             assert [int(d) for d in digests(reused)] == want
-        assert [int(d) for d in digests(
-            [source.create_tf_dataset_for_client(c) for c in ids])] == want
+        assert [
+            int(d) for d in digests([source.create_tf_dataset_for_client(c) for c in ids])
+        ] == want
 
 
 def test_an_unseeded_shuffle_reads_a_permutation(stack):
@@ -141,13 +167,16 @@ def test_an_unseeded_shuffle_reads_a_permutation(stack):
 
     @sh.tf_computation(sh.SequenceType(sh.to_type(datasets[0].element_spec)))
     def sorted_x(ds):
-        return tf.sort(ds.reduce(tf.zeros([0], tf.int64),
-                                 lambda acc, e: tf.concat([acc, e['x']], 0)))
+        return tf.sort(
+            ds.reduce(tf.zeros([0], tf.int64), lambda acc, e: tf.concat([acc, e['x']], 0))
+        )
 
-    @sh.federated_computation(sh.type_at_clients(sh.SequenceType(
-        sh.to_type(datasets[0].element_spec))))
+    @sh.federated_computation(
+        sh.type_at_clients(sh.SequenceType(sh.to_type(datasets[0].element_spec)))
+    )
     def all_sorted(ds):
         return sh.federated_map(sorted_x, ds)
+
     for _ in range(2):
         got = all_sorted(datasets)
         for k, g in enumerate(got):
@@ -180,48 +209,65 @@ def test_digests_and_losses_match_those_recorded_under_tff_0_87():
             assert [int(d) for d in digests(datasets)] == want_call, (name, call)
             for ds in datasets:
                 list(ds.take(3))
-        assert [int(d) for d in digests([make(k) for k in range(NUM_CLIENTS)])] == \
-            want['new_objects_call'], name
+        assert [int(d) for d in digests([make(k) for k in range(NUM_CLIENTS)])] == want[
+            'new_objects_call'
+        ], name
 
     pre, by_fn = _client_data_sources()
     ids = pre.client_ids
     for name, source in (('preprocess', pre), ('from_clients_and_tf_fn', by_fn)):
         want = rec['client_data'][name]
-        assert [_first_read(source.create_tf_dataset_for_client(c)) for c in ids] == \
-            want['first_read_of_created'], name
+        assert [_first_read(source.create_tf_dataset_for_client(c)) for c in ids] == want[
+            'first_read_of_created'
+        ], name
         reused = [source.create_tf_dataset_for_client(c) for c in ids]
         digests = _computation(reused[0].element_spec)
-        assert [[int(d) for d in digests(reused)] for _ in want['reused_calls']] == \
-            want['reused_calls'], name
-        assert [int(d) for d in digests(
-            [source.create_tf_dataset_for_client(c) for c in ids])] == \
-            want['new_objects_call'], name
+        assert [[int(d) for d in digests(reused)] for _ in want['reused_calls']] == want[
+            'reused_calls'
+        ], name
+        assert [
+            int(d) for d in digests([source.create_tf_dataset_for_client(c) for c in ids])
+        ] == want['new_objects_call'], name
 
     rng = np.random.default_rng(0)
-    raw_clients = [(rng.random((40, 28, 28), dtype=np.float32),
-                    rng.integers(0, 10, size=40, dtype=np.int32)) for _ in range(NUM_CLIENTS)]
+    raw_clients = [
+        (rng.random((40, 28, 28), dtype=np.float32), rng.integers(0, 10, size=40, dtype=np.int32))
+        for _ in range(NUM_CLIENTS)
+    ]
 
     def batch_format_fn(e):
         return OD(x=tf.reshape(e['pixels'], [-1, 784]), y=tf.reshape(e['label'], [-1, 1]))
-    federated = [tf.data.Dataset.from_tensor_slices(OD(pixels=p, label=lab)).repeat(2).shuffle(
-        32, seed=1).batch(8).map(batch_format_fn) for p, lab in raw_clients]
+
+    federated = [
+        tf.data.Dataset.from_tensor_slices(OD(pixels=p, label=lab))
+        .repeat(2)
+        .shuffle(32, seed=1)
+        .batch(8)
+        .map(batch_format_fn)
+        for p, lab in raw_clients
+    ]
     spec = federated[0].element_spec
 
     def model_fn():
-        keras_model = tf.keras.models.Sequential([
-            tf.keras.Input(shape=(784,)),  # the script's InputLayer(input_shape=...): Keras 2
-            tf.keras.layers.Dense(10, kernel_initializer='zeros'),
-            tf.keras.layers.Softmax(),
-        ])
+        keras_model = tf.keras.models.Sequential(
+            [
+                tf.keras.Input(shape=(784,)),  # the script's InputLayer(input_shape=...): Keras 2
+                tf.keras.layers.Dense(10, kernel_initializer='zeros'),
+                tf.keras.layers.Softmax(),
+            ]
+        )
         return sh.learning.models.from_keras_model(
-            keras_model, input_spec=spec,
+            keras_model,
+            input_spec=spec,
             loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+        )
 
     process = sh.learning.algorithms.build_weighted_fed_avg(
         model_fn,
         client_optimizer_fn=sh.learning.optimizers.build_sgdm(learning_rate=0.02),
-        server_optimizer_fn=sh.learning.optimizers.build_sgdm(learning_rate=1.0))
+        server_optimizer_fn=sh.learning.optimizers.build_sgdm(learning_rate=1.0),
+    )
     state = process.initialize()
     losses, accuracies = [], []
     for _ in rec['learning']['loss']:
@@ -244,23 +290,35 @@ def test_a_dataset_of_the_wrong_structure_is_an_error_naming_its_client(stack):
     with pytest.raises(TypeError, match=r'^client 3: dataset of .* is not assignable') as info:
         digests(bad)
     assert info.value.client == 3
-    assert [int(d) for d in digests(good)] == [_first_read(PIPELINES['tutorial'](k))
-                                               for k in range(5)]
+    assert [int(d) for d in digests(good)] == [
+        _first_read(PIPELINES['tutorial'](k)) for k in range(5)
+    ]
 
 
 def _nan_in_x(e):
     x = tf.cast(e['x'], tf.float32) * np.float32('nan')
-    return OD(x=tf.cast(tf.debugging.check_numerics(x, 'bad values in the data of client five'),
-                        tf.int64), y=e['y'])
+    return OD(
+        x=tf.cast(
+            tf.debugging.check_numerics(x, 'bad values in the data of client five'), tf.int64
+        ),
+        y=e['y'],
+    )
 
 
 #: Datasets that fail while a worker (or thread) reads them, the error TF raises.
 FAILING = {
-    'check_numerics': (lambda: PIPELINES['tutorial'](5).map(_nan_in_x),
-                       tf.errors.InvalidArgumentError, 'bad values in the data of client five'),
-    'missing_file': (lambda: tf.data.TFRecordDataset('/nonexistent/client5.tfrecord').map(
-        lambda r: OD(x=tf.zeros([5], tf.int64), y=tf.zeros([5], tf.int64))),
-        tf.errors.NotFoundError, r'/nonexistent/client5\.tfrecord'),
+    'check_numerics': (
+        lambda: PIPELINES['tutorial'](5).map(_nan_in_x),
+        tf.errors.InvalidArgumentError,
+        'bad values in the data of client five',
+    ),
+    'missing_file': (
+        lambda: tf.data.TFRecordDataset('/nonexistent/client5.tfrecord').map(
+            lambda r: OD(x=tf.zeros([5], tf.int64), y=tf.zeros([5], tf.int64))
+        ),
+        tf.errors.NotFoundError,
+        r'/nonexistent/client5\.tfrecord',
+    ),
 }
 
 
@@ -278,8 +336,9 @@ def test_a_dataset_that_fails_while_read_is_an_error_naming_its_client(stack, na
         digests(bad)
     assert info.value.client == 5
     assert 'Graph execution error' not in str(info.value)
-    assert [int(d) for d in digests(good)] == [_first_read(PIPELINES['tutorial'](k))
-                                               for k in range(7)]
+    assert [int(d) for d in digests(good)] == [
+        _first_read(PIPELINES['tutorial'](k)) for k in range(7)
+    ]
 
 
 def test_an_infinite_dataset_read_to_its_end_is_an_error_naming_its_client(stack):
@@ -306,6 +365,9 @@ def test_an_infinite_dataset_is_read_where_the_computation_takes_a_part(stack):
     @sh.federated_computation(sh.type_at_clients(sh.SequenceType(elem)))
     def sums(ds):
         return sh.federated_map(first_sum, ds)
-    want = [int(sum(np.sum(e['x']) for e in _base(k).batch(5).repeat().take(7)
-                    .as_numpy_iterator())) for k in range(3)]
+
+    want = [
+        int(sum(np.sum(e['x']) for e in _base(k).batch(5).repeat().take(7).as_numpy_iterator()))
+        for k in range(3)
+    ]
     assert [int(v) for v in sums(datasets)] == want

@@ -14,9 +14,24 @@ import tensorflow as tf
 
 import simharness as sh
 
-DTYPES = [tf.string, tf.bool, tf.int8, tf.int16, tf.int32, tf.int64, tf.uint8, tf.uint16,
-          tf.uint32, tf.uint64, tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.complex64,
-          tf.complex128]
+DTYPES = [
+    tf.string,
+    tf.bool,
+    tf.int8,
+    tf.int16,
+    tf.int32,
+    tf.int64,
+    tf.uint8,
+    tf.uint16,
+    tf.uint32,
+    tf.uint64,
+    tf.float16,
+    tf.bfloat16,
+    tf.float32,
+    tf.float64,
+    tf.complex64,
+    tf.complex128,
+]
 SHAPES = [[], [2, 3]]
 
 
@@ -50,8 +65,11 @@ def assert_same(result, want):
         assert result == want
 
 
-CASES = [pytest.param(d, s, id=f'{d.name}-{"x".join(map(str, s)) or "scalar"}')
-         for d in DTYPES for s in SHAPES]
+CASES = [
+    pytest.param(d, s, id=f'{d.name}-{"x".join(map(str, s)) or "scalar"}')
+    for d in DTYPES
+    for s in SHAPES
+]
 
 
 def _computations(dtype, shape):
@@ -93,16 +111,16 @@ def test_hello_world(stack):
 def test_dtype_round_trips(stack, dtype, shape):
     constant, identity, at_server, broadcast, at_clients = _computations(dtype, shape)
     want = expected(dtype, shape)
-    assert_same(constant(), want)                         # unplaced result
-    assert_same(identity(sample(dtype, shape)), want)     # unplaced argument and result
-    assert_same(at_server(sample(dtype, shape)), want)    # server value in and out
-    out = broadcast(sample(dtype, shape))                 # server -> clients -> back
+    assert_same(constant(), want)  # unplaced result
+    assert_same(identity(sample(dtype, shape)), want)  # unplaced argument and result
+    assert_same(at_server(sample(dtype, shape)), want)  # server value in and out
+    out = broadcast(sample(dtype, shape))  # server -> clients -> back
     assert isinstance(out, list)
     for r in out:
         assert_same(r, want)
     with stack.clients(3):
         xs = [sample(dtype, shape, offset=i) for i in range(3)]
-        out = at_clients(xs)                              # client values in and out
+        out = at_clients(xs)  # client values in and out
     assert isinstance(out, list) and len(out) == 3
     for i, r in enumerate(out):
         assert_same(r, expected(dtype, shape, offset=i))
@@ -135,6 +153,7 @@ def test_large_tensors_of_every_dtype(stack):
     # Large enough to take the dlpack paths (DLPACK_MIN_BYTES) where the dtype allows them.
     shape = [300, 300]
     for dtype in (tf.string, tf.bool, tf.uint8, tf.float16, tf.bfloat16, tf.complex128):
+
         @sh.tf_computation(sh.TensorType(dtype, shape))
         def identity(x):
             return tf.identity(x)
@@ -161,5 +180,7 @@ def test_string_sequences(stack):
         return sh.federated_map(join, xs)
 
     with stack.clients(2):
-        assert join_all([[b'a', b'b'], tf.data.Dataset.from_tensor_slices(['c', 'd'])]) == \
-            [b'ab', b'cd']
+        assert join_all([[b'a', b'b'], tf.data.Dataset.from_tensor_slices(['c', 'd'])]) == [
+            b'ab',
+            b'cd',
+        ]

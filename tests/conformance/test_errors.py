@@ -57,6 +57,7 @@ def fed_checked_map(xs):
 
 # ---------------------------------------------------------------- arguments
 
+
 def test_list_shorter_than_the_fixed_number_of_clients(stack):
     with stack.clients(3):
         with pytest.raises(CardinalityError, match=r'\b2\b.*\b3\b') as e:
@@ -84,22 +85,26 @@ def test_client_values_of_the_wrong_dtype(stack):
     with pytest.raises(TypeError, match='int32'):
         fed_int_sum(['a', 'b'])
     with pytest.raises(ValueError, match=r'1099511627776.*int32'):
-        fed_int_sum([1, 2 ** 40])   # would silently wrap to 0 if cast
+        fed_int_sum([1, 2**40])  # would silently wrap to 0 if cast
 
 
 # ---------------------------------------------------------------- trace time
 
+
 def test_map_of_a_computation_of_another_type():
     with pytest.raises(TypeError, match='int32.*float32') as e:
+
         @sh.federated_computation(F32_AT_C)
         def bad(xs):
             return sh.federated_map(int_plus_one, xs)
+
     assert isinstance(e.value, SimharnessTypeError)
     assert str(e.value.expected) == 'int32' and str(e.value.actual) == 'float32'
 
 
 def test_tf_computation_called_on_a_federated_value():
     with pytest.raises(TypeError, match=r'\{float32\}@CLIENTS.*float32'):
+
         @sh.federated_computation(F32_AT_C)
         def bad(xs):
             return add_one(xs)
@@ -107,6 +112,7 @@ def test_tf_computation_called_on_a_federated_value():
 
 def test_federated_sum_of_a_server_value():
     with pytest.raises(TypeError, match=r'federated_sum.*CLIENTS.*float32@SERVER'):
+
         @sh.federated_computation(sh.type_at_server(tf.float32))
         def bad(x):
             return sh.federated_sum(x)
@@ -114,17 +120,23 @@ def test_federated_sum_of_a_server_value():
 
 def test_federated_mean_of_ints():
     with pytest.raises(TypeError, match='federated_mean.*floating.*int32'):
+
         @sh.federated_computation(I32_AT_C)
         def bad(xs):
             return sh.federated_mean(xs)
 
 
-@pytest.mark.parametrize('secure', [
-    lambda xs: sh.federated_secure_sum_bitwidth(xs, 8),
-    lambda xs: sh.federated_secure_modular_sum(xs, 8),
-], ids=['bitwidth', 'modular'])
+@pytest.mark.parametrize(
+    'secure',
+    [
+        lambda xs: sh.federated_secure_sum_bitwidth(xs, 8),
+        lambda xs: sh.federated_secure_modular_sum(xs, 8),
+    ],
+    ids=['bitwidth', 'modular'],
+)
 def test_secure_sums_of_floats(secure):
     with pytest.raises(TypeError, match='integers only.*float32'):
+
         @sh.federated_computation(F32_AT_C)
         def bad(xs):
             return secure(xs)
@@ -132,6 +144,7 @@ def test_secure_sums_of_floats(secure):
 
 def test_secure_sum_bitwidth_out_of_range():
     with pytest.raises(ValueError, match='bitwidth must be in'):
+
         @sh.federated_computation(I32_AT_C)
         def bad(xs):
             return sh.federated_secure_sum_bitwidth(xs, 0)
@@ -139,6 +152,7 @@ def test_secure_sum_bitwidth_out_of_range():
 
 def test_plain_python_function_passed_to_federated_map():
     with pytest.raises(TypeError, match='plain Python function.*tf_computation'):
+
         @sh.federated_computation(F32_AT_C)
         def bad(xs):
             return sh.federated_map(lambda x: x + 1.0, xs)
@@ -151,6 +165,7 @@ def test_intrinsic_outside_a_federated_computation():
 
 # ---------------------------------------------------------------- run time
 
+
 def test_tf_error_at_run_time_surfaces_with_its_traceback(stack):
     with pytest.raises(tf.errors.InvalidArgumentError, match='must be positive') as e:
         fed_checked_map([1.0, -1.0, 2.0, 3.0])
@@ -162,7 +177,10 @@ def test_tf_error_at_run_time_surfaces_with_its_traceback(stack):
         assert os.sep + 'tensorflow' + os.sep in remote
     else:
         files = [os.path.normpath(str(entry.path)) for entry in e.traceback]
-        assert any(f.endswith(os.path.join('simharness', 'executors', 'leaf', 'eager_tf.py')) for f in files)
+        assert any(
+            f.endswith(os.path.join('simharness', 'executors', 'leaf', 'eager_tf.py'))
+            for f in files
+        )
         assert any(os.sep + 'tensorflow' + os.sep in f for f in files)
     assert fed_checked_map([1.0, 2.0, 3.0, 4.0]) == [1.0, 2.0, 3.0, 4.0]  # the stack still works
 
@@ -171,5 +189,6 @@ def test_mean_over_zero_clients(stack):
     @sh.federated_computation(F32_AT_C)
     def mean(xs):
         return sh.federated_mean(xs)
+
     with pytest.raises(SimharnessValueError, match='zero clients'):
         mean([])

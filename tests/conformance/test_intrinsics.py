@@ -31,6 +31,7 @@ def _is_f32(x):
 
 # ---------------------------------------------------------------- tf computations
 
+
 @sh.tf_computation(tf.float32)
 def add_one(x):
     return x + 1.0
@@ -62,6 +63,7 @@ def random_scalar():
 
 
 # ---------------------------------------------------------------- sums and means
+
 
 @sh.federated_computation(F32_AT_C)
 def fed_sum(xs):
@@ -124,8 +126,13 @@ def test_federated_weighted_mean_with_int_weights(stack):
 
 
 def test_federated_sum_and_mean_of_structs(stack):
-    total = fed_struct_sum([dict(a=1.0, b=[1, 2]), dict(a=2.0, b=[3, 4]),
-                            collections.OrderedDict(a=3.0, b=np.array([5, 6], np.int32))])
+    total = fed_struct_sum(
+        [
+            dict(a=1.0, b=[1, 2]),
+            dict(a=2.0, b=[3, 4]),
+            collections.OrderedDict(a=3.0, b=np.array([5, 6], np.int32)),
+        ]
+    )
     assert isinstance(total, collections.OrderedDict) and list(total) == ['a', 'b']
     assert total['a'] == 6.0 and total['b'].dtype == np.int32
     np.testing.assert_array_equal(total['b'], [9, 12])
@@ -142,6 +149,7 @@ def test_sum_over_zero_clients_is_zero(stack):
 
 
 # ---------------------------------------------------------------- aggregate
+
 
 @sh.federated_computation(F32_AT_C)
 def fed_aggregate_add(xs):
@@ -187,6 +195,7 @@ def test_federated_aggregate_with_accumulator_of_another_type(stack):
 
 
 # ---------------------------------------------------------------- map, broadcast, value, eval
+
 
 @sh.federated_computation(F32_AT_C)
 def fed_map_identity(xs):
@@ -264,6 +273,7 @@ def test_federated_value(stack):
 
 # ---------------------------------------------------------------- zip
 
+
 @sh.federated_computation(F32_AT_C, I32_AT_C)
 def fed_zip_clients(a, b):
     return sh.federated_zip([a, b])
@@ -289,7 +299,10 @@ def test_federated_zip_at_clients(stack):
     assert out == [[10.0, 1], [11.0, 2], [12.0, 3]]
     assert out[0][1].dtype == np.int32
     nested = fed_zip_clients_nested(XS, [1, 2, 3])
-    assert str(fed_zip_clients_nested.type_signature.result) == '{<x=float32,y=<int32,float32>>}@CLIENTS'
+    assert (
+        str(fed_zip_clients_nested.type_signature.result)
+        == '{<x=float32,y=<int32,float32>>}@CLIENTS'
+    )
     assert nested == [collections.OrderedDict(x=x, y=[i, x]) for x, i in zip(XS, [1, 2, 3])]
     assert all(isinstance(v, collections.OrderedDict) for v in nested)
 
@@ -307,6 +320,7 @@ def test_zip_of_broadcast_and_client_values(stack):
 
 # ---------------------------------------------------------------- collect, select
 
+
 @sh.federated_computation(F32_AT_C)
 def fed_collect(xs):
     return sh.federated_collect(xs)
@@ -317,8 +331,10 @@ def select_element(server_val, key):
     return server_val[key] * 10.0
 
 
-@sh.federated_computation(sh.type_at_clients(tf.TensorSpec([None], tf.int32)),
-                          sh.type_at_server(tf.TensorSpec([4], tf.float32)))
+@sh.federated_computation(
+    sh.type_at_clients(tf.TensorSpec([None], tf.int32)),
+    sh.type_at_server(tf.TensorSpec([4], tf.float32)),
+)
 def fed_select(keys, server_val):
     return sh.federated_select(keys, 4, server_val, select_element)
 
@@ -395,7 +411,10 @@ def test_sequence_ops_unplaced(stack):
 
 def test_sequence_ops_at_clients(stack):
     mapped, reduced, total = fed_seq_ops(CLIENT_SEQS)
-    assert str(fed_seq_ops.type_signature.result) == '<{float32*}@CLIENTS,{float32}@CLIENTS,{float32}@CLIENTS>'
+    assert (
+        str(fed_seq_ops.type_signature.result)
+        == '<{float32*}@CLIENTS,{float32}@CLIENTS,{float32}@CLIENTS>'
+    )
     assert mapped == [[2.0, 4.0], [6.0], [8.0, 10.0, 12.0]]
     assert reduced == [3.5, 3.5, 15.5]
     assert total == [3.0, 3.0, 15.0]
@@ -404,7 +423,8 @@ def test_sequence_ops_at_clients(stack):
 def test_client_datasets_reduced_in_a_tf_computation(stack):
     as_lists = fed_reduce_client_datasets(CLIENT_SEQS)
     as_datasets = fed_reduce_client_datasets(
-        [tf.data.Dataset.from_tensor_slices(np.array(c, np.float32)) for c in CLIENT_SEQS])
+        [tf.data.Dataset.from_tensor_slices(np.array(c, np.float32)) for c in CLIENT_SEQS]
+    )
     assert as_lists == as_datasets == [5.0, 9.0, 77.0]
 
 
@@ -413,6 +433,7 @@ def test_datasets_made_at_clients(stack):
 
 
 # ---------------------------------------------------------------- secure sums
+
 
 @sh.federated_computation(I32_AT_C)
 def secure_bitwidth_4(xs):
@@ -465,14 +486,18 @@ def test_secure_sum_bitwidth_checks_every_element(stack):
 def test_secure_modular_sum(stack):
     out = secure_modular_5([4, 4, 4])
     assert out == 2 and out.dtype == np.int32
-    assert secure_modular_5([-1, 3, 4]) == (4 + 3 + 4) % 5   # -1 mod 5 == 4
-    assert secure_modular_5([2 ** 31 - 1, 2 ** 31 - 1, 0]) == (2 * (2 ** 31 - 1)) % 5  # no int32 overflow
+    assert secure_modular_5([-1, 3, 4]) == (4 + 3 + 4) % 5  # -1 mod 5 == 4
+    assert secure_modular_5([2**31 - 1, 2**31 - 1, 0]) == (2 * (2**31 - 1)) % 5  # no int32 overflow
     np.testing.assert_array_equal(
-        secure_modular_vector([np.array([6, -1], np.int32), np.array([6, 20], np.int32),
-                               np.array([0, 0], np.int32)]), [5, 5])
+        secure_modular_vector(
+            [np.array([6, -1], np.int32), np.array([6, 20], np.int32), np.array([0, 0], np.int32)]
+        ),
+        [5, 5],
+    )
 
 
 # ---------------------------------------------------------------- composition
+
 
 @sh.federated_computation(F32_AT_C)
 def inner_mean(xs):
@@ -490,6 +515,7 @@ def uses_closure(xs):
     @sh.federated_computation(F32_AT_S)
     def plus_client_sum(s):
         return sh.federated_map(add_pair, sh.federated_zip([s, sh.federated_sum(xs)]))
+
     return plus_client_sum(sh.federated_mean(xs))
 
 
@@ -509,8 +535,8 @@ def test_closure_over_enclosing_parameter(stack):
 
 def test_value_used_twice_is_computed_once(stack):
     a, b, c = random_used_twice()
-    assert a == b           # one evaluation, referenced twice
-    assert a != c           # a second evaluation draws again
+    assert a == b  # one evaluation, referenced twice
+    assert a != c  # a second evaluation draws again
 
 
 # ---------------------------------------------------------------- structs and containers
@@ -569,7 +595,7 @@ def test_tf_computation_containers_round_trip(stack):
     assert type(out) is Point and out == (2.0, 1) and out.y.dtype == np.int32
     out = sum_and_product(collections.OrderedDict(a=2.0, b=3.0))
     assert type(out) is collections.OrderedDict and list(out.items()) == [('s', 5.0), ('p', 6.0)]
-    assert sum_and_product({'b': 3.0, 'a': 2.0})['s'] == 5.0   # dicts match by name
+    assert sum_and_product({'b': 3.0, 'a': 2.0})['s'] == 5.0  # dicts match by name
     out = double_dict({'a': 1.0, 'b': 2})
     assert type(out) is dict and out == {'a': 2.0, 'b': 4}
     out = swap_pair(Pair(a=1.0, b=2))
@@ -590,6 +616,7 @@ def test_federated_containers_round_trip(stack):
 
 
 # ---------------------------------------------------------------- no argument, polymorphism
+
 
 @sh.tf_computation
 def constant_vector():
@@ -694,6 +721,7 @@ def test_sum_and_mean_do_not_depend_on_clients_per_thread(clients_per_thread):
 
 
 # ---------------------------------------------------------------- execution contexts
+
 
 def test_sync_call_inside_a_running_event_loop(stack):
     async def main():

@@ -38,36 +38,53 @@ SPEC = (tf.TensorSpec([None, 256], tf.float32), tf.TensorSpec([None], tf.int32))
 
 def _model_fn(dropout: bool = False):
     def model_fn():
-        layers = [tf.keras.layers.Input((256,)),
-                  tf.keras.layers.Dense(256, activation='relu',
-                                        kernel_initializer=tf.keras.initializers.GlorotUniform(3),
-                                        kernel_regularizer=tf.keras.regularizers.L2(1e-3))]
+        layers = [
+            tf.keras.layers.Input((256,)),
+            tf.keras.layers.Dense(
+                256,
+                activation='relu',
+                kernel_initializer=tf.keras.initializers.GlorotUniform(3),
+                kernel_regularizer=tf.keras.regularizers.L2(1e-3),
+            ),
+        ]
         if dropout:
             layers.append(tf.keras.layers.Dropout(0.25, seed=5))
-        layers.append(tf.keras.layers.Dense(10, kernel_initializer=tf.keras.initializers.GlorotUniform(4)))
+        layers.append(
+            tf.keras.layers.Dense(10, kernel_initializer=tf.keras.initializers.GlorotUniform(4))
+        )
         return tff.learning.models.from_keras_model(
             tf.keras.Sequential(layers),
-            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), input_spec=SPEC,
-            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            input_spec=SPEC,
+            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+        )
+
     return model_fn
 
 
 def _process(dropout: bool = False, algorithm: str = 'fed_avg'):
     if algorithm == 'fed_prox':
         return tff.learning.algorithms.build_weighted_fed_prox(
-            _model_fn(dropout), proximal_strength=0.5,
+            _model_fn(dropout),
+            proximal_strength=0.5,
             client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-            server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+            server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+        )
     return tff.learning.algorithms.build_weighted_fed_avg(
-        _model_fn(dropout), client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+        _model_fn(dropout),
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+    )
 
 
 def _datasets():
     rng = np.random.default_rng(17)
-    return [tf.data.Dataset.from_tensor_slices(
-        (rng.normal(size=(r, 256)).astype(np.float32), rng.integers(0, 10, r).astype(np.int32)))
-        .batch(BATCH) for r in ROWS]
+    return [
+        tf.data.Dataset.from_tensor_slices(
+            (rng.normal(size=(r, 256)).astype(np.float32), rng.integers(0, 10, r).astype(np.int32))
+        ).batch(BATCH)
+        for r in ROWS
+    ]
 
 
 @pytest.fixture(scope='module')
@@ -92,6 +109,7 @@ def _client_update(process) -> bb.CompiledComputation:
             found.append(c)
         for child in c.children():
             walk(child)
+
     walk(process.next.to_building_block())
     assert len(found) == 1, found
     return found[0]
@@ -113,17 +131,28 @@ def test_the_keras_client_update_has_no_variable_and_compiles(process):
     fn = EmbeddedFunction(comp)
     element = comp.type_signature.parameter[-1].element
     seq_index = fn.sequence_params[0]
-    lowered = fn.lowered({seq_index: TensorBatches(
-        [tf.zeros([8, 256]), tf.zeros([8], tf.int32)], BATCH, False, element)})
+    lowered = fn.lowered(
+        {
+            seq_index: TensorBatches(
+                [tf.zeros([8, 256]), tf.zeros([8], tf.int32)], BATCH, False, element
+            )
+        }
+    )
     assert lowered.xla.compiled, lowered.xla
-    partial = fn.lowered({seq_index: TensorBatches(
-        [tf.zeros([10, 256]), tf.zeros([10], tf.int32)], BATCH, False, element)})
+    partial = fn.lowered(
+        {
+            seq_index: TensorBatches(
+                [tf.zeros([10, 256]), tf.zeros([10], tf.int32)], BATCH, False, element
+            )
+        }
+    )
     assert not partial.xla.compiled
     # a block of clients gives each client the bits of its own compiled call
     rng = np.random.default_rng(2)
     leaves = tff.to_type(lowered.type_signature.parameter)
-    shared = [tf.constant(rng.normal(size=t.shape).astype(np.float32) * 0.05)
-              for t in list(leaves)[:-2]]
+    shared = [
+        tf.constant(rng.normal(size=t.shape).astype(np.float32) * 0.05) for t in list(leaves)[:-2]
+    ]
     xs = tf.constant(rng.normal(size=(3, 8, 256)).astype(np.float32))
     ys = tf.constant(rng.integers(0, 10, (3, 8)).astype(np.int32))
     block = lowered.call_batched(tuple([True] * len(shared) + [False, False]), shared, [xs, ys], 3)
@@ -136,10 +165,12 @@ def test_the_keras_client_update_has_no_variable_and_compiles(process):
 def test_the_stateless_path_computes_what_the_variables_compute(monkeypatch, algorithm):
     """Dropout and a regularizer (FedAvg's client work and FedProx's proximal one), in the graph
     runtime (`jit_compile=False`), where both paths run the same kernels."""
+
     def run():
         process = _process(dropout=True, algorithm=algorithm)
         with tff.execution_context(tff.stacks.local_executor_factory(), jit_compile=False):
             return _round(process)
+
     stateless = run()
     monkeypatch.setattr(keras_utils.KerasModel, 'runs_stateless', lambda self: False)
     with_variables = run()

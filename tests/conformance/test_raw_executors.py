@@ -35,10 +35,12 @@ def run(coro):
 
 def invoke(ex, comp, arg=None):
     """TFF's `_invoke`: embed the computation as is, then the argument, call, compute."""
+
     async def go():
         fn = await ex.create_value(comp)
         a = None if arg is None else await ex.create_value(arg, fn.type_signature.parameter)
         return await (await ex.create_call(fn, a)).compute()
+
     return run(go())
 
 
@@ -82,8 +84,8 @@ def threaded_eager(name='simharness-test-raw'):
 
 # ---------------------------------------------------------------- EagerTFExecutor
 
-class TestEagerTF:
 
+class TestEagerTF:
     def test_create_value_of_a_computation(self):
         ex = EagerTFExecutor()
         assert numpy(invoke(ex, add_one, 10)) == 11
@@ -97,6 +99,7 @@ class TestEagerTF:
             assert str(fn.type_signature) == str(add.type_signature)
             arg = await ex.create_value([10, 20], fn.type_signature.parameter)
             return await (await ex.create_call(fn, arg)).compute()
+
         assert numpy(run(go())) == 30
 
     def test_struct_from_ordered_dict_and_selection(self):
@@ -108,14 +111,19 @@ class TestEagerTF:
             s = await ex.create_struct(collections.OrderedDict([('a', a), ('b', b)]))
             assert s.type_signature == T.StructType([('a', tf.int32), ('b', tf.float32)])
             return await (await ex.create_selection(s, 1)).compute()
+
         assert numpy(run(go())) == 2.0
 
-    @pytest.mark.parametrize('make', [
-        lambda: tf.data.Dataset.from_tensor_slices([10, 20, 30]),
-        lambda: [10, 20, 30],
-        lambda: (lambda: iter([10, 20, 30])),
-        lambda: (lambda: (x for x in [10, 20, 30])),
-    ], ids=['dataset', 'list', 'function', 'generator_function'])
+    @pytest.mark.parametrize(
+        'make',
+        [
+            lambda: tf.data.Dataset.from_tensor_slices([10, 20, 30]),
+            lambda: [10, 20, 30],
+            lambda: lambda: iter([10, 20, 30]),
+            lambda: lambda: (x for x in [10, 20, 30]),
+        ],
+        ids=['dataset', 'list', 'function', 'generator_function'],
+    )
     def test_sequences(self, make):
         assert numpy(invoke(EagerTFExecutor(), ds_sum, make())) == 60
 
@@ -123,6 +131,7 @@ class TestEagerTF:
         def gen():
             for i in range(4):
                 yield np.int32(i)
+
         assert numpy(invoke(EagerTFExecutor(), ds_sum, gen)) == 6
 
     def test_dataset_of_namedtuples(self):
@@ -134,18 +143,30 @@ class TestEagerTF:
         assert numpy(invoke(ex, add_one, 1)) == 2
         ex.close()
         ex.close()
-        assert numpy(invoke(ex, add_one, 2)) == 3   # re-initialized, as in TFF
+        assert numpy(invoke(ex, add_one, 2)) == 3  # re-initialized, as in TFF
 
 
 # ---------------------------------------------------------------- ThreadDelegatingExecutor
 
+
 def _select_a(ex):
     async def compute():
         return await ex.create_selection(
-            await ex.create_struct(collections.OrderedDict([
-                ('a', await ex.create_call(await ex.create_value(add_one),
-                                           await ex.create_value(10, tf.int32)))])),
-            0)
+            await ex.create_struct(
+                collections.OrderedDict(
+                    [
+                        (
+                            'a',
+                            await ex.create_call(
+                                await ex.create_value(add_one), await ex.create_value(10, tf.int32)
+                            ),
+                        )
+                    ]
+                )
+            ),
+            0,
+        )
+
     return run(compute())
 
 
@@ -156,19 +177,20 @@ def _value_to_numpy(value):
 
 
 class TestThreadDelegating:
-
     def test_with_eager_tf_executor(self):
         with threaded_eager() as ex:
             assert _value_to_numpy(_select_a(ex)) == 11
 
     def test_create_struct_of_an_ordered_dict_passes_values(self):
         with threaded_eager() as ex:
+
             async def go():
                 a = await ex.create_value(1, tf.int32)
                 b = await ex.create_value(2, tf.int32)
                 s = await ex.create_struct(collections.OrderedDict([('a', a), ('b', b)]))
                 assert s.type_signature == T.StructType([('a', tf.int32), ('b', tf.int32)])
                 return await s.compute()
+
             out = run(go())
             assert out.names == ('a', 'b') and [numpy(v) for v in out] == [1, 2]
 
@@ -183,7 +205,7 @@ class TestThreadDelegating:
         ex = threaded_eager()
         try:
             assert _value_to_numpy(_select_a(ex)) == 11
-            ex.close()      # closed: the next use re-initializes it
+            ex.close()  # closed: the next use re-initializes it
             assert _value_to_numpy(_select_a(ex)) == 11
         finally:
             ex.close()
@@ -199,20 +221,23 @@ class TestThreadDelegating:
 
 # ---------------------------------------------------------------- ReferenceResolving + Federating
 
+
 def create_test_executor(number_of_clients=3):
     """TFF's federating_executor_test stack, by renaming."""
+
     def create_bottom_stack():
         return ReferenceResolvingExecutor(EagerTFExecutor())
 
-    factory = FederatedResolvingStrategy.factory({
-        sh.SERVER: create_bottom_stack(),
-        sh.CLIENTS: [create_bottom_stack() for _ in range(number_of_clients)],
-    })
+    factory = FederatedResolvingStrategy.factory(
+        {
+            sh.SERVER: create_bottom_stack(),
+            sh.CLIENTS: [create_bottom_stack() for _ in range(number_of_clients)],
+        }
+    )
     return FederatingExecutor(factory, create_bottom_stack())
 
 
 class TestFederating:
-
     def test_placement_literals(self):
         ex = create_test_executor()
         for literal in (sh.SERVER, sh.CLIENTS):
@@ -243,20 +268,24 @@ class TestFederating:
         assert numpy(invoke(ex, add_one, 4)) == 5
 
     def test_factory_forms(self):
-        for targets in ({sh.SERVER: EagerTFExecutor(), sh.CLIENTS: EagerTFExecutor()},
-                        {'server': EagerTFExecutor(), 'clients': [(EagerTFExecutor(), 2)]},
-                        {sh.SERVER: threaded_eager(),
-                         sh.CLIENTS: [ReferenceResolvingExecutor(threaded_eager())] * 2}):
-            fed = FederatingExecutor(FederatedResolvingStrategy.factory(targets),
-                                     EagerTFExecutor())
+        for targets in (
+            {sh.SERVER: EagerTFExecutor(), sh.CLIENTS: EagerTFExecutor()},
+            {'server': EagerTFExecutor(), 'clients': [(EagerTFExecutor(), 2)]},
+            {
+                sh.SERVER: threaded_eager(),
+                sh.CLIENTS: [ReferenceResolvingExecutor(threaded_eager())] * 2,
+            },
+        ):
+            fed = FederatingExecutor(FederatedResolvingStrategy.factory(targets), EagerTFExecutor())
             try:
                 n = fed.strategy.num_clients
                 out = invoke(ReferenceResolvingExecutor(fed), sum_plus_one, list(range(n)))
                 assert numpy(out) == sum(range(n)) + n
             finally:
                 fed.close()
-        fed = FederatingExecutor(FederatedResolvingStrategy.factory({sh.SERVER: EagerTFExecutor()}),
-                                 EagerTFExecutor())
+        fed = FederatingExecutor(
+            FederatedResolvingStrategy.factory({sh.SERVER: EagerTFExecutor()}), EagerTFExecutor()
+        )
         assert fed.strategy.num_clients == 0
         # No CLIENTS entry: what is placed at CLIENTS is refused (TFF 0.19's ValueError) ...
         with pytest.raises(ValueError, match='no CLIENTS executor'):
@@ -267,7 +296,8 @@ class TestFederating:
         # ... where CLIENTS: [] is zero clients.
         fed = FederatingExecutor(
             FederatedResolvingStrategy.factory({sh.SERVER: EagerTFExecutor(), sh.CLIENTS: []}),
-            EagerTFExecutor())
+            EagerTFExecutor(),
+        )
         try:
             assert fed.strategy.num_clients == 0
             v = run(fed.create_value([], sh.type_at_clients(tf.int32)))
@@ -285,6 +315,7 @@ class TestFederating:
 
 
 # ---------------------------------------------------------------- on every stack
+
 
 @sh.federated_computation(sh.type_at_clients(sh.SequenceType(tf.int32)))
 def sums_at_clients(xs):
@@ -318,8 +349,9 @@ def test_sequences_as_generator_functions(stack):
     assert ds_sum(gen) == 6
     assert ds_sum(lambda: iter([1, 2])) == 3
     with stack.clients(3):
-        assert sums_at_clients([gen, [5, 6], tf.data.Dataset.range(3).map(
-            lambda i: tf.cast(i, tf.int32))]) == [6, 11, 3]
+        assert sums_at_clients(
+            [gen, [5, 6], tf.data.Dataset.range(3).map(lambda i: tf.cast(i, tf.int32))]
+        ) == [6, 11, 3]
 
 
 def test_namedtuple_datasets_travel_both_ways(stack):

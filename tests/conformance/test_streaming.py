@@ -107,8 +107,12 @@ def aggregates(xs):
     ys = sh.federated_map(scaled, xs)
     agg = sh.federated_aggregate(ys, 0.0, acc_fn, merge_fn, report_fn)
     ints = sh.federated_map(to_int, ys)
-    return (agg, sh.federated_sum(ys), sh.federated_secure_sum_bitwidth(ints, 7),
-            sh.federated_secure_modular_sum(ints, 13))
+    return (
+        agg,
+        sh.federated_sum(ys),
+        sh.federated_secure_sum_bitwidth(ints, 7),
+        sh.federated_secure_modular_sum(ints, 13),
+    )
 
 
 @sh.federated_computation(sh.type_at_clients(F32))
@@ -119,8 +123,10 @@ def reduce_and_keep(xs):
 
 def _data(n):
     rng = np.random.default_rng(5)
-    return [(rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=4).astype(np.float32))
-            for _ in range(n)]
+    return [
+        (rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=4).astype(np.float32))
+        for _ in range(n)
+    ]
 
 
 def _bits(x):
@@ -158,8 +164,16 @@ def test_aggregate_and_secure_sums_stream_with_the_same_bits(stack):
     streamed, materialized, stats = _run_both(stack, N, aggregates, xs)
     assert _bits(streamed) == _bits(materialized)
     assert stats['reductions'] == 4 and stats['batches'] == 1 and stats['recomputed'] == 0
-    ints = [int(np.floor(np.float32(np.float32(x * np.float32(1.37)) + np.float32(0.1))
-                         * np.float32(7.0) % 100)) for x in xs]
+    ints = [
+        int(
+            np.floor(
+                np.float32(np.float32(x * np.float32(1.37)) + np.float32(0.1))
+                * np.float32(7.0)
+                % 100
+            )
+        )
+        for x in xs
+    ]
     assert streamed[3] == sum(ints) % 13
 
 

@@ -36,6 +36,7 @@ def _same_on_every_stack(key: str, value: Any) -> None:
 
 # ---------------------------------------------------------------- variables
 
+
 @sh.tf_computation(tf.float32)
 def add_to_variable(x):
     v = tf.Variable(1.0)
@@ -97,8 +98,9 @@ def server_init():
 
 @sh.tf_computation((tf.float32, [None, 3]))
 def predict_with_constant_weights(x):
-    dense = tf.keras.layers.Dense(2, kernel_initializer='ones',
-                                  bias_initializer=tf.keras.initializers.Constant(0.5))
+    dense = tf.keras.layers.Dense(
+        2, kernel_initializer='ones', bias_initializer=tf.keras.initializers.Constant(0.5)
+    )
     model = tf.keras.Sequential([dense])
     return model(x)  # built on its first call, inside the computation
 
@@ -107,8 +109,9 @@ def predict_with_constant_weights(x):
 def predict(weights, x):
     model = _dense_model()
     # The TFF tutorials' pattern: assign the weights, then use the model.
-    with tf.control_dependencies(tf.nest.map_structure(lambda v, t: v.assign(t),
-                                                       model.trainable_variables, list(weights))):
+    with tf.control_dependencies(
+        tf.nest.map_structure(lambda v, t: v.assign(t), model.trainable_variables, list(weights))
+    ):
         return tf.identity(model(x))
 
 
@@ -141,8 +144,10 @@ def test_keras_model_built_inside_a_computation(stack):
 
 def test_keras_weights_assigned_then_used(stack):
     rng = np.random.default_rng(3)
-    weights = [rng.standard_normal((3, 2)).astype(np.float32),
-               rng.standard_normal(2).astype(np.float32)]
+    weights = [
+        rng.standard_normal((3, 2)).astype(np.float32),
+        rng.standard_normal(2).astype(np.float32),
+    ]
     xs = _client_inputs(7)
     out = fed_predict(weights, xs)
     assert len(out) == 7
@@ -155,11 +160,15 @@ def test_keras_weights_assigned_then_used(stack):
 
 # ---------------------------------------------------------------- tables
 
+
 @sh.tf_computation((tf.string, [None]))
 def word_ids(words):
     table = tf.lookup.StaticHashTable(
-        tf.lookup.KeyValueTensorInitializer(tf.constant(['a', 'b', 'c']),
-                                            tf.constant([1, 2, 3], tf.int64)), -1)
+        tf.lookup.KeyValueTensorInitializer(
+            tf.constant(['a', 'b', 'c']), tf.constant([1, 2, 3], tf.int64)
+        ),
+        -1,
+    )
     return table.lookup(words)
 
 
@@ -193,6 +202,7 @@ def test_mutable_table_is_fresh_on_every_call(stack):
 
 # ---------------------------------------------------------------- datasets
 
+
 @sh.tf_computation(F32_SEQ, tf.float32)
 def reduce_into_variable(ds, scale):
     total = tf.Variable(0.0)
@@ -209,8 +219,9 @@ def reduce_into_variable(ds, scale):
 
 @sh.federated_computation(sh.type_at_clients(F32_SEQ), sh.type_at_server(tf.float32))
 def fed_reduce_into_variable(ds, scale):
-    return sh.federated_map(reduce_into_variable,
-                            sh.federated_zip([ds, sh.federated_broadcast(scale)]))
+    return sh.federated_map(
+        reduce_into_variable, sh.federated_zip([ds, sh.federated_broadcast(scale)])
+    )
 
 
 CLIENT_SEQS = [[1.0, 2.0], [3.0], [4.0, 5.0, 6.0], []]
@@ -232,6 +243,7 @@ def dataset_of_a_variable(x):
 
     def add(a, b):
         return a + b
+
     return ds.reduce(0.0, add) + tf.reduce_sum(v)
 
 
@@ -241,6 +253,7 @@ def test_dataset_of_a_variable(stack):
 
 
 # ---------------------------------------------------------------- aggregation with state
+
 
 @sh.tf_computation(tf.float32, tf.float32)
 def accumulate_through_variable(acc, x):
@@ -297,8 +310,9 @@ def client_update(dataset, server_weights):
 
 @sh.federated_computation(sh.type_at_clients(sh.SequenceType(BATCH)), sh.type_at_server(W1_TYPE))
 def fed_client_update(datasets, weights):
-    return sh.federated_map(client_update,
-                            sh.federated_zip([datasets, sh.federated_broadcast(weights)]))
+    return sh.federated_map(
+        client_update, sh.federated_zip([datasets, sh.federated_broadcast(weights)])
+    )
 
 
 def _sgd_reference(batches, w, b):
@@ -315,10 +329,15 @@ def test_keras_model_and_optimizer_in_a_client_update(stack):
     clients = []
     for n in (8, 4, 6):
         x = rng.standard_normal((n, 3)).astype(np.float32)
-        clients.append([{'x': x[i:i + 4], 'y': x[i:i + 4].sum(1, keepdims=True)}
-                        for i in range(0, n, 4)])
-    datasets = [tf.data.Dataset.from_tensor_slices(
-        {k: np.concatenate([b[k] for b in c]) for k in ('x', 'y')}).batch(4) for c in clients]
+        clients.append(
+            [{'x': x[i : i + 4], 'y': x[i : i + 4].sum(1, keepdims=True)} for i in range(0, n, 4)]
+        )
+    datasets = [
+        tf.data.Dataset.from_tensor_slices(
+            {k: np.concatenate([b[k] for b in c]) for k in ('x', 'y')}
+        ).batch(4)
+        for c in clients
+    ]
     weights = [np.full((3, 1), 0.5, np.float32), np.zeros(1, np.float32)]
     out = fed_client_update(datasets, weights)
     for c, (w, b) in zip(clients, out):

@@ -33,6 +33,7 @@ def run(coro):
 
 # ---------------------------------------------------------------- 1. EagerTFExecutor()
 
+
 def test_eager_executor_outside_eager_mode_is_a_runtime_error():
     with tf.Graph().as_default():
         with pytest.raises(RuntimeError, match='eager mode') as e:
@@ -43,6 +44,7 @@ def test_eager_executor_outside_eager_mode_is_a_runtime_error():
     def make():
         EagerTFExecutor()
         return tf.constant(0)
+
     with pytest.raises(RuntimeError, match='eager mode'):
         make()
 
@@ -70,15 +72,25 @@ async def run_value(ex, v):
 
 # ---------------------------------------------------------------- 2. executor constructors
 
+
 def test_executor_constructors_check_their_arguments():
-    with pytest.raises(TypeError, match=r'ReferenceResolvingExecutor target must be an '
-                                        r'Executor.*got 5 of type int'):
+    with pytest.raises(
+        TypeError,
+        match=r'ReferenceResolvingExecutor target must be an '
+        r'Executor.*got 5 of type int',
+    ):
         ReferenceResolvingExecutor(5)
-    with pytest.raises(TypeError, match=r'ThreadDelegatingExecutor target must be an '
-                                        r'Executor.*got 5 of type int'):
+    with pytest.raises(
+        TypeError,
+        match=r'ThreadDelegatingExecutor target must be an '
+        r'Executor.*got 5 of type int',
+    ):
         ThreadDelegatingExecutor(5)
-    with pytest.raises(TypeError, match=r'strategy_factory must be a strategy factory.*'
-                                        r'got 5 of type int'):
+    with pytest.raises(
+        TypeError,
+        match=r'strategy_factory must be a strategy factory.*'
+        r'got 5 of type int',
+    ):
         FederatingExecutor(5, 5)
     with pytest.raises(TypeError, match=r'unplaced_executor must be an Executor.*got 5'):
         FederatingExecutor(lambda ex: None, 5)
@@ -88,6 +100,7 @@ def test_executor_constructors_check_their_arguments():
 
 
 # ---------------------------------------------------------------- 3. type_spec against a block
+
 
 @sh.tf_computation(tf.int32)
 def inc(x):
@@ -100,11 +113,17 @@ WRONG = T.FunctionType(T.TensorType(np.float32), T.TensorType(np.float32))
 def _raw_stacks():
     yield 'eager', EagerTFExecutor()
     from simharness.executors.reference_resolving import ReferenceResolvingExecutor
+
     yield 'reference-resolving', ReferenceResolvingExecutor(EagerTFExecutor())
-    yield 'federating', FederatingExecutor(
-        FederatedResolvingStrategy.factory({sh.SERVER: EagerTFExecutor(),
-                                            sh.CLIENTS: [EagerTFExecutor()]}),
-        EagerTFExecutor())
+    yield (
+        'federating',
+        FederatingExecutor(
+            FederatedResolvingStrategy.factory(
+                {sh.SERVER: EagerTFExecutor(), sh.CLIENTS: [EagerTFExecutor()]}
+            ),
+            EagerTFExecutor(),
+        ),
+    )
 
 
 @pytest.mark.parametrize('comp', ['computation', 'building block'])
@@ -112,8 +131,11 @@ def test_create_value_refuses_a_contradicting_type_spec(comp):
     value = inc if comp == 'computation' else inc.to_building_block()
     for name, ex in _raw_stacks():
         with ex:
-            with pytest.raises(TypeError, match=r'\(int32 -> int32\) is not assignable to the '
-                                                r'type_spec \(float32 -> float32\)'):
+            with pytest.raises(
+                TypeError,
+                match=r'\(int32 -> int32\) is not assignable to the '
+                r'type_spec \(float32 -> float32\)',
+            ):
                 run(ex.create_value(value, WRONG))
             # the right type (or none) is accepted
             fn = run(ex.create_value(value, inc.type_signature))
@@ -121,8 +143,12 @@ def test_create_value_refuses_a_contradicting_type_spec(comp):
 
 
 def test_federating_executor_refuses_a_contradicting_intrinsic_type():
-    ex = FederatingExecutor(FederatedResolvingStrategy.factory(
-        {sh.SERVER: EagerTFExecutor(), sh.CLIENTS: [EagerTFExecutor()]}), EagerTFExecutor())
+    ex = FederatingExecutor(
+        FederatedResolvingStrategy.factory(
+            {sh.SERVER: EagerTFExecutor(), sh.CLIENTS: [EagerTFExecutor()]}
+        ),
+        EagerTFExecutor(),
+    )
     with ex:
         with pytest.raises(TypeError, match='placement .* is not assignable'):
             run(ex.create_value(sh.CLIENTS, T.TensorType(np.int32)))
@@ -133,18 +159,24 @@ def test_federating_executor_refuses_a_contradicting_intrinsic_type():
 
 # ---------------------------------------------------------------- 4. constants while tracing
 
-@pytest.mark.parametrize('const, reason', [
-    (2 ** 40, r'outside the range \[-2147483648, 2147483647\] of int32'),
-    ('a', 'a string is not a number'),
-    (1.5, 'would be truncated'),
-    (2 ** 70, 'an int outside int64'),
-    (np.array([1, 2]), r'its shape \[2\] is not \[\]'),
-])
+
+@pytest.mark.parametrize(
+    'const, reason',
+    [
+        (2**40, r'outside the range \[-2147483648, 2147483647\] of int32'),
+        ('a', 'a string is not a number'),
+        (1.5, 'would be truncated'),
+        (2**70, 'an int outside int64'),
+        (np.array([1, 2]), r'its shape \[2\] is not \[\]'),
+    ],
+)
 def test_constants_that_do_not_fit_the_parameter_are_type_errors(const, reason):
     with pytest.raises(TypeError, match=reason) as e:
+
         @sh.federated_computation
         def bad():
             return inc(const)
+
     assert isinstance(e.value, SimharnessTypeError)
     assert 'does not fit the expected type int32' in str(e.value)
 
@@ -156,21 +188,25 @@ def test_constants_that_fit_are_converted(stack):
 
     @sh.federated_computation
     def ok():
-        return mix(1, 2 ** 40, 255)  # an int for a float, a big int for int64
-    assert ok() == np.float32(1 + 2 ** 40 + 255)
+        return mix(1, 2**40, 255)  # an int for a float, a big int for int64
+
+    assert ok() == np.float32(1 + 2**40 + 255)
     with pytest.raises(TypeError, match=r'-1 .* outside the range \[0, 255\] of uint8'):
+
         @sh.federated_computation
         def negative():
             return mix(1.0, 2, -1)
 
     @sh.federated_computation
     def big():
-        return sh.federated_value(2 ** 40, sh.SERVER)  # no parameter type: int64, as TF
+        return sh.federated_value(2**40, sh.SERVER)  # no parameter type: int64, as TF
+
     assert str(big.type_signature.result) == 'int64@SERVER'
-    assert big() == 2 ** 40
+    assert big() == 2**40
 
 
 # ---------------------------------------------------------------- 5. attributes and names
+
 
 def test_traced_non_struct_value_has_no_attribute():
     seen = {}
@@ -178,10 +214,12 @@ def test_traced_non_struct_value_has_no_attribute():
     @sh.federated_computation(sh.type_at_server(tf.int32))
     def f(x):
         seen['hasattr'] = hasattr(x, 'foo')
-        with pytest.raises(AttributeError, match="non-struct type int32@SERVER has no "
-                                                 "attribute 'foo'"):
+        with pytest.raises(
+            AttributeError, match="non-struct type int32@SERVER has no attribute 'foo'"
+        ):
             x.foo
         return x
+
     assert seen['hasattr'] is False
 
     @sh.federated_computation(sh.type_at_server(collections.OrderedDict(a=tf.int32)))
@@ -193,6 +231,7 @@ def test_traced_non_struct_value_has_no_attribute():
         with pytest.raises(TypeError):  # an index into a non-struct: TFF's TypeError
             x.a[0]
         return x.a
+
     assert (seen['a'], seen['b']) == (True, False)
 
 
@@ -217,23 +256,25 @@ def test_struct_and_struct_type_names():
 
 # ---------------------------------------------------------------- 6. infer_type of ints
 
-@pytest.mark.parametrize('value', [0, -2 ** 31, 2 ** 31 - 1, 2 ** 31, 2 ** 40, -2 ** 63,
-                                   2 ** 63 - 1])
+
+@pytest.mark.parametrize('value', [0, -(2**31), 2**31 - 1, 2**31, 2**40, -(2**63), 2**63 - 1])
 def test_infer_type_of_python_ints_is_tf_constants_dtype(value):
     assert T.infer_type(value).dtype == tf.constant(value).dtype.as_numpy_dtype
 
 
 def test_infer_type_of_an_int_beyond_int64_is_a_value_error():
     with pytest.raises(ValueError, match='does not fit int64'):
-        T.infer_type(2 ** 63)
+        T.infer_type(2**63)
 
 
 # ---------------------------------------------------------------- 7. secure sum message
+
 
 def test_secure_sum_range_error_names_max_input(stack):
     @sh.federated_computation(sh.type_at_clients(tf.int32))
     def secure_sum_5(xs):
         return sh.federated_secure_sum(xs, 5)
+
     with pytest.raises(ValueError, match=r'= 6 is outside \[0, 5\] \(max_input 5\)') as e:
         secure_sum_5([1, 6])
     assert 'bitwidth' not in str(e.value)
@@ -241,6 +282,7 @@ def test_secure_sum_range_error_names_max_input(stack):
     @sh.federated_computation(sh.type_at_clients(tf.int32))
     def bitwidth_3(xs):
         return sh.federated_secure_sum_bitwidth(xs, 3)
+
     with pytest.raises(ValueError, match=r'= 8 is outside \[0, 7\] \(bitwidth 3\)'):
         bitwidth_3([8])
 
@@ -266,8 +308,9 @@ def over_yx(ds):
 
 
 def test_sequence_ops_on_elements_with_unsorted_dict_keys(stack):
-    ds = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        y=np.array([0.5, 1.5], np.float32), x=np.array([1, 2], np.int32)))
+    ds = tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(y=np.array([0.5, 1.5], np.float32), x=np.array([1, 2], np.int32))
+    )
     mapped, reduced, summed = over_yx(ds)
     assert list(np.asarray(list(mapped), np.float32)) == [1.5, 3.5]
     assert reduced == np.float32(3.5)

@@ -24,21 +24,56 @@ I32_AT_S = sh.type_at_server(tf.int32)
 
 # ---------------------------------------------------------------- names
 
-@pytest.mark.parametrize('module, name', [
-    (sh, n) for n in ['federated_secure_sum', 'federated_secure_sum_bitwidth',
-                      'check_returns_type', 'structure', 'templates', 'framework', 'learning']
-] + [
-    (fw, n) for n in ['ExecutionContext', 'get_context_stack', 'set_default_context',
-                      'ResourceManagingExecutorFactory', 'EagerTFExecutor',
-                      'local_executor_factory', 'thread_debugging_executor_factory']
-] + [
-    (templates, n) for n in ['IterativeProcess', 'MeasuredProcess', 'MeasuredProcessOutput']
-] + [
-    (S, n) for n in ['Struct', 'to_odict', 'to_odict_or_tuple', 'from_container', 'name_list',
-                     'name_list_with_nones', 'to_elements', 'iter_elements', 'map_structure',
-                     'flatten', 'pack_sequence_as', 'update_struct', 'has_field',
-                     'is_same_structure', 'name_to_index_map']
-], ids=lambda x: getattr(x, '__name__', x))
+
+@pytest.mark.parametrize(
+    'module, name',
+    [
+        (sh, n)
+        for n in [
+            'federated_secure_sum',
+            'federated_secure_sum_bitwidth',
+            'check_returns_type',
+            'structure',
+            'templates',
+            'framework',
+            'learning',
+        ]
+    ]
+    + [
+        (fw, n)
+        for n in [
+            'ExecutionContext',
+            'get_context_stack',
+            'set_default_context',
+            'ResourceManagingExecutorFactory',
+            'EagerTFExecutor',
+            'local_executor_factory',
+            'thread_debugging_executor_factory',
+        ]
+    ]
+    + [(templates, n) for n in ['IterativeProcess', 'MeasuredProcess', 'MeasuredProcessOutput']]
+    + [
+        (S, n)
+        for n in [
+            'Struct',
+            'to_odict',
+            'to_odict_or_tuple',
+            'from_container',
+            'name_list',
+            'name_list_with_nones',
+            'to_elements',
+            'iter_elements',
+            'map_structure',
+            'flatten',
+            'pack_sequence_as',
+            'update_struct',
+            'has_field',
+            'is_same_structure',
+            'name_to_index_map',
+        ]
+    ],
+    ids=lambda x: getattr(x, '__name__', x),
+)
 def test_tff_name_exists(module, name):
     assert hasattr(module, name)
     assert name in module.__all__
@@ -50,6 +85,7 @@ def test_subpackages_are_attributes_after_a_plain_import():
     # .templates and .structure are attributes (tests/fresh_import.py, step 1; the same
     # process is test_cli_friction's quiet start-up check).
     from fresh_import import fresh_import_run  # tests/fresh_import.py
+
     out = fresh_import_run()
     assert out.stdout.splitlines()[:1] == ['subpackages ok'], (out.stdout, out.stderr[-2000:])
     assert out.returncode == 0, out.stderr[-2000:]
@@ -67,10 +103,12 @@ def test_no_federated_map_all_equal_as_in_tff():
     @sh.federated_computation(I32_AT_S)
     def bcast_inc(x):
         return sh.federated_map(inc, sh.federated_broadcast(x))
+
     assert str(bcast_inc.type_signature.result) == '{int32}@CLIENTS'
 
 
 # ---------------------------------------------------------------- placements and type strings
+
 
 def test_placements_print_as_in_tff():
     assert (str(sh.CLIENTS), str(sh.SERVER)) == ('CLIENTS', 'SERVER')
@@ -81,11 +119,14 @@ def test_placements_print_as_in_tff():
     assert I32_AT_S.compact_representation() == 'int32@SERVER'
     ft = sh.FunctionType(I32_AT_C, I32_AT_S)
     assert ft.compact_representation() == '({int32}@CLIENTS -> int32@SERVER)' == str(ft)
-    assert sh.to_type([('a', tf.float32), ('b', (tf.int32, [2]))]).compact_representation() == \
-        '<a=float32,b=int32[2]>'
+    assert (
+        sh.to_type([('a', tf.float32), ('b', (tf.int32, [2]))]).compact_representation()
+        == '<a=float32,b=int32[2]>'
+    )
 
 
 # ---------------------------------------------------------------- federated_secure_sum
+
 
 @sh.federated_computation(I32_AT_C)
 def secure_sum_5(xs):
@@ -114,8 +155,9 @@ def test_federated_secure_sum(stack):
     assert secure_sum_5([5] * 33) == 165  # sums past max_input and 2**bitwidth are exact
     pair = secure_sum_pair([(1, 999)] * 40)
     assert pair == (40, 39960) and isinstance(pair[1], np.int64)
-    assert secure_sum_one_max([{'a': 7, 'b': 1}, {'a': 0, 'b': 7}]) == \
-        collections.OrderedDict(a=7, b=8)
+    assert secure_sum_one_max([{'a': 7, 'b': 1}, {'a': 0, 'b': 7}]) == collections.OrderedDict(
+        a=7, b=8
+    )
     assert secure_sum_bitwidth_keyword([7, 7]) == 14
     with pytest.raises(SimharnessValueError, match=r'client 1: .* = 6 is outside \[0, 5\]'):
         secure_sum_5([1, 6])
@@ -123,60 +165,73 @@ def test_federated_secure_sum(stack):
         secure_sum_5([-1, 1])
 
 
-@pytest.mark.parametrize('value_type, max_input, error, message', [
-    (tf.float32, 5, SimharnessTypeError, 'integers only'),
-    (tf.int32, -1, SimharnessValueError, r'max_input must be in \[0, 2\*\*62 - 1\], got -1'),
-    (tf.int32, 2 ** 62, SimharnessValueError, 'max_input must be in'),
-    (tf.int32, 1.5, SimharnessTypeError, 'max_input must be an int'),
-    (tf.int32, True, SimharnessTypeError, 'max_input must be an int'),
-    (tf.int32, (1, 2), SimharnessTypeError, 'max_input must be an int'),
-    ((tf.int32, tf.int32), (1, 2, 3), SimharnessTypeError, 'structure of such ints'),
-    (tf.int32, None, SimharnessTypeError, 'missing argument max_input'),
-])
+@pytest.mark.parametrize(
+    'value_type, max_input, error, message',
+    [
+        (tf.float32, 5, SimharnessTypeError, 'integers only'),
+        (tf.int32, -1, SimharnessValueError, r'max_input must be in \[0, 2\*\*62 - 1\], got -1'),
+        (tf.int32, 2**62, SimharnessValueError, 'max_input must be in'),
+        (tf.int32, 1.5, SimharnessTypeError, 'max_input must be an int'),
+        (tf.int32, True, SimharnessTypeError, 'max_input must be an int'),
+        (tf.int32, (1, 2), SimharnessTypeError, 'max_input must be an int'),
+        ((tf.int32, tf.int32), (1, 2, 3), SimharnessTypeError, 'structure of such ints'),
+        (tf.int32, None, SimharnessTypeError, 'missing argument max_input'),
+    ],
+)
 def test_federated_secure_sum_argument_errors(value_type, max_input, error, message):
     with pytest.raises(error, match=message):
         sh.federated_computation(sh.type_at_clients(value_type))(
-            lambda xs: sh.federated_secure_sum(xs, max_input))
+            lambda xs: sh.federated_secure_sum(xs, max_input)
+        )
 
 
 def test_federated_secure_sum_needs_client_values():
     with pytest.raises(SimharnessTypeError, match='placed at CLIENTS'):
         sh.federated_computation(I32_AT_S)(lambda x: sh.federated_secure_sum(x, 3))
     with pytest.raises(SimharnessTypeError, match='not both'):
-        sh.federated_computation(I32_AT_C)(
-            lambda x: sh.federated_secure_sum(x, 3, bitwidth=2))
+        sh.federated_computation(I32_AT_C)(lambda x: sh.federated_secure_sum(x, 3, bitwidth=2))
 
 
 # ---------------------------------------------------------------- check_returns_type
+
 
 def test_check_returns_type():
     @sh.tf_computation(tf.int32, tf.int32)
     @sh.check_returns_type(collections.OrderedDict(s=tf.int32, both=(tf.int32, [2])))
     def pack(x, y):
         return collections.OrderedDict(s=x + y, both=tf.stack([x, y]))
+
     assert pack(1, 2)['s'] == 3
 
     @sh.federated_computation(I32_AT_C)
     @sh.check_returns_type(I32_AT_S)
     def total(xs):
         return sh.federated_sum(xs)
+
     assert total([1, 2]) == 3
 
-    with pytest.raises(SimharnessTypeError, match='returned a value of type int32, but '
-                                                  'check_returns_type asserts float32') as e:
+    with pytest.raises(
+        SimharnessTypeError,
+        match='returned a value of type int32, but check_returns_type asserts float32',
+    ) as e:
         sh.tf_computation(tf.int32)(sh.check_returns_type(tf.float32)(lambda x: x + 1))
     assert e.value.expected == sh.TensorType(tf.float32)
     with pytest.raises(SimharnessTypeError, match=r'int32\[2\].*asserts int32'):
         sh.tf_computation(tf.int32)(sh.check_returns_type(tf.int32)(lambda x: tf.stack([x, x])))
-    with pytest.raises(SimharnessTypeError, match=r'int32@SERVER, but check_returns_type asserts '
-                                                  r'\{int32\}@CLIENTS'):
+    with pytest.raises(
+        SimharnessTypeError,
+        match=r'int32@SERVER, but check_returns_type asserts '
+        r'\{int32\}@CLIENTS',
+    ):
         sh.federated_computation(I32_AT_C)(
-            sh.check_returns_type(I32_AT_C)(lambda xs: sh.federated_sum(xs)))
+            sh.check_returns_type(I32_AT_C)(lambda xs: sh.federated_sum(xs))
+        )
     with pytest.raises(SimharnessTypeError, match='cannot convert'):
         sh.check_returns_type(object())
 
 
 # ---------------------------------------------------------------- structure
+
 
 def test_structure_functions():
     s = S.Struct([('a', 1), (None, 2)])
@@ -189,7 +244,8 @@ def test_structure_functions():
         S.to_odict_or_tuple(s)
     nested = S.Struct.named(a=1, b=S.Struct.named(c=2))
     assert S.to_odict(nested, recursive=True) == collections.OrderedDict(
-        a=1, b=collections.OrderedDict(c=2))
+        a=1, b=collections.OrderedDict(c=2)
+    )
     assert S.to_odict_or_tuple(S.Struct.unnamed(1, S.Struct.unnamed(2))) == (1, (2,))
     # a dict's keys are sorted, an OrderedDict's kept (TFF's rule)
     assert S.from_container({'b': 1, 'a': 2}) == S.Struct([('a', 2), ('b', 1)])
@@ -200,7 +256,9 @@ def test_structure_functions():
         S.from_container(5)
     x = S.Struct.named(a=1, b=S.Struct.unnamed(2, 3))
     y = S.Struct.named(a=10, b=S.Struct.unnamed(20, 30))
-    assert S.map_structure(lambda u, v: u + v, x, y) == S.Struct.named(a=11, b=S.Struct.unnamed(22, 33))
+    assert S.map_structure(lambda u, v: u + v, x, y) == S.Struct.named(
+        a=11, b=S.Struct.unnamed(22, 33)
+    )
     assert S.flatten(x) == [1, 2, 3]
     assert S.pack_sequence_as(x, [7, 8, 9]) == S.Struct.named(a=7, b=S.Struct.unnamed(8, 9))
     assert S.is_same_structure(x, y) and not S.is_same_structure(x, S.Struct.named(a=1, b=2))
@@ -217,6 +275,7 @@ def test_structure_functions():
 
 
 # ---------------------------------------------------------------- templates
+
 
 @sh.tf_computation
 def count_init():
@@ -243,7 +302,9 @@ def measured_next(state, xs):
     total = sh.federated_sum(xs)
     return templates.MeasuredProcessOutput(
         state=sh.federated_map(count_next_state, sh.federated_zip([state, total])),
-        result=total, measurements=sh.federated_value(1.0, sh.SERVER))
+        result=total,
+        measurements=sh.federated_value(1.0, sh.SERVER),
+    )
 
 
 def test_iterative_process(stack):
@@ -277,19 +338,25 @@ def test_template_type_errors_are_tff_classes():
         templates.IterativeProcess(count_init, float_next)
     with pytest.raises(templates.TemplateInitFnParamNotEmptyError, match='no parameter'):
         templates.IterativeProcess(count_next, count_next)
-    with pytest.raises(templates.TemplateNotMeasuredProcessOutputError,
-                       match='state=S,result=O,measurements=M'):
+    with pytest.raises(
+        templates.TemplateNotMeasuredProcessOutputError, match='state=S,result=O,measurements=M'
+    ):
         templates.MeasuredProcess(count_init, count_next)
     with pytest.raises(templates.TemplateStateNotAssignableError, match='the whole argument'):
         templates.IterativeProcess(count_init, count_next, next_is_multi_arg=False)
     with pytest.raises(SimharnessTypeError, match='must be a computation'):
         templates.IterativeProcess(lambda: 0, count_next)
-    for cls in (templates.TemplateStateNotAssignableError, templates.TemplateInitFnParamNotEmptyError,
-                templates.TemplateNotMeasuredProcessOutputError, templates.TemplateNextFnNumArgsError):
+    for cls in (
+        templates.TemplateStateNotAssignableError,
+        templates.TemplateInitFnParamNotEmptyError,
+        templates.TemplateNotMeasuredProcessOutputError,
+        templates.TemplateNextFnNumArgsError,
+    ):
         assert issubclass(cls, TypeError) and issubclass(cls, SimharnessError)
 
 
 # ---------------------------------------------------------------- contexts and factories
+
 
 @sh.federated_computation
 def client_count():
@@ -333,6 +400,7 @@ def test_context_stack_install_and_default():
     def compiler(comp):
         seen.append(comp)
         return times_ten
+
     ctx = fw.ExecutionContext(fw.local_executor_factory(), compiler_fn=compiler)
     try:
         with stack.install(ctx):
@@ -356,6 +424,7 @@ def test_factory_default_num_clients_and_leaf_executor_fn():
     def leaf():
         made.append(fw.EagerTFExecutor())
         return made[-1]
+
     with fw.local_executor_factory(default_num_clients=4, leaf_executor_fn=leaf) as factory:
         assert factory.default_num_clients == 4
         with sh.execution_context(factory):
@@ -363,8 +432,9 @@ def test_factory_default_num_clients_and_leaf_executor_fn():
             assert secure_sum_5([1, 2]) == 3  # the arguments tell: 2 clients
         assert len(made) >= 3  # server, unplaced and client leaves
     # TFF's spelling: the executor class, called with device=
-    factory = fw.thread_debugging_executor_factory(leaf_executor_fn=fw.EagerTFExecutor,
-                                                   default_num_clients=2)
+    factory = fw.thread_debugging_executor_factory(
+        leaf_executor_fn=fw.EagerTFExecutor, default_num_clients=2
+    )
     with sh.execution_context(factory):
         assert client_count() == 2
     with pytest.raises(SimharnessValueError, match='num_clients=2 fixes'):
@@ -384,6 +454,7 @@ def test_resource_managing_executor_factory():
     def stack_fn(cardinalities):
         seen.append(dict(cardinalities))
         return fw.local_executor_factory().create_executor(cardinalities)
+
     factory = fw.ResourceManagingExecutorFactory(stack_fn)
     with sh.execution_context(factory):
         assert secure_sum_5([1, 2, 3]) == 6
@@ -397,6 +468,7 @@ def test_resource_managing_executor_factory():
 
 # ---------------------------------------------------------------- error classes
 
+
 def _raises_builtin(fn, builtin):
     with pytest.raises(builtin) as info:
         fn()
@@ -406,44 +478,56 @@ def _raises_builtin(fn, builtin):
     assert not isinstance(err, other), f'{type(err).__name__} is also a {other.__name__}'
 
 
-@pytest.mark.parametrize('make, builtin', [
-    # types: as tf.TensorShape / tf.dtypes.as_dtype and TFF's constructors
-    (lambda: sh.TensorType(tf.int32, [-1]), ValueError),
-    (lambda: sh.to_type((tf.int32, [-2])), ValueError),
-    (lambda: sh.TensorType(tf.int32, [1.5]), TypeError),
-    (lambda: sh.TensorType(tf.int32, 'ab'), TypeError),
-    (lambda: sh.TensorType(tf.int32, object()), TypeError),
-    (lambda: sh.TensorType(None), TypeError),
-    (lambda: sh.TensorType('not-a-dtype'), TypeError),
-    (lambda: sh.StructType(5), TypeError),
-    (lambda: sh.FederatedType(tf.int32, 'clients'), TypeError),
-    (lambda: sh.FederatedType(tf.int32, sh.CLIENTS, all_equal='yes'), TypeError),
-    (lambda: sh.type_at_clients(tf.int32, all_equal=1), TypeError),
-    (lambda: sh.to_type(None), TypeError),
-    (lambda: sh.to_type(object()), TypeError),
-    (lambda: sh.infer_type(object()), TypeError),
-    # decorators: a bad spec fails at the decorator, as in TFF
-    (lambda: sh.tf_computation(5), TypeError),
-    (lambda: sh.federated_computation(object()), TypeError),
-    (lambda: sh.tf_computation(tf.int32)(5), TypeError),
-    (lambda: sh.tf_computation(tf.int32)(lambda: 1), TypeError),
-    (lambda: sh.federated_computation(tf.int32, tf.int32)(lambda x: x), TypeError),
-    # intrinsics
-    (lambda: sh.federated_computation(I32_AT_C)(lambda x: sh.federated_value(x, 'clients')),
-     TypeError),
-    (lambda: sh.federated_computation(I32_AT_C)(lambda x: sh.federated_mean(x)), TypeError),
-    (lambda: sh.federated_computation(I32_AT_C)(lambda x: sh.federated_broadcast(x)), TypeError),
-    (lambda: sh.federated_computation(I32_AT_C)(
-        lambda x: sh.federated_secure_sum_bitwidth(x, 0)), ValueError),
-    (lambda: sh.federated_sum([1, 2]), TypeError),  # outside a federated computation
-    # calls
-    (lambda: secure_sum_5(3), TypeError),
-    (lambda: secure_sum_5(['a']), TypeError),
-    (lambda: count_next_state(2 ** 40, 1), ValueError),
-    # contexts and factories
-    (lambda: sh.ExecutionContext(5), TypeError),
-    (lambda: fw.local_executor_factory(num_clients='3'), TypeError),
-    (lambda: fw.local_executor_factory(max_fanout=0), ValueError),
-])
+@pytest.mark.parametrize(
+    'make, builtin',
+    [
+        # types: as tf.TensorShape / tf.dtypes.as_dtype and TFF's constructors
+        (lambda: sh.TensorType(tf.int32, [-1]), ValueError),
+        (lambda: sh.to_type((tf.int32, [-2])), ValueError),
+        (lambda: sh.TensorType(tf.int32, [1.5]), TypeError),
+        (lambda: sh.TensorType(tf.int32, 'ab'), TypeError),
+        (lambda: sh.TensorType(tf.int32, object()), TypeError),
+        (lambda: sh.TensorType(None), TypeError),
+        (lambda: sh.TensorType('not-a-dtype'), TypeError),
+        (lambda: sh.StructType(5), TypeError),
+        (lambda: sh.FederatedType(tf.int32, 'clients'), TypeError),
+        (lambda: sh.FederatedType(tf.int32, sh.CLIENTS, all_equal='yes'), TypeError),
+        (lambda: sh.type_at_clients(tf.int32, all_equal=1), TypeError),
+        (lambda: sh.to_type(None), TypeError),
+        (lambda: sh.to_type(object()), TypeError),
+        (lambda: sh.infer_type(object()), TypeError),
+        # decorators: a bad spec fails at the decorator, as in TFF
+        (lambda: sh.tf_computation(5), TypeError),
+        (lambda: sh.federated_computation(object()), TypeError),
+        (lambda: sh.tf_computation(tf.int32)(5), TypeError),
+        (lambda: sh.tf_computation(tf.int32)(lambda: 1), TypeError),
+        (lambda: sh.federated_computation(tf.int32, tf.int32)(lambda x: x), TypeError),
+        # intrinsics
+        (
+            lambda: sh.federated_computation(I32_AT_C)(lambda x: sh.federated_value(x, 'clients')),
+            TypeError,
+        ),
+        (lambda: sh.federated_computation(I32_AT_C)(lambda x: sh.federated_mean(x)), TypeError),
+        (
+            lambda: sh.federated_computation(I32_AT_C)(lambda x: sh.federated_broadcast(x)),
+            TypeError,
+        ),
+        (
+            lambda: sh.federated_computation(I32_AT_C)(
+                lambda x: sh.federated_secure_sum_bitwidth(x, 0)
+            ),
+            ValueError,
+        ),
+        (lambda: sh.federated_sum([1, 2]), TypeError),  # outside a federated computation
+        # calls
+        (lambda: secure_sum_5(3), TypeError),
+        (lambda: secure_sum_5(['a']), TypeError),
+        (lambda: count_next_state(2**40, 1), ValueError),
+        # contexts and factories
+        (lambda: sh.ExecutionContext(5), TypeError),
+        (lambda: fw.local_executor_factory(num_clients='3'), TypeError),
+        (lambda: fw.local_executor_factory(max_fanout=0), ValueError),
+    ],
+)
 def test_errors_are_the_builtin_classes_tff_raises(make, builtin):
     _raises_builtin(make, builtin)

@@ -15,7 +15,11 @@ import tensorflow as tf
 
 import simharness as sh
 from simharness.core.structure import Struct
-from simharness.framework import EagerTFExecutor, ReferenceResolvingExecutor, ThreadDelegatingExecutor
+from simharness.framework import (
+    EagerTFExecutor,
+    ReferenceResolvingExecutor,
+    ThreadDelegatingExecutor,
+)
 
 
 def run(coro):
@@ -28,8 +32,11 @@ def test_eager_value_internal_representation():
     val = run(ex.create_value(10, tf.int32))
     assert isinstance(val.internal_representation, tf.Tensor)
     assert val.internal_representation.numpy() == 10
-    val = run(ex.create_value(collections.OrderedDict([('a', 10), ('b', 20)]),
-                              [('a', tf.int32), ('b', tf.int32)]))
+    val = run(
+        ex.create_value(
+            collections.OrderedDict([('a', 10), ('b', 20)]), [('a', tf.int32), ('b', tf.int32)]
+        )
+    )
     assert isinstance(val.internal_representation, Struct)
     assert str(val.type_signature) == '<a=int32,b=int32>'
     assert val.internal_representation.b.numpy() == 20
@@ -71,13 +78,24 @@ def test_mapreduce_temperature_sensor_example(stack):
 
     @sh.tf_computation(server_state_type)
     def prepare(state):
-        return collections.OrderedDict(max_temperature=32.0 + tf.cast(state['num_rounds'], tf.float32))
+        return collections.OrderedDict(
+            max_temperature=32.0 + tf.cast(state['num_rounds'], tf.float32)
+        )
 
-    @sh.tf_computation(sh.SequenceType(tf.float32), collections.OrderedDict(max_temperature=tf.float32))
+    @sh.tf_computation(
+        sh.SequenceType(tf.float32), collections.OrderedDict(max_temperature=tf.float32)
+    )
     def work(data, state):
-        reduced = data.reduce({'num': np.int32(0), 'max': np.float32(-459.67)},
-                              lambda s, x: {'num': s['num'] + 1, 'max': tf.maximum(s['max'], x)})
-        return collections.OrderedDict(is_over=reduced['max'] > state['max_temperature']), [], [], []
+        reduced = data.reduce(
+            {'num': np.int32(0), 'max': np.float32(-459.67)},
+            lambda s, x: {'num': s['num'] + 1, 'max': tf.maximum(s['max'], x)},
+        )
+        return (
+            collections.OrderedDict(is_over=reduced['max'] > state['max_temperature']),
+            [],
+            [],
+            [],
+        )
 
     @sh.tf_computation
     def zero():
@@ -85,20 +103,28 @@ def test_mapreduce_temperature_sensor_example(stack):
 
     @sh.tf_computation(accumulator_type, collections.OrderedDict(is_over=tf.bool))
     def accumulate(acc, update):
-        return collections.OrderedDict(num_total=acc['num_total'] + 1,
-                                       num_over=acc['num_over'] + tf.cast(update['is_over'], tf.int32))
+        return collections.OrderedDict(
+            num_total=acc['num_total'] + 1,
+            num_over=acc['num_over'] + tf.cast(update['is_over'], tf.int32),
+        )
 
     @sh.tf_computation(accumulator_type, accumulator_type)
     def merge(a, b):
-        return collections.OrderedDict(num_total=a['num_total'] + b['num_total'],
-                                       num_over=a['num_over'] + b['num_over'])
+        return collections.OrderedDict(
+            num_total=a['num_total'] + b['num_total'], num_over=a['num_over'] + b['num_over']
+        )
 
     @sh.tf_computation(merge.type_signature.result)
     def report(acc):
-        return collections.OrderedDict(ratio_over_threshold=(
-            tf.cast(acc['num_over'], tf.float32) / tf.cast(acc['num_total'], tf.float32)))
+        return collections.OrderedDict(
+            ratio_over_threshold=(
+                tf.cast(acc['num_over'], tf.float32) / tf.cast(acc['num_total'], tf.float32)
+            )
+        )
 
-    @sh.tf_computation(server_state_type, (collections.OrderedDict(ratio_over_threshold=tf.float32), ()))
+    @sh.tf_computation(
+        server_state_type, (collections.OrderedDict(ratio_over_threshold=tf.float32), ())
+    )
     def update(state, upd):
         return collections.OrderedDict(num_rounds=state['num_rounds'] + 1), upd[0]
 
@@ -106,13 +132,17 @@ def test_mapreduce_temperature_sensor_example(stack):
     def init_fn():
         return sh.federated_value(initialize(), sh.SERVER)
 
-    @sh.federated_computation(sh.type_at_server(server_state_type),
-                              sh.type_at_clients(sh.SequenceType(tf.float32)))
+    @sh.federated_computation(
+        sh.type_at_server(server_state_type), sh.type_at_clients(sh.SequenceType(tf.float32))
+    )
     def next_fn(state, data):
-        out = sh.federated_map(work, [data, sh.federated_broadcast(sh.federated_map(prepare, state))])
+        out = sh.federated_map(
+            work, [data, sh.federated_broadcast(sh.federated_map(prepare, state))]
+        )
         agg = sh.federated_aggregate(out[0], zero(), accumulate, merge, report)
         new_state, metrics = sh.federated_map(
-            update, [state, sh.federated_zip([agg, sh.federated_value((), sh.SERVER)])])
+            update, [state, sh.federated_zip([agg, sh.federated_value((), sh.SERVER)])]
+        )
         return new_state, metrics
 
     process = sh.templates.IterativeProcess(init_fn, next_fn)
@@ -147,6 +177,7 @@ def test_create_selection_by_name_on_every_executor(stack):
 
 def test_lambda_executor_is_tffs_earlier_name_with_create_tuple():
     from simharness.framework import LambdaExecutor
+
     assert LambdaExecutor is ReferenceResolvingExecutor
     ex = LambdaExecutor(EagerTFExecutor())
     try:
@@ -182,8 +213,9 @@ def test_aggregate_with_dataset_accumulators_keeps_client_order(stack):
         return sh.federated_aggregate(client_ds, zero(), concat, concat, identity)
 
     n = 40
-    data = [tf.data.Dataset.from_tensor_slices(np.full([1 + i % 3, 2], i, np.float32))
-            for i in range(n)]
+    data = [
+        tf.data.Dataset.from_tensor_slices(np.full([1 + i % 3, 2], i, np.float32)) for i in range(n)
+    ]
     out = gather(data)
     expected = [np.full([2], i, np.float32) for i in range(n) for _ in range(1 + i % 3)]
     assert len(out) == len(expected)

@@ -39,11 +39,13 @@ def exceeds_threshold_fn(reading, threshold):
 
 # ---------------------------------------------------------------- implicit zip
 
+
 @sh.federated_computation(F32_AT_C, F32_AT_S)
 def fraction_above_threshold(readings, threshold):
     # custom_federated_algorithms_1, verbatim but for the prefix.
     return sh.federated_mean(
-        sh.federated_map(exceeds_threshold_fn, [readings, sh.federated_broadcast(threshold)]))
+        sh.federated_map(exceeds_threshold_fn, [readings, sh.federated_broadcast(threshold)])
+    )
 
 
 @sh.federated_computation(F32_AT_C, F32_AT_C)
@@ -93,8 +95,10 @@ def aggregate_a_list(a, b):
 
 @sh.federated_computation(I32_AT_C, I32_AT_C)
 def secure_sums_of_a_tuple(a, b):
-    return [sh.federated_secure_sum_bitwidth((a, b), 8),
-            sh.federated_secure_modular_sum((a, b), 100)]
+    return [
+        sh.federated_secure_sum_bitwidth((a, b), 8),
+        sh.federated_secure_modular_sum((a, b), 100),
+    ]
 
 
 @sh.federated_computation(F32_AT_C, F32_AT_C)
@@ -135,10 +139,13 @@ def test_federated_broadcast_zips_server_values(stack):
 
 def test_implicit_zip_needs_one_placement_and_federated_values():
     with pytest.raises(TypeError, match='same placement'):
+
         @sh.federated_computation(F32_AT_C, F32_AT_S)
         def mixed(a, b):
             return sh.federated_map(add, [a, b])
+
     with pytest.raises(TypeError, match='federated_map: expected a federated value'):
+
         @sh.federated_computation(F32_AT_C)
         def unplaced_member(a):
             return sh.federated_map(add, [a, 1.0])
@@ -151,12 +158,14 @@ def test_federated_select_does_not_zip():
         return s
 
     with pytest.raises(TypeError, match='server_val'):
+
         @sh.federated_computation(sh.type_at_clients((tf.int32, [1])), F32_AT_S)
         def sel(keys, s):
             return sh.federated_select(keys, sh.federated_value(3, sh.SERVER), [s, s], select)
 
 
 # ---------------------------------------------------------------- federated computations as functions
+
 
 @sh.federated_computation(tf.float32)
 def add_one_twice(x):
@@ -214,7 +223,8 @@ def test_other_intrinsics_take_federated_computations(stack):
 # ------ custom_federated_algorithms_2: local training with a nested computation capturing the rate
 
 BATCH_SPEC = collections.OrderedDict(
-    x=sh.TensorType(tf.float32, [None]), y=sh.TensorType(tf.float32, [None]))
+    x=sh.TensorType(tf.float32, [None]), y=sh.TensorType(tf.float32, [None])
+)
 MODEL_SPEC = collections.OrderedDict(w=tf.float32, b=tf.float32)
 LOCAL_DATA = sh.SequenceType(BATCH_SPEC)
 
@@ -222,8 +232,10 @@ LOCAL_DATA = sh.SequenceType(BATCH_SPEC)
 @sh.tf_computation(MODEL_SPEC, BATCH_SPEC, tf.float32)
 def batch_train(model, batch, learning_rate):
     err = model['w'] * batch['x'] + model['b'] - batch['y']
-    return collections.OrderedDict(w=model['w'] - learning_rate * tf.reduce_mean(err * batch['x']),
-                                   b=model['b'] - learning_rate * tf.reduce_mean(err))
+    return collections.OrderedDict(
+        w=model['w'] - learning_rate * tf.reduce_mean(err * batch['x']),
+        b=model['b'] - learning_rate * tf.reduce_mean(err),
+    )
 
 
 @sh.tf_computation(MODEL_SPEC, BATCH_SPEC)
@@ -236,19 +248,27 @@ def local_train(initial_model, learning_rate, all_batches):
     @sh.federated_computation(MODEL_SPEC, BATCH_SPEC)
     def batch_fn(model, batch):
         return batch_train(model, batch, learning_rate)
+
     return sh.sequence_reduce(all_batches, initial_model, batch_fn)
 
 
 @sh.federated_computation(MODEL_SPEC, LOCAL_DATA)
 def local_eval(model, all_batches):
-    return sh.sequence_sum(sh.sequence_map(
-        sh.federated_computation(lambda b: batch_loss(model, b), BATCH_SPEC), all_batches))
+    return sh.sequence_sum(
+        sh.sequence_map(
+            sh.federated_computation(lambda b: batch_loss(model, b), BATCH_SPEC), all_batches
+        )
+    )
 
 
 @sh.federated_computation(sh.type_at_server(MODEL_SPEC), F32_AT_S, sh.type_at_clients(LOCAL_DATA))
 def federated_train(model, learning_rate, data):
-    return sh.federated_mean(sh.federated_map(local_train, [
-        sh.federated_broadcast(model), sh.federated_broadcast(learning_rate), data]))
+    return sh.federated_mean(
+        sh.federated_map(
+            local_train,
+            [sh.federated_broadcast(model), sh.federated_broadcast(learning_rate), data],
+        )
+    )
 
 
 @sh.federated_computation(sh.type_at_server(MODEL_SPEC), sh.type_at_clients(LOCAL_DATA))
@@ -281,11 +301,14 @@ def test_sequence_map_of_a_lambda_capturing_an_outer_parameter(stack):
 
 def test_federated_training_and_evaluation_of_tutorial_2(stack):
     with stack.clients(3):
-        out = federated_train(collections.OrderedDict(w=0.0, b=0.0), 0.1,
-                              [_batches(k) for k in range(3)])
+        out = federated_train(
+            collections.OrderedDict(w=0.0, b=0.0), 0.1, [_batches(k) for k in range(3)]
+        )
         expected = np.mean([_local_train_np(k) for k in range(3)], axis=0)
         assert [out['w'], out['b']] == pytest.approx(list(expected), rel=1e-5)
-        loss = federated_eval(collections.OrderedDict(w=2.0, b=0.0), [_batches(k) for k in range(3)])
+        loss = federated_eval(
+            collections.OrderedDict(w=2.0, b=0.0), [_batches(k) for k in range(3)]
+        )
         # y - pred = k for every example of client k: 2 * k^2 per client.
         assert loss == pytest.approx(np.mean([2.0 * k * k for k in range(3)]))
 
@@ -298,6 +321,7 @@ def scaled_sum(ds, scale):
     @sh.federated_computation(tf.float32, tf.float32)
     def op(acc, x):
         return add(acc, exceeds_threshold_fn(x, scale))
+
     return sh.sequence_reduce(ds, 0.0, op)
 
 
@@ -306,10 +330,16 @@ def count_above_unplaced_threshold(ds, threshold):
     @sh.federated_computation(tf.float32, tf.float32)
     def op(acc, x):
         return add(acc, exceeds_threshold_fn(x, threshold))
-    return [sh.sequence_reduce(ds, 0.0, op),
-            sh.sequence_sum(sh.sequence_map(
+
+    return [
+        sh.sequence_reduce(ds, 0.0, op),
+        sh.sequence_sum(
+            sh.sequence_map(
                 sh.federated_computation(lambda x: exceeds_threshold_fn(x, threshold), tf.float32),
-                ds))]
+                ds,
+            )
+        ),
+    ]
 
 
 @sh.federated_computation(F32_AT_C, tf.float32)
@@ -332,30 +362,38 @@ def test_federated_map_of_a_function_capturing_an_unplaced_value(stack):
 
 
 def test_capturing_a_federated_value_is_refused_with_a_clear_error():
-    with pytest.raises(TypeError, match=r"refers to .* of type \{float32\}@CLIENTS.*unplaced values only"):
+    with pytest.raises(
+        TypeError, match=r'refers to .* of type \{float32\}@CLIENTS.*unplaced values only'
+    ):
+
         @sh.federated_computation(F32_AT_C)
         def captures_client_values(xs):
             @sh.federated_computation(tf.float32)
             def inner(x):
                 return sh.federated_sum(xs)
+
             return sh.federated_map(inner, xs)
 
 
 def test_a_function_calling_a_federated_intrinsic_is_refused_with_a_clear_error():
     with pytest.raises(TypeError, match='federated_map: cannot compile .*federated'):
+
         @sh.federated_computation(F32_AT_C)
         def bad(xs):
             @sh.federated_computation(tf.float32)
             def inner(x):
                 return sh.federated_map(add_one, sh.federated_value(x, sh.CLIENTS))
+
             return sh.federated_map(inner, xs)
 
 
 def test_capturing_functions_are_refused_where_tff_takes_values():
     with pytest.raises(TypeError, match='federated_aggregate accumulate: the function refers to'):
+
         @sh.federated_computation(F32_AT_C, tf.float32)
         def agg(xs, c):
             @sh.federated_computation(tf.float32, tf.float32)
             def acc(a, x):
                 return add(a, add(x, c))
+
             return sh.federated_aggregate(xs, 0.0, acc, add, add_one)

@@ -25,8 +25,11 @@ import simharness as sh
 
 W_TYPE = sh.to_type((sh.TensorType(tf.float32, [4, 3]), sh.TensorType(tf.float32, [3])))
 BATCH_TYPE = sh.to_type((sh.TensorType(tf.float32, [None, 4]), sh.TensorType(tf.int32, [None])))
-DICT_BATCH_TYPE = sh.to_type(collections.OrderedDict(
-    x=sh.TensorType(tf.float32, [None, 4]), y=sh.TensorType(tf.int32, [None])))
+DICT_BATCH_TYPE = sh.to_type(
+    collections.OrderedDict(
+        x=sh.TensorType(tf.float32, [None, 4]), y=sh.TensorType(tf.int32, [None])
+    )
+)
 ROW_TYPE = sh.to_type((sh.TensorType(tf.float32, [4]), sh.TensorType(tf.int32, [])))
 LR = 0.1
 
@@ -59,19 +62,22 @@ def _step(w, x, y):
     with tf.GradientTape() as tape:
         tape.watch(w)
         logits = tf.matmul(x, w[0]) + w[1]
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=y, logits=logits))
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        )
     g = tape.gradient(loss, w)
     return tuple(v - LR * d for v, d in zip(w, g))
 
 
 # ------------------------------------------------------------------ client updates
 
+
 @sh.tf_computation(W_TYPE, sh.SequenceType(BATCH_TYPE))
 def update_reduce(w, ds):
     def step(state, batch):
         v, n = state
         return _step(v, batch[0], batch[1]), n + tf.shape(batch[0])[0]
+
     v, n = ds.reduce((tuple(w), tf.constant(0)), step)
     return tuple(a - b for a, b in zip(v, w)), n
 
@@ -123,6 +129,7 @@ def update_dict(w, ds):
 def update_rows(w, ds):
     def step(v, row):
         return _step(v, row[0][tf.newaxis], row[1][tf.newaxis])
+
     return ds.reduce(tuple(w), step)
 
 
@@ -156,24 +163,31 @@ def _round(update, element_type):
     def apply(w, d):
         return tuple(a + b for a, b in zip(w, d))
 
-    @sh.federated_computation(sh.type_at_server(W_TYPE),
-                              sh.type_at_clients(sh.SequenceType(element_type)))
+    @sh.federated_computation(
+        sh.type_at_server(W_TYPE), sh.type_at_clients(sh.SequenceType(element_type))
+    )
     def round_fn(w, data):
         out = sh.federated_map(update, sh.federated_zip([sh.federated_broadcast(w), data]))
         delta = out if update.type_signature.result == W_TYPE else out[0]
         return sh.federated_map(apply, sh.federated_zip([w, sh.federated_mean(delta)]))
+
     return round_fn
 
 
 # ------------------------------------------------------------------ data
+
 
 def _arrays(num_clients: int, rows=lambda k: 10, seed: int = 0):
     rng = np.random.default_rng(seed)
     out = []
     for k in range(num_clients):
         n = rows(k)
-        out.append((rng.normal(size=(n, 4)).astype(np.float32),
-                    rng.integers(0, 3, size=n).astype(np.int32)))
+        out.append(
+            (
+                rng.normal(size=(n, 4)).astype(np.float32),
+                rng.integers(0, 3, size=n).astype(np.int32),
+            )
+        )
     return out
 
 
@@ -189,8 +203,15 @@ def _unrecognized(datasets):
 
 def _tutorial_pipeline(arrays, seed=1):
     """Client data as TFF's tutorials preprocess them: repeat, shuffle, batch, map."""
-    return [tf.data.Dataset.from_tensor_slices(a).repeat(2).shuffle(8, seed=seed).batch(4)
-            .map(lambda x, y: (x * 0.5, y)).prefetch(2) for a in arrays]
+    return [
+        tf.data.Dataset.from_tensor_slices(a)
+        .repeat(2)
+        .shuffle(8, seed=seed)
+        .batch(4)
+        .map(lambda x, y: (x * 0.5, y))
+        .prefetch(2)
+        for a in arrays
+    ]
 
 
 W0 = (np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), np.zeros(3, np.float32))

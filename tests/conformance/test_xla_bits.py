@@ -38,18 +38,21 @@ def step_round(w, xs):
 def sum_round(w, xs):
     # Nothing but the sum reads the map: worker processes sum each block inside its compiled
     # call (`stream_eval.summed_map`), client threads map then fold with numpy.
-    return sh.federated_sum(sh.federated_map(client_step,
-                                             sh.federated_zip([sh.federated_broadcast(w), xs])))
+    return sh.federated_sum(
+        sh.federated_map(client_step, sh.federated_zip([sh.federated_broadcast(w), xs]))
+    )
 
 
 @sh.tf_computation(W, sh.SequenceType(sh.TensorType(tf.float32, [4, 256])), jit_compile=True)
 def client_loop(w, ds):
-    return ds.reduce(w, lambda acc, x: acc - 0.01 * tf.matmul(
-        x, tf.tanh(tf.matmul(x, acc)), transpose_a=True))
+    return ds.reduce(
+        w, lambda acc, x: acc - 0.01 * tf.matmul(x, tf.tanh(tf.matmul(x, acc)), transpose_a=True)
+    )
 
 
-@sh.federated_computation(sh.type_at_server(W),
-                          sh.type_at_clients(sh.SequenceType(sh.TensorType(tf.float32, [4, 256]))))
+@sh.federated_computation(
+    sh.type_at_server(W), sh.type_at_clients(sh.SequenceType(sh.TensorType(tf.float32, [4, 256])))
+)
 def loop_round(w, datasets):
     return sh.federated_map(client_loop, sh.federated_zip([sh.federated_broadcast(w), datasets]))
 
@@ -110,9 +113,12 @@ def test_a_sum_made_inside_compiled_calls_gives_the_bits_of_the_numpy_fold(stack
 def test_lowered_dataset_loops_compile_with_the_same_bits_on_every_layout(stack):
     w, _ = _inputs()
     rng = np.random.default_rng(3)
-    data = [tf.data.Dataset.from_tensor_slices(
-        rng.normal(size=(4 * (i % 3 + 1), 256)).astype(np.float32)).batch(4, drop_remainder=True)
-        for i in range(N)]
+    data = [
+        tf.data.Dataset.from_tensor_slices(
+            rng.normal(size=(4 * (i % 3 + 1), 256)).astype(np.float32)
+        ).batch(4, drop_remainder=True)
+        for i in range(N)
+    ]
     got = loop_round(w, data)
     want = _one_client_per_thread(stack, loop_round, w, data)
     assert _bits(got) == _bits(want)
@@ -124,14 +130,16 @@ BATCH = sh.TensorType(tf.float32, [None, 256])
 
 @sh.tf_computation(W, sh.SequenceType(BATCH))
 def client_auto_loop(w, ds):
-    return ds.reduce(w, lambda acc, x: acc - 0.01 * tf.matmul(
-        x, tf.tanh(tf.matmul(x, acc)), transpose_a=True))
+    return ds.reduce(
+        w, lambda acc, x: acc - 0.01 * tf.matmul(x, tf.tanh(tf.matmul(x, acc)), transpose_a=True)
+    )
 
 
 @sh.federated_computation(sh.type_at_server(W), sh.type_at_clients(sh.SequenceType(BATCH)))
 def auto_loop_round(w, datasets):
-    return sh.federated_map(client_auto_loop,
-                            sh.federated_zip([sh.federated_broadcast(w), datasets]))
+    return sh.federated_map(
+        client_auto_loop, sh.federated_zip([sh.federated_broadcast(w), datasets])
+    )
 
 
 # rows per client: full batches of 4 (the lowered loop is specialized to the number of rows and
@@ -141,6 +149,7 @@ ROWS = [8, 8, 10, 12, 12, 80, 8]
 
 def _lowered(rows):
     from simharness.core.sequences import TensorBatches
+
     fn = EmbeddedFunction(client_auto_loop.to_building_block())
     tb = TensorBatches([tf.zeros([rows, 256])], 4, False, BATCH)
     return fn.lowered({1: tb})
@@ -160,8 +169,10 @@ def test_lowered_loops_chosen_by_the_rule_give_the_same_bits_on_every_layout(sta
     of its own call on the thread-1 layout, however the clients are cut into blocks."""
     w, _ = _inputs()
     rng = np.random.default_rng(5)
-    data = [tf.data.Dataset.from_tensor_slices(rng.normal(size=(r, 256)).astype(np.float32))
-            .batch(4) for r in ROWS]
+    data = [
+        tf.data.Dataset.from_tensor_slices(rng.normal(size=(r, 256)).astype(np.float32)).batch(4)
+        for r in ROWS
+    ]
     got = auto_loop_round(w, data)
     assert _bits(got) == _bits(_one_client_per_thread(stack, auto_loop_round, w, data))
     full = _lowered(8)

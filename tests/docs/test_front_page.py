@@ -6,6 +6,7 @@
     user runs it and prints one loss per round.
 (c) The plot is drawn from docs/benchmarks.md's table by docs/assets/plot_round_times.py.
 """
+
 import os
 import pathlib
 import re
@@ -23,11 +24,11 @@ _NUMBER = re.compile(r'(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:x\b)?')
 def section(text: str, heading: str) -> str:
     start = text.index(f'\n## {heading}\n')
     end = text.find('\n## ', start + 1)
-    return text[start:end if end > 0 else None]
+    return text[start : end if end > 0 else None]
 
 
 def numbers(text: str) -> list:
-    text = re.sub(r'\]\([^)]*\)', ']', text)          # link targets: anchors hold dates
+    text = re.sub(r'\]\([^)]*\)', ']', text)  # link targets: anchors hold dates
     return [n for n in _NUMBER.findall(text) if n not in {'2', '10', '50'}]
 
 
@@ -41,8 +42,9 @@ def test_front_page_numbers_are_in_the_benchmark_results(page):
 
 
 def test_number_reader_finds_table_cells():
-    assert numbers('| 10, fresh | 1,296 | 51.6 (5.3x faster) | [s](b.md#x-2026-11-29) 4.64-4.95') == [
-        '1,296', '51.6', '5.3x', '4.64', '4.95']
+    assert numbers(
+        '| 10, fresh | 1,296 | 51.6 (5.3x faster) | [s](b.md#x-2026-11-29) 4.64-4.95'
+    ) == ['1,296', '51.6', '5.3x', '4.64', '4.95']
 
 
 def test_plot_reads_the_table_it_draws():
@@ -63,9 +65,17 @@ def test_plot_reads_the_table_it_draws():
 @pytest.mark.slow
 def test_front_page_tff_program_runs(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith('PYTEST_')}
-    done = subprocess.run([sys.executable, str(DOCS / 'snippets' / 'tff_program.py')], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, f'exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}'
+    done = subprocess.run(
+        [sys.executable, str(DOCS / 'snippets' / 'tff_program.py')],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, (
+        f'exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}'
+    )
     lines = done.stdout.split('\n')
     losses = [line.split() for line in lines if line.strip()]
     assert [int(r) for r, _ in losses] == list(range(5)), done.stdout

@@ -7,6 +7,7 @@ prose, tables and code blocks alike, and the `<title>`. Scripts, styles and attr
 values (links, ids) are not text a reader sees and are left out. A failure names the
 built page, the source it comes from and the text around each reference.
 """
+
 import html
 import html.parser
 import os
@@ -61,13 +62,17 @@ def visible_text(page_html: str) -> str:
 
 def tracker_references(page_html: str) -> list:
     text = visible_text(page_html)
-    return [text[max(0, m.start() - 60):m.end() + 40].strip() for m in TRACKER.finditer(text)]
+    return [text[max(0, m.start() - 60) : m.end() + 40].strip() for m in TRACKER.finditer(text)]
 
 
 def _source(page: str) -> str:
     """The markdown a built page comes from (best effort, for the message)."""
-    stem = page[:-len('/index.html')] if page.endswith('/index.html') else page[:-len('.html')]
-    for candidate in (f'docs/{stem}.md', f'docs/{stem}/index.md', 'docs/index.md' if page == 'index.html' else ''):
+    stem = page[: -len('/index.html')] if page.endswith('/index.html') else page[: -len('.html')]
+    for candidate in (
+        f'docs/{stem}.md',
+        f'docs/{stem}/index.md',
+        'docs/index.md' if page == 'index.html' else '',
+    ):
         if candidate and (ROOT / candidate).exists():
             return candidate
     return '(generated)'
@@ -77,10 +82,17 @@ def _source(page: str) -> str:
 def site(tmp_path_factory):
     pytest.importorskip('mkdocs')
     out = tmp_path_factory.mktemp('site')
-    done = subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '--quiet', '--site-dir', str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, 'NO_MKDOCS_2_WARNING': '1'})
-    assert done.returncode == 0, f'mkdocs build failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}'
+    done = subprocess.run(
+        [sys.executable, '-m', 'mkdocs', 'build', '--quiet', '--site-dir', str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, 'NO_MKDOCS_2_WARNING': '1'},
+    )
+    assert done.returncode == 0, (
+        f'mkdocs build failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}'
+    )
     return out
 
 
@@ -112,12 +124,14 @@ def test_pending_page(site, page):
 
 
 def test_checker_reads_visible_text_only():
-    page = ('<html><head><title>Runner (issue 25) - simharness</title>'
-            '<script>var x = "issue 1";</script><style>/* issue 2 */</style></head><body>'
-            '<nav><a href="/issue-3/" title="x">Stacks</a></nav>'
-            '<h1 id="issue-4">Module map (issue 28, items 1, 2)</h1>'
-            '<p>see Issue&nbsp;#26\'s note; <code><span>issues</span> <span>24</span></code></p>'
-            '</body></html>')
+    page = (
+        '<html><head><title>Runner (issue 25) - simharness</title>'
+        '<script>var x = "issue 1";</script><style>/* issue 2 */</style></head><body>'
+        '<nav><a href="/issue-3/" title="x">Stacks</a></nav>'
+        '<h1 id="issue-4">Module map (issue 28, items 1, 2)</h1>'
+        "<p>see Issue&nbsp;#26's note; <code><span>issues</span> <span>24</span></code></p>"
+        '</body></html>'
+    )
     found = tracker_references(page)
     assert len(found) == 4, found
     assert 'Runner (issue 25)' in found[0]

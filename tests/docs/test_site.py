@@ -7,6 +7,7 @@
     as MkDocs' toc extension makes them).
 `mkdocs build --strict` (.ci/run) checks the site itself.
 """
+
 import os
 import pathlib
 import re
@@ -36,9 +37,17 @@ def test_tutorial_runs(script, tmp_path):
     # would take PYTEST_XDIST_WORKER for its own and pytest-benchmark would time nothing).
     env = {k: v for k, v in os.environ.items() if not k.startswith('PYTEST_')}
     env['CI'] = '1'
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, f'{script.name} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}'
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, (
+        f'{script.name} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}'
+    )
 
 
 def _anchors(page: pathlib.Path) -> set:
@@ -51,7 +60,9 @@ def _anchors(page: pathlib.Path) -> set:
             title = re.sub(r'<[^>]+>', '', m.group(1)).replace('`', '')
             slug = re.sub(r'[^\w\s-]', '', title).strip().lower()
             out.add(re.sub(r'[-\s]+', '-', slug))
-        for a in re.findall(r'\{:?\s*#([\w-]+)', line) + re.findall(r'<a (?:id|name)="([^"]+)"', line):
+        for a in re.findall(r'\{:?\s*#([\w-]+)', line) + re.findall(
+            r'<a (?:id|name)="([^"]+)"', line
+        ):
             out.add(a)
     return out
 
@@ -61,7 +72,7 @@ def _links(page: pathlib.Path):
     for m in _LINK.finditer(text):
         target = m.group(1)
         if re.match(r'^[a-z][a-z0-9+.-]*:', target) or target.startswith('//'):
-            continue    # http:, https:, mailto:
+            continue  # http:, https:, mailto:
         yield target
 
 
@@ -89,6 +100,8 @@ def test_relative_links_resolve(page):
 def test_link_checker_finds_a_broken_link(tmp_path):
     page = tmp_path / 'p.md'
     (tmp_path / 'q.md').write_text('# A `title`, here\n')
-    page.write_text('[ok](q.md#a-title-here) [no](missing.md) [frag](q.md#nope) '
-                    '[web](https://example.org/x.md) `[code](x.md)`\n')
+    page.write_text(
+        '[ok](q.md#a-title-here) [no](missing.md) [frag](q.md#nope) '
+        '[web](https://example.org/x.md) `[code](x.md)`\n'
+    )
     assert [b.split(' ')[0] for b in _broken(page)] == ['missing.md', 'q.md#nope']

@@ -7,6 +7,7 @@ accuracy differs, or when the run takes more than MAX_WALL_S: the stated 21 s wi
 margin a shared machine needs (the loaded run took 55 s). A slower run than that is a
 regression or a claim to remeasure, in the config's comment and here.
 """
+
 import json
 import os
 import pathlib
@@ -37,14 +38,23 @@ def test_quickstart_holds_its_stated_accuracy_and_time(tmp_path):
     cli = shutil.which('simharness') or str(pathlib.Path(sys.executable).with_name('simharness'))
     env = {k: v for k, v in os.environ.items() if not k.startswith('PYTEST_')}
     start = time.monotonic()
-    done = subprocess.run([cli, 'run', str(CONFIG), '--results', str(tmp_path), '--no-progress'],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [cli, 'run', str(CONFIG), '--results', str(tmp_path), '--no-progress'],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     wall = time.monotonic() - start
-    assert done.returncode == 0, f'exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}'
+    assert done.returncode == 0, (
+        f'exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}'
+    )
     summary = json.loads((tmp_path / 'quickstart' / 'default' / 'summary.json').read_text())
     assert summary['rounds_completed'] == 100
     assert round(summary['final_accuracy'] * 100, 1) == 96.9, summary['final_accuracy']
     assert wall <= MAX_WALL_S, (
         f'configs/quickstart.toml says 16-21 s (55 s on a loaded machine); this run took '
         f'{wall:.1f} s (first round {summary["first_round_seconds"]:.2f} s, median round '
-        f'{summary["median_round_seconds"]:.3f} s, rounds {summary["total_seconds"]:.1f} s)')
+        f'{summary["median_round_seconds"]:.3f} s, rounds {summary["total_seconds"]:.1f} s)'
+    )

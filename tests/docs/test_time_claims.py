@@ -12,6 +12,7 @@ timeouts, a test's time limit), times that a test checks itself, version numbers
 like speeds, a program's output shown as printed. A new stated time fails here until it is
 backed by a benchmark section or listed with a reason.
 """
+
 import pathlib
 import re
 
@@ -25,46 +26,76 @@ RECORDS = {'benchmarks.md', 'benchmarks-history.md', 'changelog.md'}
 
 _NUM = r'(?<![\w.])~?\d[\d,]*(?:\.\d+)?(?:\s?(?:-|–|to)\s?\d[\d,]*(?:\.\d+)?)?'
 CLAIM = re.compile(
-    _NUM + r'\s?(?:s|ms|us|µs|sec|seconds?|min|minutes?|h|hours?)\b'    # 0.057 s, 16-21 s
-    r'|' + _NUM + r'x(?![\w])'                                       # 5.3x, (11x)
-    r'|' + _NUM + r'\s?%\s(?:faster|slower)'                            # 6 % faster
+    _NUM + r'\s?(?:s|ms|us|µs|sec|seconds?|min|minutes?|h|hours?)\b'  # 0.057 s, 16-21 s
+    r'|' + _NUM + r'x(?![\w])'  # 5.3x, (11x)
+    r'|' + _NUM + r'\s?%\s(?:faster|slower)'  # 6 % faster
     r'|\b(?:a few|several|some|tens of)\s+(?:milli)?(?:seconds|minutes)\b'  # several seconds
-    r'|^\|.*\|\s*(?:s|ms|seconds|milliseconds)\s*\|\s*$',                   # | seconds |
-    re.I | re.M)
+    r'|^\|.*\|\s*(?:s|ms|seconds|milliseconds)\s*\|\s*$',  # | seconds |
+    re.I | re.M,
+)
 LINK = re.compile(r'\]\((?:\.\./)*(?:docs/)?benchmarks(?:-history)?\.md(?:#[^)]*)?\)')
 DATE = re.compile(r'\b20\d\d-\d\d-\d\d\b')
 
 #: (page, text of the line that holds the claim, reason): claims that are not measurements.
 ALLOWED = [
-    ('guide/remote.md', '`--session-timeout`, default 60 s',
-     'a default timeout: a setting, not a measurement'),
-    ('guide/remote.md', '`liveness_timeout` (default 20 s',
-     'a default timeout: a setting, not a measurement'),
-    ('tutorials/index.md', 'fails a tutorial that runs past 240 s',
-     "a test's time limit: a setting of tests/docs/test_site.py"),
-    ('getting-started.md', 'those that took 1.5 s or more in a full run',
-     "the slow tier's thresholds (tests/slow_tier.py): settings"),
-    ('getting-started.md', 'machine or 4 s in a quick one',
-     "the slow tier's thresholds (tests/slow_tier.py): settings"),
-    ('getting-started.md', 'outside the slow tier that took 4 s or more',
-     "the slow tier's thresholds (tests/slow_tier.py): settings"),
-    ('guide/experiments.md', 'final test accuracy 0.9694; 16-21 s',
-     "the quickstart's stated time: tests/docs/test_stated_times.py runs it and fails past "
-     'its stated margin'),
-    ('guide/experiments.md', 'wall in two runs on 2026-11-29 (median round 0.032-0.035 s',
-     'the same quickstart run (tests/docs/test_stated_times.py)'),
-    ('guide/experiments.md', 's), 55 s with other jobs loading the machine',
-     'the same quickstart run (tests/docs/test_stated_times.py)'),
+    (
+        'guide/remote.md',
+        '`--session-timeout`, default 60 s',
+        'a default timeout: a setting, not a measurement',
+    ),
+    (
+        'guide/remote.md',
+        '`liveness_timeout` (default 20 s',
+        'a default timeout: a setting, not a measurement',
+    ),
+    (
+        'tutorials/index.md',
+        'fails a tutorial that runs past 240 s',
+        "a test's time limit: a setting of tests/docs/test_site.py",
+    ),
+    (
+        'getting-started.md',
+        'those that took 1.5 s or more in a full run',
+        "the slow tier's thresholds (tests/slow_tier.py): settings",
+    ),
+    (
+        'getting-started.md',
+        'machine or 4 s in a quick one',
+        "the slow tier's thresholds (tests/slow_tier.py): settings",
+    ),
+    (
+        'getting-started.md',
+        'outside the slow tier that took 4 s or more',
+        "the slow tier's thresholds (tests/slow_tier.py): settings",
+    ),
+    (
+        'guide/experiments.md',
+        'final test accuracy 0.9694; 16-21 s',
+        "the quickstart's stated time: tests/docs/test_stated_times.py runs it and fails past "
+        'its stated margin',
+    ),
+    (
+        'guide/experiments.md',
+        'wall in two runs on 2026-11-29 (median round 0.032-0.035 s',
+        'the same quickstart run (tests/docs/test_stated_times.py)',
+    ),
+    (
+        'guide/experiments.md',
+        's), 55 s with other jobs loading the machine',
+        'the same quickstart run (tests/docs/test_stated_times.py)',
+    ),
     ('tff/core.md', '(TFF 0.2x-0.44)', 'TFF versions 0.2x to 0.44, not a speed'),
-    ('guide/research-workflow.md', 'keras_fedadam_dp/default: ',
-     "a run's output shown as the CLI prints it (dated in the paragraph before it): the "
-     'times are part of the printed lines'),
+    (
+        'guide/research-workflow.md',
+        'keras_fedadam_dp/default: ',
+        "a run's output shown as the CLI prints it (dated in the paragraph before it): the "
+        'times are part of the printed lines',
+    ),
 ]
 
 
 def _user_pages():
-    return sorted(p for p in DOCS.rglob('*.md')
-                  if p.relative_to(DOCS).as_posix() not in RECORDS)
+    return sorted(p for p in DOCS.rglob('*.md') if p.relative_to(DOCS).as_posix() not in RECORDS)
 
 
 def test_the_readme_too():
@@ -131,10 +162,11 @@ def unbacked_claims(page: pathlib.Path, docs: pathlib.Path = DOCS):
 @pytest.mark.parametrize('page', _user_pages(), ids=lambda p: p.relative_to(DOCS).as_posix())
 def test_every_stated_time_is_dated_and_linked(page):
     bad = unbacked_claims(page)
-    assert not bad, ('a stated time or speed needs, in its paragraph, the date it was measured '
-                     'and a link to its section of docs/benchmarks.md or '
-                     'docs/benchmarks-history.md (or an entry in ALLOWED with a reason):\n'
-                     + '\n'.join(bad))
+    assert not bad, (
+        'a stated time or speed needs, in its paragraph, the date it was measured '
+        'and a link to its section of docs/benchmarks.md or '
+        'docs/benchmarks-history.md (or an entry in ALLOWED with a reason):\n' + '\n'.join(bad)
+    )
 
 
 def test_every_allowed_exception_is_still_used():
@@ -147,18 +179,24 @@ def test_the_checker_finds_an_unbacked_claim(tmp_path):
     docs = tmp_path / 'docs'
     docs.mkdir()
     page = docs / 'page.md'
-    page.write_text('A round takes 0.05 s.\n\nThe pool starts in a few seconds.\n\n'
-                    'Measured on 2026-11-23: 0.057 s a round '
-                    '([benchmarks](benchmarks.md#the-whole-suite-2026-11-23)).\n\n'
-                    'Linked but undated: 1.3x ([benchmarks](benchmarks.md)).\n\n'
-                    'Two clients, 28x28x1 images, 100 clients/s, 16 workers.\n\n'
-                    '- an item measured on 2026-11-23, 3 s ([b](../benchmarks-history.md#x))\n'
-                    '- its neighbour, 5 ms\n\n'
-                    'A table measured on 2026-11-29 ([b](benchmarks.md#y)):\n\n'
-                    '| a | b |\n|---|---|\n| 1 s | 2.5x |\n\n'
-                    'Undated:\n\n| case | ms |\n|---|---|\n| a | 3 |\n',
-                    encoding='utf-8')
+    page.write_text(
+        'A round takes 0.05 s.\n\nThe pool starts in a few seconds.\n\n'
+        'Measured on 2026-11-23: 0.057 s a round '
+        '([benchmarks](benchmarks.md#the-whole-suite-2026-11-23)).\n\n'
+        'Linked but undated: 1.3x ([benchmarks](benchmarks.md)).\n\n'
+        'Two clients, 28x28x1 images, 100 clients/s, 16 workers.\n\n'
+        '- an item measured on 2026-11-23, 3 s ([b](../benchmarks-history.md#x))\n'
+        '- its neighbour, 5 ms\n\n'
+        'A table measured on 2026-11-29 ([b](benchmarks.md#y)):\n\n'
+        '| a | b |\n|---|---|\n| 1 s | 2.5x |\n\n'
+        'Undated:\n\n| case | ms |\n|---|---|\n| a | 3 |\n',
+        encoding='utf-8',
+    )
     bad = unbacked_claims(page, docs)
     assert [b.split(': ', 1)[1].split(' in ')[0] for b in bad] == [
-        "'0.05 s'", "'a few seconds'", "'1.3x'", "'5 ms'",
-        "'| case | ms |'"], bad
+        "'0.05 s'",
+        "'a few seconds'",
+        "'1.3x'",
+        "'5 ms'",
+        "'| case | ms |'",
+    ], bad

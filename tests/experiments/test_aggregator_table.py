@@ -32,8 +32,9 @@ def test_dp_epsilon_of_a_round_s_dp_event_is_that_of_its_noise_multiplier():
     """TFF's style: the event of one `next` (``extract_dp_event_from_state``) instead of
     the noise multiplier: a Gaussian query's event gives the same epsilon."""
     event = dp_accounting.GaussianDpEvent(1.3)
-    assert dp_epsilon(0.0, 10, 1000, 20, 1e-5, dp_event=event) == \
-        dp_epsilon(1.3, 10, 1000, 20, 1e-5)
+    assert dp_epsilon(0.0, 10, 1000, 20, 1e-5, dp_event=event) == dp_epsilon(
+        1.3, 10, 1000, 20, 1e-5
+    )
     sampled = round_dp_event(1.3, 10, 1000)
     assert isinstance(sampled, dp_accounting.SampledWithoutReplacementDpEvent)
     assert (sampled.source_dataset_size, sampled.sample_size) == (1000, 10)
@@ -44,20 +45,38 @@ def test_dp_epsilon_rejects_a_negative_round_count():
         dp_epsilon(1.0, 10, 1000, -1, 1e-5)
 
 
-@pytest.mark.parametrize('table, key, fragment', [
-    ({'noise_multiplier': 1.0, 'clip': 1.0}, 'aggregator.weighted', 'weighted = false'),
-    ({'weighted': False, 'noise_multiplier': 1.0}, 'aggregator.clip', 'clip norm'),
-    ({'secure': True, 'weighted': False}, 'aggregator.quantize_bits', 'set quantize_bits'),
-    ({'quantize_bits': 40, 'clip': 1.0, 'secure': True, 'weighted': False},
-     'aggregator.quantize_bits', r'int in \[1, 16\]'),
-    ({'adaptive_clip': True}, 'aggregator.clip', 'initial clip norm'),
-    ({'clip': -1.0}, 'aggregator.clip', 'must be a number > 0'),
-    ({'target_quantile': 1.5, 'clip': 1.0}, 'aggregator.target_quantile', '< 1'),
-    ({'weighted': False, 'secure': True, 'quantize_bits': 8, 'clip': 1.0,
-      'noise_multiplier': 1.0}, 'aggregator.secure', 'choose one'),
-    ({'weighted': False, 'secure': True, 'quantize_bits': 8}, 'aggregator.quantize_range',
-     'quantize_range or a clip norm'),
-])
+@pytest.mark.parametrize(
+    'table, key, fragment',
+    [
+        ({'noise_multiplier': 1.0, 'clip': 1.0}, 'aggregator.weighted', 'weighted = false'),
+        ({'weighted': False, 'noise_multiplier': 1.0}, 'aggregator.clip', 'clip norm'),
+        ({'secure': True, 'weighted': False}, 'aggregator.quantize_bits', 'set quantize_bits'),
+        (
+            {'quantize_bits': 40, 'clip': 1.0, 'secure': True, 'weighted': False},
+            'aggregator.quantize_bits',
+            r'int in \[1, 16\]',
+        ),
+        ({'adaptive_clip': True}, 'aggregator.clip', 'initial clip norm'),
+        ({'clip': -1.0}, 'aggregator.clip', 'must be a number > 0'),
+        ({'target_quantile': 1.5, 'clip': 1.0}, 'aggregator.target_quantile', '< 1'),
+        (
+            {
+                'weighted': False,
+                'secure': True,
+                'quantize_bits': 8,
+                'clip': 1.0,
+                'noise_multiplier': 1.0,
+            },
+            'aggregator.secure',
+            'choose one',
+        ),
+        (
+            {'weighted': False, 'secure': True, 'quantize_bits': 8},
+            'aggregator.quantize_range',
+            'quantize_range or a clip norm',
+        ),
+    ],
+)
 def test_aggregator_errors_name_the_key(table, key, fragment):
     with pytest.raises(ConfigError, match=fragment) as e:
         config_from_dict({**TINY, 'aggregator': table})
@@ -72,9 +91,11 @@ def test_quantizing_without_a_secure_sum_says_what_to_write_instead():
 
 
 def test_valid_tables_are_accepted():
-    for table in ({}, {'clip': 0.5}, {'clip': 0.5, 'adaptive_clip': True},
-                  {'weighted': False, 'clip': 0.5, 'noise_multiplier': 0.3},
-                  {'weighted': False, 'secure': True, 'quantize_bits': 8,
-                   'quantize_range': 1.0}):
-        assert config_from_dict({**TINY, 'aggregator': table}).aggregator.clip == \
-            table.get('clip')
+    for table in (
+        {},
+        {'clip': 0.5},
+        {'clip': 0.5, 'adaptive_clip': True},
+        {'weighted': False, 'clip': 0.5, 'noise_multiplier': 0.3},
+        {'weighted': False, 'secure': True, 'quantize_bits': 8, 'quantize_range': 1.0},
+    ):
+        assert config_from_dict({**TINY, 'aggregator': table}).aggregator.clip == table.get('clip')

@@ -15,11 +15,16 @@ from simharness.experiments import checkpoints as CK
 def _padded_checkpoint(run_dir):
     d = run_dir / CK.CHECKPOINT_DIR
     d.mkdir(parents=True)
-    np.savez(d / 'ckpt-000002.npz', **{'weights/0': np.zeros(3, np.float32),
-                                       'optimizer/0': np.zeros(3, np.float32),
-                                       'aggregator/0': np.float32(0.0),
-                                       'round_num': np.int32(2),
-                                       'meta': np.asarray(json.dumps({'rounds_done': 2}))})
+    np.savez(
+        d / 'ckpt-000002.npz',
+        **{
+            'weights/0': np.zeros(3, np.float32),
+            'optimizer/0': np.zeros(3, np.float32),
+            'aggregator/0': np.float32(0.0),
+            'round_num': np.int32(2),
+            'meta': np.asarray(json.dumps({'rounds_done': 2})),
+        },
+    )
     return d / 'ckpt-000002.npz'
 
 

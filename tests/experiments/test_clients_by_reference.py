@@ -32,30 +32,47 @@ ROUNDS, K = 3, 12
 def npz_dir(tmp_path_factory):
     """20 clients of 8..12 examples, one .npz file each."""
     root = tmp_path_factory.mktemp('npz') / 'clients'
-    cd = synthetic_alpha_beta(alpha=1.0, beta=1.0, num_clients=20, samples_per_client=10,
-                              dim=6, num_classes=3, seed=2)
+    cd = synthetic_alpha_beta(
+        alpha=1.0, beta=1.0, num_clients=20, samples_per_client=10, dim=6, num_classes=3, seed=2
+    )
     save_npz_dir(cd, root)
     return root
 
 
 def _config(npz_dir, stack):
-    return make_config({
-        'name': 'byref',
-        'data': {'dataset': 'files', 'path': str(npz_dir)},
-        'model': {'name': 'mlp', 'hidden_sizes': [8]},
-        'algorithm': {'batch_size': 5, 'client_learning_rate': 0.1},
-        'training': {'rounds': ROUNDS, 'clients_per_round': K, 'seed': 1, 'eval_every': 1,
-                     'federated_eval': True},
-        'stack': {'kind': 'thread'},
-    }, stack=stack)
+    return make_config(
+        {
+            'name': 'byref',
+            'data': {'dataset': 'files', 'path': str(npz_dir)},
+            'model': {'name': 'mlp', 'hidden_sizes': [8]},
+            'algorithm': {'batch_size': 5, 'client_learning_rate': 0.1},
+            'training': {
+                'rounds': ROUNDS,
+                'clients_per_round': K,
+                'seed': 1,
+                'eval_every': 1,
+                'federated_eval': True,
+            },
+            'stack': {'kind': 'thread'},
+        },
+        stack=stack,
+    )
 
 
 class _ByValue:
     """A process whose ``next(state, client_ids)`` builds the clients' datasets in the
     driver and passes them by value (the process not composed with the data)."""
 
-    def __init__(self, process, client_data, batch_size, local_epochs=1, x_key='x',
-                 y_key='y', x_dtype=np.float32):
+    def __init__(
+        self,
+        process,
+        client_data,
+        batch_size,
+        local_epochs=1,
+        x_key='x',
+        y_key='y',
+        x_dtype=np.float32,
+    ):
         self._process, self._cd = process, client_data
         self._args = (batch_size, local_epochs, x_key, y_key, x_dtype)
 
@@ -82,11 +99,14 @@ def _run(config, root, monkeypatch, by_value=False):
     return read_metrics(result.run_dir)
 
 
-@pytest.mark.parametrize('stack', [{'kind': 'thread'},
-                                   {'kind': 'process', 'num_workers': 2}],
-                         ids=['thread', 'process-2'])
-def test_a_round_by_reference_gives_the_bits_of_a_round_by_value(npz_dir, tmp_path, monkeypatch,
-                                                                  stack):
+@pytest.mark.parametrize(
+    'stack',
+    [{'kind': 'thread'}, {'kind': 'process', 'num_workers': 2}],
+    ids=['thread', 'process-2'],
+)
+def test_a_round_by_reference_gives_the_bits_of_a_round_by_value(
+    npz_dir, tmp_path, monkeypatch, stack
+):
     config = _config(npz_dir, stack)
     by_ref = _run(config, tmp_path / 'ref', monkeypatch)
     by_val = _run(config, tmp_path / 'val', monkeypatch, by_value=True)
@@ -102,8 +122,11 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
     config = _config(npz_dir, {'kind': 'process', 'num_workers': 2})
     for by_value in (False, True):
         loads, at_setup, passed = [], [], []
-        real_load, real_factory, real_next = (FileClientData.client_arrays, rounds._make_factory,
-                                              rounds.run_round)
+        real_load, real_factory, real_next = (
+            FileClientData.client_arrays,
+            rounds._make_factory,
+            rounds.run_round,
+        )
 
         def load(cd, client_id):
             loads.append(client_id)
@@ -135,8 +158,9 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
             assert after_setup == 0
 
 
-def test_a_central_evaluation_read_lazily_gives_the_bits_of_one_held(npz_dir, tmp_path,
-                                                                     monkeypatch):
+def test_a_central_evaluation_read_lazily_gives_the_bits_of_one_held(
+    npz_dir, tmp_path, monkeypatch
+):
     """All clients' examples bigger than `EVAL_IN_MEMORY_BYTES` are read from the files a
     batch at a time at each evaluation, never held whole: the same metrics as held."""
     config = _config(npz_dir, {'kind': 'thread'})
@@ -147,13 +171,15 @@ def test_a_central_evaluation_read_lazily_gives_the_bits_of_one_held(npz_dir, tm
     def load(cd, client_id):
         loads.append(client_id)
         return real_load(cd, client_id)
+
     with monkeypatch.context() as mp:
         mp.setattr(workload, 'EVAL_IN_MEMORY_BYTES', 0)
         mp.setattr(workload, '_stack_clients', _labels_only(workload._stack_clients))
         mp.setattr(FileClientData, 'client_arrays', load)
         lazy = _run(config, tmp_path / 'lazy', monkeypatch)
-    assert [(r['eval_loss'], r['eval_accuracy']) for r in lazy] == \
-        [(r['eval_loss'], r['eval_accuracy']) for r in held]
+    assert [(r['eval_loss'], r['eval_accuracy']) for r in lazy] == [
+        (r['eval_loss'], r['eval_accuracy']) for r in held
+    ]
     assert _math(lazy) == _math(held)
     assert loads.count('0') >= ROUNDS  # read again at each evaluation
 
@@ -162,4 +188,5 @@ def _labels_only(stack_clients):
     def only_y(cd, key):
         assert key == 'y', 'the examples of all clients were stacked in the driver'
         return stack_clients(cd, key)
+
     return only_y

@@ -63,15 +63,15 @@ def test_points_side_by_side_give_the_sequential_bits_and_resume(tmp_path, monke
     second call skips the complete ones."""
     (tmp_path / 'psmods41.py').write_text(BUILDERS)
     monkeypatch.setattr(sys, 'path', [str(tmp_path)] + sys.path)
-    config = make_config(model={'name': 'keras', 'keras': 'psmods41:good'},
-                         sweep={'grid': {'model.keras': ['psmods41:good', 'psmods41:few_out',
-                                                         'psmods41:good2']}})
+    config = make_config(
+        model={'name': 'keras', 'keras': 'psmods41:good'},
+        sweep={'grid': {'model.keras': ['psmods41:good', 'psmods41:few_out', 'psmods41:good2']}},
+    )
     seq = run_sweep(config, tmp_path / 'seq', progress=False, jobs=1)
     lines = []
     par = run_sweep(config, tmp_path / 'par', progress=False, jobs=2, log=lines.append)
     assert [r.run_id for r in par] == [r.run_id for r in seq]
-    assert [r.status for r in par] == [r.status for r in seq] == ['complete', 'failed',
-                                                                 'complete']
+    assert [r.status for r in par] == [r.status for r in seq] == ['complete', 'failed', 'complete']
     assert 'output(s)' in par[1].error, par[1].error
     for a, b in zip(par, seq):
         if a.status == 'complete':
@@ -120,14 +120,30 @@ def test_sigterm_stops_every_running_point_and_leaves_nothing(tmp_path):
     cfg = tmp_path / 'long.toml'
     cfg.write_text(SWEEP)
     env = dict(os.environ, CI='1')
-    proc = subprocess.Popen([sys.executable, '-m', 'simharness.cli', 'sweep', str(cfg),
-                             '--results', str(tmp_path / 'r'), '--jobs', '2', '--no-progress'],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            '-m',
+            'simharness.cli',
+            'sweep',
+            str(cfg),
+            '--results',
+            str(tmp_path / 'r'),
+            '--jobs',
+            '2',
+            '--no-progress',
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     run_dirs = [tmp_path / 'r' / 'long' / f'seed={s}' for s in (0, 1)]
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # both points past their first round
-        if all((d / 'metrics.jsonl').exists() and (d / 'metrics.jsonl').read_text().strip()
-               for d in run_dirs):
+        if all(
+            (d / 'metrics.jsonl').exists() and (d / 'metrics.jsonl').read_text().strip()
+            for d in run_dirs
+        ):
             break
         assert proc.poll() is None, proc.stdout.read().decode()
         time.sleep(0.2)
@@ -149,11 +165,12 @@ def test_sigterm_stops_every_running_point_and_leaves_nothing(tmp_path):
 @pytest.mark.parametrize('value', ['0', '-2', 'two'])
 def test_cli_jobs_must_be_a_positive_int_or_auto(tmp_path, capsys, value):
     from simharness import cli
+
     cfg = tmp_path / 'long.toml'
     cfg.write_text(SWEEP)
     t = time.monotonic()
     rc = cli.main(['sweep', str(cfg), '--results', str(tmp_path / 'r'), '--jobs', value])
     err = capsys.readouterr().err
     assert rc == cli.EXIT_USAGE and time.monotonic() - t < 5
-    assert err.strip() == f"error: --jobs must be an int >= 1 or \"auto\", got '{value}'"
+    assert err.strip() == f'error: --jobs must be an int >= 1 or "auto", got \'{value}\''
     assert not (tmp_path / 'r').exists()

@@ -40,8 +40,11 @@ def _config(rounds: int = 3, **sweep):
 
 def _files(run_dir: Path):
     """Every file under `run_dir` with its size and modification time."""
-    return {p.relative_to(run_dir).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(run_dir.rglob('*')) if p.is_file()}
+    return {
+        p.relative_to(run_dir).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(run_dir.rglob('*'))
+        if p.is_file()
+    }
 
 
 def test_a_second_lock_is_refused_naming_the_directory_and_the_holder(tmp_path):
@@ -56,8 +59,9 @@ def test_a_second_lock_is_refused_naming_the_directory_and_the_holder(tmp_path):
             check_not_running(tmp_path)
     for e in (refused.value, probed.value):
         assert e.run_dir == str(tmp_path) and e.pid == os.getpid()
-        assert str(e).startswith(f'{tmp_path}: another run of it is in progress (pid '
-                                 f'{os.getpid()}, since ')
+        assert str(e).startswith(
+            f'{tmp_path}: another run of it is in progress (pid {os.getpid()}, since '
+        )
     assert not (tmp_path / LOCK_FILE).exists()  # released: removed, and free again
     check_not_running(tmp_path)
     with run_lock(tmp_path):
@@ -84,21 +88,34 @@ def test_a_second_run_is_refused_while_the_first_runs_and_its_rows_stay_its_own(
             seen['error'] = e.value
             t0 = time.monotonic()
             seen['cli'] = subprocess.run(  # the CLI, as a second terminal would start it
-                [sys.executable, '-m', 'simharness.cli', 'run', str(cfg_file), '--results',
-                 str(tmp_path / 'r'), '--no-progress'],
-                capture_output=True, text=True, timeout=60, env=_ENV, check=False)
+                [
+                    sys.executable,
+                    '-m',
+                    'simharness.cli',
+                    'run',
+                    str(cfg_file),
+                    '--results',
+                    str(tmp_path / 'r'),
+                    '--no-progress',
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=_ENV,
+                check=False,
+            )
             seen['cli_seconds'] = time.monotonic() - t0
             seen['untouched'] = _files(run_dir) == before
             return False
 
-    result = run_experiment(config, tmp_path / 'r', progress=False,
-                            callbacks=[SecondRunAtRound1()])
+    result = run_experiment(config, tmp_path / 'r', progress=False, callbacks=[SecondRunAtRound1()])
     assert seen['seconds'] < 2 and seen['error'].pid == os.getpid()
     assert str(run_dir) in str(seen['error'])
     cli = seen['cli']
     assert cli.returncode == 2, cli.stdout + cli.stderr
-    assert cli.stderr.splitlines() == [
-        f'error: {seen["error"]}'], cli.stderr  # one line: the directory and our pid
+    assert cli.stderr.splitlines() == [f'error: {seen["error"]}'], (
+        cli.stderr
+    )  # one line: the directory and our pid
     assert cli.stdout == ''
     assert seen['cli_seconds'] < 20  # refused before TensorFlow loads (a few s on a busy CI)
     assert seen['untouched']
@@ -123,13 +140,20 @@ def test_the_lock_of_a_sigkilled_run_does_not_block_its_resume(tmp_path):
         run_experiment(config, tmp_path, progress=False, callbacks=[InterruptAtRound2()])
     # A run that is SIGKILLed while it holds the lock (here: a process that only holds it).
     holder = subprocess.Popen(
-        [sys.executable, '-c',
-         'import sys, time\n'
-         'from simharness.experiments.runner.lock import run_lock\n'
-         'with run_lock(sys.argv[1]):\n'
-         '    print("locked", flush=True)\n'
-         '    time.sleep(60)\n', str(run_dir)],
-        stdout=subprocess.PIPE, text=True, env=_ENV)
+        [
+            sys.executable,
+            '-c',
+            'import sys, time\n'
+            'from simharness.experiments.runner.lock import run_lock\n'
+            'with run_lock(sys.argv[1]):\n'
+            '    print("locked", flush=True)\n'
+            '    time.sleep(60)\n',
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_ENV,
+    )
     try:
         assert holder.stdout.readline() == 'locked\n'
         with pytest.raises(RunInProgressError) as e:
@@ -150,6 +174,7 @@ def test_the_lock_of_a_sigkilled_run_does_not_block_its_resume(tmp_path):
 
 def test_a_sweep_stops_at_a_point_another_run_holds(tmp_path, capsys):
     from simharness.cli import main
+
     config = _config(rounds=2, grid={'training.seed': [0, 1]})
     point = tmp_path / 'r' / config.name / 'seed=0'
     point.mkdir(parents=True)
@@ -160,11 +185,14 @@ def test_a_sweep_stops_at_a_point_another_run_holds(tmp_path, capsys):
             run_sweep(config, tmp_path / 'r', progress=False)
         assert e.value.run_dir == str(point)
         t0 = time.monotonic()
-        assert main(['sweep', str(cfg_file), '--results', str(tmp_path / 'r'),
-                     '--no-progress']) == 2
+        assert (
+            main(['sweep', str(cfg_file), '--results', str(tmp_path / 'r'), '--no-progress']) == 2
+        )
         assert time.monotonic() - t0 < 5
     err = capsys.readouterr().err
-    assert err.splitlines() == [f'error: {point}: another run of it is in progress (pid '
-                                f'{os.getpid()}, {str(e.value).split(", ", 1)[1]}']
+    assert err.splitlines() == [
+        f'error: {point}: another run of it is in progress (pid '
+        f'{os.getpid()}, {str(e.value).split(", ", 1)[1]}'
+    ]
     assert [p.name for p in (tmp_path / 'r' / config.name).iterdir()] == ['seed=0']
     assert list(point.iterdir()) == []

@@ -31,10 +31,12 @@ from experiment_helpers import TINY, make_config  # noqa: E402
 @pytest.fixture(scope='module')
 def tiny():
     from simharness import data as D
-    cd = D.synthetic_alpha_beta(num_clients=6, samples_per_client=10, dim=5, num_classes=3,
-                                seed=0)
-    return {'arrays': [cd.client_arrays(c) for c in cd.client_ids[:4]],
-            'spec': get_model('mlp', (5,), 3, hidden_sizes=(8,))}
+
+    cd = D.synthetic_alpha_beta(num_clients=6, samples_per_client=10, dim=5, num_classes=3, seed=0)
+    return {
+        'arrays': [cd.client_arrays(c) for c in cd.client_ids[:4]],
+        'spec': get_model('mlp', (5,), 3, hidden_sizes=(8,)),
+    }
 
 
 ALGORITHMS = ('fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', 'fedsgd', 'fedyogi')
@@ -57,11 +59,16 @@ def test_every_algorithm_builds_a_tff_process_that_trains(tiny, name):
     assert all(np.isfinite(w).all() for w in weights)
     assert any(not np.array_equal(a, b) for a, b in zip(weights, initial))
     if name in BUILTIN_MOMENTUM:  # the benchmarks' FedAvg: the same bits and metrics
-        builtin = FedAvg(tiny['spec'], FedAvgConfig(
-            batch_size=5, client_learning_rate=0.1,
-            server_momentum=BUILTIN_MOMENTUM[name]), 10)
-        old_state, old_metrics = builtin.next(builtin.initialize(seed=0),
-                                              builtin.pad(tiny['arrays']))
+        builtin = FedAvg(
+            tiny['spec'],
+            FedAvgConfig(
+                batch_size=5, client_learning_rate=0.1, server_momentum=BUILTIN_MOMENTUM[name]
+            ),
+            10,
+        )
+        old_state, old_metrics = builtin.next(
+            builtin.initialize(seed=0), builtin.pad(tiny['arrays'])
+        )
         for a, b in zip(weights, old_state['weights']):
             assert a.tobytes() == np.asarray(b).tobytes()
         assert row['loss'] == pytest.approx(old_metrics['loss'], rel=1e-6)
@@ -74,17 +81,20 @@ def _aggregator(**table):
 
 def test_the_aggregator_table_maps_to_tff_factories():
     assert isinstance(P.build_model_aggregator(_aggregator(), 4), aggregators.MeanFactory)
-    assert isinstance(P.build_model_aggregator(_aggregator(weighted=False), 4),
-                      aggregators.UnweightedMeanFactory)
+    assert isinstance(
+        P.build_model_aggregator(_aggregator(weighted=False), 4), aggregators.UnweightedMeanFactory
+    )
     clipped = P.build_model_aggregator(_aggregator(clip=0.5), 4)
     assert isinstance(clipped, aggregators.WeightedAggregationFactory)
     dp = P.build_model_aggregator(_aggregator(weighted=False, clip=0.5, noise_multiplier=0.3), 4)
     assert isinstance(dp, aggregators.DifferentiallyPrivateFactory)
-    adaptive = P.build_model_aggregator(_aggregator(weighted=False, clip=0.5, adaptive_clip=True,
-                                                    noise_multiplier=0.01), 4)
+    adaptive = P.build_model_aggregator(
+        _aggregator(weighted=False, clip=0.5, adaptive_clip=True, noise_multiplier=0.01), 4
+    )
     assert isinstance(adaptive, aggregators.DifferentiallyPrivateFactory)
-    secure = P.build_model_aggregator(_aggregator(weighted=False, quantize_bits=8,
-                                                  quantize_range=1.0, secure=True), 4)
+    secure = P.build_model_aggregator(
+        _aggregator(weighted=False, quantize_bits=8, quantize_range=1.0, secure=True), 4
+    )
     assert isinstance(secure, aggregators.UnweightedAggregationFactory)
     with pytest.raises(ConfigError, match='secure = true') as e:
         P.build_model_aggregator(_aggregator(quantize_bits=8, clip=1.0), 4)
@@ -121,9 +131,17 @@ def test_a_tff_state_checkpoint_resumes_with_the_bits_of_an_uninterrupted_run(ti
     """DP with adaptive clipping: the noise seed, the clip estimate and the server optimizer's
     moments all live in the nested state, saved leaf by leaf."""
     from simharness.experiments import checkpoints as CK
-    config = make_config(TINY, algorithm={'name': 'fedadam'},
-                         aggregator={'weighted': False, 'clip': 0.5, 'adaptive_clip': True,
-                                     'noise_multiplier': 0.05})
+
+    config = make_config(
+        TINY,
+        algorithm={'name': 'fedadam'},
+        aggregator={
+            'weighted': False,
+            'clip': 0.5,
+            'adaptive_clip': True,
+            'noise_multiplier': 0.05,
+        },
+    )
     process = P.build_learning_process(config, P.model_from_spec(tiny['spec'], 0))
     data = P.client_datasets(tiny['arrays'], 5)
     state = process.initialize()
@@ -135,6 +153,7 @@ def test_a_tff_state_checkpoint_resumes_with_the_bits_of_an_uninterrupted_run(ti
     assert meta['rounds_done'] == 1 and meta['note'] == 'x'
     resumed, _ = process.next(restored, data)
     import tensorflow as tf
+
     a, b = tf.nest.flatten(straight), tf.nest.flatten(resumed)
     assert len(a) == len(b)
     for x, y in zip(a, b):
@@ -145,6 +164,7 @@ def test_a_tff_state_checkpoint_resumes_with_the_bits_of_an_uninterrupted_run(ti
 
 def test_a_process_by_client_ids_gives_the_bits_of_datasets_built_in_the_driver(tiny):
     from simharness.data.client_data import ArrayClientData
+
     cd = ArrayClientData({str(i): a for i, a in enumerate(tiny['arrays'])})
     config = make_config(TINY)
     process = P.build_learning_process(config, P.model_from_spec(tiny['spec'], 0))
@@ -153,25 +173,27 @@ def test_a_process_by_client_ids_gives_the_bits_of_datasets_built_in_the_driver(
     direct, m1 = process.next(state, P.client_datasets(tiny['arrays'], 5))
     ids, m2 = by_id.next(state, ['0', '1', '2', '3'])
     assert P.round_metrics(m1) == P.round_metrics(m2)
-    for x, y in zip(process.get_model_weights(direct).trainable,
-                    by_id.get_model_weights(ids).trainable):
+    for x, y in zip(
+        process.get_model_weights(direct).trainable, by_id.get_model_weights(ids).trainable
+    ):
         assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
 
 
 def test_federated_evaluation_matches_the_central_one(tiny):
     from simharness.learning import algorithms
     from simharness.learning.models import numpy_evaluate
+
     config = make_config(TINY)
     model = P.model_from_spec(tiny['spec'], 0)
     process = P.build_learning_process(config, model)
     state, _ = process.next(process.initialize(), P.client_datasets(tiny['arrays'], 5))
     weights = process.get_model_weights(state)
-    fed = P.federated_evaluation(algorithms.build_fed_eval(model), weights,
-                                 P.client_datasets(tiny['arrays'], 5))
+    fed = P.federated_evaluation(
+        algorithms.build_fed_eval(model), weights, P.client_datasets(tiny['arrays'], 5)
+    )
     x = np.concatenate([a['x'] for a in tiny['arrays']])
     y = np.concatenate([a['y'] for a in tiny['arrays']])
-    loss, accuracy = numpy_evaluate(tiny['spec'], [np.asarray(w) for w in weights.trainable],
-                                    x, y)
+    loss, accuracy = numpy_evaluate(tiny['spec'], [np.asarray(w) for w in weights.trainable], x, y)
     assert fed['num_examples'] == 40.0
     assert fed['loss'] == pytest.approx(loss, rel=1e-5)
     assert fed['accuracy'] == pytest.approx(accuracy)
@@ -184,10 +206,18 @@ def test_by_ids_on_worker_processes_gives_the_thread_stack_s_bits(tiny, make_fac
 
     import simharness
     from simharness.data.client_data import ArrayClientData
+
     cd = ArrayClientData({str(i): a for i, a in enumerate(tiny['arrays'])})
-    config = make_config(TINY, algorithm={'name': 'fedadam'},
-                         aggregator={'weighted': False, 'clip': 0.5, 'adaptive_clip': True,
-                                     'noise_multiplier': 0.05})
+    config = make_config(
+        TINY,
+        algorithm={'name': 'fedadam'},
+        aggregator={
+            'weighted': False,
+            'clip': 0.5,
+            'adaptive_clip': True,
+            'noise_multiplier': 0.05,
+        },
+    )
     process = P.build_learning_process(config, P.model_from_spec(tiny['spec'], 0))
     by_id = P.compose_with_client_data(process, cd, batch_size=5)
     ids = ['0', '1', '2', '3']
@@ -202,15 +232,21 @@ def test_by_ids_on_worker_processes_gives_the_thread_stack_s_bits(tiny, make_fac
     with simharness.execution_context(make_factory('process-2')):
         process2 = two_rounds()
     assert thread[1] == process2[1]
-    assert [np.asarray(a).tobytes() for a in thread[0]] == \
-        [np.asarray(b).tobytes() for b in process2[0]]
+    assert [np.asarray(a).tobytes() for a in thread[0]] == [
+        np.asarray(b).tobytes() for b in process2[0]
+    ]
 
 
 def _sequence_model(input_shape, num_classes):
     import keras
-    return keras.Sequential([keras.layers.Input(input_shape, dtype='int32'),
-                             keras.layers.Embedding(num_classes, 4),
-                             keras.layers.Dense(num_classes)])
+
+    return keras.Sequential(
+        [
+            keras.layers.Input(input_shape, dtype='int32'),
+            keras.layers.Embedding(num_classes, 4),
+            keras.layers.Dense(num_classes),
+        ]
+    )
 
 
 def test_sequence_models_leave_padding_labels_out_of_loss_and_metrics():
@@ -227,15 +263,20 @@ def test_sequence_models_leave_padding_labels_out_of_loss_and_metrics():
         other = x.copy()
         other[:, 4:] = (other[:, 4:] + 3) % 8  # the model sees each position on its own
         changed.append({'x': other, 'y': y})
-    model = P.model_from_keras_builder(_sequence_model, (6,), 8, seed=0, y_shape=(6,),
-                                       x_dtype=np.int32, ignore_label=0)
+    model = P.model_from_keras_builder(
+        _sequence_model, (6,), 8, seed=0, y_shape=(6,), x_dtype=np.int32, ignore_label=0
+    )
     process = P.build_learning_process(make_config(TINY), model)
 
     def one_round(data):
-        state, metrics = process.next(process.initialize(),
-                                      P.client_datasets(data, 5, x_dtype=np.int32))
-        return ([np.asarray(w) for w in process.get_model_weights(state).trainable],
-                P.round_metrics(metrics))
+        state, metrics = process.next(
+            process.initialize(), P.client_datasets(data, 5, x_dtype=np.int32)
+        )
+        return (
+            [np.asarray(w) for w in process.get_model_weights(state).trainable],
+            P.round_metrics(metrics),
+        )
+
     weights, row = one_round(arrays)
     weights2, row2 = one_round(changed)
     assert [w.tobytes() for w in weights] == [w.tobytes() for w in weights2]
@@ -251,6 +292,7 @@ def test_sequence_models_leave_padding_labels_out_of_loss_and_metrics():
 
 def test_central_evaluation_matches_the_numpy_evaluator(tiny):
     from simharness.learning.models import numpy_evaluate
+
     model = P.model_from_spec(tiny['spec'], 3)
     x = np.concatenate([a['x'] for a in tiny['arrays']])
     y = np.concatenate([a['y'] for a in tiny['arrays']])

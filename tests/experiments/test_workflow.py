@@ -20,9 +20,20 @@ from simharness.experiments.runner import rounds as seam  # the module of the ru
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
 from experiment_helpers import TINY, make_config, read_json, read_metrics  # noqa: E402
 
-MATH = ('round', 'loss', 'accuracy', 'num_examples', 'clients', 'eval_loss', 'eval_accuracy',
-        'weights_sha256', 'dp_epsilon', 'dp_query_metrics/clip', 'clipping_norm',
-        'clipped_count')
+MATH = (
+    'round',
+    'loss',
+    'accuracy',
+    'num_examples',
+    'clients',
+    'eval_loss',
+    'eval_accuracy',
+    'weights_sha256',
+    'dp_epsilon',
+    'dp_query_metrics/clip',
+    'clipping_norm',
+    'clipped_count',
+)
 
 
 def math_rows(run_dir):
@@ -42,19 +53,25 @@ class _InterruptAt:
             if self.calls - 1 == self.at:
                 raise KeyboardInterrupt
             return real(process, state, data)
+
         self.next = next_
 
 
 def _dp_config(**training):
     return make_config(
         algorithm={'name': 'fedadam', 'server_learning_rate': 0.01},
-        aggregator={'weighted': False, 'clip': 0.5, 'adaptive_clip': True,
-                    'noise_multiplier': 0.2, 'clipped_count_stddev': 1.0},
-        training={'rounds': 6, 'checkpoint_every': 2, 'eval_every': 2, **training})
+        aggregator={
+            'weighted': False,
+            'clip': 0.5,
+            'adaptive_clip': True,
+            'noise_multiplier': 0.2,
+            'clipped_count_stddev': 1.0,
+        },
+        training={'rounds': 6, 'checkpoint_every': 2, 'eval_every': 2, **training},
+    )
 
 
-def test_interrupted_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_path,
-                                                                           monkeypatch):
+def test_interrupted_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_path, monkeypatch):
     config = _dp_config()
     whole = run_experiment(config, tmp_path / 'a', progress=False)
     with monkeypatch.context() as m:
@@ -88,6 +105,7 @@ def test_interrupted_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_
 
 def _tensorboard(run_dir):
     import tensorflow as tf
+
     seen = {}
     for path in glob.glob(str(run_dir / 'tensorboard' / 'events.out.tfevents.*')):
         for e in tf.compat.v1.train.summary_iterator(path):
@@ -99,19 +117,22 @@ def _tensorboard(run_dir):
 
 @pytest.mark.process
 def test_keras_fedadam_dp_interrupted_on_processes_resumes_to_the_thread_stack_bits(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     config = make_config(
         model={'name': 'keras', 'keras': 'simharness.learning.keras_examples:dense'},
         algorithm={'name': 'fedadam', 'server_learning_rate': 0.01},
         aggregator={'weighted': False, 'clip': 0.5, 'noise_multiplier': 0.3},
-        training={'rounds': 4, 'checkpoint_every': 2, 'eval_every': 2})
+        training={'rounds': 4, 'checkpoint_every': 2, 'eval_every': 2},
+    )
     whole = run_experiment(config, tmp_path / 'a', progress=False)
     on_processes = make_config(
         model={'name': 'keras', 'keras': 'simharness.learning.keras_examples:dense'},
         algorithm={'name': 'fedadam', 'server_learning_rate': 0.01},
         aggregator={'weighted': False, 'clip': 0.5, 'noise_multiplier': 0.3},
         training={'rounds': 4, 'checkpoint_every': 2, 'eval_every': 2},
-        stack={'kind': 'process', 'num_workers': 2, 'cpu_affinity': False})
+        stack={'kind': 'process', 'num_workers': 2, 'cpu_affinity': False},
+    )
     with monkeypatch.context() as m:
         m.setattr(seam, 'run_round', _InterruptAt(3).next)
         with pytest.raises(KeyboardInterrupt):
@@ -139,8 +160,9 @@ def test_restart_and_finished_runs_start_from_round_0(tmp_path, monkeypatch):
 
 
 def test_sweep_resumes_an_interrupted_point(tmp_path, monkeypatch):
-    config = make_config(training={'rounds': 4, 'checkpoint_every': 2},
-                         sweep={'grid': {'training.seed': [0, 1]}})
+    config = make_config(
+        training={'rounds': 4, 'checkpoint_every': 2}, sweep={'grid': {'training.seed': [0, 1]}}
+    )
     with monkeypatch.context() as m:
         m.setattr(seam, 'run_round', _InterruptAt(7).next)  # second run, its round 3
         with pytest.raises(KeyboardInterrupt):
@@ -152,9 +174,15 @@ def test_sweep_resumes_an_interrupted_point(tmp_path, monkeypatch):
 
 
 def test_early_stopping_best_model_tensorboard_and_log(tmp_path, capsys):
-    config = make_config(training={'rounds': 30, 'eval_every': 1, 'early_stopping_patience': 1,
-                                   'early_stopping_metric': 'eval_accuracy'},
-                         algorithm={'client_learning_rate': 2.0})
+    config = make_config(
+        training={
+            'rounds': 30,
+            'eval_every': 1,
+            'early_stopping_patience': 1,
+            'early_stopping_metric': 'eval_accuracy',
+        },
+        algorithm={'client_learning_rate': 2.0},
+    )
     result = run_experiment(config, tmp_path, progress=True)  # no TTY: a line per round
     s = result.summary
     rows = read_metrics(result.run_dir)
@@ -176,12 +204,15 @@ def test_early_stopping_best_model_tensorboard_and_log(tmp_path, capsys):
 
 
 def test_keras_model_from_config_runs_and_bad_references_are_config_errors(tmp_path):
-    config = make_config(model={'name': 'keras',
-                                'keras': 'simharness.learning.keras_examples:dense'},
-                         training={'rounds': 2})
+    config = make_config(
+        model={'name': 'keras', 'keras': 'simharness.learning.keras_examples:dense'},
+        training={'rounds': 2},
+    )
     result = run_experiment(config, tmp_path, progress=False)
     assert result.status == 'complete' and 0 <= result.summary['final_accuracy'] <= 1
-    alone = config_from_dict({**TINY, 'model': {'keras': 'simharness.learning.keras_examples:dense'}})
+    alone = config_from_dict(
+        {**TINY, 'model': {'keras': 'simharness.learning.keras_examples:dense'}}
+    )
     assert alone.model.name == 'keras'
     with pytest.raises(ConfigError, match='model.keras is required'):
         make_config(model={'name': 'keras'})
@@ -192,25 +223,28 @@ def test_keras_model_from_config_runs_and_bad_references_are_config_errors(tmp_p
         run_experiment(bad, tmp_path, progress=False)
 
 
-@pytest.mark.parametrize('table, fragment', [
-    ({'algorithm': {'name': 'fedfoo'}}, 'algorithm.name must be one of'),
-    ({'algorithm': {'server_optimizer': 'rmsprop'}}, 'algorithm.server_optimizer'),
-    ({'aggregator': {'noise_multiplier': 1.0, 'clip': 1.0}}, 'weighted = false'),
-    ({'aggregator': {'secure': True, 'weighted': False}}, 'quantize_bits'),
-    ({'aggregator': {'dp_delta': 2}}, 'aggregator.dp_delta'),
-    ({'training': {'availability': 0}}, 'training.availability'),
-    ({'training': {'cohort': 'roundrobin'}}, 'training.cohort'),
-])
+@pytest.mark.parametrize(
+    'table, fragment',
+    [
+        ({'algorithm': {'name': 'fedfoo'}}, 'algorithm.name must be one of'),
+        ({'algorithm': {'server_optimizer': 'rmsprop'}}, 'algorithm.server_optimizer'),
+        ({'aggregator': {'noise_multiplier': 1.0, 'clip': 1.0}}, 'weighted = false'),
+        ({'aggregator': {'secure': True, 'weighted': False}}, 'quantize_bits'),
+        ({'aggregator': {'dp_delta': 2}}, 'aggregator.dp_delta'),
+        ({'training': {'availability': 0}}, 'training.availability'),
+        ({'training': {'cohort': 'roundrobin'}}, 'training.cohort'),
+    ],
+)
 def test_config_errors_name_the_key(table, fragment):
     with pytest.raises(ConfigError, match=fragment):
         config_from_dict({**TINY, **table})
 
 
-@pytest.mark.parametrize('cohort, availability', [('weighted', 1.0), ('with_replacement', 1.0),
-                                                  ('random', 0.5)])
+@pytest.mark.parametrize(
+    'cohort, availability', [('weighted', 1.0), ('with_replacement', 1.0), ('random', 0.5)]
+)
 def test_cohort_variants_run(tmp_path, cohort, availability):
-    config = make_config(training={'cohort': cohort, 'availability': availability,
-                                   'rounds': 2})
+    config = make_config(training={'cohort': cohort, 'availability': availability, 'rounds': 2})
     result = run_experiment(config, tmp_path, progress=False)
     rows = read_metrics(result.run_dir)
     assert result.status == 'complete'
@@ -222,6 +256,7 @@ def test_cohort_variants_run(tmp_path, cohort, availability):
 
 def test_metrics_are_appended_not_rewritten(tmp_path, monkeypatch):
     from simharness.experiments import atomic
+
     written = []
     real = atomic.write_jsonl
     monkeypatch.setattr(atomic, 'write_jsonl', lambda p, rows: written.append(p) or real(p, rows))
@@ -233,19 +268,36 @@ def test_metrics_are_appended_not_rewritten(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------- reports
 
+
 def test_report_groups_seeds_sorts_numerically_and_plots_only_what_fits(tmp_path):
     import pandas as pd
     from simharness.experiments.report import write_report
-    config = make_config(training={'rounds': 2, 'tensorboard': False}, sweep={'grid': {
-        'algorithm.client_learning_rate': [0.2, 0.05, 0.1], 'training.seed': [0, 1]}})
+
+    config = make_config(
+        training={'rounds': 2, 'tensorboard': False},
+        sweep={
+            'grid': {'algorithm.client_learning_rate': [0.2, 0.05, 0.1], 'training.seed': [0, 1]}
+        },
+    )
     runs = run_sweep(config, tmp_path, progress=False)
     paths = write_report(tmp_path / 'tiny')
     # A learning-rate sweep: no plot against workers.
-    assert [p.name for p in paths] == ['report.md', 'accuracy.png', 'loss.png', 'runs.csv',
-                                       'rounds.csv']
+    assert [p.name for p in paths] == [
+        'report.md',
+        'accuracy.png',
+        'loss.png',
+        'runs.csv',
+        'rounds.csv',
+    ]
     table = pd.read_csv(tmp_path / 'tiny' / 'runs.csv')
     assert len(table) == 6 and list(table['algorithm.client_learning_rate']) == [
-        0.05, 0.05, 0.1, 0.1, 0.2, 0.2]  # numeric order, not the sweep's or the text's
+        0.05,
+        0.05,
+        0.1,
+        0.1,
+        0.2,
+        0.2,
+    ]  # numeric order, not the sweep's or the text's
     rounds = pd.read_csv(tmp_path / 'tiny' / 'rounds.csv')
     assert len(rounds) == 12 and {'run', 'round', 'loss', 'training.seed'} <= set(rounds)
     md = paths[0].read_text(encoding='utf-8')
@@ -270,8 +322,9 @@ def test_a_custom_callback_sees_every_round_and_can_stop_the_run(tmp_path):
             return round_num == 1
 
     cb = StopAtRound()
-    result = run_experiment(make_config(training={'rounds': 5}), tmp_path, progress=False,
-                            callbacks=[cb])
+    result = run_experiment(
+        make_config(training={'rounds': 5}), tmp_path, progress=False, callbacks=[cb]
+    )
     assert [r for r, _, _ in cb.seen] == [0, 1] and cb.seen[0][2] == 4  # mlp [8]: 4 tensors
     assert result.summary['stopped_early_after_round'] == 1
     assert result.summary['rounds_completed'] == 2
@@ -279,13 +332,17 @@ def test_a_custom_callback_sees_every_round_and_can_stop_the_run(tmp_path):
 
 def test_validating_a_full_config_imports_no_tensorflow():
     import subprocess
-    code = ('import sys; from simharness.experiments.config import config_from_dict; '
-            "config_from_dict({'name': 'x', 'aggregator': {'clip': 1.0, 'noise_multiplier': 1.0, "
-            "'weighted': False}, 'algorithm': {'name': 'fedyogi'}, 'model': {'keras': 'a.b:c'}, "
-            "'data': {'dataset': 'emnist', 'cache_dir': '/nowhere'}}); "
-            "print('tensorflow' in sys.modules)")
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                         check=True, timeout=120).stdout.split()
+
+    code = (
+        'import sys; from simharness.experiments.config import config_from_dict; '
+        "config_from_dict({'name': 'x', 'aggregator': {'clip': 1.0, 'noise_multiplier': 1.0, "
+        "'weighted': False}, 'algorithm': {'name': 'fedyogi'}, 'model': {'keras': 'a.b:c'}, "
+        "'data': {'dataset': 'emnist', 'cache_dir': '/nowhere'}}); "
+        "print('tensorflow' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
     assert out == ['False']
 
 
@@ -299,8 +356,11 @@ def test_federated_evaluation_from_the_config_matches_the_central_one(tmp_path):
 
 def test_the_summary_says_which_computations_xla_compiled_and_the_stack_can_force_it(tmp_path):
     auto = run_experiment(make_config(training={'rounds': 1}), tmp_path / 'auto', progress=False)
-    forced = run_experiment(make_config(training={'rounds': 1}, stack={'jit_compile': True}),
-                            tmp_path / 'on', progress=False)
+    forced = run_experiment(
+        make_config(training={'rounds': 1}, stack={'jit_compile': True}),
+        tmp_path / 'on',
+        progress=False,
+    )
     reasons = {r['reason'] for r in auto.summary['xla'].values()}
     assert auto.summary['xla'] and not any(r['compiled'] for r in auto.summary['xla'].values())
     assert any(r.startswith('takes or returns a dataset') for r in reasons), reasons

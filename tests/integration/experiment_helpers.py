@@ -14,8 +14,14 @@ from simharness.experiments.runner import TIMING_FIELDS
 #: A few clients, 2 rounds, a small MLP: seconds per run on the thread stack.
 TINY: Dict[str, Any] = {
     'name': 'tiny',
-    'data': {'dataset': 'synthetic', 'num_clients': 6, 'samples_per_client': 10, 'dim': 5,
-             'num_classes': 3, 'seed': 0},
+    'data': {
+        'dataset': 'synthetic',
+        'num_clients': 6,
+        'samples_per_client': 10,
+        'dim': 5,
+        'num_classes': 3,
+        'seed': 0,
+    },
     'model': {'name': 'mlp', 'hidden_sizes': [8]},
     'algorithm': {'batch_size': 5, 'client_learning_rate': 0.1},
     'training': {'rounds': 2, 'clients_per_round': 4, 'seed': 0, 'eval_every': 1},
@@ -32,8 +38,16 @@ REPRO: Dict[str, Any] = {
 }
 
 #: Every metric that depends only on the math (not on timing or memory).
-MATH_FIELDS = ('round', 'loss', 'accuracy', 'num_examples', 'clients', 'eval_loss',
-               'eval_accuracy', 'weights_sha256')
+MATH_FIELDS = (
+    'round',
+    'loss',
+    'accuracy',
+    'num_examples',
+    'clients',
+    'eval_loss',
+    'eval_accuracy',
+    'weights_sha256',
+)
 
 
 def make_config(base: Dict[str, Any] = TINY, **tables: Any) -> ExperimentConfig:
@@ -67,4 +81,3 @@ def math_only(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 def temp_files(root: Path) -> List[Path]:
     return [p for p in Path(root).rglob('*') if atomic.is_temp_file(p)]
-

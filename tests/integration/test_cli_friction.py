@@ -69,8 +69,9 @@ def test_config_errors_import_nothing_heavy(tmp_path):
                  if m in sys.modules]
         assert not heavy, heavy
     """)
-    p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                       timeout=60, check=False)
+    p = subprocess.run(
+        [sys.executable, '-c', code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 3 and all(ln.startswith('error: ') for ln in lines), lines
@@ -103,8 +104,11 @@ def _keras_config(tmp_path, monkeypatch):
     """A config with a Keras builder module next to it (not on sys.path, cwd elsewhere)."""
     folder = tmp_path / 'exp'
     path = _config(folder)
-    path.write_text(path.read_text().replace('name = "mlp"\nhidden_sizes = [4]',
-                                             'name = "keras"\nkeras = "frmods27:good"'))
+    path.write_text(
+        path.read_text().replace(
+            'name = "mlp"\nhidden_sizes = [4]', 'name = "keras"\nkeras = "frmods27:good"'
+        )
+    )
     (folder / 'frmods27.py').write_text(BUILDERS)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, 'path', list(sys.path))
@@ -113,19 +117,30 @@ def _keras_config(tmp_path, monkeypatch):
     sys.modules.pop('frmods27', None)
 
 
-@pytest.mark.parametrize('builder, expected', [
-    ('narrow_in', ('[6]', '32')),
-    ('few_out', ('7 output(s)', '3 classes')),
-])
-def test_model_that_does_not_fit_the_data_is_one_error_line(keras_config, capsys, builder,
-                                                             expected):
-    rc, _, err = _run(capsys, 'run', str(keras_config), '--results', 'res', '--set',
-                      f'model.keras=frmods27:{builder}')
+@pytest.mark.parametrize(
+    'builder, expected',
+    [
+        ('narrow_in', ('[6]', '32')),
+        ('few_out', ('7 output(s)', '3 classes')),
+    ],
+)
+def test_model_that_does_not_fit_the_data_is_one_error_line(
+    keras_config, capsys, builder, expected
+):
+    rc, _, err = _run(
+        capsys,
+        'run',
+        str(keras_config),
+        '--results',
+        'res',
+        '--set',
+        f'model.keras=frmods27:{builder}',
+    )
     assert rc == cli.EXIT_USAGE
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: [model] keras'), err
     assert all(x in lines[0] for x in expected), lines[0]
-    run_dir, = (keras_config.parent.parent / 'res' / 'fr').iterdir()
+    (run_dir,) = (keras_config.parent.parent / 'res' / 'fr').iterdir()
     assert not (run_dir / 'metrics.jsonl').exists()  # before the first round
 
 
@@ -144,13 +159,17 @@ def test_builder_module_not_found_gives_a_hint(keras_config, capsys):
 def test_sweep_runs_every_point_and_fails_at_the_end(keras_config, capsys):
     # The middle point's model does not fit the data: it fails, the last point still runs.
     with keras_config.open('a') as f:
-        f.write('[sweep.grid]\n"model.keras" = ["frmods27:good", "frmods27:few_out", '
-                '"frmods27:good2"]\n')
-    rc, out, err = _run(capsys, 'sweep', str(keras_config), '--results', 'res',
-                        '--no-progress')
+        f.write(
+            '[sweep.grid]\n"model.keras" = ["frmods27:good", "frmods27:few_out", '
+            '"frmods27:good2"]\n'
+        )
+    rc, out, err = _run(capsys, 'sweep', str(keras_config), '--results', 'res', '--no-progress')
     assert rc == cli.EXIT_FAILED
-    statuses = {d.name: json.loads((d / 'summary.json').read_text())['status']
-                for d in (keras_config.parent.parent / 'res' / 'fr').iterdir() if d.is_dir()}
+    statuses = {
+        d.name: json.loads((d / 'summary.json').read_text())['status']
+        for d in (keras_config.parent.parent / 'res' / 'fr').iterdir()
+        if d.is_dir()
+    }
     assert sorted(statuses.values()) == ['complete', 'complete', 'failed'], statuses
     assert 'FAILED' in out and '1 of 3 sweep points failed' in err
 
@@ -170,7 +189,9 @@ def test_log_levels_and_round_numbering(tmp_path, capsys):
     rows = [json.loads(x) for x in (run_dir / 'metrics.jsonl').read_text().splitlines()]
     assert [r['round'] for r in rows] == [0, 1]
     assert sorted(p.name for p in (run_dir / 'checkpoints').iterdir()) == [
-        'ckpt-000001.npz', 'ckpt-000002.npz']
+        'ckpt-000001.npz',
+        'ckpt-000002.npz',
+    ]
 
 
 def test_resumed_run_says_from_which_round(tmp_path, capsys):
@@ -219,6 +240,7 @@ def test_more_workers_than_cores_through_the_api_warns(monkeypatch):
     from simharness import stacks  # pylint: disable=import-outside-toplevel
     from simharness.errors import OversubscribedWarning  # pylint: disable=import-outside-toplevel
     from simharness.runtime import pinning  # pylint: disable=import-outside-toplevel
+
     monkeypatch.setattr(pinning, 'usable_cpus', lambda: [0, 1])
     for n, warns in ((3, True), (2, False), (None, False)):  # None: one per usable core
         with pywarnings.catch_warnings(record=True) as seen:
@@ -228,37 +250,41 @@ def test_more_workers_than_cores_through_the_api_warns(monkeypatch):
         got = [w for w in seen if issubclass(w.category, OversubscribedWarning)]
         assert len(got) == (1 if warns else 0)
         if warns:
-            assert 'num_workers=3' in str(got[0].message) and '2 usable CPU' in str(
-                got[0].message)
+            assert 'num_workers=3' in str(got[0].message) and '2 usable CPU' in str(got[0].message)
             assert got[0].filename == __file__  # points at the caller's line
 
 
 def test_progress_bar_description_is_short():
     from simharness.experiments.config import config_from_dict  # pylint: disable=import-outside-toplevel
     import tomllib  # pylint: disable=import-outside-toplevel
+
     cfg = config_from_dict(tomllib.loads(TOML.format(training='', extra='')))
     desc = runner_rounds._bar_desc(  # pylint: disable=protected-access
-        cfg, 'num_workers=2,clients_per_round=100,seed=0')
+        cfg, 'num_workers=2,clients_per_round=100,seed=0'
+    )
     assert len(desc) <= runner_rounds.BAR_DESC_CHARS
 
 
 @pytest.mark.xdist_group('fresh-import')
 def test_python_api_is_quiet_about_tensorflow_start_up():
     from simharness.tfquiet import NOISE  # pylint: disable=import-outside-toplevel
+
     # A fresh interpreter without TF_CPP_MIN_LOG_LEVEL: `import simharness as tff`,
     # tff.learning, `import tensorflow as tf`, one op (tests/fresh_import.py; the same
     # process is test_tff_names_and_errors' subpackage check).
     from fresh_import import fresh_import_run  # pylint: disable=import-outside-toplevel
+
     p = fresh_import_run()
     # stdout: only the script's own lines (step 1's line is the other test's)
-    assert p.returncode == 0 and [ln for ln in p.stdout.splitlines()
-                                  if not ln.startswith('subpackages ')] == ['tf 2'], \
-        (p.stdout, p.stderr)
+    assert p.returncode == 0 and [
+        ln for ln in p.stdout.splitlines() if not ln.startswith('subpackages ')
+    ] == ['tf 2'], (p.stdout, p.stderr)
     assert not [ln for ln in p.stderr.splitlines() if NOISE.search(ln)], p.stderr
 
 
 def test_report_compares_what_varies_with_ints_as_ints(tmp_path, capsys):
     import shutil  # pylint: disable=import-outside-toplevel
+
     path = _config(tmp_path)
     assert _run(capsys, 'run', str(path), '--results', str(tmp_path / 'res'))[0] == 0
     exp = tmp_path / 'res' / 'fr'
@@ -268,7 +294,8 @@ def test_report_compares_what_varies_with_ints_as_ints(tmp_path, capsys):
         toml = (exp / f'w{n}' / 'config.toml').read_text()
         head, _, _ = toml.partition('[stack]')
         (exp / f'w{n}' / 'config.toml').write_text(
-            head + f'[stack]\nkind = "process"\nnum_workers = {n}\nclients_per_worker = 8\n')
+            head + f'[stack]\nkind = "process"\nnum_workers = {n}\nclients_per_worker = 8\n'
+        )
     rc, _, _ = _run(capsys, 'report', str(exp))
     assert rc == 0
     md = (exp / 'report.md').read_text()
@@ -279,8 +306,11 @@ def test_report_compares_what_varies_with_ints_as_ints(tmp_path, capsys):
     # ints stay ints (no '2.0') and nothing is 'nan', in every cell but the timings (a
     # clients/s of 62.0 holds '2.0' by chance)
     timed = {cells.index(c) for c in ('median round s', 'clients/s') if c in cells}
-    rows = [[c.strip() for c in ln.strip('|').split('|')] for ln in md.splitlines()
-            if ln.startswith('| ') and not ln.startswith('| run')]
+    rows = [
+        [c.strip() for c in ln.strip('|').split('|')]
+        for ln in md.splitlines()
+        if ln.startswith('| ') and not ln.startswith('| run')
+    ]
     text = '\n'.join(ln for ln in md.splitlines() if not ln.startswith('|'))
     kept = [c for r in rows for k, c in enumerate(r) if k not in timed] + [text]
     assert not [c for c in kept if '2.0' in c or 'nan' in c], md
@@ -290,9 +320,18 @@ def test_python_dash_m_simharness_is_the_command():
     import subprocess  # pylint: disable=import-outside-toplevel
     import sys  # pylint: disable=import-outside-toplevel
     from simharness import __version__  # pylint: disable=import-outside-toplevel
-    out = subprocess.run([sys.executable, '-m', 'simharness', '--version'], capture_output=True,
-                         text=True, timeout=60)
+
+    out = subprocess.run(
+        [sys.executable, '-m', 'simharness', '--version'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and __version__ in out.stdout
-    bad = subprocess.run([sys.executable, '-m', 'simharness', 'run', 'missing.toml'],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, '-m', 'simharness', 'run', 'missing.toml'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and 'missing.toml does not exist' in bad.stderr

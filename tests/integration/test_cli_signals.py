@@ -51,15 +51,19 @@ def _signal_at_round(signum: int, at: int = 1):
             os.kill(os.getpid(), signum)
             time.sleep(5)  # the handler raises here, long before this ends
         return real(fedavg, state, data)
+
     return next_
 
 
 # ------------------------------------------------------------ SIGTERM, SIGHUP
 
+
 @pytest.mark.parametrize('signum,code', [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
-def test_signal_stops_like_ctrl_c_and_restores_handlers(tmp_path, capsys, monkeypatch,
-                                                        signum, code):
+def test_signal_stops_like_ctrl_c_and_restores_handlers(
+    tmp_path, capsys, monkeypatch, signum, code
+):
     from simharness.cli import main
+
     monkeypatch.setattr(seam, 'run_round', _signal_at_round(signum, at=1))
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     cfg = _write_config(tmp_path, {**TINY, 'training': {**TINY['training'], 'rounds': 5}})
@@ -77,14 +81,21 @@ def test_signal_stops_like_ctrl_c_and_restores_handlers(tmp_path, capsys, monkey
 
 def test_signal_handlers_are_installed_only_while_main_runs(tmp_path):
     # Importing the library (the CLI module included) changes no signal handler.
-    code = ('import signal; d = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)};'
-            'import simharness, simharness.cli, simharness.experiments.runner;'
-            'assert {s: signal.getsignal(s) for s in d} == d, d')
-    subprocess.run([sys.executable, '-c', code], check=True, timeout=100,
-                   env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'})
+    code = (
+        'import signal; d = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)};'
+        'import simharness, simharness.cli, simharness.experiments.runner;'
+        'assert {s: signal.getsignal(s) for s in d} == d, d'
+    )
+    subprocess.run(
+        [sys.executable, '-c', code],
+        check=True,
+        timeout=100,
+        env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'},
+    )
 
 
 # ---------------------------------------------------------- a full results disk
+
 
 def _fail_writes(monkeypatch, err: int, names, where: str = 'fsync'):
     """Makes writes of files named in `names` fail with `err` at `where` ('fsync' of an
@@ -93,8 +104,7 @@ def _fail_writes(monkeypatch, err: int, names, where: str = 'fsync'):
     failed = []
 
     def matches(path: str) -> bool:
-        return any(f'.{n}.' in os.path.basename(path) or os.path.basename(path) == n
-                   for n in names)
+        return any(f'.{n}.' in os.path.basename(path) or os.path.basename(path) == n for n in names)
 
     def fsync(fd):
         if where == 'fsync' and matches(os.readlink(f'/proc/self/fd/{fd}')):
@@ -113,11 +123,14 @@ def _fail_writes(monkeypatch, err: int, names, where: str = 'fsync'):
     return failed
 
 
-@pytest.mark.parametrize('err,where', [(errno.ENOSPC, 'fsync'), (errno.EROFS, 'open'),
-                                       (errno.EACCES, 'open')])
+@pytest.mark.parametrize(
+    'err,where', [(errno.ENOSPC, 'fsync'), (errno.EROFS, 'open'), (errno.EACCES, 'open')]
+)
 def test_unwritable_metrics_fail_with_one_line_and_a_failed_summary(
-        tmp_path, capsys, monkeypatch, err, where):
+    tmp_path, capsys, monkeypatch, err, where
+):
     from simharness.cli import main
+
     monkeypatch.delenv('SIMHARNESS_TRACEBACK', raising=False)
     failed = _fail_writes(monkeypatch, err, ['metrics.jsonl'], where)
     cfg = _write_config(tmp_path, TINY)
@@ -125,8 +138,9 @@ def test_unwritable_metrics_fail_with_one_line_and_a_failed_summary(
     assert failed
     run_dir = tmp_path / 'r' / 'tiny' / 'default'
     err_lines = capsys.readouterr().err.strip().splitlines()
-    assert err_lines == [f'error: {run_dir / "metrics.jsonl"}: {os.strerror(err)} '
-                         f'({errno.errorcode[err]})']
+    assert err_lines == [
+        f'error: {run_dir / "metrics.jsonl"}: {os.strerror(err)} ({errno.errorcode[err]})'
+    ]
     s = read_json(run_dir / 'summary.json')
     assert s['status'] == 'failed' and os.strerror(err) in s['error']
     assert str(run_dir / 'metrics.jsonl') in s['error']
@@ -138,8 +152,10 @@ def test_unwritable_metrics_fail_with_one_line_and_a_failed_summary(
 
 
 def test_when_even_the_summary_cannot_be_written_no_stale_running_summary_is_left(
-        tmp_path, capsys, monkeypatch):
+    tmp_path, capsys, monkeypatch
+):
     from simharness.cli import main
+
     monkeypatch.delenv('SIMHARNESS_TRACEBACK', raising=False)
     cfg = _write_config(tmp_path, TINY)
     real_next = seam.run_round
@@ -147,6 +163,7 @@ def test_when_even_the_summary_cannot_be_written_no_stale_running_summary_is_lef
     def next_then_disk_full(fedavg, state, data):  # the first summary ('running') is written
         _fail_writes(monkeypatch, errno.ENOSPC, ['metrics.jsonl', 'summary.json'])
         return real_next(fedavg, state, data)
+
     monkeypatch.setattr(seam, 'run_round', next_then_disk_full)
     assert main(['run', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress']) == 1
     run_dir = tmp_path / 'r' / 'tiny' / 'default'
@@ -161,6 +178,7 @@ def test_when_even_the_summary_cannot_be_written_no_stale_running_summary_is_lef
 @pytest.mark.parametrize('how', ['--verbose', 'env'])
 def test_verbose_or_env_adds_the_traceback(tmp_path, capsys, monkeypatch, how):
     from simharness.cli import main
+
     args = []
     if how == 'env':
         monkeypatch.setenv('SIMHARNESS_TRACEBACK', '1')
@@ -169,8 +187,7 @@ def test_verbose_or_env_adds_the_traceback(tmp_path, capsys, monkeypatch, how):
         args = ['--verbose']
     _fail_writes(monkeypatch, errno.ENOSPC, ['summary.json'])
     cfg = _write_config(tmp_path, TINY)
-    assert main(['run', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress',
-                 *args]) == 1
+    assert main(['run', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress', *args]) == 1
     err = capsys.readouterr().err
     assert 'Traceback' in err and err.rstrip().splitlines()[-1].startswith('error: ')
     if how == '--verbose':  # INFO logs too
@@ -189,18 +206,31 @@ def test_atomic_write_failure_keeps_the_old_file_and_names_the_target(tmp_path, 
 
 # ------------------------------------------------ the process stack, for real
 
-PROCESS = {**TINY, 'training': {**TINY['training'], 'rounds': 10_000},
-           'stack': {'kind': 'process', 'num_workers': 2}}
+PROCESS = {
+    **TINY,
+    'training': {**TINY['training'], 'rounds': 10_000},
+    'stack': {'kind': 'process', 'num_workers': 2},
+}
 
 
 def _start_cli(tmp_path: Path):
     cfg = _write_config(tmp_path, PROCESS)
     log = open(tmp_path / 'cli.log', 'wb')  # pylint: disable=consider-using-with
     proc = subprocess.Popen(
-        [sys.executable, '-m', 'simharness.cli', 'run', str(cfg), '--results',
-         str(tmp_path / 'r'), '--no-progress'],
-        stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, 'CI': '1', 'TF_CPP_MIN_LOG_LEVEL': '2'})
+        [
+            sys.executable,
+            '-m',
+            'simharness.cli',
+            'run',
+            str(cfg),
+            '--results',
+            str(tmp_path / 'r'),
+            '--no-progress',
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, 'CI': '1', 'TF_CPP_MIN_LOG_LEVEL': '2'},
+    )
     log.close()
     run_dir = tmp_path / 'r' / 'tiny' / 'default'
     deadline = time.monotonic() + 90
@@ -225,8 +255,7 @@ def _gone(p: psutil.Process) -> bool:
 
 
 def _segments_of(pids):
-    return [n for n in list_leaked_segments() for pid in pids
-            if n.startswith(f'simharness_{pid}_')]
+    return [n for n in list_leaked_segments() for pid in pids if n.startswith(f'simharness_{pid}_')]
 
 
 def _wait_until(condition, seconds: float) -> bool:
@@ -250,8 +279,9 @@ def test_sigterm_on_the_process_stack_exits_143_and_leaves_nothing(tmp_path):
     assert 'interrupted (SIGTERM)' in output and 'Traceback' not in output
     s = read_json(run_dir / 'summary.json')
     assert s['status'] == 'interrupted' and s['rounds_completed'] >= 1
-    assert _wait_until(lambda: all(_gone(c) for c in children), 10), \
-        [c for c in children if not _gone(c)]
+    assert _wait_until(lambda: all(_gone(c) for c in children), 10), [
+        c for c in children if not _gone(c)
+    ]
     assert not _segments_of(pids)
     assert not temp_files(tmp_path / 'r')
     assert not (run_dir / 'run.lock').exists()  # released (and removed) on the way out
@@ -273,7 +303,8 @@ def test_segments_of_a_sigkilled_cli_are_reaped(tmp_path):
     # The driver had no chance to clean up; its workers see it die (their lifeline),
     # unlink its segments and their own, and leave. Whatever a worker could not reach
     # is reaped by the next pool (`reap_orphaned_segments`).
-    assert _wait_until(lambda: all(_gone(c) for c in children), 20), \
-        [c for c in children if not _gone(c)]
+    assert _wait_until(lambda: all(_gone(c) for c in children), 20), [
+        c for c in children if not _gone(c)
+    ]
     reap_orphaned_segments()
     assert not _segments_of([proc.pid] + [c.pid for c in children])

@@ -42,7 +42,7 @@ from process.conftest import no_leaks  # noqa: F401  (autouse: no worker or segm
 DRIVER_PINNED = determinism.pin_tensorflow_threads()
 
 NUM_CLIENTS = 20
-SEEDS = (np.arange(NUM_CLIENTS, dtype=np.int32) * 7919 + 11)
+SEEDS = np.arange(NUM_CLIENTS, dtype=np.int32) * 7919 + 11
 KERNEL = np.random.default_rng(1).standard_normal((3, 3, 4, 8)).astype(np.float32)
 TABLE = np.random.default_rng(2).standard_normal((1000, 32)).astype(np.float32)
 GAMMA = np.random.default_rng(3).uniform(0.5, 1.5, 16).astype(np.float32)
@@ -90,8 +90,9 @@ def batch_norm_fn(gamma, seed):
 
 @sh.tf_computation(tf.TensorSpec(TABLE.shape, tf.float32), tf.int32)
 def embedding_fn(table, seed):
-    ids = tf.random.stateless_uniform([4000], seed=tf.stack([seed, 3]), minval=0, maxval=1000,
-                                      dtype=tf.int32)
+    ids = tf.random.stateless_uniform(
+        [4000], seed=tf.stack([seed, 3]), minval=0, maxval=1000, dtype=tf.int32
+    )
     w = _normal(seed, [4000, 32], 4)
     with tf.GradientTape() as tape:
         tape.watch(table)
@@ -108,8 +109,14 @@ def reduction_fn(seed):
     x = _normal(seed, [1 << 20], 5)
     m = tf.reshape(x, [1024, 1024])
     a = tf.reshape(x[:80000], [4, 20000])
-    return [tf.reduce_sum(x), tf.reduce_mean(x), tf.reduce_sum(m, 0), tf.reduce_mean(m, 1),
-            tf.reduce_sum(tf.abs(m)), tf.matmul(a, a, transpose_b=True)]
+    return [
+        tf.reduce_sum(x),
+        tf.reduce_mean(x),
+        tf.reduce_sum(m, 0),
+        tf.reduce_mean(m, 1),
+        tf.reduce_sum(tf.abs(m)),
+        tf.matmul(a, a, transpose_b=True),
+    ]
 
 
 def _with_server(fn, server_type):
@@ -117,6 +124,7 @@ def _with_server(fn, server_type):
     def comp(value, seeds):
         out = sh.federated_map(fn, sh.federated_zip([sh.federated_broadcast(value), seeds]))
         return sh.federated_mean(out), out
+
     return comp
 
 
@@ -125,6 +133,7 @@ def _clients_only(fn):
     def comp(seeds):
         out = sh.federated_map(fn, seeds)
         return sh.federated_mean(out), out
+
     return comp
 
 
@@ -141,9 +150,13 @@ def _cnn_fedavg():
     spec = M.get_model('cnn', (12, 12, 1), 4)
     fedavg = FedAvg(spec, FedAvgConfig(batch_size=10), 20)
     rng = np.random.default_rng(0)
-    arrays = [{'x': rng.standard_normal((int(n), 12, 12, 1)).astype(np.float32),
-               'y': rng.integers(0, 4, int(n)).astype(np.int32)}
-              for n in rng.integers(5, 21, 14)]
+    arrays = [
+        {
+            'x': rng.standard_normal((int(n), 12, 12, 1)).astype(np.float32),
+            'y': rng.integers(0, 4, int(n)).astype(np.int32),
+        }
+        for n in rng.integers(5, 21, 14)
+    ]
     return fedavg, fedavg.pad(arrays), fedavg.initialize(seed=1)
 
 
@@ -184,6 +197,7 @@ def assert_bit_identical(got, want, layout):
 
 def test_every_eager_executor_pins_the_thread_count(monkeypatch):
     from simharness.executors.leaf import eager_tf
+
     calls = []
     monkeypatch.setattr(determinism, 'pin_tensorflow_threads', lambda: calls.append(1) or True)
     eager_tf.EagerTFExecutor()
@@ -212,14 +226,21 @@ def test_results_are_not_trivial(reference):
     assert not np.array_equal(conv[3], conv[6]) and not np.array_equal(conv[4], conv[7])
 
 
-@pytest.mark.skipif(not DRIVER_PINNED, reason=(
-    'TF ran an op in this pytest process, with another intra-op thread count, before '
-    'simharness could pin it: driver-side stacks cannot match worker processes here '
-    '(run this module on its own)'))
+@pytest.mark.skipif(
+    not DRIVER_PINNED,
+    reason=(
+        'TF ran an op in this pytest process, with another intra-op thread count, before '
+        'simharness could pin it: driver-side stacks cannot match worker processes here '
+        '(run this module on its own)'
+    ),
+)
 @pytest.mark.parametrize('layout', ['thread-1', 'thread-3', 'local'])
 def test_thread_layouts_are_bit_identical(reference, layout):
-    factory = (sh.framework.local_executor_factory() if layout == 'local' else
-               sh.framework.thread_debugging_executor_factory(clients_per_thread=int(layout[-1])))
+    factory = (
+        sh.framework.local_executor_factory()
+        if layout == 'local'
+        else sh.framework.thread_debugging_executor_factory(clients_per_thread=int(layout[-1]))
+    )
     with sh.execution_context(factory):
         got = run_all()
     assert_bit_identical(got, reference, layout)
@@ -228,11 +249,14 @@ def test_thread_layouts_are_bit_identical(reference, layout):
 @pytest.mark.process
 @pytest.mark.parametrize('num_workers,clients_per_worker', [(1, 1), (1, 7), (2, 7)])
 def test_process_layouts_are_bit_identical(reference, num_workers, clients_per_worker):
-    with sh.framework.process_executor_factory(num_workers=num_workers,
-                                               clients_per_worker=clients_per_worker) as factory:
+    with sh.framework.process_executor_factory(
+        num_workers=num_workers, clients_per_worker=clients_per_worker
+    ) as factory:
         with sh.execution_context(factory):
             got = run_all()
-    assert_bit_identical(got, reference, f'process-{num_workers} clients_per_worker={clients_per_worker}')
+    assert_bit_identical(
+        got, reference, f'process-{num_workers} clients_per_worker={clients_per_worker}'
+    )
 
 
 def test_a_program_that_runs_tf_before_its_first_computation_is_pinned_and_quiet():
@@ -249,11 +273,13 @@ def test_a_program_that_runs_tf_before_its_first_computation_is_pinned_and_quiet
         '@tff.tf_computation(tf.float32)\n'
         'def f(x):\n'
         '    return x + 1.0\n'
-        'print(f(1.0))\n')
+        'print(f(1.0))\n'
+    )
     env = {k: v for k, v in os.environ.items() if k != 'TF_NUM_INTRAOP_THREADS'}
     env['TF_CPP_MIN_LOG_LEVEL'] = '3'
-    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, '-c', code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == '2.0'
     assert 'RuntimeWarning' not in out.stderr and 'intra-op' not in out.stderr

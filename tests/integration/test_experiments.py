@@ -20,15 +20,32 @@ from simharness.experiments.report import write_report
 from simharness.experiments.runner import is_finished, run_experiment, run_sweep
 from simharness.experiments.runner import rounds as seam  # the module of the run_round seam
 
-from experiment_helpers import (REPRO, TINY, make_config, math_only,
-                                read_json, read_metrics, temp_files)
+from experiment_helpers import (
+    REPRO,
+    TINY,
+    make_config,
+    math_only,
+    read_json,
+    read_metrics,
+    temp_files,
+)
 
-RUN_FILES = {'config.toml', 'environment.json', 'metrics.jsonl', 'summary.json', 'run.log',
-             'final_weights.npz', 'best_weights.npz', 'checkpoints', 'tensorboard'}
+RUN_FILES = {
+    'config.toml',
+    'environment.json',
+    'metrics.jsonl',
+    'summary.json',
+    'run.log',
+    'final_weights.npz',
+    'best_weights.npz',
+    'checkpoints',
+    'tensorboard',
+}
 PNG = b'\x89PNG\r\n\x1a\n'
 
 
 # -------------------------------------------------------------------- fixtures
+
 
 @pytest.fixture(scope='module')
 def thread_repro(tmp_path_factory):
@@ -53,8 +70,9 @@ def process_repro(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(seam, '_make_factory', spy)
-        result = run_experiment(make_config(REPRO, stack={'kind': 'process', 'num_workers': 2}),
-                                root, progress=False)
+        result = run_experiment(
+            make_config(REPRO, stack={'kind': 'process', 'num_workers': 2}), root, progress=False
+        )
     yield result, made[0]
     made[0].close()
 
@@ -69,10 +87,12 @@ def _Interrupt(exc, at):
         if len(calls) - 1 == at:
             raise exc
         return real(fedavg, state, data)
+
     return next_
 
 
 # ------------------------------------------------------------------------ runs
+
 
 def test_run_writes_all_files_with_documented_content(tmp_path):
     config = make_config(training={'rounds': 3, 'eval_every': 2})
@@ -91,8 +111,9 @@ def test_run_writes_all_files_with_documented_content(tmp_path):
     assert env['python']['version'].count('.') == 2
     assert env['cpu_count_logical'] >= 1 and 1 <= env['cpu_count_usable'] <= os.cpu_count()
     assert isinstance(env['gpus'], list)
-    assert env['git'] is None or (len(env['git']['commit']) == 40
-                                  and env['git']['dirty'] in (True, False, None))
+    assert env['git'] is None or (
+        len(env['git']['commit']) == 40 and env['git']['dirty'] in (True, False, None)
+    )
 
     rows = read_metrics(run_dir)
     assert [r['round'] for r in rows] == [0, 1, 2]
@@ -100,7 +121,8 @@ def test_run_writes_all_files_with_documented_content(tmp_path):
         assert r['num_examples'] == 40.0  # 4 clients x 10 samples
         assert 0 <= r['accuracy'] <= 1 and r['loss'] > 0
         assert r['round_seconds'] > 0 and r['clients_per_second'] == pytest.approx(
-            4 / r['round_seconds'])
+            4 / r['round_seconds']
+        )
         assert r['bytes_moved'] == 0 and r['worker_rss_bytes'] == []
         assert r['driver_rss_bytes'] > 0 and len(r['weights_sha256']) == 64
     # eval_every = 2: after round 1, and after the last round.
@@ -117,7 +139,8 @@ def test_run_writes_all_files_with_documented_content(tmp_path):
     assert s['final_weights_sha256'] == rows[-1]['weights_sha256']
     assert s['first_round_seconds'] == rows[0]['round_seconds']
     assert s['median_round_seconds'] == pytest.approx(
-        float(np.median([r['round_seconds'] for r in rows[1:]])))
+        float(np.median([r['round_seconds'] for r in rows[1:]]))
+    )
     assert s['clients_per_second'] == pytest.approx(4 / s['median_round_seconds'])
     assert s['total_seconds'] >= s['setup_seconds'] > 0
     assert s['eval_on'] == 'all clients' and s['initial_eval_loss'] > 0
@@ -125,53 +148,76 @@ def test_run_writes_all_files_with_documented_content(tmp_path):
 
 
 def test_eval_only_after_last_round_with_eval_every_0(tmp_path):
-    result = run_experiment(make_config(training={'rounds': 3, 'eval_every': 0}), tmp_path,
-                            progress=False)
+    result = run_experiment(
+        make_config(training={'rounds': 3, 'eval_every': 0}), tmp_path, progress=False
+    )
     rows = read_metrics(result.run_dir)
     assert [r['eval_accuracy'] is not None for r in rows] == [False, False, True]
 
 
 def test_digits_runs_evaluate_on_the_test_set(tmp_path):
     digits = {'dataset': 'digits', 'num_clients': 5, 'partition': 'iid', 'test_fraction': 0.1}
-    result = run_experiment(make_config(data=digits, model={'name': 'logreg'},
-                                        training={'clients_per_round': 3}),
-                            tmp_path, progress=False)
+    result = run_experiment(
+        make_config(data=digits, model={'name': 'logreg'}, training={'clients_per_round': 3}),
+        tmp_path,
+        progress=False,
+    )
     assert result.summary['eval_on'] == 'test set'
     assert result.summary['final_accuracy'] > 0.1
-    cnn = make_config(name='cnn', data=digits, training={'rounds': 1, 'clients_per_round': 2},
-                      model={'name': 'cnn', 'conv_filters': [2, 2]})
+    cnn = make_config(
+        name='cnn',
+        data=digits,
+        training={'rounds': 1, 'clients_per_round': 2},
+        model={'name': 'cnn', 'conv_filters': [2, 2]},
+    )
     assert run_experiment(cnn, tmp_path, progress=False).status == 'complete'
 
 
 def test_files_dataset(tmp_path):
     from simharness.data import synthetic_alpha_beta, save_npz_dir
+
     data = synthetic_alpha_beta(num_clients=5, samples_per_client=10, dim=4, num_classes=3)
     save_npz_dir(data, tmp_path / 'clients')
-    config = make_config(name='files', data={'dataset': 'files', 'path': str(tmp_path / 'clients')},
-                         training={'clients_per_round': 3})
+    config = make_config(
+        name='files',
+        data={'dataset': 'files', 'path': str(tmp_path / 'clients')},
+        training={'clients_per_round': 3},
+    )
     result = run_experiment(config, tmp_path / 'results', progress=False)
     assert result.status == 'complete'
     # num_classes is found from the labels; clients_per_round is checked against the files.
     with pytest.raises(ConfigError) as info:
-        run_experiment(make_config(name='files', data={'dataset': 'files',
-                                                       'path': str(tmp_path / 'clients')},
-                                   training={'clients_per_round': 6}),
-                       tmp_path / 'results', progress=False)
+        run_experiment(
+            make_config(
+                name='files',
+                data={'dataset': 'files', 'path': str(tmp_path / 'clients')},
+                training={'clients_per_round': 6},
+            ),
+            tmp_path / 'results',
+            progress=False,
+        )
     assert info.value.key == 'training.clients_per_round'
     with pytest.raises(ConfigError) as info:
-        run_experiment(make_config(name='files', data={'dataset': 'files',
-                                                       'path': str(tmp_path / 'missing')}),
-                       tmp_path / 'results', progress=False)
+        run_experiment(
+            make_config(name='files', data={'dataset': 'files', 'path': str(tmp_path / 'missing')}),
+            tmp_path / 'results',
+            progress=False,
+        )
     assert info.value.key == 'data' and 'missing' in str(info.value)
 
 
 def test_cohort_rules():
     ids = [str(i) for i in range(10)]
-    ref = make_config(data={'num_clients': 10}, training={'clients_per_round': 4,
-                                                          'cohort': 'reference'})
+    ref = make_config(
+        data={'num_clients': 10}, training={'clients_per_round': 4, 'cohort': 'reference'}
+    )
     assert [runner._cohort(ref, ids, r) for r in range(3)] == [
-        ['0', '1', '2', '3'], ['4', '5', '6', '7'], ['8', '9', '0', '1']]
+        ['0', '1', '2', '3'],
+        ['4', '5', '6', '7'],
+        ['8', '9', '0', '1'],
+    ]
     from simharness.data import sample_clients
+
     rnd = make_config(data={'num_clients': 10}, training={'clients_per_round': 4, 'seed': 5})
     assert runner._cohort(rnd, ids, 2) == sample_clients(ids, 4, 2, 5)
 
@@ -193,14 +239,14 @@ def test_running_again_starts_from_scratch_and_keeps_foreign_files(tmp_path):
 
 # ------------------------------------------------------------------ interrupts
 
+
 def test_keyboard_interrupt_closes_the_stack_and_marks_the_run(tmp_path, monkeypatch):
     made = []
     real = seam._make_factory
     monkeypatch.setattr(seam, '_make_factory', lambda c: made.append(real(c)) or made[-1])
     closed = []
     real_close = seam._close_factory
-    monkeypatch.setattr(seam, '_close_factory',
-                        lambda f: (closed.append(f), real_close(f)))
+    monkeypatch.setattr(seam, '_close_factory', lambda f: (closed.append(f), real_close(f)))
     monkeypatch.setattr(seam, 'run_round', _Interrupt(KeyboardInterrupt(), at=1))
     with pytest.raises(KeyboardInterrupt):
         run_experiment(make_config(training={'rounds': 4}), tmp_path, progress=False)
@@ -216,7 +262,8 @@ def test_keyboard_interrupt_closes_the_stack_and_marks_the_run(tmp_path, monkeyp
 
 
 def test_an_interrupt_hidden_by_a_failing_clean_up_still_marks_the_run_interrupted(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     # A signal's exception can land inside a library's clean-up code (TF's device scope
     # exit), which fails in turn: the error seen last carries the interrupt as its context.
     real = seam.run_round
@@ -270,6 +317,7 @@ def test_other_errors_mark_the_run_failed(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------- sweeps
 
+
 def test_resume_skips_finished_runs_and_reruns_the_others(tmp_path, monkeypatch):
     config = make_config(sweep={'grid': {'training.seed': [0, 1]}})
     calls = []
@@ -306,13 +354,21 @@ def test_resume_skips_finished_runs_and_reruns_the_others(tmp_path, monkeypatch)
 
 # --------------------------------------------------------------------- reports
 
+
 def test_report_writes_pngs_and_table(tmp_path):
     config = make_config(sweep={'grid': {'training.clients_per_round': [2, 4]}})
     runs = run_sweep(config, tmp_path, progress=False)
     paths = write_report(tmp_path / 'tiny')
     names = [p.name for p in paths]
-    assert names == ['report.md', 'accuracy.png', 'loss.png', 'round_time.png',
-                     'clients_per_second.png', 'runs.csv', 'rounds.csv']
+    assert names == [
+        'report.md',
+        'accuracy.png',
+        'loss.png',
+        'round_time.png',
+        'clients_per_second.png',
+        'runs.csv',
+        'rounds.csv',
+    ]
     for p in paths[1:-2]:
         assert p.read_bytes().startswith(PNG) and p.stat().st_size > 1000
     md = paths[0].read_text(encoding='utf-8')
@@ -325,8 +381,13 @@ def test_report_writes_pngs_and_table(tmp_path):
 
     # A run directory alone: no scaling plots. A root of several experiments: all runs.
     single = write_report(runs[0].run_dir)
-    assert [p.name for p in single] == ['report.md', 'accuracy.png', 'loss.png', 'runs.csv',
-                                        'rounds.csv']
+    assert [p.name for p in single] == [
+        'report.md',
+        'accuracy.png',
+        'loss.png',
+        'runs.csv',
+        'rounds.csv',
+    ]
     run_experiment(make_config(name='other'), tmp_path, progress=False)
     md = write_report(tmp_path)[0].read_text(encoding='utf-8')
     assert 'other/default' in md and 'tiny/clients_per_round=2' in md
@@ -334,6 +395,7 @@ def test_report_writes_pngs_and_table(tmp_path):
 
 def test_evaluation_curves_start_at_the_initial_model(tmp_path):
     from simharness.experiments import report as R
+
     config = make_config(sweep={'grid': {'training.clients_per_round': [2, 4]}})
     run_sweep(config, tmp_path, progress=False)
     runs = R.load_runs(tmp_path)
@@ -363,8 +425,10 @@ def test_report_without_runs_is_an_error(tmp_path):
 
 # ------------------------------------------------------------------------- CLI
 
+
 def _write_config(tmp_path: Path, raw: dict, name: str = 'exp.toml') -> Path:
     from simharness.experiments.config import dumps_toml
+
     path = tmp_path / name
     path.write_text(dumps_toml(raw), encoding='utf-8')
     return path
@@ -372,9 +436,21 @@ def _write_config(tmp_path: Path, raw: dict, name: str = 'exp.toml') -> Path:
 
 def test_cli_run_prints_where_results_are(tmp_path, capsys):
     from simharness.cli import main
+
     cfg = _write_config(tmp_path, TINY)
-    code = main(['run', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress',
-                 '--set', 'training.rounds=3', '--set', 'training.seed=1'])
+    code = main(
+        [
+            'run',
+            str(cfg),
+            '--results',
+            str(tmp_path / 'r'),
+            '--no-progress',
+            '--set',
+            'training.rounds=3',
+            '--set',
+            'training.seed=1',
+        ]
+    )
     out = capsys.readouterr().out
     run_dir = tmp_path / 'r' / 'tiny' / 'rounds=3,seed=1'
     assert code == 0
@@ -386,6 +462,7 @@ def test_cli_run_prints_where_results_are(tmp_path, capsys):
 
 def test_cli_sweep_resumes_and_reports(tmp_path, capsys):
     from simharness.cli import main
+
     cfg = _write_config(tmp_path, {**TINY, 'sweep': {'grid': {'training.seed': [0, 1]}}})
     args = ['sweep', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress']
     assert main(args) == 0
@@ -398,26 +475,44 @@ def test_cli_sweep_resumes_and_reports(tmp_path, capsys):
     assert 'report.md' in capsys.readouterr().out
 
 
-@pytest.mark.parametrize('args_for,fragment', [
-    (lambda cfg, sweep_cfg, d: ['run', str(d / 'missing.toml')], 'does not exist'),
-    (lambda cfg, sweep_cfg, d: ['run', str(cfg), '--set', 'training.round=3'], 'valid keys'),
-    (lambda cfg, sweep_cfg, d: ['run', str(cfg), '--set', 'training.rounds=0'],
-     'training.rounds'),
-    (lambda cfg, sweep_cfg, d: ['run', str(sweep_cfg)], 'simharness sweep'),
-    (lambda cfg, sweep_cfg, d: ['sweep', str(cfg), '--set',
-                                'sweep.grid={"training.clients_per_round"=[4, 99]}'],
-     'clients_per_round=99'),
-    (lambda cfg, sweep_cfg, d: ['report', str(d / 'empty')], 'no runs'),
-])
+@pytest.mark.parametrize(
+    'args_for,fragment',
+    [
+        (lambda cfg, sweep_cfg, d: ['run', str(d / 'missing.toml')], 'does not exist'),
+        (lambda cfg, sweep_cfg, d: ['run', str(cfg), '--set', 'training.round=3'], 'valid keys'),
+        (
+            lambda cfg, sweep_cfg, d: ['run', str(cfg), '--set', 'training.rounds=0'],
+            'training.rounds',
+        ),
+        (lambda cfg, sweep_cfg, d: ['run', str(sweep_cfg)], 'simharness sweep'),
+        (
+            lambda cfg, sweep_cfg, d: [
+                'sweep',
+                str(cfg),
+                '--set',
+                'sweep.grid={"training.clients_per_round"=[4, 99]}',
+            ],
+            'clients_per_round=99',
+        ),
+        (lambda cfg, sweep_cfg, d: ['report', str(d / 'empty')], 'no runs'),
+    ],
+)
 def test_cli_errors_exit_2_without_traceback(tmp_path, capsys, args_for, fragment):
     from simharness.cli import main
+
     cfg = _write_config(tmp_path, TINY)
-    sweep_cfg = _write_config(tmp_path, {**TINY, 'sweep': {'grid': {'training.seed': [0, 1]}}},
-                              'sweep.toml')
+    sweep_cfg = _write_config(
+        tmp_path, {**TINY, 'sweep': {'grid': {'training.seed': [0, 1]}}}, 'sweep.toml'
+    )
     (tmp_path / 'empty').mkdir()
-    code = main(args_for(cfg, sweep_cfg, tmp_path) + (
-        ['--results', str(tmp_path / 'r'), '--no-progress'] if args_for(
-            cfg, sweep_cfg, tmp_path)[0] != 'report' else []))
+    code = main(
+        args_for(cfg, sweep_cfg, tmp_path)
+        + (
+            ['--results', str(tmp_path / 'r'), '--no-progress']
+            if args_for(cfg, sweep_cfg, tmp_path)[0] != 'report'
+            else []
+        )
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith('error: ') and fragment in err and 'Traceback' not in err
@@ -425,6 +520,7 @@ def test_cli_errors_exit_2_without_traceback(tmp_path, capsys, args_for, fragmen
 
 def test_cli_bad_toml_exits_2(tmp_path, capsys):
     from simharness.cli import main
+
     bad = tmp_path / 'bad.toml'
     bad.write_text('[data]\ndataset = \n')
     assert main(['run', str(bad)]) == 2
@@ -433,18 +529,22 @@ def test_cli_bad_toml_exits_2(tmp_path, capsys):
 
 def test_cli_interrupt_exits_130(tmp_path, capsys, monkeypatch):
     from simharness.cli import main
+
     monkeypatch.setattr(seam, 'run_round', _Interrupt(KeyboardInterrupt(), at=0))
     cfg = _write_config(tmp_path, TINY)
     assert main(['run', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress']) == 130
     assert 'interrupted' in capsys.readouterr().err
-    assert read_json(tmp_path / 'r' / 'tiny' / 'default' / 'summary.json')['status'] == \
-        'interrupted'
+    assert (
+        read_json(tmp_path / 'r' / 'tiny' / 'default' / 'summary.json')['status'] == 'interrupted'
+    )
 
 
-@pytest.mark.parametrize('argv', [['--help'], ['run', '--help'], ['sweep', '--help'],
-                                  ['report', '--help']])
+@pytest.mark.parametrize(
+    'argv', [['--help'], ['run', '--help'], ['sweep', '--help'], ['report', '--help']]
+)
 def test_cli_help(argv, capsys):
     from simharness.cli import main
+
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 0
@@ -457,6 +557,7 @@ def test_cli_help(argv, capsys):
 def test_cli_usage_line_names_every_subcommand(capsys):
     """The usage line and a missing command's error list each subcommand (bench too)."""
     from simharness.cli import _parser, main
+
     names = list(_parser()._subparsers._group_actions[0].choices)  # pylint: disable=protected-access
     assert {'run', 'sweep', 'report', 'serve', 'bench'} <= set(names)
     with pytest.raises(SystemExit):
@@ -470,6 +571,7 @@ def test_cli_usage_line_names_every_subcommand(capsys):
 
 def test_cli_usage_errors_exit_2(capsys):
     from simharness.cli import main
+
     for argv in ([], ['frobnicate'], ['run']):
         with pytest.raises(SystemExit) as info:
             main(argv)
@@ -479,9 +581,11 @@ def test_cli_usage_errors_exit_2(capsys):
 
 # ------------------------------------------------------------- reproducibility
 
+
 def test_same_config_same_metrics_on_the_thread_stack(tmp_path, thread_repro):
-    again = run_experiment(make_config(REPRO, stack={'clients_per_thread': 7}), tmp_path,
-                           progress=False)
+    again = run_experiment(
+        make_config(REPRO, stack={'clients_per_thread': 7}), tmp_path, progress=False
+    )
     assert math_only(read_metrics(again.run_dir)) == math_only(read_metrics(thread_repro.run_dir))
 
 
@@ -509,5 +613,6 @@ def test_process_stack_gives_the_same_weights_and_evaluation(thread_repro, proce
 
 
 def test_process_stack_gives_bit_identical_metrics(thread_repro, process_repro):
-    assert math_only(read_metrics(process_repro[0].run_dir)) == \
-        math_only(read_metrics(thread_repro.run_dir))
+    assert math_only(read_metrics(process_repro[0].run_dir)) == math_only(
+        read_metrics(thread_repro.run_dir)
+    )

@@ -18,8 +18,11 @@ def runs(tmp_path_factory):
     """REPRO on the thread stack and on the process stack with 1 worker."""
     root = tmp_path_factory.mktemp('one-worker')
     thread = run_experiment(make_config(REPRO), root / 'thread', progress=False)
-    process = run_experiment(make_config(REPRO, stack={'kind': 'process', 'num_workers': 1}),
-                             root / 'process', progress=False)
+    process = run_experiment(
+        make_config(REPRO, stack={'kind': 'process', 'num_workers': 1}),
+        root / 'process',
+        progress=False,
+    )
     return thread, process
 
 

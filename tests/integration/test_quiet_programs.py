@@ -28,12 +28,16 @@ import pytest
 from simharness.tfquiet import NOISE
 
 #: The variables a user's shell would not set (the suite's own settings must not hide noise).
-_UNSET = ('TF_CPP_MIN_LOG_LEVEL', 'SIMHARNESS_LOG_LEVEL', 'TF_NUM_INTRAOP_THREADS',
-          'PYTHONWARNINGS')
+_UNSET = (
+    'TF_CPP_MIN_LOG_LEVEL',
+    'SIMHARNESS_LOG_LEVEL',
+    'TF_NUM_INTRAOP_THREADS',
+    'PYTHONWARNINGS',
+)
 
 #: A TFF program with its import renamed: a dataset per client, a sequence reduce per
 #: client, a federated mean, called twice.
-TFF_STYLE = '''
+TFF_STYLE = """
 import simharness as tff
 import tensorflow as tf
 
@@ -48,10 +52,10 @@ def mean_total(data):
 clients = [tf.data.Dataset.range(n).map(lambda i: tf.cast(i, tf.float32)) for n in (2, 3, 4)]
 print('mean total', mean_total(clients))
 print('again', mean_total(clients))
-'''
+"""
 
 #: The same kind of program on the process stack: 2 worker processes (forkserver).
-PROCESS_STACK = '''
+PROCESS_STACK = """
 import numpy as np
 import simharness as tff
 from simharness.stacks import process_executor_factory
@@ -69,11 +73,11 @@ if __name__ == '__main__':
     with tff.execution_context(factory):
         print('mean', mean_plus_half([1.0, 2.0, 3.0, 4.0]))
         print('workers', len(factory.stats()['workers']))
-'''
+"""
 
 #: The same program on the Ray stack: the factory starts a local Ray (2 CPUs, 2 actors) and
 #: shuts it down on close. ``USER_RAY`` instead: the program starts Ray itself.
-RAY_STACK = '''
+RAY_STACK = """
 import numpy as np
 import simharness as tff
 from simharness.stacks import ray_executor_factory
@@ -92,11 +96,11 @@ if __name__ == '__main__':
     with factory, tff.execution_context(factory):
         print('mean', mean_plus_half([1.0, 2.0, 3.0, 4.0]))
         print('workers', len(factory.stats()['workers']))
-'''
+"""
 
 #: ``import tensorflow`` and one op before ``import simharness`` (TF started with its own
 #: thread count), then computations from three call sites.
-TENSORFLOW_FIRST = '''
+TENSORFLOW_FIRST = """
 import tensorflow as tf
 x = tf.constant([1.0, 2.0]) * 2.0
 import simharness as tff
@@ -112,7 +116,7 @@ def mean_plus_one(xs):
 print('a', mean_plus_one([1.0, 2.0]))
 print('b', add_one(1.0))
 print('c', mean_plus_one([3.0]))
-'''
+"""
 
 
 def _run(tmp_path, code: str, **env_extra: Optional[str]) -> subprocess.CompletedProcess:
@@ -124,8 +128,15 @@ def _run(tmp_path, code: str, **env_extra: Optional[str]) -> subprocess.Complete
             env.pop(key, None)
         else:
             env[key] = value
-    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 @pytest.mark.slow
@@ -153,7 +164,8 @@ def test_a_ray_stack_program_prints_only_its_output(tmp_path):
     output stays in Ray's session logs)."""
     pytest.importorskip('ray')
     code = RAY_STACK.replace('USER_RAY', 'pass').replace(
-        'RAY_INIT_ARGS', "ray_init_args={'num_cpus': 2}")
+        'RAY_INIT_ARGS', "ray_init_args={'num_cpus': 2}"
+    )
     done = _run(tmp_path, code, RAY_AUTH_MODE=None)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ['mean 3.0', 'workers 2'], done.stdout
@@ -167,8 +179,9 @@ def test_a_program_that_starts_ray_itself_hears_only_ray(tmp_path):
     (``log_to_driver`` is Ray's default), print nothing."""
     pytest.importorskip('ray')
     code = RAY_STACK.replace(
-        'USER_RAY', "import ray; ray.init(num_cpus=2, include_dashboard=False, "
-        "logging_level='ERROR')").replace('RAY_INIT_ARGS', 'start=True')
+        'USER_RAY',
+        "import ray; ray.init(num_cpus=2, include_dashboard=False, logging_level='ERROR')",
+    ).replace('RAY_INIT_ARGS', 'start=True')
     done = _run(tmp_path, code, RAY_AUTH_MODE=None)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ['mean 3.0', 'workers 2'], done.stdout

@@ -44,8 +44,7 @@ def rounds():
 def test_the_server_step_is_the_example_weighted_mean_of_the_client_deltas(rounds):
     state, alone, (new_state, metrics) = rounds
     w0 = [np.asarray(v, np.float64) for v in state['weights']]
-    deltas = [[np.asarray(v, np.float64) - b for v, b in zip(s['weights'], w0)]
-              for s, _ in alone]
+    deltas = [[np.asarray(v, np.float64) - b for v, b in zip(s['weights'], w0)] for s, _ in alone]
     n = np.asarray(SIZES, np.float64)
     for j, base in enumerate(w0):
         want = base + sum(n[k] * deltas[k][j] for k in range(len(n))) / n.sum()

@@ -35,8 +35,9 @@ def test_padding_travels_as_plain_data_and_casts_and_reshapes():
     pad = Pad(4, 'tokens', 'next', 'int32', 'int64', (3,), (3,))
     again = transform_from_spec(transform_spec(pad))
     assert again == pad
-    out = again({'tokens': np.arange(6, dtype=np.float64).reshape(2, 3),
-                 'next': np.ones((2, 3), np.int32)})
+    out = again(
+        {'tokens': np.arange(6, dtype=np.float64).reshape(2, 3), 'next': np.ones((2, 3), np.int32)}
+    )
     assert out['x'].dtype == np.int32 and out['x'].shape == (4, 3)
     assert out['y'].dtype == np.int64 and out['y'].shape == (4, 3)
     assert out['n'] == 2 and not out['x'][2:].any() and out['x'][1, 2] == 5
@@ -67,5 +68,6 @@ def test_next_and_evaluate_by_reference_give_the_bits_by_value(stack, process, f
             assert np.array_equal(a, b), part
     w = s_ref['weights']
     every = files.client_ids
-    assert process.evaluate(w, process.sourced(files, every)) == \
-        process.evaluate(w, process.pad([files.client_arrays(c) for c in every]))
+    assert process.evaluate(w, process.sourced(files, every)) == process.evaluate(
+        w, process.pad([files.client_arrays(c) for c in every])
+    )

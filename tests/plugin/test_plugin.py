@@ -29,7 +29,8 @@ def _tensorflow_stays_imported():
     import tensorflow  # noqa: F401
     import simharness.framework  # noqa: F401
 
-USER_TESTS = '''
+
+USER_TESTS = """
 import pytest
 import tensorflow as tf
 import simharness as sh
@@ -78,7 +79,7 @@ def test_round(simharness_benchmark):
 def test_user_parametrization_wins(simharness_stack):
     assert simharness_stack.name == 'thread-debug'
     assert float(total([1.0])) == 2.0
-'''
+"""
 
 
 def _benchmarks(path) -> dict:
@@ -91,9 +92,13 @@ def test_default_stack_is_thread(pytester):
     pytester.makepyfile(test_user=USER_TESTS)
     result = pytester.runpytest_inprocess('-v', '-p', 'no:cacheprovider', '--benchmark-disable')
     result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines(['*test_runs_inside_the_stack[[]thread[]] PASSED*',
-                                 '*test_round[[]thread[]] PASSED*',
-                                 '*test_user_parametrization_wins[[]thread-debug[]] PASSED*'])
+    result.stdout.fnmatch_lines(
+        [
+            '*test_runs_inside_the_stack[[]thread[]] PASSED*',
+            '*test_round[[]thread[]] PASSED*',
+            '*test_user_parametrization_wins[[]thread-debug[]] PASSED*',
+        ]
+    )
 
 
 @pytest.mark.process
@@ -101,12 +106,22 @@ def test_stacks_and_saved_json(pytester):
     pytester.makepyfile(test_user=USER_TESTS)
     store = pytester.path / 'store'
     result = pytester.runpytest_inprocess(
-        '-v', '-p', 'no:cacheprovider', '--simharness-stacks=thread,process-1',
-        '--simharness-rounds=2', '--benchmark-json=out.json', '--benchmark-save=mine',
-        f'--benchmark-storage=file://{store}')
+        '-v',
+        '-p',
+        'no:cacheprovider',
+        '--simharness-stacks=thread,process-1',
+        '--simharness-rounds=2',
+        '--benchmark-json=out.json',
+        '--benchmark-save=mine',
+        f'--benchmark-storage=file://{store}',
+    )
     result.assert_outcomes(passed=7)
-    result.stdout.fnmatch_lines(['*test_runs_inside_the_stack[[]process-1[]] PASSED*',
-                                 '*test_fixed_number_of_clients[[]process-1[]] PASSED*'])
+    result.stdout.fnmatch_lines(
+        [
+            '*test_runs_inside_the_stack[[]process-1[]] PASSED*',
+            '*test_fixed_number_of_clients[[]process-1[]] PASSED*',
+        ]
+    )
 
     benches = _benchmarks(pytester.path / 'out.json')
     assert set(benches) == {'test_round[thread]', 'test_round[process-1]'}
@@ -124,7 +139,9 @@ def test_stacks_and_saved_json(pytester):
 
     saved = glob.glob(str(store / '*' / '0001_mine.json'))
     assert len(saved) == 1, saved
-    assert _benchmarks(saved[0])['test_round[process-1]']['extra_info']['simharness_stack'] == config
+    assert (
+        _benchmarks(saved[0])['test_round[process-1]']['extra_info']['simharness_stack'] == config
+    )
 
 
 PLAIN_BENCHMARK_TESTS = """
@@ -159,7 +176,8 @@ def test_plain_benchmarks_record_peak_rss(pytester):
     assert peak['workers_peak_rss_bytes'][0] >= 64 << 20
     assert peak['method'] in ('VmHWM', 'rss-after')
     assert peak['total_peak_rss_bytes'] == peak['driver_peak_rss_bytes'] + sum(
-        peak['workers_peak_rss_bytes'])
+        peak['workers_peak_rss_bytes']
+    )
 
 
 def test_unknown_stack_is_a_usage_error(pytester):
@@ -173,10 +191,12 @@ def test_help_and_ini_option(pytester):
     result = pytester.runpytest_inprocess('--help')
     result.stdout.fnmatch_lines(['*--simharness-stacks=*', '*--simharness-rounds=*'])
     pytester.makeini('[pytest]\nsimharness_stacks = thread-debug\n')
-    pytester.makepyfile(test_one='''
+    pytester.makepyfile(
+        test_one="""
 def test_one(simharness_stack):
     assert simharness_stack.name == 'thread-debug'
-''')
+"""
+    )
     result = pytester.runpytest_inprocess('-v', '-p', 'no:cacheprovider')
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(['*test_one[[]thread-debug[]] PASSED*'])
@@ -191,19 +211,23 @@ def test_plugin_import_is_light():
     # pytest loads the plugin in every run of every project with simharness installed.
     # (The runtime's plain-data modules, the codec and the stream plan, may load: they
     # are pure Python; the worker pools, shared memory and transports may not.)
-    code = ('import sys, simharness.pytest_plugin; '
-            'print(sorted(m for m in ("tensorflow", "multiprocess", "simharness.stacks", '
-            '"simharness.runtime.local", "simharness.runtime.local.shm", "simharness.runtime.grpc", '
-            '"simharness.runtime.ray", "simharness.learning", "grpc") if m in sys.modules))')
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                         check=True)
+    code = (
+        'import sys, simharness.pytest_plugin; '
+        'print(sorted(m for m in ("tensorflow", "multiprocess", "simharness.stacks", '
+        '"simharness.runtime.local", "simharness.runtime.local.shm", "simharness.runtime.grpc", '
+        '"simharness.runtime.ray", "simharness.learning", "grpc") if m in sys.modules))'
+    )
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == '[]', out.stdout + out.stderr
 
 
 def test_parse_stacks():
     from simharness.pytest_plugin import StackSpec, parse_stacks
+
     assert parse_stacks(' thread, process-2,thread ') == [
-        StackSpec('thread', 'thread'), StackSpec('process-2', 'process', 2)]
+        StackSpec('thread', 'thread'),
+        StackSpec('process-2', 'process', 2),
+    ]
     assert parse_stacks('process') == [StackSpec('process', 'process', None)]
     for bad in ('process-0', 'thread-2', 'gpu', ',', 'process-x'):
         with pytest.raises(ValueError):
@@ -249,7 +273,7 @@ def pytest_simharness_register_stacks(registry, config):
     registry.register('pool-1x2', process_stack(1, clients_per_worker=2))
 '''
 
-REGISTERED_TESTS = '''
+REGISTERED_TESTS = """
 import tensorflow as tf
 import simharness as sh
 
@@ -278,23 +302,31 @@ def test_clients(simharness_stack):
 
 def test_round(simharness_benchmark):
     assert float(simharness_benchmark.round(total, [1.0, 2.0], rounds=2)) == 6.0
-'''
+"""
 
 
 def test_a_conftest_registers_stacks_with_resources_and_marks(pytester):
     pytester.makeconftest(REGISTERING_CONFTEST)
     pytester.makepyfile(test_reg=REGISTERED_TESTS)
     result = pytester.runpytest_inprocess(
-        '-v', '-p', 'no:cacheprovider', '--simharness-stacks=thread,logged-2',
-        '--simharness-rounds=1', '--benchmark-json=out.json')
+        '-v',
+        '-p',
+        'no:cacheprovider',
+        '--simharness-stacks=thread,logged-2',
+        '--simharness-rounds=1',
+        '--benchmark-json=out.json',
+    )
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(['*test_sum[[]thread[]] PASSED*', '*test_sum[[]logged-2[]] PASSED*'])
+    result.stdout.fnmatch_lines(
+        ['*test_sum[[]thread[]] PASSED*', '*test_sum[[]logged-2[]] PASSED*']
+    )
     # One resource for the session (3 tests, 4 factories: clients() makes one more), closed
     # at its end.
     log = (pytester.path / 'resource.log').read_text().splitlines()
     assert log == ['start', 'close after 4 factories'], log
     config = _benchmarks(pytester.path / 'out.json')['test_round[logged-2]']['extra_info'][
-        'simharness_stack']
+        'simharness_stack'
+    ]
     assert config['name'] == 'logged-2' and config['kind'] == 'thread-debug'
     assert config['factory'] == 'thread_debugging_executor_factory'
     assert config['clients_per_thread'] == 2 and 'simharness_version' in config
@@ -303,9 +335,15 @@ def test_a_conftest_registers_stacks_with_resources_and_marks(pytester):
 
     # The entry's marks select its tests; an unused resource never starts.
     (pytester.path / 'resource.log').unlink()
-    result = pytester.runpytest_inprocess('-v', '-p', 'no:cacheprovider', '-m', 'not slowish',
-                                          '--simharness-stacks=thread,logged-2',
-                                          '--benchmark-disable')
+    result = pytester.runpytest_inprocess(
+        '-v',
+        '-p',
+        'no:cacheprovider',
+        '-m',
+        'not slowish',
+        '--simharness-stacks=thread,logged-2',
+        '--benchmark-disable',
+    )
     result.assert_outcomes(passed=3, deselected=3)
     assert not (pytester.path / 'resource.log').exists()
 
@@ -323,14 +361,14 @@ def test_a_conftest_below_registers_for_its_tests(pytester):
     # tests can parametrize simharness_stack with the name.
     sub = pytester.mkpydir('sub')
     (sub / 'conftest.py').write_text(REGISTERING_CONFTEST)
-    (sub / 'test_sub.py').write_text('''
+    (sub / 'test_sub.py').write_text("""
 import pytest
 
 @pytest.mark.parametrize('simharness_stack', ['logged-2'], indirect=True)
 def test_on_logged(simharness_stack):
     assert simharness_stack.name == 'logged-2' and simharness_stack.spec is None
     assert simharness_stack.config['clients_per_thread'] == 2
-''')
+""")
     result = pytester.runpytest_inprocess('-v', '-p', 'no:cacheprovider')
     result.assert_outcomes(passed=1)
     assert (sub / 'resource.log').read_text().splitlines() == ['start', 'close after 1 factories']
@@ -339,7 +377,8 @@ def test_on_logged(simharness_stack):
 @pytest.mark.process
 def test_process_stacks_share_one_warm_pool_per_layout(pytester):
     pytester.makeconftest(REGISTERING_CONFTEST)
-    pytester.makepyfile(test_pools='''
+    pytester.makepyfile(
+        test_pools="""
 def test_one(simharness_stack, simharness_pools):
     pool = simharness_stack.factory.pool
     assert pool in simharness_pools.started
@@ -353,9 +392,16 @@ def test_two(simharness_stack, simharness_pools):
     assert simharness_stack.factory.pool in simharness_pools.started
     assert len(simharness_pools.started) == 2
     assert sorted(simharness_pools.start_seconds) == [(1, 2), (1, 256)]
-''')
-    result = pytester.runpytest_inprocess('-v', '-p', 'no:cacheprovider', '-p', 'no:randomly',
-                                          '--simharness-stacks=process-1,pool-1x2')
+"""
+    )
+    result = pytester.runpytest_inprocess(
+        '-v',
+        '-p',
+        'no:cacheprovider',
+        '-p',
+        'no:randomly',
+        '--simharness-stacks=process-1,pool-1x2',
+    )
     result.assert_outcomes(passed=4)
 
 

@@ -28,29 +28,58 @@ pytest_plugins = ['pytester']
 
 # ------------------------------------------------------------------ synthetic saved runs
 
+
 def _bench(name, times, cal=None, rss=None, fp=None, starts=None):
     times = [float(t) for t in times]
     q = np.quantile(times, [0.25, 0.5, 0.75])
-    own = {'times': times, 'calibration': {'workload': probe.CALIBRATION_WORKLOAD,
-                                           'times': list(cal if cal is not None
-                                                         else [1e-3] * len(times))},
-           'memory': {'total_peak_rss_bytes': rss} if rss else {}, 'fingerprint': fp}
+    own = {
+        'times': times,
+        'calibration': {
+            'workload': probe.CALIBRATION_WORKLOAD,
+            'times': list(cal if cal is not None else [1e-3] * len(times)),
+        },
+        'memory': {'total_peak_rss_bytes': rss} if rss else {},
+        'fingerprint': fp,
+    }
     if starts is not None:
         own['starts'] = [float(s) for s in starts]
-    return {'name': name, 'fullname': f'test_x.py::{name}', 'group': None,
-            'stats': {'median': float(q[1]), 'q1': float(q[0]), 'q3': float(q[2]),
-                      'min': min(times), 'rounds': len(times)},
-            'extra_info': {'simharness': own}}
+    return {
+        'name': name,
+        'fullname': f'test_x.py::{name}',
+        'group': None,
+        'stats': {
+            'median': float(q[1]),
+            'q1': float(q[0]),
+            'q3': float(q[2]),
+            'min': min(times),
+            'rounds': len(times),
+        },
+        'extra_info': {'simharness': own},
+    }
 
 
-def _run(benchmarks, commit='c' * 40, dirty=False, when='2026-11-23T08:00:00', ctime=None,
-         node='vm', interleave=None):
-    data = {'machine_info': {'node': node, 'machine': 'x86_64', 'system': 'Linux',
-                             'python_implementation': 'CPython', 'python_version': '3.11.7',
-                             'cpu': {'brand_raw': 'AMD EPYC', 'count': 2}},
-            'commit_info': {'id': commit, 'time': ctime or when, 'dirty': dirty,
-                            'branch': 'main'},
-            'datetime': when, 'benchmarks': benchmarks}
+def _run(
+    benchmarks,
+    commit='c' * 40,
+    dirty=False,
+    when='2026-11-23T08:00:00',
+    ctime=None,
+    node='vm',
+    interleave=None,
+):
+    data = {
+        'machine_info': {
+            'node': node,
+            'machine': 'x86_64',
+            'system': 'Linux',
+            'python_implementation': 'CPython',
+            'python_version': '3.11.7',
+            'cpu': {'brand_raw': 'AMD EPYC', 'count': 2},
+        },
+        'commit_info': {'id': commit, 'time': ctime or when, 'dirty': dirty, 'branch': 'main'},
+        'datetime': when,
+        'benchmarks': benchmarks,
+    }
     if interleave:
         data['simharness'] = {'interleave': interleave}
     return run_from_dict(data)
@@ -63,8 +92,10 @@ def _times(median, n=30, spread=0.03, seed=0):
 
 # ------------------------------------------------------------------ fingerprints
 
+
 def test_fingerprint_is_exact_and_structural():
     import simharness as sh
+
     w = [np.arange(6, dtype=np.float32).reshape(2, 3), np.float32(1.5)]
     f = probe.fingerprint
     assert f(w) == f([a.copy() for a in w])
@@ -83,6 +114,7 @@ def test_fingerprint_is_exact_and_structural():
 
 # ------------------------------------------------------------------ comparisons
 
+
 def test_one_run_per_side_without_history_is_uncertain():
     a = _run([_bench('t', _times(0.010))])
     b = _run([_bench('t', _times(0.020, seed=1))])
@@ -94,8 +126,10 @@ def test_one_run_per_side_without_history_is_uncertain():
 
 def test_repeated_runs_give_verdicts_with_stated_probability():
     def side(median, seeds):
-        return [_run([_bench('t', _times(median * (1 + 0.02 * (s % 3 - 1)), seed=s))])
-                for s in seeds]
+        return [
+            _run([_bench('t', _times(median * (1 + 0.02 * (s % 3 - 1)), seed=s))]) for s in seeds
+        ]
+
     base = side(0.010, [1, 2, 3])
     slow = C.compare_runs(base, side(0.013, [4, 5, 6]))[0]
     assert slow.verdict == 'slower' and slow.probability >= 0.95 and slow.regression
@@ -110,21 +144,26 @@ def test_repeated_runs_give_verdicts_with_stated_probability():
 
 def test_between_run_noise_from_history_decides_single_runs():
     # history: the same commit run 3 times scatters by about 30 %
-    hist = [_run([_bench('t', _times(m))], commit='h' * 40, when=f'2026-11-22T0{i}:00:00')
-            for i, m in enumerate((0.010, 0.013, 0.0077))]
+    hist = [
+        _run([_bench('t', _times(m))], commit='h' * 40, when=f'2026-11-22T0{i}:00:00')
+        for i, m in enumerate((0.010, 0.013, 0.0077))
+    ]
     sd, df = C.between_run_noise(hist, 't')
     assert df == 2 and 0.2 < sd < 0.35
     a = _run([_bench('t', _times(0.010))], commit='a' * 40)
     b = _run([_bench('t', _times(0.013, seed=2))], commit='b' * 40)
     c = C.compare_runs([a], [b], history=hist)[0]
     assert c.verdict == 'uncertain' and c.noise_df == 2  # 30 % is within that noise
-    quiet = [_run([_bench('t', _times(m))], commit='q' * 40, when=f'2026-11-22T0{i}:00:00')
-             for i, m in enumerate((0.010, 0.0101, 0.0099, 0.01005))]
+    quiet = [
+        _run([_bench('t', _times(m))], commit='q' * 40, when=f'2026-11-22T0{i}:00:00')
+        for i, m in enumerate((0.010, 0.0101, 0.0099, 0.01005))
+    ]
     c = C.compare_runs([a], [b], history=quiet)[0]
     assert c.verdict == 'slower' and c.noise_df == 3
     # runs of interleaved sessions and the runs compared are not history
-    assert C.between_run_noise([*quiet, a, b], 't', exclude=[a, b]) == \
-        C.between_run_noise(quiet, 't')
+    assert C.between_run_noise([*quiet, a, b], 't', exclude=[a, b]) == C.between_run_noise(
+        quiet, 't'
+    )
 
 
 def test_interleaved_rounds_are_paired_in_time():
@@ -153,25 +192,29 @@ def test_interleaved_rounds_are_paired_in_time():
     # widens the interval
     a = _run([_bench('t', a_times)])
     b = _run([_bench('t', 0.013 * load * np.exp(np.random.default_rng(4).normal(0, 0.02, n)))])
-    unpaired = C.compare_measurements('t', [a.benchmarks['t']], [b.benchmarks['t']],
-                                      interleaved=True)
+    unpaired = C.compare_measurements(
+        't', [a.benchmarks['t']], [b.benchmarks['t']], interleaved=True
+    )
     assert unpaired.method == 'interleaved-unpaired'
     assert unpaired.ci_high - unpaired.ci_low > 3 * (slow.ci_high - slow.ci_low)
 
 
 def test_memory_and_changed_results_are_flagged():
-    base = [_run([_bench('t', _times(0.01, seed=s), rss=500 << 20, fp='sha256:aa')])
-            for s in (1, 2, 3)]
-    faster = [_run([_bench('t', _times(0.006, seed=s), rss=700 << 20, fp='sha256:bb')])
-              for s in (4, 5, 6)]
+    base = [
+        _run([_bench('t', _times(0.01, seed=s), rss=500 << 20, fp='sha256:aa')]) for s in (1, 2, 3)
+    ]
+    faster = [
+        _run([_bench('t', _times(0.006, seed=s), rss=700 << 20, fp='sha256:bb')]) for s in (4, 5, 6)
+    ]
     c = C.compare_runs(base, faster)[0]
     assert c.verdict == 'faster' and c.results_changed
     assert c.flags == ['FASTER BUT RESULTS CHANGED', 'MORE MEMORY']
     assert C.any_regression([c])  # more memory
     table = C.format_comparisons([c])
     assert '**FASTER BUT RESULTS CHANGED**' in table and 'CHANGED |' in table
-    same = [_run([_bench('t', _times(0.01, seed=s), rss=505 << 20, fp='sha256:aa')])
-            for s in (7, 8, 9)]
+    same = [
+        _run([_bench('t', _times(0.01, seed=s), rss=505 << 20, fp='sha256:aa')]) for s in (7, 8, 9)
+    ]
     c = C.compare_runs(base, same)[0]
     assert c.flags == [] and c.results_changed is False and c.memory_change == 'same'
 
@@ -190,17 +233,29 @@ def test_bad_arguments_are_clear_errors():
 
 # ------------------------------------------------------------------ history
 
+
 def _history_runs():
     runs = []
     for i in range(6):  # a 50 % slow-down of 't' at commit 3; 'u' flat; 2 runs per commit
         for rep in range(2):
             med_t = 0.010 * (1.5 if i >= 3 else 1.0) * (1 + 0.02 * (rep - 0.5))
             med_u = 0.002 * (1 + 0.03 * (rep - 0.5))
-            runs.append(_run([_bench('t', _times(med_t, seed=10 * i + rep), rss=600 << 20,
-                                     fp='sha256:' + ('11' if i < 5 else '22') * 32),
-                              _bench('u', _times(med_u, seed=100 + 10 * i + rep))],
-                             commit=f'{i:x}' * 40, ctime=f'2026-11-23T0{i}:00:00+00:00',
-                             when=f'2026-11-23T0{i}:{rep}0:00'))
+            runs.append(
+                _run(
+                    [
+                        _bench(
+                            't',
+                            _times(med_t, seed=10 * i + rep),
+                            rss=600 << 20,
+                            fp='sha256:' + ('11' if i < 5 else '22') * 32,
+                        ),
+                        _bench('u', _times(med_u, seed=100 + 10 * i + rep)),
+                    ],
+                    commit=f'{i:x}' * 40,
+                    ctime=f'2026-11-23T0{i}:00:00+00:00',
+                    when=f'2026-11-23T0{i}:{rep}0:00',
+                )
+            )
     return runs
 
 
@@ -208,12 +263,14 @@ def test_history_finds_the_step_and_only_it(tmp_path):
     runs = _history_runs()
     # another machine and an interleaved session are not part of this history
     runs.append(_run([_bench('t', _times(0.05))], node='other', commit='9' * 40))
-    runs.append(_run([_bench('t', _times(0.05))], commit='0' * 40,
-                     interleave={'session': 'x', 'side': 'A'}))
+    runs.append(
+        _run([_bench('t', _times(0.05))], commit='0' * 40, interleave={'session': 'x', 'side': 'A'})
+    )
     h = H.build_history(runs)
     assert [p.label for p in h.points] == [f'{i:x}' * 8 for i in range(6)]
-    assert [(s.name, s.index, s.comparison.verdict) for n in h.names for s in h.steps[n]] == \
-        [('t', 3, 'slower')]
+    assert [(s.name, s.index, s.comparison.verdict) for n in h.names for s in h.steps[n]] == [
+        ('t', 3, 'slower')
+    ]
     assert h.steps['t'][0].comparison.ratio == pytest.approx(1.5, rel=0.05)
     assert h.noise['t'][1] == 6 and len(h.other_machines) == 1
     md = H.render_markdown(h, plots_dir='plots')
@@ -232,11 +289,15 @@ def test_history_compares_commits_that_took_turns_round_by_round():
         for i in range(3):
             factor = 1.3 if i == 2 else 1.0
             times = 0.01 * factor * load * np.exp(rng.normal(0, 0.02, n))
-            runs.append(_run([_bench('t', times, starts=t0 + np.arange(n) * 0.1 + i * 0.01)],
-                             commit=f'{i + 1:x}' * 40, ctime=f'2026-11-23T0{i}:00:00+00:00',
-                             when=f'2026-11-23T0{i}:{rot}0:00',
-                             interleave={'session': f'rot{rot}', 'side': str(i),
-                                         'history': True}))
+            runs.append(
+                _run(
+                    [_bench('t', times, starts=t0 + np.arange(n) * 0.1 + i * 0.01)],
+                    commit=f'{i + 1:x}' * 40,
+                    ctime=f'2026-11-23T0{i}:00:00+00:00',
+                    when=f'2026-11-23T0{i}:{rot}0:00',
+                    interleave={'session': f'rot{rot}', 'side': str(i), 'history': True},
+                )
+            )
     h = H.build_history(runs)
     assert len(h.points) == 3 and all(len(p.runs) == 2 for p in h.points)
     (step,) = h.steps['t']
@@ -247,14 +308,19 @@ def test_history_compares_commits_that_took_turns_round_by_round():
 
 def test_write_history_and_cli(tmp_path, capsys):
     from simharness.cli import main
+
     storage = tmp_path / 'runs' / 'Linux-CPython-3.11-64bit'
     storage.mkdir(parents=True)
     for i, r in enumerate(_history_runs()):
-        data = {'machine_info': r.machine_info,
-                'commit_info': {'id': r.commit, 'time': r.commit_time, 'dirty': r.dirty},
-                'datetime': r.datetime,
-                'benchmarks': [_bench(n, m.times, rss=m.memory.get('total_peak_rss_bytes'),
-                                      fp=m.fingerprint) for n, m in r.benchmarks.items()]}
+        data = {
+            'machine_info': r.machine_info,
+            'commit_info': {'id': r.commit, 'time': r.commit_time, 'dirty': r.dirty},
+            'datetime': r.datetime,
+            'benchmarks': [
+                _bench(n, m.times, rss=m.memory.get('total_peak_rss_bytes'), fp=m.fingerprint)
+                for n, m in r.benchmarks.items()
+            ],
+        }
         (storage / f'{i + 1:04d}_{r.commit[:12]}.json').write_text(json.dumps(data))
     (storage / 'notes.json').write_text('{"not": "a run"}')  # skipped
     assert len(find_runs(str(tmp_path / 'runs'))) == 12
@@ -270,8 +336,10 @@ def test_write_history_and_cli(tmp_path, capsys):
     assert main(['bench', 'compare', '2' * 8, '3' * 8, '--storage', runs_dir, '--fail']) == 1
     text = capsys.readouterr().out
     assert '| t |' in text and 'slower' in text and '1 regression(s): t' in text
-    assert main(['bench', 'compare', '0003,0004', '0005,0006', '--storage', runs_dir,
-                 '-k', '^u$']) == 0
+    assert (
+        main(['bench', 'compare', '0003,0004', '0005,0006', '--storage', runs_dir, '-k', '^u$'])
+        == 0
+    )
     text = capsys.readouterr().out
     assert '| u |' in text and '| t |' not in text
     assert main(['bench', 'compare', '0042', '0001', '--storage', runs_dir]) == 2
@@ -285,14 +353,22 @@ def test_every_benchmark_run_can_append_to_the_history(pytester, tmp_path, monke
     (one JSON file, numbered, in the folder of its platform); the history reads them per
     machine and per commit (here the commit is given as `bench run --rev` gives it)."""
     from simharness.pytest_plugin import COMMIT_INFO_ENV
-    pytester.makepyfile(test_s='def test_s(benchmark):\n'
-                               '    benchmark.pedantic(sum, args=(range(10),), rounds=3)\n')
+
+    pytester.makepyfile(
+        test_s='def test_s(benchmark):\n    benchmark.pedantic(sum, args=(range(10),), rounds=3)\n'
+    )
     storage = tmp_path / 'runs'
     for i, sha in enumerate(('a' * 40, 'a' * 40, 'b' * 40)):
-        monkeypatch.setenv(COMMIT_INFO_ENV, json.dumps(
-            {'id': sha, 'time': f'2026-11-2{i // 2}T00:00:00+00:00', 'dirty': False}))
-        result = pytester.runpytest_inprocess('-p', 'no:cacheprovider', '--benchmark-autosave',
-                                              f'--benchmark-storage=file://{storage}')
+        monkeypatch.setenv(
+            COMMIT_INFO_ENV,
+            json.dumps({'id': sha, 'time': f'2026-11-2{i // 2}T00:00:00+00:00', 'dirty': False}),
+        )
+        result = pytester.runpytest_inprocess(
+            '-p',
+            'no:cacheprovider',
+            '--benchmark-autosave',
+            f'--benchmark-storage=file://{storage}',
+        )
         result.assert_outcomes(passed=1)
     files = sorted(p.name for p in storage.glob('*/*.json'))
     assert [f[:5] for f in files] == ['0001_', '0002_', '0003_']
@@ -304,7 +380,7 @@ def test_every_benchmark_run_can_append_to_the_history(pytester, tmp_path, monke
 
 # ------------------------------------------------------------------ the plugin records
 
-PLUGIN_TEST = '''
+PLUGIN_TEST = """
 import numpy as np
 import tensorflow as tf
 import simharness as sh
@@ -329,12 +405,13 @@ def test_round(simharness_benchmark):
     assert float(result) == 12.0
     with open('calls.txt', 'w') as f:
         f.write(str(len(CALLS)))
-'''
+"""
 
 
 def _saved(pytester, *args):
-    result = pytester.runpytest_inprocess('-p', 'no:cacheprovider', '--benchmark-json=out.json',
-                                          *args)
+    result = pytester.runpytest_inprocess(
+        '-p', 'no:cacheprovider', '--benchmark-json=out.json', *args
+    )
     result.assert_outcomes(passed=1)
     data = json.loads((pytester.path / 'out.json').read_text())
     calls = int((pytester.path / 'calls.txt').read_text())
@@ -343,6 +420,7 @@ def _saved(pytester, *args):
 
 def test_round_honours_pytest_benchmark_options(pytester):
     import simharness.framework  # noqa: F401  (TF imported outside the in-process runs)
+
     pytester.makepyfile(test_user=PLUGIN_TEST)
     data, b, calls = _saved(pytester, '--benchmark-min-rounds=4', '--benchmark-max-time=0')
     own = b['extra_info']['simharness']
@@ -363,8 +441,13 @@ def test_round_honours_pytest_benchmark_options(pytester):
     _, b, calls = _saved(pytester, '--benchmark-min-rounds=2', '--benchmark-max-time=0.3')
     assert sum(b['extra_info']['simharness']['times']) >= 0.3 and b['stats']['rounds'] >= 2
     # warm-up on: the first round plus warmup-iterations more (within max-time), untimed
-    _, b, calls = _saved(pytester, '--benchmark-warmup=on', '--benchmark-warmup-iterations=3',
-                         '--simharness-rounds=2', '--benchmark-max-time=30')
+    _, b, calls = _saved(
+        pytester,
+        '--benchmark-warmup=on',
+        '--benchmark-warmup-iterations=3',
+        '--simharness-rounds=2',
+        '--benchmark-max-time=30',
+    )
     assert b['extra_info']['simharness']['warmup_rounds'] == 4 and calls == 4 + 2
     # --simharness-rounds overrides pytest-benchmark's rule
     _, b, calls = _saved(pytester, '--simharness-rounds=3', '--benchmark-max-time=5')
@@ -376,7 +459,9 @@ def test_round_honours_pytest_benchmark_options(pytester):
 
 def test_round_checks_its_arguments(pytester):
     import simharness.framework  # noqa: F401
-    pytester.makepyfile(test_bad='''
+
+    pytester.makepyfile(
+        test_bad="""
 import pytest
 
 def test_bad(simharness_benchmark):
@@ -389,7 +474,8 @@ def test_bad(simharness_benchmark):
     simharness_benchmark.round(lambda: object(), rounds=1)
     own = simharness_benchmark.extra_info['simharness']
     assert own['fingerprint'] is None and 'cannot hash' in own['fingerprint_error']
-''')
+"""
+    )
     result = pytester.runpytest_inprocess('-p', 'no:cacheprovider', '--benchmark-json=o.json')
     result.assert_outcomes(passed=1)
 
@@ -453,7 +539,7 @@ TRACKED_ROUNDS = 12
 #: add up). What is tested is the rotation and the verdicts; sessions that exit normally
 #: are run by `test_bench_run_saves_each_revision_from_its_checkout` (bench run
 #: --interleave, bench ab: the same coordinator, which checks each exit status).
-FAST_EXIT_CONFTEST = '''
+FAST_EXIT_CONFTEST = """
 import os
 import sys
 
@@ -471,7 +557,7 @@ def pytest_unconfigure(config):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_STATUS[-1] if _STATUS else 3)
-'''
+"""
 
 
 def _synthetic_times(run, slow_name, factor, seed):
@@ -507,22 +593,28 @@ def test_30_percent_slowdown_detected_and_rerun_not(tmp_path):
     verdicts, which no stack changes (three worker pools would only add start-up time).
     """
     from simharness.bench.runner import Session, run_interleaved
+
     (tmp_path / 'test_tracked.py').write_text(TRACKED)
     (tmp_path / 'conftest.py').write_text(FAST_EXIT_CONFTEST)
-    args = ['test_tracked.py', '--simharness-stacks=thread',
-            f'--simharness-rounds={TRACKED_ROUNDS}']
+    args = [
+        'test_tracked.py',
+        '--simharness-stacks=thread',
+        f'--simharness-rounds={TRACKED_ROUNDS}',
+    ]
     plain = Session(str(tmp_path), args)
     slowed = Session(str(tmp_path), args, env={'TRACKING_SLOWDOWN': '0.3'})
     labels = ['A', 'R', 'B']
-    paths = run_interleaved([plain, plain, slowed], str(tmp_path / 'ab'),
-                            timeout=280, labels=labels)
+    paths = run_interleaved(
+        [plain, plain, slowed], str(tmp_path / 'ab'), timeout=280, labels=labels
+    )
     runs = dict(zip(labels, (load_run(p) for p in paths)))
     for r in runs.values():
         assert r.interleave['turns'] == 2 * (1 + TRACKED_ROUNDS) and not r.interleave['broken']
         assert set(r.benchmarks) == {'test_tracked[thread]', 'test_untouched[thread]'}
     # one round per turn, in rotation
-    starts = sorted((s, side) for side, r in runs.items()
-                    for s in r.benchmarks['test_tracked[thread]'].starts)
+    starts = sorted(
+        (s, side) for side, r in runs.items() for s in r.benchmarks['test_tracked[thread]'].starts
+    )
     assert [side for _, side in starts] == labels * TRACKED_ROUNDS
     # the same results, whatever the speed
     prints = {r.benchmarks['test_tracked[thread]'].fingerprint for r in runs.values()}
@@ -548,61 +640,132 @@ def test_30_percent_slowdown_detected_and_rerun_not(tmp_path):
 
 # ------------------------------------------------------------------ bench run / bench ab
 
+
 def _git_repo(path, files):
     import subprocess
+
     for name, text in files.items():
         (path / name).write_text(text)
-    env = dict(os.environ, GIT_AUTHOR_NAME='t', GIT_AUTHOR_EMAIL='t@t', GIT_COMMITTER_NAME='t',
-               GIT_COMMITTER_EMAIL='t@t')
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME='t',
+        GIT_AUTHOR_EMAIL='t@t',
+        GIT_COMMITTER_NAME='t',
+        GIT_COMMITTER_EMAIL='t@t',
+    )
     for cmd in (['git', 'init', '-q'], ['git', 'add', '.'], ['git', 'commit', '-q', '-m', 'x']):
         subprocess.run(cmd, cwd=path, check=True, env=env)
-    return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=path, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ['git', 'rev-parse', 'HEAD'], cwd=path, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _head(repo):
     import subprocess
-    return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=repo, check=True,
-                          capture_output=True, text=True).stdout.strip()
+
+    return subprocess.run(
+        ['git', 'rev-parse', 'HEAD'], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_bench_run_saves_each_revision_from_its_checkout(tmp_path, monkeypatch, capsys):
     from simharness.cli import main
+
     repo = tmp_path / 'repo'
     repo.mkdir()
-    sha = _git_repo(repo, {'test_b.py': 'def test_b(benchmark):\n'
-                                        '    benchmark(sum, range(100))\n'})
+    sha = _git_repo(repo, {'test_b.py': 'def test_b(benchmark):\n    benchmark(sum, range(100))\n'})
     (repo / 'test_b.py').write_text('this uncommitted change is not what --rev runs')
     monkeypatch.chdir(repo)
     storage = tmp_path / 'runs'
-    assert main(['bench', 'run', '--storage', str(storage), '--rev', 'HEAD', '--repeat', '2',
-                 '--', 'test_b.py', '--benchmark-max-time=0.01']) == 0
+    assert (
+        main(
+            [
+                'bench',
+                'run',
+                '--storage',
+                str(storage),
+                '--rev',
+                'HEAD',
+                '--repeat',
+                '2',
+                '--',
+                'test_b.py',
+                '--benchmark-max-time=0.01',
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.count('saved ') == 2
     runs = find_runs(str(storage))
-    assert [os.path.basename(r.path) for r in runs] == [f'0001_{sha[:12]}.json',
-                                                         f'0002_{sha[:12]}.json']
+    assert [os.path.basename(r.path) for r in runs] == [
+        f'0001_{sha[:12]}.json',
+        f'0002_{sha[:12]}.json',
+    ]
     assert all(r.commit == sha and not r.dirty and 'test_b' in r.benchmarks for r in runs)
     assert main(['bench', 'run', '--rev', 'no-such-rev', '--', 'test_b.py']) == 2
     assert 'no-such-rev' in capsys.readouterr().err
     # --interleave: the revisions of a repetition run at once; saved as history runs
     import subprocess
+
     (repo / 'test_b.py').write_text('def test_b(benchmark):\n    benchmark(sum, range(200))\n')
-    subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-am',
-                    'y'], cwd=repo, check=True)
-    assert main(['bench', 'run', '--storage', str(storage), '--interleave', '--rev', 'HEAD~1',
-                 '--rev', 'HEAD', '--', 'test_b.py', '--benchmark-max-time=0.01']) == 0
+    subprocess.run(
+        ['git', '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-am', 'y'],
+        cwd=repo,
+        check=True,
+    )
+    assert (
+        main(
+            [
+                'bench',
+                'run',
+                '--storage',
+                str(storage),
+                '--interleave',
+                '--rev',
+                'HEAD~1',
+                '--rev',
+                'HEAD',
+                '--',
+                'test_b.py',
+                '--benchmark-max-time=0.01',
+            ]
+        )
+        == 0
+    )
     # saved in the order of --rev (their numbers); sessions that ran side by side can
     # start in either order, so their datetimes do not order them
     new = sorted(find_runs(str(storage)), key=lambda r: os.path.basename(r.path))[2:]
     assert [r.commit for r in new] == [sha, _head(repo)]
-    assert all(r.interleave['history'] and r.interleave['session'] == new[0].interleave['session']
-               for r in new)
-    assert [p.label for p in H.build_history(find_runs(str(storage))).points] == \
-        [sha[:8], _head(repo)[:8]]
+    assert all(
+        r.interleave['history'] and r.interleave['session'] == new[0].interleave['session']
+        for r in new
+    )
+    assert [p.label for p in H.build_history(find_runs(str(storage))).points] == [
+        sha[:8],
+        _head(repo)[:8],
+    ]
     # bench ab: HEAD~1 against the work tree (pytest-benchmark's plain fixture: no turns)
     out = tmp_path / 'ab'
-    assert main(['bench', 'ab', '--baseline', 'HEAD~1', '--repeat', '2', '--save', str(out),
-                 '--env-b', 'X=1', '--', 'test_b.py', '--benchmark-max-time=0.01']) == 0
+    assert (
+        main(
+            [
+                'bench',
+                'ab',
+                '--baseline',
+                'HEAD~1',
+                '--repeat',
+                '2',
+                '--save',
+                str(out),
+                '--env-b',
+                'X=1',
+                '--',
+                'test_b.py',
+                '--benchmark-max-time=0.01',
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert 'A = HEAD~1, B = .: 4 sessions' in text and '| test_b |' in text
     sides = sorted(load_run(str(p)).interleave['side'] for p in out.glob('*.json'))

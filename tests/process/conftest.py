@@ -49,6 +49,7 @@ def _segments() -> set:
     """
     import os
     from simharness.runtime.local.shm import list_leaked_segments
+
     out = set()
     for name in list_leaked_segments():
         parts = name.split('_')
@@ -79,7 +80,9 @@ def _worker_children() -> list:
 
 
 def _reactors() -> list:
-    return [t for t in threading.enumerate() if t.name == 'simharness-pool-reactor' and t.is_alive()]
+    return [
+        t for t in threading.enumerate() if t.name == 'simharness-pool-reactor' and t.is_alive()
+    ]
 
 
 def _mapped_segments(pids) -> set:
@@ -103,8 +106,9 @@ def _held_by_session_pools(stack_registry) -> set:
     A warm pool grows its arenas (and makes its broadcast arena) when a test
     first needs them; they are the pool's, freed when the session closes it.
     """
-    pids = [h.pid for pool in stack_registry.pools.started for h in pool.handles
-            if h.alive and h.pid]
+    pids = [
+        h.pid for pool in stack_registry.pools.started for h in pool.handles if h.alive and h.pid
+    ]
     return _mapped_segments(pids)
 
 
@@ -122,6 +126,7 @@ def no_leaks(request, stack_registry):
     # Every segment there now, whoever made it: one of another process (a test running in
     # parallel) that dies during this test would otherwise count as this test's.
     from simharness.runtime.local.shm import list_leaked_segments
+
     segs_before = set(list_leaked_segments())
     reactors_before = {t.ident for t in _reactors()}
     warm = request.getfixturevalue('warm_pool') if 'warm_pool' in request.fixturenames else None
@@ -131,13 +136,16 @@ def no_leaks(request, stack_registry):
         assert [h.alive for h in warm.handles] == [True, True], 'a warm pool worker died'
         assert _pool_state(warm) == warm_before, 'sessions or values left in the warm pool'
     deadline = time.monotonic() + 5
-    while [t for t in _reactors() if t.ident not in reactors_before] and time.monotonic() < deadline:
+    while [
+        t for t in _reactors() if t.ident not in reactors_before
+    ] and time.monotonic() < deadline:
         time.sleep(0.05)
     reactors = [t for t in _reactors() if t.ident not in reactors_before]
     assert not reactors, f'pool reactor threads left running (a pool was not closed): {reactors}'
     deadline = time.monotonic() + 5  # a closed pool's workers may still be exiting
-    while ([p for p in _worker_children() if p.pid not in procs_before]
-           and time.monotonic() < deadline):
+    while [
+        p for p in _worker_children() if p.pid not in procs_before
+    ] and time.monotonic() < deadline:
         time.sleep(0.05)
     leaked = [p for p in _worker_children() if p.pid not in procs_before]
     for p in leaked:
@@ -146,8 +154,10 @@ def no_leaks(request, stack_registry):
     # A worker that is leaving unlinks its own arena as it exits, and the pool
     # unlinks a dead worker's: give both the same grace as the reactor threads.
     deadline = time.monotonic() + 5
-    while (_segments() - segs_before - _held_by_session_pools(stack_registry)
-           and time.monotonic() < deadline):
+    while (
+        _segments() - segs_before - _held_by_session_pools(stack_registry)
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     new_segments = _segments() - segs_before - _held_by_session_pools(stack_registry)
     assert not new_segments, f'shared-memory segments left: {sorted(new_segments)}'

@@ -42,10 +42,12 @@ def _ours(obj) -> bool:
     Other garbage can appear while the rounds run (a background thread of an
     earlier test, a finalizer); a reference cycle made by a round holds these.
     """
-    module = getattr(obj, '__module__', None) if isinstance(obj, types.FunctionType) \
+    module = (
+        getattr(obj, '__module__', None)
+        if isinstance(obj, types.FunctionType)
         else type(obj).__module__
-    return isinstance(module, str) and module.split('.')[0] in ('simharness', 'numpy',
-                                                                'tensorflow')
+    )
+    return isinstance(module, str) and module.split('.')[0] in ('simharness', 'numpy', 'tensorflow')
 
 
 def _describe(obj) -> str:

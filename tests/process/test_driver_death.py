@@ -47,8 +47,11 @@ SIGNALS = {'SIGKILL': signal.SIGKILL, 'SIGTERM': signal.SIGTERM, 'SIGINT': signa
 
 
 def _segments_of(pids) -> list:
-    return [n for n in list_leaked_segments()
-            if any(n.startswith(f'{SEGMENT_PREFIX}{pid}_') for pid in pids)]
+    return [
+        n
+        for n in list_leaked_segments()
+        if any(n.startswith(f'{SEGMENT_PREFIX}{pid}_') for pid in pids)
+    ]
 
 
 def _wait_for_barrier(directory: pathlib.Path, proc: subprocess.Popen, deadline: float) -> None:
@@ -72,9 +75,16 @@ def test_no_segment_or_process_outlives_a_driver_killed_by_any_signal(tmp_path):
         for name in SIGNALS:
             d = tmp_path / name
             d.mkdir()
-            drivers[name] = (d, subprocess.Popen([sys.executable, '-c', DRIVER, str(d)],
-                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                 text=True, preexec_fn=_interruptible))
+            drivers[name] = (
+                d,
+                subprocess.Popen(
+                    [sys.executable, '-c', DRIVER, str(d)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    preexec_fn=_interruptible,
+                ),
+            )
         deadline = time.monotonic() + 150
         family = {}
         for name, (d, proc) in drivers.items():
@@ -86,21 +96,28 @@ def test_no_segment_or_process_outlives_a_driver_killed_by_any_signal(tmp_path):
             os.kill(proc.pid, SIGNALS[name])
             proc.wait(60)
             (d / 'release').write_text('go')  # lets workers without a lifeline finish
-            assert proc.returncode == -SIGNALS[name], (name, proc.returncode,
-                                                       proc.stderr.read()[-3000:])
+            assert proc.returncode == -SIGNALS[name], (
+                name,
+                proc.returncode,
+                proc.stderr.read()[-3000:],
+            )
         end = time.monotonic() + 60  # a bound, not a speed: the loop ends once all are gone
         for name, (d, proc) in drivers.items():
             pids = [proc.pid] + family[name]
             tempdir = pathlib.Path((d / 'tempdir').read_text())
             while True:
                 left = _segments_of(pids)
-                alive = [p for p in family[name] if psutil.pid_exists(p)
-                         and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+                alive = [
+                    p
+                    for p in family[name]
+                    if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                ]
                 if not left and not alive and not tempdir.exists():
                     break
                 assert time.monotonic() < end, (
                     f'after {name} of the driver: segments {left}, processes {alive}, '
-                    f'its temporary directory {tempdir if tempdir.exists() else None} remain')
+                    f'its temporary directory {tempdir if tempdir.exists() else None} remain'
+                )
                 time.sleep(0.05)
     finally:
         for d, proc in drivers.values():
@@ -125,8 +142,12 @@ time.sleep(300)
 @pytest.mark.faults
 def test_an_idle_driver_killed_by_sigkill_leaves_no_temporary_directory(tmp_path):
     # Its idle worker sees the driver die on its pipe first (EOF), not only on the lifeline.
-    proc = subprocess.Popen([sys.executable, '-c', IDLE_DRIVER, str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, '-c', IDLE_DRIVER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while not (tmp_path / 'ready').exists():
@@ -139,8 +160,9 @@ def test_an_idle_driver_killed_by_sigkill_leaves_no_temporary_directory(tmp_path
         proc.kill()
         proc.wait(30)
         end = time.monotonic() + 30  # a bound, not a speed
-        while tempdir.exists() or any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-                                      for c in children):
+        while tempdir.exists() or any(
+            c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children
+        ):
             assert time.monotonic() < end, f'{tempdir} or a worker outlived the driver'
             time.sleep(0.05)
         assert not _segments_of([proc.pid] + [c.pid for c in children])
@@ -168,8 +190,12 @@ def test_a_worker_that_sees_its_driver_pipe_end_before_the_driver_exits_cleans_u
         segment = pathlib.Path('/dev/shm') / f'{SEGMENT_PREFIX}{dying.pid}_eoftest'
         segment.write_bytes(b'\0' * 64)
         tempdir = pathlib.Path(tempfile.mkdtemp(prefix='pymp-'))
-        worker = subprocess.run([sys.executable, '-c', EOF_WORKER, str(dying.pid), str(tempdir)],
-                                capture_output=True, text=True, timeout=60)
+        worker = subprocess.run(
+            [sys.executable, '-c', EOF_WORKER, str(dying.pid), str(tempdir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert worker.returncode == 0, worker.stderr[-3000:]
         assert dying.poll() is not None, 'the worker left before its driver was gone'
         assert not segment.exists() and not tempdir.exists()

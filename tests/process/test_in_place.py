@@ -88,6 +88,7 @@ def test_partials_are_views_held_until_released_and_answers_go_elsewhere(pool):
             assert np.array_equal(_node(p), a + a)
             p.release()
         return segments_held
+
     try:
         segments_held = asyncio.run(go())
     finally:
@@ -109,6 +110,7 @@ def test_a_dropped_partial_gives_its_arena_back(pool):
             p = await _partial(ex, a)
             assert np.array_equal(_node(p), a + a)
             del p  # never released by hand: freeing the partial frees its loan
+
     try:
         asyncio.run(go())
     finally:
@@ -135,6 +137,7 @@ def test_a_partial_held_across_a_worker_crash_stays_readable(pool):
         p = await _partial(ex, a)  # a new worker, whose arenas are lent as before
         assert pool.handles[0].pid != old and np.array_equal(_node(p), a + a)
         p.release()
+
     try:
         asyncio.run(go())
     finally:
@@ -152,16 +155,19 @@ def test_threads_sharing_a_pool_get_exact_sums():
     rng = np.random.default_rng(1)
     models = [rng.standard_normal(N).astype(np.float32) for _ in range(6)]
     with create_worker_pool(num_workers=2, clients_per_worker=1) as pool:
+
         def run(k):
             with process_executor_factory(num_clients=2, pool=pool) as factory:
                 with sh.execution_context(factory):
                     return [np.array_equal(comp(models[k]), models[k]) for _ in range(5)]
+
         with concurrent.futures.ThreadPoolExecutor(6) as tp:
             results = list(tp.map(run, range(6), timeout=120))
     assert results == [[True] * 5] * 6
 
 
 # ---------------------------------------------------------------- broadcasts
+
 
 @two_workers
 def test_values_held_in_place_keep_their_bytes_while_later_broadcasts_come(pool):
@@ -180,10 +186,12 @@ def test_values_held_in_place_keep_their_bytes_while_later_broadcasts_come(pool)
         # The workers free the ids with the next requests, and report the slots unpinned.
         for _ in range(2):
             for ex in executors:
-                small = await ex.create_value(np.zeros(3, np.float32),
-                                              T.TensorType(np.float32, (3,)))
+                small = await ex.create_value(
+                    np.zeros(3, np.float32), T.TensorType(np.float32, (3,))
+                )
                 await small.compute()  # its answer (and the report) has come
         return readers, got
+
     try:
         readers, got = asyncio.run(go())
     finally:
@@ -222,6 +230,7 @@ def test_a_worker_crash_ends_its_reads(pool):
         assert not pool.handles[0].alive, 'the killed worker was not seen dead within 60 s'
         await asyncio.to_thread(pool.handles[0].ensure_started)
         return v
+
     try:
         asyncio.run(go())
     finally:

@@ -53,10 +53,14 @@ def test_a_library_that_is_not_installed_is_reported_not_raised(tf_text):
 def _tokenized(tf_text, lines):
     tokenizer = tf_text.WhitespaceTokenizer()
     ds = tf.data.Dataset.from_tensor_slices(lines)
-    ds = ds.flat_map(lambda line: tf.data.Dataset.from_tensor_slices(
-        tokenizer.tokenize(tf.expand_dims(line, 0))[0]))
-    return ds.filter(lambda w: tf.math.logical_not(
-        tf_text.wordshape(w, tf_text.WordShape.IS_PUNCT_OR_SYMBOL)))
+    ds = ds.flat_map(
+        lambda line: tf.data.Dataset.from_tensor_slices(
+            tokenizer.tokenize(tf.expand_dims(line, 0))[0]
+        )
+    )
+    return ds.filter(
+        lambda w: tf.math.logical_not(tf_text.wordshape(w, tf_text.WordShape.IS_PUNCT_OR_SYMBOL))
+    )
 
 
 def _total_the(tf_text):
@@ -69,13 +73,16 @@ def _total_the(tf_text):
     @tff.federated_computation(tff.FederatedType(tff.SequenceType(np.str_), tff.CLIENTS))
     def total_the(clients):
         return tff.federated_sum(tff.federated_map(count_the, clients))
+
     return total_the
 
 
 def test_graphs_with_custom_ops_run_in_worker_processes(tf_text, warm_pool):
-    data = [_tokenized(tf_text, ['The cat , sat', 'on THE mat !']),
-            _tokenized(tf_text, ['the end']),
-            _tokenized(tf_text, ['no match here'])]
+    data = [
+        _tokenized(tf_text, ['The cat , sat', 'on THE mat !']),
+        _tokenized(tf_text, ['the end']),
+        _tokenized(tf_text, ['no match here']),
+    ]
     total_the = _total_the(tf_text)
     with tff.execution_context(tff.framework.local_executor_factory()):
         on_threads = total_the(data)

@@ -36,8 +36,7 @@ def test_the_forkserver_has_tensorflow_but_not_keras_matplotlib_or_sklearn():
             assert pid, 'the pool started no forkserver'
             paths = _mapped_paths(pid)
     assert any('tensorflow' in p for p in paths), 'the forkserver did not preload TensorFlow'
-    loaded = sorted({pkg for p in paths for pkg in ('/matplotlib/', '/sklearn/')
-                     if pkg in p})
+    loaded = sorted({pkg for p in paths for pkg in ('/matplotlib/', '/sklearn/') if pkg in p})
     assert loaded == [], f'the forkserver loaded {loaded} (Keras and what it pulls in)'
 
 
@@ -45,6 +44,7 @@ def test_keras_loads_on_first_use_after_a_keras_free_import():
     """In-process check of the finder: removed after the import, Keras loads as usual."""
     import sys
     from simharness import tfquiet
+
     finder = tfquiet._KerasNotNow()
     spec = finder.find_spec('keras')
     assert spec is not None and spec.origin and spec.origin.endswith('__init__.py')

@@ -11,11 +11,18 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
-from fault_injection import (blocking_computation, kill_mid_computation,  # tests/fault_injection.py
-                             when_started, worker_failing_on_start)
+from fault_injection import (
+    blocking_computation,
+    kill_mid_computation,  # tests/fault_injection.py
+    when_started,
+    worker_failing_on_start,
+)
 from simharness.errors import WorkerCrashedError, WorkerStartError
-from simharness.stacks import (create_worker_pool, process_executor_factory,
-                               thread_debugging_executor_factory)
+from simharness.stacks import (
+    create_worker_pool,
+    process_executor_factory,
+    thread_debugging_executor_factory,
+)
 
 pytestmark = pytest.mark.process
 
@@ -49,8 +56,13 @@ def ident(a):
 def many_reductions(xs):
     w = sh.federated_map(wobble, xs)
     t = sh.federated_map(triple, xs)
-    return (sh.federated_sum(w), sh.federated_mean(t), sh.federated_mean(w, sh.federated_map(triple, w)),
-            sh.federated_aggregate(w, 0.0, add, add, ident), sh.federated_sum(t))
+    return (
+        sh.federated_sum(w),
+        sh.federated_mean(t),
+        sh.federated_mean(w, sh.federated_map(triple, w)),
+        sh.federated_aggregate(w, 0.0, add, add, ident),
+        sh.federated_sum(t),
+    )
 
 
 def _values(n: int, seed: int = 0) -> list:
@@ -74,10 +86,13 @@ def test_bit_identical_across_thread_and_process_layouts(warm_pool, warm_pool_1)
     warm = {(1, 256): warm_pool_1, (2, 3): warm_pool}
     for workers, per_worker in [(1, 256), (2, 3), (2, 1), (2, 7), (3, 256), (3, 50)]:
         pool = warm.get((workers, per_worker))
-        with process_executor_factory(num_workers=workers, clients_per_worker=per_worker,
-                                      pool=pool) as factory:
-            assert (factory.pool.num_workers,
-                    factory.pool.options.clients_per_worker) == (workers, per_worker)
+        with process_executor_factory(
+            num_workers=workers, clients_per_worker=per_worker, pool=pool
+        ) as factory:
+            assert (factory.pool.num_workers, factory.pool.options.clients_per_worker) == (
+                workers,
+                per_worker,
+            )
             with sh.execution_context(factory):
                 got = [_bits(many_reductions(data)) for _ in range(2)]
         assert got == [expected, expected], (workers, per_worker)
@@ -104,11 +119,13 @@ def test_one_request_per_worker_per_operation(warm_pool):
     assert counts[0] == 2, counts
     # A worker's share over INLINE_CLIENT_BYTES goes ahead in a request of its own.
     from simharness.executors.strategy.resolving_strategy import INLINE_CLIENT_BYTES
+
     with process_executor_factory(pool=warm_pool) as factory:
         with sh.execution_context(factory):
             big = [np.full(INLINE_CLIENT_BYTES // 4 // 20, k, np.float32) for k in range(100)]
-            want = sh.federated_computation(sh.type_at_clients(
-                sh.TensorType(np.float32, [len(big[0])])))(lambda xs: sh.federated_sum(xs))
+            want = sh.federated_computation(
+                sh.type_at_clients(sh.TensorType(np.float32, [len(big[0])]))
+            )(lambda xs: sh.federated_sum(xs))
             want(big)
             before = factory.stats()['requests']
             got = want(big)
@@ -122,6 +139,7 @@ def test_one_request_per_worker_per_operation(warm_pool):
 def test_a_broadcast_rides_in_the_round_request_and_is_written_once(warm_pool):
     from computations import broadcast_scaled_sum  # tests/computations.py
     from simharness.executors.worker_delegating import BROADCAST_MIN_BYTES
+
     n = BROADCAST_MIN_BYTES // 4 * 2  # big: the broadcast arena's
     comp = broadcast_scaled_sum(n)
     w = np.linspace(-1, 1, n, dtype=np.float32)
@@ -304,6 +322,7 @@ def test_close_during_a_running_computation_returns_promptly(tmp_path):
         t0 = time.monotonic()
         factory.close()
         took.append(time.monotonic() - t0)
+
     when_started(tmp_path, data, close)
     t.join(60)
     assert not t.is_alive()

@@ -25,6 +25,7 @@ CALLS = 300
 def test_sequential_calls_never_wait_for_the_reactor_timeout(direct):
     import simharness as sh
     from computations import map_sum_add_one  # tests/computations.py
+
     map_sum = map_sum_add_one()
 
     data = list(np.ones(4, np.float32))
@@ -51,6 +52,7 @@ def test_sequential_calls_never_wait_for_the_reactor_timeout(direct):
 def test_a_pool_sends_directly_only_while_each_worker_can_have_a_core():
     from simharness.hosts.local_worker import create_worker_pool
     from simharness.runtime.pinning import usable_cpus
+
     cpus = len(usable_cpus())
     for workers, direct in ((1, True), (cpus, True), (cpus + 1, False)):
         pool = create_worker_pool(num_workers=workers)

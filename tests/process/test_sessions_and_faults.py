@@ -16,12 +16,18 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
-from fault_injection import (blocking_computation, kill_mid_computation,  # tests/fault_injection.py
-                             worker_killed_on_start)
+from fault_injection import (
+    blocking_computation,
+    kill_mid_computation,  # tests/fault_injection.py
+    worker_killed_on_start,
+)
 from fault_workers import worker_hanging_on_stream_reduce  # tests/fault_workers.py
 from simharness.errors import WorkerCrashedError, WorkerStartError, WorkerTimeoutError
-from simharness.stacks import (create_worker_pool, process_executor_factory,
-                               thread_debugging_executor_factory)
+from simharness.stacks import (
+    create_worker_pool,
+    process_executor_factory,
+    thread_debugging_executor_factory,
+)
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(180)]
 
@@ -46,8 +52,11 @@ def ident(a):
 @sh.federated_computation(sh.type_at_clients(F32))
 def summary(xs):
     w = sh.federated_map(wobble, xs)
-    return sh.federated_sum(w), sh.federated_mean(xs), sh.federated_aggregate(w, 0.0, add, add,
-                                                                              ident)
+    return (
+        sh.federated_sum(w),
+        sh.federated_mean(xs),
+        sh.federated_aggregate(w, 0.0, add, add, ident),
+    )
 
 
 @sh.federated_computation(sh.type_at_clients(F32))
@@ -63,6 +72,7 @@ def slow(x):
 
     def body(i, a):
         return i + 1, tf.matmul(a, m) * 1e-3 + m
+
     _, a = tf.while_loop(lambda i, a: i < 4000, body, (0, m))
     return tf.reduce_sum(a) * 0.0 + x
 
@@ -78,8 +88,10 @@ def _data(n: int, seed: int) -> list:
 
 
 def _bits(x) -> bytes:
-    return b''.join(np.asarray(v, np.float32).tobytes() for v in np.atleast_1d(
-        np.asarray(x, dtype=object)).ravel())
+    return b''.join(
+        np.asarray(v, np.float32).tobytes()
+        for v in np.atleast_1d(np.asarray(x, dtype=object)).ravel()
+    )
 
 
 def _expected(fn, data):
@@ -105,10 +117,12 @@ def test_stacks_of_many_cardinalities_and_factories_share_one_pool(warm_pool):
         d = _data(n, n)
         c = ca if k % 2 else cb
         s, c = c.invoke(summary, d), c.invoke(per_client, d)
-        assert [np.float32(v).tobytes() for v in s] == \
-            [np.float32(v).tobytes() for v in ref[n][0]], n
-        assert [np.float32(v).tobytes() for v in c] == \
-            [np.float32(v).tobytes() for v in ref[n][1]], n
+        assert [np.float32(v).tobytes() for v in s] == [
+            np.float32(v).tobytes() for v in ref[n][0]
+        ], n
+        assert [np.float32(v).tobytes() for v in c] == [
+            np.float32(v).tobytes() for v in ref[n][1]
+        ], n
     assert any(st and st['sessions'] > 0 for st in pool.ping())
     ca.close()
     cb.close()
@@ -127,17 +141,21 @@ def test_calls_from_several_threads_on_one_context_are_all_right(warm_pool):
     errors: list = []
     with process_executor_factory(pool=warm_pool) as factory:
         with sh.execution_context(factory) as ctx:
+
             def worker(data, n):
                 try:
                     for _ in range(6):
                         got = ctx.invoke(summary, data)
-                        if [np.float32(v).tobytes() for v in got] != \
-                                [np.float32(v).tobytes() for v in want[n]]:
+                        if [np.float32(v).tobytes() for v in got] != [
+                            np.float32(v).tobytes() for v in want[n]
+                        ]:
                             errors.append((n, got, want[n]))
                 except Exception as e:  # pragma: no cover - reported below
                     errors.append(e)
-            threads = [threading.Thread(target=worker, args=(d, len(d)))
-                       for d in (d50, d70, d50, d70)]
+
+            threads = [
+                threading.Thread(target=worker, args=(d, len(d))) for d in (d50, d70, d50, d70)
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -148,6 +166,7 @@ def test_calls_from_several_threads_on_one_context_are_all_right(warm_pool):
 def test_worker_killed_between_two_requests_of_one_call_is_retryable(monkeypatch):
     from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
     from simharness.executors.worker_delegating import WorkerDelegatingExecutor
+
     data = _data(40, 3)
     want = _expected(summary, data)
     killed = []
@@ -167,6 +186,7 @@ def test_worker_killed_between_two_requests_of_one_call_is_retryable(monkeypatch
             while self._handle._live:  # let the pool notice, as it would in real life
                 time.sleep(0.01)
         return out
+
     monkeypatch.setattr(WorkerDelegatingExecutor, 'create_values', kill_after_first_reduction)
     with process_executor_factory(num_workers=2, clients_per_worker=7) as factory:
         with sh.execution_context(factory):
@@ -187,8 +207,10 @@ def test_sigterm_to_a_busy_worker_fails_the_call_cleanly(tmp_path):
         with sh.execution_context(factory):
             # The signal lands while both workers are inside the computation (no timer);
             # worker 0's SIGTERM handler runs as the op returns, before it answers.
-            t = threading.Thread(target=kill_mid_computation,
-                                 args=(factory.pool, 0, tmp_path, data, signal.SIGTERM, False))
+            t = threading.Thread(
+                target=kill_mid_computation,
+                args=(factory.pool, 0, tmp_path, data, signal.SIGTERM, False),
+            )
             t.start()
             with pytest.raises(WorkerCrashedError) as e:
                 blocking_computation(tmp_path)(data)
@@ -243,11 +265,13 @@ def test_after_a_failed_start_the_pool_recovers_and_broadcasts_work():
     def dot(w, x):
         return tf.reduce_sum(w) * 0.0 + x
 
-    @sh.federated_computation(sh.type_at_server(sh.TensorType(F32, [100_000])),
-                              sh.type_at_clients(F32))
+    @sh.federated_computation(
+        sh.type_at_server(sh.TensorType(F32, [100_000])), sh.type_at_clients(F32)
+    )
     def use(w, xs):
-        return sh.federated_sum(sh.federated_map(dot, sh.federated_zip(
-            (sh.federated_broadcast(w), xs))))
+        return sh.federated_sum(
+            sh.federated_map(dot, sh.federated_zip((sh.federated_broadcast(w), xs)))
+        )
 
     with process_executor_factory(num_workers=2, start_timeout=0.001) as factory:
         with sh.execution_context(factory) as ctx:
@@ -271,6 +295,7 @@ def test_a_worker_killed_while_starting_is_reported_with_pid_and_signal():
 
 def re_search(pattern: str, text: str):
     import re
+
     return re.search(pattern, text)
 
 
@@ -291,22 +316,28 @@ def test_a_failing_call_does_not_leak_its_error_into_a_concurrent_one(warm_pool)
     outcomes: dict = {'good': [], 'bad': []}
     with process_executor_factory(pool=warm_pool) as factory:
         with sh.execution_context(factory) as ctx:
+
             def run(kind, data):
                 for _ in range(8):
                     try:
                         outcomes[kind].append(ctx.invoke(checked_sum, data))
                     except Exception as e:
                         outcomes[kind].append(e)
-            threads = [threading.Thread(target=run, args=('good', good)),
-                       threading.Thread(target=run, args=('bad', bad))]
+
+            threads = [
+                threading.Thread(target=run, args=('good', good)),
+                threading.Thread(target=run, args=('bad', bad)),
+            ]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join(120)
     assert outcomes['good'] == [78.0] * 8, outcomes['good']
     assert len(outcomes['bad']) == 8
-    assert all(isinstance(e, tf.errors.InvalidArgumentError) and 'must be positive' in str(e)
-               for e in outcomes['bad']), outcomes['bad']
+    assert all(
+        isinstance(e, tf.errors.InvalidArgumentError) and 'must be positive' in str(e)
+        for e in outcomes['bad']
+    ), outcomes['bad']
 
 
 @pytest.mark.timeout(120)
@@ -328,6 +359,7 @@ def test_a_deadlocked_worker_fails_the_call_after_the_liveness_timeout():
 
 def test_pool_start_removes_segments_left_by_a_dead_driver():
     import _posixshmem
+
     with open('/proc/sys/kernel/pid_max', encoding='ascii') as f:
         dead_pid = int(f.read()) + 1  # no process can have it
     name = f'simharness_{dead_pid}_test{os.urandom(4).hex()}'

@@ -26,9 +26,11 @@ def _exists(name: str) -> bool:
 
 # -- a reader in another process ------------------------------------------------
 
+
 def _child_reads(conn, packed):
     """Runs in a forked child: attach, read, close, report."""
     from multiprocessing import resource_tracker
+
     calls = []
     resource_tracker.register = lambda *a: calls.append(('register',) + a)
     resource_tracker.unregister = lambda *a: calls.append(('unregister',) + a)
@@ -44,8 +46,11 @@ def _child_reads(conn, packed):
 def test_child_process_reads_and_does_not_unlink():
     ctx = multiprocessing.get_context('fork')
     with ShmArena(4096) as arena:
-        tree = {'a': np.arange(100, dtype=np.float32),
-                'b': (np.zeros(1), np.array([1, 2, 3], np.int16)), 's': 'text'}
+        tree = {
+            'a': np.arange(100, dtype=np.float32),
+            'b': (np.zeros(1), np.array([1, 2, 3], np.int16)),
+            's': 'text',
+        }
         packed, _ = pack_tree(arena, tree)
         recv, send = ctx.Pipe(duplex=False)
         child = ctx.Process(target=_child_reads, args=(send, packed))

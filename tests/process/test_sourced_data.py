@@ -18,8 +18,10 @@ def _client_data(num_clients=12, seed=0):
     data = {}
     for k in range(num_clients):
         n = int(rng.integers(5, 21))
-        data[f'c{k}'] = {'x': rng.normal(size=(n, 6)).astype(np.float32),
-                         'y': rng.integers(0, 3, size=n).astype(np.int32)}
+        data[f'c{k}'] = {
+            'x': rng.normal(size=(n, 6)).astype(np.float32),
+            'y': rng.integers(0, 3, size=n).astype(np.int32),
+        }
     return ArrayClientData(data)
 
 

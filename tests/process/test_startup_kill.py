@@ -71,10 +71,12 @@ class _Run:
         # Its output goes to a file: a pipe closed after the kill would end the processes
         # that inherited it (the forkserver) by SIGPIPE, and hide what they leave.
         with open(directory / f'driver-{self.tag}.log', 'wb') as log:
-            self.proc = subprocess.Popen([sys.executable] + DRIVER_ARGS + [str(self._ready)],
-                                         stdout=log, stderr=subprocess.STDOUT,
-                                         env={**os.environ, _TAG: self.tag,
-                                              'TF_CPP_MIN_LOG_LEVEL': '2'})
+            self.proc = subprocess.Popen(
+                [sys.executable] + DRIVER_ARGS + [str(self._ready)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, _TAG: self.tag, 'TF_CPP_MIN_LOG_LEVEL': '2'},
+            )
         self.started = time.monotonic()
         self.seen.add(self.proc.pid)
         self._watch = threading.Thread(target=self._watch_descendants, daemon=True)
@@ -87,8 +89,9 @@ class _Run:
     def _watch_descendants(self) -> None:
         while not self._stop.is_set():
             try:
-                self.seen.update(c.pid for c in
-                                 psutil.Process(self.proc.pid).children(recursive=True))
+                self.seen.update(
+                    c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)
+                )
             except psutil.Error:
                 pass
             self._stop.wait(0.01)
@@ -102,8 +105,11 @@ class _Run:
 
     def leftovers(self):
         pids = self.seen | set(_tagged(self.tag))
-        segments = [n for n in list_leaked_segments()
-                    if any(n.startswith(f'{SEGMENT_PREFIX}{pid}_') for pid in pids)]
+        segments = [
+            n
+            for n in list_leaked_segments()
+            if any(n.startswith(f'{SEGMENT_PREFIX}{pid}_') for pid in pids)
+        ]
         alive = []
         for pid in self.seen - {self.proc.pid}:
             try:
@@ -154,8 +160,10 @@ def _kill_after(delays, directory, ready: float) -> list:
     for run in runs:
         segments, alive = run.wait_clean(GRACE_S)
         if segments or alive:
-            failures.append(f'killed at {run.delay:.2f} s (ready at {ready:.2f} s): '
-                            f'segments {segments}, processes {_describe(alive)}')
+            failures.append(
+                f'killed at {run.delay:.2f} s (ready at {ready:.2f} s): '
+                f'segments {segments}, processes {_describe(alive)}'
+            )
     return failures
 
 
@@ -177,5 +185,5 @@ def test_a_driver_sigkilled_during_start_up_leaves_nothing(tmp_path):
         failures.append(f'killed once ready: segments {segments}, processes {_describe(alive)}')
     delays = [ready * 1.1 * i / (KILLS - 1) for i in range(KILLS)]
     for pair in range(0, KILLS, 2):
-        failures += _kill_after(delays[pair:pair + 2], tmp_path, ready)
+        failures += _kill_after(delays[pair : pair + 2], tmp_path, ready)
     assert not failures, '\n'.join(failures)

@@ -29,21 +29,24 @@ def test_a_stopped_worker_fails_fast_and_a_busy_one_is_left_alone(tmp_path):
         d.mkdir()
     data = [np.float32(1)]
     # liveness_timeout (no CPU used) is far away: only the process state can explain a fast error.
-    with process_executor_factory(num_workers=1, clients_per_worker=1, liveness_timeout=20,
-                                  stopped_timeout=0.5, start=True) as factory:
+    with process_executor_factory(
+        num_workers=1, clients_per_worker=1, liveness_timeout=20, stopped_timeout=0.5, start=True
+    ) as factory:
         pool = factory.pool
         assert pool.stopped_timeout == 0.5
         with sh.execution_context(factory):
             # Busy: the worker spins inside one TF call (state R) for 3x stopped_timeout.
-            holder = threading.Thread(target=when_started,
-                                      args=(busy, data, lambda: time.sleep(1.5)))
+            holder = threading.Thread(
+                target=when_started, args=(busy, data, lambda: time.sleep(1.5))
+            )
             holder.start()
             assert blocking_computation(busy)(data) == 1.0
             holder.join()
             # Stopped: SIGSTOP the worker inside the computation.
             pid = pool.handles[0].pid
-            stopper = threading.Thread(target=when_started,
-                                       args=(stopped, data, lambda: os.kill(pid, signal.SIGSTOP)))
+            stopper = threading.Thread(
+                target=when_started, args=(stopped, data, lambda: os.kill(pid, signal.SIGSTOP))
+            )
             t0 = time.monotonic()
             stopper.start()
             with pytest.raises(WorkerTimeoutError) as e:

@@ -16,6 +16,7 @@ _TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
+
 @pytest.fixture(scope='module')
 def ray_stack(stack_registry):
     """The session's `RayStackResource`: 2 loopback nodes, one shared actor on each."""

@@ -13,8 +13,10 @@ def test_a_local_ray_binds_loopback_unless_told_otherwise():
     assert LOCAL_RAY_NODE_IP == '127.0.0.1' and args['_node_ip_address'] == '127.0.0.1'
     assert args['address'] is None and args['include_dashboard'] is False
     # The user's choice wins (a node reachable from other machines).
-    assert ray_init_arguments(None, {'_node_ip_address': '10.0.0.5'},
-                              False)['_node_ip_address'] == '10.0.0.5'
+    assert (
+        ray_init_arguments(None, {'_node_ip_address': '10.0.0.5'}, False)['_node_ip_address']
+        == '10.0.0.5'
+    )
 
 
 def test_joining_a_cluster_leaves_the_address_to_ray():
@@ -30,6 +32,7 @@ def test_starting_ray_drops_only_its_token_notice(caplog):
     import logging
 
     from simharness.runtime.ray.placement import RAY_TOKEN_NOTICE, quiet_ray_start
+
     logger = logging.getLogger(RAY_TOKEN_NOTICE[0])
     notice = RAY_TOKEN_NOTICE[1] + '. Set RAY_AUTH_MODE=disabled to opt out.'
     with caplog.at_level(logging.WARNING, logger=RAY_TOKEN_NOTICE[0]):
@@ -38,4 +41,6 @@ def test_starting_ray_drops_only_its_token_notice(caplog):
             logger.warning('Token authentication is disabled for this Ray cluster.')
         logger.warning(notice)
     assert [r.getMessage() for r in caplog.records] == [
-        'Token authentication is disabled for this Ray cluster.', notice]
+        'Token authentication is disabled for this Ray cluster.',
+        notice,
+    ]

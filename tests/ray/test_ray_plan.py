@@ -6,8 +6,12 @@ import numpy as np
 import pytest
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.runtime.ray.placement import (check_ray_arguments, placement_from_dict,
-                                              placement_to_dict, plan_ray_placements)
+from simharness.runtime.ray.placement import (
+    check_ray_arguments,
+    placement_from_dict,
+    placement_to_dict,
+    plan_ray_placements,
+)
 
 A, B = 'node-a', 'node-b'
 
@@ -81,38 +85,59 @@ def test_placement_round_trips_as_plain_data():
     assert placement_from_dict(d) == p
 
 
-_GOOD = dict(num_workers=2, num_cpus_per_worker=1, num_gpus_per_worker=0, clients_per_worker=8,
-             placement_strategy='PACK', ready_timeout=10.0, max_restarts=3, call_timeout=None,
-             cpu_affinity=True, address=None)
+_GOOD = dict(
+    num_workers=2,
+    num_cpus_per_worker=1,
+    num_gpus_per_worker=0,
+    clients_per_worker=8,
+    placement_strategy='PACK',
+    ready_timeout=10.0,
+    max_restarts=3,
+    call_timeout=None,
+    cpu_affinity=True,
+    address=None,
+)
 
 
 def test_good_arguments_pass_and_the_strategy_is_normalised():
     assert check_ray_arguments(**_GOOD) == 'PACK'
     assert check_ray_arguments(**dict(_GOOD, placement_strategy='spread')) == 'SPREAD'
-    check_ray_arguments(**dict(_GOOD, num_workers=None, clients_per_worker=None,
-                               num_cpus_per_worker=0.5, num_gpus_per_worker=0.25,
-                               max_restarts=-1, call_timeout=30, address='auto'))
+    check_ray_arguments(
+        **dict(
+            _GOOD,
+            num_workers=None,
+            clients_per_worker=None,
+            num_cpus_per_worker=0.5,
+            num_gpus_per_worker=0.25,
+            max_restarts=-1,
+            call_timeout=30,
+            address='auto',
+        )
+    )
 
 
-@pytest.mark.parametrize('key, value, error, words', [
-    ('num_workers', 0, SimharnessValueError, 'num_workers'),
-    ('num_workers', 1.5, SimharnessTypeError, 'num_workers'),
-    ('num_workers', True, SimharnessTypeError, 'num_workers'),
-    ('num_cpus_per_worker', 0, SimharnessValueError, 'num_cpus_per_worker'),
-    ('num_cpus_per_worker', '1', SimharnessTypeError, 'num_cpus_per_worker'),
-    ('num_gpus_per_worker', -1, SimharnessValueError, 'num_gpus_per_worker'),
-    ('num_gpus_per_worker', 2, SimharnessValueError, 'one GPU'),
-    ('clients_per_worker', 0, SimharnessValueError, 'clients_per_worker'),
-    ('placement_strategy', 'DENSE', SimharnessValueError, 'STRICT_SPREAD'),
-    ('placement_strategy', 1, SimharnessTypeError, 'placement_strategy'),
-    ('ready_timeout', 0, SimharnessValueError, 'ready_timeout'),
-    ('max_restarts', -2, SimharnessValueError, 'max_restarts'),
-    ('max_restarts', 1.0, SimharnessTypeError, 'max_restarts'),
-    ('call_timeout', -1, SimharnessValueError, 'call_timeout'),
-    ('cpu_affinity', 1, SimharnessTypeError, 'cpu_affinity'),
-    ('address', 6379, SimharnessTypeError, 'address'),
-    ('address', '', SimharnessTypeError, 'address'),
-])
+@pytest.mark.parametrize(
+    'key, value, error, words',
+    [
+        ('num_workers', 0, SimharnessValueError, 'num_workers'),
+        ('num_workers', 1.5, SimharnessTypeError, 'num_workers'),
+        ('num_workers', True, SimharnessTypeError, 'num_workers'),
+        ('num_cpus_per_worker', 0, SimharnessValueError, 'num_cpus_per_worker'),
+        ('num_cpus_per_worker', '1', SimharnessTypeError, 'num_cpus_per_worker'),
+        ('num_gpus_per_worker', -1, SimharnessValueError, 'num_gpus_per_worker'),
+        ('num_gpus_per_worker', 2, SimharnessValueError, 'one GPU'),
+        ('clients_per_worker', 0, SimharnessValueError, 'clients_per_worker'),
+        ('placement_strategy', 'DENSE', SimharnessValueError, 'STRICT_SPREAD'),
+        ('placement_strategy', 1, SimharnessTypeError, 'placement_strategy'),
+        ('ready_timeout', 0, SimharnessValueError, 'ready_timeout'),
+        ('max_restarts', -2, SimharnessValueError, 'max_restarts'),
+        ('max_restarts', 1.0, SimharnessTypeError, 'max_restarts'),
+        ('call_timeout', -1, SimharnessValueError, 'call_timeout'),
+        ('cpu_affinity', 1, SimharnessTypeError, 'cpu_affinity'),
+        ('address', 6379, SimharnessTypeError, 'address'),
+        ('address', '', SimharnessTypeError, 'address'),
+    ],
+)
 def test_bad_arguments_name_the_argument(key, value, error, words):
     with pytest.raises(error, match=words):
         check_ray_arguments(**dict(_GOOD, **{key: value}))
@@ -120,6 +145,7 @@ def test_bad_arguments_name_the_argument(key, value, error, words):
 
 def test_factory_checks_arguments_before_anything_starts():
     import simharness as sh
+
     with pytest.raises(SimharnessValueError, match='placement_strategy'):
         sh.framework.ray_executor_factory(placement_strategy='NOPE')
     with pytest.raises(SimharnessTypeError, match='workers must be a RayWorkers'):
@@ -136,6 +162,7 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
 
     from simharness.errors import MissingDependencyError
     from simharness.runtime.ray import RayWorkers
+
     monkeypatch.setitem(sys.modules, 'ray', None)  # as if Ray were not installed
     workers = RayWorkers(1)
     with pytest.raises(MissingDependencyError, match=r'pip install "simharness\[ray\]"') as info:
@@ -147,20 +174,39 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
 def test_stack_config_of_kind_ray():
     from simharness.errors import ConfigError
     from simharness.experiments.config import StackConfig, apply_overrides, config_from_dict
+
     s = StackConfig(kind='ray')
-    assert (s.address, s.num_workers, s.num_cpus_per_worker, s.num_gpus_per_worker,
-            s.placement_strategy, s.clients_per_worker, s.cpu_affinity) == \
-        (None, None, 1, 0, 'PACK', 256, True)
-    c = config_from_dict({'name': 'x', 'stack': {'kind': 'ray', 'address': 'auto',
-                                                 'num_workers': 4, 'num_gpus_per_worker': 0.5,
-                                                 'placement_strategy': 'SPREAD'}})
+    assert (
+        s.address,
+        s.num_workers,
+        s.num_cpus_per_worker,
+        s.num_gpus_per_worker,
+        s.placement_strategy,
+        s.clients_per_worker,
+        s.cpu_affinity,
+    ) == (None, None, 1, 0, 'PACK', 256, True)
+    c = config_from_dict(
+        {
+            'name': 'x',
+            'stack': {
+                'kind': 'ray',
+                'address': 'auto',
+                'num_workers': 4,
+                'num_gpus_per_worker': 0.5,
+                'placement_strategy': 'SPREAD',
+            },
+        }
+    )
     assert 'address = "auto"' in c.to_toml()
     # Switching the kind drops the options the new kind does not take.
     assert not hasattr(apply_overrides(c, ['stack.kind=thread']).stack, 'address')
-    for bad, key in [({'num_gpus_per_worker': 2}, 'num_gpus_per_worker'),
-                     ({'num_cpus_per_worker': 0}, 'num_cpus_per_worker'),
-                     ({'placement_strategy': 'pack'}, 'placement_strategy'),
-                     ({'address': ''}, 'address'), ({'devices': 'cuda:0'}, 'devices')]:
+    for bad, key in [
+        ({'num_gpus_per_worker': 2}, 'num_gpus_per_worker'),
+        ({'num_cpus_per_worker': 0}, 'num_cpus_per_worker'),
+        ({'placement_strategy': 'pack'}, 'placement_strategy'),
+        ({'address': ''}, 'address'),
+        ({'devices': 'cuda:0'}, 'devices'),
+    ]:
         with pytest.raises(ConfigError, match=key) as info:
             StackConfig(kind='ray', **bad)
         assert info.value.key == f'stack.{key}'
@@ -172,16 +218,31 @@ def test_the_runner_builds_a_ray_factory_from_the_config():
     from simharness.experiments.config import config_from_dict
     from simharness.experiments.runner import _make_factory
     from simharness.stacks import RayExecutorFactory
-    c = config_from_dict({'name': 'x', 'stack': {'kind': 'ray', 'address': '10.0.0.1:6379',
-                                                 'num_workers': 3, 'num_cpus_per_worker': 2,
-                                                 'placement_strategy': 'SPREAD',
-                                                 'clients_per_worker': 7}})
+
+    c = config_from_dict(
+        {
+            'name': 'x',
+            'stack': {
+                'kind': 'ray',
+                'address': '10.0.0.1:6379',
+                'num_workers': 3,
+                'num_cpus_per_worker': 2,
+                'placement_strategy': 'SPREAD',
+                'clients_per_worker': 7,
+            },
+        }
+    )
     f = _make_factory(c)
     try:
         assert isinstance(f, RayExecutorFactory) and not f.workers.started  # nothing started
         w = f.workers
-        assert (w.address, w.requested_workers, w.num_cpus_per_worker, w.placement_strategy,
-                w.clients_per_worker) == ('10.0.0.1:6379', 3, 2, 'SPREAD', 7)
+        assert (
+            w.address,
+            w.requested_workers,
+            w.num_cpus_per_worker,
+            w.placement_strategy,
+            w.clients_per_worker,
+        ) == ('10.0.0.1:6379', 3, 2, 'SPREAD', 7)
     finally:
         f.close()
 
@@ -190,6 +251,7 @@ def test_a_slot_moved_to_another_node_is_planned_again_there():
     # Ray reschedules a bundle whose node died: the restarted actor gets cores of its new
     # node, disjoint from the actors already there; the other slots keep their placements.
     from simharness.runtime.ray.workers import RayWorkerHandle, RayWorkers
+
     workers = RayWorkers(3)
     handles = [RayWorkerHandle(workers, k) for k in range(3)]
     plan = plan_ray_placements([A, B, B], {A: [0, 1], B: [4, 5, 6]}, 1)

@@ -11,17 +11,33 @@ import tensorflow as tf
 
 import simharness as sh
 from simharness.data import ArrayClientData, FileClientData, SourcedClients, save_npz_dir
-from simharness.errors import (RetryableError, SimharnessTypeError, WorkerLostError,
-                               WorkerStartError, WorkerTimeoutError)
+from simharness.errors import (
+    RetryableError,
+    SimharnessTypeError,
+    WorkerLostError,
+    WorkerStartError,
+    WorkerTimeoutError,
+)
 from simharness.learning import FedAvg, FedAvgConfig, get_model
 from simharness.stacks import local_executor_factory, ray_executor_factory
 from stacks import have_ray  # tests/stacks.py
 
 from computations import round_data, run_round  # tests/computations.py
 
-from fault_injection import blocking_computation, kill_pid, slow_square, when_started  # tests/fault_injection.py
-pytestmark = [pytest.mark.ray, pytest.mark.skipif(
-    not have_ray(), reason='Ray is not installed (pip install "simharness[ray]")')]
+from fault_injection import (
+    blocking_computation,
+    kill_pid,
+    slow_square,
+    when_started,
+)  # tests/fault_injection.py
+
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(
+        not have_ray(), reason='Ray is not installed (pip install "simharness[ray]")'
+    ),
+]
+
 
 def _bits(results):
     return [np.asarray(r).tobytes() for r in results]
@@ -44,8 +60,10 @@ def _clients(n, seed):
     out = {}
     for k in range(n):
         m = int(rng.integers(4, 15))
-        out[f'c{k}'] = {'x': rng.normal(size=(m, 6)).astype(np.float32),
-                        'y': rng.integers(0, 3, size=m).astype(np.int32)}
+        out[f'c{k}'] = {
+            'x': rng.normal(size=(m, 6)).astype(np.float32),
+            'y': rng.integers(0, 3, size=m).astype(np.int32),
+        }
     return out
 
 
@@ -64,21 +82,25 @@ def test_fedavg_on_ray_is_bit_identical_to_the_process_stack(ray_stack, make_fac
                 out.append(sorted(m.items()))
             return [w.tobytes() for w in state['weights']], out
 
-    assert rounds(ray_executor_factory(workers=ray_stack.workers)) == \
-        rounds(make_factory('process-2-cpw3'))
+    assert rounds(ray_executor_factory(workers=ray_stack.workers)) == rounds(
+        make_factory('process-2-cpw3')
+    )
 
 
 def test_one_actor_per_node_pinned_to_its_nodes_core(ray_stack):
     factory = ray_executor_factory(workers=ray_stack.workers)
     cluster = factory.cluster()
-    assert sorted(n['address'] for n in cluster['nodes'] if n['alive']) == ['127.0.0.2',
-                                                                            '127.0.0.3']
+    assert sorted(n['address'] for n in cluster['nodes'] if n['alive']) == [
+        '127.0.0.2',
+        '127.0.0.3',
+    ]
     assert cluster['resources']['CPU'] == 4
     workers = cluster['workers']
     assert sorted(w['node_ip'] for w in workers) == ['127.0.0.2', '127.0.0.3']
     # The nodes run on cores of their own; each actor pinned itself to its node's core.
     assert sorted(tuple(w['cpus']) for w in workers) == sorted(
-        (c,) for c in (sorted(os.sched_getaffinity(0)) * 2)[:2])
+        (c,) for c in (sorted(os.sched_getaffinity(0)) * 2)[:2]
+    )
     before = [w['requests'] for w in factory.stats()['workers']]
     run_round(factory, round_data(40))
     stats = factory.stats()
@@ -89,12 +111,14 @@ def test_one_actor_per_node_pinned_to_its_nodes_core(ray_stack):
 
 
 def test_broadcast_is_put_once_per_value(ray_stack):
-    @sh.federated_computation(sh.type_at_server(sh.TensorType(tf.float32, [50_000])),
-                              sh.type_at_clients(tf.float32))
+    @sh.federated_computation(
+        sh.type_at_server(sh.TensorType(tf.float32, [50_000])), sh.type_at_clients(tf.float32)
+    )
     def scaled_sums(model, xs):
         @sh.tf_computation(sh.TensorType(tf.float32, [50_000]), tf.float32)
         def fn(m, x):
             return tf.reduce_sum(m) * x
+
         return sh.federated_sum(sh.federated_map(fn, [sh.federated_broadcast(model), xs]))
 
     factory = ray_executor_factory(workers=ray_stack.workers)
@@ -104,8 +128,10 @@ def test_broadcast_is_put_once_per_value(ray_stack):
         got = scaled_sums(model, [1.0, 2.0, 3.0, 4.0])
         assert ray_stack.workers.broadcast.puts - puts <= 1  # both actors read one object
     with sh.execution_context(local_executor_factory()):
-        assert np.asarray(got).tobytes() == np.asarray(scaled_sums(model, [1.0, 2.0, 3.0, 4.0])
-                                                      ).tobytes()
+        assert (
+            np.asarray(got).tobytes()
+            == np.asarray(scaled_sums(model, [1.0, 2.0, 3.0, 4.0])).tobytes()
+        )
 
 
 def test_client_data_is_loaded_inside_the_actors(ray_stack, tmp_path):
@@ -147,9 +173,11 @@ def sum_of_squares(xs, n):
 def _kill_mid_round(directory, handle, killed):
     """A thread that kills `handle`'s actor (SIGKILL) once both actors run the blocking
     round's clients (one each), then releases them."""
+
     def kill():
         killed.append(handle.pid)
         kill_pid(handle.pid)
+
     return threading.Thread(target=when_started, args=(directory, BLOCKING_DATA, kill))
 
 
@@ -200,6 +228,7 @@ def _run_sum(factory, xs, n, retries):
 @pytest.mark.faults
 def test_a_straggler_past_call_timeout_is_killed_and_retryable(ray_stack):
     from simharness.runtime.ray.workers import RayWorkers
+
     with RayWorkers(1, call_timeout=2.0, clients_per_worker=4) as workers:
         factory = ray_executor_factory(workers=workers)
         with pytest.raises(WorkerTimeoutError, match='call_timeout') as info:
@@ -211,14 +240,17 @@ def test_a_straggler_past_call_timeout_is_killed_and_retryable(ray_stack):
 
 def test_an_unsatisfiable_placement_group_is_an_error_naming_the_resources(ray_stack):
     import ray
+
     factory = ray_executor_factory(num_workers=2, num_cpus_per_worker=64, ready_timeout=1.0)
     with pytest.raises(WorkerStartError, match=r'64\.0.*ready_timeout.*4 CPU'):
         factory.workers.start()
     factory.close()
     # Nothing left behind: no placement group waiting for resources, Ray still up.
     from ray.util.placement_group import placement_group_table
-    pending = [pg for pg in placement_group_table().values()
-               if pg['state'] not in ('REMOVED', 'CREATED')]
+
+    pending = [
+        pg for pg in placement_group_table().values() if pg['state'] not in ('REMOVED', 'CREATED')
+    ]
     assert not pending and ray.is_initialized()
 
 
@@ -234,12 +266,18 @@ def test_an_experiment_runs_on_ray_with_the_same_numbers(ray_stack, tmp_path):
 
     from integration.experiment_helpers import REPRO, make_config, math_only, read_metrics
     from simharness.experiments.runner import run_experiment
+
     thread = run_experiment(make_config(REPRO), tmp_path / 'thread', progress=False)
-    ray_run = run_experiment(make_config(REPRO, stack={'kind': 'ray', 'num_workers': 2}),
-                             tmp_path / 'ray', progress=False)
+    ray_run = run_experiment(
+        make_config(REPRO, stack={'kind': 'ray', 'num_workers': 2}),
+        tmp_path / 'ray',
+        progress=False,
+    )
     assert math_only(read_metrics(ray_run.run_dir)) == math_only(read_metrics(thread.run_dir))
     env = json.loads((ray_run.run_dir / 'environment.json').read_text())
-    assert sorted(n['address'] for n in env['ray']['nodes'] if n['alive']) == ['127.0.0.2',
-                                                                               '127.0.0.3']
+    assert sorted(n['address'] for n in env['ray']['nodes'] if n['alive']) == [
+        '127.0.0.2',
+        '127.0.0.3',
+    ]
     assert env['ray']['resources']['CPU'] == 4 and len(env['ray']['workers']) == 2
     assert 'ray' not in json.loads((thread.run_dir / 'environment.json').read_text())

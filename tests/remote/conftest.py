@@ -29,5 +29,6 @@ def start_service() -> Iterator:
         p = ServiceProcess(port=port, args=args)
         started.append(p)
         return p
+
     yield start
     stop_and_check(started)

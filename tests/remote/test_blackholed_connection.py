@@ -87,8 +87,9 @@ class _Proxy:
 
 
 @pytest.mark.timeout(120)
-def test_a_blackholed_connection_fails_the_call_within_the_liveness_timeout(start_service,
-                                                                            tmp_path):
+def test_a_blackholed_connection_fails_the_call_within_the_liveness_timeout(
+    start_service, tmp_path
+):
     service = start_service()
     host, port = service.address.rsplit(':', 1)
     proxy = _Proxy((host, int(port)))
@@ -101,8 +102,9 @@ def test_a_blackholed_connection_fails_the_call_within_the_liveness_timeout(star
             release.mkdir()
             (release / 'release').write_text('go')
             assert blocking_computation(release)(data) == 1.0
-            stopper = threading.Thread(target=when_started,
-                                       args=(tmp_path, data, proxy.blackhole), daemon=True)
+            stopper = threading.Thread(
+                target=when_started, args=(tmp_path, data, proxy.blackhole), daemon=True
+            )
             t0 = time.monotonic()
             stopper.start()
             with pytest.raises(ServiceUnavailableError) as e:

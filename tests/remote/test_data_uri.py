@@ -20,6 +20,7 @@ SEQ = sh.SequenceType(ELEM)
 def client_total(ds):
     def add(acc, e):
         return acc + tf.reduce_sum(e['x']) + tf.cast(e['y'], tf.float32)
+
     return ds.reduce(tf.constant(0.0), add)
 
 
@@ -30,8 +31,12 @@ def federated_total(dss):
 
 def _write_clients(d, n):
     for c in range(n):
-        np.savez(d / f'c{c}.npz', x=(np.arange(8, dtype=np.float32).reshape(4, 2) + c),
-                 y=np.arange(4, dtype=np.int32), extra=np.zeros(1, np.float64))
+        np.savez(
+            d / f'c{c}.npz',
+            x=(np.arange(8, dtype=np.float32).reshape(4, 2) + c),
+            y=np.arange(4, dtype=np.int32),
+            extra=np.zeros(1, np.float64),
+        )
     return [f'c{c}' for c in range(n)]
 
 
@@ -58,8 +63,12 @@ def test_resolution_checks_types_and_files(tmp_path):
     assert list(cols) == ['x', 'y'] and cols['x'].shape == (4, 2)
     assert resolve(make_uri(tmp_path / 'c0.npz', ['y']), sh.TensorType(tf.int32, [4])).shape == (4,)
     with pytest.raises(TypeError, match="array 'y' has dtype int32.*float32"):
-        resolve(uri, sh.SequenceType(collections.OrderedDict(x=sh.TensorType(tf.float32, [2]),
-                                                             y=tf.float32)))
+        resolve(
+            uri,
+            sh.SequenceType(
+                collections.OrderedDict(x=sh.TensorType(tf.float32, [2]), y=tf.float32)
+            ),
+        )
     with pytest.raises(TypeError, match='shape'):
         resolve(uri, sh.SequenceType(collections.OrderedDict(x=sh.TensorType(tf.float32, [3]))))
     with pytest.raises(ValueError, match=r"no array\(s\) \['z'\]"):
@@ -80,8 +89,13 @@ def test_data_blocks_on_the_thread_stack(tmp_path, monkeypatch):
         federated_total([Data(make_uri(tmp_path / 'c0.npz'), sh.SequenceType(tf.float32))] * 2)
 
 
-@pytest.mark.parametrize('stack', [pytest.param('process-2-cpw3', marks=pytest.mark.process),
-                                   pytest.param('remote-2', marks=pytest.mark.remote)])
+@pytest.mark.parametrize(
+    'stack',
+    [
+        pytest.param('process-2-cpw3', marks=pytest.mark.process),
+        pytest.param('remote-2', marks=pytest.mark.remote),
+    ],
+)
 def test_data_blocks_are_read_where_the_clients_live(tmp_path, make_factory, stack, monkeypatch):
     ids = _write_clients(tmp_path, 40)
     factory = make_factory(stack)  # its workers / services run with their own environment

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.remote
 CALLS = 6
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-DRIVER = textwrap.dedent(f'''
+DRIVER = textwrap.dedent(f"""
     import asyncio, sys, time
     import tensorflow as tf
     from simharness.executors.remote import RemoteExecutor
@@ -46,16 +46,21 @@ DRIVER = textwrap.dedent(f'''
     calls = asyncio.run(queue_calls())
     print('queued', flush=True)
     time.sleep(600)
-''')
+""")
 
 
 def _loop_steps_per_second() -> int:
     """Steps of the driver's loop that take about a second here (a rough, generous guess)."""
     import tensorflow as tf
+
     n = 200_000
-    body = tf.function(lambda n: tf.while_loop(lambda i, a: i < n,
-                                               lambda i, a: (i + 1, a * 1.0000001),
-                                               [tf.constant(0), tf.constant(1.0)]))
+    body = tf.function(
+        lambda n: tf.while_loop(
+            lambda i, a: i < n,
+            lambda i, a: (i + 1, a * 1.0000001),
+            [tf.constant(0), tf.constant(1.0)],
+        )
+    )
     body(tf.constant(10))
     t0 = time.perf_counter()
     body(tf.constant(n))
@@ -71,9 +76,12 @@ def test_a_killed_driver_s_queued_requests_are_dropped():
     try:
         steps = _loop_steps_per_second()
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-        driver = subprocess.Popen([sys.executable, '-c', DRIVER, server.address, str(steps),
-                                   TESTS],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        driver = subprocess.Popen(
+            [sys.executable, '-c', DRIVER, server.address, str(steps), TESTS],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
         assert driver.stdout.readline().strip() == b'queued', driver.stderr.read()[-3000:]
         deadline = time.monotonic() + 60
         while service._requests < CALLS + 4 and time.monotonic() < deadline:
@@ -85,7 +93,7 @@ def test_a_killed_driver_s_queued_requests_are_dropped():
         deadline = time.monotonic() + 60
         while len(leaf.sessions) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not leaf.sessions, 'the dead driver\'s session was not closed'
+        assert not leaf.sessions, "the dead driver's session was not closed"
         handled = leaf.requests  # requests the service ran, the session close included
         assert received + 1 - handled >= CALLS - 2, (received, handled)
     finally:

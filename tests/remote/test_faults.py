@@ -20,7 +20,11 @@ from simharness.executors.remote import RemoteExecutor
 from simharness.runtime.grpc.client import RemoteServices
 from simharness.stacks import remote_executor_factory
 
-from fault_injection import blocking_computation, slow_square, when_started  # tests/fault_injection.py
+from fault_injection import (
+    blocking_computation,
+    slow_square,
+    when_started,
+)  # tests/fault_injection.py
 
 pytestmark = pytest.mark.remote
 
@@ -35,6 +39,7 @@ def pair():
     """Two services for the module's tests; a test that kills one restarts it."""
     from remote_services import ServiceProcess
     import psutil
+
     procs = []
     try:
         procs.append(ServiceProcess())
@@ -45,8 +50,11 @@ def pair():
         for p in procs:
             p.kill()  # SIGKILL: these tests are about faults; clean stops are tested elsewhere
         # Nothing left running (the killed and restarted services included).
-        assert not [q for q in pids if psutil.pid_exists(q)
-                    and psutil.Process(q).status() != psutil.STATUS_ZOMBIE]
+        assert not [
+            q
+            for q in pids
+            if psutil.pid_exists(q) and psutil.Process(q).status() != psutil.STATUS_ZOMBIE
+        ]
 
 
 XS = [1.0, 2.0, 3.0, 4.0]
@@ -132,6 +140,7 @@ def test_retries_rerun_the_computation_once_the_service_is_back(pair, tmp_path):
         def kill_then_restart():
             b.kill()
             b.restart()
+
         t = _fault_mid_round(tmp_path, kill_then_restart)
         t.start()
         try:
@@ -144,20 +153,22 @@ def test_retries_rerun_the_computation_once_the_service_is_back(pair, tmp_path):
 
 def test_unreachable_service_is_a_clear_retryable_error():
     import socket
+
     s = socket.socket()
     s.bind(('127.0.0.1', 0))
     port = s.getsockname()[1]
     s.close()  # nobody listens there now
     factory = remote_executor_factory([f'127.0.0.1:{port}'], connect_timeout=0.5)
     with factory:
-        with pytest.raises(ServiceUnavailableError,
-                           match=rf'127\.0\.0\.1:{port} is unreachable.*simharness serve') as e:
+        with pytest.raises(
+            ServiceUnavailableError, match=rf'127\.0\.0\.1:{port} is unreachable.*simharness serve'
+        ) as e:
             with sh.execution_context(factory):
                 sum_of_squares(XS, 1)
         assert isinstance(e.value, RetryableError)
 
 
-DRIVER = textwrap.dedent('''
+DRIVER = textwrap.dedent("""
     import asyncio, sys, time
     import tensorflow as tf
     from simharness.executors.remote import RemoteExecutor
@@ -169,14 +180,18 @@ DRIVER = textwrap.dedent('''
     vs = asyncio.run(make())
     print('holding', flush=True)
     time.sleep(600)
-''')
+""")
 
 
 def test_a_vanished_driver_does_not_leave_its_values_in_the_service(pair):
     svc = pair[0]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-    driver = subprocess.Popen([sys.executable, '-c', DRIVER, svc.address], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, env=env)
+    driver = subprocess.Popen(
+        [sys.executable, '-c', DRIVER, svc.address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     try:
         assert driver.stdout.readline().strip() == b'holding'
         info = _info(svc.address)

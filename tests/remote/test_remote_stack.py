@@ -17,6 +17,7 @@ from computations import round_data, run_round  # tests/computations.py
 
 pytestmark = pytest.mark.remote
 
+
 def test_bit_identical_to_the_thread_stack_over_1000_clients(remote_pair):
     args = round_data(1000)
     thread = run_round(local_executor_factory(), args)
@@ -73,8 +74,10 @@ def test_remote_executor_factory_checks_its_arguments():
 
 # ---------------------------------------------------------------- RemoteExecutor, as in TFF
 
+
 def _values_held(address):
     from simharness.runtime.grpc.client import RemoteServices
+
     with RemoteServices([address]) as s:
         return s.info()[0]['values']
 
@@ -87,21 +90,25 @@ def _double(x):
 def test_remote_executor_tff_methods(remote_pair):
     import grpc
     from simharness.runtime.proto.executor_service_pb2_grpc import ExecutorServiceStub
+
     address = remote_pair.addresses[1]
     base = _values_held(address)  # other tests' stacks are closed: nothing else changes it
     channel = grpc.insecure_channel(address)
     ex = RemoteExecutor(ExecutorServiceStub(channel))
     try:
+
         async def body():
             ex.set_cardinalities({sh.CLIENTS: 3})
             v = await ex.create_value(3.0, tf.float32)
-            fn = await ex.create_value(_double.to_building_block()
-                                       if hasattr(_double, 'to_building_block') else _double)
+            fn = await ex.create_value(
+                _double.to_building_block() if hasattr(_double, 'to_building_block') else _double
+            )
             r = await ex.create_call(fn, v)
             s = await ex.create_struct(collections.OrderedDict(a=r, b=v))
             a = await ex.create_selection(s, name='a')
             b = await ex.create_selection(s, index=1)
             return await a.compute(), await b.compute()
+
         a, b = asyncio.run(body())
         assert a == np.float32(6.0) and b == np.float32(3.0)
         assert _values_held(address) > base
@@ -126,12 +133,18 @@ def test_remote_executor_set_cardinalities_bounds_block_operations(remote_pair):
 
 def test_stream_structs_sends_element_by_element(remote_pair):
     address = remote_pair.addresses[1]
-    big = collections.OrderedDict(w=np.arange(300_000, dtype=np.float32),
-                                  b=np.ones(3, np.float32),
-                                  inner=[np.full(10, 2, np.int32), np.float32(5)])
-    t = sh.to_type(collections.OrderedDict(
-        w=sh.TensorType(tf.float32, [300_000]), b=sh.TensorType(tf.float32, [3]),
-        inner=[sh.TensorType(tf.int32, [10]), tf.float32]))
+    big = collections.OrderedDict(
+        w=np.arange(300_000, dtype=np.float32),
+        b=np.ones(3, np.float32),
+        inner=[np.full(10, 2, np.int32), np.float32(5)],
+    )
+    t = sh.to_type(
+        collections.OrderedDict(
+            w=sh.TensorType(tf.float32, [300_000]),
+            b=sh.TensorType(tf.float32, [3]),
+            inner=[sh.TensorType(tf.int32, [10]), tf.float32],
+        )
+    )
     requests = {}
     for stream in (False, True):
         ex = RemoteExecutor(address, stream_structs=stream)
@@ -149,6 +162,7 @@ def test_stream_structs_sends_element_by_element(remote_pair):
 
 def _requests(address):
     from simharness.runtime.grpc.client import RemoteServices
+
     with RemoteServices([address]) as s:
         return s.info()[0]['requests']
 
@@ -160,6 +174,7 @@ async def _create_and_compute(ex, value, t):
 
 def _eventually(fn, timeout=20.0):
     import time
+
     deadline = time.monotonic() + timeout
     while True:
         got = fn()
@@ -170,15 +185,18 @@ def _eventually(fn, timeout=20.0):
 
 def test_dispose_batch_size_frees_dropped_values_in_batches(remote_pair):
     import time
+
     address = remote_pair.addresses[1]
     base = _values_held(address)
     ex = RemoteExecutor(address, dispose_batch_size=5)
     held = lambda: _values_held(address) - base  # noqa: E731
     try:
+
         async def make(n):
             out = [await ex.create_value(float(i), tf.float32) for i in range(n)]
             await out[-1].compute()  # the service has stored them all
             return out
+
         vals = asyncio.run(make(4))
         assert held() == 4
         del vals[:]  # 4 dropped: fewer than the batch, nothing sent on its own
@@ -201,14 +219,16 @@ def test_a_round_broadcast_crosses_as_the_executor_sends_it(remote_pair, stream_
     # with stream_structs the executor sends it its own way first. The bits of the thread stack.
     from computations import broadcast_scaled_sum  # tests/computations.py
     from simharness.executors.worker_delegating import BROADCAST_MIN_BYTES
+
     xs = [np.float32(k) / 7 for k in range(9)]
     for n in (8, BROADCAST_MIN_BYTES // 4):
         comp = broadcast_scaled_sum(n)
         w = np.linspace(-1, 1, n, dtype=np.float32)
         with sh.execution_context(local_executor_factory()):
             want = comp(w, xs)
-        factory = remote_executor_factory(services=remote_pair.services,
-                                          stream_structs=stream_structs)
+        factory = remote_executor_factory(
+            services=remote_pair.services, stream_structs=stream_structs
+        )
         with sh.execution_context(factory):
             got = comp(w, xs)
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes()

@@ -43,6 +43,7 @@ def _serves(address, **kw):
 
 # ---------------------------------------------------------------- binds
 
+
 @pytest.mark.parametrize('host', ['0.0.0.0', '::', '10.1.2.3'])
 def test_non_loopback_bind_without_token_or_tls_refuses_to_start(host):
     with pytest.raises(ValueError, match=rf'refusing to serve on {host}.*token.*TLS'):
@@ -51,8 +52,13 @@ def test_non_loopback_bind_without_token_or_tls_refuses_to_start(host):
 
 def test_serve_cli_refuses_a_non_loopback_bind_without_token_or_tls():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-    r = subprocess.run([sys.executable, '-m', 'simharness.cli', 'serve', '--port', '0',
-                        '--host', '0.0.0.0'], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, '-m', 'simharness.cli', 'serve', '--port', '0', '--host', '0.0.0.0'],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 2
     assert 'refusing to serve on 0.0.0.0' in r.stderr and 'listening' not in r.stdout
 
@@ -72,6 +78,7 @@ def test_bad_tokens_are_refused_before_anything_starts(tmp_path):
 
 # ---------------------------------------------------------------- token and TLS
 
+
 @pytest.fixture(scope='module')
 def secured(tmp_path_factory):
     """A service on 0.0.0.0 with a token and TLS (a self-signed cert for localhost), hosting
@@ -79,20 +86,52 @@ def secured(tmp_path_factory):
     if shutil.which('openssl') is None:
         pytest.skip('openssl is needed to make a test certificate')
     from remote_services import ServiceProcess
+
     d = tmp_path_factory.mktemp('tls')
     cert, key, token = d / 'cert.pem', d / 'key.pem', d / 'token'
-    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout',
-                    str(key), '-out', str(cert), '-days', '1', '-subj', '/CN=localhost',
-                    '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1'],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            'openssl',
+            'req',
+            '-x509',
+            '-newkey',
+            'rsa:2048',
+            '-nodes',
+            '-keyout',
+            str(key),
+            '-out',
+            str(cert),
+            '-days',
+            '1',
+            '-subj',
+            '/CN=localhost',
+            '-addext',
+            'subjectAltName=DNS:localhost,IP:127.0.0.1',
+        ],
+        check=True,
+        capture_output=True,
+    )
     token.write_text(TOKEN + '\n')
     # With 2 local worker processes: the pool-backed service is tested here too.
-    p = ServiceProcess(args=['--host', '0.0.0.0', '--token-file', str(token),
-                             '--tls-cert', str(cert), '--tls-key', str(key), '--num-workers', '2'])
+    p = ServiceProcess(
+        args=[
+            '--host',
+            '0.0.0.0',
+            '--token-file',
+            str(token),
+            '--tls-cert',
+            str(cert),
+            '--tls-key',
+            str(key),
+            '--num-workers',
+            '2',
+        ]
+    )
     try:
         yield f'localhost:{p.port}', cert.read_bytes(), str(token)
     finally:
         from remote_services import stop_and_check
+
         stop_and_check([p])
 
 
@@ -108,6 +147,7 @@ def _mean(xs):
 
 def test_a_service_with_local_worker_processes_hosts_one_block_per_worker(secured):
     from simharness.stacks import local_executor_factory
+
     address, cert, token_file = secured
     xs = list(np.random.default_rng(0).normal(size=100).astype(np.float32))
     factory = remote_executor_factory([address], token_file=token_file, root_certificates=cert)
@@ -138,14 +178,17 @@ def test_plaintext_to_a_tls_service_does_not_connect(secured):
 
 # ---------------------------------------------------------------- arbitrary bytes
 
+
 def _execute(address, frames, raw=False, timeout=30):
     """Sends `frames` on one Execute stream; returns (responses, grpc status name or None)."""
     channel = grpc.insecure_channel(address)
     try:
         if raw:
-            call = channel.stream_stream('/simharness.remote.v1.ExecutorService/Execute',
-                                         request_serializer=lambda b: b,
-                                         response_deserializer=lambda b: b)
+            call = channel.stream_stream(
+                '/simharness.remote.v1.ExecutorService/Execute',
+                request_serializer=lambda b: b,
+                response_deserializer=lambda b: b,
+            )
         else:
             call = ExecutorServiceStub(channel).Execute
         out = []
@@ -161,6 +204,7 @@ def _execute(address, frames, raw=False, timeout=30):
 
 def _responses(frames_out):
     from simharness.runtime.grpc.framing import MessageAssembler
+
     asm = MessageAssembler()
     msgs = []
     for f in frames_out:
@@ -187,15 +231,17 @@ def test_random_messages_are_refused_and_the_service_keeps_serving(remote_pair):
     address = remote_pair.addresses[0]
     rng = random.Random(2)
     # Bytes that are no Frame at all (gRPC's decoding fails).
-    _, status = _execute(address, [rng.randbytes(rng.randint(1, 3000)) for _ in range(5)],
-                         raw=True)
+    _, status = _execute(address, [rng.randbytes(rng.randint(1, 3000)) for _ in range(5)], raw=True)
     assert status is not None
     # Frames whose message is random bytes, or random msgpack: an error Response each.
     garbage = [rng.randbytes(rng.randint(0, 5000)) for _ in range(100)]
-    garbage += [msgpack.packb([rng.randint(-5, 100), rng.random(), 'x' * rng.randint(0, 9)])
-                for _ in range(50)]
-    garbage += [msgpack.packb(msgpack.ExtType(rng.randint(0, 127), rng.randbytes(20)))
-                for _ in range(100)]
+    garbage += [
+        msgpack.packb([rng.randint(-5, 100), rng.random(), 'x' * rng.randint(0, 9)])
+        for _ in range(50)
+    ]
+    garbage += [
+        msgpack.packb(msgpack.ExtType(rng.randint(0, 127), rng.randbytes(20))) for _ in range(100)
+    ]
     frames = [f for k, g in enumerate(garbage) for f in frames_of(k + 1, g, [])]
     out, status = _execute(address, frames)
     assert status is None
@@ -209,13 +255,15 @@ def test_random_messages_are_refused_and_the_service_keeps_serving(remote_pair):
 
 def test_requests_for_unknown_sessions_ids_and_ops_get_errors(remote_pair):
     address = remote_pair.addresses[0]
-    reqs = [P.Request(int(P.Op.COMPUTE_MANY), 123456789, [[P.Ref(5)]]),  # no such session
-            P.Request(int(P.Op.OPEN_SESSION), 77, []),
-            P.Request(int(P.Op.COMPUTE_MANY), 77, [[P.Ref(5)]]),         # no such value
-            P.Request(999, 77, []),                                        # no such op
-            P.Request(int(P.Op.CREATE_CALL), 77, []),                      # wrong arity
-            P.Request(int(P.Op.PING), 0, [], version=P.PROTOCOL_VERSION + 1),
-            P.Request(int(P.Op.CLOSE_SESSION), 77, [])]
+    reqs = [
+        P.Request(int(P.Op.COMPUTE_MANY), 123456789, [[P.Ref(5)]]),  # no such session
+        P.Request(int(P.Op.OPEN_SESSION), 77, []),
+        P.Request(int(P.Op.COMPUTE_MANY), 77, [[P.Ref(5)]]),  # no such value
+        P.Request(999, 77, []),  # no such op
+        P.Request(int(P.Op.CREATE_CALL), 77, []),  # wrong arity
+        P.Request(int(P.Op.PING), 0, [], version=P.PROTOCOL_VERSION + 1),
+        P.Request(int(P.Op.CLOSE_SESSION), 77, []),
+    ]
     frames = []
     for k, r in enumerate(reqs):
         header, buffers = P.encode_message(r)
@@ -235,20 +283,47 @@ def test_malformed_and_oversized_messages_end_the_stream_not_the_service(remote_
     address = remote_pair.addresses[0]
     cases = {
         'no first frame': [pb.Frame(seq=1, data=b'x', last=True)],
-        'more data than declared': [pb.Frame(seq=1, first=True, header_size=2, data=b'xyz',
-                                             last=True)],
+        'more data than declared': [
+            pb.Frame(seq=1, first=True, header_size=2, data=b'xyz', last=True)
+        ],
         'ends early': [pb.Frame(seq=1, first=True, header_size=10, data=b'x', last=True)],
-        'bad spec': [pb.Frame(seq=1, first=True, header_size=0, num_buffers=1,
-                              tensors=[pb.TensorSpec(dtype='<f4', shape=[3], nbytes=5)],
-                              last=True)],
-        'unknown dtype': [pb.Frame(seq=1, first=True, num_buffers=1,
-                                   tensors=[pb.TensorSpec(dtype='object', shape=[1], nbytes=8)],
-                                   last=True)],
+        'bad spec': [
+            pb.Frame(
+                seq=1,
+                first=True,
+                header_size=0,
+                num_buffers=1,
+                tensors=[pb.TensorSpec(dtype='<f4', shape=[3], nbytes=5)],
+                last=True,
+            )
+        ],
+        'unknown dtype': [
+            pb.Frame(
+                seq=1,
+                first=True,
+                num_buffers=1,
+                tensors=[pb.TensorSpec(dtype='object', shape=[1], nbytes=8)],
+                last=True,
+            )
+        ],
         'huge header': [pb.Frame(seq=1, first=True, header_size=1 << 62)],
-        'huge tensor': [pb.Frame(seq=1, first=True, num_buffers=1, tensors=[
-            pb.TensorSpec(dtype='<f8', shape=[1 << 40], nbytes=8 << 40)])],
-        'a gRPC message over 4 MiB': [pb.Frame(seq=1, first=True, header_size=GRPC_MAX_MESSAGE + 10,
-                                               data=b'\0' * (GRPC_MAX_MESSAGE + 10), last=True)],
+        'huge tensor': [
+            pb.Frame(
+                seq=1,
+                first=True,
+                num_buffers=1,
+                tensors=[pb.TensorSpec(dtype='<f8', shape=[1 << 40], nbytes=8 << 40)],
+            )
+        ],
+        'a gRPC message over 4 MiB': [
+            pb.Frame(
+                seq=1,
+                first=True,
+                header_size=GRPC_MAX_MESSAGE + 10,
+                data=b'\0' * (GRPC_MAX_MESSAGE + 10),
+                last=True,
+            )
+        ],
     }
     for what, frames in cases.items():
         _, status = _execute(address, frames)

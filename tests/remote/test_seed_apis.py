@@ -37,8 +37,9 @@ def test_eager_executor_device_errors():
     with pytest.raises(ValueError, match='not on this machine'):
         EagerTFExecutor(device='/GPU:7')
     with pytest.raises(ValueError, match='not on this machine'):
-        EagerTFExecutor(device=tf.config.LogicalDevice('/job:localhost/replica:0/task:0/device:GPU:9',
-                                                       'GPU'))
+        EagerTFExecutor(
+            device=tf.config.LogicalDevice('/job:localhost/replica:0/task:0/device:GPU:9', 'GPU')
+        )
 
 
 def test_eager_executor_needs_eager_mode():

@@ -42,6 +42,7 @@ def services():
             procs.append(ServiceProcess(args=('--num-workers', '1')))
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
+
     threads = [threading.Thread(target=start) for _ in range(2)]
     for t in threads:
         t.start()
@@ -73,8 +74,10 @@ def test_sigterm_mid_round_is_a_retryable_error_naming_the_address(services, tmp
     blocking = blocking_computation(tmp_path)
     exit_status = []
     with factory, sh.execution_context(factory):
-        fault = threading.Thread(target=when_started, args=(
-            tmp_path, DATA, lambda: exit_status.append(_sigterm_and_wait(svc))))
+        fault = threading.Thread(
+            target=when_started,
+            args=(tmp_path, DATA, lambda: exit_status.append(_sigterm_and_wait(svc))),
+        )
         fault.start()
         try:
             with pytest.raises(ServiceUnavailableError) as e:

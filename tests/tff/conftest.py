@@ -46,8 +46,9 @@ def stacks_for(path: str, name: str) -> tuple:
 
 def pytest_generate_tests(metafunc):
     if 'tff_stack' in metafunc.fixturenames:
-        parametrize_stacks(metafunc, 'tff_stack',
-                           stacks_for(metafunc.definition.path, metafunc.function.__name__))
+        parametrize_stacks(
+            metafunc, 'tff_stack', stacks_for(metafunc.definition.path, metafunc.function.__name__)
+        )
 
 
 @pytest.fixture

@@ -16,8 +16,12 @@ import tensorflow as tf
 
 import simharness as tff
 from simharness.simulation.baselines import baseline_task, client_spec
-from simharness.simulation.baselines.emnist import (autoencoder_tasks, char_recognition_tasks,
-                                                    emnist_models, emnist_preprocessing)
+from simharness.simulation.baselines.emnist import (
+    autoencoder_tasks,
+    char_recognition_tasks,
+    emnist_models,
+    emnist_preprocessing,
+)
 from tests.tff.simulation.datasets_files import write_tff_sqlite
 
 # --- emnist_models_test.py ----------------------------------------------------------------
@@ -36,8 +40,9 @@ def test_conv_dropout_shape():
 def test_conv_dropout_and_cnn_number_of_parameters():
     # TFF's docstrings: 1,199,882 and 1,663,370 parameters with only_digits.
     assert emnist_models.create_conv_dropout_model(only_digits=True).count_params() == 1199882
-    assert emnist_models.create_original_fedavg_cnn_model(
-        only_digits=True).count_params() == 1663370
+    assert (
+        emnist_models.create_original_fedavg_cnn_model(only_digits=True).count_params() == 1663370
+    )
 
 
 def test_2nn_output_shape():
@@ -70,8 +75,9 @@ def test_autoencoder_model_shape():
 
 # --- emnist_preprocessing_test.py ---------------------------------------------------------
 
-TEST_DATA = collections.OrderedDict(label=[tf.constant(0, dtype=tf.int32)],
-                                    pixels=[tf.zeros((28, 28), dtype=tf.float32)])
+TEST_DATA = collections.OrderedDict(
+    label=[tf.constant(0, dtype=tf.int32)], pixels=[tf.zeros((28, 28), dtype=tf.float32)]
+)
 
 
 def _length(ds):
@@ -80,17 +86,20 @@ def _length(ds):
 
 def test_non_supported_task_raises():
     spec = client_spec.ClientSpec(num_epochs=1, batch_size=1)
-    with pytest.raises(ValueError, match='emnist_task must be one of "character_recognition" '
-                                         'or "autoencoder".'):
+    with pytest.raises(
+        ValueError, match='emnist_task must be one of "character_recognition" or "autoencoder".'
+    ):
         emnist_preprocessing.create_preprocess_fn(spec, emnist_task='bad_task')
 
 
-@pytest.mark.parametrize('num_epochs, batch_size', [(1, 1), (4, 2), (9, 3), (12, 1), (5, 3),
-                                                    (7, 2)])
+@pytest.mark.parametrize(
+    'num_epochs, batch_size', [(1, 1), (4, 2), (9, 3), (12, 1), (5, 3), (7, 2)]
+)
 def test_ds_length_is_ceil_num_epochs_over_batch_size(num_epochs, batch_size):
     spec = client_spec.ClientSpec(num_epochs=num_epochs, batch_size=batch_size)
     ds = emnist_preprocessing.create_preprocess_fn(spec)(
-        tf.data.Dataset.from_tensor_slices(TEST_DATA))
+        tf.data.Dataset.from_tensor_slices(TEST_DATA)
+    )
     assert _length(ds) == -(-num_epochs // batch_size)
 
 
@@ -98,16 +107,20 @@ def test_ds_length_is_ceil_num_epochs_over_batch_size(num_epochs, batch_size):
 def test_ds_length_with_max_elements(max_elements):
     spec = client_spec.ClientSpec(num_epochs=1, batch_size=1, max_elements=max_elements)
     ds = emnist_preprocessing.create_preprocess_fn(spec)(
-        tf.data.Dataset.from_tensor_slices(TEST_DATA).repeat(10))
+        tf.data.Dataset.from_tensor_slices(TEST_DATA).repeat(10)
+    )
     assert _length(ds) == min(10, max_elements)
 
 
 def test_character_recognition_preprocess_returns_correct_elements():
     spec = client_spec.ClientSpec(num_epochs=1, batch_size=20, shuffle_buffer_size=1)
     ds = emnist_preprocessing.create_preprocess_fn(spec, emnist_task='character_recognition')(
-        tf.data.Dataset.from_tensor_slices(TEST_DATA))
-    assert ds.element_spec == (tf.TensorSpec(shape=(None, 28, 28, 1), dtype=tf.float32),
-                               tf.TensorSpec(shape=(None,), dtype=tf.int32))
+        tf.data.Dataset.from_tensor_slices(TEST_DATA)
+    )
+    assert ds.element_spec == (
+        tf.TensorSpec(shape=(None, 28, 28, 1), dtype=tf.float32),
+        tf.TensorSpec(shape=(None,), dtype=tf.int32),
+    )
     x, y = next(iter(ds))
     assert x.numpy().shape == (1, 28, 28, 1) and not x.numpy().any()
     assert y.numpy().tolist() == [0]
@@ -116,18 +129,23 @@ def test_character_recognition_preprocess_returns_correct_elements():
 def test_autoencoder_preprocess_returns_correct_elements():
     spec = client_spec.ClientSpec(num_epochs=1, batch_size=20, shuffle_buffer_size=1)
     ds = emnist_preprocessing.create_preprocess_fn(spec, emnist_task='autoencoder')(
-        tf.data.Dataset.from_tensor_slices(TEST_DATA))
-    assert ds.element_spec == (tf.TensorSpec(shape=(None, 784), dtype=tf.float32),
-                               tf.TensorSpec(shape=(None, 784), dtype=tf.float32))
+        tf.data.Dataset.from_tensor_slices(TEST_DATA)
+    )
+    assert ds.element_spec == (
+        tf.TensorSpec(shape=(None, 784), dtype=tf.float32),
+        tf.TensorSpec(shape=(None, 784), dtype=tf.float32),
+    )
     x, y = next(iter(ds))
     assert x.numpy().shape == (1, 784) and (x.numpy() == 1).all() and (y.numpy() == 1).all()
 
 
 # --- char_recognition_tasks_test.py -------------------------------------------------------
 
-_BUILDERS = {'cnn_dropout': 'create_conv_dropout_model',
-             'cnn': 'create_original_fedavg_cnn_model',
-             '2nn': 'create_two_hidden_layer_model'}
+_BUILDERS = {
+    'cnn_dropout': 'create_conv_dropout_model',
+    'cnn': 'create_original_fedavg_cnn_model',
+    '2nn': 'create_two_hidden_layer_model',
+}
 
 
 @pytest.mark.parametrize('only_digits', [True, False])
@@ -137,7 +155,8 @@ def test_get_character_recognition_model_constructs(model_id, only_digits):
         with mock.patch.object(emnist_models, _BUILDERS[model_id]) as builder:
             kwargs = {} if seed is None else {'debug_seed': seed}
             char_recognition_tasks._get_character_recognition_model(
-                model_id=model_id, only_digits=only_digits, **kwargs)
+                model_id=model_id, only_digits=only_digits, **kwargs
+            )
             builder.assert_called_once_with(only_digits=only_digits, debug_seed=seed)
 
 
@@ -145,7 +164,8 @@ def test_get_character_recognition_model_constructs(model_id, only_digits):
 def test_raises_on_unsupported_model(only_digits):
     with pytest.raises(ValueError):
         char_recognition_tasks._get_character_recognition_model(
-            model_id='unsupported_model', only_digits=only_digits)
+            model_id='unsupported_model', only_digits=only_digits
+        )
 
 
 _TASK_CASES = [(d, m) for m in ('cnn', 'cnn_dropout', '2nn') for d in (True, False)]
@@ -154,54 +174,73 @@ _TASK_CASES = [(d, m) for m in ('cnn', 'cnn_dropout', '2nn') for d in (True, Fal
 @pytest.mark.parametrize('only_digits, model_id', _TASK_CASES)
 def test_constructs_with_eval_client_spec(only_digits, model_id):
     task = char_recognition_tasks.create_character_recognition_task(
-        client_spec.ClientSpec(num_epochs=2, batch_size=10, max_elements=3,
-                               shuffle_buffer_size=5),
-        eval_client_spec=client_spec.ClientSpec(num_epochs=1, batch_size=2, max_elements=5,
-                                                shuffle_buffer_size=10),
-        model_id=model_id, only_digits=only_digits, use_synthetic_data=True)
+        client_spec.ClientSpec(num_epochs=2, batch_size=10, max_elements=3, shuffle_buffer_size=5),
+        eval_client_spec=client_spec.ClientSpec(
+            num_epochs=1, batch_size=2, max_elements=5, shuffle_buffer_size=10
+        ),
+        model_id=model_id,
+        only_digits=only_digits,
+        use_synthetic_data=True,
+    )
     assert isinstance(task, baseline_task.BaselineTask)
 
 
 @pytest.mark.parametrize('only_digits, model_id', _TASK_CASES)
 def test_constructs_with_no_eval_client_spec(only_digits, model_id):
     task = char_recognition_tasks.create_character_recognition_task(
-        client_spec.ClientSpec(num_epochs=2, batch_size=10, max_elements=3,
-                               shuffle_buffer_size=5),
-        model_id=model_id, only_digits=only_digits, use_synthetic_data=True)
+        client_spec.ClientSpec(num_epochs=2, batch_size=10, max_elements=3, shuffle_buffer_size=5),
+        model_id=model_id,
+        only_digits=only_digits,
+        use_synthetic_data=True,
+    )
     assert isinstance(task, baseline_task.BaselineTask)
 
 
 # --- autoencoder_tasks_test.py ------------------------------------------------------------
 
+
 @pytest.mark.parametrize('with_eval_spec', [True, False])
 def test_autoencoder_task_constructs(with_eval_spec):
-    eval_spec = client_spec.ClientSpec(num_epochs=1, batch_size=2, max_elements=5,
-                                       shuffle_buffer_size=10) if with_eval_spec else None
+    eval_spec = (
+        client_spec.ClientSpec(num_epochs=1, batch_size=2, max_elements=5, shuffle_buffer_size=10)
+        if with_eval_spec
+        else None
+    )
     task = autoencoder_tasks.create_autoencoder_task(
-        client_spec.ClientSpec(num_epochs=2, batch_size=10, max_elements=3,
-                               shuffle_buffer_size=5),
-        eval_client_spec=eval_spec, use_synthetic_data=True)
+        client_spec.ClientSpec(num_epochs=2, batch_size=10, max_elements=3, shuffle_buffer_size=5),
+        eval_client_spec=eval_spec,
+        use_synthetic_data=True,
+    )
     assert isinstance(task, baseline_task.BaselineTask)
 
 
 # --- ours: data read from local files, data given -----------------------------------------
+
 
 def _pixels(v):
     return [v] * (28 * 28)
 
 
 def test_character_recognition_task_reads_local_file(tmp_path):
-    rows = [('digits_only_train', 'w0', {'label': 3, 'pixels': _pixels(0.5)}),
-            ('digits_only_train', 'w0', {'label': 4, 'pixels': _pixels(0.25)}),
-            ('digits_only_train', 'w1', {'label': 7, 'pixels': _pixels(1.0)}),
-            ('digits_only_test', 'w0', {'label': 1, 'pixels': _pixels(0.0)})]
+    rows = [
+        ('digits_only_train', 'w0', {'label': 3, 'pixels': _pixels(0.5)}),
+        ('digits_only_train', 'w0', {'label': 4, 'pixels': _pixels(0.25)}),
+        ('digits_only_train', 'w1', {'label': 7, 'pixels': _pixels(1.0)}),
+        ('digits_only_test', 'w0', {'label': 1, 'pixels': _pixels(0.0)}),
+    ]
     write_tff_sqlite(tmp_path / 'emnist_all.sqlite', rows)
     task = tff.simulation.baselines.emnist.create_character_recognition_task(
         tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=8, shuffle_buffer_size=1),
-        model_id='2nn', only_digits=True, cache_dir=str(tmp_path))
+        model_id='2nn',
+        only_digits=True,
+        cache_dir=str(tmp_path),
+    )
     assert task.datasets.train_data.client_ids == ['w0', 'w1']
-    (w0,) = [ds for ds in task.datasets.sample_train_clients(2, random_seed=0)
-             if _length(ds) and next(iter(ds))[1].shape[0] == 2]
+    (w0,) = [
+        ds
+        for ds in task.datasets.sample_train_clients(2, random_seed=0)
+        if _length(ds) and next(iter(ds))[1].shape[0] == 2
+    ]
     x, y = next(iter(w0))
     assert x.shape == (2, 28, 28, 1) and sorted(y.numpy().tolist()) == [3, 4]
     test_x, test_y = next(iter(task.datasets.get_centralized_test_data()))
@@ -210,27 +249,38 @@ def test_character_recognition_task_reads_local_file(tmp_path):
 
 def test_character_recognition_task_without_the_file_names_it(tmp_path):
     spec = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=8)
-    with pytest.raises(tff.simulation.datasets.DatasetFileNotFoundError,
-                       match='emnist_all.sqlite'):
+    with pytest.raises(tff.simulation.datasets.DatasetFileNotFoundError, match='emnist_all.sqlite'):
         tff.simulation.baselines.emnist.create_character_recognition_task(
-            spec, cache_dir=str(tmp_path))
+            spec, cache_dir=str(tmp_path)
+        )
 
 
 def test_character_recognition_task_from_datasets():
-    data = tff.simulation.datasets.TestClientData({
-        'a': collections.OrderedDict(label=[1, 2, 3], pixels=[[[0.5] * 28] * 28] * 3),
-        'b': collections.OrderedDict(label=[4], pixels=[[[0.0] * 28] * 28])})
+    data = tff.simulation.datasets.TestClientData(
+        {
+            'a': collections.OrderedDict(label=[1, 2, 3], pixels=[[[0.5] * 28] * 28] * 3),
+            'b': collections.OrderedDict(label=[4], pixels=[[[0.0] * 28] * 28]),
+        }
+    )
     task = tff.simulation.baselines.emnist.create_character_recognition_task_from_datasets(
         tff.simulation.baselines.ClientSpec(num_epochs=2, batch_size=4, shuffle_buffer_size=1),
-        None, '2nn', True, data, data, debug_seed=1)
+        None,
+        '2nn',
+        True,
+        data,
+        data,
+        debug_seed=1,
+    )
     assert task.datasets.element_type_structure == (
-        tf.TensorSpec((None, 28, 28, 1), tf.float32), tf.TensorSpec((None,), tf.int32))
-    (a,) = [ds for ds in task.datasets.sample_train_clients(2, random_seed=0)
-            if _length(ds) == 2]
+        tf.TensorSpec((None, 28, 28, 1), tf.float32),
+        tf.TensorSpec((None,), tf.int32),
+    )
+    (a,) = [ds for ds in task.datasets.sample_train_clients(2, random_seed=0) if _length(ds) == 2]
     assert [y.numpy().tolist() for _, y in a] == [[1, 2, 3, 1], [2, 3]]
     # The default eval spec: batches of 64, one epoch, no shuffle.
     test = list(task.datasets.get_centralized_test_data())
     assert len(test) == 1 and sorted(test[0][1].numpy().tolist()) == [1, 2, 3, 4]
     with pytest.raises(ValueError, match="must be one of \\['cnn_dropout', 'cnn', '2nn'\\]"):
         tff.simulation.baselines.emnist.create_character_recognition_task_from_datasets(
-            tff.simulation.baselines.ClientSpec(1, 1), None, 'resnet', True, data, data)
+            tff.simulation.baselines.ClientSpec(1, 1), None, 'resnet', True, data, data
+        )

@@ -19,6 +19,7 @@ def tf():
     """TensorFlow, its threads pinned as every simharness process pins them (before any op)."""
     tf = pytest.importorskip('tensorflow')
     from simharness.core import determinism
+
     determinism.pin_tensorflow_threads()
     return tf
 
@@ -85,8 +86,12 @@ def test_pool_bounds_its_bytes_and_small_requests_are_not_pooled():
 
 
 def test_pooled_copy_is_private_writable_and_equal():
-    for a in (np.arange(3 * MB // 8, dtype=np.float64), np.arange(10, dtype=np.int32),
-              np.array(['a', 'bc']), np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]):
+    for a in (
+        np.arange(3 * MB // 8, dtype=np.float64),
+        np.arange(10, dtype=np.int32),
+        np.array(['a', 'bc']),
+        np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2],
+    ):
         ro = a.copy()
         ro.flags.writeable = False
         c = pooled_copy(ro)
@@ -108,12 +113,14 @@ def test_pooled_reductions_give_numpys_bits():
     parts = [rng.standard_normal((2, MB // 4)).astype(np.float32) for _ in range(3)]
     cat = concatenate_rows(parts)
     assert np.array_equal(cat, np.concatenate(parts)) and cat.ctypes.data % ALIGNMENT == 0
-    assert np.array_equal(concatenate_rows([np.ones((1, 2)), np.zeros((2, 2))]),
-                          [[1, 1], [0, 0], [0, 0]])
+    assert np.array_equal(
+        concatenate_rows([np.ones((1, 2)), np.zeros((2, 2))]), [[1, 1], [0, 0], [0, 0]]
+    )
 
 
 def test_adopt_tensor_shares_aligned_writable_arrays_only(tf):
     from simharness.executors.leaf.tf_values import adopt_tensor, fast_numpy
+
     a = aligned_empty((MB,), np.float32)
     a[:] = 2.0
     t = adopt_tensor(a)
@@ -121,8 +128,11 @@ def test_adopt_tensor_shares_aligned_writable_arrays_only(tf):
     ro = a.copy()
     ro.flags.writeable = False
     assert not np.shares_memory(fast_numpy(adopt_tensor(ro)), ro)
-    unaligned = np.empty(MB * 4 + 4, np.uint8)[4:].view(np.float32) if \
-        np.empty(1, np.uint8).ctypes.data % 64 else aligned_empty((MB + 1,), np.float32)[1:]
+    unaligned = (
+        np.empty(MB * 4 + 4, np.uint8)[4:].view(np.float32)
+        if np.empty(1, np.uint8).ctypes.data % 64
+        else aligned_empty((MB + 1,), np.float32)[1:]
+    )
     unaligned[:] = 1.0
     assert unaligned.ctypes.data % 64 != 0
     assert float(tf.reduce_sum(adopt_tensor(unaligned))) == float(unaligned.size)
@@ -135,6 +145,7 @@ def test_thread_stack_frees_a_rounds_values_without_the_garbage_collector(tf):
     import simharness as sh
     from simharness import stacks
     from computations import broadcast_aggregate  # tests/computations.py
+
     comp = broadcast_aggregate(MB // 4)
 
     w = np.arange(MB // 4, dtype=np.float32)
@@ -165,16 +176,19 @@ def test_thread_groups_share_the_broadcast_tensor(tf):
     import asyncio
     from simharness.executors.leaf.eager_tf import EagerTFExecutor
     from simharness.executors.thread_delegating import ThreadDelegatingExecutor
+
     a = ThreadDelegatingExecutor(EagerTFExecutor(), 'test-a')
     b = ThreadDelegatingExecutor(EagerTFExecutor(), 'test-b')
     other = ThreadDelegatingExecutor(EagerTFExecutor(device='/CPU:0'), 'test-c')
     try:
+
         async def go():
             v = await a.create_value(np.ones(MB // 4, np.float32), None)
             assert b.can_share(v) and not other.can_share(v)
             w = await b.create_value(v, v.type_signature)
             assert w.internal is v.internal  # the same tensor, no copy
             assert not b.can_share(np.ones(3))
+
         asyncio.run(go())
     finally:
         for ex in (a, b, other):
@@ -201,11 +215,13 @@ def test_big_client_sums_fed_run_by_run_give_the_stacked_bits(tf, monkeypatch, s
     import asyncio
     from simharness.core import buffers
     from simharness.executors.leaf.eager_tf import EagerTFExecutor
+
     ex = EagerTFExecutor()
     t = np.float32
     rng = np.random.default_rng(start)
-    rows = [(rng.standard_normal(MB // 4) * 10.0 ** rng.integers(-3, 4)).astype(t)
-            for _ in range(21)]
+    rows = [
+        (rng.standard_normal(MB // 4) * 10.0 ** rng.integers(-3, 4)).astype(t) for _ in range(21)
+    ]
 
     async def partial():
         loose = [await ex.create_value(r, None) for r in rows[:7]]
@@ -221,16 +237,21 @@ def test_big_client_sums_fed_run_by_run_give_the_stacked_bits(tf, monkeypatch, s
         assert np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
     assert sorted(by_runs.nodes) == sorted(stacked.nodes)
     for k in by_runs.nodes:
-        assert np.array_equal(np.asarray(by_runs.nodes[k]).view(np.uint32),
-                              np.asarray(stacked.nodes[k]).view(np.uint32)), k
+        assert np.array_equal(
+            np.asarray(by_runs.nodes[k]).view(np.uint32),
+            np.asarray(stacked.nodes[k]).view(np.uint32),
+        ), k
     assert by_runs.open_chunk == stacked.open_chunk
     if by_runs.open_chunk is not None:
-        assert np.array_equal(np.asarray(by_runs.open_acc).view(np.uint32),
-                              np.asarray(stacked.open_acc).view(np.uint32))
+        assert np.array_equal(
+            np.asarray(by_runs.open_acc).view(np.uint32),
+            np.asarray(stacked.open_acc).view(np.uint32),
+        )
 
 
 def test_split_elementwise_gives_one_calls_bits_and_falls_back(monkeypatch):
     from simharness.core import buffers
+
     monkeypatch.setattr(buffers, '_cpus', lambda: 4)  # split even on a 1-CPU runner
     rng = np.random.default_rng(3)
     x = rng.standard_normal(20 * MB // 4 + 13).astype(np.float32)
@@ -251,6 +272,7 @@ def test_split_elementwise_gives_one_calls_bits_and_falls_back(monkeypatch):
 
 def test_split_elementwise_reraises_an_error_of_a_helper_thread(monkeypatch):
     from simharness.core import buffers
+
     monkeypatch.setattr(buffers, '_cpus', lambda: 2)
     calls = []
 
@@ -259,6 +281,7 @@ def test_split_elementwise_reraises_an_error_of_a_helper_thread(monkeypatch):
         if len(calls) == 2:
             raise RuntimeError('helper failed')
         np.copyto(out, a)
+
     x = np.ones(20 * MB // 4, np.float32)
     with pytest.raises(RuntimeError, match='helper failed'):
         buffers.split_elementwise(fail_second, np.empty_like(x), x)

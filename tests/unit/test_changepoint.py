@@ -33,15 +33,33 @@ def _runs(levels, runs=2, noise=0.05, level_noise=0.02, seed=0, name='t', node='
         for rep in range(counts[i]):
             med = 0.010 * level * math.exp(shared + rng.normal(0, noise))
             times = med * np.exp(rng.normal(0, 0.02, 9))
-            out.append(run_from_dict({
-                'machine_info': {'node': node, 'cpu': {'count': 2}},
-                'commit_info': {'id': _sha(i), 'dirty': False,
-                                'time': f'2026-11-{1 + i // 24:02d}T{i % 24:02d}:00:00+00:00'},
-                'datetime': f'2026-12-01T00:{i % 60:02d}:{rep:02d}',
-                'benchmarks': [{'name': name, 'fullname': f'tests/b.py::{name}',
-                                'stats': {'median': float(np.median(times)), 'q1': 0.0,
-                                          'q3': 0.0, 'min': float(times.min()), 'rounds': 9},
-                                'extra_info': {'simharness': {'times': times.tolist()}}}]}))
+            out.append(
+                run_from_dict(
+                    {
+                        'machine_info': {'node': node, 'cpu': {'count': 2}},
+                        'commit_info': {
+                            'id': _sha(i),
+                            'dirty': False,
+                            'time': f'2026-11-{1 + i // 24:02d}T{i % 24:02d}:00:00+00:00',
+                        },
+                        'datetime': f'2026-12-01T00:{i % 60:02d}:{rep:02d}',
+                        'benchmarks': [
+                            {
+                                'name': name,
+                                'fullname': f'tests/b.py::{name}',
+                                'stats': {
+                                    'median': float(np.median(times)),
+                                    'q1': 0.0,
+                                    'q3': 0.0,
+                                    'min': float(times.min()),
+                                    'rounds': 9,
+                                },
+                                'extra_info': {'simharness': {'times': times.tolist()}},
+                            }
+                        ],
+                    }
+                )
+            )
     return out
 
 
@@ -51,6 +69,7 @@ def _steps(runs, **kwargs):
 
 
 # ------------------------------------------------------------------ finding steps
+
 
 @pytest.mark.parametrize('seed', range(5))
 def test_one_step_is_found_at_exactly_its_first_commit(seed):
@@ -89,8 +108,9 @@ def test_flat_noisy_histories_give_no_step():
         n = int(rng.integers(5, 40))
         runs = rng.integers(1, 4, n).tolist()
         noise, level_noise = float(rng.uniform(0.03, 0.10)), float(rng.uniform(0.0, 0.05))
-        _, steps = _steps(_runs([1.0] * n, runs=runs, noise=noise, level_noise=level_noise,
-                                seed=seed))
+        _, steps = _steps(
+            _runs([1.0] * n, runs=runs, noise=noise, level_noise=level_noise, seed=seed)
+        )
         assert steps == [], (seed, n, noise, level_noise, steps)
 
 
@@ -105,8 +125,12 @@ def test_a_step_within_the_tolerance_or_the_noise_is_not_called():
     assert _steps(runs, tolerance=0.02)[1] == [(10, 'slower')]  # a 2 % tolerance calls it
     # 25 % slower where single runs scatter by 40 %: not beyond the noise
     for seed in range(5):
-        assert _steps(_runs([1.0] * 5 + [1.25] * 5, runs=1, noise=0.4, level_noise=0.1,
-                             seed=20 + seed))[1] == []
+        assert (
+            _steps(
+                _runs([1.0] * 5 + [1.25] * 5, runs=1, noise=0.4, level_noise=0.1, seed=20 + seed)
+            )[1]
+            == []
+        )
 
 
 def test_noise_is_estimated_from_repeated_runs_and_from_neighbouring_commits():
@@ -164,7 +188,7 @@ def test_bad_input_is_a_clear_error():
         CP.estimate_noise([[0.1], []])
     with pytest.raises(SimharnessValueError, match=r'series\[0\]: expected finite'):
         CP.fit_segments([[float('nan')], [0.0]], CP.Noise(0.1, 1, 0.0, 0))
-    with pytest.raises(SimharnessValueError, match=r"series\[0\]: expected numbers"):
+    with pytest.raises(SimharnessValueError, match=r'series\[0\]: expected numbers'):
         CP.estimate_noise([['fast'], [0.0]])
     with pytest.raises(SimharnessValueError, match='series must be a sequence'):
         CP.estimate_noise('0.1 0.2')
@@ -182,31 +206,54 @@ def test_bad_input_is_a_clear_error():
 
 # ------------------------------------------------------------------ the confirmation rerun
 
+
 def _rerun_comparison(name, verdict, ratio):
-    return Comparison(name=name, a_median=0.01, b_median=0.01 * ratio, a_rounds=30,
-                      b_rounds=30, ratio=ratio, raw_ratio=ratio, ci_low=ratio * 0.95,
-                      ci_high=ratio * 1.05, machine=None, normalized=False, verdict=verdict,
-                      probability=0.99, p_slower=0.99 if verdict == 'slower' else 0.0,
-                      p_faster=0.0, p_same=0.01, method='interleaved', tolerance=0.1,
-                      confidence=0.95)
+    return Comparison(
+        name=name,
+        a_median=0.01,
+        b_median=0.01 * ratio,
+        a_rounds=30,
+        b_rounds=30,
+        ratio=ratio,
+        raw_ratio=ratio,
+        ci_low=ratio * 0.95,
+        ci_high=ratio * 1.05,
+        machine=None,
+        normalized=False,
+        verdict=verdict,
+        probability=0.99,
+        p_slower=0.99 if verdict == 'slower' else 0.0,
+        p_faster=0.0,
+        p_same=0.01,
+        method='interleaved',
+        tolerance=0.1,
+        confidence=0.95,
+    )
 
 
 def _two_benchmark_history(tmp_path):
     """Saved runs: 't' 50 % slower from commit 6 on, 'u' 40 % slower from commit 3 on."""
     import json
+
     storage = tmp_path / 'runs' / 'Linux-CPython-3.11-64bit'
     storage.mkdir(parents=True)
     t = _runs([1.0] * 6 + [1.5] * 4, seed=1, name='t')
     u = _runs([1.0] * 3 + [1.4] * 7, seed=2, name='u')
     for k, (rt, ru) in enumerate(zip(t, u)):
-        data = {'machine_info': rt.machine_info,
-                'commit_info': {'id': rt.commit, 'time': rt.commit_time, 'dirty': False},
-                'datetime': rt.datetime,
-                'benchmarks': [{'name': r.benchmarks[n].name, 'fullname': f'tests/b.py::{n}',
-                                'stats': {'median': r.benchmarks[n].median, 'rounds': 9},
-                                'extra_info': {'simharness': {
-                                    'times': r.benchmarks[n].times.tolist()}}}
-                               for n, r in (('t', rt), ('u', ru))]}
+        data = {
+            'machine_info': rt.machine_info,
+            'commit_info': {'id': rt.commit, 'time': rt.commit_time, 'dirty': False},
+            'datetime': rt.datetime,
+            'benchmarks': [
+                {
+                    'name': r.benchmarks[n].name,
+                    'fullname': f'tests/b.py::{n}',
+                    'stats': {'median': r.benchmarks[n].median, 'rounds': 9},
+                    'extra_info': {'simharness': {'times': r.benchmarks[n].times.tolist()}},
+                }
+                for n, r in (('t', rt), ('u', ru))
+            ],
+        }
         (storage / f'{k + 1:04d}_{rt.commit[:12]}.json').write_text(json.dumps(data))
     return tmp_path / 'runs'
 
@@ -230,8 +277,9 @@ def test_confirm_steps_reruns_each_slower_step_and_marks_it(tmp_path):
     assert 'rerun confirmed x1.02 (slower)' in text and 'rerun unconfirmed x1.02 (same)' in text
 
     # a rerun without the benchmark: unconfirmed, and says why
-    _, h = H.write_history(str(storage), str(tmp_path / 'out'), plots=False,
-                           rerun=lambda a, b, ids: [])
+    _, h = H.write_history(
+        str(storage), str(tmp_path / 'out'), plots=False, rerun=lambda a, b, ids: []
+    )
     assert {s.status for n in h.names for s in h.steps[n]} == {'unconfirmed'}
     assert h.steps['t'][0].note == 'the rerun did not run this benchmark'
 
@@ -249,16 +297,20 @@ def test_confirm_steps_reruns_each_slower_step_and_marks_it(tmp_path):
 def test_history_confirm_and_fail_exit_codes(tmp_path, monkeypatch, capsys):
     from simharness.bench import cli
     from simharness.cli import main
+
     storage = str(_two_benchmark_history(tmp_path))
     out = str(tmp_path / 'out')
     verdicts = {}
     calls = []
 
-    def fake_ab(baseline, candidate, pytest_args, repeat, rounds, timeout, tolerance,
-                confidence, *rest):
+    def fake_ab(
+        baseline, candidate, pytest_args, repeat, rounds, timeout, tolerance, confidence, *rest
+    ):
         calls.append((baseline, candidate, list(pytest_args), repeat, rounds))
-        return [_rerun_comparison(i.split('::')[1], verdicts[i.split('::')[1]], 1.3)
-                for i in pytest_args]
+        return [
+            _rerun_comparison(i.split('::')[1], verdicts[i.split('::')[1]], 1.3)
+            for i in pytest_args
+        ]
 
     monkeypatch.setattr(cli, '_interleaved_ab', fake_ab)
     args = ['bench', 'history', storage, '--out', out, '--no-plots']
@@ -274,8 +326,10 @@ def test_history_confirm_and_fail_exit_codes(tmp_path, monkeypatch, capsys):
     verdicts.update(t='same', u='uncertain')
     assert main([*args, '--confirm', '--fail', '--repeat', '2', '--rounds', '10']) == 0
     text = capsys.readouterr().out
-    assert calls == [(_sha(5), _sha(6), ['tests/b.py::t'], 2, 10),
-                     (_sha(2), _sha(3), ['tests/b.py::u'], 2, 10)]
+    assert calls == [
+        (_sha(5), _sha(6), ['tests/b.py::t'], 2, 10),
+        (_sha(2), _sha(3), ['tests/b.py::u'], 2, 10),
+    ]
     assert '0 confirmed regression(s) of 2 slower step(s)' in text
     # one confirmed: exit 1 with --fail, 0 without
     verdicts.update(t='slower')

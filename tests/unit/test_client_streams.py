@@ -32,6 +32,7 @@ def test_a_lazy_plan_has_one_lock():
     async def go():
         lazy = LazyMap(Leaf([[]], False), None)
         assert lazy.lock() is lazy.lock()
+
     asyncio.run(go())
 
 
@@ -60,11 +61,14 @@ def test_the_strategy_owns_its_streams_and_reads_their_settings():
     assert strategy.stream_stats is streams.stats
 
     async def go(ex):
-        comp = await ex.create_value(_mean_and_sum.to_building_block(),
-                                      _mean_and_sum.type_signature)
-        arg = await ex.create_value([1.0, 2.0, 3.0, 4.0, 5.0],
-                                     _mean_and_sum.type_signature.parameter)
+        comp = await ex.create_value(
+            _mean_and_sum.to_building_block(), _mean_and_sum.type_signature
+        )
+        arg = await ex.create_value(
+            [1.0, 2.0, 3.0, 4.0, 5.0], _mean_and_sum.type_signature.parameter
+        )
         return await (await ex.create_call(comp, arg)).compute()
+
     with ReferenceResolvingExecutor(fed) as ex:
         mean, total = asyncio.run(go(ex))
         # The round's two reductions of one map went in one stream batch.

@@ -26,9 +26,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def _import_from(cwd: pathlib.Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
     return subprocess.run(
-        [sys.executable, '-c', 'import simharness as tff; tff.tf_computation; '
-                               'print(tff.__file__)'],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
+        [sys.executable, '-c', 'import simharness as tff; tff.tf_computation; print(tff.__file__)'],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_import_from_a_clone_parent_finds_the_package(tmp_path):
@@ -48,8 +53,9 @@ def test_a_foreign_folder_named_simharness_does_not_shadow_it(tmp_path):
     (clone / 'pyproject.toml').write_text('[project]\nname = "simharness"\n', encoding='utf-8')
     done = _import_from(tmp_path)
     assert done.returncode == 0, done.stderr
-    assert pathlib.Path(done.stdout.strip()).resolve() == \
-        pathlib.Path(simharness.__file__).resolve()
+    assert (
+        pathlib.Path(done.stdout.strip()).resolve() == pathlib.Path(simharness.__file__).resolve()
+    )
 
 
 def test_pyproject_names_the_project_root_as_the_package_root():

@@ -50,9 +50,22 @@ def _same(a, b):
         assert a == b
 
 
-NUMERIC_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
-                  np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64,
-                  np.complex128]
+NUMERIC_DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
+]
 
 
 @pytest.mark.parametrize('dtype', NUMERIC_DTYPES)
@@ -70,6 +83,7 @@ def test_numeric_arrays_round_trip_bit_exactly(dtype, shape):
 
 def test_ml_dtypes_round_trip():
     import ml_dtypes
+
     for dt in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
         a = np.arange(600, dtype=np.float32).astype(dt)
         _same(a, codec.roundtrip(a))
@@ -79,8 +93,13 @@ def test_string_arrays_and_scalars_round_trip():
     obj = np.array([[b'a', b'\x00bc'], [b'', b'xyz']], dtype=object)
     _same(obj, codec.roundtrip(obj))
     _same(np.array(['x', 'yz']), codec.roundtrip(np.array(['x', 'yz'])))
-    for s in (np.float32(1.5), np.int64(-7), np.bool_(True), np.complex64(1 + 2j),
-              np.float64('nan')):
+    for s in (
+        np.float32(1.5),
+        np.int64(-7),
+        np.bool_(True),
+        np.complex64(1 + 2j),
+        np.float64('nan'),
+    ):
         out = codec.roundtrip(s)
         assert type(out) is type(s) and out.tobytes() == s.tobytes()
     assert codec.roundtrip(np.bytes_(b'ab')) == b'ab'
@@ -88,9 +107,24 @@ def test_string_arrays_and_scalars_round_trip():
 
 def test_plain_data_and_containers_round_trip():
     big = b'g' * (1 << 17)
-    obj = [None, True, False, 0, -1, 2 ** 62, 1.25, float('inf'), 'text', b'bytes', big,
-           (1, (2, 3)), [], {'a': 1, 'b': [1.0, 2]}, {1: 'int key', (2, 3): 'tuple key'},
-           collections.OrderedDict(z=1, a=2)]
+    obj = [
+        None,
+        True,
+        False,
+        0,
+        -1,
+        2**62,
+        1.25,
+        float('inf'),
+        'text',
+        b'bytes',
+        big,
+        (1, (2, 3)),
+        [],
+        {'a': 1, 'b': [1.0, 2]},
+        {1: 'int key', (2, 3): 'tuple key'},
+        collections.OrderedDict(z=1, a=2),
+    ]
     header, buffers = codec.encode(obj)
     assert len(buffers) == 1  # the big bytes value travels as a buffer
     out = codec.decode(header, buffers)
@@ -114,15 +148,22 @@ def test_project_values_round_trip():
 
 def _head_value(rows, k):
     # As a worker's summed call gives them: array leaves are rows of its outputs.
-    return Struct([('delta', [rows[0][k], rows[1][k:k + 1].reshape(rows[1].shape[1:])]),
-                   ('n', np.float32(k)), ('loss', np.array(0.5 * k, np.float64)),
-                   (None, (np.int32(k), np.full(3, k, np.int64)))])
+    return Struct(
+        [
+            ('delta', [rows[0][k], rows[1][k : k + 1].reshape(rows[1].shape[1:])]),
+            ('n', np.float32(k)),
+            ('loss', np.array(0.5 * k, np.float64)),
+            (None, (np.int32(k), np.full(3, k, np.int64))),
+        ]
+    )
 
 
 def test_head_values_travel_as_one_buffer_per_leaf_and_come_back_alike():
     rng = np.random.default_rng(0)
-    rows = [rng.normal(size=(14, 60, 16)).astype(np.float32),
-            rng.normal(size=(14, 300)).astype(np.float32)]
+    rows = [
+        rng.normal(size=(14, 60, 16)).astype(np.float32),
+        rng.normal(size=(14, 300)).astype(np.float32),
+    ]
     head = [_head_value(rows, k) for k in range(14)]
     p = Partial(50, 64, head, {}, None, None)
     header, buffers = codec.encode(p)
@@ -142,8 +183,9 @@ def test_head_values_travel_as_one_buffer_per_leaf_and_come_back_alike():
 
 
 def test_malformed_head_rows_are_a_clear_error():
-    rows = HeadRows(Struct([('x', 0), ('n', -2)]), [np.zeros((3, 4), np.float32),
-                                                    np.arange(3, dtype=np.int32)])
+    rows = HeadRows(
+        Struct([('x', 0), ('n', -2)]), [np.zeros((3, 4), np.float32), np.arange(3, dtype=np.int32)]
+    )
     for bad in (Struct([('x', 2)]), Struct([('x', -3)]), Struct([('x', 'a')]), 1.5):
         rows.template = bad  # as a peer could send it
         header, buffers = codec.encode(Partial(5, 8, rows, {}, None, None))
@@ -153,11 +195,13 @@ def test_malformed_head_rows_are_a_clear_error():
 
 def test_head_values_of_other_shapes_or_kinds_travel_one_by_one():
     a = np.arange(2000, dtype=np.float32)
-    for head in ([Struct([('x', a[:1000])]), Struct([('x', a[:999])])],     # shapes differ
-                 [Struct([('x', a[:1000])]), Struct([('y', a[1000:])])],    # names differ
-                 [[a[:1000], 1.5], [a[1000:], 2.5]],                        # a Python float
-                 [np.array([b'x', b'y']), np.array([b'z', b'w'])],          # strings
-                 [a[:1000], a[1000:].astype(np.float64)[:1000]]):           # dtypes differ
+    for head in (
+        [Struct([('x', a[:1000])]), Struct([('x', a[:999])])],  # shapes differ
+        [Struct([('x', a[:1000])]), Struct([('y', a[1000:])])],  # names differ
+        [[a[:1000], 1.5], [a[1000:], 2.5]],  # a Python float
+        [np.array([b'x', b'y']), np.array([b'z', b'w'])],  # strings
+        [a[:1000], a[1000:].astype(np.float64)[:1000]],
+    ):  # dtypes differ
         p = Partial(3, 3 + len(head), head, {}, None, None)
         _same(p, codec.roundtrip(p))
     copied = [a[:1000] * 1, a[1000:] * 2]  # not rows of one array: stacked by a copy
@@ -202,6 +246,7 @@ def test_compiled_computation_round_trips_as_its_graph():
     @sh.tf_computation(tf.float32)
     def add_one(x):
         return x + 1.0
+
     comp = add_one.to_building_block()
     out = codec.roundtrip(comp)
     assert out.fingerprint == comp.fingerprint
@@ -213,11 +258,22 @@ class _UserThing:
     pass
 
 
-@pytest.mark.parametrize('bad', [
-    _UserThing(), lambda x: x, functools.partial(print, 1), threading.Lock(), {1, 2},
-    np.array([_UserThing()], dtype=object), collections.namedtuple('P', 'a')(1),
-    2 ** 70, np.zeros(2, dtype=[('a', 'f4')]), print,
-], ids=lambda b: type(b).__name__)
+@pytest.mark.parametrize(
+    'bad',
+    [
+        _UserThing(),
+        lambda x: x,
+        functools.partial(print, 1),
+        threading.Lock(),
+        {1, 2},
+        np.array([_UserThing()], dtype=object),
+        collections.namedtuple('P', 'a')(1),
+        2**70,
+        np.zeros(2, dtype=[('a', 'f4')]),
+        print,
+    ],
+    ids=lambda b: type(b).__name__,
+)
 def test_arbitrary_python_objects_are_refused(bad):
     with pytest.raises(CodecError) as e:
         codec.encode({'payload': [1, bad]})
@@ -237,8 +293,10 @@ def test_a_refused_value_deep_in_a_message_leaves_the_thread_s_encoder_clean():
 
 
 def test_threads_encoding_at_once_each_get_their_own_bytes():
-    msgs = [[Struct([('x', np.full(300 + k, k, np.float32))]), Partial(k, k + 1, [], {})]
-            for k in range(8)]
+    msgs = [
+        [Struct([('x', np.full(300 + k, k, np.float32))]), Partial(k, k + 1, [], {})]
+        for k in range(8)
+    ]
     want = [codec.encode(m) for m in msgs]
     got = {}
 
@@ -249,6 +307,7 @@ def test_threads_encoding_at_once_each_get_their_own_bytes():
                 got[k] = 'differs'
                 return
         got[k] = 'same'
+
     threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
@@ -258,8 +317,9 @@ def test_threads_encoding_at_once_each_get_their_own_bytes():
 
 
 def test_a_value_encoded_beforehand_decodes_as_itself_first_or_after_other_buffers():
-    value = Struct([('w', np.arange(2000, dtype=np.float32)), ('k', 3),
-                    ('v', np.arange(400, dtype=np.int64))])
+    value = Struct(
+        [('w', np.arange(2000, dtype=np.float32)), ('k', 3), ('v', np.arange(400, dtype=np.int64))]
+    )
     packed = codec.Packed(value)
     assert len(packed.buffers) == 2
     first, bufs = codec.encode([packed, T.TensorType(np.int32)])
@@ -296,6 +356,7 @@ def test_request_and_response_messages_round_trip():
 
 def test_check_request_refuses_unknown_ops_versions_and_arity():
     from simharness.errors import ProtocolError
+
     with pytest.raises(ProtocolError, match='unknown operation'):
         P.check_request(P.Request(4242, 1, []))
     with pytest.raises(ProtocolError, match='version'):
@@ -306,6 +367,7 @@ def test_check_request_refuses_unknown_ops_versions_and_arity():
 
 def test_errors_are_rebuilt_as_project_builtin_or_tf_classes():
     from simharness.errors import CardinalityError, WorkerError
+
     rec = P.error_to_record(CardinalityError('3 vs 4', expected=3, actual=4), 'tb text')
     err = P.record_to_error(codec.roundtrip(rec), worker_id=1, pid=2)
     assert type(err) is CardinalityError and err.expected == 3 and err.actual == 4
@@ -313,6 +375,7 @@ def test_errors_are_rebuilt_as_project_builtin_or_tf_classes():
     err = P.record_to_error(P.error_to_record(KeyError('k')))
     assert type(err) is KeyError
     import tensorflow as tf
+
     err = P.record_to_error(P.error_to_record(tf.errors.InvalidArgumentError(None, None, 'nope')))
     assert isinstance(err, tf.errors.InvalidArgumentError) and 'nope' in str(err)
     # An unknown class is never imported: a WorkerError naming it.

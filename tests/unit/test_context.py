@@ -11,8 +11,13 @@ import tensorflow as tf
 import simharness as sh
 from simharness import context as ctx_mod
 from simharness.core import types as T
-from simharness.errors import (CardinalityError, ExecutorClosedError, SimharnessTypeError,
-                               SimharnessValueError, WorkerCrashedError)
+from simharness.errors import (
+    CardinalityError,
+    ExecutorClosedError,
+    SimharnessTypeError,
+    SimharnessValueError,
+    WorkerCrashedError,
+)
 from simharness.executors.base import ExecutorFactory
 from simharness.stacks import local_executor_factory
 
@@ -25,33 +30,41 @@ def fed_sum(xs):
 
 
 class TestInferCardinality:
-
     def test_client_lists(self):
         assert ctx_mod.infer_cardinality([1.0, 2.0], F32_AT_C) == 2
         assert ctx_mod.infer_cardinality([], F32_AT_C) == 0
         assert ctx_mod.infer_cardinality(1.0, sh.type_at_server(tf.float32)) is None
-        assert ctx_mod.infer_cardinality(1.0, sh.type_at_clients(tf.float32, all_equal=True)) is None
+        assert (
+            ctx_mod.infer_cardinality(1.0, sh.type_at_clients(tf.float32, all_equal=True)) is None
+        )
         assert ctx_mod.infer_cardinality(1.0, T.TensorType(tf.float32)) is None
 
     def test_nested_structs(self):
         t = T.StructType([('a', F32_AT_C), ('b', [T.TensorType(tf.int32), F32_AT_C])])
         assert ctx_mod.infer_cardinality({'a': [1.0, 2.0], 'b': [3, [4.0, 5.0]]}, t) == 2
-        with pytest.raises(CardinalityError, match=r'argument\[b\].* holds a list of 3 values, but '
-                                                   r'the argument\[a\] holds 2') as e:
+        with pytest.raises(
+            CardinalityError,
+            match=r'argument\[b\].* holds a list of 3 values, but '
+            r'the argument\[a\] holds 2',
+        ) as e:
             ctx_mod.infer_cardinality({'a': [1.0, 2.0], 'b': [3, [4.0, 5.0, 6.0]]}, t)
         assert (e.value.expected, e.value.actual) == (2, 3)
 
     def test_not_a_list(self):
-        with pytest.raises(SimharnessTypeError, match=r'\{float32\}@CLIENTS, which needs a list .* got dict'):
+        with pytest.raises(
+            SimharnessTypeError, match=r'\{float32\}@CLIENTS, which needs a list .* got dict'
+        ):
             ctx_mod.infer_cardinality({'x': 1.0}, F32_AT_C)
 
 
 class TestToPython:
-
     def test_scalars_and_containers(self):
         Point = collections.namedtuple('Point', 'x y')
         t = T.to_type(Point(tf.float32, [tf.int32]))
-        out = ctx_mod.to_python(sh.Struct([('x', tf.constant(1.0)), ('y', sh.Struct([(None, np.array(2, np.int32))]))]), t)
+        out = ctx_mod.to_python(
+            sh.Struct([('x', tf.constant(1.0)), ('y', sh.Struct([(None, np.array(2, np.int32))]))]),
+            t,
+        )
         assert type(out) is Point and out.x == 1.0 and out.y == [2] and type(out.y) is list
         assert isinstance(out.x, np.float32)
 
@@ -84,7 +97,6 @@ class CrashingOnceFactory(ExecutorFactory):
 
 
 class TestExecutionContext:
-
     def test_argument_validation(self):
         with pytest.raises(SimharnessTypeError, match='must be an ExecutorFactory, got str'):
             sh.ExecutionContext('local')

@@ -8,9 +8,16 @@ import pickle
 import numpy as np
 import pytest
 
-from simharness.data import (ArrayClientData, FileClientData, dirichlet_partition,
-                             iid_partition, load_digits_federated, sample_clients,
-                             save_npz_dir, synthetic_alpha_beta)
+from simharness.data import (
+    ArrayClientData,
+    FileClientData,
+    dirichlet_partition,
+    iid_partition,
+    load_digits_federated,
+    sample_clients,
+    save_npz_dir,
+    synthetic_alpha_beta,
+)
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 
@@ -21,7 +28,7 @@ def _stack(cd, key):
 def _reference_recipe():
     """fedavg-synthetic-mlp.md section 1, written out independently."""
     rng = np.random.default_rng(0)
-    diag = np.array([j ** -1.2 for j in range(1, 61)], dtype=np.float64)
+    diag = np.array([j**-1.2 for j in range(1, 61)], dtype=np.float64)
     xs, ys = [], []
     for _ in range(1000):
         u = rng.normal(0, 1.0)
@@ -39,13 +46,14 @@ def _reference_recipe():
 @pytest.fixture(scope='module')
 def reference():
     from simharness.learning import reference_fedavg_workload  # imports TensorFlow
+
     return reference_fedavg_workload()
 
 
 # ------------------------------------------------------------------ synthetic
 
-class TestSynthetic:
 
+class TestSynthetic:
     def test_reference_shapes_and_dtypes(self, reference):
         cd, _ = reference
         assert cd.client_ids == [str(k) for k in range(1000)]
@@ -64,8 +72,7 @@ class TestSynthetic:
 
     def test_reference_initial_weights(self, reference):
         _, w = reference
-        assert [a.shape for a in w] == [(60, 256), (256,), (256, 256), (256,),
-                                         (256, 10), (10,)]
+        assert [a.shape for a in w] == [(60, 256), (256,), (256, 256), (256,), (256, 10), (10,)]
         assert all(a.dtype == np.float32 for a in w)
         assert sum(a.size for a in w) == 83_978
         assert sum(a.nbytes for a in w) == 335_912
@@ -75,7 +82,8 @@ class TestSynthetic:
         for a, (fi, fo) in zip(w[0::2], [(60, 256), (256, 256), (256, 10)]):
             lim = np.sqrt(6 / (fi + fo))
             np.testing.assert_array_equal(
-                a, rng.uniform(-lim, lim, size=(fi, fo)).astype(np.float32))
+                a, rng.uniform(-lim, lim, size=(fi, fo)).astype(np.float32)
+            )
 
     def test_determinism(self):
         a = synthetic_alpha_beta(num_clients=30, seed=3)
@@ -103,24 +111,28 @@ class TestSynthetic:
             assert a.client_arrays(c)['y'].dtype == np.int32
 
     def test_iid_and_other_sizes(self):
-        cd = synthetic_alpha_beta(beta=0.0, num_clients=8, samples_per_client=20,
-                                  dim=5, num_classes=3, iid=True, seed=1)
+        cd = synthetic_alpha_beta(
+            beta=0.0, num_clients=8, samples_per_client=20, dim=5, num_classes=3, iid=True, seed=1
+        )
         x, y = _stack(cd, 'x'), _stack(cd, 'y')
         assert x.shape == (8, 20, 5) and y.shape == (8, 20)
         assert set(np.unique(y)) <= {0, 1, 2}
         # beta=0 and iid: every client's inputs have mean ~0 in the first coord.
         assert abs(x[..., 0].mean()) < 0.5
 
-    @pytest.mark.parametrize('kwargs, err, match', [
-        ({'alpha': -1.0}, SimharnessValueError, 'alpha'),
-        ({'beta': float('nan')}, SimharnessValueError, 'beta'),
-        ({'num_clients': 0}, SimharnessValueError, 'num_clients'),
-        ({'num_clients': 2.0}, SimharnessTypeError, 'num_clients'),
-        ({'samples_per_client': 0}, SimharnessValueError, 'samples_per_client'),
-        ({'num_classes': 1}, SimharnessValueError, 'num_classes'),
-        ({'seed': -1}, SimharnessValueError, 'seed'),
-        ({'iid': 'yes'}, SimharnessTypeError, 'iid'),
-    ])
+    @pytest.mark.parametrize(
+        'kwargs, err, match',
+        [
+            ({'alpha': -1.0}, SimharnessValueError, 'alpha'),
+            ({'beta': float('nan')}, SimharnessValueError, 'beta'),
+            ({'num_clients': 0}, SimharnessValueError, 'num_clients'),
+            ({'num_clients': 2.0}, SimharnessTypeError, 'num_clients'),
+            ({'samples_per_client': 0}, SimharnessValueError, 'samples_per_client'),
+            ({'num_classes': 1}, SimharnessValueError, 'num_classes'),
+            ({'seed': -1}, SimharnessValueError, 'seed'),
+            ({'iid': 'yes'}, SimharnessTypeError, 'iid'),
+        ],
+    )
     def test_argument_errors(self, kwargs, err, match):
         with pytest.raises(err, match=match):
             synthetic_alpha_beta(num_clients=kwargs.pop('num_clients', 2), **kwargs)
@@ -128,16 +140,20 @@ class TestSynthetic:
 
 # ---------------------------------------------------------------- client data
 
+
 def _small():
-    return ArrayClientData({
-        'a': {'x': np.arange(6, dtype=np.float32).reshape(3, 2),
-              'y': np.array([0, 1, 2], np.int32)},
-        'b': {'x': np.ones((2, 2), np.float32), 'y': np.array([1, 1], np.int32)},
-    })
+    return ArrayClientData(
+        {
+            'a': {
+                'x': np.arange(6, dtype=np.float32).reshape(3, 2),
+                'y': np.array([0, 1, 2], np.int32),
+            },
+            'b': {'x': np.ones((2, 2), np.float32), 'y': np.array([1, 1], np.int32)},
+        }
+    )
 
 
 class TestArrayClientData:
-
     def test_basics(self):
         cd = _small()
         assert cd.client_ids == ['a', 'b']
@@ -145,8 +161,7 @@ class TestArrayClientData:
         arrays = cd.client_arrays('a')
         np.testing.assert_array_equal(arrays['y'], [0, 1, 2])
         assert not arrays['x'].flags.writeable
-        assert cd.array_spec == {'x': (np.dtype(np.float32), (2,)),
-                                 'y': (np.dtype(np.int32), ())}
+        assert cd.array_spec == {'x': (np.dtype(np.float32), (2,)), 'y': (np.dtype(np.int32), ())}
         assert 'ArrayClientData(2 clients' in repr(cd)
 
     def test_client_ids_is_a_copy(self):
@@ -156,6 +171,7 @@ class TestArrayClientData:
 
     def test_tf_dataset_and_element_spec(self):
         import tensorflow as tf
+
         cd = _small()
         spec = cd.element_spec
         assert spec['x'] == tf.TensorSpec((2,), tf.float32)
@@ -167,21 +183,19 @@ class TestArrayClientData:
 
     def test_preprocess(self):
         import tensorflow as tf
+
         cd = synthetic_alpha_beta(num_clients=3)
         pre = cd.preprocess(lambda ds: ds.batch(10))
         assert pre.client_ids == cd.client_ids
         assert pre.element_spec['x'].shape.as_list() == [None, 60]
         arrays = pre.client_arrays('1')
         assert arrays['x'].shape == (5, 10, 60)
-        np.testing.assert_array_equal(arrays['x'].reshape(50, 60),
-                                      cd.client_arrays('1')['x'])
+        np.testing.assert_array_equal(arrays['x'].reshape(50, 60), cd.client_arrays('1')['x'])
         assert pre.client_size('1') == 5
         fixed = cd.preprocess(lambda ds: ds.batch(10, drop_remainder=True))
         assert fixed.array_spec['x'] == (np.dtype(np.float32), (10, 60))
-        mapped = cd.preprocess(
-            lambda ds: ds.map(lambda e: {'x': e['x'] * 2.0, 'y': e['y']}))
-        np.testing.assert_allclose(mapped.client_arrays('0')['x'],
-                                   2 * cd.client_arrays('0')['x'])
+        mapped = cd.preprocess(lambda ds: ds.map(lambda e: {'x': e['x'] * 2.0, 'y': e['y']}))
+        np.testing.assert_allclose(mapped.client_arrays('0')['x'], 2 * cd.client_arrays('0')['x'])
         assert isinstance(pre.create_tf_dataset_for_client('0'), tf.data.Dataset)
 
     def test_preprocess_errors(self):
@@ -243,7 +257,6 @@ class TestArrayClientData:
 
 
 class TestSampleClients:
-
     def test_reproducible(self):
         ids = [str(i) for i in range(100)]
         a = sample_clients(ids, 10, round_num=3, seed=7)
@@ -270,8 +283,8 @@ class TestSampleClients:
 
 # --------------------------------------------------------------------- digits
 
-class TestDigits:
 
+class TestDigits:
     def test_dirichlet(self):
         cd, (xt, yt) = load_digits_federated(num_clients=20, alpha=0.5, seed=0)
         assert len(cd.client_ids) == 20
@@ -284,25 +297,26 @@ class TestDigits:
         xs = np.concatenate([cd.client_arrays(c)['x'] for c in cd.client_ids])
         assert xs.min() >= 0 and xs.max() <= 1 and xs.dtype == np.float32
         from sklearn.datasets import load_digits
+
         target = load_digits().target
         np.testing.assert_array_equal(
-            np.bincount(np.concatenate([ys, yt]), minlength=10),
-            np.bincount(target, minlength=10))
+            np.bincount(np.concatenate([ys, yt]), minlength=10), np.bincount(target, minlength=10)
+        )
         # Label skew: some client misses at least one class.
         assert any(len(np.unique(cd.client_arrays(c)['y'])) < 10 for c in cd.client_ids)
 
     def test_dirichlet_partition_covers_once(self):
         labels = np.random.default_rng(0).integers(0, 10, size=1000)
         for alpha in (0.1, 1.0, 100.0):
-            parts = dirichlet_partition(labels, 15, alpha, np.random.default_rng(2),
-                                        min_size=10)
+            parts = dirichlet_partition(labels, 15, alpha, np.random.default_rng(2), min_size=10)
             allidx = np.concatenate(parts)
             np.testing.assert_array_equal(np.sort(allidx), np.arange(1000))
             assert min(len(p) for p in parts) >= 10
 
     def test_iid(self):
-        cd, (xt, yt) = load_digits_federated(num_clients=7, partition='iid',
-                                             test_fraction=0.1, seed=1)
+        cd, (xt, yt) = load_digits_federated(
+            num_clients=7, partition='iid', test_fraction=0.1, seed=1
+        )
         sizes = [cd.client_size(c) for c in cd.client_ids]
         assert max(sizes) - min(sizes) <= 1
         assert sum(sizes) + len(yt) == 1797 and len(yt) == 180
@@ -319,16 +333,16 @@ class TestDigits:
         np.testing.assert_array_equal(ta, tb)
         assert not np.array_equal(ta, tc)
         assert a.client_size('0') != c.client_size('0') or not np.array_equal(
-            a.client_arrays('0')['y'], c.client_arrays('0')['y'])
+            a.client_arrays('0')['y'], c.client_arrays('0')['y']
+        )
 
     def test_no_test_split(self):
-        cd, (xt, yt) = load_digits_federated(num_clients=4, partition='iid',
-                                             test_fraction=0.0)
+        cd, (xt, yt) = load_digits_federated(num_clients=4, partition='iid', test_fraction=0.0)
         assert xt.shape == (0, 64) and yt.shape == (0,)
         assert sum(cd.client_size(c) for c in cd.client_ids) == 1797
 
     def test_errors(self):
-        with pytest.raises(SimharnessValueError, match="allowed: dirichlet, iid"):
+        with pytest.raises(SimharnessValueError, match='allowed: dirichlet, iid'):
             load_digits_federated(partition='shards')
         with pytest.raises(SimharnessValueError, match='alpha must be finite and > 0'):
             load_digits_federated(alpha=0.0)
@@ -337,8 +351,7 @@ class TestDigits:
         with pytest.raises(SimharnessValueError, match='cannot give 200 clients'):
             load_digits_federated(num_clients=200, min_size=10)
         with pytest.raises(SimharnessValueError, match='no draw in 3 attempts'):
-            load_digits_federated(num_clients=50, alpha=0.001, min_size=20,
-                                  max_attempts=3)
+            load_digits_federated(num_clients=50, alpha=0.001, min_size=20, max_attempts=3)
         with pytest.raises(SimharnessValueError, match='fewer than min_size'):
             load_digits_federated(num_clients=300, partition='iid', min_size=5)
         with pytest.raises(SimharnessTypeError, match='num_clients must be an int'):
@@ -347,8 +360,8 @@ class TestDigits:
 
 # ---------------------------------------------------------------------- files
 
-class TestFiles:
 
+class TestFiles:
     def test_npz_dir_round_trip(self, tmp_path):
         cd = synthetic_alpha_beta(num_clients=12, samples_per_client=4, dim=3)
         save_npz_dir(cd, tmp_path / 'd')
@@ -358,32 +371,32 @@ class TestFiles:
         assert back.array_spec == cd.array_spec
         for cid in cd.client_ids:
             for k in ('x', 'y'):
-                np.testing.assert_array_equal(back.client_arrays(cid)[k],
-                                              cd.client_arrays(cid)[k])
+                np.testing.assert_array_equal(back.client_arrays(cid)[k], cd.client_arrays(cid)[k])
             assert back.client_size(cid) == 4
         assert back.element_spec == cd.element_spec
         lazy = FileClientData.from_npz_dir(tmp_path / 'd', validate=False)
         assert lazy.client_size('11') == 4
-        np.testing.assert_array_equal(lazy.client_arrays('11')['x'],
-                                      cd.client_arrays('11')['x'])
+        np.testing.assert_array_equal(lazy.client_arrays('11')['x'], cd.client_arrays('11')['x'])
         clone = pickle.loads(pickle.dumps(lazy))
-        np.testing.assert_array_equal(clone.client_arrays('3')['y'],
-                                      cd.client_arrays('3')['y'])
+        np.testing.assert_array_equal(clone.client_arrays('3')['y'], cd.client_arrays('3')['y'])
 
     def test_npz_dir_lazy_reads_only_requested(self, tmp_path):
         cd = synthetic_alpha_beta(num_clients=3, samples_per_client=4, dim=3)
         save_npz_dir(cd, tmp_path, compressed=True)
         data = FileClientData.from_npz_dir(tmp_path)
         (tmp_path / '2.npz').write_bytes(b'garbage')  # never loaded below
-        np.testing.assert_array_equal(data.client_arrays('0')['x'],
-                                      cd.client_arrays('0')['x'])
+        np.testing.assert_array_equal(data.client_arrays('0')['x'], cd.client_arrays('0')['x'])
         with pytest.raises(SimharnessValueError, match='not a readable .npz'):
             data.client_arrays('2')
 
     def test_npz_dir_keys_and_extra_arrays(self, tmp_path):
         for i in range(2):
-            np.savez(tmp_path / f'c{i}.npz', pixels=np.zeros((3, 2), np.float32),
-                     label=np.zeros(3, np.int64), extra=np.zeros(5))
+            np.savez(
+                tmp_path / f'c{i}.npz',
+                pixels=np.zeros((3, 2), np.float32),
+                label=np.zeros(3, np.int64),
+                extra=np.zeros(5),
+            )
         data = FileClientData.from_npz_dir(tmp_path, x_key='pixels', y_key='label')
         assert list(data.client_arrays('c1')) == ['pixels', 'label']
         unlabeled = FileClientData.from_npz_dir(tmp_path, x_key='pixels', y_key=None)
@@ -397,24 +410,21 @@ class TestFiles:
             FileClientData.from_npz_dir(tmp_path / 'file.txt')
         with pytest.raises(SimharnessValueError, match='no .npz files'):
             FileClientData.from_npz_dir(tmp_path)
-        np.savez(tmp_path / 'a.npz', features=np.zeros((2, 3), np.float32),
-                 y=np.zeros(2, np.int32))
-        with pytest.raises(SimharnessValueError,
-                           match="array 'x' not found; the file holds 'features', 'y'"):
+        np.savez(tmp_path / 'a.npz', features=np.zeros((2, 3), np.float32), y=np.zeros(2, np.int32))
+        with pytest.raises(
+            SimharnessValueError, match="array 'x' not found; the file holds 'features', 'y'"
+        ):
             FileClientData.from_npz_dir(tmp_path)
-        np.savez(tmp_path / 'b.npz', features=np.zeros((2, 3), np.float64),
-                 y=np.zeros(2, np.int32))
+        np.savez(tmp_path / 'b.npz', features=np.zeros((2, 3), np.float64), y=np.zeros(2, np.int32))
         with pytest.raises(SimharnessTypeError, match="client 'b'.*float64 differs"):
             FileClientData.from_npz_dir(tmp_path, x_key='features')
         lazy = FileClientData.from_npz_dir(tmp_path, x_key='features', validate=False)
         with pytest.raises(SimharnessTypeError, match='float64 differs'):
             lazy.client_arrays('b')
-        np.savez(tmp_path / 'b.npz', features=np.zeros((2, 4), np.float32),
-                 y=np.zeros(2, np.int32))
+        np.savez(tmp_path / 'b.npz', features=np.zeros((2, 4), np.float32), y=np.zeros(2, np.int32))
         with pytest.raises(SimharnessValueError, match='trailing shape'):
             FileClientData.from_npz_dir(tmp_path, x_key='features')
-        np.savez(tmp_path / 'b.npz', features=np.zeros((2, 3), np.float32),
-                 y=np.zeros(5, np.int32))
+        np.savez(tmp_path / 'b.npz', features=np.zeros((2, 3), np.float32), y=np.zeros(5, np.int32))
         with pytest.raises(SimharnessValueError, match='same leading length'):
             FileClientData.from_npz_dir(tmp_path, x_key='features')
         with pytest.raises(SimharnessValueError, match='unknown client id'):
@@ -429,8 +439,7 @@ class TestFiles:
         save_npz_dir(small, tmp_path, overwrite=True)
         back = FileClientData.from_npz_dir(tmp_path)
         assert back.client_ids == ['0', '1', '2']
-        np.testing.assert_array_equal(back.client_arrays('1')['x'],
-                                      small.client_arrays('1')['x'])
+        np.testing.assert_array_equal(back.client_arrays('1')['x'], small.client_arrays('1')['x'])
         bad = ArrayClientData({'../evil': {'x': np.zeros(1)}})
         with pytest.raises(SimharnessValueError, match='cannot be file names'):
             save_npz_dir(bad, tmp_path / 'other')
@@ -441,23 +450,22 @@ class TestFiles:
         y = np.arange(6, dtype=np.int32)
         np.savez(tmp_path / 'all.npz', client_id=ids, x=x, y=y)
         data = FileClientData.from_single_file(tmp_path / 'all.npz')
-        assert data.client_ids == ['3', '1', '2']   # first appearance
+        assert data.client_ids == ['3', '1', '2']  # first appearance
         np.testing.assert_array_equal(data.client_arrays('3')['y'], [0, 2, 5])
         np.testing.assert_array_equal(data.client_arrays('1')['x'], x[[1, 4]])
         assert data.client_size('2') == 1
         np.savez(tmp_path / 'bad.npz', client_id=ids, x=x[:5], y=y)
         with pytest.raises(SimharnessValueError, match="array 'x' has shape"):
             FileClientData.from_single_file(tmp_path / 'bad.npz')
-        with pytest.raises(SimharnessValueError,
-                           match="array 'user' not found; the file holds 'client_id', 'x', 'y'"):
+        with pytest.raises(
+            SimharnessValueError,
+            match="array 'user' not found; the file holds 'client_id', 'x', 'y'",
+        ):
             FileClientData.from_single_file(tmp_path / 'all.npz', client_id_key='user')
 
     def test_single_csv(self, tmp_path):
         path = tmp_path / 'data.csv'
-        path.write_text('f1,client_id,f2,y\n'
-                        '0.5,alice,1,0\n'
-                        '1.5,bob,2,1\n'
-                        '2.5,alice,3,2\n')
+        path.write_text('f1,client_id,f2,y\n0.5,alice,1,0\n1.5,bob,2,1\n2.5,alice,3,2\n')
         data = FileClientData.from_single_file(path)
         assert data.client_ids == ['alice', 'bob']
         a = data.client_arrays('alice')
@@ -476,8 +484,10 @@ class TestFiles:
             FileClientData.from_single_file(tmp_path / 'd.json')
         path = tmp_path / 'd.csv'
         path.write_text('f1,user,y\n1,a,0\n')
-        with pytest.raises(SimharnessValueError,
-                           match="column 'client_id' not found; the header has 'f1', 'user', 'y'"):
+        with pytest.raises(
+            SimharnessValueError,
+            match="column 'client_id' not found; the header has 'f1', 'user', 'y'",
+        ):
             FileClientData.from_single_file(path)
         path.write_text('f1,client_id,y\nabc,a,0\n')
         with pytest.raises(SimharnessValueError, match="column 'f1' has non-numeric"):
@@ -494,10 +504,15 @@ class TestFiles:
 
 def test_stacked_rows_read_slices_across_clients_as_the_concatenation():
     from simharness.data import ArrayClientData, StackedRows
+
     rng = np.random.default_rng(4)
-    arrays = {f'c{k}': {'x': rng.standard_normal((n, 3)).astype(np.float32),
-                        'y': np.arange(n, dtype=np.int32)}
-              for k, n in enumerate([4, 1, 0, 7, 2])}
+    arrays = {
+        f'c{k}': {
+            'x': rng.standard_normal((n, 3)).astype(np.float32),
+            'y': np.arange(n, dtype=np.int32),
+        }
+        for k, n in enumerate([4, 1, 0, 7, 2])
+    }
     cd = ArrayClientData(arrays)
     whole = np.concatenate([arrays[c]['x'] for c in cd.client_ids])
     rows = StackedRows(cd, 'x')

@@ -24,30 +24,46 @@ from simharness.executors.leaf.tf_values import sequence_from_value  # noqa: E40
 OD = collections.OrderedDict
 VOCAB = list('abcdefgh')
 TABLE = tf.lookup.StaticHashTable(
-    tf.lookup.KeyValueTensorInitializer(VOCAB, tf.range(len(VOCAB), dtype=tf.int64)), -1)
+    tf.lookup.KeyValueTensorInitializer(VOCAB, tf.range(len(VOCAB), dtype=tf.int64)), -1
+)
 
 
 def _rows(k, n=None):
     n = n or 20 + k
-    return OD(x=np.arange(2 * n, dtype=np.float32).reshape(n, 2) + 100 * k,
-              y=np.arange(n, dtype=np.int64) % 3)
+    return OD(
+        x=np.arange(2 * n, dtype=np.float32).reshape(n, 2) + 100 * k,
+        y=np.arange(n, dtype=np.int64) % 3,
+    )
 
 
 def _text(k):
     rng = np.random.default_rng(k)
-    return np.array([''.join(rng.choice(VOCAB, size=30 + 7 * i)).encode()
-                     for i in range(3 + k % 3)], dtype=object)
+    return np.array(
+        [''.join(rng.choice(VOCAB, size=30 + 7 * i)).encode() for i in range(3 + k % 3)],
+        dtype=object,
+    )
 
 
 PIPELINES = {
-    'tutorial': lambda k: tf.data.Dataset.from_tensor_slices(_rows(k)).repeat(2).shuffle(
-        16, seed=1).batch(5).map(lambda e: OD(x=e['x'] * 2.0, y=e['y'])),
-    'shuffle_then_repeat': lambda k: tf.data.Dataset.from_tensor_slices(_rows(k)).shuffle(
-        8, seed=4).repeat(3).batch(4),
-    'text': lambda k: tf.data.Dataset.from_tensor_slices(OD(s=_text(k))).map(
-        lambda e: TABLE.lookup(tf.strings.bytes_split(tf.reshape(e['s'], [1])).values)
-    ).unbatch().batch(9, drop_remainder=True).shuffle(20, seed=2).batch(
-        2, drop_remainder=True).map(lambda c: (c[:, :-1], c[:, 1:])),
+    'tutorial': lambda k: (
+        tf.data.Dataset.from_tensor_slices(_rows(k))
+        .repeat(2)
+        .shuffle(16, seed=1)
+        .batch(5)
+        .map(lambda e: OD(x=e['x'] * 2.0, y=e['y']))
+    ),
+    'shuffle_then_repeat': lambda k: (
+        tf.data.Dataset.from_tensor_slices(_rows(k)).shuffle(8, seed=4).repeat(3).batch(4)
+    ),
+    'text': lambda k: (
+        tf.data.Dataset.from_tensor_slices(OD(s=_text(k)))
+        .map(lambda e: TABLE.lookup(tf.strings.bytes_split(tf.reshape(e['s'], [1])).values))
+        .unbatch()
+        .batch(9, drop_remainder=True)
+        .shuffle(20, seed=2)
+        .batch(2, drop_remainder=True)
+        .map(lambda c: (c[:, :-1], c[:, 1:]))
+    ),
 }
 
 
@@ -125,8 +141,11 @@ def test_reads_from_many_threads_at_once_are_each_a_fresh_copy():
 
 NOT_TEMPLATED = {
     # a random op in a function keeps its state in a kernel a traced reader reuses
-    'random_map': lambda: tf.data.Dataset.from_tensor_slices(_rows(0)).map(
-        lambda e: OD(x=e['x'] + tf.random.uniform([2], seed=3), y=e['y'])).batch(4),
+    'random_map': lambda: (
+        tf.data.Dataset.from_tensor_slices(_rows(0))
+        .map(lambda e: OD(x=e['x'] + tf.random.uniform([2], seed=3), y=e['y']))
+        .batch(4)
+    ),
     # no array of the client's: nothing to lift
     'range': lambda: tf.data.Dataset.range(10).batch(3),
 }
@@ -139,8 +158,9 @@ def test_other_graphs_are_read_as_fresh_copies(name):
 
 
 def test_a_dataset_with_python_state_or_no_end_gets_no_recipe():
-    gen = tf.data.Dataset.from_generator(lambda: iter(range(5)), output_signature=tf.TensorSpec(
-        [], tf.int64)).batch(2)
+    gen = tf.data.Dataset.from_generator(
+        lambda: iter(range(5)), output_signature=tf.TensorSpec([], tf.int64)
+    ).batch(2)
     endless = tf.data.Dataset.from_tensor_slices(_rows(0)).repeat().batch(4)
     for ds in (gen, endless):
         dt.attach_template_recipe(ds)
@@ -152,10 +172,16 @@ def test_a_client_without_data_reads_as_empty_on_a_worker():
     reads as no elements where a worker reads it (`RecipeReader`), not as an error."""
     from simharness.runtime.codec import DatasetRecipe
     from simharness.runtime.datasets import RecipeReader, dataset_to_wire
+
     make = PIPELINES['shuffle_then_repeat']
     dataset_to_wire(make(1))  # the template, from a client with data
-    empty = tf.data.Dataset.from_tensor_slices(_rows(0, n=1)).take(0).shuffle(
-        8, seed=4).repeat(3).batch(4)
+    empty = (
+        tf.data.Dataset.from_tensor_slices(_rows(0, n=1))
+        .take(0)
+        .shuffle(8, seed=4)
+        .repeat(3)
+        .batch(4)
+    )
     wire = dataset_to_wire(empty)
     assert isinstance(wire, DatasetRecipe)
     got = RecipeReader()(wire)

@@ -67,7 +67,6 @@ def ex():
 
 
 class TestValuesAndCalls:
-
     def test_create_value_and_compute(self, ex):
         v = run(ex.create_value([1.0, 2.0], (tf.float32, [2])))
         assert v.type_signature == T.TensorType(tf.float32, [2])
@@ -116,7 +115,6 @@ class TestValuesAndCalls:
 
 
 class TestTypeValidation:
-
     def test_call_with_an_argument_of_another_type(self, ex):
         fn = run(ex.create_value(compiled(int_identity)))
         arg = run(ex.create_value(1.0, tf.float32))
@@ -136,16 +134,29 @@ class TestTypeValidation:
         with pytest.raises(SimharnessTypeError, match='float32 is not a function'):
             run(ex.create_call(v, v))
 
-    @pytest.mark.parametrize('value, spec, error, message', [
-        (1.5, tf.int32, TypeError, 'float64 is not assignable to int32'),
-        ([1.0, 2.0, 3.0], (tf.float32, [2]), TypeError, r'shape \(3,\) is not assignable to float32\[2\]'),
-        (True, tf.float32, TypeError, 'bool is not assignable to float32'),
-        ('abc', tf.int32, TypeError, 'not assignable to int32'),
-        (2 ** 40, tf.int32, ValueError, 'out of the range'),
-        (tf.constant(1.0), tf.float64, TypeError, 'dtype float32 is not assignable to float64'),
-        ({'a': 1.0}, tf.float32, TypeError, r'\(dict\) is not assignable to tensor type float32'),
-        ([1.0], [tf.float32, tf.float32], TypeError, '1 elements does not match'),
-    ])
+    @pytest.mark.parametrize(
+        'value, spec, error, message',
+        [
+            (1.5, tf.int32, TypeError, 'float64 is not assignable to int32'),
+            (
+                [1.0, 2.0, 3.0],
+                (tf.float32, [2]),
+                TypeError,
+                r'shape \(3,\) is not assignable to float32\[2\]',
+            ),
+            (True, tf.float32, TypeError, 'bool is not assignable to float32'),
+            ('abc', tf.int32, TypeError, 'not assignable to int32'),
+            (2**40, tf.int32, ValueError, 'out of the range'),
+            (tf.constant(1.0), tf.float64, TypeError, 'dtype float32 is not assignable to float64'),
+            (
+                {'a': 1.0},
+                tf.float32,
+                TypeError,
+                r'\(dict\) is not assignable to tensor type float32',
+            ),
+            ([1.0], [tf.float32, tf.float32], TypeError, '1 elements does not match'),
+        ],
+    )
     def test_create_value_rejects(self, ex, value, spec, error, message):
         with pytest.raises(error, match=message):
             run(ex.create_value(value, spec))
@@ -165,22 +176,26 @@ class TestTypeValidation:
 
 
 class TestFunctionCache:
-
     def test_bounded_lru(self):
         executor = EagerTFExecutor(cache_size=2)
 
         def embed(comp):
             return run(executor.create_value(compiled(comp))).internal
+
         fa, fi = embed(add_one), embed(int_identity)
-        assert embed(add_one) is fa          # a hit; add_one is now the most recent
-        fs = embed(seven)                    # evicts int_identity, the least recent
+        assert embed(add_one) is fa  # a hit; add_one is now the most recent
+        fs = embed(seven)  # evicts int_identity, the least recent
         assert executor.cache_info == {'size': 2, 'max_size': 2}
         assert embed(add_one) is fa and embed(seven) is fs
-        again = embed(int_identity)          # embedded anew; evicts add_one
+        again = embed(int_identity)  # embedded anew; evicts add_one
         assert again is not fi and executor.cache_info['size'] == 2
         assert embed(seven) is fs and embed(add_one) is not fa
-        out = run(executor.create_call(run(executor.create_value(compiled(int_identity))),
-                                       run(executor.create_value(4, tf.int32))))
+        out = run(
+            executor.create_call(
+                run(executor.create_value(compiled(int_identity))),
+                run(executor.create_value(4, tf.int32)),
+            )
+        )
         assert run(out.compute()).numpy() == 4
 
     def test_shared_cache(self):
@@ -194,7 +209,9 @@ class TestFunctionCache:
 
     @pytest.mark.parametrize('size', [0, -1])
     def test_size_must_be_positive(self, size):
-        with pytest.raises(SimharnessValueError, match=r'cache size \(max_size\) must be an int >= 1'):
+        with pytest.raises(
+            SimharnessValueError, match=r'cache size \(max_size\) must be an int >= 1'
+        ):
             FunctionCache(size)
 
     @pytest.mark.parametrize('size', [1.5, '8', True, None])
@@ -205,7 +222,6 @@ class TestFunctionCache:
 
 
 class TestBatchedMap:
-
     def _inputs(self, n=5):
         rng = np.random.default_rng(0)
         w = rng.normal(size=(4, 3)).astype(np.float32)
@@ -234,25 +250,36 @@ class TestBatchedMap:
         rows = run(ex.create_structs([[wv, x] for x in xv], [None, None]))
         assert [k for k, _ in rows[0]._block.leaves] == ['shared', 'stacked']
         out = run(ex.compute_many(run(ex.create_map(fn, rows))))
-        single = run(ex.create_call(fn, run(ex.create_value([w, xs[3]], dense.type_signature.parameter))))
+        single = run(
+            ex.create_call(fn, run(ex.create_value([w, xs[3]], dense.type_signature.parameter)))
+        )
         assert out[3].tobytes() == run(single.compute()).numpy().tobytes()
 
     def test_map_over_mixed_values_and_no_argument_map(self, ex):
         fn = run(ex.create_value(compiled(add_one)))
         args = [run(ex.create_value(float(i), tf.float32)) for i in range(3)]
-        assert [float(v) for v in run(ex.compute_many(run(ex.create_map(fn, args))))] == [1.0, 2.0, 3.0]
+        assert [float(v) for v in run(ex.compute_many(run(ex.create_map(fn, args))))] == [
+            1.0,
+            2.0,
+            3.0,
+        ]
         sev = run(ex.create_value(compiled(seven)))
-        assert [int(v) for v in run(ex.compute_many(run(ex.create_map(sev, None, count=3))))] == [7, 7, 7]
+        assert [int(v) for v in run(ex.compute_many(run(ex.create_map(sev, None, count=3))))] == [
+            7,
+            7,
+            7,
+        ]
 
     def test_selections_of_a_block(self, ex):
-        rows = run(ex.create_values([[1.0, [1, 2]], [2.0, [3, 4]]], pair_fn.type_signature.parameter))
+        rows = run(
+            ex.create_values([[1.0, [1, 2]], [2.0, [3, 4]]], pair_fn.type_signature.parameter)
+        )
         sel = run(ex.create_selections(rows, 1))
         assert sel[0].type_signature == T.TensorType(tf.int32, [2])
         assert [v.tolist() for v in run(ex.compute_many(sel))] == [[1, 2], [3, 4]]
 
 
 class TestDatasets:
-
     def test_lists_and_datasets_in(self, ex):
         seq = sh.SequenceType(tf.float32)
         fn = run(ex.create_value(compiled(dataset_sum)))
@@ -284,7 +311,10 @@ class TestDatasets:
         seq = run(ex.create_values([[1.0, 2.0], [3.0]], sh.SequenceType(tf.float32)))
         fn = run(ex.create_value(compiled(add_one)))
         mapped = run(ex.create_sequence_op('sequence_map', seq, {'fn': fn}))
-        assert [list(d.as_numpy_iterator()) for d in run(ex.compute_many(mapped))] == [[2.0, 3.0], [4.0]]
+        assert [list(d.as_numpy_iterator()) for d in run(ex.compute_many(mapped))] == [
+            [2.0, 3.0],
+            [4.0],
+        ]
         sums = run(ex.create_sequence_op('sequence_sum', seq, {}))
         assert [float(v) for v in run(ex.compute_many(sums))] == [3.0, 3.0]
         with pytest.raises(SimharnessValueError, match='unknown sequence operation'):
@@ -302,15 +332,16 @@ def merge_sum_count(a, b):
 
 
 class TestReductions:
-
     def test_sum_partials_combine_to_the_single_block_bits(self, ex):
         rng = np.random.default_rng(3)
         xs = list((rng.choice([-1.0, 1.0], 40) * 10.0 ** rng.uniform(-6, 6, 40)).astype(np.float32))
         vals = run(ex.create_values(xs, tf.float32))
         whole = run(ex.create_partial_reduction('sum', vals, 0, 40, {}))
         one = run(ex.create_reduction_result('sum', [whole], 40, {}, T.TensorType(tf.float32)))
-        parts = [run(ex.create_partial_reduction('sum', vals[lo:hi], lo, 40, {}))
-                 for lo, hi in [(0, 5), (5, 17), (17, 40)]]
+        parts = [
+            run(ex.create_partial_reduction('sum', vals[lo:hi], lo, 40, {}))
+            for lo, hi in [(0, 5), (5, 17), (17, 40)]
+        ]
         split = run(ex.create_reduction_result('sum', parts, 40, {}, T.TensorType(tf.float32)))
         assert run(one.compute()).numpy().tobytes() == run(split.compute()).numpy().tobytes()
 
@@ -320,11 +351,16 @@ class TestReductions:
         at = acc_sum_count.type_signature.result
 
         def params():
-            return {'zero': run(ex.create_value([0.0, 0], at)),
-                    'accumulate': run(ex.create_value(compiled(acc_sum_count))),
-                    'merge': run(ex.create_value(compiled(merge_sum_count)))}
-        parts = [run(ex.create_partial_reduction('aggregate', vals[lo:hi], lo, n, params()))
-                 for lo, hi in [(0, 3), (3, 18), (18, 20)]]
+            return {
+                'zero': run(ex.create_value([0.0, 0], at)),
+                'accumulate': run(ex.create_value(compiled(acc_sum_count))),
+                'merge': run(ex.create_value(compiled(merge_sum_count))),
+            }
+
+        parts = [
+            run(ex.create_partial_reduction('aggregate', vals[lo:hi], lo, n, params()))
+            for lo, hi in [(0, 3), (3, 18), (18, 20)]
+        ]
         assert isinstance(parts[1], Partial) and parts[1].head  # a block that begins inside a chunk
         out = run(ex.create_reduction_result('aggregate', parts, n, params(), at))
         total, count = run(out.compute())
@@ -340,6 +376,7 @@ def test_a_computation_that_passes_parameters_through_runs_no_tf_call():
     # `lambda s: s.weights` and the like: the results are the parameter tensors; a graph
     # that computes anything, or carries a side effect, still runs in TF.
     from simharness.executors.leaf.embedded_function import EmbeddedFunction
+
     spec = collections.OrderedDict(w=tf.TensorSpec([2], tf.float32), b=tf.TensorSpec([], tf.int32))
 
     @sh.tf_computation(spec)
@@ -361,8 +398,12 @@ def test_a_computation_that_passes_parameters_through_runs_no_tf_call():
     out = fn.call_flat([w, b])
     assert out[0] is b and out[1] is w and out[2] is w
     ex = EagerTFExecutor()
-    arg = run(ex.create_value(collections.OrderedDict(w=np.array([1.5, 2.5], np.float32),
-                                                      b=np.int32(3)), pick.type_signature.parameter))
+    arg = run(
+        ex.create_value(
+            collections.OrderedDict(w=np.array([1.5, 2.5], np.float32), b=np.int32(3)),
+            pick.type_signature.parameter,
+        )
+    )
     result = run(run(ex.create_call(run(ex.create_value(pick)), arg)).compute())
     assert [np.asarray(r).tolist() for r in result] == [3, [1.5, 2.5], [1.5, 2.5]]
     assert EmbeddedFunction(compiled(computes)).selection is None

@@ -10,9 +10,16 @@ import pytest
 
 from simharness.errors import ConfigError
 from simharness.experiments import config as C
-from simharness.experiments.config import (DEFAULT_RUN_ID, apply_overrides,
-                                           config_from_dict, expand_sweep, load_config,
-                                           run_id_for, tomllib, valid_keys)
+from simharness.experiments.config import (
+    DEFAULT_RUN_ID,
+    apply_overrides,
+    config_from_dict,
+    expand_sweep,
+    load_config,
+    run_id_for,
+    tomllib,
+    valid_keys,
+)
 
 FULL = """
 name = "full"
@@ -75,12 +82,13 @@ def _raises(raw, key: str, *fragments: str) -> ConfigError:
 
 # --------------------------------------------------------------------- parsing
 
+
 def test_load_full_config(tmp_path):
     c = load_config(_write(tmp_path, FULL))
     assert c.name == 'full'
     assert c.data.dataset == 'digits' and c.data.num_clients == 10
     assert c.data.partition == 'iid' and c.data.test_fraction == 0.25 and c.data.seed == 3
-    assert c.data.dirichlet_alpha == 0.5 and c.data.min_size == 5       # defaults filled
+    assert c.data.dirichlet_alpha == 0.5 and c.data.min_size == 5  # defaults filled
     assert type(c.data) is C.DigitsData and isinstance(c.data, C.DataConfig)
     assert not hasattr(c.data, 'alpha') and not hasattr(c.data, 'path')  # other datasets' options
     assert c.model.name == 'cnn' and c.model.conv_filters == (4, 8)
@@ -88,20 +96,29 @@ def test_load_full_config(tmp_path):
     assert type(c.model) is C.CnnModel and not hasattr(c.model, 'hidden_sizes')
     assert c.algorithm.server_learning_rate == 1.0
     assert isinstance(c.algorithm.server_learning_rate, float)
-    assert c.training == C.TrainingConfig(rounds=7, clients_per_round=5, seed=11, eval_every=3,
-                                          cohort='reference')
+    assert c.training == C.TrainingConfig(
+        rounds=7, clients_per_round=5, seed=11, eval_every=3, cohort='reference'
+    )
     assert c.stack.kind == 'process' and c.stack.num_workers == 2
     assert c.stack.devices == (0, 'cuda:1') and not hasattr(c.stack, 'clients_per_thread')
-    assert c.sweep.grid == (('stack.num_workers', (1, 2)),
-                            ('training.clients_per_round', (2, 5)))
+    assert c.sweep.grid == (('stack.num_workers', (1, 2)), ('training.clients_per_round', (2, 5)))
     assert c.init_seed == 11
 
 
 def test_defaults_and_name_from_file_stem(tmp_path):
     c = load_config(_write(tmp_path, '', name='my-exp.toml'))
     assert c.name == 'my-exp'
-    assert c.data == C.DataConfig(dataset='synthetic', num_clients=20, alpha=1.0, beta=1.0,
-                                  samples_per_client=50, dim=60, num_classes=10, iid=False, seed=0)
+    assert c.data == C.DataConfig(
+        dataset='synthetic',
+        num_clients=20,
+        alpha=1.0,
+        beta=1.0,
+        samples_per_client=50,
+        dim=60,
+        num_classes=10,
+        iid=False,
+        seed=0,
+    )
     assert c.model.hidden_sizes == (256, 256)
     assert c.stack == C.StackConfig(kind='thread', clients_per_thread=1)
     assert c.training.rounds == 10 and c.training.cohort == 'random'
@@ -109,14 +126,22 @@ def test_defaults_and_name_from_file_stem(tmp_path):
 
 
 def test_reference_dataset_has_no_options_and_1000_clients():
-    c = config_from_dict({'data': {'dataset': 'reference'},
-                          'training': {'clients_per_round': 1000}}, 'r')
+    c = config_from_dict(
+        {'data': {'dataset': 'reference'}, 'training': {'clients_per_round': 1000}}, 'r'
+    )
     assert c.data.known_num_clients == 1000
     assert c.init_seed == 1
-    _raises({'data': {'dataset': 'reference'}, 'training': {'clients_per_round': 1001}},
-            'training.clients_per_round', '1000')
-    _raises({'data': {'dataset': 'reference', 'num_clients': 5}}, 'data.num_clients',
-            "'reference'", 'none')
+    _raises(
+        {'data': {'dataset': 'reference'}, 'training': {'clients_per_round': 1001}},
+        'training.clients_per_round',
+        '1000',
+    )
+    _raises(
+        {'data': {'dataset': 'reference', 'num_clients': 5}},
+        'data.num_clients',
+        "'reference'",
+        'none',
+    )
 
 
 def test_files_path_is_relative_to_config_file(tmp_path):
@@ -136,8 +161,11 @@ def test_resolved_toml_round_trips(tmp_path):
 
 
 def test_dumps_toml_quotes_and_escapes():
-    doc = {'name': 'x', 'data': {'path': 'a "b"\\c\n\u00e9'},
-           'sweep': {'grid': {'training.seed': [0, 1], 'model.hidden_sizes': [[8], [8, 8]]}}}
+    doc = {
+        'name': 'x',
+        'data': {'path': 'a "b"\\c\n\u00e9'},
+        'sweep': {'grid': {'training.seed': [0, 1], 'model.hidden_sizes': [[8], [8, 8]]}},
+    }
     text = C.dumps_toml(doc)
     assert tomllib.loads(text) == doc
     # tomli-w writes an array one item per line: the dotted key is quoted, its list follows.
@@ -146,15 +174,21 @@ def test_dumps_toml_quotes_and_escapes():
 
 
 def test_grid_accepts_nested_tables_and_lists_of_lists(tmp_path):
-    c = load_config(_write(tmp_path, """
+    c = load_config(
+        _write(
+            tmp_path,
+            """
         [sweep.grid]
         model.hidden_sizes = [[8], [16, 16]]
         training.seed = [0, 1]
-        """))
+        """,
+        )
+    )
     assert c.sweep.grid == (('model.hidden_sizes', ((8,), (16, 16))), ('training.seed', (0, 1)))
 
 
 # ------------------------------------------------------------------ validation
+
 
 def test_missing_file_and_invalid_toml(tmp_path):
     with pytest.raises(ConfigError, match='does not exist'):
@@ -176,8 +210,9 @@ def test_unknown_top_level_key_lists_allowed():
 
 
 def test_unknown_key_in_table_lists_allowed():
-    _raises({'training': {'round': 3}}, 'training.round', 'rounds', 'clients_per_round',
-            'eval_every')
+    _raises(
+        {'training': {'round': 3}}, 'training.round', 'rounds', 'clients_per_round', 'eval_every'
+    )
     _raises({'stack': {'workers': 3}}, 'stack.workers', 'num_workers')
     _raises({'sweep': {'grids': {}}}, 'sweep.grids', 'grid')
 
@@ -187,57 +222,88 @@ def test_table_must_be_a_table(table):
     _raises({table: 3}, table, 'must be a table')
 
 
-@pytest.mark.parametrize('key,value,fragment', [
-    ('data.dataset', 'mnist', "'cifar100', 'digits', 'emnist', 'files', 'hf', 'reference', "
-                              "'shakespeare', 'stackoverflow', 'synthetic'"),
-    ('model.name', 'resnet', "'cnn', 'keras', 'logreg', 'mlp'"),
-    ('algorithm.name', 'fedfoo', "'fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', "
-                                 "'fedsgd', 'fedyogi'"),
-    ('training.cohort', 'all', "'random', 'reference', 'weighted', 'with_replacement'"),
-    ('stack.kind', 'gpu', "'process', 'ray', 'thread'"),
-])
+@pytest.mark.parametrize(
+    'key,value,fragment',
+    [
+        (
+            'data.dataset',
+            'mnist',
+            "'cifar100', 'digits', 'emnist', 'files', 'hf', 'reference', "
+            "'shakespeare', 'stackoverflow', 'synthetic'",
+        ),
+        ('model.name', 'resnet', "'cnn', 'keras', 'logreg', 'mlp'"),
+        (
+            'algorithm.name',
+            'fedfoo',
+            "'fedadagrad', 'fedadam', 'fedavg', 'fedavgm', 'fedprox', 'fedsgd', 'fedyogi'",
+        ),
+        ('training.cohort', 'all', "'random', 'reference', 'weighted', 'with_replacement'"),
+        ('stack.kind', 'gpu', "'process', 'ray', 'thread'"),
+    ],
+)
 def test_choices_list_allowed_values(key, value, fragment):
     table, field = key.split('.')
     _raises({table: {field: value}}, key, fragment, repr(value))
 
 
-@pytest.mark.parametrize('key,value', [
-    ('data.num_clients', 0), ('data.num_clients', 2.5), ('data.num_clients', True),
-    ('data.alpha', -1.0), ('data.alpha', 'x'), ('data.beta', float('nan')),
-    ('data.samples_per_client', 0), ('data.dim', 0), ('data.num_classes', 1),
-    ('data.iid', 1), ('data.seed', -1),
-    ('training.rounds', 0), ('training.rounds', '3'), ('training.clients_per_round', 0),
-    ('training.seed', -1), ('training.eval_every', -1),
-    ('algorithm.client_learning_rate', 0), ('algorithm.client_learning_rate', False),
-    ('algorithm.server_learning_rate', -0.5), ('algorithm.local_epochs', 0),
-    ('algorithm.batch_size', 1.0), ('algorithm.server_momentum', 1.0),
-    ('algorithm.server_momentum', -0.1),
-    ('model.hidden_sizes', []), ('model.hidden_sizes', [0]), ('model.hidden_sizes', 8),
-    ('stack.clients_per_thread', 0),
-])
+@pytest.mark.parametrize(
+    'key,value',
+    [
+        ('data.num_clients', 0),
+        ('data.num_clients', 2.5),
+        ('data.num_clients', True),
+        ('data.alpha', -1.0),
+        ('data.alpha', 'x'),
+        ('data.beta', float('nan')),
+        ('data.samples_per_client', 0),
+        ('data.dim', 0),
+        ('data.num_classes', 1),
+        ('data.iid', 1),
+        ('data.seed', -1),
+        ('training.rounds', 0),
+        ('training.rounds', '3'),
+        ('training.clients_per_round', 0),
+        ('training.seed', -1),
+        ('training.eval_every', -1),
+        ('algorithm.client_learning_rate', 0),
+        ('algorithm.client_learning_rate', False),
+        ('algorithm.server_learning_rate', -0.5),
+        ('algorithm.local_epochs', 0),
+        ('algorithm.batch_size', 1.0),
+        ('algorithm.server_momentum', 1.0),
+        ('algorithm.server_momentum', -0.1),
+        ('model.hidden_sizes', []),
+        ('model.hidden_sizes', [0]),
+        ('model.hidden_sizes', 8),
+        ('stack.clients_per_thread', 0),
+    ],
+)
 def test_bad_values(key, value):
     table, field = key.split('.')
     _raises({table: {field: value}}, key, field)
 
 
-@pytest.mark.parametrize('table,base,key,value,fragment', [
-    ('data', {'dataset': 'digits'}, 'data.partition', 'shards', "'dirichlet', 'iid'"),
-    ('data', {'dataset': 'digits'}, 'data.dirichlet_alpha', 0, '> 0'),
-    ('data', {'dataset': 'digits'}, 'data.test_fraction', 1.0, '< 1'),
-    ('data', {'dataset': 'digits'}, 'data.min_size', 0, '>= 1'),
-    ('data', {'dataset': 'files', 'path': 'p'}, 'data.x_key', '', 'non-empty'),
-    ('data', {'dataset': 'files', 'path': 'p'}, 'data.num_classes', 1, '>= 2'),
-    ('model', {'name': 'cnn'}, 'model.conv_filters', [4], '2 ints'),
-    ('model', {'name': 'cnn'}, 'model.kernel_size', 0, '>= 1'),
-    ('model', {'name': 'cnn'}, 'model.pool_size', 'two', '>= 1'),
-    ('stack', {'kind': 'process'}, 'stack.num_workers', 0, '>= 1'),
-    ('stack', {'kind': 'process'}, 'stack.clients_per_worker', 0, '>= 1'),
-    ('stack', {'kind': 'process'}, 'stack.workers_per_gpu', 0, '>= 1'),
-    ('stack', {'kind': 'process'}, 'stack.cpu_affinity', 'yes', 'true or false'),
-    ('stack', {'kind': 'process'}, 'stack.devices', [], 'GPU ids'),
-    ('stack', {'kind': 'process'}, 'stack.devices', [-1], 'GPU ids'),
-    ('stack', {'kind': 'process'}, 'stack.devices', 3, 'GPU ids'),
-])
+@pytest.mark.parametrize(
+    'table,base,key,value,fragment',
+    [
+        ('data', {'dataset': 'digits'}, 'data.partition', 'shards', "'dirichlet', 'iid'"),
+        ('data', {'dataset': 'digits'}, 'data.dirichlet_alpha', 0, '> 0'),
+        ('data', {'dataset': 'digits'}, 'data.test_fraction', 1.0, '< 1'),
+        ('data', {'dataset': 'digits'}, 'data.min_size', 0, '>= 1'),
+        ('data', {'dataset': 'files', 'path': 'p'}, 'data.x_key', '', 'non-empty'),
+        ('data', {'dataset': 'files', 'path': 'p'}, 'data.num_classes', 1, '>= 2'),
+        ('model', {'name': 'cnn'}, 'model.conv_filters', [4], '2 ints'),
+        ('model', {'name': 'cnn'}, 'model.kernel_size', 0, '>= 1'),
+        ('model', {'name': 'cnn'}, 'model.pool_size', 'two', '>= 1'),
+        ('stack', {'kind': 'process'}, 'stack.num_workers', 0, '>= 1'),
+        ('stack', {'kind': 'process'}, 'stack.clients_per_worker', 0, '>= 1'),
+        ('stack', {'kind': 'process'}, 'stack.workers_per_gpu', 0, '>= 1'),
+        ('stack', {'kind': 'process'}, 'stack.cpu_affinity', 'yes', 'true or false'),
+        ('stack', {'kind': 'process'}, 'stack.devices', [], 'GPU ids'),
+        ('stack', {'kind': 'process'}, 'stack.devices', [-1], 'GPU ids'),
+        ('stack', {'kind': 'process'}, 'stack.devices', 3, 'GPU ids'),
+    ],
+)
 def test_bad_variant_values(table, base, key, value, fragment):
     raw = {table: dict(base, **{key.split('.')[1]: value})}
     if table == 'model':
@@ -245,15 +311,18 @@ def test_bad_variant_values(table, base, key, value, fragment):
     _raises(raw, key, fragment)
 
 
-@pytest.mark.parametrize('table,base,field,value,takers', [
-    ('data', {'dataset': 'synthetic'}, 'partition', 'iid', "'digits'"),
-    ('data', {'dataset': 'digits'}, 'alpha', 1.0, "'synthetic'"),
-    ('data', {'dataset': 'synthetic'}, 'path', 'x', "'files'"),
-    ('model', {'name': 'mlp'}, 'kernel_size', 3, "'cnn'"),
-    ('model', {'name': 'logreg'}, 'hidden_sizes', [8], "'mlp'"),
-    ('stack', {'kind': 'thread'}, 'num_workers', 2, "'process'"),
-    ('stack', {'kind': 'process'}, 'clients_per_thread', 2, "'thread'"),
-])
+@pytest.mark.parametrize(
+    'table,base,field,value,takers',
+    [
+        ('data', {'dataset': 'synthetic'}, 'partition', 'iid', "'digits'"),
+        ('data', {'dataset': 'digits'}, 'alpha', 1.0, "'synthetic'"),
+        ('data', {'dataset': 'synthetic'}, 'path', 'x', "'files'"),
+        ('model', {'name': 'mlp'}, 'kernel_size', 3, "'cnn'"),
+        ('model', {'name': 'logreg'}, 'hidden_sizes', [8], "'mlp'"),
+        ('stack', {'kind': 'thread'}, 'num_workers', 2, "'process'"),
+        ('stack', {'kind': 'process'}, 'clients_per_thread', 2, "'thread'"),
+    ],
+)
 def test_option_of_another_variant(table, base, field, value, takers):
     _raises({table: dict(base, **{field: value})}, f'{table}.{field}', 'does not apply', takers)
 
@@ -264,8 +333,11 @@ def test_files_needs_a_path_and_distinct_keys():
 
 
 def test_cross_table_checks():
-    _raises({'data': {'num_clients': 5}, 'training': {'clients_per_round': 6}},
-            'training.clients_per_round', '5 clients')
+    _raises(
+        {'data': {'num_clients': 5}, 'training': {'clients_per_round': 6}},
+        'training.clients_per_round',
+        '5 clients',
+    )
     _raises({'model': {'name': 'cnn'}}, 'model.name', 'image data')
     _raises({'data': {'dataset': 'reference'}, 'model': {'name': 'cnn'}}, 'model.name')
 
@@ -281,13 +353,16 @@ def test_name_is_required_without_default():
     assert info.value.key == 'name'
 
 
-@pytest.mark.parametrize('grid,key,fragment', [
-    ({'stack.workers': [1]}, 'sweep.grid.stack.workers', 'valid keys'),
-    ({'name': ['a']}, 'sweep.grid.name', 'valid keys'),
-    ({'training.seed': []}, 'sweep.grid.training.seed', 'non-empty list'),
-    ({'training.seed': 3}, 'sweep.grid.training.seed', 'non-empty list'),
-    (3, 'sweep.grid', 'table'),
-])
+@pytest.mark.parametrize(
+    'grid,key,fragment',
+    [
+        ({'stack.workers': [1]}, 'sweep.grid.stack.workers', 'valid keys'),
+        ({'name': ['a']}, 'sweep.grid.name', 'valid keys'),
+        ({'training.seed': []}, 'sweep.grid.training.seed', 'non-empty list'),
+        ({'training.seed': 3}, 'sweep.grid.training.seed', 'non-empty list'),
+        (3, 'sweep.grid', 'table'),
+    ],
+)
 def test_bad_sweep_grids(grid, key, fragment):
     _raises({'sweep': {'grid': grid}}, key, fragment)
 
@@ -298,17 +373,36 @@ def test_configs_are_frozen():
         c.training.rounds = 3  # type: ignore[misc]
 
 
-@pytest.mark.parametrize('union,tag,variants', [
-    (C.DataConfig, 'dataset', {'synthetic': C.SyntheticData, 'digits': C.DigitsData,
-                               'files': C.FilesData, 'reference': C.ReferenceData,
-                               'emnist': C.EmnistData, 'cifar100': C.Cifar100Data,
-                               'shakespeare': C.ShakespeareData,
-                               'stackoverflow': C.StackOverflowData, 'hf': C.HfData}),
-    (C.ModelConfig, 'name', {'logreg': C.LogregModel, 'mlp': C.MlpModel, 'cnn': C.CnnModel,
-                             'keras': C.KerasModel}),
-    (C.StackConfig, 'kind', {'thread': C.ThreadStack, 'process': C.ProcessStack,
-                             'ray': C.RayStack}),
-])
+@pytest.mark.parametrize(
+    'union,tag,variants',
+    [
+        (
+            C.DataConfig,
+            'dataset',
+            {
+                'synthetic': C.SyntheticData,
+                'digits': C.DigitsData,
+                'files': C.FilesData,
+                'reference': C.ReferenceData,
+                'emnist': C.EmnistData,
+                'cifar100': C.Cifar100Data,
+                'shakespeare': C.ShakespeareData,
+                'stackoverflow': C.StackOverflowData,
+                'hf': C.HfData,
+            },
+        ),
+        (
+            C.ModelConfig,
+            'name',
+            {'logreg': C.LogregModel, 'mlp': C.MlpModel, 'cnn': C.CnnModel, 'keras': C.KerasModel},
+        ),
+        (
+            C.StackConfig,
+            'kind',
+            {'thread': C.ThreadStack, 'process': C.ProcessStack, 'ray': C.RayStack},
+        ),
+    ],
+)
 def test_one_class_per_variant(union, tag, variants):
     """The tag picks the class; a variant holds its tag (first, fixed) and its options only."""
     assert union.VARIANTS == variants
@@ -345,12 +439,21 @@ def test_union_constructor_builds_the_variant_and_checks_its_keys():
 
 # ------------------------------------------------------------------- overrides
 
+
 def test_override_values_are_toml_literals_or_bare_strings():
     c = config_from_dict({}, 'x')
-    c2 = apply_overrides(c, ['training.rounds=3', 'algorithm.client_learning_rate=0.5',
-                             'stack.kind=process', 'stack.cpu_affinity=false',
-                             'stack.devices=[0, 1]', 'model.hidden_sizes = [4, 4]',
-                             'name="renamed"'])
+    c2 = apply_overrides(
+        c,
+        [
+            'training.rounds=3',
+            'algorithm.client_learning_rate=0.5',
+            'stack.kind=process',
+            'stack.cpu_affinity=false',
+            'stack.devices=[0, 1]',
+            'model.hidden_sizes = [4, 4]',
+            'name="renamed"',
+        ],
+    )
     assert c2.training.rounds == 3 and c2.algorithm.client_learning_rate == 0.5
     assert c2.stack.kind == 'process' and c2.stack.cpu_affinity is False
     assert c2.stack.devices == (0, 1) and c2.model.hidden_sizes == (4, 4)
@@ -376,9 +479,13 @@ def test_override_errors():
 
 
 def test_changing_a_discriminator_drops_options_it_does_not_take():
-    c = config_from_dict({'stack': {'kind': 'process', 'num_workers': 2},
-                          'data': {'dataset': 'synthetic', 'alpha': 0.5, 'num_clients': 30}},
-                         'x')
+    c = config_from_dict(
+        {
+            'stack': {'kind': 'process', 'num_workers': 2},
+            'data': {'dataset': 'synthetic', 'alpha': 0.5, 'num_clients': 30},
+        },
+        'x',
+    )
     t = apply_overrides(c, ['stack.kind=thread'])
     assert t.stack == C.StackConfig(kind='thread', clients_per_thread=1)
     d = apply_overrides(c, ['data.dataset=digits'])
@@ -406,8 +513,12 @@ def test_valid_keys():
 
 # ---------------------------------------------------------------------- sweeps
 
+
 def test_expand_sweep_order_ids_and_configs(tmp_path):
-    base = load_config(_write(tmp_path, """
+    base = load_config(
+        _write(
+            tmp_path,
+            """
         name = "scaling"
         [stack]
         kind = "process"
@@ -417,14 +528,19 @@ def test_expand_sweep_order_ids_and_configs(tmp_path):
         "stack.num_workers" = [1, 2]
         "training.clients_per_round" = [10, 100, 1000]
         "training.seed" = [0]
-        """))
+        """,
+        )
+    )
     runs = expand_sweep(base)
     assert [rid for rid, _ in runs] == [
-        f'num_workers={w},clients_per_round={k},seed=0' for w in (1, 2) for k in (10, 100, 1000)]
+        f'num_workers={w},clients_per_round={k},seed=0' for w in (1, 2) for k in (10, 100, 1000)
+    ]
     for rid, cfg in runs:
         assert cfg.sweep.grid == () and cfg.name == 'scaling'
-        assert rid == (f'num_workers={cfg.stack.num_workers},'
-                       f'clients_per_round={cfg.training.clients_per_round},seed=0')
+        assert rid == (
+            f'num_workers={cfg.stack.num_workers},'
+            f'clients_per_round={cfg.training.clients_per_round},seed=0'
+        )
     assert expand_sweep(base) == runs  # deterministic
 
 
@@ -435,23 +551,32 @@ def test_expand_without_grid_is_one_default_run():
 
 def test_run_ids_use_full_keys_when_last_parts_collide_and_are_safe():
     assert run_id_for([('data.seed', 1), ('training.seed', 2)]) == 'data.seed=1,training.seed=2'
-    assert run_id_for([('model.hidden_sizes', [8, 8]), ('stack.cpu_affinity', False)]) == \
-        'hidden_sizes=8-8,cpu_affinity=false'
+    assert (
+        run_id_for([('model.hidden_sizes', [8, 8]), ('stack.cpu_affinity', False)])
+        == 'hidden_sizes=8-8,cpu_affinity=false'
+    )
     assert run_id_for([('data.path', '/a b/c')]) == 'path=_a_b_c'
     assert run_id_for([]) == DEFAULT_RUN_ID
 
 
 def test_sweep_over_a_discriminator():
-    c = config_from_dict({'stack': {'kind': 'process', 'num_workers': 2},
-                          'sweep': {'grid': {'stack.kind': ['thread', 'process']}}}, 'x')
+    c = config_from_dict(
+        {
+            'stack': {'kind': 'process', 'num_workers': 2},
+            'sweep': {'grid': {'stack.kind': ['thread', 'process']}},
+        },
+        'x',
+    )
     (tid, t), (pid, p) = expand_sweep(c)
     assert (tid, pid) == ('kind=thread', 'kind=process')
     assert t.stack == C.ThreadStack() and p.stack.num_workers == 2
 
 
 def test_invalid_sweep_point_names_the_run():
-    c = config_from_dict({'data': {'num_clients': 50},
-                          'sweep': {'grid': {'training.clients_per_round': [10, 100]}}}, 'x')
+    c = config_from_dict(
+        {'data': {'num_clients': 50}, 'sweep': {'grid': {'training.clients_per_round': [10, 100]}}},
+        'x',
+    )
     with pytest.raises(ConfigError) as info:
         expand_sweep(c)
     assert 'clients_per_round=100' in str(info.value)
@@ -459,8 +584,15 @@ def test_invalid_sweep_point_names_the_run():
 
 
 def test_colliding_run_ids_are_an_error():
-    c = config_from_dict({'sweep': {'grid': {'data.path': ['a/b', 'a_b']},
-                          }, 'data': {'dataset': 'files', 'path': 'p'}}, 'x')
+    c = config_from_dict(
+        {
+            'sweep': {
+                'grid': {'data.path': ['a/b', 'a_b']},
+            },
+            'data': {'dataset': 'files', 'path': 'p'},
+        },
+        'x',
+    )
     with pytest.raises(ConfigError, match='same run id|both get the run id'):
         expand_sweep(c)
 
@@ -483,8 +615,11 @@ def test_reference_experiment_is_the_benchmark_workload():
         assert run.data.dataset == 'reference'
         assert run.model == C.ModelConfig(name='mlp', hidden_sizes=(256, 256))
         assert run.algorithm == C.AlgorithmConfig()  # lr 0.05, 1 epoch, batch 10, server 1.0
-        assert (run.training.rounds, run.training.clients_per_round, run.training.cohort) == \
-            (6, 100, 'reference')
+        assert (run.training.rounds, run.training.clients_per_round, run.training.cohort) == (
+            6,
+            100,
+            'reference',
+        )
 
 
 def test_scaling_experiment_grid():

@@ -9,10 +9,18 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
-from simharness.errors import (CardinalityError, ExecutorClosedError, SimharnessTypeError,
-                               SimharnessValueError)
-from simharness.stacks import (CachingExecutorFactory, local_executor_factory, split_blocks,
-                               thread_debugging_executor_factory)
+from simharness.errors import (
+    CardinalityError,
+    ExecutorClosedError,
+    SimharnessTypeError,
+    SimharnessValueError,
+)
+from simharness.stacks import (
+    CachingExecutorFactory,
+    local_executor_factory,
+    split_blocks,
+    thread_debugging_executor_factory,
+)
 
 
 def run(coro):
@@ -47,8 +55,13 @@ def test_thread_debugging_layout():
         stack = factory.create_executor({sh.CLIENTS: 5})
         assert client_group_sizes(stack) == [2, 2, 1]
         names = {t.name for t in simharness_threads()}
-        assert {'simharness-server', 'simharness-unplaced', 'simharness-clients-0',
-                'simharness-clients-1', 'simharness-clients-2'} <= names
+        assert {
+            'simharness-server',
+            'simharness-unplaced',
+            'simharness-clients-0',
+            'simharness-clients-1',
+            'simharness-clients-2',
+        } <= names
 
 
 def test_local_factory_bounds_the_fanout():
@@ -75,7 +88,7 @@ def test_bounded_cache_closes_the_least_recently_used_stack():
     s3 = factory.create_executor({sh.CLIENTS: 3})
     assert factory.cached_cardinalities == [2, 3]
     assert is_closed(s1) and not is_closed(s2) and not is_closed(s3)
-    assert factory.create_executor({sh.CLIENTS: 2}) is s2   # now the most recent
+    assert factory.create_executor({sh.CLIENTS: 2}) is s2  # now the most recent
     factory.create_executor({sh.CLIENTS: 4})
     assert factory.cached_cardinalities == [2, 4]
     assert is_closed(s3) and not is_closed(s2)
@@ -125,14 +138,26 @@ def test_unknown_number_of_clients_defaults_to_one():
         assert client_group_sizes(factory.create_executor({})) == [1]
 
 
-@pytest.mark.parametrize('make, message', [
-    (lambda: thread_debugging_executor_factory(clients_per_thread=0), r'clients_per_thread .* got 0'),
-    (lambda: local_executor_factory(clients_per_thread=True), r'clients_per_thread .* got True'),
-    (lambda: local_executor_factory(max_fanout=-1), r'max_fanout .* got -1'),
-    (lambda: local_executor_factory(max_cached_stacks=0), r'max_cached_stacks .* got 0'),
-    (lambda: local_executor_factory(num_clients=-1), r'num_clients .* got -1'),
-    (lambda: CachingExecutorFactory(lambda n: None, num_clients=1.5), r'num_clients .* got 1.5'),
-])
+@pytest.mark.parametrize(
+    'make, message',
+    [
+        (
+            lambda: thread_debugging_executor_factory(clients_per_thread=0),
+            r'clients_per_thread .* got 0',
+        ),
+        (
+            lambda: local_executor_factory(clients_per_thread=True),
+            r'clients_per_thread .* got True',
+        ),
+        (lambda: local_executor_factory(max_fanout=-1), r'max_fanout .* got -1'),
+        (lambda: local_executor_factory(max_cached_stacks=0), r'max_cached_stacks .* got 0'),
+        (lambda: local_executor_factory(num_clients=-1), r'num_clients .* got -1'),
+        (
+            lambda: CachingExecutorFactory(lambda n: None, num_clients=1.5),
+            r'num_clients .* got 1.5',
+        ),
+    ],
+)
 def test_bad_arguments(make, message):
     # A wrong type (True, 1.5) is a TypeError, a bad value a ValueError: both name the argument.
     with pytest.raises((SimharnessValueError, SimharnessTypeError), match=message):

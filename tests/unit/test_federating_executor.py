@@ -61,9 +61,13 @@ def add(a, b):
 @sh.federated_computation(F32_AT_C, F32_AT_S)
 def round_trip(xs, s):
     ys = sh.federated_map(add_one, xs)
-    return [sh.federated_sum(ys), sh.federated_mean(ys), ys,
-            sh.federated_map(add_one, sh.federated_broadcast(s)),
-            sh.federated_aggregate(xs, 0.0, add, add, add_one)]
+    return [
+        sh.federated_sum(ys),
+        sh.federated_mean(ys),
+        ys,
+        sh.federated_map(add_one, sh.federated_broadcast(s)),
+        sh.federated_aggregate(xs, 0.0, add, add, add_one),
+    ]
 
 
 def evaluate(executor, comp, arg):
@@ -71,6 +75,7 @@ def evaluate(executor, comp, arg):
         fn = await executor.create_value(comp.to_building_block(), comp.type_signature)
         a = await executor.create_value(arg, comp.type_signature.parameter)
         return await (await executor.create_call(fn, a)).compute()
+
     return run(go())
 
 
@@ -93,7 +98,9 @@ def test_results_do_not_depend_on_the_client_groups():
     assert float(first[0]) == float(np.float32(sum(np.float32(x) + 1 for x in XS)))
     assert [float(v) for v in first[3]] == [3.0] * 5
     for other in results[1:]:
-        assert [np.asarray(a).tobytes() for a in other[:2]] == [np.asarray(a).tobytes() for a in first[:2]]
+        assert [np.asarray(a).tobytes() for a in other[:2]] == [
+            np.asarray(a).tobytes() for a in first[:2]
+        ]
         assert [v.tobytes() for v in other[2]] == [v.tobytes() for v in first[2]]
         assert other[4].tobytes() == first[4].tobytes()
 
@@ -115,7 +122,9 @@ def test_cardinality_and_container_errors():
     with pytest.raises(CardinalityError, match=r'list of 2 values for 3 clients') as e:
         run(fed.create_value([1.0, 2.0], F32_AT_C))
     assert (e.value.expected, e.value.actual) == (3, 2)
-    with pytest.raises(SimharnessTypeError, match=r'\{float32\}@CLIENTS must be a list .* got float'):
+    with pytest.raises(
+        SimharnessTypeError, match=r'\{float32\}@CLIENTS must be a list .* got float'
+    ):
         run(fed.create_value(1.0, F32_AT_C))
 
 
@@ -133,7 +142,10 @@ def test_kinds_of_embedded_values():
         with pytest.raises(SimharnessValueError, match='Unsupported computation building block'):
             run(fed.create_value(block))
     struct = run(fed.create_value([[1.0], 3.0], T.StructType([F32_AT_C, F32])))
-    assert struct.kind == 'struct' and [e.kind for _, e in struct.payload] == ['federated', 'unplaced']
+    assert struct.kind == 'struct' and [e.kind for _, e in struct.payload] == [
+        'federated',
+        'unplaced',
+    ]
 
 
 def test_intrinsic_called_directly():
@@ -142,7 +154,9 @@ def test_intrinsic_called_directly():
     arg = run(fed.create_value([1.0, 2.0, 3.0, 4.0], F32_AT_C))
     out = run(fed.create_call(fn, arg))
     assert out.type_signature == F32_AT_S and float(run(out.compute())) == 10.0
-    with pytest.raises(SimharnessTypeError, match=r'float32@SERVER is not assignable .* \{float32\}@CLIENTS'):
+    with pytest.raises(
+        SimharnessTypeError, match=r'float32@SERVER is not assignable .* \{float32\}@CLIENTS'
+    ):
         run(fed.create_call(fn, out))
     median = T.FunctionType(F32_AT_C, F32_AT_S)
     with pytest.raises(SimharnessValueError, match="unrecognized intrinsic 'federated_median'"):

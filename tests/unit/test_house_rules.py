@@ -33,9 +33,19 @@ PACKAGE = ROOT / 'simharness'
 MAX_LINES = 800
 
 #: Where function-level imports of simharness modules must state their reason.
-REASONED_IMPORTS = ['runtime', 'hosts', 'executors/worker_delegating.py', 'executors/remote.py',
-                    'executors/thread_delegating.py', 'executors/base.py', 'stacks.py',
-                    'pytest_plugin.py', 'testing', 'serve.py', 'framework.py']
+REASONED_IMPORTS = [
+    'runtime',
+    'hosts',
+    'executors/worker_delegating.py',
+    'executors/remote.py',
+    'executors/thread_delegating.py',
+    'executors/base.py',
+    'stacks.py',
+    'pytest_plugin.py',
+    'testing',
+    'serve.py',
+    'framework.py',
+]
 
 
 def _long_modules_listed():
@@ -55,16 +65,20 @@ def test_no_module_passes_800_lines_without_a_listed_reason():
     listed = _long_modules_listed()
     for name, reason in listed.items():
         assert isinstance(reason, str) and len(reason.split()) >= 3, (
-            f'[tool.simharness.long-modules] {name!r}: give a reason (a sentence), got {reason!r}')
+            f'[tool.simharness.long-modules] {name!r}: give a reason (a sentence), got {reason!r}'
+        )
     long = {_name(p): len(p.read_text().splitlines()) for p in _modules()}
     long = {k: v for k, v in long.items() if v > MAX_LINES}
     unlisted = {k: v for k, v in long.items() if k not in listed}
     assert not unlisted, (
         f'modules over {MAX_LINES} lines: {unlisted}; split them by job, or list them with a '
-        'reason under [tool.simharness.long-modules] in pyproject.toml')
+        'reason under [tool.simharness.long-modules] in pyproject.toml'
+    )
     stale = sorted(k for k in listed if k not in long)
-    assert not stale, (f'{stale} are listed under [tool.simharness.long-modules] but are not '
-                       f'over {MAX_LINES} lines (any more): remove them from the list')
+    assert not stale, (
+        f'{stale} are listed under [tool.simharness.long-modules] but are not '
+        f'over {MAX_LINES} lines (any more): remove them from the list'
+    )
 
 
 def _files_with_reasoned_imports():
@@ -110,15 +124,20 @@ def _function_level_own_imports(path: pathlib.Path):
 
 def test_function_level_imports_of_our_modules_state_their_reason():
     bad = [b for p in _files_with_reasoned_imports() for b in _function_level_own_imports(p)]
-    assert not bad, ('function-level imports of simharness modules without a stated reason '
-                     '(a "reason:" comment; else import at the top):\n' + '\n'.join(bad))
+    assert not bad, (
+        'function-level imports of simharness modules without a stated reason '
+        '(a "reason:" comment; else import at the top):\n' + '\n'.join(bad)
+    )
 
 
-@pytest.mark.parametrize('source, expected', [
-    ('def f():\n    from simharness import stacks\n', 1),
-    ('def f():\n    # reason: optional dependency\n    from simharness import stacks\n', 0),
-    ('def f():\n    import numpy\n', 0),
-])
+@pytest.mark.parametrize(
+    'source, expected',
+    [
+        ('def f():\n    from simharness import stacks\n', 1),
+        ('def f():\n    # reason: optional dependency\n    from simharness import stacks\n', 0),
+        ('def f():\n    import numpy\n', 0),
+    ],
+)
 def test_the_import_rule_sees_what_it_should(tmp_path, source, expected):
     p = tmp_path / 'm.py'
     p.write_text(source)
@@ -140,22 +159,34 @@ def test_runtime_and_executors_need_no_ignored_import():
     for c in contracts:
         for line in c.get('ignore_imports', []):
             src, _, dst = (x.strip() for x in line.partition('->'))
-            assert not (src.startswith('simharness.runtime') and
-                        dst.startswith('simharness.executors')), (c.get('id'), line)
+            assert not (
+                src.startswith('simharness.runtime') and dst.startswith('simharness.executors')
+            ), (c.get('id'), line)
 
 
 #: The worker seam's modules are typed strictly (mypy --strict).
-STRICT_MODULES = ['simharness/runtime/seam.py', 'simharness/runtime/loopback.py',
-                  'simharness/runtime/stream_plan.py', 'simharness/runtime/service.py',
-                  'simharness/executors/leaf/stream_eval.py', 'simharness/executors/strategy/resolving_streams.py',
-                  'simharness/atomic.py']
+STRICT_MODULES = [
+    'simharness/runtime/seam.py',
+    'simharness/runtime/loopback.py',
+    'simharness/runtime/stream_plan.py',
+    'simharness/runtime/service.py',
+    'simharness/executors/leaf/stream_eval.py',
+    'simharness/executors/strategy/resolving_streams.py',
+    'simharness/atomic.py',
+]
 
 
 @pytest.mark.slow  # ~20 s without a mypy cache
 def test_the_seam_modules_pass_mypy_strict():
     api = pytest.importorskip('mypy.api', reason='mypy is not installed')
-    out, err, status = api.run(['--strict', '--follow-imports=silent', '--no-error-summary',
-                                *[str(ROOT / m) for m in STRICT_MODULES]])
+    out, err, status = api.run(
+        [
+            '--strict',
+            '--follow-imports=silent',
+            '--no-error-summary',
+            *[str(ROOT / m) for m in STRICT_MODULES],
+        ]
+    )
     assert status == 0, out + err
 
 
@@ -171,9 +202,17 @@ THIRD_PARTY_PRIVATE = {
     # dataset ops (`_input_dataset`, `_batch_size`, `_drop_remainder`, `_tensors`,
     # `_structure`); a dataset's serialized graph (`_as_serialized_graph`) and its variant
     # (`_variant_tensor`) are what tf.data's own distribution code uses.
-    'simharness/core/tf_sequences.py': frozenset({
-        '_input_dataset', '_batch_size', '_drop_remainder', '_tensors', '_structure',
-        '_as_serialized_graph', '_variant_tensor'}),
+    'simharness/core/tf_sequences.py': frozenset(
+        {
+            '_input_dataset',
+            '_batch_size',
+            '_drop_remainder',
+            '_tensors',
+            '_structure',
+            '_as_serialized_graph',
+            '_variant_tensor',
+        }
+    ),
     # pytest-benchmark's fixture has no public way to claim it for one run (`_mode`, which
     # its own `__call__`/`pedantic` set and check), to size the timer (`_get_precision`)
     # or to make the stats it saves (`_make_stats`): `round` drives the fixture as they do.
@@ -217,8 +256,11 @@ def _is_owner(value: ast.expr) -> bool:
     """``self``, ``cls`` or ``super()``: the object reaches its own state."""
     if isinstance(value, ast.Name):
         return value.id in ('self', 'cls')
-    return (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
-            and value.func.id == 'super')
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == 'super'
+    )
 
 
 def _private_reaches(path: pathlib.Path):
@@ -245,30 +287,39 @@ def test_no_code_reaches_into_another_objects_private_attributes():
         hits = list(_private_reaches(p))
         if hits:
             found[_name(p)] = hits
-    print(f'{sum(map(len, found.values()))} private reaches in {len(found)} files; '
-          f'pending: {sorted(found.keys() & PENDING)}')
+    print(
+        f'{sum(map(len, found.values()))} private reaches in {len(found)} files; '
+        f'pending: {sorted(found.keys() & PENDING)}'
+    )
     new = [h for name, hits in sorted(found.items()) if name not in PENDING for h in hits]
-    assert not new, ("code reads or assigns another object's private attribute (give the "
-                     'owner a public method, or hold the object and ask it):\n' + '\n'.join(new))
+    assert not new, (
+        "code reads or assigns another object's private attribute (give the "
+        'owner a public method, or hold the object and ask it):\n' + '\n'.join(new)
+    )
     clean = sorted(PENDING - found.keys())
     assert not clean, f'{clean} no longer reach into private attributes: remove them from PENDING'
-    missing = sorted(n for n in PENDING | THIRD_PARTY_PRIVATE.keys()
-                     if not (ROOT / n).exists())
+    missing = sorted(n for n in PENDING | THIRD_PARTY_PRIVATE.keys() if not (ROOT / n).exists())
     assert not missing, f'{missing} are listed but do not exist (moved? update the lists)'
 
 
-@pytest.mark.parametrize('source, expected', [
-    ('class A:\n    def f(self, other):\n        return other._x\n', 1),
-    ('class A:\n    def f(self, other):\n        other._x = 1\n', 1),
-    ('class A:\n    def f(self):\n        return self._x.y._z\n', 1),
-    ('class A:\n    def f(self):\n        return self._x, super()._y(), self.__z\n', 0),
-    ('class A:\n    @classmethod\n    def f(cls):\n        return cls._x\n', 0),
-    ('import os\nfrom simharness.runtime.local import transport as L\n'
-     'x = os._exit, L._private\n', 0),
-    ('from simharness.runtime.local.transport import FrameReader\nx = FrameReader._y\n', 1),
-    ('def f(t):\n    return t._replace(a=1), t._asdict(), t._fields\n', 0),
-    ('def f(ds):\n    return ds._input_dataset\n', 1),
-])
+@pytest.mark.parametrize(
+    'source, expected',
+    [
+        ('class A:\n    def f(self, other):\n        return other._x\n', 1),
+        ('class A:\n    def f(self, other):\n        other._x = 1\n', 1),
+        ('class A:\n    def f(self):\n        return self._x.y._z\n', 1),
+        ('class A:\n    def f(self):\n        return self._x, super()._y(), self.__z\n', 0),
+        ('class A:\n    @classmethod\n    def f(cls):\n        return cls._x\n', 0),
+        (
+            'import os\nfrom simharness.runtime.local import transport as L\n'
+            'x = os._exit, L._private\n',
+            0,
+        ),
+        ('from simharness.runtime.local.transport import FrameReader\nx = FrameReader._y\n', 1),
+        ('def f(t):\n    return t._replace(a=1), t._asdict(), t._fields\n', 0),
+        ('def f(ds):\n    return ds._input_dataset\n', 1),
+    ],
+)
 def test_the_private_rule_sees_what_it_should(tmp_path, source, expected):
     p = tmp_path / 'm.py'
     p.write_text(source)

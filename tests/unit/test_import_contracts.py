@@ -35,13 +35,17 @@ def test_a_broken_contract_fails_the_check(tmp_path, capfd):
     # The same checker on a contract the code breaks today (core/types imports
     # core/struct): the check fails and names the import, so the test above can fail.
     config = tmp_path / 'pyproject.toml'
-    config.write_text('[tool.importlinter]\n'
-                      'root_packages = ["simharness"]\n\n'
-                      '[[tool.importlinter.contracts]]\n'
-                      'name = "types imports no struct"\n'
-                      'type = "forbidden"\n'
-                      'source_modules = ["simharness.core.types"]\n'
-                      'forbidden_modules = ["simharness.core.struct"]\n')
+    config.write_text(
+        '[tool.importlinter]\n'
+        'root_packages = ["simharness"]\n\n'
+        '[[tool.importlinter.contracts]]\n'
+        'name = "types imports no struct"\n'
+        'type = "forbidden"\n'
+        'source_modules = ["simharness.core.types"]\n'
+        'forbidden_modules = ["simharness.core.struct"]\n'
+    )
     kept, report = _lint(config, capfd)
     assert not kept
-    assert 'BROKEN' in report and 'simharness.core.types -> simharness.core.struct' in report, report
+    assert 'BROKEN' in report and 'simharness.core.types -> simharness.core.struct' in report, (
+        report
+    )

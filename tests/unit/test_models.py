@@ -26,49 +26,61 @@ def _batch(spec, n=16, seed=0):
 
 
 class TestSpec:
-
     def test_shapes_and_counts(self):
         ref = m.reference_mlp_spec()
-        assert ref.weight_shapes == [(60, 256), (256,), (256, 256), (256,),
-                                     (256, 10), (10,)]
+        assert ref.weight_shapes == [(60, 256), (256,), (256, 256), (256,), (256, 10), (10,)]
         assert ref.num_parameters == 83_978
         assert SPECS['logreg'].weight_shapes == [(12, 4), (4,)]
-        assert SPECS['cnn28'].weight_shapes == [(3, 3, 1, 16), (16,), (3, 3, 16, 32),
-                                                (32,), (14 * 14 * 32, 10), (10,)]
+        assert SPECS['cnn28'].weight_shapes == [
+            (3, 3, 1, 16),
+            (16,),
+            (3, 3, 16, 32),
+            (32,),
+            (14 * 14 * 32, 10),
+            (10,),
+        ]
         assert SPECS['cnn8'].weight_shapes[4] == (4 * 4 * 6, 10)
-        assert m.get_model('mlp', [60], 10) == ref      # defaults, list -> tuple
+        assert m.get_model('mlp', [60], 10) == ref  # defaults, list -> tuple
         assert m.get_model('logreg', (8, 8, 1), 10).num_features == 64
 
     def test_frozen(self):
         with pytest.raises(Exception):
             SPECS['mlp'].num_classes = 3
 
-    @pytest.mark.parametrize('call, match', [
-        (lambda: m.get_model('resnet', (8,), 10),
-         "unknown model 'resnet'; allowed: 'cnn', 'logreg', 'mlp'"),
-        (lambda: m.ModelSpec('transformer', (8,), 10), "allowed: 'cnn', 'logreg', 'mlp'"),
-        (lambda: m.get_model('logreg', (8,), 10, hidden_sizes=(3,)),
-         "model 'logreg' has no option 'hidden_sizes' .its options: none"),
-        (lambda: m.get_model('mlp', (8,), 10, kernel_size=3),
-         "model 'mlp' has no option 'kernel_size' .its options: hidden_sizes"),
-        (lambda: m.ModelSpec('logreg', (8,), 10, pool_size=2), "has no option 'pool_size'"),
-        (lambda: m.get_model('mlp', (8,), 1), 'num_classes must be an int >= 2'),
-        (lambda: m.get_model('mlp', (8,), 10, hidden_sizes=()), 'at least one hidden layer'),
-        (lambda: m.get_model('mlp', (8,), 10, hidden_sizes=(4, 0)), 'positive ints'),
-        (lambda: m.get_model('mlp', (), 10), 'input_shape must not be empty'),
-        (lambda: m.get_model('mlp', (8.5,), 10), 'input_shape must be a sequence'),
-        (lambda: m.get_model('cnn', (64,), 10), r'needs input_shape \(H, W, C\)'),
-        (lambda: m.get_model('cnn', (8, 8, 1), 10, conv_filters=(4,)), 'needs 2 values'),
-        (lambda: m.get_model('cnn', (1, 8, 1), 10), 'smaller than the pool size'),
-        (lambda: m.get_model('cnn', (8, 8, 1), 10, kernel_size=0), 'positive int'),
-    ])
+    @pytest.mark.parametrize(
+        'call, match',
+        [
+            (
+                lambda: m.get_model('resnet', (8,), 10),
+                "unknown model 'resnet'; allowed: 'cnn', 'logreg', 'mlp'",
+            ),
+            (lambda: m.ModelSpec('transformer', (8,), 10), "allowed: 'cnn', 'logreg', 'mlp'"),
+            (
+                lambda: m.get_model('logreg', (8,), 10, hidden_sizes=(3,)),
+                "model 'logreg' has no option 'hidden_sizes' .its options: none",
+            ),
+            (
+                lambda: m.get_model('mlp', (8,), 10, kernel_size=3),
+                "model 'mlp' has no option 'kernel_size' .its options: hidden_sizes",
+            ),
+            (lambda: m.ModelSpec('logreg', (8,), 10, pool_size=2), "has no option 'pool_size'"),
+            (lambda: m.get_model('mlp', (8,), 1), 'num_classes must be an int >= 2'),
+            (lambda: m.get_model('mlp', (8,), 10, hidden_sizes=()), 'at least one hidden layer'),
+            (lambda: m.get_model('mlp', (8,), 10, hidden_sizes=(4, 0)), 'positive ints'),
+            (lambda: m.get_model('mlp', (), 10), 'input_shape must not be empty'),
+            (lambda: m.get_model('mlp', (8.5,), 10), 'input_shape must be a sequence'),
+            (lambda: m.get_model('cnn', (64,), 10), r'needs input_shape \(H, W, C\)'),
+            (lambda: m.get_model('cnn', (8, 8, 1), 10, conv_filters=(4,)), 'needs 2 values'),
+            (lambda: m.get_model('cnn', (1, 8, 1), 10), 'smaller than the pool size'),
+            (lambda: m.get_model('cnn', (8, 8, 1), 10, kernel_size=0), 'positive int'),
+        ],
+    )
     def test_config_errors(self, call, match):
         with pytest.raises(ConfigError, match=match):
             call()
 
 
 class TestInit:
-
     @pytest.mark.parametrize('name', list(SPECS))
     def test_init(self, name):
         spec = SPECS[name]
@@ -100,7 +112,6 @@ class TestInit:
 
 
 class TestReferenceLoss:
-
     def test_initial_loss(self):
         cd, w = reference_fedavg_workload()
         x = np.concatenate([cd.client_arrays(c)['x'] for c in cd.client_ids])
@@ -110,9 +121,12 @@ class TestReferenceLoss:
         assert abs(loss - 2.433921) < 1e-6
         assert 0.0 < acc < 0.2
         # Mean over clients of client means (the reference definition) agrees.
-        per_client = [m.numpy_evaluate(m.reference_mlp_spec(), w,
-                                       cd.client_arrays(c)['x'], cd.client_arrays(c)['y'])[0]
-                      for c in cd.client_ids[:100]]
+        per_client = [
+            m.numpy_evaluate(
+                m.reference_mlp_spec(), w, cd.client_arrays(c)['x'], cd.client_arrays(c)['y']
+            )[0]
+            for c in cd.client_ids[:100]
+        ]
         part, _ = m.numpy_evaluate(m.reference_mlp_spec(), w, x[:5000], y[:5000])
         assert abs(np.mean(per_client) - part) < 1e-9
         tf_loss = float(m.loss(m.reference_mlp_spec(), w, x, y))
@@ -120,7 +134,6 @@ class TestReferenceLoss:
 
 
 class TestForward:
-
     @pytest.mark.parametrize('name', list(SPECS))
     def test_eager_graph_numpy_agree(self, name):
         spec = SPECS[name]
@@ -131,14 +144,19 @@ class TestForward:
         eager_loss = float(m.loss(spec, w, x, y))
         eager_acc = float(m.accuracy(spec, w, x, y))
 
-        sig = ([tf.TensorSpec(s, tf.float32) for s in spec.weight_shapes],
-               tf.TensorSpec((None,) + spec.input_shape, tf.float32),
-               tf.TensorSpec((None,), tf.int32))
+        sig = (
+            [tf.TensorSpec(s, tf.float32) for s in spec.weight_shapes],
+            tf.TensorSpec((None,) + spec.input_shape, tf.float32),
+            tf.TensorSpec((None,), tf.int32),
+        )
 
         @tf.function(input_signature=sig)
         def graph_fn(weights, xb, yb):
-            return (m.forward(spec, weights, xb), m.loss(spec, weights, xb, yb),
-                    m.accuracy(spec, weights, xb, yb))
+            return (
+                m.forward(spec, weights, xb),
+                m.loss(spec, weights, xb, yb),
+                m.accuracy(spec, weights, xb, yb),
+            )
 
         g_logits, g_loss, g_acc = graph_fn([tf.constant(a) for a in w], x, y)
         np.testing.assert_allclose(g_logits.numpy(), logits.numpy(), rtol=1e-5, atol=1e-6)
@@ -173,14 +191,21 @@ class TestForward:
         spec = SPECS['cnn8']
         w = m.init_weights(spec, 0)
         x, y = _batch(spec)
-        np.testing.assert_allclose(m.forward(spec, w, x.reshape(16, 64)).numpy(),
-                                   m.forward(spec, w, x).numpy())
+        np.testing.assert_allclose(
+            m.forward(spec, w, x.reshape(16, 64)).numpy(), m.forward(spec, w, x).numpy()
+        )
         dense = m.get_model('mlp', (8, 8, 1), 10, hidden_sizes=(5,))
         wd = m.init_weights(dense, 0)
-        np.testing.assert_allclose(m.forward(dense, wd, x).numpy(),
-                                   m.forward(dense, wd, x.reshape(16, 64)).numpy())
-        assert abs(m.numpy_evaluate(dense, wd, x, y)[0]
-                   - m.numpy_evaluate(dense, wd, x.reshape(16, 64), y)[0]) < 1e-12
+        np.testing.assert_allclose(
+            m.forward(dense, wd, x).numpy(), m.forward(dense, wd, x.reshape(16, 64)).numpy()
+        )
+        assert (
+            abs(
+                m.numpy_evaluate(dense, wd, x, y)[0]
+                - m.numpy_evaluate(dense, wd, x.reshape(16, 64), y)[0]
+            )
+            < 1e-12
+        )
         # int64 labels and float64 inputs are accepted.
         assert np.isfinite(float(m.loss(dense, wd, x.astype(np.float64), y.astype(np.int64))))
 
@@ -188,7 +213,7 @@ class TestForward:
         spec = SPECS['mlp']
         w = m.init_weights(spec, 0)
         x, y = _batch(spec)
-        with pytest.raises(SimharnessValueError, match="has 6 weight tensors"):
+        with pytest.raises(SimharnessValueError, match='has 6 weight tensors'):
             m.forward(spec, w[:4], x)
         with pytest.raises(SimharnessValueError, match=r'weight 2 must have shape \(8, 6\)'):
             m.forward(spec, w[:2] + [np.zeros((6, 8), np.float32)] + w[3:], x)

@@ -11,12 +11,21 @@ import types
 import pytest
 
 from simharness.core.determinism import INTRA_OP_THREADS
-from simharness.errors import (DeviceNotFoundError, SimharnessTypeError, SimharnessValueError,
-                               WorkerStartError)
+from simharness.errors import (
+    DeviceNotFoundError,
+    SimharnessTypeError,
+    SimharnessValueError,
+    WorkerStartError,
+)
 from simharness.runtime import pinning, resources
-from simharness.runtime.pinning import (WorkerPlacement, apply_placement,
-                                        configure_tensorflow, parse_devices,
-                                        plan_workers, usable_cpus)
+from simharness.runtime.pinning import (
+    WorkerPlacement,
+    apply_placement,
+    configure_tensorflow,
+    parse_devices,
+    plan_workers,
+    usable_cpus,
+)
 
 
 def _cpu_sets(plan):
@@ -24,6 +33,7 @@ def _cpu_sets(plan):
 
 
 # -- usable_cpus ----------------------------------------------------------------
+
 
 def test_usable_cpus_is_sorted_and_nonempty():
     cpus = usable_cpus()
@@ -39,6 +49,7 @@ def test_usable_cpus_falls_back_to_cpu_count(monkeypatch):
 
 
 # -- plan_workers: CPUs ------------------------------------------------------------
+
 
 def test_two_cpus_two_workers():
     plan = plan_workers(2, [0, 1])
@@ -88,6 +99,7 @@ def test_plan_is_pure():
 
 # -- plan_workers: GPUs -------------------------------------------------------------
 
+
 def test_two_gpus_two_workers_per_gpu():
     plan = plan_workers(None, list(range(8)), gpus=[0, 1], workers_per_gpu=2)
     assert len(plan) == 4
@@ -114,29 +126,55 @@ def test_empty_gpu_list_means_cpu_only():
 
 # -- plan_workers: validation -------------------------------------------------------
 
-@pytest.mark.parametrize('kwargs, error, match', [
-    (dict(num_workers=0, cpus=[0]), SimharnessValueError, 'num_workers must be an int >= 1, got 0'),
-    (dict(num_workers=-2, cpus=[0]), SimharnessValueError,
-     'num_workers must be an int >= 1, got -2'),
-    (dict(num_workers=1, cpus=[0], workers_per_gpu=0), SimharnessValueError,
-     'workers_per_gpu must be an int >= 1, got 0'),
-    (dict(num_workers=1, cpus=[]), SimharnessValueError, 'cpus must name at least one'),
-    (dict(num_workers=None, cpus=[]), SimharnessValueError, 'cpus must name at least one'),
-    (dict(num_workers=1, cpus=[0], gpus=[0, 0]), SimharnessValueError,
-     r'gpus must not repeat an id, got 0 twice'),
-    (dict(num_workers=1, cpus=[0, 0]), SimharnessValueError, 'cpus must not repeat'),
-    (dict(num_workers=1, cpus=[0, -1]), SimharnessValueError,
-     r'cpus\[1\] must be an int >= 0, got -1'),
-    (dict(num_workers=1, cpus=[0], gpus=[-1]), SimharnessValueError,
-     r'gpus\[0\] must be an int >= 0, got -1'),
-    (dict(num_workers=5, cpus=[0], gpus=[0, 1], workers_per_gpu=2), SimharnessValueError,
-     'num_workers=5 .* expected num_workers <= 4'),
-    (dict(num_workers='2', cpus=[0]), SimharnessTypeError, 'num_workers must be an int'),
-    (dict(num_workers=1.0, cpus=[0]), SimharnessTypeError, 'num_workers must be an int'),
-    (dict(num_workers=True, cpus=[0]), SimharnessTypeError, 'num_workers must be an int'),
-    (dict(num_workers=1, cpus='01'), SimharnessTypeError, 'cpus must be a sequence'),
-    (dict(num_workers=1, cpus=[0], cpu_affinity='yes'), SimharnessTypeError, 'cpu_affinity'),
-])
+
+@pytest.mark.parametrize(
+    'kwargs, error, match',
+    [
+        (
+            dict(num_workers=0, cpus=[0]),
+            SimharnessValueError,
+            'num_workers must be an int >= 1, got 0',
+        ),
+        (
+            dict(num_workers=-2, cpus=[0]),
+            SimharnessValueError,
+            'num_workers must be an int >= 1, got -2',
+        ),
+        (
+            dict(num_workers=1, cpus=[0], workers_per_gpu=0),
+            SimharnessValueError,
+            'workers_per_gpu must be an int >= 1, got 0',
+        ),
+        (dict(num_workers=1, cpus=[]), SimharnessValueError, 'cpus must name at least one'),
+        (dict(num_workers=None, cpus=[]), SimharnessValueError, 'cpus must name at least one'),
+        (
+            dict(num_workers=1, cpus=[0], gpus=[0, 0]),
+            SimharnessValueError,
+            r'gpus must not repeat an id, got 0 twice',
+        ),
+        (dict(num_workers=1, cpus=[0, 0]), SimharnessValueError, 'cpus must not repeat'),
+        (
+            dict(num_workers=1, cpus=[0, -1]),
+            SimharnessValueError,
+            r'cpus\[1\] must be an int >= 0, got -1',
+        ),
+        (
+            dict(num_workers=1, cpus=[0], gpus=[-1]),
+            SimharnessValueError,
+            r'gpus\[0\] must be an int >= 0, got -1',
+        ),
+        (
+            dict(num_workers=5, cpus=[0], gpus=[0, 1], workers_per_gpu=2),
+            SimharnessValueError,
+            'num_workers=5 .* expected num_workers <= 4',
+        ),
+        (dict(num_workers='2', cpus=[0]), SimharnessTypeError, 'num_workers must be an int'),
+        (dict(num_workers=1.0, cpus=[0]), SimharnessTypeError, 'num_workers must be an int'),
+        (dict(num_workers=True, cpus=[0]), SimharnessTypeError, 'num_workers must be an int'),
+        (dict(num_workers=1, cpus='01'), SimharnessTypeError, 'cpus must be a sequence'),
+        (dict(num_workers=1, cpus=[0], cpu_affinity='yes'), SimharnessTypeError, 'cpu_affinity'),
+    ],
+)
 def test_plan_workers_validation(kwargs, error, match):
     with pytest.raises(error, match=match):
         plan_workers(**kwargs)
@@ -151,6 +189,7 @@ def test_validation_errors_are_builtin_subclasses():
 
 # -- WorkerPlacement ------------------------------------------------------------------
 
+
 def test_placement_is_frozen_hashable_picklable_and_copies_env():
     env = {'CUDA_VISIBLE_DEVICES': ''}
     p = WorkerPlacement(0, [1, 2], None, 2, 1, env)
@@ -162,14 +201,17 @@ def test_placement_is_frozen_hashable_picklable_and_copies_env():
     assert pickle.loads(pickle.dumps(p)) == p
 
 
-@pytest.mark.parametrize('args, error', [
-    ((-1, (0,), None, 1, 1), SimharnessValueError),
-    ((0, (), None, 1, 1), SimharnessValueError),
-    ((0, (0,), -1, 1, 1), SimharnessValueError),
-    ((0, (0,), None, 0, 1), SimharnessValueError),
-    ((0, (0,), None, 1, 0), SimharnessValueError),
-    ((0, (0,), None, 1, 1, {'A': 1}), SimharnessTypeError),
-])
+@pytest.mark.parametrize(
+    'args, error',
+    [
+        ((-1, (0,), None, 1, 1), SimharnessValueError),
+        ((0, (), None, 1, 1), SimharnessValueError),
+        ((0, (0,), -1, 1, 1), SimharnessValueError),
+        ((0, (0,), None, 0, 1), SimharnessValueError),
+        ((0, (0,), None, 1, 0), SimharnessValueError),
+        ((0, (0,), None, 1, 1, {'A': 1}), SimharnessTypeError),
+    ],
+)
 def test_placement_validation(args, error):
     with pytest.raises(error):
         WorkerPlacement(*args)
@@ -177,49 +219,57 @@ def test_placement_validation(args, error):
 
 # -- parse_devices -----------------------------------------------------------------------
 
-@pytest.mark.parametrize('devices, expected', [
-    (None, None),
-    (0, [0]),
-    (3, [3]),
-    ('cuda:0', [0]),
-    ('gpu:1', [1]),
-    ('/gpu:1', [1]),
-    ('GPU:0', [0]),
-    ('CUDA:2', [2]),
-    ('/device:GPU:1', [1]),
-    ('/job:localhost/replica:0/task:0/device:GPU:3', [3]),
-    ('2', [2]),
-    ('cuda:0,cuda:1', [0, 1]),
-    ('0, 1', [0, 1]),
-    ('cpu', []),
-    ('/cpu:0', []),
-    ([], []),
-    ([0, 'gpu:2', '/gpu:1'], [0, 2, 1]),
-    (('cuda:1', 0), [1, 0]),
-])
+
+@pytest.mark.parametrize(
+    'devices, expected',
+    [
+        (None, None),
+        (0, [0]),
+        (3, [3]),
+        ('cuda:0', [0]),
+        ('gpu:1', [1]),
+        ('/gpu:1', [1]),
+        ('GPU:0', [0]),
+        ('CUDA:2', [2]),
+        ('/device:GPU:1', [1]),
+        ('/job:localhost/replica:0/task:0/device:GPU:3', [3]),
+        ('2', [2]),
+        ('cuda:0,cuda:1', [0, 1]),
+        ('0, 1', [0, 1]),
+        ('cpu', []),
+        ('/cpu:0', []),
+        ([], []),
+        ([0, 'gpu:2', '/gpu:1'], [0, 2, 1]),
+        (('cuda:1', 0), [1, 0]),
+    ],
+)
 def test_parse_devices(devices, expected):
     assert parse_devices(devices) == expected
 
 
-@pytest.mark.parametrize('devices, error, match', [
-    (-1, SimharnessValueError, 'must be >= 0, got -1'),
-    ('cuda', SimharnessValueError, 'needs an index'),
-    ('tpu:0', SimharnessValueError, "cannot parse device 'tpu:0'"),
-    ('cuda:-1', SimharnessValueError, 'cannot parse'),
-    ('', SimharnessValueError, 'cannot parse'),
-    ('gpu:0,gpu:0', SimharnessValueError, 'GPU 0 is listed twice'),
-    ([0, 'cuda:0'], SimharnessValueError, 'GPU 0 is listed twice'),
-    (1.0, SimharnessTypeError, 'got 1.0 of type float'),
-    (True, SimharnessTypeError, 'of type bool'),
-    ({'gpu': 0}, SimharnessTypeError, 'of type dict'),
-    ([[0]], SimharnessTypeError, r'got \[0\] of type list in devices=\[\[0\]\]'),
-])
+@pytest.mark.parametrize(
+    'devices, error, match',
+    [
+        (-1, SimharnessValueError, 'must be >= 0, got -1'),
+        ('cuda', SimharnessValueError, 'needs an index'),
+        ('tpu:0', SimharnessValueError, "cannot parse device 'tpu:0'"),
+        ('cuda:-1', SimharnessValueError, 'cannot parse'),
+        ('', SimharnessValueError, 'cannot parse'),
+        ('gpu:0,gpu:0', SimharnessValueError, 'GPU 0 is listed twice'),
+        ([0, 'cuda:0'], SimharnessValueError, 'GPU 0 is listed twice'),
+        (1.0, SimharnessTypeError, 'got 1.0 of type float'),
+        (True, SimharnessTypeError, 'of type bool'),
+        ({'gpu': 0}, SimharnessTypeError, 'of type dict'),
+        ([[0]], SimharnessTypeError, r'got \[0\] of type list in devices=\[\[0\]\]'),
+    ],
+)
 def test_parse_devices_errors(devices, error, match):
     with pytest.raises(error, match=match):
         parse_devices(devices)
 
 
 # -- determinism.pin_tensorflow_threads (fake TF, no real one) ------------------------
+
 
 class _FakeThreadingTF(types.ModuleType):
     """A TF whose intra-op thread count is `configured`; `initialized`: it refuses changes."""
@@ -234,9 +284,12 @@ class _FakeThreadingTF(types.ModuleType):
             self.sets.append(n)
             self.configured = n
 
-        self.config = types.SimpleNamespace(threading=types.SimpleNamespace(
-            get_intra_op_parallelism_threads=lambda: self.configured,
-            set_intra_op_parallelism_threads=set_intra))
+        self.config = types.SimpleNamespace(
+            threading=types.SimpleNamespace(
+                get_intra_op_parallelism_threads=lambda: self.configured,
+                set_intra_op_parallelism_threads=set_intra,
+            )
+        )
 
 
 @pytest.fixture
@@ -244,6 +297,7 @@ def determinism(monkeypatch):
     """`simharness.core.determinism` with its process state fresh (TF not started before
     import simharness; nothing said yet) and no TF_NUM_INTRAOP_THREADS."""
     from simharness.core import determinism as module
+
     monkeypatch.setattr(module, '_STARTED_WITH', None)
     monkeypatch.setattr(module, '_WARNED', False)
     monkeypatch.delenv(module.THREADS_ENV, raising=False)
@@ -285,7 +339,8 @@ def test_pin_tensorflow_threads_too_late_says_one_line_once(determinism, monkeyp
 
 
 def test_tf_started_after_import_simharness_is_pinned_through_its_environment(
-        determinism, monkeypatch, caplog):
+    determinism, monkeypatch, caplog
+):
     """TF's default count (0) at a started TF is the variable's, set at import simharness."""
     monkeypatch.delitem(sys.modules, 'tensorflow', raising=False)
     determinism.configure_threads()
@@ -302,8 +357,11 @@ def test_tf_started_after_import_simharness_is_pinned_through_its_environment(
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
     with caplog.at_level('WARNING', logger='simharness'):
         assert determinism.pin_tensorflow_threads() is False
-    assert [m for m in _said(caplog) if 'on 3 threads' in m and
-            'set TF_NUM_INTRAOP_THREADS=1 or unset it' in m]
+    assert [
+        m
+        for m in _said(caplog)
+        if 'on 3 threads' in m and 'set TF_NUM_INTRAOP_THREADS=1 or unset it' in m
+    ]
 
 
 def test_tf_started_before_import_simharness_is_seen_and_said(determinism, monkeypatch, caplog):
@@ -322,8 +380,7 @@ def test_tf_started_before_import_simharness_is_seen_and_said(determinism, monke
     assert 'import simharness before any TensorFlow op' in said[0]
 
 
-def test_tf_loaded_not_started_before_import_simharness_is_pinned(determinism, monkeypatch,
-                                                                  caplog):
+def test_tf_loaded_not_started_before_import_simharness_is_pinned(determinism, monkeypatch, caplog):
     """``import tensorflow`` (no op yet), then import simharness: pinned, nothing said."""
     fake = _FakeThreadingTF(configured=0)
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
@@ -334,8 +391,8 @@ def test_tf_loaded_not_started_before_import_simharness_is_pinned(determinism, m
     assert fake.configured == INTRA_OP_THREADS and not _said(caplog)
 
 
-
 # -- apply_placement / configure_tensorflow (fake TF, no real one) ---------------------
+
 
 class _FakeTF(types.ModuleType):
     """Records the configuration calls a worker makes."""
@@ -349,14 +406,17 @@ class _FakeTF(types.ModuleType):
                 if initialized:
                     raise RuntimeError('cannot be modified after initialization')
                 self.calls.append((name,) + args)
+
             return fn
 
         self.config = types.SimpleNamespace(
             threading=types.SimpleNamespace(
                 set_intra_op_parallelism_threads=record('intra'),
-                set_inter_op_parallelism_threads=record('inter')),
+                set_inter_op_parallelism_threads=record('inter'),
+            ),
             experimental=types.SimpleNamespace(set_memory_growth=record('growth')),
-            list_physical_devices=lambda kind: list(gpus) if kind == 'GPU' else [])
+            list_physical_devices=lambda kind: list(gpus) if kind == 'GPU' else [],
+        )
 
 
 def test_configure_tensorflow_cpu(monkeypatch):
@@ -395,8 +455,9 @@ def test_apply_placement_pins_and_sets_env(monkeypatch, restore_affinity):
     monkeypatch.setenv('TF_FORCE_GPU_ALLOW_GROWTH', 'false')
     fake = _FakeTF()
     monkeypatch.setitem(sys.modules, 'tensorflow', fake)
-    placement = WorkerPlacement(0, (cpus[-1],), 0, 1, 1, {
-        'CUDA_VISIBLE_DEVICES': '0', 'TF_FORCE_GPU_ALLOW_GROWTH': 'true'})
+    placement = WorkerPlacement(
+        0, (cpus[-1],), 0, 1, 1, {'CUDA_VISIBLE_DEVICES': '0', 'TF_FORCE_GPU_ALLOW_GROWTH': 'true'}
+    )
     apply_placement(placement)
     assert os.sched_getaffinity(0) == {cpus[-1]}
     assert os.environ['CUDA_VISIBLE_DEVICES'] == '0'
@@ -419,18 +480,31 @@ def test_apply_placement_bad_cpu(restore_affinity):
 
 # -- resources.detect_gpus -----------------------------------------------------------
 
-@pytest.mark.parametrize('value, expected', [
-    ('', []), ('-1', []), ('0', [0]), ('0,1', [0, 1]), (' 2 , 0 ', [2, 0]),
-    ('1,-1,2', [1]), ('GPU-8b0c1d2e', []), ('0,0,1', [0, 1]), ('NoDevFiles', []),
-])
+
+@pytest.mark.parametrize(
+    'value, expected',
+    [
+        ('', []),
+        ('-1', []),
+        ('0', [0]),
+        ('0,1', [0, 1]),
+        (' 2 , 0 ', [2, 0]),
+        ('1,-1,2', [1]),
+        ('GPU-8b0c1d2e', []),
+        ('0,0,1', [0, 1]),
+        ('NoDevFiles', []),
+    ],
+)
 def test_parse_cuda_visible_devices(value, expected):
     assert resources.parse_cuda_visible_devices(value) == expected
 
 
 def test_parse_nvidia_smi_list():
-    text = ('GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-aaaa)\n'
-            '  MIG 1g.5gb     Device  0: (UUID: MIG-bbbb)\n'
-            'GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-cccc)\n')
+    text = (
+        'GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-aaaa)\n'
+        '  MIG 1g.5gb     Device  0: (UUID: MIG-bbbb)\n'
+        'GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-cccc)\n'
+    )
     assert resources.parse_nvidia_smi_list(text) == [0, 1]
     assert resources.parse_nvidia_smi_list('No devices were found\n') == []
 
@@ -455,13 +529,18 @@ def test_detect_gpus_without_nvidia_smi(monkeypatch, tmp_path):
     assert resources.detect_gpus() == []
 
 
-@pytest.mark.parametrize('outcome, expected', [
-    (subprocess.CompletedProcess([], 0, 'GPU 0: X (UUID: a)\nGPU 1: X (UUID: b)\n', ''),
-     [0, 1]),
-    (subprocess.CompletedProcess([], 9, '', 'NVIDIA-SMI has failed'), []),
-    (subprocess.TimeoutExpired('nvidia-smi', 5), []),
-    (PermissionError('denied'), []),
-])
+@pytest.mark.parametrize(
+    'outcome, expected',
+    [
+        (
+            subprocess.CompletedProcess([], 0, 'GPU 0: X (UUID: a)\nGPU 1: X (UUID: b)\n', ''),
+            [0, 1],
+        ),
+        (subprocess.CompletedProcess([], 9, '', 'NVIDIA-SMI has failed'), []),
+        (subprocess.TimeoutExpired('nvidia-smi', 5), []),
+        (PermissionError('denied'), []),
+    ],
+)
 def test_detect_gpus_with_nvidia_smi(monkeypatch, outcome, expected):
     seen = {}
 
@@ -489,6 +568,7 @@ def test_detect_gpus_imports_no_tensorflow(monkeypatch, tmp_path):
 
 # -- resources.discover_gpus: what was checked -------------------------------------------
 
+
 def test_discover_gpus_says_what_it_checked(monkeypatch, tmp_path):
     monkeypatch.setattr(resources.subprocess, 'run', _no_subprocess)
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '2,3')
@@ -498,7 +578,8 @@ def test_discover_gpus_says_what_it_checked(monkeypatch, tmp_path):
     monkeypatch.setattr(resources, 'PROC_NVIDIA_GPUS', str(tmp_path / 'absent'))
     inv = resources.discover_gpus()
     assert inv.ids == () and inv.checked == (
-        f'CUDA_VISIBLE_DEVICES (unset), nvidia-smi (not on PATH), {tmp_path / "absent"} (absent)')
+        f'CUDA_VISIBLE_DEVICES (unset), nvidia-smi (not on PATH), {tmp_path / "absent"} (absent)'
+    )
 
 
 def test_discover_gpus_counts_proc_entries_without_nvidia_smi(monkeypatch, tmp_path):
@@ -515,8 +596,13 @@ def test_discover_gpus_counts_proc_entries_without_nvidia_smi(monkeypatch, tmp_p
 def test_discover_gpus_reports_a_failing_nvidia_smi(monkeypatch):
     monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
     monkeypatch.setattr(resources.shutil, 'which', lambda name: '/usr/bin/nvidia-smi')
-    monkeypatch.setattr(resources.subprocess, 'run', lambda cmd, **kw: subprocess.CompletedProcess(
-        cmd, 9, '', 'NVIDIA-SMI has failed because it could not talk to the driver\n'))
+    monkeypatch.setattr(
+        resources.subprocess,
+        'run',
+        lambda cmd, **kw: subprocess.CompletedProcess(
+            cmd, 9, '', 'NVIDIA-SMI has failed because it could not talk to the driver\n'
+        ),
+    )
     inv = resources.discover_gpus()
     assert inv.ids == () and 'nvidia-smi -L (exit 9: NVIDIA-SMI has failed' in inv.checked
 
@@ -527,29 +613,50 @@ NO_GPU = resources.GpuInventory((), 'CUDA_VISIBLE_DEVICES (unset), nvidia-smi (n
 TWO_GPUS = resources.GpuInventory((0, 1), 'CUDA_VISIBLE_DEVICES (unset), nvidia-smi -L')
 
 
-@pytest.mark.parametrize('devices, inventory', [
-    ('cpu', NO_GPU), (None, NO_GPU), ([], NO_GPU), ('cuda:1', TWO_GPUS), ([1, 'gpu:0'], TWO_GPUS),
-])
+@pytest.mark.parametrize(
+    'devices, inventory',
+    [
+        ('cpu', NO_GPU),
+        (None, NO_GPU),
+        ([], NO_GPU),
+        ('cuda:1', TWO_GPUS),
+        ([1, 'gpu:0'], TWO_GPUS),
+    ],
+)
 def test_check_gpus_exist_passes(devices, inventory):
     pinning.check_gpus_exist(devices, parse_devices(devices) or (), inventory)
 
 
-@pytest.mark.parametrize('devices, inventory, missing, fragments', [
-    ('cuda:7', NO_GPU, (7,), ["devices='cuda:7': this machine has no GPU 7 (found: none; checked "
-                              'CUDA_VISIBLE_DEVICES (unset), nvidia-smi (not on PATH))']),
-    ([0, 2, 3], TWO_GPUS, (2, 3), ['devices=[0, 2, 3]', 'no GPU 2, 3 (found: 0, 1;',
-                                   'nvidia-smi -L']),
-    (0, NO_GPU, (0,), ['devices=0', 'no GPU 0']),
-])
-def test_check_gpus_exist_names_the_device_and_what_was_found(devices, inventory, missing,
-                                                              fragments):
+@pytest.mark.parametrize(
+    'devices, inventory, missing, fragments',
+    [
+        (
+            'cuda:7',
+            NO_GPU,
+            (7,),
+            [
+                "devices='cuda:7': this machine has no GPU 7 (found: none; checked "
+                'CUDA_VISIBLE_DEVICES (unset), nvidia-smi (not on PATH))'
+            ],
+        ),
+        (
+            [0, 2, 3],
+            TWO_GPUS,
+            (2, 3),
+            ['devices=[0, 2, 3]', 'no GPU 2, 3 (found: 0, 1;', 'nvidia-smi -L'],
+        ),
+        (0, NO_GPU, (0,), ['devices=0', 'no GPU 0']),
+    ],
+)
+def test_check_gpus_exist_names_the_device_and_what_was_found(
+    devices, inventory, missing, fragments
+):
     with pytest.raises(DeviceNotFoundError) as e:
         pinning.check_gpus_exist(devices, parse_devices(devices), inventory)
     assert isinstance(e.value, SimharnessValueError)
     for fragment in fragments:
         assert fragment in str(e.value)
-    assert (e.value.requested, e.value.missing, e.value.found) == (devices, missing,
-                                                                   inventory.ids)
+    assert (e.value.requested, e.value.missing, e.value.found) == (devices, missing, inventory.ids)
     assert pickle.loads(pickle.dumps(e.value)).missing == missing
 
 
@@ -566,11 +673,16 @@ def test_check_tf_device(monkeypatch):
     # A form parse_devices does not know is left to TensorFlow.
     assert pinning.check_tf_device('device', '/job:a/device:CPU:0') == '/job:a/device:CPU:0'
     assert pinning.check_tf_device('device', '/GPU:1', TWO_GPUS) == '/GPU:1'
-    with pytest.raises(DeviceNotFoundError, match=r"device='/GPU:2': this process has no GPU 2 "
-                                                  r'\(it sees 2 GPUs; checked'):
+    with pytest.raises(
+        DeviceNotFoundError,
+        match=r"device='/GPU:2': this process has no GPU 2 "
+        r'\(it sees 2 GPUs; checked',
+    ):
         pinning.check_tf_device('device', '/GPU:2', TWO_GPUS)
     with pytest.raises(DeviceNotFoundError, match='sees 0 GPUs'):
         pinning.check_tf_device('device', 'gpu:0', NO_GPU)
-    with pytest.raises(SimharnessTypeError, match='device must be None or a TensorFlow device '
-                                                  'name .*got 0 of type int'):
+    with pytest.raises(
+        SimharnessTypeError,
+        match='device must be None or a TensorFlow device name .*got 0 of type int',
+    ):
         pinning.check_tf_device('device', 0)

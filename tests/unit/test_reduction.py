@@ -16,7 +16,7 @@ def _tree_reference(values, chunk, start, accumulate, merge):
     accs = []
     for c in range(0, len(values), chunk):
         acc = start(values[c])
-        for v in values[c + 1:c + chunk]:
+        for v in values[c + 1 : c + chunk]:
             acc = accumulate(acc, v)
         accs.append(acc)
     n = len(accs)
@@ -28,13 +28,15 @@ def _tree_reference(values, chunk, start, accumulate, merge):
         if (2 * index + 1) << (level - 1) >= n:
             return left
         return merge(left, node(level - 1, 2 * index + 1))
+
     return node(max(0, (n - 1).bit_length()), 0)
 
 
 def _text_reducer(total, chunk):
     # Non-associative, non-commutative: the result spells out the exact order.
-    return Reducer(lambda v: f'{v}', lambda a, v: f'({a}+{v})', lambda a, b: f'[{a}|{b}]',
-                   total, chunk)
+    return Reducer(
+        lambda v: f'{v}', lambda a, v: f'({a}+{v})', lambda a, b: f'[{a}|{b}]', total, chunk
+    )
 
 
 def _float_reducer(total, chunk):
@@ -42,7 +44,9 @@ def _float_reducer(total, chunk):
 
 
 def _random_blocks(rng, n):
-    cuts = sorted(set(rng.integers(1, n, size=rng.integers(0, min(n, 12))).tolist())) if n > 1 else []
+    cuts = (
+        sorted(set(rng.integers(1, n, size=rng.integers(0, min(n, 12))).tolist())) if n > 1 else []
+    )
     bounds = [0] + cuts + [n]
     return list(zip(bounds[:-1], bounds[1:]))
 
@@ -54,7 +58,7 @@ def _partials(reducer, values, blocks, rng):
         pos = lo
         while pos < hi:  # feed in random pieces
             step = int(rng.integers(1, hi - pos + 1))
-            b.feed(values[pos:pos + step])
+            b.feed(values[pos : pos + step])
             pos += step
         assert b.position == hi
         partials.append(b.finish())
@@ -72,8 +76,9 @@ def test_text_order_matches_the_documented_tree(n):
     rng = np.random.default_rng(n)
     values = list(range(n))
     for chunk in (1, 2, 3, CHUNK):
-        expected = _tree_reference(values, chunk, lambda v: f'{v}', lambda a, v: f'({a}+{v})',
-                                   lambda a, b: f'[{a}|{b}]')
+        expected = _tree_reference(
+            values, chunk, lambda v: f'{v}', lambda a, v: f'({a}+{v})', lambda a, b: f'[{a}|{b}]'
+        )
         r = _text_reducer(n, chunk)
         assert r.combine([r.partial(values, 0)]) == expected
         for _ in range(4):
@@ -118,7 +123,7 @@ def test_chunk_accumulators_fed_in_bulk_give_the_same_result():
     accs = []
     for c in range(8, 64, chunk):
         acc = f'{values[c]}'
-        for v in values[c + 1:c + chunk]:
+        for v in values[c + 1 : c + chunk]:
             acc = f'({acc}+{v})'
         accs.append(acc)
     b.feed_chunk_accumulators(accs)
@@ -140,7 +145,6 @@ def test_partial_map_applies_to_every_value_and_keeps_the_layout():
 
 
 class TestErrors:
-
     def test_gap(self):
         r = _text_reducer(10, 4)
         with pytest.raises(SimharnessValueError, match='starting at 5'):
@@ -153,7 +157,9 @@ class TestErrors:
 
     def test_short_cover(self):
         r = _text_reducer(10, 4)
-        with pytest.raises(SimharnessValueError, match=r'cover clients \[0, 8\), expected \[0, 10\)'):
+        with pytest.raises(
+            SimharnessValueError, match=r'cover clients \[0, 8\), expected \[0, 10\)'
+        ):
             r.combine([r.partial(range(8), 0)])
 
     def test_missing_first_block(self):
@@ -220,7 +226,6 @@ def test_join_refuses_blocks_that_are_not_adjacent():
         r.join(r.partial(range(0, 5), 0), r.partial(range(6, 9), 6))
 
 
-
 @pytest.mark.parametrize('adds', [False, True])
 @pytest.mark.parametrize('start,n', [(0, 1), (0, 52), (5, 40), (48, 52), (3, 13), (16, 32)])
 def test_rows_weighted_as_they_are_folded_give_the_bits_of_weighted_rows(start, n, adds):
@@ -229,11 +234,14 @@ def test_rows_weighted_as_they_are_folded_give_the_bits_of_weighted_rows(start, 
     # block starting anywhere (a head, whole chunks, a tail); `adds`: whole chunks summed
     # in place (`_sum_chunks`), the same additions in the same order.
     from simharness.core.reduction import fold_rows_into
+
     rng = np.random.default_rng(start * 100 + n)
-    xs = [(rng.standard_normal((n, 3, 2)) * 10.0 ** rng.uniform(-6, 6, (n, 1, 1))).astype(np.float32),
-          np.broadcast_to(np.float32(rng.standard_normal()), (n,)),  # an all-equal leaf
-          rng.standard_normal((n, 4)),  # float64
-          rng.integers(-2 ** 31, 2 ** 31 - 1, (n, 3)).astype(np.int32)]  # wraps around
+    xs = [
+        (rng.standard_normal((n, 3, 2)) * 10.0 ** rng.uniform(-6, 6, (n, 1, 1))).astype(np.float32),
+        np.broadcast_to(np.float32(rng.standard_normal()), (n,)),  # an all-equal leaf
+        rng.standard_normal((n, 4)),  # float64
+        rng.integers(-(2**31), 2**31 - 1, (n, 3)).astype(np.int32),
+    ]  # wraps around
     w = rng.integers(1, 60, n).astype(np.int32)
     before = xs[0].tobytes()
 
@@ -248,9 +256,12 @@ def test_rows_weighted_as_they_are_folded_give_the_bits_of_weighted_rows(start, 
         return b.finish()
 
     def as_bytes(p):
-        return ([[np.asarray(a).tobytes() for a in v] for v in p.head],
-                {k: [np.asarray(a).tobytes() for a in v] for k, v in p.nodes.items()},
-                p.open_chunk, None if p.open_acc is None else [a.tobytes() for a in p.open_acc])
+        return (
+            [[np.asarray(a).tobytes() for a in v] for v in p.head],
+            {k: [np.asarray(a).tobytes() for a in v] for k, v in p.nodes.items()},
+            p.open_chunk,
+            None if p.open_acc is None else [a.tobytes() for a in p.open_acc],
+        )
 
     with np.errstate(over='ignore'):
         weighted = [x * w.astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1)) for x in xs]
@@ -271,14 +282,26 @@ def test_many_head_values_folded_at_once_give_the_bits_of_one_at_a_time():
     from simharness.core.reduction import add_many_trees, add_trees
     from simharness.core.struct import Struct
     from simharness.core.structure import flatten
+
     rng = np.random.default_rng(5)
 
     def value():
-        return Struct([
-            ('w', Struct([(None, (rng.standard_normal((256, 300)) * 1e3).astype(np.float32)),
-                          (None, rng.standard_normal(7).astype(np.float32))])),
-            ('n', np.array(rng.integers(2**30, 2**31 - 1), np.int32)),
-            ('m', rng.standard_normal(3))])
+        return Struct(
+            [
+                (
+                    'w',
+                    Struct(
+                        [
+                            (None, (rng.standard_normal((256, 300)) * 1e3).astype(np.float32)),
+                            (None, rng.standard_normal(7).astype(np.float32)),
+                        ]
+                    ),
+                ),
+                ('n', np.array(rng.integers(2**30, 2**31 - 1), np.int32)),
+                ('m', rng.standard_normal(3)),
+            ]
+        )
+
     values = [value() for _ in range(100)]
     kept = [[np.array(x, copy=True) for x in flatten(v)] for v in values]
     one = Reducer(lambda v: v, add_trees, add_trees, 100)
@@ -286,7 +309,7 @@ def test_many_head_values_folded_at_once_give_the_bits_of_one_at_a_time():
     sizes = [7, 7, 7, 7] + [6] * 12
     parts, s = [], 0
     for size in sizes:
-        parts.append(one.partial(values[s:s + size], s))
+        parts.append(one.partial(values[s : s + size], s))
         s += size
     want, got = one.combine(parts), many.combine(parts)
     assert isinstance(got, Struct) and got.names == ('w', 'n', 'm')
@@ -301,8 +324,12 @@ def test_many_head_values_folded_at_once_give_the_bits_of_one_at_a_time():
     # one value or none: plain add_trees / the accumulator itself
     acc = values[0]
     assert add_many_trees(acc, []) is acc
-    assert all(np.asarray(x).tobytes() == np.asarray(y).tobytes() for x, y in
-               zip(flatten(add_many_trees(acc, [values[1]])), flatten(add_trees(acc, values[1]))))
+    assert all(
+        np.asarray(x).tobytes() == np.asarray(y).tobytes()
+        for x, y in zip(
+            flatten(add_many_trees(acc, [values[1]])), flatten(add_trees(acc, values[1]))
+        )
+    )
 
 
 def test_head_rows_folded_row_by_row_give_the_bits_of_values_one_at_a_time():
@@ -312,6 +339,7 @@ def test_head_rows_folded_row_by_row_give_the_bits_of_values_one_at_a_time():
     from simharness.core.reduction import HeadRows, add_many_trees, add_trees
     from simharness.core.struct import Struct
     from simharness.core.structure import flatten
+
     rng = np.random.default_rng(7)
     k = 9
     big = (rng.standard_normal((k, 256, 300)) * 1e3).astype(np.float32)
@@ -319,8 +347,10 @@ def test_head_rows_folded_row_by_row_give_the_bits_of_values_one_at_a_time():
     zero_d = rng.standard_normal(k)
     ints = rng.integers(2**30, 2**31 - 1, size=k).astype(np.int32)
     before = [x.tobytes() for x in (big, small, zero_d, ints)]
-    for template in (Struct([('w', Struct([(None, 0), (None, 1)])), ('m', 2), ('n', -4)]),
-                     Struct([('n', -4), ('w', Struct([(None, 0), (None, 1)])), ('m', 2)])):
+    for template in (
+        Struct([('w', Struct([(None, 0), (None, 1)])), ('m', 2), ('n', -4)]),
+        Struct([('n', -4), ('w', Struct([(None, 0), (None, 1)])), ('m', 2)]),
+    ):
         rows = HeadRows(template, [big, small, zero_d, ints])
         assert rows.leaf_rows() is not None  # folded without building values
         values = list(rows)
@@ -331,8 +361,10 @@ def test_head_rows_folded_row_by_row_give_the_bits_of_values_one_at_a_time():
         want = acc
         for v in values[2:]:
             want = add_trees(want, v)
-        got = add_many_trees(add_trees(values[0], values[1]), HeadRows(
-            template, [x[2:] for x in (big, small, zero_d, ints)]))
+        got = add_many_trees(
+            add_trees(values[0], values[1]),
+            HeadRows(template, [x[2:] for x in (big, small, zero_d, ints)]),
+        )
         for a, b in zip(flatten(want), flatten(got)):
             a, b = np.asarray(a), np.asarray(b)
             assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
@@ -358,11 +390,18 @@ def test_partials_joined_as_they_arrive_give_the_bits_of_the_combine():
     from simharness.core.structure import flatten
     from simharness.executors.leaf.eager_tf import EagerTFExecutor
     from simharness.executors.strategy.resolving_streams import _Arrivals
+
     rng = np.random.default_rng(11)
     n = 100
-    values = [Struct([('w', (rng.standard_normal(300) * 1e3).astype(np.float32)),
-                      ('k', np.array(rng.integers(2**30, 2**31 - 1), np.int32))])
-              for _ in range(n)]
+    values = [
+        Struct(
+            [
+                ('w', (rng.standard_normal(300) * 1e3).astype(np.float32)),
+                ('k', np.array(rng.integers(2**30, 2**31 - 1), np.int32)),
+            ]
+        )
+        for _ in range(n)
+    ]
     t = T.StructType([('w', T.TensorType(np.float32, [300])), ('k', T.TensorType(np.int32))])
     ex = EagerTFExecutor()
 
@@ -370,7 +409,7 @@ def test_partials_joined_as_they_arrive_give_the_bits_of_the_combine():
         one = Reducer(lambda v: v, add_trees, add_trees, n)
         out, s = [], 0
         for size in [7] * 4 + [6] * 12:
-            out.append(one.partial(values[s:s + size], s))
+            out.append(one.partial(values[s : s + size], s))
             s += size
         return out
 
@@ -378,7 +417,9 @@ def test_partials_joined_as_they_arrive_give_the_bits_of_the_combine():
         async def go():
             v = await ex.create_reduction_result('sum', partials, n, {}, t)
             return [np.asarray(x) for x in flatten(await v.compute())]
+
         return asyncio.run(go())
+
     want = result(parts())
     assert int(want[1]) != sum(int(v['k']) for v in values)  # the int32 sum wrapped
     for order in (range(16), reversed(range(16)), rng.permutation(16)):

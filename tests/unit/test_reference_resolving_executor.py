@@ -95,9 +95,16 @@ def test_identity_lambda(ex, target):
 def test_block_evaluates_each_local_once(ex, target):
     comp = add_one.to_building_block()
     x = bb.Reference('x', F32)
-    body = bb.Block([('a', bb.Call(comp, x)), ('b', bb.Call(comp, bb.Reference('a', F32)))],
-                    bb.Struct([(None, bb.Reference('a', F32)), ('b', bb.Reference('b', F32)),
-                               (None, bb.Reference('a', F32))]))
+    body = bb.Block(
+        [('a', bb.Call(comp, x)), ('b', bb.Call(comp, bb.Reference('a', F32)))],
+        bb.Struct(
+            [
+                (None, bb.Reference('a', F32)),
+                ('b', bb.Reference('b', F32)),
+                (None, bb.Reference('a', F32)),
+            ]
+        ),
+    )
     out = call(ex, bb.Lambda('x', F32, body), 1.0, tf.float32)
     assert str(out.type_signature) == '<float32,b=float32,float32>'
     value = run(out.compute())
@@ -106,8 +113,9 @@ def test_block_evaluates_each_local_once(ex, target):
 
 
 def test_closures_capture_their_scope(ex):
-    inner = bb.Lambda('y', F32, bb.Struct([(None, bb.Reference('x', F32)),
-                                           (None, bb.Reference('y', F32))]))
+    inner = bb.Lambda(
+        'y', F32, bb.Struct([(None, bb.Reference('x', F32)), (None, bb.Reference('y', F32))])
+    )
     outer = bb.Lambda('x', F32, inner)
     closure = call(ex, outer, 1.0, tf.float32)
     assert isinstance(closure.type_signature, T.FunctionType)

@@ -20,13 +20,15 @@ OD = collections.OrderedDict
 
 
 def _base():
-    return tf.data.Dataset.from_tensor_slices(OD(x=np.arange(40, dtype=np.float32).reshape(20, 2),
-                                                 y=np.arange(20, dtype=np.int32)))
+    return tf.data.Dataset.from_tensor_slices(
+        OD(x=np.arange(40, dtype=np.float32).reshape(20, 2), y=np.arange(20, dtype=np.int32))
+    )
 
 
 def _serialized(ds):
     return ds._as_serialized_graph(
-        external_state_policy=tf.data.experimental.ExternalStatePolicy.WARN).numpy()
+        external_state_policy=tf.data.experimental.ExternalStatePolicy.WARN
+    ).numpy()
 
 
 def _graph(ds):
@@ -44,23 +46,36 @@ def _blob(ds):
 REPEATABLE = {
     'batch': lambda: _base().batch(5),
     'batch_then_map': lambda: _base().batch(5).map(lambda e: (e['x'] * 2.0, e['y'])),
-    'seeded_shuffle_once': lambda: _base().repeat(2).shuffle(
-        8, seed=1, reshuffle_each_iteration=False).batch(5).map(
-        lambda e: OD(x=e['x'], y=e['y'])).prefetch(2),
+    'seeded_shuffle_once': lambda: (
+        _base()
+        .repeat(2)
+        .shuffle(8, seed=1, reshuffle_each_iteration=False)
+        .batch(5)
+        .map(lambda e: OD(x=e['x'], y=e['y']))
+        .prefetch(2)
+    ),
     'filter': lambda: _base().filter(lambda e: e['y'] % 2 == 0).batch(3),
     'parallel_map_in_order': lambda: _base().map(lambda e: e, num_parallel_calls=2).batch(4),
     # TFF's tutorials: every fresh copy (TFF's executors rebuild one per call) reads the
     # first seeded order
-    'seeded_reshuffle': lambda: _base().repeat(2).shuffle(8, seed=1).batch(5).map(
-        lambda e: OD(x=e['x'], y=e['y'])).prefetch(2),
+    'seeded_reshuffle': lambda: (
+        _base()
+        .repeat(2)
+        .shuffle(8, seed=1)
+        .batch(5)
+        .map(lambda e: OD(x=e['x'], y=e['y']))
+        .prefetch(2)
+    ),
 }
 NOT_REPEATABLE = {
     'shuffle_without_seed': lambda: _base().shuffle(8).batch(5),
     'random_map': lambda: _base().map(lambda e: (e['x'] + tf.random.uniform([2]), e['y'])),
     'stateless_random_map': lambda: _base().map(
-        lambda e: (e['x'] + tf.random.stateless_uniform([2], seed=[1, 2]), e['y'])),
-    'parallel_map_out_of_order': lambda: _base().map(lambda e: e, num_parallel_calls=2,
-                                                     deterministic=False),
+        lambda e: (e['x'] + tf.random.stateless_uniform([2], seed=[1, 2]), e['y'])
+    ),
+    'parallel_map_out_of_order': lambda: _base().map(
+        lambda e: e, num_parallel_calls=2, deterministic=False
+    ),
 }
 
 
@@ -78,6 +93,7 @@ def _elements(value):
     ds = value if isinstance(value, tf.data.Dataset) else None
     if ds is None:
         from simharness.executors.leaf.tf_values import as_dataset
+
         ds = as_dataset(value)
     return [tf.nest.map_structure(lambda t: t.numpy(), e) for e in ds]
 
@@ -117,6 +133,7 @@ def test_other_graphs_are_rebuilt_every_time(name):
 
 def test_a_graph_of_unknown_size_larger_than_the_limit_is_left_to_tf_data(monkeypatch):
     from simharness.core import tf_sequences
+
     monkeypatch.setattr(tf_sequences, 'MATERIALIZE_MAX_ELEMENTS', 3)
     blob = _blob(REPEATABLE['filter']())  # 3 batches of 3, then one of 1: 4 elements
     reader = BlobReader()
@@ -158,8 +175,15 @@ def test_the_driver_reads_a_fresh_copy_of_unknown_size_into_tensors():
     from simharness.executors.leaf.tf_values import sequence_from_value
 
     def make():
-        return _base().batch(6).unbatch().batch(4, drop_remainder=True).shuffle(
-            5, seed=2).batch(2, drop_remainder=True)
+        return (
+            _base()
+            .batch(6)
+            .unbatch()
+            .batch(4, drop_remainder=True)
+            .shuffle(5, seed=2)
+            .batch(2, drop_remainder=True)
+        )
+
     ds = make()
     assert int(ds.cardinality()) == int(tf.data.UNKNOWN_CARDINALITY)
     want = _elements(make())  # a new object's first read

@@ -17,8 +17,14 @@ import pytest
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.runtime.local import shm
-from simharness.runtime.local.shm import (ALIGNMENT, ShmArena, ShmAttachment, SlotRef,
-                                    list_leaked_segments, reap_orphaned_segments)
+from simharness.runtime.local.shm import (
+    ALIGNMENT,
+    ShmArena,
+    ShmAttachment,
+    SlotRef,
+    list_leaked_segments,
+    reap_orphaned_segments,
+)
 from shm_trees import pack_tree, unpack_tree
 
 HAS_DEV_SHM = os.path.isdir('/dev/shm')
@@ -34,6 +40,7 @@ def _exists(name: str) -> bool:
 
 
 # -- arena basics --------------------------------------------------------------
+
 
 @needs_dev_shm
 def test_name_prefix_and_owner_only_permissions():
@@ -112,9 +119,21 @@ def test_bad_capacity(capacity):
         ShmArena(capacity)
 
 
-@pytest.mark.parametrize('dtype', [np.float32, np.float64, np.int32, np.int64,
-                                   np.bool_, np.uint8, np.float16, np.complex64,
-                                   '>i4', 'datetime64[ns]'])
+@pytest.mark.parametrize(
+    'dtype',
+    [
+        np.float32,
+        np.float64,
+        np.int32,
+        np.int64,
+        np.bool_,
+        np.uint8,
+        np.float16,
+        np.complex64,
+        '>i4',
+        'datetime64[ns]',
+    ],
+)
 def test_write_read_roundtrip_dtypes(dtype):
     rng = np.random.default_rng(0)
     src = (rng.standard_normal((3, 5)) * 100).astype(dtype)
@@ -197,6 +216,7 @@ def test_large_array_roundtrip():
 
 # -- growth --------------------------------------------------------------------
 
+
 def test_ensure_capacity_grows_at_least_double_and_keeps_data():
     with ShmArena(4096) as arena:
         first = arena.name
@@ -206,8 +226,7 @@ def test_ensure_capacity_grows_at_least_double_and_keeps_data():
         assert arena.ensure_capacity(5000) is True
         assert arena.name != first and arena.capacity >= 8192
         assert not _exists(first)
-        np.testing.assert_array_equal(
-            arena.view(ref.offset, np.int64, (10,)), np.arange(10))
+        np.testing.assert_array_equal(arena.view(ref.offset, np.int64, (10,)), np.arange(10))
         assert arena.used == 128
         big = arena.capacity
         assert arena.ensure_capacity(10 * big) is True
@@ -228,6 +247,7 @@ def test_attachment_reattaches_after_growth():
 
 
 # -- lifetime ------------------------------------------------------------------
+
 
 def test_close_unlinks_and_is_idempotent():
     arena = ShmArena(4096)
@@ -286,18 +306,20 @@ def test_attachment_of_missing_segment_raises():
 
 # -- reaping segments of dead creators ------------------------------------------
 
+
 def _dead_pid() -> int:
     """A pid no process can have: above the kernel's pid_max."""
     try:
         with open('/proc/sys/kernel/pid_max', encoding='ascii') as f:
             return int(f.read()) + 1
     except (OSError, ValueError):  # pragma: no cover - not Linux
-        return 2 ** 22 + 1
+        return 2**22 + 1
 
 
 def _make_segment(pid, uid=None) -> str:
     """Creates ``simharness_<pid>_<hex>`` as a crashed creator would leave it."""
     import _posixshmem
+
     name = f'simharness_{pid}_test{os.urandom(4).hex()}'
     fd = _posixshmem.shm_open('/' + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
     try:
@@ -338,12 +360,16 @@ def test_reap_removes_segments_of_dead_pids_only(made_segments):
 @needs_dev_shm
 def test_reap_treats_a_reused_pid_as_dead(made_segments, monkeypatch):
     import psutil
+
     name = _make_segment(1)
     made_segments.append(name)
     # pid 1 "started" an hour after the segment was made: it is not its creator.
     real = psutil.Process.create_time
-    monkeypatch.setattr(psutil.Process, 'create_time',
-                        lambda self: (time.time() + 3600 if self.pid == 1 else real(self)))
+    monkeypatch.setattr(
+        psutil.Process,
+        'create_time',
+        lambda self: time.time() + 3600 if self.pid == 1 else real(self),
+    )
     assert name in reap_orphaned_segments()
     assert not _exists(name)
 
@@ -352,14 +378,18 @@ def test_reap_treats_a_reused_pid_as_dead(made_segments, monkeypatch):
 def test_reap_keeps_a_segment_made_just_after_its_creator_started(made_segments, monkeypatch):
     # psutil's start times are exact to the second only: a fresh creator is not a reuse.
     import psutil
+
     name = _make_segment(1)
     made_segments.append(name)
     # Only pid 1 is made to look fresh: the reap below sees every segment on the machine,
     # and a live process' older segments must keep their real judgement (patching every
     # process' start time made this test unlink the live arenas of tests running beside it).
     real = psutil.Process.create_time
-    monkeypatch.setattr(psutil.Process, 'create_time',
-                        lambda self: (time.time() + 0.5 if self.pid == 1 else real(self)))
+    monkeypatch.setattr(
+        psutil.Process,
+        'create_time',
+        lambda self: time.time() + 0.5 if self.pid == 1 else real(self),
+    )
     assert name not in reap_orphaned_segments()
     assert _exists(name)
 
@@ -367,11 +397,13 @@ def test_reap_keeps_a_segment_made_just_after_its_creator_started(made_segments,
 @needs_dev_shm
 def test_reap_keeps_a_creator_it_may_not_inspect(made_segments, monkeypatch):
     import psutil
+
     name = _make_segment(1)
     made_segments.append(name)
 
     def denied(self):
         raise psutil.AccessDenied(self.pid)
+
     monkeypatch.setattr(psutil.Process, 'create_time', denied)
     assert name not in reap_orphaned_segments()
     assert _exists(name)
@@ -389,6 +421,7 @@ def test_reap_leaves_other_users_segments(made_segments):
 @needs_dev_shm
 def test_reap_ignores_names_without_a_pid(made_segments):
     import _posixshmem
+
     name = f'simharness_notapid_{os.urandom(4).hex()}'
     fd = _posixshmem.shm_open('/' + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
     os.close(fd)
@@ -398,6 +431,7 @@ def test_reap_ignores_names_without_a_pid(made_segments):
 
 
 # -- trees ---------------------------------------------------------------------
+
 
 def test_pack_unpack_nested_tree():
     tree = {
@@ -411,7 +445,7 @@ def test_pack_unpack_nested_tree():
     }
     with ShmArena(4096) as arena, ShmAttachment() as att:
         packed, nbytes = pack_tree(arena, tree)
-        expected = (24 + 32 + 8 + 0 + 2)
+        expected = 24 + 32 + 8 + 0 + 2
         assert nbytes == expected
         assert isinstance(packed['weights'][0], SlotRef)
         assert isinstance(packed['point'], Point)
@@ -472,8 +506,9 @@ def _module_level_imports(path):
     return names
 
 
-@pytest.mark.parametrize('module', ['__init__', 'local/__init__', 'local/shm', 'pinning',
-                                    'resources'])
+@pytest.mark.parametrize(
+    'module', ['__init__', 'local/__init__', 'local/shm', 'pinning', 'resources']
+)
 def test_runtime_imports_neither_tensorflow_nor_executors(module):
     runtime = os.path.dirname(os.path.dirname(shm.__file__))  # simharness/runtime
     path = os.path.join(runtime, f'{module}.py')

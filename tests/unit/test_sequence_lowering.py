@@ -17,8 +17,12 @@ import simharness as sh
 from simharness.core.sequences import TensorBatches
 from simharness.core.tf_sequences import recognize
 from simharness.executors.leaf.embedded_function import EmbeddedFunction
-from simharness.executors.leaf.sequence_lowering import (UNROLL_LIMIT, NotLowerable, SourceSpec,
-                                                   lower_graph)
+from simharness.executors.leaf.sequence_lowering import (
+    UNROLL_LIMIT,
+    NotLowerable,
+    SourceSpec,
+    lower_graph,
+)
 
 BATCH = sh.to_type((sh.TensorType(tf.float32, [None, 2]), sh.TensorType(tf.int32, [None])))
 SEQ = sh.SequenceType(BATCH)
@@ -119,8 +123,10 @@ def two_datasets(a, b):
     return _sum_in_function(a) - _sum_in_function(b)
 
 
-@pytest.mark.parametrize('comp', [total_by_reduce, total_with_break, total_after_map_filter,
-                                  total_by_take, filter_then_scan])
+@pytest.mark.parametrize(
+    'comp',
+    [total_by_reduce, total_with_break, total_after_map_filter, total_by_take, filter_then_scan],
+)
 def test_loops_lower_to_no_dataset_op(comp):
     fn = _embedded(comp)
     lowered = fn.lowered({0: _batches()})
@@ -128,7 +134,9 @@ def test_loops_lower_to_no_dataset_op(comp):
     assert _lowered_graph_ops(lowered) == set()
     # the lowered function takes the components where the dataset was
     assert [str(t) for t in sh.core.types.flatten_type(lowered.type_signature.parameter)] == [
-        'float32[?,2]', 'int32[?]']
+        'float32[?,2]',
+        'int32[?]',
+    ]
 
 
 @pytest.mark.parametrize('comp', [total_with_break, total_by_take, filter_then_scan])
@@ -149,14 +157,14 @@ def _graph_ops(fn) -> set:
     return {n.op for n in gd.node} | {n.op for f in gd.library.function for n in f.node_def}
 
 
-@pytest.mark.parametrize('rows, b, loop', [(7, 3, False), (UNROLL_LIMIT, None, False),
-                                           (2 * UNROLL_LIMIT + 2, 2, True)])
+@pytest.mark.parametrize(
+    'rows, b, loop', [(7, 3, False), (UNROLL_LIMIT, None, False), (2 * UNROLL_LIMIT + 2, 2, True)]
+)
 def test_short_sources_unroll_long_sources_loop(rows, b, loop):
     x = np.arange(2 * rows, dtype=np.float32).reshape(rows, 2)
     y = np.arange(rows, dtype=np.int32)
     fn = _embedded(total_by_reduce if b is not None else total_by_rows)
-    tb = TensorBatches([tf.constant(x), tf.constant(y)], b, False,
-                       BATCH if b is not None else ROW)
+    tb = TensorBatches([tf.constant(x), tf.constant(y)], b, False, BATCH if b is not None else ROW)
     lowered = fn.lowered({0: tb})
     assert ('While' in _graph_ops(lowered)) == loop
     got = lowered.call_flat(tb.components)[0]
@@ -183,6 +191,7 @@ def total_of_a_large_body(ds):
         for k in range(250):  # a body of many ops, as a recurrent model's step has
             x = tf.tanh(x * (1.0 + k * 1e-3))
         return acc + tf.reduce_sum(x)
+
     return ds.reduce(tf.constant(0.0), step)
 
 
@@ -191,23 +200,27 @@ def test_a_large_body_runs_one_loop_for_every_length():
     body: one lowered function (a loop) serves sequences of every length, and computes
     what the unrolled form does."""
     from simharness.executors.leaf.embedded_function import UNROLL_MAX_NODES
+
     big, small = _embedded(total_of_a_large_body), _embedded(total_by_reduce)
     assert not big.unrolls_loops and small.unrolls_loops
     gd = tf.compat.v1.GraphDef()
     gd.ParseFromString(big.comp.graph.graph_def)
     assert len(gd.node) + sum(len(f.node_def) for f in gd.library.function) > UNROLL_MAX_NODES
+
     def batches(rows):  # batches of 2: 2, 3 and 4 elements
         x = np.arange(2 * rows, dtype=np.float32).reshape(rows, 2)
         y = np.arange(rows, dtype=np.int32)
         return (x, y), TensorBatches([tf.constant(x), tf.constant(y)], 2, False, BATCH)
+
     lowered = {rows: big.lowered({0: batches(rows)[1]}) for rows in (4, 6, 8)}
     assert len({id(f) for f in lowered.values()}) == 1
     assert 'While' in _graph_ops(lowered[6])
     for rows in (4, 6, 8):
         arrays, tb = batches(rows)
         got = lowered[rows].call_flat(tb.components)[0]
-        want = big.call_flat([tf.data.experimental.to_variant(
-            tf.data.Dataset.from_tensor_slices(arrays).batch(2))])[0]
+        want = big.call_flat(
+            [tf.data.experimental.to_variant(tf.data.Dataset.from_tensor_slices(arrays).batch(2))]
+        )[0]
         assert got.numpy().tobytes() == want.numpy().tobytes()
 
 
@@ -258,8 +271,13 @@ def test_recognize_reads_slices_batches_and_prefetch():
 
 def test_recognize_gives_dict_components_in_type_order():
     # tf.nest orders dict leaves by key (x, y); the element type says (y, x)
-    t = sh.SequenceType(sh.to_type(__import__('collections').OrderedDict(
-        y=sh.TensorType(tf.int32, [None]), x=sh.TensorType(tf.float32, [None, 2]))))
+    t = sh.SequenceType(
+        sh.to_type(
+            __import__('collections').OrderedDict(
+                y=sh.TensorType(tf.int32, [None]), x=sh.TensorType(tf.float32, [None, 2])
+            )
+        )
+    )
     ds = tf.data.Dataset.from_tensor_slices({'y': Y, 'x': X}).batch(2)
     tb = recognize(ds, t)
     assert tb is not None
@@ -270,20 +288,26 @@ def test_recognize_gives_dict_components_in_type_order():
 
 def test_materialize_reads_small_finite_pipelines():
     from simharness.core.tf_sequences import materialize
+
     ds = tf.data.Dataset.from_tensor_slices((X, Y)).map(lambda x, y: (x + 1.0, y)).batch(3)
     tb = materialize(ds, SEQ)
     assert tb is not None and tb.batch_size == 3 and not tb.drop_remainder
     np.testing.assert_array_equal(tb.components[0], X + 1.0)
-    rows = materialize(tf.data.Dataset.from_tensor_slices(X).map(lambda x: x * 2.0),
-                       sh.SequenceType(sh.TensorType(tf.float32, [2])))
+    rows = materialize(
+        tf.data.Dataset.from_tensor_slices(X).map(lambda x: x * 2.0),
+        sh.SequenceType(sh.TensorType(tf.float32, [2])),
+    )
     assert rows is not None and rows.batch_size is None
     np.testing.assert_array_equal(rows.components[0], X * 2.0)
     # infinite, unknown size, empty, or batches of several sizes: left to tf.data
     assert materialize(ds.repeat(), SEQ) is None
     assert materialize(ds.filter(lambda x, y: True), SEQ) is None
     assert materialize(ds.take(0), SEQ) is None
-    uneven = tf.data.Dataset.from_tensor_slices((X, Y)).batch(2).concatenate(
-        tf.data.Dataset.from_tensor_slices((X, Y)).batch(3))
+    uneven = (
+        tf.data.Dataset.from_tensor_slices((X, Y))
+        .batch(2)
+        .concatenate(tf.data.Dataset.from_tensor_slices((X, Y)).batch(3))
+    )
     assert materialize(uneven, SEQ) is None
     assert materialize(ds, sh.SequenceType(sh.TensorType(tf.int32, [None]))) is None
 
@@ -293,6 +317,7 @@ def test_materialize_reads_batches_of_a_static_size_and_uneven_rows():
     them dense, not ragged), also beside a leaf of open size; rows whose own shapes differ
     between batches (ragged below the rows) are read element by element."""
     from simharness.core.tf_sequences import materialize
+
     ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(3, drop_remainder=True)
     tb = materialize(ds, SEQ)
     assert tb is not None and tb.batch_size == 3
@@ -302,8 +327,11 @@ def test_materialize_reads_batches_of_a_static_size_and_uneven_rows():
     tb = materialize(mixed, SEQ)
     assert tb is not None and tb.batch_size == 3
     np.testing.assert_array_equal(tb.components[1], Y[:6])
-    grid = tf.data.Dataset.from_tensor_slices(np.zeros([6, 3, 4], np.float32)).batch(2).map(
-        lambda x: x[:, :tf.shape(x)[0]])  # rows [2, 4]: their shape is open in the spec
+    grid = (
+        tf.data.Dataset.from_tensor_slices(np.zeros([6, 3, 4], np.float32))
+        .batch(2)
+        .map(lambda x: x[:, : tf.shape(x)[0]])
+    )  # rows [2, 4]: their shape is open in the spec
     seq = sh.SequenceType(sh.TensorType(tf.float32, [None, None, 4]))
     for _ in range(2):  # the failed trace is remembered for the spec
         tb = materialize(grid, seq)
@@ -316,6 +344,7 @@ def test_repeated_batches_are_read_as_passes_and_lowered(rows, b, epochs):
     (no batch spans two), lowered (unrolled or as a loop) to the bits tf.data gives."""
     from simharness.core.tf_sequences import materialize
     from simharness.executors.leaf.tensor_sequences import to_dataset
+
     x = np.arange(2 * rows, dtype=np.float32).reshape(rows, 2)
     y = np.arange(rows, dtype=np.int32)
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(b).repeat(epochs)
@@ -331,8 +360,10 @@ def test_repeated_batches_are_read_as_passes_and_lowered(rows, b, epochs):
         want = fn.call_flat([tf.data.experimental.to_variant(ds)])[0]
         assert got.numpy().tobytes() == want.numpy().tobytes()
     # passes of other batch sizes: left to tf.data
-    assert materialize(ds.concatenate(tf.data.Dataset.from_tensor_slices((x, y)).batch(b + 1)),
-                       SEQ) is None
+    assert (
+        materialize(ds.concatenate(tf.data.Dataset.from_tensor_slices((x, y)).batch(b + 1)), SEQ)
+        is None
+    )
 
 
 def test_a_dataset_computations_result_is_held_as_tensors():
@@ -343,9 +374,12 @@ def test_a_dataset_computations_result_is_held_as_tensors():
 
     @sh.tf_computation(np.int32)
     def make(n):
-        return tf.data.Dataset.from_tensor_slices((tf.reshape(tf.range(14.0), [7, 2]),
-                                                   tf.range(7))).take(
-            tf.cast(n, tf.int64)).batch(3).repeat(2)
+        return (
+            tf.data.Dataset.from_tensor_slices((tf.reshape(tf.range(14.0), [7, 2]), tf.range(7)))
+            .take(tf.cast(n, tf.int64))
+            .batch(3)
+            .repeat(2)
+        )
 
     ex = EagerTFExecutor()
     fn = asyncio.run(ex.create_value(make))

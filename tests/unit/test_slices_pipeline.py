@@ -20,10 +20,18 @@ OD = collections.OrderedDict
 
 def _data():
     rng = np.random.default_rng(3)
-    return sh.simulation.datasets.TestClientData(OD(
-        (f'c{k}', OD(pixels=rng.random((20 + 7 * k, 3, 2), dtype=np.float32),
-                     label=rng.integers(0, 10, 20 + 7 * k).astype(np.int32)))
-        for k in range(3)))
+    return sh.simulation.datasets.TestClientData(
+        OD(
+            (
+                f'c{k}',
+                OD(
+                    pixels=rng.random((20 + 7 * k, 3, 2), dtype=np.float32),
+                    label=rng.integers(0, 10, 20 + 7 * k).astype(np.int32),
+                ),
+            )
+            for k in range(3)
+        )
+    )
 
 
 def _flat(e):
@@ -34,8 +42,9 @@ PIPELINES = {
     'tutorial': lambda ds: ds.repeat(2).shuffle(16, seed=1).batch(5).map(_flat).prefetch(4),
     'rows': lambda ds: ds.shuffle(8, seed=2),
     'filter_take': lambda ds: ds.filter(lambda e: e['label'] % 3 != 0).take(11).batch(4),
-    'seeded_random_map': lambda ds: ds.map(lambda e: OD(
-        pixels=e['pixels'] + tf.random.uniform([3, 2], seed=4), label=e['label'])).batch(6),
+    'seeded_random_map': lambda ds: ds.map(
+        lambda e: OD(pixels=e['pixels'] + tf.random.uniform([3, 2], seed=4), label=e['label'])
+    ).batch(6),
     'drop_remainder': lambda ds: ds.batch(6, drop_remainder=True).map(_flat),
 }
 
@@ -86,8 +95,10 @@ def test_with_a_global_seed_seeded_pipelines_stay_traced_and_unseeded_are_eager(
         seeded = data.preprocess(PIPELINES['tutorial'])
         got = seeded.create_tf_dataset_for_client('c1')
         assert hasattr(got, '_simharness_recipe')
-        _same(_elements(got), _elements(PIPELINES['tutorial'](
-            data.create_tf_dataset_for_client('c1'))))
+        _same(
+            _elements(got),
+            _elements(PIPELINES['tutorial'](data.create_tf_dataset_for_client('c1'))),
+        )
         # no seed of its own: eager code draws its seed per dataset, so it is built eagerly
         unseeded = data.preprocess(lambda ds: ds.shuffle(8).batch(4))
         assert not hasattr(unseeded.create_tf_dataset_for_client('c1'), '_simharness_recipe')
@@ -119,6 +130,7 @@ def test_an_infinite_pipeline_has_no_recipe_read():
 def _recipe_through_the_codec(ds):
     from simharness.runtime import codec
     from simharness.runtime.datasets import dataset_to_wire
+
     sent = dataset_to_wire(ds)
     assert isinstance(sent, codec.DatasetRecipe)
     header, buffers = codec.encode([sent])
@@ -129,8 +141,11 @@ def _recipe_through_the_codec(ds):
 def test_a_recipe_read_in_another_process_gives_the_fresh_read(name):
     """What a worker does with a `DatasetRecipe`: import its read function once, call it."""
     from simharness.runtime.datasets import RecipeReader
-    fns = dict(PIPELINES, irregular_batches=lambda ds: ds.batch(3).take(2).concatenate(
-        ds.batch(5)).map(_flat))
+
+    fns = dict(
+        PIPELINES,
+        irregular_batches=lambda ds: ds.batch(3).take(2).concatenate(ds.batch(5)).map(_flat),
+    )
     data = _data()
     pre = data.preprocess(fns[name])
     reader = RecipeReader()
@@ -146,6 +161,7 @@ def test_a_recipe_without_its_read_function_is_a_clear_error():
     import dataclasses
     from simharness.errors import SimharnessValueError
     from simharness.runtime.datasets import RecipeReader
+
     ds = _data().preprocess(PIPELINES['tutorial']).create_tf_dataset_for_client('c0')
     recipe = dataclasses.replace(_recipe_through_the_codec(ds), read=None)
     with pytest.raises(SimharnessValueError, match='without its read function'):

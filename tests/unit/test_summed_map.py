@@ -22,9 +22,11 @@ from simharness.core.structure import flatten
 from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.executors.leaf.stream_eval import summed_map
 
-ARG = collections.OrderedDict(w=sh.TensorType(tf.float32, [32, 32]),
-                              x=sh.TensorType(tf.float32, [4, 32]),
-                              k=sh.TensorType(tf.int32))
+ARG = collections.OrderedDict(
+    w=sh.TensorType(tf.float32, [32, 32]),
+    x=sh.TensorType(tf.float32, [4, 32]),
+    k=sh.TensorType(tf.int32),
+)
 
 
 def _update(w, x, k):
@@ -35,7 +37,8 @@ def _update(w, x, k):
         delta=h * 3.0 - w[:4] * tf.cast(k, tf.float32),
         stats=tf.cast(tf.reduce_sum(h, axis=0)[:3], tf.float64) / 7.0,
         rows=tf.reduce_sum(h, axis=1),
-        count=k * 1_000_000)
+        count=k * 1_000_000,
+    )
 
 
 compiled = sh.tf_computation(ARG, jit_compile=True)(_update)
@@ -49,8 +52,14 @@ def _run(coro):
 def _clients(n, seed=0, scale=1.0):
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((32, 32)).astype(np.float32)
-    return [collections.OrderedDict(w=w, x=(rng.standard_normal((4, 32)) * scale).astype(np.float32),
-                                    k=np.int32(rng.integers(-3000, 3000))) for _ in range(n)]
+    return [
+        collections.OrderedDict(
+            w=w,
+            x=(rng.standard_normal((4, 32)) * scale).astype(np.float32),
+            k=np.int32(rng.integers(-3000, 3000)),
+        )
+        for _ in range(n)
+    ]
 
 
 def _same(a, b) -> bool:
@@ -81,13 +90,16 @@ async def _partials(ex, comp, values, start, total, kind='sum'):
     return got, want
 
 
-@pytest.mark.parametrize('start,n,total', [
-    (0, 40, 40),    # whole chunks, then the last (short) chunk
-    (0, 20, 100),   # a chunk, then an open one
-    (5, 30, 100),   # raw head values, a chunk, an open chunk
-    (3, 9, 100),    # all head values
-    (48, 52, 100),  # the longer block of 100 clients on 2 workers
-])
+@pytest.mark.parametrize(
+    'start,n,total',
+    [
+        (0, 40, 40),  # whole chunks, then the last (short) chunk
+        (0, 20, 100),  # a chunk, then an open one
+        (5, 30, 100),  # raw head values, a chunk, an open chunk
+        (3, 9, 100),  # all head values
+        (48, 52, 100),  # the longer block of 100 clients on 2 workers
+    ],
+)
 def test_the_partial_is_the_map_then_the_numpy_fold_bit_for_bit(start, n, total):
     values = _clients(n, seed=start)
     with EagerTFExecutor(sums_in_calls=True) as ex:
@@ -102,8 +114,10 @@ def test_partials_of_blocks_combine_to_the_one_block_result_and_a_mean_too():
     reducer = Reducer(lambda v: v, add_trees, add_trees, 70)
     with EagerTFExecutor(sums_in_calls=True) as ex:
         whole, _ = _run(_partials(ex, compiled, values, 0, 70))
-        parts = [_run(_partials(ex, compiled, values[a:b], a, 70))[0]
-                 for a, b in [(0, 11), (11, 37), (37, 70)]]
+        parts = [
+            _run(_partials(ex, compiled, values[a:b], a, 70))[0]
+            for a, b in [(0, 11), (11, 37), (37, 70)]
+        ]
         mean, want_mean = _run(_partials(ex, compiled, values[:30], 0, 70, kind='mean'))
     assert _same(reducer.combine(parts), reducer.combine([whole]))
     _assert_same_partial(mean, want_mean)
@@ -138,6 +152,7 @@ def test_it_applies_only_to_compiled_maps_within_the_batch_bound():
         got, want = _run(_partials(ex, compiled, values, 0, 20))
         assert got is None and want is not None
     from simharness.hosts.leaf import worker_service
+
     service = worker_service()
     try:
         assert service.executor.sums_in_calls
@@ -149,6 +164,7 @@ def test_the_heap_is_trimmed_once_after_a_compiled_block_s_first_call(monkeypatc
     # XLA's compiler frees what it allocated but glibc keeps the pages: after a compiled
     # block's first call the process hands them back (`embedded_function.trim_heap`).
     from simharness.executors.leaf import embedded_function
+
     calls = []
     monkeypatch.setattr(embedded_function, 'trim_heap', lambda: calls.append(1))
     values = _clients(6, seed=9)

@@ -19,8 +19,12 @@ SEQ = sh.SequenceType(ELEM)
 
 
 def _tb(rows=5, b=2, drop=False):
-    return TensorBatches([np.arange(rows * 3, dtype=np.float32).reshape(rows, 3),
-                          np.arange(rows, dtype=np.int64)], b, drop, ELEM)
+    return TensorBatches(
+        [np.arange(rows * 3, dtype=np.float32).reshape(rows, 3), np.arange(rows, dtype=np.int64)],
+        b,
+        drop,
+        ELEM,
+    )
 
 
 def test_round_trips_through_the_codec_as_arrays():
@@ -43,18 +47,36 @@ def test_the_executor_embeds_it_as_the_dataset_it_stands_for():
     assert [len(y) for _, y in drop] == [2, 2]
 
 
-@pytest.mark.parametrize('bad, error, match', [
-    (TensorBatches([np.zeros((4, 3), np.float32)], 2, False, ELEM), SimharnessTypeError,
-     'does not hold the components'),
-    (TensorBatches([np.zeros((4, 2), np.float32), np.zeros(4, np.int64)], 2, False, ELEM),
-     SimharnessTypeError, r'shape \(4, 2\) is not assignable to float32\[\?,3\]'),
-    (TensorBatches([np.zeros((4, 3), np.float32), np.zeros(3, np.int64)], 2, False, ELEM),
-     SimharnessValueError, 'have 4 and 3 rows'),
-    (TensorBatches([np.zeros((4, 3), np.float32), np.zeros(4, np.int64)], 0, False, ELEM),
-     SimharnessValueError, 'batch size 0'),
-    (TensorBatches([np.zeros((4, 3), np.float32), np.zeros(4, np.int64)], 2, 'yes', ELEM),
-     SimharnessTypeError, 'drop_remainder'),
-])
+@pytest.mark.parametrize(
+    'bad, error, match',
+    [
+        (
+            TensorBatches([np.zeros((4, 3), np.float32)], 2, False, ELEM),
+            SimharnessTypeError,
+            'does not hold the components',
+        ),
+        (
+            TensorBatches([np.zeros((4, 2), np.float32), np.zeros(4, np.int64)], 2, False, ELEM),
+            SimharnessTypeError,
+            r'shape \(4, 2\) is not assignable to float32\[\?,3\]',
+        ),
+        (
+            TensorBatches([np.zeros((4, 3), np.float32), np.zeros(3, np.int64)], 2, False, ELEM),
+            SimharnessValueError,
+            'have 4 and 3 rows',
+        ),
+        (
+            TensorBatches([np.zeros((4, 3), np.float32), np.zeros(4, np.int64)], 0, False, ELEM),
+            SimharnessValueError,
+            'batch size 0',
+        ),
+        (
+            TensorBatches([np.zeros((4, 3), np.float32), np.zeros(4, np.int64)], 2, 'yes', ELEM),
+            SimharnessTypeError,
+            'drop_remainder',
+        ),
+    ],
+)
 def test_malformed_components_from_a_peer_get_clear_errors(bad, error, match):
     ex = EagerTFExecutor()
     with pytest.raises(error, match=match):
@@ -64,8 +86,9 @@ def test_malformed_components_from_a_peer_get_clear_errors(bad, error, match):
 def test_passes_cross_the_codec_and_give_per_pass_batches():
     """``passes`` (``.batch(b).repeat(k)`` read once): kept across the seam; the dataset it
     stands for batches each pass on its own."""
-    tb = TensorBatches([np.arange(30, dtype=np.float32).reshape(10, 3), np.arange(10)], 2,
-                       False, ELEM, 2)
+    tb = TensorBatches(
+        [np.arange(30, dtype=np.float32).reshape(10, 3), np.arange(10)], 2, False, ELEM, 2
+    )
     assert tb.num_elements == 6
     header, buffers = codec.encode([tb])
     (back,) = codec.decode(header, buffers)
@@ -73,5 +96,6 @@ def test_passes_cross_the_codec_and_give_per_pass_batches():
     ds = asyncio.run(EagerTFExecutor().create_value(back, SEQ)).internal_representation
     assert [list(y.numpy()) for _, y in ds] == [[0, 1], [2, 3], [4], [5, 6], [7, 8], [9]]
     with pytest.raises(SimharnessValueError, match='3 passes'):
-        asyncio.run(EagerTFExecutor().create_value(
-            TensorBatches(tb.components, 2, False, ELEM, 3), SEQ))
+        asyncio.run(
+            EagerTFExecutor().create_value(TensorBatches(tb.components, 2, False, ELEM, 3), SEQ)
+        )

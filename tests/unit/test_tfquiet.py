@@ -18,7 +18,7 @@ from simharness import tfquiet
 
 #: A stand-in for TensorFlow: its import writes two start-up lines and a line of its own to
 #: fd 2 (as TF's shared libraries do), its device probe the cuInit line.
-FAKE_TF = '''
+FAKE_TF = """
 import os, types
 os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\\n')
 os.write(2, b'I0000 00:00:1 12 port.cc:153] oneDNN custom operations are on.\\n')
@@ -29,7 +29,7 @@ def _probe():
     os.write(2, b'E0000 00:00:1 12 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)\\n')
     return []
 config = types.SimpleNamespace(list_physical_devices=_probe)
-'''
+"""
 
 
 @pytest.fixture
@@ -61,8 +61,10 @@ def test_the_hook_imports_tensorflow_quietly_and_probes_its_devices(fake_tensorf
     assert tf.probes == [1]  # probed once, at the import
     assert type(tf.__loader__).__name__ == 'SourceFileLoader'  # its own loader again
     assert tf.__spec__.loader is tf.__loader__
-    assert not any(isinstance(f, tfquiet._QuietTensorFlowImport)  # pylint: disable=protected-access
-                   for f in sys.meta_path)  # the hook is gone once TF is loaded
+    assert not any(
+        isinstance(f, tfquiet._QuietTensorFlowImport)  # pylint: disable=protected-access
+        for f in sys.meta_path
+    )  # the hook is gone once TF is loaded
 
 
 def test_a_tensorflow_loaded_before_is_only_probed(fake_tensorflow, capfd):
@@ -73,8 +75,7 @@ def test_a_tensorflow_loaded_before_is_only_probed(fake_tensorflow, capfd):
     assert capfd.readouterr().err == ''  # the cuInit line is not
 
 
-def test_simharness_log_level_info_lets_everything_through(fake_tensorflow, capfd,
-                                                           monkeypatch):
+def test_simharness_log_level_info_lets_everything_through(fake_tensorflow, capfd, monkeypatch):
     monkeypatch.setenv(tfquiet.LEVEL_ENV, 'info')
     tfquiet.install_import_hook()
     importlib.import_module('tensorflow')
@@ -92,13 +93,22 @@ def test_the_lines_dropped_are_logged_at_debug(capfd, caplog, monkeypatch):
             os.write(2, b'I0000 00:00:1 12 port.cc:153] oneDNN custom operations are on.\n')
             os.write(2, b'kept\n')
     assert capfd.readouterr().err == 'kept\n'
-    assert [r.getMessage() for r in caplog.records if r.name == tfquiet.DROPPED_LOGGER] == \
-        ['I0000 00:00:1 12 port.cc:153] oneDNN custom operations are on.']
+    assert [r.getMessage() for r in caplog.records if r.name == tfquiet.DROPPED_LOGGER] == [
+        'I0000 00:00:1 12 port.cc:153] oneDNN custom operations are on.'
+    ]
 
 
-@pytest.mark.parametrize('value, level', [('', None), ('INFO', logging.INFO),
-                                          ('debug', logging.DEBUG), ('Error', logging.ERROR),
-                                          ('10', 10), ('loud', None)])
+@pytest.mark.parametrize(
+    'value, level',
+    [
+        ('', None),
+        ('INFO', logging.INFO),
+        ('debug', logging.DEBUG),
+        ('Error', logging.ERROR),
+        ('10', 10),
+        ('loud', None),
+    ],
+)
 def test_log_level_reads_names_and_numbers(monkeypatch, value, level):
     monkeypatch.setenv(tfquiet.LEVEL_ENV, value)
     assert tfquiet.log_level() == level
@@ -141,5 +151,7 @@ def test_nested_blocks_filter_once(capfd, monkeypatch):
             os.write(2, b'kept\n')
     finally:
         logger.removeHandler(handler)
-    assert capfd.readouterr().err == ('kept\nDEBUG simharness.tensorflow: I0000 00:00:1 12 '
-                                      'port.cc:153] oneDNN custom operations are on.\n')
+    assert capfd.readouterr().err == (
+        'kept\nDEBUG simharness.tensorflow: I0000 00:00:1 12 '
+        'port.cc:153] oneDNN custom operations are on.\n'
+    )

@@ -80,8 +80,9 @@ def test_nested_federated_computation_is_called_once():
     def outer(xs):
         m = fed_sum(xs)
         return [m, m]
+
     comp = outer.to_building_block()
-    (name, call), = comp.result.locals
+    ((name, call),) = comp.result.locals
     assert isinstance(call.fn, bb.Lambda) and call.fn is fed_sum.to_building_block()
     assert [e.name for _, e in comp.result.result.elements] == [name, name]
     assert 'federated_sum' in comp.compact()
@@ -93,7 +94,9 @@ def test_closures_leave_free_references_in_the_inner_lambda():
         @sh.federated_computation(F32_AT_S)
         def inner(s):
             return sh.federated_zip([s, sh.federated_sum(xs)])
+
         return inner(sh.federated_sum(xs))
+
     comp = outer.to_building_block()
     inner = comp.result.locals[-1][1].fn
     assert isinstance(inner, bb.Lambda)
@@ -105,6 +108,7 @@ def test_python_constants_become_no_parameter_tf_calls():
     @sh.federated_computation
     def value():
         return sh.federated_value(np.float32(2.5), sh.SERVER)
+
     comp = value.to_building_block()
     assert comp.parameter_name is None and comp.type_signature.parameter is None
     const_name, const = comp.result.locals[0]
@@ -119,6 +123,7 @@ def test_static_arguments_of_intrinsics():
     @sh.federated_computation(sh.type_at_clients(tf.int32))
     def secure(xs):
         return sh.federated_secure_sum_bitwidth(xs, 6)
+
     intrinsic = secure.to_building_block().result.locals[0][1].fn
     assert intrinsic.uri == 'federated_secure_sum_bitwidth' and intrinsic.static == {'bitwidth': 6}
 
@@ -127,7 +132,11 @@ def test_multiple_parameters_become_a_named_struct():
     @sh.federated_computation(F32_AT_C, F32_AT_S)
     def two(xs, s):
         return [s, xs]
-    assert str(two.type_signature) == '(<xs={float32}@CLIENTS,s=float32@SERVER> -> <float32@SERVER,{float32}@CLIENTS>)'
+
+    assert (
+        str(two.type_signature)
+        == '(<xs={float32}@CLIENTS,s=float32@SERVER> -> <float32@SERVER,{float32}@CLIENTS>)'
+    )
     result = two.to_building_block().result
     assert isinstance(result, bb.Struct)
     assert [e.index for _, e in result.elements] == [1, 0]
@@ -149,15 +158,18 @@ def test_tf_computation_is_a_serialized_graph():
 
 def _looping_square():
     """A tf_computation whose graph has library functions (a while loop, a tf.function)."""
+
     @tf.function
     def scale(x):
         return x * 1.0000001
 
     @sh.tf_computation(tf.float32, tf.int32)
     def looping_square(x, n):
-        _, acc = tf.while_loop(lambda i, a: i < n, lambda i, a: (i + 1, scale(a)),
-                               [tf.constant(0), x])
+        _, acc = tf.while_loop(
+            lambda i, a: i < n, lambda i, a: (i + 1, scale(a)), [tf.constant(0), x]
+        )
         return acc * 0.0 + x * x
+
     return looping_square
 
 
@@ -171,7 +183,9 @@ def test_the_same_computation_traced_again_has_the_same_bytes():
     second = _looping_square().to_building_block()
     graph_def = tf.compat.v1.GraphDef()
     graph_def.ParseFromString(first.graph.graph_def)
-    assert len(graph_def.library.function) >= 3, [f.signature.name for f in graph_def.library.function]
+    assert len(graph_def.library.function) >= 3, [
+        f.signature.name for f in graph_def.library.function
+    ]
     assert first.graph.graph_def == second.graph.graph_def
     assert first.fingerprint == second.fingerprint
     assert _looping_square()(3.0, 5) == pytest.approx(9.0)
@@ -192,6 +206,7 @@ def test_traced_values():
         with pytest.raises(AttributeError, match="no element 'c'"):
             xs.c
         return xs['b']
+
     assert not tracing.is_tracing()
     assert seen['len'] == 2 and seen['dir'] == ['a', 'b']
     assert isinstance(seen['a'].comp, bb.Selection) and seen['a'].comp.index == 0
@@ -201,6 +216,7 @@ def test_traced_values():
 
 
 # ---------------------------------------------------------------- trace-time type errors
+
 
 def _trace(param, body):
     return sh.federated_computation(param)(body)
@@ -213,32 +229,62 @@ def test_map_parameter_mismatch_names_both_types():
 
 
 def test_call_argument_mismatch_names_both_types():
-    with pytest.raises(SimharnessTypeError, match=r'\{float32\}@CLIENTS is not assignable to the expected type float32'):
+    with pytest.raises(
+        SimharnessTypeError,
+        match=r'\{float32\}@CLIENTS is not assignable to the expected type float32',
+    ):
         _trace(F32_AT_C, lambda xs: add_one(xs))
-    with pytest.raises(SimharnessTypeError, match=r'float32@SERVER is not assignable .* \{float32\}@CLIENTS'):
+    with pytest.raises(
+        SimharnessTypeError, match=r'float32@SERVER is not assignable .* \{float32\}@CLIENTS'
+    ):
         _trace(F32_AT_S, lambda s: fed_sum(s))
 
 
 def test_aggregate_type_errors():
     with pytest.raises(SimharnessTypeError, match='accumulate.*int32'):
         _trace(F32_AT_C, lambda xs: sh.federated_aggregate(xs, 0, int_plus_one, add, add_one))
-    with pytest.raises(SimharnessTypeError, match='zero must be unplaced or at the server.*CLIENTS'):
+    with pytest.raises(
+        SimharnessTypeError, match='zero must be unplaced or at the server.*CLIENTS'
+    ):
         _trace(F32_AT_C, lambda xs: sh.federated_aggregate(xs, xs, add, add, add_one))
 
 
-@pytest.mark.parametrize('param, body, message', [
-    (F32_AT_C, lambda xs: sh.federated_broadcast(xs), r'federated_broadcast.*SERVER.*\{float32\}@CLIENTS'),
-    (F32_AT_S, lambda s: sh.federated_collect(s), r'federated_collect.*CLIENTS.*float32@SERVER'),
-    (F32_AT_C, lambda xs: sh.federated_value(xs, sh.SERVER), r'federated_value.*unplaced.*\{float32\}@CLIENTS'),
-    (F32_AT_C, lambda xs: sh.federated_value(1.0, 'server'), 'placement must be CLIENTS or SERVER'),
-    (F32_AT_C, lambda xs: sh.federated_eval(add_one, sh.CLIENTS), r'takes no parameter|no parameter'),
-    ([F32_AT_C, F32_AT_S], lambda p: sh.federated_zip([p[0], p[1]]), 'same placement'),
-    (F32_AT_C, lambda xs: sh.federated_zip([]), 'non-empty struct'),
-    (sh.type_at_clients(tf.bool), lambda xs: sh.federated_sum(xs), 'numeric tensors.*bool'),
-    (sh.SequenceType(tf.string), lambda s: sh.sequence_sum(s), 'numeric tensors.*str'),
-    (F32_AT_C, lambda xs: sh.sequence_sum(xs), r'expected a sequence .*\{float32\}@CLIENTS'),
-    (F32_AT_C, lambda xs: None, 'returned None'),
-])
+@pytest.mark.parametrize(
+    'param, body, message',
+    [
+        (
+            F32_AT_C,
+            lambda xs: sh.federated_broadcast(xs),
+            r'federated_broadcast.*SERVER.*\{float32\}@CLIENTS',
+        ),
+        (
+            F32_AT_S,
+            lambda s: sh.federated_collect(s),
+            r'federated_collect.*CLIENTS.*float32@SERVER',
+        ),
+        (
+            F32_AT_C,
+            lambda xs: sh.federated_value(xs, sh.SERVER),
+            r'federated_value.*unplaced.*\{float32\}@CLIENTS',
+        ),
+        (
+            F32_AT_C,
+            lambda xs: sh.federated_value(1.0, 'server'),
+            'placement must be CLIENTS or SERVER',
+        ),
+        (
+            F32_AT_C,
+            lambda xs: sh.federated_eval(add_one, sh.CLIENTS),
+            r'takes no parameter|no parameter',
+        ),
+        ([F32_AT_C, F32_AT_S], lambda p: sh.federated_zip([p[0], p[1]]), 'same placement'),
+        (F32_AT_C, lambda xs: sh.federated_zip([]), 'non-empty struct'),
+        (sh.type_at_clients(tf.bool), lambda xs: sh.federated_sum(xs), 'numeric tensors.*bool'),
+        (sh.SequenceType(tf.string), lambda s: sh.sequence_sum(s), 'numeric tensors.*str'),
+        (F32_AT_C, lambda xs: sh.sequence_sum(xs), r'expected a sequence .*\{float32\}@CLIENTS'),
+        (F32_AT_C, lambda xs: None, 'returned None'),
+    ],
+)
 def test_intrinsic_type_errors(param, body, message):
     with pytest.raises(SimharnessTypeError, match=message):
         _trace(param, body)
@@ -246,17 +292,22 @@ def test_intrinsic_type_errors(param, body, message):
 
 def test_weighted_mean_needs_a_numeric_scalar_weight():
     with pytest.raises(SimharnessTypeError, match=r'weight must be a numeric scalar.*float32\[2\]'):
-        _trace([F32_AT_C, sh.type_at_clients((tf.float32, [2]))],
-               lambda p: sh.federated_mean(p[0], p[1]))
+        _trace(
+            [F32_AT_C, sh.type_at_clients((tf.float32, [2]))],
+            lambda p: sh.federated_mean(p[0], p[1]),
+        )
 
 
 def test_select_keys_must_be_int32_vectors():
     @sh.tf_computation(tf.float32, tf.int32)
     def pick(s, k):
         return s
+
     with pytest.raises(SimharnessTypeError, match=r'int32 vectors.*\{int64\[\?\]\}@CLIENTS'):
-        _trace([sh.type_at_clients((tf.int64, [None])), F32_AT_S],
-               lambda p: sh.federated_select(p[0], 3, p[1], pick))
+        _trace(
+            [sh.type_at_clients((tf.int64, [None])), F32_AT_S],
+            lambda p: sh.federated_select(p[0], 3, p[1], pick),
+        )
 
 
 def test_tf_computation_errors():
@@ -279,9 +330,9 @@ def test_variables_and_tables_are_created_afresh_by_every_call():
     def f(k):
         v = tf.Variable(1.0)
         v.assign_add(2.0)
-        table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(['a'], [1.0]), -1.0)
+        table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(['a'], [1.0]), -1.0)
         return table.lookup(k) + v
+
     assert str(f.type_signature) == '(str -> float32)'
     nodes = {n.name: n for n in _graph_def(f).node}
     handles = [n for n in nodes.values() if n.op == 'VarHandleOp']
@@ -306,6 +357,7 @@ def test_control_dependencies_on_arguments_are_dropped():
     def f(a, b):
         with tf.control_dependencies([a, b]):
             return tf.identity(a) + 1.0
+
     assert all(not i.startswith('^arg_') for n in _graph_def(f).node for i in n.input)
     assert f(1.0, 2.0) == 2.0
 
@@ -314,6 +366,7 @@ def test_polymorphic_computations_trace_per_type():
     @sh.tf_computation
     def double(x):
         return x * 2
+
     assert isinstance(double, sh.PolymorphicComputation)
     with pytest.raises(SimharnessTypeError, match='polymorphic'):
         double.type_signature
@@ -325,6 +378,7 @@ def test_polymorphic_computations_trace_per_type():
     @sh.federated_computation(sh.type_at_clients((tf.float64, [3])))
     def floats(xs):
         return sh.federated_map(double, xs)
+
     assert str(ints.type_signature.result) == '{int32}@CLIENTS'
     assert str(floats.type_signature.result) == '{float64[3]}@CLIENTS'
     assert double.concrete(T.TensorType(tf.int32)) is double.concrete(T.TensorType(np.int32))
@@ -355,6 +409,7 @@ def test_tracing_records_no_op_tracebacks_and_restores_tf_afterwards():
 def test_variables_nothing_reads_leave_the_graph():
     """An anonymous variable lives one call: one that is only initialized or assigned has no
     effect, and leaves the graph with its initializer (here a stateful random op)."""
+
     @sh.tf_computation(tf.float32)
     def f(x):
         tf.Variable(tf.random.uniform([3]))
@@ -363,6 +418,7 @@ def test_variables_nothing_reads_leave_the_graph():
         kept = tf.Variable(1.0)
         kept.assign_add(x)
         return x * 2.0 + kept
+
     ops = [n.op for n in _graph_def(f).node]
     assert ops.count('VarHandleOp') == 1, ops
     assert 'RandomUniform' not in ops and ops.count('AssignVariableOp') == 1, ops  # kept's init
@@ -379,5 +435,6 @@ def test_a_variable_read_by_a_called_function_stays():
     def f(x):
         v = tf.Variable(1.0)
         return bump(v, x)
+
     assert [n.op for n in _graph_def(f).node].count('VarHandleOp') == 1
     assert f(2.0) == 3.0

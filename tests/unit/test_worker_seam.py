@@ -90,10 +90,16 @@ def test_pipelined_requests_return_before_the_worker_answers():
             assert [y.type_signature for y in ys] == [F32, F32]
             gate.set()
             return await ex.compute_many(ys)
+
         assert [float(v) for v in run(main())] == [2.0, 3.0]
         # One request per operation, in order, with one wait (COMPUTE_MANY).
-        assert ops(g.handles[0]) == ['OPEN_SESSION', 'CREATE_VALUE', 'CREATE_VALUES_STACKED',
-                                     'CREATE_MAP', 'COMPUTE_MANY']
+        assert ops(g.handles[0]) == [
+            'OPEN_SESSION',
+            'CREATE_VALUE',
+            'CREATE_VALUES_STACKED',
+            'CREATE_MAP',
+            'COMPUTE_MANY',
+        ]
         ex.close()
 
 
@@ -111,6 +117,7 @@ def test_a_failed_pipelined_request_poisons_its_ids(group):
         assert float((await ex.compute_many([good]))[0]) == 2.0
         with pytest.raises(tf.errors.InvalidArgumentError, match='must be positive'):
             await ex.compute_many([bad])
+
     run(main())
     ex.close()
 
@@ -143,6 +150,7 @@ def test_a_crash_fails_the_requests_in_flight():
             g.handles[0].crash()
             gate.set()
             return await task
+
         with pytest.raises(WorkerCrashedError, match='died'):
             run(main())
         ex.close()
@@ -166,7 +174,9 @@ def test_dropped_values_are_freed_with_the_next_request(group):
     assert float(run(ex.compute_many([keep]))[0]) == 9.0
     # The lease of the block, one range, rode on the first request after the drop.
     assert [(P.Op(r.op).name, r.free) for r in h.requests[sent:]] == [
-        ('CREATE_VALUE', [[1, 4]]), ('COMPUTE_MANY', [])]
+        ('CREATE_VALUE', [[1, 4]]),
+        ('COMPUTE_MANY', []),
+    ]
     assert list(session.values) == [6]  # (ids 5 and 7 were the computes')
     ex.close()
     header, buffers = P.encode_message(P.Request(int(P.Op.PING), 0, []))
@@ -187,6 +197,7 @@ def test_broadcasts_go_through_the_arena_and_every_read_ends():
             assert g.broadcast.readers == 2
             gate.set()
             return await asyncio.gather(*[e.compute_many([v]) for e, v in zip(ex, vals)])
+
         for o in run(main()):
             np.testing.assert_array_equal(o[0], w)
         assert g.broadcast.bytes_written == w.nbytes  # one copy for both workers
@@ -204,14 +215,14 @@ def test_a_value_shared_by_workers_is_made_plain_and_encoded_once(monkeypatch):
     def counting(self, value):
         made.append(value)
         real(self, value)
+
     monkeypatch.setattr(codec.Packed, '__init__', counting)
-    with LoopbackGroup(lambda k: WorkerService(EagerTFExecutor(), worker_id=k),
-                       num_workers=3) as g:
+    with LoopbackGroup(lambda k: WorkerService(EagerTFExecutor(), worker_id=k), num_workers=3) as g:
         g.start()
         ex = [WorkerDelegatingExecutor(h) for h in g.handles]
-        big = collections.OrderedDict(w=tf.constant(np.arange(BROADCAST_MIN_BYTES // 4,
-                                                               dtype=np.float32)),
-                                      b=np.float32(3))
+        big = collections.OrderedDict(
+            w=tf.constant(np.arange(BROADCAST_MIN_BYTES // 4, dtype=np.float32)), b=np.float32(3)
+        )
         small = [np.int32(7), np.arange(5, dtype=np.float64)]
         for value in (big, small):
             t = T.infer_type(value)
@@ -223,6 +234,7 @@ def test_a_value_shared_by_workers_is_made_plain_and_encoded_once(monkeypatch):
             async def main():
                 vals = [await e.create_value(f, t) for e, f in zip(ex, forms)]
                 return await asyncio.gather(*[e.compute_many([v]) for e, v in zip(ex, vals)])
+
             for out in run(main()):
                 got = out[0]
                 for x, y in zip(got, value.values() if isinstance(value, dict) else value):
@@ -254,6 +266,7 @@ def test_executors_say_their_abilities_without_probing():
         class NoStream(ThreadDelegatingExecutor):
             create_streamed_reductions = BatchExecutor.create_streamed_reductions
             can_stream = BatchExecutor.can_stream
+
         plain = NoStream(EagerTFExecutor())
         try:
             assert plain.can_stream is False
@@ -273,6 +286,7 @@ def test_one_stack_factory_over_a_loopback_group_gives_the_thread_stack_bits():
     @sh.federated_computation(sh.type_at_clients(tf.float32))
     def mean_of_scaled(xs):
         return sh.federated_mean(sh.federated_map(scale, xs))
+
     data = [np.float32(k) / 7 for k in range(5)]
     with sh.execution_context(thread_debugging_executor_factory()):
         expected = mean_of_scaled(data)
@@ -289,6 +303,7 @@ def test_one_stack_factory_over_a_loopback_group_gives_the_thread_stack_bits():
 @pytest.mark.parametrize('size', ['small', 'big'])
 def test_a_broadcast_goes_inside_the_plan_unless_big_where_a_prefix_is_not_placed(size):
     from computations import broadcast_scaled_sum  # tests/computations.py
+
     n = 8 if size == 'small' else BROADCAST_MIN_BYTES // 4
     comp = broadcast_scaled_sum(n)
     w = np.linspace(-1, 1, n, dtype=np.float32)
@@ -315,6 +330,7 @@ def test_the_local_grpc_and_ray_transports_implement_the_seam():
     from simharness.runtime.grpc.client import RemoteServices
     from simharness.runtime.ray.workers import RayWorkerHandle, RayWorkers
     from simharness.stacks import create_worker_pool
+
     with create_worker_pool(num_workers=1) as pool:
         assert isinstance(pool, WorkerGroup) and isinstance(pool.handles[0], WorkerHandle)
         assert pool.handles[0].lends
@@ -342,16 +358,24 @@ def ds_total(ds):
 
 def _datasets(rows, seed):
     rng = np.random.default_rng(seed)
-    return [tf.data.Dataset.from_tensor_slices(rng.random((n, 3)).astype(np.float32)).batch(2)
-            for n in rows]
+    return [
+        tf.data.Dataset.from_tensor_slices(rng.random((n, 3)).astype(np.float32)).batch(2)
+        for n in rows
+    ]
 
 
 def _totals(ex, datasets):
     """`ds_total` of each dataset, computed by `ex`'s worker."""
+
     async def main():
         fn = await ex.create_value(ds_total.to_building_block())
-        return [float(v) for v in await ex.compute_many(
-            await ex.create_map(fn, await ex.create_values(datasets, DS)))]
+        return [
+            float(v)
+            for v in await ex.compute_many(
+                await ex.create_map(fn, await ex.create_values(datasets, DS))
+            )
+        ]
+
     return run(main())
 
 
@@ -390,8 +414,7 @@ def test_repeatable_pipelines_serve_again_and_others_are_read_anew(group):
     ex = WorkerDelegatingExecutor(h)
     rng = np.random.default_rng(3)
     arrays = [rng.random((6, 3)).astype(np.float32) for _ in range(3)]
-    mapped = [tf.data.Dataset.from_tensor_slices(a).batch(2).map(lambda b: b * 2.0)
-              for a in arrays]
+    mapped = [tf.data.Dataset.from_tensor_slices(a).batch(2).map(lambda b: b * 2.0) for a in arrays]
     unseeded = [tf.data.Dataset.from_tensor_slices(a).shuffle(6).batch(2) for a in arrays]
 
     def totals(datasets):
@@ -410,6 +433,7 @@ def test_repeatable_pipelines_serve_again_and_others_are_read_anew(group):
 
 def test_the_driver_names_its_op_libraries_once_per_change(group, monkeypatch, caplog):
     from simharness.runtime import op_libraries
+
     first = (('not_installed_pkg', 'ops/_a.so'),)
     second = first + (('not_installed_pkg', 'ops/_b.so'),)
     listed = [first]
@@ -421,10 +445,11 @@ def test_the_driver_names_its_op_libraries_once_per_change(group, monkeypatch, c
         await ex.create_values([np.float32(1)], F32)
         await ex.create_values([np.float32(2)], F32)  # the same tuple: nothing more to say
         listed[0] = second
-        v, = await ex.create_values([np.float32(3)], F32)
+        (v,) = await ex.create_values([np.float32(3)], F32)
         # Pipelined: the worker thread logs a request when it decodes it; the value's
         # answer comes after every request before it was decoded.
         assert await v.compute() == np.float32(3)
+
     run(main())
     loads = [r.args[0] for r in h.requests if r.op == P.Op.LOAD_OP_LIBRARIES]
     assert loads == [[list(x) for x in first], [list(x) for x in second]]
@@ -436,6 +461,7 @@ def test_the_driver_names_its_op_libraries_once_per_change(group, monkeypatch, c
     assert not op_libraries.load_expected_for(ValueError('something else'))
     with caplog.at_level('WARNING', logger=op_libraries.__name__):
         assert op_libraries.load_expected_for(
-            RuntimeError("Op type not registered 'X>Y' in binary running on vm"))
+            RuntimeError("Op type not registered 'X>Y' in binary running on vm")
+        )
     assert 'not_installed_pkg' in caplog.text
     assert not op_libraries.load_expected_for(RuntimeError('Op type not registered'))

@@ -52,8 +52,11 @@ def test_values_live_in_their_session(service):
     ok(call(service, Op.OPEN_SESSION, 2))
     # The same ids in two sessions hold different values.
     ok(call(service, Op.CREATE_VALUES, 1, [np.float32(1), np.float32(2)], F32, out_base=1, n_out=2))
-    ok(call(service, Op.CREATE_VALUES, 2, [np.float32(10), np.float32(20)], F32, out_base=1,
-            n_out=2))
+    ok(
+        call(
+            service, Op.CREATE_VALUES, 2, [np.float32(10), np.float32(20)], F32, out_base=1, n_out=2
+        )
+    )
     r1 = ok(call(service, Op.COMPUTE_MANY, 1, RefRange(1, 2)))
     r2 = ok(call(service, Op.COMPUTE_MANY, 2, RefRange(1, 2)))
     assert [float(x) for x in r1.result] == [1.0, 2.0]
@@ -75,14 +78,24 @@ def test_map_select_struct_and_partial_reduction(service):
     ok(call(service, Op.CREATE_VALUES_STACKED, 5, [data[:, 0]], F32, out_base=2, n_out=40))
     m = ok(call(service, Op.CREATE_MAP, 5, Ref(1), RefRange(2, 40), None, out_base=42, n_out=40))
     assert m.count == 40 and m.types == F32
-    ok(call(service, Op.CREATE_STRUCTS, 5, [[Ref(42 + i), Ref(2 + i)] for i in range(40)],
-            ['y', 'x'], out_base=82, n_out=40))
+    ok(
+        call(
+            service,
+            Op.CREATE_STRUCTS,
+            5,
+            [[Ref(42 + i), Ref(2 + i)] for i in range(40)],
+            ['y', 'x'],
+            out_base=82,
+            n_out=40,
+        )
+    )
     sel = ok(call(service, Op.CREATE_SELECTIONS, 5, RefRange(82, 40), 0, out_base=122, n_out=40))
     assert sel.types == F32
     p = ok(call(service, Op.PARTIAL_REDUCTION, 5, 'sum', RefRange(122, 40), 0, 40, {}))
     assert p.kind == P.Result.DATA
-    total = ok(call(service, Op.REDUCTION_RESULT, 5, 'sum', [p.result], 40, {}, F32, out_base=200,
-                    n_out=1))
+    total = ok(
+        call(service, Op.REDUCTION_RESULT, 5, 'sum', [p.result], 40, {}, F32, out_base=200, n_out=1)
+    )
     assert total.count == 1
     out = ok(call(service, Op.COMPUTE_MANY, 5, [Ref(200)]))
     assert float(out.result[0]) == float(np.sum(data + 1))
@@ -101,8 +114,11 @@ def test_a_failed_operation_poisons_its_results(service):
     ok(call(service, Op.OPEN_SESSION, 1))
     fn = check_positive.to_building_block()
     ok(call(service, Op.CREATE_VALUE, 1, fn, fn.type_signature, out_base=1, n_out=1))
-    ok(call(service, Op.CREATE_VALUES, 1, [np.float32(1), np.float32(-1)], F32, out_base=2,
-            n_out=2))
+    ok(
+        call(
+            service, Op.CREATE_VALUES, 1, [np.float32(1), np.float32(-1)], F32, out_base=2, n_out=2
+        )
+    )
     bad = call(service, Op.CREATE_MAP, 1, Ref(1), RefRange(2, 2), None, out_base=4, n_out=2)
     assert not bad.ok and 'must be positive' in bad.error.message
     # A later request that uses the failed results reports the original error ...

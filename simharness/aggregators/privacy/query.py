@@ -28,8 +28,15 @@ import tensorflow as tf
 
 from simharness.aggregators import tensor_utils as tu
 
-__all__ = ['DPQuery', 'GaussianSumQuery', 'NoPrivacyAverageQuery', 'NoPrivacySumQuery',
-           'NormalizedQuery', 'SumAggregationDPQuery', 'split_seed']
+__all__ = [
+    'DPQuery',
+    'GaussianSumQuery',
+    'NoPrivacyAverageQuery',
+    'NoPrivacySumQuery',
+    'NormalizedQuery',
+    'SumAggregationDPQuery',
+    'split_seed',
+]
 
 
 def split_seed(noise_seed: Optional[tf.Tensor], num: int) -> list:
@@ -67,8 +74,9 @@ class DPQuery(metaclass=abc.ABCMeta):
 
     def accumulate_record(self, params: Any, sample_state: Any, record: Any) -> Any:
         """Preprocesses and accumulates one record."""
-        return self.accumulate_preprocessed_record(sample_state,
-                                                   self.preprocess_record(params, record))
+        return self.accumulate_preprocessed_record(
+            sample_state, self.preprocess_record(params, record)
+        )
 
     @abc.abstractmethod
     def merge_sample_states(self, sample_state_1: Any, sample_state_2: Any) -> Any:
@@ -146,17 +154,25 @@ class GaussianSumQuery(SumAggregationDPQuery):
     def preprocess_record(self, params: Any, record: Any) -> Any:
         return self.preprocess_record_impl(params, record)[0]
 
-    def get_noised_result(self, sample_state: Any, global_state: Any,
-                          noise_seed: Optional[tf.Tensor] = None) -> Any:
+    def get_noised_result(
+        self, sample_state: Any, global_state: Any, noise_seed: Optional[tf.Tensor] = None
+    ) -> Any:
         leaves = tu.flatten(sample_state)
         if noise_seed is None:  # TFF's: an unseeded op, fresh noise on every call
             normal = tf.random_normal_initializer(stddev=global_state.stddev)
             noised = [v + tf.cast(normal(tf.shape(input=v)), v.dtype) for v in leaves]
         else:
             seeds = split_seed(noise_seed, max(len(leaves), 1))
-            noised = [v + tf.cast(tf.random.stateless_normal(
-                tf.shape(input=v), seed=s, stddev=global_state.stddev), v.dtype)
-                for v, s in zip(leaves, seeds)]
+            noised = [
+                v
+                + tf.cast(
+                    tf.random.stateless_normal(
+                        tf.shape(input=v), seed=s, stddev=global_state.stddev
+                    ),
+                    v.dtype,
+                )
+                for v, s in zip(leaves, seeds)
+            ]
         result = tu.pack_sequence_as(sample_state, noised)
         noise_multiplier = global_state.stddev / global_state.l2_norm_clip
         return result, global_state, dp_accounting.GaussianDpEvent(noise_multiplier)
@@ -181,10 +197,12 @@ class NoPrivacyAverageQuery(SumAggregationDPQuery):
     def preprocess_record(self, params: Any, record: Any, weight: Any = 1) -> Any:
         return tu.map_structure(lambda t: weight * t, record), tf.cast(weight, tf.float32)
 
-    def accumulate_record(self, params: Any, sample_state: Any, record: Any,
-                          weight: Any = 1) -> Any:
+    def accumulate_record(
+        self, params: Any, sample_state: Any, record: Any, weight: Any = 1
+    ) -> Any:
         return self.accumulate_preprocessed_record(
-            sample_state, self.preprocess_record(params, record, weight))
+            sample_state, self.preprocess_record(params, record, weight)
+        )
 
     def get_noised_result(self, sample_state: Any, global_state: Any) -> Any:
         sum_state, denominator = sample_state
@@ -205,14 +223,17 @@ class NormalizedQuery(SumAggregationDPQuery):
 
     def __init__(self, numerator_query: SumAggregationDPQuery, denominator: Any):
         if not isinstance(numerator_query, SumAggregationDPQuery):
-            raise TypeError(f'numerator_query must be a SumAggregationDPQuery, got '
-                            f'{type(numerator_query).__name__}')
+            raise TypeError(
+                f'numerator_query must be a SumAggregationDPQuery, got '
+                f'{type(numerator_query).__name__}'
+            )
         self._numerator = numerator_query
         self._denominator = denominator
 
     def initial_global_state(self) -> Any:
-        return self._GlobalState(self._numerator.initial_global_state(),
-                                 tf.cast(self._denominator, tf.float32))
+        return self._GlobalState(
+            self._numerator.initial_global_state(), tf.cast(self._denominator, tf.float32)
+        )
 
     def derive_sample_params(self, global_state: Any) -> Any:
         return self._numerator.derive_sample_params(global_state.numerator_state)
@@ -223,16 +244,22 @@ class NormalizedQuery(SumAggregationDPQuery):
     def preprocess_record(self, params: Any, record: Any) -> Any:
         return self._numerator.preprocess_record(params, record)
 
-    def get_noised_result(self, sample_state: Any, global_state: Any,
-                          noise_seed: Optional[tf.Tensor] = None) -> Any:
+    def get_noised_result(
+        self, sample_state: Any, global_state: Any, noise_seed: Optional[tf.Tensor] = None
+    ) -> Any:
         seeded = {'noise_seed': noise_seed} if self._numerator.needs_noise_seed() else {}
         noised_sum, new_sum_state, event = self._numerator.get_noised_result(
-            sample_state, global_state.numerator_state, **seeded)
+            sample_state, global_state.numerator_state, **seeded
+        )
 
         def normalize(v):
             return tf.truediv(v, tf.cast(global_state.denominator, v.dtype))
-        return (tu.map_structure(normalize, noised_sum),
-                self._GlobalState(new_sum_state, global_state.denominator), event)
+
+        return (
+            tu.map_structure(normalize, noised_sum),
+            self._GlobalState(new_sum_state, global_state.denominator),
+            event,
+        )
 
     def derive_metrics(self, global_state: Any) -> Any:
         return self._numerator.derive_metrics(global_state.numerator_state)

@@ -37,10 +37,20 @@ from simharness.aggregators import tensor_utils as tu
 from simharness.aggregators.privacy import query
 from simharness.core import types as T
 
-__all__ = ['EfficientTreeAggregator', 'GaussianNoiseGenerator', 'PeriodicRoundRestartIndicator',
-           'RestartIndicator', 'RestartQuery', 'StatelessValueGenerator', 'TreeAggregator',
-           'TreeCumulativeSumQuery', 'TreeRangeSumQuery', 'TreeResidualSumQuery', 'TreeState',
-           'ValueGenerator']
+__all__ = [
+    'EfficientTreeAggregator',
+    'GaussianNoiseGenerator',
+    'PeriodicRoundRestartIndicator',
+    'RestartIndicator',
+    'RestartQuery',
+    'StatelessValueGenerator',
+    'TreeAggregator',
+    'TreeCumulativeSumQuery',
+    'TreeRangeSumQuery',
+    'TreeResidualSumQuery',
+    'TreeState',
+    'ValueGenerator',
+]
 
 
 def _build_tree_from_leaf(leaf_nodes: tf.Tensor, arity: Any) -> tf.RaggedTensor:
@@ -65,8 +75,11 @@ def _build_tree_from_leaf(leaf_nodes: tf.Tensor, arity: Any) -> tf.RaggedTensor:
         lambda i, _: tf.less_equal(2.0, i),
         lambda i, h: [tf.add(i, -1.0), tf.concat(([shrink(h[0])], h), axis=0)],
         [tf.identity(num_layers), tf.RaggedTensor.from_tensor([leaves])],
-        shape_invariants=[num_layers.get_shape(),
-                          tf.RaggedTensorSpec(dtype=leaf_nodes.dtype, ragged_rank=1)])
+        shape_invariants=[
+            num_layers.get_shape(),
+            tf.RaggedTensorSpec(dtype=leaf_nodes.dtype, ragged_rank=1),
+        ],
+    )
     return tree
 
 
@@ -101,15 +114,20 @@ class TreeRangeSumQuery(query.SumAggregationDPQuery):
 
     def initial_global_state(self) -> Any:
         return TreeRangeSumQuery.GlobalState(
-            arity=self._arity, inner_query_state=self._inner_query.initial_global_state())
+            arity=self._arity, inner_query_state=self._inner_query.initial_global_state()
+        )
 
     def initial_sample_state(self, template: Any = None) -> Any:
-        return self.preprocess_record(self.derive_sample_params(self.initial_global_state()),
-                                      super().initial_sample_state(template))
+        return self.preprocess_record(
+            self.derive_sample_params(self.initial_global_state()),
+            super().initial_sample_state(template),
+        )
 
     def derive_sample_params(self, global_state: Any) -> Any:
-        return (global_state.arity,
-                self._inner_query.derive_sample_params(global_state.inner_query_state))
+        return (
+            global_state.arity,
+            self._inner_query.derive_sample_params(global_state.inner_query_state),
+        )
 
     def preprocess_record(self, params: Any, record: Any) -> Any:
         """The flattened tree over `record` (the leaves), preprocessed by the inner query."""
@@ -117,20 +135,24 @@ class TreeRangeSumQuery(query.SumAggregationDPQuery):
         flat_tree = _build_tree_from_leaf(record, arity).flat_values
         # A static shape: the DP factory needs the record type when it traces.
         depth = math.ceil(math.log(record.shape[0], self._arity)) + 1
-        flat_tree = tf.reshape(flat_tree, [(self._arity ** depth - 1) // (self._arity - 1)])
+        flat_tree = tf.reshape(flat_tree, [(self._arity**depth - 1) // (self._arity - 1)])
         return self._inner_query.preprocess_record(inner_query_params, flat_tree)
 
-    def get_noised_result(self, sample_state: Any, global_state: Any,
-                          noise_seed: Optional[tf.Tensor] = None) -> Any:
+    def get_noised_result(
+        self, sample_state: Any, global_state: Any, noise_seed: Optional[tf.Tensor] = None
+    ) -> Any:
         """``(tree, new_global_state, UnsupportedDpEvent)``: the noised tree, ragged."""
         seeded = {'noise_seed': noise_seed} if self._inner_query.needs_noise_seed() else {}
         sample_state, inner_query_state, _ = self._inner_query.get_noised_result(
-            sample_state, global_state.inner_query_state, **seeded)
+            sample_state, global_state.inner_query_state, **seeded
+        )
         new_global_state = TreeRangeSumQuery.GlobalState(
-            arity=global_state.arity, inner_query_state=inner_query_state)
+            arity=global_state.arity, inner_query_state=inner_query_state
+        )
         num_layers = math.floor(math.log(sample_state.shape[0], self._arity)) + 1
-        row_splits = [0] + [(self._arity ** (x + 1) - 1) // (self._arity - 1)
-                            for x in range(num_layers)]
+        row_splits = [0] + [
+            (self._arity ** (x + 1) - 1) // (self._arity - 1) for x in range(num_layers)
+        ]
         tree = tf.RaggedTensor.from_row_splits(values=sample_state, row_splits=row_splits)
         return tree, new_global_state, dp_accounting.UnsupportedDpEvent()
 
@@ -138,8 +160,9 @@ class TreeRangeSumQuery(query.SumAggregationDPQuery):
         return self._inner_query.needs_noise_seed()
 
     @classmethod
-    def build_central_gaussian_query(cls, l2_norm_clip: float, stddev: float,
-                                     arity: int = 2) -> 'TreeRangeSumQuery':
+    def build_central_gaussian_query(
+        cls, l2_norm_clip: float, stddev: float, arity: int = 2
+    ) -> 'TreeRangeSumQuery':
         """A `TreeRangeSumQuery` whose inner query is a central `GaussianSumQuery`.
 
         Args:
@@ -197,8 +220,10 @@ class GaussianNoiseGenerator(ValueGenerator):
         if self._seed is None:
             time_now = tf.timestamp()
             residual = time_now - tf.math.floor(time_now)
-            seeds = tf.cast(tf.stack([tf.math.floor(tf.timestamp() * 1e6),
-                                      tf.math.floor(residual * 1e9)]), dtype=tf.int64)
+            seeds = tf.cast(
+                tf.stack([tf.math.floor(tf.timestamp() * 1e6), tf.math.floor(residual * 1e9)]),
+                dtype=tf.int64,
+            )
         else:
             seeds = tf.constant(self._seed, dtype=tf.int64, shape=(2,))
         return self._GlobalState(seeds, tf.constant(self._noise_std, dtype=tf.float32))
@@ -206,10 +231,14 @@ class GaussianNoiseGenerator(ValueGenerator):
     def next(self, state: Any) -> Any:
         flat_specs = tu.flatten(self._specs)
         flat_seeds = [state.seeds + i for i in range(len(flat_specs))]
-        noise = [tf.random.stateless_normal(shape=spec.shape, seed=seed, stddev=state.stddev)
-                 for spec, seed in zip(flat_specs, flat_seeds)]
-        return (tu.pack_sequence_as(self._specs, noise),
-                self._GlobalState(flat_seeds[-1] + 1, state.stddev))
+        noise = [
+            tf.random.stateless_normal(shape=spec.shape, seed=seed, stddev=state.stddev)
+            for spec, seed in zip(flat_specs, flat_seeds)
+        ]
+        return (
+            tu.pack_sequence_as(self._specs, noise),
+            self._GlobalState(flat_seeds[-1] + 1, state.stddev),
+        )
 
     def make_state(self, seeds: tf.Tensor, stddev: tf.Tensor) -> Any:
         """The state ``(seeds, stddev)`` (int64[2], float32)."""
@@ -257,13 +286,22 @@ class _TreeAggregatorBase:
     def _get_init_state(self, value_generator_state: Any) -> TreeState:
         # Dynamically sized arrays (as TFF's): traced, the buffers' leading dimension is None.
         new_val, value_generator_state = self.value_generator.next(value_generator_state)
-        level_buffer_idx = tf.TensorArray(dtype=tf.int32, size=1, dynamic_size=True).write(
-            0, tf.constant(0, dtype=tf.int32)).stack()
+        level_buffer_idx = (
+            tf.TensorArray(dtype=tf.int32, size=1, dynamic_size=True)
+            .write(0, tf.constant(0, dtype=tf.int32))
+            .stack()
+        )
         level_buffer = tu.map_structure(
-            lambda v: tf.TensorArray(dtype=tf.float32, size=1, dynamic_size=True).write(
-                0, v).stack(), new_val)
-        return TreeState(level_buffer=level_buffer, level_buffer_idx=level_buffer_idx,
-                         value_generator_state=value_generator_state)
+            lambda v: (
+                tf.TensorArray(dtype=tf.float32, size=1, dynamic_size=True).write(0, v).stack()
+            ),
+            new_val,
+        )
+        return TreeState(
+            level_buffer=level_buffer,
+            level_buffer_idx=level_buffer_idx,
+            value_generator_state=value_generator_state,
+        )
 
     def init_state(self) -> TreeState:
         """The state of a tree of one leaf (its node value drawn from the generator)."""
@@ -274,16 +312,25 @@ class _TreeAggregatorBase:
         return self._get_init_state(state.value_generator_state)
 
     @staticmethod
-    def _new_state(level_buffer, level_buffer_idx, level_idx, new_value,
-                   value_generator_state) -> TreeState:
+    def _new_state(
+        level_buffer, level_buffer_idx, level_idx, new_value, value_generator_state
+    ) -> TreeState:
         """The buffer after a new (left) node `new_value` at `level_idx`, drops those below."""
         new_level_buffer = tu.map_structure(
-            lambda b, v: tf.concat([tf.expand_dims(tf.cast(v, tf.float32), 0), b[level_idx:]],
-                                   axis=0), level_buffer, new_value)
-        new_level_buffer_idx = tf.concat([tf.reshape(tf.cast(level_idx, tf.int32), [1]),
-                                          level_buffer_idx[level_idx:]], axis=0)
-        return TreeState(level_buffer=new_level_buffer, level_buffer_idx=new_level_buffer_idx,
-                         value_generator_state=value_generator_state)
+            lambda b, v: tf.concat(
+                [tf.expand_dims(tf.cast(v, tf.float32), 0), b[level_idx:]], axis=0
+            ),
+            level_buffer,
+            new_value,
+        )
+        new_level_buffer_idx = tf.concat(
+            [tf.reshape(tf.cast(level_idx, tf.int32), [1]), level_buffer_idx[level_idx:]], axis=0
+        )
+        return TreeState(
+            level_buffer=new_level_buffer,
+            level_buffer_idx=new_level_buffer_idx,
+            value_generator_state=value_generator_state,
+        )
 
 
 class TreeAggregator(_TreeAggregatorBase):
@@ -304,12 +351,13 @@ class TreeAggregator(_TreeAggregatorBase):
         # The lowest level that switches from a right child (not buffered) to a left child.
         level_idx = 0
         while tf.less(level_idx, len(level_buffer_idx)) and tf.equal(
-                level_idx, level_buffer_idx[level_idx]):
+            level_idx, level_buffer_idx[level_idx]
+        ):
             level_idx += 1
-        new_value, value_generator_state = self.value_generator.next(
-            state.value_generator_state)
-        return cumsum, self._new_state(level_buffer, level_buffer_idx, level_idx, new_value,
-                                       value_generator_state)
+        new_value, value_generator_state = self.value_generator.next(state.value_generator_state)
+        return cumsum, self._new_state(
+            level_buffer, level_buffer_idx, level_idx, new_value, value_generator_state
+        )
 
 
 class EfficientTreeAggregator(_TreeAggregatorBase):
@@ -327,7 +375,8 @@ class EfficientTreeAggregator(_TreeAggregatorBase):
     @tf.function
     def _get_cumsum(self, state: TreeState) -> Any:
         level_weights = tf.math.divide(
-            1.0, 2.0 - tf.math.pow(0.5, tf.cast(state.level_buffer_idx, tf.float32)))
+            1.0, 2.0 - tf.math.pow(0.5, tf.cast(state.level_buffer_idx, tf.float32))
+        )
 
         def weighted_sum(buffer):
             expand_shape = [len(level_weights)] + [1] * (len(tf.shape(buffer)) - 1)
@@ -341,18 +390,19 @@ class EfficientTreeAggregator(_TreeAggregatorBase):
         cumsum = self._get_cumsum(state)
         level_buffer_idx, level_buffer = state.level_buffer_idx, state.level_buffer
         level_idx = 0
-        new_value, value_generator_state = self.value_generator.next(
-            state.value_generator_state)
+        new_value, value_generator_state = self.value_generator.next(state.value_generator_state)
         while tf.less(level_idx, len(level_buffer_idx)) and tf.equal(
-                level_idx, level_buffer_idx[level_idx]):
+            level_idx, level_buffer_idx[level_idx]
+        ):
             # A right child: merge it into its parent, bottom up.
-            node_value, value_generator_state = self.value_generator.next(
-                value_generator_state)
-            new_value = tu.map_structure(lambda l, r, n: 0.5 * (l[level_idx] + r) + n,
-                                         level_buffer, new_value, node_value)
+            node_value, value_generator_state = self.value_generator.next(value_generator_state)
+            new_value = tu.map_structure(
+                lambda l, r, n: 0.5 * (l[level_idx] + r) + n, level_buffer, new_value, node_value
+            )
             level_idx += 1
-        return cumsum, self._new_state(level_buffer, level_buffer_idx, level_idx, new_value,
-                                       value_generator_state)
+        return cumsum, self._new_state(
+            level_buffer, level_buffer_idx, level_idx, new_value, value_generator_state
+        )
 
 
 def _l2_clip_fn(record_as_list, clip_norm):
@@ -363,13 +413,22 @@ def _l2_clip_fn(record_as_list, clip_norm):
 class _TreeSumQueryBase(query.SumAggregationDPQuery):
     """Clipping and the tree aggregator of the two streaming tree queries."""
 
-    def __init__(self, record_specs: Any, noise_generator: Any, clip_fn: Callable,
-                 clip_value: float, use_efficient: bool = True):
+    def __init__(
+        self,
+        record_specs: Any,
+        noise_generator: Any,
+        clip_fn: Callable,
+        clip_value: float,
+        use_efficient: bool = True,
+    ):
         self._clip_fn = clip_fn
         self._clip_value = clip_value
         self._record_specs = record_specs
-        self._tree_aggregator = (EfficientTreeAggregator(noise_generator) if use_efficient
-                                 else TreeAggregator(noise_generator))
+        self._tree_aggregator = (
+            EfficientTreeAggregator(noise_generator)
+            if use_efficient
+            else TreeAggregator(noise_generator)
+        )
 
     def derive_sample_params(self, global_state: Any) -> Any:
         return global_state.clip_value
@@ -382,14 +441,21 @@ class _TreeSumQueryBase(query.SumAggregationDPQuery):
         return tu.map_structure(lambda spec: tf.zeros(spec.shape), self._record_specs)
 
     @classmethod
-    def _build_l2_gaussian_query(cls, clip_norm, noise_multiplier, record_specs, noise_seed,
-                                 use_efficient):
+    def _build_l2_gaussian_query(
+        cls, clip_norm, noise_multiplier, record_specs, noise_seed, use_efficient
+    ):
         if isinstance(record_specs, T.Type):  # a TFF type, as TFF's tests pass: its TensorSpecs
             record_specs = tu.tensor_specs(record_specs)
-        generator = GaussianNoiseGenerator(noise_std=clip_norm * noise_multiplier,
-                                           specs=record_specs, seed=noise_seed)
-        return cls(clip_fn=_l2_clip_fn, clip_value=clip_norm, record_specs=record_specs,
-                   noise_generator=generator, use_efficient=use_efficient)
+        generator = GaussianNoiseGenerator(
+            noise_std=clip_norm * noise_multiplier, specs=record_specs, seed=noise_seed
+        )
+        return cls(
+            clip_fn=_l2_clip_fn,
+            clip_value=clip_norm,
+            record_specs=record_specs,
+            noise_generator=generator,
+            use_efficient=use_efficient,
+        )
 
 
 class TreeCumulativeSumQuery(_TreeSumQueryBase):
@@ -418,29 +484,35 @@ class TreeCumulativeSumQuery(_TreeSumQueryBase):
         return TreeCumulativeSumQuery.GlobalState(
             tree_state=self._tree_aggregator.init_state(),
             clip_value=tf.constant(self._clip_value, tf.float32),
-            samples_cumulative_sum=self._zeros())
+            samples_cumulative_sum=self._zeros(),
+        )
 
     def get_noised_result(self, sample_state: Any, global_state: Any) -> Any:
         """``(noised cumulative sum, new state, UnsupportedDpEvent)``."""
-        new_cumulative_sum = tu.map_structure(tf.add, global_state.samples_cumulative_sum,
-                                              sample_state)
-        noise, new_tree_state = self._tree_aggregator.get_cumsum_and_update(
-            global_state.tree_state)
+        new_cumulative_sum = tu.map_structure(
+            tf.add, global_state.samples_cumulative_sum, sample_state
+        )
+        noise, new_tree_state = self._tree_aggregator.get_cumsum_and_update(global_state.tree_state)
         noised = tu.map_structure(tf.add, new_cumulative_sum, noise)
         new_state = TreeCumulativeSumQuery.GlobalState(
-            tree_state=new_tree_state, clip_value=global_state.clip_value,
-            samples_cumulative_sum=new_cumulative_sum)
+            tree_state=new_tree_state,
+            clip_value=global_state.clip_value,
+            samples_cumulative_sum=new_cumulative_sum,
+        )
         return noised, new_state, dp_accounting.UnsupportedDpEvent()
 
     def reset_state(self, noised_results: Any, global_state: Any) -> Any:
         """A restarted tree whose running sum starts from `noised_results`."""
         return TreeCumulativeSumQuery.GlobalState(
             tree_state=self._tree_aggregator.reset_state(global_state.tree_state),
-            clip_value=global_state.clip_value, samples_cumulative_sum=noised_results)
+            clip_value=global_state.clip_value,
+            samples_cumulative_sum=noised_results,
+        )
 
     @classmethod
-    def build_l2_gaussian_query(cls, clip_norm, noise_multiplier, record_specs,
-                                noise_seed=None, use_efficient=True):
+    def build_l2_gaussian_query(
+        cls, clip_norm, noise_multiplier, record_specs, noise_seed=None, use_efficient=True
+    ):
         """L2 clipping at `clip_norm` (> 0) and Gaussian nodes of stddev ``clip_norm * noise_multiplier``.
 
         Raises:
@@ -450,8 +522,9 @@ class TreeCumulativeSumQuery(_TreeSumQueryBase):
             raise ValueError(f'`clip_norm` must be positive, got {clip_norm}.')
         if noise_multiplier < 0:
             raise ValueError(f'`noise_multiplier` must be non-negative, got {noise_multiplier}.')
-        return cls._build_l2_gaussian_query(clip_norm, noise_multiplier, record_specs,
-                                            noise_seed, use_efficient)
+        return cls._build_l2_gaussian_query(
+            clip_norm, noise_multiplier, record_specs, noise_seed, use_efficient
+        )
 
 
 class TreeResidualSumQuery(_TreeSumQueryBase):
@@ -475,7 +548,8 @@ class TreeResidualSumQuery(_TreeSumQueryBase):
         return TreeResidualSumQuery.GlobalState(
             tree_state=self._tree_aggregator.init_state(),
             clip_value=tf.constant(self._clip_value, tf.float32),
-            previous_tree_noise=self._zeros())
+            previous_tree_noise=self._zeros(),
+        )
 
     def preprocess_record_l2_impl(self, params: Any, record: Any) -> Any:
         """``(record clipped to L2 norm params, its norm before clipping)``."""
@@ -485,12 +559,16 @@ class TreeResidualSumQuery(_TreeSumQueryBase):
     def get_noised_result(self, sample_state: Any, global_state: Any) -> Any:
         """``(sample + tree noise - previous tree noise, new state, UnsupportedDpEvent)``."""
         tree_noise, new_tree_state = self._tree_aggregator.get_cumsum_and_update(
-            global_state.tree_state)
-        noised = tu.map_structure(lambda a, b, c: a + b - c, sample_state, tree_noise,
-                                  global_state.previous_tree_noise)
+            global_state.tree_state
+        )
+        noised = tu.map_structure(
+            lambda a, b, c: a + b - c, sample_state, tree_noise, global_state.previous_tree_noise
+        )
         new_state = TreeResidualSumQuery.GlobalState(
-            tree_state=new_tree_state, clip_value=global_state.clip_value,
-            previous_tree_noise=tree_noise)
+            tree_state=new_tree_state,
+            clip_value=global_state.clip_value,
+            previous_tree_noise=tree_noise,
+        )
         return noised, new_state, dp_accounting.UnsupportedDpEvent()
 
     def reset_state(self, noised_results: Any, global_state: Any) -> Any:
@@ -498,26 +576,31 @@ class TreeResidualSumQuery(_TreeSumQueryBase):
         del noised_results
         return TreeResidualSumQuery.GlobalState(
             tree_state=self._tree_aggregator.reset_state(global_state.tree_state),
-            clip_value=global_state.clip_value, previous_tree_noise=self._zeros())
+            clip_value=global_state.clip_value,
+            previous_tree_noise=self._zeros(),
+        )
 
-    def reset_l2_clip_gaussian_noise(self, global_state: Any, clip_norm: Any,
-                                     stddev: Any) -> Any:
+    def reset_l2_clip_gaussian_noise(self, global_state: Any, clip_norm: Any, stddev: Any) -> Any:
         """The state with a new clip and Gaussian noise stddev (the tree carries on)."""
         generator = self._tree_aggregator.value_generator
         assert isinstance(generator, GaussianNoiseGenerator)
         tree_state = global_state.tree_state
         generator_state = generator.make_state(tree_state.value_generator_state.seeds, stddev)
         return TreeResidualSumQuery.GlobalState(
-            tree_state=TreeState(tree_state.level_buffer, tree_state.level_buffer_idx,
-                                 generator_state),
-            clip_value=clip_norm, previous_tree_noise=global_state.previous_tree_noise)
+            tree_state=TreeState(
+                tree_state.level_buffer, tree_state.level_buffer_idx, generator_state
+            ),
+            clip_value=clip_norm,
+            previous_tree_noise=global_state.previous_tree_noise,
+        )
 
     def derive_metrics(self, global_state: Any) -> Any:
         return collections.OrderedDict(tree_agg_dpftrl_clip=global_state.clip_value)
 
     @classmethod
-    def build_l2_gaussian_query(cls, clip_norm, noise_multiplier, record_specs,
-                                noise_seed=None, use_efficient=True):
+    def build_l2_gaussian_query(
+        cls, clip_norm, noise_multiplier, record_specs, noise_seed=None, use_efficient=True
+    ):
         """L2 clipping at `clip_norm` (>= 0) and Gaussian nodes of stddev ``clip_norm * noise_multiplier``.
 
         Raises:
@@ -527,8 +610,9 @@ class TreeResidualSumQuery(_TreeSumQueryBase):
             raise ValueError(f'`clip_norm` must be non-negative, got {clip_norm}.')
         if noise_multiplier < 0:
             raise ValueError(f'`noise_multiplier` must be non-negative, got {noise_multiplier}.')
-        return cls._build_l2_gaussian_query(clip_norm, noise_multiplier, record_specs,
-                                            noise_seed, use_efficient)
+        return cls._build_l2_gaussian_query(
+            clip_norm, noise_multiplier, record_specs, noise_seed, use_efficient
+        )
 
 
 class RestartIndicator(metaclass=abc.ABCMeta):
@@ -556,8 +640,7 @@ class PeriodicRoundRestartIndicator(RestartIndicator):
         if warmup is None:
             warmup = 0
         elif warmup <= 0 or warmup >= period:
-            raise ValueError(f'Warmup must be between 1 and `period`-1={period - 1}, got '
-                             f'{warmup}')
+            raise ValueError(f'Warmup must be between 1 and `period`-1={period - 1}, got {warmup}')
         self.period = period
         self.warmup = warmup
 
@@ -566,8 +649,10 @@ class PeriodicRoundRestartIndicator(RestartIndicator):
 
     def next(self, state: Any) -> Any:
         state = state + tf.constant(1, tf.int32)
-        flag = tf.math.equal(tf.math.floormod(state, tf.constant(self.period, tf.int32)),
-                             tf.constant(self.warmup, tf.int32))
+        flag = tf.math.equal(
+            tf.math.floormod(state, tf.constant(self.period, tf.int32)),
+            tf.constant(self.warmup, tf.int32),
+        )
         return flag, state
 
 
@@ -585,15 +670,17 @@ class RestartQuery(query.SumAggregationDPQuery):
 
     def __init__(self, inner_query: Any, restart_indicator: RestartIndicator):
         if not hasattr(inner_query, 'reset_state'):
-            raise ValueError(f'{type(inner_query)} must define `reset_state` to be composed '
-                             'with `RestartQuery`.')
+            raise ValueError(
+                f'{type(inner_query)} must define `reset_state` to be composed with `RestartQuery`.'
+            )
         self._inner_query = inner_query
         self._restart_indicator = restart_indicator
 
     def initial_global_state(self) -> Any:
         return _RestartQueryGlobalState(
             inner_query_state=self._inner_query.initial_global_state(),
-            indicator_state=self._restart_indicator.initialize())
+            indicator_state=self._restart_indicator.initialize(),
+        )
 
     def derive_sample_params(self, global_state: Any) -> Any:
         return self._inner_query.derive_sample_params(global_state.inner_query_state)
@@ -607,9 +694,9 @@ class RestartQuery(query.SumAggregationDPQuery):
     @tf.function
     def get_noised_result(self, sample_state: Any, global_state: Any) -> Any:
         noised_results, inner_state, event = self._inner_query.get_noised_result(
-            sample_state, global_state.inner_query_state)
-        restart_flag, indicator_state = self._restart_indicator.next(
-            global_state.indicator_state)
+            sample_state, global_state.inner_query_state
+        )
+        restart_flag, indicator_state = self._restart_indicator.next(global_state.indicator_state)
         if restart_flag:
             inner_state = self._inner_query.reset_state(noised_results, inner_state)
         return noised_results, _RestartQueryGlobalState(inner_state, indicator_state), event

@@ -26,8 +26,9 @@ def create_hierarchical_histogram(histogram, arity: int) -> list:
         raise ValueError(f'Arity should be at least 2.arity={arity} is given.')
     depth = math.ceil(math.log(len(histogram), arity)) + 1
     size = arity ** (depth - 1)
-    leaves = np.pad(histogram, (0, size - len(histogram)), 'constant',
-                    constant_values=(0, 0)).tolist()
+    leaves = np.pad(
+        histogram, (0, size - len(histogram)), 'constant', constant_values=(0, 0)
+    ).tolist()
     layers = [leaves]
     for _ in range(depth - 1):
         layers.insert(0, np.sum(np.reshape(layers[0], (-1, arity)), axis=1).tolist())

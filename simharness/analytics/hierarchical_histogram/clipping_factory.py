@@ -54,15 +54,20 @@ class HistogramClippingSumFactory(factory.UnweightedAggregationFactory):
         positive.
     """
 
-    def __init__(self, clip_mechanism: str = 'sub-sampling', max_records_per_user: int = 10,
-                 inner_agg_factory: Optional[factory.UnweightedAggregationFactory] = None,
-                 cast_to_float: bool = False):
+    def __init__(
+        self,
+        clip_mechanism: str = 'sub-sampling',
+        max_records_per_user: int = 10,
+        inner_agg_factory: Optional[factory.UnweightedAggregationFactory] = None,
+        cast_to_float: bool = False,
+    ):
         _check_membership(clip_mechanism, CLIP_MECHANISMS, 'clip_mechanism')
         _check_positive(max_records_per_user, 'max_records_per_user')
         self._clip_mechanism = clip_mechanism
         self._max_records_per_user = max_records_per_user
-        self._inner_agg_factory = (sum_factory.SumFactory() if inner_agg_factory is None
-                                   else inner_agg_factory)
+        self._inner_agg_factory = (
+            sum_factory.SumFactory() if inner_agg_factory is None else inner_agg_factory
+        )
         self._cast_to_float = cast_to_float
 
     def create(self, value_type: factory.ValueType) -> AggregationProcess:
@@ -74,8 +79,10 @@ class HistogramClippingSumFactory(factory.UnweightedAggregationFactory):
         elif self._clip_mechanism == 'distinct':
             clip_fn = _distinct_clip
         else:
-            raise ValueError(f'Unsupported clipping mechanism: {self._clip_mechanism}. Must be '
-                             f'one of {CLIP_MECHANISMS}')
+            raise ValueError(
+                f'Unsupported clipping mechanism: {self._clip_mechanism}. Must be '
+                f'one of {CLIP_MECHANISMS}'
+            )
 
         inner_value_type = value_type
         if self._cast_to_float:
@@ -86,11 +93,13 @@ class HistogramClippingSumFactory(factory.UnweightedAggregationFactory):
         tff_cast_fn = tf_computation(lambda x: tf.cast(x, inner_value_type.dtype), value_type)
         max_records = self._max_records_per_user
 
-        @federated_computation(init_fn.type_signature.result,
-                               T.FederatedType(value_type, T.CLIENTS))
+        @federated_computation(
+            init_fn.type_signature.result, T.FederatedType(value_type, T.CLIENTS)
+        )
         def next_fn(state, value):
             clipped = intrinsics.federated_map(
-                tff_clip_fn, (value, intrinsics.federated_value(max_records, T.CLIENTS)))
+                tff_clip_fn, (value, intrinsics.federated_value(max_records, T.CLIENTS))
+            )
             clipped = intrinsics.federated_map(tff_cast_fn, clipped)
             return inner_agg_process.next(state, clipped)
 
@@ -131,15 +140,15 @@ def _distinct_clip(histogram, sample_num):
         return _sample_indices(indices, sample_num, histogram)
 
     l0_norm = tf.math.count_nonzero(histogram, dtype=tf.int32)
-    result = tf.cond(tf.greater(l0_norm, sample_num), distinct,
-                     lambda: tf.minimum(histogram, 1))
+    result = tf.cond(tf.greater(l0_norm, sample_num), distinct, lambda: tf.minimum(histogram, 1))
     return tf.reshape(result, histogram.shape)
 
 
 def _check_is_integer_struct(value_type, label):
     if not factory.is_structure_of_integers(value_type):
-        raise TypeError(f'Component dtypes of `{label}` must all be integers. '
-                        f'Found {value_type!r}.')
+        raise TypeError(
+            f'Component dtypes of `{label}` must all be integers. Found {value_type!r}.'
+        )
 
 
 def _check_is_tensor_type(value, label):

@@ -50,8 +50,13 @@ class HierarchicalHistogramDecoder:
       ValueError: the layers are not those of a complete tree.
     """
 
-    def __init__(self, hierarchical_histogram: tf.RaggedTensor, lower_bound: float,
-                 upper_bound: float, use_efficient: bool = False):
+    def __init__(
+        self,
+        hierarchical_histogram: tf.RaggedTensor,
+        lower_bound: float,
+        upper_bound: float,
+        use_efficient: bool = False,
+    ):
         self._hierarchical_histogram = hierarchical_histogram.to_list()
         self._lower_bound = lower_bound
         self._upper_bound = upper_bound
@@ -59,8 +64,9 @@ class HierarchicalHistogramDecoder:
         if len(self._hierarchical_histogram) == 1:
             self._arity = 2
         else:
-            self._arity = int(len(self._hierarchical_histogram[1])
-                              / len(self._hierarchical_histogram[0]))
+            self._arity = int(
+                len(self._hierarchical_histogram[1]) / len(self._hierarchical_histogram[0])
+            )
         self._size = len(hierarchical_histogram[-1])
         self._num_layers = math.ceil(math.log(self._size, self._arity)) + 1
         self._use_efficient = use_efficient
@@ -68,13 +74,15 @@ class HierarchicalHistogramDecoder:
     def _right_most_leaf(self, layer: int, index: int) -> int:
         """The rightmost leaf under node (layer, index)."""
         reverse_depth = self._num_layers - 1 - layer
-        return int((index + 1) * (self._arity ** reverse_depth) - 1)
+        return int((index + 1) * (self._arity**reverse_depth) - 1)
 
     def _left_right_most_leaf(self, layer: int, index: int) -> tuple[int, int]:
         """The leftmost and rightmost leaves under node (layer, index)."""
         reverse_depth = self._num_layers - 1 - layer
-        return (int(index * (self._arity ** reverse_depth)),
-                int((index + 1) * (self._arity ** reverse_depth) - 1))
+        return (
+            int(index * (self._arity**reverse_depth)),
+            int((index + 1) * (self._arity**reverse_depth) - 1),
+        )
 
     def _flatten_hierarhical_hist(self):
         """The nodes, layer after layer, as one array."""
@@ -85,21 +93,21 @@ class HierarchicalHistogramDecoder:
 
     def _construct_matrix(self):
         """The 0/1 matrix mapping leaves to nodes (rows: nodes, columns: leaves)."""
-        row_size = (self._arity ** self._num_layers - 1) // (self._arity - 1)
+        row_size = (self._arity**self._num_layers - 1) // (self._arity - 1)
         col_size = self._arity ** (self._num_layers - 1)
         matrix = np.zeros([row_size, col_size])
         row_index = 0
         for layer in range(self._num_layers):
-            for index in range(self._arity ** layer):
+            for index in range(self._arity**layer):
                 left, right = self._left_right_most_leaf(layer, index)
-                matrix[row_index][left:right + 1] = 1
+                matrix[row_index][left : right + 1] = 1
                 row_index += 1
         return matrix
 
     def _check_consistency(self) -> bool:
         """Whether every parent is (np.isclose) the sum of its children."""
         for layer in range(self._num_layers - 1):
-            for index in range(self._arity ** layer):
+            for index in range(self._arity**layer):
                 parent = self._hierarchical_histogram[layer][index]
                 children_sum = 0.0
                 for child in range(index * self._arity, (index + 1) * self._arity):
@@ -117,19 +125,25 @@ class HierarchicalHistogramDecoder:
         self._use_efficient = False
         if self._check_consistency():
             return
-        consistent_hist = np.linalg.lstsq(self._construct_matrix(),
-                                          self._flatten_hierarhical_hist(), rcond=None)[0]
+        consistent_hist = np.linalg.lstsq(
+            self._construct_matrix(), self._flatten_hierarhical_hist(), rcond=None
+        )[0]
         self._hierarchical_histogram = build_tree_from_leaf.create_hierarchical_histogram(
-            consistent_hist, self._arity)
+            consistent_hist, self._arity
+        )
 
     def _check_index(self, layer: int, index: int):
         """Raises ValueError unless (layer, index) is a node."""
         if layer < 0 or layer >= self._num_layers:
-            raise ValueError(f'Cross-layer index {layer} is out of valid range. '
-                             f'Expected to be within [0, {self._num_layers}).')
-        if index < 0 or index >= self._arity ** layer:
-            raise ValueError(f'Inner-layer index {index} is out of valid range. '
-                             f'Expected to be within [0, {self._arity ** layer}).')
+            raise ValueError(
+                f'Cross-layer index {layer} is out of valid range. '
+                f'Expected to be within [0, {self._num_layers}).'
+            )
+        if index < 0 or index >= self._arity**layer:
+            raise ValueError(
+                f'Inner-layer index {index} is out of valid range. '
+                f'Expected to be within [0, {self._arity**layer}).'
+            )
 
     def _from_below(self, layer: int, index: int) -> float:
         """Honaker's estimate of node (layer, index) from its subtree."""
@@ -146,8 +160,7 @@ class HierarchicalHistogramDecoder:
         """The parent's estimate from above minus the siblings' estimates from below."""
         parent_index = index // self._arity
         above_value = self._from_above(layer - 1, parent_index)
-        for sibling_index in range(parent_index * self._arity,
-                                   (parent_index + 1) * self._arity):
+        for sibling_index in range(parent_index * self._arity, (parent_index + 1) * self._arity):
             if sibling_index != index:
                 above_value -= self._from_below(layer, sibling_index)
         return above_value
@@ -176,8 +189,9 @@ class HierarchicalHistogramDecoder:
         above_value = self._above_value(layer, index)
         below_variance = 1 / (2 - (self._arity ** (layer - self._num_layers + 1)))
         above_variance = 1 / (3 - (self._arity ** (layer - self._num_layers + 1)))
-        weight = (1 / below_variance) / ((1 / below_variance)
-                                         + (1 / (below_variance + above_variance)))
+        weight = (1 / below_variance) / (
+            (1 / below_variance) + (1 / (below_variance + above_variance))
+        )
         return weight * below_value + (1 - weight) * above_value
 
     def _range_query(self, left: int, right: int, layer: int, index: int) -> float:
@@ -190,8 +204,9 @@ class HierarchicalHistogramDecoder:
         range_sum = 0
         for child_index in range(index * self._arity, (index + 1) * self._arity):
             interval_left, interval_right = self._left_right_most_leaf(layer + 1, child_index)
-            range_sum += self._range_query(max(left, interval_left), min(right, interval_right),
-                                           layer + 1, child_index)
+            range_sum += self._range_query(
+                max(left, interval_left), min(right, interval_right), layer + 1, child_index
+            )
         return range_sum
 
     def range_query(self, left: int, right: int) -> float:
@@ -203,8 +218,7 @@ class HierarchicalHistogramDecoder:
         if left < 0 or right >= self._size:
             raise ValueError(f'[{left}, {right}] is outside the valid range [0, {self._size}).')
         if left > right:
-            raise ValueError(f'left {left} is expected to be less than or equal to right '
-                             f'{right}.')
+            raise ValueError(f'left {left} is expected to be less than or equal to right {right}.')
         return self._range_query(left, right, 0, 0)
 
     def _quantile_query(self, expected_weight: float, layer: int, index: int) -> int:
@@ -214,14 +228,16 @@ class HierarchicalHistogramDecoder:
         exclusive_left_children_sum = 0.0
         quantile = None
         for child_index in range(index * self._arity, (index + 1) * self._arity):
-            left_children_sum = exclusive_left_children_sum + self.node_query(layer + 1,
-                                                                              child_index)
+            left_children_sum = exclusive_left_children_sum + self.node_query(
+                layer + 1, child_index
+            )
             if left_children_sum == expected_weight:
                 quantile = self._right_most_leaf(layer + 1, child_index)
                 break
             elif left_children_sum > expected_weight:
-                quantile = self._quantile_query(expected_weight - exclusive_left_children_sum,
-                                                layer + 1, child_index)
+                quantile = self._quantile_query(
+                    expected_weight - exclusive_left_children_sum, layer + 1, child_index
+                )
                 break
             exclusive_left_children_sum = left_children_sum
         if quantile is None:  # TFF: an unbound local (NameError); no child reached the weight
@@ -239,9 +255,11 @@ class HierarchicalHistogramDecoder:
             or `q` is not in [0, 1].
         """
         if not self._check_consistency():
-            raise ValueError('Quantile query can only be run on consistent hierarchical '
-                             'histogram. Call `enforce_consistency` before running '
-                             '`quantile_query`.')
+            raise ValueError(
+                'Quantile query can only be run on consistent hierarchical '
+                'histogram. Call `enforce_consistency` before running '
+                '`quantile_query`.'
+            )
         if not 0 <= q <= 1:
             raise ValueError(f'`q={q}` is expected to be within [0, 1].')
         total_weight = self.range_query(0, self._size - 1)

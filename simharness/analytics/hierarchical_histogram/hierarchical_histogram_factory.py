@@ -29,8 +29,12 @@ from simharness.aggregators.privacy import query as dp_query
 from simharness.aggregators.privacy import tree as tree_query
 from simharness.analytics.hierarchical_histogram import clipping_factory
 
-__all__ = ['CENTRAL_DP_MECHANISMS', 'DP_MECHANISMS', 'NO_NOISE_MECHANISMS',
-           'create_hierarchical_histogram_aggregation_factory']
+__all__ = [
+    'CENTRAL_DP_MECHANISMS',
+    'DP_MECHANISMS',
+    'NO_NOISE_MECHANISMS',
+    'create_hierarchical_histogram_aggregation_factory',
+]
 
 #: The supported no-noise mechanisms.
 NO_NOISE_MECHANISMS = ['no-noise']
@@ -44,9 +48,14 @@ DP_MECHANISMS = CENTRAL_DP_MECHANISMS + NO_NOISE_MECHANISMS
 
 
 def create_hierarchical_histogram_aggregation_factory(
-        num_bins: int, arity: int = 2, clip_mechanism: str = 'sub-sampling',
-        max_records_per_user: int = 10, dp_mechanism: str = 'no-noise',
-        noise_multiplier: float = 0.0, enable_secure_sum: bool = True):
+    num_bins: int,
+    arity: int = 2,
+    clip_mechanism: str = 'sub-sampling',
+    max_records_per_user: int = 10,
+    dp_mechanism: str = 'no-noise',
+    noise_multiplier: float = 0.0,
+    enable_secure_sum: bool = True,
+):
     """The hierarchical histogram aggregation factory (see the module).
 
     Args:
@@ -82,8 +91,7 @@ def create_hierarchical_histogram_aggregation_factory(
             square_l2_norm_bound = 0.0
             square_layer_l2_norm_bound = max_records_per_user
             for _ in range(_tree_depth(num_bins, arity)):
-                square_l2_norm_bound += min(max_records_per_user ** 2,
-                                            square_layer_l2_norm_bound)
+                square_l2_norm_bound += min(max_records_per_user**2, square_layer_l2_norm_bound)
                 square_layer_l2_norm_bound *= arity
             l2_norm_bound = math.sqrt(square_l2_norm_bound)
 
@@ -99,7 +107,8 @@ def create_hierarchical_histogram_aggregation_factory(
 
     if dp_mechanism == 'central-gaussian':
         query = tree_query.TreeRangeSumQuery.build_central_gaussian_query(
-            l2_norm_bound, noise_multiplier * l2_norm_bound, arity)
+            l2_norm_bound, noise_multiplier * l2_norm_bound, arity
+        )
         cast_to_float = True
     elif dp_mechanism == 'no-noise':
         query = tree_query.TreeRangeSumQuery(arity=arity, inner_query=dp_query.NoPrivacySumQuery())
@@ -109,8 +118,11 @@ def create_hierarchical_histogram_aggregation_factory(
     nested_factory = differential_privacy.DifferentiallyPrivateFactory(query, nested_factory)
 
     return clipping_factory.HistogramClippingSumFactory(
-        clip_mechanism=clip_mechanism, max_records_per_user=max_records_per_user,
-        inner_agg_factory=nested_factory, cast_to_float=cast_to_float)
+        clip_mechanism=clip_mechanism,
+        max_records_per_user=max_records_per_user,
+        inner_agg_factory=nested_factory,
+        cast_to_float=cast_to_float,
+    )
 
 
 def _check_greater_equal(value, threshold, label):

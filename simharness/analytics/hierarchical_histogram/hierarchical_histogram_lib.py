@@ -27,8 +27,11 @@ from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.templates import IterativeProcess
 
-__all__ = ['ServerOutput', 'build_hierarchical_histogram_computation',
-           'build_hierarchical_histogram_process']
+__all__ = [
+    'ServerOutput',
+    'build_hierarchical_histogram_computation',
+    'build_hierarchical_histogram_process',
+]
 
 
 class ServerOutput(NamedTuple):
@@ -44,8 +47,9 @@ class ServerOutput(NamedTuple):
     round_timestamp: Any
 
 
-def _discretized_histogram_counts(client_data: tf.data.Dataset, lower_bound: float,
-                                  upper_bound: float, num_bins: int) -> tf.Tensor:
+def _discretized_histogram_counts(
+    client_data: tf.data.Dataset, lower_bound: float, upper_bound: float, num_bins: int
+) -> tf.Tensor:
     """The int32 histogram of `client_data` in `num_bins` bins of ``[lower_bound, upper_bound)``.
 
     Records outside the range are dropped.
@@ -55,8 +59,7 @@ def _discretized_histogram_counts(client_data: tf.data.Dataset, lower_bound: flo
         that is not float32.
     """
     if upper_bound < lower_bound:
-        raise ValueError(f'upper_bound: {upper_bound} is smaller than '
-                         f'lower_bound: {lower_bound}.')
+        raise ValueError(f'upper_bound: {upper_bound} is smaller than lower_bound: {lower_bound}.')
     if num_bins <= 0:
         raise ValueError(f'num_bins: {num_bins} smaller or equal to zero.')
     data_type = client_data.element_spec.dtype
@@ -76,23 +79,36 @@ def _discretized_histogram_counts(client_data: tf.data.Dataset, lower_bound: flo
     return client_data.reduce(tf.zeros([num_bins], dtype=tf.int32), insert_record)
 
 
-def _check_arguments(lower_bound, upper_bound, num_bins, arity, clip_mechanism,
-                     max_records_per_user, dp_mechanism, noise_multiplier):
+def _check_arguments(
+    lower_bound,
+    upper_bound,
+    num_bins,
+    arity,
+    clip_mechanism,
+    max_records_per_user,
+    dp_mechanism,
+    noise_multiplier,
+):
     _check_greater_than_equal(upper_bound, lower_bound, 'upper_bound', 'lower_bound')
     _check_positive(num_bins, 'num_bins')
     _check_greater_than_equal_thres(arity, 2, 'arity')
     _check_membership(clip_mechanism, clipping_factory.CLIP_MECHANISMS, 'clip_mechanism')
     _check_greater_than_equal_thres(max_records_per_user, 1, 'max_records_per_user')
-    _check_membership(dp_mechanism, hierarchical_histogram_factory.DP_MECHANISMS,
-                      'dp_mechanism')
+    _check_membership(dp_mechanism, hierarchical_histogram_factory.DP_MECHANISMS, 'dp_mechanism')
     _check_greater_than_equal_thres(noise_multiplier, 0.0, noise_multiplier)
 
 
 def build_hierarchical_histogram_computation(
-        lower_bound: float, upper_bound: float, num_bins: int, arity: int = 2,
-        clip_mechanism: str = 'sub-sampling', max_records_per_user: int = 10,
-        dp_mechanism: str = 'no-noise', noise_multiplier: float = 0.0,
-        enable_secure_sum: bool = True):
+    lower_bound: float,
+    upper_bound: float,
+    num_bins: int,
+    arity: int = 2,
+    clip_mechanism: str = 'sub-sampling',
+    max_records_per_user: int = 10,
+    dp_mechanism: str = 'no-noise',
+    noise_multiplier: float = 0.0,
+    enable_secure_sum: bool = True,
+):
     """The federated computation of one round of hierarchical histogram aggregation.
 
     Args:
@@ -112,17 +128,30 @@ def build_hierarchical_histogram_computation(
     Raises:
       ValueError: an argument out of range or an unknown mechanism.
     """
-    _check_arguments(lower_bound, upper_bound, num_bins, arity, clip_mechanism,
-                     max_records_per_user, dp_mechanism, noise_multiplier)
+    _check_arguments(
+        lower_bound,
+        upper_bound,
+        num_bins,
+        arity,
+        clip_mechanism,
+        max_records_per_user,
+        dp_mechanism,
+        noise_multiplier,
+    )
 
     @tf_computation(T.SequenceType(np.float32))
     def client_work(client_data):
         return _discretized_histogram_counts(client_data, lower_bound, upper_bound, num_bins)
 
     agg_factory = hierarchical_histogram_factory.create_hierarchical_histogram_aggregation_factory(
-        num_bins=num_bins, arity=arity, clip_mechanism=clip_mechanism,
-        max_records_per_user=max_records_per_user, dp_mechanism=dp_mechanism,
-        noise_multiplier=noise_multiplier, enable_secure_sum=enable_secure_sum)
+        num_bins=num_bins,
+        arity=arity,
+        clip_mechanism=clip_mechanism,
+        max_records_per_user=max_records_per_user,
+        dp_mechanism=dp_mechanism,
+        noise_multiplier=noise_multiplier,
+        enable_secure_sum=enable_secure_sum,
+    )
     process = agg_factory.create(client_work.type_signature.result)
     timestamp_fn = tf_computation(lambda: tf.cast(tf.timestamp(), np.int64))
 
@@ -130,17 +159,26 @@ def build_hierarchical_histogram_computation(
     def hierarchical_histogram_computation(federated_client_data):
         round_timestamp = intrinsics.federated_eval(timestamp_fn, T.SERVER)
         client_histogram = intrinsics.federated_map(client_work, federated_client_data)
-        return intrinsics.federated_zip(ServerOutput(
-            process.next(process.initialize(), client_histogram).result, round_timestamp))
+        return intrinsics.federated_zip(
+            ServerOutput(
+                process.next(process.initialize(), client_histogram).result, round_timestamp
+            )
+        )
 
     return hierarchical_histogram_computation
 
 
 def build_hierarchical_histogram_process(
-        lower_bound: float, upper_bound: float, num_bins: int, arity: int = 2,
-        clip_mechanism: str = 'sub-sampling', max_records_per_user: int = 10,
-        dp_mechanism: str = 'no-noise', noise_multiplier: float = 0.0,
-        enable_secure_sum: bool = True) -> IterativeProcess:
+    lower_bound: float,
+    upper_bound: float,
+    num_bins: int,
+    arity: int = 2,
+    clip_mechanism: str = 'sub-sampling',
+    max_records_per_user: int = 10,
+    dp_mechanism: str = 'no-noise',
+    noise_multiplier: float = 0.0,
+    enable_secure_sum: bool = True,
+) -> IterativeProcess:
     """`build_hierarchical_histogram_computation` as an `IterativeProcess`.
 
     The state is the last round's `ServerOutput` (``initialize``: an all-zero
@@ -148,13 +186,27 @@ def build_hierarchical_histogram_process(
     returns ``(ServerOutput, ())``. Arguments and errors: as
     `build_hierarchical_histogram_computation`.
     """
-    _check_arguments(lower_bound, upper_bound, num_bins, arity, clip_mechanism,
-                     max_records_per_user, dp_mechanism, noise_multiplier)
+    _check_arguments(
+        lower_bound,
+        upper_bound,
+        num_bins,
+        arity,
+        clip_mechanism,
+        max_records_per_user,
+        dp_mechanism,
+        noise_multiplier,
+    )
     one_round_computation = build_hierarchical_histogram_computation(
-        lower_bound=lower_bound, upper_bound=upper_bound, num_bins=num_bins, arity=arity,
-        clip_mechanism=clip_mechanism, max_records_per_user=max_records_per_user,
-        dp_mechanism=dp_mechanism, noise_multiplier=noise_multiplier,
-        enable_secure_sum=enable_secure_sum)
+        lower_bound=lower_bound,
+        upper_bound=upper_bound,
+        num_bins=num_bins,
+        arity=arity,
+        clip_mechanism=clip_mechanism,
+        max_records_per_user=max_records_per_user,
+        dp_mechanism=dp_mechanism,
+        noise_multiplier=noise_multiplier,
+        enable_secure_sum=enable_secure_sum,
+    )
     parameter_type_signature = one_round_computation.type_signature.parameter
     result_type_signature = one_round_computation.type_signature.result
 
@@ -167,8 +219,10 @@ def build_hierarchical_histogram_process(
         nested_row_splits = np.zeros(shape=row_splits_type.shape, dtype=row_splits_type.dtype)
         nested_row_splits[-1] = flat_values_type.shape[0]
         flat_values = tf.zeros(shape=flat_values_type.shape, dtype=flat_values_type.dtype)
-        initial_hierarchical_histogram = {'flat_values': flat_values,
-                                          'nested_row_splits': [nested_row_splits]}
+        initial_hierarchical_histogram = {
+            'flat_values': flat_values,
+            'nested_row_splits': [nested_row_splits],
+        }
         return ServerOutput(initial_hierarchical_histogram, tf.constant(0, dtype=tf.int64))
 
     @federated_computation
@@ -184,8 +238,9 @@ def build_hierarchical_histogram_process(
 
 def _check_greater_than_equal(lvalue, rvalue, llabel, rlabel):
     if lvalue < rvalue:
-        raise ValueError(f'`{llabel}` should be no smaller than `{rlabel}`. Found {lvalue} and '
-                         f'{rvalue}.')
+        raise ValueError(
+            f'`{llabel}` should be no smaller than `{rlabel}`. Found {lvalue} and {rvalue}.'
+        )
 
 
 def _check_greater_than_equal_thres(value, threshold, label):

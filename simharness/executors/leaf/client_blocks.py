@@ -66,7 +66,9 @@ class EagerValue(ExecutorValue):
 
     __slots__ = ('_value', '_type', '_block', '_index')
 
-    def __init__(self, value: Any, type_spec: T.Type, block: Optional[ClientBlock] = None, index: int = 0):
+    def __init__(
+        self, value: Any, type_spec: T.Type, block: Optional[ClientBlock] = None, index: int = 0
+    ):
         self._value = value
         self._type = type_spec
         self._block = block
@@ -95,8 +97,10 @@ class EagerValue(ExecutorValue):
 
     def _public(self) -> Any:
         v = self.internal
-        if isinstance(v, TensorBatches) or (isinstance(v, Struct) and any(
-                isinstance(t, T.SequenceType) for t in T.flatten_type(self._type))):
+        if isinstance(v, TensorBatches) or (
+            isinstance(v, Struct)
+            and any(isinstance(t, T.SequenceType) for t in T.flatten_type(self._type))
+        ):
             return map_structure(as_dataset, v)
         return v
 
@@ -154,17 +158,24 @@ def stack_columns(rows: List[List[Any]], device_scope) -> Optional[List[Tuple[st
     for j in range(len(rows[0])):
         col = [r[j] for r in rows]
         if isinstance(col[0], Row) and all(
-                isinstance(c, Row) and c.stacked is col[0].stacked
-                and c.index == col[0].index + k for k, c in enumerate(col)):
+            isinstance(c, Row) and c.stacked is col[0].stacked and c.index == col[0].index + k
+            for k, c in enumerate(col)
+        ):
             lo, whole = col[0].index, col[0].stacked
-            out.append(('stacked', whole if lo == 0 and len(col) == whole.shape[0]
-                        else whole[lo:lo + len(col)]))
+            out.append(
+                (
+                    'stacked',
+                    whole if lo == 0 and len(col) == whole.shape[0] else whole[lo : lo + len(col)],
+                )
+            )
             continue
         col = plain_leaves(col)
         if all(c is col[0] for c in col):
             out.append(('shared', col[0]))
-        elif all(isinstance(c, tf.Tensor) and c.dtype != tf.variant and c.shape == col[0].shape
-                 for c in col):
+        elif all(
+            isinstance(c, tf.Tensor) and c.dtype != tf.variant and c.shape == col[0].shape
+            for c in col
+        ):
             with device_scope():
                 out.append(('stacked', tf.stack(col)))
         else:
@@ -176,9 +187,16 @@ def stack_columns(rows: List[List[Any]], device_scope) -> Optional[List[Tuple[st
 
 def rows_to_values(partial: Partial, head_type: T.Type, acc_type: T.Type) -> Partial:
     """Turns the one-row leaf lists of a partial into numpy values of their types."""
+
     def value(leaf_list, t):
         vals = [np.asarray(x)[0] for x in leaf_list]
         return pack_as(t, vals) if isinstance(t, T.StructType) else vals[0]
-    return Partial(partial.start, partial.stop, [value(v, head_type) for v in partial.head],
-                   {k: value(v, acc_type) for k, v in partial.nodes.items()}, partial.open_chunk,
-                   None if partial.open_chunk is None else value(partial.open_acc, acc_type))
+
+    return Partial(
+        partial.start,
+        partial.stop,
+        [value(v, head_type) for v in partial.head],
+        {k: value(v, acc_type) for k, v in partial.nodes.items()},
+        partial.open_chunk,
+        None if partial.open_chunk is None else value(partial.open_acc, acc_type),
+    )

@@ -24,16 +24,32 @@ import numpy as np
 
 from simharness.core import types as T
 from simharness.core.buffers import POOL
-from simharness.core.reduction import (CHUNK, EXTREMUM_FOLDS, Partial, Reducer, add_arrays,
-                                       add_many_trees, add_trees, add_trees_mod, concatenate_rows,
-                                       extremum_identity, fold_rows_into)
+from simharness.core.reduction import (
+    CHUNK,
+    EXTREMUM_FOLDS,
+    Partial,
+    Reducer,
+    add_arrays,
+    add_many_trees,
+    add_trees,
+    add_trees_mod,
+    concatenate_rows,
+    extremum_identity,
+    fold_rows_into,
+)
 from simharness.core.structure import Struct, flatten, map_structure
 from simharness.errors import SimharnessValueError
 from simharness.executors.leaf.client_blocks import EagerValue, rows_to_values, runs
 from simharness.executors.leaf.embedded_function import EmbeddedFunction, pack_result
 from simharness.executors.leaf.stream_eval import node_merge, stream_reductions
-from simharness.executors.leaf.tf_values import (as_tensors, fast_tensor, ingest, ingest_owned,
-                                            numpy_tree, revive_datasets)
+from simharness.executors.leaf.tf_values import (
+    as_tensors,
+    fast_tensor,
+    ingest,
+    ingest_owned,
+    numpy_tree,
+    revive_datasets,
+)
 from simharness.runtime.stream_plan import PlanNode, PlanReduction
 
 #: Clients a worker reduces at a time (a multiple of the reduction chunk): bounds the
@@ -95,8 +111,7 @@ class LeafReductions:
     def _combine_reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
         """The reducer that joins partials (values: numpy for numpy kinds, EagerValues else)."""
         if kind in _NUMPY_SUMS:
-            return Reducer(lambda v: v, add_trees, add_trees, total,
-                           accumulate_many=add_many_trees)
+            return Reducer(lambda v: v, add_trees, add_trees, total, accumulate_many=add_many_trees)
         if kind in EXTREMUM_FOLDS:
             return Reducer(lambda v: v, EXTREMUM_FOLDS[kind], EXTREMUM_FOLDS[kind], total)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
@@ -104,6 +119,7 @@ class LeafReductions:
 
             def addmod(a, b):
                 return add_trees_mod(a, b, moduli)
+
             return Reducer(lambda v: v, addmod, addmod, total)
         if kind == 'aggregate':
             acc_fn = self._leaf.fn_of(params['accumulate'])
@@ -119,31 +135,42 @@ class LeafReductions:
 
             def pair(x, y):
                 y = value(y)
-                return EagerValue(Struct([(None, x.internal), (None, y.internal)]),
-                                  T.StructType([x.type_signature, y.type_signature]))
+                return EagerValue(
+                    Struct([(None, x.internal), (None, y.internal)]),
+                    T.StructType([x.type_signature, y.type_signature]),
+                )
 
             def accumulate_many(acc, vs):
                 # The raw head values of a block, folded in ONE TF call (the same
                 # while-loop fold the workers use, so the same bits as one call each).
-                if not tensors_only or any(l.dtype == np.dtype(object) for l in vleaves) or \
-                        any(isinstance(v, EagerValue) for v in vs):
+                if (
+                    not tensors_only
+                    or any(l.dtype == np.dtype(object) for l in vleaves)
+                    or any(isinstance(v, EagerValue) for v in vs)
+                ):
                     for v in vs:
                         acc = self._leaf.call(acc_fn, pair(acc, v))
                     return acc
                 flat = [flatten(v) for v in vs]
-                rows = [fast_tensor(np.ascontiguousarray(np.stack([f[j] for f in flat]),
-                                                         dtype=l.dtype))
-                        for j, l in enumerate(vleaves)]
+                rows = [
+                    fast_tensor(np.ascontiguousarray(np.stack([f[j] for f in flat]), dtype=l.dtype))
+                    for j, l in enumerate(vleaves)
+                ]
                 out = acc_fn.fold_rows(as_tensors(flatten(acc.internal)), rows, None)
                 return EagerValue(pack_result(list(out), at), at)
-            return Reducer(lambda v: self._leaf.call(acc_fn, pair(params['zero'], v)),
-                           lambda acc, v: self._leaf.call(acc_fn, pair(acc, v)),
-                           lambda x, y: self._leaf.call(merge_fn, pair(x, y)), total,
-                           accumulate_many=accumulate_many)
+
+            return Reducer(
+                lambda v: self._leaf.call(acc_fn, pair(params['zero'], v)),
+                lambda acc, v: self._leaf.call(acc_fn, pair(acc, v)),
+                lambda x, y: self._leaf.call(merge_fn, pair(x, y)),
+                total,
+                accumulate_many=accumulate_many,
+            )
         raise SimharnessValueError(f'unknown reduction kind {kind!r}')
 
-    def _numpy_rows(self, kind: str, values: Sequence[Any], start: int, params: Dict[str, Any]
-                    ) -> Tuple[T.Type, List[np.ndarray], Optional[Tuple[np.ndarray, int]]]:
+    def _numpy_rows(
+        self, kind: str, values: Sequence[Any], start: int, params: Dict[str, Any]
+    ) -> Tuple[T.Type, List[np.ndarray], Optional[Tuple[np.ndarray, int]]]:
         """The reduction's leaf arrays [n, ...] for numpy kinds (validated), and for a
         weighted mean ``(weights [n], k)``: its first k leaves are to be weighted as they
         are folded (`fold_rows_into`), the last leaf is the weights themselves."""
@@ -153,8 +180,7 @@ class LeafReductions:
             vt, vleaves = self._stacked_numpy(vals)
             _, wleaves = self._stacked_numpy(ws)
             w = wleaves[0]
-            return (T.StructType([vt, T.TensorType(w.dtype)]), vleaves + [w],
-                    (w, len(vleaves)))
+            return (T.StructType([vt, T.TensorType(w.dtype)]), vleaves + [w], (w, len(vleaves)))
         t, leaves = self._stacked_numpy(values)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             bounds = flatten(params['bounds'])
@@ -166,7 +192,8 @@ class LeafReductions:
                         pos = tuple(int(p) for p in np.argwhere(bad)[0])
                         raise SimharnessValueError(
                             f'client {start + pos[0]}: element {pos[1:]} = {x[pos]} is outside '
-                            f'[0, {m - 1}]{_secure_bound_text(params, m)}')
+                            f'[0, {m - 1}]{_secure_bound_text(params, m)}'
+                        )
                     out.append(x.astype(np.uint64))
                 else:
                     out.append(np.mod(x.astype(np.int64), np.int64(m)).astype(np.uint64))
@@ -180,10 +207,16 @@ class LeafReductions:
         for begin, end, block, lo in runs(values):
             if block is not None:
                 hi = lo + end - begin
-                parts.append([x[lo:hi] if k == 'stacked' else np.broadcast_to(x, (hi - lo,) + x.shape)
-                              for k, x in block.numpy_leaves()])
+                parts.append(
+                    [
+                        x[lo:hi] if k == 'stacked' else np.broadcast_to(x, (hi - lo,) + x.shape)
+                        for k, x in block.numpy_leaves()
+                    ]
+                )
             else:
-                parts.append([np.asarray(x)[None] for x in flatten(numpy_tree(values[begin].internal))])
+                parts.append(
+                    [np.asarray(x)[None] for x in flatten(numpy_tree(values[begin].internal))]
+                )
         if len(parts) == 1:
             return t, parts[0]
         return t, [concatenate_rows([p[j] for p in parts]) for j in range(len(parts[0]))]
@@ -203,34 +236,42 @@ class LeafReductions:
             def merge(a, b):
                 ins = [x[0] for x in a] + [x[0] for x in b]
                 return [o.numpy()[None] for o in merge_fn.call_flat(as_tensors(ins))]
+
             return (lambda x: fold(zero, x), lambda acc, x: fold([a[0] for a in acc], x), merge)
         if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             mods = [np.uint64(m) for m in flatten(params['moduli'])]
+
             def fold_mod(acc, x):
                 return [(a + b) % m for a, b, m in zip(acc, x, mods)]
+
             return (lambda x: list(x), fold_mod, fold_mod)
         if kind in EXTREMUM_FOLDS:
             op = np.minimum if kind == 'min' else np.maximum
 
             def fold_extremum(acc, x):
                 return [op(a, b) for a, b in zip(acc, x)]
+
             return (lambda x: list(x), fold_extremum, fold_extremum)
         if kind not in _NUMPY_SUMS:
             raise SimharnessValueError(f'unknown reduction kind {kind!r}')
+
         def fold_add(acc, x):
             return [add_arrays(a, b) for a, b in zip(acc, x)]
+
         return (lambda x: list(x), fold_add, fold_add)
 
-    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
-                                       total: int, params: Dict[str, Any]) -> Partial:
+    async def create_partial_reduction(
+        self, kind: str, values: Sequence[Any], start: int, total: int, params: Dict[str, Any]
+    ) -> Partial:
         values = list(values)
         start_rows, fold_rows, merge = self.row_fns(kind, params)
         builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
-        if kind == 'aggregate' and aggregate_holds_sequences(self._leaf.fn_of(params['accumulate'])):
+        if kind == 'aggregate' and aggregate_holds_sequences(
+            self._leaf.fn_of(params['accumulate'])
+        ):
             # Datasets as values or accumulators: folded value by value with the
             # executor's calls (the same canonical tree), then made plain values.
-            return self._combine_reducer(kind, total, params).partial(values, start).map(
-                _plain)
+            return self._combine_reducer(kind, total, params).partial(values, start).map(_plain)
         if kind == 'aggregate':
             t, leaves = self._stacked_numpy(values)
             at = self._leaf.fn_of(params['accumulate']).type_signature.result
@@ -246,10 +287,19 @@ class LeafReductions:
             while i < len(values):
                 stop = min(end, (pos // REDUCTION_SLICE + 1) * REDUCTION_SLICE)
                 for lo, hi in self._row_runs(kind, values, i, i + stop - pos):
-                    row_type, leaves, scale = self._numpy_rows(kind, values[lo:hi],
-                                                               pos + lo - i, params)
-                    fold_rows_into(builder, leaves, pos + lo - i, start_rows, fold_rows,
-                                   count=hi - lo, scale=scale, adds=kind in _NUMPY_SUMS)
+                    row_type, leaves, scale = self._numpy_rows(
+                        kind, values[lo:hi], pos + lo - i, params
+                    )
+                    fold_rows_into(
+                        builder,
+                        leaves,
+                        pos + lo - i,
+                        start_rows,
+                        fold_rows,
+                        count=hi - lo,
+                        scale=scale,
+                        adds=kind in _NUMPY_SUMS,
+                    )
                 i, pos = i + stop - pos, stop
         return rows_to_values(builder.finish(), row_type, row_type)
 
@@ -261,15 +311,18 @@ class LeafReductions:
         t = getattr(values[lo], 'type_signature', None)
         if kind not in ('sum', 'mean') or hi - lo < 2 or t is None:
             return [(lo, hi)]
-        row_bytes = sum(np.dtype(l.dtype).itemsize * int(np.prod(l.shape or ()))
-                        for l in T.flatten_type(t)
-                        if isinstance(l, T.TensorType) and l.is_fully_defined)
+        row_bytes = sum(
+            np.dtype(l.dtype).itemsize * int(np.prod(l.shape or ()))
+            for l in T.flatten_type(t)
+            if isinstance(l, T.TensorType) and l.is_fully_defined
+        )
         if row_bytes < POOL.min_bytes:
             return [(lo, hi)]
         return [(lo + b, lo + e) for b, e, _, _ in runs(values[lo:hi])]
 
-    def _aggregate_rows(self, builder: Any, leaves: List[np.ndarray], start: int,
-                        params: Dict[str, Any]) -> None:
+    def _aggregate_rows(
+        self, builder: Any, leaves: List[np.ndarray], start: int, params: Dict[str, Any]
+    ) -> None:
         """Feeds an aggregate's rows with a few TF calls: whole chunks at once, then the tail."""
         acc_fn = self._leaf.fn_of(params['accumulate'])
         zero = as_tensors(flatten(params['zero'].internal))
@@ -277,23 +330,24 @@ class LeafReductions:
         n = leaves[0].shape[0] if leaves else 0
         end = start + n
         h = start if start % L == 0 else min(end, (start // L + 1) * L)
-        builder.feed([x[i - start:i - start + 1] for x in leaves] for i in range(start, h))
+        builder.feed([x[i - start : i - start + 1] for x in leaves] for i in range(start, h))
         pos = h
         nfull = (end - h) // L
         if nfull and acc_fn.exact_elementwise and acc_fn.batchable() and not acc_fn.xla.compiled:
-            rows = as_tensors([x[h - start:h - start + nfull * L] for x in leaves])
+            rows = as_tensors([x[h - start : h - start + nfull * L] for x in leaves])
             acc = [o.numpy() for o in acc_fn.fold_rows(zero, rows, L)]
-            builder.feed_chunk_accumulators([[a[c:c + 1] for a in acc] for c in range(nfull)])
+            builder.feed_chunk_accumulators([[a[c : c + 1] for a in acc] for c in range(nfull)])
             pos = h + nfull * L
         while pos < end:  # one chunk (or its beginning) per TF call
             stop = min(end, (pos // L + 1) * L)
-            rows = as_tensors([x[pos - start:stop - start] for x in leaves])
+            rows = as_tensors([x[pos - start : stop - start] for x in leaves])
             acc = [o.numpy()[None] for o in acc_fn.fold_rows(zero, rows, None)]
             builder.feed_folded(acc, stop - pos)
             pos = stop
 
-    def partial_joiner(self, kind: str, total: int
-                       ) -> Optional[Callable[[Partial, Partial], Partial]]:
+    def partial_joiner(
+        self, kind: str, total: int
+    ) -> Optional[Callable[[Partial, Partial], Partial]]:
         """`Reducer.join` with the additions `create_reduction_result` makes, for the kinds
         numpy folds (`_NUMPY_SUMS`); None for the others."""
         if kind not in _NUMPY_SUMS:
@@ -303,37 +357,55 @@ class LeafReductions:
         def join(left: Partial, right: Partial) -> Partial:
             with np.errstate(over='ignore'):  # integer sums wrap, as in the combine
                 return reducer.join(left, right)
+
         return join
 
-    async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
-                                      params: Dict[str, Any], result_type: T.Type) -> EagerValue:
+    async def create_reduction_result(
+        self,
+        kind: str,
+        partials: Sequence[Partial],
+        total: int,
+        params: Dict[str, Any],
+        result_type: T.Type,
+    ) -> EagerValue:
         reducer = self._combine_reducer(kind, total, params)
         if kind == 'aggregate':
             acc_fn = self._leaf.fn_of(params['accumulate'])
             at = acc_fn.type_signature.result
             if aggregate_holds_sequences(acc_fn):  # datasets came back from workers as blobs
                 partials = [p.map(revive_datasets) for p in partials]
-            partials = [Partial(p.start, p.stop, list(p.head),  # numpy: see accumulate_many
-                                {k: EagerValue(ingest(v, at), at) for k, v in p.nodes.items()},
-                                p.open_chunk,
-                                None if p.open_chunk is None else EagerValue(ingest(p.open_acc, at), at))
-                        for p in partials]
+            partials = [
+                Partial(
+                    p.start,
+                    p.stop,
+                    list(p.head),  # numpy: see accumulate_many
+                    {k: EagerValue(ingest(v, at), at) for k, v in p.nodes.items()},
+                    p.open_chunk,
+                    None if p.open_chunk is None else EagerValue(ingest(p.open_acc, at), at),
+                )
+                for p in partials
+            ]
         with self._leaf.device_scope(), np.errstate(over='ignore'):
             result = reducer.combine(partials)
         if kind == 'aggregate':
             return result
         if kind == 'mean':
-            result = map_structure(lambda x: (x / np.asarray(total, dtype=x.dtype)).astype(x.dtype), result)
+            result = map_structure(
+                lambda x: (x / np.asarray(total, dtype=x.dtype)).astype(x.dtype), result
+            )
         elif kind == 'weighted_mean':
             num, den = result[0], result[1]
-            result = map_structure(lambda x: (x / np.asarray(den).astype(x.dtype)).astype(x.dtype), num)
+            result = map_structure(
+                lambda x: (x / np.asarray(den).astype(x.dtype)).astype(x.dtype), num
+            )
         elif kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
             dtypes = params['dtypes']
             result = map_structure(lambda x, d: x.astype(d), result, dtypes)
         elif kind in EXTREMUM_FOLDS:
             # TFF folds from the dtype's largest (min) or smallest (max) finite value.
             result = EXTREMUM_FOLDS[kind](
-                map_structure(lambda x: extremum_identity(kind, x.dtype), result), result)
+                map_structure(lambda x: extremum_identity(kind, x.dtype), result), result
+            )
         with self._leaf.device_scope():  # a fresh result of ours: no copy into the tensor
             return EagerValue(ingest_owned(result, result_type), result_type)
 
@@ -343,10 +415,15 @@ class LeafReductions:
         n = slice_size or self._leaf.max_batch or REDUCTION_SLICE
         return max(CHUNK, n // CHUNK * CHUNK)
 
-    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
-                                         reductions: Sequence[PlanReduction], start: int,
-                                         count: int, total: int,
-                                         slice_size: Optional[int] = None) -> List[Partial]:
+    async def create_streamed_reductions(
+        self,
+        nodes: Sequence[PlanNode],
+        reductions: Sequence[PlanReduction],
+        start: int,
+        count: int,
+        total: int,
+        slice_size: Optional[int] = None,
+    ) -> List[Partial]:
         """Computes client values slice by slice and folds each slice into the reductions.
 
         The values of the clients ``[start, start + count)`` are the plan `nodes`
@@ -356,6 +433,13 @@ class LeafReductions:
         block, bit for bit (see `stream_eval.stream_reductions`).
         """
         leaf = cast(Any, self._leaf)  # the executor: its block operations run the plan
-        return await stream_reductions(leaf, nodes, reductions, start, count, total,
-                                       self.stream_slice(slice_size),
-                                       lambda kind, params: node_merge(leaf, kind, params))
+        return await stream_reductions(
+            leaf,
+            nodes,
+            reductions,
+            start,
+            count,
+            total,
+            self.stream_slice(slice_size),
+            lambda kind, params: node_merge(leaf, kind, params),
+        )

@@ -34,28 +34,58 @@ from simharness.core import types as T
 from simharness.core.structure import Struct, flatten, pack_as
 from simharness.core.batching import stack_python_values
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
-from simharness.errors import (ExecutorClosedError, SimharnessError, SimharnessTypeError,
-                               SimharnessValueError, at_client)
+from simharness.errors import (
+    ExecutorClosedError,
+    SimharnessError,
+    SimharnessTypeError,
+    SimharnessValueError,
+    at_client,
+)
 from simharness.core.sequences import TensorBatches, stack_layout
 from simharness.executors.leaf import tensor_sequences as tseq
 from simharness.executors.leaf.tensor_sequences import element_leaves as _element_leaves
-from simharness.executors.base import (BatchExecutor, ExecutorValue, normalize_struct_elements,
-                                       selection_index)
-from simharness.executors.leaf.client_blocks import (ClientBlock, EagerValue, plain_leaves, runs,
-                                                stack_columns)
+from simharness.executors.base import (
+    BatchExecutor,
+    ExecutorValue,
+    normalize_struct_elements,
+    selection_index,
+)
+from simharness.executors.leaf.client_blocks import (
+    ClientBlock,
+    EagerValue,
+    plain_leaves,
+    runs,
+    stack_columns,
+)
 from simharness.core.reduction import Partial
 from simharness.executors.leaf.eager_reductions import REDUCTION_SLICE, LeafReductions
 from simharness.runtime.stream_plan import PlanNode, PlanReduction
-from simharness.executors.leaf.embedded_function import (DEFAULT_CACHE_SIZE, EmbeddedFunction,
-                                                    FunctionCache, flatten_arg, lowered_leaves,
-                                                    pack_result)
-from simharness.executors.leaf.tf_values import (as_dataset, fast_tensor, ingest, numpy_tree,
-                                            struct_to_spec_container, to_tensor)
-from simharness.validation import (EagerModeError, check_bool, check_int,
-                                   check_type_spec_matches)
+from simharness.executors.leaf.embedded_function import (
+    DEFAULT_CACHE_SIZE,
+    EmbeddedFunction,
+    FunctionCache,
+    flatten_arg,
+    lowered_leaves,
+    pack_result,
+)
+from simharness.executors.leaf.tf_values import (
+    as_dataset,
+    fast_tensor,
+    ingest,
+    numpy_tree,
+    struct_to_spec_container,
+    to_tensor,
+)
+from simharness.validation import EagerModeError, check_bool, check_int, check_type_spec_matches
 
-__all__ = ['EagerTFExecutor', 'EagerValue', 'ClientBlock', 'EmbeddedFunction', 'FunctionCache',
-           'REDUCTION_SLICE']
+__all__ = [
+    'EagerTFExecutor',
+    'EagerValue',
+    'ClientBlock',
+    'EmbeddedFunction',
+    'FunctionCache',
+    'REDUCTION_SLICE',
+]
 
 
 def _check_device(device: str) -> None:
@@ -64,17 +94,19 @@ def _check_device(device: str) -> None:
         spec = tf.DeviceSpec.from_string(device)
     except ValueError as e:
         raise SimharnessValueError(
-            f'device {device!r} is not a TF device name (such as \'/CPU:0\' or \'/GPU:1\'): '
-            f'{e}') from None
+            f"device {device!r} is not a TF device name (such as '/CPU:0' or '/GPU:1'): {e}"
+        ) from None
     devices = tf.config.list_logical_devices()
     for d in devices:
         have = tf.DeviceSpec.from_string(d.name)
-        if ((spec.device_type is None or spec.device_type.upper() == have.device_type.upper())
-                and (spec.device_index is None or spec.device_index == have.device_index)):
+        if (spec.device_type is None or spec.device_type.upper() == have.device_type.upper()) and (
+            spec.device_index is None or spec.device_index == have.device_index
+        ):
             return
     raise SimharnessValueError(
         f'device {device!r} is not on this machine; its logical devices are '
-        f'{[d.name for d in devices]} (tf.config.list_logical_devices())')
+        f'{[d.name for d in devices]} (tf.config.list_logical_devices())'
+    )
 
 
 def _check_finite(f: EmbeddedFunction, args: Sequence[EagerValue]) -> None:
@@ -85,13 +117,15 @@ def _check_finite(f: EmbeddedFunction, args: Sequence[EagerValue]) -> None:
         leaves = flatten(a.internal)
         for j in f.sequence_params:
             ds = leaves[j] if j < len(leaves) else None
-            if isinstance(ds, tf.data.Dataset) and \
-                    int(ds.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+            if isinstance(ds, tf.data.Dataset) and int(ds.cardinality()) == int(
+                tf.data.INFINITE_CARDINALITY
+            ):
                 err = SimharnessValueError(
                     f'its dataset is infinite (a repeat() without a count?) and '
                     f'{f.comp.name or "the computation"} reads its datasets to the end '
                     f'(dataset.reduce): the call would never return; give each client a '
-                    f'finite dataset (repeat(count), take(n))')
+                    f'finite dataset (repeat(count), take(n))'
+                )
                 err.map_position = i  # type: ignore[attr-defined]
                 raise err
 
@@ -120,28 +154,38 @@ class EagerTFExecutor(BatchExecutor):
         `tf.config.list_logical_devices()`).
     """
 
-    def __init__(self, device: Optional[Any] = None, cache_size: int = DEFAULT_CACHE_SIZE,
-                 function_cache: Optional[FunctionCache] = None,
-                 max_batch_size: Optional[int] = None, sums_in_calls: bool = False):
+    def __init__(
+        self,
+        device: Optional[Any] = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        function_cache: Optional[FunctionCache] = None,
+        max_batch_size: Optional[int] = None,
+        sums_in_calls: bool = False,
+    ):
         if not tf.executing_eagerly():
             raise EagerModeError(
                 'EagerTFExecutor can only be constructed in eager mode; it was constructed '
-                'inside a TF graph (a `tf.Graph().as_default()` block or a `tf.function`)')
+                'inside a TF graph (a `tf.Graph().as_default()` block or a `tf.function`)'
+            )
         max_batch_size = check_int('max_batch_size', max_batch_size, 1, allow_none=True)
         if function_cache is None:
             check_int('cache_size', cache_size, 1)
         elif not isinstance(function_cache, FunctionCache):
             raise SimharnessTypeError(
                 f'function_cache must be a FunctionCache or None, got {function_cache!r} of '
-                f'type {type(function_cache).__name__}', expected=FunctionCache,
-                actual=type(function_cache))
+                f'type {type(function_cache).__name__}',
+                expected=FunctionCache,
+                actual=type(function_cache),
+            )
         if isinstance(device, tf.config.LogicalDevice):
             device = device.name
         elif device is not None and not isinstance(device, str):
             raise SimharnessTypeError(
-                f'device must be a TF device name (a str such as \'/CPU:0\'), a '
+                f"device must be a TF device name (a str such as '/CPU:0'), a "
                 f'tf.config.LogicalDevice or None, got {device!r} of type {type(device).__name__}',
-                expected=str, actual=type(device))
+                expected=str,
+                actual=type(device),
+            )
         # Bit-identical results on every stack: ops run on a fixed number of
         # intra-op threads in every process (see simharness.core.determinism).
         # Before the device check: listing devices starts the TF runtime.
@@ -178,28 +222,42 @@ class EagerTFExecutor(BatchExecutor):
         return tf.device(self._device) if self._device else _NullScope()
 
     # ------------------------------------------------------------ reductions
-    async def create_partial_reduction(self, kind: str, values: Sequence[Any], start: int,
-                                       total: int, params: Dict[str, Any]) -> Partial:
+    async def create_partial_reduction(
+        self, kind: str, values: Sequence[Any], start: int, total: int, params: Dict[str, Any]
+    ) -> Partial:
         self._check_open()
-        return await self.reductions.create_partial_reduction(kind, values, start, total,
-                                                              params)
+        return await self.reductions.create_partial_reduction(kind, values, start, total, params)
 
-    async def create_reduction_result(self, kind: str, partials: Sequence[Partial], total: int,
-                                      params: Dict[str, Any], result_type: T.Type) -> EagerValue:
+    async def create_reduction_result(
+        self,
+        kind: str,
+        partials: Sequence[Partial],
+        total: int,
+        params: Dict[str, Any],
+        result_type: T.Type,
+    ) -> EagerValue:
         self._check_open()
-        return await self.reductions.create_reduction_result(kind, partials, total, params,
-                                                             result_type)
+        return await self.reductions.create_reduction_result(
+            kind, partials, total, params, result_type
+        )
 
-    async def create_streamed_reductions(self, nodes: Sequence[PlanNode],
-                                         reductions: Sequence[PlanReduction], start: int,
-                                         count: int, total: int,
-                                         slice_size: Optional[int] = None) -> List[Partial]:
+    async def create_streamed_reductions(
+        self,
+        nodes: Sequence[PlanNode],
+        reductions: Sequence[PlanReduction],
+        start: int,
+        count: int,
+        total: int,
+        slice_size: Optional[int] = None,
+    ) -> List[Partial]:
         self._check_open()
-        return await self.reductions.create_streamed_reductions(nodes, reductions, start, count,
-                                                                total, slice_size)
+        return await self.reductions.create_streamed_reductions(
+            nodes, reductions, start, count, total, slice_size
+        )
 
-    def partial_joiner(self, kind: str, total: int
-                       ) -> Optional[Callable[[Partial, Partial], Partial]]:
+    def partial_joiner(
+        self, kind: str, total: int
+    ) -> Optional[Callable[[Partial, Partial], Partial]]:
         return self.reductions.partial_joiner(kind, total)
 
     def stream_slice(self, slice_size: Optional[int] = None) -> int:
@@ -217,15 +275,19 @@ class EagerTFExecutor(BatchExecutor):
         """The embedded function a function value of this executor holds."""
         fn = v.internal if isinstance(v, EagerValue) else None
         if not isinstance(fn, EmbeddedFunction):
-            raise SimharnessTypeError(f'value of type {v.type_signature} is not a function embedded '
-                                      'in this executor', actual=v.type_signature)
+            raise SimharnessTypeError(
+                f'value of type {v.type_signature} is not a function embedded in this executor',
+                actual=v.type_signature,
+            )
         return fn
 
     def call(self, fn: EmbeddedFunction, arg: Optional[EagerValue]) -> EagerValue:
         ft = fn.type_signature
         if ft.parameter is None:
             if arg is not None:
-                raise SimharnessTypeError(f'function {ft} takes no argument, got {arg.type_signature}')
+                raise SimharnessTypeError(
+                    f'function {ft} takes no argument, got {arg.type_signature}'
+                )
             leaves: List[Any] = []
         else:
             if arg is None:
@@ -261,26 +323,35 @@ class EagerTFExecutor(BatchExecutor):
                 f'an EagerTFExecutor embeds compiled TF computations, not a '
                 f'{type(value).__name__} building block (of type {value.type_signature}); '
                 'put a ReferenceResolvingExecutor (and a FederatingExecutor) above it',
-                actual=value.type_signature)
+                actual=value.type_signature,
+            )
         t = T.to_type(type_spec) if type_spec is not None else T.infer_type(value)
         if isinstance(t, T.FunctionType):
-            raise SimharnessTypeError(f'a function of type {t} must be given as a compiled '
-                                      f'TF computation, got {type(value).__name__}', expected=t)
+            raise SimharnessTypeError(
+                f'a function of type {t} must be given as a compiled '
+                f'TF computation, got {type(value).__name__}',
+                expected=t,
+            )
         with self.device_scope():
             return EagerValue(ingest(value, t), t)
 
-    async def create_call(self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None) -> EagerValue:
+    async def create_call(
+        self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None
+    ) -> EagerValue:
         self._check_open()
         return self.call(self.fn_of(comp), cast(Optional[EagerValue], arg))  # a value of ours
 
     async def create_struct(self, elements: Any) -> EagerValue:
         self._check_open()
         items = normalize_struct_elements(elements)
-        return EagerValue(Struct((n, v.internal) for n, v in items),
-                          T.StructType([(n, v.type_signature) for n, v in items]))
+        return EagerValue(
+            Struct((n, v.internal) for n, v in items),
+            T.StructType([(n, v.type_signature) for n, v in items]),
+        )
 
-    async def create_selection(self, source: ExecutorValue, index: Optional[int] = None,
-                               name: Optional[str] = None) -> EagerValue:
+    async def create_selection(
+        self, source: ExecutorValue, index: Optional[int] = None, name: Optional[str] = None
+    ) -> EagerValue:
         self._check_open()
         index = selection_index(source, index, name)
         source = cast(EagerValue, source)  # a value of this executor
@@ -304,8 +375,11 @@ class EagerTFExecutor(BatchExecutor):
         self._check_open()
         t = T.to_type(type_spec)
         values = list(values)
-        if len(values) >= 2 and T.contains_only_tensors(t) and all(
-                l.is_fully_defined and l.dtype != np.dtype(object) for l in T.flatten_type(t)):
+        if (
+            len(values) >= 2
+            and T.contains_only_tensors(t)
+            and all(l.is_fully_defined and l.dtype != np.dtype(object) for l in T.flatten_type(t))
+        ):
             block = self._stack_python(values, t)
             if block is not None:
                 return block.values()
@@ -335,35 +409,54 @@ class EagerTFExecutor(BatchExecutor):
         """Client sequences sent stacked (`runtime.datasets.stacked_batches`): component j
         is ``[n, rows, ...]``, client i's rows at index i."""
         comps = block.components if isinstance(block, TensorBatches) else None
-        if (not isinstance(comps, (list, tuple)) or not comps
-                or not all(isinstance(c, np.ndarray) and c.ndim >= 1 for c in comps)
-                or len({c.shape[0] for c in comps}) != 1):
-            raise SimharnessTypeError(f'{block!r:.200} is not a block of stacked client '
-                                      f'sequences of {t}', expected=t)
-        first = TensorBatches([c[0] for c in comps], block.batch_size, block.drop_remainder,
-                              block.element_type, block.passes)
+        if (
+            not isinstance(comps, (list, tuple))
+            or not comps
+            or not all(isinstance(c, np.ndarray) and c.ndim >= 1 for c in comps)
+            or len({c.shape[0] for c in comps}) != 1
+        ):
+            raise SimharnessTypeError(
+                f'{block!r:.200} is not a block of stacked client sequences of {t}', expected=t
+            )
+        first = TensorBatches(
+            [c[0] for c in comps],
+            block.batch_size,
+            block.drop_remainder,
+            block.element_type,
+            block.passes,
+        )
         return self._sequence_rows(first, list(comps), t)
 
-    def _sequence_rows(self, first: TensorBatches, stacked_arrays: List[np.ndarray],
-                       t: T.SequenceType) -> List[EagerValue]:
+    def _sequence_rows(
+        self, first: TensorBatches, stacked_arrays: List[np.ndarray], t: T.SequenceType
+    ) -> List[EagerValue]:
         """The clients of `stacked_arrays` (one layout, that of `first`, their row 0)."""
         with self.device_scope():
             checked = tseq.checked(first, t, to_tensor)  # one layout: one check
-            stacked = [fast_tensor(np.asarray(x, dtype=c.dtype.as_numpy_dtype))
-                       for x, c in zip(stacked_arrays, checked.components)]
+            stacked = [
+                fast_tensor(np.asarray(x, dtype=c.dtype.as_numpy_dtype))
+                for x, c in zip(stacked_arrays, checked.components)
+            ]
             rows = [tf.unstack(x) for x in stacked]
         out = []
         key = tseq.lowering_key(checked)  # one layout: the rows' lowering key too
         for i in range(int(stacked_arrays[0].shape[0])):
-            tb = TensorBatches([r[i] for r in rows], checked.batch_size, checked.drop_remainder,
-                               t.element, checked.passes)
+            tb = TensorBatches(
+                [r[i] for r in rows],
+                checked.batch_size,
+                checked.drop_remainder,
+                t.element,
+                checked.passes,
+            )
             tb.derived['checked'] = (t, tb)
             tb.derived['rows'] = (stacked, i)
             tb.derived['lowering_key'] = key
             out.append(EagerValue(tb, t))
         return out
 
-    async def create_values_stacked(self, leaves: Sequence[np.ndarray], type_spec: Any) -> List[EagerValue]:
+    async def create_values_stacked(
+        self, leaves: Sequence[np.ndarray], type_spec: Any
+    ) -> List[EagerValue]:
         """Embeds n client values given leaf by leaf as arrays [n, ...] (already validated)."""
         self._check_open()
         t = T.to_type(type_spec)
@@ -374,8 +467,14 @@ class EagerTFExecutor(BatchExecutor):
             raise SimharnessTypeError(f'{len(leaves)} stacked leaves do not match {t}')
         n = leaves[0].shape[0]
         with self.device_scope():
-            block = ClientBlock(t, n, [('stacked', fast_tensor(np.asarray(x, dtype=lt.dtype)))
-                                 for x, lt in zip(leaves, types)])
+            block = ClientBlock(
+                t,
+                n,
+                [
+                    ('stacked', fast_tensor(np.asarray(x, dtype=lt.dtype)))
+                    for x, lt in zip(leaves, types)
+                ],
+            )
         return block.values()
 
     def _stack_python(self, values: List[Any], t: T.Type) -> Optional[ClientBlock]:
@@ -386,13 +485,18 @@ class EagerTFExecutor(BatchExecutor):
         with self.device_scope():
             return ClientBlock(t, len(values), [('stacked', fast_tensor(a)) for a in arrays])
 
-    async def create_map(self, fn: ExecutorValue, args: Optional[Sequence[ExecutorValue]],
-                         count: Optional[int] = None) -> List[EagerValue]:
+    async def create_map(
+        self,
+        fn: ExecutorValue,
+        args: Optional[Sequence[ExecutorValue]],
+        count: Optional[int] = None,
+    ) -> List[EagerValue]:
         self._check_open()
         return self.map_sync(self.fn_of(fn), cast(Optional[Sequence[EagerValue]], args), count)
 
-    def map_sync(self, f: EmbeddedFunction, args: Optional[Sequence[EagerValue]],
-                 count: Optional[int] = None) -> List[EagerValue]:
+    def map_sync(
+        self, f: EmbeddedFunction, args: Optional[Sequence[EagerValue]], count: Optional[int] = None
+    ) -> List[EagerValue]:
         """`f` on each of `args` (or `count` times without arguments). A TensorFlow error
         raised for one of them (a dataset that fails while it is read, a failed
         assertion) says which: its `map_position` is the argument's position (the
@@ -406,8 +510,9 @@ class EagerTFExecutor(BatchExecutor):
                 raise
             raise self._failing_argument(f, list(args), e) from None
 
-    def _failing_argument(self, f: EmbeddedFunction, args: List[EagerValue],
-                          err: tf.errors.OpError) -> tf.errors.OpError:
+    def _failing_argument(
+        self, f: EmbeddedFunction, args: List[EagerValue], err: tf.errors.OpError
+    ) -> tf.errors.OpError:
         """The error of the first argument of `args` on which `f` fails when run alone
         (a block call's error does not say whose it was), its `map_position` set; `err`
         itself if none fails alone."""
@@ -422,8 +527,9 @@ class EagerTFExecutor(BatchExecutor):
                 return e
         return err
 
-    def _map_sync(self, f: EmbeddedFunction, args: Optional[Sequence[EagerValue]],
-                  count: Optional[int] = None) -> List[EagerValue]:
+    def _map_sync(
+        self, f: EmbeddedFunction, args: Optional[Sequence[EagerValue]], count: Optional[int] = None
+    ) -> List[EagerValue]:
         if args is None:
             return [self.call(f, None) for _ in range(count or 0)]
         args = list(args)
@@ -438,8 +544,10 @@ class EagerTFExecutor(BatchExecutor):
             if block is not None and pt.is_assignable_from(block.type):
                 for a in range(begin, end, step):
                     b = min(end, a + step)
-                    out.extend(self._map_leaves(f, block.sub_leaves(lo + a - begin, lo + b - begin), b - a)
-                               or [self.call(f, x) for x in args[a:b]])
+                    out.extend(
+                        self._map_leaves(f, block.sub_leaves(lo + a - begin, lo + b - begin), b - a)
+                        or [self.call(f, x) for x in args[a:b]]
+                    )
             else:
                 out.extend(self._map_loose(f, args[begin:end], pt, step))
         return out
@@ -470,43 +578,55 @@ class EagerTFExecutor(BatchExecutor):
                 i += 1
                 continue
             j = i + 1
-            while j < len(args) and j - i < step and rows[j] is not None and \
-                    cast(Tuple, rows[j])[0] is low[0]:
+            while (
+                j < len(args)
+                and j - i < step
+                and rows[j] is not None
+                and cast(Tuple, rows[j])[0] is low[0]
+            ):
                 j += 1
             lf = low[0]
             group = [cast(Tuple, r)[1] for r in rows[i:j]]
-            leaves = stack_columns(group, self.device_scope) if (
-                j - i >= 2 and lf.batchable()) else None
+            leaves = (
+                stack_columns(group, self.device_scope) if (j - i >= 2 and lf.batchable()) else None
+            )
             res = self._map_leaves(lf, leaves, j - i) if leaves is not None else None
             if res is None:
                 res = []
                 for r in group:
                     with self.device_scope():
                         o = lf.call_flat(plain_leaves(r))
-                    res.append(EagerValue(pack_result(o, f.type_signature.result),
-                                          f.type_signature.result))
+                    res.append(
+                        EagerValue(pack_result(o, f.type_signature.result), f.type_signature.result)
+                    )
             out.extend(res)
             i = j
         return out
 
-    def _map_loose(self, f: EmbeddedFunction, args: List[EagerValue], pt: T.Type,
-                   step: int) -> List[EagerValue]:
+    def _map_loose(
+        self, f: EmbeddedFunction, args: List[EagerValue], pt: T.Type, step: int
+    ) -> List[EagerValue]:
         out: List[EagerValue] = []
         for a in range(0, len(args), step):
-            chunk = args[a:a + step]
+            chunk = args[a : a + step]
             leaves = self.block_leaves(chunk, pt) if len(chunk) >= 2 else None
             res = self._map_leaves(f, leaves, len(chunk)) if leaves is not None else None
             out.extend(res if res is not None else [self.call(f, x) for x in chunk])
         return out
 
-    def _map_leaves(self, f: EmbeddedFunction, leaves: List[Tuple[str, Any]],
-                    n: int) -> Optional[List[EagerValue]]:
+    def _map_leaves(
+        self, f: EmbeddedFunction, leaves: List[Tuple[str, Any]], n: int
+    ) -> Optional[List[EagerValue]]:
         if not any(k == 'stacked' for k, _ in leaves):
             return None
         mask = tuple(k == 'shared' for k, _ in leaves)
         with self.device_scope():
-            res = f.call_batched(mask, [x for k, x in leaves if k == 'shared'],
-                                 [x for k, x in leaves if k == 'stacked'], n)
+            res = f.call_batched(
+                mask,
+                [x for k, x in leaves if k == 'shared'],
+                [x for k, x in leaves if k == 'stacked'],
+                n,
+            )
         return ClientBlock(f.type_signature.result, n, [('stacked', o) for o in res]).values()
 
     def block_leaves(self, args: List[EagerValue], pt: T.Type) -> Optional[List[Tuple[str, Any]]]:
@@ -526,8 +646,9 @@ class EagerTFExecutor(BatchExecutor):
                 return None
         return out
 
-    async def create_structs(self, rows: Sequence[Sequence[ExecutorValue]],
-                             names: Sequence[Optional[str]]) -> List[EagerValue]:
+    async def create_structs(
+        self, rows: Sequence[Sequence[ExecutorValue]], names: Sequence[Optional[str]]
+    ) -> List[EagerValue]:
         self._check_open()
         rows = [list(r) for r in rows]
         out = self._zip_blocks(rows, names) if len(rows) >= 2 and rows[0] else None
@@ -537,12 +658,15 @@ class EagerTFExecutor(BatchExecutor):
             first = [v.type_signature for v in rows[0]]
             if all(all(v.type_signature is t for v, t in zip(r, first)) for r in rows):
                 t = T.StructType(list(zip(names, first)))  # one type for all rows
-                return [EagerValue(Struct(zip(names, [cast(EagerValue, v).internal for v in r])), t)
-                        for r in rows]
+                return [
+                    EagerValue(Struct(zip(names, [cast(EagerValue, v).internal for v in r])), t)
+                    for r in rows
+                ]
         return [await self.create_struct(list(zip(names, row))) for row in rows]
 
-    def _zip_blocks(self, rows: Sequence[Sequence[Any]],
-                    names: Sequence[Optional[str]]) -> Optional[List[EagerValue]]:
+    def _zip_blocks(
+        self, rows: Sequence[Sequence[Any]], names: Sequence[Optional[str]]
+    ) -> Optional[List[EagerValue]]:
         """Zips columns of block values run by run (None when they are not block-aligned)."""
         cols = [cast(List[EagerValue], [r[j] for r in rows]) for j in range(len(rows[0]))]
         types = [c[0].type_signature for c in cols]
@@ -552,7 +676,8 @@ class EagerTFExecutor(BatchExecutor):
         bounds = None
         for j, col in enumerate(cols):
             if all(c is col[0] for c in col) and not isinstance(
-                    col[0].internal, (tf.data.Dataset, TensorBatches, EmbeddedFunction)):
+                col[0].internal, (tf.data.Dataset, TensorBatches, EmbeddedFunction)
+            ):
                 shared[j] = [('shared', x) for x in flatten(col[0].internal)]
                 continue
             rs = runs(col)
@@ -578,7 +703,9 @@ class EagerTFExecutor(BatchExecutor):
             out.extend(ClientBlock(t, end - begin, leaves).values())
         return out
 
-    async def create_selections(self, sources: Sequence[ExecutorValue], index: int) -> List[EagerValue]:
+    async def create_selections(
+        self, sources: Sequence[ExecutorValue], index: int
+    ) -> List[EagerValue]:
         self._check_open()
         sources = list(sources)
         out: List[EagerValue] = []
@@ -586,7 +713,7 @@ class EagerTFExecutor(BatchExecutor):
             if block is not None and isinstance(block.type, T.StructType):
                 counts = [len(T.flatten_type(e)) for e in block.type]
                 first = sum(counts[:index])
-                leaves = block.sub_leaves(lo, lo + end - begin)[first:first + counts[index]]
+                leaves = block.sub_leaves(lo, lo + end - begin)[first : first + counts[index]]
                 out.extend(ClientBlock(block.type[index], end - begin, leaves).values())
             else:
                 out.extend([await self.create_selection(s, index) for s in sources[begin:end]])
@@ -600,13 +727,16 @@ class EagerTFExecutor(BatchExecutor):
                 out.append(numpy_tree(values[begin].internal))
                 continue
             npl = block.numpy_leaves()
-            out.extend(pack_as(block.type, [x if k == 'shared' else x[i] for k, x in npl])
-                       for i in range(lo, lo + end - begin))
+            out.extend(
+                pack_as(block.type, [x if k == 'shared' else x[i] for k, x in npl])
+                for i in range(lo, lo + end - begin)
+            )
         return out
 
     # ------------------------------------------------------------ sequences
-    async def create_sequence_op(self, op: str, values: Sequence[ExecutorValue],
-                                 params: Dict[str, Any]) -> List[EagerValue]:
+    async def create_sequence_op(
+        self, op: str, values: Sequence[ExecutorValue], params: Dict[str, Any]
+    ) -> List[EagerValue]:
         self._check_open()
         out = []
         with self.device_scope():
@@ -629,6 +759,7 @@ class EagerTFExecutor(BatchExecutor):
                 elem = elem[0] if len(elem) == 1 else elem
                 out = fn.call_flat(_element_leaves(elem, et))
                 return tf.nest.pack_sequence_as(spec, out)
+
             return EagerValue(ds.map(mapper), T.SequenceType(rt))
         if op == 'sequence_reduce':
             fn = self.fn_of(params['op'])
@@ -639,18 +770,26 @@ class EagerTFExecutor(BatchExecutor):
             def reduce_fn(acc, elem):
                 out = fn.call_flat(list(acc) + _element_leaves(elem, et))
                 return tuple(out)
+
             res = ds.reduce(zero_leaves, reduce_fn)
             return EagerValue(pack_result(list(res), at), at)
         if op == 'sequence_sum':
             leaves_t = T.flatten_type(et)
             zeros = tuple(tf.zeros(lt.shape, tf_dtype(lt.dtype)) for lt in leaves_t)
-            res = ds.reduce(zeros, lambda acc, elem: tuple(
-                a + e for a, e in zip(acc, _element_leaves(elem, et))))
+            res = ds.reduce(
+                zeros,
+                lambda acc, elem: tuple(a + e for a, e in zip(acc, _element_leaves(elem, et))),
+            )
             return EagerValue(pack_as(et, list(res)), et)
         raise SimharnessValueError(f'unknown sequence operation {op!r}')
 
-    async def create_select(self, keys: Sequence[ExecutorValue], server_value: ExecutorValue,
-                            select_fn: ExecutorValue, element_type: T.Type) -> List[EagerValue]:
+    async def create_select(
+        self,
+        keys: Sequence[ExecutorValue],
+        server_value: ExecutorValue,
+        select_fn: ExecutorValue,
+        element_type: T.Type,
+    ) -> List[EagerValue]:
         self._check_open()
         fn = self.fn_of(select_fn)
         server_value = cast(EagerValue, server_value)  # a value of this executor
@@ -660,17 +799,22 @@ class EagerTFExecutor(BatchExecutor):
             for k in cast(Sequence[EagerValue], keys):  # values of this executor
                 elems = []
                 for key in tf.reshape(k.internal, [-1]):
-                    arg = EagerValue(Struct([(None, server_value.internal), (None, key)]),
-                                     T.StructType([server_value.type_signature,
-                                                   T.TensorType(np.int32)]))
+                    arg = EagerValue(
+                        Struct([(None, server_value.internal), (None, key)]),
+                        T.StructType([server_value.type_signature, T.TensorType(np.int32)]),
+                    )
                     elems.append(self.call(fn, arg).internal)
                 if elems:
                     py = [struct_to_spec_container(e, spec) for e in elems]
                     ds = tf.data.Dataset.from_tensor_slices(
-                        tf.nest.map_structure(lambda *xs: tf.stack(xs), *py))
+                        tf.nest.map_structure(lambda *xs: tf.stack(xs), *py)
+                    )
                 else:
-                    ds = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(
-                        lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec))
+                    ds = tf.data.Dataset.from_tensor_slices(
+                        tf.nest.map_structure(
+                            lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec
+                        )
+                    )
                 out.append(EagerValue(ds, T.SequenceType(element_type)))
         return out
 

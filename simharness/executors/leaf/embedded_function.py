@@ -34,8 +34,6 @@ from simharness.validation import check_int
 DEFAULT_CACHE_SIZE = 256
 
 
-
-
 #: The most parameter and result leaves of a function run for a block of clients in one
 #: batched TF call (`batchable`). Tracing the batched form costs time in the number of
 #: leaves (a struct of 1,000 tensors: ~10 s per worker), while one call per client of such a
@@ -52,13 +50,51 @@ UNROLL_MAX_NODES = 500
 #: Ops whose results are exactly rounded per element (IEEE-754 add, multiply,
 #: divide, sqrt, ...), so that computing many clients at once with
 #: `tf.vectorized_map` gives the same bits as one call per client.
-EXACT_ELEMENTWISE_OPS = frozenset({
-    'Placeholder', 'Const', 'Identity', 'IdentityN', 'NoOp', 'Add', 'AddV2', 'Sub', 'Mul',
-    'RealDiv', 'Neg', 'Abs', 'Sqrt', 'Maximum', 'Minimum', 'Relu', 'Cast', 'Square',
-    'Select', 'SelectV2', 'Greater', 'GreaterEqual', 'Less', 'LessEqual', 'Equal', 'NotEqual',
-    'LogicalAnd', 'LogicalOr', 'LogicalNot', 'ZerosLike', 'OnesLike', 'Floor', 'Ceil', 'Round',
-    'Sign', 'FloorDiv', 'FloorMod', 'TruncateDiv', 'BitwiseAnd', 'BitwiseOr', 'BitwiseXor',
-})
+EXACT_ELEMENTWISE_OPS = frozenset(
+    {
+        'Placeholder',
+        'Const',
+        'Identity',
+        'IdentityN',
+        'NoOp',
+        'Add',
+        'AddV2',
+        'Sub',
+        'Mul',
+        'RealDiv',
+        'Neg',
+        'Abs',
+        'Sqrt',
+        'Maximum',
+        'Minimum',
+        'Relu',
+        'Cast',
+        'Square',
+        'Select',
+        'SelectV2',
+        'Greater',
+        'GreaterEqual',
+        'Less',
+        'LessEqual',
+        'Equal',
+        'NotEqual',
+        'LogicalAnd',
+        'LogicalOr',
+        'LogicalNot',
+        'ZerosLike',
+        'OnesLike',
+        'Floor',
+        'Ceil',
+        'Round',
+        'Sign',
+        'FloorDiv',
+        'FloorMod',
+        'TruncateDiv',
+        'BitwiseAnd',
+        'BitwiseOr',
+        'BitwiseXor',
+    }
+)
 
 #: Exactly-rounded ops that XLA computes as TF does, alone or next to each other: no add or
 #: subtract (XLA fuses a multiply and an add into one FMA, one rounding), no divide (it may
@@ -67,16 +103,25 @@ EXACT_ELEMENTWISE_OPS = frozenset({
 #: these ops alone runs batched as one XLA program (`_make_batched`): the bits of one
 #: graph-runtime call per client, faster (TFF's weighted mean multiplies each client's
 #: update by its weight: 48 clients of the reference MLP 1.05 -> 0.62 ms).
-XLA_EXACT_OPS = frozenset({'Placeholder', 'Const', 'Identity', 'IdentityN', 'NoOp', 'Mul',
-                           'Neg', 'Cast'})
-_FLOAT_TYPES = frozenset({tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum,
-                          tf.float32.as_datatype_enum, tf.float64.as_datatype_enum})
+XLA_EXACT_OPS = frozenset(
+    {'Placeholder', 'Const', 'Identity', 'IdentityN', 'NoOp', 'Mul', 'Neg', 'Cast'}
+)
+_FLOAT_TYPES = frozenset(
+    {
+        tf.float16.as_datatype_enum,
+        tf.bfloat16.as_datatype_enum,
+        tf.float32.as_datatype_enum,
+        tf.float64.as_datatype_enum,
+    }
+)
 
 
 def _xla_exact(nodes: List[Any]) -> bool:
     """True when every node is of `XLA_EXACT_OPS` and every cast is to a floating type."""
-    return all(n.op in XLA_EXACT_OPS and (n.op != 'Cast' or n.attr['DstT'].type in _FLOAT_TYPES)
-               for n in nodes)
+    return all(
+        n.op in XLA_EXACT_OPS and (n.op != 'Cast' or n.attr['DstT'].type in _FLOAT_TYPES)
+        for n in nodes
+    )
 
 
 def selection(graph: Any, graph_def: Any) -> Optional[Tuple[int, ...]]:
@@ -86,8 +131,9 @@ def selection(graph: Any, graph_def: Any) -> Optional[Tuple[int, ...]]:
     if graph_def.library.function:
         return None
     by_name = {n.name: n for n in graph_def.node}
-    params = {name.split(':')[0]: i for i, name in enumerate(graph.input_names)
-              if name.endswith(':0')}
+    params = {
+        name.split(':')[0]: i for i, name in enumerate(graph.input_names) if name.endswith(':0')
+    }
     out: List[int] = []
     used = set()
     for name in graph.output_names:
@@ -114,12 +160,27 @@ def selection(graph: Any, graph_def: Any) -> Optional[Tuple[int, ...]]:
 
 #: Ops after which a graph's reading of a dataset may end before the dataset does (or
 #: fail instead of running forever): with one of them, an infinite dataset is not refused.
-BOUNDING_OPS = frozenset((
-    'TakeDataset', 'TakeWhileDataset', 'ZipDataset', 'DatasetToSingleElement',
-    'DatasetCardinality', 'AssertCardinalityDataset', 'ExperimentalAssertCardinalityDataset',
-    'AnonymousIterator', 'AnonymousIteratorV2', 'AnonymousIteratorV3', 'Iterator',
-    'IteratorV2', 'MakeIterator', 'OneShotIterator', 'IteratorGetNext',
-    'IteratorGetNextAsOptional', 'IteratorGetNextSync'))
+BOUNDING_OPS = frozenset(
+    (
+        'TakeDataset',
+        'TakeWhileDataset',
+        'ZipDataset',
+        'DatasetToSingleElement',
+        'DatasetCardinality',
+        'AssertCardinalityDataset',
+        'ExperimentalAssertCardinalityDataset',
+        'AnonymousIterator',
+        'AnonymousIteratorV2',
+        'AnonymousIteratorV3',
+        'Iterator',
+        'IteratorV2',
+        'MakeIterator',
+        'OneShotIterator',
+        'IteratorGetNext',
+        'IteratorGetNextAsOptional',
+        'IteratorGetNextSync',
+    )
+)
 
 
 class EmbeddedFunction:
@@ -149,15 +210,19 @@ class EmbeddedFunction:
         #: When every result is one of the parameters passed through (`selection`): their
         #: positions (a call is then no TF call), else None.
         self.selection = selection(comp.graph, graph_def)
-        self._param_leaves = ([] if self.type_signature.parameter is None
-                              else T.flatten_type(self.type_signature.parameter))
+        self._param_leaves = (
+            []
+            if self.type_signature.parameter is None
+            else T.flatten_type(self.type_signature.parameter)
+        )
         self._result_leaves = T.flatten_type(self.type_signature.result)
         # keys: a shared mask (tuple of bools), or ('fold', k, chunk)
         self._batched: Dict[Tuple[Any, ...], Any] = {}
         self._lock = threading.RLock()  # `xla` is first read under it by the batched forms
         #: Positions of the parameter leaves that are sequences.
-        self.sequence_params = tuple(i for i, t in enumerate(self._param_leaves)
-                                     if isinstance(t, T.SequenceType))
+        self.sequence_params = tuple(
+            i for i, t in enumerate(self._param_leaves) if isinstance(t, T.SequenceType)
+        )
         self._unrolls: Optional[bool] = None  # `unrolls_loops`, computed on first use
         # lowering key -> the lowered function, or None (not lowerable)
         self._lowered: Dict[Tuple[Any, ...], Optional['EmbeddedFunction']] = {}
@@ -170,9 +235,14 @@ class EmbeddedFunction:
             with self._lock:
                 if self._xla is None:
                     if decision.compiled:
-                        self._jit_single = _concrete(tf.function(
-                            self._fn, jit_compile=True, input_signature=self._specs,
-                            autograph=False))
+                        self._jit_single = _concrete(
+                            tf.function(
+                                self._fn,
+                                jit_compile=True,
+                                input_signature=self._specs,
+                                autograph=False,
+                            )
+                        )
                     self._xla = decision
         return self._xla
 
@@ -220,8 +290,9 @@ class EmbeddedFunction:
                 self._lowered[key] = self._lower(specs, sources)
         return self._lowered[key]
 
-    def _lower(self, specs: Dict[int, 'lowering.SourceSpec'],
-               sources: Dict[int, TensorBatches]) -> Optional['EmbeddedFunction']:
+    def _lower(
+        self, specs: Dict[int, 'lowering.SourceSpec'], sources: Dict[int, TensorBatches]
+    ) -> Optional['EmbeddedFunction']:
         graph = self.comp.graph
         gd = tf.compat.v1.GraphDef()
         gd.ParseFromString(graph.graph_def)
@@ -229,12 +300,14 @@ class EmbeddedFunction:
         leaves: List[Any] = [[t] for t in self._param_leaves]
         try:
             for i, spec in sorted(specs.items()):
-                types = tseq.component_types(cast(T.SequenceType, self._param_leaves[i]),
-                                             spec.batch_size is not None, spec.rows)
+                types = tseq.component_types(
+                    cast(T.SequenceType, self._param_leaves[i]),
+                    spec.batch_size is not None,
+                    spec.rows,
+                )
                 if types is None:
                     return None
-                gd, names = lowering.lower_graph(gd, graph.input_names[i], spec,
-                                                 graph.output_names)
+                gd, names = lowering.lower_graph(gd, graph.input_names[i], spec, graph.output_names)
                 input_names[i], leaves[i] = names, types
         except lowering.NotLowerable:
             return None
@@ -242,9 +315,11 @@ class EmbeddedFunction:
         flat_types = [t for group in leaves for t in group]
         comp = bb.CompiledComputation(
             bb.TFGraph(gd.SerializeToString(), flat_names, graph.output_names),
-            T.FunctionType(T.StructType([(None, t) for t in flat_types]),
-                           self.type_signature.result),
-            self.comp.name)
+            T.FunctionType(
+                T.StructType([(None, t) for t in flat_types]), self.type_signature.result
+            ),
+            self.comp.name,
+        )
         return EmbeddedFunction(comp)
 
     def __call__(self, arg: Any = None) -> Any:
@@ -254,8 +329,9 @@ class EmbeddedFunction:
         return pack_result(self.call_flat(leaves), self.type_signature.result)
 
     def call_flat(self, leaves: Sequence[Any]) -> List[Any]:
-        if self.selection is not None and all(isinstance(leaves[j], tf.Tensor)
-                                              for j in self.selection):
+        if self.selection is not None and all(
+            isinstance(leaves[j], tf.Tensor) for j in self.selection
+        ):
             # TF's Identity gives the input tensor's value: the same, without the
             # 0.3-0.5 ms of a function call (a server's `lambda s: s.weights`)
             return [leaves[j] for j in self.selection]
@@ -267,16 +343,19 @@ class EmbeddedFunction:
     def batchable(self) -> bool:
         """True when every parameter and result leaf is a fully-defined tensor, and there are
         at most `MAX_BATCHED_LEAVES` of them."""
-        return (len(self._param_leaves) + len(self._result_leaves) <= MAX_BATCHED_LEAVES
-                and all(isinstance(t, T.TensorType) for t in self._param_leaves)
-                and all(isinstance(t, T.TensorType) and t.is_fully_defined
-                        for t in self._result_leaves))
+        return (
+            len(self._param_leaves) + len(self._result_leaves) <= MAX_BATCHED_LEAVES
+            and all(isinstance(t, T.TensorType) for t in self._param_leaves)
+            and all(isinstance(t, T.TensorType) and t.is_fully_defined for t in self._result_leaves)
+        )
 
-    def call_batched(self, shared_mask: Tuple[bool, ...], shared: List[Any],
-                     stacked: List[Any], n: int) -> List[Any]:
+    def call_batched(
+        self, shared_mask: Tuple[bool, ...], shared: List[Any], stacked: List[Any], n: int
+    ) -> List[Any]:
         """Runs `n` clients in one TF call; returns stacked result leaves."""
         fn, first_call = self._block_fn(
-            shared_mask, lambda: _FlatCall(_concrete(self._make_batched(shared_mask))))
+            shared_mask, lambda: _FlatCall(_concrete(self._make_batched(shared_mask)))
+        )
         out = list(fn(tuple(shared), tuple(stacked)))
         if first_call and self.xla.compiled:
             trim_heap()  # after XLA compiled the block (its first call)
@@ -299,12 +378,24 @@ class EmbeddedFunction:
         """The input signatures of a block call: the shared leaves (one value for every
         client, `mask` True) and the stacked ones (a leading client dimension)."""
         specs = [tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in self._param_leaves]
-        return (tuple(sp for sp, m in zip(specs, mask) if m),
-                tuple(tf.TensorSpec([None] + list(sp.shape), sp.dtype)
-                      for sp, m in zip(specs, mask) if not m))
+        return (
+            tuple(sp for sp, m in zip(specs, mask) if m),
+            tuple(
+                tf.TensorSpec([None] + list(sp.shape), sp.dtype)
+                for sp, m in zip(specs, mask)
+                if not m
+            ),
+        )
 
-    def call_summed(self, shared_mask: Tuple[bool, ...], shared: List[Any], stacked: List[Any],
-                    first: List[bool], seg: List[int], nseg: int) -> List[Any]:
+    def call_summed(
+        self,
+        shared_mask: Tuple[bool, ...],
+        shared: List[Any],
+        stacked: List[Any],
+        first: List[bool],
+        seg: List[int],
+        nseg: int,
+    ) -> List[Any]:
         """Runs the `len(first)` clients of a block in ONE compiled call and sums their results
         by segment: client k's result starts segment ``seg[k]`` when ``first[k]``, else is
         added to it. Returns the `nseg` sums of each result leaf (leaves [nseg, ...]), then a
@@ -312,9 +403,17 @@ class EmbeddedFunction:
         (2**-960 for float64), where these sums could differ from numpy's (see
         `stream_eval.summed_map`)."""
         fn, first_call = self._block_fn(
-            ('summed', shared_mask), lambda: _FlatCall(_concrete(self._make_summed(shared_mask))))
-        out = list(fn(tuple(shared), tuple(stacked), tf.constant(first, tf.bool),
-                      tf.constant(seg, tf.int32), tf.constant(nseg, tf.int32)))
+            ('summed', shared_mask), lambda: _FlatCall(_concrete(self._make_summed(shared_mask)))
+        )
+        out = list(
+            fn(
+                tuple(shared),
+                tuple(stacked),
+                tf.constant(first, tf.bool),
+                tf.constant(seg, tf.int32),
+                tf.constant(nseg, tf.int32),
+            )
+        )
         if first_call:
             trim_heap()  # after XLA compiled the block (its first call)
         return out
@@ -324,9 +423,17 @@ class EmbeddedFunction:
         res = [(list(t.shape), tf_dtype(t.dtype)) for t in self._result_leaves]
         shared_sig, stacked_sig = self._block_sigs(mask)
 
-        @tf.function(autograph=False, jit_compile=True,
-                     input_signature=(shared_sig, stacked_sig, tf.TensorSpec([None], tf.bool),
-                                      tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32)))
+        @tf.function(
+            autograph=False,
+            jit_compile=True,
+            input_signature=(
+                shared_sig,
+                stacked_sig,
+                tf.TensorSpec([None], tf.bool),
+                tf.TensorSpec([None], tf.int32),
+                tf.TensorSpec([], tf.int32),
+            ),
+        )
         def summed(shared, stacked, first, seg, nseg):
             n = tf.shape(first)[0]
 
@@ -353,24 +460,30 @@ class EmbeddedFunction:
                 for k, f in zip(checked, flags):
                     p = prev[k]
                     a = tf.abs(p)
-                    bad = tf.logical_or(tf.logical_and(a < _TINY[p.dtype], a > 0),
-                                        tf.math.is_nan(p))
+                    bad = tf.logical_or(
+                        tf.logical_and(a < _TINY[p.dtype], a > 0), tf.math.is_nan(p)
+                    )
                     marks.append(tf.maximum(f, tf.cast(bad, p.dtype)))
                 return tuple(new), tuple(marks)
 
             def body(i, outs, prev, flags):
                 outs, flags = fold(tf.maximum(i - 1, 0), outs, prev, flags)
                 return i + 1, outs, client(i), flags
+
             outs = tuple(tf.zeros([nseg] + shape, dt) for shape, dt in res)
             zeros = tuple(tf.zeros(shape, dt) for shape, dt in res)
             checked = [k for k, (_, dt) in enumerate(res) if dt in _TINY]
             flags = tuple(tf.zeros(res[k][0], res[k][1]) for k in checked)
             _, outs, prev, flags = tf.while_loop(
-                lambda i, *a: i < n, body, (tf.constant(0), outs, zeros, flags),
-                parallel_iterations=1)
+                lambda i, *a: i < n,
+                body,
+                (tf.constant(0), outs, zeros, flags),
+                parallel_iterations=1,
+            )
             outs, flags = fold(n - 1, outs, prev, flags)
             flagged = [tf.reduce_max(tf.cast(f, tf.float32)) for f in flags]
             return outs + (tf.reduce_max(tf.stack(flagged)) if flagged else tf.constant(0.0),)
+
         return summed
 
     def fold_rows(self, zero: List[Any], rows: List[Any], chunk: Optional[int]) -> List[Any]:
@@ -381,8 +494,9 @@ class EmbeddedFunction:
         the c chunks at once (vectorized, so only for exactly-rounded
         elementwise functions) and the result has a leading c dimension.
         """
-        fn, _ = self._block_fn(('fold', chunk),
-                               lambda: _FlatCall(_concrete(self._make_fold(chunk, len(zero)))))
+        fn, _ = self._block_fn(
+            ('fold', chunk), lambda: _FlatCall(_concrete(self._make_fold(chunk, len(zero))))
+        )
         return list(fn(tuple(zero), tuple(rows)))
 
     def _make_fold(self, chunk: Optional[int], nzero: int) -> Any:
@@ -395,8 +509,9 @@ class EmbeddedFunction:
 
         leaves = self._param_leaves
         zero_sig = tuple(tf.TensorSpec(t.shape, tf_dtype(t.dtype)) for t in leaves[:nzero])
-        row_sig = tuple(tf.TensorSpec([None] + list(t.shape), tf_dtype(t.dtype))
-                        for t in leaves[nzero:])
+        row_sig = tuple(
+            tf.TensorSpec([None] + list(t.shape), tf_dtype(t.dtype)) for t in leaves[nzero:]
+        )
 
         # Each fold step is one iteration of a tf.while_loop whose body is ONE
         # call of the function: the graph optimizer sees the body alone (as in
@@ -409,21 +524,31 @@ class EmbeddedFunction:
 
                 def body(i, acc):
                     return i + 1, tuple(call(list(acc) + [r[i] for r in rows]))
-                _, acc = tf.while_loop(lambda i, acc: i < n, body, (tf.constant(0), tuple(zero)),
-                                       parallel_iterations=1)
+
+                _, acc = tf.while_loop(
+                    lambda i, acc: i < n, body, (tf.constant(0), tuple(zero)), parallel_iterations=1
+                )
                 return tuple(acc)
             seg = [tf.reshape(r, tf.concat([[-1, chunk], tf.shape(r)[1:]], 0)) for r in rows]
-            acc = tf.vectorized_map(lambda x: tuple(call(list(zero) + list(x))),
-                                    tuple(s[:, 0] for s in seg), fallback_to_while_loop=False)
+            acc = tf.vectorized_map(
+                lambda x: tuple(call(list(zero) + list(x))),
+                tuple(s[:, 0] for s in seg),
+                fallback_to_while_loop=False,
+            )
 
             def vbody(i, acc):
-                step = tf.vectorized_map(lambda ax: tuple(call(list(ax[0]) + list(ax[1]))),
-                                         (tuple(acc), tuple(s[:, i] for s in seg)),
-                                         fallback_to_while_loop=False)
+                step = tf.vectorized_map(
+                    lambda ax: tuple(call(list(ax[0]) + list(ax[1]))),
+                    (tuple(acc), tuple(s[:, i] for s in seg)),
+                    fallback_to_while_loop=False,
+                )
                 return i + 1, tuple(step)
-            _, acc = tf.while_loop(lambda i, acc: i < chunk, vbody, (tf.constant(1), tuple(acc)),
-                                   parallel_iterations=1)
+
+            _, acc = tf.while_loop(
+                lambda i, acc: i < chunk, vbody, (tf.constant(1), tuple(acc)), parallel_iterations=1
+            )
             return tuple(acc)
+
         return fold
 
     def _make_batched(self, mask: Tuple[bool, ...]):
@@ -438,14 +563,18 @@ class EmbeddedFunction:
         # per-client results are the bits of one compiled call per client (`call_flat`),
         # whatever the block's size (tests/conformance/test_xla_bits.py; XLA's loop-invariant
         # code motion is off for that: `determinism.XLA_DISABLED_PASSES`).
-        @tf.function(autograph=False, input_signature=(shared_sig, stacked_sig),
-                     jit_compile=compiled or (exact and self.xla_exact))
+        @tf.function(
+            autograph=False,
+            input_signature=(shared_sig, stacked_sig),
+            jit_compile=compiled or (exact and self.xla_exact),
+        )
         def batched(shared, stacked):
             def body(xs):
                 it_s, it_x = iter(shared), iter(xs)
                 leaves = [next(it_s) if m else next(it_x) for m in mask]
                 out = inner(*leaves)
                 return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
             if not stacked:
                 raise SimharnessValueError('a batched call needs at least one per-client input')
             if exact:
@@ -458,7 +587,7 @@ class EmbeddedFunction:
 #: Below these magnitudes a summed result's value could make a subnormal sum (see
 #: `EmbeddedFunction.call_summed`): every nonzero value at or above them is a multiple of
 #: the smallest normal number, and so is any sum of such values.
-_TINY = {tf.float32: 2.0 ** -100, tf.float64: 2.0 ** -960}
+_TINY = {tf.float32: 2.0**-100, tf.float64: 2.0**-960}
 
 
 _LIBC: Any = None
@@ -477,6 +606,7 @@ def trim_heap() -> None:
     if _LIBC is None:
         import ctypes
         import ctypes.util
+
         try:
             lib = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
             _LIBC = lib if hasattr(lib, 'malloc_trim') else False
@@ -524,8 +654,7 @@ class _FlatCall:
             if not isinstance(x, tf.Tensor) or x.dtype != dtype:
                 return False
             got = x.shape
-            if len(got) != len(want) or any(w is not None and w != g
-                                             for w, g in zip(want, got)):
+            if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got)):
                 return False
         return True
 
@@ -543,12 +672,14 @@ class _FlatCall:
 
 def flatten_arg(value: Any) -> List[Any]:
     leaves = [as_dataset(l) for l in flatten(value)]
-    return [tf.data.experimental.to_variant(l) if isinstance(l, tf.data.Dataset) else l
-            for l in leaves]
+    return [
+        tf.data.experimental.to_variant(l) if isinstance(l, tf.data.Dataset) else l for l in leaves
+    ]
 
 
-def lowered_leaves(fn: 'EmbeddedFunction',
-                    leaves: List[Any]) -> Optional[Tuple['EmbeddedFunction', List[Any]]]:
+def lowered_leaves(
+    fn: 'EmbeddedFunction', leaves: List[Any]
+) -> Optional[Tuple['EmbeddedFunction', List[Any]]]:
     """`fn` lowered for the in-memory sequences among `leaves`, and the leaves it takes."""
     sources = {i: leaves[i] for i in fn.sequence_params if isinstance(leaves[i], TensorBatches)}
     if not sources:

@@ -88,9 +88,15 @@ class SourceSpec:
 
     __slots__ = ('dtypes', 'batch_size', 'drop_remainder', 'num_elements', 'passes', 'rows')
 
-    def __init__(self, dtypes: Sequence[tf.DType], batch_size: Optional[int],
-                 drop_remainder: bool, num_elements: Optional[int] = None, passes: int = 1,
-                 rows: Optional[int] = None):
+    def __init__(
+        self,
+        dtypes: Sequence[tf.DType],
+        batch_size: Optional[int],
+        drop_remainder: bool,
+        num_elements: Optional[int] = None,
+        passes: int = 1,
+        rows: Optional[int] = None,
+    ):
         self.dtypes = [tf.as_dtype(d) for d in dtypes]
         self.batch_size = None if batch_size is None else int(batch_size)
         self.drop_remainder = bool(drop_remainder)
@@ -99,30 +105,43 @@ class SourceSpec:
         self.rows = None if rows is None else int(rows)
 
     def key(self) -> Tuple:
-        return (tuple(d.name for d in self.dtypes), self.batch_size, self.drop_remainder,
-                self.num_elements, self.passes, self.rows)
+        return (
+            tuple(d.name for d in self.dtypes),
+            self.batch_size,
+            self.drop_remainder,
+            self.num_elements,
+            self.passes,
+            self.rows,
+        )
 
 
 class _Stage:
     """One dataset transformation between the source and the reduce."""
 
-    def __init__(self, kind: str, fn: str, nstate: int, arg_types: List[int],
-                 out_types: List[int], refs: List[str], controls: Sequence[str] = ()):
+    def __init__(
+        self,
+        kind: str,
+        fn: str,
+        nstate: int,
+        arg_types: List[int],
+        out_types: List[int],
+        refs: List[str],
+        controls: Sequence[str] = (),
+    ):
         self.controls = list(controls)  # control inputs of the removed node
-        self.kind = kind          # 'map' | 'scan' | 'filter' | 'take_while' | 'take' | 'skip'
+        self.kind = kind  # 'map' | 'scan' | 'filter' | 'take_while' | 'take' | 'skip'
         self.fn = fn
-        self.nstate = nstate      # scan: number of state tensors (first refs)
+        self.nstate = nstate  # scan: number of state tensors (first refs)
         self.arg_types = arg_types  # DataType enums of `refs`
         self.out_types = out_types  # element DataTypes after the stage
-        self.refs = refs          # the inputs it takes in the scope (states, captures)
+        self.refs = refs  # the inputs it takes in the scope (states, captures)
 
 
 # ------------------------------------------------------------------ scopes
 class _Scope:
     """The nodes of the top-level graph or of one function body, with ref helpers."""
 
-    def __init__(self, nodes: Any, is_function: bool, outputs: Sequence[str],
-                 ret: Any = None):
+    def __init__(self, nodes: Any, is_function: bool, outputs: Sequence[str], ret: Any = None):
         self.nodes = nodes  # a repeated NodeDef field
         self.ret = ret  # a function's result map (name -> ref), or None
         self.is_function = is_function
@@ -160,13 +179,20 @@ class _Scope:
 class _Rewriter:
     def __init__(self, library: function_pb2.FunctionDefLibrary, source: SourceSpec):
         self.functions: Dict[str, function_pb2.FunctionDef] = {
-            f.signature.name: f for f in library.function}
+            f.signature.name: f for f in library.function
+        }
         self.source = source
         self.new_functions: Dict[str, function_pb2.FunctionDef] = {}
 
     # -------------------------------------------------------------- walk
-    def lower_ref(self, scope: _Scope, ref: str, comps: List[str], stages: List[_Stage],
-                  controls: Sequence[str] = ()) -> None:
+    def lower_ref(
+        self,
+        scope: _Scope,
+        ref: str,
+        comps: List[str],
+        stages: List[_Stage],
+        controls: Sequence[str] = (),
+    ) -> None:
         """Lowers every use of the dataset `ref` of `scope`.
 
         `stages`: the transformations applied since the components;
@@ -182,10 +208,12 @@ class _Rewriter:
             own = [i for i in node.input if i.startswith('^')]
             if op in _IDENTITY_OPS:
                 scope.deleted.add(node.name)
-                self.lower_ref(scope, scope.out_ref(node, 'output', 0), comps, stages,
-                               list(controls) + own)
-            elif idx == 0 and (op in _MAP_OPS or op in _PREDICATE_OPS or op in _COUNT_OPS
-                               or op == 'ScanDataset'):
+                self.lower_ref(
+                    scope, scope.out_ref(node, 'output', 0), comps, stages, list(controls) + own
+                )
+            elif idx == 0 and (
+                op in _MAP_OPS or op in _PREDICATE_OPS or op in _COUNT_OPS or op == 'ScanDataset'
+            ):
                 scope.deleted.add(node.name)
                 stage = self._stage(node)
                 stage.controls.extend(controls)
@@ -204,20 +232,28 @@ class _Rewriter:
 
     def _stage(self, node) -> _Stage:
         inputs = self._data_inputs(node)[1:]
-        inputs = inputs[:len(inputs) - _TRAILING_NON_ARGS.get(node.op, 0)]
+        inputs = inputs[: len(inputs) - _TRAILING_NON_ARGS.get(node.op, 0)]
         # Automatic control dependencies put the ordering (after variable
         # assignments, say) on the first dataset op: the loop inherits it.
         controls = [i for i in node.input if i.startswith('^')]
         attr = node.attr
         out_types = list(attr['output_types'].list.type)
         if node.op in _COUNT_OPS:  # input: the count (int64)
-            return _Stage(_COUNT_OPS[node.op], '', 0, [types_pb2.DT_INT64], out_types,
-                          inputs[:1], controls)
+            return _Stage(
+                _COUNT_OPS[node.op], '', 0, [types_pb2.DT_INT64], out_types, inputs[:1], controls
+            )
         targs = list(attr['Targuments'].list.type)
         if node.op == 'ScanDataset':
             tstate = list(attr['Tstate'].list.type)
-            return _Stage('scan', attr['f'].func.name, len(tstate), tstate + targs, out_types,
-                          inputs, controls)
+            return _Stage(
+                'scan',
+                attr['f'].func.name,
+                len(tstate),
+                tstate + targs,
+                out_types,
+                inputs,
+                controls,
+            )
         if node.op in _PREDICATE_OPS:
             kind = 'filter' if node.op == 'FilterDataset' else 'take_while'
             return _Stage(kind, attr['predicate'].func.name, 0, targs, out_types, inputs, controls)
@@ -234,10 +270,16 @@ class _Rewriter:
         targs = list(attr['Targuments'].list.type)
         out_types = list(attr['output_types'].list.type)
         out_shapes = [tf.TensorShape(s) for s in attr['output_shapes'].list.shape]
-        loop_name = self._make_loop(stages, attr['f'].func.name, tstate, targs, out_types, out_shapes)
+        loop_name = self._make_loop(
+            stages, attr['f'].func.name, tstate, targs, out_types, out_shapes
+        )
         args = list(comps) + [r for st in stages for r in st.refs] + inputs
-        tin = ([d.as_datatype_enum for d in self.source.dtypes]
-               + [t for st in stages for t in st.arg_types] + tstate + targs)
+        tin = (
+            [d.as_datatype_enum for d in self.source.dtypes]
+            + [t for st in stages for t in st.arg_types]
+            + tstate
+            + targs
+        )
         if len(args) != len(tin):
             raise NotLowerable(f'unexpected inputs of {node.name}')
         old_name = node.name
@@ -255,16 +297,22 @@ class _Rewriter:
             for other in scope.nodes:
                 for i, inp in enumerate(other.input):
                     if inp.startswith(prefix):
-                        other.input[i] = old_name + ':output:' + inp[len(prefix):]
+                        other.input[i] = old_name + ':output:' + inp[len(prefix) :]
             ret = scope.ret
             if ret is not None:
                 for k, v in list(ret.items()):
                     if v.startswith(prefix):
-                        ret[k] = old_name + ':output:' + v[len(prefix):]
+                        ret[k] = old_name + ':output:' + v[len(prefix) :]
 
-    def _make_loop(self, stages: List[_Stage], reduce_fn: str, tstate: List[int],
-                   targs: List[int], out_types: List[int],
-                   out_shapes: List[tf.TensorShape]) -> str:
+    def _make_loop(
+        self,
+        stages: List[_Stage],
+        reduce_fn: str,
+        tstate: List[int],
+        targs: List[int],
+        out_types: List[int],
+        out_shapes: List[tf.TensorShape],
+    ) -> str:
         src = self.source
         m = len(src.dtypes)
         b, drop, passes = src.batch_size, src.drop_remainder, src.passes
@@ -272,14 +320,19 @@ class _Rewriter:
         # A known number of elements unrolls the loop when no stage can stop
         # or drop an element (map and scan only).
         unrolled = src.num_elements if all(st.kind in ('map', 'scan') for st in stages) else None
-        sig = ([tf.TensorSpec(None, d) for d in src.dtypes]
-               + [tf.TensorSpec(None, tf.as_dtype(t)) for st in stages for t in st.arg_types]
-               + [tf.TensorSpec(None, tf.as_dtype(t)) for t in tstate + targs])
+        sig = (
+            [tf.TensorSpec(None, d) for d in src.dtypes]
+            + [tf.TensorSpec(None, tf.as_dtype(t)) for st in stages for t in st.arg_types]
+            + [tf.TensorSpec(None, tf.as_dtype(t)) for t in tstate + targs]
+        )
         nstate = len(tstate)
 
         def call(fn: str, args: List[tf.Tensor], types: List[int]) -> List[tf.Tensor]:
-            return list(tf.raw_ops.StatefulPartitionedCall(
-                args=args, Tout=[tf.as_dtype(t) for t in types], f=fn))
+            return list(
+                tf.raw_ops.StatefulPartitionedCall(
+                    args=args, Tout=[tf.as_dtype(t) for t in types], f=fn
+                )
+            )
 
         @tf.function(autograph=False, input_signature=sig)
         def loop(*flat):
@@ -287,10 +340,10 @@ class _Rewriter:
             pos = m
             stage_refs = []
             for size in stage_sizes:
-                stage_refs.append(list(flat[pos:pos + size]))
+                stage_refs.append(list(flat[pos : pos + size]))
                 pos += size
-            state0 = list(flat[pos:pos + nstate])
-            captured = list(flat[pos + nstate:])
+            state0 = list(flat[pos : pos + nstate])
+            captured = list(flat[pos + nstate :])
             rows = tf.shape(comps[0], out_type=tf.int64)[0]
             per_pass = rows // passes if passes > 1 else rows
             if b is None:
@@ -307,7 +360,7 @@ class _Rewriter:
             carried0: List[tf.Tensor] = []
             for st, refs in zip(stages, stage_refs):
                 if st.kind == 'scan':
-                    carried0.extend(refs[:st.nstate])
+                    carried0.extend(refs[: st.nstate])
                 elif st.kind in ('take', 'skip'):
                     carried0.append(tf.constant(0, tf.int64))
 
@@ -326,8 +379,9 @@ class _Rewriter:
             def carried_size(st: _Stage) -> int:
                 return st.nstate if st.kind == 'scan' else 1 if st.kind in ('take', 'skip') else 0
 
-            def run(k: int, elem: List[tf.Tensor], carried: List[tf.Tensor],
-                    state: List[tf.Tensor]):
+            def run(
+                k: int, elem: List[tf.Tensor], carried: List[tf.Tensor], state: List[tf.Tensor]
+            ):
                 """Stages k.. and the reduce on one element: (carried, state, stop).
 
                 A stage that drops the element (filter, take_while, take,
@@ -342,41 +396,60 @@ class _Rewriter:
                 st, refs = stages[k], stage_refs[k]
                 n = carried_size(st)
                 mine, rest = carried[:n], carried[n:]
-                unchanged = lambda: (list(carried), [tf.identity(x) for x in state],  # noqa: E731
-                                     tf.constant(False))
+                unchanged = lambda: (
+                    list(carried),
+                    [tf.identity(x) for x in state],  # noqa: E731
+                    tf.constant(False),
+                )
                 if st.kind == 'map':
                     return run(k + 1, call(st.fn, elem + refs, st.out_types), carried, state)
                 if st.kind == 'scan':
-                    out = call(st.fn, mine + elem + refs[st.nstate:],
-                               st.arg_types[:st.nstate] + st.out_types)
-                    c2, s2, stop = run(k + 1, out[st.nstate:], rest, state)
-                    return out[:st.nstate] + c2, s2, stop
+                    out = call(
+                        st.fn,
+                        mine + elem + refs[st.nstate :],
+                        st.arg_types[: st.nstate] + st.out_types,
+                    )
+                    c2, s2, stop = run(k + 1, out[st.nstate :], rest, state)
+                    return out[: st.nstate] + c2, s2, stop
                 if st.kind in ('filter', 'take_while'):
                     pred = tf.reshape(call(st.fn, elem + refs, [types_pb2.DT_BOOL])[0], [])
                     if st.kind == 'filter':
                         otherwise = unchanged
                     else:
+
                         def otherwise():
                             c, s_, _ = unchanged()
                             return c, s_, tf.constant(True)
-                    return _cond(pred, lambda: _prefixed(mine, run(k + 1, elem, rest, state)),
-                                 otherwise)
+
+                    return _cond(
+                        pred, lambda: _prefixed(mine, run(k + 1, elem, rest, state)), otherwise
+                    )
                 seen = mine[0]
                 limit = tf.cast(refs[0], tf.int64)
                 if st.kind == 'take':
+
                     def passes():
                         return _prefixed([seen + 1], run(k + 1, elem, rest, state))
 
                     def ends():
                         c, s_, _ = unchanged()
                         return c, s_, tf.constant(True)
+
                     return _cond(tf.logical_or(limit < 0, seen < limit), passes, ends)
+
                 # skip: the first `limit` elements are dropped (all when limit < 0)
                 def dropped():
-                    return [seen + 1] + list(rest), [tf.identity(x) for x in state], \
-                        tf.constant(False)
-                return _cond(tf.logical_or(limit < 0, seen < limit), dropped,
-                             lambda: _prefixed([seen], run(k + 1, elem, rest, state)))
+                    return (
+                        [seen + 1] + list(rest),
+                        [tf.identity(x) for x in state],
+                        tf.constant(False),
+                    )
+
+                return _cond(
+                    tf.logical_or(limit < 0, seen < limit),
+                    dropped,
+                    lambda: _prefixed([seen], run(k + 1, elem, rest, state)),
+                )
 
             def body(i, go, carried, state):
                 c2, s2, stop = run(0, element(i), list(carried), list(state))
@@ -390,11 +463,19 @@ class _Rewriter:
                     carried, state, _ = run(0, element(tf.constant(j, tf.int64)), carried, state)
                 return list(state)
             init = (tf.constant(0, tf.int64), tf.constant(True), tuple(carried0), tuple(state0))
-            invariants = (tf.TensorShape([]), tf.TensorShape([]),
-                          tuple(tf.TensorShape(None) for _ in carried0), tuple(out_shapes))
+            invariants = (
+                tf.TensorShape([]),
+                tf.TensorShape([]),
+                tuple(tf.TensorShape(None) for _ in carried0),
+                tuple(out_shapes),
+            )
             _, _, _, final = tf.while_loop(
-                lambda i, go, carried, state: tf.logical_and(i < count, go), body, init,
-                shape_invariants=invariants, parallel_iterations=1)
+                lambda i, go, carried, state: tf.logical_and(i < count, go),
+                body,
+                init,
+                shape_invariants=invariants,
+                parallel_iterations=1,
+            )
             return list(final)
 
         concrete = loop.get_concrete_function()
@@ -465,7 +546,7 @@ class _Rewriter:
             else:
                 node.input.append(inp)
         tin = list(node.attr['Tin'].list.type)
-        tin[arg_pos:arg_pos + 1] = [d.as_datatype_enum for d in self.source.dtypes]
+        tin[arg_pos : arg_pos + 1] = [d.as_datatype_enum for d in self.source.dtypes]
         del node.attr['Tin'].list.type[:]
         node.attr['Tin'].list.type.extend(tin)
         node.attr['f'].func.name = new_name
@@ -478,11 +559,14 @@ def _prefixed(head: List[tf.Tensor], result):
 
 def _cond(pred, true_fn, false_fn):
     """`tf.cond` over two branches that give (carried list, state list, stop)."""
+
     def wrap(fn):
         def branch():
             carried, state, stop = fn()
             return tuple(carried), tuple(state), stop
+
         return branch
+
     carried, state, stop = tf.cond(pred, wrap(true_fn), wrap(false_fn))
     return list(carried), list(state), stop
 
@@ -501,8 +585,9 @@ def _drop_deleted(scope: _Scope) -> None:
     scope.nodes.extend(keep)
 
 
-def lower_graph(graph_def: graph_pb2.GraphDef, placeholder: str, source: SourceSpec,
-                output_names: Sequence[str]) -> Tuple[graph_pb2.GraphDef, List[str]]:
+def lower_graph(
+    graph_def: graph_pb2.GraphDef, placeholder: str, source: SourceSpec, output_names: Sequence[str]
+) -> Tuple[graph_pb2.GraphDef, List[str]]:
     """Rewrites `graph_def` so that the dataset fed at `placeholder` comes as components.
 
     Returns the new graph and the names (``name:0``) of the component
@@ -582,4 +667,3 @@ def _prune_library(gd: graph_pb2.GraphDef) -> None:
     gd.library.function.extend(keep)
     del gd.library.gradient[:]
     gd.library.gradient.extend(gradients)
-

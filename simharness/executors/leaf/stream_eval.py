@@ -20,8 +20,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 import numpy as np
 
 from simharness.core import types as T
-from simharness.core.reduction import (CHUNK, EXTREMUM_FOLDS, Partial, Reducer, add_trees,
-                                       add_trees_mod)
+from simharness.core.reduction import (
+    CHUNK,
+    EXTREMUM_FOLDS,
+    Partial,
+    Reducer,
+    add_trees,
+    add_trees_mod,
+)
 from simharness.core.struct import Struct
 from simharness.core.structure import flatten
 from simharness.errors import SimharnessValueError
@@ -29,17 +35,29 @@ from simharness.executors.base import BatchExecutor
 from simharness.executors.leaf.client_blocks import EagerValue, rows_to_values, runs
 from simharness.executors.leaf.embedded_function import pack_result
 from simharness.executors.leaf.tf_values import as_tensors, ingest, numpy_tree, revive_datasets
-from simharness.runtime.stream_plan import (PlanClients, PlanLoad, PlanMap, PlanNode,
-                                            PlanReduction, PlanSame, PlanSelect, PlanShared,
-                                            PlanStacked, PlanValues, PlanZip)
+from simharness.runtime.stream_plan import (
+    PlanClients,
+    PlanLoad,
+    PlanMap,
+    PlanNode,
+    PlanReduction,
+    PlanSame,
+    PlanSelect,
+    PlanShared,
+    PlanStacked,
+    PlanValues,
+    PlanZip,
+)
+
 
 class _Slice:
     """The clients ``lo .. hi-1`` of the block: node values computed for them (memoized)."""
 
     __slots__ = ('ex', 'nodes', 'lo', 'hi', 'memo', 'kept')
 
-    def __init__(self, ex: BatchExecutor, nodes: Sequence[PlanNode], lo: int, hi: int,
-                 kept: Dict[int, Any]):
+    def __init__(
+        self, ex: BatchExecutor, nodes: Sequence[PlanNode], lo: int, hi: int, kept: Dict[int, Any]
+    ):
         self.ex, self.nodes, self.lo, self.hi = ex, nodes, lo, hi
         self.memo: Dict[int, List[Any]] = {}
         self.kept = kept  # by node id: values made once for every slice (`_shared`)
@@ -51,16 +69,18 @@ class _Slice:
         node = self.nodes[i]
         evaluate = _EVALUATORS.get(type(node))
         if evaluate is None:
-            raise SimharnessValueError(f'unknown streaming plan node {type(node).__name__} '
-                                       f'(node {i}); expected one of '
-                                       f'{sorted(k.__name__ for k in _EVALUATORS)}')
+            raise SimharnessValueError(
+                f'unknown streaming plan node {type(node).__name__} '
+                f'(node {i}); expected one of '
+                f'{sorted(k.__name__ for k in _EVALUATORS)}'
+            )
         out: List[Any] = await evaluate(self, node)
         self.memo[i] = out
         return out
 
 
 async def _values(s: _Slice, node: PlanValues) -> List[Any]:
-    return list(node.values[s.lo:s.hi])
+    return list(node.values[s.lo : s.hi])
 
 
 async def _same(s: _Slice, node: PlanSame) -> List[Any]:
@@ -75,8 +95,7 @@ async def _shared(s: _Slice, node: PlanShared) -> List[Any]:
 
 
 async def _stacked(s: _Slice, node: PlanStacked) -> List[Any]:  # this slice's rows
-    return list(await s.ex.create_values_stacked([x[s.lo:s.hi] for x in node.leaves],
-                                                 node.type))
+    return list(await s.ex.create_values_stacked([x[s.lo : s.hi] for x in node.leaves], node.type))
 
 
 async def _load(s: _Slice, node: PlanLoad) -> List[Any]:
@@ -84,7 +103,7 @@ async def _load(s: _Slice, node: PlanLoad) -> List[Any]:
 
 
 async def _clients(s: _Slice, node: PlanClients) -> List[Any]:  # load this slice only
-    return list(await s.ex.create_values(node.clients[s.lo:s.hi], node.type))
+    return list(await s.ex.create_values(node.clients[s.lo : s.hi], node.type))
 
 
 async def _map(s: _Slice, node: PlanMap) -> List[Any]:
@@ -108,26 +127,42 @@ async def _zip(s: _Slice, node: PlanZip) -> List[Any]:
 
 #: How a slice's values of each node kind are computed: (slice, node) -> client values.
 _EVALUATORS: Dict[type, Any] = {
-    PlanValues: _values, PlanSame: _same, PlanShared: _shared, PlanStacked: _stacked,
-    PlanLoad: _load, PlanClients: _clients, PlanMap: _map, PlanSelect: _select, PlanZip: _zip,
+    PlanValues: _values,
+    PlanSame: _same,
+    PlanShared: _shared,
+    PlanStacked: _stacked,
+    PlanLoad: _load,
+    PlanClients: _clients,
+    PlanMap: _map,
+    PlanSelect: _select,
+    PlanZip: _zip,
 }
 
 
-async def stream_reductions(ex: BatchExecutor, nodes: Sequence[PlanNode],
-                            reductions: Sequence[PlanReduction], start: int, count: int,
-                            total: int, step: int,
-                            merge_for: Callable[[str, Dict[str, Any]], Any]) -> List[Partial]:
+async def stream_reductions(
+    ex: BatchExecutor,
+    nodes: Sequence[PlanNode],
+    reductions: Sequence[PlanReduction],
+    start: int,
+    count: int,
+    total: int,
+    step: int,
+    merge_for: Callable[[str, Dict[str, Any]], Any],
+) -> List[Partial]:
     """The partials of `reductions` over the plan `nodes`, in slices of `step` clients.
 
     `merge_for(kind, params)` merges two tree nodes of a partial (`node_merge`).
     """
     for r in reductions:
         if not isinstance(r, PlanReduction):
-            raise SimharnessValueError(f'a stream plan reduction is a PlanReduction, got '
-                                       f'{type(r).__name__}')
+            raise SimharnessValueError(
+                f'a stream plan reduction is a PlanReduction, got {type(r).__name__}'
+            )
     parts: List[Optional[Partial]] = [None] * len(reductions)
-    joiners = [Reducer(lambda v: v, merge_for(r.kind, r.params), merge_for(r.kind, r.params),
-                       total) for r in reductions]
+    joiners = [
+        Reducer(lambda v: v, merge_for(r.kind, r.params), merge_for(r.kind, r.params), total)
+        for r in reductions
+    ]
     uses = [0] * len(nodes)  # readers of each node (nodes and reductions)
     for nd in nodes:
         for j in nd.sources():
@@ -143,12 +178,17 @@ async def stream_reductions(ex: BatchExecutor, nodes: Sequence[PlanNode],
         for k, r in enumerate(reductions):
             p = None
             node = nodes[r.srcs[0]]
-            if (len(r.srcs) == 1 and isinstance(node, PlanMap) and uses[r.srcs[0]] == 1
-                    and r.srcs[0] not in piece.memo):
+            if (
+                len(r.srcs) == 1
+                and isinstance(node, PlanMap)
+                and uses[r.srcs[0]] == 1
+                and r.srcs[0] not in piece.memo
+            ):
                 # A sum of a map nothing else reads: summed in the map's own call if it can be
                 try:
-                    p = summed_map(ex, r.kind, node.fn, await piece.values(node.src),
-                                   start + lo, total)
+                    p = summed_map(
+                        ex, r.kind, node.fn, await piece.values(node.src), start + lo, total
+                    )
                 except Exception as e:  # pylint: disable=broad-exception-caught
                     if not type(e).__module__.startswith('tensorflow.'):
                         raise
@@ -171,8 +211,9 @@ async def stream_reductions(ex: BatchExecutor, nodes: Sequence[PlanNode],
 _SUMMED_DTYPES = frozenset(np.dtype(d) for d in ('float32', 'float64', 'int32', 'int64'))
 
 
-def summed_map(ex: Any, kind: str, fn: Any, args: Sequence[Any], start: int,
-               total: int) -> Optional[Partial]:
+def summed_map(
+    ex: Any, kind: str, fn: Any, args: Sequence[Any], start: int, total: int
+) -> Optional[Partial]:
     """The partial of a sum (or mean) of `fn`'s results on `args` (the clients from
     `start`) on the leaf executor `ex`, the clients' results folded inside the compiled
     call that makes them.
@@ -194,17 +235,24 @@ def summed_map(ex: Any, kind: str, fn: Any, args: Sequence[Any], start: int,
     pt = f.type_signature.parameter
     rt = f.type_signature.result
     leaf_types = T.flatten_type(rt)
-    if (kind not in ('sum', 'mean') or len(args) < 2 or pt is None or not leaf_types
-            or (ex.max_batch is not None and len(args) > ex.max_batch)
-            or not all(isinstance(t, T.TensorType) and np.dtype(t.dtype) in _SUMMED_DTYPES
-                       for t in leaf_types)):
+    if (
+        kind not in ('sum', 'mean')
+        or len(args) < 2
+        or pt is None
+        or not leaf_types
+        or (ex.max_batch is not None and len(args) > ex.max_batch)
+        or not all(
+            isinstance(t, T.TensorType) and np.dtype(t.dtype) in _SUMMED_DTYPES for t in leaf_types
+        )
+    ):
         return None
     if not f.xla.compiled or not f.batchable() or f.sequence_params:
         return None  # the graph runtime, or sequences (their lowered loops run as before)
     rs = runs(args)
     if len(rs) == 1 and rs[0][2] is not None and pt.is_assignable_from(rs[0][2].type):
         leaves: Optional[List[Tuple[str, Any]]] = rs[0][2].sub_leaves(
-            rs[0][3], rs[0][3] + len(args))
+            rs[0][3], rs[0][3] + len(args)
+        )
     else:
         leaves = ex.block_leaves(args, pt)
     if leaves is None or not any(k == 'stacked' for k, _ in leaves):
@@ -226,15 +274,21 @@ def summed_map(ex: Any, kind: str, fn: Any, args: Sequence[Any], start: int,
         pos = stop
     mask = tuple(k == 'shared' for k, _ in leaves)
     with ex.device_scope():
-        outs = f.call_summed(mask, [x for k, x in leaves if k == 'shared'],
-                             [x for k, x in leaves if k == 'stacked'], first, seg, len(counts))
+        outs = f.call_summed(
+            mask,
+            [x for k, x in leaves if k == 'shared'],
+            [x for k, x in leaves if k == 'stacked'],
+            first,
+            seg,
+            len(counts),
+        )
     if float(outs[-1]):  # a NaN or a tiny value: folded by numpy (see `call_summed`)
         return None
     sums = [o.numpy() for o in outs[:-1]]
     start_rows, fold_rows, merge = ex.reductions.row_fns(kind, {})
     builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
     for k, count in enumerate(counts):
-        row = [x[k:k + 1] for x in sums]
+        row = [x[k : k + 1] for x in sums]
         if start + k < head_end:
             builder.feed([row])
         else:
@@ -256,15 +310,24 @@ def _aggregate_merge(ex: Any, params: Dict[str, Any]) -> Any:
 
         def merge_values(a: Any, b: Any) -> Any:
             with ex.device_scope():
-                arg = EagerValue(Struct([(None, ingest(revive_datasets(a), at)),
-                                        (None, ingest(revive_datasets(b), at))]), pair_t)
+                arg = EagerValue(
+                    Struct(
+                        [
+                            (None, ingest(revive_datasets(a), at)),
+                            (None, ingest(revive_datasets(b), at)),
+                        ]
+                    ),
+                    pair_t,
+                )
                 return numpy_tree(ex.call(merge_fn, arg).internal)
+
         return merge_values
 
     def merge(a: Any, b: Any) -> Any:
         with ex.device_scope():
             out = merge_fn.call_flat(as_tensors(flatten(a) + flatten(b)))
         return numpy_tree(pack_result(list(out), at))
+
     return merge
 
 

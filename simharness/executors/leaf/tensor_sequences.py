@@ -25,8 +25,9 @@ def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
         spec = element_spec_for(tb.element_type)
         flat = tf.nest.flatten(spec)
         # element_spec_for's containers and the type's leaf order can differ (dicts)
-        order = element_leaves(tf.nest.pack_sequence_as(spec, list(range(len(flat)))),
-                                      tb.element_type)
+        order = element_leaves(
+            tf.nest.pack_sequence_as(spec, list(range(len(flat)))), tb.element_type
+        )
         by_flat = [None] * len(flat)
         for comp, pos in zip(tb.components, order):
             by_flat[pos] = comp
@@ -34,8 +35,11 @@ def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
         per_pass = tb.num_rows // k
         ds = None
         for e in range(k):  # each pass batched on its own: no batch spans two passes
-            part = tf.data.Dataset.from_tensor_slices(tf.nest.pack_sequence_as(
-                spec, [c[e * per_pass:(e + 1) * per_pass] if k > 1 else c for c in by_flat]))
+            part = tf.data.Dataset.from_tensor_slices(
+                tf.nest.pack_sequence_as(
+                    spec, [c[e * per_pass : (e + 1) * per_pass] if k > 1 else c for c in by_flat]
+                )
+            )
             if tb.batch_size is not None:
                 part = part.batch(tb.batch_size, drop_remainder=tb.drop_remainder)
             ds = part if ds is None else ds.concatenate(part)
@@ -43,8 +47,9 @@ def to_dataset(tb: TensorBatches) -> tf.data.Dataset:
     return ds
 
 
-def component_types(t: T.SequenceType, batched: bool,
-                    rows: Optional[int] = None) -> Optional[List[T.TensorType]]:
+def component_types(
+    t: T.SequenceType, batched: bool, rows: Optional[int] = None
+) -> Optional[List[T.TensorType]]:
     """The tensor types of the components of a `TensorBatches` of `t` (None: not expressible),
     with `rows` rows (None: any number)."""
     types = _component_types(t, batched, rows)
@@ -52,8 +57,9 @@ def component_types(t: T.SequenceType, batched: bool,
 
 
 @functools.lru_cache(maxsize=256)
-def _component_types(t: T.SequenceType, batched: bool,
-                     rows: Optional[int]) -> Optional[Tuple[T.TensorType, ...]]:
+def _component_types(
+    t: T.SequenceType, batched: bool, rows: Optional[int]
+) -> Optional[Tuple[T.TensorType, ...]]:
     out = []
     for leaf in T.flatten_type(t.element):
         if not isinstance(leaf, T.TensorType) or leaf.shape is None:
@@ -92,39 +98,53 @@ def _checked(tb: Any, t: T.SequenceType, to_tensor) -> TensorBatches:
     types = component_types(t, b is not None)
     comps = list(tb.components) if isinstance(tb.components, (list, tuple)) else None
     if types is None or comps is None or len(comps) != len(types) or not comps:
-        raise SimharnessTypeError(f'{tb!r:.200} does not hold the components of {t}',
-                                  expected=t)
+        raise SimharnessTypeError(f'{tb!r:.200} does not hold the components of {t}', expected=t)
     out = []
     rows = 0
     for j, (c, ct) in enumerate(zip(comps, types)):
         x = c if isinstance(c, tf.Tensor) else to_tensor(np.asarray(c), ct)
         want = tuple(ct.shape or ())  # component types have known ranks
-        if x.dtype != tf_dtype(ct.dtype) or x.shape.rank != len(want) or any(
-                d is not None and d != s for d, s in zip(want[1:], x.shape[1:])):
+        if (
+            x.dtype != tf_dtype(ct.dtype)
+            or x.shape.rank != len(want)
+            or any(d is not None and d != s for d, s in zip(want[1:], x.shape[1:]))
+        ):
             raise SimharnessTypeError(
                 f'component of dtype {x.dtype.name} and shape {x.shape} does not fit {ct} '
-                f'(sequence of {t.element})', expected=t)
+                f'(sequence of {t.element})',
+                expected=t,
+            )
         if j == 0:
             rows = int(x.shape[0])
         elif x.shape[0] != rows:
-            raise SimharnessValueError(f'components of a sequence have {rows} and {x.shape[0]} rows')
+            raise SimharnessValueError(
+                f'components of a sequence have {rows} and {x.shape[0]} rows'
+            )
         out.append(x)
     if b is not None and tb.drop_remainder:
         # a fixed batch dimension in the type needs batches of exactly that size
-        first = [l.shape[0] for l in T.flatten_type(t.element)
-                 if isinstance(l, T.TensorType) and l.shape]
+        first = [
+            l.shape[0] for l in T.flatten_type(t.element) if isinstance(l, T.TensorType) and l.shape
+        ]
         if any(d is not None and d != b for d in first):
             raise SimharnessTypeError(f'batches of {b} do not fit {t}', expected=t)
     elif b is not None:
-        first = [l.shape[0] for l in T.flatten_type(t.element)
-                 if isinstance(l, T.TensorType) and l.shape]
+        first = [
+            l.shape[0] for l in T.flatten_type(t.element) if isinstance(l, T.TensorType) and l.shape
+        ]
         if any(d is not None for d in first) and rows % b != 0:
-            raise SimharnessTypeError(f'a last batch of {rows % b} rows does not fit {t}',
-                                      expected=t)
+            raise SimharnessTypeError(
+                f'a last batch of {rows % b} rows does not fit {t}', expected=t
+            )
     if b is not None and k > 1 and rows % k:
         raise SimharnessValueError(f'{rows} rows do not split into {k} passes of equal length')
-    return TensorBatches(out, None if b is None else int(b), bool(tb.drop_remainder), t.element,
-                         int(k) if b is not None else 1)
+    return TensorBatches(
+        out,
+        None if b is None else int(b),
+        bool(tb.drop_remainder),
+        t.element,
+        int(k) if b is not None else 1,
+    )
 
 
 def _unrolled_elements(tb: TensorBatches, unroll: bool = True) -> Optional[int]:
@@ -158,8 +178,14 @@ def static_rows(tb: TensorBatches, unroll: bool = True) -> Optional[int]:
 
 
 def source_spec(tb: TensorBatches, unroll: bool = True) -> SourceSpec:
-    return SourceSpec([c.dtype for c in tb.components], tb.batch_size, tb.drop_remainder,
-                      _unrolled_elements(tb, unroll), tb.passes, static_rows(tb, unroll))
+    return SourceSpec(
+        [c.dtype for c in tb.components],
+        tb.batch_size,
+        tb.drop_remainder,
+        _unrolled_elements(tb, unroll),
+        tb.passes,
+        static_rows(tb, unroll),
+    )
 
 
 def lowering_key(tb: TensorBatches, unroll: bool = True) -> Tuple:
@@ -172,6 +198,11 @@ def lowering_key(tb: TensorBatches, unroll: bool = True) -> Tuple:
     key = tb.derived.get(name)
     if key is None:
         key = tb.derived[name] = (
-            tuple(c.dtype.name for c in tb.components), tb.batch_size, tb.drop_remainder,
-            _unrolled_elements(tb, unroll), tb.passes, static_rows(tb, unroll))
+            tuple(c.dtype.name for c in tb.components),
+            tb.batch_size,
+            tb.drop_remainder,
+            _unrolled_elements(tb, unroll),
+            tb.passes,
+            static_rows(tb, unroll),
+        )
     return key

@@ -21,8 +21,14 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.buffers import POOL, SHARED_READS, fast_copyto
 from simharness.core.sequences import TensorBatches
-from simharness.core.structure import (Struct, flatten, from_container, map_structure, mark_adopted,
-                                       tensor_to_numpy)
+from simharness.core.structure import (
+    Struct,
+    flatten,
+    from_container,
+    map_structure,
+    mark_adopted,
+    tensor_to_numpy,
+)
 from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.core.dataset_templates import attach_template_recipe
 from simharness.core.tf_sequences import fresh_copy, read_fresh
@@ -96,8 +102,9 @@ def fast_numpy(t: Any) -> np.ndarray:
 def _check_shape(value_shape: Tuple[int, ...], t: T.TensorType, what: Any) -> None:
     reason = T.shape_refusal(value_shape, t)
     if reason is not None:
-        raise SimharnessTypeError(f'value {what!r:.80} is refused: {reason}', expected=t,
-                                  actual=tuple(value_shape))
+        raise SimharnessTypeError(
+            f'value {what!r:.80} is refused: {reason}', expected=t, actual=tuple(value_shape)
+        )
 
 
 def _is_ml_dtype(dt: np.dtype) -> bool:
@@ -106,35 +113,55 @@ def _is_ml_dtype(dt: np.dtype) -> bool:
     numpy gives them kind 'V', as it does structured and raw void dtypes,
     which are not numbers.
     """
-    return (dt.kind == 'V' and dt.names is None and not dt.shape
-            and dt.type.__module__.startswith('ml_dtypes'))
+    return (
+        dt.kind == 'V'
+        and dt.names is None
+        and not dt.shape
+        and dt.type.__module__.startswith('ml_dtypes')
+    )
 
 
 def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
     """Converts one leaf to an eager tensor of type `t`, with clear errors."""
     if isinstance(value, tf.Tensor):
         if value.dtype != tf_dtype(t.dtype):
-            raise SimharnessTypeError(f'tensor of dtype {value.dtype.name} is not assignable to {t}',
-                                      expected=t, actual=value.dtype.name)
+            raise SimharnessTypeError(
+                f'tensor of dtype {value.dtype.name} is not assignable to {t}',
+                expected=t,
+                actual=value.dtype.name,
+            )
         _check_shape(tuple(value.shape), t, value)
         return value
     if isinstance(value, (tf.data.Dataset, Struct, dict, list)) and not (
-            isinstance(value, list) and t.shape):
-        raise SimharnessTypeError(f'value {value!r:.80} ({type(value).__name__}) is not assignable '
-                                  f'to tensor type {t}', expected=t, actual=type(value).__name__)
+        isinstance(value, list) and t.shape
+    ):
+        raise SimharnessTypeError(
+            f'value {value!r:.80} ({type(value).__name__}) is not assignable to tensor type {t}',
+            expected=t,
+            actual=type(value).__name__,
+        )
     if t.dtype == np.dtype(object):
         arr = np.asarray(value, dtype=object)
         bad = next((x for x in arr.flat if not isinstance(x, (str, bytes))), None)
         if bad is not None:
-            raise SimharnessTypeError(f'value {value!r:.80} is not assignable to {t}: '
-                                      f'{bad!r} ({type(bad).__name__}) is not a str or bytes',
-                                      expected=t, actual=type(bad).__name__)
+            raise SimharnessTypeError(
+                f'value {value!r:.80} is not assignable to {t}: '
+                f'{bad!r} ({type(bad).__name__}) is not a str or bytes',
+                expected=t,
+                actual=type(bad).__name__,
+            )
     else:
         src = np.asarray(value)
-        if src.dtype == object or src.dtype.kind in 'US' or (
-                src.dtype.kind == 'V' and not _is_ml_dtype(src.dtype)):
-            raise SimharnessTypeError(f'value {value!r:.80} ({src.dtype}) is not assignable to {t}',
-                                      expected=t, actual=str(src.dtype))
+        if (
+            src.dtype == object
+            or src.dtype.kind in 'US'
+            or (src.dtype.kind == 'V' and not _is_ml_dtype(src.dtype))
+        ):
+            raise SimharnessTypeError(
+                f'value {value!r:.80} ({src.dtype}) is not assignable to {t}',
+                expected=t,
+                actual=str(src.dtype),
+            )
         T.check_array(src, t, value)  # the rule for client values: no lossy cast, no wrap
         src = src.astype(t.dtype, copy=False)
         if _dlpack_size(src) and src.ctypes.data % 64 == 0:
@@ -157,20 +184,27 @@ def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
     if isinstance(value, tf.data.Dataset):
         actual = T.from_tf_structure(value.element_spec)
         if not t.element.is_assignable_from(actual):
-            raise SimharnessTypeError(f'dataset of {actual}* is not assignable to {t}',
-                                      expected=t, actual=T.SequenceType(actual))
+            raise SimharnessTypeError(
+                f'dataset of {actual}* is not assignable to {t}',
+                expected=t,
+                actual=T.SequenceType(actual),
+            )
         return value
     if isinstance(value, (list, tuple)):
         spec = element_spec_for(t.element)
         elems = [ingest(v, t.element) for v in value]
         if not elems:
-            return tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(
-                lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec))
+            return tf.data.Dataset.from_tensor_slices(
+                tf.nest.map_structure(lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec)
+            )
         py = [struct_to_spec_container(e, spec) for e in elems]
         stacked = tf.nest.map_structure(lambda *xs: tf.stack(xs), *py)
         return tf.data.Dataset.from_tensor_slices(stacked)
-    raise SimharnessTypeError(f'value {value!r:.80} ({type(value).__name__}) is not a sequence; '
-                              f'expected a tf.data.Dataset or a list for {t}', expected=t)
+    raise SimharnessTypeError(
+        f'value {value!r:.80} ({type(value).__name__}) is not a sequence; '
+        f'expected a tf.data.Dataset or a list for {t}',
+        expected=t,
+    )
 
 
 def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
@@ -212,6 +246,7 @@ def revive_datasets(x: Any) -> Any:
     from simharness.runtime.codec import DatasetBlob
     from simharness.runtime.datasets import dataset_from_blob
     from simharness.runtime.protocol import map_leaves
+
     return map_leaves(x, lambda v: dataset_from_blob(v) if isinstance(v, DatasetBlob) else v)
 
 
@@ -225,8 +260,10 @@ def elements_of_generator(value: Any) -> Any:
     if isinstance(value, types.GeneratorType):
         return list(value)
     if inspect.isgeneratorfunction(value) or (
-            callable(value) and not isinstance(value, (tf.data.Dataset, type))
-            and not hasattr(value, 'type_signature')):
+        callable(value)
+        and not isinstance(value, (tf.data.Dataset, type))
+        and not hasattr(value, 'type_signature')
+    ):
         return list(value())
     return value
 
@@ -252,9 +289,13 @@ def ingest(value: Any, t: T.Type) -> Any:
     """Converts a Python/numpy/TF value into this executor's representation of type `t`."""
     if isinstance(value, bb.Data):  # external data: read here (see simharness.data.uri)
         from simharness.data.uri import resolve as resolve_data_uri
+
         if not t.is_assignable_from(value.type_signature):
-            raise SimharnessTypeError(f'Data {value.uri!r} of type {value.type_signature} is not '
-                                      f'assignable to {t}', expected=t, actual=value.type_signature)
+            raise SimharnessTypeError(
+                f'Data {value.uri!r} of type {value.type_signature} is not assignable to {t}',
+                expected=t,
+                actual=value.type_signature,
+            )
         value = resolve_data_uri(value.uri, value.type_signature)
         if isinstance(t, T.SequenceType):
             value = tf.data.Dataset.from_tensor_slices(value)
@@ -276,8 +317,12 @@ def ingest_owned(value: Any, t: T.Type) -> Any:
     goes through `ingest`, with its checks.
     """
     if isinstance(t, T.TensorType):
-        if (isinstance(value, (np.ndarray, np.generic)) and t.dtype != np.dtype(object)
-                and value.dtype == np.dtype(t.dtype) and T.shape_refusal(value.shape, t) is None):
+        if (
+            isinstance(value, (np.ndarray, np.generic))
+            and t.dtype != np.dtype(object)
+            and value.dtype == np.dtype(t.dtype)
+            and T.shape_refusal(value.shape, t) is None
+        ):
             return adopt_tensor(value)  # a numpy scalar (a reduced scalar leaf) too
         return ingest(value, t)
     if isinstance(t, T.StructType) and isinstance(value, Struct) and len(value) == len(t):
@@ -292,6 +337,7 @@ def numpy_tree(x: Any) -> Any:
         if isinstance(v, tf.data.Dataset):  # datasets are materialized by the context
             return v
         return fast_numpy(v)
+
     return map_structure(leaf, x)
 
 

@@ -49,18 +49,28 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.batching import stack_python_values
 from simharness.core.structure import Struct
-from simharness.errors import (CardinalityError, SimharnessTypeError,
-                               SimharnessValueError, at_client)
+from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError, at_client
 from simharness.core.reduction import Partial, extremum_identity
 from simharness.data.sourced import SourcedClients
 from simharness.executors.base import BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
 from simharness.executors.strategy.resolving_streams import IN_PROCESS_STREAM_CLIENTS  # noqa: F401
 from simharness.executors.strategy.resolving_streams import Busy, ClientStreams
-from simharness.executors.strategy.strategy_plans import (ClientGroups, ClientsPayload, Lazy, LazyLocal,
-                                                 LazyMap, LazySelect, LazyShared, LazySourced,
-                                                 LazyZip, hosting_child, mapping_names_clients,
-                                                 secure_params, targets_from_mapping)
+from simharness.executors.strategy.strategy_plans import (
+    ClientGroups,
+    ClientsPayload,
+    Lazy,
+    LazyLocal,
+    LazyMap,
+    LazySelect,
+    LazyShared,
+    LazySourced,
+    LazyZip,
+    hosting_child,
+    mapping_names_clients,
+    secure_params,
+    targets_from_mapping,
+)
 
 #: The most bytes of one worker group's clients' values (from the driver's Python) that ride
 #: inside a streamed request's plan (`LazyLocal`, `PlanStacked`); bigger ones are sent at once
@@ -94,9 +104,13 @@ class FederatedResolvingStrategy(FederatingStrategy):
       client_groups: (child, number of clients) per group, in client order.
     """
 
-    def __init__(self, executor: FederatingExecutor, server: BatchExecutor,
-                 client_groups: Sequence[Tuple[BatchExecutor, int]],
-                 clients_target: bool = True):
+    def __init__(
+        self,
+        executor: FederatingExecutor,
+        server: BatchExecutor,
+        client_groups: Sequence[Tuple[BatchExecutor, int]],
+        clients_target: bool = True,
+    ):
         super().__init__(executor)
         self._server = server
         #: False when built from a mapping without a `CLIENTS` entry: values placed at
@@ -105,9 +119,13 @@ class FederatedResolvingStrategy(FederatingStrategy):
         #: The client groups (frozen), in client order.
         self.groups = ClientGroups.of(client_groups)
         #: Lazy client values and streamed reductions over the groups (see `resolving_streams`).
-        self.client_streams = ClientStreams(self.groups, server, gather=self._gather_groups,
-                                            embed_fn=self._embed_fn,
-                                            replicate=self.replicate_now)
+        self.client_streams = ClientStreams(
+            self.groups,
+            server,
+            gather=self._gather_groups,
+            embed_fn=self._embed_fn,
+            replicate=self.replicate_now,
+        )
 
     @property
     def num_clients(self) -> int:
@@ -144,7 +162,9 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return self.client_streams.busy()
 
     @classmethod
-    def factory(cls, server: Any, client_groups: Optional[Sequence[Tuple[BatchExecutor, int]]] = None):
+    def factory(
+        cls, server: Any, client_groups: Optional[Sequence[Tuple[BatchExecutor, int]]] = None
+    ):
         """A strategy factory for `FederatingExecutor`.
 
         Either ``factory(server, [(child, number of clients), ...])`` or TFF's
@@ -161,17 +181,23 @@ class FederatedResolvingStrategy(FederatingStrategy):
         clients_target = True
         if isinstance(server, collections.abc.Mapping):
             if client_groups is not None:
-                raise SimharnessTypeError('give either a mapping {SERVER: ..., CLIENTS: [...]} or '
-                                          'a server and client groups, not both')
+                raise SimharnessTypeError(
+                    'give either a mapping {SERVER: ..., CLIENTS: [...]} or '
+                    'a server and client groups, not both'
+                )
             clients_target = mapping_names_clients(server)
             server, client_groups = targets_from_mapping(server)
         elif client_groups is None:
-            raise SimharnessTypeError('FederatedResolvingStrategy.factory needs client groups '
-                                      '[(executor, number of clients), ...] after the server '
-                                      'executor, or one mapping {SERVER: ex, CLIENTS: [ex, ...]}')
+            raise SimharnessTypeError(
+                'FederatedResolvingStrategy.factory needs client groups '
+                '[(executor, number of clients), ...] after the server '
+                'executor, or one mapping {SERVER: ex, CLIENTS: [ex, ...]}'
+            )
         server = hosting_child(server, 'the SERVER executor')
-        groups = [(hosting_child(ex, f'client executor {i}'), n)
-                  for i, (ex, n) in enumerate(client_groups)]
+        groups = [
+            (hosting_child(ex, f'client executor {i}'), n)
+            for i, (ex, n) in enumerate(client_groups)
+        ]
         return lambda executor: cls(executor, server, groups, clients_target)
 
     def check_placement(self, placement: T.PlacementLiteral, t: T.Type) -> None:
@@ -181,7 +207,8 @@ class FederatedResolvingStrategy(FederatingStrategy):
             raise SimharnessValueError(
                 f'a value of type {t} is placed at CLIENTS, but the target executors have no '
                 'CLIENTS executor: give {SERVER: ex, CLIENTS: [ex, ...]} (CLIENTS: [] for zero '
-                'clients)')
+                'clients)'
+            )
 
     def close(self) -> None:
         seen = set()
@@ -194,11 +221,13 @@ class FederatedResolvingStrategy(FederatingStrategy):
     def _fed(self, payload: Any, t: T.FederatedType) -> FederatingValue:
         return FederatingValue('federated', payload, t, self.executor)
 
-    async def _gather_groups(self, make: Callable[[int, BatchExecutor], Awaitable[Any]]
-                             ) -> List[Any]:
+    async def _gather_groups(
+        self, make: Callable[[int, BatchExecutor], Awaitable[Any]]
+    ) -> List[Any]:
         """`make(g, ex)` for every group at once. An error naming a client by its position
         in its group's part (`client`, or `map_position` from a leaf's map) is raised
         naming the client by its position in the program's list (`at_client`)."""
+
         async def run(g: int, ex: BatchExecutor) -> Any:
             try:
                 return await make(g, ex)
@@ -208,8 +237,10 @@ class FederatedResolvingStrategy(FederatingStrategy):
                     raise
                 state['_named_by'] = id(self)  # private: not sent with a worker's error
                 raise _in_cohort(e, self.groups.starts[g] if g < len(self.groups.starts) else 0)
-        return list(await asyncio.gather(*[run(g, ex)
-                                           for g, ex in enumerate(self.groups.executors)]))
+
+        return list(
+            await asyncio.gather(*[run(g, ex) for g, ex in enumerate(self.groups.executors)])
+        )
 
     async def _materialize(self, v: FederatingValue) -> Any:
         """A Python/tensor form of an unplaced or server value, for moving it."""
@@ -227,8 +258,9 @@ class FederatedResolvingStrategy(FederatingStrategy):
     @staticmethod
     def _check_fn(fn: FederatingValue) -> None:
         if fn.kind != 'unplaced' or not isinstance(fn.source, bb.CompiledComputation):
-            raise SimharnessTypeError(f'expected a tf_computation, got a value of type '
-                                      f'{fn.type_signature}')
+            raise SimharnessTypeError(
+                f'expected a tf_computation, got a value of type {fn.type_signature}'
+            )
 
     async def _embed_fn(self, fn: FederatingValue, child: BatchExecutor) -> ExecutorValue:
         self._check_fn(fn)
@@ -238,8 +270,9 @@ class FederatedResolvingStrategy(FederatingStrategy):
         """Whether the driver's values for clients wait for the stream plan that uses them
         (`LazyLocal`, `LazyShared`): streaming on worker groups only (in-process groups
         take the values as they are)."""
-        return (self.client_streams.streams_reduction()
-                and all(ex.worker_id is not None for ex in self.groups.executors))
+        return self.client_streams.streams_reduction() and all(
+            ex.worker_id is not None for ex in self.groups.executors
+        )
 
     async def _replicate(self, py: Any, member: T.Type) -> Any:
         """`py` on every client: a `LazyShared` (sent with the stream plan that uses it) when
@@ -251,8 +284,9 @@ class FederatedResolvingStrategy(FederatingStrategy):
             ex.share_value(py, member, lazy.forms)
         return lazy
 
-    async def replicate_now(self, py: Any, member: T.Type,
-                            shared: Optional[Dict[Any, Any]] = None) -> ClientsPayload:
+    async def replicate_now(
+        self, py: Any, member: T.Type, shared: Optional[Dict[Any, Any]] = None
+    ) -> ClientsPayload:
         """`py` sent to every group: per group, one value repeated for each of its clients.
         `shared`: what the groups' executors prepared once for it (`share_value`)."""
         shared = {} if shared is None else shared
@@ -262,6 +296,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
                 return []
             v = await ex.create_value(ex.share_value(py, member, shared), member)
             return [v] * self.groups.sizes[g]
+
         return await self._gather_groups(one)
 
     def _elements(self, arg: FederatingValue, n: int) -> List[FederatingValue]:
@@ -291,11 +326,16 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if not isinstance(value, collections.abc.Sequence) or isinstance(value, (str, bytes)):
             raise SimharnessTypeError(
                 f'a value of type {t} must be a list with one element per client, got '
-                f'{type(value).__name__}', expected=t, actual=type(value).__name__)
+                f'{type(value).__name__}',
+                expected=t,
+                actual=type(value).__name__,
+            )
         if len(value) != self.num_clients:
             raise CardinalityError(
                 f'got a list of {len(value)} values for {self.num_clients} clients ({t})',
-                expected=self.num_clients, actual=len(value))
+                expected=self.num_clients,
+                actual=len(value),
+            )
         if self.stream and isinstance(value, SourcedClients) and self.num_clients:
             # Clients by reference stay a reference until something needs them: a
             # streamed reduction loads them slice by slice where they are computed.
@@ -308,9 +348,11 @@ class FederatedResolvingStrategy(FederatingStrategy):
             s = self.groups.starts[g]
             # A slice, not a list: lazy sequences (SourcedClients) stay lazy, so
             # that a worker can load its own clients.
-            part = value[s:s + self.groups.sizes[g]]
+            part = value[s : s + self.groups.sizes[g]]
             return await ex.create_values(
-                part if not isinstance(part, tuple) else list(part), t.member)
+                part if not isinstance(part, tuple) else list(part), t.member
+            )
+
         return self._fed(await self._gather_groups(one), t)
 
     def _local_rows(self, value: Sequence[Any], member: T.Type) -> Optional[List[Any]]:
@@ -323,8 +365,10 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if not self._plans_carry_values() or isinstance(value, SourcedClients):
             return None
         leaves = T.flatten_type(member)
-        if not all(isinstance(t, T.TensorType) and t.is_fully_defined
-                   and t.dtype != np.dtype(object) for t in leaves):
+        if not all(
+            isinstance(t, T.TensorType) and t.is_fully_defined and t.dtype != np.dtype(object)
+            for t in leaves
+        ):
             return None  # what does not stack (`stack_python_values`), before stacking it
         row_bytes = sum(t.dtype.itemsize * int(np.prod(t.shape, dtype=np.int64)) for t in leaves)
         if row_bytes * max(self.groups.sizes, default=0) > INLINE_CLIENT_BYTES:
@@ -334,8 +378,10 @@ class FederatedResolvingStrategy(FederatingStrategy):
         rows = stack_python_values(list(value), member)
         if rows is None:
             return None
-        return [[x[a:a + n] for x in rows] if n else None
-                for a, n in zip(self.groups.starts, self.groups.sizes)]
+        return [
+            [x[a : a + n] for x in rows] if n else None
+            for a, n in zip(self.groups.starts, self.groups.sizes)
+        ]
 
     async def compute_federated_value(self, v: FederatingValue) -> Any:
         t = cast(T.FederatedType, v.type_signature)  # the type of a federated value
@@ -348,6 +394,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
         async def one(g, ex):
             return await ex.compute_many(payload[g]) if payload[g] else []
+
         out: List[Any] = []
         for part in await self._gather_groups(one):
             out.extend(part)
@@ -369,16 +416,19 @@ class FederatedResolvingStrategy(FederatingStrategy):
             if t.all_equal:
                 return (await ex.create_selections(vals[:1], index)) * len(vals)
             return await ex.create_selections(vals, index)
+
         return self._fed(await self._gather_groups(one), rt)
 
     # ------------------------------------------------------------ intrinsics
-    async def compute_intrinsic(self, uri: str, static: Dict[str, Any], arg: Optional[FederatingValue],
-                                result_type: T.Type) -> FederatingValue:
+    async def compute_intrinsic(
+        self, uri: str, static: Dict[str, Any], arg: Optional[FederatingValue], result_type: T.Type
+    ) -> FederatingValue:
         method = getattr(self, '_' + uri, None)
         if method is None:
             # TFF's error for an intrinsic a strategy does not implement
-            raise NotImplementedError(f'intrinsic {uri!r} is not supported by '
-                                      f'{type(self).__name__}')
+            raise NotImplementedError(
+                f'intrinsic {uri!r} is not supported by {type(self).__name__}'
+            )
         return await method(arg, static, result_type)
 
     async def _federated_map(self, arg, static, rt):
@@ -391,8 +441,9 @@ class FederatedResolvingStrategy(FederatingStrategy):
         payload = await self._as_clients(value)
         # A value equal on all clients is mapped once per group, unless the function
         # draws fresh random values: then, as in TFF, each client runs it.
-        once = all_equal and not (isinstance(fn.source, bb.CompiledComputation)
-                                  and fn.source.may_be_random)
+        once = all_equal and not (
+            isinstance(fn.source, bb.CompiledComputation) and fn.source.may_be_random
+        )
 
         async def one(g, ex):
             vals = payload[g]
@@ -402,6 +453,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
             if once:
                 return (await ex.create_map(f, vals[:1])) * len(vals)
             return await ex.create_map(f, vals)
+
         return self._fed(await self._gather_groups(one), rt)
 
     async def _federated_map_all_equal(self, arg, static, rt):
@@ -431,8 +483,11 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
     def _shareable_server_value(self, arg: FederatingValue) -> Optional[ExecutorValue]:
         """The server value of `arg` when every client group can use it without a copy."""
-        if arg.kind != 'federated' or cast(T.FederatedType, arg.type_signature).placement \
-                is not T.SERVER or not isinstance(arg.payload, ExecutorValue):
+        if (
+            arg.kind != 'federated'
+            or cast(T.FederatedType, arg.type_signature).placement is not T.SERVER
+            or not isinstance(arg.payload, ExecutorValue)
+        ):
             return None
         for g, ex in enumerate(self.groups.executors):
             if self.groups.sizes[g] and not ex.can_share(arg.payload):
@@ -452,6 +507,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
                 return []
             f = await self._embed_fn(arg, ex)
             return await ex.create_map(f, None, count=self.groups.sizes[g])
+
         return self._fed(await self._gather_groups(one), rt)
 
     async def _federated_eval_at_server(self, arg, static, rt):
@@ -464,7 +520,9 @@ class FederatedResolvingStrategy(FederatingStrategy):
             self._check_clients(v)
             return self.client_streams.source(v)
         if v.kind != 'struct':
-            raise SimharnessTypeError(f'federated_zip needs federated values, got {v.type_signature}')
+            raise SimharnessTypeError(
+                f'federated_zip needs federated values, got {v.type_signature}'
+            )
         return LazyZip([self._zip_plan(e) for _, e in v.payload], [n for n, _ in v.payload])
 
     async def _zip_rows(self, v: FederatingValue, g: int) -> Sequence[Any]:
@@ -472,7 +530,9 @@ class FederatedResolvingStrategy(FederatingStrategy):
         if v.kind == 'federated':
             return (await self._as_clients(v))[g]
         if v.kind != 'struct':
-            raise SimharnessTypeError(f'federated_zip needs federated values, got {v.type_signature}')
+            raise SimharnessTypeError(
+                f'federated_zip needs federated values, got {v.type_signature}'
+            )
         cols = [await self._zip_rows(e, g) for _, e in v.payload]
         names = [n for n, _ in v.payload]
         rows = [list(r) for r in zip(*cols)] if cols else [[] for _ in range(self.groups.sizes[g])]
@@ -486,6 +546,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
             if not self.groups.sizes[g]:
                 return []
             return await self._zip_rows(arg, g)
+
         return self._fed(await self._gather_groups(one), rt)
 
     async def _federated_zip_at_server(self, arg, static, rt):
@@ -499,34 +560,45 @@ class FederatedResolvingStrategy(FederatingStrategy):
         row = [await self._zip_server_struct(e) for _, e in v.payload]
         return (await self._server.create_structs([row], names))[0]
 
-    async def _reduce(self, kind: str, values_per_group: List[List[Any]], params_for,
-                      server_params: Dict[str, Any], rt: T.FederatedType):
+    async def _reduce(
+        self,
+        kind: str,
+        values_per_group: List[List[Any]],
+        params_for,
+        server_params: Dict[str, Any],
+        rt: T.FederatedType,
+    ):
         n = self.num_clients
 
         async def one(g, ex):
             if not self.groups.sizes[g]:
                 return None
-            return await ex.create_partial_reduction(kind, values_per_group[g],
-                                                     self.groups.starts[g], n,
-                                                     await params_for(ex))
+            return await ex.create_partial_reduction(
+                kind, values_per_group[g], self.groups.starts[g], n, await params_for(ex)
+            )
+
         partials = [p for p in await self._gather_groups(one) if p is not None]
         return await self._reduction_result(kind, partials, server_params, rt.member)
 
-    async def _reduction_result(self, kind: str, partials: List[Partial],
-                                server_params: Dict[str, Any], member: T.Type) -> Any:
+    async def _reduction_result(
+        self, kind: str, partials: List[Partial], server_params: Dict[str, Any], member: T.Type
+    ) -> Any:
         """The server's value of the reduction of `partials`; then their lent memory (views
         of workers' arenas, `Partial.loans`) goes back: the result never refers to it."""
         try:
-            return await self._server.create_reduction_result(kind, partials, self.num_clients,
-                                                              server_params, member)
+            return await self._server.create_reduction_result(
+                kind, partials, self.num_clients, server_params, member
+            )
         finally:
             for p in partials:
                 p.release()
 
-    async def _zeros_at_server(self, rt: T.FederatedType,
-                               fill: Optional[str] = None) -> FederatingValue:
+    async def _zeros_at_server(
+        self, rt: T.FederatedType, fill: Optional[str] = None
+    ) -> FederatingValue:
         """Zeros of the result type at the server (a reduction over no clients); with
         `fill` 'min' or 'max', the start value TFF gives that reduction instead."""
+
         def zeros(t):
             if isinstance(t, T.StructType):
                 return Struct((n, zeros(e)) for n, e in t.items())
@@ -534,6 +606,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
             if fill is not None:
                 return np.full(shape, extremum_identity(fill, t.dtype), dtype=t.dtype)
             return np.zeros(shape, dtype=t.dtype)
+
         return self._fed(await self._server.create_value(zeros(rt.member), rt.member), rt)
 
     async def _simple_reduce(self, kind: str, value: FederatingValue, rt, params=None):
@@ -545,6 +618,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
         async def same(ex):
             return params
+
         if self.client_streams.streams_reduction(value):
             partials = await self.client_streams.stream_partials(kind, [value], same)
             return self._fed(await self._reduction_result(kind, partials, params, rt.member), rt)
@@ -570,13 +644,16 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
         async def same(ex):
             return {}
+
         self._check_clients(value)
         self._check_clients(weight)
         if self.client_streams.streams_reduction(value, weight):
-            partials = await self.client_streams.stream_partials('weighted_mean', [value, weight],
-                                                                 same)
-            return self._fed(await self._reduction_result('weighted_mean', partials, {}, rt.member),
-                             rt)
+            partials = await self.client_streams.stream_partials(
+                'weighted_mean', [value, weight], same
+            )
+            return self._fed(
+                await self._reduction_result('weighted_mean', partials, {}, rt.member), rt
+            )
         vp, wp = await self._as_clients(value), await self._as_clients(weight)
         pairs = [list(zip(a, b)) for a, b in zip(vp, wp)]
         return self._fed(await self._reduce('weighted_mean', pairs, same, {}, rt), rt)
@@ -584,21 +661,33 @@ class FederatedResolvingStrategy(FederatingStrategy):
     async def _federated_secure_sum_bitwidth(self, arg, static, rt):
         if not T.flatten_type(rt.member):  # an empty struct: nothing to sum
             return await self._zeros_at_server(rt)
-        return await self._simple_reduce('secure_sum_bitwidth', arg, rt,
-                                         secure_params('secure_sum_bitwidth', static, rt.member, self.num_clients))
+        return await self._simple_reduce(
+            'secure_sum_bitwidth',
+            arg,
+            rt,
+            secure_params('secure_sum_bitwidth', static, rt.member, self.num_clients),
+        )
 
     async def _federated_secure_sum(self, arg, static, rt):
         if not T.flatten_type(rt.member):
             return await self._zeros_at_server(rt)
         # Values in [0, max_input]: the bitwidth machinery with a per-element bound check.
-        return await self._simple_reduce('secure_sum_bitwidth', arg, rt,
-                                         secure_params('secure_sum_bitwidth', static, rt.member, self.num_clients))
+        return await self._simple_reduce(
+            'secure_sum_bitwidth',
+            arg,
+            rt,
+            secure_params('secure_sum_bitwidth', static, rt.member, self.num_clients),
+        )
 
     async def _federated_secure_modular_sum(self, arg, static, rt):
         if not T.flatten_type(rt.member):
             return await self._zeros_at_server(rt)
-        return await self._simple_reduce('secure_modular_sum', arg, rt,
-                                         secure_params('secure_modular_sum', static, rt.member, self.num_clients))
+        return await self._simple_reduce(
+            'secure_modular_sum',
+            arg,
+            rt,
+            secure_params('secure_modular_sum', static, rt.member, self.num_clients),
+        )
 
     async def _federated_aggregate(self, arg, static, rt):
         value, zero, accumulate, merge, report = self._elements(arg, 5)
@@ -612,9 +701,12 @@ class FederatedResolvingStrategy(FederatingStrategy):
             return self._fed(await self._server.create_call(report_fn, z), rt)
 
         async def params_for(ex):
-            return {'zero': await ex.create_value(zero_py, zt),
-                    'accumulate': await self._embed_fn(accumulate, ex),
-                    'merge': await self._embed_fn(merge, ex)}
+            return {
+                'zero': await ex.create_value(zero_py, zt),
+                'accumulate': await self._embed_fn(accumulate, ex),
+                'merge': await self._embed_fn(merge, ex),
+            }
+
         self._check_clients(value)
         if self.client_streams.streams_reduction(value):
             server_params = await params_for(self._server)
@@ -646,7 +738,8 @@ class FederatedResolvingStrategy(FederatingStrategy):
                 if arr.size and (arr.min() < 0 or arr.max() > mk):  # inclusive, as TFF's
                     raise SimharnessValueError(
                         f'client {self.groups.starts[g] + i}: keys {arr.tolist()} must lie in '
-                        f'[0, {mk}] (max_key)')
+                        f'[0, {mk}] (max_key)'
+                    )
         st = server_val.type_signature.member
         et = rt.member.element
 
@@ -656,9 +749,12 @@ class FederatedResolvingStrategy(FederatingStrategy):
             sv = await ex.create_value(sv_py, st)
             f = await self._embed_fn(select_fn, ex)
             return await ex.create_select(kp[g], sv, f, et)
+
         return self._fed(await self._gather_groups(one), rt)
 
-    async def _sequence(self, op: str, seq: FederatingValue, params_fvs: Dict[str, FederatingValue], rt):
+    async def _sequence(
+        self, op: str, seq: FederatingValue, params_fvs: Dict[str, FederatingValue], rt
+    ):
         async def params_for(ex):
             out = {}
             for k, v in params_fvs.items():
@@ -667,13 +763,18 @@ class FederatedResolvingStrategy(FederatingStrategy):
                 else:
                     out[k] = await ex.create_value(await self._materialize(v), v.type_signature)
             return out
+
         if seq.kind != 'federated':
             ex = self.executor.unplaced_executor
             src = await self.executor.to_unplaced(seq)
-            return self.executor.unplaced((await ex.create_sequence_op(op, [src], await params_for(ex)))[0])
+            return self.executor.unplaced(
+                (await ex.create_sequence_op(op, [src], await params_for(ex)))[0]
+            )
         t = cast(T.FederatedType, seq.type_signature)  # the type of a federated value
         if t.placement is T.SERVER:
-            res = await self._server.create_sequence_op(op, [seq.payload], await params_for(self._server))
+            res = await self._server.create_sequence_op(
+                op, [seq.payload], await params_for(self._server)
+            )
             return self._fed(res[0], rt)
 
         payload = await self._as_clients(seq)
@@ -683,6 +784,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
             if not vals:
                 return []
             return await ex.create_sequence_op(op, vals, await params_for(ex))
+
         return self._fed(await self._gather_groups(one), rt)
 
     async def _sequence_map(self, arg, static, rt):

@@ -24,19 +24,37 @@ and its operations at work (`busy`).
 from __future__ import annotations
 
 import asyncio
-from typing import (Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple,
-                    Union, cast)
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
 
 from simharness.core import types as T
 from simharness.core.reduction import CHUNK, Partial
 from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingValue
-from simharness.executors.strategy.strategy_plans import (ClientGroups, ClientsPayload, Lazy, LazyLocal,
-                                                 LazyMap, LazySelect, LazyShared, LazySourced,
-                                                 LazyZip, Leaf, StreamBatch)
-from simharness.runtime.stream_plan import (PlanClients, PlanMap, PlanNode, PlanReduction,
-                                            PlanSame, PlanSelect, PlanShared, PlanStacked,
-                                            PlanValues, PlanZip)
+from simharness.executors.strategy.strategy_plans import (
+    ClientGroups,
+    ClientsPayload,
+    Lazy,
+    LazyLocal,
+    LazyMap,
+    LazySelect,
+    LazyShared,
+    LazySourced,
+    LazyZip,
+    Leaf,
+    StreamBatch,
+)
+from simharness.runtime.stream_plan import (
+    PlanClients,
+    PlanMap,
+    PlanNode,
+    PlanReduction,
+    PlanSame,
+    PlanSelect,
+    PlanShared,
+    PlanStacked,
+    PlanValues,
+    PlanZip,
+)
 
 #: Event-loop turns without a new reduction after which a stream batch runs.
 _STREAM_QUIET_TURNS = 8
@@ -71,8 +89,15 @@ class ClientStreams:
       replicate: a driver's value sent to every group now (the strategy's).
     """
 
-    def __init__(self, groups: ClientGroups, server: BatchExecutor, *, gather: Gather,
-                 embed_fn: EmbedFn, replicate: Replicate):
+    def __init__(
+        self,
+        groups: ClientGroups,
+        server: BatchExecutor,
+        *,
+        gather: Gather,
+        embed_fn: EmbedFn,
+        replicate: Replicate,
+    ):
         self.groups = groups
         self.gather = gather
         self.embed_fn = embed_fn
@@ -124,16 +149,31 @@ class ClientStreams:
         every client group can stream. Reductions of values computed already join the
         batch too (as plain values): one request per worker for all of a round's
         reductions, which fail or succeed together."""
-        return (self.stream and self.groups.num_clients > 0
-                and all(ex.can_stream for ex in self.groups.executors))
+        return (
+            self.stream
+            and self.groups.num_clients > 0
+            and all(ex.can_stream for ex in self.groups.executors)
+        )
 
-    async def _plan_for_group(self, g: int, ex: BatchExecutor, srcs: Sequence[PlanSource],
-                              nodes: List[PlanNode], index: Dict[int, int]) -> List[int]:
+    async def _plan_for_group(
+        self,
+        g: int,
+        ex: BatchExecutor,
+        srcs: Sequence[PlanSource],
+        nodes: List[PlanNode],
+        index: Dict[int, int],
+    ) -> List[int]:
         """Appends group g's plan nodes for `srcs` (deduplicated) to `nodes`; their indices."""
         return [await self.plan_node(g, ex, src, nodes, index) for src in srcs]
 
-    async def plan_node(self, g: int, ex: BatchExecutor, src: PlanSource, nodes: List[PlanNode],
-                        index: Dict[int, int]) -> int:
+    async def plan_node(
+        self,
+        g: int,
+        ex: BatchExecutor,
+        src: PlanSource,
+        nodes: List[PlanNode],
+        index: Dict[int, int],
+    ) -> int:
         """Group g's plan node of `src` (appended to `nodes` after those it reads, once per
         source: `index` by the source's id); its index in `nodes`."""
         # A method, not a closure that refers to itself: such a cycle would keep the
@@ -155,8 +195,9 @@ class ClientStreams:
         return index[key]
 
     # ------------------------------------------------------------ stream batches
-    async def stream_partials(self, kind: str, values: Sequence[FederatingValue],
-                              params_for: ParamsFor) -> List[Partial]:
+    async def stream_partials(
+        self, kind: str, values: Sequence[FederatingValue], params_for: ParamsFor
+    ) -> List[Partial]:
         """The per-group partials of a streamed reduction (joined with the invocation's batch)."""
         key = self._invocation()
         batch = self._batches.get(key)
@@ -199,8 +240,9 @@ class ClientStreams:
             n = groups.num_clients
             # Each reduction's partials joined as they arrive, from the first client on (the
             # server's additions, done while later groups still compute).
-            arrivals = [_Arrivals(self._server.partial_joiner(kind, n))
-                        for kind, _, _ in batch.requests]
+            arrivals = [
+                _Arrivals(self._server.partial_joiner(kind, n)) for kind, _, _ in batch.requests
+            ]
 
             async def one(g: int, ex: BatchExecutor) -> Optional[List[Any]]:
                 if not groups.sizes[g]:
@@ -216,12 +258,13 @@ class ClientStreams:
                     ids = await self._plan_for_group(g, ex, srcs, nodes, index)
                     # One source; a weighted mean's two: (values, weights).
                     reductions.append(PlanReduction(kind, tuple(ids), await params_for(ex)))
-                parts = await ex.create_streamed_reductions(nodes, reductions, groups.starts[g],
-                                                            groups.sizes[g], n,
-                                                            self._slice_for(ex))
+                parts = await ex.create_streamed_reductions(
+                    nodes, reductions, groups.starts[g], groups.sizes[g], n, self._slice_for(ex)
+                )
                 for came, p in zip(arrivals, parts):
                     came.add(p)
                 return parts
+
             await self.gather(one)
             out = [came.partials() for came in arrivals]
         except BaseException as e:  # every reduction of the batch reports it
@@ -367,7 +410,8 @@ async def _compute_sourced(s: ClientStreams, lazy: LazySourced) -> ClientsPayloa
 
     async def load(g: int, ex: BatchExecutor) -> Any:
         start, n = s.groups.starts[g], s.groups.sizes[g]
-        return await ex.create_values(sc[start:start + n], member) if n else []
+        return await ex.create_values(sc[start : start + n], member) if n else []
+
     return await s.gather(load)
 
 
@@ -375,6 +419,7 @@ async def _compute_local(s: ClientStreams, lazy: LazyLocal) -> ClientsPayload:
     async def send(g: int, ex: BatchExecutor) -> Any:
         leaves = lazy.stacked[g]
         return list(await ex.create_values_stacked(leaves, lazy.member)) if leaves else []
+
     return await s.gather(send)
 
 
@@ -391,6 +436,7 @@ async def _compute_zip(s: ClientStreams, lazy: LazyZip) -> ClientsPayload:
         vals = [c[g] for c, _ in cols]
         rows = [list(r) for r in zip(*vals)] if vals else [[] for _ in range(s.groups.sizes[g])]
         return await ex.create_structs(rows, lazy.names)
+
     return await s.gather(zip_group)
 
 
@@ -404,6 +450,7 @@ async def _compute_select(s: ClientStreams, lazy: LazySelect) -> ClientsPayload:
         if all_equal:
             return cast(List[Any], await ex.create_selections(vals[:1], lazy.index)) * len(vals)
         return await ex.create_selections(vals, lazy.index)
+
     return await s.gather(select_group)
 
 
@@ -418,54 +465,100 @@ async def _compute_map(s: ClientStreams, lazy: LazyMap) -> ClientsPayload:
         if all_equal:
             return cast(List[Any], await ex.create_map(f, vals[:1])) * len(vals)
         return await ex.create_map(f, vals)
+
     return await s.gather(map_group)
 
 
 #: How each kind of Lazy is computed with the block operations.
 _COMPUTE: Dict[type, Callable[[ClientStreams, Any], Awaitable[ClientsPayload]]] = {
-    LazySourced: _compute_sourced, LazyLocal: _compute_local, LazyShared: _compute_shared,
-    LazyZip: _compute_zip, LazySelect: _compute_select, LazyMap: _compute_map,
+    LazySourced: _compute_sourced,
+    LazyLocal: _compute_local,
+    LazyShared: _compute_shared,
+    LazyZip: _compute_zip,
+    LazySelect: _compute_select,
+    LazyMap: _compute_map,
 }
 
 
 # ---------------------------------------------------------------- Lazy -> stream plan nodes
-async def _plan_sourced(s: ClientStreams, g: int, ex: BatchExecutor, src: LazySourced,
-                        nodes: List[PlanNode], index: Dict[int, int]) -> PlanNode:
+async def _plan_sourced(
+    s: ClientStreams,
+    g: int,
+    ex: BatchExecutor,
+    src: LazySourced,
+    nodes: List[PlanNode],
+    index: Dict[int, int],
+) -> PlanNode:
     start, n = s.groups.starts[g], s.groups.sizes[g]
-    return PlanClients(src.sourced[start:start + n], src.member)
+    return PlanClients(src.sourced[start : start + n], src.member)
 
 
-async def _plan_local(s: ClientStreams, g: int, ex: BatchExecutor, src: LazyLocal,
-                      nodes: List[PlanNode], index: Dict[int, int]) -> PlanNode:
+async def _plan_local(
+    s: ClientStreams,
+    g: int,
+    ex: BatchExecutor,
+    src: LazyLocal,
+    nodes: List[PlanNode],
+    index: Dict[int, int],
+) -> PlanNode:
     return PlanStacked(src.stacked[g] or [], src.member)
 
 
-async def _plan_shared(s: ClientStreams, g: int, ex: BatchExecutor, src: LazyShared,
-                       nodes: List[PlanNode], index: Dict[int, int]) -> PlanNode:
+async def _plan_shared(
+    s: ClientStreams,
+    g: int,
+    ex: BatchExecutor,
+    src: LazyShared,
+    nodes: List[PlanNode],
+    index: Dict[int, int],
+) -> PlanNode:
     # As the group's executor takes it (prepared once: `share_value`); it decides how the
     # value crosses (`WorkerDelegatingExecutor._wire_node`).
     return PlanShared(ex.share_value(src.py, src.member, src.forms), src.member)
 
 
-async def _plan_map(s: ClientStreams, g: int, ex: BatchExecutor, src: LazyMap,
-                    nodes: List[PlanNode], index: Dict[int, int]) -> PlanNode:
+async def _plan_map(
+    s: ClientStreams,
+    g: int,
+    ex: BatchExecutor,
+    src: LazyMap,
+    nodes: List[PlanNode],
+    index: Dict[int, int],
+) -> PlanNode:
     fn = await s.embed_fn(src.fn, ex)
     return PlanMap(fn, await s.plan_node(g, ex, src.srcs[0], nodes, index))
 
 
-async def _plan_select(s: ClientStreams, g: int, ex: BatchExecutor, src: LazySelect,
-                       nodes: List[PlanNode], index: Dict[int, int]) -> PlanNode:
+async def _plan_select(
+    s: ClientStreams,
+    g: int,
+    ex: BatchExecutor,
+    src: LazySelect,
+    nodes: List[PlanNode],
+    index: Dict[int, int],
+) -> PlanNode:
     return PlanSelect(src.index, await s.plan_node(g, ex, src.srcs[0], nodes, index))
 
 
-async def _plan_zip(s: ClientStreams, g: int, ex: BatchExecutor, src: LazyZip,
-                    nodes: List[PlanNode], index: Dict[int, int]) -> PlanNode:
-    return PlanZip(tuple(src.names),
-                   tuple([await s.plan_node(g, ex, x, nodes, index) for x in src.srcs]))
+async def _plan_zip(
+    s: ClientStreams,
+    g: int,
+    ex: BatchExecutor,
+    src: LazyZip,
+    nodes: List[PlanNode],
+    index: Dict[int, int],
+) -> PlanNode:
+    return PlanZip(
+        tuple(src.names), tuple([await s.plan_node(g, ex, x, nodes, index) for x in src.srcs])
+    )
 
 
 #: Group g's stream plan node of each kind of Lazy not computed yet.
 _PLAN_NODES: Dict[type, Callable[..., Awaitable[PlanNode]]] = {
-    LazySourced: _plan_sourced, LazyLocal: _plan_local, LazyShared: _plan_shared,
-    LazyMap: _plan_map, LazySelect: _plan_select, LazyZip: _plan_zip,
+    LazySourced: _plan_sourced,
+    LazyLocal: _plan_local,
+    LazyShared: _plan_shared,
+    LazyMap: _plan_map,
+    LazySelect: _plan_select,
+    LazyZip: _plan_zip,
 }

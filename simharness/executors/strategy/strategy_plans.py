@@ -39,8 +39,12 @@ class ClientGroups:
     def of(cls, client_groups: Sequence[Tuple[BatchExecutor, int]]) -> 'ClientGroups':
         """The groups of ``[(executor, number of clients), ...]``, in client order."""
         sizes = tuple(int(n) for _, n in client_groups)
-        return cls(tuple(ex for ex, _ in client_groups), sizes,
-                   tuple(sum(sizes[:i]) for i in range(len(sizes))), sum(sizes))
+        return cls(
+            tuple(ex for ex, _ in client_groups),
+            sizes,
+            tuple(sum(sizes[:i]) for i in range(len(sizes))),
+            sum(sizes),
+        )
 
 
 class Lazy:
@@ -165,11 +169,14 @@ def targets_from_mapping(targets: Any) -> Tuple[Any, List[Tuple[Any, int]]]:
         elif literal is T.CLIENTS:
             clients = ex
         else:
-            raise SimharnessValueError(f'unknown placement {key!r} in the target executors; '
-                                       'expected simharness.SERVER and simharness.CLIENTS')
+            raise SimharnessValueError(
+                f'unknown placement {key!r} in the target executors; '
+                'expected simharness.SERVER and simharness.CLIENTS'
+            )
     if server is None:
-        raise SimharnessValueError('the target executors have no SERVER executor: '
-                                   '{SERVER: ex, CLIENTS: [ex, ...]}')
+        raise SimharnessValueError(
+            'the target executors have no SERVER executor: {SERVER: ex, CLIENTS: [ex, ...]}'
+        )
     if clients is None:
         return server, []
     if not isinstance(clients, (list, tuple)):
@@ -186,8 +193,10 @@ def targets_from_mapping(targets: Any) -> Tuple[Any, List[Tuple[Any, int]]]:
 def mapping_names_clients(targets: Iterable[object]) -> bool:
     """Whether TFF's ``{SERVER: ex, CLIENTS: [...]}`` has a `CLIENTS` entry (an empty list
     counts: zero clients)."""
-    return any((T.placement_from_uri(key.lower()) if isinstance(key, str) else key)
-               is T.CLIENTS for key in targets)
+    return any(
+        (T.placement_from_uri(key.lower()) if isinstance(key, str) else key) is T.CLIENTS
+        for key in targets
+    )
 
 
 def hosting_child(ex: Any, what: str) -> BatchExecutor:
@@ -202,11 +211,14 @@ def hosting_child(ex: Any, what: str) -> BatchExecutor:
     raise SimharnessTypeError(
         f'{what} is a {type(ex).__name__}; expected an executor that hosts values '
         '(EagerTFExecutor, ThreadDelegatingExecutor, WorkerDelegatingExecutor), possibly '
-        'wrapped in a ReferenceResolvingExecutor', actual=type(ex).__name__)
+        'wrapped in a ReferenceResolvingExecutor',
+        actual=type(ex).__name__,
+    )
 
 
-def secure_params(kind: str, static: Dict[str, Any], member: T.Type,
-                  num_clients: int) -> Dict[str, Any]:
+def secure_params(
+    kind: str, static: Dict[str, Any], member: T.Type, num_clients: int
+) -> Dict[str, Any]:
     """Per-leaf bounds (exclusive), moduli and dtypes of a secure sum.
 
     ``kind`` is 'secure_sum_bitwidth' (`static['bitwidth']`, or
@@ -215,8 +227,13 @@ def secure_params(kind: str, static: Dict[str, Any], member: T.Type,
     or 'secure_modular_sum' (`static['modulus']`).
     """
     leaves = T.flatten_type(member)
-    key = ('modulus' if kind == 'secure_modular_sum'
-           else 'max_input' if 'max_input' in static else 'bitwidth')
+    key = (
+        'modulus'
+        if kind == 'secure_modular_sum'
+        else 'max_input'
+        if 'max_input' in static
+        else 'bitwidth'
+    )
     flat = broadcast_static(static[key], member)
     extra = max(0, math.ceil(math.log2(max(num_clients, 1))))
     bounds, moduli = [], []
@@ -225,11 +242,14 @@ def secure_params(kind: str, static: Dict[str, Any], member: T.Type,
             bounds.append(b + 1)
             moduli.append(2 ** min(b.bit_length() + extra, 63))
         elif key == 'bitwidth':
-            bounds.append(2 ** b)
+            bounds.append(2**b)
             moduli.append(2 ** min(b + extra, 63))
         else:
             bounds.append(b)
             moduli.append(b)
-    return {'bounds': pack_as(member, bounds), 'moduli': pack_as(member, moduli),
-            'dtypes': pack_as(member, [l.dtype for l in leaves]),
-            'bound_from': key}  # what the range error names: max_input or bitwidth
+    return {
+        'bounds': pack_as(member, bounds),
+        'moduli': pack_as(member, moduli),
+        'dtypes': pack_as(member, [l.dtype for l in leaves]),
+        'bound_from': key,
+    }  # what the range error names: max_input or bitwidth

@@ -11,15 +11,25 @@ from simharness.errors import ConfigError
 from simharness.experiments.config.base import _as_given, _check_bool, _int, _num, _opt, _Table
 
 
-def _agg_num(key: str, v: Any, *, low: float = 0.0, strict: bool = True,
-             high: float = math.inf) -> float:
+def _agg_num(
+    key: str, v: Any, *, low: float = 0.0, strict: bool = True, high: float = math.inf
+) -> float:
     """A number of the ``[aggregator]`` table (the error names ``aggregator.<key>``)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (
-            v <= low if strict else v < low) or v >= high:
-        raise ConfigError(f'aggregator.{key}: aggregator {key} must be a number '
-                          f'{">" if strict else ">="} {low:g}'
-                          + (f' and < {high:g}' if high < math.inf else '') + f', got {v!r}',
-                          key=f'aggregator.{key}', value=v)
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or not math.isfinite(v)
+        or (v <= low if strict else v < low)
+        or v >= high
+    ):
+        raise ConfigError(
+            f'aggregator.{key}: aggregator {key} must be a number '
+            f'{">" if strict else ">="} {low:g}'
+            + (f' and < {high:g}' if high < math.inf else '')
+            + f', got {v!r}',
+            key=f'aggregator.{key}',
+            value=v,
+        )
     return float(v)
 
 
@@ -82,8 +92,11 @@ class AggregatorConfig(_Table):
         _agg_num('clip_learning_rate', self.clip_learning_rate, strict=False)
         _agg_num('noise_multiplier', self.noise_multiplier, strict=False)
         if (self.noise_multiplier > 0 or self.secure) and self.weighted:
-            raise _agg_error('weighted', 'Gaussian DP and secure sums aggregate unweighted: '
-                             'set weighted = false', True)
+            raise _agg_error(
+                'weighted',
+                'Gaussian DP and secure sums aggregate unweighted: set weighted = false',
+                True,
+            )
         if self.noise_multiplier > 0 and self.clip is None:
             raise _agg_error('clip', 'Gaussian DP needs a clip norm (the sensitivity)')
         if self.clipped_count_stddev is not None:
@@ -91,21 +104,30 @@ class AggregatorConfig(_Table):
         if self.quantize_bits is not None:
             b = self.quantize_bits
             if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= 16:
-                raise _agg_error('quantize_bits',
-                                 f'quantize_bits must be an int in [1, 16], got {b!r}', b)
+                raise _agg_error(
+                    'quantize_bits', f'quantize_bits must be an int in [1, 16], got {b!r}', b
+                )
             if not self.secure:
                 raise ConfigError(
                     'aggregator.quantize_bits without aggregator.secure has no TFF aggregator: '
                     'set secure = true (SecureSumFactory quantizes within quantize_range) or '
-                    'drop quantize_bits', key='aggregator.quantize_bits', value=b)
+                    'drop quantize_bits',
+                    key='aggregator.quantize_bits',
+                    value=b,
+                )
             if self.quantize_range is None and self.clip is None:
-                raise _agg_error('quantize_range',
-                                 'quantization needs quantize_range or a clip norm')
+                raise _agg_error(
+                    'quantize_range', 'quantization needs quantize_range or a clip norm'
+                )
         if self.quantize_range is not None:
             _agg_num('quantize_range', self.quantize_range)
         if self.secure and self.quantize_bits is None:
             raise _agg_error('quantize_bits', 'a secure sum adds integers: set quantize_bits')
         if self.secure and self.noise_multiplier > 0:
-            raise _agg_error('secure', 'secure sums with central DP noise are not combined here '
-                             '(the server would add noise to the securely summed update): '
-                             'choose one', True)
+            raise _agg_error(
+                'secure',
+                'secure sums with central DP noise are not combined here '
+                '(the server would add noise to the securely summed update): '
+                'choose one',
+                True,
+            )

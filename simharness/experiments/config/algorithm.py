@@ -5,8 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Optional
 
-from simharness.experiments.config.base import (ALGORITHMS, _choice, _int, _num, _opt, OPTIMIZERS,
-                                                _Table)
+from simharness.experiments.config.base import (
+    ALGORITHMS,
+    _choice,
+    _int,
+    _num,
+    _opt,
+    OPTIMIZERS,
+    _Table,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,8 +8,7 @@ import dataclasses
 import inspect
 import math
 import re
-from typing import (Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Sequence,
-                    Tuple)
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from simharness.errors import ConfigError
 
@@ -37,6 +36,7 @@ _NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._+-]*$')
 
 # ----------------------------------------------------------------- validators
 
+
 def _fmt_allowed(allowed: Iterable[str]) -> str:
     return ', '.join(repr(a) for a in allowed)
 
@@ -49,10 +49,12 @@ def _check_int(key: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def _check_float(key: str, value: Any, *, minimum: float, inclusive: bool = True,
-                 below: Optional[float] = None) -> float:
-    bounds = f'{">=" if inclusive else ">"} {minimum:g}' + (f' and < {below:g}' if below is not None
-                                                            else '')
+def _check_float(
+    key: str, value: Any, *, minimum: float, inclusive: bool = True, below: Optional[float] = None
+) -> float:
+    bounds = f'{">=" if inclusive else ">"} {minimum:g}' + (
+        f' and < {below:g}' if below is not None else ''
+    )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f'{key} must be a number {bounds}, got {value!r}', key=key, value=value)
     v = float(value)
@@ -72,8 +74,9 @@ def _check_bool(key: str, value: Any) -> bool:
 
 def _check_choice(key: str, value: Any, allowed: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in allowed:
-        raise ConfigError(f'{key} must be one of {_fmt_allowed(allowed)}, got {value!r}',
-                          key=key, value=value)
+        raise ConfigError(
+            f'{key} must be one of {_fmt_allowed(allowed)}, got {value!r}', key=key, value=value
+        )
     return value
 
 
@@ -84,11 +87,15 @@ def _check_str(key: str, value: Any) -> str:
 
 
 def _check_int_tuple(key: str, value: Any, length: Optional[int] = None) -> Tuple[int, ...]:
-    what = (f'a list of {length} ints >= 1' if length is not None
-            else 'a non-empty list of ints >= 1')
-    if not isinstance(value, (list, tuple)) or not value or (
-            length is not None and len(value) != length) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+    what = (
+        f'a list of {length} ints >= 1' if length is not None else 'a non-empty list of ints >= 1'
+    )
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or (length is not None and len(value) != length)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+    ):
         raise ConfigError(f'{key} must be {what}, got {value!r}', key=key, value=value)
     return tuple(int(v) for v in value)
 
@@ -98,9 +105,11 @@ Check = Callable[[str, Any], Any]
 
 def _as_given(check: Check) -> Check:
     """`check`, keeping the value as given (an int stays an int in the resolved TOML)."""
+
     def keep(key: str, value: Any) -> Any:
         check(key, value)
         return value
+
     return keep
 
 
@@ -109,8 +118,9 @@ def _int(minimum: int) -> Check:
 
 
 def _num(minimum: float = 0.0, *, inclusive: bool = True, below: Optional[float] = None) -> Check:
-    return lambda key, value: _check_float(key, value, minimum=minimum, inclusive=inclusive,
-                                           below=below)
+    return lambda key, value: _check_float(
+        key, value, minimum=minimum, inclusive=inclusive, below=below
+    )
 
 
 def _choice(allowed: Sequence[str]) -> Check:
@@ -132,11 +142,13 @@ def _opt(default: Any, check: Optional[Check] = None) -> Any:
 
 def _require(obj: Any, key: str, why: str) -> None:
     if getattr(obj, key) is None:
-        raise ConfigError(f'{obj.TABLE}.{key} is required for {why}', key=f'{obj.TABLE}.{key}',
-                          value=None)
+        raise ConfigError(
+            f'{obj.TABLE}.{key} is required for {why}', key=f'{obj.TABLE}.{key}', value=None
+        )
 
 
 # ---------------------------------------------------------------------- tables
+
 
 class _Table:
     """Base of the frozen dataclasses of the TOML tables: each field checks itself.
@@ -188,8 +200,9 @@ class _Union(type):
         if 'VARIANTS' not in cls.__dict__:  # a variant class
             return super().__call__(*args, **kwargs)
         if args:
-            raise TypeError(f'{cls.__name__}() takes keyword arguments only ({cls.TAG}=..., '
-                            'options)')
+            raise TypeError(
+                f'{cls.__name__}() takes keyword arguments only ({cls.TAG}=..., options)'
+            )
         return build_variant(cls, kwargs)
 
 
@@ -214,8 +227,11 @@ def table_keys(cls: type) -> List[str]:
 def _check_keys(table: str, body: Mapping[str, Any], allowed: Sequence[str]) -> None:
     for key in body:
         if key not in allowed:
-            raise ConfigError(f'unknown key {table}.{key}; allowed keys in [{table}]: '
-                              f'{", ".join(allowed)}', key=f'{table}.{key}', value=body[key])
+            raise ConfigError(
+                f'unknown key {table}.{key}; allowed keys in [{table}]: {", ".join(allowed)}',
+                key=f'{table}.{key}',
+                value=body[key],
+            )
 
 
 def build_variant(union: _Union, body: Mapping[str, Any]) -> Any:
@@ -227,8 +243,9 @@ def build_variant(union: _Union, body: Mapping[str, Any]) -> Any:
     """
     table, tag = union.TABLE, union.TAG
     _check_keys(table, body, table_keys(union))
-    choice = _check_choice(f'{table}.{tag}', body[tag] if tag in body else union.DEFAULT,
-                           sorted(union.VARIANTS))
+    choice = _check_choice(
+        f'{table}.{tag}', body[tag] if tag in body else union.DEFAULT, sorted(union.VARIANTS)
+    )
     cls = union.VARIANTS[choice]
     own = [k for k in _own_keys(cls) if k != tag]
     for key, value in body.items():
@@ -237,5 +254,8 @@ def build_variant(union: _Union, body: Mapping[str, Any]) -> Any:
             raise ConfigError(
                 f'{table}.{key} does not apply to {table}.{tag} = {choice!r} (its options: '
                 f'{", ".join(sorted(own)) or "none"}; {key} is an option of {tag} '
-                f'{_fmt_allowed(takers)})', key=f'{table}.{key}', value=value)
+                f'{_fmt_allowed(takers)})',
+                key=f'{table}.{key}',
+                value=value,
+            )
     return cls(**{k: v for k, v in body.items() if k != tag and v is not None})

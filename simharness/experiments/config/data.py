@@ -6,9 +6,20 @@ import dataclasses
 from typing import ClassVar, Dict, Optional
 
 from simharness.errors import ConfigError
-from simharness.experiments.config.base import (_check_bool, _check_str, _choice, HF_PARTITIONS,
-                                                _int, _num, _opt, PARTITIONS,
-                                                REFERENCE_NUM_CLIENTS, _require, _Table, _Union)
+from simharness.experiments.config.base import (
+    _check_bool,
+    _check_str,
+    _choice,
+    HF_PARTITIONS,
+    _int,
+    _num,
+    _opt,
+    PARTITIONS,
+    REFERENCE_NUM_CLIENTS,
+    _require,
+    _Table,
+    _Union,
+)
 
 
 class DataConfig(_Table, metaclass=_Union):
@@ -96,13 +107,19 @@ class FilesData(DataConfig, tag='files'):
     client_id_key: str = _opt('client_id', _check_str)
 
     def _validate(self) -> None:
-        _require(self, 'path', "data.dataset = 'files' (a directory of <client_id>.npz files, "
-                 'or one .npz / .csv file)')
+        _require(
+            self,
+            'path',
+            "data.dataset = 'files' (a directory of <client_id>.npz files, "
+            'or one .npz / .csv file)',
+        )
         if len({self.x_key, self.y_key, self.client_id_key}) != 3:
             raise ConfigError(
                 f'data.x_key, data.y_key and data.client_id_key must differ, got '
                 f'{self.x_key!r}, {self.y_key!r}, {self.client_id_key!r}',
-                key='data.y_key', value=self.y_key)
+                key='data.y_key',
+                value=self.y_key,
+            )
 
     @property
     def known_num_clients(self) -> Optional[int]:
@@ -124,8 +141,12 @@ class _NeedsCacheDir:
     ``max_clients`` keeps the first N clients (sorted ids) of the train split."""
 
     def _validate(self) -> None:
-        _require(self, 'cache_dir', f'data.dataset = {getattr(self, "dataset")!r} '
-                 "(the directory with TFF's published file; nothing is downloaded)")
+        _require(
+            self,
+            'cache_dir',
+            f'data.dataset = {getattr(self, "dataset")!r} '
+            "(the directory with TFF's published file; nothing is downloaded)",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,11 +216,17 @@ class HfData(DataConfig, tag='hf'):
     hf_split: Optional[str] = _opt(None, _check_str)
 
     def _validate(self) -> None:
-        _require(self, 'path', "data.dataset = 'hf' (a save_to_disk directory or a locally "
-                 'cached data set name)')
+        _require(
+            self,
+            'path',
+            "data.dataset = 'hf' (a save_to_disk directory or a locally cached data set name)",
+        )
         if self.partition == 'natural':
-            _require(self, 'client_id_key', "data.partition = 'natural' (the column naming "
-                     "each example's client)")
+            _require(
+                self,
+                'client_id_key',
+                "data.partition = 'natural' (the column naming each example's client)",
+            )
 
     @property
     def known_num_clients(self) -> Optional[int]:

@@ -12,8 +12,14 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 import tomli_w
 
 from simharness.errors import ConfigError
-from simharness.experiments.config.base import (_check_keys, _fmt_allowed, _NAME_RE,
-                                                SEQUENCE_DATASETS, table_keys, _Union)
+from simharness.experiments.config.base import (
+    _check_keys,
+    _fmt_allowed,
+    _NAME_RE,
+    SEQUENCE_DATASETS,
+    table_keys,
+    _Union,
+)
 from simharness.experiments.config.data import DataConfig
 from simharness.experiments.config.model import ModelConfig
 from simharness.experiments.config.algorithm import AlgorithmConfig
@@ -30,6 +36,7 @@ PathLike = Union[str, Path]
 
 
 # [sweep] (its keys are every other table's: `valid_keys`) ---------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
@@ -49,28 +56,39 @@ class SweepConfig:
         if isinstance(grid, Mapping):
             grid = tuple(_flatten_grid(grid))
         if not isinstance(grid, (list, tuple)):
-            raise ConfigError(f'sweep.grid must be a table of dotted keys to lists, got {grid!r}',
-                              key='sweep.grid', value=grid)
+            raise ConfigError(
+                f'sweep.grid must be a table of dotted keys to lists, got {grid!r}',
+                key='sweep.grid',
+                value=grid,
+            )
         out = []
         seen = set()
         valid = [k for k in valid_keys(include_sweep=False) if k != 'name']
         for item in grid:
             if not (isinstance(item, (list, tuple)) and len(item) == 2):
-                raise ConfigError(f'sweep.grid entries must be (key, values) pairs, got {item!r}',
-                                  key='sweep.grid', value=item)
+                raise ConfigError(
+                    f'sweep.grid entries must be (key, values) pairs, got {item!r}',
+                    key='sweep.grid',
+                    value=item,
+                )
             key, values = item
             if key not in valid:
                 raise ConfigError(
                     f'sweep.grid: unknown key {key!r}; valid keys: {", ".join(valid)}',
-                    key=f'sweep.grid.{key}', value=values)
+                    key=f'sweep.grid.{key}',
+                    value=values,
+                )
             if key in seen:
-                raise ConfigError(f'sweep.grid: key {key!r} appears twice',
-                                  key=f'sweep.grid.{key}', value=values)
+                raise ConfigError(
+                    f'sweep.grid: key {key!r} appears twice', key=f'sweep.grid.{key}', value=values
+                )
             seen.add(key)
             if not isinstance(values, (list, tuple)) or not values:
                 raise ConfigError(
                     f'sweep.grid.{key} must be a non-empty list of values, got {values!r}',
-                    key=f'sweep.grid.{key}', value=values)
+                    key=f'sweep.grid.{key}',
+                    value=values,
+                )
             out.append((key, tuple(_freeze(v) for v in values)))
         object.__setattr__(self, 'grid', tuple(out))
 
@@ -90,8 +108,12 @@ def _flatten_grid(grid: Mapping[str, Any], prefix: str = '') -> Iterable[Tuple[s
 
 
 _TABLES: Mapping[str, type] = {
-    'data': DataConfig, 'model': ModelConfig, 'algorithm': AlgorithmConfig,
-    'aggregator': AggregatorConfig, 'training': TrainingConfig, 'stack': StackConfig,
+    'data': DataConfig,
+    'model': ModelConfig,
+    'algorithm': AlgorithmConfig,
+    'aggregator': AggregatorConfig,
+    'training': TrainingConfig,
+    'stack': StackConfig,
     'sweep': SweepConfig,
 }
 _UNIONS: Mapping[str, _Union] = {'data': DataConfig, 'model': ModelConfig, 'stack': StackConfig}
@@ -140,27 +162,41 @@ class ExperimentConfig:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
             raise ConfigError(
                 f'name must be a non-empty string of letters, digits and ". _ + -" (it names a '
-                f'results directory), got {self.name!r}', key='name', value=self.name)
+                f'results directory), got {self.name!r}',
+                key='name',
+                value=self.name,
+            )
         for table, cls in _TABLES.items():
             if not isinstance(getattr(self, table), cls):
-                raise ConfigError(f'[{table}] must be a {cls.__name__}, got '
-                                  f'{type(getattr(self, table)).__name__}', key=table)
+                raise ConfigError(
+                    f'[{table}] must be a {cls.__name__}, got '
+                    f'{type(getattr(self, table)).__name__}',
+                    key=table,
+                )
         n = self.data.known_num_clients
         k = self.training.clients_per_round
         if n is not None and k > n:
             raise ConfigError(
                 f'training.clients_per_round = {k} is more than the {n} clients of the data '
-                f'(data.num_clients)', key='training.clients_per_round', value=k)
+                f'(data.num_clients)',
+                key='training.clients_per_round',
+                value=k,
+            )
         if self.data.dataset in SEQUENCE_DATASETS and self.model.name != 'keras':
             raise ConfigError(
                 f'data.dataset = {self.data.dataset!r} is next-token prediction (sequence '
                 f'labels): it needs model.name = "keras" with a sequence model, not '
-                f'{self.model.name!r}', key='model.name', value=self.model.name)
+                f'{self.model.name!r}',
+                key='model.name',
+                value=self.model.name,
+            )
         if self.model.name == 'cnn' and self.data.dataset in ('synthetic', 'reference'):
             raise ConfigError(
                 f"model.name = 'cnn' needs image data (data.dataset 'digits' or 'files' with "
-                f"[H, W, C] examples), not data.dataset = {self.data.dataset!r}",
-                key='model.name', value='cnn')
+                f'[H, W, C] examples), not data.dataset = {self.data.dataset!r}',
+                key='model.name',
+                value='cnn',
+            )
 
     # ------------------------------------------------------------ views
     @property
@@ -177,8 +213,11 @@ class ExperimentConfig:
                 if obj.grid:
                     out['sweep'] = {'grid': {k: _thaw(v) for k, v in obj.grid}}
                 continue
-            out[table] = {f.name: _thaw(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                          if getattr(obj, f.name) is not None}
+            out[table] = {
+                f.name: _thaw(getattr(obj, f.name))
+                for f in dataclasses.fields(obj)
+                if getattr(obj, f.name) is not None
+            }
         return out
 
     def to_toml(self) -> str:
@@ -196,8 +235,10 @@ def _thaw(v: Any) -> Any:
 
 # ------------------------------------------------------------------- parsing
 
-def config_from_dict(raw: Mapping[str, Any], default_name: Optional[str] = None
-                     ) -> ExperimentConfig:
+
+def config_from_dict(
+    raw: Mapping[str, Any], default_name: Optional[str] = None
+) -> ExperimentConfig:
     """Builds and validates an `ExperimentConfig` from nested dicts (parsed TOML).
 
     Args:
@@ -217,7 +258,9 @@ def config_from_dict(raw: Mapping[str, Any], default_name: Optional[str] = None
         if key not in _TOP_KEYS:
             raise ConfigError(
                 f'unknown top-level key or table {key!r}; allowed: {_fmt_allowed(_TOP_KEYS)}',
-                key=str(key), value=raw[key])
+                key=str(key),
+                value=raw[key],
+            )
     name = raw.get('name', default_name)
     if name is None:
         raise ConfigError('the config needs a top-level name = "..."', key='name')
@@ -296,6 +339,7 @@ def load_config(path: PathLike) -> ExperimentConfig:
 
 
 # ------------------------------------------------------------------- writing
+
 
 def dumps_toml(doc: Mapping[str, Any]) -> str:
     """Writes nested dicts of TOML values as TOML text (tomli-w; `read_toml` reads it back).

@@ -6,8 +6,15 @@ import dataclasses
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from simharness.errors import ConfigError
-from simharness.experiments.config.base import (_int, _ints, _opt, _own_keys, _require, _Table,
-                                                _Union)
+from simharness.experiments.config.base import (
+    _int,
+    _ints,
+    _opt,
+    _own_keys,
+    _require,
+    _Table,
+    _Union,
+)
 
 
 class ModelConfig(_Table, metaclass=_Union):
@@ -76,9 +83,18 @@ class KerasModel(ModelConfig, tag='keras'):
     keras: Optional[str] = None
 
     def _validate(self) -> None:
-        _require(self, 'keras', 'model.name = "keras" (a "package.module:function" building '
-                 'the keras.Model)')
-        if not isinstance(self.keras, str) or self.keras.count(':') != 1 or not all(
-                self.keras.split(':')):
-            raise ConfigError(f'model.keras must look like "package.module:function", got '
-                              f'{self.keras!r}', key='model.keras', value=self.keras)
+        _require(
+            self,
+            'keras',
+            'model.name = "keras" (a "package.module:function" building the keras.Model)',
+        )
+        if (
+            not isinstance(self.keras, str)
+            or self.keras.count(':') != 1
+            or not all(self.keras.split(':'))
+        ):
+            raise ConfigError(
+                f'model.keras must look like "package.module:function", got {self.keras!r}',
+                key='model.keras',
+                value=self.keras,
+            )

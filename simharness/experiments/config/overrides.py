@@ -9,8 +9,14 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from simharness.errors import ConfigError
 from simharness.experiments.config.base import DEFAULT_RUN_ID, _own_keys, _RUN_ID_SAFE
-from simharness.experiments.config.experiment import (config_from_dict, ExperimentConfig,
-                                                      SweepConfig, _thaw, _UNIONS, valid_keys)
+from simharness.experiments.config.experiment import (
+    config_from_dict,
+    ExperimentConfig,
+    SweepConfig,
+    _thaw,
+    _UNIONS,
+    valid_keys,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,19 +40,20 @@ def parse_override(item: str) -> Tuple[str, Any]:
         ConfigError: no ``=``, or an unknown key (listing the valid keys).
     """
     if not isinstance(item, str) or '=' not in item:
-        raise ConfigError(f'an override must look like key=value, got {item!r}',
-                          key='', value=item)
+        raise ConfigError(f'an override must look like key=value, got {item!r}', key='', value=item)
     key, text = item.split('=', 1)
     key = key.strip()
     valid = valid_keys()
     if key not in valid:
-        raise ConfigError(f'unknown key {key!r} in override {item!r}; valid keys: '
-                          f'{", ".join(valid)}', key=key, value=text)
+        raise ConfigError(
+            f'unknown key {key!r} in override {item!r}; valid keys: {", ".join(valid)}',
+            key=key,
+            value=text,
+        )
     return key, parse_value(text.strip())
 
 
-def _assign(config: ExperimentConfig, assignments: Sequence[Tuple[str, Any]]
-            ) -> ExperimentConfig:
+def _assign(config: ExperimentConfig, assignments: Sequence[Tuple[str, Any]]) -> ExperimentConfig:
     """Applies (dotted key, value) pairs to the resolved config and validates it."""
     d = config.to_dict()
     explicit: Dict[str, set] = {}
@@ -150,9 +157,12 @@ def expand_sweep(config: ExperimentConfig) -> List[Tuple[str, ExperimentConfig]]
         assignments = list(zip(keys, point))
         run_id = run_id_for(assignments)
         if run_id in seen:
-            raise ConfigError(f'sweep points {seen[run_id]} and {point} both get the run id '
-                              f'{run_id!r}; make the values distinct', key='sweep.grid',
-                              value=run_id)
+            raise ConfigError(
+                f'sweep points {seen[run_id]} and {point} both get the run id '
+                f'{run_id!r}; make the values distinct',
+                key='sweep.grid',
+                value=run_id,
+            )
         seen[run_id] = point
         try:
             runs.append((run_id, _assign(base, [(k, _thaw(v)) for k, v in assignments])))

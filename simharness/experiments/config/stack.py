@@ -9,9 +9,19 @@ from typing import Any, ClassVar, Dict, Optional, Tuple, Union
 from simharness.errors import ConfigError, SimharnessError
 from simharness.runtime import pinning
 from simharness.runtime.resources import GpuInventory
-from simharness.experiments.config.base import (_as_given, _check_bool, _check_float, _check_str,
-                                                _choice, _int, _num, _opt,
-                                                RAY_PLACEMENT_STRATEGIES, _Table, _Union)
+from simharness.experiments.config.base import (
+    _as_given,
+    _check_bool,
+    _check_float,
+    _check_str,
+    _choice,
+    _int,
+    _num,
+    _opt,
+    RAY_PLACEMENT_STRATEGIES,
+    _Table,
+    _Union,
+)
 
 
 class StackConfig(_Table, metaclass=_Union):
@@ -44,15 +54,24 @@ class ThreadStack(StackConfig, tag='thread'):
 
 def _check_devices(key: str, d: Any) -> Union[str, Tuple[Union[int, str], ...]]:
     if isinstance(d, (list, tuple)):
-        if not d or not all((isinstance(v, int) and not isinstance(v, bool) and v >= 0)
-                            or (isinstance(v, str) and v) for v in d):
+        if not d or not all(
+            (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+            or (isinstance(v, str) and v)
+            for v in d
+        ):
             raise ConfigError(
                 f'{key} must be a string like "cuda:0" or a non-empty list of GPU ids (ints '
-                f'>= 0) or device strings, got {d!r}', key=key, value=d)
+                f'>= 0) or device strings, got {d!r}',
+                key=key,
+                value=d,
+            )
         d = tuple(d)
     elif not isinstance(d, str) or not d:
-        raise ConfigError(f'{key} must be a string like "cuda:0" or a list of GPU ids, got '
-                          f'{d!r}', key=key, value=d)
+        raise ConfigError(
+            f'{key} must be a string like "cuda:0" or a list of GPU ids, got {d!r}',
+            key=key,
+            value=d,
+        )
     try:
         pinning.parse_devices(list(d) if isinstance(d, tuple) else d)
     except SimharnessError as e:
@@ -86,8 +105,11 @@ class ProcessStack(StackConfig, tag='process'):
 def _check_gpu_share(key: str, value: Any) -> Any:
     _check_float(key, value, minimum=0)
     if value > 1:
-        raise ConfigError(f'{key} must be a number in [0, 1] (a worker uses one GPU), got '
-                          f'{value!r}', key=key, value=value)
+        raise ConfigError(
+            f'{key} must be a number in [0, 1] (a worker uses one GPU), got {value!r}',
+            key=key,
+            value=value,
+        )
     return value
 
 
@@ -135,10 +157,10 @@ def check_stack_devices(stack: StackConfig, inventory: Optional[GpuInventory] = 
         return
     devices = list(stack.devices) if isinstance(stack.devices, tuple) else stack.devices
     try:
-        pinning.check_gpus_exist(devices, pinning.parse_devices(devices) or (), inventory,
-                                 name='stack.devices')
+        pinning.check_gpus_exist(
+            devices, pinning.parse_devices(devices) or (), inventory, name='stack.devices'
+        )
     except SimharnessError as e:
         raise ConfigError(str(e), key='stack.devices', value=stack.devices) from e
-
 
         raise ConfigError(str(e), key='stack.devices', value=stack.devices) from e

@@ -6,8 +6,16 @@ import dataclasses
 from typing import Any, ClassVar
 
 from simharness.errors import ConfigError
-from simharness.experiments.config.base import (_check_bool, _check_float, _check_str, _choice,
-                                                COHORTS, _int, _opt, _Table)
+from simharness.experiments.config.base import (
+    _check_bool,
+    _check_float,
+    _check_str,
+    _choice,
+    COHORTS,
+    _int,
+    _opt,
+    _Table,
+)
 
 
 def _check_availability(key: str, value: Any) -> float:

@@ -68,36 +68,92 @@ from simharness.errors import ConfigError, RunInProgressError
 from simharness.experiments import atomic
 from simharness.experiments import checkpoints as CK
 from simharness.experiments.config import DEFAULT_RUN_ID, ExperimentConfig, expand_sweep
-from simharness.experiments.runner.rundir import (_clean_run_dir, _close_run_log,
-                                                  _drop_stale_summary, _now, _open_run_log,
-                                                  _resumable, _summary, CONFIG_FILE,
-                                                  ENVIRONMENT_FILE, is_finished, PathLike,
-                                                  read_json, RunResult, SUMMARY_FILE)
+from simharness.experiments.runner.rundir import (
+    _clean_run_dir,
+    _close_run_log,
+    _drop_stale_summary,
+    _now,
+    _open_run_log,
+    _resumable,
+    _summary,
+    CONFIG_FILE,
+    ENVIRONMENT_FILE,
+    is_finished,
+    PathLike,
+    read_json,
+    RunResult,
+    SUMMARY_FILE,
+)
 from simharness.experiments.runner.environment import collect_environment
 from simharness.experiments.runner.lock import run_lock
-from simharness.experiments.runner.rounds import (_close_factory, _make_factory,
-                                                  _progress_enabled, _round_line, _row,
-                                                  _run_rounds, _scalars, _stats, _weights,
-                                                  run_round, weights_digest)
-from simharness.experiments.runner.rundir import (BEST_WEIGHTS_FILE, FINAL_WEIGHTS_FILE,
-                                                  LOG_FILE, METRICS_FILE, TENSORBOARD_DIR,
-                                                  TIMING_FIELDS, _read_rows)
-from simharness.experiments.runner.workload import (EVAL_IN_MEMORY_BYTES, _build_model,
-                                                    _build_process, _build_workload, _cohort,
-                                                    _eval_rows, _load_benchmark, _Model,
-                                                    _stack_clients, _Workload)
+from simharness.experiments.runner.rounds import (
+    _close_factory,
+    _make_factory,
+    _progress_enabled,
+    _round_line,
+    _row,
+    _run_rounds,
+    _scalars,
+    _stats,
+    _weights,
+    run_round,
+    weights_digest,
+)
+from simharness.experiments.runner.rundir import (
+    BEST_WEIGHTS_FILE,
+    FINAL_WEIGHTS_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    TENSORBOARD_DIR,
+    TIMING_FIELDS,
+    _read_rows,
+)
+from simharness.experiments.runner.workload import (
+    EVAL_IN_MEMORY_BYTES,
+    _build_model,
+    _build_process,
+    _build_workload,
+    _cohort,
+    _eval_rows,
+    _load_benchmark,
+    _Model,
+    _stack_clients,
+    _Workload,
+)
 
-__all__ = ['BEST_WEIGHTS_FILE', 'CONFIG_FILE', 'ENVIRONMENT_FILE', 'EVAL_IN_MEMORY_BYTES',
-           'FINAL_WEIGHTS_FILE', 'LOG_FILE', 'METRICS_FILE', 'SUMMARY_FILE', 'TENSORBOARD_DIR',
-           'TIMING_FIELDS', 'RunResult', 'collect_environment', 'is_finished', 'read_json',
-           'run_experiment', 'run_round', 'run_sweep', 'weights_digest']
+__all__ = [
+    'BEST_WEIGHTS_FILE',
+    'CONFIG_FILE',
+    'ENVIRONMENT_FILE',
+    'EVAL_IN_MEMORY_BYTES',
+    'FINAL_WEIGHTS_FILE',
+    'LOG_FILE',
+    'METRICS_FILE',
+    'SUMMARY_FILE',
+    'TENSORBOARD_DIR',
+    'TIMING_FIELDS',
+    'RunResult',
+    'collect_environment',
+    'is_finished',
+    'read_json',
+    'run_experiment',
+    'run_round',
+    'run_sweep',
+    'weights_digest',
+]
 
 _log = logging.getLogger(__name__)
 
 
-def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
-                   progress: bool = True, run_id: str = DEFAULT_RUN_ID, *,
-                   resume: bool = True, callbacks: Sequence[CK.Callback] = ()) -> RunResult:
+def run_experiment(
+    config: ExperimentConfig,
+    results_root: PathLike = 'results',
+    progress: bool = True,
+    run_id: str = DEFAULT_RUN_ID,
+    *,
+    resume: bool = True,
+    callbacks: Sequence[CK.Callback] = (),
+) -> RunResult:
     """Runs one experiment and writes ``<results_root>/<config.name>/<run_id>/``.
 
     An unfinished run of the same config (summary 'interrupted', 'failed'
@@ -146,20 +202,35 @@ def run_experiment(config: ExperimentConfig, results_root: PathLike = 'results',
             status 'failed' and the error text.
     """
     if config.sweep.grid:
-        raise ConfigError(f'experiment {config.name!r} has a [sweep] grid; run it with '
-                          'run_sweep (simharness sweep)', key='sweep.grid')
-    if not isinstance(run_id, str) or not run_id or run_id in ('.', '..') or '/' in run_id \
-            or os.sep in run_id:
-        raise ConfigError(f'run_id must be a plain directory name, got {run_id!r}',
-                          key='run_id', value=run_id)
+        raise ConfigError(
+            f'experiment {config.name!r} has a [sweep] grid; run it with '
+            'run_sweep (simharness sweep)',
+            key='sweep.grid',
+        )
+    if (
+        not isinstance(run_id, str)
+        or not run_id
+        or run_id in ('.', '..')
+        or '/' in run_id
+        or os.sep in run_id
+    ):
+        raise ConfigError(
+            f'run_id must be a plain directory name, got {run_id!r}', key='run_id', value=run_id
+        )
     run_dir = Path(results_root) / config.name / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(run_dir):  # another run of this directory: RunInProgressError, untouched
         return _run_locked(config, run_dir, run_id, progress, resume, callbacks)
 
 
-def _run_locked(config: ExperimentConfig, run_dir: Path, run_id: str, progress: bool,
-                resume: bool, callbacks: Sequence[CK.Callback]) -> RunResult:
+def _run_locked(
+    config: ExperimentConfig,
+    run_dir: Path,
+    run_id: str,
+    progress: bool,
+    resume: bool,
+    callbacks: Sequence[CK.Callback],
+) -> RunResult:
     """`run_experiment` in its run directory, whose lock this process holds."""
     resuming = resume and _resumable(run_dir, config)
     if not resuming:
@@ -177,8 +248,9 @@ def _run_locked(config: ExperimentConfig, run_dir: Path, run_id: str, progress: 
         atomic.write_text(run_dir / CONFIG_FILE, config.to_toml())
         atomic.write_json(run_dir / ENVIRONMENT_FILE, collect_environment())
         atomic.write_json(run_dir / SUMMARY_FILE, _summary(config, run_id, status, [], extra))
-        status = _run_rounds(config, run_dir, run_id, metrics, extra, progress, t_start,
-                             resuming, list(callbacks))
+        status = _run_rounds(
+            config, run_dir, run_id, metrics, extra, progress, t_start, resuming, list(callbacks)
+        )
     except BaseException as e:  # pylint: disable=broad-exception-caught  # raised again below
         interrupt = _interruption(e)
         if interrupt is not None:  # Ctrl-C, or SIGTERM / SIGHUP through the CLI
@@ -206,8 +278,14 @@ def _run_locked(config: ExperimentConfig, run_dir: Path, run_id: str, progress: 
     return RunResult(run_id, run_dir, status, summary)
 
 
-def _finished(i: int, n: int, run_id: str, cfg: ExperimentConfig, results_root: PathLike,
-              log: Optional[Callable[[str], None]]) -> Optional[RunResult]:
+def _finished(
+    i: int,
+    n: int,
+    run_id: str,
+    cfg: ExperimentConfig,
+    results_root: PathLike,
+    log: Optional[Callable[[str], None]],
+) -> Optional[RunResult]:
     """The result of point `i` of `n` when its run is complete already (said to `log`), else
     None: the point is to run."""
     run_dir = Path(results_root) / cfg.name / run_id
@@ -215,15 +293,21 @@ def _finished(i: int, n: int, run_id: str, cfg: ExperimentConfig, results_root: 
         return None
     if log:
         log(f'[{i}/{n}] skip {run_id} (complete)')
-    return RunResult(run_id, run_dir, 'complete', read_json(run_dir / SUMMARY_FILE) or {},
-                     skipped=True)
+    return RunResult(
+        run_id, run_dir, 'complete', read_json(run_dir / SUMMARY_FILE) or {}, skipped=True
+    )
 
 
-def _run_sweep_parallel(runs: List[Any], results_root: PathLike,
-                        log: Optional[Callable[[str], None]], resume: bool,
-                        jobs: int) -> List[RunResult]:
+def _run_sweep_parallel(
+    runs: List[Any],
+    results_root: PathLike,
+    log: Optional[Callable[[str], None]],
+    resume: bool,
+    jobs: int,
+) -> List[RunResult]:
     """`run_sweep` with `jobs` points at once (`parallel.run_points`), in sweep order."""
     from simharness.experiments.runner import parallel  # pylint: disable=import-outside-toplevel
+
     done: Dict[str, RunResult] = {}
     todo = []
     for i, (run_id, cfg) in enumerate(runs, 1):
@@ -258,9 +342,14 @@ def _interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
     return None
 
 
-def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
-              progress: bool = True, log: Optional[Callable[[str], None]] = None,
-              resume: bool = True, jobs: Optional[int] = 1) -> List[RunResult]:
+def run_sweep(
+    config: ExperimentConfig,
+    results_root: PathLike = 'results',
+    progress: bool = True,
+    log: Optional[Callable[[str], None]] = None,
+    resume: bool = True,
+    jobs: Optional[int] = 1,
+) -> List[RunResult]:
     """Runs every point of the config's sweep grid; finished runs are skipped.
 
     A run whose directory holds a complete run of the same resolved config
@@ -298,10 +387,15 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
     runs = expand_sweep(config)
     if jobs is None:
         from simharness.experiments.runner import parallel  # pylint: disable=import-outside-toplevel
+
         jobs = parallel.default_jobs(config, [c for _, c in runs])
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ConfigError(f'jobs must be an int >= 1 (points run at once) or None (as many '
-                          f'as fit this machine), got {jobs!r}', key='jobs', value=jobs)
+        raise ConfigError(
+            f'jobs must be an int >= 1 (points run at once) or None (as many '
+            f'as fit this machine), got {jobs!r}',
+            key='jobs',
+            value=jobs,
+        )
     if jobs > 1:
         return _run_sweep_parallel(runs, results_root, log, resume, jobs)
     results = []
@@ -314,11 +408,13 @@ def run_sweep(config: ExperimentConfig, results_root: PathLike = 'results',
             log(f'[{i}/{len(runs)}] run {run_id}')
         try:
             if resume:
-                results.append(run_experiment(cfg, results_root, progress=progress,
-                                              run_id=run_id))
+                results.append(run_experiment(cfg, results_root, progress=progress, run_id=run_id))
             else:
-                results.append(run_experiment(cfg, results_root, progress=progress,
-                                              run_id=run_id, resume=False))
+                results.append(
+                    run_experiment(
+                        cfg, results_root, progress=progress, run_id=run_id, resume=False
+                    )
+                )
         except (KeyboardInterrupt, RunInProgressError):
             raise  # another sweep (or run) is at this point: stop, as a run would
         except Exception as e:  # pylint: disable=broad-exception-caught  # recorded, go on

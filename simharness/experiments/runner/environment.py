@@ -35,13 +35,22 @@ def _git_info(where: Path) -> Optional[Dict[str, Any]]:
     if git is None:
         return None
     try:
-        commit = subprocess.run([git, '-C', str(where), 'rev-parse', 'HEAD'], capture_output=True,
-                                text=True, timeout=10, check=False)
+        commit = subprocess.run(
+            [git, '-C', str(where), 'rev-parse', 'HEAD'],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         if commit.returncode != 0:
             return None
-        status = subprocess.run([git, '-C', str(where), 'status', '--porcelain',
-                                 '--untracked-files=no'], capture_output=True, text=True,
-                                timeout=20, check=False)
+        status = subprocess.run(
+            [git, '-C', str(where), 'status', '--porcelain', '--untracked-files=no'],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
@@ -67,6 +76,7 @@ def collect_environment() -> Dict[str, Any]:
         None when git or the repository is not there).
     """
     from simharness.runtime.resources import detect_gpus  # pylint: disable=import-outside-toplevel
+
     try:
         usable: Optional[int] = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -74,11 +84,17 @@ def collect_environment() -> Dict[str, Any]:
     source = Path(__file__).resolve().parents[3]
     return {
         'packages': {p: _version(p) for p in ('simharness', 'tensorflow', 'numpy')},
-        'python': {'version': platform.python_version(),
-                   'implementation': platform.python_implementation(),
-                   'executable': sys.executable},
-        'platform': {'system': platform.system(), 'release': platform.release(),
-                     'machine': platform.machine(), 'platform': platform.platform()},
+        'python': {
+            'version': platform.python_version(),
+            'implementation': platform.python_implementation(),
+            'executable': sys.executable,
+        },
+        'platform': {
+            'system': platform.system(),
+            'release': platform.release(),
+            'machine': platform.machine(),
+            'platform': platform.platform(),
+        },
         'cpu_model': _cpu_model(),
         'cpu_count_logical': os.cpu_count(),
         'cpu_count_physical': psutil.cpu_count(logical=False),

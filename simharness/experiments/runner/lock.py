@@ -116,9 +116,12 @@ def _acquire(run_dir: Path) -> Optional[int]:
             except OSError as e:
                 if e.errno not in _NO_LOCKS:
                     raise OSError(e.errno, e.strerror, str(path)) from None
-                _log.warning('%s: the file system has no locks (%s); running without one, '
-                             'so a second run of this directory would not be refused', path,
-                             e.strerror or e)
+                _log.warning(
+                    '%s: the file system has no locks (%s); running without one, '
+                    'so a second run of this directory would not be refused',
+                    path,
+                    e.strerror or e,
+                )
                 return None
             if not _is_at(fd, path) and opens <= _MAX_REOPENS:
                 continue  # the previous holder removed the file after we opened it: again
@@ -182,5 +185,8 @@ def _in_progress(run_dir: Path, fd: int) -> RunInProgressError:
     detail = f' ({", ".join(who)})' if who else ''
     return RunInProgressError(
         f'{run_dir}: another run of it is in progress{detail}; not started: wait for that '
-        'run to end, or stop it and run again to resume it', run_dir=str(run_dir), pid=pid,
-        host=host)
+        'run to end, or stop it and run again to resume it',
+        run_dir=str(run_dir),
+        pid=pid,
+        host=host,
+    )

@@ -76,8 +76,9 @@ def plan_slots(jobs: int, per_point: int, cores: Sequence[int]) -> Tuple[List[Li
     cores = list(cores)
     per_point = max(1, min(per_point, len(cores)))
     over = jobs * per_point > len(cores)
-    slots = [[cores[(k * per_point + j) % len(cores)] for j in range(per_point)]
-             for k in range(jobs)]
+    slots = [
+        [cores[(k * per_point + j) % len(cores)] for j in range(per_point)] for k in range(jobs)
+    ]
     return slots, over
 
 
@@ -96,13 +97,21 @@ class _Slot:
             with open(self.out, 'ab') as sink:
                 # This process' import path (a notebook's sys.path additions: a Keras
                 # builder's module) is the job's too.
-                path = os.pathsep.join([p for p in sys.path if p] +
-                                       [os.environ.get('PYTHONPATH', '')]).rstrip(os.pathsep)
+                path = os.pathsep.join(
+                    [p for p in sys.path if p] + [os.environ.get('PYTHONPATH', '')]
+                ).rstrip(os.pathsep)
                 self.proc = subprocess.Popen(
-                    [sys.executable, '-m', 'simharness.experiments.runner.parallel',
-                     json.dumps(self.cores)],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sink,
-                    env=dict(os.environ, PYTHONPATH=path))
+                    [
+                        sys.executable,
+                        '-m',
+                        'simharness.experiments.runner.parallel',
+                        json.dumps(self.cores),
+                    ],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=sink,
+                    env=dict(os.environ, PYTHONPATH=path),
+                )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             self.proc.stdin.write((json.dumps(spec) + '\n').encode())
@@ -135,9 +144,14 @@ class _Slot:
                 pass
 
 
-def run_points(points: Sequence[Tuple[int, str, ExperimentConfig]], total: int,
-               results_root: PathLike, jobs: int, resume: bool,
-               log: Optional[Callable[[str], None]]) -> Dict[str, RunResult]:
+def run_points(
+    points: Sequence[Tuple[int, str, ExperimentConfig]],
+    total: int,
+    results_root: PathLike,
+    jobs: int,
+    resume: bool,
+    log: Optional[Callable[[str], None]],
+) -> Dict[str, RunResult]:
     """Runs `points` ((sweep position, run id, config)) `jobs` at a time, each job a child
     process on its own cores running points one after another (TensorFlow and the worker
     pool's forkserver start once per job, as in a sequential sweep); returns the points'
@@ -155,9 +169,14 @@ def run_points(points: Sequence[Tuple[int, str, ExperimentConfig]], total: int,
     jobs = min(jobs, len(points))
     plan, over = plan_slots(jobs, per, cores)
     if over:
-        _log.warning('sweep: %d jobs x %d cores per point is more than the %d usable cores: '
-                     'points share cores (slower, same results); --jobs %d fits', jobs, per,
-                     len(cores), max(1, len(cores) // per))
+        _log.warning(
+            'sweep: %d jobs x %d cores per point is more than the %d usable cores: '
+            'points share cores (slower, same results); --jobs %d fits',
+            jobs,
+            per,
+            len(cores),
+            max(1, len(cores) // per),
+        )
     root = Path(results_root)
     name = points[0][2].name
     (root / name).mkdir(parents=True, exist_ok=True)
@@ -176,26 +195,37 @@ def run_points(points: Sequence[Tuple[int, str, ExperimentConfig]], total: int,
             if log:
                 log(f'[{i}/{total}] run {run_id} (cores {_cores_text(slot.cores)})')
             run_dir = root / cfg.name / run_id
-            answer = slot.run({'config': cfg.to_dict(), 'results_root': str(root),
-                               'run_id': run_id, 'resume': resume})
+            answer = slot.run(
+                {
+                    'config': cfg.to_dict(),
+                    'results_root': str(root),
+                    'run_id': run_id,
+                    'resume': resume,
+                }
+            )
             code = EXIT_FAILED if answer is None else int(answer.get('code', EXIT_FAILED))
             if code == EXIT_IN_PROGRESS:
                 with lock:
                     held.append(run_id)
                 return
             message = None if answer is None else answer.get('error')
-            result = _result(run_id, run_dir, code,
-                             str(message) if message else _last_line(slot.out))
+            result = _result(
+                run_id, run_dir, code, str(message) if message else _last_line(slot.out)
+            )
             with lock:
                 results[run_id] = result
             if log:
-                log(f'[{i}/{total}] {run_id}: {result.status}'
-                    + (f' ({result.error})' if result.error else ''))
+                log(
+                    f'[{i}/{total}] {run_id}: {result.status}'
+                    + (f' ({result.error})' if result.error else '')
+                )
             if code == EXIT_INTERRUPTED:
                 return
 
-    threads = [threading.Thread(target=job, args=(s,), name=f'sweep-job-{s.index}', daemon=True)
-               for s in slots]
+    threads = [
+        threading.Thread(target=job, args=(s,), name=f'sweep-job-{s.index}', daemon=True)
+        for s in slots
+    ]
     try:
         for t in threads:
             t.start()
@@ -218,8 +248,10 @@ def run_points(points: Sequence[Tuple[int, str, ExperimentConfig]], total: int,
         for s in slots:
             s.out.unlink(missing_ok=True)
     if held:
-        raise RunInProgressError(f'another run holds the sweep point {held[0]} under {root}; '
-                                 'the points before it have run')
+        raise RunInProgressError(
+            f'another run holds the sweep point {held[0]} under {root}; '
+            'the points before it have run'
+        )
     return results
 
 
@@ -251,6 +283,7 @@ def _last_line(path: Path) -> str:
 
 # ------------------------------------------------------------------ the child
 
+
 def _serve_points(cores: List[int]) -> int:
     """A job's process: its cores, then one point per line of stdin (`run_experiment`), one
     answer line per point (``{"code": ..., "error": ...}``) on the original stdout; what
@@ -264,14 +297,16 @@ def _serve_points(cores: List[int]) -> int:
 
     def stop(signum: int, frame: object) -> None:  # pylint: disable=unused-argument
         if stopping:  # the first signal stops the point; its clean-up runs to the end
-            return    # (Ctrl-C reaches the job, then the sweep's SIGTERM)
+            return  # (Ctrl-C reaches the job, then the sweep's SIGTERM)
         stopping.append(signum)
         raise KeyboardInterrupt(signal.Signals(signum).name)
+
     for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), stop)
     from simharness.experiments.config import config_from_dict
     from simharness.experiments.runner import run_experiment
+
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -279,8 +314,13 @@ def _serve_points(cores: List[int]) -> int:
         code, error = EXIT_COMPLETE, None
         try:
             cfg = config_from_dict(spec['config'])
-            result = run_experiment(cfg, spec['results_root'], progress=False,
-                                    run_id=spec['run_id'], resume=spec['resume'])
+            result = run_experiment(
+                cfg,
+                spec['results_root'],
+                progress=False,
+                run_id=spec['run_id'],
+                resume=spec['resume'],
+            )
             if result.status != 'complete':
                 code, error = EXIT_FAILED, result.summary.get('error')
         except KeyboardInterrupt:

@@ -25,17 +25,29 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import psutil
 
-from simharness.errors import (ConfigError, OversubscribedWarning, SimharnessTypeError,
-                               SimharnessValueError)
+from simharness.errors import (
+    ConfigError,
+    OversubscribedWarning,
+    SimharnessTypeError,
+    SimharnessValueError,
+)
 from simharness.experiments import atomic
 from simharness.experiments import checkpoints as CK
 from simharness.experiments.config import ExperimentConfig
-from simharness.experiments.runner.rundir import (_read_rows, BEST_WEIGHTS_FILE,
-                                                  FINAL_WEIGHTS_FILE, METRICS_FILE,
-                                                  TENSORBOARD_DIR)
+from simharness.experiments.runner.rundir import (
+    _read_rows,
+    BEST_WEIGHTS_FILE,
+    FINAL_WEIGHTS_FILE,
+    METRICS_FILE,
+    TENSORBOARD_DIR,
+)
 from simharness.experiments.runner.environment import _record_cluster
-from simharness.experiments.runner.workload import (_build_model, _build_process, _build_workload,
-                                                    _cohort)
+from simharness.experiments.runner.workload import (
+    _build_model,
+    _build_process,
+    _build_workload,
+    _cohort,
+)
 
 #: The runner's records keep the logger name of the module before the split.
 _log = logging.getLogger('simharness.experiments.runner')
@@ -43,24 +55,37 @@ _log = logging.getLogger('simharness.experiments.runner')
 
 def _make_factory(config: ExperimentConfig) -> Any:
     from simharness import stacks  # pylint: disable=import-outside-toplevel
+
     s: Any = config.stack  # ThreadStack, ProcessStack or RayStack: exactly its options
     if s.kind == 'thread':
         return stacks.local_executor_factory(clients_per_thread=s.clients_per_thread)
     if s.kind == 'ray':
         return stacks.ray_executor_factory(
-            address=s.address, num_workers=s.num_workers, num_cpus_per_worker=s.num_cpus_per_worker,
-            num_gpus_per_worker=s.num_gpus_per_worker, clients_per_worker=s.clients_per_worker,
-            placement_strategy=s.placement_strategy, cpu_affinity=s.cpu_affinity)
+            address=s.address,
+            num_workers=s.num_workers,
+            num_cpus_per_worker=s.num_cpus_per_worker,
+            num_gpus_per_worker=s.num_gpus_per_worker,
+            clients_per_worker=s.clients_per_worker,
+            placement_strategy=s.placement_strategy,
+            cpu_affinity=s.cpu_affinity,
+        )
     from simharness.experiments.config import check_stack_devices
+
     check_stack_devices(s)
-    _warn_oversubscribed(s.num_workers)  # a GPU that is not here: a config error naming stack.devices
+    _warn_oversubscribed(
+        s.num_workers
+    )  # a GPU that is not here: a config error naming stack.devices
     devices = list(s.devices) if isinstance(s.devices, tuple) else s.devices
     with warnings.catch_warnings():  # said above, in the config's words
         warnings.simplefilter('ignore', OversubscribedWarning)
         return stacks.process_executor_factory(
-            num_workers=s.num_workers, clients_per_worker=s.clients_per_worker,
-            cpu_affinity=s.cpu_affinity, devices=devices, workers_per_gpu=s.workers_per_gpu,
-            start=False)
+            num_workers=s.num_workers,
+            clients_per_worker=s.clients_per_worker,
+            cpu_affinity=s.cpu_affinity,
+            devices=devices,
+            workers_per_gpu=s.workers_per_gpu,
+            start=False,
+        )
 
 
 def _usable_cores() -> int:
@@ -74,10 +99,14 @@ def _warn_oversubscribed(num_workers: Any) -> None:
     """A warning when the local stack starts more workers than this process may use cores."""
     cores = _usable_cores()
     if isinstance(num_workers, int) and num_workers > cores:
-        _log.warning('stack.num_workers = %d is more than the %d usable CPU core(s) of this '
-                     'machine: the workers share them (slower rounds, same results); '
-                     'stack.num_workers = %d is the most that runs in parallel',
-                     num_workers, cores, cores)
+        _log.warning(
+            'stack.num_workers = %d is more than the %d usable CPU core(s) of this '
+            'machine: the workers share them (slower rounds, same results); '
+            'stack.num_workers = %d is the most that runs in parallel',
+            num_workers,
+            cores,
+            cores,
+        )
 
 
 def _close_factory(factory: Any) -> None:
@@ -122,6 +151,7 @@ def _compiled(process: Any, jit_compile: Optional[bool]) -> Optional[Dict[str, A
     when `next` is a Python function around computations, as with clients by reference)."""
     from simharness.core import xla
     from simharness.core.computation import Computation
+
     if not isinstance(process.next, Computation):
         return None
     comp = process.next.to_building_block()
@@ -143,6 +173,7 @@ def _weights(state: Any) -> List[np.ndarray]:
 def _row(round_num: int, process_metrics: Any, cohort: Sequence[str]) -> Dict[str, Any]:
     """The metrics row of a round: `processes.round_metrics` and the cohort size."""
     from simharness.experiments.processes import round_metrics  # pylint: disable=import-outside-toplevel
+
     flat = round_metrics(process_metrics)
     row: Dict[str, Any] = {'round': round_num}
     for k in ('loss', 'accuracy', 'num_examples'):
@@ -170,14 +201,17 @@ BAR_DESC_CHARS = 24
 
 def _bar_desc(config: ExperimentConfig, run_id: str) -> str:
     desc = config.name if run_id == 'default' else f'{config.name}/{run_id}'
-    return desc if len(desc) <= BAR_DESC_CHARS else desc[:BAR_DESC_CHARS - 1] + '\u2026'
+    return desc if len(desc) <= BAR_DESC_CHARS else desc[: BAR_DESC_CHARS - 1] + '\u2026'
 
 
 def _round_line(config: ExperimentConfig, row: Mapping[str, Any]) -> str:
     # Rounds are 0-based everywhere (metrics.jsonl, rounds.csv, TensorBoard, plots, summary);
     # the console adds how many of the run's rounds are done.
-    parts = [f'round {row["round"]} ({row["round"] + 1}/{config.training.rounds} done)',
-             f'loss {row["loss"]:.4f}', f'accuracy {row["accuracy"]:.4f}']
+    parts = [
+        f'round {row["round"]} ({row["round"] + 1}/{config.training.rounds} done)',
+        f'loss {row["loss"]:.4f}',
+        f'accuracy {row["accuracy"]:.4f}',
+    ]
     if row.get('eval_loss') is not None:
         parts += [f'eval_loss {row["eval_loss"]:.4f}', f'eval_accuracy {row["eval_accuracy"]:.4f}']
     if row.get('dp_epsilon') is not None:
@@ -186,10 +220,17 @@ def _round_line(config: ExperimentConfig, row: Mapping[str, Any]) -> str:
     return ', '.join(parts)
 
 
-def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
-                metrics: List[Dict[str, Any]], extra: Dict[str, Any], progress: bool,
-                t_start: float, resuming: bool = False,
-                callbacks: Optional[List[CK.Callback]] = None) -> str:
+def _run_rounds(
+    config: ExperimentConfig,
+    run_dir: Path,
+    run_id: str,
+    metrics: List[Dict[str, Any]],
+    extra: Dict[str, Any],
+    progress: bool,
+    t_start: float,
+    resuming: bool = False,
+    callbacks: Optional[List[CK.Callback]] = None,
+) -> str:
     """Builds everything, runs the rounds (appending to `metrics`); returns 'complete'."""
     # pylint: disable=import-outside-toplevel
     from tqdm.auto import tqdm
@@ -202,8 +243,12 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
 
     pin_tensorflow_threads()  # before the model and process run TF here: the workers' bits
     if _progress_enabled(progress):  # on a terminal: something before the bar appears
-        print(f'{config.name}/{run_id}: loading the data, building the model, starting the '
-              f'{config.stack.kind} stack ...', file=sys.stderr, flush=True)
+        print(
+            f'{config.name}/{run_id}: loading the data, building the model, starting the '
+            f'{config.stack.kind} stack ...',
+            file=sys.stderr,
+            flush=True,
+        )
     work = _build_workload(config)
     cd = work.client_data
     ids = cd.client_ids
@@ -212,9 +257,11 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     _cohort(config, ids, 0)  # checks clients_per_round against the data before any start-up
     sizes = [cd.client_size(c) for c in ids]
     process, clients = _build_process(config, model.functional, work)
-    eval_process, eval_clients = _build_process(config, model.functional, work,
-                                                evaluation=True) \
-        if t.federated_eval else (None, list)
+    eval_process, eval_clients = (
+        _build_process(config, model.functional, work, evaluation=True)
+        if t.federated_eval
+        else (None, list)
+    )
     state = process.initialize()
     extra['xla'] = _compiled(process, config.stack.jit_compile)
     agg = config.aggregator
@@ -227,8 +274,11 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     extra['eval_on'] = work.eval_on
     checkpoint = CK.latest_checkpoint(run_dir, like=state) if resuming else None
     if resuming and checkpoint is None:  # none readable (e.g. of an older format): from round 0
-        _console(progress, f'{config.name}/{run_id}: the unfinished run has no readable '
-                           'checkpoint; running it again from round 0')
+        _console(
+            progress,
+            f'{config.name}/{run_id}: the unfinished run has no readable '
+            'checkpoint; running it again from round 0',
+        )
         atomic.write_jsonl(run_dir / METRICS_FILE, [])
         shutil.rmtree(run_dir / TENSORBOARD_DIR, ignore_errors=True)
     if checkpoint is not None:
@@ -244,9 +294,12 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
         atomic.write_jsonl(run_dir / METRICS_FILE, metrics)
         # TensorBoard: written again up to the checkpoint, so no round appears twice.
         shutil.rmtree(run_dir / TENSORBOARD_DIR, ignore_errors=True)
-        _console(progress, f'{config.name}/{run_id}: resuming the unfinished run at round '
-                           f'{start_round} from its checkpoint (rounds 0-{start_round - 1} '
-                           f'kept; --restart runs it from round 0)')
+        _console(
+            progress,
+            f'{config.name}/{run_id}: resuming the unfinished run at round '
+            f'{start_round} from its checkpoint (rounds 0-{start_round - 1} '
+            f'kept; --restart runs it from round 0)',
+        )
     else:
         loss0, acc0 = model.evaluate(_weights(state))
         extra['initial_eval_loss'], extra['initial_eval_accuracy'] = loss0, acc0
@@ -257,8 +310,9 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
     try:
         factory = _make_factory(config)
     except (SimharnessValueError, SimharnessTypeError) as e:  # e.g. devices naming no GPU
-        raise ConfigError(f'[stack] {config.stack.kind}: {e}', key='stack',
-                          value=config.stack.kind) from e
+        raise ConfigError(
+            f'[stack] {config.stack.kind}: {e}', key='stack', value=config.stack.kind
+        ) from e
     bar = None
     writer = None
     try:
@@ -276,8 +330,15 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
         else:
             extra['stack_start_seconds'] = 0.0
         show_bar = _progress_enabled(progress)
-        bar = tqdm(total=t.rounds, initial=start_round, desc=_bar_desc(config, run_id),
-                   unit='round', disable=not show_bar, dynamic_ncols=True, leave=True)
+        bar = tqdm(
+            total=t.rounds,
+            initial=start_round,
+            desc=_bar_desc(config, run_id),
+            unit='round',
+            disable=not show_bar,
+            dynamic_ncols=True,
+            leave=True,
+        )
         if t.tensorboard:
             writer = CK.ScalarWriter(run_dir / TENSORBOARD_DIR)
             for old_row in metrics:  # a resumed run's rounds before its checkpoint
@@ -289,8 +350,9 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 if t.cohort == 'reference':
                     cohort = _cohort(config, ids, r)
                 else:
-                    cohort = sample_cohort(ids, k, r, t.seed, mode=t.cohort, sizes=sizes,
-                                           availability=t.availability)
+                    cohort = sample_cohort(
+                        ids, k, r, t.seed, mode=t.cohort, sizes=sizes, availability=t.availability
+                    )
                 # In-memory data: the cohort's batches, built here (timed with the round);
                 # other data by id: each executor builds its clients' datasets (on the
                 # process and Ray stacks a file-backed source is read by the workers).
@@ -302,27 +364,37 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                 weights = _weights(state)
                 row = _row(r, train, cohort)
                 if agg.noise_multiplier > 0:
-                    row['dp_epsilon'] = dp_epsilon(agg.noise_multiplier, k, len(ids), r + 1,
-                                                   agg.dp_delta)
-                row.update({'eval_loss': None, 'eval_accuracy': None,
-                            'weights_sha256': weights_digest(weights)})
+                    row['dp_epsilon'] = dp_epsilon(
+                        agg.noise_multiplier, k, len(ids), r + 1, agg.dp_delta
+                    )
+                row.update(
+                    {
+                        'eval_loss': None,
+                        'eval_accuracy': None,
+                        'weights_sha256': weights_digest(weights),
+                    }
+                )
                 t_eval = time.perf_counter()
                 if t.evaluates_after(r):
                     row['eval_loss'], row['eval_accuracy'] = model.evaluate(weights)
                     if eval_process is not None:
-                        fed = federated_evaluation(eval_process, state.global_model_weights,
-                                                   eval_clients(ids))
+                        fed = federated_evaluation(
+                            eval_process, state.global_model_weights, eval_clients(ids)
+                        )
                         row['fed_eval_loss'] = fed['loss']
                         row['fed_eval_accuracy'] = next(
-                            (v for k, v in fed.items() if 'acc' in k), None)
-                row.update({
-                    'round_seconds': seconds,
-                    'eval_seconds': time.perf_counter() - t_eval,
-                    'clients_per_second': len(cohort) / seconds if seconds > 0 else None,
-                    'bytes_moved': moved_after - moved_before,
-                    'driver_rss_bytes': driver.memory_info().rss,
-                    'worker_rss_bytes': worker_rss,
-                })
+                            (v for k, v in fed.items() if 'acc' in k), None
+                        )
+                row.update(
+                    {
+                        'round_seconds': seconds,
+                        'eval_seconds': time.perf_counter() - t_eval,
+                        'clients_per_second': len(cohort) / seconds if seconds > 0 else None,
+                        'bytes_moved': moved_after - moved_before,
+                        'driver_rss_bytes': driver.memory_info().rss,
+                        'worker_rss_bytes': worker_rss,
+                    }
+                )
                 metrics.append(row)
                 atomic.append_jsonl(run_dir / METRICS_FILE, row)
                 if writer is not None:
@@ -332,22 +404,37 @@ def _run_rounds(config: ExperimentConfig, run_dir: Path, run_id: str,
                     stop = bool(cb.on_round_end(r, row, weights)) or stop
                 last = stop or r == t.rounds - 1
                 if t.checkpoint_every and ((r + 1) % t.checkpoint_every == 0 or last):
-                    CK.save_checkpoint(run_dir, state, r + 1, {
-                        'callbacks': [cb.state() for cb in own + callbacks],
-                        'initial_eval_loss': extra.get('initial_eval_loss'),
-                        'initial_eval_accuracy': extra.get('initial_eval_accuracy')})
-                _console(progress and not show_bar,
-                         f'{config.name}/{run_id}: {_round_line(config, row)}')
+                    CK.save_checkpoint(
+                        run_dir,
+                        state,
+                        r + 1,
+                        {
+                            'callbacks': [cb.state() for cb in own + callbacks],
+                            'initial_eval_loss': extra.get('initial_eval_loss'),
+                            'initial_eval_accuracy': extra.get('initial_eval_accuracy'),
+                        },
+                    )
+                _console(
+                    progress and not show_bar, f'{config.name}/{run_id}: {_round_line(config, row)}'
+                )
                 if row['eval_accuracy'] is not None:
                     last_eval = f'{row["eval_accuracy"]:.3f}'
-                post = {'loss': f'{row["loss"]:.4f}', 'eval_acc': last_eval,
-                        'clients/s': f'{row["clients_per_second"] or 0:.0f}'}
+                post = {
+                    'loss': f'{row["loss"]:.4f}',
+                    'eval_acc': last_eval,
+                    'clients/s': f'{row["clients_per_second"] or 0:.0f}',
+                }
                 bar.set_postfix(post, refresh=False)
                 bar.update(1)
                 if stop:
                     extra['stopped_early'] = r
-                    _log.info('%s/%s: stopped early after round %d (%s)', config.name, run_id,
-                              r, t.early_stopping_metric)
+                    _log.info(
+                        '%s/%s: stopped early after round %d (%s)',
+                        config.name,
+                        run_id,
+                        r,
+                        t.early_stopping_metric,
+                    )
                     break
         CK.save_weights(run_dir / FINAL_WEIGHTS_FILE, _weights(state))
         extra['best_round'], extra['best_value'] = best.best_round, best.best

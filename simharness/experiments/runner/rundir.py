@@ -37,13 +37,32 @@ TENSORBOARD_DIR = 'tensorboard'
 
 #: Metric fields that depend on the machine, not on the math (left out when
 #: comparing runs for reproducibility).
-TIMING_FIELDS = ('round_seconds', 'eval_seconds', 'clients_per_second', 'bytes_moved',
-                 'driver_rss_bytes', 'worker_rss_bytes')
+TIMING_FIELDS = (
+    'round_seconds',
+    'eval_seconds',
+    'clients_per_second',
+    'bytes_moved',
+    'driver_rss_bytes',
+    'worker_rss_bytes',
+)
 
 # Files a run writes (and removes before running again from scratch).
-_RUN_FILES = (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, SUMMARY_FILE, LOG_FILE,
-              FINAL_WEIGHTS_FILE, BEST_WEIGHTS_FILE, 'report.md', 'runs.csv', 'rounds.csv',
-              'accuracy.png', 'loss.png', 'round_time.png', 'clients_per_second.png')
+_RUN_FILES = (
+    CONFIG_FILE,
+    ENVIRONMENT_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    LOG_FILE,
+    FINAL_WEIGHTS_FILE,
+    BEST_WEIGHTS_FILE,
+    'report.md',
+    'runs.csv',
+    'rounds.csv',
+    'accuracy.png',
+    'loss.png',
+    'round_time.png',
+    'clients_per_second.png',
+)
 # Directories a run writes (removed with it).
 _RUN_DIRS = (CK.CHECKPOINT_DIR, TENSORBOARD_DIR)
 
@@ -85,8 +104,13 @@ def _clean_run_dir(run_dir: Path) -> None:
             shutil.rmtree(p)
 
 
-def _summary(config: ExperimentConfig, run_id: str, status: str, metrics: List[Dict[str, Any]],
-             extra: Mapping[str, Any]) -> Dict[str, Any]:
+def _summary(
+    config: ExperimentConfig,
+    run_id: str,
+    status: str,
+    metrics: List[Dict[str, Any]],
+    extra: Mapping[str, Any],
+) -> Dict[str, Any]:
     times = [m['round_seconds'] for m in metrics]
     later = times[1:] or times
     median = statistics.median(later) if later else None
@@ -114,8 +138,7 @@ def _summary(config: ExperimentConfig, run_id: str, status: str, metrics: List[D
         'final_weights_sha256': last.get('weights_sha256'),
         'first_round_seconds': times[0] if times else None,
         'median_round_seconds': median,
-        'clients_per_second': (config.training.clients_per_round / median
-                               if median else None),
+        'clients_per_second': (config.training.clients_per_round / median if median else None),
         'setup_seconds': extra.get('setup_seconds'),
         'stack_start_seconds': extra.get('stack_start_seconds'),
         'total_seconds': extra.get('total_seconds'),
@@ -140,7 +163,10 @@ def _resumable(run_dir: Path, config: ExperimentConfig) -> bool:
     """An unfinished run of the same config with a checkpoint."""
     summary = read_json(run_dir / SUMMARY_FILE)
     if not isinstance(summary, dict) or summary.get('status') not in (
-            'interrupted', 'failed', 'running'):
+        'interrupted',
+        'failed',
+        'running',
+    ):
         return False
     try:
         if read_toml(run_dir / CONFIG_FILE) != config.to_dict():

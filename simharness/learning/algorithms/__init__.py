@@ -29,22 +29,36 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    'build_unweighted_fed_avg': 'fed_avg', 'build_weighted_fed_avg': 'fed_avg',
+    'build_unweighted_fed_avg': 'fed_avg',
+    'build_weighted_fed_avg': 'fed_avg',
     'build_weighted_fed_avg_with_optimizer_schedule': 'fed_avg_with_optimizer_schedule',
     'build_fed_eval': 'fed_eval',
-    'build_fed_recon': 'fed_recon', 'build_fed_recon_eval': 'fed_recon_eval',
-    'build_unweighted_fed_prox': 'fed_prox', 'build_weighted_fed_prox': 'fed_prox',
+    'build_fed_recon': 'fed_recon',
+    'build_fed_recon_eval': 'fed_recon_eval',
+    'build_unweighted_fed_prox': 'fed_prox',
+    'build_weighted_fed_prox': 'fed_prox',
     'build_fed_sgd': 'fed_sgd',
     'build_fed_kmeans': 'kmeans_clustering',
     'build_fed_multi_model_eval': 'fed_multi_model_eval',
     'build_fed_multi_model_eval_from_processes': 'fed_multi_model_eval',
     'build_personalization_eval_computation': 'personalization_eval',
-    'build_mime_lite_with_optimizer_schedule': 'mime', 'build_unweighted_mime_lite': 'mime',
+    'build_mime_lite_with_optimizer_schedule': 'mime',
+    'build_unweighted_mime_lite': 'mime',
     'build_weighted_mime_lite': 'mime',
 }
-_MODULES = ('fed_avg', 'fed_avg_with_optimizer_schedule', 'fed_eval', 'fed_multi_model_eval',
-            'fed_prox', 'fed_recon', 'fed_recon_eval', 'fed_sgd', 'kmeans_clustering', 'mime',
-            'personalization_eval')
+_MODULES = (
+    'fed_avg',
+    'fed_avg_with_optimizer_schedule',
+    'fed_eval',
+    'fed_multi_model_eval',
+    'fed_prox',
+    'fed_recon',
+    'fed_recon_eval',
+    'fed_sgd',
+    'kmeans_clustering',
+    'mime',
+    'personalization_eval',
+)
 
 __all__ = sorted(_WHERE)
 

@@ -23,18 +23,23 @@ def check_model_fn(model_fn: object) -> None:
         raise SimharnessTypeError(
             'If `model_fn` is not a callable, it must be an instance of '
             f'`tff.learning.models.FunctionalModel`. Got {type(model_fn)}',
-            expected=functional.FunctionalModel, actual=type(model_fn))
+            expected=functional.FunctionalModel,
+            actual=type(model_fn),
+        )
 
 
 def initial_model_weights_fn(model_fn: ModelFn) -> Computation:
     """``( -> ModelWeights)``: the initial weights of a new model of `model_fn`."""
     check_model_fn(model_fn)
     if not callable(model_fn):
+
         @tf_computation()
         def functional_initial_weights() -> ModelWeights:
             trainable, non_trainable = model_fn.initial_weights
-            return ModelWeights(tuple(tf.convert_to_tensor(w) for w in trainable),
-                                tuple(tf.convert_to_tensor(w) for w in non_trainable))
+            return ModelWeights(
+                tuple(tf.convert_to_tensor(w) for w in trainable),
+                tuple(tf.convert_to_tensor(w) for w in non_trainable),
+            )
 
         return functional_initial_weights
 
@@ -45,7 +50,10 @@ def initial_model_weights_fn(model_fn: ModelFn) -> Computation:
             raise SimharnessTypeError(
                 'When `model_fn` is a callable, it return instances of '
                 'tff.learning.models.VariableModel. Instead callable returned type: '
-                f'{type(model)}', expected=variable.VariableModel, actual=type(model))
+                f'{type(model)}',
+                expected=variable.VariableModel,
+                actual=type(model),
+            )
         return ModelWeights.from_model(model)
 
     return variable_initial_weights
@@ -54,11 +62,12 @@ def initial_model_weights_fn(model_fn: ModelFn) -> Computation:
 def check_instance(value: object, cls: Union[type, tuple[type, ...]], name: str) -> None:
     """Raises a `SimharnessTypeError` naming `name` unless `value` is a `cls`."""
     if not isinstance(value, cls):
-        names = (cls.__name__ if isinstance(cls, type)
-                 else ' or '.join(c.__name__ for c in cls))
+        names = cls.__name__ if isinstance(cls, type) else ' or '.join(c.__name__ for c in cls)
         raise SimharnessTypeError(
             f'{name} must be a {names}, got {value!r} of type {type(value).__name__}',
-            expected=cls, actual=type(value))
+            expected=cls,
+            actual=type(value),
+        )
 
 
 def check_aggregator_keeps_type(aggregator: AggregationProcess) -> None:
@@ -70,11 +79,16 @@ def check_aggregator_keeps_type(aggregator: AggregationProcess) -> None:
         raise SimharnessTypeError(
             '`model_aggregator` does not produce a compatible `AggregationProcess`. The '
             'processes must retain the type structure of the inputs on the server, but got '
-            f'{client_value} != {server_value}.', expected=client_value, actual=server_value)
+            f'{client_value} != {server_value}.',
+            expected=client_value,
+            actual=server_value,
+        )
 
 
-def model_update_type(model_fn: ModelFn, model_weights_type: T.StructType
-                      ) -> Union[T.TensorType, T.StructType]:
+def model_update_type(
+    model_fn: ModelFn, model_weights_type: T.StructType
+) -> Union[T.TensorType, T.StructType]:
     """The type of a model update: the trainable weights."""
     return N.as_tensor_or_struct(
-        model_weights_type.trainable if callable(model_fn) else model_weights_type[0])
+        model_weights_type.trainable if callable(model_fn) else model_weights_type[0]
+    )

@@ -31,8 +31,13 @@ from simharness.learning.metrics import aggregator as metric_aggregator
 from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.optimizers import sgdm
 from simharness.learning.optimizers.optimizer import Optimizer
-from simharness.learning.templates import (apply_optimizer_finalizer, composers, distributors,
-                                           learning_process, model_delta_client_work)
+from simharness.learning.templates import (
+    apply_optimizer_finalizer,
+    composers,
+    distributors,
+    learning_process,
+    model_delta_client_work,
+)
 
 __all__ = ['DEFAULT_SERVER_OPTIMIZER_FN', 'build_unweighted_fed_avg', 'build_weighted_fed_avg']
 
@@ -43,14 +48,17 @@ def DEFAULT_SERVER_OPTIMIZER_FN() -> Optimizer:  # noqa: N802 (TFF's name)
 
 
 def build_weighted_fed_avg(
-        model_fn: _common.ModelFn, client_optimizer_fn: Optimizer,
-        server_optimizer_fn: Optional[Optimizer] = None, *,
-        client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
-        model_distributor: Optional[distributors.DistributionProcess] = None,
-        model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
-        metrics_aggregator: Optional[MetricsAggregatorType] = None,
-        loop_implementation: loop_builder.LoopImplementation = (
-            loop_builder.LoopImplementation.DATASET_REDUCE),
+    model_fn: _common.ModelFn,
+    client_optimizer_fn: Optimizer,
+    server_optimizer_fn: Optional[Optimizer] = None,
+    *,
+    client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
+    model_distributor: Optional[distributors.DistributionProcess] = None,
+    model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
+    metrics_aggregator: Optional[MetricsAggregatorType] = None,
+    loop_implementation: loop_builder.LoopImplementation = (
+        loop_builder.LoopImplementation.DATASET_REDUCE
+    ),
 ) -> learning_process.LearningProcess:
     """A `LearningProcess` of federated averaging with weighted client updates.
 
@@ -78,48 +86,65 @@ def build_weighted_fed_avg(
         server_optimizer_fn = DEFAULT_SERVER_OPTIMIZER_FN()
     _common.check_model_fn(model_fn)
     if not callable(model_fn):
-        for name, opt in (('client_optimizer_fn', client_optimizer_fn),
-                          ('server_optimizer_fn', server_optimizer_fn)):
+        for name, opt in (
+            ('client_optimizer_fn', client_optimizer_fn),
+            ('server_optimizer_fn', server_optimizer_fn),
+        ):
             if not isinstance(opt, Optimizer):
                 raise SimharnessTypeError(
                     'If `model_fn` is a `tff.learning.models.FunctionalModel`, '
                     f'`{name}` must be an instance of `tff.learning.optimizers.Optimizer`. '
-                    f'Got {type(opt)}', expected=Optimizer, actual=type(opt))
+                    f'Got {type(opt)}',
+                    expected=Optimizer,
+                    actual=type(opt),
+                )
     initial_model_weights_fn = _common.initial_model_weights_fn(model_fn)
     model_weights_type = N.as_struct(initial_model_weights_fn.type_signature.result)
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:
         model_aggregator = mean.MeanFactory()
-    _common.check_instance(model_aggregator, factory.WeightedAggregationFactory,
-                           'model_aggregator')
-    aggregator = model_aggregator.create(_common.model_update_type(model_fn, model_weights_type),
-                                         T.TensorType(np.float32))
+    _common.check_instance(model_aggregator, factory.WeightedAggregationFactory, 'model_aggregator')
+    aggregator = model_aggregator.create(
+        _common.model_update_type(model_fn, model_weights_type), T.TensorType(np.float32)
+    )
     _common.check_aggregator_keeps_type(aggregator)
     if metrics_aggregator is None:
         metrics_aggregator = metric_aggregator.sum_then_finalize
     if not callable(model_fn):
         client_work = model_delta_client_work.build_functional_model_delta_client_work(
-            model=model_fn, optimizer=client_optimizer_fn, client_weighting=client_weighting,
-            metrics_aggregator=metrics_aggregator, loop_implementation=loop_implementation)
+            model=model_fn,
+            optimizer=client_optimizer_fn,
+            client_weighting=client_weighting,
+            metrics_aggregator=metrics_aggregator,
+            loop_implementation=loop_implementation,
+        )
     else:
         client_work = model_delta_client_work.build_model_delta_client_work(
-            model_fn=model_fn, optimizer=client_optimizer_fn, client_weighting=client_weighting,
-            metrics_aggregator=metrics_aggregator, loop_implementation=loop_implementation)
+            model_fn=model_fn,
+            optimizer=client_optimizer_fn,
+            client_weighting=client_weighting,
+            metrics_aggregator=metrics_aggregator,
+            loop_implementation=loop_implementation,
+        )
     finalizer = apply_optimizer_finalizer.build_apply_optimizer_finalizer(
-        server_optimizer_fn, model_weights_type)
-    return composers.compose_learning_process(initial_model_weights_fn, model_distributor,
-                                              client_work, aggregator, finalizer)
+        server_optimizer_fn, model_weights_type
+    )
+    return composers.compose_learning_process(
+        initial_model_weights_fn, model_distributor, client_work, aggregator, finalizer
+    )
 
 
 def build_unweighted_fed_avg(
-        model_fn: _common.ModelFn, client_optimizer_fn: Optimizer,
-        server_optimizer_fn: Optional[Optimizer] = None,
-        model_distributor: Optional[distributors.DistributionProcess] = None,
-        model_aggregator: Optional[factory.UnweightedAggregationFactory] = None,
-        metrics_aggregator: Optional[MetricsAggregatorType] = None,
-        loop_implementation: loop_builder.LoopImplementation = (
-            loop_builder.LoopImplementation.DATASET_REDUCE),
+    model_fn: _common.ModelFn,
+    client_optimizer_fn: Optimizer,
+    server_optimizer_fn: Optional[Optimizer] = None,
+    model_distributor: Optional[distributors.DistributionProcess] = None,
+    model_aggregator: Optional[factory.UnweightedAggregationFactory] = None,
+    metrics_aggregator: Optional[MetricsAggregatorType] = None,
+    loop_implementation: loop_builder.LoopImplementation = (
+        loop_builder.LoopImplementation.DATASET_REDUCE
+    ),
 ) -> learning_process.LearningProcess:
     """Federated averaging with every client counted the same (UNIFORM weighting).
 
@@ -128,13 +153,18 @@ def build_unweighted_fed_avg(
     """
     if model_aggregator is None:
         model_aggregator = mean.UnweightedMeanFactory()
-    _common.check_instance(model_aggregator, factory.UnweightedAggregationFactory,
-                           'model_aggregator')
+    _common.check_instance(
+        model_aggregator, factory.UnweightedAggregationFactory, 'model_aggregator'
+    )
     if server_optimizer_fn is None:
         server_optimizer_fn = DEFAULT_SERVER_OPTIMIZER_FN()
     return build_weighted_fed_avg(
-        model_fn=model_fn, client_optimizer_fn=client_optimizer_fn,
-        server_optimizer_fn=server_optimizer_fn, client_weighting=ClientWeighting.UNIFORM,
+        model_fn=model_fn,
+        client_optimizer_fn=client_optimizer_fn,
+        server_optimizer_fn=server_optimizer_fn,
+        client_weighting=ClientWeighting.UNIFORM,
         model_distributor=model_distributor,
         model_aggregator=factory_utils.as_weighted_aggregator(model_aggregator),
-        metrics_aggregator=metrics_aggregator, loop_implementation=loop_implementation)
+        metrics_aggregator=metrics_aggregator,
+        loop_implementation=loop_implementation,
+    )

@@ -32,19 +32,27 @@ from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.models import functional, variable
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.optimizers.optimizer import Float, Int, Optimizer
-from simharness.learning.templates import (apply_optimizer_finalizer, client_works, composers,
-                                           distributors, learning_process,
-                                           model_delta_client_work)
+from simharness.learning.templates import (
+    apply_optimizer_finalizer,
+    client_works,
+    composers,
+    distributors,
+    learning_process,
+    model_delta_client_work,
+)
 from simharness.templates.measured_process import MeasuredProcessOutput
 
 __all__ = ['build_scheduled_client_work', 'build_weighted_fed_avg_with_optimizer_schedule']
 
 
 def build_scheduled_client_work(
-        model_fn: _common.ModelFn, learning_rate_fn: Callable[[Int], Float],
-        optimizer_fn: Callable[[Float], Optimizer], metrics_aggregator: MetricsAggregatorType,
-        loop_implementation: loop_builder.LoopImplementation = (
-            loop_builder.LoopImplementation.DATASET_REDUCE),
+    model_fn: _common.ModelFn,
+    learning_rate_fn: Callable[[Int], Float],
+    optimizer_fn: Callable[[Float], Optimizer],
+    metrics_aggregator: MetricsAggregatorType,
+    loop_implementation: loop_builder.LoopImplementation = (
+        loop_builder.LoopImplementation.DATASET_REDUCE
+    ),
 ) -> client_works.ClientWorkProcess:
     """A `ClientWorkProcess` whose optimizer's learning rate follows the round number.
 
@@ -74,22 +82,33 @@ def build_scheduled_client_work(
         raise SimharnessTypeError(
             '`optimizer_fn` must build a tff.learning.optimizers.Optimizer (Keras optimizers '
             f'are not supported), got {type(whimsy_optimizer).__name__} from {optimizer_fn!r}',
-            expected=Optimizer, actual=type(whimsy_optimizer))
+            expected=Optimizer,
+            actual=type(whimsy_optimizer),
+        )
 
     @tf_computation(weights_type, data_type, np.int32)
-    def client_update_computation(initial_model_weights: model_weights_lib.ModelWeights,
-                                  dataset: tf.data.Dataset, round_num: tf.Tensor
-                                  ) -> tuple[client_works.ClientResult, TensorStructure]:
+    def client_update_computation(
+        initial_model_weights: model_weights_lib.ModelWeights,
+        dataset: tf.data.Dataset,
+        round_num: tf.Tensor,
+    ) -> tuple[client_works.ClientResult, TensorStructure]:
         optimizer = optimizer_fn(learning_rate_fn(round_num))
         if isinstance(model_fn, functional.FunctionalModel):
             update = model_delta_client_work.build_functional_model_delta_update(
-                model_fn, weighting=ClientWeighting.NUM_EXAMPLES,
-                loop_implementation=loop_implementation)
-            return update(optimizer, (initial_model_weights.trainable,
-                                      initial_model_weights.non_trainable), dataset)
+                model_fn,
+                weighting=ClientWeighting.NUM_EXAMPLES,
+                loop_implementation=loop_implementation,
+            )
+            return update(
+                optimizer,
+                (initial_model_weights.trainable, initial_model_weights.non_trainable),
+                dataset,
+            )
         update = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-            model_fn, weighting=ClientWeighting.NUM_EXAMPLES,
-            loop_implementation=loop_implementation)
+            model_fn,
+            weighting=ClientWeighting.NUM_EXAMPLES,
+            loop_implementation=loop_implementation,
+        )
         return update(optimizer, initial_model_weights, dataset)
 
     @federated_computation()
@@ -106,30 +125,38 @@ def build_scheduled_client_work(
     def tf_learning_rate_fn(x: tf.Tensor) -> Float:
         return learning_rate_fn(x)
 
-    @federated_computation(init_fn.type_signature.result, T.FederatedType(weights_type, T.CLIENTS),
-                           T.FederatedType(data_type, T.CLIENTS))
+    @federated_computation(
+        init_fn.type_signature.result,
+        T.FederatedType(weights_type, T.CLIENTS),
+        T.FederatedType(data_type, T.CLIENTS),
+    )
     def next_fn(state: Value, weights: Value, client_data: Value) -> MeasuredProcessOutput:
         round_num_at_clients = I.federated_broadcast(state)
         learning_rate = I.federated_map(tf_learning_rate_fn, state)
         client_result, model_outputs = I.federated_map(
-            client_update_computation, (weights, client_data, round_num_at_clients))
-        measurements = I.federated_zip(collections.OrderedDict(
-            train=metrics_aggregation_fn(model_outputs), client_learning_rate=learning_rate))
-        return MeasuredProcessOutput(I.federated_map(add_one, state), client_result,
-                                     measurements)
+            client_update_computation, (weights, client_data, round_num_at_clients)
+        )
+        measurements = I.federated_zip(
+            collections.OrderedDict(
+                train=metrics_aggregation_fn(model_outputs), client_learning_rate=learning_rate
+            )
+        )
+        return MeasuredProcessOutput(I.federated_map(add_one, state), client_result, measurements)
 
     return client_works.ClientWorkProcess(init_fn, next_fn)
 
 
 def build_weighted_fed_avg_with_optimizer_schedule(
-        model_fn: _common.ModelFn, client_learning_rate_fn: Callable[[Int], Float],
-        client_optimizer_fn: Callable[[Float], Optimizer],
-        server_optimizer_fn: Optional[Optimizer] = None,
-        model_distributor: Optional[distributors.DistributionProcess] = None,
-        model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
-        metrics_aggregator: Optional[MetricsAggregatorType] = None,
-        loop_implementation: loop_builder.LoopImplementation = (
-            loop_builder.LoopImplementation.DATASET_REDUCE),
+    model_fn: _common.ModelFn,
+    client_learning_rate_fn: Callable[[Int], Float],
+    client_optimizer_fn: Callable[[Float], Optimizer],
+    server_optimizer_fn: Optional[Optimizer] = None,
+    model_distributor: Optional[distributors.DistributionProcess] = None,
+    model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
+    metrics_aggregator: Optional[MetricsAggregatorType] = None,
+    loop_implementation: loop_builder.LoopImplementation = (
+        loop_builder.LoopImplementation.DATASET_REDUCE
+    ),
 ) -> learning_process.LearningProcess:
     """FedAvg (weighted by examples) whose client learning rate is scheduled by round.
 
@@ -149,16 +176,23 @@ def build_weighted_fed_avg_with_optimizer_schedule(
         model_distributor = distributors.build_broadcast_process(model_weights_type)
     if model_aggregator is None:
         model_aggregator = mean.MeanFactory()
-    _common.check_instance(model_aggregator, factory.WeightedAggregationFactory,
-                           'model_aggregator')
-    aggregator = model_aggregator.create(N.as_tensor_or_struct(model_weights_type.trainable), T.TensorType(np.float32))
+    _common.check_instance(model_aggregator, factory.WeightedAggregationFactory, 'model_aggregator')
+    aggregator = model_aggregator.create(
+        N.as_tensor_or_struct(model_weights_type.trainable), T.TensorType(np.float32)
+    )
     _common.check_aggregator_keeps_type(aggregator)
     if metrics_aggregator is None:
         metrics_aggregator = metric_aggregator.sum_then_finalize
-    client_work = build_scheduled_client_work(model_fn, client_learning_rate_fn,
-                                              client_optimizer_fn, metrics_aggregator,
-                                              loop_implementation)
-    finalizer = apply_optimizer_finalizer.build_apply_optimizer_finalizer(server_optimizer_fn,
-                                                                          model_weights_type)
-    return composers.compose_learning_process(initial_model_weights_fn, model_distributor,
-                                              client_work, aggregator, finalizer)
+    client_work = build_scheduled_client_work(
+        model_fn,
+        client_learning_rate_fn,
+        client_optimizer_fn,
+        metrics_aggregator,
+        loop_implementation,
+    )
+    finalizer = apply_optimizer_finalizer.build_apply_optimizer_finalizer(
+        server_optimizer_fn, model_weights_type
+    )
+    return composers.compose_learning_process(
+        initial_model_weights_fn, model_distributor, client_work, aggregator, finalizer
+    )

@@ -36,12 +36,19 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning import loop_builder
 from simharness.learning._typing import TemplateField
 from simharness.learning.algorithms import _common
-from simharness.learning.algorithms.fed_eval import (_build_fed_eval_client_work,
-                                                     _build_functional_fed_eval_client_work)
+from simharness.learning.algorithms.fed_eval import (
+    _build_fed_eval_client_work,
+    _build_functional_fed_eval_client_work,
+)
 from simharness.learning.models import functional
 from simharness.learning.models import model_weights as model_weights_lib
-from simharness.learning.templates import (client_works, composers, distributors, finalizers,
-                                           learning_process)
+from simharness.learning.templates import (
+    client_works,
+    composers,
+    distributors,
+    finalizers,
+    learning_process,
+)
 from simharness.templates.aggregation_process import AggregationProcess
 from simharness.templates.measured_process import MeasuredProcessOutput
 
@@ -55,7 +62,9 @@ def _build_initial_model_weights_fn(model_fns: Sequence[_common.ModelFn]) -> Com
             raise SimharnessTypeError(
                 'If `model_fn` is not a callable, it must be an instance '
                 f'tff.learning.models.FunctionalModel. Got {type(model_fn)}',
-                expected=functional.FunctionalModel, actual=type(model_fn))
+                expected=functional.FunctionalModel,
+                actual=type(model_fn),
+            )
 
     @tf_computation()
     def initial_model_weights_fn() -> dict[str, model_weights_lib.ModelWeights]:
@@ -65,20 +74,24 @@ def _build_initial_model_weights_fn(model_fns: Sequence[_common.ModelFn]) -> Com
                 initial_model_weights.append(model_weights_lib.ModelWeights.from_model(model_fn()))
             else:
                 trainable, non_trainable = model_fn.initial_weights
-                initial_model_weights.append(model_weights_lib.ModelWeights(
-                    tuple(tf.convert_to_tensor(w) for w in trainable),
-                    tuple(tf.convert_to_tensor(w) for w in non_trainable)))
+                initial_model_weights.append(
+                    model_weights_lib.ModelWeights(
+                        tuple(tf.convert_to_tensor(w) for w in trainable),
+                        tuple(tf.convert_to_tensor(w) for w in non_trainable),
+                    )
+                )
         return dict(zip(string.ascii_lowercase, initial_model_weights))
 
     return initial_model_weights_fn
 
 
 def build_fed_multi_model_eval(
-        model_fns: Sequence[_common.ModelFn],
-        model_distributor: Optional[distributors.DistributionProcess] = None,
-        metrics_aggregation_processes: Optional[Sequence[AggregationProcess]] = None,
-        loop_implementation: loop_builder.LoopImplementation = (
-            loop_builder.LoopImplementation.DATASET_REDUCE),
+    model_fns: Sequence[_common.ModelFn],
+    model_distributor: Optional[distributors.DistributionProcess] = None,
+    metrics_aggregation_processes: Optional[Sequence[AggregationProcess]] = None,
+    loop_implementation: loop_builder.LoopImplementation = (
+        loop_builder.LoopImplementation.DATASET_REDUCE
+    ),
 ) -> learning_process.LearningProcess:
     """A `LearningProcess` evaluating several models on the same client data (no training).
 
@@ -105,48 +118,59 @@ def build_fed_multi_model_eval(
     if not model_fns:
         raise SimharnessValueError('At least one model_fn should be provided.')
     if len(model_fns) > len(string.ascii_lowercase):
-        raise SimharnessValueError(f'At most {len(string.ascii_lowercase)} models (named a-z), '
-                                   f'got {len(model_fns)}.')
+        raise SimharnessValueError(
+            f'At most {len(string.ascii_lowercase)} models (named a-z), got {len(model_fns)}.'
+        )
     initial_model_weights_fn = _build_initial_model_weights_fn(model_fns)
     multi_model_weights_type = initial_model_weights_fn.type_signature.result
     if not isinstance(multi_model_weights_type, T.StructType):
-        raise SimharnessValueError('model_weights_type must be a StructType. Found: '
-                                   f'{type(multi_model_weights_type)}.')
+        raise SimharnessValueError(
+            f'model_weights_type must be a StructType. Found: {type(multi_model_weights_type)}.'
+        )
     if model_distributor is None:
         model_distributor = distributors.build_broadcast_process(multi_model_weights_type)
     else:
-        _common.check_instance(model_distributor, distributors.DistributionProcess,
-                               'model_distributor')
+        _common.check_instance(
+            model_distributor, distributors.DistributionProcess, 'model_distributor'
+        )
     if metrics_aggregation_processes is None:
         processes: Sequence[Optional[AggregationProcess]] = [None] * len(model_fns)
     elif len(metrics_aggregation_processes) != len(model_fns):
         raise SimharnessValueError(
             'If provided, metrics_aggregation_processes should be a sequence of length '
-            f'{len(model_fns)} to match the number of model_fns.')
+            f'{len(model_fns)} to match the number of model_fns.'
+        )
     else:
         processes = list(metrics_aggregation_processes)
 
     client_work_processes: Dict[str, client_works.ClientWorkProcess] = {}
     for model_id, model_fn, weights_type, process in zip(
-            string.ascii_lowercase, model_fns, multi_model_weights_type, processes):
+        string.ascii_lowercase, model_fns, multi_model_weights_type, processes
+    ):
         model_weights_type = N.as_struct(weights_type, f'model {model_id} weights')
         if callable(model_fn):
             client_work_processes[model_id] = _build_fed_eval_client_work(
-                model_fn, process, model_weights_type, loop_implementation)
+                model_fn, process, model_weights_type, loop_implementation
+            )
         else:
             client_work_processes[model_id] = _build_functional_fed_eval_client_work(
-                model_fn, process, model_weights_type)
+                model_fn, process, model_weights_type
+            )
 
     @federated_computation()
     def multi_init() -> Value:
-        return I.federated_zip({model_id: work.initialize()
-                                for model_id, work in client_work_processes.items()})
+        return I.federated_zip(
+            {model_id: work.initialize() for model_id, work in client_work_processes.items()}
+        )
 
     # All the models have one input spec: the first model's client data type.
     client_data_type = N.parameter_element(client_work_processes['a'].next.type_signature, 2)
 
-    @federated_computation(multi_init.type_signature.result,
-                           T.FederatedType(multi_model_weights_type, T.CLIENTS), client_data_type)
+    @federated_computation(
+        multi_init.type_signature.result,
+        T.FederatedType(multi_model_weights_type, T.CLIENTS),
+        client_data_type,
+    )
     def multi_next(state: Value, model_weights: Value, client_data: Value) -> MeasuredProcessOutput:
         new_states, metrics = {}, {}
         for model_id, work in client_work_processes.items():
@@ -154,20 +178,25 @@ def build_fed_multi_model_eval(
             new_states[model_id] = output.state
             metrics[model_id] = output.measurements
         empty_client_result = I.federated_value(
-            client_works.ClientResult(update=(), update_weight=()), T.CLIENTS)
-        return MeasuredProcessOutput(I.federated_zip(new_states), empty_client_result,
-                                     I.federated_zip(metrics))
+            client_works.ClientResult(update=(), update_weight=()), T.CLIENTS
+        )
+        return MeasuredProcessOutput(
+            I.federated_zip(new_states), empty_client_result, I.federated_zip(metrics)
+        )
 
     client_work = client_works.ClientWorkProcess(multi_init, multi_next)
     result_type = N.as_struct(T.to_type(client_works.ClientResult(update=(), update_weight=())))
-    model_aggregator = mean.MeanFactory().create(N.as_tensor_or_struct(result_type.update),
-                                                 N.as_tensor_or_struct(result_type.update_weight))
+    model_aggregator = mean.MeanFactory().create(
+        N.as_tensor_or_struct(result_type.update), N.as_tensor_or_struct(result_type.update_weight)
+    )
     aggregated = N.as_struct(model_aggregator.next.type_signature.result)
     # No update of the weights.
     finalizer = finalizers.build_identity_finalizer(
-        multi_model_weights_type, N.as_struct(N.member_of(aggregated.result)))
-    return composers.compose_learning_process(initial_model_weights_fn, model_distributor,
-                                              client_work, model_aggregator, finalizer)
+        multi_model_weights_type, N.as_struct(N.member_of(aggregated.result))
+    )
+    return composers.compose_learning_process(
+        initial_model_weights_fn, model_distributor, client_work, model_aggregator, finalizer
+    )
 
 
 _FIELDS = ('global_model_weights', 'distributor', 'client_work', 'aggregator', 'finalizer')
@@ -175,28 +204,47 @@ _FIELDS = ('global_model_weights', 'distributor', 'client_work', 'aggregator', '
 
 def _combine_multi_state(state_dict: Dict[str, Value]) -> Value:
     """One `LearningAlgorithmState` (at SERVER) whose fields are dicts by model id."""
-    return I.federated_zip(composers.LearningAlgorithmState(**{
-        field: I.federated_zip({model_id: getattr(state, field)
-                                for model_id, state in state_dict.items()})
-        for field in _FIELDS}))
+    return I.federated_zip(
+        composers.LearningAlgorithmState(
+            **{
+                field: I.federated_zip(
+                    {model_id: getattr(state, field) for model_id, state in state_dict.items()}
+                )
+                for field in _FIELDS
+            }
+        )
+    )
 
 
 def _combine_multi_metrics(metrics_dict: Dict[str, Value]) -> Value:
     """``OrderedDict(distributor={'a': ...}, client_work=..., aggregator=..., finalizer=...)``."""
-    return I.federated_zip(collections.OrderedDict(
-        (field, I.federated_zip({model_id: getattr(metrics, field)
-                                 for model_id, metrics in metrics_dict.items()}))
-        for field in ('distributor', 'client_work', 'aggregator', 'finalizer')))
+    return I.federated_zip(
+        collections.OrderedDict(
+            (
+                field,
+                I.federated_zip(
+                    {
+                        model_id: getattr(metrics, field)
+                        for model_id, metrics in metrics_dict.items()
+                    }
+                ),
+            )
+            for field in ('distributor', 'client_work', 'aggregator', 'finalizer')
+        )
+    )
 
 
 def _get_single_model_state(state: Value, model_id: str) -> Value:
     """Model `model_id`'s `LearningAlgorithmState` (at SERVER) out of the combined one."""
-    return I.federated_zip(composers.LearningAlgorithmState(**{
-        field: getattr(getattr(state, field), model_id) for field in _FIELDS}))
+    return I.federated_zip(
+        composers.LearningAlgorithmState(
+            **{field: getattr(getattr(state, field), model_id) for field in _FIELDS}
+        )
+    )
 
 
 def build_fed_multi_model_eval_from_processes(
-        eval_processes: Sequence[learning_process.LearningProcess],
+    eval_processes: Sequence[learning_process.LearningProcess],
 ) -> learning_process.LearningProcess:
     """One `LearningProcess` running several single-model evaluation processes on the same data.
 
@@ -209,16 +257,19 @@ def build_fed_multi_model_eval_from_processes(
     """
     if len(eval_processes) < 2:
         raise SimharnessValueError(
-            'At least two evaluation processes must be provided for multi-model evaluation.')
+            'At least two evaluation processes must be provided for multi-model evaluation.'
+        )
     if len(eval_processes) > len(string.ascii_letters):
-        raise SimharnessValueError(f'At most {len(string.ascii_letters)} evaluation processes, '
-                                   f'got {len(eval_processes)}.')
+        raise SimharnessValueError(
+            f'At most {len(string.ascii_letters)} evaluation processes, got {len(eval_processes)}.'
+        )
     for i, process in enumerate(eval_processes):
         _common.check_instance(process, learning_process.LearningProcess, f'eval_processes[{i}]')
     signatures = [p.next.type_signature for p in eval_processes]
     dataset_type = N.parameter_element(signatures[0], 1)
-    if not all(N.parameter_element(sig, 1).is_equivalent_to(dataset_type)
-               for sig in signatures[1:]):
+    if not all(
+        N.parameter_element(sig, 1).is_equivalent_to(dataset_type) for sig in signatures[1:]
+    ):
         raise SimharnessValueError('All evaluation processes must have the same dataset type.')
     named = list(zip(string.ascii_letters, eval_processes))
 
@@ -236,19 +287,25 @@ def build_fed_multi_model_eval_from_processes(
             multi_state[model_id] = output.state
             multi_metrics[model_id] = output.metrics
         return learning_process.LearningProcessOutput(
-            state=_combine_multi_state(multi_state), metrics=_combine_multi_metrics(multi_metrics))
+            state=_combine_multi_state(multi_state), metrics=_combine_multi_metrics(multi_metrics)
+        )
 
     @tf_computation(state_type.member)
     def get_model_weights_fn(state: composers.LearningAlgorithmState) -> TemplateField:
         return state.global_model_weights
 
     @tf_computation(state_type.member, get_model_weights_fn.type_signature.result)
-    def set_model_weights_fn(state: composers.LearningAlgorithmState, model_weights: TemplateField
-                             ) -> composers.LearningAlgorithmState:
+    def set_model_weights_fn(
+        state: composers.LearningAlgorithmState, model_weights: TemplateField
+    ) -> composers.LearningAlgorithmState:
         return composers.LearningAlgorithmState(
-            global_model_weights=model_weights, distributor=state.distributor,
-            client_work=state.client_work, aggregator=state.aggregator,
-            finalizer=state.finalizer)
+            global_model_weights=model_weights,
+            distributor=state.distributor,
+            client_work=state.client_work,
+            aggregator=state.aggregator,
+            finalizer=state.finalizer,
+        )
 
-    return learning_process.LearningProcess(init_fn, next_fn, get_model_weights_fn,
-                                            set_model_weights_fn)
+    return learning_process.LearningProcess(
+        init_fn, next_fn, get_model_weights_fn, set_model_weights_fn
+    )

@@ -42,8 +42,13 @@ from simharness.learning.metrics import sum_aggregation_factory
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.models import reconstruction_model
 from simharness.learning.optimizers import keras_optimizer, sgdm
-from simharness.learning.templates import (client_works, composers, distributors, finalizers,
-                                           learning_process)
+from simharness.learning.templates import (
+    client_works,
+    composers,
+    distributors,
+    finalizers,
+    learning_process,
+)
 from simharness.templates.aggregation_process import AggregationProcess
 from simharness.templates.measured_process import MeasuredProcessOutput
 
@@ -53,13 +58,16 @@ ReconstructionModel = reconstruction_model.ReconstructionModel
 
 
 def build_fed_recon_eval(
-        model_fn: fed_recon.ModelFn, *, loss_fn: fed_recon.LossFn,
-        metrics_fn: Optional[fed_recon.MetricsFn] = None,
-        reconstruction_optimizer_fn: keras_optimizer.OptimizerOrKerasFn = sgdm.build_sgdm(
-            learning_rate=0.1),
-        dataset_split_fn: Optional[reconstruction_model.ReconstructionDatasetSplitFn] = None,
-        model_distributor: Optional[distributors.DistributionProcess] = None,
-        metrics_aggregation_process: Optional[AggregationProcess] = None,
+    model_fn: fed_recon.ModelFn,
+    *,
+    loss_fn: fed_recon.LossFn,
+    metrics_fn: Optional[fed_recon.MetricsFn] = None,
+    reconstruction_optimizer_fn: keras_optimizer.OptimizerOrKerasFn = sgdm.build_sgdm(
+        learning_rate=0.1
+    ),
+    dataset_split_fn: Optional[reconstruction_model.ReconstructionDatasetSplitFn] = None,
+    model_distributor: Optional[distributors.DistributionProcess] = None,
+    metrics_aggregation_process: Optional[AggregationProcess] = None,
 ) -> learning_process.LearningProcess:
     """A `LearningProcess` that reconstructs the local variables, then evaluates.
 
@@ -110,16 +118,19 @@ def build_fed_recon_eval(
     metric_finalizers: collections.OrderedDict = collections.OrderedDict()
 
     @tf_computation(model_weights_type, dataset_type)
-    def client_computation(incoming_model_weights: model_weights_lib.ModelWeights,
-                           client_dataset: tf.data.Dataset) -> collections.OrderedDict:
+    def client_computation(
+        incoming_model_weights: model_weights_lib.ModelWeights, client_dataset: tf.data.Dataset
+    ) -> collections.OrderedDict:
         client_model = model_fn()
         client_global_weights = ReconstructionModel.get_global_variables(client_model)
         client_local_weights = ReconstructionModel.get_local_variables(client_model)
         metrics = fed_recon.make_metrics(loss_fn, metrics_fn, metric_finalizers)
         client_loss = loss_fn()  # the loss of the reconstruction's gradients
         reconstruction_optimizer = keras_optimizer.build_or_verify_tff_optimizer(
-            reconstruction_optimizer_fn, client_local_weights.trainable,
-            disjoint_init_and_next=False)
+            reconstruction_optimizer_fn,
+            client_local_weights.trainable,
+            disjoint_init_and_next=False,
+        )
 
         @tf.function
         def evaluation_reduce_fn(num_examples_sum: tf.Tensor, batch: Batch) -> tf.Tensor:
@@ -129,13 +140,16 @@ def build_fed_recon_eval(
             return num_examples_sum + output.num_examples
 
         @tf.function
-        def tf_client_computation(incoming_model_weights: model_weights_lib.ModelWeights,
-                                  client_dataset: tf.data.Dataset) -> collections.OrderedDict:
+        def tf_client_computation(
+            incoming_model_weights: model_weights_lib.ModelWeights, client_dataset: tf.data.Dataset
+        ) -> collections.OrderedDict:
             recon_dataset, eval_dataset = dataset_split_fn(client_dataset)
-            tf.nest.map_structure(lambda v, t: v.assign(t), client_global_weights,
-                                  incoming_model_weights)
-            fed_recon.reconstruct(client_model, client_loss, reconstruction_optimizer,
-                                  recon_dataset)
+            tf.nest.map_structure(
+                lambda v, t: v.assign(t), client_global_weights, incoming_model_weights
+            )
+            fed_recon.reconstruct(
+                client_model, client_loss, reconstruction_optimizer, recon_dataset
+            )
             eval_dataset.reduce(tf.constant(0), evaluation_reduce_fn)
             return ReconstructionModel.read_metric_variables(metrics)
 
@@ -143,40 +157,59 @@ def build_fed_recon_eval(
 
     if metrics_aggregation_process is None:
         metrics_aggregation_process = sum_aggregation_factory.SumThenFinalizeFactory(
-            metric_finalizers).create(client_computation.type_signature.result)
+            metric_finalizers
+        ).create(client_computation.type_signature.result)
     else:
-        _common.check_instance(metrics_aggregation_process, AggregationProcess,
-                               'metrics_aggregation_process')
+        _common.check_instance(
+            metrics_aggregation_process, AggregationProcess, 'metrics_aggregation_process'
+        )
 
     @federated_computation()
     def client_initialize() -> Value:
         return metrics_aggregation_process.initialize()
 
-    @federated_computation(client_initialize.type_signature.result,
-                           T.FederatedType(model_weights_type, T.CLIENTS),
-                           T.FederatedType(dataset_type, T.CLIENTS))
-    def client_work_next(state: Value, model_weights: Value, client_dataset: Value
-                         ) -> MeasuredProcessOutput:
+    @federated_computation(
+        client_initialize.type_signature.result,
+        T.FederatedType(model_weights_type, T.CLIENTS),
+        T.FederatedType(dataset_type, T.CLIENTS),
+    )
+    def client_work_next(
+        state: Value, model_weights: Value, client_dataset: Value
+    ) -> MeasuredProcessOutput:
         unfinalized_metrics = I.federated_map(client_computation, (model_weights, client_dataset))
         metrics_output = metrics_aggregation_process.next(state, unfinalized_metrics)
         current_round_metrics, total_rounds_metrics = metrics_output.result
-        measurements = I.federated_zip(collections.OrderedDict(eval=collections.OrderedDict(
-            current_round_metrics=current_round_metrics,
-            total_rounds_metrics=total_rounds_metrics)))
+        measurements = I.federated_zip(
+            collections.OrderedDict(
+                eval=collections.OrderedDict(
+                    current_round_metrics=current_round_metrics,
+                    total_rounds_metrics=total_rounds_metrics,
+                )
+            )
+        )
         # No model update in evaluation: the clients' result is empty.
         empty_client_result = I.federated_value(
-            client_works.ClientResult(update=(), update_weight=()), T.CLIENTS)
+            client_works.ClientResult(update=(), update_weight=()), T.CLIENTS
+        )
         return MeasuredProcessOutput(metrics_output.state, empty_client_result, measurements)
 
-    client_work = client_works.ClientWorkProcess(initialize_fn=client_initialize,
-                                                 next_fn=client_work_next)
+    client_work = client_works.ClientWorkProcess(
+        initialize_fn=client_initialize, next_fn=client_work_next
+    )
     empty_result_type = N.as_struct(
-        T.to_type(client_works.ClientResult(update=(), update_weight=())))
+        T.to_type(client_works.ClientResult(update=(), update_weight=()))
+    )
     empty_model_aggregator = mean.MeanFactory().create(
         N.as_tensor_or_struct(empty_result_type.update),
-        N.as_tensor_or_struct(empty_result_type.update_weight))
+        N.as_tensor_or_struct(empty_result_type.update_weight),
+    )
     identity_finalizer = finalizers.build_identity_finalizer(
-        model_weights_type, update_type=N.as_struct(empty_result_type.update_weight))
-    return composers.compose_learning_process(build_initial_model_weights, model_distributor,
-                                              client_work, empty_model_aggregator,
-                                              identity_finalizer)
+        model_weights_type, update_type=N.as_struct(empty_result_type.update_weight)
+    )
+    return composers.compose_learning_process(
+        build_initial_model_weights,
+        model_distributor,
+        client_work,
+        empty_model_aggregator,
+        identity_finalizer,
+    )

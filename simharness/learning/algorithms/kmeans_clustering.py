@@ -29,8 +29,13 @@ from simharness.core import types as T
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.learning.templates import (client_works, composers, distributors, finalizers,
-                                           learning_process)
+from simharness.learning.templates import (
+    client_works,
+    composers,
+    distributors,
+    finalizers,
+    learning_process,
+)
 from simharness.templates.measured_process import MeasuredProcessOutput
 
 __all__ = ['build_fed_kmeans']
@@ -51,8 +56,9 @@ def _find_closest_centroid(centroids: tf.Tensor, point: tf.Tensor) -> tf.Tensor:
 
 
 @tf.function
-def _compute_kmeans_step(centroids: tf.Tensor, data: tf.data.Dataset
-                         ) -> tuple[client_works.ClientResult, collections.OrderedDict]:
+def _compute_kmeans_step(
+    centroids: tf.Tensor, data: tf.data.Dataset
+) -> tuple[client_works.ClientResult, collections.OrderedDict]:
     """One client's assignment of its points to the nearest centroids.
 
     Returns:
@@ -65,24 +71,31 @@ def _compute_kmeans_step(centroids: tf.Tensor, data: tf.data.Dataset
     cluster_weights = tf.zeros(shape=(centroids.shape[0],), dtype=_WEIGHT_DTYPE)
     num_examples = tf.constant(0, dtype=_WEIGHT_DTYPE)
 
-    def reduce_fn(state: tuple[tf.Tensor, tf.Tensor, tf.Tensor], point: tf.Tensor
-                  ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def reduce_fn(
+        state: tuple[tf.Tensor, tf.Tensor, tf.Tensor], point: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         cluster_sums, cluster_weights, num_examples = state
         scatter_index = [[_find_closest_centroid(centroids, point)]]
-        cluster_sums = tf.tensor_scatter_nd_add(cluster_sums, scatter_index,
-                                                tf.expand_dims(point, axis=0))
-        cluster_weights = tf.tensor_scatter_nd_add(cluster_weights, scatter_index,
-                                                   tf.ones([1], _WEIGHT_DTYPE))
+        cluster_sums = tf.tensor_scatter_nd_add(
+            cluster_sums, scatter_index, tf.expand_dims(point, axis=0)
+        )
+        cluster_weights = tf.tensor_scatter_nd_add(
+            cluster_weights, scatter_index, tf.ones([1], _WEIGHT_DTYPE)
+        )
         return cluster_sums, cluster_weights, num_examples + 1
 
     cluster_sums, cluster_weights, num_examples = data.reduce(
-        initial_state=(cluster_sums, cluster_weights, num_examples), reduce_func=reduce_fn)
-    return (client_works.ClientResult(update=(cluster_sums, cluster_weights), update_weight=()),
-            collections.OrderedDict(num_examples=num_examples))
+        initial_state=(cluster_sums, cluster_weights, num_examples), reduce_func=reduce_fn
+    )
+    return (
+        client_works.ClientResult(update=(cluster_sums, cluster_weights), update_weight=()),
+        collections.OrderedDict(num_examples=num_examples),
+    )
 
 
-def _build_kmeans_client_work(centroids_type: T.TensorType,
-                              data_type: T.SequenceType) -> client_works.ClientWorkProcess:
+def _build_kmeans_client_work(
+    centroids_type: T.TensorType, data_type: T.SequenceType
+) -> client_works.ClientWorkProcess:
     """The k-means `ClientWorkProcess`: stateless, measurements the summed point counts."""
 
     @federated_computation()
@@ -90,25 +103,30 @@ def _build_kmeans_client_work(centroids_type: T.TensorType,
         return I.federated_value((), T.SERVER)
 
     @tf_computation(centroids_type, data_type)
-    def client_update(centroids: tf.Tensor, client_data: tf.data.Dataset
-                      ) -> tuple[client_works.ClientResult, collections.OrderedDict]:
+    def client_update(
+        centroids: tf.Tensor, client_data: tf.data.Dataset
+    ) -> tuple[client_works.ClientResult, collections.OrderedDict]:
         return _compute_kmeans_step(centroids, client_data)
 
-    @federated_computation(init_fn.type_signature.result,
-                           T.FederatedType(centroids_type, T.CLIENTS),
-                           T.FederatedType(data_type, T.CLIENTS))
+    @federated_computation(
+        init_fn.type_signature.result,
+        T.FederatedType(centroids_type, T.CLIENTS),
+        T.FederatedType(data_type, T.CLIENTS),
+    )
     def next_fn(state: Value, cluster_centers: Value, client_data: Value) -> MeasuredProcessOutput:
-        client_result, stat_output = I.federated_map(client_update,
-                                                     (cluster_centers, client_data))
+        client_result, stat_output = I.federated_map(client_update, (cluster_centers, client_data))
         return MeasuredProcessOutput(state, client_result, I.federated_sum(stat_output))
 
     return client_works.ClientWorkProcess(init_fn, next_fn)
 
 
 @tf.function
-def _update_centroids(current_centroids: tf.Tensor, current_weights: tf.Tensor,
-                      new_cluster_sums: tf.Tensor, new_weights: tf.Tensor
-                      ) -> tuple[tf.Tensor, tf.Tensor]:
+def _update_centroids(
+    current_centroids: tf.Tensor,
+    current_weights: tf.Tensor,
+    new_cluster_sums: tf.Tensor,
+    new_weights: tf.Tensor,
+) -> tuple[tf.Tensor, tf.Tensor]:
     """``(updated_centroids, updated_weights)``: per cluster, the weighted mean of old and new.
 
     A cluster with no new points keeps its centroid; the weights add up.
@@ -119,16 +137,18 @@ def _update_centroids(current_centroids: tf.Tensor, current_weights: tf.Tensor,
     new_scale = tf.math.divide_no_nan(new_weights_indicator, total_weights)
     # Per-cluster scales broadcast over the data axes.
     num_centroids = current_centroids.shape[0]
-    scale_shape = tf.concat([[num_centroids],
-                             tf.ones((tf.rank(current_centroids) - 1,), dtype=tf.int32)], axis=0)
+    scale_shape = tf.concat(
+        [[num_centroids], tf.ones((tf.rank(current_centroids) - 1,), dtype=tf.int32)], axis=0
+    )
     current_scale = tf.reshape(current_scale, scale_shape)
     new_scale = tf.reshape(new_scale, scale_shape)
     updated_centroids = current_scale * current_centroids + new_scale * new_cluster_sums
     return updated_centroids, total_weights
 
 
-def _build_kmeans_finalizer(centroids_type: T.TensorType,
-                            num_centroids: int) -> finalizers.FinalizerProcess:
+def _build_kmeans_finalizer(
+    centroids_type: T.TensorType, num_centroids: int
+) -> finalizers.FinalizerProcess:
     """The k-means `FinalizerProcess`: its state the cluster weights (pseudo-counts of 1)."""
 
     @tf_computation
@@ -142,51 +162,68 @@ def _build_kmeans_finalizer(centroids_type: T.TensorType,
     weights_type = initialize_weights.type_signature.result
 
     @tf_computation(centroids_type, weights_type, centroids_type, weights_type)
-    def server_update_tf(current_centroids: tf.Tensor, current_weights: tf.Tensor,
-                         new_centroid_sums: tf.Tensor, new_weights: tf.Tensor
-                         ) -> tuple[tf.Tensor, tf.Tensor]:
-        return _update_centroids(current_centroids, current_weights, new_centroid_sums,
-                                 new_weights)
+    def server_update_tf(
+        current_centroids: tf.Tensor,
+        current_weights: tf.Tensor,
+        new_centroid_sums: tf.Tensor,
+        new_weights: tf.Tensor,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        return _update_centroids(current_centroids, current_weights, new_centroid_sums, new_weights)
 
     summed_updates_type = T.FederatedType(T.to_type((centroids_type, weights_type)), T.SERVER)
 
-    @federated_computation(init_fn.type_signature.result,
-                           T.FederatedType(centroids_type, T.SERVER), summed_updates_type)
-    def next_fn(state: Value, current_centroids: Value, summed_updates: Value
-                ) -> MeasuredProcessOutput:
+    @federated_computation(
+        init_fn.type_signature.result,
+        T.FederatedType(centroids_type, T.SERVER),
+        summed_updates_type,
+    )
+    def next_fn(
+        state: Value, current_centroids: Value, summed_updates: Value
+    ) -> MeasuredProcessOutput:
         new_centroid_sums, new_weights = summed_updates
         updated_centroids, updated_weights = I.federated_map(
-            server_update_tf, (current_centroids, state, new_centroid_sums, new_weights))
-        return MeasuredProcessOutput(updated_weights, updated_centroids,
-                                     I.federated_value((), T.SERVER))
+            server_update_tf, (current_centroids, state, new_centroid_sums, new_weights)
+        )
+        return MeasuredProcessOutput(
+            updated_weights, updated_centroids, I.federated_value((), T.SERVER)
+        )
 
     return finalizers.FinalizerProcess(init_fn, next_fn)
 
 
 def _check_args(num_clusters: object, data_shape: object, random_seed: object) -> None:
     if isinstance(num_clusters, bool) or not isinstance(num_clusters, (int, np.integer)):
-        raise SimharnessTypeError(f'num_clusters must be an int, got {num_clusters!r}',
-                                  expected=int, actual=type(num_clusters))
+        raise SimharnessTypeError(
+            f'num_clusters must be an int, got {num_clusters!r}',
+            expected=int,
+            actual=type(num_clusters),
+        )
     if num_clusters <= 0:
         raise SimharnessValueError(f'num_clusters must be positive, got {num_clusters}')
     if not isinstance(data_shape, tuple) or not all(
-            isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
-            for d in data_shape):
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in data_shape
+    ):
         raise SimharnessTypeError(
             f'data_shape must be a tuple of non-negative ints, got {data_shape!r}',
-            expected=tuple, actual=type(data_shape))
-    if random_seed is not None and (not isinstance(random_seed, (tuple, list))
-                                    or len(random_seed) != 2):
-        raise SimharnessTypeError(f'random_seed must be a tuple of two ints, got {random_seed!r}',
-                                  expected=tuple, actual=type(random_seed))
+            expected=tuple,
+            actual=type(data_shape),
+        )
+    if random_seed is not None and (
+        not isinstance(random_seed, (tuple, list)) or len(random_seed) != 2
+    ):
+        raise SimharnessTypeError(
+            f'random_seed must be a tuple of two ints, got {random_seed!r}',
+            expected=tuple,
+            actual=type(random_seed),
+        )
 
 
 def build_fed_kmeans(
-        num_clusters: int,
-        data_shape: Tuple[int, ...],
-        random_seed: Optional[Tuple[int, int]] = None,
-        distributor: Optional[distributors.DistributionProcess] = None,
-        sum_aggregator: Optional[factory.UnweightedAggregationFactory] = None,
+    num_clusters: int,
+    data_shape: Tuple[int, ...],
+    random_seed: Optional[Tuple[int, int]] = None,
+    distributor: Optional[distributors.DistributionProcess] = None,
+    sum_aggregator: Optional[factory.UnweightedAggregationFactory] = None,
 ) -> learning_process.LearningProcess:
     """A `LearningProcess` of federated mini-batch k-means clustering.
 
@@ -239,5 +276,6 @@ def build_fed_kmeans(
     empty_weight_type = T.StructType([], container=tuple)
     aggregator = weighted_aggregator.create(value_type, empty_weight_type)
     finalizer = _build_kmeans_finalizer(centroids_type, num_clusters)
-    return composers.compose_learning_process(initialize_centers, distributor, client_work,
-                                              aggregator, finalizer)
+    return composers.compose_learning_process(
+        initialize_centers, distributor, client_work, aggregator, finalizer
+    )

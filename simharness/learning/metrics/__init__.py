@@ -20,21 +20,39 @@
   finalize)`` for `tff.learning.models.FunctionalModel`.
 """
 
-from simharness.learning.metrics.aggregator import (finalize_then_sample, secure_sum_then_finalize,
-                                                   sum_then_finalize)
+from simharness.learning.metrics.aggregator import (
+    finalize_then_sample,
+    secure_sum_then_finalize,
+    sum_then_finalize,
+)
 from simharness.learning.metrics.counters import NumBatchesCounter, NumExamplesCounter
 from simharness.learning.metrics.keras_finalizer import create_keras_metric_finalizer
 from simharness.learning.metrics.keras_utils import create_functional_metric_fns
 from simharness.learning.metrics.sampling_aggregation_factory import FinalizeThenSampleFactory
 from simharness.learning.metrics.secure_sum_factory import (
-    SecureSumFactory, create_default_secure_sum_quantization_ranges)
+    SecureSumFactory,
+    create_default_secure_sum_quantization_ranges,
+)
 from simharness.learning.metrics.sum_aggregation_factory import SumThenFinalizeFactory
-from simharness.learning.metrics.types import (FunctionalMetricFinalizersType,
-                                               MetricFinalizersType, MetricsAggregatorType)
+from simharness.learning.metrics.types import (
+    FunctionalMetricFinalizersType,
+    MetricFinalizersType,
+    MetricsAggregatorType,
+)
 
-__all__ = ['FinalizeThenSampleFactory', 'FunctionalMetricFinalizersType', 'MetricFinalizersType',
-           'MetricsAggregatorType',
-           'NumBatchesCounter', 'NumExamplesCounter', 'SecureSumFactory',
-           'SumThenFinalizeFactory', 'create_default_secure_sum_quantization_ranges',
-           'secure_sum_then_finalize', 'create_functional_metric_fns',
-           'create_keras_metric_finalizer', 'finalize_then_sample', 'sum_then_finalize']
+__all__ = [
+    'FinalizeThenSampleFactory',
+    'FunctionalMetricFinalizersType',
+    'MetricFinalizersType',
+    'MetricsAggregatorType',
+    'NumBatchesCounter',
+    'NumExamplesCounter',
+    'SecureSumFactory',
+    'SumThenFinalizeFactory',
+    'create_default_secure_sum_quantization_ranges',
+    'secure_sum_then_finalize',
+    'create_functional_metric_fns',
+    'create_keras_metric_finalizer',
+    'finalize_then_sample',
+    'sum_then_finalize',
+]

@@ -19,7 +19,7 @@ def _fields(struct_type: T.StructType) -> list:
 
 
 def check_finalizers_matches_unfinalized_metrics(
-        metric_finalizers: Mapping[str, Callable], local_unfinalized_metrics_type: T.StructType
+    metric_finalizers: Mapping[str, Callable], local_unfinalized_metrics_type: T.StructType
 ) -> None:
     """Raises ValueError unless the finalizers' names are the unfinalized metrics' names."""
     in_finalizers = set(metric_finalizers.keys())
@@ -31,7 +31,8 @@ def check_finalizers_matches_unfinalized_metrics(
             f'`local_unfinalized_metrics`: {in_finalizers - in_metrics}. Metric names in the '
             '`local_unfinalized_metrics` but not the `metric_finalizers`: '
             f'{in_metrics - in_finalizers}.\nMetrics names in the `metric_finalizers`: '
-            f'{in_finalizers}. Metric names in the `local_unfinalized_metrics`: {in_metrics}.')
+            f'{in_finalizers}. Metric names in the `local_unfinalized_metrics`: {in_metrics}.'
+        )
 
 
 def check_metric_finalizers(metric_finalizers: object) -> None:
@@ -42,12 +43,16 @@ def check_metric_finalizers(metric_finalizers: object) -> None:
         raise SimharnessTypeError(
             'Expected `metric_finalizers` to be a collections.OrderedDict of str -> finalizer '
             f'or a callable, found {type(metric_finalizers).__name__}',
-            expected=collections.OrderedDict, actual=type(metric_finalizers))
+            expected=collections.OrderedDict,
+            actual=type(metric_finalizers),
+        )
     for key in metric_finalizers:
         if not isinstance(key, str):
-            raise SimharnessTypeError(f'Expected metric_finalizers key {key!r} to be a str, '
-                                      f'found {type(key).__name__}', expected=str,
-                                      actual=type(key))
+            raise SimharnessTypeError(
+                f'Expected metric_finalizers key {key!r} to be a str, found {type(key).__name__}',
+                expected=str,
+                actual=type(key),
+            )
 
 
 def check_local_unfinalized_metrics_type(local_unfinalized_metrics_type: object) -> T.StructType:
@@ -56,15 +61,19 @@ def check_local_unfinalized_metrics_type(local_unfinalized_metrics_type: object)
         raise SimharnessTypeError(
             'Expected the input `local_unfinalized_metrics_type` to be a '
             '`StructWithPythonType`, found '
-            f'{type(local_unfinalized_metrics_type).__name__}.', expected=T.StructType,
-            actual=type(local_unfinalized_metrics_type))
+            f'{type(local_unfinalized_metrics_type).__name__}.',
+            expected=T.StructType,
+            actual=type(local_unfinalized_metrics_type),
+        )
     container = local_unfinalized_metrics_type.python_container
     if container is not collections.OrderedDict:
         raise SimharnessTypeError(
             'Expected the input `local_unfinalized_metrics_type` to be a '
             '`StructWithPythonType` with `collections.OrderedDict` as the Python container, '
             f'found one with Python container {getattr(container, "__name__", container)}.',
-            expected=collections.OrderedDict, actual=container)
+            expected=collections.OrderedDict,
+            actual=container,
+        )
     return local_unfinalized_metrics_type
 
 
@@ -73,19 +82,21 @@ def as_python(value: TensorStructure) -> TensorStructure:
     return structure.to_odict_or_tuple(value) if isinstance(value, Struct) else value
 
 
-def build_finalizer_computation(metric_finalizers: MetricFinalizers,
-                                local_unfinalized_metrics_type: T.Type) -> Computation:
+def build_finalizer_computation(
+    metric_finalizers: MetricFinalizers, local_unfinalized_metrics_type: T.Type
+) -> Computation:
     """A `tf_computation` ``unfinalized metrics -> finalized metrics``."""
     if callable(metric_finalizers):
-        return tf_computation(lambda m: metric_finalizers(as_python(m)),
-                              local_unfinalized_metrics_type)
+        return tf_computation(
+            lambda m: metric_finalizers(as_python(m)), local_unfinalized_metrics_type
+        )
 
     @tf_computation(local_unfinalized_metrics_type)
     def finalizer_computation(unfinalized_metrics: TensorStructure) -> collections.OrderedDict:
         # The metrics type is checked to be an OrderedDict struct: a mapping by name.
         by_name = cast(Mapping[str, TensorStructure], as_python(unfinalized_metrics))
         return collections.OrderedDict(
-            (name, finalizer(by_name[name]))
-            for name, finalizer in metric_finalizers.items())
+            (name, finalizer(by_name[name])) for name, finalizer in metric_finalizers.items()
+        )
 
     return finalizer_computation

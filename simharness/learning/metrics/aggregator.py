@@ -20,8 +20,11 @@ from simharness.core.computation import Computation, federated_computation, tf_c
 from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError
 from simharness.learning._typing import MetricFinalizers, TensorStructure
-from simharness.learning.metrics import (aggregation_utils, sampling_aggregation_factory,
-                                         secure_sum_factory)
+from simharness.learning.metrics import (
+    aggregation_utils,
+    sampling_aggregation_factory,
+    secure_sum_factory,
+)
 from simharness.templates import is_stateful
 from simharness.templates.aggregation_process import AggregationProcess
 
@@ -29,8 +32,9 @@ DEFAULT_SECURE_LOWER_BOUND = 0
 DEFAULT_SECURE_UPPER_BOUND = 2**20 - 1
 
 
-def sum_then_finalize(metric_finalizers: MetricFinalizers,
-                      local_unfinalized_metrics_type: Optional[T.Type] = None) -> Computation:
+def sum_then_finalize(
+    metric_finalizers: MetricFinalizers, local_unfinalized_metrics_type: Optional[T.Type] = None
+) -> Computation:
     """Sums the clients' unfinalized metrics, then finalizes them at the server.
 
     Args:
@@ -55,10 +59,12 @@ def sum_then_finalize(metric_finalizers: MetricFinalizers,
     @federated_computation
     def aggregator_computation(client_local_unfinalized_metrics: Value) -> Value:
         metrics_type = aggregation_utils.check_local_unfinalized_metrics_type(
-            N.member_of(client_local_unfinalized_metrics.type_signature))
+            N.member_of(client_local_unfinalized_metrics.type_signature)
+        )
         if not callable(metric_finalizers):
-            aggregation_utils.check_finalizers_matches_unfinalized_metrics(metric_finalizers,
-                                                                           metrics_type)
+            aggregation_utils.check_finalizers_matches_unfinalized_metrics(
+                metric_finalizers, metrics_type
+            )
         summed = intrinsics.federated_sum(client_local_unfinalized_metrics)
         finalize = aggregation_utils.build_finalizer_computation(metric_finalizers, metrics_type)
         return intrinsics.federated_map(finalize, summed)
@@ -67,8 +73,10 @@ def sum_then_finalize(metric_finalizers: MetricFinalizers,
 
 
 def secure_sum_then_finalize(
-        metric_finalizers: MetricFinalizers, local_unfinalized_metrics_type: Optional[T.Type] = None,
-        metric_value_ranges: Optional[secure_sum_factory.ValueRanges] = None) -> Computation:
+    metric_finalizers: MetricFinalizers,
+    local_unfinalized_metrics_type: Optional[T.Type] = None,
+    metric_value_ranges: Optional[secure_sum_factory.ValueRanges] = None,
+) -> Computation:
     """Sums the clients' unfinalized metrics securely, then finalizes them at the server.
 
     Every tensor is clipped into its range (default ``[0, 2**20 - 1]``; floats
@@ -94,21 +102,27 @@ def secure_sum_then_finalize(
     def create_secure_sum_process(unfinalized_type: T.Type) -> AggregationProcess:
         metrics_type = aggregation_utils.check_local_unfinalized_metrics_type(unfinalized_type)
         if not callable(metric_finalizers):
-            aggregation_utils.check_finalizers_matches_unfinalized_metrics(metric_finalizers,
-                                                                           metrics_type)
+            aggregation_utils.check_finalizers_matches_unfinalized_metrics(
+                metric_finalizers, metrics_type
+            )
         defaults = secure_sum_factory.create_default_secure_sum_quantization_ranges(
-            metrics_type, lower_bound=DEFAULT_SECURE_LOWER_BOUND,
+            metrics_type,
+            lower_bound=DEFAULT_SECURE_LOWER_BOUND,
             upper_bound=DEFAULT_SECURE_UPPER_BOUND,
-            use_auto_tuned_bounds_for_float_values=False)
+            use_auto_tuned_bounds_for_float_values=False,
+        )
         try:
-            ranges = secure_sum_factory.fill_missing_values_with_defaults(defaults,
-                                                                          metric_value_ranges)
+            ranges = secure_sum_factory.fill_missing_values_with_defaults(
+                defaults, metric_value_ranges
+            )
         except TypeError as e:
             raise SimharnessTypeError(
-                f'Failed to create encoding value range from: {metric_value_ranges}') from e
+                f'Failed to create encoding value range from: {metric_value_ranges}'
+            ) from e
         # An OrderedDict, as the defaults: the metrics type is an OrderedDict struct.
-        process = secure_sum_factory.SecureSumFactory(
-            cast(collections.OrderedDict, ranges)).create(metrics_type)
+        process = secure_sum_factory.SecureSumFactory(cast(collections.OrderedDict, ranges)).create(
+            metrics_type
+        )
         if is_stateful(process):  # fixed ranges: no state to carry
             raise SimharnessTypeError('internal: the secure metric sum must be stateless')
         return process
@@ -121,8 +135,9 @@ def secure_sum_then_finalize(
         measurements_type = N.member_of(output.measurements.type_signature)
         unfinalized_type = N.member_of(output.result.type_signature)
 
-        def finalize(unfinalized_metrics: TensorStructure,
-                     secure_sum_measurements: TensorStructure) -> collections.OrderedDict:
+        def finalize(
+            unfinalized_metrics: TensorStructure, secure_sum_measurements: TensorStructure
+        ) -> collections.OrderedDict:
             unfinalized_metrics = aggregation_utils.as_python(unfinalized_metrics)
             finalized = collections.OrderedDict(secure_sum_measurements=secure_sum_measurements)
             if callable(metric_finalizers):
@@ -136,14 +151,17 @@ def secure_sum_then_finalize(
 
         finalizer_computation = tf_computation(finalize, unfinalized_type, measurements_type)
         return intrinsics.federated_map(
-            finalizer_computation, intrinsics.federated_zip((output.result, output.measurements)))
+            finalizer_computation, intrinsics.federated_zip((output.result, output.measurements))
+        )
 
     return aggregator_computation
 
 
-def finalize_then_sample(metric_finalizers: MetricFinalizers,
-                         local_unfinalized_metrics_type: Optional[T.Type] = None,
-                         sample_size: int = 100) -> Computation:
+def finalize_then_sample(
+    metric_finalizers: MetricFinalizers,
+    local_unfinalized_metrics_type: Optional[T.Type] = None,
+    sample_size: int = 100,
+) -> Computation:
     """Finalizes each client's metrics, then samples up to `sample_size` clients' at the server.
 
     The result has the metrics' keys, each leaf a list of the sampled clients'
@@ -171,14 +189,16 @@ def finalize_then_sample(metric_finalizers: MetricFinalizers,
     @federated_computation
     def aggregator_computation(client_local_unfinalized_metrics: Value) -> Value:
         metrics_type = aggregation_utils.check_local_unfinalized_metrics_type(
-            N.member_of(client_local_unfinalized_metrics.type_signature))
+            N.member_of(client_local_unfinalized_metrics.type_signature)
+        )
         if not callable(metric_finalizers):
-            aggregation_utils.check_finalizers_matches_unfinalized_metrics(metric_finalizers,
-                                                                           metrics_type)
+            aggregation_utils.check_finalizers_matches_unfinalized_metrics(
+                metric_finalizers, metrics_type
+            )
         sampling_aggregation_factory.check_sample_size(sample_size)
         process = sampling_aggregation_factory.FinalizeThenSampleFactory(
-            sample_size=sample_size).create(metric_finalizers=metric_finalizers,
-                                            local_unfinalized_metrics_type=metrics_type)
+            sample_size=sample_size
+        ).create(metric_finalizers=metric_finalizers, local_unfinalized_metrics_type=metrics_type)
         output = process.next(process.initialize(), client_local_unfinalized_metrics)
         current_round_samples, _ = output.result
         return current_round_samples

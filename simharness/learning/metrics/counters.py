@@ -20,15 +20,20 @@ class NumExamplesCounter(keras.metrics.Sum):
     def __init__(self, name: str = 'num_examples', dtype: tf.DType = tf.int64):
         super().__init__(name=name, dtype=dtype)
 
-    def update_state(self, y_true: TensorStructure, y_pred: TensorStructure = None,
-                     sample_weight: TensorStructure = None) -> None:
+    def update_state(
+        self,
+        y_true: TensorStructure,
+        y_pred: TensorStructure = None,
+        sample_weight: TensorStructure = None,
+    ) -> None:
         del y_pred, sample_weight
         labels = tf.nest.flatten(y_true)
         if not all(tf.is_tensor(l) or isinstance(l, np.ndarray) for l in labels):
             raise SimharnessValueError(
                 'NumExamplesCounter only works with `numpy.ndarray` or `tensorflow.Tensor` '
                 'types. Received a structure with other values; consider using `np.asarray` '
-                f'or `tf.convert_to_tensor`. Got: {labels}')
+                f'or `tf.convert_to_tensor`. Got: {labels}'
+            )
         return super().update_state(tf.shape(labels[0])[0], sample_weight=None)
 
 
@@ -38,7 +43,11 @@ class NumBatchesCounter(keras.metrics.Sum):
     def __init__(self, name: str = 'num_batches', dtype: tf.DType = tf.int64):
         super().__init__(name=name, dtype=dtype)
 
-    def update_state(self, y_true: TensorStructure, y_pred: TensorStructure = None,
-                     sample_weight: TensorStructure = None) -> None:
+    def update_state(
+        self,
+        y_true: TensorStructure,
+        y_pred: TensorStructure = None,
+        sample_weight: TensorStructure = None,
+    ) -> None:
         del y_true, y_pred, sample_weight
         return super().update_state(1, sample_weight=None)

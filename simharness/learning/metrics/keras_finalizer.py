@@ -30,12 +30,18 @@ def _check_keras_metric_config_constructable(metric: object) -> None:
     if not isinstance(metric, keras.metrics.Metric):
         raise SimharnessTypeError(
             f'Metric {type(metric)} is not a `keras.metrics.Metric` to be constructable from '
-            'the `get_config()` method.', expected=keras.metrics.Metric, actual=type(metric))
+            'the `get_config()` method.',
+            expected=keras.metrics.Metric,
+            actual=type(metric),
+        )
     name = type(metric).__name__
     if getattr(keras.metrics, name, None) is type(metric):
         return
-    params = [p for p in inspect.signature(type(metric).__init__).parameters.values()
-              if p.name != 'self' and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    params = [
+        p
+        for p in inspect.signature(type(metric).__init__).parameters.values()
+        if p.name != 'self' and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     config = metric.get_config()
     extra = [p.name for p in params if p.name not in config]
     if extra:
@@ -43,7 +49,9 @@ def _check_keras_metric_config_constructable(metric: object) -> None:
             f'Metric {name} is not constructable from the `get_config()` method, because '
             f'`__init__` takes extra arguments that are not included in the `get_config()`: '
             f'{extra}. Pass the metric constructor instead, or update the `get_config()` in '
-            'the metric class to include these extra arguments.', actual=type(metric))
+            'the metric class to include these extra arguments.',
+            actual=type(metric),
+        )
 
 
 def create_keras_metric(metric: MetricOrConstructor) -> keras.metrics.Metric:
@@ -62,12 +70,18 @@ def create_keras_metric(metric: MetricOrConstructor) -> keras.metrics.Metric:
             raise SimharnessTypeError(
                 'Expected input `metric` to be either a `keras.metrics.Metric` or a no-arg '
                 f'callable that creates a `keras.metrics.Metric`, found a callable that returns '
-                f'a {type(made).__name__}.', expected=keras.metrics.Metric, actual=type(made))
+                f'a {type(made).__name__}.',
+                expected=keras.metrics.Metric,
+                actual=type(made),
+            )
         return made
     raise SimharnessTypeError(
         'Expected input `metric` to be either a `keras.metrics.Metric` or a no-arg callable '
         f'that constructs a `keras.metrics.Metric`, found a non-callable '
-        f'{type(metric).__name__}.', expected=keras.metrics.Metric, actual=type(metric))
+        f'{type(metric).__name__}.',
+        expected=keras.metrics.Metric,
+        actual=type(metric),
+    )
 
 
 def create_keras_metric_finalizer(metric: MetricOrConstructor) -> KerasMetricFinalizer:
@@ -92,21 +106,26 @@ def create_keras_metric_finalizer(metric: MetricOrConstructor) -> KerasMetricFin
             raise SimharnessTypeError(
                 f'Expected list of tensors as the input to the finalizer of '
                 f'{keras_metric.name}, found {type(unfinalized_metric_values).__name__}.',
-                expected=list, actual=type(unfinalized_metric_values))
+                expected=list,
+                actual=type(unfinalized_metric_values),
+            )
         variables = keras_metric.variables
         if len(variables) != len(unfinalized_metric_values):
             raise SimharnessValueError(
                 'The input to the finalizer should be a list of `tf.Tensor`s matching the '
                 f'variables of the Keras metric {keras_metric.name}. Expected a list of '
                 f'`tf.Tensor`s of length {len(variables)}, found a list of length '
-                f'{len(unfinalized_metric_values)}.')
+                f'{len(unfinalized_metric_values)}.'
+            )
         values = []
         for v, a in zip(variables, unfinalized_metric_values):
             if not (tf.is_tensor(a) or isinstance(a, (np.ndarray, np.generic, int, float))):
                 raise SimharnessTypeError(
                     f'Expected tf.Tensor values in the input to the finalizer of '
-                    f'{keras_metric.name}, found {type(a).__name__}.', expected=tf.Tensor,
-                    actual=type(a))
+                    f'{keras_metric.name}, found {type(a).__name__}.',
+                    expected=tf.Tensor,
+                    actual=type(a),
+                )
             a = tf.convert_to_tensor(a)
             if tuple(v.shape) != tuple(a.shape) or tf.as_dtype(v.dtype) != a.dtype:
                 raise SimharnessValueError(
@@ -114,13 +133,15 @@ def create_keras_metric_finalizer(metric: MetricOrConstructor) -> KerasMetricFin
                     f'variables of the Keras metric {keras_metric.name}. Expected a '
                     f'`tf.Tensor` of shape {tuple(v.shape)} and dtype '
                     f'{tf.as_dtype(v.dtype)!r}, found a `tf.Tensor` of shape '
-                    f'{tuple(a.shape)} and dtype {a.dtype!r}.')
+                    f'{tuple(a.shape)} and dtype {a.dtype!r}.'
+                )
             values.append(a)
         # Keras' stateless_result, with the result read inside the scope (a metric whose
         # result is one of its variables would otherwise hand back the variable itself).
         with keras.StatelessScope(state_mapping=list(zip(variables, values))):
             return tf.nest.map_structure(
                 lambda r: tf.convert_to_tensor(r.value if isinstance(r, keras.Variable) else r),
-                keras_metric.result())
+                keras_metric.result(),
+            )
 
     return finalizer

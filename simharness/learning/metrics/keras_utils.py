@@ -30,9 +30,12 @@ class _HasPredictions(Protocol):
 
 
 def create_functional_metric_fns(
-        metrics_constructor: MetricsConstructorLike
-) -> tuple[Callable[[], KerasMetricsState], Callable[..., KerasMetricsState],
-           Callable[[KerasMetricsState], TensorStructure]]:
+    metrics_constructor: MetricsConstructorLike,
+) -> tuple[
+    Callable[[], KerasMetricsState],
+    Callable[..., KerasMetricsState],
+    Callable[[KerasMetricsState], TensorStructure],
+]:
     """Keras metrics as ``(initialize, update, finalize)`` pure functions.
 
     The state is the values of the metrics' variables (a tuple per metric);
@@ -64,7 +67,9 @@ def create_functional_metric_fns(
         raise SimharnessTypeError(
             '`metrics_constructor` must be a callable or `collections.OrderedDict`. Got '
             f'{metrics_constructor!r} which is a {type(metrics_constructor)!r}.',
-            expected=collections.OrderedDict, actual=type(metrics_constructor))
+            expected=collections.OrderedDict,
+            actual=type(metrics_constructor),
+        )
     metrics = metrics_constructor()
     if isinstance(metrics, keras.metrics.Metric):
         leaves = [metrics]
@@ -73,16 +78,22 @@ def create_functional_metric_fns(
         if bad_keys:
             raise SimharnessTypeError(
                 '`metrics_constructor` must return an `OrderedDict` keyed by `str`. Got keys '
-                f'{bad_keys} that were not type `str`.', expected=str)
+                f'{bad_keys} that were not type `str`.',
+                expected=str,
+            )
         leaves = list(metrics.values())
     else:
         raise SimharnessValueError(
             '`metrics_constructor` must return a `keras.metrics.Metric` instance, or an '
-            f'OrderedDict of string to keras metrics; got {type(metrics).__name__}.')
+            f'OrderedDict of string to keras metrics; got {type(metrics).__name__}.'
+        )
     for m in leaves:
         if not isinstance(m, keras.metrics.Metric):
-            raise SimharnessTypeError(f'Found non-keras.metrics.Metric value: {type(m)}: {m!r}.',
-                                      expected=keras.metrics.Metric, actual=type(m))
+            raise SimharnessTypeError(
+                f'Found non-keras.metrics.Metric value: {type(m)}: {m!r}.',
+                expected=keras.metrics.Metric,
+                actual=type(m),
+            )
     initial = [tuple(np.array(v.numpy()) for v in m.variables) for m in leaves]
 
     def pack(per_metric: list) -> KerasMetricsState:
@@ -99,17 +110,29 @@ def create_functional_metric_fns(
     def initialize() -> KerasMetricsState:
         return pack([tuple(tf.constant(a) for a in values) for values in initial])
 
-    def update(state: KerasMetricsState, labels: TensorStructure, batch_output: _HasPredictions,
-               sample_weight: Optional[TensorStructure] = None) -> KerasMetricsState:
+    def update(
+        state: KerasMetricsState,
+        labels: TensorStructure,
+        batch_output: _HasPredictions,
+        sample_weight: Optional[TensorStructure] = None,
+    ) -> KerasMetricsState:
         if not hasattr(batch_output, 'predictions'):
             raise SimharnessValueError(
                 'The input to a functional metrics `update` method must have a `predictions` '
                 'attribute, such as when feeding in a `tff.learning.models.BatchOutput` '
-                'structure.')
+                'structure.'
+            )
         predictions = batch_output.predictions
-        return pack([tuple(m.stateless_update_state(list(s), y_true=labels, y_pred=predictions,
-                                                    sample_weight=sample_weight))
-                     for m, s in zip(leaves, unpack(state))])
+        return pack(
+            [
+                tuple(
+                    m.stateless_update_state(
+                        list(s), y_true=labels, y_pred=predictions, sample_weight=sample_weight
+                    )
+                )
+                for m, s in zip(leaves, unpack(state))
+            ]
+        )
 
     def finalize(state: KerasMetricsState) -> KerasMetricsState:
         return pack([m.stateless_result(list(s)) for m, s in zip(leaves, unpack(state))])

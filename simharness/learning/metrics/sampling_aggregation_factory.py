@@ -36,7 +36,10 @@ def check_sample_size(sample_size: object) -> None:
     if isinstance(sample_size, bool) or not isinstance(sample_size, int):
         raise SimharnessTypeError(
             f'Expected sample_size to be an int, found {type(sample_size).__name__} '
-            f'({sample_size!r})', expected=int, actual=type(sample_size))
+            f'({sample_size!r})',
+            expected=int,
+            actual=type(sample_size),
+        )
     if sample_size <= 0:
         raise SimharnessValueError(f'sample_size must be positive, got {sample_size}.')
 
@@ -63,8 +66,11 @@ class FinalizeThenSampleFactory(factory.UnweightedAggregationFactory):
         check_sample_size(sample_size)
         self._sample_size = sample_size
 
-    def create(self, metric_finalizers: MetricFinalizers,  # type: ignore[override]  # TFF's
-               local_unfinalized_metrics_type: T.Type) -> AggregationProcess:
+    def create(
+        self,
+        metric_finalizers: MetricFinalizers,  # type: ignore[override]  # TFF's
+        local_unfinalized_metrics_type: T.Type,
+    ) -> AggregationProcess:
         """The `AggregationProcess` of the metrics.
 
         Args:
@@ -81,30 +87,38 @@ class FinalizeThenSampleFactory(factory.UnweightedAggregationFactory):
         """
         aggregation_utils.check_metric_finalizers(metric_finalizers)
         metrics_type = aggregation_utils.check_local_unfinalized_metrics_type(
-            local_unfinalized_metrics_type)
+            local_unfinalized_metrics_type
+        )
         if not callable(metric_finalizers):
             aggregation_utils.check_finalizers_matches_unfinalized_metrics(
-                metric_finalizers, metrics_type)
+                metric_finalizers, metrics_type
+            )
         local_finalize = aggregation_utils.build_finalizer_computation(
-            metric_finalizers, local_unfinalized_metrics_type)
-        finalized_type = N.as_tensor_or_struct(local_finalize.type_signature.result,
-                                               'the finalized metrics')
+            metric_finalizers, local_unfinalized_metrics_type
+        )
+        finalized_type = N.as_tensor_or_struct(
+            local_finalize.type_signature.result, 'the finalized metrics'
+        )
         sample_size = self._sample_size
         sampling_process = sampling.UnweightedReservoirSamplingFactory(
-            sample_size=sample_size, return_sampling_metadata=True).create(finalized_type)
+            sample_size=sample_size, return_sampling_metadata=True
+        ).create(finalized_type)
         merge_samples = sampling.build_merge_samples_computation(finalized_type, sample_size)
 
         @federated_computation()
         def init_fn() -> Value:
             return I.federated_eval(
                 tf_computation(lambda: sampling.build_initial_sample_reservoir(finalized_type)),
-                T.SERVER)
+                T.SERVER,
+            )
 
         # The state's sample dimension grows over rounds: [None], not init's [0].
         state_type = sampling.build_reservoir_type(finalized_type)
 
-        @federated_computation(T.FederatedType(state_type, T.SERVER),
-                               T.FederatedType(local_unfinalized_metrics_type, T.CLIENTS))
+        @federated_computation(
+            T.FederatedType(state_type, T.SERVER),
+            T.FederatedType(local_unfinalized_metrics_type, T.CLIENTS),
+        )
         def next_fn(state: Value, client_unfinalized_metrics: Value) -> MeasuredProcessOutput:
             local_finalized = I.federated_map(local_finalize, client_unfinalized_metrics)
             current = sampling_process.next(sampling_process.initialize(), local_finalized)
@@ -112,6 +126,7 @@ class FinalizeThenSampleFactory(factory.UnweightedAggregationFactory):
             return MeasuredProcessOutput(
                 state=new_state,
                 result=I.federated_zip((current.result['samples'], new_state['samples'])),
-                measurements=current.measurements)
+                measurements=current.measurements,
+            )
 
         return AggregationProcess(init_fn, next_fn)

@@ -48,19 +48,30 @@ class _MetricRange:
         """Type-aware equality (no int/float conversion; estimation processes never equal)."""
         if isinstance(self.upper, EstimationProcess) or not isinstance(other, _MetricRange):
             return False
-        return (type(self.upper) is type(other.upper) and self.upper == other.upper
-                and type(self.lower) is type(other.lower) and self.lower == other.lower)
+        return (
+            type(self.upper) is type(other.upper)
+            and self.upper == other.upper
+            and type(self.lower) is type(other.lower)
+            and self.lower == other.lower
+        )
 
     def __hash__(self) -> int:
-        return hash((type(self.lower), self.lower, type(self.upper), id(self.upper)
-                     if isinstance(self.upper, EstimationProcess) else self.upper))
+        return hash(
+            (
+                type(self.lower),
+                self.lower,
+                type(self.upper),
+                id(self.upper) if isinstance(self.upper, EstimationProcess) else self.upper,
+            )
+        )
 
 
 #: The value ranges of the metrics' tensors: a (partial) tree of nested mappings and lists
 #: like the metrics, whose leaves are ``(lower, upper)`` tuples (None: the default
 #: range); `fill_missing_values_with_defaults` makes every leaf a `_MetricRange`.
-ValueRanges = Union[Mapping[str, 'ValueRanges'], List['ValueRanges'], Tuple[Bound, Bound],
-                    _MetricRange, None]
+ValueRanges = Union[
+    Mapping[str, 'ValueRanges'], List['ValueRanges'], Tuple[Bound, Bound], _MetricRange, None
+]
 
 _Leaf = TypeVar('_Leaf')
 
@@ -78,12 +89,16 @@ def _from_type_tree(fn: Callable[[T.TensorType], _Leaf], t: T.Type) -> Tree[_Lea
     if isinstance(t, T.TensorType):
         return fn(t)
     if not isinstance(t, T.StructType):
-        raise SimharnessTypeError(f'expected a structure of tensor types, found {t}',
-                                  expected=T.StructType, actual=t)
+        raise SimharnessTypeError(
+            f'expected a structure of tensor types, found {t}', expected=T.StructType, actual=t
+        )
     items = [(n, _from_type_tree(fn, e)) for n, e in t.items()]
     container = t.python_container
-    if container is not None and issubclass(container, Mapping) or (
-            container is None and items and all(n for n, _ in items)):
+    if (
+        container is not None
+        and issubclass(container, Mapping)
+        or (container is None and items and all(n for n, _ in items))
+    ):
         return collections.OrderedDict(items)
     return [v for _, v in items]
 
@@ -91,8 +106,11 @@ def _from_type_tree(fn: Callable[[T.TensorType], _Leaf], t: T.Type) -> Tree[_Lea
 def _flatten_with_path(value: object, path: tuple = ()) -> list:
     """``[(path, leaf)]`` of nested mappings, lists, tuples and Structs, in order."""
     if isinstance(value, Struct):
-        return [p for i, (n, v) in enumerate(value.items())
-                for p in _flatten_with_path(v, path + (n if n is not None else i,))]
+        return [
+            p
+            for i, (n, v) in enumerate(value.items())
+            for p in _flatten_with_path(v, path + (n if n is not None else i,))
+        ]
     if isinstance(value, Mapping):
         return [p for k, v in value.items() for p in _flatten_with_path(v, path + (k,))]
     if isinstance(value, (list, tuple)) and not isinstance(value, _MetricRange):
@@ -115,10 +133,10 @@ def _pack(template: Tree[object], leaves: list) -> Tree[object]:
 
 
 def create_default_secure_sum_quantization_ranges(
-        local_unfinalized_metrics_type: T.StructType,
-        lower_bound: Union[int, float] = DEFAULT_FIXED_SECURE_LOWER_BOUND,
-        upper_bound: Union[int, float] = DEFAULT_FIXED_SECURE_UPPER_BOUND,
-        use_auto_tuned_bounds_for_float_values: Optional[bool] = True
+    local_unfinalized_metrics_type: T.StructType,
+    lower_bound: Union[int, float] = DEFAULT_FIXED_SECURE_LOWER_BOUND,
+    upper_bound: Union[int, float] = DEFAULT_FIXED_SECURE_UPPER_BOUND,
+    use_auto_tuned_bounds_for_float_values: Optional[bool] = True,
 ) -> Tree[Tuple[Bound, Bound]]:
     """Default value ranges for each tensor of the metrics type (TFF's defaults).
 
@@ -132,18 +150,24 @@ def create_default_secure_sum_quantization_ranges(
     """
     for name, b in (('upper_bound', upper_bound), ('lower_bound', lower_bound)):
         if isinstance(b, bool) or not isinstance(b, (int, float)):
-            raise SimharnessTypeError(f'{name} must be an int or float, found {type(b).__name__}',
-                                      expected=float, actual=type(b))
+            raise SimharnessTypeError(
+                f'{name} must be an int or float, found {type(b).__name__}',
+                expected=float,
+                actual=type(b),
+            )
     if lower_bound >= upper_bound:
         raise SimharnessValueError('`upper_bound` must be greater than `lower_bound`.')
     integer_width = math.floor(upper_bound) - math.ceil(lower_bound)
     auto_tuned = PrivateQuantileEstimationProcess.no_noise(
-        initial_estimate=50.0, target_quantile=0.95, learning_rate=1.0, multiplier=2.0,
-        secure_estimation=True)
+        initial_estimate=50.0,
+        target_quantile=0.95,
+        learning_rate=1.0,
+        multiplier=2.0,
+        secure_estimation=True,
+    )
 
     def default_range(t: T.TensorType) -> Tuple[Bound, Bound]:
-        dtype = np.dtype(t.dtype.as_numpy_dtype if hasattr(t.dtype, 'as_numpy_dtype')
-                         else t.dtype)
+        dtype = np.dtype(t.dtype.as_numpy_dtype if hasattr(t.dtype, 'as_numpy_dtype') else t.dtype)
         if np.issubdtype(dtype, np.floating):
             if use_auto_tuned_bounds_for_float_values:
                 return None, auto_tuned
@@ -153,36 +177,49 @@ def create_default_secure_sum_quantization_ranges(
                 raise SimharnessValueError(
                     'Encounter an integer tensor in the type, but quantization range '
                     f'[{lower_bound}, {upper_bound}] is not wide enough to quantize any '
-                    f'integers (becomes [{int(lower_bound)}, {int(upper_bound)}]).')
+                    f'integers (becomes [{int(lower_bound)}, {int(upper_bound)}]).'
+                )
             return math.ceil(lower_bound), math.floor(upper_bound)
         raise UnquantizableDTypeError(
             f'Do not know how to create a default range for dtype {dtype}. Only floating or '
-            'integer types are supported.', actual=dtype)
+            'integer types are supported.',
+            actual=dtype,
+        )
 
     return _from_type_tree(default_range, local_unfinalized_metrics_type)
 
 
 def _check_user_metric_value_range(value_range: object) -> None:
     if not isinstance(value_range, tuple):
-        raise SimharnessTypeError(f'Expected range to be a tuple, found '
-                                  f'{type(value_range).__name__}', expected=tuple,
-                                  actual=type(value_range))
+        raise SimharnessTypeError(
+            f'Expected range to be a tuple, found {type(value_range).__name__}',
+            expected=tuple,
+            actual=type(value_range),
+        )
     if len(value_range) != 2:
-        raise SimharnessValueError('Ranges must be defined as a 2-tuple, got a tuple of length '
-                                   f'{len(value_range)}.')
+        raise SimharnessValueError(
+            f'Ranges must be defined as a 2-tuple, got a tuple of length {len(value_range)}.'
+        )
     lower, upper = value_range
     if isinstance(lower, bool) or not isinstance(lower, (int, float)):
-        raise SimharnessTypeError(f'Expected lower bound to be an int or float, found '
-                                  f'{type(lower).__name__}', expected=float, actual=type(lower))
+        raise SimharnessTypeError(
+            f'Expected lower bound to be an int or float, found {type(lower).__name__}',
+            expected=float,
+            actual=type(lower),
+        )
     if type(upper) is not type(lower):
         raise SimharnessTypeError(
             'The lower bound threshold should have the same type as the upper bound threshold, '
             f'but found the lower bound threshold type {type(lower)} and the upper bound '
-            f'threshold type {type(upper)}.', expected=type(lower), actual=type(upper))
+            f'threshold type {type(upper)}.',
+            expected=type(lower),
+            actual=type(upper),
+        )
 
 
-def fill_missing_values_with_defaults(default_values: Tree[Tuple[Bound, Bound]],
-                                      user_values: ValueRanges) -> Tree[_MetricRange]:
+def fill_missing_values_with_defaults(
+    default_values: Tree[Tuple[Bound, Bound]], user_values: ValueRanges
+) -> Tree[_MetricRange]:
     """The user's ranges, with the defaults wherever the user gave none (None or missing).
 
     Raises:
@@ -195,12 +232,15 @@ def fill_missing_values_with_defaults(default_values: Tree[Tuple[Bound, Bound]],
         user_map = cast(Mapping[str, ValueRanges], user_values or {})
         return collections.OrderedDict(
             (k, fill_missing_values_with_defaults(v, user_map.get(k)))
-            for k, v in default_values.items())
+            for k, v in default_values.items()
+        )
     if isinstance(default_values, list):
-        user_list = cast(List[ValueRanges],
-                         [None] * len(default_values) if user_values is None else user_values)
-        return [fill_missing_values_with_defaults(v, user_list[i])
-                for i, v in enumerate(default_values)]
+        user_list = cast(
+            List[ValueRanges], [None] * len(default_values) if user_values is None else user_values
+        )
+        return [
+            fill_missing_values_with_defaults(v, user_list[i]) for i, v in enumerate(default_values)
+        ]
     if user_values is None:
         return _MetricRange(*default_values)
     if isinstance(user_values, _MetricRange):
@@ -233,12 +273,15 @@ class SecureSumFactory(factory.UnweightedAggregationFactory):
     """
 
     def __init__(self, metric_value_ranges: Optional['collections.OrderedDict'] = None):
-        if metric_value_ranges is not None and not isinstance(metric_value_ranges,
-                                                              collections.OrderedDict):
+        if metric_value_ranges is not None and not isinstance(
+            metric_value_ranges, collections.OrderedDict
+        ):
             raise SimharnessTypeError(
                 'Expected metric_value_ranges to be a collections.OrderedDict, found '
-                f'{type(metric_value_ranges).__name__}', expected=collections.OrderedDict,
-                actual=type(metric_value_ranges))
+                f'{type(metric_value_ranges).__name__}',
+                expected=collections.OrderedDict,
+                actual=type(metric_value_ranges),
+            )
         self._metric_value_ranges = metric_value_ranges
 
     def create(self, local_unfinalized_metrics_type: factory.ValueType) -> AggregationProcess:
@@ -249,8 +292,9 @@ class SecureSumFactory(factory.UnweightedAggregationFactory):
         try:
             ranges = fill_missing_values_with_defaults(defaults, self._metric_value_ranges)
         except TypeError as e:
-            raise SimharnessTypeError('Failed to create encoding value range from: '
-                                      f'{self._metric_value_ranges}') from e
+            raise SimharnessTypeError(
+                f'Failed to create encoding value range from: {self._metric_value_ranges}'
+            ) from e
         tensor_types = _from_type_tree(lambda t: t, metrics_type)
         typed = _flatten_with_path(tensor_types)
         ranged = _flatten_with_path(ranges)
@@ -266,9 +310,14 @@ class SecureSumFactory(factory.UnweightedAggregationFactory):
             types_by_key[key].append(tensor_type)
         flat_paths = [path for path, _ in typed]
         processes = collections.OrderedDict(
-            (key, secure.SecureSumFactory(r.upper, r.lower).create(
-                T.StructType(types_by_key[key], container=list)))
-            for key, r in range_by_key.items())
+            (
+                key,
+                secure.SecureSumFactory(r.upper, r.lower).create(
+                    T.StructType(types_by_key[key], container=list)
+                ),
+            )
+            for key, r in range_by_key.items()
+        )
 
         @tf_computation(metrics_type)
         def group_value_by_factory_key(local_unfinalized_metrics):
@@ -279,20 +328,27 @@ class SecureSumFactory(factory.UnweightedAggregationFactory):
 
         @federated_computation()
         def init_fn():
-            return intrinsics.federated_zip(collections.OrderedDict(
-                (key, p.initialize()) for key, p in processes.items()))
+            return intrinsics.federated_zip(
+                collections.OrderedDict((key, p.initialize()) for key, p in processes.items())
+            )
 
-        @federated_computation(init_fn.type_signature.result,
-                               T.FederatedType(metrics_type, T.CLIENTS))
+        @federated_computation(
+            init_fn.type_signature.result, T.FederatedType(metrics_type, T.CLIENTS)
+        )
         def next_fn(state, client_local_unfinalized_metrics):
-            grouped = intrinsics.federated_map(group_value_by_factory_key,
-                                               client_local_unfinalized_metrics)
+            grouped = intrinsics.federated_map(
+                group_value_by_factory_key, client_local_unfinalized_metrics
+            )
             outputs = collections.OrderedDict(
-                (key, p.next(state[key], grouped[key])) for key, p in processes.items())
+                (key, p.next(state[key], grouped[key])) for key, p in processes.items()
+            )
             new_state = collections.OrderedDict((k, o.state) for k, o in outputs.items())
-            zipped = intrinsics.federated_zip(collections.OrderedDict(
-                (k, intrinsics.federated_zip((o.result, o.measurements)))
-                for k, o in outputs.items()))
+            zipped = intrinsics.federated_zip(
+                collections.OrderedDict(
+                    (k, intrinsics.federated_zip((o.result, o.measurements)))
+                    for k, o in outputs.items()
+                )
+            )
 
             @tf_computation(zipped.type_signature.member)
             def flatten_aggregation_output(grouped_output):
@@ -306,7 +362,8 @@ class SecureSumFactory(factory.UnweightedAggregationFactory):
                 return (_pack(tensor_types, [by_path[p] for p in flat_paths]), measurements)
 
             flat = intrinsics.federated_map(flatten_aggregation_output, zipped)
-            return MeasuredProcessOutput(state=intrinsics.federated_zip(new_state),
-                                         result=flat[0], measurements=flat[1])
+            return MeasuredProcessOutput(
+                state=intrinsics.federated_zip(new_state), result=flat[0], measurements=flat[1]
+            )
 
         return AggregationProcess(init_fn, next_fn)

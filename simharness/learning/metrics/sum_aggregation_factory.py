@@ -22,11 +22,18 @@ from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError
 from simharness.learning._typing import MetricFinalizers, TensorStructure
 from simharness.learning.metrics import aggregation_utils
+
 # TFF keeps these in this module; they live in `secure_sum_factory` here.
 from simharness.learning.metrics.secure_sum_factory import (  # noqa: F401
-    DEFAULT_FIXED_SECURE_LOWER_BOUND, DEFAULT_FIXED_SECURE_UPPER_BOUND, SecureSumFactory,
-    UnquantizableDTypeError, _MetricRange, create_default_secure_sum_quantization_ranges,
-    create_factory_key, fill_missing_values_with_defaults)
+    DEFAULT_FIXED_SECURE_LOWER_BOUND,
+    DEFAULT_FIXED_SECURE_UPPER_BOUND,
+    SecureSumFactory,
+    UnquantizableDTypeError,
+    _MetricRange,
+    create_default_secure_sum_quantization_ranges,
+    create_factory_key,
+    fill_missing_values_with_defaults,
+)
 from simharness.templates import AggregationProcess, MeasuredProcessOutput
 
 
@@ -49,8 +56,9 @@ def _zeros_of(t: T.Type) -> TensorStructure:
     return make(v for _, v in items)
 
 
-def _initialize_accumulators(metrics_type: T.StructType,
-                             initial: Optional[collections.OrderedDict]) -> Value:
+def _initialize_accumulators(
+    metrics_type: T.StructType, initial: Optional[collections.OrderedDict]
+) -> Value:
     if initial is not None:
         return intrinsics.federated_value(initial, T.SERVER)
 
@@ -80,17 +88,23 @@ class SumThenFinalizeFactory(factory.UnweightedAggregationFactory):
       TypeError: an argument of the wrong type.
     """
 
-    def __init__(self, metric_finalizers: MetricFinalizers,
-                 initial_unfinalized_metrics: Optional['collections.OrderedDict'] = None,
-                 inner_summation_factory: Optional[factory.UnweightedAggregationFactory] = None):
+    def __init__(
+        self,
+        metric_finalizers: MetricFinalizers,
+        initial_unfinalized_metrics: Optional['collections.OrderedDict'] = None,
+        inner_summation_factory: Optional[factory.UnweightedAggregationFactory] = None,
+    ):
         aggregation_utils.check_metric_finalizers(metric_finalizers)
         self._metric_finalizers = metric_finalizers
         if initial_unfinalized_metrics is not None and not isinstance(
-                initial_unfinalized_metrics, collections.OrderedDict):
+            initial_unfinalized_metrics, collections.OrderedDict
+        ):
             raise SimharnessTypeError(
                 'Expected initial_unfinalized_metrics to be a collections.OrderedDict, found '
                 f'{type(initial_unfinalized_metrics).__name__}',
-                expected=collections.OrderedDict, actual=type(initial_unfinalized_metrics))
+                expected=collections.OrderedDict,
+                actual=type(initial_unfinalized_metrics),
+            )
         self._initial_unfinalized_metrics = initial_unfinalized_metrics
         if inner_summation_factory is None:
             inner_summation_factory = SumFactory()
@@ -99,7 +113,8 @@ class SumThenFinalizeFactory(factory.UnweightedAggregationFactory):
                 'Expected inner_summation_factory to be an UnweightedAggregationFactory, found '
                 f'{type(inner_summation_factory).__name__}',
                 expected=factory.UnweightedAggregationFactory,
-                actual=type(inner_summation_factory))
+                actual=type(inner_summation_factory),
+            )
         self._inner_summation_factory = inner_summation_factory
 
     def create(self, local_unfinalized_metrics_type: factory.ValueType) -> AggregationProcess:
@@ -110,14 +125,17 @@ class SumThenFinalizeFactory(factory.UnweightedAggregationFactory):
           ValueError: finalizer names differ from the metric names.
         """
         metrics_type = aggregation_utils.check_local_unfinalized_metrics_type(
-            local_unfinalized_metrics_type)
+            local_unfinalized_metrics_type
+        )
         if not callable(self._metric_finalizers):
             aggregation_utils.check_finalizers_matches_unfinalized_metrics(
-                self._metric_finalizers, metrics_type)
+                self._metric_finalizers, metrics_type
+            )
         inner = self._inner_summation_factory.create(metrics_type)
         initial = self._initial_unfinalized_metrics
-        finalizer = aggregation_utils.build_finalizer_computation(self._metric_finalizers,
-                                                                  metrics_type)
+        finalizer = aggregation_utils.build_finalizer_computation(
+            self._metric_finalizers, metrics_type
+        )
 
         @tf_computation(metrics_type, metrics_type)
         def add_unfinalized_metrics(accumulated, summed):
@@ -125,22 +143,24 @@ class SumThenFinalizeFactory(factory.UnweightedAggregationFactory):
 
         @federated_computation()
         def init_fn():
-            return intrinsics.federated_zip((inner.initialize(),
-                                             _initialize_accumulators(metrics_type, initial)))
+            return intrinsics.federated_zip(
+                (inner.initialize(), _initialize_accumulators(metrics_type, initial))
+            )
 
-        @federated_computation(init_fn.type_signature.result,
-                               T.FederatedType(metrics_type, T.CLIENTS))
+        @federated_computation(
+            init_fn.type_signature.result, T.FederatedType(metrics_type, T.CLIENTS)
+        )
         def next_fn(state, unfinalized_metrics):
             inner_state, accumulators = state
             inner_output = inner.next(inner_state, unfinalized_metrics)
             summed = inner_output.result
-            accumulators = intrinsics.federated_map(add_unfinalized_metrics,
-                                                    (accumulators, summed))
+            accumulators = intrinsics.federated_map(add_unfinalized_metrics, (accumulators, summed))
             current = intrinsics.federated_map(finalizer, summed)
             total = intrinsics.federated_map(finalizer, accumulators)
             return MeasuredProcessOutput(
                 state=intrinsics.federated_zip((inner_output.state, accumulators)),
                 result=intrinsics.federated_zip((current, total)),
-                measurements=inner_output.measurements)
+                measurements=inner_output.measurements,
+            )
 
         return AggregationProcess(init_fn, next_fn)

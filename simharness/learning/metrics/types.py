@@ -21,6 +21,8 @@ FunctionalMetricFinalizersType = FunctionalFinalizer
 class MetricsAggregatorType(Protocol):
     """``(metric_finalizers, local_unfinalized_metrics_type) -> federated computation``."""
 
-    def __call__(self, metric_finalizers: MetricFinalizers,
-                 local_unfinalized_metrics_type: Optional[T.Type] = None) -> Computation:
-        ...
+    def __call__(
+        self,
+        metric_finalizers: MetricFinalizers,
+        local_unfinalized_metrics_type: Optional[T.Type] = None,
+    ) -> Computation: ...

@@ -22,25 +22,61 @@ configs: `ModelSpec`, `get_model`, `init_weights`, `forward`, `loss`,
 `accuracy`, `numpy_evaluate`, `reference_mlp_spec`, `reference_mlp_init`.
 """
 
-from simharness.learning.models.functional import (FunctionalModel, functional_model_from_keras,
-                                                   model_from_functional)
+from simharness.learning.models.functional import (
+    FunctionalModel,
+    functional_model_from_keras,
+    model_from_functional,
+)
 from simharness.learning.models.keras_utils import from_keras_model
 from simharness.learning.models.model_weights import ModelWeights, weights_type_from_model
-from simharness.learning.models.reconstruction_model import (ReconstructionDatasetSplitFn,
-                                                              ReconstructionModel)
-from simharness.learning.models.serialization import (load, load_functional_model, save,
-                                                      save_functional_model)
-from simharness.learning.models.specs import (MODEL_NAMES, ModelSpec, accuracy, forward,
-                                              get_model, init_weights, loss, numpy_evaluate,
-                                              reference_mlp_init, reference_mlp_spec)
+from simharness.learning.models.reconstruction_model import (
+    ReconstructionDatasetSplitFn,
+    ReconstructionModel,
+)
+from simharness.learning.models.serialization import (
+    load,
+    load_functional_model,
+    save,
+    save_functional_model,
+)
+from simharness.learning.models.specs import (
+    MODEL_NAMES,
+    ModelSpec,
+    accuracy,
+    forward,
+    get_model,
+    init_weights,
+    loss,
+    numpy_evaluate,
+    reference_mlp_init,
+    reference_mlp_spec,
+)
 from simharness.learning.models.variable import BatchOutput, VariableModel
 
 __all__ = [
-    'BatchOutput', 'FunctionalModel', 'ModelWeights', 'ReconstructionDatasetSplitFn',
-    'ReconstructionModel', 'VariableModel', 'from_keras_model',
-    'functional_model_from_keras', 'load', 'load_functional_model', 'model_from_functional',
-    'save', 'save_functional_model', 'weights_type_from_model',
+    'BatchOutput',
+    'FunctionalModel',
+    'ModelWeights',
+    'ReconstructionDatasetSplitFn',
+    'ReconstructionModel',
+    'VariableModel',
+    'from_keras_model',
+    'functional_model_from_keras',
+    'load',
+    'load_functional_model',
+    'model_from_functional',
+    'save',
+    'save_functional_model',
+    'weights_type_from_model',
     # the built-in architectures (module `specs`)
-    'MODEL_NAMES', 'ModelSpec', 'accuracy', 'forward', 'get_model', 'init_weights', 'loss',
-    'numpy_evaluate', 'reference_mlp_init', 'reference_mlp_spec',
+    'MODEL_NAMES',
+    'ModelSpec',
+    'accuracy',
+    'forward',
+    'get_model',
+    'init_weights',
+    'loss',
+    'numpy_evaluate',
+    'reference_mlp_init',
+    'reference_mlp_spec',
 ]

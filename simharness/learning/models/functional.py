@@ -52,9 +52,12 @@ def empty_metrics_state() -> collections.OrderedDict:
     return collections.OrderedDict()
 
 
-def noop_update_metrics(state: TensorStructure, labels: TensorStructure,
-                        batch_output: TensorStructure,
-                        sample_weight: Optional[TensorStructure] = None) -> collections.OrderedDict:
+def noop_update_metrics(
+    state: TensorStructure,
+    labels: TensorStructure,
+    batch_output: TensorStructure,
+    sample_weight: Optional[TensorStructure] = None,
+) -> collections.OrderedDict:
     del state, labels, batch_output, sample_weight
     return collections.OrderedDict()
 
@@ -82,21 +85,24 @@ class FunctionalModel:
       ValueMustNotBeTFError: `initial_weights` holds tensors or variables.
     """
 
-    def __init__(self, *, initial_weights: ModelWeights,
-                 predict_on_batch_fn: Callable[[ModelWeights, TensorStructure, bool],
-                                               TensorStructure],
-                 loss_fn: Callable[[TensorStructure, TensorStructure,
-                                    Optional[TensorStructure]], tf.Tensor],
-                 metrics_fns: tuple = (empty_metrics_state, noop_update_metrics,
-                                       noop_finalize_metrics),
-                 input_spec: InputSpec):
+    def __init__(
+        self,
+        *,
+        initial_weights: ModelWeights,
+        predict_on_batch_fn: Callable[[ModelWeights, TensorStructure, bool], TensorStructure],
+        loss_fn: Callable[[TensorStructure, TensorStructure, Optional[TensorStructure]], tf.Tensor],
+        metrics_fns: tuple = (empty_metrics_state, noop_update_metrics, noop_finalize_metrics),
+        input_spec: InputSpec,
+    ):
         def check_non_tf_value(value: object) -> None:
             if tf.is_tensor(value) or isinstance(value, (tf.Variable, keras.Variable)):
                 raise ValueMustNotBeTFError(
                     'initial_weights may not contain TensorFlow values (tf.Tensor or '
                     f'tf.Variable). Got: {type(value)!r}. Try converting to a np.ndarray by '
                     'using the `.numpy()` attribute for tf.Tensor, or `.read_value().numpy()` '
-                    'for tf.Variable.', actual=type(value))
+                    'for tf.Variable.',
+                    actual=type(value),
+                )
 
         tf.nest.map_structure(check_non_tf_value, initial_weights)
         if not hasattr(predict_on_batch_fn, 'get_concrete_function'):
@@ -104,35 +110,45 @@ class FunctionalModel:
                 'predict_on_batch_fn does not have a `get_concrete_function` attribute meaning '
                 'it is not a callable decorated with `tf.function`. Got a '
                 f'{type(predict_on_batch_fn).__name__} with value {predict_on_batch_fn!r}.',
-                actual=type(predict_on_batch_fn))
+                actual=type(predict_on_batch_fn),
+            )
         self._initial_weights = initial_weights
         self._predict_on_batch_fn = predict_on_batch_fn
         self._loss_fn = loss_fn
         self._input_spec = input_spec
-        (self._initialize_metrics_state, self._update_metrics_state,
-         self._finalize_metrics) = metrics_fns
+        (self._initialize_metrics_state, self._update_metrics_state, self._finalize_metrics) = (
+            metrics_fns
+        )
 
     @property
     def initial_weights(self) -> ModelWeights:
         return self._initial_weights
 
-    def predict_on_batch(self, model_weights: ModelWeights, x: TensorStructure,
-                         training: bool = True) -> TensorStructure:
+    def predict_on_batch(
+        self, model_weights: ModelWeights, x: TensorStructure, training: bool = True
+    ) -> TensorStructure:
         """Tensor(s) the loss function understands (logits, say)."""
         return self._predict_on_batch_fn(model_weights, x, training)
 
-    def loss(self, output: TensorStructure, label: TensorStructure,
-             sample_weight: Optional[TensorStructure] = None) -> tf.Tensor:
+    def loss(
+        self,
+        output: TensorStructure,
+        label: TensorStructure,
+        sample_weight: Optional[TensorStructure] = None,
+    ) -> tf.Tensor:
         """The loss of `output` (of `predict_on_batch`) against `label`."""
         return self._loss_fn(output, label, sample_weight)
 
     def initialize_metrics_state(self) -> collections.OrderedDict[str, TensorStructure]:
         return self._initialize_metrics_state()
 
-    def update_metrics_state(self, state: collections.OrderedDict[str, TensorStructure],
-                             labels: TensorStructure, batch_output: TensorStructure,
-                             sample_weight: Optional[TensorStructure] = None
-                             ) -> collections.OrderedDict[str, TensorStructure]:
+    def update_metrics_state(
+        self,
+        state: collections.OrderedDict[str, TensorStructure],
+        labels: TensorStructure,
+        batch_output: TensorStructure,
+        sample_weight: Optional[TensorStructure] = None,
+    ) -> collections.OrderedDict[str, TensorStructure]:
         return self._update_metrics_state(state, labels, batch_output, sample_weight)
 
     def finalize_metrics(self, state: TensorStructure) -> Mapping[str, tf.Tensor]:
@@ -146,13 +162,17 @@ class FunctionalModel:
 class _ModelFromFunctional(variable.VariableModel):
     """A `VariableModel` over a `FunctionalModel` (see `model_from_functional`)."""
 
-    def __init__(self, functional_model: FunctionalModel,
-                 metric_builders: Sequence[Callable[[], keras.metrics.Metric]] = ()):
+    def __init__(
+        self,
+        functional_model: FunctionalModel,
+        metric_builders: Sequence[Callable[[], keras.metrics.Metric]] = (),
+    ):
         self._functional_model = functional_model
         trainable, non_trainable = functional_model.initial_weights
         self._trainable_variables = tuple(tf.Variable(x) for x in trainable)
-        self._non_trainable_variables = tuple(tf.Variable(x, trainable=False)
-                                              for x in non_trainable)
+        self._non_trainable_variables = tuple(
+            tf.Variable(x, trainable=False) for x in non_trainable
+        )
         self._model_weights = (self._trainable_variables, self._non_trainable_variables)
         self._num_examples = tf.Variable(0, trainable=False)
         self._loss_sum = tf.Variable(0.0, trainable=False)
@@ -163,7 +183,8 @@ class _ModelFromFunctional(variable.VariableModel):
         if duplicates:
             raise SimharnessValueError(
                 f'{duplicates} appeared in the metric names more than once, each metric should '
-                'have a unique name.')
+                'have a unique name.'
+            )
 
     @property
     def trainable_variables(self) -> tuple:
@@ -175,8 +196,9 @@ class _ModelFromFunctional(variable.VariableModel):
 
     @property
     def local_variables(self) -> tuple:
-        return tuple([self._loss_sum, self._num_examples]
-                     + [v for m in self._metrics for v in m.variables])
+        return tuple(
+            [self._loss_sum, self._num_examples] + [v for m in self._metrics for v in m.variables]
+        )
 
     @property
     def input_spec(self) -> InputSpec:
@@ -204,10 +226,13 @@ class _ModelFromFunctional(variable.VariableModel):
 
     def report_local_unfinalized_metrics(self) -> collections.OrderedDict:
         out = collections.OrderedDict(
-            loss=[tf.identity(self._loss_sum), tf.cast(self._num_examples, tf.float32)])
+            loss=[tf.identity(self._loss_sum), tf.cast(self._num_examples, tf.float32)]
+        )
         for metric in self._metrics:
-            out[metric.name] = [tf.identity(v.value if isinstance(v, keras.Variable) else v)
-                                for v in metric.variables]
+            out[metric.name] = [
+                tf.identity(v.value if isinstance(v, keras.Variable) else v)
+                for v in metric.variables
+            ]
         return out
 
     def metric_finalizers(self) -> collections.OrderedDict:
@@ -223,9 +248,10 @@ class _ModelFromFunctional(variable.VariableModel):
             v.assign(tf.zeros_like(v))
 
 
-def model_from_functional(functional_model: FunctionalModel,
-                          metric_constructors: Sequence[Callable[[], keras.metrics.Metric]] = ()
-                          ) -> variable.VariableModel:
+def model_from_functional(
+    functional_model: FunctionalModel,
+    metric_constructors: Sequence[Callable[[], keras.metrics.Metric]] = (),
+) -> variable.VariableModel:
     """A `VariableModel` behaving as `functional_model` (its weights become variables).
 
     It reports ``loss`` (example-weighted mean) and the metrics of
@@ -235,9 +261,10 @@ def model_from_functional(functional_model: FunctionalModel,
 
 
 def functional_model_from_keras(
-        keras_model: Union[keras.Model, Callable[[], keras.Model]], loss_fn: keras.losses.Loss,
-        input_spec: InputSpec,
-        metrics_constructor: Optional[keras_utils.MetricsConstructorLike] = None
+    keras_model: Union[keras.Model, Callable[[], keras.Model]],
+    loss_fn: keras.losses.Loss,
+    input_spec: InputSpec,
+    metrics_constructor: Optional[keras_utils.MetricsConstructorLike] = None,
 ) -> FunctionalModel:
     """A `FunctionalModel` of a Keras 3 model (TFF's ``functional_model_from_keras``).
 
@@ -263,36 +290,50 @@ def functional_model_from_keras(
     elif callable(keras_model):
         model = keras_model()
     else:
-        raise SimharnessValueError('`keras_model` must be a `keras.Model` or a no-arg callable '
-                                   'that returns a `keras.Model`.')
+        raise SimharnessValueError(
+            '`keras_model` must be a `keras.Model` or a no-arg callable '
+            'that returns a `keras.Model`.'
+        )
     if any(isinstance(layer, keras.layers.BatchNormalization) for layer in model.layers):
         raise KerasFunctionalModelError(
             'Keras model contains a batch normalization layer, which is incompatible with '
             '`tff.learning.models.FunctionalModel`. Consider using group normalization '
-            'instead.')
+            'instead.'
+        )
     params = inspect.signature(loss_fn).parameters
     if 'sample_weight' in params and params['sample_weight'].default is not None:
         raise KerasFunctionalModelError(
             'Received a non-None sample_weight default; only losses whose sample_weight '
-            'defaults to None are supported.')
-    initial_weights = (tuple(np.array(v.numpy()) for v in model.trainable_variables),
-                       tuple(np.array(v.numpy()) for v in model.non_trainable_variables))
+            'defaults to None are supported.'
+        )
+    initial_weights = (
+        tuple(np.array(v.numpy()) for v in model.trainable_variables),
+        tuple(np.array(v.numpy()) for v in model.non_trainable_variables),
+    )
 
     @tf.function(autograph=False)
-    def predict_on_batch(model_weights: ModelWeights, x: TensorStructure,
-                         training: bool = True) -> TensorStructure:
+    def predict_on_batch(
+        model_weights: ModelWeights, x: TensorStructure, training: bool = True
+    ) -> TensorStructure:
         trainable, non_trainable = model_weights
-        out, _ = model.stateless_call(list(trainable), list(non_trainable), x,
-                                      training=training)
+        out, _ = model.stateless_call(list(trainable), list(non_trainable), x, training=training)
         return out
 
-    def loss(output: TensorStructure, label: TensorStructure,
-             sample_weight: Optional[TensorStructure] = None) -> tf.Tensor:
+    def loss(
+        output: TensorStructure,
+        label: TensorStructure,
+        sample_weight: Optional[TensorStructure] = None,
+    ) -> tf.Tensor:
         return loss_fn(y_true=label, y_pred=output, sample_weight=sample_weight)
 
     if metrics_constructor is not None:
         metrics_fns = keras_utils.create_functional_metric_fns(metrics_constructor)
     else:
         metrics_fns = (empty_metrics_state, noop_update_metrics, noop_finalize_metrics)
-    return FunctionalModel(initial_weights=initial_weights, predict_on_batch_fn=predict_on_batch,
-                           loss_fn=loss, metrics_fns=metrics_fns, input_spec=input_spec)
+    return FunctionalModel(
+        initial_weights=initial_weights,
+        predict_on_batch_fn=predict_on_batch,
+        loss_fn=loss,
+        metrics_fns=metrics_fns,
+        input_spec=input_spec,
+    )

@@ -23,8 +23,11 @@ from simharness.learning.metrics import counters, keras_finalizer
 from simharness.learning.models import variable
 
 #: A Keras loss (a `keras.losses.Loss` or a loss function), or one per model output.
-Loss = Union[keras.losses.Loss, Callable[..., tf.Tensor],
-             Sequence[Union[keras.losses.Loss, Callable[..., tf.Tensor]]]]
+Loss = Union[
+    keras.losses.Loss,
+    Callable[..., tf.Tensor],
+    Sequence[Union[keras.losses.Loss, Callable[..., tf.Tensor]]],
+]
 
 
 def _spec_from_type(t: T.Type) -> SpecStructure:
@@ -39,14 +42,19 @@ def _spec_from_type(t: T.Type) -> SpecStructure:
         return tuple(values)
     raise SimharnessTypeError(
         'Expected a `federated_language.Type` with all the leaf nodes being '
-        f'`federated_language.TensorType`s, found an input spec {t}.', expected=T.TensorType,
-        actual=t)
+        f'`federated_language.TensorType`s, found an input spec {t}.',
+        expected=T.TensorType,
+        actual=t,
+    )
 
 
-def from_keras_model(keras_model: keras.Model, loss: Loss,
-                     input_spec: Union[InputSpec, T.StructType],
-                     loss_weights: Optional[list] = None,
-                     metrics: Optional[list] = None) -> variable.VariableModel:
+def from_keras_model(
+    keras_model: keras.Model,
+    loss: Loss,
+    input_spec: Union[InputSpec, T.StructType],
+    loss_weights: Optional[list] = None,
+    metrics: Optional[list] = None,
+) -> variable.VariableModel:
     """A `VariableModel` running `keras_model` (TFF's ``from_keras_model``).
 
     Besides `metrics` the model reports ``loss`` (the example-weighted mean
@@ -68,14 +76,18 @@ def from_keras_model(keras_model: keras.Model, loss: Loss,
         weights without a list of losses, or an input spec without x and y.
     """
     if not isinstance(keras_model, keras.Model):
-        raise SimharnessTypeError(f'keras_model must be a keras.Model, got '
-                                  f'{type(keras_model).__name__}', expected=keras.Model,
-                                  actual=type(keras_model))
+        raise SimharnessTypeError(
+            f'keras_model must be a keras.Model, got {type(keras_model).__name__}',
+            expected=keras.Model,
+            actual=type(keras_model),
+        )
     if not isinstance(loss, list):
         if not isinstance(loss, keras.losses.Loss):
-            raise SimharnessTypeError(f'loss must be a keras.losses.Loss or a list of them, got '
-                                      f'{type(loss).__name__}', expected=keras.losses.Loss,
-                                      actual=type(loss))
+            raise SimharnessTypeError(
+                f'loss must be a keras.losses.Loss or a list of them, got {type(loss).__name__}',
+                expected=keras.losses.Loss,
+                actual=type(loss),
+            )
         if loss_weights is not None:
             raise SimharnessValueError('`loss_weights` cannot be used if `loss` is not a list.')
         loss, loss_weights = [loss], [1.0]
@@ -84,12 +96,15 @@ def from_keras_model(keras_model: keras.Model, loss: Loss,
             raise SimharnessValueError(
                 'If a loss list is provided, `keras_model` must have equal number of outputs '
                 f'to the losses.\nloss: {loss}\nof length: {len(loss)}.\noutputs: '
-                f'{keras_model.outputs}\nof length: {len(keras_model.outputs)}.')
+                f'{keras_model.outputs}\nof length: {len(keras_model.outputs)}.'
+            )
         for fn in loss:
             if not isinstance(fn, keras.losses.Loss):
-                raise SimharnessTypeError(f'every loss must be a keras.losses.Loss, got '
-                                          f'{type(fn).__name__}', expected=keras.losses.Loss,
-                                          actual=type(fn))
+                raise SimharnessTypeError(
+                    f'every loss must be a keras.losses.Loss, got {type(fn).__name__}',
+                    expected=keras.losses.Loss,
+                    actual=type(fn),
+                )
         if loss_weights is None:
             loss_weights = [1.0] * len(loss)
         else:
@@ -97,45 +112,61 @@ def from_keras_model(keras_model: keras.Model, loss: Loss,
                 raise SimharnessValueError(
                     '`keras_model` must have equal number of losses and loss_weights.\nloss: '
                     f'{loss}\nof length: {len(loss)}.\nloss_weights: {loss_weights}\nof '
-                    f'length: {len(loss_weights)}.')
+                    f'length: {len(loss_weights)}.'
+                )
             for w in loss_weights:
                 if not isinstance(w, float):
-                    raise SimharnessTypeError(f'loss weights must be floats, got {w!r}',
-                                              expected=float, actual=type(w))
+                    raise SimharnessTypeError(
+                        f'loss weights must be floats, got {w!r}', expected=float, actual=type(w)
+                    )
     if len(input_spec) != 2:
         raise SimharnessValueError(
             'The top-level structure in `input_spec` must contain exactly two top-level '
             'elements, as it must specify type information for both inputs to and predictions '
-            f'from the model. You passed input spec {input_spec}.')
+            f'from the model. You passed input spec {input_spec}.'
+        )
     if isinstance(input_spec, T.Type):
         # A struct of two elements: the specs come back as a mapping or a tuple.
         input_spec = cast(InputSpec, _spec_from_type(input_spec))
     else:
+
         def check(s: object) -> None:
             if not isinstance(s, (tf.TensorSpec, tf.RaggedTensorSpec)):
-                raise SimharnessTypeError(f'Expected input spec member to be of type '
-                                          f'tf.TensorSpec, found {type(s).__name__}',
-                                          expected=tf.TensorSpec, actual=type(s))
+                raise SimharnessTypeError(
+                    f'Expected input spec member to be of type '
+                    f'tf.TensorSpec, found {type(s).__name__}',
+                    expected=tf.TensorSpec,
+                    actual=type(s),
+                )
+
         tf.nest.map_structure(check, input_spec)
     if isinstance(input_spec, Mapping):
-        for key, what in ((variable.MODEL_ARG_NAME, 'the input(s) to the Keras model'),
-                          (variable.MODEL_LABEL_NAME, 'the label(s) to be used in the Keras '
-                                                      'loss(es)')):
+        for key, what in (
+            (variable.MODEL_ARG_NAME, 'the input(s) to the Keras model'),
+            (variable.MODEL_LABEL_NAME, 'the label(s) to be used in the Keras loss(es)'),
+        ):
             if key not in input_spec:
                 raise SimharnessValueError(
                     'The `input_spec` is a collections.abc.Mapping (e.g., a dict), so it must '
-                    f"contain an entry with key `'{key}'`, representing {what}.")
+                    f"contain an entry with key `'{key}'`, representing {what}."
+                )
     if metrics is None:
         metrics = []
     elif not isinstance(metrics, list):
-        raise SimharnessTypeError(f'metrics must be a list, got {type(metrics).__name__}',
-                                  expected=list, actual=type(metrics))
+        raise SimharnessTypeError(
+            f'metrics must be a list, got {type(metrics).__name__}',
+            expected=list,
+            actual=type(metrics),
+        )
     if not keras_model.built:
         _build_from_spec(keras_model, input_spec)
     if any(isinstance(layer, keras.layers.BatchNormalization) for layer in keras_model.layers):
-        warnings.warn("Batch Normalization contains non-trainable variables that won't be "
-                      'updated during the training. Consider using Group Normalization '
-                      'instead.', UserWarning)
+        warnings.warn(
+            "Batch Normalization contains non-trainable variables that won't be "
+            'updated during the training. Consider using Group Normalization '
+            'instead.',
+            UserWarning,
+        )
     return KerasModel(keras_model, input_spec, loss, loss_weights, metrics)
 
 
@@ -146,11 +177,13 @@ def _build_from_spec(keras_model: keras.Model, input_spec: InputSpec) -> None:
     gave an input shape); Keras 3 builds it at its first call. TFF reads the model's
     weights before any call: an unbuilt model would train no weight, silently.
     """
-    x_spec = input_spec[variable.MODEL_ARG_NAME] if isinstance(input_spec, Mapping) \
-        else input_spec[0]
+    x_spec = (
+        input_spec[variable.MODEL_ARG_NAME] if isinstance(input_spec, Mapping) else input_spec[0]
+    )
 
     def example(spec: tf.TensorSpec) -> tf.Tensor:  # one example's batch: unknown dims as 1
         return tf.zeros([1 if d is None else d for d in spec.shape], spec.dtype)
+
     try:
         keras_model(tf.nest.map_structure(example, x_spec))
     except Exception as e:  # pylint: disable=broad-exception-caught  # Keras' errors vary
@@ -158,7 +191,8 @@ def _build_from_spec(keras_model: keras.Model, input_spec: InputSpec) -> None:
         raise SimharnessValueError(
             f'the Keras model has no weights yet (it was never built or called) and could not '
             f'be built from input_spec {x_spec}: {said}. Give it an input shape (a first '
-            f'keras.Input or InputLayer layer) or build it before from_keras_model.') from e
+            f'keras.Input or InputLayer layer) or build it before from_keras_model.'
+        ) from e
     if not keras_model.built:
         keras_model.built = True  # called once: its weights exist
 
@@ -170,14 +204,20 @@ def _weighted_mean_loss_metric(loss_fns: list, loss_weights: list) -> type:
         def __init__(self, name: str = 'loss', dtype: tf.DType = tf.float32):
             super().__init__(name=name, dtype=dtype)
 
-        def update_state(self, y_true: TensorStructure, y_pred: TensorStructure,
-                         sample_weight: TensorStructure = None) -> None:
+        def update_state(
+            self,
+            y_true: TensorStructure,
+            y_pred: TensorStructure,
+            sample_weight: TensorStructure = None,
+        ) -> None:
             batch_size = tf.shape(tf.nest.flatten(y_pred)[0])[0]
             if len(loss_fns) == 1:
                 batch_loss = loss_fns[0](y_true, y_pred)
             else:  # a loss per output: labels and predictions are sequences, one per output
-                labels, outputs = (cast(Sequence[TensorStructure], y_true),
-                                   cast(Sequence[TensorStructure], y_pred))
+                labels, outputs = (
+                    cast(Sequence[TensorStructure], y_true),
+                    cast(Sequence[TensorStructure], y_pred),
+                )
                 batch_loss = tf.zeros(())
                 for i, fn in enumerate(loss_fns):
                     batch_loss += loss_weights[i] * fn(labels[i], outputs[i])
@@ -195,8 +235,10 @@ def _inputs_and_labels(batch_input: Batch) -> tuple[TensorStructure, TensorStruc
     if inputs is None:
         # (a mapping without `x`: an `x` of None in a pair fails at `.keys`)
         keys = cast(Mapping[str, TensorStructure], batch_input).keys()
-        raise KeyError('Received a batch_input that is missing required key `x`. Instead '
-                       f'have keys {list(keys)}')
+        raise KeyError(
+            'Received a batch_input that is missing required key `x`. Instead '
+            f'have keys {list(keys)}'
+        )
     return inputs, y_true
 
 
@@ -208,9 +250,14 @@ def _num_examples(inputs: TensorStructure) -> tf.Tensor:
 class KerasModel(variable.VariableModel):
     """A `VariableModel` over a Keras model (see `from_keras_model`)."""
 
-    def __init__(self, keras_model: keras.Model, input_spec: InputSpec, loss_fns: list,
-                 loss_weights: list,
-                 metrics: list):
+    def __init__(
+        self,
+        keras_model: keras.Model,
+        input_spec: InputSpec,
+        loss_fns: list,
+        loss_weights: list,
+        metrics: list,
+    ):
         self._keras_model = keras_model
         self._input_spec = input_spec
         self._loss_fns = loss_fns
@@ -230,7 +277,9 @@ class KerasModel(variable.VariableModel):
                     raise SimharnessTypeError(
                         f'Metric constructor {metric} is not a no-arg callable that creates a '
                         f'`keras.metrics.Metric`, it created a {type(made).__name__}.',
-                        expected=keras.metrics.Metric, actual=type(made))
+                        expected=keras.metrics.Metric,
+                        actual=type(made),
+                    )
                 names.add(made.name)
                 self._metric_constructors[made.name] = metric
                 self._metrics.append(made)
@@ -239,13 +288,16 @@ class KerasModel(variable.VariableModel):
                 raise SimharnessTypeError(
                     'Expected the input metric to be either a `keras.metrics.Metric` or a no-arg '
                     'callable that constructs a `keras.metrics.Metric`, found a non-callable '
-                    f'{type(metric).__name__}.', expected=keras.metrics.Metric,
-                    actual=type(metric))
+                    f'{type(metric).__name__}.',
+                    expected=keras.metrics.Metric,
+                    actual=type(metric),
+                )
         if has_metric and has_constructor:
             raise SimharnessTypeError(
                 'Expected the input `metrics` to be either a list of `keras.metrics.Metric` '
                 'objects or a list of no-arg callables that each constructs a '
-                f'`keras.metrics.Metric`, found both types in the `metrics`: {metrics}.')
+                f'`keras.metrics.Metric`, found both types in the `metrics`: {metrics}.'
+            )
         extra: list = [_weighted_mean_loss_metric(loss_fns, loss_weights)]
         if 'num_examples' not in names:
             logging.info('Adding default num_examples metric to model')
@@ -292,11 +344,16 @@ class KerasModel(variable.VariableModel):
         batch_loss = self._batch_loss(y_true, predictions, self._keras_model.losses)
         for metric in self._metrics:
             metric.update_state(y_true=y_true, y_pred=predictions)
-        return variable.BatchOutput(loss=batch_loss, predictions=predictions,
-                                    num_examples=_num_examples(inputs))
+        return variable.BatchOutput(
+            loss=batch_loss, predictions=predictions, num_examples=_num_examples(inputs)
+        )
 
-    def _batch_loss(self, y_true: TensorStructure, predictions: TensorStructure,
-                    regularization: Sequence[tf.Tensor]) -> Optional[tf.Tensor]:
+    def _batch_loss(
+        self,
+        y_true: TensorStructure,
+        predictions: TensorStructure,
+        regularization: Sequence[tf.Tensor],
+    ) -> Optional[tf.Tensor]:
         """The losses of the outputs, weighted, plus the layers' regularization losses (as
         Keras' own training step adds them); None without labels."""
         if y_true is None:
@@ -304,10 +361,14 @@ class KerasModel(variable.VariableModel):
         if len(self._loss_fns) == 1:
             terms = [self._loss_fns[0](y_true, predictions)]
         else:  # a loss per output: labels and predictions are sequences, one per output
-            labels, outputs = (cast(Sequence[TensorStructure], y_true),
-                               cast(Sequence[TensorStructure], predictions))
-            terms = [self._loss_weights[i] * fn(labels[i], outputs[i])
-                     for i, fn in enumerate(self._loss_fns)]
+            labels, outputs = (
+                cast(Sequence[TensorStructure], y_true),
+                cast(Sequence[TensorStructure], predictions),
+            )
+            terms = [
+                self._loss_weights[i] * fn(labels[i], outputs[i])
+                for i, fn in enumerate(self._loss_fns)
+            ]
         return tf.add_n(terms + list(regularization))
 
     def runs_stateless(self) -> bool:
@@ -319,9 +380,14 @@ class KerasModel(variable.VariableModel):
         `report_local_unfinalized_metrics` orders them), computed without a variable."""
         return tuple(tuple(m.stateless_reset_state()) for m in self._metrics)
 
-    def stateless_forward_pass(self, trainable: Sequence[tf.Tensor],
-                               non_trainable: Sequence[tf.Tensor], metrics_state: tuple,
-                               batch_input: Batch, training: bool = True) -> tuple:
+    def stateless_forward_pass(
+        self,
+        trainable: Sequence[tf.Tensor],
+        non_trainable: Sequence[tf.Tensor],
+        metrics_state: tuple,
+        batch_input: Batch,
+        training: bool = True,
+    ) -> tuple:
         """`forward_pass` on weights and metric values given as tensors (Keras 3's
         ``stateless_call`` and ``stateless_update_state``): no variable is read or written.
 
@@ -331,32 +397,45 @@ class KerasModel(variable.VariableModel):
         """
         inputs, y_true = _inputs_and_labels(batch_input)
         predictions, non_trainable, regularization = self._keras_model.stateless_call(
-            list(trainable), list(non_trainable), inputs, training=training, return_losses=True)
+            list(trainable), list(non_trainable), inputs, training=training, return_losses=True
+        )
         batch_loss = self._batch_loss(y_true, predictions, regularization)
-        metrics_state = tuple(tuple(m.stateless_update_state(list(values), y_true=y_true,
-                                                             y_pred=predictions))
-                              for m, values in zip(self._metrics, metrics_state))
-        return (variable.BatchOutput(loss=batch_loss, predictions=predictions,
-                                     num_examples=_num_examples(inputs)),
-                tuple(non_trainable), metrics_state)
+        metrics_state = tuple(
+            tuple(m.stateless_update_state(list(values), y_true=y_true, y_pred=predictions))
+            for m, values in zip(self._metrics, metrics_state)
+        )
+        return (
+            variable.BatchOutput(
+                loss=batch_loss, predictions=predictions, num_examples=_num_examples(inputs)
+            ),
+            tuple(non_trainable),
+            metrics_state,
+        )
 
     def unfinalized_metrics_of(self, metrics_state: tuple) -> 'collections.OrderedDict[str, list]':
         """`report_local_unfinalized_metrics` of metric values held as tensors."""
         return collections.OrderedDict(
             (m.name, [tf.identity(v) for v in values])
-            for m, values in zip(self._metrics, metrics_state))
+            for m, values in zip(self._metrics, metrics_state)
+        )
 
     def report_local_unfinalized_metrics(self) -> collections.OrderedDict[str, TensorStructure]:
         """Metric name -> the values of its variables (tensors)."""
         return collections.OrderedDict(
-            (m.name, [tf.identity(v.value if isinstance(v, keras.Variable) else v)
-                      for v in m.variables]) for m in self._metrics)
+            (
+                m.name,
+                [tf.identity(v.value if isinstance(v, keras.Variable) else v) for v in m.variables],
+            )
+            for m in self._metrics
+        )
 
     def metric_finalizers(self) -> 'collections.OrderedDict[str, Callable]':
         """Metric name -> `keras_finalizer.create_keras_metric_finalizer` of the metric."""
         if self._metric_constructors:
             return collections.OrderedDict(
                 (name, keras_finalizer.create_keras_metric_finalizer(ctor))
-                for name, ctor in self._metric_constructors.items())
+                for name, ctor in self._metric_constructors.items()
+            )
         return collections.OrderedDict(
-            (m.name, keras_finalizer.create_keras_metric_finalizer(m)) for m in self._metrics)
+            (m.name, keras_finalizer.create_keras_metric_finalizer(m)) for m in self._metrics
+        )

@@ -20,7 +20,10 @@ def _check_model(model: object) -> None:
     if not isinstance(model, (variable.VariableModel, keras.Model)):
         raise SimharnessTypeError(
             f'expected a tff.learning.models.VariableModel or a keras.Model, got '
-            f'{type(model).__name__}', expected=variable.VariableModel, actual=type(model))
+            f'{type(model).__name__}',
+            expected=variable.VariableModel,
+            actual=type(model),
+        )
 
 
 def _unwrap(v: ModelVariable) -> TensorLeaf:
@@ -43,17 +46,24 @@ class ModelWeights(NamedTuple):
         their values as tensors)."""
         _check_model(model)
         if isinstance(model, keras.Model) and tf.executing_eagerly() and not tf.inside_function():
-            return cls([_unwrap(v) for v in model.trainable_variables],
-                       [_unwrap(v) for v in model.non_trainable_variables])
+            return cls(
+                [_unwrap(v) for v in model.trainable_variables],
+                [_unwrap(v) for v in model.non_trainable_variables],
+            )
         return cls(model.trainable_variables, model.non_trainable_variables)
 
     @classmethod
     def from_tff_result(cls, struct: object) -> 'ModelWeights':
         """`ModelWeights` of lists from a computation's result (a `Struct` or containers)."""
-        result = (struct if isinstance(struct, Struct)
-                  else structure.from_container(struct, recursive=True))
-        return cls([v for _, v in structure.to_elements(result.trainable)],
-                   [v for _, v in structure.to_elements(result.non_trainable)])
+        result = (
+            struct
+            if isinstance(struct, Struct)
+            else structure.from_container(struct, recursive=True)
+        )
+        return cls(
+            [v for _, v in structure.to_elements(result.trainable)],
+            [v for _, v in structure.to_elements(result.non_trainable)],
+        )
 
     def assign_weights_to(self, model: Union[variable.VariableModel, keras.Model]) -> None:
         """Assigns these weights to the variables of `model` (a `VariableModel` or Keras model).
@@ -69,10 +79,12 @@ class ModelWeights(NamedTuple):
             for var, t in zip(model.non_trainable_weights, self.non_trainable):
                 var.assign(t)
         else:
-            tf.nest.map_structure(lambda var, t: var.assign(t), model.trainable_variables,
-                                  self.trainable)
-            tf.nest.map_structure(lambda var, t: var.assign(t), model.non_trainable_variables,
-                                  self.non_trainable)
+            tf.nest.map_structure(
+                lambda var, t: var.assign(t), model.trainable_variables, self.trainable
+            )
+            tf.nest.map_structure(
+                lambda var, t: var.assign(t), model.non_trainable_variables, self.non_trainable
+            )
 
     def convert_variables_to_arrays(self) -> 'ModelWeights':
         """These weights with every variable (or tensor) read into a numpy array.
@@ -82,7 +94,8 @@ class ModelWeights(NamedTuple):
         """
         if not tf.executing_eagerly():
             raise SimharnessValueError(
-                'Can only convert to numpy array in eager mode outside a @tf.function.')
+                'Can only convert to numpy array in eager mode outside a @tf.function.'
+            )
 
         def to_arrays(part: TensorStructure) -> TensorStructure:
             if isinstance(part, Struct):
@@ -92,8 +105,9 @@ class ModelWeights(NamedTuple):
         return ModelWeights(to_arrays(self.trainable), to_arrays(self.non_trainable))
 
 
-def weights_type_from_model(model: Union[variable.VariableModel,
-                                         Callable[[], variable.VariableModel]]) -> T.StructType:
+def weights_type_from_model(
+    model: Union[variable.VariableModel, Callable[[], variable.VariableModel]],
+) -> T.StructType:
     """The type of the `ModelWeights` of `model` (a `VariableModel` or a no-arg builder).
 
     A builder is called inside a fresh graph, so its variables touch nothing else.
@@ -104,11 +118,14 @@ def weights_type_from_model(model: Union[variable.VariableModel,
     if not isinstance(model, variable.VariableModel):
         raise SimharnessTypeError(
             f'expected a tff.learning.models.VariableModel, got {type(model).__name__}',
-            expected=variable.VariableModel, actual=type(model))
+            expected=variable.VariableModel,
+            actual=type(model),
+        )
     weights = ModelWeights.from_model(model)
     specs = tf.nest.map_structure(
         lambda v: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)),
-        ModelWeights(list(weights.trainable), list(weights.non_trainable)))
+        ModelWeights(list(weights.trainable), list(weights.non_trainable)),
+    )
     result = T.to_type(specs)
     assert isinstance(result, T.StructType)  # a ModelWeights of lists
     return result

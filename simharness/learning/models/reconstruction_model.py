@@ -28,8 +28,12 @@ from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning._typing import Batch, InputSpec, ModelVariable, TensorStructure
 from simharness.learning.models import model_weights, variable
 
-__all__ = ['ReconstructionBatchOutput', 'ReconstructionDatasetSplitFn', 'ReconstructionModel',
-           'global_weights_type_from_model']
+__all__ = [
+    'ReconstructionBatchOutput',
+    'ReconstructionDatasetSplitFn',
+    'ReconstructionModel',
+    'global_weights_type_from_model',
+]
 
 #: ``client dataset -> (reconstruction dataset, post-reconstruction dataset)``.
 ReconstructionDatasetSplitFn = Callable[[tf.data.Dataset], tuple[tf.data.Dataset, tf.data.Dataset]]
@@ -90,32 +94,42 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
     @classmethod
     def get_global_variables(cls, model: 'ReconstructionModel') -> model_weights.ModelWeights:
         """The global variables of `model` as `ModelWeights`."""
-        return model_weights.ModelWeights(trainable=model.global_trainable_variables,
-                                          non_trainable=model.global_non_trainable_variables)
+        return model_weights.ModelWeights(
+            trainable=model.global_trainable_variables,
+            non_trainable=model.global_non_trainable_variables,
+        )
 
     @classmethod
     def get_local_variables(cls, model: 'ReconstructionModel') -> model_weights.ModelWeights:
         """The local variables of `model` as `ModelWeights`."""
-        return model_weights.ModelWeights(trainable=model.local_trainable_variables,
-                                          non_trainable=model.local_non_trainable_variables)
+        return model_weights.ModelWeights(
+            trainable=model.local_trainable_variables,
+            non_trainable=model.local_non_trainable_variables,
+        )
 
     @classmethod
     def has_only_global_variables(cls, model: 'ReconstructionModel') -> bool:
         """Whether `model` has no local variables."""
-        return not (bool(model.local_trainable_variables)
-                    or bool(model.local_non_trainable_variables))
+        return not (
+            bool(model.local_trainable_variables) or bool(model.local_non_trainable_variables)
+        )
 
     @classmethod
-    def simple_dataset_split_fn(cls, client_dataset: tf.data.Dataset
-                                ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
+    def simple_dataset_split_fn(
+        cls, client_dataset: tf.data.Dataset
+    ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
         """A `ReconstructionDatasetSplitFn` giving the client's dataset for both stages."""
         return client_dataset, client_dataset
 
     @classmethod
-    def build_dataset_split_fn(cls, recon_epochs: int = 1, recon_steps_max: Optional[int] = None,
-                               post_recon_epochs: int = 1,
-                               post_recon_steps_max: Optional[int] = None,
-                               split_dataset: bool = False) -> ReconstructionDatasetSplitFn:
+    def build_dataset_split_fn(
+        cls,
+        recon_epochs: int = 1,
+        recon_steps_max: Optional[int] = None,
+        post_recon_epochs: int = 1,
+        post_recon_steps_max: Optional[int] = None,
+        split_dataset: bool = False,
+    ) -> ReconstructionDatasetSplitFn:
         """A `ReconstructionDatasetSplitFn` of epochs, step limits and an optional split.
 
         Args:
@@ -133,12 +147,14 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
         post_recon_condition = lambda i, _: tf.greater(tf.math.floormod(i, 2), 0)  # noqa: E731
         get_entry = lambda _, entry: entry  # noqa: E731
 
-        def dataset_split_fn(client_dataset: tf.data.Dataset
-                             ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
+        def dataset_split_fn(
+            client_dataset: tf.data.Dataset,
+        ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
             if split_dataset:
                 recon_dataset = client_dataset.enumerate().filter(recon_condition).map(get_entry)
-                post_recon_dataset = (client_dataset.enumerate().filter(post_recon_condition)
-                                      .map(get_entry))
+                post_recon_dataset = (
+                    client_dataset.enumerate().filter(post_recon_condition).map(get_entry)
+                )
             else:
                 recon_dataset = client_dataset
                 post_recon_dataset = client_dataset
@@ -162,17 +178,22 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
         metric_variables: collections.OrderedDict = collections.OrderedDict()
         for metric in metrics:
             if metric.name in metric_variables:
-                raise SimharnessValueError(f'Duplicate metric name detected: {metric.name}. '
-                                           f'Already saw metrics {list(metric_variables.keys())}')
-            metric_variables[metric.name] = [tf.identity(_tf_variable(v)) for v in
-                                             metric.variables]
+                raise SimharnessValueError(
+                    f'Duplicate metric name detected: {metric.name}. '
+                    f'Already saw metrics {list(metric_variables.keys())}'
+                )
+            metric_variables[metric.name] = [tf.identity(_tf_variable(v)) for v in metric.variables]
         return metric_variables
 
     @classmethod
-    def from_keras_model_and_layers(cls, keras_model: keras.Model, *,
-                                    global_layers: Iterable[keras.layers.Layer],
-                                    local_layers: Iterable[keras.layers.Layer],
-                                    input_spec: InputSpec) -> 'ReconstructionModel':
+    def from_keras_model_and_layers(
+        cls,
+        keras_model: keras.Model,
+        *,
+        global_layers: Iterable[keras.layers.Layer],
+        local_layers: Iterable[keras.layers.Layer],
+        input_spec: InputSpec,
+    ) -> 'ReconstructionModel':
         """A `ReconstructionModel` of `keras_model` whose variables are split by layer.
 
         An unbuilt model is built by calling it once on zeros of the ``x`` part
@@ -192,9 +213,13 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
                 model_argument_spec = input_spec[0]
             # Keras 3 builds a subclassed model's variables only when called: call it
             # on a batch of zeros (one example per unknown dimension).
-            keras_model(tf.nest.map_structure(
-                lambda spec: tf.zeros([1 if d is None else d for d in spec.shape], spec.dtype),
-                model_argument_spec), training=False)
+            keras_model(
+                tf.nest.map_structure(
+                    lambda spec: tf.zeros([1 if d is None else d for d in spec.shape], spec.dtype),
+                    model_argument_spec,
+                ),
+                training=False,
+            )
         global_trainable, global_non_trainable = [], []
         for layer in global_layers:
             global_trainable.extend(layer.trainable_variables)
@@ -204,18 +229,25 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
             local_trainable.extend(layer.trainable_variables)
             local_non_trainable.extend(layer.non_trainable_variables)
         return cls.from_keras_model_and_variables(
-            keras_model=keras_model, global_trainable_variables=global_trainable,
+            keras_model=keras_model,
+            global_trainable_variables=global_trainable,
             global_non_trainable_variables=global_non_trainable,
             local_trainable_variables=local_trainable,
-            local_non_trainable_variables=local_non_trainable, input_spec=input_spec)
+            local_non_trainable_variables=local_non_trainable,
+            input_spec=input_spec,
+        )
 
     @classmethod
-    def from_keras_model_and_variables(cls, keras_model: keras.Model, *,
-                                       global_trainable_variables: Iterable[ModelVariable],
-                                       global_non_trainable_variables: Iterable[ModelVariable],
-                                       local_trainable_variables: Iterable[ModelVariable],
-                                       local_non_trainable_variables: Iterable[ModelVariable],
-                                       input_spec: InputSpec) -> 'ReconstructionModel':
+    def from_keras_model_and_variables(
+        cls,
+        keras_model: keras.Model,
+        *,
+        global_trainable_variables: Iterable[ModelVariable],
+        global_non_trainable_variables: Iterable[ModelVariable],
+        local_trainable_variables: Iterable[ModelVariable],
+        local_non_trainable_variables: Iterable[ModelVariable],
+        input_spec: InputSpec,
+    ) -> 'ReconstructionModel':
         """A `ReconstructionModel` of `keras_model` with its variables in four disjoint lists.
 
         Raises:
@@ -226,10 +258,13 @@ class ReconstructionModel(metaclass=abc.ABCMeta):
                 variables.
         """
         return _KerasReconstructionModel(
-            inner_model=keras_model, global_trainable_variables=global_trainable_variables,
+            inner_model=keras_model,
+            global_trainable_variables=global_trainable_variables,
             global_non_trainable_variables=global_non_trainable_variables,
             local_trainable_variables=local_trainable_variables,
-            local_non_trainable_variables=local_non_trainable_variables, input_spec=input_spec)
+            local_non_trainable_variables=local_non_trainable_variables,
+            input_spec=input_spec,
+        )
 
 
 def _tf_variable(v: ModelVariable) -> tf.Variable:
@@ -255,36 +290,45 @@ def _validate_input_spec(input_spec: InputSpec) -> None:
         raise SimharnessValueError(
             'The top-level structure in `input_spec` must contain exactly two top-level '
             'elements, as it must specify type information for both inputs to and predictions '
-            f'from the model. You passed input spec {input_spec}.')
+            f'from the model. You passed input spec {input_spec}.'
+        )
     if isinstance(input_spec, Mapping):
-        for key, what in ((variable.MODEL_ARG_NAME, 'the input(s) to the Keras model'),
-                          (variable.MODEL_LABEL_NAME, 'the label(s) to be used in the Keras '
-                                                      'loss(es)')):
+        for key, what in (
+            (variable.MODEL_ARG_NAME, 'the input(s) to the Keras model'),
+            (variable.MODEL_LABEL_NAME, 'the label(s) to be used in the Keras loss(es)'),
+        ):
             if key not in input_spec:
                 raise SimharnessValueError(
                     'The `input_spec` is a `collections.abc.Mapping` (e.g., a `dict`), so it '
-                    f"must contain an entry with key '{key}', representing {what}.")
+                    f"must contain an entry with key '{key}', representing {what}."
+                )
 
 
 class _KerasReconstructionModel(ReconstructionModel):
     """A Keras model as a `ReconstructionModel` (global and local variables given)."""
 
-    def __init__(self, inner_model: keras.Model,
-                 global_trainable_variables: Iterable[ModelVariable],
-                 global_non_trainable_variables: Iterable[ModelVariable],
-                 local_trainable_variables: Iterable[ModelVariable],
-                 local_non_trainable_variables: Iterable[ModelVariable],
-                 input_spec: InputSpec):
+    def __init__(
+        self,
+        inner_model: keras.Model,
+        global_trainable_variables: Iterable[ModelVariable],
+        global_non_trainable_variables: Iterable[ModelVariable],
+        local_trainable_variables: Iterable[ModelVariable],
+        local_non_trainable_variables: Iterable[ModelVariable],
+        input_spec: InputSpec,
+    ):
         if not isinstance(inner_model, keras.Model):
             raise SimharnessTypeError(
                 f'Expected `inner_model` to be type `keras.Model`, found {type(inner_model)}',
-                expected=keras.Model, actual=type(inner_model))
+                expected=keras.Model,
+                actual=type(inner_model),
+            )
         if getattr(inner_model, 'compiled', False):
             raise SimharnessValueError('`inner_model` must not be compiled.')
         if not inner_model.built:
             raise SimharnessValueError(
                 "`inner_model` must be built. Please add a call to the Keras model's `build()` "
-                'method before using the Keras model to construct a `ReconstructionModel`.')
+                'method before using the Keras model to construct a `ReconstructionModel`.'
+            )
         _validate_input_spec(input_spec)
         self._keras_model = inner_model
         self._global_trainable_variables = list(global_trainable_variables)
@@ -294,11 +338,11 @@ class _KerasReconstructionModel(ReconstructionModel):
         self._input_spec = input_spec
         var_refs_sets = {
             'global_trainable_variables': {_ref(v) for v in self._global_trainable_variables},
-            'global_non_trainable_variables': {_ref(v) for v in
-                                               self._global_non_trainable_variables},
+            'global_non_trainable_variables': {
+                _ref(v) for v in self._global_non_trainable_variables
+            },
             'local_trainable_variables': {_ref(v) for v in self._local_trainable_variables},
-            'local_non_trainable_variables': {_ref(v) for v in
-                                              self._local_non_trainable_variables},
+            'local_non_trainable_variables': {_ref(v) for v in self._local_non_trainable_variables},
         }
         for first_key in list(var_refs_sets):
             first = var_refs_sets.pop(first_key)
@@ -307,19 +351,31 @@ class _KerasReconstructionModel(ReconstructionModel):
                     raise SimharnessValueError(
                         f'The variables must be disjoint, but {first_key} and {second_key} '
                         'lists both contains these variables: '
-                        f'{sorted(_name(r.deref()) for r in first & second)}.')
-        given = {(_ref(v), _name(v)) for v in (
-            self._global_trainable_variables + self._global_non_trainable_variables
-            + self._local_trainable_variables + self._local_non_trainable_variables)}
-        in_keras = {(_ref(v), _name(v)) for v in (list(inner_model.trainable_variables)
-                                                  + list(inner_model.non_trainable_variables))}
+                        f'{sorted(_name(r.deref()) for r in first & second)}.'
+                    )
+        given = {
+            (_ref(v), _name(v))
+            for v in (
+                self._global_trainable_variables
+                + self._global_non_trainable_variables
+                + self._local_trainable_variables
+                + self._local_non_trainable_variables
+            )
+        }
+        in_keras = {
+            (_ref(v), _name(v))
+            for v in (
+                list(inner_model.trainable_variables) + list(inner_model.non_trainable_variables)
+            )
+        }
         if given != in_keras:
             difference = sorted(name for _, name in given ^ in_keras)
             raise SimharnessValueError(
                 'Global and local variables must include all trainable and non-trainable '
                 f'variables in the Keras model. Difference: {difference}, Global and local '
                 f'vars: {sorted(n for _, n in given)}, Keras vars: '
-                f'{sorted(n for _, n in in_keras)}')
+                f'{sorted(n for _, n in in_keras)}'
+            )
 
     @property
     def global_trainable_variables(self) -> list:
@@ -352,12 +408,17 @@ class _KerasReconstructionModel(ReconstructionModel):
         if inputs is None:
             # (a mapping without `x`: an `x` of None in a sequence fails at `.keys`)
             keys = cast(Mapping[str, TensorStructure], batch_input).keys()
-            raise KeyError('Received a batch_input that is missing required key `x`. Instead '
-                           f'have keys {list(keys)}')
+            raise KeyError(
+                'Received a batch_input that is missing required key `x`. Instead '
+                f'have keys {list(keys)}'
+            )
         predictions = self._keras_model(inputs, training=training)
         y_true = batch_input.get('y') if isinstance(batch_input, Mapping) else batch_input[1]
-        return ReconstructionBatchOutput(predictions=predictions, labels=y_true,
-                                         num_examples=tf.shape(tf.nest.flatten(inputs)[0])[0])
+        return ReconstructionBatchOutput(
+            predictions=predictions,
+            labels=y_true,
+            num_examples=tf.shape(tf.nest.flatten(inputs)[0])[0],
+        )
 
 
 def global_weights_type_from_model(model: ReconstructionModel) -> T.StructType:
@@ -365,7 +426,8 @@ def global_weights_type_from_model(model: ReconstructionModel) -> T.StructType:
     weights = ReconstructionModel.get_global_variables(model)
     specs = tf.nest.map_structure(
         lambda v: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)),
-        model_weights.ModelWeights(list(weights.trainable), list(weights.non_trainable)))
+        model_weights.ModelWeights(list(weights.trainable), list(weights.non_trainable)),
+    )
     result = T.to_type(specs)
     assert isinstance(result, T.StructType)  # a ModelWeights of lists
     return result

@@ -41,17 +41,21 @@ ArrayLike = Union[tf.Tensor, npt.ArrayLike]
 MODEL_NAMES = ('cnn', 'logreg', 'mlp')
 
 # Options of each model (ModelSpec fields beyond name/input_shape/num_classes).
-_OPTIONS = types.MappingProxyType({
-    'logreg': (),
-    'mlp': ('hidden_sizes',),
-    'cnn': ('conv_filters', 'kernel_size', 'pool_size'),
-})
-_DEFAULTS = types.MappingProxyType({
-    'hidden_sizes': (256, 256),
-    'conv_filters': (16, 32),
-    'kernel_size': 3,
-    'pool_size': 2,
-})
+_OPTIONS = types.MappingProxyType(
+    {
+        'logreg': (),
+        'mlp': ('hidden_sizes',),
+        'cnn': ('conv_filters', 'kernel_size', 'pool_size'),
+    }
+)
+_DEFAULTS = types.MappingProxyType(
+    {
+        'hidden_sizes': (256, 256),
+        'conv_filters': (16, 32),
+        'kernel_size': 3,
+        'pool_size': 2,
+    }
+)
 
 
 def _is_int(value: object) -> bool:
@@ -63,12 +67,16 @@ def _int_tuple(key: str, value: Any, name: str) -> tuple[int, ...]:
         items = tuple(value)
     except TypeError:
         raise ConfigError(
-            f'model {name!r}: {key} must be a sequence of positive ints, got '
-            f'{value!r}', key=key, value=value) from None
+            f'model {name!r}: {key} must be a sequence of positive ints, got {value!r}',
+            key=key,
+            value=value,
+        ) from None
     if not all(_is_int(v) and v > 0 for v in items):
         raise ConfigError(
-            f'model {name!r}: {key} must be a sequence of positive ints, got '
-            f'{value!r}', key=key, value=value)
+            f'model {name!r}: {key} must be a sequence of positive ints, got {value!r}',
+            key=key,
+            value=value,
+        )
     return tuple(int(v) for v in items)
 
 
@@ -102,19 +110,25 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.name not in _OPTIONS:
             raise ConfigError(
-                f'unknown model {self.name!r}; allowed: '
-                f'{", ".join(repr(n) for n in MODEL_NAMES)}',
-                key='name', value=self.name)
+                f'unknown model {self.name!r}; allowed: {", ".join(repr(n) for n in MODEL_NAMES)}',
+                key='name',
+                value=self.name,
+            )
         name = self.name
         shape = _int_tuple('input_shape', self.input_shape, name)
         if not shape:
-            raise ConfigError(f'model {name!r}: input_shape must not be empty',
-                              key='input_shape', value=self.input_shape)
+            raise ConfigError(
+                f'model {name!r}: input_shape must not be empty',
+                key='input_shape',
+                value=self.input_shape,
+            )
         object.__setattr__(self, 'input_shape', shape)
         if not _is_int(self.num_classes) or self.num_classes < 2:
             raise ConfigError(
-                f'model {name!r}: num_classes must be an int >= 2, got '
-                f'{self.num_classes!r}', key='num_classes', value=self.num_classes)
+                f'model {name!r}: num_classes must be an int >= 2, got {self.num_classes!r}',
+                key='num_classes',
+                value=self.num_classes,
+            )
         object.__setattr__(self, 'num_classes', int(self.num_classes))
         for key in _DEFAULTS:
             value = getattr(self, key)
@@ -122,7 +136,10 @@ class ModelSpec:
                 if value is not None:
                     raise ConfigError(
                         f'model {name!r} has no option {key!r} (its options: '
-                        f'{", ".join(_OPTIONS[name]) or "none"})', key=key, value=value)
+                        f'{", ".join(_OPTIONS[name]) or "none"})',
+                        key=key,
+                        value=value,
+                    )
                 continue
             if value is None:
                 value = _DEFAULTS[key]
@@ -131,27 +148,37 @@ class ModelSpec:
             elif not _is_int(value) or value < 1:
                 raise ConfigError(
                     f'model {name!r}: {key} must be a positive int, got {value!r}',
-                    key=key, value=value)
+                    key=key,
+                    value=value,
+                )
             object.__setattr__(self, key, value if isinstance(value, tuple) else int(value))
         if name == 'mlp' and not self.hidden_sizes:
             raise ConfigError(
-                "model 'mlp' needs at least one hidden layer; use 'logreg' for "
-                'none', key='hidden_sizes', value=self.hidden_sizes)
+                "model 'mlp' needs at least one hidden layer; use 'logreg' for none",
+                key='hidden_sizes',
+                value=self.hidden_sizes,
+            )
         if name == 'cnn':
             filters = cast(tuple, self.conv_filters)
             pool = cast(int, self.pool_size)
             if len(shape) != 3:
                 raise ConfigError(
                     f"model 'cnn' needs input_shape (H, W, C), got {shape}",
-                    key='input_shape', value=shape)
+                    key='input_shape',
+                    value=shape,
+                )
             if len(filters) != 2:
                 raise ConfigError(
-                    "model 'cnn' has two conv layers: conv_filters needs 2 "
-                    f'values, got {filters}', key='conv_filters', value=filters)
+                    f"model 'cnn' has two conv layers: conv_filters needs 2 values, got {filters}",
+                    key='conv_filters',
+                    value=filters,
+                )
             if shape[0] < pool or shape[1] < pool:
                 raise ConfigError(
-                    f"model 'cnn': input {shape[:2]} is smaller than the pool "
-                    f'size {pool}', key='pool_size', value=pool)
+                    f"model 'cnn': input {shape[:2]} is smaller than the pool size {pool}",
+                    key='pool_size',
+                    value=pool,
+                )
 
     @property
     def num_features(self) -> int:
@@ -182,8 +209,7 @@ class ModelSpec:
         return sum(math.prod(s) for s in self.weight_shapes)
 
 
-def get_model(name: str, input_shape: Sequence[int], num_classes: int,
-              **kwargs: Any) -> ModelSpec:
+def get_model(name: str, input_shape: Sequence[int], num_classes: int, **kwargs: Any) -> ModelSpec:
     """Builds a `ModelSpec` by name.
 
     Args:
@@ -203,12 +229,17 @@ def get_model(name: str, input_shape: Sequence[int], num_classes: int,
     if name not in _OPTIONS:
         raise ConfigError(
             f'unknown model {name!r}; allowed: {", ".join(repr(n) for n in MODEL_NAMES)}',
-            key='name', value=name)
+            key='name',
+            value=name,
+        )
     for key in kwargs:
         if key not in _OPTIONS[name]:
             raise ConfigError(
                 f'model {name!r} has no option {key!r} (its options: '
-                f'{", ".join(_OPTIONS[name]) or "none"})', key=key, value=kwargs[key])
+                f'{", ".join(_OPTIONS[name]) or "none"})',
+                key=key,
+                value=kwargs[key],
+            )
     return ModelSpec(name, tuple(input_shape), num_classes, **kwargs)
 
 
@@ -234,8 +265,9 @@ def init_weights(spec: ModelSpec, seed: int) -> list[np.ndarray]:
         SimharnessValueError: `seed` is negative.
     """
     if not _is_int(seed):
-        raise SimharnessTypeError(f'seed must be an int, got {seed!r}',
-                                  expected=int, actual=type(seed))
+        raise SimharnessTypeError(
+            f'seed must be an int, got {seed!r}', expected=int, actual=type(seed)
+        )
     if seed < 0:
         raise SimharnessValueError(f'seed must be >= 0, got {seed}')
     rng = np.random.default_rng(int(seed))
@@ -277,23 +309,27 @@ def _check_weights(spec: ModelSpec, weights: Sequence[TensorLeaf]) -> list[Tenso
         raise SimharnessTypeError(
             f'model {spec.name!r}: weights must be a list of tensors in the '
             f'order of weight_shapes, got {type(weights).__name__}',
-            expected=list, actual=type(weights))
+            expected=list,
+            actual=type(weights),
+        )
     expected = spec.weight_shapes
     if len(weights) != len(expected):
         raise SimharnessValueError(
-            f'model {spec.name!r} has {len(expected)} weight tensors '
-            f'{expected}, got {len(weights)}')
+            f'model {spec.name!r} has {len(expected)} weight tensors {expected}, got {len(weights)}'
+        )
     for i, (w, shape) in enumerate(zip(weights, expected)):
         actual = _shape_of(w)
         if not actual.is_compatible_with(shape):
             raise SimharnessValueError(
-                f'model {spec.name!r}: weight {i} must have shape {shape}, got '
-                f'{actual}')
+                f'model {spec.name!r}: weight {i} must have shape {shape}, got {actual}'
+            )
         dtype = getattr(w, 'dtype', None)
         if dtype is not None and tf.as_dtype(dtype) != tf.float32:
             raise SimharnessTypeError(
-                f'model {spec.name!r}: weight {i} must be float32, got '
-                f'{tf.as_dtype(dtype).name}', expected=tf.float32, actual=dtype)
+                f'model {spec.name!r}: weight {i} must be float32, got {tf.as_dtype(dtype).name}',
+                expected=tf.float32,
+                actual=dtype,
+            )
     return list(weights)
 
 
@@ -303,16 +339,21 @@ def _flat_input(spec: ModelSpec, x: ArrayLike) -> tf.Tensor:
     if not x.dtype.is_floating and not x.dtype.is_integer:
         raise SimharnessTypeError(
             f'model {spec.name!r}: x must be numeric, got {x.dtype.name}',
-            expected=tf.float32, actual=x.dtype)
+            expected=tf.float32,
+            actual=x.dtype,
+        )
     x = tf.cast(x, tf.float32)
     if x.shape.rank is not None:
         trailing = x.shape[1:]
-        if not (trailing.is_compatible_with(spec.input_shape)
-                or trailing.is_compatible_with((spec.num_features,))):
+        if not (
+            trailing.is_compatible_with(spec.input_shape)
+            or trailing.is_compatible_with((spec.num_features,))
+        ):
             raise SimharnessValueError(
                 f'model {spec.name!r}: x must have shape [batch, '
                 f'{", ".join(map(str, spec.input_shape))}] or [batch, '
-                f'{spec.num_features}], got {x.shape}')
+                f'{spec.num_features}], got {x.shape}'
+            )
     if spec.name == 'cnn':
         return tf.reshape(x, (-1,) + spec.input_shape)
     return tf.reshape(x, (-1, spec.num_features))
@@ -357,7 +398,9 @@ def _labels(spec: ModelSpec, y: ArrayLike) -> tf.Tensor:
     if not y.dtype.is_integer:
         raise SimharnessTypeError(
             f'model {spec.name!r}: labels must be integers, got {y.dtype.name}',
-            expected=tf.int32, actual=y.dtype)
+            expected=tf.int32,
+            actual=y.dtype,
+        )
     if y.dtype not in (tf.int32, tf.int64):
         y = tf.cast(y, tf.int32)
     return tf.reshape(y, [-1])
@@ -376,12 +419,14 @@ def loss(spec: ModelSpec, weights: Sequence[TensorLeaf], x: ArrayLike, y: ArrayL
         ``mean_i CE(logits_i, y_i)``.
     """
     logits = forward(spec, weights, x)
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=_labels(spec, y), logits=logits))
+    return tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=_labels(spec, y), logits=logits)
+    )
 
 
-def accuracy(spec: ModelSpec, weights: Sequence[TensorLeaf], x: ArrayLike,
-             y: ArrayLike) -> tf.Tensor:
+def accuracy(
+    spec: ModelSpec, weights: Sequence[TensorLeaf], x: ArrayLike, y: ArrayLike
+) -> tf.Tensor:
     """Fraction of the batch whose argmax logit equals the label (float32)."""
     logits = forward(spec, weights, x)
     y = _labels(spec, y)
@@ -390,6 +435,7 @@ def accuracy(spec: ModelSpec, weights: Sequence[TensorLeaf], x: ArrayLike,
 
 
 # ------------------------------------------------------------ numpy evaluator
+
 
 def _np_conv_same(x: np.ndarray, k: np.ndarray) -> np.ndarray:
     """NHWC convolution, stride 1, TF 'SAME' padding, float32 (im2col + matmul)."""
@@ -407,7 +453,7 @@ def _np_max_pool(x: np.ndarray, p: int) -> np.ndarray:
     """p x p max pool, stride p, TF 'VALID' padding (drops the remainder)."""
     b, h, w, c = x.shape
     hp, wp = h // p, w // p
-    x = x[:, :hp * p, :wp * p, :].reshape(b, hp, p, wp, p, c)
+    x = x[:, : hp * p, : wp * p, :].reshape(b, hp, p, wp, p, c)
     return x.max(axis=(2, 4))
 
 
@@ -423,8 +469,9 @@ def _np_logits(spec: ModelSpec, w: list[np.ndarray], x: np.ndarray) -> np.ndarra
     return h @ w[-2] + w[-1]
 
 
-def numpy_evaluate(spec: ModelSpec, weights: Sequence[TensorLeaf], x: Any, y: Any,
-                   batch_size: int = 8192) -> tuple[float, float]:
+def numpy_evaluate(
+    spec: ModelSpec, weights: Sequence[TensorLeaf], x: Any, y: Any, batch_size: int = 8192
+) -> tuple[float, float]:
     """The shared numpy evaluator (fedavg-synthetic-mlp.md §6).
 
     The forward pass runs in float32 numpy (the cnn through an im2col
@@ -455,32 +502,33 @@ def numpy_evaluate(spec: ModelSpec, weights: Sequence[TensorLeaf], x: Any, y: An
         x = np.asarray(x)  # else an array, or rows read a batch at a time (`StackedRows`)
     y = np.asarray(y)
     if not np.issubdtype(y.dtype, np.integer):
-        raise SimharnessTypeError(f'labels must be integers, got {y.dtype}',
-                                  expected=np.int32, actual=y.dtype)
+        raise SimharnessTypeError(
+            f'labels must be integers, got {y.dtype}', expected=np.int32, actual=y.dtype
+        )
     y = y.reshape(-1)
     n = y.shape[0]
     if n == 0:
         raise SimharnessValueError('numpy_evaluate needs at least one example')
     if x.shape[0] != n:
-        raise SimharnessValueError(
-            f'x has {x.shape[0]} examples and y has {n}')
+        raise SimharnessValueError(f'x has {x.shape[0]} examples and y has {n}')
     if x.shape[1:] not in (spec.input_shape, (spec.num_features,)):
         raise SimharnessValueError(
             f'model {spec.name!r}: x must have shape [N, '
             f'{", ".join(map(str, spec.input_shape))}] or [N, {spec.num_features}], '
-            f'got {x.shape}')
+            f'got {x.shape}'
+        )
     if y.min() < 0 or y.max() >= spec.num_classes:
         raise SimharnessValueError(
-            f'labels must be in [0, {spec.num_classes}), got range '
-            f'[{y.min()}, {y.max()}]')
+            f'labels must be in [0, {spec.num_classes}), got range [{y.min()}, {y.max()}]'
+        )
     if not _is_int(batch_size) or batch_size < 1:
         raise SimharnessValueError(f'batch_size must be an int >= 1, got {batch_size!r}')
     total = 0.0
     correct = 0
     for start in range(0, n, batch_size):
-        xb = np.asarray(x[start:start + batch_size]).astype(np.float32, copy=False)
+        xb = np.asarray(x[start : start + batch_size]).astype(np.float32, copy=False)
         xb = xb.reshape((-1,) + spec.input_shape if spec.name == 'cnn' else (len(xb), -1))
-        yb = y[start:start + batch_size]
+        yb = y[start : start + batch_size]
         logits32 = _np_logits(spec, w, xb)
         correct += int(np.count_nonzero(np.argmax(logits32, axis=1) == yb))
         logits = logits32.astype(np.float64)

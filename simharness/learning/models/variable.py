@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 MODEL_ARG_NAME = 'x'
 MODEL_LABEL_NAME = 'y'
 
-BatchOutput = collections.namedtuple('BatchOutput', ['loss', 'predictions', 'num_examples'],
-                                     defaults=[None, None, None])
+BatchOutput = collections.namedtuple(
+    'BatchOutput', ['loss', 'predictions', 'num_examples'], defaults=[None, None, None]
+)
 BatchOutput.__doc__ = """The output of `VariableModel.forward_pass` (every field may be None).
 
 Attributes:
@@ -76,8 +77,9 @@ class VariableModel(metaclass=abc.ABCMeta):
         """
 
     @abc.abstractmethod
-    def predict_on_batch(self, batch_input: TensorStructure,
-                         training: bool = True) -> TensorStructure:
+    def predict_on_batch(
+        self, batch_input: TensorStructure, training: bool = True
+    ) -> TensorStructure:
         """The predictions for the model input (``input_spec``'s ``x``); no metric update."""
 
     @abc.abstractmethod

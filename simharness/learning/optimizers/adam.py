@@ -22,8 +22,13 @@ _HPARAMS_KEYS = [base.LEARNING_RATE_KEY, _BETA_1_KEY, _BETA_2_KEY, _EPSILON_KEY]
 class _Adam(base.Optimizer):
     """Adam, see `build_adam`."""
 
-    def __init__(self, learning_rate: base.Float, beta_1: base.Float = 0.9,
-                 beta_2: base.Float = 0.999, epsilon: base.Float = 1e-7):
+    def __init__(
+        self,
+        learning_rate: base.Float,
+        beta_1: base.Float = 0.9,
+        beta_2: base.Float = 0.999,
+        epsilon: base.Float = 1e-7,
+    ):
         base.check_nonnegative('Adam', 'learning_rate', learning_rate)
         base.check_unit_interval('Adam', 'beta_1', beta_1)
         base.check_unit_interval('Adam', 'beta_2', beta_2)
@@ -37,13 +42,21 @@ class _Adam(base.Optimizer):
         def zeros() -> TensorStructure:
             return tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)
 
-        return collections.OrderedDict([
-            (base.LEARNING_RATE_KEY, self._lr), (_BETA_1_KEY, self._beta_1),
-            (_BETA_2_KEY, self._beta_2), (_EPSILON_KEY, self._epsilon), (_STEP_KEY, 0),
-            (_ACCUMULATOR_KEY, zeros()), (_PRECONDITIONER_KEY, zeros())])
+        return collections.OrderedDict(
+            [
+                (base.LEARNING_RATE_KEY, self._lr),
+                (_BETA_1_KEY, self._beta_1),
+                (_BETA_2_KEY, self._beta_2),
+                (_EPSILON_KEY, self._epsilon),
+                (_STEP_KEY, 0),
+                (_ACCUMULATOR_KEY, zeros()),
+                (_PRECONDITIONER_KEY, zeros()),
+            ]
+        )
 
-    def next(self, state: base.OptimizerState, weights: TensorStructure,
-             gradients: TensorStructure) -> tuple[base.OptimizerState, TensorStructure]:
+    def next(
+        self, state: base.OptimizerState, weights: TensorStructure, gradients: TensorStructure
+    ) -> tuple[base.OptimizerState, TensorStructure]:
         gradients = base.handle_indexed_slices_gradients(gradients)
         base.check_weights_gradients_match(weights, gradients)
         lr, beta_1, beta_2 = state[base.LEARNING_RATE_KEY], state[_BETA_1_KEY], state[_BETA_2_KEY]
@@ -53,35 +66,52 @@ class _Adam(base.Optimizer):
         base.check_weights_state_match(weights, accumulator, 'accumulator')
         base.check_weights_state_match(weights, preconditioner, 'preconditioner')
         t = tf.cast(step, beta_1.dtype) if tf.is_tensor(beta_1) else step
-        normalized_lr = lr * tf.math.sqrt(1.0 - tf.math.pow(beta_2, t)) / (
-            1.0 - tf.math.pow(beta_1, t))
+        normalized_lr = (
+            lr * tf.math.sqrt(1.0 - tf.math.pow(beta_2, t)) / (1.0 - tf.math.pow(beta_1, t))
+        )
 
-        def adam(w: tf.Tensor, a: tf.Tensor, p: tf.Tensor, g: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        def adam(
+            w: tf.Tensor, a: tf.Tensor, p: tf.Tensor, g: tf.Tensor
+        ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             if g is None:
                 return w, a, p
             a = a + (g - a) * (1.0 - tf.cast(beta_1, a.dtype))
             p = p + (tf.math.square(g) - p) * (1.0 - tf.cast(beta_2, p.dtype))
             w = w - tf.cast(normalized_lr, a.dtype) * a / (
-                tf.math.sqrt(p) + tf.cast(epsilon, p.dtype))
+                tf.math.sqrt(p) + tf.cast(epsilon, p.dtype)
+            )
             return w, a, p
 
-        new_w, new_a, new_p = base.map_at_leaves(adam, weights, accumulator, preconditioner,
-                                                 gradients, num_outputs=3)
-        return collections.OrderedDict([
-            (base.LEARNING_RATE_KEY, lr), (_BETA_1_KEY, beta_1), (_BETA_2_KEY, beta_2),
-            (_EPSILON_KEY, epsilon), (_STEP_KEY, step), (_ACCUMULATOR_KEY, new_a),
-            (_PRECONDITIONER_KEY, new_p)]), new_w
+        new_w, new_a, new_p = base.map_at_leaves(
+            adam, weights, accumulator, preconditioner, gradients, num_outputs=3
+        )
+        return collections.OrderedDict(
+            [
+                (base.LEARNING_RATE_KEY, lr),
+                (_BETA_1_KEY, beta_1),
+                (_BETA_2_KEY, beta_2),
+                (_EPSILON_KEY, epsilon),
+                (_STEP_KEY, step),
+                (_ACCUMULATOR_KEY, new_a),
+                (_PRECONDITIONER_KEY, new_p),
+            ]
+        ), new_w
 
     def get_hparams(self, state: base.OptimizerState) -> collections.OrderedDict:
         return collections.OrderedDict((k, state[k]) for k in _HPARAMS_KEYS)
 
-    def set_hparams(self, state: base.OptimizerState,
-                    hparams: Mapping[str, tf.Tensor]) -> base.OptimizerState:
+    def set_hparams(
+        self, state: base.OptimizerState, hparams: Mapping[str, tf.Tensor]
+    ) -> base.OptimizerState:
         return base.update_state(state, hparams)
 
 
-def build_adam(learning_rate: base.Float, beta_1: base.Float = 0.9, beta_2: base.Float = 0.999,
-               epsilon: base.Float = 1e-7) -> base.Optimizer:
+def build_adam(
+    learning_rate: base.Float,
+    beta_1: base.Float = 0.9,
+    beta_2: base.Float = 0.999,
+    epsilon: base.Float = 1e-7,
+) -> base.Optimizer:
     """Adam (Kingma & Ba 2014), as TFF's ``build_adam``::
 
         acc = beta_1 * acc + (1 - beta_1) * g

@@ -17,16 +17,20 @@ _STEP_KEY = 'step'
 _ACCUMULATOR_KEY = 'accumulator'
 _PRECONDITIONER_KEY = 'preconditioner'
 _WEIGHT_DECAY_KEY = 'weight_decay'
-_HPARAMS_KEYS = [base.LEARNING_RATE_KEY, _BETA_1_KEY, _BETA_2_KEY, _EPSILON_KEY,
-                 _WEIGHT_DECAY_KEY]
+_HPARAMS_KEYS = [base.LEARNING_RATE_KEY, _BETA_1_KEY, _BETA_2_KEY, _EPSILON_KEY, _WEIGHT_DECAY_KEY]
 
 
 class _AdamW(base.Optimizer):
     """AdamW, see `build_adamw`."""
 
-    def __init__(self, learning_rate: base.Float, beta_1: base.Float = 0.9,
-                 beta_2: base.Float = 0.999, epsilon: base.Float = 1e-7,
-                 weight_decay: base.Float = 0.004):
+    def __init__(
+        self,
+        learning_rate: base.Float,
+        beta_1: base.Float = 0.9,
+        beta_2: base.Float = 0.999,
+        epsilon: base.Float = 1e-7,
+        weight_decay: base.Float = 0.004,
+    ):
         base.check_nonnegative('AdamW', 'learning_rate', learning_rate)
         base.check_unit_interval('AdamW', 'beta_1', beta_1)
         base.check_unit_interval('AdamW', 'beta_2', beta_2)
@@ -42,14 +46,22 @@ class _AdamW(base.Optimizer):
         def zeros() -> TensorStructure:
             return tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)
 
-        return collections.OrderedDict([
-            (base.LEARNING_RATE_KEY, self._lr), (_BETA_1_KEY, self._beta_1),
-            (_BETA_2_KEY, self._beta_2), (_EPSILON_KEY, self._epsilon), (_STEP_KEY, 0),
-            (_ACCUMULATOR_KEY, zeros()), (_PRECONDITIONER_KEY, zeros()),
-            (_WEIGHT_DECAY_KEY, self._weight_decay)])
+        return collections.OrderedDict(
+            [
+                (base.LEARNING_RATE_KEY, self._lr),
+                (_BETA_1_KEY, self._beta_1),
+                (_BETA_2_KEY, self._beta_2),
+                (_EPSILON_KEY, self._epsilon),
+                (_STEP_KEY, 0),
+                (_ACCUMULATOR_KEY, zeros()),
+                (_PRECONDITIONER_KEY, zeros()),
+                (_WEIGHT_DECAY_KEY, self._weight_decay),
+            ]
+        )
 
-    def next(self, state: base.OptimizerState, weights: TensorStructure,
-             gradients: TensorStructure) -> tuple[base.OptimizerState, TensorStructure]:
+    def next(
+        self, state: base.OptimizerState, weights: TensorStructure, gradients: TensorStructure
+    ) -> tuple[base.OptimizerState, TensorStructure]:
         gradients = base.handle_indexed_slices_gradients(gradients)
         base.check_weights_gradients_match(weights, gradients)
         lr, beta_1, beta_2 = state[base.LEARNING_RATE_KEY], state[_BETA_1_KEY], state[_BETA_2_KEY]
@@ -59,37 +71,53 @@ class _AdamW(base.Optimizer):
         base.check_weights_state_match(weights, accumulator, 'accumulator')
         base.check_weights_state_match(weights, preconditioner, 'preconditioner')
         t = tf.cast(step, beta_1.dtype) if tf.is_tensor(beta_1) else step
-        normalization = tf.math.sqrt(1.0 - tf.math.pow(beta_2, t)) / (
-            1.0 - tf.math.pow(beta_1, t))
+        normalization = tf.math.sqrt(1.0 - tf.math.pow(beta_2, t)) / (1.0 - tf.math.pow(beta_1, t))
 
-        def adamw(w: tf.Tensor, a: tf.Tensor, p: tf.Tensor, g: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        def adamw(
+            w: tf.Tensor, a: tf.Tensor, p: tf.Tensor, g: tf.Tensor
+        ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             if g is None:
                 return w, a, p
             a = a + (g - a) * (1.0 - tf.cast(beta_1, g.dtype))
             p = p + (tf.math.square(g) - p) * (1.0 - tf.cast(beta_2, g.dtype))
             w = w - tf.cast(lr, g.dtype) * (
                 tf.cast(normalization, g.dtype) * a / (tf.math.sqrt(p) + tf.cast(epsilon, g.dtype))
-                + weight_decay * w)
+                + weight_decay * w
+            )
             return w, a, p
 
-        new_w, new_a, new_p = base.map_at_leaves(adamw, weights, accumulator, preconditioner,
-                                                 gradients, num_outputs=3)
-        return collections.OrderedDict([
-            (base.LEARNING_RATE_KEY, lr), (_BETA_1_KEY, beta_1), (_BETA_2_KEY, beta_2),
-            (_EPSILON_KEY, epsilon), (_STEP_KEY, step), (_ACCUMULATOR_KEY, new_a),
-            (_PRECONDITIONER_KEY, new_p), (_WEIGHT_DECAY_KEY, weight_decay)]), new_w
+        new_w, new_a, new_p = base.map_at_leaves(
+            adamw, weights, accumulator, preconditioner, gradients, num_outputs=3
+        )
+        return collections.OrderedDict(
+            [
+                (base.LEARNING_RATE_KEY, lr),
+                (_BETA_1_KEY, beta_1),
+                (_BETA_2_KEY, beta_2),
+                (_EPSILON_KEY, epsilon),
+                (_STEP_KEY, step),
+                (_ACCUMULATOR_KEY, new_a),
+                (_PRECONDITIONER_KEY, new_p),
+                (_WEIGHT_DECAY_KEY, weight_decay),
+            ]
+        ), new_w
 
     def get_hparams(self, state: base.OptimizerState) -> collections.OrderedDict:
         return collections.OrderedDict((k, state[k]) for k in _HPARAMS_KEYS)
 
-    def set_hparams(self, state: base.OptimizerState,
-                    hparams: Mapping[str, tf.Tensor]) -> base.OptimizerState:
+    def set_hparams(
+        self, state: base.OptimizerState, hparams: Mapping[str, tf.Tensor]
+    ) -> base.OptimizerState:
         return base.update_state(state, hparams)
 
 
-def build_adamw(learning_rate: base.Float, beta_1: base.Float = 0.9,
-                beta_2: base.Float = 0.999, epsilon: base.Float = 1e-7,
-                weight_decay: base.Float = 0.004) -> base.Optimizer:
+def build_adamw(
+    learning_rate: base.Float,
+    beta_1: base.Float = 0.9,
+    beta_2: base.Float = 0.999,
+    epsilon: base.Float = 1e-7,
+    weight_decay: base.Float = 0.004,
+) -> base.Optimizer:
     """AdamW (Loshchilov & Hutter), as TFF's ``build_adamw``::
 
         acc = beta_1 * acc + (1 - beta_1) * g

@@ -42,9 +42,12 @@ class KerasOptimizer(base.Optimizer):
       disjoint_init_and_next: see above.
     """
 
-    def __init__(self, optimizer_fn: Callable[[], keras.optimizers.Optimizer],
-                 weights: TensorStructure,
-                 disjoint_init_and_next: bool):
+    def __init__(
+        self,
+        optimizer_fn: Callable[[], keras.optimizers.Optimizer],
+        weights: TensorStructure,
+        disjoint_init_and_next: bool,
+    ):
         self._optimizer = optimizer_fn()
         self._disjoint_init_and_next = disjoint_init_and_next
         self._optimizer.build(tf.nest.flatten(weights))
@@ -53,23 +56,26 @@ class KerasOptimizer(base.Optimizer):
         del specs
         return list(self._optimizer.variables) if self._disjoint_init_and_next else ()
 
-    def next(self, state: KerasOptimizerState, weights: TensorStructure,
-             gradients: TensorStructure) -> tuple[KerasOptimizerState, TensorStructure]:
+    def next(
+        self, state: KerasOptimizerState, weights: TensorStructure, gradients: TensorStructure
+    ) -> tuple[KerasOptimizerState, TensorStructure]:
         if self._disjoint_init_and_next:
-            tf.nest.map_structure(lambda v, s: v.assign(s), list(self._optimizer.variables),
-                                  list(state))
+            tf.nest.map_structure(
+                lambda v, s: v.assign(s), list(self._optimizer.variables), list(state)
+            )
         self._optimizer.apply_gradients(
-            list(zip(tf.nest.flatten(gradients), tf.nest.flatten(weights))))
+            list(zip(tf.nest.flatten(gradients), tf.nest.flatten(weights)))
+        )
         if self._disjoint_init_and_next:
             return list(self._optimizer.variables), weights
         return (), weights
 
 
-def build_or_verify_tff_optimizer(optimizer_fn: Union[Callable[[], keras.optimizers.Optimizer],
-                                                      base.Optimizer],
-                                  trainable_weights: Optional[TensorStructure] = None,
-                                  disjoint_init_and_next: Optional[bool] = None
-                                  ) -> base.Optimizer:
+def build_or_verify_tff_optimizer(
+    optimizer_fn: Union[Callable[[], keras.optimizers.Optimizer], base.Optimizer],
+    trainable_weights: Optional[TensorStructure] = None,
+    disjoint_init_and_next: Optional[bool] = None,
+) -> base.Optimizer:
     """`optimizer_fn` if it is an `Optimizer`, else a `KerasOptimizer` of it.
 
     Raises:
@@ -81,4 +87,7 @@ def build_or_verify_tff_optimizer(optimizer_fn: Union[Callable[[], keras.optimiz
         return KerasOptimizer(optimizer_fn, trainable_weights, bool(disjoint_init_and_next))
     raise SimharnessTypeError(
         '`optimizer_fn` must be a callable or `tff.learning.optimizers.Optimizer`, got '
-        f'{type(optimizer_fn)}', expected=base.Optimizer, actual=type(optimizer_fn))
+        f'{type(optimizer_fn)}',
+        expected=base.Optimizer,
+        actual=type(optimizer_fn),
+    )

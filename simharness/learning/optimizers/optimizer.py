@@ -66,8 +66,7 @@ class Optimizer(abc.ABC, Generic[State, Weights, Hparams]):
         """
 
     @abc.abstractmethod
-    def next(self, state: State, weights: Weights,
-             gradients: Gradients) -> tuple[State, Weights]:
+    def next(self, state: State, weights: Weights, gradients: Gradients) -> tuple[State, Weights]:
         """One step: returns ``(updated state, updated weights)``.
 
         Args:
@@ -96,7 +95,8 @@ def _check_shape_dtype_match(x: tf.Tensor, y: tf.Tensor | None) -> None:
 
 def _shapes_and_dtypes(nest: TensorStructure) -> object:
     return tf.nest.map_structure(
-        lambda x: (getattr(x, 'shape', None), getattr(x, 'dtype', None)), nest)
+        lambda x: (getattr(x, 'shape', None), getattr(x, 'dtype', None)), nest
+    )
 
 
 def check_weights_gradients_match(weights: TensorStructure, gradients: Gradients) -> None:
@@ -116,11 +116,11 @@ def check_weights_gradients_match(weights: TensorStructure, gradients: Gradients
             'structure and the tensors must have the same shapes and dtypes.\n'
             f'Provided weights have type {_shapes_and_dtypes(weights)}, value {weights}\n'
             f'Provided gradients have type {_shapes_and_dtypes(gradients)}, value '
-            f'{gradients}\n') from e
+            f'{gradients}\n'
+        ) from e
 
 
-def check_weights_state_match(weights: TensorStructure, state: TensorStructure,
-                              name: str) -> None:
+def check_weights_state_match(weights: TensorStructure, state: TensorStructure, name: str) -> None:
     """Raises if a per-weight term of the state (`name`) does not match `weights`.
 
     Raises:
@@ -135,24 +135,28 @@ def check_weights_state_match(weights: TensorStructure, state: TensorStructure,
             f'Provided {name} and weights do not match. The {name} term in the state and '
             'the weights must be collections of tensors of the same structure, shapes and '
             'dtypes; was `initialize` called with specs other than the weights being '
-            f'optimized?\nProvided {name}: {state}\nProvided weights: {weights}') from e
+            f'optimized?\nProvided {name}: {state}\nProvided weights: {weights}'
+        ) from e
 
 
 def handle_indexed_slices_gradients(gradients: Gradients) -> Gradients:
     """`gradients` with every `tf.IndexedSlices` (a sparse gradient) made dense."""
     return tf.nest.map_structure(
-        lambda g: tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g,
-        gradients)
+        lambda g: tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g, gradients
+    )
 
 
 @overload
-def map_at_leaves(fn: Callable[..., tuple], *args: TensorStructure,
-                  num_outputs: int = 0) -> tuple[TensorStructure, ...]: ...
+def map_at_leaves(
+    fn: Callable[..., tuple], *args: TensorStructure, num_outputs: int = 0
+) -> tuple[TensorStructure, ...]: ...
 @overload
-def map_at_leaves(fn: Callable[..., TensorStructure], *args: TensorStructure,
-                  num_outputs: int = 0) -> TensorStructure: ...
-def map_at_leaves(fn: Callable[..., TensorStructure], *args: TensorStructure,
-                  num_outputs: int = 0) -> TensorStructure:
+def map_at_leaves(
+    fn: Callable[..., TensorStructure], *args: TensorStructure, num_outputs: int = 0
+) -> TensorStructure: ...
+def map_at_leaves(
+    fn: Callable[..., TensorStructure], *args: TensorStructure, num_outputs: int = 0
+) -> TensorStructure:
     """Applies `fn` leaf-wise to structures of one shape; one structure per output.
 
     ``fn(X, Y) -> (A, B)`` gives ``map_at_leaves(fn, S[X], S[Y]) -> (S[A],
@@ -169,11 +173,11 @@ def map_at_leaves(fn: Callable[..., TensorStructure], *args: TensorStructure,
             raise SimharnessValueError(
                 f'Found empty arguments of structure {args[0]}, but `num_outputs` was set to '
                 f'non-positive value {num_outputs}; set `num_outputs` to use empty '
-                'structures.')
+                'structures.'
+            )
         return args[0] if num_outputs == 1 else (args[0],) * num_outputs
     flat = [tf.nest.flatten(a) for a in args]
-    results = [r if isinstance(r, tuple) else (r,) for r in (fn(*leaves)
-                                                             for leaves in zip(*flat))]
+    results = [r if isinstance(r, tuple) else (r,) for r in (fn(*leaves) for leaves in zip(*flat))]
     packed = tuple(tf.nest.pack_sequence_as(args[0], list(col)) for col in zip(*results))
     return packed[0] if len(packed) == 1 else packed
 
@@ -186,8 +190,9 @@ def update_state(state: Mapping, hparams: Mapping) -> OptimizerState:
     """
     missing = [k for k in hparams if k not in state]
     if missing:
-        raise KeyError(f'the optimizer state has no hyper-parameters {missing}; its keys: '
-                       f'{list(state)}')
+        raise KeyError(
+            f'the optimizer state has no hyper-parameters {missing}; its keys: {list(state)}'
+        )
     out = type(state)(state) if isinstance(state, dict) else collections.OrderedDict(state)
     out.update(hparams)
     return out
@@ -203,9 +208,21 @@ def check_unit_interval(owner: str, name: str, value: Float) -> None:
     """Raises ValueError if `value` (not a symbolic tensor) is outside [0, 1]."""
     if not tf.is_symbolic_tensor(value) and (value < 0.0 or value > 1.0):
         raise SimharnessValueError(
-            f'{owner} `{name}` must be in the range [0.0, 1.0], found {value}.')
+            f'{owner} `{name}` must be in the range [0.0, 1.0], found {value}.'
+        )
 
 
-__all__ = ['Float', 'Int', 'LEARNING_RATE_KEY', 'Optimizer', 'OptimizerState', 'check_nonnegative',
-           'check_unit_interval', 'check_weights_gradients_match', 'check_weights_state_match',
-           'handle_indexed_slices_gradients', 'map_at_leaves', 'update_state']
+__all__ = [
+    'Float',
+    'Int',
+    'LEARNING_RATE_KEY',
+    'Optimizer',
+    'OptimizerState',
+    'check_nonnegative',
+    'check_unit_interval',
+    'check_weights_gradients_match',
+    'check_weights_state_match',
+    'handle_indexed_slices_gradients',
+    'map_at_leaves',
+    'update_state',
+]

@@ -17,14 +17,14 @@ def _check_lr_exists(optimizer_state: base.OptimizerState) -> None:
         raise KeyError(
             'Optimizer to be scheduled must have learning rate under '
             '`tff.learning.optimizers.LEARNING_RATE_KEY` key in its state. Found optimizer '
-            f'state: {optimizer_state}')
+            f'state: {optimizer_state}'
+        )
 
 
 class _ScheduledLROptimizer(base.Optimizer):
     """An optimizer whose learning rate is ``schedule_fn(round_num)``."""
 
-    def __init__(self, optimizer: base.Optimizer,
-                 schedule_fn: Callable[[base.Int], base.Float]):
+    def __init__(self, optimizer: base.Optimizer, schedule_fn: Callable[[base.Int], base.Float]):
         self._optimizer = optimizer
         self._schedule_fn = schedule_fn
 
@@ -35,16 +35,18 @@ class _ScheduledLROptimizer(base.Optimizer):
         optimizer_state[base.LEARNING_RATE_KEY] = self._schedule_fn(round_num)
         return collections.OrderedDict(round_num=round_num, optimizer=optimizer_state)
 
-    def next(self, state: base.OptimizerState, weights: TensorStructure,
-             gradients: TensorStructure) -> tuple[base.OptimizerState, TensorStructure]:
+    def next(
+        self, state: base.OptimizerState, weights: TensorStructure, gradients: TensorStructure
+    ) -> tuple[base.OptimizerState, TensorStructure]:
         optimizer_state, weights = self._optimizer.next(state['optimizer'], weights, gradients)
         round_num = state['round_num'] + 1
         optimizer_state[base.LEARNING_RATE_KEY] = self._schedule_fn(round_num)
         return collections.OrderedDict(round_num=round_num, optimizer=optimizer_state), weights
 
 
-def schedule_learning_rate(optimizer: base.Optimizer,
-                           schedule_fn: Callable[[base.Int], base.Float]) -> base.Optimizer:
+def schedule_learning_rate(
+    optimizer: base.Optimizer, schedule_fn: Callable[[base.Int], base.Float]
+) -> base.Optimizer:
     """`optimizer` with learning rate ``schedule_fn(i)`` at its ``i``-th `next` (from 0).
 
     State: ``OrderedDict(round_num=int32, optimizer=<optimizer's state>)``. As in TFF,
@@ -62,6 +64,8 @@ def schedule_learning_rate(optimizer: base.Optimizer,
     if not isinstance(optimizer, base.Optimizer):
         raise SimharnessTypeError(
             f'Found optimizer {optimizer}. To apply `schedule_learning_rate`, you must pass a '
-            '`tff.learning.optimizers.Optimizer`.', expected=base.Optimizer,
-            actual=type(optimizer))
+            '`tff.learning.optimizers.Optimizer`.',
+            expected=base.Optimizer,
+            actual=type(optimizer),
+        )
     return _ScheduledLROptimizer(optimizer, schedule_fn)

@@ -11,8 +11,10 @@ docs/tff/learning-programs.md. TFF 0.88's `train_model_with_vizier` is left
 out (it needs Google Vizier).
 """
 
-from simharness.learning.programs.evaluation_program_logic import (EvaluationManager,
-                                                                   extract_and_rewrap_metrics)
+from simharness.learning.programs.evaluation_program_logic import (
+    EvaluationManager,
+    extract_and_rewrap_metrics,
+)
 from simharness.learning.programs.training_program_logic import ProgramState, train_model
 
 __all__ = ['EvaluationManager', 'ProgramState', 'extract_and_rewrap_metrics', 'train_model']

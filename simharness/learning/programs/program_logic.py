@@ -35,5 +35,4 @@ class TrainModelProgramLogic(Protocol):
         train_metrics_manager: Optional[release_manager.ReleaseManager] = None,
         evaluation_manager: Optional[evaluation_program_logic.EvaluationManager],
         evaluation_periodicity: Union[int, datetime.timedelta],
-    ) -> None:
-        ...
+    ) -> None: ...

@@ -60,8 +60,9 @@ class TaskManager:
         """Waits for every task added; raises the first error of one."""
         if not self._pending_tasks:
             return
-        done, _ = await asyncio.wait(self._pending_tasks, timeout=None,
-                                     return_when=asyncio.ALL_COMPLETED)
+        done, _ = await asyncio.wait(
+            self._pending_tasks, timeout=None, return_when=asyncio.ALL_COMPLETED
+        )
         for task in done:
             task.result()
 
@@ -83,8 +84,7 @@ async def train_model(
     train_data_source: data_source.FederatedDataSource,
     train_per_round_clients: int,
     train_total_rounds: int,
-    should_discard_round: Optional[
-        Callable[[learning_process.LearningProcessOutput], bool]] = None,
+    should_discard_round: Optional[Callable[[learning_process.LearningProcessOutput], bool]] = None,
     program_state_manager: program_state_manager_lib.ProgramStateManager,
     model_output_manager: release_manager.ReleaseManager,
     train_metrics_manager: Optional[release_manager.ReleaseManager] = None,
@@ -136,13 +136,13 @@ async def train_model(
     train_data_iterator = train_data_source.iterator()
 
     if initial_train_state is None:
-        initial_train_state = await value_reference.materialize_value(
-            train_process.initialize())
+        initial_train_state = await value_reference.materialize_value(train_process.initialize())
     train_state = initial_train_state
     if train_state is None:
         raise ValueError('The initial train state is None.')
     program_state, version = await program_state_manager.load_latest(
-        ProgramState(train_state, 0, 0, train_data_iterator))
+        ProgramState(train_state, 0, 0, train_data_iterator)
+    )
     if program_state is not None:
         train_state = program_state.state
         start_round = int(program_state.round_number)
@@ -150,11 +150,18 @@ async def train_model(
         train_data_iterator = program_state.data_iterator
         _LOG.info('Found previous program state version %d', version)
         if start_round < train_total_rounds:
-            _LOG.info('Resuming from training round %d, running until round %d', start_round,
-                      train_total_rounds)
+            _LOG.info(
+                'Resuming from training round %d, running until round %d',
+                start_round,
+                train_total_rounds,
+            )
         else:
-            _LOG.info('Loaded previously completed round %d, but only requested training until '
-                      'round %d, will not run training.', start_round, train_total_rounds)
+            _LOG.info(
+                'Loaded previously completed round %d, but only requested training until '
+                'round %d, will not run training.',
+                start_round,
+                train_total_rounds,
+            )
             if evaluation_manager is not None:
                 _LOG.info('Checking for remaining evaluations need to finish.')
                 await evaluation_manager.wait_for_evaluations_to_finish()
@@ -164,17 +171,23 @@ async def train_model(
         _LOG.info('Starting program without previous state, saving initial state.')
         next_evaluation_timestamp_seconds = None
         await program_state_manager.save(
-            ProgramState(train_state, start_round, next_evaluation_timestamp_seconds,
-                         copy.deepcopy(train_data_iterator)),
-            version=start_round)
+            ProgramState(
+                train_state,
+                start_round,
+                next_evaluation_timestamp_seconds,
+                copy.deepcopy(train_data_iterator),
+            ),
+            version=start_round,
+        )
 
     # The time after which the next evaluation starts (time-based periodicity).
     next_evaluation_time = (
         datetime.datetime.fromtimestamp(int(next_evaluation_timestamp_seconds))
-        if next_evaluation_timestamp_seconds else None)
+        if next_evaluation_timestamp_seconds
+        else None
+    )
 
-    def should_evaluate_round(round_num: int,
-                              train_round_finished_time: datetime.datetime) -> bool:
+    def should_evaluate_round(round_num: int, train_round_finished_time: datetime.datetime) -> bool:
         if round_num == train_total_rounds:
             return True
         if isinstance(evaluation_periodicity, int):
@@ -185,8 +198,10 @@ async def train_model(
                 next_evaluation_time = train_round_finished_time + evaluation_periodicity
                 return True
             return False
-        raise ValueError('`evaluation_periodicity` must be an `int` or a `datetime.timedelta` '
-                         f'type. Got {type(evaluation_periodicity)}')
+        raise ValueError(
+            '`evaluation_periodicity` must be an `int` or a `datetime.timedelta` '
+            f'type. Got {type(evaluation_periodicity)}'
+        )
 
     round_num = start_round + 1
     # Reset on restart: discarded rounds of the current round are forgotten.
@@ -197,20 +212,25 @@ async def train_model(
         previous_train_data_iterator = copy.deepcopy(train_data_iterator)
         round_participants_data = train_data_iterator.select(train_per_round_clients)
         train_result = await value_reference.materialize_value(
-            train_process.next(train_state, round_participants_data))
+            train_process.next(train_state, round_participants_data)
+        )
         if should_discard_round is not None and should_discard_round(train_result):
             num_discarded_rounds += 1
-            _LOG.info('The training round %d should be discarded. The program will retry this '
-                      'round.', round_num)
+            _LOG.info(
+                'The training round %d should be discarded. The program will retry this round.',
+                round_num,
+            )
             train_data_iterator = copy.deepcopy(previous_train_data_iterator)
             continue
-        _LOG.info('Finished train round %d with %d discarded rounds', round_num,
-                  num_discarded_rounds)
+        _LOG.info(
+            'Finished train round %d with %d discarded rounds', round_num, num_discarded_rounds
+        )
         if not isinstance(train_result, learning_process.LearningProcessOutput):
             raise TypeError(
                 'FederatedContext returned unexpected result type after training computation '
                 'invocation. Expected a `tff.learning.templates.LearningProcessOutput`, got '
-                f'{type(train_result)}')
+                f'{type(train_result)}'
+            )
         # A result's fields hold values: the process' state (a `LearningAlgorithmState`
         # for the composed processes this program trains) and its metrics (a mapping).
         train_state = cast(composers.LearningAlgorithmState, train_result.state)
@@ -218,35 +238,51 @@ async def train_model(
 
         train_round_finished_time = datetime.datetime.now()
         if evaluation_manager is not None and should_evaluate_round(
-                round_num, train_round_finished_time):
+            round_num, train_round_finished_time
+        ):
             model_weights = train_process.get_model_weights(train_state)
             await evaluation_manager.start_evaluation(
-                round_num, int(train_round_finished_time.timestamp()), model_weights)
+                round_num, int(train_round_finished_time.timestamp()), model_weights
+            )
             _LOG.info('Added evaluation for training round %d', round_num)
 
         next_evaluation_timestamp_seconds = (
-            int(next_evaluation_time.timestamp()) if next_evaluation_time else None)
-        task_manager.add_task(program_state_manager.save(
-            ProgramState(train_state, round_num, next_evaluation_timestamp_seconds,
-                         copy.deepcopy(train_data_iterator)),
-            version=round_num))
+            int(next_evaluation_time.timestamp()) if next_evaluation_time else None
+        )
+        task_manager.add_task(
+            program_state_manager.save(
+                ProgramState(
+                    train_state,
+                    round_num,
+                    next_evaluation_timestamp_seconds,
+                    copy.deepcopy(train_data_iterator),
+                ),
+                version=round_num,
+            )
+        )
         if train_metrics_manager is not None:
             try:
                 released_train_metrics = evaluation_program_logic.extract_and_rewrap_metrics(
-                    train_metrics, path=('client_work', 'train'))
+                    train_metrics, path=('client_work', 'train')
+                )
             except KeyError as e:
                 raise KeyError(
                     '`train_model` requires the `train_process` argument to be a '
                     '`tff.learning.templates.LearningProcess` whose `next` computation metrics '
                     'result has a `train` field. Instead got a `tff.Computation` whose result '
-                    f'signature was: {train_process.next.type_signature.result}') from e
-            task_manager.add_task(train_metrics_manager.release(released_train_metrics,
-                                                                key=round_num))
+                    f'signature was: {train_process.next.type_signature.result}'
+                ) from e
+            task_manager.add_task(
+                train_metrics_manager.release(released_train_metrics, key=round_num)
+            )
         # TFF's fixed period: the state every 10 rounds and at the last round.
         if round_num % 10 == 0 or round_num == train_total_rounds:
             _LOG.info('Releasing training checkpoint for round %d', round_num)
-            task_manager.add_task(model_output_manager.release(
-                train_state, key=f'training_checkpoint_round_{round_num}'))
+            task_manager.add_task(
+                model_output_manager.release(
+                    train_state, key=f'training_checkpoint_round_{round_num}'
+                )
+            )
         round_num += 1
         num_discarded_rounds = 0
 

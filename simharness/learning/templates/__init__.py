@@ -21,17 +21,30 @@ from typing import Any
 _WHERE = {
     'build_apply_optimizer_finalizer': 'apply_optimizer_finalizer',
     'reject_non_finite_update': 'apply_optimizer_finalizer',
-    'ClientResult': 'client_works', 'ClientWorkProcess': 'client_works',
-    'compose_learning_process': 'composers', 'LearningAlgorithmState': 'composers',
-    'build_broadcast_process': 'distributors', 'DistributionProcess': 'distributors',
+    'ClientResult': 'client_works',
+    'ClientWorkProcess': 'client_works',
+    'compose_learning_process': 'composers',
+    'LearningAlgorithmState': 'composers',
+    'build_broadcast_process': 'distributors',
+    'DistributionProcess': 'distributors',
     'FinalizerProcess': 'finalizers',
-    'LearningProcess': 'learning_process', 'LearningProcessOutput': 'learning_process',
+    'LearningProcess': 'learning_process',
+    'LearningProcessOutput': 'learning_process',
     'build_functional_model_delta_client_work': 'model_delta_client_work',
     'build_model_delta_client_work': 'model_delta_client_work',
 }
-_MODULES = ('apply_optimizer_finalizer', 'client_works', 'composers', 'distributors',
-            'finalizers', 'hparams_base', 'learning_process', 'model_delta_client_work',
-            'proximal_client_work', 'type_checks')
+_MODULES = (
+    'apply_optimizer_finalizer',
+    'client_works',
+    'composers',
+    'distributors',
+    'finalizers',
+    'hparams_base',
+    'learning_process',
+    'model_delta_client_work',
+    'proximal_client_work',
+    'type_checks',
+)
 
 __all__ = sorted(_WHERE)
 

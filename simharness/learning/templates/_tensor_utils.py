@@ -27,11 +27,16 @@ def _all_finite(t: tf.Tensor) -> tf.Tensor:
     integers, an unknown last dimension): a min of 0/1 `is_finite` ints (the same answer
     as ``reduce_all``; empty: all finite).
     """
-    if t.dtype in _MATVEC_DTYPES and t.shape.rank is not None and t.shape.rank >= 1 \
-            and t.shape[-1] is not None:
+    if (
+        t.dtype in _MATVEC_DTYPES
+        and t.shape.rank is not None
+        and t.shape.rank >= 1
+        and t.shape[-1] is not None
+    ):
         rows = tf.reshape(t, [-1, t.shape[-1]])
         return tf.math.is_finite(
-            tf.reduce_sum(tf.linalg.matvec(rows, tf.zeros([t.shape[-1]], t.dtype))))
+            tf.reduce_sum(tf.linalg.matvec(rows, tf.zeros([t.shape[-1]], t.dtype)))
+        )
     return tf.reduce_min(tf.cast(tf.math.is_finite(t), tf.int32)) > 0
 
 
@@ -41,7 +46,8 @@ def zero_all_if_any_non_finite(structure: TensorStructure) -> Tuple[TensorStruct
     if not flat:
         return structure, tf.constant(0)
     all_finite = functools.reduce(tf.logical_and, [_all_finite(t) for t in flat])
-    return tf.cond(all_finite,
-                   true_fn=lambda: (structure, tf.constant(0)),
-                   false_fn=lambda: (tf.nest.map_structure(tf.zeros_like, structure),
-                                     tf.constant(1)))
+    return tf.cond(
+        all_finite,
+        true_fn=lambda: (structure, tf.constant(0)),
+        false_fn=lambda: (tf.nest.map_structure(tf.zeros_like, structure), tf.constant(1)),
+    )

@@ -34,12 +34,14 @@ from simharness.templates.measured_process import MeasuredProcessOutput
 __all__ = ['build_apply_optimizer_finalizer', 'reject_non_finite_update']
 
 #: ``(optimizer state, update) -> (reject, measurements)``.
-RejectFn = Callable[[TensorStructure, TensorStructure],
-                    Tuple[Union[bool, tf.Tensor], Optional[TensorStructure]]]
+RejectFn = Callable[
+    [TensorStructure, TensorStructure], Tuple[Union[bool, tf.Tensor], Optional[TensorStructure]]
+]
 
 
-def reject_non_finite_update(state: TensorStructure, update: TensorStructure
-                             ) -> Tuple[tf.Tensor, collections.OrderedDict[str, tf.Tensor]]:
+def reject_non_finite_update(
+    state: TensorStructure, update: TensorStructure
+) -> Tuple[tf.Tensor, collections.OrderedDict[str, tf.Tensor]]:
     """Rejects an update with a NaN or Inf; measures ``update_non_finite`` (0 or 1)."""
     del state
     _, has_non_finite = zero_all_if_any_non_finite(update)
@@ -66,14 +68,15 @@ def _tensor_specs(t: T.Type) -> SpecStructure:
 def _is_model_weights_type(t: object) -> bool:
     def federated_inside(x: T.Type) -> bool:
         return isinstance(x, T.FederatedType) or (
-            isinstance(x, T.StructType) and any(federated_inside(e) for e in x))
-    return (isinstance(t, T.StructType) and t.container is ModelWeights
-            and not federated_inside(t))
+            isinstance(x, T.StructType) and any(federated_inside(e) for e in x)
+        )
+
+    return isinstance(t, T.StructType) and t.container is ModelWeights and not federated_inside(t)
 
 
 def _build_tff_optimizer_initialize_and_next(
-        model_weights_type: T.StructType, optimizer: Optimizer,
-        should_reject_update: RejectFn) -> Tuple[Computation, Computation]:
+    model_weights_type: T.StructType, optimizer: Optimizer, should_reject_update: RejectFn
+) -> Tuple[Computation, Computation]:
     trainable_type = model_weights_type.trainable
 
     @tf_computation()
@@ -82,8 +85,11 @@ def _build_tff_optimizer_initialize_and_next(
 
     @tf_computation(init_fn.type_signature.result, trainable_type, trainable_type)
     @tf.function
-    def next_fn(optimizer_state: TensorStructure, trainable_weights: TensorStructure,
-                update: TensorStructure) -> tuple[TensorStructure, ...]:
+    def next_fn(
+        optimizer_state: TensorStructure,
+        trainable_weights: TensorStructure,
+        update: TensorStructure,
+    ) -> tuple[TensorStructure, ...]:
         new_state, new_weights = optimizer.next(optimizer_state, trainable_weights, update)
         # Autograph turns this `if` (on a tensor) into a `tf.cond`, as in TFF.
         should_reject, measurements = should_reject_update(new_state, update)
@@ -95,8 +101,10 @@ def _build_tff_optimizer_initialize_and_next(
 
 
 def build_apply_optimizer_finalizer(
-        optimizer_fn: Optimizer, model_weights_type: T.StructType,
-        should_reject_update: RejectFn = reject_non_finite_update) -> finalizers.FinalizerProcess:
+    optimizer_fn: Optimizer,
+    model_weights_type: T.StructType,
+    should_reject_update: RejectFn = reject_non_finite_update,
+) -> finalizers.FinalizerProcess:
     """A `FinalizerProcess` that applies `optimizer_fn` to the trainable weights.
 
     Args:
@@ -113,25 +121,34 @@ def build_apply_optimizer_finalizer(
         raise SimharnessTypeError(
             'Provided value_type must be a StructType with its python container being '
             'tff.learning.models.ModelWeights, not containing a FederatedType, but found: '
-            f'{model_weights_type}', expected=ModelWeights, actual=model_weights_type)
+            f'{model_weights_type}',
+            expected=ModelWeights,
+            actual=model_weights_type,
+        )
     if not isinstance(optimizer_fn, Optimizer):
         raise SimharnessTypeError(
             f'optimizer_fn must be a tff.learning.optimizers.Optimizer, got {optimizer_fn!r} '
-            f'of type {type(optimizer_fn).__name__}', expected=Optimizer,
-            actual=type(optimizer_fn))
+            f'of type {type(optimizer_fn).__name__}',
+            expected=Optimizer,
+            actual=type(optimizer_fn),
+        )
     init_tf, next_tf = _build_tff_optimizer_initialize_and_next(
-        model_weights_type, optimizer_fn, should_reject_update)
+        model_weights_type, optimizer_fn, should_reject_update
+    )
 
     @federated_computation()
     def init_fn() -> Value:
         return I.federated_eval(init_tf, T.SERVER)
 
-    @federated_computation(init_fn.type_signature.result,
-                           T.FederatedType(model_weights_type, T.SERVER),
-                           T.FederatedType(model_weights_type.trainable, T.SERVER))
+    @federated_computation(
+        init_fn.type_signature.result,
+        T.FederatedType(model_weights_type, T.SERVER),
+        T.FederatedType(model_weights_type.trainable, T.SERVER),
+    )
     def next_fn(state: Value, weights: Value, update: Value) -> MeasuredProcessOutput:
         optimizer_state, new_trainable, measurements = I.federated_map(
-            next_tf, (state, weights.trainable, update))
+            next_tf, (state, weights.trainable, update)
+        )
         new_weights = I.federated_zip(ModelWeights(new_trainable, weights.non_trainable))
         return MeasuredProcessOutput(optimizer_state, new_weights, measurements)
 
@@ -145,5 +162,6 @@ def build_apply_optimizer_finalizer(
     def set_hparams_fn(state: TensorStructure, hparams: TensorStructure) -> TensorStructure:
         return optimizer_fn.set_hparams(state, hparams)
 
-    return finalizers.FinalizerProcess(init_fn, next_fn, get_hparams_fn=get_hparams_fn,
-                                       set_hparams_fn=set_hparams_fn)
+    return finalizers.FinalizerProcess(
+        init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn
+    )

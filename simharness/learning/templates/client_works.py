@@ -73,9 +73,14 @@ class ClientWorkProcess(MeasuredProcess):
         fit the state.
     """
 
-    def __init__(self, initialize_fn: Computation, next_fn: Computation, *,
-                 get_hparams_fn: Optional[Computation] = None,
-                 set_hparams_fn: Optional[Computation] = None):
+    def __init__(
+        self,
+        initialize_fn: Computation,
+        next_fn: Computation,
+        *,
+        get_hparams_fn: Optional[Computation] = None,
+        set_hparams_fn: Optional[Computation] = None,
+    ):
         super().__init__(initialize_fn, next_fn, next_is_multi_arg=True)
         _checks.check_initialize_at_server(initialize_fn, 'ClientWorkProcess')
         _checks.check_next_is_federated(next_fn)
@@ -85,17 +90,21 @@ class ClientWorkProcess(MeasuredProcess):
         if not _is_allowed_client_data_type(N.member_of(param[2])):
             raise ClientDataTypeError(
                 'The third input argument of `next_fn` must be a sequence or a structure of '
-                f'sequences, but found {param[2]}.')
+                f'sequences, but found {param[2]}.'
+            )
         result = N.as_federated(_checks.check_output_placement(next_fn, 'result', T.CLIENTS))
-        if not (isinstance(result.member, T.StructType)
-                and result.member.container is ClientResult):
+        if not (
+            isinstance(result.member, T.StructType) and result.member.container is ClientResult
+        ):
             raise ClientResultTypeError(
                 'The "result" attribute of the return type of `next_fn` must have the '
-                f'`ClientResult` container, but found {result}.')
+                f'`ClientResult` container, but found {result}.'
+            )
         _checks.check_output_placement(next_fn, 'measurements', T.SERVER)
         state_type = N.member_of(initialize_fn.type_signature.result)
         self._get_hparams_fn, self._set_hparams_fn = hparams_base.hparams_pair(
-            state_type, get_hparams_fn, set_hparams_fn)
+            state_type, get_hparams_fn, set_hparams_fn
+        )
 
     @property
     def get_hparams(self) -> Computation:

@@ -67,12 +67,15 @@ def build_broadcast_process(value_type: T.Type) -> DistributionProcess:
     if not isinstance(value_type, (T.TensorType, T.StructType)):
         raise SimharnessTypeError(
             f'value_type must be a TensorType or a StructType, got {value_type!r} of type '
-            f'{type(value_type).__name__}', expected=(T.TensorType, T.StructType),
-            actual=type(value_type))
+            f'{type(value_type).__name__}',
+            expected=(T.TensorType, T.StructType),
+            actual=type(value_type),
+        )
     if _contains_federated(value_type):
         raise SimharnessTypeError(
             f'Provided value_type must not contain any FederatedType, but found: {value_type}',
-            actual=value_type)
+            actual=value_type,
+        )
 
     @federated_computation()
     def init_fn() -> Value:

@@ -47,9 +47,14 @@ class FinalizerProcess(MeasuredProcess):
         fit the state.
     """
 
-    def __init__(self, initialize_fn: Computation, next_fn: Computation, *,
-                 get_hparams_fn: Optional[Computation] = None,
-                 set_hparams_fn: Optional[Computation] = None):
+    def __init__(
+        self,
+        initialize_fn: Computation,
+        next_fn: Computation,
+        *,
+        get_hparams_fn: Optional[Computation] = None,
+        set_hparams_fn: Optional[Computation] = None,
+    ):
         super().__init__(initialize_fn, next_fn, next_is_multi_arg=True)
         _checks.check_initialize_at_server(initialize_fn, 'FinalizerProcess')
         _checks.check_next_is_federated(next_fn)
@@ -61,11 +66,13 @@ class FinalizerProcess(MeasuredProcess):
             raise FinalizerResultTypeError(
                 'The second input argument of `next_fn` must match the "result" attribute of '
                 f'the return type of `next_fn`. Found:\nSecond input argument: '
-                f'{N.member_of(param[1])}\nResult attribute: {result.member}.')
+                f'{N.member_of(param[1])}\nResult attribute: {result.member}.'
+            )
         _checks.check_output_placement(next_fn, 'measurements', T.SERVER)
         state_type = N.member_of(initialize_fn.type_signature.result)
         self._get_hparams_fn, self._set_hparams_fn = hparams_base.hparams_pair(
-            state_type, get_hparams_fn, set_hparams_fn)
+            state_type, get_hparams_fn, set_hparams_fn
+        )
 
     @property
     def get_hparams(self) -> Computation:
@@ -78,17 +85,20 @@ class FinalizerProcess(MeasuredProcess):
         return self._set_hparams_fn
 
 
-def build_identity_finalizer(model_weights_type: T.StructType,
-                             update_type: T.StructType) -> FinalizerProcess:
+def build_identity_finalizer(
+    model_weights_type: T.StructType, update_type: T.StructType
+) -> FinalizerProcess:
     """A stateless `FinalizerProcess` that returns the weights unchanged."""
 
     @federated_computation()
     def init_fn() -> Value:
         return I.federated_value((), T.SERVER)
 
-    @federated_computation(init_fn.type_signature.result,
-                           T.FederatedType(model_weights_type, T.SERVER),
-                           T.FederatedType(update_type, T.SERVER))
+    @federated_computation(
+        init_fn.type_signature.result,
+        T.FederatedType(model_weights_type, T.SERVER),
+        T.FederatedType(update_type, T.SERVER),
+    )
     def next_fn(state: Value, weights: Value, update: Value) -> MeasuredProcessOutput:
         del update
         return MeasuredProcessOutput(state, weights, I.federated_value((), T.SERVER))

@@ -21,9 +21,14 @@ from simharness.learning.templates import hparams_base
 from simharness.templates.errors import TemplateNextFnNumArgsError
 from simharness.templates.iterative_process import IterativeProcess, check_computation
 
-__all__ = ['GetModelWeightsTypeSignatureError', 'LearningProcess', 'LearningProcessOutput',
-           'LearningProcessOutputError', 'LearningProcessPlacementError',
-           'SetModelWeightsTypeSignatureError']
+__all__ = [
+    'GetModelWeightsTypeSignatureError',
+    'LearningProcess',
+    'LearningProcessOutput',
+    'LearningProcessOutputError',
+    'LearningProcessPlacementError',
+    'SetModelWeightsTypeSignatureError',
+]
 
 
 class Error(Exception):
@@ -91,35 +96,48 @@ class LearningProcess(IterativeProcess):
         the errors of `IterativeProcess`.
     """
 
-    def __init__(self, initialize_fn: Computation, next_fn: Computation,
-                 get_model_weights: Computation, set_model_weights: Computation, *,
-                 get_hparams_fn: Optional[Computation] = None,
-                 set_hparams_fn: Optional[Computation] = None):
+    def __init__(
+        self,
+        initialize_fn: Computation,
+        next_fn: Computation,
+        get_model_weights: Computation,
+        set_model_weights: Computation,
+        *,
+        get_hparams_fn: Optional[Computation] = None,
+        set_hparams_fn: Optional[Computation] = None,
+    ):
         super().__init__(initialize_fn, next_fn)
         init_result = initialize_fn.type_signature.result
         if _placement(init_result) is not T.SERVER:
             raise LearningProcessPlacementError(
                 'The result of `initialize_fn` must be placed at `SERVER` but found placement '
-                f'{_placement(init_result)}.')
+                f'{_placement(init_result)}.'
+            )
         next_result = next_fn.type_signature.result
-        if not (isinstance(next_result, T.StructType)
-                and next_result.container is LearningProcessOutput):
+        if not (
+            isinstance(next_result, T.StructType) and next_result.container is LearningProcessOutput
+        ):
             raise LearningProcessOutputError(
                 'The `next_fn` of a `LearningProcess` must return a `LearningProcessOutput` '
-                f'object, but returns {next_result!r}')
+                f'object, but returns {next_result!r}'
+            )
         next_param = next_fn.type_signature.parameter
         if not isinstance(next_param, T.StructType) or len(next_param) != 2:
             raise TemplateNextFnNumArgsError(
                 f'The `next_fn` must have two input arguments, but found an input of type '
-                f'{next_param}.', actual=next_param)
+                f'{next_param}.',
+                actual=next_param,
+            )
         if _placement(next_param[1]) is not T.CLIENTS:
             raise LearningProcessPlacementError(
                 'The second input argument of `next_fn` must be placed at `CLIENTS`, but found '
-                f'placement {_placement(next_param[1])}.')
+                f'placement {_placement(next_param[1])}.'
+            )
         if _placement(next_result.metrics) is not T.SERVER:
             raise LearningProcessPlacementError(
                 'The result of `next_fn` must be placed at `SERVER` but found placement '
-                f'{_placement(next_result.metrics)} for `metrics`.')
+                f'{_placement(next_result.metrics)} for `metrics`.'
+            )
         state_member = N.member_of(next_param[0], 'the first parameter of `next_fn`')
 
         check_computation(get_model_weights, 'get_model_weights')
@@ -128,27 +146,34 @@ class LearningProcess(IterativeProcess):
             raise GetModelWeightsTypeSignatureError(
                 'The input type of `get_model_weights` must be assignable from the member type '
                 f'of the output of `initialize_fn`, but found input type {get_param}, which is '
-                f'not equivalent to {state_member}.')
+                f'not equivalent to {state_member}.'
+            )
         self._get_model_weights = get_model_weights
 
         check_computation(set_model_weights, 'set_model_weights')
         set_param = set_model_weights.type_signature.parameter
-        if (not isinstance(set_param, T.StructType) or len(set_param) != 2
-                or not set_param[0].is_equivalent_to(state_member)):
+        if (
+            not isinstance(set_param, T.StructType)
+            or len(set_param) != 2
+            or not set_param[0].is_equivalent_to(state_member)
+        ):
             raise SetModelWeightsTypeSignatureError(
                 'The input type of `set_model_weights` must be assignable from the member type '
                 f'of the output of `initialize_fn`, but found input type {set_param}, which is '
-                f'not equivalent to <{state_member}, weights>.')
+                f'not equivalent to <{state_member}, weights>.'
+            )
         set_result = set_model_weights.type_signature.result
         if not state_member.is_assignable_from(set_result):
             raise SetModelWeightsTypeSignatureError(
                 'The output type of `set_model_weights` must be assignable to the first '
                 f'parameter of `next_fn`, but found input type {set_result}, which is not '
-                f'assignable to; {state_member}.')
+                f'assignable to; {state_member}.'
+            )
         self._set_model_weights = set_model_weights
 
         self._get_hparams_fn, self._set_hparams_fn = hparams_base.hparams_pair(
-            N.member_of(init_result), get_hparams_fn, set_hparams_fn)
+            N.member_of(init_result), get_hparams_fn, set_hparams_fn
+        )
 
     @property
     def get_model_weights(self) -> Computation:

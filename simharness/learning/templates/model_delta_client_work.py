@@ -42,8 +42,12 @@ from simharness.learning.templates import client_works
 from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
 from simharness.templates.measured_process import MeasuredProcessOutput
 
-__all__ = ['build_functional_model_delta_client_work', 'build_functional_model_delta_update',
-           'build_model_delta_client_work', 'build_model_delta_update_with_tff_optimizer']
+__all__ = [
+    'build_functional_model_delta_client_work',
+    'build_functional_model_delta_update',
+    'build_model_delta_client_work',
+    'build_model_delta_update_with_tff_optimizer',
+]
 
 #: A client update (a `tf.function`): ``(optimizer, initial weights, dataset[, optimizer
 #: hyperparameters]) -> (ClientResult, the model's unfinalized metrics)``.
@@ -51,11 +55,12 @@ ClientUpdateFn = Callable[..., tuple[client_works.ClientResult, TensorStructure]
 
 #: ``(gradients, weights, initial weights) -> gradients``: a change to the gradients
 #: before the optimizer's step (FedProx' proximal term).
-GradientsAdjustment = Callable[[TensorStructure, TensorStructure, TensorStructure],
-                               TensorStructure]
+GradientsAdjustment = Callable[[TensorStructure, TensorStructure, TensorStructure], TensorStructure]
 
-def choose_client_weight(weighting: ClientWeighting, has_non_finite_delta: tf.Tensor,
-                         num_examples: tf.Tensor) -> tf.Tensor:
+
+def choose_client_weight(
+    weighting: ClientWeighting, has_non_finite_delta: tf.Tensor, num_examples: tf.Tensor
+) -> tf.Tensor:
     """The client's weight: 0 if its update was non-finite, else by `weighting` (float32)."""
     if weighting == ClientWeighting.NUM_EXAMPLES:
         weight = tf.cast(num_examples, tf.float32)
@@ -70,13 +75,18 @@ def _check_weighting(client_weighting: object) -> None:
     if not isinstance(client_weighting, ClientWeighting):
         raise SimharnessTypeError(
             f'client_weighting must be a tff.learning.ClientWeighting, got {client_weighting!r} '
-            f'of type {type(client_weighting).__name__}', expected=ClientWeighting,
-            actual=type(client_weighting))
+            f'of type {type(client_weighting).__name__}',
+            expected=ClientWeighting,
+            actual=type(client_weighting),
+        )
 
 
 def build_model_delta_update_with_tff_optimizer(
-        model_fn: Callable[[], variable.VariableModel], *, weighting: ClientWeighting,
-        loop_implementation: loop_builder.LoopImplementation) -> ClientUpdateFn:
+    model_fn: Callable[[], variable.VariableModel],
+    *,
+    weighting: ClientWeighting,
+    loop_implementation: loop_builder.LoopImplementation,
+) -> ClientUpdateFn:
     """The client update of a `VariableModel` (build it inside a `tf_computation`).
 
     Returns:
@@ -89,24 +99,31 @@ def build_model_delta_update_with_tff_optimizer(
         return stateless_keras_update(model, weighting, dataset_reduce_fn)
 
     @tf.function
-    def client_update(optimizer: Optimizer, initial_weights: model_weights_lib.ModelWeights,
-                      data: tf.data.Dataset, optimizer_hparams: Optional[TensorStructure] = None
-                      ) -> tuple[client_works.ClientResult, TensorStructure]:
+    def client_update(
+        optimizer: Optimizer,
+        initial_weights: model_weights_lib.ModelWeights,
+        data: tf.data.Dataset,
+        optimizer_hparams: Optional[TensorStructure] = None,
+    ) -> tuple[client_works.ClientResult, TensorStructure]:
         model_weights = model_weights_lib.ModelWeights.from_model(model)
         tf.nest.map_structure(lambda a, b: a.assign(b), model_weights, initial_weights)
 
-        def reduce_fn(state: tuple[tf.Tensor, TensorStructure], batch: Batch
-                      ) -> tuple[tf.Tensor, TensorStructure]:
+        def reduce_fn(
+            state: tuple[tf.Tensor, TensorStructure], batch: Batch
+        ) -> tuple[tf.Tensor, TensorStructure]:
             num_examples_sum, optimizer_state = state
             with tf.GradientTape() as tape:
                 output = model.forward_pass(batch, training=True)
             gradients = tape.gradient(output.loss, model_weights.trainable)
             optimizer_state, updated_weights = optimizer.next(
-                optimizer_state, tuple(tf.nest.flatten(model_weights.trainable)),
-                tuple(tf.nest.flatten(gradients)))
+                optimizer_state,
+                tuple(tf.nest.flatten(model_weights.trainable)),
+                tuple(tf.nest.flatten(gradients)),
+            )
             updated_weights = tf.nest.pack_sequence_as(model_weights.trainable, updated_weights)
-            tf.nest.map_structure(lambda a, b: a.assign(b), model_weights.trainable,
-                                  updated_weights)
+            tf.nest.map_structure(
+                lambda a, b: a.assign(b), model_weights.trainable, updated_weights
+            )
             if output.num_examples is None:
                 num_examples_sum += tf.shape(output.predictions, out_type=tf.int64)[0]
             else:
@@ -114,16 +131,19 @@ def build_model_delta_update_with_tff_optimizer(
             return num_examples_sum, optimizer_state
 
         def initial_state_for_reduce_fn() -> tuple[tf.Tensor, TensorStructure]:
-            specs = tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype),
-                                          tuple(tf.nest.flatten(model_weights.trainable)))
+            specs = tf.nest.map_structure(
+                lambda v: tf.TensorSpec(v.shape, v.dtype),
+                tuple(tf.nest.flatten(model_weights.trainable)),
+            )
             optimizer_state = optimizer.initialize(specs)
             if optimizer_hparams is not None:
                 optimizer_state = optimizer.set_hparams(optimizer_state, optimizer_hparams)
             return tf.zeros(shape=[], dtype=tf.int64), optimizer_state
 
         num_examples, _ = dataset_reduce_fn(reduce_fn, data, initial_state_for_reduce_fn)
-        update = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
-                                       model_weights.trainable)
+        update = tf.nest.map_structure(
+            tf.subtract, initial_weights.trainable, model_weights.trainable
+        )
         update, has_non_finite_delta = zero_all_if_any_non_finite(update)
         client_weight = choose_client_weight(weighting, has_non_finite_delta, num_examples)
         if has_non_finite_delta > 0:
@@ -134,10 +154,14 @@ def build_model_delta_update_with_tff_optimizer(
     return client_update
 
 
-def stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWeighting,
-                           dataset_reduce_fn: loop_builder.TrainingLoop, *,
-                           adjust_gradients: Optional[GradientsAdjustment] = None,
-                           reset_metrics_if_non_finite: bool = True) -> ClientUpdateFn:
+def stateless_keras_update(
+    model: 'keras_utils.KerasModel',
+    weighting: ClientWeighting,
+    dataset_reduce_fn: loop_builder.TrainingLoop,
+    *,
+    adjust_gradients: Optional[GradientsAdjustment] = None,
+    reset_metrics_if_non_finite: bool = True,
+) -> ClientUpdateFn:
     """The client update of a model of `from_keras_model` (this module's, or the proximal
     one with `adjust_gradients(gradients, weights, initial_weights)` and no metrics reset),
     with the weights and metric values as tensors in the loop's state
@@ -146,60 +170,75 @@ def stateless_keras_update(model: 'keras_utils.KerasModel', weighting: ClientWei
     client update can run XLA-compiled (`core.xla`)."""
 
     @tf.function
-    def client_update(optimizer: Optimizer, initial_weights: model_weights_lib.ModelWeights,
-                      data: tf.data.Dataset, optimizer_hparams: Optional[TensorStructure] = None
-                      ) -> tuple[client_works.ClientResult, TensorStructure]:
+    def client_update(
+        optimizer: Optimizer,
+        initial_weights: model_weights_lib.ModelWeights,
+        data: tf.data.Dataset,
+        optimizer_hparams: Optional[TensorStructure] = None,
+    ) -> tuple[client_works.ClientResult, TensorStructure]:
         trainable = tuple(tf.nest.flatten(initial_weights.trainable))
         non_trainable = tuple(tf.nest.flatten(initial_weights.non_trainable))
         reset_metrics = model.stateless_metrics_state()
 
-        def reduce_fn(state: tuple[tf.Tensor, ...], batch: Batch
-                      ) -> tuple[tf.Tensor, ...]:
+        def reduce_fn(state: tuple[tf.Tensor, ...], batch: Batch) -> tuple[tf.Tensor, ...]:
             num_examples_sum, optimizer_state, weights, fixed, metrics_state = state
             with tf.GradientTape() as tape:
                 tape.watch(weights)
                 output, fixed, metrics_state = model.stateless_forward_pass(
-                    weights, fixed, metrics_state, batch, training=True)
+                    weights, fixed, metrics_state, batch, training=True
+                )
             gradients = tape.gradient(output.loss, weights)
             if adjust_gradients is not None:
                 gradients = adjust_gradients(gradients, weights, trainable)
-            optimizer_state, weights = optimizer.next(optimizer_state, weights,
-                                                      tuple(gradients))
+            optimizer_state, weights = optimizer.next(optimizer_state, weights, tuple(gradients))
             if output.num_examples is None:
                 num_examples_sum += tf.shape(output.predictions, out_type=tf.int64)[0]
             else:
                 num_examples_sum += tf.cast(output.num_examples, tf.int64)
-            return (num_examples_sum, optimizer_state, tuple(weights), tuple(fixed),
-                    metrics_state)
+            return (num_examples_sum, optimizer_state, tuple(weights), tuple(fixed), metrics_state)
 
         def initial_state_for_reduce_fn() -> tuple[tf.Tensor, ...]:
             specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in trainable)
             optimizer_state = optimizer.initialize(specs)
             if optimizer_hparams is not None:
                 optimizer_state = optimizer.set_hparams(optimizer_state, optimizer_hparams)
-            return (tf.zeros(shape=[], dtype=tf.int64), optimizer_state, trainable,
-                    non_trainable, reset_metrics)
+            return (
+                tf.zeros(shape=[], dtype=tf.int64),
+                optimizer_state,
+                trainable,
+                non_trainable,
+                reset_metrics,
+            )
 
         num_examples, _, trained, _, metrics_state = dataset_reduce_fn(
-            reduce_fn, data, initial_state_for_reduce_fn)
+            reduce_fn, data, initial_state_for_reduce_fn
+        )
         trained = tf.nest.pack_sequence_as(initial_weights.trainable, list(trained))
         update = tf.nest.map_structure(tf.subtract, initial_weights.trainable, trained)
         update, has_non_finite_delta = zero_all_if_any_non_finite(update)
         client_weight = choose_client_weight(weighting, has_non_finite_delta, num_examples)
         if reset_metrics_if_non_finite:
-            metrics_state = tf.cond(has_non_finite_delta > 0, lambda: reset_metrics,
-                                    lambda: metrics_state)
-        return (client_works.ClientResult(update=update, update_weight=client_weight),
-                model.unfinalized_metrics_of(metrics_state))
+            metrics_state = tf.cond(
+                has_non_finite_delta > 0, lambda: reset_metrics, lambda: metrics_state
+            )
+        return (
+            client_works.ClientResult(update=update, update_weight=client_weight),
+            model.unfinalized_metrics_of(metrics_state),
+        )
 
     return client_update
 
 
 def build_model_delta_client_work(
-        model_fn: Callable[[], variable.VariableModel], optimizer: Optimizer,
-        client_weighting: ClientWeighting, metrics_aggregator: Optional[MetricsAggregatorType] = None,
-        *, loop_implementation: loop_builder.LoopImplementation = (
-            loop_builder.LoopImplementation.DATASET_REDUCE)) -> client_works.ClientWorkProcess:
+    model_fn: Callable[[], variable.VariableModel],
+    optimizer: Optimizer,
+    client_weighting: ClientWeighting,
+    metrics_aggregator: Optional[MetricsAggregatorType] = None,
+    *,
+    loop_implementation: loop_builder.LoopImplementation = (
+        loop_builder.LoopImplementation.DATASET_REDUCE
+    ),
+) -> client_works.ClientWorkProcess:
     """A `ClientWorkProcess` training a `VariableModel` and reporting its delta.
 
     The state is the optimizer's hyperparameters (``get_hparams`` of a state
@@ -221,7 +260,10 @@ def build_model_delta_client_work(
     if not isinstance(optimizer, Optimizer):
         raise SimharnessTypeError(
             f'optimizer must be a tff.learning.optimizers.Optimizer, got {optimizer!r} of type '
-            f'{type(optimizer).__name__}', expected=Optimizer, actual=type(optimizer))
+            f'{type(optimizer).__name__}',
+            expected=Optimizer,
+            actual=type(optimizer),
+        )
     if metrics_aggregator is None:
         metrics_aggregator = metrics_aggregators.sum_then_finalize
     with tf.Graph().as_default():
@@ -231,9 +273,11 @@ def build_model_delta_client_work(
         weights_type = model_weights_lib.weights_type_from_model(model)
     data_type = T.SequenceType(element_type)
     initial_hparams = optimizer.get_hparams(
-        optimizer.initialize(tf.TensorSpec(shape=(), dtype=tf.float32)))
-    initial_hparams = tf.nest.map_structure(lambda v: v.numpy() if tf.is_tensor(v) else v,
-                                            initial_hparams)
+        optimizer.initialize(tf.TensorSpec(shape=(), dtype=tf.float32))
+    )
+    initial_hparams = tf.nest.map_structure(
+        lambda v: v.numpy() if tf.is_tensor(v) else v, initial_hparams
+    )
 
     @federated_computation()
     def init_fn() -> Value:
@@ -251,27 +295,33 @@ def build_model_delta_client_work(
         return hparams
 
     @tf_computation(state_type, weights_type, data_type)
-    def client_update_computation(state: TensorStructure,
-                                  initial_model_weights: model_weights_lib.ModelWeights,
-                                  dataset: tf.data.Dataset
-                                  ) -> tuple[client_works.ClientResult, TensorStructure]:
+    def client_update_computation(
+        state: TensorStructure,
+        initial_model_weights: model_weights_lib.ModelWeights,
+        dataset: tf.data.Dataset,
+    ) -> tuple[client_works.ClientResult, TensorStructure]:
         client_update = build_model_delta_update_with_tff_optimizer(
-            model_fn=model_fn, weighting=client_weighting,
-            loop_implementation=loop_implementation)
+            model_fn=model_fn, weighting=client_weighting, loop_implementation=loop_implementation
+        )
         return client_update(optimizer, initial_model_weights, dataset, state)
 
-    @federated_computation(init_fn.type_signature.result, T.FederatedType(weights_type, T.CLIENTS),
-                           T.FederatedType(data_type, T.CLIENTS))
+    @federated_computation(
+        init_fn.type_signature.result,
+        T.FederatedType(weights_type, T.CLIENTS),
+        T.FederatedType(data_type, T.CLIENTS),
+    )
     def next_fn(state: Value, weights: Value, client_data: Value) -> MeasuredProcessOutput:
         state_at_clients = I.federated_broadcast(state)
         client_result, model_outputs = I.federated_map(
-            client_update_computation, (state_at_clients, weights, client_data))
+            client_update_computation, (state_at_clients, weights, client_data)
+        )
         train_metrics = metrics_aggregation_fn(model_outputs)
         measurements = I.federated_zip(collections.OrderedDict(train=train_metrics))
         return MeasuredProcessOutput(state, client_result, measurements)
 
-    return client_works.ClientWorkProcess(init_fn, next_fn, get_hparams_fn=get_hparams_fn,
-                                          set_hparams_fn=set_hparams_fn)
+    return client_works.ClientWorkProcess(
+        init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn
+    )
 
 
 def split_batch(batch: Batch) -> tuple[TensorStructure, TensorStructure]:
@@ -283,8 +333,11 @@ def split_batch(batch: Batch) -> tuple[TensorStructure, TensorStructure]:
 
 
 def build_functional_model_delta_update(
-        model: functional.FunctionalModel, *, weighting: ClientWeighting,
-        loop_implementation: loop_builder.LoopImplementation) -> ClientUpdateFn:
+    model: functional.FunctionalModel,
+    *,
+    weighting: ClientWeighting,
+    loop_implementation: loop_builder.LoopImplementation,
+) -> ClientUpdateFn:
     """The client update of a `FunctionalModel`.
 
     Returns:
@@ -293,16 +346,19 @@ def build_functional_model_delta_update(
     """
 
     @tf.function
-    def client_update_fn(optimizer: Optimizer,
-                         initial_weights: tuple[TensorStructure, TensorStructure],
-                         dataset: tf.data.Dataset
-                         ) -> tuple[client_works.ClientResult, TensorStructure]:
+    def client_update_fn(
+        optimizer: Optimizer,
+        initial_weights: tuple[TensorStructure, TensorStructure],
+        dataset: tf.data.Dataset,
+    ) -> tuple[client_works.ClientResult, TensorStructure]:
         initial_trainable_weights = initial_weights[0]
         trainable_specs = tf.nest.map_structure(
-            tf.TensorSpec.from_tensor, tuple(tf.nest.flatten(initial_trainable_weights)))
+            tf.TensorSpec.from_tensor, tuple(tf.nest.flatten(initial_trainable_weights))
+        )
 
-        def reduce_func(training_state: tuple[tf.Tensor, ...], batch: Batch
-                        ) -> tuple[tf.Tensor, ...]:
+        def reduce_func(
+            training_state: tuple[tf.Tensor, ...], batch: Batch
+        ) -> tuple[tf.Tensor, ...]:
             model_weights, optimizer_state, metrics_state, num_examples = training_state
             trainable_weights, non_trainable_weights = model_weights
             x, y = split_batch(batch)
@@ -311,32 +367,45 @@ def build_functional_model_delta_update(
                 batch_output = model.predict_on_batch(model_weights, x, training=True)
                 batch_loss = model.loss(output=batch_output, label=y)
             gradients = tape.gradient(batch_loss, trainable_weights)
-            optimizer_state, trainable_weights = optimizer.next(optimizer_state,
-                                                                trainable_weights, gradients)
+            optimizer_state, trainable_weights = optimizer.next(
+                optimizer_state, trainable_weights, gradients
+            )
             predictions = tf.nest.flatten(batch_output)[0]
             batch_num_examples = tf.shape(predictions)[0]
             num_examples += tf.cast(batch_num_examples, tf.int64)
             metrics_state = model.update_metrics_state(
                 metrics_state,
-                batch_output=variable.BatchOutput(loss=batch_loss, predictions=batch_output,
-                                                  num_examples=batch_num_examples),
-                labels=y)
-            return ((trainable_weights, non_trainable_weights), optimizer_state, metrics_state,
-                    num_examples)
+                batch_output=variable.BatchOutput(
+                    loss=batch_loss, predictions=batch_output, num_examples=batch_num_examples
+                ),
+                labels=y,
+            )
+            return (
+                (trainable_weights, non_trainable_weights),
+                optimizer_state,
+                metrics_state,
+                num_examples,
+            )
 
         def initial_training_state() -> tuple[tf.Tensor, ...]:
-            return (initial_weights, optimizer.initialize(trainable_specs),
-                    model.initialize_metrics_state(), tf.constant(0, tf.int64))
+            return (
+                initial_weights,
+                optimizer.initialize(trainable_specs),
+                model.initialize_metrics_state(),
+                tf.constant(0, tf.int64),
+            )
 
         loop = loop_builder.build_training_loop(loop_implementation=loop_implementation)
-        model_weights, _, metrics_state, num_examples = loop(reduce_func, dataset,
-                                                             initial_training_state)
+        model_weights, _, metrics_state, num_examples = loop(
+            reduce_func, dataset, initial_training_state
+        )
         trainable_weights, _ = model_weights
         update = tf.nest.map_structure(tf.subtract, initial_trainable_weights, trainable_weights)
         update, has_non_finite_delta = zero_all_if_any_non_finite(update)
         client_weight = choose_client_weight(weighting, has_non_finite_delta, num_examples)
-        unfinalized = tf.cond(has_non_finite_delta > 0, model.initialize_metrics_state,
-                              lambda: metrics_state)
+        unfinalized = tf.cond(
+            has_non_finite_delta > 0, model.initialize_metrics_state, lambda: metrics_state
+        )
         return client_works.ClientResult(update=update, update_weight=client_weight), unfinalized
 
     return client_update_fn
@@ -344,19 +413,29 @@ def build_functional_model_delta_update(
 
 def functional_weights_type(model: functional.FunctionalModel) -> T.Type:
     """The `ModelWeights` type of a `FunctionalModel`'s ``initial_weights``."""
+
     def spec(a: TensorStructure) -> tf.TensorSpec:
         a = np.asarray(a)
         return tf.TensorSpec(shape=a.shape, dtype=tf.as_dtype(a.dtype))
-    return T.to_type(model_weights_lib.ModelWeights(
-        tuple(spec(w) for w in model.initial_weights[0]),
-        tuple(spec(w) for w in model.initial_weights[1])))
+
+    return T.to_type(
+        model_weights_lib.ModelWeights(
+            tuple(spec(w) for w in model.initial_weights[0]),
+            tuple(spec(w) for w in model.initial_weights[1]),
+        )
+    )
 
 
 def build_functional_model_delta_client_work(
-        *, model: functional.FunctionalModel, optimizer: Optimizer,
-        client_weighting: ClientWeighting, metrics_aggregator: Optional[MetricsAggregatorType] = None,
-        loop_implementation: loop_builder.LoopImplementation = (
-            loop_builder.LoopImplementation.DATASET_REDUCE)) -> client_works.ClientWorkProcess:
+    *,
+    model: functional.FunctionalModel,
+    optimizer: Optimizer,
+    client_weighting: ClientWeighting,
+    metrics_aggregator: Optional[MetricsAggregatorType] = None,
+    loop_implementation: loop_builder.LoopImplementation = (
+        loop_builder.LoopImplementation.DATASET_REDUCE
+    ),
+) -> client_works.ClientWorkProcess:
     """A stateless `ClientWorkProcess` training a `FunctionalModel` and reporting its delta.
 
     Raises:
@@ -365,23 +444,32 @@ def build_functional_model_delta_client_work(
     if not isinstance(model, functional.FunctionalModel):
         raise SimharnessTypeError(
             f'model must be a tff.learning.models.FunctionalModel, got {type(model).__name__}',
-            expected=functional.FunctionalModel, actual=type(model))
+            expected=functional.FunctionalModel,
+            actual=type(model),
+        )
     if not isinstance(optimizer, Optimizer):
         raise SimharnessTypeError(
             f'optimizer must be a tff.learning.optimizers.Optimizer, got {optimizer!r} of type '
-            f'{type(optimizer).__name__}', expected=Optimizer, actual=type(optimizer))
+            f'{type(optimizer).__name__}',
+            expected=Optimizer,
+            actual=type(optimizer),
+        )
     _check_weighting(client_weighting)
     data_type = T.SequenceType(T.to_type(model.input_spec))
     weights_type = functional_weights_type(model)
 
     @tf_computation(weights_type, data_type)
-    def client_update_computation(initial_model_weights: model_weights_lib.ModelWeights,
-                                  dataset: tf.data.Dataset
-                                  ) -> tuple[client_works.ClientResult, TensorStructure]:
+    def client_update_computation(
+        initial_model_weights: model_weights_lib.ModelWeights, dataset: tf.data.Dataset
+    ) -> tuple[client_works.ClientResult, TensorStructure]:
         client_update = build_functional_model_delta_update(
-            model=model, weighting=client_weighting, loop_implementation=loop_implementation)
-        return client_update(optimizer, (initial_model_weights.trainable,
-                                         initial_model_weights.non_trainable), dataset)
+            model=model, weighting=client_weighting, loop_implementation=loop_implementation
+        )
+        return client_update(
+            optimizer,
+            (initial_model_weights.trainable, initial_model_weights.non_trainable),
+            dataset,
+        )
 
     @federated_computation()
     def init_fn() -> Value:
@@ -390,15 +478,19 @@ def build_functional_model_delta_client_work(
     if metrics_aggregator is None:
         metrics_aggregator = metrics_aggregators.sum_then_finalize
 
-    @federated_computation(T.FederatedType(T.StructType([]), T.SERVER),
-                           T.FederatedType(weights_type, T.CLIENTS),
-                           T.FederatedType(data_type, T.CLIENTS))
+    @federated_computation(
+        T.FederatedType(T.StructType([]), T.SERVER),
+        T.FederatedType(weights_type, T.CLIENTS),
+        T.FederatedType(data_type, T.CLIENTS),
+    )
     def next_fn(state: Value, weights: Value, client_data: Value) -> MeasuredProcessOutput:
-        client_result, unfinalized_metrics = I.federated_map(client_update_computation,
-                                                             (weights, client_data))
+        client_result, unfinalized_metrics = I.federated_map(
+            client_update_computation, (weights, client_data)
+        )
         aggregation_fn = metrics_aggregator(model.finalize_metrics)
-        measurements = I.federated_zip(collections.OrderedDict(
-            train=aggregation_fn(unfinalized_metrics)))
+        measurements = I.federated_zip(
+            collections.OrderedDict(train=aggregation_fn(unfinalized_metrics))
+        )
         return MeasuredProcessOutput(state, client_result, measurements)
 
     return client_works.ClientWorkProcess(init_fn, next_fn)

@@ -6,8 +6,11 @@ from typing import Optional
 
 from simharness.core import types as T
 
-__all__ = ['ClientSequenceTypeError', 'check_is_client_placed_structure_of_sequences',
-           'is_tensorflow_compatible_type']
+__all__ = [
+    'ClientSequenceTypeError',
+    'check_is_client_placed_structure_of_sequences',
+    'is_tensorflow_compatible_type',
+]
 
 
 class ClientSequenceTypeError(Exception):
@@ -33,13 +36,18 @@ def _is_structure_of_sequences(t: T.Type) -> bool:
     return False
 
 
-def check_is_client_placed_structure_of_sequences(type_spec: T.Type,
-                                                  error_message: Optional[str] = None) -> None:
+def check_is_client_placed_structure_of_sequences(
+    type_spec: T.Type, error_message: Optional[str] = None
+) -> None:
     """Raises `ClientSequenceTypeError` unless `type_spec` is ``{structure of sequences}@CLIENTS``."""
     if error_message is None:
         error_message = (
             'Expected a federated type with placement `CLIENTS` and with member type that is a '
-            f'structure of TensorFlow-compatible sequences. Found {type_spec}.')
-    if (not isinstance(type_spec, T.FederatedType) or type_spec.placement is not T.CLIENTS
-            or not _is_structure_of_sequences(type_spec.member)):
+            f'structure of TensorFlow-compatible sequences. Found {type_spec}.'
+        )
+    if (
+        not isinstance(type_spec, T.FederatedType)
+        or type_spec.placement is not T.CLIENTS
+        or not _is_structure_of_sequences(type_spec.member)
+    ):
         raise ClientSequenceTypeError(error_message)

@@ -49,21 +49,25 @@ def read_token_file(path: str) -> str:
 
 def check_token(token: Any, what: str = 'token') -> str:
     if not isinstance(token, str):
-        raise E.SimharnessTypeError(f'{what} must be a str, got {type(token).__name__}',
-                                    expected=str, actual=type(token))
+        raise E.SimharnessTypeError(
+            f'{what} must be a str, got {type(token).__name__}', expected=str, actual=type(token)
+        )
     if len(token) < 16 or not token.isascii() or not token.isprintable() or ' ' in token:
         raise E.SimharnessValueError(
             f'{what} must be at least 16 printable ASCII characters without spaces (got '
             f'{len(token)} characters); make one with: python -c "import secrets; '
-            'print(secrets.token_urlsafe(32))"')
+            'print(secrets.token_urlsafe(32))"'
+        )
     return token
 
 
 def channel_options(max_message: int = GRPC_MAX_MESSAGE) -> List[Tuple[str, Any]]:
     # Reconnect backoff capped at 1 s (gRPC's default grows to 120 s): a restarted
     # service is found again within a second.
-    return [('grpc.max_send_message_length', max_message),
-            ('grpc.max_receive_message_length', max_message),
-            ('grpc.initial_reconnect_backoff_ms', 100),
-            ('grpc.min_reconnect_backoff_ms', 100),
-            ('grpc.max_reconnect_backoff_ms', 1000)]
+    return [
+        ('grpc.max_send_message_length', max_message),
+        ('grpc.max_receive_message_length', max_message),
+        ('grpc.initial_reconnect_backoff_ms', 100),
+        ('grpc.min_reconnect_backoff_ms', 100),
+        ('grpc.max_reconnect_backoff_ms', 1000),
+    ]

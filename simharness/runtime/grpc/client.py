@@ -50,11 +50,23 @@ from simharness import errors as E
 from simharness.runtime import protocol as P
 from simharness.runtime.inflight import InFlight
 from simharness.runtime.proto import executor_service_pb2 as pb
-from simharness.runtime.grpc.auth import (EXECUTE_PATH, WORKER_METADATA, channel_options,
-                                          check_token, is_loopback, token_metadata)
-from simharness.runtime.grpc.framing import (CHUNK_BYTES, DEFAULT_CONNECT_TIMEOUT,
-                                             DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_MESSAGE_BYTES,
-                                             MessageAssembler, decode_frame, encoded_frames)
+from simharness.runtime.grpc.auth import (
+    EXECUTE_PATH,
+    WORKER_METADATA,
+    channel_options,
+    check_token,
+    is_loopback,
+    token_metadata,
+)
+from simharness.runtime.grpc.framing import (
+    CHUNK_BYTES,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_INFLIGHT,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    MessageAssembler,
+    decode_frame,
+    encoded_frames,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +74,9 @@ log = logging.getLogger(__name__)
 class _Call(InFlight):
     __slots__ = ('header', 'buffers', 'sent_at')
 
-    def __init__(self, header: bytes, buffers: List[Any], op: str,
-                 on_done: Optional[Callable[[], None]]):
+    def __init__(
+        self, header: bytes, buffers: List[Any], op: str, on_done: Optional[Callable[[], None]]
+    ):
         super().__init__(op, on_done)
         self.header = header
         self.buffers = buffers
@@ -118,8 +131,11 @@ class _Stream:
         chunk = self.handle.services.chunk_bytes
         while True:
             with self.cond:
-                while not self.closing and self.failed is None and (
-                        not self.queue or len(self.inflight) >= max_inflight):
+                while (
+                    not self.closing
+                    and self.failed is None
+                    and (not self.queue or len(self.inflight) >= max_inflight)
+                ):
                     self.cond.wait()
                 if self.failed is not None or (self.closing and not self.queue):
                     return
@@ -145,8 +161,9 @@ class _Stream:
                     call = self.inflight.popleft() if self.inflight else None
                     self.cond.notify_all()
                 if call is None:
-                    raise E.ProtocolError(f'the service at {h.address} answered a request that '
-                                          'was never sent')
+                    raise E.ProtocolError(
+                        f'the service at {h.address} answered a request that was never sent'
+                    )
                 try:
                     resp = P.decode_message(header, buffers)
                 except Exception as e:
@@ -156,10 +173,12 @@ class _Stream:
             with self.cond:
                 clean = self.closing and not self.inflight and not self.queue
             if not clean:
-                error_for = h.lost_error('the service closed the stream (it is shutting down?)',
-                                         'UNAVAILABLE')
+                error_for = h.lost_error(
+                    'the service closed the stream (it is shutting down?)', 'UNAVAILABLE'
+                )
         except Exception as e:
             import grpc
+
             if isinstance(e, grpc.RpcError):
                 status = _status_name(e)
                 with self.cond:
@@ -167,15 +186,21 @@ class _Stream:
                 if not quiet:
                     error_for = h.rpc_error(e)
             else:
-                error_for = (lambda c, e=e: e)
+                error_for = lambda c, e=e: e
                 log.warning('stream to %s failed: %s', h.address, e)
         if error_for is not None and self.call is not None:
             try:
                 self.call.cancel()  # a broken or malformed stream: stop reading it
             except Exception:  # pragma: no cover - cancelling an ended call
                 pass
-        self.fail(error_for or (lambda c: E.ExecutorClosedError(
-            f'the stream to {h.address} was closed while it ran {c.op}')))
+        self.fail(
+            error_for
+            or (
+                lambda c: E.ExecutorClosedError(
+                    f'the stream to {h.address} was closed while it ran {c.op}'
+                )
+            )
+        )
 
     def fail(self, error_for: Callable[[_Call], BaseException]) -> None:
         with self.cond:
@@ -247,8 +272,12 @@ class RemoteWorkerHandle:
             return E.ServiceUnavailableError(
                 f'executor service at {addr} (worker {self.slot}): {what} while it ran {c.op}; '
                 'its values are lost: run the computation again (execution_context(factory, '
-                'retries=N) does, once the service is back)', address=addr, status=status,
-                worker_id=self.worker_id)
+                'retries=N) does, once the service is back)',
+                address=addr,
+                status=status,
+                worker_id=self.worker_id,
+            )
+
         return error
 
     def rpc_error(self, e: Any) -> Callable[[_Call], BaseException]:
@@ -257,12 +286,18 @@ class RemoteWorkerHandle:
         if status == 'UNAUTHENTICATED':
             err = E.ServiceAuthenticationError(
                 f'the executor service at {self.address} refused this driver: {details}',
-                address=self.address)
+                address=self.address,
+            )
             return lambda c: err
-        if status in ('RESOURCE_EXHAUSTED', 'INVALID_ARGUMENT', 'UNIMPLEMENTED',
-                      'FAILED_PRECONDITION'):
-            err2 = E.ProtocolError(f'the executor service at {self.address} refused a request '
-                                   f'({status}): {details}')
+        if status in (
+            'RESOURCE_EXHAUSTED',
+            'INVALID_ARGUMENT',
+            'UNIMPLEMENTED',
+            'FAILED_PRECONDITION',
+        ):
+            err2 = E.ProtocolError(
+                f'the executor service at {self.address} refused a request ({status}): {details}'
+            )
             return lambda c: err2
         return self.lost_error(f'connection lost ({status}: {details})', status)
 
@@ -270,6 +305,7 @@ class RemoteWorkerHandle:
     def ensure_started(self, timeout: Optional[float] = None) -> None:
         """Opens a stream to the service (waiting for it up to `connect_timeout`)."""
         import grpc
+
         with self._start_lock:
             if self.services.closed:
                 raise E.ExecutorClosedError('the remote executor services are closed')
@@ -283,13 +319,15 @@ class RemoteWorkerHandle:
                 raise E.ProtocolError(
                     f'the executor service at {self.address} now has {info.num_workers} worker '
                     f'slots; worker {self.slot} is gone (it was restarted with another '
-                    '--num-workers): make a new factory')
+                    '--num-workers): make a new factory'
+                )
             gen = self.generation + 1
             stream = _Stream(self, gen)
             md = ((WORKER_METADATA, str(self.slot)),) + token_metadata(self.services.token)
             stream.call = self.target.execute(stream.requests(), metadata=md)
             stream.reader = threading.Thread(
-                target=stream.read, name=f'simharness-grpc-{self.worker_id}', daemon=True)
+                target=stream.read, name=f'simharness-grpc-{self.worker_id}', daemon=True
+            )
             with self._lock:
                 self._stream = stream
                 self.generation = gen
@@ -298,10 +336,16 @@ class RemoteWorkerHandle:
             stream.reader.start()
             del grpc
 
-    def submit(self, header: bytes, buffers: List[Any], op: P.Op, generation: int,
-               locs: Optional[List[Any]] = None,
-               on_done: Optional[Callable[[], None]] = None,
-               lend: bool = False) -> concurrent.futures.Future:
+    def submit(
+        self,
+        header: bytes,
+        buffers: List[Any],
+        op: P.Op,
+        generation: int,
+        locs: Optional[List[Any]] = None,
+        on_done: Optional[Callable[[], None]] = None,
+        lend: bool = False,
+    ) -> concurrent.futures.Future:
         """Queues one encoded request; the future resolves to its decoded `Response`
         (`lend` is ignored: answers arrive as copies over the stream)."""
         call = _Call(header, list(buffers), op.name, on_done)
@@ -313,7 +357,10 @@ class RemoteWorkerHandle:
             err = E.WorkerCrashedError(
                 f'the stream to the executor service at {self.address} was replaced (the '
                 'service was unreachable or restarted); its values are gone: run the '
-                'computation again', worker_id=cast(Any, self.worker_id), pid=self.pid)
+                'computation again',
+                worker_id=cast(Any, self.worker_id),
+                pid=self.pid,
+            )
         else:
             with stream.cond:
                 if stream.failed is not None:
@@ -332,8 +379,11 @@ class RemoteWorkerHandle:
             stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
-            stream.fail(lambda c: E.ExecutorClosedError(
-                f'the remote executor services were closed while {self.address} ran {c.op}'))
+            stream.fail(
+                lambda c: E.ExecutorClosedError(
+                    f'the remote executor services were closed while {self.address} ran {c.op}'
+                )
+            )
 
 
 class _Target:
@@ -355,8 +405,9 @@ class _Target:
             self.execute = self._execute_through_stub
 
     def _execute_through_stub(self, frames: Iterator[bytes], metadata: Any = None) -> Any:
-        return _StubCall(self.stub.Execute((pb.Frame.FromString(b) for b in frames),
-                                           metadata=metadata))
+        return _StubCall(
+            self.stub.Execute((pb.Frame.FromString(b) for b in frames), metadata=metadata)
+        )
 
 
 class _StubCall:
@@ -385,14 +436,21 @@ def keepalive_options(liveness_timeout: float) -> List[Any]:
     half_ms = max(1500, int(liveness_timeout * 500))
     # Any ping in flight (keepalive, or gRPC's own bandwidth probes) waits at most
     # ping_timeout (gRPC's default: 60 s) for its acknowledgement.
-    return [('grpc.keepalive_time_ms', half_ms), ('grpc.keepalive_timeout_ms', half_ms),
-            ('grpc.http2.ping_timeout_ms', half_ms),
-            ('grpc.keepalive_permit_without_calls', 1), ('grpc.http2.max_pings_without_data', 0)]
+    return [
+        ('grpc.keepalive_time_ms', half_ms),
+        ('grpc.keepalive_timeout_ms', half_ms),
+        ('grpc.http2.ping_timeout_ms', half_ms),
+        ('grpc.keepalive_permit_without_calls', 1),
+        ('grpc.http2.max_pings_without_data', 0),
+    ]
 
 
-def stub_for(target: Any, token: Optional[str] = None,
-             root_certificates: Optional[bytes] = None,
-             liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT) -> _Target:
+def stub_for(
+    target: Any,
+    token: Optional[str] = None,
+    root_certificates: Optional[bytes] = None,
+    liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+) -> _Target:
     """A `_Target` for an address ``'host:port'``, a `grpc.Channel` or an `ExecutorServiceStub`.
 
     A channel made here (from an address) has keepalive for `liveness_timeout`
@@ -401,19 +459,23 @@ def stub_for(target: Any, token: Optional[str] = None,
     # reason: grpc (and its generated stubs, which import it) load when a channel is made
     import grpc
     from simharness.runtime.proto import executor_service_pb2_grpc as pbg
+
     if isinstance(target, str):
         if not target or ':' not in target:
-            raise E.SimharnessValueError(
-                f"a service address must be 'host:port', got {target!r}")
+            raise E.SimharnessValueError(f"a service address must be 'host:port', got {target!r}")
         host = target.rsplit(':', 1)[0]
         opts = channel_options() + keepalive_options(liveness_timeout)
         if root_certificates is not None:
-            channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates),
-                                          options=opts)
+            channel = grpc.secure_channel(
+                target, grpc.ssl_channel_credentials(root_certificates), options=opts
+            )
         else:
             if token and not is_loopback(host):
-                log.warning('sending a token to %s over a plaintext channel; give '
-                            'root_certificates= to use TLS', target)
+                log.warning(
+                    'sending a token to %s over a plaintext channel; give '
+                    'root_certificates= to use TLS',
+                    target,
+                )
             channel = grpc.insecure_channel(target, options=opts)
         return _Target(target, pbg.ExecutorServiceStub(channel), channel, owned=True)
     if isinstance(target, pbg.ExecutorServiceStub):
@@ -422,8 +484,10 @@ def stub_for(target: Any, token: Optional[str] = None,
         return _Target(_channel_address(target), pbg.ExecutorServiceStub(target), target)
     raise E.SimharnessTypeError(
         f"a service must be an address 'host:port', a grpc.Channel or an ExecutorServiceStub, "
-        f'got {target!r} of type {type(target).__name__}', expected='str | grpc.Channel',
-        actual=type(target))
+        f'got {target!r} of type {type(target).__name__}',
+        expected='str | grpc.Channel',
+        actual=type(target),
+    )
 
 
 def _channel_address(channel: Any) -> str:
@@ -476,26 +540,38 @@ class RemoteServices:
         naming the service. Also an attribute.
     """
 
-    def __init__(self, targets: Sequence[Any], *, token: Optional[str] = None,
-                 root_certificates: Optional[bytes] = None,
-                 max_inflight: int = DEFAULT_MAX_INFLIGHT,
-                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 chunk_bytes: int = CHUNK_BYTES,
-                 liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
-                 request_timeout: Optional[float] = None):
+    def __init__(
+        self,
+        targets: Sequence[Any],
+        *,
+        token: Optional[str] = None,
+        root_certificates: Optional[bytes] = None,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        chunk_bytes: int = CHUNK_BYTES,
+        liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+        request_timeout: Optional[float] = None,
+    ):
         if token is not None:
             check_token(token)
-        if (isinstance(liveness_timeout, bool) or not isinstance(liveness_timeout, (int, float))
-                or not liveness_timeout > 0):
+        if (
+            isinstance(liveness_timeout, bool)
+            or not isinstance(liveness_timeout, (int, float))
+            or not liveness_timeout > 0
+        ):
             raise E.SimharnessValueError(
-                f'liveness_timeout must be a number > 0 (seconds), got {liveness_timeout!r}')
+                f'liveness_timeout must be a number > 0 (seconds), got {liveness_timeout!r}'
+            )
         self.liveness_timeout = float(liveness_timeout)
         if request_timeout is not None and (
-                isinstance(request_timeout, bool) or not isinstance(request_timeout, (int, float))
-                or not request_timeout > 0):
+            isinstance(request_timeout, bool)
+            or not isinstance(request_timeout, (int, float))
+            or not request_timeout > 0
+        ):
             raise E.SimharnessValueError(
-                f'request_timeout must be None or a number > 0 (seconds), got {request_timeout!r}')
+                f'request_timeout must be None or a number > 0 (seconds), got {request_timeout!r}'
+            )
         self.request_timeout = request_timeout
         self._watchdog: Optional[threading.Thread] = None
         self.token = token
@@ -511,8 +587,7 @@ class RemoteServices:
         self.handles: List[RemoteWorkerHandle] = []
         try:
             for t in targets:
-                self.targets.append(stub_for(t, token, root_certificates,
-                                             self.liveness_timeout))
+                self.targets.append(stub_for(t, token, root_certificates, self.liveness_timeout))
         except BaseException:
             self.close()
             raise
@@ -533,26 +608,35 @@ class RemoteServices:
     def service_info(self, target: _Target, timeout: Optional[float] = None) -> Any:
         """`GetServiceInfo` of one service, waiting up to `timeout` (connect_timeout) for it."""
         import grpc
+
         timeout = self.connect_timeout if timeout is None else timeout
         try:
-            info = target.stub.GetServiceInfo(pb.ServiceInfoRequest(), timeout=timeout,
-                                              wait_for_ready=True,
-                                              metadata=token_metadata(self.token))
+            info = target.stub.GetServiceInfo(
+                pb.ServiceInfoRequest(),
+                timeout=timeout,
+                wait_for_ready=True,
+                metadata=token_metadata(self.token),
+            )
         except grpc.RpcError as e:
             status, details = _status_name(e), _details(e)
             if status == 'UNAUTHENTICATED':
                 raise E.ServiceAuthenticationError(
                     f'the executor service at {target.address} refused this driver: {details}',
-                    address=target.address) from None
+                    address=target.address,
+                ) from None
             raise E.ServiceUnavailableError(
                 f'the executor service at {target.address} is unreachable ({status}: '
                 f'{details}) after waiting {timeout:g} s; start it (simharness serve --port '
-                'PORT) or check the address', address=target.address, status=status) from None
+                'PORT) or check the address',
+                address=target.address,
+                status=status,
+            ) from None
         if info.protocol_version != P.PROTOCOL_VERSION:
             raise E.ProtocolError(
                 f'the executor service at {target.address} speaks protocol version '
                 f'{info.protocol_version}, this driver {P.PROTOCOL_VERSION}: use the same '
-                'simharness version on both sides')
+                'simharness version on both sides'
+            )
         return info
 
     def start(self) -> None:
@@ -570,9 +654,12 @@ class RemoteServices:
             self.handles.extend(handles)
             self._started = True
             if self.request_timeout is not None:
-                self._watchdog = threading.Thread(target=_watch_requests,
-                                                  args=(weakref.ref(self),), daemon=True,
-                                                  name='simharness-grpc-request-timeout')
+                self._watchdog = threading.Thread(
+                    target=_watch_requests,
+                    args=(weakref.ref(self),),
+                    daemon=True,
+                    name='simharness-grpc-request-timeout',
+                )
                 self._watchdog.start()
 
     @property
@@ -584,10 +671,18 @@ class RemoteServices:
         out = []
         for t in self.targets:
             i = self.service_info(t, timeout)
-            out.append({'address': t.address, 'pid': int(i.pid), 'incarnation': i.incarnation,
-                        'num_workers': int(i.num_workers), 'requests': int(i.requests),
-                        'streams': int(i.streams), 'sessions': int(i.sessions),
-                        'values': int(i.values)})
+            out.append(
+                {
+                    'address': t.address,
+                    'pid': int(i.pid),
+                    'incarnation': i.incarnation,
+                    'num_workers': int(i.num_workers),
+                    'requests': int(i.requests),
+                    'streams': int(i.streams),
+                    'sessions': int(i.sessions),
+                    'values': int(i.values),
+                }
+            )
         return out
 
     def stats(self) -> Dict[str, Any]:
@@ -645,13 +740,23 @@ def _watch_requests(ref: Any) -> None:
             if call is None or now - call.sent_at <= timeout:
                 continue
             addr, op, age = h.address, call.op, now - call.sent_at
-            log.warning('the executor service at %s did not answer %s within request_timeout=%s s',
-                        addr, op, timeout)
-            stream.fail(lambda c, h=h, addr=addr, op=op, age=age: E.WorkerTimeoutError(
-                f'the executor service at {addr} (worker {h.slot}) did not answer {op} within '
-                f'request_timeout={timeout} s; its stream was cancelled and its values are lost: '
-                'run the computation again (execution_context(factory, retries=N) does)',
-                worker_id=h.worker_id, op=c.op, seconds=round(age, 3), reason='timeout'))
+            log.warning(
+                'the executor service at %s did not answer %s within request_timeout=%s s',
+                addr,
+                op,
+                timeout,
+            )
+            stream.fail(
+                lambda c, h=h, addr=addr, op=op, age=age: E.WorkerTimeoutError(
+                    f'the executor service at {addr} (worker {h.slot}) did not answer {op} within '
+                    f'request_timeout={timeout} s; its stream was cancelled and its values are lost: '
+                    'run the computation again (execution_context(factory, retries=N) does)',
+                    worker_id=h.worker_id,
+                    op=c.op,
+                    seconds=round(age, 3),
+                    reason='timeout',
+                )
+            )
             if stream.call is not None:
                 try:
                     stream.call.cancel()

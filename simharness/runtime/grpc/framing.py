@@ -52,7 +52,7 @@ def _spec(buf: Any) -> Any:
 def _varint(n: int) -> bytes:
     out = bytearray()
     while True:
-        b = n & 0x7f
+        b = n & 0x7F
         n >>= 7
         if n:
             out.append(b | 0x80)
@@ -65,8 +65,9 @@ def _varint(n: int) -> bytes:
 _DATA_TAG = bytes([(6 << 3) | 2])
 
 
-def encoded_frames(seq: int, header: bytes, buffers: Sequence[Any],
-                   chunk: int = CHUNK_BYTES) -> Iterator[bytes]:
+def encoded_frames(
+    seq: int, header: bytes, buffers: Sequence[Any], chunk: int = CHUNK_BYTES
+) -> Iterator[bytes]:
     """The Frames of one message (`header` plus `buffers`), serialized, <= `chunk` data bytes each.
 
     The bytes are the protobuf encoding of `Frame` (its small fields through
@@ -89,8 +90,11 @@ def encoded_frames(seq: int, header: bytes, buffers: Sequence[Any],
             f.header_size = len(header)
             f.num_buffers = len(buffers)
             first = False
-        out = b''.join([f.SerializeToString(), _DATA_TAG, _varint(size), *pieces]) if size \
+        out = (
+            b''.join([f.SerializeToString(), _DATA_TAG, _varint(size), *pieces])
+            if size
             else f.SerializeToString()
+        )
         pieces, size, pending_specs = [], 0, []
         return out
 
@@ -102,7 +106,7 @@ def encoded_frames(seq: int, header: bytes, buffers: Sequence[Any],
         off, n = 0, part.nbytes
         while off < n:
             take = min(n - off, chunk - size)
-            pieces.append(part[off:off + take])
+            pieces.append(part[off : off + take])
             size += take
             off += take
             if size >= chunk:
@@ -110,8 +114,9 @@ def encoded_frames(seq: int, header: bytes, buffers: Sequence[Any],
     yield frame(True)
 
 
-def frames_of(seq: int, header: bytes, buffers: Sequence[Any],
-              chunk: int = CHUNK_BYTES) -> Iterator[Any]:
+def frames_of(
+    seq: int, header: bytes, buffers: Sequence[Any], chunk: int = CHUNK_BYTES
+) -> Iterator[Any]:
     """The Frames of one message as `Frame` objects (for a generated stub)."""
     for raw in encoded_frames(seq, header, buffers, chunk):
         yield pb.Frame.FromString(raw)
@@ -140,7 +145,7 @@ def _read_varint(b: Any, i: int, n: int) -> Tuple[int, int]:
             raise E.ProtocolError('malformed frame: a truncated or overlong varint')
         c = b[i]
         i += 1
-        value |= (c & 0x7f) << shift
+        value |= (c & 0x7F) << shift
         if not c & 0x80:
             return value, i
         shift += 7
@@ -176,11 +181,11 @@ def decode_frame(raw: Any) -> Any:
                 raise E.ProtocolError('malformed frame: a field runs past its end')
             if field == 5:
                 try:
-                    f.tensors.append(pb.TensorSpec.FromString(mv[i:i + ln].tobytes()))
+                    f.tensors.append(pb.TensorSpec.FromString(mv[i : i + ln].tobytes()))
                 except Exception:
                     raise E.ProtocolError('malformed frame: a TensorSpec does not parse') from None
             elif field == 6:
-                f.data = mv[i:i + ln]
+                f.data = mv[i : i + ln]
             i += ln
         elif wire == 1:
             i += 8
@@ -222,7 +227,8 @@ class MessageAssembler:
                 self._seq = None
                 raise E.ProtocolError(
                     f'a message from {self.where} declares a {frame.header_size}-byte header, '
-                    f'over the limit of {self.max_message_bytes} bytes (max_message_bytes)')
+                    f'over the limit of {self.max_message_bytes} bytes (max_message_bytes)'
+                )
             if frame.num_buffers > MAX_BUFFERS:
                 self._fail(f'{frame.num_buffers} buffers declared (at most {MAX_BUFFERS})')
             self._seq = frame.seq
@@ -244,7 +250,7 @@ class MessageAssembler:
             while pos < n:
                 if self._hpos < len(self._header):
                     take = min(n - pos, len(self._header) - self._hpos)
-                    self._header[self._hpos:self._hpos + take] = data[pos:pos + take]
+                    self._header[self._hpos : self._hpos + take] = data[pos : pos + take]
                     self._hpos += take
                     pos += take
                     continue
@@ -255,14 +261,19 @@ class MessageAssembler:
                     self._fail('more data than the declared header and buffers')
                 buf = self._bufs[self._bi][0]
                 take = min(n - pos, buf.nbytes - self._bpos)
-                buf[self._bpos:self._bpos + take] = src[pos:pos + take]
+                buf[self._bpos : self._bpos + take] = src[pos : pos + take]
                 self._bpos += take
                 pos += take
         if not frame.last:
             return None
-        filled = self._hpos == len(self._header) and len(self._bufs) == self._nbuf and all(
-            k < self._bi or (k == self._bi and self._bpos == b[0].nbytes) or b[0].nbytes == 0
-            for k, b in enumerate(self._bufs))
+        filled = (
+            self._hpos == len(self._header)
+            and len(self._bufs) == self._nbuf
+            and all(
+                k < self._bi or (k == self._bi and self._bpos == b[0].nbytes) or b[0].nbytes == 0
+                for k, b in enumerate(self._bufs)
+            )
+        )
         if not filled:
             self._fail('the message ended before all its declared bytes arrived')
         header = bytes(self._header)
@@ -296,5 +307,6 @@ class MessageAssembler:
             self._seq = None
             raise E.ProtocolError(
                 f'a message from {self.where} is larger than the limit of '
-                f'{self.max_message_bytes} bytes (max_message_bytes)')
+                f'{self.max_message_bytes} bytes (max_message_bytes)'
+            )
         self._bufs.append((np.empty(spec.nbytes, np.uint8), dt, shape))

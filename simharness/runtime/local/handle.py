@@ -96,10 +96,16 @@ class WorkerHandle:
             self.requests.open(self.pool.arena_bytes)
             self.pool.reactor.register(self)
 
-    def submit(self, header: bytes, buffers: List[Any], op: Op, generation: int,
-               locs: Optional[List[Any]] = None,
-               on_done: Optional[Callable[[], None]] = None,
-               lend: bool = False) -> concurrent.futures.Future:
+    def submit(
+        self,
+        header: bytes,
+        buffers: List[Any],
+        op: Op,
+        generation: int,
+        locs: Optional[List[Any]] = None,
+        on_done: Optional[Callable[[], None]] = None,
+        lend: bool = False,
+    ) -> concurrent.futures.Future:
         """Queues one encoded request; the future resolves to its decoded `Response`.
 
         Args:
@@ -123,7 +129,10 @@ class WorkerHandle:
         elif not self.requests.push(call):
             err = WorkerCrashedError(
                 f'worker {self.worker_id} was replaced after a crash; its values are gone: run '
-                'the computation again', worker_id=self.worker_id, pid=self.pid)
+                'the computation again',
+                worker_id=self.worker_id,
+                pid=self.pid,
+            )
         if err is not None:
             call.finish(error=err)
         elif not (self.pool.sends_directly and self._send_directly()):
@@ -213,8 +222,11 @@ class WorkerHandle:
         if calls:
             self.process.kill()
         for c in calls:
-            c.finish(error=ExecutorClosedError(
-                f'the worker pool was closed while worker {self.worker_id} ran {c.op}'))
+            c.finish(
+                error=ExecutorClosedError(
+                    f'the worker pool was closed while worker {self.worker_id} ran {c.op}'
+                )
+            )
         self.pool.reactor.unregister(self)
         self._reap()
 
@@ -224,7 +236,13 @@ class WorkerHandle:
         if usage is None:
             return {'worker_id': self.worker_id, 'alive': False}
         pid, rss, cpu = usage
-        return {'worker_id': self.worker_id, 'alive': True, 'pid': pid,
-                'rss_bytes': rss, 'cpu_seconds': cpu,
-                'requests': self.stats.requests, 'bytes_to_worker': self.stats.bytes_to_worker,
-                'bytes_from_worker': self.stats.bytes_from_worker}
+        return {
+            'worker_id': self.worker_id,
+            'alive': True,
+            'pid': pid,
+            'rss_bytes': rss,
+            'cpu_seconds': cpu,
+            'requests': self.stats.requests,
+            'bytes_to_worker': self.stats.bytes_to_worker,
+            'bytes_from_worker': self.stats.bytes_from_worker,
+        }

@@ -33,8 +33,12 @@ import weakref
 from typing import Any, Callable, Dict, Optional
 
 
-from simharness.runtime.local.shm import (SEGMENT_PREFIX, creator_gone, list_leaked_segments,
-                                    stop_creating)
+from simharness.runtime.local.shm import (
+    SEGMENT_PREFIX,
+    creator_gone,
+    list_leaked_segments,
+    stop_creating,
+)
 
 try:
     import _posixshmem
@@ -68,6 +72,7 @@ def driver_temp_dir() -> str:
     forkserver: its listener socket lives there). The interpreter's exit removes it; a
     process killed by a signal cannot, so its workers or its SIGTERM path do."""
     from multiprocess import util
+
     return util.get_temp_dir()
 
 
@@ -76,8 +81,9 @@ def remove_temp_dir(path: Optional[str]) -> None:
     if not path:
         return
     parent, base = os.path.split(os.path.normpath(path))
-    if not base.startswith('pymp-') or \
-            os.path.realpath(parent) != os.path.realpath(tempfile.gettempdir()):
+    if not base.startswith('pymp-') or os.path.realpath(parent) != os.path.realpath(
+        tempfile.gettempdir()
+    ):
         return
     shutil.rmtree(path, ignore_errors=True)
 
@@ -125,16 +131,24 @@ def _lifeline(driver_pid: int, driver_tempdir: Optional[str]) -> None:
     os._exit(0)
 
 
-def run_worker(target: Callable[..., Optional[str]], driver_pid: int, conn: Any, worker_id: int,
-               placement: Any, config: Any, driver_tempdir: Optional[str] = None) -> None:
+def run_worker(
+    target: Callable[..., Optional[str]],
+    driver_pid: int,
+    conn: Any,
+    worker_id: int,
+    placement: Any,
+    config: Any,
+    driver_tempdir: Optional[str] = None,
+) -> None:
     """A worker process' entry point: `target(conn, worker_id, placement, config)` (`config`:
     the pool's `options.WorkerConfig`) under a
     lifeline to the driver (`driver_pid`): if the driver dies, the worker removes the
     driver's segments and its own and the driver's temporary directory
     (`driver_tempdir`, see `driver_temp_dir`), and exits at once."""
     started = time.time()
-    threading.Thread(target=_lifeline, args=(driver_pid, driver_tempdir),
-                     name='simharness-lifeline', daemon=True).start()
+    threading.Thread(
+        target=_lifeline, args=(driver_pid, driver_tempdir), name='simharness-lifeline', daemon=True
+    ).start()
     try:
         ended = target(conn, worker_id, placement, config)
     except BaseException as e:
@@ -143,8 +157,11 @@ def run_worker(target: Callable[..., Optional[str]], driver_pid: int, conn: Any,
         # it started fails to send READY (the pipe ended). Clean up here if the driver
         # is dying or gone.
         pipe_ended = isinstance(e, (EOFError, ConnectionError))
-        if (_wait_for_death(driver_pid, _DYING_SECONDS) if pipe_ended
-                else creator_gone(driver_pid, started)):
+        if (
+            _wait_for_death(driver_pid, _DYING_SECONDS)
+            if pipe_ended
+            else creator_gone(driver_pid, started)
+        ):
             _clean_up_after(driver_pid, driver_tempdir)
         raise
     # An idle worker sees its driver die on its pipe (EOF) and returns here, before the
@@ -160,13 +177,16 @@ def run_worker(target: Callable[..., Optional[str]], driver_pid: int, conn: Any,
 
 # ------------------------------------------------------------------ the forkserver's side
 
+
 def _in_forkserver_preload() -> bool:
     """Whether the caller runs in a forkserver's preload (``multiprocess.forkserver.main``
     is on the stack)."""
     frame: Optional[types.FrameType] = sys._getframe(1)  # pylint: disable=protected-access
     while frame is not None:
         if frame.f_code.co_name == 'main' and frame.f_globals.get('__name__') in (
-                'multiprocess.forkserver', 'multiprocessing.forkserver'):
+            'multiprocess.forkserver',
+            'multiprocessing.forkserver',
+        ):
             return True
         frame = frame.f_back
     return False
@@ -185,6 +205,7 @@ def _set_parent_death_signal(signum: int) -> bool:
         return False
     try:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
     except (OSError, AttributeError):
@@ -209,8 +230,11 @@ class DriverWatchWhilePreloading:
     def __enter__(self) -> 'DriverWatchWhilePreloading':
         self._armed = False
         driver = os.environ.get(FORKSERVER_PARENT_ENV)
-        if not driver or not _in_forkserver_preload() or \
-                not _set_parent_death_signal(signal.SIGKILL):
+        if (
+            not driver
+            or not _in_forkserver_preload()
+            or not _set_parent_death_signal(signal.SIGKILL)
+        ):
             return self
         self._armed = True
         # A driver that died before the signal was set sends none: its forkserver has

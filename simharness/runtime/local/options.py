@@ -89,8 +89,11 @@ class PoolOptions:
     def worker_config(self) -> WorkerConfig:
         """What each worker of the pool is started with."""
         extra = dict(self.worker_options or {})
-        return WorkerConfig(clients_per_worker=self.clients_per_worker,
-                            arena_bytes=self.arena_bytes, profile=bool(extra.get('profile')))
+        return WorkerConfig(
+            clients_per_worker=self.clients_per_worker,
+            arena_bytes=self.arena_bytes,
+            profile=bool(extra.get('profile')),
+        )
 
 
 def check_worker_options(worker_options: object) -> None:
@@ -100,10 +103,13 @@ def check_worker_options(worker_options: object) -> None:
     if not isinstance(worker_options, Mapping):
         raise SimharnessTypeError(
             f'worker_options must be a dict or None, got {worker_options!r} of type '
-            f'{type(worker_options).__name__}', expected='Optional[dict]',
-            actual=type(worker_options))
+            f'{type(worker_options).__name__}',
+            expected='Optional[dict]',
+            actual=type(worker_options),
+        )
     unknown = sorted(str(k) for k in worker_options if k not in WORKER_OPTION_KEYS)
     if unknown:
         raise SimharnessValueError(
             f'worker_options has unknown key(s) {unknown}; the known ones are '
-            f'{list(WORKER_OPTION_KEYS)}')
+            f'{list(WORKER_OPTION_KEYS)}'
+        )

@@ -83,9 +83,13 @@ class WorkerPool:
         never judged by it. It may be changed on a running pool.
     """
 
-    def __init__(self, placements: Sequence[pinning.WorkerPlacement],
-                 options: PoolOptions = PoolOptions(), context: Any = None,
-                 worker_target: Optional[Callable[..., Optional[str]]] = None):
+    def __init__(
+        self,
+        placements: Sequence[pinning.WorkerPlacement],
+        options: PoolOptions = PoolOptions(),
+        context: Any = None,
+        worker_target: Optional[Callable[..., Optional[str]]] = None,
+    ):
         self.placements = list(placements)
         self.options = options
         #: What each worker process is started with.
@@ -111,8 +115,9 @@ class WorkerPool:
         self._started = False
         self._lock = threading.Lock()
         self._sessions = itertools.count(1)
-        self._finalizer = weakref.finalize(self, _warn_unclosed, list(self.handles),
-                                           self.broadcast, self._reactor)
+        self._finalizer = weakref.finalize(
+            self, _warn_unclosed, list(self.handles), self.broadcast, self._reactor
+        )
 
     @property
     def reactor(self) -> Reactor:
@@ -145,8 +150,9 @@ class WorkerPool:
             if not self._started:
                 removed = reap_orphaned_segments()
                 if removed:
-                    log.info('removed %d shared-memory segments left by dead processes',
-                             len(removed))
+                    log.info(
+                        'removed %d shared-memory segments left by dead processes', len(removed)
+                    )
             try:
                 for h in self.handles:
                     h.ensure_started(self.start_timeout)
@@ -182,10 +188,13 @@ class WorkerPool:
         return out
 
     def stats(self) -> Dict[str, int]:
-        return {'requests': sum(h.stats.requests for h in self.handles),
-                'bytes_to_workers': (sum(h.stats.bytes_to_worker for h in self.handles)
-                                     + self.broadcast.bytes_written),
-                'bytes_from_workers': sum(h.stats.bytes_from_worker for h in self.handles)}
+        return {
+            'requests': sum(h.stats.requests for h in self.handles),
+            'bytes_to_workers': (
+                sum(h.stats.bytes_to_worker for h in self.handles) + self.broadcast.bytes_written
+            ),
+            'bytes_from_workers': sum(h.stats.bytes_from_worker for h in self.handles),
+        }
 
     def close(self) -> None:
         """Stops every worker and frees every segment. Idempotent."""
@@ -210,11 +219,15 @@ class WorkerPool:
         return False
 
 
-def _warn_unclosed(handles: List[WorkerHandle], broadcast: BroadcastArena,
-                   reactor: Reactor) -> None:
+def _warn_unclosed(
+    handles: List[WorkerHandle], broadcast: BroadcastArena, reactor: Reactor
+) -> None:
     if any(h.has_process for h in handles):
-        warnings.warn('a simharness WorkerPool was not closed; reaping its workers',
-                      ResourceWarning, stacklevel=2)
+        warnings.warn(
+            'a simharness WorkerPool was not closed; reaping its workers',
+            ResourceWarning,
+            stacklevel=2,
+        )
     for h in handles:
         h.close()
     reactor.stop()
@@ -232,19 +245,24 @@ def _callers_level() -> int:
     return level
 
 
-def build_pool(options: PoolOptions,
-               worker_target: Optional[Callable[..., Optional[str]]] = None) -> WorkerPool:
+def build_pool(
+    options: PoolOptions, worker_target: Optional[Callable[..., Optional[str]]] = None
+) -> WorkerPool:
     """A `WorkerPool` of pinned workers for `options` (not started; see `WorkerPool.start`);
     `worker_target` as in `WorkerPool`. The devices are checked before anything starts."""
     gpus = pinning.parse_devices(options.devices)
     pinning.check_gpus_exist(options.devices, gpus or ())
     cpus = pinning.usable_cpus()
     if not gpus and options.num_workers is not None and options.num_workers > len(cpus):
-        warnings.warn(OversubscribedWarning(
-            f'num_workers={options.num_workers} is more than the {len(cpus)} usable CPU '
-            f'core(s) of this process: the workers share them (slower rounds, the same '
-            f'results); num_workers={len(cpus)} is the most that run in parallel'),
-            stacklevel=_callers_level())
-    placements = pinning.plan_workers(options.num_workers, cpus, gpus or None,
-                                      options.workers_per_gpu, options.cpu_affinity)
+        warnings.warn(
+            OversubscribedWarning(
+                f'num_workers={options.num_workers} is more than the {len(cpus)} usable CPU '
+                f'core(s) of this process: the workers share them (slower rounds, the same '
+                f'results); num_workers={len(cpus)} is the most that run in parallel'
+            ),
+            stacklevel=_callers_level(),
+        )
+    placements = pinning.plan_workers(
+        options.num_workers, cpus, gpus or None, options.workers_per_gpu, options.cpu_affinity
+    )
     return WorkerPool(placements, options, worker_target=worker_target)

@@ -42,8 +42,10 @@ def _likely_cause(exitcode: Optional[int]) -> str:
     if exitcode == -signal.SIGKILL:
         return 'killed with SIGKILL (kill -9, or the kernel OOM killer: check dmesg)'
     if exitcode == -signal.SIGTERM:
-        return ('terminated by SIGTERM (an OOM killer such as earlyoom or systemd-oomd, '
-                'systemctl stop, Slurm scancel, or kill)')
+        return (
+            'terminated by SIGTERM (an OOM killer such as earlyoom or systemd-oomd, '
+            'systemctl stop, Slurm scancel, or kill)'
+        )
     if exitcode == -signal.SIGSEGV:
         return 'segmentation fault in native code'
     if exitcode == -signal.SIGABRT:
@@ -61,6 +63,7 @@ def _likely_cause(exitcode: Optional[int]) -> str:
 def get_forkserver_context():
     """A `multiprocess` forkserver context that preloads TensorFlow."""
     import multiprocess as mp
+
     ctx = mp.get_context('forkserver')
     # TF, without start-up noise, under a watch on the driver while it imports
     # (`lifeline.DriverWatchWhilePreloading`, told the driver's pid by `_name_forkserver_parent`).
@@ -94,6 +97,7 @@ class _NoMainReimport:
 
     def __enter__(self):
         import multiprocess.spawn as spawn
+
         self._spawn = spawn
         self._orig = spawn.get_preparation_data
         orig = self._orig
@@ -103,6 +107,7 @@ class _NoMainReimport:
             d.pop('init_main_from_path', None)
             d.pop('init_main_from_name', None)
             return d
+
         spawn.get_preparation_data = prep
         return self
 
@@ -171,15 +176,26 @@ class WorkerProcess:
         report READY within `timeout` seconds.
         """
         from multiprocess.connection import wait as mp_wait
+
         target = self.pool.worker_target or load_host(LOCAL_WORKER_MAIN)
         ctx = self.pool.context
         parent, child = ctx.Pipe(duplex=True)
         # Under a lifeline to this process: if the driver dies (any signal), the worker
         # removes the driver's segments and its own, and exits.
-        proc = ctx.Process(target=run_worker,
-                           args=(target, os.getpid(), child, self.worker_id, self.placement,
-                                 self.pool.worker_config, driver_temp_dir()),
-                           name=f'simharness-worker-{self.worker_id}', daemon=True)
+        proc = ctx.Process(
+            target=run_worker,
+            args=(
+                target,
+                os.getpid(),
+                child,
+                self.worker_id,
+                self.placement,
+                self.pool.worker_config,
+                driver_temp_dir(),
+            ),
+            name=f'simharness-worker-{self.worker_id}',
+            daemon=True,
+        )
         with _START_LOCK, _NoMainReimport():
             _name_forkserver_parent()
             proc.start()
@@ -201,8 +217,10 @@ class WorkerProcess:
             if time.monotonic() >= deadline:
                 pid = proc.pid
                 self.stop()
-                raise WorkerStartError(f'worker {self.worker_id} (pid {pid}) did not start within '
-                                       f'{timeout} s', worker_id=self.worker_id)
+                raise WorkerStartError(
+                    f'worker {self.worker_id} (pid {pid}) did not start within {timeout} s',
+                    worker_id=self.worker_id,
+                )
         if not frame or frame[0] != L.F_READY:
             pid = proc.pid
             proc.join(5)
@@ -212,8 +230,11 @@ class WorkerProcess:
             else:
                 text, tb = f'it died while starting ({cause})', ''
             self.stop()
-            raise WorkerStartError(f'worker {self.worker_id} (pid {pid}) could not start: {text}',
-                                   worker_id=self.worker_id, remote_traceback=tb)
+            raise WorkerStartError(
+                f'worker {self.worker_id} (pid {pid}) could not start: {text}',
+                worker_id=self.worker_id,
+                remote_traceback=tb,
+            )
         with self._lock:
             self.pid = frame[1]
             self._fd = parent.fileno()
@@ -287,8 +308,13 @@ class WorkerProcess:
                 return kill_error
             return WorkerCrashedError(
                 f'worker {self.worker_id} (pid {pid}) died while running {c.op}: {cause}; it will '
-                'be replaced on next use', worker_id=self.worker_id, pid=pid, exitcode=exitcode,
-                likely_cause=cause)
+                'be replaced on next use',
+                worker_id=self.worker_id,
+                pid=pid,
+                exitcode=exitcode,
+                likely_cause=cause,
+            )
+
         return error
 
     def usage(self) -> Optional[Tuple[int, int, float]]:
@@ -340,8 +366,10 @@ class WorkerProcess:
                 stopped_for = now - self._stopped_since
                 if stopped_for >= stopped_timeout:
                     reason = 'stopped'
-                    what = (f'has been stopped (SIGSTOP?) for {stopped_for:.1f} s '
-                            f'(stopped_timeout={stopped_timeout} s) while running {call.op}')
+                    what = (
+                        f'has been stopped (SIGSTOP?) for {stopped_for:.1f} s '
+                        f'(stopped_timeout={stopped_timeout} s) while running {call.op}'
+                    )
             else:
                 self._stopped_since = None
                 if age > self.pool.liveness_timeout:
@@ -350,14 +378,21 @@ class WorkerProcess:
                         self._progress = (cpu, now)
                     elif now - max(since, call.sent_at) > self.pool.liveness_timeout:
                         reason = 'no progress'
-                        what = (f'used no CPU for {self.pool.liveness_timeout} s while running '
-                                f'{call.op} (deadlocked?)')
+                        what = (
+                            f'used no CPU for {self.pool.liveness_timeout} s while running '
+                            f'{call.op} (deadlocked?)'
+                        )
         if not reason:
             return
         self._kill_error = WorkerTimeoutError(
             f'worker {self.worker_id} (pid {proc.pid}) {what}; it was killed and will be '
-            'replaced on next use', worker_id=self.worker_id, pid=proc.pid, op=call.op,
-            seconds=round(age, 3), reason=reason)
+            'replaced on next use',
+            worker_id=self.worker_id,
+            pid=proc.pid,
+            op=call.op,
+            seconds=round(age, 3),
+            reason=reason,
+        )
         log.warning('%s', self._kill_error)
         try:
             os.kill(proc.pid, signal.SIGKILL)

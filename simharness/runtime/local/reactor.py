@@ -79,8 +79,9 @@ class Reactor:
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name='simharness-pool-reactor',
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name='simharness-pool-reactor', daemon=True
+            )
             self._thread.start()
 
     def wake(self, handle: Optional[Polled] = None) -> None:
@@ -147,8 +148,11 @@ class Reactor:
             pool = self._pool_ref()
             if pool is not None:
                 for h in pool.handles:
-                    h.fail_all(lambda c: ExecutorClosedError(
-                        'the worker pool reactor failed (see the log)'))
+                    h.fail_all(
+                        lambda c: ExecutorClosedError(
+                            'the worker pool reactor failed (see the log)'
+                        )
+                    )
 
     def _loop(self) -> None:
         last_check = time.monotonic()

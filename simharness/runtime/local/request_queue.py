@@ -32,11 +32,28 @@ _READ_SIZE = 1 << 20
 class Call(InFlight):
     """One request on its way: what the reactor needs to send it and answer the caller."""
 
-    __slots__ = ('header', 'buffers', 'locs', 'uses_arena', 'sent_at', 'nbytes', 'lend',
-                 'generation', 'token')
+    __slots__ = (
+        'header',
+        'buffers',
+        'locs',
+        'uses_arena',
+        'sent_at',
+        'nbytes',
+        'lend',
+        'generation',
+        'token',
+    )
 
-    def __init__(self, header: bytes, buffers: List[Any], locs: Optional[List[Any]], op: str,
-                 on_done: Optional[Callable[[], None]], lend: bool = False, generation: int = 0):
+    def __init__(
+        self,
+        header: bytes,
+        buffers: List[Any],
+        locs: Optional[List[Any]],
+        op: str,
+        on_done: Optional[Callable[[], None]],
+        lend: bool = False,
+        generation: int = 0,
+    ):
         super().__init__(op, on_done)
         self.lend = lend
         self.generation = generation
@@ -44,7 +61,7 @@ class Call(InFlight):
         self.header = header
         self.buffers = buffers
         self.locs = locs
-        rest = buffers if locs is None else buffers[len(locs):]  # not placed already
+        rest = buffers if locs is None else buffers[len(locs) :]  # not placed already
         self.uses_arena = L.arena_bytes_needed(rest) > 0
         self.sent_at = 0.0
         # Bytes this request writes: none for buffers placed already (a broadcast,
@@ -182,16 +199,22 @@ class RequestQueue:
                 self._queue.popleft()
                 try:
                     placed = call.locs or []  # what the broadcast arena holds already
-                    locs = placed + L.write_buffers(self._arena, call.buffers[len(placed):])
+                    locs = placed + L.write_buffers(self._arena, call.buffers[len(placed) :])
                 except Exception as e:
                     call.finish(error=e)
                     continue
                 if call.uses_arena:
                     self._arena_busy = True
                 call.buffers = []
-                self._out += L.frame_with_length(L.pack_frame(
-                    L.F_REQUEST, call.header, locs, call.token,
-                    0 if call.locs is None else len(call.locs)))
+                self._out += L.frame_with_length(
+                    L.pack_frame(
+                        L.F_REQUEST,
+                        call.header,
+                        locs,
+                        call.token,
+                        0 if call.locs is None else len(call.locs),
+                    )
+                )
                 call.header = b''
                 call.sent_at = time.monotonic()
                 self._inflight.append(call)
@@ -263,8 +286,9 @@ class RequestQueue:
                 buffers = L.read_buffers(attachment, locs, copy=True)
                 if names:
                     self._out += L.frame_with_length(L.pack_frame(L.F_ACK, *names))
-            self.stats.bytes_from_worker += sum(len(b) if isinstance(b, bytes) else b.nbytes
-                                                for b in buffers)
+            self.stats.bytes_from_worker += sum(
+                len(b) if isinstance(b, bytes) else b.nbytes for b in buffers
+            )
             resp = P.decode_message(header, buffers)
         except Exception as e:
             if loan is not None:

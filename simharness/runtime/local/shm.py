@@ -86,7 +86,9 @@ def _check_count(what: str, value: Any, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise SimharnessTypeError(
             f'{what} must be an int, got {value!r} of type {type(value).__name__}',
-            expected=int, actual=type(value))
+            expected=int,
+            actual=type(value),
+        )
     if value < minimum:
         raise SimharnessValueError(f'{what} must be >= {minimum}, got {value}')
     return int(value)
@@ -99,8 +101,8 @@ def _check_shape(shape: Any) -> Tuple[int, ...]:
         dims = tuple(shape)
     except TypeError:
         raise SimharnessTypeError(
-            f'shape must be a tuple of ints, got {shape!r}', expected=tuple,
-            actual=type(shape)) from None
+            f'shape must be a tuple of ints, got {shape!r}', expected=tuple, actual=type(shape)
+        ) from None
     return tuple(_check_count('shape dimension', d) for d in dims)
 
 
@@ -108,19 +110,23 @@ def _check_dtype(dtype: Any) -> np.dtype:
     try:
         dt = np.dtype(dtype)
     except TypeError as e:
-        raise SimharnessTypeError(f'{dtype!r} is not a numpy dtype',
-                                  expected=np.dtype, actual=type(dtype)) from e
+        raise SimharnessTypeError(
+            f'{dtype!r} is not a numpy dtype', expected=np.dtype, actual=type(dtype)
+        ) from e
     if dt.kind not in _SHM_KINDS:
         raise SimharnessTypeError(
-            f'dtype {dt} cannot live in shared memory; expected a numeric, bool '
-            f'or datetime dtype', expected='numeric dtype', actual=dt)
+            f'dtype {dt} cannot live in shared memory; expected a numeric, bool or datetime dtype',
+            expected='numeric dtype',
+            actual=dt,
+        )
     return dt
 
 
 def _require_posix_shm() -> None:
     if _posixshmem is None:  # pragma: no cover - Windows
         raise SimharnessValueError(
-            'POSIX shared memory (_posixshmem) is not available on this platform')
+            'POSIX shared memory (_posixshmem) is not available on this platform'
+        )
 
 
 @dataclass(frozen=True)
@@ -170,7 +176,8 @@ def _reserve(fd: int, name: str, size: int) -> None:
         if e.errno == errno.ENOSPC:
             raise SimharnessValueError(
                 f'not enough shared memory for segment {name!r} of {size} bytes: '
-                f'{_SHM_DIR} is full or too small (in Docker, raise --shm-size)') from e
+                f'{_SHM_DIR} is full or too small (in Docker, raise --shm-size)'
+            ) from e
         if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
             raise
 
@@ -195,7 +202,8 @@ class _Segment:
         with _CREATE_LOCK:
             if _CREATION_STOPPED:
                 raise SimharnessValueError(
-                    'this process is leaving (its driver died): it creates no segment')
+                    'this process is leaving (its driver died): it creates no segment'
+                )
             while True:
                 name = f'{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(6)}'
                 try:
@@ -224,13 +232,15 @@ class _Segment:
         _require_posix_shm()
         if not isinstance(name, str) or not name or '/' in name:
             raise SimharnessValueError(
-                f'segment name must be a non-empty str without "/", got {name!r}')
+                f'segment name must be a non-empty str without "/", got {name!r}'
+            )
         try:
             fd = _posixshmem.shm_open('/' + name, os.O_RDWR, mode=_SEGMENT_MODE)
         except FileNotFoundError as e:
             raise SimharnessValueError(
                 f'shared-memory segment {name!r} does not exist (closed or '
-                f'replaced by its creator?)') from e
+                f'replaced by its creator?)'
+            ) from e
         try:
             mm = mmap.mmap(fd, os.fstat(fd).st_size)
         finally:
@@ -245,12 +255,11 @@ class _Segment:
         end = offset + count * dtype.itemsize
         if end > self.size:
             raise SimharnessValueError(
-                f'slot [{offset}, {end}) lies outside segment {self.name!r} of '
-                f'{self.size} bytes')
+                f'slot [{offset}, {end}) lies outside segment {self.name!r} of {self.size} bytes'
+            )
         if self._mmap is None:
             raise SimharnessValueError(f'segment {self.name!r} is closed')
-        return np.frombuffer(self._mmap, dtype=dtype, count=count,
-                             offset=offset).reshape(shape)
+        return np.frombuffer(self._mmap, dtype=dtype, count=count, offset=offset).reshape(shape)
 
     @property
     def mapping(self) -> Optional[mmap.mmap]:
@@ -318,7 +327,9 @@ def _finalize_arena(segment: _Segment, creator_pid: int) -> None:
     warnings.warn(
         f'ShmArena segment {segment.name!r} was not closed; unlinking it. '
         f'Call close() or use the arena as a context manager.',
-        ResourceWarning, stacklevel=2)
+        ResourceWarning,
+        stacklevel=2,
+    )
     try:
         segment.close()
     finally:
@@ -352,8 +363,7 @@ class ShmArena:
         self._used = 0
         self._closed = False
         self._segment = _Segment.create(_round_up(capacity, mmap.PAGESIZE))
-        self._finalizer = weakref.finalize(
-            self, _finalize_arena, self._segment, self._creator_pid)
+        self._finalizer = weakref.finalize(self, _finalize_arena, self._segment, self._creator_pid)
 
     # -- properties ---------------------------------------------------------
 
@@ -408,7 +418,8 @@ class ShmArena:
             raise SimharnessValueError(
                 f'ShmArena {self.name!r} is full: {nbytes} bytes requested, '
                 f'{self.capacity - offset} of {self.capacity} free; call '
-                f'ensure_capacity({offset + nbytes}) first')
+                f'ensure_capacity({offset + nbytes}) first'
+            )
         self._used = offset + _round_up(nbytes, ALIGNMENT)
         return offset
 
@@ -438,8 +449,7 @@ class ShmArena:
         try:
             if self._used:
                 new.copy_prefix_from(self._segment, self._used)
-            new_finalizer = weakref.finalize(
-                self, _finalize_arena, new, self._creator_pid)
+            new_finalizer = weakref.finalize(self, _finalize_arena, new, self._creator_pid)
         except BaseException:
             new.close()
             new.unlink()
@@ -494,12 +504,13 @@ class ShmArena:
         if not isinstance(arr, np.ndarray):
             raise SimharnessTypeError(
                 f'write_array expects a numpy array, got {type(arr).__name__}',
-                expected=np.ndarray, actual=type(arr))
+                expected=np.ndarray,
+                actual=type(arr),
+            )
         dtype = _check_dtype(arr.dtype)
         offset = self.alloc(arr.nbytes)
         if arr.size:
-            np.copyto(self._segment.ndarray(offset, dtype, arr.shape), arr,
-                      casting='no')
+            np.copyto(self._segment.ndarray(offset, dtype, arr.shape), arr, casting='no')
         return SlotRef(self.name, offset, dtype.str, tuple(arr.shape))
 
     def read(self, ref: SlotRef) -> np.ndarray:
@@ -510,8 +521,8 @@ class ShmArena:
         """
         if ref.segment_name != self.name:
             raise SimharnessValueError(
-                f'SlotRef names segment {ref.segment_name!r}, this arena is '
-                f'{self.name!r}')
+                f'SlotRef names segment {ref.segment_name!r}, this arena is {self.name!r}'
+            )
         return self.view(ref.offset, ref.dtype_str, ref.shape)
 
     # -- lifetime -----------------------------------------------------------
@@ -541,8 +552,10 @@ class ShmArena:
     def __reduce__(self):
         raise SimharnessTypeError(
             'a ShmArena cannot be pickled (it owns its segment); send its name '
-            'or SlotRefs and attach with ShmAttachment', expected=SlotRef,
-            actual=ShmArena)
+            'or SlotRefs and attach with ShmAttachment',
+            expected=SlotRef,
+            actual=ShmArena,
+        )
 
     def __repr__(self) -> str:
         state = 'closed' if self._closed else f'{self._used}/{self.capacity} bytes used'
@@ -594,9 +607,10 @@ class ShmAttachment:
         if not isinstance(ref, SlotRef):
             raise SimharnessTypeError(
                 f'read expects a SlotRef, got {type(ref).__name__}',
-                expected=SlotRef, actual=type(ref))
-        arr = self._segment(ref.segment_name).ndarray(
-            ref.offset, ref.dtype, tuple(ref.shape))
+                expected=SlotRef,
+                actual=type(ref),
+            )
+        arr = self._segment(ref.segment_name).ndarray(ref.offset, ref.dtype, tuple(ref.shape))
         arr.flags.writeable = bool(writable)
         return arr
 
@@ -654,7 +668,7 @@ def _creator_pid(name: str) -> Optional[int]:
     """The pid in ``simharness_<pid>_<hex>``, or None for another name."""
     if not name.startswith(SEGMENT_PREFIX):
         return None
-    pid_text, sep, rest = name[len(SEGMENT_PREFIX):].partition('_')
+    pid_text, sep, rest = name[len(SEGMENT_PREFIX) :].partition('_')
     if not sep or not rest or not pid_text.isdigit():
         return None
     pid = int(pid_text)

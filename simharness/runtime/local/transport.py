@@ -154,7 +154,7 @@ class ResponseArenas:
         """The driver is done with these segments."""
         self._busy.difference_update(names)
         free = [a for a in self._arenas if a.name not in self._busy]
-        for arena in free[self._keep:]:
+        for arena in free[self._keep :]:
             self._arenas.remove(arena)
             self._retired.append(arena.name)
             arena.close()
@@ -181,7 +181,7 @@ def unpack_frame(data: Any) -> list:
 def frame_with_length(payload: bytes) -> bytes:
     """`payload` with the length prefix of `multiprocessing.Connection.send_bytes`."""
     n = len(payload)
-    if n > 0x7fffffff:
+    if n > 0x7FFFFFFF:
         return struct.pack('!i', -1) + struct.pack('!Q', n) + payload
     return struct.pack('!i', n) + payload
 
@@ -207,6 +207,6 @@ class FrameReader:
                 head = 12
             if len(self._buf) < head + n:
                 break
-            frames.append(bytes(self._buf[head:head + n]))
-            del self._buf[:head + n]
+            frames.append(bytes(self._buf[head : head + n]))
+            del self._buf[: head + n]
         return frames

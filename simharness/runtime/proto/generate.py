@@ -23,15 +23,28 @@ def main() -> int:
     import grpc_tools
     from grpc_tools import protoc
     from importlib.metadata import version
+
     have = version('grpcio-tools')
     if have != GRPCIO_TOOLS_VERSION:
-        print(f'error: grpcio-tools {have} installed; the generator is pinned to '
-              f'{GRPCIO_TOOLS_VERSION} (see this file)', file=sys.stderr)
+        print(
+            f'error: grpcio-tools {have} installed; the generator is pinned to '
+            f'{GRPCIO_TOOLS_VERSION} (see this file)',
+            file=sys.stderr,
+        )
         return 2
     here = os.path.dirname(os.path.abspath(__file__))
     include = os.path.join(os.path.dirname(grpc_tools.__file__), '_proto')
-    rc = protoc.main(['protoc', f'-I{here}', f'-I{include}', f'--python_out={here}',
-                      f'--pyi_out={here}', f'--grpc_python_out={here}', os.path.join(here, 'executor_service.proto')])
+    rc = protoc.main(
+        [
+            'protoc',
+            f'-I{here}',
+            f'-I{include}',
+            f'--python_out={here}',
+            f'--pyi_out={here}',
+            f'--grpc_python_out={here}',
+            os.path.join(here, 'executor_service.proto'),
+        ]
+    )
     if rc:
         return rc
     # The generated service module imports its messages as a top-level module:
@@ -39,8 +52,12 @@ def main() -> int:
     path = os.path.join(here, 'executor_service_pb2_grpc.py')
     with open(path) as f:
         text = f.read()
-    text = re.sub(r'^import executor_service_pb2 as', 'from . import executor_service_pb2 as', text,
-                  flags=re.M)
+    text = re.sub(
+        r'^import executor_service_pb2 as',
+        'from . import executor_service_pb2 as',
+        text,
+        flags=re.M,
+    )
     tmp = path + '.tmp'
     with open(tmp, 'w') as f:
         f.write(text)

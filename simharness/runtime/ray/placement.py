@@ -7,7 +7,6 @@ table into node-local core sets, one per actor, and each actor pins itself
 (`import_ray` does, when a `RayWorkers` starts).
 """
 
-
 from __future__ import annotations
 
 import collections
@@ -36,12 +35,14 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as e:
-        raise E.MissingDependencyError(f'the Ray backend needs Ray, which is not installed '
-                                       f'({e}); {_INSTALL_HINT}') from None
+        raise E.MissingDependencyError(
+            f'the Ray backend needs Ray, which is not installed ({e}); {_INSTALL_HINT}'
+        ) from None
     if not hasattr(ray, 'init'):  # a directory named ray on sys.path, not Ray
         raise E.MissingDependencyError(
             f'the Ray backend needs Ray; "import ray" found {list(getattr(ray, "__path__", []))}, '
-            f'which is not Ray; {_INSTALL_HINT}')
+            f'which is not Ray; {_INSTALL_HINT}'
+        )
     return ray
 
 
@@ -51,8 +52,9 @@ def import_ray() -> Any:
 LOCAL_RAY_NODE_IP = '127.0.0.1'
 
 
-def ray_init_arguments(address: Optional[str], ray_init_args: Mapping[str, Any],
-                       log_to_driver: bool) -> Dict[str, Any]:
+def ray_init_arguments(
+    address: Optional[str], ray_init_args: Mapping[str, Any], log_to_driver: bool
+) -> Dict[str, Any]:
     """The keyword arguments of ``ray.init``.
 
     A local Ray (``address=None``) is a single-machine simulation: its node is
@@ -61,9 +63,13 @@ def ray_init_arguments(address: Optional[str], ray_init_args: Mapping[str, Any],
     {'_node_ip_address': ...}`` (or start a cluster and pass its address) to
     be reachable from other machines. Joining a cluster leaves it to Ray.
     """
-    args: Dict[str, Any] = {'address': address, 'include_dashboard': False,
-                            'logging_level': logging.WARNING, 'configure_logging': True,
-                            'log_to_driver': log_to_driver}
+    args: Dict[str, Any] = {
+        'address': address,
+        'include_dashboard': False,
+        'logging_level': logging.WARNING,
+        'configure_logging': True,
+        'log_to_driver': log_to_driver,
+    }
     if address is None:
         args['_node_ip_address'] = LOCAL_RAY_NODE_IP
     args.update(ray_init_args)
@@ -72,8 +78,10 @@ def ray_init_arguments(address: Optional[str], ray_init_args: Mapping[str, Any],
 
 #: The logger and the start of the notice Ray logs when ``ray.init`` starts a new local
 #: cluster with token authentication turned on by default (``RAY_AUTH_MODE`` unset).
-RAY_TOKEN_NOTICE = ('ray._private.authentication.authentication_token_setup',
-                    'Token authentication is enabled for this Ray cluster')
+RAY_TOKEN_NOTICE = (
+    'ray._private.authentication.authentication_token_setup',
+    'Token authentication is enabled for this Ray cluster',
+)
 
 
 class _DropTokenNotice(logging.Filter):
@@ -99,11 +107,18 @@ def quiet_ray_start() -> Iterator[None]:
         logger.removeFilter(drop)
 
 
-def check_ray_arguments(num_workers: Optional[int], num_cpus_per_worker: float,
-                        num_gpus_per_worker: float, clients_per_worker: Optional[int],
-                        placement_strategy: str, ready_timeout: float, max_restarts: int,
-                        call_timeout: Optional[float], cpu_affinity: bool,
-                        address: Optional[str]) -> str:
+def check_ray_arguments(
+    num_workers: Optional[int],
+    num_cpus_per_worker: float,
+    num_gpus_per_worker: float,
+    clients_per_worker: Optional[int],
+    placement_strategy: str,
+    ready_timeout: float,
+    max_restarts: int,
+    call_timeout: Optional[float],
+    cpu_affinity: bool,
+    address: Optional[str],
+) -> str:
     """Checks the arguments of `ray_executor_factory`; returns the placement strategy.
 
     Raises:
@@ -118,17 +133,22 @@ def check_ray_arguments(num_workers: Optional[int], num_cpus_per_worker: float,
         raise E.SimharnessValueError(
             f'num_gpus_per_worker={num_gpus_per_worker!r}: a worker runs its clients on one GPU; '
             'expected a number in [0, 1] (a fraction shares a GPU between workers: 0.5 puts two '
-            'workers on each GPU)')
+            'workers on each GPU)'
+        )
     check_int('clients_per_worker', clients_per_worker, 1, allow_none=True)
     if not isinstance(placement_strategy, str):
         raise E.SimharnessTypeError(
             f'placement_strategy must be a str, got {placement_strategy!r} of type '
-            f'{type(placement_strategy).__name__}', expected=str, actual=type(placement_strategy))
+            f'{type(placement_strategy).__name__}',
+            expected=str,
+            actual=type(placement_strategy),
+        )
     strategy = placement_strategy.upper()
     if strategy not in PLACEMENT_STRATEGIES:
         raise E.SimharnessValueError(
             f'placement_strategy={placement_strategy!r} is not a Ray placement strategy; '
-            f'expected one of {list(PLACEMENT_STRATEGIES)}')
+            f'expected one of {list(PLACEMENT_STRATEGIES)}'
+        )
     check_number('ready_timeout', ready_timeout, greater_than=0)
     check_int('max_restarts', max_restarts, -1)
     if call_timeout is not None:
@@ -138,16 +158,23 @@ def check_ray_arguments(num_workers: Optional[int], num_cpus_per_worker: float,
         raise E.SimharnessTypeError(
             f"address must be None (start a local Ray), 'auto', 'ray://host:port' or "
             f"'host:port', got {address!r} of type {type(address).__name__}",
-            expected='Optional[str]', actual=type(address))
+            expected='Optional[str]',
+            actual=type(address),
+        )
     return strategy
 
 
 # ---------------------------------------------------------------- pinning plan (pure)
 
-def plan_ray_placements(bundle_nodes: Sequence[str], node_cpus: Mapping[str, Sequence[int]],
-                        num_cpus_per_worker: float, num_gpus_per_worker: float = 0,
-                        gpu_ids: Optional[Sequence[Optional[int]]] = None,
-                        cpu_affinity: bool = True) -> List[WorkerPlacement]:
+
+def plan_ray_placements(
+    bundle_nodes: Sequence[str],
+    node_cpus: Mapping[str, Sequence[int]],
+    num_cpus_per_worker: float,
+    num_gpus_per_worker: float = 0,
+    gpu_ids: Optional[Sequence[Optional[int]]] = None,
+    cpu_affinity: bool = True,
+) -> List[WorkerPlacement]:
     """Where each actor runs on its node: its cores, TF threads and GPU.
 
     Bundles are taken in order; the actors on one node get contiguous,
@@ -188,7 +215,8 @@ def plan_ray_placements(bundle_nodes: Sequence[str], node_cpus: Mapping[str, Seq
     check_bool('cpu_affinity', cpu_affinity)
     if gpu_ids is not None and len(gpu_ids) != len(bundle_nodes):
         raise E.SimharnessValueError(
-            f'gpu_ids has {len(gpu_ids)} entries for {len(bundle_nodes)} bundles')
+            f'gpu_ids has {len(gpu_ids)} entries for {len(bundle_nodes)} bundles'
+        )
     width = max(1, math.ceil(num_cpus_per_worker))
     position: Dict[str, float] = collections.defaultdict(float)
     out: List[WorkerPlacement] = []
@@ -196,7 +224,8 @@ def plan_ray_placements(bundle_nodes: Sequence[str], node_cpus: Mapping[str, Seq
         if node not in node_cpus:
             raise E.SimharnessValueError(
                 f'bundle {k} is on node {node!r}, whose cores are unknown (known nodes: '
-                f'{sorted(node_cpus)})')
+                f'{sorted(node_cpus)})'
+            )
         cores = tuple(node_cpus[node])
         if not cores:
             raise E.SimharnessValueError(f'node {node!r} has no usable cores')
@@ -212,24 +241,42 @@ def plan_ray_placements(bundle_nodes: Sequence[str], node_cpus: Mapping[str, Seq
         if num_gpus_per_worker > 0:
             if gpu is None:
                 raise E.SimharnessValueError(
-                    f'worker {k} asked for {num_gpus_per_worker} GPU but Ray gave it none')
+                    f'worker {k} asked for {num_gpus_per_worker} GPU but Ray gave it none'
+                )
             env = {'TF_FORCE_GPU_ALLOW_GROWTH': 'true'} if num_gpus_per_worker < 1 else {}
         else:
             gpu, env = None, {'CUDA_VISIBLE_DEVICES': ''}
-        out.append(WorkerPlacement(worker_id=k, cpus=tuple(mine), gpu=gpu,
-                                   intra_op_threads=INTRA_OP_THREADS, inter_op_threads=1,
-                                   env=env))
+        out.append(
+            WorkerPlacement(
+                worker_id=k,
+                cpus=tuple(mine),
+                gpu=gpu,
+                intra_op_threads=INTRA_OP_THREADS,
+                inter_op_threads=1,
+                env=env,
+            )
+        )
     return out
 
 
 def placement_to_dict(p: WorkerPlacement) -> Dict[str, Any]:
     """A placement as plain data (what the driver sends an actor)."""
-    return {'worker_id': p.worker_id, 'cpus': list(p.cpus), 'gpu': p.gpu,
-            'intra_op_threads': p.intra_op_threads, 'inter_op_threads': p.inter_op_threads,
-            'env': dict(p.env)}
+    return {
+        'worker_id': p.worker_id,
+        'cpus': list(p.cpus),
+        'gpu': p.gpu,
+        'intra_op_threads': p.intra_op_threads,
+        'inter_op_threads': p.inter_op_threads,
+        'env': dict(p.env),
+    }
 
 
 def placement_from_dict(d: Mapping[str, Any]) -> WorkerPlacement:
-    return WorkerPlacement(worker_id=d['worker_id'], cpus=tuple(d['cpus']), gpu=d['gpu'],
-                           intra_op_threads=d['intra_op_threads'],
-                           inter_op_threads=d['inter_op_threads'], env=dict(d['env']))
+    return WorkerPlacement(
+        worker_id=d['worker_id'],
+        cpus=tuple(d['cpus']),
+        gpu=d['gpu'],
+        intra_op_threads=d['intra_op_threads'],
+        inter_op_threads=d['inter_op_threads'],
+        env=dict(d['env']),
+    )

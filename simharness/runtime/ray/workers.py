@@ -64,10 +64,16 @@ from simharness.runtime import protocol as P
 from simharness.runtime.inflight import InFlight
 from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
 from simharness.runtime.pinning import WorkerPlacement
-from simharness.runtime.ray.placement import (DEFAULT_MAX_RESTARTS, DEFAULT_READY_TIMEOUT,
-                                              check_ray_arguments, import_ray,
-                                              placement_to_dict, plan_ray_placements,
-                                              quiet_ray_start, ray_init_arguments)
+from simharness.runtime.ray.placement import (
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_READY_TIMEOUT,
+    check_ray_arguments,
+    import_ray,
+    placement_to_dict,
+    plan_ray_placements,
+    quiet_ray_start,
+    ray_init_arguments,
+)
 from simharness.runtime.seam import RAY_ACTOR, load_host
 
 log = logging.getLogger(__name__)
@@ -98,8 +104,11 @@ class RayBroadcast:
 
     def acquire(self, key: Any, buffers: Sequence[Any]) -> List[Any]:
         with self._lock:
-            held = self._key is key and bool(self._refs) and (
-                self._readers > 0 or _crc(buffers) == self._crc)
+            held = (
+                self._key is key
+                and bool(self._refs)
+                and (self._readers > 0 or _crc(buffers) == self._crc)
+            )
             if not held:
                 self._refs = [self._ray.put(list(buffers))]
                 self._key, self._crc = key, _crc(buffers)
@@ -204,9 +213,16 @@ class RayWorkerHandle:
                 self._alive = False
 
     # ------------------------------------------------------------ calls
-    def submit(self, header: bytes, buffers: List[Any], op: P.Op, generation: int,
-               locs: Optional[List[Any]] = None,
-               on_done: Optional[Any] = None, lend: bool = False) -> concurrent.futures.Future:
+    def submit(
+        self,
+        header: bytes,
+        buffers: List[Any],
+        op: P.Op,
+        generation: int,
+        locs: Optional[List[Any]] = None,
+        on_done: Optional[Any] = None,
+        lend: bool = False,
+    ) -> concurrent.futures.Future:
         """Sends one encoded request; the future resolves to its decoded `Response`
         (`lend` is ignored: answers are Ray's objects, never views lent by the actor)."""
         nbytes = len(header) + sum(int(getattr(b, 'nbytes', 0)) for b in buffers)
@@ -217,7 +233,10 @@ class RayWorkerHandle:
         elif generation != self.generation or not self._alive:
             err = E.WorkerLostError(
                 f'Ray worker {self.slot} was lost (its actor died or was restarted); its values '
-                'are gone: run the computation again', worker_id=self.slot, pid=self.pid)
+                'are gone: run the computation again',
+                worker_id=self.slot,
+                pid=self.pid,
+            )
         if err is not None:
             call.finish(error=err)
             return call.future
@@ -234,9 +253,14 @@ class RayWorkerHandle:
         except Exception as e:  # Ray refused the call (shut down, ...)
             self._forget(call)
             self._mark_lost(generation)
-            call.finish(error=E.WorkerLostError(
-                f'Ray worker {self.slot}: the call could not be sent ({type(e).__name__}: {e}); '
-                'run the computation again', worker_id=self.slot, pid=self.pid))
+            call.finish(
+                error=E.WorkerLostError(
+                    f'Ray worker {self.slot}: the call could not be sent ({type(e).__name__}: {e}); '
+                    'run the computation again',
+                    worker_id=self.slot,
+                    pid=self.pid,
+                )
+            )
         return call.future
 
     def _forget(self, call: _Call) -> None:
@@ -260,10 +284,15 @@ class RayWorkerHandle:
             return
         if out is None:
             self._mark_lost(call.generation)
-            call.finish(error=E.WorkerLostError(
-                f'Ray worker {self.slot} was restarted by Ray while this driver used it (a '
-                f'new incarnation answered {call.op}); its values are gone: run the '
-                'computation again', worker_id=self.slot, pid=self.pid))
+            call.finish(
+                error=E.WorkerLostError(
+                    f'Ray worker {self.slot} was restarted by Ray while this driver used it (a '
+                    f'new incarnation answered {call.op}); its values are gone: run the '
+                    'computation again',
+                    worker_id=self.slot,
+                    pid=self.pid,
+                )
+            )
             return
         try:
             header, bufs = out
@@ -279,25 +308,36 @@ class RayWorkerHandle:
     def _ray_error(self, e: BaseException, call: _Call) -> BaseException:
         ray = self.workers.ray
         exc = ray.exceptions
-        lost_types = tuple(t for t in (getattr(exc, 'RayActorError', None),
-                                       getattr(exc, 'ActorUnavailableError', None),
-                                       getattr(exc, 'ObjectLostError', None),
-                                       getattr(exc, 'OwnerDiedError', None),
-                                       getattr(exc, 'WorkerCrashedError', None),
-                                       getattr(exc, 'NodeDiedError', None))
-                           if isinstance(t, type))
+        lost_types = tuple(
+            t
+            for t in (
+                getattr(exc, 'RayActorError', None),
+                getattr(exc, 'ActorUnavailableError', None),
+                getattr(exc, 'ObjectLostError', None),
+                getattr(exc, 'OwnerDiedError', None),
+                getattr(exc, 'WorkerCrashedError', None),
+                getattr(exc, 'NodeDiedError', None),
+            )
+            if isinstance(t, type)
+        )
         if isinstance(e, lost_types):
             self._mark_lost(call.generation)
             where = f' on {self.node_ip}' if self.node_ip else ''
             err: BaseException = E.WorkerLostError(
                 f'Ray worker {self.slot} (pid {self.pid}{where}) died while it ran {call.op} '
                 f'({type(e).__name__}); its values are gone: run the computation again '
-                '(execution_context(factory, retries=N) does)', worker_id=self.slot, pid=self.pid)
+                '(execution_context(factory, retries=N) does)',
+                worker_id=self.slot,
+                pid=self.pid,
+            )
             err.__cause__ = e
             return err
         if isinstance(e, getattr(exc, 'RayTaskError', ())):
-            err = E.WorkerError(f'Ray worker {self.slot} failed while it ran {call.op}: {e}',
-                                worker_id=self.slot, pid=self.pid)
+            err = E.WorkerError(
+                f'Ray worker {self.slot} failed while it ran {call.op}: {e}',
+                worker_id=self.slot,
+                pid=self.pid,
+            )
             return err
         return e
 
@@ -316,8 +356,12 @@ class RayWorkerHandle:
             if head is None or head.started is None or now - head.started <= timeout:
                 return
             self._alive = False
-        log.warning('Ray worker %d ran %s for more than %g s: killing its actor', self.slot,
-                    head.op, timeout)
+        log.warning(
+            'Ray worker %d ran %s for more than %g s: killing its actor',
+            self.slot,
+            head.op,
+            timeout,
+        )
         try:
             self.workers.ray.kill(self.actor, no_restart=False)
         except Exception:  # already dead
@@ -326,15 +370,32 @@ class RayWorkerHandle:
             E.WorkerTimeoutError(
                 f'Ray worker {self.slot} (pid {self.pid}) ran {head.op} for more than '
                 f'{timeout:g} s (call_timeout); it was killed and restarts: run the computation '
-                'again', worker_id=self.slot, pid=self.pid, op=head.op, seconds=timeout,
-                reason='timeout'),
-            E.WorkerLostError(f'Ray worker {self.slot} was killed after a call timed out; its '
-                              'values are gone', worker_id=self.slot, pid=self.pid))
+                'again',
+                worker_id=self.slot,
+                pid=self.pid,
+                op=head.op,
+                seconds=timeout,
+                reason='timeout',
+            ),
+            E.WorkerLostError(
+                f'Ray worker {self.slot} was killed after a call timed out; its values are gone',
+                worker_id=self.slot,
+                pid=self.pid,
+            ),
+        )
 
     def close(self) -> None:
         self._alive = False
-        self._fail_inflight(*(2 * [E.ExecutorClosedError(
-            f'the Ray workers were closed while worker {self.slot} ran a request')]))
+        self._fail_inflight(
+            *(
+                2
+                * [
+                    E.ExecutorClosedError(
+                        f'the Ray workers were closed while worker {self.slot} ran a request'
+                    )
+                ]
+            )
+        )
 
 
 class RayWorkers:
@@ -363,22 +424,42 @@ class RayWorkers:
         by `seam.RAY_ACTOR`); it is constructed as ``actor(slot, options)``.
     """
 
-    def __init__(self, num_workers: Optional[int] = None, *, address: Optional[str] = None,
-                 num_cpus_per_worker: float = 1, num_gpus_per_worker: float = 0,
-                 clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
-                 placement_strategy: str = 'PACK',
-                 ready_timeout: float = DEFAULT_READY_TIMEOUT,
-                 max_restarts: int = DEFAULT_MAX_RESTARTS, call_timeout: Optional[float] = None,
-                 cpu_affinity: bool = True, ray_init_args: Optional[Dict[str, Any]] = None,
-                 worker_options: Optional[Dict[str, Any]] = None, actor: Any = None):
+    def __init__(
+        self,
+        num_workers: Optional[int] = None,
+        *,
+        address: Optional[str] = None,
+        num_cpus_per_worker: float = 1,
+        num_gpus_per_worker: float = 0,
+        clients_per_worker: Optional[int] = DEFAULT_CLIENTS_PER_WORKER,
+        placement_strategy: str = 'PACK',
+        ready_timeout: float = DEFAULT_READY_TIMEOUT,
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+        call_timeout: Optional[float] = None,
+        cpu_affinity: bool = True,
+        ray_init_args: Optional[Dict[str, Any]] = None,
+        worker_options: Optional[Dict[str, Any]] = None,
+        actor: Any = None,
+    ):
         self.placement_strategy = check_ray_arguments(
-            num_workers, num_cpus_per_worker, num_gpus_per_worker, clients_per_worker,
-            placement_strategy, ready_timeout, max_restarts, call_timeout, cpu_affinity, address)
+            num_workers,
+            num_cpus_per_worker,
+            num_gpus_per_worker,
+            clients_per_worker,
+            placement_strategy,
+            ready_timeout,
+            max_restarts,
+            call_timeout,
+            cpu_affinity,
+            address,
+        )
         for name, d in (('ray_init_args', ray_init_args), ('worker_options', worker_options)):
             if d is not None and not isinstance(d, dict):
-                raise E.SimharnessTypeError(f'{name} must be a dict or None, got {d!r} of type '
-                                            f'{type(d).__name__}', expected='Optional[dict]',
-                                            actual=type(d))
+                raise E.SimharnessTypeError(
+                    f'{name} must be a dict or None, got {d!r} of type {type(d).__name__}',
+                    expected='Optional[dict]',
+                    actual=type(d),
+                )
         self.requested_workers = num_workers
         self.address = address
         self.num_cpus_per_worker = num_cpus_per_worker
@@ -443,25 +524,32 @@ class RayWorkers:
             # A local Ray listens on loopback only (ray_init_arguments); the notice that
             # Ray turned token authentication on is not shown (quiet_ray_start).
             with quiet_ray_start():
-                ray.init(**ray_init_arguments(self.address, self.ray_init_args,
-                                              bool(self.worker_options.get('profile'))))
+                ray.init(
+                    **ray_init_arguments(
+                        self.address, self.ray_init_args, bool(self.worker_options.get('profile'))
+                    )
+                )
             self._owns_ray = True
         elif self.address is not None:
-            log.info('Ray is already initialised in this process: address=%r is not used',
-                     self.address)
+            log.info(
+                'Ray is already initialised in this process: address=%r is not used', self.address
+            )
         self.broadcast = RayBroadcast(ray)
         n = self.requested_workers
         if n is None:
             n = self._default_workers(ray.cluster_resources())
         from ray.util.placement_group import placement_group
+
         bundle: Dict[str, float] = {'CPU': float(self.num_cpus_per_worker)}
         if self.num_gpus_per_worker:
             bundle['GPU'] = float(self.num_gpus_per_worker)
-        self._pg = placement_group([dict(bundle) for _ in range(n)],
-                                   strategy=self.placement_strategy)
+        self._pg = placement_group(
+            [dict(bundle) for _ in range(n)], strategy=self.placement_strategy
+        )
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _close_resources, self._stop, self.handles,
-                                           self._pg, self._owns_ray)
+        self._finalizer = weakref.finalize(
+            self, _close_resources, self._stop, self.handles, self._pg, self._owns_ray
+        )
         try:
             ray.get(self._pg.ready(), timeout=self.ready_timeout)
         except ray.exceptions.GetTimeoutError:
@@ -470,56 +558,72 @@ class RayWorkers:
                 f'(placement_strategy={self.placement_strategy!r}) within {self.ready_timeout:g} s '
                 f'(ready_timeout); the cluster has {_resources_text(ray.cluster_resources())} '
                 f'in all, {_resources_text(ray.available_resources())} free: ask for fewer '
-                'workers or resources, or add nodes') from None
-        self._actor_class = ray.remote(self._actor if self._actor is not None
-                                       else load_host(RAY_ACTOR))
+                'workers or resources, or add nodes'
+            ) from None
+        self._actor_class = ray.remote(
+            self._actor if self._actor is not None else load_host(RAY_ACTOR)
+        )
         self.handles.extend(RayWorkerHandle(self, k) for k in range(n))
         for h in self.handles:
             h.actor = self._new_actor(h.slot)
         self._start_all()
         if self.call_timeout is not None:
-            self._watchdog = threading.Thread(target=self._watch, name='simharness-ray-watchdog',
-                                              daemon=True)
+            self._watchdog = threading.Thread(
+                target=self._watch, name='simharness-ray-watchdog', daemon=True
+            )
             self._watchdog.start()
 
     def _default_workers(self, resources: Mapping[str, float]) -> int:
         if self.num_gpus_per_worker:
             n = int(resources.get('GPU', 0) // self.num_gpus_per_worker)
-            what = f"{resources.get('GPU', 0):g} GPUs"
+            what = f'{resources.get("GPU", 0):g} GPUs'
         else:
             n = int(resources.get('CPU', 0) // self.num_cpus_per_worker)
-            what = f"{resources.get('CPU', 0):g} CPUs"
+            what = f'{resources.get("CPU", 0):g} CPUs'
         if n < 1:
             raise E.WorkerStartError(
                 f'the Ray cluster has {what}: not enough for one worker of '
                 f'{self.num_cpus_per_worker} CPU / {self.num_gpus_per_worker} GPU; give num_workers '
-                'or smaller per-worker resources')
+                'or smaller per-worker resources'
+            )
         return n
 
     def _new_actor(self, slot: int) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         opts = {'clients_per_worker': self.clients_per_worker}
         opts.update(self.worker_options)
         return self._actor_class.options(
-            num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker,
-            max_restarts=self.max_restarts, max_task_retries=0, max_concurrency=1,
+            num_cpus=self.num_cpus_per_worker,
+            num_gpus=self.num_gpus_per_worker,
+            max_restarts=self.max_restarts,
+            max_task_retries=0,
+            max_concurrency=1,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                self._pg, placement_group_bundle_index=slot,
-                placement_group_capture_child_tasks=False),
+                self._pg,
+                placement_group_bundle_index=slot,
+                placement_group_capture_child_tasks=False,
+            ),
         ).remote(slot, opts)
 
     def _plan(self, infos: Sequence[Dict[str, Any]]) -> List[WorkerPlacement]:
         from ray.util.placement_group import placement_group_table
+
         table = placement_group_table(self._pg)
         b2n = table.get('bundles_to_node_id') or {}
-        bundle_nodes = [b2n.get(k, b2n.get(str(k), infos[k]['node_id']))
-                        for k in range(len(infos))]
+        bundle_nodes = [b2n.get(k, b2n.get(str(k), infos[k]['node_id'])) for k in range(len(infos))]
         node_cpus: Dict[str, List[int]] = {}
         for info, node in zip(infos, bundle_nodes):
             node_cpus.setdefault(node, info['cpus'])
         gpu_ids = [info['gpu_ids'][0] if info['gpu_ids'] else None for info in infos]
-        return plan_ray_placements(bundle_nodes, node_cpus, self.num_cpus_per_worker,
-                                   self.num_gpus_per_worker, gpu_ids, self.cpu_affinity)
+        return plan_ray_placements(
+            bundle_nodes,
+            node_cpus,
+            self.num_cpus_per_worker,
+            self.num_gpus_per_worker,
+            gpu_ids,
+            self.cpu_affinity,
+        )
 
     def _replan(self, h: RayWorkerHandle, where: Dict[str, Any]) -> WorkerPlacement:
         """Slot `h`'s placement on the node it now runs on: the cores after those of the
@@ -528,24 +632,37 @@ class RayWorkers:
         bundle_nodes = [where['node_id'] if o is h else (o.node_id or '') for o in order]
         node_cpus = {(o.node_id or ''): list(o.node_cpus) for o in order if o is not h}
         node_cpus[where['node_id']] = list(where['cpus'])
-        gpu_ids = [(where['gpu_ids'] or [None])[0] if o is h
-                   else (None if o.placement is None else o.placement.gpu) for o in order]
+        gpu_ids = [
+            (where['gpu_ids'] or [None])[0]
+            if o is h
+            else (None if o.placement is None else o.placement.gpu)
+            for o in order
+        ]
         h.node_cpus = list(where['cpus'])
-        p = plan_ray_placements(bundle_nodes, node_cpus, self.num_cpus_per_worker,
-                                self.num_gpus_per_worker, gpu_ids, self.cpu_affinity)[-1]
+        p = plan_ray_placements(
+            bundle_nodes,
+            node_cpus,
+            self.num_cpus_per_worker,
+            self.num_gpus_per_worker,
+            gpu_ids,
+            self.cpu_affinity,
+        )[-1]
         return dataclasses.replace(p, worker_id=h.slot)
 
     def _start_all(self) -> None:
         deadline = time.monotonic() + self.ready_timeout
-        infos = self._get([h.actor.describe.remote() for h in self.handles], deadline,
-                          'report where they run')
+        infos = self._get(
+            [h.actor.describe.remote() for h in self.handles], deadline, 'report where they run'
+        )
         plans = self._plan(infos)
         for h, p, info in zip(self.handles, plans, infos):
             h.placement = p
             h.node_cpus = list(info['cpus'])
-        started = self._get([h.actor.start.remote(placement_to_dict(p))
-                             for h, p in zip(self.handles, plans)], deadline,
-                            'start (import TensorFlow)')
+        started = self._get(
+            [h.actor.start.remote(placement_to_dict(p)) for h, p in zip(self.handles, plans)],
+            deadline,
+            'start (import TensorFlow)',
+        )
         for h, info in zip(self.handles, started):
             h.record_start(info)
 
@@ -555,11 +672,12 @@ class RayWorkers:
             return ray.get(refs, timeout=max(0.1, deadline - time.monotonic()))
         except ray.exceptions.GetTimeoutError:
             raise E.WorkerStartError(
-                f'the Ray workers did not {what} within {self.ready_timeout:g} s '
-                '(ready_timeout)') from None
+                f'the Ray workers did not {what} within {self.ready_timeout:g} s (ready_timeout)'
+            ) from None
         except ray.exceptions.RayTaskError as e:
-            raise E.WorkerStartError(f'a Ray worker failed to {what}: {e}',
-                                     remote_traceback=str(e)) from None
+            raise E.WorkerStartError(
+                f'a Ray worker failed to {what}: {e}', remote_traceback=str(e)
+            ) from None
         except ray.exceptions.RayActorError as e:
             raise E.WorkerStartError(f'a Ray worker died before it could {what}: {e}') from None
 
@@ -577,32 +695,41 @@ class RayWorkers:
         last: Optional[BaseException] = None
         for attempt in range(2):
             try:
-                where = ray.get(h.actor.describe.remote(),
-                                timeout=max(0.1, deadline - time.monotonic()))
+                where = ray.get(
+                    h.actor.describe.remote(), timeout=max(0.1, deadline - time.monotonic())
+                )
                 if where['node_id'] != h.node_id:
                     # Ray moved the bundle to another node (its node died): plan again.
                     h.placement = self._replan(h, where)
-                info = ray.get(h.actor.start.remote(placement_to_dict(h.placement)),
-                               timeout=max(0.1, deadline - time.monotonic()))
+                info = ray.get(
+                    h.actor.start.remote(placement_to_dict(h.placement)),
+                    timeout=max(0.1, deadline - time.monotonic()),
+                )
                 h.record_start(info)
                 return
             except ray.exceptions.GetTimeoutError:
                 raise E.WorkerStartError(
                     f'Ray worker {h.slot} did not start again within {timeout:g} s',
-                    worker_id=h.slot) from None
+                    worker_id=h.slot,
+                ) from None
             except ray.exceptions.RayTaskError as e:
-                raise E.WorkerStartError(f'Ray worker {h.slot} failed to start again: {e}',
-                                         worker_id=h.slot) from None
+                raise E.WorkerStartError(
+                    f'Ray worker {h.slot} failed to start again: {e}', worker_id=h.slot
+                ) from None
             except ray.exceptions.RayActorError as e:
                 # Ray gave up on the actor (restarts used up, killed for good): a new one
                 # in the same bundle, on the same node, so the plan still holds.
                 last = e
                 if attempt == 0:
-                    log.warning('Ray worker %d is dead (%s); starting a new actor in its bundle',
-                                h.slot, type(e).__name__)
+                    log.warning(
+                        'Ray worker %d is dead (%s); starting a new actor in its bundle',
+                        h.slot,
+                        type(e).__name__,
+                    )
                     h.actor = self._new_actor(h.slot)
-        raise E.WorkerStartError(f'Ray worker {h.slot} could not be started again: {last}',
-                                 worker_id=h.slot)
+        raise E.WorkerStartError(
+            f'Ray worker {h.slot} could not be started again: {last}', worker_id=h.slot
+        )
 
     # ------------------------------------------------------------ watchdog
     def _watch(self) -> None:
@@ -625,11 +752,17 @@ class RayWorkers:
         refs = [h.actor.usage.remote() if h.alive else None for h in self.handles]
         out = []
         for h, ref in zip(self.handles, refs):
-            row: Dict[str, Any] = {'worker_id': h.slot, 'alive': h.alive, 'node_ip': h.node_ip,
-                                   'node_id': h.node_id, 'pid': h.pid,
-                                   'cpus': None if h.placement is None else list(h.placement.cpus),
-                                   'requests': h.requests, 'bytes_to_worker': h.bytes_to_worker,
-                                   'bytes_from_worker': h.bytes_from_worker}
+            row: Dict[str, Any] = {
+                'worker_id': h.slot,
+                'alive': h.alive,
+                'node_ip': h.node_ip,
+                'node_id': h.node_id,
+                'pid': h.pid,
+                'cpus': None if h.placement is None else list(h.placement.cpus),
+                'requests': h.requests,
+                'bytes_to_worker': h.bytes_to_worker,
+                'bytes_from_worker': h.bytes_from_worker,
+            }
             if ref is not None:
                 try:
                     row.update(ray.get(ref, timeout=timeout))
@@ -639,30 +772,47 @@ class RayWorkers:
         return out
 
     def stats(self) -> Dict[str, Any]:
-        return {'requests': sum(h.requests for h in self.handles),
-                'bytes_to_workers': sum(h.bytes_to_worker for h in self.handles)
-                + (self.broadcast.bytes_written if self.broadcast is not None else 0),
-                'bytes_from_workers': sum(h.bytes_from_worker for h in self.handles),
-                'broadcast_puts': self.broadcast.puts if self.broadcast is not None else 0}
+        return {
+            'requests': sum(h.requests for h in self.handles),
+            'bytes_to_workers': sum(h.bytes_to_worker for h in self.handles)
+            + (self.broadcast.bytes_written if self.broadcast is not None else 0),
+            'bytes_from_workers': sum(h.bytes_from_worker for h in self.handles),
+            'broadcast_puts': self.broadcast.puts if self.broadcast is not None else 0,
+        }
 
     def cluster(self) -> Dict[str, Any]:
         """The cluster's nodes and resources (for the environment record)."""
         ray = self.ray if self.ray is not None else import_ray()
         if not ray.is_initialized():
             return {}
-        nodes = [{'node_id': n.get('NodeID'), 'address': n.get('NodeManagerAddress'),
-                  'hostname': n.get('NodeManagerHostname'), 'alive': bool(n.get('Alive')),
-                  'resources': _plain_resources(n.get('Resources') or {})}
-                 for n in ray.nodes()]
-        return {'ray_version': getattr(ray, '__version__', None),
-                'nodes': nodes, 'resources': _plain_resources(ray.cluster_resources()),
-                'workers': [{'worker_id': h.slot, 'node_ip': h.node_ip, 'node_id': h.node_id,
-                             'cpus': None if h.placement is None else list(h.placement.cpus),
-                             'gpu': None if h.placement is None else h.placement.gpu}
-                            for h in self.handles],
-                'placement_strategy': self.placement_strategy,
-                'num_cpus_per_worker': self.num_cpus_per_worker,
-                'num_gpus_per_worker': self.num_gpus_per_worker}
+        nodes = [
+            {
+                'node_id': n.get('NodeID'),
+                'address': n.get('NodeManagerAddress'),
+                'hostname': n.get('NodeManagerHostname'),
+                'alive': bool(n.get('Alive')),
+                'resources': _plain_resources(n.get('Resources') or {}),
+            }
+            for n in ray.nodes()
+        ]
+        return {
+            'ray_version': getattr(ray, '__version__', None),
+            'nodes': nodes,
+            'resources': _plain_resources(ray.cluster_resources()),
+            'workers': [
+                {
+                    'worker_id': h.slot,
+                    'node_ip': h.node_ip,
+                    'node_id': h.node_id,
+                    'cpus': None if h.placement is None else list(h.placement.cpus),
+                    'gpu': None if h.placement is None else h.placement.gpu,
+                }
+                for h in self.handles
+            ],
+            'placement_strategy': self.placement_strategy,
+            'num_cpus_per_worker': self.num_cpus_per_worker,
+            'num_gpus_per_worker': self.num_gpus_per_worker,
+        }
 
     # ------------------------------------------------------------ close
     def _release(self) -> None:
@@ -693,8 +843,9 @@ class RayWorkers:
         self.close()
 
 
-def _close_resources(stop: threading.Event, handles: List[RayWorkerHandle], pg: Any,
-                     owns_ray: bool) -> None:
+def _close_resources(
+    stop: threading.Event, handles: List[RayWorkerHandle], pg: Any, owns_ray: bool
+) -> None:
     stop.set()
     ray = None
     for h in handles:
@@ -711,6 +862,7 @@ def _close_resources(stop: threading.Event, handles: List[RayWorkerHandle], pg: 
     if pg is not None and ray is not None:
         try:
             from ray.util.placement_group import remove_placement_group
+
             remove_placement_group(pg)
         except Exception:  # Ray is shut down already
             pass
@@ -723,11 +875,11 @@ def _close_resources(stop: threading.Event, handles: List[RayWorkerHandle], pg: 
 
 def _plain_resources(res: Mapping[str, float]) -> Dict[str, float]:
     """Resources without Ray's bookkeeping entries (``node:<ip>``, placement group shares)."""
-    return {k: float(v) for k, v in res.items()
-            if not k.startswith('node:') and '_group_' not in k}
+    return {k: float(v) for k, v in res.items() if not k.startswith('node:') and '_group_' not in k}
 
 
 def _resources_text(res: Mapping[str, float]) -> str:
-    keys = [k for k in ('CPU', 'GPU') if k in res] or sorted(k for k in res
-                                                             if not k.startswith('node:'))[:3]
+    keys = [k for k in ('CPU', 'GPU') if k in res] or sorted(
+        k for k in res if not k.startswith('node:')
+    )[:3]
     return ', '.join(f'{res[k]:g} {k}' for k in keys) or 'no resources'

@@ -17,6 +17,16 @@ from simharness.simulation.baselines.baseline_task import BaselineTask
 from simharness.simulation.baselines.client_spec import ClientSpec
 from simharness.simulation.baselines.task_data import BaselineTaskDatasets
 
-__all__ = ['BaselineTask', 'BaselineTaskDatasets', 'ClientSpec', 'baseline_task', 'client_spec',
-           'cifar100', 'emnist', 'keras_metrics', 'shakespeare', 'stackoverflow',
-           'task_data']
+__all__ = [
+    'BaselineTask',
+    'BaselineTaskDatasets',
+    'ClientSpec',
+    'baseline_task',
+    'client_spec',
+    'cifar100',
+    'emnist',
+    'keras_metrics',
+    'shakespeare',
+    'stackoverflow',
+    'task_data',
+]

@@ -31,7 +31,8 @@ class BaselineTask:
     """
 
     datasets: task_data.BaselineTaskDatasets = attrs.field(
-        validator=attrs.validators.instance_of(task_data.BaselineTaskDatasets))
+        validator=attrs.validators.instance_of(task_data.BaselineTaskDatasets)
+    )
     model_fn: Callable[[], Any] = attrs.field(validator=attrs.validators.is_callable())
 
     def __attrs_post_init__(self) -> None:
@@ -40,10 +41,13 @@ class BaselineTask:
         with tf.Graph().as_default():
             model = self.model_fn()
         if not isinstance(model, variable.VariableModel):
-            raise TypeError('Expected model_fn to output a tff.learning.models.VariableModel, '
-                            f'found {type(model)} instead')
+            raise TypeError(
+                'Expected model_fn to output a tff.learning.models.VariableModel, '
+                f'found {type(model)} instead'
+            )
         element_spec = self.datasets.element_type_structure
         if element_spec != model.input_spec:
             raise ValueError(
                 'Dataset element spec and model input spec do not match. Found dataset '
-                f'element spec {element_spec}, but model input spec {model.input_spec}')
+                f'element spec {element_spec}, but model input spec {model.input_spec}'
+            )

@@ -16,8 +16,10 @@ def _positive(instance: Any, attribute: Any, value: Any) -> None:
 
 
 _POSITIVE_INT = [attrs.validators.instance_of(int), _positive]
-_OPTIONAL_POSITIVE_INT = [attrs.validators.optional(attrs.validators.instance_of(int)),
-                          attrs.validators.optional(_positive)]
+_OPTIONAL_POSITIVE_INT = [
+    attrs.validators.optional(attrs.validators.instance_of(int)),
+    attrs.validators.optional(_positive),
+]
 
 
 @attrs.define(eq=False, frozen=True)
@@ -38,12 +40,12 @@ class ClientSpec:
     num_epochs: int = attrs.field(converter=int, validator=_POSITIVE_INT)
     batch_size: int = attrs.field(converter=int, validator=_POSITIVE_INT)
     max_elements: Optional[int] = attrs.field(default=None, validator=_OPTIONAL_POSITIVE_INT)
-    shuffle_buffer_size: Optional[int] = attrs.field(default=None,
-                                                     validator=_OPTIONAL_POSITIVE_INT)
+    shuffle_buffer_size: Optional[int] = attrs.field(default=None, validator=_OPTIONAL_POSITIVE_INT)
 
 
-def shuffle_repeat_take(dataset: Any, spec: ClientSpec, shuffle_buffer_size: int,
-                        seed: Optional[int] = None) -> Any:
+def shuffle_repeat_take(
+    dataset: Any, spec: ClientSpec, shuffle_buffer_size: int, seed: Optional[int] = None
+) -> Any:
     """The steps every task's preprocessing starts with (TFF's, in TFF's order): shuffle
     (a buffer over 1), repeat `spec.num_epochs` times, take `spec.max_elements`."""
     if shuffle_buffer_size > 1:

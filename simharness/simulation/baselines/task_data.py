@@ -18,8 +18,9 @@ CentralOrClientData = Union[tf.data.Dataset, ClientData]
 PreprocessFnType = Callable[[tf.data.Dataset], tf.data.Dataset]
 
 
-def _get_element_spec(data: CentralOrClientData,
-                      preprocess_fn: Optional[PreprocessFnType] = None) -> Any:
+def _get_element_spec(
+    data: CentralOrClientData, preprocess_fn: Optional[PreprocessFnType] = None
+) -> Any:
     """The element structure of `data` (a `ClientData` or a dataset) after `preprocess_fn`."""
     if isinstance(data, ClientData):
         if preprocess_fn is not None:
@@ -50,10 +51,14 @@ class BaselineTaskDatasets:
         element after `train_preprocess_fn`.
     """
 
-    def __init__(self, train_data: ClientData, test_data: CentralOrClientData,
-                 validation_data: Optional[CentralOrClientData] = None,
-                 train_preprocess_fn: Optional[PreprocessFnType] = None,
-                 eval_preprocess_fn: Optional[PreprocessFnType] = None):
+    def __init__(
+        self,
+        train_data: ClientData,
+        test_data: CentralOrClientData,
+        validation_data: Optional[CentralOrClientData] = None,
+        train_preprocess_fn: Optional[PreprocessFnType] = None,
+        eval_preprocess_fn: Optional[PreprocessFnType] = None,
+    ):
         """Records the data and checks the preprocessing functions.
 
         Raises:
@@ -84,7 +89,8 @@ class BaselineTaskDatasets:
                 raise ValueError(
                     'The validation set must be None, or have the same element type structure '
                     f'as the test data. Found test type {test_type} and validation type '
-                    f'{validation_type}')
+                    f'{validation_type}'
+                )
         self._data_info: Optional[collections.OrderedDict] = None
 
     @property
@@ -121,8 +127,9 @@ class BaselineTaskDatasets:
             info['validation'] = _split_row('Validation', self._validation_data)
         return info
 
-    def sample_train_clients(self, num_clients: int, replace: bool = False,
-                             random_seed: Optional[int] = None) -> list:
+    def sample_train_clients(
+        self, num_clients: int, replace: bool = False, random_seed: Optional[int] = None
+    ) -> list:
         """`num_clients` preprocessed training datasets of clients drawn uniformly at random.
 
         Args:
@@ -136,10 +143,10 @@ class BaselineTaskDatasets:
           A list of `tf.data.Dataset`, one per drawn client.
         """
         random_state = np.random.RandomState(seed=random_seed)
-        client_ids = random_state.choice(self._preprocess_train_data.client_ids,
-                                         size=num_clients, replace=replace)
-        return [self._preprocess_train_data.create_tf_dataset_for_client(c)
-                for c in client_ids]
+        client_ids = random_state.choice(
+            self._preprocess_train_data.client_ids, size=num_clients, replace=replace
+        )
+        return [self._preprocess_train_data.create_tf_dataset_for_client(c) for c in client_ids]
 
     def get_centralized_test_data(self) -> tf.data.Dataset:
         """The test data as one `tf.data.Dataset` (clients' datasets joined), preprocessed."""
@@ -171,8 +178,9 @@ class BaselineTaskDatasets:
             self._data_info = self._record_dataset_information()
         rows = list(self._data_info.values())
         widths = [max(len(str(row[j])) for row in rows) + 1 for j in range(len(rows[0]))]
-        lines = [''.join(f'{str(value):<{width}}|' for value, width in zip(row, widths))
-                 for row in rows]
+        lines = [
+            ''.join(f'{str(value):<{width}}|' for value, width in zip(row, widths)) for row in rows
+        ]
         total = sum(widths) + len(widths)
         lines.insert(1, '=' * total)
         lines.append('_' * total)

@@ -9,19 +9,35 @@ download; each has `get_synthetic()` with the same element structure.
 
 from simharness.simulation.datasets import cifar100, emnist, shakespeare, stackoverflow
 from simharness.simulation.datasets.client_data import ClientData
-from simharness.simulation.datasets.dataset_utils import (build_dataset_mixture,
-                                                          build_single_label_dataset,
-                                                          build_synthethic_iid_datasets)
+from simharness.simulation.datasets.dataset_utils import (
+    build_dataset_mixture,
+    build_single_label_dataset,
+    build_synthethic_iid_datasets,
+)
 from simharness.simulation.datasets.download import DatasetFileNotFoundError
 from simharness.simulation.datasets.file_per_user_client_data import FilePerUserClientData
 from simharness.simulation.datasets.from_tensor_slices_client_data import TestClientData
 from simharness.simulation.datasets.sql_client_data import SqlClientData
-from simharness.simulation.datasets.sql_client_data_utils import (load_and_parse_sql_client_data,
-                                                                  save_to_sql_client_data)
+from simharness.simulation.datasets.sql_client_data_utils import (
+    load_and_parse_sql_client_data,
+    save_to_sql_client_data,
+)
 from simharness.simulation.datasets.transforming_client_data import TransformingClientData
 
-__all__ = ['ClientData', 'DatasetFileNotFoundError', 'FilePerUserClientData', 'SqlClientData',
-           'TestClientData', 'TransformingClientData', 'build_dataset_mixture',
-           'build_single_label_dataset', 'build_synthethic_iid_datasets', 'cifar100', 'emnist',
-           'load_and_parse_sql_client_data', 'save_to_sql_client_data', 'shakespeare',
-           'stackoverflow']
+__all__ = [
+    'ClientData',
+    'DatasetFileNotFoundError',
+    'FilePerUserClientData',
+    'SqlClientData',
+    'TestClientData',
+    'TransformingClientData',
+    'build_dataset_mixture',
+    'build_single_label_dataset',
+    'build_synthethic_iid_datasets',
+    'cifar100',
+    'emnist',
+    'load_and_parse_sql_client_data',
+    'save_to_sql_client_data',
+    'shakespeare',
+    'stackoverflow',
+]

@@ -23,13 +23,17 @@ FILENAME = 'cifar100.sqlite'
 
 def _add_proto_parsing(dataset: Any) -> Any:
     def parse_proto(tensor_proto: Any) -> Any:
-        spec = {'coarse_label': tf.io.FixedLenFeature(shape=(), dtype=tf.int64),
-                'image': tf.io.FixedLenFeature(shape=(32, 32, 3), dtype=tf.int64),
-                'label': tf.io.FixedLenFeature(shape=(), dtype=tf.int64)}
+        spec = {
+            'coarse_label': tf.io.FixedLenFeature(shape=(), dtype=tf.int64),
+            'image': tf.io.FixedLenFeature(shape=(32, 32, 3), dtype=tf.int64),
+            'label': tf.io.FixedLenFeature(shape=(), dtype=tf.int64),
+        }
         parsed = tf.io.parse_example(tensor_proto, spec)
-        return collections.OrderedDict(coarse_label=parsed['coarse_label'],
-                                       image=tf.cast(parsed['image'], tf.uint8),
-                                       label=parsed['label'])
+        return collections.OrderedDict(
+            coarse_label=parsed['coarse_label'],
+            image=tf.cast(parsed['image'], tf.uint8),
+            label=parsed['label'],
+        )
 
     return dataset.map(parse_proto, num_parallel_calls=tf.data.AUTOTUNE)
 
@@ -56,8 +60,10 @@ def _synthetic_images() -> collections.OrderedDict:
         b = ((xx + yy) * (2 + k) + 80 * k) % 256
         images.append(np.stack([r, g, b], axis=-1).astype(np.uint8))
     return collections.OrderedDict(
-        coarse_label=np.asarray([4, 4, 4, 8, 10], np.int64), image=np.stack(images),
-        label=np.asarray([0, 51, 51, 88, 71], np.int64))
+        coarse_label=np.asarray([4, 4, 4, 8, 10], np.int64),
+        image=np.stack(images),
+        label=np.asarray([0, 51, 51, 88, 71], np.int64),
+    )
 
 
 def get_synthetic() -> ClientData:

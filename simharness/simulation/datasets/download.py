@@ -42,8 +42,7 @@ def get_local_file(filename: str, cache_dir: Optional[str] = None) -> str:
     Raises:
         DatasetFileNotFoundError: neither file is there.
     """
-    directory = os.path.expanduser(str(cache_dir)) if cache_dir is not None \
-        else default_cache_dir()
+    directory = os.path.expanduser(str(cache_dir)) if cache_dir is not None else default_cache_dir()
     path = os.path.join(directory, filename)
     if os.path.isfile(path):
         return path
@@ -62,4 +61,6 @@ def get_local_file(filename: str, cache_dir: Optional[str] = None) -> str:
     raise DatasetFileNotFoundError(
         f'expected the data file {path} (or {compressed}); simharness downloads nothing: fetch '
         f'{TFF_DATASETS_URL}{filename}.lzma into {directory} (and decompress it, or leave the '
-        '.lzma there), or pass cache_dir= where the file is', path=path)
+        '.lzma there), or pass cache_dir= where the file is',
+        path=path,
+    )

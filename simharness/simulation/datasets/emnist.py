@@ -23,17 +23,21 @@ FILENAME = 'emnist_all.sqlite'
 
 def _add_proto_parsing(dataset: Any) -> Any:
     def parse_proto(tensor_proto: Any) -> Any:
-        parse_spec = {'pixels': tf.io.FixedLenFeature(shape=(28, 28), dtype=tf.float32),
-                      'label': tf.io.FixedLenFeature(shape=(), dtype=tf.int64)}
+        parse_spec = {
+            'pixels': tf.io.FixedLenFeature(shape=(28, 28), dtype=tf.float32),
+            'label': tf.io.FixedLenFeature(shape=(), dtype=tf.int64),
+        }
         parsed = tf.io.parse_example(tensor_proto, parse_spec)
-        return collections.OrderedDict(label=tf.cast(parsed['label'], tf.int32),
-                                       pixels=parsed['pixels'])
+        return collections.OrderedDict(
+            label=tf.cast(parsed['label'], tf.int32), pixels=parsed['pixels']
+        )
 
     return dataset.map(parse_proto, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def load_data(only_digits: bool = True, cache_dir: Optional[str] = None
-              ) -> tuple[ClientData, ClientData]:
+def load_data(
+    only_digits: bool = True, cache_dir: Optional[str] = None
+) -> tuple[ClientData, ClientData]:
     """The (train, test) Federated EMNIST `ClientData` from ``emnist_all.sqlite``.
 
     Args:
@@ -46,8 +50,7 @@ def load_data(only_digits: bool = True, cache_dir: Optional[str] = None
     """
     path = download.get_local_file(FILENAME, cache_dir)
     prefix = 'digits_only' if only_digits else 'all'
-    train = sql_client_data.SqlClientData(path, f'{prefix}_train').preprocess(
-        _add_proto_parsing)
+    train = sql_client_data.SqlClientData(path, f'{prefix}_train').preprocess(_add_proto_parsing)
     test = sql_client_data.SqlClientData(path, f'{prefix}_test').preprocess(_add_proto_parsing)
     return train, test
 
@@ -76,8 +79,9 @@ def _synthetic_digits() -> collections.OrderedDict:
         blurred = big.copy()
         blurred[1:, :] = np.maximum(blurred[1:, :], 0.5 * big[:-1, :])
         images.append(1.0 - blurred)
-    return collections.OrderedDict(label=np.arange(10, dtype=np.int32),
-                                   pixels=np.stack(images).astype(np.float32))
+    return collections.OrderedDict(
+        label=np.arange(10, dtype=np.int32), pixels=np.stack(images).astype(np.float32)
+    )
 
 
 def get_synthetic() -> ClientData:

@@ -30,13 +30,14 @@ class FilePerUserClientData(ClientData):
         SimharnessValueError: no clients.
     """
 
-    def __init__(self, client_ids_to_files: Mapping[str, str],
-                 dataset_fn: Callable[[Any], Any]):
+    def __init__(self, client_ids_to_files: Mapping[str, str], dataset_fn: Callable[[Any], Any]):
         if not isinstance(client_ids_to_files, Mapping):
             raise SimharnessTypeError(
                 f'Expected collections.abc.Mapping (client id -> path) for '
-                f'client_ids_to_files, found {type(client_ids_to_files).__name__}', expected='Mapping[str, str]',
-                actual=type(client_ids_to_files))
+                f'client_ids_to_files, found {type(client_ids_to_files).__name__}',
+                expected='Mapping[str, str]',
+                actual=type(client_ids_to_files),
+            )
         if not client_ids_to_files:
             raise SimharnessValueError('`client_ids` must have at least one client ID')
         self._client_ids = sorted(client_ids_to_files)
@@ -46,13 +47,13 @@ class FilePerUserClientData(ClientData):
         values = [str(v) for v in client_ids_to_files.values()]
 
         def serializable_dataset_fn(client_id: Any) -> Any:
-            table = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(keys, values), '')
+            table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), '')
             return dataset_fn(table.lookup(client_id))
 
         self._serializable_dataset_fn = serializable_dataset_fn
         self._element_type_structure = serializable_dataset_fn(
-            tf.constant(self._client_ids[0])).element_spec
+            tf.constant(self._client_ids[0])
+        ).element_spec
 
     @property
     def serializable_dataset_fn(self) -> Callable[[Any], Any]:
@@ -68,14 +69,20 @@ class FilePerUserClientData(ClientData):
         dataset = self._dataset_fn(self._client_ids_to_files[client_id])
         try:
             tf.nest.assert_same_structure(dataset.element_spec, self._element_type_structure)
-            same = all(a == b for a, b in zip(tf.nest.flatten(dataset.element_spec),
-                                              tf.nest.flatten(self._element_type_structure)))
+            same = all(
+                a == b
+                for a, b in zip(
+                    tf.nest.flatten(dataset.element_spec),
+                    tf.nest.flatten(self._element_type_structure),
+                )
+            )
         except (TypeError, ValueError):
             same = False
         if not same:
             raise SimharnessValueError(
                 f'client {client_id!r}: dataset elements {dataset.element_spec} differ from '
-                f'the element_type_structure {self._element_type_structure}')
+                f'the element_type_structure {self._element_type_structure}'
+            )
         return dataset
 
     @property
@@ -83,8 +90,9 @@ class FilePerUserClientData(ClientData):
         return self._element_type_structure
 
     @classmethod
-    def create_from_dir(cls, path: str, create_tf_dataset_fn: Callable[[Any], Any] = (
-            tf.data.TFRecordDataset)) -> 'FilePerUserClientData':
+    def create_from_dir(
+        cls, path: str, create_tf_dataset_fn: Callable[[Any], Any] = (tf.data.TFRecordDataset)
+    ) -> 'FilePerUserClientData':
         """One client per file in the directory `path` (not recursive); ids are file names."""
         mapping = {name: os.path.join(path, name) for name in tf.io.gfile.listdir(path)}
         return cls(mapping, create_tf_dataset_fn)

@@ -23,7 +23,8 @@ FILENAME = 'shakespeare.sqlite'
 def _add_parsing(dataset: Any) -> Any:
     def parse(serialized: Any) -> Any:
         fields = tf.io.parse_example(
-            serialized, {'snippets': tf.io.FixedLenFeature(shape=(), dtype=tf.string)})
+            serialized, {'snippets': tf.io.FixedLenFeature(shape=(), dtype=tf.string)}
+        )
         return collections.OrderedDict(snippets=fields['snippets'])
 
     return dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
@@ -43,33 +44,43 @@ def load_data(cache_dir: Optional[str] = None) -> tuple[ClientData, ClientData]:
 
 # A few lines of some roles (our own choice of lines; TFF's synthetic set has other roles).
 _SYNTHETIC_SHAKESPEARE_DATA = {
-    'THE_TRAGEDY_OF_KING_LEAR_KING': collections.OrderedDict(snippets=[
-        b'Nothing will come of nothing: speak again.',
-        b'Blow, winds, and crack your cheeks! rage! blow!',
-        b'I am a man more sinn\'d against than sinning.',
-        b'Come, let\'s away to prison.',
-    ]),
-    'THE_TRAGEDY_OF_MACBETH_MACBETH': collections.OrderedDict(snippets=[
-        b'So foul and fair a day I have not seen.',
-        b'Is this a dagger which I see before me?',
-        b'To-morrow, and to-morrow, and to-morrow,',
-        b'Lay on, Macduff.',
-        b'I have almost forgot the taste of fears.',
-    ]),
-    'MUCH_ADO_ABOUT_NOTHING_BEATRICE': collections.OrderedDict(snippets=[
-        b'I had rather hear my dog bark at a crow than a man swear he loves me.',
-    ]),
+    'THE_TRAGEDY_OF_KING_LEAR_KING': collections.OrderedDict(
+        snippets=[
+            b'Nothing will come of nothing: speak again.',
+            b'Blow, winds, and crack your cheeks! rage! blow!',
+            b"I am a man more sinn'd against than sinning.",
+            b"Come, let's away to prison.",
+        ]
+    ),
+    'THE_TRAGEDY_OF_MACBETH_MACBETH': collections.OrderedDict(
+        snippets=[
+            b'So foul and fair a day I have not seen.',
+            b'Is this a dagger which I see before me?',
+            b'To-morrow, and to-morrow, and to-morrow,',
+            b'Lay on, Macduff.',
+            b'I have almost forgot the taste of fears.',
+        ]
+    ),
+    'MUCH_ADO_ABOUT_NOTHING_BEATRICE': collections.OrderedDict(
+        snippets=[
+            b'I had rather hear my dog bark at a crow than a man swear he loves me.',
+        ]
+    ),
     # The two roles TFF's text generation tutorial reads.
-    'ALL_S_WELL_THAT_ENDS_WELL_CELIA': collections.OrderedDict(snippets=[
-        b'Love all, trust a few, do wrong to none.',
-        b'Our remedies oft in ourselves do lie.',
-        b'It is like a barber\'s chair that fits all buttocks.',
-    ]),
-    'MUCH_ADO_ABOUT_NOTHING_OTHELLO': collections.OrderedDict(snippets=[
-        b'Sigh no more, ladies, sigh no more.',
-        b'Men were deceivers ever.',
-        b'Speak low, if you speak love.',
-    ]),
+    'ALL_S_WELL_THAT_ENDS_WELL_CELIA': collections.OrderedDict(
+        snippets=[
+            b'Love all, trust a few, do wrong to none.',
+            b'Our remedies oft in ourselves do lie.',
+            b"It is like a barber's chair that fits all buttocks.",
+        ]
+    ),
+    'MUCH_ADO_ABOUT_NOTHING_OTHELLO': collections.OrderedDict(
+        snippets=[
+            b'Sigh no more, ladies, sigh no more.',
+            b'Men were deceivers ever.',
+            b'Speak low, if you speak love.',
+        ]
+    ),
 }
 
 

@@ -45,13 +45,15 @@ def _check_database_format(path: str) -> None:
         missing = REQUIRED_TABLES - tables
         if missing:
             raise DatabaseFormatError(
-                f'Database at [{path}] does not have the required {sorted(missing)} tables.')
+                f'Database at [{path}] does not have the required {sorted(missing)} tables.'
+            )
         columns = {r[1] for r in con.execute('PRAGMA table_info(examples);')}
         missing = REQUIRED_EXAMPLES_COLUMNS - columns
         if missing:
             raise DatabaseFormatError(
                 f'Database table `examples` must contain columns '
-                f'{sorted(REQUIRED_EXAMPLES_COLUMNS)}, but is missing columns {sorted(missing)}.')
+                f'{sorted(REQUIRED_EXAMPLES_COLUMNS)}, but is missing columns {sorted(missing)}.'
+            )
     finally:
         con.close()
 
@@ -62,8 +64,10 @@ def _fetch_client_ids(path: str, split_name: Optional[str]) -> list[str]:
         if split_name is None:
             rows = con.execute('SELECT DISTINCT client_id FROM client_metadata;')
         else:
-            rows = con.execute('SELECT DISTINCT client_id FROM client_metadata WHERE '
-                               'split_name = ?;', (split_name,))
+            rows = con.execute(
+                'SELECT DISTINCT client_id FROM client_metadata WHERE split_name = ?;',
+                (split_name,),
+            )
         return [r[0] for r in rows]
     finally:
         con.close()
@@ -89,7 +93,9 @@ class SqlClientData(ClientData):
         if not isinstance(database_filepath, str):
             raise SimharnessTypeError(
                 f'database_filepath must be a str, got {type(database_filepath).__name__}',
-                expected=str, actual=type(database_filepath))
+                expected=str,
+                actual=type(database_filepath),
+            )
         _check_database_format(database_filepath)
         self._filepath = database_filepath
         self._split_name = split_name
@@ -102,13 +108,15 @@ class SqlClientData(ClientData):
         # The id goes into the query as TFF's does; quotes in it are doubled
         # so that an id cannot change the query.
         quoted = tf.strings.regex_replace(client_id, "'", "''")
-        parts = ["SELECT serialized_example_proto FROM examples WHERE client_id = '", quoted,
-                 "'"]
+        parts = ["SELECT serialized_example_proto FROM examples WHERE client_id = '", quoted, "'"]
         if self._split_name is not None:
             parts.extend([" and split_name ='", self._split_name.replace("'", "''"), "'"])
         return tf.data.experimental.SqlDataset(
-            driver_name='sqlite', data_source_name=self._filepath,
-            query=tf.strings.join(parts), output_types=tf.string)
+            driver_name='sqlite',
+            data_source_name=self._filepath,
+            query=tf.strings.join(parts),
+            output_types=tf.string,
+        )
 
     def _check_client_id(self, client_id: Any) -> None:
         if not isinstance(client_id, str) or client_id not in self._id_set:
@@ -127,5 +135,7 @@ class SqlClientData(ClientData):
         return self._element_type_structure
 
     def __repr__(self) -> str:
-        return (f'SqlClientData({self._filepath!r}, split {self._split_name!r}, '
-                f'{len(self._client_ids)} clients)')
+        return (
+            f'SqlClientData({self._filepath!r}, split {self._split_name!r}, '
+            f'{len(self._client_ids)} clients)'
+        )

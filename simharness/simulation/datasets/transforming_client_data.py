@@ -28,20 +28,26 @@ class TransformingClientData(ClientData):
         SimharnessValueError: no clients, or only one of the two id functions.
     """
 
-    def __init__(self, base_client_data: ClientData,
-                 make_transform_fn: Callable[[Any], Callable[[Any], Any]],
-                 expand_client_id: Optional[Callable[[str], list[str]]] = None,
-                 reduce_client_id: Optional[Callable[[Any], Any]] = None):
+    def __init__(
+        self,
+        base_client_data: ClientData,
+        make_transform_fn: Callable[[Any], Callable[[Any], Any]],
+        expand_client_id: Optional[Callable[[str], list[str]]] = None,
+        reduce_client_id: Optional[Callable[[Any], Any]] = None,
+    ):
         if not isinstance(base_client_data, ClientData):
             raise SimharnessTypeError(
                 f'base_client_data must be a ClientData, got {type(base_client_data).__name__}',
-                expected=ClientData, actual=type(base_client_data))
+                expected=ClientData,
+                actual=type(base_client_data),
+            )
         raw_ids = base_client_data.client_ids
         if not raw_ids:
             raise SimharnessValueError('`base_client_data` must be non-empty.')
         if (expand_client_id is None) != (reduce_client_id is None):
             raise SimharnessValueError(
-                'Must specify both or neither of `expand_client_id` and `reduce_client_id`.')
+                'Must specify both or neither of `expand_client_id` and `reduce_client_id`.'
+            )
         self._base_client_data = base_client_data
         self._make_transform_fn = make_transform_fn
         if expand_client_id is None:

@@ -20,23 +20,28 @@ def create_simple_keras_model(learning_rate: float = 0.1) -> Any:
     # reason: simharness.learning (Keras) is loaded only when this model is built, so that
     # importing simharness.simulation stays light.
     counters = importlib.import_module('simharness.learning.metrics.counters')
-    model = tf.keras.models.Sequential([
-        tf.keras.layers.Input(shape=(784,)),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(10, tf.nn.softmax, kernel_initializer='zeros'),
-    ])
-    model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-                  optimizer=tf.keras.optimizers.SGD(learning_rate),
-                  metrics=[tf.keras.metrics.SparseCategoricalAccuracy(),
-                           counters.NumExamplesCounter()])
+    model = tf.keras.models.Sequential(
+        [
+            tf.keras.layers.Input(shape=(784,)),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(10, tf.nn.softmax, kernel_initializer='zeros'),
+        ]
+    )
+    model.compile(
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+        optimizer=tf.keras.optimizers.SGD(learning_rate),
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy(), counters.NumExamplesCounter()],
+    )
     return model
 
 
 def keras_dataset_from_emnist(dataset: Any) -> Any:
     """EMNIST elements as ``OrderedDict(x=pixels flattened to [784], y=label)``."""
+
     def map_fn(example: Any) -> Any:
-        return collections.OrderedDict([('x', tf.reshape(example['pixels'], [-1])),
-                                        ('y', example['label'])])
+        return collections.OrderedDict(
+            [('x', tf.reshape(example['pixels'], [-1])), ('y', example['label'])]
+        )
 
     return dataset.map(map_fn)
 
@@ -61,23 +66,40 @@ def create_keras_model(compile_model: bool = False) -> Any:
     categorical cross-entropy.
     """
     initializer = _DeterministicInitializer(tf.keras.initializers.RandomNormal, base_seed=0)
-    max_pool = tf.keras.layers.MaxPooling2D((2, 2), (2, 2), padding='same',
-                                            data_format='channels_last')
-    model = tf.keras.Sequential([
-        tf.keras.layers.Input(shape=(28 * 28,)),
-        tf.keras.layers.Reshape(target_shape=[28, 28, 1]),
-        tf.keras.layers.Conv2D(32, 5, padding='same', data_format='channels_last',
-                               activation=tf.nn.relu, kernel_initializer=initializer()),
-        max_pool,
-        tf.keras.layers.Conv2D(64, 5, padding='same', data_format='channels_last',
-                               activation=tf.nn.relu, kernel_initializer=initializer()),
-        max_pool,
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(1024, activation=tf.nn.relu, kernel_initializer=initializer()),
-        tf.keras.layers.Dropout(0.4, seed=1),
-        tf.keras.layers.Dense(10, kernel_initializer=initializer()),
-    ])
+    max_pool = tf.keras.layers.MaxPooling2D(
+        (2, 2), (2, 2), padding='same', data_format='channels_last'
+    )
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.Input(shape=(28 * 28,)),
+            tf.keras.layers.Reshape(target_shape=[28, 28, 1]),
+            tf.keras.layers.Conv2D(
+                32,
+                5,
+                padding='same',
+                data_format='channels_last',
+                activation=tf.nn.relu,
+                kernel_initializer=initializer(),
+            ),
+            max_pool,
+            tf.keras.layers.Conv2D(
+                64,
+                5,
+                padding='same',
+                data_format='channels_last',
+                activation=tf.nn.relu,
+                kernel_initializer=initializer(),
+            ),
+            max_pool,
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(1024, activation=tf.nn.relu, kernel_initializer=initializer()),
+            tf.keras.layers.Dropout(0.4, seed=1),
+            tf.keras.layers.Dense(10, kernel_initializer=initializer()),
+        ]
+    )
     if compile_model:
-        model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-                      optimizer=tf.keras.optimizers.SGD(learning_rate=0.1))
+        model.compile(
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+            optimizer=tf.keras.optimizers.SGD(learning_rate=0.1),
+        )
     return model

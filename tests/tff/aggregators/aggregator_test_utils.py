@@ -21,13 +21,15 @@ class SumPlusOneFactory(tff.aggregators.UnweightedAggregationFactory):
         def init_fn():
             return tff.federated_value(0, tff.SERVER)
 
-        @tff.federated_computation(init_fn.type_signature.result,
-                                   tff.FederatedType(value_type, tff.CLIENTS))
+        @tff.federated_computation(
+            init_fn.type_signature.result, tff.FederatedType(value_type, tff.CLIENTS)
+        )
         def next_fn(state, value):
             state = tff.federated_map(tff.tf_computation(lambda x: x + 1), state)
             result = tff.federated_map(
                 tff.tf_computation(lambda x: tensor_utils.map_structure(lambda y: y + 1, x)),
-                tff.federated_sum(value))
+                tff.federated_sum(value),
+            )
             measurements = tff.federated_value(MEASUREMENT_CONSTANT, tff.SERVER)
             return tff.templates.MeasuredProcessOutput(state, result, measurements)
 
@@ -45,7 +47,9 @@ def assert_all_close(actual, expected, rtol=1e-6, atol=1e-6):
         for a, e in zip(actual, expected):
             assert_all_close(a, e, rtol, atol)
     else:
-        np.testing.assert_allclose(np.asarray(actual, dtype=np.float64),
-                                   np.asarray(expected, dtype=np.float64), rtol=rtol, atol=atol)
-
-
+        np.testing.assert_allclose(
+            np.asarray(actual, dtype=np.float64),
+            np.asarray(expected, dtype=np.float64),
+            rtol=rtol,
+            atol=atol,
+        )

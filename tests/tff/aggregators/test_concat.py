@@ -14,13 +14,16 @@ import simharness as tff
 from simharness.aggregators import concat, factory, mean, sum_factory
 from tests.tff.aggregators.aggregator_test_utils import assert_all_close
 
-_nested_type = collections.OrderedDict(a=[np.float32, [(np.float32, (2, 2, 2))]],
-                                       b=(np.float32, (3, 3)))
+_nested_type = collections.OrderedDict(
+    a=[np.float32, [(np.float32, (2, 2, 2))]], b=(np.float32, (3, 3))
+)
 
 
 def _nested(v):
-    return collections.OrderedDict(a=[np.array(v, np.float32), [np.ones([2, 2, 2], np.float32) * v]],
-                                   b=np.ones([3, 3], np.float32) * v)
+    return collections.OrderedDict(
+        a=[np.array(v, np.float32), [np.ones([2, 2, 2], np.float32) * v]],
+        b=np.ones([3, 3], np.float32) * v,
+    )
 
 
 def test_type_properties():
@@ -28,27 +31,41 @@ def test_type_properties():
     assert isinstance(f, factory.UnweightedAggregationFactory)
     process = f.create(tff.to_type(_nested_type))
     assert process.next.type_signature.parameter[1] == tff.FederatedType(
-        tff.to_type(_nested_type), tff.CLIENTS)
+        tff.to_type(_nested_type), tff.CLIENTS
+    )
     assert process.next.type_signature.result.result == tff.FederatedType(
-        tff.to_type(_nested_type), tff.SERVER)
+        tff.to_type(_nested_type), tff.SERVER
+    )
     f = concat.concat_factory(mean.MeanFactory())
     assert isinstance(f, factory.WeightedAggregationFactory)
     concat_fn, _ = concat.create_concat_fns(tff.to_type(_nested_type))
     assert concat_fn.type_signature.result == tff.TensorType(np.float32, [1 + 8 + 9])
 
 
-@pytest.mark.parametrize('bad', [[np.int32, np.float32], [np.str_], [np.bool_],
-                                 tff.StructType([('a', np.float32)]), tff.SequenceType(np.int32)])
+@pytest.mark.parametrize(
+    'bad',
+    [
+        [np.int32, np.float32],
+        [np.str_],
+        [np.bool_],
+        tff.StructType([('a', np.float32)]),
+        tff.SequenceType(np.int32),
+    ],
+)
 def test_raises_on_bad_types(bad):
     with pytest.raises(TypeError):
         concat.concat_factory(sum_factory.SumFactory()).create(
-            bad if isinstance(bad, tff.Type) else tff.to_type(bad))
+            bad if isinstance(bad, tff.Type) else tff.to_type(bad)
+        )
 
 
 def test_concat_sum(tff_stack):
-    cases = [(np.int32, [1, 2, 3], 6), ((np.int32, [3]), [(1, 1, 1), (2, 2, 2)], (3, 3, 3)),
-             ((np.int32, [2, 2]), [((1, 1), (1, 1)), ((2, 2), (2, 2))], ((3, 3), (3, 3))),
-             (_nested_type, [_nested(1.0), _nested(2.0)], _nested(3.0))]
+    cases = [
+        (np.int32, [1, 2, 3], 6),
+        ((np.int32, [3]), [(1, 1, 1), (2, 2, 2)], (3, 3, 3)),
+        ((np.int32, [2, 2]), [((1, 1), (1, 1)), ((2, 2), (2, 2))], ((3, 3), (3, 3))),
+        (_nested_type, [_nested(1.0), _nested(2.0)], _nested(3.0)),
+    ]
     for value_type, client_data, expected in cases:
         process = concat.concat_factory(sum_factory.SumFactory()).create(tff.to_type(value_type))
         state = process.initialize()
@@ -59,14 +76,21 @@ def test_concat_sum(tff_stack):
 
 
 def test_concat_mean(tff_stack):
-    cases = [(np.float32, [1.0, 2.0, 3.0], [3.0, 4.0, 5.0], 26.0 / 12.0),
-             ((np.float32, [2, 2]), [((1.0, 1.0), (1.0, 1.0)), ((5.0, 5.0), (5.0, 5.0))],
-              [3.0, 1.0], ((2.0, 2.0), (2.0, 2.0))),
-             (_nested_type, [_nested(1.0), _nested(5.0)], [3.0, 1.0], _nested(2.0))]
+    cases = [
+        (np.float32, [1.0, 2.0, 3.0], [3.0, 4.0, 5.0], 26.0 / 12.0),
+        (
+            (np.float32, [2, 2]),
+            [((1.0, 1.0), (1.0, 1.0)), ((5.0, 5.0), (5.0, 5.0))],
+            [3.0, 1.0],
+            ((2.0, 2.0), (2.0, 2.0)),
+        ),
+        (_nested_type, [_nested(1.0), _nested(5.0)], [3.0, 1.0], _nested(2.0)),
+    ]
     empty_state = collections.OrderedDict(value_sum_process=(), weight_sum_process=())
     for value_type, client_data, weights, expected in cases:
         process = concat.concat_factory(mean.MeanFactory()).create(
-            tff.to_type(value_type), tff.TensorType(np.float32))
+            tff.to_type(value_type), tff.TensorType(np.float32)
+        )
         state = process.initialize()
         assert state == empty_state
         output = process.next(state, client_data, weights)

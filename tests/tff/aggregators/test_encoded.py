@@ -32,8 +32,11 @@ def _uniform_encoder_fn(value_spec):
 _test_struct_type = tff.to_type(((np.float32, (20,)), np.float32))
 
 
-@pytest.mark.parametrize('encoder_fn', [_identity_encoder_fn, _uniform_encoder_fn],
-                         ids=['identity_from_encoder_fn', 'uniform_from_encoder_fn'])
+@pytest.mark.parametrize(
+    'encoder_fn',
+    [_identity_encoder_fn, _uniform_encoder_fn],
+    ids=['identity_from_encoder_fn', 'uniform_from_encoder_fn'],
+)
 def test_type_properties(encoder_fn):
     encoded_f = encoded.EncodedSumFactory(encoder_fn)
     assert isinstance(encoded_f, factory.UnweightedAggregationFactory)
@@ -45,10 +48,14 @@ def test_type_properties(encoder_fn):
     assert server_state_type.placement == tff.SERVER
     expected_next_type = tff.FunctionType(
         parameter=collections.OrderedDict(
-            state=server_state_type, value=tff.FederatedType(_test_struct_type, tff.CLIENTS)),
+            state=server_state_type, value=tff.FederatedType(_test_struct_type, tff.CLIENTS)
+        ),
         result=MeasuredProcessOutput(
-            state=server_state_type, result=tff.FederatedType(_test_struct_type, tff.SERVER),
-            measurements=tff.FederatedType((), tff.SERVER)))
+            state=server_state_type,
+            result=tff.FederatedType(_test_struct_type, tff.SERVER),
+            measurements=tff.FederatedType((), tff.SERVER),
+        ),
+    )
     assert process.next.type_signature.is_equivalent_to(expected_next_type)
 
 
@@ -60,8 +67,9 @@ def test_quantize_above_threshold_negative_threshold_raises():
 @pytest.mark.parametrize('quantization_bits', [0, -1, 17], ids=['zero', 'negative', 'too_large'])
 def test_quantize_above_threshold_quantization_bits_raises(quantization_bits):
     with pytest.raises(ValueError):
-        encoded.EncodedSumFactory.quantize_above_threshold(quantization_bits=quantization_bits,
-                                                           threshold=10000)
+        encoded.EncodedSumFactory.quantize_above_threshold(
+            quantization_bits=quantization_bits, threshold=10000
+        )
 
 
 def test_bad_arguments_raise():
@@ -71,7 +79,8 @@ def test_bad_arguments_raise():
         encoded.EncodedSumFactory(encoder_fn=3)
     with pytest.raises(TypeError):
         encoded.EncodedSumFactory.quantize_above_threshold(threshold=0).create(
-            tff.TensorType(np.int32, [3]))
+            tff.TensorType(np.int32, [3])
+        )
 
 
 def test_simple_sum(tff_stack):
@@ -86,7 +95,8 @@ def test_simple_sum(tff_stack):
 
 def test_structure_sum(tff_stack):
     process = encoded.EncodedSumFactory(_identity_encoder_fn).create(
-        tff.to_type(((np.float32, (2,)), np.float32)))
+        tff.to_type(((np.float32, (2,)), np.float32))
+    )
     state = process.initialize()
     client_data = [[[1.0, -1.0], 2.0], [[2.0, 4.0], 3.0], [[3.0, 5.0], 5.0]]
     for _ in range(3):
@@ -103,7 +113,8 @@ _SINGLE_CLIENT = [[[0.0, 1.0, 2.0], [1.0, 2.0, 3.0, 4.0, 5.0]]]
 
 def test_quantize_above_threshold_zero(tff_stack):
     process = encoded.EncodedSumFactory.quantize_above_threshold(
-        quantization_bits=1, threshold=0).create(_PAIR_TYPE)
+        quantization_bits=1, threshold=0
+    ).create(_PAIR_TYPE)
     output = process.next(process.initialize(), _SINGLE_CLIENT)
     assert set(np.asarray(output.result[0]).tolist()) <= {0.0, 2.0}
     assert set(np.asarray(output.result[1]).tolist()) <= {1.0, 5.0}
@@ -113,7 +124,8 @@ def test_quantize_above_threshold_zero(tff_stack):
 
 def test_quantize_above_threshold_positive(tff_stack):
     process = encoded.EncodedSumFactory.quantize_above_threshold(
-        quantization_bits=1, threshold=4).create(_PAIR_TYPE)
+        quantization_bits=1, threshold=4
+    ).create(_PAIR_TYPE)
     output = process.next(process.initialize(), _SINGLE_CLIENT)
     np.testing.assert_allclose(output.result[0], [0.0, 1.0, 2.0])
     assert set(np.asarray(output.result[1]).tolist()) <= {1.0, 5.0}
@@ -122,7 +134,8 @@ def test_quantize_above_threshold_positive(tff_stack):
 @pytest.fixture(scope='module')
 def _quantize_4_bits():
     return encoded.EncodedSumFactory.quantize_above_threshold(
-        quantization_bits=4, threshold=0).create(tff.to_type((np.float32, (10000,))))
+        quantization_bits=4, threshold=0
+    ).create(tff.to_type((np.float32, (10000,))))
 
 
 def test_quantize_above_threshold(tff_stack, _quantize_4_bits):
@@ -137,13 +150,18 @@ def test_quantize_above_threshold(tff_stack, _quantize_4_bits):
 
 # -- ours ------------------------------------------------------------------------------------
 
+
 def test_min_max_commutes_with_sum(tff_stack):
     def encoder_fn(spec):
         return encoders.as_gather_encoder(
-            encoders.uniform_quantization(2, min_max=[-1.0, 2.0], stochastic=False), spec)
+            encoders.uniform_quantization(2, min_max=[-1.0, 2.0], stochastic=False), spec
+        )
+
     process = encoded.EncodedSumFactory(encoder_fn).create(tff.TensorType(np.float32, [4]))
-    data = [np.array([-3.0, 0.0, 1.0, 5.0], np.float32), np.array([-1.0, 0.1, 0.9, 2.0],
-                                                                   np.float32)]
+    data = [
+        np.array([-3.0, 0.0, 1.0, 5.0], np.float32),
+        np.array([-1.0, 0.1, 0.9, 2.0], np.float32),
+    ]
     output = process.next(process.initialize(), data)
     # Levels -1, 0, 1, 2; values clipped to [-1, 2], rounded to nearest, summed.
     np.testing.assert_allclose(output.result, [-2.0, 0.0, 2.0, 4.0])
@@ -151,8 +169,8 @@ def test_min_max_commutes_with_sum(tff_stack):
 
 def test_deterministic_rounding_to_nearest(tff_stack):
     def encoder_fn(spec):
-        return encoders.as_gather_encoder(encoders.uniform_quantization(2, stochastic=False),
-                                          spec)
+        return encoders.as_gather_encoder(encoders.uniform_quantization(2, stochastic=False), spec)
+
     process = encoded.EncodedSumFactory(encoder_fn).create(tff.TensorType(np.float32, [2, 3]))
     value = np.array([[0.0, 0.9, 1.2], [2.2, 2.9, 3.0]], np.float32)
     output = process.next(process.initialize(), [value])
@@ -161,7 +179,8 @@ def test_deterministic_rounding_to_nearest(tff_stack):
 
 def test_same_bits_on_stacks(stack_registry):
     process = encoded.EncodedSumFactory.quantize_above_threshold(
-        quantization_bits=3, threshold=5).create(tff.to_type([(np.float32, (50,)), np.float32]))
+        quantization_bits=3, threshold=5
+    ).create(tff.to_type([(np.float32, (50,)), np.float32]))
     rng = np.random.default_rng(1)
     data = [[rng.normal(size=50).astype(np.float32), np.float32(i)] for i in range(3)]
 

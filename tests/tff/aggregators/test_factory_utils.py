@@ -20,7 +20,8 @@ def test_wrapped_aggregator_same_as_unweighted_aggregator(tff_stack):
     unweighted_factory = sum_factory.SumFactory()
     unweighted = unweighted_factory.create(_TEST_VALUE_TYPE)
     weighted = factory_utils.as_weighted_aggregator(unweighted_factory).create(
-        _TEST_VALUE_TYPE, _TEST_WEIGHT_TYPE)
+        _TEST_VALUE_TYPE, _TEST_WEIGHT_TYPE
+    )
     u = unweighted.next(unweighted.initialize(), _DATA)
     w = weighted.next(weighted.initialize(), _DATA, [1.0, 1.0, 1.0])
     assert u.state == w.state and u.measurements == w.measurements
@@ -29,7 +30,8 @@ def test_wrapped_aggregator_same_as_unweighted_aggregator(tff_stack):
 
 def test_wrapped_aggregator_independent_of_weights(tff_stack):
     aggregator = factory_utils.as_weighted_aggregator(sum_factory.SumFactory()).create(
-        _TEST_VALUE_TYPE, _TEST_WEIGHT_TYPE)
+        _TEST_VALUE_TYPE, _TEST_WEIGHT_TYPE
+    )
     state = aggregator.initialize()
     uniform = aggregator.next(state, _DATA, [1.0, 1.0, 1.0])
     for weights in [[0.5, 1.0, 0.5], [2.0, 0.0, 0.0], [10.0, 0.1, 21.0]]:

@@ -25,8 +25,7 @@ def _make_struct(x):
 
 
 def _get_min_norm(value):
-    return collections.OrderedDict(
-        min_norm=tff.federated_min(tff.federated_map(_get_norm, value)))
+    return collections.OrderedDict(min_norm=tff.federated_min(tff.federated_map(_get_norm, value)))
 
 
 @tff.tf_computation
@@ -37,7 +36,8 @@ def _mul_struct(value, weight):
 def _get_min_weighted_norm(value, weight):
     weighted = tff.federated_map(_mul_struct, (value, weight))
     return collections.OrderedDict(
-        min_weighted_norm=tff.federated_min(tff.federated_map(_get_norm, weighted)))
+        min_weighted_norm=tff.federated_min(tff.federated_map(_get_norm, weighted))
+    )
 
 
 def _get_server_norm(value):
@@ -46,11 +46,13 @@ def _get_server_norm(value):
 
 def test_raises_bad_measurement_fn():
     with pytest.raises(ValueError, match='single parameter'):
-        measurements.add_measurements(sum_factory.SumFactory(),
-                                      client_measurement_fn=_get_min_weighted_norm)
+        measurements.add_measurements(
+            sum_factory.SumFactory(), client_measurement_fn=_get_min_weighted_norm
+        )
     with pytest.raises(ValueError, match='single parameter'):
-        measurements.add_measurements(sum_factory.SumFactory(),
-                                      server_measurement_fn=_get_min_weighted_norm)
+        measurements.add_measurements(
+            sum_factory.SumFactory(), server_measurement_fn=_get_min_weighted_norm
+        )
     with pytest.raises(ValueError, match='two parameters'):
         measurements.add_measurements(mean.MeanFactory(), client_measurement_fn=_get_min_norm)
     with pytest.raises(ValueError, match='Must specify'):
@@ -63,8 +65,7 @@ DATA = [_make_struct(x) for x in [1.0, 2.0, 3.0]]
 
 
 def test_unweighted_client(tff_stack):
-    f = measurements.add_measurements(sum_factory.SumFactory(),
-                                      client_measurement_fn=_get_min_norm)
+    f = measurements.add_measurements(sum_factory.SumFactory(), client_measurement_fn=_get_min_norm)
     process = f.create(_struct_type)
     output = process.next(process.initialize(), DATA)
     assert_all_close(output.result, _make_struct(6.0))
@@ -72,18 +73,21 @@ def test_unweighted_client(tff_stack):
 
 
 def test_weighted_client(tff_stack):
-    f = measurements.add_measurements(mean.MeanFactory(),
-                                      client_measurement_fn=_get_min_weighted_norm)
+    f = measurements.add_measurements(
+        mean.MeanFactory(), client_measurement_fn=_get_min_weighted_norm
+    )
     process = f.create(_struct_type, _float_type)
     output = process.next(process.initialize(), DATA, [3.0, 1.0, 2.0])
     assert_all_close(output.result, _make_struct(11 / 6))
     assert output.measurements == collections.OrderedDict(
-        mean_value=(), mean_weight=(), min_weighted_norm=4.0)
+        mean_value=(), mean_weight=(), min_weighted_norm=4.0
+    )
 
 
 def test_server(tff_stack):
-    f = measurements.add_measurements(sum_factory.SumFactory(),
-                                      server_measurement_fn=_get_server_norm)
+    f = measurements.add_measurements(
+        sum_factory.SumFactory(), server_measurement_fn=_get_server_norm
+    )
     process = f.create(_struct_type)
     output = process.next(process.initialize(), DATA)
     assert_all_close(output.result, _make_struct(6.0))
@@ -91,20 +95,28 @@ def test_server(tff_stack):
 
 
 def test_unweighted_client_and_server(tff_stack):
-    f = measurements.add_measurements(sum_factory.SumFactory(),
-                                      client_measurement_fn=_get_min_norm,
-                                      server_measurement_fn=_get_server_norm)
+    f = measurements.add_measurements(
+        sum_factory.SumFactory(),
+        client_measurement_fn=_get_min_norm,
+        server_measurement_fn=_get_server_norm,
+    )
     process = f.create(_struct_type)
     output = process.next(process.initialize(), DATA)
     assert output.measurements == collections.OrderedDict(min_norm=2.0, server_norm=12.0)
 
 
 def test_weighted_client_and_server(tff_stack):
-    f = measurements.add_measurements(mean.MeanFactory(),
-                                      client_measurement_fn=_get_min_weighted_norm,
-                                      server_measurement_fn=_get_server_norm)
+    f = measurements.add_measurements(
+        mean.MeanFactory(),
+        client_measurement_fn=_get_min_weighted_norm,
+        server_measurement_fn=_get_server_norm,
+    )
     process = f.create(_struct_type, _float_type)
     output = process.next(process.initialize(), DATA, [3.0, 1.0, 2.0])
     assert_all_close(output.result, _make_struct(11 / 6))
-    assert_all_close(output.measurements, collections.OrderedDict(
-        mean_value=(), mean_weight=(), min_weighted_norm=4.0, server_norm=11 / 3))
+    assert_all_close(
+        output.measurements,
+        collections.OrderedDict(
+            mean_value=(), mean_weight=(), min_weighted_norm=4.0, server_norm=11 / 3
+        ),
+    )

@@ -23,8 +23,9 @@ def _make_test_struct_value(x):
 
 
 def _test_factory(lower=-2, upper=2, estimate_stddev=False):
-    return modular_clipping.ModularClippingSumFactory(lower, upper, sum_factory.SumFactory(),
-                                                      estimate_stddev)
+    return modular_clipping.ModularClippingSumFactory(
+        lower, upper, sum_factory.SumFactory(), estimate_stddev
+    )
 
 
 @pytest.mark.parametrize('estimate', [False, True])
@@ -35,10 +36,16 @@ def test_type_properties(estimate):
     meas = collections.OrderedDict(modclip=())
     if estimate:
         meas['estimated_stddev'] = np.float32
-    assert process.next.type_signature.is_equivalent_to(tff.FunctionType(
-        collections.OrderedDict(state=empty, value=tff.FederatedType(value_type, tff.CLIENTS)),
-        MeasuredProcessOutput(empty, tff.FederatedType(value_type, tff.SERVER),
-                              tff.FederatedType(meas, tff.SERVER))))
+    assert process.next.type_signature.is_equivalent_to(
+        tff.FunctionType(
+            collections.OrderedDict(state=empty, value=tff.FederatedType(value_type, tff.CLIENTS)),
+            MeasuredProcessOutput(
+                empty,
+                tff.FederatedType(value_type, tff.SERVER),
+                tff.FederatedType(meas, tff.SERVER),
+            ),
+        )
+    )
 
 
 def test_raises():
@@ -47,7 +54,7 @@ def test_raises():
     with pytest.raises(ValueError):
         modular_clipping.ModularClippingSumFactory(3, 1)
     with pytest.raises(ValueError):
-        modular_clipping.ModularClippingSumFactory(-2 ** 31, 2 ** 31)
+        modular_clipping.ModularClippingSumFactory(-(2**31), 2**31)
     with pytest.raises(TypeError):
         modular_clipping.ModularClippingSumFactory(-1, 1, mean.MeanFactory())
     with pytest.raises(TypeError):
@@ -58,18 +65,34 @@ def test_raises():
         _test_factory(estimate_stddev=True).create(tff.TensorType(np.int32))
 
 
-@pytest.mark.parametrize('lower, upper, value, expected', [
-    (-5, 10, 5, 5), (-5, 10, -15, 0), (-5, 10, 20, 5), (-5, 10, -5, -5), (-5, 10, 10, -5),
-    (-20, -10, -15, -15), (-20, -10, -25, -15), (-20, -10, -5, -15), (20, 40, 30, 30),
-    (20, 40, 10, 30), (20, 40, 50, 30), (-(2 ** 30), 2 ** 30 - 1, 2 ** 30 + 5, -(2 ** 30) + 6),
-    (-(2 ** 31) + 1, 0, 5, -(2 ** 31) + 6), (0, 2 ** 31 - 1, -5, 2 ** 31 - 6)])
+@pytest.mark.parametrize(
+    'lower, upper, value, expected',
+    [
+        (-5, 10, 5, 5),
+        (-5, 10, -15, 0),
+        (-5, 10, 20, 5),
+        (-5, 10, -5, -5),
+        (-5, 10, 10, -5),
+        (-20, -10, -15, -15),
+        (-20, -10, -25, -15),
+        (-20, -10, -5, -15),
+        (20, 40, 30, 30),
+        (20, 40, 10, 30),
+        (20, 40, 50, 30),
+        (-(2**30), 2**30 - 1, 2**30 + 5, -(2**30) + 6),
+        (-(2**31) + 1, 0, 5, -(2**31) + 6),
+        (0, 2**31 - 1, -5, 2**31 - 6),
+    ],
+)
 def test_clip_individual_values(lower, upper, value, expected):
     out = modular_clipping.modular_clip_by_value(tf.constant(value, tf.int32), lower, upper)
     assert int(out.numpy()) == expected
 
 
-_SUM_CASES = {(-3, 3): [([1, -2, 1, -2], -2), ([-3, 3, 3, 3], 0)],
-              (-2, 2): [([-3, 3, 5], 1), ([-4, -2, 1, 2, 7], 0)]}
+_SUM_CASES = {
+    (-3, 3): [([1, -2, 1, -2], -2), ([-3, 3, 3, 3], 0)],
+    (-2, 2): [([-3, 3, 5], 1), ([-4, -2, 1, 2, 7], 0)],
+}
 
 
 @pytest.mark.parametrize('lower, upper', list(_SUM_CASES))
@@ -78,8 +101,9 @@ def test_clip_sum(tff_stack, lower, upper):
     struct_process = _test_factory(lower, upper).create(tff.to_type(_test_struct_type))
     for client_data, expected in _SUM_CASES[(lower, upper)]:
         assert process.next(process.initialize(), client_data).result == expected
-        out = struct_process.next(struct_process.initialize(),
-                                  [_make_test_struct_value(v) for v in client_data])
+        out = struct_process.next(
+            struct_process.initialize(), [_make_test_struct_value(v) for v in client_data]
+        )
         np.testing.assert_array_equal(out.result[0], [expected] * 3)
         assert out.result[1] == expected
 

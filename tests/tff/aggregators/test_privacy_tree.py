@@ -38,8 +38,8 @@ def test_build_tree_from_leaf(leaf_nodes_size, arity, dtype):
     assert tree.dtype == dtype
     for layer in range(depth):
         span_size = arity ** (depth - layer - 1)
-        for idx in range(arity ** layer):
-            expected = sum(leaf_nodes.numpy()[idx * span_size:(idx + 1) * span_size])
+        for idx in range(arity**layer):
+            expected = sum(leaf_nodes.numpy()[idx * span_size : (idx + 1) * span_size])
             assert tree[layer][idx].numpy() == expected
 
 
@@ -67,10 +67,13 @@ def test_derive_sample_params(clip_norm, stddev, arity):
     np.testing.assert_allclose(inner_query_params, clip_norm)
 
 
-@pytest.mark.parametrize('arity, expected_tree', [
-    (2, [1, 1, 0, 1, 0, 0, 0]),
-    (3, [1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]),
-])
+@pytest.mark.parametrize(
+    'arity, expected_tree',
+    [
+        (2, [1, 1, 0, 1, 0, 0, 0]),
+        (3, [1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]),
+    ],
+)
 def test_preprocess_record(arity, expected_tree):
     query = tree_query.TreeRangeSumQuery.build_central_gaussian_query(10.0, 0.0, arity)
     params = query.derive_sample_params(query.initial_global_state())
@@ -79,10 +82,13 @@ def test_preprocess_record(arity, expected_tree):
     assert preprocessed.shape == (len(expected_tree),)
 
 
-@pytest.mark.parametrize('arity, expected_tree', [
-    (2, [[1], [1, 0], [1, 0, 0, 0]]),
-    (3, [[1], [1, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0, 0]]),
-])
+@pytest.mark.parametrize(
+    'arity, expected_tree',
+    [
+        (2, [[1], [1, 0], [1, 0, 0, 0]]),
+        (3, [[1], [1, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0, 0]]),
+    ],
+)
 def test_get_noised_result(arity, expected_tree):
     query = tree_query.TreeRangeSumQuery.build_central_gaussian_query(10.0, 0.0, arity)
     global_state = query.initial_global_state()
@@ -190,15 +196,19 @@ def _expected_residual(scalar_value, tree_node_value, i, period):
     # The signal plus the change of the tree noise: the number of nodes covering the
     # leaves so far is the number of 1 bits of the (restarted) step count.
     return scalar_value + tree_node_value * (
-        bin(i % period + 1)[2:].count('1') - bin(i % period)[2:].count('1'))
+        bin(i % period + 1)[2:].count('1') - bin(i % period)[2:].count('1')
+    )
 
 
 @pytest.mark.parametrize('scalar_value, tree_node_value, period', RESET_CASES)
 def test_restart_query_scalar_tree_aggregation_reset(scalar_value, tree_node_value, period):
     query = tree_query.TreeResidualSumQuery(
-        clip_fn=_l2_clip_fn, clip_value=scalar_value + 1.0,  # no clip
-        noise_generator=lambda: tree_node_value, record_specs=tf.TensorSpec([]),
-        use_efficient=False)
+        clip_fn=_l2_clip_fn,
+        clip_value=scalar_value + 1.0,  # no clip
+        noise_generator=lambda: tree_node_value,
+        record_specs=tf.TensorSpec([]),
+        use_efficient=False,
+    )
     query = tree_query.RestartQuery(query, tree_query.PeriodicRoundRestartIndicator(period))
     global_state = query.initial_global_state()
     params = query.derive_sample_params(global_state)
@@ -211,18 +221,27 @@ def test_restart_query_scalar_tree_aggregation_reset(scalar_value, tree_node_val
 
 def test_restart_query_requires_reset_state():
     with pytest.raises(ValueError, match='reset_state'):
-        tree_query.RestartQuery(dp_query.NoPrivacySumQuery(),
-                                tree_query.PeriodicRoundRestartIndicator(2))
+        tree_query.RestartQuery(
+            dp_query.NoPrivacySumQuery(), tree_query.PeriodicRoundRestartIndicator(2)
+        )
 
 
 @pytest.mark.parametrize(
-    'records_num, record_dim, noise_multiplier, seed, total_steps, clip, use_efficient', [
-        (3, 5, 1.0, 1, 8, 1.0, True)], ids=['r3d5n1s1s8eff'])
-def test_residual_sums_to_cumulative_sum(records_num, record_dim, noise_multiplier, seed,
-                                         total_steps, clip, use_efficient):
+    'records_num, record_dim, noise_multiplier, seed, total_steps, clip, use_efficient',
+    [(3, 5, 1.0, 1, 8, 1.0, True)],
+    ids=['r3d5n1s1s8eff'],
+)
+def test_residual_sums_to_cumulative_sum(
+    records_num, record_dim, noise_multiplier, seed, total_steps, clip, use_efficient
+):
     record_specs = tf.TensorSpec(shape=[record_dim])
-    kwargs = dict(clip_norm=clip, noise_multiplier=noise_multiplier, record_specs=record_specs,
-                  noise_seed=seed, use_efficient=use_efficient)
+    kwargs = dict(
+        clip_norm=clip,
+        noise_multiplier=noise_multiplier,
+        record_specs=record_specs,
+        noise_seed=seed,
+        use_efficient=use_efficient,
+    )
     query = tree_query.TreeResidualSumQuery.build_l2_gaussian_query(**kwargs)
     sum_query = tree_query.TreeCumulativeSumQuery.build_l2_gaussian_query(**kwargs)
     global_state = query.initial_global_state()
@@ -230,30 +249,38 @@ def test_residual_sums_to_cumulative_sum(records_num, record_dim, noise_multipli
     cumsum_result = tf.zeros(shape=[record_dim])
     rng = np.random.RandomState(seed)
     for _ in range(total_steps):
-        records = [tf.constant(rng.uniform(0, records_num, [record_dim]), tf.float32)
-                   for _ in range(records_num)]
+        records = [
+            tf.constant(rng.uniform(0, records_num, [record_dim]), tf.float32)
+            for _ in range(records_num)
+        ]
         query_result, global_state = _run_query(query, records, global_state)
         sum_query_result, sum_global_state = _run_query(sum_query, records, sum_global_state)
         cumsum_result += query_result
         np.testing.assert_allclose(cumsum_result, sum_query_result, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('use_efficient, tree_class', [
-    (True, tree_query.EfficientTreeAggregator), (False, tree_query.TreeAggregator)],
-    ids=['efficient', 'normal'])
+@pytest.mark.parametrize(
+    'use_efficient, tree_class',
+    [(True, tree_query.EfficientTreeAggregator), (False, tree_query.TreeAggregator)],
+    ids=['efficient', 'normal'],
+)
 def test_sum_tree_aggregator_instance(use_efficient, tree_class):
     specs = tf.TensorSpec([])
     query = tree_query.TreeResidualSumQuery(
-        clip_fn=_l2_clip_fn, clip_value=1.0,
+        clip_fn=_l2_clip_fn,
+        clip_value=1.0,
         noise_generator=tree_query.GaussianNoiseGenerator(1.0, specs, seed=1),
-        record_specs=specs, use_efficient=use_efficient)
+        record_specs=specs,
+        use_efficient=use_efficient,
+    )
     assert isinstance(query._tree_aggregator, tree_class)
 
 
 def test_derive_metrics():
     specs = tf.TensorSpec([])
     query = tree_query.TreeResidualSumQuery(
-        clip_fn=_l2_clip_fn, clip_value=2, noise_generator=lambda: 1.0, record_specs=specs)
+        clip_fn=_l2_clip_fn, clip_value=2, noise_generator=lambda: 1.0, record_specs=specs
+    )
     metrics = query.derive_metrics(query.initial_global_state())
     assert metrics['tree_agg_dpftrl_clip'] == 2
 
@@ -261,9 +288,12 @@ def test_derive_metrics():
 @pytest.mark.parametrize('scalar_value, tree_node_value, frequency', RESET_CASES)
 def test_residual_scalar_tree_aggregation_reset(scalar_value, tree_node_value, frequency):
     query = tree_query.TreeResidualSumQuery(
-        clip_fn=_l2_clip_fn, clip_value=scalar_value + 1.0,  # no clip
-        noise_generator=lambda: tree_node_value, record_specs=tf.TensorSpec([]),
-        use_efficient=False)
+        clip_fn=_l2_clip_fn,
+        clip_value=scalar_value + 1.0,  # no clip
+        noise_generator=lambda: tree_node_value,
+        record_specs=tf.TensorSpec([]),
+        use_efficient=False,
+    )
     global_state = query.initial_global_state()
     params = query.derive_sample_params(global_state)
     for i in range(20):
@@ -312,9 +342,11 @@ def test_gaussian_noise_generator():
 def test_residual_query_in_differentially_private_factory(tff_stack):
     # The tree state's buffers have a dynamic leading dimension (float32[?,3], int32[?]).
     query = tree_query.TreeResidualSumQuery.build_l2_gaussian_query(
-        clip_norm=1.0, noise_multiplier=0.0, record_specs=tf.TensorSpec([3]), noise_seed=1)
+        clip_norm=1.0, noise_multiplier=0.0, record_specs=tf.TensorSpec([3]), noise_seed=1
+    )
     process = differential_privacy.DifferentiallyPrivateFactory(query).create(
-        tff.TensorType(np.float32, [3]))
+        tff.TensorType(np.float32, [3])
+    )
     tree_state_type = process.initialize.type_signature.result.member.query_state.tree_state
     assert tree_state_type.level_buffer == tff.TensorType(np.float32, [None, 3])
     state = process.initialize()

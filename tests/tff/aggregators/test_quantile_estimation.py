@@ -24,32 +24,52 @@ from tests.tff.aggregators.aggregator_test_utils import assert_all_close
 def test_process_type_signature(private):
     if private:
         q = quantile_query.QuantileEstimatorQuery(
-            initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0,
-            below_estimate_stddev=0.5, expected_num_records=100, geometric_update=True)
-        below = tff.StructType([('numerator_state', tff.StructType(
-            [('l2_norm_clip', np.float32), ('stddev', np.float32)])),
-            ('denominator', np.float32)])
+            initial_estimate=1.0,
+            target_quantile=0.5,
+            learning_rate=1.0,
+            below_estimate_stddev=0.5,
+            expected_num_records=100,
+            geometric_update=True,
+        )
+        below = tff.StructType(
+            [
+                (
+                    'numerator_state',
+                    tff.StructType([('l2_norm_clip', np.float32), ('stddev', np.float32)]),
+                ),
+                ('denominator', np.float32),
+            ]
+        )
     else:
         q = quantile_query.NoPrivacyQuantileEstimatorQuery(
-            initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0, geometric_update=True)
+            initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0, geometric_update=True
+        )
         below = tff.StructType([])
-    query_state = tff.StructType([('current_estimate', np.float32),
-                                  ('target_quantile', np.float32),
-                                  ('learning_rate', np.float32),
-                                  ('below_estimate_state', below)])
+    query_state = tff.StructType(
+        [
+            ('current_estimate', np.float32),
+            ('target_quantile', np.float32),
+            ('learning_rate', np.float32),
+            ('below_estimate_state', below),
+        ]
+    )
     process = QEP(q)
     parts = [query_state, tff.StructType([])]
     if private:
         parts.append(tff.TensorType(np.int64, [2]))
     server_state = tff.FederatedType(tff.StructType(parts), tff.SERVER)
-    assert process.initialize.type_signature.is_equivalent_to(
-        tff.FunctionType(None, server_state))
+    assert process.initialize.type_signature.is_equivalent_to(tff.FunctionType(None, server_state))
     assert process.report.type_signature.is_equivalent_to(
-        tff.FunctionType(server_state, tff.FederatedType(np.float32, tff.SERVER)))
-    assert process.next.type_signature.is_equivalent_to(tff.FunctionType(
-        collections.OrderedDict(state=server_state,
-                                value=tff.FederatedType(np.float32, tff.CLIENTS)),
-        server_state))
+        tff.FunctionType(server_state, tff.FederatedType(np.float32, tff.SERVER))
+    )
+    assert process.next.type_signature.is_equivalent_to(
+        tff.FunctionType(
+            collections.OrderedDict(
+                state=server_state, value=tff.FederatedType(np.float32, tff.CLIENTS)
+            ),
+            server_state,
+        )
+    )
 
 
 def test_bad_query():
@@ -59,10 +79,13 @@ def test_bad_query():
 
 def test_bad_aggregation_factory():
     q = quantile_query.NoPrivacyQuantileEstimatorQuery(
-        initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0, geometric_update=True)
+        initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0, geometric_update=True
+    )
     with pytest.raises(TypeError):
-        QEP(quantile_estimator_query=q,
-            record_aggregation_factory="I'm not a record_aggregation_factory.")
+        QEP(
+            quantile_estimator_query=q,
+            record_aggregation_factory="I'm not a record_aggregation_factory.",
+        )
 
 
 def test_bad_no_noise_arguments():
@@ -77,9 +100,14 @@ def test_bad_no_noise_arguments():
 @pytest.mark.parametrize('geometric_update', [False, True], ids=['arithmetic', 'geometric'])
 def test_adaptation(tff_stack, geometric_update):
     initial, target, lr = 3.14159, 0.61803, 2.71828
-    process = QEP(quantile_query.NoPrivacyQuantileEstimatorQuery(
-        initial_estimate=initial, target_quantile=target, learning_rate=lr,
-        geometric_update=geometric_update))
+    process = QEP(
+        quantile_query.NoPrivacyQuantileEstimatorQuery(
+            initial_estimate=initial,
+            target_quantile=target,
+            learning_rate=lr,
+            geometric_update=geometric_update,
+        )
+    )
     state = process.initialize()
     assert_all_close(process.report(state), initial)
     state = process.next(state, [initial + 1, initial + 2])
@@ -94,17 +122,20 @@ def test_no_noise_cls(tff_stack):
 
 
 def test_no_noise_affine_cls(tff_stack):
-    process = QEP.no_noise(initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0,
-                           multiplier=2.0, increment=1.0)
+    process = QEP.no_noise(
+        initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0, multiplier=2.0, increment=1.0
+    )
     assert isinstance(process, EstimationProcess)
     assert process.report(process.initialize()) == 3.0
 
 
 def test_no_noise_secure_true_false_equal_results(tff_stack):
-    simple = QEP.no_noise(initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0,
-                          secure_estimation=False)
-    secure = QEP.no_noise(initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0,
-                          secure_estimation=True)
+    simple = QEP.no_noise(
+        initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0, secure_estimation=False
+    )
+    secure = QEP.no_noise(
+        initial_estimate=1.0, target_quantile=0.5, learning_rate=1.0, secure_estimation=True
+    )
     data = [0.5, 1.5, 2.5]
     simple_state, secure_state = simple.initialize(), secure.initialize()
     for _ in range(3):
@@ -115,8 +146,13 @@ def test_no_noise_secure_true_false_equal_results(tff_stack):
 
 def test_private_estimation_is_reproducible(tff_stack):
     q = quantile_query.QuantileEstimatorQuery(
-        initial_estimate=1.0, target_quantile=0.5, learning_rate=0.2,
-        below_estimate_stddev=0.5, expected_num_records=3.0, geometric_update=True)
+        initial_estimate=1.0,
+        target_quantile=0.5,
+        learning_rate=0.2,
+        below_estimate_stddev=0.5,
+        expected_num_records=3.0,
+        geometric_update=True,
+    )
     process = QEP(q, noise_seed=7)
     runs = []
     for _ in range(2):

@@ -57,6 +57,7 @@ def _adder(delta):
     def next_fn(state, value):
         del value
         return tff.federated_map(tff.tf_computation(lambda x: x + delta, np.float32), state)
+
     return next_fn
 
 
@@ -77,26 +78,47 @@ def test_type_properties(kind, weighted, adaptive):
     norm = _test_norm_process() if adaptive else 2.0
     make = robust.clipping_factory if kind == 'clipp' else robust.zeroing_factory
     f = make(norm, inner)
-    assert isinstance(f, tff.aggregators.WeightedAggregationFactory if weighted
-                      else tff.aggregators.UnweightedAggregationFactory)
+    assert isinstance(
+        f,
+        tff.aggregators.WeightedAggregationFactory
+        if weighted
+        else tff.aggregators.UnweightedAggregationFactory,
+    )
     value_type = tff.to_type(_test_struct_type)
     process = f.create(value_type, F32) if weighted else f.create(value_type)
     assert isinstance(process, AggregationProcess)
-    inner_state = (collections.OrderedDict(value_sum_process=(), weight_sum_process=())
-                   if weighted else ())
-    state = tff.FederatedType(collections.OrderedDict([
-        (f'{kind}ing_norm', np.float32 if adaptive else ()), ('inner_agg', inner_state),
-        (f'{kind}ed_count_agg', ())]), tff.SERVER)
-    inner_meas = (collections.OrderedDict(mean_value=(), mean_weight=()) if weighted else ())
-    meas = tff.FederatedType(collections.OrderedDict([
-        (f'{kind}ing', inner_meas), (f'{kind}ing_norm', np.float32),
-        (f'{kind}ed_count', np.int32)]), tff.SERVER)
+    inner_state = (
+        collections.OrderedDict(value_sum_process=(), weight_sum_process=()) if weighted else ()
+    )
+    state = tff.FederatedType(
+        collections.OrderedDict(
+            [
+                (f'{kind}ing_norm', np.float32 if adaptive else ()),
+                ('inner_agg', inner_state),
+                (f'{kind}ed_count_agg', ()),
+            ]
+        ),
+        tff.SERVER,
+    )
+    inner_meas = collections.OrderedDict(mean_value=(), mean_weight=()) if weighted else ()
+    meas = tff.FederatedType(
+        collections.OrderedDict(
+            [
+                (f'{kind}ing', inner_meas),
+                (f'{kind}ing_norm', np.float32),
+                (f'{kind}ed_count', np.int32),
+            ]
+        ),
+        tff.SERVER,
+    )
     assert process.initialize.type_signature.is_equivalent_to(tff.FunctionType(None, state))
     param = collections.OrderedDict(state=state, value=tff.FederatedType(value_type, tff.CLIENTS))
     if weighted:
         param['weight'] = tff.FederatedType(F32, tff.CLIENTS)
-    expected = tff.FunctionType(param, tff.templates.MeasuredProcessOutput(
-        state, tff.FederatedType(value_type, tff.SERVER), meas))
+    expected = tff.FunctionType(
+        param,
+        tff.templates.MeasuredProcessOutput(state, tff.FederatedType(value_type, tff.SERVER), meas),
+    )
     assert process.next.type_signature.is_equivalent_to(expected)
 
 
@@ -112,10 +134,12 @@ def test_bad_arguments_raise():
     with pytest.raises(TypeError):
         _clipped_sum().create(tff.TensorType(np.int32))
     report_int = tff.federated_computation(
-        lambda s: tff.federated_value(1, tff.SERVER), _float_at_server)
+        lambda s: tff.federated_value(1, tff.SERVER), _float_at_server
+    )
     with pytest.raises(TypeError, match='report'):
-        robust.clipping_factory(EstimationProcess(_test_init_fn, _adder(1.0), report_int),
-                                sum_factory.SumFactory())
+        robust.clipping_factory(
+            EstimationProcess(_test_init_fn, _adder(1.0), report_int), sum_factory.SumFactory()
+        )
 
 
 def test_fixed_clip_sum(tff_stack):
@@ -209,8 +233,13 @@ def test_increasing_zero_clip_sum(tff_stack):
     clipping = EstimationProcess(_test_init_fn, _adder(0.25), _test_report_fn)
     process = robust.zeroing_factory(zeroing, _clipped_sum(clipping)).create(F32)
     state = process.initialize()
-    expected = [(1.0, 1.0, 2, 0, 1.0), (1.75, 1.25, 2, 0, 1.0), (2.5, 1.5, 1, 1, 2.5),
-                (3.25, 1.75, 0, 2, 4.5), (4.0, 2.0, 0, 1, 5.0)]
+    expected = [
+        (1.0, 1.0, 2, 0, 1.0),
+        (1.75, 1.25, 2, 0, 1.0),
+        (2.5, 1.5, 1, 1, 2.5),
+        (3.25, 1.75, 0, 2, 4.5),
+        (4.0, 2.0, 0, 1, 5.0),
+    ]
     for zero_norm, clip_norm, zeroed, clipped, result in expected:
         output = process.next(state, [1.0, 2.0, 3.0])
         m = output.measurements
@@ -225,7 +254,8 @@ def test_increasing_zero_clip_sum(tff_stack):
 @pytest.mark.parametrize('norm_order', [1.0, 2.0, float('inf')])
 def test_zero_mixed_float_dtype(tff_stack, norm_order):
     process = _zeroed_sum(clip=3.0, norm_order=norm_order).create(
-        tff.to_type((np.float16, np.float32)))
+        tff.to_type((np.float16, np.float32))
+    )
     output = process.next(process.initialize(), [(1.0, 1.0), (0.5, 0.5)])
     assert_all_close(output.result, [1.5, 1.5])
     for big in [(10.0, 1.0), (1.0, 10.0), (10.0, 10.0)]:
@@ -242,8 +272,7 @@ def test_norms():
 
 
 def test_clip_by_global_l2_norm():
-    value = [tf.constant([1.2]), tf.constant([3.5, -9.1]),
-             tf.constant([[1.1, -1.1], [0.0, 4.2]])]
+    value = [tf.constant([1.2]), tf.constant([3.5, -9.1]), tf.constant([[1.1, -1.1], [0.0, 4.2]])]
     for clip_norm in [0.0, 1.0, 100.0]:
         ours, ours_norm = robust._clip_by_global_l2_norm(value, clip_norm)
         theirs, norm = tf.clip_by_global_norm(value, clip_norm)

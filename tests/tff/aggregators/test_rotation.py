@@ -21,29 +21,40 @@ from simharness.templates import AggregationProcess, MeasuredProcessOutput
 from tests.tff.aggregators.aggregator_test_utils import assert_all_close
 
 _test_struct_type_nested = collections.OrderedDict(
-    a=[np.float32, [(np.float32, (2, 1))]], b=(np.float32, (1, 1, 2)))
+    a=[np.float32, [(np.float32, (2, 1))]], b=(np.float32, (1, 1, 2))
+)
 
 
 def _nested(value, dtype=np.float32):
     return collections.OrderedDict(
         a=[np.array(value, dtype), [np.full([2, 1], value, dtype)]],
-        b=np.ones([1, 1, 2], dtype) * value)
+        b=np.ones([1, 1, 2], dtype) * value,
+    )
 
 
 def _measured_sum():
     return measurements.add_measurements(
-        sum_factory.SumFactory(), server_measurement_fn=lambda x: collections.OrderedDict(sum=x))
+        sum_factory.SumFactory(), server_measurement_fn=lambda x: collections.OrderedDict(sum=x)
+    )
 
 
-_FACTORIES = {'hd': rotation.HadamardTransformFactory,
-              'dft': rotation.DiscreteFourierTransformFactory}
+_FACTORIES = {
+    'hd': rotation.HadamardTransformFactory,
+    'dft': rotation.DiscreteFourierTransformFactory,
+}
 
 
 @pytest.mark.parametrize('name', ['hd', 'dft'])
-@pytest.mark.parametrize('value_type', [np.float32, [np.int32, np.int32, np.int32],
-                                        [np.float32, (np.float32, (3,)), (np.float32, (2, 2))],
-                                        _test_struct_type_nested],
-                         ids=['float', 'ints', 'struct', 'nested_struct'])
+@pytest.mark.parametrize(
+    'value_type',
+    [
+        np.float32,
+        [np.int32, np.int32, np.int32],
+        [np.float32, (np.float32, (3,)), (np.float32, (2, 2))],
+        _test_struct_type_nested,
+    ],
+    ids=['float', 'ints', 'struct', 'nested_struct'],
+)
 def test_type_properties(name, value_type):
     process = _FACTORIES[name](sum_factory.SumFactory()).create(tff.to_type(value_type))
     assert isinstance(process, AggregationProcess)
@@ -51,9 +62,12 @@ def test_type_properties(name, value_type):
     state = tff.FederatedType(((), rotation.SEED_TFF_TYPE), tff.SERVER)
     assert process.initialize.type_signature.is_equivalent_to(tff.FunctionType(None, state))
     meas = tff.FederatedType(collections.OrderedDict([(name, ())]), tff.SERVER)
-    assert process.next.type_signature.is_equivalent_to(tff.FunctionType(
-        collections.OrderedDict(state=state, value=tff.FederatedType(value_type, tff.CLIENTS)),
-        MeasuredProcessOutput(state, tff.FederatedType(value_type, tff.SERVER), meas)))
+    assert process.next.type_signature.is_equivalent_to(
+        tff.FunctionType(
+            collections.OrderedDict(state=state, value=tff.FederatedType(value_type, tff.CLIENTS)),
+            MeasuredProcessOutput(state, tff.FederatedType(value_type, tff.SERVER), meas),
+        )
+    )
 
 
 @pytest.mark.parametrize('name', ['hd', 'dft'])
@@ -61,8 +75,11 @@ def test_raises_on_bad_types(name):
     for bad in (np.bool_, np.str_, [np.str_, [np.str_]], [np.int32, np.float32]):
         with pytest.raises(TypeError, match='all integers or all floats'):
             _FACTORIES[name]().create(tff.to_type(bad))
-    for bad in (tff.StructType([('a', np.int32)]), tff.SequenceType(np.int32),
-                tff.FunctionType(np.int32, np.int32)):
+    for bad in (
+        tff.StructType([('a', np.int32)]),
+        tff.SequenceType(np.int32),
+        tff.FunctionType(np.int32, np.int32),
+    ):
         with pytest.raises(TypeError, match='Expected `value_type` to be'):
             _FACTORIES[name]().create(bad)
     with pytest.raises(ValueError):
@@ -73,10 +90,15 @@ def test_raises_on_bad_types(name):
 
 @pytest.mark.parametrize('name', ['hd', 'dft'])
 def test_sum(tff_stack, name):
-    cases = [(np.int32, [1, 2, 3], 6),
-             ((np.int32, [4]), [np.arange(4, dtype=np.int32), np.arange(4, dtype=np.int32) * 2],
-              np.arange(4, dtype=np.int32) * 3),
-             ((np.int32, [1, 2]), [((1, 1),), ((2, 2),)], ((3, 3),))]
+    cases = [
+        (np.int32, [1, 2, 3], 6),
+        (
+            (np.int32, [4]),
+            [np.arange(4, dtype=np.int32), np.arange(4, dtype=np.int32) * 2],
+            np.arange(4, dtype=np.int32) * 3,
+        ),
+        ((np.int32, [1, 2]), [((1, 1),), ((2, 2),)], ((3, 3),)),
+    ]
     for value_type, client_data, expected in cases:
         process = _FACTORIES[name](sum_factory.SumFactory()).create(tff.to_type(value_type))
         output = process.next(process.initialize(), client_data)
@@ -86,14 +108,23 @@ def test_sum(tff_stack, name):
 @pytest.mark.parametrize('name', ['hd', 'dft'])
 def test_mean_nested(tff_stack, name):
     process = _FACTORIES[name](mean.UnweightedMeanFactory()).create(
-        tff.to_type(_test_struct_type_nested))
+        tff.to_type(_test_struct_type_nested)
+    )
     output = process.next(process.initialize(), [_nested(123.0), _nested(-321.0)])
     assert_all_close(output.result, _nested(-99.0), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize('name, input_shape, expected_inner_shape', [
-    ('hd', [5], [8]), ('hd', [8], [8]), ('hd', [2, 3, 4], [32]),
-    ('dft', [5], [6]), ('dft', [8], [8]), ('dft', [3, 5, 3], [46])])
+@pytest.mark.parametrize(
+    'name, input_shape, expected_inner_shape',
+    [
+        ('hd', [5], [8]),
+        ('hd', [8], [8]),
+        ('hd', [2, 3, 4], [32]),
+        ('dft', [5], [6]),
+        ('dft', [8], [8]),
+        ('dft', [3, 5, 3], [46]),
+    ],
+)
 def test_inner_aggregation_acts_on_padded_space(name, input_shape, expected_inner_shape):
     process = _FACTORIES[name](_measured_sum()).create(tff.to_type((np.float32, input_shape)))
     output = process.next(process.initialize(), [np.ones(input_shape, np.float32)])
@@ -123,12 +154,14 @@ def test_inner_aggregation_acts_on_rotated_space(tff_stack, name):
 def test_hd_and_dft_spread_information():
     x = 256 * tf.one_hot(indices=17, depth=256, dtype=tf.float32).numpy()
     process = rotation.HadamardTransformFactory(_measured_sum()).create(
-        tff.TensorType(np.float32, [256]))
+        tff.TensorType(np.float32, [256])
+    )
     inner = process.next(process.initialize(), [x]).measurements['hd']['sum']
     assert np.all(np.isclose(np.abs(inner), 16))
     assert 255 <= np.var(inner) <= 257
     process = rotation.DiscreteFourierTransformFactory(_measured_sum()).create(
-        tff.TensorType(np.float32, [256]))
+        tff.TensorType(np.float32, [256])
+    )
     inner = process.next(process.initialize(), [x]).measurements['dft']['sum']
     assert np.sum(np.abs(inner) > 1e-6) >= 240
     assert 255 <= np.var(inner) <= 257
@@ -140,8 +173,9 @@ def test_fast_walsh_hadamard_transform():
     while h.shape[0] < 8:
         h = np.block([[h, h], [h, -h]])
     expected = x @ h / np.sqrt(8)
-    np.testing.assert_allclose(rotation.fast_walsh_hadamard_transform(x).numpy(), expected,
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        rotation.fast_walsh_hadamard_transform(x).numpy(), expected, rtol=1e-5, atol=1e-5
+    )
     with pytest.raises(rotation.TensorShapeError):
         rotation.fast_walsh_hadamard_transform(np.zeros([3, 6], np.float32))
     with pytest.raises(rotation.TensorShapeError):
@@ -154,5 +188,6 @@ def test_samplers():
     assert set(np.unique(r)) == {-1.0, 1.0}
     c = rotation.sample_cis([100], seed).numpy()
     np.testing.assert_allclose(np.abs(c), 1.0, rtol=1e-6)
-    np.testing.assert_allclose(rotation.sample_cis([100], seed, inverse=True).numpy(),
-                               np.conj(c), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        rotation.sample_cis([100], seed, inverse=True).numpy(), np.conj(c), rtol=1e-5, atol=1e-6
+    )

@@ -11,8 +11,9 @@ from simharness.templates import AggregationProcess, MeasuredProcessOutput
 from tests.tff.aggregators.aggregator_test_utils import assert_all_close
 
 
-@pytest.mark.parametrize('value_type', [np.float32, ((np.float32, (2,)), np.int32)],
-                         ids=['float', 'struct'])
+@pytest.mark.parametrize(
+    'value_type', [np.float32, ((np.float32, (2,)), np.int32)], ids=['float', 'struct']
+)
 def test_type_properties(value_type):
     sum_f = sum_factory.SumFactory()
     assert isinstance(sum_f, factory.UnweightedAggregationFactory)
@@ -21,18 +22,28 @@ def test_type_properties(value_type):
     assert isinstance(process, AggregationProcess)
     empty_at_server = tff.FederatedType((), tff.SERVER)
     assert process.initialize.type_signature.is_equivalent_to(
-        tff.FunctionType(None, empty_at_server))
+        tff.FunctionType(None, empty_at_server)
+    )
     expected_next = tff.FunctionType(
-        collections.OrderedDict(state=empty_at_server,
-                                value=tff.FederatedType(value_type, tff.CLIENTS)),
-        MeasuredProcessOutput(empty_at_server, tff.FederatedType(value_type, tff.SERVER),
-                              empty_at_server))
+        collections.OrderedDict(
+            state=empty_at_server, value=tff.FederatedType(value_type, tff.CLIENTS)
+        ),
+        MeasuredProcessOutput(
+            empty_at_server, tff.FederatedType(value_type, tff.SERVER), empty_at_server
+        ),
+    )
     assert process.next.type_signature.is_equivalent_to(expected_next)
 
 
-@pytest.mark.parametrize('bad_value_type', [
-    tff.FederatedType(np.float32, tff.SERVER), tff.FunctionType(None, ()),
-    tff.SequenceType(np.float32)], ids=['federated_type', 'function_type', 'sequence_type'])
+@pytest.mark.parametrize(
+    'bad_value_type',
+    [
+        tff.FederatedType(np.float32, tff.SERVER),
+        tff.FunctionType(None, ()),
+        tff.SequenceType(np.float32),
+    ],
+    ids=['federated_type', 'function_type', 'sequence_type'],
+)
 def test_incorrect_value_type_raises(bad_value_type):
     with pytest.raises(TypeError):
         sum_factory.SumFactory().create(bad_value_type)

@@ -13,7 +13,8 @@ import tensorflow as tf
 import simharness as tff
 from simharness.analytics import count_distinct
 from tests.tff.learning.algorithms.learning_test_utils import (
-    assert_not_contains_unsecure_aggregation)
+    assert_not_contains_unsecure_aggregation,
+)
 
 
 def hll_sketch_python(values):
@@ -21,8 +22,8 @@ def hll_sketch_python(values):
     ans = np.zeros(count_distinct.HLL_SKETCH_SIZE, dtype=np.int32)
     for val in values:
         binary = bin(val)[2:].zfill(count_distinct.HLL_SKETCH_SIZE)
-        j = int(binary[:count_distinct.HLL_BIT_INDEX_HEAD], 2)
-        w = binary[count_distinct.HLL_BIT_INDEX_HEAD:]
+        j = int(binary[: count_distinct.HLL_BIT_INDEX_HEAD], 2)
+        w = binary[count_distinct.HLL_BIT_INDEX_HEAD :]
         rho_w = w.find('1') + 1  # the leftmost 1, from 1; 0 if none
         ans[j] = max(ans[j], rho_w)
     return ans
@@ -40,7 +41,8 @@ def test_type_properties():
     client_hyperloglog = count_distinct.build_client_hyperloglog_computation()
     assert client_hyperloglog.type_signature == tff.FunctionType(
         tff.SequenceType(tff.TensorType(np.int64)),
-        tff.TensorType(np.int64, [count_distinct.HLL_SKETCH_SIZE]))
+        tff.TensorType(np.int64, [count_distinct.HLL_SKETCH_SIZE]),
+    )
 
 
 @pytest.mark.parametrize('secagg', [False, True], ids=['default', 'secure'])
@@ -54,12 +56,12 @@ def test_runs_end_to_end_without_error(tff_stack, secagg):
         assert_not_contains_unsecure_aggregation(hll)
     # 4 distinct strings: 4 of the 32 registers are set (barring collisions) and the raw
     # estimate (no small-range correction, as TFF) is 0.697 * 32**2 / (28 + sum(2**-r)).
-    assert 0 < count <= 0.697 * 32 ** 2 / 28
+    assert 0 < count <= 0.697 * 32**2 / 28
 
 
 def test_against_python_implementation(tff_stack):
     prng = np.random.RandomState(12345)
-    hashed_data = prng.randint(0, 2 ** count_distinct.HLL_SKETCH_SIZE, size=100)
+    hashed_data = prng.randint(0, 2**count_distinct.HLL_SKETCH_SIZE, size=100)
     client_hyperloglog = count_distinct.build_client_hyperloglog_computation()
     sketch = client_hyperloglog(tf.data.Dataset.from_tensor_slices(hashed_data))
     assert sketch.shape == (count_distinct.HLL_SKETCH_SIZE,)
@@ -67,14 +69,142 @@ def test_against_python_implementation(tff_stack):
 
 
 def test_federated_secure_max(tff_stack):
-    input1 = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8,
-              0, 0, 0, 0, 0]
-    input2 = [2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5, 2, 3, 5, 3, 6, 0, 2, 8, 7, 4, 7,
-              0, 0, 0, 0, 0]
-    input3 = [1, 6, 1, 8, 0, 3, 3, 9, 8, 8, 7, 4, 9, 8, 9, 4, 8, 4, 8, 2, 0, 4, 5, 8, 6, 8, 3,
-              0, 0, 0, 0, 0]
-    expect = [3, 7, 4, 8, 5, 9, 3, 9, 8, 8, 7, 8, 9, 8, 9, 5, 8, 4, 8, 4, 6, 4, 6, 8, 7, 8, 8,
-              0, 0, 0, 0, 0]
+    input1 = [
+        3,
+        1,
+        4,
+        1,
+        5,
+        9,
+        2,
+        6,
+        5,
+        3,
+        5,
+        8,
+        9,
+        7,
+        9,
+        3,
+        2,
+        3,
+        8,
+        4,
+        6,
+        2,
+        6,
+        4,
+        3,
+        3,
+        8,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ]
+    input2 = [
+        2,
+        7,
+        1,
+        8,
+        2,
+        8,
+        1,
+        8,
+        2,
+        8,
+        4,
+        5,
+        9,
+        0,
+        4,
+        5,
+        2,
+        3,
+        5,
+        3,
+        6,
+        0,
+        2,
+        8,
+        7,
+        4,
+        7,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ]
+    input3 = [
+        1,
+        6,
+        1,
+        8,
+        0,
+        3,
+        3,
+        9,
+        8,
+        8,
+        7,
+        4,
+        9,
+        8,
+        9,
+        4,
+        8,
+        4,
+        8,
+        2,
+        0,
+        4,
+        5,
+        8,
+        6,
+        8,
+        3,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ]
+    expect = [
+        3,
+        7,
+        4,
+        8,
+        5,
+        9,
+        3,
+        9,
+        8,
+        8,
+        7,
+        8,
+        9,
+        8,
+        9,
+        5,
+        8,
+        4,
+        8,
+        4,
+        6,
+        4,
+        6,
+        8,
+        7,
+        8,
+        8,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ]
     federated_max = count_distinct.build_federated_secure_max_computation()
     np.testing.assert_array_equal(federated_max([input1, input2, input3]), expect)
 

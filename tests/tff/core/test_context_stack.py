@@ -98,8 +98,12 @@ def test_with_context_installs_context_fn_sync(call):
 
     assert not asyncio.iscoroutinefunction(foo)
     assert stack.current is not test_context
-    args, kwargs = {'no_arg': ((), {}), 'args': ((1,), {}), 'kwargs': ((), {'x': 1}),
-                    'return': ((), {})}[call]
+    args, kwargs = {
+        'no_arg': ((), {}),
+        'args': ((1,), {}),
+        'kwargs': ((), {'x': 1}),
+        'return': ((), {}),
+    }[call]
     assert foo(*args, **kwargs) == (args, kwargs)
     assert stack.current is not test_context
 
@@ -116,8 +120,12 @@ def test_with_context_installs_context_fn_async(call):
         return (args, kwargs)
 
     assert asyncio.iscoroutinefunction(foo)
-    args, kwargs = {'no_arg': ((), {}), 'args': ((1,), {}), 'kwargs': ((), {'x': 1}),
-                    'return': ((), {})}[call]
+    args, kwargs = {
+        'no_arg': ((), {}),
+        'args': ((1,), {}),
+        'kwargs': ((), {'x': 1}),
+        'return': ((), {}),
+    }[call]
     assert asyncio.run(foo(*args, **kwargs)) == (args, kwargs)
     assert stack.current is not test_context
 
@@ -133,7 +141,8 @@ def test_set_no_default_context(restore_default):
     with pytest.raises(RuntimeError, match='No default context installed'):
         _add_one(1)
     with framework.get_context_stack().install(
-            tff.backends.test.create_sync_test_cpp_execution_context()) as ctx:
+        tff.backends.test.create_sync_test_cpp_execution_context()
+    ) as ctx:
         assert _add_one(1) == 2
     ctx.close()
     framework.set_default_context(None)  # back to a local thread stack
@@ -156,7 +165,8 @@ def test_cardinality_inference_fn_is_called_and_checked():
     @federated_language.federated_computation
     def ones():
         return federated_language.federated_eval(
-            tff.tensorflow.computation(lambda: np.int32(1)), federated_language.CLIENTS)
+            tff.tensorflow.computation(lambda: np.int32(1)), federated_language.CLIENTS
+        )
 
     ex = framework.local_executor_factory()
     ctx = framework.SyncExecutionContext(ex, cardinality_inference_fn=three_clients)
@@ -170,12 +180,17 @@ def test_cardinality_inference_fn_is_called_and_checked():
                 identity([4, 5])  # two values for three clients
     finally:
         ctx.close()
-    for bad, error in (([3], TypeError), ({'clients': 3}, TypeError),
-                       ({federated_language.CLIENTS: -1}, ValueError)):
+    for bad, error in (
+        ([3], TypeError),
+        ({'clients': 3}, TypeError),
+        ({federated_language.CLIENTS: -1}, ValueError),
+    ):
         ctx = framework.SyncExecutionContext(ex, cardinality_inference_fn=lambda a, t: bad)
         try:
-            with framework.get_context_stack().install(ctx), pytest.raises(
-                    error, match='cardinality_inference_fn'):
+            with (
+                framework.get_context_stack().install(ctx),
+                pytest.raises(error, match='cardinality_inference_fn'),
+            ):
                 identity([1, 2, 3])
         finally:
             ctx.close()
@@ -191,7 +206,8 @@ def test_native_compiler_functions_return_the_computation():
         tff.backends.native.transform_to_native_form(lambda x: x)
     ctx = framework.SyncExecutionContext(
         framework.local_executor_factory(),
-        compiler_fn=tff.backends.native.desugar_and_transform_to_native)
+        compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+    )
     try:
         with framework.get_context_stack().install(ctx):
             assert _add_one(41) == 42

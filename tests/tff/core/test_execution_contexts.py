@@ -46,6 +46,7 @@ def _workers() -> set:
 
 def _check_datasets_pass_through():
     """TFF's ``DatasetsTest``: datasets reach TF and come back as lists of elements."""
+
     @tff.tensorflow.computation
     def identity(ds):
         return ds
@@ -94,17 +95,19 @@ def test_setting_a_context_again_closes_the_previous_one(restore_default):
     first = _workers() - before
     assert first, 'the native context runs clients in worker processes'
     tff.backends.native.set_sync_local_cpp_execution_context(default_num_clients=2)
-    assert not (_workers() & first), 'the first context\'s workers still run'
+    assert not (_workers() & first), "the first context's workers still run"
     assert at_clients() == [1, 1]
     _check_datasets_pass_through()
 
 
 def test_async_context_returns_awaitables(restore_default):
-    tff.backends.test.set_async_test_cpp_execution_context(default_num_clients=2,
-                                                           max_concurrent_computation_calls=1)
+    tff.backends.test.set_async_test_cpp_execution_context(
+        default_num_clients=2, max_concurrent_computation_calls=1
+    )
 
     @federated_language.federated_computation(
-        federated_language.FederatedType(np.float32, federated_language.CLIENTS))
+        federated_language.FederatedType(np.float32, federated_language.CLIENTS)
+    )
     def total(xs):
         return federated_language.federated_sum(xs)
 
@@ -118,10 +121,15 @@ def test_async_context_returns_awaitables(restore_default):
 
 def test_max_concurrent_computation_calls_limits_calls(restore_default):
     ctx = tff.backends.test.create_sync_test_cpp_execution_context(
-        max_concurrent_computation_calls=1)
+        max_concurrent_computation_calls=1
+    )
     assert ctx.max_concurrent_calls == 1
-    assert tff.backends.test.create_sync_test_cpp_execution_context(
-        max_concurrent_computation_calls=0).max_concurrent_calls is None
+    assert (
+        tff.backends.test.create_sync_test_cpp_execution_context(
+            max_concurrent_computation_calls=0
+        ).max_concurrent_calls
+        is None
+    )
     inside, most = [0], [0]
     lock = threading.Lock()
     real = ctx._submit
@@ -148,9 +156,15 @@ def test_max_concurrent_computation_calls_limits_calls(restore_default):
     assert most[0] == 1
 
 
-@pytest.mark.parametrize('kwargs, error', [
-    ({'default_num_clients': -1}, ValueError), ({'default_num_clients': 1.5}, TypeError),
-    ({'stream_structs': 1}, TypeError), ({'max_concurrent_computation_calls': 'x'}, TypeError)])
+@pytest.mark.parametrize(
+    'kwargs, error',
+    [
+        ({'default_num_clients': -1}, ValueError),
+        ({'default_num_clients': 1.5}, TypeError),
+        ({'stream_structs': 1}, TypeError),
+        ({'max_concurrent_computation_calls': 'x'}, TypeError),
+    ],
+)
 def test_bad_arguments_are_refused(kwargs, error):
     with pytest.raises(error):
         tff.backends.native.create_sync_local_cpp_execution_context(**kwargs)

@@ -47,6 +47,7 @@ def _value(ex, comp):
     async def go():
         v = await ex.create_value(comp)
         return v.type_signature, await v.compute()
+
     return asyncio.run(go())
 
 
@@ -65,19 +66,26 @@ def test_call_struct_and_selection_blocks(stack, federating):
 
 def test_intrinsic_call_blocks(stack):
     at_clients = bb.Call(
-        bb.Intrinsic('federated_eval_at_clients',
-                     tff.FunctionType(_five.type_signature, tff.type_at_clients(np.int32))),
-        _five.to_building_block())
+        bb.Intrinsic(
+            'federated_eval_at_clients',
+            tff.FunctionType(_five.type_signature, tff.type_at_clients(np.int32)),
+        ),
+        _five.to_building_block(),
+    )
     t, v = _value(stack, at_clients)
     assert t == tff.type_at_clients(np.int32) and [int(x) for x in v] == [5, 5, 5]
     all_equal = tff.FederatedType(np.int32, tff.CLIENTS, all_equal=True)
-    placed = bb.Call(bb.Intrinsic('federated_value_at_clients',
-                                  tff.FunctionType(np.int32, all_equal)),
-                     bb.Call(_five.to_building_block()))
+    placed = bb.Call(
+        bb.Intrinsic('federated_value_at_clients', tff.FunctionType(np.int32, all_equal)),
+        bb.Call(_five.to_building_block()),
+    )
     mapped = bb.Call(
-        bb.Intrinsic('federated_map_all_equal',
-                     tff.FunctionType([_add_one.type_signature, all_equal], all_equal)),
-        bb.Struct([(None, _add_one.to_building_block()), (None, placed)]))
+        bb.Intrinsic(
+            'federated_map_all_equal',
+            tff.FunctionType([_add_one.type_signature, all_equal], all_equal),
+        ),
+        bb.Struct([(None, _add_one.to_building_block()), (None, placed)]),
+    )
     t, v = _value(stack, mapped)
     assert t == all_equal and int(v) == 6
 

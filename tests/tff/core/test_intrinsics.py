@@ -44,16 +44,17 @@ _SEQUENCE_INT = federated_language.SequenceType(np.int32)
 _SEQUENCE_INT_CLIENTS = federated_language.FederatedType(_SEQUENCE_INT, federated_language.CLIENTS)
 _SEQUENCE_INT_SERVER = federated_language.FederatedType(_SEQUENCE_INT, federated_language.SERVER)
 _SEQUENCE_FLOAT = federated_language.SequenceType(np.float32)
-_SEQUENCE_FLOAT_CLIENTS = federated_language.FederatedType(_SEQUENCE_FLOAT,
-                                                           federated_language.CLIENTS)
-_SEQUENCE_FLOAT_SERVER = federated_language.FederatedType(_SEQUENCE_FLOAT,
-                                                          federated_language.SERVER)
+_SEQUENCE_FLOAT_CLIENTS = federated_language.FederatedType(
+    _SEQUENCE_FLOAT, federated_language.CLIENTS
+)
+_SEQUENCE_FLOAT_SERVER = federated_language.FederatedType(
+    _SEQUENCE_FLOAT, federated_language.SERVER
+)
 _STRUCT_INT = federated_language.StructWithPythonType([np.int32, np.int32, np.int32], list)
 _STRUCT_INT_CLIENTS = federated_language.FederatedType(_STRUCT_INT, federated_language.CLIENTS)
 _STRUCT_INT_SERVER = federated_language.FederatedType(_STRUCT_INT, federated_language.SERVER)
 _STRUCT_FLOAT = federated_language.StructWithPythonType([np.float32] * 3, list)
-_STRUCT_FLOAT_CLIENTS = federated_language.FederatedType(_STRUCT_FLOAT,
-                                                         federated_language.CLIENTS)
+_STRUCT_FLOAT_CLIENTS = federated_language.FederatedType(_STRUCT_FLOAT, federated_language.CLIENTS)
 
 
 def _const(t):
@@ -88,11 +89,13 @@ def _raises(error, fn, *types):
 
 # ---------------------------------------------------------------- broadcast
 
+
 @pytest.mark.parametrize('t', [_INT_SERVER, _SEQUENCE_INT_SERVER, _STRUCT_INT_SERVER])
 def test_federated_broadcast_returns_result(t):
     result = _traced_type(federated_language.federated_broadcast, t)
-    assert result == federated_language.FederatedType(t.member, federated_language.CLIENTS,
-                                                      all_equal=True)
+    assert result == federated_language.FederatedType(
+        t.member, federated_language.CLIENTS, all_equal=True
+    )
 
 
 @pytest.mark.parametrize('t', [_INT, _INT_CLIENTS])
@@ -110,9 +113,16 @@ def test_intrinsics_raise_context_error_with_no_federated_context():
 
 # ---------------------------------------------------------------- eval
 
-@pytest.mark.parametrize('result_type, placement', [
-    (_INT, federated_language.CLIENTS), (_INT, federated_language.SERVER),
-    (_SEQUENCE_INT, federated_language.CLIENTS), (_STRUCT_INT, federated_language.CLIENTS)])
+
+@pytest.mark.parametrize(
+    'result_type, placement',
+    [
+        (_INT, federated_language.CLIENTS),
+        (_INT, federated_language.SERVER),
+        (_SEQUENCE_INT, federated_language.CLIENTS),
+        (_STRUCT_INT, federated_language.CLIENTS),
+    ],
+)
 def test_federated_eval_returns_result(result_type, placement):
     fn = _fake_fn(None, result_type)
     result = _traced_type(lambda: federated_language.federated_eval(fn, placement))
@@ -121,12 +131,16 @@ def test_federated_eval_returns_result(result_type, placement):
 
 # ---------------------------------------------------------------- map
 
-@pytest.mark.parametrize('fn_param, arg_types, expected', [
-    (_INT, [_INT_CLIENTS], _FLOAT_CLIENTS),
-    (_INT, [_INT_SERVER], _FLOAT_SERVER),
-    (_SEQUENCE_INT, [_SEQUENCE_INT_CLIENTS], _FLOAT_CLIENTS),
-    (_STRUCT_INT, [_STRUCT_INT_CLIENTS], _FLOAT_CLIENTS),
-])
+
+@pytest.mark.parametrize(
+    'fn_param, arg_types, expected',
+    [
+        (_INT, [_INT_CLIENTS], _FLOAT_CLIENTS),
+        (_INT, [_INT_SERVER], _FLOAT_SERVER),
+        (_SEQUENCE_INT, [_SEQUENCE_INT_CLIENTS], _FLOAT_CLIENTS),
+        (_STRUCT_INT, [_STRUCT_INT_CLIENTS], _FLOAT_CLIENTS),
+    ],
+)
 def test_federated_map_returns_result(fn_param, arg_types, expected):
     fn = _fake_fn(fn_param, _FLOAT)
     assert _traced_type(lambda x: federated_language.federated_map(fn, x), *arg_types) == expected
@@ -134,8 +148,12 @@ def test_federated_map_returns_result(fn_param, arg_types, expected):
 
 def test_federated_map_struct_injected_zip():
     fn = _fake_fn(_STRUCT_INT, _FLOAT)
-    result = _traced_type(lambda a, b, c: federated_language.federated_map(fn, [a, b, c]),
-                          _INT_CLIENTS, _INT_CLIENTS, _INT_CLIENTS)
+    result = _traced_type(
+        lambda a, b, c: federated_language.federated_map(fn, [a, b, c]),
+        _INT_CLIENTS,
+        _INT_CLIENTS,
+        _INT_CLIENTS,
+    )
     assert result == _FLOAT_CLIENTS
 
 
@@ -143,24 +161,33 @@ def test_federated_map_raises_type_error():
     fn = _fake_fn(_INT, _FLOAT)
     _raises(TypeError, lambda x: federated_language.federated_map(fn, x), _INT)
     pair = _fake_fn(_STRUCT_INT, _FLOAT)
-    _raises(TypeError, lambda a, b: federated_language.federated_map(pair, [a, b]),
-            _INT_CLIENTS, _FLOAT_SERVER)
+    _raises(
+        TypeError,
+        lambda a, b: federated_language.federated_map(pair, [a, b]),
+        _INT_CLIENTS,
+        _FLOAT_SERVER,
+    )
 
 
 def test_federated_map_all_equal_returns_result():
     fn = _fake_fn(_INT, _FLOAT)
     result = _traced_type(
         lambda x: intrinsics.federated_map_all_equal(fn, x),
-        federated_language.FederatedType(_INT, federated_language.CLIENTS, all_equal=True))
-    assert result == federated_language.FederatedType(_FLOAT, federated_language.CLIENTS,
-                                                      all_equal=True)
+        federated_language.FederatedType(_INT, federated_language.CLIENTS, all_equal=True),
+    )
+    assert result == federated_language.FederatedType(
+        _FLOAT, federated_language.CLIENTS, all_equal=True
+    )
     _raises(TypeError, lambda x: intrinsics.federated_map_all_equal(fn, x), _INT_SERVER)
 
 
 # ---------------------------------------------------------------- secure sums
 
-@pytest.mark.parametrize('value_type, bound', [
-    (_INT_CLIENTS, 7), (_STRUCT_INT_CLIENTS, 7), (_STRUCT_INT_CLIENTS, [1, 2, 3])])
+
+@pytest.mark.parametrize(
+    'value_type, bound',
+    [(_INT_CLIENTS, 7), (_STRUCT_INT_CLIENTS, 7), (_STRUCT_INT_CLIENTS, [1, 2, 3])],
+)
 @pytest.mark.parametrize('intrinsic', ['federated_secure_sum', 'federated_secure_sum_bitwidth'])
 def test_federated_secure_sums_return_result(value_type, bound, intrinsic):
     fn = getattr(federated_language, intrinsic)
@@ -168,9 +195,15 @@ def test_federated_secure_sums_return_result(value_type, bound, intrinsic):
     assert result == federated_language.FederatedType(value_type.member, federated_language.SERVER)
 
 
-@pytest.mark.parametrize('value_type, bound', [
-    (_INT, 7), (_FLOAT_CLIENTS, 7), (_INT_SERVER, 7),
-    (federated_language.FederatedType([np.int32] * 2, federated_language.CLIENTS), [1, 2, 3])])
+@pytest.mark.parametrize(
+    'value_type, bound',
+    [
+        (_INT, 7),
+        (_FLOAT_CLIENTS, 7),
+        (_INT_SERVER, 7),
+        (federated_language.FederatedType([np.int32] * 2, federated_language.CLIENTS), [1, 2, 3]),
+    ],
+)
 @pytest.mark.parametrize('intrinsic', ['federated_secure_sum', 'federated_secure_sum_bitwidth'])
 def test_federated_secure_sums_raise_type_error(value_type, bound, intrinsic):
     fn = getattr(federated_language, intrinsic)
@@ -179,38 +212,67 @@ def test_federated_secure_sums_raise_type_error(value_type, bound, intrinsic):
 
 # ---------------------------------------------------------------- select
 
+
 def test_federated_select_returns_result():
     fn = _fake_fn([_STRUCT_INT, _INT], _FLOAT)
-    for intrinsic in (federated_language.federated_select,
-                      federated_language.federated_secure_select):
-        result = _traced_type(lambda k, m, s: intrinsic(k, m, s, fn),
-                              _ARRAY_INT_CLIENTS, _INT_SERVER, _STRUCT_INT_SERVER)
+    for intrinsic in (
+        federated_language.federated_select,
+        federated_language.federated_secure_select,
+    ):
+        result = _traced_type(
+            lambda k, m, s: intrinsic(k, m, s, fn),
+            _ARRAY_INT_CLIENTS,
+            _INT_SERVER,
+            _STRUCT_INT_SERVER,
+        )
         assert result == _SEQUENCE_FLOAT_CLIENTS
-        zipped = _traced_type(lambda k, m, a, b, c: intrinsic(k, m, [a, b, c], fn),
-                              _ARRAY_INT_CLIENTS, _INT_SERVER, _INT_SERVER, _INT_SERVER,
-                              _INT_SERVER)
+        zipped = _traced_type(
+            lambda k, m, a, b, c: intrinsic(k, m, [a, b, c], fn),
+            _ARRAY_INT_CLIENTS,
+            _INT_SERVER,
+            _INT_SERVER,
+            _INT_SERVER,
+            _INT_SERVER,
+        )
         assert zipped == _SEQUENCE_FLOAT_CLIENTS
 
 
-@pytest.mark.parametrize('keys, max_key, server_val, fn_types', [
-    (_ARRAY_INT, _INT_SERVER, _STRUCT_INT_SERVER, [_STRUCT_INT, _INT]),
-    (_ARRAY_INT_SERVER, _INT_SERVER, _STRUCT_INT_SERVER, [_STRUCT_INT, _INT]),
-    (_ARRAY_INT_CLIENTS, _INT, _STRUCT_INT_SERVER, [_STRUCT_INT, _INT]),
-    (_ARRAY_INT_CLIENTS, _INT_CLIENTS, _STRUCT_INT_SERVER, [_STRUCT_INT, _INT]),
-    (_ARRAY_INT_CLIENTS, _FLOAT_SERVER, _STRUCT_INT_SERVER, [_STRUCT_INT, _INT]),
-    (_ARRAY_INT_CLIENTS, _INT_SERVER, _STRUCT_INT, [_STRUCT_INT, _INT]),
-    (_ARRAY_INT_CLIENTS, _INT_SERVER, _STRUCT_INT_CLIENTS, [_STRUCT_INT, _INT]),
-    (_ARRAY_INT_CLIENTS, _INT_SERVER, _STRUCT_INT_SERVER, [_STRUCT_INT, _FLOAT]),
-], ids=['client_keys_array_unplaced', 'client_keys_array_server', 'max_key_int_unplaced',
-        'max_key_int_clients', 'max_key_float_server', 'server_value_struct_unplaced',
-        'server_value_struct_clients', 'select_fn_second_parameter_float'])
+@pytest.mark.parametrize(
+    'keys, max_key, server_val, fn_types',
+    [
+        (_ARRAY_INT, _INT_SERVER, _STRUCT_INT_SERVER, [_STRUCT_INT, _INT]),
+        (_ARRAY_INT_SERVER, _INT_SERVER, _STRUCT_INT_SERVER, [_STRUCT_INT, _INT]),
+        (_ARRAY_INT_CLIENTS, _INT, _STRUCT_INT_SERVER, [_STRUCT_INT, _INT]),
+        (_ARRAY_INT_CLIENTS, _INT_CLIENTS, _STRUCT_INT_SERVER, [_STRUCT_INT, _INT]),
+        (_ARRAY_INT_CLIENTS, _FLOAT_SERVER, _STRUCT_INT_SERVER, [_STRUCT_INT, _INT]),
+        (_ARRAY_INT_CLIENTS, _INT_SERVER, _STRUCT_INT, [_STRUCT_INT, _INT]),
+        (_ARRAY_INT_CLIENTS, _INT_SERVER, _STRUCT_INT_CLIENTS, [_STRUCT_INT, _INT]),
+        (_ARRAY_INT_CLIENTS, _INT_SERVER, _STRUCT_INT_SERVER, [_STRUCT_INT, _FLOAT]),
+    ],
+    ids=[
+        'client_keys_array_unplaced',
+        'client_keys_array_server',
+        'max_key_int_unplaced',
+        'max_key_int_clients',
+        'max_key_float_server',
+        'server_value_struct_unplaced',
+        'server_value_struct_clients',
+        'select_fn_second_parameter_float',
+    ],
+)
 def test_federated_select_raises_type_error(keys, max_key, server_val, fn_types):
     fn = _fake_fn(fn_types, _FLOAT)
-    _raises(TypeError, lambda k, m, s: federated_language.federated_select(k, m, s, fn),
-            keys, max_key, server_val)
+    _raises(
+        TypeError,
+        lambda k, m, s: federated_language.federated_select(k, m, s, fn),
+        keys,
+        max_key,
+        server_val,
+    )
 
 
 # ---------------------------------------------------------------- sum, min, max, mean
+
 
 @pytest.mark.parametrize('intrinsic', ['federated_sum', 'federated_min', 'federated_max'])
 @pytest.mark.parametrize('t', [_INT_CLIENTS, _STRUCT_INT_CLIENTS])
@@ -232,9 +294,15 @@ def test_federated_min_max_raise_type_and_value_errors(intrinsic):
     _raises(ValueError, fn, _STR_CLIENTS)
 
 
-@pytest.mark.parametrize('value_type, weight_type', [
-    (_FLOAT_CLIENTS, None), (_FLOAT_CLIENTS, _FLOAT_CLIENTS),
-    (_STRUCT_FLOAT_CLIENTS, None), (_STRUCT_FLOAT_CLIENTS, _FLOAT_CLIENTS)])
+@pytest.mark.parametrize(
+    'value_type, weight_type',
+    [
+        (_FLOAT_CLIENTS, None),
+        (_FLOAT_CLIENTS, _FLOAT_CLIENTS),
+        (_STRUCT_FLOAT_CLIENTS, None),
+        (_STRUCT_FLOAT_CLIENTS, _FLOAT_CLIENTS),
+    ],
+)
 def test_federated_mean_returns_result(value_type, weight_type):
     if weight_type is None:
         result = _traced_type(lambda v: federated_language.federated_mean(v), value_type)
@@ -243,9 +311,15 @@ def test_federated_mean_returns_result(value_type, weight_type):
     assert result == federated_language.FederatedType(value_type.member, federated_language.SERVER)
 
 
-@pytest.mark.parametrize('value_type, weight_type', [
-    (_INT_CLIENTS, None), (_FLOAT_SERVER, None), (_FLOAT_CLIENTS, _STR_CLIENTS),
-    (_FLOAT_CLIENTS, _FLOAT_SERVER)])
+@pytest.mark.parametrize(
+    'value_type, weight_type',
+    [
+        (_INT_CLIENTS, None),
+        (_FLOAT_SERVER, None),
+        (_FLOAT_CLIENTS, _STR_CLIENTS),
+        (_FLOAT_CLIENTS, _FLOAT_SERVER),
+    ],
+)
 def test_federated_mean_raises_type_error(value_type, weight_type):
     if weight_type is None:
         _raises(TypeError, lambda v: federated_language.federated_mean(v), value_type)
@@ -255,20 +329,42 @@ def test_federated_mean_raises_type_error(value_type, weight_type):
 
 # ---------------------------------------------------------------- zip
 
-@pytest.mark.parametrize('types, pack, expected', [
-    ([_INT_CLIENTS] * 3, lambda a, b, c: [a, b, c], _STRUCT_INT_CLIENTS),
-    ([_INT_SERVER] * 3, lambda a, b, c: [a, b, c], _STRUCT_INT_SERVER),
-    ([_INT_CLIENTS, _FLOAT_CLIENTS, _STR_CLIENTS], lambda a, b, c: [a, b, c],
-     federated_language.FederatedType([np.int32, np.float32, np.str_],
-                                      federated_language.CLIENTS)),
-    ([_INT_CLIENTS] * 3, lambda a, b, c: [a, [b, c]],
-     federated_language.FederatedType([np.int32, [np.int32, np.int32]],
-                                      federated_language.CLIENTS)),
-    ([_INT_CLIENTS] * 3, lambda a, b, c: {'a': a, 'b': b, 'c': c},
-     federated_language.FederatedType({'a': np.int32, 'b': np.int32, 'c': np.int32},
-                                      federated_language.CLIENTS)),
-], ids=['struct_clients', 'struct_server', 'struct_different_dtypes', 'struct_nested',
-        'struct_named'])
+
+@pytest.mark.parametrize(
+    'types, pack, expected',
+    [
+        ([_INT_CLIENTS] * 3, lambda a, b, c: [a, b, c], _STRUCT_INT_CLIENTS),
+        ([_INT_SERVER] * 3, lambda a, b, c: [a, b, c], _STRUCT_INT_SERVER),
+        (
+            [_INT_CLIENTS, _FLOAT_CLIENTS, _STR_CLIENTS],
+            lambda a, b, c: [a, b, c],
+            federated_language.FederatedType(
+                [np.int32, np.float32, np.str_], federated_language.CLIENTS
+            ),
+        ),
+        (
+            [_INT_CLIENTS] * 3,
+            lambda a, b, c: [a, [b, c]],
+            federated_language.FederatedType(
+                [np.int32, [np.int32, np.int32]], federated_language.CLIENTS
+            ),
+        ),
+        (
+            [_INT_CLIENTS] * 3,
+            lambda a, b, c: {'a': a, 'b': b, 'c': c},
+            federated_language.FederatedType(
+                {'a': np.int32, 'b': np.int32, 'c': np.int32}, federated_language.CLIENTS
+            ),
+        ),
+    ],
+    ids=[
+        'struct_clients',
+        'struct_server',
+        'struct_different_dtypes',
+        'struct_nested',
+        'struct_named',
+    ],
+)
 def test_federated_zip_returns_result(types, pack, expected):
     result = _traced_type(lambda *xs: federated_language.federated_zip(pack(*xs)), *types)
     assert result == expected
@@ -281,11 +377,13 @@ def test_federated_zip_one_element():
 
 def test_federated_zip_raises():
     _raises(ValueError, federated_language.federated_zip, _INT)
-    _raises(TypeError, lambda a, b: federated_language.federated_zip([a, b]),
-            _INT_CLIENTS, _INT_SERVER)
+    _raises(
+        TypeError, lambda a, b: federated_language.federated_zip([a, b]), _INT_CLIENTS, _INT_SERVER
+    )
 
 
 # ---------------------------------------------------------------- aggregate, value
+
 
 def test_federated_aggregate_returns_result():
     acc = _fake_fn([_FLOAT, _INT], _FLOAT)
@@ -293,7 +391,8 @@ def test_federated_aggregate_returns_result():
     report = _fake_fn(_FLOAT, _STR)
     result = _traced_type(
         lambda v: federated_language.federated_aggregate(v, np.float32(0), acc, merge, report),
-        _INT_CLIENTS)
+        _INT_CLIENTS,
+    )
     assert result == federated_language.FederatedType(_STR, federated_language.SERVER)
 
 
@@ -301,51 +400,80 @@ def test_federated_aggregate_raises_type_error_on_mismatched_zero():
     acc = _fake_fn([_FLOAT, _INT], _FLOAT)
     merge = _fake_fn([_FLOAT, _FLOAT], _FLOAT)
     report = _fake_fn(_FLOAT, _STR)
-    _raises(TypeError,
-            lambda v: federated_language.federated_aggregate(v, np.int32(0), acc, merge, report),
-            _INT_CLIENTS)
+    _raises(
+        TypeError,
+        lambda v: federated_language.federated_aggregate(v, np.int32(0), acc, merge, report),
+        _INT_CLIENTS,
+    )
 
 
-@pytest.mark.parametrize('value, placement', [
-    (1, federated_language.CLIENTS), (1, federated_language.SERVER),
-    ([1, 2, 3], federated_language.CLIENTS)])
+@pytest.mark.parametrize(
+    'value, placement',
+    [
+        (1, federated_language.CLIENTS),
+        (1, federated_language.SERVER),
+        ([1, 2, 3], federated_language.CLIENTS),
+    ],
+)
 def test_federated_value_returns_result(value, placement):
     result = _traced_type(lambda: federated_language.federated_value(value, placement))
-    assert result == federated_language.FederatedType(federated_language.infer_type(value),
-                                                      placement, all_equal=True)
+    assert result == federated_language.FederatedType(
+        federated_language.infer_type(value), placement, all_equal=True
+    )
 
 
 # ---------------------------------------------------------------- sequences
 
-@pytest.mark.parametrize('arg_type, expected', [
-    (_SEQUENCE_INT, _SEQUENCE_FLOAT), (_SEQUENCE_INT_CLIENTS, _SEQUENCE_FLOAT_CLIENTS),
-    (_SEQUENCE_INT_SERVER, _SEQUENCE_FLOAT_SERVER)])
+
+@pytest.mark.parametrize(
+    'arg_type, expected',
+    [
+        (_SEQUENCE_INT, _SEQUENCE_FLOAT),
+        (_SEQUENCE_INT_CLIENTS, _SEQUENCE_FLOAT_CLIENTS),
+        (_SEQUENCE_INT_SERVER, _SEQUENCE_FLOAT_SERVER),
+    ],
+)
 def test_sequence_map_returns_result(arg_type, expected):
     fn = _fake_fn(_INT, _FLOAT)
     assert _traced_type(lambda s: federated_language.sequence_map(fn, s), arg_type) == expected
 
 
-@pytest.mark.parametrize('value_type, zero_type', [
-    (_SEQUENCE_INT, _FLOAT), (_SEQUENCE_INT_CLIENTS, _FLOAT_CLIENTS),
-    (_SEQUENCE_INT_SERVER, _FLOAT_SERVER)])
+@pytest.mark.parametrize(
+    'value_type, zero_type',
+    [
+        (_SEQUENCE_INT, _FLOAT),
+        (_SEQUENCE_INT_CLIENTS, _FLOAT_CLIENTS),
+        (_SEQUENCE_INT_SERVER, _FLOAT_SERVER),
+    ],
+)
 def test_sequence_reduce_returns_result(value_type, zero_type):
     op = _fake_fn([_FLOAT, _INT], _FLOAT)
-    result = _traced_type(lambda s, z: federated_language.sequence_reduce(s, z, op),
-                          value_type, zero_type)
-    assert result.member == _FLOAT if isinstance(result, federated_language.FederatedType) \
+    result = _traced_type(
+        lambda s, z: federated_language.sequence_reduce(s, z, op), value_type, zero_type
+    )
+    assert (
+        result.member == _FLOAT
+        if isinstance(result, federated_language.FederatedType)
         else result == _FLOAT
+    )
     if isinstance(zero_type, federated_language.FederatedType):
         assert result.placement is zero_type.placement
 
 
-@pytest.mark.parametrize('arg_type, expected', [
-    (_SEQUENCE_INT, _INT), (_SEQUENCE_INT_CLIENTS, _INT_CLIENTS),
-    (_SEQUENCE_INT_SERVER, _INT_SERVER)])
+@pytest.mark.parametrize(
+    'arg_type, expected',
+    [
+        (_SEQUENCE_INT, _INT),
+        (_SEQUENCE_INT_CLIENTS, _INT_CLIENTS),
+        (_SEQUENCE_INT_SERVER, _INT_SERVER),
+    ],
+)
 def test_sequence_sum_returns_result(arg_type, expected):
     assert _traced_type(federated_language.sequence_sum, arg_type) == expected
 
 
 # ---------------------------------------------------------------- executed (every stack)
+
 
 def test_federated_min_max_values(tff_stack):
     @federated_language.federated_computation(_FLOAT_CLIENTS)
@@ -395,13 +523,16 @@ def test_federated_secure_select_equals_select(tff_stack):
 
     @federated_language.federated_computation(
         federated_language.FederatedType((np.int32, [2]), federated_language.CLIENTS),
-        _ARRAY_INT_SERVER)
+        _ARRAY_INT_SERVER,
+    )
     def both(keys, table):
         max_key = federated_language.federated_value(np.int32(3), federated_language.SERVER)
         plain = federated_language.federated_select(keys, max_key, table, pick)
         secure = federated_language.federated_secure_select(keys, max_key, table, pick)
-        return (federated_language.federated_map(total, plain),
-                federated_language.federated_map(total, secure))
+        return (
+            federated_language.federated_map(total, plain),
+            federated_language.federated_map(total, secure),
+        )
 
     keys = [np.array([0, 1], np.int32), np.array([2, 2], np.int32), np.array([1, 0], np.int32)]
     plain, secure = both(keys, np.array([1, 2, 3], np.int32))
@@ -416,8 +547,7 @@ def test_federated_map_all_equal_runs_once(tff_stack):
 
     @federated_language.federated_computation(_INT_SERVER)
     def comp(x):
-        return intrinsics.federated_map_all_equal(
-            noisy, federated_language.federated_broadcast(x))
+        return intrinsics.federated_map_all_equal(noisy, federated_language.federated_broadcast(x))
 
     value = comp(np.int32(2))
     assert 2.0 <= float(value) < 3.0  # one draw, equal on all clients (an all-equal result)

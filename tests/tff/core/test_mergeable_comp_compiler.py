@@ -34,8 +34,10 @@ mergeable_comp_compiler = tff.backends.native
 @pytest.fixture(scope='module')
 def async_contexts() -> Iterator[List[Any]]:
     """Three async thread-stack contexts (default_num_clients=2), closed with the module."""
-    made = [tff.backends.test.create_async_test_cpp_execution_context(default_num_clients=2)
-            for _ in range(3)]
+    made = [
+        tff.backends.test.create_async_test_cpp_execution_context(default_num_clients=2)
+        for _ in range(3)
+    ]
     yield made
     for ctx in made:
         ctx.close()
@@ -87,8 +89,7 @@ def build_whimsy_computation_with_before_aggregation_work(server_arg_type, clien
     return aggregation_comp
 
 
-def build_whimsy_computation_with_false_aggregation_dependence(server_arg_type,
-                                                               clients_arg_type):
+def build_whimsy_computation_with_false_aggregation_dependence(server_arg_type, clients_arg_type):
     @tff.tensorflow.computation(clients_arg_type.member)
     def compute_tuple_sum(x):
         return x[0] + x[1]
@@ -126,7 +127,8 @@ def return_list(x, y):
 
 
 @federated_language.federated_computation(
-    federated_language.FederatedType([np.int32, np.int32], federated_language.SERVER))
+    federated_language.FederatedType([np.int32, np.int32], federated_language.SERVER)
+)
 def server_placed_mult(arg):
     return federated_language.federated_map(tf_multiply_int, arg)
 
@@ -143,6 +145,7 @@ def _return_server_value():
     @federated_language.federated_computation()
     def return_server_value():
         return federated_language.federated_value(0, federated_language.SERVER)
+
     return return_server_value
 
 
@@ -180,14 +183,12 @@ def test_compilation_preserves_semantics_standalone_tf(mergeable_context):
 
 
 def test_compiles_simple_noarg_computation():
-    mergeable_form = mergeable_comp_compiler.compile_to_mergeable_comp_form(
-        _return_server_value())
+    mergeable_form = mergeable_comp_compiler.compile_to_mergeable_comp_form(_return_server_value())
     assert isinstance(mergeable_form, tff.framework.MergeableCompForm)
 
 
 def test_preserves_semantics_of_noarg_computation(mergeable_context):
-    mergeable_form = mergeable_comp_compiler.compile_to_mergeable_comp_form(
-        _return_server_value())
+    mergeable_form = mergeable_comp_compiler.compile_to_mergeable_comp_form(_return_server_value())
     assert _invoke(mergeable_context, mergeable_form, None) == 0
 
 
@@ -219,21 +220,24 @@ def test_compilation_preserves_semantics_aggregation_and_after(mergeable_context
 
 def test_compiles_computation_with_before_aggregation_work():
     incoming_comp = build_whimsy_computation_with_before_aggregation_work(
-        _server(), _clients([np.int32, np.int32]))
+        _server(), _clients([np.int32, np.int32])
+    )
     mergeable_form = mergeable_comp_compiler.compile_to_mergeable_comp_form(incoming_comp)
     assert isinstance(mergeable_form, tff.framework.MergeableCompForm)
 
 
 def test_compiles_computation_with_false_aggregation_dependence():
     incoming_comp = build_whimsy_computation_with_false_aggregation_dependence(
-        _server(), _clients([np.int32, np.int32]))
+        _server(), _clients([np.int32, np.int32])
+    )
     mergeable_form = mergeable_comp_compiler.compile_to_mergeable_comp_form(incoming_comp)
     assert isinstance(mergeable_form, tff.framework.MergeableCompForm)
 
 
 def test_compilation_preserves_semantics_before_agg_work(mergeable_context):
     incoming_comp = build_whimsy_computation_with_before_aggregation_work(
-        _server(), _clients([np.int32, np.int32]))
+        _server(), _clients([np.int32, np.int32])
+    )
     mergeable_form = mergeable_comp_compiler.compile_to_mergeable_comp_form(incoming_comp)
     result = _invoke(mergeable_context, mergeable_form, (100, [(x, x) for x in range(100)]))
     # 2 * (0 + ... + 99) + 100.
@@ -285,7 +289,8 @@ def check_subrounds(request, async_contexts, sync_context):
     def check(comp, *args):
         direct = _in(sync_context, comp, args)
         ctx = tff.backends.native.create_mergeable_comp_execution_context(
-            async_contexts[:num_contexts], num_subrounds=num_subrounds)
+            async_contexts[:num_contexts], num_subrounds=num_subrounds
+        )
         made.append(ctx)
         merged = _in(ctx, comp, args)
         _assert_same(direct, merged)
@@ -309,12 +314,12 @@ def test_subrounds_federated_sum(check_subrounds):
 
 def test_subrounds_federated_sum_of_struct(check_subrounds):
     @federated_language.federated_computation(
-        _clients(collections.OrderedDict(a=np.int32, b=(np.int64, (2,)))))
+        _clients(collections.OrderedDict(a=np.int32, b=(np.int64, (2,))))
+    )
     def comp(x):
         return federated_language.federated_sum(x)
 
-    data = [collections.OrderedDict(a=v, b=np.array([v, -2 * v], np.int64))
-            for v in CLIENT_INTS]
+    data = [collections.OrderedDict(a=v, b=np.array([v, -2 * v], np.int64)) for v in CLIENT_INTS]
     result = check_subrounds(comp, data)
     assert result['a'] == sum(CLIENT_INTS)
 
@@ -341,7 +346,8 @@ def test_subrounds_federated_weighted_mean(check_subrounds):
 
 def test_subrounds_federated_weighted_mean_of_struct_with_int_weights(check_subrounds):
     @federated_language.federated_computation(
-        _clients([np.float32, (np.float64, (2,))]), _clients(np.int32))
+        _clients([np.float32, (np.float64, (2,))]), _clients(np.int32)
+    )
     def comp(x, w):
         return federated_language.federated_mean(x, w)
 
@@ -368,19 +374,23 @@ def test_subrounds_federated_aggregate_with_custom_accumulator(check_subrounds):
 
     @tff.tensorflow.computation
     def zero():
-        return collections.OrderedDict(total=np.int32(0), count=np.int32(0),
-                                       largest=np.int32(np.iinfo(np.int32).min))
+        return collections.OrderedDict(
+            total=np.int32(0), count=np.int32(0), largest=np.int32(np.iinfo(np.int32).min)
+        )
 
     @tff.tensorflow.computation(accumulator, np.int32)
     def accumulate(acc, x):
-        return collections.OrderedDict(total=acc['total'] + x, count=acc['count'] + 1,
-                                       largest=tf.maximum(acc['largest'], x))
+        return collections.OrderedDict(
+            total=acc['total'] + x, count=acc['count'] + 1, largest=tf.maximum(acc['largest'], x)
+        )
 
     @tff.tensorflow.computation(accumulator, accumulator)
     def merge(a, b):
-        return collections.OrderedDict(total=a['total'] + b['total'],
-                                       count=a['count'] + b['count'],
-                                       largest=tf.maximum(a['largest'], b['largest']))
+        return collections.OrderedDict(
+            total=a['total'] + b['total'],
+            count=a['count'] + b['count'],
+            largest=tf.maximum(a['largest'], b['largest']),
+        )
 
     @tff.tensorflow.computation(accumulator)
     def report(acc):
@@ -472,7 +482,8 @@ def test_subrounds_result_with_client_placed_values(check_subrounds):
     def comp(x, unused):
         total = federated_language.federated_sum(x)
         shifted = federated_language.federated_map(
-            add, (x, federated_language.federated_broadcast(total)))
+            add, (x, federated_language.federated_broadcast(total))
+        )
         return collections.OrderedDict(total=total, shifted=shifted, unused=unused)
 
     unused = [float(-v) for v in CLIENT_INTS]
@@ -489,8 +500,10 @@ def test_subrounds_no_aggregation(check_subrounds):
 
     @federated_language.federated_computation(_server(), _clients())
     def comp(s, x):
-        return (federated_language.federated_map(negate, s),
-                federated_language.federated_map(negate, x))
+        return (
+            federated_language.federated_map(negate, s),
+            federated_language.federated_map(negate, x),
+        )
 
     result = check_subrounds(comp, 7, CLIENT_INTS)
     assert result == (-7, [-v for v in CLIENT_INTS])
@@ -501,11 +514,11 @@ def test_subrounds_struct_argument_and_all_equal_result(check_subrounds):
     def add(x, y):
         return x + y
 
-    @federated_language.federated_computation(
-        collections.OrderedDict(s=_server(), c=_clients()))
+    @federated_language.federated_computation(collections.OrderedDict(s=_server(), c=_clients()))
     def comp(arg):
         shifted = federated_language.federated_map(
-            add, (arg['c'], federated_language.federated_broadcast(arg['s'])))
+            add, (arg['c'], federated_language.federated_broadcast(arg['s']))
+        )
         total = federated_language.federated_sum(shifted)
         # Placed at clients, all equal: one value, from one subround.
         return federated_language.federated_broadcast(total), arg['s']
@@ -524,9 +537,11 @@ def test_subrounds_no_argument(async_contexts, num_contexts):
     # Without an argument every context runs one subround on its own default clients (2
     # each, as TFF): the direct run gets as many.
     sync_context = tff.backends.test.create_sync_test_cpp_execution_context(
-        default_num_clients=2 * num_contexts)
+        default_num_clients=2 * num_contexts
+    )
     ctx = tff.backends.native.create_mergeable_comp_execution_context(
-        async_contexts[:num_contexts], num_subrounds=5)
+        async_contexts[:num_contexts], num_subrounds=5
+    )
     try:
         direct = _in(sync_context, count_clients, ())
         merged = _in(ctx, count_clients, ())

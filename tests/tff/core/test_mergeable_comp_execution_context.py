@@ -23,7 +23,8 @@ from simharness.mergeable import _joined, split_into_subrounds
 SERVER_INT = federated_language.FederatedType(np.int32, federated_language.SERVER)
 CLIENTS_INT = federated_language.FederatedType(np.int32, federated_language.CLIENTS)
 CLIENTS_ALL_EQUAL_INT = federated_language.FederatedType(
-    np.int32, federated_language.CLIENTS, all_equal=True)
+    np.int32, federated_language.CLIENTS, all_equal=True
+)
 
 
 # ---------------------------------------------------- PartitionValueTest
@@ -41,13 +42,19 @@ def test_wraps_value_with_empty_client_argument():
 
 def test_replicates_all_equal_clients_argument():
     type_signature = federated_language.StructType(
-        [(None, SERVER_INT), (None, CLIENTS_ALL_EQUAL_INT)])
+        [(None, SERVER_INT), (None, CLIENTS_ALL_EQUAL_INT)]
+    )
     assert split_into_subrounds((0, 1), type_signature, 2) == [(0, 1), (0, 1)]
 
 
 def test_partitions_client_placed_value_into_subrounds():
     assert split_into_subrounds(list(range(10)), CLIENTS_INT, 5) == [
-        [0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+        [0, 1],
+        [2, 3],
+        [4, 5],
+        [6, 7],
+        [8, 9],
+    ]
 
 
 def test_partitions_clients_placed_struct_elem_into_subrounds():
@@ -66,13 +73,12 @@ def test_partitions_clients_server_struct_into_subrounds():
 
 def test_partitions_clients_server_clients_struct_into_subrounds():
     type_signature = federated_language.StructType(
-        [('c1', CLIENTS_INT), ('s', SERVER_INT), ('c2', CLIENTS_INT)])
+        [('c1', CLIENTS_INT), ('s', SERVER_INT), ('c2', CLIENTS_INT)]
+    )
     value = (list(range(10)), 99, list(range(100, 110)))
     assert split_into_subrounds(value, type_signature, 2) == [
-        structure.Struct([('c1', [0, 1, 2, 3, 4]), ('s', 99),
-                          ('c2', [100, 101, 102, 103, 104])]),
-        structure.Struct([('c1', [5, 6, 7, 8, 9]), ('s', 99),
-                          ('c2', [105, 106, 107, 108, 109])]),
+        structure.Struct([('c1', [0, 1, 2, 3, 4]), ('s', 99), ('c2', [100, 101, 102, 103, 104])]),
+        structure.Struct([('c1', [5, 6, 7, 8, 9]), ('s', 99), ('c2', [105, 106, 107, 108, 109])]),
     ]
 
 
@@ -119,7 +125,8 @@ def test_roundtrip_with_nonempty_tuple_clients_argument():
 
 def test_roundtrip_with_all_equal_clients_argument():
     type_signature = federated_language.StructType(
-        [(None, SERVER_INT), (None, CLIENTS_ALL_EQUAL_INT)])
+        [(None, SERVER_INT), (None, CLIENTS_ALL_EQUAL_INT)]
+    )
     assert _round_trip((0, 1), type_signature) == structure.Struct([(None, 0), (None, 1)])
 
 

@@ -48,7 +48,8 @@ def _at_clients():
 
 
 @federated_language.federated_computation(
-    federated_language.FederatedType(np.float32, federated_language.CLIENTS))
+    federated_language.FederatedType(np.float32, federated_language.CLIENTS)
+)
 def _mean(xs):
     return federated_language.federated_mean(xs)
 
@@ -72,15 +73,18 @@ def test_localhost_cpp_context_starts_and_stops_its_service(restore_default):
     assert factory.server is None and server.wait(0), 'replacing the context stops the service'
     with pytest.raises(RuntimeError, match='closed'):
         factory.create_executor({})
-    assert tff.backends.native.create_localhost_cpp_execution_context(
-        max_concurrent_computation_calls=0).max_concurrent_calls is None
+    assert (
+        tff.backends.native.create_localhost_cpp_execution_context(
+            max_concurrent_computation_calls=0
+        ).max_concurrent_calls
+        is None
+    )
 
 
 def test_remote_cpp_contexts_on_channels(service, restore_default):
     channel = grpc.insecure_channel(service.address)
     try:
-        tff.backends.native.set_sync_remote_cpp_execution_context([channel],
-                                                                  default_num_clients=3)
+        tff.backends.native.set_sync_remote_cpp_execution_context([channel], default_num_clients=3)
         assert _at_clients() == [1, 1, 1]
         assert _mean([np.float32(2.0), np.float32(4.0)]) == np.float32(3.0)
         ctx = tff.backends.native.create_async_remote_cpp_execution_context([channel])
@@ -100,7 +104,8 @@ def test_remote_cpp_contexts_on_channels(service, restore_default):
 
 def test_remote_python_contexts_of_tff_0_19(service, restore_default):
     tff.backends.native.set_remote_python_execution_context(
-        [service.address], dispose_batch_size=5, max_fanout=10, default_num_clients=2)
+        [service.address], dispose_batch_size=5, max_fanout=10, default_num_clients=2
+    )
     assert _at_clients() == [1, 1]
     ctx = tff.backends.native.create_remote_async_python_execution_context([service.address])
     try:
@@ -122,19 +127,40 @@ def test_local_async_and_thread_debugging_contexts(restore_default):
     assert asyncio.run(main()) == [1]
 
 
-@pytest.mark.parametrize('call, error', [
-    (lambda: tff.backends.native.create_sync_remote_cpp_execution_context('localhost:1'),
-     TypeError),
-    (lambda: tff.backends.native.create_sync_remote_cpp_execution_context([]), ValueError),
-    (lambda: tff.backends.native.create_sync_remote_cpp_execution_context(
-        ['localhost:1'], default_num_clients=-1), ValueError),
-    (lambda: tff.backends.native.create_remote_python_execution_context(
-        ['localhost:1'], dispose_batch_size=0), ValueError),
-    (lambda: tff.backends.native.create_localhost_cpp_execution_context(
-        default_num_clients=1.5), TypeError),
-    (lambda: tff.backends.native.create_thread_debugging_execution_context(
-        clients_per_thread=0), ValueError),
-])
+@pytest.mark.parametrize(
+    'call, error',
+    [
+        (
+            lambda: tff.backends.native.create_sync_remote_cpp_execution_context('localhost:1'),
+            TypeError,
+        ),
+        (lambda: tff.backends.native.create_sync_remote_cpp_execution_context([]), ValueError),
+        (
+            lambda: tff.backends.native.create_sync_remote_cpp_execution_context(
+                ['localhost:1'], default_num_clients=-1
+            ),
+            ValueError,
+        ),
+        (
+            lambda: tff.backends.native.create_remote_python_execution_context(
+                ['localhost:1'], dispose_batch_size=0
+            ),
+            ValueError,
+        ),
+        (
+            lambda: tff.backends.native.create_localhost_cpp_execution_context(
+                default_num_clients=1.5
+            ),
+            TypeError,
+        ),
+        (
+            lambda: tff.backends.native.create_thread_debugging_execution_context(
+                clients_per_thread=0
+            ),
+            ValueError,
+        ),
+    ],
+)
 def test_bad_arguments_are_refused(call, error):
     with pytest.raises(error):
         call()

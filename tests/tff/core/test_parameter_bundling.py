@@ -53,11 +53,14 @@ def test_named_struct_binds_by_name(wrap):
     assert swapped(2.5, 1) == np.float32(2.5)
 
 
-@pytest.mark.parametrize('spec, message', [
-    ([('x', np.int32), ('y', np.int32)], 'must match field names'),
-    ([('x', np.int32), np.int32], 'both named and unnamed'),
-    ((np.int32, np.int32, np.int32), '3 elements|2 parameters'),
-])
+@pytest.mark.parametrize(
+    'spec, message',
+    [
+        ([('x', np.int32), ('y', np.int32)], 'must match field names'),
+        ([('x', np.int32), np.int32], 'both named and unnamed'),
+        ((np.int32, np.int32, np.int32), '3 elements|2 parameters'),
+    ],
+)
 @pytest.mark.parametrize('wrap', DECORATORS, ids=['federated', 'tensorflow'])
 def test_mismatching_struct_is_refused(wrap, spec, message):
     with pytest.raises(TypeError, match=message):
@@ -70,8 +73,7 @@ def test_one_parameter_keeps_the_struct_as_given():
         return arg.x
 
     assert named(1, 2) == 1
-    unnamed = federated_language.federated_computation(lambda arg: arg[0],
-                                                       (np.int32, np.int32))
+    unnamed = federated_language.federated_computation(lambda arg: arg[0], (np.int32, np.int32))
     assert str(unnamed.type_signature) == '(<int32,int32> -> int32)'
 
 

@@ -21,15 +21,18 @@ import tensorflow as tf
 import simharness as federated_language
 import simharness as tff
 
-_SEED_AT_SERVER = federated_language.FederatedType(federated_language.to_type((np.int64, [2])),
-                                                   federated_language.SERVER)
+_SEED_AT_SERVER = federated_language.FederatedType(
+    federated_language.to_type((np.int64, [2])), federated_language.SERVER
+)
 
 
 def _clients_values(fn, n):
     @federated_language.federated_computation(
-        federated_language.FederatedType(np.int32, federated_language.CLIENTS))
+        federated_language.FederatedType(np.int32, federated_language.CLIENTS)
+    )
     def comp(xs):
         return federated_language.federated_map(fn, xs)
+
     return [float(v) for v in comp(list(range(n)))]
 
 
@@ -39,7 +42,8 @@ def test_identical_noise_on_clients(tff_stack):
         return tf.random.stateless_normal((), seed=seed)
 
     @federated_language.federated_computation(
-        _SEED_AT_SERVER, federated_language.FederatedType(np.int32, federated_language.CLIENTS))
+        _SEED_AT_SERVER, federated_language.FederatedType(np.int32, federated_language.CLIENTS)
+    )
     def min_and_max(seed, clients):
         del clients  # the number of clients (TFF: default_num_clients=10)
         seed_on_clients = federated_language.federated_broadcast(seed)
@@ -54,7 +58,8 @@ def test_identical_noise_on_clients(tff_stack):
 
 def test_independent_noise_on_clients(tff_stack):
     @federated_language.federated_computation(
-        federated_language.FederatedType(np.int32, federated_language.CLIENTS))
+        federated_language.FederatedType(np.int32, federated_language.CLIENTS)
+    )
     def min_and_max(xs):
         noise = federated_language.federated_map(_noise_of_int, xs)
         return federated_language.federated_min(noise), federated_language.federated_max(noise)
@@ -79,7 +84,8 @@ def test_unseeded_op_on_every_client_of_a_broadcast_value(tff_stack):
 
     @federated_language.federated_computation(
         federated_language.FederatedType(np.int32, federated_language.SERVER),
-        federated_language.FederatedType(np.int32, federated_language.CLIENTS))
+        federated_language.FederatedType(np.int32, federated_language.CLIENTS),
+    )
     def draw(x, xs):
         return federated_language.federated_map(noise, federated_language.federated_broadcast(x))
 
@@ -118,6 +124,7 @@ def test_generator_from_seed(tff_stack):
         @tf.function
         def draw():
             return g.normal([])
+
         return draw()
 
     @federated_language.federated_computation
@@ -147,6 +154,7 @@ def test_seeded_ops_are_reproducible_on_every_client_and_call(tff_stack):
         @tf.function
         def draw():
             return tf.random.uniform([2], maxval=100, dtype=tf.int32, seed=5)
+
         return tf.cast(draw(), tf.float32)
 
     for fn in (op_seed, graph_seed, in_tf_function):
@@ -159,9 +167,11 @@ def test_seeded_ops_are_reproducible_on_every_client_and_call(tff_stack):
 
 def _mapped(fn):
     @federated_language.federated_computation(
-        federated_language.FederatedType(np.int32, federated_language.CLIENTS))
+        federated_language.FederatedType(np.int32, federated_language.CLIENTS)
+    )
     def draw(xs):
         return federated_language.federated_map(fn, xs)
+
     return draw
 
 

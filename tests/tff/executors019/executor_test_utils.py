@@ -28,10 +28,18 @@ from simharness.core.structure import Struct, map_structure
 
 #: TFF 0.19's ``computation_types`` names, on simharness's types.
 computation_types = types.SimpleNamespace(
-    AbstractType=T.AbstractType, FederatedType=T.FederatedType, FunctionType=T.FunctionType,
-    PlacementType=T.PlacementType, SequenceType=T.SequenceType, StructType=T.StructType,
-    TensorType=T.TensorType, Type=T.Type, to_type=T.to_type,
-    at_clients=T.type_at_clients, at_server=T.type_at_server)
+    AbstractType=T.AbstractType,
+    FederatedType=T.FederatedType,
+    FunctionType=T.FunctionType,
+    PlacementType=T.PlacementType,
+    SequenceType=T.SequenceType,
+    StructType=T.StructType,
+    TensorType=T.TensorType,
+    Type=T.Type,
+    to_type=T.to_type,
+    at_clients=T.type_at_clients,
+    at_server=T.type_at_server,
+)
 #: TFF 0.19's ``placements`` names.
 placements = types.SimpleNamespace(SERVER=tff.SERVER, CLIENTS=tff.CLIENTS)
 
@@ -65,8 +73,10 @@ def executors(*args):
 
     def decorator(fn, *named_executors):
         if isinstance(fn, type):
-            raise TypeError('Do not directly decorate classes with the executors decorator; '
-                            'decorate the member test functions instead.')
+            raise TypeError(
+                'Do not directly decorate classes with the executors decorator; '
+                'decorate the member test functions instead.'
+            )
         if not named_executors:
             named_executors = [('local', framework.local_executor_factory())]
 
@@ -135,8 +145,9 @@ class TracingExecutor(framework.Executor):
     async def create_struct(self, elements):
         target_val = await self._target.create_struct(map_structure(lambda x: x.value, elements))
         wrapped = TracingExecutorValue(self, self._get_new_value_index(), target_val)
-        self._trace.append(('create_struct', map_structure(lambda x: x.index, elements),
-                            wrapped.index))
+        self._trace.append(
+            ('create_struct', map_structure(lambda x: x.index, elements), wrapped.index)
+        )
         return wrapped
 
     def close(self):
@@ -153,8 +164,11 @@ class TracingExecutorValue(framework.ExecutorValue):
     """A value of `TracingExecutor`."""
 
     def __init__(self, owner, index, value):
-        if not isinstance(owner, TracingExecutor) or not isinstance(index, int) or not isinstance(
-                value, framework.ExecutorValue):
+        if (
+            not isinstance(owner, TracingExecutor)
+            or not isinstance(index, int)
+            or not isinstance(value, framework.ExecutorValue)
+        ):
             raise TypeError('expected (TracingExecutor, int, ExecutorValue)')
         self._owner = owner
         self._index = index
@@ -180,6 +194,7 @@ class TracingExecutorValue(framework.ExecutorValue):
 
 # ---------------------------------------------------------------- whimsy intrinsics
 
+
 def _intrinsic(uri, type_signature):
     """TFF's ``(intrinsic_defs.X, type)``: the registered definition and a concrete type."""
     return bb.uri_to_intrinsic_def(uri), type_signature
@@ -189,55 +204,87 @@ F32 = T.TensorType(np.float32)
 
 
 def create_whimsy_intrinsic_def_federated_aggregate():
-    return _intrinsic('federated_aggregate', T.FunctionType([
-        T.type_at_clients(np.float32), np.float32, reduction_op(F32, F32), binary_op(F32),
-        T.FunctionType(np.float32, np.float32)], T.type_at_server(np.float32)))
+    return _intrinsic(
+        'federated_aggregate',
+        T.FunctionType(
+            [
+                T.type_at_clients(np.float32),
+                np.float32,
+                reduction_op(F32, F32),
+                binary_op(F32),
+                T.FunctionType(np.float32, np.float32),
+            ],
+            T.type_at_server(np.float32),
+        ),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_apply():
-    return _intrinsic('federated_apply', T.FunctionType(
-        [unary_op(F32), T.type_at_server(np.float32)], T.type_at_server(np.float32)))
+    return _intrinsic(
+        'federated_apply',
+        T.FunctionType([unary_op(F32), T.type_at_server(np.float32)], T.type_at_server(np.float32)),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_broadcast():
-    return _intrinsic('federated_broadcast', T.FunctionType(
-        T.type_at_server(np.float32), T.type_at_clients(np.float32, all_equal=True)))
+    return _intrinsic(
+        'federated_broadcast',
+        T.FunctionType(T.type_at_server(np.float32), T.type_at_clients(np.float32, all_equal=True)),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_collect():
-    return _intrinsic('federated_collect', T.FunctionType(
-        T.type_at_clients(np.float32), T.type_at_server(T.SequenceType(np.float32))))
+    return _intrinsic(
+        'federated_collect',
+        T.FunctionType(T.type_at_clients(np.float32), T.type_at_server(T.SequenceType(np.float32))),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_eval_at_clients():
-    return _intrinsic('federated_eval_at_clients', T.FunctionType(
-        T.FunctionType(None, np.float32), T.type_at_clients(np.float32)))
+    return _intrinsic(
+        'federated_eval_at_clients',
+        T.FunctionType(T.FunctionType(None, np.float32), T.type_at_clients(np.float32)),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_eval_at_server():
-    return _intrinsic('federated_eval_at_server', T.FunctionType(
-        T.FunctionType(None, np.float32), T.type_at_server(np.float32)))
+    return _intrinsic(
+        'federated_eval_at_server',
+        T.FunctionType(T.FunctionType(None, np.float32), T.type_at_server(np.float32)),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_map():
-    return _intrinsic('federated_map', T.FunctionType(
-        [unary_op(F32), T.type_at_clients(np.float32)], T.type_at_clients(np.float32)))
+    return _intrinsic(
+        'federated_map',
+        T.FunctionType(
+            [unary_op(F32), T.type_at_clients(np.float32)], T.type_at_clients(np.float32)
+        ),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_map_all_equal():
-    return _intrinsic('federated_map_all_equal', T.FunctionType(
-        [unary_op(F32), T.type_at_clients(np.float32, all_equal=True)],
-        T.type_at_clients(np.float32, all_equal=True)))
+    return _intrinsic(
+        'federated_map_all_equal',
+        T.FunctionType(
+            [unary_op(F32), T.type_at_clients(np.float32, all_equal=True)],
+            T.type_at_clients(np.float32, all_equal=True),
+        ),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_mean():
-    return _intrinsic('federated_mean', T.FunctionType(
-        T.type_at_clients(np.float32), T.type_at_server(np.float32)))
+    return _intrinsic(
+        'federated_mean',
+        T.FunctionType(T.type_at_clients(np.float32), T.type_at_server(np.float32)),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_secure_sum():
-    return _intrinsic('federated_secure_sum', T.FunctionType(
-        [T.type_at_clients(np.int32), np.int32], T.type_at_server(np.int32)))
+    return _intrinsic(
+        'federated_secure_sum',
+        T.FunctionType([T.type_at_clients(np.int32), np.int32], T.type_at_server(np.int32)),
+    )
 
 
 _SELECT_CLIENT_KEYS_TYPE = T.type_at_clients(T.TensorType(np.int32, [3]))
@@ -246,8 +293,10 @@ _SELECT_SERVER_STATE_TYPE = T.type_at_server(np.str_)
 _SELECTED_TYPE = T.to_type((np.str_, np.int32))
 _SELECT_FN_TYPE = T.FunctionType((np.str_, np.int32), _SELECTED_TYPE)
 _SELECT_RESULT_TYPE = T.type_at_clients(T.SequenceType(_SELECTED_TYPE))
-_SELECT_TYPE = T.FunctionType([_SELECT_CLIENT_KEYS_TYPE, _SELECT_MAX_KEY_TYPE,
-                               _SELECT_SERVER_STATE_TYPE, _SELECT_FN_TYPE], _SELECT_RESULT_TYPE)
+_SELECT_TYPE = T.FunctionType(
+    [_SELECT_CLIENT_KEYS_TYPE, _SELECT_MAX_KEY_TYPE, _SELECT_SERVER_STATE_TYPE, _SELECT_FN_TYPE],
+    _SELECT_RESULT_TYPE,
+)
 _SELECT_NUM_CLIENTS = 3
 
 
@@ -262,50 +311,73 @@ def create_whimsy_intrinsic_def_federated_select():
 def create_whimsy_federated_select_args():
     client_keys = [[0, 1, 2]] * _SELECT_NUM_CLIENTS
     select_fn = create_whimsy_computation_tensorflow_identity(_SELECTED_TYPE)
-    return [(client_keys, _SELECT_CLIENT_KEYS_TYPE), (2, _SELECT_MAX_KEY_TYPE),
-            ('abc', _SELECT_SERVER_STATE_TYPE), select_fn]
+    return [
+        (client_keys, _SELECT_CLIENT_KEYS_TYPE),
+        (2, _SELECT_MAX_KEY_TYPE),
+        ('abc', _SELECT_SERVER_STATE_TYPE),
+        select_fn,
+    ]
 
 
 def create_whimsy_federated_select_expected_result():
     """Each client's dataset of selected elements."""
-    return [tf.data.Dataset.from_tensor_slices((['abc'] * 3, [0, 1, 2]))
-            for _ in range(_SELECT_NUM_CLIENTS)]
+    return [
+        tf.data.Dataset.from_tensor_slices((['abc'] * 3, [0, 1, 2]))
+        for _ in range(_SELECT_NUM_CLIENTS)
+    ]
 
 
 def create_whimsy_intrinsic_def_federated_sum():
-    return _intrinsic('federated_sum', T.FunctionType(
-        T.type_at_clients(np.float32), T.type_at_server(np.float32)))
+    return _intrinsic(
+        'federated_sum', T.FunctionType(T.type_at_clients(np.float32), T.type_at_server(np.float32))
+    )
 
 
 def create_whimsy_intrinsic_def_federated_value_at_clients():
-    return _intrinsic('federated_value_at_clients', T.FunctionType(
-        np.float32, T.type_at_clients(np.float32, all_equal=True)))
+    return _intrinsic(
+        'federated_value_at_clients',
+        T.FunctionType(np.float32, T.type_at_clients(np.float32, all_equal=True)),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_value_at_server():
-    return _intrinsic('federated_value_at_server', T.FunctionType(
-        np.float32, T.type_at_server(np.float32)))
+    return _intrinsic(
+        'federated_value_at_server', T.FunctionType(np.float32, T.type_at_server(np.float32))
+    )
 
 
 def create_whimsy_intrinsic_def_federated_weighted_mean():
-    return _intrinsic('federated_weighted_mean', T.FunctionType(
-        [T.type_at_clients(np.float32), T.type_at_clients(np.float32)],
-        T.type_at_server(np.float32)))
+    return _intrinsic(
+        'federated_weighted_mean',
+        T.FunctionType(
+            [T.type_at_clients(np.float32), T.type_at_clients(np.float32)],
+            T.type_at_server(np.float32),
+        ),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_zip_at_clients():
-    return _intrinsic('federated_zip_at_clients', T.FunctionType(
-        [T.type_at_clients(np.float32), T.type_at_clients(np.float32)],
-        T.type_at_clients([np.float32, np.float32])))
+    return _intrinsic(
+        'federated_zip_at_clients',
+        T.FunctionType(
+            [T.type_at_clients(np.float32), T.type_at_clients(np.float32)],
+            T.type_at_clients([np.float32, np.float32]),
+        ),
+    )
 
 
 def create_whimsy_intrinsic_def_federated_zip_at_server():
-    return _intrinsic('federated_zip_at_server', T.FunctionType(
-        [T.type_at_server(np.float32), T.type_at_server(np.float32)],
-        T.type_at_server([np.float32, np.float32])))
+    return _intrinsic(
+        'federated_zip_at_server',
+        T.FunctionType(
+            [T.type_at_server(np.float32), T.type_at_server(np.float32)],
+            T.type_at_server([np.float32, np.float32]),
+        ),
+    )
 
 
 # ---------------------------------------------------------------- whimsy computations
+
 
 def create_whimsy_placement_literal():
     """A placement literal and its type."""
@@ -355,27 +427,33 @@ def _compiled(comp):
 @functools.lru_cache(maxsize=None)  # traced once: the blocks are immutable
 def create_whimsy_computation_tensorflow_add():
     """``(<float32,float32> -> float32)``."""
+
     @tff.tensorflow.computation(T.StructType([np.float32, np.float32]))
     def add(arg):
         return tf.add(arg[0], arg[1])
+
     return _compiled(add)
 
 
 @functools.lru_cache(maxsize=None)  # traced once: the blocks are immutable
 def create_whimsy_computation_tensorflow_constant():
     """``( -> float32)``, 10.0."""
+
     @tff.tensorflow.computation
     def constant():
         return tf.constant(10.0, tf.float32)
+
     return _compiled(constant)
 
 
 @functools.lru_cache(maxsize=None)  # traced once: the blocks are immutable
 def create_whimsy_computation_tensorflow_empty():
     """``( -> <>)``."""
+
     @tff.tensorflow.computation
     def empty():
         return []
+
     return _compiled(empty)
 
 
@@ -389,24 +467,29 @@ def _identity(arg_type):
     @tff.tensorflow.computation(arg_type)
     def identity(x):
         return x
+
     return _compiled(identity)
 
 
 @functools.lru_cache(maxsize=None)  # traced once: the blocks are immutable
 def create_whimsy_computation_tensorflow_random():
     """``( -> float32)``, a fresh normal sample per call."""
+
     @tff.tensorflow.computation
     def random():
         return tf.random.normal([])
+
     return _compiled(random)
 
 
 @functools.lru_cache(maxsize=None)  # traced once: the blocks are immutable
 def create_whimsy_computation_tensorflow_tuple():
     """``( -> <a=float32,b=float32,c=float32>)``."""
+
     @tff.tensorflow.computation
     def tup():
         return Struct([(n, tf.constant(10.0)) for n in ['a', 'b', 'c']])
+
     return _compiled(tup)
 
 

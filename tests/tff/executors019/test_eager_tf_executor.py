@@ -56,7 +56,6 @@ def _create_test_executor_factory():
 
 
 class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
-
     def test_to_representation_for_type_with_int(self):
         value = 10
         type_signature = computation_types.TensorType(tf.int32)
@@ -95,18 +94,22 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         # TFF's to_representation_for_type(proto, ..., device=device): the executor of
         # `device` embeds the computation.
         ex = framework.EagerTFExecutor(device)
-        fn = _loop().run_until_complete(
-                ex.create_value(comp_proto, comp.type_signature)).internal_representation
+        fn = (
+            _loop()
+            .run_until_complete(ex.create_value(comp_proto, comp.type_signature))
+            .internal_representation
+        )
         result = fn(tf.constant(20))
         return result
 
-    @parameterized.named_parameters(('cpu', 'CPU'), ('gpu', 'GPU'),
-                                    ('tpu', 'TPU'))
+    @parameterized.named_parameters(('cpu', 'CPU'), ('gpu', 'GPU'), ('tpu', 'TPU'))
     def test_to_representation_for_type_succeeds_on_device(self, device_type):
         for device in tf.config.list_logical_devices(device_type):
             self.assertTrue(
-                    self._get_to_representation_for_type_succeeds_on_device(
-                            device).device.endswith(device.name))
+                self._get_to_representation_for_type_succeeds_on_device(device).device.endswith(
+                    device.name
+                )
+            )
 
     def test_eager_value_constructor_with_int_constant(self):
         int_tensor_type = computation_types.TensorType(dtype=tf.int32, shape=[])
@@ -129,8 +132,7 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_executor_create_value_int(self):
         ex = framework.EagerTFExecutor()
-        val = _loop().run_until_complete(
-                ex.create_value(10, tf.int32))
+        val = _loop().run_until_complete(ex.create_value(10, tf.int32))
         self.assertIsInstance(val, EagerValue)
         self.assertIsInstance(val.internal_representation, tf.Tensor)
         self.assertEqual(str(val.type_signature), 'int32')
@@ -140,16 +142,16 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         ex = framework.EagerTFExecutor()
         with self.assertRaises(TypeError):
             _loop().run_until_complete(
-                    ex.create_value([10],
-                                                    computation_types.StructType([(None, tf.int32),
-                                                                                                                (None, tf.float32)])))
+                ex.create_value(
+                    [10], computation_types.StructType([(None, tf.int32), (None, tf.float32)])
+                )
+            )
 
     def test_executor_create_value_unnamed_int_pair(self):
         ex = framework.EagerTFExecutor()
         val = _loop().run_until_complete(
-                ex.create_value([10, {
-                        'a': 20
-                }], [tf.int32, collections.OrderedDict([('a', tf.int32)])]))
+            ex.create_value([10, {'a': 20}], [tf.int32, collections.OrderedDict([('a', tf.int32)])])
+        )
         self.assertIsInstance(val, EagerValue)
         self.assertEqual(str(val.type_signature), '<int32,<a=int32>>')
         self.assertIsInstance(val.internal_representation, Struct)
@@ -165,8 +167,8 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
     def test_executor_create_value_named_type_unnamed_value(self):
         ex = framework.EagerTFExecutor()
         val = _loop().run_until_complete(
-                ex.create_value([10, 20],
-                                                collections.OrderedDict(a=tf.int32, b=tf.int32)))
+            ex.create_value([10, 20], collections.OrderedDict(a=tf.int32, b=tf.int32))
+        )
         self.assertIsInstance(val, EagerValue)
         self.assertEqual(str(val.type_signature), '<a=int32,b=int32>')
         self.assertIsInstance(val.internal_representation, Struct)
@@ -185,8 +187,8 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
 
         comp_proto = comp.to_building_block()
         val = _loop().run_until_complete(
-                ex.create_value(comp_proto,
-                                                computation_types.FunctionType(None, tf.int32)))
+            ex.create_value(comp_proto, computation_types.FunctionType(None, tf.int32))
+        )
         self.assertIsInstance(val, EagerValue)
         self.assertEqual(str(val.type_signature), '( -> int32)')
         self.assertTrue(callable(val.internal_representation))
@@ -203,11 +205,13 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
 
         comp_proto = comp.to_building_block()
         val = _loop().run_until_complete(
-                ex.create_value(
-                        comp_proto,
-                        computation_types.FunctionType(
-                                computation_types.StructType([('a', tf.int32),
-                                                                                            ('b', tf.int32)]), tf.int32)))
+            ex.create_value(
+                comp_proto,
+                computation_types.FunctionType(
+                    computation_types.StructType([('a', tf.int32), ('b', tf.int32)]), tf.int32
+                ),
+            )
+        )
         self.assertIsInstance(val, EagerValue)
         self.assertEqual(str(val.type_signature), '(<a=int32,b=int32> -> int32)')
         self.assertTrue(callable(val.internal_representation))
@@ -226,9 +230,8 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         loop = _loop()
         comp = loop.run_until_complete(ex.create_value(comp))
         arg = loop.run_until_complete(
-                ex.create_value(
-                        Struct([('a', 10), ('b', 20)]),
-                        comp.type_signature.parameter))
+            ex.create_value(Struct([('a', 10), ('b', 20)]), comp.type_signature.parameter)
+        )
         result = loop.run_until_complete(ex.create_call(comp, arg))
         self.assertIsInstance(result, EagerValue)
         self.assertEqual(str(result.type_signature), 'int32')
@@ -238,8 +241,9 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
     def test_dynamic_lookup_table_usage(self):
 
         @tff.tensorflow.computation(
-                computation_types.TensorType(shape=[None], dtype=tf.string),
-                computation_types.TensorType(shape=[], dtype=tf.string))
+            computation_types.TensorType(shape=[None], dtype=tf.string),
+            computation_types.TensorType(shape=[], dtype=tf.string),
+        )
         def comp(table_args, to_lookup):
             values = tf.range(tf.shape(table_args)[0])
             initializer = tf.lookup.KeyValueTensorInitializer(table_args, values)
@@ -250,15 +254,24 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         loop = _loop()
         comp = loop.run_until_complete(ex.create_value(comp))
         arg_1 = loop.run_until_complete(
-                ex.create_value(
-                        Struct([('table_args', tf.constant(['a', 'b', 'c'])),
-                                                            ('to_lookup', tf.constant('a'))]),
-                        comp.type_signature.parameter))
+            ex.create_value(
+                Struct(
+                    [('table_args', tf.constant(['a', 'b', 'c'])), ('to_lookup', tf.constant('a'))]
+                ),
+                comp.type_signature.parameter,
+            )
+        )
         arg_2 = loop.run_until_complete(
-                ex.create_value(
-                        Struct([('table_args', tf.constant(['a', 'b', 'c', 'd'])),
-                                                            ('to_lookup', tf.constant('d'))]),
-                        comp.type_signature.parameter))
+            ex.create_value(
+                Struct(
+                    [
+                        ('table_args', tf.constant(['a', 'b', 'c', 'd'])),
+                        ('to_lookup', tf.constant('d')),
+                    ]
+                ),
+                comp.type_signature.parameter,
+            )
+        )
         result_1 = loop.run_until_complete(ex.create_call(comp, arg_1))
         result_2 = loop.run_until_complete(ex.create_call(comp, arg_2))
 
@@ -276,14 +289,12 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         ex = framework.EagerTFExecutor()
         loop = _loop()
         comp = loop.run_until_complete(ex.create_value(comp))
-        arg = loop.run_until_complete(
-                ex.create_value(ds, comp.type_signature.parameter))
+        arg = loop.run_until_complete(ex.create_value(ds, comp.type_signature.parameter))
         result = loop.run_until_complete(ex.create_call(comp, arg))
         self.assertIsInstance(result, EagerValue)
         self.assertEqual(str(result.type_signature), 'int32*')
         self.assertIn('Dataset', type(result.internal_representation).__name__)
-        self.assertCountEqual([np.asarray(x) for x in result.internal_representation],
-                                                    [10, 20])
+        self.assertCountEqual([np.asarray(x) for x in result.internal_representation], [10, 20])
 
     # TODO(b/137602785): bring GPU test back after the fix for `wrap_function`.
     def test_executor_create_call_take_two_from_stateful_dataset(self):
@@ -293,9 +304,9 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         @tff.tensorflow.computation(computation_types.SequenceType(tf.string))
         def comp(ds):
             table = tf.lookup.StaticVocabularyTable(
-                    tf.lookup.KeyValueTensorInitializer(
-                            vocab, tf.range(len(vocab), dtype=tf.int64)),
-                    num_oov_buckets=1)
+                tf.lookup.KeyValueTensorInitializer(vocab, tf.range(len(vocab), dtype=tf.int64)),
+                num_oov_buckets=1,
+            )
             ds = ds.map(table.lookup)
             return ds.take(2)
 
@@ -303,14 +314,12 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         ex = framework.EagerTFExecutor()
         loop = _loop()
         comp = loop.run_until_complete(ex.create_value(comp))
-        arg = loop.run_until_complete(
-                ex.create_value(ds, comp.type_signature.parameter))
+        arg = loop.run_until_complete(ex.create_value(ds, comp.type_signature.parameter))
         result = loop.run_until_complete(ex.create_call(comp, arg))
         self.assertIsInstance(result, EagerValue)
         self.assertEqual(str(result.type_signature), 'int64*')
         self.assertIn('Dataset', type(result.internal_representation).__name__)
-        self.assertCountEqual([np.asarray(x) for x in result.internal_representation],
-                                                    [0, 1])
+        self.assertCountEqual([np.asarray(x) for x in result.internal_representation], [0, 1])
 
     # TODO(b/137602785): bring GPU test back after the fix for `wrap_function`.
     def test_executor_create_call_take_three_int_from_infinite_dataset(self):
@@ -323,14 +332,12 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         ex = framework.EagerTFExecutor()
         loop = _loop()
         comp = loop.run_until_complete(ex.create_value(comp))
-        arg = loop.run_until_complete(
-                ex.create_value(ds, comp.type_signature.parameter))
+        arg = loop.run_until_complete(ex.create_value(ds, comp.type_signature.parameter))
         result = loop.run_until_complete(ex.create_call(comp, arg))
         self.assertIsInstance(result, EagerValue)
         self.assertEqual(str(result.type_signature), 'int32*')
         self.assertIn('Dataset', type(result.internal_representation).__name__)
-        self.assertCountEqual([np.asarray(x) for x in result.internal_representation],
-                                                    [10, 10, 10])
+        self.assertCountEqual([np.asarray(x) for x in result.internal_representation], [10, 10, 10])
 
     # TODO(b/137602785): bring GPU test back after the fix for `wrap_function`.
     def test_executor_create_call_reduce_first_five_from_infinite_dataset(self):
@@ -343,8 +350,7 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         ex = framework.EagerTFExecutor()
         loop = _loop()
         comp = loop.run_until_complete(ex.create_value(comp))
-        arg = loop.run_until_complete(
-                ex.create_value(ds, comp.type_signature.parameter))
+        arg = loop.run_until_complete(ex.create_value(ds, comp.type_signature.parameter))
         result = loop.run_until_complete(ex.create_call(comp, arg))
         self.assertIsInstance(result, EagerValue)
         self.assertEqual(str(result.type_signature), 'int32')
@@ -356,19 +362,17 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
 
         element = collections.namedtuple('_', 'a b')
 
-        @tff.tensorflow.computation(
-                computation_types.SequenceType(element(tf.int32, tf.int32)))
+        @tff.tensorflow.computation(computation_types.SequenceType(element(tf.int32, tf.int32)))
         def comp(ds):
             return ds.reduce(
-                    element(np.int32(0), np.int32(0)),
-                    lambda p, q: element(p.a + q.a, p.b + q.b))
+                element(np.int32(0), np.int32(0)), lambda p, q: element(p.a + q.a, p.b + q.b)
+            )
 
         ds = tf.data.Dataset.from_tensor_slices(element([10, 20, 30], [4, 5, 6]))
         ex = framework.EagerTFExecutor()
         loop = _loop()
         comp = loop.run_until_complete(ex.create_value(comp))
-        arg = loop.run_until_complete(
-                ex.create_value(ds, comp.type_signature.parameter))
+        arg = loop.run_until_complete(ex.create_value(ds, comp.type_signature.parameter))
         result = loop.run_until_complete(ex.create_call(comp, arg))
         self.assertIsInstance(result, EagerValue)
         self.assertEqual(str(result.type_signature), '<a=int32,b=int32>')
@@ -383,10 +387,11 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         ex = framework.EagerTFExecutor()
         loop = _loop()
         v1, v2 = tuple(
-                loop.run_until_complete(
-                        _gather([ex.create_value(x, tf.int32) for x in [10, 20]])))
+            loop.run_until_complete(_gather([ex.create_value(x, tf.int32) for x in [10, 20]]))
+        )
         v3 = loop.run_until_complete(
-                ex.create_struct(collections.OrderedDict([('a', v1), ('b', v2)])))
+            ex.create_struct(collections.OrderedDict([('a', v1), ('b', v2)]))
+        )
         self.assertIsInstance(v3, EagerValue)
         self.assertIsInstance(v3.internal_representation, Struct)
         self.assertLen(v3.internal_representation, 2)
@@ -462,5 +467,4 @@ class EagerTFExecutorTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIsInstance(val, EagerValue)
         self.assertEqual(str(val.type_signature), str(type_spec))
         self.assertIn('Dataset', type(val.internal_representation).__name__)
-        self.assertCountEqual([np.asarray(x) for x in val.internal_representation],
-                                                    [2, 5, 10])
+        self.assertCountEqual([np.asarray(x) for x in val.internal_representation], [2, 5, 10])

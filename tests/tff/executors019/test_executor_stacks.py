@@ -33,38 +33,32 @@ from tests.tff.executors019.executor_test_utils import computation_types, placem
 executor_stacks = framework
 
 
-
-
-
 def _temperature_sensor_example_next_fn():
 
-    @tff.tensorflow.computation(
-            computation_types.SequenceType(tf.float32), tf.float32)
+    @tff.tensorflow.computation(computation_types.SequenceType(tf.float32), tf.float32)
     def count_over(ds, t):
-        return ds.reduce(
-                np.float32(0), lambda n, x: n + tf.cast(tf.greater(x, t), tf.float32))
+        return ds.reduce(np.float32(0), lambda n, x: n + tf.cast(tf.greater(x, t), tf.float32))
 
     @tff.tensorflow.computation(computation_types.SequenceType(tf.float32))
     def count_total(ds):
         return ds.reduce(np.float32(0.0), lambda n, _: n + 1.0)
 
     @tff.federated_computation(
-            computation_types.at_clients(computation_types.SequenceType(tf.float32)),
-            computation_types.at_server(tf.float32))
+        computation_types.at_clients(computation_types.SequenceType(tf.float32)),
+        computation_types.at_server(tf.float32),
+    )
     def comp(temperatures, threshold):
         return tff.federated_mean(
-                tff.federated_map(
-                        count_over,
-                        tff.federated_zip(
-                                [temperatures,
-                                  tff.federated_broadcast(threshold)])),
-                tff.federated_map(count_total, temperatures))
+            tff.federated_map(
+                count_over, tff.federated_zip([temperatures, tff.federated_broadcast(threshold)])
+            ),
+            tff.federated_map(count_total, temperatures),
+        )
 
     return comp
 
 
 class ExecutorMock(mock.MagicMock, framework.Executor):
-
     async def create_value(self, *args):
         pass
 
@@ -87,37 +81,34 @@ def _create_concurrent_maxthread_tuples():
         local_ex_string = 'local_executor_{}_clients_per_thread'.format(concurrency)
         tf_executor_mock = ExecutorMock()
         ex_factory = executor_stacks.local_executor_factory(
-                clients_per_thread=concurrency, max_fanout=100,
-                leaf_executor_fn=tf_executor_mock)
+            clients_per_thread=concurrency, max_fanout=100, leaf_executor_fn=tf_executor_mock
+        )
         tuples.append((local_ex_string, ex_factory, concurrency, tf_executor_mock))
         debug_ex_string = 'debug_executor_{}_client_thread'.format(concurrency)
         tf_executor_mock = ExecutorMock()
         ex_factory = executor_stacks.thread_debugging_executor_factory(
-                clients_per_thread=concurrency, leaf_executor_fn=tf_executor_mock)
+            clients_per_thread=concurrency, leaf_executor_fn=tf_executor_mock
+        )
         tuples.append((debug_ex_string, ex_factory, concurrency, tf_executor_mock))
     return tuples
 
 
 class ResourceManagingExecutorFactoryTest(absltest.TestCase):
-
-    @mock.patch(
-            'simharness.stacks.EagerTFExecutor',
-            return_value=ExecutorMock())
-    def test_ensure_closed_closes_executor_passed_at_initialization(
-            self, mock_ex):
+    @mock.patch('simharness.stacks.EagerTFExecutor', return_value=ExecutorMock())
+    def test_ensure_closed_closes_executor_passed_at_initialization(self, mock_ex):
 
         def _stack_fn(x):
             del x  # Unused
             return ExecutorMock()
 
         resource_manager = framework.ResourceManagingExecutorFactory(
-                _stack_fn, ensure_closed=[mock_ex])
+            _stack_fn, ensure_closed=[mock_ex]
+        )
         resource_manager.clean_up_executors()
         mock_ex.close.assert_called_once()
 
 
 class ConcreteExecutorFactoryTest(parameterized.TestCase):
-
     def _maybe_wrap_stack_fn(self, stack_fn, ex_factory):
         """The stack_fn for SizingExecutorFactory requires two outputs.
 
@@ -136,7 +127,6 @@ class ConcreteExecutorFactoryTest(parameterized.TestCase):
     def test_subclass_base_fails_no_create_method(self):
 
         class NotCallable(framework.ExecutorFactory):
-
             def clean_up_executors(self):
                 pass
 
@@ -146,7 +136,6 @@ class ConcreteExecutorFactoryTest(parameterized.TestCase):
     def test_subclass_base_fails_no_cleanup(self):
 
         class NoCleanup(framework.ExecutorFactory):
-
             def create_executor(self, x):
                 pass
 
@@ -156,7 +145,6 @@ class ConcreteExecutorFactoryTest(parameterized.TestCase):
     def test_instantiation_succeeds_both_methods_specified(self):
 
         class Fine(framework.ExecutorFactory):
-
             def create_executor(self, x):
                 pass
 
@@ -166,8 +154,8 @@ class ConcreteExecutorFactoryTest(parameterized.TestCase):
         Fine()
 
     @parameterized.named_parameters(
-            ('ResourceManagingExecutorFactory',
-              framework.ResourceManagingExecutorFactory))
+        ('ResourceManagingExecutorFactory', framework.ResourceManagingExecutorFactory)
+    )
     def test_concrete_class_instantiates_stack_fn(self, ex_factory):
 
         def _stack_fn(x):
@@ -179,8 +167,8 @@ class ConcreteExecutorFactoryTest(parameterized.TestCase):
         self.assertIsInstance(factory, ex_factory)
 
     @parameterized.named_parameters(
-            ('ResourceManagingExecutorFactory',
-              framework.ResourceManagingExecutorFactory))
+        ('ResourceManagingExecutorFactory', framework.ResourceManagingExecutorFactory)
+    )
     def test_call_constructs_executor(self, ex_factory):
 
         def _stack_fn(x):
@@ -193,8 +181,8 @@ class ConcreteExecutorFactoryTest(parameterized.TestCase):
         self.assertIsInstance(ex, framework.Executor)
 
     @parameterized.named_parameters(
-            ('ResourceManagingExecutorFactory',
-              framework.ResourceManagingExecutorFactory))
+        ('ResourceManagingExecutorFactory', framework.ResourceManagingExecutorFactory)
+    )
     def test_cleanup_succeeds_without_init(self, ex_factory):
 
         def _stack_fn(x):
@@ -206,8 +194,8 @@ class ConcreteExecutorFactoryTest(parameterized.TestCase):
         factory.clean_up_executors()
 
     @parameterized.named_parameters(
-            ('ResourceManagingExecutorFactory',
-              framework.ResourceManagingExecutorFactory))
+        ('ResourceManagingExecutorFactory', framework.ResourceManagingExecutorFactory)
+    )
     def test_cleanup_calls_close(self, ex_factory):
         ex = framework.EagerTFExecutor()
         ex.close = mock.MagicMock()
@@ -223,10 +211,9 @@ class ConcreteExecutorFactoryTest(parameterized.TestCase):
         ex.close.assert_called_once()
 
     @parameterized.named_parameters(
-            ('ResourceManagingExecutorFactory',
-              framework.ResourceManagingExecutorFactory))
-    def test_construction_with_multiple_cardinalities_reuses_existing_stacks(
-            self, ex_factory):
+        ('ResourceManagingExecutorFactory', framework.ResourceManagingExecutorFactory)
+    )
+    def test_construction_with_multiple_cardinalities_reuses_existing_stacks(self, ex_factory):
         ex = framework.EagerTFExecutor()
         ex.close = mock.MagicMock()
         num_times_invoked = 0
@@ -254,34 +241,35 @@ class ConcreteExecutorFactoryTest(parameterized.TestCase):
 
 
 class ExecutorStacksTest(parameterized.TestCase):
-
     @parameterized.named_parameters(
-            ('local_executor', executor_stacks.local_executor_factory),
-            ('debug_executor', executor_stacks.thread_debugging_executor_factory),
+        ('local_executor', executor_stacks.local_executor_factory),
+        ('debug_executor', executor_stacks.thread_debugging_executor_factory),
     )
     def test_construction_with_no_args(self, executor_factory_fn):
         executor_factory_impl = executor_factory_fn()
         self.assertIsInstance(executor_factory_impl, framework.ExecutorFactory)
 
     @parameterized.named_parameters(
-            ('local_executor', executor_stacks.local_executor_factory),
+        ('local_executor', executor_stacks.local_executor_factory),
     )
     def test_construction_raises_with_max_fanout_one(self, executor_factory_fn):
         with self.assertRaises(ValueError):
             executor_factory_fn(max_fanout=1)
 
     @parameterized.named_parameters(
-            ('local_executor_none_clients', executor_stacks.local_executor_factory()),
-            ('local_executor_three_clients',
-              executor_stacks.local_executor_factory(default_num_clients=3)),
+        ('local_executor_none_clients', executor_stacks.local_executor_factory()),
+        (
+            'local_executor_three_clients',
+            executor_stacks.local_executor_factory(default_num_clients=3),
+        ),
     )
     def test_execution_of_temperature_sensor_example(self, executor):
         comp = _temperature_sensor_example_next_fn()
         to_float = lambda x: tf.cast(x, tf.float32)
         temperatures = [
-                tf.data.Dataset.range(10).map(to_float),
-                tf.data.Dataset.range(20).map(to_float),
-                tf.data.Dataset.range(30).map(to_float),
+            tf.data.Dataset.range(10).map(to_float),
+            tf.data.Dataset.range(20).map(to_float),
+            tf.data.Dataset.range(30).map(to_float),
         ]
         threshold = 15.0
 
@@ -291,10 +279,9 @@ class ExecutorStacksTest(parameterized.TestCase):
         self.assertAlmostEqual(result, 8.333, places=3)
 
     @parameterized.named_parameters(
-            ('local_executor', executor_stacks.local_executor_factory),
+        ('local_executor', executor_stacks.local_executor_factory),
     )
-    def test_execution_with_inferred_clients_larger_than_fanout(
-            self, executor_factory_fn):
+    def test_execution_with_inferred_clients_larger_than_fanout(self, executor_factory_fn):
 
         @tff.federated_computation(computation_types.at_clients(tf.int32))
         def foo(x):
@@ -307,14 +294,16 @@ class ExecutorStacksTest(parameterized.TestCase):
         self.assertEqual(result, 55)
 
     @parameterized.named_parameters(
-            ('local_executor_none_clients', executor_stacks.local_executor_factory()),
-            ('debug_executor_none_clients',
-              executor_stacks.thread_debugging_executor_factory()),
-            ('local_executor_one_client',
-              executor_stacks.local_executor_factory(default_num_clients=1)),
-            ('debug_executor_one_client',
-              executor_stacks.thread_debugging_executor_factory(
-                      default_num_clients=1)),
+        ('local_executor_none_clients', executor_stacks.local_executor_factory()),
+        ('debug_executor_none_clients', executor_stacks.thread_debugging_executor_factory()),
+        (
+            'local_executor_one_client',
+            executor_stacks.local_executor_factory(default_num_clients=1),
+        ),
+        (
+            'debug_executor_one_client',
+            executor_stacks.thread_debugging_executor_factory(default_num_clients=1),
+        ),
     )
     def test_execution_of_tensorflow(self, executor):
 
@@ -329,7 +318,8 @@ class ExecutorStacksTest(parameterized.TestCase):
 
     @parameterized.named_parameters(*_create_concurrent_maxthread_tuples())
     def test_limiting_concurrency_constructs_one_eager_executor(
-            self, ex_factory, clients_per_thread, tf_executor_mock):
+        self, ex_factory, clients_per_thread, tf_executor_mock
+    ):
         num_clients = 10
         self.addCleanup(ex_factory.clean_up_executors)
         ex_factory.create_executor({placements.CLIENTS: num_clients})
@@ -339,11 +329,10 @@ class ExecutorStacksTest(parameterized.TestCase):
         # clients.
         self.assertLen(args_list, concurrency_level + 2)
 
-    @mock.patch(
-            'simharness.stacks.ReferenceResolvingExecutor',
-            return_value=ExecutorMock())
+    @mock.patch('simharness.stacks.ReferenceResolvingExecutor', return_value=ExecutorMock())
     def test_thread_debugging_executor_constructs_exactly_one_reference_resolving_executor(
-            self, executor_mock):
+        self, executor_mock
+    ):
         factory = executor_stacks.thread_debugging_executor_factory()
         self.addCleanup(factory.clean_up_executors)
         factory.create_executor({placements.CLIENTS: 10})

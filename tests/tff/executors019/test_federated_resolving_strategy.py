@@ -21,10 +21,12 @@ from tests.tff.executors019.executor_test_utils import computation_types, placem
 
 
 def _executor(number_of_clients=3):
-    factory = framework.FederatedResolvingStrategy.factory({
-        placements.SERVER: framework.EagerTFExecutor(),
-        placements.CLIENTS: [(framework.EagerTFExecutor(), number_of_clients)],
-    })
+    factory = framework.FederatedResolvingStrategy.factory(
+        {
+            placements.SERVER: framework.EagerTFExecutor(),
+            placements.CLIENTS: [(framework.EagerTFExecutor(), number_of_clients)],
+        }
+    )
     return framework.FederatingExecutor(factory, framework.EagerTFExecutor())
 
 
@@ -33,8 +35,9 @@ def _strategy_value(test, value, type_signature):
     ex = _executor(len(value) if isinstance(value, list) else 3)
     test.addCleanup(ex.close)
     if isinstance(type_signature, computation_types.StructType):
-        elements = [(n, FederatingValue('unplaced', v, v.type_signature, ex))
-                    for n, v in value.items()]
+        elements = [
+            (n, FederatingValue('unplaced', v, v.type_signature, ex)) for n, v in value.items()
+        ]
         return FederatingValue('struct', elements, type_signature, ex)
     if isinstance(type_signature, computation_types.FederatedType):
         if type_signature.placement is placements.SERVER:
@@ -46,12 +49,12 @@ def _strategy_value(test, value, type_signature):
 
 
 def _tensor(x):
-    return EagerValue(tf.constant(x, tf.float32),
-                      computation_types.TensorType(tf.float32, shape=[]))
+    return EagerValue(
+        tf.constant(x, tf.float32), computation_types.TensorType(tf.float32, shape=[])
+    )
 
 
 class FederatedResolvingStrategyValueComputeTest(executor_test_utils.AsyncTestCase):
-
     def test_returns_value_with_embedded_value(self):
         value = _strategy_value(self, _tensor(10.0), computation_types.TensorType(tf.float32))
         result = self.run_sync(value.compute())
@@ -64,8 +67,9 @@ class FederatedResolvingStrategyValueComputeTest(executor_test_utils.AsyncTestCa
         self.assertEqual([float(x) for x in result], [10.0, 11.0, 12.0])
 
     def test_returns_value_with_federated_type_at_clients_all_equal(self):
-        value = _strategy_value(self, [_tensor(10.0)],
-                                computation_types.at_clients(tf.float32, all_equal=True))
+        value = _strategy_value(
+            self, [_tensor(10.0)], computation_types.at_clients(tf.float32, all_equal=True)
+        )
         result = self.run_sync(value.compute())
         self.assertEqual(result, 10.0)
 
@@ -78,15 +82,15 @@ class FederatedResolvingStrategyValueComputeTest(executor_test_utils.AsyncTestCa
         names = ['a', 'b', 'c']
         value = Struct((n, _tensor(10.0)) for n in names)
         type_signature = computation_types.StructType(
-            (n, computation_types.TensorType(tf.float32)) for n in names)
+            (n, computation_types.TensorType(tf.float32)) for n in names
+        )
         value = _strategy_value(self, value, type_signature)
         result = self.run_sync(value.compute())
         expected_result = Struct((n, np.float32(10.0)) for n in names)
         self.assertEqual(result, expected_result)
 
     def test_raises_type_error_with_unembedded_federated_type(self):
-        value = _strategy_value(self, [10.0, 11.0, 12.0],
-                                computation_types.at_clients(tf.float32))
+        value = _strategy_value(self, [10.0, 11.0, 12.0], computation_types.at_clients(tf.float32))
         with self.assertRaises(TypeError):
             self.run_sync(value.compute())
 

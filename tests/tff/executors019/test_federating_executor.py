@@ -29,103 +29,130 @@ from tests.tff.executors019 import executor_test_utils
 from tests.tff.executors019.executor_test_utils import computation_types, placements
 
 
-
-
-
 def all_isinstance(objs: Iterable[Any], classinfo: Type[Any]) -> bool:
     return all(isinstance(x, classinfo) for x in objs)
 
 
-def create_test_executor(
-        number_of_clients: int = 3) -> framework.FederatingExecutor:
+def create_test_executor(number_of_clients: int = 3) -> framework.FederatingExecutor:
 
     def create_bottom_stack():
         executor = framework.EagerTFExecutor()
         return framework.ReferenceResolvingExecutor(executor)
 
-    factory = framework.FederatedResolvingStrategy.factory({
-            placements.SERVER:
-                    create_bottom_stack(),
-            placements.CLIENTS: [
-                    create_bottom_stack() for _ in range(number_of_clients)
-            ],
-    })
+    factory = framework.FederatedResolvingStrategy.factory(
+        {
+            placements.SERVER: create_bottom_stack(),
+            placements.CLIENTS: [create_bottom_stack() for _ in range(number_of_clients)],
+        }
+    )
     return framework.FederatingExecutor(factory, create_bottom_stack())
 
 
 def get_named_parameters_for_supported_intrinsics() -> List[Tuple[str, Any]]:
     # pyformat: disable
     return [
-            ('intrinsic_def_federated_aggregate',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_aggregate()),
-            ('intrinsic_def_federated_apply',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_apply()),
-            ('intrinsic_def_federated_broadcast',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_broadcast()),
-            ('intrinsic_def_federated_collect',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_collect()),
-            ('intrinsic_def_federated_eval_at_clients',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_clients()),
-            ('intrinsic_def_federated_eval_at_server',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_server()),
-            ('intrinsic_def_federated_map',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_map()),
-            ('intrinsic_def_federated_map_all_equal',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_map_all_equal()),
-            ('intrinsic_def_federated_mean',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_mean()),
-            ('intrinsic_def_federated_select',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_select()),
-            ('intrinsic_def_federated_sum',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_sum()),
-            ('intrinsic_def_federated_value_at_clients',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_clients()),
-            ('intrinsic_def_federated_value_at_server',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_server()),
-            ('intrinsic_def_federated_weighted_mean',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_weighted_mean()),
-            ('intrinsic_def_federated_zip_at_clients',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_zip_at_clients()),
-            ('intrinsic_def_federated_zip_at_server',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_zip_at_server()),
+        (
+            'intrinsic_def_federated_aggregate',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_aggregate(),
+        ),
+        (
+            'intrinsic_def_federated_apply',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_apply(),
+        ),
+        (
+            'intrinsic_def_federated_broadcast',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_broadcast(),
+        ),
+        (
+            'intrinsic_def_federated_collect',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_collect(),
+        ),
+        (
+            'intrinsic_def_federated_eval_at_clients',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_clients(),
+        ),
+        (
+            'intrinsic_def_federated_eval_at_server',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_server(),
+        ),
+        (
+            'intrinsic_def_federated_map',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_map(),
+        ),
+        (
+            'intrinsic_def_federated_map_all_equal',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_map_all_equal(),
+        ),
+        (
+            'intrinsic_def_federated_mean',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_mean(),
+        ),
+        (
+            'intrinsic_def_federated_select',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_select(),
+        ),
+        (
+            'intrinsic_def_federated_sum',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_sum(),
+        ),
+        (
+            'intrinsic_def_federated_value_at_clients',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_clients(),
+        ),
+        (
+            'intrinsic_def_federated_value_at_server',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_server(),
+        ),
+        (
+            'intrinsic_def_federated_weighted_mean',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_weighted_mean(),
+        ),
+        (
+            'intrinsic_def_federated_zip_at_clients',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_zip_at_clients(),
+        ),
+        (
+            'intrinsic_def_federated_zip_at_server',
+            *executor_test_utils.create_whimsy_intrinsic_def_federated_zip_at_server(),
+        ),
     ]
     # pyformat: enable
 
 
 class FederatingExecutorInitTest(executor_test_utils.AsyncTestCase):
-
     def test_raises_type_error_with_no_target_executor_unplaced(self):
-        factory = framework.FederatedResolvingStrategy.factory({
+        factory = framework.FederatedResolvingStrategy.factory(
+            {
                 placements.SERVER: framework.EagerTFExecutor(),
                 placements.CLIENTS: framework.EagerTFExecutor(),
-        })
+            }
+        )
 
         with self.assertRaises(TypeError):
             framework.FederatingExecutor(factory, None)
 
 
-class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase,
-                                                                                parameterized.TestCase):
-
+class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase, parameterized.TestCase):
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('placement_literal',
-              *executor_test_utils.create_whimsy_placement_literal()),
-            ('computation_intrinsic',
-              *executor_test_utils.create_whimsy_computation_intrinsic()),
-            ('computation_lambda',
-              *executor_test_utils.create_whimsy_computation_lambda_empty()),
-            ('computation_tensorflow',
-              *executor_test_utils.create_whimsy_computation_tensorflow_empty()),
-            ('federated_type_at_clients',
-              *executor_test_utils.create_whimsy_value_at_clients()),
-            ('federated_type_at_clients_all_equal',
-              *executor_test_utils.create_whimsy_value_at_clients_all_equal()),
-            ('federated_type_at_server',
-              *executor_test_utils.create_whimsy_value_at_server()),
-            ('unplaced_type',
-              *executor_test_utils.create_whimsy_value_unplaced()),
-    ] + get_named_parameters_for_supported_intrinsics())
+    @parameterized.named_parameters(
+        [
+            ('placement_literal', *executor_test_utils.create_whimsy_placement_literal()),
+            ('computation_intrinsic', *executor_test_utils.create_whimsy_computation_intrinsic()),
+            ('computation_lambda', *executor_test_utils.create_whimsy_computation_lambda_empty()),
+            (
+                'computation_tensorflow',
+                *executor_test_utils.create_whimsy_computation_tensorflow_empty(),
+            ),
+            ('federated_type_at_clients', *executor_test_utils.create_whimsy_value_at_clients()),
+            (
+                'federated_type_at_clients_all_equal',
+                *executor_test_utils.create_whimsy_value_at_clients_all_equal(),
+            ),
+            ('federated_type_at_server', *executor_test_utils.create_whimsy_value_at_server()),
+            ('unplaced_type', *executor_test_utils.create_whimsy_value_unplaced()),
+        ]
+        + get_named_parameters_for_supported_intrinsics()
+    )
     # pyformat: enable
     def test_returns_value_with_value_and_type(self, value, type_signature):
         executor = create_test_executor()
@@ -133,20 +160,22 @@ class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase,
         result = self.run_sync(executor.create_value(value, type_signature))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature.compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(), type_signature.compact_representation()
+        )
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('placement_literal',
-              *executor_test_utils.create_whimsy_placement_literal()),
-            ('computation_intrinsic',
-              *executor_test_utils.create_whimsy_computation_intrinsic()),
-            ('computation_lambda',
-              *executor_test_utils.create_whimsy_computation_lambda_empty()),
-            ('computation_tensorflow',
-              *executor_test_utils.create_whimsy_computation_tensorflow_empty()),
-    ])
+    @parameterized.named_parameters(
+        [
+            ('placement_literal', *executor_test_utils.create_whimsy_placement_literal()),
+            ('computation_intrinsic', *executor_test_utils.create_whimsy_computation_intrinsic()),
+            ('computation_lambda', *executor_test_utils.create_whimsy_computation_lambda_empty()),
+            (
+                'computation_tensorflow',
+                *executor_test_utils.create_whimsy_computation_tensorflow_empty(),
+            ),
+        ]
+    )
     # pyformat: enable
     def test_returns_value_with_value_only(self, value, type_signature):
         executor = create_test_executor()
@@ -154,18 +183,21 @@ class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase,
         result = self.run_sync(executor.create_value(value))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature.compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(), type_signature.compact_representation()
+        )
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('computation_intrinsic',
-              *executor_test_utils.create_whimsy_computation_intrinsic()),
-            ('computation_lambda',
-              *executor_test_utils.create_whimsy_computation_lambda_empty()),
-            ('computation_tensorflow',
-              *executor_test_utils.create_whimsy_computation_tensorflow_empty()),
-    ])
+    @parameterized.named_parameters(
+        [
+            ('computation_intrinsic', *executor_test_utils.create_whimsy_computation_intrinsic()),
+            ('computation_lambda', *executor_test_utils.create_whimsy_computation_lambda_empty()),
+            (
+                'computation_tensorflow',
+                *executor_test_utils.create_whimsy_computation_tensorflow_empty(),
+            ),
+        ]
+    )
     # pyformat: enable
     def test_returns_value_with_computation_impl(self, proto, type_signature):
         executor = create_test_executor()
@@ -174,20 +206,23 @@ class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase,
         result = self.run_sync(executor.create_value(value, type_signature))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature.compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(), type_signature.compact_representation()
+        )
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('federated_type_at_clients',
-              *executor_test_utils.create_whimsy_value_at_clients()),
-            ('federated_type_at_clients_all_equal',
-              *executor_test_utils.create_whimsy_value_at_clients_all_equal()),
-            ('federated_type_at_server',
-              *executor_test_utils.create_whimsy_value_at_server()),
-            ('unplaced_type',
-              *executor_test_utils.create_whimsy_value_unplaced()),
-    ] + get_named_parameters_for_supported_intrinsics())
+    @parameterized.named_parameters(
+        [
+            ('federated_type_at_clients', *executor_test_utils.create_whimsy_value_at_clients()),
+            (
+                'federated_type_at_clients_all_equal',
+                *executor_test_utils.create_whimsy_value_at_clients_all_equal(),
+            ),
+            ('federated_type_at_server', *executor_test_utils.create_whimsy_value_at_server()),
+            ('unplaced_type', *executor_test_utils.create_whimsy_value_unplaced()),
+        ]
+        + get_named_parameters_for_supported_intrinsics()
+    )
     # pyformat: enable
     def test_raises_type_error_with_value_only(self, value, type_signature):
         del type_signature  # Unused.
@@ -197,33 +232,30 @@ class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase,
             self.run_sync(executor.create_value(value))
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('placement_literal',
-              *executor_test_utils.create_whimsy_placement_literal()),
-            ('computation_call',
-              *executor_test_utils.create_whimsy_computation_call()),
-            ('computation_intrinsic',
-              *executor_test_utils.create_whimsy_computation_intrinsic()),
-            ('computation_lambda',
-              *executor_test_utils.create_whimsy_computation_lambda_empty()),
-            ('computation_selection',
-              *executor_test_utils.create_whimsy_computation_selection()),
-            ('computation_tensorflow',
-              *executor_test_utils.create_whimsy_computation_tensorflow_empty()),
-            ('computation_tuple',
-              *executor_test_utils.create_whimsy_computation_tuple()),
-            ('federated_type_at_clients',
-              *executor_test_utils.create_whimsy_value_at_clients()),
-            ('federated_type_at_clients_all_equal',
-              *executor_test_utils.create_whimsy_value_at_clients_all_equal()),
-            ('federated_type_at_server',
-              *executor_test_utils.create_whimsy_value_at_server()),
-            ('unplaced_type',
-              *executor_test_utils.create_whimsy_value_unplaced()),
-    ] + get_named_parameters_for_supported_intrinsics())
+    @parameterized.named_parameters(
+        [
+            ('placement_literal', *executor_test_utils.create_whimsy_placement_literal()),
+            ('computation_call', *executor_test_utils.create_whimsy_computation_call()),
+            ('computation_intrinsic', *executor_test_utils.create_whimsy_computation_intrinsic()),
+            ('computation_lambda', *executor_test_utils.create_whimsy_computation_lambda_empty()),
+            ('computation_selection', *executor_test_utils.create_whimsy_computation_selection()),
+            (
+                'computation_tensorflow',
+                *executor_test_utils.create_whimsy_computation_tensorflow_empty(),
+            ),
+            ('computation_tuple', *executor_test_utils.create_whimsy_computation_tuple()),
+            ('federated_type_at_clients', *executor_test_utils.create_whimsy_value_at_clients()),
+            (
+                'federated_type_at_clients_all_equal',
+                *executor_test_utils.create_whimsy_value_at_clients_all_equal(),
+            ),
+            ('federated_type_at_server', *executor_test_utils.create_whimsy_value_at_server()),
+            ('unplaced_type', *executor_test_utils.create_whimsy_value_unplaced()),
+        ]
+        + get_named_parameters_for_supported_intrinsics()
+    )
     # pyformat: enable
-    def test_raises_type_error_with_value_and_bad_type(self, value,
-                                                                                                          type_signature):
+    def test_raises_type_error_with_value_and_bad_type(self, value, type_signature):
         del type_signature  # Unused.
         executor = create_test_executor()
         bad_type_signature = computation_types.TensorType(tf.string)
@@ -232,18 +264,15 @@ class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase,
             self.run_sync(executor.create_value(value, bad_type_signature))
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('computation_call',
-              *executor_test_utils.create_whimsy_computation_call()),
-            ('computation_placement',
-              *executor_test_utils.create_whimsy_computation_placement()),
-            ('computation_reference',
-              *executor_test_utils.create_whimsy_computation_reference()),
-            ('computation_selection',
-              *executor_test_utils.create_whimsy_computation_selection()),
-            ('computation_tuple',
-              *executor_test_utils.create_whimsy_computation_tuple()),
-    ])
+    @parameterized.named_parameters(
+        [
+            ('computation_call', *executor_test_utils.create_whimsy_computation_call()),
+            ('computation_placement', *executor_test_utils.create_whimsy_computation_placement()),
+            ('computation_reference', *executor_test_utils.create_whimsy_computation_reference()),
+            ('computation_selection', *executor_test_utils.create_whimsy_computation_selection()),
+            ('computation_tuple', *executor_test_utils.create_whimsy_computation_tuple()),
+        ]
+    )
     # pyformat: enable
     def test_raises_value_error_with_value(self, value, type_signature):
         executor = create_test_executor()
@@ -275,68 +304,100 @@ class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase,
             self.run_sync(executor.create_value(value, type_signature))
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('intrinsic_def_federated_broadcast',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_broadcast()),
-            ('intrinsic_def_federated_eval_at_clients',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_clients()),
-            ('intrinsic_def_federated_map',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_map()),
-            ('intrinsic_def_federated_map_all_equal',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_map_all_equal()),
-            ('intrinsic_def_federated_value_at_clients',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_clients()),
-            ('federated_type_at_clients_all_equal',
-              *executor_test_utils.create_whimsy_value_at_clients_all_equal()),
-            ('federated_type_at_clients',
-              *executor_test_utils.create_whimsy_value_at_clients())
-    ])
+    @parameterized.named_parameters(
+        [
+            (
+                'intrinsic_def_federated_broadcast',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_broadcast(),
+            ),
+            (
+                'intrinsic_def_federated_eval_at_clients',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_clients(),
+            ),
+            (
+                'intrinsic_def_federated_map',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_map(),
+            ),
+            (
+                'intrinsic_def_federated_map_all_equal',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_map_all_equal(),
+            ),
+            (
+                'intrinsic_def_federated_value_at_clients',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_clients(),
+            ),
+            (
+                'federated_type_at_clients_all_equal',
+                *executor_test_utils.create_whimsy_value_at_clients_all_equal(),
+            ),
+            ('federated_type_at_clients', *executor_test_utils.create_whimsy_value_at_clients()),
+        ]
+    )
     # pyformat: enable
-    def test_raises_value_error_with_no_target_executor_clients(
-            self, value, type_signature):
-        factory = framework.FederatedResolvingStrategy.factory({
+    def test_raises_value_error_with_no_target_executor_clients(self, value, type_signature):
+        factory = framework.FederatedResolvingStrategy.factory(
+            {
                 placements.SERVER: framework.EagerTFExecutor(),
-        })
-        executor = framework.FederatingExecutor(
-                factory, framework.EagerTFExecutor())
+            }
+        )
+        executor = framework.FederatingExecutor(factory, framework.EagerTFExecutor())
 
         with self.assertRaises(ValueError):
             self.run_sync(executor.create_value(value, type_signature))
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('intrinsic_def_federated_aggregate',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_aggregate()),
-            ('intrinsic_def_federated_apply',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_apply()),
-            ('intrinsic_def_federated_collect',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_collect()),
-            ('intrinsic_def_federated_eval_at_server',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_server()),
-            ('intrinsic_def_federated_mean',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_mean()),
-            ('intrinsic_def_federated_sum',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_sum()),
-            ('intrinsic_def_federated_value_at_server',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_server()),
-            ('intrinsic_def_federated_weighted_mean',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_weighted_mean()),
-            ('intrinsic_def_federated_zip_at_server',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_zip_at_server()),
-            ('federated_type_at_server',
-              *executor_test_utils.create_whimsy_value_at_server()),
-    ])
+    @parameterized.named_parameters(
+        [
+            (
+                'intrinsic_def_federated_aggregate',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_aggregate(),
+            ),
+            (
+                'intrinsic_def_federated_apply',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_apply(),
+            ),
+            (
+                'intrinsic_def_federated_collect',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_collect(),
+            ),
+            (
+                'intrinsic_def_federated_eval_at_server',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_server(),
+            ),
+            (
+                'intrinsic_def_federated_mean',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_mean(),
+            ),
+            (
+                'intrinsic_def_federated_sum',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_sum(),
+            ),
+            (
+                'intrinsic_def_federated_value_at_server',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_server(),
+            ),
+            (
+                'intrinsic_def_federated_weighted_mean',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_weighted_mean(),
+            ),
+            (
+                'intrinsic_def_federated_zip_at_server',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_zip_at_server(),
+            ),
+            ('federated_type_at_server', *executor_test_utils.create_whimsy_value_at_server()),
+        ]
+    )
     # pyformat: enable
-    def test_raises_value_error_with_no_target_executor_server(
-            self, value, type_signature):
+    def test_raises_value_error_with_no_target_executor_server(self, value, type_signature):
         # simharness refuses the mapping without SERVER when the factory is made.
         value, type_signature = executor_test_utils.create_whimsy_value_at_server()
         with self.assertRaises(ValueError):
-            factory = framework.FederatedResolvingStrategy.factory({
+            factory = framework.FederatedResolvingStrategy.factory(
+                {
                     placements.CLIENTS: framework.EagerTFExecutor(),
-            })
-            executor = framework.FederatingExecutor(
-                    factory, framework.EagerTFExecutor())
+                }
+            )
+            executor = framework.FederatingExecutor(factory, framework.EagerTFExecutor())
             self.run_sync(executor.create_value(value, type_signature))
 
     def test_raises_value_error_with_unexpected_federated_type_at_clients(self):
@@ -347,8 +408,7 @@ class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase,
         with self.assertRaises(ValueError):
             self.run_sync(executor.create_value(value, type_signature))
 
-    def test_raises_type_error_with_unexpected_federated_type_at_clients_all_equal(
-            self):
+    def test_raises_type_error_with_unexpected_federated_type_at_clients_all_equal(self):
         executor = create_test_executor()
         value = [10] * 3
         type_signature = computation_types.at_clients(tf.int32, all_equal=True)
@@ -357,100 +417,150 @@ class FederatingExecutorCreateValueTest(executor_test_utils.AsyncTestCase,
             self.run_sync(executor.create_value(value, type_signature))
 
 
-class FederatingExecutorCreateCallTest(executor_test_utils.AsyncTestCase,
-                                                                              parameterized.TestCase):
-
+class FederatingExecutorCreateCallTest(executor_test_utils.AsyncTestCase, parameterized.TestCase):
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('intrinsic_def_federated_aggregate',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_aggregate(),
-              [executor_test_utils.create_whimsy_value_at_clients(),
-                executor_test_utils.create_whimsy_value_unplaced(),
-                executor_test_utils.create_whimsy_computation_tensorflow_add(),
-                executor_test_utils.create_whimsy_computation_tensorflow_add(),
-                executor_test_utils.create_whimsy_computation_tensorflow_identity()],
-              43.0),
-            ('intrinsic_def_federated_apply',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_apply(),
-              [executor_test_utils.create_whimsy_computation_tensorflow_identity(),
-                executor_test_utils.create_whimsy_value_at_server()],
-              10.0),
-            ('intrinsic_def_federated_broadcast',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_broadcast(),
-              [executor_test_utils.create_whimsy_value_at_server()],
-              10.0),
-            ('intrinsic_def_federated_collect',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_collect(),
-              [executor_test_utils.create_whimsy_value_at_clients()],
-              tf.data.Dataset.from_tensor_slices([10.0, 11.0, 12.0])),
-            ('intrinsic_def_federated_eval_at_clients',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_clients(),
-              [executor_test_utils.create_whimsy_computation_tensorflow_constant()],
-              [10.0] * 3),
-            ('intrinsic_def_federated_eval_at_server',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_server(),
-              [executor_test_utils.create_whimsy_computation_tensorflow_constant()],
-              10.0),
-            ('intrinsic_def_federated_map',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_map(),
-              [executor_test_utils.create_whimsy_computation_tensorflow_identity(),
-                executor_test_utils.create_whimsy_value_at_clients()],
-              [10.0, 11.0, 12.0]),
-            ('intrinsic_def_federated_map_all_equal',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_map_all_equal(),
-              [executor_test_utils.create_whimsy_computation_tensorflow_identity(),
-                executor_test_utils.create_whimsy_value_at_clients_all_equal()],
-              10.0),
-            ('intrinsic_def_federated_mean',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_mean(),
-              [executor_test_utils.create_whimsy_value_at_clients()],
-              11.0),
-            ('intrinsic_def_federated_select',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_select(),
-              executor_test_utils.create_whimsy_federated_select_args(),
-              executor_test_utils.create_whimsy_federated_select_expected_result(),
-              ),
-            ('intrinsic_def_federated_sum',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_sum(),
-              [executor_test_utils.create_whimsy_value_at_clients()],
-              33.0),
-            ('intrinsic_def_federated_value_at_clients',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_clients(),
-              [executor_test_utils.create_whimsy_value_unplaced()],
-              10.0),
-            ('intrinsic_def_federated_value_at_server',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_server(),
-              [executor_test_utils.create_whimsy_value_unplaced()],
-              10.0),
-            ('intrinsic_def_federated_weighted_mean',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_weighted_mean(),
-              [executor_test_utils.create_whimsy_value_at_clients(),
-                executor_test_utils.create_whimsy_value_at_clients()],
-              11.060606),
-            ('intrinsic_def_federated_zip_at_clients',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_zip_at_clients(),
-              [executor_test_utils.create_whimsy_value_at_clients(),
-                executor_test_utils.create_whimsy_value_at_clients()],
-              [Struct([(None, 10.0), (None, 10.0)]),
-                Struct([(None, 11.0), (None, 11.0)]),
-                Struct([(None, 12.0), (None, 12.0)])]),
-            ('intrinsic_def_federated_zip_at_server',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_zip_at_server(),
-              [executor_test_utils.create_whimsy_value_at_server(),
-                executor_test_utils.create_whimsy_value_at_server()],
-              Struct([(None, 10.0), (None, 10.0)])),
-            ('computation_intrinsic',
-              *executor_test_utils.create_whimsy_computation_intrinsic(),
-              [executor_test_utils.create_whimsy_computation_tensorflow_constant()],
-              10.0),
-            ('computation_tensorflow',
-              *executor_test_utils.create_whimsy_computation_tensorflow_identity(),
-              [executor_test_utils.create_whimsy_value_unplaced()],
-              10.0),
-    ])
+    @parameterized.named_parameters(
+        [
+            (
+                'intrinsic_def_federated_aggregate',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_aggregate(),
+                [
+                    executor_test_utils.create_whimsy_value_at_clients(),
+                    executor_test_utils.create_whimsy_value_unplaced(),
+                    executor_test_utils.create_whimsy_computation_tensorflow_add(),
+                    executor_test_utils.create_whimsy_computation_tensorflow_add(),
+                    executor_test_utils.create_whimsy_computation_tensorflow_identity(),
+                ],
+                43.0,
+            ),
+            (
+                'intrinsic_def_federated_apply',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_apply(),
+                [
+                    executor_test_utils.create_whimsy_computation_tensorflow_identity(),
+                    executor_test_utils.create_whimsy_value_at_server(),
+                ],
+                10.0,
+            ),
+            (
+                'intrinsic_def_federated_broadcast',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_broadcast(),
+                [executor_test_utils.create_whimsy_value_at_server()],
+                10.0,
+            ),
+            (
+                'intrinsic_def_federated_collect',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_collect(),
+                [executor_test_utils.create_whimsy_value_at_clients()],
+                tf.data.Dataset.from_tensor_slices([10.0, 11.0, 12.0]),
+            ),
+            (
+                'intrinsic_def_federated_eval_at_clients',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_clients(),
+                [executor_test_utils.create_whimsy_computation_tensorflow_constant()],
+                [10.0] * 3,
+            ),
+            (
+                'intrinsic_def_federated_eval_at_server',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_server(),
+                [executor_test_utils.create_whimsy_computation_tensorflow_constant()],
+                10.0,
+            ),
+            (
+                'intrinsic_def_federated_map',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_map(),
+                [
+                    executor_test_utils.create_whimsy_computation_tensorflow_identity(),
+                    executor_test_utils.create_whimsy_value_at_clients(),
+                ],
+                [10.0, 11.0, 12.0],
+            ),
+            (
+                'intrinsic_def_federated_map_all_equal',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_map_all_equal(),
+                [
+                    executor_test_utils.create_whimsy_computation_tensorflow_identity(),
+                    executor_test_utils.create_whimsy_value_at_clients_all_equal(),
+                ],
+                10.0,
+            ),
+            (
+                'intrinsic_def_federated_mean',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_mean(),
+                [executor_test_utils.create_whimsy_value_at_clients()],
+                11.0,
+            ),
+            (
+                'intrinsic_def_federated_select',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_select(),
+                executor_test_utils.create_whimsy_federated_select_args(),
+                executor_test_utils.create_whimsy_federated_select_expected_result(),
+            ),
+            (
+                'intrinsic_def_federated_sum',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_sum(),
+                [executor_test_utils.create_whimsy_value_at_clients()],
+                33.0,
+            ),
+            (
+                'intrinsic_def_federated_value_at_clients',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_clients(),
+                [executor_test_utils.create_whimsy_value_unplaced()],
+                10.0,
+            ),
+            (
+                'intrinsic_def_federated_value_at_server',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_value_at_server(),
+                [executor_test_utils.create_whimsy_value_unplaced()],
+                10.0,
+            ),
+            (
+                'intrinsic_def_federated_weighted_mean',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_weighted_mean(),
+                [
+                    executor_test_utils.create_whimsy_value_at_clients(),
+                    executor_test_utils.create_whimsy_value_at_clients(),
+                ],
+                11.060606,
+            ),
+            (
+                'intrinsic_def_federated_zip_at_clients',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_zip_at_clients(),
+                [
+                    executor_test_utils.create_whimsy_value_at_clients(),
+                    executor_test_utils.create_whimsy_value_at_clients(),
+                ],
+                [
+                    Struct([(None, 10.0), (None, 10.0)]),
+                    Struct([(None, 11.0), (None, 11.0)]),
+                    Struct([(None, 12.0), (None, 12.0)]),
+                ],
+            ),
+            (
+                'intrinsic_def_federated_zip_at_server',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_zip_at_server(),
+                [
+                    executor_test_utils.create_whimsy_value_at_server(),
+                    executor_test_utils.create_whimsy_value_at_server(),
+                ],
+                Struct([(None, 10.0), (None, 10.0)]),
+            ),
+            (
+                'computation_intrinsic',
+                *executor_test_utils.create_whimsy_computation_intrinsic(),
+                [executor_test_utils.create_whimsy_computation_tensorflow_constant()],
+                10.0,
+            ),
+            (
+                'computation_tensorflow',
+                *executor_test_utils.create_whimsy_computation_tensorflow_identity(),
+                [executor_test_utils.create_whimsy_value_unplaced()],
+                10.0,
+            ),
+        ]
+    )
     # pyformat: enable
-    def test_returns_value_with_comp_and_arg(self, comp, comp_type, args,
-                                                                                      expected_result):
+    def test_returns_value_with_comp_and_arg(self, comp, comp_type, args, expected_result):
         executor = create_test_executor()
 
         comp = self.run_sync(executor.create_value(comp, comp_type))
@@ -462,47 +572,56 @@ class FederatingExecutorCreateCallTest(executor_test_utils.AsyncTestCase,
         result = self.run_sync(executor.create_call(comp, arg))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          comp_type.result.compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(),
+            comp_type.result.compact_representation(),
+        )
         actual_result = self.run_sync(result.compute())
         self.assert_maybe_list_equal(actual_result, expected_result)
 
     def assert_maybe_list_equal(self, actual_result, expected_result):
-        if (all_isinstance([actual_result, expected_result], list) or
-                all_isinstance([actual_result, expected_result], tf.data.Dataset)):
-            for actual_element, expected_element in zip(actual_result,
-                                                                                                    expected_result):
+        if all_isinstance([actual_result, expected_result], list) or all_isinstance(
+            [actual_result, expected_result], tf.data.Dataset
+        ):
+            for actual_element, expected_element in zip(actual_result, expected_result):
                 self.assert_maybe_list_equal(actual_element, expected_element)
         else:
             self.assertEqual(actual_result, expected_result)
 
-    def test_returns_value_with_intrinsic_def_federated_eval_at_clients_and_random(
-            self):
+    def test_returns_value_with_intrinsic_def_federated_eval_at_clients_and_random(self):
         executor = create_test_executor(number_of_clients=3)
-        comp, comp_type = executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_clients(
+        comp, comp_type = (
+            executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_clients()
         )
-        arg, arg_type = executor_test_utils.create_whimsy_computation_tensorflow_random(
-        )
+        arg, arg_type = executor_test_utils.create_whimsy_computation_tensorflow_random()
 
         comp = self.run_sync(executor.create_value(comp, comp_type))
         arg = self.run_sync(executor.create_value(arg, arg_type))
         result = self.run_sync(executor.create_call(comp, arg))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          comp_type.result.compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(),
+            comp_type.result.compact_representation(),
+        )
         actual_result = self.run_sync(result.compute())
         unique_results = set([float(x) for x in actual_result])
         if len(actual_result) != len(unique_results):
             self.fail(
-                    'Expected the result to contain different random numbers, found {}.'
-                    .format(actual_result))
+                'Expected the result to contain different random numbers, found {}.'.format(
+                    actual_result
+                )
+            )
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('computation_tensorflow',
-              *executor_test_utils.create_whimsy_computation_tensorflow_empty()),
-    ])
+    @parameterized.named_parameters(
+        [
+            (
+                'computation_tensorflow',
+                *executor_test_utils.create_whimsy_computation_tensorflow_empty(),
+            ),
+        ]
+    )
     # pyformat: enable
     def test_returns_value_with_comp_only(self, comp, comp_type):
         executor = create_test_executor()
@@ -511,16 +630,17 @@ class FederatingExecutorCreateCallTest(executor_test_utils.AsyncTestCase,
         result = self.run_sync(executor.create_call(comp))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          comp_type.result.compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(),
+            comp_type.result.compact_representation(),
+        )
         actual_result = self.run_sync(result.compute())
         expected_result = []
         self.assertCountEqual(actual_result, expected_result)
 
     def test_raises_type_error_with_unembedded_comp(self):
         executor = create_test_executor()
-        comp, _ = executor_test_utils.create_whimsy_computation_tensorflow_identity(
-        )
+        comp, _ = executor_test_utils.create_whimsy_computation_tensorflow_identity()
         arg, arg_type = executor_test_utils.create_whimsy_value_unplaced()
 
         arg = self.run_sync(executor.create_value(arg, arg_type))
@@ -529,8 +649,7 @@ class FederatingExecutorCreateCallTest(executor_test_utils.AsyncTestCase,
 
     def test_raises_type_error_with_unembedded_arg(self):
         executor = create_test_executor()
-        comp, comp_type = executor_test_utils.create_whimsy_computation_tensorflow_identity(
-        )
+        comp, comp_type = executor_test_utils.create_whimsy_computation_tensorflow_identity()
         arg, _ = executor_test_utils.create_whimsy_value_unplaced()
 
         comp = self.run_sync(executor.create_value(comp, comp_type))
@@ -538,14 +657,20 @@ class FederatingExecutorCreateCallTest(executor_test_utils.AsyncTestCase,
             self.run_sync(executor.create_call(comp, arg))
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('computation_intrinsic',
-              *executor_test_utils.create_whimsy_computation_intrinsic()),
-            ('computation_lambda',
-              *executor_test_utils.create_whimsy_computation_lambda_identity()),
-            ('computation_tensorflow',
-              *executor_test_utils.create_whimsy_computation_tensorflow_identity()),
-    ] + get_named_parameters_for_supported_intrinsics())
+    @parameterized.named_parameters(
+        [
+            ('computation_intrinsic', *executor_test_utils.create_whimsy_computation_intrinsic()),
+            (
+                'computation_lambda',
+                *executor_test_utils.create_whimsy_computation_lambda_identity(),
+            ),
+            (
+                'computation_tensorflow',
+                *executor_test_utils.create_whimsy_computation_tensorflow_identity(),
+            ),
+        ]
+        + get_named_parameters_for_supported_intrinsics()
+    )
     # pyformat: enable
     def test_raises_type_error_with_comp_and_bad_arg(self, comp, comp_type):
         executor = create_test_executor()
@@ -558,18 +683,18 @@ class FederatingExecutorCreateCallTest(executor_test_utils.AsyncTestCase,
             self.run_sync(executor.create_call(comp, arg))
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('computation_lambda',
-              *executor_test_utils.create_whimsy_computation_lambda_empty()),
-            ('federated_type_at_clients',
-              *executor_test_utils.create_whimsy_value_at_clients()),
-            ('federated_type_at_clients_all_equal',
-              *executor_test_utils.create_whimsy_value_at_clients_all_equal()),
-            ('federated_type_at_server',
-              *executor_test_utils.create_whimsy_value_at_server()),
-            ('unplaced_type',
-              *executor_test_utils.create_whimsy_value_unplaced()),
-    ])
+    @parameterized.named_parameters(
+        [
+            ('computation_lambda', *executor_test_utils.create_whimsy_computation_lambda_empty()),
+            ('federated_type_at_clients', *executor_test_utils.create_whimsy_value_at_clients()),
+            (
+                'federated_type_at_clients_all_equal',
+                *executor_test_utils.create_whimsy_value_at_clients_all_equal(),
+            ),
+            ('federated_type_at_server', *executor_test_utils.create_whimsy_value_at_server()),
+            ('unplaced_type', *executor_test_utils.create_whimsy_value_unplaced()),
+        ]
+    )
     # pyformat: enable
     def test_raises_value_error_with_comp(self, comp, comp_type):
         executor = create_test_executor()
@@ -578,13 +703,13 @@ class FederatingExecutorCreateCallTest(executor_test_utils.AsyncTestCase,
         with self.assertRaises(ValueError):
             self.run_sync(executor.create_call(comp))
 
-    @absltest.skip('simharness runs federated_secure_sum as an exact plain sum (as TFF 0.88\'s '
-                   'test backend does), so TFF 0.19\'s NotImplementedError does not hold')
-    def test_raises_not_implemented_error_with_intrinsic_def_federated_secure_sum(
-            self):
+    @absltest.skip(
+        "simharness runs federated_secure_sum as an exact plain sum (as TFF 0.88's "
+        "test backend does), so TFF 0.19's NotImplementedError does not hold"
+    )
+    def test_raises_not_implemented_error_with_intrinsic_def_federated_secure_sum(self):
         executor = create_test_executor()
-        comp, comp_type = executor_test_utils.create_whimsy_intrinsic_def_federated_secure_sum(
-        )
+        comp, comp_type = executor_test_utils.create_whimsy_intrinsic_def_federated_secure_sum()
         arg_1 = [10, 11, 12]
         arg_1_type = computation_types.at_clients(tf.int32, all_equal=False)
         arg_2 = 10
@@ -601,8 +726,8 @@ class FederatingExecutorCreateCallTest(executor_test_utils.AsyncTestCase,
         executor = create_test_executor()
         # `whimsy_intrinsic` definition is needed to allow lookup.
         whimsy_intrinsic = bb.IntrinsicDef(
-                'WHIMSY_INTRINSIC', 'whimsy_intrinsic',
-                computation_types.AbstractType('T'))
+            'WHIMSY_INTRINSIC', 'whimsy_intrinsic', computation_types.AbstractType('T')
+        )
         type_signature = computation_types.TensorType(tf.int32)
         comp = bb.Intrinsic('whimsy_intrinsic', type_signature)
         del whimsy_intrinsic
@@ -612,20 +737,19 @@ class FederatingExecutorCreateCallTest(executor_test_utils.AsyncTestCase,
             self.run_sync(executor.create_call(comp))
 
 
-class FederatingExecutorCreateStructTest(executor_test_utils.AsyncTestCase,
-                                                                                  parameterized.TestCase):
-
+class FederatingExecutorCreateStructTest(executor_test_utils.AsyncTestCase, parameterized.TestCase):
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('federated_type_at_clients',
-              *executor_test_utils.create_whimsy_value_at_clients()),
-            ('federated_type_at_clients_all_equal',
-              *executor_test_utils.create_whimsy_value_at_clients_all_equal()),
-            ('federated_type_at_server',
-              *executor_test_utils.create_whimsy_value_at_server()),
-            ('unplaced_type',
-              *executor_test_utils.create_whimsy_value_unplaced()),
-    ])
+    @parameterized.named_parameters(
+        [
+            ('federated_type_at_clients', *executor_test_utils.create_whimsy_value_at_clients()),
+            (
+                'federated_type_at_clients_all_equal',
+                *executor_test_utils.create_whimsy_value_at_clients_all_equal(),
+            ),
+            ('federated_type_at_server', *executor_test_utils.create_whimsy_value_at_server()),
+            ('unplaced_type', *executor_test_utils.create_whimsy_value_unplaced()),
+        ]
+    )
     # pyformat: enable
     def test_returns_value_with_elements_value(self, value, type_signature):
         executor = create_test_executor()
@@ -636,16 +760,16 @@ class FederatingExecutorCreateStructTest(executor_test_utils.AsyncTestCase,
         result = self.run_sync(executor.create_struct(elements))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature.compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(), type_signature.compact_representation()
+        )
         actual_result = self.run_sync(result.compute())
         expected_result = [self.run_sync(element.compute())] * 3
         self.assertCountEqual(actual_result, expected_result)
 
     def test_returns_value_with_elements_value_placement_literal(self):
         executor = create_test_executor()
-        value, type_signature = executor_test_utils.create_whimsy_placement_literal(
-        )
+        value, type_signature = executor_test_utils.create_whimsy_placement_literal()
 
         element = self.run_sync(executor.create_value(value, type_signature))
         elements = [element] * 3
@@ -653,21 +777,27 @@ class FederatingExecutorCreateStructTest(executor_test_utils.AsyncTestCase,
         result = self.run_sync(executor.create_struct(elements))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature.compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(), type_signature.compact_representation()
+        )
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('intrinsic_def_federated_eval_at_server',
-              *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_server(),
-              *executor_test_utils.create_whimsy_computation_tensorflow_constant()),
-            ('computation_intrinsic',
-              *executor_test_utils.create_whimsy_computation_intrinsic(),
-              *executor_test_utils.create_whimsy_computation_tensorflow_constant()),
-    ])
+    @parameterized.named_parameters(
+        [
+            (
+                'intrinsic_def_federated_eval_at_server',
+                *executor_test_utils.create_whimsy_intrinsic_def_federated_eval_at_server(),
+                *executor_test_utils.create_whimsy_computation_tensorflow_constant(),
+            ),
+            (
+                'computation_intrinsic',
+                *executor_test_utils.create_whimsy_computation_intrinsic(),
+                *executor_test_utils.create_whimsy_computation_tensorflow_constant(),
+            ),
+        ]
+    )
     # pyformat: enable
-    def test_returns_value_with_elements_fn_and_arg(self, fn, fn_type, arg,
-                                                                                                    arg_type):
+    def test_returns_value_with_elements_fn_and_arg(self, fn, fn_type, arg, arg_type):
         executor = create_test_executor()
 
         fn = self.run_sync(executor.create_value(fn, fn_type))
@@ -678,17 +808,22 @@ class FederatingExecutorCreateStructTest(executor_test_utils.AsyncTestCase,
         result = self.run_sync(executor.create_struct(elements))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature.compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(), type_signature.compact_representation()
+        )
         actual_result = self.run_sync(result.compute())
         expected_result = [self.run_sync(element.compute())] * 3
         self.assertCountEqual(actual_result, expected_result)
 
     # pyformat: disable
-    @parameterized.named_parameters([
-            ('computation_tensorflow',
-              *executor_test_utils.create_whimsy_computation_tensorflow_empty()),
-    ])
+    @parameterized.named_parameters(
+        [
+            (
+                'computation_tensorflow',
+                *executor_test_utils.create_whimsy_computation_tensorflow_empty(),
+            ),
+        ]
+    )
     # pyformat: enable
     def test_returns_value_with_elements_fn_only(self, fn, fn_type):
         executor = create_test_executor()
@@ -700,8 +835,9 @@ class FederatingExecutorCreateStructTest(executor_test_utils.AsyncTestCase,
         result = self.run_sync(executor.create_struct(elements))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature.compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(), type_signature.compact_representation()
+        )
         actual_result = self.run_sync(result.compute())
         expected_result = [self.run_sync(element.compute())] * 3
         self.assertCountEqual(actual_result, expected_result)
@@ -716,19 +852,19 @@ class FederatingExecutorCreateStructTest(executor_test_utils.AsyncTestCase,
 
 
 class FederatingExecutorCreateSelectionTest(executor_test_utils.AsyncTestCase):
-
     def test_returns_value_with_source_and_index_computation_tensorflow(self):
         executor = create_test_executor()
-        source, type_signature = executor_test_utils.create_whimsy_computation_tensorflow_tuple(
-        )
+        source, type_signature = executor_test_utils.create_whimsy_computation_tensorflow_tuple()
 
         source = self.run_sync(executor.create_value(source, type_signature))
         source = self.run_sync(executor.create_call(source))
         result = self.run_sync(executor.create_selection(source, 0))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature.result[0].compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(),
+            type_signature.result[0].compact_representation(),
+        )
         actual_result = self.run_sync(result.compute())
         expected_result = self.run_sync(source.compute())[0]
         self.assertEqual(actual_result, expected_result)
@@ -744,24 +880,27 @@ class FederatingExecutorCreateSelectionTest(executor_test_utils.AsyncTestCase):
         result = self.run_sync(executor.create_selection(source, 0))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature[0].compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(),
+            type_signature[0].compact_representation(),
+        )
         actual_result = self.run_sync(result.compute())
         expected_result = self.run_sync(source.compute())[0]
         self.assertEqual(actual_result, expected_result)
 
     def test_returns_value_with_source_and_name_computation_tensorflow(self):
         executor = create_test_executor()
-        source, type_signature = executor_test_utils.create_whimsy_computation_tensorflow_tuple(
-        )
+        source, type_signature = executor_test_utils.create_whimsy_computation_tensorflow_tuple()
 
         source = self.run_sync(executor.create_value(source, type_signature))
         source = self.run_sync(executor.create_call(source))
         result = self.run_sync(executor.create_selection(source, 0))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature.result['a'].compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(),
+            type_signature.result['a'].compact_representation(),
+        )
         actual_result = self.run_sync(result.compute())
         expected_result = self.run_sync(source.compute())['a']
         self.assertEqual(actual_result, expected_result)
@@ -773,14 +912,15 @@ class FederatingExecutorCreateSelectionTest(executor_test_utils.AsyncTestCase):
         names = ['a', 'b', 'c']
         element = self.run_sync(executor.create_value(element, element_type))
         elements = Struct((n, element) for n in names)
-        type_signature = computation_types.StructType(
-                (n, element_type) for n in names)
+        type_signature = computation_types.StructType((n, element_type) for n in names)
         source = self.run_sync(executor.create_struct(elements))
         result = self.run_sync(executor.create_selection(source, 0))
 
         self.assertIsInstance(result, framework.ExecutorValue)
-        self.assertEqual(result.type_signature.compact_representation(),
-                                          type_signature['a'].compact_representation())
+        self.assertEqual(
+            result.type_signature.compact_representation(),
+            type_signature['a'].compact_representation(),
+        )
         actual_result = self.run_sync(result.compute())
         expected_result = self.run_sync(source.compute())['a']
         self.assertEqual(actual_result, expected_result)
@@ -806,8 +946,7 @@ class FederatingExecutorCreateSelectionTest(executor_test_utils.AsyncTestCase):
         executor = create_test_executor()
 
         value = bb.uri_to_intrinsic_def('generic_zero')
-        type_signature = computation_types.StructType(
-                [computation_types.TensorType(tf.int32)] * 3)
+        type_signature = computation_types.StructType([computation_types.TensorType(tf.int32)] * 3)
 
         source = self.run_sync(executor.create_value(value, type_signature))
         with self.assertRaises(ValueError):

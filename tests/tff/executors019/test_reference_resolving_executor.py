@@ -22,10 +22,6 @@ from tests.tff.executors019 import executor_test_utils
 from tests.tff.executors019.executor_test_utils import computation_types, placements
 
 
-
-
-
-
 def _new_loop(test):
     loop = asyncio.new_event_loop()
     test.addCleanup(loop.close)
@@ -39,10 +35,8 @@ def create_test_executor_factory():
 
 
 class ReferenceResolvingExecutorTest(absltest.TestCase):
-
     def test_with_no_arg_tf_comp_in_no_arg_fed_comp(self):
-        ex = framework.ReferenceResolvingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ReferenceResolvingExecutor(framework.EagerTFExecutor())
         loop = _new_loop(self)
 
         @tff.federated_computation
@@ -55,8 +49,7 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
         self.assertEqual(np.asarray(result), 10)
 
     def test_with_one_arg_tf_comp_in_no_arg_fed_comp(self):
-        ex = framework.ReferenceResolvingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ReferenceResolvingExecutor(framework.EagerTFExecutor())
         loop = _new_loop(self)
 
         @tff.tensorflow.computation(tf.int32)
@@ -73,8 +66,7 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
         self.assertEqual(np.asarray(result), 11)
 
     def test_clear_failure_with_mismatched_types_in_create_call(self):
-        ex = framework.ReferenceResolvingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ReferenceResolvingExecutor(framework.EagerTFExecutor())
         loop = _new_loop(self)
 
         @tff.federated_computation(tf.float32)
@@ -87,8 +79,7 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
             loop.run_until_complete(ex.create_call(v1, v2))
 
     def test_with_one_arg_tf_comp_in_one_arg_fed_comp(self):
-        ex = framework.ReferenceResolvingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ReferenceResolvingExecutor(framework.EagerTFExecutor())
         loop = _new_loop(self)
 
         @tff.tensorflow.computation(tf.int32)
@@ -106,8 +97,7 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
         self.assertEqual(np.asarray(result), 12)
 
     def test_with_one_arg_tf_comp_in_two_arg_fed_comp(self):
-        ex = framework.ReferenceResolvingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ReferenceResolvingExecutor(framework.EagerTFExecutor())
         loop = _new_loop(self)
 
         @tff.tensorflow.computation(tf.int32, tf.int32)
@@ -121,39 +111,33 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
         v1 = loop.run_until_complete(ex.create_value(comp))
         v2 = loop.run_until_complete(ex.create_value(10, tf.int32))
         v3 = loop.run_until_complete(ex.create_value(20, tf.int32))
-        v4 = loop.run_until_complete(
-                ex.create_struct(Struct([('x', v2), ('y', v3)])))
+        v4 = loop.run_until_complete(ex.create_struct(Struct([('x', v2), ('y', v3)])))
         v5 = loop.run_until_complete(ex.create_call(v1, v4))
         result = loop.run_until_complete(v5.compute())
-        self.assertEqual(
-                str(map_structure(lambda x: np.asarray(x), result)), '<20,30,40>')
+        self.assertEqual(str(map_structure(lambda x: np.asarray(x), result)), '<20,30,40>')
 
     def test_with_functional_parameter(self):
-        ex = framework.ReferenceResolvingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ReferenceResolvingExecutor(framework.EagerTFExecutor())
         loop = _new_loop(self)
 
         @tff.tensorflow.computation(tf.int32)
         def add_one(x):
             return x + 1
 
-        @tff.federated_computation(
-                computation_types.FunctionType(tf.int32, tf.int32), tf.int32)
+        @tff.federated_computation(computation_types.FunctionType(tf.int32, tf.int32), tf.int32)
         def comp(f, x):
             return f(f(x))
 
         v1 = loop.run_until_complete(ex.create_value(comp))
         v2 = loop.run_until_complete(ex.create_value(add_one))
         v3 = loop.run_until_complete(ex.create_value(10, tf.int32))
-        v4 = loop.run_until_complete(
-                ex.create_struct(Struct([('f', v2), ('x', v3)])))
+        v4 = loop.run_until_complete(ex.create_struct(Struct([('f', v2), ('x', v3)])))
         v5 = loop.run_until_complete(ex.create_call(v1, v4))
         result = loop.run_until_complete(v5.compute())
         self.assertEqual(np.asarray(result), 12)
 
     def test_with_tuples(self):
-        ex = framework.ReferenceResolvingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ReferenceResolvingExecutor(framework.EagerTFExecutor())
         loop = _new_loop(self)
 
         @tff.tensorflow.computation(tf.int32, tf.int32)
@@ -170,14 +154,12 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
         self.assertEqual(np.asarray(result), 30)
 
     def test_create_selection_with_tuples(self):
-        ex = framework.ReferenceResolvingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ReferenceResolvingExecutor(framework.EagerTFExecutor())
         loop = _new_loop(self)
 
         v1 = loop.run_until_complete(ex.create_value(10, tf.int32))
         v2 = loop.run_until_complete(ex.create_value(20, tf.int32))
-        v3 = loop.run_until_complete(
-                ex.create_struct(Struct([(None, v1), (None, v2)])))
+        v3 = loop.run_until_complete(ex.create_struct(Struct([(None, v1), (None, v2)])))
         v4 = loop.run_until_complete(ex.create_selection(v3, 0))
         v5 = loop.run_until_complete(ex.create_selection(v3, 1))
         result0 = loop.run_until_complete(v4.compute())
@@ -186,8 +168,7 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
         self.assertEqual(np.asarray(result1), 20)
 
     def test_with_nested_lambdas(self):
-        ex = framework.ReferenceResolvingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ReferenceResolvingExecutor(framework.EagerTFExecutor())
         loop = _new_loop(self)
 
         @tff.tensorflow.computation(tf.int32, tf.int32)
@@ -210,41 +191,35 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
         self.assertEqual(np.asarray(result), 11)
 
     def test_with_block(self):
-        ex = framework.ReferenceResolvingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ReferenceResolvingExecutor(framework.EagerTFExecutor())
         loop = _new_loop(self)
 
         f_type = computation_types.FunctionType(tf.int32, tf.int32)
-        a = bb.Reference(
-                'a', computation_types.StructType([('f', f_type), ('x', tf.int32)]))
-        ret = bb.Block([('f', bb.Selection(a, name='f')),
-                                                                  ('x', bb.Selection(a, name='x'))],
-                                                                bb.Call(
-                                                                        bb.Reference('f', f_type),
-                                                                        bb.Call(
-                                                                                bb.Reference('f', f_type),
-                                                                                bb.Reference(
-                                                                                        'x', tf.int32))))
+        a = bb.Reference('a', computation_types.StructType([('f', f_type), ('x', tf.int32)]))
+        ret = bb.Block(
+            [('f', bb.Selection(a, name='f')), ('x', bb.Selection(a, name='x'))],
+            bb.Call(
+                bb.Reference('f', f_type),
+                bb.Call(bb.Reference('f', f_type), bb.Reference('x', tf.int32)),
+            ),
+        )
         comp = bb.Lambda(a.name, a.type_signature, ret)
 
         @tff.tensorflow.computation(tf.int32)
         def add_one(x):
             return x + 1
 
-        v1 = loop.run_until_complete(
-                ex.create_value(comp, comp.type_signature))
+        v1 = loop.run_until_complete(ex.create_value(comp, comp.type_signature))
         v2 = loop.run_until_complete(ex.create_value(add_one))
         v3 = loop.run_until_complete(ex.create_value(10, tf.int32))
-        v4 = loop.run_until_complete(
-                ex.create_struct(Struct([('f', v2), ('x', v3)])))
+        v4 = loop.run_until_complete(ex.create_struct(Struct([('f', v2), ('x', v3)])))
         v5 = loop.run_until_complete(ex.create_call(v1, v4))
         result = loop.run_until_complete(v5.compute())
         self.assertEqual(np.asarray(result), 12)
 
     def test_with_federated_map(self):
         eager_ex = framework.EagerTFExecutor()
-        factory = framework.FederatedResolvingStrategy.factory(
-                {placements.SERVER: eager_ex})
+        factory = framework.FederatedResolvingStrategy.factory({placements.SERVER: eager_ex})
         federated_ex = framework.FederatingExecutor(factory, eager_ex)
         ex = framework.ReferenceResolvingExecutor(federated_ex)
         loop = _new_loop(self)
@@ -258,18 +233,16 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
             return tff.federated_map(add_one, x)
 
         v1 = loop.run_until_complete(ex.create_value(comp))
-        v2 = loop.run_until_complete(
-                ex.create_value(10, computation_types.at_server(tf.int32)))
+        v2 = loop.run_until_complete(ex.create_value(10, computation_types.at_server(tf.int32)))
         v3 = loop.run_until_complete(ex.create_call(v1, v2))
         result = loop.run_until_complete(v3.compute())
         self.assertEqual(np.asarray(result), 11)
 
     def test_with_federated_map_and_broadcast(self):
         eager_ex = framework.EagerTFExecutor()
-        factory = framework.FederatedResolvingStrategy.factory({
-                placements.SERVER: eager_ex,
-                placements.CLIENTS: [eager_ex for _ in range(3)]
-        })
+        factory = framework.FederatedResolvingStrategy.factory(
+            {placements.SERVER: eager_ex, placements.CLIENTS: [eager_ex for _ in range(3)]}
+        )
         federated_ex = framework.FederatingExecutor(factory, eager_ex)
         ex = framework.ReferenceResolvingExecutor(federated_ex)
         loop = _new_loop(self)
@@ -280,21 +253,21 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
 
         @tff.federated_computation(computation_types.at_server(tf.int32))
         def comp(x):
-            return tff.federated_map(add_one,
-                                                                            tff.federated_broadcast(x))
+            return tff.federated_map(add_one, tff.federated_broadcast(x))
 
         v1 = loop.run_until_complete(ex.create_value(comp))
-        v2 = loop.run_until_complete(
-                ex.create_value(10, computation_types.at_server(tf.int32)))
+        v2 = loop.run_until_complete(ex.create_value(10, computation_types.at_server(tf.int32)))
         v3 = loop.run_until_complete(ex.create_call(v1, v2))
         result = loop.run_until_complete(v3.compute())
         self.assertCountEqual([np.asarray(x) for x in result], [11, 11, 11])
 
     def test_raises_with_closure(self):
         eager_ex = framework.EagerTFExecutor()
-        factory = framework.FederatedResolvingStrategy.factory({
+        factory = framework.FederatedResolvingStrategy.factory(
+            {
                 placements.SERVER: eager_ex,
-        })
+            }
+        )
         federated_ex = framework.FederatingExecutor(factory, eager_ex)
         ex = framework.ReferenceResolvingExecutor(federated_ex)
         loop = _new_loop(self)
@@ -303,23 +276,32 @@ class ReferenceResolvingExecutorTest(absltest.TestCase):
         # (the traced `foo` runs), so the closure TFF's tracer produced is built by hand:
         # `(arg -> federated_apply(<(z -> arg[0]), arg[1]>))`.
         arg_type = computation_types.StructType(
-                [('x', tf.int32), ('y', computation_types.at_server(tf.int32))])
+            [('x', tf.int32), ('y', computation_types.at_server(tf.int32))]
+        )
         arg = bb.Reference('arg', arg_type)
         bar = bb.Lambda('z', tf.int32, bb.Selection(arg, name='x'))
-        apply = bb.Intrinsic('federated_apply', computation_types.FunctionType(
+        apply = bb.Intrinsic(
+            'federated_apply',
+            computation_types.FunctionType(
                 [bar.type_signature, computation_types.at_server(tf.int32)],
-                computation_types.at_server(tf.int32)))
-        foo = bb.Lambda('arg', arg_type, bb.Call(
-                apply, bb.Struct([(None, bar), (None, bb.Selection(arg, name='y'))])))
+                computation_types.at_server(tf.int32),
+            ),
+        )
+        foo = bb.Lambda(
+            'arg',
+            arg_type,
+            bb.Call(apply, bb.Struct([(None, bar), (None, bb.Selection(arg, name='y'))])),
+        )
 
         v1 = loop.run_until_complete(ex.create_value(foo))
         v2 = loop.run_until_complete(
-                ex.create_value(
-                        Struct([('x', 0), ('y', 0)]),
-                        [tf.int32, computation_types.at_server(tf.int32)]))
+            ex.create_value(
+                Struct([('x', 0), ('y', 0)]), [tf.int32, computation_types.at_server(tf.int32)]
+            )
+        )
         with self.assertRaisesRegex(
-                RuntimeError,
-                'lambda passed to intrinsic contains references to captured variables'):
+            RuntimeError, 'lambda passed to intrinsic contains references to captured variables'
+        ):
             loop.run_until_complete(ex.create_call(v1, v2))
 
     def test_execution_of_tensorflow(self):

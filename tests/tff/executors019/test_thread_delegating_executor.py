@@ -23,9 +23,6 @@ from simharness.executors.leaf.eager_tf import EagerValue
 from simharness.executors.thread_delegating import ThreadDelegatingValue
 
 
-
-
-
 _LOOP = None
 
 
@@ -59,23 +56,18 @@ def _invoke(ex, comp, arg=None):
 
 
 def _threaded_eager_executor() -> framework.Executor:
-    return framework.ThreadDelegatingExecutor(
-            framework.EagerTFExecutor())
+    return framework.ThreadDelegatingExecutor(framework.EagerTFExecutor())
 
 
 class ThreadDelegatingExecutorTest(absltest.TestCase):
-
     def _threaded_eager_value_to_numpy(self, value):
-        self.assertIsInstance(
-                value, ThreadDelegatingValue)
-        self.assertIsInstance(value.internal_representation,
-                                                    EagerValue)
+        self.assertIsInstance(value, ThreadDelegatingValue)
+        self.assertIsInstance(value.internal_representation, EagerValue)
         return np.asarray(value.internal_representation.internal)
 
     def test_nondeterminism_with_fake_executor_that_synchronously_sleeps(self):
 
         class FakeExecutor(framework.Executor):
-
             def __init__(self):
                 self._values = []
 
@@ -104,16 +96,11 @@ class ThreadDelegatingExecutorTest(absltest.TestCase):
 
         def make_output():
             test_ex = FakeExecutor()
-            executors = [
-                    framework.ThreadDelegatingExecutor(test_ex)
-                    for _ in range(10)
-            ]
+            executors = [framework.ThreadDelegatingExecutor(test_ex) for _ in range(10)]
             loop = _loop()
             vals = [ex.create_value(idx) for idx, ex in enumerate(executors)]
             results = loop.run_until_complete(_gather(vals))
-            results = [
-                    thread_value.internal_representation for thread_value in results
-            ]
+            results = [thread_value.internal_representation for thread_value in results]
             self.assertCountEqual(results, list(range(10)))
             for ex in executors:  # TFF left them to the garbage collector
                 ex.close()
@@ -138,12 +125,21 @@ class ThreadDelegatingExecutorTest(absltest.TestCase):
 
         async def compute():
             return await ex.create_selection(
-                    await ex.create_struct(
-                            collections.OrderedDict([
-                                    ('a', await
-                                      ex.create_call(await ex.create_value(add_one), await
-                                                                    ex.create_value(10, tf.int32)))
-                            ])), 0)
+                await ex.create_struct(
+                    collections.OrderedDict(
+                        [
+                            (
+                                'a',
+                                await ex.create_call(
+                                    await ex.create_value(add_one),
+                                    await ex.create_value(10, tf.int32),
+                                ),
+                            )
+                        ]
+                    )
+                ),
+                0,
+            )
 
         result = _loop().run_until_complete(compute())
         self.assertEqual(self._threaded_eager_value_to_numpy(result), 11)
@@ -156,12 +152,21 @@ class ThreadDelegatingExecutorTest(absltest.TestCase):
 
         async def compute():
             return await ex.create_selection(
-                    await ex.create_struct(
-                            collections.OrderedDict([
-                                    ('a', await
-                                      ex.create_call(await ex.create_value(add_one), await
-                                                                    ex.create_value(10, tf.int32)))
-                            ])), 0)
+                await ex.create_struct(
+                    collections.OrderedDict(
+                        [
+                            (
+                                'a',
+                                await ex.create_call(
+                                    await ex.create_value(add_one),
+                                    await ex.create_value(10, tf.int32),
+                                ),
+                            )
+                        ]
+                    )
+                ),
+                0,
+            )
 
         return _loop().run_until_complete(compute())
 
@@ -172,14 +177,13 @@ class ThreadDelegatingExecutorTest(absltest.TestCase):
         result = self.use_executor(ex)
         self.assertEqual(self._threaded_eager_value_to_numpy(result), 11)
 
-    @absltest.skip('TFF\'s CachingExecutor has no simharness counterpart')
+    @absltest.skip("TFF's CachingExecutor has no simharness counterpart")
     def test_close_then_use_executor_with_cache(self):
         # Integration that use after close is compatible with the combined
         # concurrent executors and cached executors. This was broken in
         # the past due to interactions between closing, caching, and the
         # concurrent executor. See b/148288711 for context.
-        ex = framework.ThreadDelegatingExecutor(
-                framework.EagerTFExecutor())
+        ex = framework.ThreadDelegatingExecutor(framework.EagerTFExecutor())
         self.use_executor(ex)
         ex.close()
         self.use_executor(ex)
@@ -195,12 +199,21 @@ class ThreadDelegatingExecutorTest(absltest.TestCase):
 
         async def compute():
             return await ex.create_selection(
-                    await ex.create_struct(
-                            collections.OrderedDict([
-                                    ('a', await
-                                      ex.create_call(await ex.create_value(add_one), await
-                                                                    ex.create_value(10, tf.int32)))
-                            ])), 0)
+                await ex.create_struct(
+                    collections.OrderedDict(
+                        [
+                            (
+                                'a',
+                                await ex.create_call(
+                                    await ex.create_value(add_one),
+                                    await ex.create_value(10, tf.int32),
+                                ),
+                            )
+                        ]
+                    )
+                ),
+                0,
+            )
 
         result = _loop().run_until_complete(compute())
         self.assertEqual(self._threaded_eager_value_to_numpy(result), 11)

@@ -138,15 +138,16 @@ def installed_context(backend_context) -> Iterator[Any]:
 def _named(named_contexts: Sequence[Any]) -> Tuple[List[str], List[Any]]:
     """Names and context functions of ``(name, fn)`` tuples or ``{'testcase_name': name,
     ...: fn}`` dicts, given one by one or as a single iterable."""
-    if (len(named_contexts) == 1 and not isinstance(named_contexts[0], (tuple, dict))):
+    if len(named_contexts) == 1 and not isinstance(named_contexts[0], (tuple, dict)):
         named_contexts = tuple(named_contexts[0])
     names, fns = [], []
     for entry in named_contexts:
         if isinstance(entry, dict):
             rest = [v for k, v in entry.items() if k != 'testcase_name']
             if 'testcase_name' not in entry or len(rest) != 1:
-                raise ValueError(f'expected {{"testcase_name": name, <arg>: context_fn}}, '
-                                 f'got {entry!r}')
+                raise ValueError(
+                    f'expected {{"testcase_name": name, <arg>: context_fn}}, got {entry!r}'
+                )
             names.append(entry['testcase_name'])
             fns.append(rest[0])
         else:
@@ -161,8 +162,9 @@ def _with_context_fn_parameter(fn: Callable[..., Any]) -> inspect.Signature:
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())
     extra = inspect.Parameter('context_fn', inspect.Parameter.KEYWORD_ONLY)
-    at = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD),
-              len(params))
+    at = next(
+        (i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params)
+    )
     return sig.replace(parameters=params[:at] + [extra] + params[at:])
 
 
@@ -197,6 +199,7 @@ def with_contexts(*named_contexts):
                 close_context(made.pop())
 
         if asyncio.iscoroutinefunction(fn):
+
             async def in_context(*args, **kwargs):
                 note_context()
                 return await fn(*args, **kwargs)
@@ -205,10 +208,12 @@ def with_contexts(*named_contexts):
             async def wrapper(*args, context_fn, **kwargs):
                 try:
                     await federated_language.framework.with_context(context_fn)(in_context)(
-                        *args, **kwargs)
+                        *args, **kwargs
+                    )
                 finally:
                     close_made()
         else:
+
             def in_context(*args, **kwargs):
                 note_context()
                 return fn(*args, **kwargs)
@@ -217,7 +222,8 @@ def with_contexts(*named_contexts):
             def wrapper(*args, context_fn, **kwargs):
                 try:
                     federated_language.framework.with_context(context_fn)(in_context)(
-                        *args, **kwargs)
+                        *args, **kwargs
+                    )
                 finally:
                     close_made()
 

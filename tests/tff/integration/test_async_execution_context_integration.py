@@ -48,6 +48,7 @@ def test_install_and_execute_in_context(factory, closing):
     async def body():
         with federated_language.framework.get_context_stack().install(context):
             assert await identity(1) == 1
+
     _run(body())
 
 
@@ -56,7 +57,8 @@ def test_install_and_execute_computations_with_different_cardinalities(factory, 
     closing(context)
 
     @federated_language.federated_computation(
-        federated_language.FederatedType(np.int32, federated_language.CLIENTS))
+        federated_language.FederatedType(np.int32, federated_language.CLIENTS)
+    )
     def repackage_arg(x):
         return [x, x]
 
@@ -64,12 +66,14 @@ def test_install_and_execute_computations_with_different_cardinalities(factory, 
         with federated_language.framework.get_context_stack().install(context):
             assert await repackage_arg([1]) == [[1], [1]]
             assert await repackage_arg([1, 2]) == [[1, 2], [1, 2]]
+
     _run(body())
 
 
 def test_runs_cardinality_free(factory, closing):
     context = federated_language.framework.AsyncExecutionContext(
-        factory, cardinality_inference_fn=lambda arg, type_spec: {})
+        factory, cardinality_inference_fn=lambda arg, type_spec: {}
+    )
     closing(context)
 
     @federated_language.federated_computation(np.int32)
@@ -79,6 +83,7 @@ def test_runs_cardinality_free(factory, closing):
     async def body():
         with federated_language.framework.get_context_stack().install(context):
             assert await identity(0) == 0  # independent of cardinalities
+
     _run(body())
 
 
@@ -90,7 +95,8 @@ def test_raises_exception(factory, closing):
         return {federated_language.CLIENTS: 1}
 
     context = federated_language.framework.AsyncExecutionContext(
-        factory, cardinality_inference_fn=one_client)
+        factory, cardinality_inference_fn=one_client
+    )
     closing(context)
     arg_type = federated_language.FederatedType(np.int32, federated_language.CLIENTS)
 
@@ -103,5 +109,6 @@ def test_raises_exception(factory, closing):
             # The argument has two clients; the inference function says one.
             with pytest.raises(Exception):
                 await identity([0, 1])
+
     _run(body())
     assert seen == [([0, 1], arg_type)]

@@ -23,8 +23,11 @@ import tensorflow as tf
 import simharness as federated_language
 import simharness as tff
 from tests.tff.integration import temperature_sensor_example
-from tests.tff.integration.contexts import (backend_context, installed_context,  # noqa: F401
-                                            with_contexts)
+from tests.tff.integration.contexts import (
+    backend_context,  # noqa: F401
+    installed_context,  # noqa: F401
+    with_contexts,
+)
 
 _CLIENTS = federated_language.CLIENTS
 _SERVER = federated_language.SERVER
@@ -52,8 +55,7 @@ def test_executes_null_aggregate(installed_context):
     @federated_language.federated_computation()
     def empty_aggregate():
         nothing = federated_language.federated_value([], _CLIENTS)
-        return federated_language.federated_aggregate(nothing, [], accumulate, accumulate,
-                                                      report)
+        return federated_language.federated_aggregate(nothing, [], accumulate, accumulate, report)
 
     assert empty_aggregate() == ()
 
@@ -92,12 +94,15 @@ def test_executes_dataset_concat_aggregation(installed_context):
     def identity(ds):
         return ds
 
-    @federated_language.federated_computation(
-        _at_clients(federated_language.SequenceType(element)))
+    @federated_language.federated_computation(_at_clients(federated_language.SequenceType(element)))
     def aggregate_datasets(client_datasets):
         return federated_language.federated_aggregate(
-            value=client_datasets, zero=zero_dataset(), accumulate=concat, merge=concat,
-            report=identity)
+            value=client_datasets,
+            zero=zero_dataset(),
+            accumulate=concat,
+            merge=concat,
+            report=identity,
+        )
 
     result = aggregate_datasets([tf.data.Dataset.from_tensor_slices([[0.1, 0.2]])])
     assert isinstance(result, list)
@@ -107,8 +112,9 @@ def test_executes_dataset_concat_aggregation(installed_context):
 
 
 def test_temperature_sensor_example_with_clients_datasets(installed_context):
-    temperatures = [tf.data.Dataset.range(n).map(lambda x: tf.cast(x, tf.float32))
-                    for n in (10, 20, 30)]
+    temperatures = [
+        tf.data.Dataset.range(n).map(lambda x: tf.cast(x, tf.float32)) for n in (10, 20, 30)
+    ]
     assert temperature_sensor_example.mean_over_threshold(temperatures, 10.0) == 12.5
 
 
@@ -208,8 +214,9 @@ def test_runs_unplaced_lambda(installed_context):
 def test_runs_server_placed_lambda(installed_context):
     first = _first_of_two()
 
-    @federated_language.federated_computation(federated_language.FederatedType(
-        collections.OrderedDict(x=np.int32, y=np.int32), _SERVER))
+    @federated_language.federated_computation(
+        federated_language.FederatedType(collections.OrderedDict(x=np.int32, y=np.int32), _SERVER)
+    )
     def map_at_server(pair):
         return federated_language.federated_map(first, pair)
 
@@ -220,7 +227,8 @@ def test_runs_clients_placed_lambda(installed_context):
     first = _first_of_two()
 
     @federated_language.federated_computation(
-        _at_clients(collections.OrderedDict(x=np.int32, y=np.int32)))
+        _at_clients(collections.OrderedDict(x=np.int32, y=np.int32))
+    )
     def map_at_clients(pairs):
         return federated_language.federated_map(first, pairs)
 
@@ -239,8 +247,7 @@ def test_bad_type_coercion_raises(installed_context):
     def map_at_clients(xs):
         return federated_language.federated_map(to_scalar, xs)
 
-    @federated_language.federated_computation(
-        federated_language.FederatedType(vector, _SERVER))
+    @federated_language.federated_computation(federated_language.FederatedType(vector, _SERVER))
     def map_at_server(x):
         return federated_language.federated_map(to_scalar, x)
 
@@ -267,17 +274,20 @@ def test_runs_federated_select(installed_context):
 
     @federated_language.federated_computation(
         federated_language.FederatedType(strings, _SERVER),
-        _at_clients(federated_language.TensorType(np.int32, [keys_per_client])))
+        _at_clients(federated_language.TensorType(np.int32, [keys_per_client])),
+    )
     def select(server_val, client_keys):
         max_key_at_server = federated_language.federated_value(max_key, _SERVER)
-        return federated_language.federated_select(client_keys, max_key_at_server,
-                                                   server_val, gather)
+        return federated_language.federated_select(
+            client_keys, max_key_at_server, server_val, gather
+        )
 
-    result = select(['zero', 'one', 'two', 'three', 'four'],
-                    [[0, 1, 2], [1, 2, 3], [2, 3, 4]])
-    assert result == [[b'zero', b'one', b'two'],
-                      [b'one', b'two', b'three'],
-                      [b'two', b'three', b'four']]
+    result = select(['zero', 'one', 'two', 'three', 'four'], [[0, 1, 2], [1, 2, 3], [2, 3, 4]])
+    assert result == [
+        [b'zero', b'one', b'two'],
+        [b'one', b'two', b'three'],
+        [b'two', b'three', b'four'],
+    ]
 
 
 # ----------------------------------------------------------- TensorFlow computations
@@ -290,7 +300,8 @@ def test_create_call_take_two_from_stateful_dataset(installed_context):
     def take_two(ds):
         table = tf.lookup.StaticVocabularyTable(
             tf.lookup.KeyValueTensorInitializer(vocab, tf.range(len(vocab), dtype=tf.int64)),
-            num_oov_buckets=1)
+            num_oov_buckets=1,
+        )
         return ds.map(table.lookup).take(2)
 
     result = take_two(tf.data.Dataset.from_tensor_slices(vocab))
@@ -318,14 +329,14 @@ def _lookup(key_type):
     def lookup(keys, to_look_up):
         table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(keys, tf.range(tf.shape(keys)[0])),
-            default_value=101)
+            default_value=101,
+        )
         return table.lookup(to_look_up)
 
     return lookup
 
 
-@with_contexts(('native_sync_local',
-                tff.backends.native.create_sync_local_cpp_execution_context))
+@with_contexts(('native_sync_local', tff.backends.native.create_sync_local_cpp_execution_context))
 def test_dynamic_lookup_table():
     lookup = _lookup(federated_language.TensorType(np.str_, [None]))
     result = lookup(tf.constant(['a', 'b', 'c']), tf.constant(['a', 'z', 'c']))

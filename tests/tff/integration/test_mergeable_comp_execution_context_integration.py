@@ -71,13 +71,21 @@ class _Made:
         """`num` async contexts as TFF's cases make them, each on a factory of its own."""
         contexts = []
         for _ in range(num):
-            factory = self(tff.framework.local_cpp_executor_factory(
-                max_concurrent_computation_calls=1, **factory_kwargs))
-            contexts.append(self(federated_language.framework.AsyncExecutionContext(
-                executor_fn=factory,
-                compiler_fn=tff.backends.native.desugar_and_transform_to_native,
-                transform_args=tff.tensorflow.transform_args,
-                transform_result=tff.tensorflow.transform_result)))
+            factory = self(
+                tff.framework.local_cpp_executor_factory(
+                    max_concurrent_computation_calls=1, **factory_kwargs
+                )
+            )
+            contexts.append(
+                self(
+                    federated_language.framework.AsyncExecutionContext(
+                        executor_fn=factory,
+                        compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+                        transform_args=tff.tensorflow.transform_args,
+                        transform_result=tff.tensorflow.transform_result,
+                    )
+                )
+            )
         return contexts
 
     def close(self) -> None:
@@ -100,8 +108,11 @@ def made() -> Iterator[_Made]:
         registry.close()
     deadline = time.monotonic() + 10
     while True:
-        left = {p for p in workers if psutil.pid_exists(p)
-                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+        left = {
+            p
+            for p in workers
+            if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        }
         segments = _segments({me} | workers) - segments_before
         if not (left or segments) or time.monotonic() > deadline:
             break
@@ -126,7 +137,8 @@ def build_noarg_count_clients_computation():
     @federated_language.federated_computation()
     def up_to_merge():
         return federated_language.federated_sum(
-            federated_language.federated_value(1, federated_language.CLIENTS))
+            federated_language.federated_value(1, federated_language.CLIENTS)
+        )
 
     return up_to_merge
 
@@ -151,11 +163,13 @@ def build_sum_merge_computation(arg_type):
 def build_whimsy_after_merge_computation(original_arg_type, merge_result_type):
     merged = federated_language.FederatedType(merge_result_type, federated_language.SERVER)
     if original_arg_type is not None:
+
         @federated_language.federated_computation(original_arg_type, merged)
         def after_merge(original_arg, merge_result):
             del merge_result  # Unused
             return original_arg
     else:
+
         @federated_language.federated_computation(merged)
         def after_merge(merge_result):
             return merge_result
@@ -166,7 +180,8 @@ def build_whimsy_after_merge_computation(original_arg_type, merge_result_type):
 def build_return_merge_result_computation(original_arg_type, merge_result_type):
     @federated_language.federated_computation(
         original_arg_type,
-        federated_language.FederatedType(merge_result_type, federated_language.SERVER))
+        federated_language.FederatedType(merge_result_type, federated_language.SERVER),
+    )
     def after_merge(original_arg, merge_result):
         del original_arg  # Unused
         return merge_result
@@ -176,7 +191,8 @@ def build_return_merge_result_computation(original_arg_type, merge_result_type):
 
 def build_return_merge_result_with_no_first_arg_computation(merge_result_type):
     @federated_language.federated_computation(
-        federated_language.FederatedType(merge_result_type, federated_language.SERVER))
+        federated_language.FederatedType(merge_result_type, federated_language.SERVER)
+    )
     def after_merge(merge_result):
         return merge_result
 
@@ -192,7 +208,8 @@ def build_sum_merge_with_first_arg_computation(original_arg_type, merge_result_t
 
     @federated_language.federated_computation(
         original_arg_type,
-        federated_language.FederatedType(merge_result_type, federated_language.SERVER))
+        federated_language.FederatedType(merge_result_type, federated_language.SERVER),
+    )
     def after_merge(original_arg, merge_result):
         return federated_language.federated_map(add, (original_arg[0], merge_result))
 
@@ -202,7 +219,8 @@ def build_sum_merge_with_first_arg_computation(original_arg_type, merge_result_t
 def _sum_client_arg_computation():
     return build_sum_client_arg_computation(
         federated_language.FederatedType(np.int32, federated_language.SERVER),
-        federated_language.FederatedType(np.int32, federated_language.CLIENTS))
+        federated_language.FederatedType(np.int32, federated_language.CLIENTS),
+    )
 
 
 # ------------------------------------------------------ MergeableCompFormTest
@@ -214,14 +232,17 @@ def test_raises_mismatched_up_to_merge_and_merge():
 
     @federated_language.federated_computation(
         up_to_merge.type_signature.parameter,
-        federated_language.FederatedType(bad_merge.type_signature.result,
-                                         federated_language.SERVER))
+        federated_language.FederatedType(
+            bad_merge.type_signature.result, federated_language.SERVER
+        ),
+    )
     def after_merge(x, y):
         return (x, y)
 
     with pytest.raises(TypeError):
-        tff.framework.MergeableCompForm(up_to_merge=up_to_merge, merge=bad_merge,
-                                        after_merge=after_merge)
+        tff.framework.MergeableCompForm(
+            up_to_merge=up_to_merge, merge=bad_merge, after_merge=after_merge
+        )
 
 
 def test_raises_merge_computation_not_assignable_result():
@@ -234,14 +255,17 @@ def test_raises_merge_computation_not_assignable_result():
 
     @federated_language.federated_computation(
         up_to_merge.type_signature.parameter,
-        federated_language.FederatedType(bad_merge.type_signature.result,
-                                         federated_language.SERVER))
+        federated_language.FederatedType(
+            bad_merge.type_signature.result, federated_language.SERVER
+        ),
+    )
     def after_merge(x, y):
         return (x, y)
 
     with pytest.raises(TypeError):
-        tff.framework.MergeableCompForm(up_to_merge=up_to_merge, merge=bad_merge,
-                                        after_merge=after_merge)
+        tff.framework.MergeableCompForm(
+            up_to_merge=up_to_merge, merge=bad_merge, after_merge=after_merge
+        )
 
 
 def test_raises_no_top_level_argument_in_after_agg():
@@ -249,29 +273,33 @@ def test_raises_no_top_level_argument_in_after_agg():
     merge = build_whimsy_merge_computation(np.int32)
 
     @federated_language.federated_computation(
-        federated_language.FederatedType(merge.type_signature.result,
-                                         federated_language.SERVER))
+        federated_language.FederatedType(merge.type_signature.result, federated_language.SERVER)
+    )
     def bad_after_merge(x):
         return x
 
     with pytest.raises(TypeError):
-        tff.framework.MergeableCompForm(up_to_merge=up_to_merge, merge=merge,
-                                        after_merge=bad_after_merge)
+        tff.framework.MergeableCompForm(
+            up_to_merge=up_to_merge, merge=merge, after_merge=bad_after_merge
+        )
 
 
 def test_raises_up_to_merge_returns_non_server_placed_result():
     @federated_language.federated_computation(
-        federated_language.FederatedType(np.int32, federated_language.SERVER))
+        federated_language.FederatedType(np.int32, federated_language.SERVER)
+    )
     def bad_up_to_merge(x):
         return x, x  # not one server-placed value
 
     merge = build_whimsy_merge_computation(np.int32)
     after_merge = build_whimsy_after_merge_computation(
-        bad_up_to_merge.type_signature.parameter, merge.type_signature.result)
+        bad_up_to_merge.type_signature.parameter, merge.type_signature.result
+    )
 
     with pytest.raises(TypeError):
-        tff.framework.MergeableCompForm(up_to_merge=bad_up_to_merge, merge=merge,
-                                        after_merge=after_merge)
+        tff.framework.MergeableCompForm(
+            up_to_merge=bad_up_to_merge, merge=merge, after_merge=after_merge
+        )
 
 
 def test_raises_with_aggregation_in_after_agg():
@@ -280,25 +308,28 @@ def test_raises_with_aggregation_in_after_agg():
 
     @federated_language.federated_computation(
         up_to_merge.type_signature.parameter,
-        federated_language.FederatedType(merge.type_signature.result,
-                                         federated_language.SERVER))
+        federated_language.FederatedType(merge.type_signature.result, federated_language.SERVER),
+    )
     def after_merge_with_sum(original_arg, merged_arg):
         del merged_arg  # Unused
         # The second element of the original argument is the clients-placed value.
         return federated_language.federated_sum(original_arg[1])
 
     with pytest.raises(ValueError):
-        tff.framework.MergeableCompForm(up_to_merge=up_to_merge, merge=merge,
-                                        after_merge=after_merge_with_sum)
+        tff.framework.MergeableCompForm(
+            up_to_merge=up_to_merge, merge=merge, after_merge=after_merge_with_sum
+        )
 
 
 def test_passes_with_correct_signatures():
     up_to_merge = _sum_client_arg_computation()
     merge = build_whimsy_merge_computation(np.int32)
     after_merge = build_whimsy_after_merge_computation(
-        up_to_merge.type_signature.parameter, merge.type_signature.result)
-    form = tff.framework.MergeableCompForm(up_to_merge=up_to_merge, merge=merge,
-                                           after_merge=after_merge)
+        up_to_merge.type_signature.parameter, merge.type_signature.result
+    )
+    form = tff.framework.MergeableCompForm(
+        up_to_merge=up_to_merge, merge=merge, after_merge=after_merge
+    )
     assert isinstance(form, tff.framework.MergeableCompForm)
 
 
@@ -306,9 +337,11 @@ def test_passes_with_noarg_top_level_computation():
     up_to_merge = build_noarg_count_clients_computation()
     merge = build_whimsy_merge_computation(np.int32)
     after_merge = build_whimsy_after_merge_computation(
-        up_to_merge.type_signature.parameter, merge.type_signature.result)
-    form = tff.framework.MergeableCompForm(up_to_merge=up_to_merge, merge=merge,
-                                           after_merge=after_merge)
+        up_to_merge.type_signature.parameter, merge.type_signature.result
+    )
+    form = tff.framework.MergeableCompForm(
+        up_to_merge=up_to_merge, merge=merge, after_merge=after_merge
+    )
     assert isinstance(form, tff.framework.MergeableCompForm)
 
 
@@ -319,114 +352,211 @@ def _slow_if(slow: bool, *values: Any, id: str) -> Any:  # noqa: A002 (pytest's 
     return pytest.param(*values, id=id, marks=[pytest.mark.slow] if slow else [])
 
 
-@pytest.mark.parametrize('arg, num_subrounds, num_contexts', [
-    _slow_if(True, (0, list(range(100))), None, 5,
-             id='100_clients_five_contexts_inferred_subrounds'),
-    _slow_if(True, (0, list(range(100))), None, 60,
-             id='100_clients_sixty_contexts_inferred_subrounds'),
-    _slow_if(True, (0, list(range(100))), _NUM_EXPLICIT_SUBROUNDS, 5,
-             id='100_clients_five_contexts_fifty_subrounds'),
-    _slow_if(True, (0, list(range(100))), _NUM_EXPLICIT_SUBROUNDS, 60,
-             id='100_clients_sixty_contexts_fifty_subrounds'),
-    _slow_if(False, (0, [0]), None, _NUM_EXPLICIT_SUBROUNDS // 2,
-             id='fewer_clients_and_contexts_than_inferred_subrounds'),
-    _slow_if(False, (0, [0]), None, _NUM_EXPLICIT_SUBROUNDS * 2,
-             id='fewer_clients_more_contexts_than_inferred_subrounds'),
-    _slow_if(False, (0, [0]), _NUM_EXPLICIT_SUBROUNDS, _NUM_EXPLICIT_SUBROUNDS // 2,
-             id='fewer_clients_and_contexts_than_explicit_subrounds'),
-    _slow_if(False, (0, [0]), _NUM_EXPLICIT_SUBROUNDS, _NUM_EXPLICIT_SUBROUNDS * 2,
-             id='fewer_clients_more_contexts_than_explicit_subrounds'),
-])
-def test_runs_computation_with_clients_placed_return_values(made, arg, num_subrounds,
-                                                            num_contexts):
+@pytest.mark.parametrize(
+    'arg, num_subrounds, num_contexts',
+    [
+        _slow_if(
+            True, (0, list(range(100))), None, 5, id='100_clients_five_contexts_inferred_subrounds'
+        ),
+        _slow_if(
+            True,
+            (0, list(range(100))),
+            None,
+            60,
+            id='100_clients_sixty_contexts_inferred_subrounds',
+        ),
+        _slow_if(
+            True,
+            (0, list(range(100))),
+            _NUM_EXPLICIT_SUBROUNDS,
+            5,
+            id='100_clients_five_contexts_fifty_subrounds',
+        ),
+        _slow_if(
+            True,
+            (0, list(range(100))),
+            _NUM_EXPLICIT_SUBROUNDS,
+            60,
+            id='100_clients_sixty_contexts_fifty_subrounds',
+        ),
+        _slow_if(
+            False,
+            (0, [0]),
+            None,
+            _NUM_EXPLICIT_SUBROUNDS // 2,
+            id='fewer_clients_and_contexts_than_inferred_subrounds',
+        ),
+        _slow_if(
+            False,
+            (0, [0]),
+            None,
+            _NUM_EXPLICIT_SUBROUNDS * 2,
+            id='fewer_clients_more_contexts_than_inferred_subrounds',
+        ),
+        _slow_if(
+            False,
+            (0, [0]),
+            _NUM_EXPLICIT_SUBROUNDS,
+            _NUM_EXPLICIT_SUBROUNDS // 2,
+            id='fewer_clients_and_contexts_than_explicit_subrounds',
+        ),
+        _slow_if(
+            False,
+            (0, [0]),
+            _NUM_EXPLICIT_SUBROUNDS,
+            _NUM_EXPLICIT_SUBROUNDS * 2,
+            id='fewer_clients_more_contexts_than_explicit_subrounds',
+        ),
+    ],
+)
+def test_runs_computation_with_clients_placed_return_values(made, arg, num_subrounds, num_contexts):
     up_to_merge = _sum_client_arg_computation()
     merge = build_whimsy_merge_computation(np.int32)
     after_merge = build_whimsy_after_merge_computation(
-        up_to_merge.type_signature.parameter, merge.type_signature.result)
+        up_to_merge.type_signature.parameter, merge.type_signature.result
+    )
     # Returns its argument.
-    form = tff.framework.MergeableCompForm(up_to_merge=up_to_merge, merge=merge,
-                                           after_merge=after_merge)
-    context = made(tff.framework.MergeableCompExecutionContext(
-        made.async_contexts(num_contexts), num_subrounds=num_subrounds))
+    form = tff.framework.MergeableCompForm(
+        up_to_merge=up_to_merge, merge=merge, after_merge=after_merge
+    )
+    context = made(
+        tff.framework.MergeableCompExecutionContext(
+            made.async_contexts(num_contexts), num_subrounds=num_subrounds
+        )
+    )
     # A Struct, as TFF's: type_to_py_container returns a non-Struct argument as it is.
     arg = tff.structure.Struct.unnamed(*arg)
     expected = federated_language.framework.type_to_py_container(
-        arg, after_merge.type_signature.result)
+        arg, after_merge.type_signature.result
+    )
     result = context.invoke(form, arg)
 
     assert result['server_arg'] == expected['server_arg']
     # As TFF: the clients' values compared as multisets, not depending on their order.
     assert set(result['client_arg']) == set(expected['client_arg'])
-    assert collections.Counter(result['client_arg']) == collections.Counter(
-        expected['client_arg'])
+    assert collections.Counter(result['client_arg']) == collections.Counter(expected['client_arg'])
 
 
-@pytest.mark.parametrize('arg, expected_sum, num_subrounds', [
-    _slow_if(True, (0, list(range(500))), sum(range(500)), None,
-             id='500_clients_inferred_subrounds'),
-    _slow_if(True, (1, list(range(500))), sum(range(500)), None,
-             id='500_clients_nonzero_server_values_inferred_subrounds'),
-    _slow_if(False, (0, [1]), 1, None, id='fewer_clients_than__inferred_subrounds'),
-    _slow_if(True, (0, list(range(500))), sum(range(500)), _NUM_EXPLICIT_SUBROUNDS,
-             id='500_clients_explicit_subrounds'),
-    _slow_if(True, (1, list(range(500))), sum(range(500)), _NUM_EXPLICIT_SUBROUNDS,
-             id='500_clients_nonzero_server_values_explicit_subrounds'),
-    _slow_if(False, (0, [1]), 1, _NUM_EXPLICIT_SUBROUNDS,
-             id='fewer_clients_than_explicit_subrounds'),
-])
+@pytest.mark.parametrize(
+    'arg, expected_sum, num_subrounds',
+    [
+        _slow_if(
+            True, (0, list(range(500))), sum(range(500)), None, id='500_clients_inferred_subrounds'
+        ),
+        _slow_if(
+            True,
+            (1, list(range(500))),
+            sum(range(500)),
+            None,
+            id='500_clients_nonzero_server_values_inferred_subrounds',
+        ),
+        _slow_if(False, (0, [1]), 1, None, id='fewer_clients_than__inferred_subrounds'),
+        _slow_if(
+            True,
+            (0, list(range(500))),
+            sum(range(500)),
+            _NUM_EXPLICIT_SUBROUNDS,
+            id='500_clients_explicit_subrounds',
+        ),
+        _slow_if(
+            True,
+            (1, list(range(500))),
+            sum(range(500)),
+            _NUM_EXPLICIT_SUBROUNDS,
+            id='500_clients_nonzero_server_values_explicit_subrounds',
+        ),
+        _slow_if(
+            False, (0, [1]), 1, _NUM_EXPLICIT_SUBROUNDS, id='fewer_clients_than_explicit_subrounds'
+        ),
+    ],
+)
 def test_computes_sum_of_clients_values(made, arg, expected_sum, num_subrounds):
     up_to_merge = _sum_client_arg_computation()
     merge = build_sum_merge_computation(np.int32)
     after_merge = build_return_merge_result_computation(
-        up_to_merge.type_signature.parameter, merge.type_signature.result)
-    form = tff.framework.MergeableCompForm(up_to_merge=up_to_merge, merge=merge,
-                                           after_merge=after_merge)
-    context = made(tff.framework.MergeableCompExecutionContext(
-        made.async_contexts(5), num_subrounds=num_subrounds))
+        up_to_merge.type_signature.parameter, merge.type_signature.result
+    )
+    form = tff.framework.MergeableCompForm(
+        up_to_merge=up_to_merge, merge=merge, after_merge=after_merge
+    )
+    context = made(
+        tff.framework.MergeableCompExecutionContext(
+            made.async_contexts(5), num_subrounds=num_subrounds
+        )
+    )
     expected = federated_language.framework.type_to_py_container(
-        expected_sum, after_merge.type_signature.result)
+        expected_sum, after_merge.type_signature.result
+    )
     assert context.invoke(form, arg) == expected
 
 
-@pytest.mark.parametrize('arg, expected_sum, num_subrounds', [
-    _slow_if(False, (100, list(range(100))), sum(range(101)), None,
-             id='100_clients_inferred_subrounds'),
-    _slow_if(False, (100, list(range(100))), sum(range(101)), _NUM_EXPLICIT_SUBROUNDS,
-             id='100_clients_explicit_subrounds'),
-    _slow_if(False, (1, [1]), 2, None, id='fewer_clients_than_inferred_subrounds'),
-    _slow_if(False, (1, [1]), 2, _NUM_EXPLICIT_SUBROUNDS,
-             id='fewer_clients_than_explicit_subrounds'),
-])
+@pytest.mark.parametrize(
+    'arg, expected_sum, num_subrounds',
+    [
+        _slow_if(
+            False,
+            (100, list(range(100))),
+            sum(range(101)),
+            None,
+            id='100_clients_inferred_subrounds',
+        ),
+        _slow_if(
+            False,
+            (100, list(range(100))),
+            sum(range(101)),
+            _NUM_EXPLICIT_SUBROUNDS,
+            id='100_clients_explicit_subrounds',
+        ),
+        _slow_if(False, (1, [1]), 2, None, id='fewer_clients_than_inferred_subrounds'),
+        _slow_if(
+            False, (1, [1]), 2, _NUM_EXPLICIT_SUBROUNDS, id='fewer_clients_than_explicit_subrounds'
+        ),
+    ],
+)
 def test_computes_sum_of_all_values(made, arg, expected_sum, num_subrounds):
     up_to_merge = _sum_client_arg_computation()
     merge = build_sum_merge_computation(np.int32)
     after_merge = build_sum_merge_with_first_arg_computation(
-        up_to_merge.type_signature.parameter, merge.type_signature.result)
-    form = tff.framework.MergeableCompForm(up_to_merge=up_to_merge, merge=merge,
-                                           after_merge=after_merge)
-    context = made(tff.framework.MergeableCompExecutionContext(
-        made.async_contexts(1), num_subrounds=num_subrounds))
+        up_to_merge.type_signature.parameter, merge.type_signature.result
+    )
+    form = tff.framework.MergeableCompForm(
+        up_to_merge=up_to_merge, merge=merge, after_merge=after_merge
+    )
+    context = made(
+        tff.framework.MergeableCompExecutionContext(
+            made.async_contexts(1), num_subrounds=num_subrounds
+        )
+    )
     expected = federated_language.framework.type_to_py_container(
-        expected_sum, after_merge.type_signature.result)
+        expected_sum, after_merge.type_signature.result
+    )
     assert context.invoke(form, arg) == expected
 
 
-@pytest.mark.parametrize('num_subrounds', [
-    _slow_if(True, None, id='inferred_subrounds'),
-    _slow_if(True, _NUM_EXPLICIT_SUBROUNDS, id='explicit_subrounds'),
-])
+@pytest.mark.parametrize(
+    'num_subrounds',
+    [
+        _slow_if(True, None, id='inferred_subrounds'),
+        _slow_if(True, _NUM_EXPLICIT_SUBROUNDS, id='explicit_subrounds'),
+    ],
+)
 def test_counts_clients_with_noarg_computation(made, num_subrounds):
     num_clients = 100
     num_executors = 5
     up_to_merge = build_noarg_count_clients_computation()
     merge = build_sum_merge_computation(np.int32)
     after_merge = build_return_merge_result_with_no_first_arg_computation(
-        merge.type_signature.result)
-    form = tff.framework.MergeableCompForm(up_to_merge=up_to_merge, merge=merge,
-                                           after_merge=after_merge)
-    context = made(tff.framework.MergeableCompExecutionContext(
-        made.async_contexts(num_executors, default_num_clients=num_clients // num_executors),
-        num_subrounds=num_subrounds))
+        merge.type_signature.result
+    )
+    form = tff.framework.MergeableCompForm(
+        up_to_merge=up_to_merge, merge=merge, after_merge=after_merge
+    )
+    context = made(
+        tff.framework.MergeableCompExecutionContext(
+            made.async_contexts(num_executors, default_num_clients=num_clients // num_executors),
+            num_subrounds=num_subrounds,
+        )
+    )
     # No argument: one subround per context, each on its default clients.
     assert context.invoke(form, None) == num_clients
 
@@ -441,9 +571,13 @@ def _return_one():
 
 def test_invoke_raises_computation_no_compiler(made):
     factory = made(tff.framework.local_cpp_executor_factory())
-    async_context = made(federated_language.framework.AsyncExecutionContext(
-        executor_fn=factory, transform_args=tff.tensorflow.transform_args,
-        transform_result=tff.tensorflow.transform_result))
+    async_context = made(
+        federated_language.framework.AsyncExecutionContext(
+            executor_fn=factory,
+            transform_args=tff.tensorflow.transform_args,
+            transform_result=tff.tensorflow.transform_result,
+        )
+    )
     context = made(tff.framework.MergeableCompExecutionContext([async_context]))
     with pytest.raises(ValueError):
         context.invoke(_return_one())
@@ -451,10 +585,15 @@ def test_invoke_raises_computation_no_compiler(made):
 
 def test_invoke_raises_computation_not_compiled_to_mergeable_comp_form(made):
     factory = made(tff.framework.local_cpp_executor_factory())
-    async_context = made(federated_language.framework.AsyncExecutionContext(
-        executor_fn=factory, transform_args=tff.tensorflow.transform_args,
-        transform_result=tff.tensorflow.transform_result))
-    context = made(tff.framework.MergeableCompExecutionContext(
-        [async_context], compiler_fn=lambda x: x))
+    async_context = made(
+        federated_language.framework.AsyncExecutionContext(
+            executor_fn=factory,
+            transform_args=tff.tensorflow.transform_args,
+            transform_result=tff.tensorflow.transform_result,
+        )
+    )
+    context = made(
+        tff.framework.MergeableCompExecutionContext([async_context], compiler_fn=lambda x: x)
+    )
     with pytest.raises(ValueError):
         context.invoke(_return_one())

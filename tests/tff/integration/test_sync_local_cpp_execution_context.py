@@ -78,7 +78,8 @@ def test_tf_computation_with_structured_result(installed):
 
 def test_changing_cardinalities_across_calls(installed):
     @federated_language.federated_computation(
-        federated_language.FederatedType(np.int32, federated_language.CLIENTS))
+        federated_language.FederatedType(np.int32, federated_language.CLIENTS)
+    )
     def comp(x):
         return x
 

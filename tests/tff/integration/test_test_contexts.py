@@ -44,7 +44,7 @@ def _context_fn():
 #: TFF's named contexts: three names, one function.
 NAMED_CONTEXTS = [('1', _context_fn), ('2', _context_fn), ('3', _context_fn)]
 
-_DECORATED_TESTS = '''
+_DECORATED_TESTS = """
 from {module} import NAMED_CONTEXTS, with_contexts
 
 
@@ -60,9 +60,9 @@ def test_sync():
 
 def test_undecorated():
     pass
-'''
+"""
 
-_RUN_COROUTINES = '''
+_RUN_COROUTINES = """
 import asyncio
 import inspect
 
@@ -76,7 +76,7 @@ def pytest_pyfunc_call(pyfuncitem):
         asyncio.run(pyfuncitem.obj(**args))
         return True
     return None
-'''
+"""
 
 
 def _parametrization(fn):
@@ -103,22 +103,31 @@ def test_installs_contexts_test_case(pytester, monkeypatch):
     assert not asyncio.iscoroutinefunction(sync_decorated)
     assert asyncio.iscoroutinefunction(async_decorated)
     for decorated in (sync_decorated, async_decorated):
-        assert _parametrization(decorated) == ([name for name, _ in NAMED_CONTEXTS],
-                                               [fn for _, fn in NAMED_CONTEXTS])
+        assert _parametrization(decorated) == (
+            [name for name, _ in NAMED_CONTEXTS],
+            [fn for _, fn in NAMED_CONTEXTS],
+        )
 
     pytester.makeconftest(_RUN_COROUTINES)
     pytester.makepyfile(test_foo=_DECORATED_TESTS.format(module=__name__))
     async_values = [lambda _: mock.AsyncMock()] * 3
     sync_values = [lambda _: mock.MagicMock()] * 3
-    with mock.patch.object(federated_language.framework, 'with_context',
-                           side_effect=async_values + sync_values) as mock_with_context:
+    with mock.patch.object(
+        federated_language.framework, 'with_context', side_effect=async_values + sync_values
+    ) as mock_with_context:
         recorder = pytester.inline_run('-p', 'no:cacheprovider')
         # The expected cases, all passed.
-        ran = [r.nodeid.split('::')[-1] for r in recorder.getreports('pytest_runtest_logreport')
-               if r.when == 'call']
+        ran = [
+            r.nodeid.split('::')[-1]
+            for r in recorder.getreports('pytest_runtest_logreport')
+            if r.when == 'call'
+        ]
         names = [name for name, _ in NAMED_CONTEXTS]
-        assert ran == ([f'test_async[{n}]' for n in names] + [f'test_sync[{n}]' for n in names]
-                       + ['test_undecorated'])
+        assert ran == (
+            [f'test_async[{n}]' for n in names]
+            + [f'test_sync[{n}]' for n in names]
+            + ['test_undecorated']
+        )
         recorder.assertoutcome(passed=len(NAMED_CONTEXTS) * 2 + 1)
         # `with_context` got each context function, in order.
         assert mock_with_context.mock_calls == [mock.call(fn) for _, fn in NAMED_CONTEXTS] * 2
@@ -144,9 +153,15 @@ def test_accepts_tuples_dicts_or_one_iterable():
 
     expected = (['a', 'b'], [first, second])
     assert _parametrization(with_contexts(('a', first), ('b', second))(case)) == expected
-    assert _parametrization(with_contexts(
-        {'testcase_name': 'a', 'context_fn': first},
-        {'testcase_name': 'b', 'context_fn': second})(case)) == expected
+    assert (
+        _parametrization(
+            with_contexts(
+                {'testcase_name': 'a', 'context_fn': first},
+                {'testcase_name': 'b', 'context_fn': second},
+            )(case)
+        )
+        == expected
+    )
     assert _parametrization(with_contexts([('a', first), ('b', second)])(case)) == expected
 
 
@@ -201,7 +216,10 @@ def test_closes_the_context_of_a_failing_case():
 
 def test_get_all_contexts_names_tffs_three():
     assert [name for name, _ in contexts.get_all_contexts()] == [
-        'native_mergeable', 'native_sync_local', 'test_sync']
+        'native_mergeable',
+        'native_sync_local',
+        'test_sync',
+    ]
     assert all(callable(fn) for _, fn in contexts.get_all_contexts())
 
 
@@ -209,4 +227,3 @@ def test_get_all_contexts_names_tffs_three():
 def test_decorated_case_runs_in_its_context():
     ctx = federated_language.framework.get_context_stack().current
     assert isinstance(ctx, _TestContext) and not ctx.closed
-

@@ -22,9 +22,15 @@ class _Context(tff.framework.SyncContext):
 
 
 def test_the_names_of_tff_test():
-    for name in ('with_context', 'with_contexts', 'create_runtime_error_context',
-                 'set_no_default_context', 'assert_type_assignable_from',
-                 'assert_types_equivalent', 'assert_types_identical'):
+    for name in (
+        'with_context',
+        'with_contexts',
+        'create_runtime_error_context',
+        'set_no_default_context',
+        'assert_type_assignable_from',
+        'assert_types_equivalent',
+        'assert_types_identical',
+    ):
         assert callable(getattr(tff.test, name)), name
 
 
@@ -61,7 +67,8 @@ def test_with_contexts_runs_a_case_per_named_context():
             seen.append(type(tff.framework.get_context_stack().current).__name__)
 
     result = unittest.TextTestRunner(stream=open('/dev/null', 'w')).run(
-        unittest.defaultTestLoader.loadTestsFromTestCase(_Case))
+        unittest.defaultTestLoader.loadTestsFromTestCase(_Case)
+    )
     assert result.wasSuccessful() and result.testsRun == 2
     assert sorted(seen) == ['RuntimeErrorContext', '_Context']
     with pytest.raises(ValueError):
@@ -72,9 +79,13 @@ def test_the_type_assertions_raise_assertion_error():
     f32, i32 = tff.TensorType(np.float32), tff.TensorType(np.int32)
     tff.test.assert_types_identical(f32, tff.TensorType(np.float32))
     tff.test.assert_types_equivalent(f32, f32)
-    tff.test.assert_type_assignable_from(tff.TensorType(np.float32, [None]),
-                                         tff.TensorType(np.float32, [2]))
-    for check in (tff.test.assert_types_identical, tff.test.assert_types_equivalent,
-                  tff.test.assert_type_assignable_from):
+    tff.test.assert_type_assignable_from(
+        tff.TensorType(np.float32, [None]), tff.TensorType(np.float32, [2])
+    )
+    for check in (
+        tff.test.assert_types_identical,
+        tff.test.assert_types_equivalent,
+        tff.test.assert_type_assignable_from,
+    ):
         with pytest.raises(AssertionError):
             check(f32, i32)

@@ -23,10 +23,14 @@ def _op_types(graph_def):
     return [n.op for n in nodes]
 
 
-@pytest.mark.parametrize('implementation, reduce_fn', [
-    (loop_builder.LoopImplementation.DATASET_ITERATOR, loop_builder._for_iter_dataset_fn),
-    (loop_builder.LoopImplementation.DATASET_REDUCE, loop_builder._dataset_reduce_fn)],
-    ids=['dataset_iteration', 'dataset_reduce'])
+@pytest.mark.parametrize(
+    'implementation, reduce_fn',
+    [
+        (loop_builder.LoopImplementation.DATASET_ITERATOR, loop_builder._for_iter_dataset_fn),
+        (loop_builder.LoopImplementation.DATASET_REDUCE, loop_builder._dataset_reduce_fn),
+    ],
+    ids=['dataset_iteration', 'dataset_reduce'],
+)
 def test_build_training_loop(implementation, reduce_fn):
     assert loop_builder.build_training_loop(implementation) is reduce_fn
 
@@ -36,23 +40,29 @@ def test_unknown_implementation_raises():
         loop_builder.build_training_loop('nope')
 
 
-@pytest.mark.parametrize('reduce_fn', [loop_builder._dataset_reduce_fn,
-                                       loop_builder._for_iter_dataset_fn],
-                         ids=['dataset_reduce', 'dataset_iteration'])
+@pytest.mark.parametrize(
+    'reduce_fn',
+    [loop_builder._dataset_reduce_fn, loop_builder._for_iter_dataset_fn],
+    ids=['dataset_reduce', 'dataset_iteration'],
+)
 def test_reduction_math_is_correct(reduce_fn):
     ds = tf.data.Dataset.range(10, output_type=tf.int32)
     assert reduce_fn(reduce_fn=lambda x, y: x + y, dataset=ds) == np.int32(45)
     ds = tf.data.Dataset.range(10, output_type=tf.float32).map(lambda x: 0.1 * x)
-    total_cnt, total_sum = reduce_fn(reduce_fn=lambda x, y: (x[0] + 1, x[1] + y), dataset=ds,
-                                     initial_state_fn=lambda: (tf.constant(0.0),
-                                                               tf.constant(0.1)))
+    total_cnt, total_sum = reduce_fn(
+        reduce_fn=lambda x, y: (x[0] + 1, x[1] + y),
+        dataset=ds,
+        initial_state_fn=lambda: (tf.constant(0.0), tf.constant(0.1)),
+    )
     assert total_cnt == np.float32(10)
     assert total_sum == np.float32(4.6)
 
 
-@pytest.mark.parametrize('reduce_fn', [loop_builder._dataset_reduce_fn,
-                                       loop_builder._for_iter_dataset_fn],
-                         ids=['dataset_reduce', 'dataset_iteration'])
+@pytest.mark.parametrize(
+    'reduce_fn',
+    [loop_builder._dataset_reduce_fn, loop_builder._for_iter_dataset_fn],
+    ids=['dataset_reduce', 'dataset_iteration'],
+)
 def test_iterator_loop_is_a_dataset_reduction(reduce_fn):
     with tf.Graph().as_default() as graph:
         ds = tf.data.Dataset.range(10, output_type=tf.int32)

@@ -15,22 +15,28 @@ _CLIENT_IDS = ['a', 'b', 'c']
 _FEDERATED_TYPE = computation_types.FederatedType(np.str_, tff.CLIENTS)
 
 
-@pytest.mark.parametrize('cls', [client_id_data_source.ClientIdDataSourceIterator,
-                                 client_id_data_source.ClientIdDataSource])
+@pytest.mark.parametrize(
+    'cls',
+    [client_id_data_source.ClientIdDataSourceIterator, client_id_data_source.ClientIdDataSource],
+)
 def test_init_sets_federated_type(cls):
     assert cls(_CLIENT_IDS).federated_type == _FEDERATED_TYPE
 
 
-@pytest.mark.parametrize('cls', [client_id_data_source.ClientIdDataSourceIterator,
-                                 client_id_data_source.ClientIdDataSource])
+@pytest.mark.parametrize(
+    'cls',
+    [client_id_data_source.ClientIdDataSourceIterator, client_id_data_source.ClientIdDataSource],
+)
 @pytest.mark.parametrize('client_ids', [None, True, 1, 'a', [True, 1, 'a']])
 def test_init_raises_type_error_with_client_ids(cls, client_ids):
     with pytest.raises(TypeError):
         cls(client_ids)
 
 
-@pytest.mark.parametrize('cls', [client_id_data_source.ClientIdDataSourceIterator,
-                                 client_id_data_source.ClientIdDataSource])
+@pytest.mark.parametrize(
+    'cls',
+    [client_id_data_source.ClientIdDataSourceIterator, client_id_data_source.ClientIdDataSource],
+)
 def test_init_raises_value_error_with_client_ids_empty(cls):
     with pytest.raises(ValueError):
         cls([])

@@ -18,8 +18,9 @@ import simharness as tff
 from simharness.core import types as computation_types
 from simharness.program import dataset_data_source, file_program_state_manager
 
-_FEDERATED_TYPE = computation_types.FederatedType(computation_types.SequenceType(np.int32),
-                                                  tff.CLIENTS)
+_FEDERATED_TYPE = computation_types.FederatedType(
+    computation_types.SequenceType(np.int32), tff.CLIENTS
+)
 
 
 def _datasets():
@@ -36,12 +37,17 @@ def test_iterator_init_raises_type_error_with_datasets(datasets):
         dataset_data_source.DatasetDataSourceIterator(datasets, _FEDERATED_TYPE)
 
 
-@pytest.mark.parametrize('federated_type', [
-    computation_types.FunctionType(np.int32, np.int32), computation_types.PlacementType(),
-    computation_types.SequenceType(np.int32),
-    computation_types.StructWithPythonType([np.bool_, np.int32, np.str_], list),
-    computation_types.TensorType(np.int32),
-], ids=['function', 'placement', 'sequence', 'struct', 'tensor'])
+@pytest.mark.parametrize(
+    'federated_type',
+    [
+        computation_types.FunctionType(np.int32, np.int32),
+        computation_types.PlacementType(),
+        computation_types.SequenceType(np.int32),
+        computation_types.StructWithPythonType([np.bool_, np.int32, np.str_], list),
+        computation_types.TensorType(np.int32),
+    ],
+    ids=['function', 'placement', 'sequence', 'struct', 'tensor'],
+)
 def test_iterator_init_raises_type_error_with_federated_type(federated_type):
     with pytest.raises(TypeError):
         dataset_data_source.DatasetDataSourceIterator(_datasets(), federated_type)
@@ -53,8 +59,10 @@ def test_iterator_init_raises_value_error_with_datasets_empty():
 
 
 def test_iterator_init_raises_value_error_with_datasets_different_types():
-    datasets = [tf.data.Dataset.from_tensor_slices([1, 2, 3]),
-                tf.data.Dataset.from_tensor_slices(['a', 'b', 'c'])]
+    datasets = [
+        tf.data.Dataset.from_tensor_slices([1, 2, 3]),
+        tf.data.Dataset.from_tensor_slices(['a', 'b', 'c']),
+    ]
     with pytest.raises(ValueError, match='same type specification'):
         dataset_data_source.DatasetDataSourceIterator(datasets, _FEDERATED_TYPE)
 
@@ -84,8 +92,7 @@ def test_select_raises_value_error_with_k(k):
 
 def test_serializable():
     iterator = dataset_data_source.DatasetDataSourceIterator(_datasets(), _FEDERATED_TYPE)
-    actual_iterator = dataset_data_source.DatasetDataSourceIterator.from_bytes(
-        iterator.to_bytes())
+    actual_iterator = dataset_data_source.DatasetDataSourceIterator.from_bytes(iterator.to_bytes())
     assert actual_iterator is not iterator
     assert actual_iterator == iterator
     assert actual_iterator.federated_type == _FEDERATED_TYPE
@@ -110,13 +117,16 @@ def test_saved_in_program_state(tmp_path):
         asyncio.run(manager.load(1, {'round': 0, 'iterator': 0}))
 
 
-@pytest.mark.parametrize('tensors,dtype', [([1, 2, 3], np.int32), (['a', 'b', 'c'], np.str_)],
-                         ids=['int', 'str'])
+@pytest.mark.parametrize(
+    'tensors,dtype', [([1, 2, 3], np.int32), (['a', 'b', 'c'], np.str_)], ids=['int', 'str']
+)
 def test_data_source_init_sets_federated_type(tensors, dtype):
     data_source = dataset_data_source.DatasetDataSource(
-        [tf.data.Dataset.from_tensor_slices(tensors)] * 3)
+        [tf.data.Dataset.from_tensor_slices(tensors)] * 3
+    )
     assert data_source.federated_type == computation_types.FederatedType(
-        computation_types.SequenceType(dtype), tff.CLIENTS)
+        computation_types.SequenceType(dtype), tff.CLIENTS
+    )
 
 
 @pytest.mark.parametrize('datasets', [None, True, 1, 'a', [True, 1, 'a']])
@@ -132,5 +142,9 @@ def test_data_source_init_raises_value_error_with_datasets_empty():
 
 def test_data_source_init_raises_value_error_with_datasets_different_types():
     with pytest.raises(ValueError):
-        dataset_data_source.DatasetDataSource([tf.data.Dataset.from_tensor_slices([1, 2, 3]),
-                                               tf.data.Dataset.from_tensor_slices(['a'])])
+        dataset_data_source.DatasetDataSource(
+            [
+                tf.data.Dataset.from_tensor_slices([1, 2, 3]),
+                tf.data.Dataset.from_tensor_slices(['a']),
+            ]
+        )

@@ -56,8 +56,7 @@ def test_raises_value_error_with_root_dir_empty():
 def test_returns_versions_with_program_state_only(tmp_path, count):
     for i in range(count):
         os.mkdir(tmp_path / f'program_state_{i}')
-    assert run(FileProgramStateManager(tmp_path, keep_total=0).get_versions()) == list(
-        range(count))
+    assert run(FileProgramStateManager(tmp_path, keep_total=0).get_versions()) == list(range(count))
 
 
 @pytest.mark.parametrize('prefix', ['file_', 'program_state_'])
@@ -78,8 +77,9 @@ def test_returns_none_if_root_does_not_exist_or_is_empty(tmp_path):
     assert run(FileProgramStateManager(tmp_path).get_versions()) is None
 
 
-@pytest.mark.parametrize('path, expected', [('program_state_123', 123),
-                                            ('/tmp/program_state_123', 123)])
+@pytest.mark.parametrize(
+    'path, expected', [('program_state_123', 123), ('/tmp/program_state_123', 123)]
+)
 def test_returns_version_with_path(tmp_path, path, expected):
     assert FileProgramStateManager(tmp_path)._get_version_for_path(path) == expected
 
@@ -103,14 +103,26 @@ ROUND_TRIPS = [
     ('numpy_array', np.array([1] * 3, np.int32), np.array([1] * 3, np.int32)),
     ('list', [True, 1, 'abc'], [np.bool_(True), np.int32(1), b'abc']),
     ('list_empty', [], []),
-    ('list_nested', [[True, 1, 'abc'], [5]], [[np.bool_(True), np.int32(1), b'abc'],
-                                             [np.int32(5)]]),
-    ('dict_ordered', {'a': True, 'b': 1, 'c': 'abc'},
-     {'a': np.bool_(True), 'b': np.int32(1), 'c': b'abc'}),
-    ('dict_unordered', {'c': True, 'b': 1, 'a': 'abc'},
-     {'c': np.bool_(True), 'b': np.int32(1), 'a': b'abc'}),
-    ('dict_nested', {'x': {'a': True, 'b': 1}, 'y': {'c': 5}},
-     {'x': {'a': np.bool_(True), 'b': np.int32(1)}, 'y': {'c': np.int32(5)}}),
+    (
+        'list_nested',
+        [[True, 1, 'abc'], [5]],
+        [[np.bool_(True), np.int32(1), b'abc'], [np.int32(5)]],
+    ),
+    (
+        'dict_ordered',
+        {'a': True, 'b': 1, 'c': 'abc'},
+        {'a': np.bool_(True), 'b': np.int32(1), 'c': b'abc'},
+    ),
+    (
+        'dict_unordered',
+        {'c': True, 'b': 1, 'a': 'abc'},
+        {'c': np.bool_(True), 'b': np.int32(1), 'a': b'abc'},
+    ),
+    (
+        'dict_nested',
+        {'x': {'a': True, 'b': 1}, 'y': {'c': 5}},
+        {'x': {'a': np.bool_(True), 'b': np.int32(1)}, 'y': {'c': np.int32(5)}},
+    ),
     ('named_tuple', NamedPair(True, 1.5), NamedPair(np.bool_(True), np.float32(1.5))),
     ('attrs', State(a=np.arange(3.0), b='x'), State(a=np.arange(3.0), b=b'x')),
 ]
@@ -118,7 +130,8 @@ ROUND_TRIPS = [
 
 def assert_same(actual, expected):
     assert type(actual) is type(expected) or (
-        isinstance(expected, np.generic) and np.asarray(actual).dtype == expected.dtype)
+        isinstance(expected, np.generic) and np.asarray(actual).dtype == expected.dtype
+    )
     if isinstance(expected, (list, tuple)):
         assert len(actual) == len(expected)
         for a, e in zip(actual, expected):
@@ -171,23 +184,36 @@ def _ten_states(root):
         os.mkdir(root / f'program_state_{i}')
 
 
-@pytest.mark.parametrize('keep_total, keep_first, keep_every_k, expected', [
-    (0, True, 1, list(range(10))),
-    (3, True, 1, [0, 8, 9]),
-    (3, False, 1, [7, 8, 9]),
-    (1, True, 1, [0]),
-    (1, False, 1, [9]),
-    (3, True, 3, [0, 6, 9]),
-    (3, False, 3, [3, 6, 9]),
-    (0, True, 3, [0, 3, 6, 9]),
-    (5, True, 3, [0, 3, 6, 9]),
-], ids=['keep_total_0', 'keep_first_true', 'keep_first_false', 'only_first', 'only_last',
-        'every_k_keep_first_true', 'every_k_keep_first_false', 'every_k_unlimited_total',
-        'every_k_total_has_not_reached'])
+@pytest.mark.parametrize(
+    'keep_total, keep_first, keep_every_k, expected',
+    [
+        (0, True, 1, list(range(10))),
+        (3, True, 1, [0, 8, 9]),
+        (3, False, 1, [7, 8, 9]),
+        (1, True, 1, [0]),
+        (1, False, 1, [9]),
+        (3, True, 3, [0, 6, 9]),
+        (3, False, 3, [3, 6, 9]),
+        (0, True, 3, [0, 3, 6, 9]),
+        (5, True, 3, [0, 3, 6, 9]),
+    ],
+    ids=[
+        'keep_total_0',
+        'keep_first_true',
+        'keep_first_false',
+        'only_first',
+        'only_last',
+        'every_k_keep_first_true',
+        'every_k_keep_first_false',
+        'every_k_unlimited_total',
+        'every_k_total_has_not_reached',
+    ],
+)
 def test_removes_old_program_state(tmp_path, keep_total, keep_first, keep_every_k, expected):
     _ten_states(tmp_path)
-    mngr = FileProgramStateManager(tmp_path, keep_total=keep_total, keep_first=keep_first,
-                                   keep_every_k=keep_every_k)
+    mngr = FileProgramStateManager(
+        tmp_path, keep_total=keep_total, keep_first=keep_first, keep_every_k=keep_every_k
+    )
     run(mngr._remove_old_program_state())
     assert sorted(os.listdir(tmp_path)) == sorted(f'program_state_{i}' for i in expected)
 
@@ -245,6 +271,7 @@ def test_program_state_managers_are_generic_as_tffs():
     # program example does at import time).
     import typing
     from simharness import program as tff_program
+
     for cls in (tff_program.ProgramStateManager, tff_program.FileProgramStateManager):
         alias = cls[tff_program.ProgramStateStructure]
         assert typing.get_origin(alias) is cls

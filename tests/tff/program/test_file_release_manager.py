@@ -51,8 +51,12 @@ def path(tmp_path):
 
 
 def test_creates_new_file_and_dir(tmp_path):
-    for p in (str(tmp_path / 'a.csv'), tmp_path / 'b.csv', str(tmp_path / 'd1' / 'c.csv'),
-              tmp_path / 'd2' / 'd.csv'):
+    for p in (
+        str(tmp_path / 'a.csv'),
+        tmp_path / 'b.csv',
+        str(tmp_path / 'd1' / 'c.csv'),
+        tmp_path / 'd2' / 'd.csv',
+    ):
         CSVFileReleaseManager(p)
         assert os.path.exists(p)
 
@@ -80,11 +84,15 @@ def test_raises_key_fieldname_not_found_error(path):
         CSVFileReleaseManager(path)
 
 
-@pytest.mark.parametrize('fieldnames, values', [
-    (['key', 'a', 'b'], [{'key': 1, 'a': 11, 'b': 12}]),
-    (['key', 'a', 'b'], [{'key': 1, 'a': 11, 'b': 12}, {'key': 2, 'a': 21, 'b': 22}]),
-    (['key', 'a', 'b'], [{'key': 1, 'a': 11}, {'key': 2, 'b': 22}])],
-    ids=['one', 'two', 'sparse'])
+@pytest.mark.parametrize(
+    'fieldnames, values',
+    [
+        (['key', 'a', 'b'], [{'key': 1, 'a': 11, 'b': 12}]),
+        (['key', 'a', 'b'], [{'key': 1, 'a': 11, 'b': 12}, {'key': 2, 'a': 21, 'b': 22}]),
+        (['key', 'a', 'b'], [{'key': 1, 'a': 11}, {'key': 2, 'b': 22}]),
+    ],
+    ids=['one', 'two', 'sparse'],
+)
 def test_read_and_write_values(path, fieldnames, values):
     mngr = CSVFileReleaseManager(path)
     assert mngr._read_values() == (['key'], [])
@@ -98,8 +106,11 @@ EXISTING = {'key': 1, 'a': 11, 'b': 12}
 
 
 @pytest.mark.parametrize('mode', ['write', 'append'])
-@pytest.mark.parametrize('value', [{}, {'a': 11, 'b': 12}, {'a': 11}, {'a': 11, 'b': 12, 'c': 13}],
-                         ids=['empty', 'same_fields', 'less_fields', 'more_fields'])
+@pytest.mark.parametrize(
+    'value',
+    [{}, {'a': 11, 'b': 12}, {'a': 11}, {'a': 11, 'b': 12, 'c': 13}],
+    ids=['empty', 'same_fields', 'less_fields', 'more_fields'],
+)
 def test_writes_or_appends_value_to_existing_file(path, mode, value):
     _write(path, ['key', 'a', 'b'], [EXISTING])
     mngr = CSVFileReleaseManager(path, save_mode=file_release_manager.CSVSaveMode(mode))
@@ -166,18 +177,33 @@ RELEASES = [
     ('attrs', TestAttrs(1, 2), [{'key': '1', '': 'TestAttrs(a=1, b=2)'}]),
     ('list', [True, 1, 'abc'], [{'key': '1', '0': 'True', '1': '1', '2': 'abc'}]),
     ('list_empty', [], [{'key': '1'}]),
-    ('list_nested', [[True, 1, 'abc'], [5]],
-     [{'key': '1', '0/0': 'True', '0/1': '1', '0/2': 'abc', '1/0': '5'}]),
-    ('dict_ordered', {'a': True, 'b': 1, 'c': 'abc'},
-     [{'key': '1', 'a': 'True', 'b': '1', 'c': 'abc'}]),
-    ('dict_unordered', {'c': True, 'b': 1, 'a': 'abc'},
-     [{'key': '1', 'a': 'abc', 'b': '1', 'c': 'True'}]),
+    (
+        'list_nested',
+        [[True, 1, 'abc'], [5]],
+        [{'key': '1', '0/0': 'True', '0/1': '1', '0/2': 'abc', '1/0': '5'}],
+    ),
+    (
+        'dict_ordered',
+        {'a': True, 'b': 1, 'c': 'abc'},
+        [{'key': '1', 'a': 'True', 'b': '1', 'c': 'abc'}],
+    ),
+    (
+        'dict_unordered',
+        {'c': True, 'b': 1, 'a': 'abc'},
+        [{'key': '1', 'a': 'abc', 'b': '1', 'c': 'True'}],
+    ),
     ('dict_empty', {}, [{'key': '1'}]),
-    ('dict_nested', {'x': {'a': True, 'b': 1, 'c': 'abc'}, 'y': {'a': 5}},
-     [{'key': '1', 'x/a': 'True', 'x/b': '1', 'x/c': 'abc', 'y/a': '5'}]),
+    (
+        'dict_nested',
+        {'x': {'a': True, 'b': 1, 'c': 'abc'}, 'y': {'a': 5}},
+        [{'key': '1', 'x/a': 'True', 'x/b': '1', 'x/c': 'abc', 'y/a': '5'}],
+    ),
     ('named_tuple', NT1(a=True, b=1, c='abc'), [{'key': '1', 'a': 'True', 'b': '1', 'c': 'abc'}]),
-    ('named_tuple_nested', NT3(x=NT1(a=True, b=1, c='abc'), y=NT2(a=5)),
-     [{'key': '1', 'x/a': 'True', 'x/b': '1', 'x/c': 'abc', 'y/a': '5'}]),
+    (
+        'named_tuple_nested',
+        NT3(x=NT1(a=True, b=1, c='abc'), y=NT2(a=5)),
+        [{'key': '1', 'x/a': 'True', 'x/b': '1', 'x/c': 'abc', 'y/a': '5'}],
+    ),
 ]
 
 
@@ -208,5 +234,7 @@ def test_release_again_rewrites_later_rounds(path):
     run(mngr.release({'loss': 9.0, 'acc': 0.5}, key=2))
     fieldnames, rows = _read(path)
     assert fieldnames == ['key', 'loss', 'acc']
-    assert rows == [{'key': '1', 'loss': '1.0', 'acc': ''},
-                    {'key': '2', 'loss': '9.0', 'acc': '0.5'}]
+    assert rows == [
+        {'key': '1', 'loss': '1.0', 'acc': ''},
+        {'key': '2', 'loss': '9.0', 'acc': '0.5'},
+    ]

@@ -29,8 +29,9 @@ from simharness.tensorflow import eager_values_to_numpy, transform_result
 
 @pytest.fixture
 def native_context(tff_stack):
-    async_context = AsyncExecutionContext(tff_stack.factory, transform_args=eager_values_to_numpy,
-                                          transform_result=transform_result)
+    async_context = AsyncExecutionContext(
+        tff_stack.factory, transform_args=eager_values_to_numpy, transform_result=transform_result
+    )
     try:
         yield native_platform.NativeFederatedContext(async_context)
     finally:
@@ -41,6 +42,7 @@ def _identity_federated(type_signature):
     @tff.federated_computation(type_signature)
     def _identity(value):
         return value
+
     return _identity
 
 
@@ -48,6 +50,7 @@ def _identity_tf(type_signature):
     @tff.tf_computation(type_signature)
     def _identity(value):
         return value
+
     return _identity
 
 
@@ -58,6 +61,7 @@ def _to_python(value):
         if isinstance(x, np.generic):
             return x.item()
         return x
+
     return structure_utils.pack_as(value, [leaf(x) for x in structure_utils.flatten(value)])
 
 
@@ -68,30 +72,52 @@ async def _task(value):
 def test_native_value_reference_get_value():
     async def body():
         reference = native_platform.NativeValueReference(
-            asyncio.create_task(_task(np.int32(1))), computation_types.TensorType(np.int32))
+            asyncio.create_task(_task(np.int32(1))), computation_types.TensorType(np.int32)
+        )
         assert reference.type_signature == computation_types.TensorType(np.int32)
         assert await reference.get_value() == 1
         assert reference == reference
+
     asyncio.run(body())
 
 
-@pytest.mark.parametrize('value,type_signature,expected', [
-    (1, computation_types.TensorType(np.int32), 1),
-    ([1, 2], computation_types.SequenceType(np.int32), [1, 2]),
-    (1, computation_types.FederatedType(np.int32, tff.SERVER), 1),
-    ([True, 1], computation_types.StructType([np.bool_, np.int32]), [True, 1]),
-    (collections.OrderedDict(a=True, b=1),
-     computation_types.StructType([('a', np.bool_), ('b', np.int32)]), {'a': True, 'b': 1}),
-    ({'x': {'a': 1}, 'y': {}},
-     computation_types.StructType([('x', computation_types.StructType([('a', np.int32)])),
-                                   ('y', computation_types.StructType([]))]),
-     {'x': {'a': 1}, 'y': {}}),
-], ids=['tensor', 'sequence', 'federated_server', 'struct_unnamed', 'struct_named',
-        'struct_nested'])
+@pytest.mark.parametrize(
+    'value,type_signature,expected',
+    [
+        (1, computation_types.TensorType(np.int32), 1),
+        ([1, 2], computation_types.SequenceType(np.int32), [1, 2]),
+        (1, computation_types.FederatedType(np.int32, tff.SERVER), 1),
+        ([True, 1], computation_types.StructType([np.bool_, np.int32]), [True, 1]),
+        (
+            collections.OrderedDict(a=True, b=1),
+            computation_types.StructType([('a', np.bool_), ('b', np.int32)]),
+            {'a': True, 'b': 1},
+        ),
+        (
+            {'x': {'a': 1}, 'y': {}},
+            computation_types.StructType(
+                [
+                    ('x', computation_types.StructType([('a', np.int32)])),
+                    ('y', computation_types.StructType([])),
+                ]
+            ),
+            {'x': {'a': 1}, 'y': {}},
+        ),
+    ],
+    ids=[
+        'tensor',
+        'sequence',
+        'federated_server',
+        'struct_unnamed',
+        'struct_named',
+        'struct_nested',
+    ],
+)
 def test_create_structure_of_references(value, type_signature, expected):
     async def body():
         result = native_platform._create_structure_of_references(
-            asyncio.create_task(_task(value)), type_signature)
+            asyncio.create_task(_task(value)), type_signature
+        )
         materialized = await value_reference.materialize_value(result)
         return result, materialized
 
@@ -114,48 +140,85 @@ def _struct_to_python(value):
     return value
 
 
-@pytest.mark.parametrize('type_signature', [
-    computation_types.FederatedType(np.int32, tff.CLIENTS),
-    computation_types.FunctionType(np.int32, np.int32),
-    computation_types.PlacementType(),
-], ids=['federated_clients', 'function', 'placement'])
+@pytest.mark.parametrize(
+    'type_signature',
+    [
+        computation_types.FederatedType(np.int32, tff.CLIENTS),
+        computation_types.FunctionType(np.int32, np.int32),
+        computation_types.PlacementType(),
+    ],
+    ids=['federated_clients', 'function', 'placement'],
+)
 def test_create_structure_of_references_raises_not_implemented_error(type_signature):
     async def body():
         task = asyncio.create_task(_task(1))
         with pytest.raises(NotImplementedError):
             native_platform._create_structure_of_references(task, type_signature)
         await task
+
     asyncio.run(body())
 
 
 _STRUCT_NESTED = computation_types.StructWithPythonType(
-    [('x', computation_types.StructWithPythonType([('a', np.bool_), ('b', np.int32)],
-                                                  collections.OrderedDict)),
-     ('y', computation_types.StructWithPythonType([('c', np.str_)], collections.OrderedDict))],
-    collections.OrderedDict)
+    [
+        (
+            'x',
+            computation_types.StructWithPythonType(
+                [('a', np.bool_), ('b', np.int32)], collections.OrderedDict
+            ),
+        ),
+        ('y', computation_types.StructWithPythonType([('c', np.str_)], collections.OrderedDict)),
+    ],
+    collections.OrderedDict,
+)
 
 _INVOKE_CASES = {
     'tensor': (_identity_federated(computation_types.TensorType(np.int32)), 1, 1),
     'sequence': (_identity_tf(computation_types.SequenceType(np.int32)), [1, 2, 3], [1, 2, 3]),
     'federated_server': (
-        _identity_federated(computation_types.FederatedType(np.int32, tff.SERVER)), 1, 1),
+        _identity_federated(computation_types.FederatedType(np.int32, tff.SERVER)),
+        1,
+        1,
+    ),
     'struct_unnamed': (
-        _identity_federated(computation_types.StructWithPythonType(
-            [np.bool_, np.int32, np.str_], list)), [True, 1, 'a'], [True, 1, b'a']),
+        _identity_federated(
+            computation_types.StructWithPythonType([np.bool_, np.int32, np.str_], list)
+        ),
+        [True, 1, 'a'],
+        [True, 1, b'a'],
+    ),
     'struct_named': (
-        _identity_federated(computation_types.StructWithPythonType(
-            [('a', np.bool_), ('b', np.int32), ('c', np.str_)], collections.OrderedDict)),
-        {'a': True, 'b': 1, 'c': 'a'}, {'a': True, 'b': 1, 'c': b'a'}),
-    'struct_nested': (_identity_federated(_STRUCT_NESTED),
-                      {'x': {'a': True, 'b': 1}, 'y': {'c': 'a'}},
-                      {'x': {'a': True, 'b': 1}, 'y': {'c': b'a'}}),
+        _identity_federated(
+            computation_types.StructWithPythonType(
+                [('a', np.bool_), ('b', np.int32), ('c', np.str_)], collections.OrderedDict
+            )
+        ),
+        {'a': True, 'b': 1, 'c': 'a'},
+        {'a': True, 'b': 1, 'c': b'a'},
+    ),
+    'struct_nested': (
+        _identity_federated(_STRUCT_NESTED),
+        {'x': {'a': True, 'b': 1}, 'y': {'c': 'a'}},
+        {'x': {'a': True, 'b': 1}, 'y': {'c': b'a'}},
+    ),
     'struct_partially_empty': (
-        _identity_federated(computation_types.StructWithPythonType(
-            [('x', computation_types.StructWithPythonType([('a', np.bool_), ('b', np.int32)],
-                                                          collections.OrderedDict)),
-             ('y', computation_types.StructWithPythonType([], collections.OrderedDict))],
-            collections.OrderedDict)),
-        {'x': {'a': True, 'b': 1}, 'y': {}}, {'x': {'a': True, 'b': 1}, 'y': {}}),
+        _identity_federated(
+            computation_types.StructWithPythonType(
+                [
+                    (
+                        'x',
+                        computation_types.StructWithPythonType(
+                            [('a', np.bool_), ('b', np.int32)], collections.OrderedDict
+                        ),
+                    ),
+                    ('y', computation_types.StructWithPythonType([], collections.OrderedDict)),
+                ],
+                collections.OrderedDict,
+            )
+        ),
+        {'x': {'a': True, 'b': 1}, 'y': {}},
+        {'x': {'a': True, 'b': 1}, 'y': {}},
+    ),
 }
 
 
@@ -192,28 +255,35 @@ def test_invoke_awaits_references_in_argument(native_context):
     add = tff.tf_computation(lambda x, y: x + y, np.int32, np.int32)
 
     async def body():
-        one = native_context.invoke(_identity_federated(computation_types.TensorType(np.int32)),
-                                    1)
+        one = native_context.invoke(_identity_federated(computation_types.TensorType(np.int32)), 1)
         return await value_reference.materialize_value(native_context.invoke(add, [one, 2]))
 
     assert asyncio.run(body()) == 3
 
 
-@pytest.mark.parametrize('comp,arg', [
-    (_identity_federated(computation_types.FederatedType(np.int32, tff.CLIENTS)), [1]),
-    (_identity_federated(computation_types.FunctionType(np.int32, np.int32)),
-     _identity_federated(computation_types.TensorType(np.int32))),
-], ids=['federated_clients', 'function'])
+@pytest.mark.parametrize(
+    'comp,arg',
+    [
+        (_identity_federated(computation_types.FederatedType(np.int32, tff.CLIENTS)), [1]),
+        (
+            _identity_federated(computation_types.FunctionType(np.int32, np.int32)),
+            _identity_federated(computation_types.TensorType(np.int32)),
+        ),
+    ],
+    ids=['federated_clients', 'function'],
+)
 def test_invoke_raises_value_error_with_comp(comp, arg):
     context = native_platform.NativeFederatedContext(
-        AsyncExecutionContext(tff.framework.local_executor_factory()))
+        AsyncExecutionContext(tff.framework.local_executor_factory())
+    )
     with pytest.raises(ValueError, match='server-placed values'):
         context.invoke(comp, arg)
 
 
 def test_invoke_raises_without_a_running_event_loop():
     context = native_platform.NativeFederatedContext(
-        AsyncExecutionContext(tff.framework.local_executor_factory()))
+        AsyncExecutionContext(tff.framework.local_executor_factory())
+    )
     with pytest.raises(ValueError, match='running event loop'):
         context.invoke(_identity_federated(computation_types.TensorType(np.int32)), 1)
 

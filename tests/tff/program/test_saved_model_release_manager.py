@@ -100,15 +100,23 @@ _VALUES = collections.OrderedDict(
     tensor_array=(tf.constant([1] * 3), np.array([1] * 3, np.int32)),
     numpy_array=(np.array([1] * 3, np.int32), np.array([1] * 3, np.int32)),
     reference=(_Reference(np.int32(1)), np.int32(1)),
-    list=([True, 1, 'a', _Reference(2), None],
-          [np.bool_(True), np.int32(1), b'a', np.int32(2), None]),
+    list=(
+        [True, 1, 'a', _Reference(2), None],
+        [np.bool_(True), np.int32(1), b'a', np.int32(2), None],
+    ),
     list_nested=([[True, 1], [5]], [[np.bool_(True), np.int32(1)], [np.int32(5)]]),
-    dict=({'a': True, 'b': 1, 'c': 'a', 'd': _Reference(2), 'e': None},
-          {'a': np.bool_(True), 'b': np.int32(1), 'c': b'a', 'd': np.int32(2), 'e': None}),
-    dict_nested=({'x': {'a': 1}, 'y': {'a': 5}},
-                 {'x': {'a': np.int32(1)}, 'y': {'a': np.int32(5)}}),
-    named_tuple=(_NamedTuple1(True, 1, 'a', _Reference(2), None),
-                 _NamedTuple1(np.bool_(True), np.int32(1), b'a', np.int32(2), None)),
+    dict=(
+        {'a': True, 'b': 1, 'c': 'a', 'd': _Reference(2), 'e': None},
+        {'a': np.bool_(True), 'b': np.int32(1), 'c': b'a', 'd': np.int32(2), 'e': None},
+    ),
+    dict_nested=(
+        {'x': {'a': 1}, 'y': {'a': 5}},
+        {'x': {'a': np.int32(1)}, 'y': {'a': np.int32(5)}},
+    ),
+    named_tuple=(
+        _NamedTuple1(True, 1, 'a', _Reference(2), None),
+        _NamedTuple1(np.bool_(True), np.int32(1), b'a', np.int32(2), None),
+    ),
 )
 
 
@@ -120,21 +128,26 @@ def _check(actual, expected):
     else:
         assert type(actual) is type(expected)
     flat_actual = [None if x is None else np.asarray(x).tolist() for x in tf.nest.flatten(actual)]
-    flat_expected = [None if x is None else np.asarray(x).tolist()
-                     for x in tf.nest.flatten(expected)]
+    flat_expected = [
+        None if x is None else np.asarray(x).tolist() for x in tf.nest.flatten(expected)
+    ]
     assert flat_actual == flat_expected
 
 
 def test_returns_saved_values(tmp_path):
-    actual = _release_and_get(tmp_path, collections.OrderedDict(
-        (name, value) for name, (value, _) in _VALUES.items()))
+    actual = _release_and_get(
+        tmp_path, collections.OrderedDict((name, value) for name, (value, _) in _VALUES.items())
+    )
     assert sorted(actual) == sorted(_VALUES)  # a SavedModel keeps dicts with sorted keys
     for name, (_, expected) in _VALUES.items():
         _check(actual[name], expected)
 
 
-@pytest.mark.parametrize('value,expected', [(None, None), ('a', b'a'), ([], []), ({}, {})],
-                         ids=['none', 'str', 'list_empty', 'dict_empty'])
+@pytest.mark.parametrize(
+    'value,expected',
+    [(None, None), ('a', b'a'), ([], []), ({}, {})],
+    ids=['none', 'str', 'list_empty', 'dict_empty'],
+)
 def test_returns_saved_value(tmp_path, value, expected):
     _check(_release_and_get(tmp_path, value), expected)
 

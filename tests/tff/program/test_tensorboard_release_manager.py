@@ -48,11 +48,17 @@ SCALARS = [
     ('list_nested', [[True, 1, 'abc'], [5]], [('0/0', True), ('0/1', 1), ('1/0', 5)]),
     ('dict_ordered', {'a': True, 'b': 1, 'c': 'abc'}, [('a', True), ('b', 1)]),
     ('dict_unordered', {'c': True, 'b': 1, 'a': 'abc'}, [('b', 1), ('c', True)]),
-    ('dict_nested', {'x': {'a': True, 'b': 1, 'c': 'abc'}, 'y': {'a': 5}},
-     [('x/a', True), ('x/b', 1), ('y/a', 5)]),
+    (
+        'dict_nested',
+        {'x': {'a': True, 'b': 1, 'c': 'abc'}, 'y': {'a': 5}},
+        [('x/a', True), ('x/b', 1), ('y/a', 5)],
+    ),
     ('named_tuple', NT1(a=True, b=1, c='abc'), [('a', True), ('b', 1)]),
-    ('named_tuple_nested', NT3(x=NT1(a=True, b=1, c='abc'), y=NT2(a=5)),
-     [('x/a', True), ('x/b', 1), ('y/a', 5)]),
+    (
+        'named_tuple_nested',
+        NT3(x=NT1(a=True, b=1, c='abc'), y=NT2(a=5)),
+        [('x/a', True), ('x/b', 1), ('y/a', 5)],
+    ),
 ]
 
 
@@ -79,8 +85,10 @@ def test_writes_value_histogram(tmp_path):
 
 def test_writes_value_scalar_and_histogram(tmp_path):
     mngr = Manager(tmp_path)
-    with mock.patch.object(tf.summary, 'scalar') as mock_scalar, \
-            mock.patch.object(tf.summary, 'histogram') as mock_histogram:
+    with (
+        mock.patch.object(tf.summary, 'scalar') as mock_scalar,
+        mock.patch.object(tf.summary, 'histogram') as mock_histogram,
+    ):
         asyncio.run(mngr.release([1, tf.constant([1] * 3)], key=1))
     mock_scalar.assert_called_once_with('0', 1, step=1)
     (call,) = mock_histogram.mock_calls
@@ -88,12 +96,17 @@ def test_writes_value_scalar_and_histogram(tmp_path):
     assert name == '1' and value.numpy().tolist() == [1, 1, 1] and kwargs == {'step': 1}
 
 
-@pytest.mark.parametrize('value', [None, 'abc', SomeAttrs(1, 2), [], {}],
-                         ids=['none', 'str', 'attrs', 'list_empty', 'dict_empty'])
+@pytest.mark.parametrize(
+    'value',
+    [None, 'abc', SomeAttrs(1, 2), [], {}],
+    ids=['none', 'str', 'attrs', 'list_empty', 'dict_empty'],
+)
 def test_does_not_write_value(tmp_path, value):
     mngr = Manager(tmp_path)
-    with mock.patch.object(tf.summary, 'scalar') as mock_scalar, \
-            mock.patch.object(tf.summary, 'histogram') as mock_histogram:
+    with (
+        mock.patch.object(tf.summary, 'scalar') as mock_scalar,
+        mock.patch.object(tf.summary, 'histogram') as mock_histogram,
+    ):
         asyncio.run(mngr.release(value, key=1))
     mock_scalar.assert_not_called()
     mock_histogram.assert_not_called()

@@ -37,7 +37,6 @@ class _Reference(value_reference.MaterializableValueReference):
 
 
 class _Serializable(Serializable):
-
     def __init__(self, a, b):
         self.a, self.b = a, b
 
@@ -61,19 +60,40 @@ class _Attrs:
 _NamedTuple = collections.namedtuple('_NamedTuple', ['a', 'b'])
 
 
-@pytest.mark.parametrize('value,expected', [
-    (True, True), (1, 1), ('a', 'a'), (np.int32(1), np.int32(1)),
-    (_Reference(1), 1),
-    (_Serializable(1, 2), _Serializable(1, 2)),
-    (_Attrs(_Reference(1), 2), _Attrs(1, 2)),
-    (_NamedTuple(_Reference(1), 'x'), _NamedTuple(1, 'x')),
-    ([True, _Reference(1), 'a'], [True, 1, 'a']),
-    ({'a': _Reference(True), 'b': 1}, {'a': True, 'b': 1}),
-    (collections.OrderedDict(z=_Reference(2), a=[_Reference(3)]),
-     collections.OrderedDict(z=2, a=[3])),
-    ({'x': {'a': _Reference(1)}, 'y': {}}, {'x': {'a': 1}, 'y': {}}),
-], ids=['bool', 'int', 'str', 'numpy_generic', 'reference_tensor', 'serializable', 'attrs',
-        'namedtuple', 'list', 'dict', 'ordered_dict', 'nested'])
+@pytest.mark.parametrize(
+    'value,expected',
+    [
+        (True, True),
+        (1, 1),
+        ('a', 'a'),
+        (np.int32(1), np.int32(1)),
+        (_Reference(1), 1),
+        (_Serializable(1, 2), _Serializable(1, 2)),
+        (_Attrs(_Reference(1), 2), _Attrs(1, 2)),
+        (_NamedTuple(_Reference(1), 'x'), _NamedTuple(1, 'x')),
+        ([True, _Reference(1), 'a'], [True, 1, 'a']),
+        ({'a': _Reference(True), 'b': 1}, {'a': True, 'b': 1}),
+        (
+            collections.OrderedDict(z=_Reference(2), a=[_Reference(3)]),
+            collections.OrderedDict(z=2, a=[3]),
+        ),
+        ({'x': {'a': _Reference(1)}, 'y': {}}, {'x': {'a': 1}, 'y': {}}),
+    ],
+    ids=[
+        'bool',
+        'int',
+        'str',
+        'numpy_generic',
+        'reference_tensor',
+        'serializable',
+        'attrs',
+        'namedtuple',
+        'list',
+        'dict',
+        'ordered_dict',
+        'nested',
+    ],
+)
 def test_returns_value(value, expected):
     actual = asyncio.run(value_reference.materialize_value(value))
     assert type(actual) is type(expected)
@@ -83,7 +103,10 @@ def test_returns_value(value, expected):
 
 
 def test_numpy_array_and_sequence_reference():
-    actual = asyncio.run(value_reference.materialize_value(
-        [np.array([1] * 3, np.int32), _Reference(tf.data.Dataset.from_tensor_slices([1, 2, 3]))]))
+    actual = asyncio.run(
+        value_reference.materialize_value(
+            [np.array([1] * 3, np.int32), _Reference(tf.data.Dataset.from_tensor_slices([1, 2, 3]))]
+        )
+    )
     np.testing.assert_array_equal(actual[0], [1, 1, 1])
     assert list(actual[1].as_numpy_iterator()) == [1, 2, 3]

@@ -16,7 +16,8 @@ from tests.tff.simulation.datasets_files import write_tff_sqlite
 EXPECTED_ELEMENT_TYPE = collections.OrderedDict(
     coarse_label=tf.TensorSpec(shape=(), dtype=tf.int64),
     image=tf.TensorSpec(shape=(32, 32, 3), dtype=tf.uint8),
-    label=tf.TensorSpec(shape=(), dtype=tf.int64))
+    label=tf.TensorSpec(shape=(), dtype=tf.int64),
+)
 
 
 def test_get_synthetic():
@@ -33,9 +34,13 @@ def test_get_synthetic():
 
 def test_load_data(tmp_path):
     image = list(range(32 * 32 * 3))
-    write_tff_sqlite(tmp_path / 'cifar100.sqlite', [
-        ('train', '0', {'coarse_label': 3, 'image': [v % 256 for v in image], 'label': 17}),
-        ('test', '5', {'coarse_label': 1, 'image': [7] * len(image), 'label': 2})])
+    write_tff_sqlite(
+        tmp_path / 'cifar100.sqlite',
+        [
+            ('train', '0', {'coarse_label': 3, 'image': [v % 256 for v in image], 'label': 17}),
+            ('test', '5', {'coarse_label': 1, 'image': [7] * len(image), 'label': 2}),
+        ],
+    )
     train, test = cifar100.load_data(str(tmp_path))
     assert train.client_ids == ['0'] and test.client_ids == ['5']
     assert test.element_type_structure == EXPECTED_ELEMENT_TYPE

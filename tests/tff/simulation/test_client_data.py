@@ -32,8 +32,9 @@ def create_concrete_client_data():
     def create_dataset_fn(client_id):
         return tf.data.Dataset.range(tf.strings.to_number(client_id, out_type=tf.int64))
 
-    return cd.ClientData.from_clients_and_tf_fn(client_ids=['1', '2', '3'],
-                                                serializable_dataset_fn=create_dataset_fn)
+    return cd.ClientData.from_clients_and_tf_fn(
+        client_ids=['1', '2', '3'], serializable_dataset_fn=create_dataset_fn
+    )
 
 
 def dataset_length(dataset):
@@ -47,12 +48,12 @@ def get_even_odd_client_data():
         as_int = tf.strings.to_number(client_id, out_type=tf.int64)
         return tf.data.Dataset.range(1 if as_int % 2 == 0 else 0)
 
-    return cd.ClientData.from_clients_and_tf_fn(client_ids=[str(x) for x in range(10)],
-                                                serializable_dataset_fn=create_dataset_fn)
+    return cd.ClientData.from_clients_and_tf_fn(
+        client_ids=[str(x) for x in range(10)], serializable_dataset_fn=create_dataset_fn
+    )
 
 
 class TestTrainTestClientSplit:
-
     def test_split_train_test_selects_nonempty_test_clients(self):
         client_data = get_even_odd_client_data()
         train, test = cd.ClientData.train_test_client_split(client_data, num_test_clients=3)
@@ -66,18 +67,15 @@ class TestTrainTestClientSplit:
 
     def test_split_train_test_not_enough_nonempty_clients(self):
         with pytest.raises(ValueError, match='too many clients with no data.'):
-            cd.ClientData.train_test_client_split(get_even_odd_client_data(),
-                                                  num_test_clients=6)
+            cd.ClientData.train_test_client_split(get_even_odd_client_data(), num_test_clients=6)
 
     def test_split_train_test_too_few_clients(self):
         with pytest.raises(ValueError, match='has only 10 clients.*11'):
-            cd.ClientData.train_test_client_split(get_even_odd_client_data(),
-                                                  num_test_clients=11)
+            cd.ClientData.train_test_client_split(get_even_odd_client_data(), num_test_clients=11)
 
     def test_split_train_test_no_test_clients_requested(self):
         with pytest.raises(ValueError, match='Please specify'):
-            cd.ClientData.train_test_client_split(get_even_odd_client_data(),
-                                                  num_test_clients=0)
+            cd.ClientData.train_test_client_split(get_even_odd_client_data(), num_test_clients=0)
 
     def test_split_train_test_fixed_seed(self):
         client_data = get_even_odd_client_data()
@@ -97,15 +95,13 @@ class TestTrainTestClientSplit:
 
 
 class TestConcreteClientData:
-
     def test_raises_on_tff_computation(self):
         @tff.tf_computation
         def dataset_fn():
             return 0
 
         with pytest.raises(TypeError):
-            cd.ClientData.from_clients_and_tf_fn(client_ids=[],
-                                                 serializable_dataset_fn=dataset_fn)
+            cd.ClientData.from_clients_and_tf_fn(client_ids=[], serializable_dataset_fn=dataset_fn)
 
     def test_concrete_client_data_create_expected_datasets(self):
         client_data = create_concrete_client_data()
@@ -132,7 +128,8 @@ class TestConcreteClientData:
             return tf.data.Dataset.range(client_id)
 
         client_data = cd.ClientData.from_clients_and_tf_fn(
-            client_ids=client_ids, serializable_dataset_fn=only_call_me_thrice)
+            client_ids=client_ids, serializable_dataset_fn=only_call_me_thrice
+        )
         datasets_iter = client_data.datasets()
         next(datasets_iter)
         next(datasets_iter)
@@ -174,19 +171,18 @@ class TestConcreteClientData:
     def test_dataset_from_large_client_list(self):
         client_ids = [str(x) for x in range(1_000_000)]
         client_data = cd.ClientData.from_clients_and_tf_fn(
-            client_ids=client_ids, serializable_dataset_fn=lambda _: tf.data.Dataset.range(100))
+            client_ids=client_ids, serializable_dataset_fn=lambda _: tf.data.Dataset.range(100)
+        )
         client_data.create_tf_dataset_from_all_clients(seed=42)
 
 
 class TestPreprocessClientData:
-
     def test_preprocess_creates_expected_client_datasets(self):
         client_data = create_concrete_client_data()
         pre = client_data.preprocess(lambda ds: ds.map(lambda x: 2 * x))
         for client_id in client_data.client_ids:
             expected = [2 * a for a in range(int(client_id))]
-            assert list(pre.create_tf_dataset_for_client(client_id).as_numpy_iterator()) == \
-                expected
+            assert list(pre.create_tf_dataset_for_client(client_id).as_numpy_iterator()) == expected
 
     def test_preprocess_with_take_one(self):
         client_data = create_concrete_client_data()
@@ -194,7 +190,8 @@ class TestPreprocessClientData:
         for client_id in client_data.client_ids:
             assert dataset_length(pre.create_tf_dataset_for_client(client_id)) == 1
         assert len(client_data.client_ids) == dataset_length(
-            pre.create_tf_dataset_from_all_clients())
+            pre.create_tf_dataset_from_all_clients()
+        )
 
     def test_preprocess_creates_expected_client_datasets_with_dataset_comp(self, tff_stack):
         client_data = create_concrete_client_data()
@@ -204,8 +201,14 @@ class TestPreprocessClientData:
 
     def test_preprocess_creates_expected_amalgamated_dataset(self):
         pre = create_concrete_client_data().preprocess(lambda ds: ds.map(lambda x: 2 * x))
-        assert sorted(pre.create_tf_dataset_from_all_clients().as_numpy_iterator()) == \
-            [0, 0, 0, 2, 2, 4]
+        assert sorted(pre.create_tf_dataset_from_all_clients().as_numpy_iterator()) == [
+            0,
+            0,
+            0,
+            2,
+            2,
+            4,
+        ]
 
     def test_preprocess_raises_on_tff_computation(self):
         @tff.tf_computation

@@ -21,7 +21,8 @@ from tests.tff.simulation.datasets_files import write_tff_sqlite
 
 EXPECTED_ELEMENT_TYPE = collections.OrderedDict(
     label=tf.TensorSpec(shape=(), dtype=tf.int32),
-    pixels=tf.TensorSpec(shape=(28, 28), dtype=tf.float32))
+    pixels=tf.TensorSpec(shape=(28, 28), dtype=tf.float32),
+)
 
 
 def test_get_synthetic():
@@ -42,12 +43,14 @@ def _pixels(v):
 
 @pytest.fixture
 def emnist_dir(tmp_path):
-    rows = [('digits_only_train', 'f0', {'label': 3, 'pixels': _pixels(0.5)}),
-            ('digits_only_train', 'f0', {'label': 4, 'pixels': _pixels(0.25)}),
-            ('digits_only_train', 'f1', {'label': 7, 'pixels': _pixels(1.0)}),
-            ('digits_only_test', 'f0', {'label': 1, 'pixels': _pixels(0.0)}),
-            ('all_train', 'f2', {'label': 40, 'pixels': _pixels(0.75)}),
-            ('all_test', 'f2', {'label': 41, 'pixels': _pixels(0.5)})]
+    rows = [
+        ('digits_only_train', 'f0', {'label': 3, 'pixels': _pixels(0.5)}),
+        ('digits_only_train', 'f0', {'label': 4, 'pixels': _pixels(0.25)}),
+        ('digits_only_train', 'f1', {'label': 7, 'pixels': _pixels(1.0)}),
+        ('digits_only_test', 'f0', {'label': 1, 'pixels': _pixels(0.0)}),
+        ('all_train', 'f2', {'label': 40, 'pixels': _pixels(0.75)}),
+        ('all_test', 'f2', {'label': 41, 'pixels': _pixels(0.5)}),
+    ]
     write_tff_sqlite(tmp_path / 'emnist_all.sqlite', rows)
     return tmp_path
 

@@ -27,9 +27,11 @@ FAKE_TEST_DATA = [
     ('ClientA', 2, 7.5, [7.0, 6.2]),
     ('ClientA', 3, 4.0, [9.0, 6.9]),
 ]
-EXPECTED_STRUCTURE = (tf.TensorSpec(shape=[], dtype=tf.int64),
-                      tf.TensorSpec(shape=[], dtype=tf.float32),
-                      tf.TensorSpec(shape=[2], dtype=tf.float32))
+EXPECTED_STRUCTURE = (
+    tf.TensorSpec(shape=[], dtype=tf.int64),
+    tf.TensorSpec(shape=[], dtype=tf.float32),
+    tf.TensorSpec(shape=[2], dtype=tf.float32),
+)
 
 
 def _create_example(features):
@@ -45,9 +47,11 @@ def _create_example(features):
 
 
 def create_test_dataset_fn(client_path):
-    features = {'0': tf.io.FixedLenFeature(shape=[], dtype=tf.int64),
-                '1': tf.io.FixedLenFeature(shape=[], dtype=tf.float32),
-                '2': tf.io.FixedLenFeature(shape=[2], dtype=tf.float32)}
+    features = {
+        '0': tf.io.FixedLenFeature(shape=[], dtype=tf.int64),
+        '1': tf.io.FixedLenFeature(shape=[], dtype=tf.float32),
+        '2': tf.io.FixedLenFeature(shape=[2], dtype=tf.float32),
+    }
 
     def parse_example(e):
         d = tf.io.parse_single_example(serialized=e, features=features)
@@ -126,8 +130,9 @@ def test_dataset_computation(data, tff_stack):
 
 
 def test_build_client_file_dict(user_files):
-    built = FilePerUserClientData.create_from_dir(path=user_files[0],
-                                                  create_tf_dataset_fn=tf.data.TFRecordDataset)
+    built = FilePerUserClientData.create_from_dir(
+        path=user_files[0], create_tf_dataset_fn=tf.data.TFRecordDataset
+    )
     assert len(built.client_ids) == len(set(ex[0] for ex in FAKE_TEST_DATA))
 
 
@@ -140,7 +145,8 @@ def test_build_client_file_dict_default_create_fn(user_files):
 def test_dataset_from_large_number_of_clients(preprocess):
     client_data = FilePerUserClientData(
         client_ids_to_files={str(x): str(x) for x in range(100_000)},
-        dataset_fn=lambda _: tf.data.Dataset.range(100))
+        dataset_fn=lambda _: tf.data.Dataset.range(100),
+    )
     if preprocess:
         client_data = client_data.preprocess(lambda x: x)
     client_data.create_tf_dataset_from_all_clients(seed=42)
@@ -177,7 +183,8 @@ def test_files_read_where_each_client_runs(data, tff_stack):
 
     @tff.federated_computation(tff.type_at_clients(np.str_))
     def sums(ids):
-        return tff.federated_map(first_feature_sum,
-                                 tff.federated_map(data.dataset_computation, ids))
+        return tff.federated_map(
+            first_feature_sum, tff.federated_map(data.dataset_computation, ids)
+        )
 
     assert [int(s) for s in sums(['ClientC', 'ClientA', 'ClientB'])] == [3, 13, 3]

@@ -33,16 +33,19 @@ TEST_DATA_WITH_TUPLES = {
     'CLIENT C2': tuple([[100, 202], [101, 203]]),
 }
 TEST_DATA_WITH_ORDEREDDICTS = {
-    'CLIENT A': collections.OrderedDict(x=[[1, 2], [3, 4], [5, 6]], y=[4.0, 5.0, 6.0],
-                                        z=['a', 'b', 'c']),
+    'CLIENT A': collections.OrderedDict(
+        x=[[1, 2], [3, 4], [5, 6]], y=[4.0, 5.0, 6.0], z=['a', 'b', 'c']
+    ),
     'CLIENT B': collections.OrderedDict(x=[[10, 11]], y=[7.0], z=['d']),
     'CLIENT C': collections.OrderedDict(x=[[100, 101], [200, 201]], y=[8.0, 9.0], z=['e', 'f']),
-    'CLIENT C2': collections.OrderedDict(x=[[100, 101], [202, 203]], y=[100.0, 200.0],
-                                         z=['abc', 'def']),
+    'CLIENT C2': collections.OrderedDict(
+        x=[[100, 101], [202, 203]], y=[100.0, 200.0], z=['abc', 'def']
+    ),
 }
 TEST_DATA_WITH_PART_LIST_AND_PART_DICT = {
-    'CLIENT A': collections.OrderedDict(x=[[1, 2], [3, 4], [5, 6]], y=[4.0, 5.0, 6.0],
-                                        z=['a', 'b', 'c']),
+    'CLIENT A': collections.OrderedDict(
+        x=[[1, 2], [3, 4], [5, 6]], y=[4.0, 5.0, 6.0], z=['a', 'b', 'c']
+    ),
     'CLIENT B': [[1.0, 2.0]],
 }
 
@@ -64,8 +67,11 @@ def test_raises_on_dict_with_leaf_tf_tensors():
         TestClientData({'a': [tf.constant(1)]})
 
 
-@pytest.mark.parametrize('data', [TEST_DATA, TEST_DATA_WITH_TUPLES, TEST_DATA_WITH_ORDEREDDICTS],
-                         ids=['list_data', 'tuple_data', 'ordered_dict_data'])
+@pytest.mark.parametrize(
+    'data',
+    [TEST_DATA, TEST_DATA_WITH_TUPLES, TEST_DATA_WITH_ORDEREDDICTS],
+    ids=['list_data', 'tuple_data', 'ordered_dict_data'],
+)
 def test_constructor_does_not_modify_in_place(data):
     before = copy.deepcopy(data)
     TestClientData(data)
@@ -94,31 +100,41 @@ def test_where_client_data_is_tensors():
     assert sorted(TEST_DATA) == sorted(client_data.client_ids)
     assert client_data.element_type_structure == tf.TensorSpec(shape=(2,), dtype=tf.int32)
     for client_id in TEST_DATA:
-        assert_same_datasets(tf.data.Dataset.from_tensor_slices(TEST_DATA[client_id]),
-                             client_data.create_tf_dataset_for_client(client_id))
+        assert_same_datasets(
+            tf.data.Dataset.from_tensor_slices(TEST_DATA[client_id]),
+            client_data.create_tf_dataset_for_client(client_id),
+        )
 
 
 def test_where_client_data_is_tuples():
     client_data = TestClientData(TEST_DATA_WITH_TUPLES)
     assert sorted(TEST_DATA_WITH_TUPLES) == sorted(client_data.client_ids)
-    assert client_data.element_type_structure == (tf.TensorSpec(shape=(), dtype=tf.int32),
-                                                  tf.TensorSpec(shape=(), dtype=tf.int32))
+    assert client_data.element_type_structure == (
+        tf.TensorSpec(shape=(), dtype=tf.int32),
+        tf.TensorSpec(shape=(), dtype=tf.int32),
+    )
     for client_id in TEST_DATA_WITH_TUPLES:
-        assert_same_datasets(tf.data.Dataset.from_tensor_slices(TEST_DATA_WITH_TUPLES[client_id]),
-                             client_data.create_tf_dataset_for_client(client_id))
+        assert_same_datasets(
+            tf.data.Dataset.from_tensor_slices(TEST_DATA_WITH_TUPLES[client_id]),
+            client_data.create_tf_dataset_for_client(client_id),
+        )
 
 
 def test_where_client_data_is_ordered_dicts():
     client_data = TestClientData(TEST_DATA_WITH_ORDEREDDICTS)
     assert sorted(TEST_DATA_WITH_ORDEREDDICTS) == sorted(client_data.client_ids)
-    assert client_data.element_type_structure == collections.OrderedDict([
-        ('x', tf.TensorSpec(shape=(2,), dtype=tf.int32)),
-        ('y', tf.TensorSpec(shape=(), dtype=tf.float32)),
-        ('z', tf.TensorSpec(shape=(), dtype=tf.string))])
+    assert client_data.element_type_structure == collections.OrderedDict(
+        [
+            ('x', tf.TensorSpec(shape=(2,), dtype=tf.int32)),
+            ('y', tf.TensorSpec(shape=(), dtype=tf.float32)),
+            ('z', tf.TensorSpec(shape=(), dtype=tf.string)),
+        ]
+    )
     for client_id in TEST_DATA_WITH_ORDEREDDICTS:
         assert_same_datasets(
             tf.data.Dataset.from_tensor_slices(TEST_DATA_WITH_ORDEREDDICTS[client_id]),
-            client_data.create_tf_dataset_for_client(client_id))
+            client_data.create_tf_dataset_for_client(client_id),
+        )
 
 
 def test_raises_error_if_empty_client_found():
@@ -158,33 +174,46 @@ def test_dataset_computation_where_client_data_is_tensors(tff_stack):
     client_data = TestClientData(TEST_DATA)
     comp = client_data.dataset_computation
     assert isinstance(comp, tff.Computation)
-    expected = tff.FunctionType(tff.TensorType(np.str_),
-                                tff.SequenceType(tff.TensorType(np.int32, (2,))))
+    expected = tff.FunctionType(
+        tff.TensorType(np.str_), tff.SequenceType(tff.TensorType(np.int32, (2,)))
+    )
     assert comp.type_signature.is_equivalent_to(expected)
     for client_id in TEST_DATA:
-        assert_same_datasets(tf.data.Dataset.from_tensor_slices(TEST_DATA[client_id]),
-                             comp(client_id))
+        assert_same_datasets(
+            tf.data.Dataset.from_tensor_slices(TEST_DATA[client_id]), comp(client_id)
+        )
 
 
 def test_dataset_computation_where_client_data_is_tuples(tff_stack):
     client_data = TestClientData(TEST_DATA_WITH_TUPLES)
     comp = client_data.dataset_computation
     assert isinstance(comp, tff.Computation)
-    expected = tff.FunctionType(tff.TensorType(np.str_), tff.SequenceType(
-        (tff.TensorType(np.int32), tff.TensorType(np.int32))))
+    expected = tff.FunctionType(
+        tff.TensorType(np.str_),
+        tff.SequenceType((tff.TensorType(np.int32), tff.TensorType(np.int32))),
+    )
     assert comp.type_signature.is_equivalent_to(expected)
     for client_id in TEST_DATA_WITH_TUPLES:
-        assert_same_datasets(tf.data.Dataset.from_tensor_slices(TEST_DATA_WITH_TUPLES[client_id]),
-                             comp(client_id))
+        assert_same_datasets(
+            tf.data.Dataset.from_tensor_slices(TEST_DATA_WITH_TUPLES[client_id]), comp(client_id)
+        )
 
 
 def test_dataset_computation_where_client_data_is_ordered_dicts(tff_stack):
     client_data = TestClientData(TEST_DATA_WITH_ORDEREDDICTS)
     comp = client_data.dataset_computation
-    expected = tff.FunctionType(tff.TensorType(np.str_), tff.SequenceType(
-        collections.OrderedDict([('x', tff.TensorType(np.int32, [2])),
-                                 ('y', tff.TensorType(np.float32)),
-                                 ('z', tff.TensorType(np.str_))])))
+    expected = tff.FunctionType(
+        tff.TensorType(np.str_),
+        tff.SequenceType(
+            collections.OrderedDict(
+                [
+                    ('x', tff.TensorType(np.int32, [2])),
+                    ('y', tff.TensorType(np.float32)),
+                    ('z', tff.TensorType(np.str_)),
+                ]
+            )
+        ),
+    )
     assert comp.type_signature.is_equivalent_to(expected)
     for client_id in TEST_DATA_WITH_ORDEREDDICTS:
         got = comp(client_id)

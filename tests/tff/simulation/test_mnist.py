@@ -12,8 +12,11 @@ mnist = tff.simulation.models.mnist
 
 
 def test_keras_dataset_from_emnist():
-    ds = mnist.keras_dataset_from_emnist(tf.data.Dataset.from_tensor_slices(
-        collections.OrderedDict(label=[[5]], pixels=[np.full((28, 28), 0.5, np.float32)])))
+    ds = mnist.keras_dataset_from_emnist(
+        tf.data.Dataset.from_tensor_slices(
+            collections.OrderedDict(label=[[5]], pixels=[np.full((28, 28), 0.5, np.float32)])
+        )
+    )
     (x,) = list(ds.as_numpy_iterator())
     assert list(x) == ['x', 'y'] and x['x'].shape == (784,) and x['y'].tolist() == [5]
 

@@ -10,8 +10,12 @@ import pytest
 
 from simharness.simulation import sampling_utils
 
-CASES = [(range(100), False), (range(5), True), ([str(i) for i in range(100)], False),
-         ([str(i) for i in range(5)], True)]
+CASES = [
+    (range(100), False),
+    (range(5), True),
+    ([str(i) for i in range(100)], False),
+    ([str(i) for i in range(5)], True),
+]
 IDS = ['int_no_replace', 'int_replace', 'sequence_no_replace', 'sequence_replace']
 
 

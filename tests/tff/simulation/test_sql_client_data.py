@@ -16,41 +16,57 @@ import tensorflow as tf
 import simharness as tff
 from simharness.simulation.datasets import sql_client_data
 
-SPLITS = {None: {'test_a': 1, 'test_b': 2, 'test_c': 3},
-          'train': {'test_a': 1, 'test_b': 1, 'test_c': 2},
-          'test': {'test_b': 1, 'test_c': 1}}  # no test examples for client test_a
+SPLITS = {
+    None: {'test_a': 1, 'test_b': 2, 'test_c': 3},
+    'train': {'test_a': 1, 'test_b': 1, 'test_c': 2},
+    'test': {'test_b': 1, 'test_c': 1},
+}  # no test examples for client test_a
 TEST_C = {None: 3, 'train': 2, 'test': 1}
 SPLIT_IDS = ['no_split', 'train', 'test']
 STR_TO_STR_SEQ = tff.FunctionType(tff.TensorType(np.str_), tff.SequenceType(np.str_))
 
 
 def make_test_example(client_id: str, e: int) -> bytes:
-    return tf.train.Example(features=tf.train.Features(feature={
-        'client_id': tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[client_id.encode('utf-8')])),
-        'example_num': tf.train.Feature(int64_list=tf.train.Int64List(value=[e])),
-    })).SerializeToString()
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                'client_id': tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[client_id.encode('utf-8')])
+                ),
+                'example_num': tf.train.Feature(int64_list=tf.train.Int64List(value=[e])),
+            }
+        )
+    ).SerializeToString()
 
 
 def write_test_database(path: str) -> None:
     with sqlite3.connect(path) as con:
-        con.execute('CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, '
-                    'serialized_example_proto BLOB NOT NULL);')
+        con.execute(
+            'CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, '
+            'serialized_example_proto BLOB NOT NULL);'
+        )
         con.execute('CREATE INDEX idx_client_id_split ON examples (split_name, client_id);')
-        con.execute('CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT '
-                    'NOT NULL, num_examples INTEGER NOT NULL);')
+        con.execute(
+            'CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT '
+            'NOT NULL, num_examples INTEGER NOT NULL);'
+        )
         for i, client_id in enumerate(['test_a', 'test_b', 'test_c']):
             counts = {'train': 0, 'test': 0}
             for e in range(i + 1):
                 split = 'train' if e % 2 == 0 else 'test'
                 counts[split] += 1
-                con.execute('INSERT INTO examples (split_name, client_id, '
-                            'serialized_example_proto) VALUES (?, ?, ?);',
-                            (split, client_id, make_test_example(client_id, e)))
+                con.execute(
+                    'INSERT INTO examples (split_name, client_id, '
+                    'serialized_example_proto) VALUES (?, ?, ?);',
+                    (split, client_id, make_test_example(client_id, e)),
+                )
             for split, count in counts.items():
                 if count:
-                    con.execute('INSERT INTO client_metadata (client_id, split_name, '
-                                'num_examples) VALUES (?, ?, ?);', (client_id, split, count))
+                    con.execute(
+                        'INSERT INTO client_metadata (client_id, split_name, '
+                        'num_examples) VALUES (?, ?, ?);',
+                        (client_id, split, count),
+                    )
 
 
 @pytest.fixture(scope='module')
@@ -94,8 +110,7 @@ def test_create_dataset_for_client(db_path, split, preprocess):
 @pytest.mark.parametrize('split', list(SPLITS), ids=SPLIT_IDS)
 def test_create_dataset_from_all_clients(db_path, split, preprocess):
     client_data = make(db_path, split, preprocess)
-    want = (len(client_data.client_ids) if preprocess == 'take_one'
-            else sum(SPLITS[split].values()))
+    want = len(client_data.client_ids) if preprocess == 'take_one' else sum(SPLITS[split].values())
     assert count(client_data.create_tf_dataset_from_all_clients()) == want
 
 
@@ -111,8 +126,10 @@ def test_dataset_computation(db_path, split, preprocess, tff_stack):
 @pytest.mark.parametrize('split', list(SPLITS), ids=SPLIT_IDS)
 def test_preprocess_with_identity_gives_same_structure(db_path, split):
     client_data = sql_client_data.SqlClientData(db_path, split_name=split)
-    assert client_data.preprocess(lambda x: x).element_type_structure == \
-        client_data.element_type_structure
+    assert (
+        client_data.preprocess(lambda x: x).element_type_structure
+        == client_data.element_type_structure
+    )
 
 
 def test_queried_where_each_client_runs(db_path, tff_stack):
@@ -124,8 +141,9 @@ def test_queried_where_each_client_runs(db_path, tff_stack):
 
     @tff.federated_computation(tff.type_at_clients(np.str_))
     def counts(ids):
-        return tff.federated_map(num_examples,
-                                 tff.federated_map(client_data.dataset_computation, ids))
+        return tff.federated_map(
+            num_examples, tff.federated_map(client_data.dataset_computation, ids)
+        )
 
     assert [int(c) for c in counts(['test_c', 'test_a', 'test_b'])] == [2, 1, 1]
 

@@ -20,7 +20,8 @@ EXPECTED_ELEMENT_TYPE = collections.OrderedDict(
     tags=tf.TensorSpec(shape=[], dtype=tf.string),
     title=tf.TensorSpec(shape=[], dtype=tf.string),
     tokens=tf.TensorSpec(shape=[], dtype=tf.string),
-    type=tf.TensorSpec(shape=[], dtype=tf.string))
+    type=tf.TensorSpec(shape=[], dtype=tf.string),
+)
 
 
 def test_get_synthetic():
@@ -28,12 +29,17 @@ def test_get_synthetic():
     synthetic = stackoverflow.create_synthetic_data_dictionary()
     assert sorted(client_data.client_ids) == sorted(synthetic)
     assert client_data.element_type_structure == EXPECTED_ELEMENT_TYPE
-    assert client_data.create_tf_dataset_for_client(
-        next(iter(synthetic))).element_spec == EXPECTED_ELEMENT_TYPE
+    assert (
+        client_data.create_tf_dataset_for_client(next(iter(synthetic))).element_spec
+        == EXPECTED_ELEMENT_TYPE
+    )
 
 
-@pytest.mark.parametrize('fn', [stackoverflow.get_synthetic_word_counts,
-                                stackoverflow.get_synthetic_tag_counts], ids=['words', 'tags'])
+@pytest.mark.parametrize(
+    'fn',
+    [stackoverflow.get_synthetic_word_counts, stackoverflow.get_synthetic_tag_counts],
+    ids=['words', 'tags'],
+)
 def test_get_synthetic_counts(fn):
     counts = fn()
     assert isinstance(counts, collections.OrderedDict) and counts
@@ -56,14 +62,25 @@ def test_load_word_and_tag_counts(tmp_path):
 
 
 def test_load_data(tmp_path):
-    post = {'creation_date': b'2010-01-01 00:00:00 UTC', 'score': 4, 'tags': b'css',
-            'title': b'a title', 'tokens': b'some words .', 'type': b'answer'}
-    write_tff_sqlite(tmp_path / 'stackoverflow.sqlite',
-                     [('train', 'u1', post), ('heldout', 'u2', post), ('test', 'u3', post),
-                      ('test', 'u4', post)])
+    post = {
+        'creation_date': b'2010-01-01 00:00:00 UTC',
+        'score': 4,
+        'tags': b'css',
+        'title': b'a title',
+        'tokens': b'some words .',
+        'type': b'answer',
+    }
+    write_tff_sqlite(
+        tmp_path / 'stackoverflow.sqlite',
+        [
+            ('train', 'u1', post),
+            ('heldout', 'u2', post),
+            ('test', 'u3', post),
+            ('test', 'u4', post),
+        ],
+    )
     train, heldout, test = stackoverflow.load_data(cache_dir=str(tmp_path))
-    assert (train.client_ids, heldout.client_ids, test.client_ids) == (['u1'], ['u2'],
-                                                                        ['u3', 'u4'])
+    assert (train.client_ids, heldout.client_ids, test.client_ids) == (['u1'], ['u2'], ['u3', 'u4'])
     for split in (train, heldout, test):
         assert split.element_type_structure == EXPECTED_ELEMENT_TYPE
     (x,) = list(train.create_tf_dataset_for_client('u1').as_numpy_iterator())

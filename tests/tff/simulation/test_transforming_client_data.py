@@ -13,8 +13,9 @@ import tensorflow as tf
 from simharness.simulation.datasets import from_tensor_slices_client_data, transforming_client_data
 
 TEST_DATA = {
-    'CLIENT A': collections.OrderedDict(x=[[1, 2], [3, 4], [5, 6]], y=[4.0, 5.0, 6.0],
-                                        z=['a', 'b', 'c']),
+    'CLIENT A': collections.OrderedDict(
+        x=[[1, 2], [3, 4], [5, 6]], y=[4.0, 5.0, 6.0], z=['a', 'b', 'c']
+    ),
     'CLIENT B': collections.OrderedDict(x=[[10, 11]], y=[7.0], z=['d']),
     'CLIENT C': collections.OrderedDict(x=[[100, 101], [200, 201]], y=[8.0, 9.0], z=['e', 'f']),
 }
@@ -22,12 +23,14 @@ NUM_EXPANDED_CLIENTS = 3
 
 
 def _make_transform_expanded(client_id):
-    index = tf.cast(tf.strings.to_number(tf.strings.split(client_id, sep='_', maxsplit=1)[0]),
-                    tf.int32)
+    index = tf.cast(
+        tf.strings.to_number(tf.strings.split(client_id, sep='_', maxsplit=1)[0]), tf.int32
+    )
 
     def fn(data):
-        return collections.OrderedDict([('x', data['x'] + 10 * index), ('y', data['y']),
-                                        ('z', data['z'])])
+        return collections.OrderedDict(
+            [('x', data['x'] + 10 * index), ('y', data['y']), ('z', data['z'])]
+        )
 
     return fn
 
@@ -58,7 +61,8 @@ def test_client_data():
 @pytest.fixture(scope='module')
 def transformed(test_client_data):
     return transforming_client_data.TransformingClientData(
-        test_client_data, _make_transform_expanded, expand_client_id, reduce_client_id)
+        test_client_data, _make_transform_expanded, expand_client_id, reduce_client_id
+    )
 
 
 def test_client_ids_property(transformed):
@@ -69,8 +73,7 @@ def test_client_ids_property(transformed):
 
 
 def test_default_num_transformed_clients(test_client_data):
-    data = transforming_client_data.TransformingClientData(test_client_data,
-                                                           _make_transform_raw)
+    data = transforming_client_data.TransformingClientData(test_client_data, _make_transform_raw)
     assert sorted(data.client_ids) == sorted(TEST_DATA)
 
 
@@ -87,7 +90,8 @@ def test_dataset_computation(transformed, test_client_data, tff_stack):
         actual = transformed.dataset_computation(client_id)
         client = re.search(r'^(\d*)_(.*)$', client_id).group(2)
         expected = test_client_data.create_tf_dataset_for_client(client).map(
-            _make_transform_expanded(client_id))
+            _make_transform_expanded(client_id)
+        )
         expected = list(expected.as_numpy_iterator())
         assert len(actual) == len(expected)
         for a, e in zip(actual, expected):
@@ -105,8 +109,11 @@ def test_create_tf_dataset_from_all_clients():
 
     raw_data = {'CLIENT 1': [0], 'CLIENT 2': [1, 3, 5], 'CLIENT 3': [7, 10]}
     data = transforming_client_data.TransformingClientData(
-        from_tensor_slices_client_data.TestClientData(raw_data), make_transform_fn, expand,
-        lambda client_id: tf.strings.split(client_id, sep='-')[0])
+        from_tensor_slices_client_data.TestClientData(raw_data),
+        make_transform_fn,
+        expand,
+        lambda client_id: tf.strings.split(client_id, sep='-')[0],
+    )
     flat = data.create_tf_dataset_from_all_clients()
     assert isinstance(flat, tf.data.Dataset)
     assert sorted(int(x) for x in flat) == list(range(13))

@@ -40,16 +40,20 @@ def test_construction_does_not_raise():
 
 def test_construction_with_empty_state_does_not_raise():
     empty = tff.FederatedType((), tff.SERVER)
-    EstimationProcess(tff.federated_computation(lambda: tff.federated_value((), tff.SERVER)),
-                      tff.federated_computation(lambda s: (s, 1.0), empty),
-                      tff.federated_computation(lambda s: s, empty))
+    EstimationProcess(
+        tff.federated_computation(lambda: tff.federated_value((), tff.SERVER)),
+        tff.federated_computation(lambda s: (s, 1.0), empty),
+        tff.federated_computation(lambda s: s, empty),
+    )
 
 
 def test_construction_with_unknown_dimension_does_not_raise():
     t = tff.FederatedType(tff.TensorType(np.str_, [None]), tff.SERVER)
     EstimationProcess(
         tff.federated_computation(lambda: tff.federated_value(np.array([], np.str_), tff.SERVER)),
-        tff.federated_computation(lambda s: s, t), tff.federated_computation(lambda s: s, t))
+        tff.federated_computation(lambda s: s, t),
+        tff.federated_computation(lambda s: s, t),
+    )
 
 
 @pytest.mark.parametrize('which', ['init', 'next', 'report'])

@@ -32,10 +32,10 @@ def test_construction_with_empty_state_does_not_raise():
 
 
 def test_construction_with_unknown_dimension_does_not_raise():
-    init = tff.federated_computation(
-        lambda: tff.federated_value(np.array([], np.str_), tff.SERVER))
+    init = tff.federated_computation(lambda: tff.federated_value(np.array([], np.str_), tff.SERVER))
     nxt = tff.federated_computation(
-        lambda s: s, tff.FederatedType(tff.TensorType(np.str_, [None]), tff.SERVER))
+        lambda s: s, tff.FederatedType(tff.TensorType(np.str_, [None]), tff.SERVER)
+    )
     IterativeProcess(init, nxt)
 
 
@@ -68,10 +68,14 @@ def test_next_state_not_assignable():
 
 
 def test_next_state_not_assignable_tuple_result():
-    @tff.federated_computation(tff.StructType([tff.FederatedType(np.float32, tff.SERVER),
-                                               tff.FederatedType(np.int32, tff.CLIENTS)]))
+    @tff.federated_computation(
+        tff.StructType(
+            [tff.FederatedType(np.float32, tff.SERVER), tff.FederatedType(np.int32, tff.CLIENTS)]
+        )
+    )
     def nxt(state, value):
         return state, value
+
     with pytest.raises(errors.TemplateStateNotAssignableError):
         IterativeProcess(_initialize, nxt)
 
@@ -86,25 +90,49 @@ def _create_test_process(state_type, state):
     @tff.federated_computation(state_type, np.int32)
     def nxt(state, value):
         return state, value
+
     return IterativeProcess(init, nxt)
 
 
-@pytest.mark.parametrize('state_type, state', [
-    (tff.StructType([]), ()), (tff.to_type([]), []), (tff.StructType([[], [[]]]), ((), ((),))),
-    (tff.FederatedType([], tff.SERVER), ()),
-    (tff.FederatedType([[], [[]]], tff.SERVER), ((), ((),)))],
-    ids=['struct_tuple_empty', 'struct_list_empty', 'struct_nested_empty',
-         'federated_struct_empty', 'federated_struct_nested_empty'])
+@pytest.mark.parametrize(
+    'state_type, state',
+    [
+        (tff.StructType([]), ()),
+        (tff.to_type([]), []),
+        (tff.StructType([[], [[]]]), ((), ((),))),
+        (tff.FederatedType([], tff.SERVER), ()),
+        (tff.FederatedType([[], [[]]], tff.SERVER), ((), ((),))),
+    ],
+    ids=[
+        'struct_tuple_empty',
+        'struct_list_empty',
+        'struct_nested_empty',
+        'federated_struct_empty',
+        'federated_struct_nested_empty',
+    ],
+)
 def test_is_stateful_returns_false(state_type, state):
     assert not is_stateful(_create_test_process(state_type, state))
 
 
-@pytest.mark.parametrize('state_type, state', [
-    (tff.TensorType(np.int32), 1), (tff.StructType([np.int32]), (1,)),
-    (tff.to_type([np.int32]), [1]), (tff.StructType([[], [[np.int32]]]), ((), ((1,),))),
-    (tff.FederatedType(np.int32, tff.SERVER), 1),
-    (tff.FederatedType([[], [[np.int32]]], tff.SERVER), ((), ((1,),)))],
-    ids=['tensor', 'struct_tuple_tensor', 'struct_list_tensor', 'struct_nested_tensor',
-         'federated_tensor', 'federated_struct_nested_tensor'])
+@pytest.mark.parametrize(
+    'state_type, state',
+    [
+        (tff.TensorType(np.int32), 1),
+        (tff.StructType([np.int32]), (1,)),
+        (tff.to_type([np.int32]), [1]),
+        (tff.StructType([[], [[np.int32]]]), ((), ((1,),))),
+        (tff.FederatedType(np.int32, tff.SERVER), 1),
+        (tff.FederatedType([[], [[np.int32]]], tff.SERVER), ((), ((1,),))),
+    ],
+    ids=[
+        'tensor',
+        'struct_tuple_tensor',
+        'struct_list_tensor',
+        'struct_nested_tensor',
+        'federated_tensor',
+        'federated_struct_nested_tensor',
+    ],
+)
 def test_is_stateful_returns_true(state_type, state):
     assert is_stateful(_create_test_process(state_type, state))

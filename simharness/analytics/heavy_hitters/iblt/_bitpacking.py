@@ -13,9 +13,11 @@ import logging
 import tensorflow as tf
 
 _LOG = logging.getLogger(__name__)
-_OVERHEAD_WARNING = ('This code path can temporarily allocate extra memory. If memory footprint '
-                     'is a problem, consider different bitpacking method or turning this '
-                     'functionality off. See b/161433177')
+_OVERHEAD_WARNING = (
+    'This code path can temporarily allocate extra memory. If memory footprint '
+    'is a problem, consider different bitpacking method or turning this '
+    'functionality off. See b/161433177'
+)
 
 
 def _pack_into_int(value, input_bitrange, target_bitrange):
@@ -77,11 +79,28 @@ def _pack_into_int_6_28(value):
     """14 six-bit values -> 3 words of 28 bits."""
     val, extra_zeros = _columns(value, 14)
     mod, div = tf.math.mod, tf.math.floordiv
-    a = val[:, 0] + val[:, 1] * 2**6 + val[:, 2] * 2**12 + val[:, 3] * 2**18 + mod(val[:, 4], 2**4) * 2**24
-    b = (div(val[:, 4], 2**4) + val[:, 5] * 2**2 + val[:, 6] * 2**8 + val[:, 7] * 2**14
-         + val[:, 8] * 2**20 + mod(val[:, 9], 2**2) * 2**26)
-    c = (div(val[:, 9], 2**2) + val[:, 10] * 2**4 + val[:, 11] * 2**10 + val[:, 12] * 2**16
-         + val[:, 13] * 2**22)
+    a = (
+        val[:, 0]
+        + val[:, 1] * 2**6
+        + val[:, 2] * 2**12
+        + val[:, 3] * 2**18
+        + mod(val[:, 4], 2**4) * 2**24
+    )
+    b = (
+        div(val[:, 4], 2**4)
+        + val[:, 5] * 2**2
+        + val[:, 6] * 2**8
+        + val[:, 7] * 2**14
+        + val[:, 8] * 2**20
+        + mod(val[:, 9], 2**2) * 2**26
+    )
+    c = (
+        div(val[:, 9], 2**2)
+        + val[:, 10] * 2**4
+        + val[:, 11] * 2**10
+        + val[:, 12] * 2**16
+        + val[:, 13] * 2**22
+    )
     packed = tf.reshape(tf.stack([a, b, c], 1), [-1, 1])
     return _drop_padding(packed, extra_zeros, [((5, 6, 7, 8, 9), 1), ((10, 11, 12, 13), 2)])
 
@@ -130,11 +149,13 @@ def _unpack_from_int_6_28(value, shape):
     val, _ = _columns(value, 3)
     div, mod = tf.math.floordiv, tf.math.mod
     w0, w1, w2 = val[:, 0], val[:, 1], val[:, 2]
-    parts = (_fields(w0, (0, 6, 12, 18), 6)
-             + [div(w0, 2**24) + mod(w1, 2**2) * 2**4]
-             + _fields(w1, (2, 8, 14, 20), 6)
-             + [div(w1, 2**26) + mod(w2, 2**4) * 2**2]
-             + _fields(w2, (4, 10, 16, 22), 6))
+    parts = (
+        _fields(w0, (0, 6, 12, 18), 6)
+        + [div(w0, 2**24) + mod(w1, 2**2) * 2**4]
+        + _fields(w1, (2, 8, 14, 20), 6)
+        + [div(w1, 2**26) + mod(w2, 2**4) * 2**2]
+        + _fields(w2, (4, 10, 16, 22), 6)
+    )
     return _finish_unpack(parts, shape)
 
 
@@ -150,9 +171,12 @@ def _unpack_from_int_8_28(value, shape):
     val, _ = _columns(value, 2)
     div, mod = tf.math.floordiv, tf.math.mod
     w0, w1 = val[:, 0], val[:, 1]
-    parts = (_fields(w0, (0, 8, 16), 8)
-             + [div(w0, 2**24) + mod(w1, 2**4) * 2**4]
-             + _fields(w1, (4, 12), 8) + [div(w1, 2**20)])
+    parts = (
+        _fields(w0, (0, 8, 16), 8)
+        + [div(w0, 2**24) + mod(w1, 2**4) * 2**4]
+        + _fields(w1, (4, 12), 8)
+        + [div(w1, 2**20)]
+    )
     return _finish_unpack(parts, shape)
 
 
@@ -161,15 +185,25 @@ def _unpack_from_int_12_28(value, shape):
     val, _ = _columns(value, 3)
     div, mod = tf.math.floordiv, tf.math.mod
     w0, w1, w2 = val[:, 0], val[:, 1], val[:, 2]
-    parts = (_fields(w0, (0, 12), 12)
-             + [div(w0, 2**24) + mod(w1, 2**8) * 2**4]
-             + _fields(w1, (8,), 12)
-             + [div(w1, 2**20) + mod(w2, 2**4) * 2**8]
-             + _fields(w2, (4, 16), 12))
+    parts = (
+        _fields(w0, (0, 12), 12)
+        + [div(w0, 2**24) + mod(w1, 2**8) * 2**4]
+        + _fields(w1, (8,), 12)
+        + [div(w1, 2**20) + mod(w2, 2**4) * 2**8]
+        + _fields(w2, (4, 16), 12)
+    )
     return _finish_unpack(parts, shape)
 
 
-_PACKERS = {(6, 28): _pack_into_int_6_28, (7, 28): _pack_into_int_7_28,
-            (8, 28): _pack_into_int_8_28, (12, 28): _pack_into_int_12_28}
-_UNPACKERS = {(6, 28): _unpack_from_int_6_28, (7, 28): _unpack_from_int_7_28,
-              (8, 28): _unpack_from_int_8_28, (12, 28): _unpack_from_int_12_28}
+_PACKERS = {
+    (6, 28): _pack_into_int_6_28,
+    (7, 28): _pack_into_int_7_28,
+    (8, 28): _pack_into_int_8_28,
+    (12, 28): _pack_into_int_12_28,
+}
+_UNPACKERS = {
+    (6, 28): _unpack_from_int_6_28,
+    (7, 28): _unpack_from_int_7_28,
+    (8, 28): _unpack_from_int_8_28,
+    (12, 28): _unpack_from_int_12_28,
+}

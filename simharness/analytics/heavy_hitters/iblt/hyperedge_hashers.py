@@ -19,13 +19,16 @@ def _to_sparse_indices_format(hash_indices: tf.Tensor) -> tf.Tensor:
     """``(repetitions, n)`` hash indices -> ``(n, repetitions, 3)`` of ``(i, r, index)``."""
     repetitions = tf.shape(hash_indices)[0]
     input_length = tf.shape(hash_indices)[1]
-    hash_indices = tf.reshape(tf.transpose(tf.stack(hash_indices)),
-                              shape=[input_length, repetitions, 1])
+    hash_indices = tf.reshape(
+        tf.transpose(tf.stack(hash_indices)), shape=[input_length, repetitions, 1]
+    )
     hash_indices = tf.cast(hash_indices, dtype=tf.int64)
-    rows = tf.tile(tf.reshape(tf.range(input_length), shape=[input_length, 1, 1]),
-                   [1, repetitions, 1])
-    columns = tf.tile(tf.reshape(tf.range(repetitions), shape=[1, repetitions, 1]),
-                      [input_length, 1, 1])
+    rows = tf.tile(
+        tf.reshape(tf.range(input_length), shape=[input_length, 1, 1]), [1, repetitions, 1]
+    )
+    columns = tf.tile(
+        tf.reshape(tf.range(repetitions), shape=[1, repetitions, 1]), [input_length, 1, 1]
+    )
     return tf.concat([tf.cast(rows, tf.int64), tf.cast(columns, tf.int64), hash_indices], axis=2)
 
 
@@ -53,9 +56,11 @@ class RandomHyperEdgeHasher:
     def get_hash_indices_tf(self, input_strings: tf.Tensor) -> tf.Tensor:
         """``(n, repetitions, 3)``: ``(i, r, hash index of string i in repetition r)``."""
         hash_indices = [
-            tf.strings.to_hash_bucket_fast(tf.strings.join([self._salt[i], input_strings]),
-                                           num_buckets=self._table_size)
-            for i in range(self._repetitions)]
+            tf.strings.to_hash_bucket_fast(
+                tf.strings.join([self._salt[i], input_strings]), num_buckets=self._table_size
+            )
+            for i in range(self._repetitions)
+        ]
         return _to_sparse_indices_format(hash_indices)
 
 
@@ -74,9 +79,11 @@ class CoupledHyperEdgeHasher:
     def __init__(self, seed: int, table_size: int, repetitions: int, rescale_factor: float):
         _check_table(table_size, repetitions)
         if rescale_factor <= 0 or rescale_factor > table_size - 1:
-            raise ValueError('rescale_factor must be positive and no greater than table_size - 1. '
-                             f'Found table_size = {table_size} and '
-                             f'rescale_factor = {rescale_factor}')
+            raise ValueError(
+                'rescale_factor must be positive and no greater than table_size - 1. '
+                f'Found table_size = {table_size} and '
+                f'rescale_factor = {rescale_factor}'
+            )
         self._seed = seed
         self._salt = [str(seed + i) + _SEPARATOR for i in range(repetitions)]
         self._table_size = table_size
@@ -84,8 +91,12 @@ class CoupledHyperEdgeHasher:
         self._rescale_factor = rescale_factor
         self._rescaled_table_size = table_size / (rescale_factor + 1.0)
 
-    def _hash_to_float_tf(self, input_strings: tf.Tensor, hash_range: tuple[float, float],
-                          precision: int = tf.int32.max) -> tf.Tensor:
+    def _hash_to_float_tf(
+        self,
+        input_strings: tf.Tensor,
+        hash_range: tuple[float, float],
+        precision: int = tf.int32.max,
+    ) -> tf.Tensor:
         """The lower end of the `precision`-th bucket of `hash_range` each string hashes to."""
         low, high = hash_range
         hashed = tf.strings.to_hash_bucket_fast(input_strings, num_buckets=precision) % precision

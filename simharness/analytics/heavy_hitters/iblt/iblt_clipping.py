@@ -25,11 +25,14 @@ __all__ = ['ClippingIbltFactory', 'clipped_words_and_counts', 'get_clipped_eleme
 
 
 @tf.function
-def get_clipped_elements_with_counts(dataset: tf.data.Dataset,
-                                     max_words_per_user: Optional[int] = None,
-                                     multi_contribution: bool = True, batch_size: int = 1,
-                                     string_max_bytes: int = 10,
-                                     unique_counts: bool = False) -> tf.data.Dataset:
+def get_clipped_elements_with_counts(
+    dataset: tf.data.Dataset,
+    max_words_per_user: Optional[int] = None,
+    multi_contribution: bool = True,
+    batch_size: int = 1,
+    string_max_bytes: int = 10,
+    unique_counts: bool = False,
+) -> tf.data.Dataset:
     """A dataset of ``OrderedDict(key=word, value=...)``: each word's clipped count.
 
     The value is the count (a scalar), or ``[count, 1]`` with `unique_counts`.
@@ -43,11 +46,13 @@ def get_clipped_elements_with_counts(dataset: tf.data.Dataset,
       string_max_bytes: the longest word in bytes; longer words are trimmed.
       unique_counts: also give each word a count of 1 (its number of clients).
     """
-    k_words, counts = clipped_words_and_counts(dataset, max_words_per_user, multi_contribution,
-                                               batch_size, string_max_bytes)
+    k_words, counts = clipped_words_and_counts(
+        dataset, max_words_per_user, multi_contribution, batch_size, string_max_bytes
+    )
     values = tf.stack([counts, tf.ones_like(counts)], axis=1) if unique_counts else counts
     return tf.data.Dataset.from_tensor_slices(
-        collections.OrderedDict([('key', k_words), ('value', values)]))
+        collections.OrderedDict([('key', k_words), ('value', values)])
+    )
 
 
 class ClippingIbltFactory(factory.UnweightedAggregationFactory):
@@ -59,9 +64,15 @@ class ClippingIbltFactory(factory.UnweightedAggregationFactory):
         unique_counts: as `get_clipped_elements_with_counts`.
     """
 
-    def __init__(self, inner_iblt_agg: iblt_factory.IbltFactory,
-                 max_words_per_user: Optional[int] = None, multi_contribution: bool = True,
-                 batch_size: int = 1, string_max_bytes: int = 10, unique_counts: bool = False):
+    def __init__(
+        self,
+        inner_iblt_agg: iblt_factory.IbltFactory,
+        max_words_per_user: Optional[int] = None,
+        multi_contribution: bool = True,
+        batch_size: int = 1,
+        string_max_bytes: int = 10,
+        unique_counts: bool = False,
+    ):
         self.inner_iblt_agg = inner_iblt_agg
         self.max_words_per_user = max_words_per_user
         self.multi_contribution = multi_contribution
@@ -83,36 +94,51 @@ class ClippingIbltFactory(factory.UnweightedAggregationFactory):
         @tf.function
         def preprocess(client_data):
             return get_clipped_elements_with_counts(
-                client_data, self.max_words_per_user, self.multi_contribution, self.batch_size,
-                self.string_max_bytes, self.unique_counts)
+                client_data,
+                self.max_words_per_user,
+                self.multi_contribution,
+                self.batch_size,
+                self.string_max_bytes,
+                self.unique_counts,
+            )
 
         inner_process = self.inner_iblt_agg.create(preprocess.type_signature.result)
 
-        @federated_computation(inner_process.initialize.type_signature.result,
-                               T.FederatedType(value_type, T.CLIENTS))
+        @federated_computation(
+            inner_process.initialize.type_signature.result, T.FederatedType(value_type, T.CLIENTS)
+        )
         def next_fn(state, client_data):
             return inner_process.next(state, intrinsics.federated_map(preprocess, client_data))
 
         return AggregationProcess(inner_process.initialize, next_fn)
 
 
-def clipped_words_and_counts(dataset: tf.data.Dataset, max_words_per_user: Optional[int],
-                             multi_contribution: bool, batch_size: int,
-                             string_max_bytes: int) -> tuple:
+def clipped_words_and_counts(
+    dataset: tf.data.Dataset,
+    max_words_per_user: Optional[int],
+    multi_contribution: bool,
+    batch_size: int,
+    string_max_bytes: int,
+) -> tuple:
     """A client's words and their counts, capped as `build_iblt_computation` caps them
     (also its client work): ``(words, counts)``, rank-1 tensors (traced in the caller's graph)."""
     if max_words_per_user is not None:
         if multi_contribution:
             k_words, counts = data_processing.get_capped_elements_with_counts(
-                dataset, max_words_per_user, batch_size=batch_size,
-                string_max_bytes=string_max_bytes)
+                dataset,
+                max_words_per_user,
+                batch_size=batch_size,
+                string_max_bytes=string_max_bytes,
+            )
         else:
             k_words, counts = data_processing.get_top_elements_with_counts(
-                dataset, max_words_per_user, string_max_bytes=string_max_bytes)
+                dataset, max_words_per_user, string_max_bytes=string_max_bytes
+            )
             counts = tf.ones_like(counts)
     else:
         k_words, counts = data_processing.get_unique_elements_with_counts(
-            dataset, string_max_bytes=string_max_bytes)
+            dataset, string_max_bytes=string_max_bytes
+        )
         if not multi_contribution:
             counts = tf.ones_like(counts)
     return k_words, counts

@@ -25,8 +25,13 @@ import tensorflow as tf
 
 from simharness.analytics.heavy_hitters.iblt import chunkers, hyperedge_hashers
 
-__all__ = ['DEFAULT_FIELD_SIZE', 'DEFAULT_REPETITIONS', 'IbltDecoder', 'IbltEncoder',
-           'decode_iblt_tf']
+__all__ = [
+    'DEFAULT_FIELD_SIZE',
+    'DEFAULT_REPETITIONS',
+    'IbltDecoder',
+    'IbltEncoder',
+    'decode_iblt_tf',
+]
 
 _CharacterEncoding = chunkers.CharacterEncoding
 
@@ -38,8 +43,12 @@ _HASH_FAMILY_RANDOM = 'random'
 _HASH_FAMILY_COUPLED = 'coupled'
 
 
-def _internal_parameters(capacity: int, repetitions: int, hash_family: Optional[str] = None,
-                         hash_family_params: Optional[dict[str, Union[int, float]]] = None):
+def _internal_parameters(
+    capacity: int,
+    repetitions: int,
+    hash_family: Optional[str] = None,
+    hash_family_params: Optional[dict[str, Union[int, float]]] = None,
+):
     """``(table_size, hash_family, hash_family_params)`` for a table of `capacity` keys."""
     assert repetitions >= 3
     if repetitions in _REPETITIONS_TO_SPACE_OVERHEAD:
@@ -101,8 +110,9 @@ def _get_hash_check_salt(seed: int) -> str:
     return 'hash_check_' + str(seed)
 
 
-def _compute_hash_check(input_strings: tf.Tensor, field_size: int, seed: int,
-                        dtype: tf.dtypes.DType) -> tf.Tensor:
+def _compute_hash_check(
+    input_strings: tf.Tensor, field_size: int, seed: int, dtype: tf.dtypes.DType
+) -> tf.Tensor:
     """``(n, 1)``: each string's check hash, modulo `field_size`."""
     salted = tf.strings.join([_get_hash_check_salt(seed), input_strings])
     hash_check = tf.strings.to_hash_bucket_fast(salted, num_buckets=field_size)
@@ -129,18 +139,31 @@ class IbltDecoder:
       NotImplementedError: an unknown `hash_family`.
     """
 
-    def __init__(self, iblt: tf.Tensor, capacity: int, string_max_bytes: int, *,
-                 encoding: _CharacterEncoding = _CharacterEncoding.UTF8, seed: int = 0,
-                 repetitions: int = DEFAULT_REPETITIONS, hash_family: Optional[str] = None,
-                 hash_family_params: Optional[dict[str, Union[int, float]]] = None,
-                 field_size: int = DEFAULT_FIELD_SIZE):
+    def __init__(
+        self,
+        iblt: tf.Tensor,
+        capacity: int,
+        string_max_bytes: int,
+        *,
+        encoding: _CharacterEncoding = _CharacterEncoding.UTF8,
+        seed: int = 0,
+        repetitions: int = DEFAULT_REPETITIONS,
+        hash_family: Optional[str] = None,
+        hash_family_params: Optional[dict[str, Union[int, float]]] = None,
+        field_size: int = DEFAULT_FIELD_SIZE,
+    ):
         self._dtype = tf.int64
         self.iblt = iblt
         self.table_size, self.hash_family, self.hash_family_params = _internal_parameters(
-            capacity, repetitions, hash_family, hash_family_params)
+            capacity, repetitions, hash_family, hash_family_params
+        )
         self.field_size = field_size
-        self.chunker = chunkers.create_chunker(string_max_bytes=string_max_bytes, encoding=encoding,
-                                               max_chunk_value=self.field_size, dtype=self._dtype)
+        self.chunker = chunkers.create_chunker(
+            string_max_bytes=string_max_bytes,
+            encoding=encoding,
+            max_chunk_value=self.field_size,
+            dtype=self._dtype,
+        )
         self.num_chunks = self.chunker.get_num_chunks()
         self.count = self.num_chunks
         self.check = self.num_chunks + 1
@@ -151,10 +174,12 @@ class IbltDecoder:
         # RandomShuffleQueue, whose generator also lives on from call to call): the peeled
         # set is the same in any order, and ours comes in the same order in every call,
         # process and stack.
-        self.q = tf.queue.FIFOQueue(capacity=self.table_size * self.repetitions,
-                                    dtypes=(self._dtype, self._dtype))
-        self.hyperedge_hasher = _make_hasher(self.hash_family, seed, self.table_size, repetitions,
-                                             self.hash_family_params)
+        self.q = tf.queue.FIFOQueue(
+            capacity=self.table_size * self.repetitions, dtypes=(self._dtype, self._dtype)
+        )
+        self.hyperedge_hasher = _make_hasher(
+            self.hash_family, seed, self.table_size, repetitions, self.hash_family_params
+        )
 
     def decode_string_from_chunks(self, chunks):
         """The string encoded in `chunks` (``num_chunks`` integers)."""
@@ -167,10 +192,12 @@ class IbltDecoder:
           TypeError: `input_strings` is not a string tensor.
         """
         if input_strings.dtype != tf.string:
-            raise TypeError('hash checks can only be computed on string tensors, got: '
-                            f'{input_strings.dtype}')
-        return _compute_hash_check(input_strings, self.field_size, seed=self.seed,
-                                   dtype=self._dtype)
+            raise TypeError(
+                f'hash checks can only be computed on string tensors, got: {input_strings.dtype}'
+            )
+        return _compute_hash_check(
+            input_strings, self.field_size, seed=self.seed, dtype=self._dtype
+        )
 
     def _is_peelable(self, iblt, repetition, index):
         """Whether cell ``(repetition, index)`` holds exactly one decodable key."""
@@ -178,12 +205,15 @@ class IbltDecoder:
 
     def _decode(self, iblt, repetition, index):
         """``(string, count, chunks)`` of cell ``(repetition, index)``; ``('', 0, zeros)`` if none."""
-        empty_return = (tf.constant(''), tf.constant(0, dtype=self._dtype),
-                        tf.zeros((self.num_chunks,), dtype=self._dtype))
+        empty_return = (
+            tf.constant(''),
+            tf.constant(0, dtype=self._dtype),
+            tf.zeros((self.num_chunks,), dtype=self._dtype),
+        )
         cell = iblt[repetition][index]
         if tf.math.not_equal(cell[self.count], tf.constant(0, dtype=self._dtype)):
             inverse_count = _inverse_mod(cell[self.count], self.field_size, dtype=self._dtype)
-            chunks = (cell[0:self.num_chunks] * inverse_count) % self.field_size
+            chunks = (cell[0 : self.num_chunks] * inverse_count) % self.field_size
             data_string = self.decode_string_from_chunks(chunks)
             hash_check = self._get_hash_check(data_string)
             if tf.math.equal(cell[self.check], cell[self.count] * hash_check % self.field_size):
@@ -242,12 +272,12 @@ class IbltDecoder:
     @tf.function
     def get_freq_estimates_tf(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """``(strings, counts, num_not_decoded)`` decoded from the table."""
-        iblt = tf.math.floormod(tf.cast(self.iblt, dtype=self._dtype),
-                                tf.constant(self.field_size, dtype=self._dtype))
+        iblt = tf.math.floormod(
+            tf.cast(self.iblt, dtype=self._dtype), tf.constant(self.field_size, dtype=self._dtype)
+        )
         self._initial_queue(iblt)
         out_strings = tf.TensorArray(tf.string, size=0, dynamic_size=True, clear_after_read=False)
-        out_counts = tf.TensorArray(self._dtype, size=0, dynamic_size=True,
-                                    clear_after_read=False)
+        out_counts = tf.TensorArray(self._dtype, size=0, dynamic_size=True, clear_after_read=False)
 
         def cond(iblt, out_strings, out_counts):
             del iblt, out_strings, out_counts
@@ -255,8 +285,9 @@ class IbltDecoder:
 
         def body(iblt, out_strings, out_counts):
             repetition, index = self.q.dequeue()
-            iblt, hash_indices, data_string, count = self._decode_and_remove(iblt, repetition,
-                                                                             index)
+            iblt, hash_indices, data_string, count = self._decode_and_remove(
+                iblt, repetition, index
+            )
             if tf.strings.length(data_string) > 0:
                 index = out_counts.size()
                 out_counts = out_counts.write(index, count)
@@ -265,7 +296,8 @@ class IbltDecoder:
             return iblt, out_strings, out_counts
 
         iblt, out_strings, out_counts = tf.while_loop(
-            cond, body, loop_vars=(iblt, out_strings, out_counts), parallel_iterations=1)
+            cond, body, loop_vars=(iblt, out_strings, out_counts), parallel_iterations=1
+        )
         return out_strings.stack(), out_counts.stack(), self._num_not_decoded(iblt)
 
     def get_freq_estimates(self):
@@ -278,8 +310,12 @@ class IbltDecoder:
             raise NotImplementedError('This method only works with Eager execution.')
         out_strings, out_counts, num_not_decoded = self.get_freq_estimates_tf()
         # 'ignore': trimming may have cut a multi-byte character.
-        counter = dict(zip([s.decode('utf-8', 'ignore') for s in out_strings.numpy().tolist()],
-                           out_counts.numpy().tolist()))
+        counter = dict(
+            zip(
+                [s.decode('utf-8', 'ignore') for s in out_strings.numpy().tolist()],
+                out_counts.numpy().tolist(),
+            )
+        )
         num_not_decoded = num_not_decoded.numpy()
         if num_not_decoded:
             counter[None] = num_not_decoded
@@ -301,29 +337,45 @@ class IbltEncoder:
       NotImplementedError: an unknown `hash_family`.
     """
 
-    def __init__(self, capacity, string_max_bytes, *,
-                 encoding: _CharacterEncoding = _CharacterEncoding.UTF8,
-                 drop_strings_above_max_length=False, seed=0, repetitions=DEFAULT_REPETITIONS,
-                 hash_family=None, hash_family_params=None, field_size=DEFAULT_FIELD_SIZE):
+    def __init__(
+        self,
+        capacity,
+        string_max_bytes,
+        *,
+        encoding: _CharacterEncoding = _CharacterEncoding.UTF8,
+        drop_strings_above_max_length=False,
+        seed=0,
+        repetitions=DEFAULT_REPETITIONS,
+        hash_family=None,
+        hash_family_params=None,
+        field_size=DEFAULT_FIELD_SIZE,
+    ):
         self.string_max_bytes = string_max_bytes
         self.table_size, hash_family, hash_family_params = _internal_parameters(
-            capacity, repetitions, hash_family, hash_family_params)
+            capacity, repetitions, hash_family, hash_family_params
+        )
         self.repetitions = repetitions
         self.seed = seed
         self.field_size = field_size
         self.drop_strings_above_max_length = drop_strings_above_max_length
         self._dtype = tf.int64
-        self.chunker = chunkers.create_chunker(string_max_bytes=string_max_bytes, encoding=encoding,
-                                               max_chunk_value=self.field_size, dtype=self._dtype)
+        self.chunker = chunkers.create_chunker(
+            string_max_bytes=string_max_bytes,
+            encoding=encoding,
+            max_chunk_value=self.field_size,
+            dtype=self._dtype,
+        )
         self.num_chunks = self.chunker.get_num_chunks()
         self.iblt_shape = (self.repetitions, self.table_size, self.num_chunks + 2)
-        self.hyperedge_hasher = _make_hasher(hash_family, seed, self.table_size, repetitions,
-                                             hash_family_params)
+        self.hyperedge_hasher = _make_hasher(
+            hash_family, seed, self.table_size, repetitions, hash_family_params
+        )
 
     def _compute_hash_check(self, input_strings):
         """``(n, repetitions)``: each string's check hash, once per repetition."""
-        hash_check = _compute_hash_check(input_strings, self.field_size, seed=self.seed,
-                                         dtype=self._dtype)
+        hash_check = _compute_hash_check(
+            input_strings, self.field_size, seed=self.seed, dtype=self._dtype
+        )
         return tf.tile(hash_check, [1, self.repetitions])
 
     def compute_chunks(self, input_strings):
@@ -331,8 +383,9 @@ class IbltEncoder:
         return self.chunker.encode_tensorflow(input_strings)
 
     def _sparse(self, indices, values, input_length):
-        return tf.SparseTensor(indices=indices, values=values,
-                               dense_shape=(input_length,) + self.iblt_shape)
+        return tf.SparseTensor(
+            indices=indices, values=values, dense_shape=(input_length,) + self.iblt_shape
+        )
 
     def _at_column(self, sparse_indices, input_length, column):
         """``(n * repetitions, 4)`` indices ``(i, r, h, column)``."""
@@ -360,12 +413,14 @@ class IbltEncoder:
         if input_counts is not None:
             chunks = chunks * input_counts
         chunk_ids = tf.cast(tf.range(self.num_chunks), dtype=self._dtype)
-        chunk_ids = tf.tile(tf.reshape(chunk_ids, [1, 1, -1, 1]),
-                            [input_length, self.repetitions, 1, 1])
+        chunk_ids = tf.tile(
+            tf.reshape(chunk_ids, [1, 1, -1, 1]), [input_length, self.repetitions, 1, 1]
+        )
         cells = tf.tile(tf.expand_dims(sparse_indices, -2), [1, 1, self.num_chunks, 1])
         indices = tf.reshape(tf.concat([cells, chunk_ids], axis=-1), shape=[-1, 4])
-        values = tf.reshape(tf.tile(tf.expand_dims(chunks, 1), [1, self.repetitions, 1]),
-                            shape=[-1])
+        values = tf.reshape(
+            tf.tile(tf.expand_dims(chunks, 1), [1, self.repetitions, 1]), shape=[-1]
+        )
         return self._sparse(indices, values, input_length)
 
     def _sum_table(self, sparse_indices, chunks, hash_check, input_length, input_counts=None):
@@ -405,15 +460,29 @@ class IbltEncoder:
         return self._sum_table(sparse_indices, chunks, hash_check, tf.size(trimmed), input_counts)
 
 
-def decode_iblt_tf(iblt: tf.Tensor, capacity: int, string_max_bytes: int, *,
-                   encoding: _CharacterEncoding = _CharacterEncoding.UTF8, seed: int = 0,
-                   repetitions: int = DEFAULT_REPETITIONS, hash_family: Optional[str] = None,
-                   hash_family_params: Optional[dict[str, Union[int, float]]] = None,
-                   field_size: int = DEFAULT_FIELD_SIZE) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def decode_iblt_tf(
+    iblt: tf.Tensor,
+    capacity: int,
+    string_max_bytes: int,
+    *,
+    encoding: _CharacterEncoding = _CharacterEncoding.UTF8,
+    seed: int = 0,
+    repetitions: int = DEFAULT_REPETITIONS,
+    hash_family: Optional[str] = None,
+    hash_family_params: Optional[dict[str, Union[int, float]]] = None,
+    field_size: int = DEFAULT_FIELD_SIZE,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """``(strings, counts, num_not_decoded)`` of `iblt` (an `IbltDecoder`'s estimates)."""
     # Held in a local: a `tf.function` method keeps only a weak reference to its object.
-    decoder = IbltDecoder(iblt=iblt, capacity=capacity, string_max_bytes=string_max_bytes,
-                          encoding=encoding, seed=seed, repetitions=repetitions,
-                          hash_family=hash_family, hash_family_params=hash_family_params,
-                          field_size=field_size)
+    decoder = IbltDecoder(
+        iblt=iblt,
+        capacity=capacity,
+        string_max_bytes=string_max_bytes,
+        encoding=encoding,
+        seed=seed,
+        repetitions=repetitions,
+        hash_family=hash_family,
+        hash_family_params=hash_family_params,
+        field_size=field_size,
+    )
     return decoder.get_freq_estimates_tf()

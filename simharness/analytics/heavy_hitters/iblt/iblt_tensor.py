@@ -32,23 +32,26 @@ class IbltTensorDecoder(iblt_lib.IbltDecoder):
       *args, **kwargs: as `iblt_lib.IbltDecoder`.
     """
 
-    def __init__(self, iblt: tf.Tensor, iblt_values: tf.Tensor, value_shape: Sequence[int],
-                 *args, **kwargs):
+    def __init__(
+        self, iblt: tf.Tensor, iblt_values: tf.Tensor, value_shape: Sequence[int], *args, **kwargs
+    ):
         super().__init__(*args, iblt=iblt, **kwargs)
         self.iblt_values = iblt_values
         self.value_shape = value_shape
         self.num_values = np.prod(self.value_shape)
 
     @tf.function
-    def _check_if_queue_is_empty(self, iblt, iblt_values, out_strings, out_counts,
-                                 out_tensor_values) -> bool:
+    def _check_if_queue_is_empty(
+        self, iblt, iblt_values, out_strings, out_counts, out_tensor_values
+    ) -> bool:
         """Whether the queue of peelable cells is non-empty (the loop's condition)."""
         del iblt, iblt_values, out_strings, out_counts, out_tensor_values
         return self.q.size() > 0
 
     @tf.function
-    def _peel_element_from_iblt(self, iblt, iblt_values, out_strings, out_counts,
-                                out_tensor_values):
+    def _peel_element_from_iblt(
+        self, iblt, iblt_values, out_strings, out_counts, out_tensor_values
+    ):
         """Peels one queued cell's key and value; queues the cells it makes peelable."""
         repetition, index = self.q.dequeue()
         iblt, hash_indices, data_string, count = self._decode_and_remove(iblt, repetition, index)
@@ -66,8 +69,9 @@ class IbltTensorDecoder(iblt_lib.IbltDecoder):
         """The value tensor at cell ``(repetition, index)``."""
         return tf.reshape(iblt_values[repetition][index], shape=self.value_shape)
 
-    def _remove_value(self, iblt_values: tf.Tensor, hash_indices: tf.Tensor,
-                      tensor_value: tf.Tensor):
+    def _remove_value(
+        self, iblt_values: tf.Tensor, hash_indices: tf.Tensor, tensor_value: tf.Tensor
+    ):
         """`iblt_values` less `tensor_value` at the cells `hash_indices`."""
         indices, values = [], []
         for repetition in range(self.repetitions):
@@ -82,8 +86,9 @@ class IbltTensorDecoder(iblt_lib.IbltDecoder):
         if not self.value_shape:
             strings, counts, num_not_decoded = super().get_freq_estimates_tf()
             return strings, counts, tf.constant([], dtype=self._dtype), num_not_decoded
-        iblt = tf.math.floormod(tf.cast(self.iblt, dtype=self._dtype),
-                                tf.constant(self.field_size, dtype=self._dtype))
+        iblt = tf.math.floormod(
+            tf.cast(self.iblt, dtype=self._dtype), tf.constant(self.field_size, dtype=self._dtype)
+        )
         iblt_values = self.iblt_values
         self._initial_queue(iblt)
 
@@ -91,12 +96,23 @@ class IbltTensorDecoder(iblt_lib.IbltDecoder):
             return tf.TensorArray(dtype, size=0, dynamic_size=True, clear_after_read=False)
 
         iblt, _, out_strings, out_counts, out_tensor_values = tf.while_loop(
-            self._check_if_queue_is_empty, self._peel_element_from_iblt,
-            loop_vars=(iblt, iblt_values, array(tf.string), array(self._dtype),
-                       array(iblt_values.dtype)),
-            parallel_iterations=1)
-        return (out_strings.stack(), out_counts.stack(), out_tensor_values.stack(),
-                self._num_not_decoded(iblt))
+            self._check_if_queue_is_empty,
+            self._peel_element_from_iblt,
+            loop_vars=(
+                iblt,
+                iblt_values,
+                array(tf.string),
+                array(self._dtype),
+                array(iblt_values.dtype),
+            ),
+            parallel_iterations=1,
+        )
+        return (
+            out_strings.stack(),
+            out_counts.stack(),
+            out_tensor_values.stack(),
+            self._num_not_decoded(iblt),
+        )
 
     def get_freq_estimates(self):  # a different return type than the base class's
         """``({string: count}, {string: value list})`` (eager only; UTF-8).
@@ -108,8 +124,7 @@ class IbltTensorDecoder(iblt_lib.IbltDecoder):
         """
         if not tf.compat.v1.executing_eagerly():
             raise NotImplementedError('This method only works with Eager execution.')
-        out_strings, out_counts, out_tensor_values, num_not_decoded = (
-            self.get_freq_estimates_tf())
+        out_strings, out_counts, out_tensor_values, num_not_decoded = self.get_freq_estimates_tf()
         strings = [s.decode('utf-8', 'ignore') for s in out_strings.numpy().tolist()]
         string_counts = dict(zip(strings, out_counts.numpy().tolist()))
         string_tensor_values = dict(zip(strings, out_tensor_values.numpy().tolist()))
@@ -135,20 +150,26 @@ class IbltTensorEncoder(iblt_lib.IbltEncoder):
         # `_compute_values` tiles values ``[1, repetitions, 1, ...]`` (value rank + 1 entries).
         self._tile_shape = [1, self.repetitions] + [1] * max(len(self.value_shape) - 1, 0)
 
-    def _compute_values(self, sparse_indices: tf.Tensor, input_values: tf.Tensor,
-                        input_length) -> tf.SparseTensor:
+    def _compute_values(
+        self, sparse_indices: tf.Tensor, input_values: tf.Tensor, input_length
+    ) -> tf.SparseTensor:
         """Sparse ``[n, repetitions, table_size, num_values]``: each value at its cells."""
         indices = tf.repeat(tf.reshape(sparse_indices, [-1, 3]), self.num_values, axis=0)
-        value_ids = tf.tile(tf.range(self.num_values, dtype=tf.int64),
-                            [input_length * self.repetitions])
+        value_ids = tf.tile(
+            tf.range(self.num_values, dtype=tf.int64), [input_length * self.repetitions]
+        )
         fused = tf.concat([indices, tf.reshape(value_ids, shape=[-1, 1])], axis=-1)
         values = tf.reshape(tf.tile(input_values, self._tile_shape), [-1])
-        return tf.SparseTensor(indices=fused, values=values, dense_shape=(input_length,) + (
-            self.repetitions, self.table_size, self.num_values))
+        return tf.SparseTensor(
+            indices=fused,
+            values=values,
+            dense_shape=(input_length,) + (self.repetitions, self.table_size, self.num_values),
+        )
 
     @tf.function
-    def compute_iblt(self, input_strings: tf.Tensor,
-                     input_values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def compute_iblt(
+        self, input_strings: tf.Tensor, input_values: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         """``(table, values table)`` of `input_strings` with their `input_values`.
 
         Args:
@@ -159,8 +180,10 @@ class IbltTensorEncoder(iblt_lib.IbltEncoder):
         tf.debugging.assert_type(input_strings, tf.string)
         tf.debugging.assert_equal(
             tf.shape(input_values),
-            (tf.shape(input_strings)[0],) + tuple(self.value_shape) if self.value_shape
-            else tf.constant([], dtype=tf.int32))
+            (tf.shape(input_strings)[0],) + tuple(self.value_shape)
+            if self.value_shape
+            else tf.constant([], dtype=tf.int32),
+        )
         chunks, trimmed = self.compute_chunks(input_strings)
         if self.drop_strings_above_max_length:
             keep = tf.equal(trimmed, input_strings)
@@ -179,18 +202,32 @@ class IbltTensorEncoder(iblt_lib.IbltEncoder):
 
 
 def decode_iblt_tensor_tf(
-        iblt: tf.Tensor, iblt_values: tf.Tensor, capacity: int, string_max_bytes: int,
-        value_shape: Sequence[int], *, encoding: _CharacterEncoding = _CharacterEncoding.UTF8,
-        seed: int = 0, repetitions: int = iblt_lib.DEFAULT_REPETITIONS,
-        hash_family: Optional[str] = None,
-        hash_family_params: Optional[dict[str, Union[int, float]]] = None,
-        field_size: int = iblt_lib.DEFAULT_FIELD_SIZE,
+    iblt: tf.Tensor,
+    iblt_values: tf.Tensor,
+    capacity: int,
+    string_max_bytes: int,
+    value_shape: Sequence[int],
+    *,
+    encoding: _CharacterEncoding = _CharacterEncoding.UTF8,
+    seed: int = 0,
+    repetitions: int = iblt_lib.DEFAULT_REPETITIONS,
+    hash_family: Optional[str] = None,
+    hash_family_params: Optional[dict[str, Union[int, float]]] = None,
+    field_size: int = iblt_lib.DEFAULT_FIELD_SIZE,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """``(strings, counts, value tensors, num_not_decoded)`` of an IBLT tensor."""
     # Held in a local: a `tf.function` method keeps only a weak reference to its object.
     decoder = IbltTensorDecoder(
-        iblt=iblt, iblt_values=iblt_values, capacity=capacity, string_max_bytes=string_max_bytes,
-        encoding=encoding, seed=seed, value_shape=value_shape, repetitions=repetitions,
-        hash_family=hash_family, hash_family_params=hash_family_params,
-        field_size=field_size)
+        iblt=iblt,
+        iblt_values=iblt_values,
+        capacity=capacity,
+        string_max_bytes=string_max_bytes,
+        encoding=encoding,
+        seed=seed,
+        value_shape=value_shape,
+        repetitions=repetitions,
+        hash_family=hash_family,
+        hash_family_params=hash_family_params,
+        field_size=field_size,
+    )
     return decoder.get_freq_estimates_tf()

@@ -49,24 +49,36 @@ class ServerOutput(NamedTuple):
     round_timestamp: Any
 
 
-def _check_arguments(string_max_bytes, repetitions, max_heavy_hitters, max_words_per_user,
-                     k_anonymity, secure_sum_bitwidth, batch_size) -> None:
+def _check_arguments(
+    string_max_bytes,
+    repetitions,
+    max_heavy_hitters,
+    max_words_per_user,
+    k_anonymity,
+    secure_sum_bitwidth,
+    batch_size,
+) -> None:
     if string_max_bytes < 1:
         raise ValueError(f'string_max_bytes should be at least 1, got {string_max_bytes}')
     if repetitions < 3:
         raise ValueError(f'repetitions should be at least 3, got {repetitions}')
     if max_heavy_hitters is not None and max_heavy_hitters < 1:
-        raise ValueError('max_heavy_hitters should be at least 1 when it is not None, '
-                         f'got {max_heavy_hitters}')
+        raise ValueError(
+            f'max_heavy_hitters should be at least 1 when it is not None, got {max_heavy_hitters}'
+        )
     if max_words_per_user is not None and max_words_per_user < 1:
-        raise ValueError('max_words_per_user should be at least 1 when it is not None, '
-                         f'got {max_words_per_user}')
+        raise ValueError(
+            f'max_words_per_user should be at least 1 when it is not None, got {max_words_per_user}'
+        )
     if k_anonymity < 1:
         raise ValueError(f'k_anonymity must be at least 1, got {k_anonymity}')
     if secure_sum_bitwidth is not None and (
-            not isinstance(secure_sum_bitwidth, int) or not 0 < secure_sum_bitwidth <= 62):
-        raise ValueError('If set, secure_sum_bitwidth requires an integer in the range [1,62], '
-                         f'got {secure_sum_bitwidth}')
+        not isinstance(secure_sum_bitwidth, int) or not 0 < secure_sum_bitwidth <= 62
+    ):
+        raise ValueError(
+            'If set, secure_sum_bitwidth requires an integer in the range [1,62], '
+            f'got {secure_sum_bitwidth}'
+        )
     if batch_size < 1:
         raise ValueError(f'batch_size must be at least 1, got {batch_size}')
 
@@ -81,8 +93,9 @@ def build_iblt_computation(
     max_heavy_hitters: Optional[int] = None,
     string_postprocessor: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     secure_sum_bitwidth: Optional[int] = None,
-    decode_iblt_fn: Optional[Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor,
-                                                 tf.Tensor]]] = None,
+    decode_iblt_fn: Optional[
+        Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]]
+    ] = None,
     seed: int = 0,
     batch_size: int = 1,
     repetitions: int = 3,
@@ -114,8 +127,15 @@ def build_iblt_computation(
     Raises:
       ValueError: an argument out of range.
     """
-    _check_arguments(string_max_bytes, repetitions, max_heavy_hitters, max_words_per_user,
-                     k_anonymity, secure_sum_bitwidth, batch_size)
+    _check_arguments(
+        string_max_bytes,
+        repetitions,
+        max_heavy_hitters,
+        max_words_per_user,
+        k_anonymity,
+        secure_sum_bitwidth,
+        batch_size,
+    )
     if decode_iblt_fn is None:
         decode_iblt_fn = iblt_tensor.decode_iblt_tensor_tf
 
@@ -125,19 +145,30 @@ def build_iblt_computation(
     @tf.function
     def compute_sketch(dataset):
         encoder = iblt_tensor.IbltTensorEncoder(
-            capacity=capacity, string_max_bytes=string_max_bytes,
-            encoding=_CharacterEncoding.UTF8, repetitions=repetitions, value_shape=(1,),
-            seed=seed)
+            capacity=capacity,
+            string_max_bytes=string_max_bytes,
+            encoding=_CharacterEncoding.UTF8,
+            repetitions=repetitions,
+            value_shape=(1,),
+            seed=seed,
+        )
         k_words, counts = iblt_clipping.clipped_words_and_counts(
-            dataset, max_words_per_user, multi_contribution, batch_size, string_max_bytes)
+            dataset, max_words_per_user, multi_contribution, batch_size, string_max_bytes
+        )
         return encoder.compute_iblt(k_words, tf.reshape(counts, shape=[-1, 1]))
 
     @tf_computation(compute_sketch.type_signature.result)
     @tf.function
     def decode_heavy_hitters(sketch, count_tensor):
         heavy_hitters, unique_counts, counts, num_not_decoded = decode_iblt_fn(
-            iblt=sketch, iblt_values=count_tensor, value_shape=(1,), capacity=capacity,
-            string_max_bytes=string_max_bytes, repetitions=repetitions, seed=seed)
+            iblt=sketch,
+            iblt_values=count_tensor,
+            value_shape=(1,),
+            capacity=capacity,
+            string_max_bytes=string_max_bytes,
+            repetitions=repetitions,
+            seed=seed,
+        )
         counts = tf.squeeze(counts, axis=1)
         if k_anonymity > 1:
             mask = tf.math.greater_equal(unique_counts, k_anonymity)
@@ -157,7 +188,8 @@ def build_iblt_computation(
         # Sketches are decoded modulo the field size: sum them modulo it.
         def sketch_sum_fn(x):
             return intrinsics.federated_secure_modular_sum(
-                x, modulus=np.int64(iblt_lib.DEFAULT_FIELD_SIZE))
+                x, modulus=np.int64(iblt_lib.DEFAULT_FIELD_SIZE)
+            )
 
         def count_sum_fn(x):
             return intrinsics.federated_secure_sum(x, max_input=2**secure_sum_bitwidth - 1)
@@ -176,10 +208,17 @@ def build_iblt_computation(
         sketch = sketch_sum_fn(sketch)
         count_tensor = count_sum_fn(count_tensor)
         heavy_hitters, unique_counts, counts, num_not_decoded = intrinsics.federated_map(
-            decode_heavy_hitters, (sketch, count_tensor))
-        return intrinsics.federated_zip(ServerOutput(
-            clients=clients, heavy_hitters=heavy_hitters,
-            heavy_hitters_unique_counts=unique_counts, heavy_hitters_counts=counts,
-            num_not_decoded=num_not_decoded, round_timestamp=round_timestamp))
+            decode_heavy_hitters, (sketch, count_tensor)
+        )
+        return intrinsics.federated_zip(
+            ServerOutput(
+                clients=clients,
+                heavy_hitters=heavy_hitters,
+                heavy_hitters_unique_counts=unique_counts,
+                heavy_hitters_counts=counts,
+                num_not_decoded=num_not_decoded,
+                round_timestamp=round_timestamp,
+            )
+        )
 
     return one_round_computation

@@ -10,8 +10,13 @@ import tensorflow as tf
 from simharness.simulation.baselines import client_spec
 from simharness.simulation.baselines.client_spec import shuffle_repeat_take
 
-__all__ = ['CIFAR_SHAPE', 'NUM_EXAMPLES_PER_CLIENT', 'TOTAL_FEATURE_SIZE', 'build_image_map',
-           'create_preprocess_fn']
+__all__ = [
+    'CIFAR_SHAPE',
+    'NUM_EXAMPLES_PER_CLIENT',
+    'TOTAL_FEATURE_SIZE',
+    'build_image_map',
+    'create_preprocess_fn',
+]
 
 CIFAR_SHAPE = (32, 32, 3)
 TOTAL_FEATURE_SIZE = 32 * 32 * 3
@@ -19,8 +24,7 @@ TOTAL_FEATURE_SIZE = 32 * 32 * 3
 NUM_EXAMPLES_PER_CLIENT = 500
 
 
-def build_image_map(crop_shape: Sequence[int],
-                    distort: bool = False) -> Callable[[Any], tuple]:
+def build_image_map(crop_shape: Sequence[int], distort: bool = False) -> Callable[[Any], tuple]:
     """A map from an element ``{'image', 'label', ...}`` to ``(image, label)``.
 
     The image is cast to float32, cropped to `crop_shape` (``(height, width,
@@ -29,12 +33,15 @@ def build_image_map(crop_shape: Sequence[int],
     standardized (`tf.image.per_image_standardization`).
     """
     if distort:
+
         def crop(image: Any) -> Any:
             return tf.image.random_flip_left_right(tf.image.random_crop(image, size=crop_shape))
     else:
+
         def crop(image: Any) -> Any:
-            return tf.image.resize_with_crop_or_pad(image, target_height=crop_shape[0],
-                                                    target_width=crop_shape[1])
+            return tf.image.resize_with_crop_or_pad(
+                image, target_height=crop_shape[0], target_width=crop_shape[1]
+            )
 
     def image_map(example: Any) -> tuple:
         image = crop(tf.cast(example['image'], tf.float32))
@@ -43,10 +50,12 @@ def build_image_map(crop_shape: Sequence[int],
     return image_map
 
 
-def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec,
-                         crop_shape: Sequence[int] = CIFAR_SHAPE, distort_image: bool = False,
-                         num_parallel_calls: Any = tf.data.experimental.AUTOTUNE
-                         ) -> Callable[[Any], Any]:
+def create_preprocess_fn(
+    preprocess_spec: client_spec.ClientSpec,
+    crop_shape: Sequence[int] = CIFAR_SHAPE,
+    distort_image: bool = False,
+    num_parallel_calls: Any = tf.data.experimental.AUTOTUNE,
+) -> Callable[[Any], Any]:
     """A function preprocessing a CIFAR-100 client dataset.
 
     In order: shuffle (unless the buffer is 1; default
@@ -62,8 +71,10 @@ def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec,
         raise TypeError('Argument crop_shape must be an iterable.')
     crop_shape = tuple(crop_shape)
     if len(crop_shape) != 3:
-        raise ValueError('The crop_shape must have length 3, corresponding to a tensor of shape '
-                         '[height, width, channels].')
+        raise ValueError(
+            'The crop_shape must have length 3, corresponding to a tensor of shape '
+            '[height, width, channels].'
+        )
     shuffle_buffer_size = preprocess_spec.shuffle_buffer_size or NUM_EXAMPLES_PER_CLIENT
     image_map = build_image_map(crop_shape, distort_image)
 

@@ -13,8 +13,11 @@ from simharness.simulation.baselines import baseline_task, client_spec, task_dat
 from simharness.simulation.baselines.emnist import emnist_models, emnist_preprocessing
 from simharness.simulation.datasets import emnist
 
-__all__ = ['CharacterRecognitionModel', 'create_character_recognition_task',
-           'create_character_recognition_task_from_datasets']
+__all__ = [
+    'CharacterRecognitionModel',
+    'create_character_recognition_task',
+    'create_character_recognition_task_from_datasets',
+]
 
 
 class CharacterRecognitionModel(enum.Enum):
@@ -28,9 +31,11 @@ class CharacterRecognitionModel(enum.Enum):
 _CHARACTER_RECOGNITION_MODELS = [e.value for e in CharacterRecognitionModel]
 
 
-def _get_character_recognition_model(model_id: Union[str, CharacterRecognitionModel],
-                                     only_digits: bool,
-                                     debug_seed: Optional[int] = None) -> Any:
+def _get_character_recognition_model(
+    model_id: Union[str, CharacterRecognitionModel],
+    only_digits: bool,
+    debug_seed: Optional[int] = None,
+) -> Any:
     """The uncompiled Keras model of `model_id`.
 
     Raises:
@@ -39,8 +44,9 @@ def _get_character_recognition_model(model_id: Union[str, CharacterRecognitionMo
     try:
         model_enum = CharacterRecognitionModel(model_id)
     except ValueError as e:
-        raise ValueError(f'The model argument must be one of {_CHARACTER_RECOGNITION_MODELS}, '
-                         f'found {model_id}') from e
+        raise ValueError(
+            f'The model argument must be one of {_CHARACTER_RECOGNITION_MODELS}, found {model_id}'
+        ) from e
     # Looked up on the module at call time (TFF's tests patch these builders).
     builders: Dict[CharacterRecognitionModel, Callable[..., Any]] = {
         CharacterRecognitionModel.CNN_DROPOUT: emnist_models.create_conv_dropout_model,
@@ -51,11 +57,14 @@ def _get_character_recognition_model(model_id: Union[str, CharacterRecognitionMo
 
 
 def create_character_recognition_task_from_datasets(
-        train_client_spec: client_spec.ClientSpec,
-        eval_client_spec: Optional[client_spec.ClientSpec],
-        model_id: Union[str, CharacterRecognitionModel], only_digits: bool,
-        train_data: ClientData, test_data: ClientData,
-        debug_seed: Optional[int] = None) -> baseline_task.BaselineTask:
+    train_client_spec: client_spec.ClientSpec,
+    eval_client_spec: Optional[client_spec.ClientSpec],
+    model_id: Union[str, CharacterRecognitionModel],
+    only_digits: bool,
+    train_data: ClientData,
+    test_data: ClientData,
+    debug_seed: Optional[int] = None,
+) -> baseline_task.BaselineTask:
     """A character recognition `BaselineTask` over EMNIST-format data you give.
 
     Args:
@@ -74,33 +83,43 @@ def create_character_recognition_task_from_datasets(
       sparse categorical cross-entropy, sparse categorical accuracy.
     """
     if eval_client_spec is None:
-        eval_client_spec = client_spec.ClientSpec(num_epochs=1, batch_size=64,
-                                                  shuffle_buffer_size=1)
+        eval_client_spec = client_spec.ClientSpec(
+            num_epochs=1, batch_size=64, shuffle_buffer_size=1
+        )
     train_preprocess_fn = emnist_preprocessing.create_preprocess_fn(
-        train_client_spec, emnist_task='character_recognition', debug_seed=debug_seed)
+        train_client_spec, emnist_task='character_recognition', debug_seed=debug_seed
+    )
     eval_preprocess_fn = emnist_preprocessing.create_preprocess_fn(
-        eval_client_spec, emnist_task='character_recognition', debug_seed=debug_seed)
+        eval_client_spec, emnist_task='character_recognition', debug_seed=debug_seed
+    )
     datasets = task_data.BaselineTaskDatasets(
-        train_data=train_data, test_data=test_data, validation_data=None,
-        train_preprocess_fn=train_preprocess_fn, eval_preprocess_fn=eval_preprocess_fn)
+        train_data=train_data,
+        test_data=test_data,
+        validation_data=None,
+        train_preprocess_fn=train_preprocess_fn,
+        eval_preprocess_fn=eval_preprocess_fn,
+    )
 
     def model_fn() -> Any:
         return keras_utils.from_keras_model(
             keras_model=_get_character_recognition_model(model_id, only_digits, debug_seed),
             loss=tf.keras.losses.SparseCategoricalCrossentropy(),
             input_spec=datasets.element_type_structure,
-            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+        )
 
     return baseline_task.BaselineTask(datasets, model_fn)
 
 
 def create_character_recognition_task(
-        train_client_spec: client_spec.ClientSpec,
-        eval_client_spec: Optional[client_spec.ClientSpec] = None,
-        model_id: Union[str, CharacterRecognitionModel] = 'cnn_dropout',
-        only_digits: bool = False, cache_dir: Optional[str] = None,
-        use_synthetic_data: bool = False,
-        debug_seed: Optional[int] = None) -> baseline_task.BaselineTask:
+    train_client_spec: client_spec.ClientSpec,
+    eval_client_spec: Optional[client_spec.ClientSpec] = None,
+    model_id: Union[str, CharacterRecognitionModel] = 'cnn_dropout',
+    only_digits: bool = False,
+    cache_dir: Optional[str] = None,
+    use_synthetic_data: bool = False,
+    debug_seed: Optional[int] = None,
+) -> baseline_task.BaselineTask:
     """A character recognition `BaselineTask` on Federated EMNIST.
 
     Minimizes the sparse categorical cross-entropy of the labels (10 digits with
@@ -123,5 +142,11 @@ def create_character_recognition_task(
     else:
         train_data, test_data = emnist.load_data(only_digits=only_digits, cache_dir=cache_dir)
     return create_character_recognition_task_from_datasets(
-        train_client_spec, eval_client_spec, model_id, only_digits, train_data, test_data,
-        debug_seed)
+        train_client_spec,
+        eval_client_spec,
+        model_id,
+        only_digits,
+        train_data,
+        test_data,
+        debug_seed,
+    )

@@ -27,10 +27,12 @@ def _to_autoencoder_pair(element: Any) -> tuple:
 _MAPPINGS = {'character_recognition': _to_image_and_label, 'autoencoder': _to_autoencoder_pair}
 
 
-def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec,
-                         emnist_task: str = 'character_recognition',
-                         num_parallel_calls: Any = tf.data.experimental.AUTOTUNE,
-                         debug_seed: Optional[int] = None) -> Callable[[Any], Any]:
+def create_preprocess_fn(
+    preprocess_spec: client_spec.ClientSpec,
+    emnist_task: str = 'character_recognition',
+    num_parallel_calls: Any = tf.data.experimental.AUTOTUNE,
+    debug_seed: Optional[int] = None,
+) -> Callable[[Any], Any]:
     """A function preprocessing an EMNIST client dataset.
 
     In order: shuffle (unless the buffer is 1; default `MAX_CLIENT_DATASET_SIZE`),
@@ -53,9 +55,12 @@ def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec,
     shuffle_buffer_size = preprocess_spec.shuffle_buffer_size or MAX_CLIENT_DATASET_SIZE
 
     def preprocess_fn(dataset: Any) -> Any:
-        dataset = shuffle_repeat_take(dataset, preprocess_spec, shuffle_buffer_size, seed=debug_seed)
+        dataset = shuffle_repeat_take(
+            dataset, preprocess_spec, shuffle_buffer_size, seed=debug_seed
+        )
         dataset = dataset.batch(preprocess_spec.batch_size, drop_remainder=False)
-        return dataset.map(mapping_fn, num_parallel_calls=num_parallel_calls,
-                           deterministic=debug_seed is not None)
+        return dataset.map(
+            mapping_fn, num_parallel_calls=num_parallel_calls, deterministic=debug_seed is not None
+        )
 
     return preprocess_fn

@@ -9,8 +9,7 @@ import tensorflow as tf
 __all__ = ['create_recurrent_model']
 
 
-def create_recurrent_model(vocab_size: int, sequence_length: int,
-                           mask_zero: bool = True) -> Any:
+def create_recurrent_model(vocab_size: int, sequence_length: int, mask_zero: bool = True) -> Any:
     """The character LSTM of McMahan et al., AISTATS 2017 (arXiv:1602.05629).
 
     Token sequences of `sequence_length` are embedded in 8 dimensions
@@ -31,12 +30,16 @@ def create_recurrent_model(vocab_size: int, sequence_length: int,
         raise ValueError('sequence_length must be a positive integer.')
 
     def lstm() -> Any:
-        return tf.keras.layers.LSTM(units=256, kernel_initializer='he_normal',
-                                    return_sequences=True, stateful=False)
+        return tf.keras.layers.LSTM(
+            units=256, kernel_initializer='he_normal', return_sequences=True, stateful=False
+        )
 
-    return tf.keras.Sequential([
-        tf.keras.Input(shape=(sequence_length,)),
-        tf.keras.layers.Embedding(input_dim=vocab_size, output_dim=8, mask_zero=mask_zero),
-        lstm(), lstm(),
-        tf.keras.layers.Dense(vocab_size),
-    ])
+    return tf.keras.Sequential(
+        [
+            tf.keras.Input(shape=(sequence_length,)),
+            tf.keras.layers.Embedding(input_dim=vocab_size, output_dim=8, mask_zero=mask_zero),
+            lstm(),
+            lstm(),
+            tf.keras.layers.Dense(vocab_size),
+        ]
+    )

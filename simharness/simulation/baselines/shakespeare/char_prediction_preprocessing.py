@@ -13,13 +13,19 @@ import tensorflow as tf
 from simharness.simulation.baselines import client_spec
 from simharness.simulation.baselines.client_spec import shuffle_repeat_take
 
-__all__ = ['CHAR_VOCAB', 'DEFAULT_SEQUENCE_LENGTH', 'DEFAULT_SHUFFLE_BUFFER_SIZE',
-           'create_preprocess_fn', 'get_special_tokens']
+__all__ = [
+    'CHAR_VOCAB',
+    'DEFAULT_SEQUENCE_LENGTH',
+    'DEFAULT_SHUFFLE_BUFFER_SIZE',
+    'create_preprocess_fn',
+    'get_special_tokens',
+]
 
 DEFAULT_SEQUENCE_LENGTH = 80  # McMahan et al., AISTATS 2017
 #: TFF's character vocabulary, in TFF's order (the ids depend on it).
-CHAR_VOCAB = list('dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\naeimquyAEIMQUY]'
-                  '!%)-159\r')
+CHAR_VOCAB = list(
+    'dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\naeimquyAEIMQUY]!%)-159\r'
+)
 DEFAULT_SHUFFLE_BUFFER_SIZE = 50
 
 
@@ -34,9 +40,9 @@ def _build_tokenize_fn(split_length: int = DEFAULT_SEQUENCE_LENGTH + 1) -> Calla
     ids, ``eos``, then padding (0) up to a multiple of `split_length`."""
     _, _, bos, eos = get_special_tokens()
     table = tf.lookup.StaticVocabularyTable(
-        tf.lookup.KeyValueTensorInitializer(CHAR_VOCAB, tf.range(len(CHAR_VOCAB),
-                                                                  dtype=tf.int64)),
-        num_oov_buckets=1)
+        tf.lookup.KeyValueTensorInitializer(CHAR_VOCAB, tf.range(len(CHAR_VOCAB), dtype=tf.int64)),
+        num_oov_buckets=1,
+    )
 
     def to_tokens_and_pad(example: Any) -> Any:
         tokens = table.lookup(keys=tf.strings.bytes_split(example['snippets'])) + 1
@@ -52,10 +58,11 @@ def _split_target(sequence_batch: Any) -> tuple:
     return sequence_batch[:, :-1], sequence_batch[:, 1:]
 
 
-def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec,
-                         sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
-                         num_parallel_calls: Any = tf.data.experimental.AUTOTUNE
-                         ) -> Callable[[Any], Any]:
+def create_preprocess_fn(
+    preprocess_spec: client_spec.ClientSpec,
+    sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
+    num_parallel_calls: Any = tf.data.experimental.AUTOTUNE,
+) -> Callable[[Any], Any]:
     """A function preprocessing a Shakespeare client dataset (elements ``{'snippets'}``).
 
     In order: shuffle (unless the buffer is 1; default

@@ -9,12 +9,18 @@ import tensorflow as tf
 from simharness.data.client_base import ClientData
 from simharness.learning.models import keras_utils
 from simharness.simulation.baselines import baseline_task, client_spec, keras_metrics, task_data
-from simharness.simulation.baselines.shakespeare import (char_prediction_models,
-                                                         char_prediction_preprocessing)
+from simharness.simulation.baselines.shakespeare import (
+    char_prediction_models,
+    char_prediction_preprocessing,
+)
 from simharness.simulation.datasets import shakespeare
 
-__all__ = ['DEFAULT_SEQUENCE_LENGTH', 'VOCAB_LENGTH', 'create_character_prediction_task',
-           'create_character_prediction_task_from_datasets']
+__all__ = [
+    'DEFAULT_SEQUENCE_LENGTH',
+    'VOCAB_LENGTH',
+    'create_character_prediction_task',
+    'create_character_prediction_task_from_datasets',
+]
 
 #: The vocabulary plus padding, out-of-vocabulary, beginning and end of snippet.
 VOCAB_LENGTH = len(char_prediction_preprocessing.CHAR_VOCAB) + 4
@@ -22,9 +28,12 @@ DEFAULT_SEQUENCE_LENGTH = 80
 
 
 def create_character_prediction_task_from_datasets(
-        train_client_spec: client_spec.ClientSpec,
-        eval_client_spec: Optional[client_spec.ClientSpec], sequence_length: int,
-        train_data: ClientData, test_data: ClientData) -> baseline_task.BaselineTask:
+    train_client_spec: client_spec.ClientSpec,
+    eval_client_spec: Optional[client_spec.ClientSpec],
+    sequence_length: int,
+    train_data: ClientData,
+    test_data: ClientData,
+) -> baseline_task.BaselineTask:
     """A next-character prediction `BaselineTask` over Shakespeare-format data you give.
 
     Args:
@@ -45,33 +54,45 @@ def create_character_prediction_task_from_datasets(
     if sequence_length < 1:
         raise ValueError('sequence_length must be a positive integer')
     if eval_client_spec is None:
-        eval_client_spec = client_spec.ClientSpec(num_epochs=1, batch_size=32,
-                                                  shuffle_buffer_size=1)
+        eval_client_spec = client_spec.ClientSpec(
+            num_epochs=1, batch_size=32, shuffle_buffer_size=1
+        )
     datasets = task_data.BaselineTaskDatasets(
-        train_data=train_data, test_data=test_data, validation_data=None,
+        train_data=train_data,
+        test_data=test_data,
+        validation_data=None,
         train_preprocess_fn=char_prediction_preprocessing.create_preprocess_fn(
-            train_client_spec, sequence_length),
+            train_client_spec, sequence_length
+        ),
         eval_preprocess_fn=char_prediction_preprocessing.create_preprocess_fn(
-            eval_client_spec, sequence_length))
+            eval_client_spec, sequence_length
+        ),
+    )
     pad_token, _, _, _ = char_prediction_preprocessing.get_special_tokens()
 
     def model_fn() -> Any:
         return keras_utils.from_keras_model(
             keras_model=char_prediction_models.create_recurrent_model(
-                vocab_size=VOCAB_LENGTH, sequence_length=sequence_length),
+                vocab_size=VOCAB_LENGTH, sequence_length=sequence_length
+            ),
             loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             input_spec=datasets.element_type_structure,
-            metrics=[keras_metrics.NumTokensCounter(masked_tokens=[pad_token]),
-                     keras_metrics.MaskedCategoricalAccuracy(masked_tokens=[pad_token])])
+            metrics=[
+                keras_metrics.NumTokensCounter(masked_tokens=[pad_token]),
+                keras_metrics.MaskedCategoricalAccuracy(masked_tokens=[pad_token]),
+            ],
+        )
 
     return baseline_task.BaselineTask(datasets, model_fn)
 
 
 def create_character_prediction_task(
-        train_client_spec: client_spec.ClientSpec,
-        eval_client_spec: Optional[client_spec.ClientSpec] = None,
-        sequence_length: int = DEFAULT_SEQUENCE_LENGTH, cache_dir: Optional[str] = None,
-        use_synthetic_data: bool = False) -> baseline_task.BaselineTask:
+    train_client_spec: client_spec.ClientSpec,
+    eval_client_spec: Optional[client_spec.ClientSpec] = None,
+    sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
+    cache_dir: Optional[str] = None,
+    use_synthetic_data: bool = False,
+) -> baseline_task.BaselineTask:
     """A next-character prediction `BaselineTask` on Shakespeare (a client is a role in a
     play): predict each next character of `sequence_length` characters.
 
@@ -89,4 +110,5 @@ def create_character_prediction_task(
     else:
         train_data, test_data = shakespeare.load_data(cache_dir=cache_dir)
     return create_character_prediction_task_from_datasets(
-        train_client_spec, eval_client_spec, sequence_length, train_data, test_data)
+        train_client_spec, eval_client_spec, sequence_length, train_data, test_data
+    )

@@ -17,7 +17,8 @@ __all__ = ['build_to_ids_fn', 'create_preprocess_fn']
 def _vocab_table(vocab: list) -> Any:
     return tf.lookup.StaticVocabularyTable(
         tf.lookup.KeyValueTensorInitializer(vocab, tf.range(len(vocab), dtype=tf.int64)),
-        num_oov_buckets=1)
+        num_oov_buckets=1,
+    )
 
 
 def build_to_ids_fn(word_vocab: list, tag_vocab: list) -> Callable[[Any], tuple]:
@@ -31,7 +32,8 @@ def build_to_ids_fn(word_vocab: list, tag_vocab: list) -> Callable[[Any], tuple]
     def to_ids(example: Any) -> tuple:
         sentence = tf.strings.join([example['tokens'], example['title']], separator=' ')
         counts = tf.reduce_sum(
-            tf.one_hot(word_table.lookup(tf.strings.split(sentence)), num_words), axis=0)
+            tf.one_hot(word_table.lookup(tf.strings.split(sentence)), num_words), axis=0
+        )
         words = tf.math.divide_no_nan(counts, tf.reduce_sum(counts))
         tag_ids = tag_table.lookup(tf.strings.split(example['tags'], sep='|'))
         tags = tf.reduce_sum(tf.one_hot(tag_ids, num_tags + 1), axis=0)[:num_tags]
@@ -40,10 +42,12 @@ def build_to_ids_fn(word_vocab: list, tag_vocab: list) -> Callable[[Any], tuple]
     return to_ids
 
 
-def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec, word_vocab: list,
-                         tag_vocab: list,
-                         num_parallel_calls: Any = tf.data.experimental.AUTOTUNE
-                         ) -> Callable[[Any], Any]:
+def create_preprocess_fn(
+    preprocess_spec: client_spec.ClientSpec,
+    word_vocab: list,
+    tag_vocab: list,
+    num_parallel_calls: Any = tf.data.experimental.AUTOTUNE,
+) -> Callable[[Any], Any]:
     """A function preprocessing a Stack Overflow client dataset for tag prediction.
 
     In order: shuffle (unless the buffer is 1; default
@@ -57,13 +61,15 @@ def create_preprocess_fn(preprocess_spec: client_spec.ClientSpec, word_vocab: li
         raise ValueError('word_vocab must be non-empty.')
     if not tag_vocab:
         raise ValueError('tag_vocab must be non-empty.')
-    shuffle_buffer_size = (preprocess_spec.shuffle_buffer_size
-                           or constants.DEFAULT_SHUFFLE_BUFFER_SIZE)
+    shuffle_buffer_size = (
+        preprocess_spec.shuffle_buffer_size or constants.DEFAULT_SHUFFLE_BUFFER_SIZE
+    )
 
     def preprocess_fn(dataset: Any) -> Any:
         dataset = shuffle_repeat_take(dataset, preprocess_spec, shuffle_buffer_size)
-        dataset = dataset.map(build_to_ids_fn(word_vocab, tag_vocab),
-                              num_parallel_calls=num_parallel_calls)
+        dataset = dataset.map(
+            build_to_ids_fn(word_vocab, tag_vocab), num_parallel_calls=num_parallel_calls
+        )
         return dataset.batch(preprocess_spec.batch_size)
 
     return preprocess_fn

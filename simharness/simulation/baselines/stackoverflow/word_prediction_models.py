@@ -26,8 +26,13 @@ class TransposableEmbedding(tf.keras.layers.Layer):
         return tf.matmul(inputs, self._embedding_layer.embeddings, transpose_b=True)
 
 
-def create_recurrent_model(vocab_size: int, embedding_size: int = 96, num_lstm_layers: int = 1,
-                           lstm_size: int = 670, shared_embedding: bool = False) -> Any:
+def create_recurrent_model(
+    vocab_size: int,
+    embedding_size: int = 96,
+    num_lstm_layers: int = 1,
+    lstm_size: int = 670,
+    shared_embedding: bool = False,
+) -> Any:
     """Ids (``0..vocab_size-1``, 0 masked) embedded in `embedding_size` dimensions, then
     `num_lstm_layers` times an LSTM of `lstm_size` followed by a dense projection back to
     `embedding_size`, then `vocab_size` logits per step: a dense layer, or with
@@ -39,13 +44,18 @@ def create_recurrent_model(vocab_size: int, embedding_size: int = 96, num_lstm_l
     Raises:
       ValueError: a non-positive size or layer count.
     """
-    for name, value in (('vocab_size', vocab_size), ('embedding_size', embedding_size),
-                        ('num_lstm_layers', num_lstm_layers), ('lstm_size', lstm_size)):
+    for name, value in (
+        ('vocab_size', vocab_size),
+        ('embedding_size', embedding_size),
+        ('num_lstm_layers', num_lstm_layers),
+        ('lstm_size', lstm_size),
+    ):
         if value < 1:
             raise ValueError(f'{name} must be a positive integer.')
     inputs = tf.keras.layers.Input(shape=(None,))
-    embedding = tf.keras.layers.Embedding(input_dim=vocab_size, output_dim=embedding_size,
-                                          mask_zero=True)
+    embedding = tf.keras.layers.Embedding(
+        input_dim=vocab_size, output_dim=embedding_size, mask_zero=True
+    )
     x = embedding(inputs)
     for _ in range(num_lstm_layers):
         x = tf.keras.layers.LSTM(lstm_size, return_sequences=True)(x)

@@ -6,12 +6,16 @@ import pytest
 from simharness.analytics.hierarchical_histogram import build_tree_from_leaf
 
 
-@pytest.mark.parametrize('histogram, arity, expected', [
-    ([1.0, 1.0, 1.0, 1.0], 2, [[4.0], [2.0, 2.0], [1.0, 1.0, 1.0, 1.0]]),
-    ([1.0, 1.0, 1.0], 2, [[3.0], [2.0, 1.0], [1.0, 1.0, 1.0, 0.0]]),
-    ([1.0, 1.0, 1.0], 3, [[3.0], [1.0, 1.0, 1.0]]),
-    ([1.0, 1.0], 3, [[2.0], [1.0, 1.0, 0.0]]),
-], ids=['binary_no_padding', 'binary_padding', 'ternary_no_padding', 'ternary_padding'])
+@pytest.mark.parametrize(
+    'histogram, arity, expected',
+    [
+        ([1.0, 1.0, 1.0, 1.0], 2, [[4.0], [2.0, 2.0], [1.0, 1.0, 1.0, 1.0]]),
+        ([1.0, 1.0, 1.0], 2, [[3.0], [2.0, 1.0], [1.0, 1.0, 1.0, 0.0]]),
+        ([1.0, 1.0, 1.0], 3, [[3.0], [1.0, 1.0, 1.0]]),
+        ([1.0, 1.0], 3, [[2.0], [1.0, 1.0, 0.0]]),
+    ],
+    ids=['binary_no_padding', 'binary_padding', 'ternary_no_padding', 'ternary_padding'],
+)
 def test_create_hierarchical_hist(histogram, arity, expected):
     result = build_tree_from_leaf.create_hierarchical_histogram(histogram, arity)
     assert len(result) == len(expected)

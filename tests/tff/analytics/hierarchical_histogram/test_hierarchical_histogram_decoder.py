@@ -42,8 +42,9 @@ def test_check_consistency(is_consistent, arity, depth):
 @pytest.mark.parametrize('depth', [2, 3])
 @pytest.mark.parametrize('arity', [2, 3])
 def test_enforce_consistency(arity, depth, scale):
-    decoder = Decoder(_create_noisy_hierarchical_histogram(arity, depth, scale), 0,
-                      arity ** (depth - 1))
+    decoder = Decoder(
+        _create_noisy_hierarchical_histogram(arity, depth, scale), 0, arity ** (depth - 1)
+    )
     decoder.enforce_consistency()
     assert decoder._check_consistency()
 
@@ -53,32 +54,50 @@ def test_enforce_consistency_is_the_least_squares_tree():
     # (a + b - 10)^2 + (a - 3)^2 + (b - 5)^2: 2a + b = 13, a + 2b = 15.
     decoder = Decoder(tf.ragged.constant([[10.0], [3.0, 5.0]]), 0, 2, use_efficient=True)
     decoder.enforce_consistency()
-    a, b = np.linalg.lstsq(np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]]),
-                           np.array([10.0, 3.0, 5.0]), rcond=None)[0]
+    a, b = np.linalg.lstsq(
+        np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]]), np.array([10.0, 3.0, 5.0]), rcond=None
+    )[0]
     np.testing.assert_allclose(decoder.node_query(1, 0), a)
     np.testing.assert_allclose(decoder.node_query(1, 1), b)
     np.testing.assert_allclose(decoder.node_query(0, 0), a + b)
     np.testing.assert_allclose([a, b], [11 / 3, 17 / 3])
 
 
-@pytest.mark.parametrize('ragged', [
-    [[0.0, 0.0]],
-    [[0.0, 0.0], [0.0, 0.0, 0.0, 0.0]],
-    [[0.0], [0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]],
-    [[0.0], [0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]],
-], ids=['test_1', 'test_2', 'test_3', 'test_4'])
+@pytest.mark.parametrize(
+    'ragged',
+    [
+        [[0.0, 0.0]],
+        [[0.0, 0.0], [0.0, 0.0, 0.0, 0.0]],
+        [[0.0], [0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]],
+        [[0.0], [0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]],
+    ],
+    ids=['test_1', 'test_2', 'test_3', 'test_4'],
+)
 def test_init_raises(ragged):
     with pytest.raises(ValueError):
         Decoder(tf.ragged.constant(ragged), 0, 0)
 
 
-@pytest.mark.parametrize('arity, depth, use_efficient, layer, index', [
-    (2, 4, False, 1, 1), (2, 8, False, 2, 2), (2, 4, True, 1, 1), (2, 8, True, 2, 2),
-    (3, 4, False, 1, 2), (3, 8, False, 2, 4), (3, 4, True, 1, 2), (3, 8, True, 2, 4),
-])
+@pytest.mark.parametrize(
+    'arity, depth, use_efficient, layer, index',
+    [
+        (2, 4, False, 1, 1),
+        (2, 8, False, 2, 2),
+        (2, 4, True, 1, 1),
+        (2, 8, True, 2, 2),
+        (3, 4, False, 1, 2),
+        (3, 8, False, 2, 4),
+        (3, 4, True, 1, 2),
+        (3, 8, True, 2, 4),
+    ],
+)
 def test_node_query(arity, depth, use_efficient, layer, index):
-    decoder = Decoder(_create_hierarchical_histogram(arity, depth), 0, arity ** (depth - 1),
-                      use_efficient=use_efficient)
+    decoder = Decoder(
+        _create_hierarchical_histogram(arity, depth),
+        0,
+        arity ** (depth - 1),
+        use_efficient=use_efficient,
+    )
     span = arity ** (depth - layer - 1)
     expected = float(sum(range(index * span, (index + 1) * span)))
     np.testing.assert_allclose(decoder.node_query(layer, index), expected)
@@ -91,15 +110,29 @@ def test_node_query_raises(layer, index):
         decoder.node_query(layer, index)
 
 
-@pytest.mark.parametrize('arity, depth, use_efficient, left, right', [
-    (2, 4, False, 1, 3), (2, 8, False, 0, 7), (2, 4, True, 1, 3), (2, 8, True, 0, 7),
-    (3, 4, False, 1, 3), (3, 8, False, 0, 7), (3, 4, True, 1, 3), (3, 8, True, 0, 7),
-])
+@pytest.mark.parametrize(
+    'arity, depth, use_efficient, left, right',
+    [
+        (2, 4, False, 1, 3),
+        (2, 8, False, 0, 7),
+        (2, 4, True, 1, 3),
+        (2, 8, True, 0, 7),
+        (3, 4, False, 1, 3),
+        (3, 8, False, 0, 7),
+        (3, 4, True, 1, 3),
+        (3, 8, True, 0, 7),
+    ],
+)
 def test_range_query(arity, depth, use_efficient, left, right):
-    decoder = Decoder(_create_hierarchical_histogram(arity, depth), 0, arity ** (depth - 1),
-                      use_efficient=use_efficient)
-    np.testing.assert_allclose(decoder.range_query(left, right),
-                               (left + right) * (right - left + 1) // 2)
+    decoder = Decoder(
+        _create_hierarchical_histogram(arity, depth),
+        0,
+        arity ** (depth - 1),
+        use_efficient=use_efficient,
+    )
+    np.testing.assert_allclose(
+        decoder.range_query(left, right), (left + right) * (right - left + 1) // 2
+    )
 
 
 @pytest.mark.parametrize('left, right', [(-1, 0), (0, 2), (1, 0)])
@@ -109,13 +142,23 @@ def test_range_query_raises(left, right):
         decoder.range_query(left, right)
 
 
-@pytest.mark.parametrize('arity, q, expected', [
-    (2, 0.0, (0, 1)), (2, 0.25, (4, 5)), (2, 0.5, (5, 6)), (2, 0.75, (6, 7)), (2, 1.0, (7, 8)),
-    (3, 0.0, (0, 1)), (3, 0.25, (13, 14)), (3, 0.5, (19, 20)), (3, 0.75, (23, 24)),
-    (3, 1.0, (26, 27)),
-])
+@pytest.mark.parametrize(
+    'arity, q, expected',
+    [
+        (2, 0.0, (0, 1)),
+        (2, 0.25, (4, 5)),
+        (2, 0.5, (5, 6)),
+        (2, 0.75, (6, 7)),
+        (2, 1.0, (7, 8)),
+        (3, 0.0, (0, 1)),
+        (3, 0.25, (13, 14)),
+        (3, 0.5, (19, 20)),
+        (3, 0.75, (23, 24)),
+        (3, 1.0, (26, 27)),
+    ],
+)
 def test_quantile_query(arity, q, expected):
-    decoder = Decoder(_create_hierarchical_histogram(arity, depth=4), 0, arity ** 3)
+    decoder = Decoder(_create_hierarchical_histogram(arity, depth=4), 0, arity**3)
     assert decoder.quantile_query(q) == expected
 
 

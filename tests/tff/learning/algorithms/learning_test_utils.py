@@ -18,29 +18,42 @@ from simharness.executors.leaf import sequence_lowering
 #: Skips a case that needs `simharness.aggregators.encoded` (quantization) until it exists.
 NEEDS_ENCODED = pytest.mark.skipif(
     importlib.util.find_spec('simharness.aggregators.encoded') is None,
-    reason='simharness.aggregators.encoded (EncodedSumFactory) is not there yet')
+    reason='simharness.aggregators.encoded (EncodedSumFactory) is not there yet',
+)
 
 #: Skips a case that needs D's `secure_sum_then_finalize` until it exists.
 NEEDS_SECURE_METRICS = pytest.mark.skipif(
-    not hasattr(importlib.import_module('simharness.learning.metrics.aggregator'),
-                'secure_sum_then_finalize'),
-    reason='simharness.learning.metrics.aggregator.secure_sum_then_finalize is not there yet')
+    not hasattr(
+        importlib.import_module('simharness.learning.metrics.aggregator'),
+        'secure_sum_then_finalize',
+    ),
+    reason='simharness.learning.metrics.aggregator.secure_sum_then_finalize is not there yet',
+)
 
 #: Intrinsics that reveal client values to the server in the clear (TFF's static_assert list).
-UNSECURE_AGGREGATIONS = frozenset({'federated_aggregate', 'federated_mean', 'federated_sum',
-                                   'federated_weighted_mean', 'federated_collect'})
+UNSECURE_AGGREGATIONS = frozenset(
+    {
+        'federated_aggregate',
+        'federated_mean',
+        'federated_sum',
+        'federated_weighted_mean',
+        'federated_collect',
+    }
+)
 
 
-def linear_datasets(num_clients: int = 2, sizes=(3, 5), batch_size: int = 2,
-                    feature_dims: int = 2) -> List[tf.data.Dataset]:
+def linear_datasets(
+    num_clients: int = 2, sizes=(3, 5), batch_size: int = 2, feature_dims: int = 2
+) -> List[tf.data.Dataset]:
     """Datasets of ``OrderedDict(x, y)`` for `LinearRegression` (y = sum(x) + 1), batched."""
     out = []
     for k in range(num_clients):
         n = sizes[k % len(sizes)]
         x = np.arange(n * feature_dims, dtype=np.float32).reshape(n, feature_dims) / (10.0 + k)
         y = x.sum(axis=1, keepdims=True) + 1.0
-        out.append(tf.data.Dataset.from_tensor_slices(
-            collections.OrderedDict(x=x, y=y)).batch(batch_size))
+        out.append(
+            tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y)).batch(batch_size)
+        )
     return out
 
 
@@ -53,7 +66,7 @@ def _children(block: Any) -> List[Any]:
     out = []
     for name in ('fn', 'arg', 'result', 'source', 'locals', 'elements', '_elements', '_locals'):
         v = getattr(block, name, None)
-        for x in (v if isinstance(v, (list, tuple)) else [v]):
+        for x in v if isinstance(v, (list, tuple)) else [v]:
             if isinstance(x, tuple) and len(x) == 2:
                 x = x[1]
             if isinstance(x, bb.ComputationBuildingBlock):
@@ -98,9 +111,12 @@ def assert_client_loops_lowered(process: Any, batch_size: int = 2) -> int:
     Returns:
       How many such computations there are (at least one).
     """
-    comps = [b for b in building_blocks(process.next) if isinstance(b, bb.CompiledComputation)
-             and any(isinstance(t, T.SequenceType)
-                     for t in _flat_params(b.type_signature.parameter))]
+    comps = [
+        b
+        for b in building_blocks(process.next)
+        if isinstance(b, bb.CompiledComputation)
+        and any(isinstance(t, T.SequenceType) for t in _flat_params(b.type_signature.parameter))
+    ]
     assert comps, 'no client computation takes a dataset'
     for comp in comps:
         graph = comp.graph
@@ -111,8 +127,9 @@ def assert_client_loops_lowered(process: Any, batch_size: int = 2) -> int:
                 continue
             dtypes = [tf.as_dtype(leaf.dtype) for leaf in _flat_params(t.element)]
             spec = sequence_lowering.SourceSpec(dtypes, batch_size, False)
-            gd, _ = sequence_lowering.lower_graph(gd, graph.input_names[i], spec,
-                                                  graph.output_names)
+            gd, _ = sequence_lowering.lower_graph(
+                gd, graph.input_names[i], spec, graph.output_names
+            )
         ops = {n.op for n in gd.node} | {n.op for f in gd.library.function for n in f.node_def}
         left = sorted(op for op in ops if 'Dataset' in op or 'Iterator' in op)
         assert not left, f'tf.data ops left after lowering: {left}'
@@ -128,8 +145,7 @@ def flat_arrays(value: Any) -> List[np.ndarray]:
     return [np.asarray(value)]
 
 
-def assert_same_bits_on_stacks(stack_registry: Any, run: Any,
-                               stacks=('local', 'process-2')) -> Any:
+def assert_same_bits_on_stacks(stack_registry: Any, run: Any, stacks=('local', 'process-2')) -> Any:
     """Runs ``run()`` on each stack; every leaf of the results is bit-identical. Returns one."""
     results = []
     for name in stacks:
@@ -144,8 +160,7 @@ def assert_same_bits_on_stacks(stack_registry: Any, run: Any,
     return results[0]
 
 
-def build_functional_linear_regression(feature_dim: int = 2,
-                                       has_unconnected: bool = False) -> Any:
+def build_functional_linear_regression(feature_dim: int = 2, has_unconnected: bool = False) -> Any:
     """TFF's ``test_models.build_functional_linear_regression``: ``x @ kernel + bias``.
 
     Loss: the mean squared error; metrics ``loss`` (sum of squares over
@@ -154,8 +169,10 @@ def build_functional_linear_regression(feature_dim: int = 2,
     import simharness as tff  # pylint: disable=import-outside-toplevel
 
     n_trainable = 3 if has_unconnected else 2
-    initial_trainable = (np.zeros([feature_dim, 1], np.float32),
-                         *[np.zeros([1], np.float32)] * (n_trainable - 1))
+    initial_trainable = (
+        np.zeros([feature_dim, 1], np.float32),
+        *[np.zeros([1], np.float32)] * (n_trainable - 1),
+    )
 
     @tf.function
     def predict_on_batch(weights, x, training=True):
@@ -169,24 +186,32 @@ def build_functional_linear_regression(feature_dim: int = 2,
 
     @tf.function
     def initialize_metrics():
-        return collections.OrderedDict(loss=tf.constant(0.0, tf.float32),
-                                       num_examples=tf.constant(0, tf.int32))
+        return collections.OrderedDict(
+            loss=tf.constant(0.0, tf.float32), num_examples=tf.constant(0, tf.int32)
+        )
 
     @tf.function
     def update_metrics_state(state, labels, batch_output, sample_weight=None):
         del sample_weight
         squares = tf.math.reduce_sum(tf.math.pow(batch_output.predictions - labels, 2.0))
-        return collections.OrderedDict(loss=state['loss'] + squares,
-                                       num_examples=state['num_examples'] + tf.shape(labels)[0])
+        return collections.OrderedDict(
+            loss=state['loss'] + squares, num_examples=state['num_examples'] + tf.shape(labels)[0]
+        )
 
     @tf.function
     def finalize_metrics(state):
         return collections.OrderedDict(
             loss=tf.math.divide_no_nan(state['loss'], tf.cast(state['num_examples'], tf.float32)),
-            num_examples=state['num_examples'])
+            num_examples=state['num_examples'],
+        )
 
     return tff.learning.models.FunctionalModel(
-        initial_weights=(initial_trainable, ()), predict_on_batch_fn=predict_on_batch,
-        loss_fn=loss, metrics_fns=(initialize_metrics, update_metrics_state, finalize_metrics),
-        input_spec=(tf.TensorSpec([None, feature_dim], tf.float32),
-                    tf.TensorSpec([None, 1], tf.float32)))
+        initial_weights=(initial_trainable, ()),
+        predict_on_batch_fn=predict_on_batch,
+        loss_fn=loss,
+        metrics_fns=(initialize_metrics, update_metrics_state, finalize_metrics),
+        input_spec=(
+            tf.TensorSpec([None, feature_dim], tf.float32),
+            tf.TensorSpec([None, 1], tf.float32),
+        ),
+    )

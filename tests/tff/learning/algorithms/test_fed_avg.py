@@ -22,99 +22,130 @@ from simharness.learning.models.model_weights import ModelWeights
 from simharness.learning.optimizers import sgdm
 from simharness.learning.templates import LearningAlgorithmState, LearningProcess
 from tests.tff.learning.algorithms import learning_test_utils as utils
-from tests.tff.learning.models.model_examples import (LinearRegression, keras_linear_model,
-                                                      linear_functional_model)
+from tests.tff.learning.models.model_examples import (
+    LinearRegression,
+    keras_linear_model,
+    linear_functional_model,
+)
 
 
-@pytest.mark.parametrize('aggregation_factory', [
-    model_update_aggregator.robust_aggregator,
-    pytest.param(model_update_aggregator.compression_aggregator, marks=utils.NEEDS_ENCODED),
-    model_update_aggregator.secure_aggregator], ids=['robust', 'compression', 'secure'])
+@pytest.mark.parametrize(
+    'aggregation_factory',
+    [
+        model_update_aggregator.robust_aggregator,
+        pytest.param(model_update_aggregator.compression_aggregator, marks=utils.NEEDS_ENCODED),
+        model_update_aggregator.secure_aggregator,
+    ],
+    ids=['robust', 'compression', 'secure'],
+)
 def test_construction_calls_model_fn(aggregation_factory):
     mock_model_fn = mock.Mock(side_effect=LinearRegression)
-    fed_avg.build_weighted_fed_avg(model_fn=mock_model_fn,
-                                   client_optimizer_fn=sgdm.build_sgdm(learning_rate=0.1),
-                                   model_aggregator=aggregation_factory())
+    fed_avg.build_weighted_fed_avg(
+        model_fn=mock_model_fn,
+        client_optimizer_fn=sgdm.build_sgdm(learning_rate=0.1),
+        model_aggregator=aggregation_factory(),
+    )
     assert mock_model_fn.call_count == 3
 
 
-@pytest.mark.parametrize('loop_implementation', list(loop_builder.LoopImplementation),
-                         ids=['dataset_iterator', 'dataset_reduce'])
+@pytest.mark.parametrize(
+    'loop_implementation',
+    list(loop_builder.LoopImplementation),
+    ids=['dataset_iterator', 'dataset_reduce'],
+)
 def test_client_tf_dataset_reduce_fn(loop_implementation):
-    with mock.patch.object(loop_builder, 'build_training_loop',
-                           wraps=loop_builder.build_training_loop) as mock_method:
-        fed_avg.build_weighted_fed_avg(model_fn=LinearRegression,
-                                       client_optimizer_fn=sgdm.build_sgdm(1.0),
-                                       loop_implementation=loop_implementation)
+    with mock.patch.object(
+        loop_builder, 'build_training_loop', wraps=loop_builder.build_training_loop
+    ) as mock_method:
+        fed_avg.build_weighted_fed_avg(
+            model_fn=LinearRegression,
+            client_optimizer_fn=sgdm.build_sgdm(1.0),
+            loop_implementation=loop_implementation,
+        )
     mock_method.assert_called_once_with(loop_implementation=loop_implementation)
 
 
 def test_build_weighted_fed_avg_called_by_unweighted_fed_avg():
     with mock.patch.object(fed_avg, 'build_weighted_fed_avg') as mock_fed_avg:
-        fed_avg.build_unweighted_fed_avg(model_fn=LinearRegression,
-                                         client_optimizer_fn=sgdm.build_sgdm(1.0))
+        fed_avg.build_unweighted_fed_avg(
+            model_fn=LinearRegression, client_optimizer_fn=sgdm.build_sgdm(1.0)
+        )
     assert mock_fed_avg.call_count == 1
 
 
 def test_aggregation_wrapper_called_by_unweighted():
-    with mock.patch.object(fed_avg, 'build_weighted_fed_avg'), \
-            mock.patch.object(factory_utils, 'as_weighted_aggregator') as mock_as_weighted:
-        fed_avg.build_unweighted_fed_avg(model_fn=LinearRegression,
-                                         client_optimizer_fn=sgdm.build_sgdm(1.0))
+    with (
+        mock.patch.object(fed_avg, 'build_weighted_fed_avg'),
+        mock.patch.object(factory_utils, 'as_weighted_aggregator') as mock_as_weighted,
+    ):
+        fed_avg.build_unweighted_fed_avg(
+            model_fn=LinearRegression, client_optimizer_fn=sgdm.build_sgdm(1.0)
+        )
     assert mock_as_weighted.call_count == 1
 
 
 def test_raises_on_callable_non_model_fn():
     with pytest.raises(TypeError, match='callable returned type:'):
-        fed_avg.build_weighted_fed_avg(model_fn=lambda: 0,
-                                       client_optimizer_fn=sgdm.build_sgdm())
+        fed_avg.build_weighted_fed_avg(model_fn=lambda: 0, client_optimizer_fn=sgdm.build_sgdm())
     with pytest.raises(TypeError, match='callable returned type:'):
-        fed_avg.build_unweighted_fed_avg(model_fn=lambda: 0,
-                                         client_optimizer_fn=sgdm.build_sgdm())
+        fed_avg.build_unweighted_fed_avg(model_fn=lambda: 0, client_optimizer_fn=sgdm.build_sgdm())
 
 
 def test_raises_on_invalid_client_weighting():
     with pytest.raises(TypeError, match='client_weighting'):
-        fed_avg.build_weighted_fed_avg(model_fn=LinearRegression,
-                                       client_optimizer_fn=sgdm.build_sgdm(1.0),
-                                       client_weighting='uniform')
+        fed_avg.build_weighted_fed_avg(
+            model_fn=LinearRegression,
+            client_optimizer_fn=sgdm.build_sgdm(1.0),
+            client_weighting='uniform',
+        )
 
 
 def test_weighted_fed_avg_raises_on_unweighted_aggregator():
     with pytest.raises(TypeError, match='WeightedAggregationFactory'):
         fed_avg.build_weighted_fed_avg(
-            model_fn=LinearRegression, client_optimizer_fn=sgdm.build_sgdm(1.0),
-            model_aggregator=model_update_aggregator.robust_aggregator(weighted=False))
+            model_fn=LinearRegression,
+            client_optimizer_fn=sgdm.build_sgdm(1.0),
+            model_aggregator=model_update_aggregator.robust_aggregator(weighted=False),
+        )
 
 
 def test_unweighted_fed_avg_raises_on_weighted_aggregator():
     with pytest.raises(TypeError, match='UnweightedAggregationFactory'):
         fed_avg.build_unweighted_fed_avg(
-            model_fn=LinearRegression, client_optimizer_fn=sgdm.build_sgdm(1.0),
-            model_aggregator=model_update_aggregator.robust_aggregator(weighted=True))
+            model_fn=LinearRegression,
+            client_optimizer_fn=sgdm.build_sgdm(1.0),
+            model_aggregator=model_update_aggregator.robust_aggregator(weighted=True),
+        )
 
 
 @utils.NEEDS_SECURE_METRICS
 @pytest.mark.parametrize('weighted', [True, False], ids=['weighted', 'unweighted'])
 def test_fed_avg_with_only_secure_aggregation(weighted):
     build = fed_avg.build_weighted_fed_avg if weighted else fed_avg.build_unweighted_fed_avg
-    process = build(LinearRegression, client_optimizer_fn=sgdm.build_sgdm(),
-                    model_aggregator=model_update_aggregator.secure_aggregator(weighted=weighted),
-                    metrics_aggregator=aggregator.secure_sum_then_finalize)
+    process = build(
+        LinearRegression,
+        client_optimizer_fn=sgdm.build_sgdm(),
+        model_aggregator=model_update_aggregator.secure_aggregator(weighted=weighted),
+        metrics_aggregator=aggregator.secure_sum_then_finalize,
+    )
     utils.assert_not_contains_unsecure_aggregation(process.next)
 
 
-@pytest.mark.parametrize('constructor', [fed_avg.build_weighted_fed_avg,
-                                         fed_avg.build_unweighted_fed_avg],
-                         ids=['weighted', 'unweighted'])
+@pytest.mark.parametrize(
+    'constructor',
+    [fed_avg.build_weighted_fed_avg, fed_avg.build_unweighted_fed_avg],
+    ids=['weighted', 'unweighted'],
+)
 def test_raises_on_non_callable_or_functional_model(constructor):
     with pytest.raises(TypeError, match='is not a callable'):
         constructor(model_fn=0, client_optimizer_fn=sgdm.build_sgdm(learning_rate=0.1))
 
 
-@pytest.mark.parametrize('constructor', [fed_avg.build_weighted_fed_avg,
-                                         fed_avg.build_unweighted_fed_avg],
-                         ids=['weighted', 'unweighted'])
+@pytest.mark.parametrize(
+    'constructor',
+    [fed_avg.build_weighted_fed_avg, fed_avg.build_unweighted_fed_avg],
+    ids=['weighted', 'unweighted'],
+)
 @utils.NEEDS_SECURE_METRICS
 def test_functional_fed_avg_with_only_secure_aggregation(constructor):
     process = constructor(
@@ -122,12 +153,15 @@ def test_functional_fed_avg_with_only_secure_aggregation(constructor):
         client_optimizer_fn=sgdm.build_sgdm(learning_rate=0.1),
         server_optimizer_fn=sgdm.build_sgdm(),
         model_aggregator=model_update_aggregator.secure_aggregator(
-            weighted=constructor is fed_avg.build_weighted_fed_avg),
-        metrics_aggregator=aggregator.secure_sum_then_finalize)
+            weighted=constructor is fed_avg.build_weighted_fed_avg
+        ),
+        metrics_aggregator=aggregator.secure_sum_then_finalize,
+    )
     utils.assert_not_contains_unsecure_aggregation(process.next)
 
 
 # -- ours: execution -------------------------------------------------------------------------
+
 
 def _numpy_fedavg_round(weights, datasets, client_lr, weighted=True):
     """One FedAvg round of `LinearRegression` in float64: (new (a, b), loss, num_examples)."""
@@ -138,7 +172,7 @@ def _numpy_fedavg_round(weights, datasets, client_lr, weighted=True):
         for batch in ds.as_numpy_iterator():
             x, y = batch['x'].astype(np.float64), batch['y'].astype(np.float64)
             res = x @ a + b - y
-            loss_sum += 0.5 * np.sum(res ** 2)
+            loss_sum += 0.5 * np.sum(res**2)
             a = a - client_lr * x.T @ res / len(x)
             b = b - client_lr * np.sum(res) / len(x)
             n += len(x)
@@ -176,14 +210,18 @@ def test_fed_avg_math_and_structures(tff_stack, weighted):
 
 
 def test_set_model_weights_and_hparams(tff_stack):
-    process = fed_avg.build_weighted_fed_avg(LinearRegression, sgdm.build_sgdm(0.1),
-                                             sgdm.build_sgdm(0.5, momentum=0.9))
+    process = fed_avg.build_weighted_fed_avg(
+        LinearRegression, sgdm.build_sgdm(0.1), sgdm.build_sgdm(0.5, momentum=0.9)
+    )
     state = process.initialize()
     hparams = process.get_hparams(state)
     assert list(hparams) == ['client_work', 'finalizer']
     np.testing.assert_allclose(hparams['client_work']['learning_rate'], 0.1, rtol=1e-6)
-    np.testing.assert_allclose([hparams['finalizer']['learning_rate'],
-                                hparams['finalizer']['momentum']], [0.5, 0.9], rtol=1e-6)
+    np.testing.assert_allclose(
+        [hparams['finalizer']['learning_rate'], hparams['finalizer']['momentum']],
+        [0.5, 0.9],
+        rtol=1e-6,
+    )
     hparams['client_work']['learning_rate'] = np.float32(0.0)
     state = process.set_hparams(state, hparams)
     weights = ModelWeights([np.ones([2, 1], np.float32), np.float32(2.0)], [np.float32(0.0)])
@@ -197,9 +235,11 @@ def test_set_model_weights_and_hparams(tff_stack):
 
 def _keras_model_fn():
     return tff.learning.models.from_keras_model(
-        keras_linear_model(), loss=tf.keras.losses.MeanSquaredError(),
+        keras_linear_model(),
+        loss=tf.keras.losses.MeanSquaredError(),
         input_spec=(tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec([None, 1], tf.float32)),
-        metrics=[tf.keras.metrics.MeanSquaredError()])
+        metrics=[tf.keras.metrics.MeanSquaredError()],
+    )
 
 
 def test_keras_and_functional_models_agree(tff_stack):
@@ -220,17 +260,22 @@ def test_keras_and_functional_models_agree(tff_stack):
 
 @pytest.mark.parametrize('model', ['variable', 'keras', 'functional'])
 def test_client_loops_are_lowered(model):
-    model_fn = {'variable': LinearRegression, 'keras': _keras_model_fn,
-                'functional': linear_functional_model()}[model]
+    model_fn = {
+        'variable': LinearRegression,
+        'keras': _keras_model_fn,
+        'functional': linear_functional_model(),
+    }[model]
     for loop in loop_builder.LoopImplementation:
-        process = fed_avg.build_weighted_fed_avg(model_fn, sgdm.build_sgdm(0.1),
-                                                 loop_implementation=loop)
+        process = fed_avg.build_weighted_fed_avg(
+            model_fn, sgdm.build_sgdm(0.1), loop_implementation=loop
+        )
         assert utils.assert_client_loops_lowered(process) == 1
 
 
 def test_same_bits_on_thread_and_process_stacks(stack_registry):
-    process = fed_avg.build_weighted_fed_avg(LinearRegression, sgdm.build_sgdm(0.1),
-                                             sgdm.build_sgdm(1.0, momentum=0.9))
+    process = fed_avg.build_weighted_fed_avg(
+        LinearRegression, sgdm.build_sgdm(0.1), sgdm.build_sgdm(1.0, momentum=0.9)
+    )
     datasets = utils.linear_datasets(num_clients=5, sizes=(3, 5, 4))
 
     def run():

@@ -23,102 +23,145 @@ from tests.tff.learning.algorithms import learning_test_utils as utils
 from tests.tff.learning.models.model_examples import LinearRegression
 
 
-@pytest.mark.parametrize('aggregation_factory', [
-    model_update_aggregator.robust_aggregator,
-    pytest.param(model_update_aggregator.compression_aggregator, marks=utils.NEEDS_ENCODED),
-    model_update_aggregator.secure_aggregator], ids=['robust', 'compression', 'secure'])
+@pytest.mark.parametrize(
+    'aggregation_factory',
+    [
+        model_update_aggregator.robust_aggregator,
+        pytest.param(model_update_aggregator.compression_aggregator, marks=utils.NEEDS_ENCODED),
+        model_update_aggregator.secure_aggregator,
+    ],
+    ids=['robust', 'compression', 'secure'],
+)
 def test_construction_calls_model_fn(aggregation_factory):
     mock_model_fn = mock.Mock(side_effect=LinearRegression)
-    fed_prox.build_weighted_fed_prox(model_fn=mock_model_fn, proximal_strength=1.0,
-                                     client_optimizer_fn=sgdm.build_sgdm(learning_rate=0.1),
-                                     model_aggregator=aggregation_factory())
+    fed_prox.build_weighted_fed_prox(
+        model_fn=mock_model_fn,
+        proximal_strength=1.0,
+        client_optimizer_fn=sgdm.build_sgdm(learning_rate=0.1),
+        model_aggregator=aggregation_factory(),
+    )
     assert mock_model_fn.call_count == 3
 
 
-@pytest.mark.parametrize('loop_implementation', list(loop_builder.LoopImplementation),
-                         ids=['dataset_iterator', 'dataset_reduce'])
+@pytest.mark.parametrize(
+    'loop_implementation',
+    list(loop_builder.LoopImplementation),
+    ids=['dataset_iterator', 'dataset_reduce'],
+)
 def test_client_tf_dataset_reduce_fn(loop_implementation):
-    with mock.patch.object(loop_builder, 'build_training_loop',
-                           wraps=loop_builder.build_training_loop) as mock_method:
-        fed_prox.build_weighted_fed_prox(model_fn=LinearRegression, proximal_strength=1.0,
-                                         client_optimizer_fn=sgdm.build_sgdm(1.0),
-                                         loop_implementation=loop_implementation)
+    with mock.patch.object(
+        loop_builder, 'build_training_loop', wraps=loop_builder.build_training_loop
+    ) as mock_method:
+        fed_prox.build_weighted_fed_prox(
+            model_fn=LinearRegression,
+            proximal_strength=1.0,
+            client_optimizer_fn=sgdm.build_sgdm(1.0),
+            loop_implementation=loop_implementation,
+        )
     mock_method.assert_called_once_with(loop_implementation=loop_implementation)
 
 
-@pytest.mark.parametrize('build', [fed_prox.build_unweighted_fed_prox,
-                                   fed_prox.build_weighted_fed_prox],
-                         ids=['unweighted', 'weighted'])
+@pytest.mark.parametrize(
+    'build',
+    [fed_prox.build_unweighted_fed_prox, fed_prox.build_weighted_fed_prox],
+    ids=['unweighted', 'weighted'],
+)
 def test_build_functional_model_fed_prox(build):
-    build(model_fn=utils.build_functional_linear_regression(feature_dim=2),
-          proximal_strength=1.0, client_optimizer_fn=sgdm.build_sgdm(1.0))
+    build(
+        model_fn=utils.build_functional_linear_regression(feature_dim=2),
+        proximal_strength=1.0,
+        client_optimizer_fn=sgdm.build_sgdm(1.0),
+    )
 
 
 def test_build_weighted_fed_prox_called_by_unweighted_fed_prox():
     with mock.patch.object(fed_prox, 'build_weighted_fed_prox') as mock_fed_prox:
-        fed_prox.build_unweighted_fed_prox(model_fn=LinearRegression, proximal_strength=1.0,
-                                           client_optimizer_fn=sgdm.build_sgdm(1.0))
+        fed_prox.build_unweighted_fed_prox(
+            model_fn=LinearRegression,
+            proximal_strength=1.0,
+            client_optimizer_fn=sgdm.build_sgdm(1.0),
+        )
     assert mock_fed_prox.call_count == 1
 
 
 def test_aggregation_wrapper_called_by_unweighted():
-    with mock.patch.object(fed_prox, 'build_weighted_fed_prox'), \
-            mock.patch.object(factory_utils, 'as_weighted_aggregator') as mock_as_weighted:
-        fed_prox.build_unweighted_fed_prox(model_fn=LinearRegression, proximal_strength=1.0,
-                                           client_optimizer_fn=sgdm.build_sgdm(1.0))
+    with (
+        mock.patch.object(fed_prox, 'build_weighted_fed_prox'),
+        mock.patch.object(factory_utils, 'as_weighted_aggregator') as mock_as_weighted,
+    ):
+        fed_prox.build_unweighted_fed_prox(
+            model_fn=LinearRegression,
+            proximal_strength=1.0,
+            client_optimizer_fn=sgdm.build_sgdm(1.0),
+        )
     assert mock_as_weighted.call_count == 1
 
 
 def test_raises_on_non_callable_model_fn():
     with pytest.raises(TypeError):
-        fed_prox.build_weighted_fed_prox(model_fn=LinearRegression(), proximal_strength=1.0,
-                                         client_optimizer_fn=sgdm.build_sgdm())
+        fed_prox.build_weighted_fed_prox(
+            model_fn=LinearRegression(),
+            proximal_strength=1.0,
+            client_optimizer_fn=sgdm.build_sgdm(),
+        )
 
 
 def test_raises_on_negative_proximal_strength():
     with pytest.raises(ValueError):
-        fed_prox.build_weighted_fed_prox(model_fn=LinearRegression, proximal_strength=-1.0,
-                                         client_optimizer_fn=sgdm.build_sgdm())
+        fed_prox.build_weighted_fed_prox(
+            model_fn=LinearRegression, proximal_strength=-1.0, client_optimizer_fn=sgdm.build_sgdm()
+        )
 
 
 def test_raises_on_invalid_distributor():
     distributor = distributors.build_broadcast_process(
-        model_weights.weights_type_from_model(LinearRegression))
+        model_weights.weights_type_from_model(LinearRegression)
+    )
     with pytest.raises(TypeError):
         fed_prox.build_weighted_fed_prox(
-            model_fn=LinearRegression, proximal_strength=1.0,
+            model_fn=LinearRegression,
+            proximal_strength=1.0,
             client_optimizer_fn=sgdm.build_sgdm(1.0),
-            model_distributor=IterativeProcess(distributor.initialize, distributor.next))
+            model_distributor=IterativeProcess(distributor.initialize, distributor.next),
+        )
 
 
 def test_weighted_fed_prox_raises_on_unweighted_aggregator():
     with pytest.raises(TypeError, match='WeightedAggregationFactory'):
         fed_prox.build_weighted_fed_prox(
-            model_fn=LinearRegression, proximal_strength=1.0,
+            model_fn=LinearRegression,
+            proximal_strength=1.0,
             client_optimizer_fn=sgdm.build_sgdm(1.0),
-            model_aggregator=model_update_aggregator.robust_aggregator(weighted=False))
+            model_aggregator=model_update_aggregator.robust_aggregator(weighted=False),
+        )
 
 
 def test_unweighted_fed_prox_raises_on_weighted_aggregator():
     with pytest.raises(TypeError, match='UnweightedAggregationFactory'):
         fed_prox.build_unweighted_fed_prox(
-            model_fn=LinearRegression, proximal_strength=1.0,
+            model_fn=LinearRegression,
+            proximal_strength=1.0,
             client_optimizer_fn=sgdm.build_sgdm(1.0),
-            model_aggregator=model_update_aggregator.robust_aggregator(weighted=True))
+            model_aggregator=model_update_aggregator.robust_aggregator(weighted=True),
+        )
 
 
 @utils.NEEDS_SECURE_METRICS
 @pytest.mark.parametrize('weighted', [True, False], ids=['weighted', 'unweighted'])
 def test_fed_prox_with_only_secure_aggregation(weighted):
     build = fed_prox.build_weighted_fed_prox if weighted else fed_prox.build_unweighted_fed_prox
-    process = build(LinearRegression, proximal_strength=1.0,
-                    client_optimizer_fn=sgdm.build_sgdm(),
-                    model_aggregator=model_update_aggregator.secure_aggregator(weighted=weighted),
-                    metrics_aggregator=aggregator.secure_sum_then_finalize)
+    process = build(
+        LinearRegression,
+        proximal_strength=1.0,
+        client_optimizer_fn=sgdm.build_sgdm(),
+        model_aggregator=model_update_aggregator.secure_aggregator(weighted=weighted),
+        metrics_aggregator=aggregator.secure_sum_then_finalize,
+    )
     utils.assert_not_contains_unsecure_aggregation(process.next)
 
 
 # -- ours: execution -------------------------------------------------------------------------
+
 
 def _numpy_fedprox_round(datasets, lr, mu):
     """One FedProx round from zero weights (float64): the new (a, b).
@@ -140,14 +183,17 @@ def _numpy_fedprox_round(datasets, lr, mu):
         deltas.append((a0 - a, b0 - b))
         counts.append(n)
     w = np.asarray(counts, np.float64)
-    return (a0 - sum(wk * d[0] for wk, d in zip(w, deltas)) / w.sum(),
-            b0 - sum(wk * d[1] for wk, d in zip(w, deltas)) / w.sum())
+    return (
+        a0 - sum(wk * d[0] for wk, d in zip(w, deltas)) / w.sum(),
+        b0 - sum(wk * d[1] for wk, d in zip(w, deltas)) / w.sum(),
+    )
 
 
 def test_fed_prox_math(tff_stack):
     datasets = utils.linear_datasets()
-    process = fed_prox.build_weighted_fed_prox(LinearRegression, proximal_strength=0.5,
-                                               client_optimizer_fn=sgdm.build_sgdm(0.5))
+    process = fed_prox.build_weighted_fed_prox(
+        LinearRegression, proximal_strength=0.5, client_optimizer_fn=sgdm.build_sgdm(0.5)
+    )
     state, metrics = process.next(process.initialize(), datasets)
     a, b = _numpy_fedprox_round(datasets, 0.5, 0.5)
     weights = process.get_model_weights(state).trainable
@@ -160,20 +206,25 @@ def test_fed_prox_math(tff_stack):
 
 def test_zero_strength_is_fed_avg():
     datasets = utils.linear_datasets()
-    prox = fed_prox.build_weighted_fed_prox(LinearRegression, proximal_strength=0.0,
-                                            client_optimizer_fn=sgdm.build_sgdm(0.1))
+    prox = fed_prox.build_weighted_fed_prox(
+        LinearRegression, proximal_strength=0.0, client_optimizer_fn=sgdm.build_sgdm(0.1)
+    )
     avg = fed_avg.build_weighted_fed_avg(LinearRegression, sgdm.build_sgdm(0.1))
     prox_state, _ = prox.next(prox.initialize(), datasets)
     avg_state, _ = avg.next(avg.initialize(), datasets)
-    for x, y in zip(utils.flat_arrays(prox.get_model_weights(prox_state)),
-                    utils.flat_arrays(avg.get_model_weights(avg_state))):
+    for x, y in zip(
+        utils.flat_arrays(prox.get_model_weights(prox_state)),
+        utils.flat_arrays(avg.get_model_weights(avg_state)),
+    ):
         np.testing.assert_array_equal(x, y)
 
 
 def test_functional_lowered_and_same_bits_on_stacks(stack_registry):
-    process = fed_prox.build_weighted_fed_prox(utils.build_functional_linear_regression(),
-                                               proximal_strength=0.1,
-                                               client_optimizer_fn=sgdm.build_sgdm(0.1))
+    process = fed_prox.build_weighted_fed_prox(
+        utils.build_functional_linear_regression(),
+        proximal_strength=0.1,
+        client_optimizer_fn=sgdm.build_sgdm(0.1),
+    )
     assert utils.assert_client_loops_lowered(process) == 1
     datasets = utils.tuple_datasets(utils.linear_datasets(num_clients=3))
 

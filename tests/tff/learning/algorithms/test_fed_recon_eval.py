@@ -23,25 +23,32 @@ from simharness.learning.algorithms import fed_recon_eval
 from simharness.learning.metrics import counters
 from simharness.learning.models import model_weights, reconstruction_model
 from simharness.learning.optimizers import sgdm
-from simharness.learning.templates import (LearningAlgorithmState, LearningProcessOutput,
-                                           distributors)
+from simharness.learning.templates import (
+    LearningAlgorithmState,
+    LearningProcessOutput,
+    distributors,
+)
 
 ReconstructionModel = reconstruction_model.ReconstructionModel
 
 
 def _create_input_spec():
-    return collections.OrderedDict(x=tf.TensorSpec(shape=[None, 1], dtype=tf.float32),
-                                   y=tf.TensorSpec(shape=[None, 1], dtype=tf.float32))
+    return collections.OrderedDict(
+        x=tf.TensorSpec(shape=[None, 1], dtype=tf.float32),
+        y=tf.TensorSpec(shape=[None, 1], dtype=tf.float32),
+    )
 
 
 class LinearModel(ReconstructionModel):
     """TFF's: ``y = x * weights + bias``; the weight is global, the bias local."""
 
     def __init__(self):
-        self._weights = tf.Variable(lambda: tf.zeros(dtype=tf.float32, shape=(1, 1)),
-                                    name='weights', trainable=True)
-        self._bias = tf.Variable(lambda: tf.zeros(dtype=tf.float32, shape=(1, 1)),
-                                 name='bias', trainable=True)
+        self._weights = tf.Variable(
+            lambda: tf.zeros(dtype=tf.float32, shape=(1, 1)), name='weights', trainable=True
+        )
+        self._bias = tf.Variable(
+            lambda: tf.zeros(dtype=tf.float32, shape=(1, 1)), name='bias', trainable=True
+        )
 
     @property
     def global_trainable_variables(self):
@@ -68,15 +75,17 @@ class LinearModel(ReconstructionModel):
         del training
         y = batch['x'] * self._weights + self._bias
         return reconstruction_model.ReconstructionBatchOutput(
-            predictions=y, labels=batch['y'], num_examples=tf.size(batch['y']))
+            predictions=y, labels=batch['y'], num_examples=tf.size(batch['y'])
+        )
 
 
 class BiasLayer(keras.layers.Layer):
     """Adds a bias to inputs."""
 
     def build(self, input_shape):
-        self.bias = self.add_weight(name='bias', shape=input_shape[1:], initializer='zeros',
-                                    trainable=True)
+        self.bias = self.add_weight(
+            name='bias', shape=input_shape[1:], initializer='zeros', trainable=True
+        )
 
     def call(self, x):
         return x + self.bias
@@ -89,8 +98,11 @@ def keras_linear_model_fn():
     outputs = BiasLayer()(scaled_input)
     keras_model = keras.Model(inputs=inputs, outputs=outputs)
     return ReconstructionModel.from_keras_model_and_layers(
-        keras_model=keras_model, global_layers=keras_model.layers[:-1],
-        local_layers=keras_model.layers[-1:], input_spec=_create_input_spec())
+        keras_model=keras_model,
+        global_layers=keras_model.layers[:-1],
+        local_layers=keras_model.layers[-1:],
+        input_spec=_create_input_spec(),
+    )
 
 
 class NumOverCounter(keras.metrics.Sum):
@@ -109,12 +121,16 @@ class NumOverCounter(keras.metrics.Sum):
 
 
 def create_client_data():
-    client1_data = collections.OrderedDict([('x', [[1.0], [2.0], [3.0]]),
-                                            ('y', [[5.0], [6.0], [8.0]])])
-    client2_data = collections.OrderedDict([('x', [[1.0], [2.0], [3.0]]),
-                                            ('y', [[5.0], [5.0], [9.0]])])
-    return [tf.data.Dataset.from_tensor_slices(client1_data).batch(1),
-            tf.data.Dataset.from_tensor_slices(client2_data).batch(1)]
+    client1_data = collections.OrderedDict(
+        [('x', [[1.0], [2.0], [3.0]]), ('y', [[5.0], [6.0], [8.0]])]
+    )
+    client2_data = collections.OrderedDict(
+        [('x', [[1.0], [2.0], [3.0]]), ('y', [[5.0], [5.0], [9.0]])]
+    )
+    return [
+        tf.data.Dataset.from_tensor_slices(client1_data).batch(1),
+        tf.data.Dataset.from_tensor_slices(client2_data).batch(1),
+    ]
 
 
 def _get_tff_optimizer(learning_rate=0.1):
@@ -136,16 +152,19 @@ def build_custom_distributor(model_weights_type) -> distributors.DistributionPro
     def test_server_initialization():
         return tff.federated_value(0, tff.SERVER)
 
-    @tff.federated_computation(tff.FederatedType(np.int32, tff.SERVER),
-                               tff.FederatedType(model_weights_type, tff.SERVER))
+    @tff.federated_computation(
+        tff.FederatedType(np.int32, tff.SERVER), tff.FederatedType(model_weights_type, tff.SERVER)
+    )
     def stateful_broadcast(state, value):
         test_metrics = tff.federated_value(3.0, tff.SERVER)
         new_state = tff.federated_map(tff.tensorflow.computation(lambda x: x + 1), state)
         return tff.templates.MeasuredProcessOutput(
-            state=new_state, result=tff.federated_broadcast(value), measurements=test_metrics)
+            state=new_state, result=tff.federated_broadcast(value), measurements=test_metrics
+        )
 
-    return distributors.DistributionProcess(initialize_fn=test_server_initialization,
-                                            next_fn=stateful_broadcast)
+    return distributors.DistributionProcess(
+        initialize_fn=test_server_initialization, next_fn=stateful_broadcast
+    )
 
 
 MODEL_FNS = {'non_keras_model': LinearModel, 'keras_model': keras_linear_model_fn}
@@ -158,23 +177,34 @@ def _skip_recon_split_fn(client_dataset):
 #: TFF's test cases: the builder's arguments other than `model_fn` and `loss_fn`.
 CASES = {
     'no_split_data': lambda: dict(
-        metrics_fn=metrics_fn, reconstruction_optimizer_fn=_get_tff_optimizer(),
-        dataset_split_fn=ReconstructionModel.build_dataset_split_fn()),
-    'split_data': lambda: dict(metrics_fn=metrics_fn,
-                               reconstruction_optimizer_fn=_get_tff_optimizer()),
+        metrics_fn=metrics_fn,
+        reconstruction_optimizer_fn=_get_tff_optimizer(),
+        dataset_split_fn=ReconstructionModel.build_dataset_split_fn(),
+    ),
+    'split_data': lambda: dict(
+        metrics_fn=metrics_fn, reconstruction_optimizer_fn=_get_tff_optimizer()
+    ),
     'split_data_multiple_epochs': lambda: dict(
-        metrics_fn=metrics_fn, reconstruction_optimizer_fn=_get_tff_optimizer(),
+        metrics_fn=metrics_fn,
+        reconstruction_optimizer_fn=_get_tff_optimizer(),
         dataset_split_fn=ReconstructionModel.build_dataset_split_fn(
-            recon_epochs=2, post_recon_epochs=10, post_recon_steps_max=7, split_dataset=True)),
+            recon_epochs=2, post_recon_epochs=10, post_recon_steps_max=7, split_dataset=True
+        ),
+    ),
     'recon_lr_0': lambda: dict(
-        metrics_fn=metrics_fn, reconstruction_optimizer_fn=_get_tff_optimizer(0.0),
-        dataset_split_fn=ReconstructionModel.build_dataset_split_fn()),
-    'skip_recon': lambda: dict(metrics_fn=metrics_fn,
-                               reconstruction_optimizer_fn=_get_tff_optimizer(),
-                               dataset_split_fn=_skip_recon_split_fn),
+        metrics_fn=metrics_fn,
+        reconstruction_optimizer_fn=_get_tff_optimizer(0.0),
+        dataset_split_fn=ReconstructionModel.build_dataset_split_fn(),
+    ),
+    'skip_recon': lambda: dict(
+        metrics_fn=metrics_fn,
+        reconstruction_optimizer_fn=_get_tff_optimizer(),
+        dataset_split_fn=_skip_recon_split_fn,
+    ),
     'metrics_none_loss_decreases': lambda: dict(
         reconstruction_optimizer_fn=_get_tff_optimizer(0.01),
-        dataset_split_fn=ReconstructionModel.build_dataset_split_fn(recon_epochs=3)),
+        dataset_split_fn=ReconstructionModel.build_dataset_split_fn(recon_epochs=3),
+    ),
 }
 
 
@@ -187,40 +217,63 @@ def _global_weights_type(model):
 def _process(case, model):
     """The process of TFF's `case` for `model`, built once for both stacks."""
     if case == 'custom_stateful_broadcaster':
-        kwargs = dict(metrics_fn=metrics_fn,
-                      model_distributor=build_custom_distributor(_global_weights_type(model)))
+        kwargs = dict(
+            metrics_fn=metrics_fn,
+            model_distributor=build_custom_distributor(_global_weights_type(model)),
+        )
     else:
         kwargs = CASES[case]()
     return fed_recon_eval.build_fed_recon_eval(MODEL_FNS[model], loss_fn=loss_fn, **kwargs)
 
 
-def _expected_next_type(model, with_metrics=True, distributor_state=(),
-                        distributor_measurements=()):
+def _expected_next_type(
+    model, with_metrics=True, distributor_state=(), distributor_measurements=()
+):
     if with_metrics:
-        unfinalized = collections.OrderedDict(num_examples=[np.int64], num_over=[np.float32],
-                                              loss=[np.float32, np.float32])
-        finalized = collections.OrderedDict(num_examples=np.int64, num_over=np.float32,
-                                            loss=np.float32)
+        unfinalized = collections.OrderedDict(
+            num_examples=[np.int64], num_over=[np.float32], loss=[np.float32, np.float32]
+        )
+        finalized = collections.OrderedDict(
+            num_examples=np.int64, num_over=np.float32, loss=np.float32
+        )
     else:
         unfinalized = collections.OrderedDict(loss=[np.float32, np.float32])
         finalized = collections.OrderedDict(loss=np.float32)
-    state_type = tff.FederatedType(LearningAlgorithmState(
-        global_model_weights=_global_weights_type(model), distributor=distributor_state,
-        client_work=((), unfinalized),
-        aggregator=collections.OrderedDict(value_sum_process=(), weight_sum_process=()),
-        finalizer=()), tff.SERVER)
-    client_data_type = tff.FederatedType(tff.SequenceType(collections.OrderedDict(
-        x=tff.TensorType(np.float32, [None, 1]), y=tff.TensorType(np.float32, [None, 1]))),
-        tff.CLIENTS)
-    metrics_type = tff.FederatedType(collections.OrderedDict(
-        distributor=distributor_measurements,
-        client_work=collections.OrderedDict(eval=collections.OrderedDict(
-            current_round_metrics=finalized, total_rounds_metrics=finalized)),
-        aggregator=collections.OrderedDict(mean_value=(), mean_weight=()),
-        finalizer=()), tff.SERVER)
+    state_type = tff.FederatedType(
+        LearningAlgorithmState(
+            global_model_weights=_global_weights_type(model),
+            distributor=distributor_state,
+            client_work=((), unfinalized),
+            aggregator=collections.OrderedDict(value_sum_process=(), weight_sum_process=()),
+            finalizer=(),
+        ),
+        tff.SERVER,
+    )
+    client_data_type = tff.FederatedType(
+        tff.SequenceType(
+            collections.OrderedDict(
+                x=tff.TensorType(np.float32, [None, 1]), y=tff.TensorType(np.float32, [None, 1])
+            )
+        ),
+        tff.CLIENTS,
+    )
+    metrics_type = tff.FederatedType(
+        collections.OrderedDict(
+            distributor=distributor_measurements,
+            client_work=collections.OrderedDict(
+                eval=collections.OrderedDict(
+                    current_round_metrics=finalized, total_rounds_metrics=finalized
+                )
+            ),
+            aggregator=collections.OrderedDict(mean_value=(), mean_weight=()),
+            finalizer=(),
+        ),
+        tff.SERVER,
+    )
     return tff.FunctionType(
         parameter=collections.OrderedDict(state=state_type, client_data=client_data_type),
-        result=LearningProcessOutput(state=state_type, metrics=metrics_type))
+        result=LearningProcessOutput(state=state_type, metrics=metrics_type),
+    )
 
 
 def _assert_next_type(process, expected):
@@ -231,8 +284,12 @@ def _assert_next_type(process, expected):
 def _evaluate(process, weight=None):
     state = process.initialize()
     if weight is not None:
-        state = process.set_model_weights(state, model_weights.ModelWeights(
-            trainable=(tf.convert_to_tensor([[weight]]),), non_trainable=()))
+        state = process.set_model_weights(
+            state,
+            model_weights.ModelWeights(
+                trainable=(tf.convert_to_tensor([[weight]]),), non_trainable=()
+            ),
+        )
     _, result = process.next(state, create_client_data())
     return result
 
@@ -326,8 +383,10 @@ def test_federated_reconstruction_metrics_none_loss_decreases(tff_stack, model):
 @MODELS
 def test_fed_recon_eval_custom_stateful_broadcaster(tff_stack, model):
     process = _process('custom_stateful_broadcaster', model)
-    _assert_next_type(process, _expected_next_type(
-        model, distributor_state=np.int32, distributor_measurements=np.float32))
+    _assert_next_type(
+        process,
+        _expected_next_type(model, distributor_state=np.int32, distributor_measurements=np.float32),
+    )
     result = _evaluate(process)
     assert result['distributor'] == 3.0
 
@@ -341,19 +400,23 @@ def test_evaluation_construction_calls_model_fn():
 # Ours after TFF's cases (the reconstruction's math against numpy and the totals over
 # rounds are checked inside TFF's no_split_data and split_data cases above).
 
+
 def test_rejects_a_model_fn_of_another_model():
     with pytest.raises(TypeError, match='ReconstructionModel'):
-        fed_recon_eval.build_fed_recon_eval(lambda: tff.learning.models.ModelWeights([], []),
-                                            loss_fn=loss_fn)
+        fed_recon_eval.build_fed_recon_eval(
+            lambda: tff.learning.models.ModelWeights([], []), loss_fn=loss_fn
+        )
 
 
 def test_rejects_a_metrics_aggregation_process_of_another_type():
     with pytest.raises(TypeError, match='metrics_aggregation_process'):
-        fed_recon_eval.build_fed_recon_eval(LinearModel, loss_fn=loss_fn,
-                                            metrics_aggregation_process=object())
+        fed_recon_eval.build_fed_recon_eval(
+            LinearModel, loss_fn=loss_fn, metrics_aggregation_process=object()
+        )
 
 
 def test_rejects_duplicate_metric_names():
     with pytest.raises(ValueError, match='Duplicate metric name'):
-        fed_recon_eval.build_fed_recon_eval(LinearModel, loss_fn=loss_fn,
-                                            metrics_fn=lambda: [NumOverCounter(5.0, name='loss')])
+        fed_recon_eval.build_fed_recon_eval(
+            LinearModel, loss_fn=loss_fn, metrics_fn=lambda: [NumOverCounter(5.0, name='loss')]
+        )

@@ -20,13 +20,21 @@ from simharness.learning.optimizers import sgdm
 from tests.tff.learning.algorithms import learning_test_utils as utils
 from tests.tff.learning.models.model_examples import LinearRegression
 
-LOOPS = pytest.mark.parametrize('loop_implementation', list(loop_builder.LoopImplementation),
-                                ids=['dataset_iterator', 'dataset_reduce'])
+LOOPS = pytest.mark.parametrize(
+    'loop_implementation',
+    list(loop_builder.LoopImplementation),
+    ids=['dataset_iterator', 'dataset_reduce'],
+)
 
 
 def _dataset():
-    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        x=[[1.0, 0.0]] * 4, y=[[1.0]] * 4)).repeat(3).batch(3)
+    return (
+        tf.data.Dataset.from_tensor_slices(
+            collections.OrderedDict(x=[[1.0, 0.0]] * 4, y=[[1.0]] * 4)
+        )
+        .repeat(3)
+        .batch(3)
+    )
 
 
 def _initial_weights(unconnected=False):
@@ -46,7 +54,8 @@ def _close(actual, expected):
 def test_client_update(loop_implementation, unconnected):
     client_update = fed_sgd._build_client_update(
         LinearRegression(feature_dim=2, has_unconnected=unconnected),
-        loop_implementation=loop_implementation)
+        loop_implementation=loop_implementation,
+    )
     result, model_output = client_update(_initial_weights(unconnected), _dataset())
     _close(result.update, [[[-1.0], [0.0]], -1.0] + ([0.0] if unconnected else []))
     assert result.update_weight == 12.0
@@ -57,7 +66,8 @@ def test_client_update(loop_implementation, unconnected):
 def test_non_finite_aggregation(bad_value):
     client_update = fed_sgd._build_client_update(
         LinearRegression(feature_dim=2),
-        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
+        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+    )
     weights = _initial_weights()
     weights.trainable[1] = bad_value
     result, _ = client_update(weights, _dataset())
@@ -67,18 +77,25 @@ def test_non_finite_aggregation(bad_value):
 
 @LOOPS
 def test_client_tf_dataset_reduce_fn(loop_implementation):
-    with mock.patch.object(loop_builder, 'build_training_loop',
-                           wraps=loop_builder.build_training_loop) as mock_method:
-        client_update = fed_sgd._build_client_update(LinearRegression(feature_dim=2),
-                                                     loop_implementation=loop_implementation)
+    with mock.patch.object(
+        loop_builder, 'build_training_loop', wraps=loop_builder.build_training_loop
+    ) as mock_method:
+        client_update = fed_sgd._build_client_update(
+            LinearRegression(feature_dim=2), loop_implementation=loop_implementation
+        )
         client_update(_initial_weights(), _dataset())
     mock_method.assert_called_once_with(loop_implementation=loop_implementation)
 
 
-@pytest.mark.parametrize('aggregation_factory', [
-    model_update_aggregator.robust_aggregator,
-    pytest.param(model_update_aggregator.compression_aggregator, marks=utils.NEEDS_ENCODED),
-    model_update_aggregator.secure_aggregator], ids=['robust', 'compression', 'secure'])
+@pytest.mark.parametrize(
+    'aggregation_factory',
+    [
+        model_update_aggregator.robust_aggregator,
+        pytest.param(model_update_aggregator.compression_aggregator, marks=utils.NEEDS_ENCODED),
+        model_update_aggregator.secure_aggregator,
+    ],
+    ids=['robust', 'compression', 'secure'],
+)
 def test_construction_calls_model_fn(aggregation_factory):
     mock_model_fn = mock.Mock(side_effect=LinearRegression)
     fed_sgd.build_fed_sgd(model_fn=mock_model_fn, model_aggregator=aggregation_factory())
@@ -89,9 +106,11 @@ def test_construction_calls_model_fn(aggregation_factory):
 @pytest.mark.parametrize('functional', [False, True], ids=['variable', 'functional'])
 def test_no_unsecure_aggregation_with_secure_aggregator(functional):
     model_fn = utils.build_functional_linear_regression() if functional else LinearRegression
-    process = fed_sgd.build_fed_sgd(model_fn,
-                                    model_aggregator=model_update_aggregator.secure_aggregator(),
-                                    metrics_aggregator=aggregator.secure_sum_then_finalize)
+    process = fed_sgd.build_fed_sgd(
+        model_fn,
+        model_aggregator=model_update_aggregator.secure_aggregator(),
+        metrics_aggregator=aggregator.secure_sum_then_finalize,
+    )
     utils.assert_not_contains_unsecure_aggregation(process.next)
 
 
@@ -104,7 +123,8 @@ def _tuple_dataset():
 def test_functional_client_update(loop_implementation, unconnected):
     model = utils.build_functional_linear_regression(feature_dim=2, has_unconnected=unconnected)
     client_update = fed_sgd._build_functional_client_update(
-        model, loop_implementation=loop_implementation)
+        model, loop_implementation=loop_implementation
+    )
     result, model_output = client_update(_initial_weights(unconnected), _dataset())
     _close(result.update, [[[-2.0], [0.0]], -2.0] + ([0.0] if unconnected else []))
     assert result.update_weight == 12.0
@@ -115,7 +135,8 @@ def test_functional_client_update(loop_implementation, unconnected):
 def test_functional_non_finite_aggregation(bad_value):
     client_update = fed_sgd._build_functional_client_update(
         utils.build_functional_linear_regression(),
-        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
+        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+    )
     weights = _initial_weights()
     weights.trainable[1] = tf.constant(bad_value)
     result, _ = client_update(weights, _dataset())
@@ -125,10 +146,12 @@ def test_functional_non_finite_aggregation(bad_value):
 
 @LOOPS
 def test_functional_client_tf_dataset_reduce_fn(loop_implementation):
-    with mock.patch.object(loop_builder, 'build_training_loop',
-                           wraps=loop_builder.build_training_loop) as mock_method:
+    with mock.patch.object(
+        loop_builder, 'build_training_loop', wraps=loop_builder.build_training_loop
+    ) as mock_method:
         client_update = fed_sgd._build_functional_client_update(
-            utils.build_functional_linear_regression(), loop_implementation=loop_implementation)
+            utils.build_functional_linear_regression(), loop_implementation=loop_implementation
+        )
         client_update(_initial_weights(), _dataset())
     mock_method.assert_called_once_with(loop_implementation=loop_implementation)
 
@@ -136,8 +159,10 @@ def test_functional_client_tf_dataset_reduce_fn(loop_implementation):
 def test_build_functional_client_work_without_functional_model_fails():
     with pytest.raises(TypeError, match='FunctionalModel'):
         fed_sgd._build_functional_fed_sgd_client_work(
-            model=lambda: 0, metrics_aggregator=aggregator.sum_then_finalize,
-            loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
+            model=lambda: 0,
+            metrics_aggregator=aggregator.sum_then_finalize,
+            loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+        )
 
 
 def test_build_functional_fed_sgd_succeeds():
@@ -145,6 +170,7 @@ def test_build_functional_fed_sgd_succeeds():
 
 
 # -- ours: execution -------------------------------------------------------------------------
+
 
 def test_fed_sgd_rounds(tff_stack):
     process = fed_sgd.build_fed_sgd(LinearRegression, server_optimizer_fn=sgdm.build_sgdm(1.0))

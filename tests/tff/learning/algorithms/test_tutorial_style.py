@@ -27,16 +27,17 @@ def _client_data():
     clients = collections.OrderedDict()
     for k in range(NUM_CLIENTS):
         labels = rng.integers(0, 10, size=12).astype(np.int32)
-        pixels = (rng.random((12, 28, 28)) * 0.1
-                  + labels[:, None, None] / 10.0).astype(np.float32)
+        pixels = (rng.random((12, 28, 28)) * 0.1 + labels[:, None, None] / 10.0).astype(np.float32)
         clients[f'client_{k}'] = collections.OrderedDict(pixels=pixels, label=labels)
     return tff.simulation.datasets.TestClientData(clients)
 
 
 def preprocess(dataset):
     def batch_format_fn(element):
-        return collections.OrderedDict(x=tf.reshape(element['pixels'], [-1, 784]),
-                                       y=tf.reshape(element['label'], [-1, 1]))
+        return collections.OrderedDict(
+            x=tf.reshape(element['pixels'], [-1, 784]), y=tf.reshape(element['label'], [-1, 1])
+        )
+
     return dataset.repeat(NUM_EPOCHS).batch(BATCH_SIZE).map(batch_format_fn)
 
 
@@ -44,26 +45,33 @@ def test_image_classification_tutorial(tff_stack):
     emnist_train = _client_data()
     example_dataset = emnist_train.create_tf_dataset_for_client(emnist_train.client_ids[0])
     preprocessed_example_dataset = preprocess(example_dataset)
-    federated_train_data = [preprocess(emnist_train.create_tf_dataset_for_client(x))
-                            for x in emnist_train.client_ids]
+    federated_train_data = [
+        preprocess(emnist_train.create_tf_dataset_for_client(x)) for x in emnist_train.client_ids
+    ]
 
     def create_keras_model():
-        return tf.keras.models.Sequential([
-            tf.keras.layers.InputLayer(input_shape=(784,)),
-            tf.keras.layers.Dense(10, kernel_initializer='zeros'),
-            tf.keras.layers.Softmax()])
+        return tf.keras.models.Sequential(
+            [
+                tf.keras.layers.InputLayer(input_shape=(784,)),
+                tf.keras.layers.Dense(10, kernel_initializer='zeros'),
+                tf.keras.layers.Softmax(),
+            ]
+        )
 
     def model_fn():
         keras_model = create_keras_model()
         return tff.learning.models.from_keras_model(
-            keras_model, input_spec=preprocessed_example_dataset.element_spec,
+            keras_model,
+            input_spec=preprocessed_example_dataset.element_spec,
             loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+        )
 
     training_process = tff.learning.algorithms.build_weighted_fed_avg(
         model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.02),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=1.0))
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+    )
     train_state = training_process.initialize()
     losses = []
     for _ in range(3):

@@ -11,13 +11,16 @@ C = tff.learning.metrics
 NAMED_LABEL_TESTS = {
     'single_label': (np.zeros([10]), np.zeros([5, 1])),
     'multi_label_list': ([np.zeros([10])] * 2, [np.zeros([5, 1])] * 2),
-    'multi_label_dict': ({'x1': np.zeros([10]), 'y1': np.zeros([10])},
-                         {'x2': np.zeros([5, 1]), 'y2': np.zeros([5, 1])}),
+    'multi_label_dict': (
+        {'x1': np.zeros([10]), 'y1': np.zeros([10])},
+        {'x2': np.zeros([5, 1]), 'y2': np.zeros([5, 1])},
+    ),
 }
 
 
-@pytest.mark.parametrize('cls, name', [(C.NumExamplesCounter, 'num_examples'),
-                                       (C.NumBatchesCounter, 'num_batches')])
+@pytest.mark.parametrize(
+    'cls, name', [(C.NumExamplesCounter, 'num_examples'), (C.NumBatchesCounter, 'num_batches')]
+)
 def test_construct(cls, name):
     m = cls()
     assert m.name == name and tf.as_dtype(m.dtype) == tf.int64
@@ -25,8 +28,9 @@ def test_construct(cls, name):
     assert cls(name + '2').name == name + '2'
 
 
-@pytest.mark.parametrize('batch1, batch2', list(NAMED_LABEL_TESTS.values()),
-                         ids=list(NAMED_LABEL_TESTS))
+@pytest.mark.parametrize(
+    'batch1, batch2', list(NAMED_LABEL_TESTS.values()), ids=list(NAMED_LABEL_TESTS)
+)
 def test_num_examples_update(batch1, batch2):
     m = C.NumExamplesCounter()
     assert int(m(batch1, batch1)) == 10 and int(m.total) == 10
@@ -48,8 +52,9 @@ def test_num_examples_refuses_python_numbers():
         C.NumExamplesCounter().update_state([1.0, 2.0])
 
 
-@pytest.mark.parametrize('batch1, batch2', list(NAMED_LABEL_TESTS.values()),
-                         ids=list(NAMED_LABEL_TESTS))
+@pytest.mark.parametrize(
+    'batch1, batch2', list(NAMED_LABEL_TESTS.values()), ids=list(NAMED_LABEL_TESTS)
+)
 def test_num_batches_update(batch1, batch2):
     m = C.NumBatchesCounter()
     assert int(m(batch1, batch1)) == 1 and int(m.total) == 1

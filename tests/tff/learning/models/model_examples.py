@@ -29,8 +29,8 @@ class LinearRegression(tff.learning.models.VariableModel):
         self._b = tf.Variable(0.0, trainable=True)
         self._c = tf.Variable(0.0, trainable=False)
         self._input_spec = collections.OrderedDict(
-            x=tf.TensorSpec([None, feature_dim], tf.float32),
-            y=tf.TensorSpec([None, 1], tf.float32))
+            x=tf.TensorSpec([None, feature_dim], tf.float32), y=tf.TensorSpec([None, 1], tf.float32)
+        )
         self.has_unconnected = has_unconnected
         if has_unconnected:
             self._unconnected = tf.Variable(0.0, trainable=True)
@@ -66,13 +66,16 @@ class LinearRegression(tff.learning.models.VariableModel):
         self._num_examples.assign_add(num_examples)
         self._num_batches.assign_add(1)
         return tff.learning.models.BatchOutput(
-            loss=total_loss / tf.cast(num_examples, tf.float32), predictions=predictions,
-            num_examples=num_examples)
+            loss=total_loss / tf.cast(num_examples, tf.float32),
+            predictions=predictions,
+            num_examples=num_examples,
+        )
 
     def report_local_unfinalized_metrics(self):
         return collections.OrderedDict(
             loss=[tf.identity(self._loss_sum), tf.cast(self._num_examples, tf.float32)],
-            num_examples=tf.identity(self._num_examples))
+            num_examples=tf.identity(self._num_examples),
+        )
 
     def metric_finalizers(self):
         return collections.OrderedDict(loss=lambda x: x[0] / x[1], num_examples=lambda x: x)
@@ -84,8 +87,9 @@ class LinearRegression(tff.learning.models.VariableModel):
 
 def keras_linear_model(feature_dims: int = 2) -> keras.Model:
     """A Keras linear model ``[None, feature_dims] -> [None, 1]`` with zero weights."""
-    return keras.Sequential([keras.Input((feature_dims,)),
-                             keras.layers.Dense(1, kernel_initializer='zeros')])
+    return keras.Sequential(
+        [keras.Input((feature_dims,)), keras.layers.Dense(1, kernel_initializer='zeros')]
+    )
 
 
 def linear_functional_model(feature_dims: int = 2) -> tff.learning.models.FunctionalModel:
@@ -102,8 +106,11 @@ def linear_functional_model(feature_dims: int = 2) -> tff.learning.models.Functi
         return tf.math.reduce_mean(tf.math.pow(output - label, 2.0))
 
     return tff.learning.models.FunctionalModel(
-        initial_weights=((np.zeros([1, feature_dims], np.float32), np.zeros([1], np.float32)),
-                         ()),
-        predict_on_batch_fn=predict_on_batch, loss_fn=loss,
-        input_spec=(tf.TensorSpec([None, feature_dims], tf.float32),
-                    tf.TensorSpec([None, 1], tf.float32)))
+        initial_weights=((np.zeros([1, feature_dims], np.float32), np.zeros([1], np.float32)), ()),
+        predict_on_batch_fn=predict_on_batch,
+        loss_fn=loss,
+        input_spec=(
+            tf.TensorSpec([None, feature_dims], tf.float32),
+            tf.TensorSpec([None, 1], tf.float32),
+        ),
+    )

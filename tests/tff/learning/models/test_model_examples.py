@@ -20,8 +20,9 @@ def _locals(model):
 def test_linear_regression(feature_dim):
     model = model_examples.LinearRegression(feature_dim=feature_dim)
     assert _locals(model) == [0, 0, 0.0]
-    batch = collections.OrderedDict(x=tf.constant([[0.0] * feature_dim, [1.0] * feature_dim]),
-                                    y=tf.constant([[0.0], [1.0]]))
+    batch = collections.OrderedDict(
+        x=tf.constant([[0.0] * feature_dim, [1.0] * feature_dim]), y=tf.constant([[0.0], [1.0]])
+    )
     output = model.forward_pass(batch)
     np.testing.assert_array_equal(output.predictions, [[0.0], [0.0]])
     assert float(output.loss) == 0.25  # residuals (0, 1): 0.5 * 0.5 * 1
@@ -43,8 +44,11 @@ def test_tff(tff_stack):
         def _train(batch):
             return model.forward_pass(batch), model.report_local_unfinalized_metrics()
 
-        return _train(batch=collections.OrderedDict(x=tf.constant([[0.0, 0.0], [1.0, 1.0]]),
-                                                    y=tf.constant([[0.0], [1.0]])))
+        return _train(
+            batch=collections.OrderedDict(
+                x=tf.constant([[0.0, 0.0], [1.0, 1.0]]), y=tf.constant([[0.0], [1.0]])
+            )
+        )
 
     @tff.federated_computation
     def at_server():

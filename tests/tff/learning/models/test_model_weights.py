@@ -65,11 +65,19 @@ def test_weights_type_fails_not_callable_or_model():
 @pytest.mark.parametrize('model', [TestModel(), TestModel], ids=['model', 'callable'])
 def test_returns_model_weights_type(model):
     weights_type = tff.learning.models.weights_type_from_model(model)
-    expected = tff.StructType([
-        ('trainable', tff.StructType([tff.TensorType(np.float32, [3]),
-                                      tff.TensorType(np.float32, [1])], container=list)),
-        ('non_trainable', tff.StructType([tff.TensorType(np.int32)], container=list))],
-        container=MW)
+    expected = tff.StructType(
+        [
+            (
+                'trainable',
+                tff.StructType(
+                    [tff.TensorType(np.float32, [3]), tff.TensorType(np.float32, [1])],
+                    container=list,
+                ),
+            ),
+            ('non_trainable', tff.StructType([tff.TensorType(np.int32)], container=list)),
+        ],
+        container=MW,
+    )
     assert weights_type == expected
     assert weights_type.python_container is MW
     assert weights_type.trainable.python_container is list
@@ -91,9 +99,9 @@ def test_from_model_variable_model():
 
 
 def test_weights_to_keras_model():
-    keras_model = keras.Sequential([keras.Input((5,)),
-                                    keras.layers.Dense(1, use_bias=False,
-                                                       kernel_initializer='zeros')])
+    keras_model = keras.Sequential(
+        [keras.Input((5,)), keras.layers.Dense(1, use_bias=False, kernel_initializer='zeros')]
+    )
     np.testing.assert_array_equal(keras_model.trainable_weights[0].numpy(), np.zeros([5, 1]))
     MW(trainable=(tf.ones([5, 1]),), non_trainable=()).assign_weights_to(keras_model)
     np.testing.assert_array_equal(keras_model.trainable_weights[0].numpy(), np.ones([5, 1]))
@@ -101,8 +109,9 @@ def test_weights_to_keras_model():
 
 def test_weights_to_variable_model():
     model = TestModel()
-    MW(trainable=[tf.ones([3]), tf.ones([1])],
-       non_trainable=[tf.ones([], dtype=tf.int32)]).assign_weights_to(model)
+    MW(
+        trainable=[tf.ones([3]), tf.ones([1])], non_trainable=[tf.ones([], dtype=tf.int32)]
+    ).assign_weights_to(model)
     np.testing.assert_allclose(model.trainable_variables[0].numpy(), np.ones([3]))
     assert int(model.non_trainable_variables[0].numpy()) == 1
 
@@ -125,8 +134,14 @@ def test_convert_raises_exception_in_graph_context():
 
 
 def test_from_tff_result():
-    weights = MW.from_tff_result(tff.Struct([('trainable', tff.Struct([(None, 1), (None, 2)])),
-                                             ('non_trainable', tff.Struct([(None, 3)]))]))
+    weights = MW.from_tff_result(
+        tff.Struct(
+            [
+                ('trainable', tff.Struct([(None, 1), (None, 2)])),
+                ('non_trainable', tff.Struct([(None, 3)])),
+            ]
+        )
+    )
     assert weights == MW([1, 2], [3])
 
 
@@ -138,9 +153,10 @@ def test_weights_travel_through_computations(tff_stack):
     def add_one(weights):
         model = TestModel()
         weights.assign_weights_to(model)
-        return tf.nest.map_structure(lambda v: v + tf.ones_like(v),
-                                     MW(list(model.trainable_variables),
-                                        list(model.non_trainable_variables)))
+        return tf.nest.map_structure(
+            lambda v: v + tf.ones_like(v),
+            MW(list(model.trainable_variables), list(model.non_trainable_variables)),
+        )
 
     @tff.federated_computation(tff.type_at_server(weights_type))
     def run(weights):

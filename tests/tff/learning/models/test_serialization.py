@@ -54,8 +54,7 @@ class _TestModel(variable.VariableModel):
             loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
             logits = self.predict_on_batch(batch_input['x'], training=True)
             loss = loss_fn(y_true=batch_input['y'], y_pred=logits)
-            return variable.BatchOutput(loss=loss, predictions=(),
-                                        num_examples=tf.shape(logits)[0])
+            return variable.BatchOutput(loss=loss, predictions=(), num_examples=tf.shape(logits)[0])
         predictions = self.predict_on_batch(batch_input['x'], training=False)
         return variable.BatchOutput(loss=(), predictions=predictions, num_examples=())
 
@@ -73,8 +72,10 @@ class _TestModel(variable.VariableModel):
 
     @property
     def input_spec(self):
-        return collections.OrderedDict(x=tf.TensorSpec(shape=(None, 3), dtype=tf.float32),
-                                       y=tf.TensorSpec(shape=(None, 1), dtype=tf.int32))
+        return collections.OrderedDict(
+            x=tf.TensorSpec(shape=(None, 3), dtype=tf.float32),
+            y=tf.TensorSpec(shape=(None, 1), dtype=tf.int32),
+        )
 
     @tf.function
     def report_local_unfinalized_metrics(self):
@@ -93,24 +94,31 @@ class _TestModel(variable.VariableModel):
 
 def _keras_tuple_input():
     return tff.learning.models.from_keras_model(
-        model_examples.keras_linear_model(), loss=keras.losses.MeanSquaredError(),
-        input_spec=(tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec([None, 1], tf.float32)))
+        model_examples.keras_linear_model(),
+        loss=keras.losses.MeanSquaredError(),
+        input_spec=(tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec([None, 1], tf.float32)),
+    )
 
 
 def _keras_with_metrics():
     return tff.learning.models.from_keras_model(
-        model_examples.keras_linear_model(), loss=keras.losses.MeanSquaredError(),
-        input_spec=collections.OrderedDict(x=tf.TensorSpec([None, 2], tf.float32),
-                                           y=tf.TensorSpec([None, 1], tf.float32)),
-        metrics=[keras.metrics.MeanAbsoluteError()])
+        model_examples.keras_linear_model(),
+        loss=keras.losses.MeanSquaredError(),
+        input_spec=collections.OrderedDict(
+            x=tf.TensorSpec([None, 2], tf.float32), y=tf.TensorSpec([None, 1], tf.float32)
+        ),
+        metrics=[keras.metrics.MeanAbsoluteError()],
+    )
 
 
 _TEST_MODEL_FNS = {
     'linear_regression': model_examples.LinearRegression,
-    'inference_training_diff_has_reset_metrics_implemented':
-        lambda: _TestModel(has_reset_metrics_implemented=True),
-    'inference_training_diff_has_reset_metrics_unimplemented':
-        lambda: _TestModel(has_reset_metrics_implemented=False),
+    'inference_training_diff_has_reset_metrics_implemented': lambda: _TestModel(
+        has_reset_metrics_implemented=True
+    ),
+    'inference_training_diff_has_reset_metrics_unimplemented': lambda: _TestModel(
+        has_reset_metrics_implemented=False
+    ),
     'keras_with_metrics': _keras_with_metrics,
 }
 
@@ -120,8 +128,9 @@ def _build_ones(t):
 
 
 def _assert_all_close(a, b):
-    tf.nest.map_structure(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y),
-                                                                  rtol=1e-6), a, b)
+    tf.nest.map_structure(
+        lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6), a, b
+    )
 
 
 @pytest.mark.parametrize('name', sorted(_TEST_MODEL_FNS))
@@ -138,8 +147,10 @@ def test_round_trip(name, tmp_path):
     test_batch = tf.nest.map_structure(_build_ones, loaded_model.input_spec)
     predict_input = test_batch['x'] if isinstance(test_batch, dict) else test_batch[0]
     for training in [True, False]:
-        _assert_all_close(model.predict_on_batch(predict_input, training),
-                          loaded_model.predict_on_batch(predict_input, training))
+        _assert_all_close(
+            model.predict_on_batch(predict_input, training),
+            loaded_model.predict_on_batch(predict_input, training),
+        )
         model_result = model.forward_pass(test_batch, training)
         loaded_result = loaded_model.forward_pass(test_batch, training)
         assert isinstance(loaded_result, variable.BatchOutput)
@@ -152,9 +163,12 @@ def test_round_trip(name, tmp_path):
     for metric_name, finalizer in loaded_model.metric_finalizers().items():
         assert isinstance(finalizer, tff.Computation)
         value = tf.nest.map_structure(lambda t: np.asarray(t), loaded_unfinalized[metric_name])
-        metric_type = from_tf_structure(tf.nest.map_structure(
-            lambda t: tf.TensorSpec.from_tensor(tf.convert_to_tensor(t)),
-            unfinalized_metrics[metric_name]))
+        metric_type = from_tf_structure(
+            tf.nest.map_structure(
+                lambda t: tf.TensorSpec.from_tensor(tf.convert_to_tensor(t)),
+                unfinalized_metrics[metric_name],
+            )
+        )
         expected = tff.tf_computation(model.metric_finalizers()[metric_name], metric_type)(value)
         _assert_all_close(expected, finalizer(value))
     assert list(loaded_model.metric_finalizers()) == sorted(model.metric_finalizers())
@@ -169,8 +183,10 @@ def test_round_trip(name, tmp_path):
             loaded_model.reset_metrics()
     else:
         loaded_model.reset_metrics()
-        _assert_all_close(model.report_local_unfinalized_metrics(),
-                          loaded_model.report_local_unfinalized_metrics())
+        _assert_all_close(
+            model.report_local_unfinalized_metrics(),
+            loaded_model.report_local_unfinalized_metrics(),
+        )
 
 
 def test_serving_signature_is_predict_on_batch_inference(tmp_path):
@@ -184,8 +200,7 @@ def test_serving_signature_is_predict_on_batch_inference(tmp_path):
 
 def test_save_with_input_type(tmp_path):
     model = _keras_tuple_input()
-    serialization.save(model, str(tmp_path / 'm'),
-                       input_type=tf.TensorSpec([None, 2], tf.float32))
+    serialization.save(model, str(tmp_path / 'm'), input_type=tf.TensorSpec([None, 2], tf.float32))
     loaded = serialization.load(str(tmp_path / 'm'))
     x = np.ones([3, 2], np.float32)
     _assert_all_close(model.predict_on_batch(x, False), loaded.predict_on_batch(x, False))
@@ -209,8 +224,10 @@ def test_bad_arguments_raise(tmp_path):
 _FUNCTIONAL_MODEL_FNS = {
     'linear_functional': model_examples.linear_functional_model,
     'keras_functional': lambda: functional.functional_model_from_keras(
-        model_examples.keras_linear_model(), loss_fn=keras.losses.MeanSquaredError(),
-        input_spec=(tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec([None, 1], tf.float32))),
+        model_examples.keras_linear_model(),
+        loss_fn=keras.losses.MeanSquaredError(),
+        input_spec=(tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec([None, 1], tf.float32)),
+    ),
 }
 
 
@@ -247,8 +264,10 @@ def test_save_load_convert_to_tff_model(saved_functional):
     loaded = serialization.load_functional_model(path)
     tff_model = functional.model_from_functional(loaded)
     x = np.ones([2, 2], np.float32)
-    _assert_all_close(functional.model_from_functional(model).predict_on_batch(x, False),
-                      tff_model.predict_on_batch(x, False))
+    _assert_all_close(
+        functional.model_from_functional(model).predict_on_batch(x, False),
+        tff_model.predict_on_batch(x, False),
+    )
 
 
 def test_convert_loaded_model_to_tff_model_within_tf_computation(saved_functional):
@@ -260,5 +279,9 @@ def test_convert_loaded_model_to_tff_model_within_tf_computation(saved_functiona
         tff_model = functional.model_from_functional(loaded)
         return tff_model.predict_on_batch(tf.ones([2, 2], tf.float32), False)
 
-    _assert_all_close(functional.model_from_functional(model).predict_on_batch(
-        np.ones([2, 2], np.float32), False), predict())
+    _assert_all_close(
+        functional.model_from_functional(model).predict_on_batch(
+            np.ones([2, 2], np.float32), False
+        ),
+        predict(),
+    )

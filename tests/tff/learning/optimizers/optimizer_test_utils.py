@@ -20,14 +20,17 @@ _INITIAL_W = [[-0.60170661], [1.85227818], [-0.01349722], [-1.05771093], [0.8225
 
 SCALAR_SPEC = tf.TensorSpec([1], tf.float32)
 STRUCT_SPEC = [tf.TensorSpec([2], tf.float32), tf.TensorSpec([3], tf.float32)]
-NESTED_SPEC = [tf.TensorSpec([10], tf.float32),
-               [tf.TensorSpec([20], tf.float32), [tf.TensorSpec([30], tf.float32)]]]
+NESTED_SPEC = [
+    tf.TensorSpec([10], tf.float32),
+    [tf.TensorSpec([20], tf.float32), [tf.TensorSpec([30], tf.float32)]],
+]
 SPECS = {'scalar_spec': SCALAR_SPEC, 'struct_spec': STRUCT_SPEC, 'nested_spec': NESTED_SPEC}
 EMPTY_TREES = {'empty_list': [], 'empty_dict': {}, 'empty_nested_structure': [([], []), {}]}
 
 
 def test_quadratic_problem() -> tuple[Callable, Callable, Callable]:
     """``(initial_w, f, grad_f)`` of ``f(w) = w^T A w / 2`` in 5 dimensions (optimum 0)."""
+
     def fn(w: Any) -> Any:
         a = tf.constant(_TEST_MATRIX, tf.float32)
         return tf.matmul(tf.matmul(w, a, transpose_a=True), w) / 2
@@ -55,8 +58,9 @@ def history(optimizer: Any, spec: Any, weights: Any, gradients: Any, steps: int 
 
 
 def assert_history(got: list, expected: list, rtol: float = 1e-6, atol: float = 1e-6) -> None:
-    np.testing.assert_allclose(np.stack([np.asarray(w) for w in got]), np.asarray(expected),
-                               rtol=rtol, atol=atol)
+    np.testing.assert_allclose(
+        np.stack([np.asarray(w) for w in got]), np.asarray(expected), rtol=rtol, atol=atol
+    )
 
 
 def assert_all_close(a: Any, b: Any, rtol: float = 1e-6, atol: float = 1e-6) -> None:
@@ -97,8 +101,11 @@ def check_empty_tree(optimizer: Any, structure: Any, step_key: str = '') -> None
 
 def check_indexed_slices(optimizer: Any, expected: Any) -> None:
     weights = tf.ones([4, 2])
-    gradients = tf.IndexedSlices(values=tf.constant([[1.0, 1.0], [1.0, 1.0]]),
-                                 indices=tf.constant([0, 2]), dense_shape=tf.constant([4, 2]))
+    gradients = tf.IndexedSlices(
+        values=tf.constant([[1.0, 1.0], [1.0, 1.0]]),
+        indices=tf.constant([0, 2]),
+        dense_shape=tf.constant([4, 2]),
+    )
     state = optimizer.initialize(tf.TensorSpec([4, 2]))
     _, weights = optimizer.next(state, weights, gradients)
     np.testing.assert_allclose(weights.numpy(), expected, rtol=1e-6, atol=1e-6)
@@ -114,8 +121,9 @@ def check_convergence(optimizer: Any, steps: int = 100, below: float = 0.005) ->
     assert fn(weights) < below
 
 
-def assert_optimizers_numerically_close(tff_optimizer_fn: Callable, keras_optimizer_fn: Callable,
-                                        steps: int = 10) -> None:
+def assert_optimizers_numerically_close(
+    tff_optimizer_fn: Callable, keras_optimizer_fn: Callable, steps: int = 10
+) -> None:
     """TFF's comparison with Keras: [10, 2] and [2] weights, 10 random gradients."""
     specs = [tf.TensorSpec([10, 2], tf.float32), tf.TensorSpec([2], tf.float32)]
     gen = tf.random.Generator.from_seed(2021)
@@ -138,6 +146,7 @@ def assert_optimizers_numerically_close(tff_optimizer_fn: Callable, keras_optimi
 
 def check_mismatch_raises(optimizer: Any, spec: Any = SCALAR_SPEC) -> None:
     import pytest  # pylint: disable=import-outside-toplevel
+
     state = optimizer.initialize(spec)
     with pytest.raises(ValueError):
         optimizer.next(state, tf.zeros([1]), tf.zeros([2]))
@@ -149,6 +158,7 @@ def check_hparams(optimizer: Any, spec: Any, expected: dict, new: dict) -> None:
     """get_hparams gives `expected`; set_hparams(new) changes exactly those keys; set(get) is a
     no-op."""
     import collections  # pylint: disable=import-outside-toplevel
+
     state = optimizer.initialize(spec)
     hparams = optimizer.get_hparams(state)
     assert isinstance(hparams, collections.OrderedDict)
@@ -162,8 +172,11 @@ def check_hparams(optimizer: Any, spec: Any, expected: dict, new: dict) -> None:
 
 
 def check_different_weight_dtypes(build: Callable) -> None:
-    weights = (tf.constant([0.1], tf.float32), tf.constant(1.0, tf.float64),
-               tf.constant([10.0, 10.0], tf.bfloat16))
+    weights = (
+        tf.constant([0.1], tf.float32),
+        tf.constant(1.0, tf.float64),
+        tf.constant([10.0, 10.0], tf.bfloat16),
+    )
     optimizer = build(tf.constant(0.1, tf.float32))
     state = optimizer.initialize(weights)
     optimizer.next(state, weights, tf.nest.map_structure(tf.zeros_like, weights))

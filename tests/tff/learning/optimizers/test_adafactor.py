@@ -13,14 +13,23 @@ from . import optimizer_test_utils as u
 BUILD = tff.learning.optimizers.build_adafactor
 
 _CASES = {
-    'defaults': dict(learning_rate=0.1, beta_2_decay=-0.8, epsilon_1=1e-30, epsilon_2=1e-3,
-                     clip_threshold=1.0),
-    'non_default': dict(learning_rate=0.001, beta_2_decay=-0.6, epsilon_1=1e-10,
-                        epsilon_2=1e-2, clip_threshold=0.5),
-    'no_lr_decay': dict(learning_rate=0.001, beta_2_decay=-0.6, epsilon_1=1e-10,
-                        epsilon_2=1e-2, clip_threshold=0.5, relative_step=False),
-    'use_decayed_lr': dict(learning_rate=10.0, beta_2_decay=0.8, epsilon_1=1e-30,
-                           epsilon_2=1e-3, clip_threshold=1.0),
+    'defaults': dict(
+        learning_rate=0.1, beta_2_decay=-0.8, epsilon_1=1e-30, epsilon_2=1e-3, clip_threshold=1.0
+    ),
+    'non_default': dict(
+        learning_rate=0.001, beta_2_decay=-0.6, epsilon_1=1e-10, epsilon_2=1e-2, clip_threshold=0.5
+    ),
+    'no_lr_decay': dict(
+        learning_rate=0.001,
+        beta_2_decay=-0.6,
+        epsilon_1=1e-10,
+        epsilon_2=1e-2,
+        clip_threshold=0.5,
+        relative_step=False,
+    ),
+    'use_decayed_lr': dict(
+        learning_rate=10.0, beta_2_decay=0.8, epsilon_1=1e-30, epsilon_2=1e-3, clip_threshold=1.0
+    ),
 }
 
 
@@ -42,7 +51,7 @@ def test_behavior_on_empty_tree(structure):
 
 
 def _f(x):
-    return tf.reduce_sum(x ** 2.0)
+    return tf.reduce_sum(x**2.0)
 
 
 def _check_shapes(state):

@@ -38,8 +38,10 @@ def test_behavior_on_empty_tree(structure):
 
 
 def test_executes_with_indexed_slices():
-    u.check_indexed_slices(BUILD(0.5, initial_preconditioner_value=0.0),
-                           [[0.5, 0.5], [1.0, 1.0], [0.5, 0.5], [1.0, 1.0]])
+    u.check_indexed_slices(
+        BUILD(0.5, initial_preconditioner_value=0.0),
+        [[0.5, 0.5], [1.0, 1.0], [0.5, 0.5], [1.0, 1.0]],
+    )
 
 
 def test_convergence():
@@ -52,15 +54,18 @@ def test_build_adagrad():
 
 def test_match_keras():
     u.assert_optimizers_numerically_close(
-        lambda: BUILD(0.01),
-        lambda: keras.optimizers.Adagrad(0.01))
+        lambda: BUILD(0.01), lambda: keras.optimizers.Adagrad(0.01)
+    )
 
 
-@pytest.mark.parametrize('args, regex', [
-    ((-1.0, 0.1, 1e-07), 'learning_rate'),
-    ((1.0, -0.1, 1e-07), 'initial_preconditioner_value'),
-    ((1.0, 0.1, -1e-07), 'epsilon'),
-])
+@pytest.mark.parametrize(
+    'args, regex',
+    [
+        ((-1.0, 0.1, 1e-07), 'learning_rate'),
+        ((1.0, -0.1, 1e-07), 'initial_preconditioner_value'),
+        ((1.0, 0.1, -1e-07), 'epsilon'),
+    ],
+)
 def test_invalid_args_raises(args, regex):
     with pytest.raises(ValueError, match=regex):
         BUILD(*args)
@@ -73,9 +78,11 @@ def test_weights_gradients_and_state_mismatch_raise():
 @pytest.mark.parametrize('spec', list(u.SPECS.values()), ids=list(u.SPECS))
 def test_get_set_hparams(spec):
     u.check_hparams(
-        BUILD(**dict(learning_rate=0.1, epsilon=0.01, initial_preconditioner_value=0.2)), spec,
-                    dict(learning_rate=0.1, epsilon=0.01),
-                    dict(learning_rate=0.5, epsilon=2.0))
+        BUILD(**dict(learning_rate=0.1, epsilon=0.01, initial_preconditioner_value=0.2)),
+        spec,
+        dict(learning_rate=0.1, epsilon=0.01),
+        dict(learning_rate=0.5, epsilon=2.0),
+    )
 
 
 def test_lr_with_different_weight_dtypes():

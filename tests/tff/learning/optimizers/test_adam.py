@@ -14,7 +14,14 @@ BUILD = tff.learning.optimizers.build_adam
 def test_state_structure():
     state = BUILD(0.01).initialize(u.SCALAR_SPEC)
     assert list(state) == [
-        'learning_rate', 'beta_1', 'beta_2', 'epsilon', 'step', 'accumulator', 'preconditioner']
+        'learning_rate',
+        'beta_1',
+        'beta_2',
+        'epsilon',
+        'step',
+        'accumulator',
+        'preconditioner',
+    ]
 
 
 def test_math():
@@ -39,8 +46,9 @@ def test_behavior_on_empty_tree(structure):
 
 
 def test_executes_with_indexed_slices():
-    u.check_indexed_slices(BUILD(0.5, beta_1=0.0, beta_2=0.0),
-                           [[0.5, 0.5], [1.0, 1.0], [0.5, 0.5], [1.0, 1.0]])
+    u.check_indexed_slices(
+        BUILD(0.5, beta_1=0.0, beta_2=0.0), [[0.5, 0.5], [1.0, 1.0], [0.5, 0.5], [1.0, 1.0]]
+    )
 
 
 def test_convergence():
@@ -53,18 +61,21 @@ def test_build_adam():
 
 def test_match_keras():
     u.assert_optimizers_numerically_close(
-        lambda: BUILD(0.01, 0.9, 0.999),
-        lambda: keras.optimizers.Adam(0.01, 0.9, 0.999))
+        lambda: BUILD(0.01, 0.9, 0.999), lambda: keras.optimizers.Adam(0.01, 0.9, 0.999)
+    )
 
 
-@pytest.mark.parametrize('args, regex', [
-    ((-1.0, 0.9, 0.999, 1e-07), 'learning_rate'),
-    ((1.0, -0.9, 0.999, 1e-07), 'beta_1'),
-    ((1.0, 1.1, 0.999, 1e-07), 'beta_1'),
-    ((1.0, 0.9, -0.999, 1e-07), 'beta_2'),
-    ((1.0, 0.9, 1.1, 1e-07), 'beta_2'),
-    ((1.0, 0.9, 0.999, -1e-07), 'epsilon'),
-])
+@pytest.mark.parametrize(
+    'args, regex',
+    [
+        ((-1.0, 0.9, 0.999, 1e-07), 'learning_rate'),
+        ((1.0, -0.9, 0.999, 1e-07), 'beta_1'),
+        ((1.0, 1.1, 0.999, 1e-07), 'beta_1'),
+        ((1.0, 0.9, -0.999, 1e-07), 'beta_2'),
+        ((1.0, 0.9, 1.1, 1e-07), 'beta_2'),
+        ((1.0, 0.9, 0.999, -1e-07), 'epsilon'),
+    ],
+)
 def test_invalid_args_raises(args, regex):
     with pytest.raises(ValueError, match=regex):
         BUILD(*args)
@@ -76,9 +87,12 @@ def test_weights_gradients_and_state_mismatch_raise():
 
 @pytest.mark.parametrize('spec', list(u.SPECS.values()), ids=list(u.SPECS))
 def test_get_set_hparams(spec):
-    u.check_hparams(BUILD(**dict(learning_rate=0.1, beta_1=0.92, beta_2=0.97, epsilon=0.01)), spec,
-                    dict(learning_rate=0.1, beta_1=0.92, beta_2=0.97, epsilon=0.01),
-                    dict(learning_rate=0.5, beta_1=0.12, beta_2=0.56, epsilon=2.0))
+    u.check_hparams(
+        BUILD(**dict(learning_rate=0.1, beta_1=0.92, beta_2=0.97, epsilon=0.01)),
+        spec,
+        dict(learning_rate=0.1, beta_1=0.92, beta_2=0.97, epsilon=0.01),
+        dict(learning_rate=0.5, beta_1=0.12, beta_2=0.56, epsilon=2.0),
+    )
 
 
 def test_lr_with_different_weight_dtypes():

@@ -21,10 +21,16 @@ def _example_schedule_fn(round_num):
 
 
 def _optimizers():
-    return {'adagrad': O.build_adagrad(0.1), 'adam': O.build_adam(0.1),
-            'adamw': O.build_adamw(0.1), 'rmsprop': O.build_rmsprop(0.1),
-            'scheduled_sgd': O.schedule_learning_rate(O.build_sgdm(0.1), _example_schedule_fn),
-            'sgd': O.build_sgdm(0.1), 'sgdm': O.build_sgdm(0.1, 0.9), 'yogi': O.build_yogi(0.1)}
+    return {
+        'adagrad': O.build_adagrad(0.1),
+        'adam': O.build_adam(0.1),
+        'adamw': O.build_adamw(0.1),
+        'rmsprop': O.build_rmsprop(0.1),
+        'scheduled_sgd': O.schedule_learning_rate(O.build_sgdm(0.1), _example_schedule_fn),
+        'sgd': O.build_sgdm(0.1),
+        'sgdm': O.build_sgdm(0.1, 0.9),
+        'yogi': O.build_yogi(0.1),
+    }
 
 
 def _eager(optimizer, spec):
@@ -46,12 +52,15 @@ def _federated(optimizer, spec):
     def init_fn():
         return tff.federated_eval(init_tf, tff.SERVER)
 
-    next_tf = tff.tf_computation(optimizer.next, init_tf.type_signature.result,
-                                 tff.to_type(spec), tff.to_type(spec))
+    next_tf = tff.tf_computation(
+        optimizer.next, init_tf.type_signature.result, tff.to_type(spec), tff.to_type(spec)
+    )
 
-    @tff.federated_computation(init_fn.type_signature.result,
-                               tff.type_at_server(tff.to_type(spec)),
-                               tff.type_at_server(tff.to_type(spec)))
+    @tff.federated_computation(
+        init_fn.type_signature.result,
+        tff.type_at_server(tff.to_type(spec)),
+        tff.type_at_server(tff.to_type(spec)),
+    )
     def next_fn(state, weights, gradients):
         return tff.federated_map(next_tf, tff.federated_zip((state, weights, gradients)))
 
@@ -66,8 +75,12 @@ def _federated(optimizer, spec):
 
 
 def _leaves(x):
-    return [np.asarray(v) for v in tf.nest.flatten(tff.structure.to_container_recursive(x)
-                                                   if isinstance(x, tff.Struct) else x)]
+    return [
+        np.asarray(v)
+        for v in tf.nest.flatten(
+            tff.structure.to_container_recursive(x) if isinstance(x, tff.Struct) else x
+        )
+    ]
 
 
 @pytest.mark.parametrize('spec', [u.SCALAR_SPEC, u.NESTED_SPEC], ids=['scalar', 'nested'])

@@ -23,15 +23,17 @@ def test_disjoint_init_and_next_true(momentum):
     @tff.tf_computation()
     def initialize_fn():
         variables = tf.Variable(tf.zeros([5, 1]))
-        optimizer = keras_optimizer.KerasOptimizer(optimizer_fn, variables,
-                                                   disjoint_init_and_next=True)
+        optimizer = keras_optimizer.KerasOptimizer(
+            optimizer_fn, variables, disjoint_init_and_next=True
+        )
         return optimizer.initialize(tf.TensorSpec(variables.shape, variables.dtype))
 
     @tff.tf_computation(initialize_fn.type_signature.result, tff.TensorType(np.float32, [5, 1]))
     def next_fn(state, initial_weights):
         variables = tf.Variable(initial_weights)
-        optimizer = keras_optimizer.KerasOptimizer(optimizer_fn, variables,
-                                                   disjoint_init_and_next=True)
+        optimizer = keras_optimizer.KerasOptimizer(
+            optimizer_fn, variables, disjoint_init_and_next=True
+        )
         new_state, _ = optimizer.next(list(state), variables, grad_fn(variables))
         return new_state, tf.identity(variables)
 
@@ -51,8 +53,9 @@ def test_disjoint_init_and_next_false(momentum):
     @tff.tf_computation(tff.TensorType(np.float32, [5, 1]))
     def local_training(initial_weights):
         variables = tf.Variable(initial_weights)
-        optimizer = keras_optimizer.KerasOptimizer(optimizer_fn, variables,
-                                                   disjoint_init_and_next=False)
+        optimizer = keras_optimizer.KerasOptimizer(
+            optimizer_fn, variables, disjoint_init_and_next=False
+        )
         state = optimizer.initialize(tf.TensorSpec(variables.shape, variables.dtype))
         for _ in range(100):
             state, _ = optimizer.next(state, variables, grad_fn(variables))
@@ -63,8 +66,9 @@ def test_disjoint_init_and_next_false(momentum):
 
 def test_build_tff_optimizer_keras():
     variables = [tf.Variable(tf.zeros([2]))]
-    opt = keras_optimizer.build_or_verify_tff_optimizer(lambda: keras.optimizers.SGD(0.1),
-                                                        variables, True)
+    opt = keras_optimizer.build_or_verify_tff_optimizer(
+        lambda: keras.optimizers.SGD(0.1), variables, True
+    )
     assert isinstance(opt, tff.learning.optimizers.Optimizer)
 
 

@@ -12,7 +12,6 @@ from simharness.learning.optimizers import optimizer
 
 
 class _TestOptimizer(tff.learning.optimizers.Optimizer):
-
     def initialize(self, specs):
         del specs
         return (0, 1)
@@ -53,13 +52,17 @@ def test_check_weights_state_match(weights, state):
 
 
 def test_only_check_non_none_gradients():
-    tff.learning.optimizers.check_weights_gradients_match([tf.zeros([2]), tf.zeros([3])],
-                                                          [None, tf.zeros([3])])
+    tff.learning.optimizers.check_weights_gradients_match(
+        [tf.zeros([2]), tf.zeros([3])], [None, tf.zeros([3])]
+    )
 
 
 def _slices():
-    return tf.IndexedSlices(values=tf.constant([[0.0, 1.0], [1.0, 3.0]]),
-                            indices=tf.constant([0, 2]), dense_shape=tf.constant([4, 2]))
+    return tf.IndexedSlices(
+        values=tf.constant([[0.0, 1.0], [1.0, 3.0]]),
+        indices=tf.constant([0, 2]),
+        dense_shape=tf.constant([4, 2]),
+    )
 
 
 def test_handle_indexed_slices_single_value():
@@ -70,7 +73,8 @@ def test_handle_indexed_slices_single_value():
 
 def test_handle_indexed_slices_struct():
     gradients = tff.learning.optimizers.handle_indexed_slices_gradients(
-        [tf.constant([4.0, 5.5]), _slices()])
+        [tf.constant([4.0, 5.5]), _slices()]
+    )
     assert all(isinstance(g, tf.Tensor) for g in gradients)
     np.testing.assert_allclose(gradients[0], [4.0, 5.5])
     np.testing.assert_allclose(gradients[1], [[0.0, 1.0], [0.0, 0.0], [1.0, 3.0], [0.0, 0.0]])
@@ -78,9 +82,11 @@ def test_handle_indexed_slices_struct():
 
 # nest_utils_test.py: map_at_leaves
 
+
 def test_map_at_leaves_several_outputs():
-    a, b = optimizer.map_at_leaves(lambda x, y: (x + y, x * y), {'u': 2, 'v': [3]},
-                                   {'u': 4, 'v': [5]})
+    a, b = optimizer.map_at_leaves(
+        lambda x, y: (x + y, x * y), {'u': 2, 'v': [3]}, {'u': 4, 'v': [5]}
+    )
     assert a == {'u': 6, 'v': [8]} and b == {'u': 8, 'v': [15]}
 
 

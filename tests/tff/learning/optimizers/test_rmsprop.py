@@ -52,16 +52,19 @@ def test_build_rmsprop():
 
 def test_match_keras():
     u.assert_optimizers_numerically_close(
-        lambda: BUILD(0.01, decay=0.9),
-        lambda: keras.optimizers.RMSprop(0.01, rho=0.9))
+        lambda: BUILD(0.01, decay=0.9), lambda: keras.optimizers.RMSprop(0.01, rho=0.9)
+    )
 
 
-@pytest.mark.parametrize('args, regex', [
-    ((-1.0, 0.9, 1e-07), 'learning_rate'),
-    ((1.0, -0.9, 1e-07), 'decay'),
-    ((1.0, 1.1, 1e-07), 'decay'),
-    ((1.0, 0.1, -1e-07), 'epsilon'),
-])
+@pytest.mark.parametrize(
+    'args, regex',
+    [
+        ((-1.0, 0.9, 1e-07), 'learning_rate'),
+        ((1.0, -0.9, 1e-07), 'decay'),
+        ((1.0, 1.1, 1e-07), 'decay'),
+        ((1.0, 0.1, -1e-07), 'epsilon'),
+    ],
+)
 def test_invalid_args_raises(args, regex):
     with pytest.raises(ValueError, match=regex):
         BUILD(*args)
@@ -73,7 +76,9 @@ def test_weights_gradients_and_state_mismatch_raise():
 
 @pytest.mark.parametrize('spec', list(u.SPECS.values()), ids=list(u.SPECS))
 def test_get_set_hparams(spec):
-    u.check_hparams(BUILD(**dict(learning_rate=0.1, decay=0.9, epsilon=0.01)), spec,
-                    dict(learning_rate=0.1, decay=0.9, epsilon=0.01),
-                    dict(learning_rate=0.5, decay=0.51, epsilon=2.0))
-
+    u.check_hparams(
+        BUILD(**dict(learning_rate=0.1, decay=0.9, epsilon=0.01)),
+        spec,
+        dict(learning_rate=0.1, decay=0.9, epsilon=0.01),
+        dict(learning_rate=0.5, decay=0.51, epsilon=2.0),
+    )

@@ -27,10 +27,18 @@ def test_scheduled_sgd_computes_correctly():
         np.testing.assert_allclose(weight, expected, rtol=1e-6)
 
 
-@pytest.mark.parametrize('optimizer', [
-    O.build_adagrad(1.0), O.build_adam(1.0), O.build_rmsprop(1.0), O.build_sgdm(1.0),
-    O.build_sgdm(1.0, momentum=0.9), O.build_yogi(1.0)],
-    ids=['adagrad', 'adam', 'rmsprop', 'sgd', 'sgdm', 'yogi'])
+@pytest.mark.parametrize(
+    'optimizer',
+    [
+        O.build_adagrad(1.0),
+        O.build_adam(1.0),
+        O.build_rmsprop(1.0),
+        O.build_sgdm(1.0),
+        O.build_sgdm(1.0, momentum=0.9),
+        O.build_yogi(1.0),
+    ],
+    ids=['adagrad', 'adam', 'rmsprop', 'sgd', 'sgdm', 'yogi'],
+)
 def test_schedule_learning_rate_integrates_with(optimizer):
     scheduled = O.schedule_learning_rate(optimizer, _example_schedule_fn)
     assert isinstance(scheduled, O.Optimizer)
@@ -47,7 +55,8 @@ def test_keras_optimizer_raises():
 
 def test_scheduling_scheduled_optimizer_raises():
     twice = O.schedule_learning_rate(
-        O.schedule_learning_rate(O.build_sgdm(1.0), _example_schedule_fn), _example_schedule_fn)
+        O.schedule_learning_rate(O.build_sgdm(1.0), _example_schedule_fn), _example_schedule_fn
+    )
     with pytest.raises(KeyError, match='must have learning rate'):
         twice.initialize(tf.TensorSpec((), tf.float32))
 

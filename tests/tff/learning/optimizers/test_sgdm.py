@@ -31,11 +31,14 @@ def test_state_structure_momentum():
     assert list(state) == ['learning_rate', 'momentum', 'accumulator']
 
 
-@pytest.mark.parametrize('kwargs, expected', [
-    ({}, [[1.0], [0.98], [0.96], [0.94], [0.92]]),
-    ({'momentum': 0.5}, [[1.0], [0.98], [0.95], [0.915], [0.8775]]),
-    ({'momentum': 0.5, 'nesterov': True}, [[1.0], [0.97], [0.935], [0.8975], [0.85875]]),
-])
+@pytest.mark.parametrize(
+    'kwargs, expected',
+    [
+        ({}, [[1.0], [0.98], [0.96], [0.94], [0.92]]),
+        ({'momentum': 0.5}, [[1.0], [0.98], [0.95], [0.915], [0.8775]]),
+        ({'momentum': 0.5, 'nesterov': True}, [[1.0], [0.97], [0.935], [0.8975], [0.85875]]),
+    ],
+)
 def test_math(kwargs, expected):
     optimizer = tff.learning.optimizers.build_sgdm(0.01, **kwargs)
     got = u.history(optimizer, u.SCALAR_SPEC, tf.constant([1.0]), tf.constant([2.0]))
@@ -59,8 +62,9 @@ def test_behavior_on_empty_tree(structure):
 
 
 def test_executes_with_indexed_slices():
-    u.check_indexed_slices(tff.learning.optimizers.build_sgdm(0.5),
-                           [[0.5, 0.5], [1.0, 1.0], [0.5, 0.5], [1.0, 1.0]])
+    u.check_indexed_slices(
+        tff.learning.optimizers.build_sgdm(0.5), [[0.5, 0.5], [1.0, 1.0], [0.5, 0.5], [1.0, 1.0]]
+    )
 
 
 @pytest.mark.parametrize('momentum', [None, 0.5])
@@ -68,25 +72,34 @@ def test_convergence(momentum):
     u.check_convergence(tff.learning.optimizers.build_sgdm(0.1, momentum=momentum))
 
 
-@pytest.mark.parametrize('lr, momentum, nesterov', [(0.1, None, False), (0.01, 0.9, False),
-                                                    (0.01, 0.9, True)])
+@pytest.mark.parametrize(
+    'lr, momentum, nesterov', [(0.1, None, False), (0.01, 0.9, False), (0.01, 0.9, True)]
+)
 def test_build_sgdm(lr, momentum, nesterov):
     optimizer = tff.learning.optimizers.build_sgdm(lr, momentum, nesterov)
     assert isinstance(optimizer, tff.learning.optimizers.Optimizer)
     assert (optimizer._lr, optimizer._momentum, optimizer._nesterov) == (lr, momentum, nesterov)
 
 
-@pytest.mark.parametrize('lr, momentum, nesterov', [(0.1, 0.0, False), (0.01, 0.9, False),
-                                                    (0.01, 0.9, True)])
+@pytest.mark.parametrize(
+    'lr, momentum, nesterov', [(0.1, 0.0, False), (0.01, 0.9, False), (0.01, 0.9, True)]
+)
 def test_match_keras(lr, momentum, nesterov):
     u.assert_optimizers_numerically_close(
         lambda: tff.learning.optimizers.build_sgdm(lr, momentum, nesterov=nesterov),
-        lambda: keras.optimizers.SGD(lr, momentum, nesterov=nesterov))
+        lambda: keras.optimizers.SGD(lr, momentum, nesterov=nesterov),
+    )
 
 
-@pytest.mark.parametrize('lr, momentum, nesterov, regex', [
-    (-1.0, 0.9, False, 'learning_rate'), (1.0, -0.9, False, 'momentum'),
-    (1.0, 1.1, False, 'momentum'), (0.1, None, True, 'Nesterov')])
+@pytest.mark.parametrize(
+    'lr, momentum, nesterov, regex',
+    [
+        (-1.0, 0.9, False, 'learning_rate'),
+        (1.0, -0.9, False, 'momentum'),
+        (1.0, 1.1, False, 'momentum'),
+        (0.1, None, True, 'Nesterov'),
+    ],
+)
 def test_invalid_args_raises(lr, momentum, nesterov, regex):
     with pytest.raises(ValueError, match=regex):
         tff.learning.optimizers.build_sgdm(lr, momentum, nesterov)
@@ -105,11 +118,14 @@ def test_initialize_next_weights_mismatch_raises():
 
 
 @pytest.mark.parametrize('spec', list(u.SPECS.values()), ids=list(u.SPECS))
-@pytest.mark.parametrize('momentum, expected, new', [
-    (None, {'learning_rate': 0.1}, {'learning_rate': 0.5}),
-    (0.0, {'learning_rate': 0.1}, {'learning_rate': 0.5}),
-    (0.9, {'learning_rate': 0.1, 'momentum': 0.9}, {'learning_rate': 0.5, 'momentum': 0.8}),
-])
+@pytest.mark.parametrize(
+    'momentum, expected, new',
+    [
+        (None, {'learning_rate': 0.1}, {'learning_rate': 0.5}),
+        (0.0, {'learning_rate': 0.1}, {'learning_rate': 0.5}),
+        (0.9, {'learning_rate': 0.1, 'momentum': 0.9}, {'learning_rate': 0.5, 'momentum': 0.8}),
+    ],
+)
 def test_get_set_hparams(spec, momentum, expected, new):
     optimizer = tff.learning.optimizers.build_sgdm(learning_rate=0.1, momentum=momentum)
     u.check_hparams(optimizer, spec, expected, new)
@@ -118,10 +134,10 @@ def test_get_set_hparams(spec, momentum, expected, new):
 def test_set_hparams_unknown_key_raises():
     optimizer = tff.learning.optimizers.build_sgdm(0.1)
     with pytest.raises(KeyError, match='momentum'):
-        optimizer.set_hparams(optimizer.initialize(u.SCALAR_SPEC),
-                              collections.OrderedDict(momentum=0.9))
+        optimizer.set_hparams(
+            optimizer.initialize(u.SCALAR_SPEC), collections.OrderedDict(momentum=0.9)
+        )
 
 
 def test_lr_with_different_weight_dtypes():
     u.check_different_weight_dtypes(lambda lr: tff.learning.optimizers.build_sgdm(lr))
-

@@ -55,16 +55,20 @@ class _NumpyMatcher:
 
 
 def test_extracts_substructure_adds_prefix():
-    test_structure = collections.OrderedDict(test=collections.OrderedDict(
-        path=collections.OrderedDict(test_a=[1, 2, 3], test_b=10.0),
-        other=collections.OrderedDict(test_one=1.0, test_two=2.0)))
-    extracted = evaluation_program_logic.extract_and_rewrap_metrics(test_structure,
-                                                                     path=('test', 'path'))
+    test_structure = collections.OrderedDict(
+        test=collections.OrderedDict(
+            path=collections.OrderedDict(test_a=[1, 2, 3], test_b=10.0),
+            other=collections.OrderedDict(test_one=1.0, test_two=2.0),
+        )
+    )
+    extracted = evaluation_program_logic.extract_and_rewrap_metrics(
+        test_structure, path=('test', 'path')
+    )
     assert dict(extracted) == {  # TFF's assertAllClose ignores the order of the keys
-        evaluation_program_logic.MODEL_METRICS_PREFIX:
-            collections.OrderedDict(test_a=[1, 2, 3], test_b=10.0),
-        'test': collections.OrderedDict(
-            other=collections.OrderedDict(test_one=1.0, test_two=2.0)),
+        evaluation_program_logic.MODEL_METRICS_PREFIX: collections.OrderedDict(
+            test_a=[1, 2, 3], test_b=10.0
+        ),
+        'test': collections.OrderedDict(other=collections.OrderedDict(test_one=1.0, test_two=2.0)),
     }
     # The input is left as it was.
     assert set(test_structure['test']) == {'path', 'other'}
@@ -73,22 +77,26 @@ def test_extracts_substructure_adds_prefix():
 def test_no_path_raises_error():
     with pytest.raises(ValueError, match='`path` is empty'):
         evaluation_program_logic.extract_and_rewrap_metrics(
-            collections.OrderedDict(foo=1, bar=2), path=())
+            collections.OrderedDict(foo=1, bar=2), path=()
+        )
 
 
 def test_path_does_not_exist_in_structure_fails():
     with pytest.raises(KeyError, match=r'\[test\]'):
         evaluation_program_logic.extract_and_rewrap_metrics(
-            collections.OrderedDict(foo=1, bar=2), path=('test', 'bad_path'))
+            collections.OrderedDict(foo=1, bar=2), path=('test', 'bad_path')
+        )
     with pytest.raises(KeyError, match=r'\[bad_path\]'):
         evaluation_program_logic.extract_and_rewrap_metrics(
-            collections.OrderedDict(foo=collections.OrderedDict(bar=2)), path=('foo', 'bad_path'))
+            collections.OrderedDict(foo=collections.OrderedDict(bar=2)), path=('foo', 'bad_path')
+        )
 
 
 def test_path_through_a_non_mapping_fails():
     with pytest.raises(KeyError, match=r'\[foo\] .* is a tuple, not a mapping'):
         evaluation_program_logic.extract_and_rewrap_metrics(
-            collections.OrderedDict(foo=()), path=('foo', 'bar'))
+            collections.OrderedDict(foo=()), path=('foo', 'bar')
+        )
 
 
 def test_federated_value_structure():
@@ -96,16 +104,19 @@ def test_federated_value_structure():
         def awaitable_value(value, value_type):
             async def _value():
                 return value
-            return native_platform.NativeValueReference(asyncio.create_task(_value()),
-                                                        value_type)
+
+            return native_platform.NativeValueReference(asyncio.create_task(_value()), value_type)
 
         test_value = collections.OrderedDict(
             a=awaitable_value('foo', computation_types.TensorType(np.str_)),
             b=collections.OrderedDict(
                 x=awaitable_value('bar', computation_types.TensorType(np.str_)),
-                z=awaitable_value(1.0, computation_types.TensorType(np.float32))))
-        out = evaluation_program_logic.extract_and_rewrap_metrics(metrics_structure=test_value,
-                                                                  path=['b'])
+                z=awaitable_value(1.0, computation_types.TensorType(np.float32)),
+            ),
+        )
+        out = evaluation_program_logic.extract_and_rewrap_metrics(
+            metrics_structure=test_value, path=['b']
+        )
         assert set(out) == {'a', evaluation_program_logic.MODEL_METRICS_PREFIX}
         assert await out[evaluation_program_logic.MODEL_METRICS_PREFIX]['z'].get_value() == 1.0
 
@@ -116,38 +127,59 @@ def test_federated_value_structure():
 
 
 def _create_mock_datasource():
-    mock_datasource = mock.create_autospec(data_source.FederatedDataSource, instance=True,
-                                           spec_set=True)
+    mock_datasource = mock.create_autospec(
+        data_source.FederatedDataSource, instance=True, spec_set=True
+    )
     mock_datasource.iterator.side_effect = lambda *a, **k: mock.create_autospec(
-        data_source.FederatedDataSourceIterator, instance=True, spec_set=True)
+        data_source.FederatedDataSourceIterator, instance=True, spec_set=True
+    )
     return mock_datasource
 
 
 def _create_per_round_eval_metrics_release_call(*, key: int):
-    return mock.call(collections.OrderedDict([
-        ('distributor', ()), ('client_work', mock.ANY), ('aggregator', mock.ANY),
-        ('finalizer', ()), (evaluation_program_logic.MODEL_METRICS_PREFIX, mock.ANY)]), key=key)
+    return mock.call(
+        collections.OrderedDict(
+            [
+                ('distributor', ()),
+                ('client_work', mock.ANY),
+                ('aggregator', mock.ANY),
+                ('finalizer', ()),
+                (evaluation_program_logic.MODEL_METRICS_PREFIX, mock.ANY),
+            ]
+        ),
+        key=key,
+    )
 
 
 def _create_mock_eval_process():
-    mock_process = mock.create_autospec(learning_process.LearningProcess, instance=True,
-                                        spec_set=True)
+    mock_process = mock.create_autospec(
+        learning_process.LearningProcess, instance=True, spec_set=True
+    )
     empty_state = composers.LearningAlgorithmState(
-        global_model_weights=(), distributor=(), client_work=(), aggregator=(), finalizer=())
+        global_model_weights=(), distributor=(), client_work=(), aggregator=(), finalizer=()
+    )
     mock_process.initialize.return_value = empty_state
     mock_process.next.return_value = learning_process.LearningProcessOutput(
-        empty_state, collections.OrderedDict(
+        empty_state,
+        collections.OrderedDict(
             distributor=(),
-            client_work=collections.OrderedDict(eval=collections.OrderedDict(
-                current_round_metrics=collections.OrderedDict(),
-                total_rounds_metrics=collections.OrderedDict())),
-            aggregator=(), finalizer=()))
+            client_work=collections.OrderedDict(
+                eval=collections.OrderedDict(
+                    current_round_metrics=collections.OrderedDict(),
+                    total_rounds_metrics=collections.OrderedDict(),
+                )
+            ),
+            aggregator=(),
+            finalizer=(),
+        ),
+    )
     return mock_process
 
 
 def _state_manager_mock(spec_set=True):
-    return mock.create_autospec(file_program_state_manager.FileProgramStateManager,
-                                instance=True, spec_set=spec_set)
+    return mock.create_autospec(
+        file_program_state_manager.FileProgramStateManager, instance=True, spec_set=spec_set
+    )
 
 
 def _release_manager_mock():
@@ -157,11 +189,15 @@ def _release_manager_mock():
 def _manager(create_state_manager, create_process_fn, duration=None):
     kwargs = {} if duration is None else dict(duration=duration)
     return evaluation_program_logic.EvaluationManager(
-        data_source=mock.create_autospec(data_source.FederatedDataSource, instance=True,
-                                         spec_set=True),
+        data_source=mock.create_autospec(
+            data_source.FederatedDataSource, instance=True, spec_set=True
+        ),
         aggregated_metrics_manager=_release_manager_mock(),
-        create_state_manager_fn=create_state_manager, create_process_fn=create_process_fn,
-        cohort_size=10, **kwargs)
+        create_state_manager_fn=create_state_manager,
+        create_process_fn=create_process_fn,
+        cohort_size=10,
+        **kwargs,
+    )
 
 
 # ------------------------------------------------------------------ EvaluationManager
@@ -185,28 +221,35 @@ def test_resume_nothing(native_context):
     run(body())
     mock_create_process_fn.assert_not_called()
     assert mock_create_state_manager.call_args_list == [
-        mock.call(evaluation_program_logic._EVAL_MANAGER_KEY)]
+        mock.call(evaluation_program_logic._EVAL_MANAGER_KEY)
+    ]
     mock_meta_eval_manager.load_latest.assert_called_once()
 
 
 def test_start_evaluations(native_context):
     mock_meta_eval_manager = _state_manager_mock()
     mock_meta_eval_manager.load_latest.side_effect = [
-        ((np.asarray([]).astype(np.int32), np.asarray([]).astype(np.int32)), 0)]
+        ((np.asarray([]).astype(np.int32), np.asarray([]).astype(np.int32)), 0)
+    ]
     test_train_rounds = [5, 15]
-    test_train_times = [int(datetime.datetime(2022, 11, 2, 10, 7).timestamp()),
-                        int(datetime.datetime(2022, 11, 2, 10, 15).timestamp())]
+    test_train_times = [
+        int(datetime.datetime(2022, 11, 2, 10, 7).timestamp()),
+        int(datetime.datetime(2022, 11, 2, 10, 15).timestamp()),
+    ]
     mock_eval_managers = [_state_manager_mock(), _state_manager_mock()]
     for mock_eval_manager in mock_eval_managers:
         mock_eval_manager.load_latest.side_effect = [
-            (mock.create_autospec(composers.LearningAlgorithmState, instance=True), 0)]
-    mock_create_state_manager = mock.Mock(side_effect=[mock_meta_eval_manager]
-                                          + mock_eval_managers)
+            (mock.create_autospec(composers.LearningAlgorithmState, instance=True), 0)
+        ]
+    mock_create_state_manager = mock.Mock(side_effect=[mock_meta_eval_manager] + mock_eval_managers)
     processes = [_create_mock_eval_process(), _create_mock_eval_process()]
     metrics_managers = [_release_manager_mock(), _release_manager_mock()]
     mock_create_process_fn = mock.Mock(side_effect=list(zip(processes, metrics_managers)))
-    manager = _manager(mock_create_state_manager, mock_create_process_fn,
-                       duration=datetime.timedelta(milliseconds=10))
+    manager = _manager(
+        mock_create_state_manager,
+        mock_create_process_fn,
+        duration=datetime.timedelta(milliseconds=10),
+    )
     mock_create_state_manager.assert_called_once_with(evaluation_program_logic._EVAL_MANAGER_KEY)
     mock_create_state_manager.reset_mock()
 
@@ -217,9 +260,11 @@ def test_start_evaluations(native_context):
         mock_create_process_fn.assert_not_called()
         test_model_weights = model_weights.ModelWeights([], [])
         for train_round, train_time in zip(test_train_rounds, test_train_times):
-            await manager.start_evaluation(train_round=train_round,
-                                           start_timestamp_seconds=train_time,
-                                           model_weights=test_model_weights)
+            await manager.start_evaluation(
+                train_round=train_round,
+                start_timestamp_seconds=train_time,
+                model_weights=test_model_weights,
+            )
             eval_name = evaluation_program_logic._EVAL_NAME_PATTERN.format(round_num=train_round)
             assert mock_create_state_manager.call_args_list == [mock.call(eval_name)]
             mock_create_state_manager.reset_mock()
@@ -232,11 +277,13 @@ def test_start_evaluations(native_context):
 
     run(body())
     assert mock_meta_eval_manager.save.call_args_list == [
-        mock.call((_NumpyMatcher(test_train_rounds[0]), _NumpyMatcher([test_train_times[0]])),
-                  version=1),  # first started
+        mock.call(
+            (_NumpyMatcher(test_train_rounds[0]), _NumpyMatcher([test_train_times[0]])), version=1
+        ),  # first started
         mock.call((_NumpyMatcher([]), _NumpyMatcher([[]])), version=2),  # first ended
-        mock.call((_NumpyMatcher(test_train_rounds[1]), _NumpyMatcher([test_train_times[1]])),
-                  version=3),  # second started
+        mock.call(
+            (_NumpyMatcher(test_train_rounds[1]), _NumpyMatcher([test_train_times[1]])), version=3
+        ),  # second started
         mock.call((_NumpyMatcher([]), _NumpyMatcher([[]])), version=4),  # second ended
     ]
     for mock_eval_manager in mock_eval_managers:
@@ -246,13 +293,19 @@ def test_start_evaluations(native_context):
 
 def _manager_with_two_in_flight():
     mock_meta_eval_manager = _state_manager_mock()
-    manager = _manager(mock.Mock(side_effect=[mock_meta_eval_manager]), mock.Mock(),
-                       duration=datetime.timedelta(milliseconds=10))
+    manager = _manager(
+        mock.Mock(side_effect=[mock_meta_eval_manager]),
+        mock.Mock(),
+        duration=datetime.timedelta(milliseconds=10),
+    )
     # The state set directly: no tasks of resumed evaluations.
     manager._evaluating_training_checkpoints = np.asarray([5, 15]).astype(np.int32)
-    manager._evaluation_start_timestamp_seconds = np.asarray([
-        datetime.datetime(2022, 10, 28, 5, 15).timestamp(),
-        datetime.datetime(2022, 10, 28, 5, 25).timestamp()]).astype(np.int32)
+    manager._evaluation_start_timestamp_seconds = np.asarray(
+        [
+            datetime.datetime(2022, 10, 28, 5, 15).timestamp(),
+            datetime.datetime(2022, 10, 28, 5, 25).timestamp(),
+        ]
+    ).astype(np.int32)
     manager._state_manager._next_version = 1
     return manager, mock_meta_eval_manager
 
@@ -263,13 +316,16 @@ def test_record_finished_evaluations_removes_from_state(native_context):
     async def body():
         await manager.record_evaluations_finished(5)
         assert mock_meta_eval_manager.save.call_args_list == [
-            mock.call((_NumpyMatcher([15]), mock.ANY), version=1)]
+            mock.call((_NumpyMatcher([15]), mock.ANY), version=1)
+        ]
         mock_meta_eval_manager.reset_mock()
         await manager.record_evaluations_finished(15)
         assert mock_meta_eval_manager.save.call_args_list == [
-            mock.call((_NumpyMatcher([]), _NumpyMatcher([])), version=2)]
-        with pytest.raises(RuntimeError,
-                           match='An internal error occurred where the EvaluationManager'):
+            mock.call((_NumpyMatcher([]), _NumpyMatcher([])), version=2)
+        ]
+        with pytest.raises(
+            RuntimeError, match='An internal error occurred where the EvaluationManager'
+        ):
             await manager.record_evaluations_finished(7)
         await manager.wait_for_evaluations_to_finish()
         assert not manager._pending_tasks
@@ -290,7 +346,8 @@ def test_record_two_evaluations_finished_removes_from_state(native_context):
     # Both removed, without version conflicts.
     assert mock_meta_eval_manager.save.call_args_list == [
         mock.call((_NumpyMatcher([15]), mock.ANY), version=1),
-        mock.call((_NumpyMatcher([]), _NumpyMatcher([])), version=2)]
+        mock.call((_NumpyMatcher([]), _NumpyMatcher([])), version=2),
+    ]
     assert not manager._pending_tasks
 
 
@@ -298,20 +355,31 @@ def test_resume_previous_evaluations(native_context):
     mock_meta_eval_manager = _state_manager_mock()
     test_state_time = int(datetime.datetime(2022, 10, 28, 5, 15).timestamp())
     test_train_rounds = [5, 15]
-    mock_meta_eval_manager.load_latest.side_effect = [(
-        (np.asarray(test_train_rounds),
-         np.asarray([test_state_time + r for r in test_train_rounds])), 0)]
+    mock_meta_eval_manager.load_latest.side_effect = [
+        (
+            (
+                np.asarray(test_train_rounds),
+                np.asarray([test_state_time + r for r in test_train_rounds]),
+            ),
+            0,
+        )
+    ]
     mock_resumed_eval_managers = [_state_manager_mock(), _state_manager_mock()]
     processes = [_create_mock_eval_process(), _create_mock_eval_process()]
     for index, mock_resumed_eval_manager in enumerate(mock_resumed_eval_managers):
         mock_resumed_eval_manager.load_latest.side_effect = [
-            (processes[0].initialize(), index * 10)]
-    mock_create_state_manager = mock.Mock(side_effect=[mock_meta_eval_manager]
-                                          + mock_resumed_eval_managers)
+            (processes[0].initialize(), index * 10)
+        ]
+    mock_create_state_manager = mock.Mock(
+        side_effect=[mock_meta_eval_manager] + mock_resumed_eval_managers
+    )
     metrics_managers = [_release_manager_mock(), _release_manager_mock()]
     mock_create_process_fn = mock.Mock(side_effect=list(zip(processes, metrics_managers)))
-    manager = _manager(mock_create_state_manager, mock_create_process_fn,
-                       duration=datetime.timedelta(milliseconds=10))
+    manager = _manager(
+        mock_create_state_manager,
+        mock_create_process_fn,
+        duration=datetime.timedelta(milliseconds=10),
+    )
 
     async def body():
         assert not manager._pending_tasks
@@ -321,17 +389,20 @@ def test_resume_previous_evaluations(native_context):
         assert not manager._pending_tasks
 
     run(body())
-    eval_names = [evaluation_program_logic._EVAL_NAME_PATTERN.format(round_num=r)
-                  for r in test_train_rounds]
+    eval_names = [
+        evaluation_program_logic._EVAL_NAME_PATTERN.format(round_num=r) for r in test_train_rounds
+    ]
     assert mock_create_state_manager.call_args_list == (
         [mock.call(evaluation_program_logic._EVAL_MANAGER_KEY)]
-        + [mock.call(name) for name in eval_names])
+        + [mock.call(name) for name in eval_names]
+    )
     mock_meta_eval_manager.load_latest.assert_called_once()
     assert mock_create_process_fn.call_args_list == [mock.call(name) for name in eval_names]
     for index, mock_resumed_eval_manager in enumerate(mock_resumed_eval_managers):
         # Version 0 was saved before the restart: the first save is the next one.
         assert mock_resumed_eval_manager.save.call_args_list[0] == mock.call(
-            mock.ANY, version=index * 10 + 1)
+            mock.ANY, version=index * 10 + 1
+        )
         mock_resumed_eval_manager.remove_all.assert_called_once()
 
 
@@ -368,15 +439,20 @@ def _return_time_fn():
     return _return_time
 
 
-def _run(eval_process, state_manager, train_round_num, per_round=None, aggregated=None,
-         data=None):
-    return run(evaluation_program_logic._run_evaluation(
-        train_round_num=train_round_num, state_manager=state_manager,
-        evaluation_process=eval_process, evaluation_name='test_evaluation',
-        evaluation_data_source=data or _create_mock_datasource(),
-        evaluation_per_round_clients_number=3, evaluation_end_time=_END_TIME,
-        per_round_metrics_manager=per_round or _release_manager_mock(),
-        aggregated_metrics_manager=aggregated or _release_manager_mock()))
+def _run(eval_process, state_manager, train_round_num, per_round=None, aggregated=None, data=None):
+    return run(
+        evaluation_program_logic._run_evaluation(
+            train_round_num=train_round_num,
+            state_manager=state_manager,
+            evaluation_process=eval_process,
+            evaluation_name='test_evaluation',
+            evaluation_data_source=data or _create_mock_datasource(),
+            evaluation_per_round_clients_number=3,
+            evaluation_end_time=_END_TIME,
+            per_round_metrics_manager=per_round or _release_manager_mock(),
+            aggregated_metrics_manager=aggregated or _release_manager_mock(),
+        )
+    )
 
 
 def test_invalid_process_raises(native_context):
@@ -386,7 +462,8 @@ def test_invalid_process_raises(native_context):
 
     @tff.federated_computation(
         computation_types.FederatedType((), tff.SERVER),
-        computation_types.FederatedType(computation_types.SequenceType(np.int32), tff.CLIENTS))
+        computation_types.FederatedType(computation_types.SequenceType(np.int32), tff.CLIENTS),
+    )
     def next_fn(state, inputs):
         del inputs
         return state
@@ -397,7 +474,9 @@ def test_invalid_process_raises(native_context):
     datasets = [tf.data.Dataset.range(0).map(lambda x: tf.cast(x, tf.int32))] * 3
     data = mock.create_autospec(data_source.FederatedDataSource, instance=True, spec_set=True)
     data.iterator.return_value.select.return_value = datasets
-    with pytest.raises(TypeError, match='Expected a `tff.learning.templates.LearningProcessOutput`'):
+    with pytest.raises(
+        TypeError, match='Expected a `tff.learning.templates.LearningProcessOutput`'
+    ):
         _run(eval_process, state_manager, 1, data=data)
 
 
@@ -416,8 +495,7 @@ def test_passed_end_time_runs_one_round(native_context):
     _run(eval_process, state_manager, 1, per_round, aggregated)
     assert state_manager.load_latest.call_args_list == [mock.call(mock.ANY)]
     assert state_manager.save.call_args_list == [mock.call(mock.ANY, version=1)]
-    assert per_round.release.call_args_list == [
-        _create_per_round_eval_metrics_release_call(key=1)]
+    assert per_round.release.call_args_list == [_create_per_round_eval_metrics_release_call(key=1)]
     assert aggregated.release.call_args_list == [mock.call(mock.ANY, key=1)]
 
 
@@ -436,10 +514,12 @@ def test_future_end_time_runs_at_least_one_more_round(native_context, latest_ver
     # One round before the clock is read, one more while it is before the end.
     assert state_manager.save.call_args_list == [
         mock.call(mock.ANY, version=latest_version + 1),
-        mock.call(mock.ANY, version=latest_version + 2)]
+        mock.call(mock.ANY, version=latest_version + 2),
+    ]
     assert per_round.release.call_args_list == [
         _create_per_round_eval_metrics_release_call(key=train_round_num + latest_version),
-        _create_per_round_eval_metrics_release_call(key=train_round_num + latest_version + 1)]
+        _create_per_round_eval_metrics_release_call(key=train_round_num + latest_version + 1),
+    ]
     assert aggregated.release.call_args_list == [mock.call(mock.ANY, key=train_round_num)]
 
 
@@ -453,8 +533,9 @@ def test_resume_evaluation_uses_correct_end_time(native_context):
     _run(eval_process, state_manager, train_round_num, per_round, aggregated)
     # The end time has passed: exactly one round.
     state_manager.save.assert_has_calls([mock.call(mock.ANY, version=latest_version + 1)])
-    per_round.release.assert_has_calls([
-        _create_per_round_eval_metrics_release_call(key=train_round_num + latest_version)])
+    per_round.release.assert_has_calls(
+        [_create_per_round_eval_metrics_release_call(key=train_round_num + latest_version)]
+    )
     assert aggregated.release.call_args_list == [mock.call(mock.ANY, key=train_round_num)]
 
 
@@ -471,17 +552,22 @@ def test_resume_with_file_state_managers_after_a_stop(native_context, tmp_path):
 
     def make_manager(duration):
         return evaluation_program_logic.EvaluationManager(
-            data_source=_create_mock_datasource(), aggregated_metrics_manager=_release_manager_mock(),
+            data_source=_create_mock_datasource(),
+            aggregated_metrics_manager=_release_manager_mock(),
             create_state_manager_fn=lambda name: file_program_state_manager.FileProgramStateManager(
-                tmp_path / name),
-            create_process_fn=lambda name: (eval_process, per_round), cohort_size=2,
-            duration=duration)
+                tmp_path / name
+            ),
+            create_process_fn=lambda name: (eval_process, per_round),
+            cohort_size=2,
+            duration=duration,
+        )
 
     async def stop_after_two_rounds():
         manager = make_manager(datetime.timedelta(hours=1))
         await manager.resume_from_previous_state()
-        await manager.start_evaluation(3, int(datetime.datetime.now().timestamp()),
-                                       model_weights.ModelWeights([], []))
+        await manager.start_evaluation(
+            3, int(datetime.datetime.now().timestamp()), model_weights.ModelWeights([], [])
+        )
         for _ in range(1000):
             if per_round.release.call_count >= 2:
                 break

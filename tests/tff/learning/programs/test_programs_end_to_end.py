@@ -16,8 +16,12 @@ import pytest
 
 from simharness.learning import algorithms, optimizers
 from simharness.learning.programs import EvaluationManager, ProgramState, train_model
-from simharness.program import (DatasetDataSource, DatasetDataSourceIterator,
-                                FileProgramStateManager, MemoryReleaseManager)
+from simharness.program import (
+    DatasetDataSource,
+    DatasetDataSourceIterator,
+    FileProgramStateManager,
+    MemoryReleaseManager,
+)
 from tests.tff.learning.algorithms import learning_test_utils as utils
 from tests.tff.learning.models.model_examples import LinearRegression
 
@@ -25,7 +29,8 @@ from tests.tff.learning.models.model_examples import LinearRegression
 @pytest.fixture(scope='module')
 def processes():
     train = algorithms.build_weighted_fed_avg(
-        LinearRegression, client_optimizer_fn=optimizers.build_sgdm(learning_rate=0.1))
+        LinearRegression, client_optimizer_fn=optimizers.build_sgdm(learning_rate=0.1)
+    )
     evaluation = algorithms.build_fed_eval(LinearRegression)
     return train, evaluation
 
@@ -37,18 +42,28 @@ def test_train_model_trains_evaluates_and_resumes(native_tff_stack, processes, t
     train_metrics, model_output = MemoryReleaseManager(), MemoryReleaseManager()
     per_round_eval_metrics, total_eval_metrics = MemoryReleaseManager(), MemoryReleaseManager()
     evaluation_manager = EvaluationManager(
-        data_source=data_source, aggregated_metrics_manager=total_eval_metrics,
+        data_source=data_source,
+        aggregated_metrics_manager=total_eval_metrics,
         create_state_manager_fn=lambda name: FileProgramStateManager(tmp_path / name),
         create_process_fn=lambda name: (eval_process, per_round_eval_metrics),
-        cohort_size=2, duration=datetime.timedelta(0))
+        cohort_size=2,
+        duration=datetime.timedelta(0),
+    )
 
     def train(total_rounds):
-        return asyncio.run(train_model(
-            train_process=train_process, train_data_source=data_source,
-            train_per_round_clients=2, train_total_rounds=total_rounds,
-            program_state_manager=state_manager, model_output_manager=model_output,
-            train_metrics_manager=train_metrics, evaluation_manager=evaluation_manager,
-            evaluation_periodicity=10))  # only the last round of each call
+        return asyncio.run(
+            train_model(
+                train_process=train_process,
+                train_data_source=data_source,
+                train_per_round_clients=2,
+                train_total_rounds=total_rounds,
+                program_state_manager=state_manager,
+                model_output_manager=model_output,
+                train_metrics_manager=train_metrics,
+                evaluation_manager=evaluation_manager,
+                evaluation_periodicity=10,
+            )
+        )  # only the last round of each call
 
     train(2)
     assert asyncio.run(state_manager.get_versions()) == [0, 1, 2]
@@ -65,9 +80,13 @@ def test_train_model_trains_evaluates_and_resumes(native_tff_stack, processes, t
     # A finished evaluation leaves no state behind.
     assert not any((tmp_path / 'evaluation_of_train_round_00002').iterdir())
 
-    trained, _ = asyncio.run(state_manager.load_latest(ProgramState(
-        asyncio.run(_materialized_initialize(train_process)), 0, 0,
-        data_source.iterator())))
+    trained, _ = asyncio.run(
+        state_manager.load_latest(
+            ProgramState(
+                asyncio.run(_materialized_initialize(train_process)), 0, 0, data_source.iterator()
+            )
+        )
+    )
     assert int(trained.round_number) == 2
     assert isinstance(trained.data_iterator, DatasetDataSourceIterator)
     assert trained.data_iterator == data_source.iterator()  # saved and rebuilt from bytes
@@ -82,4 +101,5 @@ def test_train_model_trains_evaluates_and_resumes(native_tff_stack, processes, t
 
 async def _materialized_initialize(process):
     from simharness.program import materialize_value
+
     return await materialize_value(process.initialize())

@@ -18,34 +18,41 @@ from simharness.learning.templates import apply_optimizer_finalizer, finalizers
 from simharness.templates import MeasuredProcessOutput
 
 SERVER_FLOAT = tff.FederatedType(np.float32, tff.SERVER)
-_MODEL_WEIGHTS_TYPE = tff.to_type(ModelWeights(trainable=(np.float32,),
-                                               non_trainable=(np.float32,)))
+_MODEL_WEIGHTS_TYPE = tff.to_type(
+    ModelWeights(trainable=(np.float32,), non_trainable=(np.float32,))
+)
 _SERVER_MODEL_WEIGHTS_TYPE = tff.FederatedType(_MODEL_WEIGHTS_TYPE, tff.SERVER)
-_STATE_TYPE = tff.to_type(collections.OrderedDict([(optimizer_base.LEARNING_RATE_KEY,
-                                                    np.float32)]))
+_STATE_TYPE = tff.to_type(collections.OrderedDict([(optimizer_base.LEARNING_RATE_KEY, np.float32)]))
 
 
 def _should_reject_update_fn(state_threshold):
     def should_reject_update(state, update):
         reject_update, measurements = apply_optimizer_finalizer.reject_non_finite_update(
-            state, update)
+            state, update
+        )
         measurements['state_large_values'] = 0
         if reject_update:
             return reject_update, measurements
-        has_large_values = tf.math.reduce_any([
-            tf.math.reduce_any(tf.math.greater(tf.math.abs(t),
-                                               tf.cast(state_threshold, dtype=t.dtype)))
-            for t in tf.nest.flatten(state)])
+        has_large_values = tf.math.reduce_any(
+            [
+                tf.math.reduce_any(
+                    tf.math.greater(tf.math.abs(t), tf.cast(state_threshold, dtype=t.dtype))
+                )
+                for t in tf.nest.flatten(state)
+            ]
+        )
         if has_large_values:
             measurements['state_large_values'] = 1
             return True, measurements
         return False, measurements
+
     return should_reject_update
 
 
 def _finalizer(optimizer=None):
     return apply_optimizer_finalizer.build_apply_optimizer_finalizer(
-        optimizer or sgdm.build_sgdm(1.0), _MODEL_WEIGHTS_TYPE)
+        optimizer or sgdm.build_sgdm(1.0), _MODEL_WEIGHTS_TYPE
+    )
 
 
 def test_initialize_has_expected_type_with_tff_optimizer():
@@ -57,11 +64,16 @@ def test_next_has_expected_type_with_tff_optimizer():
     state = tff.FederatedType(_STATE_TYPE, tff.SERVER)
     expected = tff.FunctionType(
         collections.OrderedDict(
-            state=state, weights=_SERVER_MODEL_WEIGHTS_TYPE,
-            update=tff.FederatedType(_MODEL_WEIGHTS_TYPE.trainable, tff.SERVER)),
-        MeasuredProcessOutput(state, _SERVER_MODEL_WEIGHTS_TYPE,
-                              tff.FederatedType(collections.OrderedDict(
-                                  update_non_finite=np.int32), tff.SERVER)))
+            state=state,
+            weights=_SERVER_MODEL_WEIGHTS_TYPE,
+            update=tff.FederatedType(_MODEL_WEIGHTS_TYPE.trainable, tff.SERVER),
+        ),
+        MeasuredProcessOutput(
+            state,
+            _SERVER_MODEL_WEIGHTS_TYPE,
+            tff.FederatedType(collections.OrderedDict(update_non_finite=np.int32), tff.SERVER),
+        ),
+    )
     sig = _finalizer().next.type_signature
     assert sig.is_equivalent_to(expected), sig
 
@@ -72,19 +84,32 @@ def test_get_hparams_has_expected_type_with_tff_optimizer():
 
 
 def test_set_hparams_has_expected_type_with_tff_optimizer():
-    expected = tff.FunctionType(tff.StructType([('state', _STATE_TYPE),
-                                                ('hparams', _STATE_TYPE)]), _STATE_TYPE)
+    expected = tff.FunctionType(
+        tff.StructType([('state', _STATE_TYPE), ('hparams', _STATE_TYPE)]), _STATE_TYPE
+    )
     sig = _finalizer().set_hparams.type_signature
     assert sig.is_equivalent_to(expected), sig
 
 
-@pytest.mark.parametrize('bad_type', [
-    tff.TensorType(np.float32), _SERVER_MODEL_WEIGHTS_TYPE,
-    tff.to_type(ModelWeights(SERVER_FLOAT, SERVER_FLOAT)), tff.to_type((np.float32, np.float32)),
-    tff.FunctionType(None, _SERVER_MODEL_WEIGHTS_TYPE),
-    tff.SequenceType(_SERVER_MODEL_WEIGHTS_TYPE.member)],
-    ids=['not_struct', 'federated_type', 'model_weights_of_federated_types', 'not_model_weights',
-         'function_type', 'sequence_type'])
+@pytest.mark.parametrize(
+    'bad_type',
+    [
+        tff.TensorType(np.float32),
+        _SERVER_MODEL_WEIGHTS_TYPE,
+        tff.to_type(ModelWeights(SERVER_FLOAT, SERVER_FLOAT)),
+        tff.to_type((np.float32, np.float32)),
+        tff.FunctionType(None, _SERVER_MODEL_WEIGHTS_TYPE),
+        tff.SequenceType(_SERVER_MODEL_WEIGHTS_TYPE.member),
+    ],
+    ids=[
+        'not_struct',
+        'federated_type',
+        'model_weights_of_federated_types',
+        'not_model_weights',
+        'function_type',
+        'sequence_type',
+    ],
+)
 def test_incorrect_value_type_raises(bad_type):
     with pytest.raises(TypeError):
         apply_optimizer_finalizer.build_apply_optimizer_finalizer(sgdm.build_sgdm(1.0), bad_type)
@@ -92,7 +117,8 @@ def test_incorrect_value_type_raises(bad_type):
 
 def test_custom_should_reject_update_builds():
     finalizer = apply_optimizer_finalizer.build_apply_optimizer_finalizer(
-        sgdm.build_sgdm(1.0), _MODEL_WEIGHTS_TYPE, _should_reject_update_fn(100))
+        sgdm.build_sgdm(1.0), _MODEL_WEIGHTS_TYPE, _should_reject_update_fn(100)
+    )
     assert isinstance(finalizer, finalizers.FinalizerProcess)
 
 
@@ -111,13 +137,15 @@ def test_execution_with_stateless_tff_optimizer(tff_stack):
 
 def _init_next(optimizer, reject):
     return apply_optimizer_finalizer._build_tff_optimizer_initialize_and_next(
-        _MODEL_WEIGHTS_TYPE, optimizer=optimizer, should_reject_update=reject)
+        _MODEL_WEIGHTS_TYPE, optimizer=optimizer, should_reject_update=reject
+    )
 
 
 @pytest.mark.parametrize('bad', [float('inf'), float('nan')], ids=['inf', 'nan'])
 def test_tff_finalizer_execution_with_non_finite_update(bad):
-    init_fn, next_fn = _init_next(sgdm.build_sgdm(1.0),
-                                  apply_optimizer_finalizer.reject_non_finite_update)
+    init_fn, next_fn = _init_next(
+        sgdm.build_sgdm(1.0), apply_optimizer_finalizer.reject_non_finite_update
+    )
     initial_state = init_fn()
     state, weights, measurements = next_fn(initial_state, (0.0,), (bad,))
     assert state == initial_state
@@ -125,21 +153,28 @@ def test_tff_finalizer_execution_with_non_finite_update(bad):
     assert measurements == collections.OrderedDict(update_non_finite=1)
 
 
-@pytest.mark.parametrize('update, rejected', [(11.0, True), (10.0, False), (5.0, False)],
-                         ids=['larger_than_threshold_rejects_update',
-                              'equal_to_threshold_accepts_update',
-                              'less_than_threshold_accepts_update'])
+@pytest.mark.parametrize(
+    'update, rejected',
+    [(11.0, True), (10.0, False), (5.0, False)],
+    ids=[
+        'larger_than_threshold_rejects_update',
+        'equal_to_threshold_accepts_update',
+        'less_than_threshold_accepts_update',
+    ],
+)
 def test_tff_finalizer_execution_with_custom_should_reject_update(update, rejected):
-    init_fn, next_fn = _init_next(sgdm.build_sgdm(learning_rate=0.1, momentum=0.1),
-                                  _should_reject_update_fn(10))
+    init_fn, next_fn = _init_next(
+        sgdm.build_sgdm(learning_rate=0.1, momentum=0.1), _should_reject_update_fn(10)
+    )
     initial_state = init_fn()
     state, weights, measurements = next_fn(initial_state, (0.0,), (update,))
     same = np.allclose(weights, (0.0,)) and all(
-        np.allclose(a, b) for a, b in zip(tf.nest.flatten(state),
-                                          tf.nest.flatten(initial_state)))
+        np.allclose(a, b) for a, b in zip(tf.nest.flatten(state), tf.nest.flatten(initial_state))
+    )
     assert same == rejected
-    assert measurements == collections.OrderedDict(update_non_finite=0,
-                                                   state_large_values=int(rejected))
+    assert measurements == collections.OrderedDict(
+        update_non_finite=0, state_large_values=int(rejected)
+    )
 
 
 def test_execution_with_stateful_tff_optimizer(tff_stack):
@@ -154,8 +189,9 @@ def test_execution_with_stateful_tff_optimizer(tff_stack):
         state = output.state
         expected_velocity = expected_velocity * momentum + update[0]
         np.testing.assert_allclose(state['accumulator'], (expected_velocity,), rtol=1e-6)
-        np.testing.assert_allclose(output.result.trainable,
-                                   (weights.trainable[0] - expected_velocity,), rtol=1e-6)
+        np.testing.assert_allclose(
+            output.result.trainable, (weights.trainable[0] - expected_velocity,), rtol=1e-6
+        )
         assert output.measurements == collections.OrderedDict(update_non_finite=0)
 
 
@@ -164,8 +200,9 @@ def test_get_hparams_with_tff_optimizer():
     hparams = finalizer.get_hparams(finalizer.initialize())
     assert isinstance(hparams, collections.OrderedDict)
     assert list(hparams) == ['learning_rate', 'momentum']
-    np.testing.assert_allclose([hparams['learning_rate'], hparams['momentum']], [1.0, 0.9],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        [hparams['learning_rate'], hparams['momentum']], [1.0, 0.9], rtol=1e-6
+    )
 
 
 def test_set_hparams_with_tff_optimizer():

@@ -17,8 +17,9 @@ from simharness.templates import MeasuredProcessOutput, errors
 SERVER_INT = tff.FederatedType(np.int32, tff.SERVER)
 CLIENTS_FLOAT_SEQUENCE = tff.FederatedType(tff.SequenceType(np.float32), tff.CLIENTS)
 CLIENTS_FLOAT = tff.FederatedType(np.float32, tff.CLIENTS)
-MODEL_WEIGHTS_TYPE = tff.FederatedType(tff.to_type(ModelWeights(np.float32, np.float32)),
-                                       tff.CLIENTS)
+MODEL_WEIGHTS_TYPE = tff.FederatedType(
+    tff.to_type(ModelWeights(np.float32, np.float32)), tff.CLIENTS
+)
 HPARAMS_TYPE = tff.to_type(collections.OrderedDict(a=np.int32))
 
 
@@ -46,14 +47,18 @@ def initialize_fn():
 
 def client_result(weights, data):
     reduced = tff.federated_map(tf_data_sum, data)
-    return tff.federated_zip(client_works.ClientResult(
-        update=federated_add(weights.trainable, reduced), update_weight=client_one()))
+    return tff.federated_zip(
+        client_works.ClientResult(
+            update=federated_add(weights.trainable, reduced), update_weight=client_one()
+        )
+    )
 
 
 @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT_SEQUENCE)
 def next_fn(state, weights, data):
-    return MeasuredProcessOutput(state, client_result(weights, data),
-                                 tff.federated_value(1, tff.SERVER))
+    return MeasuredProcessOutput(
+        state, client_result(weights, data), tff.federated_value(1, tff.SERVER)
+    )
 
 
 @tff.tf_computation(np.int32)
@@ -74,11 +79,13 @@ def test_construction_does_not_raise():
 def test_construction_with_empty_state_does_not_raise():
     init = tff.federated_computation()(lambda: tff.federated_value((), tff.SERVER))
 
-    @tff.federated_computation(init.type_signature.result, MODEL_WEIGHTS_TYPE,
-                               CLIENTS_FLOAT_SEQUENCE)
+    @tff.federated_computation(
+        init.type_signature.result, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT_SEQUENCE
+    )
     def next_(state, weights, data):
-        return MeasuredProcessOutput(state, client_result(weights, data),
-                                     tff.federated_value(1, tff.SERVER))
+        return MeasuredProcessOutput(
+            state, client_result(weights, data), tff.federated_value(1, tff.SERVER)
+        )
 
     client_works.ClientWorkProcess(init, next_)
 
@@ -92,7 +99,8 @@ def test_next_not_tff_computation_raises():
     with pytest.raises(TypeError, match=r'Expected .*\.Computation, .*'):
         client_works.ClientWorkProcess(
             initialize_fn=initialize_fn,
-            next_fn=lambda state, w, d: MeasuredProcessOutput(state, w + d, ()))
+            next_fn=lambda state, w, d: MeasuredProcessOutput(state, w + d, ()),
+        )
 
 
 def test_get_hparams_not_tff_computation_raises():
@@ -121,9 +129,11 @@ def test_next_state_not_assignable():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT_SEQUENCE)
     def float_next(state, weights, data):
         del state
-        return MeasuredProcessOutput(tff.federated_value(0.0, tff.SERVER),
-                                     client_result(weights, data),
-                                     tff.federated_value(1, tff.SERVER))
+        return MeasuredProcessOutput(
+            tff.federated_value(0.0, tff.SERVER),
+            client_result(weights, data),
+            tff.federated_value(1, tff.SERVER),
+        )
 
     with pytest.raises(errors.TemplateStateNotAssignableError):
         client_works.ClientWorkProcess(initialize_fn, float_next)
@@ -152,8 +162,9 @@ def test_next_return_namedtuple_raises():
 def test_next_return_odict_raises():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT_SEQUENCE)
     def odict_next(state, weights, data):
-        return collections.OrderedDict(state=state, result=client_result(weights, data),
-                                       measurements=server_zero())
+        return collections.OrderedDict(
+            state=state, result=client_result(weights, data), measurements=server_zero()
+        )
 
     with pytest.raises(errors.TemplateNotMeasuredProcessOutputError):
         client_works.ClientWorkProcess(initialize_fn, odict_next)
@@ -165,8 +176,10 @@ def test_non_federated_init_next_raises():
     @tff.tf_computation(np.int32, MODEL_WEIGHTS_TYPE.member, tff.SequenceType(np.float32))
     def next_(state, weights, data):
         return MeasuredProcessOutput(
-            state, client_works.ClientResult(weights.trainable + data.reduce(
-                0.0, lambda x, y: x + y), ()), ())
+            state,
+            client_works.ClientResult(weights.trainable + data.reduce(0.0, lambda x, y: x + y), ()),
+            (),
+        )
 
     with pytest.raises(errors.TemplateNotFederatedError):
         client_works.ClientWorkProcess(init, next_)
@@ -175,8 +188,9 @@ def test_non_federated_init_next_raises():
 def test_init_tuple_of_federated_types_raises():
     init = tff.federated_computation()(lambda: (server_zero(), server_zero()))
 
-    @tff.federated_computation(init.type_signature.result, MODEL_WEIGHTS_TYPE,
-                               CLIENTS_FLOAT_SEQUENCE)
+    @tff.federated_computation(
+        init.type_signature.result, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT_SEQUENCE
+    )
     def next_(state, weights, data):
         return MeasuredProcessOutput(state, client_result(weights, data), server_zero())
 
@@ -187,8 +201,9 @@ def test_init_tuple_of_federated_types_raises():
 def test_non_server_placed_init_state_raises():
     init = tff.federated_computation(lambda: tff.federated_value(0, tff.CLIENTS))
 
-    @tff.federated_computation(init.type_signature.result, MODEL_WEIGHTS_TYPE,
-                               CLIENTS_FLOAT_SEQUENCE)
+    @tff.federated_computation(
+        init.type_signature.result, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT_SEQUENCE
+    )
     def next_(state, weights, data):
         return MeasuredProcessOutput(state, client_result(weights, data), server_zero())
 
@@ -206,13 +221,13 @@ def test_two_param_next_raises():
 
 
 def test_non_clients_placed_next_weights_param_raises():
-    @tff.federated_computation(SERVER_INT,
-                               tff.FederatedType(MODEL_WEIGHTS_TYPE.member, tff.SERVER),
-                               CLIENTS_FLOAT_SEQUENCE)
+    @tff.federated_computation(
+        SERVER_INT, tff.FederatedType(MODEL_WEIGHTS_TYPE.member, tff.SERVER), CLIENTS_FLOAT_SEQUENCE
+    )
     def next_(state, weights, data):
-        return MeasuredProcessOutput(state,
-                                     client_result(tff.federated_broadcast(weights), data),
-                                     server_zero())
+        return MeasuredProcessOutput(
+            state, client_result(tff.federated_broadcast(weights), data), server_zero()
+        )
 
     with pytest.raises(errors.TemplatePlacementError):
         client_works.ClientWorkProcess(initialize_fn, next_)
@@ -220,8 +235,8 @@ def test_non_clients_placed_next_weights_param_raises():
 
 def test_constructs_with_non_model_weights_parameter():
     weights_type = tff.FederatedType(
-        tff.to_type(collections.OrderedDict(trainable=np.float32, non_trainable=())),
-        tff.CLIENTS)
+        tff.to_type(collections.OrderedDict(trainable=np.float32, non_trainable=())), tff.CLIENTS
+    )
 
     @tff.federated_computation(SERVER_INT, weights_type, CLIENTS_FLOAT_SEQUENCE)
     def next_(state, weights, data):
@@ -231,25 +246,33 @@ def test_constructs_with_non_model_weights_parameter():
 
 
 def test_constructs_with_struct_of_client_data_parameter():
-    data_type = tff.FederatedType((tff.SequenceType(np.float32),
-                                   (tff.SequenceType(np.float32),
-                                    tff.SequenceType(np.float32))), tff.CLIENTS)
+    data_type = tff.FederatedType(
+        (
+            tff.SequenceType(np.float32),
+            (tff.SequenceType(np.float32), tff.SequenceType(np.float32)),
+        ),
+        tff.CLIENTS,
+    )
 
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, data_type)
     def next_(state, unused_weights, unused_data):
         return MeasuredProcessOutput(
-            state, tff.federated_value(client_works.ClientResult((), ()), tff.CLIENTS),
-            server_zero())
+            state,
+            tff.federated_value(client_works.ClientResult((), ()), tff.CLIENTS),
+            server_zero(),
+        )
 
     client_works.ClientWorkProcess(initialize_fn, next_)
 
 
 def test_non_clients_placed_next_data_param_raises():
-    @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE,
-                               tff.FederatedType(tff.SequenceType(np.float32), tff.SERVER))
+    @tff.federated_computation(
+        SERVER_INT, MODEL_WEIGHTS_TYPE, tff.FederatedType(tff.SequenceType(np.float32), tff.SERVER)
+    )
     def next_(state, weights, data):
-        return MeasuredProcessOutput(state, client_result(weights, tff.federated_broadcast(data)),
-                                     server_zero())
+        return MeasuredProcessOutput(
+            state, client_result(weights, tff.federated_broadcast(data)), server_zero()
+        )
 
     with pytest.raises(errors.TemplatePlacementError):
         client_works.ClientWorkProcess(initialize_fn, next_)
@@ -259,8 +282,12 @@ def test_non_sequence_or_struct_next_data_param_raises():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT)
     def next_(state, weights, data):
         return MeasuredProcessOutput(
-            state, tff.federated_zip(client_works.ClientResult(
-                federated_add(weights.trainable, data), client_one())), server_zero())
+            state,
+            tff.federated_zip(
+                client_works.ClientResult(federated_add(weights.trainable, data), client_one())
+            ),
+            server_zero(),
+        )
 
     with pytest.raises(client_works.ClientDataTypeError):
         client_works.ClientWorkProcess(initialize_fn, next_)
@@ -269,8 +296,9 @@ def test_non_sequence_or_struct_next_data_param_raises():
 def test_non_clients_placed_next_result_raises():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT_SEQUENCE)
     def next_(state, weights, data):
-        return MeasuredProcessOutput(state, tff.federated_sum(client_result(weights, data)),
-                                     server_zero())
+        return MeasuredProcessOutput(
+            state, tff.federated_sum(client_result(weights, data)), server_zero()
+        )
 
     with pytest.raises(errors.TemplatePlacementError):
         client_works.ClientWorkProcess(initialize_fn, next_)
@@ -281,8 +309,10 @@ def test_non_zipped_next_result_raises():
     def next_(state, weights, data):
         reduced = tff.federated_map(tf_data_sum, data)
         return MeasuredProcessOutput(
-            state, client_works.ClientResult(federated_add(weights.trainable, reduced),
-                                             client_one()), server_zero())
+            state,
+            client_works.ClientResult(federated_add(weights.trainable, reduced), client_one()),
+            server_zero(),
+        )
 
     with pytest.raises(errors.TemplatePlacementError):
         client_works.ClientWorkProcess(initialize_fn, next_)
@@ -292,8 +322,11 @@ def test_incorrect_client_result_container_raises():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT_SEQUENCE)
     def next_(state, weights, data):
         reduced = tff.federated_map(tf_data_sum, data)
-        bad = tff.federated_zip(collections.OrderedDict(
-            update=federated_add(weights.trainable, reduced), update_weight=client_one()))
+        bad = tff.federated_zip(
+            collections.OrderedDict(
+                update=federated_add(weights.trainable, reduced), update_weight=client_one()
+            )
+        )
         return MeasuredProcessOutput(state, bad, server_zero())
 
     with pytest.raises(client_works.ClientResultTypeError):
@@ -303,17 +336,18 @@ def test_incorrect_client_result_container_raises():
 def test_non_server_placed_next_measurements_raises():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT_SEQUENCE)
     def next_(state, weights, data):
-        return MeasuredProcessOutput(state, client_result(weights, data),
-                                     tff.federated_value(1.0, tff.CLIENTS))
+        return MeasuredProcessOutput(
+            state, client_result(weights, data), tff.federated_value(1.0, tff.CLIENTS)
+        )
 
     with pytest.raises(errors.TemplatePlacementError):
         client_works.ClientWorkProcess(initialize_fn, next_)
 
 
 def test_next_runs(tff_stack):
-    process = client_works.ClientWorkProcess(initialize_fn, next_fn,
-                                             get_hparams_fn=get_hparams_fn,
-                                             set_hparams_fn=set_hparams_fn)
+    process = client_works.ClientWorkProcess(
+        initialize_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn
+    )
     weights = ModelWeights(1.0, 2.0)
     data = [tf.data.Dataset.from_tensor_slices(np.arange(n, dtype=np.float32)) for n in (2, 4)]
     output = process.next(process.initialize(), [weights, weights], data)

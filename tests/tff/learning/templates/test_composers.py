@@ -16,9 +16,15 @@ from simharness.aggregators import mean, sum_factory
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.models import model_weights as model_weights_lib
 from simharness.learning.optimizers import sgdm
-from simharness.learning.templates import (apply_optimizer_finalizer, client_works, composers,
-                                           distributors, finalizers, learning_process,
-                                           model_delta_client_work)
+from simharness.learning.templates import (
+    apply_optimizer_finalizer,
+    client_works,
+    composers,
+    distributors,
+    finalizers,
+    learning_process,
+    model_delta_client_work,
+)
 from simharness.templates import MeasuredProcess, MeasuredProcessOutput
 from tests.tff.learning.models.model_examples import LinearRegression, keras_linear_model
 
@@ -42,8 +48,9 @@ def init_model_weights_fn():
 
 
 def make_distributor():
-    @tff.federated_computation(empty_init_fn.type_signature.result,
-                               tff.FederatedType(MODEL_WEIGHTS_TYPE, tff.SERVER))
+    @tff.federated_computation(
+        empty_init_fn.type_signature.result, tff.FederatedType(MODEL_WEIGHTS_TYPE, tff.SERVER)
+    )
     def next_fn(state, value):
         return MeasuredProcessOutput(state, tff.federated_broadcast(value), empty_at_server())
 
@@ -53,12 +60,15 @@ def make_distributor():
 def make_client_work():
     @tff.tf_computation()
     def make_result(value, data):
-        return client_works.ClientResult(update=value.trainable,
-                                         update_weight=data.reduce(0.0, lambda x, y: x + y))
+        return client_works.ClientResult(
+            update=value.trainable, update_weight=data.reduce(0.0, lambda x, y: x + y)
+        )
 
-    @tff.federated_computation(empty_init_fn.type_signature.result,
-                               tff.FederatedType(MODEL_WEIGHTS_TYPE, tff.CLIENTS),
-                               CLIENTS_SEQUENCE_FLOAT_TYPE)
+    @tff.federated_computation(
+        empty_init_fn.type_signature.result,
+        tff.FederatedType(MODEL_WEIGHTS_TYPE, tff.CLIENTS),
+        CLIENTS_SEQUENCE_FLOAT_TYPE,
+    )
     def next_fn(state, value, client_data):
         result = tff.federated_map(make_result, (value, client_data))
         return MeasuredProcessOutput(state, result, empty_at_server())
@@ -71,23 +81,31 @@ def make_aggregator():
 
 
 def make_finalizer():
-    @tff.federated_computation(empty_init_fn.type_signature.result,
-                               tff.FederatedType(MODEL_WEIGHTS_TYPE, tff.SERVER),
-                               tff.FederatedType(FLOAT_TYPE, tff.SERVER))
+    @tff.federated_computation(
+        empty_init_fn.type_signature.result,
+        tff.FederatedType(MODEL_WEIGHTS_TYPE, tff.SERVER),
+        tff.FederatedType(FLOAT_TYPE, tff.SERVER),
+    )
     def next_fn(state, weights, updates):
-        new_weights = tff.federated_map(tff.tf_computation(lambda x, y: x + y),
-                                        (weights.trainable, updates))
+        new_weights = tff.federated_map(
+            tff.tf_computation(lambda x, y: x + y), (weights.trainable, updates)
+        )
         new_weights = tff.federated_zip(model_weights_lib.ModelWeights(new_weights, ()))
         return MeasuredProcessOutput(state, new_weights, empty_at_server())
 
     return finalizers.FinalizerProcess(empty_init_fn, next_fn)
 
 
-def _compose(init=init_model_weights_fn, distributor=None, client_work=None, aggregator=None,
-             finalizer=None):
+def _compose(
+    init=init_model_weights_fn, distributor=None, client_work=None, aggregator=None, finalizer=None
+):
     return composers.compose_learning_process(
-        init, distributor or make_distributor(), client_work or make_client_work(),
-        aggregator or make_aggregator(), finalizer or make_finalizer())
+        init,
+        distributor or make_distributor(),
+        client_work or make_client_work(),
+        aggregator or make_aggregator(),
+        finalizer or make_finalizer(),
+    )
 
 
 def test_learning_process_composes(tff_stack):
@@ -160,13 +178,15 @@ def test_not_finalizer_type_raises():
 
 
 def _test_data():
-    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        x=[[1.0, 2.0], [3.0, 4.0]], y=[[5.0], [6.0]])).batch(2)
+    return tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(x=[[1.0, 2.0], [3.0, 4.0]], y=[[5.0], [6.0]])
+    ).batch(2)
 
 
 def _test_batch_loss(model, weights):
-    tf.nest.map_structure(lambda w, v: w.assign(v),
-                          model_weights_lib.ModelWeights.from_model(model), weights)
+    tf.nest.map_structure(
+        lambda w, v: w.assign(v), model_weights_lib.ModelWeights.from_model(model), weights
+    )
     for batch in _test_data().take(1):
         batch_output = model.forward_pass(batch, training=False)
     return batch_output.loss
@@ -174,8 +194,9 @@ def _test_batch_loss(model, weights):
 
 def test_loss_decreases(tff_stack):
     test_model = LinearRegression()
-    fedavg = composers.build_basic_fedavg_process(model_fn=LinearRegression,
-                                                  client_learning_rate=0.1)
+    fedavg = composers.build_basic_fedavg_process(
+        model_fn=LinearRegression, client_learning_rate=0.1
+    )
     client_data = [_test_data()] * 3
     state = fedavg.initialize()
     last_loss = _test_batch_loss(test_model, state.global_model_weights)
@@ -189,8 +210,9 @@ def test_loss_decreases(tff_stack):
 
 
 def test_get_set_model_weights_roundtrip():
-    fedavg = composers.build_basic_fedavg_process(model_fn=LinearRegression,
-                                                  client_learning_rate=0.1)
+    fedavg = composers.build_basic_fedavg_process(
+        model_fn=LinearRegression, client_learning_rate=0.1
+    )
     state = fedavg.initialize()
     new_state = fedavg.set_model_weights(state, fedavg.get_model_weights(state))
     for a, b in zip(tf.nest.flatten(state), tf.nest.flatten(new_state)):
@@ -200,9 +222,12 @@ def test_get_set_model_weights_roundtrip():
 def test_get_set_model_weights_keras_model():
     def model_fn():
         return tff.learning.models.from_keras_model(
-            keras_linear_model(2), loss=tf.keras.losses.MeanSquaredError(),
-            input_spec=collections.OrderedDict(x=tf.TensorSpec(shape=[None, 2]),
-                                               y=tf.TensorSpec(shape=[None, 1])))
+            keras_linear_model(2),
+            loss=tf.keras.losses.MeanSquaredError(),
+            input_spec=collections.OrderedDict(
+                x=tf.TensorSpec(shape=[None, 2]), y=tf.TensorSpec(shape=[None, 1])
+            ),
+        )
 
     fedavg = composers.build_basic_fedavg_process(model_fn=model_fn, client_learning_rate=0.1)
     state = fedavg.initialize()
@@ -222,39 +247,45 @@ def test_get_set_model_weights_keras_model():
 
 def _expected_parts(fedavg, client_lr, server_lr):
     client_work = model_delta_client_work.build_model_delta_client_work(
-        model_fn=LinearRegression, optimizer=sgdm.build_sgdm(client_lr),
-        client_weighting=ClientWeighting.NUM_EXAMPLES)
+        model_fn=LinearRegression,
+        optimizer=sgdm.build_sgdm(client_lr),
+        client_weighting=ClientWeighting.NUM_EXAMPLES,
+    )
     finalizer = apply_optimizer_finalizer.build_apply_optimizer_finalizer(
-        sgdm.build_sgdm(server_lr), fedavg.get_model_weights.type_signature.result)
+        sgdm.build_sgdm(server_lr), fedavg.get_model_weights.type_signature.result
+    )
     return client_work, finalizer
 
 
 def test_get_hparams_returns_expected_result():
-    fedavg = composers.build_basic_fedavg_process(model_fn=LinearRegression,
-                                                  client_learning_rate=0.1,
-                                                  server_learning_rate=1.0)
+    fedavg = composers.build_basic_fedavg_process(
+        model_fn=LinearRegression, client_learning_rate=0.1, server_learning_rate=1.0
+    )
     state = fedavg.initialize()
     hparams = fedavg.get_hparams(state)
     assert isinstance(hparams, collections.OrderedDict)
     client_work, finalizer = _expected_parts(fedavg, 0.1, 1.0)
     assert hparams == collections.OrderedDict(
         client_work=client_work.get_hparams(state.client_work),
-        finalizer=finalizer.get_hparams(state.finalizer))
+        finalizer=finalizer.get_hparams(state.finalizer),
+    )
 
 
 def test_set_hparams_returns_expected_result():
-    fedavg = composers.build_basic_fedavg_process(model_fn=LinearRegression,
-                                                  client_learning_rate=0.1,
-                                                  server_learning_rate=1.0)
+    fedavg = composers.build_basic_fedavg_process(
+        model_fn=LinearRegression, client_learning_rate=0.1, server_learning_rate=1.0
+    )
     client_work, finalizer = _expected_parts(fedavg, 0.5, 1.0)
     client_hparams = client_work.get_hparams(client_work.initialize())
     finalizer_hparams = finalizer.get_hparams(finalizer.initialize())
     state = fedavg.initialize()
-    updated = fedavg.set_hparams(state, collections.OrderedDict(client_work=client_hparams,
-                                                                finalizer=finalizer_hparams))
+    updated = fedavg.set_hparams(
+        state, collections.OrderedDict(client_work=client_hparams, finalizer=finalizer_hparams)
+    )
     assert isinstance(updated, composers.LearningAlgorithmState)
-    for a, b in zip(tf.nest.flatten(updated.global_model_weights),
-                    tf.nest.flatten(state.global_model_weights)):
+    for a, b in zip(
+        tf.nest.flatten(updated.global_model_weights), tf.nest.flatten(state.global_model_weights)
+    ):
         np.testing.assert_allclose(a, b)
     assert updated.distributor == state.distributor
     assert updated.client_work == client_work.set_hparams(state.client_work, client_hparams)

@@ -29,8 +29,9 @@ def initialize_fn():
 
 @tff.federated_computation(SERVER_INT, SERVER_FLOAT)
 def next_fn(state, val):
-    return MeasuredProcessOutput(state, tff.federated_broadcast(val),
-                                 tff.federated_value(1, tff.SERVER))
+    return MeasuredProcessOutput(
+        state, tff.federated_broadcast(val), tff.federated_value(1, tff.SERVER)
+    )
 
 
 def test_construction_does_not_raise():
@@ -42,8 +43,9 @@ def test_construction_with_empty_state_does_not_raise():
 
     @tff.federated_computation(init.type_signature.result, SERVER_FLOAT)
     def next_(state, val):
-        return MeasuredProcessOutput(state, tff.federated_broadcast(val),
-                                     tff.federated_value(1, tff.SERVER))
+        return MeasuredProcessOutput(
+            state, tff.federated_broadcast(val), tff.federated_value(1, tff.SERVER)
+        )
 
     distributors.DistributionProcess(init, next_)
 
@@ -57,7 +59,8 @@ def test_next_not_tff_computation_raises():
     with pytest.raises(TypeError, match=r'Expected .*\.Computation, .*'):
         distributors.DistributionProcess(
             initialize_fn=initialize_fn,
-            next_fn=lambda state, val: MeasuredProcessOutput(state, (), ()))
+            next_fn=lambda state, val: MeasuredProcessOutput(state, (), ()),
+        )
 
 
 def test_init_param_not_empty_raises():
@@ -76,8 +79,9 @@ def test_next_state_not_assignable():
     @tff.federated_computation(SERVER_INT, SERVER_FLOAT)
     def float_next(state, val):
         del state
-        return MeasuredProcessOutput(tff.federated_value(0.0, tff.SERVER),
-                                     tff.federated_broadcast(val), server_zero())
+        return MeasuredProcessOutput(
+            tff.federated_value(0.0, tff.SERVER), tff.federated_broadcast(val), server_zero()
+        )
 
     with pytest.raises(errors.TemplateStateNotAssignableError):
         distributors.DistributionProcess(initialize_fn, float_next)
@@ -106,8 +110,9 @@ def test_next_return_namedtuple_raises():
 def test_next_return_odict_raises():
     @tff.federated_computation(SERVER_INT, SERVER_FLOAT)
     def odict_next(state, val):
-        return collections.OrderedDict(state=state, result=tff.federated_broadcast(val),
-                                       measurements=server_zero())
+        return collections.OrderedDict(
+            state=state, result=tff.federated_broadcast(val), measurements=server_zero()
+        )
 
     with pytest.raises(errors.TemplateNotMeasuredProcessOutputError):
         distributors.DistributionProcess(initialize_fn, odict_next)
@@ -177,14 +182,16 @@ def test_three_params_next_raises():
 
 def test_non_server_placed_next_value_param_raises():
     next_ = tff.federated_computation(SERVER_INT, CLIENTS_INT)(
-        lambda state, val: MeasuredProcessOutput(state, val, server_zero()))
+        lambda state, val: MeasuredProcessOutput(state, val, server_zero())
+    )
     with pytest.raises(errors.TemplatePlacementError):
         distributors.DistributionProcess(initialize_fn, next_)
 
 
 def test_non_clients_placed_next_result_raises():
     next_ = tff.federated_computation(SERVER_INT, SERVER_INT)(
-        lambda state, val: MeasuredProcessOutput(state, val, server_zero()))
+        lambda state, val: MeasuredProcessOutput(state, val, server_zero())
+    )
     with pytest.raises(errors.TemplatePlacementError):
         distributors.DistributionProcess(initialize_fn, next_)
 
@@ -192,16 +199,19 @@ def test_non_clients_placed_next_result_raises():
 def test_non_server_placed_next_measurements_raises():
     @tff.federated_computation(SERVER_INT, SERVER_FLOAT)
     def next_(state, val):
-        return MeasuredProcessOutput(state, tff.federated_broadcast(val),
-                                     tff.federated_value(1.0, tff.CLIENTS))
+        return MeasuredProcessOutput(
+            state, tff.federated_broadcast(val), tff.federated_value(1.0, tff.CLIENTS)
+        )
 
     with pytest.raises(errors.TemplatePlacementError):
         distributors.DistributionProcess(initialize_fn, next_)
 
 
-@pytest.mark.parametrize('value_type', [tff.TensorType(np.float32),
-                                        tff.to_type([(np.float32, (2,)), np.int32])],
-                         ids=['float', 'struct'])
+@pytest.mark.parametrize(
+    'value_type',
+    [tff.TensorType(np.float32), tff.to_type([(np.float32, (2,)), np.int32])],
+    ids=['float', 'struct'],
+)
 def test_type_properties(value_type):
     process = distributors.build_broadcast_process(value_type)
     assert isinstance(process, distributors.DistributionProcess)
@@ -210,15 +220,20 @@ def test_type_properties(value_type):
     assert expected_init.is_equivalent_to(process.initialize.type_signature)
     expected_next = tff.FunctionType(
         collections.OrderedDict(state=state, value=tff.FederatedType(value_type, tff.SERVER)),
-        MeasuredProcessOutput(state, tff.FederatedType(value_type, tff.CLIENTS, all_equal=True),
-                              tff.FederatedType((), tff.SERVER)))
-    assert expected_next.is_equivalent_to(process.next.type_signature), \
-        process.next.type_signature
+        MeasuredProcessOutput(
+            state,
+            tff.FederatedType(value_type, tff.CLIENTS, all_equal=True),
+            tff.FederatedType((), tff.SERVER),
+        ),
+    )
+    assert expected_next.is_equivalent_to(process.next.type_signature), process.next.type_signature
 
 
-@pytest.mark.parametrize('bad_value_type', [SERVER_FLOAT, tff.FunctionType(None, ()),
-                                            tff.SequenceType(np.float32)],
-                         ids=['federated_type', 'function_type', 'sequence_type'])
+@pytest.mark.parametrize(
+    'bad_value_type',
+    [SERVER_FLOAT, tff.FunctionType(None, ()), tff.SequenceType(np.float32)],
+    ids=['federated_type', 'function_type', 'sequence_type'],
+)
 def test_incorrect_value_type_raises(bad_value_type):
     with pytest.raises(TypeError):
         distributors.build_broadcast_process(bad_value_type)

@@ -17,8 +17,9 @@ from simharness.templates import MeasuredProcessOutput, errors
 SERVER_INT = tff.FederatedType(np.int32, tff.SERVER)
 SERVER_FLOAT = tff.FederatedType(np.float32, tff.SERVER)
 CLIENTS_FLOAT = tff.FederatedType(np.float32, tff.CLIENTS)
-MODEL_WEIGHTS_TYPE = tff.FederatedType(tff.to_type(ModelWeights(np.float32, np.float32)),
-                                       tff.SERVER)
+MODEL_WEIGHTS_TYPE = tff.FederatedType(
+    tff.to_type(ModelWeights(np.float32, np.float32)), tff.SERVER
+)
 
 
 def server_zero():
@@ -35,14 +36,16 @@ def initialize_fn():
 
 
 def finalizer_result(weights, update):
-    return tff.federated_zip(ModelWeights(federated_add(weights.trainable, update),
-                                          weights.non_trainable))
+    return tff.federated_zip(
+        ModelWeights(federated_add(weights.trainable, update), weights.non_trainable)
+    )
 
 
 @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, SERVER_FLOAT)
 def next_fn(state, weights, update):
-    return MeasuredProcessOutput(state, finalizer_result(weights, update),
-                                 tff.federated_value(1, tff.SERVER))
+    return MeasuredProcessOutput(
+        state, finalizer_result(weights, update), tff.federated_value(1, tff.SERVER)
+    )
 
 
 def test_construction_does_not_raise():
@@ -52,13 +55,15 @@ def test_construction_does_not_raise():
 def test_construction_with_empty_state_does_not_raise():
     init = tff.federated_computation()(lambda: tff.federated_value((), tff.SERVER))
     weights_type = tff.FederatedType(
-        tff.StructType([('trainable', np.float32), ('non_trainable', ())],
-                       container=ModelWeights), tff.SERVER)
+        tff.StructType([('trainable', np.float32), ('non_trainable', ())], container=ModelWeights),
+        tff.SERVER,
+    )
 
     @tff.federated_computation(init.type_signature.result, weights_type, SERVER_FLOAT)
     def next_(state, weights, update):
-        return MeasuredProcessOutput(state, finalizer_result(weights, update),
-                                     tff.federated_value(1, tff.SERVER))
+        return MeasuredProcessOutput(
+            state, finalizer_result(weights, update), tff.federated_value(1, tff.SERVER)
+        )
 
     finalizers.FinalizerProcess(init, next_)
 
@@ -72,7 +77,8 @@ def test_next_not_tff_computation_raises():
     with pytest.raises(TypeError, match=r'Expected .*\.Computation, .*'):
         finalizers.FinalizerProcess(
             initialize_fn=initialize_fn,
-            next_fn=lambda state, w, u: MeasuredProcessOutput(state, w + u, ()))
+            next_fn=lambda state, w, u: MeasuredProcessOutput(state, w + u, ()),
+        )
 
 
 def test_init_param_not_empty_raises():
@@ -91,9 +97,11 @@ def test_next_state_not_assignable():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, SERVER_FLOAT)
     def float_next(state, weights, update):
         del state
-        return MeasuredProcessOutput(tff.federated_value(0.0, tff.SERVER),
-                                     finalizer_result(weights, update),
-                                     tff.federated_value(1, tff.SERVER))
+        return MeasuredProcessOutput(
+            tff.federated_value(0.0, tff.SERVER),
+            finalizer_result(weights, update),
+            tff.federated_value(1, tff.SERVER),
+        )
 
     with pytest.raises(errors.TemplateStateNotAssignableError):
         finalizers.FinalizerProcess(initialize_fn, float_next)
@@ -122,8 +130,9 @@ def test_next_return_namedtuple_raises():
 def test_next_return_odict_raises():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, SERVER_FLOAT)
     def odict_next(state, weights, update):
-        return collections.OrderedDict(state=state, result=finalizer_result(weights, update),
-                                       measurements=server_zero())
+        return collections.OrderedDict(
+            state=state, result=finalizer_result(weights, update), measurements=server_zero()
+        )
 
     with pytest.raises(errors.TemplateNotMeasuredProcessOutputError):
         finalizers.FinalizerProcess(initialize_fn, odict_next)
@@ -131,8 +140,9 @@ def test_next_return_odict_raises():
 
 def test_non_federated_init_next_raises():
     init = tff.tf_computation(lambda: 0)
-    weights_type = tff.StructType([('trainable', np.float32), ('non_trainable', ())],
-                                  container=ModelWeights)
+    weights_type = tff.StructType(
+        [('trainable', np.float32), ('non_trainable', ())], container=ModelWeights
+    )
 
     @tff.tf_computation(np.int32, weights_type, np.float32)
     def next_(state, weights, update):
@@ -156,8 +166,9 @@ def test_init_tuple_of_federated_types_raises():
 def test_non_server_placed_init_state_raises():
     init = tff.federated_computation(lambda: tff.federated_value(0, tff.CLIENTS))
 
-    @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS), MODEL_WEIGHTS_TYPE,
-                               SERVER_FLOAT)
+    @tff.federated_computation(
+        tff.FederatedType(np.int32, tff.CLIENTS), MODEL_WEIGHTS_TYPE, SERVER_FLOAT
+    )
     def next_(state, weights, update):
         return MeasuredProcessOutput(state, finalizer_result(weights, update), server_zero())
 
@@ -175,12 +186,13 @@ def test_two_param_next_raises():
 
 
 def test_non_server_placed_next_weight_param_raises():
-    @tff.federated_computation(SERVER_INT,
-                               tff.FederatedType(MODEL_WEIGHTS_TYPE.member, tff.CLIENTS),
-                               SERVER_FLOAT)
+    @tff.federated_computation(
+        SERVER_INT, tff.FederatedType(MODEL_WEIGHTS_TYPE.member, tff.CLIENTS), SERVER_FLOAT
+    )
     def next_(state, weights, update):
         return MeasuredProcessOutput(
-            state, finalizer_result(tff.federated_sum(weights), update), server_zero())
+            state, finalizer_result(tff.federated_sum(weights), update), server_zero()
+        )
 
     with pytest.raises(errors.TemplatePlacementError):
         finalizers.FinalizerProcess(initialize_fn, next_)
@@ -188,8 +200,8 @@ def test_non_server_placed_next_weight_param_raises():
 
 def test_constructs_with_non_model_weights_parameter():
     weights_type = tff.FederatedType(
-        tff.to_type(collections.OrderedDict(trainable=np.float32, non_trainable=())),
-        tff.SERVER)
+        tff.to_type(collections.OrderedDict(trainable=np.float32, non_trainable=())), tff.SERVER
+    )
 
     @tff.federated_computation(SERVER_INT, weights_type, SERVER_FLOAT)
     def next_(state, weights, update):
@@ -203,7 +215,8 @@ def test_non_server_placed_next_update_param_raises():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, CLIENTS_FLOAT)
     def next_(state, weights, update):
         return MeasuredProcessOutput(
-            state, finalizer_result(weights, tff.federated_sum(update)), server_zero())
+            state, finalizer_result(weights, tff.federated_sum(update)), server_zero()
+        )
 
     with pytest.raises(errors.TemplatePlacementError):
         finalizers.FinalizerProcess(initialize_fn, next_)
@@ -213,7 +226,8 @@ def test_non_server_placed_next_result_raises():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, SERVER_FLOAT)
     def next_(state, weights, update):
         return MeasuredProcessOutput(
-            state, tff.federated_broadcast(finalizer_result(weights, update)), server_zero())
+            state, tff.federated_broadcast(finalizer_result(weights, update)), server_zero()
+        )
 
     with pytest.raises(errors.TemplatePlacementError):
         finalizers.FinalizerProcess(initialize_fn, next_)
@@ -221,13 +235,14 @@ def test_non_server_placed_next_result_raises():
 
 def test_result_not_assignable_to_weight_raises():
     bad_cast_fn = tff.tf_computation(
-        lambda x: tf.nest.map_structure(lambda y: tf.cast(y, tf.float64), x))
+        lambda x: tf.nest.map_structure(lambda y: tf.cast(y, tf.float64), x)
+    )
 
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, SERVER_FLOAT)
     def next_(state, weights, update):
         return MeasuredProcessOutput(
-            state, tff.federated_map(bad_cast_fn, finalizer_result(weights, update)),
-            server_zero())
+            state, tff.federated_map(bad_cast_fn, finalizer_result(weights, update)), server_zero()
+        )
 
     with pytest.raises(finalizers.FinalizerResultTypeError):
         finalizers.FinalizerProcess(initialize_fn, next_)
@@ -236,8 +251,9 @@ def test_result_not_assignable_to_weight_raises():
 def test_non_server_placed_next_measurements_raises():
     @tff.federated_computation(SERVER_INT, MODEL_WEIGHTS_TYPE, SERVER_FLOAT)
     def next_(state, weights, update):
-        return MeasuredProcessOutput(state, finalizer_result(weights, update),
-                                     tff.federated_value(1.0, tff.CLIENTS))
+        return MeasuredProcessOutput(
+            state, finalizer_result(weights, update), tff.federated_value(1.0, tff.CLIENTS)
+        )
 
     with pytest.raises(errors.TemplatePlacementError):
         finalizers.FinalizerProcess(initialize_fn, next_)

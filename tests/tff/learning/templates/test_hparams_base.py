@@ -89,6 +89,7 @@ def test_default_get_hparams_returns_empty_dict():
 def test_default_set_hparams_returns_state_of_matching_type():
     hparams_type = tff.to_type(collections.OrderedDict(a=np.float32))
     set_hparams_fn = hparams_base.build_basic_hparams_setter(STATE_TYPE, hparams_type)
-    expected = tff.FunctionType(tff.StructType([('state', STATE_TYPE),
-                                                ('hparams', hparams_type)]), STATE_TYPE)
+    expected = tff.FunctionType(
+        tff.StructType([('state', STATE_TYPE), ('hparams', hparams_type)]), STATE_TYPE
+    )
     assert set_hparams_fn.type_signature.is_equivalent_to(expected)

@@ -24,6 +24,7 @@ def pass_through_get_model_weights(state_type):
     @tff.federated_computation(state_type)
     def get_model_weights(state):
         return state
+
     return get_model_weights
 
 
@@ -32,6 +33,7 @@ def take_arg_set_model_weights(state_type, model_type):
     def set_model_weights(state, model_weights):
         del state
         return model_weights
+
     return set_model_weights
 
 
@@ -75,8 +77,7 @@ def test_construction_does_not_raise():
 
 def test_learning_process_can_be_reconstructed():
     p = _process()
-    learning_process.LearningProcess(p.initialize, p.next, p.get_model_weights,
-                                     p.set_model_weights)
+    learning_process.LearningProcess(p.initialize, p.next, p.get_model_weights, p.set_model_weights)
 
 
 def test_construction_with_empty_state_does_not_raise():
@@ -89,44 +90,58 @@ def test_construction_with_empty_state_does_not_raise():
         del value
         return LearningProcessOutput(state=state, metrics=tff.federated_value((), tff.SERVER))
 
-    _process(empty_init, next_, pass_through_get_model_weights(()),
-             take_arg_set_model_weights((), ()))
+    _process(
+        empty_init, next_, pass_through_get_model_weights(()), take_arg_set_model_weights((), ())
+    )
 
 
 def test_construction_with_unknown_dimension_does_not_raise():
     @tff.federated_computation
     def init():
-        return tff.federated_eval(tff.tf_computation(lambda: tf.constant([], tf.string)),
-                                  tff.SERVER)
+        return tff.federated_eval(
+            tff.tf_computation(lambda: tf.constant([], tf.string)), tff.SERVER
+        )
 
     string_type = tff.TensorType(np.str_, [None])
 
-    @tff.federated_computation(tff.FederatedType(string_type, tff.SERVER),
-                               tff.FederatedType(SequenceType(np.str_), tff.CLIENTS))
+    @tff.federated_computation(
+        tff.FederatedType(string_type, tff.SERVER),
+        tff.FederatedType(SequenceType(np.str_), tff.CLIENTS),
+    )
     def next_(state, datasets):
         del datasets
         return LearningProcessOutput(state, tff.federated_value((), tff.SERVER))
 
-    _process(init, next_, pass_through_get_model_weights(string_type),
-             take_arg_set_model_weights(string_type, string_type))
+    _process(
+        init,
+        next_,
+        pass_through_get_model_weights(string_type),
+        take_arg_set_model_weights(string_type, string_type),
+    )
 
 
 def test_construction_with_nested_datasets_does_not_raise():
     @tff.federated_computation
     def init():
-        return tff.federated_eval(tff.tf_computation(lambda: tf.constant(0.0, tf.float32)),
-                                  tff.SERVER)
+        return tff.federated_eval(
+            tff.tf_computation(lambda: tf.constant(0.0, tf.float32)), tff.SERVER
+        )
 
     datasets_type = (SequenceType(np.str_), (SequenceType(np.str_), SequenceType(np.str_)))
 
-    @tff.federated_computation(tff.FederatedType(np.float32, tff.SERVER),
-                               tff.FederatedType(datasets_type, tff.CLIENTS))
+    @tff.federated_computation(
+        tff.FederatedType(np.float32, tff.SERVER), tff.FederatedType(datasets_type, tff.CLIENTS)
+    )
     def next_(state, datasets):
         del datasets
         return LearningProcessOutput(state, tff.federated_value((), tff.SERVER))
 
-    _process(init, next_, pass_through_get_model_weights(np.float32),
-             take_arg_set_model_weights(np.float32, np.float32))
+    _process(
+        init,
+        next_,
+        pass_through_get_model_weights(np.float32),
+        take_arg_set_model_weights(np.float32, np.float32),
+    )
 
 
 def test_init_not_tff_computation_raises():
@@ -279,8 +294,7 @@ def test_set_model_weights_result_not_assignable():
 def test_next_runs_on_client_datasets(tff_stack):
     p = _process()
     state = p.initialize()
-    datasets = [tf.data.Dataset.from_tensor_slices(np.arange(n, dtype=np.int32))
-                for n in (3, 4, 5)]
+    datasets = [tf.data.Dataset.from_tensor_slices(np.arange(n, dtype=np.int32)) for n in (3, 4, 5)]
     state, metrics = p.next(state, datasets)
     assert state == 3 + 6 + 10
     assert metrics == ()

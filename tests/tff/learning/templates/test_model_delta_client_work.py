@@ -26,21 +26,32 @@ from simharness.templates import MeasuredProcessOutput
 from tests.tff.learning.algorithms import learning_test_utils as utils
 from tests.tff.learning.models.model_examples import LinearRegression, keras_linear_model
 
-WEIGHTINGS = pytest.mark.parametrize('weighting', list(ClientWeighting),
-                                     ids=['uniform', 'num_examples'])
-LOOPS = pytest.mark.parametrize('loop_implementation', list(loop_builder.LoopImplementation),
-                                ids=['dataset_iterator', 'dataset_reduce'])
+WEIGHTINGS = pytest.mark.parametrize(
+    'weighting', list(ClientWeighting), ids=['uniform', 'num_examples']
+)
+LOOPS = pytest.mark.parametrize(
+    'loop_implementation',
+    list(loop_builder.LoopImplementation),
+    ids=['dataset_iterator', 'dataset_reduce'],
+)
 
 
 def create_test_dataset():
-    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        x=[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, 0.0]],
-        y=[[0.0], [0.0], [1.0], [1.0]])).repeat(3).batch(3)
+    return (
+        tf.data.Dataset.from_tensor_slices(
+            collections.OrderedDict(
+                x=[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, 0.0]], y=[[0.0], [0.0], [1.0], [1.0]]
+            )
+        )
+        .repeat(3)
+        .batch(3)
+    )
 
 
 def create_test_initial_weights():
-    return model_weights_lib.ModelWeights(trainable=[np.zeros([2, 1], np.float32), 0.0],
-                                          non_trainable=[0.0])
+    return model_weights_lib.ModelWeights(
+        trainable=[np.zeros([2, 1], np.float32), 0.0], non_trainable=[0.0]
+    )
 
 
 def create_model():
@@ -52,42 +63,60 @@ STATE_TYPE = tff.FederatedType(collections.OrderedDict(learning_rate=np.float32)
 
 def test_type_signatures():
     process = model_delta_client_work.build_model_delta_client_work(
-        LinearRegression, sgdm.build_sgdm(learning_rate=1.0), ClientWeighting.NUM_EXAMPLES)
+        LinearRegression, sgdm.build_sgdm(learning_rate=1.0), ClientWeighting.NUM_EXAMPLES
+    )
     assert process.initialize.type_signature.is_equivalent_to(tff.FunctionType(None, STATE_TYPE))
     mw_type = model_weights_lib.ModelWeights(
         trainable=tff.to_type([(np.float32, (2, 1)), np.float32]),
-        non_trainable=tff.to_type([np.float32]))
+        non_trainable=tff.to_type([np.float32]),
+    )
     element_type = tff.to_type(LinearRegression().input_spec)
     expected_next = tff.FunctionType(
         collections.OrderedDict(
-            state=STATE_TYPE, weights=tff.FederatedType(tff.to_type(mw_type), tff.CLIENTS),
-            client_data=tff.FederatedType(tff.SequenceType(element_type), tff.CLIENTS)),
+            state=STATE_TYPE,
+            weights=tff.FederatedType(tff.to_type(mw_type), tff.CLIENTS),
+            client_data=tff.FederatedType(tff.SequenceType(element_type), tff.CLIENTS),
+        ),
         MeasuredProcessOutput(
             STATE_TYPE,
-            tff.FederatedType(client_works.ClientResult(
-                update=mw_type.trainable, update_weight=tff.TensorType(np.float32)), tff.CLIENTS),
-            tff.FederatedType(collections.OrderedDict(train=collections.OrderedDict(
-                loss=np.float32, num_examples=np.int32)), tff.SERVER)))
+            tff.FederatedType(
+                client_works.ClientResult(
+                    update=mw_type.trainable, update_weight=tff.TensorType(np.float32)
+                ),
+                tff.CLIENTS,
+            ),
+            tff.FederatedType(
+                collections.OrderedDict(
+                    train=collections.OrderedDict(loss=np.float32, num_examples=np.int32)
+                ),
+                tff.SERVER,
+            ),
+        ),
+    )
     assert process.next.type_signature.is_equivalent_to(expected_next), process.next.type_signature
     hparams = STATE_TYPE.member
     assert process.get_hparams.type_signature.is_equivalent_to(tff.FunctionType(hparams, hparams))
-    assert process.set_hparams.type_signature.is_equivalent_to(tff.FunctionType(
-        tff.StructType([('state', hparams), ('hparams', hparams)]), hparams))
+    assert process.set_hparams.type_signature.is_equivalent_to(
+        tff.FunctionType(tff.StructType([('state', hparams), ('hparams', hparams)]), hparams)
+    )
 
 
 def test_raises_with_created_model():
     with pytest.raises(TypeError):
         model_delta_client_work.build_model_delta_client_work(
-            create_model(), sgdm.build_sgdm(1.0), client_weighting=ClientWeighting.NUM_EXAMPLES)
+            create_model(), sgdm.build_sgdm(1.0), client_weighting=ClientWeighting.NUM_EXAMPLES
+        )
 
 
 @LOOPS
 @WEIGHTINGS
 def test_client_tf(loop_implementation, weighting):
     client_tf = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-        model_fn=create_model, weighting=weighting, loop_implementation=loop_implementation)
-    result, model_output = client_tf(sgdm.build_sgdm(learning_rate=0.1),
-                                     create_test_initial_weights(), create_test_dataset())
+        model_fn=create_model, weighting=weighting, loop_implementation=loop_implementation
+    )
+    result, model_output = client_tf(
+        sgdm.build_sgdm(learning_rate=0.1), create_test_initial_weights(), create_test_dataset()
+    )
     for param in result.update:
         assert np.linalg.norm(param) > 0.1
     assert result.update_weight == (1.0 if weighting == ClientWeighting.UNIFORM else 12.0)
@@ -98,12 +127,13 @@ def test_client_tf(loop_implementation, weighting):
 @pytest.mark.parametrize('bad_value', [np.inf, np.nan], ids=['_inf', '_nan'])
 def test_non_finite_aggregation(bad_value):
     client_tf = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-        model_fn=create_model, weighting=ClientWeighting.NUM_EXAMPLES,
-        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
+        model_fn=create_model,
+        weighting=ClientWeighting.NUM_EXAMPLES,
+        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+    )
     weights = create_test_initial_weights()
     weights.trainable[1] = bad_value
-    result, metrics = client_tf(sgdm.build_sgdm(learning_rate=0.1), weights,
-                                create_test_dataset())
+    result, metrics = client_tf(sgdm.build_sgdm(learning_rate=0.1), weights, create_test_dataset())
     assert result.update_weight == 0.0
     np.testing.assert_allclose(result.update[0], [[0.0], [0.0]])
     assert result.update[1] == 0.0
@@ -113,22 +143,31 @@ def test_non_finite_aggregation(bad_value):
 
 def test_correct_update_weight_with_traced_function():
     client_tf = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-        model_fn=create_model, weighting=ClientWeighting.NUM_EXAMPLES,
-        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
+        model_fn=create_model,
+        weighting=ClientWeighting.NUM_EXAMPLES,
+        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+    )
     optimizer = sgdm.build_sgdm(learning_rate=0.1)
     init_weights = create_test_initial_weights()
 
     def dataset(last):
-        return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-            x=[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, last]],
-            y=[[0.0], [0.0], [1.0], [1.0]])).batch(1)
+        return tf.data.Dataset.from_tensor_slices(
+            collections.OrderedDict(
+                x=[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, last]], y=[[0.0], [0.0], [1.0], [1.0]]
+            )
+        ).batch(1)
 
-    concrete = client_tf.get_concrete_function(optimizer, init_weights, dataset(0.0),
-                                               optimizer_hparams=None)
-    assert concrete(optimizer, init_weights, dataset(0.0),
-                    optimizer_hparams=None)[0].update_weight > 0.0
-    assert concrete(optimizer, init_weights, dataset(np.nan),
-                    optimizer_hparams=None)[0].update_weight == 0.0
+    concrete = client_tf.get_concrete_function(
+        optimizer, init_weights, dataset(0.0), optimizer_hparams=None
+    )
+    assert (
+        concrete(optimizer, init_weights, dataset(0.0), optimizer_hparams=None)[0].update_weight
+        > 0.0
+    )
+    assert (
+        concrete(optimizer, init_weights, dataset(np.nan), optimizer_hparams=None)[0].update_weight
+        == 0.0
+    )
 
 
 def test_custom_metrics_aggregator(tff_stack):
@@ -140,18 +179,22 @@ def test_custom_metrics_aggregator(tff_stack):
             @tff.tf_computation
             def finalizer_computation(unfinalized):
                 return collections.OrderedDict(
-                    (name, fn(unfinalized[name]) * 2) for name, fn in metric_finalizers.items())
+                    (name, fn(unfinalized[name]) * 2) for name, fn in metric_finalizers.items()
+                )
 
             return tff.federated_map(finalizer_computation, summed)
 
         return aggregation_computation
 
     process = model_delta_client_work.build_model_delta_client_work(
-        model_fn=create_model, optimizer=sgdm.build_sgdm(learning_rate=1.0),
+        model_fn=create_model,
+        optimizer=sgdm.build_sgdm(learning_rate=1.0),
         client_weighting=ClientWeighting.NUM_EXAMPLES,
-        metrics_aggregator=sum_then_finalize_then_times_two)
-    output = process.next(process.initialize(), [create_test_initial_weights()],
-                          [create_test_dataset()])
+        metrics_aggregator=sum_then_finalize_then_times_two,
+    )
+    output = process.next(
+        process.initialize(), [create_test_initial_weights()], [create_test_dataset()]
+    )
     assert output.measurements['train']['num_examples'] == 24
 
 
@@ -159,31 +202,40 @@ def test_custom_metrics_aggregator(tff_stack):
 def test_client_tf_dataset_loops(loop_implementation):
     with mock.patch.object(loop_builder, 'build_training_loop') as mock_method:
         model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-            model_fn=create_model, weighting=ClientWeighting.NUM_EXAMPLES,
-            loop_implementation=loop_implementation)
+            model_fn=create_model,
+            weighting=ClientWeighting.NUM_EXAMPLES,
+            loop_implementation=loop_implementation,
+        )
     mock_method.assert_called_once_with(loop_implementation=loop_implementation)
 
 
-@pytest.mark.parametrize('optimizer', [sgdm.build_sgdm(learning_rate=1.0),
-                                       sgdm.build_sgdm(learning_rate=1.0, momentum=0.9)],
-                         ids=['tff_simple', 'tff_momentum'])
+@pytest.mark.parametrize(
+    'optimizer',
+    [sgdm.build_sgdm(learning_rate=1.0), sgdm.build_sgdm(learning_rate=1.0, momentum=0.9)],
+    ids=['tff_simple', 'tff_momentum'],
+)
 def test_execution_with_optimizer(optimizer):
     process = model_delta_client_work.build_model_delta_client_work(
-        create_model, optimizer, client_weighting=ClientWeighting.NUM_EXAMPLES)
-    output = process.next(process.initialize(), [create_test_initial_weights()],
-                          [create_test_dataset()])
+        create_model, optimizer, client_weighting=ClientWeighting.NUM_EXAMPLES
+    )
+    output = process.next(
+        process.initialize(), [create_test_initial_weights()], [create_test_dataset()]
+    )
     assert list(output.measurements) == ['train']
 
 
 def test_get_and_set_hparams_with_tff_optimizer():
     process = model_delta_client_work.build_model_delta_client_work(
-        create_model, sgdm.build_sgdm(learning_rate=1.0, momentum=0.9),
-        client_weighting=ClientWeighting.NUM_EXAMPLES)
+        create_model,
+        sgdm.build_sgdm(learning_rate=1.0, momentum=0.9),
+        client_weighting=ClientWeighting.NUM_EXAMPLES,
+    )
     state = process.initialize()
     hparams = process.get_hparams(state)
     assert list(hparams) == ['learning_rate', 'momentum']
-    np.testing.assert_allclose([hparams['learning_rate'], hparams['momentum']], [1.0, 0.9],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        [hparams['learning_rate'], hparams['momentum']], [1.0, 0.9], rtol=1e-6
+    )
     new = collections.OrderedDict(learning_rate=0.5, momentum=0.3)
     state = process.set_hparams(state, new)
     assert list(state) == list(new)
@@ -196,11 +248,18 @@ def test_tff_client_work_uses_optimizer_hparams(weighting):
     results = []
     for lr in (0.0, 0.1):
         client_update = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-            model_fn=create_model, weighting=weighting,
-            loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
-        results.append(client_update(sgdm.build_sgdm(learning_rate=lr),
-                                      create_test_initial_weights(), create_test_dataset(),
-                                      hparams))
+            model_fn=create_model,
+            weighting=weighting,
+            loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+        )
+        results.append(
+            client_update(
+                sgdm.build_sgdm(learning_rate=lr),
+                create_test_initial_weights(),
+                create_test_dataset(),
+                hparams,
+            )
+        )
     for a, b in zip(utils.flat_arrays(results[0]), utils.flat_arrays(results[1])):
         np.testing.assert_allclose(a, b)
 
@@ -208,18 +267,23 @@ def test_tff_client_work_uses_optimizer_hparams(weighting):
 def _dataset_and_functional_model():
     dataset = create_test_dataset()
     model = functional.functional_model_from_keras(
-        keras_linear_model(2), loss_fn=tf.keras.losses.MeanSquaredError(),
+        keras_linear_model(2),
+        loss_fn=tf.keras.losses.MeanSquaredError(),
         input_spec=dataset.element_spec,
         metrics_constructor=lambda: collections.OrderedDict(
-            num_examples=counters.NumExamplesCounter()))
+            num_examples=counters.NumExamplesCounter()
+        ),
+    )
     return dataset, model
 
 
 def test_metrics_output(tff_stack):
     dataset, model = _dataset_and_functional_model()
     process = model_delta_client_work.build_functional_model_delta_client_work(
-        model=model, optimizer=sgdm.build_sgdm(learning_rate=1.0),
-        client_weighting=ClientWeighting.NUM_EXAMPLES)
+        model=model,
+        optimizer=sgdm.build_sgdm(learning_rate=1.0),
+        client_weighting=ClientWeighting.NUM_EXAMPLES,
+    )
     weights = model_weights_lib.ModelWeights(*model.initial_weights)
     output = process.next(process.initialize(), [weights] * 3, [dataset] * 3)
     assert output.measurements['train']['num_examples'] == 36
@@ -229,8 +293,10 @@ def test_metrics_output(tff_stack):
 def test_metrics_output_with_non_finite_updates(bad_value):
     dataset, model = _dataset_and_functional_model()
     process = model_delta_client_work.build_functional_model_delta_client_work(
-        model=model, optimizer=sgdm.build_sgdm(learning_rate=1.0),
-        client_weighting=ClientWeighting.NUM_EXAMPLES)
+        model=model,
+        optimizer=sgdm.build_sgdm(learning_rate=1.0),
+        client_weighting=ClientWeighting.NUM_EXAMPLES,
+    )
     trainable = tuple(np.zeros_like(w) for w in model.initial_weights[0])
     trainable = (trainable[0], np.full_like(trainable[1], bad_value))
     weights = model_weights_lib.ModelWeights(trainable, model.initial_weights[1])
@@ -240,9 +306,13 @@ def test_metrics_output_with_non_finite_updates(bad_value):
 
 # -- ours ------------------------------------------------------------------------------------
 
+
 def test_client_loops_are_lowered():
     for loop in loop_builder.LoopImplementation:
         process = model_delta_client_work.build_model_delta_client_work(
-            create_model, sgdm.build_sgdm(0.1), ClientWeighting.NUM_EXAMPLES,
-            loop_implementation=loop)
+            create_model,
+            sgdm.build_sgdm(0.1),
+            ClientWeighting.NUM_EXAMPLES,
+            loop_implementation=loop,
+        )
         assert utils.assert_client_loops_lowered(process, batch_size=3) == 1

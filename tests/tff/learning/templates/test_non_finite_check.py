@@ -26,8 +26,12 @@ TINY = np.float32(1e-41)  # a denormal: finite
 
 def _structure(dtype=np.float32):
     rng = np.random.default_rng(7)
-    return [rng.normal(size=(6, 5)).astype(dtype), rng.normal(size=(3,)).astype(dtype),
-            rng.normal(size=(2, 3, 4)).astype(dtype), np.asarray(2.5, dtype)]
+    return [
+        rng.normal(size=(6, 5)).astype(dtype),
+        rng.normal(size=(3,)).astype(dtype),
+        rng.normal(size=(2, 3, 4)).astype(dtype),
+        np.asarray(2.5, dtype),
+    ]
 
 
 def _check(run, leaves):
@@ -37,8 +41,10 @@ def _check(run, leaves):
 
 
 @pytest.mark.parametrize('run', sorted(RUNS))
-@pytest.mark.parametrize('leaf,index', [(0, (0, 0)), (0, (5, 4)), (0, (3, 2)), (1, (2,)),
-                                        (2, (1, 2, 3)), (2, (0, 0, 0)), (3, ())])
+@pytest.mark.parametrize(
+    'leaf,index',
+    [(0, (0, 0)), (0, (5, 4)), (0, (3, 2)), (1, (2,)), (2, (1, 2, 3)), (2, (0, 0, 0)), (3, ())],
+)
 @pytest.mark.parametrize('bad', BAD, ids=['inf', '-inf', 'nan'])
 def test_one_non_finite_element_zeroes_everything(run, leaf, index, bad):
     leaves = _structure()
@@ -67,8 +73,11 @@ def test_finite_values_pass_unchanged(run, dtype):
 
 
 @pytest.mark.parametrize('run', sorted(RUNS))
-@pytest.mark.parametrize('dtype', [np.float16, np.float64, tf.bfloat16.as_numpy_dtype],
-                         ids=['float16', 'float64', 'bfloat16'])
+@pytest.mark.parametrize(
+    'dtype',
+    [np.float16, np.float64, tf.bfloat16.as_numpy_dtype],
+    ids=['float16', 'float64', 'bfloat16'],
+)
 def test_other_float_dtypes_see_non_finite_values(run, dtype):
     leaves = _structure(dtype)
     leaves[2] = leaves[2].copy()
@@ -84,7 +93,9 @@ def test_empty_tensors_are_finite(run):
 
 
 def test_an_unknown_last_dimension_is_checked_too():
-    f = tf.function(lambda x: zero_all_if_any_non_finite([x])[1],
-                    input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    f = tf.function(
+        lambda x: zero_all_if_any_non_finite([x])[1],
+        input_signature=[tf.TensorSpec([None, None], tf.float32)],
+    )
     assert int(f(tf.constant([[1.0, 2.0], [3.0, np.inf]]))) == 1
     assert int(f(tf.constant([[1.0, 2.0], [3.0, 4.0]]))) == 0

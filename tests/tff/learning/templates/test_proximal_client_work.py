@@ -25,14 +25,21 @@ from tests.tff.learning.models.model_examples import LinearRegression
 
 
 def create_test_dataset():
-    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        x=[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, 0.0]],
-        y=[[0.0], [0.0], [1.0], [1.0]])).repeat(3).batch(3)
+    return (
+        tf.data.Dataset.from_tensor_slices(
+            collections.OrderedDict(
+                x=[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, 0.0]], y=[[0.0], [0.0], [1.0], [1.0]]
+            )
+        )
+        .repeat(3)
+        .batch(3)
+    )
 
 
 def create_test_initial_weights():
-    return model_weights_lib.ModelWeights(trainable=[np.zeros([2, 1], np.float32), 0.0],
-                                          non_trainable=[0.0])
+    return model_weights_lib.ModelWeights(
+        trainable=[np.zeros([2, 1], np.float32), 0.0], non_trainable=[0.0]
+    )
 
 
 def create_model():
@@ -45,23 +52,42 @@ def _norm(update):
 
 def test_type_properties():
     process = proximal_client_work.build_model_delta_client_work(
-        LinearRegression, sgdm.build_sgdm(learning_rate=0.1, momentum=0.9),
-        ClientWeighting.NUM_EXAMPLES, delta_l2_regularizer=0.1,
-        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
+        LinearRegression,
+        sgdm.build_sgdm(learning_rate=0.1, momentum=0.9),
+        ClientWeighting.NUM_EXAMPLES,
+        delta_l2_regularizer=0.1,
+        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+    )
     assert isinstance(process, client_works.ClientWorkProcess)
     mw_type = model_weights_lib.ModelWeights(
         trainable=tff.to_type([(np.float32, (2, 1)), np.float32]),
-        non_trainable=tff.to_type([np.float32]))
+        non_trainable=tff.to_type([np.float32]),
+    )
     state = tff.FederatedType((), tff.SERVER)
     expected_next = tff.FunctionType(
         collections.OrderedDict(
-            state=state, weights=tff.FederatedType(tff.to_type(mw_type), tff.CLIENTS),
+            state=state,
+            weights=tff.FederatedType(tff.to_type(mw_type), tff.CLIENTS),
             client_data=tff.FederatedType(
-                tff.SequenceType(tff.to_type(LinearRegression().input_spec)), tff.CLIENTS)),
-        MeasuredProcessOutput(state, tff.FederatedType(client_works.ClientResult(
-            update=mw_type.trainable, update_weight=tff.TensorType(np.float32)), tff.CLIENTS),
-            tff.FederatedType(collections.OrderedDict(train=collections.OrderedDict(
-                loss=np.float32, num_examples=np.int32)), tff.SERVER)))
+                tff.SequenceType(tff.to_type(LinearRegression().input_spec)), tff.CLIENTS
+            ),
+        ),
+        MeasuredProcessOutput(
+            state,
+            tff.FederatedType(
+                client_works.ClientResult(
+                    update=mw_type.trainable, update_weight=tff.TensorType(np.float32)
+                ),
+                tff.CLIENTS,
+            ),
+            tff.FederatedType(
+                collections.OrderedDict(
+                    train=collections.OrderedDict(loss=np.float32, num_examples=np.int32)
+                ),
+                tff.SERVER,
+            ),
+        ),
+    )
     assert process.initialize.type_signature.is_equivalent_to(tff.FunctionType(None, state))
     assert process.next.type_signature.is_equivalent_to(expected_next)
 
@@ -69,29 +95,43 @@ def test_type_properties():
 def test_created_model_raises():
     with pytest.raises(TypeError):
         proximal_client_work.build_model_delta_client_work(
-            create_model(), sgdm.build_sgdm(1.0), client_weighting=ClientWeighting.NUM_EXAMPLES,
+            create_model(),
+            sgdm.build_sgdm(1.0),
+            client_weighting=ClientWeighting.NUM_EXAMPLES,
             delta_l2_regularizer=0.1,
-            loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
+            loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+        )
 
 
 def test_negative_proximal_strength_raises():
     with pytest.raises(ValueError):
         proximal_client_work.build_model_delta_client_work(
-            create_model, sgdm.build_sgdm(1.0), client_weighting=ClientWeighting.NUM_EXAMPLES,
+            create_model,
+            sgdm.build_sgdm(1.0),
+            client_weighting=ClientWeighting.NUM_EXAMPLES,
             delta_l2_regularizer=-1.0,
-            loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
+            loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+        )
 
 
-@pytest.mark.parametrize('loop_implementation, weighting', [
-    (loop_builder.LoopImplementation.DATASET_REDUCE, ClientWeighting.UNIFORM),
-    (loop_builder.LoopImplementation.DATASET_ITERATOR, ClientWeighting.NUM_EXAMPLES)],
-    ids=['dataset_reduce_uniform', 'dataset_iterator_num_examples'])
+@pytest.mark.parametrize(
+    'loop_implementation, weighting',
+    [
+        (loop_builder.LoopImplementation.DATASET_REDUCE, ClientWeighting.UNIFORM),
+        (loop_builder.LoopImplementation.DATASET_ITERATOR, ClientWeighting.NUM_EXAMPLES),
+    ],
+    ids=['dataset_reduce_uniform', 'dataset_iterator_num_examples'],
+)
 def test_client_tf(loop_implementation, weighting):
     client_tf = proximal_client_work.build_model_delta_update_with_tff_optimizer(
-        model_fn=create_model, weighting=weighting, delta_l2_regularizer=0.1,
-        loop_implementation=loop_implementation)
-    result, model_output = client_tf(sgdm.build_sgdm(learning_rate=0.1),
-                                     create_test_initial_weights(), create_test_dataset())
+        model_fn=create_model,
+        weighting=weighting,
+        delta_l2_regularizer=0.1,
+        loop_implementation=loop_implementation,
+    )
+    result, model_output = client_tf(
+        sgdm.build_sgdm(learning_rate=0.1), create_test_initial_weights(), create_test_dataset()
+    )
     for param in result.update:
         assert np.linalg.norm(param) > 0.1
     assert result.update_weight == (1.0 if weighting == ClientWeighting.UNIFORM else 12.0)
@@ -102,8 +142,11 @@ def test_client_tf(loop_implementation, weighting):
 @pytest.mark.parametrize('bad_value', [np.inf, np.nan], ids=['_inf', '_nan'])
 def test_non_finite_aggregation(bad_value):
     client_tf = proximal_client_work.build_model_delta_update_with_tff_optimizer(
-        model_fn=create_model, weighting=ClientWeighting.NUM_EXAMPLES, delta_l2_regularizer=0.1,
-        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
+        model_fn=create_model,
+        weighting=ClientWeighting.NUM_EXAMPLES,
+        delta_l2_regularizer=0.1,
+        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+    )
     weights = create_test_initial_weights()
     weights.trainable[1] = bad_value
     result, _ = client_tf(sgdm.build_sgdm(learning_rate=0.1), weights, create_test_dataset())
@@ -111,16 +154,24 @@ def test_non_finite_aggregation(bad_value):
     assert _norm(result.update) == 0.0
 
 
-@pytest.mark.parametrize('loop_implementation', list(loop_builder.LoopImplementation),
-                         ids=['dataset_iterator', 'dataset_reduce'])
+@pytest.mark.parametrize(
+    'loop_implementation',
+    list(loop_builder.LoopImplementation),
+    ids=['dataset_iterator', 'dataset_reduce'],
+)
 def test_client_tf_dataset_reduce_fn(loop_implementation):
-    with mock.patch.object(loop_builder, 'build_training_loop',
-                           wraps=loop_builder.build_training_loop) as mock_method:
+    with mock.patch.object(
+        loop_builder, 'build_training_loop', wraps=loop_builder.build_training_loop
+    ) as mock_method:
         client_tf = proximal_client_work.build_model_delta_update_with_tff_optimizer(
-            model_fn=create_model, weighting=ClientWeighting.NUM_EXAMPLES,
-            delta_l2_regularizer=0.1, loop_implementation=loop_implementation)
-        client_tf(sgdm.build_sgdm(learning_rate=0.1), create_test_initial_weights(),
-                  create_test_dataset())
+            model_fn=create_model,
+            weighting=ClientWeighting.NUM_EXAMPLES,
+            delta_l2_regularizer=0.1,
+            loop_implementation=loop_implementation,
+        )
+        client_tf(
+            sgdm.build_sgdm(learning_rate=0.1), create_test_initial_weights(), create_test_dataset()
+        )
     mock_method.assert_called_once_with(loop_implementation=loop_implementation)
 
 
@@ -133,19 +184,24 @@ def test_custom_metrics_aggregator_and_execution(tff_stack):
             @tff.tf_computation
             def finalizer_computation(unfinalized):
                 return collections.OrderedDict(
-                    (name, fn(unfinalized[name]) * 2) for name, fn in metric_finalizers.items())
+                    (name, fn(unfinalized[name]) * 2) for name, fn in metric_finalizers.items()
+                )
 
             return tff.federated_map(finalizer_computation, summed)
 
         return aggregation_computation
 
     process = proximal_client_work.build_model_delta_client_work(
-        model_fn=create_model, optimizer=sgdm.build_sgdm(learning_rate=0.1, momentum=0.9),
-        client_weighting=ClientWeighting.NUM_EXAMPLES, delta_l2_regularizer=0.1,
+        model_fn=create_model,
+        optimizer=sgdm.build_sgdm(learning_rate=0.1, momentum=0.9),
+        client_weighting=ClientWeighting.NUM_EXAMPLES,
+        delta_l2_regularizer=0.1,
         metrics_aggregator=sum_then_finalize_then_times_two,
-        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
-    output = process.next(process.initialize(), [create_test_initial_weights()],
-                          [create_test_dataset()])
+        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+    )
+    output = process.next(
+        process.initialize(), [create_test_initial_weights()], [create_test_dataset()]
+    )
     assert output.measurements['train']['num_examples'] == 24
 
 
@@ -156,15 +212,21 @@ def test_delta_regularizer_yields_smaller_model_delta(functional):
         if functional:
             model = utils.build_functional_linear_regression()
             process = proximal_client_work.build_functional_model_delta_client_work(
-                model=model, optimizer=sgdm.build_sgdm(1.0),
-                client_weighting=ClientWeighting.NUM_EXAMPLES, delta_l2_regularizer=mu)
+                model=model,
+                optimizer=sgdm.build_sgdm(1.0),
+                client_weighting=ClientWeighting.NUM_EXAMPLES,
+                delta_l2_regularizer=mu,
+            )
             weights = model_weights_lib.ModelWeights(*model.initial_weights)
             data = create_test_dataset().map(lambda d: (d['x'], d['y']))
         else:
             process = proximal_client_work.build_model_delta_client_work(
-                create_model, sgdm.build_sgdm(1.0), client_weighting=ClientWeighting.NUM_EXAMPLES,
+                create_model,
+                sgdm.build_sgdm(1.0),
+                client_weighting=ClientWeighting.NUM_EXAMPLES,
                 delta_l2_regularizer=mu,
-                loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE)
+                loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+            )
             weights, data = create_test_initial_weights(), create_test_dataset()
         output = process.next(process.initialize(), [weights], [data])
         norms.append(_norm(output.result[0].update))
@@ -172,15 +234,19 @@ def test_delta_regularizer_yields_smaller_model_delta(functional):
     assert norms[0] > norms[1]
 
 
-@pytest.mark.parametrize('mu, weighting', [(0.1, ClientWeighting.UNIFORM),
-                                           (0.2, ClientWeighting.NUM_EXAMPLES)],
-                         ids=['uniform_weighting', 'num_examples_weighting_new_prox'])
+@pytest.mark.parametrize(
+    'mu, weighting',
+    [(0.1, ClientWeighting.UNIFORM), (0.2, ClientWeighting.NUM_EXAMPLES)],
+    ids=['uniform_weighting', 'num_examples_weighting_new_prox'],
+)
 def test_functional_client_tf(mu, weighting):
     model = utils.build_functional_linear_regression()
     client_tf = proximal_client_work._build_functional_model_delta_update(
-        model=model, weighting=weighting, delta_l2_regularizer=mu)
-    result, model_output = client_tf(sgdm.build_sgdm(learning_rate=0.1), model.initial_weights,
-                                     create_test_dataset())
+        model=model, weighting=weighting, delta_l2_regularizer=mu
+    )
+    result, model_output = client_tf(
+        sgdm.build_sgdm(learning_rate=0.1), model.initial_weights, create_test_dataset()
+    )
     for param in result.update:
         assert np.linalg.norm(param) > 0.1
     assert result.update_weight == (1.0 if weighting == ClientWeighting.UNIFORM else 12.0)

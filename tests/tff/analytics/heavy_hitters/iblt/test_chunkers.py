@@ -16,45 +16,85 @@ import tensorflow as tf
 from simharness.analytics.heavy_hitters.iblt import chunkers
 
 _INVALID_UNICODE_CODEPOINT = bytes.fromhex('FF')
-_BINARY_INPUTS = [b'lmnop', b'QQQQQqqqqq', b' a b c ', '😍😻'.encode(), 'अ'.encode(), b'',
-                  _INVALID_UNICODE_CODEPOINT * 8]
-_UTF8_INPUTS = ['', 'some', 'unicodes', 'अ', 'क', 'æ', '☺️', '☺️', '☺️', '😇', ' has space ',
-                'has, comma']
-_TRIM_INPUTS = ['', 'some', 'interesting', 'unicodes', ' has more space ', 'has, some, comma',
-                '新年快乐', '☺️😇']
+_BINARY_INPUTS = [
+    b'lmnop',
+    b'QQQQQqqqqq',
+    b' a b c ',
+    '😍😻'.encode(),
+    'अ'.encode(),
+    b'',
+    _INVALID_UNICODE_CODEPOINT * 8,
+]
+_UTF8_INPUTS = [
+    '',
+    'some',
+    'unicodes',
+    'अ',
+    'क',
+    'æ',
+    '☺️',
+    '☺️',
+    '☺️',
+    '😇',
+    ' has space ',
+    'has, comma',
+]
+_TRIM_INPUTS = [
+    '',
+    'some',
+    'interesting',
+    'unicodes',
+    ' has more space ',
+    'has, some, comma',
+    '新年快乐',
+    '☺️😇',
+]
 _BINARY_PARAMS = [(tf.int32, 1000), (tf.int64, None)]
 
 
 def test_create_chunker():
-    chunker = chunkers.create_chunker(string_max_bytes=1234, encoding=chunkers.CharacterEncoding.UTF8)
+    chunker = chunkers.create_chunker(
+        string_max_bytes=1234, encoding=chunkers.CharacterEncoding.UTF8
+    )
     assert isinstance(chunker, chunkers.UTF8Chunker) and chunker.dtype == tf.int64
     assert chunkers.create_chunker(string_max_bytes=1234, dtype=tf.int32).dtype == tf.int32
-    assert isinstance(chunkers.create_chunker(
-        string_max_bytes=1234, encoding=chunkers.CharacterEncoding.UNKNOWN),
-        chunkers.BinaryChunker)
+    assert isinstance(
+        chunkers.create_chunker(string_max_bytes=1234, encoding=chunkers.CharacterEncoding.UNKNOWN),
+        chunkers.BinaryChunker,
+    )
     with pytest.raises(ValueError, match='dtype'):
-        chunkers.create_chunker(string_max_bytes=1234, encoding=chunkers.CharacterEncoding.UNKNOWN,
-                                dtype=tf.uint16)
+        chunkers.create_chunker(
+            string_max_bytes=1234, encoding=chunkers.CharacterEncoding.UNKNOWN, dtype=tf.uint16
+        )
 
 
-@pytest.mark.parametrize('string_max_bytes, error', [
-    (None, TypeError), (object(), TypeError), (0, ValueError), (-1, ValueError),
-    (tf.int32.max + 1, ValueError)])
+@pytest.mark.parametrize(
+    'string_max_bytes, error',
+    [
+        (None, TypeError),
+        (object(), TypeError),
+        (0, ValueError),
+        (-1, ValueError),
+        (tf.int32.max + 1, ValueError),
+    ],
+)
 def test_binary_invalid_string_max_bytes_raises(string_max_bytes, error):
     with pytest.raises(error, match='string_max_bytes'):
         chunkers.BinaryChunker(string_max_bytes=string_max_bytes, dtype=tf.int32)
 
 
-@pytest.mark.parametrize('max_chunk_value, error', [
-    (object(), TypeError), (-1, ValueError), (100, ValueError), (tf.int32.max + 1, ValueError)])
+@pytest.mark.parametrize(
+    'max_chunk_value, error',
+    [(object(), TypeError), (-1, ValueError), (100, ValueError), (tf.int32.max + 1, ValueError)],
+)
 def test_binary_invalid_max_chunk_value_raises(max_chunk_value, error):
     with pytest.raises(error, match='max_chunk_value'):
-        chunkers.BinaryChunker(string_max_bytes=10, max_chunk_value=max_chunk_value,
-                               dtype=tf.int32)
+        chunkers.BinaryChunker(string_max_bytes=10, max_chunk_value=max_chunk_value, dtype=tf.int32)
 
 
-@pytest.mark.parametrize('dtype, error', [(None, TypeError), (object(), TypeError),
-                                          (tf.int16, ValueError)])
+@pytest.mark.parametrize(
+    'dtype, error', [(None, TypeError), (object(), TypeError), (tf.int16, ValueError)]
+)
 def test_binary_invalid_dtype_raises(dtype, error):
     with pytest.raises(error, match='dtype'):
         chunkers.BinaryChunker(string_max_bytes=1234, dtype=dtype)
@@ -67,8 +107,15 @@ def test_binary_encode_invalid_input_raises(input_strings):
         chunker.encode_tensorflow(input_strings)
 
 
-@pytest.mark.parametrize('encoded', [None, object(), np.array([[[1, 7]]], dtype=np.int32),
-                                     np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int32)])
+@pytest.mark.parametrize(
+    'encoded',
+    [
+        None,
+        object(),
+        np.array([[[1, 7]]], dtype=np.int32),
+        np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int32),
+    ],
+)
 def test_binary_decode_invalid_input_raises(encoded):
     chunker = chunkers.BinaryChunker(string_max_bytes=1, dtype=tf.int32)
     with pytest.raises(ValueError, match='encoded_chunks'):
@@ -78,8 +125,9 @@ def test_binary_decode_invalid_input_raises(encoded):
 @pytest.mark.parametrize('dtype, max_chunk_value', _BINARY_PARAMS)
 def test_binary_encode_and_decode(dtype, max_chunk_value):
     for string_max_bytes in (10, 5):  # TFF's as_expected and trim_strings cases
-        chunker = chunkers.BinaryChunker(string_max_bytes=string_max_bytes, dtype=dtype,
-                                         max_chunk_value=max_chunk_value)
+        chunker = chunkers.BinaryChunker(
+            string_max_bytes=string_max_bytes, dtype=dtype, max_chunk_value=max_chunk_value
+        )
         assert chunker.dtype == dtype
         encoded, trimmed = chunker.encode_tensorflow(tf.constant(_BINARY_INPUTS))
         decoded = chunker.decode_tensorflow(encoded).numpy().tolist()
@@ -110,20 +158,28 @@ def test_utf8_encode_and_decode(string_max_bytes, dtype, max_chunk_value):
     encoded, trimmed = chunker.encode_tensorflow(tf.constant(_UTF8_INPUTS))
     if max_chunk_value:
         assert np.all(encoded.numpy() < max_chunk_value)
-    for decoded in (chunker.decode_tensorflow(encoded).numpy(),
-                    chunker.decode_python(encoded.numpy())):
+    for decoded in (
+        chunker.decode_tensorflow(encoded).numpy(),
+        chunker.decode_python(encoded.numpy()),
+    ):
         assert sorted(s.decode('utf-8', 'ignore') for s in decoded) == sorted(_UTF8_INPUTS)
         assert sorted(trimmed.numpy().tolist()) == sorted(decoded.tolist())
 
 
-@pytest.mark.parametrize('string_max_bytes, expected', [
-    (5, ['', 'some', 'interest', 'unicodes', ' has mor', 'has, som', '新年', '☺️']),
-    (10, _TRIM_INPUTS)])
+@pytest.mark.parametrize(
+    'string_max_bytes, expected',
+    [
+        (5, ['', 'some', 'interest', 'unicodes', ' has mor', 'has, som', '新年', '☺️']),
+        (10, _TRIM_INPUTS),
+    ],
+)
 def test_utf8_trim_strings(string_max_bytes, expected):
     chunker = chunkers.UTF8Chunker(string_max_bytes, dtype=tf.int64)
     encoded, trimmed = chunker.encode_tensorflow(tf.constant(_TRIM_INPUTS))
-    for decoded in (chunker.decode_tensorflow(encoded).numpy(),
-                    chunker.decode_python(encoded.numpy())):
+    for decoded in (
+        chunker.decode_tensorflow(encoded).numpy(),
+        chunker.decode_python(encoded.numpy()),
+    ):
         assert sorted(s.decode('utf-8', 'ignore') for s in decoded) == sorted(expected)
         assert sorted(trimmed.numpy().tolist()) == sorted(decoded.tolist())
 
@@ -141,16 +197,25 @@ def test_utf8_exact_encoding():
 def test_packing_special_cases_match_general_form(bits, size):
     values = tf.constant(np.random.RandomState(bits * size).randint(0, 2**bits, size), tf.int64)
     general = chunkers._pack_binary_form(
-        chunkers._expand_to_binary_form(tf.reshape(values, [-1, 1]), bits), 28)
+        chunkers._expand_to_binary_form(tf.reshape(values, [-1, 1]), bits), 28
+    )
     packed = chunkers._pack_into_int(values, bits, 28)
     np.testing.assert_array_equal(packed.numpy(), general.numpy())
     np.testing.assert_array_equal(
-        chunkers._unpack_from_int(packed, bits, 28, [size]).numpy(), values.numpy())
+        chunkers._unpack_from_int(packed, bits, 28, [size]).numpy(), values.numpy()
+    )
 
 
-@pytest.mark.parametrize('kwargs', [dict(string_max_bytes=-1), dict(max_chunk_value=-1),
-                                    dict(max_chunk_value=tf.int32.max + 1, dtype=tf.int32),
-                                    dict(dtype=tf.int16), dict(dtype=tf.float32)])
+@pytest.mark.parametrize(
+    'kwargs',
+    [
+        dict(string_max_bytes=-1),
+        dict(max_chunk_value=-1),
+        dict(max_chunk_value=tf.int32.max + 1, dtype=tf.int32),
+        dict(dtype=tf.int16),
+        dict(dtype=tf.float32),
+    ],
+)
 def test_utf8_argument_errors(kwargs):
     with pytest.raises(ValueError):
         chunkers.UTF8Chunker(**{'string_max_bytes': 10, 'dtype': tf.int64, **kwargs})

@@ -25,28 +25,44 @@ def _chi_square(samples):
     return np.sum(np.square(counts - expected) / expected)
 
 
-@pytest.mark.parametrize('table_size, repetitions, regex', [
-    (0, 3, 'table_size must be at least 1.'), (-1, 3, 'table_size must be at least 1.'),
-    (10, 0, 'repetitions must be at least 3.'), (10, 2, 'repetitions must be at least 3.')])
+@pytest.mark.parametrize(
+    'table_size, repetitions, regex',
+    [
+        (0, 3, 'table_size must be at least 1.'),
+        (-1, 3, 'table_size must be at least 1.'),
+        (10, 0, 'repetitions must be at least 3.'),
+        (10, 2, 'repetitions must be at least 3.'),
+    ],
+)
 def test_random_raises_params_value_error(table_size, repetitions, regex):
     with pytest.raises(ValueError, match=regex):
         hyperedge_hashers.RandomHyperEdgeHasher(0, table_size, repetitions)
 
 
-@pytest.mark.parametrize('table_size, repetitions, rescale_factor, regex', [
-    (0, 3, 4, 'table_size must be at least 1.'), (10, 2, 4, 'repetitions must be at least 3.'),
-    (10, 3, 0, 'rescale_factor must be positive.*'), (10, 3, -1, 'rescale_factor must be positive'),
-    (10, 3, 15, 'rescale_factor must be positive.*')])
+@pytest.mark.parametrize(
+    'table_size, repetitions, rescale_factor, regex',
+    [
+        (0, 3, 4, 'table_size must be at least 1.'),
+        (10, 2, 4, 'repetitions must be at least 3.'),
+        (10, 3, 0, 'rescale_factor must be positive.*'),
+        (10, 3, -1, 'rescale_factor must be positive'),
+        (10, 3, 15, 'rescale_factor must be positive.*'),
+    ],
+)
 def test_coupled_raises_params_value_error(table_size, repetitions, rescale_factor, regex):
     with pytest.raises(ValueError, match=regex):
         hyperedge_hashers.CoupledHyperEdgeHasher(0, table_size, repetitions, rescale_factor)
 
 
-@pytest.mark.parametrize('seed, table_size, repetitions, data', [
-    (0, 5, 3, ['hello', 'these', 'are', 'some', 'strings']),
-    (1, 100, 5, ['', 'some', 'unicodes', 'अ', 'क', 'æ', '☺️', '☺️']),
-    (5, 2000, 3, ['has, some, comma', '新年快乐', '☺️😇']),
-    (0, 5, 3, [])])
+@pytest.mark.parametrize(
+    'seed, table_size, repetitions, data',
+    [
+        (0, 5, 3, ['hello', 'these', 'are', 'some', 'strings']),
+        (1, 100, 5, ['', 'some', 'unicodes', 'अ', 'क', 'æ', '☺️', '☺️']),
+        (5, 2000, 3, ['has, some, comma', '新年快乐', '☺️😇']),
+        (0, 5, 3, []),
+    ],
+)
 def test_random_as_expected(seed, table_size, repetitions, data):
     hasher = hyperedge_hashers.RandomHyperEdgeHasher(seed, table_size, repetitions)
     hashes = hasher.get_hash_indices_tf(tf.constant(data, dtype=tf.string)).numpy()
@@ -58,13 +74,16 @@ def test_random_as_expected(seed, table_size, repetitions, data):
             assert tuple(hashes[i, r]) == (i, r, expected)
 
 
-@pytest.mark.parametrize('seed, table_size, repetitions, rescale_factor, data', [
-    (0, 5, 3, 4, ['hello', 'these', 'are', 'some', 'strings']),
-    (1, 100, 5, 1, ['', 'some', 'unicodes', 'अ', 'क', 'æ', '☺️', '☺️']),
-    (0, 5, 3, 4, [])])
+@pytest.mark.parametrize(
+    'seed, table_size, repetitions, rescale_factor, data',
+    [
+        (0, 5, 3, 4, ['hello', 'these', 'are', 'some', 'strings']),
+        (1, 100, 5, 1, ['', 'some', 'unicodes', 'अ', 'क', 'æ', '☺️', '☺️']),
+        (0, 5, 3, 4, []),
+    ],
+)
 def test_coupled_as_expected(seed, table_size, repetitions, rescale_factor, data):
-    hasher = hyperedge_hashers.CoupledHyperEdgeHasher(seed, table_size, repetitions,
-                                                      rescale_factor)
+    hasher = hyperedge_hashers.CoupledHyperEdgeHasher(seed, table_size, repetitions, rescale_factor)
     hashes = hasher.get_hash_indices_tf(tf.constant(data, dtype=tf.string)).numpy()
     assert hashes.shape == (len(data), repetitions, 3)
     assert np.all((hashes[:, :, 2] >= 0) & (hashes[:, :, 2] < table_size))

@@ -22,8 +22,18 @@ import tensorflow as tf
 
 from simharness.analytics.heavy_hitters.iblt import iblt_lib
 
-_STRINGS = ['2019', 'seattle', 'heavy', 'hitters', 'क', '☺️', 'has space', 'has, comma',
-            '新年快乐', '☺️😇']
+_STRINGS = [
+    '2019',
+    'seattle',
+    'heavy',
+    'hitters',
+    'क',
+    '☺️',
+    'has space',
+    'has, comma',
+    '新年快乐',
+    '☺️😇',
+]
 
 
 def _evaluate(tensors):
@@ -42,11 +52,15 @@ def _counter(out):
 
 
 def _decoded(iblt_table, capacity, string_max_bytes, both_paths=False, **kwargs):
-    counter = _counter(iblt_lib.decode_iblt_tf(iblt=iblt_table, capacity=capacity,
-                                               string_max_bytes=string_max_bytes, **kwargs))
+    counter = _counter(
+        iblt_lib.decode_iblt_tf(
+            iblt=iblt_table, capacity=capacity, string_max_bytes=string_max_bytes, **kwargs
+        )
+    )
     if both_paths:  # TFF compares the two on every case; here one (each decode traces, ~2 s).
-        decoder = iblt_lib.IbltDecoder(iblt=iblt_table, capacity=capacity,
-                                       string_max_bytes=string_max_bytes, **kwargs)
+        decoder = iblt_lib.IbltDecoder(
+            iblt=iblt_table, capacity=capacity, string_max_bytes=string_max_bytes, **kwargs
+        )
         assert _counter(decoder.get_freq_estimates_tf()) == counter
     return counter
 
@@ -55,6 +69,7 @@ def _in_graph_only(test_fn):
     def run():
         with tf.Graph().as_default():
             test_fn()
+
     run.__name__ = test_fn.__name__
     return run
 
@@ -63,12 +78,17 @@ def test_decode_string_from_chunks():
     strings = ['2019', 'seattle', 'mtv', 'heavy', 'hitters', '新年快乐', '☺️😇']
     encoder = iblt_lib.IbltEncoder(10, 7, seed=0)
     chunks, _ = encoder.compute_chunks(tf.constant(strings))
-    decoder = iblt_lib.IbltDecoder(iblt=np.zeros([3, encoder.table_size, encoder.num_chunks + 2]),
-                                   capacity=10, string_max_bytes=7, repetitions=3, seed=0)
+    decoder = iblt_lib.IbltDecoder(
+        iblt=np.zeros([3, encoder.table_size, encoder.num_chunks + 2]),
+        capacity=10,
+        string_max_bytes=7,
+        repetitions=3,
+        seed=0,
+    )
     for i, s in enumerate(strings):
         decoded = decoder.decode_string_from_chunks(chunks[i]).numpy()
         raw = s.encode('utf-8')
-        assert decoded == raw[:len(decoded)] and len(decoded) >= min(len(raw), 7)
+        assert decoded == raw[: len(decoded)] and len(decoded) >= min(len(raw), 7)
 
 
 @_in_graph_only
@@ -96,20 +116,32 @@ def test_iblt_drop_strings_above_max_length():
 
 def test_iblt_with_counts():
     field = iblt_lib.DEFAULT_FIELD_SIZE
-    input_map = {'201': 10, 'seattle': -1, 'heavy': field, 'hitters': 2**16, 'क': field - 1,
-                 '☺️': 0, '新年快乐': 100}
+    input_map = {
+        '201': 10,
+        'seattle': -1,
+        'heavy': field,
+        'hitters': 2**16,
+        'क': field - 1,
+        '☺️': 0,
+        '新年快乐': 100,
+    }
     encoder = iblt_lib.IbltEncoder(10, 12, seed=0)
-    table = encoder.compute_iblt(tf.constant(list(input_map)),
-                                 input_counts=tf.constant(list(input_map.values()), tf.int64))
+    table = encoder.compute_iblt(
+        tf.constant(list(input_map)), input_counts=tf.constant(list(input_map.values()), tf.int64)
+    )
     expected = {s: c % field for s, c in input_map.items() if c % field}
     assert _decoded(table, 10, 12, both_paths=True, repetitions=3, seed=0) == expected
 
 
-@pytest.mark.parametrize('strings, values, dtype, error', [
-    ([['rank', '2', 'tensor']], None, tf.int64, ValueError),
-    (['some', 'strings'], [[1, 1]], tf.int64, ValueError),
-    (['rank', '2', 'tensor'], [1, 1], tf.int64, tf.errors.InvalidArgumentError),
-    (['some', 'strings'], [1, 1], tf.int32, TypeError)])
+@pytest.mark.parametrize(
+    'strings, values, dtype, error',
+    [
+        ([['rank', '2', 'tensor']], None, tf.int64, ValueError),
+        (['some', 'strings'], [[1, 1]], tf.int64, ValueError),
+        (['rank', '2', 'tensor'], [1, 1], tf.int64, tf.errors.InvalidArgumentError),
+        (['some', 'strings'], [1, 1], tf.int32, TypeError),
+    ],
+)
 def test_iblt_input_checks(strings, values, dtype, error):
     encoder = iblt_lib.IbltEncoder(10, 12, seed=0)
     values = None if values is None else tf.constant(values, dtype=dtype)

@@ -45,14 +45,19 @@ def _postprocess(strings):
 
 
 def _datasets(data, batch_size=1):
-    return [tf.data.Dataset.from_tensor_slices(d).batch(batch_size, drop_remainder=True)
-            for d in data]
+    return [
+        tf.data.Dataset.from_tensor_slices(d).batch(batch_size, drop_remainder=True) for d in data
+    ]
 
 
 def _results(output):
     words = [w.decode('utf-8', 'ignore') for w in output.heavy_hitters]
-    return dict(zip(words, zip(output.heavy_hitters_unique_counts.tolist(),
-                               output.heavy_hitters_counts.tolist())))
+    return dict(
+        zip(
+            words,
+            zip(output.heavy_hitters_unique_counts.tolist(), output.heavy_hitters_counts.tolist()),
+        )
+    )
 
 
 def _execute(data, **kwargs):
@@ -65,36 +70,56 @@ def test_default_construction_type_signature():
     assert isinstance(computation, tff.Computation)
     expected = tff.FunctionType(
         tff.FederatedType(tff.SequenceType(tff.TensorType(np.str_, [None])), tff.CLIENTS),
-        tff.FederatedType(iblt_tff.ServerOutput(
-            clients=np.int32,
-            heavy_hitters=tff.TensorType(np.str_, [None]),
-            heavy_hitters_unique_counts=tff.TensorType(np.int64, [None]),
-            heavy_hitters_counts=tff.TensorType(np.int64, [None]),
-            num_not_decoded=np.int64, round_timestamp=np.int64), tff.SERVER))
+        tff.FederatedType(
+            iblt_tff.ServerOutput(
+                clients=np.int32,
+                heavy_hitters=tff.TensorType(np.str_, [None]),
+                heavy_hitters_unique_counts=tff.TensorType(np.int64, [None]),
+                heavy_hitters_counts=tff.TensorType(np.int64, [None]),
+                num_not_decoded=np.int64,
+                round_timestamp=np.int64,
+            ),
+            tff.SERVER,
+        ),
+    )
     assert computation.type_signature == expected
 
 
-@pytest.mark.parametrize('kwargs, match', [
-    (dict(string_max_bytes=0), 'string_max_bytes'), (dict(string_max_bytes=-1), 'string_max_bytes'),
-    (dict(repetitions=0), 'repetitions'), (dict(repetitions=2), 'repetitions'),
-    (dict(max_heavy_hitters=0), 'max_heavy_hitters'),
-    (dict(max_heavy_hitters=-1), 'max_heavy_hitters'),
-    (dict(max_words_per_user=0), 'max_words_per_user'),
-    (dict(max_words_per_user=-1), 'max_words_per_user'),
-    (dict(k_anonymity=0), 'k_anonymity'), (dict(k_anonymity=-1), 'k_anonymity'),
-    (dict(secure_sum_bitwidth=-1), 'secure_sum_bitwidth'),
-    (dict(secure_sum_bitwidth=0), 'secure_sum_bitwidth'),
-    (dict(secure_sum_bitwidth=63), 'secure_sum_bitwidth'),
-    (dict(secure_sum_bitwidth=64), 'secure_sum_bitwidth'),
-    (dict(batch_size=0), 'batch_size'), (dict(batch_size=-1), 'batch_size')])
+@pytest.mark.parametrize(
+    'kwargs, match',
+    [
+        (dict(string_max_bytes=0), 'string_max_bytes'),
+        (dict(string_max_bytes=-1), 'string_max_bytes'),
+        (dict(repetitions=0), 'repetitions'),
+        (dict(repetitions=2), 'repetitions'),
+        (dict(max_heavy_hitters=0), 'max_heavy_hitters'),
+        (dict(max_heavy_hitters=-1), 'max_heavy_hitters'),
+        (dict(max_words_per_user=0), 'max_words_per_user'),
+        (dict(max_words_per_user=-1), 'max_words_per_user'),
+        (dict(k_anonymity=0), 'k_anonymity'),
+        (dict(k_anonymity=-1), 'k_anonymity'),
+        (dict(secure_sum_bitwidth=-1), 'secure_sum_bitwidth'),
+        (dict(secure_sum_bitwidth=0), 'secure_sum_bitwidth'),
+        (dict(secure_sum_bitwidth=63), 'secure_sum_bitwidth'),
+        (dict(secure_sum_bitwidth=64), 'secure_sum_bitwidth'),
+        (dict(batch_size=0), 'batch_size'),
+        (dict(batch_size=-1), 'batch_size'),
+    ],
+)
 def test_argument_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         iblt_tff.build_iblt_computation(**kwargs)
 
 
 def test_computation_ground_truth_on_both_stacks(stack_registry):
-    kwargs = dict(capacity=20, string_max_bytes=30, repetitions=6, seed=1,
-                  secure_sum_bitwidth=32, string_postprocessor=_postprocess)
+    kwargs = dict(
+        capacity=20,
+        string_max_bytes=30,
+        repetitions=6,
+        seed=1,
+        secure_sum_bitwidth=32,
+        string_postprocessor=_postprocess,
+    )
     computation = iblt_tff.build_iblt_computation(**kwargs)
     outputs = {}
     for name in ('local', 'process-2'):
@@ -120,13 +145,26 @@ def test_computation_ground_truth_on_both_stacks(stack_registry):
 
 
 def test_computation_with_string_max_bytes_and_max_heavy_hitters(tff_stack):
-    results, _ = _execute(DATA, capacity=100, string_max_bytes=5, max_words_per_user=10,
-                          max_heavy_hitters=4, batch_size=1)
+    results, _ = _execute(
+        DATA,
+        capacity=100,
+        string_max_bytes=5,
+        max_words_per_user=10,
+        max_heavy_hitters=4,
+        batch_size=1,
+    )
     assert results == {'hello': (5, 5), 'pumpk': (3, 4), 'hi': (2, 4), 'I am ': (4, 4)}
 
 
 def test_computation_unique_counts_with_k_anonymity_and_string_max_bytes(tff_stack):
     # SecAggIbltUniqueCountsTffTest's ``k_3_max_string_len_2`` (multi_contribution=False).
-    results, _ = _execute(DATA, capacity=100, string_max_bytes=2, max_words_per_user=10,
-                          k_anonymity=3, batch_size=1, multi_contribution=False)
+    results, _ = _execute(
+        DATA,
+        capacity=100,
+        string_max_bytes=2,
+        max_words_per_user=10,
+        k_anonymity=3,
+        batch_size=1,
+        multi_contribution=False,
+    )
     assert results == {'he': (6, 6), 'hi': (3, 3), 'I ': (5, 5), 'pu': (3, 3), 'wo': (4, 4)}
