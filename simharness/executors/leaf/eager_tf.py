@@ -16,7 +16,8 @@ processes (the delegating executors).
 Its helpers, each in a module of its own: `embedded_function` (graph import,
 batched calls and folds, the function cache), `tf_values` (values into and
 out of tensors, with type checks; dlpack), `client_blocks` (a block of
-clients' values and the values that refer to it); numpy folds of partial
+clients' values and the values that refer to it), `eager_sequences` (clients'
+sequences taken in stacked; the sequence intrinsics on datasets); numpy folds of partial
 reductions live with the canonical reduction order in `core.reduction`.
 """
 
@@ -33,7 +34,6 @@ from simharness.core.computation import Computation
 from simharness.core import types as T
 from simharness.core.structure import Struct, flatten, pack_as
 from simharness.core.batching import stack_python_values
-from simharness.core.tf_serialization import element_spec_for, tf_dtype
 from simharness.errors import (
     ExecutorClosedError,
     SimharnessError,
@@ -41,9 +41,7 @@ from simharness.errors import (
     SimharnessValueError,
     at_client,
 )
-from simharness.core.sequences import TensorBatches, stack_layout
-from simharness.executors.leaf import tensor_sequences as tseq
-from simharness.executors.leaf.tensor_sequences import element_leaves as _element_leaves
+from simharness.core.sequences import TensorBatches
 from simharness.executors.base import (
     BatchExecutor,
     ExecutorValue,
@@ -58,6 +56,12 @@ from simharness.executors.leaf.client_blocks import (
     stack_columns,
 )
 from simharness.core.reduction import Partial
+from simharness.executors.leaf.eager_sequences import (
+    select_datasets,
+    sequence_op,
+    stack_sequences,
+    stacked_sequences,
+)
 from simharness.executors.leaf.eager_reductions import REDUCTION_SLICE, LeafReductions
 from simharness.runtime.stream_plan import PlanNode, PlanReduction
 from simharness.executors.leaf.embedded_function import (
@@ -69,12 +73,9 @@ from simharness.executors.leaf.embedded_function import (
     pack_result,
 )
 from simharness.executors.leaf.tf_values import (
-    as_dataset,
     fast_tensor,
     ingest,
     numpy_tree,
-    struct_to_spec_container,
-    to_tensor,
 )
 from simharness.validation import EagerModeError, check_bool, check_int, check_type_spec_matches
 
@@ -384,7 +385,7 @@ class EagerTFExecutor(BatchExecutor):
             if block is not None:
                 return block.values()
         if len(values) >= 2 and isinstance(t, T.SequenceType):
-            stacked = self._stack_sequences(values, t)
+            stacked = stack_sequences(self, values, t)
             if stacked is not None:
                 return stacked
         out = []
@@ -396,64 +397,6 @@ class EagerTFExecutor(BatchExecutor):
                     raise at_client(e, i)
         return out
 
-    def _stack_sequences(self, values: List[Any], t: T.SequenceType) -> Optional[List[EagerValue]]:
-        """Many clients' in-memory sequences of one layout (as they come from the driver):
-        each component converted once for all clients, and the clients' rows kept
-        as slices of it, so that a batched map takes the stacked tensor as it is."""
-        if not all(isinstance(v, TensorBatches) for v in values):
-            return None
-        stacked = stack_layout(values)
-        return None if stacked is None else self._sequence_rows(values[0], stacked, t)
-
-    def _stacked_sequences(self, block: Any, t: T.SequenceType) -> List[EagerValue]:
-        """Client sequences sent stacked (`runtime.datasets.stacked_batches`): component j
-        is ``[n, rows, ...]``, client i's rows at index i."""
-        comps = block.components if isinstance(block, TensorBatches) else None
-        if (
-            not isinstance(comps, (list, tuple))
-            or not comps
-            or not all(isinstance(c, np.ndarray) and c.ndim >= 1 for c in comps)
-            or len({c.shape[0] for c in comps}) != 1
-        ):
-            raise SimharnessTypeError(
-                f'{block!r:.200} is not a block of stacked client sequences of {t}', expected=t
-            )
-        first = TensorBatches(
-            [c[0] for c in comps],
-            block.batch_size,
-            block.drop_remainder,
-            block.element_type,
-            block.passes,
-        )
-        return self._sequence_rows(first, list(comps), t)
-
-    def _sequence_rows(
-        self, first: TensorBatches, stacked_arrays: List[np.ndarray], t: T.SequenceType
-    ) -> List[EagerValue]:
-        """The clients of `stacked_arrays` (one layout, that of `first`, their row 0)."""
-        with self.device_scope():
-            checked = tseq.checked(first, t, to_tensor)  # one layout: one check
-            stacked = [
-                fast_tensor(np.asarray(x, dtype=c.dtype.as_numpy_dtype))
-                for x, c in zip(stacked_arrays, checked.components)
-            ]
-            rows = [tf.unstack(x) for x in stacked]
-        out = []
-        key = tseq.lowering_key(checked)  # one layout: the rows' lowering key too
-        for i in range(int(stacked_arrays[0].shape[0])):
-            tb = TensorBatches(
-                [r[i] for r in rows],
-                checked.batch_size,
-                checked.drop_remainder,
-                t.element,
-                checked.passes,
-            )
-            tb.derived['checked'] = (t, tb)
-            tb.derived['rows'] = (stacked, i)
-            tb.derived['lowering_key'] = key
-            out.append(EagerValue(tb, t))
-        return out
-
     async def create_values_stacked(
         self, leaves: Sequence[np.ndarray], type_spec: Any
     ) -> List[EagerValue]:
@@ -461,7 +404,7 @@ class EagerTFExecutor(BatchExecutor):
         self._check_open()
         t = T.to_type(type_spec)
         if isinstance(t, T.SequenceType) and len(leaves) == 1:
-            return self._stacked_sequences(leaves[0], t)
+            return stacked_sequences(self, leaves[0], t)
         types = T.flatten_type(t)
         if len(leaves) != len(types) or not leaves:
             raise SimharnessTypeError(f'{len(leaves)} stacked leaves do not match {t}')
@@ -741,47 +684,8 @@ class EagerTFExecutor(BatchExecutor):
         out = []
         with self.device_scope():
             for v in cast(Sequence[EagerValue], values):  # values of this executor
-                out.append(self._sequence_op(op, v, params))
+                out.append(sequence_op(self, op, v, params))
         return out
-
-    def _sequence_op(self, op: str, v: EagerValue, params: Dict[str, Any]) -> EagerValue:
-        t = v.type_signature
-        ds = as_dataset(v.internal)
-        if not isinstance(t, T.SequenceType) or not isinstance(ds, tf.data.Dataset):
-            raise SimharnessTypeError(f'{op} needs a sequence, got {t}', actual=t)
-        et = t.element
-        if op == 'sequence_map':
-            fn = self.fn_of(params['fn'])
-            rt = fn.type_signature.result
-            spec = element_spec_for(rt)
-
-            def mapper(*elem):
-                elem = elem[0] if len(elem) == 1 else elem
-                out = fn.call_flat(_element_leaves(elem, et))
-                return tf.nest.pack_sequence_as(spec, out)
-
-            return EagerValue(ds.map(mapper), T.SequenceType(rt))
-        if op == 'sequence_reduce':
-            fn = self.fn_of(params['op'])
-            zero: EagerValue = params['zero']
-            at = fn.type_signature.result
-            zero_leaves = tuple(flatten_arg(zero.internal))
-
-            def reduce_fn(acc, elem):
-                out = fn.call_flat(list(acc) + _element_leaves(elem, et))
-                return tuple(out)
-
-            res = ds.reduce(zero_leaves, reduce_fn)
-            return EagerValue(pack_result(list(res), at), at)
-        if op == 'sequence_sum':
-            leaves_t = T.flatten_type(et)
-            zeros = tuple(tf.zeros(lt.shape, tf_dtype(lt.dtype)) for lt in leaves_t)
-            res = ds.reduce(
-                zeros,
-                lambda acc, elem: tuple(a + e for a, e in zip(acc, _element_leaves(elem, et))),
-            )
-            return EagerValue(pack_as(et, list(res)), et)
-        raise SimharnessValueError(f'unknown sequence operation {op!r}')
 
     async def create_select(
         self,
@@ -792,31 +696,13 @@ class EagerTFExecutor(BatchExecutor):
     ) -> List[EagerValue]:
         self._check_open()
         fn = self.fn_of(select_fn)
-        server_value = cast(EagerValue, server_value)  # a value of this executor
-        out = []
-        spec = element_spec_for(element_type)
-        with self.device_scope():
-            for k in cast(Sequence[EagerValue], keys):  # values of this executor
-                elems = []
-                for key in tf.reshape(k.internal, [-1]):
-                    arg = EagerValue(
-                        Struct([(None, server_value.internal), (None, key)]),
-                        T.StructType([server_value.type_signature, T.TensorType(np.int32)]),
-                    )
-                    elems.append(self.call(fn, arg).internal)
-                if elems:
-                    py = [struct_to_spec_container(e, spec) for e in elems]
-                    ds = tf.data.Dataset.from_tensor_slices(
-                        tf.nest.map_structure(lambda *xs: tf.stack(xs), *py)
-                    )
-                else:
-                    ds = tf.data.Dataset.from_tensor_slices(
-                        tf.nest.map_structure(
-                            lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec
-                        )
-                    )
-                out.append(EagerValue(ds, T.SequenceType(element_type)))
-        return out
+        return select_datasets(
+            self,
+            cast(Sequence[EagerValue], keys),  # values of this executor
+            cast(EagerValue, server_value),
+            fn,
+            element_type,
+        )
 
 
 class _NullScope:
