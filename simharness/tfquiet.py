@@ -157,10 +157,17 @@ class _KerasNotNow:
     in place. ``importlib.util.find_spec('keras')`` (TF reads Keras' directory
     from it) still finds Keras; only loading it fails. Once the finder is
     removed, ``tf.keras`` (a lazy loader) and ``import keras`` load it as usual.
+
+    JAX too, where it is installed: TensorFlow imports it (``tensorflow.lite.python.util``,
+    in a ``try/except ImportError``, for TFLite's JAX converter), a second or two of every
+    worker's start. A worker runs a JAX computation as a TF graph (`simharness.jax`).
     """
 
+    #: The top-level packages kept out of a worker's TensorFlow import.
+    NAMES = ('keras', 'jax')
+
     def find_spec(self, name: str, path: object = None, target: object = None) -> object:
-        if name != 'keras':
+        if name not in self.NAMES:
             return None
         import importlib.machinery  # pylint: disable=import-outside-toplevel
 
@@ -173,7 +180,8 @@ class _KerasNotNow:
         return None
 
     def exec_module(self, module: object) -> None:
-        raise ImportError('keras is not loaded in a simharness worker process (it runs graphs)')
+        name = getattr(module, '__name__', 'keras')
+        raise ImportError(f'{name} is not loaded in a simharness worker process (it runs graphs)')
 
 
 def quiet_runtime_logs() -> None:

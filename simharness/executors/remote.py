@@ -26,7 +26,8 @@ from simharness.core import types as T
 from simharness.core.structure import Struct, from_container
 from simharness.errors import CardinalityError, SimharnessTypeError
 from simharness.executors.base import ExecutorValue
-from simharness.executors.worker_delegating import WorkerDelegatingExecutor, WorkerValue
+from simharness.executors.worker_delegating import WorkerDelegatingExecutor
+from simharness.executors.worker_values import WorkerValue
 from simharness.runtime.grpc.client import RemoteServices, RemoteWorkerHandle
 from simharness.runtime.protocol import Op
 from simharness.validation import check_bool, check_int

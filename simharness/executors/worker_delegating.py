@@ -15,6 +15,10 @@ requests in order, and a failed operation poisons its result ids, so an
 error surfaces (as the original error) at the next wait. A round of
 zip → map → select → partial reduction is one wait, not four.
 
+Its parts: `wire_values` turns the driver's values into what the codec carries
+(`wire_value`, `SharedValue`), `worker_values` holds the driver's handles
+(`WorkerValue`, `Lease`); this module owns the session (its ids, requests and caches).
+
 What it leaves to other layers: the transport (`runtime.seam.WorkerHandle`:
 pipe + shared memory, gRPC, Ray, or the in-process loopback), the TF work (the worker's
 `WorkerService` and EagerTF executor), placements and intrinsics (the
@@ -25,10 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import functools
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -36,17 +39,9 @@ from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.batching import stack_python_values
 from simharness.core.reduction import Partial
-from simharness.core.structure import Struct, from_container, tensor_to_numpy
 from simharness.core.wakeups import await_future
 from simharness.data.sourced import SourcedClients, source_spec, transform_spec
-from simharness.errors import (
-    ExecutorClosedError,
-    ProtocolError,
-    SimharnessError,
-    SimharnessTypeError,
-    WorkerCrashedError,
-    at_client,
-)
+from simharness.errors import ExecutorClosedError, ProtocolError, SimharnessTypeError
 from simharness.executors.base import (
     CURRENT_INVOCATION,
     BatchExecutor,
@@ -54,10 +49,21 @@ from simharness.executors.base import (
     normalize_struct_elements,
     selection_index,
 )
+from simharness.executors.wire_values import (
+    BROADCAST_MIN_BYTES,
+    SharedValue,
+    array_bytes,
+    is_dataset,
+    read_functions_once,
+    revive,
+    wire_value,
+    wire_values,
+)
+from simharness.executors.worker_values import Lease, WorkerValue
 from simharness.runtime import op_libraries
 from simharness.runtime import protocol as P
-from simharness.runtime.codec import DatasetRecipe, Packed
-from simharness.runtime.protocol import DatasetBlob, Op, Ref, RefRange, map_leaves
+from simharness.runtime.codec import Packed
+from simharness.runtime.protocol import Op, Ref, RefRange, map_leaves
 from simharness.runtime.seam import WorkerHandle, WorkerId
 from simharness.runtime.stream_plan import (
     PlanClients,
@@ -70,25 +76,10 @@ from simharness.runtime.stream_plan import (
     is_plan_part,
 )
 
-#: Values at least this big go through the pool's broadcast arena (written once).
-BROADCAST_MIN_BYTES = 1 << 16
-
 Types = Union[T.Type, List[T.Type]]
 
 #: Unanswered (or failed, unreported) requests kept per session at most.
 _MAX_PENDING = 4096
-
-
-def _array_bytes(tree: Any) -> int:
-    total = [0]
-
-    def leaf(x):
-        if isinstance(x, np.ndarray):
-            total[0] += x.nbytes
-        return x
-
-    map_leaves(tree, leaf)
-    return total[0]
 
 
 def _lent_partials(result: Any, loan: Any) -> Any:
@@ -111,75 +102,6 @@ def _lent_partials(result: Any, loan: Any) -> Any:
     return result
 
 
-def _wire_values(values: Sequence[Any], t: T.Type) -> List[Any]:
-    """`wire_value` of each value; an error about one names its client (its position)."""
-    out = []
-    for i, v in enumerate(values):
-        try:
-            out.append(wire_value(v, t))
-        except SimharnessError as e:
-            raise at_client(e, i)
-    return out
-
-
-def _read_functions_once(values: List[Any]) -> List[Any]:
-    """`values` with each pipeline's read function on its first `DatasetRecipe` only: the
-    worker imports it from there for the others of the message."""
-    seen: set = set()
-    out = []
-    for v in values:
-        if isinstance(v, DatasetRecipe):
-            if v.key in seen:
-                v = dataclasses.replace(v, read=None)
-            seen.add(v.key)
-        out.append(v)
-    return out
-
-
-def _is_dataset(x: Any) -> bool:
-    return hasattr(x, 'element_spec') and hasattr(x, '_as_serialized_graph')
-
-
-def _revive(x: Any) -> Any:
-    """Datasets come back from workers as serialized graphs: rebuild them."""
-    if isinstance(x, DatasetBlob):
-        # reason: datasets.py imports TensorFlow; only a dataset value needs it
-        from simharness.runtime.datasets import dataset_from_blob
-
-        return dataset_from_blob(x)
-    return x
-
-
-def wire_value(value: Any, t: Optional[T.Type]) -> Any:
-    """`value` (of type `t`) as plain data the codec carries: Structs, numpy, lists, blobs.
-
-    Python containers (namedtuples, attrs classes, OrderedDicts) become
-    `Struct`s, tensors numpy arrays, datasets their arrays (`TensorBatches`,
-    when they are slices of in-memory tensors) or serialized graphs; a user's
-    object that is none of these is refused by the codec.
-    """
-    if _is_dataset(value):
-        # reason: datasets.py imports TensorFlow; only a dataset value needs it
-        from simharness.runtime.datasets import dataset_to_wire
-
-        return dataset_to_wire(value, t)
-    if hasattr(value, 'numpy') and not isinstance(value, np.ndarray):
-        return tensor_to_numpy(value)
-    if isinstance(t, T.StructType):
-        s = from_container(value, t)
-        return Struct((n, wire_value(v, et)) for (n, et), v in zip(t.items(), s))
-    if isinstance(t, T.SequenceType) and isinstance(value, (list, tuple)):
-        return [wire_value(v, t.element) for v in value]
-    if t is None:
-        if isinstance(value, Struct):
-            return Struct((n, wire_value(v, None)) for n, v in value.items())
-        if isinstance(value, (list, tuple)) and not hasattr(type(value), '_fields'):
-            return type(value)(wire_value(v, None) for v in value)
-        if isinstance(value, dict) or T.is_namedtuple(value):
-            return wire_value(value, T.infer_type(value))
-    return value
-
-
 #: Argument kinds `_ref_walk` passes on untouched (exact types; subclasses take the walk).
 _AS_IS = frozenset({type(None), bool, int, float, str, bytes, Ref, RefRange, Packed})
 
@@ -187,104 +109,6 @@ _AS_IS = frozenset({type(None), bool, int, float, str, bytes, Ref, RefRange, Pac
 def _leads(placed: List[Any], buffers: List[Any]) -> bool:
     """Whether the arrays `placed` are the first of `buffers` (the same objects)."""
     return len(placed) <= len(buffers) and all(a is b for a, b in zip(placed, buffers))
-
-
-class _Shared:
-    """A Python value prepared once for `create_value` on several workers: its plain form,
-    encoded (`codec.Packed`), and whether it goes through the broadcast arena."""
-
-    __slots__ = ('value', 'type', 'packed', 'big')
-
-    def __init__(self, value: Any, type_spec: Any):
-        self.value = value
-        self.type = None if type_spec is None else T.to_type(type_spec)
-        plain = wire_value(value, self.type)
-        self.big = _array_bytes(plain) >= BROADCAST_MIN_BYTES
-        self.packed = Packed(plain)
-
-
-class _Lease:
-    """The driver's claim on a range of value ids in one session generation.
-
-    Shared by the `WorkerValue`s of one result block; when the last of them
-    is gone, the ids are freed in the worker with the next request. (Id
-    bookkeeping, not a resource: `__del__` is the cheap hook CPython calls
-    when the last handle goes; `weakref.finalize` costs ~10x more per block.)
-    """
-
-    __slots__ = ('_owner', '_start', '_count', '_generation')
-
-    def __init__(self, owner: 'WorkerDelegatingExecutor', start: int, count: int, generation: int):
-        self._owner = owner
-        self._start = start
-        self._count = count
-        self._generation = generation
-
-    def __del__(self) -> None:
-        try:
-            self._owner.release_ids(self._start, self._count, self._generation)
-        except Exception:  # interpreter shutdown: nothing left to free
-            pass
-
-
-class WorkerValue(ExecutorValue):
-    """A handle to a value held in a worker session."""
-
-    __slots__ = ('_owner', '_id', '_type', '_generation', '_lease')
-
-    def __init__(
-        self,
-        owner: 'WorkerDelegatingExecutor',
-        value_id: int,
-        type_spec: T.Type,
-        generation: int,
-        lease: _Lease,
-    ):
-        self._owner = owner
-        self._id = value_id
-        self._type = type_spec
-        self._generation = generation
-        self._lease = lease
-
-    @property
-    def type_signature(self) -> T.Type:
-        return self._type
-
-    @property
-    def owner(self) -> 'WorkerDelegatingExecutor':
-        """The executor (worker session) holding it."""
-        return self._owner
-
-    @property
-    def value_id(self) -> int:
-        """Its id in the worker session."""
-        return self._id
-
-    @property
-    def generation(self) -> int:
-        """The generation of the worker process it was made in."""
-        return self._generation
-
-    def check_generation(self) -> None:
-        """Raises `WorkerCrashedError` when the worker process that held it was replaced."""
-        if not self._owner.is_current(self._generation):
-            worker_id = self._owner.worker_id
-            raise WorkerCrashedError(
-                f'value {self._id} lived in worker {worker_id}, which was replaced after a '
-                'crash; run the computation again',
-                worker_id=cast(Any, worker_id),
-            )
-
-    @property
-    def ref(self) -> Ref:
-        self.check_generation()
-        return Ref(self._id)
-
-    async def compute(self) -> Any:
-        return (await self._owner.compute_many([self]))[0]
-
-    def __repr__(self) -> str:
-        return f'WorkerValue(worker={self._owner.worker_id}, id={self._id}, type={self._type})'
 
 
 class WorkerDelegatingExecutor(BatchExecutor):
@@ -303,7 +127,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         self._op_libraries_sent: Tuple[Tuple[str, str], ...] = ()  # `op_libraries.loaded()`
         self._next_id = 1
         self._garbage: List[Tuple[int, int]] = []  # (first id, count) ranges to free
-        # Re-entrant: a `_Lease.__del__` (`release_ids`) can run inside any of this lock's
+        # Re-entrant: a `Lease.__del__` (`release_ids`) can run inside any of this lock's
         # sections, when an allocation there sets off the cyclic garbage collector.
         self._lock = threading.RLock()
         self._embedded: Dict[str, WorkerValue] = {}
@@ -561,23 +385,23 @@ class WorkerDelegatingExecutor(BatchExecutor):
         return resp.result
 
     def _handles(self, base: int, n: int, types: Types, gen: int) -> List[WorkerValue]:
-        lease = _Lease(self, base, n, gen)
+        lease = Lease(self, base, n, gen)
         if isinstance(types, list):
             return [WorkerValue(self, base + k, t, gen, lease) for k, t in enumerate(types)]
         return [WorkerValue(self, base + k, types, gen, lease) for k in range(n)]
 
     # ------------------------------------------------------------ Executor
     def share_value(self, value: Any, type_spec: Any, shared: Dict[Any, Any]) -> Any:
-        """A value for several workers is made plain and encoded once (`_Shared`)."""
+        """A value for several workers is made plain and encoded once (`SharedValue`)."""
         if isinstance(value, (bb.CompiledComputation, ExecutorValue)):
             return value
-        form = shared.get(_Shared)
+        form = shared.get(SharedValue)
         if form is None:
-            form = shared[_Shared] = _Shared(value, type_spec)
+            form = shared[SharedValue] = SharedValue(value, type_spec)
         return form
 
     async def create_value(self, value: Any, type_spec: Any = None) -> WorkerValue:
-        if isinstance(value, _Shared):
+        if isinstance(value, SharedValue):
             t = value.type
             if value.big:
                 return (
@@ -613,7 +437,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             raise SimharnessTypeError(f'{value!r} is an executor value; expected a Python value')
         t = None if type_spec is None else T.to_type(type_spec)
         plain = wire_value(value, t)
-        if _array_bytes(plain) >= BROADCAST_MIN_BYTES:
+        if array_bytes(plain) >= BROADCAST_MIN_BYTES:
             # Large values (a broadcast model, say) are written once into the
             # pool's broadcast arena and read from there by every worker.
             return (
@@ -711,7 +535,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
                 and all(a is b for a, b in zip(last[0], values))
                 and self.is_current(last[2][0].generation)
                 # pipelines sent as graphs: only those whose every read is the same
-                and all(not _is_dataset(v) or repeatable_dataset(v) for v in values)
+                and all(not is_dataset(v) or repeatable_dataset(v) for v in values)
             ):
                 return list(last[2])
             self._last_datasets = None
@@ -726,14 +550,14 @@ class WorkerDelegatingExecutor(BatchExecutor):
             # come again and every read of them gives the same elements (checked then: a
             # program that makes new datasets every round pays no check); an unseeded
             # shuffle, say, is sent and read anew
-            repeatable = all(_is_dataset(v) for v in values)
+            repeatable = all(is_dataset(v) for v in values)
         if len(values) >= 2 and T.contains_only_tensors(t):
             arrays = stack_python_values(values, t)
             if arrays is not None:  # one array per leaf, through shared memory
                 return await self._request(
                     Op.CREATE_VALUES_STACKED, arrays, t, n_out=len(values), types=t
                 )
-        plain = _read_functions_once(_wire_values(values, t))
+        plain = read_functions_once(wire_values(values, t))
         out = await self._request(Op.CREATE_VALUES, plain, t, n_out=len(values), types=t)
         if repeatable:
             self._last_datasets = (values, t, out)
@@ -741,7 +565,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
 
     async def compute_many(self, values: Sequence[ExecutorValue]) -> List[Any]:
         out = await self._request(Op.COMPUTE_MANY, list(values), wait=True)
-        return map_leaves(out, _revive)
+        return map_leaves(out, revive)
 
     async def create_map(
         self,
@@ -816,7 +640,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         # transport that places a prefix, its bytes are the broadcast arena's, written
         # once for every worker; the request's own data go as usual.
         lead = nodes[0].value if nodes and isinstance(wire[0], PlanShared) else None
-        big = isinstance(lead, _Shared) and lead.big
+        big = isinstance(lead, SharedValue) and lead.big
         return await self._request(
             Op.STREAM_REDUCE,
             wire,
@@ -840,7 +664,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         the other kinds as they are."""
         if isinstance(node, PlanShared):
             form = node.value
-            if isinstance(form, _Shared) and (not form.big or self._handle.places_prefix):
+            if isinstance(form, SharedValue) and (not form.big or self._handle.places_prefix):
                 return PlanShared(form.packed, node.type)
             return PlanSame(await self.create_value(form, node.type))
         if not isinstance(node, PlanClients):

@@ -138,7 +138,7 @@ def test_one_request_per_worker_per_operation(warm_pool):
 
 def test_a_broadcast_rides_in_the_round_request_and_is_written_once(warm_pool):
     from computations import broadcast_scaled_sum  # tests/computations.py
-    from simharness.executors.worker_delegating import BROADCAST_MIN_BYTES
+    from simharness.executors.wire_values import BROADCAST_MIN_BYTES
 
     n = BROADCAST_MIN_BYTES // 4 * 2  # big: the broadcast arena's
     comp = broadcast_scaled_sum(n)

@@ -250,7 +250,8 @@ def test_the_runner_builds_a_ray_factory_from_the_config():
 def test_a_slot_moved_to_another_node_is_planned_again_there():
     # Ray reschedules a bundle whose node died: the restarted actor gets cores of its new
     # node, disjoint from the actors already there; the other slots keep their placements.
-    from simharness.runtime.ray.workers import RayWorkerHandle, RayWorkers
+    from simharness.runtime.ray.handle import RayWorkerHandle
+    from simharness.runtime.ray.workers import RayWorkers
 
     workers = RayWorkers(3)
     handles = [RayWorkerHandle(workers, k) for k in range(3)]
@@ -267,7 +268,7 @@ def test_a_slot_moved_to_another_node_is_planned_again_there():
 def test_a_broadcast_outlives_its_reads_until_its_bytes_change():
     """A worker whose read ends before the next worker acquires the same value does not
     make the value put again; an array changed in place since is put again."""
-    from simharness.runtime.ray.workers import RayBroadcast
+    from simharness.runtime.ray.broadcast import RayBroadcast
 
     class _FakeRay:
         def __init__(self):

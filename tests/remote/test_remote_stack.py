@@ -218,7 +218,7 @@ def test_a_round_broadcast_crosses_as_the_executor_sends_it(remote_pair, stream_
     # Small: inside the round's plan; big: alone first (gRPC places no prefix of a request);
     # with stream_structs the executor sends it its own way first. The bits of the thread stack.
     from computations import broadcast_scaled_sum  # tests/computations.py
-    from simharness.executors.worker_delegating import BROADCAST_MIN_BYTES
+    from simharness.executors.wire_values import BROADCAST_MIN_BYTES
 
     xs = [np.float32(k) / 7 for k in range(9)]
     for n in (8, BROADCAST_MIN_BYTES // 4):

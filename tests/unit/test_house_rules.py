@@ -37,6 +37,7 @@ REASONED_IMPORTS = [
     'runtime',
     'hosts',
     'executors/worker_delegating.py',
+    'executors/wire_values.py',
     'executors/remote.py',
     'executors/thread_delegating.py',
     'executors/base.py',

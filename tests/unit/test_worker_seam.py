@@ -22,7 +22,8 @@ from simharness.errors import ExecutorClosedError, WorkerCrashedError
 from simharness.executors.base import BatchExecutor
 from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
-from simharness.executors.worker_delegating import BROADCAST_MIN_BYTES, WorkerDelegatingExecutor
+from simharness.executors.wire_values import BROADCAST_MIN_BYTES
+from simharness.executors.worker_delegating import WorkerDelegatingExecutor
 from simharness.runtime import codec, protocol as P
 from simharness.runtime.loopback import LoopbackGroup
 from simharness.runtime.seam import WorkerGroup, WorkerHandle
@@ -328,7 +329,8 @@ def test_a_broadcast_goes_inside_the_plan_unless_big_where_a_prefix_is_not_place
 def test_the_local_grpc_and_ray_transports_implement_the_seam():
     # Nothing is started: the classes are checked, not the workers.
     from simharness.runtime.grpc.client import RemoteServices
-    from simharness.runtime.ray.workers import RayWorkerHandle, RayWorkers
+    from simharness.runtime.ray.handle import RayWorkerHandle
+    from simharness.runtime.ray.workers import RayWorkers
     from simharness.stacks import create_worker_pool
 
     with create_worker_pool(num_workers=1) as pool:

@@ -1,5 +1,9 @@
 """The Ray transport, driver side: `RayWorkers` and a handle per actor (the worker seam).
 
+The handle of one slot is `handle.RayWorkerHandle`, the broadcast arena
+`broadcast.RayBroadcast`; this module owns the actors, their placement group, Ray
+itself when it started it, and the watchdog.
+
 The actor itself is a host: `simharness.hosts.ray_actor.RayWorker`.
 
 ```
@@ -46,24 +50,19 @@ starts: this module imports without Ray.
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import dataclasses
 import logging
 import secrets
 import threading
 import time
 import weakref
-import zlib
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
-
-import numpy as np
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from simharness import errors as E
-from simharness.runtime import protocol as P
-from simharness.runtime.inflight import InFlight
-from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
 from simharness.runtime.pinning import WorkerPlacement
+from simharness.runtime.ray.broadcast import RayBroadcast
+from simharness.runtime.ray.handle import RayWorkerHandle
+from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
 from simharness.runtime.ray.placement import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_READY_TIMEOUT,
@@ -77,325 +76,6 @@ from simharness.runtime.ray.placement import (
 from simharness.runtime.seam import RAY_ACTOR, load_host
 
 log = logging.getLogger(__name__)
-
-
-class RayBroadcast:
-    """The handle protocol's broadcast arena for Ray: ``ray.put`` once per broadcast value.
-
-    `acquire(key, buffers)` puts the buffers into the object store once for
-    `key` (the value object being broadcast) and returns ``[ObjectRef]``; each
-    worker's request passes it as a top-level argument, so Ray fetches it
-    once per node and actors read it zero-copy. The object stays until another
-    key is broadcast: a worker whose read ends before the next worker's request
-    acquires it (actors answer at their own pace) must not make that request put
-    the value again. The same key with other bytes (an array changed in place
-    since) is put again: the held object's CRC-32 is compared when no read holds it.
-    """
-
-    def __init__(self, ray: Any):
-        self._ray = ray
-        self._lock = threading.Lock()
-        self._key: Any = None
-        self._refs: List[Any] = []
-        self._readers = 0
-        self._crc = 0
-        self.bytes_written = 0
-        self.puts = 0
-
-    def acquire(self, key: Any, buffers: Sequence[Any]) -> List[Any]:
-        with self._lock:
-            held = (
-                self._key is key
-                and bool(self._refs)
-                and (self._readers > 0 or _crc(buffers) == self._crc)
-            )
-            if not held:
-                self._refs = [self._ray.put(list(buffers))]
-                self._key, self._crc = key, _crc(buffers)
-                self.puts += 1
-                self.bytes_written += sum(int(np.asarray(b).nbytes) for b in buffers)
-            self._readers += 1
-            return list(self._refs)
-
-    def release(self, locs: Optional[List[Any]] = None) -> None:
-        """Ends a read (of the one value held: `locs` names it for the handle protocol)."""
-        with self._lock:
-            self._readers = max(0, self._readers - 1)
-
-
-def _crc(buffers: Sequence[np.ndarray]) -> int:
-    """CRC-32 of the buffers' bytes, in order."""
-    crc = 0
-    for b in buffers:
-        crc = zlib.crc32(np.ascontiguousarray(b).view(np.uint8).data, crc)
-    return crc
-
-
-class _Call(InFlight):
-    __slots__ = ('started', 'generation', 'nbytes')
-
-    def __init__(self, op: str, on_done: Any, generation: int, nbytes: int):
-        super().__init__(op, on_done)
-        self.started: Optional[float] = None  # when the actor began it (head of the queue)
-        self.generation = generation
-        self.nbytes = nbytes
-
-
-def _owned(buf: Any) -> Any:
-    """A buffer the driver may keep: arrays read from Ray's object store are read-only views."""
-    if isinstance(buf, np.ndarray) and not buf.flags.writeable:
-        return buf.copy()
-    return buf
-
-
-class RayWorkerHandle:
-    """The driver side of one worker slot (the `WorkerHandle` protocol).
-
-    `WorkerDelegatingExecutor` drives it as a local worker process:
-    `submit(header, buffers, op, generation, locs, on_done) ->
-    Future[Response]`, `ensure_started()`, `alive`, `generation`,
-    `worker_id`, `pid`, `pool`.
-    """
-
-    #: Answers are never lent (`submit(..., lend=True)` is a plain request).
-    lends = False
-    places_prefix = False  # a broadcast goes alone (`WorkerDelegatingExecutor._wire_node`)
-
-    def __init__(self, workers: 'RayWorkers', slot: int):
-        self.workers = workers
-        self.pool = workers  # the handle protocol's name for the owner
-        self.worker_id = slot
-        self.slot = slot
-        self.generation = 0
-        self.pid: Optional[int] = None
-        self.node_id: Optional[str] = None
-        self.node_ip: Optional[str] = None
-        self.incarnation = ''
-        self.placement: Optional[WorkerPlacement] = None
-        self.node_cpus: List[int] = []  # the usable cores of its node, as the actor saw them
-        self.actor: Any = None
-        self.requests = 0
-        self.bytes_to_worker = 0
-        self.bytes_from_worker = 0
-        self._alive = False
-        self._lock = threading.Lock()
-        self._start_lock = threading.Lock()
-        self._inflight: Deque[_Call] = collections.deque()
-
-    @property
-    def alive(self) -> bool:
-        return self._alive and not self.workers.closed
-
-    # ------------------------------------------------------------ lifecycle
-    def ensure_started(self, timeout: Optional[float] = None) -> None:
-        """(Re)starts the actor in its bundle: a new generation of this worker slot."""
-        with self._start_lock:
-            if self.workers.closed:
-                raise E.ExecutorClosedError('the Ray workers are closed')
-            if self.alive:
-                return
-            self.workers.restart_slot(self, timeout)
-
-    def record_start(self, info: Dict[str, Any]) -> None:
-        """Records that its actor started (`info`: the actor's answer to ``start``): a new
-        generation of this slot, alive."""
-        with self._lock:
-            self.generation += 1
-            self.incarnation = info['incarnation']
-            self.pid = info['pid']
-            self.node_id = info['node_id']
-            self.node_ip = info['node_ip']
-            self._alive = True
-
-    def _mark_lost(self, generation: int) -> None:
-        with self._lock:
-            if generation == self.generation:
-                self._alive = False
-
-    # ------------------------------------------------------------ calls
-    def submit(
-        self,
-        header: bytes,
-        buffers: List[Any],
-        op: P.Op,
-        generation: int,
-        locs: Optional[List[Any]] = None,
-        on_done: Optional[Any] = None,
-        lend: bool = False,
-    ) -> concurrent.futures.Future:
-        """Sends one encoded request; the future resolves to its decoded `Response`
-        (`lend` is ignored: answers are Ray's objects, never views lent by the actor)."""
-        nbytes = len(header) + sum(int(getattr(b, 'nbytes', 0)) for b in buffers)
-        call = _Call(op.name, on_done, generation, 0 if locs else nbytes)
-        err: Optional[BaseException] = None
-        if self.workers.closed:
-            err = E.ExecutorClosedError('the Ray workers are closed')
-        elif generation != self.generation or not self._alive:
-            err = E.WorkerLostError(
-                f'Ray worker {self.slot} was lost (its actor died or was restarted); its values '
-                'are gone: run the computation again',
-                worker_id=self.slot,
-                pid=self.pid,
-            )
-        if err is not None:
-            call.finish(error=err)
-            return call.future
-        payload = locs[0] if locs else list(buffers)
-        with self._lock:
-            self.requests += 1
-            self.bytes_to_worker += call.nbytes
-            if not self._inflight:
-                call.started = time.monotonic()
-            self._inflight.append(call)
-        try:
-            ref = self.actor.call.remote(self.incarnation, header, payload)
-            ref.future().add_done_callback(lambda f, c=call: self._done(c, f))
-        except Exception as e:  # Ray refused the call (shut down, ...)
-            self._forget(call)
-            self._mark_lost(generation)
-            call.finish(
-                error=E.WorkerLostError(
-                    f'Ray worker {self.slot}: the call could not be sent ({type(e).__name__}: {e}); '
-                    'run the computation again',
-                    worker_id=self.slot,
-                    pid=self.pid,
-                )
-            )
-        return call.future
-
-    def _forget(self, call: _Call) -> None:
-        with self._lock:
-            try:
-                self._inflight.remove(call)
-            except ValueError:
-                return
-            if self._inflight and self._inflight[0].started is None:
-                self._inflight[0].started = time.monotonic()
-
-    def _done(self, call: _Call, f: concurrent.futures.Future) -> None:
-        self._forget(call)
-        if call.future.done():  # failed already (timeout, close)
-            call.finish()
-            return
-        try:
-            out = f.result()
-        except Exception as e:  # noqa: BLE001 - mapped below
-            call.finish(error=self._ray_error(e, call))
-            return
-        if out is None:
-            self._mark_lost(call.generation)
-            call.finish(
-                error=E.WorkerLostError(
-                    f'Ray worker {self.slot} was restarted by Ray while this driver used it (a '
-                    f'new incarnation answered {call.op}); its values are gone: run the '
-                    'computation again',
-                    worker_id=self.slot,
-                    pid=self.pid,
-                )
-            )
-            return
-        try:
-            header, bufs = out
-            bufs = [_owned(b) for b in bufs]
-            with self._lock:
-                self.bytes_from_worker += len(header) + sum(int(b.nbytes) for b in bufs)
-            resp = P.decode_message(header, bufs)
-        except Exception as e:
-            call.finish(error=e)
-            return
-        call.finish(resp)
-
-    def _ray_error(self, e: BaseException, call: _Call) -> BaseException:
-        ray = self.workers.ray
-        exc = ray.exceptions
-        lost_types = tuple(
-            t
-            for t in (
-                getattr(exc, 'RayActorError', None),
-                getattr(exc, 'ActorUnavailableError', None),
-                getattr(exc, 'ObjectLostError', None),
-                getattr(exc, 'OwnerDiedError', None),
-                getattr(exc, 'WorkerCrashedError', None),
-                getattr(exc, 'NodeDiedError', None),
-            )
-            if isinstance(t, type)
-        )
-        if isinstance(e, lost_types):
-            self._mark_lost(call.generation)
-            where = f' on {self.node_ip}' if self.node_ip else ''
-            err: BaseException = E.WorkerLostError(
-                f'Ray worker {self.slot} (pid {self.pid}{where}) died while it ran {call.op} '
-                f'({type(e).__name__}); its values are gone: run the computation again '
-                '(execution_context(factory, retries=N) does)',
-                worker_id=self.slot,
-                pid=self.pid,
-            )
-            err.__cause__ = e
-            return err
-        if isinstance(e, getattr(exc, 'RayTaskError', ())):
-            err = E.WorkerError(
-                f'Ray worker {self.slot} failed while it ran {call.op}: {e}',
-                worker_id=self.slot,
-                pid=self.pid,
-            )
-            return err
-        return e
-
-    def _fail_inflight(self, first: BaseException, others: BaseException) -> None:
-        with self._lock:
-            calls = list(self._inflight)
-            self._inflight.clear()
-        for k, c in enumerate(calls):
-            c.finish(error=first if k == 0 else others)
-
-    def kill_if_overdue(self, timeout: float, now: float) -> None:
-        """Kills its actor, failing the calls in flight, when the oldest one has run more
-        than `timeout` seconds at `now` (the watchdog's check)."""
-        with self._lock:
-            head = self._inflight[0] if self._inflight else None
-            if head is None or head.started is None or now - head.started <= timeout:
-                return
-            self._alive = False
-        log.warning(
-            'Ray worker %d ran %s for more than %g s: killing its actor',
-            self.slot,
-            head.op,
-            timeout,
-        )
-        try:
-            self.workers.ray.kill(self.actor, no_restart=False)
-        except Exception:  # already dead
-            pass
-        self._fail_inflight(
-            E.WorkerTimeoutError(
-                f'Ray worker {self.slot} (pid {self.pid}) ran {head.op} for more than '
-                f'{timeout:g} s (call_timeout); it was killed and restarts: run the computation '
-                'again',
-                worker_id=self.slot,
-                pid=self.pid,
-                op=head.op,
-                seconds=timeout,
-                reason='timeout',
-            ),
-            E.WorkerLostError(
-                f'Ray worker {self.slot} was killed after a call timed out; its values are gone',
-                worker_id=self.slot,
-                pid=self.pid,
-            ),
-        )
-
-    def close(self) -> None:
-        self._alive = False
-        self._fail_inflight(
-            *(
-                2
-                * [
-                    E.ExecutorClosedError(
-                        f'the Ray workers were closed while worker {self.slot} ran a request'
-                    )
-                ]
-            )
-        )
 
 
 class RayWorkers:
