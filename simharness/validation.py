@@ -10,7 +10,7 @@ executor that raises it.
 
 Layering: this module sits above `simharness.core` (it checks type specs with
 `core.types`), so core never imports it; core's own value-vs-type rules
-(`types.check_constant`, `types.array_refusal`) live in `core.types`.
+(`check_constant`, `array_refusal`) live in `core.value_rules`.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ Types are immutable and hashable. Dtypes are stored as numpy dtypes (TF
 dtypes are converted on the way in), so this module does not import
 TensorFlow; `tf.DType` objects are recognised by duck typing
 (`as_numpy_dtype`).
+
+The placements (`CLIENTS`, `SERVER`: `core.placements`) and the rules of which
+values a tensor type takes (`check_constant`, `array_refusal`, `check_array`,
+`shape_refusal`: `core.value_rules`) live in modules of their own; this module
+exports them with the types.
 """
 
 from __future__ import annotations
@@ -16,50 +21,10 @@ import attrs
 import numpy as np
 
 from simharness.core.struct import Struct
+from simharness.core.placements import CLIENTS, SERVER, PlacementLiteral
+from simharness.core.placements import placement_from_uri as placement_from_uri
+from simharness.core.value_rules import array_refusal, check_array, check_constant, shape_refusal
 from simharness.errors import SimharnessAttributeError, SimharnessTypeError, SimharnessValueError
-
-
-# ---------------------------------------------------------------- placements
-
-
-class PlacementLiteral:
-    """A placement: `CLIENTS` or `SERVER`.
-
-    Prints as TFF's: ``str(CLIENTS) == 'CLIENTS'``,
-    ``repr(CLIENTS) == "PlacementLiteral('clients')"``; `uri` is ``'clients'``.
-    """
-
-    __slots__ = ('name', 'uri', 'default_all_equal')
-
-    def __init__(self, name: str, uri: str, default_all_equal: bool):
-        self.name = name
-        self.uri = uri
-        self.default_all_equal = default_all_equal
-
-    def __repr__(self) -> str:
-        return f"PlacementLiteral('{self.uri}')"
-
-    def __str__(self) -> str:
-        return self.name
-
-    def __reduce__(self):
-        return (placement_from_uri, (self.uri,))
-
-
-CLIENTS = PlacementLiteral('CLIENTS', 'clients', False)
-SERVER = PlacementLiteral('SERVER', 'server', True)
-
-
-def placement_from_uri(uri: str) -> PlacementLiteral:
-    """The placement of `uri` ('clients' or 'server').
-
-    Raises:
-      SimharnessValueError: an unknown uri.
-    """
-    for p in (CLIENTS, SERVER):
-        if p.uri == uri:
-            return p
-    raise SimharnessValueError(f'unknown placement {uri!r}; expected "clients" or "server"')
 
 
 # ---------------------------------------------------------------- dtypes
@@ -757,143 +722,3 @@ __all__: Sequence[str] = (
 def is_namedtuple_class(cls: Any) -> bool:
     """Whether `cls` is a namedtuple class."""
     return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, '_fields')
-
-
-def check_constant(value: Any, type_spec: Any, what: str = 'constant') -> Any:
-    """`value` as a numpy array of the tensor type `type_spec`, or a `SimharnessTypeError`.
-
-    TFF refuses a constant whose type is not assignable to the parameter's;
-    here, as there, nothing is silently truncated, wrapped or parsed: a float
-    for an integer type, an int out of the integer type's range, a finite
-    float that overflows to infinity, a string for a number (or a number for
-    a string) and a shape that does not match are refused. Ints are accepted
-    for float types and bools for numbers (exact conversions).
-
-    Args:
-      value: a Python or numpy constant (or a nested list of them).
-      type_spec: the expected `TensorType`.
-      what: the value, in words, for the message.
-
-    Returns:
-      a numpy array of ``type_spec.dtype`` (an object array of str/bytes for
-      a string type).
-
-    Raises:
-      SimharnessTypeError: `value` does not fit `type_spec`.
-    """
-
-    def refuse(reason: str) -> SimharnessTypeError:
-        return SimharnessTypeError(
-            f'{what} {value!r} of type {type(value).__name__} does not fit the expected type '
-            f'{type_spec}: {reason}',
-            expected=type_spec,
-            actual=type(value),
-        )
-
-    want = np.dtype(type_spec.dtype)
-    try:
-        a = np.asarray(value)
-    except (ValueError, OverflowError) as e:  # a ragged nested list
-        raise refuse(f'it is not an array ({e})') from None
-    is_text = a.dtype.kind in 'US' or (
-        a.dtype.kind == 'O'
-        and a.size > 0
-        and all(isinstance(x, (str, bytes)) for x in a.reshape(-1))
-    )
-    if want == np.dtype(object):  # a string tensor
-        if not (is_text or (a.dtype.kind == 'O' and a.size == 0)):
-            raise refuse('expected a str or bytes')
-        out = a
-    else:
-        if is_text or a.dtype.kind == 'O':
-            reason = (
-                'an int outside int64'
-                if a.dtype.kind == 'O' and not is_text
-                else 'a string is not a number'
-            )
-            raise refuse(f'{reason}; expected a value of dtype {want.name}')
-        if a.dtype.kind in 'iu' and want.kind in 'iu':
-            info = np.iinfo(want)
-            if a.size and (a.min() < info.min or a.max() > info.max):
-                raise refuse(f'outside the range [{info.min}, {info.max}] of {want.name}')
-        elif not np.can_cast(a.dtype, want, 'same_kind'):
-            raise refuse(
-                f'a {a.dtype.name} value would be truncated or changed in '
-                f'{want.name}; convert it explicitly'
-            )
-        with np.errstate(over='ignore', invalid='ignore'):
-            out = a.astype(want)
-        if (
-            want.kind in 'fc'
-            and a.dtype.kind in 'fc'
-            and np.any(np.isfinite(a) & ~np.isfinite(out))
-        ):
-            raise refuse(f'it overflows {want.name}')
-    shape = type_spec.shape
-    if shape is not None and (
-        len(shape) != a.ndim or any(d is not None and d != s for d, s in zip(shape, a.shape))
-    ):
-        raise refuse(f'its shape {list(a.shape)} is not {list(shape)}')
-    return out
-
-
-def array_refusal(arr: np.ndarray, t: TensorType, *, batched: bool = False) -> Optional[str]:
-    """Why the numeric array `arr` is not exactly a value of tensor type `t` (None: it is).
-
-    The rule for client values (no silent truncation, as in TFF): a float
-    array for an integer type, a bool array for a non-bool type or the
-    reverse (unless empty), integers outside the range of `t`'s integer
-    dtype, and a shape `t` does not allow are refused; ints for floats are
-    exact and accepted. Strings and objects are the caller's to refuse.
-
-    Args:
-      arr: the value as a numpy array.
-      t: the tensor type it should have.
-      batched: `arr` holds many values along its first axis (one per client).
-
-    Returns:
-      None, or the reason, in words that complete "value ... is refused: ".
-    """
-    found = _array_refusal(arr, t, batched)
-    return None if found is None else found[1]
-
-
-def check_array(arr: np.ndarray, t: TensorType, what: Any) -> None:
-    """Raises unless the numeric array `arr` is exactly a value of `t` (the rule of `array_refusal`).
-
-    Raises:
-      SimharnessTypeError: a lossy dtype (float for int, bool for non-bool or
-        the reverse) or a shape `t` does not allow.
-      SimharnessValueError: integers outside the range of `t`'s dtype.
-    """
-    found = _array_refusal(arr, t, False)
-    if found is None:
-        return
-    out_of_range, reason = found
-    message = f'value {what!r:.80} is refused: {reason}'
-    if out_of_range:
-        raise SimharnessValueError(message)
-    raise SimharnessTypeError(message, expected=t, actual=f'{arr.dtype}{list(arr.shape)}')
-
-
-def shape_refusal(shape: Sequence[int], t: TensorType) -> Optional[str]:
-    """Why a value of `shape` is not of tensor type `t` (None: its shape is allowed)."""
-    if t.shape is not None and (
-        len(shape) != len(t.shape) or any(d is not None and d != s for d, s in zip(t.shape, shape))
-    ):
-        return f'a value of shape {tuple(shape)} is not assignable to {t}'
-    return None
-
-
-def _array_refusal(arr: np.ndarray, t: TensorType, batched: bool) -> Optional[Tuple[bool, str]]:
-    """(out of range?, reason) for an array `array_refusal` refuses; None otherwise."""
-    if (np.issubdtype(arr.dtype, np.floating) and np.issubdtype(t.dtype, np.integer)) or (
-        (arr.dtype == np.bool_) != (t.dtype == np.bool_) and arr.size
-    ):
-        return False, f'a value of dtype {arr.dtype} is not assignable to {t}'
-    if arr.dtype.kind in 'iu' and t.dtype.kind in 'iu' and arr.size:
-        info = np.iinfo(t.dtype)
-        if int(arr.min()) < info.min or int(arr.max()) > info.max:
-            return True, f'out of the range [{info.min}, {info.max}] of {t}'
-    reason = shape_refusal(arr.shape[1:] if batched else arr.shape, t)
-    return None if reason is None else (False, reason)
