@@ -108,6 +108,7 @@ _LAZY_SUBMODULES = frozenset(
         'analytics',
         'test',
         'types',
+        'jax',  # TFF's tff.jax (the JAX frontend): needs the jax extra, imported on first use
     }
 )
 
