@@ -1,7 +1,5 @@
 """CIFAR-100 image classification tasks (TFF's ``baselines/cifar100/image_classification_tasks``)."""
 
-from __future__ import annotations
-
 import enum
 from typing import Any, Optional, Sequence, Union
 

@@ -1,7 +1,5 @@
 """EMNIST autoencoder tasks (TFF's ``baselines/emnist/autoencoder_tasks``)."""
 
-from __future__ import annotations
-
 from typing import Any, Optional
 
 import tensorflow as tf

@@ -1,7 +1,5 @@
 """EMNIST character recognition tasks (TFF's ``baselines/emnist/char_recognition_tasks``)."""
 
-from __future__ import annotations
-
 import enum
 from typing import Any, Callable, Dict, Optional, Union
 

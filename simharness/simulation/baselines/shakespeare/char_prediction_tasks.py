@@ -1,7 +1,5 @@
 """Shakespeare next-character prediction tasks (TFF's ``baselines/shakespeare/char_prediction_tasks``)."""
 
-from __future__ import annotations
-
 from typing import Any, Optional
 
 import tensorflow as tf

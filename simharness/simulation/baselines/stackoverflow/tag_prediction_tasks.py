@@ -1,7 +1,5 @@
 """Stack Overflow tag prediction tasks (TFF's ``stackoverflow/tag_prediction_tasks``)."""
 
-from __future__ import annotations
-
 from typing import Any, Optional
 
 import tensorflow as tf
