@@ -18,10 +18,17 @@ except ImportError as _err:  # pragma: no cover - exercised without JAX installe
         '(or pip install "jax[cpu]")'
     ) from _err
 
-from simharness.jax.jax_computation import jax_computation
+# The modules keep their names (TFF's tests import them: ``from ... import jax_computation``).
+from simharness.jax import jax_computation, jax_computation_context, jax_serialization
 from simharness.jax.jax_computation_context import JaxComputationContext
 
 #: TFF's ``tff.jax.computation``.
-computation = jax_computation
+computation = jax_computation.jax_computation
 
-__all__ = ['JaxComputationContext', 'computation', 'jax_computation']
+__all__ = [
+    'JaxComputationContext',
+    'computation',
+    'jax_computation',
+    'jax_computation_context',
+    'jax_serialization',
+]
