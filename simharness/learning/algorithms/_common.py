@@ -12,6 +12,8 @@ from simharness.core.computation import Computation, tf_computation
 from simharness.errors import SimharnessTypeError
 from simharness.learning.models import functional, variable
 from simharness.learning.models.model_weights import ModelWeights
+from simharness.learning.optimizers import keras_optimizer
+from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.templates.aggregation_process import AggregationProcess
 
 ModelFn = Union[Callable[[], variable.VariableModel], functional.FunctionalModel]
@@ -68,6 +70,18 @@ def check_instance(value: object, cls: Union[type, tuple[type, ...]], name: str)
             expected=cls,
             actual=type(value),
         )
+
+
+def tff_optimizer(optimizer: keras_optimizer.OptimizerOrKerasFn, name: str) -> Optimizer:
+    """`optimizer`, which must be a TFF `Optimizer` (a `FunctionalModel` takes no Keras one)."""
+    if not isinstance(optimizer, Optimizer):
+        raise SimharnessTypeError(
+            f'`{name}` must be a `tff.learning.optimizers.Optimizer` with a '
+            f'`tff.learning.models.FunctionalModel`, got {type(optimizer)}',
+            expected=Optimizer,
+            actual=type(optimizer),
+        )
+    return optimizer
 
 
 def check_aggregator_keeps_type(aggregator: AggregationProcess) -> None:

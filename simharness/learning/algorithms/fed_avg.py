@@ -29,7 +29,7 @@ from simharness.learning.algorithms import _common
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metric_aggregator
 from simharness.learning.metrics.types import MetricsAggregatorType
-from simharness.learning.optimizers import sgdm
+from simharness.learning.optimizers import keras_optimizer, sgdm
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import (
     apply_optimizer_finalizer,
@@ -49,8 +49,8 @@ def DEFAULT_SERVER_OPTIMIZER_FN() -> Optimizer:  # noqa: N802 (TFF's name)
 
 def build_weighted_fed_avg(
     model_fn: _common.ModelFn,
-    client_optimizer_fn: Optimizer,
-    server_optimizer_fn: Optional[Optimizer] = None,
+    client_optimizer_fn: keras_optimizer.OptimizerOrKerasFn,
+    server_optimizer_fn: Optional[keras_optimizer.OptimizerOrKerasFn] = None,
     *,
     client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
     model_distributor: Optional[distributors.DistributionProcess] = None,
@@ -66,8 +66,12 @@ def build_weighted_fed_avg(
       model_fn: a no-arg callable returning a new `VariableModel` (e.g. of
         ``tff.learning.models.from_keras_model``) each call, or a
         `FunctionalModel`.
-      client_optimizer_fn: the clients' `Optimizer` (``build_sgdm(...)``, ...).
-      server_optimizer_fn: the server's `Optimizer`; default SGD at 1.0.
+      client_optimizer_fn: the clients' `Optimizer` (``build_sgdm(...)``, ...),
+        or (TFF up to v0.86) a no-arg callable returning a Keras optimizer, made
+        per client update; not with a `FunctionalModel`.
+      server_optimizer_fn: the server's `Optimizer`, or a no-arg callable
+        returning a Keras optimizer (the finalizer's state is then its
+        variables); default SGD at 1.0.
       client_weighting: a `ClientWeighting` (default NUM_EXAMPLES).
       model_distributor: a `DistributionProcess` of the weights; default broadcast.
       model_aggregator: a `WeightedAggregationFactory`; default `MeanFactory()`.
@@ -114,7 +118,7 @@ def build_weighted_fed_avg(
     if not callable(model_fn):
         client_work = model_delta_client_work.build_functional_model_delta_client_work(
             model=model_fn,
-            optimizer=client_optimizer_fn,
+            optimizer=_common.tff_optimizer(client_optimizer_fn, 'client_optimizer_fn'),
             client_weighting=client_weighting,
             metrics_aggregator=metrics_aggregator,
             loop_implementation=loop_implementation,
@@ -137,8 +141,8 @@ def build_weighted_fed_avg(
 
 def build_unweighted_fed_avg(
     model_fn: _common.ModelFn,
-    client_optimizer_fn: Optimizer,
-    server_optimizer_fn: Optional[Optimizer] = None,
+    client_optimizer_fn: keras_optimizer.OptimizerOrKerasFn,
+    server_optimizer_fn: Optional[keras_optimizer.OptimizerOrKerasFn] = None,
     model_distributor: Optional[distributors.DistributionProcess] = None,
     model_aggregator: Optional[factory.UnweightedAggregationFactory] = None,
     metrics_aggregator: Optional[MetricsAggregatorType] = None,

@@ -4,6 +4,8 @@
 client_work state: the round number (int32, from 0)
 round r:  client optimizer = client_optimizer_fn(client_learning_rate_fn(r)); local training
           as FedAvg (weight: num_examples); state r + 1
+          (a TFF Optimizer, or as in TFF up to v0.86 a Keras optimizer: apply_gradients
+          on the model's variables)
 measurements: OrderedDict(train=<model metrics>, client_learning_rate=client_learning_rate_fn(r))
 ```
 """
@@ -22,7 +24,7 @@ from simharness.core import types as T
 from simharness.core import narrowing as N
 from simharness.core.computation import federated_computation, tf_computation
 from simharness.core.tracing import Value
-from simharness.errors import SimharnessTypeError
+from simharness.errors import SimharnessValueError
 from simharness.learning import loop_builder
 from simharness.learning._typing import TensorStructure
 from simharness.learning.algorithms import _common, fed_avg
@@ -31,6 +33,7 @@ from simharness.learning.metrics import aggregator as metric_aggregator
 from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.models import functional, variable
 from simharness.learning.models import model_weights as model_weights_lib
+from simharness.learning.optimizers import keras_optimizer
 from simharness.learning.optimizers.optimizer import Float, Int, Optimizer
 from simharness.learning.templates import (
     apply_optimizer_finalizer,
@@ -42,13 +45,20 @@ from simharness.learning.templates import (
 )
 from simharness.templates.measured_process import MeasuredProcessOutput
 
-__all__ = ['build_scheduled_client_work', 'build_weighted_fed_avg_with_optimizer_schedule']
+__all__ = [
+    'TFFOrKerasOptimizer',
+    'build_scheduled_client_work',
+    'build_weighted_fed_avg_with_optimizer_schedule',
+]
+
+#: What `client_optimizer_fn` returns: a TFF `Optimizer` or (TFF up to v0.86) a Keras one.
+TFFOrKerasOptimizer = Union[Optimizer, keras_optimizer.KerasOptimizerLike]
 
 
 def build_scheduled_client_work(
     model_fn: _common.ModelFn,
     learning_rate_fn: Callable[[Int], Float],
-    optimizer_fn: Callable[[Float], Optimizer],
+    optimizer_fn: Callable[[Float], TFFOrKerasOptimizer],
     metrics_aggregator: MetricsAggregatorType,
     loop_implementation: loop_builder.LoopImplementation = (
         loop_builder.LoopImplementation.DATASET_REDUCE
@@ -59,12 +69,14 @@ def build_scheduled_client_work(
     Args:
       model_fn: a no-arg callable returning a `VariableModel`, or a `FunctionalModel`.
       learning_rate_fn: round number (an int32 tensor) -> learning rate.
-      optimizer_fn: learning rate -> a `tff.learning.optimizers.Optimizer`.
+      optimizer_fn: learning rate -> a `tff.learning.optimizers.Optimizer`, or
+        a Keras optimizer (TFF up to v0.86; not with a `FunctionalModel`).
       metrics_aggregator: e.g. ``sum_then_finalize``.
       loop_implementation: the clients' dataset loop.
 
     Raises:
-      SimharnessTypeError: `optimizer_fn` does not build a TFF `Optimizer`.
+      SimharnessValueError: `model_fn` is a `FunctionalModel` and `optimizer_fn`
+        does not build a TFF `Optimizer` (TFF's ValueError).
     """
     model: Union[functional.FunctionalModel, variable.VariableModel]
     with tf.Graph().as_default():
@@ -78,12 +90,11 @@ def build_scheduled_client_work(
             metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
         whimsy_optimizer = optimizer_fn(1.0)
         data_type = T.SequenceType(T.to_type(model.input_spec))
-    if not isinstance(whimsy_optimizer, Optimizer):
-        raise SimharnessTypeError(
-            '`optimizer_fn` must build a tff.learning.optimizers.Optimizer (Keras optimizers '
-            f'are not supported), got {type(whimsy_optimizer).__name__} from {optimizer_fn!r}',
-            expected=Optimizer,
-            actual=type(whimsy_optimizer),
+    uses_keras = not isinstance(whimsy_optimizer, Optimizer)
+    if isinstance(model_fn, functional.FunctionalModel) and uses_keras:
+        raise SimharnessValueError(
+            'If model_fn is a `FunctionalModel`, `optimizer_fn` must be a '
+            f'tff.learning.optimizers.Optimizer, got {type(optimizer_fn)=}'
         )
 
     @tf_computation(weights_type, data_type, np.int32)
@@ -104,6 +115,13 @@ def build_scheduled_client_work(
                 (initial_model_weights.trainable, initial_model_weights.non_trainable),
                 dataset,
             )
+        if uses_keras:
+            keras_update = model_delta_client_work.build_model_delta_update_with_keras_optimizer(
+                model_fn,
+                weighting=ClientWeighting.NUM_EXAMPLES,
+                loop_implementation=loop_implementation,
+            )
+            return keras_update(optimizer, initial_model_weights, dataset)
         update = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
             model_fn,
             weighting=ClientWeighting.NUM_EXAMPLES,
@@ -149,8 +167,8 @@ def build_scheduled_client_work(
 def build_weighted_fed_avg_with_optimizer_schedule(
     model_fn: _common.ModelFn,
     client_learning_rate_fn: Callable[[Int], Float],
-    client_optimizer_fn: Callable[[Float], Optimizer],
-    server_optimizer_fn: Optional[Optimizer] = None,
+    client_optimizer_fn: Callable[[Float], TFFOrKerasOptimizer],
+    server_optimizer_fn: Optional[keras_optimizer.OptimizerOrKerasFn] = None,
     model_distributor: Optional[distributors.DistributionProcess] = None,
     model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
     metrics_aggregator: Optional[MetricsAggregatorType] = None,
@@ -164,9 +182,12 @@ def build_weighted_fed_avg_with_optimizer_schedule(
       model_fn: a no-arg callable returning a `VariableModel`, or a `FunctionalModel`.
       client_learning_rate_fn: round number -> client learning rate.
       client_optimizer_fn: learning rate -> the clients' `Optimizer`
-        (e.g. ``lambda lr: build_sgdm(lr)``).
-      server_optimizer_fn, model_distributor, model_aggregator,
-      metrics_aggregator, loop_implementation: as `build_weighted_fed_avg`.
+        (e.g. ``lambda lr: build_sgdm(lr)``) or Keras optimizer (TFF up to
+        v0.86, e.g. ``tf.keras.optimizers.SGD``).
+      server_optimizer_fn: an `Optimizer` or a no-arg callable returning a Keras
+        optimizer (TFF up to v0.86); default SGD at 1.0.
+      model_distributor, model_aggregator, metrics_aggregator,
+      loop_implementation: as `build_weighted_fed_avg`.
     """
     if server_optimizer_fn is None:
         server_optimizer_fn = fed_avg.DEFAULT_SERVER_OPTIMIZER_FN()

@@ -21,7 +21,7 @@ from simharness.learning.algorithms import _common
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.metrics import aggregator as metric_aggregator
 from simharness.learning.metrics.types import MetricsAggregatorType
-from simharness.learning.optimizers import sgdm
+from simharness.learning.optimizers import keras_optimizer, sgdm
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import (
     apply_optimizer_finalizer,
@@ -42,8 +42,8 @@ DEFAULT_SERVER_OPTIMIZER_FN = sgdm.build_sgdm(learning_rate=1.0)
 def build_weighted_fed_prox(
     model_fn: _common.ModelFn,
     proximal_strength: float,
-    client_optimizer_fn: Optimizer,
-    server_optimizer_fn: Optimizer = DEFAULT_SERVER_OPTIMIZER_FN,
+    client_optimizer_fn: keras_optimizer.OptimizerOrKerasFn,
+    server_optimizer_fn: keras_optimizer.OptimizerOrKerasFn = DEFAULT_SERVER_OPTIMIZER_FN,
     client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
     model_distributor: Optional[distributors.DistributionProcess] = None,
     model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
@@ -58,7 +58,9 @@ def build_weighted_fed_prox(
       model_fn: a no-arg callable returning a new `VariableModel`, or a
         `FunctionalModel`.
       proximal_strength: the nonnegative weight of the proximal term (0.0 is FedAvg).
-      client_optimizer_fn, server_optimizer_fn: `Optimizer`s.
+      client_optimizer_fn, server_optimizer_fn: `Optimizer`s, or (TFF up to
+        v0.86) no-arg callables returning Keras optimizers (a client one only
+        with a model_fn, not a `FunctionalModel`).
       client_weighting, model_distributor, model_aggregator,
       metrics_aggregator, loop_implementation: as `build_weighted_fed_avg`.
 
@@ -100,7 +102,7 @@ def build_weighted_fed_prox(
     if not callable(model_fn):
         client_work = proximal_client_work.build_functional_model_delta_client_work(
             model=model_fn,
-            optimizer=client_optimizer_fn,
+            optimizer=_common.tff_optimizer(client_optimizer_fn, 'client_optimizer_fn'),
             client_weighting=client_weighting,
             delta_l2_regularizer=proximal_strength,
             metrics_aggregator=metrics_aggregator,
@@ -125,8 +127,8 @@ def build_weighted_fed_prox(
 def build_unweighted_fed_prox(
     model_fn: _common.ModelFn,
     proximal_strength: float,
-    client_optimizer_fn: Optimizer,
-    server_optimizer_fn: Optimizer = DEFAULT_SERVER_OPTIMIZER_FN,
+    client_optimizer_fn: keras_optimizer.OptimizerOrKerasFn,
+    server_optimizer_fn: keras_optimizer.OptimizerOrKerasFn = DEFAULT_SERVER_OPTIMIZER_FN,
     model_distributor: Optional[distributors.DistributionProcess] = None,
     model_aggregator: Optional[factory.UnweightedAggregationFactory] = None,
     metrics_aggregator: Optional[MetricsAggregatorType] = None,

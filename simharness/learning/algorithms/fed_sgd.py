@@ -30,8 +30,7 @@ from simharness.learning.metrics import aggregator as metric_aggregator
 from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.models import functional, variable
 from simharness.learning.models import model_weights as model_weights_lib
-from simharness.learning.optimizers import sgdm
-from simharness.learning.optimizers.optimizer import Optimizer
+from simharness.learning.optimizers import keras_optimizer, sgdm
 from simharness.learning.templates import (
     apply_optimizer_finalizer,
     client_works,
@@ -236,7 +235,7 @@ def _build_functional_fed_sgd_client_work(
 
 def build_fed_sgd(
     model_fn: _common.ModelFn,
-    server_optimizer_fn: Optimizer = DEFAULT_SERVER_OPTIMIZER_FN,
+    server_optimizer_fn: keras_optimizer.OptimizerOrKerasFn = DEFAULT_SERVER_OPTIMIZER_FN,
     model_distributor: Optional[distributors.DistributionProcess] = None,
     model_aggregator: Optional[factory.WeightedAggregationFactory] = None,
     metrics_aggregator: Optional[MetricsAggregatorType] = None,
@@ -249,7 +248,9 @@ def build_fed_sgd(
     Args:
       model_fn: a no-arg callable returning a new `VariableModel`, or a
         `FunctionalModel`.
-      server_optimizer_fn: the server's `Optimizer` (default SGD at 0.1).
+      server_optimizer_fn: the server's `Optimizer` (default SGD at 0.1), or
+        (TFF up to v0.86, whose default was Keras SGD at 0.1) a no-arg callable
+        returning a Keras optimizer.
       model_distributor: a `DistributionProcess`; default broadcast.
       model_aggregator: a `WeightedAggregationFactory`; default `MeanFactory()`.
       metrics_aggregator: default ``sum_then_finalize``.

@@ -9,6 +9,12 @@ result:       ModelWeights(new_trainable, non_trainable)
 measurements: OrderedDict(update_non_finite=0|1) (of the default rejection)
 hparams:      optimizer.get_hparams(state) / set_hparams(state, hparams)
 ```
+
+The optimizer is a `tff.learning.optimizers.Optimizer`, or, as in TFF up to
+v0.86, a no-argument function returning a Keras optimizer: then the state is
+that optimizer's variables (``[iteration, learning_rate, slots...]`` for
+Keras 3, see `keras_optimizer`), made afresh in each computation and assigned
+from the state before each ``apply_gradients``, and there are no hparams.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError
 from simharness.learning._typing import SpecStructure, TensorStructure
 from simharness.learning.models.model_weights import ModelWeights
+from simharness.learning.optimizers import keras_optimizer
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import finalizers
 from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
@@ -100,22 +107,85 @@ def _build_tff_optimizer_initialize_and_next(
     return init_fn, next_fn
 
 
+def _build_keras_optimizer_initialize_and_next(
+    model_weights_type: T.StructType,
+    optimizer_fn: keras_optimizer.KerasOptimizerFn,
+    should_reject_update: RejectFn,
+) -> Tuple[Computation, Computation]:
+    """TFF v0.86's finalizer of a Keras optimizer: the state is the optimizer's variables."""
+    trainable_type = model_weights_type.trainable
+
+    def as_tensors(structure: TensorStructure) -> TensorStructure:
+        return tf.nest.map_structure(tf.convert_to_tensor, structure)
+
+    @tf_computation()
+    def init_fn() -> TensorStructure:
+        specs = _tensor_specs(trainable_type)
+        model_variables = tf.nest.map_structure(
+            lambda s: tf.Variable(initial_value=tf.zeros(s.shape, s.dtype)), specs
+        )
+        optimizer = keras_optimizer.build_or_verify_tff_optimizer(
+            optimizer_fn, model_variables, disjoint_init_and_next=True
+        )
+        return as_tensors(optimizer.initialize(specs))
+
+    @tf_computation(init_fn.type_signature.result, trainable_type, trainable_type)
+    @tf.function
+    def next_fn(
+        optimizer_state: TensorStructure,
+        trainable_weights: TensorStructure,
+        update: TensorStructure,
+    ) -> tuple[TensorStructure, ...]:
+        with tf.init_scope():
+            # Variables the Keras optimizer updates in place (made outside this function).
+            trainable_variables = tf.nest.map_structure(
+                lambda t: tf.Variable(initial_value=tf.zeros(t.shape, t.dtype)),
+                trainable_weights,
+            )
+            optimizer = keras_optimizer.build_or_verify_tff_optimizer(
+                optimizer_fn, trainable_variables, disjoint_init_and_next=True
+            )
+        tf.nest.map_structure(lambda a, b: a.assign(b), trainable_variables, trainable_weights)
+        new_state, _ = optimizer.next(optimizer_state, trainable_variables, update)
+        new_state = as_tensors(new_state)
+        new_weights = as_tensors(trainable_variables)
+        should_reject, measurements = should_reject_update(new_state, update)
+        if should_reject:
+            return optimizer_state, trainable_weights, measurements
+        return new_state, new_weights, measurements
+
+    return init_fn, next_fn
+
+
+def _check_keras_optimizer_fn(optimizer_fn: object) -> None:
+    """A no-arg callable returning a Keras optimizer (TFF v0.86 calls it once to check)."""
+    made = optimizer_fn() if callable(optimizer_fn) else None
+    if not isinstance(made, tf.keras.optimizers.Optimizer):
+        raise SimharnessTypeError(
+            'The optimizer_fn must be a `tff.learning.optimizers.Optimizer`, or a no-arg '
+            f'callable returning a `tf.keras.optimizers.Optimizer`. Got: {type(optimizer_fn)=}',
+            expected=Optimizer,
+            actual=type(optimizer_fn),
+        )
+
+
 def build_apply_optimizer_finalizer(
-    optimizer_fn: Optimizer,
+    optimizer_fn: keras_optimizer.OptimizerOrKerasFn,
     model_weights_type: T.StructType,
     should_reject_update: RejectFn = reject_non_finite_update,
 ) -> finalizers.FinalizerProcess:
     """A `FinalizerProcess` that applies `optimizer_fn` to the trainable weights.
 
     Args:
-      optimizer_fn: a `simharness.learning.optimizers.Optimizer`.
+      optimizer_fn: a `simharness.learning.optimizers.Optimizer`, or a no-arg
+        callable returning a Keras optimizer (state: its variables; no hparams).
       model_weights_type: the `StructType` of a `ModelWeights` (no federated
         types inside).
       should_reject_update: ``(optimizer state, update) -> (reject, measurements)``.
 
     Raises:
       SimharnessTypeError: `model_weights_type` is not a `ModelWeights` type,
-        or `optimizer_fn` is not an `Optimizer`.
+        or `optimizer_fn` is neither an `Optimizer` nor a Keras optimizer function.
     """
     if not _is_model_weights_type(model_weights_type):
         raise SimharnessTypeError(
@@ -125,16 +195,15 @@ def build_apply_optimizer_finalizer(
             expected=ModelWeights,
             actual=model_weights_type,
         )
-    if not isinstance(optimizer_fn, Optimizer):
-        raise SimharnessTypeError(
-            f'optimizer_fn must be a tff.learning.optimizers.Optimizer, got {optimizer_fn!r} '
-            f'of type {type(optimizer_fn).__name__}',
-            expected=Optimizer,
-            actual=type(optimizer_fn),
+    if isinstance(optimizer_fn, Optimizer):
+        init_tf, next_tf = _build_tff_optimizer_initialize_and_next(
+            model_weights_type, optimizer_fn, should_reject_update
         )
-    init_tf, next_tf = _build_tff_optimizer_initialize_and_next(
-        model_weights_type, optimizer_fn, should_reject_update
-    )
+    else:
+        _check_keras_optimizer_fn(optimizer_fn)
+        init_tf, next_tf = _build_keras_optimizer_initialize_and_next(
+            model_weights_type, optimizer_fn, should_reject_update
+        )
 
     @federated_computation()
     def init_fn() -> Value:
@@ -152,15 +221,18 @@ def build_apply_optimizer_finalizer(
         new_weights = I.federated_zip(ModelWeights(new_trainable, weights.non_trainable))
         return MeasuredProcessOutput(optimizer_state, new_weights, measurements)
 
+    if not isinstance(optimizer_fn, Optimizer):
+        return finalizers.FinalizerProcess(init_fn, next_fn)
+    tff_optimizer = optimizer_fn
     state_type = N.member_of(init_fn.type_signature.result)
 
     @tf_computation(state_type)
     def get_hparams_fn(state: TensorStructure) -> TensorStructure:
-        return optimizer_fn.get_hparams(state)
+        return tff_optimizer.get_hparams(state)
 
     @tf_computation(state_type, get_hparams_fn.type_signature.result)
     def set_hparams_fn(state: TensorStructure, hparams: TensorStructure) -> TensorStructure:
-        return optimizer_fn.set_hparams(state, hparams)
+        return tff_optimizer.set_hparams(state, hparams)
 
     return finalizers.FinalizerProcess(
         init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn

@@ -5,6 +5,7 @@ client_update(state=optimizer hparams, weights W, dataset):
   model weights := W
   for batch in dataset (loop_implementation: dataset.reduce | for ... in iter(dataset)):
       gradients of forward_pass(batch).loss; optimizer.next(...)
+      (a Keras optimizer, made per client update: apply_gradients on the model's variables)
   update        = W.trainable - trained weights        (zeros if any is non-finite)
   update_weight = num_examples | 1.0                   (client_weighting; 0.0 if non-finite)
   metrics       = the model's local unfinalized metrics (reset if non-finite)
@@ -14,6 +15,12 @@ measurements: OrderedDict(train=metrics_aggregator(finalizers)(client metrics))
 The client computation is one `tf_computation` over ``SequenceType(batch)``:
 its dataset loop is lowered to a tensor loop on our runtime when the client's
 data are in-memory tensors (`simharness.executors.leaf.sequence_lowering`).
+
+The optimizer is a `tff.learning.optimizers.Optimizer` (state: its
+hyperparameters), or, as in TFF up to v0.86, a no-argument function returning a
+Keras optimizer (state ``()``, no hyperparameters): each client update makes one,
+builds its variables for the model's trainable variables and steps with
+``apply_gradients`` (`build_model_delta_update_with_keras_optimizer`).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from simharness.learning.metrics import aggregator as metrics_aggregators
 from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.models import functional, keras_utils, variable
 from simharness.learning.models import model_weights as model_weights_lib
+from simharness.learning.optimizers import keras_optimizer
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import client_works
 from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
@@ -46,6 +54,7 @@ __all__ = [
     'build_functional_model_delta_client_work',
     'build_functional_model_delta_update',
     'build_model_delta_client_work',
+    'build_model_delta_update_with_keras_optimizer',
     'build_model_delta_update_with_tff_optimizer',
 ]
 
@@ -154,6 +163,84 @@ def build_model_delta_update_with_tff_optimizer(
     return client_update
 
 
+def build_model_delta_update_with_keras_optimizer(
+    model_fn: Callable[[], variable.VariableModel],
+    weighting: ClientWeighting,
+    loop_implementation: loop_builder.LoopImplementation,
+    *,
+    adjust_gradients: Optional[GradientsAdjustment] = None,
+    reset_metrics_if_non_finite: bool = True,
+) -> ClientUpdateFn:
+    """The client update of a `VariableModel` with a Keras optimizer (TFF up to v0.86).
+
+    The model's variables are trained in place by ``optimizer.apply_gradients``
+    (any model, a Keras one included, takes this variable path). The optimizer's
+    variables are built for the trainable variables before the loop
+    (`keras_optimizer.build_keras_optimizer`): a Keras 3 optimizer makes them
+    lazily, which it cannot do inside the loop's function.
+    `adjust_gradients` and `reset_metrics_if_non_finite` serve the proximal client
+    work (`proximal_client_work`), as in `stateless_keras_update`.
+
+    Returns:
+      ``client_update(optimizer, initial_weights, data) -> (ClientResult, unfinalized
+      metrics)``; call it inside the `tf_computation` that made `optimizer`.
+    """
+    model = model_fn()
+    dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
+    model_weights = model_weights_lib.ModelWeights.from_model(model)
+
+    @tf.function
+    def train(
+        optimizer: keras_optimizer.KerasOptimizerLike,
+        initial_weights: model_weights_lib.ModelWeights,
+        data: tf.data.Dataset,
+    ) -> tuple[client_works.ClientResult, TensorStructure]:
+        tf.nest.map_structure(lambda a, b: a.assign(b), model_weights, initial_weights)
+
+        def reduce_fn(num_examples_sum: tf.Tensor, batch: Batch) -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                output = model.forward_pass(batch, training=True)
+            gradients = tape.gradient(output.loss, model_weights.trainable)
+            if adjust_gradients is not None:
+                gradients = adjust_gradients(
+                    gradients, model_weights.trainable, initial_weights.trainable
+                )
+            optimizer.apply_gradients(
+                list(zip(tf.nest.flatten(gradients), tf.nest.flatten(model_weights.trainable)))
+            )
+            if output.num_examples is None:
+                num_examples_sum += tf.shape(output.predictions, out_type=tf.int64)[0]
+            else:
+                num_examples_sum += tf.cast(output.num_examples, tf.int64)
+            return num_examples_sum
+
+        num_examples = dataset_reduce_fn(
+            reduce_fn, data, lambda: tf.zeros(shape=[], dtype=tf.int64)
+        )
+        update = tf.nest.map_structure(
+            tf.subtract, initial_weights.trainable, model_weights.trainable
+        )
+        if not reset_metrics_if_non_finite:
+            model_output = model.report_local_unfinalized_metrics()
+        update, has_non_finite_delta = zero_all_if_any_non_finite(update)
+        client_weight = choose_client_weight(weighting, has_non_finite_delta, num_examples)
+        if reset_metrics_if_non_finite:
+            if has_non_finite_delta > 0:
+                model.reset_metrics()
+            model_output = model.report_local_unfinalized_metrics()
+        return client_works.ClientResult(update=update, update_weight=client_weight), model_output
+
+    def client_update(
+        optimizer: keras_optimizer.KerasOptimizerLike,
+        initial_weights: model_weights_lib.ModelWeights,
+        data: tf.data.Dataset,
+    ) -> tuple[client_works.ClientResult, TensorStructure]:
+        keras_optimizer.build_keras_optimizer(optimizer, model_weights.trainable)
+        return train(optimizer, initial_weights, data)
+
+    return client_update
+
+
 def stateless_keras_update(
     model: 'keras_utils.KerasModel',
     weighting: ClientWeighting,
@@ -231,7 +318,7 @@ def stateless_keras_update(
 
 def build_model_delta_client_work(
     model_fn: Callable[[], variable.VariableModel],
-    optimizer: Optimizer,
+    optimizer: keras_optimizer.OptimizerOrKerasFn,
     client_weighting: ClientWeighting,
     metrics_aggregator: Optional[MetricsAggregatorType] = None,
     *,
@@ -241,13 +328,17 @@ def build_model_delta_client_work(
 ) -> client_works.ClientWorkProcess:
     """A `ClientWorkProcess` training a `VariableModel` and reporting its delta.
 
-    The state is the optimizer's hyperparameters (``get_hparams`` of a state
-    initialized for a scalar), broadcast to the clients each round.
+    With an `Optimizer`, the state is the optimizer's hyperparameters
+    (``get_hparams`` of a state initialized for a scalar), broadcast to the
+    clients each round. With a no-arg function returning a Keras optimizer (TFF
+    up to v0.86), the state is ``()`` and the process has no hyperparameters:
+    each client update calls the function (`build_model_delta_update_with_keras_optimizer`).
 
     Args:
       model_fn: a no-arg callable returning a `VariableModel` (it must build
         new variables each call).
-      optimizer: a `simharness.learning.optimizers.Optimizer`.
+      optimizer: a `simharness.learning.optimizers.Optimizer`, or a no-arg
+        callable returning a Keras optimizer.
       client_weighting: a `ClientWeighting`.
       metrics_aggregator: ``(metric_finalizers) -> (unfinalized@CLIENTS ->
         metrics@SERVER)``; default `sum_then_finalize`.
@@ -257,13 +348,7 @@ def build_model_delta_client_work(
       SimharnessTypeError: `client_weighting` or `optimizer` has the wrong type.
     """
     _check_weighting(client_weighting)
-    if not isinstance(optimizer, Optimizer):
-        raise SimharnessTypeError(
-            f'optimizer must be a tff.learning.optimizers.Optimizer, got {optimizer!r} of type '
-            f'{type(optimizer).__name__}',
-            expected=Optimizer,
-            actual=type(optimizer),
-        )
+    keras_optimizer.check_optimizer_or_keras_fn(optimizer, 'optimizer')
     if metrics_aggregator is None:
         metrics_aggregator = metrics_aggregators.sum_then_finalize
     with tf.Graph().as_default():
@@ -272,6 +357,16 @@ def build_model_delta_client_work(
         element_type = T.to_type(model.input_spec)
         weights_type = model_weights_lib.weights_type_from_model(model)
     data_type = T.SequenceType(element_type)
+    if not isinstance(optimizer, Optimizer):
+        return _keras_client_work(
+            model_fn,
+            optimizer,
+            client_weighting,
+            loop_implementation,
+            weights_type,
+            data_type,
+            metrics_aggregation_fn,
+        )
     initial_hparams = optimizer.get_hparams(
         optimizer.initialize(tf.TensorSpec(shape=(), dtype=tf.float32))
     )
@@ -322,6 +417,47 @@ def build_model_delta_client_work(
     return client_works.ClientWorkProcess(
         init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn
     )
+
+
+def _keras_client_work(
+    model_fn: Callable[[], variable.VariableModel],
+    optimizer_fn: keras_optimizer.KerasOptimizerFn,
+    client_weighting: ClientWeighting,
+    loop_implementation: loop_builder.LoopImplementation,
+    weights_type: T.Type,
+    data_type: T.Type,
+    metrics_aggregation_fn: Callable[[Value], Value],
+) -> client_works.ClientWorkProcess:
+    """TFF v0.86's client work of a Keras optimizer function: state ``()``, no hparams."""
+
+    @federated_computation()
+    def init_fn() -> Value:
+        return I.federated_value((), T.SERVER)
+
+    @tf_computation(weights_type, data_type)
+    def client_update_computation(
+        initial_model_weights: model_weights_lib.ModelWeights, dataset: tf.data.Dataset
+    ) -> tuple[client_works.ClientResult, TensorStructure]:
+        optimizer = optimizer_fn()
+        client_update = build_model_delta_update_with_keras_optimizer(
+            model_fn=model_fn, weighting=client_weighting, loop_implementation=loop_implementation
+        )
+        return client_update(optimizer, initial_model_weights, dataset)
+
+    @federated_computation(
+        init_fn.type_signature.result,
+        T.FederatedType(weights_type, T.CLIENTS),
+        T.FederatedType(data_type, T.CLIENTS),
+    )
+    def next_fn(state: Value, weights: Value, client_data: Value) -> MeasuredProcessOutput:
+        client_result, model_outputs = I.federated_map(
+            client_update_computation, (weights, client_data)
+        )
+        train_metrics = metrics_aggregation_fn(model_outputs)
+        measurements = I.federated_zip(collections.OrderedDict(train=train_metrics))
+        return MeasuredProcessOutput(state, client_result, measurements)
+
+    return client_works.ClientWorkProcess(init_fn, next_fn)
 
 
 def split_batch(batch: Batch) -> tuple[TensorStructure, TensorStructure]:

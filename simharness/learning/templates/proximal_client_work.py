@@ -4,7 +4,9 @@
 gradient += delta_l2_regularizer * (w - w_initial)      (Li et al. 2020, FedProx)
 update = w_initial.trainable - w.trainable (zeros if non-finite); weight by client_weighting
 ```
-The state is empty; otherwise as `model_delta_client_work`.
+The state is empty; otherwise as `model_delta_client_work`, a no-argument
+function returning a Keras optimizer (TFF up to v0.86) included: one is made per
+client update and steps the model's variables (`build_model_delta_update_with_keras_optimizer`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from simharness.learning.metrics import aggregator as metrics_aggregators
 from simharness.learning.metrics.types import MetricsAggregatorType
 from simharness.learning.models import functional, keras_utils, variable
 from simharness.learning.models import model_weights as model_weights_lib
+from simharness.learning.optimizers import keras_optimizer
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import client_works
 from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
+from simharness.learning.templates import model_delta_client_work
 from simharness.learning.templates.model_delta_client_work import (
     ClientUpdateFn,
     choose_client_weight,
@@ -43,6 +47,7 @@ from simharness.templates.measured_process import MeasuredProcessOutput
 __all__ = [
     'build_functional_model_delta_client_work',
     'build_model_delta_client_work',
+    'build_model_delta_update_with_keras_optimizer',
     'build_model_delta_update_with_tff_optimizer',
 ]
 
@@ -133,6 +138,24 @@ def build_model_delta_update_with_tff_optimizer(
     return client_update
 
 
+def build_model_delta_update_with_keras_optimizer(
+    model_fn: Callable[[], variable.VariableModel],
+    weighting: ClientWeighting,
+    delta_l2_regularizer: float,
+    loop_implementation: loop_builder.LoopImplementation,
+) -> ClientUpdateFn:
+    """The proximal client update with a Keras optimizer (TFF up to v0.86): the
+    proximal term is added to the gradients before ``apply_gradients``; the
+    metrics are reported before the non-finite check and not reset (as TFF)."""
+    return model_delta_client_work.build_model_delta_update_with_keras_optimizer(
+        model_fn,
+        weighting,
+        loop_implementation,
+        adjust_gradients=lambda g, w, w0: _proximal(g, w, w0, delta_l2_regularizer),
+        reset_metrics_if_non_finite=False,
+    )
+
+
 def _check_args(client_weighting: object, delta_l2_regularizer: object) -> None:
     if not isinstance(client_weighting, ClientWeighting):
         raise SimharnessTypeError(
@@ -185,7 +208,7 @@ def _client_work(
 
 def build_model_delta_client_work(
     model_fn: Callable[[], variable.VariableModel],
-    optimizer: Optimizer,
+    optimizer: keras_optimizer.OptimizerOrKerasFn,
     client_weighting: ClientWeighting,
     delta_l2_regularizer: float,
     metrics_aggregator: Optional[MetricsAggregatorType] = None,
@@ -194,11 +217,15 @@ def build_model_delta_client_work(
 ) -> client_works.ClientWorkProcess:
     """A stateless `ClientWorkProcess` of FedProx over a `VariableModel`.
 
+    `optimizer` is an `Optimizer` or a no-arg callable returning a Keras optimizer.
+
     Raises:
-      SimharnessTypeError: `client_weighting` or `delta_l2_regularizer` has the wrong type.
+      SimharnessTypeError: `client_weighting`, `delta_l2_regularizer` or `optimizer`
+        has the wrong type.
       SimharnessValueError: `delta_l2_regularizer` is negative.
     """
     _check_args(client_weighting, delta_l2_regularizer)
+    keras_optimizer.check_optimizer_or_keras_fn(optimizer, 'optimizer')
     if metrics_aggregator is None:
         metrics_aggregator = metrics_aggregators.sum_then_finalize
     with tf.Graph().as_default():
@@ -211,6 +238,11 @@ def build_model_delta_client_work(
     def client_update_computation(
         initial_model_weights: model_weights_lib.ModelWeights, dataset: tf.data.Dataset
     ) -> tuple[client_works.ClientResult, TensorStructure]:
+        if not isinstance(optimizer, Optimizer):
+            keras_update = build_model_delta_update_with_keras_optimizer(
+                model_fn, client_weighting, delta_l2_regularizer, loop_implementation
+            )
+            return keras_update(optimizer(), initial_model_weights, dataset)
         client_update = build_model_delta_update_with_tff_optimizer(
             model_fn=model_fn,
             weighting=client_weighting,
