@@ -7,22 +7,22 @@ ReferenceResolvingExecutor
     unplaced: ThreadDelegating(EagerTF)
     clients:  ThreadDelegating(EagerTF) x ceil(n / clients_per_thread)
 ```
+
+Here: the thread stacks and the factory functions of each worker transport
+(processes, gRPC services, Ray actors). The factory classes they build on
+(`CachingExecutorFactory`, `WorkerGroupExecutorFactory`) and the driver's
+function cache are in `simharness.stack_factories`; this module exports them too.
 """
 
 from __future__ import annotations
 
-import collections
 import inspect
 import math
 import os
-import threading
 from typing import Any, Callable, Dict, List, Optional, cast
 
 from simharness.core import types as T
-from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
 from simharness.errors import (
-    CardinalityError,
-    ExecutorClosedError,
     SimharnessTypeError,
     SimharnessValueError,
 )
@@ -33,7 +33,6 @@ from simharness.executors.reference_resolving import ReferenceResolvingExecutor
 from simharness.executors.remote import RemoteExecutor
 from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
-from simharness.executors.worker_delegating import WorkerDelegatingExecutor
 from simharness.runtime import pinning
 from simharness.hosts.local_worker import create_worker_pool, pool_for  # noqa: F401
 from simharness.runtime.local.options import (
@@ -50,11 +49,17 @@ from simharness.runtime.grpc.client import RemoteServices, RemoteWorkerHandle
 from simharness.runtime.local.pool import WorkerPool
 from simharness.runtime.ray.placement import check_ray_arguments
 from simharness.runtime.ray.workers import RayWorkers
-from simharness.runtime.seam import WorkerGroup, WorkerHandle
+from simharness.runtime.seam import WorkerHandle
+from simharness.stack_factories import (
+    DEFAULT_MAX_CACHED_STACKS,
+    CachingExecutorFactory,
+    WorkerGroupExecutorFactory,
+    check_default_num_clients,
+    driver_function_cache,
+)
+from simharness.stack_factories import split_even as split_even
+from simharness.stack_factories import split_for_workers as split_for_workers
 from simharness.validation import check_bool, check_int, check_number
-
-#: Stacks kept per factory; older cardinalities are closed (TFF issue #1215).
-DEFAULT_MAX_CACHED_STACKS = 4
 
 
 def split_blocks(n: int, per_block: int) -> List[int]:
@@ -63,98 +68,6 @@ def split_blocks(n: int, per_block: int) -> List[int]:
         return []
     k = math.ceil(n / per_block)
     return [min(per_block, n - i * per_block) for i in range(k)]
-
-
-class CachingExecutorFactory(ExecutorFactory):
-    """An `ExecutorFactory` that keeps a bounded LRU cache of stacks per cardinality.
-
-    Args:
-      build: makes a stack for a number of clients.
-      num_clients: the fixed number of clients; arguments with a different
-        count are an error when set.
-      max_cached_stacks: how many stacks to keep alive.
-      default_num_clients: the number of clients when the arguments do not
-        tell (TFF's `default_num_clients`); None: `num_clients`, else 1.
-
-    Raises:
-      SimharnessValueError: `num_clients` and `default_num_clients` are both
-        set and differ.
-    """
-
-    def __init__(
-        self,
-        build: Callable[[int], Executor],
-        num_clients: Optional[int] = None,
-        max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
-        default_num_clients: Optional[int] = None,
-    ):
-        num_clients = check_int('num_clients', num_clients, 0, allow_none=True)
-        max_cached_stacks = check_int('max_cached_stacks', max_cached_stacks, 1)
-        default_num_clients = _check_default_num_clients(num_clients, default_num_clients)
-        self._build = build
-        self._num_clients = num_clients
-        self._default_num_clients = default_num_clients
-        self._max = max_cached_stacks
-        self._stacks: 'collections.OrderedDict[int, Executor]' = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    @property
-    def default_num_clients(self) -> Optional[int]:
-        return self._num_clients if self._num_clients is not None else self._default_num_clients
-
-    def create_executor(self, cardinalities: Dict[T.PlacementLiteral, int]) -> Executor:
-        n = cardinalities.get(T.CLIENTS)
-        if n is None:
-            n = self.default_num_clients
-            if n is None:
-                n = 1
-        if self._num_clients is not None and n != self._num_clients:
-            raise CardinalityError(
-                f'the arguments hold values for {n} clients, but this executor factory was '
-                f'configured for num_clients={self._num_clients}',
-                expected=self._num_clients,
-                actual=n,
-            )
-        with self._lock:
-            ex = self._stacks.get(n)
-            if ex is not None:
-                self._stacks.move_to_end(n)
-                return ex
-            ex = self._build(n)
-            self._stacks[n] = ex
-            evicted = []
-            while len(self._stacks) > self._max:
-                evicted.append(self._stacks.popitem(last=False)[1])
-        for old in evicted:
-            old.close()
-        return ex
-
-    @property
-    def cached_cardinalities(self) -> List[int]:
-        return list(self._stacks)
-
-    def clean_up_executors(self) -> None:
-        with self._lock:
-            stacks = list(self._stacks.values())
-            self._stacks.clear()
-        for ex in stacks:
-            ex.close()
-
-
-def _check_default_num_clients(
-    num_clients: Optional[int], default_num_clients: Optional[int]
-) -> Optional[int]:
-    default_num_clients = check_int('default_num_clients', default_num_clients, 0, allow_none=True)
-    if (
-        num_clients is not None
-        and default_num_clients is not None
-        and num_clients != default_num_clients
-    ):
-        raise SimharnessValueError(
-            f'num_clients={num_clients} fixes the number of clients, so default_num_clients='
-            f'{default_num_clients} cannot differ; give one of them'
-        )
-    return default_num_clients
 
 
 #: Makes the leaf executor of a thread: TFF's `leaf_executor_fn`, called as
@@ -268,23 +181,6 @@ def _thread_eager(
     return ThreadDelegatingExecutor(_leaf(device, cache, leaf_executor_fn), name=name)
 
 
-#: The driver's embedded functions, one bounded LRU cache per device, shared by every
-#: stack this process builds (as each worker process keeps one for all its sessions):
-#: a computation run again on a new stack, or on several thread stacks, is imported
-#: once. Entries are keyed by the serialized computation's fingerprint.
-_DRIVER_CACHES: Dict[Optional[str], FunctionCache] = {}
-_DRIVER_CACHES_LOCK = threading.Lock()
-
-
-def driver_function_cache(device: Optional[str] = None) -> FunctionCache:
-    """The process-wide cache of embedded functions for `device` (None: the default)."""
-    with _DRIVER_CACHES_LOCK:
-        cache = _DRIVER_CACHES.get(device)
-        if cache is None:
-            cache = _DRIVER_CACHES[device] = FunctionCache()
-        return cache
-
-
 def _build_thread_stack(
     n: int,
     clients_per_thread: int,
@@ -323,7 +219,7 @@ def thread_debugging_executor_factory(
     # As in TFF: num_clients, when given, must be one or larger (ValueError).
     check_int('num_clients', num_clients, 1, allow_none=True)
     check_int('clients_per_thread', clients_per_thread, 1)
-    _check_default_num_clients(num_clients, default_num_clients)
+    check_default_num_clients(num_clients, default_num_clients)
     _check_leaf_executor_fn(leaf_executor_fn)
     return CachingExecutorFactory(
         lambda n: _build_thread_stack(n, clients_per_thread, None, leaf_executor_fn),
@@ -372,7 +268,7 @@ def local_executor_factory(
         max_fanout = default_max_fanout()
     pinning.check_tf_device('device', device)
     check_int('max_cached_stacks', max_cached_stacks, 1)
-    _check_default_num_clients(num_clients, default_num_clients)
+    check_default_num_clients(num_clients, default_num_clients)
     _check_leaf_executor_fn(leaf_executor_fn)
 
     def build(n: int) -> Executor:
@@ -385,115 +281,6 @@ def local_executor_factory(
 
 
 # ---------------------------------------------------------------- process stacks
-
-
-def split_for_workers(n: int, parts: int, chunk: int = AGGREGATION_CHUNK) -> List[int]:
-    """Block sizes for `parts` workers: even, with boundaries on multiples of `chunk`.
-
-    A block that starts inside a reduction chunk must send that chunk's first
-    clients raw to the driver (see `simharness.core.reduction`); aligned
-    boundaries avoid it. Alignment is used only when each worker has at least
-    two chunks, so that the imbalance it costs stays small.
-    """
-    if parts < 1 or n < 2 * chunk * parts:
-        return split_even(n, parts)
-    bounds = [0]
-    for k in range(1, parts):
-        b = int(round(k * n / parts / chunk)) * chunk
-        bounds.append(min(max(b, bounds[-1]), n))
-    bounds.append(n)
-    return [bounds[i + 1] - bounds[i] for i in range(parts)]
-
-
-def split_even(n: int, parts: int) -> List[int]:
-    """Sizes of `parts` contiguous blocks covering n as evenly as possible."""
-    base, extra = divmod(n, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
-
-
-class WorkerGroupExecutorFactory(CachingExecutorFactory):
-    """Stacks whose client groups are the workers of one worker group (any transport).
-
-    ```
-    ReferenceResolvingExecutor
-      FederatingExecutor(FederatedResolvingStrategy)
-        server, unplaced: ThreadDelegating(EagerTF) in the driver
-        clients:          client_executor(worker k, size) x min(workers, clients),
-                          worker k hosting the k-th contiguous block of clients
-    ```
-    One assembly for every transport: a local `WorkerPool`, gRPC
-    `RemoteServices`, `RayWorkers` (or the loopback group of the tests), all
-    `runtime.seam.WorkerGroup`s. Stacks for other cardinalities reuse the
-    same workers, each stack in sessions of its own.
-
-    Args:
-      group: the workers.
-      num_clients, max_cached_stacks, default_num_clients: as in
-        `CachingExecutorFactory`.
-      owns_group: `close()` closes the group too.
-      client_executor: makes the executor of a block of `size` clients on a
-        handle (default: `WorkerDelegatingExecutor(handle)`).
-      closed_message: the `ExecutorClosedError` message when the group is closed.
-    """
-
-    def __init__(
-        self,
-        group: WorkerGroup,
-        num_clients: Optional[int] = None,
-        max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
-        owns_group: bool = True,
-        default_num_clients: Optional[int] = None,
-        client_executor: Optional[Callable[[WorkerHandle, int], BatchExecutor]] = None,
-        closed_message: str = 'the worker group of this factory is closed',
-    ):
-        self.group = group
-        self.owns_group = owns_group
-        self._client_executor = client_executor or _worker_delegating
-        self._closed_message = closed_message
-        super().__init__(
-            self._build_worker_stack, num_clients, max_cached_stacks, default_num_clients
-        )
-
-    def _build_worker_stack(self, n: int) -> Executor:
-        if self.group.closed:
-            raise ExecutorClosedError(self._closed_message)
-        if not self.group.started:
-            self.group.start()
-        cache = driver_function_cache()
-        # The server's and the unplaced values' executors run on the driver's event loop
-        # itself: here clients compute in the workers, and what the driver computes (a
-        # server optimizer step, a division of two sums, selections and zips) costs less
-        # than a hop to a thread and back. Measured (tff.learning FedAvg over a Keras
-        # model_fn, process-2, 100 clients): 41 -> 37.5 ms a round, the driver's CPU 16.3 ->
-        # 12.5 ms; the built-in FedAvg round 28.9 -> 27.7 ms.
-        server = EagerTFExecutor(function_cache=cache)
-        unplaced = EagerTFExecutor(function_cache=cache)
-        handles = self.group.handles
-        w = min(len(handles), n) if n else 0
-        groups = [
-            (self._client_executor(handles[k], size), size)
-            for k, size in enumerate(split_for_workers(n, w) if w else [])
-        ]
-        federating = FederatingExecutor(
-            FederatedResolvingStrategy.factory(server, groups), unplaced
-        )
-        return ReferenceResolvingExecutor(federating)
-
-    def stats(self) -> Dict[str, object]:
-        """The group's counters (`WorkerGroup.stats`)."""
-        return dict(self.group.stats())
-
-    def close(self) -> None:
-        """Closes the stacks, and the group when this factory owns it."""
-        try:
-            self.clean_up_executors()
-        finally:
-            if self.owns_group:
-                self.group.close()
-
-
-def _worker_delegating(handle: WorkerHandle, size: int) -> BatchExecutor:
-    return WorkerDelegatingExecutor(handle)
 
 
 class ProcessExecutorFactory(WorkerGroupExecutorFactory):
@@ -597,7 +384,7 @@ def process_executor_factory(
     check_int('num_clients', num_clients, 0, allow_none=True)
     check_int('max_cached_stacks', max_cached_stacks, 1)
     check_bool('start', start)
-    _check_default_num_clients(num_clients, default_num_clients)
+    check_default_num_clients(num_clients, default_num_clients)
     owns = pool is None
     if pool is None:
         pool = pool_for(
@@ -732,7 +519,7 @@ def remote_executor_factory(
     check_bool('stream_structs', stream_structs)
     check_int('max_inflight', max_inflight, 1)
     check_number('connect_timeout', connect_timeout, greater_than=0)
-    _check_default_num_clients(num_clients, default_num_clients)
+    check_default_num_clients(num_clients, default_num_clients)
     owns = services is None
     if services is None:
         if addresses_or_channels is None:
@@ -888,7 +675,7 @@ def ray_executor_factory(
     check_int('num_clients', num_clients, 0, allow_none=True)
     check_int('max_cached_stacks', max_cached_stacks, 1)
     check_bool('start', start)
-    _check_default_num_clients(num_clients, default_num_clients)
+    check_default_num_clients(num_clients, default_num_clients)
     owns = workers is None
     if workers is None:
         check_ray_arguments(
