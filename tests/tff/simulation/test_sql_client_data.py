@@ -153,3 +153,43 @@ def test_missing_tables_raise(tmp_path):
     sqlite3.connect(path).close()
     with pytest.raises(sql_client_data.DatabaseFormatError, match='required'):
         sql_client_data.SqlClientData(path)
+
+
+def test_rows_are_read_from_the_file_when_iterated(tmp_path):
+    """Nothing but the ids is read at load: a client's dataset queries the file when
+    iterated, and the all-clients dataset one client at a time (rows added to the file
+    after load are read; no copy of the examples is kept)."""
+    path = str(tmp_path / 'many.sqlite')
+    ids = [f'c{i:04d}' for i in range(3400)]
+    with sqlite3.connect(path) as con:
+        con.execute(
+            'CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, '
+            'serialized_example_proto BLOB NOT NULL);'
+        )
+        con.execute('CREATE INDEX idx_client_id_split ON examples (split_name, client_id);')
+        con.execute(
+            'CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT '
+            'NOT NULL, num_examples INTEGER NOT NULL);'
+        )
+        con.executemany(
+            'INSERT INTO examples VALUES (?, ?, ?);',
+            [('train', c, make_test_example(c, 0)) for c in ids],
+        )
+        con.executemany(
+            'INSERT INTO client_metadata VALUES (?, ?, ?);', [(c, 'train', 1) for c in ids]
+        )
+    client_data = sql_client_data.SqlClientData(path, split_name='train')
+    assert client_data.client_ids == ids
+    client_data.check_client_id('c3399')
+    with pytest.raises(ValueError, match='not a client'):
+        client_data.check_client_id('c3400')
+    dataset = client_data.create_tf_dataset_for_client('c1234')
+    everything = client_data.create_tf_dataset_from_all_clients(seed=0)
+    with sqlite3.connect(path) as con:
+        con.execute(
+            'INSERT INTO examples VALUES (?, ?, ?);',
+            ('train', 'c1234', make_test_example('c1234', 1)),
+        )
+    parsed = [tf.train.Example.FromString(x.numpy()) for x in dataset]
+    assert [e.features.feature['example_num'].int64_list.value[0] for e in parsed] == [0, 1]
+    assert count(everything) == 3401
