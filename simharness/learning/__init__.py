@@ -10,8 +10,9 @@ intrinsics.
 * `dp_aggregator`, `robust_aggregator`, `secure_aggregator`; the factories
   themselves are `simharness.aggregators` (``tff.aggregators``), DP
   accounting `simharness.aggregators.accounting.dp_epsilon`.
-* `build_federated_averaging_process`, `build_federated_evaluation`,
-  `from_keras_model`, `state_with_new_model_weights`: TFF v0.19's (2021) API
+* `build_federated_averaging_process`, `build_federated_sgd_process`,
+  `build_federated_evaluation`, `from_keras_model`, `state_with_new_model_weights`,
+  `framework` (`ServerState`, `ModelWeights`, `weights_type_from_model`): TFF v0.19's (2021) API
   as thin aliases of today's algorithms (`legacy_2021`); `ModelWeights`,
   `BatchOutput`: 2021's places of today's `models` classes.
 * `FedAvg` / `FedAvgConfig`: the benchmarks' reference FedAvg over the core
@@ -50,6 +51,8 @@ _WHERE = {
     # TFF v0.19's (2021) names, thin aliases of today's algorithms (legacy_2021).
     'build_federated_averaging_process': 'legacy_2021',
     'build_federated_evaluation': 'legacy_2021',
+    'build_federated_sgd_process': 'legacy_2021',
+    'framework': 'legacy_2021',
     'from_keras_model': 'legacy_2021',
     'state_with_new_model_weights': 'legacy_2021',
     'BatchOutput': 'models',

@@ -17,8 +17,14 @@ build_federated_averaging_process(model_fn, client_optimizer_fn, server_optimize
     next:       (<ServerState@SERVER, {B*}@CLIENTS> -> <ServerState@SERVER, M@SERVER>)
     M = OrderedDict(broadcast=, aggregation=, train=<model metrics>,
                     stat=OrderedDict(num_examples=))        (Keras models)
+build_federated_sgd_process(model_fn, server_optimizer_fn, ...)
+    = build_fed_sgd (weighted by examples) with Keras SGD -> build_sgdm, the same
+      ServerState, and M = OrderedDict(broadcast=, aggregation=, train=<model metrics>,
+      stat=OrderedDict(client_weight=<sum of weights>, has_non_finite_delta=<count>))
 build_federated_evaluation(model_fn)
     = build_fed_eval: (<ModelWeights@SERVER, {B*}@CLIENTS> -> <model metrics>@SERVER)
+framework.ServerState, framework.ModelWeights, framework.weights_type_from_model
+    = 2021's ``tff.learning.framework`` names that today's classes carry exactly
 ```
 
 ``train`` (and the evaluation's result) hold the model's metrics as 2021
@@ -33,31 +39,37 @@ today's replacement (docs/tff/learning-algorithms.md lists them).
 from __future__ import annotations
 
 import collections
+import types
 from typing import Callable, NamedTuple, Optional, Union
 
-from simharness.aggregators import factory
+import tensorflow as tf
+
+from simharness.aggregators import factory, mean
 from simharness.core import intrinsics as I
 from simharness.core import narrowing as N
 from simharness.core import types as T
 from simharness.core.computation import Computation, federated_computation, tf_computation
 from simharness.core.tracing import Value
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.learning.algorithms import fed_avg, fed_eval
+from simharness.learning.algorithms import fed_avg, fed_eval, fed_sgd
 from simharness.learning.client_weight_lib import ClientWeighting
 from simharness.learning.loop_builder import LoopImplementation
 from simharness.learning.models import keras_utils, variable
 from simharness.learning.models.keras_utils import from_keras_model
-from simharness.learning.models.model_weights import ModelWeights
+from simharness.learning.models.model_weights import ModelWeights, weights_type_from_model
 from simharness.learning.optimizers import sgdm
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning._typing import TemplateField
 from simharness.learning.templates.composers import LearningAlgorithmState
+from simharness.templates import AggregationProcess, MeasuredProcessOutput
 from simharness.templates.iterative_process import IterativeProcess
 
 __all__ = [
     'ServerState',
     'build_federated_averaging_process',
     'build_federated_evaluation',
+    'build_federated_sgd_process',
+    'framework',
     'from_keras_model',
     'state_with_new_model_weights',
 ]
@@ -298,8 +310,140 @@ def build_federated_averaging_process(
     return _as_2021_process(process, is_keras)
 
 
-def _as_2021_process(process: IterativeProcess, is_keras: bool) -> IterativeProcess:
-    """`process` (state `LearningAlgorithmState`) with 2021's state, result and metrics."""
+class _WithClientWeightStat(factory.WeightedAggregationFactory):
+    """`inner`, measuring also 2021 FedSGD's ``stat``: the clients' weights summed and
+    the clients whose update was not finite counted.
+
+    Today's FedSGD client sends weight 0 exactly when its mean gradient is not
+    finite (a client without examples included, as in 2021: 0 / 0), so the count
+    is that of zero weights. The state and result are `inner`'s, unchanged.
+    """
+
+    def __init__(self, inner: factory.WeightedAggregationFactory):
+        self._inner = inner
+
+    def create(
+        self, value_type: factory.ValueType, weight_type: factory.ValueType
+    ) -> AggregationProcess:
+        process = self._inner.create(value_type, weight_type)
+
+        @tf_computation(weight_type)
+        def client_stat(weight: tf.Tensor) -> collections.OrderedDict:
+            return collections.OrderedDict(
+                client_weight=weight,
+                has_non_finite_delta=tf.cast(tf.equal(weight, 0.0), tf.int32),
+            )
+
+        @federated_computation(
+            process.initialize.type_signature.result,
+            T.FederatedType(value_type, T.CLIENTS),
+            T.FederatedType(weight_type, T.CLIENTS),
+        )
+        def next_fn(state: Value, value: Value, weight: Value) -> MeasuredProcessOutput:
+            output = process.next(state, value, weight)
+            stat = I.federated_sum(I.federated_map(client_stat, weight))
+            measurements = collections.OrderedDict(inner=output.measurements, stat=stat)
+            return MeasuredProcessOutput(output.state, output.result, I.federated_zip(measurements))
+
+        return AggregationProcess(process.initialize, next_fn)
+
+
+def build_federated_sgd_process(
+    model_fn: Callable[[], variable.VariableModel],
+    server_optimizer_fn: Optional[OptimizerFn] = None,
+    *,
+    client_weighting: Optional[ClientWeighting] = None,
+    broadcast_process: object = None,
+    aggregation_process: object = None,
+    model_update_aggregation_factory: Optional[factory.AggregationFactory] = None,
+    use_experimental_simulation_loop: bool = False,
+) -> IterativeProcess:
+    """Federated SGD with 2021's signature and results (TFF v0.19's function).
+
+    ::
+
+        process = tff.learning.build_federated_sgd_process(
+            model_fn, server_optimizer_fn=lambda: tf.keras.optimizers.SGD(0.1))
+        state = process.initialize()
+        state, metrics = process.next(state, federated_train_data)
+        metrics['train']['loss'], metrics['stat']['client_weight'], state.model.trainable
+
+    Runs today's `build_fed_sgd`: each client's example-weighted mean gradient
+    at the broadcast weights (zeros, weight 0, if not finite), averaged by
+    example count and applied by the server optimizer; the same bits.
+
+    Args:
+      model_fn: a no-arg function returning a new `VariableModel`.
+      server_optimizer_fn: a no-arg function returning a Keras SGD (momentum and
+        nesterov allowed), or today's `Optimizer`; default SGD at 0.1.
+      client_weighting: None or NUM_EXAMPLES (see Raises).
+      broadcast_process, aggregation_process: must be None (see Raises).
+      model_update_aggregation_factory: a weighted factory; default
+        `MeanFactory()`.
+      use_experimental_simulation_loop: DATASET_ITERATOR if True, else
+        DATASET_REDUCE.
+
+    Returns:
+      An `IterativeProcess` whose ``next`` returns ``(ServerState, metrics)``
+      and with ``get_model_weights: (ServerState -> ModelWeights)``.
+
+    Raises:
+      SimharnessTypeError: the server optimizer function makes no Keras SGD,
+        the model is not a `VariableModel`, or `client_weighting` is a callable.
+      SimharnessValueError: UNIFORM weighting or an unweighted factory (today's
+        FedSGD weights by examples only), `broadcast_process` or
+        `aggregation_process` set, or a Keras SGD setting with no counterpart.
+    """
+    _no_broadcast_process(broadcast_process)
+    if aggregation_process is not None:
+        raise SimharnessValueError(
+            '`aggregation_process` (deprecated in 2021 already) has no counterpart here; '
+            'pass a `tff.aggregators.WeightedAggregationFactory` as '
+            '`model_update_aggregation_factory` instead.'
+        )
+    if client_weighting is not None and not isinstance(client_weighting, ClientWeighting):
+        raise SimharnessTypeError(
+            "`client_weighting`: a callable of 2021's report_local_outputs has no counterpart "
+            'today; tff.learning.algorithms.build_fed_sgd weights clients by their examples.',
+            expected=ClientWeighting,
+            actual=type(client_weighting),
+        )
+    if client_weighting is ClientWeighting.UNIFORM or isinstance(
+        model_update_aggregation_factory, factory.UnweightedAggregationFactory
+    ):
+        raise SimharnessValueError(
+            'Federated SGD with UNIFORM client weighting (or an unweighted aggregation '
+            'factory) has no counterpart today: tff.learning.algorithms.build_fed_sgd weights '
+            'each client by its number of examples. Use the default weighting with a '
+            'tff.aggregators.WeightedAggregationFactory.'
+        )
+    is_keras = _check_model(model_fn)
+    server_optimizer = (
+        fed_sgd.DEFAULT_SERVER_OPTIMIZER_FN
+        if server_optimizer_fn is None
+        else _keras_sgd_as_optimizer(server_optimizer_fn, 'server_optimizer_fn')
+    )
+    inner = model_update_aggregation_factory
+    if inner is None:
+        inner = mean.MeanFactory()
+    process = fed_sgd.build_fed_sgd(
+        model_fn,
+        server_optimizer,
+        model_aggregator=_WithClientWeightStat(inner),
+        loop_implementation=_loop(use_experimental_simulation_loop),
+    )
+    return _as_2021_process(process, is_keras, aggregator_stat=True)
+
+
+def _as_2021_process(
+    process: IterativeProcess, is_keras: bool, aggregator_stat: bool = False
+) -> IterativeProcess:
+    """`process` (state `LearningAlgorithmState`) with 2021's state, result and metrics.
+
+    With `aggregator_stat`, the aggregator's measurements are those of
+    `_WithClientWeightStat` (FedSGD's ``stat``); else, for a Keras model,
+    ``stat`` is FedAvg's ``num_examples``.
+    """
     today_state_type = N.as_struct(N.member_of(process.initialize.type_signature.result))
     data_type = N.parameter_element(process.next.type_signature, 1)
 
@@ -334,12 +478,15 @@ def _as_2021_process(process: IterativeProcess, is_keras: bool) -> IterativeProc
     @tf_computation(metrics_type)
     def metrics_2021(metrics: collections.OrderedDict) -> collections.OrderedDict:
         train = metrics['client_work']['train']
+        aggregator = metrics['aggregator']
         out = collections.OrderedDict(
             broadcast=metrics['distributor'],
-            aggregation=metrics['aggregator'],
+            aggregation=aggregator['inner'] if aggregator_stat else aggregator,
             train=_model_metrics(train, is_keras),
         )
-        if is_keras:
+        if aggregator_stat:
+            out['stat'] = aggregator['stat']
+        elif is_keras:
             out['stat'] = collections.OrderedDict(num_examples=train['num_examples'])
         return out
 
@@ -437,3 +584,12 @@ def build_federated_evaluation(
         return I.federated_map(metrics_2021, process.next(state, federated_dataset).metrics)
 
     return evaluation
+
+
+#: 2021's ``tff.learning.framework`` names whose today's classes are exact: the
+#: state of the 2021 processes here, the model weights and their type.
+framework = types.SimpleNamespace(
+    ServerState=ServerState,
+    ModelWeights=ModelWeights,
+    weights_type_from_model=weights_type_from_model,
+)
