@@ -66,14 +66,21 @@ def _batches(n):
     ]
 
 
-@pytest.mark.parametrize('tff_stack', STACKS, indirect=True)
-def test_a_round_of_jax_client_updates(tff_stack):
+@pytest.mark.process
+def test_a_round_of_jax_client_updates_gives_the_same_bits_on_both_stacks(stack_registry):
     model = collections.OrderedDict(w=np.ones(3, np.float32), b=np.float32(0.5))
     batches = _batches(40)
-    result = _round(model, batches)
+    results = []
+    for stack in ('local', 'process-2'):
+        with stack_registry.open(stack):
+            results.append(_round(model, batches))
     expected = [_numpy_step(model, b) for b in batches]
-    np.testing.assert_allclose(result['w'], np.mean([e['w'] for e in expected], 0), rtol=1e-5)
-    np.testing.assert_allclose(result['b'], np.mean([e['b'] for e in expected]), rtol=1e-5)
+    for result in results:
+        np.testing.assert_allclose(result['w'], np.mean([e['w'] for e in expected], 0), rtol=1e-5)
+        np.testing.assert_allclose(result['b'], np.mean([e['b'] for e in expected]), rtol=1e-5)
+    local, process = results
+    assert local['w'].tobytes() == process['w'].tobytes()
+    assert local['b'].tobytes() == process['b'].tobytes()
 
 
 @pytest.mark.parametrize('tff_stack', STACKS, indirect=True)
