@@ -183,18 +183,20 @@ def build_model_delta_update_with_keras_optimizer(
 
     Returns:
       ``client_update(optimizer, initial_weights, data) -> (ClientResult, unfinalized
-      metrics)``; call it inside the `tf_computation` that made `optimizer`.
+      metrics)``, a `tf.function`.
     """
     model = model_fn()
     dataset_reduce_fn = loop_builder.build_training_loop(loop_implementation=loop_implementation)
     model_weights = model_weights_lib.ModelWeights.from_model(model)
 
     @tf.function
-    def train(
+    def client_update(
         optimizer: keras_optimizer.KerasOptimizerLike,
         initial_weights: model_weights_lib.ModelWeights,
         data: tf.data.Dataset,
     ) -> tuple[client_works.ClientResult, TensorStructure]:
+        with tf.init_scope():  # the computation's graph (or eagerly), not this function's
+            keras_optimizer.build_keras_optimizer(optimizer, model_weights.trainable)
         tf.nest.map_structure(lambda a, b: a.assign(b), model_weights, initial_weights)
 
         def reduce_fn(num_examples_sum: tf.Tensor, batch: Batch) -> tf.Tensor:
@@ -229,14 +231,6 @@ def build_model_delta_update_with_keras_optimizer(
                 model.reset_metrics()
             model_output = model.report_local_unfinalized_metrics()
         return client_works.ClientResult(update=update, update_weight=client_weight), model_output
-
-    def client_update(
-        optimizer: keras_optimizer.KerasOptimizerLike,
-        initial_weights: model_weights_lib.ModelWeights,
-        data: tf.data.Dataset,
-    ) -> tuple[client_works.ClientResult, TensorStructure]:
-        keras_optimizer.build_keras_optimizer(optimizer, model_weights.trainable)
-        return train(optimizer, initial_weights, data)
 
     return client_update
 

@@ -1,6 +1,9 @@
 """Port of TFF's ``tensorflow_federated/python/learning/templates/apply_optimizer_finalizer_test.py``.
 
-No case left out.
+No case left out; the Keras-optimizer cases are v0.86's (TFF 0.87 dropped them), with
+Keras 3's SGD for TFF's ``tf.keras.optimizers.legacy.SGD`` (Keras 3 has no legacy
+optimizers), so the state holds Keras 3's variables: ``[iteration, learning_rate,
+slots...]`` where TFF's had ``[iteration, slots...]``.
 """
 
 import collections
@@ -216,3 +219,135 @@ def test_set_hparams_with_tff_optimizer():
     assert list(updated) == list(expected)
     for k in expected:
         np.testing.assert_allclose(updated[k], expected[k], rtol=1e-6)
+
+
+# -- Keras optimizers (TFF v0.86) ----------------------------------------------------------
+
+_KERAS_SGD_STATE_TYPE = tff.to_type([np.int64, np.float32])  # iteration, learning_rate
+
+
+def _keras_sgd():
+    return tf.keras.optimizers.SGD(learning_rate=1.0)
+
+
+def test_types_with_keras_optimizer():
+    """TFF's four ``*_has_expected_type_with_keras_optimizer`` cases, on one finalizer."""
+    finalizer = _finalizer(_keras_sgd)
+    server_state = tff.FederatedType(_KERAS_SGD_STATE_TYPE, tff.SERVER)
+    assert finalizer.initialize.type_signature.is_equivalent_to(
+        tff.FunctionType(None, server_state)
+    )
+    expected_next = tff.FunctionType(
+        collections.OrderedDict(
+            state=server_state,
+            weights=_SERVER_MODEL_WEIGHTS_TYPE,
+            update=tff.FederatedType(_MODEL_WEIGHTS_TYPE.trainable, tff.SERVER),
+        ),
+        MeasuredProcessOutput(
+            server_state,
+            _SERVER_MODEL_WEIGHTS_TYPE,
+            tff.FederatedType(collections.OrderedDict(update_non_finite=np.int32), tff.SERVER),
+        ),
+    )
+    assert finalizer.next.type_signature.is_equivalent_to(expected_next)
+    no_hparams = tff.to_type(collections.OrderedDict())
+    assert finalizer.get_hparams.type_signature.is_equivalent_to(
+        tff.FunctionType(_KERAS_SGD_STATE_TYPE, no_hparams)
+    )
+    assert finalizer.set_hparams.type_signature.is_equivalent_to(
+        tff.FunctionType(
+            tff.StructType([('state', _KERAS_SGD_STATE_TYPE), ('hparams', no_hparams)]),
+            _KERAS_SGD_STATE_TYPE,
+        )
+    )
+
+
+def test_unexpected_optimizer_fn_raises():
+    with pytest.raises(TypeError):
+        apply_optimizer_finalizer.build_apply_optimizer_finalizer(
+            tf.keras.optimizers.SGD(1.0), _MODEL_WEIGHTS_TYPE
+        )
+
+
+def test_custom_should_reject_update_builds_with_keras_optimizer():
+    finalizer = apply_optimizer_finalizer.build_apply_optimizer_finalizer(
+        _keras_sgd, _MODEL_WEIGHTS_TYPE, _should_reject_update_fn(100)
+    )
+    assert isinstance(finalizer, finalizers.FinalizerProcess)
+
+
+def test_execution_with_keras_sgd_optimizer(tff_stack):
+    finalizer = _finalizer(_keras_sgd)
+    weights = ModelWeights(trainable=(1.0,), non_trainable=(2.0,))
+    state = finalizer.initialize()
+    for i in range(5):
+        output = finalizer.next(state, weights, (0.1,))
+        state, weights = output.state, output.result
+        assert [int(state[0]), float(state[1])] == [i + 1, 1.0]  # the step count; the rate
+        np.testing.assert_allclose(weights.trainable, (1.0 - 0.1 * (i + 1),), rtol=1e-6)
+        assert output.measurements == collections.OrderedDict(update_non_finite=0)
+
+
+def _keras_init_next(optimizer_fn, reject):
+    return apply_optimizer_finalizer._build_keras_optimizer_initialize_and_next(
+        _MODEL_WEIGHTS_TYPE, optimizer_fn=optimizer_fn, should_reject_update=reject
+    )
+
+
+def test_keras_finalizer_execution_with_non_finite_update():
+    init_fn, next_fn = _keras_init_next(
+        tf.keras.optimizers.SGD, apply_optimizer_finalizer.reject_non_finite_update
+    )
+    initial_state = init_fn()
+    for bad in (float('inf'), float('nan')):
+        state, weights, measurements = next_fn(initial_state, (0.0,), (bad,))
+        for a, b in zip(state, initial_state):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(weights, (0.0,))
+        assert measurements == collections.OrderedDict(update_non_finite=1)
+
+
+def test_keras_finalizer_execution_with_custom_should_reject_update():
+    init_fn, next_fn = _keras_init_next(tf.keras.optimizers.Adam, _should_reject_update_fn(10))
+    initial_state = init_fn()
+    for update, rejected in ((101.0, True), (100.0, False), (50.0, False)):
+        state, weights, measurements = next_fn(initial_state, (0.0,), (update,))
+        same = np.allclose(weights, (0.0,)) and all(
+            np.allclose(a, b) for a, b in zip(state, initial_state)
+        )
+        assert same == rejected, update
+        assert measurements == collections.OrderedDict(
+            update_non_finite=0, state_large_values=int(rejected)
+        )
+
+
+def test_execution_with_stateful_keras_optimizer(tff_stack):
+    momentum = 0.5
+    finalizer = _finalizer(lambda: tf.keras.optimizers.SGD(learning_rate=1.0, momentum=momentum))
+    weights = ModelWeights(trainable=(1.0,), non_trainable=(2.0,))
+    update = (0.1,)
+    expected_velocity = 0.0
+    state = finalizer.initialize()
+    for i in range(5):
+        output = finalizer.next(state, weights, update)
+        state = output.state
+        expected_velocity = expected_velocity * momentum + update[0]
+        # Keras keeps the negative of tff.learning.optimizers' SGDM velocity.
+        np.testing.assert_allclose(
+            [state[0], state[1], state[2]], [i + 1, 1.0, -expected_velocity], rtol=1e-6
+        )
+        np.testing.assert_allclose(
+            output.result.trainable, (weights.trainable[0] - expected_velocity,), rtol=1e-6
+        )
+        assert output.measurements == collections.OrderedDict(update_non_finite=0)
+        weights = output.result
+
+
+def test_get_and_set_hparams_with_keras_optimizer():
+    finalizer = _finalizer(lambda: tf.keras.optimizers.SGD(learning_rate=1.0, momentum=0.9))
+    state = finalizer.initialize()
+    hparams = finalizer.get_hparams(state)
+    assert isinstance(hparams, collections.OrderedDict) and hparams == collections.OrderedDict()
+    updated = finalizer.set_hparams(state, collections.OrderedDict())
+    for a, b in zip(updated, state):
+        np.testing.assert_array_equal(a, b)

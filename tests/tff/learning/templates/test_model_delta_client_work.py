@@ -3,8 +3,10 @@
 Left out: ``test_functional_model_matches_model_fn`` (several rounds of a Keras
 model against its functional twin; `test_fed_avg.test_keras_and_functional_models_agree`
 and `test_mime.test_functional_matches_variable_model` check the same) and
-``test_raises_with_created_model``'s Keras-optimizer half (no Keras optimizers).
-The type-signature cases check one weighting each. Ours: the client loops lower.
+v0.86's Keras-optimizer cases where they repeat a case already here (its four
+type-signature cases are one, its executions with Keras SGD and SGD with momentum
+one). The type-signature cases check one weighting each. Ours: the client loops
+lower; Keras SGD gives the same bits as `build_sgdm`.
 """
 
 import collections
@@ -316,3 +318,136 @@ def test_client_loops_are_lowered():
             loop_implementation=loop,
         )
         assert utils.assert_client_loops_lowered(process, batch_size=3) == 1
+
+
+# -- Keras optimizers (TFF v0.86; TFF 0.87 dropped them) -----------------------------------
+
+
+def _keras_sgd(**kwargs):
+    return lambda: tf.keras.optimizers.SGD(learning_rate=1.0, **kwargs)
+
+
+def test_types_with_keras_optimizer():
+    """v0.86's four ``*_type_signature_with_keras_optimizer`` cases: state ``()``, no hparams."""
+    process = model_delta_client_work.build_model_delta_client_work(
+        LinearRegression, _keras_sgd(), ClientWeighting.UNIFORM
+    )
+    server_state = tff.FederatedType((), tff.SERVER)
+    assert process.initialize.type_signature.is_equivalent_to(tff.FunctionType(None, server_state))
+    next_type = process.next.type_signature
+    assert next_type.parameter[0].is_equivalent_to(server_state)
+    assert next_type.result[0].is_equivalent_to(server_state)
+    weights_type = next_type.parameter[1].member
+    assert next_type.result[1].member.update.is_equivalent_to(weights_type.trainable)
+    no_hparams = tff.to_type(collections.OrderedDict())
+    assert process.get_hparams.type_signature.result.is_equivalent_to(no_hparams)
+    assert process.set_hparams.type_signature.result.is_equivalent_to(server_state.member)
+
+
+def test_raises_with_created_keras_optimizer():
+    with pytest.raises(TypeError):
+        model_delta_client_work.build_model_delta_client_work(
+            LinearRegression,
+            tf.keras.optimizers.SGD(learning_rate=1.0),
+            client_weighting=ClientWeighting.NUM_EXAMPLES,
+        )
+
+
+def _keras_update(weighting=ClientWeighting.NUM_EXAMPLES, loop=None):
+    return model_delta_client_work.build_model_delta_update_with_keras_optimizer(
+        model_fn=create_model,
+        weighting=weighting,
+        loop_implementation=loop or loop_builder.LoopImplementation.DATASET_REDUCE,
+    )
+
+
+def test_keras_tff_client_work_equal():
+    """v0.86 checks allclose (for each weighting); Keras 3 SGD and `build_sgdm` give the
+    same bits."""
+    weighting = ClientWeighting.NUM_EXAMPLES
+    keras_result = _keras_update(weighting)(
+        tf.keras.optimizers.SGD(learning_rate=0.1),
+        create_test_initial_weights(),
+        create_test_dataset(),
+    )
+    tff_result = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
+        model_fn=create_model,
+        weighting=weighting,
+        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+    )(sgdm.build_sgdm(learning_rate=0.1), create_test_initial_weights(), create_test_dataset())
+    for a, b in zip(utils.flat_arrays(keras_result), utils.flat_arrays(tff_result)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    'loop, kwargs, expected_norm, weighting',
+    [
+        ('DATASET_ITERATOR', {}, 0.1, ClientWeighting.UNIFORM),
+        ('DATASET_REDUCE', {'clipnorm': 0.2}, 0.05, ClientWeighting.NUM_EXAMPLES),
+        ('DATASET_REDUCE', {'clipvalue': 0.1}, 0.02, ClientWeighting.NUM_EXAMPLES),
+    ],
+    ids=['dataset_iterator_noclip', 'clipnorm', 'clipvalue'],
+)
+def test_keras_client_tf(loop, kwargs, expected_norm, weighting):
+    client_tf = _keras_update(weighting, loop_builder.LoopImplementation[loop])
+    optimizer = tf.keras.optimizers.SGD(learning_rate=0.1, **kwargs)
+    result, model_output = client_tf(
+        optimizer, create_test_initial_weights(), create_test_dataset()
+    )
+    for param in result.update:
+        assert np.linalg.norm(param) > expected_norm
+    assert result.update_weight == (1.0 if weighting == ClientWeighting.UNIFORM else 12.0)
+    assert model_output['num_examples'] == 12
+    assert np.finfo(np.float32).eps < model_output['loss'][0] < 10.0
+    assert int(optimizer.iterations) == 4  # its own 4 steps, one a batch
+
+
+def test_keras_non_finite_aggregation():
+    for bad_value in (np.inf, np.nan):
+        weights = create_test_initial_weights()
+        weights.trainable[1] = bad_value
+        result, metrics = _keras_update()(
+            tf.keras.optimizers.SGD(learning_rate=0.1), weights, create_test_dataset()
+        )
+        assert result.update_weight == 0.0
+        np.testing.assert_array_equal(result.update[0], [[0.0], [0.0]])
+        assert result.update[1] == 0.0
+        np.testing.assert_array_equal(metrics['loss'], [0.0, 0.0])
+        assert metrics['num_examples'] == 0
+
+
+def test_keras_correct_update_weight_with_traced_function():
+    client_tf = _keras_update()
+    optimizer = tf.keras.optimizers.SGD(learning_rate=0.1)
+    init_weights = create_test_initial_weights()
+
+    def dataset(last):
+        return tf.data.Dataset.from_tensor_slices(
+            collections.OrderedDict(
+                x=[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, last]], y=[[0.0], [0.0], [1.0], [1.0]]
+            )
+        ).batch(1)
+
+    concrete = client_tf.get_concrete_function(optimizer, init_weights, dataset(0.0))
+    assert concrete(optimizer, init_weights, dataset(0.0))[0].update_weight > 0.0
+    assert concrete(optimizer, init_weights, dataset(np.nan))[0].update_weight == 0.0
+
+
+@LOOPS
+def test_keras_client_tf_dataset_loops(loop_implementation):
+    with mock.patch.object(loop_builder, 'build_training_loop') as mock_method:
+        _keras_update(loop=loop_implementation)
+    mock_method.assert_called_once_with(loop_implementation=loop_implementation)
+
+
+def test_execution_and_hparams_with_keras_optimizer(tff_stack):
+    """v0.86's keras_momentum execution and Keras get/set_hparams cases."""
+    process = model_delta_client_work.build_model_delta_client_work(
+        create_model, _keras_sgd(momentum=0.9), client_weighting=ClientWeighting.NUM_EXAMPLES
+    )
+    state = process.initialize()
+    output = process.next(state, [create_test_initial_weights()], [create_test_dataset()])
+    assert list(output.measurements) == ['train']
+    assert output.measurements['train']['num_examples'] == 12
+    assert process.get_hparams(state) == collections.OrderedDict()
+    assert process.set_hparams(state, collections.OrderedDict()) == state
