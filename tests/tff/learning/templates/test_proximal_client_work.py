@@ -3,7 +3,9 @@
 TFF's cases, with fewer parameter repetitions (one weighting per loop
 implementation for `test_client_tf`, one optimizer for
 `test_execution_with_optimizer`, the type-property case for one optimizer and
-weighting).
+weighting), and v0.86's Keras-optimizer cases (TFF 0.87 dropped them), fewer
+too: one weighting for the Keras/TFF equality (ours: the same bits), one Keras
+`test_client_tf` (with clipnorm), the non-finite case for inf.
 """
 
 import collections
@@ -252,3 +254,89 @@ def test_functional_client_tf(mu, weighting):
     assert result.update_weight == (1.0 if weighting == ClientWeighting.UNIFORM else 12.0)
     assert model_output['num_examples'] == 12
     assert np.finfo(np.float32).eps < model_output['loss'] < 10.0
+
+
+# -- Keras optimizers (TFF v0.86) ----------------------------------------------------------
+
+
+def test_created_keras_optimizer_raises():
+    with pytest.raises(TypeError):
+        proximal_client_work.build_model_delta_client_work(
+            LinearRegression,
+            tf.keras.optimizers.SGD(1.0),
+            client_weighting=ClientWeighting.NUM_EXAMPLES,
+            delta_l2_regularizer=0.1,
+            loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+        )
+
+
+def _keras_update(loop=loop_builder.LoopImplementation.DATASET_REDUCE):
+    return proximal_client_work.build_model_delta_update_with_keras_optimizer(
+        model_fn=create_model,
+        weighting=ClientWeighting.NUM_EXAMPLES,
+        delta_l2_regularizer=0.1,
+        loop_implementation=loop,
+    )
+
+
+def test_keras_tff_client_work_equal():
+    """v0.86 checks allclose; with the proximal term, Keras 3 SGD and `build_sgdm` give
+    the same bits."""
+    keras_result = _keras_update()(
+        tf.keras.optimizers.SGD(learning_rate=0.1),
+        create_test_initial_weights(),
+        create_test_dataset(),
+    )
+    tff_result = proximal_client_work.build_model_delta_update_with_tff_optimizer(
+        model_fn=create_model,
+        weighting=ClientWeighting.NUM_EXAMPLES,
+        delta_l2_regularizer=0.1,
+        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+    )(sgdm.build_sgdm(learning_rate=0.1), create_test_initial_weights(), create_test_dataset())
+    for a, b in zip(utils.flat_arrays(keras_result), utils.flat_arrays(tff_result)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_keras_client_tf_and_non_finite_aggregation():
+    client_tf = _keras_update(loop_builder.LoopImplementation.DATASET_ITERATOR)
+    optimizer = tf.keras.optimizers.SGD(learning_rate=0.1, clipnorm=0.2)
+    result, model_output = client_tf(
+        optimizer, create_test_initial_weights(), create_test_dataset()
+    )
+    for param in result.update:
+        assert np.linalg.norm(param) > 0.05
+    assert result.update_weight == 12.0
+    assert model_output['num_examples'] == 12
+    assert np.finfo(np.float32).eps < model_output['loss'][0] < 10.0
+    weights = create_test_initial_weights()
+    weights.trainable[1] = np.inf
+    result, model_output = _keras_update()(
+        tf.keras.optimizers.SGD(learning_rate=0.1), weights, create_test_dataset()
+    )
+    assert result.update_weight == 0.0
+    assert _norm(result.update) == 0.0
+    assert model_output['num_examples'] == 12  # the proximal work keeps its metrics (TFF's)
+
+
+def test_keras_delta_regularizer_yields_smaller_model_delta(tff_stack):
+    """v0.86's keras_optimizer case (a Keras SGD at mu=0.01 against `build_sgdm` at mu=1.0),
+    with momentum (v0.86's keras_momentum execution case)."""
+    norms = []
+    for mu, optimizer in (
+        (0.01, lambda: tf.keras.optimizers.SGD(1.0, momentum=0.9)),
+        (1.0, sgdm.build_sgdm(1.0, momentum=0.9)),
+    ):
+        process = proximal_client_work.build_model_delta_client_work(
+            create_model,
+            optimizer,
+            client_weighting=ClientWeighting.NUM_EXAMPLES,
+            delta_l2_regularizer=mu,
+            loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+        )
+        output = process.next(
+            process.initialize(), [create_test_initial_weights()], [create_test_dataset()]
+        )
+        assert list(output.measurements) == ['train']
+        assert output.measurements['train']['num_examples'] == 12
+        norms.append(_norm(output.result[0].update))
+    assert norms[0] > norms[1]
