@@ -4,8 +4,10 @@
 
     simharness run CONFIG [--set key=value ...] [--results DIR] [--no-progress]
         one run -> DIR/<name>/<run-id>/ (+ its report); run id 'default', or built from --set
-    simharness sweep CONFIG [--set key=value ...] [--results DIR] [--no-progress] [--jobs N]
-        every point of [sweep.grid]; finished runs are skipped -> DIR/<name>/ (+ report)
+    simharness sweep CONFIG [--set key=value ...] [--results DIR] [--no-progress]
+                     [--jobs N | --ray ADDRESS]
+        every point of [sweep.grid]; finished runs are skipped -> DIR/<name>/ (+ report);
+        points side by side on disjoint cores (default: as many as fit), or Ray tasks
     simharness report RESULTS_DIR
         report.md and PNG plots for every run under RESULTS_DIR
 
@@ -42,11 +44,15 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence, TextIO, Type, TYPE_CHECKING, Union
 
 from simharness.errors import ConfigError, RunInProgressError, SimharnessValueError
 from simharness.tfquiet import quiet_runtime_logs
+
+if TYPE_CHECKING:
+    from simharness.experiments.config import ExperimentConfig
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -224,21 +230,32 @@ def _parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser(
         'sweep',
         help="run every point of a config's [sweep.grid] (resumable)",
-        description='Run every point of the [sweep.grid] of a config, one after another, each '
+        description='Run every point of the [sweep.grid] of a config, each '
         'in RESULTS/<name>/<run id>/ with run ids like '
         'num_workers=2,clients_per_round=100,seed=0. Runs already complete with the '
         'same resolved config are skipped, so an interrupted sweep resumes where it '
         'stopped; interrupted or failed runs resume from their last checkpoint '
         '(--restart: from round 0). Writes '
-        'RESULTS/<name>/report.md at the end. Stops and exit codes as for run.',
+        'RESULTS/<name>/report.md at the end. Points run side by side on disjoint cores '
+        "(--jobs; default: usable cores // a point's workers), or as tasks on a Ray "
+        'cluster (--ray). Stops and exit codes as for run.',
     )
     sweep.add_argument(
         '--jobs',
-        default='1',
+        default=None,
         metavar='N',
         help='points run at once, each in its own process on its own cores (the '
-        "usable cores split into N sets of a point's stack.num_workers); "
-        '"auto": as many as fit this machine; default 1 (one after another)',
+        "usable cores split into N sets of a point's stack.num_workers; more than "
+        'fit: a warning); 1: one after another, in this process; default (or "auto"): '
+        "as many as fit, usable cores // a point's workers",
+    )
+    sweep.add_argument(
+        '--ray',
+        default=None,
+        metavar='ADDRESS',
+        help='run the points as tasks on this Ray cluster ("auto", "host:port" or '
+        '"ray://host:port", as stack.address): each point on one node, its results '
+        'written here under --results; resumable as a local sweep',
     )
     for sp in (run, sweep):
         sp.add_argument('config', metavar='CONFIG', help='the experiment TOML file')
@@ -389,7 +406,13 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
     else:
         for point_id, point in C.expand_sweep(config):  # a sweep at it already: refused now
             check_not_running(results / point.name / point_id)
-    initialize_devices()  # TensorFlow's C++ start-up lines filtered out (real errors still show)
+    jobs = _sweep_jobs(args, config) if sweep else 1
+    if sweep and args.ray is not None:  # an address that does not answer: said before TF loads
+        from simharness.experiments.runner import ray_sweep
+
+        ray_sweep.check_address(args.ray)
+    if not sweep or _points_run_here(args, config, jobs, results):
+        initialize_devices()  # TensorFlow's C++ start-up lines filtered out (real errors still show)
     _reap_segments()
     if not sweep:
         result = run_experiment(
@@ -406,23 +429,16 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
         print(f'results: {result.run_dir}')
         _print_outputs(write_report(result.run_dir))
         return EXIT_OK
-    if args.jobs == 'auto':
-        jobs: Optional[int] = None
-    else:
-        try:
-            jobs = int(args.jobs)
-        except ValueError:
-            jobs = 0
-        if jobs < 1:
-            return _err(f'--jobs must be an int >= 1 or "auto", got {args.jobs!r}')
-    runs = run_sweep(
-        config,
-        results,
-        progress=progress and jobs == 1,
-        log=print,
-        resume=not args.restart,
-        jobs=jobs,
-    )
+    with _oversubscription_logged():
+        runs = run_sweep(
+            config,
+            results,
+            progress=progress and jobs == 1 and args.ray is None,
+            log=print,
+            resume=not args.restart,
+            jobs=jobs,
+            ray_address=args.ray,
+        )
     for r in runs:
         s = r.summary
         if r.status == 'failed':
@@ -445,6 +461,80 @@ def _cmd_run(args: argparse.Namespace, sweep: bool) -> int:
         )
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _points_run_here(
+    args: argparse.Namespace, config: 'ExperimentConfig', jobs: int, results: Path
+) -> bool:
+    """Whether the sweep runs points in this process (one job, or one point left), which
+    then starts TensorFlow; side by side or on Ray, only its jobs and tasks do."""
+    # pylint: disable-next=import-outside-toplevel
+    from simharness.experiments import config as C
+    from simharness.experiments.runner.rundir import is_finished  # pylint: disable=import-outside-toplevel
+
+    if args.ray is not None:
+        return False
+    left = [p for i, p in C.expand_sweep(config) if not is_finished(results / p.name / i, p)]
+    return jobs == 1 or len(left) <= 1
+
+
+def _sweep_jobs(args: argparse.Namespace, config: 'ExperimentConfig') -> int:
+    """``--jobs``: an int >= 1, or (unset, "auto") as many as fit this machine.
+
+    Raises:
+        ConfigError: another value, or --jobs with --ray.
+    """
+    # pylint: disable-next=import-outside-toplevel
+    from simharness.experiments import config as C
+    from simharness.experiments.runner import parallel  # pylint: disable=import-outside-toplevel
+
+    if args.ray is not None and args.jobs is not None:
+        raise ConfigError(
+            '--jobs and --ray do not go together: on Ray the free CPUs of the cluster '
+            'decide how many points run at once',
+            key='--jobs',
+            value=args.jobs,
+        )
+    if args.jobs is None or args.jobs == 'auto':
+        return parallel.default_jobs(config, [c for _, c in C.expand_sweep(config)])
+    try:
+        jobs = int(args.jobs)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise ConfigError(
+            f'--jobs must be an int >= 1 or "auto", got {args.jobs!r}',
+            key='--jobs',
+            value=args.jobs,
+        )
+    return jobs
+
+
+@contextlib.contextmanager
+def _oversubscription_logged() -> Iterator[None]:
+    """`OversubscribedWarning` s of the block as log warnings (one line, as a run's own
+    `stack.num_workers` warning); other warnings as Python shows them."""
+    from simharness.errors import OversubscribedWarning  # pylint: disable=import-outside-toplevel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter('default', OversubscribedWarning)
+        show = warnings.showwarning
+
+        def shown(
+            message: Union[Warning, str],
+            category: Type[Warning],
+            filename: str,
+            lineno: int,
+            file: Optional[TextIO] = None,
+            line: Optional[str] = None,
+        ) -> None:
+            if issubclass(category, OversubscribedWarning):
+                _log.warning('%s', message)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = shown
+        yield
 
 
 def _find_builder_module(config: Any, config_path: Path) -> None:

@@ -64,6 +64,8 @@ class LoopbackCluster:
       object_store_bytes: each node's object store (small: the machine is shared).
       start_timeout: seconds to wait for each node.
       pin_nodes: run node k on core ``k % cores`` only (as if on its own machine).
+      connect: make this process the cluster's driver (else a driver of another
+        process joins it at `address`, or at `client_address` through Ray Client).
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class LoopbackCluster:
         object_store_bytes: int = 200 << 20,
         start_timeout: float = 120.0,
         pin_nodes: bool = True,
+        connect: bool = True,
     ):
         self.num_nodes = num_nodes
         self.cpus_per_node = cpus_per_node
@@ -96,6 +99,8 @@ class LoopbackCluster:
         self._ports: set = set()
         self.port = self._distinct_port(self.ips[0])
         self.address = f'{self.ips[0]}:{self.port}'
+        self.client_port = self._distinct_port(self.ips[0])
+        self.client_address = f'ray://{self.ips[0]}:{self.client_port}'
         self._saved_env: Dict[str, Optional[str]] = {}
         self._connected = False
         self._seen: set = set()
@@ -103,7 +108,8 @@ class LoopbackCluster:
         try:
             for k in range(num_nodes):
                 self._start_node(k)
-            self.connect()
+            if connect:
+                self.connect()
         except BaseException:
             self.close()
             raise
@@ -115,7 +121,36 @@ class LoopbackCluster:
                 self._ports.add(port)
                 return port
 
-    def _start_node(self, k: int) -> None:
+    def add_node(self, env: Optional[Dict[str, str]] = None) -> int:
+        """Starts one more node (127.0.0.<2 + k>, `cpus_per_node` CPUs, `env` added to its
+        environment) joined to the head; returns its index k."""
+        k = len(self.ips)
+        self.ips.append(f'127.0.0.{2 + k}')
+        self.num_nodes += 1
+        self._start_node(k, env)
+        return k
+
+    def kill_node(self, k: int) -> List[int]:
+        """SIGKILL to node k (not the head) and every process it started: a machine lost.
+        Returns their pids."""
+        import psutil
+
+        group = self._members(self.pgids[k])
+        victims = set(group)
+        for pid in group:
+            try:
+                victims.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+            except psutil.Error:
+                pass
+        self._seen.update(victims)
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return sorted(victims)
+
+    def _start_node(self, k: int, env: Optional[Dict[str, str]] = None) -> None:
         ip = self.ips[k]
         args = _ray_cli() + [
             'start',
@@ -136,7 +171,7 @@ class LoopbackCluster:
                 f'--port={self.port}',
                 '--include-dashboard=false',
                 f'--dashboard-port={self._distinct_port(ip)}',
-                f'--ray-client-server-port={self._distinct_port(ip)}',
+                f'--ray-client-server-port={self.client_port}',
                 f'--temp-dir={self.temp_dir}',
             ]
         else:
@@ -154,7 +189,7 @@ class LoopbackCluster:
         # are no children of this process, whose other tests check their own children.
         sh = subprocess.Popen(
             ['/bin/sh', '-c', 'exec "$@" </dev/null >"$0" 2>&1 &', log] + args,
-            env=self.env,
+            env=dict(self.env, **(env or {})),
             start_new_session=True,
             preexec_fn=pin,
         )

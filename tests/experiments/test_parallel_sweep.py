@@ -4,17 +4,20 @@ another, failures and stops as for a sequential sweep, nothing left running."""
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import psutil
 import pytest
 
-from simharness.errors import ConfigError
+from simharness.errors import ConfigError, OversubscribedWarning
 from simharness.experiments.runner import run_sweep
 from simharness.experiments.runner import parallel
 
@@ -42,6 +45,47 @@ def test_a_bad_jobs_value_is_an_error_before_anything_runs(tmp_path, jobs):
     with pytest.raises(ConfigError, match=r'jobs must be an int >= 1'):
         run_sweep(config, tmp_path, progress=False, jobs=jobs)
     assert not any(tmp_path.iterdir())
+
+
+def test_the_cli_default_fits_the_machine(monkeypatch):
+    """No --jobs (or "auto"): usable cores // a point's workers, at least 1; --jobs 1 is
+    sequential; --jobs with --ray is an error."""
+    from simharness import cli
+
+    monkeypatch.setattr(parallel, 'usable_cores', lambda: list(range(8)))
+
+    def jobs(stack, given=None, ray=None):
+        config = make_config(stack=stack, sweep={'grid': {'training.seed': [0, 1]}})
+        return cli._sweep_jobs(argparse.Namespace(jobs=given, ray=ray), config)  # pylint: disable=protected-access
+
+    assert jobs({'kind': 'process', 'num_workers': 2}) == 4
+    assert jobs({'kind': 'process', 'num_workers': 3}, 'auto') == 2
+    assert jobs({'kind': 'process', 'num_workers': 16}) == 1
+    assert jobs({'kind': 'process'}) == 1  # unset: one worker per core, one point at a time
+    assert jobs({'kind': 'thread'}) == 8
+    assert jobs({'kind': 'process', 'num_workers': 2}, '1') == 1
+    with pytest.raises(ConfigError, match='--jobs and --ray do not go together'):
+        jobs({'kind': 'thread'}, '2', ray='auto')
+    assert jobs({'kind': 'thread'}, None, ray='auto') == 8  # not used on Ray
+
+
+def test_more_jobs_than_cores_warns_as_one_run_does(caplog):
+    """points x workers > usable cores: an OversubscribedWarning at the caller's line
+    through the API, one log line through the CLI; none while they fit."""
+    from simharness import cli
+
+    with pytest.warns(OversubscribedWarning, match=r'3 jobs x 2 core\(s\) per point') as seen:
+        parallel.warn_if_oversubscribed(3, 2, 4)
+    assert len(seen) == 1 and seen[0].filename == __file__
+    assert 'jobs=2 is the most' in str(seen[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        parallel.warn_if_oversubscribed(2, 2, 4)
+    with caplog.at_level(logging.WARNING, logger='simharness'):
+        with cli._oversubscription_logged():  # pylint: disable=protected-access
+            parallel.warn_if_oversubscribed(3, 1, 2)
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(lines) == 1 and lines[0].startswith('sweep: 3 jobs x 1 core(s) per point')
 
 
 BUILDERS = """\

@@ -163,7 +163,9 @@ def test_sweep_runs_every_point_and_fails_at_the_end(keras_config, capsys):
             '[sweep.grid]\n"model.keras" = ["frmods27:good", "frmods27:few_out", '
             '"frmods27:good2"]\n'
         )
-    rc, out, err = _run(capsys, 'sweep', str(keras_config), '--results', 'res', '--no-progress')
+    rc, out, err = _run(
+        capsys, 'sweep', str(keras_config), '--results', 'res', '--no-progress', '--jobs', '1'
+    )
     assert rc == cli.EXIT_FAILED
     statuses = {
         d.name: json.loads((d / 'summary.json').read_text())['status']

@@ -464,7 +464,7 @@ def test_cli_sweep_resumes_and_reports(tmp_path, capsys):
     from simharness.cli import main
 
     cfg = _write_config(tmp_path, {**TINY, 'sweep': {'grid': {'training.seed': [0, 1]}}})
-    args = ['sweep', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress']
+    args = ['sweep', str(cfg), '--results', str(tmp_path / 'r'), '--no-progress', '--jobs', '1']
     assert main(args) == 0
     out = capsys.readouterr().out
     assert '[1/2] run seed=0' in out and str(tmp_path / 'r' / 'tiny' / 'report.md') in out

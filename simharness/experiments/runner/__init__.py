@@ -7,6 +7,8 @@
         else run_experiment(cfg, run_id=run_id)      (resumes an unfinished run)
     run_sweep(config, jobs=N) -- the points not finished, N at a time, each job a
         process of its own on its own cores (`parallel`)
+    run_sweep(config, ray_address=A) -- each point not finished a Ray task on one node of
+        the cluster at A, its files written back here (`ray_sweep`)
 
     run_experiment(cfg) -> <results>/<name>/<run_id>/
         config.toml       resolved config                     written first
@@ -62,7 +64,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from simharness.errors import ConfigError, RunInProgressError
 from simharness.experiments import atomic
@@ -298,16 +300,14 @@ def _finished(
     )
 
 
-def _run_sweep_parallel(
+def _run_elsewhere(
     runs: List[Any],
     results_root: PathLike,
     log: Optional[Callable[[str], None]],
-    resume: bool,
-    jobs: int,
+    run_points: Callable[[List[Tuple[int, str, ExperimentConfig]]], Dict[str, RunResult]],
 ) -> List[RunResult]:
-    """`run_sweep` with `jobs` points at once (`parallel.run_points`), in sweep order."""
-    from simharness.experiments.runner import parallel  # pylint: disable=import-outside-toplevel
-
+    """`run_sweep` with its unfinished points ((position, run id, config)) run by
+    `run_points` (side by side: `parallel`; on Ray: `ray_sweep`), in sweep order."""
     done: Dict[str, RunResult] = {}
     todo = []
     for i, (run_id, cfg) in enumerate(runs, 1):
@@ -316,7 +316,7 @@ def _run_sweep_parallel(
             done[run_id] = finished
         else:
             todo.append((i, run_id, cfg))
-    done.update(parallel.run_points(todo, len(runs), results_root, jobs, resume, log))
+    done.update(run_points(todo))
     for run_id, r in done.items():
         if r.status == 'failed':
             _log.warning('%s: failed: %s', run_id, r.error)
@@ -349,6 +349,9 @@ def run_sweep(
     log: Optional[Callable[[str], None]] = None,
     resume: bool = True,
     jobs: Optional[int] = 1,
+    *,
+    ray_address: Optional[str] = None,
+    ray_connect_timeout: float = 30.0,
 ) -> List[RunResult]:
     """Runs every point of the config's sweep grid; finished runs are skipped.
 
@@ -366,14 +369,22 @@ def run_sweep(
         resume: resume unfinished runs from their checkpoints.
         jobs: points run at once, each in a process of its own on its own cores
             (`parallel`: usable cores split into `jobs` disjoint sets of the
-            point's workers; more than fit is a warning); None: as many as fit
-            (`parallel.default_jobs`); 1: one after another in this process.
+            point's workers; more than fit is an `OversubscribedWarning`); None: as
+            many as fit (`parallel.default_jobs`: usable cores // a point's workers,
+            the CLI's default); 1 (the default here): one after another in this
+            process. Not used with `ray_address`.
+        ray_address: run the points as Ray tasks on this cluster (``'auto'``,
+            ``'host:port'``, ``'ray://host:port'``, as ``stack.address``): each
+            point one task holding its workers' CPUs on one node; its files come
+            back to `results_root` (`ray_sweep`).
+        ray_connect_timeout: seconds to wait for `ray_address` to answer.
 
     Returns:
         One `RunResult` per run, in sweep order.
 
     Raises:
-        ConfigError: an invalid sweep point (before anything runs).
+        ConfigError: an invalid sweep point (before anything runs); a
+            `ray_address` that does not answer within `ray_connect_timeout`.
         KeyboardInterrupt: from the interrupted run (its summary says so).
         RunInProgressError: another run holds a point's run directory (the
             points before it have run; this one and the rest have not).
@@ -396,8 +407,28 @@ def run_sweep(
             key='jobs',
             value=jobs,
         )
-    if jobs > 1:
-        return _run_sweep_parallel(runs, results_root, log, resume, jobs)
+    # pylint: disable=import-outside-toplevel
+    if ray_address is not None:
+        from simharness.experiments.runner import ray_sweep
+
+        return _run_elsewhere(
+            runs,
+            results_root,
+            log,
+            lambda todo: ray_sweep.run_points(
+                todo, len(runs), results_root, ray_address, resume, log, ray_connect_timeout
+            ),
+        )
+    left = [1 for run_id, c in runs if not is_finished(Path(results_root) / c.name / run_id, c)]
+    if jobs > 1 and len(left) > 1:  # one point left: it runs here, as with jobs=1
+        from simharness.experiments.runner import parallel
+
+        return _run_elsewhere(
+            runs,
+            results_root,
+            log,
+            lambda todo: parallel.run_points(todo, len(runs), results_root, jobs, resume, log),
+        )
     results = []
     for i, (run_id, cfg) in enumerate(runs, 1):
         finished = _finished(i, len(runs), run_id, cfg, results_root, log)

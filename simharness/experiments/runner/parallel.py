@@ -30,10 +30,12 @@ import signal
 import subprocess
 import sys
 import threading
+import types
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from simharness.errors import RunInProgressError
+from simharness.errors import OversubscribedWarning, RunInProgressError
 from simharness.experiments.config import ExperimentConfig
 from simharness.experiments.runner.rundir import PathLike, RunResult, SUMMARY_FILE, read_json
 
@@ -43,6 +45,17 @@ _log = logging.getLogger('simharness.experiments.runner')
 EXIT_COMPLETE, EXIT_FAILED, EXIT_IN_PROGRESS, EXIT_INTERRUPTED = 0, 1, 3, 130
 #: Seconds the sweep waits for its stopped points to write their summaries and exit.
 STOP_GRACE_S = 60.0
+
+
+def callers_level() -> int:
+    """The `warnings.warn` stack level of the first frame outside simharness (the user's
+    line that started the sweep), counted from the caller of this."""
+    package = str(Path(__file__).resolve().parents[2])
+    frame: Optional[types.FrameType] = sys._getframe(2)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def usable_cores() -> List[int]:
@@ -68,6 +81,21 @@ def default_jobs(config: ExperimentConfig, points: Sequence[ExperimentConfig]) -
     cores = len(usable_cores())
     per = max([point_cores(p, cores) for p in points] or [point_cores(config, cores)])
     return max(1, cores // max(1, per))
+
+
+def warn_if_oversubscribed(jobs: int, per_point: int, cores: int) -> None:
+    """An `OversubscribedWarning` (pointing at the user's line) when `jobs` points of
+    `per_point` cores each need more than the `cores` usable ones, as a pool of more
+    workers than cores warns."""
+    if jobs * per_point > cores:
+        warnings.warn(
+            OversubscribedWarning(
+                f'sweep: {jobs} jobs x {per_point} core(s) per point is more than the {cores} '
+                f'usable CPU core(s) of this process: the points share them (slower, the same '
+                f'results); jobs={max(1, cores // per_point)} is the most that run in parallel'
+            ),
+            stacklevel=callers_level(),
+        )
 
 
 def plan_slots(jobs: int, per_point: int, cores: Sequence[int]) -> Tuple[List[List[int]], bool]:
@@ -167,16 +195,8 @@ def run_points(
     cores = usable_cores()
     per = max(point_cores(cfg, len(cores)) for _, _, cfg in points)
     jobs = min(jobs, len(points))
-    plan, over = plan_slots(jobs, per, cores)
-    if over:
-        _log.warning(
-            'sweep: %d jobs x %d cores per point is more than the %d usable cores: '
-            'points share cores (slower, same results); --jobs %d fits',
-            jobs,
-            per,
-            len(cores),
-            max(1, len(cores) // per),
-        )
+    plan, _ = plan_slots(jobs, per, cores)
+    warn_if_oversubscribed(jobs, per, len(cores))
     root = Path(results_root)
     name = points[0][2].name
     (root / name).mkdir(parents=True, exist_ok=True)
@@ -209,7 +229,7 @@ def run_points(
                     held.append(run_id)
                 return
             message = None if answer is None else answer.get('error')
-            result = _result(
+            result = result_of(
                 run_id, run_dir, code, str(message) if message else _last_line(slot.out)
             )
             with lock:
@@ -259,7 +279,9 @@ def _cores_text(cores: Sequence[int]) -> str:
     return ','.join(str(c) for c in cores)
 
 
-def _result(run_id: str, run_dir: Path, code: int, message: str) -> RunResult:
+def result_of(run_id: str, run_dir: Path, code: int, message: str) -> RunResult:
+    """A point's RunResult from its summary.json and its exit `code` (`message`: the error
+    when the summary has none)."""
     summary = read_json(run_dir / SUMMARY_FILE) or {}
     status = summary.get('status') or ('complete' if code == EXIT_COMPLETE else 'failed')
     if code == EXIT_INTERRUPTED and status == 'running':

@@ -1,0 +1,108 @@
+"""A sweep on Ray (`run_sweep(..., ray_address=...)`, `simharness sweep --ray ADDRESS`),
+what needs no cluster: an address that does not answer is one line within the connect
+timeout with nothing started or written, points on the Ray stack are refused, a point's
+files travel as plain bytes. (The sweep on a cluster: tests/ray/test_ray_sweep.py.)"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from simharness.errors import ConfigError
+from simharness.experiments.runner import ray_sweep, run_sweep
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
+from experiment_helpers import make_config  # noqa: E402
+
+SWEEP = """
+name = "far"
+[data]
+dataset = "synthetic"
+num_clients = 6
+samples_per_client = 10
+dim = 5
+num_classes = 3
+[model]
+name = "mlp"
+hidden_sizes = [8]
+[training]
+rounds = 2
+clients_per_round = 4
+[sweep.grid]
+"training.seed" = [0, 1]
+"""
+
+
+def _refused_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]  # closed on return: nothing listens there
+
+
+def test_cli_an_address_that_refuses_is_one_line_at_once(tmp_path, capsys):
+    from simharness import cli
+
+    cfg = tmp_path / 'far.toml'
+    cfg.write_text(SWEEP)
+    address = f'127.0.0.1:{_refused_port()}'
+    children = psutil.Process().children(recursive=True)
+    t = time.monotonic()
+    rc = cli.main(['sweep', str(cfg), '--results', str(tmp_path / 'r'), '--ray', address])
+    err = capsys.readouterr().err
+    assert rc == cli.EXIT_USAGE and time.monotonic() - t < 5
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f'error: --ray {address}: no Ray cluster answers there'), err
+    assert not (tmp_path / 'r').exists()
+    assert psutil.Process().children(recursive=True) == children
+
+
+def test_an_address_that_never_answers_fails_within_the_connect_timeout(tmp_path):
+    """A port that takes the connection and says nothing (no Ray behind it): ConfigError
+    after `ray_connect_timeout`, before Ray is joined or anything is written."""
+    config = make_config(sweep={'grid': {'training.seed': [0, 1]}})
+    with socket.socket() as silent:
+        silent.bind(('127.0.0.1', 0))
+        silent.listen(4)
+        address = f'127.0.0.1:{silent.getsockname()[1]}'
+        t = time.monotonic()
+        with pytest.raises(ConfigError, match=r'no gRPC handshake within 1 s'):
+            run_sweep(config, tmp_path, progress=False, ray_address=address, ray_connect_timeout=1)
+        assert 0.9 < time.monotonic() - t < 5
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize('address', ['nohost', 'head:port', 'ray://head', 'head:70000'])
+def test_a_malformed_address_says_what_it_takes(address):
+    with pytest.raises(ConfigError, match=r"expected 'auto', 'host:port'"):
+        ray_sweep.check_address(address)
+
+
+def test_points_on_the_ray_stack_are_refused_and_others_reserve_their_workers():
+    with pytest.raises(ConfigError, match='stack.kind = "process"'):
+        ray_sweep.task_cpus(make_config(stack={'kind': 'ray', 'num_workers': 2}))
+    assert ray_sweep.task_cpus(make_config(stack={'kind': 'process', 'num_workers': 3})) == 3
+    assert ray_sweep.task_cpus(make_config(stack={'kind': 'process'})) == 1
+    assert ray_sweep.task_cpus(make_config()) == 1  # thread
+
+
+def test_a_points_files_travel_as_bytes_and_stay_in_its_run_directory(tmp_path):
+    src = tmp_path / 'a'
+    (src / 'checkpoints').mkdir(parents=True)
+    (src / 'summary.json').write_text('{"status": "complete"}')
+    (src / 'checkpoints' / 'ckpt-000002.npz').write_bytes(b'\0\1')
+    (src / 'run.lock').write_text('')
+    files = ray_sweep._read_files(src)  # pylint: disable=protected-access
+    assert files == {
+        'checkpoints/ckpt-000002.npz': b'\0\1',
+        'summary.json': b'{"status": "complete"}',
+    }
+    ray_sweep._write_files(tmp_path / 'b', files)  # pylint: disable=protected-access
+    assert ray_sweep._read_files(tmp_path / 'b') == files  # pylint: disable=protected-access
+    for bad in ('../x', '/etc/x'):
+        with pytest.raises(ValueError, match='outside its run directory'):
+            ray_sweep._write_files(tmp_path / 'c', {bad: b''})  # pylint: disable=protected-access
