@@ -38,7 +38,7 @@ import logging
 import os
 import re
 import sys
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Tuple
 
 #: Start-up lines that say nothing to a user of a CPU or GPU machine.
 NOISE = re.compile(
@@ -159,15 +159,21 @@ class _KerasNotNow:
     removed, ``tf.keras`` (a lazy loader) and ``import keras`` load it as usual.
 
     JAX too, where it is installed: TensorFlow imports it (``tensorflow.lite.python.util``,
-    in a ``try/except ImportError``, for TFLite's JAX converter), a second or two of every
-    worker's start. A worker runs a JAX computation as a TF graph (`simharness.jax`).
+    in a ``try/except ImportError``, for TFLite's JAX converter only), most of a second of
+    CPU in every process. A worker runs a JAX computation as a TF graph (`simharness.jax`);
+    the driver's TensorFlow import leaves JAX out too (`_without`), unless JAX is loaded
+    already: ``tff.jax`` and ``import jax`` load it when asked (TFLite's
+    ``experimental_from_jax`` then wants JAX imported before TensorFlow).
     """
 
     #: The top-level packages kept out of a worker's TensorFlow import.
     NAMES = ('keras', 'jax')
 
+    def __init__(self, names: Tuple[str, ...] = NAMES) -> None:
+        self.names = names
+
     def find_spec(self, name: str, path: object = None, target: object = None) -> object:
-        if name not in self.NAMES:
+        if name not in self.names:
             return None
         import importlib.machinery  # pylint: disable=import-outside-toplevel
 
@@ -182,6 +188,21 @@ class _KerasNotNow:
     def exec_module(self, module: object) -> None:
         name = getattr(module, '__name__', 'keras')
         raise ImportError(f'{name} is not loaded in a simharness worker process (it runs graphs)')
+
+
+@contextlib.contextmanager
+def _without(names: Tuple[str, ...]) -> Iterator[None]:
+    """Within the block, the packages `names` that are not loaded yet fail to load
+    (`_KerasNotNow`): what TensorFlow's import leaves out."""
+    left_out = tuple(n for n in names if n not in sys.modules)
+    finder = _KerasNotNow(left_out) if left_out else None
+    if finder is not None:
+        sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        if finder is not None:
+            sys.meta_path.remove(finder)  # type: ignore[arg-type]
 
 
 def quiet_runtime_logs() -> None:
@@ -204,17 +225,12 @@ def import_tensorflow(keras: bool = True) -> None:
     quiet_runtime_logs()
     if 'tensorflow' in sys.modules:
         return
-    finder = None if keras or 'keras' in sys.modules else _KerasNotNow()
-    if finder is not None:
-        sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
     explicit, _EXPLICIT = _EXPLICIT, True
     try:
-        with quiet_stderr():
+        with _without(('jax',) if keras else _KerasNotNow.NAMES), quiet_stderr():
             import tensorflow  # noqa: F401  # pylint: disable=import-outside-toplevel,unused-import
     finally:
         _EXPLICIT = explicit
-        if finder is not None:
-            sys.meta_path.remove(finder)  # type: ignore[arg-type]
 
 
 def initialize_devices() -> None:
@@ -271,7 +287,7 @@ class _QuietLoader(importlib.abc.Loader):
         if getattr(module, '__spec__', None) is not None:
             module.__spec__.loader = self.loader
         quiet_runtime_logs()
-        with quiet_stderr():
+        with _without(('jax',)), quiet_stderr():
             self.loader.exec_module(module)
         self.hook.remove()
         _probe_devices_if_mine()
