@@ -285,3 +285,97 @@ def test_same_bits_on_thread_and_process_stacks(stack_registry):
         return state, metrics
 
     utils.assert_same_bits_on_stacks(stack_registry, run)
+
+
+# -- Keras optimizers (TFF v0.86; TFF 0.87 dropped them) -----------------------------------
+
+
+def test_construction_calls_model_fn_with_keras_optimizer():
+    mock_model_fn = mock.Mock(side_effect=LinearRegression)
+    fed_avg.build_weighted_fed_avg(
+        model_fn=mock_model_fn,
+        client_optimizer_fn=tf.keras.optimizers.SGD,
+        model_aggregator=model_update_aggregator.robust_aggregator(),
+    )
+    assert mock_model_fn.call_count == 3
+
+
+@pytest.mark.parametrize(
+    'constructor',
+    [fed_avg.build_weighted_fed_avg, fed_avg.build_unweighted_fed_avg],
+    ids=['weighted', 'unweighted'],
+)
+def test_functional_model_raises_on_non_tff_optimizer(constructor):
+    model = linear_functional_model()
+    with pytest.raises(TypeError, match='client_optimizer_fn'):
+        constructor(
+            model_fn=model,
+            client_optimizer_fn=tf.keras.optimizers.SGD,
+            server_optimizer_fn=sgdm.build_sgdm(),
+        )
+    with pytest.raises(TypeError, match='server_optimizer_fn'):
+        constructor(
+            model_fn=model,
+            client_optimizer_fn=sgdm.build_sgdm(learning_rate=0.1),
+            server_optimizer_fn=tf.keras.optimizers.SGD,
+        )
+
+
+def test_keras_sgd_gives_build_sgdm_bits_on_both_stacks(stack_registry):
+    """Keras SGD(0.1) at the clients and the server: the weights and metrics of
+    `build_sgdm(0.1)` to the bit over 3 rounds (Keras steps the model's variables, the
+    TFF optimizer the stateless Keras forward pass), on the thread and process stacks."""
+    datasets = utils.tuple_datasets(utils.linear_datasets())
+
+    def run(client, server):
+        process = fed_avg.build_weighted_fed_avg(_keras_model_fn, client, server)
+        state = process.initialize()
+        for _ in range(3):
+            state, metrics = process.next(state, datasets)
+        return state, metrics
+
+    keras_sgd = lambda: tf.keras.optimizers.SGD(0.1)  # noqa: E731
+    state, metrics = utils.assert_same_bits_on_stacks(
+        stack_registry, lambda: run(keras_sgd, keras_sgd)
+    )
+    assert [int(state.finalizer[0]), float(state.finalizer[1])] == [3, np.float32(0.1)]
+    assert state.client_work == ()
+    with stack_registry.open('local'):
+        tff_state, tff_metrics = run(sgdm.build_sgdm(0.1), sgdm.build_sgdm(0.1))
+    for a, b in zip(
+        utils.flat_arrays(state.global_model_weights),
+        utils.flat_arrays(tff_state.global_model_weights),
+    ):
+        assert a.tobytes() == b.tobytes()
+    for a, b in zip(
+        utils.flat_arrays(metrics['client_work']), utils.flat_arrays(tff_metrics['client_work'])
+    ):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_keras_server_momentum_carries_across_rounds():
+    """The server state is the Keras optimizer's variables: its momentum carries over, so
+    Keras SGD with momentum follows `build_sgdm` with momentum (Keras keeps -lr times TFF's
+    accumulator)."""
+    datasets = utils.linear_datasets()
+    results = []
+    for server in (
+        lambda: tf.keras.optimizers.SGD(0.5, momentum=0.9),
+        sgdm.build_sgdm(0.5, momentum=0.9),
+    ):
+        process = fed_avg.build_weighted_fed_avg(LinearRegression, sgdm.build_sgdm(0.1), server)
+        state = process.initialize()
+        for _ in range(3):
+            state, _ = process.next(state, datasets)
+        results.append(state)
+    keras_state, tff_state = results
+    iteration, learning_rate, *momentums = keras_state.finalizer
+    assert (int(iteration), float(learning_rate)) == (3, 0.5)
+    for m, acc in zip(momentums, tf.nest.flatten(tff_state.finalizer['accumulator'])):
+        np.testing.assert_allclose(m, -0.5 * np.asarray(acc), rtol=1e-5)
+        assert np.any(np.asarray(m) != 0.0)
+    for a, b in zip(
+        utils.flat_arrays(keras_state.global_model_weights),
+        utils.flat_arrays(tff_state.global_model_weights),
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)

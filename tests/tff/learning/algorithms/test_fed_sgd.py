@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import simharness as tff
 from simharness.learning import loop_builder, model_update_aggregator
 from simharness.learning.algorithms import fed_sgd
 from simharness.learning.metrics import aggregator
@@ -197,3 +198,32 @@ def test_fed_sgd_functional_same_bits_on_stacks(stack_registry):
 
     state, metrics = utils.assert_same_bits_on_stacks(stack_registry, run)
     assert metrics['client_work']['train']['num_examples'] == 3 + 5 + 3
+
+
+def test_keras_server_optimizer_with_learning_rate_schedule():
+    """google-research/federated's FedSGD test: ``build_fed_sgd(model_fn,
+    server_optimizer_fn)`` with a Keras SGD of a ``LearningRateSchedule`` (TFF up to
+    v0.86; there the default server optimizer was Keras SGD at 0.1). The schedule steps
+    with the optimizer's ``iterations``, carried in the server state, as
+    `schedule_learning_rate` steps with the rounds."""
+    datasets = utils.linear_datasets(num_clients=1)
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.5, decay_steps=1, decay_rate=0.5)
+    tff_schedule = lambda r: 0.5 * tf.pow(0.5, tf.cast(r, tf.float32))  # noqa: E731
+    results = []
+    for server in (
+        lambda: tf.keras.optimizers.SGD(schedule),
+        tff.learning.optimizers.schedule_learning_rate(sgdm.build_sgdm(1.0), tff_schedule),
+    ):
+        process = fed_sgd.build_fed_sgd(LinearRegression, server_optimizer_fn=server)
+        state = process.initialize()
+        for _ in range(2):
+            state, _ = process.next(state, datasets)
+        results.append(state)
+    # A schedule is no variable: the state is [iteration] (Keras 2's structure too).
+    assert [int(v) for v in results[0].finalizer] == [2]
+    for a, b in zip(
+        utils.flat_arrays(results[0].global_model_weights.trainable),
+        utils.flat_arrays(results[1].global_model_weights.trainable),
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+        assert np.any(a != 0.0)
