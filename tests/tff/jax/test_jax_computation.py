@@ -201,3 +201,31 @@ def test_results_keep_their_containers():
     assert str(_comp.type_signature) == '(float32 -> <<x=float32,y=float32>,<float32>>)'
     point, listed = _comp(np.float32(1))
     assert point == Point(1.0, 2.0) and list(listed) == [2.0]
+
+
+@pytest.mark.parametrize(
+    'type_spec',
+    [
+        pytest.param(computation_types.SequenceType(np.int32), id='sequence'),
+        pytest.param(computation_types.FederatedType(np.int32, tff.CLIENTS), id='federated'),
+    ],
+)
+def test_parameters_other_than_tensors_and_structs_are_refused(type_spec):
+    with pytest.raises(TypeError, match='exclusively structure and tensor types'):
+
+        @tff.jax.computation(type_spec)
+        def _comp(x):
+            return x
+
+
+def test_a_polymorphic_computation_takes_its_type_from_a_federated_map():
+    @tff.jax.computation
+    def _square(x):
+        return x * x
+
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+    def _squares(xs):
+        return tff.federated_map(_square, xs)
+
+    assert str(_squares.type_signature) == '({float32}@CLIENTS -> {float32}@CLIENTS)'
+    assert _squares([np.float32(2), np.float32(3)]) == [4.0, 9.0]
