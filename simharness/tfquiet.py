@@ -38,6 +38,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from typing import Any, Iterator, Optional, Tuple
 
 #: Start-up lines that say nothing to a user of a CPU or GPU machine.
@@ -171,9 +172,11 @@ class _KerasNotNow:
 
     def __init__(self, names: Tuple[str, ...] = NAMES) -> None:
         self.names = names
+        # Only the thread importing TensorFlow is refused (another may import JAX meanwhile).
+        self.thread = threading.get_ident()
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> object:
-        if name not in self.names:
+        if name not in self.names or threading.get_ident() != self.thread:
             return None
         import importlib.machinery  # pylint: disable=import-outside-toplevel
 
