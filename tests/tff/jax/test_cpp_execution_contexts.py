@@ -26,6 +26,8 @@ from simharness import framework  # noqa: E402
 from simharness.backends.xla import cpp_execution_contexts  # noqa: E402
 from simharness.jax import jax_computation  # noqa: E402
 
+pytestmark = pytest.mark.process  # each context is a process stack
+
 federated_computation = tff.federated_computation
 intrinsics = tff
 computation_types = tff

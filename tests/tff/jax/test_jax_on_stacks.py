@@ -108,6 +108,7 @@ def test_jax_and_tf_computations_in_one_client_lambda(tff_stack):
     np.testing.assert_allclose(normalized_sum(vectors), [6.0, 0.0, -6.0], rtol=1e-6)
 
 
+@pytest.mark.process
 def test_worker_processes_import_no_jax(stack_registry):
     from multiprocess import forkserver
     import psutil
