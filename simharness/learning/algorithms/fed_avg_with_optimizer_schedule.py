@@ -55,6 +55,25 @@ __all__ = [
 TFFOrKerasOptimizer = Union[Optimizer, keras_optimizer.KerasOptimizerLike]
 
 
+def _keras_learning_rate(learning_rate: tf.Tensor) -> object:
+    """`learning_rate` (a tensor) as a Keras 3 optimizer takes it.
+
+    Keras 2 (TFF's) made a variable of a tensor learning rate; Keras 3 takes only a
+    float, a ``LearningRateSchedule`` or a callable: this is a schedule of the
+    constant `learning_rate` (the same value at each step, the same bits).
+    """
+
+    class _RoundLearningRate(tf.keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step: tf.Tensor) -> tf.Tensor:
+            del step
+            return learning_rate
+
+        def get_config(self) -> dict[str, float]:
+            return {}
+
+    return _RoundLearningRate()
+
+
 def build_scheduled_client_work(
     model_fn: _common.ModelFn,
     learning_rate_fn: Callable[[Int], Float],
@@ -103,7 +122,10 @@ def build_scheduled_client_work(
         dataset: tf.data.Dataset,
         round_num: tf.Tensor,
     ) -> tuple[client_works.ClientResult, TensorStructure]:
-        optimizer = optimizer_fn(learning_rate_fn(round_num))
+        learning_rate = learning_rate_fn(round_num)
+        if uses_keras and tf.is_tensor(learning_rate):
+            learning_rate = _keras_learning_rate(learning_rate)
+        optimizer = optimizer_fn(learning_rate)
         if isinstance(model_fn, functional.FunctionalModel):
             update = model_delta_client_work.build_functional_model_delta_update(
                 model_fn,

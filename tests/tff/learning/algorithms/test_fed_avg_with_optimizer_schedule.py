@@ -1,7 +1,8 @@
 """Port of TFF's ``learning/algorithms/fed_avg_with_optimizer_schedule_test.py``.
 
 Every case of TFF's module is here; `test_schedule_runs` (ours) runs two rounds
-of a schedule and checks the reported learning rates and the state.
+of a schedule and checks the reported learning rates and the state. At the end,
+v0.86's Keras-optimizer cases (TFF 0.87 dropped them), each once.
 """
 
 from unittest import mock
@@ -164,3 +165,58 @@ def test_schedule_runs(tff_stack):
         assert metrics['client_work']['train']['num_examples'] == 8
     assert state.client_work == 2
     assert utils.assert_client_loops_lowered(process) == 1
+
+
+# -- Keras optimizers (TFF v0.86) ----------------------------------------------------------
+
+
+def test_construction_calls_optimizer_fns_with_keras_optimizers():
+    """v0.86's keras_optimizer cases of the learning-rate and optimizer function calls, and
+    its server-optimizer case."""
+    mock_learning_rate_fn = mock.Mock(side_effect=lambda x: 0.5)
+    mock_optimizer_fn = mock.Mock(side_effect=tf.keras.optimizers.SGD)
+    mock_server_optimizer_fn = mock.Mock(side_effect=tf.keras.optimizers.SGD)
+    build(
+        model_fn=LinearRegression,
+        client_learning_rate_fn=mock_learning_rate_fn,
+        client_optimizer_fn=mock_optimizer_fn,
+        server_optimizer_fn=mock_server_optimizer_fn,
+    )
+    assert mock_learning_rate_fn.call_count == 2
+    assert mock_optimizer_fn.call_count == 2
+    assert mock_optimizer_fn.call_args_list[0][0][0] == 1.0
+    mock_server_optimizer_fn.assert_called()
+
+
+def test_functional_model_with_keras_optimizer_raises():
+    with pytest.raises(ValueError, match='FunctionalModel'):
+        build(
+            model_fn=utils.build_functional_linear_regression(),
+            client_learning_rate_fn=lambda x: 0.1,
+            client_optimizer_fn=tf.keras.optimizers.SGD,
+        )
+
+
+def test_keras_schedule_runs(tff_stack):
+    """A Keras SGD made each round at the scheduled rate: `build_sgdm`'s weights."""
+
+    def learning_rate_fn(round_num):
+        return 0.1 / tf.cast(round_num + 1, tf.float32)
+
+    datasets = utils.linear_datasets()
+    weights = []
+    for optimizer_fn in (tf.keras.optimizers.SGD, lambda lr: sgdm.build_sgdm(learning_rate=lr)):
+        process = build(
+            LinearRegression,
+            client_learning_rate_fn=learning_rate_fn,
+            client_optimizer_fn=optimizer_fn,
+        )
+        state = process.initialize()
+        for r in range(2):
+            state, metrics = process.next(state, datasets)
+            np.testing.assert_allclose(
+                metrics['client_work']['client_learning_rate'], 0.1 / (r + 1), rtol=1e-6
+            )
+        weights.append(utils.flat_arrays(process.get_model_weights(state).trainable))
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)

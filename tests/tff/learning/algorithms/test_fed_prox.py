@@ -3,13 +3,14 @@
 Every case of TFF's module is here (construction only). Ours after them:
 FedProx's math on `LinearRegression` against numpy with TFF's proximal term
 (see `_numpy_fedprox_round`; the term changes the result; strength 0 is FedAvg), the lowered client loops, the same bits on
-both stacks.
+both stacks. At the end, v0.86's Keras-optimizer cases (TFF 0.87 dropped them).
 """
 
 from unittest import mock
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from simharness.aggregators import factory_utils
 from simharness.learning import loop_builder, model_update_aggregator
@@ -235,3 +236,44 @@ def test_functional_lowered_and_same_bits_on_stacks(stack_registry):
         return state, metrics
 
     utils.assert_same_bits_on_stacks(stack_registry, run)
+
+
+# -- Keras optimizers (TFF v0.86) ----------------------------------------------------------
+
+
+def test_construction_calls_model_fn_with_keras_optimizer():
+    mock_model_fn = mock.Mock(side_effect=LinearRegression)
+    fed_prox.build_weighted_fed_prox(
+        model_fn=mock_model_fn,
+        proximal_strength=1.0,
+        client_optimizer_fn=tf.keras.optimizers.SGD,
+        model_aggregator=model_update_aggregator.robust_aggregator(),
+    )
+    assert mock_model_fn.call_count == 3
+
+
+def test_build_functional_model_fed_prox_non_tff_optimizer_fails():
+    with pytest.raises(
+        TypeError, match='client_optimizer_fn` must be a `tff.learning.optimizers.Optimizer'
+    ):
+        fed_prox.build_weighted_fed_prox(
+            model_fn=utils.build_functional_linear_regression(feature_dim=2),
+            proximal_strength=1.0,
+            client_optimizer_fn=tf.keras.optimizers.SGD,
+        )
+
+
+def test_keras_optimizers_run():
+    """Keras SGD at the clients (proximal term on its gradients) and the server: one round,
+    the same weights as `build_sgdm`."""
+    datasets = utils.linear_datasets()
+    weights = []
+    for client, server in (
+        (lambda: tf.keras.optimizers.SGD(0.1), lambda: tf.keras.optimizers.SGD(1.0)),
+        (sgdm.build_sgdm(0.1), sgdm.build_sgdm(1.0)),
+    ):
+        process = fed_prox.build_weighted_fed_prox(LinearRegression, 0.5, client, server)
+        state, _ = process.next(process.initialize(), datasets)
+        weights.append(utils.flat_arrays(process.get_model_weights(state).trainable))
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
