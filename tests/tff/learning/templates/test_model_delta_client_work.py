@@ -451,3 +451,23 @@ def test_execution_and_hparams_with_keras_optimizer(tff_stack):
     assert output.measurements['train']['num_examples'] == 12
     assert process.get_hparams(state) == collections.OrderedDict()
     assert process.set_hparams(state, collections.OrderedDict()) == state
+
+
+def test_keras_learning_rate_schedule_steps_with_the_clients_own_iterations():
+    """A Keras SGD of a ``LearningRateSchedule``: 0.1 for its first two steps, then 0. Its
+    step count starts at 0 in each client update (an optimizer per update), so training
+    on 4 batches gives `build_sgdm(0.1)` on the first 2, to the bit."""
+    schedule = tf.keras.optimizers.schedules.PiecewiseConstantDecay([1], [0.1, 0.0])
+    keras_result = _keras_update()(
+        tf.keras.optimizers.SGD(schedule), create_test_initial_weights(), create_test_dataset()
+    )
+    tff_result = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
+        model_fn=create_model,
+        weighting=ClientWeighting.NUM_EXAMPLES,
+        loop_implementation=loop_builder.LoopImplementation.DATASET_REDUCE,
+    )(sgdm.build_sgdm(0.1), create_test_initial_weights(), create_test_dataset().take(2))
+    for a, b in zip(
+        utils.flat_arrays(keras_result[0].update), utils.flat_arrays(tff_result[0].update)
+    ):
+        assert a.tobytes() == b.tobytes()
+    assert keras_result[1]['num_examples'] == 12
