@@ -32,9 +32,9 @@ from simharness.core import building_blocks as bb
 from simharness.core import context_stack
 from simharness.core import types as T
 from simharness.core.struct import Struct
-from simharness.errors import SimharnessTypeError
+from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.jax.jax_computation_context import JaxComputationContext
-from simharness.jax.xla_call import xla_call_computation
+from simharness.jax.xla_call import max_calling_convention_version, xla_call_computation
 
 __all__ = ['XlaSerializerTensorArg', 'serialize_jax_computation']
 
@@ -176,6 +176,7 @@ def serialize_jax_computation(
         exported = jax.export.export(jax.jit(fn, keep_unused=True), platforms=PLATFORMS)(
             *args, **kwargs
         )
+    _check_version(exported.calling_convention_version)
     result = jax.tree_util.tree_unflatten(
         exported.out_tree, [_tensor_type(a) for a in exported.out_avals]
     )
@@ -190,6 +191,18 @@ def serialize_jax_computation(
         name,
     )
     return comp, comp.type_signature
+
+
+def _check_version(version: int) -> None:
+    """Refuses a module the installed TensorFlow could not run (now, not on a worker)."""
+    newest = max_calling_convention_version()
+    if version > newest:
+        raise SimharnessValueError(
+            f'JAX {jax.__version__} exported a StableHLO module of calling-convention version '
+            f'{version}; this TensorFlow runs versions up to {newest}. Export older modules '
+            f"(jax.config.update('jax_export_calling_convention_version', {newest})), or "
+            'install a TensorFlow as new as JAX'
+        )
 
 
 def _takes_several(fn: Callable[..., object]) -> bool:

@@ -29,6 +29,7 @@ import tensorflow as tf
 
 # TF's op that runs a serialized StableHLO module (the op jax2tf emits); no public API.
 from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+from tensorflow.compiler.tf2xla.python import xla as tfxla
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
@@ -36,7 +37,12 @@ from simharness.core.structure import flatten, pack_as
 from simharness.core.tf_serialization import serialize_tf_function, tf_dtype
 from simharness.errors import SimharnessValueError
 
-__all__ = ['XLA_CALL_MODULE_OP', 'stablehlo_module', 'xla_call_computation']
+__all__ = [
+    'XLA_CALL_MODULE_OP',
+    'max_calling_convention_version',
+    'stablehlo_module',
+    'xla_call_computation',
+]
 
 #: The TF op a JAX computation's graph holds.
 XLA_CALL_MODULE_OP = 'XlaCallModule'
@@ -102,6 +108,11 @@ def xla_call_computation(
     else:
         traced = serialize_tf_function(lambda arg: call(flatten(arg)), plain_param, False, name)
     return bb.CompiledComputation(traced.graph, T.FunctionType(parameter_type, result_type), name)
+
+
+def max_calling_convention_version() -> int:
+    """The newest calling-convention version of StableHLO modules this TensorFlow runs."""
+    return int(tfxla.call_module_maximum_supported_version())
 
 
 def stablehlo_module(comp: bb.CompiledComputation) -> Optional[bytes]:

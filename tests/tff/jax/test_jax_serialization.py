@@ -319,3 +319,13 @@ def test_mixed_nested_structs_and_python_containers():
     assert children == [1, 2, 4, 5, 6, 7, 3]
     new_struct = jax.tree_util.tree_unflatten(aux_data, children)
     assert struct == new_struct
+
+
+def test_a_module_newer_than_tensorflow_runs_is_refused_at_once(monkeypatch):
+    monkeypatch.setattr(
+        jax_serialization,
+        'max_calling_convention_version',
+        lambda: jax.export.minimum_supported_calling_convention_version - 1,
+    )
+    with pytest.raises(ValueError, match='jax_export_calling_convention_version'):
+        jax_serialization.serialize_jax_computation(lambda: np.int32(1), None)
