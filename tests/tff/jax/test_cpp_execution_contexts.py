@@ -10,6 +10,9 @@ results. TFF's XLA executor ran JAX computations only, so these intrinsics (whic
 compiler lowers to TF) failed there with ``Cannot embed a federated value`` (TFF's
 ``b/255978089`` TODO: the results commented out in TFF's test); here a JAX computation is
 a TF graph, so the XLA contexts run TF and every intrinsic too.
+
+Also federated_language_jax's ``ToNumpyTest`` (``jax_computation_test.py``): the
+contexts' argument transform.
 """
 
 from __future__ import annotations
@@ -220,3 +223,30 @@ def test_set_sync_context_makes_it_the_default():
         assert isinstance(context_stack.get_context(), framework.AsyncContext)
     finally:
         context_stack.replace_default(None, owned=True)  # closes the one set here
+
+
+# ------------------------------------------------------------ federated_language_jax's ToNumpyTest
+# (its contexts' transform_args, jax_computation._to_numpy there; here the XLA contexts')
+
+
+@pytest.mark.parametrize(
+    'value_factory, expected_result',
+    [
+        pytest.param(lambda: jax.numpy.array(1), 1, id='scalar'),
+        pytest.param(lambda: jax.numpy.array([1, 2, 3]), np.array([1, 2, 3]), id='array'),
+        pytest.param(
+            lambda: [jax.numpy.array(1), jax.numpy.array(2), jax.numpy.array(3)],
+            [1, 2, 3],
+            id='list_array',
+        ),
+    ],
+)
+def test_to_numpy_returns_expected_result(value_factory, expected_result):
+    value = value_factory()
+    actual_result = cpp_execution_contexts.transform_args(value)
+
+    if isinstance(actual_result, (np.ndarray, np.generic)):
+        np.testing.assert_array_equal(actual_result, expected_result)
+    else:
+        assert actual_result == expected_result
+        assert all(isinstance(x, np.ndarray) for x in actual_result)
