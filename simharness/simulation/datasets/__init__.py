@@ -3,11 +3,11 @@
 One `ClientData` family (simharness.data): `TestClientData` in memory,
 `FilePerUserClientData` and `SqlClientData` from files, and the loaders of
 TFF's published data sets (`emnist`, `cifar100`, `shakespeare`,
-`stackoverflow`), which read TFF's files from a local directory and never
+`stackoverflow`, `gldv2`), which read TFF's files from a local directory and never
 download; each has `get_synthetic()` with the same element structure.
 """
 
-from simharness.simulation.datasets import cifar100, emnist, shakespeare, stackoverflow
+from simharness.simulation.datasets import cifar100, emnist, gldv2, shakespeare, stackoverflow
 from simharness.simulation.datasets.client_data import ClientData
 from simharness.simulation.datasets.dataset_utils import (
     build_dataset_mixture,
@@ -36,6 +36,7 @@ __all__ = [
     'build_synthethic_iid_datasets',
     'cifar100',
     'emnist',
+    'gldv2',
     'load_and_parse_sql_client_data',
     'save_to_sql_client_data',
     'shakespeare',
