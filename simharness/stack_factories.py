@@ -151,13 +151,22 @@ def driver_function_cache(device: Optional[str] = None) -> FunctionCache:
 
 
 def split_for_workers(n: int, parts: int, chunk: int = AGGREGATION_CHUNK) -> List[int]:
-    """Block sizes for `parts` workers: even, with boundaries on multiples of `chunk`.
+    """Block sizes for at most `parts` workers: even, with boundaries on multiples of `chunk`.
 
     A block that starts inside a reduction chunk must send that chunk's first
     clients raw to the driver (see `simharness.core.reduction`); aligned
-    boundaries avoid it. Alignment is used only when each worker has at least
-    two chunks, so that the imbalance it costs stays small.
+    boundaries avoid it. Alignment is used when each worker has at least two
+    chunks, so that the imbalance it costs stays small. A cohort of two chunks or
+    more too small to give every worker a chunk (fewer than ``chunk * parts``
+    clients) goes to fewer workers, one chunk each (the last the rest): the
+    driver then sends ``ceil(n / chunk)`` requests a round and folds no client's
+    value itself, and more workers never make a different layout (100 clients
+    on 8 or 16 workers: 7 blocks). The rule depends on `n` and `parts` only
+    (never on timing), and the canonical order makes every layout give the same
+    bits.
     """
+    if 2 * chunk <= n < chunk * parts:
+        return [min(chunk, n - k) for k in range(0, n, chunk)]
     if parts < 1 or n < 2 * chunk * parts:
         return split_even(n, parts)
     bounds = [0]

@@ -301,6 +301,36 @@ def test_one_stack_factory_over_a_loopback_group_gives_the_thread_stack_bits():
     assert all(h.requests for h in group.handles)  # both workers hosted clients
 
 
+def test_a_cohort_too_small_for_every_worker_goes_to_fewer_whole_chunks_same_bits():
+    from simharness.stack_factories import split_for_workers
+
+    # Fewer than a chunk (16 clients) per worker: one chunk per active worker, by the
+    # numbers alone; two chunks or more per worker, or under two in all: as before.
+    assert split_for_workers(100, 16) == split_for_workers(100, 8) == [16] * 6 + [4]
+    assert split_for_workers(100, 4) == [25] * 4 and split_for_workers(100, 2) == [48, 52]
+    assert split_for_workers(20, 4) == [5] * 4
+
+    @sh.tf_computation(tf.float32)
+    def square(x):
+        return x * x + 0.1
+
+    @sh.federated_computation(sh.type_at_clients(tf.float32))
+    def mean_of_squares(xs):
+        return sh.federated_mean(sh.federated_map(square, xs))
+
+    data = [np.float32(np.sin(k)) * 3 for k in range(40)]
+    with sh.execution_context(thread_debugging_executor_factory()):
+        expected = mean_of_squares(data)
+    group = LoopbackGroup(lambda k: WorkerService(EagerTFExecutor(), worker_id=k), num_workers=5)
+    factory = WorkerGroupExecutorFactory(group)
+    with sh.execution_context(factory):
+        got = mean_of_squares(data)
+    factory.close()
+    assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()
+    # 40 clients on 5 workers: 16 + 16 + 8 on three of them; the other two got nothing.
+    assert [bool(h.requests) for h in group.handles] == [True] * 3 + [False] * 2
+
+
 @pytest.mark.parametrize('size', ['small', 'big'])
 def test_a_broadcast_goes_inside_the_plan_unless_big_where_a_prefix_is_not_placed(size):
     from computations import broadcast_scaled_sum  # tests/computations.py
