@@ -269,7 +269,12 @@ class _Encoder:
         if isinstance(obj, RefRange):
             return self.ext(_REFRANGE, [obj.start, obj.count])
         if isinstance(obj, T.Type):
-            return self.ext(_TYPE, _enc_type(obj))
+            held = _TYPE_EXTS.get(id(obj))
+            if held is None or held[0] is not obj:
+                if len(_TYPE_EXTS) >= _TYPE_EXTS_MAX:
+                    _TYPE_EXTS.clear()
+                held = _TYPE_EXTS[id(obj)] = (obj, self.ext(_TYPE, _enc_type(obj)))
+            return held[1]
         if isinstance(obj, Packed):
             if self.buffers:  # its buffer numbers would be off: encode it here
                 v = obj.value
@@ -323,6 +328,14 @@ class _Encoder:
             self.buffers.append(np.frombuffer(b, np.uint8))
             return msgpack.ExtType(_BYTESBUF, msgpack.packb(len(self.buffers) - 1))
         return b
+
+
+#: Each type's extension value, kept by the type object (which it holds, so that its id
+#: is not reused): a round's requests carry the same types to every worker (a plan's
+#: value types, a broadcast's), encoded once instead of once per request. Types are
+#: immutable; the table is emptied when full.
+_TYPE_EXTS: Dict[int, Tuple[T.Type, msgpack.ExtType]] = {}
+_TYPE_EXTS_MAX = 4096
 
 
 def _enc_type(t: T.Type) -> list:
