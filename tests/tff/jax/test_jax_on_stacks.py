@@ -17,8 +17,25 @@ import pytest
 jax = pytest.importorskip('jax', reason='the JAX frontend needs JAX: pip install -e ".[jax]"')
 
 import simharness as tff  # noqa: E402
+from simharness.pytest_plugin import parametrize_stacks  # noqa: E402
 
 STACKS = [pytest.param('local', id='local'), pytest.param('process-2', marks=pytest.mark.process)]
+
+#: The other transports a JAX computation reaches as graph bytes (the suite's session
+#: stacks, tests/stacks.py: started once per session, their tests grouped by id).
+TRANSPORTS = ('loopback-2', 'remote-2', 'ray-2')
+
+
+def pytest_generate_tests(metafunc):
+    if 'transport_stack' in metafunc.fixturenames:
+        parametrize_stacks(metafunc, 'transport_stack', TRANSPORTS)
+
+
+@pytest.fixture
+def transport_stack(request, stack_registry):
+    with stack_registry.open(request.param) as handle:
+        yield handle
+
 
 _VECTOR = tff.TensorType(np.float32, (3,))
 _MODEL = collections.OrderedDict(w=_VECTOR, b=tff.TensorType(np.float32))
@@ -130,3 +147,12 @@ def test_worker_processes_import_no_jax(stack_registry):
         for p in processes:
             with open(f'/proc/{p.pid}/maps') as f:
                 assert not any('/jaxlib/' in line for line in f), f'process {p.pid} loaded JAX'
+
+
+def test_jax_computations_on_every_transport(transport_stack):
+    model = collections.OrderedDict(w=np.ones(3, np.float32), b=np.float32(0.5))
+    batches = _batches(8)
+    result = _round(model, batches)
+    expected = [_numpy_step(model, b) for b in batches]
+    np.testing.assert_allclose(result['w'], np.mean([e['w'] for e in expected], 0), rtol=1e-5)
+    np.testing.assert_allclose(result['b'], np.mean([e['b'] for e in expected]), rtol=1e-5)
