@@ -91,7 +91,19 @@ def _write_layout(cache_dir, gld23k):
     return images
 
 
-@pytest.mark.parametrize('gld23k', [False, True])
+def test_mapping_files_are_where_tffs_download_leaves_them(tmp_path):
+    keras_dir = tmp_path / 'datasets'
+    assert gldv2.mapping_files(str(tmp_path), gld23k=True) == (
+        str(keras_dir / 'mini_gld_train_split.csv'),
+        str(keras_dir / 'mini_gld_test.csv'),
+    )
+    assert gldv2.mapping_files(str(tmp_path), gld23k=False) == (
+        str(keras_dir / 'landmarks-user-160k' / 'federated_train.csv'),
+        str(keras_dir / 'landmarks-user-160k' / 'test.csv'),
+    )
+
+
+@pytest.mark.parametrize('gld23k', [True])  # gld160k differs in the paths only (above)
 def test_load_data_writes_and_reads_tffs_cache(tmp_path, gld23k):
     images = _write_layout(tmp_path, gld23k)
     train, test = tff.simulation.datasets.gldv2.load_data(cache_dir=str(tmp_path), gld23k=gld23k)
