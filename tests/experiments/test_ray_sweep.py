@@ -106,3 +106,24 @@ def test_a_points_files_travel_as_bytes_and_stay_in_its_run_directory(tmp_path):
     for bad in ('../x', '/etc/x'):
         with pytest.raises(ValueError, match='outside its run directory'):
             ray_sweep._write_files(tmp_path / 'c', {bad: b''})  # pylint: disable=protected-access
+
+
+def test_points_on_one_node_claim_disjoint_cores(tmp_path):
+    """A point pins its thread (and so its workers) to cores no other point of the node
+    holds; with too few free it is not pinned; its affinity is restored after."""
+    import fcntl
+    import os
+
+    cores = sorted(os.sched_getaffinity(0))
+    other = os.open(tmp_path / f'{cores[0]}.lock', os.O_CREAT | os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX)  # another point (process) holds the first core
+    try:
+        with ray_sweep.claimed_cores(1, tmp_path) as a:
+            assert a == cores[1:2] and (not a or sorted(os.sched_getaffinity(0)) == a)
+        assert sorted(os.sched_getaffinity(0)) == cores
+        with ray_sweep.claimed_cores(len(cores), tmp_path) as b:
+            assert b == [] and sorted(os.sched_getaffinity(0)) == cores
+    finally:
+        os.close(other)
+    with ray_sweep.claimed_cores(len(cores), tmp_path) as c:  # all free again
+        assert c == cores

@@ -26,7 +26,8 @@ installed with ``simharness[ray]``.)
 
 A point's task reserves its workers' CPUs (``stack.num_workers``; 1 for a thread stack
 or an unset ``num_workers``), so Ray puts the point on one node with that many free CPUs,
-where its process stack forks its workers: a point's workers are together on one node.
+where its process stack forks its workers: a point's workers are together on one node,
+on cores of that node no other point of a sweep holds (`claimed_cores`).
 A point on the Ray stack is refused (its actors would need CPUs of their own beside the
 task's). A node lost mid-point: Ray runs the task again elsewhere (`MAX_RETRIES`; from
 the point's start, or from the checkpoint this driver holds for it). Ctrl-C: each running
@@ -42,15 +43,17 @@ as for the Ray stack.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import logging
+import os
 import shutil
 import socket
 import tempfile
 import time
 import types
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence, Tuple, TypedDict
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypedDict
 
 from simharness.errors import ConfigError, MissingDependencyError
 from simharness.experiments import atomic
@@ -76,6 +79,8 @@ _log = logging.getLogger('simharness.experiments.runner')
 CONNECT_TIMEOUT_S = 30.0
 #: Times Ray runs a point's task again when its node or worker process dies.
 MAX_RETRIES = 3
+#: The folder (in a node's temporary directory) of the files by which points hold cores.
+CORE_LOCKS = 'simharness-sweep-cores'
 #: Seconds cancelled points have to answer (their stacks closing) before they are ended.
 STOP_GRACE_S = 20.0
 
@@ -206,9 +211,10 @@ def _run_point(spec: PointSpec) -> PointAnswer:
         _write_files(run_dir, spec['files'])
         code, error = EXIT_COMPLETE, None
         try:
-            result = run_experiment(
-                cfg, scratch, progress=False, run_id=spec['run_id'], resume=spec['resume']
-            )
+            with claimed_cores(task_cpus(cfg)):
+                result = run_experiment(
+                    cfg, scratch, progress=False, run_id=spec['run_id'], resume=spec['resume']
+                )
             if result.status != 'complete':
                 code, error = EXIT_FAILED, str(result.summary.get('error') or result.status)
         except KeyboardInterrupt:  # ray.cancel: the summary says 'interrupted'
@@ -218,6 +224,53 @@ def _run_point(spec: PointSpec) -> PointAnswer:
         return {'code': code, 'error': error, 'node': node, 'files': _read_files(run_dir)}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def claimed_cores(n: int, folder: Optional[Path] = None) -> Iterator[List[int]]:
+    """`n` cores of this node that no other sweep point holds, for the block: this thread
+    (and what it starts: the stack's worker processes) runs on them; yields them.
+
+    Ray counts CPUs but pins nothing, so two points on one node would pin their workers
+    to the same first cores. Each core is a file in `folder` (the node's temporary
+    directory) that a point holds with ``flock`` (the kernel drops it when the task's
+    process dies). Fewer than `n` free: nothing is pinned (yields []), the points share.
+    """
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        yield []
+        return
+    folder = folder or Path(tempfile.gettempdir()) / CORE_LOCKS
+    held: List[Tuple[int, int]] = []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for core in mine:
+            if len(held) == n:
+                break
+            fd = os.open(folder / f'{core}.lock', os.O_CREAT | os.O_RDWR, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            held.append((core, fd))
+    except OSError:
+        pass
+    if len(held) < n:  # too few free: share, and leave the free ones to others
+        for _, fd in held:
+            os.close(fd)
+        held = []
+    pinned = [core for core, _ in held]
+    try:
+        if pinned:
+            os.sched_setaffinity(0, pinned)
+        yield pinned
+    finally:
+        if pinned:
+            os.sched_setaffinity(0, mine)  # the Ray worker runs the next task as before
+        for _, fd in held:
+            os.close(fd)
 
 
 def _read_files(run_dir: Path) -> Files:
