@@ -20,7 +20,9 @@ Cases (issue: "the driver caps scaling"):
   (100, 1,000) clients on W workers: ``driver_cpu_ms_per_round`` (the goal of
   issue 26: at 100 clients, 16 workers cost at most 3x the driver CPU of 2) and
   ``driver_cpu_ms_per_round_per_worker``, the driver's own cost of talking to
-  one more worker.
+  one more worker. ``active_workers``: the workers the round uses (a cohort with
+  fewer than 16 clients a worker goes to fewer, `split_for_workers`: 100 clients
+  on 8 or 16 workers use 7).
 
 With more workers than cores (this 2-core machine at 4-16 workers) the rows
 show the driver's own cost, not parallel speed-up. Under
@@ -132,6 +134,13 @@ def handwritten_xla(cohort_workload):
 GROUP = 'scaling: FedAvg round vs hand-written N-process TF'
 
 
+def _active(cohort: int, workers: int) -> int:
+    """The workers a round of `cohort` clients uses (a small cohort goes to fewer)."""
+    from simharness.stack_factories import split_for_workers
+
+    return sum(1 for n in split_for_workers(cohort, min(workers, cohort)) if n)
+
+
 def _time_handwritten(
     benchmark, baselines, hw: HandWritten, key: str, workers: int, cohort: int
 ) -> None:
@@ -198,6 +207,7 @@ def test_scaling_fedavg(benchmark, baselines, handwritten, cohort_workload, work
     )
     benchmark.extra_info.update(
         workers=workers,
+        active_workers=_active(cohort, workers),
         num_clients=cohort,
         clients_per_second=cohort / t,
         handwritten_seconds=hand,
@@ -244,6 +254,7 @@ def test_driver_cpu_trivial(benchmark, workers, cohort):
     rounds = 1 if getattr(benchmark, 'disabled', False) else 20
     benchmark.extra_info.update(
         workers=workers,
+        active_workers=_active(cohort, workers),
         num_clients=cohort,
         driver_cpu_ms_per_round=1e3 * cpu / rounds,
         driver_cpu_ms_per_round_per_worker=1e3 * cpu / rounds / workers,
