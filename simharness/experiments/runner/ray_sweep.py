@@ -31,9 +31,10 @@ on cores of that node no other point of a sweep holds (`claimed_cores`).
 A point on the Ray stack is refused (its actors would need CPUs of their own beside the
 task's). A node lost mid-point: Ray runs the task again elsewhere (`MAX_RETRIES`; from
 the point's start, or from the checkpoint this driver holds for it). Ctrl-C: each running
-task is cancelled (a KeyboardInterrupt in it: its stack closes), what a task still
-answers within `STOP_GRACE_S` is written, the rest are ended (``force``); a later sweep
-runs them again. Every point gives the bits of a sequential sweep (the same resolved
+task is cancelled (a KeyboardInterrupt in it: its stack closes), ended after
+`STOP_GRACE_S` (``force``); nothing of it is written here, a later sweep runs it again.
+A task's scratch directory is named by its node and process; a task removes those of
+dead processes of its node (a task killed, or ended by force) before it starts. Every point gives the bits of a sequential sweep (the same resolved
 config; the determinism guarantee does not depend on the machine).
 
 Every node needs simharness installed, and the modules a config names (a Keras builder),
@@ -47,9 +48,12 @@ import fcntl
 import ipaddress
 import logging
 import os
+import re
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import time
 import types
 from pathlib import Path
@@ -81,8 +85,8 @@ CONNECT_TIMEOUT_S = 30.0
 MAX_RETRIES = 3
 #: The folder (in a node's temporary directory) of the files by which points hold cores.
 CORE_LOCKS = 'simharness-sweep-cores'
-#: Seconds cancelled points have to answer (their stacks closing) before they are ended.
-STOP_GRACE_S = 20.0
+#: Seconds cancelled points have to close their stacks before they are ended.
+STOP_GRACE_S = 3.0
 
 Files = Dict[str, bytes]
 
@@ -180,7 +184,7 @@ def _connect(address: str, timeout: float) -> Tuple[types.ModuleType, bool]:
         except ValueError:
             pass
     try:
-        with quiet_ray_start():
+        with quiet_ray_start(), _signal_handlers_kept():
             ray.init(**args)
     except ConnectionError as e:
         raise ConfigError(
@@ -189,6 +193,23 @@ def _connect(address: str, timeout: float) -> Tuple[types.ModuleType, bool]:
             value=address,
         ) from None
     return ray, True
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """The Python handlers of the stop signals as they were before the block: joining Ray
+    installs its own for SIGTERM (a stack dump, then abort), which would kill the sweep
+    before it could cancel its points (the CLI turns SIGTERM into a clean stop)."""
+    names = ('SIGINT', 'SIGTERM', 'SIGHUP')
+    signums = [getattr(signal, n) for n in names if hasattr(signal, n)]
+    saved = {s: signal.getsignal(s) for s in signums}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in saved.items():
+                if handler is not None and signal.getsignal(signum) is not handler:
+                    signal.signal(signum, handler)
 
 
 # ---------------------------------------------------------------- a point's task
@@ -204,7 +225,8 @@ def _run_point(spec: PointSpec) -> PointAnswer:
     from simharness.experiments.runner import run_experiment
 
     node = ray.util.get_node_ip_address()
-    scratch = Path(tempfile.mkdtemp(prefix=f'simharness-sweep-{node}-'))
+    reap_scratch(Path(tempfile.gettempdir()))
+    scratch = Path(tempfile.mkdtemp(prefix=f'simharness-sweep-{node}-{os.getpid()}-'))
     try:
         cfg = config_from_dict(spec['config'])
         run_dir = scratch / cfg.name / spec['run_id']
@@ -271,6 +293,27 @@ def claimed_cores(n: int, folder: Optional[Path] = None) -> Iterator[List[int]]:
             os.sched_setaffinity(0, mine)  # the Ray worker runs the next task as before
         for _, fd in held:
             os.close(fd)
+
+
+_SCRATCH = re.compile(r'^simharness-sweep-.+-(\d+)-[^-]+$')
+
+
+def reap_scratch(folder: Path) -> List[str]:
+    """Removes the scratch directories in `folder` of tasks whose process is gone (killed,
+    or cancelled by force); returns their names."""
+    gone = []
+    for path in folder.glob('simharness-sweep-*'):
+        m = _SCRATCH.match(path.name)
+        if not m or not path.is_dir():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(path.name)
+        except OSError:
+            pass  # another user's process: alive
+    return gone
 
 
 def _read_files(run_dir: Path) -> Files:
@@ -394,7 +437,11 @@ def _run_tasks(
             log(f'[{i}/{total}] run {run_id} (a Ray task, {cpus[run_id]} CPU on one node)')
     try:
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
+            # Polled, sleeping in Python: a signal there raises the CLI's own exception
+            # (Ray turns one that lands inside its blocking wait into a KeyboardInterrupt).
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            if not ready:
+                time.sleep(0.2)
             for ref in ready:
                 i, run_id, cfg = pending.pop(ref)
                 result = _collect(ray, ref, root / cfg.name / run_id, run_id)
@@ -405,7 +452,8 @@ def _run_tasks(
                         + (f' ({result.error})' if result.error else '')
                     )
     except BaseException:
-        _cancel(ray, pending, root)
+        _log.warning('sweep: stopping; cancelling %d running point(s) on Ray', len(pending))
+        _cancel(ray, pending)
         raise
     return results
 
@@ -430,22 +478,17 @@ def _unanswered(run_id: str, run_dir: Path, error: str) -> RunResult:
 
 
 def _cancel(
-    ray: types.ModuleType, pending: Dict[object, Tuple[int, str, ExperimentConfig]], root: Path
+    ray: types.ModuleType, pending: Dict[object, Tuple[int, str, ExperimentConfig]]
 ) -> None:
-    """Cancels the running tasks (a KeyboardInterrupt in each); writes what they answer
-    within `STOP_GRACE_S`; ends the rest."""
+    """Cancels the running tasks (a KeyboardInterrupt in each: its stack closes, its scratch
+    directory goes), gives them `STOP_GRACE_S` to do so, then ends what is left (``force``).
+    Their answers are lost (Ray answers a cancelled task with TaskCancelledError)."""
+    if not pending:
+        return
     for ref in pending:
         with contextlib.suppress(Exception):
             ray.cancel(ref)
-    deadline = time.monotonic() + STOP_GRACE_S
-    for ref, (_, run_id, cfg) in list(pending.items()):
-        try:
-            answer: PointAnswer = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
-        except BaseException:  # pylint: disable=broad-exception-caught  # cancelled: no answer
-            continue
-        pending.pop(ref)
-        if answer['files']:
-            _write_files(root / cfg.name / run_id, answer['files'])
+    time.sleep(STOP_GRACE_S)
     for ref in pending:
         with contextlib.suppress(Exception):
             ray.cancel(ref, force=True)

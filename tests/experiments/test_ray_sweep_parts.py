@@ -127,3 +127,22 @@ def test_points_on_one_node_claim_disjoint_cores(tmp_path):
         os.close(other)
     with ray_sweep.claimed_cores(len(cores), tmp_path) as c:  # all free again
         assert c == cores
+
+
+def test_scratch_directories_of_dead_tasks_are_reaped(tmp_path):
+    """A task killed (its node's process gone) leaves its scratch directory; the next task
+    on the node removes it, and leaves those of live tasks and the core locks."""
+    import os
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, '-c', ''])
+    child.wait()  # a pid that is gone
+    names = [
+        f'simharness-sweep-127.0.0.3-{child.pid}-abc123',
+        f'simharness-sweep-127.0.0.3-{os.getpid()}-def456',
+        'simharness-sweep-cores',
+    ]
+    for name in names:
+        (tmp_path / name / 'x').mkdir(parents=True)
+    assert ray_sweep.reap_scratch(tmp_path) == names[:1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
