@@ -146,3 +146,20 @@ def test_scratch_directories_of_dead_tasks_are_reaped(tmp_path):
         (tmp_path / name / 'x').mkdir(parents=True)
     assert ray_sweep.reap_scratch(tmp_path) == names[:1]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+
+
+def test_joining_ray_keeps_the_clis_stop_handlers():
+    """ray.init installs its own SIGTERM handler (sys.exit); the sweep puts back the one it
+    had, so that the CLI's stop (cancel every point, exit 143) still runs."""
+    import signal
+
+    def mine(signum, frame):  # pragma: no cover - never called
+        pass
+
+    old = signal.signal(signal.SIGTERM, mine)
+    try:
+        with ray_sweep._signal_handlers_kept():  # pylint: disable=protected-access
+            signal.signal(signal.SIGTERM, lambda s, f: None)  # what ray.init does
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, old)
