@@ -503,8 +503,15 @@ def to_python(value: Any, t: T.Type) -> Any:
         if hasattr(value, 'as_numpy_iterator'):
             # Elements in the containers of the element type (a dataset that came
             # back from a worker has lost a namedtuple's class, say).
-            return [to_python(map_nest(_scalar, e), t.element) for e in value.as_numpy_iterator()]
-        return [to_python(v, t.element) for v in value]
+            elements = [
+                to_python(map_nest(_scalar, e), t.element) for e in value.as_numpy_iterator()
+            ]
+        else:
+            elements = [to_python(v, t.element) for v in value]
+        # A `tf.data.Dataset`, as TFF's contexts return a sequence (checked with TFF 0.87).
+        from simharness.core.tf_serialization import dataset_of  # TensorFlow: on first use
+
+        return dataset_of(elements, t.element)
     if hasattr(value, 'numpy'):
         adopted = claim_adopted(value)
         if adopted is not None:

@@ -6,6 +6,11 @@ calls them: TFF's type serialization, its error classes, ``TypeRelation``, and
 ``contains``/``count`` over a predicate.
 """
 
+from collections.abc import Mapping
+from typing import Callable, cast
+
+import attrs
+
 from simharness.aggregators.factory import (
     is_structure_of_floats,
     is_structure_of_integers,
@@ -22,6 +27,8 @@ from simharness.core.types import (
     StructWithPythonType,
     TensorType,
     Type,
+    infer_type,
+    is_namedtuple,
     to_type,
 )
 
@@ -40,4 +47,28 @@ __all__ = [
     'is_structure_of_integers',
     'is_structure_of_tensors',
     'to_type',
+    'type_from_tensors',
 ]
+
+
+def type_from_tensors(tensors: object) -> Type:
+    """The type of a structure of tensors, variables or arrays, graph tensors included (TFF
+    had it by this name up to 0.64; `infer_type` since, for values)."""
+
+    def spec(x: object) -> object:
+        dtype, shape = getattr(x, 'dtype', None), getattr(x, 'shape', None)
+        if dtype is not None and shape is not None:  # a tensor, variable or array
+            return TensorType(getattr(dtype, 'base_dtype', dtype), shape)
+        if isinstance(x, tuple) and is_namedtuple(x):
+            return cast(Callable[..., object], type(x))(*(spec(v) for v in x))
+        if attrs.has(type(x)):
+            fields = attrs.fields(cast('type[attrs.AttrsInstance]', type(x)))
+            changes = {a.name: spec(getattr(x, a.name)) for a in fields}
+            return cast(Callable[..., object], attrs.evolve)(x, **changes)
+        if isinstance(x, Mapping):
+            return cast(Callable[[object], object], type(x))((k, spec(v)) for k, v in x.items())
+        if isinstance(x, (list, tuple)):
+            return type(x)(spec(v) for v in x)
+        return infer_type(x)
+
+    return to_type(spec(tensors))

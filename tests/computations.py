@@ -107,3 +107,13 @@ def run_round(factory: Any, args: Any, retries: int = 0) -> Any:
     """`round_fn(*args)` on stacks of `factory`."""
     with sh.execution_context(factory, retries=retries):
         return round_fn(*args)
+
+
+def listed(value: object) -> object:
+    """`value` with each `tf.data.Dataset` in it (a sequence result, which a context returns
+    as TFF's do) replaced by the list of its elements, lists of them recursively."""
+    if isinstance(value, tf.data.Dataset):
+        return [listed(e) for e in value.as_numpy_iterator()]
+    if isinstance(value, list):
+        return [listed(e) for e in value]
+    return value

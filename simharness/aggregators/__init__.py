@@ -20,7 +20,12 @@ from simharness.aggregators.factory_utils import as_weighted_aggregator
 from simharness.aggregators.mean import MeanFactory, UnweightedMeanFactory
 from simharness.aggregators.measurements import add_measurements
 from simharness.aggregators.modular_clipping import ModularClippingSumFactory
-from simharness.aggregators.primitives import federated_sample, secure_quantized_sum
+from simharness.aggregators.primitives import (
+    federated_max,
+    federated_min,
+    federated_sample,
+    secure_quantized_sum,
+)
 from simharness.aggregators.quantile_estimation import PrivateQuantileEstimationProcess
 from simharness.aggregators.robust import clipping_factory, zeroing_factory
 from simharness.aggregators.rotation import (
@@ -55,6 +60,8 @@ __all__ = [
     'as_weighted_aggregator',
     'clipping_factory',
     'concat_factory',
+    'federated_max',
+    'federated_min',
     'federated_sample',
     'secure_quantized_sum',
     'zeroing_factory',

@@ -26,6 +26,11 @@ from simharness.core import types as T
 from simharness.core.computation import tf_computation
 from simharness.errors import SimharnessTypeError
 
+# TFF had these in `tff.aggregators` up to 0.68 (the intrinsics `federated_language` has
+# since): the same folds under the older names.
+federated_min = intrinsics.federated_min
+federated_max = intrinsics.federated_max
+
 __all__ = [
     'BoundsDifferentSignaturesError',
     'BoundsDifferentTypesError',

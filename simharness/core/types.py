@@ -87,6 +87,32 @@ class Type:
         """Equal types (TFF's `is_identical_to`; a struct's Python container is not compared)."""
         return self == other
 
+    # TFF up to 0.60 asked a type its kind with these methods (`isinstance` since); the
+    # programs of that time still do.
+    def is_abstract(self) -> bool:
+        return isinstance(self, AbstractType)
+
+    def is_federated(self) -> bool:
+        return isinstance(self, FederatedType)
+
+    def is_function(self) -> bool:
+        return isinstance(self, FunctionType)
+
+    def is_placement(self) -> bool:
+        return isinstance(self, PlacementType)
+
+    def is_sequence(self) -> bool:
+        return isinstance(self, SequenceType)
+
+    def is_struct(self) -> bool:
+        return isinstance(self, StructType)
+
+    def is_struct_with_python(self) -> bool:
+        return isinstance(self, StructType) and self.python_container is not None
+
+    def is_tensor(self) -> bool:
+        return isinstance(self, TensorType)
+
     def compact_representation(self) -> str:
         """TFF's one-line string form, e.g. ``{float32}@CLIENTS`` (the same as `str`)."""
         return str(self)

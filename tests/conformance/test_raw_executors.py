@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import simharness as sh
+from computations import listed  # tests/computations.py
 from simharness.core import types as T
 from simharness.executors.leaf.eager_tf import EagerTFExecutor, EagerValue
 from simharness.executors.federating import FederatingExecutor
@@ -358,7 +359,7 @@ def test_namedtuple_datasets_travel_both_ways(stack):
     ds = tf.data.Dataset.from_tensor_slices(Point([1, 2], [3, 4]))
     with stack.clients(2):
         assert points_at_clients([ds, [Point(2, 5)]]) == [11, 10]
-        out = points_back([ds, [Point(2, 5)]])
+        out = listed(points_back([ds, [Point(2, 5)]]))
     assert out == [[Point(1, 3), Point(2, 4)], [Point(2, 5)]]
     assert all(type(p) is Point for client in out for p in client)
 

@@ -75,7 +75,10 @@ class TestToPython:
     def test_sequences(self):
         ds = tf.data.Dataset.from_tensor_slices({'a': np.array([1, 2], np.int32)})
         out = ctx_mod.to_python(ds, sh.SequenceType({'a': tf.int32}))
-        assert out == [{'a': 1}, {'a': 2}]
+        assert isinstance(out, tf.data.Dataset)  # as TFF's contexts return a sequence
+        assert list(out.as_numpy_iterator()) == [{'a': 1}, {'a': 2}]
+        as_list = ctx_mod.to_python([{'a': 3}], sh.SequenceType({'a': tf.int32}))
+        assert list(as_list.as_numpy_iterator()) == [{'a': 3}]
 
 
 class CrashingOnceFactory(ExecutorFactory):

@@ -112,7 +112,8 @@ class TestConcreteClientData:
     def test_dataset_computation_lists_all_elements(self, tff_stack):
         client_data = create_concrete_client_data()
         for client_id in client_data.client_ids:
-            assert client_data.dataset_computation(client_id) == list(range(int(client_id)))
+            client_dataset = client_data.dataset_computation(client_id)
+            assert list(client_dataset.as_numpy_iterator()) == list(range(int(client_id)))
 
     def test_datasets_is_lazy(self):
         client_ids = [1, 2, 3]
@@ -197,7 +198,8 @@ class TestPreprocessClientData:
         client_data = create_concrete_client_data()
         pre = client_data.preprocess(lambda ds: ds.map(lambda x: 2 * x))
         for client_id in client_data.client_ids:
-            assert pre.dataset_computation(client_id) == [2 * a for a in range(int(client_id))]
+            actual = pre.dataset_computation(client_id)
+            assert list(actual.as_numpy_iterator()) == [2 * a for a in range(int(client_id))]
 
     def test_preprocess_creates_expected_amalgamated_dataset(self):
         pre = create_concrete_client_data().preprocess(lambda ds: ds.map(lambda x: 2 * x))

@@ -87,7 +87,7 @@ def test_fail_on_bad_client_id(transformed):
 
 def test_dataset_computation(transformed, test_client_data, tff_stack):
     for client_id in transformed.client_ids:
-        actual = transformed.dataset_computation(client_id)
+        actual = list(transformed.dataset_computation(client_id).as_numpy_iterator())
         client = re.search(r'^(\d*)_(.*)$', client_id).group(2)
         expected = test_client_data.create_tf_dataset_for_client(client).map(
             _make_transform_expanded(client_id)
