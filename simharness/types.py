@@ -30,6 +30,8 @@ from simharness.core.types import (
     infer_type,
     is_namedtuple,
     to_type,
+    type_at_clients,
+    type_at_server,
 )
 
 __all__ = [
@@ -46,9 +48,15 @@ __all__ = [
     'is_structure_of_floats',
     'is_structure_of_integers',
     'is_structure_of_tensors',
+    'at_clients',
+    'at_server',
     'to_type',
     'type_from_tensors',
 ]
+
+# TFF had these names in `tff.types` up to 0.66 (`tff.FederatedType(..., tff.CLIENTS)` since).
+at_clients = type_at_clients
+at_server = type_at_server
 
 
 def type_from_tensors(tensors: object) -> Type:

@@ -88,6 +88,8 @@ __all__ = sorted(_WHERE) + [
 def __getattr__(name: str) -> Any:
     if name in _MODULES:
         return importlib.import_module(f'{__name__}.{name}')
+    if name == 'Model':  # TFF 0.48-0.52's name of `models.VariableModel`
+        return importlib.import_module(f'{__name__}.models').VariableModel
     if name in _WHERE:
         value = getattr(importlib.import_module(f'{__name__}.{_WHERE[name]}'), name)
         globals()[name] = value

@@ -1,7 +1,8 @@
 """Names TFF had up to 0.60-0.68 that published programs of that time still call.
 
 `Type.is_tensor()` and its siblings (TFF up to 0.60), `tff.types.type_from_tensors`
-(up to 0.64), `tff.aggregators.federated_min` / `federated_max` (up to 0.68).
+(up to 0.64), `tff.types.at_clients` / `at_server` (up to 0.66), `tff.aggregators.federated_min` /
+`federated_max` (up to 0.68), `tff.learning.Model` (0.48-0.52: `models.VariableModel`).
 """
 
 from __future__ import annotations
@@ -59,3 +60,13 @@ def test_federated_min_and_max_under_their_aggregators_names(tff_stack):
         return tff.aggregators.federated_min(x), tff.aggregators.federated_max(x)
 
     assert extremes([3.0, -1.0, 2.5]) == (-1.0, 3.0)
+
+
+def test_at_clients_and_at_server_in_types():
+    assert str(tff.types.at_clients(tf.float32)) == '{float32}@CLIENTS'
+    assert str(tff.types.at_clients(tf.int32, all_equal=True)) == 'int32@CLIENTS'
+    assert str(tff.types.at_server(tf.int32)) == 'int32@SERVER'
+
+
+def test_learning_model_is_the_variable_model():
+    assert tff.learning.Model is tff.learning.models.VariableModel
