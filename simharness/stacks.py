@@ -45,6 +45,7 @@ from simharness.runtime.local.options import (
 )
 from simharness.hosts.ray_actor import RayWorker
 from simharness.runtime.grpc.auth import read_token_file
+from simharness.runtime.grpc.client import DEFAULT_LIVENESS_TIMEOUT as REMOTE_LIVENESS_TIMEOUT
 from simharness.runtime.grpc.client import RemoteServices, RemoteWorkerHandle
 from simharness.runtime.local.pool import WorkerPool
 from simharness.runtime.ray.placement import check_ray_arguments
@@ -481,7 +482,7 @@ def remote_executor_factory(
     max_inflight: int = 32,
     connect_timeout: float = 30.0,
     services=None,
-    liveness_timeout: float = 20.0,
+    liveness_timeout: float = REMOTE_LIVENESS_TIMEOUT,
     request_timeout: Optional[float] = None,
 ) -> RemoteExecutorFactory:
     """Stacks whose clients are spread over executor services (TFF's remote stack).

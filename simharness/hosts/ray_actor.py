@@ -47,7 +47,6 @@ class RayWorker:
 
     def describe(self) -> Dict[str, Any]:
         """Where this actor runs: node id and address, pid, usable cores, GPUs Ray gave it."""
-
         import ray  # reason: optional dependency (simharness[ray]), present in an actor
 
         ctx = ray.get_runtime_context()

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Dict, Optional, Tuple, Union
 from simharness.errors import ConfigError, SimharnessError
 from simharness.runtime import pinning
 from simharness.runtime.resources import GpuInventory
+from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
 from simharness.experiments.config.base import (
     _as_given,
     _check_bool,
@@ -95,7 +96,7 @@ class ProcessStack(StackConfig, tag='process'):
     """
 
     num_workers: Optional[int] = _opt(None, _int(1))
-    clients_per_worker: int = _opt(256, _int(1))
+    clients_per_worker: int = _opt(DEFAULT_CLIENTS_PER_WORKER, _int(1))
     cpu_affinity: bool = _opt(True, _check_bool)
     devices: Optional[Union[str, Tuple[Union[int, str], ...]]] = _opt(None, _check_devices)
     workers_per_gpu: int = _opt(1, _int(1))
@@ -129,7 +130,7 @@ class RayStack(StackConfig, tag='ray'):
     """
 
     num_workers: Optional[int] = _opt(None, _int(1))
-    clients_per_worker: int = _opt(256, _int(1))
+    clients_per_worker: int = _opt(DEFAULT_CLIENTS_PER_WORKER, _int(1))
     cpu_affinity: bool = _opt(True, _check_bool)
     address: Optional[str] = _opt(None, _check_str)
     num_cpus_per_worker: float = _opt(1, _as_given(_num(0, inclusive=False)))

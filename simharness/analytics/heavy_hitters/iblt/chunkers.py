@@ -1,4 +1,4 @@
-"""Chunkers: strings <-> integer chunk tensors for IBLTs (TFF's ``iblt/chunkers.py``).
+r"""Chunkers: strings <-> integer chunk tensors for IBLTs (TFF's ``iblt/chunkers.py``).
 
 * `UTF8Chunker` (`CharacterEncoding.UTF8`): the string's bytes, zero padded to
   a whole number of chunks, ``bytes_per_chunk`` little-endian bytes a chunk
