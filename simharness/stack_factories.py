@@ -251,6 +251,12 @@ class WorkerGroupExecutorFactory(CachingExecutorFactory):
         )
         return ReferenceResolvingExecutor(federating)
 
+    def active_workers(self, num_clients: int) -> int:
+        """The workers a round over `num_clients` clients uses: a cohort too small to give
+        every worker a reduction chunk goes to fewer (`split_for_workers`)."""
+        w = min(len(self.group.handles), num_clients)
+        return sum(1 for size in split_for_workers(num_clients, w) if size) if w else 0
+
     def stats(self) -> Dict[str, object]:
         """The group's counters (`WorkerGroup.stats`)."""
         return dict(self.group.stats())

@@ -124,6 +124,7 @@ def test_run_writes_all_files_with_documented_content(tmp_path):
             4 / r['round_seconds']
         )
         assert r['bytes_moved'] == 0 and r['worker_rss_bytes'] == []
+        assert r['active_workers'] is None  # no worker processes
         assert r['driver_rss_bytes'] > 0 and len(r['weights_sha256']) == 64
     # eval_every = 2: after round 1, and after the last round.
     assert [r['eval_loss'] is not None for r in rows] == [False, True, True]
@@ -603,6 +604,8 @@ def test_process_run_files_and_stats(process_repro):
     for r in rows:
         assert isinstance(r['bytes_moved'], int) and r['bytes_moved'] >= 0
         assert len(r['worker_rss_bytes']) == 2 and all(x > 0 for x in r['worker_rss_bytes'])
+        assert r['active_workers'] == 2  # 40 clients: both workers a round
+    assert s['active_workers'] == 2
 
 
 def test_process_stack_gives_the_same_weights_and_evaluation(thread_repro, process_repro):

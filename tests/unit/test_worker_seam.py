@@ -329,6 +329,9 @@ def test_a_cohort_too_small_for_every_worker_goes_to_fewer_whole_chunks_same_bit
     assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()
     # 40 clients on 5 workers: 16 + 16 + 8 on three of them; the other two got nothing.
     assert [bool(h.requests) for h in group.handles] == [True] * 3 + [False] * 2
+    # What the CLI's metrics rows report as the round's active workers.
+    assert factory.active_workers(40) == 3 and factory.active_workers(200) == 5
+    assert factory.active_workers(3) == 3 and factory.active_workers(0) == 0
 
 
 @pytest.mark.parametrize('size', ['small', 'big'])

@@ -173,7 +173,9 @@ def run_experiment(
     ``eval_seconds``, ``clients_per_second``, ``bytes_moved`` (shared-memory
     bytes to and from workers during the round; 0 on the thread stack),
     ``driver_rss_bytes`` and ``worker_rss_bytes`` (a list; empty on the
-    thread stack).
+    thread stack), ``active_workers`` (the worker processes the round used: a
+    cohort too small to give every worker a reduction chunk goes to fewer; None on
+    the thread stack). summary.json's ``active_workers`` is the most a round used.
 
     Args:
         config: the experiment (without a sweep grid; see `run_sweep`).

@@ -20,7 +20,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import psutil
@@ -345,6 +345,8 @@ def _run_rounds(
                 writer.write(old_row['round'], _scalars(old_row))
         k = t.clients_per_round
         last_eval = '-'
+        # The workers each round uses (stacks of worker processes, local or remote).
+        active: Optional[Callable[[int], int]] = getattr(factory, 'active_workers', None)
         with simharness.execution_context(factory, jit_compile=config.stack.jit_compile):
             for r in range(start_round, t.rounds):
                 if t.cohort == 'reference':
@@ -393,6 +395,7 @@ def _run_rounds(
                         'bytes_moved': moved_after - moved_before,
                         'driver_rss_bytes': driver.memory_info().rss,
                         'worker_rss_bytes': worker_rss,
+                        'active_workers': None if active is None else active(len(cohort)),
                     }
                 )
                 metrics.append(row)

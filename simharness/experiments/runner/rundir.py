@@ -35,8 +35,8 @@ FINAL_WEIGHTS_FILE = 'final_weights.npz'
 BEST_WEIGHTS_FILE = 'best_weights.npz'
 TENSORBOARD_DIR = 'tensorboard'
 
-#: Metric fields that depend on the machine, not on the math (left out when
-#: comparing runs for reproducibility).
+#: Metric fields that depend on the machine or the stack's layout, not on the math (left
+#: out when comparing runs for reproducibility).
 TIMING_FIELDS = (
     'round_seconds',
     'eval_seconds',
@@ -44,6 +44,7 @@ TIMING_FIELDS = (
     'bytes_moved',
     'driver_rss_bytes',
     'worker_rss_bytes',
+    'active_workers',
 )
 
 # Files a run writes (and removes before running again from scratch).
@@ -145,6 +146,11 @@ def _summary(
         'bytes_moved': sum(m['bytes_moved'] for m in metrics),
         'peak_driver_rss_bytes': max((m['driver_rss_bytes'] for m in metrics), default=None),
         'peak_worker_rss_bytes': max(worker_rss, default=None),
+        # the most workers a round used (a small cohort goes to fewer than num_workers)
+        'active_workers': max(
+            (m['active_workers'] for m in metrics if m.get('active_workers') is not None),
+            default=None,
+        ),
         'started_at': extra.get('started_at'),
         'finished_at': extra.get('finished_at'),
         'error': extra.get('error'),
