@@ -8,6 +8,7 @@ line, so they are marked parsed here, with their defaults.
 import gc
 
 import pytest
+import tensorflow as tf
 from absl import flags
 
 if not flags.FLAGS.is_parsed():
@@ -20,3 +21,14 @@ def _collect_unclosed_contexts():
     them before the suite's thread-leak check."""
     yield
     gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _functions_run_as_graphs_after_each_test():
+    """utils' tensor_utils test switches `tf.function`s to eager for the whole process
+    (`tf.config.experimental_run_functions_eagerly(True)`, never undone: under absltest each
+    file has its own process); what a test set is restored here, so that computations traced
+    by later tests in this process are graphs again."""
+    before = tf.config.functions_run_eagerly()
+    yield
+    tf.config.run_functions_eagerly(before)
