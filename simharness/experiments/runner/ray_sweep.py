@@ -18,8 +18,8 @@
 
 Why tasks and not Ray Tune: a point is one `run_experiment`, already resumable from its
 own checkpoints, with its own run directory, lock and per-round metrics.jsonl; a task
-carries a dict of plain values there and a dict of file bytes back, nothing else is
-pickled. Tune would pickle a trainable, keep its own copies of results and checkpoints
+carries a dict of plain values there and a dict of file bytes back, no code and no
+object of ours. Tune would ship a trainable (code), keep its own copies of results and checkpoints
 (its resume is not the run directory's), and its early stopping (ASHA) ends points at
 rounds a sequential sweep runs: not the same bits. (It also needs pydantic and more, not
 installed with ``simharness[ray]``.)
