@@ -351,10 +351,13 @@ class RayStackResource:
         self.cluster = LoopbackCluster(2, cpus_per_node=2)
         try:
             from simharness.runtime.ray.workers import RayWorkers
+            from simharness.hosts.ray_actor import RayWorker
 
             # SPREAD: one actor per node; clients_per_worker=3 makes the actors cut
             # their blocks into several TF calls (as the process-2 stack does).
-            self.workers = RayWorkers(2, placement_strategy='SPREAD', clients_per_worker=3)
+            self.workers = RayWorkers(
+                2, placement_strategy='SPREAD', clients_per_worker=3, actor=RayWorker
+            )
             self.workers.start()
         except BaseException:
             self.cluster.close()

@@ -64,7 +64,7 @@ from simharness.runtime import op_libraries
 from simharness.runtime import protocol as P
 from simharness.runtime.codec import Packed
 from simharness.runtime.protocol import Op, Ref, RefRange, map_leaves
-from simharness.runtime.seam import WorkerHandle, WorkerId
+from simharness.runtime.seam import Answer, Loan, WorkerHandle, WorkerId
 from simharness.runtime.stream_plan import (
     PlanClients,
     PlanNode,
@@ -82,7 +82,7 @@ Types = Union[T.Type, List[T.Type]]
 _MAX_PENDING = 4096
 
 
-def _lent_partials(result: Any, loan: Any) -> Any:
+def _lent_partials(result: Any, loan: Optional[Loan]) -> Any:
     """A partial reduction's answer, whose arrays are views lent by the worker (`loan`).
 
     The Partials carry the loan: whoever combines them releases it once the
@@ -138,7 +138,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         # references: kept until other datasets come).
         self._last_datasets: Optional[Tuple[List[Any], T.Type, List[WorkerValue]]] = None
         # Answers nobody waited for yet, with the invocation that sent them.
-        self._pending: List[Tuple[Any, concurrent.futures.Future]] = []
+        self._pending: List[Tuple[object, 'concurrent.futures.Future[Answer]']] = []
         self._closed = False
 
     @property
@@ -207,7 +207,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             free, self._garbage = self._garbage, []
         return P.encode_message(
             P.Request(
-                int(op),
+                op,
                 self._session,
                 args,
                 out_base,
@@ -226,7 +226,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         gen: int,
         placed: Optional[int] = None,
         lend: bool = False,
-    ) -> concurrent.futures.Future:
+    ) -> 'concurrent.futures.Future[Answer]':
         """Submits with the buffers in the pool's broadcast arena (written once for `key`);
         with `placed`, only the first `placed` of them (the handle `places_prefix`)."""
         bc = self._handle.pool.broadcast
@@ -297,7 +297,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
                 keep.append((owner, f))
                 continue
             if owner is not me:  # another call's failure is that call's to report
-                if f.exception() is not None or not f.result().ok:
+                if f.exception() is not None or not f.result().response.ok:
                     keep.append((owner, f))
                 continue
             if first_error is not None:
@@ -306,7 +306,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             if exc is not None:
                 first_error = exc
             else:
-                resp = f.result()
+                resp = f.result().response
                 if not resp.ok:
                     first_error = self._error(resp)
         if keep:
@@ -370,8 +370,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
             with self._lock:
                 self._pending.append((CURRENT_INVOCATION.get(), fut))
             return self._handles(base, n_out, types, gen)
-        answer = await await_future(fut)
-        resp, loan = answer if lend else (answer, None)  # a lent answer comes with its loan
+        resp, loan = await await_future(fut)  # a loan only when lent
         if not resp.ok:
             if loan is not None:
                 loan.release()
@@ -481,7 +480,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
         gen = self._generation
         if gen is not None and gen == self._handle.generation and self._handle.alive:
             try:
-                req = P.Request(int(Op.CLOSE_SESSION), self._session, [])
+                req = P.Request(Op.CLOSE_SESSION, self._session, [])
                 header, buffers = P.encode_message(req)
                 self._handle.submit(header, buffers, Op.CLOSE_SESSION, gen)
             except Exception:  # the worker or pool is gone: nothing left to dispose of

@@ -39,14 +39,14 @@ import queue
 import threading
 import traceback
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Set, Tuple
 
 from simharness import errors as E
 from simharness.runtime.grpc import auth as A
 from simharness.runtime.grpc import framing as G
 from simharness.runtime import protocol as P
 from simharness.hosts.local_worker import create_worker_pool
-from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
+from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER, Answer
 from simharness.validation import check_int, check_number
 from simharness.runtime.proto import executor_service_pb2 as pb
 from simharness.runtime.proto import executor_service_pb2_grpc as pbg
@@ -58,12 +58,44 @@ DEFAULT_SESSION_TIMEOUT = 60.0
 _END = object()
 
 
+#: An answer as it goes back on the stream: `protocol.encode_message`'s (header, buffers).
+Encoded = Tuple[bytes, List[Any]]
+
+
+class _Backend(Protocol):
+    """What runs a service's requests: `_InProcessBackend` or `_PoolBackend`.
+
+    `submit` always answers with a future of the encoded `Response` (an operation's failure
+    is an error answer); the future fails with `_BackendClosed` only when the backend was
+    closed before it could run the request.
+    """
+
+    num_workers: int
+
+    def submit(
+        self, slot: int, req: P.Request, header: bytes, buffers: List[Any]
+    ) -> 'concurrent.futures.Future[Encoded]':
+        """Runs `req` (whose bytes are `header`, `buffers`) on worker slot `slot`."""
+
+    def generation(self, slot: int) -> int:
+        """The generation of the worker in `slot` (it grows when the worker is replaced)."""
+
+    def ensure_started(self, slot: int) -> None:
+        """Starts the worker of `slot` unless it runs."""
+
+    def state(self) -> Dict[str, int]:
+        """Requests served, sessions open and values held, over every slot."""
+
+    def close(self) -> None:
+        """Stops the backend (its workers)."""
+
+
 class _BackendClosed(Exception):
     """A backend's answer when it was closed (the service is shutting down) before it could
     run the request: the stream ends UNAVAILABLE, not with an error answer."""
 
 
-def _encode_response(resp: P.Response) -> Tuple[bytes, List[Any]]:
+def _encode_response(resp: P.Response) -> Encoded:
     try:
         return P.encode_message(resp)
     except Exception as e:
@@ -104,8 +136,8 @@ class _InProcessBackend:
 
     def submit(
         self, slot: int, req: P.Request, header: bytes, buffers: List[Any]
-    ) -> concurrent.futures.Future:
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+    ) -> 'concurrent.futures.Future[Encoded]':
+        fut: 'concurrent.futures.Future[Encoded]' = concurrent.futures.Future()
         with self._closing_lock:
             if not self._closed:
                 self._queue.put((req, fut))
@@ -147,16 +179,16 @@ class _PoolBackend:
 
     def submit(
         self, slot: int, req: P.Request, header: bytes, buffers: List[Any]
-    ) -> concurrent.futures.Future:
-        out: concurrent.futures.Future = concurrent.futures.Future()
+    ) -> 'concurrent.futures.Future[Encoded]':
+        out: 'concurrent.futures.Future[Encoded]' = concurrent.futures.Future()
         h = self._pool.handles[slot]
         try:
-            inner = h.submit(header, list(buffers), P.Op(req.op), h.generation)
+            inner = h.submit(header, list(buffers), req.op, h.generation)
         except E.ExecutorClosedError as e:
             out.set_exception(_BackendClosed(str(e)))
             return out
 
-        def done(f: concurrent.futures.Future) -> None:
+        def done(f: 'concurrent.futures.Future[Answer]') -> None:
             if not out.set_running_or_notify_cancel():  # the stream ended: nobody waits
                 return
             exc = f.exception()
@@ -166,7 +198,7 @@ class _PoolBackend:
                 out.set_exception(_BackendClosed(str(exc)))
                 return
             resp = (
-                f.result()
+                f.result().response
                 if exc is None
                 else P.Response(False, error=P.error_to_record(exc), seq=req.seq)
             )
@@ -226,7 +258,7 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         self._streams = 0
         self._requests = 0
         self._shutting_down = threading.Event()
-        self.backend: Any = (
+        self.backend: _Backend = (
             _InProcessBackend(name, clients_per_worker)
             if num_workers == 0
             else _PoolBackend(num_workers, clients_per_worker)
@@ -305,7 +337,7 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         gen = self.backend.generation(slot)
         out: 'queue.Queue[Any]' = queue.Queue()
         sessions: Set[int] = set()
-        pending: List[concurrent.futures.Future] = []
+        pending: List['concurrent.futures.Future[Encoded]'] = []
         as_objects = [False]  # the peer's frames came as `Frame` objects: answer likewise
 
         def ended() -> None:
@@ -391,7 +423,7 @@ class ExecutorService(pbg.ExecutorServiceServicer):
         out: 'queue.Queue[Any]',
         sessions: Set[int],
         as_objects: List[bool],
-        pending: List[concurrent.futures.Future],
+        pending: List['concurrent.futures.Future[Encoded]'],
     ) -> None:
         """Reads one stream's requests and submits them, in order (a thread per stream)."""
         import grpc
@@ -426,11 +458,11 @@ class ExecutorService(pbg.ExecutorServiceServicer):
 
     def _submit(
         self, slot: int, header: bytes, buffers: List[Any], sessions: Set[int]
-    ) -> concurrent.futures.Future:
+    ) -> 'concurrent.futures.Future[Encoded]':
         try:
             req = P.check_request(P.decode_message(header, buffers))
         except Exception as e:  # bytes that are no request: an error answer, keep serving
-            fut: concurrent.futures.Future = concurrent.futures.Future()
+            fut: 'concurrent.futures.Future[Encoded]' = concurrent.futures.Future()
             fut.set_result(P.encode_message(P.Response(False, error=P.error_to_record(e))))
             return fut
         if req.op == P.Op.OPEN_SESSION:
@@ -444,7 +476,7 @@ class ExecutorService(pbg.ExecutorServiceServicer):
             closing = list(sessions)
             sessions.clear()
         for sid in closing:
-            req = P.Request(int(P.Op.CLOSE_SESSION), sid, [])
+            req = P.Request(P.Op.CLOSE_SESSION, sid, [])
             header, buffers = P.encode_message(req)
             try:
                 self.backend.submit(slot, req, header, buffers)

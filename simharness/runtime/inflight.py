@@ -1,10 +1,10 @@
 """A request on its way to a worker, as every transport's driver side holds it.
 
 caller ──submit──▶ InFlight(future, on_done) ──transport──▶ worker
-caller ◀─future── finish(result | error)  ◀── reactor / reader thread
+caller ◀─future── finish(answer | error)  ◀── reactor / reader thread
 
 The local (pipe + shared memory), gRPC and Ray transports all answer their
-callers through `finish`: it releases what the request held (its broadcast
+callers through `finish` (an `Answer`, as the seam's `submit` promises): it releases what the request held (its broadcast
 reader, say) exactly once, then settles the caller's future unless the
 caller already cancelled it (Ctrl-C).
 """
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
+
+from simharness.runtime.seam import Answer
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +32,13 @@ class InFlight:
 
     def __init__(self, op: str, on_done: Optional[Callable[[], None]]):
         self.op = op
-        self.future: concurrent.futures.Future = concurrent.futures.Future()
+        self.future: 'concurrent.futures.Future[Answer]' = concurrent.futures.Future()
         self.on_done = on_done
 
-    def finish(self, result: Any = None, error: Optional[BaseException] = None) -> bool:
-        """Releases the request and settles its future.
+    def finish(
+        self, answer: Optional[Answer] = None, error: Optional[BaseException] = None
+    ) -> bool:
+        """Releases the request and settles its future (with `answer`, or `error`).
 
         Returns:
           True if this call settled the future; False if it was settled or
@@ -52,7 +56,8 @@ class InFlight:
             if error is not None:
                 self.future.set_exception(error)
             else:
-                self.future.set_result(result)
+                assert answer is not None, 'a request ends with an answer or an error'
+                self.future.set_result(answer)
         except concurrent.futures.InvalidStateError:
             return False
         return True

@@ -27,7 +27,7 @@ import numpy as np
 
 from simharness.errors import ExecutorClosedError, WorkerCrashedError
 from simharness.runtime import protocol as P
-from simharness.runtime.seam import WorkerGroup, WorkerHandle
+from simharness.runtime.seam import Answer, WorkerGroup, WorkerHandle
 from simharness.runtime.service import WorkerService
 
 
@@ -94,7 +94,7 @@ class LoopbackHandle:
         self.answered = 0  # requests the worker has answered
         self._lock = threading.Lock()
         self._thread: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._inflight: List['concurrent.futures.Future[Any]'] = []
+        self._inflight: List['concurrent.futures.Future[Answer]'] = []
         # Threads of crashed generations, still finishing the request they were in
         # (a crashed worker is not waited for); `close` joins them.
         self._dying: List[concurrent.futures.ThreadPoolExecutor] = []
@@ -129,8 +129,8 @@ class LoopbackHandle:
         locs: Optional[List[Any]] = None,
         on_done: Optional[Callable[[], None]] = None,
         lend: bool = False,
-    ) -> 'concurrent.futures.Future[Any]':
-        out: 'concurrent.futures.Future[Any]' = concurrent.futures.Future()
+    ) -> 'concurrent.futures.Future[Answer]':
+        out: 'concurrent.futures.Future[Answer]' = concurrent.futures.Future()
         with self._lock:
             err: Optional[BaseException] = None
             if self._group.closed:
@@ -160,7 +160,7 @@ class LoopbackHandle:
         self,
         service: WorkerService,
         wire: Any,
-        out: 'concurrent.futures.Future[Any]',
+        out: 'concurrent.futures.Future[Answer]',
         on_done: Optional[Callable[[], None]],
     ) -> None:
         try:
@@ -179,7 +179,7 @@ class LoopbackHandle:
             with self._lock:
                 if out in self._inflight:
                     self._inflight.remove(out)
-                    out.set_result(answer)
+                    out.set_result(Answer(answer))
         except BaseException as e:  # pragma: no cover - handle() answers its own failures
             with self._lock:
                 if not out.done():

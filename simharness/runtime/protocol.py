@@ -137,7 +137,8 @@ class Request:
     """One operation for one worker session, covering all of its clients.
 
     Attributes:
-      op: the operation.
+      op: the operation (an `Op`; on the wire its number, made an `Op` again by
+        `check_request`).
       session: the session id (scopes value ids).
       args: positional arguments (`OP_ARGS[op]`), with `Ref`/`RefRange` for
         session values.
@@ -150,7 +151,7 @@ class Request:
         pipelining driver knows them already).
     """
 
-    op: int
+    op: Op
     session: int
     args: list
     out_base: int = 0
@@ -159,6 +160,15 @@ class Request:
     seq: int = 0
     version: int = PROTOCOL_VERSION
     want_types: bool = True
+
+    def __post_init__(self) -> None:
+        # Decoded, the op is its number: made an `Op` again (an unknown one stays a number
+        # for `check_request` to refuse).
+        if type(self.op) is not Op:
+            try:
+                self.op = Op(self.op)
+            except ValueError:
+                pass
 
 
 @codec.register_message
@@ -177,12 +187,16 @@ class Response:
     """
 
     ok: bool
-    kind: int = Result.NONE
+    kind: Result = Result.NONE
     count: int = 0
     types: Any = None
     result: Any = None
     error: Optional[ErrorRecord] = None
     seq: int = 0
+
+    def __post_init__(self) -> None:
+        if type(self.kind) is not Result:  # decoded: its number
+            self.kind = Result(self.kind)
 
 
 def check_request(req: Any) -> Request:

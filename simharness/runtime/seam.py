@@ -12,8 +12,12 @@ driver                                    worker (process, service, actor)
 WorkerDelegatingExecutor                  WorkerService(leaf executor)
   -> codec.encode(Request) -> handle.submit(header, buffers, op, generation)
                                ... transport ...  -> decode -> handle -> encode
-  <- Future[Response]  <----------------------------------------------------
+  <- Future[Answer(response, loan)]  <--------------------------------------
 ```
+
+Every handle's `submit` resolves to an `Answer`: the decoded `Response`, and
+the `Loan` of the worker's memory its arrays are views of (None unless the
+request asked to borrow and the transport `lends`).
 
 Requests of one handle run in the order submitted. A request made for a
 generation other than the handle's current one (its worker was replaced)
@@ -24,13 +28,13 @@ dies.
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
 from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
     Dict,
     List,
+    NamedTuple,
     Optional,
     Protocol,
     Sequence,
@@ -39,7 +43,7 @@ from typing import (
 )
 
 if TYPE_CHECKING:  # the seam's modules import no protocol module at run time
-    from simharness.runtime.protocol import Op
+    from simharness.runtime.protocol import Op, Response
 
 #: A handle's id: the worker's index (local and Ray) or the service's address (gRPC).
 WorkerId = Union[int, str]
@@ -47,17 +51,26 @@ WorkerId = Union[int, str]
 #: The most clients a worker runs through one TF call, by default (every transport).
 DEFAULT_CLIENTS_PER_WORKER = 256
 
-#: The hosts (`simharness.hosts`: they build the leaf executor) a transport starts when
-#: its caller gives none. Named, not imported: the runtime depends on no executor;
-#: `simharness.stacks` passes the objects themselves.
-LOCAL_WORKER_MAIN = 'simharness.hosts.local_worker:worker_main'
-RAY_ACTOR = 'simharness.hosts.ray_actor:RayWorker'
+
+class Loan(Protocol):
+    """Views of a worker's memory lent with an answer; `release` once they are no longer read."""
+
+    def release(self) -> None:
+        """Ends the loan (idempotent): the worker may reuse the memory."""
 
 
-def load_host(spec: str) -> Any:
-    """The object ``'module:name'`` names (a host's entry point; see `LOCAL_WORKER_MAIN`)."""
-    module, _, name = spec.partition(':')
-    return getattr(importlib.import_module(module), name)
+class Answer(NamedTuple):
+    """What every handle's `submit` future resolves to.
+
+    Attributes:
+      response: the worker's decoded `Response`.
+      loan: with ``submit(..., lend=True)`` on a handle that `lends`, the loan of
+        the worker's memory the response's big arrays are views of (None when
+        nothing is lent: the arrays are the driver's own).
+    """
+
+    response: 'Response'
+    loan: Optional[Loan] = None
 
 
 @runtime_checkable
@@ -138,8 +151,8 @@ class WorkerHandle(Protocol):
         locs: Optional[List[Any]] = None,
         on_done: Optional[Callable[[], None]] = None,
         lend: bool = False,
-    ) -> 'concurrent.futures.Future[Any]':
-        """Queues one encoded request; the future resolves to its decoded `Response`.
+    ) -> 'concurrent.futures.Future[Answer]':
+        """Queues one encoded request; the future resolves to its `Answer`.
 
         Args:
           header, buffers: the request, as `protocol.encode_message` made it.
@@ -148,7 +161,8 @@ class WorkerHandle(Protocol):
           locs: where `buffers` already are (the group's broadcast arena); with
             `places_prefix`, where the first ``len(locs)`` of them are.
           on_done: called once when the worker is done with `locs`.
-          lend: with `lends`, resolve to ``(response, loan)`` (see the local pool).
+          lend: with `lends`, the answer's arrays may be views of the worker's
+            memory, lent until ``answer.loan.release()`` (see the local pool).
         """
 
 
@@ -191,11 +205,10 @@ class WorkerGroup(Protocol):
 
 
 __all__ = [
+    'Answer',
     'BroadcastArena',
-    'LOCAL_WORKER_MAIN',
-    'RAY_ACTOR',
+    'Loan',
     'WorkerGroup',
     'WorkerHandle',
     'WorkerId',
-    'load_host',
 ]

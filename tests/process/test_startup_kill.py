@@ -32,9 +32,9 @@ from simharness.runtime.local.shm import SEGMENT_PREFIX, list_leaked_segments
 
 DRIVER = """
 import pathlib, sys, time
+from simharness.hosts.local_worker import pool_for
 from simharness.runtime.local.options import PoolOptions
-from simharness.runtime.local.pool import build_pool
-pool = build_pool(PoolOptions(num_workers=2, clients_per_worker=1, cpu_affinity=False))
+pool = pool_for(PoolOptions(num_workers=2, clients_per_worker=1, cpu_affinity=False))
 pool.start()
 pathlib.Path(sys.argv[1]).write_text('ready')
 time.sleep(300)

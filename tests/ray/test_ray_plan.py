@@ -162,9 +162,10 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
 
     from simharness.errors import MissingDependencyError
     from simharness.runtime.ray import RayWorkers
+    from simharness.hosts.ray_actor import RayWorker
 
     monkeypatch.setitem(sys.modules, 'ray', None)  # as if Ray were not installed
-    workers = RayWorkers(1)
+    workers = RayWorkers(1, actor=RayWorker)
     with pytest.raises(MissingDependencyError, match=r'pip install "simharness\[ray\]"') as info:
         workers.start()
     assert isinstance(info.value, ImportError)
@@ -252,8 +253,9 @@ def test_a_slot_moved_to_another_node_is_planned_again_there():
     # node, disjoint from the actors already there; the other slots keep their placements.
     from simharness.runtime.ray.handle import RayWorkerHandle
     from simharness.runtime.ray.workers import RayWorkers
+    from simharness.hosts.ray_actor import RayWorker
 
-    workers = RayWorkers(3)
+    workers = RayWorkers(3, actor=RayWorker)
     handles = [RayWorkerHandle(workers, k) for k in range(3)]
     plan = plan_ray_placements([A, B, B], {A: [0, 1], B: [4, 5, 6]}, 1)
     for h, p, node, cpus in zip(handles, plan, [A, B, B], [[0, 1], [4, 5, 6], [4, 5, 6]]):

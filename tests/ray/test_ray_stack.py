@@ -228,8 +228,9 @@ def _run_sum(factory, xs, n, retries):
 @pytest.mark.faults
 def test_a_straggler_past_call_timeout_is_killed_and_retryable(ray_stack):
     from simharness.runtime.ray.workers import RayWorkers
+    from simharness.hosts.ray_actor import RayWorker
 
-    with RayWorkers(1, call_timeout=2.0, clients_per_worker=4) as workers:
+    with RayWorkers(1, call_timeout=2.0, clients_per_worker=4, actor=RayWorker) as workers:
         factory = ray_executor_factory(workers=workers)
         with pytest.raises(WorkerTimeoutError, match='call_timeout') as info:
             _run_sum(factory, [1.0, 2.0], 50_000_000, retries=0)

@@ -256,13 +256,13 @@ def test_random_messages_are_refused_and_the_service_keeps_serving(remote_pair):
 def test_requests_for_unknown_sessions_ids_and_ops_get_errors(remote_pair):
     address = remote_pair.addresses[0]
     reqs = [
-        P.Request(int(P.Op.COMPUTE_MANY), 123456789, [[P.Ref(5)]]),  # no such session
-        P.Request(int(P.Op.OPEN_SESSION), 77, []),
-        P.Request(int(P.Op.COMPUTE_MANY), 77, [[P.Ref(5)]]),  # no such value
+        P.Request(P.Op.COMPUTE_MANY, 123456789, [[P.Ref(5)]]),  # no such session
+        P.Request(P.Op.OPEN_SESSION, 77, []),
+        P.Request(P.Op.COMPUTE_MANY, 77, [[P.Ref(5)]]),  # no such value
         P.Request(999, 77, []),  # no such op
-        P.Request(int(P.Op.CREATE_CALL), 77, []),  # wrong arity
-        P.Request(int(P.Op.PING), 0, [], version=P.PROTOCOL_VERSION + 1),
-        P.Request(int(P.Op.CLOSE_SESSION), 77, []),
+        P.Request(P.Op.CREATE_CALL, 77, []),  # wrong arity
+        P.Request(P.Op.PING, 0, [], version=P.PROTOCOL_VERSION + 1),
+        P.Request(P.Op.CLOSE_SESSION, 77, []),
     ]
     frames = []
     for k, r in enumerate(reqs):

@@ -347,7 +347,7 @@ def test_missing_buffer_is_a_clear_error():
 
 
 def test_request_and_response_messages_round_trip():
-    req = P.Request(int(P.Op.CREATE_MAP), 7, [Ref(1), RefRange(2, 3), None], 10, 3, [[4, 2]], 99)
+    req = P.Request(P.Op.CREATE_MAP, 7, [Ref(1), RefRange(2, 3), None], 10, 3, [[4, 2]], 99)
     out = codec.roundtrip(req)
     assert out == req
     resp = P.Response(False, error=P.ErrorRecord('builtins.ValueError', 'bad', 'tb', {'x': 1}))
@@ -360,9 +360,9 @@ def test_check_request_refuses_unknown_ops_versions_and_arity():
     with pytest.raises(ProtocolError, match='unknown operation'):
         P.check_request(P.Request(4242, 1, []))
     with pytest.raises(ProtocolError, match='version'):
-        P.check_request(P.Request(int(P.Op.PING), 1, [], version=1))
+        P.check_request(P.Request(P.Op.PING, 1, [], version=1))
     with pytest.raises(ProtocolError, match='takes 2 arguments'):
-        P.check_request(P.Request(int(P.Op.CREATE_VALUE), 1, [1]))
+        P.check_request(P.Request(P.Op.CREATE_VALUE, 1, [1]))
 
 
 def test_errors_are_rebuilt_as_project_builtin_or_tf_classes():

@@ -87,7 +87,7 @@ def test_stacked_rows_cross_as_buffers_and_are_evaluated_slice_by_slice():
 def test_driver_and_worker_kinds_never_cross():
     for part in (PlanClients(object(), F32), PlanLoad(lambda lo, hi: [], F32)):
         with pytest.raises(CodecError, match='cannot cross the worker seam'):
-            codec.encode(P.Request(int(P.Op.STREAM_REDUCE), 1, [[part], [], 0, 1, 1, None]))
+            codec.encode(P.Request(P.Op.STREAM_REDUCE, 1, [[part], [], 0, 1, 1, None]))
 
 
 def test_plan_parts_are_frozen_and_map_only_their_value_fields():

@@ -180,8 +180,10 @@ def test_dropped_values_are_freed_with_the_next_request(group):
     ]
     assert list(session.values) == [6]  # (ids 5 and 7 were the computes')
     ex.close()
-    header, buffers = P.encode_message(P.Request(int(P.Op.PING), 0, []))
-    assert h.submit(header, buffers, P.Op.PING, h.generation).result(60).ok  # in order: after it
+    header, buffers = P.encode_message(P.Request(P.Op.PING, 0, []))
+    assert (
+        h.submit(header, buffers, P.Op.PING, h.generation).result(60).response.ok
+    )  # in order: after it
     assert ex.session_id not in h.service.sessions  # CLOSE_SESSION disposed of the session
 
 
@@ -364,12 +366,13 @@ def test_the_local_grpc_and_ray_transports_implement_the_seam():
     from simharness.runtime.grpc.client import RemoteServices
     from simharness.runtime.ray.handle import RayWorkerHandle
     from simharness.runtime.ray.workers import RayWorkers
+    from simharness.hosts.ray_actor import RayWorker
     from simharness.stacks import create_worker_pool
 
     with create_worker_pool(num_workers=1) as pool:
         assert isinstance(pool, WorkerGroup) and isinstance(pool.handles[0], WorkerHandle)
         assert pool.handles[0].lends
-    workers = RayWorkers(1)
+    workers = RayWorkers(1, actor=RayWorker)
     try:
         assert isinstance(workers, WorkerGroup)
         handle = RayWorkerHandle(workers, 0)

@@ -37,7 +37,7 @@ def service():
 
 
 def call(service, op, session, *args, out_base=0, n_out=0, free=()):
-    req = P.Request(int(op), session, list(args), out_base, n_out, [list(f) for f in free])
+    req = P.Request(op, session, list(args), out_base, n_out, [list(f) for f in free])
     resp = codec.roundtrip(service.handle(codec.roundtrip(req)))
     return resp
 
@@ -134,7 +134,7 @@ def test_a_failed_operation_poisons_its_results(service):
 def test_bad_requests_are_protocol_errors(service):
     r = service.handle(P.Request(999, 1, []))
     assert not r.ok and r.error.type_name == 'simharness.errors.ProtocolError'
-    r = service.handle(P.Request(int(Op.PING), 1, [], version=P.PROTOCOL_VERSION + 1))
+    r = service.handle(P.Request(Op.PING, 1, [], version=P.PROTOCOL_VERSION + 1))
     assert not r.ok and 'protocol version' in r.error.message
     with pytest.raises(ProtocolError):
         raise P.record_to_error(service.handle('not a request').error)

@@ -49,6 +49,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 from simharness import errors as E
 from simharness.runtime import protocol as P
 from simharness.runtime.inflight import InFlight
+from simharness.runtime.seam import Answer
 from simharness.runtime.proto import executor_service_pb2 as pb
 from simharness.runtime.grpc.auth import (
     EXECUTE_PATH,
@@ -169,7 +170,7 @@ class _Stream:
                 except Exception as e:
                     call.finish(error=e)
                     continue
-                call.finish(resp)
+                call.finish(Answer(resp))
             with self.cond:
                 clean = self.closing and not self.inflight and not self.queue
             if not clean:
@@ -230,7 +231,7 @@ class RemoteWorkerHandle:
 
     `WorkerDelegatingExecutor` (and `RemoteExecutor`) drive it exactly as a
     local worker process: `submit(header, buffers, op, generation, locs,
-    on_done) -> Future[Response]`, `ensure_started()`, `alive`, `generation`,
+    on_done) -> Future[Answer]`, `ensure_started()`, `alive`, `generation`,
     `worker_id`, `pid`, `pool`.
     """
 
@@ -345,9 +346,9 @@ class RemoteWorkerHandle:
         locs: Optional[List[Any]] = None,
         on_done: Optional[Callable[[], None]] = None,
         lend: bool = False,
-    ) -> concurrent.futures.Future:
-        """Queues one encoded request; the future resolves to its decoded `Response`
-        (`lend` is ignored: answers arrive as copies over the stream)."""
+    ) -> 'concurrent.futures.Future[Answer]':
+        """Queues one encoded request; the future resolves to its `Answer` (never with a
+        loan: `lend` is ignored, answers arrive as copies over the stream)."""
         call = _Call(header, list(buffers), op.name, on_done)
         stream = self._stream
         err: Optional[BaseException] = None

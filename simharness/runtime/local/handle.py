@@ -20,6 +20,7 @@ from simharness.runtime.protocol import Op
 from simharness.runtime.local.arenas import WorkerStats
 from simharness.runtime.local.process import WorkerProcess
 from simharness.runtime.local.request_queue import Call, RequestQueue
+from simharness.runtime.seam import Answer
 
 #: The `pool.WorkerPool` that owns the handle (pool.py imports this module).
 _WorkerPool = Any
@@ -105,8 +106,8 @@ class WorkerHandle:
         locs: Optional[List[Any]] = None,
         on_done: Optional[Callable[[], None]] = None,
         lend: bool = False,
-    ) -> concurrent.futures.Future:
-        """Queues one encoded request; the future resolves to its decoded `Response`.
+    ) -> 'concurrent.futures.Future[Answer]':
+        """Queues one encoded request; the future resolves to its `Answer`.
 
         Args:
           header, buffers: the encoded `Request`.
@@ -117,10 +118,10 @@ class WorkerHandle:
           locs: where the first ``len(locs)`` of `buffers` already are (the broadcast
             arena), if placed; the others go into the worker's arena.
           on_done: called once the worker answered (or the request failed).
-          lend: the future resolves to ``(response, loan)``: the response's
-            big arrays are read-only views of the worker's arena, valid until
-            ``loan.release()`` (None when nothing is lent), instead of copies.
-            For answers the caller reads once and drops (partial reductions).
+          lend: the answer's big arrays are read-only views of the worker's arena,
+            valid until ``answer.loan.release()`` (the loan is None when nothing is
+            lent), instead of copies. For answers the caller reads once and drops
+            (partial reductions).
         """
         call = Call(header, buffers, locs, op.name, on_done, lend, generation)
         err: Optional[BaseException] = None

@@ -58,6 +58,7 @@ from simharness.runtime.local.options import PoolOptions, check_worker_options  
 from simharness.runtime.local.process import get_forkserver_context
 from simharness.runtime.local.reactor import Reactor
 from simharness.runtime.local.shm import reap_orphaned_segments
+from simharness.runtime.seam import Answer
 
 
 log = logging.getLogger(__name__)
@@ -72,10 +73,9 @@ class WorkerPool:
         started with: `PoolOptions.worker_config`), kept as `options`.
       context: a multiprocess context (default: forkserver preloading TF).
       worker_target: the function a worker process runs, ``(conn, worker_id,
-        placement, config)``: a host (None: the one `seam.LOCAL_WORKER_MAIN`
-        names, `simharness.hosts.local_worker.worker_main`). Also an attribute:
-        fault-injection tests set it (before `start`) to a function of their own
-        that wraps `worker_main`.
+        placement, config)``: a host (`simharness.hosts.local_worker.worker_main`:
+        the runtime imports no host). Also an attribute: fault-injection tests set
+        it (before `start`) to a function of their own that wraps `worker_main`.
 
     Attributes:
       stopped_timeout: seconds a request may wait on a worker seen stopped (SIGSTOP, a
@@ -86,9 +86,9 @@ class WorkerPool:
     def __init__(
         self,
         placements: Sequence[pinning.WorkerPlacement],
-        options: PoolOptions = PoolOptions(),
+        options: PoolOptions,
+        worker_target: Callable[..., Optional[str]],
         context: Any = None,
-        worker_target: Optional[Callable[..., Optional[str]]] = None,
     ):
         self.placements = list(placements)
         self.options = options
@@ -100,7 +100,7 @@ class WorkerPool:
         self.liveness_timeout = options.liveness_timeout
         self.stopped_timeout = options.stopped_timeout
         self.context = context if context is not None else get_forkserver_context()
-        self.worker_target: Optional[Callable[..., Optional[str]]] = worker_target
+        self.worker_target: Callable[..., Optional[str]] = worker_target
         #: Submitting threads write requests to the workers themselves
         #: (`WorkerHandle.submit`) while each worker can have a core of its own.
         #: With more workers than cores, a write wakes a worker that takes the caller's
@@ -174,16 +174,16 @@ class WorkerPool:
         A worker that is not running gives None. Requests queue behind those
         already sent, so this also waits until the workers have caught up.
         """
-        futures: List[Optional[concurrent.futures.Future]] = []
+        futures: List[Optional['concurrent.futures.Future[Answer]']] = []
         for h in self.handles:
             if not h.alive:
                 futures.append(None)
                 continue
-            header, buffers = P.encode_message(P.Request(int(P.Op.PING), 0, []))
+            header, buffers = P.encode_message(P.Request(P.Op.PING, 0, []))
             futures.append(h.submit(header, buffers, P.Op.PING, h.generation))
         out: List[Optional[Dict[str, Any]]] = []
         for f in futures:
-            resp = None if f is None else f.result(timeout)
+            resp = None if f is None else f.result(timeout).response
             out.append(None if resp is None or not resp.ok else resp.result)
         return out
 
@@ -245,9 +245,7 @@ def _callers_level() -> int:
     return level
 
 
-def build_pool(
-    options: PoolOptions, worker_target: Optional[Callable[..., Optional[str]]] = None
-) -> WorkerPool:
+def build_pool(options: PoolOptions, worker_target: Callable[..., Optional[str]]) -> WorkerPool:
     """A `WorkerPool` of pinned workers for `options` (not started; see `WorkerPool.start`);
     `worker_target` as in `WorkerPool`. The devices are checked before anything starts."""
     gpus = pinning.parse_devices(options.devices)

@@ -26,7 +26,6 @@ from simharness.runtime.local import transport as L
 from simharness.runtime.local.lifeline import FORKSERVER_PARENT_ENV, driver_temp_dir, run_worker
 from simharness.runtime.local.options import DEFAULT_STOPPED_TIMEOUT
 from simharness.runtime.local.shm import SEGMENT_PREFIX, list_leaked_segments
-from simharness.runtime.seam import LOCAL_WORKER_MAIN, load_host
 
 
 #: The `pool.WorkerPool` whose worker this is (pool.py imports this module).
@@ -229,7 +228,7 @@ class WorkerProcess:
         """
         from multiprocess.connection import wait as mp_wait
 
-        target = self.pool.worker_target or load_host(LOCAL_WORKER_MAIN)
+        target = self.pool.worker_target
         ctx = self.pool.context
         parent, child = ctx.Pipe(duplex=True)
         # Under a lifeline to this process: if the driver dies (any signal), the worker

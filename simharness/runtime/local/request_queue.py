@@ -24,6 +24,7 @@ from simharness.runtime.inflight import InFlight
 from simharness.runtime.local import transport as L
 from simharness.runtime.local.arenas import ResponseLoan, WorkerStats
 from simharness.runtime.local.shm import ShmArena, ShmAttachment
+from simharness.runtime.seam import Answer
 
 #: Bytes asked of one read of a worker's socket.
 _READ_SIZE = 1 << 20
@@ -295,7 +296,5 @@ class RequestQueue:
                 loan.release()
             call.finish(error=e)
             return
-        if not call.lend:
-            call.finish(resp)
-        elif not call.finish((resp, loan)) and loan is not None:
+        if not call.finish(Answer(resp, loan)) and loan is not None:
             loan.release()  # nobody waits for it any more (cancelled)

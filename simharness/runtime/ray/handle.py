@@ -14,13 +14,14 @@ import logging
 import threading
 import time
 from types import ModuleType
-from typing import Any, Deque, Dict, List, Optional, Protocol
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol
 
 import numpy as np
 
 from simharness import errors as E
 from simharness.runtime import protocol as P
 from simharness.runtime.inflight import InFlight
+from simharness.runtime.seam import Answer
 from simharness.runtime.pinning import WorkerPlacement
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,9 @@ class SlotOwner(Protocol):
 class _Call(InFlight):
     __slots__ = ('started', 'generation', 'nbytes')
 
-    def __init__(self, op: str, on_done: Any, generation: int, nbytes: int):
+    def __init__(
+        self, op: str, on_done: Optional[Callable[[], None]], generation: int, nbytes: int
+    ):
         super().__init__(op, on_done)
         self.started: Optional[float] = None  # when the actor began it (head of the queue)
         self.generation = generation
@@ -60,7 +63,7 @@ class RayWorkerHandle:
 
     `WorkerDelegatingExecutor` drives it as a local worker process:
     `submit(header, buffers, op, generation, locs, on_done) ->
-    Future[Response]`, `ensure_started()`, `alive`, `generation`,
+    Future[Answer]`, `ensure_started()`, `alive`, `generation`,
     `worker_id`, `pid`, `pool`.
     """
 
@@ -127,11 +130,11 @@ class RayWorkerHandle:
         op: P.Op,
         generation: int,
         locs: Optional[List[Any]] = None,
-        on_done: Optional[Any] = None,
+        on_done: Optional[Callable[[], None]] = None,
         lend: bool = False,
-    ) -> concurrent.futures.Future:
-        """Sends one encoded request; the future resolves to its decoded `Response`
-        (`lend` is ignored: answers are Ray's objects, never views lent by the actor)."""
+    ) -> 'concurrent.futures.Future[Answer]':
+        """Sends one encoded request; the future resolves to its `Answer` (never with a
+        loan: `lend` is ignored, answers are Ray's objects, never views lent by the actor)."""
         nbytes = len(header) + sum(int(getattr(b, 'nbytes', 0)) for b in buffers)
         call = _Call(op.name, on_done, generation, 0 if locs else nbytes)
         err: Optional[BaseException] = None
@@ -210,7 +213,7 @@ class RayWorkerHandle:
         except Exception as e:
             call.finish(error=e)
             return
-        call.finish(resp)
+        call.finish(Answer(resp))
 
     def _ray_error(self, e: BaseException, call: _Call) -> BaseException:
         ray = self.workers.ray

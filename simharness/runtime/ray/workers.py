@@ -16,7 +16,7 @@ driver                                                      Ray cluster (any num
                       → start(placement)                      start(): pin cores, TF threads,
                                                                  EagerTF + WorkerService
       submit(header, buffers | broadcast ref) ─ call.remote ─▶ call(): decode → handle → encode
-      Future[Response] ◀─ ObjectRef.future() ◀═══════════════  (header, buffers)
+      Future[Answer]   ◀─ ObjectRef.future() ◀═══════════════  (header, buffers)
     RayBroadcast: ray.put(buffers) once per broadcast value,
                   passed as a top-level ObjectRef (read zero-copy, fetched once per node)
     watchdog thread (call_timeout): a call running too long → kill the actor,
@@ -73,7 +73,6 @@ from simharness.runtime.ray.placement import (
     quiet_ray_start,
     ray_init_arguments,
 )
-from simharness.runtime.seam import RAY_ACTOR, load_host
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +99,8 @@ class RayWorkers:
       ray_init_args: more keyword arguments of ``ray.init`` (``num_cpus``, ...).
       worker_options: passed to the actors (``{'profile': True}``: each actor logs
         every request's operation and time to stderr).
-      actor: the actor class (default: `simharness.hosts.ray_actor.RayWorker`, named
-        by `seam.RAY_ACTOR`); it is constructed as ``actor(slot, options)``.
+      actor: the actor class, a host (`simharness.hosts.ray_actor.RayWorker`: the runtime
+        imports no host); it is constructed as ``actor(slot, options)``.
     """
 
     def __init__(
@@ -119,7 +118,7 @@ class RayWorkers:
         cpu_affinity: bool = True,
         ray_init_args: Optional[Dict[str, Any]] = None,
         worker_options: Optional[Dict[str, Any]] = None,
-        actor: Any = None,
+        actor: type,
     ):
         self.placement_strategy = check_ray_arguments(
             num_workers,
@@ -240,9 +239,7 @@ class RayWorkers:
                 f'in all, {_resources_text(ray.available_resources())} free: ask for fewer '
                 'workers or resources, or add nodes'
             ) from None
-        self._actor_class = ray.remote(
-            self._actor if self._actor is not None else load_host(RAY_ACTOR)
-        )
+        self._actor_class = ray.remote(self._actor)
         self.handles.extend(RayWorkerHandle(self, k) for k in range(n))
         for h in self.handles:
             h.actor = self._new_actor(h.slot)
