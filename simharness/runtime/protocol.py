@@ -8,8 +8,9 @@ driver (WorkerDelegatingExecutor, one session per stack)      worker (WorkerServ
                                                                out_base .. out_base+count-1
 ```
 
-- `Op` names every operation; `OP_ARGS` gives each one's argument names
-  (checked on both sides), and `RESULT` what it answers: `VALUES` (ids
+- `Op` names every operation; `ARGS` gives each one's arguments (a named
+  tuple per operation, `OP_ARGS` their names: the arity is checked on both
+  sides), and `RESULT` what it answers: `VALUES` (ids
   stored in the session, with their types), `DATA` (numpy trees, `Partial`s,
   `DatasetBlob`s) or `NONE`.
 - Value ids are scoped to a session: every stack opens its own session on
@@ -30,7 +31,7 @@ import builtins
 import dataclasses
 import enum
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union, cast
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type, Union, cast
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from simharness.core.reduction import Partial
 from simharness.core.structure import map_nest
 from simharness.runtime import codec
 from simharness.runtime.codec import DatasetBlob, Ref, RefRange  # noqa: F401  (re-exported)
-from simharness.runtime.stream_plan import is_plan_part
+from simharness.runtime.stream_plan import PlanNode, PlanReduction, is_plan_part
 
 #: 4: the stream plan of STREAM_REDUCE is typed (`runtime.stream_plan`), not tagged lists.
 #: 5: the plan carries clients' values (`PlanStacked`) and shared values (`PlanShared`).
@@ -79,30 +80,142 @@ class Result(enum.IntEnum):
     DATA = 2
 
 
-#: Argument names of each operation, in order.
-OP_ARGS: Dict[Op, Tuple[str, ...]] = {
-    Op.OPEN_SESSION: (),
-    Op.CLOSE_SESSION: (),
-    Op.FREE: (),
-    Op.LOAD_OP_LIBRARIES: ('libraries',),
-    Op.CREATE_VALUE: ('value', 'type'),
-    Op.CREATE_CALL: ('fn', 'arg'),
-    Op.CREATE_STRUCT: ('elements',),
-    Op.CREATE_SELECTION: ('source', 'index'),
-    Op.CREATE_VALUES: ('values', 'type'),
-    Op.CREATE_VALUES_STACKED: ('leaves', 'type'),
-    Op.LOAD_SOURCED: ('token', 'source', 'client_ids', 'transform', 'type'),
-    Op.CREATE_MAP: ('fn', 'args', 'count'),
-    Op.CREATE_STRUCTS: ('rows', 'names'),
-    Op.CREATE_SELECTIONS: ('sources', 'index'),
-    Op.COMPUTE_MANY: ('values',),
-    Op.PARTIAL_REDUCTION: ('kind', 'values', 'start', 'total', 'params'),
-    Op.REDUCTION_RESULT: ('kind', 'partials', 'total', 'params', 'result_type'),
-    Op.STREAM_REDUCE: ('nodes', 'reductions', 'start', 'count', 'total', 'slice_size'),
-    Op.SEQUENCE_OP: ('op', 'values', 'params'),
-    Op.SELECT: ('keys', 'server_value', 'select_fn', 'element_type'),
-    Op.PING: (),
+# ---------------------------------------------------------------- arguments
+# One named tuple per operation: its arguments, in order, as the worker reads them
+# (`Ref`/`RefRange`s resolved to the session's values, which only the worker's executor
+# knows the class of: `object` here). On the wire they are a plain list (`Request.args`).
+
+
+class NoArgs(NamedTuple):
+    """The arguments of an operation that takes none."""
+
+
+class LoadOpLibrariesArgs(NamedTuple):
+    libraries: List[List[str]]  # [name, path] of each TF op library the driver loaded
+
+
+class CreateValueArgs(NamedTuple):
+    value: object
+    type: object  # a `T.Type`, or None
+
+
+class CreateCallArgs(NamedTuple):
+    fn: object
+    arg: object  # None: a call without an argument
+
+
+class CreateStructArgs(NamedTuple):
+    elements: List[object]  # (name, value) pairs
+
+
+class CreateSelectionArgs(NamedTuple):
+    source: object
+    element: int
+
+
+class CreateValuesArgs(NamedTuple):
+    values: List[object]
+    type: object
+
+
+class CreateValuesStackedArgs(NamedTuple):
+    leaves: List[object]  # arrays ``[n, ...]`` of the type's leaves
+    type: object
+
+
+class LoadSourcedArgs(NamedTuple):
+    token: int
+    source: object  # the source's spec (plain data) the first time, then None
+    client_ids: List[str]
+    transform: object  # the transform's spec
+    type: object
+
+
+class CreateMapArgs(NamedTuple):
+    fn: object
+    args: Optional[List[object]]
+    calls: Optional[int]  # with no args: how many calls of a no-parameter fn
+
+
+class CreateStructsArgs(NamedTuple):
+    rows: List[List[object]]
+    names: List[Optional[str]]
+
+
+class CreateSelectionsArgs(NamedTuple):
+    sources: List[object]
+    element: int
+
+
+class ComputeManyArgs(NamedTuple):
+    values: List[object]
+
+
+class PartialReductionArgs(NamedTuple):
+    kind: str
+    values: List[object]
+    start: int
+    total: int
+    params: Dict[str, object]
+
+
+class ReductionResultArgs(NamedTuple):
+    kind: str
+    partials: List[Partial]
+    total: int
+    params: Dict[str, object]
+    result_type: object
+
+
+class StreamReduceArgs(NamedTuple):
+    nodes: List[PlanNode]
+    reductions: List[PlanReduction]
+    start: int
+    clients: int
+    total: int
+    slice_size: Optional[int]
+
+
+class SequenceOpArgs(NamedTuple):
+    op: str
+    values: List[object]
+    params: Dict[str, object]
+
+
+class SelectArgs(NamedTuple):
+    keys: List[object]
+    server_value: object
+    select_fn: object
+    element_type: object
+
+
+#: The arguments of each operation (`OP_ARGS`: their names, in order).
+ARGS: Dict[Op, Type[NamedTuple]] = {
+    Op.OPEN_SESSION: NoArgs,
+    Op.CLOSE_SESSION: NoArgs,
+    Op.FREE: NoArgs,
+    Op.LOAD_OP_LIBRARIES: LoadOpLibrariesArgs,
+    Op.CREATE_VALUE: CreateValueArgs,
+    Op.CREATE_CALL: CreateCallArgs,
+    Op.CREATE_STRUCT: CreateStructArgs,
+    Op.CREATE_SELECTION: CreateSelectionArgs,
+    Op.CREATE_VALUES: CreateValuesArgs,
+    Op.CREATE_VALUES_STACKED: CreateValuesStackedArgs,
+    Op.LOAD_SOURCED: LoadSourcedArgs,
+    Op.CREATE_MAP: CreateMapArgs,
+    Op.CREATE_STRUCTS: CreateStructsArgs,
+    Op.CREATE_SELECTIONS: CreateSelectionsArgs,
+    Op.COMPUTE_MANY: ComputeManyArgs,
+    Op.PARTIAL_REDUCTION: PartialReductionArgs,
+    Op.REDUCTION_RESULT: ReductionResultArgs,
+    Op.STREAM_REDUCE: StreamReduceArgs,
+    Op.SEQUENCE_OP: SequenceOpArgs,
+    Op.SELECT: SelectArgs,
+    Op.PING: NoArgs,
 }
+
+#: Argument names of each operation, in order.
+OP_ARGS: Dict[Op, Tuple[str, ...]] = {op: cls._fields for op, cls in ARGS.items()}
 
 RESULT: Dict[Op, Result] = {op: Result.VALUES for op in Op}
 RESULT.update(

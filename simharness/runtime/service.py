@@ -23,18 +23,125 @@ from __future__ import annotations
 import asyncio
 import collections
 import traceback
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import (
+    Any,
+    Callable,
+    Coroutine,
+    Deque,
+    Dict,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 import numpy as np
 
 from simharness import errors as E
+from simharness.core.reduction import Partial
 from simharness.core.structure import tensor_to_numpy
 from simharness.data.sourced import source_from_spec, transform_from_spec
 from simharness.runtime import op_libraries
 from simharness.runtime import protocol as P
 from simharness.runtime.codec import DatasetBlob, DatasetRecipe, Ref, RefRange
 from simharness.runtime.protocol import ErrorRecord, Op, Request, Response
-from simharness.runtime.stream_plan import PlanLoad, PlanSourced
+from simharness.runtime.stream_plan import (
+    PlanLoad,
+    PlanNode,
+    PlanReduction,
+    PlanSourced,
+)
+
+#: A value the worker's executor holds, or takes: the runtime imports no executor, so it
+#: cannot name their classes (an `EagerTFExecutor`'s are `EagerValue`s).
+Held = Any
+
+_R = TypeVar('_R')
+
+
+class ServiceExecutor(Protocol):
+    """The executor a `WorkerService` runs requests on: the `BatchExecutor` methods it calls.
+
+    A `BatchExecutor` (the hosts give an `EagerTFExecutor`) is one; the runtime imports
+    no executor, so it names here what it needs of one.
+    """
+
+    async def create_value(self, value: Held, type_spec: Held = None) -> Held:
+        """Embeds one value."""
+
+    async def create_call(self, comp: Held, arg: Held = None) -> Held:
+        """Calls `comp` on `arg`."""
+
+    async def create_struct(self, elements: Held) -> Held:
+        """A struct of (name, value) `elements`."""
+
+    async def create_selection(self, source: Held, index: Optional[int] = None) -> Held:
+        """Element `index` of the struct `source`."""
+
+    async def create_values(self, values: Sequence[Held], type_spec: Held) -> Sequence[Held]:
+        """Embeds many values of one type."""
+
+    async def create_values_stacked(
+        self, leaves: Sequence[Held], type_spec: Held
+    ) -> Sequence[Held]:
+        """Embeds values given leaf by leaf (arrays ``[n, ...]``)."""
+
+    async def create_map(
+        self, fn: Held, args: Optional[Sequence[Held]], count: Optional[int] = None
+    ) -> Sequence[Held]:
+        """`fn(arg)` for every arg (or `count` calls of a no-parameter `fn`)."""
+
+    async def create_structs(
+        self, rows: Sequence[Sequence[Held]], names: Sequence[Optional[str]]
+    ) -> Sequence[Held]:
+        """One struct per row."""
+
+    async def create_selections(self, sources: Sequence[Held], index: int) -> Sequence[Held]:
+        """Element `index` of every struct in `sources`."""
+
+    async def compute_many(self, values: Sequence[Held]) -> List[Held]:
+        """Materializes many values."""
+
+    async def create_partial_reduction(
+        self, kind: str, values: Sequence[Held], start: int, total: int, params: Dict[str, Held]
+    ) -> Partial:
+        """Reduces a block of clients of a reduction."""
+
+    async def create_reduction_result(
+        self,
+        kind: str,
+        partials: Sequence[Partial],
+        total: int,
+        params: Dict[str, Held],
+        result_type: Held,
+    ) -> Held:
+        """Combines the partials of all blocks."""
+
+    async def create_streamed_reductions(
+        self,
+        nodes: Sequence[PlanNode],
+        reductions: Sequence[PlanReduction],
+        start: int,
+        count: int,
+        total: int,
+        slice_size: Optional[int] = None,
+    ) -> List[Partial]:
+        """Computes a map -> reduce plan slice by slice."""
+
+    async def create_sequence_op(
+        self, op: str, values: Sequence[Held], params: Dict[str, Held]
+    ) -> Sequence[Held]:
+        """A sequence operation on every value."""
+
+    async def create_select(
+        self, keys: Sequence[Held], server_value: Held, select_fn: Held, element_type: Held
+    ) -> Sequence[Held]:
+        """For each client's keys, a sequence of `select_fn(server_value, key)`."""
+
+    def close(self) -> None:
+        """Releases what the executor holds."""
 
 
 class _Poisoned(Exception):
@@ -45,7 +152,7 @@ class _Poisoned(Exception):
         self.record = record
 
 
-def drive(coro: Any) -> Any:
+def drive(coro: Coroutine[object, None, _R]) -> _R:
     """Runs a coroutine that never really suspends (EagerTF's methods) to completion."""
     try:
         coro.send(None)
@@ -108,7 +215,7 @@ class WorkerService:
 
     Args:
       executor: a `BatchExecutor` holding values in this process (an
-        `EagerTFExecutor`).
+        `EagerTFExecutor`): a `ServiceExecutor`.
       worker_id: for error messages.
       dataset_from_blob / dataset_to_blob: how datasets cross (the TF
         functions of `runtime.datasets`; injectable for tests).
@@ -116,7 +223,7 @@ class WorkerService:
 
     def __init__(
         self,
-        executor: Any,
+        executor: ServiceExecutor,
         worker_id: Optional[int] = None,
         dataset_from_blob: Optional[Callable[[DatasetBlob], Any]] = None,
         dataset_to_blob: Optional[Callable[[Any], DatasetBlob]] = None,
@@ -146,7 +253,7 @@ class WorkerService:
         }
         #: The value operations that need more than the executor (`_OPS`): the session's
         #: data sources. (executor, args, session) -> the executor's coroutine.
-        self._session_ops: Dict[Op, Callable[[Any, List[Any], Session], Any]] = {
+        self._session_ops: Dict[Op, Callable[[ServiceExecutor, Any, Session], _Run]] = {
             Op.LOAD_SOURCED: self._create_sourced_values,
             Op.STREAM_REDUCE: self._stream_reduce,
         }
@@ -180,10 +287,7 @@ class WorkerService:
         if not isinstance(req, Request):
             return
         session = self.sessions.get(req.session)
-        try:
-            kind = P.RESULT[Op(req.op)]
-        except ValueError:
-            return
+        kind = P.RESULT.get(req.op)
         if session is not None and kind == P.Result.VALUES:
             session.poisoned.append((req.out_base, max(req.out_count, 1), rec))
 
@@ -193,7 +297,7 @@ class WorkerService:
 
     def _load_op_libraries(self, req: Request) -> Response:
         # Loaded when a graph first needs one of their ops (`_handle` runs that op again).
-        op_libraries.expect(req.args[0])
+        op_libraries.expect(P.LoadOpLibrariesArgs(*req.args).libraries)
         return Response(True, seq=req.seq)
 
     def _close_session(self, req: Request) -> Response:
@@ -223,7 +327,7 @@ class WorkerService:
         return s
 
     def _handle(self, req: Request) -> Response:
-        op = Op(req.op)
+        op = req.op
         control = self._control.get(op)
         if control is not None:  # sessions and pings: no values, no executor
             return control(req)
@@ -233,13 +337,13 @@ class WorkerService:
         if op == Op.FREE:  # the frees above were all it asked for
             return Response(True, seq=req.seq)
         try:
-            result = self._run(op, self._resolve(req.args, session), session)
+            result = self._run(op, self._args(req, session), session)
         except Exception as e:
             # A graph with an op of the driver's op libraries (custom ops) that this process
             # has not loaded: load them, and run the operation again (it stored nothing).
             if not op_libraries.load_expected_for(e):
                 raise
-            result = self._run(op, self._resolve(req.args, session), session)
+            result = self._run(op, self._args(req, session), session)
         if P.RESULT[op] == P.Result.VALUES:
             if not isinstance(result, list):
                 result = [result]
@@ -254,7 +358,11 @@ class WorkerService:
         return Response(True, P.Result.DATA, result=self._plain(result), seq=req.seq)
 
     # ------------------------------------------------------------ operations
-    def _run(self, op: Op, a: List[Any], session: Session) -> Any:
+    def _args(self, req: Request, session: Session) -> tuple:
+        """The request's arguments, their `Ref`s resolved, as the op's named tuple (`P.ARGS`)."""
+        return P.ARGS[req.op](*self._resolve(req.args, session))
+
+    def _run(self, op: Op, a: tuple, session: Session) -> Held:
         run = _OPS.get(op)
         if run is not None:
             return drive(run(self.executor, a))
@@ -263,12 +371,17 @@ class WorkerService:
             raise E.ProtocolError(f'operation {op.name} is not run by WorkerService')
         return drive(own(self.executor, a, session))
 
-    def _create_sourced_values(self, ex: Any, a: List[Any], session: Session) -> Any:
-        return ex.create_values(self._load_sourced(session, *a[:4]), a[4])
+    def _create_sourced_values(
+        self, ex: ServiceExecutor, a: P.LoadSourcedArgs, session: Session
+    ) -> _Run:
+        loaded = self._load_sourced(session, a.token, a.source, a.client_ids, a.transform)
+        return ex.create_values(loaded, a.type)
 
-    def _stream_reduce(self, ex: Any, a: List[Any], session: Session) -> Any:
-        nodes = [self._loader_node(session, n) for n in a[0]]
-        return ex.create_streamed_reductions(nodes, a[1], a[2], a[3], a[4], a[5])
+    def _stream_reduce(self, ex: ServiceExecutor, a: P.StreamReduceArgs, session: Session) -> _Run:
+        nodes = [self._loader_node(session, n) for n in a.nodes]
+        return ex.create_streamed_reductions(
+            nodes, a.reductions, a.start, a.clients, a.total, a.slice_size
+        )
 
     def _loader_node(self, session: Session, node: Any) -> Any:
         """A stream plan's `PlanSourced` node as a `PlanLoad`: the worker loads each slice's
@@ -334,21 +447,82 @@ class WorkerService:
         self.executor.close()
 
 
-#: The executor's coroutine for each value operation that needs only the executor:
-#: (executor, args); the others are the service's own (`WorkerService._session_ops`).
-_OPS: Dict[Op, Callable[[Any, List[Any]], Any]] = {
-    Op.CREATE_VALUE: lambda ex, a: ex.create_value(a[0], a[1]),
-    Op.CREATE_CALL: lambda ex, a: ex.create_call(a[0], a[1]),
-    Op.CREATE_STRUCT: lambda ex, a: ex.create_struct(a[0]),
-    Op.CREATE_SELECTION: lambda ex, a: ex.create_selection(a[0], a[1]),
-    Op.CREATE_VALUES: lambda ex, a: ex.create_values(a[0], a[1]),
-    Op.CREATE_VALUES_STACKED: lambda ex, a: ex.create_values_stacked(a[0], a[1]),
-    Op.CREATE_MAP: lambda ex, a: ex.create_map(a[0], a[1], a[2]),
-    Op.CREATE_STRUCTS: lambda ex, a: ex.create_structs(a[0], a[1]),
-    Op.CREATE_SELECTIONS: lambda ex, a: ex.create_selections(a[0], a[1]),
-    Op.COMPUTE_MANY: lambda ex, a: ex.compute_many(a[0]),
-    Op.PARTIAL_REDUCTION: lambda ex, a: ex.create_partial_reduction(a[0], a[1], a[2], a[3], a[4]),
-    Op.REDUCTION_RESULT: lambda ex, a: ex.create_reduction_result(a[0], a[1], a[2], a[3], a[4]),
-    Op.SEQUENCE_OP: lambda ex, a: ex.create_sequence_op(a[0], a[1], a[2]),
-    Op.SELECT: lambda ex, a: ex.create_select(a[0], a[1], a[2], a[3]),
+#: An operation's run: the executor's coroutine.
+_Run = Coroutine[object, None, object]
+
+
+def _create_value(ex: ServiceExecutor, a: P.CreateValueArgs) -> _Run:
+    return ex.create_value(a.value, a.type)
+
+
+def _create_call(ex: ServiceExecutor, a: P.CreateCallArgs) -> _Run:
+    return ex.create_call(a.fn, a.arg)
+
+
+def _create_struct(ex: ServiceExecutor, a: P.CreateStructArgs) -> _Run:
+    return ex.create_struct(a.elements)
+
+
+def _create_selection(ex: ServiceExecutor, a: P.CreateSelectionArgs) -> _Run:
+    return ex.create_selection(a.source, a.element)
+
+
+def _create_values(ex: ServiceExecutor, a: P.CreateValuesArgs) -> _Run:
+    return ex.create_values(a.values, a.type)
+
+
+def _create_values_stacked(ex: ServiceExecutor, a: P.CreateValuesStackedArgs) -> _Run:
+    return ex.create_values_stacked(a.leaves, a.type)
+
+
+def _create_map(ex: ServiceExecutor, a: P.CreateMapArgs) -> _Run:
+    return ex.create_map(a.fn, a.args, a.calls)
+
+
+def _create_structs(ex: ServiceExecutor, a: P.CreateStructsArgs) -> _Run:
+    return ex.create_structs(a.rows, a.names)
+
+
+def _create_selections(ex: ServiceExecutor, a: P.CreateSelectionsArgs) -> _Run:
+    return ex.create_selections(a.sources, a.element)
+
+
+def _compute_many(ex: ServiceExecutor, a: P.ComputeManyArgs) -> _Run:
+    return ex.compute_many(a.values)
+
+
+def _partial_reduction(ex: ServiceExecutor, a: P.PartialReductionArgs) -> _Run:
+    return ex.create_partial_reduction(a.kind, a.values, a.start, a.total, a.params)
+
+
+def _reduction_result(ex: ServiceExecutor, a: P.ReductionResultArgs) -> _Run:
+    return ex.create_reduction_result(a.kind, a.partials, a.total, a.params, a.result_type)
+
+
+def _sequence_op(ex: ServiceExecutor, a: P.SequenceOpArgs) -> _Run:
+    return ex.create_sequence_op(a.op, a.values, a.params)
+
+
+def _select(ex: ServiceExecutor, a: P.SelectArgs) -> _Run:
+    return ex.create_select(a.keys, a.server_value, a.select_fn, a.element_type)
+
+
+#: The executor's coroutine for each value operation that needs only the executor, from
+#: the operation's arguments (`protocol.ARGS`); the others are the service's own
+#: (`WorkerService._session_ops`).
+_OPS: Dict[Op, Callable[[ServiceExecutor, Any], _Run]] = {
+    Op.CREATE_VALUE: _create_value,
+    Op.CREATE_CALL: _create_call,
+    Op.CREATE_STRUCT: _create_struct,
+    Op.CREATE_SELECTION: _create_selection,
+    Op.CREATE_VALUES: _create_values,
+    Op.CREATE_VALUES_STACKED: _create_values_stacked,
+    Op.CREATE_MAP: _create_map,
+    Op.CREATE_STRUCTS: _create_structs,
+    Op.CREATE_SELECTIONS: _create_selections,
+    Op.COMPUTE_MANY: _compute_many,
+    Op.PARTIAL_REDUCTION: _partial_reduction,
+    Op.REDUCTION_RESULT: _reduction_result,
+    Op.SEQUENCE_OP: _sequence_op,
+    Op.SELECT: _select,
 }
