@@ -42,7 +42,10 @@ def _contains_dtype(type_spec: T.Type, dtypes: Union[type, Sequence[type]]) -> b
 
 
 def _jax_wrapper_fn(
-    fn: Callable[..., object], parameter_type: Optional[T.Type], unpack: bool
+    fn: Callable[..., object],
+    parameter_type: Optional[T.Type],
+    unpack: bool,
+    vectorize: bool = False,
 ) -> ConcreteComputation:
     name = getattr(fn, '__name__', '')
     if parameter_type is not None:
@@ -56,8 +59,16 @@ def _jax_wrapper_fn(
                 'https://jax.readthedocs.io/en/latest/notebooks/Common_Gotchas_in_JAX.html'
                 f'#double-64bit-precision for more information.\nFound: {parameter_type}'
             )
-    comp, _ = serialize_jax_computation(fn, parameter_type, unpack=unpack, name=name)
+    comp, _ = serialize_jax_computation(
+        fn, parameter_type, unpack=unpack, name=name, vectorize=vectorize
+    )
     return ConcreteComputation(comp, name)
+
+
+def _vectorized_wrapper_fn(
+    fn: Callable[..., object], parameter_type: Optional[T.Type], unpack: bool
+) -> ConcreteComputation:
+    return _jax_wrapper_fn(fn, parameter_type, unpack, vectorize=True)
 
 
 def _spec(x: object) -> object:
@@ -75,14 +86,27 @@ def _spec(x: object) -> object:
 
 
 _decorate = _computation._decorator(_jax_wrapper_fn, 'jax_computation')
+_decorate_vectorized = _computation._decorator(_vectorized_wrapper_fn, 'jax_computation')
 
 
-def jax_computation(*args: object, **options: object) -> object:
+def jax_computation(*args: object, vectorize: bool = False, **options: object) -> object:
     """Decorates/wraps Python functions containing JAX code as computations (TFF's
     ``tff.jax.computation``).
 
     ``@jax_computation`` and ``@jax_computation()`` make a polymorphic computation;
     ``@jax_computation(spec, ...)`` (TFF types, dtypes, `jax.ShapeDtypeStruct`s or
     containers of these) a concrete one; ``jax_computation(fn, spec, ...)`` wraps `fn`.
+
+    Args:
+      *args: the function and/or the parameter specs, as above.
+      vectorize: (simharness's) also export the function mapped over a block of clients
+        (`jax.vmap`): a `federated_map` of it runs each block of clients an executor
+        holds (a worker's, cut by ``clients_per_worker``) as one vmapped call instead of
+        one call per client. The results equal the sequential ones up to the last bits;
+        see docs/tff/jax.md.
+      **options: none is accepted (a `TypeError` names the first).
     """
-    return _decorate(*[_spec(a) for a in args], **options)
+    if not isinstance(vectorize, bool):
+        raise TypeError(f'vectorize must be a bool, got {vectorize!r}')
+    decorate = _decorate_vectorized if vectorize else _decorate
+    return decorate(*[_spec(a) for a in args], **options)

@@ -139,6 +139,7 @@ def serialize_jax_computation(
     *,
     unpack: Optional[bool] = None,
     name: str = '',
+    vectorize: bool = False,
 ) -> Tuple[bb.CompiledComputation, T.FunctionType]:
     """Traces `fn` with JAX into a computation of the TFF type JAX gives it.
 
@@ -151,6 +152,10 @@ def serialize_jax_computation(
       unpack: whether a struct parameter is passed as several arguments; None: when `fn`
         takes more than one positional parameter (TFF's ``unpack_arg``).
       name: the computation's name.
+      vectorize: also export `fn` mapped over a leading block dimension of every
+        parameter leaf (`jax.vmap`, the block size symbolic), kept in the graph beside
+        the per-client module: a worker then runs a block of clients as one call of it
+        (`simharness.executors.leaf.client_blocks.VmappedModule`).
 
     Returns:
       The `CompiledComputation` and its type signature, with the Python containers of the
@@ -158,6 +163,7 @@ def serialize_jax_computation(
 
     Raises:
       TypeError: the parameter type holds no-tensor types or shapes not fully defined.
+      ValueError: `vectorize` for a computation without a parameter.
     """
     del context_stack_arg
     ptype = None if parameter_type is None else T.to_type(parameter_type)
@@ -170,12 +176,20 @@ def serialize_jax_computation(
         unpack = _takes_several(fn) and isinstance(ptype, T.StructType)
     args, kwargs = _args_and_kwargs(fn, ptype, packed, unpack)
     # The module takes the parameter's leaves in JAX's order of (args, kwargs).
-    leaves, _ = jax.tree_util.tree_flatten((args, kwargs))
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     arg_order = [cast(XlaSerializerTensorArg, leaf).tensor_index for leaf in leaves]
     with context_stack.install(JaxComputationContext()):
         exported = jax.export.export(jax.jit(fn, keep_unused=True), platforms=PLATFORMS)(
             *args, **kwargs
         )
+        vmapped = None
+        if vectorize:
+            if not leaves:
+                raise SimharnessValueError(
+                    'vectorize=True needs a computation with a parameter (its clients are '
+                    'mapped over the parameter leaves)'
+                )
+            vmapped = _export_vmapped(fn, treedef, leaves)
     _check_version(exported.calling_convention_version)
     result = jax.tree_util.tree_unflatten(
         exported.out_tree, [_tensor_type(a) for a in exported.out_avals]
@@ -189,8 +203,29 @@ def serialize_jax_computation(
         exported.calling_convention_version,
         exported.platforms,
         name,
+        vmapped=None if vmapped is None else vmapped.mlir_module_serialized,
     )
     return comp, comp.type_signature
+
+
+def _export_vmapped(
+    fn: Callable[..., object], treedef: object, leaves: Sequence[object]
+) -> 'jax.export.Exported':
+    """`fn` mapped (`jax.vmap`) over a leading block dimension ``b`` of every parameter
+    leaf, exported with ``b`` symbolic: one module for every block size, taking the
+    parameter leaves in the order of `leaves` (the per-client module's)."""
+
+    def flat_fn(*xs: object) -> object:
+        a, k = jax.tree_util.tree_unflatten(cast(jax.tree_util.PyTreeDef, treedef), xs)
+        return fn(*a, **k)
+
+    (b,) = jax.export.symbolic_shape('b')
+    specs = [
+        jax.ShapeDtypeStruct((b,) + tuple(getattr(x, 'shape')), getattr(x, 'dtype')) for x in leaves
+    ]
+    exported = jax.export.export(jax.jit(jax.vmap(flat_fn)), platforms=PLATFORMS)(*specs)
+    _check_version(exported.calling_convention_version)
+    return exported
 
 
 def _check_version(version: int) -> None:

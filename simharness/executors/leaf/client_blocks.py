@@ -4,12 +4,14 @@ A `ClientBlock` holds the values of n clients leaf by leaf, stacked along a
 leading client dimension or shared by all (broadcast weights), so that
 block operations run one TF call for all of them; an `EagerValue` is one
 value (a tensor, `Struct`, dataset or function), possibly a client's slice
-of a block, taken lazily.
+of a block, taken lazily. A `VmappedModule` runs a block of clients of a vectorized
+JAX computation (``tff.jax.computation(..., vectorize=True)``) as one call of its
+vmapped StableHLO module.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -20,6 +22,14 @@ from simharness.core.sequences import TensorBatches
 from simharness.core.structure import Struct, map_structure, pack_as
 from simharness.executors.base import ExecutorValue
 from simharness.executors.leaf.tf_values import as_dataset, fast_numpy
+
+#: Attributes of a vectorized JAX computation's ``XlaCallModule`` node: the serialized
+#: StableHLO module of the computation mapped over a leading block dimension of every
+#: argument (symbolic: one module for every block size), and the parameter leaf each of
+#: its arguments is (`simharness.jax.xla_call`). TF ignores attributes whose name begins
+#: with ``_``.
+VMAPPED_ATTR = '_simharness_vmapped_module'
+VMAPPED_ARGS_ATTR = '_simharness_vmapped_args'
 
 
 class ClientBlock:
@@ -200,3 +210,81 @@ def rows_to_values(partial: Partial, head_type: T.Type, acc_type: T.Type) -> Par
         partial.open_chunk,
         None if partial.open_chunk is None else value(partial.open_acc, acc_type),
     )
+
+
+class VmappedModule:
+    """The block module of a vectorized JAX computation, run on blocks of clients.
+
+    Made from a computation's graph (`from_graph_def`) whose ``XlaCallModule`` node holds
+    `VMAPPED_ATTR`; `make_block_fn` gives the TF function that runs n clients in one call
+    of it: the shared leaves (one value for every client, e.g. broadcast weights) are
+    broadcast to the block, the stacked ones passed as they are, and the results come
+    back stacked, as `EmbeddedFunction.call_batched`'s. TF compiles the module with XLA
+    once per block size (its block dimension is refined from the arguments' shapes).
+    """
+
+    __slots__ = ('module', 'version', 'args', 'out_shapes', 'out_dtypes', 'platforms')
+
+    def __init__(self, node: tf.compat.v1.NodeDef):
+        attrs = node.attr
+        self.module: bytes = attrs[VMAPPED_ATTR].s
+        self.version = int(attrs['version'].i)
+        #: The parameter leaf each of the module's arguments is.
+        self.args = tuple(int(i) for i in attrs[VMAPPED_ARGS_ATTR].list.i)
+        self.out_shapes = [
+            tf.TensorShape([None]).concatenate(tf.TensorShape(s)) for s in attrs['Sout'].list.shape
+        ]
+        self.out_dtypes = [tf.dtypes.as_dtype(t) for t in attrs['Tout'].list.type]
+        self.platforms = [p.decode() for p in attrs['platforms'].list.s]
+
+    @classmethod
+    def from_graph_def(cls, graph_def: tf.compat.v1.GraphDef) -> Optional['VmappedModule']:
+        """The block module of the graph's ``XlaCallModule`` node, or None without one."""
+        for node in graph_def.node:
+            if node.op == 'XlaCallModule' and VMAPPED_ATTR in node.attr:
+                return cls(node)
+        return None
+
+    def make_block_fn(
+        self,
+        mask: Tuple[bool, ...],
+        shared_sig: Tuple[tf.TensorSpec, ...],
+        stacked_sig: Tuple[tf.TensorSpec, ...],
+    ) -> Callable[..., Tuple[tf.Tensor, ...]]:
+        """A `tf.function` ``(shared, stacked) -> stacked results`` running the module.
+
+        Args:
+          mask: per parameter leaf, True where the block shares one value.
+          shared_sig: the `tf.TensorSpec`s of the shared leaves.
+          stacked_sig: those of the stacked leaves (a leading client dimension).
+        """
+        # reason: TF's op that runs a serialized StableHLO module (no public API)
+        from tensorflow.compiler.tf2xla.ops import gen_xla_ops  # pylint: disable=import-outside-toplevel
+
+        @tf.function(autograph=False, input_signature=(shared_sig, stacked_sig))
+        def block(shared, stacked):
+            n = tf.shape(stacked[0])[0]
+            it_s, it_x = iter(shared), iter(stacked)
+            leaves = []
+            for m in mask:
+                if m:
+                    x = next(it_s)
+                    leaves.append(tf.broadcast_to(x[None], tf.concat([[n], tf.shape(x)], 0)))
+                else:
+                    leaves.append(next(it_x))
+            return tuple(
+                gen_xla_ops.xla_call_module(
+                    args=[leaves[i] for i in self.args],
+                    version=self.version,
+                    module=self.module,
+                    Sout=self.out_shapes,
+                    Tout=self.out_dtypes,
+                    dim_args_spec=[],
+                    platforms=self.platforms,
+                    function_list=[],
+                    has_token_input_output=False,
+                    disabled_checks=[],
+                )
+            )
+
+        return block

@@ -27,7 +27,7 @@ from simharness.executors.leaf import sequence_lowering as lowering
 from simharness.executors.leaf import tensor_sequences as tseq
 from simharness.core import xla
 from simharness.core.xla import Decision
-from simharness.executors.leaf.client_blocks import Row
+from simharness.executors.leaf.client_blocks import Row, VmappedModule
 from simharness.executors.leaf.tf_values import as_dataset
 from simharness.validation import check_int
 
@@ -210,6 +210,9 @@ class EmbeddedFunction:
         #: When every result is one of the parameters passed through (`selection`): their
         #: positions (a call is then no TF call), else None.
         self.selection = selection(comp.graph, graph_def)
+        #: A vectorized JAX computation's block module (`client_blocks.VmappedModule`):
+        #: `call_batched` runs a block as one call of it. None for other functions.
+        self.vmapped = VmappedModule.from_graph_def(graph_def)
         self._param_leaves = (
             []
             if self.type_signature.parameter is None
@@ -353,6 +356,15 @@ class EmbeddedFunction:
         self, shared_mask: Tuple[bool, ...], shared: List[Any], stacked: List[Any], n: int
     ) -> List[Any]:
         """Runs `n` clients in one TF call; returns stacked result leaves."""
+        vmapped = self.vmapped
+        if vmapped is not None:
+            fn, _ = self._block_fn(
+                ('vmapped', shared_mask),
+                lambda: _FlatCall(
+                    _concrete(vmapped.make_block_fn(shared_mask, *self._block_sigs(shared_mask)))
+                ),
+            )
+            return list(fn(tuple(shared), tuple(stacked)))
         fn, first_call = self._block_fn(
             shared_mask, lambda: _FlatCall(_concrete(self._make_batched(shared_mask)))
         )
