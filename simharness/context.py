@@ -509,9 +509,9 @@ def to_python(value: Any, t: T.Type) -> Any:
         else:
             elements = [to_python(v, t.element) for v in value]
         # A `tf.data.Dataset`, as TFF's contexts return a sequence (checked with TFF 0.87).
-        from simharness.core.tf_serialization import dataset_of  # TensorFlow: on first use
+        from simharness.executors.leaf.tf_values import dataset_from_value  # TF: on first use
 
-        return dataset_of(elements, t.element)
+        return dataset_from_value(elements, t)
     if hasattr(value, 'numpy'):
         adopted = claim_adopted(value)
         if adopted is not None:

@@ -25,7 +25,7 @@ import contextlib
 import hashlib
 import re
 import threading
-from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, List, Optional, Tuple, cast
 
 import attrs
 import numpy as np
@@ -81,49 +81,6 @@ def _element_structure(t: T.Type, leaf_fn: Callable[[T.TensorType], object]) -> 
             return collections.OrderedDict(zip(names, elems))
         return tuple(elems)
     raise SimharnessTypeError(f'{t} cannot be an element of a sequence')
-
-
-def _leaves_in_type_order(value: object, t: T.Type) -> List[object]:
-    if not isinstance(t, T.StructType):
-        return [value]
-    struct = value if isinstance(value, Struct) else from_container(value, t)
-    return [leaf for v, e in zip(struct, t) for leaf in _leaves_in_type_order(v, e)]
-
-
-def dataset_of(elements: Sequence[object], element_type: T.Type) -> tf.data.Dataset:
-    """A `tf.data.Dataset` of `elements` (structures of arrays in `element_type`'s containers).
-
-    What a context returns for a sequence result, as TFF's contexts return a dataset (TFF's
-    rebuilt from a serialized graph). Elements of one shape are one `from_tensor_slices`;
-    elements of different shapes are concatenated (a balanced tree of `from_tensors`).
-    """
-    if not elements:
-        return tf.data.Dataset.from_tensor_slices(
-            _element_structure(
-                element_type,
-                lambda leaf: np.zeros(
-                    [0] + [d or 0 for d in (leaf.shape or ())], tf_dtype(leaf.dtype).as_numpy_dtype
-                ),
-            )
-        )
-    columns = list(zip(*(_leaves_in_type_order(e, element_type) for e in elements)))
-    if all(len({np.shape(v) for v in column}) == 1 for column in columns):
-        stacked = iter([np.stack([np.asarray(v) for v in column]) for column in columns])
-        return tf.data.Dataset.from_tensor_slices(
-            _element_structure(element_type, lambda leaf: next(stacked))
-        )
-    parts = []
-    for e in elements:
-        leaves = iter(_leaves_in_type_order(e, element_type))
-        parts.append(
-            tf.data.Dataset.from_tensors(
-                _element_structure(element_type, lambda leaf: next(leaves))
-            )
-        )
-    while len(parts) > 1:
-        pairs = [a.concatenate(b) for a, b in zip(parts[::2], parts[1::2])]
-        parts = pairs + ([parts[-1]] if len(parts) % 2 else [])
-    return parts[0]
 
 
 def _to_python_struct(value: Any, t: T.Type) -> Any:

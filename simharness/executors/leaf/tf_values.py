@@ -14,6 +14,7 @@ import inspect
 import types
 from typing import Any, List, Sequence, Tuple, cast
 
+import attrs
 import numpy as np
 import tensorflow as tf
 
@@ -173,12 +174,20 @@ def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
     return fast_tensor(arr)
 
 
+def _empty_shape(shape: tf.TensorShape) -> List[int]:
+    """The shape of an empty column of elements of `shape` (unknown dimensions: 0)."""
+    return [0] + ([d or 0 for d in shape.as_list()] if shape.rank is not None else [])
+
+
 def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
     """A dataset of `t` from a dataset, a list of elements or a generator (function).
 
     A generator function (or generator) is drained into a list of elements,
     so that the dataset holds no Python state (it can then move to other
-    executors and processes as a serialized graph).
+    executors and processes as a serialized graph). Elements of one shape are
+    one ``from_tensor_slices``; elements of different shapes (a type with unknown
+    dimensions) are concatenated. Also what a context returns for a sequence
+    result (`simharness.context.to_python`), as TFF's contexts return a dataset.
     """
     value = elements_of_generator(value)
     if isinstance(value, tf.data.Dataset):
@@ -195,11 +204,19 @@ def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
         elems = [ingest(v, t.element) for v in value]
         if not elems:
             return tf.data.Dataset.from_tensor_slices(
-                tf.nest.map_structure(lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec)
+                tf.nest.map_structure(lambda s: tf.zeros(_empty_shape(s.shape), s.dtype), spec)
             )
         py = [struct_to_spec_container(e, spec) for e in elems]
-        stacked = tf.nest.map_structure(lambda *xs: tf.stack(xs), *py)
-        return tf.data.Dataset.from_tensor_slices(stacked)
+        if all(len({tuple(x.shape) for x in leaf}) == 1 for leaf in zip(*map(flatten, elems))):
+            stacked = tf.nest.map_structure(lambda *xs: tf.stack(xs), *py)
+            return tf.data.Dataset.from_tensor_slices(stacked)
+        # Ragged: elements of different shapes (a type with unknown dimensions) are
+        # concatenated, a balanced tree of one-element datasets.
+        parts = [tf.data.Dataset.from_tensors(e) for e in py]
+        while len(parts) > 1:
+            pairs = [a.concatenate(b) for a, b in zip(parts[::2], parts[1::2])]
+            parts = pairs + ([parts[-1]] if len(parts) % 2 else [])
+        return parts[0]
     raise SimharnessTypeError(
         f'value {value!r:.80} ({type(value).__name__}) is not a sequence; '
         f'expected a tf.data.Dataset or a list for {t}',
@@ -269,19 +286,28 @@ def elements_of_generator(value: Any) -> Any:
 
 
 def struct_to_spec_container(value: Any, spec: Any) -> Any:
+    """`value` (a `Struct` of tensors) in the containers of the element structure `spec`."""
     if isinstance(value, Struct):
         elems = [struct_to_spec_container(v, s) for v, s in zip(value, _spec_children(spec))]
         if isinstance(spec, collections.abc.Mapping):
             return cast(Any, type(spec))(zip(spec.keys(), elems))  # a concrete Mapping class
         if T.is_namedtuple(spec):
             return type(spec)(*elems)
+        if attrs.has(type(spec)):
+            return type(spec)(**dict(zip(_attrs_names(spec), elems)))
         return tuple(elems)
     return value
+
+
+def _attrs_names(spec: attrs.AttrsInstance) -> List[str]:
+    return [f.name for f in attrs.fields(type(spec))]
 
 
 def _spec_children(spec: Any) -> list:
     if isinstance(spec, collections.abc.Mapping):
         return list(spec.values())
+    if attrs.has(type(spec)):
+        return [getattr(spec, n) for n in _attrs_names(spec)]
     return list(spec)
 
 
