@@ -179,3 +179,34 @@ def test_the_reference_client_data_has_the_round_s_types(workload):
     assert isinstance(client, collections.OrderedDict)
     assert client['x'].shape == (50, 60) and client['x'].dtype == np.float32
     assert client['y'].shape == (50,) and client['y'].dtype == np.int32
+
+
+def test_a_gpu_that_is_not_there_is_refused_before_any_worker_starts(monkeypatch):
+    import multiprocessing
+
+    from simharness.errors import DeviceNotFoundError
+    from simharness.runtime import resources
+    from simharness.stacks import process_executor_factory
+
+    monkeypatch.setattr(
+        resources, 'discover_gpus', lambda: resources.GpuInventory((), 'a machine without GPUs')
+    )
+    vector = tff.TensorType(np.float32, (3,))
+
+    @tff.jax.computation(vector, vectorize=True)
+    def total(v):
+        return jax.numpy.sum(v)
+
+    @tff.federated_computation(tff.FederatedType(vector, tff.CLIENTS))
+    def sum_of_totals(vs):
+        return tff.federated_sum(tff.federated_map(total, vs))
+
+    children = multiprocessing.active_children()
+    with pytest.raises(DeviceNotFoundError, match='no GPU 0'):
+        factory = process_executor_factory(num_workers=1, devices='cuda:0')
+        try:
+            with tff.execution_context(factory):
+                sum_of_totals([np.ones(3, np.float32)] * 2)
+        finally:
+            factory.close()
+    assert multiprocessing.active_children() == children
