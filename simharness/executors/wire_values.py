@@ -18,7 +18,8 @@ from simharness.core import types as T
 from simharness.core.structure import Struct, from_container, tensor_to_numpy
 from simharness.errors import SimharnessError, at_client
 from simharness.runtime.codec import DatasetRecipe, Packed
-from simharness.runtime.protocol import DatasetBlob, map_leaves
+from simharness.runtime.codec import DatasetBlob
+from simharness.runtime.protocol import map_leaves
 
 #: Values at least this big go through the pool's broadcast arena (written once).
 BROADCAST_MIN_BYTES = 1 << 16

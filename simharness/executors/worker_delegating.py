@@ -63,7 +63,8 @@ from simharness.executors.worker_values import Lease, WorkerValue
 from simharness.runtime import op_libraries
 from simharness.runtime import protocol as P
 from simharness.runtime.codec import Packed
-from simharness.runtime.protocol import Op, Ref, RefRange, map_leaves
+from simharness.runtime.codec import Ref, RefRange
+from simharness.runtime.protocol import Op, map_leaves
 from simharness.runtime.seam import Answer, Loan, WorkerHandle, WorkerId
 from simharness.runtime.stream_plan import (
     PlanClients,

@@ -14,7 +14,7 @@ from typing import Any, List, Protocol, Sequence, cast
 from simharness.core import types as T
 from simharness.errors import WorkerCrashedError
 from simharness.executors.base import ExecutorValue
-from simharness.runtime.protocol import Ref
+from simharness.runtime.codec import Ref
 from simharness.runtime.seam import WorkerId
 
 

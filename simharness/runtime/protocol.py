@@ -39,7 +39,6 @@ from simharness import errors as E
 from simharness.core.reduction import Partial
 from simharness.core.structure import map_nest
 from simharness.runtime import codec
-from simharness.runtime.codec import DatasetBlob, Ref, RefRange  # noqa: F401  (re-exported)
 from simharness.runtime.stream_plan import PlanNode, PlanReduction, is_plan_part
 
 #: 4: the stream plan of STREAM_REDUCE is typed (`runtime.stream_plan`), not tagged lists.

@@ -157,7 +157,8 @@ def drive(coro: Coroutine[object, None, _R]) -> _R:
     try:
         coro.send(None)
     except StopIteration as stop:
-        return stop.value
+        value: _R = stop.value
+        return value
     loop = asyncio.new_event_loop()  # it suspended after all: finish it on a private loop
     try:
         return loop.run_until_complete(coro)
@@ -358,11 +359,11 @@ class WorkerService:
         return Response(True, P.Result.DATA, result=self._plain(result), seq=req.seq)
 
     # ------------------------------------------------------------ operations
-    def _args(self, req: Request, session: Session) -> tuple:
+    def _args(self, req: Request, session: Session) -> Tuple[object, ...]:
         """The request's arguments, their `Ref`s resolved, as the op's named tuple (`P.ARGS`)."""
         return P.ARGS[req.op](*self._resolve(req.args, session))
 
-    def _run(self, op: Op, a: tuple, session: Session) -> Held:
+    def _run(self, op: Op, a: Tuple[object, ...], session: Session) -> Held:
         run = _OPS.get(op)
         if run is not None:
             return drive(run(self.executor, a))

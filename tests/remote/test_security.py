@@ -18,6 +18,7 @@ import tensorflow as tf
 import simharness as sh
 from simharness.errors import ServiceAuthenticationError
 from simharness.runtime import protocol as P
+from simharness.runtime.codec import Ref
 from simharness.hosts.grpc_service import start_executor_service
 from simharness.runtime.grpc.client import RemoteServices
 from simharness.runtime.grpc.framing import GRPC_MAX_MESSAGE, frames_of
@@ -256,9 +257,9 @@ def test_random_messages_are_refused_and_the_service_keeps_serving(remote_pair):
 def test_requests_for_unknown_sessions_ids_and_ops_get_errors(remote_pair):
     address = remote_pair.addresses[0]
     reqs = [
-        P.Request(P.Op.COMPUTE_MANY, 123456789, [[P.Ref(5)]]),  # no such session
+        P.Request(P.Op.COMPUTE_MANY, 123456789, [[Ref(5)]]),  # no such session
         P.Request(P.Op.OPEN_SESSION, 77, []),
-        P.Request(P.Op.COMPUTE_MANY, 77, [[P.Ref(5)]]),  # no such value
+        P.Request(P.Op.COMPUTE_MANY, 77, [[Ref(5)]]),  # no such value
         P.Request(999, 77, []),  # no such op
         P.Request(P.Op.CREATE_CALL, 77, []),  # wrong arity
         P.Request(P.Op.PING, 0, [], version=P.PROTOCOL_VERSION + 1),

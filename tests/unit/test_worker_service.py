@@ -12,7 +12,8 @@ from simharness.core import types as T
 from simharness.errors import ProtocolError, WorkerLostError
 from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.runtime import codec, protocol as P
-from simharness.runtime.protocol import Op, Ref, RefRange
+from simharness.runtime.codec import Ref, RefRange
+from simharness.runtime.protocol import Op
 from simharness.runtime.service import WorkerService
 
 F32 = T.TensorType(np.float32)

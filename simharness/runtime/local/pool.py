@@ -54,7 +54,7 @@ from simharness.runtime import protocol as P
 from simharness.runtime.local import lifeline
 from simharness.runtime.local.arenas import BroadcastArena
 from simharness.runtime.local.handle import WorkerHandle
-from simharness.runtime.local.options import PoolOptions, check_worker_options  # noqa: F401
+from simharness.runtime.local.options import PoolOptions
 from simharness.runtime.local.process import get_forkserver_context
 from simharness.runtime.local.reactor import Reactor
 from simharness.runtime.local.shm import reap_orphaned_segments
