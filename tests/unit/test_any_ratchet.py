@@ -42,7 +42,7 @@ LIMITS = {
     'hosts': 35,
     'learning': 32,
     'program': 87,
-    'runtime': 262,
+    'runtime': 243,
     'simulation': 195,
     'templates': 11,
     'testing': 59,
