@@ -164,9 +164,9 @@ class _ExecutionContextBase:
                 expected='Computation',
                 actual=type(out),
             )
-        param = comp.type_signature.parameter
-        if (param is None) != (ft.parameter is None) or (
-            param is not None and not ft.parameter.is_assignable_from(param)
+        param, expected = comp.type_signature.parameter, ft.parameter
+        if (param is None) != (expected is None) or (
+            param is not None and expected is not None and not expected.is_assignable_from(param)
         ):
             raise SimharnessTypeError(
                 f'compiler_fn changed the parameter type from {param} to {ft.parameter}',

@@ -639,8 +639,13 @@ class WorkerDelegatingExecutor(BatchExecutor):
         # A big shared value leading the plan (the strategy plans those first): on a
         # transport that places a prefix, its bytes are the broadcast arena's, written
         # once for every worker; the request's own data go as usual.
-        lead = nodes[0].value if nodes and isinstance(wire[0], PlanShared) else None
-        big = isinstance(lead, SharedValue) and lead.big
+        first = nodes[0] if nodes else None
+        lead = (
+            first.value
+            if isinstance(first, PlanShared) and isinstance(wire[0], PlanShared)
+            else None
+        )
+        big = lead if isinstance(lead, SharedValue) and lead.big else None
         return await self._request(
             Op.STREAM_REDUCE,
             wire,
@@ -651,8 +656,8 @@ class WorkerDelegatingExecutor(BatchExecutor):
             slice_size,
             wait=True,
             partials=True,
-            broadcast_key=lead.value if big else None,
-            placed=lead.packed.buffers if big else None,
+            broadcast_key=big.value if big is not None else None,
+            placed=big.packed.buffers if big is not None else None,
         )
 
     async def _wire_node(self, node: PlanNode) -> PlanNode:

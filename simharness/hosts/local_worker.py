@@ -90,12 +90,12 @@ def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig)
             attachment = ShmAttachment()
         except _Terminated:
             terminated = True
-            return
+            return None
         except Exception as e:  # report, then exit
             conn.send_bytes(
                 L.pack_frame(L.F_START_ERROR, f'{type(e).__name__}: {e}', traceback.format_exc())
             )
-            return
+            return None
         conn.send_bytes(L.pack_frame(L.F_READY, os.getpid(), arena.names[0]))
         return _serve(conn, service, arena, attachment, worker_id, config.profile)
     except _Terminated:
@@ -115,6 +115,7 @@ def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig)
             sys.stderr.flush()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
+    return None  # terminated (the process is dying by its signal)
 
 
 def _serve(

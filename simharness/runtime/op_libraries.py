@@ -80,8 +80,9 @@ def _scan() -> Tuple[Tuple[str, str], ...]:
     for path in sorted(paths):
         if path not in _verdicts:
             _verdicts[path] = _op_library(path)
-        if _verdicts[path] is not None:
-            out.append(_verdicts[path])
+        verdict = _verdicts[path]
+        if verdict is not None:
+            out.append(verdict)
     return tuple(out)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import inspect
 import types
-from typing import Any, List, Sequence, Tuple, cast
+from typing import Any, List, Sequence, Tuple, Union, cast
 
 import attrs
 import numpy as np
@@ -68,7 +68,7 @@ def _tensor_of_copy(arr: np.ndarray) -> Tuple[tf.Tensor, np.ndarray]:
     return tf.experimental.dlpack.from_dlpack(own.__dlpack__()), own
 
 
-def adopt_tensor(arr: np.ndarray) -> tf.Tensor:
+def adopt_tensor(arr: Union[np.ndarray, np.generic]) -> tf.Tensor:
     """A tensor of `arr` that shares its memory (no copy) when it can; else of a private copy.
 
     Only for arrays that nobody will write again: results the caller just
