@@ -9,5 +9,6 @@ the other's insides:
 - `local_worker`: the worker process of the local pool (`worker_main`) and
   `create_worker_pool`, a pool whose workers run it.
 - `grpc_service`: the gRPC executor service (`simharness serve`).
-- `ray_actor`: the Ray actor (`RayWorker`) and `RayWorkers` that start it.
+- `ray_actor`: the Ray actor (`RayWorker`), which `RayWorkers` (`runtime.ray`) are
+  given as their ``actor``.
 """
