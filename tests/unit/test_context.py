@@ -80,6 +80,15 @@ class TestToPython:
         as_list = ctx_mod.to_python([{'a': 3}], sh.SequenceType({'a': tf.int32}))
         assert list(as_list.as_numpy_iterator()) == [{'a': 3}]
 
+    def test_sequences_of_elements_of_different_shapes(self):
+        # A type with an unknown dimension: the elements are concatenated, not stacked.
+        t = sh.SequenceType(T.TensorType(np.int32, [None]))
+        out = ctx_mod.to_python([np.array([1, 2], np.int32), np.array([3], np.int32)], t)
+        assert out.element_spec == tf.TensorSpec([None], tf.int32)
+        assert [list(x) for x in out.as_numpy_iterator()] == [[1, 2], [3]]
+        empty = ctx_mod.to_python([], t)
+        assert empty.element_spec.dtype == tf.int32 and list(empty) == []
+
 
 class CrashingOnceFactory(ExecutorFactory):
     """Raises a retryable error on the first `failures` stack requests."""
