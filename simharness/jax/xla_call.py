@@ -39,7 +39,6 @@ from simharness.errors import SimharnessValueError
 from simharness.executors.leaf import client_blocks
 
 __all__ = [
-    'VMAPPED_ARGS_ATTR',
     'VMAPPED_ATTR',
     'XLA_CALL_MODULE_OP',
     'max_calling_convention_version',
@@ -49,11 +48,10 @@ __all__ = [
 
 #: The TF op a JAX computation's graph holds.
 XLA_CALL_MODULE_OP = 'XlaCallModule'
-#: Its attributes holding a vectorized computation's block module and argument order
-#: (the names `client_blocks` reads; attributes whose name begins with ``_`` are not
-#: the op's own, and TF passes them by).
+#: Its attribute holding a vectorized computation's block module (the name
+#: `client_blocks` reads; an attribute whose name begins with ``_`` is not the op's own,
+#: and TF passes it by).
 VMAPPED_ATTR = client_blocks.VMAPPED_ATTR
-VMAPPED_ARGS_ATTR = client_blocks.VMAPPED_ARGS_ATTR
 
 
 def _without_containers(t: T.Type) -> T.Type:
@@ -85,9 +83,9 @@ def xla_call_computation(
       name: the computation's name.
       vmapped: a module of the same calling convention mapping the computation over a
         leading (symbolic) block dimension of every argument, or None. Kept in the
-        ``XlaCallModule`` node's attribute `VMAPPED_ATTR` (with the argument order in
-        `VMAPPED_ARGS_ATTR`), which TF ignores: a leaf executor runs a block of clients as
-        one call of it (`client_blocks.VmappedModule`).
+        ``XlaCallModule`` node's attribute `VMAPPED_ATTR`, which TF ignores: a leaf
+        executor runs a block of clients as one call of it
+        (`client_blocks.VmappedModule`).
     """
     tensors: List[T.TensorType] = []
     for t in T.flatten_type(result_type):
@@ -123,16 +121,15 @@ def xla_call_computation(
         traced = serialize_tf_function(lambda arg: call(flatten(arg)), plain_param, False, name)
     graph = traced.graph
     if vmapped is not None:
-        graph = _with_vmapped(graph, vmapped, order)
+        graph = _with_vmapped(graph, vmapped)
     return bb.CompiledComputation(graph, T.FunctionType(parameter_type, result_type), name)
 
 
-def _with_vmapped(graph: bb.TFGraph, vmapped: bytes, order: Sequence[int]) -> bb.TFGraph:
-    """`graph` with `vmapped` and the argument order in its ``XlaCallModule`` node."""
+def _with_vmapped(graph: bb.TFGraph, vmapped: bytes) -> bb.TFGraph:
+    """`graph` with `vmapped` in its ``XlaCallModule`` node."""
     graph_def = tf.compat.v1.GraphDef.FromString(graph.graph_def)
     (node,) = [n for n in graph_def.node if n.op == XLA_CALL_MODULE_OP]
     node.attr[VMAPPED_ATTR].s = vmapped
-    node.attr[VMAPPED_ARGS_ATTR].list.i.extend(order)
     return bb.TFGraph(graph_def.SerializeToString(), graph.input_names, graph.output_names)
 
 

@@ -11,7 +11,7 @@ vmapped StableHLO module.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -23,13 +23,12 @@ from simharness.core.structure import Struct, map_structure, pack_as
 from simharness.executors.base import ExecutorValue
 from simharness.executors.leaf.tf_values import as_dataset, fast_numpy
 
-#: Attributes of a vectorized JAX computation's ``XlaCallModule`` node: the serialized
-#: StableHLO module of the computation mapped over a leading block dimension of every
-#: argument (symbolic: one module for every block size), and the parameter leaf each of
-#: its arguments is (`simharness.jax.xla_call`). TF ignores attributes whose name begins
+#: The attribute of a vectorized JAX computation's ``XlaCallModule`` node that holds the
+#: serialized StableHLO module of the computation mapped over a leading block dimension
+#: of every argument (symbolic: one module for every block size), taking the arguments
+#: the node takes (`simharness.jax.xla_call`). TF ignores attributes whose name begins
 #: with ``_``.
 VMAPPED_ATTR = '_simharness_vmapped_module'
-VMAPPED_ARGS_ATTR = '_simharness_vmapped_args'
 
 
 class ClientBlock:
@@ -212,10 +211,56 @@ def rows_to_values(partial: Partial, head_type: T.Type, acc_type: T.Type) -> Par
     )
 
 
+#: Ops a graph that is just one ``XlaCallModule`` call holds besides it.
+_PLAIN_OPS = frozenset({'Placeholder', 'Identity', 'NoOp'})
+
+
+def _tensor(name: str) -> str:
+    """A tensor's name as ``node:index`` (a graph def's inputs write ``node`` for index 0)."""
+    return name if ':' in name else f'{name}:0'
+
+
+def _through_identities(nodes: Dict[str, tf.compat.v1.NodeDef], name: str) -> str:
+    """The tensor `name` is, followed back through ``Identity`` ops, as ``node:index``."""
+    name = _tensor(name)
+    while True:
+        node = nodes.get(name.split(':')[0])
+        if node is None or node.op != 'Identity' or not name.endswith(':0'):
+            return name
+        name = _tensor(node.input[0])
+
+
+def module_call_args(
+    graph_def: tf.compat.v1.GraphDef, input_names: Sequence[str], output_names: Sequence[str]
+) -> Optional[List[int]]:
+    """For a graph that is one ``XlaCallModule`` call (a JAX computation's graph): the
+    parameter leaf each of the op's arguments is; None for any other graph.
+
+    Such a graph holds nothing but its parameters, fed to the op (possibly through
+    ``Identity`` ops, in any order), and the op's results, in order, passed through
+    ``Identity`` ops as its results.
+    """
+    calls = [n for n in graph_def.node if n.op == 'XlaCallModule']
+    if len(calls) != 1:
+        return None
+    node = calls[0]
+    if any(n.op not in _PLAIN_OPS for n in graph_def.node if n is not node):
+        return None
+    nodes = {n.name: n for n in graph_def.node}
+    params = {_tensor(name): i for i, name in enumerate(input_names)}
+    sources = [_through_identities(nodes, x) for x in node.input if not x.startswith('^')]
+    if len(sources) != len(node.input) or any(x not in params for x in sources):
+        return None
+    results = [_through_identities(nodes, name) for name in output_names]
+    if results != [f'{node.name}:{k}' for k in range(len(results))]:
+        return None
+    return [params[x] for x in sources]
+
+
 class VmappedModule:
     """The block module of a vectorized JAX computation, run on blocks of clients.
 
-    Made from a computation's graph (`from_graph_def`) whose ``XlaCallModule`` node holds
+    Made from a computation's graph (`from_graph`) whose ``XlaCallModule`` node holds
     `VMAPPED_ATTR`; `make_block_fn` gives the TF function that runs n clients in one call
     of it: the shared leaves (one value for every client, e.g. broadcast weights) are
     broadcast to the block, the stacked ones passed as they are, and the results come
@@ -225,12 +270,12 @@ class VmappedModule:
 
     __slots__ = ('module', 'version', 'args', 'out_shapes', 'out_dtypes', 'platforms')
 
-    def __init__(self, node: tf.compat.v1.NodeDef):
+    def __init__(self, node: tf.compat.v1.NodeDef, args: Sequence[int]):
         attrs = node.attr
         self.module: bytes = attrs[VMAPPED_ATTR].s
         self.version = int(attrs['version'].i)
         #: The parameter leaf each of the module's arguments is.
-        self.args = tuple(int(i) for i in attrs[VMAPPED_ARGS_ATTR].list.i)
+        self.args = tuple(args)
         self.out_shapes = [
             tf.TensorShape([None]).concatenate(tf.TensorShape(s)) for s in attrs['Sout'].list.shape
         ]
@@ -238,12 +283,28 @@ class VmappedModule:
         self.platforms = [p.decode() for p in attrs['platforms'].list.s]
 
     @classmethod
-    def from_graph_def(cls, graph_def: tf.compat.v1.GraphDef) -> Optional['VmappedModule']:
-        """The block module of the graph's ``XlaCallModule`` node, or None without one."""
-        for node in graph_def.node:
-            if node.op == 'XlaCallModule' and VMAPPED_ATTR in node.attr:
-                return cls(node)
-        return None
+    def from_graph(
+        cls,
+        graph_def: tf.compat.v1.GraphDef,
+        input_names: Sequence[str],
+        output_names: Sequence[str],
+    ) -> Optional['VmappedModule']:
+        """The block module of a graph that is one vectorized ``XlaCallModule`` call, or None.
+
+        The graph must be nothing but its parameters fed to the op and the op's results,
+        in order, passed through ``Identity`` ops as its results (a JAX computation's own
+        graph, or one that passes a computation's parameters on to it in another order):
+        the block module then computes all of it, its arguments taken from the
+        parameters that feed the op. Any other graph (one that composes the module with
+        other ops) runs as any graph does.
+        """
+        args = module_call_args(graph_def, input_names, output_names)
+        if args is None:
+            return None
+        (node,) = [n for n in graph_def.node if n.op == 'XlaCallModule']
+        if VMAPPED_ATTR not in node.attr:
+            return None
+        return cls(node, args)
 
     def make_block_fn(
         self,

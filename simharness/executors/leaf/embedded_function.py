@@ -27,7 +27,7 @@ from simharness.executors.leaf import sequence_lowering as lowering
 from simharness.executors.leaf import tensor_sequences as tseq
 from simharness.core import xla
 from simharness.core.xla import Decision
-from simharness.executors.leaf.client_blocks import Row, VmappedModule
+from simharness.executors.leaf.client_blocks import Row, VmappedModule, module_call_args
 from simharness.executors.leaf.tf_values import as_dataset
 from simharness.validation import check_int
 
@@ -183,6 +183,9 @@ BOUNDING_OPS = frozenset(
 )
 
 
+_MODULE_CALL = Decision(True, 'a JAX computation: one XlaCallModule call, compiled by XLA')
+
+
 class EmbeddedFunction:
     """A `CompiledComputation` imported into the eager runtime."""
 
@@ -212,7 +215,13 @@ class EmbeddedFunction:
         self.selection = selection(comp.graph, graph_def)
         #: A vectorized JAX computation's block module (`client_blocks.VmappedModule`):
         #: `call_batched` runs a block as one call of it. None for other functions.
-        self.vmapped = VmappedModule.from_graph_def(graph_def)
+        self.vmapped = VmappedModule.from_graph(
+            graph_def, comp.graph.input_names, comp.graph.output_names
+        )
+        #: True for a JAX computation's graph (one ``XlaCallModule`` call): see `xla`.
+        self.module_call = (
+            module_call_args(graph_def, comp.graph.input_names, comp.graph.output_names) is not None
+        )
         self._param_leaves = (
             []
             if self.type_signature.parameter is None
@@ -234,7 +243,14 @@ class EmbeddedFunction:
     def xla(self) -> Decision:
         """Whether this function runs XLA-compiled, and why (`simharness.core.xla`)."""
         if self._xla is None:
-            decision = xla.decide(self.comp, self._fn)
+            # A JAX computation's graph (one XlaCallModule call) is compiled by XLA either
+            # way (the op compiles its module); compiled as a whole, a block of clients is
+            # one XLA program (and a worker sums their results in it), with the bits of
+            # one compiled call per client, as for TF graphs. Not a vectorized one: its
+            # blocks run as calls of its block module (`call_batched`) on every stack,
+            # never as a compiled loop summed in the call.
+            jax_call = self.module_call and self.vmapped is None
+            decision = _MODULE_CALL if jax_call else xla.decide(self.comp, self._fn)
             with self._lock:
                 if self._xla is None:
                     if decision.compiled:

@@ -40,11 +40,24 @@ def workload():
     from simharness.jax import reference
 
     clients, w0 = reference.reference_clients()
+    vectorized = reference.jax_reference_round(vectorize=True)
+    update = vectorized.client_update
+    model_type, data_type = update.type_signature.parameter
+
+    @tff.federated_computation(tff.type_at_server(model_type), tff.type_at_clients(data_type))
+    def summed_deltas(weights, data):
+        # a sum of a map nothing else reads: a worker that sums in its calls still runs
+        # the vectorized blocks
+        return tff.federated_sum(
+            tff.federated_map(update, tff.federated_zip([tff.federated_broadcast(weights), data]))
+        )
+
     return {
         'clients': clients[:NUM_CLIENTS],
         'w0': tuple(w0),
         'sequential': reference.jax_reference_round(),
-        'vectorized': reference.jax_reference_round(vectorize=True),
+        'vectorized': vectorized,
+        'summed': summed_deltas,
     }
 
 
@@ -70,6 +83,9 @@ def results(workload):
                     weights, count = workload[kind].next(workload['w0'], workload['clients'])
                     assert float(count) == 50.0 * NUM_CLIENTS
                     out.append([np.asarray(w) for w in weights])
+                deltas, count = workload['summed'](workload['w0'], workload['clients'])
+                assert float(count) == 50.0 * NUM_CLIENTS
+                out.append([np.asarray(d) for d in deltas])
             cache[name] = out
         return cache[name]
 
@@ -88,7 +104,7 @@ def _thread_blocks_of_3():
 
 @pytest.mark.slow
 def test_the_jax_round_is_the_plain_jax_round_and_vectorized_is_close(workload, results):
-    sequential, vectorized = results('blocks-of-3', _thread_blocks_of_3)
+    sequential, vectorized, _ = results('blocks-of-3', _thread_blocks_of_3)
     expected = _plain_jax_round(workload)
     for got, want in zip(sequential, expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -98,7 +114,7 @@ def test_the_jax_round_is_the_plain_jax_round_and_vectorized_is_close(workload, 
 
 @pytest.mark.process
 @pytest.mark.parametrize(
-    'stack', ['local', 'thread-2', 'process-2', 'process-2-cpw3', 'loopback-2']
+    'stack', ['local', 'thread-2', 'process-1', 'process-2', 'process-2-cpw3', 'loopback-2']
 )
 def test_sequential_bits_are_the_same_on_every_layout(stack, stack_registry, results):
     reference = results('blocks-of-3', _thread_blocks_of_3)[0]
@@ -110,9 +126,10 @@ def test_sequential_bits_are_the_same_on_every_layout(stack, stack_registry, res
 @pytest.mark.process
 @pytest.mark.parametrize('stack', ['process-2-cpw3', 'loopback-2'])
 def test_vectorized_bits_are_the_same_on_layouts_of_the_same_blocks(stack, stack_registry, results):
-    reference = results('blocks-of-3', _thread_blocks_of_3)[1]
-    got = results(stack, lambda: stack_registry.open(stack))[1]
-    assert _same_bits(got, reference), stack
+    reference = results('blocks-of-3', _thread_blocks_of_3)
+    got = results(stack, lambda: stack_registry.open(stack))
+    assert _same_bits(got[1], reference[1]), stack
+    assert _same_bits(got[2], reference[2]), stack
 
 
 @pytest.mark.slow
@@ -150,6 +167,32 @@ def test_a_vectorized_map_runs_one_vmapped_call_per_block(monkeypatch, workload)
     with _thread_blocks_of_3():
         np.testing.assert_array_equal(scaled_sum(vs, np.float32(2.0)), np.full(3, 30.0))
     assert made == [(False, True)]  # the vectors stacked, the scale shared: one function
+
+
+def test_a_vectorized_computation_composed_with_tf_in_a_client_lambda():
+    import tensorflow as tf
+
+    vector = tff.TensorType(np.float32, (3,))
+
+    @tff.tensorflow.computation(vector)
+    def tf_norm(v):
+        return tf.sqrt(tf.reduce_sum(v * v))
+
+    @tff.jax.computation(vector, np.float32, vectorize=True)
+    def scale(v, s):
+        return v / s
+
+    @tff.federated_computation(tff.FederatedType(vector, tff.CLIENTS))
+    def normalized_sum(vs):
+        @tff.federated_computation(vector)
+        def normalize(v):
+            return scale(v, tf_norm(v))
+
+        return tff.federated_sum(tff.federated_map(normalize, vs))
+
+    vectors = [np.array([i + 1.0, 0.0, 0.0], np.float32) for i in range(6)]
+    with _thread_blocks_of_3():
+        np.testing.assert_allclose(normalized_sum(vectors), [6.0, 0.0, 0.0], rtol=1e-6)
 
 
 def test_vectorize_needs_a_parameter_and_a_bool():
