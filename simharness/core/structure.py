@@ -173,8 +173,10 @@ def tensor_to_numpy(t: Any, copy: bool = False) -> Any:
 
     A CPU tensor with a memcpy-able dtype is read through dlpack: a read-only
     view (no copy), or an owned copy when `copy`. Anything else goes through
-    `.numpy()`.
+    `.numpy()`. A numpy array is returned as it is (a copy with `copy`).
     """
+    if isinstance(t, np.ndarray):
+        return np.array(t) if copy else t
     dtype_name = getattr(getattr(t, 'dtype', None), 'name', '')
     if (
         hasattr(t, '__dlpack__')
