@@ -253,3 +253,20 @@ def test_a_gpu_that_is_not_there_is_refused_before_any_worker_starts(monkeypatch
         finally:
             factory.close()
     assert multiprocessing.active_children() == children
+
+
+def test_a_jax_computation_s_own_graph_runs_compiled_but_a_vectorized_one_does_not():
+    from simharness.executors.leaf.embedded_function import EmbeddedFunction
+
+    vector = tff.TensorType(np.float32, (3,))
+
+    def scale(v, s):
+        return v * s
+
+    plain = EmbeddedFunction(tff.jax.computation(scale, vector, np.float32).to_building_block())
+    vectorized = EmbeddedFunction(
+        tff.jax.computation(scale, vector, np.float32, vectorize=True).to_building_block()
+    )
+    assert plain.module_call and plain.vmapped is None and plain.xla.compiled
+    assert vectorized.module_call and vectorized.vmapped is not None
+    assert not vectorized.xla.compiled  # its blocks run as calls of the block module
