@@ -3,7 +3,6 @@
 import asyncio
 import contextlib
 import functools
-import threading
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 from simharness.core.building_blocks import (
@@ -58,6 +57,7 @@ from simharness.executors.reference_resolving import LambdaExecutor, ReferenceRe
 from simharness.executors.strategy.resolving_strategy import FederatedResolvingStrategy
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.executors.worker_delegating import WorkerDelegatingExecutor
+from simharness.local_cpp import shared_local_process_factory
 from simharness.stacks import (
     DEFAULT_MAX_CACHED_STACKS,
     CachingExecutorFactory,
@@ -67,9 +67,6 @@ from simharness.stacks import (
     thread_debugging_executor_factory,
 )
 from simharness.executors.remote import RemoteExecutor
-from simharness.hosts.local_worker import pool_for
-from simharness.runtime.local.options import PoolOptions
-from simharness.runtime.local.pool import WorkerPool
 from simharness.hosts.grpc_service import ExecutorServer, ExecutorService, start_executor_service
 from simharness.runtime.grpc.client import RemoteServices
 from simharness.stacks import RemoteExecutorFactory, remote_executor_factory
@@ -227,68 +224,6 @@ def _chosen_factory(executor_fn: Any, factory: Any) -> ExecutorFactory:
     return chosen
 
 
-class _SharedLocalPool:
-    """The worker pool that every open `local_cpp_executor_factory` of this process shares.
-
-    TFF's local C++ executors live in the calling process, so a program may make dozens of
-    them (a `MergeableCompExecutionContext` over sixty contexts, say); here each would start
-    its own worker processes (~490 MB each). The factories share one pool instead, each
-    with its own session in every worker; the pool starts with the first factory's first
-    call and stops when the last factory using it is closed.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pool: Optional[WorkerPool] = None
-        self._users = 0
-
-    def acquire(self) -> WorkerPool:
-        with self._lock:
-            if self._pool is None or self._pool.closed:
-                self._pool = pool_for(PoolOptions())
-                self._users = 0
-            self._users += 1
-            return self._pool
-
-    def release(self, pool: WorkerPool) -> None:
-        with self._lock:
-            if pool is not self._pool:
-                return  # closed and replaced already
-            self._users -= 1
-            if self._users > 0:
-                return
-            self._pool = None
-        pool.close()
-
-
-_LOCAL_POOL = _SharedLocalPool()
-
-
-class LocalCppExecutorFactory(ProcessExecutorFactory):
-    """A process stack on the pool its process's local C++ factories share (`close()` hands
-    it back: the last one stops it)."""
-
-    def __init__(self, pool: WorkerPool, default_num_clients: int):
-        super().__init__(
-            pool,
-            None,
-            DEFAULT_MAX_CACHED_STACKS,
-            owns_pool=False,
-            default_num_clients=default_num_clients,
-        )
-        self._released = False
-        self._release_lock = threading.Lock()
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            with self._release_lock:
-                released, self._released = self._released, True
-            if not released:
-                _LOCAL_POOL.release(self.pool)
-
-
 def local_cpp_executor_factory(
     default_num_clients: int = 0,
     max_concurrent_computation_calls: int = -1,
@@ -310,7 +245,7 @@ def local_cpp_executor_factory(
     check_int('max_concurrent_computation_calls', max_concurrent_computation_calls)
     check_bool('stream_structs', stream_structs)
     n = check_int('default_num_clients', default_num_clients, 0)
-    return LocalCppExecutorFactory(_LOCAL_POOL.acquire(), n)
+    return shared_local_process_factory(n)
 
 
 class ResourceManagingExecutorFactory(CachingExecutorFactory):

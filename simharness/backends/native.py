@@ -5,12 +5,14 @@ process, in parallel. Here they map onto the process stack
 (`simharness.framework.process_executor_factory`): one pinned worker process
 per usable core, started on the first call and reused by every later call
 (and every cardinality), clients spread over the workers in contiguous
-blocks. It is the fastest local stack for client work (no GIL, one TF call
+blocks. Every local C++ context and factory open in the process shares that
+one pool (each with its own session in every worker), as TFF's all run in
+the process that makes them; the last one closed stops it. It is the fastest local stack for client work (no GIL, one TF call
 per block of clients); results are bit-identical to the thread stack's.
 
 ```
 set_sync_local_cpp_execution_context(default_num_clients=0, ...)
-  -> ExecutionContext(process_executor_factory(default_num_clients=...),
+  -> ExecutionContext(local_cpp.shared_local_process_factory(default_num_clients),
                       max_concurrent_calls=..., transform_args=..., transform_result=...)
   -> the process-wide default context; the previous default simharness made is
      closed (its workers stop, its shared memory is unlinked)
@@ -59,10 +61,10 @@ from simharness.core import types as T
 from simharness.errors import ExecutorClosedError, SimharnessTypeError, SimharnessValueError
 from simharness.executors.base import Executor, ExecutorFactory
 from simharness.runtime.pinning import usable_cpus
+from simharness.local_cpp import shared_local_process_factory
 from simharness.stacks import (
     RemoteExecutorFactory,
     local_executor_factory,
-    process_executor_factory,
     remote_executor_factory,
     thread_debugging_executor_factory,
 )
@@ -84,7 +86,7 @@ def check_local_args(default_num_clients: Any, stream_structs: Any) -> int:
 
 
 def _process_factory(default_num_clients: int):
-    return process_executor_factory(default_num_clients=default_num_clients)
+    return shared_local_process_factory(default_num_clients)
 
 
 def create_sync_local_cpp_execution_context(
