@@ -11,7 +11,7 @@ there too.
 
 ```
 create_sync_local_cpp_execution_context(default_num_clients=0, max_concurrent_computation_calls=-1)
-  -> ExecutionContext(process_executor_factory(default_num_clients=...),
+  -> ExecutionContext(local_cpp.shared_local_process_factory(default_num_clients),
                       transform_args=<jax.Array and eager tensors -> numpy>, ...)
 create_async_local_cpp_execution_context(...)  -> the same, awaitable calls
 set_{sync,async}_local_cpp_execution_context(...) -> made the default context
@@ -31,7 +31,7 @@ from simharness.backends.native import check_local_args, concurrency_limit
 from simharness.context import AsyncExecutionContext, ExecutionContext
 from simharness.core import context_stack
 from simharness.core.structure import map_nest
-from simharness.stacks import process_executor_factory
+from simharness.local_cpp import shared_local_process_factory
 from simharness.tensorflow import eager_values_to_numpy, transform_result
 
 __all__ = [
@@ -74,7 +74,7 @@ def create_sync_local_cpp_execution_context(
     """
     n = check_local_args(default_num_clients, False)
     return ExecutionContext(
-        process_executor_factory(default_num_clients=n),
+        shared_local_process_factory(n),
         max_concurrent_calls=concurrency_limit(max_concurrent_computation_calls),
         transform_args=transform_args,
         transform_result=transform_result,
@@ -88,7 +88,7 @@ def create_async_local_cpp_execution_context(
     """As `create_sync_local_cpp_execution_context`, with an awaitable `invoke`."""
     n = check_local_args(default_num_clients, False)
     return AsyncExecutionContext(
-        process_executor_factory(default_num_clients=n),
+        shared_local_process_factory(n),
         max_concurrent_calls=concurrency_limit(max_concurrent_computation_calls),
         transform_args=transform_args,
         transform_result=transform_result,
