@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import enum
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -44,6 +45,54 @@ from simharness.errors import SimharnessValueError
 CHUNK = 16
 
 Node = Tuple[int, int]  # (level, index)
+
+
+class ReductionKind(str, enum.Enum):
+    """What a reduction over clients computes: `create_partial_reduction`'s `kind`.
+
+    A `str` subclass: a kind crosses the worker seam as its plain value (the
+    codec encodes a `str` subclass as its string), so a peer reads the same
+    bytes as before the enum. `of` makes one from a decoded string.
+    """
+
+    SUM = 'sum'
+    MEAN = 'mean'
+    WEIGHTED_MEAN = 'weighted_mean'
+    MIN = 'min'
+    MAX = 'max'
+    SECURE_SUM_BITWIDTH = 'secure_sum_bitwidth'
+    SECURE_MODULAR_SUM = 'secure_modular_sum'
+    AGGREGATE = 'aggregate'
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(self, spec)
+
+    @classmethod
+    def of(cls, value: object) -> ReductionKind:
+        """`value` as a kind (a kind, or its string, e.g. off the wire).
+
+        Raises:
+          SimharnessValueError: `value` names no kind (the message names it and
+            the kinds expected).
+        """
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            expected = ', '.join(repr(k.value) for k in cls)
+            raise SimharnessValueError(
+                f'unknown reduction kind {value!r}: expected one of {expected}'
+            ) from None
+
+
+#: The kinds whose numpy folds add (`add_trees`): the sums and the means.
+ADDING_KINDS = frozenset({ReductionKind.SUM, ReductionKind.MEAN, ReductionKind.WEIGHTED_MEAN})
+#: The secure sums (their `params` carry a 'bitwidth' or a 'modulus').
+SECURE_KINDS = frozenset({ReductionKind.SECURE_SUM_BITWIDTH, ReductionKind.SECURE_MODULAR_SUM})
 
 
 class HeadRows(collections.abc.Sequence):
@@ -550,10 +599,10 @@ def max_trees(a: Any, b: Any) -> Any:
 
 
 #: The fold of each order-statistic reduction kind.
-EXTREMUM_FOLDS = {'min': min_trees, 'max': max_trees}
+EXTREMUM_FOLDS = {ReductionKind.MIN: min_trees, ReductionKind.MAX: max_trees}
 
 
-def extremum_identity(kind: str, dtype: Any) -> Any:
+def extremum_identity(kind: ReductionKind, dtype: Any) -> Any:
     """The start value TFF gives `federated_min` / `federated_max` for `dtype`.
 
     TFF lowers them to `federated_aggregate` with this zero: the largest
@@ -562,7 +611,8 @@ def extremum_identity(kind: str, dtype: Any) -> Any:
     """
     dt = np.dtype(dtype)
     info = np.iinfo(dt) if np.issubdtype(dt, np.integer) else np.finfo(dt)
-    return np.asarray(info.max if kind == 'min' else info.min, dtype=dt)
+    is_min = ReductionKind.of(kind) is ReductionKind.MIN
+    return np.asarray(info.max if is_min else info.min, dtype=dt)
 
 
 def add_trees_mod(a: Any, b: Any, moduli: Any) -> Any:

@@ -16,7 +16,7 @@ import contextvars
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from simharness.core import types as T
-from simharness.core.reduction import Partial
+from simharness.core.reduction import Partial, ReductionKind
 from simharness.core.structure import Struct, pack_as
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.runtime.stream_plan import PlanNode, PlanReduction
@@ -162,7 +162,7 @@ class BatchExecutor(Executor):
         return value
 
     def partial_joiner(
-        self, kind: str, total: int
+        self, kind: ReductionKind, total: int
     ) -> Optional[Callable[[Partial, Partial], Partial]]:
         """How two adjacent partials of a `kind` reduction over `total` clients join into
         one, as `create_reduction_result` would join them (same additions, same bits), so
@@ -237,24 +237,29 @@ class BatchExecutor(Executor):
 
     @abc.abstractmethod
     async def create_partial_reduction(
-        self, kind: str, values: Sequence[Any], start: int, total: int, params: Dict[str, Any]
+        self,
+        kind: ReductionKind,
+        values: Sequence[object],
+        start: int,
+        total: int,
+        params: Dict[str, object],
     ) -> Partial:
         """Reduces the clients ``[start, start + len(values))`` of a reduction over `total`.
 
         Args:
-          kind: 'sum', 'mean', 'weighted_mean', 'aggregate', 'secure_sum_bitwidth' or
-            'secure_modular_sum'.
-          values: the clients' values (pairs (value, weight) for 'weighted_mean').
+          kind: what the reduction computes (`ReductionKind`: SUM, MEAN, WEIGHTED_MEAN,
+            MIN, MAX, AGGREGATE, SECURE_SUM_BITWIDTH or SECURE_MODULAR_SUM).
+          values: the clients' values (pairs (value, weight) for WEIGHTED_MEAN).
           start: the index of the first client.
           total: the number of clients of the whole reduction.
           params: 'zero', 'accumulate', 'merge' values of this executor for
-            'aggregate'; 'bitwidth' or 'modulus' for the secure sums.
+            AGGREGATE; 'bitwidth' or 'modulus' for the secure sums.
         """
 
     @abc.abstractmethod
     async def create_reduction_result(
         self,
-        kind: str,
+        kind: ReductionKind,
         partials: Sequence[Partial],
         total: int,
         params: Dict[str, Any],

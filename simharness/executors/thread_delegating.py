@@ -19,7 +19,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 from simharness.core import types as T
-from simharness.core.reduction import Partial
+from simharness.core.reduction import Partial, ReductionKind
 from simharness.core.structure import map_nest
 from simharness.core.wakeups import await_future
 from simharness.executors.base import (
@@ -218,7 +218,12 @@ class ThreadDelegatingExecutor(BatchExecutor):
         )
 
     async def create_partial_reduction(
-        self, kind: str, values: Sequence[Any], start: int, total: int, params: Dict[str, Any]
+        self,
+        kind: ReductionKind,
+        values: Sequence[object],
+        start: int,
+        total: int,
+        params: Dict[str, object],
     ) -> Partial:
         return await self.run_on_thread(
             self._target.create_partial_reduction(

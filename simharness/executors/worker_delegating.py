@@ -38,7 +38,7 @@ import numpy as np
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
 from simharness.core.batching import stack_python_values
-from simharness.core.reduction import Partial
+from simharness.core.reduction import Partial, ReductionKind
 from simharness.core.wakeups import await_future
 from simharness.data.sourced import SourcedClients, source_spec, transform_spec
 from simharness.errors import ExecutorClosedError, ProtocolError, SimharnessTypeError
@@ -104,7 +104,7 @@ def _lent_partials(result: Any, loan: Optional[Loan]) -> Any:
 
 
 #: Argument kinds `_ref_walk` passes on untouched (exact types; subclasses take the walk).
-_AS_IS = frozenset({type(None), bool, int, float, str, bytes, Ref, RefRange, Packed})
+_AS_IS = frozenset({type(None), bool, int, float, str, bytes, Ref, RefRange, Packed, ReductionKind})
 
 
 def _leads(placed: List[Any], buffers: List[Any]) -> bool:
@@ -609,7 +609,12 @@ class WorkerDelegatingExecutor(BatchExecutor):
         )
 
     async def create_partial_reduction(
-        self, kind: str, values: Sequence[Any], start: int, total: int, params: Dict[str, Any]
+        self,
+        kind: ReductionKind,
+        values: Sequence[object],
+        start: int,
+        total: int,
+        params: Dict[str, object],
     ) -> Partial:
         return await self._request(
             Op.PARTIAL_REDUCTION,
@@ -684,7 +689,7 @@ class WorkerDelegatingExecutor(BatchExecutor):
 
     async def create_reduction_result(
         self,
-        kind: str,
+        kind: ReductionKind,
         partials: Sequence[Partial],
         total: int,
         params: Dict[str, Any],

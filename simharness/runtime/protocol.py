@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type,
 import numpy as np
 
 from simharness import errors as E
-from simharness.core.reduction import Partial
+from simharness.core.reduction import Partial, ReductionKind
 from simharness.core.structure import map_nest
 from simharness.runtime import codec
 from simharness.runtime.stream_plan import PlanNode, PlanReduction, is_plan_part
@@ -151,7 +151,7 @@ class ComputeManyArgs(NamedTuple):
 
 
 class PartialReductionArgs(NamedTuple):
-    kind: str
+    kind: ReductionKind  # decoded: its string (the service makes it a kind)
     values: List[object]
     start: int
     total: int
@@ -159,7 +159,7 @@ class PartialReductionArgs(NamedTuple):
 
 
 class ReductionResultArgs(NamedTuple):
-    kind: str
+    kind: ReductionKind  # decoded: its string (the service makes it a kind)
     partials: List[Partial]
     total: int
     params: Dict[str, object]

@@ -40,7 +40,7 @@ from typing import (
 import numpy as np
 
 from simharness import errors as E
-from simharness.core.reduction import Partial
+from simharness.core.reduction import Partial, ReductionKind
 from simharness.core.structure import tensor_to_numpy
 from simharness.data.sourced import source_from_spec, transform_from_spec
 from simharness.runtime import op_libraries
@@ -105,13 +105,18 @@ class ServiceExecutor(Protocol):
         """Materializes many values."""
 
     async def create_partial_reduction(
-        self, kind: str, values: Sequence[Held], start: int, total: int, params: Dict[str, Held]
+        self,
+        kind: ReductionKind,
+        values: Sequence[Held],
+        start: int,
+        total: int,
+        params: Dict[str, Held],
     ) -> Partial:
         """Reduces a block of clients of a reduction."""
 
     async def create_reduction_result(
         self,
-        kind: str,
+        kind: ReductionKind,
         partials: Sequence[Partial],
         total: int,
         params: Dict[str, Held],
@@ -379,6 +384,9 @@ class WorkerService:
         return ex.create_values(loaded, a.type)
 
     def _stream_reduce(self, ex: ServiceExecutor, a: P.StreamReduceArgs, session: Session) -> _Run:
+        for r in a.reductions:  # off the wire: an unknown kind is refused, naming it
+            if isinstance(r, PlanReduction):
+                ReductionKind.of(r.kind)
         nodes = [self._loader_node(session, n) for n in a.nodes]
         return ex.create_streamed_reductions(
             nodes, a.reductions, a.start, a.clients, a.total, a.slice_size
@@ -493,11 +501,13 @@ def _compute_many(ex: ServiceExecutor, a: P.ComputeManyArgs) -> _Run:
 
 
 def _partial_reduction(ex: ServiceExecutor, a: P.PartialReductionArgs) -> _Run:
-    return ex.create_partial_reduction(a.kind, a.values, a.start, a.total, a.params)
+    kind = ReductionKind.of(a.kind)  # off the wire: a string; an unknown one is refused
+    return ex.create_partial_reduction(kind, a.values, a.start, a.total, a.params)
 
 
 def _reduction_result(ex: ServiceExecutor, a: P.ReductionResultArgs) -> _Run:
-    return ex.create_reduction_result(a.kind, a.partials, a.total, a.params, a.result_type)
+    kind = ReductionKind.of(a.kind)  # off the wire: a string; an unknown one is refused
+    return ex.create_reduction_result(kind, a.partials, a.total, a.params, a.result_type)
 
 
 def _sequence_op(ex: ServiceExecutor, a: P.SequenceOpArgs) -> _Run:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
+from simharness.core.reduction import ReductionKind
 from simharness.runtime import codec
 
 __all__ = [
@@ -186,12 +187,23 @@ class PlanZip(PlanNode):
 @dataclasses.dataclass(frozen=True)
 class PlanReduction(_PlanPart):
     """A reduction (`kind`, as `create_partial_reduction`) of node `srcs[0]`'s values; a
-    weighted mean reduces the pairs of nodes ``srcs == (values, weights)``."""
+    weighted mean reduces the pairs of nodes ``srcs == (values, weights)``.
+
+    A decoded reduction's kind (its string on the wire) becomes its `ReductionKind`;
+    an unknown one stays a string, refused (naming it) by the service that runs it.
+    """
 
     VALUE_FIELDS: ClassVar[Tuple[str, ...]] = ('params',)
-    kind: str
+    kind: ReductionKind
     srcs: Tuple[int, ...]
     params: Dict[str, Any]
+
+    def __post_init__(self) -> None:
+        if type(self.kind) is not ReductionKind:  # decoded: its string
+            try:
+                object.__setattr__(self, 'kind', ReductionKind(self.kind))
+            except ValueError:
+                pass  # not a kind: refused where it is run (`ReductionKind.of`)
 
 
 #: The kinds that cross the worker seam (registered with the codec).

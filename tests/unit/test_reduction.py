@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simharness.core.reduction import CHUNK, Partial, Reducer
+from simharness.core.reduction import (
+    ADDING_KINDS,
+    CHUNK,
+    EXTREMUM_FOLDS,
+    SECURE_KINDS,
+    Partial,
+    Reducer,
+    ReductionKind,
+    extremum_identity,
+)
 from simharness.errors import SimharnessValueError
 
 SIZES = [1, 3, 15, 16, 17, 100, 1000]
@@ -436,3 +445,27 @@ def test_partials_joined_as_they_arrive_give_the_bits_of_the_combine():
     for p in reversed(parts()):
         came.add(p)
     assert [p.start for p in came.partials()] == sorted(p.start for p in parts())
+
+
+def test_a_reduction_kind_is_its_string():
+    # A `str` subclass whose str() and format() are its value: the codec writes that value.
+    assert ReductionKind.WEIGHTED_MEAN == 'weighted_mean'
+    assert str(ReductionKind.SUM) == 'sum' and f'{ReductionKind.MAX}' == 'max'
+    assert {'sum': 1}[ReductionKind.SUM] == 1
+    assert ReductionKind.of('secure_modular_sum') is ReductionKind.SECURE_MODULAR_SUM
+    assert ReductionKind.of(ReductionKind.MIN) is ReductionKind.MIN
+    assert set(EXTREMUM_FOLDS) == {ReductionKind.MIN, ReductionKind.MAX}
+    assert ADDING_KINDS | SECURE_KINDS | set(EXTREMUM_FOLDS) | {ReductionKind.AGGREGATE} == set(
+        ReductionKind
+    )
+    # A string still names the kind where one is expected.
+    assert extremum_identity('min', np.int32) == np.iinfo(np.int32).max
+
+
+@pytest.mark.parametrize('bad', ['median', 'SUM', 3, None])
+def test_an_unknown_reduction_kind_is_refused_naming_it_and_the_kinds(bad):
+    with pytest.raises(SimharnessValueError) as e:
+        ReductionKind.of(bad)
+    msg = str(e.value)
+    assert f'unknown reduction kind {bad!r}' in msg
+    assert all(repr(k.value) in msg for k in ReductionKind), msg

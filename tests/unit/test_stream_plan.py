@@ -5,10 +5,12 @@ kinds never cross, and each hop translates only its own kinds."""
 import asyncio
 import dataclasses
 
+import msgpack
 import numpy as np
 import pytest
 
 from simharness.core import types as T
+from simharness.core.reduction import ReductionKind
 from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.executors.leaf.stream_eval import node_merge, stream_reductions
 from simharness.runtime import codec, protocol as P, service as S
@@ -196,3 +198,19 @@ def test_eager_evaluates_a_plan_by_node_type_and_rejects_unknown_kinds():
     with pytest.raises(Exception, match="unknown reduction kind 'median'"):
         node_merge(ex, 'median', {})
     ex.close()
+
+
+def test_a_plan_reduction_kind_crosses_as_its_plain_string():
+    r = PlanReduction('weighted_mean', (0, 1), {})
+    assert r.kind is ReductionKind.WEIGHTED_MEAN
+    # The bytes of the kind's plain string, as before the enum (protocol version unchanged).
+    plain = object.__new__(PlanReduction)
+    for name, v in (('kind', 'weighted_mean'), ('srcs', (0, 1)), ('params', {})):
+        object.__setattr__(plain, name, v)
+    assert type(plain.kind) is str
+    assert codec.encode(r) == codec.encode(plain)
+    assert msgpack.packb('weighted_mean') in codec.encode(r)[0]
+    assert codec.roundtrip(plain).kind is ReductionKind.WEIGHTED_MEAN
+    # An unknown kind decodes as its string: the service refuses it, naming it
+    # (tests/unit/test_worker_service.py).
+    assert codec.roundtrip(PlanReduction('median', (0,), {})).kind == 'median'

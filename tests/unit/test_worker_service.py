@@ -3,18 +3,21 @@
 Every request goes through the codec both ways, as on a real transport.
 """
 
+import msgpack
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import simharness as sh
 from simharness.core import types as T
+from simharness.core.reduction import ReductionKind
 from simharness.errors import ProtocolError, WorkerLostError
 from simharness.executors.leaf.eager_tf import EagerTFExecutor
 from simharness.runtime import codec, protocol as P
 from simharness.runtime.codec import Ref, RefRange
 from simharness.runtime.protocol import Op
 from simharness.runtime.service import WorkerService
+from simharness.runtime.stream_plan import PlanReduction, PlanValues
 
 F32 = T.TensorType(np.float32)
 
@@ -144,3 +147,30 @@ def test_bad_requests_are_protocol_errors(service):
 def test_ping_reports_sessions(service):
     ok(call(service, Op.OPEN_SESSION, 1))
     assert ok(call(service, Op.PING, 0)).result['sessions'] == 1
+
+
+@pytest.mark.parametrize('kind', list(ReductionKind))
+def test_a_reduction_kind_crosses_the_seam_as_its_plain_string(kind):
+    # The bytes of a request that carries the enum are those of one that carries its string
+    # (what a peer of the same protocol version sends and reads).
+    args = [RefRange(1, 2), 0, 2, {}]
+    as_enum = P.encode_message(P.Request(Op.PARTIAL_REDUCTION, 1, [kind, *args], seq=7))
+    as_str = P.encode_message(P.Request(Op.PARTIAL_REDUCTION, 1, [kind.value, *args], seq=7))
+    assert as_enum == as_str
+    assert msgpack.packb(kind.value) in as_enum[0]
+
+
+def test_an_unknown_reduction_kind_is_refused_naming_it_and_the_kinds(service):
+    ok(call(service, Op.OPEN_SESSION, 1))
+    ok(call(service, Op.CREATE_VALUES, 1, [np.float32(1)] * 2, F32, out_base=1, n_out=2))
+    plan = [[PlanValues(RefRange(1, 2))], [PlanReduction('median', (0,), {})], 0, 2, 2, None]
+    for r in (
+        call(service, Op.PARTIAL_REDUCTION, 1, 'median', RefRange(1, 2), 0, 2, {}),
+        call(service, Op.REDUCTION_RESULT, 1, 'median', [], 2, {}, F32, out_base=3, n_out=1),
+        call(service, Op.STREAM_REDUCE, 1, *plan),
+    ):
+        assert not r.ok and r.error.type_name.endswith('SimharnessValueError')
+        assert "unknown reduction kind 'median': expected one of 'sum', 'mean'" in r.error.message
+        assert "'aggregate'" in r.error.message
+    # The worker keeps serving the session.
+    assert ok(call(service, Op.PARTIAL_REDUCTION, 1, 'sum', RefRange(1, 2), 0, 2, {})).ok

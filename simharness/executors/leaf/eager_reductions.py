@@ -25,10 +25,13 @@ import numpy as np
 from simharness.core import types as T
 from simharness.core.buffers import POOL
 from simharness.core.reduction import (
+    ADDING_KINDS,
     CHUNK,
     EXTREMUM_FOLDS,
+    SECURE_KINDS,
     Partial,
     Reducer,
+    ReductionKind,
     add_arrays,
     add_many_trees,
     add_trees,
@@ -56,8 +59,8 @@ from simharness.runtime.stream_plan import PlanNode, PlanReduction
 #: memory of a partial reduction over a big block.
 REDUCTION_SLICE = 16 * CHUNK  # 256 clients
 
-#: Reduction kinds folded and merged by `np.add` (`_row_fns`, `_combine_reducer`).
-_NUMPY_SUMS = frozenset({'sum', 'mean', 'weighted_mean'})
+#: The sums fed run by run when their clients are big (`_row_runs`).
+_PLAIN_SUMS = frozenset({ReductionKind.SUM, ReductionKind.MEAN})
 
 
 def _secure_bound_text(params: Dict[str, Any], bound: int) -> str:
@@ -108,20 +111,20 @@ class LeafReductions:
         self._leaf = leaf
 
     # ------------------------------------------------------------ reductions
-    def _combine_reducer(self, kind: str, total: int, params: Dict[str, Any]) -> Reducer:
+    def _combine_reducer(self, kind: ReductionKind, total: int, params: Dict[str, Any]) -> Reducer:
         """The reducer that joins partials (values: numpy for numpy kinds, EagerValues else)."""
-        if kind in _NUMPY_SUMS:
+        if kind in ADDING_KINDS:
             return Reducer(lambda v: v, add_trees, add_trees, total, accumulate_many=add_many_trees)
         if kind in EXTREMUM_FOLDS:
             return Reducer(lambda v: v, EXTREMUM_FOLDS[kind], EXTREMUM_FOLDS[kind], total)
-        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+        if kind in SECURE_KINDS:
             moduli = params['moduli']
 
             def addmod(a, b):
                 return add_trees_mod(a, b, moduli)
 
             return Reducer(lambda v: v, addmod, addmod, total)
-        if kind == 'aggregate':
+        if kind is ReductionKind.AGGREGATE:
             acc_fn = self._leaf.fn_of(params['accumulate'])
             merge_fn = self._leaf.fn_of(params['merge'])
             at = acc_fn.type_signature.result
@@ -169,12 +172,12 @@ class LeafReductions:
         raise SimharnessValueError(f'unknown reduction kind {kind!r}')
 
     def _numpy_rows(
-        self, kind: str, values: Sequence[Any], start: int, params: Dict[str, Any]
+        self, kind: ReductionKind, values: Sequence[Any], start: int, params: Dict[str, Any]
     ) -> Tuple[T.Type, List[np.ndarray], Optional[Tuple[np.ndarray, int]]]:
         """The reduction's leaf arrays [n, ...] for numpy kinds (validated), and for a
         weighted mean ``(weights [n], k)``: its first k leaves are to be weighted as they
         are folded (`fold_rows_into`), the last leaf is the weights themselves."""
-        if kind == 'weighted_mean':
+        if kind is ReductionKind.WEIGHTED_MEAN:
             vals = [v for v, _ in values]
             ws = [w for _, w in values]
             vt, vleaves = self._stacked_numpy(vals)
@@ -182,11 +185,11 @@ class LeafReductions:
             w = wleaves[0]
             return (T.StructType([vt, T.TensorType(w.dtype)]), vleaves + [w], (w, len(vleaves)))
         t, leaves = self._stacked_numpy(values)
-        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+        if kind in SECURE_KINDS:
             bounds = flatten(params['bounds'])
             out = []
             for x, m in zip(leaves, bounds):
-                if kind == 'secure_sum_bitwidth':
+                if kind is ReductionKind.SECURE_SUM_BITWIDTH:
                     bad = (x < 0) | (x > m - 1)
                     if np.any(bad):
                         pos = tuple(int(p) for p in np.argwhere(bad)[0])
@@ -221,9 +224,10 @@ class LeafReductions:
             return t, parts[0]
         return t, [concatenate_rows([p[j] for p in parts]) for j in range(len(parts[0]))]
 
-    def row_fns(self, kind: str, params: Dict[str, Any]):
+    def row_fns(self, kind: ReductionKind, params: Dict[str, Any]):
         """(start_rows, fold_rows, merge) on leaf lists with a leading row dimension."""
-        if kind == 'aggregate':
+        kind = ReductionKind.of(kind)
+        if kind is ReductionKind.AGGREGATE:
             # Only single rows come this way (see `_aggregate_rows`): fold them in order.
             acc_fn = self._leaf.fn_of(params['accumulate'])
             merge_fn = self._leaf.fn_of(params['merge'])
@@ -238,7 +242,7 @@ class LeafReductions:
                 return [o.numpy()[None] for o in merge_fn.call_flat(as_tensors(ins))]
 
             return (lambda x: fold(zero, x), lambda acc, x: fold([a[0] for a in acc], x), merge)
-        if kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+        if kind in SECURE_KINDS:
             mods = [np.uint64(m) for m in flatten(params['moduli'])]
 
             def fold_mod(acc, x):
@@ -246,13 +250,13 @@ class LeafReductions:
 
             return (lambda x: list(x), fold_mod, fold_mod)
         if kind in EXTREMUM_FOLDS:
-            op = np.minimum if kind == 'min' else np.maximum
+            op = np.minimum if kind is ReductionKind.MIN else np.maximum
 
             def fold_extremum(acc, x):
                 return [op(a, b) for a, b in zip(acc, x)]
 
             return (lambda x: list(x), fold_extremum, fold_extremum)
-        if kind not in _NUMPY_SUMS:
+        if kind not in ADDING_KINDS:
             raise SimharnessValueError(f'unknown reduction kind {kind!r}')
 
         def fold_add(acc, x):
@@ -261,18 +265,24 @@ class LeafReductions:
         return (lambda x: list(x), fold_add, fold_add)
 
     async def create_partial_reduction(
-        self, kind: str, values: Sequence[Any], start: int, total: int, params: Dict[str, Any]
+        self,
+        kind: ReductionKind,
+        values: Sequence[object],
+        start: int,
+        total: int,
+        params: Dict[str, object],
     ) -> Partial:
+        kind = ReductionKind.of(kind)
         values = list(values)
         start_rows, fold_rows, merge = self.row_fns(kind, params)
         builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
-        if kind == 'aggregate' and aggregate_holds_sequences(
+        if kind is ReductionKind.AGGREGATE and aggregate_holds_sequences(
             self._leaf.fn_of(params['accumulate'])
         ):
             # Datasets as values or accumulators: folded value by value with the
             # executor's calls (the same canonical tree), then made plain values.
             return self._combine_reducer(kind, total, params).partial(values, start).map(_plain)
-        if kind == 'aggregate':
+        if kind is ReductionKind.AGGREGATE:
             t, leaves = self._stacked_numpy(values)
             at = self._leaf.fn_of(params['accumulate']).type_signature.result
             with self._leaf.device_scope(), np.errstate(over='ignore'):
@@ -298,18 +308,20 @@ class LeafReductions:
                         fold_rows,
                         count=hi - lo,
                         scale=scale,
-                        adds=kind in _NUMPY_SUMS,
+                        adds=kind in ADDING_KINDS,
                     )
                 i, pos = i + stop - pos, stop
         return rows_to_values(builder.finish(), row_type, row_type)
 
     @staticmethod
-    def _row_runs(kind: str, values: Sequence[Any], lo: int, hi: int) -> List[Tuple[int, int]]:
+    def _row_runs(
+        kind: ReductionKind, values: Sequence[Any], lo: int, hi: int
+    ) -> List[Tuple[int, int]]:
         """How `values[lo:hi]` is fed to a sum: at once (stacked into one array), or -- for
         big clients (>= 1 MB each) of several runs -- run by run, which feeds the same rows
         in the same order (the same bits) without copying them into one array first."""
         t = getattr(values[lo], 'type_signature', None)
-        if kind not in ('sum', 'mean') or hi - lo < 2 or t is None:
+        if kind not in _PLAIN_SUMS or hi - lo < 2 or t is None:
             return [(lo, hi)]
         row_bytes = sum(
             np.dtype(l.dtype).itemsize * int(np.prod(l.shape or ()))
@@ -346,11 +358,12 @@ class LeafReductions:
             pos = stop
 
     def partial_joiner(
-        self, kind: str, total: int
+        self, kind: ReductionKind, total: int
     ) -> Optional[Callable[[Partial, Partial], Partial]]:
         """`Reducer.join` with the additions `create_reduction_result` makes, for the kinds
-        numpy folds (`_NUMPY_SUMS`); None for the others."""
-        if kind not in _NUMPY_SUMS:
+        numpy folds (`ADDING_KINDS`); None for the others."""
+        kind = ReductionKind.of(kind)
+        if kind not in ADDING_KINDS:
             return None
         reducer = self._combine_reducer(kind, total, {})
 
@@ -362,14 +375,15 @@ class LeafReductions:
 
     async def create_reduction_result(
         self,
-        kind: str,
+        kind: ReductionKind,
         partials: Sequence[Partial],
         total: int,
         params: Dict[str, Any],
         result_type: T.Type,
     ) -> EagerValue:
+        kind = ReductionKind.of(kind)
         reducer = self._combine_reducer(kind, total, params)
-        if kind == 'aggregate':
+        if kind is ReductionKind.AGGREGATE:
             acc_fn = self._leaf.fn_of(params['accumulate'])
             at = acc_fn.type_signature.result
             if aggregate_holds_sequences(acc_fn):  # datasets came back from workers as blobs
@@ -387,18 +401,18 @@ class LeafReductions:
             ]
         with self._leaf.device_scope(), np.errstate(over='ignore'):
             result = reducer.combine(partials)
-        if kind == 'aggregate':
+        if kind is ReductionKind.AGGREGATE:
             return result
-        if kind == 'mean':
+        if kind is ReductionKind.MEAN:
             result = map_structure(
                 lambda x: (x / np.asarray(total, dtype=x.dtype)).astype(x.dtype), result
             )
-        elif kind == 'weighted_mean':
+        elif kind is ReductionKind.WEIGHTED_MEAN:
             num, den = result[0], result[1]
             result = map_structure(
                 lambda x: (x / np.asarray(den).astype(x.dtype)).astype(x.dtype), num
             )
-        elif kind in ('secure_sum_bitwidth', 'secure_modular_sum'):
+        elif kind in SECURE_KINDS:
             dtypes = params['dtypes']
             result = map_structure(lambda x, d: x.astype(d), result, dtypes)
         elif kind in EXTREMUM_FOLDS:

@@ -55,7 +55,7 @@ from simharness.executors.leaf.client_blocks import (
     runs,
     stack_columns,
 )
-from simharness.core.reduction import Partial
+from simharness.core.reduction import Partial, ReductionKind
 from simharness.executors.leaf.eager_sequences import (
     select_datasets,
     sequence_op,
@@ -224,14 +224,19 @@ class EagerTFExecutor(BatchExecutor):
 
     # ------------------------------------------------------------ reductions
     async def create_partial_reduction(
-        self, kind: str, values: Sequence[Any], start: int, total: int, params: Dict[str, Any]
+        self,
+        kind: ReductionKind,
+        values: Sequence[object],
+        start: int,
+        total: int,
+        params: Dict[str, object],
     ) -> Partial:
         self._check_open()
         return await self.reductions.create_partial_reduction(kind, values, start, total, params)
 
     async def create_reduction_result(
         self,
-        kind: str,
+        kind: ReductionKind,
         partials: Sequence[Partial],
         total: int,
         params: Dict[str, Any],
@@ -257,7 +262,7 @@ class EagerTFExecutor(BatchExecutor):
         )
 
     def partial_joiner(
-        self, kind: str, total: int
+        self, kind: ReductionKind, total: int
     ) -> Optional[Callable[[Partial, Partial], Partial]]:
         return self.reductions.partial_joiner(kind, total)
 

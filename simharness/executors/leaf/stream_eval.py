@@ -25,6 +25,7 @@ from simharness.core.reduction import (
     EXTREMUM_FOLDS,
     Partial,
     Reducer,
+    ReductionKind,
     add_trees,
     add_trees_mod,
 )
@@ -147,7 +148,7 @@ async def stream_reductions(
     count: int,
     total: int,
     step: int,
-    merge_for: Callable[[str, Dict[str, Any]], Any],
+    merge_for: Callable[[ReductionKind, Dict[str, Any]], Any],
 ) -> List[Partial]:
     """The partials of `reductions` over the plan `nodes`, in slices of `step` clients.
 
@@ -212,7 +213,7 @@ _SUMMED_DTYPES = frozenset(np.dtype(d) for d in ('float32', 'float64', 'int32', 
 
 
 def summed_map(
-    ex: Any, kind: str, fn: Any, args: Sequence[Any], start: int, total: int
+    ex: Any, kind: ReductionKind, fn: Any, args: Sequence[Any], start: int, total: int
 ) -> Optional[Partial]:
     """The partial of a sum (or mean) of `fn`'s results on `args` (the clients from
     `start`) on the leaf executor `ex`, the clients' results folded inside the compiled
@@ -230,13 +231,14 @@ def summed_map(
     """
     if not getattr(ex, 'sums_in_calls', False):
         return None
+    kind = ReductionKind.of(kind)
     f = ex.fn_of(fn)
     args = list(args)
     pt = f.type_signature.parameter
     rt = f.type_signature.result
     leaf_types = T.flatten_type(rt)
     if (
-        kind not in ('sum', 'mean')
+        kind not in (ReductionKind.SUM, ReductionKind.MEAN)
         or len(args) < 2
         or pt is None
         or not leaf_types
@@ -332,22 +334,19 @@ def _aggregate_merge(ex: Any, params: Dict[str, Any]) -> Any:
 
 
 #: How two tree nodes of a partial of each reduction kind merge (numpy values).
-_MERGES: Dict[str, Callable[[Any, Dict[str, Any]], Any]] = {
-    'sum': lambda ex, params: add_trees,
-    'mean': lambda ex, params: add_trees,
-    'weighted_mean': lambda ex, params: add_trees,
+_MERGES: Dict[ReductionKind, Callable[[Any, Dict[str, Any]], Any]] = {
+    ReductionKind.SUM: lambda ex, params: add_trees,
+    ReductionKind.MEAN: lambda ex, params: add_trees,
+    ReductionKind.WEIGHTED_MEAN: lambda ex, params: add_trees,
     **{kind: (lambda fold: lambda ex, params: fold)(fold) for kind, fold in EXTREMUM_FOLDS.items()},
-    'secure_sum_bitwidth': _secure_merge,
-    'secure_modular_sum': _secure_merge,
-    'aggregate': _aggregate_merge,
+    ReductionKind.SECURE_SUM_BITWIDTH: _secure_merge,
+    ReductionKind.SECURE_MODULAR_SUM: _secure_merge,
+    ReductionKind.AGGREGATE: _aggregate_merge,
 }
 
 
-def node_merge(ex: Any, kind: str, params: Dict[str, Any]) -> Any:
+def node_merge(ex: Any, kind: ReductionKind, params: Dict[str, Any]) -> Any:
     """Merges two tree nodes of a partial of `kind` on the leaf executor `ex` (an
     `EagerTFExecutor`: aggregates run its merge computation), as
     `create_reduction_result` does."""
-    make = _MERGES.get(kind)
-    if make is None:
-        raise SimharnessValueError(f'unknown reduction kind {kind!r}')
-    return make(ex, params)
+    return _MERGES[ReductionKind.of(kind)](ex, params)

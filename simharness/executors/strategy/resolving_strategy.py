@@ -50,7 +50,7 @@ from simharness.core import types as T
 from simharness.core.batching import stack_python_values
 from simharness.core.structure import Struct
 from simharness.errors import CardinalityError, SimharnessTypeError, SimharnessValueError, at_client
-from simharness.core.reduction import Partial, extremum_identity
+from simharness.core.reduction import EXTREMUM_FOLDS, Partial, ReductionKind, extremum_identity
 from simharness.data.sourced import SourcedClients
 from simharness.executors.base import BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingExecutor, FederatingStrategy, FederatingValue
@@ -562,7 +562,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
     async def _reduce(
         self,
-        kind: str,
+        kind: ReductionKind,
         values_per_group: List[List[Any]],
         params_for,
         server_params: Dict[str, Any],
@@ -581,7 +581,11 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return await self._reduction_result(kind, partials, server_params, rt.member)
 
     async def _reduction_result(
-        self, kind: str, partials: List[Partial], server_params: Dict[str, Any], member: T.Type
+        self,
+        kind: ReductionKind,
+        partials: List[Partial],
+        server_params: Dict[str, Any],
+        member: T.Type,
     ) -> Any:
         """The server's value of the reduction of `partials`; then their lent memory (views
         of workers' arenas, `Partial.loans`) goes back: the result never refers to it."""
@@ -594,10 +598,10 @@ class FederatedResolvingStrategy(FederatingStrategy):
                 p.release()
 
     async def _zeros_at_server(
-        self, rt: T.FederatedType, fill: Optional[str] = None
+        self, rt: T.FederatedType, fill: Optional[ReductionKind] = None
     ) -> FederatingValue:
         """Zeros of the result type at the server (a reduction over no clients); with
-        `fill` 'min' or 'max', the start value TFF gives that reduction instead."""
+        `fill` MIN or MAX, the start value TFF gives that reduction instead."""
 
         def zeros(t):
             if isinstance(t, T.StructType):
@@ -609,11 +613,11 @@ class FederatedResolvingStrategy(FederatingStrategy):
 
         return self._fed(await self._server.create_value(zeros(rt.member), rt.member), rt)
 
-    async def _simple_reduce(self, kind: str, value: FederatingValue, rt, params=None):
+    async def _simple_reduce(self, kind: ReductionKind, value: FederatingValue, rt, params=None):
         if self.num_clients == 0:
-            if kind in ('mean', 'weighted_mean'):
+            if kind in (ReductionKind.MEAN, ReductionKind.WEIGHTED_MEAN):
                 raise SimharnessValueError('federated_mean over zero clients is undefined')
-            return await self._zeros_at_server(rt, kind if kind in ('min', 'max') else None)
+            return await self._zeros_at_server(rt, kind if kind in EXTREMUM_FOLDS else None)
         params = params or {}
 
         async def same(ex):
@@ -626,16 +630,16 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return self._fed(await self._reduce(kind, payload, same, params, rt), rt)
 
     async def _federated_sum(self, arg, static, rt):
-        return await self._simple_reduce('sum', arg, rt)
+        return await self._simple_reduce(ReductionKind.SUM, arg, rt)
 
     async def _federated_mean(self, arg, static, rt):
-        return await self._simple_reduce('mean', arg, rt)
+        return await self._simple_reduce(ReductionKind.MEAN, arg, rt)
 
     async def _federated_min(self, arg, static, rt):
-        return await self._simple_reduce('min', arg, rt)
+        return await self._simple_reduce(ReductionKind.MIN, arg, rt)
 
     async def _federated_max(self, arg, static, rt):
-        return await self._simple_reduce('max', arg, rt)
+        return await self._simple_reduce(ReductionKind.MAX, arg, rt)
 
     async def _federated_weighted_mean(self, arg, static, rt):
         value, weight = self._elements(arg, 2)
@@ -648,46 +652,29 @@ class FederatedResolvingStrategy(FederatingStrategy):
         self._check_clients(value)
         self._check_clients(weight)
         if self.client_streams.streams_reduction(value, weight):
-            partials = await self.client_streams.stream_partials(
-                'weighted_mean', [value, weight], same
-            )
-            return self._fed(
-                await self._reduction_result('weighted_mean', partials, {}, rt.member), rt
-            )
+            wm = ReductionKind.WEIGHTED_MEAN
+            partials = await self.client_streams.stream_partials(wm, [value, weight], same)
+            return self._fed(await self._reduction_result(wm, partials, {}, rt.member), rt)
         vp, wp = await self._as_clients(value), await self._as_clients(weight)
         pairs = [list(zip(a, b)) for a, b in zip(vp, wp)]
-        return self._fed(await self._reduce('weighted_mean', pairs, same, {}, rt), rt)
+        wm = ReductionKind.WEIGHTED_MEAN
+        return self._fed(await self._reduce(wm, pairs, same, {}, rt), rt)
 
-    async def _federated_secure_sum_bitwidth(self, arg, static, rt):
+    async def _secure_reduce(self, kind: ReductionKind, arg, static, rt):
         if not T.flatten_type(rt.member):  # an empty struct: nothing to sum
             return await self._zeros_at_server(rt)
-        return await self._simple_reduce(
-            'secure_sum_bitwidth',
-            arg,
-            rt,
-            secure_params('secure_sum_bitwidth', static, rt.member, self.num_clients),
-        )
+        params = secure_params(kind, static, rt.member, self.num_clients)
+        return await self._simple_reduce(kind, arg, rt, params)
+
+    async def _federated_secure_sum_bitwidth(self, arg, static, rt):
+        return await self._secure_reduce(ReductionKind.SECURE_SUM_BITWIDTH, arg, static, rt)
 
     async def _federated_secure_sum(self, arg, static, rt):
-        if not T.flatten_type(rt.member):
-            return await self._zeros_at_server(rt)
         # Values in [0, max_input]: the bitwidth machinery with a per-element bound check.
-        return await self._simple_reduce(
-            'secure_sum_bitwidth',
-            arg,
-            rt,
-            secure_params('secure_sum_bitwidth', static, rt.member, self.num_clients),
-        )
+        return await self._secure_reduce(ReductionKind.SECURE_SUM_BITWIDTH, arg, static, rt)
 
     async def _federated_secure_modular_sum(self, arg, static, rt):
-        if not T.flatten_type(rt.member):
-            return await self._zeros_at_server(rt)
-        return await self._simple_reduce(
-            'secure_modular_sum',
-            arg,
-            rt,
-            secure_params('secure_modular_sum', static, rt.member, self.num_clients),
-        )
+        return await self._secure_reduce(ReductionKind.SECURE_MODULAR_SUM, arg, static, rt)
 
     async def _federated_aggregate(self, arg, static, rt):
         value, zero, accumulate, merge, report = self._elements(arg, 5)
@@ -710,12 +697,13 @@ class FederatedResolvingStrategy(FederatingStrategy):
         self._check_clients(value)
         if self.client_streams.streams_reduction(value):
             server_params = await params_for(self._server)
-            partials = await self.client_streams.stream_partials('aggregate', [value], params_for)
-            acc = await self._reduction_result('aggregate', partials, server_params, rt.member)
+            agg = ReductionKind.AGGREGATE
+            partials = await self.client_streams.stream_partials(agg, [value], params_for)
+            acc = await self._reduction_result(agg, partials, server_params, rt.member)
             return self._fed(await self._server.create_call(report_fn, acc), rt)
         payload = await self._as_clients(value)
         server_params = await params_for(self._server)
-        acc = await self._reduce('aggregate', payload, params_for, server_params, rt)
+        acc = await self._reduce(ReductionKind.AGGREGATE, payload, params_for, server_params, rt)
         return self._fed(await self._server.create_call(report_fn, acc), rt)
 
     async def _federated_collect(self, arg, static, rt):

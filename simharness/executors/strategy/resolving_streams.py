@@ -27,7 +27,7 @@ import asyncio
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
 
 from simharness.core import types as T
-from simharness.core.reduction import CHUNK, Partial
+from simharness.core.reduction import CHUNK, Partial, ReductionKind
 from simharness.executors.base import CURRENT_INVOCATION, BatchExecutor, ExecutorValue
 from simharness.executors.federating import FederatingValue
 from simharness.executors.strategy.strategy_plans import (
@@ -196,7 +196,7 @@ class ClientStreams:
 
     # ------------------------------------------------------------ stream batches
     async def stream_partials(
-        self, kind: str, values: Sequence[FederatingValue], params_for: ParamsFor
+        self, kind: ReductionKind, values: Sequence[FederatingValue], params_for: ParamsFor
     ) -> List[Partial]:
         """The per-group partials of a streamed reduction (joined with the invocation's batch)."""
         key = self._invocation()

@@ -18,6 +18,7 @@ import math
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from simharness.core import types as T
+from simharness.core.reduction import ReductionKind
 from simharness.core.structure import broadcast_static, pack_as
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.executors.base import BatchExecutor, ExecutorValue
@@ -154,7 +155,7 @@ class StreamBatch:
     """The reductions of one invocation that stream together (one pass over the clients)."""
 
     def __init__(self) -> None:
-        self.requests: List[Tuple[str, List[Any], Any]] = []
+        self.requests: List[Tuple[ReductionKind, List[Any], Any]] = []
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
         self.task: Optional[asyncio.Future] = None  # the runner (a strong reference to it)
 
@@ -217,19 +218,19 @@ def hosting_child(ex: Any, what: str) -> BatchExecutor:
 
 
 def secure_params(
-    kind: str, static: Dict[str, Any], member: T.Type, num_clients: int
+    kind: ReductionKind, static: Dict[str, Any], member: T.Type, num_clients: int
 ) -> Dict[str, Any]:
     """Per-leaf bounds (exclusive), moduli and dtypes of a secure sum.
 
-    ``kind`` is 'secure_sum_bitwidth' (`static['bitwidth']`, or
+    ``kind`` is SECURE_SUM_BITWIDTH (`static['bitwidth']`, or
     `static['max_input']` for `federated_secure_sum`: the bitwidth
     ``max_input.bit_length()`` with the tighter bound ``max_input + 1``)
-    or 'secure_modular_sum' (`static['modulus']`).
+    or SECURE_MODULAR_SUM (`static['modulus']`).
     """
     leaves = T.flatten_type(member)
     key = (
         'modulus'
-        if kind == 'secure_modular_sum'
+        if ReductionKind.of(kind) is ReductionKind.SECURE_MODULAR_SUM
         else 'max_input'
         if 'max_input' in static
         else 'bitwidth'
