@@ -340,7 +340,3 @@ class SharedReads:
         """Tokens whose memory is still pinned (offers closed or not)."""
         with self._lock:
             return sum(1 for n in self._pins.values() if n)
-
-
-#: This process' shared reads (a worker's view of the driver's broadcasts).
-SHARED_READS = SharedReads()

@@ -24,9 +24,10 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any, List, Optional
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, List, Optional
 
-from simharness.core.buffers import SHARED_READS
+from simharness.core.buffers import SharedReads
 from simharness.runtime.local import transport as L
 from simharness.runtime.local.lifeline import DRIVER_GONE
 from simharness.runtime import pinning
@@ -44,6 +45,9 @@ from simharness.runtime.local.pool import WorkerPool
 from simharness.runtime.local.pool import build_pool
 from simharness.runtime.local.shm import ShmAttachment, SlotRef
 from simharness.tfquiet import quiet_stderr
+
+if TYPE_CHECKING:  # reason: the service's modules are imported once the worker is placed
+    from simharness.runtime.service import WorkerService
 
 
 class _Terminated(BaseException):
@@ -85,7 +89,10 @@ def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig)
             from simharness.hosts.leaf import worker_service
 
             device = '/GPU:0' if placement.gpu is not None else None
-            service = worker_service(worker_id, device, config.clients_per_worker)
+            # The driver's broadcasts this process reads in place: offered per request
+            # by `_serve`, read by the leaf executor's values.
+            reads = SharedReads()
+            service = worker_service(worker_id, device, config.clients_per_worker, reads)
             arena = L.ResponseArenas(config.arena_bytes)
             attachment = ShmAttachment()
         except _Terminated:
@@ -97,7 +104,7 @@ def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig)
             )
             return None
         conn.send_bytes(L.pack_frame(L.F_READY, os.getpid(), arena.names[0]))
-        return _serve(conn, service, arena, attachment, worker_id, config.profile)
+        return _serve(conn, service, arena, attachment, reads, worker_id, config.profile)
     except _Terminated:
         terminated = True
     finally:
@@ -119,7 +126,13 @@ def worker_main(conn: Any, worker_id: int, placement: Any, config: WorkerConfig)
 
 
 def _serve(
-    conn: Any, service: Any, arenas: Any, attachment: Any, worker_id: int, profile: bool
+    conn: Connection,
+    service: WorkerService,
+    arenas: L.ResponseArenas,
+    attachment: ShmAttachment,
+    reads: SharedReads,
+    worker_id: int,
+    profile: bool,
 ) -> Optional[str]:
     while True:
         try:
@@ -140,7 +153,7 @@ def _serve(
             # The driver's broadcast (the first frame[4] buffers): tensors made of it hold
             # it in place (no copy) while they live; the driver keeps it until we report
             # the token unpinned. The request's other buffers are read as usual.
-            SHARED_READS.offer(
+            reads.offer(
                 token,
                 [
                     attachment.read(SlotRef(loc[0], loc[1], '|u1', (loc[2],)), writable=True)
@@ -169,7 +182,7 @@ def _serve(
         # Drop what this request held (its views, tensors it answered with): what stays
         # pinned now is what the session's values keep.
         del req, resp, buffers
-        pinned = token is not None and SHARED_READS.close_offer(token)
+        pinned = token is not None and reads.close_offer(token)
         try:
             conn.send_bytes(
                 L.pack_frame(
@@ -178,7 +191,7 @@ def _serve(
                     locs,
                     arenas.take_retired(),
                     pinned,
-                    SHARED_READS.take_unpinned(),
+                    reads.take_unpinned(),
                 )
             )
         except (EOFError, OSError, BrokenPipeError):

@@ -34,6 +34,7 @@ from simharness.core.computation import Computation
 from simharness.core import types as T
 from simharness.core.structure import Struct, flatten, pack_as
 from simharness.core.batching import stack_python_values
+from simharness.core.buffers import SharedReads
 from simharness.errors import (
     ExecutorClosedError,
     SimharnessError,
@@ -146,6 +147,9 @@ class EagerTFExecutor(BatchExecutor):
         call (`stream_eval.summed_map`; the same bits). Workers' executors turn it
         on; client threads sharing the driver's cores ran the reference round
         slower that way (2 threads 35.0 -> 36.3 ms, 4 threads 40.5 -> 44.6 ms).
+      shared_reads: the broadcasts another process wrote for this one, from their
+        owner (a local worker's host): values created from them are read in place
+        (`tf_values.Pin`). None: values are copied.
 
     Raises:
       RuntimeError: not executing eagerly (inside a `tf.Graph().as_default()`
@@ -162,6 +166,7 @@ class EagerTFExecutor(BatchExecutor):
         function_cache: Optional[FunctionCache] = None,
         max_batch_size: Optional[int] = None,
         sums_in_calls: bool = False,
+        shared_reads: Optional[SharedReads] = None,
     ):
         if not tf.executing_eagerly():
             raise EagerModeError(
@@ -198,6 +203,7 @@ class EagerTFExecutor(BatchExecutor):
         self.sums_in_calls = check_bool('sums_in_calls', sums_in_calls)
         #: Partial reductions, their combination and streamed plans (`LeafReductions`).
         self.reductions = LeafReductions(self)
+        self._pin = shared_reads.pin if shared_reads is not None else None
         self._device = device
         self._owns_cache = function_cache is None
         self._cache = function_cache if function_cache is not None else FunctionCache(cache_size)
@@ -339,7 +345,7 @@ class EagerTFExecutor(BatchExecutor):
                 expected=t,
             )
         with self.device_scope():
-            return EagerValue(ingest(value, t), t)
+            return EagerValue(ingest(value, t, self._pin), t)
 
     async def create_call(
         self, comp: ExecutorValue, arg: Optional[ExecutorValue] = None
@@ -397,7 +403,7 @@ class EagerTFExecutor(BatchExecutor):
         with self.device_scope():
             for i, v in enumerate(values):
                 try:
-                    out.append(EagerValue(ingest(v, t), t))
+                    out.append(EagerValue(ingest(v, t, self._pin), t))
                 except SimharnessError as e:
                     raise at_client(e, i)
         return out

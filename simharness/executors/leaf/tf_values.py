@@ -4,15 +4,18 @@
 holds for a type (eager tensors, `Struct`s of them, `TensorBatches` or
 `tf.data.Dataset`s), checking it against the type with clear errors;
 `fast_tensor` / `fast_numpy` move large arrays between numpy and TF through
-dlpack (one copy in, none out).
+dlpack (one copy in, none out). Given a `Pin` (a worker's `SharedReads.pin`,
+handed in by the host that owns the shared memory), an array of a broadcast
+that memory holds becomes a tensor read in place, not a copy.
 """
 
 from __future__ import annotations
 
 import collections
 import inspect
+import functools
 import types
-from typing import Any, List, Sequence, Tuple, Union, cast
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union, cast
 
 import attrs
 import numpy as np
@@ -20,7 +23,7 @@ import tensorflow as tf
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
-from simharness.core.buffers import POOL, SHARED_READS, fast_copyto
+from simharness.core.buffers import POOL, fast_copyto
 from simharness.core.sequences import TensorBatches
 from simharness.core.structure import (
     Struct,
@@ -39,6 +42,11 @@ from simharness.executors.leaf import tensor_sequences as tseq
 
 #: Arrays at least this big move between numpy and TF through dlpack.
 DLPACK_MIN_BYTES = 1 << 18
+
+#: An array lying in memory another process wrote for this one (a broadcast) as a view
+#: that a tensor may adopt in place, held while it lives; None for any other array
+#: (`core.buffers.SharedReads.pin`).
+Pin = Callable[[np.ndarray], Optional[np.ndarray]]
 
 
 def fast_tensor(arr: np.ndarray) -> tf.Tensor:
@@ -122,8 +130,14 @@ def _is_ml_dtype(dt: np.dtype) -> bool:
     )
 
 
-def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
-    """Converts one leaf to an eager tensor of type `t`, with clear errors."""
+def to_tensor(value: Any, t: T.TensorType, pin: Optional[Pin] = None) -> tf.Tensor:
+    """Converts one leaf to an eager tensor of type `t`, with clear errors.
+
+    Args:
+      value: the leaf (a tensor, numpy array or Python value).
+      t: its type.
+      pin: where a broadcast's arrays are read in place (`Pin`); None: copied.
+    """
     if isinstance(value, tf.Tensor):
         if value.dtype != tf_dtype(t.dtype):
             raise SimharnessTypeError(
@@ -165,8 +179,8 @@ def to_tensor(value: Any, t: T.TensorType) -> tf.Tensor:
             )
         T.check_array(src, t, value)  # the rule for client values: no lossy cast, no wrap
         src = src.astype(t.dtype, copy=False)
-        if _dlpack_size(src) and src.ctypes.data % 64 == 0:
-            shared = SHARED_READS.pin(src)
+        if pin is not None and _dlpack_size(src) and src.ctypes.data % 64 == 0:
+            shared = pin(src)
             if shared is not None:  # a broadcast in shared memory: read in place, no copy
                 return tf.experimental.dlpack.from_dlpack(shared.__dlpack__())
         return fast_tensor(src)
@@ -224,17 +238,22 @@ def dataset_from_value(value: Any, t: T.SequenceType) -> tf.data.Dataset:
     )
 
 
-def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
+def _tensors(pin: Optional[Pin]) -> Callable[[Any, T.TensorType], tf.Tensor]:
+    """`to_tensor` reading a broadcast's arrays in place where `pin` is given."""
+    return to_tensor if pin is None else functools.partial(to_tensor, pin=pin)
+
+
+def sequence_from_value(value: Any, t: T.SequenceType, pin: Optional[Pin] = None) -> Any:
     """What an executor holds for a sequence: `TensorBatches` when its elements are
     slices of in-memory tensors (a list of elements, ``from_tensor_slices``,
-    ``.batch``), else a `tf.data.Dataset`."""
+    ``.batch``), else a `tf.data.Dataset` (`pin`: as `to_tensor`'s)."""
     if isinstance(value, TensorBatches):
-        return tseq.checked(value, t, to_tensor)
+        return tseq.checked(value, t, _tensors(pin))
     if isinstance(value, tf.data.Dataset):
         tb = tseq.recognize(value, t)
         if tb is not None:
             try:
-                out = tseq.checked(tb, t, to_tensor)
+                out = tseq.checked(tb, t, _tensors(pin))
             except (SimharnessTypeError, SimharnessValueError):
                 return dataset_from_value(value, t)  # the dataset path says what is wrong
             out.derived['dataset'] = value  # the user's own object, if it is asked for
@@ -244,13 +263,13 @@ def sequence_from_value(value: Any, t: T.SequenceType) -> Any:
         attach_template_recipe(value)
         tb = read_fresh(value, t)
         if tb is not None:
-            return tseq.checked(tb, t, to_tensor)
+            return tseq.checked(tb, t, _tensors(pin))
         return dataset_from_value(fresh_copy(value), t)
     value = elements_of_generator(value)
     if isinstance(value, (list, tuple)) and value:
         types = tseq.component_types(t, batched=False)
         if types is not None and all(l.is_fully_defined for l in T.flatten_type(t.element)):
-            elems = [ingest(v, t.element) for v in value]
+            elems = [ingest(v, t.element, pin) for v in value]
             leaves = [flatten(e) for e in elems]
             comps = [tf.stack([row[j] for row in leaves]) for j in range(len(types))]
             return TensorBatches(comps, None, False, t.element)
@@ -311,8 +330,14 @@ def _spec_children(spec: Any) -> list:
     return list(spec)
 
 
-def ingest(value: Any, t: T.Type) -> Any:
-    """Converts a Python/numpy/TF value into this executor's representation of type `t`."""
+def ingest(value: Any, t: T.Type, pin: Optional[Pin] = None) -> Any:
+    """Converts a Python/numpy/TF value into this executor's representation of type `t`.
+
+    Args:
+      value: the value.
+      t: its type.
+      pin: where a broadcast's arrays are read in place (`Pin`); None: copied.
+    """
     if isinstance(value, bb.Data):  # external data: read here (see simharness.data.uri)
         from simharness.data.uri import resolve as resolve_data_uri
 
@@ -326,12 +351,12 @@ def ingest(value: Any, t: T.Type) -> Any:
         if isinstance(t, T.SequenceType):
             value = tf.data.Dataset.from_tensor_slices(value)
     if isinstance(t, T.TensorType):
-        return to_tensor(value, t)
+        return to_tensor(value, t, pin)
     if isinstance(t, T.StructType):
         s = from_container(value, t)
-        return Struct((n, ingest(v, e)) for (n, e), v in zip(t.items(), s))
+        return Struct((n, ingest(v, e, pin)) for (n, e), v in zip(t.items(), s))
     if isinstance(t, T.SequenceType):
-        return sequence_from_value(value, t)
+        return sequence_from_value(value, t, pin)
     raise SimharnessTypeError(f'an EagerTFExecutor cannot hold a value of type {t}', actual=t)
 
 
