@@ -386,3 +386,31 @@ def test_a_dataset_computations_result_is_held_as_tensors():
     arg = asyncio.run(ex.create_value(np.int32(7), sh.TensorType(np.int32)))
     out = asyncio.run(ex.create_call(fn, arg)).internal
     assert isinstance(out, TensorBatches) and out.passes == 2 and out.num_elements == 6
+
+
+@pytest.mark.parametrize('comp, batched', [(total_by_reduce, True), (total_of_a_large_body, False)])
+def test_only_a_small_update_runs_batched_over_clients_alike(monkeypatch, comp, batched):
+    """Clients whose sequences have the same shapes run in one batched call, unless the
+    function is too large to unroll its loops (a recurrent model's update): its batched
+    form would cost more to trace than the calls it saves. The same results either way."""
+    calls = []
+    real = EmbeddedFunction.call_batched
+
+    def spy(self, mask, shared, stacked, n):
+        calls.append(n)
+        return real(self, mask, shared, stacked, n)
+
+    monkeypatch.setattr(EmbeddedFunction, 'call_batched', spy)
+
+    @sh.federated_computation(sh.type_at_clients(SEQ))
+    def totals(datasets):
+        return sh.federated_map(comp, datasets)
+
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    y = np.arange(6, dtype=np.int32)
+    datasets = [tf.data.Dataset.from_tensor_slices((x + i, y)).batch(2) for i in range(3)]
+    with sh.execution_context(sh.framework.local_executor_factory(clients_per_thread=3)):
+        got = totals(datasets)
+    assert calls == ([3] if batched else [])
+    want = [float(comp(ds)) for ds in datasets]
+    assert [float(g) for g in got] == want
