@@ -72,6 +72,11 @@ class LocalCppExecutorFactory(ProcessExecutorFactory):
         self._released = False
         self._release_lock = threading.Lock()
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called (the pool may run on for other factories)."""
+        return self._released
+
     def close(self) -> None:
         try:
             super().close()

@@ -84,6 +84,9 @@ def test_default_num_clients(restore_default):
 
 
 def test_setting_a_context_again_closes_the_previous_one(restore_default):
+    """The previous default context is closed; its workers go on for the new one (TFF's
+    local C++ contexts of a process share one pool, `simharness.local_cpp`), and the
+    last context closed stops them."""
     before = _workers()
     tff.backends.native.set_sync_local_cpp_execution_context(default_num_clients=2)
 
@@ -92,12 +95,16 @@ def test_setting_a_context_again_closes_the_previous_one(restore_default):
         return federated_language.federated_eval(_return_one, federated_language.CLIENTS)
 
     assert at_clients() == [1, 1]
+    previous = federated_language.framework.get_context_stack().current
     first = _workers() - before
     assert first, 'the native context runs clients in worker processes'
     tff.backends.native.set_sync_local_cpp_execution_context(default_num_clients=2)
-    assert not (_workers() & first), "the first context's workers still run"
+    assert previous.factory.pool.closed is False and previous.factory.closed
     assert at_clients() == [1, 1]
+    assert _workers() - before == first, 'the new context starts no second set of workers'
     _check_datasets_pass_through()
+    federated_language.framework.get_context_stack().current.close()
+    assert previous.factory.pool.closed, 'the last context closed stops the shared pool'
 
 
 def test_async_context_returns_awaitables(restore_default):
