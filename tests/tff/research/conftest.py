@@ -32,3 +32,14 @@ def _functions_run_as_graphs_after_each_test():
     before = tf.config.functions_run_eagerly()
     yield
     tf.config.run_functions_eagerly(before)
+
+
+@pytest.fixture(autouse=True)
+def _a_test_tmpdir_of_its_own(monkeypatch, tmp_path):
+    """absltest's default test tmpdir is one folder for every process of the run (under
+    bazel each test had its own): large_cohort's file_utils and utils' utils_impl tests
+    both write and read back ``foo.csv`` there, so two pytest-xdist workers running them
+    at once read each other's half-written file. Each test gets its own folder."""
+    from absl.testing import absltest
+
+    monkeypatch.setattr(absltest, 'get_default_test_tmpdir', lambda: str(tmp_path))
