@@ -19,6 +19,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / 'docs'
 TUTORIALS = sorted((DOCS / 'tutorials').glob('*.py'))
+#: Tutorials another test runs and checks more closely (run once, there):
+#: sweep_report.py in test_tutorial_output.py (exit status, and every path it prints).
+RUN_ELSEWHERE = {'sweep_report.py'}
 PAGES = sorted(DOCS.rglob('*.md')) + [ROOT / 'README.md']
 
 _LINK = re.compile(r'!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^()\s]+)(?:\s+"[^"]*")?\)')
@@ -28,10 +31,13 @@ _CODE = re.compile(r'`[^`\n]*`')
 
 def test_there_are_tutorials():
     assert len(TUTORIALS) >= 4, TUTORIALS
+    assert RUN_ELSEWHERE <= {t.name for t in TUTORIALS}, RUN_ELSEWHERE
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('script', TUTORIALS, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    'script', [t for t in TUTORIALS if t.name not in RUN_ELSEWHERE], ids=lambda p: p.name
+)
 def test_tutorial_runs(script, tmp_path):
     # As a user runs it: not as a pytest-xdist worker (a tutorial that runs pytest itself
     # would take PYTEST_XDIST_WORKER for its own and pytest-benchmark would time nothing).
