@@ -6,16 +6,19 @@ process, in parallel. Here they map onto the process stack
 per usable core, started on the first call and reused by every later call
 (and every cardinality), clients spread over the workers in contiguous
 blocks. Every local C++ context and factory open in the process shares that
-one pool (each with its own session in every worker), as TFF's all run in
-the process that makes them; the last one closed stops it. It is the fastest local stack for client work (no GIL, one TF call
-per block of clients); results are bit-identical to the thread stack's.
+one pool (`simharness.local_cpp`; each with its own session in every
+worker), as TFF's all run in the process that makes them; the last one
+closed stops it. It is the fastest local stack for client work (no GIL, one
+TF call per block of clients); results are bit-identical to the thread
+stack's.
 
 ```
 set_sync_local_cpp_execution_context(default_num_clients=0, ...)
   -> ExecutionContext(local_cpp.shared_local_process_factory(default_num_clients),
                       max_concurrent_calls=..., transform_args=..., transform_result=...)
   -> the process-wide default context; the previous default simharness made is
-     closed (its workers stop, its shared memory is unlinked)
+     closed (its workers go on for the new one; the last context closed stops them
+     and unlinks their shared memory)
 ```
 
 TFF 0.19-era programs call `set_local_python_execution_context` (TFF's
