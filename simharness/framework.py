@@ -3,7 +3,7 @@
 import asyncio
 import contextlib
 import functools
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 from simharness.core.building_blocks import (
     Block,
@@ -61,7 +61,7 @@ from simharness.local_cpp import shared_local_process_factory
 from simharness.stacks import (
     DEFAULT_MAX_CACHED_STACKS,
     CachingExecutorFactory,
-    ProcessExecutorFactory,
+    WorkerGroupExecutorFactory,
     local_executor_factory,
     process_executor_factory,
     thread_debugging_executor_factory,
@@ -69,8 +69,11 @@ from simharness.stacks import (
 from simharness.executors.remote import RemoteExecutor
 from simharness.hosts.grpc_service import ExecutorServer, ExecutorService, start_executor_service
 from simharness.runtime.grpc.client import RemoteServices
-from simharness.stacks import RemoteExecutorFactory, remote_executor_factory
-from simharness.stacks import RayExecutorFactory, ray_executor_factory  # Ray itself: on first use
+from simharness.stacks import remote_executor_factory
+from simharness.stacks import ray_executor_factory  # Ray itself: on first use
+
+if TYPE_CHECKING:
+    from simharness.runtime.local.pool import WorkerPool
 
 
 class ExecutionContext(_ExecutionContext):
@@ -228,7 +231,7 @@ def local_cpp_executor_factory(
     default_num_clients: int = 0,
     max_concurrent_computation_calls: int = -1,
     stream_structs: bool = False,
-) -> ProcessExecutorFactory:
+) -> 'WorkerGroupExecutorFactory[WorkerPool]':
     """TFF's local C++ executor factory, as `simharness.backends.native` maps it: a process
     stack with `default_num_clients`, on one worker pool (a worker per usable core) that
     every open factory made here shares, as TFF's local executors all run in the one
@@ -377,7 +380,6 @@ __all__ = [
     'Intrinsic',
     'Lambda',
     'Placement',
-    'ProcessExecutorFactory',
     'Reference',
     'LambdaExecutor',
     'ReferenceResolvingExecutor',
@@ -396,8 +398,6 @@ __all__ = [
     'ExecutorServer',
     'start_executor_service',
     'RemoteServices',
-    'RemoteExecutorFactory',
     'remote_executor_factory',
-    'RayExecutorFactory',
     'ray_executor_factory',
 ]

@@ -15,9 +15,13 @@ from typing import Optional
 from simharness.hosts.local_worker import pool_for
 from simharness.runtime.local.options import PoolOptions
 from simharness.runtime.local.pool import WorkerPool
-from simharness.stacks import DEFAULT_MAX_CACHED_STACKS, ProcessExecutorFactory
+from simharness.stacks import (
+    DEFAULT_MAX_CACHED_STACKS,
+    PROCESS_CLOSED_MESSAGE,
+    WorkerGroupExecutorFactory,
+)
 
-__all__ = ['LocalCppExecutorFactory', 'shared_local_process_factory']
+__all__ = ['shared_local_process_factory']
 
 
 class _SharedLocalPool:
@@ -57,38 +61,23 @@ class _SharedLocalPool:
 _LOCAL_POOL = _SharedLocalPool()
 
 
-class LocalCppExecutorFactory(ProcessExecutorFactory):
-    """A process stack on the pool its process's local C++ factories share (`close()` hands
-    it back: the last one stops it)."""
-
-    def __init__(self, pool: WorkerPool, default_num_clients: int):
-        super().__init__(
-            pool,
-            None,
-            DEFAULT_MAX_CACHED_STACKS,
-            owns_pool=False,
-            default_num_clients=default_num_clients,
-        )
-        self._released = False
-        self._release_lock = threading.Lock()
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close()` was called (the pool may run on for other factories)."""
-        return self._released
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            with self._release_lock:
-                released, self._released = self._released, True
-            if not released:
-                _LOCAL_POOL.release(self.pool)
-
-
-def shared_local_process_factory(default_num_clients: int = 0) -> ProcessExecutorFactory:
+def shared_local_process_factory(
+    default_num_clients: int = 0,
+) -> WorkerGroupExecutorFactory[WorkerPool]:
     """A process stack with `default_num_clients` on the worker pool (a worker per usable
     core) that every open factory made here shares: TFF's local C++ executor factory and
-    contexts (`framework.local_cpp_executor_factory`, `backends.native`)."""
-    return LocalCppExecutorFactory(_LOCAL_POOL.acquire(), default_num_clients)
+    contexts (`framework.local_cpp_executor_factory`, `backends.native`).
+
+    The factory does not own the pool: its first `close()` hands it back (`closed` is then
+    True) and the last factory handed back stops it.
+    """
+    pool = _LOCAL_POOL.acquire()
+    return WorkerGroupExecutorFactory(
+        pool,
+        None,
+        DEFAULT_MAX_CACHED_STACKS,
+        owns_group=False,
+        default_num_clients=default_num_clients,
+        closed_message=PROCESS_CLOSED_MESSAGE,
+        on_close=lambda: _LOCAL_POOL.release(pool),
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Generic, List, Optional, TypeVar
 
 from simharness.core import types as T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
@@ -39,6 +39,9 @@ __all__ = [
 
 #: Stacks kept per factory; older cardinalities are closed (TFF issue #1215).
 DEFAULT_MAX_CACHED_STACKS = 4
+
+#: The type of a factory's worker group (`WorkerPool`, `RemoteServices`, `RayWorkers`, ...).
+G = TypeVar('G', bound=WorkerGroup)
 
 
 class CachingExecutorFactory(ExecutorFactory):
@@ -183,7 +186,7 @@ def split_even(n: int, parts: int) -> List[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-class WorkerGroupExecutorFactory(CachingExecutorFactory):
+class WorkerGroupExecutorFactory(CachingExecutorFactory, Generic[G]):
     """Stacks whose client groups are the workers of one worker group (any transport).
 
     ```
@@ -193,10 +196,13 @@ class WorkerGroupExecutorFactory(CachingExecutorFactory):
         clients:          client_executor(worker k, size) x min(workers, clients),
                           worker k hosting the k-th contiguous block of clients
     ```
-    One assembly for every transport: a local `WorkerPool`, gRPC
-    `RemoteServices`, `RayWorkers` (or the loopback group of the tests), all
-    `runtime.seam.WorkerGroup`s. Stacks for other cardinalities reuse the
-    same workers, each stack in sessions of its own.
+    The one factory of every worker stack: over a local `WorkerPool`
+    (`process_executor_factory`), gRPC `RemoteServices` (`remote_executor_factory`),
+    `RayWorkers` (`ray_executor_factory`) or the loopback group of the tests, all
+    `runtime.seam.WorkerGroup`s; what differs between transports is the group's
+    (its `stats()`, its own methods such as `RayWorkers.cluster()`), reached as
+    `factory.group`. Stacks for other cardinalities reuse the same workers, each
+    stack in sessions of its own.
 
     Args:
       group: the workers.
@@ -206,25 +212,40 @@ class WorkerGroupExecutorFactory(CachingExecutorFactory):
       client_executor: makes the executor of a block of `size` clients on a
         handle (default: `WorkerDelegatingExecutor(handle)`).
       closed_message: the `ExecutorClosedError` message when the group is closed.
+      on_close: called once, by the first `close()`, after the stacks (and the
+        group, when owned) are closed: e.g. hands a shared group back.
+
+    Attributes:
+      group: the worker group.
+      owns_group: whether `close()` closes the group.
     """
 
     def __init__(
         self,
-        group: WorkerGroup,
+        group: G,
         num_clients: Optional[int] = None,
         max_cached_stacks: int = DEFAULT_MAX_CACHED_STACKS,
         owns_group: bool = True,
         default_num_clients: Optional[int] = None,
         client_executor: Optional[Callable[[WorkerHandle, int], BatchExecutor]] = None,
         closed_message: str = 'the worker group of this factory is closed',
+        on_close: Optional[Callable[[], None]] = None,
     ):
-        self.group = group
+        self.group: G = group
         self.owns_group = owns_group
         self._client_executor = client_executor or _worker_delegating
         self._closed_message = closed_message
+        self._on_close = on_close
+        self._closed = False
+        self._close_lock = threading.Lock()
         super().__init__(
             self._build_worker_stack, num_clients, max_cached_stacks, default_num_clients
         )
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called (a group this factory does not own may run on)."""
+        return self._closed
 
     def _build_worker_stack(self, n: int) -> Executor:
         if self.group.closed:
@@ -258,16 +279,23 @@ class WorkerGroupExecutorFactory(CachingExecutorFactory):
         return sum(1 for size in split_for_workers(num_clients, w) if size) if w else 0
 
     def stats(self) -> Dict[str, object]:
-        """The group's counters (`WorkerGroup.stats`)."""
+        """The group's counters and the state of its workers (`WorkerGroup.stats`)."""
         return dict(self.group.stats())
 
     def close(self) -> None:
-        """Closes the stacks, and the group when this factory owns it."""
+        """Closes the stacks, the group when this factory owns it, then calls `on_close`
+        (once)."""
         try:
             self.clean_up_executors()
         finally:
-            if self.owns_group:
-                self.group.close()
+            try:
+                if self.owns_group:
+                    self.group.close()
+            finally:
+                with self._close_lock:
+                    first, self._closed = not self._closed, True
+                if first and self._on_close is not None:
+                    self._on_close()
 
 
 def _worker_delegating(handle: WorkerHandle, size: int) -> BatchExecutor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from typing import Any, Callable, Dict, List, Optional, cast
+from typing import Callable, List, Optional, cast
 
 from simharness.core import types as T
 from simharness.errors import (
@@ -283,46 +283,16 @@ def local_executor_factory(
 
 # ---------------------------------------------------------------- process stacks
 
-
-class ProcessExecutorFactory(WorkerGroupExecutorFactory):
-    """Stacks whose client groups are worker processes of one warm pool.
-
-    A `WorkerGroupExecutorFactory` over a `WorkerPool`: the factory owns the
-    pool (unless given one): `close()` stops every worker; stacks for other
-    cardinalities reuse the same workers.
-    """
-
-    def __init__(
-        self,
-        pool: WorkerPool,
-        num_clients: Optional[int],
-        max_cached_stacks: int,
-        owns_pool: bool = True,
-        default_num_clients: Optional[int] = None,
-    ):
-        super().__init__(
-            pool,
-            num_clients,
-            max_cached_stacks,
-            owns_pool,
-            default_num_clients,
-            closed_message='the worker pool of this factory is closed; make a new '
-            'process_executor_factory (or pool)',
-        )
-
-    @property
-    def pool(self) -> WorkerPool:
-        return cast(WorkerPool, self.group)
-
-    @property
-    def owns_pool(self) -> bool:
-        return self.owns_group
-
-    def stats(self) -> Dict[str, object]:
-        """Pool counters (requests, shared-memory bytes) and per-worker RSS and CPU time."""
-        out: Dict[str, object] = dict(self.pool.stats())
-        out['workers'] = self.pool.resource_usage()
-        return out
+#: What a process stack's factory says once its pool is closed.
+PROCESS_CLOSED_MESSAGE = (
+    'the worker pool of this factory is closed; make a new process_executor_factory (or pool)'
+)
+#: What a remote stack's factory says once its services are closed.
+REMOTE_CLOSED_MESSAGE = (
+    'the remote services of this factory are closed; make a new remote_executor_factory'
+)
+#: What a Ray stack's factory says once its actors are closed.
+RAY_CLOSED_MESSAGE = 'the Ray workers of this factory are closed; make a new ray_executor_factory'
 
 
 def process_executor_factory(
@@ -343,8 +313,11 @@ def process_executor_factory(
     *,
     default_num_clients: Optional[int] = None,
     stopped_timeout: float = DEFAULT_STOPPED_TIMEOUT,
-) -> ProcessExecutorFactory:
+) -> WorkerGroupExecutorFactory[WorkerPool]:
     """Stacks whose client executors live in pinned worker processes.
+
+    Stacks for every cardinality run on the same warm `WorkerPool` (the
+    factory's `group`), each in sessions of its own.
 
     Args:
       num_clients: as in `local_executor_factory`.
@@ -378,8 +351,10 @@ def process_executor_factory(
         TF call is never taken for stopped.
 
     Returns:
-      A `ProcessExecutorFactory`; close it (or use it as a context manager)
-      to stop the workers it started.
+      A `WorkerGroupExecutorFactory` over the `WorkerPool` (`factory.group`);
+      close it (or use it as a context manager) to stop the workers it
+      started. `factory.stats()`: the pool's counters (requests, bytes moved)
+      and each worker's RSS and CPU time (`WorkerPool.stats`).
     """
     # Every check runs before the pool exists: a bad argument starts nothing.
     check_int('num_clients', num_clients, 0, allow_none=True)
@@ -403,12 +378,13 @@ def process_executor_factory(
                 stopped_timeout=stopped_timeout,
             )
         )
-    factory = ProcessExecutorFactory(
+    factory = WorkerGroupExecutorFactory(
         pool,
         num_clients,
         max_cached_stacks,
-        owns_pool=owns,
+        owns_group=owns,
         default_num_clients=default_num_clients,
+        closed_message=PROCESS_CLOSED_MESSAGE,
     )
     if start:
         pool.start()
@@ -418,54 +394,24 @@ def process_executor_factory(
 # ---------------------------------------------------------------- remote stacks
 
 
-class RemoteExecutorFactory(WorkerGroupExecutorFactory):
-    """Stacks whose client groups live in executor services reached over gRPC.
+def remote_client_executor(
+    dispose_batch_size: int = 20, stream_structs: bool = False
+) -> Callable[[WorkerHandle, int], BatchExecutor]:
+    """The client executors of a remote stack: a `RemoteExecutor` on each worker slot of
+    every service, hosting a contiguous block of clients (its cardinality fixed).
 
-    A `WorkerGroupExecutorFactory` over `RemoteServices` whose client
-    executors are `RemoteExecutor`s (one per worker slot of every service,
-    each hosting a contiguous block of clients, its cardinality fixed). The
-    factory owns its `RemoteServices` (streams, and the channels it made)
-    unless it was given one: `close()` ends them; `stats()` asks the
-    services what they hold.
+    Args:
+      dispose_batch_size, stream_structs: as in `RemoteExecutor`.
     """
 
-    def __init__(
-        self,
-        services: Any,
-        num_clients: Optional[int],
-        max_cached_stacks: int,
-        owns_services: bool,
-        default_num_clients: Optional[int],
-        dispose_batch_size: int,
-        stream_structs: bool,
-    ):
-        self._dispose_batch_size = dispose_batch_size
-        self._stream_structs = stream_structs
-        super().__init__(
-            services,
-            num_clients,
-            max_cached_stacks,
-            owns_services,
-            default_num_clients,
-            client_executor=self._remote_executor,
-            closed_message='the remote services of this factory are closed; make '
-            'a new remote_executor_factory',
-        )
-
-    @property
-    def services(self) -> Any:
-        return self.group
-
-    @property
-    def owns_services(self) -> bool:
-        return self.owns_group
-
-    def _remote_executor(self, handle: WorkerHandle, size: int) -> BatchExecutor:
+    def client_executor(handle: WorkerHandle, size: int) -> BatchExecutor:
         ex = RemoteExecutor.on_handle(
-            cast(RemoteWorkerHandle, handle), self._dispose_batch_size, self._stream_structs
+            cast(RemoteWorkerHandle, handle), dispose_batch_size, stream_structs
         )
         ex.set_cardinalities({T.CLIENTS: size})
         return ex
+
+    return client_executor
 
 
 def remote_executor_factory(
@@ -484,7 +430,7 @@ def remote_executor_factory(
     services=None,
     liveness_timeout: float = REMOTE_LIVENESS_TIMEOUT,
     request_timeout: Optional[float] = None,
-) -> RemoteExecutorFactory:
+) -> WorkerGroupExecutorFactory[RemoteServices]:
     """Stacks whose clients are spread over executor services (TFF's remote stack).
 
     Clients are cut into contiguous blocks, one per worker slot of every
@@ -512,7 +458,11 @@ def remote_executor_factory(
         the call fails with the retryable `WorkerTimeoutError` (None: no limit).
 
     Returns:
-      A `RemoteExecutorFactory`; close it (or use it as a context manager).
+      A `WorkerGroupExecutorFactory` over the `RemoteServices` (`factory.group`)
+      whose client executors are `RemoteExecutor`s; close it (or use it as a
+      context manager) to end the streams, and the channels made here, unless
+      `services` was given. `factory.stats()`: what every service holds
+      (`RemoteServices.stats`).
     """
     check_int('num_clients', num_clients, 0, allow_none=True)
     check_int('max_cached_stacks', max_cached_stacks, 1)
@@ -547,64 +497,18 @@ def remote_executor_factory(
             liveness_timeout=liveness_timeout,
             request_timeout=request_timeout,
         )
-    return RemoteExecutorFactory(
+    return WorkerGroupExecutorFactory(
         services,
         num_clients,
         max_cached_stacks,
         owns,
         default_num_clients,
-        dispose_batch_size,
-        stream_structs,
+        client_executor=remote_client_executor(dispose_batch_size, stream_structs),
+        closed_message=REMOTE_CLOSED_MESSAGE,
     )
 
 
 # ---------------------------------------------------------------- Ray stacks
-
-
-class RayExecutorFactory(WorkerGroupExecutorFactory):
-    """Stacks whose client groups are Ray actors (one long-lived actor per worker slot).
-
-    A `WorkerGroupExecutorFactory` over `RayWorkers`. The factory owns them
-    (actors, placement group, and Ray when it started it) unless it was
-    given them: `close()` ends them; stacks for other cardinalities reuse the
-    same actors, each in a session of its own.
-    """
-
-    def __init__(
-        self,
-        workers: Any,
-        num_clients: Optional[int],
-        max_cached_stacks: int,
-        owns_workers: bool = True,
-        default_num_clients: Optional[int] = None,
-    ):
-        super().__init__(
-            workers,
-            num_clients,
-            max_cached_stacks,
-            owns_workers,
-            default_num_clients,
-            closed_message='the Ray workers of this factory are closed; make a new '
-            'ray_executor_factory',
-        )
-
-    @property
-    def workers(self) -> Any:
-        return self.group
-
-    @property
-    def owns_workers(self) -> bool:
-        return self.owns_group
-
-    def stats(self) -> Dict[str, object]:
-        """Requests and bytes moved, broadcast puts, and per-actor node, pid, RSS and CPU time."""
-        out: Dict[str, object] = dict(self.workers.stats())
-        out['workers'] = self.workers.info()
-        return out
-
-    def cluster(self) -> Dict[str, object]:
-        """The Ray cluster's nodes and resources, and where each actor runs."""
-        return self.workers.cluster()
 
 
 def ray_executor_factory(
@@ -626,7 +530,7 @@ def ray_executor_factory(
     start: bool = False,
     workers=None,
     worker_options: Optional[dict] = None,
-) -> RayExecutorFactory:
+) -> WorkerGroupExecutorFactory[RayWorkers]:
     """Stacks whose clients run in Ray actors: from one machine to a cluster.
 
     One long-lived actor per worker slot (an actor imports TensorFlow once),
@@ -671,7 +575,12 @@ def ray_executor_factory(
         request's operation and time to stderr).
 
     Returns:
-      A `RayExecutorFactory`; close it (or use it as a context manager).
+      A `WorkerGroupExecutorFactory` over the `RayWorkers` (`factory.group`);
+      close it (or use it as a context manager) to end the actors, the
+      placement group, and Ray when it started it, unless `workers` was given.
+      `factory.stats()`: requests, bytes moved, broadcast puts and each actor's
+      node, pid, RSS and CPU time (`RayWorkers.stats`);
+      ``factory.group.cluster()``: the cluster's nodes and where each actor runs.
     """
     check_int('num_clients', num_clients, 0, allow_none=True)
     check_int('max_cached_stacks', max_cached_stacks, 1)
@@ -712,12 +621,13 @@ def ray_executor_factory(
             expected=RayWorkers,
             actual=type(workers),
         )
-    factory = RayExecutorFactory(
+    factory = WorkerGroupExecutorFactory(
         workers,
         num_clients,
         max_cached_stacks,
-        owns_workers=owns,
+        owns_group=owns,
         default_num_clients=default_num_clients,
+        closed_message=RAY_CLOSED_MESSAGE,
     )
     if start:
         try:

@@ -65,8 +65,9 @@ from simharness.errors import ExecutorClosedError, SimharnessTypeError, Simharne
 from simharness.executors.base import Executor, ExecutorFactory
 from simharness.runtime.pinning import usable_cpus
 from simharness.local_cpp import shared_local_process_factory
+from simharness.runtime.grpc.client import RemoteServices
 from simharness.stacks import (
-    RemoteExecutorFactory,
+    WorkerGroupExecutorFactory,
     local_executor_factory,
     remote_executor_factory,
     thread_debugging_executor_factory,
@@ -272,7 +273,7 @@ class LocalhostExecutorFactory(ExecutorFactory):
             len(usable_cpus()) if num_workers is None else check_int('num_workers', num_workers, 0)
         )
         self.server: Any = None
-        self._remote: Optional[RemoteExecutorFactory] = None
+        self._remote: Optional[WorkerGroupExecutorFactory[RemoteServices]] = None
         self._lock = threading.Lock()
         self._closed = False
 
@@ -280,7 +281,7 @@ class LocalhostExecutorFactory(ExecutorFactory):
     def default_num_clients(self) -> Optional[int]:
         return self._default
 
-    def _started(self) -> RemoteExecutorFactory:
+    def _started(self) -> WorkerGroupExecutorFactory[RemoteServices]:
         with self._lock:
             if self._closed:
                 raise ExecutorClosedError(
@@ -391,7 +392,7 @@ def _remote_factory(
     default_num_clients: Any,
     dispose_batch_size: Any = 20,
     stream_structs: bool = False,
-) -> RemoteExecutorFactory:
+) -> WorkerGroupExecutorFactory[RemoteServices]:
     targets = _check_channels(channels)
     n = check_int('default_num_clients', default_num_clients, 0)
     return remote_executor_factory(

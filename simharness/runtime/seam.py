@@ -198,7 +198,8 @@ class WorkerGroup(Protocol):
         """A session id no other executor of this group (or driver of its workers) uses."""
 
     def stats(self) -> Dict[str, Any]:
-        """Counters of the group: requests, bytes moved (the keys are the transport's)."""
+        """Counters of the group and the state of its workers (requests, bytes moved; per
+        worker RSS, CPU time, ...): a factory's `stats()`. The keys are the transport's."""
 
     def close(self) -> None:
         """Stops (or disconnects from) every worker. Idempotent."""

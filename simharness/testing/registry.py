@@ -310,7 +310,7 @@ def _build_process(pool: Any, num_clients: Optional[int]) -> Any:
 
 
 def _describe_process(factory: Any) -> Dict[str, Any]:
-    pool = factory.pool
+    pool = factory.group  # a `WorkerPool`
     return {
         'factory': 'process_executor_factory',
         'num_workers': pool.num_workers,
@@ -650,7 +650,8 @@ class SimharnessStack:
             factory.close()
 
     def stats(self) -> Optional[Dict[str, Any]]:
-        """The process pool's counters (see `ProcessExecutorFactory.stats`); None on thread stacks."""
+        """The worker group's counters (`WorkerGroupExecutorFactory.stats`); None on thread
+        stacks."""
         stats = getattr(self.factory, 'stats', None)
         return stats() if stats is not None else None
 

@@ -225,7 +225,7 @@ def test_broadcast_aggregate_through_2_services(benchmark, factories, medians, m
 
     # 2 clients: one in each service.
     factory = sh.framework.remote_executor_factory(
-        services=factories['remote-2'].services, num_clients=2
+        services=factories['remote-2'].group, num_clients=2
     )
     with factory, sh.execution_context(factory):
         check_then_time(benchmark, comp, (w,), check, target_seconds=2.0)

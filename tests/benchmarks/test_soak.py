@@ -43,7 +43,7 @@ def test_soak_fedavg_rss(benchmark):
             state = fedavg.initialize(w0)
             for r in range(WARMUP):
                 state, _ = fedavg.next(state, cohorts[r % 10])
-            workers = [psutil.Process(h.pid) for h in factory.pool.handles]
+            workers = [psutil.Process(h.pid) for h in factory.group.handles]
             before = (driver.memory_info().rss, [w.memory_info().rss for w in workers])
 
             samples = []  # (round, driver MB, [worker MB]) every 50 rounds: growth or plateau

@@ -592,7 +592,7 @@ def test_same_config_same_metrics_on_the_thread_stack(tmp_path, thread_repro):
 
 def test_process_run_files_and_stats(process_repro):
     result, factory = process_repro
-    assert factory.pool.closed
+    assert factory.group.closed
     s = result.summary
     assert s['status'] == 'complete' and s['stack'] == 'process' and s['num_workers'] == 2
     # bytes_moved counts shared-memory buffers only: the tiny model's arrays (under

@@ -380,7 +380,7 @@ def test_process_stacks_share_one_warm_pool_per_layout(pytester):
     pytester.makepyfile(
         test_pools="""
 def test_one(simharness_stack, simharness_pools):
-    pool = simharness_stack.factory.pool
+    pool = simharness_stack.factory.group
     assert pool in simharness_pools.started
     cpw = {'process-1': 256, 'pool-1x2': 2}[simharness_stack.name]
     assert simharness_stack.config['clients_per_worker'] == cpw
@@ -389,7 +389,7 @@ def test_one(simharness_stack, simharness_pools):
 
 def test_two(simharness_stack, simharness_pools):
     # The same warm pool as test_one's, and another for the other layout.
-    assert simharness_stack.factory.pool in simharness_pools.started
+    assert simharness_stack.factory.group in simharness_pools.started
     assert len(simharness_pools.started) == 2
     assert sorted(simharness_pools.start_seconds) == [(1, 2), (1, 256)]
 """

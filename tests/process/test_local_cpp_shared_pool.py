@@ -43,7 +43,7 @@ def test_open_factories_share_one_pool_and_the_last_close_stops_it():
     first = local_cpp_executor_factory()
     second = local_cpp_executor_factory(default_num_clients=3)
     context = native.create_sync_local_cpp_execution_context()
-    assert first.pool is second.pool
+    assert first.group is second.group
     with sh.execution_context(first):
         assert _sum_plus_one([1.0, 2.0]) == 5.0
     started = _workers(first)
@@ -59,16 +59,16 @@ def test_open_factories_share_one_pool_and_the_last_close_stops_it():
     with sh.execution_context(second):
         assert _sum_plus_one([4.0]) == 5.0, 'the pool outlives a factory closed before the others'
     second.close()
-    assert not second.pool.closed, 'the context still holds the pool'
+    assert not second.group.closed, 'the context still holds the pool'
     context.close()
-    assert second.pool.closed
+    assert second.group.closed
     assert not _running(started), 'the last close stops the workers'
 
     again = local_cpp_executor_factory()
     try:
-        assert again.pool is not first.pool, 'a factory made after the last close starts afresh'
+        assert again.group is not first.group, 'a factory made after the last close starts afresh'
         with sh.execution_context(again):
             assert _sum_plus_one([1.0]) == 2.0
     finally:
         again.close()
-    assert again.pool.closed
+    assert again.group.closed

@@ -89,7 +89,7 @@ def test_bit_identical_across_thread_and_process_layouts(warm_pool, warm_pool_1)
         with process_executor_factory(
             num_workers=workers, clients_per_worker=per_worker, pool=pool
         ) as factory:
-            assert (factory.pool.num_workers, factory.pool.options.clients_per_worker) == (
+            assert (factory.group.num_workers, factory.group.options.clients_per_worker) == (
                 workers,
                 per_worker,
             )
@@ -171,7 +171,7 @@ def test_killed_worker_raises_then_retry_gives_the_answer(tmp_path):
     data = [np.float32(1), np.float32(2)]
     factory = process_executor_factory(num_workers=2, clients_per_worker=1, start=True)
     try:
-        pool = factory.pool
+        pool = factory.group
         with sh.execution_context(factory):
             killer = threading.Thread(target=kill_mid_computation, args=(pool, 1, first, data))
             killer.start()
@@ -251,13 +251,13 @@ def test_pool_is_shared_across_cardinalities_and_closes():
         pids = None
         for n in (1, 2, 3, 5, 1):
             assert s([np.float32(1)] * n) == n
-            now = [h.pid for h in factory.pool.handles]
+            now = [h.pid for h in factory.group.handles]
             pids = pids or now
             assert now == pids  # the same warm workers serve every cardinality
         assert len(factory.cached_cardinalities) == 2
     factory.close()
     factory.close()  # idempotent
-    assert all(not h.alive for h in factory.pool.handles)
+    assert all(not h.alive for h in factory.group.handles)
 
 
 def test_values_stay_in_workers_until_computed(warm_pool):

@@ -30,7 +30,7 @@ def test_sequential_calls_never_wait_for_the_reactor_timeout(direct):
 
     data = list(np.ones(4, np.float32))
     with sh.framework.process_executor_factory(num_workers=2, start=True) as factory:
-        pool = factory.pool
+        pool = factory.group
         pool.sends_directly = direct
         reactor = pool._reactor
         wakeups = []

@@ -209,7 +209,7 @@ def test_sigterm_to_a_busy_worker_fails_the_call_cleanly(tmp_path):
             # worker 0's SIGTERM handler runs as the op returns, before it answers.
             t = threading.Thread(
                 target=kill_mid_computation,
-                args=(factory.pool, 0, tmp_path, data, signal.SIGTERM, False),
+                args=(factory.group, 0, tmp_path, data, signal.SIGTERM, False),
             )
             t.start()
             with pytest.raises(WorkerCrashedError) as e:
@@ -226,7 +226,7 @@ def test_sigterm_to_a_busy_worker_fails_the_call_cleanly(tmp_path):
 def test_a_stopped_worker_fails_the_call_after_the_liveness_timeout():
     data = _data(6, 4)
     with process_executor_factory(num_workers=2, liveness_timeout=1.5, start=True) as factory:
-        pool = factory.pool
+        pool = factory.group
         with sh.execution_context(factory):
             summary(data)
             pid = pool.handles[1].pid
@@ -253,7 +253,7 @@ def test_request_timeout_names_the_worker_and_is_retryable():
             err = e.value
             assert err.reason == 'timeout' and err.worker_id == 0 and err.op
             assert 'request_timeout=0.3' in str(err)
-        factory.pool.request_timeout = None
+        factory.group.request_timeout = None
         with sh.execution_context(factory):
             assert slow_total(data) == 6.0
 
@@ -277,7 +277,7 @@ def test_after_a_failed_start_the_pool_recovers_and_broadcasts_work():
         with sh.execution_context(factory) as ctx:
             with pytest.raises(WorkerStartError, match=r'worker 0 \(pid \d+\) did not start'):
                 use(big, [1.0, 2.0, 3.0])
-            factory.pool.start_timeout = 120.0
+            factory.group.start_timeout = 120.0
             for _ in range(2):
                 assert ctx.invoke(use, (big, [1.0, 2.0, 3.0])) == 6.0
 
@@ -345,8 +345,8 @@ def test_a_failing_call_does_not_leak_its_error_into_a_concurrent_one(warm_pool)
 def test_a_deadlocked_worker_fails_the_call_after_the_liveness_timeout():
     data = _data(6, 5)
     with process_executor_factory(num_workers=2, liveness_timeout=1.5) as factory:
-        factory.pool.worker_target = worker_hanging_on_stream_reduce
-        factory.pool.start()
+        factory.group.worker_target = worker_hanging_on_stream_reduce
+        factory.group.start()
         with sh.execution_context(factory):
             t0 = time.monotonic()
             with pytest.raises(WorkerTimeoutError) as e:

@@ -32,7 +32,7 @@ def test_a_stopped_worker_fails_fast_and_a_busy_one_is_left_alone(tmp_path):
     with process_executor_factory(
         num_workers=1, clients_per_worker=1, liveness_timeout=20, stopped_timeout=0.5, start=True
     ) as factory:
-        pool = factory.pool
+        pool = factory.group
         assert pool.stopped_timeout == 0.5
         with sh.execution_context(factory):
             # Busy: the worker spins inside one TF call (state R) for 3x stopped_timeout.

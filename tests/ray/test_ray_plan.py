@@ -152,7 +152,7 @@ def test_factory_checks_arguments_before_anything_starts():
         sh.framework.ray_executor_factory(workers=object())
     # A valid factory starts nothing until it is used (Ray is not even initialised).
     f = sh.framework.ray_executor_factory(num_workers=1)
-    assert not f.workers.started
+    assert not f.group.started
     f.close()
     f.close()  # idempotent
 
@@ -218,7 +218,7 @@ def test_stack_config_of_kind_ray():
 def test_the_runner_builds_a_ray_factory_from_the_config():
     from simharness.experiments.config import config_from_dict
     from simharness.experiments.runner import _make_factory
-    from simharness.stacks import RayExecutorFactory
+    from simharness.runtime.ray.workers import RayWorkers
 
     c = config_from_dict(
         {
@@ -235,8 +235,8 @@ def test_the_runner_builds_a_ray_factory_from_the_config():
     )
     f = _make_factory(c)
     try:
-        assert isinstance(f, RayExecutorFactory) and not f.workers.started  # nothing started
-        w = f.workers
+        assert isinstance(f.group, RayWorkers) and not f.group.started  # nothing started
+        w = f.group
         assert (
             w.address,
             w.requested_workers,

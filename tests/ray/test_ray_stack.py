@@ -89,7 +89,7 @@ def test_fedavg_on_ray_is_bit_identical_to_the_process_stack(ray_stack, make_fac
 
 def test_one_actor_per_node_pinned_to_its_nodes_core(ray_stack):
     factory = ray_executor_factory(workers=ray_stack.workers)
-    cluster = factory.cluster()
+    cluster = factory.group.cluster()
     assert sorted(n['address'] for n in cluster['nodes'] if n['alive']) == [
         '127.0.0.2',
         '127.0.0.3',
@@ -244,7 +244,7 @@ def test_an_unsatisfiable_placement_group_is_an_error_naming_the_resources(ray_s
 
     factory = ray_executor_factory(num_workers=2, num_cpus_per_worker=64, ready_timeout=1.0)
     with pytest.raises(WorkerStartError, match=r'64\.0.*ready_timeout.*4 CPU'):
-        factory.workers.start()
+        factory.group.start()
     factory.close()
     # Nothing left behind: no placement group waiting for resources, Ray still up.
     from ray.util.placement_group import placement_group_table

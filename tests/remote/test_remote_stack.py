@@ -45,7 +45,7 @@ def test_factory_from_addresses_owns_and_closes_its_connections(remote_pair):
         with sh.execution_context(factory):
             assert np.allclose(_run_mean(), 2.0)
         assert [s['address'] for s in factory.stats()['services']] == remote_pair.addresses
-    assert factory.services.closed
+    assert factory.group.closed
     with pytest.raises(sh.errors.ExecutorClosedError):
         factory.create_executor({sh.CLIENTS: 3})
 

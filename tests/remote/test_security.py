@@ -155,7 +155,7 @@ def test_a_service_with_local_worker_processes_hosts_one_block_per_worker(secure
     with factory:
         with sh.execution_context(factory):
             remote = _mean(xs)
-        assert factory.services.num_workers == 2  # two worker slots, one block each
+        assert factory.group.num_workers == 2  # two worker slots, one block each
         info = factory.stats()['services'][0]
         assert info['num_workers'] == 2 and info['streams'] == 2
     with sh.execution_context(local_executor_factory()):

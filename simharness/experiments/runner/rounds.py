@@ -240,6 +240,8 @@ def _run_rounds(
     from simharness.aggregators.accounting import dp_epsilon
     from simharness.core.determinism import pin_tensorflow_threads
     from simharness.experiments.processes import federated_evaluation
+    from simharness.runtime.local.pool import WorkerPool
+    from simharness.runtime.ray.workers import RayWorkers
 
     pin_tensorflow_threads()  # before the model and process run TF here: the workers' bits
     if _progress_enabled(progress):  # on a terminal: something before the bar appears
@@ -316,17 +318,16 @@ def _run_rounds(
     bar = None
     writer = None
     try:
-        pool = getattr(factory, 'pool', None)
-        ray_workers = getattr(factory, 'workers', None)  # stack.kind = 'ray': the actors
-        if pool is not None:
-            extra['stack_start_seconds'] = pool.start()
-            extra['num_workers'] = pool.num_workers
-        elif ray_workers is not None:
+        group = getattr(factory, 'group', None)  # a worker stack's workers
+        if isinstance(group, WorkerPool):
+            extra['stack_start_seconds'] = group.start()
+            extra['num_workers'] = group.num_workers
+        elif isinstance(group, RayWorkers):  # stack.kind = 'ray': the actors
             t_ray = time.perf_counter()
-            ray_workers.start()
+            group.start()
             extra['stack_start_seconds'] = time.perf_counter() - t_ray
-            extra['num_workers'] = ray_workers.num_workers
-            _record_cluster(run_dir, factory.cluster())
+            extra['num_workers'] = group.num_workers
+            _record_cluster(run_dir, group.cluster())
         else:
             extra['stack_start_seconds'] = 0.0
         show_bar = _progress_enabled(progress)

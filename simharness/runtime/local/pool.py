@@ -187,13 +187,16 @@ class WorkerPool:
             out.append(None if resp is None or not resp.ok else resp.result)
         return out
 
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> Dict[str, object]:
+        """Requests served, shared-memory bytes each way, and each worker's RSS and CPU time
+        (``'workers'``: `resource_usage()`)."""
         return {
             'requests': sum(h.stats.requests for h in self.handles),
             'bytes_to_workers': (
                 sum(h.stats.bytes_to_worker for h in self.handles) + self.broadcast.bytes_written
             ),
             'bytes_from_workers': sum(h.stats.bytes_from_worker for h in self.handles),
+            'workers': self.resource_usage(),
         }
 
     def close(self) -> None:

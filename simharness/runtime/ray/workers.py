@@ -449,12 +449,15 @@ class RayWorkers:
         return out
 
     def stats(self) -> Dict[str, Any]:
+        """Requests and bytes moved, broadcast puts, and each actor's node, pid, RSS and CPU
+        time (``'workers'``: `info()`)."""
         return {
             'requests': sum(h.requests for h in self.handles),
             'bytes_to_workers': sum(h.bytes_to_worker for h in self.handles)
             + (self.broadcast.bytes_written if self.broadcast is not None else 0),
             'bytes_from_workers': sum(h.bytes_from_worker for h in self.handles),
             'broadcast_puts': self.broadcast.puts if self.broadcast is not None else 0,
+            'workers': self.info(),
         }
 
     def cluster(self) -> Dict[str, Any]:

@@ -99,12 +99,12 @@ def test_setting_a_context_again_closes_the_previous_one(restore_default):
     first = _workers() - before
     assert first, 'the native context runs clients in worker processes'
     tff.backends.native.set_sync_local_cpp_execution_context(default_num_clients=2)
-    assert previous.factory.pool.closed is False and previous.factory.closed
+    assert previous.factory.group.closed is False and previous.factory.closed
     assert at_clients() == [1, 1]
     assert _workers() - before == first, 'the new context starts no second set of workers'
     _check_datasets_pass_through()
     federated_language.framework.get_context_stack().current.close()
-    assert previous.factory.pool.closed, 'the last context closed stops the shared pool'
+    assert previous.factory.group.closed, 'the last context closed stops the shared pool'
 
 
 def test_async_context_returns_awaitables(restore_default):
