@@ -192,7 +192,7 @@ class WorkerGroupExecutorFactory(CachingExecutorFactory, Generic[G]):
     ```
     ReferenceResolvingExecutor
       FederatingExecutor(FederatedResolvingStrategy)
-        server, unplaced: ThreadDelegating(EagerTF) in the driver
+        server, unplaced: EagerTF on the driver's event loop
         clients:          client_executor(worker k, size) x min(workers, clients),
                           worker k hosting the k-th contiguous block of clients
     ```

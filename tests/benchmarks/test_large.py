@@ -35,6 +35,8 @@ import os
 import numpy as np
 import pytest
 
+from simharness.runtime.local.pool import WorkerPool
+
 from .helpers import MB, RssSampler, median_seconds
 
 SIZES = (1_000, 10_000, 100_000)
@@ -104,7 +106,8 @@ def test_large_round(benchmark, reference_files, timing_disabled, stack_name, si
         factory = make_factory(spec, pools)
         try:
             benchmark.extra_info['simharness_stack'] = stack_config(spec, factory)
-            pool = getattr(factory, 'pool', None)
+            pool = getattr(factory, 'group', None)
+            pool = pool if isinstance(pool, WorkerPool) else None
             if pool is not None:
                 pool.start()
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simharness.runtime.local.pool import WorkerPool
+
 from .helpers import MB, STACKS, RssSampler, median_seconds
 
 NUM_CLIENTS = 10_000
@@ -65,7 +67,8 @@ def test_peak_memory(benchmark, reference, timing_disabled, stack_name):
         factory = make_factory(spec, pools)
         try:
             benchmark.extra_info['simharness_stack'] = stack_config(spec, factory)
-            pool = getattr(factory, 'pool', None)
+            pool = getattr(factory, 'group', None)
+            pool = pool if isinstance(pool, WorkerPool) else None
             if pool is not None:
                 pool.start()
 

@@ -145,7 +145,7 @@ def interleaved(benchmark, fn, args, check, baseline_ctx, rounds):
 
 def _report(benchmark, stack, factory, t, base, per):
     benchmark.extra_info.update(
-        stack=stack, nodes=sorted({w['node_ip'] for w in factory.cluster()['workers']}), **per
+        stack=stack, nodes=sorted({w['node_ip'] for w in factory.group.cluster()['workers']}), **per
     )
     benchmark.extra_info.update(
         process_2_seconds=base, ratio_to_process_2=t / base, speed_relative_to_process_2=base / t
