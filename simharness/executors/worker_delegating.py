@@ -81,6 +81,9 @@ Types = Union[T.Type, List[T.Type]]
 
 #: Unanswered (or failed, unreported) requests kept per session at most.
 _MAX_PENDING = 4096
+#: Requests that only place values in shared memory for later requests: sent with the next
+#: request (`defer`). (Loading a source or rebuilding a dataset is worker work, sent at once.)
+_DEFERRED = frozenset({Op.CREATE_VALUES_STACKED})
 
 
 def _lent_partials(result: Any, loan: Optional[Loan]) -> Any:
@@ -366,7 +369,10 @@ class WorkerDelegatingExecutor(BatchExecutor):
         elif lend:
             fut = self._handle.submit(header, buffers, op, gen, lend=True)
         else:
-            fut = self._handle.submit(header, buffers, op, gen)
+            # Values made for later requests (nobody waits for their answer) go with the
+            # next request to this worker: it wakes once, not once more while the driver
+            # still prepares the round (on 2 cores that wake took the driver's core).
+            fut = self._handle.submit(header, buffers, op, gen, defer=pipelined and op in _DEFERRED)
         if pipelined:
             with self._lock:
                 self._pending.append((CURRENT_INVOCATION.get(), fut))

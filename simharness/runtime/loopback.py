@@ -129,7 +129,9 @@ class LoopbackHandle:
         locs: Optional[List[Any]] = None,
         on_done: Optional[Callable[[], None]] = None,
         lend: bool = False,
+        defer: bool = False,
     ) -> 'concurrent.futures.Future[Answer]':
+        """`WorkerHandle.submit`: the request runs on the worker's thread (`defer` is ignored)."""
         out: 'concurrent.futures.Future[Answer]' = concurrent.futures.Future()
         with self._lock:
             err: Optional[BaseException] = None

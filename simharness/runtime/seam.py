@@ -151,6 +151,7 @@ class WorkerHandle(Protocol):
         locs: Optional[List[Any]] = None,
         on_done: Optional[Callable[[], None]] = None,
         lend: bool = False,
+        defer: bool = False,
     ) -> 'concurrent.futures.Future[Answer]':
         """Queues one encoded request; the future resolves to its `Answer`.
 
@@ -163,6 +164,9 @@ class WorkerHandle(Protocol):
           on_done: called once when the worker is done with `locs`.
           lend: with `lends`, the answer's arrays may be views of the worker's
             memory, lent until ``answer.loan.release()`` (see the local pool).
+          defer: nobody waits for this answer: the transport may hold the request
+            and send it, in order, with the next request to the same worker (the
+            local pool does: one wake of the worker for both); others send it now.
         """
 
 

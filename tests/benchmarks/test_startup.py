@@ -5,10 +5,12 @@ per driver process, with the session's first pool; that first start is
 recorded as ``first_pool_start_seconds_with_forkserver`` when this session
 started one). Each round starts a fresh pool and closes it untimed.
 Correctness: every worker is alive, has its own pid and runs on the CPUs
-its placement names. In extra_info: ``seconds_per_worker``.
+its placement names, as a batch job (Linux). In extra_info: ``seconds_per_worker``.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -26,6 +28,8 @@ def _check_started(pool) -> None:
     assert len(set(pids)) == pool.num_workers, pids
     for h in pool.handles:
         assert sorted(psutil.Process(h.pid).cpu_affinity()) == sorted(h.placement.cpus), h.pid
+        if hasattr(os, 'SCHED_BATCH'):  # Linux: woken by a request, it does not preempt
+            assert os.sched_getscheduler(h.pid) == os.SCHED_BATCH, h.pid
 
 
 @pytest.mark.parametrize('num_workers', NUM_WORKERS)

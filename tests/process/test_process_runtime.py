@@ -328,3 +328,22 @@ def test_close_during_a_running_computation_returns_promptly(tmp_path):
     assert not t.is_alive()
     assert took and took[0] < 30  # a hang check: the close does not wait for the run
     assert errors and isinstance(errors[0], (WorkerCrashedError, sh.errors.ExecutorClosedError))
+
+
+def test_a_deferred_request_goes_with_the_next_one(warm_pool):
+    """`submit(..., defer=True)` queues without sending (the worker is not woken for it);
+    the next request to the same worker takes it along, in order."""
+    from simharness.runtime import protocol as P
+
+    warm_pool.start()
+    h = warm_pool.handles[0]
+    header, buffers = P.encode_message(P.Request(P.Op.PING, 0, []))
+    done = []
+    first = h.submit(header, list(buffers), P.Op.PING, h.generation, defer=True)
+    first.add_done_callback(lambda f: done.append('first'))
+    time.sleep(0.3)
+    assert not first.done(), 'a deferred request was sent on its own'
+    second = h.submit(header, list(buffers), P.Op.PING, h.generation)
+    second.add_done_callback(lambda f: done.append('second'))
+    assert second.result(60).response.ok and first.result(60).response.ok
+    assert done == ['first', 'second']

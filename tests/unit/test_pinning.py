@@ -445,8 +445,11 @@ def restore_affinity():
     if not hasattr(os, 'sched_getaffinity'):
         pytest.skip('no sched_setaffinity')
     before = os.sched_getaffinity(0)
+    policy = os.sched_getscheduler(0) if hasattr(os, 'sched_getscheduler') else None
     yield sorted(before)
     os.sched_setaffinity(0, before)
+    if policy is not None:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
 
 
 def test_apply_placement_pins_and_sets_env(monkeypatch, restore_affinity):
@@ -460,6 +463,8 @@ def test_apply_placement_pins_and_sets_env(monkeypatch, restore_affinity):
     )
     apply_placement(placement)
     assert os.sched_getaffinity(0) == {cpus[-1]}
+    if hasattr(os, 'SCHED_BATCH'):  # Linux: a woken worker does not preempt the driver
+        assert os.sched_getscheduler(0) == os.SCHED_BATCH
     assert os.environ['CUDA_VISIBLE_DEVICES'] == '0'
     assert os.environ['TF_FORCE_GPU_ALLOW_GROWTH'] == 'true'
     assert ('intra', 1) in fake.calls

@@ -346,9 +346,11 @@ class RemoteWorkerHandle:
         locs: Optional[List[Any]] = None,
         on_done: Optional[Callable[[], None]] = None,
         lend: bool = False,
+        defer: bool = False,
     ) -> 'concurrent.futures.Future[Answer]':
         """Queues one encoded request; the future resolves to its `Answer` (never with a
-        loan: `lend` is ignored, answers arrive as copies over the stream)."""
+        loan: `lend` is ignored, answers arrive as copies over the stream; `defer` too: the
+        stream sends each request as it comes)."""
         call = _Call(header, list(buffers), op.name, on_done)
         stream = self._stream
         err: Optional[BaseException] = None

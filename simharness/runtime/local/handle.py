@@ -106,6 +106,7 @@ class WorkerHandle:
         locs: Optional[List[Any]] = None,
         on_done: Optional[Callable[[], None]] = None,
         lend: bool = False,
+        defer: bool = False,
     ) -> 'concurrent.futures.Future[Answer]':
         """Queues one encoded request; the future resolves to its `Answer`.
 
@@ -122,6 +123,10 @@ class WorkerHandle:
             valid until ``answer.loan.release()`` (the loan is None when nothing is
             lent), instead of copies. For answers the caller reads once and drops
             (partial reductions).
+          defer: queued, not sent: it goes, in order, with the next request to this
+            worker (or when the reactor next writes to it), so that the worker wakes
+            once for both. Only for requests whose answer nobody waits for: a
+            value created for a later request, say.
         """
         call = Call(header, buffers, locs, op.name, on_done, lend, generation)
         err: Optional[BaseException] = None
@@ -136,6 +141,8 @@ class WorkerHandle:
             )
         if err is not None:
             call.finish(error=err)
+        elif defer:
+            pass  # the next submit (or the reactor's next write) sends it
         elif not (self.pool.sends_directly and self._send_directly()):
             self.pool.reactor.wake(self)
         return call.future

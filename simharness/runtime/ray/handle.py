@@ -132,9 +132,11 @@ class RayWorkerHandle:
         locs: Optional[List[Any]] = None,
         on_done: Optional[Callable[[], None]] = None,
         lend: bool = False,
+        defer: bool = False,
     ) -> 'concurrent.futures.Future[Answer]':
         """Sends one encoded request; the future resolves to its `Answer` (never with a
-        loan: `lend` is ignored, answers are Ray's objects, never views lent by the actor)."""
+        loan: `lend` is ignored, answers are Ray's objects, never views lent by the actor;
+        `defer` too: each request is an actor call of its own)."""
         nbytes = len(header) + sum(int(getattr(b, 'nbytes', 0)) for b in buffers)
         call = _Call(op.name, on_done, generation, 0 if locs else nbytes)
         err: Optional[BaseException] = None
