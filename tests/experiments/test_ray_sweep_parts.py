@@ -108,6 +108,24 @@ def test_a_points_files_travel_as_bytes_and_stay_in_its_run_directory(tmp_path):
             ray_sweep._write_files(tmp_path / 'c', {bad: b''})  # pylint: disable=protected-access
 
 
+def test_a_task_gets_and_answers_msgpack_bytes_not_pickled_objects(tmp_path):
+    """What Ray carries for a point is bytes: its spec packed (plain values of the config,
+    file bytes), and the answer the same way; anything else is refused, naming it."""
+    from simharness.experiments.config import config_from_dict
+
+    cfg = make_config()
+    spec = {'config': cfg.to_dict(), 'run_id': 'r', 'resume': False, 'files': {'x': b'\0'}}
+    payload = ray_sweep._pack(spec)  # pylint: disable=protected-access
+    assert isinstance(payload, bytes)
+    back = ray_sweep._unpack(payload, tuple(spec), 'a sweep point')  # pylint: disable=protected-access
+    assert back['files'] == {'x': b'\0'} and back['run_id'] == 'r'
+    assert config_from_dict(back['config']) == cfg
+    with pytest.raises(ValueError, match='a sweep point: expected msgpack bytes, got dict'):
+        ray_sweep._run_point(spec)  # pylint: disable=protected-access
+    with pytest.raises(ValueError, match='expected a map of'):
+        ray_sweep._unpack(ray_sweep._pack({'x': 1}), tuple(spec), 'a sweep point')  # pylint: disable=protected-access
+
+
 def test_points_on_one_node_claim_disjoint_cores(tmp_path):
     """A point pins its thread (and so its workers) to cores no other point of the node
     holds; with too few free it is not pinned; its affinity is restored after."""

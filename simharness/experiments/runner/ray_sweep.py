@@ -7,19 +7,20 @@
       check_address: TCP, then a gRPC handshake, within connect_timeout (else ConfigError)
       ray.init(address)                      (or the Ray this process has joined already)
       per unfinished point: the run.lock of its run directory here, held to the end
-        spec {config (a dict), run id, resume, files of its unfinished run (resume)}
+        spec {config (a dict), run id, resume, files of its unfinished run (resume)},
+        msgpack bytes
         _run_point.options(num_cpus=its workers,  ──────▶  one task on one node:
                            max_retries=3)                    files -> a scratch run directory
                                                              run_experiment(cfg, scratch): its
                                                                stack's workers on this node
                                                              answer {code, error, node, files}
-      files -> <results>/<name>/<run id>/  ◀──────────────  (plain data: str, int, bytes)
+      files -> <results>/<name>/<run id>/  ◀──────────────  (msgpack bytes: str, int, bytes)
         (summary.json last), RunResult from it
 
 Why tasks and not Ray Tune: a point is one `run_experiment`, already resumable from its
 own checkpoints, with its own run directory, lock and per-round metrics.jsonl; a task
-carries a dict of plain values there and a dict of file bytes back, no code and no
-object of ours. Tune would ship a trainable (code), keep its own copies of results and checkpoints
+carries msgpack bytes of plain values there and of file bytes back, no code and no
+object of ours (Ray pickles only bytes). Tune would ship a trainable (code), keep its own copies of results and checkpoints
 (its resume is not the run directory's), and its early stopping (ASHA) ends points at
 rounds a sequential sweep runs: not the same bits. (It also needs pydantic and more, not
 installed with ``simharness[ray]``.)
@@ -57,7 +58,20 @@ import threading
 import time
 import types
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypedDict
+from typing import (
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypedDict,
+    cast,
+)
+
+import msgpack
 
 from simharness.errors import ConfigError, MissingDependencyError
 from simharness.experiments import atomic
@@ -107,6 +121,22 @@ class PointAnswer(TypedDict):
     error: Optional[str]
     node: str
     files: Files
+
+
+def _pack(message: Mapping[str, object]) -> bytes:
+    """A task's argument or answer as msgpack bytes: what Ray carries is bytes, never a
+    pickled Python object of ours."""
+    return msgpack.packb(message, use_bin_type=True)
+
+
+def _unpack(data: object, keys: Tuple[str, ...], what: str) -> Dict[str, object]:
+    """`_pack`'s message back; a ValueError naming `what` when it is not one."""
+    if not isinstance(data, bytes):
+        raise ValueError(f'{what}: expected msgpack bytes, got {type(data).__name__}')
+    out = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    if not isinstance(out, dict) or sorted(out) != sorted(keys):
+        raise ValueError(f'{what}: expected a map of {sorted(keys)}, got {type(out).__name__}')
+    return out
 
 
 # ---------------------------------------------------------------- the address
@@ -215,9 +245,15 @@ def _signal_handlers_kept() -> Iterator[None]:
 # ---------------------------------------------------------------- a point's task
 
 
-def _run_point(spec: PointSpec) -> PointAnswer:
-    """One point in a Ray task: a scratch results root on this node, `run_experiment`, the
-    run directory's files back; the scratch directory is removed."""
+def _run_point(payload: bytes) -> bytes:
+    """One point in a Ray task (its `PointSpec` packed): a scratch results root on this
+    node, `run_experiment`, the run directory's files back (its `PointAnswer` packed); the
+    scratch directory is removed."""
+    spec = cast(PointSpec, _unpack(payload, tuple(PointSpec.__annotations__), 'a sweep point'))
+    return _pack(_point_answer(spec))
+
+
+def _point_answer(spec: PointSpec) -> PointAnswer:
     # pylint: disable=import-outside-toplevel
     import ray
 
@@ -431,7 +467,7 @@ def _run_tasks(
         }
         ref = task.options(
             num_cpus=cpus[run_id], max_retries=MAX_RETRIES, retry_exceptions=False
-        ).remote(spec)
+        ).remote(_pack(spec))
         pending[ref] = (i, run_id, cfg)
         if log:
             log(f'[{i}/{total}] run {run_id} (a Ray task, {cpus[run_id]} CPU on one node)')
@@ -461,7 +497,10 @@ def _run_tasks(
 def _collect(ray: types.ModuleType, ref: object, run_dir: Path, run_id: str) -> RunResult:
     """A finished task's RunResult, its files written to `run_dir`."""
     try:
-        answer: PointAnswer = ray.get(ref)
+        answer = cast(
+            PointAnswer,
+            _unpack(ray.get(ref), tuple(PointAnswer.__annotations__), f'the answer of {run_id}'),
+        )
     except ray.exceptions.RayError as e:  # lost MAX_RETRIES times
         first = (str(e).strip().splitlines() or [''])[0][:300]
         return _unanswered(run_id, run_dir, f'{type(e).__name__}: {first}')
