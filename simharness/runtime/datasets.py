@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import threading
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Hashable, List, Optional, Sequence, Set
 
 import numpy as np
 
@@ -130,8 +130,8 @@ class BlobReader:
         # key -> (the TensorBatches read, its bytes)
         self._kept: 'collections.OrderedDict[Any, Any]' = collections.OrderedDict()
         self._bytes = 0
-        self._other: set = set()  # keys of graphs read afresh every time
-        self._seen: set = set()  # keys met once: checked and kept when they come again
+        self._other: Set[Hashable] = set()  # keys of graphs read afresh every time
+        self._seen: Set[Hashable] = set()  # keys met once: checked and kept when they come again
         self._lock = threading.Lock()
         self.hits = 0
 

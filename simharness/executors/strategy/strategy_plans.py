@@ -18,7 +18,7 @@ import math
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from simharness.core import types as T
-from simharness.core.reduction import ReductionKind
+from simharness.core.reduction import Partial, ReductionKind
 from simharness.core.structure import broadcast_static, pack_as
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.executors.base import BatchExecutor, ExecutorValue
@@ -156,8 +156,10 @@ class StreamBatch:
 
     def __init__(self) -> None:
         self.requests: List[Tuple[ReductionKind, List[Any], Any]] = []
-        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.task: Optional[asyncio.Future] = None  # the runner (a strong reference to it)
+        self.done: 'asyncio.Future[List[List[Partial]]]' = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.task: 'Optional[asyncio.Future[None]]' = None  # the runner (a strong reference to it)
 
 
 def targets_from_mapping(targets: Any) -> Tuple[Any, List[Tuple[Any, int]]]:

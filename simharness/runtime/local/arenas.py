@@ -98,7 +98,7 @@ class BroadcastArena:
 class WorkerStats:
     """Counters of one worker, as seen by the driver."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.requests = 0
         self.bytes_to_worker = 0
         self.bytes_from_worker = 0

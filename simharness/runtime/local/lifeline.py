@@ -73,7 +73,7 @@ def driver_temp_dir() -> str:
     process killed by a signal cannot, so its workers or its SIGTERM path do."""
     from multiprocess import util
 
-    return util.get_temp_dir()
+    return str(util.get_temp_dir())
 
 
 def remove_temp_dir(path: Optional[str]) -> None:
@@ -207,7 +207,7 @@ def _set_parent_death_signal(signum: int) -> bool:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+        return bool(libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 

@@ -214,12 +214,11 @@ class WorkerPool:
             self.broadcast.close()
             self._finalizer.detach()
 
-    def __enter__(self):
+    def __enter__(self) -> 'WorkerPool':
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False
 
 
 def _warn_unclosed(

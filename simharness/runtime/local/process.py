@@ -15,9 +15,12 @@ import select
 import signal
 import threading
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 import psutil
+
+if TYPE_CHECKING:  # reason: the forkserver's context type, for annotations only
+    import multiprocess.context
 
 from simharness.errors import WorkerCrashedError, WorkerStartError, WorkerTimeoutError
 from simharness.runtime import pinning
@@ -59,7 +62,7 @@ def _likely_cause(exitcode: Optional[int]) -> str:
     return f'exited with code {exitcode}'
 
 
-def get_forkserver_context():
+def get_forkserver_context() -> 'multiprocess.context.ForkServerContext':
     """A `multiprocess` forkserver context that preloads TensorFlow."""
     import multiprocess as mp
 

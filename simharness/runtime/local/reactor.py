@@ -12,7 +12,7 @@ import selectors
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Set, Tuple
 
 from simharness.errors import ExecutorClosedError
 
@@ -63,10 +63,10 @@ class Reactor:
         os.set_blocking(self._wake_w, False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._lock = threading.Lock()
-        self._dirty: set = set()
+        self._dirty: Set[Polled] = set()
         self._register: List[Polled] = []
         self._unregister: List[Tuple[Polled, threading.Event]] = []
-        self._registered: Dict[Polled, tuple] = {}
+        self._registered: Dict[Polled, Tuple[int, int]] = {}
         self._stopping = False
         # A byte is in the wake pipe (or about to be): later wake-ups need not write
         # another (one write per batch of submits, not one per request).

@@ -346,7 +346,7 @@ class RayWorkers:
     def _get(self, refs: List[Any], deadline: float, what: str) -> List[Any]:
         ray = self.ray
         try:
-            return ray.get(refs, timeout=max(0.1, deadline - time.monotonic()))
+            return list(ray.get(refs, timeout=max(0.1, deadline - time.monotonic())))
         except ray.exceptions.GetTimeoutError:
             raise E.WorkerStartError(
                 f'the Ray workers did not {what} within {self.ready_timeout:g} s (ready_timeout)'
