@@ -41,11 +41,36 @@ def warm_pool_1(stack_registry):
     return pool
 
 
-def _segments() -> set:
-    """Segments made by this process, or by a process that no longer exists.
+#: Pids of the worker processes this test process started (`_record_worker_pids`).
+_OUR_WORKERS: set = set()
 
-    Segment names carry their creator's pid; other live processes (tests
-    running in parallel on the machine) are not ours to judge.
+
+@pytest.fixture(scope='session', autouse=True)
+def _record_worker_pids():
+    """Records the pid of every worker process this test process starts, so that the leak
+    check judges the segments of its own dead workers, not those of another process's
+    (a test running in parallel whose worker died and whose driver has not yet reaped it)."""
+    from simharness.runtime.local.process import WorkerProcess
+
+    start = WorkerProcess.start
+
+    def recording(self, timeout):
+        try:
+            return start(self, timeout)
+        finally:
+            if self.pid is not None:
+                _OUR_WORKERS.add(self.pid)
+
+    WorkerProcess.start = recording
+    yield
+    WorkerProcess.start = start
+
+
+def _segments() -> set:
+    """Segments made by this process, or by one of its workers that no longer exists.
+
+    Segment names carry their creator's pid; other processes (tests running in
+    parallel on the machine, their workers, dead or alive) are not ours to judge.
     """
     import os
     from simharness.runtime.local.shm import list_leaked_segments
@@ -54,7 +79,11 @@ def _segments() -> set:
     for name in list_leaked_segments():
         parts = name.split('_')
         pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
-        if pid is None or pid == os.getpid() or not psutil.pid_exists(pid):
+        if (
+            pid is None
+            or pid == os.getpid()
+            or (pid in _OUR_WORKERS and not psutil.pid_exists(pid))
+        ):
             out.add(name)
     return out
 
