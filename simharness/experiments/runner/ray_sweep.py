@@ -20,7 +20,8 @@
 Why tasks and not Ray Tune: a point is one `run_experiment`, already resumable from its
 own checkpoints, with its own run directory, lock and per-round metrics.jsonl; a task
 carries msgpack bytes of plain values there and of file bytes back, no code and no
-object of ours (Ray pickles only bytes). Tune would ship a trainable (code), keep its own copies of results and checkpoints
+object of ours (what Ray serializes is bytes: decoding them runs no code). Tune would ship a
+trainable (code), keep its own copies of results and checkpoints
 (its resume is not the run directory's), and its early stopping (ASHA) ends points at
 rounds a sequential sweep runs: not the same bits. (It also needs pydantic and more, not
 installed with ``simharness[ray]``.)
@@ -124,8 +125,9 @@ class PointAnswer(TypedDict):
 
 
 def _pack(message: Mapping[str, object]) -> bytes:
-    """A task's argument or answer as msgpack bytes: what Ray carries is bytes, never a
-    pickled Python object of ours."""
+    """A task's argument or answer as msgpack bytes of plain values (maps, lists, str, int,
+    bool, None, bytes): what Ray carries of ours is bytes, and decoding them builds plain
+    values only, never an object whose class the peer chose."""
     return msgpack.packb(message, use_bin_type=True)
 
 
