@@ -82,10 +82,43 @@ def remove_temp_dir(path: Optional[str]) -> None:
         return
     parent, base = os.path.split(os.path.normpath(path))
     if not base.startswith('pymp-') or os.path.realpath(parent) != os.path.realpath(
-        tempfile.gettempdir()
+        _machine_temp_dir or tempfile.gettempdir()
     ):
         return
     shutil.rmtree(path, ignore_errors=True)
+
+
+#: The machine's temporary directory, where a worker has made `tempfile`'s its own.
+_machine_temp_dir: Optional[str] = None
+
+
+def _use_temp_dir_under(driver_tempdir: Optional[str]) -> Optional[str]:
+    """Makes this worker's temporary files (`tempfile`'s default directory) live in a
+    directory of its own inside the driver's temporary directory, and returns it.
+
+    A worker ends with `os._exit` (multiprocess's way, and the lifeline's), so no
+    `atexit` handler runs in it: TensorFlow's autograph, which writes a
+    ``__autograph_generated_file*.py`` for each function it converts
+    (`tf.vectorized_map` converts some on every worker) and removes them at exit, would
+    leave them in the machine's temporary directory for good. Here they go with the
+    worker's directory when it ends, or with the driver's when the driver does (a worker
+    killed by a signal). Nothing is changed where the driver's directory is not given.
+    """
+    if not driver_tempdir or not os.path.isdir(driver_tempdir):
+        return None
+    try:
+        own = tempfile.mkdtemp(prefix=f'worker-{os.getpid()}-', dir=driver_tempdir)
+    except OSError:
+        return None
+    global _machine_temp_dir
+    _machine_temp_dir = tempfile.gettempdir()
+    tempfile.tempdir = own
+    return own
+
+
+def _remove_own_temp_dir(path: Optional[str]) -> None:
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _wait_for_death(pid: int, timeout: Optional[float] = None) -> bool:
@@ -149,9 +182,11 @@ def run_worker(
     threading.Thread(
         target=_lifeline, args=(driver_pid, driver_tempdir), name='simharness-lifeline', daemon=True
     ).start()
+    own_tempdir = _use_temp_dir_under(driver_tempdir)
     try:
         ended = target(conn, worker_id, placement, config)
     except BaseException as e:
+        _remove_own_temp_dir(own_tempdir)
         # This thread ends the process (the exit code of an exception) maybe before the
         # lifeline has cleaned up, or while it does: a worker whose driver died while
         # it started fails to send READY (the pipe ended). Clean up here if the driver
@@ -168,6 +203,7 @@ def run_worker(
     # lifeline thread has cleaned up: the pipe closes while the dying driver still runs
     # (its files close before it exits), and returning would end this process and the
     # lifeline with it. Wait for the driver to be gone (bounded), then clean up.
+    _remove_own_temp_dir(own_tempdir)
     if ended == DRIVER_GONE:
         if _wait_for_death(driver_pid, _DYING_SECONDS):
             _clean_up_after(driver_pid, driver_tempdir)
