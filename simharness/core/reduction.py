@@ -30,9 +30,22 @@ The module is pure Python: callers pass the `start`, `accumulate` and
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import dataclasses
 import enum
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 import numpy as np
 
@@ -626,36 +639,45 @@ def _times(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _sum_chunks(
-    seg: List[np.ndarray], wseg: Optional[np.ndarray], nscaled: int
+    seg: List[np.ndarray],
+    wseg: Optional[np.ndarray],
+    nscaled: int,
+    mode: Callable[[], ContextManager[None]] = contextlib.nullcontext,
 ) -> List[np.ndarray]:
     """Per leaf [c, L, ...] of c whole chunks: ``((x0 + x1) + x2) + ... + x_{L-1}`` for
-    each chunk (rows of the first `nscaled` leaves times `wseg` [c, L] first), summed into
-    a buffer of its own in place; the leaves themselves are only read."""
-    out = []
-    for j, x in enumerate(seg):
+    each chunk (rows of the first `nscaled` leaves times `wseg` [c, L] first, each product
+    made inside `mode()`), summed into a buffer of its own in place; the leaves
+    themselves are only read."""
+    out: List[np.ndarray] = []
+    nscaled = 0 if wseg is None else min(nscaled, len(seg))
+    for x in seg[nscaled:]:
         first, second = x[:, 0], x[:, 1]
-        shape = (first.shape[0],) + (1,) * (x.ndim - 2)
-        if wseg is None or j >= nscaled:
-            if first.dtype.kind in 'biufc':  # numbers: a pooled (reused) buffer
-                acc = POOL.empty(first.shape, first.dtype)
-                np.add(first, second, out=acc)
-            else:
-                acc = np.add(first, second)
-            for k in range(2, x.shape[1]):
-                np.add(acc, x[:, k], out=acc)
+        if first.dtype.kind in 'biufc':  # numbers: a pooled (reused) buffer
+            acc = POOL.empty(first.shape, first.dtype)
+            np.add(first, second, out=acc)
         else:
-            w = wseg.astype(x.dtype)
-            acc = _times(first, w[:, 0])
-            tmp = (
-                POOL.empty(acc.shape, acc.dtype)
-                if acc.dtype.kind in 'biufc'
-                else np.empty_like(acc)
-            )
-            for k in range(1, x.shape[1]):
-                np.multiply(x[:, k], w[:, k].reshape(shape), out=tmp)
-                np.add(acc, tmp, out=acc)
+            acc = np.add(first, second)
+        for k in range(2, x.shape[1]):
+            np.add(acc, x[:, k], out=acc)
         out.append(acc)
-    return out
+    if not nscaled:
+        return out
+    scaled = seg[:nscaled]
+    # Column by column, the products of every scaled leaf made in one `mode()`, then added
+    with mode():
+        ws = [cast(np.ndarray, wseg).astype(x.dtype) for x in scaled]
+        accs = [_times(x[:, 0], w[:, 0]) for x, w in zip(scaled, ws)]
+    tmps = [
+        POOL.empty(a.shape, a.dtype) if a.dtype.kind in 'biufc' else np.empty_like(a) for a in accs
+    ]
+    shapes = [(x.shape[0],) + (1,) * (x.ndim - 2) for x in scaled]
+    for k in range(1, scaled[0].shape[1]):
+        with mode():
+            for x, w, shape, tmp in zip(scaled, ws, shapes, tmps):
+                np.multiply(x[:, k], w[:, k].reshape(shape), out=tmp)
+        for acc, tmp in zip(accs, tmps):
+            np.add(acc, tmp, out=acc)
+    return accs + out
 
 
 def fold_rows_into(
@@ -667,6 +689,7 @@ def fold_rows_into(
     count: Optional[int] = None,
     scale: Optional[Tuple[np.ndarray, int]] = None,
     adds: bool = False,
+    scale_mode: Callable[[], ContextManager[None]] = contextlib.nullcontext,
 ) -> None:
     """Feeds clients given leaf by leaf (arrays [n, ...]) into a reduction builder.
 
@@ -685,6 +708,9 @@ def fold_rows_into(
     one process). `adds`: `fold_rows` is ``np.add`` leaf by leaf (the numpy sums):
     whole chunks are then summed into accumulators of their own, in place
     (`_sum_chunks`: the same additions in the same order, no fresh array per step).
+    `scale_mode()`: a context the products (and the weights' cast) are made in, the
+    additions outside it (a map's products with TF's flushed denormals:
+    `numpy_elementwise.denormals_flushed`).
     """
     n = leaves[0].shape[0] if leaves else (count or 0)
     L = builder.chunk
@@ -692,7 +718,8 @@ def fold_rows_into(
 
     def scaled(xs: List[Any], w: Any) -> List[Any]:
         k = scale[1]  # type: ignore[index]
-        return [_times(x, w) if j < k else x for j, x in enumerate(xs)]
+        with scale_mode():
+            return [_times(x, w) if j < k else x for j, x in enumerate(xs)]
 
     def rows(lo, hi):
         out = [x[lo - start : hi - start] for x in leaves]
@@ -717,7 +744,7 @@ def fold_rows_into(
             return xs if wseg is None else scaled(xs, wseg[:, k])
 
         if adds and L > 1:
-            acc = _sum_chunks(seg, wseg, 0 if scale is None else scale[1])
+            acc = _sum_chunks(seg, wseg, 0 if scale is None else scale[1], scale_mode)
         else:
             acc = start_rows(column(0))
             for k in range(1, L):

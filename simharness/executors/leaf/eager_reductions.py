@@ -313,6 +313,40 @@ class LeafReductions:
                 i, pos = i + stop - pos, stop
         return rows_to_values(builder.finish(), row_type, row_type)
 
+    def scaled_sum(
+        self,
+        values: Sequence[object],
+        factors: Sequence[int],
+        weight: int,
+        result_type: T.Type,
+        start: int,
+        total: int,
+        mode: Callable[[], Any],
+    ) -> Partial:
+        """The partial of a sum of ``leaf[factors[j]] * leaf[weight]`` (leaf by leaf of each
+        client's value in `values`), the products made inside `mode()` as the rows are
+        folded: the partial of a map of TFF's ``value * weight`` then its sum, without
+        the products in memory (`stream_eval.scaled_sum`)."""
+        values = list(values)
+        _, leaves = self._stacked_numpy(values)
+        factor_leaves = [leaves[j] for j in factors]
+        w = leaves[weight]
+        start_rows, fold_rows, merge = self.row_fns(ReductionKind.SUM, {})
+        builder = Reducer(start_rows, fold_rows, merge, total).begin(start)
+        with self._leaf.device_scope(), np.errstate(over='ignore'):
+            fold_rows_into(
+                builder,
+                factor_leaves,
+                start,
+                start_rows,
+                fold_rows,
+                count=len(values),
+                scale=(w, len(factor_leaves)),
+                adds=True,
+                scale_mode=mode,
+            )
+        return rows_to_values(builder.finish(), result_type, result_type)
+
     @staticmethod
     def _row_runs(
         kind: ReductionKind, values: Sequence[Any], lo: int, hi: int

@@ -28,6 +28,7 @@ from simharness.executors.leaf import tensor_sequences as tseq
 from simharness.core import xla
 from simharness.core.xla import Decision
 from simharness.executors.leaf.client_blocks import Row, VmappedModule, module_call_args
+from simharness.executors.leaf.numpy_elementwise import scaling_of
 from simharness.executors.leaf.tf_values import as_dataset
 from simharness.validation import check_int
 
@@ -210,6 +211,13 @@ class EmbeddedFunction:
         self.exact_elementwise = {n.op for n in nodes} <= EXACT_ELEMENTWISE_OPS
         #: True when its batched form runs as one XLA program (see XLA_EXACT_OPS).
         self.xla_exact = self.exact_elementwise and _xla_exact(nodes)
+        #: When every result is a parameter times one per-client weight (TFF's weighted
+        #: mean's products): which (`numpy_elementwise.scaling_of`), else None.
+        self.scaling = (
+            scaling_of(graph_def, comp.graph.input_names, comp.graph.output_names)
+            if self.xla_exact
+            else None
+        )
         #: When every result is one of the parameters passed through (`selection`): their
         #: positions (a call is then no TF call), else None.
         self.selection = selection(comp.graph, graph_def)

@@ -35,6 +35,7 @@ from simharness.errors import SimharnessValueError
 from simharness.executors.base import BatchExecutor
 from simharness.executors.leaf.client_blocks import EagerValue, rows_to_values, runs
 from simharness.executors.leaf.embedded_function import pack_result
+from simharness.executors.leaf.numpy_elementwise import denormals_flushed
 from simharness.executors.leaf.tf_values import as_tensors, ingest, numpy_tree, revive_datasets
 from simharness.runtime.stream_plan import (
     PlanClients,
@@ -194,6 +195,10 @@ async def stream_reductions(
                     if not type(e).__module__.startswith('tensorflow.'):
                         raise
                     p = None  # TF's error: the map below raises it again, naming the client
+                if p is None:
+                    p = scaled_sum(
+                        ex, r.kind, node.fn, await piece.values(node.src), start + lo, total
+                    )
             if p is not None:
                 prev = parts[k]
                 parts[k] = p if prev is None else joiners[k].join(prev, p)
@@ -206,6 +211,50 @@ async def stream_reductions(
         del piece  # the slice's values go before the next slice is computed
         lo = hi
     return [cast(Partial, p) for p in parts]
+
+
+def scaled_sum(
+    ex: Any, kind: ReductionKind, fn: Any, args: Sequence[Any], start: int, total: int
+) -> Optional[Partial]:
+    """The partial of a sum of `fn`'s results on `args` when `fn` multiplies its
+    parameters by one per-client scalar (TFF's weighted mean: ``value * tf.cast(weight,
+    value.dtype)``), its products made as the rows are folded, with TF's flushed
+    denormals (`numpy_elementwise`): the bits of `create_map` then
+    `create_partial_reduction`, without a pass that writes every client's products and
+    one that reads them back (tests/unit/test_numpy_elementwise.py). None when this does
+    not apply."""
+    if ReductionKind.of(kind) is not ReductionKind.SUM or len(args) < 2:
+        return None
+    if not hasattr(ex, 'reductions'):
+        return None
+    f = ex.fn_of(fn)
+    scaling = getattr(f, 'scaling', None)
+    pt = f.type_signature.parameter
+    if scaling is None or pt is None or f.xla.compiled:
+        return None
+    factors, weight = scaling
+    leaves = T.flatten_type(pt)
+    results = T.flatten_type(f.type_signature.result)
+    w = leaves[weight]
+    if not (
+        isinstance(w, T.TensorType)
+        and w.shape == ()
+        and all(
+            isinstance(leaves[j], T.TensorType)
+            and isinstance(rt, T.TensorType)
+            and leaves[j].is_fully_defined
+            and leaves[j].dtype == rt.dtype
+            and leaves[j].shape == rt.shape
+            for j, rt in zip(factors, results)
+        )
+        and all(a.type_signature == args[0].type_signature for a in args)
+        and pt.is_assignable_from(args[0].type_signature)
+    ):
+        return None
+    partial: Partial = ex.reductions.scaled_sum(
+        args, factors, weight, f.type_signature.result, start, total, denormals_flushed
+    )
+    return partial
 
 
 #: Result dtypes whose sums `summed_map` makes in the compiled call.
