@@ -28,6 +28,7 @@ import asyncio
 import collections
 import collections.abc
 import contextvars
+import functools
 import inspect
 import types
 
@@ -153,6 +154,7 @@ def _is_generator(value: Any) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def _has_sequence(t: T.Type) -> bool:
     if isinstance(t, T.SequenceType):
         return True
@@ -182,7 +184,11 @@ def _drain_generators(value: Any, t: T.Type) -> Any:
         value, (Struct, collections.abc.Mapping, list, tuple)
     ):
         s = from_container(value, t)
-        return Struct((n, _drain_generators(v, e)) for (n, e), v in zip(t.items(), s))
+        # elements without sequences (a round's state) pass as they are, not rebuilt
+        return Struct(
+            (n, _drain_generators(v, e) if _has_sequence(e) else v)
+            for (n, e), v in zip(t.items(), s)
+        )
     return value
 
 
