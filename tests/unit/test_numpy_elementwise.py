@@ -145,7 +145,7 @@ def _weighted_mul(weight_dtype):
 
 
 async def _scaled_and_folded(comp, values, start, total):
-    with EagerTFExecutor() as ex:
+    with EagerTFExecutor(sums_in_calls=True) as ex:
         fn = await ex.create_value(comp, comp.type_signature)
         args = await ex.create_values(values, comp.type_signature.parameter)
         got = scaled_sum(ex, ReductionKind.SUM, fn, args, start, total)

@@ -221,12 +221,13 @@ def scaled_sum(
     value.dtype)``), its products made as the rows are folded, with TF's flushed
     denormals (`numpy_elementwise`): the bits of `create_map` then
     `create_partial_reduction`, without a pass that writes every client's products and
-    one that reads them back (tests/unit/test_numpy_elementwise.py). None when this does
-    not apply."""
+    one that reads them back (tests/unit/test_numpy_elementwise.py). Only where
+    `ex.sums_in_calls` (worker processes; the thread stack's executors share their cores,
+    and measured slower so). None when this does not apply."""
     if ReductionKind.of(kind) is not ReductionKind.SUM or len(args) < 2:
         return None
-    if not hasattr(ex, 'reductions'):
-        return None
+    if not getattr(ex, 'sums_in_calls', False) or not hasattr(ex, 'reductions'):
+        return None  # a worker's (one client thread on its pinned core), as `summed_map`
     f = ex.fn_of(fn)
     scaling = getattr(f, 'scaling', None)
     pt = f.type_signature.parameter
