@@ -43,7 +43,7 @@ _CAST_SOURCES = frozenset(
 )
 _PASS_OPS = frozenset({'Identity', 'IdentityN'})
 #: TF's `DataType` enum (types.proto) of those dtypes.
-_DATA_TYPES = {
+_DATA_TYPES: Dict[int, np.dtype] = {
     1: np.dtype(np.float32),
     2: np.dtype(np.float64),
     3: np.dtype(np.int32),
@@ -159,7 +159,8 @@ def _nodes_of(graph_def: object) -> Optional[Dict[str, _Node]]:
     """The graph's nodes, or None when one is not of the ops and dtypes above."""
 
     def dtype(attr: object) -> Optional[np.dtype]:
-        return _DATA_TYPES.get(attr.type)  # type: ignore[attr-defined]
+        code = getattr(attr, 'type', None)  # an AttrValue's DataType
+        return _DATA_TYPES.get(code) if isinstance(code, int) else None
 
     nodes: Dict[str, _Node] = {}
     for n in graph_def.node:  # type: ignore[attr-defined]
