@@ -18,8 +18,11 @@ checked too.
 from __future__ import annotations
 
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from typing import Optional
 
@@ -153,13 +156,16 @@ def test_a_process_stack_program_prints_only_its_output(tmp_path):
     """The driver, the forkserver and both workers: nothing on stderr, and nothing left in
     the temporary directory (the workers' `tf.vectorized_map` has autograph write files
     there, which a process ending by `os._exit` would never remove)."""
-    temp = tmp_path / 'tmp'
-    temp.mkdir()
-    done = _run(tmp_path, PROCESS_STACK, TMPDIR=str(temp))
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ['mean 3.0', 'workers 2'], done.stdout
-    assert done.stderr == ''
-    assert sorted(p.name for p in temp.iterdir()) == []
+    # A short path: the forkserver's socket lives in it (AF_UNIX paths are short).
+    temp = pathlib.Path(tempfile.mkdtemp(prefix='shq-'))
+    try:
+        done = _run(tmp_path, PROCESS_STACK, TMPDIR=str(temp))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == ['mean 3.0', 'workers 2'], done.stdout
+        assert done.stderr == ''
+        assert sorted(p.name for p in temp.iterdir()) == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.mark.slow
