@@ -18,16 +18,14 @@ checked too.
 from __future__ import annotations
 
 import os
-import pathlib
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from typing import Optional
 
 import pytest
 
+from simharness.runtime.local.lifeline import SHORT_TEMP_DIRS, SOCKET_PATH_MAX
 from simharness.tfquiet import NOISE
 
 #: The variables a user's shell would not set (the suite's own settings must not hide noise).
@@ -76,6 +74,8 @@ if __name__ == '__main__':
     with tff.execution_context(factory):
         print('mean', mean_plus_half([1.0, 2.0, 3.0, 4.0]))
         print('workers', len(factory.stats()['workers']))
+        from simharness.runtime.local.lifeline import driver_temp_dir
+        print('sockets in', driver_temp_dir())
 """
 
 #: The same program on the Ray stack: the factory starts a local Ray (2 CPUs, 2 actors) and
@@ -155,17 +155,22 @@ def test_a_tff_style_program_prints_only_its_output(tmp_path):
 def test_a_process_stack_program_prints_only_its_output(tmp_path):
     """The driver, the forkserver and both workers: nothing on stderr, and nothing left in
     the temporary directory (the workers' `tf.vectorized_map` has autograph write files
-    there, which a process ending by `os._exit` would never remove)."""
-    # A short path: the forkserver's socket lives in it (AF_UNIX paths are short).
-    temp = pathlib.Path(tempfile.mkdtemp(prefix='shq-'))
-    try:
-        done = _run(tmp_path, PROCESS_STACK, TMPDIR=str(temp))
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.splitlines() == ['mean 3.0', 'workers 2'], done.stdout
-        assert done.stderr == ''
-        assert sorted(p.name for p in temp.iterdir()) == []
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
+    there, which a process ending by `os._exit` would never remove).
+
+    TMPDIR is deep (as pytest's, or a batch system's): the forkserver's socket would pass
+    the length a Unix socket's path may have there, so its directory is made in /tmp (or
+    another short one) instead, and removed at exit."""
+    temp = tmp_path / ('deep-' + 'd' * (SOCKET_PATH_MAX - len(str(tmp_path))))
+    temp.mkdir()
+    done = _run(tmp_path, PROCESS_STACK, TMPDIR=str(temp))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ['mean 3.0', 'workers 2'], done.stdout
+    assert done.stderr == ''
+    sockets = lines[2].removeprefix('sockets in ')
+    assert os.path.dirname(sockets) in SHORT_TEMP_DIRS, sockets
+    assert not os.path.exists(sockets)
+    assert sorted(p.name for p in temp.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -203,3 +203,20 @@ def test_a_worker_that_sees_its_driver_pipe_end_before_the_driver_exits_cleans_u
         dying.kill()
         dying.wait()
         segment.unlink(missing_ok=True)
+
+
+def test_a_temporary_directory_too_long_for_a_socket_is_named(monkeypatch, tmp_path):
+    """No short directory to fall back on either: a clear error naming TMPDIR and the
+    limit, before any process starts."""
+    from multiprocess import process
+
+    from simharness.errors import WorkerStartError
+    from simharness.runtime.local import lifeline
+
+    deep = str(tmp_path / ('d' * lifeline.SOCKET_PATH_MAX))
+    monkeypatch.setattr(lifeline.tempfile, 'gettempdir', lambda: deep)
+    monkeypatch.setattr(lifeline, 'SHORT_TEMP_DIRS', (str(tmp_path / 'missing'),))
+    monkeypatch.delitem(process.current_process()._config, 'tempdir', raising=False)
+    with pytest.raises(WorkerStartError, match=r'TMPDIR.*too long.*set TMPDIR') as e:
+        lifeline.driver_temp_dir()
+    assert deep in str(e.value) and str(lifeline.SOCKET_PATH_MAX) in str(e.value)

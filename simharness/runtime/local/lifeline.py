@@ -67,23 +67,79 @@ def _unlink_segments_of(pid: int) -> None:
             pass
 
 
+#: The longest path an AF_UNIX socket may have (``sun_path`` less its final NUL): 107 on
+#: Linux, 103 on macOS and the BSDs.
+SOCKET_PATH_MAX = 107 if sys.platform.startswith('linux') else 103
+#: What multiprocess adds to its base directory for the forkserver's listener socket:
+#: ``/pymp-XXXXXXXX/listener-XXXXXXXX``.
+_LISTENER_SUFFIX = len('/pymp-XXXXXXXX/listener-XXXXXXXX')
+#: Where multiprocess's directory goes when the machine's temporary directory is too long
+#: for the socket's path in it (the first of them that can be written; CPython 3.12's
+#: multiprocessing falls back to the same ones).
+SHORT_TEMP_DIRS = ('/tmp', '/var/tmp', '/usr/tmp')
+
+
 def driver_temp_dir() -> str:
     """multiprocess's temporary directory of this process (``pymp-*``, made with the
     forkserver: its listener socket lives there). The interpreter's exit removes it; a
-    process killed by a signal cannot, so its workers or its SIGTERM path do."""
-    from multiprocess import util
+    process killed by a signal cannot, so its workers or its SIGTERM path do.
 
-    return str(util.get_temp_dir())
+    Made in the machine's temporary directory (``TMPDIR``), or, when the socket's path
+    would be too long there (a deep ``TMPDIR``, as pytest's or a batch system's), in the
+    first writable of `SHORT_TEMP_DIRS`.
+
+    Raises:
+      WorkerStartError: no directory fits the socket's path (the message names ``TMPDIR``
+        and the limit).
+    """
+    from multiprocess import process, util
+
+    config = process.current_process()._config  # multiprocess's own cache of it
+    made = config.get('tempdir')
+    if made is None:
+        base = tempfile.gettempdir()
+        if len(base) + _LISTENER_SUFFIX > SOCKET_PATH_MAX:
+            short = next((d for d in SHORT_TEMP_DIRS if _writable_dir(d)), None)
+            if short is None:
+                raise _socket_path_error(base)
+            made = tempfile.mkdtemp(prefix='pymp-', dir=short)
+            # As multiprocess's own: removed at exit, after everything else.
+            util.Finalize(
+                None, util._remove_temp_dir, args=(shutil.rmtree, made), exitpriority=-100
+            )
+            config['tempdir'] = made
+        else:
+            made = util.get_temp_dir()
+    elif len(made) + _LISTENER_SUFFIX - len('/pymp-XXXXXXXX') > SOCKET_PATH_MAX:
+        raise _socket_path_error(os.path.dirname(made))  # made before us, in too long a path
+    return str(made)
+
+
+def _writable_dir(path: str) -> bool:
+    return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
+
+
+def _socket_path_error(base: str) -> Exception:
+    from simharness.errors import WorkerStartError
+
+    return WorkerStartError(
+        f'the temporary directory {base!r} ({len(base)} characters, from TMPDIR) is too long '
+        f"for the worker pool's socket: its path there would pass the {SOCKET_PATH_MAX} "
+        f'characters a Unix socket may have, and none of {", ".join(SHORT_TEMP_DIRS)} can be '
+        f'written; set TMPDIR to a directory of at most '
+        f'{SOCKET_PATH_MAX - _LISTENER_SUFFIX} characters'
+    )
 
 
 def remove_temp_dir(path: Optional[str]) -> None:
-    """Removes `path` if it is a multiprocess temporary directory (``<tmp>/pymp-*``)."""
+    """Removes `path` if it is a multiprocess temporary directory (``<tmp>/pymp-*``, where
+    <tmp> is the machine's temporary directory or one of `SHORT_TEMP_DIRS`)."""
     if not path:
         return
     parent, base = os.path.split(os.path.normpath(path))
-    if not base.startswith('pymp-') or os.path.realpath(parent) != os.path.realpath(
-        _machine_temp_dir or tempfile.gettempdir()
-    ):
+    parents = {os.path.realpath(d) for d in SHORT_TEMP_DIRS}
+    parents.add(os.path.realpath(_machine_temp_dir or tempfile.gettempdir()))
+    if not base.startswith('pymp-') or os.path.realpath(parent) not in parents:
         return
     shutil.rmtree(path, ignore_errors=True)
 

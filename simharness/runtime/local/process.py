@@ -67,6 +67,9 @@ def get_forkserver_context() -> 'multiprocess.context.ForkServerContext':
     import multiprocess as mp
 
     ctx = mp.get_context('forkserver')
+    # Its temporary directory, where the forkserver's socket will be, made now in a
+    # directory whose path is short enough for one (`driver_temp_dir`).
+    driver_temp_dir()
     # TF, without start-up noise, under a watch on the driver while it imports
     # (`lifeline.DriverWatchWhilePreloading`, told the driver's pid by `_name_forkserver_parent`).
     ctx.set_forkserver_preload(['simharness._forkserver_preload'])
