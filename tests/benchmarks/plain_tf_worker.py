@@ -15,6 +15,12 @@ Messages (length-prefixed pickles):
   FedAvg client update per client of set `key` (a `tf.function` called per client: 5 SGD
   steps of batch 10, learning rate 0.05), reduced in this process, so one
   partial sum goes back whatever the number of clients.
+  ``('round', key, weights, indices)``: the clients of set `key` at those indices (a
+  cohort drawn from the clients this process holds).
+* ``('setup', learning_rate, epochs)`` -> ``'ok'``: another workload's client update (any
+  dense ReLU network given as (kernel, bias) pairs; clients of any number of rows, cut
+  into batches of 10, the last one partial, `epochs` passes over them, as the CLI's
+  datasets are).
 * ``('close',)``: exit.
 
 Run as ``python plain_tf_worker.py CPU [xla]`` (CPU: the id to pin to, or -1; ``xla``: the
@@ -47,21 +53,27 @@ def _write(stream, obj) -> None:
     stream.flush()
 
 
-def build_client_update(jit_compile: bool = False):
-    """The client update as a `tf.function` ``(weights, x [50, 60], y [50]) -> delta``
-    (compiled by XLA with `jit_compile`)."""
+def build_client_update(
+    jit_compile: bool = False, learning_rate: float = LEARNING_RATE, epochs: int = 1
+):
+    """The client update as a `tf.function` ``(weights, x [n, d], y [n]) -> delta``
+    (compiled by XLA with `jit_compile`): SGD over the rows in batches of `BATCH` (the
+    last one partial), `epochs` passes (``.batch(BATCH).repeat(epochs)``), of the dense
+    ReLU network whose (kernel, bias) pairs are `weights` (the reference's: 60-256-256-10,
+    5 full batches)."""
     import tensorflow as tf
 
     def forward(w, x):
-        h = tf.nn.relu(tf.matmul(x, w[0]) + w[1])
-        h = tf.nn.relu(tf.matmul(h, w[2]) + w[3])
-        return tf.matmul(h, w[4]) + w[5]
+        h = x
+        for i in range(0, len(w) - 2, 2):
+            h = tf.nn.relu(tf.matmul(h, w[i]) + w[i + 1])
+        return tf.matmul(h, w[-2]) + w[-1]
 
     @tf.function(jit_compile=jit_compile)
     def client_update(w, x, y):
         w0 = list(w)
         w = list(w)
-        for j in range(x.shape[0] // BATCH):
+        for j in list(range(-(-x.shape[0] // BATCH))) * epochs:
             xb, yb = x[j * BATCH : (j + 1) * BATCH], y[j * BATCH : (j + 1) * BATCH]
             with tf.GradientTape() as tape:
                 tape.watch(w)
@@ -69,7 +81,7 @@ def build_client_update(jit_compile: bool = False):
                     tf.nn.sparse_softmax_cross_entropy_with_logits(labels=yb, logits=forward(w, xb))
                 )
             grads = tape.gradient(loss, w)
-            w = [v - LEARNING_RATE * g for v, g in zip(w, grads)]
+            w = [v - learning_rate * g for v, g in zip(w, grads)]
         return [a - b for a, b in zip(w, w0)]
 
     return client_update
@@ -119,8 +131,14 @@ def main() -> None:
             client_sets[key] = [(tf.constant(x), tf.constant(y)) for x, y in zip(xs, ys)]
             _write(out, 'ok')
         elif msg[0] == 'round':
-            _, key, weights = msg
-            _write(out, run_clients(client_update, client_sets[key], weights))
+            key, weights = msg[1], msg[2]
+            chosen = client_sets[key]
+            if len(msg) > 3:
+                chosen = [chosen[i] for i in msg[3]]
+            _write(out, run_clients(client_update, chosen, weights))
+        elif msg[0] == 'setup':
+            client_update = build_client_update(jit_compile, float(msg[1]), int(msg[2]))
+            _write(out, 'ok')
         else:
             _write(out, ('error', f'unknown message {msg[0]!r}'))
 
