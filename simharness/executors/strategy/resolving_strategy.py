@@ -238,9 +238,17 @@ class FederatedResolvingStrategy(FederatingStrategy):
                 state['_named_by'] = id(self)  # private: not sent with a worker's error
                 raise _in_cohort(e, self.groups.starts[g] if g < len(self.groups.starts) else 0)
 
-        return list(
-            await asyncio.gather(*[run(g, ex) for g, ex in enumerate(self.groups.executors)])
-        )
+        # The largest groups start first: a request's preparation and sending takes a
+        # share of a millisecond per worker, and a round lasts as long as the group that
+        # finishes last (the layout has e.g. 48 and 52 clients: the 52 go out first).
+        sizes = self.groups.sizes
+        execs = self.groups.executors
+        order = sorted(range(len(execs)), key=lambda g: -sizes[g] if g < len(sizes) else 0)
+        done = await asyncio.gather(*[run(g, execs[g]) for g in order])
+        out: List[Any] = [None] * len(execs)
+        for g, v in zip(order, done):
+            out[g] = v
+        return out
 
     async def _materialize(self, v: FederatingValue) -> Any:
         """A Python/tensor form of an unplaced or server value, for moving it."""
