@@ -220,3 +220,27 @@ def test_a_temporary_directory_too_long_for_a_socket_is_named(monkeypatch, tmp_p
     with pytest.raises(WorkerStartError, match=r'TMPDIR.*too long.*set TMPDIR') as e:
         lifeline.driver_temp_dir()
     assert deep in str(e.value) and str(lifeline.SOCKET_PATH_MAX) in str(e.value)
+
+
+def test_temporary_directories_of_dead_drivers_are_reaped_and_only_those(monkeypatch, tmp_path):
+    """A driver killed before any worker watched it leaves its directory (its forkserver's
+    socket in it): the next pool's start removes it, never one of a live process, nor
+    anything not named as a driver's directory."""
+    from simharness.runtime.local import lifeline
+
+    monkeypatch.setattr(lifeline.tempfile, 'gettempdir', lambda: str(tmp_path))
+    monkeypatch.setattr(lifeline, 'SHORT_TEMP_DIRS', ())
+    gone = subprocess.run(
+        [sys.executable, '-c', 'import os; print(os.getpid())'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = tmp_path / f'pymp-{int(gone.stdout)}-abcd1234'
+    alive = tmp_path / f'pymp-{os.getpid()}-abcd1234'
+    other = tmp_path / 'pymp-abcd1234'  # multiprocess's own name: no maker to ask
+    for d in (dead, alive, other):
+        d.mkdir()
+        (d / 'listener-abcd1234').write_text('')
+    assert lifeline.reap_orphaned_temp_dirs() == [str(dead)]
+    assert not dead.exists() and alive.exists() and other.exists()

@@ -15,11 +15,13 @@ its descendants (a worker's segments carry the worker's pid).
 
 from __future__ import annotations
 
+import glob
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -27,6 +29,7 @@ import uuid
 import psutil
 import pytest
 
+from simharness.runtime.local import lifeline
 from simharness.runtime.local.shm import SEGMENT_PREFIX, list_leaked_segments
 
 
@@ -150,9 +153,11 @@ def _describe(pids) -> list:
     return out
 
 
-def _kill_after(delays, directory, ready: float) -> list:
-    """Starts one driver per delay (together), kills each at its delay; the failures."""
+def _kill_after(delays, directory, ready: float, drivers: list) -> list:
+    """Starts one driver per delay (together), kills each at its delay; the failures.
+    The drivers' pids are added to `drivers`."""
     runs = [_Run(d, directory) for d in delays]
+    drivers.extend(r.proc.pid for r in runs)
     failures = []
     for run in sorted(runs, key=lambda r: r.delay):
         time.sleep(max(0.0, run.started + run.delay - time.monotonic()))
@@ -184,6 +189,13 @@ def test_a_driver_sigkilled_during_start_up_leaves_nothing(tmp_path):
     if segments or alive:
         failures.append(f'killed once ready: segments {segments}, processes {_describe(alive)}')
     delays = [ready * 1.1 * i / (KILLS - 1) for i in range(KILLS)]
+    drivers = [calibration.proc.pid]
     for pair in range(0, KILLS, 2):
-        failures += _kill_after(delays[pair : pair + 2], tmp_path, ready)
+        failures += _kill_after(delays[pair : pair + 2], tmp_path, ready, drivers)
     assert not failures, '\n'.join(failures)
+    # A driver killed before a worker watched it leaves its temporary directory (its
+    # forkserver's socket): the next pool's start removes it.
+    lifeline.reap_orphaned_temp_dirs()
+    bases = {tempfile.gettempdir(), *lifeline.SHORT_TEMP_DIRS}
+    left = [p for b in bases for pid in drivers for p in glob.glob(f'{b}/pymp-{pid}-*')]
+    assert not left, left

@@ -21,16 +21,18 @@ TensorFlow, not yet serving) dies with it (`DriverWatchWhilePreloading`).
 from __future__ import annotations
 
 import os
+import re
 import select
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
 import time
 import types
 import weakref
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 
 from simharness.runtime.local.shm import (
@@ -70,9 +72,9 @@ def _unlink_segments_of(pid: int) -> None:
 #: The longest path an AF_UNIX socket may have (``sun_path`` less its final NUL): 107 on
 #: Linux, 103 on macOS and the BSDs.
 SOCKET_PATH_MAX = 107 if sys.platform.startswith('linux') else 103
-#: What multiprocess adds to its base directory for the forkserver's listener socket:
-#: ``/pymp-XXXXXXXX/listener-XXXXXXXX``.
-_LISTENER_SUFFIX = len('/pymp-XXXXXXXX/listener-XXXXXXXX')
+#: What multiprocess adds to the driver's temporary directory for the forkserver's
+#: listener socket: ``/listener-XXXXXXXX``.
+_LISTENER = len('/listener-XXXXXXXX')
 #: Where multiprocess's directory goes when the machine's temporary directory is too long
 #: for the socket's path in it (the first of them that can be written; CPython 3.12's
 #: multiprocessing falls back to the same ones).
@@ -97,21 +99,24 @@ def driver_temp_dir() -> str:
     config = process.current_process()._config  # multiprocess's own cache of it
     made = config.get('tempdir')
     if made is None:
+        # Named by its maker's pid (``pymp-<pid>-XXXXXXXX``): one left by a process killed
+        # before any worker could remove it is found later (`reap_orphaned_temp_dirs`).
+        prefix = f'pymp-{os.getpid()}-'
+        below = 1 + len(prefix) + 8 + _LISTENER  # what the socket's path adds to the base
         base = tempfile.gettempdir()
-        if len(base) + _LISTENER_SUFFIX > SOCKET_PATH_MAX:
+        if len(base) + below > SOCKET_PATH_MAX:
             short = next((d for d in SHORT_TEMP_DIRS if _writable_dir(d)), None)
             if short is None:
-                raise _socket_path_error(base)
-            made = tempfile.mkdtemp(prefix='pymp-', dir=short)
-            # As multiprocess's own: removed at exit, after everything else.
-            util.Finalize(
-                None, util._remove_temp_dir, args=(shutil.rmtree, made), exitpriority=-100
-            )
-            config['tempdir'] = made
-        else:
-            made = util.get_temp_dir()
-    elif len(made) + _LISTENER_SUFFIX - len('/pymp-XXXXXXXX') > SOCKET_PATH_MAX:
-        raise _socket_path_error(os.path.dirname(made))  # made before us, in too long a path
+                raise _socket_path_error(base, below)
+            base = short
+        made = tempfile.mkdtemp(prefix=prefix, dir=base)
+        # As multiprocess makes its own: removed at exit, after everything else.
+        util.Finalize(None, util._remove_temp_dir, args=(shutil.rmtree, made), exitpriority=-100)
+        config['tempdir'] = made
+    elif len(made) + _LISTENER > SOCKET_PATH_MAX:
+        # Made before (by multiprocess itself, for another use) in too long a path.
+        below = 1 + len(os.path.basename(made)) + _LISTENER
+        raise _socket_path_error(os.path.dirname(made), below)
     return str(made)
 
 
@@ -119,16 +124,57 @@ def _writable_dir(path: str) -> bool:
     return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
 
 
-def _socket_path_error(base: str) -> Exception:
+def _socket_path_error(base: str, below: int) -> Exception:
     from simharness.errors import WorkerStartError
 
     return WorkerStartError(
         f'the temporary directory {base!r} ({len(base)} characters, from TMPDIR) is too long '
         f"for the worker pool's socket: its path there would pass the {SOCKET_PATH_MAX} "
         f'characters a Unix socket may have, and none of {", ".join(SHORT_TEMP_DIRS)} can be '
-        f'written; set TMPDIR to a directory of at most '
-        f'{SOCKET_PATH_MAX - _LISTENER_SUFFIX} characters'
+        f'written; set TMPDIR to a directory of at most {SOCKET_PATH_MAX - below} characters'
     )
+
+
+#: A driver's temporary directory: ``pymp-<pid>-`` and tempfile's 8 random characters.
+_OWN_TEMP_DIR = re.compile(r'pymp-(\d+)-[a-z0-9_]{8}')
+
+
+def reap_orphaned_temp_dirs() -> List[str]:
+    """Removes the drivers' temporary directories (`driver_temp_dir`) whose maker is gone.
+
+    A driver killed (SIGKILL, the OOM killer) after its forkserver started and before
+    a worker could watch it leaves its directory (the forkserver's socket in it);
+    nothing else would remove it. As `shm.reap_orphaned_segments` does for segments:
+    a directory of the current user whose maker pid is not running, is a zombie or
+    belongs to a process started after the directory last changed (a reused pid);
+    never one of a live process. Looks in the machine's temporary directory and in
+    `SHORT_TEMP_DIRS`.
+
+    Returns:
+        The directories removed, sorted.
+    """
+    uid = os.getuid() if hasattr(os, 'getuid') else None
+    bases = {os.path.realpath(d) for d in (tempfile.gettempdir(), *SHORT_TEMP_DIRS)}
+    removed = []
+    for base in sorted(bases):
+        try:
+            entries = list(os.scandir(base))
+        except OSError:
+            continue
+        for entry in entries:
+            m = _OWN_TEMP_DIR.fullmatch(entry.name)
+            if m is None:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:  # removed meanwhile
+                continue
+            if not stat.S_ISDIR(st.st_mode) or (uid is not None and st.st_uid != uid):
+                continue
+            if creator_gone(int(m.group(1)), max(st.st_mtime, st.st_ctime)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+    return sorted(removed)
 
 
 def remove_temp_dir(path: Optional[str]) -> None:

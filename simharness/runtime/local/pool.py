@@ -153,6 +153,9 @@ class WorkerPool:
                     log.info(
                         'removed %d shared-memory segments left by dead processes', len(removed)
                     )
+                dirs = lifeline.reap_orphaned_temp_dirs()
+                if dirs:
+                    log.info('removed %d temporary directories left by dead drivers', len(dirs))
             try:
                 for h in self.handles:
                     h.ensure_started(self.start_timeout)
