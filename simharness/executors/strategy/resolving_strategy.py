@@ -245,7 +245,7 @@ class FederatedResolvingStrategy(FederatingStrategy):
         execs = self.groups.executors
         order = sorted(range(len(execs)), key=lambda g: -sizes[g] if g < len(sizes) else 0)
         done = await asyncio.gather(*[run(g, execs[g]) for g in order])
-        out: List[Any] = [None] * len(execs)
+        out = [None] * len(execs)  # filled below, every position
         for g, v in zip(order, done):
             out[g] = v
         return out

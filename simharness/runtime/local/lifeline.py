@@ -35,6 +35,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 
+from simharness.errors import WorkerStartError
 from simharness.runtime.local.shm import (
     SEGMENT_PREFIX,
     creator_gone,
@@ -125,8 +126,6 @@ def _writable_dir(path: str) -> bool:
 
 
 def _socket_path_error(base: str, below: int) -> Exception:
-    from simharness.errors import WorkerStartError
-
     return WorkerStartError(
         f'the temporary directory {base!r} ({len(base)} characters, from TMPDIR) is too long '
         f"for the worker pool's socket: its path there would pass the {SOCKET_PATH_MAX} "
