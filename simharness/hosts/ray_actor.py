@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 import psutil
 
 from simharness.runtime import protocol as P
+from simharness.runtime.local import lifeline
 from simharness.runtime.pinning import apply_placement
 from simharness.runtime.ray.placement import placement_from_dict
 from simharness.tfquiet import import_tensorflow, quiet_stderr
@@ -70,6 +71,11 @@ class RayWorker:
     def start(self, placement: Dict[str, Any]) -> Dict[str, Any]:
         """Pins this process, builds the executor and service (once); returns `describe()`."""
         if self.service is None:
+            # Temporary files (autograph's) in a directory of this actor's own, and those of
+            # actors and drivers killed before on this machine removed (`ray.kill` runs no
+            # exit handler).
+            lifeline.reap_orphaned_temp_dirs()
+            lifeline.use_own_temp_dir()
             pl = placement_from_dict(placement)
             with quiet_stderr():
                 apply_placement(pl)

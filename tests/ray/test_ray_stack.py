@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import glob
 import os
+import tempfile
 import threading
 
 import numpy as np
@@ -205,6 +207,11 @@ def test_kill_9_an_actor_mid_round_and_the_retry_gives_the_right_answer(ray_stac
     assert got == np.float32(3.0)
     assert killed and h.pid != killed[0]  # a new actor process (Ray restarted it)
     assert h.generation > generation
+    # The killed actor's temporary directory (autograph's files) was removed when its
+    # successor started; the successor has its own.
+    temp = tempfile.gettempdir()
+    assert not glob.glob(f'{temp}/pymp-{killed[0]}-*')
+    assert len(glob.glob(f'{temp}/pymp-{h.pid}-*')) == 1
     # Without retries the loss reaches the caller as a retryable error.
     killed.clear()
     killer = _kill_mid_round(second, h, killed)

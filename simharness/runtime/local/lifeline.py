@@ -20,6 +20,7 @@ TensorFlow, not yet serving) dies with it (`DriverWatchWhilePreloading`).
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import select
@@ -214,6 +215,26 @@ def _use_temp_dir_under(driver_tempdir: Optional[str]) -> Optional[str]:
     global _machine_temp_dir
     _machine_temp_dir = tempfile.gettempdir()
     tempfile.tempdir = own
+    return own
+
+
+def use_own_temp_dir() -> Optional[str]:
+    """Makes this process's temporary files (`tempfile`'s default directory) live in a
+    directory of its own, named as a driver's (``pymp-<pid>-XXXXXXXX``), and returns it.
+
+    For a worker that is not forked by a local pool (a Ray actor): autograph's
+    ``__autograph_generated_file*.py`` then go there. Removed at this process's normal
+    exit; a process killed (``ray.kill``) leaves it to `reap_orphaned_temp_dirs` (a later
+    pool's or actor's start on the machine). None where it cannot be made.
+    """
+    try:
+        own = tempfile.mkdtemp(prefix=f'pymp-{os.getpid()}-')
+    except OSError:
+        return None
+    global _machine_temp_dir
+    _machine_temp_dir = tempfile.gettempdir()
+    tempfile.tempdir = own
+    atexit.register(shutil.rmtree, own, True)
     return own
 
 
