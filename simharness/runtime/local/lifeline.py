@@ -148,7 +148,9 @@ def reap_orphaned_temp_dirs() -> List[str]:
     a directory of the current user whose maker pid is not running, is a zombie or
     belongs to a process started after the directory last changed (a reused pid);
     never one of a live process. Looks in the machine's temporary directory and in
-    `SHORT_TEMP_DIRS`.
+    `SHORT_TEMP_DIRS`. The same limitation as for segments: it trusts this pid
+    namespace, so containers that share a temporary directory but not pids, under one
+    uid, would see each other's live directories as orphans.
 
     Returns:
         The directories removed, sorted.
