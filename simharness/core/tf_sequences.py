@@ -110,10 +110,15 @@ def recognize(ds: Any, t: Optional[T.SequenceType] = None) -> Optional[TensorBat
 
 
 def _recognize(ds: Any, t: Optional[T.SequenceType]) -> Optional[TensorBatches]:
+    """``from_tensor_slices(...)``, then optionally ``.repeat(k)``, ``.batch(b)`` and
+    ``.repeat(k)`` (counts known: a user's epochs, before or after batching), read from
+    the dataset's ops without running it."""
     try:
-        node = ds
-        while type(node).__name__ in _PASS_THROUGH:
-            node = node._input_dataset
+        node = _through(ds)
+        passes = 1  # a repeat after the batch: each pass batched on its own
+        if type(node).__name__ == '_RepeatDataset':
+            passes = _repeat_count(node)
+            node = _through(node._input_dataset)
         batch_size, drop = None, False
         if type(node).__name__ == '_BatchDataset':
             if getattr(node, '_num_parallel_calls', None) is not None:
@@ -124,9 +129,13 @@ def _recognize(ds: Any, t: Optional[T.SequenceType]) -> Optional[TensorBatches]:
             batch_size, drop = int(b.numpy()), bool(d.numpy())
             if batch_size < 1:
                 return None
-            node = node._input_dataset
-        if type(node).__name__ != '_TensorSliceDataset':
-            return None
+            node = _through(node._input_dataset)
+        inner = 1  # a repeat before the batch (or with none): batches span the passes
+        if type(node).__name__ == '_RepeatDataset':
+            inner = _repeat_count(node)
+            node = _through(node._input_dataset)
+        if not passes or not inner or type(node).__name__ != '_TensorSliceDataset':
+            return None  # forever (or an unknown count), or not slices of tensors
         tensors = list(node._tensors)
         if not tensors or not all(hasattr(x, 'numpy') for x in tensors):
             return None
@@ -137,9 +146,36 @@ def _recognize(ds: Any, t: Optional[T.SequenceType]) -> Optional[TensorBatches]:
         comps = element_leaves(nested, element)
         if any(c.dtype == tf.variant or c.shape.rank is None or c.shape.rank < 1 for c in comps):
             return None
-        return TensorBatches(comps, batch_size, drop, t.element if t is not None else element)
+        copies = passes * inner
+        if copies > 1:
+            size = sum(int(c.shape.num_elements() or 0) * c.dtype.size for c in comps)
+            if size * copies > MATERIALIZE_MAX_BYTES:
+                return None
+            comps = [tf.concat([c] * copies, 0) for c in comps]
+        return TensorBatches(
+            comps,
+            batch_size,
+            drop,
+            t.element if t is not None else element,
+            passes if batch_size is not None else 1,
+        )
     except (AttributeError, TypeError, ValueError):  # a TF version with other fields
         return None
+
+
+def _through(node: Any) -> Any:
+    """`node`, or the first dataset under it that is not a pass-through (prefetch, options)."""
+    while type(node).__name__ in _PASS_THROUGH:
+        node = node._input_dataset
+    return node
+
+
+def _repeat_count(node: Any) -> int:
+    """The count of a ``repeat`` (>= 1), or 0 when it repeats forever or is not known."""
+    count = getattr(node, '_count', None)
+    if not hasattr(count, 'numpy'):
+        return 0
+    return max(int(count.numpy()), 0)
 
 
 #: Most elements / bytes a dataset may have to be read into a `TensorBatches`.

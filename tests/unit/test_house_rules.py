@@ -221,7 +221,7 @@ THIRD_PARTY_PRIVATE = {
     # tf.data offers no public view of a dataset's graph: recognizing
     # ``from_tensor_slices(...).batch(...)`` (to send its tensors, not a graph) walks the
     # dataset ops (`_input_dataset`, `_batch_size`, `_drop_remainder`, `_tensors`,
-    # `_structure`); a dataset's serialized graph (`_as_serialized_graph`) and its variant
+    # `_structure`, a repeat's `_count`); a dataset's serialized graph (`_as_serialized_graph`) and its variant
     # (`_variant_tensor`) are what tf.data's own distribution code uses.
     'simharness/core/tf_sequences.py': frozenset(
         {
@@ -232,6 +232,7 @@ THIRD_PARTY_PRIVATE = {
             '_structure',
             '_as_serialized_graph',
             '_variant_tensor',
+            '_count',
         }
     ),
     # pytest-benchmark's fixture has no public way to claim it for one run (`_mode`, which

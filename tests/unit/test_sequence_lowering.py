@@ -269,6 +269,36 @@ def test_recognize_reads_slices_batches_and_prefetch():
     assert recognize([1, 2]) is None
 
 
+@pytest.mark.parametrize(
+    'pipeline',
+    [
+        lambda d: d.batch(3).repeat(1),
+        lambda d: d.batch(3).repeat(2),  # each epoch batched on its own
+        lambda d: d.batch(3, drop_remainder=True).repeat(3),
+        lambda d: d.repeat(2).batch(3),  # batches across the epochs
+        lambda d: d.repeat(2).batch(3).repeat(2).prefetch(1),
+        lambda d: d.repeat(3),
+    ],
+)
+def test_recognize_reads_a_known_number_of_epochs(pipeline):
+    """A user's epochs (``repeat(k)`` before or after ``batch``) are read from the ops,
+    without running the dataset: the same elements in the same order."""
+    ds = pipeline(tf.data.Dataset.from_tensor_slices((X, Y)))
+    tb = recognize(ds, sh.SequenceType(sh.to_type(ds.element_spec)))
+    assert tb is not None
+    from simharness.executors.leaf.tensor_sequences import to_dataset
+
+    ours = [[np.asarray(a).tolist() for a in e] for e in to_dataset(tb)]
+    theirs = [[np.asarray(a).tolist() for a in e] for e in ds]
+    assert ours == theirs and tb.num_elements == len(theirs)
+
+
+def test_recognize_leaves_endless_or_empty_repeats_to_tf_data():
+    ds = tf.data.Dataset.from_tensor_slices((X, Y))
+    assert recognize(ds.repeat().batch(3)) is None  # forever: the caller's error names it
+    assert recognize(ds.batch(3).repeat(0)) is None
+
+
 def test_recognize_gives_dict_components_in_type_order():
     # tf.nest orders dict leaves by key (x, y); the element type says (y, x)
     t = sh.SequenceType(
