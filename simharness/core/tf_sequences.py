@@ -173,8 +173,8 @@ def _through(node: Any) -> Any:
 def _repeat_count(node: Any) -> int:
     """The count of a ``repeat`` (>= 1), or 0 when it repeats forever or is not known."""
     count = getattr(node, '_count', None)
-    if not hasattr(count, 'numpy'):
-        return 0
+    if not isinstance(count, tf.Tensor) or not hasattr(count, 'numpy'):
+        return 0  # a symbolic count (a dataset made inside a tf.function)
     return max(int(count.numpy()), 0)
 
 
