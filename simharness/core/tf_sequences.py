@@ -163,14 +163,14 @@ def _recognize(ds: Any, t: Optional[T.SequenceType]) -> Optional[TensorBatches]:
         return None
 
 
-def _through(node: Any) -> Any:
+def _through(node: tf.data.Dataset) -> tf.data.Dataset:
     """`node`, or the first dataset under it that is not a pass-through (prefetch, options)."""
     while type(node).__name__ in _PASS_THROUGH:
         node = node._input_dataset
     return node
 
 
-def _repeat_count(node: Any) -> int:
+def _repeat_count(node: tf.data.Dataset) -> int:
     """The count of a ``repeat`` (>= 1), or 0 when it repeats forever or is not known."""
     count = getattr(node, '_count', None)
     if not isinstance(count, tf.Tensor) or not hasattr(count, 'numpy'):
