@@ -210,14 +210,7 @@ def _use_temp_dir_under(driver_tempdir: Optional[str]) -> Optional[str]:
     """
     if not driver_tempdir or not os.path.isdir(driver_tempdir):
         return None
-    try:
-        own = tempfile.mkdtemp(prefix=f'worker-{os.getpid()}-', dir=driver_tempdir)
-    except OSError:
-        return None
-    global _machine_temp_dir
-    _machine_temp_dir = tempfile.gettempdir()
-    tempfile.tempdir = own
-    return own
+    return _temp_dir_of_own(f'worker-{os.getpid()}-', driver_tempdir)
 
 
 def use_own_temp_dir() -> Optional[str]:
@@ -229,14 +222,23 @@ def use_own_temp_dir() -> Optional[str]:
     exit; a process killed (``ray.kill``) leaves it to `reap_orphaned_temp_dirs` (a later
     pool's or actor's start on the machine). None where it cannot be made.
     """
+    own = _temp_dir_of_own(f'pymp-{os.getpid()}-', None)
+    if own is not None:
+        atexit.register(shutil.rmtree, own, True)
+    return own
+
+
+def _temp_dir_of_own(prefix: str, parent: Optional[str]) -> Optional[str]:
+    """A new directory (`prefix`, in `parent` or the machine's temporary directory) made
+    `tempfile`'s default for this process, the machine's remembered; None if it cannot be
+    made."""
     try:
-        own = tempfile.mkdtemp(prefix=f'pymp-{os.getpid()}-')
+        own = tempfile.mkdtemp(prefix=prefix, dir=parent)
     except OSError:
         return None
     global _machine_temp_dir
     _machine_temp_dir = tempfile.gettempdir()
     tempfile.tempdir = own
-    atexit.register(shutil.rmtree, own, True)
     return own
 
 
