@@ -14,7 +14,8 @@ regularizer (``model.losses``), and the bits on the local and process stacks
 against one client per thread (the gRPC and Ray workers run the same worker
 service; `test_xla_bits.py` checks compiled blocks on all five). Seven
 clients of 8 to 12 rows in batches of 4: full batches (compiled) and a partial
-last batch (graph runtime) in one round.
+last batch (graph runtime) in one round; and seven of 37 to 52 rows, as real
+clients are (10 to 13 batches: one `tf.while_loop` shared by every length).
 """
 
 from __future__ import annotations
@@ -77,13 +78,18 @@ def _process(dropout: bool = False, algorithm: str = 'fed_avg'):
     )
 
 
-def _datasets():
+#: Clients of longer loops than `sequence_lowering.UNROLL_LIMIT` (10 to 13 batches), each of
+#: its own number of rows: they share one lowered function (a `tf.while_loop`).
+RAGGED_ROWS = [37, 50, 41, 45, 52, 38, 44]
+
+
+def _datasets(rows=ROWS):
     rng = np.random.default_rng(17)
     return [
         tf.data.Dataset.from_tensor_slices(
             (rng.normal(size=(r, 256)).astype(np.float32), rng.integers(0, 10, r).astype(np.int32))
         ).batch(BATCH)
-        for r in ROWS
+        for r in rows
     ]
 
 
@@ -96,8 +102,8 @@ def _leaves(x):
     return [np.asarray(v) for v in tf.nest.flatten(x)]
 
 
-def _round(process):
-    state, metrics = process.next(process.initialize(), _datasets())
+def _round(process, rows=ROWS):
+    state, metrics = process.next(process.initialize(), _datasets(rows))
     return _leaves(process.get_model_weights(state)) + _leaves(metrics)
 
 
@@ -179,20 +185,24 @@ def test_the_stateless_path_computes_what_the_variables_compute(monkeypatch, alg
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
-_ONE_CLIENT_PER_THREAD: list = []
+_ONE_CLIENT_PER_THREAD: dict = {}
 
 
+@pytest.mark.parametrize('rows', [ROWS, RAGGED_ROWS], ids=['short', 'ragged'])
 @pytest.mark.parametrize('stack_name', ['local', 'process-2-cpw3'])
-def test_a_keras_round_gives_the_same_bits_on_every_layout(stack_name, stack_registry, process):
+def test_a_keras_round_gives_the_same_bits_on_every_layout(
+    stack_name, stack_registry, process, rows
+):
     with stack_registry.open(stack_name):
-        got = _round(process)
-    if not _ONE_CLIENT_PER_THREAD:
+        got = _round(process, rows)
+    key = tuple(rows)
+    if key not in _ONE_CLIENT_PER_THREAD:
         factory = stack_registry.make_factory('thread-1')
         try:
             with tff.execution_context(factory):
-                _ONE_CLIENT_PER_THREAD.append(_round(process))
+                _ONE_CLIENT_PER_THREAD[key] = _round(process, rows)
         finally:
             factory.close()
-    want = _ONE_CLIENT_PER_THREAD[0]
+    want = _ONE_CLIENT_PER_THREAD[key]
     assert [a.tobytes() for a in got] == [b.tobytes() for b in want]
     assert all(np.all(np.isfinite(a)) for a in got if a.dtype.kind == 'f')
