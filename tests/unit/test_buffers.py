@@ -140,6 +140,42 @@ def test_adopt_tensor_shares_aligned_writable_arrays_only(tf):
     assert s.dtype == tf.string
 
 
+@pytest.mark.parametrize(
+    'value',
+    [
+        np.float32(2.5),
+        np.arange(6, dtype=np.int64).reshape(2, 3),
+        np.linspace(-1, 1, 70 * 64, dtype=np.float32).reshape(70, 64),
+        np.array([True, False, True]),
+        np.array([1.5, -0.25], dtype=np.float16),
+        np.arange(5, dtype=np.uint8),
+        np.zeros((0, 64), np.float32),
+        np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::2],  # not contiguous
+        np.arange(4, dtype='>i4'),  # not of native byte order: TF's conversion
+        np.array([1 + 2j], dtype=np.complex64),  # not carried by dlpack: TF's conversion
+    ],
+)
+@pytest.mark.parametrize('convert', ['fast_tensor', 'adopt_tensor'])
+def test_small_arrays_become_private_tensors_of_the_same_bytes(tf, value, convert):
+    """A small array's tensor (a copy adopted through dlpack, or TF's conversion): its
+    dtype, shape and bytes, none of its memory."""
+    from simharness.executors.leaf import tf_values
+
+    arr = np.asarray(value)
+    t = getattr(tf_values, convert)(arr)
+    assert t.dtype == tf.as_dtype(arr.dtype.newbyteorder('=')) and tuple(t.shape) == arr.shape
+    got = t.numpy()
+    assert (
+        got.astype(got.dtype.newbyteorder('=')).tobytes()
+        == np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder('=')).tobytes()
+    )
+    assert not np.shares_memory(got, arr)
+    if arr.flags.writeable and arr.size:
+        before = got.tobytes()
+        arr.reshape(-1)[:1] = arr.reshape(-1)[-1:] if arr.size > 1 else 0
+        assert t.numpy().tobytes() == before  # a private copy
+
+
 def test_thread_stack_frees_a_rounds_values_without_the_garbage_collector(tf):
     """No reference cycle keeps a call's tensors: big models reuse memory from the first call."""
     import simharness as sh
