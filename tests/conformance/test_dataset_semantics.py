@@ -276,9 +276,39 @@ def test_digests_and_losses_match_those_recorded_under_tff_0_87():
         train = result.metrics['client_work']['train']
         losses.append(repr(float(train['loss'])))
         accuracies.append(repr(float(train['sparse_categorical_accuracy'])))
-    # simharness (TF 2.21) gave TFF's float32 losses bit for bit when recorded: exact
-    assert losses == rec['learning']['loss']
-    assert accuracies == rec['learning']['sparse_categorical_accuracy']
+    if RECORDED_ISA <= _cpu_flags():
+        # simharness (TF 2.21) gave TFF's float32 losses bit for bit when recorded: exact
+        assert losses == rec['learning']['loss']
+        assert accuracies == rec['learning']['sparse_categorical_accuracy']
+    else:
+        # Without AVX-512 TF's kernels take other code paths, with other last bits (TFF's
+        # own too): 2.281391143798828 for 2.2813913822174072 in round 0 on an AVX2-only
+        # EPYC (2026-11-30). A dataset read in another order moves them by ~1e-3.
+        np.testing.assert_allclose(
+            [float(x) for x in losses], [float(x) for x in rec['learning']['loss']], rtol=1e-6
+        )
+        np.testing.assert_allclose(
+            [float(x) for x in accuracies],
+            [float(x) for x in rec['learning']['sparse_categorical_accuracy']],
+            rtol=1e-6,
+        )
+
+
+#: The instruction-set flags of the machine the learning case was recorded on (an AMD
+#: EPYC Zen 4): where this machine has them, the losses are compared bit for bit.
+RECORDED_ISA = frozenset({'avx512f'})
+
+
+def _cpu_flags() -> frozenset:
+    """This machine's CPU flags (``/proc/cpuinfo``; none where it cannot be read)."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('flags'):
+                    return frozenset(line.split(':', 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 def test_a_dataset_of_the_wrong_structure_is_an_error_naming_its_client(stack):

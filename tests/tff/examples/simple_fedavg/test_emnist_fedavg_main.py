@@ -47,7 +47,10 @@ def synthetic_emnist(monkeypatch):
 
 
 def test_main_trains_and_evaluates(small_flags, synthetic_emnist, capsys):
-    np.random.seed(0)
+    # The example samples clients with numpy and shuffles and initializes unseeded: seeded
+    # here (Python, numpy and TF's global seed), so that the rounds are the same each run
+    # (unseeded, the loss of 4 rounds of 2 of 3 clients did not always go down: one CI in many).
+    tf.keras.utils.set_random_seed(0)
     emnist_fedavg_main.main(['emnist_fedavg_main'])
     out = capsys.readouterr().out
     assert [int(n) for n in re.findall(r'^Round (\d+)$', out, re.M)] == [0, 1, 2, 3]
@@ -55,7 +58,6 @@ def test_main_trains_and_evaluates(small_flags, synthetic_emnist, capsys):
     assert len(accuracies) == 4 and all(0 <= float(a) <= 100 for a in accuracies)
     losses = [float(x) for x in re.findall(r"\('loss', np\.float32\(([\d.e+-]+)\)\)", out)]
     assert len(losses) == 4, out
-    # Noisy round to round (2 of 3 clients a round, unseeded shuffles and initial weights).
     assert min(losses[1:]) < losses[0], losses
 
 
