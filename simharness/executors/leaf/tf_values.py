@@ -52,45 +52,41 @@ Pin = Callable[[np.ndarray], Optional[np.ndarray]]
 def fast_tensor(arr: np.ndarray) -> tf.Tensor:
     """A tensor holding a private copy of `arr`.
 
-    Numeric arrays are copied once into a 64-byte-aligned buffer that the
-    tensor then adopts through dlpack (TF's own conversion is several times
-    slower than a memcpy: pooled buffers for large arrays, a fresh one for
-    small ones, `_small_tensor`); others use `tf.convert_to_tensor`.
+    Arrays of plain numbers are copied once into a 64-byte-aligned buffer
+    that the tensor then adopts through dlpack (`_tensor_of_copy`); others use
+    `tf.convert_to_tensor`.
     """
-    if not _dlpack_size(arr):
-        return _small_tensor(arr)
+    if not _copyable(arr):
+        return tf.convert_to_tensor(arr)
     return _tensor_of_copy(arr)[0]
 
 
-def _small_tensor(arr: np.ndarray) -> tf.Tensor:
-    """A tensor of a private copy of a small array.
-
-    ``tf.convert_to_tensor`` of a small numpy array costs 35-90 us here (TF 2.21,
-    2026-11-30: a client's [70, 64] float32 batch 52 us, a scalar 85 us); a copy into
-    a fresh 64-byte-aligned buffer that the tensor adopts through dlpack, 5-19 us,
-    with the same dtype, shape and bytes. For plain numbers of native byte order
-    (bool, int, uint, float: what dlpack carries); anything else takes TF's
-    conversion.
-    """
-    dt = arr.dtype
-    if dt.kind not in 'biuf' or not dt.isnative:
-        return tf.convert_to_tensor(arr)
-    own = aligned_empty(arr.shape, dt)  # 64-byte aligned: a misaligned view aborts
-    np.copyto(own, arr)
-    return tf.experimental.dlpack.from_dlpack(own.__dlpack__())
+def _copyable(arr: np.ndarray) -> bool:
+    """Plain numbers of native byte order: what dlpack carries (bool, int, uint, float; dlpack
+    of a string or object array aborts the process)."""
+    return arr.dtype.kind in 'biuf' and arr.dtype.isnative
 
 
 def _dlpack_size(arr: np.ndarray) -> bool:
-    """Big enough for dlpack to pay, and of a memcpy-able numeric dtype ('fiu': dlpack of a
-    string or object array aborts the process)."""
-    return arr.nbytes >= DLPACK_MIN_BYTES and arr.dtype.kind in 'fiu'
+    """Big enough for sharing through dlpack to pay, and `_copyable`."""
+    return arr.nbytes >= DLPACK_MIN_BYTES and _copyable(arr)
 
 
 def _tensor_of_copy(arr: np.ndarray) -> Tuple[tf.Tensor, np.ndarray]:
-    """A tensor adopting a private copy of `arr`, and that copy."""
-    # A pooled buffer: no fresh pages to fault in when the same size comes again
+    """A tensor adopting a private, 64-byte-aligned copy of the `_copyable` `arr`, and that copy.
+
+    Even for small arrays this is several times faster than TF's own conversion
+    (``tf.convert_to_tensor`` of a small numpy array costs 35-90 us here, TF 2.21,
+    2026-11-30: a client's [70, 64] float32 batch 52 us, a scalar 85 us; this, 5-19 us),
+    with the same dtype, shape and bytes.
+    """
+    # Big: a pooled buffer, no fresh pages to fault in when the same size comes again
     # (the tensor keeps the buffer referenced, so it is not reused while it lives).
-    own = POOL.empty(arr.shape, arr.dtype)  # 64-byte aligned: a misaligned view aborts
+    # 64-byte aligned either way: a misaligned view aborts.
+    if arr.nbytes >= DLPACK_MIN_BYTES:
+        own = POOL.empty(arr.shape, arr.dtype)
+    else:
+        own = aligned_empty(arr.shape, arr.dtype)
     fast_copyto(own, arr)
     return tf.experimental.dlpack.from_dlpack(own.__dlpack__()), own
 
@@ -100,14 +96,12 @@ def adopt_tensor(arr: Union[np.ndarray, np.generic]) -> tf.Tensor:
 
     Only for arrays that nobody will write again: results the caller just
     computed (a sum into a pooled buffer, a copy out of shared memory). Shares
-    when `arr` is big, of a memcpy-able numeric dtype ('fiu': dlpack of a
-    string or object array aborts the process), C-contiguous, writable (numpy
-    exports no read-only array) and 64-byte aligned; the tensor keeps `arr`
-    alive.
+    when `arr` is big and `_copyable`, C-contiguous, writable (numpy exports no
+    read-only array) and 64-byte aligned; the tensor keeps `arr` alive.
     """
     arr = np.asarray(arr)
     if not _dlpack_size(arr):
-        return _small_tensor(arr)
+        return fast_tensor(arr)
     if arr.flags.c_contiguous and arr.flags.writeable and arr.ctypes.data % 64 == 0:
         t, own = tf.experimental.dlpack.from_dlpack(arr.__dlpack__()), arr
     else:  # not shareable (read-only: a partial read in place in a worker's arena)
