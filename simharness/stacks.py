@@ -35,9 +35,9 @@ from simharness.executors.strategy.resolving_strategy import FederatedResolvingS
 from simharness.executors.thread_delegating import ThreadDelegatingExecutor
 from simharness.runtime import pinning
 from simharness.hosts.local_worker import create_worker_pool, pool_for  # noqa: F401
+from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
 from simharness.runtime.local.options import (
     DEFAULT_ARENA_BYTES,
-    DEFAULT_CLIENTS_PER_WORKER,
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_START_TIMEOUT,
     DEFAULT_STOPPED_TIMEOUT,

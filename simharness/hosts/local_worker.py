@@ -32,9 +32,9 @@ from simharness.runtime.local import transport as L
 from simharness.runtime.local.lifeline import DRIVER_GONE
 from simharness.runtime import pinning
 from simharness.runtime import protocol as P
+from simharness.runtime.seam import DEFAULT_CLIENTS_PER_WORKER
 from simharness.runtime.local.options import (
     DEFAULT_ARENA_BYTES,
-    DEFAULT_CLIENTS_PER_WORKER,
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_START_TIMEOUT,
     DEFAULT_STOPPED_TIMEOUT,
