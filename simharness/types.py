@@ -50,6 +50,7 @@ __all__ = [
     'is_structure_of_tensors',
     'at_clients',
     'at_server',
+    'tensorflow_to_type',
     'to_type',
     'type_from_tensors',
 ]
@@ -57,6 +58,10 @@ __all__ = [
 # TFF had these names in `tff.types` up to 0.66 (`tff.FederatedType(..., tff.CLIENTS)` since).
 at_clients = type_at_clients
 at_server = type_at_server
+
+# TFF 0.68-0.88 export ``tensorflow_to_type`` here too (``tff.tensorflow.to_type`` is the same
+# function in 0.88): simharness's `to_type` already accepts TF's type specs inside structures.
+tensorflow_to_type = to_type
 
 
 def type_from_tensors(tensors: object) -> Type:

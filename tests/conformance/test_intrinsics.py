@@ -352,10 +352,25 @@ def test_federated_select(stack):
     assert out == [[10.0, 20.0], [40.0], []]
 
 
-def test_federated_select_rejects_keys_out_of_range(stack):
-    # Keys lie in [0, max_key], max_key included (federated_language's contract).
-    keys = [np.array([0], np.int32), np.array([5], np.int32), np.array([1], np.int32)]
-    with pytest.raises(ValueError, match=r'client 1.*\[5\].*\[0, 4\]'):
+@sh.federated_computation(
+    sh.type_at_clients(tf.TensorSpec([None], tf.int32)),
+    sh.type_at_server(tf.TensorSpec([4], tf.float32)),
+)
+def fed_select_max_key_1(keys, server_val):
+    return sh.federated_select(keys, 1, server_val, select_element)
+
+
+def test_federated_select_keys_above_max_key_are_selected(stack):
+    # TFF's runtime does not read max_key (federating_executor.cc); TFF's
+    # sparse_federated_learning tutorial selects keys above it.
+    keys = [np.array([3, 0], np.int32), np.array([2], np.int32), np.array([1], np.int32)]
+    out = listed(fed_select_max_key_1(keys, np.array([1.0, 2.0, 3.0, 4.0], np.float32)))
+    assert out == [[40.0, 10.0], [30.0], [20.0]]
+
+
+def test_federated_select_rejects_negative_keys(stack):
+    keys = [np.array([0], np.int32), np.array([-1], np.int32), np.array([1], np.int32)]
+    with pytest.raises(ValueError, match=r'client 1.*\[-1\].*non-negative'):
         fed_select(keys, np.zeros(4, np.float32))
 
 

@@ -724,17 +724,20 @@ class FederatedResolvingStrategy(FederatingStrategy):
         return await self._federated_select(arg, static, rt)
 
     async def _federated_select(self, arg, static, rt):
-        keys, max_key, server_val, select_fn = self._elements(arg, 4)
+        # `max_key` is not read, nor are keys checked against it: TFF's runtime does not
+        # read it either ("unused in this impl", federating_executor.cc), and TFF's
+        # sparse_federated_learning tutorial selects keys above it. Keys must be
+        # non-negative, as TFF documents.
+        keys, _, server_val, select_fn = self._elements(arg, 4)
         kp = await self._as_clients(keys)
         sv_py = await self._materialize(server_val)
-        mk = int(np.asarray(await self._materialize(max_key)))
         for g, ex in enumerate(self.groups.executors):
             for i, k in enumerate(await ex.compute_many(kp[g]) if kp[g] else []):
                 arr = np.asarray(k.numpy() if hasattr(k, 'numpy') else k)
-                if arr.size and (arr.min() < 0 or arr.max() > mk):  # inclusive, as TFF's
+                if arr.size and arr.min() < 0:
                     raise SimharnessValueError(
-                        f'client {self.groups.starts[g] + i}: keys {arr.tolist()} must lie in '
-                        f'[0, {mk}] (max_key)'
+                        f'client {self.groups.starts[g] + i}: keys {arr.tolist()} must be '
+                        'non-negative'
                     )
         st = server_val.type_signature.member
         et = rt.member.element

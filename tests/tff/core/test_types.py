@@ -255,3 +255,21 @@ def test_tff_types_holds_tffs_type_classes_by_that_path():
     assert tff.types.is_structure_of_floats(tff.to_type(np.float32))
     assert tff.types.is_structure_of_integers(tff.to_type(np.int32))
     assert tff.types.is_structure_of_tensors(tff.to_type([np.float32, np.int32]))
+
+
+def test_tff_types_tensorflow_to_type_converts_tf_specs():
+    # TFF 0.68-0.88's ``tff.types.tensorflow_to_type`` (TFF ≤0.80's tutorial on TFF
+    # optimizers calls it on a model's ``input_spec``); the examples of its docstring.
+    import tensorflow as tf
+
+    import simharness as tff
+
+    to_type = tff.types.tensorflow_to_type
+    assert to_type(tf.int32) == tff.TensorType(np.int32)
+    assert to_type((tf.int32, tf.TensorShape([2, 3]))) == tff.TensorType(np.int32, (2, 3))
+    assert to_type(tf.TensorSpec([2, 3], tf.int32)) == tff.TensorType(np.int32, (2, 3))
+    spec = tf.data.DatasetSpec(tf.TensorSpec([2, 3], dtype=tf.int32))
+    assert to_type(spec) == tff.SequenceType(tff.TensorType(np.int32, (2, 3)))
+    input_spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))
+    assert str(to_type(input_spec)) == '<float32[?,28,28,1],int32[?]>'
+    assert to_type(input_spec) == tff.tensorflow.to_type(input_spec)
