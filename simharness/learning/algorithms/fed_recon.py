@@ -21,8 +21,10 @@ finalizer:    server_optimizer_fn applied with the mean update as its gradient
 metrics:      OrderedDict(distributor=(), client_work=OrderedDict(train=OrderedDict(
                   <metrics_fn's names>..., loss=...)), aggregator=..., finalizer=...)
 ```
-The loss metric is ``MeanMetricWrapper(loss_fn(), name='loss')`` (example-weighted mean
-over the post-reconstruction batches of all clients).
+The loss metric is ``MeanMetricWrapper(loss_fn(), name='loss')``. A Keras ``Loss`` with
+its default reduction gives one value per batch, so the metric is the mean of the batch
+losses over the post-reconstruction batches of all clients, each batch counted once
+whatever its size (as in TFF, whose docstring says example-weighted).
 """
 
 from __future__ import annotations
