@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Any, Callable, Dict, Optional, cast
+from typing import Any, Callable, Dict, Optional
 
 from simharness.core import building_blocks as bb
 from simharness.core import types as T
@@ -335,11 +335,9 @@ class FederatingExecutor(Executor):
             uri, static = comp.payload
             rt = ft.result if isinstance(ft, T.FunctionType) else ft
             # values passed to this executor are its own (FederatingValues)
-            return await self.strategy.compute_intrinsic(
-                uri, static, cast(Optional[FederatingValue], arg), rt
-            )
+            return await self.strategy.compute_intrinsic(uri, static, arg, rt)
         if comp.kind == 'unplaced' and isinstance(ft, T.FunctionType):
-            target_arg = None if arg is None else await self.to_unplaced(cast(FederatingValue, arg))
+            target_arg = None if arg is None else await self.to_unplaced(arg)
             return self.unplaced(await self._unplaced.create_call(comp.payload, target_arg))
         raise SimharnessValueError(
             f'Directly calling a {comp.kind} value of type {ft} is unsupported: the federating '
