@@ -310,6 +310,12 @@ class WorkerTimeoutError(RetryableError, RuntimeError):
         self.reason = reason
 
 
+class NoTypeSignatureError(SimharnessTypeError, AttributeError):
+    """A polymorphic computation (one traced per argument type) was asked its type
+    signature: a `TypeError`, and an `AttributeError` as in TFF (where such a function has
+    no ``type_signature``), so that ``hasattr(comp, 'type_signature')`` is False."""
+
+
 class SimharnessAttributeError(SimharnessError, AttributeError):
     """A struct (type, value or traced value) has no element of that name (TFF: AttributeError)."""
 

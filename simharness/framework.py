@@ -18,6 +18,7 @@ from simharness.core.building_blocks import (
     Selection,
 )
 from simharness.core.building_blocks import Struct as StructBlock
+from simharness.core.building_blocks import IntrinsicDef, uri_to_intrinsic_def
 
 # `federated_language.framework`'s names for the same classes and helpers (a TFF 0.88 program
 # writes `federated_language.framework.Computation`, `...framework.Struct` for the building
@@ -48,7 +49,7 @@ from simharness.context import AsyncExecutionContext as _AsyncExecutionContext
 from simharness.context import ExecutionContext as _ExecutionContext
 from simharness.core import types as _T
 from simharness.core.reduction import CHUNK as AGGREGATION_CHUNK
-from simharness.errors import ContextError, SimharnessTypeError
+from simharness.errors import ContextError, RetryableError, SimharnessTypeError
 from simharness.validation import check_bool, check_int
 from simharness.executors.base import BatchExecutor, Executor, ExecutorFactory, ExecutorValue
 from simharness.executors.leaf.eager_tf import EagerTFExecutor
@@ -338,7 +339,43 @@ class ResourceManagingExecutorFactory(CachingExecutorFactory):
                 ex.close()
 
 
+def _intrinsic(uri: str) -> IntrinsicDef:
+    found = uri_to_intrinsic_def(uri)
+    assert found is not None, uri  # registered by core.building_blocks at import
+    return found
+
+
+# TFF 0.87's `tff.framework` intrinsic definitions (compilers and executor-level code compare
+# an `Intrinsic`'s ``uri`` with these ``.uri``).
+FEDERATED_AGGREGATE = _intrinsic('federated_aggregate')
+FEDERATED_APPLY = _intrinsic('federated_apply')
+FEDERATED_BROADCAST = _intrinsic('federated_broadcast')
+FEDERATED_EVAL_AT_CLIENTS = _intrinsic('federated_eval_at_clients')
+FEDERATED_EVAL_AT_SERVER = _intrinsic('federated_eval_at_server')
+FEDERATED_MAP = _intrinsic('federated_map')
+FEDERATED_MAP_ALL_EQUAL = _intrinsic('federated_map_all_equal')
+FEDERATED_SUM = _intrinsic('federated_sum')
+FEDERATED_VALUE_AT_CLIENTS = _intrinsic('federated_value_at_clients')
+FEDERATED_VALUE_AT_SERVER = _intrinsic('federated_value_at_server')
+FEDERATED_ZIP_AT_CLIENTS = _intrinsic('federated_zip_at_clients')
+FEDERATED_ZIP_AT_SERVER = _intrinsic('federated_zip_at_server')
+
+
 __all__ = [
+    'FEDERATED_AGGREGATE',
+    'FEDERATED_APPLY',
+    'FEDERATED_BROADCAST',
+    'FEDERATED_EVAL_AT_CLIENTS',
+    'FEDERATED_EVAL_AT_SERVER',
+    'FEDERATED_MAP',
+    'FEDERATED_MAP_ALL_EQUAL',
+    'FEDERATED_SUM',
+    'FEDERATED_VALUE_AT_CLIENTS',
+    'FEDERATED_VALUE_AT_SERVER',
+    'FEDERATED_ZIP_AT_CLIENTS',
+    'FEDERATED_ZIP_AT_SERVER',
+    'IntrinsicDef',
+    'RetryableError',
     'Computation',
     'ConcreteComputation',
     'PolymorphicComputation',

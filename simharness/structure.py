@@ -3,7 +3,9 @@
 `Struct` is the one implementation in `simharness.core.structure` (values
 of struct types are `Struct`s everywhere in simharness); this module adds
 the module-level functions a TFF program calls on them, with TFF's
-semantics and exception classes:
+semantics and exception classes. The readers (`name_list`, `name_list_with_nones`,
+`to_elements`, `iter_elements`, `name_to_index_map`, `has_field`) take a `StructType` too,
+as TFF's do (its `StructType` is a `Struct` of types):
 
 ```
 Struct([('a', 1), (None, 2)])          name_list(s) == ['a']
@@ -22,6 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import attrs
 
 from simharness.core.structure import Struct
+from simharness.core.types import StructType
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 __all__ = [
@@ -44,8 +47,8 @@ __all__ = [
 ]
 
 
-def _check_struct(value: Any, what: str = 'struct') -> None:
-    if not isinstance(value, Struct):
+def _check_struct(value: Any, what: str = 'struct', types_too: bool = False) -> None:
+    if not isinstance(value, Struct) and not (types_too and isinstance(value, StructType)):
         raise SimharnessTypeError(
             f'{what} must be a simharness.structure.Struct, got {value!r} '
             f'of type {type(value).__name__}',
@@ -60,19 +63,19 @@ def _is_namedtuple(value: Any) -> bool:
 
 def name_list(struct: Struct) -> List[str]:
     """The names of the named elements of `struct`, in order (unnamed ones skipped)."""
-    _check_struct(struct)
+    _check_struct(struct, types_too=True)
     return [n for n in struct.names if n is not None]
 
 
 def name_list_with_nones(struct: Struct) -> List[Optional[str]]:
     """The names of all elements of `struct` (None for an unnamed one)."""
-    _check_struct(struct)
+    _check_struct(struct, types_too=True)
     return list(struct.names)
 
 
 def to_elements(struct: Struct) -> List[Tuple[Optional[str], Any]]:
     """The `(name, value)` pairs of `struct`, as `Struct(...)` takes them."""
-    _check_struct(struct)
+    _check_struct(struct, types_too=True)
     return struct.items()
 
 
@@ -83,13 +86,13 @@ def iter_elements(struct: Struct) -> Iterator[Tuple[Optional[str], Any]]:
 
 def name_to_index_map(struct: Struct) -> Dict[str, int]:
     """Maps each name of `struct` to its element's index."""
-    _check_struct(struct)
+    _check_struct(struct, types_too=True)
     return {n: i for i, n in enumerate(struct.names) if n is not None}
 
 
 def has_field(struct: Struct, field: str) -> bool:
     """Whether `struct` has an element named `field`."""
-    _check_struct(struct)
+    _check_struct(struct, types_too=True)
     return field in struct.names
 
 

@@ -1,13 +1,17 @@
 """`simharness.types`: TFF 0.88's `tff.types`, the type classes and helpers by that path.
 
 (``tff.types.SequenceType(...)``, ``tff.types.TensorType(...)``: TFF's own tests and
-its simple_fedavg example write them so.) Left out, as no TFF 0.88 tutorial or example
-calls them: TFF's type serialization, its error classes, ``TypeRelation``, and
-``contains``/``count`` over a predicate.
+its simple_fedavg example write them so.) With TFF's error classes (`TypeNotAssignableError`
+and its kin: what ``Type.check_assignable_from`` and a computation given a value of
+another type raise, `TypeError`s as in TFF), ``TypeRelation``, and ``contains`` / ``count``
+/ ``contains_only`` over a predicate. Left out: TFF's type serialization
+(``serialize_type`` returns TFF's protocol buffer, which simharness does not have).
 """
 
+import functools
+import operator
 from collections.abc import Mapping
-from typing import Callable, cast
+from typing import Callable, Iterator, Optional, cast
 
 import attrs
 
@@ -33,6 +37,16 @@ from simharness.core.types import (
     type_at_clients,
     type_at_server,
 )
+from simharness.core.type_errors import (
+    TypeNotAssignableError,
+    TypeRelation,
+    TypesNotEquivalentError,
+    TypesNotIdenticalError,
+    UnexpectedTypeError,
+    type_mismatch_error_message,
+)
+from simharness.mergeable import type_to_py_container
+from simharness.tensorflow import structure_from_tensor_type_tree, type_to_tf_tensor_specs
 
 __all__ = [
     'AbstractType',
@@ -45,6 +59,21 @@ __all__ = [
     'StructWithPythonType',
     'TensorType',
     'Type',
+    'TypeNotAssignableError',
+    'TypeRelation',
+    'TypesNotEquivalentError',
+    'TypesNotIdenticalError',
+    'UnexpectedTypeError',
+    'contains',
+    'contains_only',
+    'count',
+    'is_shape_fully_defined',
+    'is_tensorflow_compatible_type',
+    'num_elements_in_shape',
+    'structure_from_tensor_type_tree',
+    'type_mismatch_error_message',
+    'type_to_py_container',
+    'type_to_tf_tensor_specs',
     'is_structure_of_floats',
     'is_structure_of_integers',
     'is_structure_of_tensors',
@@ -85,3 +114,45 @@ def type_from_tensors(tensors: object) -> Type:
         return infer_type(x)
 
     return to_type(spec(tensors))
+
+
+def preorder_types(type_signature: Type) -> Iterator[Type]:
+    """`type_signature` and every type inside it, parents before their children."""
+    yield type_signature
+    for child in type_signature.children():
+        yield from preorder_types(child)
+
+
+def count(type_signature: Type, predicate: Callable[[Type], bool]) -> int:
+    """How many types in `type_signature` (itself included, at any depth) pass `predicate`."""
+    return sum(1 for t in preorder_types(type_signature) if predicate(t))
+
+
+def contains(type_signature: Type, predicate: Callable[[Type], bool]) -> bool:
+    """Whether a type in `type_signature` (itself included, at any depth) passes `predicate`."""
+    return any(predicate(t) for t in preorder_types(type_signature))
+
+
+def contains_only(type_signature: Type, predicate: Callable[[Type], bool]) -> bool:
+    """Whether every type in `type_signature` (itself included) passes `predicate`."""
+    return all(predicate(t) for t in preorder_types(type_signature))
+
+
+def is_tensorflow_compatible_type(type_spec: Optional[Type]) -> bool:
+    """Whether a TensorFlow computation may take or return `type_spec`: tensors, structs
+    and sequences only (None, no parameter, is)."""
+    if type_spec is None:
+        return True
+    return contains_only(type_spec, lambda t: isinstance(t, (SequenceType, StructType, TensorType)))
+
+
+def is_shape_fully_defined(shape: ArrayShape) -> bool:
+    """Whether `shape` has a known rank and every dimension known."""
+    return shape is not None and all(dim is not None for dim in shape)
+
+
+def num_elements_in_shape(shape: ArrayShape) -> Optional[int]:
+    """The number of elements of a fully defined `shape`, else None."""
+    if not is_shape_fully_defined(shape):
+        return None
+    return functools.reduce(operator.mul, cast('tuple[int, ...]', shape), 1)

@@ -25,7 +25,7 @@ from simharness.core import tracing
 from simharness.core import types as T
 from simharness.core.structure import Struct, call_unpacked
 from simharness.core.xla import check_jit_compile, with_jit_compile
-from simharness.errors import SimharnessTypeError
+from simharness.errors import NoTypeSignatureError, SimharnessTypeError
 
 
 class Computation(tracing.Traceable):
@@ -149,7 +149,7 @@ class PolymorphicComputation(Computation):
 
     @property
     def type_signature(self) -> T.FunctionType:
-        raise SimharnessTypeError(
+        raise NoTypeSignatureError(
             f'computation {self.name!r} is polymorphic: it has no type signature until called '
             'with an argument (or give parameter specs to the decorator)'
         )

@@ -25,6 +25,11 @@ from simharness.core.placements import CLIENTS, SERVER, PlacementLiteral
 from simharness.core.placements import placement_from_uri as placement_from_uri
 from simharness.core.value_rules import array_refusal, check_array, check_constant, shape_refusal
 from simharness.errors import SimharnessAttributeError, SimharnessTypeError, SimharnessValueError
+from simharness.core.type_errors import (
+    TypeNotAssignableError,
+    TypesNotEquivalentError,
+    TypesNotIdenticalError,
+)
 
 
 # ---------------------------------------------------------------- dtypes
@@ -71,21 +76,36 @@ class Type:
     def is_assignable_from(self, source: 'Type') -> bool:
         raise NotImplementedError  # abstract; every subclass overrides
 
+    def children(self) -> Iterator['Type']:
+        """The types directly inside this one (TFF's `children`; none here)."""
+        return iter(())
+
     def check_assignable_from(self, source: 'Type', what: str = 'value') -> None:
-        """Raises `SimharnessTypeError` naming both types unless assignable."""
+        """Raises `TypeNotAssignableError` (a `TypeError`) naming both types unless
+        assignable."""
         if not self.is_assignable_from(source):
-            raise SimharnessTypeError(
+            raise TypeNotAssignableError(
+                source,
+                self,
                 f'{what} of type {source} is not assignable to the expected type {self}',
-                expected=self,
-                actual=source,
             )
 
     def is_equivalent_to(self, other: 'Type') -> bool:
         return self.is_assignable_from(other) and other.is_assignable_from(self)
 
+    def check_equivalent_to(self, other: 'Type') -> None:
+        """Raises `TypesNotEquivalentError` unless the two types are equivalent."""
+        if not self.is_equivalent_to(other):
+            raise TypesNotEquivalentError(self, other)
+
     def is_identical_to(self, other: 'Type') -> bool:
         """Equal types (TFF's `is_identical_to`; a struct's Python container is not compared)."""
         return self == other
+
+    def check_identical_to(self, other: 'Type') -> None:
+        """Raises `TypesNotIdenticalError` unless the two types are identical."""
+        if not self.is_identical_to(other):
+            raise TypesNotIdenticalError(self, other)
 
     # TFF up to 0.60 asked a type its kind with these methods (`isinstance` since); the
     # programs of that time still do.
@@ -258,6 +278,9 @@ class StructType(Type):
     def __iter__(self) -> Iterator[Type]:
         return iter(self._elements)
 
+    def children(self) -> Iterator[Type]:
+        return iter(self._elements)
+
     def __getitem__(self, key: Union[int, str]) -> Type:
         if isinstance(key, str):  # by name, as TFF's: an AttributeError when missing
             return self.__getattr__(key)
@@ -324,20 +347,36 @@ class StructType(Type):
         return self.container
 
 
-def StructWithPythonType(elements: Any, container_type: type) -> StructType:  # noqa: N802
+class _StructWithPythonTypeMeta(type):
+    """`isinstance(t, StructWithPythonType)`: whether `t` is a struct type with a Python
+    container (TFF's `StructWithPythonType` is a subclass of its `StructType`)."""
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        return isinstance(instance, StructType) and instance.container is not None
+
+
+class StructWithPythonType(StructType, metaclass=_StructWithPythonTypeMeta):
     """TFF's `StructWithPythonType`: a `StructType` whose values convert into `container_type`.
+
+    ``StructWithPythonType(elements, container_type)`` makes a `StructType` (with
+    `container_type` as its container); ``isinstance(t, StructWithPythonType)`` says
+    whether a struct type has a Python container, as in TFF.
 
     Raises:
       SimharnessTypeError: `container_type` is not a class.
     """
-    if not isinstance(container_type, type):
-        raise SimharnessTypeError(
-            f'container_type must be a class (list, tuple, dict, a namedtuple or attrs class), '
-            f'got {container_type!r} of type {type(container_type).__name__}',
-            expected=type,
-            actual=type(container_type),
-        )
-    return StructType(elements, container=container_type)
+
+    __slots__ = ()
+
+    def __new__(cls, elements: Any, container_type: type) -> 'StructWithPythonType':  # type: ignore[misc]
+        if not isinstance(container_type, type):
+            raise SimharnessTypeError(
+                f'container_type must be a class (list, tuple, dict, a namedtuple or attrs '
+                f'class), got {container_type!r} of type {type(container_type).__name__}',
+                expected=type,
+                actual=type(container_type),
+            )
+        return StructType(elements, container=container_type)  # type: ignore[return-value]
 
 
 class AbstractType(Type):
@@ -395,6 +434,9 @@ class SequenceType(Type):
             return True
         return isinstance(source, SequenceType) and self.element.is_assignable_from(source.element)
 
+    def children(self) -> Iterator[Type]:
+        yield self.element
+
     def __str__(self) -> str:
         return f'{self.element}*'
 
@@ -420,6 +462,11 @@ class FunctionType(Type):
         ):
             return False
         return self.result.is_assignable_from(source.result)
+
+    def children(self) -> Iterator[Type]:
+        if self.parameter is not None:
+            yield self.parameter
+        yield self.result
 
     def __str__(self) -> str:
         p = '' if self.parameter is None else str(self.parameter)
@@ -474,6 +521,9 @@ class FederatedType(Type):
 
     def __hash__(self) -> int:
         return hash(('federated', self.member, self.placement.uri, self.all_equal))
+
+    def children(self) -> Iterator[Type]:
+        yield self.member
 
     def __reduce__(self):
         return (FederatedType, (self.member, self.placement, self.all_equal))

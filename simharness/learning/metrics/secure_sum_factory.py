@@ -104,27 +104,36 @@ def _from_type_tree(fn: Callable[[T.TensorType], _Leaf], t: T.Type) -> Tree[_Lea
 
 
 def _flatten_with_path(value: object, path: tuple = ()) -> list:
-    """``[(path, leaf)]`` of nested mappings, lists, tuples and Structs, in order."""
+    """``[(path, leaf)]`` of nested mappings, lists, tuples and Structs, in the order of
+    TFF's ``tree.flatten_with_path`` (dm-tree): a mapping's keys sorted (an OrderedDict's
+    too; a Struct whose elements are all named likewise), sequences in order."""
     if isinstance(value, Struct):
-        return [
-            p
-            for i, (n, v) in enumerate(value.items())
-            for p in _flatten_with_path(v, path + (n if n is not None else i,))
-        ]
+        items = value.items()
+        if items and all(n is not None for n, _ in items):
+            return [
+                p for n, v in sorted(items, key=_first) for p in _flatten_with_path(v, path + (n,))
+            ]
+        return [p for i, (_, v) in enumerate(items) for p in _flatten_with_path(v, path + (i,))]
     if isinstance(value, Mapping):
-        return [p for k, v in value.items() for p in _flatten_with_path(v, path + (k,))]
+        return [p for k in sorted(value) for p in _flatten_with_path(value[k], path + (k,))]
     if isinstance(value, (list, tuple)) and not isinstance(value, _MetricRange):
         return [p for i, v in enumerate(value) for p in _flatten_with_path(v, path + (i,))]
     return [(path, value)]
 
 
+def _first(item: Tuple[Optional[str], object]) -> str:
+    return str(item[0])
+
+
 def _pack(template: Tree[object], leaves: list) -> Tree[object]:
-    """`leaves` in the nesting of `template` (an OrderedDict / list tree)."""
+    """`leaves` (in `_flatten_with_path`'s order: a mapping's keys sorted) in the nesting of
+    `template` (an OrderedDict / list tree, its own key order kept)."""
     it = iter(leaves)
 
     def build(t: Tree[object]) -> Tree[object]:
         if isinstance(t, Mapping):
-            return collections.OrderedDict((k, build(v)) for k, v in t.items())
+            built = {k: build(t[k]) for k in sorted(t)}
+            return collections.OrderedDict((k, built[k]) for k in t)
         if isinstance(t, list):
             return [build(v) for v in t]
         return next(it)
