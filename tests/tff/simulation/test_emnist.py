@@ -2,21 +2,25 @@
 
 ``test_get_synthetic`` as TFF's. TFF's ``test_load_from_gcs`` (skipped in
 TFF's CI: it downloads) becomes tests of `load_data` on a tiny
-``emnist_all.sqlite`` written here, of the error naming the expected file when
-it is absent (nothing is downloaded), and of reading the ``.lzma`` TFF
-publishes. Our synthetic digits are drawn by us, not TFF's pixel values.
+``emnist_all.sqlite`` written here, of reading the ``.lzma`` TFF publishes, of
+downloading it (from an HTTP server on loopback standing for TFF's bucket), and of
+the error naming the URL and the expected file when the download fails. Our
+synthetic digits are drawn by us, not TFF's pixel values.
 """
 
 import collections
+import functools
+import http.server
 import lzma
 import shutil
+import threading
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import simharness as tff
-from simharness.simulation.datasets import emnist
+from simharness.simulation.datasets import download, emnist
 from tests.tff.simulation.datasets_files import write_tff_sqlite
 
 EXPECTED_ELEMENT_TYPE = collections.OrderedDict(
@@ -78,10 +82,58 @@ def test_load_data(emnist_dir, tff_stack):
     assert [int(s) for s in sums(['f1', 'f0'])] == [7, 7]
 
 
-def test_missing_file_names_the_expected_path(tmp_path):
-    with pytest.raises(ValueError, match=str(tmp_path / 'emnist_all.sqlite')) as e:
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def bucket(tmp_path, monkeypatch):
+    """A directory served over HTTP on loopback, standing for TFF's bucket."""
+    served = tmp_path / 'bucket'
+    served.mkdir()
+    handler = functools.partial(_QuietHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setattr(download, 'TFF_DATASETS_URL', f'http://127.0.0.1:{server.server_port}/')
+    try:
+        yield served
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_missing_file_is_downloaded_and_decompressed(emnist_dir, bucket, tmp_path):
+    with open(emnist_dir / 'emnist_all.sqlite', 'rb') as src:
+        with lzma.open(bucket / 'emnist_all.sqlite.lzma', 'wb') as dst:
+            shutil.copyfileobj(src, dst)
+    cache = tmp_path / 'cache'  # made by the download
+    train, test = emnist.load_data(cache_dir=str(cache))
+    assert train.client_ids == ['f0', 'f1'] and test.client_ids == ['f0']
+    assert sorted(p.name for p in cache.iterdir()) == ['emnist_all.sqlite']
+    assert (cache / 'emnist_all.sqlite').read_bytes() == (
+        emnist_dir / 'emnist_all.sqlite'
+    ).read_bytes()
+
+
+def test_a_failed_download_names_the_url_and_path_and_leaves_nothing(bucket, tmp_path):
+    (bucket / 'emnist_all.sqlite.lzma').write_bytes(lzma.compress(b'x' * 1000)[:-20])  # cut short
+    with pytest.raises(ValueError, match='emnist_all.sqlite.lzma failed') as e:
+        emnist.load_data(cache_dir=str(tmp_path / 'c1'))
+    assert str(tmp_path / 'c1' / 'emnist_all.sqlite') in str(e.value)
+    assert list((tmp_path / 'c1').iterdir()) == []  # no half-written file
+    with pytest.raises(ValueError, match='404') as e:  # not in the bucket
+        download.get_local_file('nothing_here.sqlite', cache_dir=str(tmp_path / 'c2'))
+    assert list((tmp_path / 'c2').iterdir()) == []
+
+
+def test_an_unreachable_server_fails_fast_with_the_reason(tmp_path):
+    # The suite's bucket (tests/tff/conftest.py): a loopback port where nothing listens.
+    with pytest.raises(download.DatasetFileNotFoundError, match='refused') as e:
         emnist.load_data(cache_dir=str(tmp_path))
-    assert 'downloads nothing' in str(e.value)
+    assert e.value.path == str(tmp_path / 'emnist_all.sqlite')
     assert list(tmp_path.iterdir()) == []
 
 
