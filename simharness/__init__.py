@@ -5,12 +5,19 @@ an executor stack whose client executors run in threads or in pinned worker
 processes. Port TFF code by renaming `tff.` to `simharness.`.
 """
 
+import sys as _sys
+from contextlib import nullcontext as _nullcontext
+
 from simharness import tfquiet as _tfquiet
 from simharness.core import determinism as _determinism
 
 _tfquiet.configure_logging()  # SIMHARNESS_LOG_LEVEL, when set
 _determinism.configure_xla()  # before anything can start XLA (simharness.core.xla)
-_determinism.configure_threads()  # before TF's first op: the workers' intra-op thread count
+# Before TF's first op: the workers' intra-op thread count. Where TF is loaded already (a
+# program that imported it first, as TFF's tutorials do), finding out whether its context
+# started initializes its devices: the cuInit line, kept out of stderr (see tfquiet).
+with _tfquiet.quiet_stderr() if 'tensorflow' in _sys.modules else _nullcontext():
+    _determinism.configure_threads()
 # TensorFlow's C++ start-up lines kept out of stderr, whoever imports it (see tfquiet).
 _tfquiet.install_import_hook()
 

@@ -122,6 +122,19 @@ print('c', mean_plus_one([3.0]))
 """
 
 
+#: TFF's tutorials' order: TensorFlow imported first, no op before ``import simharness``.
+TENSORFLOW_IMPORTED_FIRST = """
+import tensorflow as tf
+import simharness as tff
+
+@tff.tf_computation(tf.float32)
+def add_one(x):
+    return x + 1.0
+
+print('b', add_one(1.0))
+"""
+
+
 def _run(tmp_path, code: str, **env_extra: Optional[str]) -> subprocess.CompletedProcess:
     script = tmp_path / 'program.py'
     script.write_text(textwrap.dedent(code), encoding='utf-8')
@@ -224,6 +237,19 @@ def test_a_program_that_imports_tensorflow_first(tmp_path):
         assert 'import simharness before any TensorFlow op' in ours[0]
     else:
         assert not ours, done.stderr
+
+
+@pytest.mark.slow
+def test_a_program_that_imports_tensorflow_first_but_runs_no_op_before_simharness(tmp_path):
+    """TensorFlow's own import lines only (none on some builds): no cuInit line (``import
+    simharness`` reads TF's thread settings, which starts its devices: quietly) and no
+    thread-count warning (TF's context had not started)."""
+    done = _run(tmp_path, TENSORFLOW_IMPORTED_FIRST)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ['b 2.0'], done.stdout
+    lines = done.stderr.splitlines()
+    assert all(NOISE.search(ln) for ln in lines), done.stderr
+    assert not any('cuInit' in ln or ln.startswith('simharness: ') for ln in lines), done.stderr
 
 
 @pytest.mark.slow
