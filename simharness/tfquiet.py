@@ -152,7 +152,7 @@ class _KerasNotNow:
 
     ``import tensorflow`` loads Keras eagerly (``keras.src.optimizers``, in a
     ``try/except ImportError``), and Keras loads matplotlib and scikit-learn
-    where they are installed (simharness depends on both): about half of
+    where they are installed (simharness depends on matplotlib): about half of
     TensorFlow's import time. A worker process never needs Keras (it runs
     serialized graphs), so its forkserver imports TensorFlow with this finder
     in place. ``importlib.util.find_spec('keras')`` (TF reads Keras' directory

@@ -3,7 +3,7 @@
 A Keras model, TFF's FedAvg builder (`build_weighted_fed_avg`), 20 non-IID
 clients (Dirichlet label skew), 10 of them per round, on 2 worker processes.
 Run it: `python docs/tutorials/fedavg_digits.py` (12-22 s on a shared 2-core
-machine; nothing is downloaded: the digits ship with scikit-learn).
+machine; nothing is downloaded: scikit-learn's digits ship with simharness).
 """
 import collections
 

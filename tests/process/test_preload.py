@@ -1,7 +1,7 @@
 """The worker pool's forkserver imports TensorFlow without loading Keras.
 
 ``import tensorflow`` loads Keras eagerly, and Keras loads matplotlib and
-scikit-learn (simharness depends on both): about half of TF's import time,
+scikit-learn where installed (simharness depends on matplotlib): about half of TF's import time,
 paid by every forkserver, service and Ray actor, which run graphs only. The
 forkserver of a running pool must have none of their extension modules
 mapped; Keras must still load where it is asked for (`tf.keras`).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 
@@ -18,6 +19,7 @@ from simharness.data import (
     save_npz_dir,
     synthetic_alpha_beta,
 )
+from simharness.data.digits import load_digits_arrays
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 
 
@@ -296,14 +298,23 @@ class TestDigits:
         ys = np.concatenate([cd.client_arrays(c)['y'] for c in cd.client_ids])
         xs = np.concatenate([cd.client_arrays(c)['x'] for c in cd.client_ids])
         assert xs.min() >= 0 and xs.max() <= 1 and xs.dtype == np.float32
-        from sklearn.datasets import load_digits
-
-        target = load_digits().target
         np.testing.assert_array_equal(
-            np.bincount(np.concatenate([ys, yt]), minlength=10), np.bincount(target, minlength=10)
+            np.bincount(np.concatenate([ys, yt]), minlength=10),
+            [178, 182, 177, 183, 181, 182, 181, 179, 174, 180],  # scikit-learn's digits' counts
         )
         # Label skew: some client misses at least one class.
         assert any(len(np.unique(cd.client_arrays(c)['y'])) < 10 for c in cd.client_ids)
+
+    def test_the_shipped_digits_are_scikit_learns(self):
+        # SHA-256 of `load_digits().data / 16` (float32) and `.target` (int32), scikit-learn 1.9.1.
+        x, y = load_digits_arrays()
+        assert x.shape == (1797, 64) and x.dtype == np.float32 and y.dtype == np.int32
+        assert hashlib.sha256(x.tobytes()).hexdigest() == (
+            '9f578524b6cec1fc800cc52dfc87ebe56264983d490aa72a4bd928ba2570ec77'
+        )
+        assert hashlib.sha256(y.tobytes()).hexdigest() == (
+            '3a0e68456f9a3c609b399717dd9ca55bb9153be1bccf72e38e3319cb740c75cd'
+        )
 
     def test_dirichlet_partition_covers_once(self):
         labels = np.random.default_rng(0).integers(0, 10, size=1000)
