@@ -104,6 +104,14 @@ class SimharnessValueError(SimharnessError, ValueError):
     """A value is of the right type but not acceptable (out of range, ...)."""
 
 
+class UnknownClientError(SimharnessValueError, KeyError):
+    """A client id that a `ClientData` does not have: a `ValueError` (TFF's `ClientData`,
+    `SqlClientData`, `FilePerUserClientData` raise one) and a `KeyError` (TFF's
+    `TestClientData` / `FromTensorSlicesClientData` do), so that either ``except`` works."""
+
+    __str__ = Exception.__str__  # the message as given (a KeyError's str would quote it)
+
+
 class DeviceNotFoundError(SimharnessValueError):
     """A device was asked for that this machine does not have.
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequenc
 import numpy as np
 
 from simharness.core.computation import Computation, tf_computation
-from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.errors import SimharnessTypeError, SimharnessValueError, UnknownClientError
 
 _LOG = logging.getLogger(__name__)
 
@@ -249,9 +249,9 @@ class ClientData(abc.ABC):
         if not known:
             raise self._unknown_client(client_id)
 
-    def _unknown_client(self, client_id: Any) -> SimharnessValueError:
+    def _unknown_client(self, client_id: Any) -> UnknownClientError:
         ids = self.client_ids
-        return SimharnessValueError(
+        return UnknownClientError(
             f'ID [{client_id}] is not a client in this ClientData (unknown client id '
             f'{client_id!r}); this data set has {len(ids)} clients: {_fmt_ids(ids)}. See '
             'property `client_ids` for the list of valid ids.'

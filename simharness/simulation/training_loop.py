@@ -15,7 +15,16 @@ import collections
 import concurrent.futures
 import logging
 import time
-from typing import Any, Awaitable, Callable, Iterable, Mapping, MutableMapping, Optional
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    MutableMapping,
+    Optional,
+)
 
 from simharness.core.structure import Struct
 
@@ -40,7 +49,11 @@ EVALUATION_TIME_KEY = 'evaluation_time_in_seconds'
 
 
 def _run(awaitable_fn: Callable[[], Awaitable[Any]]) -> Any:
-    """Runs a coroutine to completion on a private loop (another thread if one runs here)."""
+    """Runs a coroutine to completion on a private loop (another thread if one runs here).
+
+    Not ``asyncio.run``: it unsets the thread's event loop when done, and a program that
+    calls ``asyncio.get_event_loop()`` after the training loop (as TFF's, which runs on that
+    loop, allows: e.g. to read its program state manager) would get a RuntimeError."""
 
     async def main() -> Any:
         return await awaitable_fn()
@@ -48,9 +61,27 @@ def _run(awaitable_fn: Callable[[], Awaitable[Any]]) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(main())
+        return _on_private_loop(main())
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, main()).result()
+        return pool.submit(_on_private_loop, main()).result()
+
+
+def _on_private_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+    """`coro` run on a new event loop, closed after it (its leftover tasks cancelled), the
+    thread's current loop left as it was."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 def _gather(coros: list) -> Any:

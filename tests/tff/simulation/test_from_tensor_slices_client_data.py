@@ -244,3 +244,12 @@ def test_dataset_computation_mapped_over_ids_at_clients(tff_stack):
 
     ids = ['CLIENT C2', 'CLIENT A', 'CLIENT B', 'CLIENT C']
     assert [float(x) for x in totals(ids)] == [300.0, 15.0, 7.0, 17.0]
+
+
+def test_an_unknown_client_id_is_a_key_error_as_in_tff_and_a_value_error():
+    # TFF's TestClientData indexes its dict (KeyError); its other ClientData raise ValueError.
+    client_data = TestClientData(TEST_DATA)
+    with pytest.raises(KeyError) as caught:
+        client_data.create_tf_dataset_for_client(CLIENT_ID_NOT_IN_TEST_DATA)
+    assert isinstance(caught.value, ValueError)
+    assert str(caught.value).startswith(f'ID [{CLIENT_ID_NOT_IN_TEST_DATA}] is not a client')

@@ -274,3 +274,31 @@ def test_real_process_from_client_ids(tff_stack, tmp_path):
     )
     want += sum(int(c[1:]) * (int(c[1:]) + 1) for c in sample(4, 3))
     assert float(resumed) == want
+
+
+def test_the_main_thread_keeps_its_event_loop():
+    # TFF runs the loop's program-state and release calls on `asyncio.get_event_loop()`: a
+    # program may use that loop afterwards (e.g. to read its program state manager).
+    import asyncio
+
+    from simharness.program import MemoryReleaseManager
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        released = MemoryReleaseManager()
+        training_loop.run_training_process(
+            training_process=_process(),
+            training_selection_fn=lambda r: [0],
+            total_rounds=2,
+            metrics_managers=[released],
+        )
+        assert asyncio.get_event_loop() is loop
+
+        async def keys():
+            return sorted(released.values())
+
+        assert loop.run_until_complete(keys()) == [1, 2]  # as TFF 0.87
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
