@@ -197,6 +197,36 @@ def _build_from_spec(keras_model: keras.Model, input_spec: InputSpec) -> None:
         keras_model.built = True  # called once: its weights exist
 
 
+def _snake_case(name: str) -> str:
+    """Keras' default name of a metric class (``AUC`` -> ``auc``, ``MeanIoU`` -> ``mean_io_u``)."""
+    name = re.sub(r'\W+', '', name)
+    name = re.sub('(.)([A-Z][a-z]+)', r'\1_\2', name)
+    return re.sub('([a-z])([A-Z])', r'\1_\2', name).lower()
+
+
+def per_model_metric_names(metrics: Sequence[keras.metrics.Metric]) -> list:
+    """The names of one model's metrics as TFF reports them: as each metric names itself,
+    except Keras' default names (those of metrics made without ``name=``), numbered within
+    the model (``auc``, ``auc_1``, ...).
+
+    Keras 3 numbers default names across the whole process: the ``AUC()`` of a model's
+    second build is ``auc_1``, of its third ``auc_2``. TFF (Keras 2, a new graph for each
+    build of the model) always names it ``auc``; `tff.learning` matches the metric names of
+    one build against another's, so Keras 3's numbering would break it (and change the
+    metrics' names from TFF's)."""
+    names: list = []
+    seen: collections.Counter = collections.Counter()
+    for metric in metrics:
+        default = _snake_case(type(metric).__name__)
+        name = metric.name
+        if default and re.fullmatch(re.escape(default) + r'(_\d+)?', name):
+            count = seen[default]
+            seen[default] += 1
+            name = default if count == 0 else f'{default}_{count}'
+        names.append(name)
+    return names
+
+
 def _weighted_mean_loss_metric(loss_fns: list, loss_weights: list) -> type:
     """A Keras ``Mean`` of the batch losses weighted by batch size (TFF's loss metric)."""
 
@@ -263,12 +293,13 @@ class KerasModel(variable.VariableModel):
         self._loss_fns = loss_fns
         self._loss_weights = loss_weights
         self._metrics: list = []
-        self._metric_constructors: collections.OrderedDict = collections.OrderedDict()
+        constructors: list = []  # the metric's constructor, or None, for each of `_metrics`
         names = set()
         has_metric = has_constructor = False
         for metric in metrics:
             if isinstance(metric, keras.metrics.Metric):
                 self._metrics.append(metric)
+                constructors.append(None)
                 names.add(metric.name)
                 has_metric = True
             elif callable(metric):
@@ -281,7 +312,7 @@ class KerasModel(variable.VariableModel):
                         actual=type(made),
                     )
                 names.add(made.name)
-                self._metric_constructors[made.name] = metric
+                constructors.append(metric)
                 self._metrics.append(made)
                 has_constructor = True
             else:
@@ -305,11 +336,15 @@ class KerasModel(variable.VariableModel):
         if 'num_batches' not in names:
             logging.info('Adding default num_batches metric to model')
             extra.append(counters.NumBatchesCounter)
-        made_extra = [m() for m in extra]
-        self._metrics.extend(made_extra)
-        if not metrics or self._metric_constructors:
-            for ctor, made in zip(extra, made_extra):
-                self._metric_constructors[made.name] = ctor
+        self._metrics.extend(m() for m in extra)
+        if not metrics or has_constructor:
+            constructors.extend(extra)
+        else:
+            constructors.extend([None] * len(extra))
+        self._metric_names = per_model_metric_names(self._metrics)
+        self._metric_constructors: collections.OrderedDict = collections.OrderedDict(
+            (name, ctor) for name, ctor in zip(self._metric_names, constructors) if ctor is not None
+        )
 
     @property
     def trainable_variables(self) -> list:
@@ -415,18 +450,18 @@ class KerasModel(variable.VariableModel):
     def unfinalized_metrics_of(self, metrics_state: tuple) -> 'collections.OrderedDict[str, list]':
         """`report_local_unfinalized_metrics` of metric values held as tensors."""
         return collections.OrderedDict(
-            (m.name, [tf.identity(v) for v in values])
-            for m, values in zip(self._metrics, metrics_state)
+            (name, [tf.identity(v) for v in values])
+            for name, values in zip(self._metric_names, metrics_state)
         )
 
     def report_local_unfinalized_metrics(self) -> collections.OrderedDict[str, TensorStructure]:
         """Metric name -> the values of its variables (tensors)."""
         return collections.OrderedDict(
             (
-                m.name,
+                name,
                 [tf.identity(v.value if isinstance(v, keras.Variable) else v) for v in m.variables],
             )
-            for m in self._metrics
+            for name, m in zip(self._metric_names, self._metrics)
         )
 
     def metric_finalizers(self) -> 'collections.OrderedDict[str, Callable]':
@@ -437,5 +472,6 @@ class KerasModel(variable.VariableModel):
                 for name, ctor in self._metric_constructors.items()
             )
         return collections.OrderedDict(
-            (m.name, keras_finalizer.create_keras_metric_finalizer(m)) for m in self._metrics
+            (name, keras_finalizer.create_keras_metric_finalizer(m))
+            for name, m in zip(self._metric_names, self._metrics)
         )

@@ -398,3 +398,36 @@ def test_a_model_that_cannot_be_built_from_the_spec_is_a_clear_error():
             input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int32)),
             loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         )
+
+
+def test_metrics_made_without_names_keep_tffs_names_in_every_build():
+    # Keras 3 numbers default metric names across the process (a second build's AUC() is
+    # `auc_1`); TFF's (Keras 2, a graph per build) are `auc`, `precision`, ... in every build,
+    # and tff.learning matches one build's names against another's.
+    spec = (tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None, 1], tf.float32))
+
+    def model_fn():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+        return tff.learning.models.from_keras_model(
+            model,
+            loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
+            input_spec=spec,
+            metrics=[
+                tf.keras.metrics.AUC(from_logits=True),
+                tf.keras.metrics.Precision(),
+                tf.keras.metrics.AUC(curve='PR', from_logits=True),
+                tf.keras.metrics.BinaryAccuracy(name='acc'),
+            ],
+        )
+
+    names = ['auc', 'precision', 'auc_1', 'acc', 'loss', 'num_examples', 'num_batches']
+    assert list(model_fn().report_local_unfinalized_metrics()) == names
+    assert list(model_fn().metric_finalizers()) == names  # a later build: the same names
+    process = tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1)
+    )
+    data = tf.data.Dataset.from_tensor_slices(
+        (np.ones((4, 4), np.float32), np.array([[0.0], [1.0], [1.0], [0.0]], np.float32))
+    ).batch(2)
+    out = process.next(process.initialize(), [data])
+    assert list(out.metrics['client_work']['train']) == names
