@@ -24,6 +24,7 @@ from typing import (
     Mapping,
     MutableMapping,
     Optional,
+    TypeVar,
 )
 
 from simharness.core.structure import Struct
@@ -40,6 +41,7 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 MetricsType = MutableMapping[str, Any]
+_R = TypeVar('_R')
 
 ROUND_TIME_KEY = 'round_time_in_seconds'
 ROUND_NUMBER_KEY = 'round_number'
@@ -66,7 +68,7 @@ def _run(awaitable_fn: Callable[[], Awaitable[Any]]) -> Any:
         return pool.submit(_on_private_loop, main()).result()
 
 
-def _on_private_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+def _on_private_loop(coro: Coroutine[object, object, _R]) -> _R:
     """`coro` run on a new event loop, closed after it (its leftover tasks cancelled), the
     thread's current loop left as it was."""
     loop = asyncio.new_event_loop()
