@@ -27,7 +27,7 @@ import tensorflow as tf
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning._typing import Batch, TensorStructure
 from simharness.learning.metrics import keras_finalizer, keras_utils
-from simharness.learning.models import variable
+from simharness.learning.models import keras_seeds, variable
 
 Weight = Union[np.ndarray, int, float]
 ModelWeights = tuple  # (trainable, non_trainable), each a sequence of weights
@@ -308,15 +308,21 @@ def functional_model_from_keras(
         )
     initial_weights = (
         tuple(np.array(v.numpy()) for v in model.trainable_variables),
-        tuple(np.array(v.numpy()) for v in model.non_trainable_variables),
+        tuple(np.array(v.numpy()) for v in keras_seeds.KerasSeeds.weights_of(model)),
     )
+    seeds = keras_seeds.KerasSeeds(model)  # random layers' seeds: set per step, not weights
 
     @tf.function(autograph=False)
     def predict_on_batch(
         model_weights: ModelWeights, x: TensorStructure, training: bool = True
     ) -> TensorStructure:
         trainable, non_trainable = model_weights
-        out, _ = model.stateless_call(list(trainable), list(non_trainable), x, training=training)
+        out, _ = model.stateless_call(
+            list(trainable),
+            seeds.merge(non_trainable, trainable, x, training),
+            x,
+            training=training,
+        )
         return out
 
     def loss(

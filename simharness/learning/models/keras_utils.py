@@ -20,7 +20,7 @@ from simharness.core import types as T
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning._typing import Batch, InputSpec, SpecStructure, TensorStructure
 from simharness.learning.metrics import counters, keras_finalizer
-from simharness.learning.models import variable
+from simharness.learning.models import keras_seeds, variable
 
 #: A Keras loss (a `keras.losses.Loss` or a loss function), or one per model output.
 Loss = Union[
@@ -289,6 +289,7 @@ class KerasModel(variable.VariableModel):
         metrics: list,
     ):
         self._keras_model = keras_model
+        self._seeds = keras_seeds.KerasSeeds(keras_model)
         self._input_spec = input_spec
         self._loss_fns = loss_fns
         self._loss_weights = loss_weights
@@ -352,7 +353,9 @@ class KerasModel(variable.VariableModel):
 
     @property
     def non_trainable_variables(self) -> list:
-        return self._keras_model.non_trainable_variables
+        """The Keras model's non-trainable weights: not its random layers' seed states
+        (`keras_seeds`), as TFF's (Keras 2) models have none."""
+        return keras_seeds.KerasSeeds.weights_of(self._keras_model)
 
     @property
     def local_variables(self) -> list:
@@ -371,6 +374,8 @@ class KerasModel(variable.VariableModel):
         return self._input_spec
 
     def predict_on_batch(self, x: TensorStructure, training: bool = True) -> TensorStructure:
+        if training is not False and self._seeds.states:
+            self._seeds.assign(self.trainable_variables, x)
         return self._keras_model(x, training=training)
 
     def forward_pass(self, batch_input: Batch, training: bool = True) -> variable.BatchOutput:
@@ -431,9 +436,14 @@ class KerasModel(variable.VariableModel):
           values the variables of `forward_pass` would hold after it.
         """
         inputs, y_true = _inputs_and_labels(batch_input)
-        predictions, non_trainable, regularization = self._keras_model.stateless_call(
-            list(trainable), list(non_trainable), inputs, training=training, return_losses=True
+        predictions, all_non_trainable, regularization = self._keras_model.stateless_call(
+            list(trainable),
+            self._seeds.merge(non_trainable, trainable, inputs, training),
+            inputs,
+            training=training,
+            return_losses=True,
         )
+        non_trainable = self._seeds.weights_part(all_non_trainable)
         batch_loss = self._batch_loss(y_true, predictions, regularization)
         metrics_state = tuple(
             tuple(m.stateless_update_state(list(values), y_true=y_true, y_pred=predictions))

@@ -13,7 +13,7 @@ from simharness.core import types as T
 from simharness.core.structure import Struct
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning._typing import ModelVariable, TensorLeaf, TensorStructure
-from simharness.learning.models import variable
+from simharness.learning.models import keras_seeds, variable
 
 
 def _check_model(model: object) -> None:
@@ -48,8 +48,10 @@ class ModelWeights(NamedTuple):
         if isinstance(model, keras.Model) and tf.executing_eagerly() and not tf.inside_function():
             return cls(
                 [_unwrap(v) for v in model.trainable_variables],
-                [_unwrap(v) for v in model.non_trainable_variables],
+                [_unwrap(v) for v in keras_seeds.KerasSeeds.weights_of(model)],
             )
+        if isinstance(model, keras.Model):  # its weights: not its random layers' seed states
+            return cls(model.trainable_variables, keras_seeds.KerasSeeds.weights_of(model))
         return cls(model.trainable_variables, model.non_trainable_variables)
 
     @classmethod
@@ -76,7 +78,7 @@ class ModelWeights(NamedTuple):
             # Keras' weights are flat lists; zip allows list / tuple differences.
             for var, t in zip(model.trainable_weights, self.trainable):
                 var.assign(t)
-            for var, t in zip(model.non_trainable_weights, self.non_trainable):
+            for var, t in zip(keras_seeds.KerasSeeds.weights_of(model), self.non_trainable):
                 var.assign(t)
         else:
             tf.nest.map_structure(

@@ -16,10 +16,9 @@ Left out / changed:
 - cell 31: ``tf.keras.models.clone_model`` of the compiled model fails inside
   the computation's graph under Keras 3 (it reads the RMSprop learning rate
   with ``.numpy()``; TFF 0.88 on Keras 3 too): ``load_model(BATCH_SIZE)``.
-- cell 39: ``non_trainable=[... keras_model.non_trainable_weights]`` leaves
-  out Keras 3's GRU seed-generator state, which the TFF model's weights carry
-  (``non_trainable_variables``, as TFF's ``from_keras_model``):
-  ``non_trainable_variables`` here.
+- cell 39 runs as written: the model's weights leave out Keras 3's GRU
+  seed-generator state, as ``keras_model.non_trainable_weights`` does
+  (`simharness.learning.models.keras_seeds`).
 """
 
 
@@ -226,7 +225,7 @@ def test_federated_learning_for_text_generation_tutorial():
     # Load our pre-trained Keras model weights into the global model state.
     pre_trained_weights = tff.learning.models.ModelWeights(
         trainable=[v.numpy() for v in keras_model.trainable_weights],
-        non_trainable=[v.numpy() for v in keras_model.non_trainable_variables],  # PATCHED: Keras 3 seed state
+        non_trainable=[v.numpy() for v in keras_model.non_trainable_weights],
     )
     state = fed_avg.set_model_weights(state, pre_trained_weights)
 

@@ -20,10 +20,9 @@ Left out / changed:
   the computation's graph under Keras 3 (it reads the optimizer's learning
   rate with ``.numpy()``): ``load_model(BATCH_SIZE)``.
 - cell 33: ``SGD(lr=0.5)``: Keras 3 refuses ``lr`` (``learning_rate``).
-- cell 39: ``non_trainable_weights=[... keras_model.non_trainable_weights]``
-  leaves out Keras 3's GRU seed-generator state, which the TFF model's weights
-  carry (``non_trainable_variables``, as TFF's ``from_keras_model``):
-  ``non_trainable_variables`` here.
+- cell 39 runs as written: the model's weights leave out Keras 3's GRU
+  seed-generator state, as ``keras_model.non_trainable_weights`` does
+  (`simharness.learning.models.keras_seeds`).
 """
 
 import pytest
@@ -216,7 +215,7 @@ def test_federated_learning_for_text_generation_2021_tutorial():
         state,
         trainable_weights=[v.numpy() for v in keras_model.trainable_weights],
         non_trainable_weights=[
-            v.numpy() for v in keras_model.non_trainable_variables  # PATCHED: Keras 3 seed state
+            v.numpy() for v in keras_model.non_trainable_weights
         ])
 
 
