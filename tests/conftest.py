@@ -45,6 +45,12 @@ def pytest_configure(config):
     )
     if not named and hasattr(config.option, 'benchmark_disable'):
         config.option.benchmark_disable = True
+    # TFF's data files never come from the network here: a missing file's download (TFF's
+    # loaders, the CLI's [data]) goes to a loopback port where nothing listens and fails at
+    # once, in this process and every one it starts, unless a test serves its own bucket.
+    from simharness.data import tff_files
+
+    os.environ[tff_files.URL_VARIABLE] = 'http://127.0.0.1:9/'
     if not config.pluginmanager.hasplugin('simharness'):
         raise pytest.UsageError(
             'the tests need the simharness pytest plugin (pip install -e . '

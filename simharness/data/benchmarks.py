@@ -1,8 +1,9 @@
-"""The standard federated benchmarks, read from the files TFF publishes, from a local directory.
+"""The standard federated benchmarks, read from the files TFF publishes.
 
-Nothing is downloaded: put TFF's files in a cache directory (decompress the
-``.lzma`` first) and point a loader at it. Two formats are read, as TFF's
-own loaders do:
+A loader reads TFF's file from its cache directory (default ``~/.tff``, TFF's); a
+missing file is decompressed from its ``.lzma`` there, or downloaded from where TFF
+publishes it, as TFF's loaders do (`simharness.data.tff_files`). Two formats are
+read, as TFF's own loaders do:
 
 * SQLite (TFF >= 0.20; ``emnist_all.sqlite``, ``cifar100.sqlite``,
   ``shakespeare.sqlite``, ``stackoverflow.sqlite``): a table
@@ -38,6 +39,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import numpy as np
 
 from simharness.data.client_data import ArrayClientData
+from simharness.data import tff_files
 from simharness.data.digits import dirichlet_partition
 from simharness.errors import SimharnessValueError
 
@@ -51,20 +53,20 @@ SHAKESPEARE_VOCAB = list(
 PAD = 0
 
 
-def _find(cache_dir: PathLike, names: Sequence[str], what: str) -> Path:
-    d = Path(cache_dir).expanduser()
-    if not d.is_dir():
-        raise SimharnessValueError(
-            f'{what}: cache directory {d} does not exist (simharness '
-            "downloads nothing: put TFF's files there first)"
-        )
+def _find(cache_dir: Optional[PathLike], names: Sequence[str], what: str) -> Path:
+    """The first of `names` in `cache_dir` (default ``~/.tff``, TFF's); else the first
+    name (TFF's SQLite file) decompressed from its ``.lzma`` there, or downloaded as TFF's
+    loaders do (`tff_files.get_local_file`)."""
+    d = Path(cache_dir if cache_dir is not None else tff_files.default_cache_dir()).expanduser()
     for n in names:
         if (d / n).is_file():
             return d / n
-    raise SimharnessValueError(
-        f'{what}: none of {", ".join(names)} in {d}. simharness downloads nothing: fetch the '
-        f'file TFF publishes for this data set (for SQLite, decompress the .lzma) into {d}'
-    )
+    try:
+        return Path(tff_files.get_local_file(names[0], str(d)))
+    except tff_files.DatasetFileNotFoundError as e:
+        raise tff_files.DatasetFileNotFoundError(
+            f'{what}: none of {", ".join(names)} in {d}; {e}', path=e.path
+        ) from e
 
 
 # ------------------------------------------------------------------- formats
@@ -147,7 +149,7 @@ def _clients(per_client: Mapping[str, Mapping[str, np.ndarray]]) -> ArrayClientD
 
 
 def _load(
-    cache_dir: PathLike,
+    cache_dir: Optional[PathLike],
     sqlite_names: Sequence[str],
     sql_split: str,
     h5_names: Sequence[str],
@@ -170,7 +172,7 @@ def _check_split(split: str, allowed: Sequence[str], what: str) -> None:
 
 
 def load_emnist(
-    cache_dir: PathLike, only_digits: bool = False, split: str = 'train'
+    cache_dir: Optional[PathLike] = None, only_digits: bool = False, split: str = 'train'
 ) -> ArrayClientData:
     """Federated EMNIST (3,400 writers; 62 classes, or 10 with `only_digits`).
 
@@ -198,7 +200,7 @@ def load_emnist(
     )
 
 
-def load_cifar100(cache_dir: PathLike, split: str = 'train') -> ArrayClientData:
+def load_cifar100(cache_dir: Optional[PathLike] = None, split: str = 'train') -> ArrayClientData:
     """Federated CIFAR-100 (500 train / 100 test clients, Pachinko allocation).
 
     Files: ``cifar100.sqlite`` (splits ``train``, ``test``) or
@@ -249,7 +251,7 @@ def _sequences(
 
 
 def load_shakespeare(
-    cache_dir: PathLike, split: str = 'train', sequence_length: int = 80
+    cache_dir: Optional[PathLike] = None, split: str = 'train', sequence_length: int = 80
 ) -> ArrayClientData:
     """Federated Shakespeare (715 characters of the plays), next-character prediction.
 
@@ -280,7 +282,7 @@ def load_shakespeare(
 
 
 def load_stackoverflow(
-    cache_dir: PathLike,
+    cache_dir: Optional[PathLike] = None,
     split: str = 'train',
     vocab_size: int = 10000,
     sequence_length: int = 20,
@@ -292,7 +294,7 @@ def load_stackoverflow(
     ``test``) or ``stackoverflow_{train,held_out,test}.h5`` (feature
     ``tokens``: space-separated words). The vocabulary is the first
     `vocab_size` words of TFF's ``stackoverflow.word_count`` file (``word
-    count`` per line, most frequent first) when it is in `cache_dir`, else the
+    count`` per line, most frequent first) when it is beside the data file, else the
     `vocab_size` most frequent words of the loaded clients (ties by word);
     ids: 0 pad, 1..vocab_size words, then oov, bos, eos.
     """
@@ -310,7 +312,7 @@ def load_stackoverflow(
             per_client[c] = [e['tokens'][0].decode() for e in ex]
     if max_clients is not None:
         per_client = collections.OrderedDict(list(per_client.items())[:max_clients])
-    word_count = Path(cache_dir).expanduser() / 'stackoverflow.word_count'
+    word_count = path.parent / 'stackoverflow.word_count'
     if word_count.is_file():
         with open(word_count, encoding='utf-8') as f:
             words = [line.split()[0] for line, _ in zip(f, range(vocab_size)) if line.split()]

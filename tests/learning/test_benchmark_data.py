@@ -83,8 +83,11 @@ def test_emnist_sqlite_is_read_as_tff_does(tmp_path):
     assert a['y'][0] == first.features.feature['label'].int64_list.value[0]
     with pytest.raises(SimharnessValueError, match="no clients in split 'digits_only_train'"):
         B.load_emnist(tmp_path, only_digits=True)
-    with pytest.raises(SimharnessValueError, match='downloads nothing'):
+    # a missing file is downloaded, as TFF's loaders do (here from nowhere: tests/conftest.py)
+    with pytest.raises(SimharnessValueError, match='none of emnist_all.sqlite.*refused') as e:
         B.load_emnist(tmp_path / 'empty')
+    assert e.value.path == str(tmp_path / 'empty' / 'emnist_all.sqlite')
+    assert list((tmp_path / 'empty').iterdir()) == []
 
 
 def test_cifar100_h5_and_sqlite_give_the_same_arrays(tmp_path):

@@ -56,18 +56,3 @@ def tff_stack(request, stack_registry) -> Iterator[SimharnessStack]:
     """Runs the test inside ``simharness.execution_context`` of each of its stacks (`stacks_for`)."""
     with stack_registry.open(request.param) as handle:
         yield handle
-
-
-@pytest.fixture(autouse=True)
-def _no_dataset_bucket(monkeypatch) -> None:
-    """TFF's data set loaders download a missing file from TFF's bucket: here from a loopback
-    port where nothing listens (the download fails at once, whatever the network), unless a
-    test serves a bucket of its own (tests/tff/simulation/test_emnist.py)."""
-    import socket
-
-    from simharness.simulation.datasets import download
-
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    monkeypatch.setattr(download, 'TFF_DATASETS_URL', f'http://127.0.0.1:{port}/')

@@ -77,7 +77,6 @@ from simharness.experiments.config.data import (  # noqa: F401
     DigitsData,
     FilesData,
     ReferenceData,
-    _NeedsCacheDir,
     EmnistData,
     Cifar100Data,
     ShakespeareData,

@@ -135,22 +135,15 @@ class ReferenceData(DataConfig, tag='reference'):
         return REFERENCE_NUM_CLIENTS
 
 
-class _NeedsCacheDir:
-    """A TFF benchmark data set: ``cache_dir`` (the directory holding TFF's published
-    SQLite or HDF5 file, see `simharness.data.benchmarks`) is required;
-    ``max_clients`` keeps the first N clients (sorted ids) of the train split."""
-
-    def _validate(self) -> None:
-        _require(
-            self,
-            'cache_dir',
-            f'data.dataset = {getattr(self, "dataset")!r} '
-            "(the directory with TFF's published file; nothing is downloaded)",
-        )
+class _TffFile:
+    """A TFF benchmark data set: ``cache_dir``, the directory holding TFF's published SQLite
+    or HDF5 file (default ``~/.tff``, TFF's; a missing file is downloaded there, as TFF's
+    loaders do: see `simharness.data.benchmarks`); ``max_clients`` keeps the first N clients
+    (sorted ids) of the train split."""
 
 
 @dataclasses.dataclass(frozen=True)
-class EmnistData(_NeedsCacheDir, DataConfig, tag='emnist'):
+class EmnistData(_TffFile, DataConfig, tag='emnist'):
     """TFF's federated EMNIST; ``only_digits``: the 10-class digits-only variant."""
 
     cache_dir: Optional[str] = _opt(None, _check_str)
@@ -159,7 +152,7 @@ class EmnistData(_NeedsCacheDir, DataConfig, tag='emnist'):
 
 
 @dataclasses.dataclass(frozen=True)
-class Cifar100Data(_NeedsCacheDir, DataConfig, tag='cifar100'):
+class Cifar100Data(_TffFile, DataConfig, tag='cifar100'):
     """TFF's federated CIFAR-100."""
 
     cache_dir: Optional[str] = _opt(None, _check_str)
@@ -167,7 +160,7 @@ class Cifar100Data(_NeedsCacheDir, DataConfig, tag='cifar100'):
 
 
 @dataclasses.dataclass(frozen=True)
-class ShakespeareData(_NeedsCacheDir, DataConfig, tag='shakespeare'):
+class ShakespeareData(_TffFile, DataConfig, tag='shakespeare'):
     """TFF's Shakespeare (next-character prediction); ``sequence_length`` tokens per example."""
 
     cache_dir: Optional[str] = _opt(None, _check_str)
@@ -176,7 +169,7 @@ class ShakespeareData(_NeedsCacheDir, DataConfig, tag='shakespeare'):
 
 
 @dataclasses.dataclass(frozen=True)
-class StackOverflowData(_NeedsCacheDir, DataConfig, tag='stackoverflow'):
+class StackOverflowData(_TffFile, DataConfig, tag='stackoverflow'):
     """TFF's Stack Overflow (next-word prediction); ``sequence_length`` tokens per example,
     ``vocab_size`` most frequent words kept."""
 

@@ -31,7 +31,7 @@ import tensorflow as tf
 from simharness.data.client_base import ClientData
 from simharness.data.client_data import TestClientData
 from simharness.simulation.datasets import vision_datasets_utils
-from simharness.simulation.datasets.download import DatasetFileNotFoundError
+from simharness.data.tff_files import DatasetFileNotFoundError
 
 __all__ = ['get_synthetic', 'load_data']
 

@@ -16,7 +16,8 @@ import tensorflow as tf
 from simharness.data.client_base import ClientData
 from simharness.data.client_data import TestClientData
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.simulation.datasets import download, sql_client_data
+from simharness.data import tff_files as download
+from simharness.simulation.datasets import sql_client_data
 
 __all__ = [
     'create_synthetic_data_dictionary',

@@ -20,7 +20,8 @@ import pytest
 import tensorflow as tf
 
 import simharness as tff
-from simharness.simulation.datasets import download, emnist
+from simharness.data import tff_files as download
+from simharness.simulation.datasets import emnist
 from tests.tff.simulation.datasets_files import write_tff_sqlite
 
 EXPECTED_ELEMENT_TYPE = collections.OrderedDict(
@@ -96,7 +97,7 @@ def bucket(tmp_path, monkeypatch):
     server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    monkeypatch.setattr(download, 'TFF_DATASETS_URL', f'http://127.0.0.1:{server.server_port}/')
+    monkeypatch.setenv(download.URL_VARIABLE, f'http://127.0.0.1:{server.server_port}/')
     try:
         yield served
     finally:
@@ -116,6 +117,14 @@ def test_a_missing_file_is_downloaded_and_decompressed(emnist_dir, bucket, tmp_p
     assert (cache / 'emnist_all.sqlite').read_bytes() == (
         emnist_dir / 'emnist_all.sqlite'
     ).read_bytes()
+    # the CLI's loader ([data] dataset = "emnist") downloads the same file where it is missing
+    from simharness.data import benchmarks
+
+    other = tmp_path / 'cli-cache'
+    arrays = benchmarks.load_emnist(other, only_digits=True)
+    assert arrays.client_ids == ['f0', 'f1']
+    assert arrays.client_arrays('f0')['y'].tolist() == [3, 4]
+    assert sorted(p.name for p in other.iterdir()) == ['emnist_all.sqlite']
 
 
 def test_a_failed_download_names_the_url_and_path_and_leaves_nothing(bucket, tmp_path):
@@ -130,7 +139,7 @@ def test_a_failed_download_names_the_url_and_path_and_leaves_nothing(bucket, tmp
 
 
 def test_an_unreachable_server_fails_fast_with_the_reason(tmp_path):
-    # The suite's bucket (tests/tff/conftest.py): a loopback port where nothing listens.
+    # The suite's bucket (tests/conftest.py): a loopback port where nothing listens.
     with pytest.raises(download.DatasetFileNotFoundError, match='refused') as e:
         emnist.load_data(cache_dir=str(tmp_path))
     assert e.value.path == str(tmp_path / 'emnist_all.sqlite')

@@ -3,7 +3,7 @@
 As TFF's loaders: the decompressed file in ``cache_dir`` (default ``~/.tff``) is used
 when there; else ``<name>.lzma`` next to it is decompressed in place; else
 ``<name>.lzma`` is downloaded from where TFF publishes it (Google Cloud Storage) and
-decompressed on the fly. The file appears whole or not at all (written under a temporary
+decompressed on the fly (from a mirror, when the environment names one: `URL_VARIABLE`). The file appears whole or not at all (written under a temporary
 name, then renamed). A download that fails (no network, an HTTP error, no answer within
 `TIMEOUT_S`) raises `DatasetFileNotFoundError` naming the URL, the path expected and why.
 """
@@ -21,10 +21,19 @@ from typing import Callable, Optional
 
 from simharness.errors import SimharnessValueError
 
-__all__ = ['DatasetFileNotFoundError', 'TFF_DATASETS_URL', 'default_cache_dir', 'get_local_file']
+__all__ = [
+    'DatasetFileNotFoundError',
+    'TFF_DATASETS_URL',
+    'URL_VARIABLE',
+    'default_cache_dir',
+    'get_local_file',
+]
 
-#: Where TFF publishes its data sets.
+#: Where TFF publishes its data sets (`URL_VARIABLE`, when set, names a mirror instead).
 TFF_DATASETS_URL = 'https://storage.googleapis.com/tff-datasets-public/'
+
+#: The environment variable naming a mirror of `TFF_DATASETS_URL` (ending in ``/``).
+URL_VARIABLE = 'SIMHARNESS_TFF_DATASETS_URL'
 
 #: Seconds without an answer (connecting, or between two reads) before a download fails.
 TIMEOUT_S = 60.0
@@ -61,7 +70,7 @@ def get_local_file(filename: str, cache_dir: Optional[str] = None) -> str:
         with lzma.open(compressed, 'rb') as src:
             _write_whole(path, lambda out: shutil.copyfileobj(src, out, _CHUNK))
         return path
-    url = f'{TFF_DATASETS_URL}{filename}.lzma'
+    url = f'{os.environ.get(URL_VARIABLE) or TFF_DATASETS_URL}{filename}.lzma'
     try:
         os.makedirs(directory, exist_ok=True)
         _download(url, path)
