@@ -194,3 +194,37 @@ def test_a_dropout_model_gives_the_same_bits_on_every_layout(stack_name, stack_r
             factory.close()
     assert [a.tobytes() for a in got] == [b.tobytes() for b in _WANT['want']]
     assert all(np.all(np.isfinite(a)) for a in got)
+
+
+def test_a_reconstruction_model_leaves_the_seed_states_out_and_draws_fresh_masks():
+    keras_model = _probe_model()
+    dropout, dense = keras_model.layers
+    ReconstructionModel = tff.learning.models.ReconstructionModel
+    # TFF's users list each layer's variables: Keras 3's hold the seed state, left out
+    model = ReconstructionModel.from_keras_model_and_variables(
+        keras_model,
+        global_trainable_variables=dense.trainable_variables,
+        global_non_trainable_variables=dropout.non_trainable_variables,
+        local_trainable_variables=[],
+        local_non_trainable_variables=[],
+        input_spec=PROBE_SPEC,
+    )
+    assert model.global_non_trainable_variables == []
+    layers_model = ReconstructionModel.from_keras_model_and_layers(
+        keras_model, global_layers=[dense, dropout], local_layers=[], input_spec=PROBE_SPEC
+    )
+    assert layers_model.global_non_trainable_variables == []
+    x = tf.constant([[2.0**i for i in range(WIDTH)]])
+    y = tf.zeros([1, 1])
+
+    def kept(inputs):
+        return int(round(float(model.forward_pass((inputs, y)).predictions[0, 0]) / 2))
+
+    assert kept(x) == _kept_units(
+        tff.learning.models.from_keras_model(
+            _probe_model(), loss=tf.keras.losses.MeanSquaredError(), input_spec=PROBE_SPEC
+        ),
+        x,
+    )
+    assert kept(x * 4.0) // 4 != kept(x)
+    assert float(model.forward_pass((x, y), training=False).predictions[0, 0]) == 2.0**WIDTH - 1

@@ -26,7 +26,7 @@ import tensorflow as tf
 from simharness.core import types as T
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning._typing import Batch, InputSpec, ModelVariable, TensorStructure
-from simharness.learning.models import model_weights, variable
+from simharness.learning.models import keras_seeds, model_weights, variable
 
 __all__ = [
     'ReconstructionBatchOutput',
@@ -331,10 +331,18 @@ class _KerasReconstructionModel(ReconstructionModel):
             )
         _validate_input_spec(input_spec)
         self._keras_model = inner_model
-        self._global_trainable_variables = list(global_trainable_variables)
-        self._global_non_trainable_variables = list(global_non_trainable_variables)
-        self._local_trainable_variables = list(local_trainable_variables)
-        self._local_non_trainable_variables = list(local_non_trainable_variables)
+        # Keras 3's seed states are not weights (`keras_seeds`): left out of the lists (a
+        # layer's `non_trainable_variables` holds them), set per training step instead.
+        self._seeds = keras_seeds.KerasSeeds(inner_model)
+        seeds = {_ref(v) for v in self._seeds.states}
+
+        def weights(variables: Iterable[ModelVariable]) -> list:
+            return [v for v in variables if _ref(v) not in seeds]
+
+        self._global_trainable_variables = weights(global_trainable_variables)
+        self._global_non_trainable_variables = weights(global_non_trainable_variables)
+        self._local_trainable_variables = weights(local_trainable_variables)
+        self._local_non_trainable_variables = weights(local_non_trainable_variables)
         self._input_spec = input_spec
         var_refs_sets = {
             'global_trainable_variables': {_ref(v) for v in self._global_trainable_variables},
@@ -365,7 +373,8 @@ class _KerasReconstructionModel(ReconstructionModel):
         in_keras = {
             (_ref(v), _name(v))
             for v in (
-                list(inner_model.trainable_variables) + list(inner_model.non_trainable_variables)
+                list(inner_model.trainable_variables)
+                + keras_seeds.KerasSeeds.weights_of(inner_model)
             )
         }
         if given != in_keras:
@@ -412,6 +421,8 @@ class _KerasReconstructionModel(ReconstructionModel):
                 'Received a batch_input that is missing required key `x`. Instead '
                 f'have keys {list(keys)}'
             )
+        if training is not False and self._seeds.states:
+            self._seeds.assign(self._keras_model.trainable_variables, inputs)
         predictions = self._keras_model(inputs, training=training)
         y_true = batch_input.get('y') if isinstance(batch_input, Mapping) else batch_input[1]
         return ReconstructionBatchOutput(
