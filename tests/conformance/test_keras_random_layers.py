@@ -228,3 +228,14 @@ def test_a_reconstruction_model_leaves_the_seed_states_out_and_draws_fresh_masks
     )
     assert kept(x * 4.0) // 4 != kept(x)
     assert float(model.forward_pass((x, y), training=False).predictions[0, 0]) == 2.0**WIDTH - 1
+
+
+def test_a_saved_model_keeps_its_seed_states_out_of_its_weights(tmp_path):
+    tff.learning.models.save(_model_fn()(), str(tmp_path))
+    loaded = tff.learning.models.load(str(tmp_path))
+    assert [v.shape.as_list() for v in loaded.non_trainable_variables] == [[WIDTH], [WIDTH]]
+    x = tf.ones([3, WIDTH])
+    batch = (x, tf.zeros([3], tf.int32))
+    first = loaded.forward_pass(batch, training=True).loss
+    assert float(loaded.forward_pass(batch, training=True).loss) == float(first)
+    assert float(loaded.forward_pass((x * 2.0, batch[1]), training=True).loss) != float(first)

@@ -358,6 +358,11 @@ class KerasModel(variable.VariableModel):
         return keras_seeds.KerasSeeds.weights_of(self._keras_model)
 
     @property
+    def seed_variables(self) -> list:
+        """The random layers' seed states (not weights: `keras_seeds`)."""
+        return self._seeds.states
+
+    @property
     def local_variables(self) -> list:
         return [v for m in self._metrics for v in m.variables]
 

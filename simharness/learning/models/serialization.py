@@ -37,7 +37,7 @@ from simharness.learning._typing import (
     TensorLeaf,
     TensorStructure,
 )
-from simharness.learning.models import functional, variable
+from simharness.learning.models import functional, keras_utils, variable
 from simharness.program import serialization_utils
 
 __all__ = ['load', 'load_functional_model', 'save', 'save_functional_model']
@@ -320,6 +320,8 @@ def save(
     m.tff_trainable_variables = list(model.trainable_variables)
     m.tff_non_trainable_variables = list(model.non_trainable_variables)
     m.tff_local_variables = list(model.local_variables)
+    if isinstance(model, keras_utils.KerasModel):  # read by the functions, though not weights
+        m.tff_seed_variables = list(model.seed_variables)
     # `training` is a Python value: one concrete function per value.
     for training, suffix in ((True, 'training'), (False, 'inference')):
         fn, result_type = _make_concrete_flat_output_fn(
