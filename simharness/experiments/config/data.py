@@ -135,15 +135,14 @@ class ReferenceData(DataConfig, tag='reference'):
         return REFERENCE_NUM_CLIENTS
 
 
-class _TffFile:
-    """A TFF benchmark data set: ``cache_dir``, the directory holding TFF's published SQLite
-    or HDF5 file (default ``~/.tff``, TFF's; a missing file is downloaded there, as TFF's
-    loaders do: see `simharness.data.benchmarks`); ``max_clients`` keeps the first N clients
-    (sorted ids) of the train split."""
+# TFF's benchmark data sets: ``cache_dir`` is the directory holding TFF's published SQLite
+# or HDF5 file (default ``~/.tff``, TFF's; a missing file is downloaded there, as TFF's
+# loaders do: `simharness.data.benchmarks`); ``max_clients`` keeps the first N clients
+# (sorted ids) of the train split.
 
 
 @dataclasses.dataclass(frozen=True)
-class EmnistData(_TffFile, DataConfig, tag='emnist'):
+class EmnistData(DataConfig, tag='emnist'):
     """TFF's federated EMNIST; ``only_digits``: the 10-class digits-only variant."""
 
     cache_dir: Optional[str] = _opt(None, _check_str)
@@ -152,7 +151,7 @@ class EmnistData(_TffFile, DataConfig, tag='emnist'):
 
 
 @dataclasses.dataclass(frozen=True)
-class Cifar100Data(_TffFile, DataConfig, tag='cifar100'):
+class Cifar100Data(DataConfig, tag='cifar100'):
     """TFF's federated CIFAR-100."""
 
     cache_dir: Optional[str] = _opt(None, _check_str)
@@ -160,7 +159,7 @@ class Cifar100Data(_TffFile, DataConfig, tag='cifar100'):
 
 
 @dataclasses.dataclass(frozen=True)
-class ShakespeareData(_TffFile, DataConfig, tag='shakespeare'):
+class ShakespeareData(DataConfig, tag='shakespeare'):
     """TFF's Shakespeare (next-character prediction); ``sequence_length`` tokens per example."""
 
     cache_dir: Optional[str] = _opt(None, _check_str)
@@ -169,7 +168,7 @@ class ShakespeareData(_TffFile, DataConfig, tag='shakespeare'):
 
 
 @dataclasses.dataclass(frozen=True)
-class StackOverflowData(_TffFile, DataConfig, tag='stackoverflow'):
+class StackOverflowData(DataConfig, tag='stackoverflow'):
     """TFF's Stack Overflow (next-word prediction); ``sequence_length`` tokens per example,
     ``vocab_size`` most frequent words kept."""
 
