@@ -99,6 +99,13 @@ def _initial_state(state: keras.Variable) -> np.ndarray:
     return np.asarray(value)
 
 
+def _split(keras_model: keras.Model, seeds: bool) -> list:
+    """Of `keras_model`'s non-trainable variables (in their order), the seed states (`seeds`)
+    or the weights (Keras' ``non_trainable_weights``)."""
+    weights = {id(v) for v in keras_model.non_trainable_weights}
+    return [v for v in keras_model.non_trainable_variables if (id(v) in weights) != seeds]
+
+
 class KerasSeeds:
     """The seed states of one Keras model and the values they were made with."""
 
@@ -111,17 +118,13 @@ class KerasSeeds:
     def weights_of(keras_model: keras.Model) -> list:
         """The non-trainable weights of `keras_model`: its non-trainable variables but the seed
         states (in their order among the variables)."""
-        weights = {id(v) for v in keras_model.non_trainable_weights}
-        return [v for v in keras_model.non_trainable_variables if id(v) in weights]
+        return _split(keras_model, seeds=False)
 
     @property
     def states(self) -> list[keras.Variable]:
         """The model's seed states (found when first asked: a model builds its layers late)."""
         if self._states is None:
-            weights = {id(v) for v in self._keras_model.non_trainable_weights}
-            self._states = [
-                v for v in self._keras_model.non_trainable_variables if id(v) not in weights
-            ]
+            self._states = _split(self._keras_model, seeds=True)
             self._initial = [_initial_state(s) for s in self._states]
         return self._states
 
@@ -139,8 +142,13 @@ class KerasSeeds:
             for v, s in zip(states, self._initial)
         ]
 
-    def assign(self, weights: Sequence[tf.Tensor], inputs: TensorStructure) -> None:
-        """Sets the seed states for a training step (the model runs on its variables)."""
+    def assign(
+        self, weights: Sequence[tf.Tensor], inputs: TensorStructure, training: object
+    ) -> None:
+        """Sets the seed states for a step on `inputs` with `weights` when `training` (the model
+        runs on its variables); in evaluation the layers draw nothing and nothing is set."""
+        if training is False:
+            return
         for state, value in zip(self.states, self.values(weights, inputs)):
             state.assign(value)
 

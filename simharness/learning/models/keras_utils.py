@@ -379,8 +379,7 @@ class KerasModel(variable.VariableModel):
         return self._input_spec
 
     def predict_on_batch(self, x: TensorStructure, training: bool = True) -> TensorStructure:
-        if training is not False and self._seeds.states:
-            self._seeds.assign(self.trainable_variables, x)
+        self._seeds.assign(self.trainable_variables, x, training)
         return self._keras_model(x, training=training)
 
     def forward_pass(self, batch_input: Batch, training: bool = True) -> variable.BatchOutput:

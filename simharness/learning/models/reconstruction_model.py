@@ -421,8 +421,7 @@ class _KerasReconstructionModel(ReconstructionModel):
                 'Received a batch_input that is missing required key `x`. Instead '
                 f'have keys {list(keys)}'
             )
-        if training is not False and self._seeds.states:
-            self._seeds.assign(self._keras_model.trainable_variables, inputs)
+        self._seeds.assign(self._keras_model.trainable_variables, inputs, training)
         predictions = self._keras_model(inputs, training=training)
         y_true = batch_input.get('y') if isinstance(batch_input, Mapping) else batch_input[1]
         return ReconstructionBatchOutput(
