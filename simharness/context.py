@@ -238,7 +238,9 @@ class _ExecutionContextBase:
             else:
                 self.factory.clean_up_executors()
         finally:
-            if loop is not None:
+            # Closed already: the interpreter's exit ran the finalizer of a context that a
+            # program entered and never left (its `execution_context` closes it after that).
+            if loop is not None and not loop.is_closed():
                 loop.call_soon_threadsafe(loop.stop)
                 assert thread is not None  # started together with the loop
                 thread.join(timeout=30)

@@ -55,6 +55,22 @@ print('mean total', mean_total(clients))
 print('again', mean_total(clients))
 """
 
+#: A program that enters a context and never leaves it: closed by the interpreter's exit
+#: (the context's finalizer), then by the generator's end, without a traceback.
+NEVER_LEAVES = """
+import numpy as np
+import simharness as tff
+from simharness.stacks import local_executor_factory
+
+@tff.tf_computation(np.float32)
+def add_half(x):
+    return x + 0.5
+
+entered = tff.execution_context(local_executor_factory())
+entered.__enter__()
+print('plus half', add_half(1.0))
+"""
+
 #: The same kind of program on the process stack: 2 worker processes (forkserver).
 PROCESS_STACK = """
 import numpy as np
@@ -160,6 +176,14 @@ def test_a_tff_style_program_prints_only_its_output(tmp_path):
     done = _run(tmp_path, TFF_STYLE)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ['mean total 3.3333333', 'again 3.3333333'], done.stdout
+    assert done.stderr == ''
+
+
+@pytest.mark.slow
+def test_a_program_that_never_leaves_its_context_exits_quietly(tmp_path):
+    done = _run(tmp_path, NEVER_LEAVES)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ['plus half 1.5'], done.stdout
     assert done.stderr == ''
 
 
