@@ -253,16 +253,12 @@ class EarlyStopping(Callback):
 
 
 class ScalarWriter:
-    """TensorBoard scalars (``tf.summary.write`` with the scalars plugin tag; no
-    TensorBoard package needed to write). One owner: close() it."""
+    """TensorBoard scalars (``tf.summary.scalar``), one file per run. One owner: close() it."""
 
     def __init__(self, logdir: PathLike):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
 
         self._tf = tf
-        plugin = summary_pb2.SummaryMetadata.PluginData(plugin_name='scalars')
-        self._meta = summary_pb2.SummaryMetadata(plugin_data=plugin).SerializeToString()
         with tf.device('/CPU:0'):
             self._writer = tf.summary.create_file_writer(str(logdir))
 
@@ -271,9 +267,7 @@ class ScalarWriter:
         with tf.device('/CPU:0'), self._writer.as_default():
             for tag, v in scalars.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
-                    tf.summary.write(
-                        tag, tf.constant(float(v), tf.float32), step=int(step), metadata=self._meta
-                    )
+                    tf.summary.scalar(tag, float(v), step=int(step))
         self._writer.flush()
 
     def close(self) -> None:

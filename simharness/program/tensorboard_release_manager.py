@@ -19,11 +19,8 @@ __all__ = ['TensorBoardReleaseManager']
 class TensorBoardReleaseManager(ReleaseManager):
     """Writes each released leaf as a scalar (0-d) or a histogram (arrays) at step `key`.
 
-    Leaves that are not booleans or numbers (strings, None) are skipped.
-    Without the `tensorboard` package (``tf.summary.scalar`` needs it) the
-    same summaries are written with ``tf.summary.write`` and TensorBoard's
-    plugin tags. The summary name is the
-    leaf's key path (``'client_work/train/loss'``).
+    Leaves that are not booleans or numbers (strings, None) are skipped. The summary name
+    is the leaf's key path (``'client_work/train/loss'``).
 
     Raises:
         SimharnessValueError: an empty `summary_dir`.
@@ -47,47 +44,7 @@ class TensorBoardReleaseManager(ReleaseManager):
                 if array.dtype.kind not in 'biuf':
                     continue
                 if array.shape:
-                    self._histogram(name, leaf, array, key)
+                    tf.summary.histogram(name, leaf, step=key)
                 else:
-                    self._scalar(name, leaf, array, key)
+                    tf.summary.scalar(name, leaf, step=key)
         self._writer.flush()
-
-    @staticmethod
-    def _scalar(name: str, leaf: Any, array: np.ndarray, step: int) -> None:
-        try:
-            tf.summary.scalar(name, leaf, step=step)
-        except Exception as e:  # pylint: disable=broad-except
-            if type(e).__name__ != 'TBNotInstalledError':
-                raise
-            _write(name, tf.constant(array.astype(np.float32)), step, 'scalars')
-
-    @staticmethod
-    def _histogram(name: str, leaf: Any, array: np.ndarray, step: int) -> None:
-        try:
-            tf.summary.histogram(name, leaf, step=step)
-        except Exception as e:  # pylint: disable=broad-except
-            if type(e).__name__ != 'TBNotInstalledError':
-                raise
-            _write(name, tf.constant(_buckets(array)), step, 'histograms')
-
-
-def _write(name: str, tensor: Any, step: int, plugin: str) -> None:
-    """`tf.summary.write` with TensorBoard's plugin tag (when TensorBoard is not installed)."""
-    from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
-
-    metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin)
-    )
-    tf.summary.write(name, tensor, step=step, metadata=metadata.SerializeToString())
-
-
-def _buckets(array: np.ndarray, count: int = 30) -> np.ndarray:
-    """TensorBoard's histogram tensor: ``[count, 3]`` rows of (left edge, right edge, count)."""
-    values = array.astype(np.float64).reshape(-1)
-    if values.size == 0:
-        return np.zeros((0, 3), np.float64)
-    lo, hi = float(values.min()), float(values.max())
-    if lo == hi:
-        return np.asarray([[lo, hi, float(values.size)]], np.float64)
-    counts, edges = np.histogram(values, bins=count, range=(lo, hi))
-    return np.stack([edges[:-1], edges[1:], counts.astype(np.float64)], axis=1)
