@@ -30,6 +30,16 @@ import numpy as np
 OD = collections.OrderedDict
 
 
+def _classifier(tff, tf, keras_model, input_spec):
+    """`keras_model` (logits) as a `tff.learning` model: cross-entropy, accuracy."""
+    return tff.learning.models.from_keras_model(
+        keras_model,
+        input_spec=input_spec,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+    )
+
+
 def _fedprox_program(tff, tf) -> dict:
     rng = np.random.default_rng(42)
     raw = OD()
@@ -66,12 +76,7 @@ def _fedprox_program(tff, tf) -> dict:
                 ),
             ]
         )
-        return tff.learning.models.from_keras_model(
-            km,
-            input_spec=train.element_type_structure,
-            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
-        )
+        return _classifier(tff, tf, km, train.element_type_structure)
 
     proc = tff.learning.algorithms.build_weighted_fed_prox(
         model_fn,
@@ -242,12 +247,7 @@ def _training_loop_program(tff, tf) -> dict:
                 ),
             ]
         )
-        return tff.learning.models.from_keras_model(
-            km,
-            input_spec=cd.element_type_structure,
-            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
-        )
+        return _classifier(tff, tf, km, cd.element_type_structure)
 
     proc = tff.learning.algorithms.build_weighted_fed_avg(
         model_fn,
