@@ -4,8 +4,9 @@ As TFF's loaders: the decompressed file in ``cache_dir`` (default ``~/.tff``) is
 when there; else ``<name>.lzma`` next to it is decompressed in place; else
 ``<name>.lzma`` is downloaded from where TFF publishes it (Google Cloud Storage, or a
 mirror the environment names: `URL_VARIABLE`) and decompressed on the fly. The file
-appears whole or not at all (written under a temporary name, then renamed). A download that fails (no network, an HTTP error, no answer within
-`TIMEOUT_S`) raises `DatasetFileNotFoundError` naming the URL, the path expected and why.
+appears whole or not at all (written under a temporary name, then renamed). A download
+that fails (no network, an HTTP error, no answer within `TIMEOUT_S`) raises
+`DatasetFileNotFoundError` naming the URL, the path expected and why.
 """
 
 from __future__ import annotations

@@ -142,9 +142,7 @@ class KerasSeeds:
             for v, s in zip(states, self._initial)
         ]
 
-    def assign(
-        self, weights: Sequence[tf.Tensor], inputs: TensorStructure, training: object
-    ) -> None:
+    def assign(self, weights: Sequence[tf.Tensor], inputs: TensorStructure, training: bool) -> None:
         """Sets the seed states for a step on `inputs` with `weights` when `training` (the model
         runs on its variables); in evaluation the layers draw nothing and nothing is set."""
         if training is False:
