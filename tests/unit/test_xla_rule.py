@@ -64,6 +64,24 @@ def test_the_rule_is_structural_and_says_why():
     }
 
 
+def test_a_server_finalizer_runs_in_the_graph_runtime_whatever_the_model_s_size():
+    """The optimizer finalizer runs once a round: its finiteness check has no matmul, so
+    the rule does not compile it (an XLA compile is ~0.4 s of a program's first round)."""
+    weights = sh.learning.models.ModelWeights(
+        trainable=[sh.TensorType(tf.float32, [784, 100]), sh.TensorType(tf.float32, [100])],
+        non_trainable=[],
+    )
+    finalizer = sh.learning.templates.build_apply_optimizer_finalizer(
+        sh.learning.optimizers.build_sgdm(1.0, momentum=0.9),
+        sh.types.to_type(weights),
+    )
+    decisions = xla.report(finalizer.next)
+    assert decisions and all(
+        d == {'compiled': False, 'reason': 'no matmul (nothing for XLA to gain)'}
+        for d in decisions.values()
+    ), decisions
+
+
 def test_forcing_per_computation_and_what_forcing_cannot_do():
     @sh.tf_computation(SMALL, jit_compile=True)
     def small_on(x):

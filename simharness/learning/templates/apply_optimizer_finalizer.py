@@ -35,7 +35,7 @@ from simharness.learning.models.model_weights import ModelWeights
 from simharness.learning.optimizers import keras_optimizer
 from simharness.learning.optimizers.optimizer import Optimizer
 from simharness.learning.templates import finalizers
-from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite
+from simharness.learning.templates._tensor_utils import any_non_finite
 from simharness.templates.measured_process import MeasuredProcessOutput
 
 __all__ = ['build_apply_optimizer_finalizer', 'reject_non_finite_update']
@@ -51,7 +51,7 @@ def reject_non_finite_update(
 ) -> Tuple[tf.Tensor, collections.OrderedDict[str, tf.Tensor]]:
     """Rejects an update with a NaN or Inf; measures ``update_non_finite`` (0 or 1)."""
     del state
-    _, has_non_finite = zero_all_if_any_non_finite(update)
+    has_non_finite = any_non_finite(update)
     return tf.equal(has_non_finite, 1), collections.OrderedDict(update_non_finite=has_non_finite)
 
 

@@ -13,7 +13,10 @@ import pytest
 
 tf = pytest.importorskip('tensorflow')
 
-from simharness.learning.templates._tensor_utils import zero_all_if_any_non_finite  # noqa: E402
+from simharness.learning.templates._tensor_utils import (  # noqa: E402
+    any_non_finite,
+    zero_all_if_any_non_finite,
+)
 
 RUNS = {
     'eager': lambda f: f,
@@ -35,8 +38,12 @@ def _structure(dtype=np.float32):
 
 
 def _check(run, leaves):
+    """`zero_all_if_any_non_finite`'s answer; `any_non_finite` (the server finalizer's
+    check, with no matmul) must give the same flag."""
     f = RUNS[run](lambda *xs: zero_all_if_any_non_finite(list(xs)))
     out, flag = f(*[tf.constant(x) for x in leaves])
+    flag_only = RUNS[run](lambda *xs: any_non_finite(list(xs)))(*[tf.constant(x) for x in leaves])
+    assert int(flag_only) == int(flag), (int(flag_only), int(flag))
     return [o.numpy() for o in out], int(flag)
 
 
