@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from simharness.core import types as T
+from simharness.core.first_calls import FirstCall
 from simharness.core.tf_sequences import (
     graph_is_repeatable,
     keep_recipe,
@@ -159,13 +160,15 @@ class TracedPipeline:
     """A `SlicesPipeline` traced for one layout: `build` (arrays -> dataset variant), the
     element `spec`, `read` (arrays -> `read_all`'s answer; None when its elements are not
     batches or it is infinite), whether every fresh read gives the same elements, and
-    `read` as a serialized graph for other processes (`compiled`, made on first use)."""
+    `read` as a serialized graph for other processes (`compiled`, made on first use). The
+    first call of `build` and of `read` runs alone (`FirstCall`)."""
 
     def __init__(self, build: Any, spec: Any, read: Any, repeatable_reads: bool, sig: List[Any]):
         self.build, self.spec, self.read = build, spec, read
         self.repeatable = repeatable_reads
         self._sig = sig
         self._compiled: Any = None
+        self._first_build, self._first_read = FirstCall(), FirstCall()
 
     @staticmethod
     def _call(concrete: Any, leaves: List[Any]) -> Any:
@@ -187,11 +190,11 @@ class TracedPipeline:
 
     def variant(self, leaves: List[Any]) -> Any:
         """The client's dataset variant (`build` on its arrays)."""
-        return self._call(self.build, leaves)
+        return self._first_build(lambda: self._call(self.build, leaves))
 
     def read_all(self, leaves: List[Any]) -> Any:
         """`read_all`'s answer for the client's arrays (`read` on them)."""
-        return self._call(self.read, leaves)
+        return self._first_read(lambda: self._call(self.read, leaves))
 
     def compiled(self) -> Any:
         """`read` as a `CompiledComputation` (graph, input and output names, types)."""

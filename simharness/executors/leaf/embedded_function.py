@@ -26,6 +26,7 @@ from simharness.errors import SimharnessValueError
 from simharness.executors.leaf import sequence_lowering as lowering
 from simharness.executors.leaf import tensor_sequences as tseq
 from simharness.core import xla
+from simharness.core.first_calls import FirstCall
 from simharness.core.xla import Decision
 from simharness.executors.leaf.client_blocks import Row, VmappedModule, module_call_args
 from simharness.executors.leaf.numpy_elementwise import scaling_of
@@ -673,11 +674,13 @@ class _FlatCall:
     signature's dtype and shape in a few compares and the function runs on the flat list
     (`_call_flat`, TF's own next step, so the same graph and bits); anything else (a numpy
     leaf, another shape, graph mode) takes the structured call, which converts or raises
-    TF's error.
+    TF's error. The first call runs alone (`FirstCall`: a cohort's threads would each set
+    the function up).
     """
 
     def __init__(self, concrete: Any):
         self._concrete = concrete
+        self._first = FirstCall()
         specs = tf.nest.flatten(concrete.structured_input_signature[0])
         self._dtypes = [s.dtype for s in specs]
         self._shapes = [tuple(s.shape.as_list()) for s in specs]
@@ -697,8 +700,8 @@ class _FlatCall:
     def flat(self, flat: Sequence[Any], structured: Any) -> Any:
         """The function on `flat` (its argument's leaves); `structured()` when they do not fit."""
         if tf.executing_eagerly() and self._fits(flat):
-            return self._call_flat(list(flat), self._concrete.captured_inputs)
-        return structured()
+            return self._first(lambda: self._call_flat(list(flat), self._concrete.captured_inputs))
+        return self._first(structured)
 
     def __call__(self, *args: Any) -> Any:
         """The function on `args` (tensors, or tuples of them: their leaves in order)."""
