@@ -30,8 +30,9 @@ class _SharedLocalPool:
     TFF's local C++ executors live in the calling process, so a program may make dozens of
     them (a `MergeableCompExecutionContext` over sixty contexts, say); here each would start
     its own worker processes (~490 MB each). The factories share one pool instead, each
-    with its own session in every worker; the pool starts with the first factory's first
-    call and stops when the last factory using it is closed.
+    with its own session in every worker; the pool starts when the first factory is made
+    (in the background: `WorkerPool.start_soon`) and stops when the last factory using it
+    is closed.
     """
 
     def __init__(self) -> None:
@@ -72,6 +73,7 @@ def shared_local_process_factory(
     True) and the last factory handed back stops it.
     """
     pool = _LOCAL_POOL.acquire()
+    pool.start_soon()
     return WorkerGroupExecutorFactory(
         pool,
         None,

@@ -3,7 +3,8 @@
 TFF's "local C++" contexts run every client of a computation in one C++
 process, in parallel. Here they map onto the process stack
 (`simharness.framework.process_executor_factory`): one pinned worker process
-per usable core, started on the first call and reused by every later call
+per usable core, started in the background when the context is made (a first call
+waits for them if the program reaches it first) and reused by every later call
 (and every cardinality), clients spread over the workers in contiguous
 blocks. Every local C++ context and factory open in the process shares that
 one pool (`simharness.local_cpp`; each with its own session in every

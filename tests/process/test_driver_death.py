@@ -244,3 +244,71 @@ def test_temporary_directories_of_dead_drivers_are_reaped_and_only_those(monkeyp
         (d / 'listener-abcd1234').write_text('')
     assert lifeline.reap_orphaned_temp_dirs() == [str(dead)]
     assert not dead.exists() and alive.exists() and other.exists()
+
+
+TFF_DRIVER = """
+import pathlib, sys, time
+import simharness as tff
+from multiprocess import util
+directory = pathlib.Path(sys.argv[1])
+tff.backends.native.set_sync_local_cpp_execution_context()  # its workers start meanwhile
+(directory / 'tempdir').write_text(util.get_temp_dir())
+(directory / 'ready').write_text('')
+time.sleep(300)
+"""
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.faults
+@pytest.mark.parametrize('when', ['starting', 'started'])
+def test_a_tff_program_killed_by_sigterm_while_its_workers_start_leaves_nothing(tmp_path, when):
+    """A TFF program's local C++ context starts its workers in the background: a SIGTERM
+    while they start (or once they run) leaves no worker, segment or temporary directory."""
+    tag = f'{os.getpid()}-{when}-{time.monotonic_ns()}'
+    proc = subprocess.Popen(
+        [sys.executable, '-c', TFF_DRIVER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, 'SIMHARNESS_TEST_TAG': tag},  # its descendants inherit it
+    )
+
+    def tagged() -> list:
+        """Every process running with the tag (the driver's descendants, orphaned or not)."""
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if p.environ().get('SIMHARNESS_TEST_TAG') == tag and p.status() != 'zombie':
+                    out.append(p.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
+        return out
+
+    try:
+        deadline = time.monotonic() + 120
+        want = 1 if when == 'starting' else 1 + len(os.sched_getaffinity(0))
+        while True:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, f'the driver did not reach "{when}"'
+            if (tmp_path / 'ready').exists():
+                children = psutil.Process(proc.pid).children(recursive=True)
+                if len(children) >= want:
+                    break
+            time.sleep(0.02)
+        tempdir = pathlib.Path((tmp_path / 'tempdir').read_text())
+        assert len(tagged()) >= 1 + want, 'the tag must find the driver and its children'
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+        assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr.read()[-3000:])
+        end = time.monotonic() + 60  # a bound, not a speed
+        while True:
+            alive = tagged()
+            late = _segments_of([proc.pid] + [c.pid for c in children] + alive)
+            if not alive and not late and not tempdir.exists():
+                break
+            assert time.monotonic() < end, (alive, late, tempdir.exists())
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

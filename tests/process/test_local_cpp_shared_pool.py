@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import psutil
 import pytest
@@ -47,7 +49,7 @@ def test_open_factories_share_one_pool_and_the_last_close_stops_it():
     with sh.execution_context(first):
         assert _sum_plus_one([1.0, 2.0]) == 5.0
     started = _workers(first)
-    assert len(started) >= 1, 'the first call starts the shared pool'
+    assert len(started) >= 1, 'the shared pool runs'
     with sh.execution_context(second):
         assert _sum_plus_one([1.0, 2.0, 3.0]) == 9.0
     with get_context_stack().install(context):
@@ -72,3 +74,42 @@ def test_open_factories_share_one_pool_and_the_last_close_stops_it():
     finally:
         again.close()
     assert again.group.closed
+
+
+def _wait_for(predicate, seconds: float = 120.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_a_context_starts_its_workers_before_its_first_call():
+    """TFF programs set their context, then build and trace: the workers start meanwhile."""
+    context = native.create_sync_local_cpp_execution_context()
+    factory = local_cpp_executor_factory()
+    try:
+        pool = factory.group
+        assert _wait_for(lambda: pool.started), 'no call made, yet the workers should start'
+        started = _workers(factory)
+        assert len(started) == pool.num_workers
+        with get_context_stack().install(context):
+            assert _sum_plus_one([1.0, 2.0]) == 5.0
+        assert _workers(factory) == started, 'the first call uses the workers started ahead'
+    finally:
+        factory.close()
+        context.close()
+    assert pool.closed and not _running(started)
+
+
+def test_a_context_closed_while_its_workers_start_leaves_no_process():
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    context = native.create_sync_local_cpp_execution_context()
+    context.close()  # waits for the start under way, then stops what it started
+
+    def new_children() -> set:
+        return _running({p.pid for p in psutil.Process().children(recursive=True)} - before)
+
+    # the forkserver (one per driver, shared by every pool) may stay; no worker does
+    assert _wait_for(lambda: len(new_children()) <= 1, 30.0), new_children()

@@ -5,7 +5,7 @@ computations only: TF computations, and the TF that TFF's compiler generates for
 intrinsics such as `federated_sum`, failed there). Here a JAX computation is a TF graph
 that runs its StableHLO module through XLA (`simharness.jax`), so the XLA contexts are
 the native ones (`simharness.backends.native`: the process stack, one worker process per
-usable core, started on the first call) whose arguments may also be JAX arrays (made
+usable core, started in the background when the context is made) whose arguments may also be JAX arrays (made
 numpy, as federated_language_jax's contexts do); TF computations and every intrinsic run
 there too.
 

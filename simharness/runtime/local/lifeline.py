@@ -463,6 +463,12 @@ def register_pool(pool: Any) -> None:
     global _TEMP_DIR
     _POOLS.add(pool)
     _TEMP_DIR = driver_temp_dir()
+    install_sigterm_handler()
+
+
+def install_sigterm_handler() -> None:
+    """`register_pool`'s SIGTERM handler, installed now (main thread only: a pool started
+    on another thread has it installed by the main thread beforehand, `WorkerPool.start_soon`)."""
     if threading.current_thread() is not threading.main_thread():
         return
     with _INSTALL_LOCK:
