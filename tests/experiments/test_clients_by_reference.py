@@ -12,6 +12,7 @@ driver.
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from simharness.data import FileClientData, save_npz_dir, synthetic_alpha_beta
 from simharness.experiments import processes as P
 from simharness.experiments.runner import rounds, workload
 from simharness.experiments.runner import TIMING_FIELDS, run_experiment
+from simharness.runtime.local.pool import WorkerPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
 from experiment_helpers import make_config, read_metrics  # noqa: E402
@@ -122,9 +124,9 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
     config = _config(npz_dir, {'kind': 'process', 'num_workers': 2})
     for by_value in (False, True):
         loads, at_setup, passed = [], [], []
-        real_load, real_factory, real_next = (
+        real_load, real_start, real_next = (
             FileClientData.client_arrays,
-            rounds._make_factory,
+            WorkerPool.start,
             rounds.run_round,
         )
 
@@ -132,9 +134,12 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
             loads.append(client_id)
             return real_load(cd, client_id)
 
-        def make_factory(cfg):
-            at_setup.append(len(loads))  # everything before the stack starts is setup
-            return real_factory(cfg)
+        def start(pool):
+            # the run waits for its workers (their start began in the background): everything
+            # before is setup
+            if threading.current_thread() is threading.main_thread():
+                at_setup.append(len(loads))
+            return real_start(pool)
 
         def next_(process, state, data):
             passed.append(sorted({type(c) for c in data}))
@@ -142,7 +147,7 @@ def test_the_process_driver_never_reads_a_cohort(npz_dir, tmp_path, monkeypatch)
 
         with monkeypatch.context() as mp:
             mp.setattr(FileClientData, 'client_arrays', load)
-            mp.setattr(rounds, '_make_factory', make_factory)
+            mp.setattr(WorkerPool, 'start', start)
             mp.setattr(rounds, 'run_round', next_)
             if by_value:
                 mp.setattr(P, 'compose_with_client_data', _ByValue)

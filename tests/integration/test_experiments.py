@@ -8,6 +8,7 @@ checks 1 worker.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -58,22 +59,32 @@ def thread_repro(tmp_path_factory):
 def process_repro(tmp_path_factory):
     """The REPRO config on the process stack with 2 workers (the module's one pool).
 
-    Yields (result, factory): the factory the runner built, to check it was closed.
+    Yields (result, factory, seen): the factory the runner built, to check it was closed, and
+    whether its workers were up while the process was built.
     """
     root = tmp_path_factory.mktemp('process')
-    made = []
-    real = seam._make_factory
+    made, seen = [], {}
+    real, real_build = seam._make_factory, seam._build_process
 
     def spy(config):
         made.append(real(config))
         return made[-1]
 
+    def build(*args, **kwargs):
+        # the workers start while the process is built: the runner waits for them later
+        deadline = time.monotonic() + 90
+        while not made[0].group.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen.setdefault('workers_up_while_building', made[0].group.started)
+        return real_build(*args, **kwargs)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(seam, '_make_factory', spy)
+        mp.setattr(seam, '_build_process', build)
         result = run_experiment(
             make_config(REPRO, stack={'kind': 'process', 'num_workers': 2}), root, progress=False
         )
-    yield result, made[0]
+    yield result, made[0], seen
     made[0].close()
 
 
@@ -591,8 +602,9 @@ def test_same_config_same_metrics_on_the_thread_stack(tmp_path, thread_repro):
 
 
 def test_process_run_files_and_stats(process_repro):
-    result, factory = process_repro
+    result, factory, seen = process_repro
     assert factory.group.closed
+    assert seen['workers_up_while_building'], 'the workers start during the setup'
     s = result.summary
     assert s['status'] == 'complete' and s['stack'] == 'process' and s['num_workers'] == 2
     # bytes_moved counts shared-memory buffers only: the tiny model's arrays (under

@@ -47,6 +47,8 @@ from simharness.experiments.runner.workload import (
     _build_process,
     _build_workload,
     _cohort,
+    _Model,
+    _Workload,
 )
 
 #: The runner's records keep the logger name of the module before the split.
@@ -231,17 +233,14 @@ def _run_rounds(
     resuming: bool = False,
     callbacks: Optional[List[CK.Callback]] = None,
 ) -> str:
-    """Builds everything, runs the rounds (appending to `metrics`); returns 'complete'."""
-    # pylint: disable=import-outside-toplevel
-    from tqdm.auto import tqdm
+    """Builds everything, runs the rounds (appending to `metrics`); returns 'complete'.
 
-    import simharness
-    from simharness.data.sampling import sample_cohort
-    from simharness.aggregators.accounting import dp_epsilon
+    The stack's workers start (`WorkerPool.start_soon`) once the data and the model have
+    passed their checks, while the process is built and traced (each ~3 s of a run's start
+    on 2 cores); the rounds wait for them (`extra['stack_start_seconds']`: that wait)."""
+    # pylint: disable=import-outside-toplevel
     from simharness.core.determinism import pin_tensorflow_threads
-    from simharness.experiments.processes import federated_evaluation
     from simharness.runtime.local.pool import WorkerPool
-    from simharness.runtime.ray.workers import RayWorkers
 
     pin_tensorflow_threads()  # before the model and process run TF here: the workers' bits
     if _progress_enabled(progress):  # on a terminal: something before the bar appears
@@ -252,11 +251,65 @@ def _run_rounds(
             flush=True,
         )
     work = _build_workload(config)
+    model = _build_model(config, work)
+    _cohort(config, work.client_data.client_ids, 0)  # clients_per_round against the data first
+    try:
+        factory = _make_factory(config)
+    except (SimharnessValueError, SimharnessTypeError) as e:  # e.g. devices naming no GPU
+        raise ConfigError(
+            f'[stack] {config.stack.kind}: {e}', key='stack', value=config.stack.kind
+        ) from e
+    try:
+        group = getattr(factory, 'group', None)  # a worker stack's workers
+        if isinstance(group, WorkerPool):
+            group.start_soon()
+        return _train(
+            factory,
+            config,
+            work,
+            model,
+            run_dir=run_dir,
+            run_id=run_id,
+            metrics=metrics,
+            extra=extra,
+            progress=progress,
+            t_start=t_start,
+            resuming=resuming,
+            callbacks=callbacks,
+        )
+    finally:
+        _close_factory(factory)
+
+
+def _train(
+    factory: Any,
+    config: ExperimentConfig,
+    work: _Workload,
+    model: _Model,
+    *,
+    run_dir: Path,
+    run_id: str,
+    metrics: List[Dict[str, Any]],
+    extra: Dict[str, Any],
+    progress: bool,
+    t_start: float,
+    resuming: bool,
+    callbacks: Optional[List[CK.Callback]],
+) -> str:
+    """`_run_rounds` on the stack of `factory` (which `_run_rounds` closes)."""
+    # pylint: disable=import-outside-toplevel
+    from tqdm.auto import tqdm
+
+    import simharness
+    from simharness.data.sampling import sample_cohort
+    from simharness.aggregators.accounting import dp_epsilon
+    from simharness.experiments.processes import federated_evaluation
+    from simharness.runtime.local.pool import WorkerPool
+    from simharness.runtime.ray.workers import RayWorkers
+
     cd = work.client_data
     ids = cd.client_ids
     t = config.training
-    model = _build_model(config, work)
-    _cohort(config, ids, 0)  # checks clients_per_round against the data before any start-up
     sizes = [cd.client_size(c) for c in ids]
     process, clients = _build_process(config, model.functional, work)
     eval_process, eval_clients = (
@@ -309,18 +362,14 @@ def _run_rounds(
     t_setup = time.perf_counter()
     extra['setup_seconds'] = t_setup - t_start
 
-    try:
-        factory = _make_factory(config)
-    except (SimharnessValueError, SimharnessTypeError) as e:  # e.g. devices naming no GPU
-        raise ConfigError(
-            f'[stack] {config.stack.kind}: {e}', key='stack', value=config.stack.kind
-        ) from e
     bar = None
     writer = None
     try:
         group = getattr(factory, 'group', None)  # a worker stack's workers
         if isinstance(group, WorkerPool):
-            extra['stack_start_seconds'] = group.start()
+            t_pool = time.perf_counter()  # the wait for the start begun by `_run_rounds`
+            group.start()
+            extra['stack_start_seconds'] = time.perf_counter() - t_pool
             extra['num_workers'] = group.num_workers
         elif isinstance(group, RayWorkers):  # stack.kind = 'ray': the actors
             t_ray = time.perf_counter()
@@ -443,13 +492,10 @@ def _run_rounds(
         CK.save_weights(run_dir / FINAL_WEIGHTS_FILE, _weights(state))
         extra['best_round'], extra['best_value'] = best.best_round, best.best
     finally:
-        try:
-            if bar is not None:
-                bar.close()
-            if writer is not None:
-                writer.close()
-        finally:
-            _close_factory(factory)
+        if bar is not None:
+            bar.close()
+        if writer is not None:
+            writer.close()
     return 'complete'
 
 
