@@ -31,6 +31,7 @@ from simharness.errors import (
     SimharnessTypeError,
     SimharnessValueError,
 )
+from simharness.executors.base import ExecutorFactory
 from simharness.experiments import atomic
 from simharness.experiments import checkpoints as CK
 from simharness.experiments.config import ExperimentConfig
@@ -50,6 +51,9 @@ from simharness.experiments.runner.workload import (
     _Model,
     _Workload,
 )
+
+#: A metrics row, or the summary's extra fields: JSON values by name.
+JsonRecord = Dict[str, Any]
 
 #: The runner's records keep the logger name of the module before the split.
 _log = logging.getLogger('simharness.experiments.runner')
@@ -226,8 +230,8 @@ def _run_rounds(
     config: ExperimentConfig,
     run_dir: Path,
     run_id: str,
-    metrics: List[Dict[str, Any]],
-    extra: Dict[str, Any],
+    metrics: List[JsonRecord],
+    extra: JsonRecord,
     progress: bool,
     t_start: float,
     resuming: bool = False,
@@ -282,15 +286,15 @@ def _run_rounds(
 
 
 def _train(
-    factory: Any,
+    factory: ExecutorFactory,
     config: ExperimentConfig,
     work: _Workload,
     model: _Model,
     *,
     run_dir: Path,
     run_id: str,
-    metrics: List[Dict[str, Any]],
-    extra: Dict[str, Any],
+    metrics: List[JsonRecord],
+    extra: JsonRecord,
     progress: bool,
     t_start: float,
     resuming: bool,

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
+from simharness.learning import keras_kinds
 from simharness.learning._typing import Batch, TensorStructure
 from simharness.learning.metrics import keras_finalizer, keras_utils
 from simharness.learning.models import keras_seeds, variable
@@ -285,14 +286,20 @@ def functional_model_from_keras(
         would not update), or a loss whose default sample weight is not None.
       ValueError: `keras_model` is neither a model nor a callable.
     """
-    if isinstance(keras_model, keras.Model):
-        model = keras_model
-    elif callable(keras_model):
+    model = keras_model if isinstance(keras_model, keras_kinds.models()) else None
+    if model is None and callable(keras_model):
         model = keras_model()
-    else:
+    if model is None or keras_kinds.is_tf_keras(model):
         raise SimharnessValueError(
-            '`keras_model` must be a `keras.Model` or a no-arg callable '
-            'that returns a `keras.Model`.'
+            '`keras_model` must be a `keras.Model` or a no-arg callable that returns a '
+            '`keras.Model`'
+            + (
+                ' (a Keras 3 model: a functional model runs its stateless calls, which '
+                'tf_keras models have not; from_keras_model takes tf_keras models)'
+                if model is not None
+                else ''
+            )
+            + '.'
         )
     if any(isinstance(layer, keras.layers.BatchNormalization) for layer in model.layers):
         raise KerasFunctionalModelError(

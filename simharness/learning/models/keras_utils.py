@@ -20,6 +20,7 @@ from simharness.core import types as T
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning._typing import Batch, InputSpec, SpecStructure, TensorStructure
 from simharness.learning.metrics import counters, keras_finalizer
+from simharness.learning import keras_kinds
 from simharness.learning.models import keras_seeds, variable
 
 #: A Keras loss (a `keras.losses.Loss` or a loss function), or one per model output.
@@ -75,14 +76,14 @@ def from_keras_model(
       ValueError: mismatched numbers of losses / outputs / weights, loss
         weights without a list of losses, or an input spec without x and y.
     """
-    if not isinstance(keras_model, keras.Model):
+    if not isinstance(keras_model, keras_kinds.models()):
         raise SimharnessTypeError(
             f'keras_model must be a keras.Model, got {type(keras_model).__name__}',
             expected=keras.Model,
             actual=type(keras_model),
         )
     if not isinstance(loss, list):
-        if not isinstance(loss, keras.losses.Loss):
+        if not isinstance(loss, keras_kinds.losses()):
             raise SimharnessTypeError(
                 f'loss must be a keras.losses.Loss or a list of them, got {type(loss).__name__}',
                 expected=keras.losses.Loss,
@@ -99,7 +100,7 @@ def from_keras_model(
                 f'{keras_model.outputs}\nof length: {len(keras_model.outputs)}.'
             )
         for fn in loss:
-            if not isinstance(fn, keras.losses.Loss):
+            if not isinstance(fn, keras_kinds.losses()):
                 raise SimharnessTypeError(
                     f'every loss must be a keras.losses.Loss, got {type(fn).__name__}',
                     expected=keras.losses.Loss,
@@ -160,7 +161,10 @@ def from_keras_model(
         )
     if not keras_model.built:
         _build_from_spec(keras_model, input_spec)
-    if any(isinstance(layer, keras.layers.BatchNormalization) for layer in keras_model.layers):
+    if any(
+        isinstance(layer, tuple(m.layers.BatchNormalization for m in keras_kinds.modules()))
+        for layer in keras_model.layers
+    ):
         warnings.warn(
             "Batch Normalization contains non-trainable variables that won't be "
             'updated during the training. Consider using Group Normalization '
@@ -298,14 +302,14 @@ class KerasModel(variable.VariableModel):
         names = set()
         has_metric = has_constructor = False
         for metric in metrics:
-            if isinstance(metric, keras.metrics.Metric):
+            if isinstance(metric, keras_kinds.metrics()):
                 self._metrics.append(metric)
                 constructors.append(None)
                 names.add(metric.name)
                 has_metric = True
             elif callable(metric):
                 made = metric()
-                if not isinstance(made, keras.metrics.Metric):
+                if not isinstance(made, keras_kinds.metrics()):
                     raise SimharnessTypeError(
                         f'Metric constructor {metric} is not a no-arg callable that creates a '
                         f'`keras.metrics.Metric`, it created a {type(made).__name__}.',
@@ -416,8 +420,11 @@ class KerasModel(variable.VariableModel):
         return tf.add_n(terms + list(regularization))
 
     def runs_stateless(self) -> bool:
-        """True when `stateless_forward_pass` can stand in for `forward_pass` (a built model)."""
-        return bool(self._keras_model.built)
+        """True when `stateless_forward_pass` can stand in for `forward_pass`: a built Keras 3
+        model with Keras 3 metrics (``tf_keras``'s have no stateless calls)."""
+        return bool(self._keras_model.built) and not any(
+            keras_kinds.is_tf_keras(x) for x in [self._keras_model, *self._metrics]
+        )
 
     def stateless_metrics_state(self) -> tuple:
         """The metrics' variable values after a reset (a tuple per metric, as

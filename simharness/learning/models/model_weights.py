@@ -13,11 +13,12 @@ from simharness.core import types as T
 from simharness.core.structure import Struct
 from simharness.errors import SimharnessTypeError, SimharnessValueError
 from simharness.learning._typing import ModelVariable, TensorLeaf, TensorStructure
+from simharness.learning import keras_kinds
 from simharness.learning.models import keras_seeds, variable
 
 
 def _check_model(model: object) -> None:
-    if not isinstance(model, (variable.VariableModel, keras.Model)):
+    if not isinstance(model, (variable.VariableModel, *keras_kinds.models())):
         raise SimharnessTypeError(
             f'expected a tff.learning.models.VariableModel or a keras.Model, got '
             f'{type(model).__name__}',
@@ -45,12 +46,18 @@ class ModelWeights(NamedTuple):
         """The variables of a `VariableModel` or Keras model (eagerly from a Keras model:
         their values as tensors)."""
         _check_model(model)
-        if isinstance(model, keras.Model) and tf.executing_eagerly() and not tf.inside_function():
+        if (
+            isinstance(model, keras_kinds.models())
+            and tf.executing_eagerly()
+            and not tf.inside_function()
+        ):
             return cls(
                 [_unwrap(v) for v in model.trainable_variables],
                 [_unwrap(v) for v in keras_seeds.KerasSeeds.weights_of(model)],
             )
-        if isinstance(model, keras.Model):  # its weights: not its random layers' seed states
+        if isinstance(
+            model, keras_kinds.models()
+        ):  # its weights: not its random layers' seed states
             return cls(model.trainable_variables, keras_seeds.KerasSeeds.weights_of(model))
         return cls(model.trainable_variables, model.non_trainable_variables)
 
@@ -74,7 +81,7 @@ class ModelWeights(NamedTuple):
           TypeError: `model` is neither.
         """
         _check_model(model)
-        if isinstance(model, keras.Model):
+        if isinstance(model, keras_kinds.models()):
             # Keras' weights are flat lists; zip allows list / tuple differences.
             for var, t in zip(model.trainable_weights, self.trainable):
                 var.assign(t)
