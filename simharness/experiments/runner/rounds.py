@@ -12,6 +12,7 @@ One round (timed: the process call only, building the cohort's datasets included
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -267,22 +268,25 @@ def _run_rounds(
         group = getattr(factory, 'group', None)  # a worker stack's workers
         if isinstance(group, WorkerPool):
             group.start_soon()
-        return _train(
-            factory,
-            config,
-            work,
-            model,
-            run_dir=run_dir,
-            run_id=run_id,
-            metrics=metrics,
-            extra=extra,
-            progress=progress,
-            t_start=t_start,
-            resuming=resuming,
-            callbacks=callbacks,
-        )
+        run = _RunRecords(run_dir, run_id, metrics, extra, progress, t_start, resuming, callbacks)
+        return _train(factory, config, work, model, run)
     finally:
         _close_factory(factory)
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunRecords:
+    """What `_run_rounds` was given about the run: where it writes, its rows and summary
+    fields so far (appended to, filled in), how it reports, whether it resumes."""
+
+    run_dir: Path
+    run_id: str
+    metrics: List[JsonRecord]
+    extra: JsonRecord
+    progress: bool
+    t_start: float
+    resuming: bool
+    callbacks: Optional[List[CK.Callback]]
 
 
 def _train(
@@ -290,15 +294,7 @@ def _train(
     config: ExperimentConfig,
     work: _Workload,
     model: _Model,
-    *,
-    run_dir: Path,
-    run_id: str,
-    metrics: List[JsonRecord],
-    extra: JsonRecord,
-    progress: bool,
-    t_start: float,
-    resuming: bool,
-    callbacks: Optional[List[CK.Callback]],
+    run: _RunRecords,
 ) -> str:
     """`_run_rounds` on the stack of `factory` (which `_run_rounds` closes)."""
     # pylint: disable=import-outside-toplevel
@@ -311,6 +307,8 @@ def _train(
     from simharness.runtime.local.pool import WorkerPool
     from simharness.runtime.ray.workers import RayWorkers
 
+    run_dir, run_id, metrics, extra = run.run_dir, run.run_id, run.metrics, run.extra
+    progress, t_start, resuming, callbacks = run.progress, run.t_start, run.resuming, run.callbacks
     cd = work.client_data
     ids = cd.client_ids
     t = config.training
