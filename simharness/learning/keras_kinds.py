@@ -3,12 +3,10 @@ and, once a program has imported it, ``tf_keras``'s (Keras 2: TFF 0.87's ``tf.ke
 TensorFlow's under ``TF_USE_LEGACY_KERAS=1``).
 
 A TFF program written for TensorFlow 2.14 that keeps Keras 2 (``import tf_keras``, or the
-environment variable) builds its models with ``tf_keras``: their layers compute as TFF's
-did (Keras 3's ``Dense`` adds its bias with a broadcast ``add``, whose gradient sums the
-batch in another order than Keras 2's ``BiasAddGrad``: the last bits of a bias differ), so
-such a program gets TFF's bits. ``tf_keras`` is never imported here: a model of it exists
-only once the program has imported it.
-"""
+environment variable) builds its models, losses and metrics with ``tf_keras``; they run as
+TFF ran them (its metrics finalized by TFF's recipe, its model through the stateful client
+update). ``tf_keras`` is never imported here: a model of it exists only once the program
+has imported it."""
 
 from __future__ import annotations
 
