@@ -10,7 +10,6 @@ import numpy as np
 import tensorflow as tf
 
 from simharness.errors import SimharnessTypeError, SimharnessValueError
-from simharness.learning import keras_kinds
 from simharness.learning._typing import TensorStructure
 
 MetricConstructor = Callable[[], keras.metrics.Metric]
@@ -72,7 +71,7 @@ def create_functional_metric_fns(
             actual=type(metrics_constructor),
         )
     metrics = metrics_constructor()
-    if isinstance(metrics, keras_kinds.metrics()):
+    if isinstance(metrics, keras.metrics.Metric):
         leaves = [metrics]
     elif isinstance(metrics, collections.OrderedDict):
         bad_keys = [k for k in metrics if not isinstance(k, str)]
@@ -89,7 +88,7 @@ def create_functional_metric_fns(
             f'OrderedDict of string to keras metrics; got {type(metrics).__name__}.'
         )
     for m in leaves:
-        if not isinstance(m, keras_kinds.metrics()):
+        if not isinstance(m, keras.metrics.Metric):
             raise SimharnessTypeError(
                 f'Found non-keras.metrics.Metric value: {type(m)}: {m!r}.',
                 expected=keras.metrics.Metric,
@@ -98,12 +97,12 @@ def create_functional_metric_fns(
     initial = [tuple(np.array(v.numpy()) for v in m.variables) for m in leaves]
 
     def pack(per_metric: list) -> KerasMetricsState:
-        if isinstance(metrics, keras_kinds.metrics()):
+        if isinstance(metrics, keras.metrics.Metric):
             return per_metric[0]
         return collections.OrderedDict(zip(metrics.keys(), per_metric))
 
     def unpack(state: KerasMetricsState) -> list:
-        if isinstance(metrics, keras_kinds.metrics()):
+        if isinstance(metrics, keras.metrics.Metric):
             return [state]
         by_name = cast(Mapping[str, tuple], state)  # as `pack` made it for these metrics
         return [by_name[k] for k in metrics.keys()]
