@@ -425,6 +425,7 @@ def _finish_graph_def(graph_def: Any, input_ops: set, output_ops: Optional[set] 
             kept = [i for i in node.input if not (i.startswith('^') and i[1:] in input_ops)]
             del node.input[:]
             node.input.extend(kept)
+    _drop_what_needs_an_unfed_placeholder(graph_def, input_ops, output_ops or set())
     _state_per_call(graph_def.node)
     graph_def.node.extend(_seeded_random_stateless(graph_def.node, in_function=False))
     _drop_unread_variables(graph_def, input_ops, output_ops)
@@ -442,6 +443,69 @@ def _finish_graph_def(graph_def: Any, input_ops: set, output_ops: Optional[set] 
         _rename_callers(graph_def, renamed)
         _rename_functions(graph_def, renamed)
     _canonical_function_names(graph_def)
+
+
+def _drop_what_needs_an_unfed_placeholder(graph_def: Any, input_ops: set, output_ops: set) -> None:
+    """Removes the ops that take, by a data edge, a placeholder which is not an input.
+
+    No one feeds such a placeholder: Keras 2's ``set_weights`` (``tf_keras``) in a graph
+    makes one per weight, assigns it to the variable and runs the assignments in its own
+    session while the computation is traced. TFF's graphs never run those assignments
+    (its results do not depend on them, and TFF adds no control edges): a model's
+    ``set_weights`` in a ``model_fn`` leaves TFF's initial weights those of the
+    initializers. Here the automatic control dependencies make every stateful op an
+    input of the results, so they would run and fail ("You must feed a value for
+    placeholder tensor"). They are dropped instead, as TFF never runs them: a control
+    edge to one is replaced by the control edges of what it waited for, so that the ops
+    around it keep their order. A result that needs such a placeholder is left as it is
+    (TensorFlow's error names the placeholder).
+    """
+    by_name = {n.name: n for n in graph_def.node}
+    foreign = [n.name for n in graph_def.node if n.op == 'Placeholder' and n.name not in input_ops]
+    if not foreign:
+        return
+    takers: dict = collections.defaultdict(list)  # node name -> nodes taking it by a data edge
+    for node in graph_def.node:
+        for ref in node.input:
+            if not ref.startswith('^'):
+                takers[ref.split(':')[0]].append(node.name)
+    tainted, todo = set(), list(foreign)
+    while todo:
+        name = todo.pop()
+        if name not in tainted:
+            tainted.add(name)
+            todo.extend(takers.get(name, ()))
+    if tainted & output_ops:
+        return
+    waits: dict = {}  # tainted node -> the untainted nodes it waited for, as control inputs
+
+    def waited_for(name: str) -> List[str]:
+        if name not in waits:
+            waits[name] = []  # a cycle (none in a graph) ends here
+            out: List[str] = []
+            for ref in by_name[name].input:
+                src = ref.lstrip('^').split(':')[0]
+                for r in waited_for(src) if src in tainted else ['^' + src]:
+                    if r not in out:
+                        out.append(r)
+            waits[name] = out
+        return waits[name]
+
+    kept_nodes = []
+    for node in graph_def.node:
+        if node.name in tainted:
+            continue
+        if any(r.startswith('^') and r[1:] in tainted for r in node.input):
+            refs: List[str] = []
+            for r in node.input:
+                for x in waited_for(r[1:]) if r.startswith('^') and r[1:] in tainted else [r]:
+                    if x not in refs:
+                        refs.append(x)
+            del node.input[:]
+            node.input.extend(refs)
+        kept_nodes.append(node)
+    del graph_def.node[:]
+    graph_def.node.extend(kept_nodes)
 
 
 def _drop_unread_variables(graph_def: Any, input_ops: set, output_ops: Optional[set]) -> None:

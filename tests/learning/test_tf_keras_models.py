@@ -115,3 +115,47 @@ def test_a_tf_keras_model_in_a_bad_argument_is_named():
         tff.learning.models.functional_model_from_keras(
             model, tf_keras.losses.MeanSquaredError(), input_spec=spec
         )
+
+
+def test_set_weights_in_a_model_fn_leaves_tff_s_initial_weights():
+    """A tf_keras model whose ``model_fn`` calls ``set_weights``: TFF 0.87 (TF 2.14, whose
+    ``tf.keras`` is Keras 2) runs it, and its initial weights are the initializers' (the
+    assignments run in Keras' own session while tracing, never in TFF's graphs). The
+    losses of this program were recorded under TFF 0.87 (2026-12-01, /tmp script)."""
+    rng = np.random.default_rng(0)
+    init = [np.full((4, 3), 0.1, np.float32), np.zeros(3, np.float32)]
+    data = [
+        tf.data.Dataset.from_tensor_slices(
+            OD(
+                x=rng.normal(size=(8, 4)).astype(np.float32),
+                y=rng.integers(0, 3, 8).astype(np.int32),
+            )
+        ).batch(4)
+        for _ in range(3)
+    ]
+
+    def model_fn():
+        model = tf_keras.Sequential(
+            [
+                tf_keras.layers.InputLayer(input_shape=(4,)),
+                tf_keras.layers.Dense(3, kernel_initializer='zeros'),
+            ]
+        )
+        model.set_weights(init)
+        return tff.learning.models.from_keras_model(
+            model,
+            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            input_spec=data[0].element_spec,
+        )
+
+    process = tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1)
+    )
+    state = process.initialize()
+    np.testing.assert_array_equal(process.get_model_weights(state).trainable[0], 0.0)
+    losses = []
+    for _ in range(2):
+        out = process.next(state, data)
+        state = out.state
+        losses.append(float(out.metrics['client_work']['train']['loss']))
+    np.testing.assert_allclose(losses, [1.1137058, 1.1055993], rtol=0, atol=5e-8)

@@ -362,6 +362,26 @@ def test_control_dependencies_on_arguments_are_dropped():
     assert f(1.0, 2.0) == 2.0
 
 
+def test_what_needs_a_placeholder_no_one_feeds_is_dropped_and_the_order_kept():
+    """Keras 2's set_weights in a graph assigns from placeholders it feeds in its own
+    session: such ops never run (as in TFF's graphs); the ops around them keep their order."""
+
+    @sh.tf_computation(tf.float32)
+    def f(x):
+        v = tf.Variable(1.0)
+        v.assign_add(x)
+        v.assign(tf.compat.v1.placeholder(tf.float32, shape=[]) * 2.0)
+        v.assign(v.read_value() * 10.0)
+        return v.read_value()
+
+    assert not [n for n in _graph_def(f).node if n.op == 'Placeholder' and 'arg' not in n.name]
+    assert f(2.0) == 30.0  # (1 + 2) * 10: the placeholder's assignment left out, in order
+    # a result that takes such a placeholder keeps TensorFlow's own error, which names it
+    g = sh.tf_computation(lambda: tf.compat.v1.placeholder(tf.float32, [], name='lonely') + 1.0)
+    with pytest.raises(Exception, match='lonely'):
+        g()
+
+
 def test_polymorphic_computations_trace_per_type():
     @sh.tf_computation
     def double(x):
