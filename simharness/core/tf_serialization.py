@@ -31,6 +31,8 @@ import attrs
 import numpy as np
 import tensorflow as tf
 
+from tensorflow.core.framework import graph_pb2
+
 # tf.function's automatic control dependencies, on a plain graph (no public API)
 from tensorflow.python.framework import auto_control_deps
 from tensorflow.python.util import _tf_stack, tf_stack
@@ -445,7 +447,9 @@ def _finish_graph_def(graph_def: Any, input_ops: set, output_ops: Optional[set] 
     _canonical_function_names(graph_def)
 
 
-def _drop_what_needs_an_unfed_placeholder(graph_def: Any, input_ops: set, output_ops: set) -> None:
+def _drop_what_needs_an_unfed_placeholder(
+    graph_def: graph_pb2.GraphDef, input_ops: set, output_ops: set
+) -> None:
     """Removes the ops that take, by a data edge, a placeholder which is not an input.
 
     No one feeds such a placeholder: Keras 2's ``set_weights`` (``tf_keras``) in a graph
