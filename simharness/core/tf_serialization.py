@@ -490,7 +490,8 @@ def _drop_what_needs_an_unfed_placeholder(
             for ref in by_name[name].input:
                 src = ref.lstrip('^').split(':')[0]
                 for r in waited_for(src) if src in tainted else ['^' + src]:
-                    if r not in out:
+                    # an input is ready before any op; a control edge from it would run it unfed
+                    if r not in out and r[1:] not in input_ops:
                         out.append(r)
             waits[name] = out
         return waits[name]

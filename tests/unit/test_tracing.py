@@ -370,7 +370,7 @@ def test_what_needs_a_placeholder_no_one_feeds_is_dropped_and_the_order_kept():
     def f(x):
         v = tf.Variable(1.0)
         v.assign_add(x)
-        v.assign(tf.compat.v1.placeholder(tf.float32, shape=[]) * 2.0)
+        v.assign(tf.compat.v1.placeholder(tf.float32, shape=[]) * x)  # takes the input too
         v.assign(v.read_value() * 10.0)
         return v.read_value()
 
