@@ -18,8 +18,9 @@ and ``tff.analytics.build_hierarchical_histogram_process`` do.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from simharness.lazy_names import LazyNames
 
 _SUBMODULES = frozenset(
     {
@@ -34,21 +35,19 @@ _SUBMODULES = frozenset(
 
 #: TFF's names at ``tff.analytics`` itself, and the module each comes from.
 _NAMES = {
-    'IbltFactory': 'simharness.analytics.heavy_hitters.iblt.iblt_factory',
-    'HierarchicalHistogramDecoder': 'simharness.analytics.hierarchical_histogram.hierarchical_histogram_decoder',
-    'build_hierarchical_histogram_process': 'simharness.analytics.hierarchical_histogram.hierarchical_histogram_lib',
+    'IbltFactory': 'heavy_hitters.iblt.iblt_factory',
+    'HierarchicalHistogramDecoder': 'hierarchical_histogram.hierarchical_histogram_decoder',
+    'build_hierarchical_histogram_process': 'hierarchical_histogram.hierarchical_histogram_lib',
 }
 
 __all__ = sorted(_SUBMODULES | set(_NAMES))
 
+_LAZY = LazyNames(__name__, _NAMES, _SUBMODULES)
+
 
 def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f'{__name__}.{name}')
-    if name in _NAMES:
-        return getattr(importlib.import_module(_NAMES[name]), name)
-    raise AttributeError(f'module {__name__} has no attribute {name!r}')
+    return _LAZY.attribute(name)
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+    return _LAZY.listing()

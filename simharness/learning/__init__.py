@@ -22,8 +22,9 @@ Names load on first use (PEP 562): importing the package imports no
 TensorFlow.
 """
 
-import importlib
 from typing import Any
+
+from simharness.lazy_names import LazyNames
 
 _WHERE = {
     'FedAvg': 'fedavg',
@@ -84,18 +85,13 @@ __all__ = sorted(_WHERE) + [
     'templates',
 ]
 
+#: ``Model``: TFF 0.48-0.52's name of `models.VariableModel`.
+_LAZY = LazyNames(__name__, _WHERE, _MODULES, aliases={'Model': ('models', 'VariableModel')})
+
 
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        return importlib.import_module(f'{__name__}.{name}')
-    if name == 'Model':  # TFF 0.48-0.52's name of `models.VariableModel`
-        return importlib.import_module(f'{__name__}.models').VariableModel
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f'{__name__}.{_WHERE[name]}'), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    return _LAZY.attribute(name)
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+    return _LAZY.listing()

@@ -20,8 +20,9 @@
 Modules that import TensorFlow load on first use of their names (PEP 562).
 """
 
-import importlib
 from typing import Any
+
+from simharness.lazy_names import LazyNames
 
 _WHERE = {
     'ClientIdDataSource': 'client_id_data_source',
@@ -68,14 +69,12 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
+_LAZY = LazyNames(__name__, _WHERE)
+
 
 def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f'{__name__}.{_WHERE[name]}'), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    return _LAZY.attribute(name)
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+    return _LAZY.listing()

@@ -15,8 +15,9 @@ state: LearningAlgorithmState(global_model_weights, distributor, client_work, ag
 Names load on first use (PEP 562).
 """
 
-import importlib
 from typing import Any
+
+from simharness.lazy_names import LazyNames
 
 _WHERE = {
     'build_apply_optimizer_finalizer': 'apply_optimizer_finalizer',
@@ -48,16 +49,12 @@ _MODULES = (
 
 __all__ = sorted(_WHERE)
 
+_LAZY = LazyNames(__name__, _WHERE, _MODULES)
+
 
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        return importlib.import_module(f'{__name__}.{name}')
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f'{__name__}.{_WHERE[name]}'), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    return _LAZY.attribute(name)
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+    return _LAZY.listing()
