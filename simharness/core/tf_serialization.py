@@ -486,14 +486,10 @@ def _drop_what_needs_an_unfed_placeholder(
     def waited_for(name: str) -> List[str]:
         if name not in waits:
             waits[name] = []  # a cycle (none in a graph) ends here
-            out: List[str] = []
-            for ref in by_name[name].input:
-                src = ref.lstrip('^').split(':')[0]
-                for r in waited_for(src) if src in tainted else ['^' + src]:
-                    # an input is ready before any op; a control edge from it would run it unfed
-                    if r not in out and r[1:] not in input_ops:
-                        out.append(r)
-            waits[name] = out
+            sources = (ref.lstrip('^').split(':')[0] for ref in by_name[name].input)
+            refs = (r for s in sources for r in (waited_for(s) if s in tainted else ['^' + s]))
+            # an input is ready before any op; a control edge from it would run it unfed
+            waits[name] = [r for r in dict.fromkeys(refs) if r[1:] not in input_ops]
         return waits[name]
 
     kept_nodes = []
@@ -501,13 +497,15 @@ def _drop_what_needs_an_unfed_placeholder(
         if node.name in tainted:
             continue
         if any(r.startswith('^') and r[1:] in tainted for r in node.input):
-            refs: List[str] = []
-            for r in node.input:
-                for x in waited_for(r[1:]) if r.startswith('^') and r[1:] in tainted else [r]:
-                    if x not in refs:
-                        refs.append(x)
+            data = [r for r in node.input if not r.startswith('^')]  # repeats kept: x + x
+            controls = dict.fromkeys(
+                c
+                for r in node.input
+                if r.startswith('^')
+                for c in (waited_for(r[1:]) if r[1:] in tainted else [r])
+            )
             del node.input[:]
-            node.input.extend(refs)
+            node.input.extend(data + list(controls))
         kept_nodes.append(node)
     del graph_def.node[:]
     graph_def.node.extend(kept_nodes)

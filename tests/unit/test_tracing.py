@@ -376,6 +376,17 @@ def test_what_needs_a_placeholder_no_one_feeds_is_dropped_and_the_order_kept():
 
     assert not [n for n in _graph_def(f).node if n.op == 'Placeholder' and 'arg' not in n.name]
     assert f(2.0) == 30.0  # (1 + 2) * 10: the placeholder's assignment left out, in order
+
+    # an op after the dropped one that takes one tensor twice keeps both data inputs
+    @sh.tf_computation
+    def h():
+        counts = tf.Variable([1, 1])
+        counts.assign(tf.cast(tf.compat.v1.placeholder(tf.float32, [2]), tf.int32))
+        one = tf.constant([1])
+        tf.raw_ops.ResourceScatterAdd(resource=counts.handle, indices=one, updates=one)
+        return counts.read_value()
+
+    np.testing.assert_array_equal(h(), [1, 2])
     # a result that takes such a placeholder keeps TensorFlow's own error, which names it
     g = sh.tf_computation(lambda: tf.compat.v1.placeholder(tf.float32, [], name='lonely') + 1.0)
     with pytest.raises(Exception, match='lonely'):
