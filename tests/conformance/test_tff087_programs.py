@@ -11,7 +11,10 @@ release manager, a hand-written `federated_aggregate` algorithm in an
 `IterativeProcess`, FedSGD, unweighted FedAvg of a functional model with Adagrad and
 Yogi, and unweighted FedAvg of a Keras model with TFF's robust aggregator (its adaptive
 zeroing and clipping norms and counts, round by round), seeded shuffles, evaluation of
-every client and a hand-written computation's `federated_sum` / `federated_max`.
+every client and a hand-written computation's `federated_sum` / `federated_max`, and Mime
+Lite composed with a dataset computation that makes each client's data from its id in TF,
+its weights halved through `get_model_weights` / `set_model_weights` halfway and the final
+weights assigned to a Keras model (`ModelWeights.assign_weights_to`).
 
 The values agree to the last printed digit (7-9) on this machine and a few differ in the
 last bit of a weight (TF 2.21 under simharness, TF 2.14 under TFF; Keras 3 against
@@ -379,14 +382,82 @@ def _robust_aggregator_program(tff, tf) -> dict:
     return out
 
 
+def _mime_lite_by_id_program(tff, tf) -> dict:
+    # Client datasets made in TF from the client's id, composed with the learning process
+    @tff.tensorflow.computation(tf.string)
+    def make_dataset(client_id):
+        k = tf.strings.to_number(client_id, out_type=tf.int64)
+
+        def row(i):
+            x = tf.stack(
+                [
+                    tf.cast((i * 7 + k * 3) % 11, tf.float32) / 10.0,
+                    tf.cast((i * 5 + k) % 13, tf.float32) / 12.0,
+                    tf.cast((i + k * k) % 7, tf.float32) / 6.0,
+                ]
+            )
+            return OD(x=x, y=tf.cast((i + k) % 3, tf.int32))
+
+        return tf.data.Dataset.range(12 + 3 * k).map(row).batch(4)
+
+    def keras_model():
+        return tf.keras.Sequential(
+            [
+                tf.keras.Input(shape=(3,)),
+                tf.keras.layers.Dense(
+                    8,
+                    activation='relu',
+                    kernel_initializer=tf.keras.initializers.GlorotUniform(seed=5),
+                ),
+                tf.keras.layers.Dense(3, kernel_initializer='zeros'),
+            ]
+        )
+
+    def model_fn():
+        return _classifier(
+            tff,
+            tf,
+            keras_model(),
+            OD(x=tf.TensorSpec([None, 3], tf.float32), y=tf.TensorSpec([None], tf.int32)),
+        )
+
+    mime = tff.learning.algorithms.build_weighted_mime_lite(
+        model_fn,
+        base_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=0.1, momentum=0.9),
+        server_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+    )
+    process = tff.simulation.compose_dataset_computation_with_learning_process(make_dataset, mime)
+    state = process.initialize()
+    out: dict = OD(rounds=[])
+    for r, ids in enumerate([['0', '3', '5'], ['1', '2', '7', '4'], ['6', '0', '2'], ['5', '1']]):
+        o = process.next(state, ids)
+        state = o.state
+        train = o.metrics['client_work']['train']
+        out['rounds'].append([float(train[k]) for k in sorted(train)])
+        if r == 1:  # a warm start halfway: the weights halved and set in the state
+            w = process.get_model_weights(state)
+            halved = tff.learning.models.ModelWeights(
+                trainable=[np.asarray(v) * 0.5 for v in w.trainable],
+                non_trainable=list(w.non_trainable),
+            )
+            state = process.set_model_weights(state, halved)
+    model = keras_model()
+    process.get_model_weights(state).assign_weights_to(model)
+    out['logits'] = [
+        float(v) for v in np.ravel(model(np.array([[0.1, 0.2, 0.3], [0.9, 0.5, 0.0]], np.float32)))
+    ]
+    return out
+
+
 def run_programs(tff, tf) -> dict:
-    """The five programs' results, as plain data."""
+    """The six programs' results, as plain data."""
     return OD(
         fedprox=_fedprox_program(tff, tf),
         aggregate=_aggregate_program(tff, tf),
         fedsgd_functional=_fedsgd_and_functional_program(tff, tf),
         training_loop=_training_loop_program(tff, tf),
         robust_aggregator=_robust_aggregator_program(tff, tf),
+        mime_lite_by_id=_mime_lite_by_id_program(tff, tf),
     )
 
 
