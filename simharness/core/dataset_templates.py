@@ -317,18 +317,23 @@ def _trace(split: _Split, spec: Any, repeatable: bool) -> Optional[TracedPipelin
 
     # wrap_function, not tf.function: TF's automatic control dependencies loop forever over
     # an imported table handle that the graph both writes (its import) and reads (lookups)
+    if not tseq.readable_as_batches(spec):
+        return None
     try:
-        build = tf.compat.v1.wrap_function(
-            lambda *xs: tf.data.experimental.to_variant(dataset(*xs)), sig
-        )
-        read = None
-        if tseq.readable_as_batches(spec):
-            read = tf.compat.v1.wrap_function(lambda *xs: tseq.read_all(dataset(*xs)), sig)
+        read = tf.compat.v1.wrap_function(lambda *xs: tseq.read_all(dataset(*xs)), sig)
     except (TypeError, ValueError, tf.errors.OpError):
         return None
-    if read is None:
-        return None
-    return TracedPipeline(build, spec, read, repeatable, sig)
+    # the dataset itself is traced when first asked for (a dataset that is only read, as on
+    # a thread stack, never is): the import that read traced, so it traces too
+    return TracedPipeline(
+        lambda: tf.compat.v1.wrap_function(
+            lambda *xs: tf.data.experimental.to_variant(dataset(*xs)), sig
+        ),
+        spec,
+        read,
+        repeatable,
+        sig,
+    )
 
 
 def _same_reads(traced: TracedPipeline, arrays: List[np.ndarray], graph: bytes, spec: Any) -> bool:

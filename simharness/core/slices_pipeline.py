@@ -8,7 +8,7 @@ by. `dataset_templates` makes the same recipe from a dataset's graph.
 from __future__ import annotations
 
 import threading
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -123,7 +123,7 @@ class SlicesPipeline:
                 read = read.get_concrete_function()
             except (TypeError, ValueError):  # rows of differing shapes: read element-wise
                 read = None
-        return TracedPipeline(build, spec, read, repeatable_pipeline, sig)
+        return TracedPipeline(lambda: build, spec, read, repeatable_pipeline, sig)
 
     def build(self, slices: Any) -> Optional[Any]:
         """The client's dataset, or None when it must be built eagerly (see the class)."""
@@ -163,12 +163,19 @@ class TracedPipeline:
     `read` as a serialized graph for other processes (`compiled`, made on first use). The
     first call of `build` and of `read` runs alone (`FirstCall`)."""
 
-    def __init__(self, build: Any, spec: Any, read: Any, repeatable_reads: bool, sig: List[Any]):
-        self.build, self.spec, self.read = build, spec, read
+    def __init__(
+        self, build: Callable[[], Any], spec: Any, read: Any, repeatable_reads: bool, sig: List[Any]
+    ):
+        # `build` gives the concrete function on the first `variant` (traced then, where
+        # it was not yet: a dataset that is only read never needs it)
+        self._make_build: Optional[Callable[[], Any]] = build
+        self._build: Any = None
+        self.spec, self.read = spec, read
         self.repeatable = repeatable_reads
         self._sig = sig
         self._compiled: Any = None
         self._first_build, self._first_read = FirstCall(), FirstCall()
+        self._build_lock = threading.Lock()
 
     @staticmethod
     def _call(concrete: Any, leaves: List[Any]) -> Any:
@@ -187,6 +194,14 @@ class TracedPipeline:
                 concrete.structured_outputs, tf.nest.flatten(out), expand_composites=True
             )
         )
+
+    @property
+    def build(self) -> Any:
+        """The concrete function arrays -> dataset variant (traced on first use)."""
+        with self._build_lock:
+            if self._make_build is not None:
+                self._build, self._make_build = self._make_build(), None
+        return self._build
 
     def variant(self, leaves: List[Any]) -> Any:
         """The client's dataset variant (`build` on its arrays)."""
