@@ -25,6 +25,10 @@ from simharness.core.tf_sequences import (
 
 __all__ = ['SlicesPipeline', 'TracedPipeline']
 
+#: What gives a layout's build function (a `tf.function`'s concrete function, or
+#: `wrap_function`'s): called on its first use.
+BuildFn = Callable[[], tf.types.experimental.ConcreteFunction]
+
 
 class SlicesPipeline:
     """``preprocess_fn(from_tensor_slices(slices))`` for any client's slices, traced once.
@@ -164,12 +168,12 @@ class TracedPipeline:
     first call of `build` and of `read` runs alone (`FirstCall`)."""
 
     def __init__(
-        self, build: Callable[[], Any], spec: Any, read: Any, repeatable_reads: bool, sig: List[Any]
+        self, build: BuildFn, spec: Any, read: Any, repeatable_reads: bool, sig: List[Any]
     ):
         # `build` gives the concrete function on the first `variant` (traced then, where
         # it was not yet: a dataset that is only read never needs it)
-        self._make_build: Optional[Callable[[], Any]] = build
-        self._build: Any = None
+        self._make_build: Optional[BuildFn] = build
+        self._build: Optional[tf.types.experimental.ConcreteFunction] = None
         self.spec, self.read = spec, read
         self.repeatable = repeatable_reads
         self._sig = sig
@@ -196,11 +200,12 @@ class TracedPipeline:
         )
 
     @property
-    def build(self) -> Any:
+    def build(self) -> tf.types.experimental.ConcreteFunction:
         """The concrete function arrays -> dataset variant (traced on first use)."""
         with self._build_lock:
             if self._make_build is not None:
                 self._build, self._make_build = self._make_build(), None
+        assert self._build is not None
         return self._build
 
     def variant(self, leaves: List[Any]) -> Any:
