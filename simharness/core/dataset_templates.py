@@ -315,10 +315,10 @@ def _trace(split: _Split, spec: Any, repeatable: bool) -> Optional[TracedPipelin
         )
         return tf.data.experimental.from_variant(variant, spec)
 
-    # wrap_function, not tf.function: TF's automatic control dependencies loop forever over
-    # an imported table handle that the graph both writes (its import) and reads (lookups)
     if not tseq.readable_as_batches(spec):
         return None
+    # wrap_function, not tf.function: TF's automatic control dependencies loop forever over
+    # an imported table handle that the graph both writes (its import) and reads (lookups)
     try:
         read = tf.compat.v1.wrap_function(lambda *xs: tseq.read_all(dataset(*xs)), sig)
     except (TypeError, ValueError, tf.errors.OpError):
