@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -218,3 +219,48 @@ def test_cli_jobs_must_be_a_positive_int_or_auto(tmp_path, capsys, value):
     assert rc == cli.EXIT_USAGE and time.monotonic() - t < 5
     assert err.strip() == f'error: --jobs must be an int >= 1 or "auto", got \'{value}\''
     assert not (tmp_path / 'r').exists()
+
+
+@pytest.mark.slow
+def test_a_point_whose_job_process_is_killed_fails_naming_the_signal(tmp_path):
+    """kill -9 of the job process running one point of a `jobs=2` sweep: that point is
+    'failed' with an error naming SIGKILL, and its summary.json says so too (not
+    'running': nothing else would ever write it); the other points run to the end and no
+    job process is left."""
+    from simharness.experiments.config import load_config
+
+    path = tmp_path / 'killed.toml'
+    path.write_text(
+        SWEEP.replace('"training.seed" = [0, 1, 2]', '"training.rounds" = [100000, 2, 3]')
+    )
+    config = load_config(path)
+    root = tmp_path / 'r'
+    out = {}
+
+    def sweep():
+        try:
+            out['results'] = run_sweep(config, root, progress=False, jobs=2)
+        except BaseException as e:  # pylint: disable=broad-exception-caught  # checked below
+            out['error'] = e
+
+    thread = threading.Thread(target=sweep, daemon=True)
+    thread.start()
+    long_run = root / 'long' / 'rounds=100000'
+    deadline = time.monotonic() + 240
+    while not ((long_run / 'metrics.jsonl').exists() and read_metrics(long_run)):
+        assert thread.is_alive() and time.monotonic() < deadline, out
+        time.sleep(0.2)
+    job = psutil.Process(read_json(long_run / 'run.lock')['pid'])
+    assert 'simharness.experiments.runner.parallel' in job.cmdline()
+    job.kill()
+    thread.join(240)
+    assert not thread.is_alive() and 'error' not in out, out
+    results = out['results']
+    assert [r.status for r in results] == ['failed', 'complete', 'complete'], results
+    assert 'SIGKILL' in results[0].error, results[0].error
+    summary = read_json(long_run / 'summary.json')
+    assert summary['status'] == 'failed' and 'SIGKILL' in summary['error'], summary
+    assert summary['rounds_completed'] == len(read_metrics(long_run)) >= 1
+    assert [
+        c for c in _children(os.getpid()) if 'simharness.experiments.runner.parallel' in c.cmdline()
+    ] == []

@@ -12,6 +12,9 @@
             within those cores: `pinning.usable_cpus`) -> one answer line
             {"code": 0 complete | 1 failed | 3 another run holds it | 130 interrupted}
     a point's RunResult: its summary.json, read back
+    a job process dying in a point (kill -9, the OOM killer): the sweep writes the point's
+        summary ('failed', naming the signal; 'interrupted' while the sweep stops) and
+        starts a new process for the next point
 
 TensorFlow and the worker pool's forkserver start once per job, not per point. Every
 point gives the bits a sequential sweep gives (the same resolved config; the determinism
@@ -37,7 +40,17 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from simharness.errors import OversubscribedWarning, RunInProgressError
 from simharness.experiments.config import ExperimentConfig
-from simharness.experiments.runner.rundir import PathLike, RunResult, SUMMARY_FILE, read_json
+from simharness.experiments import atomic
+from simharness.experiments.runner.lock import run_lock
+from simharness.experiments.runner.rundir import (
+    _now,
+    _read_rows,
+    METRICS_FILE,
+    PathLike,
+    RunResult,
+    SUMMARY_FILE,
+    read_json,
+)
 
 _log = logging.getLogger('simharness.experiments.runner')
 
@@ -118,9 +131,9 @@ class _Slot:
         self.index, self.cores, self.out = index, cores, out
         self.proc: Optional[subprocess.Popen] = None  # type: ignore[type-arg]
 
-    def run(self, spec: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-        """Runs one point; its answer, or None when the process died (a new one runs the
-        next point)."""
+    def run(self, spec: Dict[str, Any]) -> Dict[str, Any]:
+        """Runs one point; its answer (``{"code", "error"}``; with ``"died": True`` when
+        the process died in it: a new one runs the next point)."""
         if self.proc is None or self.proc.poll() is not None:
             with open(self.out, 'ab') as sink:
                 # This process' import path (a notebook's sys.path additions: a Keras
@@ -147,9 +160,13 @@ class _Slot:
             line = self.proc.stdout.readline()
         except (BrokenPipeError, OSError):
             line = b''
-        if not line:
-            self.proc.wait()
-            return None
+        if not line:  # it died in the point: the point cannot say so itself
+            pid, status = self.proc.pid, self.proc.wait()
+            return {
+                'code': EXIT_FAILED,
+                'error': f"the point's job process (pid {pid}) {_death(status)}",
+                'died': True,
+            }
         answer: Dict[str, Any] = json.loads(line)
         return answer
 
@@ -204,6 +221,7 @@ def run_points(
     queue = list(points)
     results: Dict[str, RunResult] = {}
     held: List[str] = []
+    stopping: List[bool] = []  # the sweep is being stopped: a dying point was interrupted
     lock = threading.Lock()
 
     def job(slot: _Slot) -> None:
@@ -223,12 +241,17 @@ def run_points(
                     'resume': resume,
                 }
             )
-            code = EXIT_FAILED if answer is None else int(answer.get('code', EXIT_FAILED))
+            code = int(answer.get('code', EXIT_FAILED))
+            if answer.get('died'):
+                # Its summary still says 'running': say what became of it.
+                close_abandoned(
+                    run_dir, 'interrupted' if stopping else 'failed', str(answer['error'])
+                )
             if code == EXIT_IN_PROGRESS:
                 with lock:
                     held.append(run_id)
                 return
-            message = None if answer is None else answer.get('error')
+            message = answer.get('error')
             result = result_of(
                 run_id, run_dir, code, str(message) if message else _last_line(slot.out)
             )
@@ -255,12 +278,15 @@ def run_points(
     except BaseException:
         with lock:
             queue.clear()
+            stopping.append(True)
         for s in slots:
             s.stop()
         for t in threads:
             t.join(STOP_GRACE_S)
         for s in slots:
-            s.close()
+            s.close()  # a point still running now is killed: its thread says so
+        for t in threads:
+            t.join(STOP_GRACE_S)
         raise
     for s in slots:
         s.close()
@@ -273,6 +299,39 @@ def run_points(
             'the points before it have run'
         )
     return results
+
+
+def _death(status: int) -> str:
+    """How a job process ended, from its exit status (a negative one: the signal)."""
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f'signal {-status}'
+        cause = ' (kill -9, or the kernel OOM killer: check dmesg)' if name == 'SIGKILL' else ''
+        return f'was killed by {name}{cause}'
+    return f'exited with code {status} without answering'
+
+
+def close_abandoned(run_dir: Path, status: str, error: str) -> None:
+    """The summary of a point whose process died in it (it still says 'running'): `status`
+    ('failed', or 'interrupted' while the sweep stops) with `error` and the rounds its
+    metrics hold, written atomically, under the run directory's lock (the dead process'
+    lock went with it; a run of the directory started meanwhile is left alone)."""
+    try:
+        with run_lock(run_dir):
+            summary = read_json(run_dir / SUMMARY_FILE)
+            if not isinstance(summary, dict) or summary.get('status') != 'running':
+                return
+            summary.update(
+                status=status,
+                error=error,
+                rounds_completed=len(_read_rows(run_dir / METRICS_FILE)),
+                finished_at=_now(),
+            )
+            atomic.write_json(run_dir / SUMMARY_FILE, summary)
+    except (RunInProgressError, OSError) as e:
+        _log.warning('%s: its summary was left as it was (%s)', run_dir, e)
 
 
 def _cores_text(cores: Sequence[int]) -> str:
