@@ -264,3 +264,46 @@ def test_a_point_whose_job_process_is_killed_fails_naming_the_signal(tmp_path):
     assert [
         c for c in _children(os.getpid()) if 'simharness.experiments.runner.parallel' in c.cmdline()
     ] == []
+
+
+@pytest.mark.slow
+def test_jobs_of_a_sigkilled_sweep_stop_their_points_and_exit(tmp_path):
+    """kill -9 of `simharness sweep --jobs 2`: its two job processes, orphaned mid-point,
+    stop their points as on SIGTERM (each summary says 'interrupted') and exit, instead of
+    running 100,000 rounds with no one to answer."""
+    cfg = tmp_path / 'long.toml'
+    cfg.write_text(SWEEP)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            '-m',
+            'simharness.cli',
+            'sweep',
+            str(cfg),
+            '--results',
+            str(tmp_path / 'r'),
+            '--jobs',
+            '2',
+            '--no-progress',
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ, CI='1'),
+    )
+    run_dirs = [tmp_path / 'r' / 'long' / f'seed={s}' for s in (0, 1)]
+    deadline = time.monotonic() + 240
+    while not all((d / 'metrics.jsonl').exists() and read_metrics(d) for d in run_dirs):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    jobs = [
+        c for c in _children(proc.pid) if 'simharness.experiments.runner.parallel' in c.cmdline()
+    ]
+    assert len(jobs) == 2
+    proc.kill()
+    proc.wait()
+    gone, alive = psutil.wait_procs(jobs, timeout=60)
+    assert alive == [] and len(gone) == 2
+    for d in run_dirs:
+        summary = read_json(d / 'summary.json')
+        assert summary['status'] == 'interrupted', summary
+        assert summary['rounds_completed'] == len(read_metrics(d)) < 100000

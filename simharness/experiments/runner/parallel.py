@@ -15,6 +15,7 @@
     a job process dying in a point (kill -9, the OOM killer): the sweep writes the point's
         summary ('failed', naming the signal; 'interrupted' while the sweep stops) and
         starts a new process for the next point
+    the sweep's process gone (kill -9): each job stops its point as on SIGTERM and exits
 
 TensorFlow and the worker pool's forkserver start once per job, not per point. Every
 point gives the bits a sequential sweep gives (the same resolved config; the determinism
@@ -33,6 +34,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import types
 import warnings
 from pathlib import Path
@@ -58,6 +60,8 @@ _log = logging.getLogger('simharness.experiments.runner')
 EXIT_COMPLETE, EXIT_FAILED, EXIT_IN_PROGRESS, EXIT_INTERRUPTED = 0, 1, 3, 130
 #: Seconds the sweep waits for its stopped points to write their summaries and exit.
 STOP_GRACE_S = 60.0
+#: Seconds between a job's checks that the sweep's process is still there.
+PARENT_POLL_S = 0.5
 
 
 def callers_level() -> int:
@@ -147,6 +151,7 @@ class _Slot:
                         '-m',
                         'simharness.experiments.runner.parallel',
                         json.dumps(self.cores),
+                        str(os.getpid()),
                     ],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
@@ -365,10 +370,26 @@ def _last_line(path: Path) -> str:
 # ------------------------------------------------------------------ the child
 
 
-def _serve_points(cores: List[int]) -> int:
+def _watch_parent(parent: int) -> None:
+    """Stops this job as the sweep's SIGTERM would once `parent` (the sweep's process) is
+    gone, e.g. killed by SIGKILL: a point left running would run on, orphaned, to its last
+    round. (A thread polls: the kernel's parent-death signal fires when the sweep's
+    *thread* that started this process ends, which a job's thread does when it runs out
+    of points.)"""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name='simharness-sweep-parent', daemon=True).start()
+
+
+def _serve_points(cores: List[int], parent: int) -> int:
     """A job's process: its cores, then one point per line of stdin (`run_experiment`), one
     answer line per point (``{"code": ..., "error": ...}``) on the original stdout; what
-    the points print goes to stderr (the job's output file)."""
+    the points print goes to stderr (the job's output file). A point runs until it ends,
+    the sweep stops it (SIGTERM) or the sweep's process `parent` is gone."""
     os.sched_setaffinity(0, cores)  # before TensorFlow starts its threads
     answers = os.fdopen(os.dup(1), 'w')
     os.dup2(2, 1)
@@ -385,37 +406,47 @@ def _serve_points(cores: List[int]) -> int:
     for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), stop)
-    from simharness.experiments.config import config_from_dict
-    from simharness.experiments.runner import run_experiment
-
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        spec = json.loads(line)
-        code, error = EXIT_COMPLETE, None
-        try:
-            cfg = config_from_dict(spec['config'])
-            result = run_experiment(
-                cfg,
-                spec['results_root'],
-                progress=False,
-                run_id=spec['run_id'],
-                resume=spec['resume'],
-            )
-            if result.status != 'complete':
-                code, error = EXIT_FAILED, result.summary.get('error')
-        except KeyboardInterrupt:
-            code = EXIT_INTERRUPTED
-        except RunInProgressError as e:
-            code, error = EXIT_IN_PROGRESS, f'{type(e).__name__}: {e}'
-        except Exception as e:  # pylint: disable=broad-exception-caught  # the point failed
-            code, error = EXIT_FAILED, f'{type(e).__name__}: {e}'
-        answers.write(json.dumps({'code': code, 'error': error}) + '\n')
-        answers.flush()
-        if code == EXIT_INTERRUPTED:
-            return code
+    _watch_parent(parent)
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            code, error = _run_point(json.loads(line))
+            try:
+                answers.write(json.dumps({'code': code, 'error': error}) + '\n')
+                answers.flush()
+            except OSError:  # the sweep is gone: no one to answer
+                return EXIT_INTERRUPTED
+            if code == EXIT_INTERRUPTED:
+                return code
+    except KeyboardInterrupt:  # stopped between points
+        return EXIT_INTERRUPTED
     return EXIT_COMPLETE
 
 
+def _run_point(spec: Dict[str, Any]) -> Tuple[int, Optional[str]]:
+    """One point of a job (`run_experiment`): its exit code and error."""
+    from simharness.experiments.config import config_from_dict
+    from simharness.experiments.runner import run_experiment
+
+    try:
+        result = run_experiment(
+            config_from_dict(spec['config']),
+            spec['results_root'],
+            progress=False,
+            run_id=spec['run_id'],
+            resume=spec['resume'],
+        )
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED, None
+    except RunInProgressError as e:
+        return EXIT_IN_PROGRESS, f'{type(e).__name__}: {e}'
+    except Exception as e:  # pylint: disable=broad-exception-caught  # the point failed
+        return EXIT_FAILED, f'{type(e).__name__}: {e}'
+    if result.status != 'complete':
+        return EXIT_FAILED, result.summary.get('error')
+    return EXIT_COMPLETE, None
+
+
 if __name__ == '__main__':
-    sys.exit(_serve_points(json.loads(sys.argv[1])))
+    sys.exit(_serve_points(json.loads(sys.argv[1]), int(sys.argv[2])))
