@@ -158,10 +158,10 @@ def _children(pid):
         return []
 
 
-@pytest.mark.slow
-def test_sigterm_stops_every_running_point_and_leaves_nothing(tmp_path):
-    """SIGTERM to `simharness sweep --jobs 2`: exit 143, both running points say
-    'interrupted' in their summaries, no process of the sweep is left."""
+def _started_sweep(tmp_path):
+    """`simharness sweep --jobs 2` of `SWEEP` (its output piped), once both running points
+    are past their first round: the process, the two points' run directories and the
+    sweep's child processes then (two of them its jobs)."""
     cfg = tmp_path / 'long.toml'
     cfg.write_text(SWEEP)
     env = dict(os.environ, CI='1')
@@ -197,6 +197,14 @@ def test_sigterm_stops_every_running_point_and_leaves_nothing(tmp_path):
         pytest.fail('the points did not start')
     children = _children(proc.pid)
     assert len([c for c in children if 'parallel' in ' '.join(c.cmdline())]) == 2
+    return proc, run_dirs, children
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_running_point_and_leaves_nothing(tmp_path):
+    """SIGTERM to `simharness sweep --jobs 2`: exit 143, both running points say
+    'interrupted' in their summaries, no process of the sweep is left."""
+    proc, run_dirs, children = _started_sweep(tmp_path)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 143, out.decode()
@@ -271,36 +279,10 @@ def test_jobs_of_a_sigkilled_sweep_stop_their_points_and_exit(tmp_path):
     """kill -9 of `simharness sweep --jobs 2`: its two job processes, orphaned mid-point,
     stop their points as on SIGTERM (each summary says 'interrupted') and exit, instead of
     running 100,000 rounds with no one to answer."""
-    cfg = tmp_path / 'long.toml'
-    cfg.write_text(SWEEP)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            '-m',
-            'simharness.cli',
-            'sweep',
-            str(cfg),
-            '--results',
-            str(tmp_path / 'r'),
-            '--jobs',
-            '2',
-            '--no-progress',
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=dict(os.environ, CI='1'),
-    )
-    run_dirs = [tmp_path / 'r' / 'long' / f'seed={s}' for s in (0, 1)]
-    deadline = time.monotonic() + 240
-    while not all((d / 'metrics.jsonl').exists() and read_metrics(d) for d in run_dirs):
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.2)
-    jobs = [
-        c for c in _children(proc.pid) if 'simharness.experiments.runner.parallel' in c.cmdline()
-    ]
-    assert len(jobs) == 2
+    proc, run_dirs, children = _started_sweep(tmp_path)
+    jobs = [c for c in children if 'simharness.experiments.runner.parallel' in c.cmdline()]
     proc.kill()
-    proc.wait()
+    proc.communicate()
     gone, alive = psutil.wait_procs(jobs, timeout=60)
     assert alive == [] and len(gone) == 2
     for d in run_dirs:
