@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from simharness.errors import SimharnessValueError
 from simharness.experiments import atomic
 from simharness.experiments.runner import METRICS_FILE, SUMMARY_FILE, read_json
+from simharness.experiments.runner.lock import is_running
 
 PathLike = Union[str, Path]
 
@@ -72,8 +73,17 @@ def find_runs(results_dir: PathLike) -> List[Path]:
     return sorted({p.parent for p in root.rglob(SUMMARY_FILE) if p.is_file()})
 
 
+#: The `error` of a run whose summary says 'running' while no process holds its lock.
+DIED = (
+    'its process ended without writing a final status (killed by a signal such as '
+    'SIGKILL or the OOM killer, or its machine lost); running the same config resumes it'
+)
+
+
 def load_runs(results_dir: PathLike) -> List[RunRecord]:
-    """Reads the summary and metrics of every run under `results_dir`."""
+    """Reads the summary and metrics of every run under `results_dir`. A summary that
+    says 'running' while no process holds the run's lock (`lock.is_running`) is read
+    as 'interrupted', with `DIED` as its error."""
     root = Path(results_dir)
     out = []
     for run_dir in find_runs(root):
@@ -83,6 +93,10 @@ def load_runs(results_dir: PathLike) -> List[RunRecord]:
         rel = run_dir.relative_to(root).as_posix()
         if rel == '.':
             rel = f'{summary.get("experiment", "?")}/{summary.get("run_id", run_dir.name)}'
+        if summary.get('status') == 'running' and is_running(run_dir) is False:
+            # Its process is gone without a final status (SIGKILL, the OOM killer, a lost
+            # machine): the lock it held went with it. Said here, the file left as it is.
+            summary = dict(summary, status='interrupted', error=DIED)
         out.append(RunRecord(rel, run_dir, summary, atomic.read_jsonl(run_dir / METRICS_FILE)))
     return out
 
@@ -548,6 +562,9 @@ def write_report(results_dir: PathLike) -> List[Path]:
         '',
     ]
     lines += _runs_markdown(runs, table, varied)
+    died = [r.label for r in runs if r.summary.get('error') == DIED]
+    if died:
+        lines += ['', f'Interrupted without a final status: {", ".join(died)}: {DIED}.']
     if seeds_vary:
         lines += [
             '',

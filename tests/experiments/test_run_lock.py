@@ -9,6 +9,7 @@ holder, so a SIGKILLed run blocks nothing: the next run resumes it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 from simharness.errors import RunInProgressError
 from simharness.experiments import checkpoints as CK
 from simharness.experiments.runner import run_experiment, run_sweep
-from simharness.experiments.runner.lock import LOCK_FILE, check_not_running, run_lock
+from simharness.experiments.runner.lock import LOCK_FILE, check_not_running, is_running, run_lock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
 from experiment_helpers import make_config, read_json, read_metrics  # noqa: E402
@@ -196,3 +197,33 @@ def test_a_sweep_stops_at_a_point_another_run_holds(tmp_path, capsys):
     ]
     assert [p.name for p in (tmp_path / 'r' / config.name).iterdir()] == ['seed=0']
     assert list(point.iterdir()) == []
+
+
+def test_a_running_summary_whose_lock_no_one_holds_reads_as_interrupted(tmp_path):
+    from simharness.experiments.report import DIED, load_runs, write_report
+
+    run_dir = tmp_path / 'exp' / 'default'
+    run_dir.mkdir(parents=True)
+    summary = {'status': 'running', 'experiment': 'exp', 'run_id': 'default', 'stack': 'thread'}
+    (run_dir / 'summary.json').write_text(json.dumps(summary), encoding='utf-8')
+    row = {'round': 0, 'loss': 2.0, 'accuracy': 0.5, 'round_seconds': 0.1}
+    (run_dir / 'metrics.jsonl').write_text(json.dumps(row) + '\n', encoding='utf-8')
+
+    def status():
+        (run,) = load_runs(tmp_path)
+        return run.summary['status'], run.summary.get('error')
+
+    with run_lock(run_dir):  # a live run: as it says
+        assert is_running(run_dir) is True
+        assert status() == ('running', None)
+        assert 'Interrupted without a final status' not in write_report(tmp_path)[0].read_text()
+    # Its process killed (SIGKILL: the lock file stays, no one holds it), or no lock file.
+    (run_dir / LOCK_FILE).write_text('{"pid": 1}', encoding='utf-8')
+    for _ in range(2):
+        assert is_running(run_dir) is False
+        assert status() == ('interrupted', DIED)
+        md = write_report(tmp_path)[0].read_text(encoding='utf-8')
+        assert f'Interrupted without a final status: exp/default: {DIED}.' in md
+        assert '| exp/default | interrupted |' in md
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+    assert json.loads((run_dir / 'summary.json').read_text())['status'] == 'running'  # untouched

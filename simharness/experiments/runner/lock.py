@@ -10,6 +10,8 @@
         on release             the file is removed (while still locked), then closed
     check_not_running(run_dir) the same question without taking the lock (the CLI asks
                                it before loading TensorFlow, so a refusal is quick)
+    is_running(run_dir)        the same question answered (the report asks it of a
+                               summary that says 'running')
 
 The lock is the kernel's: it goes with its holder's last file descriptor, so
 a run that was killed (SIGKILL, a crash, a lost machine's process) leaves at
@@ -81,19 +83,36 @@ def check_not_running(run_dir: PathLike) -> None:
     run); the lock `run_experiment` takes is what keeps a second run out, this
     only lets a caller refuse before expensive start-up work.
     """
-    run_dir = Path(run_dir)
+    _probe(Path(run_dir), refuse=True)
+
+
+def is_running(run_dir: PathLike) -> Optional[bool]:
+    """Whether a run holds the lock of `run_dir` now: True or False, or None where the
+    file system has no locks (nothing can tell). Takes nothing and creates nothing; a
+    summary that says 'running' while this is False is a dead run's (killed by a
+    signal, its machine lost), which the same command resumes."""
+    return _probe(Path(run_dir), refuse=False)
+
+
+def _probe(run_dir: Path, refuse: bool) -> Optional[bool]:
+    """Holds a shared lock on `run_dir`'s lock file for an instant: False when it could
+    (or there is no lock file), True when a run holds it (`RunInProgressError` instead
+    when `refuse`), None when the file system has no locks."""
     try:
         fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY)
     except OSError:
-        return  # no lock file (or an unreadable one: run_lock will tell)
+        return False  # no lock file (or an unreadable one: run_lock will tell)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise _in_progress(run_dir, fd) from None
+        if refuse:
+            raise _in_progress(run_dir, fd) from None
+        return True
     except OSError:
-        return  # no locks on this file system
+        return None  # no locks on this file system
     finally:
         os.close(fd)
+    return False
 
 
 def _acquire(run_dir: Path) -> Optional[int]:
