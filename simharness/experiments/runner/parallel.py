@@ -44,6 +44,7 @@ from simharness.errors import OversubscribedWarning, RunInProgressError
 from simharness.experiments.config import ExperimentConfig
 from simharness.experiments import atomic
 from simharness.experiments.runner.lock import run_lock
+from simharness.runtime.exits import describe_exit
 from simharness.experiments.runner.rundir import (
     _now,
     _read_rows,
@@ -169,7 +170,8 @@ class _Slot:
             pid, status = self.proc.pid, self.proc.wait()
             return {
                 'code': EXIT_FAILED,
-                'error': f"the point's job process (pid {pid}) {_death(status)}",
+                'error': f"the point's job process (pid {pid}) ended without answering: "
+                + describe_exit(status),
                 'died': True,
             }
         answer: Dict[str, Any] = json.loads(line)
@@ -304,18 +306,6 @@ def run_points(
             'the points before it have run'
         )
     return results
-
-
-def _death(status: int) -> str:
-    """How a job process ended, from its exit status (a negative one: the signal)."""
-    if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f'signal {-status}'
-        cause = ' (kill -9, or the kernel OOM killer: check dmesg)' if name == 'SIGKILL' else ''
-        return f'was killed by {name}{cause}'
-    return f'exited with code {status} without answering'
 
 
 def close_abandoned(run_dir: Path, status: str, error: str) -> None:

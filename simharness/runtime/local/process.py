@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # reason: the forkserver's context type, for annotations only
 
 from simharness.errors import WorkerCrashedError, WorkerStartError, WorkerTimeoutError
 from simharness.runtime import pinning
+from simharness.runtime.exits import describe_exit
 from simharness.runtime.inflight import InFlight
 from simharness.runtime.local import transport as L
 from simharness.runtime.local.lifeline import FORKSERVER_PARENT_ENV, driver_temp_dir, run_worker
@@ -36,30 +37,6 @@ _WorkerPool = Any
 
 
 log = logging.getLogger(__name__)
-
-
-def _likely_cause(exitcode: Optional[int]) -> str:
-    if exitcode is None:
-        return 'unknown'
-    if exitcode == -signal.SIGKILL:
-        return 'killed with SIGKILL (kill -9, or the kernel OOM killer: check dmesg)'
-    if exitcode == -signal.SIGTERM:
-        return (
-            'terminated by SIGTERM (an OOM killer such as earlyoom or systemd-oomd, '
-            'systemctl stop, Slurm scancel, or kill)'
-        )
-    if exitcode == -signal.SIGSEGV:
-        return 'segmentation fault in native code'
-    if exitcode == -signal.SIGABRT:
-        return 'aborted (a native assertion, or a misaligned dlpack view)'
-    if exitcode == -signal.SIGBUS:
-        return 'bus error (shared memory exhausted?)'
-    if exitcode < 0:
-        try:
-            return f'killed by signal {signal.Signals(-exitcode).name}'
-        except ValueError:
-            return f'killed by signal {-exitcode}'
-    return f'exited with code {exitcode}'
 
 
 def get_forkserver_context() -> 'multiprocess.context.ForkServerContext':
@@ -281,7 +258,7 @@ class WorkerProcess:
         if not frame or frame[0] != L.F_READY:
             pid = proc.pid
             proc.join(5)
-            cause = _likely_cause(proc.exitcode)
+            cause = describe_exit(proc.exitcode)
             if frame and frame[0] == L.F_START_ERROR:
                 text, tb = frame[1], frame[2]
             else:
@@ -363,7 +340,7 @@ class WorkerProcess:
         exitcode = proc.exitcode if proc is not None else None
         pid = self.pid
         kill_error = self._kill_error
-        cause = _likely_cause(exitcode)
+        cause = describe_exit(exitcode)
 
         def error(c: InFlight) -> BaseException:
             if kill_error is not None:
