@@ -127,11 +127,17 @@ def replace_default(new: Optional[Context], owned: bool) -> None:
 @contextlib.contextmanager
 def install(ctx: Context) -> Iterator[Context]:
     """Makes `ctx` current inside the `with` block (this thread or task); leaves it open."""
-    token = _CURRENT.set(ctx)
+    current = _CURRENT  # held here: at interpreter exit the module's globals may be gone
+    token = current.set(ctx)
     try:
         yield ctx
     finally:
-        _CURRENT.reset(token)
+        try:
+            current.reset(token)
+        except ValueError:
+            # Finished in another context than its own (a `with` never left, its generator
+            # closed by the garbage collector, e.g. at exit): `ctx` was current only there.
+            pass
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

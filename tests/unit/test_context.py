@@ -188,3 +188,29 @@ def test_core_calls_go_to_the_context_installed_in_the_core_stack():
     assert rec.calls == [(inc, np.int32(4))]
     assert inc(np.int32(4)) == 5  # outside: the default context the execution layer made
     assert isinstance(context_stack.get_context(), sh.ExecutionContext)
+
+
+def test_a_context_left_at_interpreter_exit_or_from_another_context_leaves_quietly(monkeypatch):
+    """A `with execution_context(...)` never left (its generator closed by the garbage
+    collector, at interpreter exit when the modules' globals may be gone already, or in
+    another `contextvars` context than its own) leaves without an error, and the context
+    it was current in is not changed by it."""
+    import contextvars
+
+    from simharness.core import context_stack
+
+    marker = object()
+    here = context_stack._CURRENT.get()
+    cm = context_stack.install(marker)
+    own = contextvars.copy_context()
+    assert own.run(cm.__enter__) is marker
+    contextvars.Context().run(cm.__exit__, None, None, None)  # another context: nothing
+    assert own.run(context_stack._CURRENT.get) is marker
+    assert context_stack._CURRENT.get() is here
+
+    cm = context_stack.install(marker)
+    assert cm.__enter__() is marker
+    monkeypatch.setattr(context_stack, '_CURRENT', None)  # the module's globals gone
+    cm.__exit__(None, None, None)
+    monkeypatch.undo()
+    assert context_stack._CURRENT.get() is here
